@@ -1,0 +1,549 @@
+// Package consulstore is the Location Store on Consul KV (DESIGN §3, §6):
+// check-and-set writes, multi-key transactions (/v1/txn), sessions as owner
+// leases (TTL, behaviour delete, no lock delay), consistent reads for every
+// ownership decision, and records stored as readable protojson so that
+// `consul kv get` shows them.
+//
+// StoreVersion is Consul's ModifyIndex. Consul does not move ModifyIndex for
+// a write of an identical value, so every stored value carries a write
+// sequence (the expected version + 1) that makes each accepted write new.
+package consulstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// Config configures a Store.
+type Config struct {
+	// Address of the Consul HTTP API, host:port. Default "127.0.0.1:8500".
+	Address string
+	// Prefix of every key roam writes. Default "roam". It must not start or
+	// end with '/'.
+	Prefix string
+	// Token is the ACL token, if Consul enforces ACLs.
+	Token string
+}
+
+// Store is the Location Store on Consul.
+type Store struct {
+	client *api.Client
+	prefix string
+}
+
+var _ location.Store = (*Store)(nil)
+
+// New returns a Store for cfg. It does not contact Consul.
+func New(cfg Config) (*Store, error) {
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1:8500"
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "roam"
+	}
+	if strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {
+		return nil, fmt.Errorf("%w: consul prefix %q must not start or end with '/'", location.ErrInvalid, cfg.Prefix)
+	}
+	ac := api.DefaultNonPooledConfig()
+	ac.Address = cfg.Address
+	ac.Token = cfg.Token
+	client, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("%w: consul client: %w", location.ErrInvalid, err)
+	}
+	return &Store{client: client, prefix: cfg.Prefix}, nil
+}
+
+var jsonOut = protojson.MarshalOptions{UseProtoNames: true}
+
+func encode(v *messages.StoredValue) ([]byte, error) { return jsonOut.Marshal(v) }
+
+func decode(b []byte) (*messages.StoredValue, error) {
+	v := &messages.StoredValue{}
+	if err := protojson.Unmarshal(b, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (s *Store) recordValue(expected location.StoreVersion, rec *location.Record) ([]byte, error) {
+	return encode(&messages.StoredValue{WriteSeq: uint64(expected) + 1, Value: &messages.StoredValue_Record{Record: rec}})
+}
+
+func (s *Store) versioned(key location.AuthorityKey, pair *api.KVPair) (location.Versioned, error) {
+	if pair == nil || (pair.ModifyIndex == 0) {
+		return location.Versioned{Key: key}, nil
+	}
+	v, err := decode(pair.Value)
+	if err != nil || v.GetRecord() == nil {
+		return location.Versioned{}, fmt.Errorf("%w: key %s holds no location record: %v", location.ErrInvalid, pair.Key, err)
+	}
+	return location.Versioned{Key: key, Record: v.GetRecord(), Version: location.StoreVersion(pair.ModifyIndex)}, nil
+}
+
+func consistent(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+}
+
+// Read implements location.Store.
+func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if err := key.Validate(); err != nil {
+		return location.Versioned{}, err
+	}
+	pair, _, err := s.client.KV().Get(s.recordKey(key), consistent(ctx))
+	if err != nil {
+		return location.Versioned{}, classify("read "+key.String(), err, false)
+	}
+	v, err := s.versioned(key, pair)
+	if err != nil {
+		return v, err
+	}
+	if !v.Present() {
+		return v, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+	}
+	return v, nil
+}
+
+// readMany reads keys in one consistent read-only transaction.
+func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
+	out := make(map[string]*api.KVPair, len(keys))
+	for start := 0; start < len(keys); start += location.MaxApplyOps {
+		end := min(start+location.MaxApplyOps, len(keys))
+		ops := make(api.TxnOps, 0, end-start)
+		for _, k := range keys[start:end] {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: k}})
+		}
+		ok, resp, _, err := s.client.Txn().Txn(ops, consistent(ctx))
+		if err != nil {
+			return nil, classify("read", err, false)
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: read transaction failed: %v", location.ErrUnavailable, txnErrors(resp))
+		}
+		for _, r := range resp.Results {
+			if r.KV != nil && r.KV.ModifyIndex != 0 {
+				out[r.KV.Key] = r.KV
+			}
+		}
+	}
+	return out, nil
+}
+
+func txnErrors(resp *api.TxnResponse) string {
+	if resp == nil {
+		return "no response"
+	}
+	var parts []string
+	for _, e := range resp.Errors {
+		parts = append(parts, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// List implements location.Store. The cursor is the escaped key segment of
+// the last record returned; records come in escaped-key order.
+func (s *Store) List(ctx context.Context, kind location.Kind, page location.PageRequest) (location.Page, error) {
+	if err := (location.AuthorityKey{Kind: kind, ID: "x"}).Validate(); err != nil {
+		return location.Page{}, err
+	}
+	if err := page.Validate(); err != nil {
+		return location.Page{}, err
+	}
+	prefix := s.kindPrefix(kind)
+	keys, _, err := s.client.KV().Keys(prefix, "", consistent(ctx))
+	if err != nil {
+		return location.Page{}, classify("list", err, false)
+	}
+	sort.Strings(keys)
+	after := prefix + page.After
+	i := sort.SearchStrings(keys, after)
+	if page.After != "" && i < len(keys) && keys[i] == after {
+		i++
+	}
+	keys = keys[i:]
+	var out location.Page
+	bytes := 0
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), page.Size-len(out.Items), location.MaxApplyOps)]
+		pairs, err := s.readMany(ctx, batch)
+		if err != nil {
+			return location.Page{}, err
+		}
+		for _, k := range batch {
+			pair := pairs[k]
+			if pair == nil {
+				continue // deleted since the key listing
+			}
+			id, err := unescapeID(strings.TrimPrefix(k, prefix))
+			if err != nil {
+				return location.Page{}, fmt.Errorf("%w: %w", location.ErrInvalid, err)
+			}
+			v, err := s.versioned(location.Key(kind, id), pair)
+			if err != nil {
+				return location.Page{}, err
+			}
+			n := location.EncodedSize(v.Record)
+			if bytes+n > location.MaxPageBytes {
+				// A record is at most MaxRecordBytes, so the page holds one.
+				out.Next = escapeID(out.Items[len(out.Items)-1].Key.ID)
+				return out, nil
+			}
+			bytes += n
+			out.Items = append(out.Items, v)
+		}
+		keys = keys[len(batch):]
+		if len(out.Items) == page.Size {
+			if len(keys) > 0 {
+				out.Next = escapeID(out.Items[len(out.Items)-1].Key.ID)
+			}
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// CompareAndSet implements location.Store.
+func (s *Store) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	op := location.UpdateOp(key, expected, rec)
+	if expected == 0 {
+		op = location.CreateOp(key, rec)
+	}
+	versions, err := s.Apply(ctx, []location.Op{op})
+	if err != nil {
+		var c *location.ConflictError
+		if errors.As(err, &c) {
+			c.Op = "compare-and-set"
+		}
+		return 0, err
+	}
+	return versions[0], nil
+}
+
+// Apply implements location.Store.
+func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	if err := location.ValidateOps(ops); err != nil {
+		return nil, err
+	}
+	txn := make(api.TxnOps, 0, len(ops))
+	for _, op := range ops {
+		k := s.recordKey(op.Key)
+		switch op.Kind {
+		case location.OpCreate, location.OpUpdate:
+			val, err := s.recordValue(op.Version, op.Record)
+			if err != nil {
+				return nil, fmt.Errorf("%w: encode %s: %w", location.ErrInvalid, op.Key, err)
+			}
+			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: k, Value: val, Index: uint64(op.Version)}})
+		case location.OpDelete:
+			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: k, Index: uint64(op.Version)}})
+		case location.OpCheck:
+			if op.Version == 0 {
+				txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k}})
+			} else {
+				txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: k, Index: uint64(op.Version)}})
+			}
+		}
+	}
+	resp, failed, err := s.writeTxn(ctx, "apply", txn)
+	if err != nil {
+		return nil, err
+	}
+	if failed != nil {
+		return nil, s.conflict(ctx, "apply", ops, failed)
+	}
+	written := make(map[string]uint64, len(resp.Results))
+	for _, r := range resp.Results {
+		if r.KV != nil {
+			written[r.KV.Key] = r.KV.ModifyIndex
+		}
+	}
+	out := make([]location.StoreVersion, len(ops))
+	for i, op := range ops {
+		switch op.Kind {
+		case location.OpCreate, location.OpUpdate:
+			out[i] = location.StoreVersion(written[s.recordKey(op.Key)])
+		case location.OpCheck:
+			out[i] = op.Version
+		}
+	}
+	return out, nil
+}
+
+// writeTxn sends a transaction with writes. It returns the response, or the
+// failed op indexes when Consul rolled it back (nothing applied), or a
+// classified error.
+func (s *Store) writeTxn(ctx context.Context, what string, txn api.TxnOps) (*api.TxnResponse, []int, error) {
+	if err := ctxUnavailable(ctx, what); err != nil {
+		return nil, nil, err
+	}
+	var resp api.TxnResponse
+	_, err := s.client.Raw().Write("/v1/txn", txn, &resp, (&api.WriteOptions{}).WithContext(ctx))
+	if err == nil {
+		return &resp, nil, nil
+	}
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == 409 {
+		var rolledBack api.TxnResponse
+		if jerr := json.Unmarshal([]byte(se.Body), &rolledBack); jerr != nil {
+			// A 409 always means rolled back; the body only names the ops.
+			return nil, []int{}, nil
+		}
+		failed := []int{}
+		for _, e := range rolledBack.Errors {
+			failed = append(failed, e.OpIndex)
+		}
+		return nil, failed, nil
+	}
+	return nil, nil, classify(what, err, true)
+}
+
+// conflict builds a *ConflictError with the current state of every key ops
+// touch, read consistently after the rollback.
+func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, failed []int) error {
+	c := &location.ConflictError{Op: what, FailedOps: failed}
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		keys[i] = s.recordKey(op.Key)
+	}
+	pairs, err := s.readMany(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("%w (and reading the current records failed: %w)", c, err)
+	}
+	for i, op := range ops {
+		v, err := s.versioned(op.Key, pairs[keys[i]])
+		if err != nil {
+			return err
+		}
+		c.Current = append(c.Current, v)
+	}
+	return c
+}
+
+// Watch implements location.Store with Consul blocking queries.
+func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) (location.Versioned, error) {
+	if err := key.Validate(); err != nil {
+		return location.Versioned{}, err
+	}
+	k := s.recordKey(key)
+	var wait uint64
+	for {
+		q := consistent(ctx)
+		q.WaitIndex = wait
+		q.WaitTime = 5 * time.Minute
+		pair, meta, err := s.client.KV().Get(k, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
+			}
+			return location.Versioned{}, classify("watch "+key.String(), err, false)
+		}
+		v, err := s.versioned(key, pair)
+		if err != nil {
+			return v, err
+		}
+		if v.Version != after {
+			return v, nil
+		}
+		// Consul's index can go backwards (snapshot restore): start over.
+		if meta.LastIndex < wait {
+			wait = 0
+		} else {
+			wait = meta.LastIndex
+		}
+	}
+}
+
+// ClaimNode implements location.Store.
+func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, ttl time.Duration) (location.Lease, error) {
+	if err := location.ValidateNode(node); err != nil {
+		return location.Lease{}, err
+	}
+	if err := location.ValidateTTL(ttl); err != nil {
+		return location.Lease{}, err
+	}
+	wo := (&api.WriteOptions{}).WithContext(ctx)
+	sid, _, err := s.client.Session().Create(&api.SessionEntry{
+		Name:      "roam node " + node.GetMesh() + "/" + node.GetNodeRid(),
+		TTL:       ttl.String(),
+		Behavior:  api.SessionBehaviorDelete,
+		LockDelay: -1, // sent as 0ms; leaving it unset means Consul's 15 s
+	}, wo)
+	if err != nil {
+		// A session nobody knows about expires by itself.
+		return location.Lease{}, classify("create lease", err, true)
+	}
+	id := location.LeaseID(sid)
+	stored := proto.Clone(node).(*location.NodeDescriptor)
+	stored.LeaseId = sid
+	nodeVal, err := encode(&messages.StoredValue{WriteSeq: 1, Value: &messages.StoredValue_Node{Node: stored}})
+	if err != nil {
+		return location.Lease{}, fmt.Errorf("%w: encode node: %w", location.ErrInvalid, err)
+	}
+	entryVal, err := s.recordValue(0, location.EntryClaim(stored, id))
+	if err != nil {
+		return location.Lease{}, fmt.Errorf("%w: encode entry claim: %w", location.ErrInvalid, err)
+	}
+	nk := s.nodeKey(location.NodeKeyOf(node))
+	entry := location.Key(location.KindEntry, node.GetEntrySpotId())
+	ek := s.recordKey(entry)
+	_, failed, err := s.writeTxn(ctx, "claim node", api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: nk}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: ek}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: nk, Value: nodeVal, Session: sid}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: ek, Value: entryVal, Session: sid}},
+	})
+	if err != nil || failed != nil {
+		// Ending the session deletes anything it holds (behaviour delete),
+		// so an indeterminate claim leaves nothing behind either way.
+		_, _ = s.client.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(context.WithoutCancel(ctx)))
+	}
+	if err != nil {
+		return location.Lease{}, err
+	}
+	if failed != nil {
+		c := &location.ConflictError{Op: "claim node", FailedOps: failed}
+		if pairs, rerr := s.readMany(ctx, []string{ek}); rerr == nil {
+			if v, verr := s.versioned(entry, pairs[ek]); verr == nil {
+				c.Current = append(c.Current, v)
+			}
+		}
+		return location.Lease{}, c
+	}
+	return location.Lease{ID: id, TTL: ttl}, nil
+}
+
+// RenewLease implements location.Store.
+func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty lease id", location.ErrInvalid)
+	}
+	entry, _, err := s.client.Session().Renew(string(id), (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return classify("renew lease", err, false)
+	}
+	if entry == nil {
+		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
+	}
+	return nil
+}
+
+// ReleaseNode implements location.Store.
+func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) error {
+	if err := location.ValidateNode(node); err != nil {
+		return err
+	}
+	nk := s.nodeKey(location.NodeKeyOf(node))
+	pair, _, err := s.client.KV().Get(nk, consistent(ctx))
+	if err != nil {
+		return classify("release node", err, false)
+	}
+	if pair == nil {
+		return fmt.Errorf("%w: %s", location.ErrNotFound, location.NodeKeyOf(node))
+	}
+	cur, err := decode(pair.Value)
+	if err != nil || cur.GetNode() == nil {
+		return fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
+	}
+	stored := cur.GetNode()
+	if stored.GetLeaseId() != node.GetLeaseId() || stored.GetNodeGeneration() != node.GetNodeGeneration() || pair.Session != node.GetLeaseId() {
+		return &location.ConflictError{Op: "release node (stale lifecycle)", FailedOps: []int{0}}
+	}
+	ek := s.recordKey(location.Key(location.KindEntry, stored.GetEntrySpotId()))
+	sid := node.GetLeaseId()
+	_, failed, err := s.writeTxn(ctx, "release node", api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: nk, Session: sid}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: ek, Session: sid}},
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: nk, Index: pair.ModifyIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: ek}},
+	})
+	if err != nil {
+		return err
+	}
+	if failed != nil {
+		return &location.ConflictError{Op: "release node (stale lifecycle)", FailedOps: failed}
+	}
+	if _, err := s.client.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return classify("end lease", err, true)
+	}
+	return nil
+}
+
+func (s *Store) decodeNode(pair *api.KVPair) (location.VersionedNode, error) {
+	v, err := decode(pair.Value)
+	if err != nil || v.GetNode() == nil {
+		return location.VersionedNode{}, fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, pair.Key, err)
+	}
+	return location.VersionedNode{Node: v.GetNode(), Version: location.StoreVersion(pair.ModifyIndex)}, nil
+}
+
+// ReadNode implements location.Store.
+func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.VersionedNode, error) {
+	if err := key.Validate(); err != nil {
+		return location.VersionedNode{}, err
+	}
+	pair, _, err := s.client.KV().Get(s.nodeKey(key), consistent(ctx))
+	if err != nil {
+		return location.VersionedNode{}, classify("read node", err, false)
+	}
+	if pair == nil {
+		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+	}
+	return s.decodeNode(pair)
+}
+
+// ListNodes implements location.Store.
+func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.VersionedNode, error) {
+	if mesh != "" {
+		if err := location.ValidateID("mesh", mesh); err != nil {
+			return nil, err
+		}
+	}
+	pairs, _, err := s.client.KV().List(s.nodePrefix(mesh), consistent(ctx))
+	if err != nil {
+		return nil, classify("list nodes", err, false)
+	}
+	out := make([]location.VersionedNode, 0, len(pairs))
+	for _, p := range pairs {
+		n, err := s.decodeNode(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].Node, out[j].Node
+		if a.GetMesh() != b.GetMesh() {
+			return a.GetMesh() < b.GetMesh()
+		}
+		return a.GetNodeRid() < b.GetNodeRid()
+	})
+	return out, nil
+}
+
+// LeaseAlive implements location.Store.
+func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, error) {
+	if id == "" {
+		return false, fmt.Errorf("%w: empty lease id", location.ErrInvalid)
+	}
+	entry, _, err := s.client.Session().Info(string(id), consistent(ctx))
+	if err != nil {
+		return false, classify("lease alive", err, false)
+	}
+	return entry != nil, nil
+}
+
+// Close implements location.Store. The HTTP client holds no long-lived
+// resources; leases are left to their TTL.
+func (s *Store) Close() error { return nil }

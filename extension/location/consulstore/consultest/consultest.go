@@ -1,0 +1,193 @@
+// Package consultest starts a real Consul server for tests and demos
+// (DESIGN §3): `consul agent -dev` on free loopback ports, waited on until
+// it has a leader, stopped by its PID. The binary is the one `make consul`
+// builds: $ROAM_CONSUL, else ~/.cache/roam/consul-1.14.11/consul. A missing
+// binary is a test failure, never a skip.
+package consultest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Version is the Consul release roam tests against.
+const Version = "1.14.11"
+
+// Server is a running Consul dev agent.
+type Server struct {
+	// Addr is the HTTP API address, 127.0.0.1:port.
+	Addr string
+
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	exited chan struct{}
+	once   sync.Once
+}
+
+// Binary returns the path of the Consul binary.
+func Binary() (string, error) {
+	path := os.Getenv("ROAM_CONSUL")
+	if path == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(home, ".cache", "roam", "consul-"+Version, "consul")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("consul %s not found at %s (run `make consul`): %w", Version, path, err)
+	}
+	return path, nil
+}
+
+// Start launches a server for one test and stops it when the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := Launch()
+	if err != nil {
+		tb.Fatalf("start consul: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// Launch starts a server; the caller must Stop it. It retries on a port
+// taken between choosing and binding it.
+func Launch() (*Server, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for attempt := 0; attempt < 3; attempt++ {
+		s, err := launch(bin)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func launch(bin string) (*Server, error) {
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	httpPort := ports[0]
+	cmd := exec.Command(bin, "agent", "-dev",
+		"-bind=127.0.0.1", "-client=127.0.0.1",
+		"-node=roam-test-"+strconv.Itoa(httpPort),
+		"-http-port="+strconv.Itoa(httpPort),
+		"-server-port="+strconv.Itoa(ports[1]),
+		"-serf-lan-port="+strconv.Itoa(ports[2]),
+		"-serf-wan-port="+strconv.Itoa(ports[3]),
+		"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
+		"-log-level=warn",
+		// Owner-lease tests use 1 s TTLs; Consul's default minimum is 10 s.
+		`-hcl=session_ttl_min = "1s"`,
+	)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// The server dies with the test binary even if cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(httpPort), cmd: cmd, out: out, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	if err := s.waitLeader(60 * time.Second); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%w\nconsul output:\n%s", err, out.String())
+	}
+	return s, nil
+}
+
+func (s *Server) waitLeader(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	client := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return errors.New("consul exited before electing a leader")
+		default:
+		}
+		resp, err := client.Get("http://" + s.Addr + "/v1/status/leader")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && len(strings.Trim(strings.TrimSpace(string(body)), `"`)) > 0 {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("consul at %s elected no leader within %s", s.Addr, limit)
+}
+
+// Stop kills the server by its PID and waits for it to exit.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	})
+}
+
+// Output is what the server printed so far.
+func (s *Server) Output() string { return s.out.String() }
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		// Serf also needs the UDP port.
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		u.Close()
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

@@ -1,0 +1,299 @@
+package location
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/roamactors/roam/messages"
+)
+
+// Record is the value of one authority key (DESIGN §6).
+type Record = messages.LocationRecord
+
+// NodeDescriptor is what a node publishes about its lifecycle.
+type NodeDescriptor = messages.NodeDescriptor
+
+// StoreVersion orders the writes of one key: Consul's ModifyIndex in
+// consulstore, a store-wide counter in memstore. 0 means absent.
+type StoreVersion uint64
+
+// Versioned is a record as read, with the version a CAS must name.
+// Version 0 and a nil Record mean the key is absent (Missing).
+type Versioned struct {
+	Key     AuthorityKey
+	Record  *Record
+	Version StoreVersion
+}
+
+// Present reports whether the key exists.
+func (v Versioned) Present() bool { return v.Version != 0 }
+
+// VersionedNode is a node descriptor as read.
+type VersionedNode struct {
+	Node    *NodeDescriptor
+	Version StoreVersion
+}
+
+// LeaseID identifies an owner lease (a Consul session ID in consulstore).
+type LeaseID string
+
+// Lease is an owner lease: while it is renewed within TTL, the node claim
+// it holds stays; when it ends, the store deletes the node descriptor and
+// Entry claim it holds. A store may take up to 2×TTL to notice (Consul).
+type Lease struct {
+	ID  LeaseID
+	TTL time.Duration
+}
+
+// Limits of the contract, the same for every store so that what works on
+// memstore works on Consul (whose txn request is ≤ 512 KiB, DESIGN §3).
+const (
+	// MaxRecordBytes bounds one record's encoded size (EncodedSize).
+	MaxRecordBytes = 256 << 10
+	// MaxApplyOps bounds the operations of one Apply.
+	MaxApplyOps = 128
+	// MaxApplyBytes bounds the encoded records plus IDs of one Apply.
+	MaxApplyBytes = 256 << 10
+	// MaxPageSize bounds List's page size; the least is 1.
+	MaxPageSize = 1000
+	// MaxPageBytes bounds the encoded records of one page.
+	MaxPageBytes = 4 << 20
+	// MinLeaseTTL and MaxLeaseTTL bound an owner lease's TTL (Consul's
+	// defaults are 10 s .. 24 h; consulstore's test server lowers the minimum).
+	MinLeaseTTL = time.Second
+	MaxLeaseTTL = 24 * time.Hour
+)
+
+// Store is the Location Store. Every read that decides ownership is
+// consistent (linearizable); every mutation is a compare-and-set on versions
+// first read.
+type Store interface {
+	// Read returns the record of key, or ErrNotFound.
+	Read(ctx context.Context, key AuthorityKey) (Versioned, error)
+	// List returns one page of the records of a kind.
+	List(ctx context.Context, kind Kind, page PageRequest) (Page, error)
+	// CompareAndSet writes rec if key is at version expected (0: only if
+	// absent) and returns the new version. A lost race is a *ConflictError.
+	CompareAndSet(ctx context.Context, key AuthorityKey, expected StoreVersion, rec *Record) (StoreVersion, error)
+	// Apply runs ops as one atomic transaction: all apply or none. It
+	// returns, per op, the key's version after the transaction (0 for a
+	// delete). A failed precondition is a *ConflictError naming the ops.
+	Apply(ctx context.Context, ops []Op) ([]StoreVersion, error)
+	// Watch blocks until key is no longer at version after (absent counts as
+	// version 0) and returns its new state, or until ctx ends.
+	Watch(ctx context.Context, key AuthorityKey, after StoreVersion) (Versioned, error)
+
+	// ClaimNode creates a lease of ttl and, in one transaction under it, the
+	// node descriptor and its Entry Spot claim. If either exists nothing is
+	// created and a *ConflictError returned (spec 002 §2.1). The descriptor
+	// stored carries the lease ID.
+	ClaimNode(ctx context.Context, node *NodeDescriptor, ttl time.Duration) (Lease, error)
+	// RenewLease extends a lease; ErrNotFound once it has ended.
+	RenewLease(ctx context.Context, id LeaseID) error
+	// ReleaseNode deletes the descriptor and Entry claim of node only when
+	// the stored descriptor has node's lease and lifecycle (node
+	// generation); otherwise a *ConflictError and nothing is deleted, so a
+	// stale cleanup cannot remove a replacement lifecycle (spec 002 §2.1).
+	// It then ends the lease.
+	ReleaseNode(ctx context.Context, node *NodeDescriptor) error
+	// ReadNode returns a node descriptor, or ErrNotFound.
+	ReadNode(ctx context.Context, key NodeKey) (VersionedNode, error)
+	// ListNodes returns every node descriptor of a mesh ("" = all meshes).
+	ListNodes(ctx context.Context, mesh string) ([]VersionedNode, error)
+	// LeaseAlive reports whether an owner lease is still in force.
+	LeaseAlive(ctx context.Context, id LeaseID) (bool, error)
+
+	// Close releases the store's resources; leases are left to expire.
+	Close() error
+}
+
+// PageRequest asks for up to Size records after the opaque cursor After
+// ("" = from the start).
+type PageRequest struct {
+	Size  int
+	After string
+}
+
+// Page is one page of List. Next is the cursor of the following page, ""
+// when this is the last one.
+type Page struct {
+	Items []Versioned
+	Next  string
+}
+
+// Validate reports ErrInvalid for a size outside 1..MaxPageSize.
+func (p PageRequest) Validate() error {
+	if p.Size < 1 || p.Size > MaxPageSize {
+		return fmt.Errorf("%w: page size %d outside 1..%d", ErrInvalid, p.Size, MaxPageSize)
+	}
+	return nil
+}
+
+// OpKind is what one Apply operation does.
+type OpKind int
+
+// The Apply operations.
+const (
+	// OpCreate writes Record only if Key is absent.
+	OpCreate OpKind = iota + 1
+	// OpUpdate writes Record only if Key is at Version.
+	OpUpdate
+	// OpDelete deletes Key only if it is at Version.
+	OpDelete
+	// OpCheck changes nothing and fails unless Key is at Version (0: absent).
+	OpCheck
+)
+
+func (k OpKind) String() string {
+	switch k {
+	case OpCreate:
+		return "create"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpCheck:
+		return "check"
+	}
+	return fmt.Sprintf("op%d", int(k))
+}
+
+// Op is one operation of an Apply transaction.
+type Op struct {
+	Kind    OpKind
+	Key     AuthorityKey
+	Version StoreVersion
+	Record  *Record
+}
+
+// CreateOp creates key with rec if absent.
+func CreateOp(key AuthorityKey, rec *Record) Op { return Op{Kind: OpCreate, Key: key, Record: rec} }
+
+// UpdateOp writes rec if key is at version.
+func UpdateOp(key AuthorityKey, version StoreVersion, rec *Record) Op {
+	return Op{Kind: OpUpdate, Key: key, Version: version, Record: rec}
+}
+
+// DeleteOp deletes key if it is at version.
+func DeleteOp(key AuthorityKey, version StoreVersion) Op {
+	return Op{Kind: OpDelete, Key: key, Version: version}
+}
+
+// CheckOp requires key to be at version (0: absent).
+func CheckOp(key AuthorityKey, version StoreVersion) Op {
+	return Op{Kind: OpCheck, Key: key, Version: version}
+}
+
+// EncodedSize is the size of a record as the contract counts it against
+// MaxRecordBytes, MaxApplyBytes and MaxPageBytes: its protojson form.
+func EncodedSize(rec *Record) int {
+	b, err := jsonOptions.Marshal(rec)
+	if err != nil {
+		return MaxRecordBytes + 1
+	}
+	return len(b)
+}
+
+var jsonOptions = protojson.MarshalOptions{UseProtoNames: true}
+
+// ValidateRecord checks a record before it is written.
+func ValidateRecord(rec *Record) error {
+	if rec == nil {
+		return fmt.Errorf("%w: nil record", ErrInvalid)
+	}
+	if n := EncodedSize(rec); n > MaxRecordBytes {
+		return fmt.Errorf("%w: record is %d bytes encoded, over %d", ErrTooLarge, n, MaxRecordBytes)
+	}
+	return nil
+}
+
+// ValidateOps checks an Apply request against the contract before anything
+// is sent: op count, kinds, keys, records, total size, one op per key.
+func ValidateOps(ops []Op) error {
+	if len(ops) == 0 {
+		return fmt.Errorf("%w: empty transaction", ErrInvalid)
+	}
+	if len(ops) > MaxApplyOps {
+		return fmt.Errorf("%w: %d operations, over %d", ErrTooLarge, len(ops), MaxApplyOps)
+	}
+	total := 0
+	seen := make(map[AuthorityKey]bool, len(ops))
+	for i, op := range ops {
+		if err := op.Key.Validate(); err != nil {
+			return fmt.Errorf("op %d: %w", i, err)
+		}
+		if seen[op.Key] {
+			return fmt.Errorf("%w: op %d: key %s appears twice", ErrInvalid, i, op.Key)
+		}
+		seen[op.Key] = true
+		total += len(op.Key.ID)
+		switch op.Kind {
+		case OpCreate, OpUpdate:
+			if op.Kind == OpUpdate && op.Version == 0 {
+				return fmt.Errorf("%w: op %d: update needs a version (use create)", ErrInvalid, i)
+			}
+			if err := ValidateRecord(op.Record); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			total += EncodedSize(op.Record)
+		case OpDelete:
+			if op.Version == 0 {
+				return fmt.Errorf("%w: op %d: delete needs a version", ErrInvalid, i)
+			}
+		case OpCheck:
+		default:
+			return fmt.Errorf("%w: op %d: unknown kind %d", ErrInvalid, i, op.Kind)
+		}
+	}
+	if total > MaxApplyBytes {
+		return fmt.Errorf("%w: transaction is %d bytes, over %d", ErrTooLarge, total, MaxApplyBytes)
+	}
+	return nil
+}
+
+// ValidateNode checks a descriptor before a claim.
+func ValidateNode(node *NodeDescriptor) error {
+	if node == nil {
+		return fmt.Errorf("%w: nil node descriptor", ErrInvalid)
+	}
+	if err := (NodeKey{Mesh: node.GetMesh(), NodeRid: node.GetNodeRid()}).Validate(); err != nil {
+		return err
+	}
+	if node.GetNodeGeneration() == 0 {
+		return fmt.Errorf("%w: node generation is 0", ErrInvalid)
+	}
+	return ValidateID("entry spot id", node.GetEntrySpotId())
+}
+
+// ValidateTTL checks an owner lease TTL.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinLeaseTTL || ttl > MaxLeaseTTL || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: lease ttl %s must be whole seconds in %s..%s", ErrInvalid, ttl, MinLeaseTTL, MaxLeaseTTL)
+	}
+	return nil
+}
+
+// NodeKeyOf returns the key of a descriptor.
+func NodeKeyOf(node *NodeDescriptor) NodeKey {
+	return NodeKey{Mesh: node.GetMesh(), NodeRid: node.GetNodeRid()}
+}
+
+// EntryClaim is the record a node claim writes for its Entry Spot: Ready,
+// owned by the node under its lease (spec 002 §2.1).
+func EntryClaim(node *NodeDescriptor, lease LeaseID) *Record {
+	return &Record{
+		ObjectGeneration:         1,
+		AuthorityOwnerGeneration: 1,
+		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
+		SpotKind:                 messages.SpotKind_SPOT_KIND_ENTRY,
+		Owner: &messages.Owner{
+			Mesh:           node.GetMesh(),
+			NodeRid:        node.GetNodeRid(),
+			NodeGeneration: node.GetNodeGeneration(),
+			LeaseId:        string(lease),
+		},
+	}
+}
