@@ -64,7 +64,7 @@ func startProxy(t *testing.T) *faultProxy {
 
 type discard struct{ header http.Header }
 
-func (d *discard) Header() http.Header        { return d.header }
+func (d *discard) Header() http.Header         { return d.header }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
