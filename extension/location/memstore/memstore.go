@@ -453,3 +453,15 @@ func newLeaseID() location.LeaseID {
 	_, _ = rand.Read(b[:])
 	return location.LeaseID(hex.EncodeToString(b[:]))
 }
+
+// LeaseExpiry reports when a lease will end if not renewed (for tests and
+// diagnostics).
+func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[id]
+	if l == nil {
+		return time.Time{}, false
+	}
+	return l.expires, true
+}

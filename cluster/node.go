@@ -1,0 +1,271 @@
+// Package cluster runs a roam node: a Proto.Actor actor system with remote
+// on a loopback (or configured) port, whose descriptor and Entry Spot are
+// claimed in the Location Store under an owner lease that the node renews,
+// and released when it stops (spec 002 §2.1, DESIGN §6).
+//
+// Every start is a new lifecycle: a new node RID and a new Entry Spot ID
+// "<prefix>-entry-<lowercase uuid v4>", never reused, so a stale cleanup of
+// an earlier lifecycle cannot touch this one.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// ProtocolVersion is the roam wire protocol a node speaks.
+const ProtocolVersion = 1
+
+// Defaults of Config.
+const (
+	DefaultMesh        = "default"
+	DefaultHost        = "127.0.0.1"
+	DefaultEntryPrefix = "roam"
+	DefaultLeaseTTL    = 10 * time.Second
+)
+
+// Config configures a Node. Zero fields take the documented defaults.
+type Config struct {
+	// Store is the Location Store. Required.
+	Store location.Store
+	// Mesh is the RouteMesh the node serves. Default "default".
+	Mesh string
+	// Host and Port the remote listens on. Default 127.0.0.1, port 0 (a
+	// free port, chosen by the OS).
+	Host string
+	Port int
+	// AdvertisedHost, if set, is the host:port peers dial instead.
+	AdvertisedHost string
+	// EntryPrefix is the diagnostic prefix of the Entry Spot ID. Default
+	// "roam". It must not contain "-entry-".
+	EntryPrefix string
+	// StableTypes the node can host, Capacity and Weight for placement.
+	StableTypes []string
+	Capacity    uint32
+	Weight      uint32
+	// LeaseTTL of the owner lease, whole seconds. Default 10 s; the node
+	// renews it every TTL/3.
+	LeaseTTL time.Duration
+	// Logger receives roam's and Proto.Actor's logs. Default: zerolog.Nop.
+	Logger *zerolog.Logger
+	// ProtoActorLogLevel is the least level of Proto.Actor's own logs that
+	// is passed on. Default slog.LevelWarn.
+	ProtoActorLogLevel *slog.Level
+	// RemoteOptions are passed to Proto.Actor's remote.
+	RemoteOptions []remote.ConfigOption
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return fmt.Errorf("%w: cluster: Config.Store is required", location.ErrInvalid)
+	}
+	if c.Mesh == "" {
+		c.Mesh = DefaultMesh
+	}
+	if c.Host == "" {
+		c.Host = DefaultHost
+	}
+	if c.EntryPrefix == "" {
+		c.EntryPrefix = DefaultEntryPrefix
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	if c.ProtoActorLogLevel == nil {
+		l := slog.LevelWarn
+		c.ProtoActorLogLevel = &l
+	}
+	if err := location.ValidateID("mesh", c.Mesh); err != nil {
+		return err
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("%w: port %d", location.ErrInvalid, c.Port)
+	}
+	if err := location.ValidateTTL(c.LeaseTTL); err != nil {
+		return err
+	}
+	if len(c.EntryPrefix)+len("-entry-")+36 > location.MaxIDBytes || containsEntryMarker(c.EntryPrefix) {
+		return fmt.Errorf("%w: entry prefix %q", location.ErrInvalid, c.EntryPrefix)
+	}
+	return nil
+}
+
+func containsEntryMarker(s string) bool {
+	for i := 0; i+len("-entry-") <= len(s); i++ {
+		if s[i:i+len("-entry-")] == "-entry-" {
+			return true
+		}
+	}
+	return false
+}
+
+// NewEntrySpotID issues a framework Entry Spot ID: "<prefix>-entry-<uuid v4>"
+// (spec 002 §2.1), the UUID generated apart from the node RID.
+func NewEntrySpotID(prefix string) string { return prefix + "-entry-" + uuid.NewString() }
+
+// Node is one running roam node.
+type Node struct {
+	cfg    Config
+	log    zerolog.Logger
+	system *actor.ActorSystem
+	remote *remote.Remote
+	desc   *location.NodeDescriptor
+	lease  location.Lease
+
+	leaseLost chan struct{}
+	stopRenew chan struct{}
+	renewDone chan struct{}
+	stopOnce  sync.Once
+	stopErr   error
+}
+
+// Start starts the actor system and remote, then claims the node's
+// descriptor and Entry Spot under a new owner lease. A claim conflict is a
+// start-up error (spec 002 §2.1); nothing is retried with another ID.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	handler := &zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel}
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(handler) }))
+	rcfg := remote.Configure(cfg.Host, cfg.Port, cfg.RemoteOptions...)
+	if cfg.AdvertisedHost != "" {
+		rcfg.AdvertisedHost = cfg.AdvertisedHost
+	}
+	r := remote.NewRemote(system, rcfg)
+	if err := startRemote(r); err != nil {
+		system.Shutdown()
+		return nil, err
+	}
+	n := &Node{
+		cfg:       cfg,
+		system:    system,
+		remote:    r,
+		leaseLost: make(chan struct{}),
+		stopRenew: make(chan struct{}),
+		renewDone: make(chan struct{}),
+	}
+	n.desc = &location.NodeDescriptor{
+		Mesh:            cfg.Mesh,
+		NodeRid:         uuid.NewString(),
+		NodeGeneration:  uint64(time.Now().UnixNano()),
+		EntrySpotId:     NewEntrySpotID(cfg.EntryPrefix),
+		Address:         system.Address(),
+		StableTypes:     append([]string(nil), cfg.StableTypes...),
+		Capacity:        cfg.Capacity,
+		Weight:          cfg.Weight,
+		Status:          messages.NodeStatus_NODE_STATUS_SERVING,
+		ProtocolVersion: ProtocolVersion,
+	}
+	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
+	lease, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
+	if err != nil {
+		r.Shutdown(false)
+		system.Shutdown()
+		n.log.Error().Str("event", "node_claim_failed").Str("entry_spot_id", n.desc.EntrySpotId).Err(err).Msg("node descriptor and Entry Spot claim failed")
+		return nil, fmt.Errorf("cluster: claim node %s: %w", n.desc.Address, err)
+	}
+	n.lease = lease
+	n.desc.LeaseId = string(lease.ID)
+	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(lease.ID)).Msg("node claimed")
+	go n.renewLoop()
+	return n, nil
+}
+
+// startRemote turns Proto.Actor's panic on a failed listen into an error.
+func startRemote(r *remote.Remote) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: cluster: start remote: %v", location.ErrUnavailable, p)
+		}
+	}()
+	r.Start()
+	return nil
+}
+
+// renewLoop renews the owner lease every TTL/3 until Stop. If the store
+// says the lease has ended, this lifecycle no longer owns anything: it logs
+// owner_lease_lost and closes LeaseLost.
+func (n *Node) renewLoop() {
+	defer close(n.renewDone)
+	t := time.NewTicker(n.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopRenew:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL/3)
+		err := n.cfg.Store.RenewLease(ctx, n.lease.ID)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, location.ErrNotFound):
+			n.log.Error().Str("event", "owner_lease_lost").Str("lease_id", string(n.lease.ID)).Msg("owner lease ended; this node lifecycle owns nothing now")
+			close(n.leaseLost)
+			return
+		default:
+			n.log.Warn().Str("event", "lease_renew_failed").Str("lease_id", string(n.lease.ID)).Err(err).Msg("owner lease renewal failed; retrying")
+		}
+	}
+}
+
+// System is the node's actor system.
+func (n *Node) System() *actor.ActorSystem { return n.system }
+
+// Remote is the node's Proto.Actor remote.
+func (n *Node) Remote() *remote.Remote { return n.remote }
+
+// Address is the remote address peers reach the node at.
+func (n *Node) Address() string { return n.desc.GetAddress() }
+
+// EntrySpotID is this lifecycle's Entry Spot ID.
+func (n *Node) EntrySpotID() string { return n.desc.GetEntrySpotId() }
+
+// Descriptor returns a copy of the node's descriptor as claimed.
+func (n *Node) Descriptor() *location.NodeDescriptor {
+	return proto.Clone(n.desc).(*location.NodeDescriptor)
+}
+
+// Lease is the node's owner lease.
+func (n *Node) Lease() location.Lease { return n.lease }
+
+// LeaseLost is closed when the store reports the owner lease ended.
+func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
+
+// Stop releases the descriptor and Entry claim (only this lifecycle's) and
+// shuts the remote and actor system down. A lease already lost is not an
+// error of Stop. It is safe to call more than once.
+func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		close(n.stopRenew)
+		<-n.renewDone
+		err := n.cfg.Store.ReleaseNode(ctx, n.desc)
+		if err != nil && !errors.Is(err, location.ErrNotFound) {
+			n.log.Warn().Str("event", "node_release_failed").Err(err).Msg("releasing node claim failed; it ends with the lease")
+			n.stopErr = fmt.Errorf("cluster: release node %s: %w", n.desc.Address, err)
+		}
+		n.remote.Shutdown(false)
+		n.system.Shutdown()
+		n.log.Info().Str("event", "node_stopped").Msg("node stopped")
+	})
+	return n.stopErr
+}
