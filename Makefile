@@ -17,7 +17,7 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 MULTI_REMOTE_PKGS := ./cluster/...
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)')
 
-.PHONY: test test-race test-multi consul generate lint demo bench clean-consul
+.PHONY: test test-race test-multi consul generate lint demo demo-consul bench clean-consul
 
 ## test: everything CI runs, the real-Consul tests included.
 test: consul lint test-race test-multi
@@ -31,10 +31,12 @@ test-multi:
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
 
-$(CONSUL_BIN): tools/consul/go.mod tools/consul/go.sum
+# The path names the version, so the binary is reused whenever it exists
+# (a fresh clone's newer file times must not trigger a rebuild).
+$(CONSUL_BIN):
 	@echo "building Consul $(CONSUL_VERSION) into $@ (10-15 minutes on 2 cores, once)"
-	cd tools/consul && $(GO) build -trimpath -o $@ github.com/hashicorp/consul
-	@touch $@
+	cd tools/consul && $(GO) build -trimpath -o $@.tmp github.com/hashicorp/consul
+	mv $@.tmp $@
 
 clean-consul:
 	rm -f $(CONSUL_BIN)
@@ -55,9 +57,13 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-## demo: the main job.
+## demo: the main job, on the embedded store.
 demo:
 	$(GO) run ./cmd/roam-demo
+
+## demo-consul: the same against a real Consul started for it.
+demo-consul: consul
+	$(GO) run ./cmd/roam-demo --store=consul
 
 ## bench: store benchmarks on both stores (relocation benchmarks come with bench/).
 bench: consul
