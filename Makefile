@@ -65,6 +65,12 @@ demo:
 demo-consul: consul
 	$(GO) run ./cmd/roam-demo --store=consul
 
-## bench: store benchmarks on both stores (relocation benchmarks come with bench/).
-bench: consul
-	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 5 ./extension/location/...
+## bench: store benchmarks on both stores, six runs each, medians by benchstat
+## (relocation benchmarks come with bench/).
+bench: consul $(TOOLS_BIN)/benchstat
+	mkdir -p bench/out
+	$(GO) test -run '^$$' -bench . -count 6 ./extension/location/memstore ./extension/location/consulstore | tee bench/out/store.txt
+	$(TOOLS_BIN)/benchstat bench/out/store.txt
+
+$(TOOLS_BIN)/benchstat:
+	GOBIN=$(TOOLS_BIN) $(GO) install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
