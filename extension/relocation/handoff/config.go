@@ -1,0 +1,54 @@
+package handoff
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Config holds the spec 000 settings the machines use. DefaultConfig gives
+// the spec's defaults (DESIGN §5).
+type Config struct {
+	// ChunkLimit is RelocationPayloadChunkLimit: the largest chunk the
+	// source sends. Default 256 KiB.
+	ChunkLimit int
+	// UnnegotiatedChunkLimit is used when the target announced no receive
+	// limit before the seal. Default 32 KiB (spec 000 §4.2).
+	UnnegotiatedChunkLimit int
+	// CutoverWaitTimeout is RelocationCutoverWaitTimeout, also the source's
+	// resend window. Default 1 s.
+	CutoverWaitTimeout time.Duration
+	// FollowDuration is MessageFollowDuration. Default 30 s.
+	FollowDuration time.Duration
+	// StoreRetryBackoff is the pause between CAS attempts. Default 20 ms.
+	StoreRetryBackoff time.Duration
+	// CreditStep is how many received bytes the target credits back at a
+	// time. Default 1 MiB.
+	CreditStep uint64
+}
+
+// DefaultConfig returns the spec defaults.
+func DefaultConfig() Config {
+	return Config{
+		ChunkLimit:             256 << 10,
+		UnnegotiatedChunkLimit: 32 << 10,
+		CutoverWaitTimeout:     time.Second,
+		FollowDuration:         30 * time.Second,
+		StoreRetryBackoff:      20 * time.Millisecond,
+		CreditStep:             1 << 20,
+	}
+}
+
+// Validate rejects settings that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.ChunkLimit < 1 || c.UnnegotiatedChunkLimit < 1:
+		return fmt.Errorf("%w: chunk limits must be positive", roamerr.ErrInvalidOperation)
+	case c.CutoverWaitTimeout <= 0 || c.FollowDuration <= 0 || c.StoreRetryBackoff <= 0:
+		return fmt.Errorf("%w: relocation timeouts must be positive", roamerr.ErrInvalidOperation)
+	case c.CreditStep == 0:
+		return fmt.Errorf("%w: credit step must be positive", roamerr.ErrInvalidOperation)
+	}
+	return nil
+}

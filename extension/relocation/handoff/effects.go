@@ -1,0 +1,181 @@
+package handoff
+
+import (
+	"time"
+
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/messages"
+)
+
+// Effect is something a machine asks its driver to do. Effects of one Step
+// must be run in the order returned.
+type Effect interface{ isEffect() }
+
+// Timer names the timers the machines use.
+type Timer int
+
+const (
+	// TimerCutoverWait: RelocationCutoverWaitTimeout after relay-ready (target).
+	TimerCutoverWait Timer = iota + 1
+	// TimerRestoreDeadline: the Restore operation's absolute deadline.
+	TimerRestoreDeadline
+	// TimerStoreRetry: the back-off before the next CAS attempt (target).
+	TimerStoreRetry
+	// TimerResendWindow: how long the source keeps payload and boundary
+	// batch after the cutover submit (as long as the cutover wait, §4.4).
+	TimerResendWindow
+	// TimerFollow: MessageFollowDuration on the source (§10).
+	TimerFollow
+	// TimerReconcile: the next reconciliation sweep (source).
+	TimerReconcile
+)
+
+func (t Timer) String() string {
+	switch t {
+	case TimerCutoverWait:
+		return "cutover-wait"
+	case TimerRestoreDeadline:
+		return "restore-deadline"
+	case TimerStoreRetry:
+		return "store-retry"
+	case TimerResendWindow:
+		return "resend-window"
+	case TimerFollow:
+		return "follow"
+	case TimerReconcile:
+		return "reconcile"
+	}
+	return "timer?"
+}
+
+// Level of a Log effect.
+type Level int
+
+// Log levels.
+const (
+	LevelInfo Level = iota
+	LevelWarn
+	LevelError
+)
+
+// Source effects.
+type (
+	// QueryCapability: ask the target whether it hosts the kind (§4.1).
+	QueryCapability struct{}
+	// AwaitAdmission: wait for in-flight budget room before sealing (§5.3).
+	AwaitAdmission struct{}
+	// Seal: stop dispatch after the current turn and capture (§4.2).
+	Seal struct{}
+	// SendPrepare: send command 40 with the manifest.
+	SendPrepare struct {
+		Manifest   envelope.Manifest
+		ChunkLimit int
+	}
+	// SendChunks: send these chunks (command 52) in order, paced by the
+	// per-peer in-flight budget.
+	SendChunks struct{ Chunks []envelope.Chunk }
+	// Unseal: put the saved work back in original order and reopen dispatch
+	// (explicit failure before relay-ready).
+	Unseal struct{}
+	// SendAbort: command 44, one-way, after Unseal (§4.4 abort diagram).
+	SendAbort struct{ Reason messages.FailureReason }
+	// RelayThenCutover: relay the ingress hold in order, switch later
+	// messages to Message Follow, and send the cutover with the batch's
+	// count and CRC; report CutoverSent.
+	RelayThenCutover struct{ Epoch uint32 }
+	// ResendBoundary: send the whole boundary batch again with Epoch, then
+	// the cutover, on the new connection (§4.4).
+	ResendBoundary struct{ Epoch uint32 }
+	// ReleasePayload: drop the payload and boundary batch copies, once.
+	ReleasePayload struct{}
+	// EndFollow: stop Message Follow; later messages end Unavailable.
+	EndFollow struct{}
+	// Reconcile: the outcome of the move is unknown to the source; read the
+	// store once and report ReconcileAnswered (§9 last row).
+	Reconcile struct{}
+	// AdoptTargetRoute: the store names the target: forward the held and
+	// later messages to it by Message Follow (§9 last row).
+	AdoptTargetRoute struct{}
+	// FailHeld: end every held request with Err; held sends stay held
+	// until the outcome is known (§9 last row fails waiting requests).
+	FailHeld struct{ Err error }
+)
+
+// Target effects.
+type (
+	// InstallStaging: register the temporary queue (spawn the object with a
+	// staging mailbox) before any chunk is attributed (§4.3).
+	InstallStaging struct{}
+	// SendCredit: return received bytes to the source's in-flight budget.
+	SendCredit struct{ ReceivedBytes uint64 }
+	// RestorePayload: decode the verified stream and restore state, saved
+	// work and timers without dispatch; report Restored or RestoreFailed.
+	RestorePayload struct{ Stream []byte }
+	// SendFailed: the explicit failure reply to command 40.
+	SendFailed struct {
+		Reason messages.FailureReason
+		Detail string
+	}
+	// SendRelayReady: the relay-ready reply.
+	SendRelayReady struct{}
+	// CommitOwner: the target-only CAS with the expected source fence and
+	// RelocationId; on an indeterminate answer re-read first (§4.5).
+	CommitOwner struct{ Attempt int }
+	// OpenDispatch: merge the backlog — saved work, then Relay, then the
+	// temporary queue — and open dispatch (§4.6); report DispatchOpened.
+	OpenDispatch struct{ Relay []any }
+	// DeliverLate: a relay record that arrived after the cutover or its
+	// fallback; post it like direct ingress (order not guaranteed, §4.4).
+	DeliverLate struct{ Item any }
+	// RemoveTarget: remove the prepared object, temporary queue and state.
+	RemoveTarget struct{}
+)
+
+// Shared effects.
+type (
+	// StartTimer: fire TimerFired{Timer} After from now, or At if set.
+	StartTimer struct {
+		Timer Timer
+		After time.Duration
+		At    time.Time
+	}
+	// StopTimer: cancel a timer; a fire already queued is ignored by the
+	// machine anyway.
+	StopTimer struct{ Timer Timer }
+	// Log: a structured log line with the spec's event name.
+	Log struct {
+		Level Level
+		Event string
+		Msg   string
+	}
+	// Complete: the move is decided for this side; Err nil means success.
+	Complete struct{ Err error }
+)
+
+func (QueryCapability) isEffect()  {}
+func (AwaitAdmission) isEffect()   {}
+func (Seal) isEffect()             {}
+func (SendPrepare) isEffect()      {}
+func (SendChunks) isEffect()       {}
+func (Unseal) isEffect()           {}
+func (SendAbort) isEffect()        {}
+func (RelayThenCutover) isEffect() {}
+func (ResendBoundary) isEffect()   {}
+func (ReleasePayload) isEffect()   {}
+func (EndFollow) isEffect()        {}
+func (Reconcile) isEffect()        {}
+func (AdoptTargetRoute) isEffect() {}
+func (FailHeld) isEffect()         {}
+func (InstallStaging) isEffect()   {}
+func (SendCredit) isEffect()       {}
+func (RestorePayload) isEffect()   {}
+func (SendFailed) isEffect()       {}
+func (SendRelayReady) isEffect()   {}
+func (CommitOwner) isEffect()      {}
+func (OpenDispatch) isEffect()     {}
+func (DeliverLate) isEffect()      {}
+func (RemoveTarget) isEffect()     {}
+func (StartTimer) isEffect()       {}
+func (StopTimer) isEffect()        {}
+func (Log) isEffect()              {}
+func (Complete) isEffect()         {}

@@ -1,0 +1,111 @@
+package handoff
+
+import (
+	"time"
+
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/messages"
+)
+
+// Event is an input to a machine.
+type Event interface{ isEvent() }
+
+// Source events.
+type (
+	// Start: Relocate was called.
+	Start struct{}
+	// CapabilityAnswered: the target's answer to QueryCapability.
+	// ReceiveChunkLimit 0 means the target announced none.
+	CapabilityAnswered struct {
+		Supported         bool
+		Reason            string
+		ReceiveChunkLimit uint32
+	}
+	// Admitted: the in-flight budget has room; seal may proceed.
+	Admitted struct{}
+	// Captured: the mailbox sealed after the current turn and the driver
+	// encoded state, saved work and timers into Stream.
+	Captured struct{ Stream []byte }
+	// CaptureFailed: the seal happened but the capture could not be encoded
+	// (e.g. a queued message is not a protobuf message).
+	CaptureFailed struct{ Err error }
+	// RelayReadyReceived: the target's relay-ready reply.
+	RelayReadyReceived struct{}
+	// FailedReceived: the target's explicit failure reply.
+	FailedReceived struct {
+		Reason messages.FailureReason
+		Detail string
+	}
+	// CutoverSent: the cutover went out after a batch with this sum.
+	CutoverSent struct{ Sum RelaySum }
+	// ConnectionLost: remote.EndpointTerminatedEvent for the peer.
+	ConnectionLost struct{}
+	// ReconcileAnswered: what Reconcile read from the store.
+	ReconcileAnswered struct{ TargetOwns bool }
+)
+
+// Target events.
+type (
+	// PrepareReceived: command 40 for this identity (first or repeated).
+	PrepareReceived struct {
+		Manifest         envelope.Manifest
+		ChunkLimit       uint32
+		RestoreDeadline  time.Time
+		MaxPayloadLength uint64
+	}
+	// ChunkReceived: command 52 for this identity.
+	ChunkReceived struct{ Chunk envelope.Chunk }
+	// Restored: RestorePayload finished; the object waits in staging.
+	Restored struct{}
+	// RestoreFailed: RestorePayload failed (decode, adapter, type).
+	RestoreFailed struct{ Err error }
+	// RelayRecordReceived: one relayed record. Record is its canonical bytes
+	// (for the RelaySum), Item what OpenDispatch will post.
+	RelayRecordReceived struct {
+		Epoch  uint32
+		Record []byte
+		Item   any
+	}
+	// CutoverReceivedEvent: the cutover control.
+	CutoverReceivedEvent struct {
+		Epoch uint32
+		Sum   RelaySum
+	}
+	// AbortReceived: command 44.
+	AbortReceived struct{ Reason messages.FailureReason }
+	// StoreCommitted: the CAS (or a re-read after an indeterminate answer)
+	// shows this target as owner with this RelocationId.
+	StoreCommitted struct{}
+	// StoreRetryable: unavailable or indeterminate; try again.
+	StoreRetryable struct{ Err error }
+	// StoreStale: another valid owner or generation is current.
+	StoreStale struct{ Err error }
+	// DispatchOpened: OpenDispatch finished.
+	DispatchOpened struct{}
+)
+
+// TimerFired: a timer started with StartTimer fired.
+type TimerFired struct{ Timer Timer }
+
+func (Start) isEvent()                {}
+func (CapabilityAnswered) isEvent()   {}
+func (Admitted) isEvent()             {}
+func (Captured) isEvent()             {}
+func (CaptureFailed) isEvent()        {}
+func (RelayReadyReceived) isEvent()   {}
+func (FailedReceived) isEvent()       {}
+func (CutoverSent) isEvent()          {}
+func (ConnectionLost) isEvent()       {}
+func (ReconcileAnswered) isEvent()    {}
+func (PrepareReceived) isEvent()      {}
+func (ChunkReceived) isEvent()        {}
+func (Restored) isEvent()             {}
+func (RestoreFailed) isEvent()        {}
+func (RelayRecordReceived) isEvent()  {}
+func (CutoverReceivedEvent) isEvent() {}
+func (AbortReceived) isEvent()        {}
+func (StoreCommitted) isEvent()       {}
+func (StoreRetryable) isEvent()       {}
+func (StoreStale) isEvent()           {}
+func (DispatchOpened) isEvent()       {}
+func (TimerFired) isEvent()           {}

@@ -1,0 +1,706 @@
+package handoff
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+var testID = Identity{RelocationID: 7, TargetAttemptGeneration: 1, Fence: Fence{NodeRid: "src", NodeGeneration: 1, OwnerGeneration: 3}}
+
+var deadline = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+
+func stream(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return b
+}
+
+// kinds lists the dynamic types of effects, for order assertions.
+func kinds(effects []Effect) []string {
+	var out []string
+	for _, e := range effects {
+		out = append(out, typeName(e))
+	}
+	return out
+}
+
+func typeName(e Effect) string {
+	switch e.(type) {
+	case QueryCapability:
+		return "QueryCapability"
+	case AwaitAdmission:
+		return "AwaitAdmission"
+	case Seal:
+		return "Seal"
+	case SendPrepare:
+		return "SendPrepare"
+	case SendChunks:
+		return "SendChunks"
+	case Unseal:
+		return "Unseal"
+	case SendAbort:
+		return "SendAbort"
+	case RelayThenCutover:
+		return "RelayThenCutover"
+	case ResendBoundary:
+		return "ResendBoundary"
+	case ReleasePayload:
+		return "ReleasePayload"
+	case EndFollow:
+		return "EndFollow"
+	case Reconcile:
+		return "Reconcile"
+	case AdoptTargetRoute:
+		return "AdoptTargetRoute"
+	case FailHeld:
+		return "FailHeld"
+	case InstallStaging:
+		return "InstallStaging"
+	case SendCredit:
+		return "SendCredit"
+	case RestorePayload:
+		return "RestorePayload"
+	case SendFailed:
+		return "SendFailed"
+	case SendRelayReady:
+		return "SendRelayReady"
+	case CommitOwner:
+		return "CommitOwner"
+	case OpenDispatch:
+		return "OpenDispatch"
+	case DeliverLate:
+		return "DeliverLate"
+	case RemoveTarget:
+		return "RemoveTarget"
+	case StartTimer:
+		return "StartTimer"
+	case StopTimer:
+		return "StopTimer"
+	case Log:
+		return "Log"
+	case Complete:
+		return "Complete"
+	}
+	return "?"
+}
+
+func find[T Effect](effects []Effect) (T, bool) {
+	for _, e := range effects {
+		if t, ok := e.(T); ok {
+			return t, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func has[T Effect](effects []Effect) bool {
+	_, ok := find[T](effects)
+	return ok
+}
+
+func logEvent(effects []Effect) []string {
+	var out []string
+	for _, e := range effects {
+		if l, ok := e.(Log); ok {
+			out = append(out, l.Event)
+		}
+	}
+	return out
+}
+
+// pausedSource drives a source to SourcePaused with a captured stream.
+func pausedSource(t *testing.T, payload []byte) (*Source, []Effect) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	require.Equal(t, []string{"QueryCapability"}, kinds(s.Step(Start{})))
+	require.Equal(t, []string{"AwaitAdmission"}, kinds(s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: 64 << 10})))
+	require.Equal(t, []string{"Seal"}, kinds(s.Step(Admitted{})))
+	effects := s.Step(Captured{Stream: payload})
+	require.Equal(t, SourcePaused, s.Phase())
+	return s, effects
+}
+
+// The capability check comes before any seal; a target that cannot host the
+// object fails the operation with Unavailable and never seals the source.
+// Reference: spec 000 §4.1, §9 (first row).
+func TestCapabilityCheckedBeforeSeal(t *testing.T) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	require.Equal(t, []string{"QueryCapability"}, kinds(s.Step(Start{})))
+	effects := s.Step(CapabilityAnswered{Supported: false, Reason: "kind not registered"})
+	require.Equal(t, []string{"Complete"}, kinds(effects))
+	require.ErrorIs(t, effects[0].(Complete).Err, roamerr.ErrUnavailable)
+	require.Equal(t, SourceRunning, s.Phase())
+	require.Empty(t, s.Step(Admitted{}), "no seal after a refused capability")
+}
+
+// With the in-flight budget full, a new unit waits before its seal and keeps
+// serving; the seal comes only with admission.
+// Reference: spec 000 §5.3.
+func TestBudgetWaitedOnBeforeSeal(t *testing.T) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	s.Step(Start{})
+	effects := s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: 1 << 20})
+	require.Equal(t, []string{"AwaitAdmission"}, kinds(effects))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.Equal(t, []string{"Seal"}, kinds(s.Step(Admitted{})))
+	require.Empty(t, s.Step(Admitted{}), "one seal only")
+}
+
+// The chunk size is the least of the configured limit and the target's
+// announced receive limit, or 32 KiB when none was announced.
+// Reference: spec 000 §4.2.
+func TestChunkLimitIsTheLeastOfConfigAndTarget(t *testing.T) {
+	for announced, want := range map[uint32]int{0: 32 << 10, 64 << 10: 64 << 10, 1 << 20: 256 << 10} {
+		s := NewSource(testID, DefaultConfig(), deadline)
+		s.Step(Start{})
+		s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: announced})
+		s.Step(Admitted{})
+		effects := s.Step(Captured{Stream: stream(300 << 10)})
+		p, ok := find[SendPrepare](effects)
+		require.True(t, ok)
+		require.Equal(t, want, p.ChunkLimit, "announced %d", announced)
+		c, _ := find[SendChunks](effects)
+		for _, ch := range c.Chunks {
+			require.LessOrEqual(t, len(ch.Data), want)
+		}
+	}
+}
+
+// After capture the source sends command 40 with a manifest of the whole
+// stream, then the chunks, which reassemble to exactly the stream.
+// Reference: spec 000 §4.2.
+func TestPrepareThenChunksDescribeTheStream(t *testing.T) {
+	payload := stream(200 << 10)
+	_, effects := pausedSource(t, payload)
+	require.Equal(t, []string{"SendPrepare", "SendChunks", "StartTimer"}, kinds(effects))
+	p := effects[0].(SendPrepare)
+	require.EqualValues(t, len(payload), p.Manifest.TotalLength)
+	require.Equal(t, envelope.Checksum(payload), p.Manifest.ChecksumCRC32C)
+	var joined []byte
+	for _, c := range effects[1].(SendChunks).Chunks {
+		joined = append(joined, c.Data...)
+	}
+	require.Equal(t, payload, joined)
+}
+
+// An explicit failure before relay-ready restores the source queue from
+// memory first and only then sends command 44; the machine takes the single
+// backward edge to SourceRunning.
+// Reference: spec 000 §4.4 (abort diagram), §9, §11.
+func TestExplicitFailureBeforeRelayReadyRestoresSourceThenAborts(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	effects := s.Step(FailedReceived{Reason: messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH})
+	k := kinds(effects)
+	require.Less(t, indexOf(k, "Unseal"), indexOf(k, "SendAbort"))
+	require.Equal(t, SourceRunning, s.Phase())
+	c, _ := find[Complete](effects)
+	require.ErrorIs(t, c.Err, roamerr.ErrConflict)
+	require.True(t, s.Finished())
+}
+
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// Nothing is relayed before the target's relay-ready reply; its acceptance
+// makes the move irreversible: a later failure reply reopens nothing.
+// Reference: spec 000 §4.4, §13 (relay-ready before ingress-hold relay).
+func TestRelayReadyIsTheIrreversibleBoundary(t *testing.T) {
+	s, effects := pausedSource(t, stream(1000))
+	require.False(t, has[RelayThenCutover](effects))
+	effects = s.Step(RelayReadyReceived{})
+	require.True(t, has[RelayThenCutover](effects))
+	require.Equal(t, RelayReady, s.Phase())
+	effects = s.Step(FailedReceived{Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED})
+	require.False(t, has[Unseal](effects))
+	require.Equal(t, []string{"failure_after_relay_ready"}, logEvent(effects))
+	require.Equal(t, RelayReady, s.Phase())
+	require.Empty(t, s.Step(RelayReadyReceived{}), "a duplicate reply changes nothing")
+}
+
+// After the cutover the source only follows; it keeps the payload and batch
+// for the resend window and releases them exactly once.
+// Reference: spec 000 §4.4, §10, §13 (released exactly once).
+func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	effects := s.Step(CutoverSent{Sum: RelaySum{Count: 2, CRC: 9}})
+	require.Equal(t, FollowOnly, s.Phase())
+	c, ok := find[Complete](effects)
+	require.True(t, ok)
+	require.NoError(t, c.Err)
+	require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})))
+	require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
+	require.Empty(t, s.Step(ConnectionLost{}), "no resend after the window")
+	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.True(t, s.Finished())
+}
+
+// A lost connection inside the resend window makes the source resend the
+// whole boundary batch and cutover under a new epoch.
+// Reference: spec 000 §4.4, §9 (cutover lost, source running).
+func TestConnectionLossResendsWholeBoundaryBatch(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	s.Step(CutoverSent{Sum: RelaySum{Count: 2, CRC: 9}})
+	r, ok := find[ResendBoundary](s.Step(ConnectionLost{}))
+	require.True(t, ok)
+	require.EqualValues(t, 1, r.Epoch)
+	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
+	require.EqualValues(t, 2, r.Epoch)
+}
+
+// A lost connection before relay-ready resends the same Restore request
+// and chunks; the target keeps its progress for the same identity.
+// Reference: spec 000 §4.3.
+func TestConnectionLossBeforeRelayReadyResendsPrepare(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	require.Equal(t, []string{"SendPrepare", "SendChunks"}, kinds(s.Step(ConnectionLost{})))
+}
+
+// With no reply by the restore deadline the source does not guess: it
+// reconciles with the store, fails waiters Unavailable while the store
+// shows no commit, and adopts the target route once it does — never
+// reopening the source.
+// Reference: spec 000 §9 (last row).
+func TestNoReplyReconcilesAndNeverReopens(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	effects := s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.True(t, has[Reconcile](effects))
+	effects = s.Step(ReconcileAnswered{TargetOwns: false})
+	require.False(t, has[Unseal](effects))
+	f, ok := find[FailHeld](effects)
+	require.True(t, ok)
+	require.ErrorIs(t, f.Err, roamerr.ErrUnavailable)
+	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerReconcile})))
+	effects = s.Step(ReconcileAnswered{TargetOwns: true})
+	require.True(t, has[AdoptTargetRoute](effects))
+	require.Equal(t, FollowOnly, s.Phase())
+}
+
+// A capture that cannot be encoded (a queued message that cannot cross
+// nodes) unseals at once with TypeMismatch; nothing was sent.
+// Reference: spec 000 §4.2, DESIGN §7.
+func TestCaptureFailureUnseals(t *testing.T) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	s.Step(Start{})
+	s.Step(CapabilityAnswered{Supported: true})
+	s.Step(Admitted{})
+	effects := s.Step(CaptureFailed{Err: errors.New("not a protobuf message")})
+	require.Equal(t, []string{"Unseal", "Complete"}, kinds(effects))
+	require.ErrorIs(t, effects[1].(Complete).Err, roamerr.ErrTypeMismatch)
+	require.Equal(t, SourceRunning, s.Phase())
+}
+
+// ---- target ----
+
+func prepared(t *testing.T, payload []byte, limit int) (*Target, []envelope.Chunk) {
+	m, chunks, err := envelope.Split(payload, limit)
+	require.NoError(t, err)
+	tg, effects := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 30})
+	require.Equal(t, "InstallStaging", typeName(effects[0]), "temporary queue first")
+	require.Equal(t, TargetRestoring, tg.Phase())
+	return tg, chunks
+}
+
+// restored feeds every chunk and the Restored answer.
+func restored(t *testing.T, payload []byte) *Target {
+	tg, chunks := prepared(t, payload, 100)
+	var effects []Effect
+	for _, c := range chunks {
+		effects = append(effects, tg.Step(ChunkReceived{Chunk: c})...)
+	}
+	r, ok := find[RestorePayload](effects)
+	require.True(t, ok)
+	require.Equal(t, payload, r.Stream)
+	require.False(t, has[SendRelayReady](effects), "relay-ready only after the restore")
+	effects = tg.Step(Restored{})
+	require.Equal(t, []string{"SendRelayReady", "StartTimer"}, kinds(effects))
+	require.Equal(t, RelayReady, tg.Phase())
+	return tg
+}
+
+func record(s string) RelayRecordReceived {
+	return RelayRecordReceived{Record: []byte(s), Item: s}
+}
+
+func sumOf(items ...string) RelaySum {
+	var s RelaySum
+	for _, it := range items {
+		s = s.Add([]byte(it))
+	}
+	return s
+}
+
+// The target installs its temporary queue before any chunk, assembles
+// chunks in any order, restores only a verified payload, and replies
+// relay-ready without touching the store.
+// Reference: spec 000 §4.3, §13 (no store write before restore).
+func TestTargetRestoresVerifiedPayloadBeforeRelayReady(t *testing.T) {
+	payload := stream(1000)
+	tg, chunks := prepared(t, payload, 64)
+	rand.Shuffle(len(chunks), func(i, j int) { chunks[i], chunks[j] = chunks[j], chunks[i] })
+	var effects []Effect
+	for _, c := range chunks {
+		effects = append(effects, tg.Step(ChunkReceived{Chunk: c})...)
+	}
+	require.False(t, has[CommitOwner](effects))
+	r, ok := find[RestorePayload](effects)
+	require.True(t, ok)
+	require.True(t, bytes.Equal(payload, r.Stream))
+	require.Equal(t, []string{"SendRelayReady", "StartTimer"}, kinds(tg.Step(Restored{})))
+}
+
+// A payload whose checksum does not match is never restored: an explicit
+// failure reply, the target removed, no CAS.
+// Reference: spec 000 §4.3, §9, §13.
+func TestChecksumMismatchIsAnExplicitFailure(t *testing.T) {
+	payload := stream(500)
+	tg, chunks := prepared(t, payload, 100)
+	chunks[2].Data = append([]byte(nil), chunks[2].Data...)
+	chunks[2].Data[5] ^= 0xff
+	var effects []Effect
+	for _, c := range chunks {
+		effects = append(effects, tg.Step(ChunkReceived{Chunk: c})...)
+	}
+	f, ok := find[SendFailed](effects)
+	require.True(t, ok)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH, f.Reason)
+	require.False(t, has[RestorePayload](effects))
+	require.False(t, has[CommitOwner](effects))
+	require.True(t, has[RemoveTarget](effects))
+	require.Equal(t, TargetRemoved, tg.Phase())
+}
+
+// The same Restore request again reuses the progress (no second temporary
+// queue); one with another length or checksum ends in an explicit conflict
+// and never touches the existing assembly.
+// Reference: spec 000 §4.3, §13.
+func TestRepeatedAndConflictingRestoreRequests(t *testing.T) {
+	payload := stream(500)
+	m, _, err := envelope.Split(payload, 100)
+	require.NoError(t, err)
+	tg, chunks := prepared(t, payload, 100)
+	tg.Step(ChunkReceived{Chunk: chunks[0]})
+	require.Empty(t, tg.Step(PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 30}))
+
+	other := m
+	other.ChecksumCRC32C++
+	effects := tg.Step(PrepareReceived{Manifest: other, RestoreDeadline: deadline, MaxPayloadLength: 1 << 30})
+	f, ok := find[SendFailed](effects)
+	require.True(t, ok)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_CONFLICT, f.Reason)
+	require.Equal(t, TargetRemoved, tg.Phase())
+	require.Empty(t, tg.Step(ChunkReceived{Chunk: chunks[1]}))
+}
+
+// The cutover with a matching count and CRC starts the target-only CAS;
+// the backlog is saved work, then the relay in order; dispatch opens only
+// after the commit.
+// Reference: spec 000 §4.4, §4.5, §4.6.
+func TestCutoverStartsCASAndCommitOpensBacklog(t *testing.T) {
+	tg := restored(t, stream(300))
+	for _, r := range []string{"a", "b", "c"} {
+		require.Empty(t, tg.Step(record(r)))
+	}
+	effects := tg.Step(CutoverReceivedEvent{Sum: sumOf("a", "b", "c")})
+	require.Equal(t, []string{"StopTimer", "CommitOwner"}, kinds(effects))
+	require.Equal(t, CutoverReceived, tg.Phase())
+	effects = tg.Step(StoreCommitted{})
+	o, ok := find[OpenDispatch](effects)
+	require.True(t, ok)
+	require.Equal(t, []any{"a", "b", "c"}, o.Relay)
+	require.Equal(t, OwnerCommitted, tg.Phase())
+	c, _ := find[Complete](tg.Step(DispatchOpened{}))
+	require.NoError(t, c.Err)
+	require.Equal(t, TargetOpen, tg.Phase())
+}
+
+// A cutover whose count or CRC differs is an Error (an implementation
+// defect); the target waits for a resend or the fallback.
+// Reference: spec 000 §4.4.
+func TestCutoverMismatchIsAnError(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(record("a"))
+	effects := tg.Step(CutoverReceivedEvent{Sum: sumOf("a", "b")})
+	require.Equal(t, []string{"cutover_mismatch"}, logEvent(effects))
+	require.False(t, has[CommitOwner](effects))
+	require.Equal(t, RelayReady, tg.Phase())
+}
+
+// Without a cutover within RelocationCutoverWaitTimeout the target logs
+// cutover_timeout and commits anyway.
+// Reference: spec 000 §4.4, §9.
+func TestCutoverTimeoutFallsBack(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(record("a"))
+	effects := tg.Step(TimerFired{Timer: TimerCutoverWait})
+	require.Equal(t, []string{"cutover_timeout"}, logEvent(effects))
+	require.True(t, has[CommitOwner](effects))
+	require.Equal(t, CutoverFallback, tg.Phase())
+}
+
+// A late or duplicate cutover only logs late_cutover.
+// Reference: spec 000 §4.4, §13.
+func TestLateCutoverOnlyWarns(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(TimerFired{Timer: TimerCutoverWait})
+	effects := tg.Step(CutoverReceivedEvent{})
+	require.Equal(t, []string{"late_cutover"}, logEvent(effects))
+	require.Len(t, effects, 1)
+	tg.Step(StoreCommitted{})
+	tg.Step(DispatchOpened{})
+	effects = tg.Step(CutoverReceivedEvent{})
+	require.Equal(t, []string{"late_cutover"}, logEvent(effects))
+	require.Len(t, effects, 1)
+}
+
+// A resent batch (new epoch) replaces the partial batch whole: the backlog
+// holds each record once, in batch order.
+// Reference: spec 000 §4.4, §13 (resend replaces staging whole).
+func TestResentBatchReplacesPartialBatchWhole(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(record("a"))
+	tg.Step(record("b"))
+	for _, r := range []string{"a", "b", "c"} {
+		rr := record(r)
+		rr.Epoch = 1
+		tg.Step(rr)
+	}
+	stale := record("x")
+	require.Empty(t, tg.Step(stale), "a record of a replaced epoch is dropped")
+	tg.Step(CutoverReceivedEvent{Epoch: 1, Sum: sumOf("a", "b", "c")})
+	o, _ := find[OpenDispatch](tg.Step(StoreCommitted{}))
+	require.Equal(t, []any{"a", "b", "c"}, o.Relay)
+	// A resend that crosses the matched cutover is a duplicate whole.
+	rr := record("a")
+	rr.Epoch = 2
+	require.Empty(t, tg.Step(rr))
+}
+
+// After the fallback, a resend repeats the prefix the backlog already has;
+// only the records beyond it are delivered, late.
+// Reference: spec 000 §4.4 (fallback: order not guaranteed, nothing lost).
+func TestFallbackThenResendDeliversOnlyNewRecords(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(record("a"))
+	tg.Step(record("b"))
+	tg.Step(TimerFired{Timer: TimerCutoverWait})
+	o, _ := find[OpenDispatch](tg.Step(StoreCommitted{}))
+	require.Equal(t, []any{"a", "b"}, o.Relay)
+	tg.Step(DispatchOpened{})
+	var late []any
+	for _, r := range []string{"a", "b", "c", "d"} {
+		rr := record(r)
+		rr.Epoch = 1
+		for _, e := range tg.Step(rr) {
+			if d, ok := e.(DeliverLate); ok {
+				late = append(late, d.Item)
+			}
+		}
+	}
+	require.Equal(t, []any{"c", "d"}, late)
+}
+
+// Retryable and indeterminate store answers retry the same CAS until the
+// owner is confirmed.
+// Reference: spec 000 §4.5, §6, §13.
+func TestStoreRetryConvergesOnCommit(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	effects := tg.Step(StoreRetryable{Err: errors.New("indeterminate")})
+	require.Equal(t, StoreRetry, tg.Phase())
+	require.Equal(t, []string{"StartTimer"}, kinds(effects))
+	c, ok := find[CommitOwner](tg.Step(TimerFired{Timer: TimerStoreRetry}))
+	require.True(t, ok)
+	require.Equal(t, 2, c.Attempt)
+	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
+}
+
+// If the owner change is not confirmed by the restore deadline the target
+// logs location_update_failed and removes what it prepared; it never opens.
+// Reference: spec 000 §4.5, §6, §13.
+func TestDeadlineWithoutCommitRemovesTarget(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	tg.Step(StoreRetryable{Err: errors.New("unavailable")})
+	effects := tg.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.Equal(t, []string{"location_update_failed"}, logEvent(effects))
+	require.True(t, has[RemoveTarget](effects))
+	c, _ := find[Complete](effects)
+	require.ErrorIs(t, c.Err, roamerr.ErrDeadlineExceeded)
+	require.Equal(t, TargetRemoved, tg.Phase())
+	// A late store answer never reactivates the move.
+	require.Empty(t, tg.Step(StoreCommitted{}))
+	require.Empty(t, tg.Step(TimerFired{Timer: TimerStoreRetry}))
+}
+
+// A deadline that passes while a CAS is in flight waits for its answer: a
+// success is not late; a retryable answer ends the move.
+// Reference: spec 000 §4.5.
+func TestDeadlineDuringInFlightCASWaitsForTheAnswer(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	require.Empty(t, tg.Step(TimerFired{Timer: TimerRestoreDeadline}))
+	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
+
+	tg = restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	tg.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.Equal(t, []string{"location_update_failed"}, logEvent(tg.Step(StoreRetryable{})))
+}
+
+// Another valid owner or generation ends the move at once as stale.
+// Reference: spec 000 §4.5, §6.
+func TestStaleOwnerRemovesAtOnce(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	effects := tg.Step(StoreStale{Err: errors.New("owner is node-9")})
+	require.True(t, has[RemoveTarget](effects))
+	c, _ := find[Complete](effects)
+	require.ErrorIs(t, c.Err, roamerr.ErrStale)
+	require.False(t, has[OpenDispatch](effects))
+}
+
+// Command 44 before relay-ready removes the staging target.
+// Reference: spec 000 §4.4 (abort diagram).
+func TestAbortBeforeRelayReadyRemovesTarget(t *testing.T) {
+	tg, _ := prepared(t, stream(300), 100)
+	require.True(t, has[RemoveTarget](tg.Step(AbortReceived{})))
+	require.Equal(t, TargetRemoved, tg.Phase())
+}
+
+// Random event sequences never take an edge outside spec 000 §11 (the
+// machine panics if it would), never CAS before relay-ready, and never
+// open dispatch before a commit.
+// Reference: spec 000 §11, §13.
+func TestRandomEventsKeepTheInvariants(t *testing.T) {
+	payload := stream(400)
+	m, chunks, err := envelope.Split(payload, 100)
+	require.NoError(t, err)
+	targetEvents := func(r *rand.Rand) Event {
+		switch r.IntN(13) {
+		case 0:
+			return ChunkReceived{Chunk: chunks[r.IntN(len(chunks))]}
+		case 1:
+			return Restored{}
+		case 2:
+			return RestoreFailed{Err: errors.New("x")}
+		case 3:
+			rr := record("r")
+			rr.Epoch = uint32(r.IntN(3))
+			return rr
+		case 4:
+			return CutoverReceivedEvent{Epoch: uint32(r.IntN(3)), Sum: RelaySum{Count: uint64(r.IntN(3))}}
+		case 5:
+			return AbortReceived{}
+		case 6:
+			return StoreCommitted{}
+		case 7:
+			return StoreRetryable{}
+		case 8:
+			return StoreStale{}
+		case 9:
+			return DispatchOpened{}
+		case 10:
+			return PrepareReceived{Manifest: m, MaxPayloadLength: 1 << 20}
+		default:
+			return TimerFired{Timer: Timer(1 + r.IntN(5))}
+		}
+	}
+	for seed := uint64(0); seed < 2000; seed++ {
+		r := rand.New(rand.NewPCG(seed, 1))
+		tg, _ := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
+		relayReady, committed := false, false
+		for i := 0; i < 60; i++ {
+			for _, e := range tg.Step(targetEvents(r)) {
+				switch e.(type) {
+				case SendRelayReady:
+					relayReady = true
+				case CommitOwner:
+					require.True(t, relayReady, "seed %d: CAS before relay-ready", seed)
+				case OpenDispatch:
+					require.False(t, committed, "seed %d: opened twice", seed)
+					committed = true
+					require.Equal(t, OwnerCommitted, tg.Phase())
+				}
+			}
+		}
+	}
+	sourceEvents := func(r *rand.Rand) Event {
+		switch r.IntN(10) {
+		case 0:
+			return Start{}
+		case 1:
+			return CapabilityAnswered{Supported: r.IntN(4) > 0}
+		case 2:
+			return Admitted{}
+		case 3:
+			return Captured{Stream: payload}
+		case 4:
+			return RelayReadyReceived{}
+		case 5:
+			return FailedReceived{}
+		case 6:
+			return CutoverSent{}
+		case 7:
+			return ConnectionLost{}
+		case 8:
+			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0}
+		default:
+			return TimerFired{Timer: Timer(1 + r.IntN(6))}
+		}
+	}
+	for seed := uint64(0); seed < 2000; seed++ {
+		r := rand.New(rand.NewPCG(seed, 2))
+		s := NewSource(testID, DefaultConfig(), deadline)
+		relayed, releases := false, 0
+		for i := 0; i < 60; i++ {
+			for _, e := range s.Step(sourceEvents(r)) {
+				switch e.(type) {
+				case RelayThenCutover:
+					relayed = true
+				case Unseal:
+					require.False(t, relayed, "seed %d: source reopened after relay-ready", seed)
+				case ReleasePayload:
+					releases++
+				}
+			}
+		}
+		require.LessOrEqual(t, releases, 1, "seed %d: payload released twice", seed)
+	}
+}
+
+// An explicit failure or a relay-ready reply that arrives after
+// reconciliation began is still handled as such: the failure restores the
+// source (it is before relay-ready was accepted), the reply proceeds.
+// Reference: spec 000 §4.4, §9.
+func TestLateReplyDuringReconciliation(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	effects := s.Step(FailedReceived{Reason: messages.FailureReason_FAILURE_REASON_DEADLINE})
+	require.True(t, has[Unseal](effects))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}))
+
+	s, _ = pausedSource(t, stream(1000))
+	s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.True(t, has[RelayThenCutover](s.Step(RelayReadyReceived{})))
+	require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: false}))
+}

@@ -1,0 +1,102 @@
+// Package handoff is the pure hand-off state machine of spec 000: events in,
+// a phase and effects out. It has no goroutines, no clock and no network;
+// the relocation driver runs the effects against the mailbox, the remote
+// and the Location Store and feeds their results back as events, the way
+// etcd's raft separates its core from I/O (DESIGN §5).
+//
+// Each relocation unit has a Source machine on the node it leaves and a
+// Target machine on the node it moves to. Their phases carry spec 000
+// §11's names; the only backward edge is SourcePaused → SourceRunning, on an
+// explicit failure reply before relay-ready is accepted.
+package handoff
+
+import "fmt"
+
+// Phase is a step of spec 000 §11.
+type Phase int
+
+// The phases, in spec 000 §11's order.
+const (
+	// SourceRunning: the object serves normally on the source.
+	SourceRunning Phase = iota + 1
+	// SourcePaused: the current turn finished, dispatch stopped, state,
+	// saved work and timers captured, the payload on its way (§4.1–§4.2).
+	SourcePaused
+	// TargetRestoring: the target installed its temporary queue and is
+	// assembling and restoring the payload (§4.3).
+	TargetRestoring
+	// RelayReady: the target replied relay-ready; on the source, its
+	// acceptance is the irreversible boundary (§4.4).
+	RelayReady
+	// CutoverReceived: the cutover arrived with a matching count and CRC.
+	CutoverReceived
+	// CutoverFallback: no cutover within RelocationCutoverWaitTimeout.
+	CutoverFallback
+	// StoreRetry: the CAS met a retryable or indeterminate answer (§4.5).
+	StoreRetry
+	// OwnerCommitted: the target-only CAS made the target the owner.
+	OwnerCommitted
+	// TargetRemoved: the target gave up (conflict, stale, deadline, failure)
+	// and removed what it prepared.
+	TargetRemoved
+	// TargetOpen: backlog merged and dispatch opened on the target (§4.6).
+	TargetOpen
+	// FollowOnly: the source only forwards late messages (§10).
+	FollowOnly
+)
+
+var phaseNames = map[Phase]string{
+	SourceRunning:   "SourceRunning",
+	SourcePaused:    "SourcePaused",
+	TargetRestoring: "TargetRestoring",
+	RelayReady:      "RelayReady",
+	CutoverReceived: "CutoverReceived",
+	CutoverFallback: "CutoverFallback",
+	StoreRetry:      "StoreRetry",
+	OwnerCommitted:  "OwnerCommitted",
+	TargetRemoved:   "TargetRemoved",
+	TargetOpen:      "TargetOpen",
+	FollowOnly:      "FollowOnly",
+}
+
+func (p Phase) String() string {
+	if n, ok := phaseNames[p]; ok {
+		return n
+	}
+	return fmt.Sprintf("Phase(%d)", int(p))
+}
+
+// transitions lists every edge a machine may take. A machine that would take
+// another edge panics: that is a bug in this package, never an input error.
+var transitions = map[Phase][]Phase{
+	SourceRunning: {SourcePaused},
+	// SourceRunning is the single backward edge; FollowOnly is reached from
+	// SourcePaused only when reconciliation finds the target committed
+	// after its relay-ready reply was lost (§9 last row).
+	SourcePaused: {SourceRunning, RelayReady, FollowOnly},
+	// RelayReady → FollowOnly is the source's cutover; → TargetRemoved is
+	// the target's restore deadline passing before the cutover wait ends.
+	RelayReady:      {FollowOnly, CutoverReceived, CutoverFallback, TargetRemoved},
+	TargetRestoring: {RelayReady, TargetRemoved},
+	CutoverReceived: {OwnerCommitted, StoreRetry, TargetRemoved},
+	CutoverFallback: {OwnerCommitted, StoreRetry, TargetRemoved},
+	StoreRetry:      {OwnerCommitted, TargetRemoved},
+	OwnerCommitted:  {TargetOpen},
+}
+
+// Allowed reports whether from → to is an edge of spec 000 §11.
+func Allowed(from, to Phase) bool {
+	for _, p := range transitions[from] {
+		if p == to {
+			return true
+		}
+	}
+	return false
+}
+
+func mustMove(from, to Phase) Phase {
+	if !Allowed(from, to) {
+		panic(fmt.Sprintf("handoff: illegal transition %s → %s", from, to))
+	}
+	return to
+}

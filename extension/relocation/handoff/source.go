@@ -1,0 +1,253 @@
+package handoff
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Source is the hand-off of one relocation unit on the node it leaves.
+type Source struct {
+	cfg      Config
+	id       Identity
+	phase    Phase
+	deadline time.Time
+
+	started, admitting, sealing bool
+	chunkLimit                  int
+	manifest                    envelope.Manifest
+	chunks                      []envelope.Chunk
+
+	epoch       uint32
+	sum         RelaySum
+	cutoverSent bool
+	payloadHeld bool
+	reconciling bool
+	done        bool // Complete emitted
+	followEnded bool
+}
+
+// NewSource starts a machine in SourceRunning. restoreDeadline is the
+// absolute deadline of the Restore operation (spec 000 §4.5).
+func NewSource(id Identity, cfg Config, restoreDeadline time.Time) *Source {
+	return &Source{cfg: cfg, id: id, phase: SourceRunning, deadline: restoreDeadline}
+}
+
+// Phase is the current phase.
+func (s *Source) Phase() Phase { return s.phase }
+
+// Identity is the move's identity.
+func (s *Source) Identity() Identity { return s.id }
+
+// Manifest describes the payload once captured.
+func (s *Source) Manifest() envelope.Manifest { return s.manifest }
+
+// Chunks are the payload's chunks while the source holds them.
+func (s *Source) Chunks() []envelope.Chunk { return s.chunks }
+
+// Epoch is the current resend epoch of the boundary batch.
+func (s *Source) Epoch() uint32 { return s.epoch }
+
+// Sum is the boundary batch's count and CRC once the cutover is sent.
+func (s *Source) Sum() RelaySum { return s.sum }
+
+// Finished reports whether nothing is left to do: decided, payload
+// released and Message Follow ended (or never started).
+func (s *Source) Finished() bool {
+	return s.done && !s.payloadHeld && (s.phase != FollowOnly || s.followEnded)
+}
+
+func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
+
+func (s *Source) complete(err error) Effect {
+	s.done = true
+	return Complete{Err: err}
+}
+
+// Step feeds one event and returns the effects to run, in order. Events
+// that do not apply to the current phase change nothing (a late or
+// duplicate answer); those worth knowing about come back as a Log effect.
+func (s *Source) Step(ev Event) []Effect {
+	switch ev := ev.(type) {
+	case Start:
+		if s.started {
+			return nil
+		}
+		s.started = true
+		return []Effect{QueryCapability{}}
+
+	case CapabilityAnswered:
+		if !s.started || s.admitting || s.done {
+			return nil
+		}
+		if !ev.Supported {
+			// §4.1: an unusable target never blocks the source.
+			return []Effect{s.complete(fmt.Errorf("%w: target cannot host the object: %s", roamerr.ErrUnavailable, ev.Reason))}
+		}
+		s.chunkLimit = s.cfg.ChunkLimit
+		switch {
+		case ev.ReceiveChunkLimit == 0:
+			s.chunkLimit = min(s.chunkLimit, s.cfg.UnnegotiatedChunkLimit)
+		case int(ev.ReceiveChunkLimit) < s.chunkLimit:
+			s.chunkLimit = int(ev.ReceiveChunkLimit)
+		}
+		s.admitting = true
+		return []Effect{AwaitAdmission{}}
+
+	case Admitted:
+		if !s.admitting || s.sealing || s.done {
+			return nil
+		}
+		s.sealing = true
+		return []Effect{Seal{}}
+
+	case CaptureFailed:
+		if !s.sealing || s.phase != SourceRunning || s.done {
+			return nil
+		}
+		// Sealed but nothing left the node: restore and report.
+		s.moveTo(SourcePaused)
+		s.moveTo(SourceRunning)
+		return []Effect{Unseal{}, s.complete(fmt.Errorf("%w: capture: %w", roamerr.ErrTypeMismatch, ev.Err))}
+
+	case Captured:
+		if !s.sealing || s.phase != SourceRunning || s.done {
+			return nil
+		}
+		m, chunks, err := envelope.Split(ev.Stream, s.chunkLimit)
+		if err != nil {
+			s.moveTo(SourcePaused)
+			s.moveTo(SourceRunning)
+			return []Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))}
+		}
+		s.moveTo(SourcePaused)
+		s.manifest, s.chunks, s.payloadHeld = m, chunks, true
+		return []Effect{
+			SendPrepare{Manifest: m, ChunkLimit: s.chunkLimit},
+			SendChunks{Chunks: chunks},
+			StartTimer{Timer: TimerRestoreDeadline, At: s.deadline},
+		}
+
+	case FailedReceived:
+		// Also while reconciling: an explicit failure before relay-ready is
+		// accepted is exactly the condition for restoring the source.
+		if s.phase != SourcePaused {
+			if s.phase == RelayReady || s.phase == FollowOnly {
+				return []Effect{Log{Level: LevelWarn, Event: "failure_after_relay_ready", Msg: "explicit failure after relay-ready ignored: the boundary is irreversible"}}
+			}
+			return nil
+		}
+		// §4.4 abort diagram: restore the source queue from memory first,
+		// then command 44, one-way.
+		s.moveTo(SourceRunning)
+		s.payloadHeld, s.chunks, s.reconciling = false, nil, false
+		return []Effect{
+			StopTimer{Timer: TimerRestoreDeadline},
+			StopTimer{Timer: TimerReconcile},
+			Unseal{},
+			SendAbort{Reason: ev.Reason},
+			ReleasePayload{},
+			s.complete(failureError(ev.Reason, ev.Detail)),
+		}
+
+	case RelayReadyReceived:
+		if s.phase != SourcePaused {
+			return nil // duplicate reply
+		}
+		// A reply that arrives while reconciling still proceeds normally.
+		s.reconciling = false
+		s.moveTo(RelayReady)
+		return []Effect{StopTimer{Timer: TimerRestoreDeadline}, StopTimer{Timer: TimerReconcile}, RelayThenCutover{Epoch: s.epoch}}
+
+	case CutoverSent:
+		if s.phase != RelayReady || s.cutoverSent {
+			return nil
+		}
+		s.cutoverSent, s.sum = true, ev.Sum
+		s.moveTo(FollowOnly)
+		return []Effect{
+			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
+			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
+			s.complete(nil),
+		}
+
+	case ConnectionLost:
+		switch {
+		case s.phase == SourcePaused && !s.reconciling:
+			// Prepare or chunks may be lost; the target keeps progress for a
+			// repeated Restore request of the same identity (§4.3).
+			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
+		case s.phase == FollowOnly && s.cutoverSent && s.payloadHeld:
+			s.epoch++
+			return []Effect{ResendBoundary{Epoch: s.epoch}}
+		}
+		return nil
+
+	case ReconcileAnswered:
+		if !s.reconciling || s.phase != SourcePaused {
+			return nil
+		}
+		if ev.TargetOwns {
+			s.reconciling = false
+			s.moveTo(FollowOnly)
+			return []Effect{
+				AdoptTargetRoute{},
+				StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
+				StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
+				s.complete(nil),
+			}
+		}
+		effects := []Effect{FailHeld{Err: fmt.Errorf("%w: relocation outcome unknown; the object is unavailable until reconciled", roamerr.ErrUnavailable)}}
+		if !s.done {
+			effects = append(effects, s.complete(fmt.Errorf("%w: relocation outcome unknown (no reply before the restore deadline)", roamerr.ErrUnavailable)))
+		}
+		return append(effects, StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout})
+
+	case TimerFired:
+		switch ev.Timer {
+		case TimerRestoreDeadline:
+			if s.phase == SourcePaused && !s.reconciling {
+				// No reply: the target may have committed after a lost
+				// relay-ready. Never reopen on a guess (§9 last row).
+				s.reconciling = true
+				return []Effect{Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"}, Reconcile{}}
+			}
+		case TimerReconcile:
+			if s.reconciling && s.phase == SourcePaused {
+				return []Effect{Reconcile{}}
+			}
+		case TimerResendWindow:
+			// Only after the cutover: before it the payload is the only copy.
+			if s.phase == FollowOnly && s.payloadHeld {
+				s.payloadHeld = false
+				s.chunks = nil
+				return []Effect{ReleasePayload{}}
+			}
+		case TimerFollow:
+			if s.phase == FollowOnly && !s.followEnded {
+				s.followEnded = true
+				return []Effect{EndFollow{}}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// failureError maps an explicit failure reply onto roam's error classes.
+func failureError(r messages.FailureReason, detail string) error {
+	class := roamerr.ErrUnavailable
+	switch r {
+	case messages.FailureReason_FAILURE_REASON_CONFLICT, messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH,
+		messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH:
+		class = roamerr.ErrConflict
+	case messages.FailureReason_FAILURE_REASON_STALE:
+		class = roamerr.ErrStale
+	case messages.FailureReason_FAILURE_REASON_DEADLINE:
+		class = roamerr.ErrDeadlineExceeded
+	}
+	return fmt.Errorf("%w: target failed the relocation (%s): %s", class, r, detail)
+}

@@ -1,0 +1,327 @@
+package handoff
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Target is the hand-off of one relocation unit on the node it moves to.
+// The driver creates it on the first command 40 of an identity and routes
+// to it only what carries that exact identity (spec 000 §3).
+type Target struct {
+	cfg      Config
+	id       Identity
+	phase    Phase
+	manifest envelope.Manifest
+	deadline time.Time
+	asm      *envelope.Assembler
+
+	received, credited uint64
+	restoring          bool
+
+	epoch        uint32
+	relay        []any
+	sum          RelaySum
+	cutoverMatch bool // a cutover matched: every later relay record is a duplicate
+	pos, have    int  // fallback path: position in the current epoch, records known
+	attempt      int  // CAS attempts so far
+	inFlight     bool // a CommitOwner is running
+	deadlineHit  bool // the restore deadline passed while a CAS was in flight
+	done         bool // Complete emitted
+}
+
+// NewTarget creates the machine for the first command 40 of id and returns
+// its first effects: the temporary queue before anything else (§4.3).
+func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
+	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline}
+	asm, err := envelope.NewAssembler(p.Manifest, p.MaxPayloadLength)
+	if err != nil {
+		t.moveTo(TargetRemoved)
+		return t, []Effect{
+			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH, Detail: err.Error()},
+			t.complete(fmt.Errorf("%w: manifest: %w", roamerr.ErrInvalidOperation, err)),
+		}
+	}
+	t.asm = asm
+	return t, []Effect{InstallStaging{}, StartTimer{Timer: TimerRestoreDeadline, At: p.RestoreDeadline}}
+}
+
+// Phase is the current phase.
+func (t *Target) Phase() Phase { return t.phase }
+
+// Identity is the move's identity.
+func (t *Target) Identity() Identity { return t.id }
+
+// Attempt is the number of CAS attempts made so far.
+func (t *Target) Attempt() int { return t.attempt }
+
+// Finished reports whether the machine is terminal.
+func (t *Target) Finished() bool { return t.phase == TargetRemoved || t.phase == TargetOpen }
+
+func (t *Target) moveTo(p Phase) { t.phase = mustMove(t.phase, p) }
+
+func (t *Target) complete(err error) Effect {
+	t.done = true
+	return Complete{Err: err}
+}
+
+// remove ends the move on the target: the prepared object, its temporary
+// queue and state go; the store is not touched.
+func (t *Target) remove(err error, before ...Effect) []Effect {
+	t.moveTo(TargetRemoved)
+	t.relay = nil
+	return append(before, StopTimer{Timer: TimerCutoverWait}, StopTimer{Timer: TimerStoreRetry},
+		StopTimer{Timer: TimerRestoreDeadline}, RemoveTarget{}, t.complete(err))
+}
+
+func (t *Target) commit() []Effect {
+	t.attempt++
+	t.inFlight = true
+	return []Effect{CommitOwner{Attempt: t.attempt}}
+}
+
+// Step feeds one event and returns the effects to run, in order. Events
+// that do not apply to the phase change nothing; late answers of a
+// terminal move never reactivate it (spec 000 §13).
+func (t *Target) Step(ev Event) []Effect {
+	switch t.phase {
+	case TargetRemoved:
+		return nil
+	case TargetOpen:
+		switch ev := ev.(type) {
+		case CutoverReceivedEvent:
+			return []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+		case RelayRecordReceived:
+			return t.relayRecord(ev)
+		}
+		return nil
+	}
+	switch ev := ev.(type) {
+	case PrepareReceived:
+		if ev.Manifest != t.manifest {
+			if t.phase == TargetRestoring {
+				return t.remove(fmt.Errorf("%w: a second Restore request of %s declares another payload", roamerr.ErrConflict, t.id),
+					SendFailed{Reason: messages.FailureReason_FAILURE_REASON_CONFLICT, Detail: "same relocation identity, different length or checksum"})
+			}
+			return []Effect{Log{Level: LevelWarn, Event: "prepare_conflict", Msg: "a Restore request with another manifest after relay-ready; ignored"}}
+		}
+		if t.phase == RelayReady && !t.restoring {
+			// The source resent after a lost connection: answer again.
+			return []Effect{SendRelayReady{}}
+		}
+		return nil // same request again: keep the progress (§4.3)
+
+	case ChunkReceived:
+		if t.phase != TargetRestoring || t.restoring {
+			return nil
+		}
+		if err := t.asm.Add(ev.Chunk); err != nil {
+			reason := messages.FailureReason_FAILURE_REASON_CONFLICT
+			if errors.Is(err, envelope.ErrLengthMismatch) {
+				reason = messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH
+			}
+			return t.remove(fmt.Errorf("%w: chunk %d: %w", roamerr.ErrConflict, ev.Chunk.Index, err),
+				SendFailed{Reason: reason, Detail: err.Error()})
+		}
+		t.received += uint64(len(ev.Chunk.Data))
+		var effects []Effect
+		if !t.asm.Complete() {
+			if t.received-t.credited >= t.cfg.CreditStep {
+				t.credited = t.received
+				effects = append(effects, SendCredit{ReceivedBytes: t.received})
+			}
+			return effects
+		}
+		if t.received != t.credited {
+			t.credited = t.received
+			effects = append(effects, SendCredit{ReceivedBytes: t.received})
+		}
+		stream, err := t.asm.Bytes()
+		if err != nil {
+			// Never a repaired or partial payload (§4.3, §11).
+			reason := messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH
+			if errors.Is(err, envelope.ErrLengthMismatch) {
+				reason = messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH
+			}
+			t.asm = nil
+			return t.remove(fmt.Errorf("%w: payload: %w", roamerr.ErrConflict, err),
+				append(effects, SendFailed{Reason: reason, Detail: err.Error()})...)
+		}
+		t.asm = nil
+		t.restoring = true
+		return append(effects, RestorePayload{Stream: stream})
+
+	case Restored:
+		if t.phase != TargetRestoring || !t.restoring {
+			return nil
+		}
+		t.restoring = false
+		t.moveTo(RelayReady)
+		return []Effect{SendRelayReady{}, StartTimer{Timer: TimerCutoverWait, After: t.cfg.CutoverWaitTimeout}}
+
+	case RestoreFailed:
+		if t.phase != TargetRestoring || !t.restoring {
+			return nil
+		}
+		return t.remove(fmt.Errorf("%w: restore: %w", roamerr.ErrUnavailable, ev.Err),
+			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED, Detail: ev.Err.Error()})
+
+	case RelayRecordReceived:
+		return t.relayRecord(ev)
+
+	case CutoverReceivedEvent:
+		if t.phase != RelayReady {
+			if t.phase == TargetRestoring {
+				return nil
+			}
+			return []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+		}
+		if ev.Epoch < t.epoch {
+			return nil // the cutover of a batch already replaced
+		}
+		if ev.Epoch > t.epoch {
+			t.epoch, t.relay, t.sum = ev.Epoch, nil, RelaySum{}
+		}
+		if ev.Sum != t.sum {
+			return []Effect{Log{Level: LevelError, Event: "cutover_mismatch",
+				Msg: fmt.Sprintf("cutover declares %d records/crc %08x, received %d/%08x: implementation defect; waiting for a resend or the fallback", ev.Sum.Count, ev.Sum.CRC, t.sum.Count, t.sum.CRC)}}
+		}
+		t.cutoverMatch = true
+		t.moveTo(CutoverReceived)
+		return append([]Effect{StopTimer{Timer: TimerCutoverWait}}, t.commit()...)
+
+	case AbortReceived:
+		if t.phase == TargetRestoring {
+			return t.remove(fmt.Errorf("%w: aborted by the source (%s)", roamerr.ErrUnavailable, ev.Reason))
+		}
+		return nil
+
+	case StoreCommitted:
+		if !t.inFlight {
+			return nil
+		}
+		t.inFlight = false
+		t.moveTo(OwnerCommitted)
+		relay := t.relay
+		t.relay = nil
+		return []Effect{StopTimer{Timer: TimerCutoverWait}, StopTimer{Timer: TimerRestoreDeadline}, OpenDispatch{Relay: relay}}
+
+	case StoreRetryable:
+		if !t.inFlight {
+			return nil
+		}
+		t.inFlight = false
+		if t.deadlineHit {
+			return t.locationUpdateFailed(ev.Err)
+		}
+		if t.phase != StoreRetry {
+			t.moveTo(StoreRetry)
+		}
+		return []Effect{StartTimer{Timer: TimerStoreRetry, After: t.cfg.StoreRetryBackoff}}
+
+	case StoreStale:
+		if !t.inFlight {
+			return nil
+		}
+		t.inFlight = false
+		return t.remove(fmt.Errorf("%w: %w", roamerr.ErrStale, ev.Err),
+			Log{Level: LevelWarn, Event: "stale_relocation", Msg: "another owner or generation is current; target removed"})
+
+	case DispatchOpened:
+		if t.phase != OwnerCommitted {
+			return nil
+		}
+		t.moveTo(TargetOpen)
+		return []Effect{t.complete(nil)}
+
+	case TimerFired:
+		return t.timer(ev.Timer)
+	}
+	return nil
+}
+
+func (t *Target) relayRecord(ev RelayRecordReceived) []Effect {
+	switch {
+	case t.phase == TargetRestoring:
+		return nil // the source relays only after relay-ready
+	case t.phase == RelayReady:
+		if ev.Epoch < t.epoch {
+			return nil
+		}
+		if ev.Epoch > t.epoch {
+			// A resent batch replaces the partial one whole (§4.4).
+			t.epoch, t.relay, t.sum = ev.Epoch, nil, RelaySum{}
+		}
+		t.relay = append(t.relay, ev.Item)
+		t.sum = t.sum.Add(ev.Record)
+		return nil
+	case t.cutoverMatch:
+		return nil // a resend of a batch already merged whole
+	}
+	// After the fallback: a record the backlog does not have yet joins it
+	// (or, once open, is delivered late; order not guaranteed, §4.4). A
+	// resent batch repeats, in the same order, the prefix this target
+	// already has, so its first `have` records are skipped by position.
+	if ev.Epoch < t.epoch {
+		return nil
+	}
+	if ev.Epoch > t.epoch {
+		t.epoch, t.pos = ev.Epoch, 0
+	}
+	t.pos++
+	if t.pos <= t.have {
+		return nil
+	}
+	t.have++
+	if t.phase == OwnerCommitted || t.phase == TargetOpen {
+		return []Effect{DeliverLate{Item: ev.Item}}
+	}
+	t.relay = append(t.relay, ev.Item)
+	return nil
+}
+
+func (t *Target) timer(tm Timer) []Effect {
+	switch tm {
+	case TimerCutoverWait:
+		if t.phase != RelayReady {
+			return nil
+		}
+		t.moveTo(CutoverFallback)
+		t.pos, t.have = len(t.relay), len(t.relay)
+		return append([]Effect{Log{Level: LevelWarn, Event: "cutover_timeout",
+			Msg: "no cutover within RelocationCutoverWaitTimeout; committing without the ordering guarantee"}}, t.commit()...)
+	case TimerStoreRetry:
+		if t.phase != StoreRetry || t.inFlight {
+			return nil
+		}
+		return t.commit()
+	case TimerRestoreDeadline:
+		switch t.phase {
+		case TargetRestoring:
+			return t.remove(fmt.Errorf("%w: restore deadline passed before relay-ready", roamerr.ErrDeadlineExceeded),
+				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_DEADLINE, Detail: "restore deadline passed"})
+		case RelayReady, CutoverReceived, CutoverFallback, StoreRetry:
+			if t.inFlight {
+				// The answer in flight decides; a success is not late.
+				t.deadlineHit = true
+				return nil
+			}
+			return t.locationUpdateFailed(nil)
+		}
+	}
+	return nil
+}
+
+func (t *Target) locationUpdateFailed(last error) []Effect {
+	msg := "owner change not confirmed before the restore deadline; target removed"
+	if last != nil {
+		msg += ": " + last.Error()
+	}
+	return t.remove(fmt.Errorf("%w: owner change not confirmed before the restore deadline", roamerr.ErrDeadlineExceeded),
+		Log{Level: LevelError, Event: "location_update_failed", Msg: msg})
+}
