@@ -550,8 +550,11 @@ type RelocationPrepare struct {
 	Source                    *NodeRef               `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	RestoreDeadlineUnixMillis int64                  `protobuf:"varint,6,opt,name=restore_deadline_unix_millis,json=restoreDeadlineUnixMillis,proto3" json:"restore_deadline_unix_millis,omitempty"` // absolute; CAS retries end here (§4.5)
 	NewOwnerGeneration        uint64                 `protobuf:"varint,7,opt,name=new_owner_generation,json=newOwnerGeneration,proto3" json:"new_owner_generation,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// sealed_at_unix_nanos lets the target report the pause (seal → its
+	// dispatch open); across machines it carries the clocks' skew.
+	SealedAtUnixNanos int64 `protobuf:"varint,8,opt,name=sealed_at_unix_nanos,json=sealedAtUnixNanos,proto3" json:"sealed_at_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RelocationPrepare) Reset() {
@@ -629,6 +632,13 @@ func (x *RelocationPrepare) GetRestoreDeadlineUnixMillis() int64 {
 func (x *RelocationPrepare) GetNewOwnerGeneration() uint64 {
 	if x != nil {
 		return x.NewOwnerGeneration
+	}
+	return 0
+}
+
+func (x *RelocationPrepare) GetSealedAtUnixNanos() int64 {
+	if x != nil {
+		return x.SealedAtUnixNanos
 	}
 	return 0
 }
@@ -1183,6 +1193,69 @@ func (x *RelocationAbort) GetReason() FailureReason {
 	return FailureReason_FAILURE_REASON_UNSPECIFIED
 }
 
+// DeliveryFailed answers a request roam could not deliver: Message Follow
+// ended or looped, a generation mismatch, or the target was removed
+// (spec 000 §10). code is "unavailable", "invalid_operation" or "stale".
+type DeliveryFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	TargetId      string                 `protobuf:"bytes,3,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryFailed) Reset() {
+	*x = DeliveryFailed{}
+	mi := &file_relocation_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryFailed) ProtoMessage() {}
+
+func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
+func (*DeliveryFailed) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeliveryFailed) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *DeliveryFailed) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *DeliveryFailed) GetTargetId() string {
+	if x != nil {
+		return x.TargetId
+	}
+	return ""
+}
+
 var File_relocation_proto protoreflect.FileDescriptor
 
 const file_relocation_proto_rawDesc = "" +
@@ -1219,7 +1292,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\x84\x03\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xb5\x03\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -1228,7 +1301,8 @@ const file_relocation_proto_rawDesc = "" +
 	"chunkLimit\x12.\n" +
 	"\x06source\x18\x05 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12?\n" +
 	"\x1crestore_deadline_unix_millis\x18\x06 \x01(\x03R\x19restoreDeadlineUnixMillis\x120\n" +
-	"\x14new_owner_generation\x18\a \x01(\x04R\x12newOwnerGeneration\"\x92\x01\n" +
+	"\x14new_owner_generation\x18\a \x01(\x04R\x12newOwnerGeneration\x12/\n" +
+	"\x14sealed_at_unix_nanos\x18\b \x01(\x03R\x11sealedAtUnixNanos\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -1267,7 +1341,11 @@ const file_relocation_proto_rawDesc = "" +
 	"\frelay_crc32c\x18\x04 \x01(\aR\vrelayCrc32c\"\x86\x01\n" +
 	"\x0fRelocationAbort\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason*\x90\x02\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason\"Y\n" +
+	"\x0eDeliveryFailed\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x1b\n" +
+	"\ttarget_id\x18\x03 \x01(\tR\btargetId*\x90\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -1291,7 +1369,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(*CoordinatorFence)(nil),      // 1: roam.messages.CoordinatorFence
@@ -1311,13 +1389,14 @@ var file_relocation_proto_goTypes = []any{
 	(*RelayedRecord)(nil),         // 15: roam.messages.RelayedRecord
 	(*Cutover)(nil),               // 16: roam.messages.Cutover
 	(*RelocationAbort)(nil),       // 17: roam.messages.RelocationAbort
-	nil,                           // 18: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 19: roam.messages.AuthorityKind
+	(*DeliveryFailed)(nil),        // 18: roam.messages.DeliveryFailed
+	nil,                           // 19: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 20: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
 	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	19, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	19, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	20, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	20, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	4,  // 3: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	2,  // 4: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	3,  // 5: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
@@ -1329,7 +1408,7 @@ var file_relocation_proto_depIdxs = []int32{
 	2,  // 11: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 12: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	13, // 13: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	18, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	19, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	2,  // 15: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	14, // 16: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	2,  // 17: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
@@ -1354,7 +1433,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

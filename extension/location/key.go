@@ -33,7 +33,7 @@ type AuthorityKey struct {
 // Key is shorthand for AuthorityKey{kind, id}.
 func Key(kind Kind, id string) AuthorityKey { return AuthorityKey{Kind: kind, ID: id} }
 
-func (k AuthorityKey) String() string { return fmt.Sprintf("%s/%q", kindName(k.Kind), k.ID) }
+func (k AuthorityKey) String() string { return fmt.Sprintf("%s/%q", KindName(k.Kind), k.ID) }
 
 // Validate reports ErrInvalid for an unknown kind or an ID that is not
 // 1..255 bytes of valid UTF-8 (spec 002 §2).
@@ -67,8 +67,9 @@ func validKind(k Kind) bool {
 	return false
 }
 
-// kindName is the short, stable name of a kind used in store keys.
-func kindName(k Kind) string {
+// KindName is the short, stable name of a kind: entry, user_spot,
+// instance_spot or actor.
+func KindName(k Kind) string {
 	switch k {
 	case KindEntry:
 		return "entry"

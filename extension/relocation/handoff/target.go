@@ -165,7 +165,9 @@ func (t *Target) Step(ev Event) []Effect {
 		return []Effect{SendRelayReady{}, StartTimer{Timer: TimerCutoverWait, After: t.cfg.CutoverWaitTimeout}}
 
 	case RestoreFailed:
-		if t.phase != TargetRestoring || !t.restoring {
+		// Also before the payload is complete: installing the temporary
+		// queue itself can fail.
+		if t.phase != TargetRestoring {
 			return nil
 		}
 		return t.remove(fmt.Errorf("%w: restore: %w", roamerr.ErrUnavailable, ev.Err),

@@ -1,0 +1,346 @@
+// Package relocation moves live Actors and Instance Spots between nodes
+// with spec 000's hand-off. The pure state machines are in handoff; this
+// package is their driver: one Proto.Actor actor per node ("roam/relocation")
+// that owns every move's state, runs the effects against the relocatable
+// mailbox, the remote and the Location Store, and feeds results back. All
+// sends of one move to a peer (prepare, chunks, cutover) leave from this
+// actor, and relay records are sent under the mailbox's lock before the
+// cutover is, so the peer's one ordered stream carries them in order
+// (DESIGN §4, §5).
+package relocation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// DriverName is the PID id of every node's relocation actor.
+const DriverName = "roam/relocation"
+
+// Config configures a Driver. Zero fields take the documented defaults.
+type Config struct {
+	// Handoff holds the spec 000 timings and chunk limits
+	// (handoff.DefaultConfig when zero).
+	Handoff handoff.Config
+	// RestoreTimeout bounds a move from its seal: the Restore operation's
+	// absolute deadline (spec 000 §4.5). Default 10 s.
+	RestoreTimeout time.Duration
+	// InFlightPayloadBudget is RelocationInFlightPayloadBudget per peer.
+	// Default 16 MiB; negative disables it.
+	InFlightPayloadBudget int64
+	// NodeInFlightPayloadBudget is RelocationNodeInFlightPayloadBudget.
+	// Default 0 (off).
+	NodeInFlightPayloadBudget int64
+	// MaxPayloadLength is the largest payload a target accepts. Default 1 GiB.
+	MaxPayloadLength uint64
+	// CapabilityTimeout bounds the capability query. Default 5 s.
+	CapabilityTimeout time.Duration
+	// Logger receives the spec's warnings and errors. Default: the node's
+	// logger is not reachable here, so zerolog.Nop.
+	Logger *zerolog.Logger
+	// OnEvent, if set, is called once per finished move on the node that
+	// decided it (the target), from the driver's goroutine; keep it quick.
+	OnEvent func(Event)
+}
+
+func (c *Config) setDefaults() error {
+	if c.Handoff == (handoff.Config{}) {
+		c.Handoff = handoff.DefaultConfig()
+	}
+	if err := c.Handoff.Validate(); err != nil {
+		return err
+	}
+	if c.RestoreTimeout == 0 {
+		c.RestoreTimeout = 10 * time.Second
+	}
+	if c.InFlightPayloadBudget == 0 {
+		c.InFlightPayloadBudget = 16 << 20
+	}
+	if c.InFlightPayloadBudget < 0 {
+		c.InFlightPayloadBudget = 0
+	}
+	if c.MaxPayloadLength == 0 {
+		c.MaxPayloadLength = 1 << 30
+	}
+	if c.CapabilityTimeout == 0 {
+		c.CapabilityTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	if c.RestoreTimeout <= c.Handoff.CutoverWaitTimeout {
+		return fmt.Errorf("%w: RestoreTimeout %s must exceed the cutover wait %s", roamerr.ErrInvalidOperation, c.RestoreTimeout, c.Handoff.CutoverWaitTimeout)
+	}
+	return nil
+}
+
+// Event describes one finished move, as the target saw it.
+type Event struct {
+	Key          location.AuthorityKey
+	RelocationID uint64
+	From, To     string // node RIDs
+	Bytes        uint64
+	Chunks       uint32
+	// Pause is seal (on the source) → dispatch open (on the target).
+	Pause time.Duration
+	// Fallback is true when the cutover did not arrive in time.
+	Fallback bool
+	// Err is nil when the target opened; otherwise why it was removed.
+	Err error
+}
+
+// Driver is a node's relocation actor and the registry of the relocatable
+// objects it hosts.
+type Driver struct {
+	cfg   Config
+	node  *cluster.Node
+	store location.Store
+	log   zerolog.Logger
+	self  *actor.PID
+	sys   *actor.ActorSystem
+	desc  *location.NodeDescriptor
+
+	mu    sync.RWMutex // guards kinds (read by callers, written at registration)
+	kinds map[string]*Kind
+
+	// Everything below is touched only by the driver actor's goroutine.
+	objects map[location.AuthorityKey]*object
+	sources map[uint64]*sourceRun
+	targets map[handoff.Identity]*targetRun
+	timers  map[timerKey]*time.Timer
+	budget  *budget
+	nodes   map[string]string // node RID → address, cached from the store
+}
+
+// New starts the relocation actor of node. Register kinds before objects
+// of them are spawned or moved here.
+func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg:     cfg,
+		node:    node,
+		store:   store,
+		log:     cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
+		sys:     node.System(),
+		desc:    node.Descriptor(),
+		kinds:   map[string]*Kind{},
+		objects: map[location.AuthorityKey]*object{},
+		sources: map[uint64]*sourceRun{},
+		targets: map[handoff.Identity]*targetRun{},
+		timers:  map[timerKey]*time.Timer{},
+		budget:  newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+		nodes:   map[string]string{},
+	}
+	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }), DriverName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
+	}
+	d.self = pid
+	d.sys.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+			d.sys.Root.Send(d.self, e)
+		}
+	})
+	return d, nil
+}
+
+// RegisterKind adds a relocatable kind. A kind without a policy, or a
+// stable type registered twice, is refused (spec 002 §2, §8).
+func (d *Driver) RegisterKind(k Kind) error {
+	if err := k.validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, dup := d.kinds[k.StableType]; dup {
+		return fmt.Errorf("%w: stable type %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
+	}
+	kk := k
+	d.kinds[k.StableType] = &kk
+	return nil
+}
+
+func (d *Driver) kind(stableType string) (*Kind, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	k, ok := d.kinds[stableType]
+	return k, ok
+}
+
+// PID returns the driver actor's PID on a node address.
+func PID(address string) *actor.PID { return actor.NewPID(address, DriverName) }
+
+// objectPIDName is the PID id of one incarnation of an object on a node.
+// The owner generation makes every arrival a new name, so a stub that still
+// follows from an earlier visit never collides with it.
+func objectPIDName(key location.AuthorityKey, ownerGeneration uint64) string {
+	return "roam/" + location.KindName(key.Kind) + "/" + key.ID + "@" + strconv.FormatUint(ownerGeneration, 10)
+}
+
+// call runs fn on the driver's goroutine and waits for its answer.
+func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	d.sys.Root.Send(d.self, &localCall{fn: func() { v, err := fn(); done <- result{v, err} }})
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+}
+
+// localCall carries a closure to the driver's goroutine.
+type localCall struct{ fn func() }
+
+// Receive is the driver actor: every move's state changes here, one
+// message at a time.
+func (d *Driver) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *localCall:
+		m.fn()
+	case *timerFired:
+		d.onTimer(m)
+	case *remote.EndpointTerminatedEvent:
+		d.onEndpointTerminated(m.Address)
+	case *messages.CapabilityQuery:
+		c.Respond(d.capability(m))
+	case *messages.RelocationPrepare:
+		d.onPrepare(c, m)
+	case *messages.RelocationState:
+		d.onChunk(c, m)
+	case *messages.RelocationStateCredit:
+		d.onCredit(c, m)
+	case *messages.RelayReady:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.RelayReadyReceived{})
+	case *messages.RelocationFailed:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
+	case *messages.RelayedRecord:
+		d.onRelayed(c, m)
+	case *messages.Cutover:
+		d.onTargetEvent(m.GetIdentity(), c, handoff.CutoverReceivedEvent{Epoch: m.GetResendEpoch(),
+			Sum: handoff.RelaySum{Count: m.GetRelayRecordCount(), CRC: m.GetRelayCrc32C()}})
+	case *messages.RelocationAbort:
+		d.onTargetEvent(m.GetIdentity(), c, handoff.AbortReceived{Reason: m.GetReason()})
+	}
+}
+
+func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityReply {
+	reply := &messages.CapabilityReply{
+		ReceiveChunkLimit: uint32(d.cfg.Handoff.ChunkLimit),
+		Node:              &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+	}
+	k, ok := d.kind(q.GetStableType())
+	switch {
+	case !ok:
+		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
+	case k.ApplicationVersion != q.GetApplicationVersion():
+		reply.Reason = fmt.Sprintf("application version %q, the move carries %q", k.ApplicationVersion, q.GetApplicationVersion())
+	case q.GetKind() != location.KindActor && q.GetKind() != location.KindInstanceSpot:
+		reply.Reason = fmt.Sprintf("kind %s does not move on its own", q.GetKind())
+	default:
+		reply.Supported = true
+	}
+	return reply
+}
+
+func newRelocationID() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		if id := binary.BigEndian.Uint64(b[:]) >> 1; id != 0 {
+			return id
+		}
+	}
+}
+
+// timerKey names one running timer of one move.
+type timerKey struct {
+	source   uint64
+	target   handoff.Identity
+	isTarget bool
+	timer    handoff.Timer
+}
+
+type timerFired struct{ key timerKey }
+
+func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
+	if old := d.timers[k]; old != nil {
+		old.Stop()
+	}
+	after := t.After
+	if !t.At.IsZero() {
+		after = time.Until(t.At)
+	}
+	d.timers[k] = time.AfterFunc(max(after, 0), func() { d.sys.Root.Send(d.self, &timerFired{key: k}) })
+}
+
+func (d *Driver) stopTimer(k timerKey) {
+	if t := d.timers[k]; t != nil {
+		t.Stop()
+		delete(d.timers, k)
+	}
+}
+
+func (d *Driver) onTimer(m *timerFired) {
+	if _, running := d.timers[m.key]; !running {
+		return // stopped after it fired
+	}
+	delete(d.timers, m.key)
+	if m.key.isTarget {
+		if t := d.targets[m.key.target]; t != nil {
+			d.stepTarget(t, handoff.TimerFired{Timer: m.key.timer})
+		}
+		return
+	}
+	if s := d.sources[m.key.source]; s != nil {
+		d.stepSource(s, handoff.TimerFired{Timer: m.key.timer})
+	}
+}
+
+func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.Identity) {
+	var ev *zerolog.Event
+	switch l.Level {
+	case handoff.LevelError:
+		ev = d.log.Error()
+	case handoff.LevelWarn:
+		ev = d.log.Warn()
+	default:
+		ev = d.log.Info()
+	}
+	ev.Str("event", l.Event).Str("object_kind", key.Kind.String()).Str("object_id", key.ID).
+		Uint64("relocation_id", id.RelocationID).Uint64("target_attempt", id.TargetAttemptGeneration).Msg(l.Msg)
+}
+
+// mailboxFor builds the props of a relocatable object: the application's
+// actor wrapped by host, on the relocatable mailbox.
+func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor {
+		inst := obj.kind.Producer()
+		obj.inst = inst
+		return &host{inner: inst, obj: obj, driver: d}
+	}, actor.WithMailbox(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...)))
+}

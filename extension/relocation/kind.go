@@ -1,0 +1,74 @@
+package relocation
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Policy says what a relocation does with an object of a kind (spec 002 §8).
+type Policy interface{ isPolicy() }
+
+// StateAdapter captures and restores an actor's state as opaque bytes. Both
+// run on the actor's own goroutine between turns, so they may read and
+// write the actor's fields freely.
+type StateAdapter interface {
+	Capture(a actor.Actor) ([]byte, error)
+	Restore(a actor.Actor, state []byte) error
+}
+
+type disableRelocation struct{}
+
+type recreateOnRelocation struct{}
+
+type preserveStateWith struct{ adapter StateAdapter }
+
+func (disableRelocation) isPolicy()    {}
+func (recreateOnRelocation) isPolicy() {}
+func (preserveStateWith) isPolicy()    {}
+
+// DisableRelocation: objects of the kind never move; Relocate fails with
+// InvalidOperation.
+func DisableRelocation() Policy { return disableRelocation{} }
+
+// RecreateOnRelocation: the object moves with its queue and timers but no
+// state; the target runs a fresh instance from the producer.
+func RecreateOnRelocation() Policy { return recreateOnRelocation{} }
+
+// PreserveStateWith: the adapter carries the state across.
+func PreserveStateWith(a StateAdapter) Policy { return preserveStateWith{adapter: a} }
+
+// Kind is a relocatable stable type: how to make an instance and what a
+// move does with it.
+type Kind struct {
+	// StableType is the kind's stable name (UTF-8, 1..255 bytes,
+	// case-sensitive; spec 002 §2).
+	StableType string
+	// Producer makes a fresh instance.
+	Producer actor.Producer
+	// Policy is required: registering a kind without one is a start-up
+	// error (spec 002 §8).
+	Policy Policy
+	// ApplicationVersion is carried in the payload; a target hosting the
+	// kind at another version refuses the move before any seal (§4.1).
+	ApplicationVersion string
+}
+
+func (k *Kind) validate() error {
+	if err := location.ValidateID("stable type", k.StableType); err != nil {
+		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	if k.Producer == nil {
+		return fmt.Errorf("%w: kind %q has no producer", roamerr.ErrInvalidOperation, k.StableType)
+	}
+	if k.Policy == nil {
+		return fmt.Errorf("%w: kind %q has no relocation policy (DisableRelocation, RecreateOnRelocation or PreserveStateWith)", roamerr.ErrNotConfigured, k.StableType)
+	}
+	if p, ok := k.Policy.(preserveStateWith); ok && p.adapter == nil {
+		return fmt.Errorf("%w: kind %q: PreserveStateWith needs an adapter", roamerr.ErrNotConfigured, k.StableType)
+	}
+	return nil
+}

@@ -1,0 +1,621 @@
+// Package mailbox is the relocatable actor's Proto.Actor mailbox.
+//
+// A relocatable actor runs with this actor.Mailbox instead of Proto.Actor's
+// default (unexported) one. In Open mode it behaves like the default mailbox:
+// system messages first, user messages in posting order, Throughput-bounded
+// runs on the props' dispatcher, panics escalated to the supervisor. On top of
+// that it has the modes the hand-off needs (spec 000 §4, DESIGN §4):
+//
+//	source: Open --Seal--> Sealed --Redirect--> Redirecting --Discard--> Closed
+//	                          |  ^                    (Redirect again swaps the sink)
+//	                  Unseal  +--+ (the only backward edge)
+//	target: Staging --OpenWith--> Open            Staging|Sealed --Discard--> Closed
+//
+// The mailbox has no network code: the relocation driver supplies callbacks
+// (captured, Sink, OnClosed, Do) and moves the values they receive.
+//
+// # Scheduling and concurrency
+//
+// The run loop is the default mailbox's: an idle/running CAS, one
+// dispatcher.Schedule per idle→running transition, no goroutine of its own and
+// no busy loop. After a run the loop stores idle and re-checks for work
+// (system messages; or, when not suspended, control items or dispatchable
+// user messages) and re-claims the loop if there is some. Every producer
+// (post, Do, Seal, Unseal, OpenWith, Start, system message) first publishes
+// its work with a sequentially consistent atomic write and then CASes
+// idle→running, so either the producer's CAS or the loop's re-check sees the
+// other side: no lost wake-up.
+//
+// Posted user messages, control items (Do and Seal), the mode and the sink
+// are guarded by one mutex. Why that is correct and cheap:
+//
+//   - It is never held while actor code runs (turns, Do functions, captured,
+//     OnClosed), so a poster never waits for a turn. The only callback run
+//     under it is the Sink, by contract non-blocking and not re-entrant.
+//   - On the hot path every critical section is O(1): a post is a mode check
+//     plus a ring-buffer push (amortized: the ring grows by doubling and
+//     never allocates per message); the run loop takes the lock only to swap
+//     the whole posted ring with its own empty one and then dispatches that
+//     batch without the lock, checking an atomic control-item count before
+//     each message so a Seal or Do still lands right after the current turn.
+//     In steady state the consumer takes the lock once per batch, not once
+//     per message (Proto.Actor's default queue, goring, locks on both).
+//   - The batch in hand only exists in Open mode, and the only way out of
+//     Open (a seal) runs on the run goroutine and takes that batch first, so
+//     every other transition sees all undispatched messages under the lock.
+//   - Transitions that move many messages (Seal, Unseal, Redirect, OpenWith,
+//     Discard) are O(n) but rare, and being one critical section is what
+//     makes them atomic with respect to posts: a post is linearized at its
+//     critical section, so it is either before the transition (and moved
+//     with the queue) or after it (and handled by the new mode).
+//
+// # Lifecycle messages
+//
+// Proto.Actor (this version) delivers lifecycle messages through the system
+// queue, not PostUserMessage: the spawner posts *actor.Started as a system
+// message and actorContext.InvokeSystemMessage forwards it to
+// InvokeUserMessage; Restarting, Stopping and Stopped are invoked directly
+// while handling the Restart and Stop system messages, and Terminated while
+// handling Terminated. So they reach the actor's Receive in every mode,
+// Staging and Sealed included (a staged actor does see Started; restore its
+// state with Do, which runs after it). The same holds for ReenterAfter
+// continuations (a system message): they run actor code even while Sealed
+// or Staging. ReceiveTimeout and PoisonPill, by contrast, are ordinary user
+// messages and are held, saved, redirected or discarded like any other.
+package mailbox
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// Mode is the mailbox's relocation mode.
+type Mode int32
+
+const (
+	// Open dispatches user messages in posting order (like the default mailbox).
+	Open Mode = iota
+	// Sealed: the current turn has finished; user messages are held (ingress
+	// hold); nothing is dispatched.
+	Sealed
+	// Redirecting: every held and every new user message is handed to a Sink,
+	// in order; nothing is dispatched.
+	Redirecting
+	// Staging (target side): user messages go to a temporary queue; nothing is
+	// dispatched.
+	Staging
+	// Closed, after Discard: posts are handed to the closed handler; nothing
+	// is dispatched.
+	Closed
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case Open:
+		return "Open"
+	case Sealed:
+		return "Sealed"
+	case Redirecting:
+		return "Redirecting"
+	case Staging:
+		return "Staging"
+	case Closed:
+		return "Closed"
+	default:
+		return fmt.Sprintf("Mode(%d)", int32(m))
+	}
+}
+
+// ErrMode is returned (wrapped with the operation and the current mode) by an
+// operation that is not allowed in the mailbox's current mode. Such a call
+// changes nothing.
+var ErrMode = errors.New("relocation/mailbox: operation not allowed in this mode")
+
+// errNilCallback is returned for a nil callback argument; it changes nothing.
+var errNilCallback = errors.New("relocation/mailbox: nil callback")
+
+func modeError(op string, mode Mode, sealPending bool) error {
+	if sealPending {
+		return fmt.Errorf("%w: %s in mode %s (a seal is pending)", ErrMode, op, mode)
+	}
+	return fmt.Errorf("%w: %s in mode %s", ErrMode, op, mode)
+}
+
+// Sink receives user messages in posting order. It is called with the
+// mailbox's internal lock held, so calls are serialized and ordered with
+// Redirect swaps; it must not block and must not call back into the mailbox.
+type Sink func(msg any)
+
+// Option configures a Mailbox at creation.
+type Option func(*Mailbox)
+
+// StartStaging creates the mailbox in Staging mode (a relocation target).
+func StartStaging() Option {
+	return func(m *Mailbox) { m.mode.Store(int32(Staging)) }
+}
+
+// OnClosed sets where user messages posted in Closed mode go. The handler is
+// called on the posting goroutine, without the mailbox lock, so it may send
+// to other actors (but calls from concurrent posters may run concurrently).
+// Without a handler such messages are dropped and counted (see Dropped).
+func OnClosed(h func(msg any)) Option {
+	return func(m *Mailbox) { m.onClosed = h }
+}
+
+const (
+	idle int32 = iota
+	running
+)
+
+// ctlItem is a control item run on the run goroutine between turns: a Do
+// function or a pending Seal's capture.
+type ctlItem struct {
+	do   func()
+	seal func(saved []any)
+}
+
+// Mailbox is a relocatable actor.Mailbox. Create it with New or Producer.
+type Mailbox struct {
+	// Set by New (options) and RegisterHandlers before Start; read-only after.
+	invoker    actor.MessageInvoker
+	dispatcher actor.Dispatcher
+	onClosed   func(msg any)
+	runFn      func() // m.processMessages, bound once so scheduling does not allocate
+	// beforeIdle, if set (by tests, before Start), runs on the run goroutine
+	// after a run and before the mailbox is marked idle — the window in which
+	// a producer's wake-up CAS fails — so tests can hit it deterministically.
+	beforeIdle func()
+
+	status    atomic.Int32 // idle or running
+	started   atomic.Bool  // Start was called; nothing is scheduled before
+	suspended atomic.Bool  // SuspendMailbox seen and no ResumeMailbox since
+	sys       sysQueue
+	sysCount  atomic.Int32
+
+	// Written only under mu. Atomics so that Mode, UserMessageCount and the
+	// run loop's idle re-check can read them without the lock.
+	mode      atomic.Int32
+	userCount atomic.Int32
+	ctlCount  atomic.Int32
+
+	mu          sync.Mutex
+	user        ring      // posted user messages: dispatch queue, ingress hold or temporary queue
+	ctl         []ctlItem // FIFO of Do items and at most one pending seal
+	sealPending bool
+	sink        Sink
+
+	// out is the run goroutine's batch: in Open mode the loop swaps the
+	// whole of user into it (O(1), under mu) and dispatches from it without
+	// the lock. It is touched only by the run goroutine, and is non-empty
+	// only in Open mode — the one transition out of Open (a seal) happens on
+	// the run goroutine and takes out first — so every other operation can
+	// ignore it. Its messages precede everything in user.
+	out ring
+
+	dropped atomic.Uint64
+}
+
+var _ actor.Mailbox = (*Mailbox)(nil)
+
+// New returns a mailbox in Open mode (Staging with StartStaging). It does not
+// dispatch anything until RegisterHandlers and Start have been called (the
+// Proto.Actor spawner does both); work submitted before is kept.
+func New(opts ...Option) *Mailbox {
+	m := &Mailbox{}
+	m.sys.init()
+	m.runFn = m.processMessages
+	for _, o := range opts {
+		if o != nil {
+			o(m)
+		}
+	}
+	return m
+}
+
+// Producer returns an actor.MailboxProducer; each mailbox it creates is also
+// passed to created (so the caller gets hold of the mailbox of the actor
+// being spawned). created runs synchronously inside the spawn, before the
+// actor is started; it may be nil.
+func Producer(created func(*Mailbox), opts ...Option) actor.MailboxProducer {
+	return func() actor.Mailbox {
+		m := New(opts...)
+		if created != nil {
+			created(m)
+		}
+		return m
+	}
+}
+
+// PostUserMessage enqueues, holds, redirects or hands over a user message
+// according to the mode. A MessageBatch (raw or as an envelope's message) is
+// expanded exactly as Proto.Actor's default mailbox does: each element is
+// posted first, then the batch value itself.
+func (m *Mailbox) PostUserMessage(message any) {
+	if batch, ok := message.(actor.MessageBatch); ok {
+		for _, msg := range batch.GetMessages() {
+			m.PostUserMessage(msg)
+		}
+	}
+	if env, ok := message.(*actor.MessageEnvelope); ok {
+		if batch, ok := env.Message.(actor.MessageBatch); ok {
+			for _, msg := range batch.GetMessages() {
+				m.PostUserMessage(msg)
+			}
+		}
+	}
+	m.post(message)
+}
+
+func (m *Mailbox) post(msg any) {
+	m.mu.Lock()
+	switch Mode(m.mode.Load()) {
+	case Open:
+		m.user.pushBack(msg)
+		m.userCount.Add(1)
+		m.mu.Unlock()
+		m.schedule()
+	case Sealed, Staging:
+		// Held: nothing to dispatch, so no wake-up. Unseal and OpenWith
+		// schedule after they make these messages dispatchable.
+		m.user.pushBack(msg)
+		m.userCount.Add(1)
+		m.mu.Unlock()
+	case Redirecting:
+		m.sinkLocked(msg)
+	default: // Closed is terminal: the handler can run without the lock.
+		m.mu.Unlock()
+		m.closed(msg)
+	}
+}
+
+func (m *Mailbox) sinkLocked(msg any) {
+	defer m.mu.Unlock() // a panicking sink must not leave the mailbox locked
+	m.sink(msg)
+}
+
+func (m *Mailbox) closed(msg any) {
+	if m.onClosed != nil {
+		m.onClosed(msg)
+		return
+	}
+	m.dropped.Add(1)
+}
+
+// PostSystemMessage enqueues a system message; system messages are processed
+// in every mode.
+func (m *Mailbox) PostSystemMessage(message any) {
+	m.sys.push(message)
+	m.sysCount.Add(1)
+	m.schedule()
+}
+
+// RegisterHandlers is called by the spawner before Start.
+func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	m.invoker = invoker
+	m.dispatcher = dispatcher
+}
+
+// Start enables scheduling and processes whatever was submitted before (the
+// spawner posts *actor.Started just before calling Start, so Started is
+// processed before any Do item or user message).
+func (m *Mailbox) Start() {
+	m.started.Store(true)
+	m.schedule()
+}
+
+// UserMessageCount returns the number of user messages the mailbox holds, in
+// whichever queue (dispatch queue, ingress hold or temporary queue).
+func (m *Mailbox) UserMessageCount() int {
+	return int(m.userCount.Load())
+}
+
+// Mode returns the current mode. After Seal it stays Open until the seal
+// takes effect on the run goroutine, immediately before captured is called.
+func (m *Mailbox) Mode() Mode {
+	return Mode(m.mode.Load())
+}
+
+// Dropped returns how many user messages were posted in Closed mode without
+// an OnClosed handler and dropped.
+func (m *Mailbox) Dropped() uint64 {
+	return m.dropped.Load()
+}
+
+// Seal asks the mailbox to stop dispatching after the turn in progress.
+//
+// When no user turn is running — after pending system messages and the Do
+// items submitted before it, on the mailbox's run goroutine, so nothing of
+// the actor runs concurrently — the mailbox switches to Sealed, removes every
+// not-yet-dispatched user message as the saved-work prefix (the original
+// posted values, *actor.MessageEnvelope with sender and header intact, in
+// posting order; nil when there are none) and calls captured(saved) without
+// holding its lock. captured has exclusive access to the actor like a turn,
+// and may call the mailbox (Unseal, Redirect, Discard, Do). Messages posted
+// after the switch are held. While the actor is suspended (failure awaiting
+// its supervisor) the seal waits for the resume, like a turn.
+//
+// Seal does not wait: captured runs asynchronously on the run goroutine. It
+// may run before Seal returns (an idle mailbox is scheduled at once; a
+// synchronized dispatcher even runs it inline) or long after (a turn in
+// progress), so callers must not rely on either order. Until the switch
+// Mode reports Open and a second Seal returns ErrMode.
+//
+// Seal returns ErrMode if the mode is not Open or a seal is already pending.
+// If captured panics the failure is escalated like a failing turn; the
+// mailbox stays Sealed and saved has already been handed over.
+func (m *Mailbox) Seal(captured func(saved []any)) error {
+	if captured == nil {
+		return fmt.Errorf("%w: Seal", errNilCallback)
+	}
+	m.mu.Lock()
+	mode := Mode(m.mode.Load())
+	if mode != Open || m.sealPending {
+		pending := m.sealPending
+		m.mu.Unlock()
+		return modeError("Seal", mode, pending)
+	}
+	m.sealPending = true
+	m.pushCtlLocked(ctlItem{seal: captured})
+	m.mu.Unlock()
+	m.schedule()
+	return nil
+}
+
+// Unseal is the single backward edge: from Sealed, it puts saved back at the
+// front (ahead of the held messages) in its original order and returns to
+// Open, dispatching again. ErrMode from any other mode.
+func (m *Mailbox) Unseal(saved []any) error {
+	m.mu.Lock()
+	if mode := Mode(m.mode.Load()); mode != Sealed {
+		pending := m.sealPending
+		m.mu.Unlock()
+		return modeError("Unseal", mode, pending)
+	}
+	m.user.pushFront(saved)
+	m.userCount.Add(int32(len(saved)))
+	m.mode.Store(int32(Open))
+	m.mu.Unlock()
+	m.schedule()
+	return nil
+}
+
+// Redirect, from Sealed or Redirecting, hands every held message to sink in
+// order, then every later post, in posting order, and returns how many held
+// messages it drained. Called again in Redirecting it swaps the sink
+// atomically (and returns 0): every message posted before the call went to
+// the old sink, every one after to the new. ErrMode otherwise.
+//
+// The held messages are handed to sink on the calling goroutine, under the
+// mailbox lock. If sink panics, the messages not yet handed over stay held
+// and the mode stays Sealed.
+func (m *Mailbox) Redirect(sink Sink) (int, error) {
+	if sink == nil {
+		return 0, fmt.Errorf("%w: Redirect", errNilCallback)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch mode := Mode(m.mode.Load()); mode {
+	case Sealed:
+		n := 0
+		for {
+			v, ok := m.user.popFront()
+			if !ok {
+				break
+			}
+			m.userCount.Add(-1)
+			n++
+			sink(v)
+		}
+		m.user.release()
+		m.sink = sink
+		m.mode.Store(int32(Redirecting))
+		return n, nil
+	case Redirecting:
+		m.sink = sink
+		return 0, nil
+	default:
+		return 0, modeError("Redirect", mode, m.sealPending)
+	}
+}
+
+// OpenWith, from Staging, makes the mailbox dispatch backlog first (in the
+// given order), then the temporary queue (what was posted while Staging),
+// then later posts. It is atomic: the backlog is put ahead of the temporary
+// queue and the mode switched in one critical section, so no post can be
+// dispatched before any backlog item (spec 000 §4.6, the "observed
+// atomically" linearization point; no callback runs under the lock).
+// ErrMode from other modes.
+func (m *Mailbox) OpenWith(backlog []any) error {
+	m.mu.Lock()
+	if mode := Mode(m.mode.Load()); mode != Staging {
+		pending := m.sealPending
+		m.mu.Unlock()
+		return modeError("OpenWith", mode, pending)
+	}
+	m.user.pushFront(backlog)
+	m.userCount.Add(int32(len(backlog)))
+	m.mode.Store(int32(Open))
+	m.mu.Unlock()
+	m.schedule()
+	return nil
+}
+
+// Discard, from Staging (target removed) or Sealed/Redirecting, switches to
+// Closed and returns every user message it still holds (temporary queue or
+// hold; nil in Redirecting, where nothing is held) in order, so the caller
+// can fail or forward them. Later posts go to the OnClosed handler. System
+// messages and Do items accepted before Discard are still processed.
+func (m *Mailbox) Discard() ([]any, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch mode := Mode(m.mode.Load()); mode {
+	case Staging, Sealed, Redirecting:
+		out := m.user.drain()
+		m.userCount.Add(-int32(len(out)))
+		m.sink = nil
+		m.mode.Store(int32(Closed))
+		return out, nil
+	default:
+		return nil, modeError("Discard", mode, m.sealPending)
+	}
+}
+
+// Do runs fn on the mailbox's run goroutine between turns, in any mode
+// (also Staging and Sealed): after pending system messages and before the
+// next user message, with exclusive access to the actor like a turn. Do
+// items run in the order they were submitted (a Seal counts as an item in
+// that order). Like user messages they wait while the mailbox is suspended.
+// A panic in fn is escalated like a failing turn. A Do submitted to a Closed
+// mailbox is not run and returns ErrMode; one accepted before Discard still
+// runs.
+func (m *Mailbox) Do(fn func()) error {
+	if fn == nil {
+		return fmt.Errorf("%w: Do", errNilCallback)
+	}
+	m.mu.Lock()
+	if mode := Mode(m.mode.Load()); mode == Closed {
+		m.mu.Unlock()
+		return modeError("Do", mode, false)
+	}
+	m.pushCtlLocked(ctlItem{do: fn})
+	m.mu.Unlock()
+	m.schedule()
+	return nil
+}
+
+func (m *Mailbox) pushCtlLocked(it ctlItem) {
+	m.ctl = append(m.ctl, it)
+	m.ctlCount.Add(1)
+}
+
+func (m *Mailbox) popCtlLocked() ctlItem {
+	it := m.ctl[0]
+	m.ctl[0] = ctlItem{}
+	m.ctl = m.ctl[1:]
+	if len(m.ctl) == 0 {
+		m.ctl = nil
+	}
+	m.ctlCount.Add(-1)
+	return it
+}
+
+func (m *Mailbox) schedule() {
+	if m.started.Load() && m.status.CompareAndSwap(idle, running) {
+		m.dispatcher.Schedule(m.runFn)
+	}
+}
+
+// hasWork reports, without the lock, whether a run would do something other
+// than system messages: a control item, or a dispatchable user message.
+func (m *Mailbox) hasWork() bool {
+	return m.ctlCount.Load() > 0 || (Mode(m.mode.Load()) == Open && m.userCount.Load() > 0)
+}
+
+func (m *Mailbox) processMessages() {
+process:
+	m.run()
+	if m.beforeIdle != nil {
+		m.beforeIdle()
+	}
+
+	// Set the mailbox idle, then re-check for work published after run's
+	// last look (its producer's CAS may have failed while we were running).
+	m.status.Store(idle)
+	if m.sysCount.Load() > 0 || (!m.suspended.Load() && m.hasWork()) {
+		if m.status.CompareAndSwap(idle, running) {
+			goto process
+		}
+	}
+}
+
+// run is the default mailbox's loop with control items between system and
+// user messages. A panic ends the run and is escalated with the message being
+// processed (nil for a Do item or a capture); processMessages then re-checks
+// and continues, as the default mailbox does.
+func (m *Mailbox) run() {
+	var msg any
+
+	defer func() {
+		if r := recover(); r != nil {
+			m.invoker.EscalateFailure(r, msg)
+		}
+	}()
+
+	i, t := 0, m.dispatcher.Throughput()
+	for {
+		if i > t {
+			i = 0
+			runtime.Gosched()
+		}
+		i++
+
+		// System messages first, in every mode, until the queue is empty.
+		if msg = m.sys.pop(); msg != nil {
+			m.sysCount.Add(-1)
+			switch msg.(type) {
+			case *actor.SuspendMailbox:
+				m.suspended.Store(true)
+			case *actor.ResumeMailbox:
+				m.suspended.Store(false)
+			default:
+				m.invoker.InvokeSystemMessage(msg)
+			}
+			continue
+		}
+
+		// Suspended: no control items and no user messages until resumed.
+		if m.suspended.Load() {
+			return
+		}
+
+		// Control items (Do, seal) before the next user message. ctlCount
+		// is published under mu before Do/Seal return, and only this
+		// goroutine pops, so a positive count means an item is there.
+		if m.ctlCount.Load() > 0 {
+			msg = nil
+			m.mu.Lock()
+			it := m.popCtlLocked()
+			if it.seal != nil {
+				// No turn is running (we are the run goroutine, between
+				// turns): switch, and take the saved-work prefix — the
+				// batch in hand first, then the rest, in posting order.
+				m.sealPending = false
+				m.mode.Store(int32(Sealed))
+				var saved []any
+				if n := m.out.len() + m.user.len(); n > 0 {
+					saved = m.user.appendTo(m.out.appendTo(make([]any, 0, n)))
+				}
+				m.userCount.Add(-int32(len(saved)))
+				m.mu.Unlock()
+				it.seal(saved)
+			} else {
+				m.mu.Unlock()
+				it.do()
+			}
+			continue
+		}
+
+		// Dispatch from the batch in hand (non-empty only in Open mode).
+		var ok bool
+		if msg, ok = m.out.popFront(); ok {
+			m.userCount.Add(-1)
+			m.invoker.InvokeUserMessage(msg)
+			continue
+		}
+
+		// Take the next batch: everything posted so far, by swapping rings.
+		m.mu.Lock()
+		if Mode(m.mode.Load()) != Open || m.user.len() == 0 {
+			m.mu.Unlock()
+			return
+		}
+		m.user, m.out = m.out, m.user // out is empty: an O(1) swap
+		m.mu.Unlock()
+	}
+}

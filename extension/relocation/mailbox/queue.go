@@ -1,0 +1,168 @@
+package mailbox
+
+import "sync/atomic"
+
+// ring is a growable FIFO ring buffer that also supports pushing a slice at
+// the front (Unseal, OpenWith) and removing everything at once (Seal,
+// Redirect, Discard). It is not synchronized: Mailbox.user is used under
+// Mailbox.mu, Mailbox.out only by the run goroutine.
+//
+// Capacity is always zero or a power of two, so index arithmetic is a mask.
+// Push and pop are amortized O(1) and allocate nothing once the buffer has
+// grown to the working-set size; the buffer only grows (as Proto.Actor's
+// goring queue does), except that drain releases a large buffer.
+type ring struct {
+	buf  []any
+	head int // index of the first element
+	n    int // number of elements
+}
+
+const (
+	ringMinCap = 16
+	// ringKeepCap: drain keeps a buffer up to this capacity for reuse and
+	// releases a larger one, so a relocated-away actor does not pin memory.
+	ringKeepCap = 1024
+)
+
+func (r *ring) len() int { return r.n }
+
+// grow makes room for at least need elements, keeping their order.
+func (r *ring) grow(need int) {
+	c := len(r.buf)
+	if need <= c {
+		return
+	}
+	if c == 0 {
+		c = ringMinCap
+	}
+	for c < need {
+		c <<= 1
+	}
+	nb := make([]any, c)
+	r.copyOut(nb)
+	r.buf = nb
+	r.head = 0
+}
+
+// copyOut copies the elements in order into dst (len(dst) >= r.n).
+func (r *ring) copyOut(dst []any) {
+	if r.n == 0 {
+		return
+	}
+	mask := len(r.buf) - 1
+	first := r.head
+	end := first + r.n
+	if end <= len(r.buf) {
+		copy(dst, r.buf[first:end])
+		return
+	}
+	k := copy(dst, r.buf[first:])
+	copy(dst[k:], r.buf[:end&mask])
+}
+
+func (r *ring) pushBack(v any) {
+	if r.n == len(r.buf) {
+		r.grow(r.n + 1)
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	r.n++
+}
+
+func (r *ring) popFront() (any, bool) {
+	if r.n == 0 {
+		return nil, false
+	}
+	v := r.buf[r.head]
+	r.buf[r.head] = nil // release for GC
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	return v, true
+}
+
+// pushFront puts vs ahead of the current elements, keeping vs's order.
+func (r *ring) pushFront(vs []any) {
+	k := len(vs)
+	if k == 0 {
+		return
+	}
+	r.grow(r.n + k)
+	mask := len(r.buf) - 1
+	r.head = (r.head - k) & mask
+	for i, v := range vs {
+		r.buf[(r.head+i)&mask] = v
+	}
+	r.n += k
+}
+
+// drain removes and returns every element in order (nil when empty).
+func (r *ring) drain() []any {
+	if r.n == 0 {
+		return nil
+	}
+	return r.appendTo(make([]any, 0, r.n))
+}
+
+// appendTo removes every element, appending them in order to dst.
+func (r *ring) appendTo(dst []any) []any {
+	if r.n == 0 {
+		return dst
+	}
+	k := len(dst)
+	dst = append(dst, make([]any, r.n)...)
+	r.copyOut(dst[k:])
+	if len(r.buf) > ringKeepCap {
+		r.buf = nil
+	} else {
+		clear(r.buf)
+	}
+	r.head, r.n = 0, 0
+	return dst
+}
+
+// release drops a large buffer once the ring is empty.
+func (r *ring) release() {
+	if r.n == 0 && len(r.buf) > ringKeepCap {
+		r.buf = nil
+		r.head = 0
+	}
+}
+
+// sysQueue is a lock-free multi-producer single-consumer queue for
+// system messages (Dmitry Vyukov's non-intrusive MPSC node queue, the same
+// algorithm as Proto.Actor's internal/queue/mpsc, which Go forbids importing).
+// push may be called from any goroutine; pop only from the run goroutine.
+type sysQueue struct {
+	head atomic.Pointer[sysNode] // producers swap here
+	tail *sysNode                // consumer only
+}
+
+type sysNode struct {
+	next atomic.Pointer[sysNode]
+	val  any
+}
+
+func (q *sysQueue) init() {
+	stub := &sysNode{}
+	q.head.Store(stub)
+	q.tail = stub
+}
+
+func (q *sysQueue) push(v any) {
+	n := &sysNode{val: v}
+	prev := q.head.Swap(n)
+	prev.next.Store(n)
+}
+
+// pop returns nil when the queue is empty (or a push is half-way: the
+// producer has swapped head but not yet linked; its count increment comes
+// after the link, so the run loop's re-check finds it).
+func (q *sysQueue) pop() any {
+	next := q.tail.next.Load()
+	if next == nil {
+		return nil
+	}
+	q.tail = next
+	v := next.val
+	next.val = nil
+	return v
+}

@@ -1,0 +1,213 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// objectState is what this node does with an incarnation.
+type objectState int
+
+const (
+	serving   objectState = iota // the owner: dispatching
+	leaving                      // a move out is in progress
+	staging                      // a move in is restoring; nothing dispatched
+	following                    // moved away: Message Follow to the next hop
+	ended                        // follow over or removed: Unavailable
+)
+
+// object is one incarnation of a relocatable object on this node. Fields
+// are touched by the driver goroutine only, except mb and inst, which the
+// spawn sets before the driver uses them.
+type object struct {
+	key             location.AuthorityKey
+	kind            *Kind
+	generation      uint64 // ObjectGeneration
+	ownerGeneration uint64 // AuthorityOwnerGeneration of this incarnation
+	pid             *actor.PID
+	mb              *mailbox.Mailbox
+	inst            actor.Actor
+	state           objectState
+	next            *actor.PID // where Message Follow sends, once following
+}
+
+// host wraps the application's actor: it refuses a followed message whose
+// ObjectGeneration is not this incarnation's (spec 000 §10) and otherwise
+// hands every message to the application.
+type host struct {
+	inner  actor.Actor
+	obj    *object
+	driver *Driver
+}
+
+func (h *host) Receive(c actor.Context) {
+	if hd := c.MessageHeader(); hd != nil {
+		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
+			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID,
+				fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation))
+			return
+		}
+	}
+	h.inner.Receive(c)
+}
+
+// respondFailure answers a request roam could not deliver; a one-way send
+// has nobody to answer and is reported by the caller's log line.
+func respondFailure(sys *actor.ActorSystem, to *actor.PID, code, target, detail string) {
+	if to == nil {
+		return
+	}
+	sys.Root.Send(to, &messages.DeliveryFailed{Code: code, Detail: detail, TargetId: target})
+}
+
+// DeliveryError turns a DeliveryFailed reply into a typed error, nil for
+// any other reply.
+func DeliveryError(reply any) error {
+	f, ok := reply.(*messages.DeliveryFailed)
+	if !ok {
+		return nil
+	}
+	class := roamerr.ErrUnavailable
+	switch f.GetCode() {
+	case "invalid_operation":
+		class = roamerr.ErrInvalidOperation
+	case "stale":
+		class = roamerr.ErrStale
+	}
+	return fmt.Errorf("%w: %s: %s", class, f.GetTargetId(), f.GetDetail())
+}
+
+// Spawn creates a relocatable Actor of a registered kind on this node: it
+// claims the Actor's record (Ready, owned here, member of this node's
+// Entry Spot) by create-only CAS, then starts it.
+func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	k, ok := d.kind(stableType)
+	if !ok {
+		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
+	}
+	key := location.Key(location.KindActor, id)
+	if err := key.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	rec := &location.Record{
+		ObjectGeneration:         1,
+		AuthorityOwnerGeneration: 1,
+		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
+		StableType:               stableType,
+		Owner:                    d.owner(),
+		Membership:               &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1},
+	}
+	if _, err := d.store.CompareAndSet(ctx, key, 0, rec); err != nil {
+		if errors.Is(err, location.ErrConflict) {
+			return nil, fmt.Errorf("%w: actor %q: %w", roamerr.ErrAlreadyExists, id, err)
+		}
+		return nil, fmt.Errorf("spawn actor %q: %w", id, err)
+	}
+	return call(ctx, d, func() (*actor.PID, error) {
+		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
+		}
+		obj.pid = pid
+		d.objects[key] = obj
+		return pid, nil
+	})
+}
+
+func (d *Driver) owner() *messages.Owner {
+	return &messages.Owner{
+		Mesh:           d.desc.GetMesh(),
+		NodeRid:        d.desc.GetNodeRid(),
+		NodeGeneration: d.desc.GetNodeGeneration(),
+		LeaseId:        d.desc.GetLeaseId(),
+	}
+}
+
+// Resolve reads the owner of key from the store (consistently) and returns
+// the PID of its current incarnation.
+func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor.PID, error) {
+	v, err := d.store.Read(ctx, key)
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
+		}
+		return nil, fmt.Errorf("%w: resolve %s: %w", roamerr.ErrUnavailable, key, err)
+	}
+	owner := v.Record.GetOwner()
+	addr, err := d.nodeAddress(ctx, owner.GetMesh(), owner.GetNodeRid())
+	if err != nil {
+		return nil, err
+	}
+	return actor.NewPID(addr, objectPIDName(key, v.Record.GetAuthorityOwnerGeneration())), nil
+}
+
+// nodeAddress finds a node's remote address through its descriptor.
+func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, error) {
+	if rid == d.desc.GetNodeRid() {
+		return d.desc.GetAddress(), nil
+	}
+	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: mesh, NodeRid: rid})
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return "", fmt.Errorf("%w: node %s is gone", roamerr.ErrUnavailable, rid)
+		}
+		return "", fmt.Errorf("%w: node %s: %w", roamerr.ErrUnavailable, rid, err)
+	}
+	return n.Node.GetAddress(), nil
+}
+
+// followSink forwards a message that reached an incarnation which has moved
+// away, keeping sender and headers, with one more hop (spec 000 §10).
+func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
+	return func(msg any) {
+		env, hops := withFollowHeaders(msg, obj.generation)
+		if hops > MaxFollowHops {
+			respondFailure(d.sys, env.Sender, "unavailable", obj.key.ID, fmt.Sprintf("Message Follow passed %d hops (a loop?)", MaxFollowHops))
+			d.log.Warn().Str("event", "follow_hops_exceeded").Str("object_id", obj.key.ID).Int("hops", hops).Msg("message dropped after too many follow hops")
+			return
+		}
+		d.sys.Root.Send(next, env)
+	}
+}
+
+// MaxFollowHops bounds Message Follow (DESIGN §5).
+const MaxFollowHops = 8
+
+// unavailableSink ends every message to an incarnation that no longer
+// follows: requests get DeliveryFailed, sends are logged.
+func (d *Driver) unavailableSink(obj *object, why string) mailbox.Sink {
+	return func(msg any) {
+		_, m, sender := actor.UnwrapEnvelope(msg)
+		if sender != nil {
+			respondFailure(d.sys, sender, "unavailable", obj.key.ID, why)
+			return
+		}
+		d.log.Warn().Str("event", "send_unavailable").Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
+	}
+}
+
+func typeName(m any) string {
+	if pm, ok := m.(proto.Message); ok {
+		return string(pm.ProtoReflect().Descriptor().FullName())
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+// Serving reports whether this node runs the serving incarnation of key.
+func (d *Driver) Serving(ctx context.Context, key location.AuthorityKey) (bool, error) {
+	return call(ctx, d, func() (bool, error) {
+		obj := d.objects[key]
+		return obj != nil && obj.state == serving, nil
+	})
+}

@@ -1,0 +1,466 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Outcome is what Relocate reports about one move, as the source saw it.
+type Outcome struct {
+	RelocationID uint64
+	Key          location.AuthorityKey
+	From, To     string // node RIDs
+	Bytes        uint64
+	Chunks       uint32
+	// Phase timestamps on the source.
+	Requested, Sealed, RelayReady, CutoverSent, Committed time.Time
+	// Pause is Sealed → Committed as the source observes it (the target
+	// opens dispatch right after its commit; Event.Pause is the target's
+	// exact figure).
+	Pause time.Duration
+}
+
+// sourceRun is one move out of this node.
+type sourceRun struct {
+	m         *handoff.Source
+	obj       *object
+	target    *messages.NodeRef
+	targetPID *actor.PID // the target's relocation actor
+	next      *actor.PID // the incarnation on the target
+	newOwner  uint64     // AuthorityOwnerGeneration the target will write
+	saved     []any      // the saved-work prefix, for Unseal
+	batch     []*messages.RelayedRecord
+	sum       handoff.RelaySum
+	sent      uint64 // chunk bytes submitted
+	credited  uint64
+	waiter    chan sourceResult
+	outcome   Outcome
+	deadline  time.Time
+}
+
+type sourceResult struct {
+	outcome Outcome
+	err     error
+}
+
+// Relocate moves the Actor or Instance Spot key, owned by this node, to the
+// node targetRid, with spec 000's hand-off. It returns once the target's
+// commit is visible in the Location Store, or the move failed.
+func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
+	addr, err := d.nodeAddress(ctx, d.desc.GetMesh(), targetRid)
+	if err != nil {
+		return Outcome{}, err
+	}
+	waiter, err := call(ctx, d, func() (chan sourceResult, error) { return d.startSource(key, targetRid, addr) })
+	if err != nil {
+		return Outcome{}, err
+	}
+	var res sourceResult
+	select {
+	case res = <-waiter:
+	case <-ctx.Done():
+		// Only this waiter ends; the move keeps its phase rules (§9).
+		return Outcome{}, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+	if res.err != nil {
+		return res.outcome, res.err
+	}
+	return d.awaitCommit(ctx, res.outcome, res.outcome.Requested.Add(d.cfg.RestoreTimeout))
+}
+
+// awaitCommit watches the store until the record names the target with
+// this move's RelocationId, or the restore deadline passes (the target
+// stops trying then, §4.5).
+func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time) (Outcome, error) {
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout))
+	defer cancel()
+	var after location.StoreVersion
+	for {
+		v, err := d.store.Watch(wctx, o.Key, after)
+		if err != nil {
+			return o, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrUnavailable, o.RelocationID, err)
+		}
+		r := v.Record
+		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To {
+			o.Committed = time.Now()
+			o.Pause = o.Committed.Sub(o.Sealed)
+			return o, nil
+		}
+		if v.Present() && r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
+			return o, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
+		}
+		after = v.Version
+	}
+}
+
+func (d *Driver) startSource(key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
+	obj := d.objects[key]
+	switch {
+	case obj == nil:
+		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+	case obj.state != serving:
+		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
+	case targetRid == d.desc.GetNodeRid():
+		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
+	}
+	if _, off := obj.kind.Policy.(disableRelocation); off {
+		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
+	}
+	now := time.Now()
+	id := handoff.Identity{
+		RelocationID:            newRelocationID(),
+		TargetAttemptGeneration: 1,
+		Fence:                   handoff.Fence{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), OwnerGeneration: obj.ownerGeneration},
+	}
+	r := &sourceRun{
+		m:         handoff.NewSource(id, d.cfg.Handoff, now.Add(d.cfg.RestoreTimeout)),
+		obj:       obj,
+		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
+		targetPID: PID(addr),
+		newOwner:  obj.ownerGeneration + 1,
+		waiter:    make(chan sourceResult, 1),
+		deadline:  now.Add(d.cfg.RestoreTimeout),
+		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
+	}
+	r.next = actor.NewPID(addr, objectPIDName(key, r.newOwner))
+	d.sources[id.RelocationID] = r
+	d.stepSource(r, handoff.Start{})
+	return r.waiter, nil
+}
+
+// stepSource feeds ev and runs the effects; events the effects produce at
+// once are fed after the current effects, in order.
+func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
+	queue := []handoff.Event{ev}
+	for len(queue) > 0 {
+		ev, queue = queue[0], queue[1:]
+		effects := r.m.Step(ev)
+		d.log.Debug().Str("side", "source").Uint64("relocation_id", r.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
+			Str("phase", r.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+		for _, e := range effects {
+			if next := d.sourceEffect(r, e); next != nil {
+				queue = append(queue, next)
+			}
+		}
+	}
+	if r.m.Finished() {
+		d.endSource(r)
+	}
+}
+
+func (d *Driver) endSource(r *sourceRun) {
+	id := r.m.Identity().RelocationID
+	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile} {
+		d.stopTimer(timerKey{source: id, timer: t})
+	}
+	peer := r.target.GetAddress()
+	d.budget.drop(peer, id)
+	if r.sent > r.credited {
+		d.releaseBudget(peer, int64(r.sent-r.credited))
+		r.credited = r.sent
+	}
+	delete(d.sources, id)
+}
+
+// later feeds ev to the run of id on the driver goroutine, if it still runs.
+func (d *Driver) later(id uint64, ev handoff.Event) {
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if r := d.sources[id]; r != nil {
+			d.stepSource(r, ev)
+		}
+	}})
+}
+
+func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
+	id := r.m.Identity()
+	key := r.obj.key
+	switch e := e.(type) {
+	case handoff.QueryCapability:
+		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion}
+		go func() {
+			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
+			ev := handoff.CapabilityAnswered{}
+			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
+				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit()}
+				r.target.NodeGeneration = reply.GetNode().GetNodeGeneration()
+			} else {
+				ev.Reason = fmt.Sprintf("capability query: %v", err)
+			}
+			d.later(id.RelocationID, ev)
+		}()
+
+	case handoff.AwaitAdmission:
+		var now bool
+		sync := true
+		d.budget.admit(r.target.GetAddress(), func() {
+			if sync {
+				now = true
+				return
+			}
+			d.stepSource(r, handoff.Admitted{})
+		})
+		sync = false
+		if now {
+			return handoff.Admitted{}
+		}
+
+	case handoff.Seal:
+		r.obj.state = leaving
+		obj, kind := r.obj, r.obj.kind
+		err := obj.mb.Seal(func(saved []any) {
+			// On the object's goroutine, between turns: exclusive access.
+			sealedAt := time.Now()
+			stream, err := safeCapture(id, obj, kind, saved)
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				if cur := d.sources[id.RelocationID]; cur == r {
+					r.saved, r.outcome.Sealed = saved, sealedAt
+					if err != nil {
+						d.stepSource(r, handoff.CaptureFailed{Err: err})
+					} else {
+						d.stepSource(r, handoff.Captured{Stream: stream})
+					}
+				}
+			}})
+		})
+		if err != nil {
+			return handoff.CaptureFailed{Err: err}
+		}
+
+	case handoff.SendPrepare:
+		r.outcome.Bytes, r.outcome.Chunks = e.Manifest.TotalLength, e.Manifest.ChunkCount
+		d.send(r.targetPID, &messages.RelocationPrepare{
+			Identity: id.ToProto(),
+			Object:   &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: r.obj.generation, StableType: r.obj.kind.StableType},
+			Manifest: &messages.PayloadManifest{
+				PayloadTotalLength: e.Manifest.TotalLength, PayloadChunkCount: e.Manifest.ChunkCount, PayloadChecksumCrc32C: e.Manifest.ChecksumCRC32C,
+			},
+			ChunkLimit:                uint32(e.ChunkLimit),
+			Source:                    &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
+			NewOwnerGeneration:        r.newOwner,
+			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
+		})
+
+	case handoff.SendChunks:
+		for _, c := range e.Chunks {
+			r.sent += uint64(len(c.Data))
+		}
+		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
+
+	case handoff.Unseal:
+		if err := r.obj.mb.Unseal(r.saved); err != nil {
+			d.log.Error().Str("event", "unseal_failed").Str("object_id", key.ID).Err(err).Msg("restoring the source queue failed")
+		}
+		r.obj.state = serving
+		r.saved = nil
+
+	case handoff.SendAbort:
+		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})
+
+	case handoff.RelayThenCutover:
+		r.outcome.RelayReady = time.Now()
+		return d.relayThenCutover(r, e.Epoch)
+
+	case handoff.ResendBoundary:
+		for _, rec := range r.batch {
+			again := proto.Clone(rec).(*messages.RelayedRecord)
+			again.ResendEpoch = e.Epoch
+			d.send(r.targetPID, again)
+		}
+		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
+
+	case handoff.ReleasePayload:
+		r.batch, r.saved = nil, nil
+
+	case handoff.EndFollow:
+		r.obj.state = ended
+		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
+			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
+		}
+
+	case handoff.Reconcile:
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+			defer cancel()
+			v, err := d.store.Read(ctx, key)
+			owns := err == nil && v.Record.GetOwner().GetNodeRid() == r.target.GetNodeRid() && v.Record.GetRelocationId() == id.RelocationID
+			d.later(id.RelocationID, handoff.ReconcileAnswered{TargetOwns: owns})
+		}()
+
+	case handoff.AdoptTargetRoute:
+		r.obj.state, r.obj.next = following, r.next
+		if _, err := r.obj.mb.Redirect(d.followSink(r.obj, r.next)); err != nil {
+			d.log.Error().Str("event", "adopt_route_failed").Err(err).Msg("")
+		}
+		delete(d.objects, key)
+
+	case handoff.FailHeld:
+		// Held requests stay held until the outcome is known; the callers'
+		// own deadlines end them. See the issue note on reconciliation.
+		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled")
+
+	case handoff.StartTimer:
+		d.startTimer(timerKey{source: id.RelocationID, timer: e.Timer}, e)
+
+	case handoff.StopTimer:
+		d.stopTimer(timerKey{source: id.RelocationID, timer: e.Timer})
+
+	case handoff.Log:
+		d.logEffect(e, key, id)
+
+	case handoff.Complete:
+		if e.Err == nil {
+			r.outcome.CutoverSent = time.Now()
+		}
+		r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}
+	}
+	return nil
+}
+
+// relayThenCutover relays the ingress hold in order, switches later
+// messages to Message Follow, and sends the cutover after the last relayed
+// record (spec 000 §4.4). Both switches happen under the mailbox's lock,
+// so every message is either in the batch or follows, never both.
+func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
+	id := r.m.Identity()
+	targetName := r.next.Id
+	relay := func(msg any) {
+		env, err := toWire(targetName, msg)
+		if err != nil {
+			_, _, sender := actor.UnwrapEnvelope(msg)
+			respondFailure(d.sys, sender, "invalid_operation", r.obj.key.ID, err.Error())
+			d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", r.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
+			return
+		}
+		b, _ := deterministic.Marshal(env)
+		r.sum = r.sum.Add(b)
+		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env}
+		r.batch = append(r.batch, rec)
+		d.send(r.targetPID, rec)
+	}
+	if _, err := r.obj.mb.Redirect(relay); err != nil {
+		d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
+	}
+	r.obj.state, r.obj.next = following, r.next
+	if _, err := r.obj.mb.Redirect(d.followSink(r.obj, r.next)); err != nil {
+		d.log.Error().Str("event", "follow_failed").Err(err).Msg("")
+	}
+	delete(d.objects, r.obj.key)
+	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
+	return handoff.CutoverSent{Sum: r.sum}
+}
+
+// send delivers a control message to a peer's relocation actor with this
+// driver as sender, which the peer checks against the move's source.
+func (d *Driver) send(to *actor.PID, msg proto.Message) {
+	d.sys.Root.RequestWithCustomSender(to, msg, d.self)
+}
+
+func (d *Driver) sendChunks(chunks []queuedChunk) {
+	for _, q := range chunks {
+		r := d.sources[q.run]
+		if r == nil {
+			continue
+		}
+		d.send(r.targetPID, &messages.RelocationState{
+			Identity: r.m.Identity().ToProto(), Index: q.chunk.Index, Offset: q.chunk.Offset, Data: q.chunk.Data,
+		})
+	}
+}
+
+func (d *Driver) releaseBudget(peer string, n int64) {
+	chunks, admitted := d.budget.release(peer, n)
+	d.sendChunks(chunks)
+	for _, a := range admitted {
+		a()
+	}
+}
+
+func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
+	id := handoff.IdentityFromProto(m.GetIdentity())
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id || m.GetReceivedBytes() <= r.credited {
+		return
+	}
+	n := min(m.GetReceivedBytes(), r.sent) - r.credited
+	r.credited += n
+	d.releaseBudget(r.target.GetAddress(), int64(n))
+}
+
+// onSourceEvent routes a target's reply to the source run of its identity,
+// only if it came from that run's target node.
+func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
+	id := handoff.IdentityFromProto(pid)
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id {
+		return
+	}
+	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
+		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("reply ignored: not from the move's target")
+		return
+	}
+	d.stepSource(r, ev)
+}
+
+func (d *Driver) onEndpointTerminated(address string) {
+	for _, r := range d.sources {
+		if r.target.GetAddress() == address {
+			d.stepSource(r, handoff.ConnectionLost{})
+		}
+	}
+}
+
+// safeCapture turns a panicking state adapter into a capture error, so the
+// move unseals instead of leaving the object sealed.
+func safeCapture(id handoff.Identity, obj *object, kind *Kind, saved []any) (stream []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: capture panicked: %v", roamerr.ErrInvalidOperation, p)
+		}
+	}()
+	return capture(id, obj, kind, saved)
+}
+
+// capture builds the relocation-envelope-v1 stream of a sealed object, on
+// its own goroutine: state through the kind's adapter, the saved-work
+// prefix as frozen records (spec 000 §4.2).
+func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte, error) {
+	env := envelope.Envelope{
+		Relocation: envelope.Relocation{
+			RelocationID: id.RelocationID, TargetAttemptGeneration: id.TargetAttemptGeneration,
+			CoordinatorFence: envelope.Fence{NodeRid: id.Fence.NodeRid, NodeGeneration: id.Fence.NodeGeneration, OwnerGeneration: id.Fence.OwnerGeneration},
+		},
+		Object:             envelope.Object{Kind: uint8(obj.key.Kind), ID: obj.key.ID, ObjectGeneration: obj.generation, StableType: kind.StableType},
+		ApplicationVersion: kind.ApplicationVersion,
+	}
+	if p, ok := kind.Policy.(preserveStateWith); ok {
+		state, err := p.adapter.Capture(obj.inst)
+		if err != nil {
+			return nil, fmt.Errorf("state adapter: %w", err)
+		}
+		env.ApplicationStates = []envelope.ApplicationState{{ParticipantID: 1, State: state}}
+	}
+	for i, msg := range saved {
+		rec, err := toRecord(msg)
+		if err != nil {
+			return nil, err
+		}
+		env.SavedWork = append(env.SavedWork, envelope.SavedWork{ParticipantID: 1, Order: uint64(i + 1), Record: rec})
+	}
+	stream, err := envelope.Encode(&env)
+	if err != nil {
+		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
+	}
+	return stream, nil
+}

@@ -1,0 +1,372 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// targetRun is one move into this node.
+type targetRun struct {
+	m         *handoff.Target
+	prepare   *messages.RelocationPrepare
+	key       location.AuthorityKey
+	kind      *Kind
+	sourcePID *actor.PID // the source's relocation actor
+	obj       *object
+	saved     []any // restored saved work, first in the backlog
+	deadline  time.Time
+	fallback  bool
+	ended     bool
+}
+
+func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
+	id := handoff.IdentityFromProto(p.GetIdentity())
+	from := c.Sender()
+	if t := d.targets[id]; t != nil {
+		if from == nil || from.Address != t.sourcePID.Address {
+			return // attributed by identity and connection only (§3)
+		}
+		d.stepTarget(t, d.prepareEvent(p))
+		return
+	}
+	fail := func(reason messages.FailureReason, detail string) {
+		if from != nil {
+			d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
+		}
+		d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).Str("detail", detail).Msg("Restore request refused")
+	}
+	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
+	k, ok := d.kind(p.GetObject().GetStableType())
+	switch {
+	case !id.Valid():
+		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
+		return
+	case from == nil || from.Address != p.GetSource().GetAddress():
+		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
+		return
+	case key.Validate() != nil || (key.Kind != location.KindActor && key.Kind != location.KindInstanceSpot):
+		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor or Instance Spot")
+		return
+	case !ok:
+		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
+		return
+	}
+	t := &targetRun{
+		prepare:   p,
+		key:       key,
+		kind:      k,
+		sourcePID: PID(from.Address),
+		deadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
+	}
+	m, effects := handoff.NewTarget(id, d.cfg.Handoff, d.prepareEvent(p))
+	t.m = m
+	d.targets[id] = t
+	d.runTarget(t, effects)
+}
+
+func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareReceived {
+	return handoff.PrepareReceived{
+		Manifest: envelope.Manifest{
+			TotalLength:    p.GetManifest().GetPayloadTotalLength(),
+			ChunkCount:     p.GetManifest().GetPayloadChunkCount(),
+			ChecksumCRC32C: p.GetManifest().GetPayloadChecksumCrc32C(),
+		},
+		ChunkLimit:       p.GetChunkLimit(),
+		RestoreDeadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
+		MaxPayloadLength: d.cfg.MaxPayloadLength,
+	}
+}
+
+// target finds the run of a control message's identity, only if it came
+// from that run's source node.
+func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targetRun {
+	t := d.targets[handoff.IdentityFromProto(pid)]
+	if t == nil {
+		return nil
+	}
+	if s := c.Sender(); s == nil || s.Address != t.sourcePID.Address {
+		return nil
+	}
+	return t
+}
+
+func (d *Driver) onChunk(c actor.Context, m *messages.RelocationState) {
+	if t := d.target(m.GetIdentity(), c); t != nil {
+		// The chunk is copied into the assembler's own buffer (§4.3).
+		d.stepTarget(t, handoff.ChunkReceived{Chunk: envelope.Chunk{Index: m.GetIndex(), Offset: m.GetOffset(), Data: m.GetData()}})
+	}
+}
+
+func (d *Driver) onRelayed(c actor.Context, m *messages.RelayedRecord) {
+	t := d.target(m.GetIdentity(), c)
+	if t == nil {
+		return
+	}
+	item, err := fromWire(m.GetEnvelope())
+	if err != nil {
+		d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", t.key.ID).Err(err).Msg("relayed message cannot be decoded")
+		return
+	}
+	b, _ := deterministic.Marshal(m.GetEnvelope())
+	d.stepTarget(t, handoff.RelayRecordReceived{Epoch: m.GetResendEpoch(), Record: b, Item: item})
+}
+
+func (d *Driver) onTargetEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
+	if t := d.target(pid, c); t != nil {
+		d.stepTarget(t, ev)
+	}
+}
+
+func (d *Driver) stepTarget(t *targetRun, ev handoff.Event) {
+	effects := t.m.Step(ev)
+	d.log.Debug().Str("side", "target").Uint64("relocation_id", t.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
+		Str("phase", t.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+	d.runTarget(t, effects)
+}
+
+// runTarget runs effects; events they produce at once are fed after them.
+func (d *Driver) runTarget(t *targetRun, effects []handoff.Effect) {
+	for len(effects) > 0 {
+		var next []handoff.Event
+		for _, e := range effects {
+			if ev := d.targetEffect(t, e); ev != nil {
+				next = append(next, ev)
+			}
+		}
+		effects = nil
+		for _, ev := range next {
+			effects = append(effects, t.m.Step(ev)...)
+		}
+	}
+}
+
+func (d *Driver) laterTarget(id handoff.Identity, ev handoff.Event) {
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if t := d.targets[id]; t != nil {
+			d.stepTarget(t, ev)
+		}
+	}})
+}
+
+func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
+	id := t.m.Identity()
+	switch e := e.(type) {
+	case handoff.InstallStaging:
+		obj := &object{
+			key: t.key, kind: t.kind, state: staging,
+			generation:      t.prepare.GetObject().GetObjectGeneration(),
+			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
+		}
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging()), objectPIDName(t.key, obj.ownerGeneration))
+		if err != nil {
+			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
+		}
+		obj.pid = pid
+		t.obj = obj
+
+	case handoff.SendCredit:
+		d.send(t.sourcePID, &messages.RelocationStateCredit{Identity: id.ToProto(), ReceivedBytes: e.ReceivedBytes})
+
+	case handoff.RestorePayload:
+		return d.restore(t, e.Stream)
+
+	case handoff.SendFailed:
+		d.send(t.sourcePID, &messages.RelocationFailed{Identity: id.ToProto(), Reason: e.Reason, Detail: e.Detail})
+
+	case handoff.SendRelayReady:
+		d.send(t.sourcePID, &messages.RelayReady{Identity: id.ToProto()})
+
+	case handoff.CommitOwner:
+		go func() { d.laterTarget(id, d.commitOwner(t, id)) }()
+
+	case handoff.OpenDispatch:
+		backlog := append(t.saved, e.Relay...)
+		t.saved = nil
+		if err := t.obj.mb.OpenWith(backlog); err != nil {
+			d.log.Error().Str("event", "open_failed").Str("object_id", t.key.ID).Err(err).Msg("opening dispatch failed")
+		}
+		t.obj.state = serving
+		d.objects[t.key] = t.obj
+		return handoff.DispatchOpened{}
+
+	case handoff.DeliverLate:
+		d.sys.Root.Send(t.obj.pid, e.Item)
+
+	case handoff.RemoveTarget:
+		if t.obj != nil && t.obj.mb != nil {
+			held, _ := t.obj.mb.Discard()
+			for _, msg := range held {
+				_, _, sender := actor.UnwrapEnvelope(msg)
+				respondFailure(d.sys, sender, "unavailable", t.key.ID, "the relocation target was removed")
+			}
+			t.obj.state = ended
+			d.sys.Root.Stop(t.obj.pid)
+		}
+
+	case handoff.StartTimer:
+		if e.Timer == handoff.TimerCutoverWait {
+			t.fallback = false
+		}
+		d.startTimer(timerKey{target: id, isTarget: true, timer: e.Timer}, e)
+
+	case handoff.StopTimer:
+		d.stopTimer(timerKey{target: id, isTarget: true, timer: e.Timer})
+
+	case handoff.Log:
+		if e.Event == "cutover_timeout" {
+			t.fallback = true
+		}
+		d.logEffect(e, t.key, id)
+
+	case handoff.Complete:
+		d.completeTarget(t, e.Err)
+	}
+	return nil
+}
+
+// restore decodes the verified stream and restores state on the object's
+// own goroutine, without dispatching anything (§4.3).
+func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
+	env, err := envelope.Decode(stream)
+	if err != nil {
+		return handoff.RestoreFailed{Err: err}
+	}
+	id := t.m.Identity()
+	if env.Relocation.RelocationID != id.RelocationID || env.Object.ID != t.key.ID || env.Object.StableType != t.kind.StableType ||
+		env.Object.ObjectGeneration != t.obj.generation {
+		return handoff.RestoreFailed{Err: fmt.Errorf("%w: payload describes another move or object", roamerr.ErrConflict)}
+	}
+	if env.ApplicationVersion != t.kind.ApplicationVersion {
+		return handoff.RestoreFailed{Err: fmt.Errorf("%w: application version %q, hosting %q", roamerr.ErrTypeMismatch, env.ApplicationVersion, t.kind.ApplicationVersion)}
+	}
+	saved := make([]any, 0, len(env.SavedWork))
+	for _, w := range env.SavedWork {
+		msg, err := fromRecord(w.Record)
+		if err != nil {
+			return handoff.RestoreFailed{Err: err}
+		}
+		saved = append(saved, msg)
+	}
+	t.saved = saved
+	adapter, preserve := t.kind.Policy.(preserveStateWith)
+	var state []byte
+	if len(env.ApplicationStates) > 0 {
+		state = env.ApplicationStates[0].State
+	}
+	obj := t.obj
+	err = obj.mb.Do(func() {
+		var err error
+		if preserve {
+			err = adapter.adapter.Restore(obj.inst, state)
+		}
+		if err != nil {
+			d.laterTarget(id, handoff.RestoreFailed{Err: fmt.Errorf("state adapter: %w", err)})
+			return
+		}
+		d.laterTarget(id, handoff.Restored{})
+	})
+	if err != nil {
+		return handoff.RestoreFailed{Err: err}
+	}
+	return nil
+}
+
+// commitOwner is one attempt of the target-only CAS (spec 000 §4.5, §6):
+// a consistent read, the fence check, and a CAS naming this target with the
+// move's RelocationId. A record that already names this target with this
+// RelocationId is a success (an earlier attempt's indeterminate write).
+func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
+	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
+	defer cancel()
+	v, err := d.store.Read(ctx, t.key)
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return handoff.StoreStale{Err: fmt.Errorf("%s no longer exists", t.key)}
+		}
+		return handoff.StoreRetryable{Err: err}
+	}
+	if ev := d.judge(t, id, v); ev != nil {
+		return ev
+	}
+	next := proto.Clone(v.Record).(*location.Record)
+	next.Owner = d.owner()
+	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
+	next.RelocationId = id.RelocationID
+	if t.key.Kind == location.KindActor {
+		// An Entry Spot Actor joins the target's Entry Spot (spec 000 §8).
+		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
+	}
+	_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)
+	var conflict *location.ConflictError
+	switch {
+	case err == nil:
+		return handoff.StoreCommitted{}
+	case errors.As(err, &conflict):
+		if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
+			if ev := d.judge(t, id, cur); ev != nil {
+				return ev
+			}
+		}
+		return handoff.StoreRetryable{Err: err}
+	default:
+		return handoff.StoreRetryable{Err: err}
+	}
+}
+
+// judge compares a record read from the store with the move: committed by
+// this move, stale (another owner or generation), or nil to go on.
+func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
+	r := v.Record
+	if r.GetRelocationId() == id.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() &&
+		r.GetAuthorityOwnerGeneration() == t.prepare.GetNewOwnerGeneration() {
+		return handoff.StoreCommitted{}
+	}
+	f := id.Fence
+	if r.GetOwner().GetNodeRid() != f.NodeRid || r.GetOwner().GetNodeGeneration() != f.NodeGeneration ||
+		r.GetAuthorityOwnerGeneration() != f.OwnerGeneration || r.GetObjectGeneration() != t.obj.generation {
+		return handoff.StoreStale{Err: fmt.Errorf("%s is owned by %s at owner generation %d, expected %s at %d",
+			t.key, r.GetOwner().GetNodeRid(), r.GetAuthorityOwnerGeneration(), f.NodeRid, f.OwnerGeneration)}
+	}
+	return nil
+}
+
+func (d *Driver) completeTarget(t *targetRun, err error) {
+	id := t.m.Identity()
+	ev := Event{
+		Key: t.key, RelocationID: id.RelocationID, From: id.Fence.NodeRid, To: d.desc.GetNodeRid(),
+		Bytes: t.prepare.GetManifest().GetPayloadTotalLength(), Chunks: t.prepare.GetManifest().GetPayloadChunkCount(),
+		Fallback: t.fallback, Err: err,
+	}
+	if err == nil {
+		ev.Pause = time.Since(time.Unix(0, t.prepare.GetSealedAtUnixNanos()))
+		d.log.Info().Str("event", "relocation_committed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).
+			Str("from", ev.From).Dur("pause", ev.Pause).Uint64("bytes", ev.Bytes).Uint32("chunks", ev.Chunks).Bool("fallback", ev.Fallback).Msg("relocation committed; dispatch open")
+	} else {
+		d.log.Warn().Str("event", "relocation_target_removed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).Err(err).Msg("relocation ended on the target without a commit")
+	}
+	if d.cfg.OnEvent != nil {
+		d.cfg.OnEvent(ev)
+	}
+	// Keep the run for late relay records and cutovers (fallback path),
+	// then forget it.
+	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			for _, tm := range []handoff.Timer{handoff.TimerCutoverWait, handoff.TimerRestoreDeadline, handoff.TimerStoreRetry} {
+				d.stopTimer(timerKey{target: id, isTarget: true, timer: tm})
+			}
+			delete(d.targets, id)
+		}})
+	})
+}
