@@ -94,6 +94,15 @@ func TestRandomizedMovesKeepEveryMessageOnce(t *testing.T) {
 	runRandomized(t, newMemStore(t), moves)
 }
 
+// The same on a real Consul. Reference: as above, DESIGN §3.
+func TestRandomizedMovesKeepEveryMessageOnceOnConsul(t *testing.T) {
+	moves := 1000
+	if s := os.Getenv("ROAM_RANDOM_MOVES"); s != "" {
+		moves, _ = strconv.Atoi(s)
+	}
+	runRandomized(t, newConsulStore(t), moves)
+}
+
 func runRandomized(t *testing.T, store location.Store, moves int) {
 	const objects, senders = 20, 4
 	nodes := startLedgerNodes(t, store, 3)

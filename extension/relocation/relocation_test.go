@@ -102,13 +102,15 @@ type cluster3 struct {
 
 func newMemStore(t *testing.T) location.Store { return memstore.New() }
 
+func newMemStoreTB() location.Store { return memstore.New() }
+
 // startNodeWith starts one node with a driver and the given kinds.
-func startNodeWith(t *testing.T, store location.Store, kinds ...relocation.Kind) *testNode {
+func startNodeWith(t testing.TB, store location.Store, kinds ...relocation.Kind) *testNode {
 	t.Helper()
 	return startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, kinds...)
 }
 
-func startNodeConfig(t *testing.T, store location.Store, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
+func startNodeConfig(t testing.TB, store location.Store, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
 	t.Helper()
 	node, err := cluster.Start(context.Background(), cluster.Config{Store: store, Logger: testLogger()})
 	require.NoError(t, err)

@@ -169,7 +169,10 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			generation:      t.prepare.GetObject().GetObjectGeneration(),
 			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
 		}
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging()), objectPIDName(t.key, obj.ownerGeneration))
+		// Once removed, the incarnation answers Unavailable for as long as
+		// messages may still follow to it (§4.5, §10).
+		closed := d.unavailableSink(obj, "the relocation target was removed before it opened")
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.ownerGeneration))
 		if err != nil {
 			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
 		}
@@ -212,7 +215,8 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 				respondFailure(d.sys, sender, "unavailable", t.key.ID, "the relocation target was removed")
 			}
 			t.obj.state = ended
-			d.sys.Root.Stop(t.obj.pid)
+			pid := t.obj.pid
+			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
 		}
 
 	case handoff.StartTimer:

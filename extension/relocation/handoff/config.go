@@ -23,8 +23,9 @@ type Config struct {
 	FollowDuration time.Duration
 	// StoreRetryBackoff is the pause between CAS attempts. Default 20 ms.
 	StoreRetryBackoff time.Duration
-	// CreditStep is how many received bytes the target credits back at a
-	// time. Default 1 MiB.
+	// CreditStep is how many received bytes the target gathers before it
+	// credits them back. Default 1: every chunk is credited, so a budget
+	// smaller than a chunk still flows.
 	CreditStep uint64
 }
 
@@ -36,7 +37,7 @@ func DefaultConfig() Config {
 		CutoverWaitTimeout:     time.Second,
 		FollowDuration:         30 * time.Second,
 		StoreRetryBackoff:      20 * time.Millisecond,
-		CreditStep:             1 << 20,
+		CreditStep:             1,
 	}
 }
 

@@ -1,0 +1,38 @@
+package relocation_test
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/consulstore"
+	"github.com/roamactors/roam/extension/location/consulstore/consultest"
+)
+
+// consul is one real Consul for the package's tests (DESIGN §3).
+var consul *consultest.Server
+
+func TestMain(m *testing.M) {
+	s, err := consultest.Launch()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relocation tests need a real Consul:", err)
+		os.Exit(1)
+	}
+	consul = s
+	code := m.Run()
+	s.Stop()
+	os.Exit(code)
+}
+
+var prefixes atomic.Int64
+
+// newConsulStore is a store on the real Consul under a fresh prefix.
+func newConsulStore(t testing.TB) location.Store {
+	s, err := consulstore.New(consulstore.Config{Address: consul.Addr, Prefix: fmt.Sprintf("roam-relocation-test/%d", prefixes.Add(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
