@@ -94,8 +94,12 @@ func (g *gate) Receive(c actor.Context) {
 
 type gateState struct{}
 
-func (gateState) Capture(a actor.Actor) ([]byte, error) { return counterState{}.Capture(&a.(*gate).counter) }
-func (gateState) Restore(a actor.Actor, b []byte) error  { return counterState{}.Restore(&a.(*gate).counter, b) }
+func (gateState) Capture(a actor.Actor) ([]byte, error) {
+	return counterState{}.Capture(&a.(*gate).counter)
+}
+func (gateState) Restore(a actor.Actor, b []byte) error {
+	return counterState{}.Restore(&a.(*gate).counter, b)
+}
 
 // Work queued before the seal (saved work) runs on the target before the
 // messages that arrived while sealed (the relay), each exactly once.
