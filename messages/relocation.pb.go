@@ -1256,6 +1256,85 @@ func (x *DeliveryFailed) GetTargetId() string {
 	return ""
 }
 
+// TimerTick is what a framework timer delivers to its actor: the name it
+// was registered under and where it stands in its schedule. Timers move
+// with the actor (issue 3, spec 000 §4.2 timerRegistrations).
+type TimerTick struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DeliveryIndex       uint64                 `protobuf:"varint,2,opt,name=delivery_index,json=deliveryIndex,proto3" json:"delivery_index,omitempty"` // 1 for the first tick delivered
+	ScheduleIndex       uint64                 `protobuf:"varint,3,opt,name=schedule_index,json=scheduleIndex,proto3" json:"schedule_index,omitempty"` // the schedule slot this tick fills
+	ScheduledUnixMillis int64                  `protobuf:"varint,4,opt,name=scheduled_unix_millis,json=scheduledUnixMillis,proto3" json:"scheduled_unix_millis,omitempty"`
+	Skipped             uint32                 `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"` // slots skipped by the overrun policy so far
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *TimerTick) Reset() {
+	*x = TimerTick{}
+	mi := &file_relocation_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimerTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimerTick) ProtoMessage() {}
+
+func (x *TimerTick) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
+func (*TimerTick) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TimerTick) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimerTick) GetDeliveryIndex() uint64 {
+	if x != nil {
+		return x.DeliveryIndex
+	}
+	return 0
+}
+
+func (x *TimerTick) GetScheduleIndex() uint64 {
+	if x != nil {
+		return x.ScheduleIndex
+	}
+	return 0
+}
+
+func (x *TimerTick) GetScheduledUnixMillis() int64 {
+	if x != nil {
+		return x.ScheduledUnixMillis
+	}
+	return 0
+}
+
+func (x *TimerTick) GetSkipped() uint32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_relocation_proto protoreflect.FileDescriptor
 
 const file_relocation_proto_rawDesc = "" +
@@ -1345,7 +1424,13 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0eDeliveryFailed\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x1b\n" +
-	"\ttarget_id\x18\x03 \x01(\tR\btargetId*\x90\x02\n" +
+	"\ttarget_id\x18\x03 \x01(\tR\btargetId\"\xbb\x01\n" +
+	"\tTimerTick\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0edelivery_index\x18\x02 \x01(\x04R\rdeliveryIndex\x12%\n" +
+	"\x0eschedule_index\x18\x03 \x01(\x04R\rscheduleIndex\x122\n" +
+	"\x15scheduled_unix_millis\x18\x04 \x01(\x03R\x13scheduledUnixMillis\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\rR\askipped*\x90\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -1369,7 +1454,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(*CoordinatorFence)(nil),      // 1: roam.messages.CoordinatorFence
@@ -1390,13 +1475,14 @@ var file_relocation_proto_goTypes = []any{
 	(*Cutover)(nil),               // 16: roam.messages.Cutover
 	(*RelocationAbort)(nil),       // 17: roam.messages.RelocationAbort
 	(*DeliveryFailed)(nil),        // 18: roam.messages.DeliveryFailed
-	nil,                           // 19: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 20: roam.messages.AuthorityKind
+	(*TimerTick)(nil),             // 19: roam.messages.TimerTick
+	nil,                           // 20: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 21: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
 	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	20, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	20, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	21, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	21, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	4,  // 3: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	2,  // 4: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	3,  // 5: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
@@ -1408,7 +1494,7 @@ var file_relocation_proto_depIdxs = []int32{
 	2,  // 11: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 12: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	13, // 13: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	19, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	20, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	2,  // 15: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	14, // 16: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	2,  // 17: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
@@ -1433,7 +1519,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,6 +39,7 @@ type object struct {
 	inst            actor.Actor
 	state           objectState
 	next            *actor.PID // where Message Follow sends, once following
+	tm              *timers    // framework timers; the object's goroutine only
 }
 
 // host wraps the application's actor: it refuses a followed message whose
@@ -57,6 +58,9 @@ func (h *host) Receive(c actor.Context) {
 				fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation))
 			return
 		}
+	}
+	if tick, ok := c.Message().(*messages.TimerTick); ok && (h.obj.tm == nil || !h.obj.tm.onTick(tick)) {
+		return // a tick of a cancelled timer
 	}
 	h.inner.Receive(c)
 }

@@ -262,6 +262,12 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		if err := r.obj.mb.Unseal(r.saved); err != nil {
 			d.log.Error().Str("event", "unseal_failed").Str("object_id", key.ID).Err(err).Msg("restoring the source queue failed")
 		}
+		obj := r.obj
+		_ = obj.mb.Do(func() {
+			if obj.tm != nil {
+				obj.tm.resume()
+			}
+		})
 		r.obj.state = serving
 		r.saved = nil
 
@@ -451,7 +457,16 @@ func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte,
 		}
 		env.ApplicationStates = []envelope.ApplicationState{{ParticipantID: 1, State: state}}
 	}
+	if obj.tm != nil {
+		env.TimerRegistrations = obj.tm.capture()
+	}
+	// Saved work and pending ticks share one order, so the target puts
+	// them back interleaved as they were queued.
 	for i, msg := range saved {
+		if tick, ok := msg.(*messages.TimerTick); ok {
+			env.PendingTimerTicks = append(env.PendingTimerTicks, pendingTick(uint64(i+1), tick))
+			continue
+		}
 		rec, err := toRecord(msg)
 		if err != nil {
 			return nil, err

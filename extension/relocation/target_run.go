@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -209,6 +210,12 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 
 	case handoff.RemoveTarget:
 		if t.obj != nil && t.obj.mb != nil {
+			obj := t.obj
+			_ = obj.mb.Do(func() {
+				if obj.tm != nil {
+					obj.tm.stopAll()
+				}
+			})
 			held, _ := t.obj.mb.Discard()
 			for _, msg := range held {
 				_, _, sender := actor.UnwrapEnvelope(msg)
@@ -255,22 +262,36 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 	if env.ApplicationVersion != t.kind.ApplicationVersion {
 		return handoff.RestoreFailed{Err: fmt.Errorf("%w: application version %q, hosting %q", roamerr.ErrTypeMismatch, env.ApplicationVersion, t.kind.ApplicationVersion)}
 	}
-	saved := make([]any, 0, len(env.SavedWork))
+	type ordered struct {
+		order uint64
+		msg   any
+	}
+	backlog := make([]ordered, 0, len(env.SavedWork)+len(env.PendingTimerTicks))
 	for _, w := range env.SavedWork {
 		msg, err := fromRecord(w.Record)
 		if err != nil {
 			return handoff.RestoreFailed{Err: err}
 		}
-		saved = append(saved, msg)
+		backlog = append(backlog, ordered{w.Order, msg})
 	}
-	t.saved = saved
+	for _, p := range env.PendingTimerTicks {
+		backlog = append(backlog, ordered{p.Order, tickOf(p)})
+	}
+	sort.Slice(backlog, func(i, j int) bool { return backlog[i].order < backlog[j].order })
+	t.saved = make([]any, len(backlog))
+	for i, b := range backlog {
+		t.saved[i] = b.msg
+	}
 	adapter, preserve := t.kind.Policy.(preserveStateWith)
 	var state []byte
 	if len(env.ApplicationStates) > 0 {
 		state = env.ApplicationStates[0].State
 	}
-	obj := t.obj
+	obj, regs := t.obj, env.TimerRegistrations
 	err = obj.mb.Do(func() {
+		tm := obj.timers()
+		tm.sys, tm.self = d.sys, obj.pid
+		tm.restore(regs)
 		var err error
 		if preserve {
 			err = adapter.adapter.Restore(obj.inst, state)
