@@ -95,11 +95,21 @@ func DeliveryError(reply any) error {
 // claims the Actor's record (Ready, owned here, member of this node's
 // Entry Spot) by create-only CAS, then starts it.
 func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindActor, id), stableType)
+}
+
+// SpawnInstanceSpot creates an Instance Spot of a registered kind on this
+// node: no membership, owned here (spec 002 §2.3). Cold activation by a
+// first message comes with the Spot manager.
+func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID string) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindInstanceSpot, spotID), stableType)
+}
+
+func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string) (*actor.PID, error) {
 	k, ok := d.kind(stableType)
 	if !ok {
 		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
 	}
-	key := location.Key(location.KindActor, id)
 	if err := key.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
 	}
@@ -109,13 +119,17 @@ func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, 
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
 		StableType:               stableType,
 		Owner:                    d.owner(),
-		Membership:               &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1},
+	}
+	if key.Kind == location.KindActor {
+		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
+	} else {
+		rec.SpotKind = messages.SpotKind_SPOT_KIND_INSTANCE
 	}
 	if _, err := d.store.CompareAndSet(ctx, key, 0, rec); err != nil {
 		if errors.Is(err, location.ErrConflict) {
-			return nil, fmt.Errorf("%w: actor %q: %w", roamerr.ErrAlreadyExists, id, err)
+			return nil, fmt.Errorf("%w: %s: %w", roamerr.ErrAlreadyExists, key, err)
 		}
-		return nil, fmt.Errorf("spawn actor %q: %w", id, err)
+		return nil, fmt.Errorf("spawn %s: %w", key, err)
 	}
 	return call(ctx, d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
@@ -127,6 +141,21 @@ func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, 
 		d.objects[key] = obj
 		return pid, nil
 	})
+}
+
+// ClosingReason says why an incarnation closes.
+type ClosingReason int
+
+const (
+	// RelocationOut: the object moved to another node; this incarnation
+	// only forwards now (spec 000 §8, Instance Spot row).
+	RelocationOut ClosingReason = iota + 1
+)
+
+// Closing is implemented by an application actor that wants to know when
+// its incarnation closes. OnClosing runs on the actor's goroutine.
+type Closing interface {
+	OnClosing(reason ClosingReason)
 }
 
 func (d *Driver) owner() *messages.Owner {

@@ -310,6 +310,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			d.log.Error().Str("event", "adopt_route_failed").Err(err).Msg("")
 		}
 		delete(d.objects, key)
+		d.closeOut(r.obj)
 
 	case handoff.FailHeld:
 		// Held requests stay held until the outcome is known; the callers'
@@ -364,7 +365,18 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	}
 	delete(d.objects, r.obj.key)
 	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
+	d.closeOut(r.obj)
 	return handoff.CutoverSent{Sum: r.sum}
+}
+
+// closeOut tells the application its source incarnation closed by moving
+// out (spec 000 §8: OnClosing(RelocationOut)).
+func (d *Driver) closeOut(obj *object) {
+	_ = obj.mb.Do(func() {
+		if c, ok := obj.inst.(Closing); ok {
+			c.OnClosing(RelocationOut)
+		}
+	})
 }
 
 // send delivers a control message to a peer's relocation actor with this
