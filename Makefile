@@ -14,8 +14,8 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 
 # Packages that start two or more Proto.Actor remotes in one process race
 # inside the library itself (DESIGN §4); everything else runs with -race.
-MULTI_REMOTE_PKGS := ./cluster/... ./extension/relocation
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension/relocation$$')
+MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$')
 
 .PHONY: test test-race test-multi consul generate lint demo demo-consul bench clean-consul
 

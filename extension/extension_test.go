@@ -1,0 +1,69 @@
+package extension_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/roamerr"
+)
+
+type greeter struct{ greeted int64 }
+
+func (g *greeter) Receive(c actor.Context) {
+	if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+		g.greeted++
+		c.Respond(wrapperspb.Int64(g.greeted))
+	}
+}
+
+type greeterState struct{}
+
+func (greeterState) Capture(a actor.Actor) ([]byte, error) {
+	return []byte{byte(a.(*greeter).greeted)}, nil
+}
+
+func (greeterState) Restore(a actor.Actor, b []byte) error {
+	a.(*greeter).greeted = int64(b[0])
+	return nil
+}
+
+// The public API moves an Actor between two nodes with its state.
+// Reference: issue 3 (Relocate on the extension).
+func TestExtensionRelocatesAnActor(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	var exts []*extension.Extension
+	for i := 0; i < 2; i++ {
+		e, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = e.Stop(ctx) })
+		require.NoError(t, e.RegisterKind(extension.Kind{
+			StableType: "greeter",
+			Producer:   func() actor.Actor { return &greeter{} },
+			Policy:     extension.PreserveStateWith(greeterState{}),
+		}))
+		exts = append(exts, e)
+	}
+	pid, err := exts[0].SpawnActor(ctx, "greeter", "g")
+	require.NoError(t, err)
+	hello := func() int64 {
+		res, err := exts[0].System().Root.RequestFuture(pid, wrapperspb.String("hi"), 5*time.Second).Result()
+		require.NoError(t, err)
+		return res.(*wrapperspb.Int64Value).Value
+	}
+	require.EqualValues(t, 1, hello())
+	out, err := exts[0].Relocate(ctx, extension.ActorRef("g"), exts[1].NodeRid())
+	require.NoError(t, err)
+	require.Equal(t, exts[1].NodeRid(), out.To)
+	require.EqualValues(t, 2, hello())
+	_, err = exts[1].Relocate(ctx, extension.Ref{Kind: 1, ID: "entry"}, exts[0].NodeRid())
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+}
