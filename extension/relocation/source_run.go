@@ -106,6 +106,22 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 
 func (d *Driver) startSource(key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
 	obj := d.objects[key]
+	if obj == nil {
+		if t := d.arriving(key); t != nil {
+			// The object is arriving here (committed or about to be): start
+			// once the arrival has opened or failed.
+			w := make(chan sourceResult, 1)
+			t.onDone = append(t.onDone, func() {
+				inner, err := d.startSource(key, targetRid, addr)
+				if err != nil {
+					w <- sourceResult{err: err}
+					return
+				}
+				go func() { w <- <-inner }()
+			})
+			return w, nil
+		}
+	}
 	switch {
 	case obj == nil:
 		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)

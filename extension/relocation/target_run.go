@@ -29,7 +29,17 @@ type targetRun struct {
 	saved     []any // restored saved work, first in the backlog
 	deadline  time.Time
 	fallback  bool
-	ended     bool
+	onDone    []func() // Relocate calls waiting for this arrival to end
+}
+
+// arriving finds an unfinished move of key into this node.
+func (d *Driver) arriving(key location.AuthorityKey) *targetRun {
+	for _, t := range d.targets {
+		if t.key == key && !t.m.Finished() {
+			return t
+		}
+	}
+	return nil
 }
 
 func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
@@ -383,6 +393,11 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	}
 	if d.cfg.OnEvent != nil {
 		d.cfg.OnEvent(ev)
+	}
+	waiting := t.onDone
+	t.onDone = nil
+	for _, f := range waiting {
+		f()
 	}
 	// Keep the run for late relay records and cutovers (fallback path),
 	// then forget it.
