@@ -8,6 +8,7 @@ require (
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
+	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
 )
 
@@ -58,5 +59,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231002182017-d307bd883b97 // indirect
-	google.golang.org/grpc v1.60.1 // indirect
 )

@@ -20,6 +20,8 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/extension/location"
@@ -145,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	handler := &zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel}
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(handler) }))
-	rcfg := remote.Configure(cfg.Host, cfg.Port, cfg.RemoteOptions...)
+	rcfg := remote.Configure(cfg.Host, cfg.Port, append(frameOptions(), cfg.RemoteOptions...)...)
 	if cfg.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = cfg.AdvertisedHost
 	}
@@ -187,6 +189,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(lease.ID)).Msg("node claimed")
 	go n.renewLoop()
 	return n, nil
+}
+
+// MaxFrameBytes is the largest gRPC message a node sends or accepts. The
+// endpoint writer batches up to 1,000 messages into one frame and gRPC drops
+// the whole stream for a frame over its limit (4 MiB by default, DESIGN
+// §4); relocation keeps at most its in-flight budget (≤ 32 MiB) of chunks
+// queued per peer, so frames stay well under this.
+const MaxFrameBytes = 64 << 20
+
+func frameOptions() []remote.ConfigOption {
+	return []remote.ConfigOption{
+		remote.WithDialOptions(
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
+		),
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes)),
+		remote.WithCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
+	}
 }
 
 // startRemote turns Proto.Actor's panic on a failed listen into an error.

@@ -42,7 +42,8 @@ type Config struct {
 	// absolute deadline (spec 000 §4.5). Default 10 s.
 	RestoreTimeout time.Duration
 	// InFlightPayloadBudget is RelocationInFlightPayloadBudget per peer.
-	// Default 16 MiB; negative disables it.
+	// Default 16 MiB; at most 32 MiB, so that the chunks queued for one
+	// peer always fit one transport frame (cluster.MaxFrameBytes).
 	InFlightPayloadBudget int64
 	// NodeInFlightPayloadBudget is RelocationNodeInFlightPayloadBudget.
 	// Default 0 (off).
@@ -72,8 +73,11 @@ func (c *Config) setDefaults() error {
 	if c.InFlightPayloadBudget == 0 {
 		c.InFlightPayloadBudget = 16 << 20
 	}
-	if c.InFlightPayloadBudget < 0 {
-		c.InFlightPayloadBudget = 0
+	if c.InFlightPayloadBudget < 0 || c.InFlightPayloadBudget > cluster.MaxFrameBytes/2 {
+		return fmt.Errorf("%w: InFlightPayloadBudget %d outside 1..%d", roamerr.ErrInvalidOperation, c.InFlightPayloadBudget, cluster.MaxFrameBytes/2)
+	}
+	if c.Handoff.ChunkLimit > 4<<20 {
+		return fmt.Errorf("%w: chunk limit %d over 4 MiB", roamerr.ErrInvalidOperation, c.Handoff.ChunkLimit)
 	}
 	if c.MaxPayloadLength == 0 {
 		c.MaxPayloadLength = 1 << 30

@@ -289,3 +289,89 @@ func TestPayloadLargerThanBudgetMoves(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1<<20), res.(*wrapperspb.Int64Value).Value)
 }
+
+// staleOnFirstRead makes another owner appear just before the target's
+// first read of key, as a concurrent move elsewhere would.
+type staleOnFirstRead struct {
+	location.Store
+	key  location.AuthorityKey
+	once sync.Once
+}
+
+func (s *staleOnFirstRead) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if key == s.key {
+		s.once.Do(func() {
+			v, err := s.Store.Read(ctx, key)
+			if err == nil {
+				r := v.Record
+				r.Owner.NodeRid = "some-other-node"
+				r.AuthorityOwnerGeneration++
+				_, _ = s.Store.CompareAndSet(ctx, key, v.Version, r)
+			}
+		})
+	}
+	return s.Store.Read(ctx, key)
+}
+
+// When the store names another valid owner, the target ends the move as
+// stale at once, without waiting for the deadline, and removes what it
+// prepared; nothing dispatches on the target.
+// Reference: spec 000 §4.5, §6 (another valid owner or generation).
+func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
+	shared := newMemStore(t)
+	key := location.Key(location.KindActor, "s1")
+	logs := &logBuffer{}
+	events := make(chan relocation.Event, 1)
+	a := startNodeWith(t, shared, counterKind)
+	b := startNodeConfig(t, &staleOnFirstRead{Store: shared, key: key}, relocation.Config{Logger: logs.logger(), OnEvent: func(e relocation.Event) { events <- e }}, counterKind)
+	ctx := context.Background()
+	_, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.ErrorIs(t, err, roamerr.ErrStale)
+	e := <-events
+	require.ErrorIs(t, e.Err, roamerr.ErrStale)
+	require.Less(t, time.Since(start), 10*time.Second, "stale ends before the restore deadline")
+	require.True(t, logs.has("stale_relocation"))
+	ok, err := b.driver.Serving(ctx, key)
+	require.NoError(t, err)
+	require.False(t, ok)
+}
+
+// Chunks of a large payload share the connection with other objects'
+// traffic: requests to another object on the target are answered while
+// the move is still transferring.
+// Reference: spec 000 §4.2, §13 (other messages between chunks).
+func TestOtherTrafficInterleavesWithChunks(t *testing.T) {
+	store := newMemStore(t)
+	big := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 32 << 20})}
+	a, b := startNodeWith(t, store, big, counterKind), startNodeWith(t, store, big, counterKind)
+	ctx := context.Background()
+	_, err := a.driver.Spawn(ctx, "blob", "huge")
+	require.NoError(t, err)
+	other, err := b.driver.Spawn(ctx, "counter", "other")
+	require.NoError(t, err)
+
+	moving := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		close(moving)
+		_, err := a.driver.Relocate(ctx, location.Key(location.KindActor, "huge"), b.node.Descriptor().GetNodeRid())
+		done <- err
+	}()
+	<-moving
+	answeredDuring := 0
+	for {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Positive(t, answeredDuring, "no other request crossed while the payload was in flight")
+			return
+		default:
+		}
+		if _, err := a.node.System().Root.RequestFuture(other, wrapperspb.String("get"), 10*time.Second).Result(); err == nil {
+			answeredDuring++
+		}
+	}
+}
