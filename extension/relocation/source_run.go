@@ -42,7 +42,8 @@ type sourceRun struct {
 	saved     []any      // the saved-work prefix, for Unseal
 	batch     []*messages.RelayedRecord
 	sum       handoff.RelaySum
-	sent      uint64 // chunk bytes submitted
+	parked    *parkedSink // the hold, while reconciling
+	sent      uint64      // chunk bytes submitted
 	credited  uint64
 	waiter    chan sourceResult
 	outcome   Outcome
@@ -275,7 +276,15 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
 
 	case handoff.Unseal:
-		if err := r.obj.mb.Unseal(r.saved); err != nil {
+		var err error
+		if p := r.parked; p != nil {
+			saved := r.saved
+			err = r.obj.mb.Reopen(func() []any { return append(saved, p.take()...) })
+			r.parked = nil
+		} else {
+			err = r.obj.mb.Unseal(r.saved)
+		}
+		if err != nil {
 			d.log.Error().Str("event", "unseal_failed").Str("object_id", key.ID).Err(err).Msg("restoring the source queue failed")
 		}
 		obj := r.obj
@@ -322,16 +331,24 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.AdoptTargetRoute:
 		r.obj.state, r.obj.next = following, r.next
-		if _, err := r.obj.mb.Redirect(d.followSink(r.obj, r.next)); err != nil {
+		follow := d.followSink(r.obj, r.next)
+		if r.parked != nil {
+			r.parked.release(follow)
+		}
+		if _, err := r.obj.mb.Redirect(follow); err != nil {
 			d.log.Error().Str("event", "adopt_route_failed").Err(err).Msg("")
 		}
 		delete(d.objects, key)
 		d.closeOut(r.obj)
 
 	case handoff.FailHeld:
-		// Held requests stay held until the outcome is known; the callers'
-		// own deadlines end them. See the issue note on reconciliation.
-		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled")
+		if r.parked == nil {
+			r.parked = &parkedSink{d: d, obj: r.obj}
+			if _, err := r.obj.mb.Redirect(r.parked.sink); err != nil {
+				d.log.Error().Str("event", "park_failed").Str("object_id", key.ID).Err(err).Msg("")
+			}
+		}
+		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled: requests fail, sends wait")
 
 	case handoff.StartTimer:
 		d.startTimer(timerKey{source: id.RelocationID, timer: e.Timer}, e)
@@ -371,6 +388,12 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env}
 		r.batch = append(r.batch, rec)
 		d.send(r.targetPID, rec)
+	}
+	if r.parked != nil {
+		// A relay-ready that arrived while reconciling: the parked sends
+		// are the head of the ingress hold.
+		r.parked.release(relay)
+		r.parked = nil
 	}
 	if _, err := r.obj.mb.Redirect(relay); err != nil {
 		d.log.Error().Str("event", "relay_failed").Err(err).Msg("")

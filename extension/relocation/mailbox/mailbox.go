@@ -424,6 +424,33 @@ func (m *Mailbox) Redirect(sink Sink) (int, error) {
 	}
 }
 
+// Reopen, from Redirecting, drops the sink and returns to Open, putting
+// prefix() in front of anything posted later. prefix is called under the
+// mailbox's lock, after the last call of the sink and before any later post
+// is queued, so messages a sink parked can be put back without loss or
+// reordering (a relocation that parked its hold while reconciling and then
+// got an explicit failure, spec 000 §9). prefix must not call the mailbox.
+// ErrMode from any other mode.
+func (m *Mailbox) Reopen(prefix func() []any) error {
+	if prefix == nil {
+		return fmt.Errorf("%w: Reopen", errNilCallback)
+	}
+	m.mu.Lock()
+	if mode := Mode(m.mode.Load()); mode != Redirecting {
+		pending := m.sealPending
+		m.mu.Unlock()
+		return modeError("Reopen", mode, pending)
+	}
+	back := prefix()
+	m.user.pushFront(back)
+	m.userCount.Add(int32(len(back)))
+	m.sink = nil
+	m.mode.Store(int32(Open))
+	m.mu.Unlock()
+	m.schedule()
+	return nil
+}
+
 // OpenWith, from Staging, makes the mailbox dispatch backlog first (in the
 // given order), then the temporary queue (what was posted while Staging),
 // then later posts. It is atomic: the backlog is put ahead of the temporary

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -877,4 +878,43 @@ func TestMessageBatchExpandsLikeDefaultMailbox(t *testing.T) {
 	held, err := mb.Discard()
 	require.NoError(t, err)
 	require.Equal(t, []any{1, 2, raw, 3, 4, env}, held)
+}
+
+// Reopen returns a redirected mailbox to dispatch with the parked messages
+// first, in order, ahead of every later post.
+// Reference: spec 000 §9 (explicit failure while reconciling).
+func TestReopenPutsParkedMessagesFirst(t *testing.T) {
+	var got []int
+	done := make(chan struct{})
+	mb := New()
+	sys := actor.NewActorSystem()
+	props := actor.PropsFromFunc(func(c actor.Context) {
+		if v, ok := c.Message().(int); ok {
+			got = append(got, v)
+			if v == 6 {
+				close(done)
+			}
+		}
+	}, actor.WithMailbox(func() actor.Mailbox { return mb }))
+	pid := sys.Root.Spawn(props)
+	sealed := make(chan []any, 1)
+	require.NoError(t, mb.Seal(func(saved []any) { sealed <- saved }))
+	saved := <-sealed
+	var parked []any
+	_, err := mb.Redirect(func(msg any) { parked = append(parked, msg) })
+	require.NoError(t, err)
+	sys.Root.Send(pid, 2)
+	sys.Root.Send(pid, 3)
+	require.Error(t, mb.Unseal(nil), "Unseal is for Sealed only")
+	require.NoError(t, mb.Reopen(func() []any { return append(append(saved, 1), parked...) }))
+	for i := 4; i <= 6; i++ {
+		sys.Root.Send(pid, i)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not dispatched")
+	}
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, got)
+	require.ErrorIs(t, mb.Reopen(func() []any { return nil }), ErrMode)
 }

@@ -1,0 +1,155 @@
+package relocation_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// silentTarget is a node whose relocation actor says it hosts everything
+// and then never answers a Restore request: the source gets no reply.
+type silentTarget struct {
+	node     *cluster.Node
+	mu       sync.Mutex
+	prepare  *messages.RelocationPrepare
+	prepared chan struct{}
+}
+
+func (s *silentTarget) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *messages.CapabilityQuery:
+		c.Respond(&messages.CapabilityReply{Supported: true, ReceiveChunkLimit: 256 << 10})
+	case *messages.RelocationPrepare:
+		s.mu.Lock()
+		if s.prepare == nil {
+			s.prepare = m
+			close(s.prepared)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func startSilentTarget(t *testing.T, store location.Store) *silentTarget {
+	node, err := cluster.Start(context.Background(), cluster.Config{Store: store})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	s := &silentTarget{node: node, prepared: make(chan struct{})}
+	_, err = node.System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return s }), relocation.DriverName)
+	require.NoError(t, err)
+	return s
+}
+
+// tell sends a control message to the source's driver from this node's
+// relocation actor, as the move's target would.
+func (s *silentTarget) tell(source *testNode, msg proto.Message) {
+	self := actor.NewPID(s.node.Address(), relocation.DriverName)
+	s.node.System().Root.RequestWithCustomSender(relocation.PID(source.node.Address()), msg, self)
+}
+
+// With no reply by the restore deadline the source reconciles: while the
+// store still names it, requests fail Unavailable at once and sends wait;
+// an explicit failure that arrives then restores the source with the saved
+// work and the waiting sends, each handled once, in order.
+// Reference: spec 000 §9 (last row), §4.4 (explicit failure before relay-ready).
+func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
+	store := newMemStore(t)
+	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
+	silent := startSilentTarget(t, store)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "rc1")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	for i := int64(1); i <= 100; i++ {
+		root.Send(pid, wrapperspb.Int64(i))
+	}
+	_, err = a.driver.Relocate(ctx, key, silent.node.Descriptor().GetNodeRid())
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+
+	res, err := root.RequestFuture(pid, wrapperspb.String("get"), 10*time.Second).Result()
+	require.NoError(t, err)
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable, "a request fails at once while reconciling")
+	for i := int64(101); i <= 150; i++ {
+		root.Send(pid, wrapperspb.Int64(i))
+	}
+
+	<-silent.prepared
+	silent.tell(a, &messages.RelocationFailed{Identity: silent.prepare.GetIdentity(), Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := a.driver.Serving(ctx, key)
+		require.NoError(t, err)
+		if ok {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the source never reopened")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, int64(150), get(t, root.ActorSystem(), pid))
+}
+
+// If reconciliation finds that the target did commit (its relay-ready was
+// lost), the source adopts the target route and forwards the sends that
+// waited, in order.
+// Reference: spec 000 §9 (last row).
+func TestReconcileAdoptsACommittedTarget(t *testing.T) {
+	store := newMemStore(t)
+	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
+	silent := startSilentTarget(t, store)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "rc2")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, silent.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	<-silent.prepared
+	// The next incarnation on the silent node counts what reaches it.
+	got := make(chan int64, 100)
+	name := "roam/actor/" + key.ID + "@2"
+	_, err = silent.node.System().Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if v, ok := c.Message().(*wrapperspb.Int64Value); ok {
+			got <- v.Value
+		}
+	}), name)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable)
+	for i := int64(1); i <= 20; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // parked
+	}
+	// The target commits, as if its relay-ready had been lost.
+	v, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	id := handoff.IdentityFromProto(silent.prepare.GetIdentity())
+	r := v.Record
+	r.Owner = &messages.Owner{Mesh: cluster.DefaultMesh, NodeRid: silent.node.Descriptor().GetNodeRid(), NodeGeneration: silent.node.Descriptor().GetNodeGeneration()}
+	r.AuthorityOwnerGeneration, r.RelocationId = 2, id.RelocationID
+	_, err = store.CompareAndSet(ctx, key, v.Version, r)
+	require.NoError(t, err)
+
+	for i := int64(1); i <= 20; i++ {
+		select {
+		case v := <-got:
+			require.Equal(t, i, v)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("parked send %d never reached the committed target", i)
+		}
+	}
+}
