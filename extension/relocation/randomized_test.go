@@ -2,6 +2,7 @@ package relocation_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +57,14 @@ func (l *ledger) Receive(c actor.Context) {
 			l.DupReqs++
 		}
 		l.Requests[m.Value] = true
-		c.Respond(m)
+		// Answer with the id and the Message Follow hops the request took,
+		// the hint a route cache uses to refresh a stale route.
+		hops := uint64(0)
+		if h := c.MessageHeader(); h != nil {
+			n, _ := strconv.Atoi(h.Get(relocation.HeaderHops))
+			hops = uint64(n)
+		}
+		c.Respond(wrapperspb.Bytes(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, m.Value), hops)))
 	case *wrapperspb.StringValue: // "stats"
 		b, _ := json.Marshal(l)
 		c.Respond(wrapperspb.Bytes(b))
@@ -161,8 +169,13 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 				if err == nil {
 					err = relocation.DeliveryError(res)
 				}
-				if err == nil && res.(*wrapperspb.UInt64Value).Value != id {
-					err = fmt.Errorf("request %d answered with %v", id, res)
+				var hops uint64
+				if err == nil {
+					b := res.(*wrapperspb.BytesValue).Value
+					if binary.BigEndian.Uint64(b) != id {
+						err = fmt.Errorf("request %d answered with %v", id, res)
+					}
+					hops = binary.BigEndian.Uint64(b[8:])
 				}
 				if err != nil {
 					errs <- fmt.Errorf("sender %d, %s: %w", s, keys[o].ID, err)
@@ -170,9 +183,10 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 				}
 				// The answer came through this route after the sends before
 				// it, so a fresh route cannot overtake them (§5.1). Keep the
-				// route for a few rounds, as a route cache would, but not so
-				// long that Message Follow could pass its 8 hops.
-				if rt.uses++; rt.uses < 3 {
+				// route for a few rounds, as a route cache would, and drop it
+				// on the follow hint (hops), long before Message Follow could
+				// pass its 8 hops.
+				if rt.uses++; rt.uses < 3 && hops < 2 {
 					routes[o] = rt
 				} else {
 					delete(routes, o)
