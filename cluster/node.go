@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -181,6 +182,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		r.Shutdown(false)
 		system.Shutdown()
+		waitReleased(n.desc.Address)
 		n.log.Error().Str("event", "node_claim_failed").Str("entry_spot_id", n.desc.EntrySpotId).Err(err).Msg("node descriptor and Entry Spot claim failed")
 		return nil, fmt.Errorf("cluster: claim node %s: %w", n.desc.Address, err)
 	}
@@ -206,6 +208,21 @@ func frameOptions() []remote.ConfigOption {
 		),
 		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes)),
 		remote.WithCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
+	}
+}
+
+// waitReleased waits (briefly) until nothing listens on address any more:
+// Proto.Actor starts gRPC's Serve on a goroutine, so a Stop that comes
+// first leaves the listener open until that goroutine runs.
+func waitReleased(address string) {
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		l, err := net.Listen("tcp", address)
+		if err == nil {
+			l.Close()
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

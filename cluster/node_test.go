@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"sync/atomic"
 	"testing"
@@ -26,15 +25,7 @@ import (
 var consul *consultest.Server
 
 func TestMain(m *testing.M) {
-	s, err := consultest.Launch()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cluster tests need a real Consul:", err)
-		os.Exit(1)
-	}
-	consul = s
-	code := m.Run()
-	s.Stop()
-	os.Exit(code)
+	consultest.Main(m, func(s *consultest.Server) { consul = s })
 }
 
 var prefixes atomic.Int64

@@ -2,7 +2,6 @@ package relocation_test
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -15,15 +14,7 @@ import (
 var consul *consultest.Server
 
 func TestMain(m *testing.M) {
-	s, err := consultest.Launch()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "relocation tests need a real Consul:", err)
-		os.Exit(1)
-	}
-	consul = s
-	code := m.Run()
-	s.Stop()
-	os.Exit(code)
+	consultest.Main(m, func(s *consultest.Server) { consul = s })
 }
 
 var prefixes atomic.Int64

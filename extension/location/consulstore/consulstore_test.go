@@ -2,7 +2,6 @@ package consulstore_test
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,15 +16,7 @@ import (
 var server *consultest.Server
 
 func TestMain(m *testing.M) {
-	s, err := consultest.Launch()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "consulstore tests need a real Consul:", err)
-		os.Exit(1)
-	}
-	server = s
-	code := m.Run()
-	s.Stop()
-	os.Exit(code)
+	consultest.Main(m, func(s *consultest.Server) { server = s })
 }
 
 var prefixes atomic.Int64

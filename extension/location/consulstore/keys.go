@@ -63,21 +63,9 @@ func unescapeID(s string) (string, error) {
 	return string(b), nil
 }
 
-func kindSegment(k location.Kind) string {
-	switch k {
-	case location.KindEntry:
-		return "entry"
-	case location.KindUserSpot:
-		return "user_spot"
-	case location.KindInstanceSpot:
-		return "instance_spot"
-	case location.KindActor:
-		return "actor"
-	}
-	return ""
+func (s *Store) kindPrefix(k location.Kind) string {
+	return s.prefix + "/loc/" + location.KindName(k) + "/"
 }
-
-func (s *Store) kindPrefix(k location.Kind) string { return s.prefix + "/loc/" + kindSegment(k) + "/" }
 
 func (s *Store) recordKey(k location.AuthorityKey) string {
 	return s.kindPrefix(k.Kind) + escapeID(k.ID)

@@ -191,3 +191,18 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// Main is a package's TestMain around one shared server: it starts the
+// server, hands it to started, runs the tests, stops the server and exits
+// with the tests' code. A server that will not start fails the package.
+func Main(m *testing.M, started func(*Server)) {
+	s, err := Launch()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "these tests need a real Consul:", err)
+		os.Exit(1)
+	}
+	started(s)
+	code := m.Run()
+	s.Stop()
+	os.Exit(code)
+}
