@@ -54,15 +54,17 @@ func TestChunksAreAttributedByExactIdentityOnly(t *testing.T) {
 	id := &messages.RelocationIdentity{RelocationId: 42, TargetAttemptGeneration: 1,
 		CoordinatorFence: &messages.CoordinatorFence{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), OwnerGeneration: 1}}
 	stream, err := envelope.Encode(&envelope.Envelope{
-		Relocation: envelope.Relocation{RelocationID: 42, TargetAttemptGeneration: 1, CoordinatorFence: envelope.Fence{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), OwnerGeneration: 1}},
-		Object:     envelope.Object{Kind: uint8(location.KindActor), ID: key.ID, ObjectGeneration: 1, StableType: "counter"},
+		Relocation:        envelope.Relocation{RelocationID: 42, TargetAttemptGeneration: 1, CoordinatorFence: envelope.Fence{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), OwnerGeneration: 1}},
+		Object:            envelope.Object{Kind: uint8(location.KindActor), ID: key.ID, ObjectGeneration: 1, StableType: "counter"},
 		ApplicationStates: []envelope.ApplicationState{{ParticipantID: 1, State: make([]byte, 24)}},
 	})
 	require.NoError(t, err)
 	m, chunks, err := envelope.Split(stream, 16)
 	require.NoError(t, err)
 	to := relocation.PID(target.node.Address())
-	send := func(from *actor.PID, sys *actor.ActorSystem, msg proto.Message) { sys.Root.RequestWithCustomSender(to, msg, from) }
+	send := func(from *actor.PID, sys *actor.ActorSystem, msg proto.Message) {
+		sys.Root.RequestWithCustomSender(to, msg, from)
+	}
 	send(self, source.System(), &messages.RelocationPrepare{Identity: id, Object: &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: 1, StableType: "counter"},
 		Manifest:   &messages.PayloadManifest{PayloadTotalLength: m.TotalLength, PayloadChunkCount: m.ChunkCount, PayloadChecksumCrc32C: m.ChecksumCRC32C},
 		ChunkLimit: 16, Source: &messages.NodeRef{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), Address: source.Address()},
