@@ -319,6 +319,10 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
 			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
 		}
+		// Answer Unavailable for one more follow period, then let the
+		// incarnation go so stubs do not pile up.
+		pid := r.obj.pid
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
 
 	case handoff.Reconcile:
 		go func() {
