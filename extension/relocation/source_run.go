@@ -208,13 +208,19 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		go func() {
 			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
 			ev := handoff.CapabilityAnswered{}
+			var gen uint64
 			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit()}
-				r.target.NodeGeneration = reply.GetNode().GetNodeGeneration()
+				gen = reply.GetNode().GetNodeGeneration()
 			} else {
 				ev.Reason = fmt.Sprintf("capability query: %v", err)
 			}
-			d.later(id.RelocationID, ev)
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				if cur := d.sources[id.RelocationID]; cur == r {
+					r.target.NodeGeneration = gen
+					d.stepSource(r, ev)
+				}
+			}})
 		}()
 
 	case handoff.AwaitAdmission:
