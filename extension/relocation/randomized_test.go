@@ -127,6 +127,7 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 	}
 
 	stop := make(chan struct{})
+	var moved [objects]atomic.Int64
 	var sent [senders][objects]uint32
 	var requests atomic.Uint64
 	var wg sync.WaitGroup
@@ -139,8 +140,9 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 			home := nodes[s%3]
 			sys := home.node.System()
 			type route struct {
-				pid  *actor.PID
-				uses int
+				pid   *actor.PID
+				uses  int
+				moves int64 // moves of the object when the route was resolved
 			}
 			routes := map[int]*route{}
 			for {
@@ -157,7 +159,7 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 						errs <- err
 						return
 					}
-					rt = &route{pid: p}
+					rt = &route{pid: p, moves: moved[o].Load()}
 				}
 				pid := rt.pid
 				for i := 0; i < 5; i++ {
@@ -178,7 +180,8 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 					hops = binary.BigEndian.Uint64(b[8:])
 				}
 				if err != nil {
-					errs <- fmt.Errorf("sender %d, %s: %w", s, keys[o].ID, err)
+					errs <- fmt.Errorf("sender %d, %s (route used %d times, %d moves since it was resolved): %w",
+						s, keys[o].ID, rt.uses, moved[o].Load()-rt.moves, err)
 					return
 				}
 				// The answer came through this route after the sends before
@@ -198,7 +201,8 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 	r := rand.New(rand.NewPCG(7, 7))
 	done := 0
 	for attempts := 0; done < moves && attempts < moves*20; attempts++ {
-		key := keys[r.IntN(objects)]
+		o := r.IntN(objects)
+		key := keys[o]
 		v, err := store.Read(ctx, key)
 		require.NoError(t, err)
 		from := byRid[v.Record.GetOwner().GetNodeRid()]
@@ -210,6 +214,7 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 		switch {
 		case err == nil:
 			done++
+			moved[o].Add(1)
 		case errors.Is(err, roamerr.ErrNotFound), errors.Is(err, roamerr.ErrUnavailable):
 			// The store named the new owner before it opened dispatch, or
 			// the object is mid-move: try another.
