@@ -27,6 +27,9 @@ test-race:
 
 test-multi:
 	$(GO) test -count=1 $(MULTI_REMOTE_PKGS)
+	# The hand-off tests again on a real Consul (the randomized ones already
+	# have a Consul variant).
+	ROAM_TEST_STORE=consul $(GO) test -count=1 -skip TestRandomized ./extension/relocation
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)

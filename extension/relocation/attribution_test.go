@@ -31,7 +31,7 @@ func (r *replies) Receive(c actor.Context) {
 // identity's chunks and replies relay-ready for it.
 // Reference: spec 000 §3, §4.3, §11, §13 (attribution by identity and connection).
 func TestChunksAreAttributedByExactIdentityOnly(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	target := startNodeWith(t, store, counterKind)
 	source, err := cluster.Start(context.Background(), cluster.Config{Store: store})
 	require.NoError(t, err)

@@ -21,7 +21,7 @@ import (
 // merged again; a fallback skips the prefix it has) and logs late_cutover.
 // Reference: spec 000 §4.4, §9 (cutover lost, source running), §13.
 func TestConnectionLossResendsTheBoundaryBatch(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	logs := &logBuffer{}
 	kind := relocation.Kind{StableType: "ledger", Producer: func() actor.Actor { return newLedger() }, Policy: relocation.PreserveStateWith(ledgerState{})}
 	a := startNodeWith(t, store, kind)

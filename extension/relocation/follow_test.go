@@ -81,7 +81,7 @@ func TestFollowEndsAfterEightHops(t *testing.T) {
 // When MessageFollowDuration ends, the old address answers Unavailable.
 // Reference: spec 000 §10, DESIGN §5 (MessageFollowDuration).
 func TestFollowExpiresWithUnavailable(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	hc := handoff.DefaultConfig()
 	hc.FollowDuration = 300 * time.Millisecond
 	cfg := relocation.Config{Handoff: hc}
@@ -109,7 +109,7 @@ func TestFollowExpiresWithUnavailable(t *testing.T) {
 // handled once (order is not guaranteed on this path).
 // Reference: spec 000 §4.4, §9, §13.
 func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	logs := &logBuffer{}
 	hc := handoff.DefaultConfig()
 	hc.CutoverWaitTimeout = time.Nanosecond // the fallback fires before any cutover can arrive

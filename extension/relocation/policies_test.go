@@ -18,7 +18,7 @@ import (
 // so is registering one stable type twice.
 // Reference: spec 002 §8, §2.
 func TestKindNeedsAPolicyAndAUniqueStableType(t *testing.T) {
-	n := startNodeWith(t, newMemStore(t))
+	n := startNodeWith(t, newStore(t))
 	err := n.driver.RegisterKind(relocation.Kind{StableType: "p", Producer: func() actor.Actor { return &counter{} }})
 	require.ErrorIs(t, err, roamerr.ErrNotConfigured)
 	require.NoError(t, n.driver.RegisterKind(counterKind))
@@ -31,7 +31,7 @@ func TestKindNeedsAPolicyAndAUniqueStableType(t *testing.T) {
 // Reference: spec 002 §8 (relocation policies).
 func TestDisableRelocationRefusesToMove(t *testing.T) {
 	kind := relocation.Kind{StableType: "fixed", Producer: func() actor.Actor { return &counter{} }, Policy: relocation.DisableRelocation()}
-	store := newMemStore(t)
+	store := newStore(t)
 	a, b := startNodeWith(t, store, kind), startNodeWith(t, store, kind)
 	pid, err := a.driver.Spawn(context.Background(), "fixed", "x")
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestDisableRelocationRefusesToMove(t *testing.T) {
 // Reference: spec 002 §8 (relocation policies).
 func TestRecreateOnRelocationStartsFresh(t *testing.T) {
 	kind := relocation.Kind{StableType: "fresh", Producer: func() actor.Actor { return &counter{} }, Policy: relocation.RecreateOnRelocation()}
-	store := newMemStore(t)
+	store := newStore(t)
 	a, b := startNodeWith(t, store, kind), startNodeWith(t, store, kind)
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "fresh", "y")
@@ -77,7 +77,7 @@ func TestInstanceSpotMovesThroughTheSameCAS(t *testing.T) {
 	closed := make(chan relocation.ClosingReason, 4)
 	kind := relocation.Kind{StableType: "room", Producer: func() actor.Actor { return &closingCounter{closed: closed} },
 		Policy: relocation.PreserveStateWith(closingState{})}
-	shared := newMemStore(t)
+	shared := newStore(t)
 	srcView, dstView := &writeRecorder{Store: shared}, &writeRecorder{Store: shared}
 	a, b := startNodeWith(t, srcView, kind), startNodeWith(t, dstView, kind)
 	ctx := context.Background()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -99,7 +100,7 @@ func TestRandomizedMovesKeepEveryMessageOnce(t *testing.T) {
 	if s := os.Getenv("ROAM_RANDOM_MOVES"); s != "" {
 		moves, _ = strconv.Atoi(s)
 	}
-	runRandomized(t, newMemStore(t), moves)
+	runRandomized(t, memstore.New(), moves)
 }
 
 // The same on a real Consul. Reference: as above, DESIGN §3.

@@ -65,7 +65,7 @@ func (s *silentTarget) tell(source *testNode, msg proto.Message) {
 // work and the waiting sends, each handled once, in order.
 // Reference: spec 000 §9 (last row), §4.4 (explicit failure before relay-ready).
 func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
 	silent := startSilentTarget(t, store)
 	ctx := context.Background()
@@ -106,7 +106,7 @@ func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
 // waited, in order.
 // Reference: spec 000 §9 (last row).
 func TestReconcileAdoptsACommittedTarget(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
 	silent := startSilentTarget(t, store)
 	ctx := context.Background()

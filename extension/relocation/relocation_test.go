@@ -100,7 +100,14 @@ type cluster3 struct {
 	events []relocation.Event
 }
 
-func newMemStore(t *testing.T) location.Store { return memstore.New() }
+// newStore is the store the driver tests run on: memstore, or a real
+// Consul when ROAM_TEST_STORE=consul (make test runs both).
+func newStore(t testing.TB) location.Store {
+	if os.Getenv("ROAM_TEST_STORE") == "consul" {
+		return newConsulStore(t)
+	}
+	return memstore.New()
+}
 
 func newMemStoreTB() location.Store { return memstore.New() }
 
@@ -131,7 +138,7 @@ var counterKind = relocation.Kind{
 
 func startNodes(t *testing.T, n int) *cluster3 {
 	t.Helper()
-	c := &cluster3{store: newMemStore(t)}
+	c := &cluster3{store: newStore(t)}
 	for i := 0; i < n; i++ {
 		c.nodes = append(c.nodes, startNodeConfig(t, c.store, relocation.Config{Logger: testLogger(), OnEvent: func(e relocation.Event) {
 			c.mu.Lock()

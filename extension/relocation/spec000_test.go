@@ -107,7 +107,7 @@ func (gateState) Restore(a actor.Actor, b []byte) error {
 func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
 	hold := make(chan struct{})
 	kind := relocation.Kind{StableType: "gate", Producer: func() actor.Actor { return &gate{hold: hold} }, Policy: relocation.PreserveStateWith(gateState{})}
-	store := newMemStore(t)
+	store := newStore(t)
 	a, b := startNodeWith(t, store, kind), startNodeWith(t, store, kind)
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "gate", "g1")
@@ -136,7 +136,7 @@ func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
 // store still names it.
 // Reference: spec 000 §4.4 (abort diagram), §9, §13.
 func TestExplicitFailureRestoresTheSource(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	a := startNodeWith(t, store, counterKind)
 	failing := counterKind
 	failing.Policy = relocation.PreserveStateWith(failingRestore{})
@@ -171,7 +171,7 @@ func (failingRestore) Restore(actor.Actor, []byte) error { return errors.New("re
 // fails Unavailable and the object never stopped serving.
 // Reference: spec 000 §4.1, §9 (first row).
 func TestCapabilityRefusalNeverSeals(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	a := startNodeWith(t, store, counterKind)
 	b := startNodeWith(t, store) // no kinds
 	ctx := context.Background()
@@ -186,7 +186,7 @@ func TestCapabilityRefusalNeverSeals(t *testing.T) {
 // The source never writes the owner record; only the target does, once.
 // Reference: spec 000 §4.5, §13 (source and Session owner do not change the owner).
 func TestOnlyTheTargetWritesTheOwner(t *testing.T) {
-	shared := newMemStore(t)
+	shared := newStore(t)
 	srcView, dstView := &writeRecorder{Store: shared}, &writeRecorder{Store: shared}
 	a := startNodeWith(t, srcView, counterKind)
 	b := startNodeWith(t, dstView, counterKind)
@@ -206,7 +206,7 @@ func TestOnlyTheTargetWritesTheOwner(t *testing.T) {
 // the re-read and the move converges.
 // Reference: spec 000 §4.5, §6, §13.
 func TestCASRetriesConvergeOnIndeterminateOutcomes(t *testing.T) {
-	shared := newMemStore(t)
+	shared := newStore(t)
 	f, err := faulty.New(shared, faulty.Config{})
 	require.NoError(t, err)
 	a := startNodeWith(t, shared, counterKind)
@@ -233,7 +233,7 @@ func TestCASRetriesConvergeOnIndeterminateOutcomes(t *testing.T) {
 // Unavailable rather than running on two nodes or none silently.
 // Reference: spec 000 §4.5, §6, §9, §13.
 func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
-	shared := newMemStore(t)
+	shared := newStore(t)
 	f, err := faulty.New(shared, faulty.Config{})
 	require.NoError(t, err)
 	logs := &logBuffer{}
@@ -271,7 +271,7 @@ func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
 // and a multi-chunk move ends exactly like a single-chunk one.
 // Reference: spec 000 §4.2, §5.3, §13 (payload over the budget completes).
 func TestPayloadLargerThanBudgetMoves(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	kind := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 1 << 20})}
 	events := make(chan relocation.Event, 4)
 	cfg := relocation.Config{InFlightPayloadBudget: 64 << 10, OnEvent: func(e relocation.Event) { events <- e }}
@@ -318,7 +318,7 @@ func (s *staleOnFirstRead) Read(ctx context.Context, key location.AuthorityKey) 
 // prepared; nothing dispatches on the target.
 // Reference: spec 000 §4.5, §6 (another valid owner or generation).
 func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
-	shared := newMemStore(t)
+	shared := newStore(t)
 	key := location.Key(location.KindActor, "s1")
 	logs := &logBuffer{}
 	events := make(chan relocation.Event, 1)
@@ -344,7 +344,7 @@ func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 // the move is still transferring.
 // Reference: spec 000 §4.2, §13 (other messages between chunks).
 func TestOtherTrafficInterleavesWithChunks(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	big := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 32 << 20})}
 	a, b := startNodeWith(t, store, big, counterKind), startNodeWith(t, store, big, counterKind)
 	ctx := context.Background()

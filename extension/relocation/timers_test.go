@@ -81,7 +81,7 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, q string) any {
 // the timer again.
 // Reference: issue 3 (framework timers that move), spec 000 §4.2.
 func TestTimersMoveWithTheActor(t *testing.T) {
-	store := newMemStore(t)
+	store := newStore(t)
 	a, b := startNodeWith(t, store, tickerKind), startNodeWith(t, store, tickerKind)
 	ctx := context.Background()
 	key := location.Key(location.KindActor, "tick")
