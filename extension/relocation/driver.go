@@ -52,8 +52,9 @@ type Config struct {
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
 	CapabilityTimeout time.Duration
-	// Logger receives the spec's warnings and errors. Default: the node's
-	// logger is not reachable here, so zerolog.Nop.
+	// Logger receives the spec's warnings and errors (cutover_timeout,
+	// late_cutover, location_update_failed, …). Default zerolog.Nop;
+	// extension.Start passes the node's logger.
 	Logger *zerolog.Logger
 	// OnEvent, if set, is called once per finished move on the node that
 	// decided it (the target), from the driver's goroutine; keep it quick.
@@ -130,7 +131,6 @@ type Driver struct {
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
 	budget  *budget
-	nodes   map[string]string // node RID → address, cached from the store
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -152,7 +152,6 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 		budget:  newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
-		nodes:   map[string]string{},
 	}
 	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }), DriverName)
 	if err != nil {
@@ -339,12 +338,12 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 		Uint64("relocation_id", id.RelocationID).Uint64("target_attempt", id.TargetAttemptGeneration).Msg(l.Msg)
 }
 
-// mailboxFor builds the props of a relocatable object: the application's
+// props builds the props of a relocatable object: the application's
 // actor wrapped by host, on the relocatable mailbox.
 func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		inst := obj.kind.Producer()
 		obj.inst = inst
-		return &host{inner: inst, obj: obj, driver: d}
+		return &host{inner: inst, obj: obj}
 	}, actor.WithMailbox(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...)))
 }

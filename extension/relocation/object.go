@@ -46,9 +46,8 @@ type object struct {
 // ObjectGeneration is not this incarnation's (spec 000 §10) and otherwise
 // hands every message to the application.
 type host struct {
-	inner  actor.Actor
-	obj    *object
-	driver *Driver
+	inner actor.Actor
+	obj   *object
 }
 
 func (h *host) Receive(c actor.Context) {
