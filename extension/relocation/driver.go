@@ -21,6 +21,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
@@ -59,6 +60,9 @@ type Config struct {
 	// OnEvent, if set, is called once per finished move on the node that
 	// decided it (the target), from the driver's goroutine; keep it quick.
 	OnEvent func(Event)
+	// MeterProvider receives the move metrics (roam.relocation.moves,
+	// .pause, .payload). Default: OpenTelemetry's global provider.
+	MeterProvider metric.MeterProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -131,6 +135,7 @@ type Driver struct {
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
 	budget  *budget
+	metrics *metrics
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -153,6 +158,11 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		timers:  map[timerKey]*time.Timer{},
 		budget:  newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	d.metrics = m
 	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }), DriverName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)

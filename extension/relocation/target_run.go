@@ -391,6 +391,7 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	} else {
 		d.log.Warn().Str("event", "relocation_target_removed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).Err(err).Msg("relocation ended on the target without a commit")
 	}
+	d.metrics.record(ev)
 	if d.cfg.OnEvent != nil {
 		d.cfg.OnEvent(ev)
 	}
