@@ -63,7 +63,7 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	if err != nil {
 		return Outcome{}, err
 	}
-	waiter, err := call(ctx, d, func() (chan sourceResult, error) { return d.startSource(key, targetRid, addr) })
+	waiter, err := call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr) })
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -105,7 +105,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	}
 }
 
-func (d *Driver) startSource(key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
+func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
 	obj := d.objects[key]
 	if obj == nil {
 		if t := d.arriving(key); t != nil {
@@ -113,7 +113,11 @@ func (d *Driver) startSource(key location.AuthorityKey, targetRid, addr string) 
 			// once the arrival has opened or failed.
 			w := make(chan sourceResult, 1)
 			t.onDone = append(t.onDone, func() {
-				inner, err := d.startSource(key, targetRid, addr)
+				if ctx.Err() != nil {
+					w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
+					return // the caller gave up: start nothing for it
+				}
+				inner, err := d.startSource(ctx, key, targetRid, addr)
 				if err != nil {
 					w <- sourceResult{err: err}
 					return
