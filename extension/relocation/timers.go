@@ -196,10 +196,14 @@ func (t *timers) capture() []envelope.TimerRegistration {
 		if r.stop() {
 			cursor, r.paused = uint64(r.armedAt.UnixMilli()), true
 		}
+		// Every slot before the armed one is completed (handled or
+		// skipped), so the armed slot is CompletedScheduleIndex+1 on the
+		// target, whether it is re-armed there or its tick is on its way.
 		out = append(out, envelope.TimerRegistration{
 			ParticipantID: 1, Name: r.name, HandlerType: "roam.messages.TimerTick",
 			PeriodMillis: uint64(r.period / time.Millisecond), OverrunPolicy: uint8(r.overrun), CatchUpLimit: r.catchUp,
-			CompletedDeliveryIndex: r.delivered, CompletedScheduleIndex: r.scheduled, NextScheduleUnixMillis: cursor,
+			CompletedDeliveryIndex: r.delivered, CompletedScheduleIndex: max(r.scheduled, r.armedIdx-min(r.armedIdx, 1)),
+			NextScheduleUnixMillis: cursor,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -219,7 +223,7 @@ func (t *timers) resume() {
 	for _, r := range t.regs {
 		if r.paused {
 			r.paused = false
-			t.arm(r, r.armedAt, r.scheduled+1)
+			t.arm(r, r.armedAt, r.armedIdx)
 		}
 	}
 }
@@ -239,6 +243,8 @@ func (t *timers) restore(regs []envelope.TimerRegistration) {
 		t.regs[r.name] = r
 		if e.NextScheduleUnixMillis != 0 {
 			t.arm(r, time.UnixMilli(int64(e.NextScheduleUnixMillis)), r.scheduled+1)
+		} else {
+			r.armedIdx = r.scheduled + 1 // its tick is on its way and re-arms here
 		}
 	}
 }
