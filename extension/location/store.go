@@ -3,6 +3,7 @@ package location
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -35,6 +36,18 @@ func (v Versioned) Present() bool { return v.Version != 0 }
 type VersionedNode struct {
 	Node    *NodeDescriptor
 	Version StoreVersion
+}
+
+// SortNodes orders descriptors by mesh, then node RID, the order ListNodes
+// returns in every store.
+func SortNodes(nodes []VersionedNode) {
+	sort.Slice(nodes, func(i, j int) bool {
+		a, b := nodes[i].Node, nodes[j].Node
+		if a.GetMesh() != b.GetMesh() {
+			return a.GetMesh() < b.GetMesh()
+		}
+		return a.GetNodeRid() < b.GetNodeRid()
+	})
 }
 
 // LeaseID identifies an owner lease (a Consul session ID in consulstore).

@@ -327,12 +327,10 @@ func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 	ctx := context.Background()
 	_, err := a.driver.Spawn(ctx, "counter", key.ID)
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.ErrorIs(t, err, roamerr.ErrStale)
 	e := <-events
-	require.ErrorIs(t, e.Err, roamerr.ErrStale)
-	require.Less(t, time.Since(start), 10*time.Second, "stale ends before the restore deadline")
+	require.ErrorIs(t, e.Err, roamerr.ErrStale, "ended as stale, not by the restore deadline")
 	require.True(t, logs.has("stale_relocation"))
 	ok, err := b.driver.Serving(ctx, key)
 	require.NoError(t, err)

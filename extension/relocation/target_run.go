@@ -28,7 +28,6 @@ type targetRun struct {
 	obj       *object
 	saved     []any // restored saved work, first in the backlog
 	deadline  time.Time
-	fallback  bool
 	onDone    []func() // Relocate calls waiting for this arrival to end
 }
 
@@ -94,7 +93,6 @@ func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareRece
 			ChunkCount:     p.GetManifest().GetPayloadChunkCount(),
 			ChecksumCRC32C: p.GetManifest().GetPayloadChecksumCrc32C(),
 		},
-		ChunkLimit:       p.GetChunkLimit(),
 		RestoreDeadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
 		MaxPayloadLength: d.cfg.MaxPayloadLength,
 	}
@@ -237,18 +235,12 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.StartTimer:
-		if e.Timer == handoff.TimerCutoverWait {
-			t.fallback = false
-		}
 		d.startTimer(timerKey{target: id, isTarget: true, timer: e.Timer}, e)
 
 	case handoff.StopTimer:
 		d.stopTimer(timerKey{target: id, isTarget: true, timer: e.Timer})
 
 	case handoff.Log:
-		if e.Event == "cutover_timeout" {
-			t.fallback = true
-		}
 		d.logEffect(e, t.key, id)
 
 	case handoff.Complete:
@@ -382,7 +374,7 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	ev := Event{
 		Key: t.key, RelocationID: id.RelocationID, From: id.Fence.NodeRid, To: d.desc.GetNodeRid(),
 		Bytes: t.prepare.GetManifest().GetPayloadTotalLength(), Chunks: t.prepare.GetManifest().GetPayloadChunkCount(),
-		Fallback: t.fallback, Err: err,
+		Fallback: t.m.FellBack(), Err: err,
 	}
 	if err == nil {
 		ev.Pause = time.Since(time.Unix(0, t.prepare.GetSealedAtUnixNanos()))

@@ -522,13 +522,7 @@ func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.Versione
 		}
 		out = append(out, n)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].Node, out[j].Node
-		if a.GetMesh() != b.GetMesh() {
-			return a.GetMesh() < b.GetMesh()
-		}
-		return a.GetNodeRid() < b.GetNodeRid()
-	})
+	location.SortNodes(out)
 	return out, nil
 }
 

@@ -49,7 +49,6 @@ type (
 	// PrepareReceived: command 40 for this identity (first or repeated).
 	PrepareReceived struct {
 		Manifest         envelope.Manifest
-		ChunkLimit       uint32
 		RestoreDeadline  time.Time
 		MaxPayloadLength uint64
 	}

@@ -422,6 +422,7 @@ func TestCutoverStartsCASAndCommitOpensBacklog(t *testing.T) {
 	effects := tg.Step(CutoverReceivedEvent{Sum: sumOf("a", "b", "c")})
 	require.Equal(t, []string{"StopTimer", "CommitOwner"}, kinds(effects))
 	require.Equal(t, CutoverReceived, tg.Phase())
+	require.False(t, tg.FellBack())
 	effects = tg.Step(StoreCommitted{})
 	o, ok := find[OpenDispatch](effects)
 	require.True(t, ok)
@@ -454,6 +455,7 @@ func TestCutoverTimeoutFallsBack(t *testing.T) {
 	require.Equal(t, []string{"cutover_timeout"}, logEvent(effects))
 	require.True(t, has[CommitOwner](effects))
 	require.Equal(t, CutoverFallback, tg.Phase())
+	require.True(t, tg.FellBack())
 }
 
 // A late or duplicate cutover only logs late_cutover.

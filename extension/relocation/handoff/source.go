@@ -22,7 +22,6 @@ type Source struct {
 	chunks                      []envelope.Chunk
 
 	epoch       uint32
-	sum         RelaySum
 	cutoverSent bool
 	payloadHeld bool
 	reconciling bool
@@ -41,18 +40,6 @@ func (s *Source) Phase() Phase { return s.phase }
 
 // Identity is the move's identity.
 func (s *Source) Identity() Identity { return s.id }
-
-// Manifest describes the payload once captured.
-func (s *Source) Manifest() envelope.Manifest { return s.manifest }
-
-// Chunks are the payload's chunks while the source holds them.
-func (s *Source) Chunks() []envelope.Chunk { return s.chunks }
-
-// Epoch is the current resend epoch of the boundary batch.
-func (s *Source) Epoch() uint32 { return s.epoch }
-
-// Sum is the boundary batch's count and CRC once the cutover is sent.
-func (s *Source) Sum() RelaySum { return s.sum }
 
 // Finished reports whether nothing is left to do: decided, payload
 // released and Message Follow ended (or never started).
@@ -166,7 +153,7 @@ func (s *Source) Step(ev Event) []Effect {
 		if s.phase != RelayReady || s.cutoverSent {
 			return nil
 		}
-		s.cutoverSent, s.sum = true, ev.Sum
+		s.cutoverSent = true
 		s.moveTo(FollowOnly)
 		return []Effect{
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},

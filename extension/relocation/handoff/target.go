@@ -28,6 +28,7 @@ type Target struct {
 	relay        []any
 	sum          RelaySum
 	cutoverMatch bool // a cutover matched: every later relay record is a duplicate
+	fellBack     bool // committed without a cutover (order not guaranteed)
 	pos, have    int  // fallback path: position in the current epoch, records known
 	attempt      int  // CAS attempts so far
 	inFlight     bool // a CommitOwner is running
@@ -57,8 +58,8 @@ func (t *Target) Phase() Phase { return t.phase }
 // Identity is the move's identity.
 func (t *Target) Identity() Identity { return t.id }
 
-// Attempt is the number of CAS attempts made so far.
-func (t *Target) Attempt() int { return t.attempt }
+// FellBack reports whether the move went on without its cutover.
+func (t *Target) FellBack() bool { return t.fellBack }
 
 // Finished reports whether the machine is terminal.
 func (t *Target) Finished() bool { return t.phase == TargetRemoved || t.phase == TargetOpen }
@@ -294,6 +295,7 @@ func (t *Target) timer(tm Timer) []Effect {
 			return nil
 		}
 		t.moveTo(CutoverFallback)
+		t.fellBack = true
 		t.pos, t.have = len(t.relay), len(t.relay)
 		return append([]Effect{Log{Level: LevelWarn, Event: "cutover_timeout",
 			Msg: "no cutover within RelocationCutoverWaitTimeout; committing without the ordering guarantee"}}, t.commit()...)

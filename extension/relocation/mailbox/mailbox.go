@@ -371,14 +371,23 @@ func (m *Mailbox) Seal(captured func(saved []any)) error {
 // front (ahead of the held messages) in its original order and returns to
 // Open, dispatching again. ErrMode from any other mode.
 func (m *Mailbox) Unseal(saved []any) error {
+	return m.reopen("Unseal", Sealed, func() []any { return saved })
+}
+
+// reopen is the one way back to Open: from mode from, it puts front() ahead
+// of everything held, drops any sink and schedules dispatch, in one critical
+// section, so no post can slip between the two (front runs under the lock).
+func (m *Mailbox) reopen(op string, from Mode, front func() []any) error {
 	m.mu.Lock()
-	if mode := Mode(m.mode.Load()); mode != Sealed {
+	if mode := Mode(m.mode.Load()); mode != from {
 		pending := m.sealPending
 		m.mu.Unlock()
-		return modeError("Unseal", mode, pending)
+		return modeError(op, mode, pending)
 	}
-	m.user.pushFront(saved)
-	m.userCount.Add(int32(len(saved)))
+	back := front()
+	m.user.pushFront(back)
+	m.userCount.Add(int32(len(back)))
+	m.sink = nil
 	m.mode.Store(int32(Open))
 	m.mu.Unlock()
 	m.schedule()
@@ -435,20 +444,7 @@ func (m *Mailbox) Reopen(prefix func() []any) error {
 	if prefix == nil {
 		return fmt.Errorf("%w: Reopen", errNilCallback)
 	}
-	m.mu.Lock()
-	if mode := Mode(m.mode.Load()); mode != Redirecting {
-		pending := m.sealPending
-		m.mu.Unlock()
-		return modeError("Reopen", mode, pending)
-	}
-	back := prefix()
-	m.user.pushFront(back)
-	m.userCount.Add(int32(len(back)))
-	m.sink = nil
-	m.mode.Store(int32(Open))
-	m.mu.Unlock()
-	m.schedule()
-	return nil
+	return m.reopen("Reopen", Redirecting, prefix)
 }
 
 // OpenWith, from Staging, makes the mailbox dispatch backlog first (in the
@@ -459,18 +455,7 @@ func (m *Mailbox) Reopen(prefix func() []any) error {
 // atomically" linearization point; no callback runs under the lock).
 // ErrMode from other modes.
 func (m *Mailbox) OpenWith(backlog []any) error {
-	m.mu.Lock()
-	if mode := Mode(m.mode.Load()); mode != Staging {
-		pending := m.sealPending
-		m.mu.Unlock()
-		return modeError("OpenWith", mode, pending)
-	}
-	m.user.pushFront(backlog)
-	m.userCount.Add(int32(len(backlog)))
-	m.mode.Store(int32(Open))
-	m.mu.Unlock()
-	m.schedule()
-	return nil
+	return m.reopen("OpenWith", Staging, func() []any { return backlog })
 }
 
 // Discard, from Staging (target removed) or Sealed/Redirecting, switches to
