@@ -11,6 +11,8 @@ import (
 //
 //	<prefix>/loc/<kind>/<escaped id>        a LocationRecord
 //	<prefix>/node/<escaped mesh>/<escaped rid>  a NodeDescriptor
+//	<prefix>/root/<escaped key>             a root's manifest (roots.go)
+//	<prefix>/root/<escaped key>/part/<sha256 hex>/<n>  its parts
 //
 // IDs are arbitrary UTF-8 (spec 002 §2), so they are escaped to a form that
 // survives Consul's HTTP paths byte-exactly: ASCII letters, digits, '-' and

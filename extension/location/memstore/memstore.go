@@ -88,6 +88,7 @@ type Store struct {
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
 	closed  bool
+	roots   map[string][]byte // RootStore (roots.go)
 }
 
 var _ location.Store = (*Store)(nil)
@@ -99,6 +100,7 @@ func New(opts ...Option) *Store {
 		records: make(map[location.AuthorityKey]*recordEntry),
 		nodes:   make(map[location.NodeKey]*nodeEntry),
 		leases:  make(map[location.LeaseID]*lease),
+		roots:   make(map[string][]byte),
 		changed: make(chan struct{}),
 	}
 	for _, o := range opts {
