@@ -14,8 +14,10 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 
 # Packages that start two or more Proto.Actor remotes in one process race
 # inside the library itself (DESIGN §4); everything else runs with -race.
-MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$')
+MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$')
+# The Spot package's tests that start no node run with -race too.
+SPOT_PURE_TESTS := ^(TestSpotIDRules|TestReservedEntryFormatIsRefused|TestNewIDIsALowercaseUUIDv4|TestRouteCache.*|TestOperationRunsOnce)$$
 
 .PHONY: test test-race test-multi consul generate lint demo demo-consul bench clean-consul
 
@@ -24,6 +26,7 @@ test: consul lint test-race test-multi
 
 test-race:
 	$(GO) test -race -count=1 $(RACE_PKGS)
+	$(GO) test -race -count=1 -run '$(SPOT_PURE_TESTS)' ./extension/spot
 
 test-multi:
 	$(GO) test -count=1 $(MULTI_REMOTE_PKGS)

@@ -57,8 +57,11 @@ type Config struct {
 	EntryPrefix string
 	// StableTypes the node can host, Capacity and Weight for placement.
 	StableTypes []string
-	Capacity    uint32
-	Weight      uint32
+	// InstanceTypes are the StableTypes a first message may cold-activate
+	// as Instance Spots here (spec 002 §4.1).
+	InstanceTypes []string
+	Capacity      uint32
+	Weight        uint32
 	// LeaseTTL of the owner lease, whole seconds. Default 10 s; the node
 	// renews it every TTL/3.
 	LeaseTTL time.Duration
@@ -172,6 +175,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		EntrySpotId:     NewEntrySpotID(cfg.EntryPrefix),
 		Address:         system.Address(),
 		StableTypes:     append([]string(nil), cfg.StableTypes...),
+		InstanceTypes:   append([]string(nil), cfg.InstanceTypes...),
 		Capacity:        cfg.Capacity,
 		Weight:          cfg.Weight,
 		Status:          messages.NodeStatus_NODE_STATUS_SERVING,

@@ -15,12 +15,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/extension/spot"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -54,19 +58,42 @@ func InstanceSpotRef(id string) Ref { return location.Key(location.KindInstanceS
 type Config struct {
 	// Node configures the Proto.Actor node and its Location Store (required).
 	Node cluster.Config
+	// Kinds are registered before the node claims its place, so its
+	// descriptor lists their stable types (and the Instance ones) as
+	// placement candidates for Spot creation and cold activation.
+	Kinds []Kind
 	// Relocation configures the hand-off; zero fields take spec defaults.
 	Relocation relocation.Config
+	// Spot configures the Spot manager; zero fields take spec defaults.
+	// Its MessageFollowDuration defaults to the hand-off's.
+	Spot spot.Config
+	// Roots is the Relocation Store for creation requests and activation
+	// recovery roots. Default: the Location Store, when it is one
+	// (memstore and consulstore are).
+	Roots location.RootStore
 }
 
 // Extension is roam on one node.
 type Extension struct {
 	node   *cluster.Node
 	driver *relocation.Driver
+	spots  *spot.Manager
 }
 
-// Start starts the node, claims it in the store and starts its relocation
-// driver.
+// Start starts the node, claims it in the store, starts its relocation
+// driver and Spot manager, and runs the Spot start-up scan in the
+// background (spec 002 §4.1.1).
 func Start(ctx context.Context, cfg Config) (*Extension, error) {
+	for _, k := range cfg.Kinds {
+		cfg.Node.StableTypes = append(cfg.Node.StableTypes, k.StableType)
+		if k.Instance {
+			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
+		}
+	}
+	roots := cfg.Roots
+	if roots == nil {
+		roots, _ = cfg.Node.Store.(location.RootStore)
+	}
 	node, err := cluster.Start(ctx, cfg.Node)
 	if err != nil {
 		return nil, err
@@ -74,12 +101,50 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if cfg.Relocation.Logger == nil {
 		cfg.Relocation.Logger = cfg.Node.Logger
 	}
+	// The Spot manager hears of Message Follow hops; it exists only once
+	// the driver does.
+	var spots atomic.Pointer[spot.Manager]
+	cfg.Relocation.OnFollow = func(key location.AuthorityKey, env *actor.MessageEnvelope) {
+		if m := spots.Load(); m != nil {
+			m.OnFollow(key, env)
+		}
+	}
 	d, err := relocation.New(node, cfg.Node.Store, cfg.Relocation)
 	if err != nil {
 		return nil, errors.Join(err, node.Stop(ctx))
 	}
-	return &Extension{node: node, driver: d}, nil
+	for _, k := range cfg.Kinds {
+		if err := d.RegisterKind(k); err != nil {
+			return nil, errors.Join(err, node.Stop(ctx))
+		}
+	}
+	if cfg.Spot.Logger == nil {
+		cfg.Spot.Logger = cfg.Node.Logger
+	}
+	if cfg.Spot.Routes.MessageFollowDuration == 0 {
+		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
+		if cfg.Spot.Routes.MessageFollowDuration == 0 {
+			cfg.Spot.Routes.MessageFollowDuration = handoff.DefaultConfig().FollowDuration
+		}
+	}
+	m, err := spot.New(d, roots, cfg.Spot)
+	if err != nil {
+		return nil, errors.Join(err, node.Stop(ctx))
+	}
+	spots.Store(m)
+	go func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Recover(rctx); err != nil && cfg.Node.Logger != nil {
+			cfg.Node.Logger.Warn().Str("event", "spot_recovery_failed").Err(err).Msg("the Spot start-up scan did not finish")
+		}
+	}()
+	return &Extension{node: node, driver: d, spots: m}, nil
 }
+
+// Spots is the node's Spot manager: Create, GetOrCreate, Find, Query,
+// Close and direct calls by Spot ID (spec 002).
+func (e *Extension) Spots() *spot.Manager { return e.spots }
 
 // RegisterKind registers a relocatable kind; every node that may host it
 // must register it with the same ApplicationVersion.

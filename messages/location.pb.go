@@ -367,8 +367,13 @@ type CreationIntent struct {
 	ContentHash      []byte                 `protobuf:"bytes,2,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
 	Size             uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	ReservationFence uint64                 `protobuf:"varint,4,opt,name=reservation_fence,json=reservationFence,proto3" json:"reservation_fence,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// operation_id is the reserving operation, so that its own indeterminate
+	// write can be recognised on a re-read.
+	OperationId string `protobuf:"bytes,5,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// request_type is the protobuf full name of the creation request.
+	RequestType   string `protobuf:"bytes,6,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreationIntent) Reset() {
@@ -429,14 +434,36 @@ func (x *CreationIntent) GetReservationFence() uint64 {
 	return 0
 }
 
+func (x *CreationIntent) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *CreationIntent) GetRequestType() string {
+	if x != nil {
+		return x.RequestType
+	}
+	return ""
+}
+
 // ActivationRecovery points at the immutable recovery root of a cold
 // activation (spec 002 §4.1) until its first message has been handled.
 type ActivationRecovery struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	RecoveryKey      string                 `protobuf:"bytes,1,opt,name=recovery_key,json=recoveryKey,proto3" json:"recovery_key,omitempty"`
 	ReservationFence uint64                 `protobuf:"varint,2,opt,name=reservation_fence,json=reservationFence,proto3" json:"reservation_fence,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// root_sha256 and root_size identify the stored envelope.
+	RootSha256 []byte `protobuf:"bytes,3,opt,name=root_sha256,json=rootSha256,proto3" json:"root_sha256,omitempty"`
+	RootSize   uint64 `protobuf:"varint,4,opt,name=root_size,json=rootSize,proto3" json:"root_size,omitempty"`
+	// replay_cursor is the last inbox record whose handler completed: 0 until
+	// the first message has been handled (the pointer is removed then).
+	ReplayCursor uint64 `protobuf:"varint,5,opt,name=replay_cursor,json=replayCursor,proto3" json:"replay_cursor,omitempty"`
+	// operation_id is the first message's operation identity.
+	OperationId   string `protobuf:"bytes,6,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActivationRecovery) Reset() {
@@ -481,6 +508,34 @@ func (x *ActivationRecovery) GetReservationFence() uint64 {
 		return x.ReservationFence
 	}
 	return 0
+}
+
+func (x *ActivationRecovery) GetRootSha256() []byte {
+	if x != nil {
+		return x.RootSha256
+	}
+	return nil
+}
+
+func (x *ActivationRecovery) GetRootSize() uint64 {
+	if x != nil {
+		return x.RootSize
+	}
+	return 0
+}
+
+func (x *ActivationRecovery) GetReplayCursor() uint64 {
+	if x != nil {
+		return x.ReplayCursor
+	}
+	return 0
+}
+
+func (x *ActivationRecovery) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
 }
 
 // LocationRecord is the value of one authority key.
@@ -620,8 +675,11 @@ type NodeDescriptor struct {
 	Status          NodeStatus `protobuf:"varint,9,opt,name=status,proto3,enum=roam.messages.NodeStatus" json:"status,omitempty"`
 	ProtocolVersion uint32     `protobuf:"varint,10,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	LeaseId         string     `protobuf:"bytes,11,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// instance_types are the stable types of stable_types that a first
+	// message may cold-activate as Instance Spots (spec 002 §4.1).
+	InstanceTypes []string `protobuf:"bytes,12,rep,name=instance_types,json=instanceTypes,proto3" json:"instance_types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeDescriptor) Reset() {
@@ -731,6 +789,13 @@ func (x *NodeDescriptor) GetLeaseId() string {
 	return ""
 }
 
+func (x *NodeDescriptor) GetInstanceTypes() []string {
+	if x != nil {
+		return x.InstanceTypes
+	}
+	return nil
+}
+
 // StoredValue is what consulstore writes under a key: the record or
 // descriptor plus a write sequence, because Consul does not move ModifyIndex
 // for an identical value and every accepted write must be visible as a new
@@ -838,16 +903,23 @@ const file_location_proto_rawDesc = "" +
 	"\n" +
 	"Membership\x12\x17\n" +
 	"\aspot_id\x18\x01 \x01(\tR\x06spotId\x12'\n" +
-	"\x0fspot_generation\x18\x02 \x01(\x04R\x0espotGeneration\"\x95\x01\n" +
+	"\x0fspot_generation\x18\x02 \x01(\x04R\x0espotGeneration\"\xdb\x01\n" +
 	"\x0eCreationIntent\x12\x1f\n" +
 	"\vcontent_ref\x18\x01 \x01(\tR\n" +
 	"contentRef\x12!\n" +
 	"\fcontent_hash\x18\x02 \x01(\fR\vcontentHash\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12+\n" +
-	"\x11reservation_fence\x18\x04 \x01(\x04R\x10reservationFence\"d\n" +
+	"\x11reservation_fence\x18\x04 \x01(\x04R\x10reservationFence\x12!\n" +
+	"\foperation_id\x18\x05 \x01(\tR\voperationId\x12!\n" +
+	"\frequest_type\x18\x06 \x01(\tR\vrequestType\"\xea\x01\n" +
 	"\x12ActivationRecovery\x12!\n" +
 	"\frecovery_key\x18\x01 \x01(\tR\vrecoveryKey\x12+\n" +
-	"\x11reservation_fence\x18\x02 \x01(\x04R\x10reservationFence\"\xaf\x04\n" +
+	"\x11reservation_fence\x18\x02 \x01(\x04R\x10reservationFence\x12\x1f\n" +
+	"\vroot_sha256\x18\x03 \x01(\fR\n" +
+	"rootSha256\x12\x1b\n" +
+	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
+	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
+	"\foperation_id\x18\x06 \x01(\tR\voperationId\"\xaf\x04\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +
@@ -862,7 +934,7 @@ const file_location_proto_rawDesc = "" +
 	"\x0fcreation_intent\x18\b \x01(\v2\x1d.roam.messages.CreationIntentR\x0ecreationIntent\x12R\n" +
 	"\x13activation_recovery\x18\t \x01(\v2!.roam.messages.ActivationRecoveryR\x12activationRecovery\x12#\n" +
 	"\rrelocation_id\x18\n" +
-	" \x01(\x04R\frelocationId\"\xf6\x02\n" +
+	" \x01(\x04R\frelocationId\"\x9d\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +
@@ -875,7 +947,8 @@ const file_location_proto_rawDesc = "" +
 	"\x06status\x18\t \x01(\x0e2\x19.roam.messages.NodeStatusR\x06status\x12)\n" +
 	"\x10protocol_version\x18\n" +
 	" \x01(\rR\x0fprotocolVersion\x12\x19\n" +
-	"\blease_id\x18\v \x01(\tR\aleaseId\"\xa1\x01\n" +
+	"\blease_id\x18\v \x01(\tR\aleaseId\x12%\n" +
+	"\x0einstance_types\x18\f \x03(\tR\rinstanceTypes\"\xa1\x01\n" +
 	"\vStoredValue\x12\x1b\n" +
 	"\twrite_seq\x18\x01 \x01(\x04R\bwriteSeq\x127\n" +
 	"\x06record\x18\x02 \x01(\v2\x1d.roam.messages.LocationRecordH\x00R\x06record\x123\n" +

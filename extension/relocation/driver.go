@@ -60,6 +60,11 @@ type Config struct {
 	// OnEvent, if set, is called once per finished move on the node that
 	// decided it (the target), from the driver's goroutine; keep it quick.
 	OnEvent func(Event)
+	// OnFollow, if set, is called when Message Follow forwards a message,
+	// with the object and the forwarded envelope (sender and headers), so
+	// the caller's node can drop its cached route (spec 002 §6). It runs
+	// under the mailbox lock: only send a message.
+	OnFollow func(key location.AuthorityKey, env *actor.MessageEnvelope)
 	// MeterProvider receives the move metrics (roam.relocation.moves,
 	// .pause, .payload). Default: OpenTelemetry's global provider.
 	MeterProvider metric.MeterProvider
@@ -203,10 +208,17 @@ func (d *Driver) kind(stableType string) (*Kind, bool) {
 func PID(address string) *actor.PID { return actor.NewPID(address, DriverName) }
 
 // objectPIDName is the PID id of one incarnation of an object on a node.
-// The owner generation makes every arrival a new name, so a stub that still
-// follows from an earlier visit never collides with it.
-func objectPIDName(key location.AuthorityKey, ownerGeneration uint64) string {
-	return "roam/" + location.KindName(key.Kind) + "/" + key.ID + "@" + strconv.FormatUint(ownerGeneration, 10)
+// The ObjectGeneration tells incarnations of one ID apart (a Spot closed and
+// created again), the owner generation every arrival of one incarnation, so
+// a stub that still follows from an earlier visit never collides with it.
+func objectPIDName(key location.AuthorityKey, generation, ownerGeneration uint64) string {
+	return "roam/" + location.KindName(key.Kind) + "/" + key.ID + "@" + strconv.FormatUint(generation, 10) + "." + strconv.FormatUint(ownerGeneration, 10)
+}
+
+// ObjectPID is the PID of an object's incarnation on the node at address,
+// as its Location Store record names it.
+func ObjectPID(address string, key location.AuthorityKey, rec *location.Record) *actor.PID {
+	return actor.NewPID(address, objectPIDName(key, rec.GetObjectGeneration(), rec.GetAuthorityOwnerGeneration()))
 }
 
 // call runs fn on the driver's goroutine and waits for its answer.

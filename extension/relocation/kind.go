@@ -55,6 +55,10 @@ type Kind struct {
 	// ApplicationVersion is carried in the payload; a target hosting the
 	// kind at another version refuses the move before any seal (§4.1).
 	ApplicationVersion string
+	// Instance lets a first message with Instance intent cold-activate the
+	// kind as an Instance Spot on nodes that host it (spec 002 §4);
+	// otherwise it is a User Spot or Actor type only.
+	Instance bool
 }
 
 func (k *Kind) validate() error {

@@ -40,6 +40,10 @@ type object struct {
 	state           objectState
 	next            *actor.PID // where Message Follow sends, once following
 	tm              *timers    // framework timers; the object's goroutine only
+	// firstOperation and afterFirst: see Staged.Open; the object's
+	// goroutine only once open.
+	firstOperation string
+	afterFirst     func()
 }
 
 // host wraps the application's actor: it refuses a followed message whose
@@ -58,10 +62,27 @@ func (h *host) Receive(c actor.Context) {
 			return
 		}
 	}
+	if _, ok := c.Message().(*messages.RouteBarrier); ok {
+		c.Respond(&messages.RouteBarrier{}) // the caller's old route is drained up to here
+		return
+	}
 	if tick, ok := c.Message().(*messages.TimerTick); ok && (h.obj.tm == nil || !h.obj.tm.onTick(tick)) {
 		return // a tick of a cancelled timer
 	}
 	h.inner.Receive(c)
+	if h.obj.afterFirst != nil {
+		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
+			done := h.obj.afterFirst
+			h.obj.afterFirst = nil
+			done()
+		}
+	}
+}
+
+// RespondFailure answers a request roam could not deliver with a
+// DeliveryFailed of the error's class.
+func RespondFailure(sys *actor.ActorSystem, to *actor.PID, target string, err error) {
+	respondFailure(sys, to, roamerr.Code(err), target, err.Error())
 }
 
 // respondFailure answers a request roam could not deliver; a one-way send
@@ -80,31 +101,39 @@ func DeliveryError(reply any) error {
 	if !ok {
 		return nil
 	}
-	class := roamerr.ErrUnavailable
-	switch f.GetCode() {
-	case "invalid_operation":
-		class = roamerr.ErrInvalidOperation
-	case "stale":
-		class = roamerr.ErrStale
-	}
-	return fmt.Errorf("%w: %s: %s", class, f.GetTargetId(), f.GetDetail())
+	return roamerr.FromCode(f.GetCode(), f.GetTargetId()+": "+f.GetDetail())
 }
 
 // Spawn creates a relocatable Actor of a registered kind on this node: it
 // claims the Actor's record (Ready, owned here, member of this node's
 // Entry Spot) by create-only CAS, then starts it.
 func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, error) {
-	return d.spawn(ctx, location.Key(location.KindActor, id), stableType)
+	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, nil)
+}
+
+// SpawnMember creates a relocatable Actor on this node as a member of the
+// User Spot incarnation membership names. spotAt is the Spot's record as
+// read: the Actor's record is written in one transaction that checks the
+// Spot is still at that version, so a membership is only accepted while
+// the Spot is active with that generation (spec 003). A Spot that changed
+// meanwhile is Stale.
+func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, membership *messages.Membership, spotAt location.Versioned) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
+}
+
+type memberOf struct {
+	membership *messages.Membership
+	spotAt     location.Versioned
 }
 
 // SpawnInstanceSpot creates an Instance Spot of a registered kind on this
 // node: no membership, owned here (spec 002 §2.3). Cold activation by a
 // first message comes with the Spot manager.
 func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID string) (*actor.PID, error) {
-	return d.spawn(ctx, location.Key(location.KindInstanceSpot, spotID), stableType)
+	return d.spawn(ctx, location.Key(location.KindInstanceSpot, spotID), stableType, nil)
 }
 
-func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string) (*actor.PID, error) {
+func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf) (*actor.PID, error) {
 	k, ok := d.kind(stableType)
 	if !ok {
 		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
@@ -119,12 +148,23 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		StableType:               stableType,
 		Owner:                    d.owner(),
 	}
-	if key.Kind == location.KindActor {
+	ops := []location.Op{location.CreateOp(key, rec)}
+	switch {
+	case member != nil:
+		rec.Membership = member.membership
+		ops = append(ops, location.CheckOp(member.spotAt.Key, member.spotAt.Version))
+	case key.Kind == location.KindActor:
 		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
-	} else {
+	default:
 		rec.SpotKind = messages.SpotKind_SPOT_KIND_INSTANCE
 	}
-	if _, err := d.store.CompareAndSet(ctx, key, 0, rec); err != nil {
+	if _, err := d.store.Apply(ctx, ops); err != nil {
+		var ce *location.ConflictError
+		if errors.As(err, &ce) && member != nil {
+			if cur, ok := ce.CurrentOf(member.spotAt.Key); ok && cur.Version != member.spotAt.Version {
+				return nil, fmt.Errorf("%w: User Spot %q changed before %s joined: %w", roamerr.ErrStale, member.spotAt.Key.ID, key, err)
+			}
+		}
 		if errors.Is(err, location.ErrConflict) {
 			return nil, fmt.Errorf("%w: %s: %w", roamerr.ErrAlreadyExists, key, err)
 		}
@@ -132,7 +172,7 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	}
 	return call(ctx, d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1))
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1, 1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
 		}
@@ -181,7 +221,7 @@ func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor
 	if err != nil {
 		return nil, err
 	}
-	return actor.NewPID(addr, objectPIDName(key, v.Record.GetAuthorityOwnerGeneration())), nil
+	return actor.NewPID(addr, objectPIDName(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration())), nil
 }
 
 // nodeAddress finds a node's remote address through its descriptor.
@@ -210,6 +250,9 @@ func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 			return
 		}
 		d.sys.Root.Send(next, env)
+		if d.cfg.OnFollow != nil {
+			d.cfg.OnFollow(obj.key, env)
+		}
 	}
 }
 

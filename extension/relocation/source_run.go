@@ -154,7 +154,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		deadline:  now.Add(d.cfg.RestoreTimeout),
 		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
 	}
-	r.next = actor.NewPID(addr, objectPIDName(key, r.newOwner))
+	r.next = actor.NewPID(addr, objectPIDName(key, obj.generation, r.newOwner))
 	d.sources[id.RelocationID] = r
 	d.stepSource(r, handoff.Start{})
 	return r.waiter, nil

@@ -181,7 +181,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		// Once removed, the incarnation answers Unavailable for as long as
 		// messages may still follow to it (§4.5, §10).
 		closed := d.unavailableSink(obj, "the relocation target was removed before it opened")
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.ownerGeneration))
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.generation, obj.ownerGeneration))
 		if err != nil {
 			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
 		}

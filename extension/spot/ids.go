@@ -7,6 +7,7 @@ package spot
 import (
 	"fmt"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,6 +49,12 @@ func ValidateStableType(stableType string) error {
 // NewID issues the Spot ID of a Create: a lowercase canonical UUID v4
 // (spec 002 §3).
 func NewID() string { return uuid.NewString() }
+
+// newID is what Create calls (replaced in tests); newIDCalls counts it.
+var (
+	newID      = NewID
+	newIDCalls atomic.Int64
+)
 
 // Route cache and Message Follow defaults (spec 002 §6, DESIGN §5).
 const (

@@ -99,6 +99,10 @@ func launch(bin string) (*Server, error) {
 		"-log-level=warn",
 		// Owner-lease tests use 1 s TTLs; Consul's default minimum is 10 s.
 		`-hcl=session_ttl_min = "1s"`,
+		// Every test node of a process reaches Consul from 127.0.0.1;
+		// Consul's default of 200 connections per client IP is meant for
+		// one real node per IP.
+		`-hcl=limits { http_max_conns_per_client = 4096 }`,
 	)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -1,0 +1,206 @@
+package relocation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// HeaderOperation carries a call's operation identity, so the first message
+// of a cold activation is recognised when its handler completes (spec 002
+// §4.1) and a redelivery of the same operation can be told apart.
+const HeaderOperation = "roam-operation"
+
+// Closed: the incarnation was closed by its owner (spec 002 §7).
+const Closed ClosingReason = RelocationOut + 1
+
+// Staged is an incarnation a Spot operation creates on this node: spawned
+// with its mailbox staging, so the factory and Started run but no
+// application message is dispatched until Open — the activation barrier of
+// spec 002 §4.1 step 11. It is not this node's serving incarnation (Serving,
+// Relocate and Local do not see it) until Open.
+type Staged struct {
+	d   *Driver
+	obj *object
+}
+
+// Stage spawns an incarnation of key with the given generations. Messages
+// that reach its PID before Open wait in its temporary queue.
+func (d *Driver) Stage(ctx context.Context, key location.AuthorityKey, stableType string, generation, ownerGeneration uint64) (*Staged, error) {
+	k, ok := d.kind(stableType)
+	if !ok {
+		return nil, fmt.Errorf("%w: stable type %q is not registered here", roamerr.ErrNotFound, stableType)
+	}
+	return call(ctx, d, func() (*Staged, error) {
+		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: ownerGeneration, state: staging}
+		closed := d.unavailableSink(obj, "the incarnation was removed before it opened")
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)),
+			objectPIDName(key, generation, ownerGeneration))
+		if err != nil {
+			return nil, fmt.Errorf("%w: stage %s: %w", roamerr.ErrUnavailable, key, err)
+		}
+		obj.pid = pid
+		return &Staged{d: d, obj: obj}, nil
+	})
+}
+
+// PID is the staged incarnation's PID.
+func (s *Staged) PID() *actor.PID { return s.obj.pid }
+
+// Do runs fn with the application's actor on the actor's goroutine between
+// turns (also while staged) and waits for it.
+func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
+	done := make(chan error, 1)
+	obj := s.obj
+	if err := obj.mb.Do(func() { done <- fn(obj.inst) }); err != nil {
+		return fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+}
+
+// Open makes the staged incarnation this node's serving one and dispatches
+// first ahead of everything that waited in its temporary queue. If
+// firstOperation is not empty, afterFirst runs (on the actor's goroutine)
+// once the handler of the message stamped with that HeaderOperation has
+// returned: the point at which a cold activation's recovery pointer may go
+// (spec 002 §4.1 step 12).
+func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func()) error {
+	_, err := call(ctx, s.d, func() (struct{}, error) {
+		obj := s.obj
+		obj.firstOperation, obj.afterFirst = firstOperation, afterFirst
+		if err := obj.mb.OpenWith(first); err != nil {
+			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
+		}
+		obj.state = serving
+		s.d.objects[obj.key] = obj
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// Discard removes a staged incarnation that will never open: what waited in
+// its queue is answered Unavailable, and the actor stops.
+func (s *Staged) Discard() {
+	obj := s.obj
+	held, _ := obj.mb.Discard()
+	for _, msg := range held {
+		_, _, sender := actor.UnwrapEnvelope(msg)
+		respondFailure(s.d.sys, sender, "unavailable", obj.key.ID, "the incarnation was removed before it opened")
+	}
+	s.d.sys.Root.Stop(obj.pid)
+}
+
+// LocalIncarnation describes this node's serving incarnation of a key.
+type LocalIncarnation struct {
+	PID             *actor.PID
+	Generation      uint64
+	OwnerGeneration uint64
+}
+
+// Local returns this node's serving incarnation of key, if any.
+func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalIncarnation, bool, error) {
+	type res struct {
+		li LocalIncarnation
+		ok bool
+	}
+	r, err := call(ctx, d, func() (res, error) {
+		obj := d.objects[key]
+		if obj == nil || obj.state != serving {
+			return res{}, nil
+		}
+		return res{LocalIncarnation{PID: obj.pid, Generation: obj.generation, OwnerGeneration: obj.ownerGeneration}, true}, nil
+	})
+	return r.li, r.ok, err
+}
+
+// CloseLocal closes this node's serving incarnation of key with generation
+// (spec 002 §7 steps 2–3): admission is sealed behind the messages already
+// accepted, which still run; timers stop; the application hears
+// OnClosing(Closed); then the actor stops, and later messages end as dead
+// letters (a stale route for their callers). NotFound when no such
+// incarnation serves here; Unavailable while it is moving.
+func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, generation uint64) error {
+	obj, err := call(ctx, d, func() (*object, error) {
+		obj := d.objects[key]
+		switch {
+		case obj == nil || obj.generation != generation || obj.state == following || obj.state == ended:
+			return nil, fmt.Errorf("%w: %s generation %d does not serve here", roamerr.ErrNotFound, key, generation)
+		case obj.state != serving:
+			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+		}
+		obj.state = ended
+		return obj, nil
+	})
+	if err != nil {
+		return err
+	}
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.stopAll()
+		}
+		if c, ok := obj.inst.(Closing); ok {
+			c.OnClosing(Closed)
+		}
+	})
+	perr := d.sys.Root.PoisonFuture(obj.pid).Wait()
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		if d.objects[key] == obj {
+			delete(d.objects, key)
+		}
+		return struct{}{}, nil
+	})
+	if perr != nil {
+		return fmt.Errorf("%w: stop %s: %w", roamerr.ErrUnavailable, key, perr)
+	}
+	return nil
+}
+
+// ToWire and FromWire convert between a posted message (a protobuf
+// message, or an *actor.MessageEnvelope with sender and headers) and its
+// wire envelope. Only protobuf messages cross nodes.
+func ToWire(targetID string, posted any) (*messages.Envelope, error) { return toWire(targetID, posted) }
+
+// FromWire is the inverse of ToWire.
+func FromWire(env *messages.Envelope) (any, error) { return fromWire(env) }
+
+// Store is the driver's Location Store.
+func (d *Driver) Store() location.Store { return d.store }
+
+// Descriptor is this node's descriptor.
+func (d *Driver) Descriptor() *location.NodeDescriptor { return d.desc }
+
+// System is this node's actor system.
+func (d *Driver) System() *actor.ActorSystem { return d.sys }
+
+// Kind returns the kind registered here under stableType.
+func (d *Driver) Kind(stableType string) (*Kind, bool) { return d.kind(stableType) }
+
+// NodeAddress returns a node's remote address from its descriptor.
+func (d *Driver) NodeAddress(ctx context.Context, mesh, rid string) (string, error) {
+	return d.nodeAddress(ctx, mesh, rid)
+}
+
+// ServingCount is the number of incarnations serving on this node, the
+// active load a node's capacity bounds (spec 002 §3.1).
+func (d *Driver) ServingCount(ctx context.Context) (int, error) {
+	return call(ctx, d, func() (int, error) {
+		n := 0
+		for _, obj := range d.objects {
+			if obj.state == serving || obj.state == leaving {
+				n++
+			}
+		}
+		return n, nil
+	})
+}

@@ -1,0 +1,302 @@
+package spot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Call is a direct call by Spot ID (spec 002 §5): built fluently and
+// submitted once with Do. By default it only reaches an existing Ready Spot
+// (NotFound otherwise, and no creation intent is written); InstanceSpot
+// allows cold activation of a Missing Instance Spot (§4).
+type Call struct {
+	m            *Manager
+	spotID       string
+	msg          proto.Message
+	request      bool
+	instance     bool
+	instanceType string
+	mesh         string
+	timeout      time.Duration
+	set          map[string]bool
+	err          error
+	submitted    atomic.Bool
+}
+
+// Request starts a request to the Spot spotID; Do returns its reply.
+func (m *Manager) Request(spotID string, msg proto.Message) *Call {
+	return &Call{m: m, spotID: spotID, msg: msg, request: true, set: map[string]bool{}}
+}
+
+// Send starts a one-way send to the Spot spotID; Do returns once the
+// message is handed to the transport (outbound admission, spec 002 §5).
+func (m *Manager) Send(spotID string, msg proto.Message) *Call {
+	return &Call{m: m, spotID: spotID, msg: msg, set: map[string]bool{}}
+}
+
+func (c *Call) once(option string) bool {
+	if c.set[option] {
+		c.err = fmt.Errorf("%w: %s set twice", roamerr.ErrInvalidOperation, option)
+		return false
+	}
+	c.set[option] = true
+	return true
+}
+
+// InstanceSpot states Instance intent: a Missing Spot is cold-activated as
+// an Instance Spot of stableType, or of the Mesh's only Instance type when
+// none is given (spec 002 §4.1). At most one stable type.
+func (c *Call) InstanceSpot(stableType ...string) *Call {
+	if c.once("InstanceSpot") {
+		c.instance = true
+		switch len(stableType) {
+		case 0:
+		case 1:
+			c.instanceType = stableType[0]
+		default:
+			c.err = fmt.Errorf("%w: InstanceSpot takes at most one stable type", roamerr.ErrInvalidOperation)
+		}
+	}
+	return c
+}
+
+// InMesh names the Mesh a Missing Instance Spot is first placed on; it
+// does not move or restrict an existing Spot (spec 002 §4).
+func (c *Call) InMesh(mesh string) *Call {
+	if c.once("InMesh") {
+		c.mesh = mesh
+	}
+	return c
+}
+
+// Timeout sets the one deadline over resolve, activation, dispatch and
+// reply. Default Config.DefaultTimeout.
+func (c *Call) Timeout(d time.Duration) *Call {
+	if c.once("Timeout") {
+		if d <= 0 {
+			c.err = fmt.Errorf("%w: timeout %s", roamerr.ErrInvalidOperation, d)
+		}
+		c.timeout = d
+	}
+	return c
+}
+
+func (c *Call) validate() error {
+	if c.err != nil {
+		return c.err
+	}
+	if err := ValidateID(c.spotID); err != nil {
+		return err
+	}
+	if c.msg == nil {
+		return fmt.Errorf("%w: no message", roamerr.ErrInvalidOperation)
+	}
+	if c.mesh != "" && !c.instance {
+		return fmt.Errorf("%w: InMesh needs Instance intent", roamerr.ErrInvalidOperation)
+	}
+	if c.mesh != "" {
+		if err := location.ValidateID("mesh", c.mesh); err != nil {
+			return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+		}
+	}
+	if c.instanceType != "" {
+		return ValidateStableType(c.instanceType)
+	}
+	return nil
+}
+
+// Do submits the call. A request returns the handler's reply; a send
+// returns nil once the message is handed to the transport. A call is never
+// resubmitted to another owner after it reached a target: a stale route is
+// ErrStale, a lost reply ErrDeadlineExceeded (spec 002 §5).
+func (c *Call) Do(ctx context.Context) (proto.Message, error) {
+	if c.submitted.Swap(true) {
+		return nil, fmt.Errorf("%w: call submitted twice", roamerr.ErrInvalidOperation)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
+	defer cancel()
+	m := c.m
+	a, cached := m.cache.get(c.spotID)
+	if !cached {
+		var err error
+		if a, err = m.readAuthority(ctx, c.spotID); err != nil {
+			return nil, err
+		}
+		m.cache.put(c.spotID, a)
+	}
+	op := uuid.NewString()
+	switch {
+	case a.ready() && !a.ended:
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		return c.deliver(ctx, a.pid(), op, cached)
+	case a.missing():
+		if !c.instance {
+			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
+		}
+		return c.activate(ctx, op, c.mesh, c.instanceType, false)
+	case a.ended:
+		// An Instance Spot whose owner ended is reactivated on a live node
+		// of its stored Mesh with its stored type (spec 003); a User Spot
+		// is not.
+		if !c.instance {
+			return nil, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, c.spotID)
+		}
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		return c.activate(ctx, op, a.v.Record.GetOwner().GetMesh(), a.v.Record.GetStableType(), true)
+	default: // Creating or Closing with a live owner
+		if !c.instance {
+			return nil, fmt.Errorf("%w: Spot %q has no Ready authority (%s)", roamerr.ErrNotFound, c.spotID, a.v.Record.GetState())
+		}
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		// The owner finishing the activation (or close) decides; it waits
+		// for the outcome and delivers the first message exactly once.
+		return c.sendActivation(ctx, op, a.address, &messages.SpotActivation{
+			TargetMesh: a.v.Record.GetOwner().GetMesh(), TargetNodeRid: a.v.Record.GetOwner().GetNodeRid(),
+			TargetNodeGeneration: a.v.Record.GetOwner().GetNodeGeneration(), StableType: a.v.Record.GetStableType(),
+		})
+	}
+}
+
+// checkExisting: Instance intent to a User Spot, or naming another stable
+// type than the stored one, is a TypeMismatch (spec 002 §4.2).
+func (c *Call) checkExisting(a authority) error {
+	if !c.instance {
+		return nil
+	}
+	r := a.v.Record
+	if a.v.Key.Kind != location.KindInstanceSpot {
+		return fmt.Errorf("%w: Spot %q is a %s, not an Instance Spot", roamerr.ErrTypeMismatch, c.spotID, r.GetSpotKind())
+	}
+	if c.instanceType != "" && c.instanceType != r.GetStableType() {
+		return fmt.Errorf("%w: Spot %q has stable type %q, the call names %q", roamerr.ErrTypeMismatch, c.spotID, r.GetStableType(), c.instanceType)
+	}
+	return nil
+}
+
+// headers stamps the operation identity and the calling node.
+func (c *Call) headers(op string) map[string]string {
+	return map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
+}
+
+// deliver sends to the owner's incarnation (route kind 1). A dead letter
+// means the route is stale: the operation ends with ErrStale and the route
+// is dropped, never retried elsewhere (spec 002 §5).
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, op string, cached bool) (proto.Message, error) {
+	m := c.m
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
+	if !c.request {
+		m.sys.Root.Send(pid, env)
+		return nil, nil
+	}
+	return c.await(ctx, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env) })
+}
+
+// await sends env with a future as its sender and waits for the reply
+// within ctx.
+func (c *Call) await(ctx context.Context, env *actor.MessageEnvelope, send func(*actor.MessageEnvelope)) (proto.Message, error) {
+	m := c.m
+	dl, _ := ctx.Deadline()
+	f := actor.NewFuture(m.sys, time.Until(dl))
+	env.Sender = f.PID()
+	send(env)
+	reply, err := f.Result()
+	switch {
+	case errors.Is(err, actor.ErrDeadLetter):
+		m.cache.drop(c.spotID)
+		return nil, fmt.Errorf("%w: the route to Spot %q is stale", roamerr.ErrStale, c.spotID)
+	case errors.Is(err, actor.ErrTimeout):
+		return nil, fmt.Errorf("%w: no reply from Spot %q", roamerr.ErrDeadlineExceeded, c.spotID)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
+	}
+	if derr := relocation.DeliveryError(reply); derr != nil {
+		if errors.Is(derr, roamerr.ErrStale) || errors.Is(derr, roamerr.ErrUnavailable) || errors.Is(derr, roamerr.ErrTypeMismatch) {
+			m.cache.drop(c.spotID)
+		}
+		return nil, derr
+	}
+	pm, ok := reply.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%w: reply %T is not a protobuf message", roamerr.ErrTypeMismatch, reply)
+	}
+	return pm, nil
+}
+
+// activate selects the target of a cold activation (spec 002 §4.1 steps
+// 4–7) and sends it the activation envelope. The source writes nothing to
+// the store: only the target reserves.
+func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
+	m := c.m
+	mesh, nodes, err := m.selectMesh(ctx, mesh)
+	if err != nil {
+		return nil, err
+	}
+	if stableType, err = instanceType(nodes, stableType); err != nil {
+		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
+			return nil, fmt.Errorf("%w: no live node hosts %q to reactivate Spot %q", roamerr.ErrUnavailable, stableType, c.spotID)
+		}
+		return nil, err
+	}
+	cands := candidates(nodes, stableType, true)
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
+	}
+	target := cands[0].Node
+	return c.sendActivation(ctx, op, target.GetAddress(), &messages.SpotActivation{
+		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
+		DescriptorVersion: uint64(cands[0].Version), StableType: stableType,
+	})
+}
+
+// sendActivation completes and sends command 39 (route kind 2) with the
+// first message inside.
+func (c *Call) sendActivation(ctx context.Context, op, address string, act *messages.SpotActivation) (proto.Message, error) {
+	m := c.m
+	dl, _ := ctx.Deadline()
+	act.OperationId = op
+	act.RouteKind = 2
+	act.SpotId = c.spotID
+	act.DeadlineUnixNanos = dl.UnixNano()
+	act.SourceNodeRid = m.desc.GetNodeRid()
+	act.SourceNodeGeneration = m.desc.GetNodeGeneration()
+	act.HasMetadata = true
+	send := func(env *actor.MessageEnvelope) {
+		first, err := relocation.ToWire(c.spotID, env)
+		if err != nil {
+			relocation.RespondFailure(m.sys, env.Sender, c.spotID, err)
+			return
+		}
+		act.First = first
+		m.sys.Root.Send(servicePID(address), act)
+	}
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
+	if !c.request {
+		if _, err := relocation.ToWire(c.spotID, env); err != nil {
+			return nil, err
+		}
+		send(env)
+		return nil, nil
+	}
+	return c.await(ctx, env, send)
+}

@@ -1,0 +1,254 @@
+package spot_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/consulstore"
+	"github.com/roamactors/roam/extension/location/consulstore/consultest"
+	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot"
+)
+
+// consul is one real Consul for the package's tests (DESIGN §3).
+var consul *consultest.Server
+
+func TestMain(m *testing.M) {
+	consultest.Main(m, func(s *consultest.Server) { consul = s })
+}
+
+var prefixes atomic.Int64
+
+// stores are the two Location Stores every Spot contract test runs on.
+var stores = []struct {
+	name string
+	new  func(t testing.TB) location.Store
+}{
+	{"memstore", func(testing.TB) location.Store { return memstore.New() }},
+	{"consul", func(t testing.TB) location.Store {
+		s, err := consulstore.New(consulstore.Config{Address: consul.Addr, Prefix: fmt.Sprintf("roam-spot-test/%d", prefixes.Add(1))})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+// onBothStores runs body once per store.
+func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { body(t, s.new(t)) })
+	}
+}
+
+func testLogger() *zerolog.Logger {
+	l := zerolog.Nop()
+	if lv := os.Getenv("ROAM_TEST_LOG"); lv != "" {
+		level, err := zerolog.ParseLevel(lv)
+		if err != nil {
+			level = zerolog.InfoLevel
+		}
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Logger()
+	}
+	return &l
+}
+
+// world is a set of nodes on one store, with what their Spots did.
+type world struct {
+	t     *testing.T
+	store location.Store
+	nodes []*extension.Extension
+
+	factories sync.Map // stable type → *atomic.Int64 (producer runs)
+	mu        sync.Mutex
+	handled   map[string][]string // Spot ID → message values, in handling order
+	firstOps  map[string]string   // incarnation PID id → operation of its first handled message
+	firstBad  []string            // first messages that were not the winning activation's
+}
+
+func newWorld(t *testing.T, store location.Store) *world {
+	return &world{t: t, store: store, handled: map[string][]string{}, firstOps: map[string]string{}}
+}
+
+func (w *world) count(stableType string) *atomic.Int64 {
+	c, _ := w.factories.LoadOrStore(stableType, &atomic.Int64{})
+	return c.(*atomic.Int64)
+}
+
+// nodeOpt adjusts one node's configuration.
+type nodeOpt func(*extension.Config)
+
+func inMesh(mesh string) nodeOpt { return func(c *extension.Config) { c.Node.Mesh = mesh } }
+
+func withKinds(kinds ...extension.Kind) nodeOpt {
+	return func(c *extension.Config) { c.Kinds = kinds }
+}
+
+func withStore(s location.Store) nodeOpt { return func(c *extension.Config) { c.Node.Store = s } }
+
+// start starts a node hosting the room (User Spot) and cart (Instance
+// Spot) kinds unless opts say otherwise.
+func (w *world) start(opts ...nodeOpt) *extension.Extension {
+	w.t.Helper()
+	cfg := extension.Config{
+		Node:  cluster.Config{Store: w.store, Logger: testLogger(), LeaseTTL: 2 * time.Second},
+		Kinds: []extension.Kind{w.roomKind(), w.cartKind("cart")},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e, err := extension.Start(context.Background(), cfg)
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	w.nodes = append(w.nodes, e)
+	return e
+}
+
+func (w *world) startN(n int, opts ...nodeOpt) {
+	for i := 0; i < n; i++ {
+		w.start(opts...)
+	}
+}
+
+// room is a User Spot: it counts messages and echoes its creation request.
+type room struct {
+	w     *world
+	count int64
+}
+
+func (r *room) OnCreate(req proto.Message) (proto.Message, error) {
+	if s, ok := req.(*wrapperspb.StringValue); ok {
+		if s.Value == "reject" {
+			return wrapperspb.String("declined"), spot.ErrRejected
+		}
+		return wrapperspb.String("created:" + s.Value), nil
+	}
+	return nil, nil
+}
+
+func (r *room) Receive(c actor.Context) {
+	if s, ok := c.Message().(*wrapperspb.StringValue); ok {
+		r.count++
+		r.w.record(spotIDOf(c.Self()), s.Value)
+		c.Respond(wrapperspb.Int64(r.count))
+	}
+}
+
+type countState struct{}
+
+func (countState) Capture(a actor.Actor) ([]byte, error) {
+	switch a := a.(type) {
+	case *room:
+		return []byte(fmt.Sprint(a.count)), nil
+	case *cart:
+		return []byte(fmt.Sprint(a.count)), nil
+	}
+	return nil, fmt.Errorf("unknown actor %T", a)
+}
+
+func (countState) Restore(a actor.Actor, b []byte) error {
+	var n int64
+	if _, err := fmt.Sscan(string(b), &n); err != nil {
+		return err
+	}
+	switch a := a.(type) {
+	case *room:
+		a.count = n
+	case *cart:
+		a.count = n
+	}
+	return nil
+}
+
+func (w *world) roomKind() extension.Kind {
+	return extension.Kind{StableType: "room", Policy: extension.PreserveStateWith(countState{}),
+		Producer: func() actor.Actor { w.count("room").Add(1); return &room{w: w} }}
+}
+
+// cart is an Instance Spot: it records every message with its operation,
+// and checks on its first message that this is the message whose
+// activation created the incarnation (spec 002 §4.1, §10).
+type cart struct {
+	w      *world
+	count  int64
+	seen   bool
+	stable string
+}
+
+func (k *cart) Receive(c actor.Context) {
+	s, ok := c.Message().(*wrapperspb.StringValue)
+	if !ok {
+		return
+	}
+	id := spotIDOf(c.Self())
+	if !k.seen {
+		k.seen = true
+		op := ""
+		if h := c.MessageHeader(); h != nil {
+			op = h.Get(relocation.HeaderOperation)
+		}
+		v, err := k.w.store.Read(context.Background(), location.Key(location.KindInstanceSpot, id))
+		k.w.mu.Lock()
+		k.w.firstOps[c.Self().Id] = op
+		if err != nil || v.Record.GetActivationRecovery().GetOperationId() != op {
+			k.w.firstBad = append(k.w.firstBad, fmt.Sprintf("%s first handled %q (op %s), the record's activation is %v (err %v)",
+				c.Self().Id, s.Value, op, v.Record.GetActivationRecovery(), err))
+		}
+		k.w.mu.Unlock()
+	}
+	k.count++
+	k.w.record(id, s.Value)
+	c.Respond(wrapperspb.Int64(k.count))
+}
+
+func (w *world) cartKind(stableType string) extension.Kind {
+	return extension.Kind{StableType: stableType, Instance: true, Policy: extension.PreserveStateWith(countState{}),
+		Producer: func() actor.Actor { w.count(stableType).Add(1); return &cart{w: w, stable: stableType} }}
+}
+
+func (w *world) record(id, value string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handled[id] = append(w.handled[id], value)
+}
+
+func (w *world) handledOf(id string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.handled[id]...)
+}
+
+// spotIDOf reads the Spot ID out of an incarnation's PID id
+// ("roam/<kind>/<id>@<generation>.<owner generation>").
+func spotIDOf(pid *actor.PID) string {
+	id := pid.Id
+	id = id[strings.Index(id[len("roam/"):], "/")+len("roam/")+1:]
+	return id[:strings.LastIndex(id, "@")]
+}
+
+// eventually waits for cond, polling, up to 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

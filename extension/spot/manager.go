@@ -1,0 +1,422 @@
+package spot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// ServiceName is the PID id of every node's Spot service, which answers
+// commands 39 (cold activation), 47 (create) and 48 (close).
+const ServiceName = "roam/spot"
+
+// Config configures a Manager. Zero fields take the documented defaults.
+type Config struct {
+	// Routes holds RouteCacheMaxAge (default 15 s) and
+	// MessageFollowDuration (default 30 s); the cache age must be at least
+	// 5 s shorter (spec 002 §6). The follow duration must be the one the
+	// relocation driver uses.
+	Routes RouteConfig
+	// DefaultTimeout is a call's deadline when it sets none. Default 5 s.
+	DefaultTimeout time.Duration
+	// ResultRetention is how long a target keeps a create's or close's
+	// terminal result for a redelivery of the same operation (spec 002
+	// §3.2). Default 1 min.
+	ResultRetention time.Duration
+	// Logger receives the Spot warnings. Default zerolog.Nop.
+	Logger *zerolog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	c.Routes = c.Routes.WithDefaults()
+	if err := c.Routes.Validate(); err != nil {
+		return err
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 5 * time.Second
+	}
+	if c.DefaultTimeout < 0 {
+		return fmt.Errorf("%w: DefaultTimeout %s", roamerr.ErrInvalidOperation, c.DefaultTimeout)
+	}
+	if c.ResultRetention == 0 {
+		c.ResultRetention = time.Minute
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return nil
+}
+
+// Manager is a node's Spot manager: Create, GetOrCreate, Find, Query and
+// Close of User Spots, and direct calls by Spot ID with cold activation of
+// Instance Spots (spec 002). It hosts Spots through the node's relocation
+// driver, so a Spot moves like any relocatable object.
+type Manager struct {
+	d     *relocation.Driver
+	store location.Store
+	roots location.RootStore
+	sys   *actor.ActorSystem
+	desc  *location.NodeDescriptor
+	cfg   Config
+	log   zerolog.Logger
+	self  *actor.PID
+	cache *routeCache
+
+	mu      sync.Mutex
+	results map[string]*retained   // terminal results by operation id (§3.2, §7.1)
+	keyLock map[string]*sync.Mutex // one local activation per Spot ID at a time
+	watches map[watchKey]*sharedWatch
+}
+
+type watchKey struct {
+	key   location.AuthorityKey
+	after location.StoreVersion
+}
+
+type sharedWatch struct {
+	done chan struct{}
+	err  error
+}
+
+// sharedWatchTimeout bounds one shared store watch; waiters re-read after.
+const sharedWatchTimeout = 10 * time.Second
+
+// watch waits until key moves past version after, or ctx ends. All of this
+// node's waiters on the same key and version share one store watch, so
+// fifty callers waiting for one creation hold one Consul blocking query,
+// not fifty connections.
+func (m *Manager) watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) error {
+	wk := watchKey{key, after}
+	m.mu.Lock()
+	w := m.watches[wk]
+	if w == nil {
+		w = &sharedWatch{done: make(chan struct{})}
+		m.watches[wk] = w
+		go func() {
+			wctx, cancel := context.WithTimeout(context.Background(), sharedWatchTimeout)
+			defer cancel()
+			_, err := m.store.Watch(wctx, key, after)
+			if wctx.Err() != nil {
+				err = nil // timed out: the waiters read again
+			}
+			m.mu.Lock()
+			w.err = err
+			delete(m.watches, wk)
+			m.mu.Unlock()
+			close(w.done)
+		}()
+	}
+	m.mu.Unlock()
+	select {
+	case <-w.done:
+		if w.err != nil {
+			return storeError("watch "+key.String(), w.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for %s: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+	}
+}
+
+type retained struct {
+	done  chan struct{} // closed once reply is set
+	reply *messages.SpotReply
+	until time.Time
+}
+
+// New starts the Spot service of the node d runs on. roots is the
+// Relocation Store for creation requests and activation recovery roots.
+func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if roots == nil {
+		return nil, fmt.Errorf("%w: spot: a Relocation Store (location.RootStore) is required", roamerr.ErrNotConfigured)
+	}
+	m := &Manager{
+		d:       d,
+		store:   d.Store(),
+		roots:   roots,
+		sys:     d.System(),
+		desc:    d.Descriptor(),
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:   newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results: map[string]*retained{},
+		keyLock: map[string]*sync.Mutex{},
+		watches: map[watchKey]*sharedWatch{},
+	}
+	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive), ServiceName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spawn the Spot service: %w", roamerr.ErrInvalidOperation, err)
+	}
+	m.self = pid
+	return m, nil
+}
+
+// servicePID is a node's Spot service.
+func servicePID(address string) *actor.PID { return actor.NewPID(address, ServiceName) }
+
+// receive is the Spot service. Each command runs on its own goroutine, so
+// a slow factory or store never blocks the others; the reply goes to the
+// captured sender.
+func (m *Manager) receive(c actor.Context) {
+	switch msg := c.Message().(type) {
+	case *messages.SpotActivation:
+		go m.onActivation(msg)
+	case *messages.UserSpotCreate:
+		sender := c.Sender()
+		go m.reply(sender, msg.GetOperationId(), func() *messages.SpotReply { return m.onCreate(msg) })
+	case *messages.UserSpotClose:
+		sender := c.Sender()
+		go m.reply(sender, msg.GetOperationId(), func() *messages.SpotReply { return m.onClose(msg) })
+	case *messages.RouteHint:
+		m.onHint(msg.GetSpotId())
+	}
+}
+
+// reply answers a command once per operation id: a redelivery of the same
+// operation gets the retained terminal result, never a second run
+// (spec 002 §3.2, §3.3).
+func (m *Manager) reply(to *actor.PID, op string, run func() *messages.SpotReply) {
+	out := m.once(op, run)
+	if to != nil {
+		m.sys.Root.Send(to, out)
+	}
+}
+
+// once runs a command's operation at most once per operation id: a
+// concurrent redelivery waits for the first run, a later one gets the
+// retained result.
+func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.SpotReply {
+	now := time.Now()
+	m.mu.Lock()
+	for k, r := range m.results {
+		if r.reply != nil && now.After(r.until) {
+			delete(m.results, k)
+		}
+	}
+	r, seen := m.results[op]
+	if !seen {
+		r = &retained{done: make(chan struct{})}
+		m.results[op] = r
+	}
+	m.mu.Unlock()
+	if seen {
+		<-r.done
+		return r.reply
+	}
+	out := run()
+	out.OperationId = op
+	m.mu.Lock()
+	r.reply, r.until = out, time.Now().Add(m.cfg.ResultRetention)
+	m.mu.Unlock()
+	close(r.done)
+	return out
+}
+
+// failure is a command 20 failure tail.
+func failure(err error) *messages.SpotReply {
+	return &messages.SpotReply{FailureCode: roamerr.Code(err), FailureDetail: err.Error()}
+}
+
+// lockKey serialises this node's own work on one Spot ID.
+func (m *Manager) lockKey(id string) func() {
+	m.mu.Lock()
+	l := m.keyLock[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		m.keyLock[id] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// OnFollow is the relocation driver's Message Follow hook: it tells the
+// caller's node that its route is followed, so that node drops the cached
+// route (spec 002 §6).
+func (m *Manager) OnFollow(key location.AuthorityKey, env *actor.MessageEnvelope) {
+	if key.Kind != location.KindInstanceSpot && key.Kind != location.KindUserSpot {
+		return
+	}
+	origin := ""
+	if env.Header != nil {
+		origin = env.Header.Get(headerOrigin)
+	}
+	if origin == "" && env.Sender != nil {
+		origin = env.Sender.Address
+	}
+	if origin == "" {
+		return
+	}
+	if origin == m.desc.GetAddress() {
+		m.sys.Root.Send(m.self, &messages.RouteHint{Kind: key.Kind, SpotId: key.ID})
+		return
+	}
+	m.sys.Root.Send(servicePID(origin), &messages.RouteHint{Kind: key.Kind, SpotId: key.ID})
+}
+
+// onHint drops a followed route without reordering this node's messages
+// (spec 002 §6): a RouteBarrier goes down the old route behind everything
+// sent on it; only when the Spot answers it (or after barrierTimeout) does
+// the next call resolve the new owner.
+func (m *Manager) onHint(id string) {
+	a, ok := m.cache.hinted(id)
+	if !ok {
+		return
+	}
+	f := m.sys.Root.RequestFuture(a.pid(), &messages.RouteBarrier{}, barrierTimeout)
+	go func() {
+		_, _ = f.Result()
+		m.cache.drop(id)
+	}()
+}
+
+// barrierTimeout bounds how long a followed route is kept for a barrier.
+const barrierTimeout = 5 * time.Second
+
+// headerOrigin carries the calling node's address on a direct call, so a
+// Message Follow hop can send the route hint there.
+const headerOrigin = "roam-origin"
+
+// authority is what a resolve found for a Spot ID.
+type authority struct {
+	v       location.Versioned // Present() false: Missing
+	address string             // the owner's remote address, when alive
+	ended   bool               // the owner's lease or lifecycle ended (spec 003)
+}
+
+func (a authority) missing() bool { return !a.v.Present() }
+
+func (a authority) ready() bool {
+	return a.v.Present() && a.v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
+}
+
+// ref is the SpotRef of the authority (spec 002 §2.2).
+func (a authority) ref() *messages.SpotRef {
+	r := a.v.Record
+	return &messages.SpotRef{
+		SpotId:           a.v.Key.ID,
+		ObjectGeneration: r.GetObjectGeneration(),
+		Mesh:             r.GetOwner().GetMesh(),
+		NodeRid:          r.GetOwner().GetNodeRid(),
+		SpotKind:         r.GetSpotKind(),
+		StableType:       r.GetStableType(),
+	}
+}
+
+// pid is the owner incarnation's PID.
+func (a authority) pid() *actor.PID {
+	return relocation.ObjectPID(a.address, a.v.Key, a.v.Record)
+}
+
+// readAuthority reads a Spot ID's authority: the User and the Instance Spot
+// keys share one namespace (spec 002 §2), so the ID is looked up under
+// both; at most one exists, because every reservation checks the other is
+// absent in the same transaction.
+func (m *Manager) readAuthority(ctx context.Context, id string) (authority, error) {
+	var found authority
+	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
+		key := location.Key(kind, id)
+		v, err := m.store.Read(ctx, key)
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			if !found.v.Present() {
+				found.v = location.Versioned{Key: key}
+			}
+			continue
+		case err != nil:
+			return authority{}, storeError("resolve "+key.String(), err)
+		}
+		found = authority{v: v}
+		break
+	}
+	if !found.v.Present() {
+		found.v.Key = location.Key(location.KindInstanceSpot, id)
+		return found, nil
+	}
+	addr, alive, err := m.ownerAddress(ctx, found.v.Record.GetOwner())
+	if err != nil {
+		return authority{}, err
+	}
+	found.address, found.ended = addr, !alive
+	return found, nil
+}
+
+// ownerAddress finds an owner's remote address and whether its lifecycle
+// still holds its lease: an owner whose descriptor is gone, or names
+// another lease or lifecycle, has ended (spec 003).
+func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
+	if o.GetNodeRid() == m.desc.GetNodeRid() {
+		return m.desc.GetAddress(), o.GetNodeGeneration() == m.desc.GetNodeGeneration(), nil
+	}
+	n, err := m.store.ReadNode(ctx, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()})
+	if errors.Is(err, location.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, storeError("read owner node", err)
+	}
+	alive := n.Node.GetLeaseId() == o.GetLeaseId() && n.Node.GetNodeGeneration() == o.GetNodeGeneration()
+	return n.Node.GetAddress(), alive, nil
+}
+
+// storeError classifies a Location Store failure: an indeterminate or
+// unreachable store is Unavailable to the caller.
+func storeError(what string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, err)
+	case errors.Is(err, location.ErrNotFound):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrNotFound, what, err)
+	case errors.Is(err, location.ErrInvalid):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrInvalidOperation, what, err)
+	case errors.Is(err, location.ErrTooLarge):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrCapacityExceeded, what, err)
+	}
+	return fmt.Errorf("%w: %s: %w", roamerr.ErrUnavailable, what, err)
+}
+
+// newGeneration issues the ObjectGeneration of a new incarnation: above
+// prev, and otherwise the time, so that an ID created again after its
+// record was deleted (and prev forgotten) still gets a new generation
+// (spec 002 §2.2: non-zero, 63-bit).
+func newGeneration(prev uint64) uint64 {
+	g := uint64(time.Now().UnixNano()) & (1<<63 - 1)
+	return max(g, prev+1)
+}
+
+// self is this node as an owner.
+func (m *Manager) owner() *messages.Owner {
+	return &messages.Owner{
+		Mesh:           m.desc.GetMesh(),
+		NodeRid:        m.desc.GetNodeRid(),
+		NodeGeneration: m.desc.GetNodeGeneration(),
+		LeaseId:        m.desc.GetLeaseId(),
+	}
+}
+
+func sameOwner(a, b *messages.Owner) bool {
+	return a.GetNodeRid() == b.GetNodeRid() && a.GetNodeGeneration() == b.GetNodeGeneration() && a.GetLeaseId() == b.GetLeaseId()
+}
+
+// deadlineCtx fixes one end-to-end deadline: the call's timeout (or the
+// default), never later than ctx's own.
+func (m *Manager) deadlineCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout == 0 {
+		timeout = m.cfg.DefaultTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
+}

@@ -1,0 +1,130 @@
+package spot
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// selectMesh picks the Mesh a new Spot is first placed on (spec 002 §3.1,
+// §4.1 step 4): the named one (NotFound if no node serves it), or the only
+// Mesh any node serves (NotConfigured with none, InvalidOperation with
+// several). It returns that Mesh's descriptors.
+func (m *Manager) selectMesh(ctx context.Context, inMesh string) (string, []location.VersionedNode, error) {
+	if inMesh != "" {
+		nodes, err := m.store.ListNodes(ctx, inMesh)
+		if err != nil {
+			return "", nil, storeError("list nodes", err)
+		}
+		if len(nodes) == 0 {
+			return "", nil, fmt.Errorf("%w: mesh %q has no node", roamerr.ErrNotFound, inMesh)
+		}
+		return inMesh, nodes, nil
+	}
+	nodes, err := m.store.ListNodes(ctx, "")
+	if err != nil {
+		return "", nil, storeError("list nodes", err)
+	}
+	var meshes []string
+	for _, n := range nodes {
+		if !slices.Contains(meshes, n.Node.GetMesh()) {
+			meshes = append(meshes, n.Node.GetMesh())
+		}
+	}
+	switch len(meshes) {
+	case 0:
+		return "", nil, fmt.Errorf("%w: no object mesh", roamerr.ErrNotConfigured)
+	case 1:
+		return meshes[0], nodes, nil
+	}
+	sort.Strings(meshes)
+	return "", nil, fmt.Errorf("%w: %d meshes %v; name one with InMesh", roamerr.ErrInvalidOperation, len(meshes), meshes)
+}
+
+// instanceType resolves the stable type of a cold activation (spec 002
+// §4.1 steps 5–6): a named type must be hosted by some node of the Mesh
+// (NotFound); an omitted one is the Mesh's only Instance type (NotFound
+// with none, InvalidOperation with several).
+func instanceType(nodes []location.VersionedNode, named string) (string, error) {
+	var types []string
+	for _, n := range nodes {
+		for _, t := range n.Node.GetInstanceTypes() {
+			if !slices.Contains(types, t) {
+				types = append(types, t)
+			}
+		}
+	}
+	if named != "" {
+		if !slices.Contains(types, named) {
+			return "", fmt.Errorf("%w: no node of the mesh hosts Instance Spot type %q", roamerr.ErrNotFound, named)
+		}
+		return named, nil
+	}
+	switch len(types) {
+	case 0:
+		return "", fmt.Errorf("%w: the mesh hosts no Instance Spot type", roamerr.ErrNotFound)
+	case 1:
+		return types[0], nil
+	}
+	sort.Strings(types)
+	return "", fmt.Errorf("%w: the mesh hosts Instance Spot types %v; name one with InstanceSpot(type)", roamerr.ErrInvalidOperation, types)
+}
+
+// candidates are the serving nodes that host stableType (as an Instance
+// Spot type when instance is set), in an order drawn by placement weight
+// (a node of weight 0 counts as 1).
+func candidates(nodes []location.VersionedNode, stableType string, instance bool) []location.VersionedNode {
+	var out []location.VersionedNode
+	for _, n := range nodes {
+		types := n.Node.GetStableTypes()
+		if instance {
+			types = n.Node.GetInstanceTypes()
+		}
+		if n.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_SERVING && slices.Contains(types, stableType) {
+			out = append(out, n)
+		}
+	}
+	// Weighted order without replacement: each pick is proportional to
+	// weight among the rest.
+	ordered := make([]location.VersionedNode, 0, len(out))
+	for len(out) > 0 {
+		total := 0
+		for _, n := range out {
+			total += weight(n)
+		}
+		r := rand.IntN(total)
+		for i, n := range out {
+			if r -= weight(n); r < 0 {
+				ordered = append(ordered, n)
+				out = slices.Delete(out, i, i+1)
+				break
+			}
+		}
+	}
+	return ordered
+}
+
+func weight(n location.VersionedNode) int { return max(int(n.Node.GetWeight()), 1) }
+
+// admitCapacity refuses a new incarnation on this node when its Capacity
+// (0: unbounded) is used up by serving incarnations (spec 002 §3.1).
+func (m *Manager) admitCapacity(ctx context.Context) error {
+	c := m.desc.GetCapacity()
+	if c == 0 {
+		return nil
+	}
+	n, err := m.d.ServingCount(ctx)
+	if err != nil {
+		return err
+	}
+	if n >= int(c) {
+		return fmt.Errorf("%w: node %s hosts %d of %d", roamerr.ErrCapacityExceeded, m.desc.GetNodeRid(), n, c)
+	}
+	return nil
+}

@@ -1,0 +1,756 @@
+package spot_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+var ctx = context.Background()
+
+// request sends a request by Spot ID and returns the handler's count.
+func request(t *testing.T, e *extension.Extension, id, value string, intent ...string) (int64, error) {
+	t.Helper()
+	c := e.Spots().Request(id, wrapperspb.String(value)).Timeout(10 * time.Second)
+	if len(intent) > 0 {
+		if intent[0] == "" {
+			c = c.InstanceSpot()
+		} else {
+			c = c.InstanceSpot(intent[0])
+		}
+	}
+	reply, err := c.Do(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return reply.(*wrapperspb.Int64Value).Value, nil
+}
+
+// writes counts the mutations a node makes through its store.
+type writes struct {
+	location.Store
+	location.RootStore
+	n atomic.Int64
+}
+
+func countWrites(s location.Store) *writes {
+	return &writes{Store: s, RootStore: s.(location.RootStore)}
+}
+
+func (w *writes) CompareAndSet(ctx context.Context, k location.AuthorityKey, v location.StoreVersion, r *location.Record) (location.StoreVersion, error) {
+	w.n.Add(1)
+	return w.Store.CompareAndSet(ctx, k, v, r)
+}
+
+func (w *writes) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	w.n.Add(1)
+	return w.Store.Apply(ctx, ops)
+}
+
+func (w *writes) PutRoot(ctx context.Context, key string, data []byte) (location.RootRef, error) {
+	w.n.Add(1)
+	return w.RootStore.PutRoot(ctx, key, data)
+}
+
+func (w *writes) Close() error { return w.Store.Close() }
+
+func recordCount(t *testing.T, store location.Store, kind location.Kind) int {
+	t.Helper()
+	page, err := store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize})
+	require.NoError(t, err)
+	return len(page.Items)
+}
+
+// --- Spot ID and the reserved format ---------------------------------------
+
+// A Spot ID is one key across the whole store: the same ID cannot be a
+// second Spot in another Mesh, nor an Instance Spot while it is a User Spot.
+// Reference: spec 002 §2, §10 "Spot ID is a global key across the whole
+// Store namespace and doesn't allow duplication per MeshName".
+func TestSpotIDIsGlobalAcrossMeshes(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(inMesh("east"))
+		w.start(inMesh("west"))
+		first, err := a.Spots().GetOrCreate("hall", "room").InMesh("east").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, first.State)
+		second, err := a.Spots().GetOrCreate("hall", "room").InMesh("west").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Existing, second.State, "the same ID in another Mesh is the same Spot")
+		require.Equal(t, "east", second.Ref.MeshName)
+		_, err = request(t, a, "hall", "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrTypeMismatch, "the ID is a User Spot, not an Instance Spot")
+		require.EqualValues(t, 1, w.count("room").Load())
+		require.Zero(t, w.count("cart").Load())
+	})
+}
+
+// A caller-given ID in the reserved Entry format is refused with
+// InvalidOperation before any store write or factory run.
+// Reference: spec 002 §2.1, §10 "rejected with InvalidOperation before
+// Store reservation and factory execution".
+func TestReservedEntryFormatIsRefusedBeforeTheStore(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		counted := countWrites(store)
+		a := w.start(withStore(counted))
+		before := counted.n.Load()
+		reserved := "app-entry-" + uuid.NewString()
+		_, err := a.Spots().GetOrCreate(reserved, "room").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		_, err = request(t, a, reserved, "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		_, err = request(t, a, strings.Repeat("x", 256), "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "256 bytes")
+		_, err = request(t, a, "\xff", "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "invalid UTF-8")
+		require.Equal(t, before, counted.n.Load(), "no store write")
+		require.Zero(t, w.count("room").Load()+w.count("cart").Load(), "no factory")
+	})
+}
+
+// Create issues a lowercase canonical UUID v4, and a taken UUID ends the
+// Create with AlreadyExists without a second UUID or reservation.
+// Reference: spec 002 §3.2, §10 "User Spot Create issues a lowercase
+// canonical UUID v4 string and does not generate a second UUID on an
+// active conflict".
+func TestCreateIssuesUUIDv4AndNoSecondOnConflict(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		res, err := a.Spots().Create("room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, res.State)
+		require.Regexp(t, regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`), res.Ref.SpotID)
+
+		restore := spot.SetNewIDForTest(func() string { return res.Ref.SpotID })
+		defer restore()
+		calls := spot.NewIDCalls()
+		_, err = a.Spots().Create("room").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrAlreadyExists)
+		require.Equal(t, calls+1, spot.NewIDCalls(), "one UUID per Create")
+		require.Equal(t, 1, recordCount(t, store, location.KindUserSpot))
+		require.EqualValues(t, 1, w.count("room").Load())
+	})
+}
+
+// Actors spawned on a node are members of the Entry Spot its descriptor
+// published; the Entry Spot ID is taken from the descriptor, never parsed.
+// Reference: spec 002 §2.1, §10 "Entry Spot join and placement use the
+// descriptor's lifecycle mapping and don't parse the Spot ID string".
+func TestEntryMembershipComesFromTheDescriptor(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(func(c *extension.Config) { c.Node.EntryPrefix = "odd.prefix" })
+		_, err := a.SpawnActor(ctx, "room", "member-1")
+		require.NoError(t, err)
+		v, err := store.Read(ctx, location.Key(location.KindActor, "member-1"))
+		require.NoError(t, err)
+		require.Equal(t, a.Node().Descriptor().GetEntrySpotId(), v.Record.GetMembership().GetSpotId())
+		entry, err := store.Read(ctx, location.Key(location.KindEntry, a.Node().Descriptor().GetEntrySpotId()))
+		require.NoError(t, err)
+		require.Equal(t, a.NodeRid(), entry.Record.GetOwner().GetNodeRid())
+	})
+}
+
+// --- Convergence of Create and GetOrCreate ----------------------------------
+
+// Create and GetOrCreate take a stable type (and an ID), never a node:
+// the framework places the Spot, and the SpotRef says where.
+// Reference: spec 002 §3, §10 "User Spot Create/GetOrCreate don't require
+// target RID and endpoint from the application".
+func TestCreateNeedsNoTargetNode(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(2)
+		res, err := w.nodes[0].Spots().GetOrCreate("kitchen", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, res.State)
+		rids := []string{w.nodes[0].NodeRid(), w.nodes[1].NodeRid()}
+		require.Contains(t, rids, res.Ref.NodeRid)
+		require.Equal(t, "default", res.Ref.MeshName)
+		n, err := request(t, w.nodes[1], "kitchen", "hello")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	})
+}
+
+// The manager offers no Instance Spot create: Instance Spots come only from
+// a first message; GetOrCreate of an existing Instance Spot's ID is a
+// TypeMismatch, and the manager has no method for it.
+// Reference: spec 002 §3, §10 "The Spot manager doesn't provide Instance
+// Spot create/get-or-create".
+func TestManagerHasNoInstanceSpotCreate(t *testing.T) {
+	mt := reflect.TypeOf(&spot.Manager{})
+	for i := 0; i < mt.NumMethod(); i++ {
+		name := strings.ToLower(mt.Method(i).Name)
+		require.False(t, strings.Contains(name, "instance") && strings.Contains(name, "create"), mt.Method(i).Name)
+	}
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		_, err := request(t, a, "basket", "x", "cart")
+		require.NoError(t, err)
+		_, err = a.Spots().GetOrCreate("basket", "cart").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrTypeMismatch)
+	})
+}
+
+// A remote create reserves in the store, then sends command 47 with the
+// reservation fence; the target reads the creation request from the
+// Relocation Store (checking its hash), runs the factory and the create
+// callback once, and answers command 20 once: a redelivery of the same
+// operation gets the same result, a stale fence a Stale failure.
+// Reference: spec 002 §3.3, §10 "Remote User Spot create fixes provider
+// reservation and target lifecycle in command 47, reads Pending creation
+// content directly from the store, and returns the terminal result exactly
+// once via command 20".
+func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(withKinds(w.cartKind("cart"))) // a does not host rooms
+		b := w.start()
+		res, err := a.Spots().GetOrCreate("studio", "room").Request(wrapperspb.String("blue")).Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, res.State)
+		require.Equal(t, b.NodeRid(), res.Ref.NodeRid)
+		require.True(t, proto.Equal(wrapperspb.String("created:blue"), res.Reply), "the callback saw the stored request")
+		require.EqualValues(t, 1, w.count("room").Load())
+
+		rejected, err := a.Spots().GetOrCreate("attic", "room").Request(wrapperspb.String("reject")).Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Rejected, rejected.State)
+		require.True(t, proto.Equal(wrapperspb.String("declined"), rejected.Reply))
+		_, err = store.Read(ctx, location.Key(location.KindUserSpot, "attic"))
+		require.ErrorIs(t, err, location.ErrNotFound, "a rejected reservation is cleaned up")
+		again, err := a.Spots().GetOrCreate("attic", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, again.State, "a Rejected result is not shared with another operation")
+
+		// A command 47 whose fence does not match the store is refused.
+		cmd := &messages.UserSpotCreate{
+			OperationId: uuid.NewString(), SpotId: "studio", StableType: "room",
+			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(),
+			Fence: &messages.ReservationFence{StoreVersion: 1, ObjectGeneration: 1,
+				TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration()},
+		}
+		ask := func() *messages.SpotReply {
+			r, err := a.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), cmd, 5*time.Second).Result()
+			require.NoError(t, err)
+			return r.(*messages.SpotReply)
+		}
+		first := ask()
+		require.Equal(t, "stale", first.GetFailureCode())
+		second := ask()
+		require.True(t, proto.Equal(first, second), "a redelivery of the operation gets the retained result")
+		require.EqualValues(t, 3, w.count("room").Load(), "no factory for a stale fence")
+	})
+}
+
+// A SpotRef keeps the incarnation's generation and where it was at lookup;
+// after a move the old ref still names the generation but not the owner,
+// and calls by Spot ID still reach the Spot.
+// Reference: spec 002 §2.2, §10 "SpotRef preserves the public generation
+// but isn't used as a messaging target".
+func TestSpotRefIsASnapshot(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		b := w.start()
+		_, err := request(t, a, "parcel", "1", "cart")
+		require.NoError(t, err)
+		before, err := a.Spots().Find(ctx, "parcel")
+		require.NoError(t, err)
+		owner, other := a, b
+		if before.NodeRid == b.NodeRid() {
+			owner, other = b, a
+		}
+		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("parcel"), other.NodeRid())
+		require.NoError(t, err)
+		after, err := a.Spots().Find(ctx, "parcel")
+		require.NoError(t, err)
+		require.Equal(t, before.ObjectGeneration, after.ObjectGeneration)
+		require.Equal(t, other.NodeRid(), after.NodeRid)
+		require.NotEqual(t, before.NodeRid, after.NodeRid)
+		n, err := request(t, a, "parcel", "2")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "state moved with the Spot")
+	})
+}
+
+// --- Direct call and cold activation ----------------------------------------
+
+// A direct call names only the Spot ID; the framework resolves the owner.
+// Reference: spec 002 §5, §10 "The Spot direct starter method only takes a
+// Spot ID and doesn't require an owner route".
+func TestDirectCallTakesOnlyASpotID(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(3)
+		_, err := w.nodes[0].Spots().GetOrCreate("den", "room").Do(ctx)
+		require.NoError(t, err)
+		for i, n := range w.nodes {
+			got, err := request(t, n, "den", fmt.Sprint(i))
+			require.NoError(t, err)
+			require.EqualValues(t, i+1, got)
+		}
+		require.NoError(t, nilReply(w.nodes[2].Spots().Send("den", wrapperspb.String("one-way")).Do(ctx)))
+		eventually(t, "the one-way send is handled", func() bool { return len(w.handledOf("den")) == 4 })
+	})
+}
+
+func nilReply(_ proto.Message, err error) error { return err }
+
+// A call without Instance intent to a Missing Spot ends NotFound and writes
+// nothing: no creation intent, no factory.
+// Reference: spec 002 §4, §10 "A Missing Spot message with no Instance
+// intent doesn't create a creation intent".
+func TestMissingWithoutInstanceIntentIsNotFound(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		counted := countWrites(store)
+		a := w.start(withStore(counted))
+		before := counted.n.Load()
+		_, err := request(t, a, "ghost", "x")
+		require.ErrorIs(t, err, roamerr.ErrNotFound)
+		require.ErrorIs(t, nilReply(a.Spots().Send("ghost", wrapperspb.String("x")).Do(ctx)), roamerr.ErrNotFound)
+		require.Equal(t, before, counted.n.Load())
+		require.Zero(t, recordCount(t, store, location.KindInstanceSpot))
+		require.Zero(t, w.count("cart").Load())
+	})
+}
+
+// Instance intent cold-activates a Missing Spot with the named type, in
+// the named Mesh; InMesh without Instance intent is refused.
+// Reference: spec 002 §4, §4.1, §10 "Instance intent only starts cold
+// activation on a Missing Spot, using optional initial Mesh and stable
+// type".
+func TestInstanceIntentActivatesInTheNamedMesh(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.start(inMesh("east"))
+		west := w.start(inMesh("west"))
+		reply, err := west.Spots().Request("box", wrapperspb.String("1")).InstanceSpot("cart").InMesh("east").Do(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, reply.(*wrapperspb.Int64Value).Value)
+		ref, err := west.Spots().Find(ctx, "box")
+		require.NoError(t, err)
+		require.Equal(t, "east", ref.MeshName)
+		require.Equal(t, messages.SpotKind_SPOT_KIND_INSTANCE, ref.Kind)
+		require.Equal(t, "cart", ref.StableType)
+
+		_, err = west.Spots().Request("box2", wrapperspb.String("1")).InMesh("east").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "InMesh needs Instance intent")
+		_, err = west.Spots().Request("box2", wrapperspb.String("1")).InstanceSpot("cart").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "two meshes and none named")
+		_, err = west.Spots().Request("box2", wrapperspb.String("1")).InstanceSpot("cart").InMesh("north").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrNotFound, "no such mesh")
+		_, err = west.Spots().Request("box2", wrapperspb.String("1")).InstanceSpot("crate").InMesh("east").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrNotFound, "no node hosts the type")
+		c := west.Spots().Request("box2", wrapperspb.String("1")).Timeout(time.Second).Timeout(time.Second)
+		_, err = c.Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "an option set twice")
+		_, err = c.Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "submitted twice")
+	})
+}
+
+// With one Instance type in the Mesh, InstanceSpot() picks it; with two,
+// the type must be named.
+// Reference: spec 002 §4.1 step 6, §10 "If the selected Mesh has exactly
+// one distinct Instance type, it's auto-selected; with multiple, type
+// specification is required".
+func TestInstanceTypeIsAutoSelectedOnlyWhenUnique(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		_, err := request(t, a, "auto", "1", "")
+		require.NoError(t, err)
+		ref, err := a.Spots().Find(ctx, "auto")
+		require.NoError(t, err)
+		require.Equal(t, "cart", ref.StableType)
+
+		w.start(withKinds(w.roomKind(), w.cartKind("cart"), w.cartKind("crate")))
+		_, err = request(t, a, "auto2", "1", "")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		_, err = request(t, a, "auto2", "1", "crate")
+		require.NoError(t, err)
+		// An existing Instance Spot is reached without naming its type.
+		_, err = request(t, a, "auto", "2", "")
+		require.NoError(t, err)
+	})
+}
+
+// The calling node writes nothing for a cold activation: it sends the
+// activation envelope, with the first message inside, to the target.
+// Reference: spec 002 §4.1 steps 8–9, §10 "The cold-activation source
+// doesn't create an owner claim — it submits the activation envelope,
+// including the first message, to the target".
+func TestColdActivationSourceWritesNothing(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		counted := countWrites(store)
+		src := w.start(withStore(counted), withKinds(w.roomKind())) // hosts no Instance type
+		target := w.start()
+		before := counted.n.Load()
+		n, err := request(t, src, "crate-1", "first", "cart")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		require.Equal(t, before, counted.n.Load(), "the source wrote nothing")
+		ref, err := src.Spots().Find(ctx, "crate-1")
+		require.NoError(t, err)
+		require.Equal(t, target.NodeRid(), ref.NodeRid)
+		require.Equal(t, []string{"first"}, w.handledOf("crate-1"))
+	})
+}
+
+// A target that holds a stale incarnation (the Spot moved away) does not
+// run an activation's first message there: it reads the store and hands
+// the message to the current owner, once.
+// Reference: spec 002 §4.1 step 10, §10 "A message isn't delivered to a
+// local instance that doesn't match the Store's current authority. A target
+// that didn't obtain creation authority doesn't create a separate
+// instance".
+func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		b := w.start(withKinds(w.roomKind(), w.cartKind("cart")))
+		// Activate on a (only a is candidate while b is not asked), then
+		// move to b: a keeps a following stub.
+		_, err := a.Spots().Request("tin", wrapperspb.String("1")).InstanceSpot("cart").Do(ctx)
+		require.NoError(t, err)
+		ref, err := a.Spots().Find(ctx, "tin")
+		require.NoError(t, err)
+		owner, other := a, b
+		if ref.NodeRid == b.NodeRid() {
+			owner, other = b, a
+		}
+		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("tin"), other.NodeRid())
+		require.NoError(t, err)
+		// An activation envelope reaches the old owner.
+		f := actor.NewFuture(a.System(), 5*time.Second)
+		env := &actor.MessageEnvelope{Message: wrapperspb.String("2"), Sender: f.PID(),
+			Header: map[string]string{relocation.HeaderOperation: uuid.NewString()}}
+		first, err := relocation.ToWire("tin", env)
+		require.NoError(t, err)
+		a.System().Root.Send(actor.NewPID(owner.Node().Address(), spot.ServiceName), &messages.SpotActivation{
+			OperationId: env.Header.Get(relocation.HeaderOperation), RouteKind: 2, SpotId: "tin", StableType: "cart",
+			TargetNodeRid: owner.NodeRid(), DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(), First: first,
+		})
+		reply, err := f.Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 2, reply.(*wrapperspb.Int64Value).Value, "handled by the moved incarnation")
+		require.EqualValues(t, 2, w.count("cart").Load(), "the activation's instance and the move's restored one; no other")
+		require.Equal(t, []string{"1", "2"}, w.handledOf("tin"))
+	})
+}
+
+// --- Route cache and Message Follow -----------------------------------------
+
+// Missing, Creating and store failures are never cached: a NotFound is
+// followed, after another node activates the Spot, by a delivered call.
+// Reference: spec 002 §6, §10 "Missing, Creating, and Store failure aren't
+// negative-cached".
+func TestMissingIsNotNegativeCached(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		b := w.start()
+		_, err := request(t, a, "late", "x")
+		require.ErrorIs(t, err, roamerr.ErrNotFound)
+		require.Zero(t, spot.CachedRoutes(a.Spots()))
+		_, err = request(t, b, "late", "1", "cart")
+		require.NoError(t, err)
+		n, err := request(t, a, "late", "2")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n)
+		require.Equal(t, 1, spot.CachedRoutes(a.Spots()), "a Ready route is cached")
+	})
+}
+
+// A route cached before a move still reaches the Spot through the
+// committed Message Follow route, with the same operation identity; the
+// hop tells the caller's node to drop its cached route. The follow queue
+// has no item bound: a burst sent to the old owner during the move is
+// handled whole.
+// Reference: spec 002 §6, §10 "Message Follow only uses a committed route.
+// Its relay queue has no relocation-specific item-count or byte bound, and
+// it preserves operation identity".
+func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		b := w.start()
+		c := w.start(withKinds(w.roomKind()))
+		_, err := request(t, a, "drum", "0", "cart")
+		require.NoError(t, err)
+		_, err = request(t, c, "drum", "cache")
+		require.NoError(t, err)
+		require.Equal(t, 1, spot.CachedRoutes(c.Spots()))
+		ref, err := a.Spots().Find(ctx, "drum")
+		require.NoError(t, err)
+		owner, other := a, b
+		if ref.NodeRid == b.NodeRid() {
+			owner, other = b, a
+		}
+		const burst = 3000
+		done := make(chan error, 1)
+		go func() {
+			for i := 0; i < burst; i++ {
+				if err := nilReply(c.Spots().Send("drum", wrapperspb.String(fmt.Sprintf("b%d", i))).Do(ctx)); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("drum"), other.NodeRid())
+		require.NoError(t, err)
+		require.NoError(t, <-done)
+		_, err = request(t, c, "drum", "after")
+		require.NoError(t, err)
+		// "after" may overtake followed sends still in flight: order holds
+		// per route, not across routes (spec 000 §11).
+		eventually(t, "every send is handled", func() bool { return len(w.handledOf("drum")) == burst+3 })
+		var sends []string
+		for _, v := range w.handledOf("drum") {
+			if strings.HasPrefix(v, "b") {
+				sends = append(sends, v)
+			}
+		}
+		require.Len(t, sends, burst)
+		for i := 0; i < burst; i++ {
+			require.Equal(t, fmt.Sprintf("b%d", i), sends[i], "in order, once")
+		}
+		eventually(t, "the follow hint drops c's cached route", func() bool { return spot.CachedRoutes(c.Spots()) == 0 })
+	})
+}
+
+// --- Close -----------------------------------------------------------------
+
+// Close checks the generation: the same ref closes once (true, then
+// false), a ref of an older incarnation never closes the new one.
+// Reference: spec 002 §7, §10 "Close checks that the generation matches
+// and doesn't retarget to a new incarnation".
+func TestCloseChecksTheGeneration(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		res, err := a.Spots().GetOrCreate("porch", "room").Do(ctx)
+		require.NoError(t, err)
+		wrong := res.Ref
+		wrong.ObjectGeneration++
+		_, err = a.Spots().Close(ctx, wrong)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		closed, err := a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.True(t, closed)
+		closed, err = a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.False(t, closed, "that incarnation is gone")
+		_, err = request(t, a, "porch", "x")
+		require.ErrorIs(t, err, roamerr.ErrNotFound)
+		again, err := a.Spots().GetOrCreate("porch", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Greater(t, again.Ref.ObjectGeneration, res.Ref.ObjectGeneration)
+		_, err = a.Spots().Close(ctx, res.Ref)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "an old ref does not close the new incarnation")
+		n, err := request(t, a, "porch", "y")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the new incarnation serves")
+	})
+}
+
+// Close of a User Spot with a member Actor answers false and keeps the
+// Spot serving; nothing is moved or destroyed.
+// Reference: spec 002 §7, §10 "User Spot Close doesn't secretly clean up
+// active membership".
+func TestCloseKeepsASpotWithMembers(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		res, err := a.Spots().GetOrCreate("club", "room").Do(ctx)
+		require.NoError(t, err)
+		_, err = a.Spots().SpawnMember(ctx, res.Ref, "room", "member-a")
+		require.NoError(t, err)
+		closed, err := a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.False(t, closed)
+		_, err = store.Read(ctx, location.Key(location.KindActor, "member-a"))
+		require.NoError(t, err, "the member stays")
+		n, err := request(t, a, "club", "still here")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	})
+}
+
+// Closing a Spot owned by another node goes through command 48 to the
+// owner, which reads the store itself; the answer is command 20's closed
+// flag, and later calls find no Spot.
+// Reference: spec 002 §7.1, §10 "Remote User Spot Close fixes the SpotRef,
+// owner generation, StoreVersion, and target lifecycle in command 48, and
+// doesn't use a Location row lookup or application control packet as
+// completion".
+func TestRemoteCloseGoesToTheOwner(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(withKinds(w.cartKind("cart")))
+		b := w.start()
+		res, err := a.Spots().GetOrCreate("loft", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, b.NodeRid(), res.Ref.NodeRid)
+		_, err = request(t, a, "loft", "before")
+		require.NoError(t, err)
+		closed, err := a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.True(t, closed)
+		_, err = store.Read(ctx, location.Key(location.KindUserSpot, "loft"))
+		require.ErrorIs(t, err, location.ErrNotFound)
+		_, err = request(t, a, "loft", "after")
+		require.ErrorIs(t, err, roamerr.ErrNotFound)
+
+		// A command 48 with a stale StoreVersion is a typed failure.
+		res, err = a.Spots().GetOrCreate("loft", "room").Do(ctx)
+		require.NoError(t, err)
+		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "loft"))
+		require.NoError(t, err)
+		cmd := &messages.UserSpotClose{OperationId: uuid.NewString(), Ref: &messages.SpotRef{SpotId: "loft", ObjectGeneration: res.Ref.ObjectGeneration},
+			TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration(),
+			ExpectedOwnerGeneration: v.Record.GetAuthorityOwnerGeneration(), ExpectedStoreVersion: uint64(v.Version) + 1,
+			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano()}
+		r, err := a.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), cmd, 5*time.Second).Result()
+		require.NoError(t, err)
+		require.Equal(t, "stale", r.(*messages.SpotReply).GetFailureCode())
+	})
+}
+
+// --- Reactivation (spec 003) and recovery (spec 002 §4.1.1) -----------------
+
+// An Instance Spot whose owner's lifecycle ended is reactivated by a call
+// with Instance intent on a live node, with its stored Mesh and type and a
+// new generation; a call without intent is Unavailable.
+// Reference: spec 003 (ZLinkInstanceReactivationRoute), spec 002 §9 "Owner
+// is expired".
+func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		caller := w.start(withKinds(w.roomKind()))
+		doomed := w.start()
+		_, err := request(t, caller, "phoenix", "1", "cart")
+		require.NoError(t, err)
+		before, err := caller.Spots().Find(ctx, "phoenix")
+		require.NoError(t, err)
+		require.Equal(t, doomed.NodeRid(), before.NodeRid)
+		require.NoError(t, doomed.Stop(ctx))
+		_, err = request(t, caller, "phoenix", "2")
+		require.True(t, errors.Is(err, roamerr.ErrUnavailable) || errors.Is(err, roamerr.ErrStale), "%v", err)
+		_, err = request(t, caller, "phoenix", "3", "cart")
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "no live node hosts the type")
+		heir := w.start()
+		n, err := request(t, caller, "phoenix", "4", "")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "a new incarnation")
+		after, err := caller.Spots().Find(ctx, "phoenix")
+		require.NoError(t, err)
+		require.Equal(t, heir.NodeRid(), after.NodeRid)
+		require.Equal(t, before.MeshName, after.MeshName)
+		require.Equal(t, "cart", after.StableType)
+		require.Greater(t, after.ObjectGeneration, before.ObjectGeneration)
+	})
+}
+
+// A membership write is accepted only while the User Spot is Ready with
+// the generation the member names.
+// Reference: spec 003 (acceptsUserSpotMembership).
+func TestMembershipNeedsTheActiveGeneration(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		res, err := a.Spots().GetOrCreate("guild", "room").Do(ctx)
+		require.NoError(t, err)
+		stale := res.Ref
+		stale.ObjectGeneration--
+		_, err = a.Spots().SpawnMember(ctx, stale, "room", "m1")
+		require.ErrorIs(t, err, roamerr.ErrStale)
+		closed, err := a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.True(t, closed)
+		_, err = a.Spots().SpawnMember(ctx, res.Ref, "room", "m2")
+		require.ErrorIs(t, err, roamerr.ErrStale)
+		require.Zero(t, recordCount(t, store, location.KindActor))
+	})
+}
+
+// An activation whose owner ended after its reservation, or after Ready
+// but before its first handler completed, is resumed by a live node's
+// start-up scan with the same generation: the first message from the
+// recovery root is handled first, then the pointer and the root go.
+// Reference: spec 002 §4.1.1.
+func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
+	for _, state := range []messages.LifecycleState{messages.LifecycleState_LIFECYCLE_STATE_CREATING, messages.LifecycleState_LIFECYCLE_STATE_READY} {
+		t.Run(state.String(), func(t *testing.T) {
+			onBothStores(t, func(t *testing.T, store location.Store) {
+				w := newWorld(t, store)
+				key := location.Key(location.KindInstanceSpot, "lazarus")
+				op := uuid.NewString()
+				first, err := relocation.ToWire("lazarus", &actor.MessageEnvelope{Message: wrapperspb.String("first"),
+					Header: map[string]string{relocation.HeaderOperation: op}})
+				require.NoError(t, err)
+				envelope, err := proto.Marshal(&messages.SpotActivation{OperationId: op, RouteKind: 2, SpotId: "lazarus", StableType: "cart", First: first})
+				require.NoError(t, err)
+				roots := store.(location.RootStore)
+				ref, err := roots.PutRoot(ctx, "activation-"+op, envelope)
+				require.NoError(t, err)
+				// The owner is a lifecycle with no descriptor: it ended.
+				_, err = store.CompareAndSet(ctx, key, 0, &location.Record{
+					ObjectGeneration: 77, AuthorityOwnerGeneration: 1, State: state, StableType: "cart",
+					SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE,
+					Owner:    &messages.Owner{Mesh: "default", NodeRid: "gone", NodeGeneration: 1, LeaseId: "gone"},
+					ActivationRecovery: &messages.ActivationRecovery{RecoveryKey: ref.Key, RootSha256: ref.SHA256[:],
+						RootSize: ref.Size, OperationId: op, ReservationFence: 77},
+				})
+				require.NoError(t, err)
+				a := w.start()
+				require.NoError(t, a.Spots().Recover(ctx))
+				eventually(t, "the first message is handled", func() bool { return len(w.handledOf("lazarus")) == 1 })
+				n, err := request(t, a, "lazarus", "second")
+				require.NoError(t, err)
+				require.EqualValues(t, 2, n)
+				require.Equal(t, []string{"first", "second"}, w.handledOf("lazarus"))
+				v, err := store.Read(ctx, key)
+				require.NoError(t, err)
+				require.EqualValues(t, 77, v.Record.GetObjectGeneration(), "the same generation")
+				require.Equal(t, a.NodeRid(), v.Record.GetOwner().GetNodeRid())
+				eventually(t, "pointer and root are gone", func() bool {
+					v, err := store.Read(ctx, key)
+					_, _, rerr := roots.GetRoot(ctx, ref.Key)
+					return err == nil && v.Record.GetActivationRecovery() == nil && errors.Is(rerr, location.ErrNotFound)
+				})
+				w.mu.Lock()
+				require.Empty(t, w.firstBad)
+				w.mu.Unlock()
+			})
+		})
+	}
+}

@@ -1,0 +1,98 @@
+package spot
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
+)
+
+func readyAt(id string) authority {
+	return authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, id), Version: 3,
+		Record: &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_READY, ObjectGeneration: 1}}}
+}
+
+// Only a Ready authority with a live owner is cached: Missing, Creating and
+// an ended owner never are, and an entry ends at RouteCacheMaxAge.
+// Reference: spec 002 §6, §10 "Missing, Creating, and Store failure aren't
+// negative-cached".
+func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
+	c := newRouteCache(50 * time.Millisecond)
+	c.put("missing", authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, "missing")}})
+	creating := readyAt("creating")
+	creating.v.Record = &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_CREATING}
+	c.put("creating", creating)
+	ended := readyAt("ended")
+	ended.ended = true
+	c.put("ended", ended)
+	require.Zero(t, c.len())
+	c.put("ready", readyAt("ready"))
+	_, ok := c.get("ready")
+	require.True(t, ok)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := c.get("ready"); !ok {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the entry never expired")
+		time.Sleep(5 * time.Millisecond)
+	}
+	off := newRouteCache(0)
+	off.put("ready", readyAt("ready"))
+	_, ok = off.get("ready")
+	require.False(t, ok, "RouteCacheMaxAge 0 turns the cache off")
+}
+
+// A Message Follow hint marks a route draining once; it is still returned
+// until dropped, so the node's messages stay on one route.
+// Reference: spec 002 §6.
+func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	c.put("r", readyAt("r"))
+	_, first := c.hinted("r")
+	_, second := c.hinted("r")
+	require.True(t, first)
+	require.False(t, second, "one barrier per route")
+	_, ok := c.get("r")
+	require.True(t, ok, "still used while draining")
+	c.drop("r")
+	_, ok = c.get("r")
+	require.False(t, ok)
+	_, hinted := c.hinted("absent")
+	require.False(t, hinted)
+}
+
+// Concurrent and later deliveries of one operation run it once and get
+// the same terminal result.
+// Reference: spec 002 §3.2 "Only a redelivery of the same operation ID
+// resends the retained terminal result", §3.3.
+func TestOperationRunsOnce(t *testing.T) {
+	m := &Manager{results: map[string]*retained{}, cfg: Config{ResultRetention: time.Minute}}
+	var runs atomic.Int64
+	var wg sync.WaitGroup
+	replies := make([]*messages.SpotReply, 20)
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = m.once("op-1", func() *messages.SpotReply {
+				runs.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				return &messages.SpotReply{Closed: true}
+			})
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 1, runs.Load())
+	for _, r := range replies {
+		require.Same(t, replies[0], r)
+	}
+	other := m.once("op-2", func() *messages.SpotReply { runs.Add(1); return &messages.SpotReply{} })
+	require.Equal(t, "op-2", other.GetOperationId())
+	require.EqualValues(t, 2, runs.Load())
+}
