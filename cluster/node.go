@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
@@ -72,6 +73,24 @@ type Config struct {
 	ProtoActorLogLevel *slog.Level
 	// RemoteOptions are passed to Proto.Actor's remote.
 	RemoteOptions []remote.ConfigOption
+	// ProtoCluster, if set, makes the node a member of a Proto.Actor
+	// cluster too, so that cluster.Request(identity, kind, msg) works on it.
+	ProtoCluster *ProtoCluster
+}
+
+// ProtoCluster joins the node to a Proto.Actor cluster. Proto.Actor's
+// cluster starts the remote itself, so the node lets it.
+type ProtoCluster struct {
+	// Name of the cluster. Default "roam".
+	Name string
+	// Provider is the membership provider (Consul, Kubernetes, or
+	// Proto.Actor's in-memory test provider). Required.
+	Provider pcluster.ClusterProvider
+	// Lookup resolves grain identities; the extension sets roam's, backed
+	// by the Location Store (package spot). Required.
+	Lookup pcluster.IdentityLookup
+	// Options are passed to Proto.Actor's cluster.Configure.
+	Options []pcluster.ConfigOption
 }
 
 func (c *Config) setDefaults() error {
@@ -132,8 +151,10 @@ type Node struct {
 	log    zerolog.Logger
 	system *actor.ActorSystem
 	remote *remote.Remote
-	desc   *location.NodeDescriptor
-	lease  location.Lease
+	// pcluster is the Proto.Actor cluster membership, when configured.
+	pcluster *pcluster.Cluster
+	desc     *location.NodeDescriptor
+	lease    location.Lease
 
 	leaseLost chan struct{}
 	stopRenew chan struct{}
@@ -155,15 +176,33 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = cfg.AdvertisedHost
 	}
-	r := remote.NewRemote(system, rcfg)
-	if err := startRemote(r); err != nil {
-		system.Shutdown()
-		return nil, err
+	var (
+		r  *remote.Remote
+		pc *pcluster.Cluster
+	)
+	if p := cfg.ProtoCluster; p != nil {
+		name := p.Name
+		if name == "" {
+			name = "roam"
+		}
+		pc = pcluster.New(system, pcluster.Configure(name, p.Provider, p.Lookup, rcfg, p.Options...))
+		if err := startMember(pc); err != nil {
+			system.Shutdown()
+			return nil, err
+		}
+		r = pc.Remote
+	} else {
+		r = remote.NewRemote(system, rcfg)
+		if err := startRemote(r); err != nil {
+			system.Shutdown()
+			return nil, err
+		}
 	}
 	n := &Node{
 		cfg:       cfg,
 		system:    system,
 		remote:    r,
+		pcluster:  pc,
 		leaseLost: make(chan struct{}),
 		stopRenew: make(chan struct{}),
 		renewDone: make(chan struct{}),
@@ -231,6 +270,22 @@ func waitReleased(address string) {
 }
 
 // startRemote turns Proto.Actor's panic on a failed listen into an error.
+// startMember starts a Proto.Actor cluster member (and with it the remote),
+// which panics on failure.
+func startMember(c *pcluster.Cluster) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: cluster: start Proto.Actor cluster member: %v", location.ErrUnavailable, p)
+		}
+	}()
+	c.StartMember()
+	return nil
+}
+
+// ProtoActorCluster is the node's Proto.Actor cluster, nil unless
+// Config.ProtoCluster was set.
+func (n *Node) ProtoActorCluster() *pcluster.Cluster { return n.pcluster }
+
 func startRemote(r *remote.Remote) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -304,8 +359,13 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.log.Warn().Str("event", "node_release_failed").Err(err).Msg("releasing node claim failed; it ends with the lease")
 			n.stopErr = fmt.Errorf("cluster: release node %s: %w", n.desc.Address, err)
 		}
-		n.remote.Shutdown(false)
-		n.system.Shutdown()
+		if n.pcluster != nil {
+			_ = n.pcluster.Config.ClusterProvider.Shutdown(true) // leave the membership now
+			n.pcluster.Shutdown(false) // shuts the actor system down too
+		} else {
+			n.remote.Shutdown(false)
+			n.system.Shutdown()
+		}
 		n.log.Info().Str("event", "node_stopped").Msg("node stopped")
 	})
 	return n.stopErr

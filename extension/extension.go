@@ -94,6 +94,15 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if roots == nil {
 		roots, _ = cfg.Node.Store.(location.RootStore)
 	}
+	var lookup *spot.IdentityLookup
+	if pc := cfg.Node.ProtoCluster; pc != nil {
+		p := *pc
+		if p.Lookup == nil {
+			p.Lookup = spot.NewIdentityLookup()
+		}
+		lookup, _ = p.Lookup.(*spot.IdentityLookup)
+		cfg.Node.ProtoCluster = &p
+	}
 	node, err := cluster.Start(ctx, cfg.Node)
 	if err != nil {
 		return nil, err
@@ -132,6 +141,9 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 		return nil, errors.Join(err, node.Stop(ctx))
 	}
 	spots.Store(m)
+	if lookup != nil {
+		lookup.Attach(m)
+	}
 	go func() {
 		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -803,6 +803,45 @@ func (*RouteBarrier) Descriptor() ([]byte, []int) {
 	return file_spot_proto_rawDescGZIP(), []int{7}
 }
 
+// GrainActivate is the first message roam's Proto.Actor IdentityLookup
+// sends to cold-activate a grain before the caller's own message: the
+// incarnation answers it without running the application.
+type GrainActivate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrainActivate) Reset() {
+	*x = GrainActivate{}
+	mi := &file_spot_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrainActivate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrainActivate) ProtoMessage() {}
+
+func (x *GrainActivate) ProtoReflect() protoreflect.Message {
+	mi := &file_spot_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrainActivate.ProtoReflect.Descriptor instead.
+func (*GrainActivate) Descriptor() ([]byte, []int) {
+	return file_spot_proto_rawDescGZIP(), []int{8}
+}
+
 var File_spot_proto protoreflect.FileDescriptor
 
 const file_spot_proto_rawDesc = "" +
@@ -874,7 +913,8 @@ const file_spot_proto_rawDesc = "" +
 	"\tRouteHint\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x17\n" +
 	"\aspot_id\x18\x02 \x01(\tR\x06spotId\"\x0e\n" +
-	"\fRouteBarrier*\x80\x01\n" +
+	"\fRouteBarrier\"\x0f\n" +
+	"\rGrainActivate*\x80\x01\n" +
 	"\fCreateResult\x12\x1d\n" +
 	"\x19CREATE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CREATE_RESULT_EXISTING\x10\x01\x12\x19\n" +
@@ -894,7 +934,7 @@ func file_spot_proto_rawDescGZIP() []byte {
 }
 
 var file_spot_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spot_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_spot_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_spot_proto_goTypes = []any{
 	(CreateResult)(0),        // 0: roam.messages.CreateResult
 	(*SpotRef)(nil),          // 1: roam.messages.SpotRef
@@ -905,19 +945,20 @@ var file_spot_proto_goTypes = []any{
 	(*SpotActivation)(nil),   // 6: roam.messages.SpotActivation
 	(*RouteHint)(nil),        // 7: roam.messages.RouteHint
 	(*RouteBarrier)(nil),     // 8: roam.messages.RouteBarrier
-	(SpotKind)(0),            // 9: roam.messages.SpotKind
-	(*Envelope)(nil),         // 10: roam.messages.Envelope
-	(AuthorityKind)(0),       // 11: roam.messages.AuthorityKind
+	(*GrainActivate)(nil),    // 9: roam.messages.GrainActivate
+	(SpotKind)(0),            // 10: roam.messages.SpotKind
+	(*Envelope)(nil),         // 11: roam.messages.Envelope
+	(AuthorityKind)(0),       // 12: roam.messages.AuthorityKind
 }
 var file_spot_proto_depIdxs = []int32{
-	9,  // 0: roam.messages.SpotRef.spot_kind:type_name -> roam.messages.SpotKind
+	10, // 0: roam.messages.SpotRef.spot_kind:type_name -> roam.messages.SpotKind
 	2,  // 1: roam.messages.UserSpotCreate.fence:type_name -> roam.messages.ReservationFence
 	0,  // 2: roam.messages.SpotReply.result:type_name -> roam.messages.CreateResult
 	1,  // 3: roam.messages.SpotReply.ref:type_name -> roam.messages.SpotRef
-	10, // 4: roam.messages.SpotReply.reply:type_name -> roam.messages.Envelope
+	11, // 4: roam.messages.SpotReply.reply:type_name -> roam.messages.Envelope
 	1,  // 5: roam.messages.UserSpotClose.ref:type_name -> roam.messages.SpotRef
-	10, // 6: roam.messages.SpotActivation.first:type_name -> roam.messages.Envelope
-	11, // 7: roam.messages.RouteHint.kind:type_name -> roam.messages.AuthorityKind
+	11, // 6: roam.messages.SpotActivation.first:type_name -> roam.messages.Envelope
+	12, // 7: roam.messages.RouteHint.kind:type_name -> roam.messages.AuthorityKind
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -938,7 +979,7 @@ func file_spot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spot_proto_rawDesc), len(file_spot_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -47,8 +47,9 @@ type object struct {
 }
 
 // host wraps the application's actor: it refuses a followed message whose
-// ObjectGeneration is not this incarnation's (spec 000 §10) and otherwise
-// hands every message to the application.
+// ObjectGeneration is not this incarnation's (spec 000 §10), answers the
+// framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
+// timers, and hands every other message to the application.
 type host struct {
 	inner actor.Actor
 	obj   *object
@@ -62,14 +63,18 @@ func (h *host) Receive(c actor.Context) {
 			return
 		}
 	}
-	if _, ok := c.Message().(*messages.RouteBarrier); ok {
-		c.Respond(&messages.RouteBarrier{}) // the caller's old route is drained up to here
-		return
+	switch m := c.Message().(type) {
+	case *messages.RouteBarrier:
+		c.Respond(m) // the caller's old route is drained up to here
+	case *messages.GrainActivate:
+		c.Respond(m) // the grain is active; the caller's own message follows
+	case *messages.TimerTick:
+		if h.obj.tm != nil && h.obj.tm.onTick(m) {
+			h.inner.Receive(c)
+		} // else a tick of a cancelled timer
+	default:
+		h.inner.Receive(c)
 	}
-	if tick, ok := c.Message().(*messages.TimerTick); ok && (h.obj.tm == nil || !h.obj.tm.onTick(tick)) {
-		return // a tick of a cancelled timer
-	}
-	h.inner.Receive(c)
 	if h.obj.afterFirst != nil {
 		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
 			done := h.obj.afterFirst

@@ -543,7 +543,10 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		for i := 0; i < burst; i++ {
 			require.Equal(t, fmt.Sprintf("b%d", i), sends[i], "in order, once")
 		}
-		eventually(t, "the follow hint drops c's cached route", func() bool { return spot.CachedRoutes(c.Spots()) == 0 })
+		eventually(t, "the follow hint drops c's route to the old owner", func() bool {
+			rid, ok := spot.CachedOwner(c.Spots(), "drum")
+			return !ok || rid == other.NodeRid()
+		})
 	})
 }
 

@@ -1,0 +1,61 @@
+package spot_test
+
+import (
+	"testing"
+	"time"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/spot"
+)
+
+// Proto.Actor's cluster.Request(identity, kind, msg) reaches a relocatable
+// grain through roam's IdentityLookup: the first request activates it as
+// the Instance Spot "<kind>/<identity>", and after the grain moves with its
+// state the next request reaches it on its new node.
+// Reference: issue 4 item 8; DESIGN §4 (cluster integration).
+func TestProtoActorClusterRequestReachesAMovedGrain(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		agent := test.NewInMemAgent()
+		member := func(c *extension.Config) {
+			c.Node.ProtoCluster = &cluster.ProtoCluster{Provider: test.NewTestProvider(agent)}
+			c.Kinds = []extension.Kind{w.cartKind("counter")}
+		}
+		w.startN(3, member)
+		a := w.nodes[0]
+		pc := a.Node().ProtoActorCluster()
+		require.NotNil(t, pc)
+		ask := func(v string) int64 {
+			t.Helper()
+			res, err := pc.Request("c1", "counter", wrapperspb.String(v), pcluster.WithTimeout(10*time.Second))
+			require.NoError(t, err)
+			return res.(*wrapperspb.Int64Value).Value
+		}
+		require.EqualValues(t, 1, ask("one"))
+		require.EqualValues(t, 2, ask("two"))
+		id := spot.GrainSpotID("counter", "c1")
+		require.Equal(t, "counter/c1", id)
+		ref, err := a.Spots().Find(ctx, id)
+		require.NoError(t, err)
+		var owner, other *extension.Extension
+		for _, n := range w.nodes {
+			if n.NodeRid() == ref.NodeRid {
+				owner = n
+			} else if other == nil {
+				other = n
+			}
+		}
+		_, err = owner.Relocate(ctx, extension.InstanceSpotRef(id), other.NodeRid())
+		require.NoError(t, err)
+		require.EqualValues(t, 3, ask("three"), "the state moved with the grain")
+		require.Equal(t, []string{"one", "two", "three"}, w.handledOf(id), "the grain's code never saw the activation message")
+		require.EqualValues(t, 2, w.count("counter").Load(), "one activation and one restored move; no kill-and-reactivate")
+	})
+}
