@@ -361,7 +361,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		if n.pcluster != nil {
 			_ = n.pcluster.Config.ClusterProvider.Shutdown(true) // leave the membership now
-			n.pcluster.Shutdown(false) // shuts the actor system down too
+			n.pcluster.Shutdown(false)                           // shuts the actor system down too
 		} else {
 			n.remote.Shutdown(false)
 			n.system.Shutdown()
