@@ -1,0 +1,152 @@
+package spot_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+func withCapacity(n uint32) nodeOpt { return func(c *extension.Config) { c.Node.Capacity = n } }
+
+// A node's Capacity bounds the incarnations it serves: a create placed on
+// a full node moves on to another candidate, and with every candidate
+// full the create and a cold activation end CapacityExceeded, leaving no
+// reservation behind.
+// Reference: spec 002 §3.1, §4.1 step 7.
+func TestCapacityExceededWhenEveryCandidateIsFull(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(2, withCapacity(1))
+		a := w.nodes[0]
+		for _, id := range []string{"one", "two"} {
+			res, err := a.Spots().GetOrCreate(id, "room").Do(ctx)
+			require.NoError(t, err)
+			require.Equal(t, spot.Created, res.State)
+		}
+		r1, _ := a.Spots().Find(ctx, "one")
+		r2, _ := a.Spots().Find(ctx, "two")
+		require.NotEqual(t, r1.NodeRid, r2.NodeRid, "the second went to the node with room")
+		_, err := a.Spots().GetOrCreate("three", "room").Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+		_, err = request(t, a, "four", "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+		require.Equal(t, 2, recordCount(t, store, location.KindUserSpot))
+		require.Zero(t, recordCount(t, store, location.KindInstanceSpot))
+	})
+}
+
+// A creation request over 1 MiB is refused before any store write.
+// Reference: spec 002 §3.1 "An encoded creation request is at most 1 MiB".
+func TestCreationRequestOver1MiBIsRefused(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		_, err := a.Spots().GetOrCreate("big", "room").Request(wrapperspb.String(strings.Repeat("x", spot.MaxCreateRequestBytes))).Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		require.Zero(t, recordCount(t, store, location.KindUserSpot))
+		res, err := a.Spots().GetOrCreate("big", "room").Request(wrapperspb.String(strings.Repeat("x", spot.MaxCreateRequestBytes-16))).Do(ctx)
+		require.NoError(t, err, "just under the limit")
+		require.Equal(t, spot.Created, res.State)
+		require.True(t, strings.HasPrefix(res.Reply.(*wrapperspb.StringValue).Value, "created:xxx"))
+	})
+}
+
+// Query lists Ready Spots a bounded page at a time: size 1..1000.
+// Reference: spec 002 §3.4.
+func TestQueryIsBounded(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		for _, id := range []string{"q1", "q2", "q3"} {
+			_, err := a.Spots().GetOrCreate(id, "room").Do(ctx)
+			require.NoError(t, err)
+		}
+		_, err := a.Spots().Query(ctx, messages.SpotKind_SPOT_KIND_USER, 0, "")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		_, err = a.Spots().Query(ctx, messages.SpotKind_SPOT_KIND_USER, 1001, "")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		_, err = a.Spots().Query(ctx, messages.SpotKind_SPOT_KIND_ENTRY, 10, "")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+		var ids []string
+		after := ""
+		for {
+			page, err := a.Spots().Query(ctx, messages.SpotKind_SPOT_KIND_USER, 2, after)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Refs), 2)
+			for _, r := range page.Refs {
+				ids = append(ids, r.SpotID)
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		require.ElementsMatch(t, []string{"q1", "q2", "q3"}, ids)
+	})
+}
+
+// A call on a route whose incarnation is gone ends with a stale-route
+// error; it is not resubmitted to whatever owns the ID now.
+// Reference: spec 002 §5 "If the resolved owner no longer owns that
+// SpotId, the current operation ends with a stale-route error".
+func TestStaleRouteEndsTheCall(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(withKinds(w.cartKind("cart")))
+		w.start() // the only node hosting rooms: the owner
+		b := w.start(withKinds(w.cartKind("cart")))
+		res, err := a.Spots().GetOrCreate("shed", "room").Do(ctx)
+		require.NoError(t, err)
+		_, err = request(t, b, "shed", "cache it")
+		require.NoError(t, err)
+		closed, err := a.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.True(t, closed)
+		again, err := a.Spots().GetOrCreate("shed", "room").Do(ctx)
+		require.NoError(t, err)
+		_, err = request(t, b, "shed", "on the stale route")
+		require.ErrorIs(t, err, roamerr.ErrStale)
+		n, err := request(t, b, "shed", "fresh resolve")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the next call resolves the new incarnation")
+		require.NotEqual(t, res.Ref.ObjectGeneration, again.Ref.ObjectGeneration)
+		require.NotContains(t, w.handledOf("shed"), "on the stale route")
+	})
+}
+
+// A GetOrCreate that finds another operation's attempt Creating waits for
+// it within its own deadline and starts nothing; at the deadline it ends
+// DeadlineExceeded, and the next call reads the store again.
+// Reference: spec 002 §3.2.
+func TestGetOrCreateWaitsForAnotherAttemptWithinItsDeadline(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		key := location.Key(location.KindUserSpot, "pending")
+		d := a.Node().Descriptor()
+		creating := &location.Record{ObjectGeneration: 5, AuthorityOwnerGeneration: 1, StableType: "room",
+			State: messages.LifecycleState_LIFECYCLE_STATE_CREATING, SpotKind: messages.SpotKind_SPOT_KIND_USER,
+			Owner:          &messages.Owner{Mesh: d.GetMesh(), NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), LeaseId: d.GetLeaseId()},
+			CreationIntent: &messages.CreationIntent{OperationId: "someone-else"}}
+		v, err := store.CompareAndSet(ctx, key, 0, creating)
+		require.NoError(t, err)
+		_, err = a.Spots().GetOrCreate("pending", "room").Timeout(300 * time.Millisecond).Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+		require.Zero(t, w.count("room").Load(), "no second factory")
+		// The other attempt gives up: the next call competes and creates.
+		_, err = store.Apply(ctx, []location.Op{location.DeleteOp(key, v)})
+		require.NoError(t, err)
+		res, err := a.Spots().GetOrCreate("pending", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, res.State)
+	})
+}
