@@ -204,3 +204,20 @@ func (d *Driver) ServingCount(ctx context.Context) (int, error) {
 		return n, nil
 	})
 }
+
+// IncarnationOf names the serving incarnation whose PID is pid.
+func (d *Driver) IncarnationOf(ctx context.Context, pid *actor.PID) (location.AuthorityKey, uint64, error) {
+	type res struct {
+		key location.AuthorityKey
+		gen uint64
+	}
+	r, err := call(ctx, d, func() (res, error) {
+		for key, obj := range d.objects {
+			if obj.state == serving && obj.pid.Equal(pid) {
+				return res{key, obj.generation}, nil
+			}
+		}
+		return res{}, fmt.Errorf("%w: %s is no serving incarnation here", roamerr.ErrNotFound, pid)
+	})
+	return r.key, r.gen, err
+}

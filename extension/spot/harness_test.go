@@ -213,6 +213,11 @@ func (k *cart) Receive(c actor.Context) {
 	}
 	k.count++
 	k.w.record(id, s.Value)
+	if s.Value == "close" {
+		if err := spot.CloseSelf(c); err != nil {
+			k.w.t.Errorf("CloseSelf: %v", err)
+		}
+	}
 	c.Respond(wrapperspb.Int64(k.count))
 }
 

@@ -162,6 +162,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		return nil, fmt.Errorf("%w: spawn the Spot service: %w", roamerr.ErrInvalidOperation, err)
 	}
 	m.self = pid
+	m.sys.Extensions.Register(m)
 	return m, nil
 }
 

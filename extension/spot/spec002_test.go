@@ -757,3 +757,34 @@ func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 		})
 	}
 }
+
+// An Instance Spot closes itself from its handler: messages it had
+// accepted are still handled, then the authority is released; a call
+// without intent finds nothing, one with Instance intent activates a new
+// incarnation.
+// Reference: spec 002 §7 "For Instance Spot, an application handler or
+// timer requests local Close from its own lifecycle context".
+func TestInstanceSpotClosesItself(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		_, err := request(t, a, "mayfly", "1", "cart")
+		require.NoError(t, err)
+		before, err := a.Spots().Find(ctx, "mayfly")
+		require.NoError(t, err)
+		_, err = request(t, a, "mayfly", "close")
+		require.NoError(t, err)
+		eventually(t, "the authority is released", func() bool {
+			_, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "mayfly"))
+			return errors.Is(err, location.ErrNotFound)
+		})
+		_, err = request(t, a, "mayfly", "2")
+		require.ErrorIs(t, err, roamerr.ErrNotFound)
+		n, err := request(t, a, "mayfly", "3", "cart")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "a new incarnation")
+		after, err := a.Spots().Find(ctx, "mayfly")
+		require.NoError(t, err)
+		require.Greater(t, after.ObjectGeneration, before.ObjectGeneration)
+	})
+}
