@@ -1,7 +1,8 @@
 // Package extension is roam's public entry point on one node: it starts a
 // Proto.Actor node that claims its place in the Location Store, registers
-// relocatable kinds with their policies, spawns relocatable Actors and
-// Instance Spots, and moves them with Relocate (spec 000).
+// relocatable kinds with their policies, spawns relocatable Actors, moves
+// them with Relocate (spec 000), and addresses Spots by ID through Spots()
+// (spec 002).
 //
 //	store := memstore.New() // or consulstore.New(consulstore.Config{...})
 //	ext, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})

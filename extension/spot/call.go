@@ -145,7 +145,7 @@ func (c *Call) Do(ctx context.Context) (proto.Message, error) {
 		if err := c.checkExisting(a); err != nil {
 			return nil, err
 		}
-		return c.deliver(ctx, a.pid(), op, cached)
+		return c.deliver(ctx, a.pid(), op)
 	case a.missing():
 		if !c.instance {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
@@ -202,7 +202,7 @@ func (c *Call) headers(op string) map[string]string {
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
 // means the route is stale: the operation ends with ErrStale and the route
 // is dropped, never retried elsewhere (spec 002 §5).
-func (c *Call) deliver(ctx context.Context, pid *actor.PID, op string, cached bool) (proto.Message, error) {
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, op string) (proto.Message, error) {
 	m := c.m
 	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
 	if !c.request {

@@ -1,7 +1,34 @@
-// Package spot addresses Spots by their global Spot ID (spec 002). This
-// first part holds the identity rules every Spot operation checks before it
-// touches the Location Store or runs a factory; the manager, direct calls,
-// cold activation and the route cache build on it (issue 4).
+// Package spot addresses Spots by their global Spot ID (spec 002, with the
+// reactivation of spec 003). A node's Manager (extension.Spots()) offers:
+//
+//   - Create(type) and GetOrCreate(id, type) of User Spots: one reservation
+//     (Missing → Creating, a CAS that also checks the ID is no Instance
+//     Spot), command 47 to the chosen node, which reads the creation request
+//     from the Relocation Store, runs the factory and the Creator callback
+//     staged, and commits Ready; command 20 answers once per operation.
+//     Callers that meet another attempt wait for Ready or Missing.
+//   - Request(id, msg) / Send(id, msg) by Spot ID. InstanceSpot(type?)
+//     allows cold activation: the caller sends command 39 (route kind 2)
+//     with the first message; the target stores it as a recovery root,
+//     reserves, runs the factory, commits Ready and dispatches the first
+//     message ahead of anything else, and removes the recovery pointer once
+//     that handler returned. An Instance Spot whose owner's lifecycle ended
+//     is reactivated on a live node the same way (spec 003); an activation
+//     whose target died is resumed by Recover (§4.1.1).
+//   - Find, Query (bounded pages), Close of a User Spot (command 48), and
+//     CloseSelf for an Instance Spot from its own handler.
+//   - A positive route cache (RouteCacheMaxAge); a Message Follow hint
+//     drains the old route with a RouteBarrier before it is dropped, so one
+//     node's messages to a Spot keep their order across a move.
+//
+// Store layout: User and Instance Spots are the authority keys
+// user_spot/<id> and instance_spot/<id>; every reservation checks in the
+// same transaction that the other key is absent, which makes the Spot ID
+// one global namespace. Incarnations are relocatable objects of the
+// relocation driver, so Instance Spots move with Relocate.
+//
+// Proto.Actor grains: IdentityLookup maps the grain (kind, identity) to the
+// Instance Spot "<kind>/<identity>" of stable type kind (GrainSpotID).
 package spot
 
 import (
