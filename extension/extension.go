@@ -91,6 +91,16 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
 		}
 	}
+	if cfg.Spot.Routes.MessageFollowDuration == 0 {
+		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
+		if cfg.Spot.Routes.MessageFollowDuration == 0 {
+			cfg.Spot.Routes.MessageFollowDuration = handoff.DefaultConfig().FollowDuration
+		}
+	}
+	// Refuse a bad route configuration before the node claims anything.
+	if err := cfg.Spot.Routes.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
 	roots := cfg.Roots
 	if roots == nil {
 		roots, _ = cfg.Node.Store.(location.RootStore)
@@ -130,12 +140,6 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	}
 	if cfg.Spot.Logger == nil {
 		cfg.Spot.Logger = cfg.Node.Logger
-	}
-	if cfg.Spot.Routes.MessageFollowDuration == 0 {
-		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
-		if cfg.Spot.Routes.MessageFollowDuration == 0 {
-			cfg.Spot.Routes.MessageFollowDuration = handoff.DefaultConfig().FollowDuration
-		}
 	}
 	m, err := spot.New(d, roots, cfg.Spot)
 	if err != nil {

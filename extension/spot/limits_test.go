@@ -8,8 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/spot"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -149,4 +151,21 @@ func TestGetOrCreateWaitsForAnotherAttemptWithinItsDeadline(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, spot.Created, res.State)
 	})
+}
+
+// A route cache that may outlive Message Follow is refused at start: the
+// cache age must be at least 5 s shorter than the follow duration.
+// Reference: spec 002 §6.
+func TestRouteCacheLongerThanFollowIsRefusedAtStart(t *testing.T) {
+	_, err := extension.Start(ctx, extension.Config{
+		Node: cluster.Config{Store: memstore.New(), Logger: testLogger(), LeaseTTL: 2 * time.Second},
+		Spot: spot.Config{Routes: spot.RouteConfig{RouteCacheMaxAge: 26 * time.Second, MessageFollowDuration: 30 * time.Second}},
+	})
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	e, err := extension.Start(ctx, extension.Config{
+		Node: cluster.Config{Store: memstore.New(), Logger: testLogger(), LeaseTTL: 2 * time.Second},
+		Spot: spot.Config{Routes: spot.RouteConfig{RouteCacheMaxAge: 25 * time.Second, MessageFollowDuration: 30 * time.Second}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.Stop(ctx))
 }
