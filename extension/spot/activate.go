@@ -32,6 +32,7 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 	if err == nil {
 		return
 	}
+	m.met.operation("activate", outcomeOf(err))
 	if s := a.GetFirst().GetSender(); s != nil {
 		relocation.RespondFailure(m.sys, actor.NewPID(s.GetAddress(), s.GetId()), a.GetSpotId(), err)
 	}
@@ -83,6 +84,7 @@ func (m *Manager) activateOnce(ctx context.Context, a *messages.SpotActivation, 
 		// owner's queue (spec 002 §4.2); a local incarnation that is not
 		// the store's current one never gets it.
 		m.sys.Root.Send(auth.pid(), first)
+		m.met.operation("activate", "forwarded")
 		return nil
 	case auth.ended && rec.GetActivationRecovery() != nil:
 		return m.resume(ctx, auth.v, a, first)
@@ -180,6 +182,7 @@ func (m *Manager) reserve(ctx context.Context, key location.AuthorityKey, expect
 // handler has completed (spec 002 §4.1 steps 11–12). On any failure
 // before the commit the reservation is released with the same fence.
 func (m *Manager) openActivated(ctx context.Context, key location.AuthorityKey, version location.StoreVersion, rec *location.Record, firsts []pendingFirst, rootKey string) error {
+	started := time.Now()
 	staged, err := m.d.Stage(ctx, key, rec.GetStableType(), rec.GetObjectGeneration(), rec.GetAuthorityOwnerGeneration())
 	if err != nil {
 		m.abortReservation(key, version, rootKey)
@@ -205,6 +208,10 @@ func (m *Manager) openActivated(ctx context.Context, key location.AuthorityKey, 
 		// restores it (§4.1.1) once this lifecycle ends.
 		return err
 	}
+	m.met.operation("activate", "ok")
+	m.met.activated(started)
+	m.log.Info().Str("event", "spot_activated").Str("spot_id", key.ID).Uint64("object_generation", rec.GetObjectGeneration()).
+		Str("operation_id", firstOp).Str("stable_type", rec.GetStableType()).Msg("Instance Spot activated by its first message")
 	return nil
 }
 

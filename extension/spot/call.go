@@ -122,6 +122,13 @@ func (c *Call) validate() error {
 // resubmitted to another owner after it reached a target: a stale route is
 // ErrStale, a lost reply ErrDeadlineExceeded (spec 002 §5).
 func (c *Call) Do(ctx context.Context) (proto.Message, error) {
+	route := "none"
+	reply, err := c.do(ctx, &route)
+	c.m.met.call(route, c.instance, err)
+	return reply, err
+}
+
+func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	if c.submitted.Swap(true) {
 		return nil, fmt.Errorf("%w: call submitted twice", roamerr.ErrInvalidOperation)
 	}
@@ -132,7 +139,9 @@ func (c *Call) Do(ctx context.Context) (proto.Message, error) {
 	defer cancel()
 	m := c.m
 	a, cached := m.cache.get(c.spotID)
+	*route = "cache"
 	if !cached {
+		*route = "store"
 		var err error
 		if a, err = m.readAuthority(ctx, c.spotID); err != nil {
 			return nil, err

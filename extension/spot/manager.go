@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
@@ -35,6 +36,9 @@ type Config struct {
 	ResultRetention time.Duration
 	// Logger receives the Spot warnings. Default zerolog.Nop.
 	Logger *zerolog.Logger
+	// MeterProvider receives roam.spot.calls, .operations and .activation.
+	// Default: OpenTelemetry's global provider.
+	MeterProvider metric.MeterProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -72,6 +76,7 @@ type Manager struct {
 	log   zerolog.Logger
 	self  *actor.PID
 	cache *routeCache
+	met   *metrics
 
 	mu      sync.Mutex
 	results map[string]*retained   // terminal results by operation id (§3.2, §7.1)
@@ -144,7 +149,12 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	if roots == nil {
 		return nil, fmt.Errorf("%w: spot: a Relocation Store (location.RootStore) is required", roamerr.ErrNotConfigured)
 	}
+	met, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
+		met:     met,
 		d:       d,
 		store:   d.Store(),
 		roots:   roots,

@@ -299,6 +299,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		},
 	}
 	reply, err := m.command(ctx, target.GetAddress(), op, cmd, func() *messages.SpotReply { return m.onCreate(cmd) })
+	m.met.operation("create", replyOutcome(reply, err))
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -427,6 +428,8 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	}
 	m.deleteRoot(intent.GetContentRef())
 	out.Result = messages.CreateResult_CREATE_RESULT_CREATED
+	m.log.Info().Str("event", "spot_created").Str("spot_id", key.ID).Uint64("object_generation", ready.GetObjectGeneration()).
+		Str("operation_id", cmd.GetOperationId()).Str("stable_type", ready.GetStableType()).Msg("User Spot created")
 	return out
 }
 
@@ -570,6 +573,7 @@ func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Durati
 		DeadlineUnixNanos: dl.UnixNano(),
 	}
 	reply, err := m.command(ctx, addr, op, cmd, func() *messages.SpotReply { return m.onClose(cmd) })
+	m.met.operation("close", replyOutcome(reply, err))
 	if err != nil {
 		return false, err
 	}
@@ -641,6 +645,7 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 		return failure(storeError("release "+key.String(), err))
 	}
 	m.cache.drop(key.ID)
+	m.log.Info().Str("event", "spot_closed").Str("spot_id", key.ID).Uint64("object_generation", rec.GetObjectGeneration()).Msg("User Spot closed")
 	return &messages.SpotReply{Closed: true}
 }
 
@@ -668,4 +673,21 @@ func (m *Manager) SpawnMember(ctx context.Context, ref SpotRef, stableType, acto
 		return nil, errors.Join(fmt.Errorf("%w: the owner of User Spot %q has ended", roamerr.ErrStale, ref.SpotID), err)
 	}
 	return m.d.SpawnMember(ctx, stableType, actorID, &messages.Membership{SpotId: ref.SpotID, SpotGeneration: ref.ObjectGeneration}, v)
+}
+
+// replyOutcome names a command's ending for the operations metric.
+func replyOutcome(reply *messages.SpotReply, err error) string {
+	switch {
+	case err != nil:
+		return outcomeOf(err)
+	case reply.GetFailureCode() != "":
+		return reply.GetFailureCode()
+	case reply.GetResult() == messages.CreateResult_CREATE_RESULT_CREATED:
+		return "created"
+	case reply.GetResult() == messages.CreateResult_CREATE_RESULT_REJECTED:
+		return "rejected"
+	case reply.GetClosed():
+		return "closed"
+	}
+	return "ok"
 }

@@ -1,0 +1,59 @@
+package spot_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location/memstore"
+)
+
+// Calls are counted by route and outcome, activations and creates by
+// outcome, with the activation time; Spot IDs are never attributes.
+// Reference: spec 002 §9 (observability; "Spot ID isn't used as a metric
+// label").
+func TestSpotOperationsAreMeasured(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	w := newWorld(t, memstore.New())
+	a := w.start(func(c *extension.Config) { c.Spot.MeterProvider = provider })
+	_, err := request(t, a, "metered-id", "1", "cart")
+	require.NoError(t, err)
+	_, err = request(t, a, "metered-id", "2") // resolved from the store, then cached
+	require.NoError(t, err)
+	_, err = request(t, a, "metered-id", "3")
+	require.NoError(t, err)
+	_, err = a.Spots().GetOrCreate("metered-room", "room").Do(ctx)
+	require.NoError(t, err)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	points := map[string]int64{}
+	found := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			found[m.Name] = true
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				key := m.Name
+				for _, kv := range dp.Attributes.ToSlice() {
+					require.NotContains(t, kv.Value.Emit(), "metered")
+					key += " " + string(kv.Key) + "=" + kv.Value.Emit()
+				}
+				points[key] += dp.Value
+			}
+		}
+	}
+	require.True(t, found["roam.spot.activation"], "%v", found)
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=true outcome=ok route=store"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=store"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=cache"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.operations operation=activate outcome=ok"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.operations operation=create outcome=created"], "%v", points)
+}
