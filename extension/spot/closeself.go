@@ -76,13 +76,13 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 			return err
 		}
 	}
+	m.cache.drop(key.ID) // before the release: a reader now sees Closing, which is never cached
 	if err := m.d.CloseLocal(ctx, key, gen); err != nil {
 		m.log.Warn().Str("event", "close_local_failed").Str("spot_id", key.ID).Err(err).Msg("the local incarnation did not stop cleanly")
 	}
 	if _, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(key, cv)}); err != nil {
 		return storeError("release "+key.String(), err)
 	}
-	m.cache.drop(key.ID)
 	m.log.Info().Str("event", "instance_spot_closed").Str("spot_id", key.ID).Uint64("object_generation", gen).Msg("Instance Spot closed itself")
 	return nil
 }

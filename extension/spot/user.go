@@ -638,13 +638,13 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 	if err != nil {
 		return failure(err)
 	}
+	m.cache.drop(key.ID) // before the release: a reader now sees Closing, which is never cached
 	if err := m.d.CloseLocal(ctx, key, rec.GetObjectGeneration()); err != nil {
 		m.log.Warn().Str("event", "close_local_failed").Str("spot_id", key.ID).Err(err).Msg("the local incarnation did not stop cleanly")
 	}
 	if _, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(key, cv)}); err != nil {
 		return failure(storeError("release "+key.String(), err))
 	}
-	m.cache.drop(key.ID)
 	m.log.Info().Str("event", "spot_closed").Str("spot_id", key.ID).Uint64("object_generation", rec.GetObjectGeneration()).Msg("User Spot closed")
 	return &messages.SpotReply{Closed: true}
 }
