@@ -371,9 +371,13 @@ type CreationIntent struct {
 	// write can be recognised on a re-read.
 	OperationId string `protobuf:"bytes,5,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
 	// request_type is the protobuf full name of the creation request.
-	RequestType   string `protobuf:"bytes,6,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestType string `protobuf:"bytes,6,opt,name=request_type,json=requestType,proto3" json:"request_type,omitempty"`
+	// deadline_unix_nanos is the creating operation's deadline: a reservation
+	// still Creating well after it was abandoned (its command 47 was lost)
+	// and any node may release it with its fence.
+	DeadlineUnixNanos int64 `protobuf:"varint,7,opt,name=deadline_unix_nanos,json=deadlineUnixNanos,proto3" json:"deadline_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CreationIntent) Reset() {
@@ -446,6 +450,13 @@ func (x *CreationIntent) GetRequestType() string {
 		return x.RequestType
 	}
 	return ""
+}
+
+func (x *CreationIntent) GetDeadlineUnixNanos() int64 {
+	if x != nil {
+		return x.DeadlineUnixNanos
+	}
+	return 0
 }
 
 // ActivationRecovery points at the immutable recovery root of a cold
@@ -903,7 +914,7 @@ const file_location_proto_rawDesc = "" +
 	"\n" +
 	"Membership\x12\x17\n" +
 	"\aspot_id\x18\x01 \x01(\tR\x06spotId\x12'\n" +
-	"\x0fspot_generation\x18\x02 \x01(\x04R\x0espotGeneration\"\xdb\x01\n" +
+	"\x0fspot_generation\x18\x02 \x01(\x04R\x0espotGeneration\"\x8b\x02\n" +
 	"\x0eCreationIntent\x12\x1f\n" +
 	"\vcontent_ref\x18\x01 \x01(\tR\n" +
 	"contentRef\x12!\n" +
@@ -911,7 +922,8 @@ const file_location_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12+\n" +
 	"\x11reservation_fence\x18\x04 \x01(\x04R\x10reservationFence\x12!\n" +
 	"\foperation_id\x18\x05 \x01(\tR\voperationId\x12!\n" +
-	"\frequest_type\x18\x06 \x01(\tR\vrequestType\"\xea\x01\n" +
+	"\frequest_type\x18\x06 \x01(\tR\vrequestType\x12.\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xea\x01\n" +
 	"\x12ActivationRecovery\x12!\n" +
 	"\frecovery_key\x18\x01 \x01(\tR\vrecoveryKey\x12+\n" +
 	"\x11reservation_fence\x18\x02 \x01(\x04R\x10reservationFence\x12\x1f\n" +

@@ -382,7 +382,9 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 	if rec.GetActivationRecovery() == nil && !creatingUser {
 		return nil
 	}
-	if _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); err != nil || alive {
+	if creatingUser && abandoned(rec) {
+		// released below like an ended owner's reservation
+	} else if _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); err != nil || alive {
 		return err
 	}
 	if creatingUser {

@@ -169,3 +169,29 @@ func TestRouteCacheLongerThanFollowIsRefusedAtStart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, e.Stop(ctx))
 }
+
+// A User Spot reservation still Creating long after its operation's
+// deadline (its command 47 was lost, its owner still alive) does not block
+// the ID forever: the next GetOrCreate releases it with its fence and
+// creates.
+// Reference: spec 002 §3.2 (waiters converge on Ready or Missing), spec 003
+// (an abandoned reservation is released only under exact conditions).
+func TestAbandonedReservationIsReleased(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		d := a.Node().Descriptor()
+		_, err := store.CompareAndSet(ctx, location.Key(location.KindUserSpot, "orphan"), 0, &location.Record{
+			ObjectGeneration: 5, AuthorityOwnerGeneration: 1, StableType: "room",
+			State: messages.LifecycleState_LIFECYCLE_STATE_CREATING, SpotKind: messages.SpotKind_SPOT_KIND_USER,
+			Owner:          &messages.Owner{Mesh: d.GetMesh(), NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), LeaseId: d.GetLeaseId()},
+			CreationIntent: &messages.CreationIntent{OperationId: "lost", DeadlineUnixNanos: time.Now().Add(-time.Minute).UnixNano()},
+		})
+		require.NoError(t, err)
+		res, err := a.Spots().GetOrCreate("orphan", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, res.State)
+		require.Greater(t, res.Ref.ObjectGeneration, uint64(5))
+		require.EqualValues(t, 1, w.count("room").Load())
+	})
+}

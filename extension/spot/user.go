@@ -218,6 +218,9 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		switch {
 		case auth.ready() && !auth.ended:
 			return CreateResult{State: Existing, Ref: refFrom(auth.ref())}, nil
+		case abandoned(rec):
+			// Its operation gave up long ago (a lost command 47): release
+			// it with its fence in the reserving transaction below.
 		case !auth.ended:
 			// Another operation's attempt is in progress: wait for Ready
 			// or Missing, never start a second reservation (§3.2).
@@ -258,7 +261,8 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		return CreateResult{}, fmt.Errorf("%w: no serving node of mesh %q hosts User Spot type %q", roamerr.ErrNotFound, mesh, c.stableType)
 	}
 	key := location.Key(location.KindUserSpot, c.spotID)
-	intent := &messages.CreationIntent{OperationId: op}
+	dl, _ := ctx.Deadline()
+	intent := &messages.CreationIntent{OperationId: op, DeadlineUnixNanos: dl.UnixNano()}
 	if c.request != nil {
 		ref, err := m.roots.PutRoot(ctx, "create-"+op, content)
 		if err != nil {
@@ -288,7 +292,6 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		}
 		return CreateResult{}, err
 	}
-	dl, _ := ctx.Deadline()
 	cmd := &messages.UserSpotCreate{
 		OperationId: op, SourceNodeRid: m.desc.GetNodeRid(), SourceNodeGeneration: m.desc.GetNodeGeneration(),
 		SpotId: c.spotID, StableType: c.stableType, DeadlineUnixNanos: dl.UnixNano(),
@@ -356,7 +359,14 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 		return failure(fmt.Errorf("%w: command 47 for node %s reached %s", roamerr.ErrStale, f.GetTargetNodeRid(), m.desc.GetNodeRid()))
 	}
 	key := location.Key(location.KindUserSpot, cmd.GetSpotId())
-	v, err := m.store.Read(ctx, key)
+	late := ctx.Err() != nil
+	readCtx := ctx
+	if late {
+		var cancelRead context.CancelFunc
+		readCtx, cancelRead = context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+		defer cancelRead()
+	}
+	v, err := m.store.Read(readCtx, key)
 	if err != nil {
 		return failure(storeError("read the reservation", err))
 	}
@@ -367,6 +377,12 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 		return failure(fmt.Errorf("%w: the reservation of Spot %q changed", roamerr.ErrStale, cmd.GetSpotId()))
 	}
 	intent := rec.GetCreationIntent()
+	if late {
+		// Nobody waits for this create any more: release its reservation
+		// with the same fence instead of creating.
+		m.abortReservation(key, v.Version, intent.GetContentRef())
+		return failure(fmt.Errorf("%w: command 47 for Spot %q arrived after its deadline", roamerr.ErrDeadlineExceeded, cmd.GetSpotId()))
+	}
 	abort := func(err error) *messages.SpotReply {
 		m.abortReservation(key, v.Version, intent.GetContentRef())
 		return failure(err)
@@ -690,4 +706,17 @@ func replyOutcome(reply *messages.SpotReply, err error) string {
 		return "closed"
 	}
 	return "ok"
+}
+
+// abandonGrace is how long past its operation's deadline a Creating
+// reservation is left alone before any node may release it: a margin for
+// clock skew between nodes.
+const abandonGrace = 5 * time.Second
+
+// abandoned reports whether a User Spot reservation outlived its creating
+// operation's deadline by abandonGrace.
+func abandoned(rec *location.Record) bool {
+	dl := rec.GetCreationIntent().GetDeadlineUnixNanos()
+	return rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING && dl != 0 &&
+		time.Now().After(time.Unix(0, dl).Add(abandonGrace))
 }
