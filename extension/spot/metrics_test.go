@@ -29,8 +29,26 @@ func TestSpotOperationsAreMeasured(t *testing.T) {
 	_, err = a.Spots().GetOrCreate("metered-room", "room").Do(ctx)
 	require.NoError(t, err)
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(ctx, &rm))
+	points := map[string]int64{}
+	found := map[string]bool{}
+	// The target records an activation right after it opened the Spot,
+	// which may be after the caller has its reply.
+	eventually(t, "the activation is recorded", func() bool {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		points, found = collect(t, rm)
+		return found["roam.spot.activation"]
+	})
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=true outcome=ok route=store"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=store"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=cache"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.operations operation=activate outcome=ok"], "%v", points)
+	require.EqualValues(t, 1, points["roam.spot.operations operation=create outcome=created"], "%v", points)
+}
+
+// collect flattens counters to "name attr=value …" → sum and lists every
+// metric name seen, checking no attribute carries a Spot ID.
+func collect(t *testing.T, rm metricdata.ResourceMetrics) (map[string]int64, map[string]bool) {
 	points := map[string]int64{}
 	found := map[string]bool{}
 	for _, sm := range rm.ScopeMetrics {
@@ -50,10 +68,5 @@ func TestSpotOperationsAreMeasured(t *testing.T) {
 			}
 		}
 	}
-	require.True(t, found["roam.spot.activation"], "%v", found)
-	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=true outcome=ok route=store"], "%v", points)
-	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=store"], "%v", points)
-	require.EqualValues(t, 1, points["roam.spot.calls instance_intent=false outcome=ok route=cache"], "%v", points)
-	require.EqualValues(t, 1, points["roam.spot.operations operation=activate outcome=ok"], "%v", points)
-	require.EqualValues(t, 1, points["roam.spot.operations operation=create outcome=created"], "%v", points)
+	return points, found
 }
