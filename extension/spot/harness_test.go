@@ -70,7 +70,7 @@ func testLogger() *zerolog.Logger {
 
 // world is a set of nodes on one store, with what their Spots did.
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	store location.Store
 	nodes []*extension.Extension
 
@@ -79,10 +79,11 @@ type world struct {
 	handled   map[string][]string // Spot ID → message values, in handling order
 	firstOps  map[string]string   // incarnation PID id → operation of its first handled message
 	firstBad  []string            // first messages that were not the winning activation's
+	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
 }
 
-func newWorld(t *testing.T, store location.Store) *world {
-	return &world{t: t, store: store, handled: map[string][]string{}, firstOps: map[string]string{}}
+func newWorld(t testing.TB, store location.Store) *world {
+	return &world{t: t, store: store, handled: map[string][]string{}, firstOps: map[string]string{}, headers: map[string][2]string{}}
 }
 
 func (w *world) count(stableType string) *atomic.Int64 {
@@ -213,6 +214,11 @@ func (k *cart) Receive(c actor.Context) {
 	}
 	k.count++
 	k.w.record(id, s.Value)
+	if h := c.MessageHeader(); h != nil {
+		k.w.mu.Lock()
+		k.w.headers[s.Value] = [2]string{h.Get(relocation.HeaderOperation), h.Get(relocation.HeaderHops)}
+		k.w.mu.Unlock()
+	}
 	if s.Value == "close" {
 		if err := spot.CloseSelf(c); err != nil {
 			k.w.t.Errorf("CloseSelf: %v", err)

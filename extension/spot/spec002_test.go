@@ -514,10 +514,16 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		if ref.NodeRid == b.NodeRid() {
 			owner, other = b, a
 		}
-		const burst = 3000
+		// Sends go out during the move and after it, the later ones still on
+		// c's cached route to the old owner.
+		const burst, during = 3000, 1500
 		done := make(chan error, 1)
+		moved := make(chan struct{})
 		go func() {
 			for i := 0; i < burst; i++ {
+				if i == during {
+					<-moved
+				}
 				if err := nilReply(c.Spots().Send("drum", wrapperspb.String(fmt.Sprintf("b%d", i))).Do(ctx)); err != nil {
 					done <- err
 					return
@@ -527,6 +533,7 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		}()
 		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("drum"), other.NodeRid())
 		require.NoError(t, err)
+		close(moved)
 		require.NoError(t, <-done)
 		_, err = request(t, c, "drum", "after")
 		require.NoError(t, err)
@@ -543,6 +550,21 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		for i := 0; i < burst; i++ {
 			require.Equal(t, fmt.Sprintf("b%d", i), sends[i], "in order, once")
 		}
+		// Followed sends arrived with the operation identity their caller
+		// stamped: one distinct operation per send, hops counted.
+		w.mu.Lock()
+		ops, followed := map[string]bool{}, 0
+		for i := 0; i < burst; i++ {
+			h := w.headers[fmt.Sprintf("b%d", i)]
+			require.NotEmpty(t, h[0])
+			require.False(t, ops[h[0]], "operation identity reused")
+			ops[h[0]] = true
+			if h[1] != "" {
+				followed++
+			}
+		}
+		w.mu.Unlock()
+		require.Positive(t, followed, "some sends took the Message Follow route")
 		eventually(t, "the follow hint drops c's route to the old owner", func() bool {
 			rid, ok := spot.CachedOwner(c.Spots(), "drum")
 			return !ok || rid == other.NodeRid()
