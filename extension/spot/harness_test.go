@@ -76,9 +76,9 @@ type world struct {
 
 	factories sync.Map // stable type → *atomic.Int64 (producer runs)
 	mu        sync.Mutex
-	handled   map[string][]string // Spot ID → message values, in handling order
-	firstOps  map[string]string   // incarnation PID id → operation of its first handled message
-	firstBad  []string            // first messages that were not the winning activation's
+	handled   map[string][]string  // Spot ID → message values, in handling order
+	firstOps  map[string]string    // incarnation PID id → operation of its first handled message
+	firstBad  []string             // first messages that were not the winning activation's
 	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
 }
 
