@@ -472,9 +472,12 @@ type ActivationRecovery struct {
 	// the first message has been handled (the pointer is removed then).
 	ReplayCursor uint64 `protobuf:"varint,5,opt,name=replay_cursor,json=replayCursor,proto3" json:"replay_cursor,omitempty"`
 	// operation_id is the first message's operation identity.
-	OperationId   string `protobuf:"bytes,6,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OperationId string `protobuf:"bytes,6,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// deadline_unix_nanos is the activation's deadline: a reservation still
+	// Creating well after it may be resumed by any node.
+	DeadlineUnixNanos int64 `protobuf:"varint,7,opt,name=deadline_unix_nanos,json=deadlineUnixNanos,proto3" json:"deadline_unix_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ActivationRecovery) Reset() {
@@ -547,6 +550,13 @@ func (x *ActivationRecovery) GetOperationId() string {
 		return x.OperationId
 	}
 	return ""
+}
+
+func (x *ActivationRecovery) GetDeadlineUnixNanos() int64 {
+	if x != nil {
+		return x.DeadlineUnixNanos
+	}
+	return 0
 }
 
 // LocationRecord is the value of one authority key.
@@ -923,7 +933,7 @@ const file_location_proto_rawDesc = "" +
 	"\x11reservation_fence\x18\x04 \x01(\x04R\x10reservationFence\x12!\n" +
 	"\foperation_id\x18\x05 \x01(\tR\voperationId\x12!\n" +
 	"\frequest_type\x18\x06 \x01(\tR\vrequestType\x12.\n" +
-	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xea\x01\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\x9a\x02\n" +
 	"\x12ActivationRecovery\x12!\n" +
 	"\frecovery_key\x18\x01 \x01(\tR\vrecoveryKey\x12+\n" +
 	"\x11reservation_fence\x18\x02 \x01(\x04R\x10reservationFence\x12\x1f\n" +
@@ -931,7 +941,8 @@ const file_location_proto_rawDesc = "" +
 	"rootSha256\x12\x1b\n" +
 	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
 	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
-	"\foperation_id\x18\x06 \x01(\tR\voperationId\"\xaf\x04\n" +
+	"\foperation_id\x18\x06 \x01(\tR\voperationId\x12.\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xaf\x04\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +

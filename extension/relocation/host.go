@@ -31,13 +31,15 @@ type Staged struct {
 }
 
 // Stage spawns an incarnation of key with the given generations. Messages
-// that reach its PID before Open wait in its temporary queue.
+// that reach its PID before Open wait in its temporary queue. Stage, Open
+// and CloseLocal are local and never abandoned half-way: a caller's
+// deadline cannot leave a spawned incarnation nobody owns.
 func (d *Driver) Stage(ctx context.Context, key location.AuthorityKey, stableType string, generation, ownerGeneration uint64) (*Staged, error) {
 	k, ok := d.kind(stableType)
 	if !ok {
 		return nil, fmt.Errorf("%w: stable type %q is not registered here", roamerr.ErrNotFound, stableType)
 	}
-	return call(ctx, d, func() (*Staged, error) {
+	return call(context.Background(), d, func() (*Staged, error) {
 		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: ownerGeneration, state: staging}
 		closed := d.unavailableSink(obj, "the incarnation was removed before it opened")
 		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)),
@@ -76,7 +78,7 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 // returned: the point at which a cold activation's recovery pointer may go
 // (spec 002 §4.1 step 12).
 func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func()) error {
-	_, err := call(ctx, s.d, func() (struct{}, error) {
+	_, err := call(context.Background(), s.d, func() (struct{}, error) {
 		obj := s.obj
 		obj.firstOperation, obj.afterFirst = firstOperation, afterFirst
 		if err := obj.mb.OpenWith(first); err != nil {
@@ -131,7 +133,7 @@ func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalInc
 // letters (a stale route for their callers). NotFound when no such
 // incarnation serves here; Unavailable while it is moving.
 func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, generation uint64) error {
-	obj, err := call(ctx, d, func() (*object, error) {
+	obj, err := call(context.Background(), d, func() (*object, error) {
 		obj := d.objects[key]
 		switch {
 		case obj == nil || obj.generation != generation || obj.state == following || obj.state == ended:
@@ -145,26 +147,34 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	if err != nil {
 		return err
 	}
-	_ = obj.mb.Do(func() {
-		if obj.tm != nil {
-			obj.tm.stopAll()
-		}
-		if c, ok := obj.inst.(Closing); ok {
-			c.OnClosing(Closed)
-		}
-	})
-	perr := d.sys.Root.PoisonFuture(obj.pid).Wait()
+	// The marker queues behind every message already accepted, so those
+	// turns (and ticks) run first; then timers stop, the application hears
+	// OnClosing(Closed), and the actor stops (spec 002 §7 steps 2–3).
+	marker := &closeMarker{done: make(chan struct{})}
+	d.sys.Root.Send(obj.pid, marker)
+	var err2 error
+	select {
+	case <-marker.done:
+		err2 = d.sys.Root.StopFuture(obj.pid).Wait()
+	case <-ctx.Done():
+		// The incarnation is ended and stops itself at the marker.
+		err2 = fmt.Errorf("%w: accepted turns of %s still running: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+	}
+	if err2 != nil {
+		return err2
+	}
 	_, _ = call(context.Background(), d, func() (struct{}, error) {
 		if d.objects[key] == obj {
 			delete(d.objects, key)
 		}
 		return struct{}{}, nil
 	})
-	if perr != nil {
-		return fmt.Errorf("%w: stop %s: %w", roamerr.ErrUnavailable, key, perr)
-	}
 	return nil
 }
+
+// closeMarker ends an incarnation after the turns accepted before it
+// (CloseLocal). It never leaves the node.
+type closeMarker struct{ done chan struct{} }
 
 // ToWire and FromWire convert between a posted message (a protobuf
 // message, or an *actor.MessageEnvelope with sender and headers) and its
@@ -220,4 +230,22 @@ func (d *Driver) IncarnationOf(ctx context.Context, pid *actor.PID) (location.Au
 		return res{}, fmt.Errorf("%w: %s is no serving incarnation here", roamerr.ErrNotFound, pid)
 	})
 	return r.key, r.gen, err
+}
+
+// Hosts reports whether this node has an incarnation of key with
+// generation that serves, is moving out, or is arriving (a move in that
+// may already have committed this node as owner).
+func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
+	ok, _ := call(context.Background(), d, func() (bool, error) {
+		if obj := d.objects[key]; obj != nil && obj.generation == generation && (obj.state == serving || obj.state == leaving) {
+			return true, nil
+		}
+		for _, t := range d.targets {
+			if t.key == key {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return ok
 }

@@ -41,6 +41,13 @@ func RecreateOnRelocation() Policy { return recreateOnRelocation{} }
 // PreserveStateWith: the adapter carries the state across.
 func PreserveStateWith(a StateAdapter) Policy { return preserveStateWith{adapter: a} }
 
+// PreservesState reports whether p carries in-memory state across moves,
+// state that a reactivation after the owner ended cannot bring back.
+func PreservesState(p Policy) bool {
+	_, ok := p.(preserveStateWith)
+	return ok
+}
+
 // Kind is a relocatable stable type: how to make an instance and what a
 // move does with it.
 type Kind struct {

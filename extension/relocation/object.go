@@ -68,6 +68,15 @@ func (h *host) Receive(c actor.Context) {
 		c.Respond(m) // the caller's old route is drained up to here
 	case *messages.GrainActivate:
 		c.Respond(m) // the grain is active; the caller's own message follows
+	case *closeMarker:
+		if h.obj.tm != nil {
+			h.obj.tm.stopAll()
+		}
+		if cl, ok := h.obj.inst.(Closing); ok {
+			cl.OnClosing(Closed)
+		}
+		c.Stop(c.Self()) // the Stop system message overtakes anything queued after the marker
+		close(m.done)
 	case *messages.TimerTick:
 		if h.obj.tm != nil && h.obj.tm.onTick(m) {
 			h.inner.Receive(c)
@@ -118,9 +127,9 @@ func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, 
 
 // SpawnMember creates a relocatable Actor on this node as a member of the
 // User Spot incarnation membership names. spotAt is the Spot's record as
-// read: the Actor's record is written in one transaction that checks the
-// Spot is still at that version, so a membership is only accepted while
-// the Spot is active with that generation (spec 003). A Spot that changed
+// read: the Actor's record is written in one transaction with the Spot's
+// record at that version, so a membership is only accepted while the Spot
+// is active with that generation (spec 003). A Spot that changed
 // meanwhile is Stale.
 func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, membership *messages.Membership, spotAt location.Versioned) (*actor.PID, error) {
 	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
@@ -157,7 +166,10 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	switch {
 	case member != nil:
 		rec.Membership = member.membership
-		ops = append(ops, location.CheckOp(member.spotAt.Key, member.spotAt.Version))
+		// Writing the Spot's record (unchanged) moves its version, so a
+		// Close or re-reservation that counted members before this join
+		// conflicts and counts again (spec 002 §7, spec 003).
+		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, member.spotAt.Record))
 	case key.Kind == location.KindActor:
 		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	default:

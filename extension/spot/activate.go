@@ -47,6 +47,11 @@ func (m *Manager) activateHere(ctx context.Context, a *messages.SpotActivation) 
 	if err := ValidateID(a.GetSpotId()); err != nil {
 		return err
 	}
+	if a.GetTargetNodeRid() != m.desc.GetNodeRid() || a.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
+		// Meant for another lifecycle (a process restarted on the same
+		// address): the envelope's target fence does not match (§4.1).
+		return fmt.Errorf("%w: command 39 for node %s reached %s", roamerr.ErrUnavailable, a.GetTargetNodeRid(), m.desc.GetNodeRid())
+	}
 	first, err := relocation.FromWire(a.GetFirst())
 	if err != nil {
 		return err
@@ -73,6 +78,12 @@ func (m *Manager) activateOnce(ctx context.Context, a *messages.SpotActivation, 
 	if auth.v.Present() && auth.v.Key.Kind != location.KindInstanceSpot {
 		return fmt.Errorf("%w: Spot %q is a User Spot", roamerr.ErrTypeMismatch, a.GetSpotId())
 	}
+	if auth.v.Present() && !auth.ended && m.stranded(auth.v) {
+		// Our own record with no incarnation behind it and no activation
+		// of ours in progress (we hold the key): an earlier attempt here
+		// lost its answer from the store. It resumes like an ended owner's.
+		auth.ended = true
+	}
 	switch {
 	case auth.missing():
 		return m.coldActivate(ctx, a, first, auth.v)
@@ -86,11 +97,16 @@ func (m *Manager) activateOnce(ctx context.Context, a *messages.SpotActivation, 
 		m.sys.Root.Send(auth.pid(), first)
 		m.met.operation("activate", "forwarded")
 		return nil
-	case auth.ended && rec.GetActivationRecovery() != nil:
-		return m.resume(ctx, auth.v, a, first)
-	case auth.ended:
+	case auth.ended || abandonedActivation(rec):
 		if rec.GetStableType() != a.GetStableType() {
 			return fmt.Errorf("%w: Spot %q has stable type %q, the activation names %q", roamerr.ErrTypeMismatch, a.GetSpotId(), rec.GetStableType(), a.GetStableType())
+		}
+		if rec.GetActivationRecovery() != nil {
+			return m.resume(ctx, auth.v, a, first)
+		}
+		if k, ok := m.d.Kind(rec.GetStableType()); ok && relocation.PreservesState(k.Policy) {
+			m.log.Warn().Str("event", "spot_reactivated").Str("spot_id", a.GetSpotId()).Uint64("object_generation", rec.GetObjectGeneration()).
+				Msg("the owner of an Instance Spot ended; a new incarnation starts without the old one's in-memory state")
 		}
 		return m.coldActivate(ctx, a, first, auth.v) // reactivation (spec 003)
 	default:
@@ -138,6 +154,7 @@ func (m *Manager) coldActivate(ctx context.Context, a *messages.SpotActivation, 
 		SpotKind:                 messages.SpotKind_SPOT_KIND_INSTANCE,
 		ActivationRecovery: &messages.ActivationRecovery{
 			RecoveryKey: rootKey, RootSha256: ref.SHA256[:], RootSize: ref.Size, OperationId: a.GetOperationId(),
+			DeadlineUnixNanos: a.GetDeadlineUnixNanos(),
 		},
 	}
 	rec.ActivationRecovery.ReservationFence = rec.ObjectGeneration
@@ -167,13 +184,45 @@ func (m *Manager) reserve(ctx context.Context, key location.AuthorityKey, expect
 	case errors.Is(err, location.ErrConflict):
 		return 0, errRetry
 	case errors.Is(err, location.ErrIndeterminate):
-		v, rerr := m.store.Read(ctx, key)
-		if rerr == nil && mine(v.Record) {
-			return v.Version, nil
-		}
-		return 0, errRetry
+		return m.settle(ctx, key, mine)
 	}
 	return 0, storeError("reserve "+key.String(), err)
+}
+
+// settle decides an indeterminate write by consistent re-reads until one
+// answers: the version if the record is this attempt's (mine), errRetry
+// if it is not, or an error once ctx ends with the outcome still unknown.
+func (m *Manager) settle(ctx context.Context, key location.AuthorityKey, mine func(*location.Record) bool) (location.StoreVersion, error) {
+	for {
+		v, err := m.store.Read(ctx, key)
+		switch {
+		case err == nil && mine(v.Record):
+			return v.Version, nil
+		case err == nil, errors.Is(err, location.ErrNotFound):
+			return 0, errRetry
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: the outcome of a write to %s is unknown: %w", roamerr.ErrDeadlineExceeded, key, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stranded reports whether v is this node's own record (owner and lease)
+// with no incarnation of its generation here. The caller holds the key, so
+// no activation of ours is in progress for it.
+func (m *Manager) stranded(v location.Versioned) bool {
+	return v.Key.Kind == location.KindInstanceSpot && sameOwner(v.Record.GetOwner(), m.owner()) &&
+		!m.d.Hosts(v.Key, v.Record.GetObjectGeneration())
+}
+
+// abandonedActivation reports whether an Instance Spot reservation is
+// still Creating abandonGrace after its activation's deadline.
+func abandonedActivation(rec *location.Record) bool {
+	dl := rec.GetActivationRecovery().GetDeadlineUnixNanos()
+	return rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING && dl != 0 &&
+		time.Now().After(time.Unix(0, dl).Add(abandonGrace))
 }
 
 // openActivated runs the factory with the Spot staged, commits Ready
@@ -225,11 +274,7 @@ func (m *Manager) commit(ctx context.Context, key location.AuthorityKey, version
 	case errors.Is(err, location.ErrConflict):
 		return 0, errRetry
 	case errors.Is(err, location.ErrIndeterminate):
-		got, rerr := m.store.Read(ctx, key)
-		if rerr == nil && proto.Equal(got.Record, rec) {
-			return got.Version, nil
-		}
-		return 0, errRetry
+		return m.settle(ctx, key, func(got *location.Record) bool { return proto.Equal(got, rec) })
 	}
 	return 0, storeError("commit "+key.String(), err)
 }
@@ -262,7 +307,7 @@ func (m *Manager) deleteRoot(rootKey string) {
 // step 12). It re-reads on every attempt, so a record rewritten meanwhile
 // (a move) is handled.
 func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clearRecoveryFor)
 	defer cancel()
 	for ctx.Err() == nil {
 		v, err := m.store.Read(ctx, key)
@@ -275,6 +320,9 @@ func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) {
 		}
 		if v.Record.GetActivationRecovery().GetOperationId() != op {
 			break
+		}
+		if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+			return // closing: the release removes record and root together
 		}
 		rec := proto.Clone(v.Record).(*location.Record)
 		rec.ActivationRecovery = nil
@@ -289,6 +337,9 @@ func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) {
 	}
 	m.deleteRoot(rootKey)
 }
+
+// clearRecoveryFor bounds the retries of a recovery pointer's removal.
+const clearRecoveryFor = 10 * time.Minute
 
 // resume continues an activation whose owner ended after its reservation
 // or its Ready commit (spec 002 §4.1.1): it takes the record over with the
@@ -382,8 +433,8 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 	if rec.GetActivationRecovery() == nil && !creatingUser {
 		return nil
 	}
-	if creatingUser && abandoned(rec) {
-		// released below like an ended owner's reservation
+	if (creatingUser && abandoned(rec)) || abandonedActivation(rec) {
+		// released or resumed below like an ended owner's reservation
 	} else if _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); err != nil || alive {
 		return err
 	}
@@ -411,4 +462,58 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 		return err
 	}
 	return nil
+}
+
+// release ends a close: it deletes key's record while it is still Closing
+// at generation gen under this owner, re-reading after every conflict or
+// unclear answer, with its own deadline (the caller's may be spent by the
+// accepted turns). It then deletes a recovery root the record still named.
+func (m *Manager) release(key location.AuthorityKey, gen uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		v, err := m.store.Read(ctx, key)
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			return nil
+		case err == nil:
+			rec := v.Record
+			if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_CLOSING || rec.GetObjectGeneration() != gen || !sameOwner(rec.GetOwner(), m.owner()) {
+				return fmt.Errorf("%w: %s changed while closing", roamerr.ErrStale, key)
+			}
+			if _, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(key, v.Version)}); err == nil {
+				m.deleteRoot(rec.GetActivationRecovery().GetRecoveryKey())
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			m.log.Error().Str("event", "spot_release_failed").Str("spot_id", key.ID).Err(err).Msg("a closed Spot's authority stays Closing")
+			return storeError("release "+key.String(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// closeAndRelease runs a close after its Closing write (spec 002 §7 steps
+// 2–4): the local incarnation handles what it accepted and stops, then the
+// authority goes with the same fence. A Spot that turned out to be moving
+// is put back to Ready and the close ends Unavailable.
+func (m *Manager) closeAndRelease(key location.AuthorityKey, gen uint64, closingAt location.StoreVersion, wasReady *location.Record) error {
+	m.cache.drop(key.ID) // a reader now sees Closing, which is never cached
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := m.d.CloseLocal(ctx, key, gen)
+	if errors.Is(err, roamerr.ErrUnavailable) {
+		if _, rerr := m.commit(ctx, key, closingAt, wasReady); rerr != nil {
+			m.log.Error().Str("event", "spot_close_revert_failed").Str("spot_id", key.ID).Err(rerr).Msg("a moving Spot stays Closing")
+		}
+		return err
+	}
+	if err != nil && !errors.Is(err, roamerr.ErrNotFound) {
+		// The incarnation is ended and stops itself after its accepted
+		// turns; nothing new reaches it.
+		m.log.Warn().Str("event", "close_local_slow").Str("spot_id", key.ID).Err(err).Msg("the closed incarnation is still finishing accepted turns")
+	}
+	return m.release(key, gen)
 }

@@ -160,10 +160,10 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
 		}
 		return c.activate(ctx, op, c.mesh, c.instanceType, false)
-	case a.ended:
-		// An Instance Spot whose owner ended is reactivated on a live node
-		// of its stored Mesh with its stored type (spec 003); a User Spot
-		// is not.
+	case a.ended || abandonedActivation(a.v.Record):
+		// An Instance Spot whose owner ended (or whose activation was
+		// abandoned) is reactivated on a live node of its stored Mesh with
+		// its stored type (spec 003); a User Spot is not.
 		if !c.instance {
 			return nil, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, c.spotID)
 		}

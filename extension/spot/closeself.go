@@ -56,7 +56,10 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 	// The record may change under us for reasons that keep this
 	// incarnation (its recovery pointer going): read again until the
 	// Closing write lands on the incarnation we close.
-	var cv location.StoreVersion
+	var (
+		cv    location.StoreVersion
+		ready *location.Record
+	)
 	for {
 		v, err := m.store.Read(ctx, key)
 		if err != nil {
@@ -66,6 +69,7 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 		if rec.GetObjectGeneration() != gen || !sameOwner(rec.GetOwner(), m.owner()) || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 			return fmt.Errorf("%w: %s is not Ready here at generation %d", roamerr.ErrStale, key, gen)
 		}
+		ready = rec
 		closing := proto.Clone(rec).(*location.Record)
 		closing.State = messages.LifecycleState_LIFECYCLE_STATE_CLOSING
 		cv, err = m.commit(ctx, key, v.Version, closing)
@@ -76,12 +80,8 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 			return err
 		}
 	}
-	m.cache.drop(key.ID) // before the release: a reader now sees Closing, which is never cached
-	if err := m.d.CloseLocal(ctx, key, gen); err != nil {
-		m.log.Warn().Str("event", "close_local_failed").Str("spot_id", key.ID).Err(err).Msg("the local incarnation did not stop cleanly")
-	}
-	if _, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(key, cv)}); err != nil {
-		return storeError("release "+key.String(), err)
+	if err := m.closeAndRelease(key, gen, cv, ready); err != nil {
+		return err
 	}
 	m.log.Info().Str("event", "instance_spot_closed").Str("spot_id", key.ID).Uint64("object_generation", gen).Msg("Instance Spot closed itself")
 	return nil

@@ -93,6 +93,11 @@ const (
 	MinFollowMargin = 5 * time.Second
 )
 
+// Disabled, as RouteCacheMaxAge, turns the route cache off: every call
+// reads the store (spec 002 §6 "setting it to 0 turns it off"; in Go the
+// zero value means the default, so off is spelled Disabled).
+const Disabled time.Duration = -1
+
 // RouteConfig holds the route cache age and the follow duration.
 type RouteConfig struct {
 	RouteCacheMaxAge      time.Duration
@@ -113,6 +118,9 @@ func (c RouteConfig) WithDefaults() RouteConfig {
 // Validate rejects a cache age that is not at least MinFollowMargin shorter
 // than the follow duration (spec 002 §6).
 func (c RouteConfig) Validate() error {
+	if c.RouteCacheMaxAge == Disabled && c.MessageFollowDuration > 0 {
+		return nil
+	}
 	if c.RouteCacheMaxAge <= 0 || c.MessageFollowDuration <= 0 {
 		return fmt.Errorf("%w: route cache age and follow duration must be positive", roamerr.ErrInvalidOperation)
 	}

@@ -62,5 +62,6 @@ func TestRouteCacheMustBeShorterThanFollow(t *testing.T) {
 	require.NoError(t, def.Validate())
 	require.NoError(t, spot.RouteConfig{RouteCacheMaxAge: 25 * time.Second, MessageFollowDuration: 30 * time.Second}.Validate())
 	require.ErrorIs(t, spot.RouteConfig{RouteCacheMaxAge: 26 * time.Second, MessageFollowDuration: 30 * time.Second}.Validate(), roamerr.ErrInvalidOperation)
-	require.ErrorIs(t, spot.RouteConfig{RouteCacheMaxAge: -1, MessageFollowDuration: 30 * time.Second}.Validate(), roamerr.ErrInvalidOperation)
+	require.ErrorIs(t, spot.RouteConfig{RouteCacheMaxAge: -2 * time.Second, MessageFollowDuration: 30 * time.Second}.Validate(), roamerr.ErrInvalidOperation)
+	require.NoError(t, spot.RouteConfig{RouteCacheMaxAge: spot.Disabled, MessageFollowDuration: 30 * time.Second}.Validate())
 }

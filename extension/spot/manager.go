@@ -79,8 +79,9 @@ type Manager struct {
 	met   *metrics
 
 	mu      sync.Mutex
-	results map[string]*retained   // terminal results by operation id (§3.2, §7.1)
-	keyLock map[string]*sync.Mutex // one local activation per Spot ID at a time
+	results map[string]*retained                  // terminal results by operation id (§3.2, §7.1)
+	keyLock map[string]*keyLock                   // this node's work on one Spot ID, one at a time
+	queues  map[string][]*messages.SpotActivation // command 39s per Spot ID, in arrival order
 	watches map[watchKey]*sharedWatch
 }
 
@@ -164,7 +165,8 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		log:     cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
 		cache:   newRouteCache(cfg.Routes.RouteCacheMaxAge),
 		results: map[string]*retained{},
-		keyLock: map[string]*sync.Mutex{},
+		keyLock: map[string]*keyLock{},
+		queues:  map[string][]*messages.SpotActivation{},
 		watches: map[watchKey]*sharedWatch{},
 	}
 	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive), ServiceName)
@@ -185,7 +187,7 @@ func servicePID(address string) *actor.PID { return actor.NewPID(address, Servic
 func (m *Manager) receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *messages.SpotActivation:
-		go m.onActivation(msg)
+		m.enqueueActivation(msg)
 	case *messages.UserSpotCreate:
 		sender := c.Sender()
 		go m.reply(sender, msg.GetOperationId(), func() *messages.SpotReply { return m.onCreate(msg) })
@@ -242,17 +244,59 @@ func failure(err error) *messages.SpotReply {
 	return &messages.SpotReply{FailureCode: roamerr.Code(err), FailureDetail: err.Error()}
 }
 
+type keyLock struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; the entry goes at 0
+}
+
 // lockKey serialises this node's own work on one Spot ID.
 func (m *Manager) lockKey(id string) func() {
 	m.mu.Lock()
 	l := m.keyLock[id]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &keyLock{}
 		m.keyLock[id] = l
 	}
+	l.refs++
 	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.keyLock, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// enqueueActivation queues a command 39 behind the earlier ones for the
+// same Spot ID: one goroutine per ID handles them in arrival order, so a
+// caller's messages to a Spot being activated keep their order.
+func (m *Manager) enqueueActivation(a *messages.SpotActivation) {
+	id := a.GetSpotId()
+	m.mu.Lock()
+	q, running := m.queues[id]
+	m.queues[id] = append(q, a)
+	m.mu.Unlock()
+	if running {
+		return
+	}
+	go func() {
+		for {
+			m.mu.Lock()
+			q := m.queues[id]
+			if len(q) == 0 {
+				delete(m.queues, id)
+				m.mu.Unlock()
+				return
+			}
+			next := q[0]
+			m.queues[id] = q[1:]
+			m.mu.Unlock()
+			m.onActivation(next)
+		}
+	}()
 }
 
 // OnFollow is the relocation driver's Message Follow hook: it tells the

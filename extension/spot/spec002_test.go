@@ -456,7 +456,8 @@ func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
 		require.NoError(t, err)
 		a.System().Root.Send(actor.NewPID(owner.Node().Address(), spot.ServiceName), &messages.SpotActivation{
 			OperationId: env.Header.Get(relocation.HeaderOperation), RouteKind: 2, SpotId: "tin", StableType: "cart",
-			TargetNodeRid: owner.NodeRid(), DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(), First: first,
+			TargetNodeRid: owner.NodeRid(), TargetNodeGeneration: owner.Node().Descriptor().GetNodeGeneration(),
+			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(), First: first,
 		})
 		reply, err := f.Result()
 		require.NoError(t, err)
@@ -808,5 +809,51 @@ func TestInstanceSpotClosesItself(t *testing.T) {
 		after, err := a.Spots().Find(ctx, "mayfly")
 		require.NoError(t, err)
 		require.Greater(t, after.ObjectGeneration, before.ObjectGeneration)
+	})
+}
+
+// A reservation that outlived its activation's deadline under a live
+// owner (its answer from the store was lost) does not block the Spot: the
+// next activation resumes it from its recovery root, the stored first
+// message first. A record of this node's own with no incarnation behind
+// it is taken over the same way.
+// Reference: spec 002 §4.1.1, §3.2 (no authority stays Creating forever).
+func TestAbandonedActivationIsResumed(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start()
+		b := w.start(withKinds(w.roomKind())) // alive, hosts no cart: never the target
+		owner := func(e *extension.Extension) *messages.Owner {
+			d := e.Node().Descriptor()
+			return &messages.Owner{Mesh: d.GetMesh(), NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), LeaseId: d.GetLeaseId()}
+		}
+		for _, c := range []struct {
+			id       string
+			owner    *messages.Owner
+			deadline time.Time
+		}{
+			{"stuck-past-deadline", owner(b), time.Now().Add(-time.Minute)}, // b is alive but gave up
+			{"stuck-own", owner(a), time.Now().Add(time.Minute)},            // not late: stranded on a itself
+		} {
+			op := uuid.NewString()
+			first, err := relocation.ToWire(c.id, &actor.MessageEnvelope{Message: wrapperspb.String("stored-first"),
+				Header: map[string]string{relocation.HeaderOperation: op}})
+			require.NoError(t, err)
+			env, err := proto.Marshal(&messages.SpotActivation{OperationId: op, RouteKind: 2, SpotId: c.id, StableType: "cart", First: first})
+			require.NoError(t, err)
+			ref, err := store.(location.RootStore).PutRoot(ctx, "activation-"+op, env)
+			require.NoError(t, err)
+			_, err = store.CompareAndSet(ctx, location.Key(location.KindInstanceSpot, c.id), 0, &location.Record{
+				ObjectGeneration: 9, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_CREATING,
+				StableType: "cart", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE, Owner: c.owner,
+				ActivationRecovery: &messages.ActivationRecovery{RecoveryKey: ref.Key, RootSha256: ref.SHA256[:], RootSize: ref.Size,
+					OperationId: op, DeadlineUnixNanos: c.deadline.UnixNano()},
+			})
+			require.NoError(t, err)
+			n, err := request(t, a, c.id, "mine", "cart")
+			require.NoError(t, err)
+			require.EqualValues(t, 2, n)
+			require.Equal(t, []string{"stored-first", "mine"}, w.handledOf(c.id))
+		}
 	})
 }

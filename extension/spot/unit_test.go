@@ -96,3 +96,13 @@ func TestOperationRunsOnce(t *testing.T) {
 	require.Equal(t, "op-2", other.GetOperationId())
 	require.EqualValues(t, 2, runs.Load())
 }
+
+// The route cache can be turned off; the follow margin then does not
+// apply. Reference: spec 002 §6 ("Setting either to 0 turns off cache").
+func TestRouteCacheCanBeDisabled(t *testing.T) {
+	require.NoError(t, RouteConfig{RouteCacheMaxAge: Disabled, MessageFollowDuration: time.Second}.Validate())
+	c := newRouteCache(Disabled)
+	c.put("r", readyAt("r"))
+	_, ok := c.get("r")
+	require.False(t, ok)
+}

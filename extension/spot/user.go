@@ -292,6 +292,8 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		}
 		return CreateResult{}, err
 	}
+	// A replaced reservation's creation request is nobody's now.
+	m.deleteRoot(rec.GetCreationIntent().GetContentRef())
 	cmd := &messages.UserSpotCreate{
 		OperationId: op, SourceNodeRid: m.desc.GetNodeRid(), SourceNodeGeneration: m.desc.GetNodeGeneration(),
 		SpotId: c.spotID, StableType: c.stableType, DeadlineUnixNanos: dl.UnixNano(),
@@ -401,16 +403,27 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	if err != nil {
 		return abort(err)
 	}
-	var reply proto.Message
-	err = staged.Do(ctx, func(a actor.Actor) error {
-		c, ok := a.(Creator)
-		if !ok {
-			return nil
+	// The callback's result comes back on its own channel: if the deadline
+	// ends the wait, the callback may still be running and its reply is
+	// never read.
+	type created struct {
+		reply proto.Message
+		err   error
+	}
+	result := make(chan created, 1)
+	if err := staged.Do(ctx, func(a actor.Actor) error {
+		var r created
+		if c, ok := a.(Creator); ok {
+			r.reply, r.err = c.OnCreate(request)
 		}
-		var err error
-		reply, err = c.OnCreate(request)
-		return err
-	})
+		result <- r
+		return nil
+	}); err != nil {
+		staged.Discard()
+		return abort(err)
+	}
+	cb := <-result
+	reply, err := cb.reply, cb.err
 	ready := proto.Clone(rec).(*location.Record)
 	ready.State = messages.LifecycleState_LIFECYCLE_STATE_READY
 	ready.CreationIntent = nil
@@ -654,12 +667,8 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 	if err != nil {
 		return failure(err)
 	}
-	m.cache.drop(key.ID) // before the release: a reader now sees Closing, which is never cached
-	if err := m.d.CloseLocal(ctx, key, rec.GetObjectGeneration()); err != nil {
-		m.log.Warn().Str("event", "close_local_failed").Str("spot_id", key.ID).Err(err).Msg("the local incarnation did not stop cleanly")
-	}
-	if _, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(key, cv)}); err != nil {
-		return failure(storeError("release "+key.String(), err))
+	if err := m.closeAndRelease(key, rec.GetObjectGeneration(), cv, rec); err != nil {
+		return failure(err)
 	}
 	m.log.Info().Str("event", "spot_closed").Str("spot_id", key.ID).Uint64("object_generation", rec.GetObjectGeneration()).Msg("User Spot closed")
 	return &messages.SpotReply{Closed: true}
