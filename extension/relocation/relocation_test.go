@@ -19,6 +19,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/internal/testlog"
 )
 
 // counter counts numbered sends (Int64Value) and answers a request
@@ -76,17 +77,7 @@ func (counterState) Restore(a actor.Actor, state []byte) error {
 }
 
 // testLogger logs to stderr when ROAM_TEST_LOG is set (debug with =debug).
-func testLogger() *zerolog.Logger {
-	l := zerolog.Nop()
-	if lv := os.Getenv("ROAM_TEST_LOG"); lv != "" {
-		level, err := zerolog.ParseLevel(lv)
-		if err != nil {
-			level = zerolog.InfoLevel
-		}
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Logger()
-	}
-	return &l
-}
+func testLogger() *zerolog.Logger { return testlog.Logger() }
 
 type testNode struct {
 	node   *cluster.Node

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -22,37 +21,24 @@ import (
 // (NotFound otherwise, and no creation intent is written); InstanceSpot
 // allows cold activation of a Missing Instance Spot (§4).
 type Call struct {
+	builder
 	m            *Manager
 	spotID       string
 	msg          proto.Message
 	request      bool
 	instance     bool
 	instanceType string
-	mesh         string
-	timeout      time.Duration
-	set          map[string]bool
-	err          error
-	submitted    atomic.Bool
 }
 
 // Request starts a request to the Spot spotID; Do returns its reply.
 func (m *Manager) Request(spotID string, msg proto.Message) *Call {
-	return &Call{m: m, spotID: spotID, msg: msg, request: true, set: map[string]bool{}}
+	return &Call{m: m, spotID: spotID, msg: msg, request: true}
 }
 
 // Send starts a one-way send to the Spot spotID; Do returns once the
 // message is handed to the transport (outbound admission, spec 002 §5).
 func (m *Manager) Send(spotID string, msg proto.Message) *Call {
-	return &Call{m: m, spotID: spotID, msg: msg, set: map[string]bool{}}
-}
-
-func (c *Call) once(option string) bool {
-	if c.set[option] {
-		c.err = fmt.Errorf("%w: %s set twice", roamerr.ErrInvalidOperation, option)
-		return false
-	}
-	c.set[option] = true
-	return true
+	return &Call{m: m, spotID: spotID, msg: msg}
 }
 
 // InstanceSpot states Instance intent: a Missing Spot is cold-activated as
@@ -75,27 +61,20 @@ func (c *Call) InstanceSpot(stableType ...string) *Call {
 // InMesh names the Mesh a Missing Instance Spot is first placed on; it
 // does not move or restrict an existing Spot (spec 002 §4).
 func (c *Call) InMesh(mesh string) *Call {
-	if c.once("InMesh") {
-		c.mesh = mesh
-	}
+	c.inMesh(mesh)
 	return c
 }
 
 // Timeout sets the one deadline over resolve, activation, dispatch and
 // reply. Default Config.DefaultTimeout.
 func (c *Call) Timeout(d time.Duration) *Call {
-	if c.once("Timeout") {
-		if d <= 0 {
-			c.err = fmt.Errorf("%w: timeout %s", roamerr.ErrInvalidOperation, d)
-		}
-		c.timeout = d
-	}
+	c.withTimeout(d)
 	return c
 }
 
 func (c *Call) validate() error {
-	if c.err != nil {
-		return c.err
+	if err := c.submit("call"); err != nil {
+		return err
 	}
 	if err := ValidateID(c.spotID); err != nil {
 		return err
@@ -105,11 +84,6 @@ func (c *Call) validate() error {
 	}
 	if c.mesh != "" && !c.instance {
 		return fmt.Errorf("%w: InMesh needs Instance intent", roamerr.ErrInvalidOperation)
-	}
-	if c.mesh != "" {
-		if err := location.ValidateID("mesh", c.mesh); err != nil {
-			return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
-		}
 	}
 	if c.instanceType != "" {
 		return ValidateStableType(c.instanceType)
@@ -129,9 +103,6 @@ func (c *Call) Do(ctx context.Context) (proto.Message, error) {
 }
 
 func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
-	if c.submitted.Swap(true) {
-		return nil, fmt.Errorf("%w: call submitted twice", roamerr.ErrInvalidOperation)
-	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package spot_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/internal/testlog"
 )
 
 // consul is one real Consul for the package's tests (DESIGN §3).
@@ -56,17 +56,7 @@ func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
 	}
 }
 
-func testLogger() *zerolog.Logger {
-	l := zerolog.Nop()
-	if lv := os.Getenv("ROAM_TEST_LOG"); lv != "" {
-		level, err := zerolog.ParseLevel(lv)
-		if err != nil {
-			level = zerolog.InfoLevel
-		}
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Logger()
-	}
-	return &l
-}
+func testLogger() *zerolog.Logger { return testlog.Logger() }
 
 // world is a set of nodes on one store, with what their Spots did.
 type world struct {
@@ -262,4 +252,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// ownerOf finds which of a and b owns the Spot id now, and the other one.
+func ownerOf(t *testing.T, id string, a, b *extension.Extension) (ref spot.SpotRef, owner, other *extension.Extension) {
+	t.Helper()
+	ref, err := a.Spots().Find(context.Background(), id)
+	require.NoError(t, err)
+	if ref.NodeRid == b.NodeRid() {
+		return ref, b, a
+	}
+	require.Equal(t, a.NodeRid(), ref.NodeRid)
+	return ref, a, b
 }

@@ -279,12 +279,7 @@ func TestSpotRefIsASnapshot(t *testing.T) {
 		b := w.start()
 		_, err := request(t, a, "parcel", "1", "cart")
 		require.NoError(t, err)
-		before, err := a.Spots().Find(ctx, "parcel")
-		require.NoError(t, err)
-		owner, other := a, b
-		if before.NodeRid == b.NodeRid() {
-			owner, other = b, a
-		}
+		before, owner, other := ownerOf(t, "parcel", a, b)
 		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("parcel"), other.NodeRid())
 		require.NoError(t, err)
 		after, err := a.Spots().Find(ctx, "parcel")
@@ -440,12 +435,7 @@ func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
 		// move to b: a keeps a following stub.
 		_, err := a.Spots().Request("tin", wrapperspb.String("1")).InstanceSpot("cart").Do(ctx)
 		require.NoError(t, err)
-		ref, err := a.Spots().Find(ctx, "tin")
-		require.NoError(t, err)
-		owner, other := a, b
-		if ref.NodeRid == b.NodeRid() {
-			owner, other = b, a
-		}
+		_, owner, other := ownerOf(t, "tin", a, b)
 		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("tin"), other.NodeRid())
 		require.NoError(t, err)
 		// An activation envelope reaches the old owner.
@@ -509,12 +499,7 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		_, err = request(t, c, "drum", "cache")
 		require.NoError(t, err)
 		require.Equal(t, 1, spot.CachedRoutes(c.Spots()))
-		ref, err := a.Spots().Find(ctx, "drum")
-		require.NoError(t, err)
-		owner, other := a, b
-		if ref.NodeRid == b.NodeRid() {
-			owner, other = b, a
-		}
+		_, owner, other := ownerOf(t, "drum", a, b)
 		// Sends go out during the move and after it, the later ones still on
 		// c's cached route to the old owner.
 		const burst, during = 3000, 1500

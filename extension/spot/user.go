@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -95,44 +94,29 @@ const MaxCreateRequestBytes = 1 << 20
 
 // CreateCall is a Create or GetOrCreate, built fluently and submitted once.
 type CreateCall struct {
+	builder
 	m          *Manager
 	spotID     string // "" for Create: the framework issues it
 	stableType string
-	mesh       string
 	request    proto.Message
-	timeout    time.Duration
-	set        map[string]bool
-	err        error
-	submitted  atomic.Bool
 }
 
 // Create creates a User Spot of stableType under a new lowercase UUID v4
 // Spot ID (spec 002 §3).
 func (m *Manager) Create(stableType string) *CreateCall {
-	return &CreateCall{m: m, stableType: stableType, set: map[string]bool{}}
+	return &CreateCall{m: m, stableType: stableType}
 }
 
 // GetOrCreate returns the Ready User Spot spotID of stableType (Existing),
 // or creates it (Created / Rejected). Concurrent callers converge on one
 // reservation and one factory run (spec 002 §3.2).
 func (m *Manager) GetOrCreate(spotID, stableType string) *CreateCall {
-	return &CreateCall{m: m, spotID: spotID, stableType: stableType, set: map[string]bool{}}
-}
-
-func (c *CreateCall) once(option string) bool {
-	if c.set[option] {
-		c.err = fmt.Errorf("%w: %s set twice", roamerr.ErrInvalidOperation, option)
-		return false
-	}
-	c.set[option] = true
-	return true
+	return &CreateCall{m: m, spotID: spotID, stableType: stableType}
 }
 
 // InMesh names the Mesh the Spot is first placed on.
 func (c *CreateCall) InMesh(mesh string) *CreateCall {
-	if c.once("InMesh") {
-		c.mesh = mesh
-	}
+	c.inMesh(mesh)
 	return c
 }
 
@@ -148,22 +132,14 @@ func (c *CreateCall) Request(req proto.Message) *CreateCall {
 // Timeout sets the one deadline over resolve, reservation, factory and
 // Ready. Default Config.DefaultTimeout.
 func (c *CreateCall) Timeout(d time.Duration) *CreateCall {
-	if c.once("Timeout") {
-		if d <= 0 {
-			c.err = fmt.Errorf("%w: timeout %s", roamerr.ErrInvalidOperation, d)
-		}
-		c.timeout = d
-	}
+	c.withTimeout(d)
 	return c
 }
 
 // Do submits the call.
 func (c *CreateCall) Do(ctx context.Context) (CreateResult, error) {
-	if c.submitted.Swap(true) {
-		return CreateResult{}, fmt.Errorf("%w: create submitted twice", roamerr.ErrInvalidOperation)
-	}
-	if c.err != nil {
-		return CreateResult{}, c.err
+	if err := c.submit("create"); err != nil {
+		return CreateResult{}, err
 	}
 	create := c.spotID == ""
 	if create {
