@@ -14,8 +14,8 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 
 # Packages that start two or more Proto.Actor remotes in one process race
 # inside the library itself (DESIGN §4); everything else runs with -race.
-MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$')
+MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot ./examples/chat
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$|/examples/chat$$')
 # The Spot package's tests that start no node run with -race too.
 SPOT_PURE_TESTS := ^(TestSpotIDRules|TestReservedEntryFormatIsRefused|TestNewIDIsALowercaseUUIDv4|TestRouteCache.*|TestOperationRunsOnce)$$
 
@@ -53,6 +53,9 @@ generate: $(TOOLS_BIN)/protoc-gen-go
 	protoc --plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go \
 		--go_out=. --go_opt=module=github.com/roamactors/roam \
 		-I messages messages/*.proto
+	protoc --plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go \
+		--go_out=. --go_opt=module=github.com/roamactors/roam \
+		-I messages -I examples/chat/chatpb examples/chat/chatpb/*.proto
 
 $(TOOLS_BIN)/protoc-gen-go:
 	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

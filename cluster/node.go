@@ -333,6 +333,9 @@ func (n *Node) Remote() *remote.Remote { return n.remote }
 // Address is the remote address peers reach the node at.
 func (n *Node) Address() string { return n.desc.GetAddress() }
 
+// Store is the node's Location Store.
+func (n *Node) Store() location.Store { return n.cfg.Store }
+
 // EntrySpotID is this lifecycle's Entry Spot ID.
 func (n *Node) EntrySpotID() string { return n.desc.GetEntrySpotId() }
 

@@ -1,0 +1,99 @@
+package chat_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/examples/chat"
+	"github.com/roamactors/roam/examples/chat/chatpb"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/messages"
+)
+
+// A client joined through one node keeps chatting while the room moves
+// between nodes: every post reaches it once and in order, and the room's
+// history and members move with it.
+// Reference: issue 5 item 1.
+func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	var nodes []*extension.Extension
+	for _, name := range []string{"north", "south"} {
+		ext, err := extension.Start(ctx, extension.Config{
+			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: testlog.Logger()},
+			Kinds: []extension.Kind{chat.Kind()},
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ext.Stop(ctx) })
+		_, err = chat.StartGateway(ext, *testlog.Logger())
+		require.NoError(t, err)
+		nodes = append(nodes, ext)
+	}
+	client := actor.NewActorSystem()
+	r := remote.NewRemote(client, remote.Configure("127.0.0.1", 0))
+	r.Start()
+	t.Cleanup(func() { r.Shutdown(false) })
+
+	var mu sync.Mutex
+	var got []*chatpb.Posted
+	inbox := client.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if p, ok := c.Message().(*chatpb.Posted); ok {
+			mu.Lock()
+			got = append(got, p)
+			mu.Unlock()
+		}
+	}))
+	gateway := actor.NewPID(nodes[0].Node().Address(), chat.GatewayName)
+	res, err := client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
+		Name: "ann", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	require.NoError(t, err)
+	require.IsType(t, &chatpb.Joined{}, res)
+
+	const posts = 300
+	for i := 1; i <= posts; i++ {
+		client.Root.Send(gateway, &chatpb.Post{Room: "hall", Name: "ann", Seq: uint64(i), Text: fmt.Sprint("line ", i)})
+		if i%100 == 50 {
+			for _, to := range []string{"south", "north"} {
+				res, err := client.Root.RequestFuture(gateway, &chatpb.Relocate{Room: "hall", To: to}, 10*time.Second).Result()
+				require.NoError(t, err)
+				require.Empty(t, res.(*chatpb.Relocated).GetError())
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= posts {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "only %d of %d posts arrived", n, posts)
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, posts)
+	for i, p := range got {
+		require.EqualValues(t, i+1, p.GetSeq(), "in order, once")
+		require.EqualValues(t, i, p.GetIndex())
+	}
+	// A second member joining now sees the last 100 posts, moved along.
+	res, err = client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
+		Name: "bo", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	require.NoError(t, err)
+	joined := res.(*chatpb.Joined)
+	require.Len(t, joined.GetHistory(), chat.History)
+	require.EqualValues(t, posts, joined.GetHistory()[chat.History-1].GetSeq())
+	require.EqualValues(t, 2, joined.GetMembers())
+}

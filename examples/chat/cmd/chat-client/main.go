@@ -1,0 +1,112 @@
+// Command chat-client joins a chat room through a node's gateway, shows
+// the room live and posts the lines typed on stdin. "/move NODE" relocates
+// the room to the node named NODE while everyone keeps chatting; "/quit"
+// leaves.
+//
+//	chat-client --node 127.0.0.1:7001 --room lobby --name alice
+//	chat-client --node 127.0.0.1:7001 --room lobby --move-to node-b   # the admin command
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/roamactors/roam/examples/chat"
+	"github.com/roamactors/roam/examples/chat/chatpb"
+	"github.com/roamactors/roam/messages"
+)
+
+func main() {
+	node := flag.String("node", "127.0.0.1:7001", "a chat node's address (host:port)")
+	room := flag.String("room", "lobby", "room to join")
+	name := flag.String("name", "", "your name in the room")
+	moveTo := flag.String("move-to", "", "relocate the room to this node and exit (admin)")
+	flag.Parse()
+	if err := run(*node, *room, *name, *moveTo); err != nil {
+		fmt.Fprintln(os.Stderr, "chat-client:", err)
+		os.Exit(1)
+	}
+}
+
+func run(node, room, name, moveTo string) error {
+	// Proto.Actor's own logs (connection chatter) stay out of the chat.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	r.Start()
+	defer r.Shutdown(false)
+	gateway := actor.NewPID(node, chat.GatewayName)
+	if moveTo != "" {
+		return relocate(sys, gateway, room, moveTo)
+	}
+	if name == "" {
+		return fmt.Errorf("--name is required to chat")
+	}
+	inbox := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if p, ok := c.Message().(*chatpb.Posted); ok {
+			fmt.Printf("[%s #%d] %s: %s\n", p.GetRoom(), p.GetIndex(), p.GetName(), p.GetText())
+		}
+	}))
+	res, err := sys.Root.RequestFuture(gateway, &chatpb.Join{Room: room, Member: &chatpb.Member{
+		Name: name, Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	switch j := res.(type) {
+	case *chatpb.Joined:
+		for _, p := range j.GetHistory() {
+			fmt.Printf("[%s #%d] %s: %s\n", p.GetRoom(), p.GetIndex(), p.GetName(), p.GetText())
+		}
+		fmt.Printf("joined %s (%d members); /move NODE relocates it, /quit leaves\n", room, j.GetMembers())
+	case *chatpb.Ack:
+		return fmt.Errorf("join: %s", j.GetError())
+	}
+	in := bufio.NewScanner(os.Stdin)
+	var seq uint64
+	for in.Scan() {
+		line := strings.TrimSpace(in.Text())
+		switch {
+		case line == "":
+		case line == "/quit":
+			sys.Root.Send(gateway, &chatpb.Leave{Room: room, Name: name})
+			return nil
+		case strings.HasPrefix(line, "/move "):
+			if err := relocate(sys, gateway, room, strings.TrimSpace(strings.TrimPrefix(line, "/move "))); err != nil {
+				fmt.Println("move:", err)
+			}
+		default:
+			seq++
+			sys.Root.Send(gateway, &chatpb.Post{Room: room, Name: name, Seq: seq, Text: line})
+		}
+	}
+	sys.Root.Send(gateway, &chatpb.Leave{Room: room, Name: name})
+	return in.Err()
+}
+
+func relocate(sys *actor.ActorSystem, gateway *actor.PID, room, to string) error {
+	res, err := sys.Root.RequestFuture(gateway, &chatpb.Relocate{Room: room, To: to}, 15*time.Second).Result()
+	if err != nil {
+		return err
+	}
+	r, ok := res.(*chatpb.Relocated)
+	if !ok {
+		return fmt.Errorf("unexpected answer %T", res)
+	}
+	if r.GetError() != "" {
+		return fmt.Errorf("%s", r.GetError())
+	}
+	if r.GetFrom() == r.GetTo() {
+		fmt.Printf("%s is already on %s\n", r.GetRoom(), r.GetTo())
+		return nil
+	}
+	fmt.Printf("moved %s: %s -> %s, pause %.2f ms, %d bytes\n", r.GetRoom(), r.GetFrom(), r.GetTo(), float64(r.GetPauseMicros())/1000, r.GetBytes())
+	return nil
+}
