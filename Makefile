@@ -70,9 +70,10 @@ lint:
 demo:
 	$(GO) run ./cmd/roam-demo
 
-## demo-consul: the same against a real Consul started for it.
+## demo-consul: the same with a real Consul and three chat-node processes.
 demo-consul: consul
-	$(GO) run ./cmd/roam-demo --store=consul
+	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
+	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node
 
 ## bench: store benchmarks on both stores, six runs each, medians by benchstat
 ## (relocation benchmarks come with bench/).

@@ -1,105 +1,76 @@
-// Command roam-demo runs three roam nodes in one process, spawns relocatable
-// counters, and moves them between the nodes while senders keep posting
-// numbered messages to their original addresses. It prints a line per move
-// and a summary, and exits non-zero if any message was lost or duplicated.
-// With --store=consul it starts a real Consul (built by `make consul`).
+// Command roam-demo is `make demo`: chat rooms keep working while they are
+// relocated between nodes. Three nodes serve ten rooms; bots, connected to
+// different nodes as chat clients, post numbered messages to their rooms
+// while rooms are moved continuously for about 20 s. It prints a line per
+// move and a summary (moves, messages sent and delivered, lost, duplicated,
+// pause p50/p99/max), and exits non-zero if a message was lost or
+// duplicated.
+//
+// --store memory runs the three nodes in this process on the embedded
+// store. --store consul starts a real Consul (built by `make consul`); with
+// --chat-node BIN the nodes are three separate chat-node processes (`make
+// demo-consul`), otherwise they run in this process.
 package main
 
 import (
+	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
 
 	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/examples/chat"
+	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
 	"github.com/roamactors/roam/extension/location/consulstore/consultest"
 	"github.com/roamactors/roam/extension/location/memstore"
-	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/messages"
 )
 
 func main() {
 	storeKind := flag.String("store", "memory", "location store: memory | consul")
-	consulAddr := flag.String("consul", "", "address of a running Consul (with --store=consul); empty starts one")
-	moves := flag.Int("moves", 60, "relocations to make")
+	consulAddr := flag.String("consul", "", "a running Consul (--store consul); empty starts one")
+	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
+	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
+	rooms := flag.Int("rooms", 10, "rooms")
 	flag.Parse()
-	if err := run(*storeKind, *consulAddr, *moves); err != nil {
+	if err := run(*storeKind, *consulAddr, *chatNode, *duration, *rooms); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-// counter counts numbered messages per sender and notices repeats and gaps.
-type counter struct {
-	last    [4]uint32
-	handled uint64
-	dupes   uint64
-	gaps    uint64
-}
+var nodeNames = []string{"node-1", "node-2", "node-3"}
 
-func (c *counter) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
-	case *wrapperspb.UInt64Value:
-		sender, seq := m.Value>>32, uint32(m.Value)
-		switch {
-		case seq <= c.last[sender]:
-			c.dupes++
-		case seq != c.last[sender]+1:
-			c.gaps++
-		}
-		c.last[sender] = max(c.last[sender], seq)
-		c.handled++
-	case *wrapperspb.StringValue:
-		b := binary.BigEndian.AppendUint64(nil, c.handled)
-		b = binary.BigEndian.AppendUint64(b, c.dupes)
-		ctx.Respond(wrapperspb.Bytes(binary.BigEndian.AppendUint64(b, c.gaps)))
-	}
-}
-
-type counterState struct{}
-
-func (counterState) Capture(a actor.Actor) ([]byte, error) {
-	c := a.(*counter)
-	b := binary.BigEndian.AppendUint64(nil, c.handled)
-	b = binary.BigEndian.AppendUint64(b, c.dupes)
-	b = binary.BigEndian.AppendUint64(b, c.gaps)
-	for _, l := range c.last {
-		b = binary.BigEndian.AppendUint32(b, l)
-	}
-	return b, nil
-}
-
-func (counterState) Restore(a actor.Actor, b []byte) error {
-	if len(b) != 40 {
-		return errors.New("bad counter state")
-	}
-	c := a.(*counter)
-	c.handled, c.dupes, c.gaps = binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:])
-	for i := range c.last {
-		c.last[i] = binary.BigEndian.Uint32(b[24+4*i:])
-	}
-	return nil
-}
-
-func run(storeKind, consulAddr string, moves int) error {
+func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
 	ctx := context.Background()
-	var store location.Store
-	switch storeKind {
-	case "memory":
-		store = memstore.New()
-	case "consul":
+	quiet := zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
+	var gateways []string
+	switch {
+	case storeKind == "memory":
+		addrs, stop, err := startNodes(ctx, memstore.New(), quiet)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		gateways = addrs
+	case storeKind == "consul":
 		if consulAddr == "" {
 			srv, err := consultest.Launch()
 			if err != nil {
@@ -109,144 +80,266 @@ func run(storeKind, consulAddr string, moves int) error {
 			consulAddr = srv.Addr
 			fmt.Printf("started Consul %s at %s\n", consultest.Version, consulAddr)
 		}
-		s, err := consulstore.New(consulstore.Config{Address: consulAddr, Prefix: fmt.Sprintf("roam-demo/%d", time.Now().UnixNano())})
+		prefix := fmt.Sprintf("roam-demo/%d", time.Now().UnixNano())
+		if chatNode != "" {
+			addrs, stop, err := startProcesses(chatNode, consulAddr, prefix)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			gateways = addrs
+			break
+		}
+		store, err := consulstore.New(consulstore.Config{Address: consulAddr, Prefix: prefix})
 		if err != nil {
 			return err
 		}
-		store = s
+		defer store.Close()
+		addrs, stop, err := startNodes(ctx, store, quiet)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		gateways = addrs
 	default:
 		return fmt.Errorf("unknown --store %q", storeKind)
 	}
-	defer store.Close()
+	return chatAndMove(gateways, duration, rooms)
+}
 
-	var nodes []*extension.Extension
-	for i := 0; i < 3; i++ {
-		n, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})
+// startNodes runs the three nodes in this process.
+func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) ([]string, func(), error) {
+	var exts []*extension.Extension
+	stop := func() {
+		for _, e := range exts {
+			_ = e.Stop(ctx)
+		}
+	}
+	silent := slog.LevelError + 4 // Proto.Actor logs a closed client connection as an error
+	for _, name := range nodeNames {
+		e, err := extension.Start(ctx, extension.Config{
+			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: &log, ProtoActorLogLevel: &silent},
+			Kinds: []extension.Kind{chat.Kind()},
+		})
 		if err != nil {
-			return err
+			stop()
+			return nil, nil, err
 		}
-		defer n.Stop(ctx)
-		if err := n.RegisterKind(extension.Kind{StableType: "counter", Producer: func() actor.Actor { return &counter{} },
-			Policy: extension.PreserveStateWith(counterState{})}); err != nil {
-			return err
+		exts = append(exts, e)
+		if _, err := chat.StartGateway(e, log); err != nil {
+			stop()
+			return nil, nil, err
 		}
-		nodes = append(nodes, n)
-		fmt.Printf("node %d  %s  rid=%s  entry=%s\n", i, n.Node().Address(), n.NodeRid(), n.Node().EntrySpotID())
+		fmt.Printf("%s  %s\n", name, e.Node().Address())
 	}
-	byRid := map[string]int{}
-	for i, n := range nodes {
-		byRid[n.NodeRid()] = i
+	var addrs []string
+	for _, e := range exts {
+		addrs = append(addrs, e.Node().Address())
 	}
+	return addrs, stop, nil
+}
 
-	const objects, senders = 5, 4
-	pids := make([]*actor.PID, objects)
-	for o := range pids {
-		pid, err := nodes[o%3].SpawnActor(ctx, "counter", fmt.Sprintf("counter-%d", o))
+// startProcesses runs the three nodes as chat-node processes on Consul and
+// waits for each to say where it serves.
+func startProcesses(bin, consulAddr, prefix string) ([]string, func(), error) {
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, c := range cmds {
+			_ = c.Process.Signal(os.Interrupt)
+		}
+		for _, c := range cmds {
+			_ = c.Wait()
+		}
+	}
+	var addrs []string
+	for _, name := range nodeNames {
+		c := exec.Command(bin, "--store", "consul", "--consul", consulAddr, "--prefix", prefix, "--listen", "127.0.0.1:0", "--name", name)
+		c.Stderr = os.Stderr
+		out, err := c.StdoutPipe()
 		if err != nil {
-			return err
+			stop()
+			return nil, nil, err
 		}
-		pids[o] = pid
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cmds = append(cmds, c)
+		lines := bufio.NewScanner(out)
+		addr := ""
+		for addr == "" && lines.Scan() {
+			if _, a, ok := strings.Cut(lines.Text(), " serving chat at "); ok {
+				addr = a
+			}
+		}
+		if addr == "" {
+			stop()
+			return nil, nil, fmt.Errorf("%s did not start", name)
+		}
+		go func() { // keep draining its output
+			for lines.Scan() {
+			}
+		}()
+		fmt.Printf("%s  %s  (process %d)\n", name, addr, c.Process.Pid)
+		addrs = append(addrs, addr)
 	}
+	return addrs, stop, nil
+}
 
-	// Senders post numbered messages while the counters move. Each round is
-	// five sends and one request on the same route; the answer means the
-	// sends before it were handled, so the route may then be refreshed from
-	// the store without overtaking them (Message Follow carries the rest).
-	var sent atomic.Uint64
+// inbox is one bot's view of its room: which seqs of each poster arrived,
+// so a repeat is a duplicate whatever the order, and one that arrives after
+// a later seq is counted out of order (a room's broadcasts before and after
+// a move leave on two connections; nothing orders them, spec 000 §11).
+type inbox struct {
+	mu        sync.Mutex
+	seen      map[string][]bool // poster → seq → arrived
+	highest   map[string]uint64
+	delivered uint64
+	dupes     uint64
+	late      uint64
+}
+
+func (in *inbox) receive(c actor.Context) {
+	p, ok := c.Message().(*chatpb.Posted)
+	if !ok {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	name, seq := p.GetName(), p.GetSeq()
+	seen := in.seen[name]
+	for uint64(len(seen)) <= seq {
+		seen = append(seen, false)
+	}
+	in.seen[name] = seen
+	if seen[seq] {
+		in.dupes++
+		return
+	}
+	seen[seq] = true
+	in.delivered++
+	if seq < in.highest[name] {
+		in.late++
+	}
+	in.highest[name] = max(in.highest[name], seq)
+}
+
+// chatAndMove connects bots to the gateways as a chat client would, has
+// them post while rooms move, and checks every post reached every member
+// of its room exactly once.
+func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
+	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return silent }))
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	r.Start()
+	defer r.Shutdown(false)
+	gw := func(i int) *actor.PID { return actor.NewPID(gateways[i%len(gateways)], chat.GatewayName) }
+
+	const botsPerRoom = 3
+	type bot struct {
+		room, name string
+		gateway    *actor.PID
+		in         *inbox
+		sent       uint64
+	}
+	var bots []*bot
+	for r := 0; r < rooms; r++ {
+		for b := 0; b < botsPerRoom; b++ {
+			bt := &bot{room: fmt.Sprintf("room-%d", r), name: fmt.Sprintf("bot-%d", b), gateway: gw(r + b), in: &inbox{seen: map[string][]bool{}, highest: map[string]uint64{}}}
+			pid := sys.Root.Spawn(actor.PropsFromFunc(bt.in.receive))
+			res, err := sys.Root.RequestFuture(bt.gateway, &chatpb.Join{Room: bt.room, Member: &chatpb.Member{
+				Name: bt.name, Inbox: &messages.PID{Address: pid.Address, Id: pid.Id}}}, 10*time.Second).Result()
+			if err != nil {
+				return fmt.Errorf("join %s: %w", bt.room, err)
+			}
+			if a, ok := res.(*chatpb.Ack); ok {
+				return fmt.Errorf("join %s: %s", bt.room, a.GetError())
+			}
+			bots = append(bots, bt)
+		}
+	}
+	fmt.Printf("%d rooms, %d bots connected to %d nodes; moving rooms for %s\n\n", rooms, len(bots), len(gateways), duration)
+
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	errs := make(chan error, senders)
-	for s := 0; s < senders; s++ {
+	var sent atomic.Uint64
+	for _, bt := range bots {
 		wg.Add(1)
-		go func(s int) {
+		go func() {
 			defer wg.Done()
-			home := nodes[s%3]
-			root := home.System().Root
-			var seq [objects]uint32
-			routes := make([]*actor.PID, objects)
-			copy(routes, pids)
-			for round := 0; ; round++ {
-				for o := range routes {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					for i := 0; i < 5; i++ {
-						seq[o]++
-						root.Send(routes[o], wrapperspb.UInt64(uint64(s)<<32|uint64(seq[o])))
-						sent.Add(1)
-					}
-					if _, err := root.RequestFuture(routes[o], wrapperspb.String("stats"), 10*time.Second).Result(); err != nil {
-						errs <- err
-						return
-					}
-					if round%3 == 2 {
-						pid, err := home.Resolve(ctx, extension.ActorRef(fmt.Sprintf("counter-%d", o)))
-						if err != nil {
-							errs <- err
-							return
-						}
-						routes[o] = pid
-					}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
 				}
+				bt.sent++
+				sys.Root.Send(bt.gateway, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
+				sent.Add(1)
 			}
-		}(s)
+		}()
 	}
 
-	r := rand.New(rand.NewPCG(1, 2))
+	rnd := rand.New(rand.NewPCG(7, 11))
 	var pauses []time.Duration
-	for m := 0; m < moves; m++ {
-		o := r.IntN(objects)
-		ref := extension.ActorRef(fmt.Sprintf("counter-%d", o))
-		v, err := store.Read(ctx, ref)
+	var failed int
+	end := time.Now().Add(duration)
+	for time.Now().Before(end) {
+		room := fmt.Sprintf("room-%d", rnd.IntN(rooms))
+		to := nodeNames[rnd.IntN(len(nodeNames))]
+		res, err := sys.Root.RequestFuture(gw(rnd.IntN(len(gateways))), &chatpb.Relocate{Room: room, To: to}, 15*time.Second).Result()
 		if err != nil {
-			return err
+			return fmt.Errorf("relocate %s: %w", room, err)
 		}
-		from := byRid[v.Record.GetOwner().GetNodeRid()]
-		to := (from + 1 + r.IntN(2)) % 3
-		out, err := nodes[from].Relocate(ctx, ref, nodes[to].NodeRid())
-		if errors.Is(err, roamerr.ErrUnavailable) {
-			m--
-			continue
+		mv := res.(*chatpb.Relocated)
+		switch {
+		case mv.GetError() != "":
+			failed++
+			fmt.Printf("move %-8s -> %s  failed: %s\n", room, to, mv.GetError())
+		case mv.GetFrom() == mv.GetTo():
+			continue // already there
+		default:
+			p := time.Duration(mv.GetPauseMicros()) * time.Microsecond
+			pauses = append(pauses, p)
+			fmt.Printf("move %3d  %-8s %s -> %s  pause %6.2f ms  %5d bytes\n", len(pauses), room, mv.GetFrom(), mv.GetTo(), ms(p), mv.GetBytes())
 		}
-		if err != nil {
-			return err
-		}
-		pauses = append(pauses, out.Pause)
-		fmt.Printf("move %3d  %-10s node %d -> node %d  pause %6.2f ms  %d bytes\n", m+1, ref.ID, from, to, float64(out.Pause.Microseconds())/1000, out.Bytes)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return fmt.Errorf("sender: %w", err)
-	default:
-	}
 
-	var handled, dupes, gaps uint64
-	for o := range pids {
-		pid, err := nodes[0].Resolve(ctx, extension.ActorRef(fmt.Sprintf("counter-%d", o)))
-		if err != nil {
-			return err
+	// Every post goes to every member of its room; wait for the last ones.
+	expected := sent.Load() * botsPerRoom
+	var delivered, dupes, early uint64
+	tally := func() {
+		delivered, dupes, early = 0, 0, 0
+		for _, bt := range bots {
+			bt.in.mu.Lock()
+			delivered += bt.in.delivered
+			dupes += bt.in.dupes
+			early += bt.in.late
+			bt.in.mu.Unlock()
 		}
-		res, err := nodes[0].System().Root.RequestFuture(pid, wrapperspb.String("stats"), 10*time.Second).Result()
-		if err != nil {
-			return err
-		}
-		b := res.(*wrapperspb.BytesValue).Value
-		handled += binary.BigEndian.Uint64(b)
-		dupes += binary.BigEndian.Uint64(b[8:])
-		gaps += binary.BigEndian.Uint64(b[16:])
 	}
+	for wait := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		tally()
+		if delivered >= expected || time.Now().After(wait) {
+			break
+		}
+	}
+	lost := expected - min(delivered, expected)
 	slices.Sort(pauses)
-	lost := sent.Load() - (handled - dupes)
-	fmt.Printf("\nmoves %d, messages sent %d, handled %d, lost %d, duplicated %d, out of order %d\n", len(pauses), sent.Load(), handled, lost, dupes, gaps)
-	fmt.Printf("pause p50 %.2f ms, p99 %.2f ms, max %.2f ms (seal on the source -> commit seen in the store)\n",
-		ms(pauses[len(pauses)/2]), ms(pauses[min(len(pauses)-1, len(pauses)*99/100)]), ms(pauses[len(pauses)-1]))
+	fmt.Printf("\nmoves %d (failed %d), messages sent %d, deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d\n",
+		len(pauses), failed, sent.Load(), delivered, expected, botsPerRoom, lost, dupes, early)
+	if len(pauses) > 0 {
+		fmt.Printf("pause p50 %.2f ms, p99 %.2f ms, max %.2f ms (seal on the source -> commit seen in the store)\n",
+			ms(pauses[len(pauses)/2]), ms(pauses[min(len(pauses)-1, len(pauses)*99/100)]), ms(pauses[len(pauses)-1]))
+	}
 	if lost != 0 || dupes != 0 {
 		return fmt.Errorf("lost=%d duplicated=%d", lost, dupes)
+	}
+	if len(pauses) == 0 {
+		return errors.New("no room moved")
 	}
 	return nil
 }

@@ -11,36 +11,58 @@ import (
 // store again. A Message Follow hint, a stale route or a type mismatch
 // drops the entry.
 type routeCache struct {
-	maxAge time.Duration
-	mu     sync.Mutex
-	routes map[string]cachedRoute
+	maxAge  time.Duration
+	mu      sync.Mutex
+	routes  map[string]cachedRoute
+	expired map[string]authority // routes that aged out, until the next resolve
 }
 
 type cachedRoute struct {
-	a        authority
-	at       time.Time
-	draining bool // a Message Follow hint came; the barrier is on its way
+	a  authority
+	at time.Time
+	// drained is set once a Message Follow hint came and a RouteBarrier is
+	// on its way down the route; it is closed when the route is dropped.
+	drained chan struct{}
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}}
+	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}, expired: map[string]authority{}}
 }
 
-func (c *routeCache) get(id string) (authority, bool) {
+// get returns the cached route of id. A route being drained is not
+// returned: the caller gets the channel to wait on instead, so that
+// nothing is sent down the old route after its barrier.
+func (c *routeCache) get(id string) (authority, bool, <-chan struct{}) {
 	if c.maxAge <= 0 {
-		return authority{}, false
+		return authority{}, false, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.routes[id]
-	if !ok {
-		return authority{}, false
-	}
-	if time.Since(r.at) >= c.maxAge {
+	switch {
+	case !ok:
+		return authority{}, false, nil
+	case r.drained != nil:
+		return authority{}, false, r.drained
+	case time.Since(r.at) >= c.maxAge:
 		delete(c.routes, id)
-		return authority{}, false
+		if len(c.expired) >= maxCachedRoutes {
+			clear(c.expired) // only a refinement of order; memory stays bounded
+		}
+		c.expired[id] = r.a
+		return authority{}, false, nil
 	}
-	return r.a, true
+	return r.a, true, nil
+}
+
+// takeExpired returns the route of id that expired since the last call,
+// if any: the caller drains it before using a different owner.
+func (c *routeCache) takeExpired(id string) (authority, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.expired[id]
+	delete(c.expired, id)
+	return a, ok
 }
 
 // put keeps a only when it is Ready with a live owner.
@@ -50,6 +72,7 @@ func (c *routeCache) put(id string, a authority) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.expired, id)
 	if len(c.routes) >= maxCachedRoutes {
 		for k := range c.routes { // drop an arbitrary entry: the cache only saves reads
 			delete(c.routes, k)
@@ -60,16 +83,17 @@ func (c *routeCache) put(id string, a authority) {
 }
 
 // hinted marks id's route as followed and reports the route to drain, if
-// it was cached and not already draining. Until drop, get keeps returning
-// it, so this node's messages stay on one route, in order.
+// it was cached and not already draining. Until drop, callers wait instead
+// of using it, so everything this node sent on the old route is ahead of
+// the barrier, and nothing after it.
 func (c *routeCache) hinted(id string) (authority, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.routes[id]
-	if !ok || r.draining {
+	if !ok || r.drained != nil {
 		return authority{}, false
 	}
-	r.draining = true
+	r.drained = make(chan struct{})
 	c.routes[id] = r
 	return r.a, true
 }
@@ -77,6 +101,9 @@ func (c *routeCache) hinted(id string) (authority, bool) {
 func (c *routeCache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r, ok := c.routes[id]; ok && r.drained != nil {
+		close(r.drained)
+	}
 	delete(c.routes, id)
 }
 

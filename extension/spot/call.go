@@ -109,13 +109,29 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
 	defer cancel()
 	m := c.m
-	a, cached := m.cache.get(c.spotID)
+	a, cached, drained := m.cache.get(c.spotID)
+	if drained != nil {
+		// The route is being drained after a move: wait for the barrier,
+		// then read the new owner (spec 002 §6; this node's order holds).
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
+		}
+		a, cached, _ = m.cache.get(c.spotID)
+	}
 	*route = "cache"
 	if !cached {
 		*route = "store"
+		old, aged := m.cache.takeExpired(c.spotID)
 		var err error
 		if a, err = m.readAuthority(ctx, c.spotID); err != nil {
 			return nil, err
+		}
+		if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
+			// The Spot moved while the route aged out, with no hint yet:
+			// drain the old route before the new one is used.
+			m.drainRoute(ctx, old)
 		}
 		m.cache.put(c.spotID, a)
 	}

@@ -16,6 +16,6 @@ func CachedRoutes(m *Manager) int { return m.cache.len() }
 
 // CachedOwner is the owner node RID of m's cached route to id, if cached.
 func CachedOwner(m *Manager, id string) (string, bool) {
-	a, ok := m.cache.get(id)
+	a, ok, _ := m.cache.get(id)
 	return a.v.Record.GetOwner().GetNodeRid(), ok
 }

@@ -75,7 +75,7 @@ func (m *Manager) grainPID(kind, identity string) (*actor.PID, error) {
 	ctx, cancel := m.deadlineCtx(context.Background(), 0)
 	defer cancel()
 	for attempt := 0; attempt < 2; attempt++ {
-		a, ok := m.cache.get(id)
+		a, ok, _ := m.cache.get(id)
 		if !ok {
 			var err error
 			if a, err = m.readAuthority(ctx, id); err != nil {

@@ -339,6 +339,19 @@ func (m *Manager) onHint(id string) {
 	}()
 }
 
+// drainRoute sends a RouteBarrier down an old route and waits for its
+// answer (or barrierTimeout, or ctx): everything this node sent on that
+// route has then reached the Spot.
+func (m *Manager) drainRoute(ctx context.Context, old authority) {
+	f := m.sys.Root.RequestFuture(old.pid(), &messages.RouteBarrier{}, barrierTimeout)
+	done := make(chan struct{})
+	go func() { _, _ = f.Result(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
 // barrierTimeout bounds how long a followed route is kept for a barrier.
 const barrierTimeout = 5 * time.Second
 

@@ -32,11 +32,11 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 	c.put("ended", ended)
 	require.Zero(t, c.len())
 	c.put("ready", readyAt("ready"))
-	_, ok := c.get("ready")
+	_, ok, _ := c.get("ready")
 	require.True(t, ok)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := c.get("ready"); !ok {
+		if _, ok, _ := c.get("ready"); !ok {
 			break
 		}
 		require.False(t, time.Now().After(deadline), "the entry never expired")
@@ -44,12 +44,13 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 	}
 	off := newRouteCache(0)
 	off.put("ready", readyAt("ready"))
-	_, ok = off.get("ready")
+	_, ok, _ = off.get("ready")
 	require.False(t, ok, "RouteCacheMaxAge 0 turns the cache off")
 }
 
-// A Message Follow hint marks a route draining once; it is still returned
-// until dropped, so the node's messages stay on one route.
+// A Message Follow hint marks a route draining once; while it drains,
+// callers get a channel to wait on instead of the route, so nothing is
+// sent down the old route behind its barrier; the drop releases them.
 // Reference: spec 002 §6.
 func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 	c := newRouteCache(time.Minute)
@@ -58,11 +59,19 @@ func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 	_, second := c.hinted("r")
 	require.True(t, first)
 	require.False(t, second, "one barrier per route")
-	_, ok := c.get("r")
-	require.True(t, ok, "still used while draining")
+	_, ok, drained := c.get("r")
+	require.False(t, ok, "not used while draining")
+	require.NotNil(t, drained)
+	select {
+	case <-drained:
+		t.Fatal("drained before the drop")
+	default:
+	}
 	c.drop("r")
-	_, ok = c.get("r")
+	<-drained
+	_, ok, drained = c.get("r")
 	require.False(t, ok)
+	require.Nil(t, drained)
 	_, hinted := c.hinted("absent")
 	require.False(t, hinted)
 }
@@ -103,6 +112,27 @@ func TestRouteCacheCanBeDisabled(t *testing.T) {
 	require.NoError(t, RouteConfig{RouteCacheMaxAge: Disabled, MessageFollowDuration: time.Second}.Validate())
 	c := newRouteCache(Disabled)
 	c.put("r", readyAt("r"))
-	_, ok := c.get("r")
+	_, ok, _ := c.get("r")
 	require.False(t, ok)
+}
+
+// A route that ages out is remembered until the next resolve, so a caller
+// that finds another owner can drain the old route first.
+// Reference: spec 002 §6.
+func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
+	c := newRouteCache(20 * time.Millisecond)
+	c.put("r", readyAt("r"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok, _ := c.get("r"); !ok {
+			break
+		}
+		require.False(t, time.Now().After(deadline))
+		time.Sleep(5 * time.Millisecond)
+	}
+	old, ok := c.takeExpired("r")
+	require.True(t, ok)
+	require.Equal(t, "r", old.v.Key.ID)
+	_, ok = c.takeExpired("r")
+	require.False(t, ok, "taken once")
 }
