@@ -19,7 +19,7 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/
 # The Spot package's tests that start no node run with -race too.
 SPOT_PURE_TESTS := ^(TestSpotIDRules|TestReservedEntryFormatIsRefused|TestNewIDIsALowercaseUUIDv4|TestRouteCache.*|TestOperationRunsOnce)$$
 
-.PHONY: test test-race test-multi consul generate lint demo demo-consul bench clean-consul
+.PHONY: test test-race test-multi consul generate lint demo demo-consul bench bench-store clean-consul
 
 ## test: everything CI runs, the real-Consul tests included.
 test: consul lint test-race test-multi
@@ -75,9 +75,13 @@ demo-consul: consul
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
 	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node
 
-## bench: store benchmarks on both stores, six runs each, medians by benchstat
-## (relocation benchmarks come with bench/).
-bench: consul $(TOOLS_BIN)/benchstat
+## bench: relocation pauses, throughput, many moves and baselines, medians of
+## several runs, into bench/RESULTS.md (with machine, date and commit).
+bench: consul
+	$(GO) run ./bench -runs 3 -out bench/RESULTS.md
+
+## bench-store: store benchmarks on both stores, six runs each, benchstat medians.
+bench-store: consul $(TOOLS_BIN)/benchstat
 	mkdir -p bench/out
 	$(GO) test -run '^$$' -bench . -count 6 ./extension/location/memstore ./extension/location/consulstore | tee bench/out/store.txt
 	$(TOOLS_BIN)/benchstat bench/out/store.txt

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+)
+
+// pauseRow is scenario (a) for one state size on one store: the medians,
+// over runs, of each run's pause p50 and p99, the largest pause seen, and
+// the one-way sends lost (always counted; roam's claim is zero).
+type pauseRow struct {
+	Size          int
+	P50, P99, Max float64 // ms
+	Moves         int
+	Sent, Lost    uint64
+}
+
+// pauseVsSize moves one Spot with size bytes of state back and forth
+// between two nodes while a sender posts numbered one-way messages to it
+// by Spot ID; the pause is seal on the source → dispatch open on the
+// target (relocation Event.Pause).
+func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
+	row := pauseRow{Size: size}
+	var p50s, p99s []float64
+	for r := 0; r < runs; r++ {
+		store, err := newStore()
+		if err != nil {
+			return row, err
+		}
+		w, err := startWorld(ctx, store, 2)
+		if err != nil {
+			return row, err
+		}
+		id := fmt.Sprintf("blob-%d-%d", size, r)
+		if err := w.activate(ctx, id, size); err != nil {
+			w.stop(ctx)
+			return row, err
+		}
+		var sent atomic.Uint64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Microsecond):
+				}
+				if _, err := w.nodes[0].Spots().Send(id, wrapperspb.UInt64(sent.Load()+1)).Do(ctx); err == nil {
+					sent.Add(1)
+				}
+			}
+		}()
+		for m := 0; m < moves; m++ {
+			if _, err := w.move(ctx, id); err != nil {
+				close(stop)
+				w.stop(ctx)
+				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(stop)
+		wg.Wait()
+		handled, err := count(ctx, w.nodes[0], id)
+		if err != nil {
+			w.stop(ctx)
+			return row, err
+		}
+		pauses := w.takePauses()
+		row.Moves += len(pauses)
+		row.Sent += sent.Load()
+		row.Lost += sent.Load() - min(handled, sent.Load())
+		p50s = append(p50s, ms(percentile(pauses, 0.5)))
+		p99s = append(p99s, ms(percentile(pauses, 0.99)))
+		row.Max = max(row.Max, ms(percentile(pauses, 1)))
+		w.stop(ctx)
+		_ = store.Close()
+	}
+	row.P50, row.P99 = median(p50s), median(p99s)
+	return row, nil
+}
+
+// count asks the blob how many numbered sends it handled; the request
+// queues behind them.
+func count(ctx context.Context, via *extension.Extension, id string) (uint64, error) {
+	reply, err := via.Spots().Request(id, wrapperspb.String("count")).Timeout(30 * time.Second).Do(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return reply.(*wrapperspb.UInt64Value).Value, nil
+}
+
+// throughputRow is scenario (b): requests per second to one Spot.
+type throughputRow struct {
+	Static, Moving float64 // medians over runs, requests/s
+	Moves          int
+}
+
+// throughput runs closed-loop requesters against one Spot by Spot ID for
+// d, with and without the Spot relocated every 100 ms.
+func throughput(ctx context.Context, newStore func() (location.Store, error), runs int, d time.Duration) (throughputRow, error) {
+	var row throughputRow
+	var static, moving []float64
+	for r := 0; r < runs; r++ {
+		for _, relocate := range []bool{false, true} {
+			store, err := newStore()
+			if err != nil {
+				return row, err
+			}
+			w, err := startWorld(ctx, store, 2)
+			if err != nil {
+				return row, err
+			}
+			id := fmt.Sprintf("hot-%d", r)
+			if err := w.activate(ctx, id, 1<<10); err != nil {
+				w.stop(ctx)
+				return row, err
+			}
+			var done atomic.Uint64
+			var failed atomic.Value
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					via := w.nodes[g%2]
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if _, err := via.Spots().Request(id, wrapperspb.String("count")).Do(ctx); err != nil {
+							failed.Store(err)
+							return
+						}
+						done.Add(1)
+					}
+				}()
+			}
+			start := time.Now()
+			moves := 0
+			for time.Since(start) < d {
+				if relocate {
+					if _, err := w.move(ctx, id); err != nil {
+						close(stop)
+						w.stop(ctx)
+						return row, err
+					}
+					moves++
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			elapsed := time.Since(start)
+			if err, _ := failed.Load().(error); err != nil {
+				w.stop(ctx)
+				return row, fmt.Errorf("requester: %w", err)
+			}
+			rate := float64(done.Load()) / elapsed.Seconds()
+			if relocate {
+				moving = append(moving, rate)
+				row.Moves += moves
+			} else {
+				static = append(static, rate)
+			}
+			w.stop(ctx)
+			_ = store.Close()
+		}
+	}
+	row.Static, row.Moving = median(static), median(moving)
+	return row, nil
+}
+
+// bulkRow is scenario (c): moves per second of many Spots.
+type bulkRow struct {
+	Spots                  int
+	Sequential, Concurrent float64 // moves/s
+}
+
+// bulkMoves activates n Spots on node 0, moves them all to node 1 one
+// after another, then back 32 at a time.
+func bulkMoves(ctx context.Context, newStore func() (location.Store, error), n, parallel int) (bulkRow, error) {
+	row := bulkRow{Spots: n}
+	store, err := newStore()
+	if err != nil {
+		return row, err
+	}
+	defer store.Close()
+	w, err := startWorld(ctx, store, 2)
+	if err != nil {
+		return row, err
+	}
+	defer w.stop(ctx)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("many-%d", i)
+	}
+	// Activate on node 0 only: it is the only node while they activate.
+	if err := each(ids, parallel, func(id string) error {
+		_, err := w.nodes[0].SpawnInstanceSpot(ctx, "blob", id)
+		return err
+	}); err != nil {
+		return row, err
+	}
+	start := time.Now()
+	for _, id := range ids {
+		if _, err := w.nodes[0].Relocate(ctx, extension.InstanceSpotRef(id), w.nodes[1].NodeRid()); err != nil {
+			return row, err
+		}
+	}
+	row.Sequential = float64(n) / time.Since(start).Seconds()
+	start = time.Now()
+	if err := each(ids, parallel, func(id string) error {
+		_, err := w.nodes[1].Relocate(ctx, extension.InstanceSpotRef(id), w.nodes[0].NodeRid())
+		return err
+	}); err != nil {
+		return row, err
+	}
+	row.Concurrent = float64(n) / time.Since(start).Seconds()
+	_ = w.takePauses()
+	return row, nil
+}
+
+// each runs fn over ids with at most parallel at a time.
+func each(ids []string, parallel int, fn func(string) error) error {
+	work := make(chan string)
+	errs := make(chan error, parallel)
+	var wg sync.WaitGroup
+	for g := 0; g < parallel; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				if err := fn(id); err != nil {
+					errs <- fmt.Errorf("%s: %w", id, err)
+					for range work {
+					}
+					return
+				}
+			}
+		}()
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// overheadRow is scenario (d2): plain Proto.Actor messaging against the
+// same actor on roam's relocatable mailbox, one node to another.
+type overheadRow struct {
+	PlainRTT, RoamRTT, SpotRTT float64 // request round trip p50, µs
+	PlainRate, RoamRate        float64 // one-way messages/s
+}
+
+// overhead measures request round trips and one-way throughput to a plain
+// actor (Proto.Actor's default mailbox) and to a roam Actor on node 1,
+// from node 0, in the same run; and the round trip by Spot ID.
+func overhead(ctx context.Context, newStore func() (location.Store, error), requests, sends int) (overheadRow, error) {
+	var row overheadRow
+	store, err := newStore()
+	if err != nil {
+		return row, err
+	}
+	defer store.Close()
+	w, err := startWorld(ctx, store, 2)
+	if err != nil {
+		return row, err
+	}
+	defer w.stop(ctx)
+	plain, err := w.nodes[1].System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &blob{} }), "plain-blob")
+	if err != nil {
+		return row, err
+	}
+	roamPID, err := w.nodes[1].SpawnInstanceSpot(ctx, "blob", "roam-blob")
+	if err != nil {
+		return row, err
+	}
+	remotePlain := actor.NewPID(w.nodes[1].Node().Address(), plain.Id)
+	remoteRoam := actor.NewPID(w.nodes[1].Node().Address(), roamPID.Id)
+	root := w.nodes[0].System().Root
+	rtt := func(pid *actor.PID) (float64, error) {
+		lat := make([]time.Duration, 0, requests)
+		for i := 0; i < requests; i++ {
+			t := time.Now()
+			if _, err := root.RequestFuture(pid, wrapperspb.String("count"), 10*time.Second).Result(); err != nil {
+				return 0, err
+			}
+			lat = append(lat, time.Since(t))
+		}
+		return float64(percentile(lat, 0.5).Nanoseconds()) / 1000, nil
+	}
+	rate := func(pid *actor.PID) (float64, error) {
+		start := time.Now()
+		for i := 0; i < sends; i++ {
+			root.Send(pid, wrapperspb.UInt64(uint64(i)))
+		}
+		if _, err := root.RequestFuture(pid, wrapperspb.String("count"), 60*time.Second).Result(); err != nil {
+			return 0, err
+		}
+		return float64(sends) / time.Since(start).Seconds(), nil
+	}
+	if row.PlainRTT, err = rtt(remotePlain); err != nil {
+		return row, err
+	}
+	if row.RoamRTT, err = rtt(remoteRoam); err != nil {
+		return row, err
+	}
+	lat := make([]time.Duration, 0, requests)
+	for i := 0; i < requests; i++ {
+		t := time.Now()
+		if _, err := w.nodes[0].Spots().Request("roam-blob", wrapperspb.String("count")).Do(ctx); err != nil {
+			return row, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	row.SpotRTT = float64(percentile(lat, 0.5).Nanoseconds()) / 1000
+	if row.PlainRate, err = rate(remotePlain); err != nil {
+		return row, err
+	}
+	if row.RoamRate, err = rate(remoteRoam); err != nil {
+		return row, err
+	}
+	return row, nil
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+)
+
+// blob is the measured Spot: size bytes of state that move with it and a
+// counter of the numbered sends it handled. A Int64Value sets the state
+// size; a StringValue is a request answered with the count.
+type blob struct {
+	state   []byte
+	handled uint64
+}
+
+func (b *blob) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *wrapperspb.Int64Value:
+		b.state = make([]byte, m.Value)
+		for i := range b.state {
+			b.state[i] = byte(i * 31)
+		}
+		c.Respond(m)
+	case *wrapperspb.UInt64Value:
+		b.handled++
+	case *wrapperspb.StringValue:
+		c.Respond(wrapperspb.UInt64(b.handled))
+	}
+}
+
+type blobState struct{}
+
+func (blobState) Capture(a actor.Actor) ([]byte, error) {
+	b := a.(*blob)
+	out := make([]byte, 8, 8+len(b.state))
+	for i := 0; i < 8; i++ {
+		out[i] = byte(b.handled >> (8 * i))
+	}
+	return append(out, b.state...), nil
+}
+
+func (blobState) Restore(a actor.Actor, s []byte) error {
+	b := a.(*blob)
+	if len(s) < 8 {
+		return fmt.Errorf("blob state of %d bytes", len(s))
+	}
+	for i := 0; i < 8; i++ {
+		b.handled |= uint64(s[i]) << (8 * i)
+	}
+	b.state = s[8:]
+	return nil
+}
+
+var blobKind = extension.Kind{StableType: "blob", Instance: true, Producer: func() actor.Actor { return &blob{} },
+	Policy: extension.PreserveStateWith(blobState{})}
+
+// world is two or three roam nodes on one store, with the pauses of the
+// moves that ended on them.
+type world struct {
+	nodes  []*extension.Extension
+	mu     sync.Mutex
+	pauses []time.Duration
+}
+
+func startWorld(ctx context.Context, store location.Store, n int) (*world, error) {
+	w := &world{}
+	log := zerolog.Nop()
+	silent := slog.LevelError + 4
+	for i := 0; i < n; i++ {
+		e, err := extension.Start(ctx, extension.Config{
+			Node:  cluster.Config{Store: store, Logger: &log, ProtoActorLogLevel: &silent},
+			Kinds: []extension.Kind{blobKind},
+			Relocation: relocation.Config{OnEvent: func(ev extension.Event) {
+				if ev.Err == nil {
+					w.mu.Lock()
+					w.pauses = append(w.pauses, ev.Pause)
+					w.mu.Unlock()
+				}
+			}},
+		})
+		if err != nil {
+			w.stop(ctx)
+			return nil, err
+		}
+		w.nodes = append(w.nodes, e)
+	}
+	return w, nil
+}
+
+func (w *world) stop(ctx context.Context) {
+	for _, n := range w.nodes {
+		_ = n.Stop(ctx)
+	}
+}
+
+// takePauses returns and clears the recorded pauses.
+func (w *world) takePauses() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pauses
+	w.pauses = nil
+	return p
+}
+
+// activate creates the blob Spot id with size bytes of state.
+func (w *world) activate(ctx context.Context, id string, size int) error {
+	_, err := w.nodes[0].Spots().Request(id, wrapperspb.Int64(int64(size))).InstanceSpot("blob").Timeout(30 * time.Second).Do(ctx)
+	return err
+}
+
+// owner returns the index of the node that owns id now.
+func (w *world) owner(ctx context.Context, id string) (int, error) {
+	ref, err := w.nodes[0].Spots().Find(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	for i, n := range w.nodes {
+		if n.NodeRid() == ref.NodeRid {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("owner %s of %s is not in this world", ref.NodeRid, id)
+}
+
+// move relocates id from its owner to the next node.
+func (w *world) move(ctx context.Context, id string) (extension.Outcome, error) {
+	from, err := w.owner(ctx, id)
+	if err != nil {
+		return extension.Outcome{}, err
+	}
+	to := (from + 1) % len(w.nodes)
+	return w.nodes[from].Relocate(ctx, extension.InstanceSpotRef(id), w.nodes[to].NodeRid())
+}
