@@ -14,8 +14,8 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 
 # Packages that start two or more Proto.Actor remotes in one process race
 # inside the library itself (DESIGN §4); everything else runs with -race.
-MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot ./examples/chat
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$|/examples/chat$$')
+MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot ./examples/chat ./bench/baseline
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$|/examples/chat$$|/bench/baseline$$')
 # The Spot package's tests that start no node run with -race too.
 SPOT_PURE_TESTS := ^(TestSpotIDRules|TestReservedEntryFormatIsRefused|TestNewIDIsALowercaseUUIDv4|TestRouteCache.*|TestOperationRunsOnce)$$
 
