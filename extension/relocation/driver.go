@@ -366,6 +366,6 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		inst := obj.kind.Producer()
 		obj.inst = inst
-		return &host{inner: inst, obj: obj}
+		return &host{obj: obj}
 	}, actor.WithMailbox(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...)))
 }

@@ -51,8 +51,7 @@ type object struct {
 // framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
 // timers, and hands every other message to the application.
 type host struct {
-	inner actor.Actor
-	obj   *object
+	obj *object
 }
 
 func (h *host) Receive(c actor.Context) {
@@ -78,11 +77,13 @@ func (h *host) Receive(c actor.Context) {
 		c.Stop(c.Self()) // the Stop system message overtakes anything queued after the marker
 		close(m.done)
 	case *messages.TimerTick:
-		if h.obj.tm != nil && h.obj.tm.onTick(m) {
-			h.inner.Receive(c)
+		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
+			h.obj.inst.Receive(c)
 		} // else a tick of a cancelled timer
 	default:
-		h.inner.Receive(c)
+		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
+			h.obj.inst.Receive(c)
+		}
 	}
 	if h.obj.afterFirst != nil {
 		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {

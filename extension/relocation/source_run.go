@@ -424,11 +424,15 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 
 // closeOut tells the application its source incarnation closed by moving
 // out (spec 000 §8: OnClosing(RelocationOut)).
+// The application's instance is then dropped: after relay-ready the source
+// is never resumed (§4.4), and the incarnation only forwards for
+// MessageFollowDuration, which must not keep a large state alive.
 func (d *Driver) closeOut(obj *object) {
 	_ = obj.mb.Do(func() {
 		if c, ok := obj.inst.(Closing); ok {
 			c.OnClosing(RelocationOut)
 		}
+		obj.inst = nil
 	})
 }
 

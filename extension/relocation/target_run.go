@@ -252,7 +252,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 // restore decodes the verified stream and restores state on the object's
 // own goroutine, without dispatching anything (§4.3).
 func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
-	env, err := envelope.Decode(stream)
+	env, err := envelope.DecodeOwned(stream)
 	if err != nil {
 		return handoff.RestoreFailed{Err: err}
 	}

@@ -172,3 +172,17 @@ func (a *Assembler) Bytes() ([]byte, error) {
 	}
 	return bytes.Clone(a.buf), nil
 }
+
+// Take is Bytes for the assembler's last use: it hands over the assembled
+// payload without copying it and empties the assembler.
+func (a *Assembler) Take() ([]byte, error) {
+	if !a.Complete() {
+		return a.Bytes()
+	}
+	if sum := Checksum(a.buf); sum != a.m.ChecksumCRC32C {
+		return nil, fmt.Errorf("%w: assembled CRC-32C 0x%08x, manifest 0x%08x", ErrChecksumMismatch, sum, a.m.ChecksumCRC32C)
+	}
+	b := a.buf
+	a.buf = nil
+	return b, nil
+}

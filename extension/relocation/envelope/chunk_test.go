@@ -307,3 +307,22 @@ func TestAssemblerDoesNotAlias(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stream, again)
 }
+
+// Take hands the assembled payload over once, checked like Bytes, and
+// leaves the assembler empty.
+// Reference: spec 000 §4.3 (never a partial or repaired payload).
+func TestAssemblerTakeHandsOverOnce(t *testing.T) {
+	stream := fullStream(t)
+	m, chunks, err := envelope.Split(bytes.Clone(stream), 7)
+	require.NoError(t, err)
+	a, err := envelope.NewAssembler(m, 1<<20)
+	require.NoError(t, err)
+	_, err = a.Take()
+	require.ErrorIs(t, err, envelope.ErrLengthMismatch, "not complete yet")
+	for _, c := range chunks {
+		require.NoError(t, a.Add(c))
+	}
+	got, err := a.Take()
+	require.NoError(t, err)
+	require.Equal(t, stream, got)
+}

@@ -12,8 +12,15 @@ import (
 // Counts and lengths are checked against the remaining input before
 // anything is allocated, and Decode never panics. Returned byte slices are
 // copies and never alias b; empty vectors and bytes decode as nil.
-func Decode(b []byte) (*Envelope, error) {
-	r := reader{b: b}
+func Decode(b []byte) (*Envelope, error) { return decode(b, false) }
+
+// DecodeOwned is Decode for a caller that hands b over: the returned byte
+// slices alias b instead of copying it (a 16 MiB state is not copied
+// again), so b must not be changed afterwards.
+func DecodeOwned(b []byte) (*Envelope, error) { return decode(b, true) }
+
+func decode(b []byte, alias bool) (*Envelope, error) {
+	r := reader{b: b, alias: alias}
 	e := &Envelope{}
 	r.envelope(e)
 	if r.err == nil && r.off != len(b) {
@@ -31,10 +38,11 @@ func Decode(b []byte) (*Envelope, error) {
 // reader consumes the stream; the first error sticks and turns every later
 // read into a zero-value no-op, so the parsing code reads straight through.
 type reader struct {
-	b    []byte
-	off  int
-	err  error
-	path fieldPath
+	b     []byte
+	off   int
+	err   error
+	path  fieldPath
+	alias bool // byte fields alias b (DecodeOwned)
 }
 
 func (r *reader) fail(leaf, format string, args ...any) {
@@ -107,6 +115,9 @@ func (r *reader) bytes32(leaf string) []byte {
 	s := r.take(leaf, uint64(r.u32(leaf)))
 	if len(s) == 0 {
 		return nil
+	}
+	if r.alias {
+		return s[:len(s):len(s)]
 	}
 	return append([]byte(nil), s...)
 }

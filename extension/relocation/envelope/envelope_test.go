@@ -363,3 +363,23 @@ func TestDecodeHostileCountDoesNotAllocate(t *testing.T) {
 		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20))
 	}
 }
+
+// DecodeOwned decodes the same values as Decode, without copying the
+// byte fields out of a stream the caller hands over: a large state is not
+// copied once more on the target.
+// Reference: spec 000 §4.2 (the payload is restored once, whole).
+func TestDecodeOwnedAliasesTheStream(t *testing.T) {
+	b, err := envelope.Encode(fullFixture())
+	require.NoError(t, err)
+	got, err := envelope.DecodeOwned(b)
+	require.NoError(t, err)
+	require.Equal(t, fullFixture(), got)
+	state := got.ApplicationStates[0].State
+	require.NotEmpty(t, state)
+	for i := range b {
+		b[i] ^= 0xff
+	}
+	require.NotEqual(t, fullFixture().ApplicationStates[0].State, state, "the state aliases the stream")
+	_, err = envelope.DecodeOwned(b[:len(b)-1])
+	require.ErrorIs(t, err, envelope.ErrMalformed, "as strict as Decode")
+}

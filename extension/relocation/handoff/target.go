@@ -142,7 +142,7 @@ func (t *Target) Step(ev Event) []Effect {
 			t.credited = t.received
 			effects = append(effects, SendCredit{ReceivedBytes: t.received})
 		}
-		stream, err := t.asm.Bytes()
+		stream, err := t.asm.Take() // the assembler is dropped right after
 		if err != nil {
 			// Never a repaired or partial payload (§4.3, §11).
 			reason := messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH
