@@ -132,9 +132,11 @@ func (m *Manager) coldActivate(ctx context.Context, a *messages.SpotActivation, 
 	if _, ok := m.d.Kind(a.GetStableType()); !ok {
 		return fmt.Errorf("%w: Instance Spot type %q is not registered on node %s", roamerr.ErrNotFound, a.GetStableType(), m.desc.GetNodeRid())
 	}
-	if err := m.admitCapacity(ctx); err != nil {
+	release, err := m.admitCapacity(ctx)
+	if err != nil {
 		return err
 	}
+	defer release() // once open, the incarnation counts as serving
 	data, err := deterministic.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)

@@ -1,6 +1,7 @@
 package spot_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,34 @@ func TestAbandonedReservationIsReleased(t *testing.T) {
 		require.Equal(t, spot.Created, res.State)
 		require.Greater(t, res.Ref.ObjectGeneration, uint64(5))
 		require.EqualValues(t, 1, w.count("room").Load())
+	})
+}
+
+// Creations racing for the last slot of a node do not overshoot its
+// Capacity: in-progress creations count with the serving ones.
+// Reference: spec 002 §3.1 (active/pending capacity).
+func TestConcurrentCreatesDoNotOvershootCapacity(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a := w.start(withCapacity(2))
+		results := make(chan error, 12)
+		for i := 0; i < 12; i++ {
+			go func() {
+				_, err := a.Spots().GetOrCreate(fmt.Sprintf("race-%d", i), "room").Do(ctx)
+				results <- err
+			}()
+		}
+		created := 0
+		for i := 0; i < 12; i++ {
+			err := <-results
+			if err == nil {
+				created++
+				continue
+			}
+			require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+		}
+		require.LessOrEqual(t, created, 2)
+		require.Positive(t, created)
+		require.Equal(t, created, recordCount(t, store, location.KindUserSpot))
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -77,6 +78,8 @@ type Manager struct {
 	self  *actor.PID
 	cache *routeCache
 	met   *metrics
+	// pending counts creations in progress here (admitCapacity).
+	pending atomic.Int64
 
 	mu      sync.Mutex
 	results map[string]*retained                  // terminal results by operation id (§3.2, §7.1)

@@ -112,19 +112,26 @@ func candidates(nodes []location.VersionedNode, stableType string, instance bool
 
 func weight(n location.VersionedNode) int { return max(int(n.Node.GetWeight()), 1) }
 
-// admitCapacity refuses a new incarnation on this node when its Capacity
-// (0: unbounded) is used up by serving incarnations (spec 002 §3.1).
-func (m *Manager) admitCapacity(ctx context.Context) error {
+// admitCapacity admits one new incarnation on this node unless its
+// Capacity (0: unbounded) is used up by the incarnations it serves plus
+// the creations in progress here (spec 002 §3.1 "active/pending
+// capacity"). An admitted creation holds its pending slot until the
+// returned release is called, so concurrent creations cannot overshoot.
+func (m *Manager) admitCapacity(ctx context.Context) (release func(), err error) {
 	c := m.desc.GetCapacity()
 	if c == 0 {
-		return nil
+		return func() {}, nil
 	}
+	pending := m.pending.Add(1)
+	release = func() { m.pending.Add(-1) }
 	n, err := m.d.ServingCount(ctx)
 	if err != nil {
-		return err
+		release()
+		return nil, err
 	}
-	if n >= int(c) {
-		return fmt.Errorf("%w: node %s hosts %d of %d", roamerr.ErrCapacityExceeded, m.desc.GetNodeRid(), n, c)
+	if n+int(pending) > int(c) {
+		release()
+		return nil, fmt.Errorf("%w: node %s hosts %d and creates %d of %d", roamerr.ErrCapacityExceeded, m.desc.GetNodeRid(), n, pending-1, c)
 	}
-	return nil
+	return release, nil
 }

@@ -368,9 +368,11 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	if _, ok := m.d.Kind(rec.GetStableType()); !ok {
 		return abort(fmt.Errorf("%w: User Spot type %q is not registered on node %s", roamerr.ErrNotFound, rec.GetStableType(), m.desc.GetNodeRid()))
 	}
-	if err := m.admitCapacity(ctx); err != nil {
+	release, err := m.admitCapacity(ctx)
+	if err != nil {
 		return abort(err)
 	}
+	defer release() // once open, the incarnation counts as serving
 	request, err := m.creationRequest(ctx, intent)
 	if err != nil {
 		return abort(err)
