@@ -576,7 +576,10 @@ type SpotActivation struct {
 	SourceSpotId         string                 `protobuf:"bytes,12,opt,name=source_spot_id,json=sourceSpotId,proto3" json:"source_spot_id,omitempty"`
 	HasMetadata          bool                   `protobuf:"varint,13,opt,name=has_metadata,json=hasMetadata,proto3" json:"has_metadata,omitempty"`
 	// first is the first application message, with its reply route.
-	First         *Envelope `protobuf:"bytes,14,opt,name=first,proto3" json:"first,omitempty"`
+	First *Envelope `protobuf:"bytes,14,opt,name=first,proto3" json:"first,omitempty"`
+	// full_node_rids are the nodes that refused this activation for capacity;
+	// a full target passes the envelope to another candidate.
+	FullNodeRids  []string `protobuf:"bytes,15,rep,name=full_node_rids,json=fullNodeRids,proto3" json:"full_node_rids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +708,13 @@ func (x *SpotActivation) GetHasMetadata() bool {
 func (x *SpotActivation) GetFirst() *Envelope {
 	if x != nil {
 		return x.First
+	}
+	return nil
+}
+
+func (x *SpotActivation) GetFullNodeRids() []string {
+	if x != nil {
+		return x.FullNodeRids
 	}
 	return nil
 }
@@ -890,7 +900,7 @@ const file_spot_proto_rawDesc = "" +
 	"\x16target_node_generation\x18\x06 \x01(\x04R\x14targetNodeGeneration\x12:\n" +
 	"\x19expected_owner_generation\x18\a \x01(\x04R\x17expectedOwnerGeneration\x124\n" +
 	"\x16expected_store_version\x18\b \x01(\x04R\x14expectedStoreVersion\x12.\n" +
-	"\x13deadline_unix_nanos\x18\t \x01(\x03R\x11deadlineUnixNanos\"\xc0\x04\n" +
+	"\x13deadline_unix_nanos\x18\t \x01(\x03R\x11deadlineUnixNanos\"\xe6\x04\n" +
 	"\x0eSpotActivation\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
 	"\n" +
@@ -909,7 +919,8 @@ const file_spot_proto_rawDesc = "" +
 	"\x16source_node_generation\x18\v \x01(\x04R\x14sourceNodeGeneration\x12$\n" +
 	"\x0esource_spot_id\x18\f \x01(\tR\fsourceSpotId\x12!\n" +
 	"\fhas_metadata\x18\r \x01(\bR\vhasMetadata\x12-\n" +
-	"\x05first\x18\x0e \x01(\v2\x17.roam.messages.EnvelopeR\x05first\"V\n" +
+	"\x05first\x18\x0e \x01(\v2\x17.roam.messages.EnvelopeR\x05first\x12$\n" +
+	"\x0efull_node_rids\x18\x0f \x03(\tR\ffullNodeRids\"V\n" +
 	"\tRouteHint\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x17\n" +
 	"\aspot_id\x18\x02 \x01(\tR\x06spotId\"\x0e\n" +

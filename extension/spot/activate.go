@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -30,6 +31,9 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 	defer cancel()
 	err := m.activateHere(ctx, a)
 	if err == nil {
+		return
+	}
+	if errors.Is(err, roamerr.ErrCapacityExceeded) && m.passOn(ctx, a) {
 		return
 	}
 	m.met.operation("activate", outcomeOf(err))
@@ -518,4 +522,29 @@ func (m *Manager) closeAndRelease(key location.AuthorityKey, gen uint64, closing
 		m.log.Warn().Str("event", "close_local_slow").Str("spot_id", key.ID).Err(err).Msg("the closed incarnation is still finishing accepted turns")
 	}
 	return m.release(key, gen)
+}
+
+// passOn hands an activation this node is too full for to another serving
+// node of the same Mesh that hosts the type and has not refused it yet.
+// Nothing was reserved or queued here, so the caller still sees one
+// activation; it ends CapacityExceeded only once every candidate is full
+// (spec 002 §4.1 step 7).
+func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
+	full := append(a.GetFullNodeRids(), m.desc.GetNodeRid())
+	nodes, err := m.store.ListNodes(ctx, a.GetTargetMesh())
+	if err != nil {
+		return false
+	}
+	for _, n := range candidates(nodes, a.GetStableType(), true) {
+		if slices.Contains(full, n.Node.GetNodeRid()) {
+			continue
+		}
+		next := proto.Clone(a).(*messages.SpotActivation)
+		next.FullNodeRids = full
+		next.TargetNodeRid, next.TargetNodeGeneration = n.Node.GetNodeRid(), n.Node.GetNodeGeneration()
+		next.DescriptorVersion = uint64(n.Version)
+		m.sys.Root.Send(servicePID(n.Node.GetAddress()), next)
+		return true
+	}
+	return false
 }

@@ -225,3 +225,25 @@ func TestConcurrentCreatesDoNotOvershootCapacity(t *testing.T) {
 		require.Equal(t, created, recordCount(t, store, location.KindUserSpot))
 	})
 }
+
+// A cold activation that reaches a full node is passed on to another
+// candidate with room; it ends CapacityExceeded only when every candidate
+// is full, with nothing reserved.
+// Reference: spec 002 §4.1 step 7.
+func TestActivationPassesOnFromAFullNode(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(2, withCapacity(1))
+		a := w.nodes[0]
+		for _, id := range []string{"slot-1", "slot-2"} { // whichever node each picks, both fit
+			_, err := request(t, a, id, "x", "cart")
+			require.NoError(t, err, id)
+		}
+		r1, _ := a.Spots().Find(ctx, "slot-1")
+		r2, _ := a.Spots().Find(ctx, "slot-2")
+		require.NotEqual(t, r1.NodeRid, r2.NodeRid)
+		_, err := request(t, a, "slot-3", "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+		require.Equal(t, 2, recordCount(t, store, location.KindInstanceSpot))
+	})
+}
