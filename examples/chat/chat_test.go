@@ -21,8 +21,8 @@ import (
 )
 
 // A client joined through one node keeps chatting while the room moves
-// between nodes: every post reaches it once and in order, and the room's
-// history and members move with it.
+// between nodes: every post reaches it once, the room handles them in
+// order, and the room's history and members move with it.
 // Reference: issue 5 item 1.
 func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	ctx := context.Background()
@@ -84,9 +84,20 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, got, posts)
-	for i, p := range got {
-		require.EqualValues(t, i+1, p.GetSeq(), "in order, once")
-		require.EqualValues(t, i, p.GetIndex())
+	// Every post arrives once, and the room handled them in order (its index
+	// follows the seq). Arrival order at the client is not checked: a room's
+	// broadcasts just before and just after a move leave on two connections,
+	// and nothing orders two connections (spec 000 §11).
+	index := map[uint64]uint64{}
+	for _, p := range got {
+		_, dup := index[p.GetSeq()]
+		require.False(t, dup, "seq %d delivered twice", p.GetSeq())
+		index[p.GetSeq()] = p.GetIndex()
+	}
+	for seq := uint64(1); seq <= posts; seq++ {
+		idx, ok := index[seq]
+		require.True(t, ok, "seq %d never delivered", seq)
+		require.Equal(t, seq-1, idx, "the room handled seq %d in order", seq)
 	}
 	// A second member joining now sees the last 100 posts, moved along.
 	res, err = client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
