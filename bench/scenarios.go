@@ -32,17 +32,13 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 	row := pauseRow{Size: size}
 	var p50s, p99s []float64
 	for r := 0; r < runs; r++ {
-		store, err := newStore()
-		if err != nil {
-			return row, err
-		}
-		w, err := startWorld(ctx, store, 2)
+		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
 			return row, err
 		}
 		id := fmt.Sprintf("blob-%d-%d", size, r)
 		if err := w.activate(ctx, id, size); err != nil {
-			w.stop(ctx)
+			done()
 			return row, err
 		}
 		var sent atomic.Uint64
@@ -65,7 +61,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		for m := 0; m < moves; m++ {
 			if _, err := w.move(ctx, id); err != nil {
 				close(stop)
-				w.stop(ctx)
+				done()
 				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -74,7 +70,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		wg.Wait()
 		handled, err := count(ctx, w.nodes[0], id)
 		if err != nil {
-			w.stop(ctx)
+			done()
 			return row, err
 		}
 		pauses := w.takePauses()
@@ -84,8 +80,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		p50s = append(p50s, ms(percentile(pauses, 0.5)))
 		p99s = append(p99s, ms(percentile(pauses, 0.99)))
 		row.Max = max(row.Max, ms(percentile(pauses, 1)))
-		w.stop(ctx)
-		_ = store.Close()
+		done()
 	}
 	row.P50, row.P99 = median(p50s), median(p99s)
 	return row, nil
@@ -114,20 +109,16 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 	var static, moving []float64
 	for r := 0; r < runs; r++ {
 		for _, relocate := range []bool{false, true} {
-			store, err := newStore()
-			if err != nil {
-				return row, err
-			}
-			w, err := startWorld(ctx, store, 2)
+			w, done, err := openWorld(ctx, newStore, 2)
 			if err != nil {
 				return row, err
 			}
 			id := fmt.Sprintf("hot-%d", r)
 			if err := w.activate(ctx, id, 1<<10); err != nil {
-				w.stop(ctx)
+				done()
 				return row, err
 			}
-			var done atomic.Uint64
+			var completed atomic.Uint64
 			var failed atomic.Value
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
@@ -146,7 +137,7 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 							failed.Store(err)
 							return
 						}
-						done.Add(1)
+						completed.Add(1)
 					}
 				}()
 			}
@@ -156,7 +147,7 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 				if relocate {
 					if _, err := w.move(ctx, id); err != nil {
 						close(stop)
-						w.stop(ctx)
+						done()
 						return row, err
 					}
 					moves++
@@ -167,18 +158,17 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 			wg.Wait()
 			elapsed := time.Since(start)
 			if err, _ := failed.Load().(error); err != nil {
-				w.stop(ctx)
+				done()
 				return row, fmt.Errorf("requester: %w", err)
 			}
-			rate := float64(done.Load()) / elapsed.Seconds()
+			rate := float64(completed.Load()) / elapsed.Seconds()
 			if relocate {
 				moving = append(moving, rate)
 				row.Moves += moves
 			} else {
 				static = append(static, rate)
 			}
-			w.stop(ctx)
-			_ = store.Close()
+			done()
 		}
 	}
 	row.Static, row.Moving = median(static), median(moving)
@@ -195,16 +185,11 @@ type bulkRow struct {
 // after another, then back 32 at a time.
 func bulkMoves(ctx context.Context, newStore func() (location.Store, error), n, parallel int) (bulkRow, error) {
 	row := bulkRow{Spots: n}
-	store, err := newStore()
+	w, done, err := openWorld(ctx, newStore, 2)
 	if err != nil {
 		return row, err
 	}
-	defer store.Close()
-	w, err := startWorld(ctx, store, 2)
-	if err != nil {
-		return row, err
-	}
-	defer w.stop(ctx)
+	defer done()
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("many-%d", i)
@@ -279,16 +264,11 @@ type overheadRow struct {
 // from node 0, in the same run; and the round trip by Spot ID.
 func overhead(ctx context.Context, newStore func() (location.Store, error), requests, sends int) (overheadRow, error) {
 	var row overheadRow
-	store, err := newStore()
+	w, done, err := openWorld(ctx, newStore, 2)
 	if err != nil {
 		return row, err
 	}
-	defer store.Close()
-	w, err := startWorld(ctx, store, 2)
-	if err != nil {
-		return row, err
-	}
-	defer w.stop(ctx)
+	defer done()
 	plain, err := w.nodes[1].System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &blob{} }), "plain-blob")
 	if err != nil {
 		return row, err

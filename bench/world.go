@@ -99,6 +99,21 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 	return w, nil
 }
 
+// openWorld opens a store and starts n nodes on it; done stops the nodes
+// and closes the store.
+func openWorld(ctx context.Context, newStore func() (location.Store, error), n int) (*world, func(), error) {
+	store, err := newStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := startWorld(ctx, store, n)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	return w, func() { w.stop(ctx); _ = store.Close() }, nil
+}
+
 func (w *world) stop(ctx context.Context) {
 	for _, n := range w.nodes {
 		_ = n.Stop(ctx)
