@@ -182,6 +182,11 @@ func (e *Extension) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
 	return e.driver.Resolve(ctx, ref)
 }
 
+// Serving reports whether this node runs the serving incarnation of ref.
+func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
+	return e.driver.Serving(ctx, ref)
+}
+
 // Relocate moves ref, owned by this node, to the node targetRid. It returns
 // when the target's commit is visible in the store; the Outcome carries the
 // phase timestamps and the pause the source observed.

@@ -138,7 +138,7 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 		switch {
 		case obj == nil || obj.generation != generation || obj.state == following || obj.state == ended:
 			return nil, fmt.Errorf("%w: %s generation %d does not serve here", roamerr.ErrNotFound, key, generation)
-		case obj.state != serving:
+		case obj.state != serving || obj.out != nil:
 			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
 		}
 		obj.state = ended
@@ -150,7 +150,7 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	// The marker queues behind every message already accepted, so those
 	// turns (and ticks) run first; then timers stop, the application hears
 	// OnClosing(Closed), and the actor stops (spec 002 §7 steps 2–3).
-	marker := &closeMarker{done: make(chan struct{})}
+	marker := &closeMarker{done: make(chan struct{}), closed: d.closedSink(obj), stop: func() { d.sys.Root.Stop(obj.pid) }}
 	d.sys.Root.Send(obj.pid, marker)
 	var err2 error
 	select {
@@ -174,7 +174,26 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 
 // closeMarker ends an incarnation after the turns accepted before it
 // (CloseLocal). It never leaves the node.
-type closeMarker struct{ done chan struct{} }
+type closeMarker struct {
+	done   chan struct{}
+	closed mailbox.Sink // answers what reaches the incarnation after it
+	stop   func()
+}
+
+// closedSink ends every message that reaches a closed incarnation: a
+// request gets a stale-route DeliveryFailed (spec 002 §7: after the seal an
+// operation ends with a closing or stale result), a send is logged. Nothing
+// is dropped silently.
+func (d *Driver) closedSink(obj *object) mailbox.Sink {
+	return func(msg any) {
+		_, m, sender := actor.UnwrapEnvelope(msg)
+		if sender != nil {
+			respondFailure(d.sys, sender, "stale", obj.key.ID, "the incarnation closed")
+			return
+		}
+		d.log.Warn().Str("event", "send_after_close").Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg("a send reached a closed incarnation")
+	}
+}
 
 // ToWire and FromWire convert between a posted message (a protobuf
 // message, or an *actor.MessageEnvelope with sender and headers) and its

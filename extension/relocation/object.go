@@ -40,6 +40,9 @@ type object struct {
 	state           objectState
 	next            *actor.PID // where Message Follow sends, once following
 	tm              *timers    // framework timers; the object's goroutine only
+	// out is the move out of this node in progress, from its start (before
+	// the seal) until it ends; the driver goroutine only.
+	out *sourceRun
 	// firstOperation and afterFirst: see Staged.Open; the object's
 	// goroutine only once open.
 	firstOperation string
@@ -74,8 +77,20 @@ func (h *host) Receive(c actor.Context) {
 		if cl, ok := h.obj.inst.(Closing); ok {
 			cl.OnClosing(Closed)
 		}
-		c.Stop(c.Self()) // the Stop system message overtakes anything queued after the marker
-		close(m.done)
+		// Seal after this turn: what was queued behind the marker, and what
+		// comes later, is answered by the closed sink, never dropped; then
+		// the actor stops.
+		if err := h.obj.mb.Seal(func(saved []any) {
+			for _, msg := range saved {
+				m.closed(msg)
+			}
+			_, _ = h.obj.mb.Redirect(m.closed)
+			m.stop()
+			close(m.done)
+		}); err != nil {
+			m.stop()
+			close(m.done)
+		}
 	case *messages.TimerTick:
 		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
 			h.obj.inst.Receive(c)

@@ -130,7 +130,9 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	switch {
 	case obj == nil:
 		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
-	case obj.state != serving:
+	case obj.state != serving || obj.out != nil:
+		// obj.out: a move that has not sealed yet (capability check, budget)
+		// still leaves the object serving; a second one must not start.
 		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
 	case targetRid == d.desc.GetNodeRid():
 		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
@@ -156,6 +158,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	}
 	r.next = actor.NewPID(addr, objectPIDName(key, obj.generation, r.newOwner))
 	d.sources[id.RelocationID] = r
+	obj.out = r
 	d.stepSource(r, handoff.Start{})
 	return r.waiter, nil
 }
@@ -192,6 +195,9 @@ func (d *Driver) endSource(r *sourceRun) {
 		r.credited = r.sent
 	}
 	delete(d.sources, id)
+	if r.obj.out == r {
+		r.obj.out = nil
+	}
 }
 
 // later feeds ev to the run of id on the driver goroutine, if it still runs.

@@ -327,6 +327,12 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
 	if ev := d.judge(t, id, v); ev != nil {
 		return ev
 	}
+	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+		// A Close wrote Closing after the seal; it finds the object moving,
+		// puts the record back to Ready, and the move commits then. Never
+		// commit an owner over a Closing record.
+		return handoff.StoreRetryable{Err: fmt.Errorf("%s is %s", t.key, v.Record.GetState())}
+	}
 	next := proto.Clone(v.Record).(*location.Record)
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()

@@ -1,0 +1,175 @@
+package spot_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// typed reports whether err belongs to one of roam's error classes.
+func typed(err error) bool {
+	for _, class := range []error{roamerr.ErrNotFound, roamerr.ErrInvalidOperation, roamerr.ErrTypeMismatch, roamerr.ErrUnavailable,
+		roamerr.ErrDeadlineExceeded, roamerr.ErrCapacityExceeded, roamerr.ErrStale, roamerr.ErrConflict, roamerr.ErrAlreadyExists, roamerr.ErrNotConfigured} {
+		if errors.Is(err, class) {
+			return true
+		}
+	}
+	return false
+}
+
+// Random Spot operations from several goroutines on three nodes — cold
+// activations, GetOrCreate, calls, moves, Close and CloseSelf on a few IDs
+// — keep the invariants: every error is typed; a call that succeeded was
+// handled exactly once and one that failed at most once; no record stays
+// Creating or Closing; and at most one node serves each Spot, the one the
+// store names.
+// Reference: spec 002 §3.2, §4.2, §5, §7; spec 000 §13 (exactly once).
+func TestRandomizedSpotOperations(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(3)
+		const workers, opsPerWorker = 4, 60
+		carts := []string{"rc-0", "rc-1", "rc-2"}
+		rooms := []string{"rr-0", "rr-1", "rr-2"}
+		var seq atomic.Int64
+		var mu sync.Mutex
+		succeeded := map[string]bool{} // request value → it succeeded
+		lastErr := map[string]error{}
+		var untyped []error
+		errCount := map[string]int{}
+		var wg sync.WaitGroup
+		for g := 0; g < workers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rnd := rand.New(rand.NewPCG(uint64(g), 42))
+				for i := 0; i < opsPerWorker; i++ {
+					n := w.nodes[rnd.IntN(len(w.nodes))]
+					var err error
+					switch op := rnd.IntN(10); {
+					case op < 4: // a call with Instance intent to a cart
+						v := fmt.Sprintf("v%d", seq.Add(1))
+						_, err = n.Spots().Request(carts[rnd.IntN(len(carts))], wrapperspb.String(v)).InstanceSpot("cart").Timeout(10 * time.Second).Do(ctx)
+						mu.Lock()
+						succeeded[v] = err == nil
+						lastErr[v] = err
+						mu.Unlock()
+					case op < 6: // GetOrCreate a room, then call it
+						id := rooms[rnd.IntN(len(rooms))]
+						if _, err = n.Spots().GetOrCreate(id, "room").Timeout(10 * time.Second).Do(ctx); err == nil {
+							v := fmt.Sprintf("v%d", seq.Add(1))
+							_, err = n.Spots().Request(id, wrapperspb.String(v)).Timeout(10 * time.Second).Do(ctx)
+							mu.Lock()
+							succeeded[v] = err == nil
+							lastErr[v] = err
+							mu.Unlock()
+						}
+					case op < 8: // move a cart from its owner to another node
+						id := carts[rnd.IntN(len(carts))]
+						ref, ferr := n.Spots().Find(ctx, id)
+						if ferr != nil {
+							err = ferr
+							break
+						}
+						for _, owner := range w.nodes {
+							if owner.NodeRid() == ref.NodeRid {
+								_, err = owner.Relocate(ctx, extension.InstanceSpotRef(id), w.nodes[rnd.IntN(len(w.nodes))].NodeRid())
+							}
+						}
+					case op < 9: // close a room
+						id := rooms[rnd.IntN(len(rooms))]
+						if ref, ferr := n.Spots().Find(ctx, id); ferr == nil {
+							_, err = n.Spots().Close(ctx, ref)
+						}
+					default: // a cart closes itself
+						v := "close"
+						_, err = n.Spots().Request(carts[rnd.IntN(len(carts))], wrapperspb.String(v)).Timeout(10 * time.Second).Do(ctx)
+					}
+					if err != nil {
+						mu.Lock()
+						errCount[roamerr.Code(err)]++
+						if c := roamerr.Code(err); c == "type_mismatch" || c == "deadline_exceeded" {
+							t.Logf("op error: %v", err)
+						}
+						mu.Unlock()
+					}
+					if err != nil && !typed(err) {
+						mu.Lock()
+						untyped = append(untyped, err)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Empty(t, untyped, "every error is one of roam's classes")
+		t.Logf("errors by class: %v", errCount)
+
+		handled := map[string]int{}
+		w.mu.Lock()
+		for _, vs := range w.handled {
+			for _, v := range vs {
+				handled[v]++
+			}
+		}
+		w.mu.Unlock()
+		mu.Lock()
+		for v, err := range lastErr {
+			if errors.Is(err, roamerr.ErrDeadlineExceeded) {
+				t.Logf("%s: %v; handled %d times", v, err, handled[v])
+			}
+		}
+		for v, ok := range succeeded {
+			if ok {
+				require.Equal(t, 1, handled[v], "%s succeeded: handled exactly once", v)
+			} else {
+				require.LessOrEqual(t, handled[v], 1, "%s failed: handled at most once", v)
+			}
+		}
+		mu.Unlock()
+
+		for _, id := range append(carts, rooms...) {
+			var key location.AuthorityKey
+			eventually(t, "no record of "+id+" stays Creating or Closing", func() bool {
+				for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
+					v, err := store.Read(ctx, location.Key(kind, id))
+					if errors.Is(err, location.ErrNotFound) {
+						continue
+					}
+					if err != nil || v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+						return false
+					}
+					key = v.Key
+				}
+				return true
+			})
+			if key.ID == "" {
+				continue // Missing
+			}
+			v, err := store.Read(ctx, key)
+			require.NoError(t, err)
+			serving := 0
+			for _, n := range w.nodes {
+				ok, err := n.Serving(ctx, key)
+				require.NoError(t, err)
+				if ok {
+					serving++
+					require.Equal(t, v.Record.GetOwner().GetNodeRid(), n.NodeRid(), "%s serves where the store says", id)
+				}
+			}
+			require.Equal(t, 1, serving, "%s has exactly one serving incarnation", id)
+		}
+	})
+}
