@@ -207,4 +207,7 @@ func (e *Extension) System() *actor.ActorSystem { return e.node.System() }
 func (e *Extension) NodeRid() string { return e.node.Descriptor().GetNodeRid() }
 
 // Stop releases the node's claim and stops it.
-func (e *Extension) Stop(ctx context.Context) error { return e.node.Stop(ctx) }
+func (e *Extension) Stop(ctx context.Context) error {
+	e.spots.Stop()
+	return e.node.Stop(ctx)
+}

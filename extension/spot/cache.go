@@ -98,6 +98,22 @@ func (c *routeCache) hinted(id string) (authority, bool) {
 	return r.a, true
 }
 
+// dropOwnersNotIn drops every cached route whose owner is not among the
+// live (node RID → lease) pairs: a node that left takes its routes with it.
+func (c *routeCache) dropOwnersNotIn(live map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, r := range c.routes {
+		o := r.a.v.Record.GetOwner()
+		if lease, ok := live[o.GetNodeRid()]; !ok || lease != o.GetLeaseId() {
+			if r.drained != nil {
+				close(r.drained)
+			}
+			delete(c.routes, id)
+		}
+	}
+}
+
 func (c *routeCache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -141,7 +141,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		if err := c.checkExisting(a); err != nil {
 			return nil, err
 		}
-		return c.deliver(ctx, a.pid(), op)
+		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op)
 	case a.missing():
 		if !c.instance {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
@@ -167,7 +167,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		}
 		// The owner finishing the activation (or close) decides; it waits
 		// for the outcome and delivers the first message exactly once.
-		return c.sendActivation(ctx, op, a.address, &messages.SpotActivation{
+		return c.sendActivation(ctx, op, a.address, a.v.Record.GetOwner(), &messages.SpotActivation{
 			TargetMesh: a.v.Record.GetOwner().GetMesh(), TargetNodeRid: a.v.Record.GetOwner().GetNodeRid(),
 			TargetNodeGeneration: a.v.Record.GetOwner().GetNodeGeneration(), StableType: a.v.Record.GetStableType(),
 		})
@@ -198,25 +198,60 @@ func (c *Call) headers(op string) map[string]string {
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
 // means the route is stale: the operation ends with ErrStale and the route
 // is dropped, never retried elsewhere (spec 002 §5).
-func (c *Call) deliver(ctx context.Context, pid *actor.PID, op string) (proto.Message, error) {
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string) (proto.Message, error) {
 	m := c.m
 	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
 	if !c.request {
 		m.sys.Root.Send(pid, env)
 		return nil, nil
 	}
-	return c.await(ctx, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env) })
+	return c.await(ctx, pid.Address, owner, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env) })
 }
 
 // await sends env with a future as its sender and waits for the reply
 // within ctx.
-func (c *Call) await(ctx context.Context, env *actor.MessageEnvelope, send func(*actor.MessageEnvelope)) (proto.Message, error) {
+func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, send func(*actor.MessageEnvelope)) (proto.Message, error) {
 	m := c.m
 	dl, _ := ctx.Deadline()
 	f := actor.NewFuture(m.sys, time.Until(dl))
 	env.Sender = f.PID()
+	lost, unwatch := m.watchEndpoint(address)
+	defer unwatch()
 	send(env)
-	reply, err := f.Result()
+	type result struct {
+		reply any
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() { r, err := f.Result(); done <- result{r, err} }()
+	var reply any
+	var err error
+	// While the reply is awaited, the owner's lifecycle is checked now and
+	// then: the transport drops what was in flight to a node that left, so
+	// its end in the store ends the call at once rather than at its
+	// deadline.
+	tick := time.NewTicker(livenessEvery)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case r := <-done:
+			reply, err = r.reply, r.err
+			break wait
+		case <-tick.C:
+			if _, alive, lerr := m.ownerAddress(ctx, owner); lerr == nil && !alive {
+				m.cache.drop(c.spotID)
+				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
+			}
+			continue
+		case <-lost:
+			// Proto.Actor drops what was in flight on a lost connection (DESIGN
+			// §4); the call may or may not have run, and is not resent (spec
+			// 002 §5). It ends now instead of at its deadline.
+			m.cache.drop(c.spotID)
+			return nil, fmt.Errorf("%w: the connection to %s was lost; the call to Spot %q may or may not have run", roamerr.ErrUnavailable, address, c.spotID)
+		}
+	}
 	switch {
 	case errors.Is(err, actor.ErrDeadLetter):
 		m.cache.drop(c.spotID)
@@ -239,6 +274,10 @@ func (c *Call) await(ctx context.Context, env *actor.MessageEnvelope, send func(
 	return pm, nil
 }
 
+// livenessEvery is how often a call waiting for its reply checks that the
+// owner it was sent to is still alive.
+const livenessEvery = time.Second
+
 // activate selects the target of a cold activation (spec 002 §4.1 steps
 // 4–7) and sends it the activation envelope. The source writes nothing to
 // the store: only the target reserves.
@@ -259,7 +298,8 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
 	}
 	target := cands[0].Node
-	return c.sendActivation(ctx, op, target.GetAddress(), &messages.SpotActivation{
+	owner := &messages.Owner{Mesh: target.GetMesh(), NodeRid: target.GetNodeRid(), NodeGeneration: target.GetNodeGeneration(), LeaseId: target.GetLeaseId()}
+	return c.sendActivation(ctx, op, target.GetAddress(), owner, &messages.SpotActivation{
 		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
 		DescriptorVersion: uint64(cands[0].Version), StableType: stableType,
 	})
@@ -267,7 +307,7 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 
 // sendActivation completes and sends command 39 (route kind 2) with the
 // first message inside.
-func (c *Call) sendActivation(ctx context.Context, op, address string, act *messages.SpotActivation) (proto.Message, error) {
+func (c *Call) sendActivation(ctx context.Context, op, address string, owner *messages.Owner, act *messages.SpotActivation) (proto.Message, error) {
 	m := c.m
 	dl, _ := ctx.Deadline()
 	act.OperationId = op
@@ -294,5 +334,5 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, act *mess
 		send(env)
 		return nil, nil
 	}
-	return c.await(ctx, env, send)
+	return c.await(ctx, address, owner, env, send)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 
@@ -80,6 +81,10 @@ type Manager struct {
 	met   *metrics
 	// pending counts creations in progress here (admitCapacity).
 	pending atomic.Int64
+	// lostWatch: calls waiting on a peer, told when its connection ends.
+	lostWatch map[string]map[chan struct{}]struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
 
 	mu      sync.Mutex
 	results map[string]*retained                  // terminal results by operation id (§3.2, §7.1)
@@ -158,19 +163,21 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		return nil, err
 	}
 	m := &Manager{
-		met:     met,
-		d:       d,
-		store:   d.Store(),
-		roots:   roots,
-		sys:     d.System(),
-		desc:    d.Descriptor(),
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
-		cache:   newRouteCache(cfg.Routes.RouteCacheMaxAge),
-		results: map[string]*retained{},
-		keyLock: map[string]*keyLock{},
-		queues:  map[string][]*messages.SpotActivation{},
-		watches: map[watchKey]*sharedWatch{},
+		met:       met,
+		d:         d,
+		store:     d.Store(),
+		roots:     roots,
+		sys:       d.System(),
+		desc:      d.Descriptor(),
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results:   map[string]*retained{},
+		keyLock:   map[string]*keyLock{},
+		queues:    map[string][]*messages.SpotActivation{},
+		watches:   map[watchKey]*sharedWatch{},
+		lostWatch: map[string]map[chan struct{}]struct{}{},
+		stop:      make(chan struct{}),
 	}
 	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive), ServiceName)
 	if err != nil {
@@ -178,7 +185,85 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	}
 	m.self = pid
 	m.sys.Extensions.Register(m)
+	m.sys.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+			m.endpointLost(e.Address)
+		}
+	})
+	if m.cfg.Routes.RouteCacheMaxAge > 0 {
+		go m.sweepRoutes()
+	}
 	return m, nil
+}
+
+// Stop ends the manager's background work (extension.Stop calls it).
+func (m *Manager) Stop() { m.stopOnce.Do(func() { close(m.stop) }) }
+
+// sweepRoutes drops, every sweepEvery, the cached routes of nodes that left
+// (their descriptor is gone or names another lease), so a call does not
+// use a route to a node that is no more: the positive cache is only used
+// within the owner lease (spec 002 §6).
+func (m *Manager) sweepRoutes() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		if m.cache.len() == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
+		nodes, err := m.store.ListNodes(ctx, "")
+		cancel()
+		if err != nil {
+			continue // a store failure drops nothing: calls still check liveness
+		}
+		live := make(map[string]string, len(nodes))
+		for _, n := range nodes {
+			live[n.Node.GetNodeRid()] = n.Node.GetLeaseId()
+		}
+		m.cache.dropOwnersNotIn(live)
+	}
+}
+
+// sweepEvery is how often cached routes are checked against live nodes.
+const sweepEvery = time.Second
+
+// watchEndpoint returns a channel closed if the connection to address ends
+// before unwatch is called. This node's own address is never lost.
+func (m *Manager) watchEndpoint(address string) (lost <-chan struct{}, unwatch func()) {
+	if address == m.desc.GetAddress() {
+		return nil, func() {}
+	}
+	ch := make(chan struct{})
+	m.mu.Lock()
+	if m.lostWatch[address] == nil {
+		m.lostWatch[address] = map[chan struct{}]struct{}{}
+	}
+	m.lostWatch[address][ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if set := m.lostWatch[address]; set != nil {
+			delete(set, ch)
+			if len(set) == 0 {
+				delete(m.lostWatch, address)
+			}
+		}
+	}
+}
+
+func (m *Manager) endpointLost(address string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.lostWatch[address] {
+		close(ch)
+	}
+	delete(m.lostWatch, address)
 }
 
 // servicePID is a node's Spot service.
@@ -356,7 +441,7 @@ func (m *Manager) drainRoute(ctx context.Context, old authority) {
 }
 
 // barrierTimeout bounds how long a followed route is kept for a barrier.
-const barrierTimeout = 5 * time.Second
+const barrierTimeout = 2 * time.Second
 
 // headerOrigin carries the calling node's address on a direct call, so a
 // Message Follow hop can send the route hint there.

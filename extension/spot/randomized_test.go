@@ -173,3 +173,115 @@ func TestRandomizedSpotOperations(t *testing.T) {
 		}
 	})
 }
+
+// Calls and moves keep going while a node leaves and another joins: every
+// error is typed, a call that succeeded was handled exactly once and one
+// that failed at most once, and afterwards each Instance Spot answers a
+// call with Instance intent (reactivated on a live node if its owner left)
+// and is served by exactly one live node, the one the store names.
+// Reference: spec 003 (reactivation after the owner ended), spec 002 §5.
+func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(3)
+		var liveMu sync.Mutex
+		live := append([]*extension.Extension(nil), w.nodes...)
+		pick := func(rnd *rand.Rand) *extension.Extension {
+			liveMu.Lock()
+			defer liveMu.Unlock()
+			return live[rnd.IntN(len(live))]
+		}
+		carts := []string{"nc-0", "nc-1", "nc-2", "nc-3", "nc-4"}
+		var seq atomic.Int64
+		var mu sync.Mutex
+		succeeded := map[string]bool{}
+		var untyped []error
+		var wg sync.WaitGroup
+		const workers, ops = 3, 80
+		var done atomic.Int64
+		for g := 0; g < workers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rnd := rand.New(rand.NewPCG(uint64(g), 7))
+				for i := 0; i < ops; i++ {
+					n := pick(rnd)
+					id := carts[rnd.IntN(len(carts))]
+					var err error
+					began := time.Now()
+					if rnd.IntN(4) == 0 {
+						if ref, ferr := n.Spots().Find(ctx, id); ferr == nil && ref.NodeRid == n.NodeRid() {
+							_, err = n.Relocate(ctx, extension.InstanceSpotRef(id), pick(rnd).NodeRid())
+						}
+					} else {
+						v := fmt.Sprintf("v%d", seq.Add(1))
+						_, err = n.Spots().Request(id, wrapperspb.String(v)).InstanceSpot("cart").Timeout(10 * time.Second).Do(ctx)
+						mu.Lock()
+						succeeded[v] = err == nil
+						mu.Unlock()
+					}
+					if time.Since(began) > 2*time.Second {
+						t.Logf("slow op on %s: %v after %v", id, err, time.Since(began))
+					}
+					if err != nil && !typed(err) {
+						mu.Lock()
+						untyped = append(untyped, err)
+						mu.Unlock()
+					}
+					done.Add(1)
+				}
+			}()
+		}
+		// Half-way, node 0 leaves (its lease and descriptor go) and a new
+		// node joins.
+		eventually(t, "half the operations", func() bool { return done.Load() >= workers*ops/2 })
+		leaving := w.nodes[0]
+		liveMu.Lock()
+		live = live[1:]
+		liveMu.Unlock()
+		require.NoError(t, leaving.Stop(ctx))
+		joined := w.start()
+		liveMu.Lock()
+		live = append(live, joined)
+		liveMu.Unlock()
+		wg.Wait()
+		require.Empty(t, untyped, "every error is one of roam's classes")
+
+		handled := map[string]int{}
+		w.mu.Lock()
+		for _, vs := range w.handled {
+			for _, v := range vs {
+				handled[v]++
+			}
+		}
+		w.mu.Unlock()
+		for v, ok := range succeeded {
+			if ok {
+				require.Equal(t, 1, handled[v], "%s succeeded: handled exactly once", v)
+			} else {
+				require.LessOrEqual(t, handled[v], 1, "%s failed: handled at most once", v)
+			}
+		}
+		for _, id := range carts {
+			_, err := live[0].Spots().Request(id, wrapperspb.String("final-"+id)).InstanceSpot("cart").Timeout(20 * time.Second).Do(ctx)
+			if errors.Is(err, roamerr.ErrUnavailable) {
+				// roam never resends a call after it left (spec 002 §5); the
+				// caller may, and the next call resolves afresh.
+				_, err = live[0].Spots().Request(id, wrapperspb.String("final-again-"+id)).InstanceSpot("cart").Timeout(20 * time.Second).Do(ctx)
+			}
+			require.NoError(t, err, "%s answers after the node left", id)
+			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
+			require.NoError(t, err)
+			serving := 0
+			for _, n := range live {
+				ok, err := n.Serving(ctx, v.Key)
+				require.NoError(t, err)
+				if ok {
+					serving++
+					require.Equal(t, v.Record.GetOwner().GetNodeRid(), n.NodeRid())
+				}
+			}
+			require.Equal(t, 1, serving, "%s has exactly one serving incarnation", id)
+		}
+	})
+}
