@@ -346,7 +346,16 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			defer cancel()
 			v, err := d.store.Read(ctx, key)
 			owns := err == nil && v.Record.GetOwner().GetNodeRid() == r.target.GetNodeRid() && v.Record.GetRelocationId() == id.RelocationID
-			d.later(id.RelocationID, handoff.ReconcileAnswered{TargetOwns: owns})
+			ended := false
+			if err == nil && !owns && time.Now().After(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)) &&
+				v.Record.GetOwner().GetNodeRid() == id.Fence.NodeRid && v.Record.GetAuthorityOwnerGeneration() == id.Fence.OwnerGeneration {
+				// Still ours at our fence, past the target's restore deadline
+				// (plus a store answer's time): has the target's lifecycle
+				// ended? Then it can never commit.
+				_, nerr := d.store.ReadNode(ctx, location.NodeKey{Mesh: d.desc.GetMesh(), NodeRid: r.target.GetNodeRid()})
+				ended = errors.Is(nerr, location.ErrNotFound)
+			}
+			d.later(id.RelocationID, handoff.ReconcileAnswered{TargetOwns: owns, TargetEnded: ended})
 		}()
 
 	case handoff.AdoptTargetRoute:

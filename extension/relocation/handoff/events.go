@@ -41,7 +41,14 @@ type (
 	// ConnectionLost: remote.EndpointTerminatedEvent for the peer.
 	ConnectionLost struct{}
 	// ReconcileAnswered: what Reconcile read from the store.
-	ReconcileAnswered struct{ TargetOwns bool }
+	ReconcileAnswered struct {
+		TargetOwns bool
+		// TargetEnded: the store still names this source at its fence, the
+		// target's lifecycle has ended (its descriptor is gone) and its
+		// restore deadline has passed, so it can never commit: the move
+		// failed as surely as with an explicit failure.
+		TargetEnded bool
+	}
 )
 
 // Target events.

@@ -294,6 +294,25 @@ func TestNoReplyReconcilesAndNeverReopens(t *testing.T) {
 	require.Equal(t, FollowOnly, s.Phase())
 }
 
+// While reconciling, a target whose lifecycle ended past its restore
+// deadline, with the store still naming the source at its fence, can never
+// commit: the source queue is restored (parked sends first) and the object
+// serves again, as after an explicit failure; the phase goes back to
+// SourceRunning, the one backward edge.
+// Reference: spec 000 §9, §11 (SourcePaused → SourceRunning).
+func TestReconcileRestoresTheSourceWhenTheTargetEnded(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerRestoreDeadline})))
+	require.False(t, has[Unseal](s.Step(ReconcileAnswered{TargetOwns: false})), "a target that may still commit is waited for")
+	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerReconcile})))
+	effects := s.Step(ReconcileAnswered{TargetEnded: true})
+	require.True(t, has[Unseal](effects))
+	require.True(t, has[ReleasePayload](effects))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.True(t, s.Finished())
+	require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "a late answer changes nothing")
+}
+
 // A capture that cannot be encoded (a queued message that cannot cross
 // nodes) unseals at once with TypeMismatch; nothing was sent.
 // Reference: spec 000 §4.2, DESIGN §7.
@@ -664,7 +683,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		case 7:
 			return ConnectionLost{}
 		case 8:
-			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0}
+			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0, TargetEnded: r.IntN(3) == 0}
 		default:
 			return TimerFired{Timer: Timer(1 + r.IntN(6))}
 		}
