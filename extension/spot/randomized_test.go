@@ -263,11 +263,17 @@ func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
 			}
 		}
 		for _, id := range carts {
-			_, err := live[0].Spots().Request(id, wrapperspb.String("final-"+id)).InstanceSpot("cart").Timeout(20 * time.Second).Do(ctx)
-			if errors.Is(err, roamerr.ErrUnavailable) {
-				// roam never resends a call after it left (spec 002 §5); the
-				// caller may, and the next call resolves afresh.
-				_, err = live[0].Spots().Request(id, wrapperspb.String("final-again-"+id)).InstanceSpot("cart").Timeout(20 * time.Second).Do(ctx)
+			// roam never resends a call after it left (spec 002 §5); the
+			// caller may. A Spot whose move was cut off by the node leaving
+			// is Unavailable until its source has reconciled (the restore
+			// deadline, 10 s, and a cutover wait): retry until then.
+			var err error
+			for attempt, until := 0, time.Now().Add(40*time.Second); ; attempt++ {
+				_, err = live[0].Spots().Request(id, wrapperspb.String(fmt.Sprintf("final-%s-%d", id, attempt))).InstanceSpot("cart").Timeout(20 * time.Second).Do(ctx)
+				if !errors.Is(err, roamerr.ErrUnavailable) || time.Now().After(until) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			require.NoError(t, err, "%s answers after the node left", id)
 			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
