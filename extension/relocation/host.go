@@ -52,9 +52,6 @@ func (d *Driver) Stage(ctx context.Context, key location.AuthorityKey, stableTyp
 	})
 }
 
-// PID is the staged incarnation's PID.
-func (s *Staged) PID() *actor.PID { return s.obj.pid }
-
 // Do runs fn with the application's actor on the actor's goroutine between
 // turns (also while staged) and waits for it.
 func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
@@ -150,7 +147,9 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	// The marker queues behind every message already accepted, so those
 	// turns (and ticks) run first; then timers stop, the application hears
 	// OnClosing(Closed), and the actor stops (spec 002 §7 steps 2–3).
-	marker := &closeMarker{done: make(chan struct{}), closed: d.closedSink(obj), stop: func() { d.sys.Root.Stop(obj.pid) }}
+	// After the close an operation ends with a stale result (spec 002 §7).
+	closed := d.endSink(obj, "stale", "send_after_close", "the incarnation closed")
+	marker := &closeMarker{done: make(chan struct{}), closed: closed, stop: func() { d.sys.Root.Stop(obj.pid) }}
 	d.sys.Root.Send(obj.pid, marker)
 	var err2 error
 	select {
@@ -180,21 +179,6 @@ type closeMarker struct {
 	stop   func()
 }
 
-// closedSink ends every message that reaches a closed incarnation: a
-// request gets a stale-route DeliveryFailed (spec 002 §7: after the seal an
-// operation ends with a closing or stale result), a send is logged. Nothing
-// is dropped silently.
-func (d *Driver) closedSink(obj *object) mailbox.Sink {
-	return func(msg any) {
-		_, m, sender := actor.UnwrapEnvelope(msg)
-		if sender != nil {
-			respondFailure(d.sys, sender, "stale", obj.key.ID, "the incarnation closed")
-			return
-		}
-		d.log.Warn().Str("event", "send_after_close").Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg("a send reached a closed incarnation")
-	}
-}
-
 // ToWire and FromWire convert between a posted message (a protobuf
 // message, or an *actor.MessageEnvelope with sender and headers) and its
 // wire envelope. Only protobuf messages cross nodes.
@@ -214,11 +198,6 @@ func (d *Driver) System() *actor.ActorSystem { return d.sys }
 
 // Kind returns the kind registered here under stableType.
 func (d *Driver) Kind(stableType string) (*Kind, bool) { return d.kind(stableType) }
-
-// NodeAddress returns a node's remote address from its descriptor.
-func (d *Driver) NodeAddress(ctx context.Context, mesh, rid string) (string, error) {
-	return d.nodeAddress(ctx, mesh, rid)
-}
 
 // ServingCount is the number of incarnations serving on this node, the
 // active load a node's capacity bounds (spec 002 §3.1).

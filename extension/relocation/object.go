@@ -293,15 +293,22 @@ func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 const MaxFollowHops = 8
 
 // unavailableSink ends every message to an incarnation that no longer
-// follows: requests get DeliveryFailed, sends are logged.
+// follows: requests get an Unavailable DeliveryFailed, sends are logged.
 func (d *Driver) unavailableSink(obj *object, why string) mailbox.Sink {
+	return d.endSink(obj, "unavailable", "send_unavailable", why)
+}
+
+// endSink ends every message that reaches an incarnation that will never
+// handle it: a request gets DeliveryFailed with code, a send is logged as
+// event. Nothing is dropped silently.
+func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 	return func(msg any) {
 		_, m, sender := actor.UnwrapEnvelope(msg)
 		if sender != nil {
-			respondFailure(d.sys, sender, "unavailable", obj.key.ID, why)
+			respondFailure(d.sys, sender, code, obj.key.ID, why)
 			return
 		}
-		d.log.Warn().Str("event", "send_unavailable").Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
+		d.log.Warn().Str("event", event).Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
 	}
 }
 
