@@ -87,10 +87,12 @@ type Manager struct {
 	stopOnce  sync.Once
 
 	mu      sync.Mutex
-	results map[string]*retained                  // terminal results by operation id (§3.2, §7.1)
-	keyLock map[string]*keyLock                   // this node's work on one Spot ID, one at a time
-	queues  map[string][]*messages.SpotActivation // command 39s per Spot ID, in arrival order
-	watches map[watchKey]*sharedWatch
+	results map[string]*retained
+	// resultsSwept is when expired results were last dropped.
+	resultsSwept time.Time                             // terminal results by operation id (§3.2, §7.1)
+	keyLock      map[string]*keyLock                   // this node's work on one Spot ID, one at a time
+	queues       map[string][]*messages.SpotActivation // command 39s per Spot ID, in arrival order
+	watches      map[watchKey]*sharedWatch
 }
 
 type watchKey struct {
@@ -303,9 +305,12 @@ func (m *Manager) reply(to *actor.PID, op string, run func() *messages.SpotReply
 func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.SpotReply {
 	now := time.Now()
 	m.mu.Lock()
-	for k, r := range m.results {
-		if r.reply != nil && now.After(r.until) {
-			delete(m.results, k)
+	if now.Sub(m.resultsSwept) >= time.Second { // not a scan of every retained result per command
+		m.resultsSwept = now
+		for k, r := range m.results {
+			if r.reply != nil && now.After(r.until) {
+				delete(m.results, k)
+			}
 		}
 	}
 	r, seen := m.results[op]
