@@ -22,6 +22,12 @@ var (
 	ErrNotFound = errors.New("location: not found")
 	// ErrInvalid: the request itself is malformed; nothing was attempted.
 	ErrInvalid = errors.New("location: invalid request")
+	// ErrLeaseEnded: a transaction's lease check failed — the writer's owner
+	// lease has ended (or never held its descriptor); nothing was written.
+	// The writer's lifecycle is over: it must stop serving and never retry
+	// the write under that lease. It is also ErrUnavailable for callers
+	// that only tell "retry later" apart.
+	ErrLeaseEnded = leaseEnded{}
 	// ErrTooLarge: a value, transaction or page is over a limit; nothing
 	// was written.
 	ErrTooLarge = errors.New("location: too large")
@@ -61,3 +67,10 @@ func (e *ConflictError) CurrentOf(key AuthorityKey) (Versioned, bool) {
 	}
 	return Versioned{}, false
 }
+
+// leaseEnded is ErrLeaseEnded; it also matches ErrUnavailable, so a caller
+// that only knows the store's retry classes still retries elsewhere.
+type leaseEnded struct{}
+
+func (leaseEnded) Error() string        { return "location: owner lease ended" }
+func (leaseEnded) Is(target error) bool { return target == ErrUnavailable }

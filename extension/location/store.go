@@ -158,6 +158,12 @@ const (
 	OpDelete
 	// OpCheck changes nothing and fails unless Key is at Version (0: absent).
 	OpCheck
+	// OpCheckLease changes nothing and fails the whole transaction with
+	// ErrLeaseEnded unless the node descriptor Node is held by the live
+	// lease Lease. A node adds it to every write it makes, so a node whose
+	// lease has ended can never change a record, however late its write
+	// reaches the store (docs/FAULTS.md, lease fencing).
+	OpCheckLease
 )
 
 func (k OpKind) String() string {
@@ -170,16 +176,21 @@ func (k OpKind) String() string {
 		return "delete"
 	case OpCheck:
 		return "check"
+	case OpCheckLease:
+		return "check-lease"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
 
-// Op is one operation of an Apply transaction.
+// Op is one operation of an Apply transaction. Node and Lease are set only
+// for OpCheckLease, which has no Key.
 type Op struct {
 	Kind    OpKind
 	Key     AuthorityKey
 	Version StoreVersion
 	Record  *Record
+	Node    NodeKey
+	Lease   LeaseID
 }
 
 // CreateOp creates key with rec if absent.
@@ -198,6 +209,12 @@ func DeleteOp(key AuthorityKey, version StoreVersion) Op {
 // CheckOp requires key to be at version (0: absent).
 func CheckOp(key AuthorityKey, version StoreVersion) Op {
 	return Op{Kind: OpCheck, Key: key, Version: version}
+}
+
+// CheckLeaseOp requires the descriptor of node to be held by the live lease
+// (its owner lease); it fails the transaction with ErrLeaseEnded otherwise.
+func CheckLeaseOp(node NodeKey, lease LeaseID) Op {
+	return Op{Kind: OpCheckLease, Node: node, Lease: lease}
 }
 
 // EncodedSize is the size of a record as the contract counts it against
@@ -234,7 +251,20 @@ func ValidateOps(ops []Op) error {
 	}
 	total := 0
 	seen := make(map[AuthorityKey]bool, len(ops))
+	leaseChecks := 0
 	for i, op := range ops {
+		if op.Kind == OpCheckLease {
+			if err := op.Node.Validate(); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			if op.Lease == "" {
+				return fmt.Errorf("%w: op %d: lease check without a lease", ErrInvalid, i)
+			}
+			if leaseChecks++; leaseChecks > 1 {
+				return fmt.Errorf("%w: op %d: more than one lease check", ErrInvalid, i)
+			}
+			continue
+		}
 		if err := op.Key.Validate(); err != nil {
 			return fmt.Errorf("op %d: %w", i, err)
 		}

@@ -237,7 +237,16 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 		return nil, err
 	}
 	txn := make(api.TxnOps, 0, len(ops))
-	for _, op := range ops {
+	leaseOp := -1
+	for i, op := range ops {
+		if op.Kind == location.OpCheckLease {
+			// The descriptor key is locked by the node's session at its claim;
+			// Consul fails check-session once the session is invalidated
+			// (behaviour delete removes the key too).
+			leaseOp = i
+			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: s.nodeKey(op.Node), Session: string(op.Lease)}})
+			continue
+		}
 		k := s.recordKey(op.Key)
 		switch op.Kind {
 		case location.OpCreate, location.OpUpdate:
@@ -261,6 +270,11 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 		return nil, err
 	}
 	if failed != nil {
+		for _, i := range failed {
+			if i == leaseOp {
+				return nil, fmt.Errorf("%w: lease %s does not hold %s (op %d)", location.ErrLeaseEnded, ops[i].Lease, ops[i].Node, i)
+			}
+		}
 		return nil, s.conflict(ctx, "apply", ops, failed)
 	}
 	written := make(map[string]uint64, len(resp.Results))
@@ -313,15 +327,19 @@ func (s *Store) writeTxn(ctx context.Context, what string, txn api.TxnOps) (*api
 // touch, read consistently after the rollback.
 func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, failed []int) error {
 	c := &location.ConflictError{Op: what, FailedOps: failed}
-	keys := make([]string, len(ops))
-	for i, op := range ops {
-		keys[i] = s.recordKey(op.Key)
+	var keys []string
+	var checked []location.Op
+	for _, op := range ops {
+		if op.Kind != location.OpCheckLease {
+			keys = append(keys, s.recordKey(op.Key))
+			checked = append(checked, op)
+		}
 	}
 	pairs, err := s.readMany(ctx, keys)
 	if err != nil {
 		return fmt.Errorf("%w (and reading the current records failed: %w)", c, err)
 	}
-	for i, op := range ops {
+	for i, op := range checked {
 		v, err := s.versioned(op.Key, pairs[keys[i]])
 		if err != nil {
 			return err

@@ -247,6 +247,12 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	defer s.mu.Unlock()
 	var failed []int
 	for i, op := range ops {
+		if op.Kind == location.OpCheckLease {
+			if !s.leaseHoldsLocked(op.Node, op.Lease) {
+				return nil, fmt.Errorf("%w: lease %s does not hold %s (op %d)", location.ErrLeaseEnded, op.Lease, op.Node, i)
+			}
+			continue
+		}
 		cur := location.StoreVersion(0)
 		if e := s.records[op.Key]; e != nil {
 			cur = e.version
@@ -259,7 +265,9 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	if len(failed) > 0 {
 		c := &location.ConflictError{Op: "apply", FailedOps: failed}
 		for _, op := range ops {
-			c.Current = append(c.Current, s.versionedLocked(op.Key))
+			if op.Kind != location.OpCheckLease {
+				c.Current = append(c.Current, s.versionedLocked(op.Key))
+			}
 		}
 		return nil, c
 	}
@@ -285,9 +293,15 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	return out, nil
 }
 
+// leaseHoldsLocked reports whether the live lease holds node's descriptor.
+func (s *Store) leaseHoldsLocked(node location.NodeKey, id location.LeaseID) bool {
+	e := s.nodes[node]
+	return s.leases[id] != nil && e != nil && location.LeaseID(e.node.GetLeaseId()) == id
+}
+
 func hasWrite(ops []location.Op) bool {
 	for _, op := range ops {
-		if op.Kind != location.OpCheck {
+		if op.Kind != location.OpCheck && op.Kind != location.OpCheckLease {
 			return true
 		}
 	}

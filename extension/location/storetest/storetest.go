@@ -68,6 +68,8 @@ var tests = []contractTest{
 	{"LeaseExpiryFreesNodeClaim", testLeaseExpiry},
 	{"StaleReleaseLeavesReplacementAlone", testStaleRelease},
 	{"ReleaseNodeDeletesClaimAndEndsLease", testReleaseNode},
+	{"LeaseCheckAdmitsOnlyTheLiveHolder", testLeaseCheck},
+	{"LeaseCheckFailsOnceTheLeaseExpired", testLeaseCheckAfterExpiry},
 }
 
 func init() {
@@ -806,4 +808,71 @@ func testReleaseNode(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.False(t, alive)
 	require.ErrorIs(t, s.ReleaseNode(ctx(t), n), location.ErrNotFound)
+}
+
+// A write that carries its writer's lease check applies only while that
+// lease is live and holds the writer's descriptor: another lease, a lease
+// of another node, or a released lease fails the whole transaction with
+// ErrLeaseEnded (never a Conflict a caller might retry) and writes nothing.
+// Reference: spec 000 §12 (only the live owner writes), spec 002 §9 (an
+// expired owner).
+func testLeaseCheck(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	a := node("rid-check-a", "roam-entry-check-a", 1)
+	la, err := s.ClaimNode(ctx(t), a, h.LeaseTTL)
+	require.NoError(t, err)
+	a.LeaseId = string(la.ID)
+	b := node("rid-check-b", "roam-entry-check-b", 1)
+	lb, err := s.ClaimNode(ctx(t), b, h.LeaseTTL)
+	require.NoError(t, err)
+
+	key := location.Key(location.KindInstanceSpot, "leased")
+	v, err := s.Apply(ctx(t), []location.Op{location.CreateOp(key, rec("a", 1)), location.CheckLeaseOp(location.NodeKeyOf(a), la.ID)})
+	require.NoError(t, err)
+	require.NotZero(t, v[0])
+
+	for name, op := range map[string]location.Op{
+		"another node's lease": location.CheckLeaseOp(location.NodeKeyOf(a), lb.ID),
+		"a node never claimed": location.CheckLeaseOp(location.NodeKey{Mesh: "m", NodeRid: "rid-none"}, la.ID),
+	} {
+		_, err = s.Apply(ctx(t), []location.Op{location.UpdateOp(key, v[0], rec("a", 2)), op})
+		require.ErrorIs(t, err, location.ErrLeaseEnded, name)
+		require.NotErrorIs(t, err, location.ErrConflict, name)
+	}
+	got, err := s.Read(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, v[0], got.Version, "a failed lease check writes nothing")
+
+	require.NoError(t, s.ReleaseNode(ctx(t), a))
+	_, err = s.Apply(ctx(t), []location.Op{location.UpdateOp(key, v[0], rec("a", 3)), location.CheckLeaseOp(location.NodeKeyOf(a), la.ID)})
+	require.ErrorIs(t, err, location.ErrLeaseEnded)
+	require.ErrorIs(t, err, location.ErrUnavailable, "a caller that only knows the retry classes sees Unavailable")
+	got, err = s.Read(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, v[0], got.Version)
+
+	_, err = s.Apply(ctx(t), []location.Op{location.CheckLeaseOp(location.NodeKeyOf(a), la.ID), location.CheckLeaseOp(location.NodeKeyOf(b), lb.ID)})
+	require.ErrorIs(t, err, location.ErrInvalid, "one lease check per transaction")
+	_, err = s.Apply(ctx(t), []location.Op{location.CheckLeaseOp(location.NodeKeyOf(b), "")})
+	require.ErrorIs(t, err, location.ErrInvalid)
+}
+
+// A lease that expired unrenewed fails the check: a node cut off from the
+// store can never commit late. Reference: spec 002 §9 ("owner is expired").
+func testLeaseCheckAfterExpiry(t *testing.T, h Harness) {
+	in := open(t, h)
+	s := in.Store
+	n := node("rid-check-expire", "roam-entry-check-expire", 1)
+	lease, err := s.ClaimNode(ctx(t), n, h.LeaseTTL)
+	require.NoError(t, err)
+	key := location.Key(location.KindActor, "late")
+	in.Pass(h.LeaseTTL + time.Second)
+	eventually(t, h.Expiry+10*time.Second, "lease ends", func() bool {
+		alive, err := s.LeaseAlive(ctx(t), lease.ID)
+		require.NoError(t, err)
+		return !alive
+	})
+	_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(key, rec("a", 1)), location.CheckLeaseOp(location.NodeKeyOf(n), lease.ID)})
+	require.ErrorIs(t, err, location.ErrLeaseEnded)
+	requireAbsent(t, s, key)
 }
