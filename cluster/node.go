@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -66,6 +69,10 @@ type Config struct {
 	// LeaseTTL of the owner lease, whole seconds. Default 10 s; the node
 	// renews it every TTL/3.
 	LeaseTTL time.Duration
+	// LeaseMargin: the node fences itself (dispatches, fires and writes
+	// nothing) this long before the earliest instant the store could end
+	// its lease without a newer renewal. Default max(TTL/5, 500 ms).
+	LeaseMargin time.Duration
 	// Logger receives roam's and Proto.Actor's logs. Default: zerolog.Nop.
 	Logger *zerolog.Logger
 	// ProtoActorLogLevel is the least level of Proto.Actor's own logs that
@@ -126,6 +133,9 @@ func (c *Config) setDefaults() error {
 	if err := location.ValidateTTL(c.LeaseTTL); err != nil {
 		return err
 	}
+	if _, err := (lease.Config{TTL: c.LeaseTTL, Margin: c.LeaseMargin}).WithDefaults(); err != nil {
+		return fmt.Errorf("%w: %w", location.ErrInvalid, err)
+	}
 	if len(c.EntryPrefix)+len("-entry-")+36 > location.MaxIDBytes || containsEntryMarker(c.EntryPrefix) {
 		return fmt.Errorf("%w: entry prefix %q", location.ErrInvalid, c.EntryPrefix)
 	}
@@ -155,6 +165,17 @@ type Node struct {
 	pcluster *pcluster.Cluster
 	desc     *location.NodeDescriptor
 	lease    location.Lease
+
+	// The owner lease's fence (package lease): keeper is the loop
+	// goroutine's; status and validUntil publish its verdict to every
+	// goroutine that asks Valid. validUntil is measured on the monotonic
+	// clock from base, so a wall-clock step cannot extend it.
+	keeper     *lease.Keeper
+	base       time.Time
+	status     atomic.Int32
+	validUntil atomic.Int64
+	watchMu    sync.Mutex
+	watchers   []func(lease.Status)
 
 	leaseLost chan struct{}
 	stopRenew chan struct{}
@@ -221,7 +242,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ProtocolVersion: ProtocolVersion,
 	}
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
-	lease, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
+	n.base = time.Now()
+	claimSent := time.Now()
+	ls, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
 	if err != nil {
 		r.Shutdown(false)
 		system.Shutdown()
@@ -229,10 +252,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.log.Error().Str("event", "node_claim_failed").Str("entry_spot_id", n.desc.EntrySpotId).Err(err).Msg("node descriptor and Entry Spot claim failed")
 		return nil, fmt.Errorf("cluster: claim node %s: %w", n.desc.Address, err)
 	}
-	n.lease = lease
-	n.desc.LeaseId = string(lease.ID)
-	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(lease.ID)).Msg("node claimed")
-	go n.renewLoop()
+	n.lease = ls
+	n.desc.LeaseId = string(ls.ID)
+	keeper, err := lease.New(lease.Config{TTL: cfg.LeaseTTL, Margin: cfg.LeaseMargin}, claimSent)
+	if err != nil { // checked by setDefaults; a claim is never left behind
+		_ = cfg.Store.ReleaseNode(ctx, n.desc)
+		r.Shutdown(false)
+		system.Shutdown()
+		return nil, fmt.Errorf("%w: %w", location.ErrInvalid, err)
+	}
+	n.keeper = keeper
+	n.publish()
+	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(ls.ID)).Msg("node claimed")
+	go n.leaseLoop()
 	return n, nil
 }
 
@@ -296,32 +328,130 @@ func startRemote(r *remote.Remote) (err error) {
 	return nil
 }
 
-// renewLoop renews the owner lease every TTL/3 until Stop. If the store
-// says the lease has ended, this lifecycle no longer owns anything: it logs
-// owner_lease_lost and closes LeaseLost.
-func (n *Node) renewLoop() {
+// leaseLoop runs the lease keeper: it sends the renewals the keeper asks
+// for (one at a time, each bounded), feeds their answers and the clock back,
+// and publishes every change of status before it tells the watchers, so
+// that Valid turns false no later than the keeper decides to fence.
+func (n *Node) leaseLoop() {
 	defer close(n.renewDone)
-	t := time.NewTicker(n.cfg.LeaseTTL / 3)
-	defer t.Stop()
+	answers := make(chan lease.RenewAnswered, 1)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var ev lease.Event = lease.Tick{Now: time.Now()}
 	for {
+		eff := n.keeper.Step(ev)
+		n.publish() // every proof moves validUntil, not only a change of status
+		if eff.Changed {
+			n.changed(eff.Reason)
+		}
+		if n.keeper.Status() == lease.Ended {
+			return
+		}
+		if eff.Renew {
+			go n.renew(answers)
+		}
+		timer.Reset(max(time.Until(eff.WakeAt), 0))
 		select {
 		case <-n.stopRenew:
+			eff := n.keeper.Step(lease.Stopped{Now: time.Now()})
+			n.publish()
+			if eff.Changed {
+				n.changed(eff.Reason)
+			}
 			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL/3)
-		err := n.cfg.Store.RenewLease(ctx, n.lease.ID)
-		cancel()
-		switch {
-		case err == nil:
-		case errors.Is(err, location.ErrNotFound):
-			n.log.Error().Str("event", "owner_lease_lost").Str("lease_id", string(n.lease.ID)).Msg("owner lease ended; this node lifecycle owns nothing now")
-			close(n.leaseLost)
-			return
-		default:
-			n.log.Warn().Str("event", "lease_renew_failed").Str("lease_id", string(n.lease.ID)).Err(err).Msg("owner lease renewal failed; retrying")
+		case a := <-answers:
+			ev = a
+		case now := <-timer.C:
+			ev = lease.Tick{Now: now}
 		}
 	}
+}
+
+// renew sends one renewal and reports its answer with its send time.
+func (n *Node) renew(answers chan<- lease.RenewAnswered) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), n.keeper.RequestTimeout())
+	err := n.cfg.Store.RenewLease(ctx, n.lease.ID)
+	cancel()
+	a := lease.RenewAnswered{SentAt: sent, Now: time.Now(), Answer: lease.Renewed}
+	switch {
+	case err == nil:
+	case errors.Is(err, location.ErrNotFound):
+		a.Answer = lease.Gone
+	default:
+		a.Answer = lease.NoAnswer
+		n.log.Warn().Str("event", "lease_renew_failed").Str("lease_id", string(n.lease.ID)).Err(err).Msg("owner lease renewal failed; retrying")
+	}
+	answers <- a
+}
+
+// publish makes the keeper's verdict visible to Valid.
+func (n *Node) publish() {
+	n.validUntil.Store(int64(n.keeper.ValidUntil().Sub(n.base)))
+	n.status.Store(int32(n.keeper.Status()))
+}
+
+// changed publishes a new status, logs it and tells the watchers.
+func (n *Node) changed(reason string) {
+	n.publish()
+	st := n.keeper.Status()
+	switch st {
+	case lease.Fenced:
+		n.log.Error().Str("event", "owner_lease_fenced").Str("lease_id", string(n.lease.ID)).Str("reason", reason).
+			Msg("owner lease not provably in force: serving nothing, writing nothing until a renewal proves it")
+	case lease.Valid:
+		n.log.Warn().Str("event", "owner_lease_unfenced").Str("lease_id", string(n.lease.ID)).Str("reason", reason).
+			Msg("owner lease proved in force again: serving")
+	case lease.Ended:
+		ev := n.log.Info()
+		if reason != "node stopped" {
+			ev = n.log.Error()
+		}
+		ev.Str("event", "owner_lease_lost").Str("lease_id", string(n.lease.ID)).Str("reason", reason).
+			Msg("owner lease ended; this node lifecycle owns nothing now")
+		close(n.leaseLost)
+	}
+	n.watchMu.Lock()
+	ws := slices.Clone(n.watchers)
+	n.watchMu.Unlock()
+	for _, w := range ws {
+		w(st)
+	}
+}
+
+// LeaseStatus is the lease's status now: Valid only while the last proof
+// still covers this instant.
+func (n *Node) LeaseStatus() lease.Status {
+	st := lease.Status(n.status.Load())
+	if st == lease.Valid && time.Since(n.base) >= time.Duration(n.validUntil.Load()) {
+		return lease.Fenced // the keeper's timer has not fired yet; the clock has
+	}
+	return st
+}
+
+// Valid reports whether the node may act as an owner at this instant:
+// dispatch, fire timers, serve calls, write owner records.
+func (n *Node) Valid() bool { return n.LeaseStatus() == lease.Valid }
+
+// WriteLease returns what a store write of this node must check in its own
+// transaction (location.CheckLeaseOp), or why the node must not write now:
+// ErrLeaseEnded once the lifecycle is over, ErrUnavailable while fenced.
+func (n *Node) WriteLease() (location.NodeKey, location.LeaseID, error) {
+	switch n.LeaseStatus() {
+	case lease.Valid:
+		return location.NodeKeyOf(n.desc), n.lease.ID, nil
+	case lease.Ended:
+		return location.NodeKey{}, "", fmt.Errorf("%w: node %s", location.ErrLeaseEnded, n.desc.GetNodeRid())
+	}
+	return location.NodeKey{}, "", fmt.Errorf("%w: node %s is fenced: its owner lease is not provably in force", location.ErrUnavailable, n.desc.GetNodeRid())
+}
+
+// OnLeaseChange registers w to be told every change of the lease status,
+// in order, from the lease goroutine; w must not block.
+func (n *Node) OnLeaseChange(w func(lease.Status)) {
+	n.watchMu.Lock()
+	n.watchers = append(n.watchers, w)
+	n.watchMu.Unlock()
 }
 
 // System is the node's actor system.
@@ -347,7 +477,8 @@ func (n *Node) Descriptor() *location.NodeDescriptor {
 // Lease is the node's owner lease.
 func (n *Node) Lease() location.Lease { return n.lease }
 
-// LeaseLost is closed when the store reports the owner lease ended.
+// LeaseLost is closed when the lease ends: the store reported it gone, or
+// the node stopped.
 func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
 
 // Stop releases the descriptor and Entry claim (only this lifecycle's) and
@@ -355,6 +486,8 @@ func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
 // error of Stop. It is safe to call more than once.
 func (n *Node) Stop(ctx context.Context) error {
 	n.stopOnce.Do(func() {
+		// End the lease's verdict first: from here nothing of this node
+		// dispatches or writes, before the claim is released.
 		close(n.stopRenew)
 		<-n.renewDone
 		err := n.cfg.Store.ReleaseNode(ctx, n.desc)

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/handoff"
 	"github.com/roamactors/roam/extension/relocation/mailbox"
@@ -152,7 +153,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 	d := &Driver{
 		cfg:     cfg,
 		node:    node,
-		store:   store,
+		store:   location.Leased(store, node),
 		log:     cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
 		sys:     node.System(),
 		desc:    node.Descriptor(),
@@ -178,6 +179,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 			d.sys.Root.Send(d.self, e)
 		}
 	})
+	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
 	return d, nil
 }
 
@@ -247,6 +249,8 @@ func (d *Driver) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *localCall:
 		m.fn()
+	case *leaseChanged:
+		d.onLeaseChanged(m.status)
 	case *timerFired:
 		d.onTimer(m)
 	case *remote.EndpointTerminatedEvent:
@@ -254,6 +258,11 @@ func (d *Driver) Receive(c actor.Context) {
 	case *messages.CapabilityQuery:
 		c.Respond(d.capability(m))
 	case *messages.RelocationPrepare:
+		if _, running := d.targets[handoff.IdentityFromProto(m.GetIdentity())]; !running && !d.node.Valid() {
+			// Fenced or stopped: a new move here could never commit.
+			d.refusePrepare(c, m, messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force (fenced or stopped)")
+			return
+		}
 		d.onPrepare(c, m)
 	case *messages.RelocationState:
 		d.onChunk(c, m)
@@ -280,6 +289,8 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 	}
 	k, ok := d.kind(q.GetStableType())
 	switch {
+	case !d.node.Valid():
+		reply.Reason = "the node's owner lease is not in force (fenced or stopped)"
 	case !ok:
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
 	case k.ApplicationVersion != q.GetApplicationVersion():
@@ -363,9 +374,79 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 // props builds the props of a relocatable object: the application's
 // actor wrapped by host, on the relocatable mailbox.
 func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
+	// The lease fence gates every dispatch: nothing of the application runs
+	// on a node whose owner lease is not provably in force.
+	opts = append(opts, mailbox.Gate(d.node.Valid))
 	return actor.PropsFromProducer(func() actor.Actor {
 		inst := obj.kind.Producer()
 		obj.inst = inst
 		return &host{obj: obj}
 	}, actor.WithMailbox(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...)))
+}
+
+// leaseChanged tells the driver the node's owner lease changed status.
+type leaseChanged struct{ status lease.Status }
+
+// onLeaseChanged: a fence lifted wakes every incarnation (their gates
+// open again, their held messages run in order); a lease that ended ends
+// every incarnation this lifecycle serves — another node may own them now.
+func (d *Driver) onLeaseChanged(st lease.Status) {
+	switch st {
+	case lease.Valid:
+		for _, obj := range d.objects {
+			if obj.mb != nil {
+				obj.mb.Wake()
+			}
+		}
+	case lease.Ended:
+		for _, obj := range d.objects {
+			if obj.state == serving && obj.out == nil {
+				d.endOwned(obj)
+			}
+		}
+	}
+}
+
+// nowServing makes obj this node's serving incarnation, unless the
+// lifecycle has ended meanwhile: then it is ended at once.
+func (d *Driver) nowServing(obj *object) {
+	obj.state = serving
+	if d.node.LeaseStatus() == lease.Ended {
+		d.endOwned(obj)
+	}
+}
+
+// endOwned ends an incarnation whose node lifecycle is over: its timers
+// stop, and everything queued or arriving later fails loudly — requests
+// with Unavailable, sends counted and logged — for one follow period, then
+// the actor stops. Nothing of the application runs again (the gate is
+// shut for good).
+func (d *Driver) endOwned(obj *object) {
+	obj.state = ended
+	why := "the node's owner lease ended; the object is recovered on a live node"
+	sink := d.endSink(obj, "unavailable", "send_lease_ended", why)
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.stopAll()
+		}
+	})
+	pid := obj.pid
+	err := obj.mb.Seal(func(saved []any) {
+		for _, msg := range saved {
+			sink(msg)
+		}
+		_, _ = obj.mb.Redirect(sink)
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
+	})
+	if err != nil {
+		d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
+	}
+}
+
+// refusePrepare answers a Restore request this node will not take.
+func (d *Driver) refusePrepare(c actor.Context, p *messages.RelocationPrepare, reason messages.FailureReason, detail string) {
+	if from := c.Sender(); from != nil {
+		d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
+	}
+	d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", p.GetIdentity().GetRelocationId()).Str("detail", detail).Msg("Restore request refused")
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/mailbox"
 	"github.com/roamactors/roam/messages"
@@ -77,12 +79,17 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func()) error {
 	_, err := call(context.Background(), s.d, func() (struct{}, error) {
 		obj := s.obj
-		obj.firstOperation, obj.afterFirst = firstOperation, afterFirst
+		// The fields are the actor goroutine's (host.Receive reads them on
+		// every turn, Started included): set them there, as the control
+		// item that runs before the first message OpenWith releases.
+		if err := obj.mb.Do(func() { obj.firstOperation, obj.afterFirst = firstOperation, afterFirst }); err != nil {
+			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
+		}
 		if err := obj.mb.OpenWith(first); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
 		}
-		obj.state = serving
 		s.d.objects[obj.key] = obj
+		s.d.nowServing(obj)
 		return struct{}{}, nil
 	})
 	return err
@@ -189,6 +196,31 @@ func FromWire(env *messages.Envelope) (any, error) { return fromWire(env) }
 
 // Store is the driver's Location Store.
 func (d *Driver) Store() location.Store { return d.store }
+
+// Node is the node the driver runs on (its lease decides what it may do).
+func (d *Driver) Node() *cluster.Node { return d.node }
+
+// Usable reports why this node's handle must not be used any more: its
+// lifecycle ended (the node stopped, or its owner lease ended), nil
+// otherwise. A fenced node is still usable: calls to other nodes go on.
+func (d *Driver) Usable() error {
+	if d.node.LeaseStatus() == lease.Ended {
+		return fmt.Errorf("%w: node %s has stopped or its owner lease ended", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+	}
+	return nil
+}
+
+// serving reports why this node may not start owner work (a spawn, a
+// move out) now: its lifecycle ended, or its lease is fenced.
+func (d *Driver) serving() error {
+	if err := d.Usable(); err != nil {
+		return err
+	}
+	if !d.node.Valid() {
+		return fmt.Errorf("%w: node %s is fenced: its owner lease is not provably in force", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+	}
+	return nil
+}
 
 // Descriptor is this node's descriptor.
 func (d *Driver) Descriptor() *location.NodeDescriptor { return d.desc }

@@ -18,6 +18,9 @@ type metrics struct {
 	moves metric.Int64Counter
 	pause metric.Float64Histogram
 	bytes metric.Int64Histogram
+	// undelivered counts accepted one-way sends that ended without a
+	// handler (their object gone), by reason event; each is also logged.
+	undelivered metric.Int64Counter
 }
 
 func newMetrics(p metric.MeterProvider) (*metrics, error) {
@@ -29,10 +32,12 @@ func newMetrics(p metric.MeterProvider) (*metrics, error) {
 	pause, err2 := m.Float64Histogram("roam.relocation.pause", metric.WithUnit("ms"),
 		metric.WithDescription("seal on the source to dispatch open on the target"))
 	bytes, err3 := m.Int64Histogram("roam.relocation.payload", metric.WithUnit("By"), metric.WithDescription("relocation-envelope-v1 payload size"))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	undelivered, err4 := m.Int64Counter("roam.relocation.sends_undelivered",
+		metric.WithDescription("accepted one-way sends that ended undelivered because their object is gone, by reason"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	return &metrics{moves: moves, pause: pause, bytes: bytes}, nil
+	return &metrics{moves: moves, pause: pause, bytes: bytes, undelivered: undelivered}, nil
 }
 
 // outcome names an Event's result for the metric attribute.
@@ -56,4 +61,8 @@ func (m *metrics) record(e Event) {
 		m.pause.Record(ctx, float64(e.Pause.Microseconds())/1000)
 		m.bytes.Record(ctx, int64(e.Bytes))
 	}
+}
+
+func (m *metrics) sendUndelivered(reason string) {
+	m.undelivered.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
 }

@@ -164,6 +164,9 @@ func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID strin
 }
 
 func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf) (*actor.PID, error) {
+	if err := d.serving(); err != nil {
+		return nil, err
+	}
 	k, ok := d.kind(stableType)
 	if !ok {
 		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
@@ -308,6 +311,7 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 			respondFailure(d.sys, sender, code, obj.key.ID, why)
 			return
 		}
+		d.metrics.sendUndelivered(event)
 		d.log.Warn().Str("event", event).Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
 	}
 }

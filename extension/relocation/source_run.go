@@ -59,6 +59,9 @@ type sourceResult struct {
 // node targetRid, with spec 000's hand-off. It returns once the target's
 // commit is visible in the Location Store, or the move failed.
 func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
+	if err := d.serving(); err != nil {
+		return Outcome{}, err
+	}
 	addr, err := d.nodeAddress(ctx, d.desc.GetMesh(), targetRid)
 	if err != nil {
 		return Outcome{}, err
@@ -309,8 +312,8 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 				obj.tm.resume()
 			}
 		})
-		r.obj.state = serving
 		r.saved = nil
+		d.nowServing(r.obj)
 
 	case handoff.SendAbort:
 		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})

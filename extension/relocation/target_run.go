@@ -209,8 +209,8 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		if err := t.obj.mb.OpenWith(backlog); err != nil {
 			d.log.Error().Str("event", "open_failed").Str("object_id", t.key.ID).Err(err).Msg("opening dispatch failed")
 		}
-		t.obj.state = serving
 		d.objects[t.key] = t.obj
+		d.nowServing(t.obj)
 		return handoff.DispatchOpened{}
 
 	case handoff.DeliverLate:
@@ -225,9 +225,9 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 				}
 			})
 			held, _ := t.obj.mb.Discard()
+			removed := d.unavailableSink(t.obj, "the relocation target was removed")
 			for _, msg := range held {
-				_, _, sender := actor.UnwrapEnvelope(msg)
-				respondFailure(d.sys, sender, "unavailable", t.key.ID, "the relocation target was removed")
+				removed(msg) // a request fails typed, a send is counted and logged
 			}
 			t.obj.state = ended
 			pid := t.obj.pid

@@ -76,6 +76,9 @@ func (c *Call) validate() error {
 	if err := c.submit("call"); err != nil {
 		return err
 	}
+	if err := c.m.d.Usable(); err != nil {
+		return err
+	}
 	if err := ValidateID(c.spotID); err != nil {
 		return err
 	}

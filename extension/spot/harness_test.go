@@ -70,6 +70,15 @@ type world struct {
 	firstOps  map[string]string    // incarnation PID id → operation of its first handled message
 	firstBad  []string             // first messages that were not the winning activation's
 	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
+	trace     []handling           // every cart message handled, in one global order
+}
+
+// handling is one handled cart message: which incarnation (node address
+// and PID id) handled which value.
+type handling struct {
+	incarnation string
+	value       string
+	at          time.Time
 }
 
 func newWorld(t testing.TB, store location.Store) *world {
@@ -204,6 +213,9 @@ func (k *cart) Receive(c actor.Context) {
 	}
 	k.count++
 	k.w.record(id, s.Value)
+	k.w.mu.Lock()
+	k.w.trace = append(k.w.trace, handling{incarnation: c.Self().GetAddress() + "/" + c.Self().GetId(), value: s.Value, at: time.Now()})
+	k.w.mu.Unlock()
 	if h := c.MessageHeader(); h != nil {
 		k.w.mu.Lock()
 		k.w.headers[s.Value] = [2]string{h.Get(relocation.HeaderOperation), h.Get(relocation.HeaderHops)}

@@ -521,7 +521,9 @@ func (m *Manager) readAuthority(ctx context.Context, id string) (authority, erro
 // another lease or lifecycle, has ended (spec 003).
 func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
 	if o.GetNodeRid() == m.desc.GetNodeRid() {
-		return m.desc.GetAddress(), o.GetNodeGeneration() == m.desc.GetNodeGeneration(), nil
+		// This node's own lifecycle is alive only while its lease has not
+		// ended (a fenced node may still hold it).
+		return m.desc.GetAddress(), o.GetNodeGeneration() == m.desc.GetNodeGeneration() && m.d.Usable() == nil, nil
 	}
 	n, err := m.store.ReadNode(ctx, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()})
 	if errors.Is(err, location.ErrNotFound) {

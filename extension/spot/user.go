@@ -141,6 +141,9 @@ func (c *CreateCall) Do(ctx context.Context) (CreateResult, error) {
 	if err := c.submit("create"); err != nil {
 		return CreateResult{}, err
 	}
+	if err := c.m.d.Usable(); err != nil {
+		return CreateResult{}, err
+	}
 	create := c.spotID == ""
 	if create {
 		newIDCalls.Add(1)
@@ -488,6 +491,9 @@ func (m *Manager) hasMembers(ctx context.Context, spotID string, generation uint
 // Find returns the SpotRef of the Spot's current Ready authority; it never
 // creates (spec 002 §3.4). NotFound when there is none.
 func (m *Manager) Find(ctx context.Context, spotID string) (SpotRef, error) {
+	if err := m.d.Usable(); err != nil {
+		return SpotRef{}, err
+	}
 	if err := ValidateID(spotID); err != nil {
 		return SpotRef{}, err
 	}
@@ -511,6 +517,9 @@ type QueryPage struct {
 // Query lists the Ready Spots of one kind (User or Instance), a bounded
 // page at a time: size 1..1000, at most 4 MiB (spec 002 §3.4).
 func (m *Manager) Query(ctx context.Context, kind messages.SpotKind, size int, after string) (QueryPage, error) {
+	if err := m.d.Usable(); err != nil {
+		return QueryPage{}, err
+	}
 	var k location.Kind
 	switch kind {
 	case messages.SpotKind_SPOT_KIND_USER:
@@ -540,6 +549,9 @@ func (m *Manager) Query(ctx context.Context, kind messages.SpotKind, size int, a
 // while it moves or its owner is gone. It never closes another
 // incarnation than ref's.
 func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Duration) (bool, error) {
+	if err := m.d.Usable(); err != nil {
+		return false, err
+	}
 	if err := ValidateID(ref.SpotID); err != nil {
 		return false, err
 	}
@@ -657,6 +669,9 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 // only while that Spot is Ready with ref's generation under a live owner,
 // checked in the same transaction; otherwise Stale (spec 003).
 func (m *Manager) SpawnMember(ctx context.Context, ref SpotRef, stableType, actorID string) (*actor.PID, error) {
+	if err := m.d.Usable(); err != nil {
+		return nil, err
+	}
 	if err := ValidateID(ref.SpotID); err != nil {
 		return nil, err
 	}

@@ -76,6 +76,40 @@ type Store struct {
 	rng    *rand.Rand
 	script []Fault
 	stats  Stats
+	// healed is non-nil while the store is partitioned away: calls wait
+	// until it is closed (then go through, late) or their context ends.
+	healed chan struct{}
+}
+
+// Partition cuts the store off (on) or heals it (off). While cut, every
+// call waits: it fails Unavailable when its context ends, or — a message
+// delayed in the network — reaches the store late once the cut heals.
+func (s *Store) Partition(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case on && s.healed == nil:
+		s.healed = make(chan struct{})
+	case !on && s.healed != nil:
+		close(s.healed)
+		s.healed = nil
+	}
+}
+
+// cut waits out a partition.
+func (s *Store) cut(ctx context.Context, what string) error {
+	s.mu.Lock()
+	healed := s.healed
+	s.mu.Unlock()
+	if healed == nil {
+		return nil
+	}
+	select {
+	case <-healed:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: partitioned on %s: %w", location.ErrUnavailable, what, ctx.Err())
+	}
 }
 
 var _ location.Store = (*Store)(nil)
@@ -164,6 +198,9 @@ func wait(ctx context.Context, d time.Duration) error {
 // read runs a read through the fault draw.
 func read[T any](s *Store, ctx context.Context, what string, call func() (T, error)) (T, error) {
 	var zero T
+	if err := s.cut(ctx, what); err != nil {
+		return zero, err
+	}
 	f, d := s.next(false)
 	if err := wait(ctx, d); err != nil {
 		return zero, err
@@ -177,6 +214,9 @@ func read[T any](s *Store, ctx context.Context, what string, call func() (T, err
 // write runs a write through the fault draw.
 func write[T any](s *Store, ctx context.Context, what string, call func() (T, error)) (T, error) {
 	var zero T
+	if err := s.cut(ctx, what); err != nil {
+		return zero, err
+	}
 	f, d := s.next(true)
 	if err := wait(ctx, d); err != nil {
 		return zero, err

@@ -148,6 +148,23 @@ func OnClosed(h func(msg any)) Option {
 	return func(m *Mailbox) { m.onClosed = h }
 }
 
+// Gate sets a check the run loop makes before every user message it
+// dispatches: while it returns false, user messages (timer ticks included)
+// stay queued in order and nothing of the application runs; system messages
+// and control items still do. The node's owner-lease fence uses it, so no
+// message is dispatched after the instant the lease stops being provably
+// in force, whatever the goroutine that decides the fence is doing. When
+// the gate opens again, call Wake. g must be cheap and must not block.
+func Gate(g func() bool) Option {
+	return func(m *Mailbox) { m.gate = g }
+}
+
+// Wake schedules the run loop, for user messages held by a gate that has
+// opened again.
+func (m *Mailbox) Wake() { m.schedule() }
+
+func (m *Mailbox) gateOpen() bool { return m.gate == nil || m.gate() }
+
 const (
 	idle int32 = iota
 	running
@@ -166,6 +183,7 @@ type Mailbox struct {
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
 	onClosed   func(msg any)
+	gate       func() bool
 	runFn      func() // m.processMessages, bound once so scheduling does not allocate
 	// beforeIdle, if set (by tests, before Start), runs on the run goroutine
 	// after a run and before the mailbox is marked idle — the window in which
@@ -526,7 +544,7 @@ func (m *Mailbox) schedule() {
 // hasWork reports, without the lock, whether a run would do something other
 // than system messages: a control item, or a dispatchable user message.
 func (m *Mailbox) hasWork() bool {
-	return m.ctlCount.Load() > 0 || (Mode(m.mode.Load()) == Open && m.userCount.Load() > 0)
+	return m.ctlCount.Load() > 0 || (Mode(m.mode.Load()) == Open && m.userCount.Load() > 0 && m.gateOpen())
 }
 
 func (m *Mailbox) processMessages() {
@@ -611,6 +629,11 @@ func (m *Mailbox) run() {
 				it.do()
 			}
 			continue
+		}
+
+		// Gated: keep every user message queued until Wake.
+		if !m.gateOpen() {
+			return
 		}
 
 		// Dispatch from the batch in hand (non-empty only in Open mode).

@@ -2,6 +2,7 @@ package mailbox
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -917,4 +918,38 @@ func TestReopenPutsParkedMessagesFirst(t *testing.T) {
 	}
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, got)
 	require.ErrorIs(t, mb.Reopen(func() []any { return nil }), ErrMode)
+}
+
+// TestGateHoldsUserMessagesUntilWake: while the gate is shut, no user
+// message is dispatched (the batch in hand included) and they keep their
+// order; system messages and Do items still run; Wake after the gate opens
+// dispatches them in posting order. This is the owner-lease fence.
+// Reference: spec 000 §12 (one owner at a time)
+func TestGateHoldsUserMessagesUntilWake(t *testing.T) {
+	system := newSystem(t)
+	rec := &recorder{}
+	var open atomic.Bool
+	open.Store(true)
+	pid, mb := spawn(t, system, recordingActor(rec), Gate(open.Load))
+
+	g := newGate()
+	system.Root.Send(pid, g)
+	recv(t, g.entered, "handler to enter its turn")
+	for i := range 5 {
+		system.Root.Send(pid, i) // queued behind the turn: the batch in hand
+	}
+	open.Store(false)
+	close(g.release)
+	require.NoError(t, mb.Do(func() { rec.add("do") }))
+	got := rec.waitFor(t, "the Do item while gated", func(items []any) bool { return slices.Contains(items, any("do")) })
+	isTerm := func(v any) bool { _, ok := v.(*actor.Terminated); return ok }
+	mb.PostSystemMessage(&actor.Terminated{Who: system.NewLocalPID("not-a-child")})
+	got = rec.waitFor(t, "Terminated while gated", countOf(1, isTerm))
+	require.Empty(t, only(got, isInt), "no user message while gated")
+	require.Equal(t, 5, mb.UserMessageCount())
+
+	open.Store(true)
+	mb.Wake()
+	got = rec.waitFor(t, "five numbers after Wake", countOf(5, isInt))
+	require.Equal(t, seq(0, 5), ints(only(got, isInt)))
 }

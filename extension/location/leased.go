@@ -1,0 +1,57 @@
+package location
+
+import (
+	"context"
+	"errors"
+)
+
+// LeaseHolder is a node whose writes must carry its owner lease.
+type LeaseHolder interface {
+	// WriteLease returns the node's descriptor key and live lease, or why
+	// it must not write now (ErrLeaseEnded, or ErrUnavailable while its
+	// lease is not provably in force).
+	WriteLease() (NodeKey, LeaseID, error)
+}
+
+// Leased wraps a store so that every write of holder (Apply and
+// CompareAndSet) is refused locally while holder may not write, and
+// otherwise carries holder's lease check in the same transaction: a write
+// that reaches the store after the lease ended — however it was delayed —
+// changes nothing and fails with ErrLeaseEnded. Reads and the node-claim
+// methods pass through.
+func Leased(inner Store, holder LeaseHolder) Store { return &leased{Store: inner, holder: holder} }
+
+type leased struct {
+	Store
+	holder LeaseHolder
+}
+
+func (l *leased) Apply(ctx context.Context, ops []Op) ([]StoreVersion, error) {
+	node, id, err := l.holder.WriteLease()
+	if err != nil {
+		return nil, err
+	}
+	withCheck := make([]Op, 0, len(ops)+1)
+	withCheck = append(append(withCheck, ops...), CheckLeaseOp(node, id))
+	versions, err := l.Store.Apply(ctx, withCheck)
+	if err != nil {
+		return nil, err
+	}
+	return versions[:len(ops)], nil
+}
+
+func (l *leased) CompareAndSet(ctx context.Context, key AuthorityKey, expected StoreVersion, rec *Record) (StoreVersion, error) {
+	op := UpdateOp(key, expected, rec)
+	if expected == 0 {
+		op = CreateOp(key, rec)
+	}
+	versions, err := l.Apply(ctx, []Op{op})
+	if err != nil {
+		var c *ConflictError
+		if errors.As(err, &c) {
+			c.Op = "compare-and-set"
+		}
+		return 0, err
+	}
+	return versions[0], nil
+}
