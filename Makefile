@@ -12,27 +12,36 @@ TOOLS_BIN := $(ROAM_CACHE)/bin
 # Tests find the Consul binary through this variable.
 export ROAM_CONSUL := $(CONSUL_BIN)
 
-# Packages that start two or more Proto.Actor remotes in one process race
-# inside the library itself (DESIGN §4); everything else runs with -race.
-MULTI_REMOTE_PKGS := ./cluster/... ./extension ./extension/relocation ./extension/spot ./examples/chat ./bench/baseline
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -E '/cluster($$|/)|/extension$$|/extension/relocation$$|/extension/spot$$|/examples/chat$$|/bench/baseline$$')
-# The Spot package's tests that start no node run with -race too.
-SPOT_PURE_TESTS := ^(TestSpotIDRules|TestReservedEntryFormatIsRefused|TestNewIDIsALowercaseUUIDv4|TestRouteCache.*|TestOperationRunsOnce)$$
+# Every package's tests run under the race detector, the multi-node ones
+# included. Two or more Proto.Actor remotes in one process race inside
+# Proto.Actor itself (remote.Start sets gRPC's global logger each time,
+# DESIGN §4), which would hide races in roam's code; the race run therefore
+# builds against a copy of Proto.Actor, made from the module cache by
+# tools/race/prepare.sh, that sets that logger once per process. Nothing
+# else is changed, and builds, the demo and benchmarks use the module as is.
+RACE_MOD := $(ROAM_CACHE)/race-mod
+RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 
-.PHONY: test test-race test-multi consul generate lint demo demo-consul bench bench-store clean-consul
+.PHONY: test test-race race-mod consul generate lint demo demo-consul bench bench-store clean-consul
 
-## test: everything CI runs, the real-Consul tests included.
-test: consul lint test-race test-multi
+## test: everything CI runs, the real-Consul tests included, under -race.
+test: consul lint test-race
 
-test-race:
-	$(GO) test -race -count=1 $(RACE_PKGS)
-	$(GO) test -race -count=1 -run '$(SPOT_PURE_TESTS)' ./extension/spot
+race-mod:
+	GO=$(GO) tools/race/prepare.sh $(RACE_MOD)
 
-test-multi:
-	$(GO) test -count=1 $(MULTI_REMOTE_PKGS)
+# Tests that exercise Proto.Actor's own cluster and remote shutdown, where
+# the library races internally (gossip member list, endpoint manager stop):
+# they run without -race.
+LIBRARY_RACE_TESTS := ^TestProtoActorClusterRequestReachesAMovedGrain$$
+
+test-race: race-mod
+	$(RACE) -skip '$(LIBRARY_RACE_TESTS)' $$($(GO) list ./... | grep -v /bench/baseline)
+	$(GO) test -count=1 -run '$(LIBRARY_RACE_TESTS)' ./extension/spot
+	$(GO) test -count=1 ./bench/baseline
 	# The hand-off tests again on a real Consul (the randomized ones already
 	# have a Consul variant).
-	ROAM_TEST_STORE=consul $(GO) test -count=1 -skip TestRandomized ./extension/relocation
+	ROAM_TEST_STORE=consul $(RACE) -skip TestRandomized ./extension/relocation
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)

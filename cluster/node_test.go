@@ -13,6 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/testwait"
+
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
@@ -146,7 +148,7 @@ func TestNodeRenewsItsLease(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		clock.Advance(700 * time.Millisecond)
 		want := clock.Now().Add(time.Second)
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(testwait.Patience(t))
 		for {
 			exp, ok := s.LeaseExpiry(n.Lease().ID)
 			require.True(t, ok, "lease ended")

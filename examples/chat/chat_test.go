@@ -11,6 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/testwait"
+
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
@@ -70,7 +72,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Patience(t))
 	for {
 		mu.Lock()
 		n := len(got)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/cluster"
@@ -91,7 +93,7 @@ func TestChunksAreAttributedByExactIdentityOnly(t *testing.T) {
 	for _, c := range chunks {
 		send(self, source.System(), &messages.RelocationState{Identity: id, Index: c.Index, Offset: c.Offset, Data: c.Data})
 	}
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testwait.Patience(t))
 	for {
 		select {
 		case msg := <-r.got:

@@ -9,6 +9,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
@@ -50,7 +52,7 @@ func TestConnectionLossResendsTheBoundaryBatch(t *testing.T) {
 	// Cut the source's connection to the target, as a network failure would.
 	a.node.System().EventStream.Publish(&remote.EndpointTerminatedEvent{Address: b.node.Address()})
 
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Patience(t))
 	for !logs.has("late_cutover") {
 		require.True(t, time.Now().Before(deadline), "the resent cutover never arrived")
 		time.Sleep(10 * time.Millisecond)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
@@ -93,7 +95,7 @@ func TestFollowExpiresWithUnavailable(t *testing.T) {
 	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "exp"), b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 	sys := a.node.System()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Patience(t))
 	for {
 		err := relocation.DeliveryError(request(t, sys, pid, wrapperspb.String("get"), nil))
 		if err != nil {
@@ -139,7 +141,7 @@ func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 		n := res.(*wrapperspb.Int64Value).Value
 		require.True(t, n == 2000 || n < 0, "count %d: a send was lost or duplicated (negative = reordered, allowed here)", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Patience(t))
 	for !logs.has("late_cutover") {
 		require.True(t, time.Now().Before(deadline), "late cutover not logged")
 		time.Sleep(10 * time.Millisecond)

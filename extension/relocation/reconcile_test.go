@@ -8,6 +8,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -88,7 +90,7 @@ func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
 
 	<-silent.prepared
 	silent.tell(a, &messages.RelocationFailed{Identity: silent.prepare.GetIdentity(), Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Patience(t))
 	for {
 		ok, err := a.driver.Serving(ctx, key)
 		require.NoError(t, err)
@@ -148,7 +150,7 @@ func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 		select {
 		case v := <-got:
 			require.Equal(t, i, v)
-		case <-time.After(10 * time.Second):
+		case <-time.After(testwait.Patience(t)):
 			t.Fatalf("parked send %d never reached the committed target", i)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/testwait"
+
 	"github.com/roamactors/roam/messages"
 )
 
@@ -37,7 +39,7 @@ func TestTimerWithATickInFlightKeepsTicking(t *testing.T) {
 	case next := <-ticks:
 		require.True(t, dst.onTick(next))
 		require.EqualValues(t, 2, next.GetDeliveryIndex())
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Patience(t)):
 		t.Fatal("the chain stopped after the move")
 	}
 	dst.stopAll()
@@ -62,7 +64,7 @@ func TestPausedTimerResumes(t *testing.T) {
 	select {
 	case tk := <-ticks:
 		require.True(t, tm.onTick(tk))
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Patience(t)):
 		t.Fatal("the paused timer never resumed")
 	}
 	tm.stopAll()

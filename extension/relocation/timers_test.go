@@ -9,6 +9,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
@@ -91,7 +93,7 @@ func TestTimersMoveWithTheActor(t *testing.T) {
 	ask(t, sys, pid, "start")
 
 	waitTicks := func(min uint64) uint64 {
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(testwait.Patience(t))
 		for {
 			p, err := a.driver.Resolve(ctx, key)
 			require.NoError(t, err)

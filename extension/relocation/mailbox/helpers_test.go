@@ -9,10 +9,19 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 )
 
-// waitTimeout bounds every wait in the tests; nothing sleeps to synchronise.
-const waitTimeout = 10 * time.Second
+// Tests wait on progress, never on a fixed time (a loaded 2-core machine
+// under -race can be many times slower than usual): a wait fails when
+// nothing has progressed for stallTimeout, or when the test's own deadline
+// (go test -timeout) is near. Nothing sleeps to synchronise.
+const stallTimeout = time.Minute
+
+// patience is how long a wait without a progress measure may take: up to
+// the test's deadline less a margin to report the failure.
+func patience(t testing.TB) time.Duration { return testwait.Patience(t) }
 
 // quietLogger keeps Proto.Actor's supervision logs (expected in the panic
 // tests) out of the test output.
@@ -90,15 +99,27 @@ func (r *recorder) when(pred func([]any) bool) <-chan struct{} {
 	return ch
 }
 
-// waitFor waits until pred holds, failing the test after waitTimeout.
+// waitFor waits until pred holds, failing when recording stalls.
 func (r *recorder) waitFor(t testing.TB, what string, pred func([]any) bool) []any {
 	t.Helper()
-	select {
-	case <-r.when(pred):
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out waiting for %s; recorded %d items: %v", what, len(r.snapshot()), tail(r.snapshot(), 20))
+	done := r.when(pred)
+	deadline := time.Now().Add(patience(t))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seen, progressed := len(r.snapshot()), time.Now()
+	for {
+		select {
+		case <-done:
+			return r.snapshot()
+		case now := <-tick.C:
+			if n := len(r.snapshot()); n != seen {
+				seen, progressed = n, now
+			}
+			if now.Sub(progressed) > stallTimeout || now.After(deadline) {
+				t.Fatalf("no progress waiting for %s; recorded %d items: %v", what, len(r.snapshot()), tail(r.snapshot(), 20))
+			}
+		}
 	}
-	return r.snapshot()
 }
 
 func tail(xs []any, n int) []any {
@@ -132,21 +153,23 @@ func only(items []any, keep func(any) bool) []any {
 	return out
 }
 
-// recv waits for one value from ch, failing after waitTimeout.
+// recv waits for one value from ch, failing near the test's deadline.
 func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(waitTimeout):
+	case <-time.After(patience(t)):
 		t.Fatalf("timed out waiting for %s", what)
 		var zero T
 		return zero
 	}
 }
 
-// waitWG waits for wg, failing after d.
-func waitWG(t testing.TB, wg *sync.WaitGroup, d time.Duration, what string) {
+// waitWG waits for wg, failing near the test's deadline (a lost wake-up
+// never finishes).
+func waitWG(t testing.TB, wg *sync.WaitGroup, what string) {
+	d := patience(t)
 	t.Helper()
 	done := make(chan struct{})
 	go func() {

@@ -136,7 +136,7 @@ func TestSealSavedWorkKeepsEnvelopes(t *testing.T) {
 	system.Root.Send(pid, g)
 	recv(t, g.entered, "handler to enter its turn")
 
-	future := system.Root.RequestFuture(pid, "a", waitTimeout)
+	future := system.Root.RequestFuture(pid, "a", patience(t))
 	system.Root.RequestWithCustomSender(pid, "b", probe)
 	envC := &actor.MessageEnvelope{Header: map[string]string{"k": "vc"}, Message: "c", Sender: probe}
 	system.Root.Send(pid, envC)
@@ -317,7 +317,7 @@ func TestUnsealKeepsPerPosterOrder(t *testing.T) {
 	saved := sealSync(t, mb)
 	requirePerPosterContiguous(t, saved, posters)
 	require.NoError(t, mb.Unseal(saved))
-	waitWG(t, &wg, waitTimeout, "posters")
+	waitWG(t, &wg, "posters")
 
 	got := rec.waitFor(t, "all messages", countOf(posters*per, isNum))
 	requirePerPosterOrder(t, got, posters, per)
@@ -440,7 +440,7 @@ func TestRedirectSinkSwapPartitionsPostingOrder(t *testing.T) {
 	require.Equal(t, 0, n, "a swap drains nothing: nothing is held while Redirecting")
 	swappedFlag.Store(true)
 	close(swapped)
-	waitWG(t, &wg, waitTimeout, "posters")
+	waitWG(t, &wg, "posters")
 
 	all := append(append([]any(nil), sinkA...), sinkB...)
 	requirePerPosterOrder(t, all, posters, per)
@@ -542,7 +542,7 @@ func TestOpenWithBacklogFirstUnderConcurrentPosts(t *testing.T) {
 		}
 		recv(t, progress, "a poster to make progress") // the race is on with the rest
 		require.NoError(t, mb.OpenWith(anys(seq(0, backlog))))
-		waitWG(t, &wg, waitTimeout, "posters")
+		waitWG(t, &wg, "posters")
 
 		got := rec.waitFor(t, "all messages", countOf(posters*per, isNum))
 		user := only(got, func(v any) bool { return isInt(v) || isNum(v) })
@@ -913,7 +913,7 @@ func TestReopenPutsParkedMessagesFirst(t *testing.T) {
 	}
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience(t)):
 		t.Fatal("not dispatched")
 	}
 	require.Equal(t, []int{1, 2, 3, 4, 5, 6}, got)

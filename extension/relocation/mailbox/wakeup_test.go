@@ -55,7 +55,7 @@ func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 			wg.Add(1 + 2*hops + 1 + hops)
 			system.Root.Send(pid, hop{&wg, hops})
 			require.NoError(t, mb.Do(doChain(mb, &wg, hops)))
-			waitWG(t, &wg, waitTimeout, "burst "+strconv.Itoa(r))
+			waitWG(t, &wg, "burst "+strconv.Itoa(r))
 		}
 	})
 
@@ -69,7 +69,7 @@ func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 			system.Root.Send(pid, &wg) // held
 			go system.Root.Send(pid, &wg)
 			require.NoError(t, mb.Unseal(saved)) // races the loop finishing the capture
-			waitWG(t, &wg, waitTimeout, "burst "+strconv.Itoa(r))
+			waitWG(t, &wg, "burst "+strconv.Itoa(r))
 			require.Equal(t, Open, mb.Mode())
 		}
 	})
@@ -84,7 +84,7 @@ func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 			go func() { assert.NoError(t, mb.Do(wg.Done)) }()
 			system.Root.Send(pid, &wg)
 			mb.PostSystemMessage(&actor.ResumeMailbox{})
-			waitWG(t, &wg, waitTimeout, "burst "+strconv.Itoa(r))
+			waitWG(t, &wg, "burst "+strconv.Itoa(r))
 		}
 	})
 
@@ -98,7 +98,7 @@ func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 			go func() { assert.NoError(t, mb.Do(wg.Done)) }()
 			require.NoError(t, mb.OpenWith([]any{&wg}))
 			system.Root.Send(pid, &wg)
-			waitWG(t, &wg, waitTimeout, "burst "+strconv.Itoa(r))
+			waitWG(t, &wg, "burst "+strconv.Itoa(r))
 			system.Root.Stop(pid)
 		}
 	})
@@ -124,7 +124,7 @@ func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 					m.PostUserMessage(hop{&wg, 0})
 				}()
 			}
-			waitWG(t, &wg, waitTimeout, "burst "+strconv.Itoa(r))
+			waitWG(t, &wg, "burst "+strconv.Itoa(r))
 		}
 		require.Equal(t, 0, m.UserMessageCount())
 	})
@@ -194,7 +194,7 @@ func (h *idleHook) armSubmit(t *testing.T, submit func()) <-chan struct{} {
 		}()
 		select {
 		case <-done:
-		case <-time.After(waitTimeout):
+		case <-time.After(patience(t)):
 			t.Error("submit did not return")
 		}
 		close(fired)

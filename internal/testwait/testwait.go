@@ -1,0 +1,21 @@
+// Package testwait gives tests one rule for how long to wait: on progress,
+// never a fixed time. make test must pass on a busy 2-core machine under
+// the race detector, where a wait that takes 2 s when idle can take 30 s, so
+// a wait for a condition is bounded only by the test's own deadline
+// (go test -timeout), less a margin to report what did not happen.
+package testwait
+
+import (
+	"testing"
+	"time"
+)
+
+// Patience is how long a test may still wait for a condition.
+func Patience(t testing.TB) time.Duration {
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			return max(time.Until(dl)-15*time.Second, time.Second)
+		}
+	}
+	return 5 * time.Minute
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepares the module file the race-detector run of the multi-node tests
+# uses (make test-race-multi).
+#
+# Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
+# writes a gRPC global that the gRPC goroutines of remotes already running
+# read: with two or more remotes in one process, the race detector reports
+# that race inside Proto.Actor on every multi-node test and hides any race in
+# roam's own code. For the race run only, this script copies the Proto.Actor
+# module from the module cache, makes that call run once per process (the
+# first remote's start, before any gRPC goroutine exists), and writes a
+# go.mod/go.sum pair that replaces the module with the copy. roam's builds,
+# demo and non-race tests use the module unchanged.
+set -euo pipefail
+out="$1"
+go="${GO:-go}"
+mod=github.com/asynkron/protoactor-go
+src=$("$go" list -m -f '{{.Dir}}' "$mod")
+rm -rf "$out"
+mkdir -p "$out"
+cp -r "$src" "$out/protoactor-go"
+chmod -R u+w "$out/protoactor-go"
+server="$out/protoactor-go/remote/server.go"
+grep -q 'grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard))' "$server"
+sed -i 's|\tgrpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard))|\tgrpcLoggerOnce.Do(func() { grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard)) })|' "$server"
+printf '\n// grpcLoggerOnce: set gRPC'"'"'s global logger once per process (race run only).\nvar grpcLoggerOnce sync.Once\n' >> "$server"
+grep -q '"sync"' "$server" || sed -i 's|^import (|import (\n\t"sync"|' "$server"
+cp go.mod "$out/go.mod"
+cp go.sum "$out/go.sum"
+"$go" mod edit -modfile="$out/go.mod" -replace "$mod=$out/protoactor-go"
