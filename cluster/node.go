@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -150,6 +151,13 @@ func containsEntryMarker(s string) bool {
 	}
 	return false
 }
+
+// entrySpotID matches the framework-issued Entry Spot ID format.
+var entrySpotID = regexp.MustCompile(`^.+-entry-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// IsEntrySpotID reports whether id has the framework's Entry Spot ID format
+// "<prefix>-entry-<lowercase uuid v4>", which no application ID may use.
+func IsEntrySpotID(id string) bool { return entrySpotID.MatchString(id) }
 
 // NewEntrySpotID issues a framework Entry Spot ID: "<prefix>-entry-<uuid v4>"
 // (spec 002 §2.1), the UUID generated apart from the node RID.

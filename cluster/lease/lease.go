@@ -230,6 +230,8 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// RequestTimeout bounds one renewal request: a renewal that takes longer
-// proves little, and only one is outstanding at a time.
-func (k *Keeper) RequestTimeout() time.Duration { return k.cfg.RetryEvery }
+// RequestTimeout bounds one renewal request (only one is outstanding at a
+// time): one renew period, so a store slowed down by load still proves the
+// lease — each answer counts from its send time — while a store that does
+// not answer is retried well before the fence.
+func (k *Keeper) RequestTimeout() time.Duration { return k.cfg.RenewEvery }

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/envelope"
 	"github.com/roamactors/roam/extension/relocation/handoff"
@@ -337,8 +338,9 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
 	next.RelocationId = id.RelocationID
-	if t.key.Kind == location.KindActor {
-		// An Entry Spot Actor joins the target's Entry Spot (spec 000 §8).
+	if t.key.Kind == location.KindActor && cluster.IsEntrySpotID(next.GetMembership().GetSpotId()) {
+		// An Entry Spot Actor joins the target's Entry Spot; a User Spot's
+		// member keeps its membership (spec 000 §8).
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
 	_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)

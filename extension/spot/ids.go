@@ -33,22 +33,18 @@ package spot
 
 import (
 	"fmt"
-	"regexp"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/roamerr"
 )
 
-// reservedEntry matches the framework-issued Entry Spot ID format
-// "<diagnostic-prefix>-entry-<lowercase canonical uuid v4>" (spec 002 §2.1).
-var reservedEntry = regexp.MustCompile(`^.+-entry-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-
 // IsReservedEntryID reports whether id has the reserved Entry Spot format.
-func IsReservedEntryID(id string) bool { return reservedEntry.MatchString(id) }
+func IsReservedEntryID(id string) bool { return cluster.IsEntrySpotID(id) }
 
 // ValidateID checks a caller-given User or Instance Spot ID: UTF-8, 1..255
 // bytes, compared byte for byte, and not in the reserved Entry Spot format.

@@ -700,6 +700,47 @@ func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
 	})
 }
 
+// Moving a User Spot's member Actor keeps its membership; only an Entry
+// Spot Actor joins the target node's Entry Spot. So the User Spot's Close
+// still sees the member after the move.
+// Reference: spec 000 §8 (membership changes only with an Entry Spot
+// Actor's host relocation), spec 002 §7.
+func TestMovingAMemberKeepsItsMembership(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a, b := w.start(), w.start()
+		res, err := a.Spots().GetOrCreate("band", "room").Do(ctx)
+		require.NoError(t, err)
+		owner := a
+		if res.Ref.NodeRid == b.NodeRid() {
+			owner = b
+		}
+		other := a
+		if owner == a {
+			other = b
+		}
+		_, err = owner.Spots().SpawnMember(ctx, res.Ref, "room", "drummer")
+		require.NoError(t, err)
+		_, err = owner.SpawnActor(ctx, "room", "loner")
+		require.NoError(t, err)
+		for _, id := range []string{"drummer", "loner"} {
+			_, err = owner.Relocate(ctx, extension.ActorRef(id), other.NodeRid())
+			require.NoError(t, err)
+		}
+		v, err := store.Read(ctx, location.Key(location.KindActor, "drummer"))
+		require.NoError(t, err)
+		require.Equal(t, other.NodeRid(), v.Record.GetOwner().GetNodeRid())
+		require.Equal(t, "band", v.Record.GetMembership().GetSpotId(), "a member stays a member of its User Spot")
+		require.Equal(t, res.Ref.ObjectGeneration, v.Record.GetMembership().GetSpotGeneration())
+		v, err = store.Read(ctx, location.Key(location.KindActor, "loner"))
+		require.NoError(t, err)
+		require.Equal(t, other.Node().EntrySpotID(), v.Record.GetMembership().GetSpotId(), "an Entry Spot Actor joins the target's Entry Spot")
+		closed, err := owner.Spots().Close(ctx, res.Ref)
+		require.NoError(t, err)
+		require.False(t, closed, "the User Spot still has its member")
+	})
+}
+
 // A membership write is accepted only while the User Spot is Ready with
 // the generation the member names.
 // Reference: spec 003 (acceptsUserSpotMembership).
