@@ -12,13 +12,15 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/faulty"
 	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // waitFor polls cond until it holds; the test's own deadline bounds it.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
 	for !cond() {
-		if dl, ok := t.Deadline(); ok && time.Until(dl) < 5*time.Second {
+		if time.Now().After(deadline) {
 			t.Fatalf("%s: never happened", what)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -56,7 +58,7 @@ func TestNodeFencesBeforeItsLeaseCanEnd(t *testing.T) {
 	f.Partition(false)
 	select {
 	case <-n.LeaseLost():
-	case <-time.After(time.Minute):
+	case <-time.After(testwait.Patience(t)):
 		t.Fatal("the node never learned its lease ended")
 	}
 	require.Equal(t, lease.Ended, n.LeaseStatus())

@@ -251,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
 	n.base = time.Now()
-	claimSent := time.Now()
+	claimSent := n.base
 	ls, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
 	if err != nil {
 		r.Shutdown(false)
@@ -399,9 +399,8 @@ func (n *Node) publish() {
 	n.status.Store(int32(n.keeper.Status()))
 }
 
-// changed publishes a new status, logs it and tells the watchers.
+// changed logs a new status (already published) and tells the watchers.
 func (n *Node) changed(reason string) {
-	n.publish()
 	st := n.keeper.Status()
 	switch st {
 	case lease.Fenced:

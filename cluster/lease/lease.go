@@ -162,9 +162,6 @@ func (k *Keeper) Status() Status { return k.status }
 // (unless a later renewal moves it).
 func (k *Keeper) ValidUntil() time.Time { return k.validUntil }
 
-// Config is the keeper's configuration with defaults applied.
-func (k *Keeper) Config() Config { return k.cfg }
-
 // Step applies one event.
 func (k *Keeper) Step(ev Event) Effects {
 	if k.status == Ended {

@@ -2,7 +2,6 @@ package location
 
 import (
 	"context"
-	"errors"
 )
 
 // LeaseHolder is a node whose writes must carry its owner lease.
@@ -41,17 +40,5 @@ func (l *leased) Apply(ctx context.Context, ops []Op) ([]StoreVersion, error) {
 }
 
 func (l *leased) CompareAndSet(ctx context.Context, key AuthorityKey, expected StoreVersion, rec *Record) (StoreVersion, error) {
-	op := UpdateOp(key, expected, rec)
-	if expected == 0 {
-		op = CreateOp(key, rec)
-	}
-	versions, err := l.Apply(ctx, []Op{op})
-	if err != nil {
-		var c *ConflictError
-		if errors.As(err, &c) {
-			c.Op = "compare-and-set"
-		}
-		return 0, err
-	}
-	return versions[0], nil
+	return CompareAndSetByApply(ctx, l.Apply, key, expected, rec)
 }

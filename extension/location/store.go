@@ -2,6 +2,7 @@ package location
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -209,6 +210,25 @@ func DeleteOp(key AuthorityKey, version StoreVersion) Op {
 // CheckOp requires key to be at version (0: absent).
 func CheckOp(key AuthorityKey, version StoreVersion) Op {
 	return Op{Kind: OpCheck, Key: key, Version: version}
+}
+
+// CompareAndSetByApply implements Store.CompareAndSet with one Apply of an
+// update (or, at version 0, a create), as every Store does: a lost race is
+// the *ConflictError Apply returns, named after compare-and-set.
+func CompareAndSetByApply(ctx context.Context, apply func(context.Context, []Op) ([]StoreVersion, error), key AuthorityKey, expected StoreVersion, rec *Record) (StoreVersion, error) {
+	op := UpdateOp(key, expected, rec)
+	if expected == 0 {
+		op = CreateOp(key, rec)
+	}
+	versions, err := apply(ctx, []Op{op})
+	if err != nil {
+		var c *ConflictError
+		if errors.As(err, &c) {
+			c.Op = "compare-and-set"
+		}
+		return 0, err
+	}
+	return versions[0], nil
 }
 
 // CheckLeaseOp requires the descriptor of node to be held by the live lease

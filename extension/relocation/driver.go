@@ -258,11 +258,6 @@ func (d *Driver) Receive(c actor.Context) {
 	case *messages.CapabilityQuery:
 		c.Respond(d.capability(m))
 	case *messages.RelocationPrepare:
-		if _, running := d.targets[handoff.IdentityFromProto(m.GetIdentity())]; !running && !d.node.Valid() {
-			// Fenced or stopped: a new move here could never commit.
-			d.refusePrepare(c, m, messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force (fenced or stopped)")
-			return
-		}
 		d.onPrepare(c, m)
 	case *messages.RelocationState:
 		d.onChunk(c, m)
@@ -441,12 +436,4 @@ func (d *Driver) endOwned(obj *object) {
 	if err != nil {
 		d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
 	}
-}
-
-// refusePrepare answers a Restore request this node will not take.
-func (d *Driver) refusePrepare(c actor.Context, p *messages.RelocationPrepare, reason messages.FailureReason, detail string) {
-	if from := c.Sender(); from != nil {
-		d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
-	}
-	d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", p.GetIdentity().GetRelocationId()).Str("detail", detail).Msg("Restore request refused")
 }

@@ -216,8 +216,8 @@ func (d *Driver) serving() error {
 	if err := d.Usable(); err != nil {
 		return err
 	}
-	if !d.node.Valid() {
-		return fmt.Errorf("%w: node %s is fenced: its owner lease is not provably in force", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+	if _, _, err := d.node.WriteLease(); err != nil {
+		return fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
 	}
 	return nil
 }

@@ -61,6 +61,10 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())
 	switch {
+	case !d.node.Valid():
+		// Fenced or stopped: a new move here could never commit.
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force (fenced or stopped)")
+		return
 	case !id.Valid():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
 		return

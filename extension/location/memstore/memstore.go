@@ -222,18 +222,7 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 
 // CompareAndSet implements location.Store.
 func (s *Store) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
-	op := location.UpdateOp(key, expected, rec)
-	if expected == 0 {
-		op = location.CreateOp(key, rec)
-	}
-	versions, err := s.Apply(ctx, []location.Op{op})
-	if err != nil {
-		if c, ok := err.(*location.ConflictError); ok {
-			c.Op = "compare-and-set"
-		}
-		return 0, err
-	}
-	return versions[0], nil
+	return location.CompareAndSetByApply(ctx, s.Apply, key, expected, rec)
 }
 
 // Apply implements location.Store.
