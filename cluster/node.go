@@ -416,13 +416,15 @@ func (n *Node) changed(reason string) {
 		}
 		ev.Str("event", "owner_lease_lost").Str("lease_id", string(n.lease.ID)).Str("reason", reason).
 			Msg("owner lease ended; this node lifecycle owns nothing now")
-		close(n.leaseLost)
 	}
 	n.watchMu.Lock()
 	ws := slices.Clone(n.watchers)
 	n.watchMu.Unlock()
 	for _, w := range ws {
 		w(st)
+	}
+	if st == lease.Ended {
+		close(n.leaseLost) // after the watchers heard it
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,10 +74,34 @@ type Config struct {
 	// recovery roots. Default: the Location Store, when it is one
 	// (memstore and consulstore are).
 	Roots location.RootStore
+	// OnRejoin, if set, is called after the Extension started a new node
+	// lifecycle because the previous one's owner lease ended. The new
+	// lifecycle has its own actor system (System() returns it) and, when
+	// Node.Port is 0, a new address: spawn the application's own actors
+	// there again.
+	OnRejoin func(*Extension)
 }
 
-// Extension is roam on one node.
+// Extension is roam on one node. It runs one node lifecycle at a time
+// (an owner lease, a descriptor, an Entry Spot, the relocation driver and
+// the Spot manager on their own actor system). When a lifecycle's lease
+// ends without Stop — the node was cut off from the store, paused or slow
+// for longer than its lease — the Extension starts a new lifecycle by
+// itself (a new node RID and generation; the old one's objects are
+// recovered like any ended owner's) and calls Config.OnRejoin.
 type Extension struct {
+	cfg     Config
+	cur     atomic.Pointer[life]
+	mu      sync.Mutex // guards kinds, stopped and the rejoin
+	kinds   []Kind
+	stopped bool
+	retired []*life // ended lifecycles still answering late arrivals
+	stopCh  chan struct{}
+	done    chan struct{} // closed when the rejoin goroutine ends
+}
+
+// life is one node lifecycle.
+type life struct {
 	node   *cluster.Node
 	driver *relocation.Driver
 	spots  *spot.Manager
@@ -85,12 +111,6 @@ type Extension struct {
 // driver and Spot manager, and runs the Spot start-up scan in the
 // background (spec 002 §4.1.1).
 func Start(ctx context.Context, cfg Config) (*Extension, error) {
-	for _, k := range cfg.Kinds {
-		cfg.Node.StableTypes = append(cfg.Node.StableTypes, k.StableType)
-		if k.Instance {
-			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
-		}
-	}
 	if cfg.Spot.Routes.MessageFollowDuration == 0 {
 		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
 		if cfg.Spot.Routes.MessageFollowDuration == 0 {
@@ -101,9 +121,32 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if err := cfg.Spot.Routes.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
-	roots := cfg.Roots
-	if roots == nil {
-		roots, _ = cfg.Node.Store.(location.RootStore)
+	if cfg.Roots == nil {
+		cfg.Roots, _ = cfg.Node.Store.(location.RootStore)
+	}
+	e := &Extension{cfg: cfg, kinds: append([]Kind(nil), cfg.Kinds...), stopCh: make(chan struct{}), done: make(chan struct{})}
+	l, err := e.startLife(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(l)
+	go e.rejoinLoop()
+	return e, nil
+}
+
+// startLife starts one node lifecycle with every kind registered so far.
+func (e *Extension) startLife(ctx context.Context) (*life, error) {
+	cfg := e.cfg
+	e.mu.Lock()
+	kinds := append([]Kind(nil), e.kinds...)
+	e.mu.Unlock()
+	cfg.Node.StableTypes = append([]string(nil), cfg.Node.StableTypes...)
+	cfg.Node.InstanceTypes = append([]string(nil), cfg.Node.InstanceTypes...)
+	for _, k := range kinds {
+		cfg.Node.StableTypes = append(cfg.Node.StableTypes, k.StableType)
+		if k.Instance {
+			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
+		}
 	}
 	var lookup *spot.IdentityLookup
 	if pc := cfg.Node.ProtoCluster; pc != nil {
@@ -133,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if err != nil {
 		return nil, errors.Join(err, node.Stop(ctx))
 	}
-	for _, k := range cfg.Kinds {
+	for _, k := range kinds {
 		if err := d.RegisterKind(k); err != nil {
 			return nil, errors.Join(err, node.Stop(ctx))
 		}
@@ -141,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if cfg.Spot.Logger == nil {
 		cfg.Spot.Logger = cfg.Node.Logger
 	}
-	m, err := spot.New(d, roots, cfg.Spot)
+	m, err := spot.New(d, cfg.Roots, cfg.Spot)
 	if err != nil {
 		return nil, errors.Join(err, node.Stop(ctx))
 	}
@@ -156,35 +199,126 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 			cfg.Node.Logger.Warn().Str("event", "spot_recovery_failed").Err(err).Msg("the Spot start-up scan did not finish")
 		}
 	}()
-	return &Extension{node: node, driver: d, spots: m}, nil
+	return &life{node: node, driver: d, spots: m}, nil
+}
+
+// rejoinLoop starts a new lifecycle whenever the current one's lease ends
+// while the Extension is not stopping. A node that is a Proto.Actor
+// cluster member does not rejoin by itself (its membership provider cannot
+// be restarted in place): it logs node_rejoin_unsupported and stays ended.
+func (e *Extension) rejoinLoop() {
+	defer close(e.done)
+	log := e.cfg.Node.Logger
+	for {
+		l := e.cur.Load()
+		select {
+		case <-e.stopCh:
+			return
+		case <-l.node.LeaseLost():
+		}
+		e.mu.Lock()
+		stopped := e.stopped
+		e.mu.Unlock()
+		if stopped {
+			return
+		}
+		if e.cfg.Node.ProtoCluster != nil {
+			if log != nil {
+				log.Error().Str("event", "node_rejoin_unsupported").Str("node_rid", l.node.Descriptor().GetNodeRid()).
+					Msg("the owner lease ended; a Proto.Actor cluster member does not rejoin by itself: restart the process")
+			}
+			return
+		}
+		// End the old lifecycle for good: its claim is gone already. Its
+		// objects first fail what they held, loudly; then its actor system
+		// and remote stop. With a free port (Node.Port 0) the old remote
+		// stays up for one Message Follow period to answer late arrivals
+		// with a typed failure; a fixed port must be freed for the new one.
+		l.spots.Stop()
+		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := l.driver.WaitEnded(wctx); err != nil && log != nil {
+			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
+		}
+		cancel()
+		if e.cfg.Node.Port == 0 {
+			e.mu.Lock()
+			e.retired = append(e.retired, l)
+			e.mu.Unlock()
+			time.AfterFunc(e.cfg.Spot.Routes.MessageFollowDuration, func() { e.stopRetired(l) })
+		} else {
+			stopNode(l.node)
+		}
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			next, err := e.startLife(ctx)
+			cancel()
+			if err == nil {
+				e.mu.Lock()
+				stopped := e.stopped
+				if !stopped {
+					e.cur.Store(next)
+				}
+				e.mu.Unlock()
+				if stopped {
+					next.spots.Stop()
+					_ = next.node.Stop(context.Background())
+					return
+				}
+				if log != nil {
+					log.Warn().Str("event", "node_rejoined").Str("old_node_rid", l.node.Descriptor().GetNodeRid()).
+						Str("node_rid", next.node.Descriptor().GetNodeRid()).Msg("the owner lease had ended; the node serves again as a new lifecycle")
+				}
+				if e.cfg.OnRejoin != nil {
+					e.cfg.OnRejoin(e)
+				}
+				break
+			}
+			if log != nil {
+				log.Warn().Str("event", "node_rejoin_failed").Int("attempt", attempt).Err(err).Msg("starting a new node lifecycle failed; retrying")
+			}
+			select {
+			case <-e.stopCh:
+				return
+			case <-time.After(min(time.Duration(attempt+1)*time.Second, 10*time.Second)):
+			}
+		}
+	}
 }
 
 // Spots is the node's Spot manager: Create, GetOrCreate, Find, Query,
 // Close and direct calls by Spot ID (spec 002).
-func (e *Extension) Spots() *spot.Manager { return e.spots }
+func (e *Extension) Spots() *spot.Manager { return e.cur.Load().spots }
 
 // RegisterKind registers a relocatable kind; every node that may host it
 // must register it with the same ApplicationVersion.
-func (e *Extension) RegisterKind(k Kind) error { return e.driver.RegisterKind(k) }
+func (e *Extension) RegisterKind(k Kind) error {
+	if err := e.cur.Load().driver.RegisterKind(k); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.kinds = append(e.kinds, k) // a later lifecycle registers it too
+	e.mu.Unlock()
+	return nil
+}
 
 // SpawnActor creates a relocatable Actor on this node.
 func (e *Extension) SpawnActor(ctx context.Context, stableType, id string) (*actor.PID, error) {
-	return e.driver.Spawn(ctx, stableType, id)
+	return e.cur.Load().driver.Spawn(ctx, stableType, id)
 }
 
 // SpawnInstanceSpot creates an Instance Spot on this node.
 func (e *Extension) SpawnInstanceSpot(ctx context.Context, stableType, id string) (*actor.PID, error) {
-	return e.driver.SpawnInstanceSpot(ctx, stableType, id)
+	return e.cur.Load().driver.SpawnInstanceSpot(ctx, stableType, id)
 }
 
 // Resolve returns the current PID of ref from the store.
 func (e *Extension) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
-	return e.driver.Resolve(ctx, ref)
+	return e.cur.Load().driver.Resolve(ctx, ref)
 }
 
 // Serving reports whether this node runs the serving incarnation of ref.
 func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
-	return e.driver.Serving(ctx, ref)
+	return e.cur.Load().driver.Serving(ctx, ref)
 }
 
 // Relocate moves ref, owned by this node, to the node targetRid. It returns
@@ -194,20 +328,57 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, targetRid string) (Ou
 	if ref.Kind != location.KindActor && ref.Kind != location.KindInstanceSpot {
 		return Outcome{}, fmt.Errorf("%w: only Actors and Instance Spots move on their own", roamerr.ErrInvalidOperation)
 	}
-	return e.driver.Relocate(ctx, ref, targetRid)
+	return e.cur.Load().driver.Relocate(ctx, ref, targetRid)
 }
 
 // Node is the underlying node (actor system, address, descriptor).
-func (e *Extension) Node() *cluster.Node { return e.node }
+func (e *Extension) Node() *cluster.Node { return e.cur.Load().node }
 
 // System is the node's actor system.
-func (e *Extension) System() *actor.ActorSystem { return e.node.System() }
+func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.System() }
 
 // NodeRid is this node lifecycle's RID, the target name Relocate takes.
-func (e *Extension) NodeRid() string { return e.node.Descriptor().GetNodeRid() }
+func (e *Extension) NodeRid() string { return e.cur.Load().node.Descriptor().GetNodeRid() }
 
-// Stop releases the node's claim and stops it.
+func stopNode(n *cluster.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.Stop(ctx)
+}
+
+// stopRetired stops an ended lifecycle kept up after a rejoin.
+func (e *Extension) stopRetired(l *life) {
+	e.mu.Lock()
+	i := slices.Index(e.retired, l)
+	if i >= 0 {
+		e.retired = slices.Delete(e.retired, i, i+1)
+	}
+	e.mu.Unlock()
+	if i >= 0 {
+		stopNode(l.node)
+	}
+}
+
+// Stop releases the node's claim and stops it; no new lifecycle starts.
 func (e *Extension) Stop(ctx context.Context) error {
-	e.spots.Stop()
-	return e.node.Stop(ctx)
+	e.mu.Lock()
+	first := !e.stopped
+	e.stopped = true
+	retired := e.retired
+	e.retired = nil
+	e.mu.Unlock()
+	if first {
+		close(e.stopCh)
+	}
+	for _, r := range retired {
+		stopNode(r.node)
+	}
+	l := e.cur.Load()
+	l.spots.Stop()
+	err := l.node.Stop(ctx)
+	select { // a rejoin in progress stops what it started
+	case <-e.done:
+	case <-ctx.Done():
+	}
+	return err
 }

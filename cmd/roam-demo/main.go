@@ -118,6 +118,13 @@ func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) (
 	silent := slog.LevelError + 4 // Proto.Actor logs a closed client connection as an error
 	for _, name := range nodeNames {
 		e, err := extension.Start(ctx, extension.Config{
+			// A node whose lease ended rejoins with a new actor system: its
+			// gateway starts there again, at the same address (a fixed port).
+			OnRejoin: func(e *extension.Extension) {
+				if _, err := chat.StartGateway(e, log); err != nil {
+					log.Error().Str("event", "gateway_restart_failed").Err(err).Msg("the chat gateway did not start on the new lifecycle")
+				}
+			},
 			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: &log, ProtoActorLogLevel: &silent},
 			Kinds: []extension.Kind{chat.Kind()},
 		})

@@ -140,8 +140,11 @@ type Driver struct {
 	sources map[uint64]*sourceRun
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
-	budget  *budget
-	metrics *metrics
+	// lifecycleEnded is closed once every incarnation of an ended
+	// lifecycle has failed what it held (WaitEnded); nil before.
+	lifecycleEnded chan struct{}
+	budget         *budget
+	metrics        *metrics
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -394,11 +397,37 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 			}
 		}
 	case lease.Ended:
+		var wg sync.WaitGroup
 		for _, obj := range d.objects {
 			if obj.state == serving && obj.out == nil {
-				d.endOwned(obj)
+				wg.Add(1)
+				d.endOwned(obj, wg.Done)
 			}
 		}
+		d.lifecycleEnded = make(chan struct{})
+		go func(done chan struct{}) { wg.Wait(); close(done) }(d.lifecycleEnded)
+	}
+}
+
+// WaitEnded waits, once the node's lease has ended, until every
+// incarnation it served has failed what it held (requests answered
+// Unavailable, sends counted), so the node's remote can be shut down
+// without dropping those answers.
+func (d *Driver) WaitEnded(ctx context.Context) error {
+	ch, err := call(ctx, d, func() (chan struct{}, error) {
+		if d.lifecycleEnded == nil {
+			return nil, fmt.Errorf("%w: the lifecycle has not ended", roamerr.ErrInvalidOperation)
+		}
+		return d.lifecycleEnded, nil
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: ending the lifecycle's incarnations: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 	}
 }
 
@@ -407,7 +436,7 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 func (d *Driver) nowServing(obj *object) {
 	obj.state = serving
 	if d.node.LeaseStatus() == lease.Ended {
-		d.endOwned(obj)
+		d.endOwned(obj, func() {})
 	}
 }
 
@@ -415,8 +444,8 @@ func (d *Driver) nowServing(obj *object) {
 // stop, and everything queued or arriving later fails loudly — requests
 // with Unavailable, sends counted and logged — for one follow period, then
 // the actor stops. Nothing of the application runs again (the gate is
-// shut for good).
-func (d *Driver) endOwned(obj *object) {
+// shut for good). done runs once what it held has been failed.
+func (d *Driver) endOwned(obj *object, done func()) {
 	obj.state = ended
 	why := "the node's owner lease ended; the object is recovered on a live node"
 	sink := d.endSink(obj, "unavailable", "send_lease_ended", why)
@@ -432,8 +461,10 @@ func (d *Driver) endOwned(obj *object) {
 		}
 		_, _ = obj.mb.Redirect(sink)
 		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
+		done()
 	})
 	if err != nil {
+		done()
 		d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
 	}
 }

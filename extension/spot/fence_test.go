@@ -146,3 +146,70 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		}
 	})
 }
+
+// A node whose lease ended while it was cut off from the store serves
+// again by itself once the store is back: a new lifecycle (new node RID
+// and generation, its own descriptor and Entry Spot) that takes new work,
+// while its former objects were recovered elsewhere.
+// Reference: spec 002 §2.1 (every start is a new lifecycle), spec 003.
+func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		f, err := faulty.New(store, faulty.Config{})
+		require.NoError(t, err)
+		rejoined := make(chan struct{}, 1)
+		a := w.start(withStore(f), func(c *extension.Config) {
+			c.OnRejoin = func(*extension.Extension) { rejoined <- struct{}{} }
+		})
+		b := w.start()
+		ctx := context.Background()
+		old := a.Node().Descriptor()
+		_, err = a.SpawnInstanceSpot(ctx, "cart", "wanderer")
+		require.NoError(t, err)
+
+		f.Partition(true)
+		waitUntil(t, "the store ends the cut-off node's lease", func() bool {
+			alive, err := store.LeaseAlive(ctx, location.LeaseID(old.GetLeaseId()))
+			return err == nil && !alive
+		})
+		_, err = b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+		require.NoError(t, err, "the Spot is reactivated on the live node")
+		f.Partition(false)
+		select {
+		case <-rejoined:
+		case <-time.After(testwait.Patience(t)):
+			t.Fatal("the node never rejoined")
+		}
+		now := a.Node().Descriptor()
+		require.NotEqual(t, old.GetNodeRid(), now.GetNodeRid())
+		require.NotEqual(t, old.GetEntrySpotId(), now.GetEntrySpotId())
+		require.True(t, a.Node().Valid())
+		got, err := store.ReadNode(ctx, location.NodeKeyOf(now))
+		require.NoError(t, err)
+		require.Equal(t, now.GetNodeGeneration(), got.Node.GetNodeGeneration())
+
+		// The new lifecycle takes work: a Spot spawned there answers calls
+		// from the other node, and calls through its handle work again.
+		_, err = a.SpawnInstanceSpot(ctx, "cart", "newcomer")
+		require.NoError(t, err)
+		_, err = b.Spots().Request("newcomer", wrapperspb.String("hello")).Do(ctx)
+		require.NoError(t, err)
+		_, err = a.Spots().Request("wanderer", wrapperspb.String("from the new lifecycle")).Do(ctx)
+		require.NoError(t, err)
+		v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "wanderer"))
+		require.NoError(t, err)
+		require.Equal(t, b.NodeRid(), v.Record.GetOwner().GetNodeRid(), "the recovered Spot stays where it was reactivated")
+	})
+}
+
+// waitUntil polls cond until it holds, bounded by the test's deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never happened", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -81,6 +81,13 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 			}
 		}
 		ext, err := extension.Start(ctx, extension.Config{
+			// A node whose lease ended rejoins with a new actor system: its
+			// gateway starts there again, at the same address (a fixed port).
+			OnRejoin: func(e *extension.Extension) {
+				if _, err := chat.StartGateway(e, log); err != nil {
+					log.Error().Str("event", "gateway_restart_failed").Err(err).Msg("the chat gateway did not start on the new lifecycle")
+				}
+			},
 			Node: cluster.Config{Store: store, Host: host, Port: nodePort, EntryPrefix: nodeName, Logger: &log,
 				ProtoActorLogLevel: &protoActor},
 			Kinds: []extension.Kind{chat.Kind()},
