@@ -13,14 +13,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/internal/testwait"
-
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
 	"github.com/roamactors/roam/extension/location/consulstore/consultest"
 	"github.com/roamactors/roam/extension/location/faulty"
 	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 )
 

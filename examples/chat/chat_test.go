@@ -11,14 +11,13 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/internal/testwait"
-
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 )
 

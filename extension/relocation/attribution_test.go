@@ -8,13 +8,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/relocation/envelope"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 )
 

@@ -10,11 +10,11 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // Cutting the Proto.Actor endpoint to the target right after the cutover

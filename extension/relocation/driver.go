@@ -140,6 +140,9 @@ type Driver struct {
 	sources map[uint64]*sourceRun
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
+	// redeliveries queues, per object, messages past the follow hop limit
+	// awaiting their owner's lookup; a key is present while its worker runs.
+	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
 	// lifecycleEnded is closed once every incarnation of an ended
 	// lifecycle has failed what it held (WaitEnded); nil before.
 	lifecycleEnded chan struct{}
@@ -165,7 +168,9 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		sources: map[uint64]*sourceRun{},
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
-		budget:  newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+
+		redeliveries: map[location.AuthorityKey][]*actor.MessageEnvelope{},
+		budget:       newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
@@ -254,6 +259,8 @@ func (d *Driver) Receive(c actor.Context) {
 		m.fn()
 	case *leaseChanged:
 		d.onLeaseChanged(m.status)
+	case *redeliver:
+		d.onRedeliver(m)
 	case *timerFired:
 		d.onTimer(m)
 	case *remote.EndpointTerminatedEvent:

@@ -9,13 +9,12 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
-
-	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -61,9 +60,11 @@ func TestFollowGenerationMismatchIsInvalidOperation(t *testing.T) {
 	require.NoError(t, relocation.DeliveryError(res))
 }
 
-// Message Follow stops after 8 hops with Unavailable.
-// Reference: DESIGN §5 (at most 8 hops), spec 000 §10.
-func TestFollowEndsAfterEightHops(t *testing.T) {
+// A message that Message Follow cannot take further (past 8 hops) is not
+// dropped: the last stub looks the owner up in the store and delivers it
+// there directly, a request with its reply route and sends in their order.
+// Reference: DESIGN §5 (at most 8 hops), spec 000 §10; no silent drop.
+func TestFollowPastEightHopsIsDeliveredFromTheStore(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
 	first, err := c.nodes[0].driver.Spawn(ctx, "counter", "hops")
@@ -74,11 +75,37 @@ func TestFollowEndsAfterEightHops(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sys := c.nodes[0].node.System()
-	res := request(t, sys, first, wrapperspb.String("get"), nil)
-	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable)
+	for i := int64(1); i <= 50; i++ {
+		sys.Root.Send(first, wrapperspb.Int64(i)) // past the limit, one-way
+	}
+	// The request queues behind the sends: all 50 were handled, in order.
+	require.Equal(t, int64(50), get(t, sys, first))
 	// Seven hops back is still followed.
-	res = request(t, sys, first, wrapperspb.String("get"), map[string]string{relocation.HeaderHops: strconv.Itoa(-2)})
+	res := request(t, sys, first, wrapperspb.String("get"), map[string]string{relocation.HeaderHops: strconv.Itoa(-2)})
 	require.NoError(t, relocation.DeliveryError(res))
+}
+
+// A message past the hop limit whose object no longer exists fails loudly:
+// a request gets NotFound.
+// Reference: spec 000 §10; no silent drop.
+func TestFollowPastTheLimitToAGoneObjectFailsTyped(t *testing.T) {
+	store := newStore(t)
+	a, b := startNodeConfig(t, store, relocation.Config{}, counterKind), startNodeConfig(t, store, relocation.Config{}, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "gone")
+	first, err := a.driver.Spawn(ctx, "counter", "gone")
+	require.NoError(t, err)
+	nodes := []*testNode{a, b}
+	for i := 0; i < relocation.MaxFollowHops+1; i++ {
+		_, err := nodes[i%2].driver.Relocate(ctx, key, nodes[(i+1)%2].node.Descriptor().GetNodeRid())
+		require.NoError(t, err)
+	}
+	v, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	_, err = store.Apply(ctx, []location.Op{location.DeleteOp(key, v.Version)})
+	require.NoError(t, err)
+	res := request(t, a.node.System(), first, wrapperspb.String("get"), nil)
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrNotFound)
 }
 
 // When MessageFollowDuration ends, the old address answers Unavailable.

@@ -281,8 +281,9 @@ func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 	return func(msg any) {
 		env, hops := withFollowHeaders(msg, obj.generation)
 		if hops > MaxFollowHops {
-			respondFailure(d.sys, env.Sender, "unavailable", obj.key.ID, fmt.Sprintf("Message Follow passed %d hops (a loop?)", MaxFollowHops))
-			d.log.Warn().Str("event", "follow_hops_exceeded").Str("object_id", obj.key.ID).Int("hops", hops).Msg("message dropped after too many follow hops")
+			// The hops cannot take it further: look the owner up in the
+			// store and deliver directly (never a silent drop).
+			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
 			return
 		}
 		d.sys.Root.Send(next, env)

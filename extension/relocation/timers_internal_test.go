@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/testwait"
-
 	"github.com/roamactors/roam/messages"
 )
 

@@ -43,13 +43,14 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		_, err = b.Spots().Request(id, wrapperspb.String("before")).InstanceSpot().Do(ctx)
 		require.NoError(t, err)
 
+		oldSpots, oldNode := a.Spots(), a.Node()
 		// The instant the store is first seen to have ended a's lease: from
 		// then on another node may own a's objects, so a must have handled
 		// nothing after it.
 		leaseEnded := make(chan time.Time, 1)
 		go func() {
 			for {
-				alive, err := store.LeaseAlive(ctx, a.Node().Lease().ID)
+				alive, err := store.LeaseAlive(ctx, oldNode.Lease().ID)
 				if err == nil && !alive {
 					leaseEnded <- time.Now()
 					return
@@ -108,15 +109,15 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable, "the old incarnation answered %v", res)
 		select {
-		case <-a.Node().LeaseLost():
+		case <-oldNode.LeaseLost():
 		case <-time.After(testwait.Patience(t)):
 			t.Fatal("the cut-off node never learned its lease ended")
 		}
 		for i := 0; i < 20; i++ {
 			require.NoError(t, call(b, fmt.Sprintf("after-%d", i)))
 		}
-		err = call(a, "through-the-old-handle")
-		require.ErrorIs(t, err, roamerr.ErrUnavailable, "a node whose lease ended answers Unavailable")
+		_, err = oldSpots.Request(id, wrapperspb.String("through-the-old-handle")).Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "the Spot manager of a lifecycle whose lease ended answers Unavailable")
 
 		w.mu.Lock()
 		trace := append([]handling(nil), w.trace...)

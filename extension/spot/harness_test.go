@@ -13,11 +13,11 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/internal/testwait"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
@@ -26,6 +26,7 @@ import (
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot"
 	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // consul is one real Consul for the package's tests (DESIGN §3).
@@ -73,6 +74,7 @@ type world struct {
 	firstBad  []string             // first messages that were not the winning activation's
 	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
 	trace     []handling           // every cart message handled, in one global order
+	fences    []string             // nodes that fenced themselves, for diagnosis
 }
 
 // handling is one handled cart message: which incarnation (node address
@@ -116,6 +118,14 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	}
 	e, err := extension.Start(context.Background(), cfg)
 	require.NoError(w.t, err)
+	rid := e.NodeRid()
+	e.Node().OnLeaseChange(func(s lease.Status) {
+		if s == lease.Fenced {
+			w.mu.Lock()
+			w.fences = append(w.fences, fmt.Sprintf("%s fenced at %s", rid, time.Now().Format("15:04:05.000")))
+			w.mu.Unlock()
+		}
+	})
 	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
 	w.nodes = append(w.nodes, e)
 	return e

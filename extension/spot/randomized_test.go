@@ -183,6 +183,13 @@ func TestRandomizedSpotOperations(t *testing.T) {
 func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
+		t.Cleanup(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if t.Failed() && len(w.fences) > 0 {
+				t.Logf("lease fences during the test: %v", w.fences)
+			}
+		})
 		w.startN(3)
 		var liveMu sync.Mutex
 		live := append([]*extension.Extension(nil), w.nodes...)
