@@ -108,6 +108,25 @@ func TestFollowPastTheLimitToAGoneObjectFailsTyped(t *testing.T) {
 	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrNotFound)
 }
 
+// A request dispatched after its caller's deadline is answered
+// DeadlineExceeded and not run, so a target never runs requests whose
+// callers gave up (the deadline travels in saved work).
+// Reference: spec 000 §4.2, §5.2.
+func TestRequestPastItsDeadlineIsNotRun(t *testing.T) {
+	c := startNodes(t, 1)
+	pid, err := c.nodes[0].driver.Spawn(context.Background(), "counter", "late")
+	require.NoError(t, err)
+	sys := c.nodes[0].node.System()
+	sys.Root.Send(pid, wrapperspb.Int64(1))
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+	res := request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderDeadline: past})
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrDeadlineExceeded)
+	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderDeadline: future})
+	require.NoError(t, relocation.DeliveryError(res))
+	require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
+}
+
 // When MessageFollowDuration ends, the old address answers Unavailable.
 // Reference: spec 000 §10, DESIGN §5 (MessageFollowDuration).
 func TestFollowExpiresWithUnavailable(t *testing.T) {

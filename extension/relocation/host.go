@@ -3,6 +3,7 @@ package relocation
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -18,6 +19,16 @@ import (
 // of a cold activation is recognised when its handler completes (spec 002
 // §4.1) and a redelivery of the same operation can be told apart.
 const HeaderOperation = "roam-operation"
+
+// HeaderDeadline is a request's absolute deadline in Unix milliseconds. A
+// request dispatched after it (plus deadlineGrace for clock skew between
+// nodes) is answered DeadlineExceeded and not run: its caller has given up
+// (spec 000 §4.2, §5.2).
+const HeaderDeadline = "roam-deadline"
+
+// deadlineGrace tolerates clocks of different nodes that disagree a little:
+// a request is skipped only once it is this far past its deadline.
+const deadlineGrace = time.Second
 
 // Closed: the incarnation was closed by its owner (spec 002 §7).
 const Closed ClosingReason = RelocationOut + 1

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -63,6 +64,13 @@ func (h *host) Receive(c actor.Context) {
 			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID,
 				fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation))
 			return
+		}
+		if d := hd.Get(HeaderDeadline); d != "" && c.Sender() != nil {
+			if ms, err := strconv.ParseInt(d, 10, 64); err == nil && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
+				respondFailure(c.ActorSystem(), c.Sender(), "deadline_exceeded", h.obj.key.ID,
+					"the request's deadline passed before it was dispatched; not run")
+				return
+			}
 		}
 	}
 	switch m := c.Message().(type) {

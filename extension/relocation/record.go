@@ -3,6 +3,7 @@ package relocation
 import (
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -37,6 +38,18 @@ func toRecord(posted any) (envelope.Record, error) {
 	}
 	if header != nil && header.Length() > 0 {
 		for k, v := range header.ToMap() {
+			// The operation identity and a request's deadline have their own
+			// fields in the record (spec 000 §4.2).
+			switch k {
+			case HeaderOperation:
+				rec.OperationID = v
+				continue
+			case HeaderDeadline:
+				if ms, err := strconv.ParseUint(v, 10, 64); err == nil {
+					rec.DeadlineUnixMillis = ms
+					continue
+				}
+			}
 			rec.Metadata = append(rec.Metadata, envelope.Header{Key: k, Value: v})
 		}
 		sort.Slice(rec.Metadata, func(i, j int) bool { return rec.Metadata[i].Key < rec.Metadata[j].Key })
@@ -54,7 +67,7 @@ func fromRecord(rec envelope.Record) (any, error) {
 	if err := proto.Unmarshal(rec.Body, msg); err != nil {
 		return nil, fmt.Errorf("%w: unmarshal %s: %w", roamerr.ErrTypeMismatch, rec.MessageType, err)
 	}
-	if rec.ReplyRoute == nil && len(rec.Metadata) == 0 {
+	if rec.ReplyRoute == nil && len(rec.Metadata) == 0 && rec.OperationID == "" && rec.DeadlineUnixMillis == 0 {
 		return msg, nil
 	}
 	env := &actor.MessageEnvelope{Message: msg}
@@ -63,6 +76,12 @@ func fromRecord(rec envelope.Record) (any, error) {
 	}
 	for _, h := range rec.Metadata {
 		env.SetHeader(h.Key, h.Value)
+	}
+	if rec.OperationID != "" {
+		env.SetHeader(HeaderOperation, rec.OperationID)
+	}
+	if rec.DeadlineUnixMillis != 0 {
+		env.SetHeader(HeaderDeadline, strconv.FormatUint(rec.DeadlineUnixMillis, 10))
 	}
 	return env, nil
 }

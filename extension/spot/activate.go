@@ -535,7 +535,7 @@ func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
 	if err != nil {
 		return false
 	}
-	for _, n := range candidates(nodes, a.GetStableType(), true) {
+	for _, n := range candidates(nodes, a.GetStableType(), true, a.GetSpotId()) {
 		if slices.Contains(full, n.Node.GetNodeRid()) {
 			continue
 		}

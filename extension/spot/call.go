@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -193,9 +194,16 @@ func (c *Call) checkExisting(a authority) error {
 	return nil
 }
 
-// headers stamps the operation identity and the calling node.
-func (c *Call) headers(op string) map[string]string {
-	return map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
+// headers stamps the operation identity and the calling node, and a
+// request's deadline: a request still queued when its caller has given up
+// is answered DeadlineExceeded instead of run, also after a move (spec 000
+// §4.2, §5.2: the deadline is frozen into saved work).
+func (c *Call) headers(ctx context.Context, op string) map[string]string {
+	h := map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
+	if dl, ok := ctx.Deadline(); ok && c.request {
+		h[relocation.HeaderDeadline] = strconv.FormatInt(dl.UnixMilli(), 10)
+	}
+	return h
 }
 
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
@@ -203,7 +211,7 @@ func (c *Call) headers(op string) map[string]string {
 // is dropped, never retried elsewhere (spec 002 §5).
 func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string) (proto.Message, error) {
 	m := c.m
-	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
 	if !c.request {
 		m.sys.Root.Send(pid, env)
 		return nil, nil
@@ -296,7 +304,7 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 		}
 		return nil, err
 	}
-	cands := candidates(nodes, stableType, true)
+	cands := candidates(nodes, stableType, true, c.spotID)
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
 	}
@@ -329,7 +337,7 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, owner *me
 		act.First = first
 		m.sys.Root.Send(servicePID(address), act)
 	}
-	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(op)}
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
 	if !c.request {
 		if _, err := relocation.ToWire(c.spotID, env); err != nil {
 			return nil, err

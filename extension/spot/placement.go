@@ -1,8 +1,11 @@
 package spot
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -77,9 +80,13 @@ func instanceType(nodes []location.VersionedNode, named string) (string, error) 
 }
 
 // candidates are the serving nodes that host stableType (as an Instance
-// Spot type when instance is set), in an order drawn by placement weight
-// (a node of weight 0 counts as 1).
-func candidates(nodes []location.VersionedNode, stableType string, instance bool) []location.VersionedNode {
+// Spot type when instance is set), in placement-weight order (a node of
+// weight 0 counts as 1). With a Spot ID the order is a function of the ID
+// (weighted rendezvous hashing): every caller sends the cold activations
+// of one ID to the same first target, so one caller's calls to a Missing
+// Spot keep their order (one connection, the target's per-ID queue) and
+// concurrent first messages rarely race. Without one it is drawn at random.
+func candidates(nodes []location.VersionedNode, stableType string, instance bool, spotID string) []location.VersionedNode {
 	var out []location.VersionedNode
 	for _, n := range nodes {
 		types := n.Node.GetStableTypes()
@@ -89,6 +96,18 @@ func candidates(nodes []location.VersionedNode, stableType string, instance bool
 		if n.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_SERVING && slices.Contains(types, stableType) {
 			out = append(out, n)
 		}
+	}
+	if spotID != "" {
+		score := func(n location.VersionedNode) float64 {
+			h := fnv.New64a()
+			h.Write([]byte(spotID))
+			h.Write([]byte{0})
+			h.Write([]byte(n.Node.GetNodeRid()))
+			u := (float64(mix64(h.Sum64())>>11) + 0.5) / (1 << 53) // in (0, 1)
+			return float64(weight(n)) / -math.Log(u)
+		}
+		slices.SortStableFunc(out, func(a, b location.VersionedNode) int { return cmp.Compare(score(b), score(a)) })
+		return out
 	}
 	// Weighted order without replacement: each pick is proportional to
 	// weight among the rest.
@@ -108,6 +127,16 @@ func candidates(nodes []location.VersionedNode, stableType string, instance bool
 		}
 	}
 	return ordered
+}
+
+// mix64 is SplitMix64's finalizer: FNV alone leaves the top bits of
+// hashes that differ in their last byte nearly equal.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func weight(n location.VersionedNode) int { return max(int(n.Node.GetWeight()), 1) }

@@ -892,3 +892,24 @@ func TestAbandonedActivationIsResumed(t *testing.T) {
 		}
 	})
 }
+
+// One caller's two calls to a Missing Instance Spot — a send, then a
+// request — are handled in the caller's order: both cold activations go to
+// the same target (placement is a function of the Spot ID), whose per-ID
+// queue runs them in arrival order on the caller's one connection.
+// Reference: spec 002 §4.1 (cold activation), §6 (a caller's order).
+func TestOneCallersColdActivationsKeepTheirOrder(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(3)
+		caller := w.nodes[0]
+		for i := 0; i < 30; i++ {
+			id := fmt.Sprintf("ordered-%d", i)
+			_, err := caller.Spots().Send(id, wrapperspb.String(id+"-first")).InstanceSpot("cart").Do(ctx)
+			require.NoError(t, err)
+			_, err = request(t, caller, id, id+"-second", "cart")
+			require.NoError(t, err)
+			require.Equal(t, []string{id + "-first", id + "-second"}, w.handledOf(id), "handled in the caller's order")
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package spot
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,4 +136,29 @@ func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
 	require.Equal(t, "r", old.v.Key.ID)
 	_, ok = c.takeExpired("r")
 	require.False(t, ok, "taken once")
+}
+
+// The cold-activation order of candidates is a function of the Spot ID
+// alone (not of the listing's order), and spreads IDs over the nodes by
+// weight.
+func TestCandidatesForASpotIDAreDeterministic(t *testing.T) {
+	node := func(rid string, w uint32) location.VersionedNode {
+		return location.VersionedNode{Node: &messages.NodeDescriptor{NodeRid: rid, Weight: w, InstanceTypes: []string{"cart"},
+			Status: messages.NodeStatus_NODE_STATUS_SERVING}}
+	}
+	nodes := []location.VersionedNode{node("a", 1), node("b", 1), node("c", 2)}
+	reversed := []location.VersionedNode{nodes[2], nodes[1], nodes[0]}
+	first := map[string]int{}
+	for i := 0; i < 4000; i++ {
+		id := fmt.Sprintf("spot-%d", i)
+		x, y := candidates(nodes, "cart", true, id), candidates(reversed, "cart", true, id)
+		require.Len(t, x, 3)
+		for j := range x {
+			require.Equal(t, x[j].Node.GetNodeRid(), y[j].Node.GetNodeRid())
+		}
+		first[x[0].Node.GetNodeRid()]++
+	}
+	// Weight 2 against 1 and 1: about half the IDs go to c first.
+	require.InDelta(t, 2000, first["c"], 300)
+	require.InDelta(t, 1000, first["a"], 250)
 }

@@ -226,7 +226,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 	}
 	var target *location.NodeDescriptor
 	hosted := false
-	for _, n := range candidates(nodes, c.stableType, false) {
+	for _, n := range candidates(nodes, c.stableType, false, "") {
 		hosted = true
 		if !skip[n.Node.GetNodeRid()] {
 			target = n.Node
