@@ -37,7 +37,9 @@ const GatewayName = "chat/gateway"
 // Kind is the rooms' relocatable kind: an Instance Spot type whose state
 // moves with it.
 func Kind() extension.Kind {
-	return extension.Kind{StableType: StableType, Instance: true,
+	// A room whose node crashed comes back empty (members rejoin as they
+	// post) instead of waiting for an operator: ReactivateEmpty.
+	return extension.Kind{StableType: StableType, Instance: true, ReactivateEmpty: true,
 		Producer: func() actor.Actor { return &Room{} }, Policy: extension.PreserveStateWith(roomState{})}
 }
 

@@ -66,6 +66,15 @@ type Kind struct {
 	// kind as an Instance Spot on nodes that host it (spec 002 §4);
 	// otherwise it is a User Spot or Actor type only.
 	Instance bool
+	// ReactivateEmpty lets an Instance Spot of a PreserveStateWith kind
+	// whose owner ended (crashed, cut off) be reactivated by the next
+	// Instance-intent call without its in-memory state, which ended with
+	// the owner (logged spot_reactivated). By default such a Spot answers
+	// Unavailable naming the cause until an operator accepts the loss
+	// with spot.Manager.ReleaseEnded (spec 003: an ended owner's record is
+	// released automatically only when no state is lost). Kinds that carry
+	// no state reactivate either way.
+	ReactivateEmpty bool
 }
 
 func (k *Kind) validate() error {

@@ -109,6 +109,14 @@ func (m *Manager) activateOnce(ctx context.Context, a *messages.SpotActivation, 
 			return m.resume(ctx, auth.v, a, first)
 		}
 		if k, ok := m.d.Kind(rec.GetStableType()); ok && relocation.PreservesState(k.Policy) {
+			if !k.ReactivateEmpty {
+				// Spec 003: the state ended with its owner; only an operator
+				// (or a kind that opted in) may accept the loss.
+				m.log.Warn().Str("event", "reactivation_refused").Str("spot_id", a.GetSpotId()).Str("owner_node_rid", rec.GetOwner().GetNodeRid()).
+					Msg("the owner of an Instance Spot ended with its in-memory state; it stays unavailable until ReleaseEnded accepts the loss")
+				return fmt.Errorf("%w: Spot %q: its owner node %s ended and its in-memory state with it; Spots().ReleaseEnded accepts the loss and lets it start empty",
+					roamerr.ErrUnavailable, a.GetSpotId(), rec.GetOwner().GetNodeRid())
+			}
 			m.log.Warn().Str("event", "spot_reactivated").Str("spot_id", a.GetSpotId()).Uint64("object_generation", rec.GetObjectGeneration()).
 				Msg("the owner of an Instance Spot ended; a new incarnation starts without the old one's in-memory state")
 		}

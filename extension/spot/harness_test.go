@@ -242,7 +242,7 @@ func (k *cart) Receive(c actor.Context) {
 }
 
 func (w *world) cartKind(stableType string) extension.Kind {
-	return extension.Kind{StableType: stableType, Instance: true, Policy: extension.PreserveStateWith(countState{}),
+	return extension.Kind{StableType: stableType, Instance: true, Policy: extension.PreserveStateWith(countState{}), ReactivateEmpty: true,
 		Producer: func() actor.Actor { w.count(stableType).Add(1); return &cart{w: w, stable: stableType} }}
 }
 

@@ -658,6 +658,48 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 
 // --- Reactivation (spec 003) and recovery (spec 002 §4.1.1) -----------------
 
+// An Instance Spot of a PreserveStateWith kind whose owner ended is not
+// reactivated empty on its own: calls answer Unavailable naming the cause
+// until an operator accepts the loss with ReleaseEnded; then the next call
+// activates it empty. ReleaseEnded refuses a live owner.
+// Reference: spec 003 (automatic release only where no state is lost).
+func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		caller := w.start(withKinds(w.roomKind()))
+		doomed := w.start(withKinds(vault))
+		n, err := request(t, caller, "strongbox", "1", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		_, err = caller.Spots().ReleaseEnded(ctx, "strongbox")
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "the owner is alive")
+		eventually(t, "the activation's recovery pointer removed", func() bool {
+			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "strongbox"))
+			require.NoError(t, err)
+			return v.Record.GetActivationRecovery() == nil
+		})
+		require.NoError(t, doomed.Stop(ctx))
+		w.start(withKinds(vault))
+
+		_, err = request(t, caller, "strongbox", "2", "vault")
+		require.ErrorIs(t, err, roamerr.ErrUnavailable)
+		require.Contains(t, err.Error(), "ReleaseEnded")
+
+		released, err := caller.Spots().ReleaseEnded(ctx, "strongbox")
+		require.NoError(t, err)
+		require.True(t, released)
+		released, err = caller.Spots().ReleaseEnded(ctx, "strongbox")
+		require.NoError(t, err)
+		require.False(t, released, "nothing left to release")
+		n, err = request(t, caller, "strongbox", "3", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "a new, empty incarnation")
+		require.Equal(t, []string{"1", "3"}, w.handledOf("strongbox"))
+	})
+}
+
 // An Instance Spot whose owner's lifecycle ended is reactivated by a call
 // with Instance intent on a live node, with its stored Mesh and type and a
 // new generation; a call without intent is Unavailable.
