@@ -186,6 +186,7 @@ type Node struct {
 	watchers   []func(lease.Status)
 
 	leaseLost chan struct{}
+	stopped   chan struct{} // closed when Stop has shut the actor system down
 	stopRenew chan struct{}
 	renewDone chan struct{}
 	stopOnce  sync.Once
@@ -233,6 +234,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		remote:    r,
 		pcluster:  pc,
 		leaseLost: make(chan struct{}),
+		stopped:   make(chan struct{}),
 		stopRenew: make(chan struct{}),
 		renewDone: make(chan struct{}),
 	}
@@ -490,6 +492,10 @@ func (n *Node) Lease() location.Lease { return n.lease }
 // the node stopped.
 func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
 
+// Stopped is closed once Stop has shut the node's actor system down: no
+// actor of the node runs any more, so nothing waits on one after it.
+func (n *Node) Stopped() <-chan struct{} { return n.stopped }
+
 // Stop releases the descriptor and Entry claim (only this lifecycle's) and
 // shuts the remote and actor system down. A lease already lost is not an
 // error of Stop. It is safe to call more than once.
@@ -511,6 +517,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.remote.Shutdown(false)
 			n.system.Shutdown()
 		}
+		close(n.stopped)
 		n.log.Info().Str("event", "node_stopped").Msg("node stopped")
 	})
 	return n.stopErr

@@ -67,3 +67,18 @@ func TestExtensionRelocatesAnActor(t *testing.T) {
 	_, err = exts[1].Relocate(ctx, extension.Ref{Kind: 1, ID: "entry"}, exts[0].NodeRid())
 	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
 }
+
+// After Stop, nothing waits on the stopped node's actors: the driver's
+// internal calls (here through Serving and a Spot close) return a typed
+// error at once instead of blocking forever.
+// Reference: no object or caller left stuck.
+func TestCallsAfterStopNeverBlock(t *testing.T) {
+	ctx := context.Background()
+	e, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: memstore.New()}})
+	require.NoError(t, err)
+	require.NoError(t, e.Stop(ctx))
+	_, err = e.Serving(ctx, extension.ActorRef("a"))
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	_, err = e.SpawnActor(ctx, "greeter", "b")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+}

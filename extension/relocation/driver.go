@@ -245,6 +245,16 @@ func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error
 	case <-ctx.Done():
 		var zero T
 		return zero, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	case <-d.node.Stopped():
+		// The driver actor is gone with the actor system: never wait for it
+		// (callers with context.Background would wait forever).
+		select {
+		case r := <-done:
+			return r.v, r.err
+		default:
+			var zero T
+			return zero, fmt.Errorf("%w: node %s has stopped", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+		}
 	}
 }
 
