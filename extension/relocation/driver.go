@@ -237,6 +237,12 @@ func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error
 		v   T
 		err error
 	}
+	select {
+	case <-d.node.Stopped():
+		var zero T
+		return zero, fmt.Errorf("%w: node %s has stopped", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+	default:
+	}
 	done := make(chan result, 1)
 	d.sys.Root.Send(d.self, &localCall{fn: func() { v, err := fn(); done <- result{v, err} }})
 	select {

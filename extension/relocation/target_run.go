@@ -206,7 +206,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.send(t.sourcePID, &messages.RelayReady{Identity: id.ToProto()})
 
 	case handoff.CommitOwner:
-		go func() { d.laterTarget(id, d.commitOwner(t, id)) }()
+		go func() { d.laterTarget(id, d.commitOwner(t, id, e.SettleOnly)) }()
 
 	case handoff.OpenDispatch:
 		backlog := append(t.saved, e.Relay...)
@@ -319,8 +319,17 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 // a consistent read, the fence check, and a CAS naming this target with the
 // move's RelocationId. A record that already names this target with this
 // RelocationId is a success (an earlier attempt's indeterminate write).
-func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
-	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
+//
+// With settleOnly (the restore deadline passed while an earlier CAS's
+// outcome was unknown) it only reads: StoreNotCommitted when the record is
+// still at the source's fence. Its reads are bounded by the retry period,
+// not the passed deadline.
+func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool) handoff.Event {
+	deadline := t.deadline
+	if settleOnly {
+		deadline = time.Now().Add(d.cfg.RestoreTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	v, err := d.store.Read(ctx, t.key)
 	if err != nil {
@@ -331,6 +340,9 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
 	}
 	if ev := d.judge(t, id, v); ev != nil {
 		return ev
+	}
+	if settleOnly {
+		return handoff.StoreNotCommitted{}
 	}
 	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 		// A Close wrote Closing after the seal; it finds the object moving,
@@ -359,6 +371,12 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity) handoff.Event {
 			}
 		}
 		return handoff.StoreRetryable{Err: err}
+	case errors.Is(err, location.ErrLeaseEnded):
+		// This lifecycle can never commit (nothing was written).
+		return handoff.StoreStale{Err: err}
+	case errors.Is(err, location.ErrIndeterminate), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// Sent, outcome unknown: it may have applied.
+		return handoff.StoreRetryable{Err: err, Unknown: true}
 	default:
 		return handoff.StoreRetryable{Err: err}
 	}

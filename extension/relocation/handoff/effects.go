@@ -120,7 +120,13 @@ type (
 	SendRelayReady struct{}
 	// CommitOwner: the target-only CAS with the expected source fence and
 	// RelocationId; on an indeterminate answer re-read first (§4.5).
-	CommitOwner struct{ Attempt int }
+	CommitOwner struct {
+		Attempt int
+		// SettleOnly: the restore deadline passed with a CAS outcome
+		// unknown; only read the record and report StoreCommitted,
+		// StoreNotCommitted, StoreStale or StoreRetryable — no new CAS.
+		SettleOnly bool
+	}
 	// OpenDispatch: merge the backlog — saved work, then Relay, then the
 	// temporary queue — and open dispatch (§4.6); report DispatchOpened.
 	OpenDispatch struct{ Relay []any }

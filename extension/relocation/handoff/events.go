@@ -82,8 +82,17 @@ type (
 	// StoreCommitted: the CAS (or a re-read after an indeterminate answer)
 	// shows this target as owner with this RelocationId.
 	StoreCommitted struct{}
-	// StoreRetryable: unavailable or indeterminate; try again.
-	StoreRetryable struct{ Err error }
+	// StoreRetryable: the store did not decide; try again. Unknown is set
+	// when a CAS was sent and its outcome is indeterminate (it may have
+	// applied): the target then never removes itself without a read that
+	// settles it (§4.5, §9).
+	StoreRetryable struct {
+		Err     error
+		Unknown bool
+	}
+	// StoreNotCommitted: a settling read found the record still at the
+	// source's fence: this move's CAS did not apply.
+	StoreNotCommitted struct{}
 	// StoreStale: another valid owner or generation is current.
 	StoreStale struct{ Err error }
 	// DispatchOpened: OpenDispatch finished.
@@ -113,5 +122,6 @@ func (AbortReceived) isEvent()        {}
 func (StoreCommitted) isEvent()       {}
 func (StoreRetryable) isEvent()       {}
 func (StoreStale) isEvent()           {}
+func (StoreNotCommitted) isEvent()    {}
 func (DispatchOpened) isEvent()       {}
 func (TimerFired) isEvent()           {}

@@ -725,3 +725,50 @@ func TestLateReplyDuringReconciliation(t *testing.T) {
 	require.True(t, has[RelayThenCutover](s.Step(RelayReadyReceived{})))
 	require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: false}))
 }
+
+// A target whose CAS outcome is unknown (an indeterminate answer: the
+// write may have applied) never removes itself at the restore deadline on
+// a timeout: it settles with reads only — no new CAS — until the store
+// answers, then opens if the record names it, or removes itself if the
+// record is still at the source's fence.
+// Reference: spec 000 §4.5, §9 (indeterminate outcomes), §13.
+func TestUnknownCommitOutcomeIsSettledByAReadNotATimeout(t *testing.T) {
+	for _, outcome := range []string{"applied", "not applied"} {
+		tg := restored(t, stream(300))
+		tg.Step(CutoverReceivedEvent{})
+		tg.Step(StoreRetryable{Err: errors.New("EOF"), Unknown: true})
+		effects := tg.Step(TimerFired{Timer: TimerRestoreDeadline})
+		require.False(t, has[RemoveTarget](effects), outcome)
+		require.Equal(t, []string{"commit_outcome_unknown"}, logEvent(effects))
+		c, ok := find[CommitOwner](effects)
+		require.True(t, ok)
+		require.True(t, c.SettleOnly, "past the deadline only reads")
+		// The store is still unreachable: keep reading, never remove.
+		effects = tg.Step(StoreRetryable{Err: errors.New("unavailable")})
+		require.False(t, has[RemoveTarget](effects))
+		c, ok = find[CommitOwner](tg.Step(TimerFired{Timer: TimerStoreRetry}))
+		require.True(t, ok)
+		require.True(t, c.SettleOnly)
+		if outcome == "applied" {
+			require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
+			continue
+		}
+		effects = tg.Step(StoreNotCommitted{})
+		require.True(t, has[RemoveTarget](effects))
+		require.Equal(t, []string{"location_update_failed"}, logEvent(effects))
+	}
+}
+
+// An unknown outcome that a later read settled as "not applied" lets the
+// deadline remove the target as usual.
+// Reference: spec 000 §4.5.
+func TestSettledUnknownOutcomeAllowsRemovalAtTheDeadline(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	tg.Step(StoreRetryable{Err: errors.New("EOF"), Unknown: true})
+	tg.Step(TimerFired{Timer: TimerStoreRetry})
+	tg.Step(StoreNotCommitted{}) // the retry's read: still at the fence
+	require.Equal(t, StoreRetry, tg.Phase())
+	effects := tg.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.True(t, has[RemoveTarget](effects))
+}

@@ -33,7 +33,11 @@ type Target struct {
 	attempt      int  // CAS attempts so far
 	inFlight     bool // a CommitOwner is running
 	deadlineHit  bool // the restore deadline passed while a CAS was in flight
-	done         bool // Complete emitted
+	// unknown: some CAS of this move had an indeterminate answer and no
+	// read has settled it since; the target must not remove itself then.
+	unknown  bool
+	settling bool // past the deadline: only settling reads, no new CAS
+	done     bool // Complete emitted
 }
 
 // NewTarget creates the machine for the first command 40 of id and returns
@@ -83,7 +87,19 @@ func (t *Target) remove(err error, before ...Effect) []Effect {
 func (t *Target) commit() []Effect {
 	t.attempt++
 	t.inFlight = true
-	return []Effect{CommitOwner{Attempt: t.attempt}}
+	return []Effect{CommitOwner{Attempt: t.attempt, SettleOnly: t.settling}}
+}
+
+// settle replaces a removal at the restore deadline while a CAS outcome is
+// unknown: read until the store answers, then open or remove (§4.5, §9: an
+// indeterminate answer is settled by a consistent read, never by a timeout).
+func (t *Target) settle(last error) []Effect {
+	t.settling = true
+	msg := "restore deadline passed with the owner change's outcome unknown; settling it with a consistent read"
+	if last != nil {
+		msg += ": " + last.Error()
+	}
+	return append([]Effect{Log{Level: LevelWarn, Event: "commit_outcome_unknown", Msg: msg}}, t.commit()...)
 }
 
 // Step feeds one event and returns the effects to run, in order. Events
@@ -219,8 +235,26 @@ func (t *Target) Step(ev Event) []Effect {
 			return nil
 		}
 		t.inFlight = false
-		if t.deadlineHit {
+		t.unknown = t.unknown || ev.Unknown
+		if t.deadlineHit && !t.unknown {
 			return t.locationUpdateFailed(ev.Err)
+		}
+		if t.deadlineHit && !t.settling {
+			return t.settle(ev.Err)
+		}
+		if t.phase != StoreRetry {
+			t.moveTo(StoreRetry)
+		}
+		return []Effect{StartTimer{Timer: TimerStoreRetry, After: t.cfg.StoreRetryBackoff}}
+
+	case StoreNotCommitted:
+		if !t.inFlight {
+			return nil
+		}
+		t.inFlight = false
+		t.unknown = false // settled: no CAS of this move applied
+		if t.deadlineHit {
+			return t.locationUpdateFailed(nil)
 		}
 		if t.phase != StoreRetry {
 			t.moveTo(StoreRetry)
@@ -310,10 +344,12 @@ func (t *Target) timer(tm Timer) []Effect {
 			return t.remove(fmt.Errorf("%w: restore deadline passed before relay-ready", roamerr.ErrDeadlineExceeded),
 				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_DEADLINE, Detail: "restore deadline passed"})
 		case RelayReady, CutoverReceived, CutoverFallback, StoreRetry:
+			t.deadlineHit = true
 			if t.inFlight {
-				// The answer in flight decides; a success is not late.
-				t.deadlineHit = true
-				return nil
+				return nil // the answer in flight decides; a success is not late
+			}
+			if t.unknown {
+				return t.settle(nil)
 			}
 			return t.locationUpdateFailed(nil)
 		}
