@@ -340,6 +340,14 @@ func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.Syste
 // NodeRid is this node lifecycle's RID, the target name Relocate takes.
 func (e *Extension) NodeRid() string { return e.cur.Load().node.Descriptor().GetNodeRid() }
 
+// restoreTimeout is the hand-off's restore timeout as configured.
+func (e *Extension) restoreTimeout() time.Duration {
+	if t := e.cfg.Relocation.RestoreTimeout; t > 0 {
+		return t
+	}
+	return 10 * time.Second
+}
+
 func stopNode(n *cluster.Node) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -374,6 +382,13 @@ func (e *Extension) Stop(ctx context.Context) error {
 		stopNode(r.node)
 	}
 	l := e.cur.Load()
+	// Moves into this node that passed relay-ready commit first (bounded by
+	// ctx and the restore timeout); then the lease ends and the node stops.
+	fctx, cancel := context.WithTimeout(ctx, e.restoreTimeout())
+	if err := l.driver.FinishIncoming(fctx); err != nil && e.cfg.Node.Logger != nil {
+		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node unfinished")
+	}
+	cancel()
 	l.spots.Stop()
 	err := l.node.Stop(ctx)
 	select { // a rejoin in progress stops what it started

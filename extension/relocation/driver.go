@@ -143,6 +143,8 @@ type Driver struct {
 	// redeliveries queues, per object, messages past the follow hop limit
 	// awaiting their owner's lookup; a key is present while its worker runs.
 	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
+	// stopping is set by FinishIncoming: no new move lands here.
+	stopping bool
 	// lifecycleEnded is closed once every incarnation of an ended
 	// lifecycle has failed what it held (WaitEnded); nil before.
 	lifecycleEnded chan struct{}
@@ -310,8 +312,8 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 	}
 	k, ok := d.kind(q.GetStableType())
 	switch {
-	case !d.node.Valid():
-		reply.Reason = "the node's owner lease is not in force (fenced or stopped)"
+	case !d.node.Valid() || d.stopping:
+		reply.Reason = "the node's owner lease is not in force, or the node is stopping"
 	case !ok:
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
 	case k.ApplicationVersion != q.GetApplicationVersion():
@@ -429,6 +431,38 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 		}
 		d.lifecycleEnded = make(chan struct{})
 		go func(done chan struct{}) { wg.Wait(); close(done) }(d.lifecycleEnded)
+	}
+}
+
+// FinishIncoming prepares a graceful stop: no new move lands on this node
+// any more, a move into it that is still restoring is refused (its source
+// serves again), and one past relay-ready — whose source can no longer
+// take it back — is waited for until it committed or ended, within ctx.
+// Without this a stop between relay-ready and commit would leave the
+// object with a source that only forwards and a target that is gone.
+func (d *Driver) FinishIncoming(ctx context.Context) error {
+	for {
+		busy, err := call(ctx, d, func() (int, error) {
+			d.stopping = true
+			n := 0
+			for _, t := range d.targets {
+				if !t.m.Finished() {
+					d.stepTarget(t, handoff.NodeStopping{})
+				}
+				if !t.m.Finished() {
+					n++
+				}
+			}
+			return n, nil
+		})
+		if err != nil || busy == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d moves into node %s did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 

@@ -30,12 +30,24 @@ func (p *parkedSink) sink(msg any) {
 		p.forward(msg)
 		return
 	}
-	if _, _, sender := actor.UnwrapEnvelope(msg); sender != nil {
+	_, m, sender := actor.UnwrapEnvelope(msg)
+	if sender != nil {
 		respondFailure(p.d.sys, sender, "unavailable", p.obj.key.ID, "the object is moving and its outcome is being reconciled")
+		return
+	}
+	if len(p.sends) >= maxParkedSends {
+		// Bounded: past the bound a send fails loudly instead of growing
+		// the node's memory while the store cannot answer.
+		p.d.metrics.sendUndelivered("send_parked_overflow")
+		p.d.log.Warn().Str("event", "send_parked_overflow").Str("object_id", p.obj.key.ID).Str("message_type", typeName(m)).
+			Int("parked", len(p.sends)).Msg("a send to an object whose move is being reconciled was refused: too many sends wait already")
 		return
 	}
 	p.sends = append(p.sends, msg)
 }
+
+// maxParkedSends bounds the sends one reconciling object keeps.
+const maxParkedSends = 10000
 
 // release sends the parked sends to to, in order, and every later message
 // straight after them.

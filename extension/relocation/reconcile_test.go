@@ -132,11 +132,11 @@ func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 		}
 	}), name)
 	require.NoError(t, err)
-	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable)
 	for i := int64(1); i <= 20; i++ {
-		root.Send(pid, wrapperspb.Int64(i)) // parked
+		root.Send(pid, wrapperspb.Int64(i)) // held: the source is sealed
 	}
-	// The target commits, as if its relay-ready had been lost.
+	// The target commits before its restore deadline, as if its relay-ready
+	// had been lost: the source hears nothing and reconciles at the deadline.
 	v, err := store.Read(ctx, key)
 	require.NoError(t, err)
 	id := handoff.IdentityFromProto(silent.prepare.GetIdentity())
@@ -145,13 +145,68 @@ func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 	r.AuthorityOwnerGeneration, r.RelocationId = 2, id.RelocationID
 	_, err = store.CompareAndSet(ctx, key, v.Version, r)
 	require.NoError(t, err)
+	require.NoError(t, <-moved, "reconciliation finds the commit")
 
 	for i := int64(1); i <= 20; i++ {
 		select {
 		case v := <-got:
 			require.Equal(t, i, v)
 		case <-time.After(testwait.Patience(t)):
-			t.Fatalf("parked send %d never reached the committed target", i)
+			t.Fatalf("held send %d never reached the committed target", i)
 		}
 	}
+}
+
+// A target that stays silent and never commits does not leave the object
+// unavailable: past the target's restore deadline the source fences the
+// move out in the store (the record keeps its owner and carries the move's
+// RelocationId), so no CAS of that target can apply any more; then the
+// source serves again with the sends that waited, in order, and the move
+// is over (its budget released). A target CAS that arrives after the
+// fence-out fails.
+// Reference: spec 000 §9 (last row), §11 (the one backward edge).
+func TestSilentTargetIsFencedOutAndTheSourceServesAgain(t *testing.T) {
+	store := newStore(t)
+	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
+	silent := startSilentTarget(t, store)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "rc3")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	before, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, silent.node.Descriptor().GetNodeRid())
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	for i := int64(1); i <= 30; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // parked while reconciling
+	}
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		ok, err := a.driver.Serving(ctx, key)
+		require.NoError(t, err)
+		if ok {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the source never served again")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Equal(t, int64(30), get(t, root.ActorSystem(), pid), "every parked send handled once, in order")
+	<-silent.prepared
+	after, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	id := handoff.IdentityFromProto(silent.prepare.GetIdentity())
+	require.Equal(t, a.node.Descriptor().GetNodeRid(), after.Record.GetOwner().GetNodeRid(), "the owner never changed")
+	require.Equal(t, id.RelocationID, after.Record.GetRelocationId(), "the move is fenced out")
+	// The silent target's CAS, prepared on the record it could have read
+	// before the fence-out, cannot apply.
+	late := before.Record
+	late.Owner = &messages.Owner{Mesh: cluster.DefaultMesh, NodeRid: silent.node.Descriptor().GetNodeRid(), NodeGeneration: silent.node.Descriptor().GetNodeGeneration()}
+	late.AuthorityOwnerGeneration, late.RelocationId = 2, id.RelocationID
+	_, err = store.CompareAndSet(ctx, key, before.Version, late)
+	require.ErrorIs(t, err, location.ErrConflict)
+	// The move is over on the source: the object moves on normally.
+	b := startNodeConfig(t, store, relocation.Config{}, counterKind)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
 }

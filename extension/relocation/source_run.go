@@ -344,22 +344,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
 
 	case handoff.Reconcile:
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
-			defer cancel()
-			v, err := d.store.Read(ctx, key)
-			owns := err == nil && v.Record.GetOwner().GetNodeRid() == r.target.GetNodeRid() && v.Record.GetRelocationId() == id.RelocationID
-			ended := false
-			if err == nil && !owns && time.Now().After(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)) &&
-				v.Record.GetOwner().GetNodeRid() == id.Fence.NodeRid && v.Record.GetAuthorityOwnerGeneration() == id.Fence.OwnerGeneration {
-				// Still ours at our fence, past the target's restore deadline
-				// (plus a store answer's time): has the target's lifecycle
-				// ended? Then it can never commit.
-				_, nerr := d.store.ReadNode(ctx, location.NodeKey{Mesh: d.desc.GetMesh(), NodeRid: r.target.GetNodeRid()})
-				ended = errors.Is(nerr, location.ErrNotFound)
-			}
-			d.later(id.RelocationID, handoff.ReconcileAnswered{TargetOwns: owns, TargetEnded: ended})
-		}()
+		go func() { d.later(id.RelocationID, d.reconcile(r, id)) }()
 
 	case handoff.AdoptTargetRoute:
 		r.obj.state, r.obj.next = following, r.next
@@ -398,6 +383,47 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}
 	}
 	return nil
+}
+
+// reconcile reads the move's outcome from the store after the restore
+// deadline passed without a reply (spec 000 §9 last row). The target owns
+// the object: adopt its route. The store still names this source at its
+// fence: once the target's restore deadline (plus a cutover wait for its
+// last answer) has passed, the source fences the move out — it writes the
+// move's RelocationId into the record, owner unchanged — so any CAS of the
+// target still in flight or delayed fails on the version, and a target that
+// reads the record finds its move fenced out (stale). Only then is the
+// outcome certain and the source serves again. The source never changes
+// the owner (docs/FAULTS.md explains this departure from spec 000 §11).
+func (d *Driver) reconcile(r *sourceRun, id handoff.Identity) handoff.ReconcileAnswered {
+	key := r.obj.key
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+	defer cancel()
+	v, err := d.store.Read(ctx, key)
+	if err != nil {
+		return handoff.ReconcileAnswered{}
+	}
+	rec := v.Record
+	if rec.GetOwner().GetNodeRid() == r.target.GetNodeRid() && rec.GetRelocationId() == id.RelocationID {
+		return handoff.ReconcileAnswered{TargetOwns: true}
+	}
+	f := id.Fence
+	atFence := rec.GetOwner().GetNodeRid() == f.NodeRid && rec.GetOwner().GetNodeGeneration() == f.NodeGeneration &&
+		rec.GetAuthorityOwnerGeneration() == f.OwnerGeneration && rec.GetObjectGeneration() == r.obj.generation
+	switch {
+	case !atFence:
+		return handoff.ReconcileAnswered{} // someone else's change: keep reconciling, never guess
+	case rec.GetRelocationId() == id.RelocationID:
+		return handoff.ReconcileAnswered{FencedOut: true} // an earlier fence-out landed
+	case time.Now().Before(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)):
+		return handoff.ReconcileAnswered{}
+	}
+	next := proto.Clone(rec).(*location.Record)
+	next.RelocationId = id.RelocationID
+	if _, err := d.store.CompareAndSet(ctx, key, v.Version, next); err != nil {
+		return handoff.ReconcileAnswered{} // conflict or unknown: the next read decides
+	}
+	return handoff.ReconcileAnswered{FencedOut: true}
 }
 
 // relayThenCutover relays the ingress hold in order, switches later

@@ -61,9 +61,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())
 	switch {
-	case !d.node.Valid():
-		// Fenced or stopped: a new move here could never commit.
-		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force (fenced or stopped)")
+	case !d.node.Valid() || d.stopping:
+		// Fenced or stopping: a new move here could never commit.
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force, or it is stopping")
 		return
 	case !id.Valid():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
@@ -389,6 +389,10 @@ func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) 
 	if r.GetRelocationId() == id.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() &&
 		r.GetAuthorityOwnerGeneration() == t.prepare.GetNewOwnerGeneration() {
 		return handoff.StoreCommitted{}
+	}
+	if r.GetRelocationId() == id.RelocationID {
+		// The source fenced this move out after our restore deadline.
+		return handoff.StoreStale{Err: fmt.Errorf("the source fenced relocation %d of %s out", id.RelocationID, t.key)}
 	}
 	f := id.Fence
 	if r.GetOwner().GetNodeRid() != f.NodeRid || r.GetOwner().GetNodeGeneration() != f.NodeGeneration ||

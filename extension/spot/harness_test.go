@@ -74,7 +74,7 @@ type world struct {
 	firstBad  []string             // first messages that were not the winning activation's
 	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
 	trace     []handling           // every cart message handled, in one global order
-	fences    []string             // nodes that fenced themselves, for diagnosis
+	fences    []string             // the nodes' lease status changes, for diagnosis
 }
 
 // handling is one handled cart message: which incarnation (node address
@@ -120,11 +120,9 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	require.NoError(w.t, err)
 	rid := e.NodeRid()
 	e.Node().OnLeaseChange(func(s lease.Status) {
-		if s == lease.Fenced {
-			w.mu.Lock()
-			w.fences = append(w.fences, fmt.Sprintf("%s fenced at %s", rid, time.Now().Format("15:04:05.000")))
-			w.mu.Unlock()
-		}
+		w.mu.Lock()
+		w.fences = append(w.fences, fmt.Sprintf("%s %s at %s", rid, s, time.Now().Format("15:04:05.000")))
+		w.mu.Unlock()
 	})
 	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
 	w.nodes = append(w.nodes, e)

@@ -282,6 +282,15 @@ func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
+			if err != nil {
+				// Say where the store points and who serves, for diagnosis.
+				v, rerr := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
+				t.Logf("%s: record %v (read error %v)", id, v.Record, rerr)
+				for _, n := range live {
+					ok, serr := n.Serving(ctx, v.Key)
+					t.Logf("node %s at %s serving %v (%v)", n.NodeRid(), n.Node().Address(), ok, serr)
+				}
+			}
 			require.NoError(t, err, "%s answers after the node left", id)
 			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
 			require.NoError(t, err)

@@ -43,11 +43,12 @@ type (
 	// ReconcileAnswered: what Reconcile read from the store.
 	ReconcileAnswered struct {
 		TargetOwns bool
-		// TargetEnded: the store still names this source at its fence, the
-		// target's lifecycle has ended (its descriptor is gone) and its
-		// restore deadline has passed, so it can never commit: the move
-		// failed as surely as with an explicit failure.
-		TargetEnded bool
+		// FencedOut: the store still names this source at its fence and
+		// carries this move's RelocationId — the source's fence-out write,
+		// made only after the target's restore deadline — so no CAS of the
+		// target can ever apply: the move failed as surely as with an
+		// explicit failure (docs/FAULTS.md, "A move whose target went silent").
+		FencedOut bool
 	}
 )
 
@@ -79,6 +80,11 @@ type (
 	}
 	// AbortReceived: command 44.
 	AbortReceived struct{ Reason messages.FailureReason }
+	// NodeStopping: the target's node is stopping gracefully. A move still
+	// restoring is refused with an explicit failure (the source serves
+	// again); one past relay-ready goes on to its commit, which the node
+	// waits for before it ends its lease.
+	NodeStopping struct{}
 	// StoreCommitted: the CAS (or a re-read after an indeterminate answer)
 	// shows this target as owner with this RelocationId.
 	StoreCommitted struct{}
@@ -119,6 +125,7 @@ func (RestoreFailed) isEvent()        {}
 func (RelayRecordReceived) isEvent()  {}
 func (CutoverReceivedEvent) isEvent() {}
 func (AbortReceived) isEvent()        {}
+func (NodeStopping) isEvent()         {}
 func (StoreCommitted) isEvent()       {}
 func (StoreRetryable) isEvent()       {}
 func (StoreStale) isEvent()           {}

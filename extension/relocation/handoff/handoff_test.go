@@ -294,18 +294,18 @@ func TestNoReplyReconcilesAndNeverReopens(t *testing.T) {
 	require.Equal(t, FollowOnly, s.Phase())
 }
 
-// While reconciling, a target whose lifecycle ended past its restore
-// deadline, with the store still naming the source at its fence, can never
-// commit: the source queue is restored (parked sends first) and the object
-// serves again, as after an explicit failure; the phase goes back to
+// While reconciling, a move the store shows fenced out (past the target's
+// restore deadline, the source still at its fence) can never commit: the
+// source queue is restored (parked sends first) and the object serves
+// again, as after an explicit failure; the phase goes back to
 // SourceRunning, the one backward edge.
 // Reference: spec 000 §9, §11 (SourcePaused → SourceRunning).
-func TestReconcileRestoresTheSourceWhenTheTargetEnded(t *testing.T) {
+func TestReconcileRestoresTheSourceWhenTheMoveIsFencedOut(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerRestoreDeadline})))
 	require.False(t, has[Unseal](s.Step(ReconcileAnswered{TargetOwns: false})), "a target that may still commit is waited for")
 	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerReconcile})))
-	effects := s.Step(ReconcileAnswered{TargetEnded: true})
+	effects := s.Step(ReconcileAnswered{FencedOut: true})
 	require.True(t, has[Unseal](effects))
 	require.True(t, has[ReleasePayload](effects))
 	require.Equal(t, SourceRunning, s.Phase())
@@ -683,7 +683,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		case 7:
 			return ConnectionLost{}
 		case 8:
-			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0, TargetEnded: r.IntN(3) == 0}
+			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0, FencedOut: r.IntN(3) == 0}
 		default:
 			return TimerFired{Timer: Timer(1 + r.IntN(6))}
 		}
@@ -771,4 +771,24 @@ func TestSettledUnknownOutcomeAllowsRemovalAtTheDeadline(t *testing.T) {
 	require.Equal(t, StoreRetry, tg.Phase())
 	effects := tg.Step(TimerFired{Timer: TimerRestoreDeadline})
 	require.True(t, has[RemoveTarget](effects))
+}
+
+// A target whose node stops gracefully refuses a move still restoring with
+// an explicit failure (its source serves again), and lets a move past
+// relay-ready — which its source can no longer take back — go on to its
+// commit.
+// Reference: spec 000 §4.4 (explicit failure before relay-ready), §9
+// ("source shutdown" and target loss rows).
+func TestNodeStoppingRefusesRestoringMovesAndKeepsCommittingOnes(t *testing.T) {
+	tg, _ := prepared(t, stream(300), 100)
+	effects := tg.Step(NodeStopping{})
+	require.True(t, has[SendFailed](effects))
+	require.True(t, has[RemoveTarget](effects))
+	require.Equal(t, TargetRemoved, tg.Phase())
+
+	tg = restored(t, stream(300))
+	require.Empty(t, tg.Step(NodeStopping{}))
+	require.Equal(t, RelayReady, tg.Phase())
+	require.True(t, has[CommitOwner](tg.Step(CutoverReceivedEvent{})))
+	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
 }

@@ -187,21 +187,21 @@ func (s *Source) Step(ev Event) []Effect {
 				s.complete(nil),
 			}
 		}
-		if ev.TargetEnded {
-			// The target died without committing and cannot commit any
-			// more (its lifecycle and its restore deadline are over): like
-			// an explicit failure, the source queue is restored, parked
-			// sends first, and the object serves again (§9).
+		if ev.FencedOut {
+			// The target never committed and now never can (the store
+			// fences its CAS out): like an explicit failure, the source
+			// queue is restored, parked sends first, and the object serves
+			// again (§9).
 			s.moveTo(SourceRunning)
 			s.payloadHeld, s.chunks, s.reconciling = false, nil, false
 			effects := []Effect{
 				StopTimer{Timer: TimerReconcile},
-				Log{Level: LevelWarn, Event: "relocation_target_ended", Msg: "the target ended without committing; the source serves again"},
+				Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit by its restore deadline and is fenced out; the source serves again"},
 				Unseal{},
 				ReleasePayload{},
 			}
 			if !s.done {
-				effects = append(effects, s.complete(fmt.Errorf("%w: the target ended before committing", roamerr.ErrUnavailable)))
+				effects = append(effects, s.complete(fmt.Errorf("%w: the target did not commit by its restore deadline", roamerr.ErrUnavailable)))
 			}
 			return effects
 		}

@@ -214,6 +214,13 @@ func (t *Target) Step(ev Event) []Effect {
 		t.moveTo(CutoverReceived)
 		return append([]Effect{StopTimer{Timer: TimerCutoverWait}}, t.commit()...)
 
+	case NodeStopping:
+		if t.phase == TargetRestoring {
+			return t.remove(fmt.Errorf("%w: the target node is stopping", roamerr.ErrUnavailable),
+				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the target node is stopping"})
+		}
+		return nil // past relay-ready: the commit goes on
+
 	case AbortReceived:
 		if t.phase == TargetRestoring {
 			return t.remove(fmt.Errorf("%w: aborted by the source (%s)", roamerr.ErrUnavailable, ev.Reason))
