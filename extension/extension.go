@@ -331,6 +331,20 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, targetRid string) (Ou
 	return e.cur.Load().driver.Relocate(ctx, ref, targetRid)
 }
 
+// ReleaseEnded is the operator's acceptance that ref's owner ended and its
+// in-memory state is lost: the ended owner's record is released so the
+// Actor can be spawned again, or the Instance Spot activated empty by its
+// next call (Spots().ReleaseEnded). InvalidOperation while the owner lives.
+func (e *Extension) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
+	switch ref.Kind {
+	case location.KindActor:
+		return e.cur.Load().driver.ReleaseEnded(ctx, ref)
+	case location.KindInstanceSpot:
+		return e.Spots().ReleaseEnded(ctx, ref.ID)
+	}
+	return false, fmt.Errorf("%w: only Actors and Instance Spots are released this way", roamerr.ErrInvalidOperation)
+}
+
 // Node is the underlying node (actor system, address, descriptor).
 func (e *Extension) Node() *cluster.Node { return e.cur.Load().node }
 

@@ -82,3 +82,38 @@ func TestCallsAfterStopNeverBlock(t *testing.T) {
 	_, err = e.SpawnActor(ctx, "greeter", "b")
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)
 }
+
+// An Actor whose node stopped keeps its record, naming the ended owner: the
+// same ID cannot be spawned again (AlreadyExists) until an operator accepts
+// the loss of its state with ReleaseEnded; a live owner's Actor is never
+// released.
+// Reference: spec 003 (release of an ended owner's record).
+func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	kinds := []extension.Kind{{StableType: "greeter", Producer: func() actor.Actor { return &greeter{} }, Policy: extension.PreserveStateWith(greeterState{})}}
+	a, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}, Kinds: kinds})
+	require.NoError(t, err)
+	b, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}, Kinds: kinds})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Stop(ctx) })
+	_, err = a.SpawnActor(ctx, "greeter", "orphan")
+	require.NoError(t, err)
+	_, err = b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "the owner is alive")
+	require.NoError(t, a.Stop(ctx))
+
+	_, err = b.SpawnActor(ctx, "greeter", "orphan")
+	require.ErrorIs(t, err, roamerr.ErrAlreadyExists)
+	released, err := b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	require.NoError(t, err)
+	require.True(t, released)
+	pid, err := b.SpawnActor(ctx, "greeter", "orphan")
+	require.NoError(t, err)
+	res, err := b.System().Root.RequestFuture(pid, wrapperspb.String("hi"), 5*time.Second).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.(*wrapperspb.Int64Value).Value, "a new, empty Actor")
+	released, err = b.ReleaseEnded(ctx, extension.ActorRef("missing"))
+	require.NoError(t, err)
+	require.False(t, released)
+}

@@ -110,7 +110,10 @@ func withStore(s location.Store) nodeOpt { return func(c *extension.Config) { c.
 func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	w.t.Helper()
 	cfg := extension.Config{
-		Node:  cluster.Config{Store: w.store, Logger: testLogger(), LeaseTTL: 2 * time.Second},
+		// 5 s: a node fences itself when no renewal proves its lease for
+		// TTL minus the margin, and a loaded 2-core machine under -race can
+		// delay a renewal by seconds.
+		Node:  cluster.Config{Store: w.store, Logger: testLogger(), LeaseTTL: 5 * time.Second},
 		Kinds: []extension.Kind{w.roomKind(), w.cartKind("cart")},
 	}
 	for _, o := range opts {
