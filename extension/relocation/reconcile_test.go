@@ -210,3 +210,73 @@ func TestSilentTargetIsFencedOutAndTheSourceServesAgain(t *testing.T) {
 	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 }
+
+// A target lost between relay-ready and its commit (here: it replies
+// relay-ready, then its node stops without committing, as after a crash)
+// does not leave the object with a source that only forwards to a node
+// that is gone: past the target's restore deadline the source fences the
+// move out and serves again from what it held — state, the saved work and
+// the boundary batch, each handled once, in order — and Relocate reports
+// the move as not made.
+// Reference: spec 000 §9 (target lost), docs/FAULTS.md ("A target lost
+// after relay-ready").
+func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.T) {
+	store := newStore(t)
+	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
+	silent := startSilentTarget(t, store)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "rc4")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	for i := int64(1); i <= 50; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // state or saved work
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, silent.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	<-silent.prepared // the source sealed and captured
+	for i := int64(51); i <= 70; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // the ingress hold: the boundary batch
+	}
+	silent.tell(a, &messages.RelayReady{Identity: silent.prepare.GetIdentity()})
+	// The source relays, sends the cutover and follows; the target is gone.
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		ok, err := a.driver.Serving(ctx, key)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the source never cut over")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, silent.node.Stop(ctx))
+
+	deadline = time.Now().Add(testwait.Patience(t))
+	for {
+		ok, err := a.driver.Serving(ctx, key)
+		require.NoError(t, err)
+		if ok {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the source never served again")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable, "the move was not made")
+	require.Equal(t, int64(70), get(t, root.ActorSystem(), pid), "state, saved work and boundary batch, each once, in order")
+	root.Send(pid, wrapperspb.Int64(71))
+	require.Equal(t, int64(71), get(t, root.ActorSystem(), pid), "the reinstated incarnation serves new messages")
+	after, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, a.node.Descriptor().GetNodeRid(), after.Record.GetOwner().GetNodeRid(), "the owner never changed")
+	require.Equal(t, handoff.IdentityFromProto(silent.prepare.GetIdentity()).RelocationID, after.Record.GetRelocationId(), "the move is fenced out")
+	// The move is over on the source: the object moves on normally, with
+	// its state.
+	b := startNodeConfig(t, store, relocation.Config{}, counterKind)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	require.Equal(t, int64(71), get(t, root.ActorSystem(), pid), "followed to the new owner, state kept")
+}

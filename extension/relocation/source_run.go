@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/envelope"
 	"github.com/roamactors/roam/extension/relocation/handoff"
@@ -41,6 +42,7 @@ type sourceRun struct {
 	newOwner  uint64     // AuthorityOwnerGeneration the target will write
 	saved     []any      // the saved-work prefix, for Unseal
 	batch     []*messages.RelayedRecord
+	relayed   []any // the boundary batch as posted, for Reinstate
 	sum       handoff.RelaySum
 	parked    *parkedSink // the hold, while reconciling
 	sent      uint64      // chunk bytes submitted
@@ -100,6 +102,9 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 			o.Committed = time.Now()
 			o.Pause = o.Committed.Sub(o.Sealed)
 			return o, nil
+		}
+		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() {
+			return o, fmt.Errorf("%w: the target did not commit relocation %d by its restore deadline; the move was fenced out and %s serves on this node", roamerr.ErrUnavailable, o.RelocationID, o.Key)
 		}
 		if v.Present() && r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
 			return o, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
@@ -331,7 +336,16 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
 
 	case handoff.ReleasePayload:
-		r.batch, r.saved = nil, nil
+		r.batch, r.saved, r.relayed = nil, nil, nil
+
+	case handoff.ConfirmCommit:
+		go func() { d.later(id.RelocationID, d.confirmCommit(r, id)) }()
+
+	case handoff.CloseOut:
+		d.closeOut(r.obj)
+
+	case handoff.Reinstate:
+		d.reinstate(r)
 
 	case handoff.EndFollow:
 		r.obj.state = ended
@@ -344,7 +358,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
 
 	case handoff.Reconcile:
-		go func() { d.later(id.RelocationID, d.reconcile(r, id)) }()
+		go func() { d.later(id.RelocationID, d.reconcile(r, id, false)) }()
 
 	case handoff.AdoptTargetRoute:
 		r.obj.state, r.obj.next = following, r.next
@@ -385,45 +399,131 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	return nil
 }
 
-// reconcile reads the move's outcome from the store after the restore
-// deadline passed without a reply (spec 000 §9 last row). The target owns
-// the object: adopt its route. The store still names this source at its
-// fence: once the target's restore deadline (plus a cutover wait for its
-// last answer) has passed, the source fences the move out — it writes the
-// move's RelocationId into the record, owner unchanged — so any CAS of the
-// target still in flight or delayed fails on the version, and a target that
-// reads the record finds its move fenced out (stale). Only then is the
-// outcome certain and the source serves again. The source never changes
-// the owner (docs/FAULTS.md explains this departure from spec 000 §11).
-func (d *Driver) reconcile(r *sourceRun, id handoff.Identity) handoff.ReconcileAnswered {
+// reconcile reads the move's outcome from the store when the source does
+// not know it: after the restore deadline passed without a reply (spec 000
+// §9 last row), or after the cutover until the commit shows. The target
+// owns the object: adopt its route. The store still names this source at
+// its fence: once the target's restore deadline (plus a cutover wait for
+// its last answer) has passed, the source fences the move out — it writes
+// the move's RelocationId into the record, owner unchanged — so any CAS of
+// the target still in flight or delayed fails on the version, and a target
+// that reads the record finds its move fenced out (stale). Only then is
+// the outcome certain and the source serves again. The source never
+// changes the owner (docs/FAULTS.md explains this departure from spec 000
+// §11).
+//
+// afterCutover: a record no longer at the source's fence means the target
+// committed (only its CAS can move the record from that fence while this
+// lifecycle lives; any later change presupposes it).
+func (d *Driver) reconcile(r *sourceRun, id handoff.Identity, afterCutover bool) handoff.ReconcileAnswered {
 	key := r.obj.key
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
 	defer cancel()
 	v, err := d.store.Read(ctx, key)
-	if err != nil {
+	if err != nil && !errors.Is(err, location.ErrNotFound) {
+		if d.node.LeaseStatus() == lease.Ended {
+			return handoff.ReconcileAnswered{SourceEnded: true}
+		}
 		return handoff.ReconcileAnswered{}
 	}
-	rec := v.Record
-	if rec.GetOwner().GetNodeRid() == r.target.GetNodeRid() && rec.GetRelocationId() == id.RelocationID {
-		return handoff.ReconcileAnswered{TargetOwns: true}
+	if ans, decided := d.outcomeOf(r, id, v, afterCutover); decided {
+		return ans
 	}
-	f := id.Fence
-	atFence := rec.GetOwner().GetNodeRid() == f.NodeRid && rec.GetOwner().GetNodeGeneration() == f.NodeGeneration &&
-		rec.GetAuthorityOwnerGeneration() == f.OwnerGeneration && rec.GetObjectGeneration() == r.obj.generation
 	switch {
-	case !atFence:
-		return handoff.ReconcileAnswered{} // someone else's change: keep reconciling, never guess
-	case rec.GetRelocationId() == id.RelocationID:
-		return handoff.ReconcileAnswered{FencedOut: true} // an earlier fence-out landed
+	case d.node.LeaseStatus() == lease.Ended:
+		return handoff.ReconcileAnswered{SourceEnded: true}
 	case time.Now().Before(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)):
 		return handoff.ReconcileAnswered{}
 	}
-	next := proto.Clone(rec).(*location.Record)
+	next := proto.Clone(v.Record).(*location.Record)
 	next.RelocationId = id.RelocationID
 	if _, err := d.store.CompareAndSet(ctx, key, v.Version, next); err != nil {
 		return handoff.ReconcileAnswered{} // conflict or unknown: the next read decides
 	}
 	return handoff.ReconcileAnswered{FencedOut: true}
+}
+
+// outcomeOf judges a record read for a move whose outcome the source does
+// not know; decided false means the record is still at the source's fence
+// without this move's RelocationId (or, before the cutover, someone else
+// changed it: keep reconciling, never guess).
+func (d *Driver) outcomeOf(r *sourceRun, id handoff.Identity, v location.Versioned, afterCutover bool) (handoff.ReconcileAnswered, bool) {
+	rec := v.Record
+	if v.Present() && rec.GetOwner().GetNodeRid() == r.target.GetNodeRid() && rec.GetRelocationId() == id.RelocationID {
+		return handoff.ReconcileAnswered{TargetOwns: true}, true
+	}
+	f := id.Fence
+	atFence := v.Present() && rec.GetOwner().GetNodeRid() == f.NodeRid && rec.GetOwner().GetNodeGeneration() == f.NodeGeneration &&
+		rec.GetAuthorityOwnerGeneration() == f.OwnerGeneration && rec.GetObjectGeneration() == r.obj.generation
+	switch {
+	case !atFence && afterCutover:
+		return handoff.ReconcileAnswered{TargetOwns: true}, true
+	case !atFence:
+		return handoff.ReconcileAnswered{}, true
+	case rec.GetRelocationId() == id.RelocationID:
+		return handoff.ReconcileAnswered{FencedOut: true}, true // an earlier fence-out landed
+	}
+	return handoff.ReconcileAnswered{}, false
+}
+
+// confirmCommit watches the record after the cutover until the move's
+// outcome shows, or until the target's restore deadline plus a cutover
+// wait, when reconcile decides it (fencing the move out if the store still
+// names this source at its fence).
+func (d *Driver) confirmCommit(r *sourceRun, id handoff.Identity) handoff.ReconcileAnswered {
+	ctx, cancel := context.WithDeadline(context.Background(), r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout))
+	defer cancel()
+	go func() {
+		select {
+		case <-d.node.Stopped():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var after location.StoreVersion
+	for {
+		v, err := d.store.Watch(ctx, r.obj.key, after)
+		if err != nil {
+			if ctx.Err() == nil || time.Now().Before(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)) {
+				// A store error, or the node stopped: try again later.
+				if d.node.LeaseStatus() == lease.Ended {
+					return handoff.ReconcileAnswered{SourceEnded: true}
+				}
+				return handoff.ReconcileAnswered{}
+			}
+			return d.reconcile(r, id, true)
+		}
+		if ans, decided := d.outcomeOf(r, id, v, true); decided {
+			return ans
+		}
+		after = v.Version
+	}
+}
+
+// reinstate serves a move's object on the source again after a fence-out
+// following the cutover: the saved work, then the boundary batch, ahead of
+// everything posted later, in one critical section of the mailbox (it
+// leaves Message Follow for Open), and the timers re-armed. The
+// application instance was kept until the move was decided.
+func (d *Driver) reinstate(r *sourceRun) {
+	obj := r.obj
+	if cur := d.objects[obj.key]; cur != nil && cur != obj {
+		d.log.Error().Str("event", "reinstate_conflict").Str("object_id", obj.key.ID).Msg("another incarnation is registered here; the fenced-out move's object is not reinstated")
+		return
+	}
+	backlog := append(append([]any(nil), r.saved...), r.relayed...)
+	if err := obj.mb.Reopen(func() []any { return backlog }); err != nil {
+		d.log.Error().Str("event", "reinstate_failed").Str("object_id", obj.key.ID).Err(err).Msg("serving the fenced-out move's object again failed")
+		return
+	}
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.resume()
+		}
+	})
+	obj.next = nil
+	d.objects[obj.key] = obj
+	d.nowServing(obj)
 }
 
 // relayThenCutover relays the ingress hold in order, switches later
@@ -445,6 +545,7 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 		r.sum = r.sum.Add(b)
 		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env}
 		r.batch = append(r.batch, rec)
+		r.relayed = append(r.relayed, msg)
 		d.send(r.targetPID, rec)
 	}
 	if r.parked != nil {
@@ -462,15 +563,14 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	}
 	delete(d.objects, r.obj.key)
 	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
-	d.closeOut(r.obj)
 	return handoff.CutoverSent{Sum: r.sum}
 }
 
 // closeOut tells the application its source incarnation closed by moving
-// out (spec 000 §8: OnClosing(RelocationOut)).
-// The application's instance is then dropped: after relay-ready the source
-// is never resumed (§4.4), and the incarnation only forwards for
-// MessageFollowDuration, which must not keep a large state alive.
+// out (spec 000 §8: OnClosing(RelocationOut)), once the move is confirmed.
+// The application's instance is then dropped: the incarnation only
+// forwards for MessageFollowDuration, which must not keep a large state
+// alive.
 func (d *Driver) closeOut(obj *object) {
 	_ = obj.mb.Do(func() {
 		if c, ok := obj.inst.(Closing); ok {

@@ -99,6 +99,19 @@ type (
 	// FailHeld: end every held request with Err; held sends stay held
 	// until the outcome is known (§9 last row fails waiting requests).
 	FailHeld struct{ Err error }
+	// ConfirmCommit: after the cutover, watch the store until it shows the
+	// move's outcome and report ReconcileAnswered: the target's commit, a
+	// fence-out (the source writes it once the target's restore deadline
+	// plus a cutover wait has passed with the record still at its fence),
+	// the source's own lease ended, or nothing yet.
+	ConfirmCommit struct{}
+	// CloseOut: the move is confirmed: tell the application its source
+	// incarnation closed (OnClosing(RelocationOut)) and drop the instance.
+	CloseOut struct{}
+	// Reinstate: the move was fenced out after the cutover: serve again on
+	// the source, with the saved work and the boundary batch first, then
+	// whatever arrives next, and the timers re-armed.
+	Reinstate struct{}
 )
 
 // Target effects.
@@ -172,6 +185,9 @@ func (EndFollow) isEffect()        {}
 func (Reconcile) isEffect()        {}
 func (AdoptTargetRoute) isEffect() {}
 func (FailHeld) isEffect()         {}
+func (ConfirmCommit) isEffect()    {}
+func (CloseOut) isEffect()         {}
+func (Reinstate) isEffect()        {}
 func (InstallStaging) isEffect()   {}
 func (SendCredit) isEffect()       {}
 func (RestorePayload) isEffect()   {}

@@ -49,6 +49,9 @@ type (
 		// target can ever apply: the move failed as surely as with an
 		// explicit failure (docs/FAULTS.md, "A move whose target went silent").
 		FencedOut bool
+		// SourceEnded: this node's owner lease ended; the store takes no
+		// write of it any more, so nothing here can decide the move.
+		SourceEnded bool
 	}
 )
 

@@ -61,6 +61,12 @@ func typeName(e Effect) string {
 		return "EndFollow"
 	case Reconcile:
 		return "Reconcile"
+	case ConfirmCommit:
+		return "ConfirmCommit"
+	case CloseOut:
+		return "CloseOut"
+	case Reinstate:
+		return "Reinstate"
 	case AdoptTargetRoute:
 		return "AdoptTargetRoute"
 	case FailHeld:
@@ -235,20 +241,90 @@ func TestRelayReadyIsTheIrreversibleBoundary(t *testing.T) {
 }
 
 // After the cutover the source only follows; it keeps the payload and batch
-// for the resend window and releases them exactly once.
+// for the resend window and until the store shows the target's commit, and
+// releases them exactly once; the application instance is dropped once the
+// commit is confirmed.
 // Reference: spec 000 §4.4, §10, §13 (released exactly once).
 func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
+	for _, confirmFirst := range []bool{false, true} {
+		s, _ := pausedSource(t, stream(1000))
+		s.Step(RelayReadyReceived{})
+		effects := s.Step(CutoverSent{Sum: RelaySum{Count: 2, CRC: 9}})
+		require.Equal(t, FollowOnly, s.Phase())
+		c, ok := find[Complete](effects)
+		require.True(t, ok)
+		require.NoError(t, c.Err)
+		require.True(t, has[ConfirmCommit](effects), "the source watches for the commit")
+		require.False(t, has[CloseOut](effects), "the instance is kept until the commit shows")
+		if confirmFirst {
+			effects = s.Step(ReconcileAnswered{TargetOwns: true})
+			require.True(t, has[CloseOut](effects))
+			require.False(t, has[ReleasePayload](effects), "kept for the resend window")
+			require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})))
+		} else {
+			require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}), "not released before the commit shows")
+			effects = s.Step(ReconcileAnswered{TargetOwns: true})
+			require.Equal(t, []string{"StopTimer", "CloseOut", "ReleasePayload"}, kinds(effects))
+		}
+		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
+		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
+		require.Empty(t, s.Step(ConnectionLost{}), "no resend after the window")
+		require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+		require.True(t, s.Finished())
+	}
+}
+
+// A target lost between relay-ready and its commit (crashed, removed at
+// its deadline, its CAS refused) never commits: once the store shows the
+// move fenced out, the source serves again from what it held — saved work
+// and boundary batch first — and releases the payload; nothing is released
+// or closed before that, whatever the timers say, and follow does not end
+// while the move may still come back.
+// Reference: spec 000 §4.4, §9 (target lost), docs/FAULTS.md.
+func TestFenceOutAfterCutoverReinstatesTheSource(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(RelayReadyReceived{})
-	effects := s.Step(CutoverSent{Sum: RelaySum{Count: 2, CRC: 9}})
-	require.Equal(t, FollowOnly, s.Phase())
-	c, ok := find[Complete](effects)
-	require.True(t, ok)
-	require.NoError(t, c.Err)
-	require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})))
+	s.Step(CutoverSent{Sum: RelaySum{Count: 1, CRC: 3}})
 	require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
-	require.Empty(t, s.Step(ConnectionLost{}), "no resend after the window")
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	effects := s.Step(ReconcileAnswered{})
+	st, ok := find[StartTimer](effects)
+	require.True(t, ok)
+	require.Equal(t, TimerReconcile, st.Timer)
+	require.Equal(t, []string{"ConfirmCommit"}, kinds(s.Step(TimerFired{Timer: TimerReconcile})))
+	require.Empty(t, s.Step(TimerFired{Timer: TimerFollow}), "follow goes on while undecided")
+	effects = s.Step(ReconcileAnswered{FencedOut: true})
+	k := kinds(effects)
+	require.Less(t, indexOf(k, "Reinstate"), indexOf(k, "ReleasePayload"), "served from the payload before it is dropped")
+	require.False(t, has[CloseOut](effects))
+	require.Equal(t, []string{"relocation_fenced_out"}, logEvent(effects))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.True(t, s.Finished())
+	require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "a late answer changes nothing")
+	require.Empty(t, s.Step(TimerFired{Timer: TimerFollow}))
+}
+
+// A source whose own lease ended with the move's outcome unknown decides
+// nothing more: before relay-ready its held work goes back to the
+// incarnation (which the ended lifecycle fails loudly), after the cutover
+// the instance and payload are released.
+// Reference: spec 002 §9 (owner expired), docs/FAULTS.md.
+func TestSourceLeaseEndedEndsTheUndecidedMove(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	effects := s.Step(ReconcileAnswered{SourceEnded: true})
+	require.True(t, has[Unseal](effects))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.True(t, s.Finished())
+
+	s, _ = pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	s.Step(CutoverSent{})
+	s.Step(TimerFired{Timer: TimerResendWindow})
+	effects = s.Step(ReconcileAnswered{SourceEnded: true})
+	require.True(t, has[CloseOut](effects))
+	require.True(t, has[ReleasePayload](effects))
+	require.False(t, has[Reinstate](effects))
+	s.Step(TimerFired{Timer: TimerFollow})
 	require.True(t, s.Finished())
 }
 
@@ -683,7 +759,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		case 7:
 			return ConnectionLost{}
 		case 8:
-			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0, FencedOut: r.IntN(3) == 0}
+			return ReconcileAnswered{TargetOwns: r.IntN(2) == 0, FencedOut: r.IntN(3) == 0, SourceEnded: r.IntN(8) == 0}
 		default:
 			return TimerFired{Timer: Timer(1 + r.IntN(6))}
 		}
@@ -691,14 +767,24 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	for seed := uint64(0); seed < 2000; seed++ {
 		r := rand.New(rand.NewPCG(seed, 2))
 		s := NewSource(testID, DefaultConfig(), deadline)
-		relayed, releases := false, 0
+		relayed, releases, closed, reinstated := false, 0, false, false
 		for i := 0; i < 60; i++ {
-			for _, e := range s.Step(sourceEvents(r)) {
+			ev := sourceEvents(r)
+			for _, e := range s.Step(ev) {
 				switch e.(type) {
 				case RelayThenCutover:
 					relayed = true
 				case Unseal:
 					require.False(t, relayed, "seed %d: source reopened after relay-ready", seed)
+				case Reinstate:
+					// Only a fence-out answer after the cutover, and never
+					// once the instance was closed.
+					a, ok := ev.(ReconcileAnswered)
+					require.True(t, ok && a.FencedOut && relayed && !closed, "seed %d: reinstated without a fence-out", seed)
+					reinstated = true
+				case CloseOut:
+					require.False(t, reinstated, "seed %d: closed a reinstated instance", seed)
+					closed = true
 				case ReleasePayload:
 					releases++
 				}

@@ -6,8 +6,11 @@
 //
 // Each relocation unit has a Source machine on the node it leaves and a
 // Target machine on the node it moves to. Their phases carry spec 000
-// §11's names; the only backward edge is SourcePaused → SourceRunning, on an
-// explicit failure reply before relay-ready is accepted.
+// §11's names. The backward edges go to SourceRunning: from SourcePaused on
+// an explicit failure reply before relay-ready is accepted (or a fence-out
+// of a silent target), and from FollowOnly when a target that never
+// committed after the cutover is fenced out (a departure from §11,
+// explained in docs/FAULTS.md).
 package handoff
 
 import "fmt"
@@ -82,6 +85,11 @@ var transitions = map[Phase][]Phase{
 	CutoverFallback: {OwnerCommitted, StoreRetry, TargetRemoved},
 	StoreRetry:      {OwnerCommitted, TargetRemoved},
 	OwnerCommitted:  {TargetOpen},
+	// FollowOnly → SourceRunning: the move was fenced out after the
+	// cutover (the target never committed and now never can); the source
+	// serves again from what it held. A departure from spec 000 §11
+	// explained in docs/FAULTS.md.
+	FollowOnly: {SourceRunning},
 }
 
 // Allowed reports whether from → to is an edge of spec 000 §11.

@@ -27,6 +27,16 @@ type Source struct {
 	reconciling bool
 	done        bool // Complete emitted
 	followEnded bool
+
+	// After the cutover (FollowOnly) the source holds the payload, the
+	// boundary batch and the application instance until the move is
+	// decided: confirmed once the store shows the target's commit (or the
+	// object is no longer this source's); until then a fence-out can still
+	// put the object back here (docs/FAULTS.md, "A target lost after
+	// relay-ready").
+	confirmed    bool
+	windowPassed bool // the resend window after the cutover is over
+	followDue    bool // the follow period ended before the move was confirmed
 }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
@@ -158,6 +168,7 @@ func (s *Source) Step(ev Event) []Effect {
 		return []Effect{
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
 			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
+			ConfirmCommit{},
 			s.complete(nil),
 		}
 
@@ -167,15 +178,31 @@ func (s *Source) Step(ev Event) []Effect {
 			// Prepare or chunks may be lost; the target keeps progress for a
 			// repeated Restore request of the same identity (§4.3).
 			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
-		case s.phase == FollowOnly && s.cutoverSent && s.payloadHeld:
+		case s.phase == FollowOnly && s.cutoverSent && s.payloadHeld && !s.windowPassed:
 			s.epoch++
 			return []Effect{ResendBoundary{Epoch: s.epoch}}
 		}
 		return nil
 
 	case ReconcileAnswered:
+		if s.phase == FollowOnly && s.cutoverSent {
+			return s.confirm(ev)
+		}
 		if !s.reconciling || s.phase != SourcePaused {
 			return nil
+		}
+		if ev.SourceEnded {
+			// This node's lifecycle ended while the outcome was unknown:
+			// nothing here can decide it any more (the store no longer
+			// takes this node's writes). The held work goes back into the
+			// incarnation, which the ended lifecycle then fails loudly.
+			s.moveTo(SourceRunning)
+			s.payloadHeld, s.chunks, s.reconciling = false, nil, false
+			effects := []Effect{StopTimer{Timer: TimerReconcile}, Unseal{}, ReleasePayload{}}
+			if !s.done {
+				effects = append(effects, s.complete(fmt.Errorf("%w: the source's owner lease ended while the move's outcome was unknown", roamerr.ErrUnavailable)))
+			}
+			return effects
 		}
 		if ev.TargetOwns {
 			s.reconciling = false
@@ -224,15 +251,23 @@ func (s *Source) Step(ev Event) []Effect {
 			if s.reconciling && s.phase == SourcePaused {
 				return []Effect{Reconcile{}}
 			}
+			if s.phase == FollowOnly && s.cutoverSent && !s.confirmed {
+				return []Effect{ConfirmCommit{}}
+			}
 		case TimerResendWindow:
-			// Only after the cutover: before it the payload is the only copy.
-			if s.phase == FollowOnly && s.payloadHeld {
-				s.payloadHeld = false
-				s.chunks = nil
-				return []Effect{ReleasePayload{}}
+			// Only after the cutover: before it the payload is the only
+			// copy. Until the move is confirmed it is also what a fence-out
+			// would serve from.
+			if s.phase == FollowOnly && !s.windowPassed {
+				s.windowPassed = true
+				return s.releaseIfDecided()
 			}
 		case TimerFollow:
 			if s.phase == FollowOnly && !s.followEnded {
+				if s.cutoverSent && !s.confirmed {
+					s.followDue = true // the move may still come back here
+					return nil
+				}
 				s.followEnded = true
 				return []Effect{EndFollow{}}
 			}
@@ -240,6 +275,57 @@ func (s *Source) Step(ev Event) []Effect {
 		return nil
 	}
 	return nil
+}
+
+// confirm decides a move after its cutover from what the store shows
+// (ConfirmCommit's answer). The target committed, or the object is no
+// longer this source's: drop the instance, and release the payload once
+// the resend window is over. The move was fenced out — the target never
+// committed by its restore deadline and now never can, because the record
+// carries the move's RelocationId at the source's fence — so the source
+// serves again from what it held: saved work, then the boundary batch,
+// then what arrives next. Messages that followed to the target after the
+// cutover are failed by the target, or lost with it if it crashed.
+// Otherwise ask again later. This reverses relay-ready's boundary, which
+// spec 000 §4.4 calls irreversible; the fence-out is what makes it safe
+// (docs/FAULTS.md, "A target lost after relay-ready").
+func (s *Source) confirm(ev ReconcileAnswered) []Effect {
+	if s.confirmed {
+		return nil
+	}
+	switch {
+	case ev.TargetOwns || ev.SourceEnded:
+		s.confirmed = true
+		effects := []Effect{StopTimer{Timer: TimerReconcile}, CloseOut{}}
+		effects = append(effects, s.releaseIfDecided()...)
+		if s.followDue && !s.followEnded {
+			s.followEnded = true
+			effects = append(effects, EndFollow{})
+		}
+		return effects
+	case ev.FencedOut:
+		s.moveTo(SourceRunning)
+		s.payloadHeld, s.chunks = false, nil
+		return []Effect{
+			StopTimer{Timer: TimerReconcile},
+			StopTimer{Timer: TimerResendWindow},
+			StopTimer{Timer: TimerFollow},
+			Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit after relay-ready by its restore deadline and is fenced out; the source serves again from what it held"},
+			Reinstate{},
+			ReleasePayload{},
+		}
+	}
+	return []Effect{StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout}}
+}
+
+// releaseIfDecided drops payload and boundary batch once the resend window
+// is over and the move is confirmed.
+func (s *Source) releaseIfDecided() []Effect {
+	if !s.windowPassed || !s.confirmed || !s.payloadHeld {
+		return nil
+	}
+	s.payloadHeld, s.chunks = false, nil
+	return []Effect{ReleasePayload{}}
 }
 
 // failureError maps an explicit failure reply onto roam's error classes.
