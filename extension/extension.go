@@ -57,6 +57,10 @@ func ActorRef(id string) Ref { return location.Key(location.KindActor, id) }
 // InstanceSpotRef names the Instance Spot id.
 func InstanceSpotRef(id string) Ref { return location.Key(location.KindInstanceSpot, id) }
 
+// UserSpotRef names the User Spot id (for ReleaseEnded; User Spots do not
+// move yet).
+func UserSpotRef(id string) Ref { return location.Key(location.KindUserSpot, id) }
+
 // Config configures a node.
 type Config struct {
 	// Node configures the Proto.Actor node and its Location Store (required).
@@ -333,16 +337,18 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, targetRid string) (Ou
 
 // ReleaseEnded is the operator's acceptance that ref's owner ended and its
 // in-memory state is lost: the ended owner's record is released so the
-// Actor can be spawned again, or the Instance Spot activated empty by its
-// next call (Spots().ReleaseEnded). InvalidOperation while the owner lives.
+// Actor can be spawned again, the Instance Spot activated empty by its
+// next call, or the User Spot created anew together with the release of
+// its ended members (Spots().ReleaseEnded). InvalidOperation while the
+// owner lives.
 func (e *Extension) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
 	switch ref.Kind {
 	case location.KindActor:
 		return e.cur.Load().driver.ReleaseEnded(ctx, ref)
-	case location.KindInstanceSpot:
+	case location.KindInstanceSpot, location.KindUserSpot:
 		return e.Spots().ReleaseEnded(ctx, ref.ID)
 	}
-	return false, fmt.Errorf("%w: only Actors and Instance Spots are released this way", roamerr.ErrInvalidOperation)
+	return false, fmt.Errorf("%w: %s cannot be released", roamerr.ErrInvalidOperation, ref)
 }
 
 // Node is the underlying node (actor system, address, descriptor).

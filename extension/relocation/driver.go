@@ -28,6 +28,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/handoff"
 	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -179,7 +180,12 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		return nil, err
 	}
 	d.metrics = m
-	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }), DriverName)
+	// Nothing stops the relocation actor while the node lives: moves,
+	// follow redelivery and ended-lifecycle handling all run on it.
+	guard := stopguard.Producer(actor.Unbounded(), func() bool { return isClosed(node.Stopped()) }, func(msg any) {
+		d.log.Warn().Str("event", "stop_refused").Str("actor", DriverName).Msg("a stop of the relocation actor from outside roam was refused")
+	})
+	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard)), DriverName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
 	}
@@ -400,11 +406,24 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	// The lease fence gates every dispatch: nothing of the application runs
 	// on a node whose owner lease is not provably in force.
 	opts = append(opts, mailbox.Gate(d.node.Valid))
+	// Only the driver ends an incarnation (d.stop): a stop from anywhere
+	// else — the application, a remote peer — would leave the store naming
+	// this node for an object it no longer serves.
+	mb := stopguard.Producer(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...), obj.stopAllowed.Load, func(msg any) {
+		d.log.Warn().Str("event", "stop_refused").Str("object_id", obj.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
+			Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
+	})
 	return actor.PropsFromProducer(func() actor.Actor {
 		inst := obj.kind.Producer()
 		obj.inst = inst
 		return &host{obj: obj}
-	}, actor.WithMailbox(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...)))
+	}, actor.WithMailbox(mb))
+}
+
+// stop ends an incarnation's actor; the only way it stops.
+func (d *Driver) stop(obj *object) {
+	obj.stopAllowed.Store(true)
+	d.sys.Root.Stop(obj.pid)
 }
 
 // leaseChanged tells the driver the node's owner lease changed status.
@@ -511,17 +530,25 @@ func (d *Driver) endOwned(obj *object, done func()) {
 			obj.tm.stopAll()
 		}
 	})
-	pid := obj.pid
 	err := obj.mb.Seal(func(saved []any) {
 		for _, msg := range saved {
 			sink(msg)
 		}
 		_, _ = obj.mb.Redirect(sink)
-		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 		done()
 	})
 	if err != nil {
 		done()
 		d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }

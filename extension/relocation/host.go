@@ -115,7 +115,7 @@ func (s *Staged) Discard() {
 		_, _, sender := actor.UnwrapEnvelope(msg)
 		respondFailure(s.d.sys, sender, "unavailable", obj.key.ID, "the incarnation was removed before it opened")
 	}
-	s.d.sys.Root.Stop(obj.pid)
+	s.d.stop(obj)
 }
 
 // LocalIncarnation describes this node's serving incarnation of a key.
@@ -167,11 +167,12 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	// OnClosing(Closed), and the actor stops (spec 002 §7 steps 2–3).
 	// After the close an operation ends with a stale result (spec 002 §7).
 	closed := d.endSink(obj, "stale", "send_after_close", "the incarnation closed")
-	marker := &closeMarker{done: make(chan struct{}), closed: closed, stop: func() { d.sys.Root.Stop(obj.pid) }}
+	marker := &closeMarker{done: make(chan struct{}), closed: closed, stop: func() { d.stop(obj) }}
 	d.sys.Root.Send(obj.pid, marker)
 	var err2 error
 	select {
 	case <-marker.done:
+		obj.stopAllowed.Store(true)
 		err2 = d.sys.Root.StopFuture(obj.pid).Wait()
 	case <-ctx.Done():
 		// The incarnation is ended and stops itself at the marker.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -48,6 +49,9 @@ type object struct {
 	// goroutine only once open.
 	firstOperation string
 	afterFirst     func()
+	// stopAllowed: the driver is ending this incarnation (Driver.stop);
+	// any other stop is refused.
+	stopAllowed atomic.Bool
 }
 
 // host wraps the application's actor: it refuses a followed message whose

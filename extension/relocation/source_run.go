@@ -354,8 +354,8 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		}
 		// Answer Unavailable for one more follow period, then let the
 		// incarnation go so stubs do not pile up.
-		pid := r.obj.pid
-		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
+		obj := r.obj
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 
 	case handoff.Reconcile:
 		go func() { d.later(id.RelocationID, d.reconcile(r, id, false)) }()

@@ -235,8 +235,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 				removed(msg) // a request fails typed, a send is counted and logged
 			}
 			t.obj.state = ended
-			pid := t.obj.pid
-			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.sys.Root.Stop(pid) })
+			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 		}
 
 	case handoff.StartTimer:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -181,7 +182,19 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		lostWatch: map[string]map[chan struct{}]struct{}{},
 		stop:      make(chan struct{}),
 	}
-	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive), ServiceName)
+	// Nothing but the manager's own Stop ends the Spot service: activations
+	// placed on this node and every Spot request rely on it.
+	guard := stopguard.Producer(actor.Unbounded(), func() bool {
+		select {
+		case <-m.stop:
+			return true
+		default:
+			return false
+		}
+	}, func(any) {
+		m.log.Warn().Str("event", "stop_refused").Str("actor", ServiceName).Msg("a stop of the Spot service from outside roam was refused")
+	})
+	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive, actor.WithMailbox(guard)), ServiceName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spawn the Spot service: %w", roamerr.ErrInvalidOperation, err)
 	}

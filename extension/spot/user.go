@@ -216,7 +216,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 				return CreateResult{}, err
 			}
 			if members {
-				return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members", roamerr.ErrUnavailable, c.spotID)
+				return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
 			}
 		}
 	}
@@ -581,7 +581,7 @@ func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Durati
 		return false, err
 	}
 	if !alive {
-		return false, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, ref.SpotID)
+		return false, fmt.Errorf("%w: the owner of Spot %q has ended; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, ref.SpotID)
 	}
 	dl, _ := ctx.Deadline()
 	op := uuid.NewString()
