@@ -144,6 +144,11 @@ type Driver struct {
 	// redeliveries queues, per object, messages past the follow hop limit
 	// awaiting their owner's lookup; a key is present while its worker runs.
 	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
+	// deadLetters counts, per dead-lettered send, its redeliveries
+	// (redeliver.go); swept by age.
+	deadLetters     map[any]*deadLetterCount
+	deadLetterHeld  map[location.AuthorityKey]*deadLetterHold
+	deadLetterSwept time.Time
 	// stopping is set by FinishIncoming: no new move lands here.
 	stopping bool
 	// lifecycleEnded is closed once every incarnation of an ended
@@ -172,8 +177,10 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 
-		redeliveries: map[location.AuthorityKey][]*actor.MessageEnvelope{},
-		budget:       newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+		redeliveries:   map[location.AuthorityKey][]*actor.MessageEnvelope{},
+		deadLetters:    map[any]*deadLetterCount{},
+		deadLetterHeld: map[location.AuthorityKey]*deadLetterHold{},
+		budget:         newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
@@ -191,8 +198,11 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 	}
 	d.self = pid
 	d.sys.EventStream.Subscribe(func(evt any) {
-		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+		switch e := evt.(type) {
+		case *remote.EndpointTerminatedEvent:
 			d.sys.Root.Send(d.self, e)
+		case *actor.DeadLetterEvent:
+			d.onDeadLetterEvent(e)
 		}
 	})
 	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
@@ -285,6 +295,8 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onLeaseChanged(m.status)
 	case *redeliver:
 		d.onRedeliver(m)
+	case *deadLettered:
+		d.onDeadLettered(m)
 	case *timerFired:
 		d.onTimer(m)
 	case *remote.EndpointTerminatedEvent:

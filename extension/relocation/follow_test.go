@@ -2,6 +2,7 @@ package relocation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -191,5 +192,79 @@ func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 	for !logs.has("late_cutover") {
 		require.True(t, time.Now().Before(deadline), "late cutover not logged")
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A send on a route through a node that has since stopped is not lost:
+// the transport dead-letters it on the sender's node, whose driver
+// re-resolves the object from the store and delivers it to the live owner.
+// The same for a send to an incarnation that no longer exists on a live
+// node (its follow period over). Each send is handled once.
+func TestSendsThroughAGoneNodeOrIncarnationAreRedelivered(t *testing.T) {
+	store := newStore(t)
+	cfg := relocation.Config{Logger: testLogger(), Handoff: handoff.DefaultConfig()}
+	cfg.Handoff.FollowDuration = 200 * time.Millisecond
+	a := startNodeConfig(t, store, cfg, counterKind)
+	b := startNodeConfig(t, store, cfg, counterKind)
+	c := startNodeConfig(t, store, cfg, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "gone")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	now, err := c.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, a.node.Stop(ctx))
+
+	// c holds the old route, through a, which has left.
+	for i := int64(1); i <= 20; i++ {
+		c.node.System().Root.Send(old, wrapperspb.Int64(i))
+	}
+	waitCount(t, c.node.System(), now, 20)
+
+	// The incarnation on b moves to c, and its follow period on b ends:
+	// the route to b's incarnation names an actor that no longer exists.
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	onB := now
+	now, err = c.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	waitDeadLetter(t, b.node.System(), onB)
+	for i := int64(21); i <= 30; i++ {
+		b.node.System().Root.Send(onB, wrapperspb.Int64(i))
+	}
+	waitCount(t, c.node.System(), now, 30)
+}
+
+// waitCount waits until the counter at pid reports n (a negative count
+// means disorder, which fails at once).
+func waitCount(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		got := get(t, sys, pid)
+		require.GreaterOrEqual(t, got, int64(0), "handled out of order")
+		require.LessOrEqual(t, got, n, "handled more than once")
+		if got == n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "only %d of %d sends arrived", got, n)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDeadLetter waits until a request to pid is answered as a dead
+// letter: the incarnation no longer exists.
+func waitDeadLetter(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		_, err := sys.Root.RequestFuture(pid, wrapperspb.String("get"), 5*time.Second).Result()
+		if errors.Is(err, actor.ErrDeadLetter) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the incarnation at %s never went away", pid)
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -18,6 +22,9 @@ import (
 type redeliver struct {
 	key location.AuthorityKey
 	env *actor.MessageEnvelope
+	// deadLetter: the message was dead-lettered (onDeadLettered), not
+	// past the hop limit; only the log line differs.
+	deadLetter bool
 }
 
 // redeliveryWindow bounds how long a message waits for the store to name
@@ -30,8 +37,13 @@ func (d *Driver) onRedeliver(m *redeliver) {
 	q, running := d.redeliveries[m.key]
 	d.redeliveries[m.key] = append(q, m.env)
 	if !running {
-		d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
-			Msg("Message Follow reached its hop limit; delivering from the store's owner record")
+		if m.deadLetter {
+			d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
+				Msg("sends to an incarnation that is gone are delivered from the store's owner record")
+		} else {
+			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
+				Msg("Message Follow reached its hop limit; delivering from the store's owner record")
+		}
 		go d.redeliverWorker(m.key)
 	}
 }
@@ -69,9 +81,9 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 				d.failRedelivery(key, env, err)
 				continue
 			}
-			h := maps.Clone(env.Header)
-			h[HeaderHops] = "0" // a direct delivery; the generation header stays
-			d.sys.Root.Send(pid, &actor.MessageEnvelope{Header: h, Message: env.Message, Sender: env.Sender})
+			out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
+			out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
+			d.sys.Root.Send(pid, out)
 		}
 	}
 }
@@ -102,4 +114,153 @@ func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnv
 	d.metrics.sendUndelivered("send_redelivery_failed")
 	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).Err(err).
 		Msg("a send past the Message Follow hop limit found no owner to deliver to")
+}
+
+// A one-way send to an incarnation's PID that Proto.Actor could not
+// deliver — the PID's node has left and its connection is down, or the
+// incarnation no longer exists there (its follow period ended) — becomes a
+// dead letter, which Proto.Actor only logs. A send that the caller saw
+// accepted must not vanish: the driver of the node where it dead-lettered
+// re-resolves the object from the store and delivers it there, like a
+// message past the follow hop limit. Requests are not taken: their caller
+// gets a DeadLetterResponse and retries on a fresh route.
+//
+// Proto.Actor's dead-letter event carries the message without its
+// headers, so the redelivery is a plain send to the current incarnation.
+// Its order relative to the sender's later sends, which already take a
+// fresh route, is not kept.
+
+// deadLettered is a dead-lettered send to an object's incarnation.
+type deadLettered struct {
+	key location.AuthorityKey
+	msg any
+}
+
+// deadLetterCount is how often one send was redelivered, and since when.
+type deadLetterCount struct {
+	n     int
+	first time.Time
+}
+
+// deadLetterPatience bounds how long a dead-lettered send keeps being
+// redelivered: longer than a restore deadline plus a cutover wait (a move
+// whose target died is fenced out by then) and than an owner lease.
+const deadLetterPatience = 30 * time.Second
+
+// onDeadLetterEvent runs on the publisher's goroutine: it only picks the
+// sends to incarnation PIDs and hands them to the driver.
+func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
+	if e.Sender != nil || e.PID == nil || e.Message == nil {
+		return
+	}
+	switch e.Message.(type) {
+	case actor.SystemMessage, *messages.TimerTick:
+		return // not a caller's send: a tick belongs to the incarnation that armed it
+	case proto.Message:
+	default:
+		return // only a protobuf message can be delivered to another node
+	}
+	key, ok := keyOfObjectPID(e.PID.Id)
+	if !ok {
+		return
+	}
+	if isClosed(d.node.Stopped()) {
+		d.failDeadLetter(key, e.Message, "the node stopped before the send could be redelivered")
+		return
+	}
+	d.sys.Root.Send(d.self, &deadLettered{key: key, msg: e.Message})
+}
+
+// onDeadLettered redelivers a dead-lettered send through the store after a
+// back-off that grows with each time the same send dead-lettered again,
+// and fails it loudly past deadLetterPatience.
+func (d *Driver) onDeadLettered(m *deadLettered) {
+	now := time.Now()
+	if now.Sub(d.deadLetterSwept) > deadLetterPatience {
+		for k, c := range d.deadLetters {
+			if now.Sub(c.first) > 2*deadLetterPatience {
+				delete(d.deadLetters, k)
+			}
+		}
+		d.deadLetterSwept = now
+	}
+	if d.Usable() != nil {
+		d.failDeadLetter(m.key, m.msg, "the node's lifecycle ended before the send could be redelivered")
+		return
+	}
+	c := &deadLetterCount{first: now}
+	if reflect.TypeOf(m.msg).Comparable() {
+		if seen := d.deadLetters[m.msg]; seen != nil {
+			c = seen
+		}
+		d.deadLetters[m.msg] = c
+	}
+	c.n++
+	if now.Sub(c.first) > deadLetterPatience {
+		delete(d.deadLetters, m.msg)
+		d.failDeadLetter(m.key, m.msg, "no incarnation took the send within the redelivery patience")
+		return
+	}
+	env := &actor.MessageEnvelope{Message: m.msg}
+	held := d.deadLetterHeld[m.key]
+	if held == nil && c.n == 1 {
+		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
+		return
+	}
+	// A send that dead-lettered again (its owner's node is unreachable, or
+	// the route still leads to a gone incarnation): wait before the next
+	// try, and keep the object's later dead letters behind it, in order.
+	if held == nil {
+		held = &deadLetterHold{}
+		d.deadLetterHeld[m.key] = held
+	}
+	held.msgs = append(held.msgs, env)
+	if !held.timer {
+		held.timer = true
+		wait := min(50*time.Millisecond<<min(c.n-1, 6), 2*time.Second)
+		key := m.key
+		time.AfterFunc(wait, func() {
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				h := d.deadLetterHeld[key]
+				delete(d.deadLetterHeld, key)
+				for _, env := range h.msgs {
+					d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
+				}
+			}})
+		})
+	}
+}
+
+// deadLetterHold is an object's dead-lettered sends waiting for a retry.
+type deadLetterHold struct {
+	msgs  []*actor.MessageEnvelope
+	timer bool
+}
+
+func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, why string) {
+	d.metrics.sendUndelivered("send_dead_letter")
+	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).Msg(why)
+}
+
+// keyOfObjectPID parses an incarnation PID's name (objectPIDName).
+func keyOfObjectPID(name string) (location.AuthorityKey, bool) {
+	rest, ok := strings.CutPrefix(name, "roam/")
+	if !ok {
+		return location.AuthorityKey{}, false
+	}
+	kindName, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return location.AuthorityKey{}, false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return location.AuthorityKey{}, false
+	}
+	for _, k := range []location.Kind{location.KindActor, location.KindInstanceSpot, location.KindUserSpot} {
+		if location.KindName(k) == kindName {
+			key := location.Key(k, rest[:at])
+			return key, key.Validate() == nil
+		}
+	}
+	return location.AuthorityKey{}, false
 }

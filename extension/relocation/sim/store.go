@@ -1,0 +1,314 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+)
+
+// Record is the sim's Location Store record of one object: the fields the
+// hand-off reads and writes (location.Record's owner, generations and
+// RelocationId) and the store version.
+type Record struct {
+	Version      uint64
+	OwnerNode    string
+	OwnerNodeGen uint64
+	OwnerGen     uint64 // AuthorityOwnerGeneration
+	ObjectGen    uint64
+	RelocID      uint64
+}
+
+func (r Record) String() string {
+	return fmt.Sprintf("{v%d owner %s/%d og%d reloc %d}", r.Version, r.OwnerNode, r.OwnerNodeGen, r.OwnerGen, r.RelocID)
+}
+
+// storeMode is how the store answers one call.
+type storeMode int
+
+const (
+	modeOK storeMode = iota
+	// modeIndetApplied: the write applied, the answer is indeterminate.
+	modeIndetApplied
+	// modeIndetNotApplied: nothing applied, the answer is indeterminate.
+	modeIndetNotApplied
+	// modeUnavailable: nothing applied, the answer says so.
+	modeUnavailable
+	// modeSlow: applied (late, possibly after the caller gave up) and
+	// answered late.
+	modeSlow
+	// modeHang: nothing applied, no answer: the caller's deadline ends it.
+	modeHang
+	// modeLate: a delayed write: it applies after the latency a scenario
+	// sets and is never answered (the caller's deadline ends the call).
+	modeLate
+)
+
+var modeNames = [...]string{"ok", "indeterminate-applied", "indeterminate-not-applied", "unavailable", "slow", "hang", "late"}
+
+func (m storeMode) String() string { return modeNames[m] }
+
+type opKind int
+
+const (
+	opRead opKind = iota
+	opCAS
+	opRenew
+	opWatch
+)
+
+var opNames = [...]string{"read", "cas", "renew", "watch"}
+
+type storeOp struct {
+	kind     opKind
+	obj      ObjID
+	expected uint64 // CAS: expected version
+	next     Record // CAS: the record to write
+	after    uint64 // watch: answer once the version is above
+	why      string // for the trace
+}
+
+// storeErr is the class of a store answer, as the driver tells them apart.
+type storeErr int
+
+const (
+	errNone storeErr = iota
+	errConflict
+	errUnavailable
+	errIndeterminate
+	errDeadline // the caller's context ended first (may have applied)
+	errLeaseEnded
+	errNoLease // renewal: the lease is gone
+)
+
+var errNames = [...]string{"ok", "conflict", "unavailable", "indeterminate", "deadline", "lease-ended", "no-such-lease"}
+
+func (e storeErr) String() string { return errNames[e] }
+
+type storeRes struct {
+	err storeErr
+	rec Record // read/watch: the record; CAS conflict: the current record
+}
+
+type storeLease struct {
+	expiresAt time.Duration
+	gone      bool
+}
+
+type watcher struct {
+	obj   ObjID
+	after uint64
+	fire  func(Record)
+	done  bool
+}
+
+// Store is the Location Store: one record per object, CAS on the version,
+// per-node owner leases that the store ends TTL after the last renewal it
+// applied, and writes that carry the writer's lease check.
+type Store struct {
+	w        *World
+	recs     []Record
+	version  uint64
+	leases   []storeLease
+	down     bool // an outage for every node
+	watchers []*watcher
+}
+
+func newStore(w *World) *Store {
+	s := &Store{w: w, recs: make([]Record, w.cfg.Objects), leases: make([]storeLease, w.cfg.Nodes)}
+	for i := range s.leases {
+		s.leases[i].expiresAt = w.cfg.LeaseTTL
+	}
+	return s
+}
+
+// Record returns an object's current record (the truth, for checks and
+// for clients resolving a route).
+func (s *Store) Record(o ObjID) Record { return s.recs[o] }
+
+func (s *Store) leaseLive(n *Node) bool {
+	l := &s.leases[n.idx]
+	if !l.gone && s.w.now >= l.expiresAt {
+		l.gone = true
+		s.w.tracef("store: lease of %s ended (expired)", n.name)
+	}
+	return !l.gone
+}
+
+// call runs one store operation of node n: the request reaches the store
+// after a latency, applies there (or not, as the answer mode and outages
+// decide) and the answer comes back after another; done gets the answer,
+// or errDeadline at deadline if that is earlier. A write from a node whose
+// lease is not provably in force is refused locally (location.Leased).
+// done is not called if n crashed or ended its process meanwhile.
+func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(storeRes)) {
+	w := s.w
+	life := n.life
+	answered := false
+	deliver := func(res storeRes) {
+		if answered {
+			return
+		}
+		answered = true
+		if !n.alive || n.life != life {
+			return
+		}
+		if w.tracing {
+			w.tracef("%s store %s %s answered %s %s", n.name, opNames[op.kind], op.why, res.err, res.rec)
+		}
+		done(res)
+	}
+	if op.kind == opCAS {
+		switch {
+		case n.ended:
+			w.after(0, "local-refuse", func() { deliver(storeRes{err: errLeaseEnded}) })
+			return
+		case n.fenced():
+			w.after(0, "local-refuse", func() { deliver(storeRes{err: errUnavailable}) })
+			return
+		}
+	}
+	if deadline <= w.now {
+		w.after(0, "ctx-expired", func() { deliver(storeRes{err: errDeadline}) })
+		return
+	}
+	mode, late := w.storeMode(n, &op)
+	l1, l2 := w.randDur(300*time.Microsecond, 3*time.Millisecond), w.randDur(300*time.Microsecond, 3*time.Millisecond)
+	if late > 0 {
+		l1 = late
+	}
+	if mode == modeSlow {
+		l1 += w.randDur(0, 400*time.Millisecond)
+		l2 += w.randDur(0, 600*time.Millisecond)
+	}
+	if w.tracing {
+		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[op.kind], op.why, mode, l1)
+	}
+	w.at(deadline, "store-deadline", func() { deliver(storeRes{err: errDeadline}) })
+	w.after(l1, "store-apply", func() {
+		if s.down || n.storeCut {
+			if mode != modeHang {
+				err := errUnavailable
+				if op.kind == opCAS && w.rng.IntN(2) == 0 {
+					err = errIndeterminate
+				}
+				w.after(l2, "store-answer", func() { deliver(storeRes{err: err}) })
+			}
+			return
+		}
+		switch mode {
+		case modeUnavailable:
+			w.after(l2, "store-answer", func() { deliver(storeRes{err: errUnavailable}) })
+			return
+		case modeIndetNotApplied:
+			w.after(l2, "store-answer", func() { deliver(storeRes{err: errIndeterminate}) })
+			return
+		case modeHang:
+			return
+		}
+		if op.kind == opWatch {
+			s.watch(op, func(r Record) { w.after(l2, "store-answer", func() { deliver(storeRes{rec: r}) }) })
+			return
+		}
+		res := s.apply(n, op)
+		if mode == modeLate {
+			return
+		}
+		if mode == modeIndetApplied {
+			if op.kind == opCAS {
+				w.stats.IndeterminateCAS++
+			}
+			res = storeRes{err: errIndeterminate}
+		}
+		w.after(l2, "store-answer", func() { deliver(res) })
+	})
+}
+
+func (s *Store) apply(n *Node, op storeOp) storeRes {
+	w := s.w
+	switch op.kind {
+	case opRead:
+		return storeRes{rec: s.recs[op.obj]}
+	case opRenew:
+		if !s.leaseLive(n) {
+			return storeRes{err: errNoLease}
+		}
+		s.leases[n.idx].expiresAt = w.now + w.cfg.LeaseTTL
+		return storeRes{}
+	case opCAS:
+		if !s.leaseLive(n) {
+			w.tracef("store: CAS of %s refused: its lease ended", n.name)
+			return storeRes{err: errLeaseEnded}
+		}
+		cur := s.recs[op.obj]
+		if cur.Version != op.expected {
+			return storeRes{err: errConflict, rec: cur}
+		}
+		s.version++
+		next := op.next
+		next.Version = s.version
+		s.recs[op.obj] = next
+		if w.tracing {
+			w.tracef("store: o%d %s → %s (%s by %s)", op.obj, cur, next, op.why, n.name)
+		}
+		if next.RelocID != cur.RelocID && next.OwnerNode != cur.OwnerNode {
+			if mv := w.moveByID(next.RelocID); mv != nil {
+				mv.committedInStore = true
+			}
+		}
+		s.changed(op.obj)
+		return storeRes{rec: next}
+	}
+	panic("sim: store op")
+}
+
+func (s *Store) watch(op storeOp, fire func(Record)) {
+	if r := s.recs[op.obj]; r.Version > op.after {
+		fire(r)
+		return
+	}
+	s.watchers = append(s.watchers, &watcher{obj: op.obj, after: op.after, fire: fire})
+}
+
+func (s *Store) changed(o ObjID) {
+	keep := s.watchers[:0]
+	var fire []*watcher
+	for _, wt := range s.watchers {
+		if wt.obj == o && s.recs[o].Version > wt.after {
+			fire = append(fire, wt)
+			continue
+		}
+		keep = append(keep, wt)
+	}
+	s.watchers = keep
+	for _, wt := range fire {
+		wt.fire(s.recs[o])
+	}
+}
+
+// storeMode picks how the store answers a call (and, from a scenario, the
+// latency to the store if positive): a scenario's hook first, then the
+// schedule's fault mix; after the horizon always ok.
+func (w *World) storeMode(n *Node, op *storeOp) (storeMode, time.Duration) {
+	if w.hooks.StoreMode != nil {
+		if m, late, ok := w.hooks.StoreMode(w, n, op); ok {
+			return m, late
+		}
+	}
+	if w.over {
+		return modeOK, 0
+	}
+	f := w.faults
+	x := w.rng.Float64()
+	switch {
+	case x < f.PIndetApplied && op.kind == opCAS:
+		return modeIndetApplied, 0
+	case x < f.PIndetApplied+f.PIndetNotApplied:
+		return modeIndetNotApplied, 0
+	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable:
+		return modeUnavailable, 0
+	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable+f.PSlow:
+		return modeSlow, 0
+	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable+f.PSlow+f.PHang:
+		return modeHang, 0
+	}
+	return modeOK, 0
+}
