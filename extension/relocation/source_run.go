@@ -44,8 +44,9 @@ type sourceRun struct {
 	batch     []*messages.RelayedRecord
 	relayed   []any // the boundary batch as posted, for Reinstate
 	sum       handoff.RelaySum
-	parked    *parkedSink // the hold, while reconciling
-	sent      uint64      // chunk bytes submitted
+	parked    *parkedSink        // the hold, while reconciling
+	lastRead  location.Versioned // the record the last reconcile read saw
+	sent      uint64             // chunk bytes submitted
 	credited  uint64
 	waiter    chan sourceResult
 	outcome   Outcome
@@ -193,7 +194,7 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 
 func (d *Driver) endSource(r *sourceRun) {
 	id := r.m.Identity().RelocationID
-	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile} {
+	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut} {
 		d.stopTimer(timerKey{source: id, timer: t})
 	}
 	peer := r.target.GetAddress()
@@ -339,7 +340,10 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.batch, r.saved, r.relayed = nil, nil, nil
 
 	case handoff.ConfirmCommit:
-		go func() { d.later(id.RelocationID, d.confirmCommit(r, id)) }()
+		go d.confirmWatch(r, id, e.After, e.Until)
+
+	case handoff.FenceOut:
+		go d.fenceOut(r, id, r.lastRead, e.Version)
 
 	case handoff.CloseOut:
 		d.closeOut(r.obj)
@@ -358,7 +362,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 
 	case handoff.Reconcile:
-		go func() { d.later(id.RelocationID, d.reconcile(r, id, false)) }()
+		go d.reconcileRead(r, id)
 
 	case handoff.AdoptTargetRoute:
 		r.obj.state, r.obj.next = following, r.next
@@ -399,79 +403,27 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	return nil
 }
 
-// reconcile reads the move's outcome from the store when the source does
-// not know it: after the restore deadline passed without a reply (spec 000
-// §9 last row), or after the cutover until the commit shows. The target
-// owns the object: adopt its route. The store still names this source at
-// its fence: once the target's restore deadline (plus a cutover wait for
-// its last answer) has passed, the source fences the move out — it writes
-// the move's RelocationId into the record, owner unchanged — so any CAS of
-// the target still in flight or delayed fails on the version, and a target
-// that reads the record finds its move fenced out (stale). Only then is
-// the outcome certain and the source serves again. The source never
-// changes the owner (docs/FAULTS.md explains this departure from spec 000
-// §11).
-//
-// afterCutover: a record no longer at the source's fence means the target
-// committed (only its CAS can move the record from that fence while this
-// lifecycle lives; any later change presupposes it).
-func (d *Driver) reconcile(r *sourceRun, id handoff.Identity, afterCutover bool) handoff.ReconcileAnswered {
-	key := r.obj.key
+// The source's questions to the store while its move's outcome is
+// unknown (spec 000 §9 last row; docs/FAULTS.md, the fence-out): the
+// machine decides (handoff.Source.judge), the driver only reads, watches
+// and writes.
+
+// reconcileRead reads the record once.
+func (d *Driver) reconcileRead(r *sourceRun, id handoff.Identity) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
 	defer cancel()
-	v, err := d.store.Read(ctx, key)
-	if err != nil && !errors.Is(err, location.ErrNotFound) {
-		if d.node.LeaseStatus() == lease.Ended {
-			return handoff.ReconcileAnswered{SourceEnded: true}
-		}
-		return handoff.ReconcileAnswered{}
-	}
-	if ans, decided := d.outcomeOf(r, id, v, afterCutover); decided {
-		return ans
-	}
-	switch {
-	case d.node.LeaseStatus() == lease.Ended:
-		return handoff.ReconcileAnswered{SourceEnded: true}
-	case time.Now().Before(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)):
-		return handoff.ReconcileAnswered{}
-	}
-	next := proto.Clone(v.Record).(*location.Record)
-	next.RelocationId = id.RelocationID
-	if _, err := d.store.CompareAndSet(ctx, key, v.Version, next); err != nil {
-		return handoff.ReconcileAnswered{} // conflict or unknown: the next read decides
-	}
-	return handoff.ReconcileAnswered{FencedOut: true}
+	v, err := d.store.Read(ctx, r.obj.key)
+	d.answerRead(r, id, v, err)
 }
 
-// outcomeOf judges a record read for a move whose outcome the source does
-// not know; decided false means the record is still at the source's fence
-// without this move's RelocationId (or, before the cutover, someone else
-// changed it: keep reconciling, never guess).
-func (d *Driver) outcomeOf(r *sourceRun, id handoff.Identity, v location.Versioned, afterCutover bool) (handoff.ReconcileAnswered, bool) {
-	rec := v.Record
-	if v.Present() && rec.GetOwner().GetNodeRid() == r.target.GetNodeRid() && rec.GetRelocationId() == id.RelocationID {
-		return handoff.ReconcileAnswered{TargetOwns: true}, true
+// confirmWatch watches the record until its version is past after or
+// until passes (after 0: a read).
+func (d *Driver) confirmWatch(r *sourceRun, id handoff.Identity, after uint64, until time.Time) {
+	if after == 0 {
+		d.reconcileRead(r, id)
+		return
 	}
-	f := id.Fence
-	atFence := v.Present() && rec.GetOwner().GetNodeRid() == f.NodeRid && rec.GetOwner().GetNodeGeneration() == f.NodeGeneration &&
-		rec.GetAuthorityOwnerGeneration() == f.OwnerGeneration && rec.GetObjectGeneration() == r.obj.generation
-	switch {
-	case !atFence && afterCutover:
-		return handoff.ReconcileAnswered{TargetOwns: true}, true
-	case !atFence:
-		return handoff.ReconcileAnswered{}, true
-	case rec.GetRelocationId() == id.RelocationID:
-		return handoff.ReconcileAnswered{FencedOut: true}, true // an earlier fence-out landed
-	}
-	return handoff.ReconcileAnswered{}, false
-}
-
-// confirmCommit watches the record after the cutover until the move's
-// outcome shows, or until the target's restore deadline plus a cutover
-// wait, when reconcile decides it (fencing the move out if the store still
-// names this source at its fence).
-func (d *Driver) confirmCommit(r *sourceRun, id handoff.Identity) handoff.ReconcileAnswered {
-	ctx, cancel := context.WithDeadline(context.Background(), r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout))
+	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
 	go func() {
 		select {
@@ -480,23 +432,57 @@ func (d *Driver) confirmCommit(r *sourceRun, id handoff.Identity) handoff.Reconc
 		case <-ctx.Done():
 		}
 	}()
-	var after location.StoreVersion
-	for {
-		v, err := d.store.Watch(ctx, r.obj.key, after)
-		if err != nil {
-			if ctx.Err() == nil || time.Now().Before(r.deadline.Add(d.cfg.Handoff.CutoverWaitTimeout)) {
-				// A store error, or the node stopped: try again later.
-				if d.node.LeaseStatus() == lease.Ended {
-					return handoff.ReconcileAnswered{SourceEnded: true}
-				}
-				return handoff.ReconcileAnswered{}
+	v, err := d.store.Watch(ctx, r.obj.key, location.StoreVersion(after))
+	d.answerRead(r, id, v, err)
+}
+
+// answerRead feeds a read to the move on the driver goroutine, keeping the
+// record for a FenceOut of that version.
+func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versioned, err error) {
+	if errors.Is(err, location.ErrNotFound) {
+		v, err = location.Versioned{}, nil // no record: judged as not at the fence
+	}
+	ev := handoff.ReconcileRead{Record: recordView(v), Target: r.target.GetNodeRid(), ObjectGeneration: r.obj.generation, Err: err,
+		SourceEnded: d.node.LeaseStatus() == lease.Ended}
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if cur := d.sources[id.RelocationID]; cur == r {
+			if err == nil {
+				r.lastRead = v
 			}
-			return d.reconcile(r, id, true)
+			d.stepSource(r, ev)
 		}
-		if ans, decided := d.outcomeOf(r, id, v, true); decided {
-			return ans
-		}
-		after = v.Version
+	}})
+}
+
+// fenceOut writes the move's RelocationId into the record read at version,
+// owner unchanged: any CAS of the target still in flight or delayed then
+// fails on the version, and a target that reads the record finds its move
+// fenced out (handoff.Identity.JudgeCommit). The source never changes the
+// owner (docs/FAULTS.md explains this departure from spec 000 §11).
+func (d *Driver) fenceOut(r *sourceRun, id handoff.Identity, read location.Versioned, version uint64) {
+	var err error
+	if !read.Present() || uint64(read.Version) != version {
+		err = fmt.Errorf("%w: no record read at version %d", location.ErrConflict, version)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+		defer cancel()
+		next := proto.Clone(read.Record).(*location.Record)
+		next.RelocationId = id.RelocationID
+		_, err = d.store.CompareAndSet(ctx, r.obj.key, read.Version, next)
+	}
+	d.later(id.RelocationID, handoff.FenceOutAnswered{Err: err})
+}
+
+// recordView is what the hand-off machines judge of a record.
+func recordView(v location.Versioned) handoff.RecordView {
+	if !v.Present() {
+		return handoff.RecordView{}
+	}
+	r := v.Record
+	return handoff.RecordView{
+		Present: true, Version: uint64(v.Version),
+		OwnerNodeRid: r.GetOwner().GetNodeRid(), OwnerNodeGeneration: r.GetOwner().GetNodeGeneration(),
+		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
 	}
 }
 

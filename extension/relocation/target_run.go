@@ -381,25 +381,11 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	}
 }
 
-// judge compares a record read from the store with the move: committed by
-// this move, stale (another owner or generation), or nil to go on.
+// judge compares a record read from the store with the move
+// (handoff.Identity.JudgeCommit): committed by this move, stale, or nil to
+// go on.
 func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
-	r := v.Record
-	if r.GetRelocationId() == id.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() &&
-		r.GetAuthorityOwnerGeneration() == t.prepare.GetNewOwnerGeneration() {
-		return handoff.StoreCommitted{}
-	}
-	if r.GetRelocationId() == id.RelocationID {
-		// The source fenced this move out after our restore deadline.
-		return handoff.StoreStale{Err: fmt.Errorf("the source fenced relocation %d of %s out", id.RelocationID, t.key)}
-	}
-	f := id.Fence
-	if r.GetOwner().GetNodeRid() != f.NodeRid || r.GetOwner().GetNodeGeneration() != f.NodeGeneration ||
-		r.GetAuthorityOwnerGeneration() != f.OwnerGeneration || r.GetObjectGeneration() != t.obj.generation {
-		return handoff.StoreStale{Err: fmt.Errorf("%s is owned by %s at owner generation %d, expected %s at %d",
-			t.key, r.GetOwner().GetNodeRid(), r.GetAuthorityOwnerGeneration(), f.NodeRid, f.OwnerGeneration)}
-	}
-	return nil
+	return id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
 }
 
 func (d *Driver) completeTarget(t *targetRun, err error) {

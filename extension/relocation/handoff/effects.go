@@ -28,6 +28,10 @@ const (
 	TimerFollow
 	// TimerReconcile: the next reconciliation sweep (source).
 	TimerReconcile
+	// TimerFenceOut: the target's restore deadline plus one cutover wait
+	// (source): from then on a move whose record is still at the source's
+	// fence may be fenced out.
+	TimerFenceOut
 )
 
 func (t Timer) String() string {
@@ -44,6 +48,8 @@ func (t Timer) String() string {
 		return "follow"
 	case TimerReconcile:
 		return "reconcile"
+	case TimerFenceOut:
+		return "fence-out"
 	}
 	return "timer?"
 }
@@ -91,7 +97,7 @@ type (
 	// EndFollow: stop Message Follow; later messages end Unavailable.
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
-	// store once and report ReconcileAnswered (§9 last row).
+	// store once and report ReconcileRead (§9 last row).
 	Reconcile struct{}
 	// AdoptTargetRoute: the store names the target: forward the held and
 	// later messages to it by Message Follow (§9 last row).
@@ -99,12 +105,17 @@ type (
 	// FailHeld: end every held request with Err; held sends stay held
 	// until the outcome is known (§9 last row fails waiting requests).
 	FailHeld struct{ Err error }
-	// ConfirmCommit: after the cutover, watch the store until it shows the
-	// move's outcome and report ReconcileAnswered: the target's commit, a
-	// fence-out (the source writes it once the target's restore deadline
-	// plus a cutover wait has passed with the record still at its fence),
-	// the source's own lease ended, or nothing yet.
-	ConfirmCommit struct{}
+	// ConfirmCommit: after the cutover, watch the record until its store
+	// version is past After (0: read at once) or Until passes, and report
+	// ReconcileRead.
+	ConfirmCommit struct {
+		After uint64
+		Until time.Time
+	}
+	// FenceOut: write the move's RelocationId into the record read at
+	// Version, owner unchanged, by compare-and-set (docs/FAULTS.md, the
+	// fence-out); report FenceOutAnswered.
+	FenceOut struct{ Version uint64 }
 	// CloseOut: the move is confirmed: tell the application its source
 	// incarnation closed (OnClosing(RelocationOut)) and drop the instance.
 	CloseOut struct{}
@@ -186,6 +197,7 @@ func (Reconcile) isEffect()        {}
 func (AdoptTargetRoute) isEffect() {}
 func (FailHeld) isEffect()         {}
 func (ConfirmCommit) isEffect()    {}
+func (FenceOut) isEffect()         {}
 func (CloseOut) isEffect()         {}
 func (Reinstate) isEffect()        {}
 func (InstallStaging) isEffect()   {}

@@ -40,7 +40,24 @@ type (
 	CutoverSent struct{ Sum RelaySum }
 	// ConnectionLost: remote.EndpointTerminatedEvent for the peer.
 	ConnectionLost struct{}
-	// ReconcileAnswered: what Reconcile read from the store.
+	// ReconcileRead: what Reconcile or ConfirmCommit read from the store,
+	// or the error that kept it from reading (a watch that reached its
+	// Until reports its deadline as Err). Target and ObjectGeneration name
+	// the move's target node and object generation; SourceEnded reports
+	// that this node's owner lease has ended. The machine judges it
+	// (TimerFenceOut decides whether a fence-out may be written).
+	ReconcileRead struct {
+		Record           RecordView
+		Target           string
+		ObjectGeneration uint64
+		Err              error
+		SourceEnded      bool
+	}
+	// FenceOutAnswered: the answer to FenceOut's compare-and-set; nil Err
+	// means it applied.
+	FenceOutAnswered struct{ Err error }
+	// ReconcileAnswered: a judged outcome of the move (what a
+	// ReconcileRead or FenceOutAnswered comes to).
 	ReconcileAnswered struct {
 		TargetOwns bool
 		// FencedOut: the store still names this source at its fence and
@@ -121,6 +138,8 @@ func (FailedReceived) isEvent()       {}
 func (CutoverSent) isEvent()          {}
 func (ConnectionLost) isEvent()       {}
 func (ReconcileAnswered) isEvent()    {}
+func (ReconcileRead) isEvent()        {}
+func (FenceOutAnswered) isEvent()     {}
 func (PrepareReceived) isEvent()      {}
 func (ChunkReceived) isEvent()        {}
 func (Restored) isEvent()             {}

@@ -37,6 +37,13 @@ type Source struct {
 	confirmed    bool
 	windowPassed bool // the resend window after the cutover is over
 	followDue    bool // the follow period ended before the move was confirmed
+
+	// While the outcome is unknown (reconciling, or after the cutover until
+	// confirmed) the source asks the store one question at a time.
+	asking      bool // a Reconcile, ConfirmCommit or FenceOut is unanswered
+	fenceOutDue bool // TimerFenceOut fired: the target's deadline is over
+	fencing     bool // the open question is a FenceOut
+	heldFailed  bool // FailHeld was emitted
 }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
@@ -165,10 +172,12 @@ func (s *Source) Step(ev Event) []Effect {
 		}
 		s.cutoverSent = true
 		s.moveTo(FollowOnly)
+		s.asking = true
 		return []Effect{
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
 			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
-			ConfirmCommit{},
+			StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
+			ConfirmCommit{Until: s.fenceOutAt()},
 			s.complete(nil),
 		}
 
@@ -184,7 +193,25 @@ func (s *Source) Step(ev Event) []Effect {
 		}
 		return nil
 
+	case ReconcileRead:
+		if !s.undecided() {
+			return nil
+		}
+		s.asking = false
+		return s.judge(ev)
+
+	case FenceOutAnswered:
+		if !s.undecided() || !s.fencing {
+			return nil
+		}
+		s.asking, s.fencing = false, false
+		if ev.Err == nil {
+			return s.Step(ReconcileAnswered{FencedOut: true})
+		}
+		return s.Step(ReconcileAnswered{}) // conflict or unknown: the next read decides
+
 	case ReconcileAnswered:
+		s.asking, s.fencing = false, false
 		if s.phase == FollowOnly && s.cutoverSent {
 			return s.confirm(ev)
 		}
@@ -232,7 +259,11 @@ func (s *Source) Step(ev Event) []Effect {
 			}
 			return effects
 		}
-		effects := []Effect{FailHeld{Err: fmt.Errorf("%w: relocation outcome unknown; the object is unavailable until reconciled", roamerr.ErrUnavailable)}}
+		var effects []Effect
+		if !s.heldFailed {
+			s.heldFailed = true
+			effects = append(effects, FailHeld{Err: fmt.Errorf("%w: relocation outcome unknown; the object is unavailable until reconciled", roamerr.ErrUnavailable)})
+		}
 		if !s.done {
 			effects = append(effects, s.complete(fmt.Errorf("%w: relocation outcome unknown (no reply before the restore deadline)", roamerr.ErrUnavailable)))
 		}
@@ -245,14 +276,19 @@ func (s *Source) Step(ev Event) []Effect {
 				// No reply: the target may have committed after a lost
 				// relay-ready. Never reopen on a guess (§9 last row).
 				s.reconciling = true
-				return []Effect{Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"}, Reconcile{}}
+				s.asking = true
+				return []Effect{
+					Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"},
+					StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
+					Reconcile{},
+				}
 			}
 		case TimerReconcile:
-			if s.reconciling && s.phase == SourcePaused {
-				return []Effect{Reconcile{}}
-			}
-			if s.phase == FollowOnly && s.cutoverSent && !s.confirmed {
-				return []Effect{ConfirmCommit{}}
+			return s.ask()
+		case TimerFenceOut:
+			if s.undecided() && !s.fenceOutDue {
+				s.fenceOutDue = true
+				return s.ask()
 			}
 		case TimerResendWindow:
 			// Only after the cutover: before it the payload is the only
@@ -275,6 +311,69 @@ func (s *Source) Step(ev Event) []Effect {
 		return nil
 	}
 	return nil
+}
+
+// fenceOutAt is when a move still undecided may be fenced out: the
+// target's restore deadline (it stops trying to commit then, unless its
+// CAS outcome is unknown, which the fence-out's version check covers) plus
+// one cutover wait for its last answer.
+func (s *Source) fenceOutAt() time.Time { return s.deadline.Add(s.cfg.CutoverWaitTimeout) }
+
+// undecided reports whether the move's outcome is unknown to the source:
+// reconciling before relay-ready, or after the cutover until confirmed.
+func (s *Source) undecided() bool {
+	return (s.phase == SourcePaused && s.reconciling) || (s.phase == FollowOnly && s.cutoverSent && !s.confirmed)
+}
+
+// ask puts the next question to the store, if none is open: a read while
+// reconciling, a read (then watches) after the cutover.
+func (s *Source) ask() []Effect {
+	if !s.undecided() || s.asking {
+		return nil
+	}
+	s.asking = true
+	if s.phase == SourcePaused {
+		return []Effect{Reconcile{}}
+	}
+	return []Effect{ConfirmCommit{Until: s.fenceOutAt()}}
+}
+
+// judge decides what a record read means for a move whose outcome the
+// source does not know (spec 000 §9 last row; docs/FAULTS.md, the
+// fence-out). The target's commit, or an earlier fence-out, decides it. A
+// record no longer at the source's fence decides it after the cutover (the
+// target committed: while this lifecycle lives only its CAS moves the
+// record from that fence) but not before it (never guess). A record still
+// at the fence is fenced out once TimerFenceOut fired; before that, after
+// the cutover, the source watches for the next change.
+func (s *Source) judge(ev ReconcileRead) []Effect {
+	afterCutover := s.phase == FollowOnly
+	if ev.Err == nil {
+		switch s.id.judgeForSource(ev.Record, ev.Target, ev.ObjectGeneration) {
+		case targetOwns:
+			return s.Step(ReconcileAnswered{TargetOwns: true})
+		case fencedOut:
+			return s.Step(ReconcileAnswered{FencedOut: true})
+		case changedElsewhere:
+			if afterCutover {
+				return s.Step(ReconcileAnswered{TargetOwns: true})
+			}
+		case atSourceFence:
+			switch {
+			case ev.SourceEnded:
+			case s.fenceOutDue:
+				s.asking, s.fencing = true, true
+				return []Effect{FenceOut{Version: ev.Record.Version}}
+			case afterCutover:
+				s.asking = true
+				return []Effect{ConfirmCommit{After: ev.Record.Version, Until: s.fenceOutAt()}}
+			}
+		}
+	}
+	if ev.SourceEnded {
+		return s.Step(ReconcileAnswered{SourceEnded: true})
+	}
+	return s.Step(ReconcileAnswered{})
 }
 
 // confirm decides a move after its cutover from what the store shows
@@ -308,6 +407,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 		s.payloadHeld, s.chunks = false, nil
 		return []Effect{
 			StopTimer{Timer: TimerReconcile},
+			StopTimer{Timer: TimerFenceOut},
 			StopTimer{Timer: TimerResendWindow},
 			StopTimer{Timer: TimerFollow},
 			Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit after relay-ready by its restore deadline and is fenced out; the source serves again from what it held"},
