@@ -49,10 +49,10 @@ func (id Identity) JudgeCommit(v RecordView, self string, newOwnerGeneration, ob
 type sourceJudgement int
 
 const (
-	atSourceFence sourceJudgement = iota // undecided: the fence-out may apply
-	targetOwns                           // the target committed
-	fencedOut                            // an earlier fence-out landed
-	changedElsewhere                     // not at the fence, not the target's commit
+	atSourceFence    sourceJudgement = iota // undecided: the fence-out may apply
+	targetOwns                              // the target committed
+	fencedOut                               // an earlier fence-out landed
+	changedElsewhere                        // not at the fence, not the target's commit
 )
 
 // judgeForSource reads a record for a source that does not know its
