@@ -396,8 +396,12 @@ func (m *Manager) resume(ctx context.Context, v location.Versioned, current *mes
 	if current != nil && current.GetOperationId() != orig.GetOperationId() {
 		firsts = append(firsts, pendingFirst{current.GetOperationId(), currentFirst})
 	}
-	m.log.Info().Str("event", "activation_resumed").Str("spot_id", v.Key.ID).Str("operation_id", orig.GetOperationId()).
-		Msg("an activation whose owner ended is resumed here from its recovery root")
+	// Warn: the ended owner may have run the first message's handler
+	// before its lifecycle ended and before the pointer's removal landed;
+	// the replay is then a second run (docs/FAULTS.md, repeated first
+	// message). Nothing else in the store can tell the two apart.
+	m.log.Warn().Str("event", "activation_resumed").Str("spot_id", v.Key.ID).Str("operation_id", orig.GetOperationId()).
+		Msg("an activation whose owner ended is resumed here from its recovery root; its first message runs here, a second time if the ended owner had already handled it")
 	return m.openActivated(ctx, v.Key, version, took, firsts, rr.GetRecoveryKey())
 }
 
