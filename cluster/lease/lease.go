@@ -138,6 +138,9 @@ type Keeper struct {
 	inFlight bool
 	// nextRenew is when the next renewal is due.
 	nextRenew time.Time
+	// confirmFrom is set while Fenced after a renewal succeeded: only a
+	// renewal sent at or after it may unfence (see Step).
+	confirmFrom time.Time
 }
 
 // New starts the keeper of a lease whose claim request was sent at
@@ -181,12 +184,34 @@ func (k *Keeper) Step(ev Event) Effects {
 			k.status = Ended
 			return Effects{Changed: true, Reason: "the store ended the lease"}
 		case Renewed:
+			k.nextRenew = e.SentAt.Add(k.cfg.RenewEvery)
+			if k.status == Fenced {
+				// A renewal that succeeds after the proof lapsed may be
+				// the store's last act for this lease: Consul, resuming
+				// from a stall longer than its session timer, can answer
+				// a renewal that was queued meanwhile while the timer's
+				// invalidation is already under way, and destroy the
+				// session right after. Only a second renewal, sent a
+				// confirm delay after the first one's answer, proves
+				// the lease survived (the invalidation would have made
+				// it fail with Gone).
+				if k.confirmFrom.IsZero() {
+					k.confirmFrom = now.Add(k.confirmDelay())
+				}
+				if e.SentAt.Before(k.confirmFrom) {
+					k.nextRenew = k.confirmFrom
+					break
+				}
+				k.confirmFrom = time.Time{}
+			}
 			if until := e.SentAt.Add(k.cfg.TTL - k.cfg.Margin); until.After(k.validUntil) {
 				k.validUntil = until
 			}
-			k.nextRenew = e.SentAt.Add(k.cfg.RenewEvery)
 		case NoAnswer:
 			k.nextRenew = now.Add(k.cfg.RetryEvery)
+			// The confirmation needs two successes in a row: a later
+			// success may itself race a new invalidation.
+			k.confirmFrom = time.Time{}
 		}
 	case Tick:
 		now = e.Now
@@ -196,6 +221,7 @@ func (k *Keeper) Step(ev Event) Effects {
 	switch {
 	case k.status == Valid && !now.Before(k.validUntil):
 		k.status = Fenced
+		k.confirmFrom = time.Time{}
 		out.Changed, out.Reason = true, "no renewal proved the lease within its TTL minus the margin"
 	case k.status == Fenced && now.Before(k.validUntil):
 		k.status = Valid
@@ -219,6 +245,11 @@ func (k *Keeper) Step(ev Event) Effects {
 	out.WakeAt = wake
 	return out
 }
+
+// confirmDelay is how long after a renewal that succeeded while fenced
+// the confirming renewal is sent: longer than a store takes to apply an
+// invalidation that was already under way (milliseconds on Consul).
+func (k *Keeper) confirmDelay() time.Duration { return max(k.cfg.RetryEvery, 250*time.Millisecond) }
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
