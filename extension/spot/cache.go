@@ -23,10 +23,54 @@ type cachedRoute struct {
 	// drained is set once a Message Follow hint came and a RouteBarrier is
 	// on its way down the route; it is closed when the route is dropped.
 	drained chan struct{}
+	// users counts calls that took this route from the cache and have not
+	// sent on it yet; a hinted route's barrier waits for them (idle), so
+	// nothing this node sends on the route can be behind its barrier.
+	users int
+	idle  chan struct{}
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
 	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}, expired: map[string]authority{}}
+}
+
+// use returns the cached route of id for a call that sends on it, with
+// sent, which the caller must call once it has sent (or given up): a
+// barrier down a hinted route waits for every such call. A route being
+// drained is not returned: the caller gets the channel to wait on
+// instead, so that nothing is sent down the old route after its barrier.
+func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct{}, sent func()) {
+	a, ok, drained = c.get(id)
+	if !ok {
+		return a, ok, drained, func() {}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, still := c.routes[id]
+	if !still || r.drained != nil || r.a.v.Version != a.v.Version {
+		// Hinted or replaced between the two looks: read the store.
+		return authority{}, false, nil, func() {}
+	}
+	r.users++
+	c.routes[id] = r
+	var once sync.Once
+	return a, true, nil, func() { once.Do(func() { c.release(id, a) }) }
+}
+
+// release ends one use of id's route a.
+func (c *routeCache) release(id string, a authority) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.routes[id]
+	if !ok || r.a.v.Version != a.v.Version || r.users == 0 {
+		return
+	}
+	r.users--
+	if r.users == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+	c.routes[id] = r
 }
 
 // get returns the cached route of id. A route being drained is not
@@ -83,19 +127,26 @@ func (c *routeCache) put(id string, a authority) {
 }
 
 // hinted marks id's route as followed and reports the route to drain, if
-// it was cached and not already draining. Until drop, callers wait instead
-// of using it, so everything this node sent on the old route is ahead of
-// the barrier, and nothing after it.
-func (c *routeCache) hinted(id string) (authority, bool) {
+// it was cached and not already draining, with a channel closed once no
+// call that took the route is still about to send on it. Until drop,
+// callers wait instead of using it, so everything this node sent on the
+// old route is ahead of the barrier, and nothing after it.
+func (c *routeCache) hinted(id string) (authority, <-chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.routes[id]
 	if !ok || r.drained != nil {
-		return authority{}, false
+		return authority{}, nil, false
 	}
 	r.drained = make(chan struct{})
+	idle := make(chan struct{})
+	if r.users == 0 {
+		close(idle)
+	} else {
+		r.idle = idle
+	}
 	c.routes[id] = r
-	return r.a, true
+	return r.a, idle, true
 }
 
 // dropOwnersNotIn drops every cached route whose owner is not among the

@@ -113,7 +113,8 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
 	defer cancel()
 	m := c.m
-	a, cached, drained := m.cache.get(c.spotID)
+	a, cached, drained, sent := m.cache.use(c.spotID)
+	defer sent() // whatever happens before the send
 	if drained != nil {
 		// The route is being drained after a move: wait for the barrier,
 		// then read the new owner (spec 002 §6; this node's order holds).
@@ -122,7 +123,8 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
 		}
-		a, cached, _ = m.cache.get(c.spotID)
+		a, cached, _, sent = m.cache.use(c.spotID)
+		defer sent()
 	}
 	*route = "cache"
 	if !cached {
@@ -145,7 +147,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		if err := c.checkExisting(a); err != nil {
 			return nil, err
 		}
-		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op)
+		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op, sent)
 	case a.missing():
 		if !c.instance {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
@@ -209,14 +211,17 @@ func (c *Call) headers(ctx context.Context, op string) map[string]string {
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
 // means the route is stale: the operation ends with ErrStale and the route
 // is dropped, never retried elsewhere (spec 002 §5).
-func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string) (proto.Message, error) {
+// sent is called right after the send (a cached route's barrier waits for
+// it).
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, sent func()) (proto.Message, error) {
 	m := c.m
 	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
 	if !c.request {
 		m.sys.Root.Send(pid, env)
+		sent()
 		return nil, nil
 	}
-	return c.await(ctx, pid.Address, owner, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env) })
+	return c.await(ctx, pid.Address, owner, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
 }
 
 // await sends env with a future as its sender and waits for the reply

@@ -434,32 +434,57 @@ func (m *Manager) OnFollow(key location.AuthorityKey, env *actor.MessageEnvelope
 // sent on it; only when the Spot answers it (or after barrierTimeout) does
 // the next call resolve the new owner.
 func (m *Manager) onHint(id string) {
-	a, ok := m.cache.hinted(id)
+	a, idle, ok := m.cache.hinted(id)
 	if !ok {
 		return
 	}
-	f := m.sys.Root.RequestFuture(a.pid(), &messages.RouteBarrier{}, barrierTimeout)
 	go func() {
-		_, _ = f.Result()
+		<-idle // every call that took the route has sent on it
+		<-m.barrier(a)
 		m.cache.drop(id)
 	}()
+}
+
+// barrier sends a RouteBarrier down a route and returns a channel closed
+// when the Spot answered it (after everything this node sent before it),
+// the route failed it (a dead letter, a DeliveryFailed), the connection to
+// the route's first hop ended, or barrierTimeout passed. Giving up earlier
+// would let later messages overtake earlier ones on a busy Spot: the
+// barrier queues behind them, and a loaded node may take seconds.
+func (m *Manager) barrier(a authority) <-chan struct{} {
+	pid := a.pid()
+	f := m.sys.Root.RequestFuture(pid, &messages.RouteBarrier{}, barrierTimeout)
+	lost, unwatch := m.watchEndpoint(pid.Address)
+	answered := make(chan struct{})
+	go func() { _, _ = f.Result(); close(answered) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unwatch()
+		select {
+		case <-answered:
+		case <-lost:
+		}
+	}()
+	return done
 }
 
 // drainRoute sends a RouteBarrier down an old route and waits for its
 // answer (or barrierTimeout, or ctx): everything this node sent on that
 // route has then reached the Spot.
 func (m *Manager) drainRoute(ctx context.Context, old authority) {
-	f := m.sys.Root.RequestFuture(old.pid(), &messages.RouteBarrier{}, barrierTimeout)
-	done := make(chan struct{})
-	go func() { _, _ = f.Result(); close(done) }()
+	done := m.barrier(old)
 	select {
 	case <-done:
 	case <-ctx.Done():
 	}
 }
 
-// barrierTimeout bounds how long a followed route is kept for a barrier.
-const barrierTimeout = 2 * time.Second
+// barrierTimeout bounds how long a followed route is kept for a barrier
+// that is never answered nor failed (lost in a connection beyond the first
+// hop). Every hop answers or fails it within Message Follow's duration
+// (30 s), after which an old incarnation answers Unavailable.
+const barrierTimeout = 30 * time.Second
 
 // headerOrigin carries the calling node's address on a direct call, so a
 // Message Follow hop can send the route hint there.

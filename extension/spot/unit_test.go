@@ -56,8 +56,9 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 	c := newRouteCache(time.Minute)
 	c.put("r", readyAt("r"))
-	_, first := c.hinted("r")
-	_, second := c.hinted("r")
+	_, idle, first := c.hinted("r")
+	<-idle // nobody was about to send on it
+	_, _, second := c.hinted("r")
 	require.True(t, first)
 	require.False(t, second, "one barrier per route")
 	_, ok, drained := c.get("r")
@@ -73,8 +74,35 @@ func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 	_, ok, drained = c.get("r")
 	require.False(t, ok)
 	require.Nil(t, drained)
-	_, hinted := c.hinted("absent")
+	_, _, hinted := c.hinted("absent")
 	require.False(t, hinted)
+}
+
+// A call that took a cached route and has not sent on it yet holds back
+// the route's barrier: a Message Follow hint that arrives in between (a
+// loaded node may deschedule the caller between the two) would otherwise
+// send the barrier first, let it come back, and drop the route, so the
+// call's message would follow the old route behind later ones sent on the
+// new route. The chat test caught that reordering under load.
+// Reference: spec 002 §6 (a caller's order holds across a move).
+func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	c.put("r", readyAt("r"))
+	_, ok, _, sent := c.use("r")
+	require.True(t, ok)
+	_, idle, hinted := c.hinted("r")
+	require.True(t, hinted)
+	select {
+	case <-idle:
+		t.Fatal("the barrier may not go out before the call has sent")
+	default:
+	}
+	sent()
+	<-idle
+	sent() // a second call changes nothing
+	_, ok, drained, _ := c.use("r")
+	require.False(t, ok, "a draining route is not used")
+	require.NotNil(t, drained)
 }
 
 // Concurrent and later deliveries of one operation run it once and get
