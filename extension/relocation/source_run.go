@@ -398,7 +398,10 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		if e.Err == nil {
 			r.outcome.CutoverSent = time.Now()
 		}
-		r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}
+		select {
+		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}:
+		default: // decided once; the machine completes once (never block the driver)
+		}
 	}
 	return nil
 }

@@ -320,9 +320,13 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 // RelocationId is a success (an earlier attempt's indeterminate write).
 //
 // With settleOnly (the restore deadline passed while an earlier CAS's
-// outcome was unknown) it only reads: StoreNotCommitted when the record is
-// still at the source's fence. Its reads are bounded by the retry period,
-// not the passed deadline.
+// outcome was unknown) it makes no new owner CAS: a record still at the
+// source's fence is fenced out — the move's RelocationId written with the
+// owner unchanged — and then StoreNotCommitted. A read alone would not do:
+// the earlier CAS may still be on its way and apply after the read, naming
+// a target that has removed itself (the simulation found that schedule);
+// after the fence-out it fails on the version. Its store calls are bounded
+// by the restore timeout, not the passed deadline.
 func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool) handoff.Event {
 	deadline := t.deadline
 	if settleOnly {
@@ -341,7 +345,24 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		return ev
 	}
 	if settleOnly {
-		return handoff.StoreNotCommitted{}
+		fence := proto.Clone(v.Record).(*location.Record)
+		fence.RelocationId = id.RelocationID
+		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
+		var conflict *location.ConflictError
+		switch {
+		case err == nil:
+			return handoff.StoreNotCommitted{}
+		case errors.As(err, &conflict):
+			if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
+				if ev := d.judge(t, id, cur); ev != nil {
+					return ev // the pending CAS landed first, or a fence-out did
+				}
+			}
+			return handoff.StoreRetryable{Err: err}
+		case errors.Is(err, location.ErrLeaseEnded):
+			return handoff.StoreStale{Err: err} // no CAS of this lifecycle can apply
+		}
+		return handoff.StoreRetryable{Err: err, Unknown: true}
 	}
 	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 		// A Close wrote Closing after the seal; it finds the object moving,

@@ -147,8 +147,11 @@ type (
 	CommitOwner struct {
 		Attempt int
 		// SettleOnly: the restore deadline passed with a CAS outcome
-		// unknown; only read the record and report StoreCommitted,
-		// StoreNotCommitted, StoreStale or StoreRetryable — no new CAS.
+		// unknown; no new owner CAS: read the record and, if it is still
+		// at the source's fence, fence the move out (its RelocationId with
+		// the owner unchanged, so the unknown CAS can never apply) and
+		// report StoreNotCommitted; else StoreCommitted, StoreStale or
+		// StoreRetryable.
 		SettleOnly bool
 	}
 	// OpenDispatch: merge the backlog — saved work, then Relay, then the

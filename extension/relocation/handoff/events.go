@@ -116,8 +116,9 @@ type (
 		Err     error
 		Unknown bool
 	}
-	// StoreNotCommitted: a settling read found the record still at the
-	// source's fence: this move's CAS did not apply.
+	// StoreNotCommitted: settling found the record still at the source's
+	// fence and fenced the move out there: no CAS of this move applied,
+	// and none can apply any more.
 	StoreNotCommitted struct{}
 	// StoreStale: another valid owner or generation is current.
 	StoreStale struct{ Err error }

@@ -787,7 +787,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	for seed := uint64(0); seed < 2000; seed++ {
 		r := rand.New(rand.NewPCG(seed, 2))
 		s := NewSource(testID, DefaultConfig(), deadline)
-		relayed, releases, closed, reinstated := false, 0, false, false
+		relayed, releases, closed, reinstated, completes := false, 0, false, false, 0
 		for i := 0; i < 60; i++ {
 			ev := sourceEvents(r)
 			for _, e := range s.Step(ev) {
@@ -815,10 +815,13 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 					closed = true
 				case ReleasePayload:
 					releases++
+				case Complete:
+					completes++
 				}
 			}
 		}
 		require.LessOrEqual(t, releases, 1, "seed %d: payload released twice", seed)
+		require.LessOrEqual(t, completes, 1, "seed %d: completed twice", seed)
 	}
 }
 
@@ -931,8 +934,6 @@ func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 	require.False(t, has[FenceOut](effects), "not before the target's deadline")
 	elsewhere := atFence
 	elsewhere.OwnerNodeRid = "someone-else"
-	require.False(t, has[FailHeld](s.Step(read(elsewhere))), "FailHeld once; a change elsewhere decides nothing")
-	require.Equal(t, SourcePaused, s.Phase())
 	require.Equal(t, []string{"Reconcile"}, kinds(s.Step(TimerFired{Timer: TimerFenceOut})))
 	require.Empty(t, s.Step(TimerFired{Timer: TimerReconcile}), "one question at a time")
 	f, ok := find[FenceOut](s.Step(read(atFence)))
@@ -944,6 +945,30 @@ func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 	fenced.RelocationID = testID.RelocationID
 	require.True(t, has[Unseal](s.Step(read(fenced))), "an earlier fence-out landed")
 	require.Equal(t, SourceRunning, s.Phase())
+
+	// A record moved from the fence means the target committed (only its
+	// CAS can move it while this lifecycle lives), also before the cutover:
+	// the held sends follow it.
+	s, _ = pausedSource(t, stream(100))
+	s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	effects = s.Step(read(elsewhere))
+	require.True(t, has[AdoptTargetRoute](effects))
+	require.Equal(t, FollowOnly, s.Phase())
+	require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})), "confirmed: released after the window")
+	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.True(t, s.Finished())
+
+	// An unknown answer completes the move with an error; a later commit
+	// found does not complete it a second time.
+	s, _ = pausedSource(t, stream(100))
+	s.Step(TimerFired{Timer: TimerRestoreDeadline})
+	require.True(t, has[Complete](s.Step(read(atFence))))
+	s.Step(TimerFired{Timer: TimerReconcile})
+	mine := atFence
+	mine.OwnerNodeRid, mine.RelocationID = target, testID.RelocationID
+	effects = s.Step(read(mine))
+	require.True(t, has[AdoptTargetRoute](effects))
+	require.False(t, has[Complete](effects), "completed once")
 
 	// After the cutover.
 	s, _ = pausedSource(t, stream(100))

@@ -71,6 +71,16 @@ func (s *Source) complete(err error) Effect {
 	return Complete{Err: err}
 }
 
+// completeOnce appends Complete unless the move already completed (an
+// unknown outcome completes it with an error; a later decision does not
+// complete it again).
+func (s *Source) completeOnce(effects []Effect, err error) []Effect {
+	if s.done {
+		return effects
+	}
+	return append(effects, s.complete(err))
+}
+
 // Step feeds one event and returns the effects to run, in order. Events
 // that do not apply to the current phase change nothing (a late or
 // duplicate answer); those worth knowing about come back as a Log effect.
@@ -148,14 +158,13 @@ func (s *Source) Step(ev Event) []Effect {
 		// then command 44, one-way.
 		s.moveTo(SourceRunning)
 		s.payloadHeld, s.chunks, s.reconciling = false, nil, false
-		return []Effect{
+		return s.completeOnce([]Effect{
 			StopTimer{Timer: TimerRestoreDeadline},
 			StopTimer{Timer: TimerReconcile},
 			Unseal{},
 			SendAbort{Reason: ev.Reason},
 			ReleasePayload{},
-			s.complete(failureError(ev.Reason, ev.Detail)),
-		}
+		}, failureError(ev.Reason, ev.Detail))
 
 	case RelayReadyReceived:
 		if s.phase != SourcePaused {
@@ -173,13 +182,12 @@ func (s *Source) Step(ev Event) []Effect {
 		s.cutoverSent = true
 		s.moveTo(FollowOnly)
 		s.asking = true
-		return []Effect{
+		return s.completeOnce([]Effect{
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
 			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
 			StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
 			ConfirmCommit{Until: s.fenceOutAt()},
-			s.complete(nil),
-		}
+		}, nil)
 
 	case ConnectionLost:
 		switch {
@@ -232,14 +240,20 @@ func (s *Source) Step(ev Event) []Effect {
 			return effects
 		}
 		if ev.TargetOwns {
+			// The commit is known: the move is confirmed here (the payload
+			// goes after the resend window, follow ends after its period).
 			s.reconciling = false
+			s.confirmed = true
 			s.moveTo(FollowOnly)
-			return []Effect{
+			effects := []Effect{
 				AdoptTargetRoute{},
 				StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
 				StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
-				s.complete(nil),
 			}
+			if !s.done {
+				effects = append(effects, s.complete(nil))
+			}
+			return effects
 		}
 		if ev.FencedOut {
 			// The target never committed and now never can (the store
@@ -341,11 +355,10 @@ func (s *Source) ask() []Effect {
 // judge decides what a record read means for a move whose outcome the
 // source does not know (spec 000 §9 last row; docs/FAULTS.md, the
 // fence-out). The target's commit, or an earlier fence-out, decides it. A
-// record no longer at the source's fence decides it after the cutover (the
-// target committed: while this lifecycle lives only its CAS moves the
-// record from that fence) but not before it (never guess). A record still
-// at the fence is fenced out once TimerFenceOut fired; before that, after
-// the cutover, the source watches for the next change.
+// record no longer at the source's fence means the target committed: while
+// this lifecycle lives only its CAS moves the record from that fence. A
+// record still at the fence is fenced out once TimerFenceOut fired; before
+// that, after the cutover, the source watches for the next change.
 func (s *Source) judge(ev ReconcileRead) []Effect {
 	afterCutover := s.phase == FollowOnly
 	if ev.Err == nil {
@@ -355,7 +368,12 @@ func (s *Source) judge(ev ReconcileRead) []Effect {
 		case fencedOut:
 			return s.Step(ReconcileAnswered{FencedOut: true})
 		case changedElsewhere:
-			if afterCutover {
+			// While this lifecycle lives only the target's CAS moves the
+			// record from the source's fence (the source is sealed, and no
+			// one releases a live owner's record): the target committed,
+			// and the object may have moved on since. Before the cutover
+			// too — waiting would park the sends for good.
+			if !ev.SourceEnded {
 				return s.Step(ReconcileAnswered{TargetOwns: true})
 			}
 		case atSourceFence:
