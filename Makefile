@@ -22,10 +22,17 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 
-.PHONY: test test-race race-mod consul generate lint demo demo-consul bench bench-store clean-consul
+.PHONY: test test-race sim-check race-mod consul generate lint demo demo-consul bench bench-store clean-consul
 
-## test: everything CI runs, the real-Consul tests included, under -race.
-test: consul lint test-race
+## test: everything CI runs, the real-Consul tests included, under -race;
+## then 100,000 schedules of the deterministic simulation and the short chaos
+## test on real processes.
+test: consul lint test-race sim-check chaos-short
+
+## sim-check: 100,000 random schedules of the hand-off's deterministic
+## simulation (the race run above runs 2,000).
+sim-check:
+	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./extension/relocation/sim
 
 race-mod:
 	GO=$(GO) tools/race/prepare.sh $(RACE_MOD)
@@ -97,3 +104,26 @@ bench-store: consul $(TOOLS_BIN)/benchstat
 
 $(TOOLS_BIN)/benchstat:
 	GOBIN=$(TOOLS_BIN) $(GO) install golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+## chaos: the chaos test on real processes: every fault (node SIGKILL,
+## a move's target killed between relay-ready and commit, node SIGSTOP past
+## the lease TTL, Consul SIGSTOP 5 s and 25 s, Consul restart, the leader of
+## a three-server Consul killed mid-move, a network cut), about 11 minutes;
+## prints a table and fails on a non-zero safety figure.
+## chaos-short: node SIGKILL, node SIGSTOP past the TTL and Consul restart, about
+## 90 s, with the same verdict (for `make test`).
+.PHONY: chaos chaos-short
+chaos: consul
+	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
+	$(TOOLS_BIN)/roam-chaos run
+
+chaos-short: consul
+	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
+	$(TOOLS_BIN)/roam-chaos run -short
+
+## sim: replay one schedule of the hand-off's deterministic simulation
+## (extension/relocation/sim) and print its trace: make sim SEED=<n>.
+.PHONY: sim
+sim:
+	@test -n "$(SEED)" || { echo "usage: make sim SEED=<n>"; exit 2; }
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./extension/relocation/sim -args -sim.seed=$(SEED)

@@ -57,6 +57,7 @@ func (w *World) handle(inc *Inc, m *Msg) {
 		if last, ok := c.last[m.first]; ok && m.seq < last {
 			w.violateO(m.obj, "order", "m%d (c%d seq %d, sent to %s o%d.%d) handled by %s after seq %d", m.id, m.client+1, m.seq,
 				w.nodes[m.first.node].name, m.first.inc.obj, m.first.inc.ownerGen, inc, last)
+			w.violations[len(w.violations)-1].Msg = m.id
 		}
 		c.last[m.first] = max(c.last[m.first], m.seq)
 	}

@@ -59,11 +59,14 @@ type Msg struct {
 	lossWhy  string
 	exempt   bool // passed a move without its cutover: order not promised
 	deadAt   *deadLetter
+	dlCount  int
+	dlFirst  time.Duration
 }
 
 type deadLetter struct {
 	node *Node
 	key  incKey
+	inc  *Inc // the last incarnation of that name there, if any
 }
 
 // orderKey: one sender's messages on one connection to one incarnation.

@@ -77,6 +77,7 @@ type Node struct {
 	ended    bool // the owner lease ended (or Stop): nothing here may own any more
 	stopping bool
 	storeCut bool // the node cannot reach the store
+	downKind lossKind
 
 	validUntil time.Duration // the lease proof: renewal sent + TTL - margin
 
@@ -86,11 +87,16 @@ type Node struct {
 	sources []*SourceRun
 	targets []*TargetRun
 	capWait map[uint64]*SourceRun
+	// redelivery: dead-lettered sends per object, in dead-letter order
+	// (Driver.onDeadLetterEvent, redeliver.go)
+	redeliver    map[ObjID][]*Msg
+	redelivering map[ObjID]bool
 }
 
 func newNode(w *World, i int) *Node {
 	return &Node{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), gen: 1, alive: true,
-		incs: map[incKey]*Inc{}, objects: map[ObjID]*Inc{}, capWait: map[uint64]*SourceRun{}}
+		incs: map[incKey]*Inc{}, objects: map[ObjID]*Inc{}, capWait: map[uint64]*SourceRun{},
+		redeliver: map[ObjID][]*Msg{}, redelivering: map[ObjID]bool{}}
 }
 
 // valid: the lease is provably in force (cluster.Node.Valid).
@@ -226,6 +232,7 @@ func (n *Node) down(kind lossKind, why string) {
 	w := n.w
 	w.tracef("%s DOWN: %s", n.name, why)
 	n.alive = false
+	n.downKind = kind
 	n.life++
 	for _, m := range w.msgs {
 		if m.at == n && m.handled == 0 && m.failed == 0 {
@@ -389,19 +396,18 @@ func (n *Node) deliverApp(p *packet) {
 		if w.tracing {
 			w.tracef("%s dead letter: m%d for o%d.%d", n.name, m.id, p.inc.obj, p.inc.ownerGen)
 		}
-		if !m.accepted {
-			w.unaccepted(m, "dead letter at its first hop")
-			w.clients[m.client].stale(m.obj)
-			return
-		}
 		if m.request {
 			// Proto.Actor answers a request to a dead PID with a
-			// DeadLetterResponse: a loud failure.
+			// DeadLetterResponse: the caller learns it (loudly if the
+			// request was accepted before).
+			if !m.accepted {
+				w.unaccepted(m, "dead letter at its first hop")
+				return
+			}
 			w.failLoud(m, &Inc{node: n, key: p.inc}, "dead letter (DeadLetterResponse)")
 			return
 		}
-		m.deadAt = &deadLetter{node: n, key: p.inc}
-		w.lostMsg(m, lossDeadLetter, fmt.Sprintf("dead letter at %s (o%d.%d) after it was accepted", n.name, p.inc.obj, p.inc.ownerGen))
+		w.deadLettered(n, m, p.inc)
 		return
 	}
 	if p.kind == pFollow && inc.fellBack {
@@ -485,3 +491,71 @@ func idString(id handoff.Identity) string {
 
 // failure reason shorthand
 var reasonStale = messages.FailureReason_FAILURE_REASON_STALE
+
+// deadLetterPatience: how long a send may keep dead-lettering before it
+// fails loudly (redeliver.go).
+const deadLetterPatience = 30 * time.Second
+
+// deadLettered is Driver.onDeadLetterEvent/onDeadLettered: a one-way send
+// to an incarnation PID with no actor is taken by the node's driver,
+// re-resolved from the store and delivered to the current owner, in
+// dead-letter order per object; one that dead-letters again waits with a
+// growing back-off; past the patience, or once the lifecycle ended, it
+// fails loudly.
+func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
+	if w.tracing {
+		w.tracef("%s dead letter: m%d for o%d.%d (send: redelivered from the store)", n.name, m.id, key.obj, key.ownerGen)
+	}
+	m.accepted = true
+	w.place(m, n)
+	m.deadAt = &deadLetter{node: n, key: key, inc: n.incFor(key)}
+	if m.dlCount == 0 {
+		m.dlFirst = w.now
+	}
+	m.dlCount++
+	if n.ended || w.now-m.dlFirst > deadLetterPatience {
+		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter")
+		return
+	}
+	o := key.obj
+	n.redeliver[o] = append(n.redeliver[o], m)
+	if n.redelivering[o] {
+		return
+	}
+	n.redelivering[o] = true
+	backoff := min(50*time.Millisecond<<min(m.dlCount-1, 5), time.Second)
+	if m.dlCount == 1 {
+		backoff = 0
+	}
+	life := n.life
+	var work func()
+	work = func() {
+		if !n.alive || n.life != life {
+			return
+		}
+		if n.ended {
+			n.redelivering[o] = false
+			for _, x := range n.redeliver[o] {
+				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_dead_letter: the lifecycle ended")
+			}
+			n.redeliver[o] = nil
+			return
+		}
+		if w.store.down || n.storeCut {
+			w.after(50*time.Millisecond, "redeliver-retry", work)
+			return
+		}
+		rec := w.store.Record(o)
+		owner := w.node(rec.OwnerNode)
+		batch := n.redeliver[o]
+		n.redeliver[o] = nil
+		n.redelivering[o] = false
+		for _, x := range batch {
+			if w.tracing {
+				w.tracef("%s redelivers m%d → %s o%d.%d", n.name, x.id, owner.name, o, rec.OwnerGen)
+			}
+			n.send(owner.idx, &packet{kind: pFollow, msg: x, inc: incKey{obj: o, ownerGen: rec.OwnerGen}})
+		}
+	}
+	w.after(backoff+w.randDur(time.Millisecond, 5*time.Millisecond), "redeliver", work)
+}

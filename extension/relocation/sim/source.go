@@ -46,6 +46,8 @@ type SourceRun struct {
 	sum      handoff.RelaySum
 	parked   *parked
 	timers   map[handoff.Timer]uint64
+	lastRead Record // the last record read, for a FenceOut of its version
+	haveRead bool
 
 	dead      bool // its node went down
 	ended     bool // endSource ran
@@ -285,7 +287,10 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		r.batch, r.records, r.saved, r.relayed = nil, nil, nil, nil
 
 	case handoff.ConfirmCommit:
-		w.confirmCommit(r, id, func(ans handoff.ReconcileAnswered) { w.stepSource(r, ans) })
+		w.confirmWatch(r, e.After, e.Until)
+
+	case handoff.FenceOut:
+		w.fenceOut(r, id, e.Version)
 
 	case handoff.CloseOut:
 		inc.inst = false
@@ -301,7 +306,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		w.stopLater(inc, w.cfg.Handoff.FollowDuration)
 
 	case handoff.Reconcile:
-		w.reconcile(r, id, false, func(ans handoff.ReconcileAnswered) { w.stepSource(r, ans) })
+		w.reconcileRead(r)
 
 	case handoff.AdoptTargetRoute:
 		inc.state = sFollowing
@@ -447,100 +452,67 @@ func (w *World) redirect(inc *Inc, sink func(*Msg)) error {
 	return fmt.Errorf("%w: redirect in mode %s", errSim, incModeNames[inc.mode])
 }
 
-// outcomeOf is Driver.outcomeOf: judge a record read for a move whose
-// outcome the source does not know.
-func outcomeOf(r *SourceRun, id handoff.Identity, rec Record, afterCutover bool) (handoff.ReconcileAnswered, bool) {
-	if rec.OwnerNode == r.target.name && rec.RelocID == id.RelocationID {
-		return handoff.ReconcileAnswered{TargetOwns: true}, true
-	}
-	f := id.Fence
-	atFence := rec.OwnerNode == f.NodeRid && rec.OwnerNodeGen == f.NodeGeneration && rec.OwnerGen == f.OwnerGeneration && rec.ObjectGen == 1
-	switch {
-	case !atFence && afterCutover:
-		return handoff.ReconcileAnswered{TargetOwns: true}, true
-	case !atFence:
-		return handoff.ReconcileAnswered{}, true
-	case rec.RelocID == id.RelocationID:
-		return handoff.ReconcileAnswered{FencedOut: true}, true
-	}
-	return handoff.ReconcileAnswered{}, false
+// reconcileRead is Driver.reconcileRead (source_run.go): one read with a
+// context of a cutover wait, answered as ReconcileRead; the Source machine
+// judges it (handoff/record.go).
+func (w *World) reconcileRead(r *SourceRun) {
+	n := r.node
+	w.store.call(n, storeOp{kind: opRead, obj: r.inc.key.obj, why: fmt.Sprintf("reconcile #%d", r.mv.id)}, w.now+w.cfg.Handoff.CutoverWaitTimeout,
+		func(res storeRes) { w.answerRead(r, res) })
 }
 
-// reconcile is Driver.reconcile (source_run.go): read the record; the
-// target's commit or an earlier fence-out decides; past the target's
-// restore deadline plus a cutover wait, with the record still at the
-// source's fence, write the fence-out (RelocationId, owner unchanged) by
-// CAS. Read and CAS share one context of a cutover wait.
-func (w *World) reconcile(r *SourceRun, id handoff.Identity, afterCutover bool, done func(handoff.ReconcileAnswered)) {
-	n := r.node
-	ctx := w.now + w.cfg.Handoff.CutoverWaitTimeout
-	o := r.inc.key.obj
-	w.store.call(n, storeOp{kind: opRead, obj: o, why: "reconcile"}, ctx, func(res storeRes) {
-		if res.err != errNone {
-			if n.ended {
-				done(handoff.ReconcileAnswered{SourceEnded: true})
-				return
-			}
-			done(handoff.ReconcileAnswered{})
-			return
-		}
-		if ans, decided := outcomeOf(r, id, res.rec, afterCutover); decided {
-			done(ans)
-			return
-		}
-		switch {
-		case n.ended:
-			done(handoff.ReconcileAnswered{SourceEnded: true})
-			return
-		case w.now < r.deadline+w.cfg.Handoff.CutoverWaitTimeout:
-			done(handoff.ReconcileAnswered{})
-			return
-		}
-		if w.cfg.Sabotage == SabotageSkipFenceOut {
-			done(handoff.ReconcileAnswered{FencedOut: true})
-			return
-		}
-		next := res.rec
-		next.RelocID = id.RelocationID
-		w.store.call(n, storeOp{kind: opCAS, obj: o, expected: res.rec.Version, next: next, why: fmt.Sprintf("fence-out #%d", id.RelocationID)}, ctx, func(res storeRes) {
-			if res.err != errNone {
-				done(handoff.ReconcileAnswered{})
-				return
-			}
-			done(handoff.ReconcileAnswered{FencedOut: true})
-		})
-	})
+// confirmWatch is Driver.confirmWatch: watch the record until its version
+// is past after or until passes (after 0: a read).
+func (w *World) confirmWatch(r *SourceRun, after uint64, until time.Time) {
+	if after == 0 {
+		w.reconcileRead(r)
+		return
+	}
+	w.store.call(r.node, storeOp{kind: opWatch, obj: r.inc.key.obj, after: after, why: fmt.Sprintf("confirm #%d", r.mv.id)}, w.logical(until),
+		func(res storeRes) { w.answerRead(r, res) })
 }
 
-// confirmCommit is Driver.confirmCommit: watch the record after the
-// cutover until the move's outcome shows; a store error answers "nothing
-// yet"; once the target's restore deadline plus a cutover wait has passed
-// (the watch's context), reconcile decides, fencing the move out if the
-// record is still at the source's fence.
-func (w *World) confirmCommit(r *SourceRun, id handoff.Identity, done func(handoff.ReconcileAnswered)) {
-	n := r.node
-	ctx := r.deadline + w.cfg.Handoff.CutoverWaitTimeout
-	var watch func(after uint64)
-	watch = func(after uint64) {
-		w.store.call(n, storeOp{kind: opWatch, obj: r.inc.key.obj, after: after, why: fmt.Sprintf("confirm #%d", id.RelocationID)}, ctx, func(res storeRes) {
-			if res.err != errNone {
-				if res.err != errDeadline || w.now < ctx {
-					if n.ended {
-						done(handoff.ReconcileAnswered{SourceEnded: true})
-						return
-					}
-					done(handoff.ReconcileAnswered{})
-					return
-				}
-				w.reconcile(r, id, true, done)
-				return
-			}
-			if ans, decided := outcomeOf(r, id, res.rec, true); decided {
-				done(ans)
-				return
-			}
-			watch(res.rec.Version)
-		})
+// answerRead is Driver.answerRead: feed the read to the move, keeping the
+// record for a FenceOut of that version.
+func (w *World) answerRead(r *SourceRun, res storeRes) {
+	ev := handoff.ReconcileRead{Target: r.target.name, ObjectGeneration: 1, SourceEnded: r.node.ended}
+	if res.err != errNone {
+		ev.Err = fmt.Errorf("%w: %s", errSim, res.err)
+	} else {
+		ev.Record = recordView(res.rec)
+		r.lastRead, r.haveRead = res.rec, true
 	}
-	watch(0)
+	w.stepSource(r, ev)
+}
+
+// fenceOut is Driver.fenceOut: write the move's RelocationId into the
+// record read at version, owner unchanged, by CAS; the sabotage answers
+// success without writing.
+func (w *World) fenceOut(r *SourceRun, id handoff.Identity, version uint64) {
+	if !r.haveRead || r.lastRead.Version != version {
+		w.after(0, "fence-out", func() {
+			w.stepSource(r, handoff.FenceOutAnswered{Err: fmt.Errorf("%w: no record read at version %d", errSim, version)})
+		})
+		return
+	}
+	if w.cfg.Sabotage == SabotageSkipFenceOut {
+		w.after(time.Millisecond, "sabotage", func() { w.stepSource(r, handoff.FenceOutAnswered{}) })
+		return
+	}
+	next := r.lastRead
+	next.RelocID = id.RelocationID
+	w.store.call(r.node, storeOp{kind: opCAS, obj: r.inc.key.obj, expected: version, next: next, why: fmt.Sprintf("fence-out #%d", id.RelocationID)},
+		w.now+w.cfg.Handoff.CutoverWaitTimeout, func(res storeRes) {
+			var err error
+			if res.err != errNone {
+				err = fmt.Errorf("%w: %s", errSim, res.err)
+			}
+			w.stepSource(r, handoff.FenceOutAnswered{Err: err})
+		})
+}
+
+// recordView is what the machines judge of a record.
+func recordView(rec Record) handoff.RecordView {
+	return handoff.RecordView{Present: true, Version: rec.Version, OwnerNodeRid: rec.OwnerNode, OwnerNodeGeneration: rec.OwnerNodeGen,
+		OwnerGeneration: rec.OwnerGen, ObjectGeneration: rec.ObjectGen, RelocationID: rec.RelocID}
 }

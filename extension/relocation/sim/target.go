@@ -235,18 +235,24 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 
 	case handoff.RemoveTarget:
 		t.mv.targetRemoved = true
-		// The machine drops its relay buffer silently: the source's batch
-		// is the copy left, if it still holds it.
-		for _, m := range t.relayed {
+		// The machine drops its relay buffer and the restored saved work
+		// silently: the source's payload and batch are the copies left, if
+		// it still holds them.
+		for _, m := range append(append([]*Msg(nil), t.saved...), t.relayed...) {
 			if m.at != n || m.handled > 0 || m.failed > 0 {
 				continue
 			}
-			if r := t.mv.src; r != nil && !r.dead && containsMsg(r.relayed, m) {
+			r := t.mv.src
+			switch {
+			case r != nil && !r.dead && (containsMsg(r.relayed, m) || containsMsg(r.saved, m)):
 				m.at = r.node
-				continue
+			case r != nil && r.dead:
+				w.lostMsg(m, r.node.downKind, "its source went down with its copy; the removed target discarded its own")
+			default:
+				w.lostMsg(m, lossTransit, "discarded by the removed target")
 			}
-			w.lostMsg(m, lossTransit, "relay record discarded by the removed target")
 		}
+		t.saved = nil
 		if inc := t.inc; inc != nil {
 			var held []*Msg
 			switch inc.mode {
@@ -302,7 +308,8 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 
 // commitOwner is Driver.commitOwner (target_run.go): a consistent read,
 // judge, and the target-only CAS naming this target with the move's
-// RelocationId; with settleOnly only the read. Its context ends at the
+// RelocationId; with settleOnly a fence-out CAS instead (the move's
+// RelocationId, owner unchanged). Its context ends at the
 // restore deadline (settling: a restore timeout from now).
 func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, done func(handoff.Event)) {
 	n := t.node
@@ -324,7 +331,26 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 			return
 		}
 		if settleOnly {
-			done(handoff.StoreNotCommitted{})
+			// The driver fences the move out instead of trusting a read
+			// (an unknown CAS may still apply after it).
+			fence := res.rec
+			fence.RelocID = id.RelocationID
+			w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: fence, why: fmt.Sprintf("settle fence-out #%d", id.RelocationID)}, ctx, func(res storeRes) {
+				switch res.err {
+				case errNone:
+					done(handoff.StoreNotCommitted{})
+				case errConflict:
+					if ev := judge(t, id, res.rec); ev != nil {
+						done(ev)
+						return
+					}
+					done(handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim)})
+				case errLeaseEnded:
+					done(handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)})
+				default:
+					done(handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true})
+				}
+			})
 			return
 		}
 		next := res.rec
@@ -350,18 +376,7 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 	})
 }
 
-// judge is Driver.judge: committed by this move, stale (fenced out, or
-// another owner or generation), or nil to go on.
+// judge is Driver.judge: handoff.Identity.JudgeCommit on the record.
 func judge(t *TargetRun, id handoff.Identity, r Record) handoff.Event {
-	if r.RelocID == id.RelocationID && r.OwnerNode == t.node.name && r.OwnerGen == t.newOwner {
-		return handoff.StoreCommitted{}
-	}
-	if r.RelocID == id.RelocationID {
-		return handoff.StoreStale{Err: fmt.Errorf("%w: the source fenced relocation %d out", errSim, id.RelocationID)}
-	}
-	f := id.Fence
-	if r.OwnerNode != f.NodeRid || r.OwnerNodeGen != f.NodeGeneration || r.OwnerGen != f.OwnerGeneration || r.ObjectGen != 1 {
-		return handoff.StoreStale{Err: fmt.Errorf("%w: owned by %s og%d", errSim, r.OwnerNode, r.OwnerGen)}
-	}
-	return nil
+	return id.JudgeCommit(recordView(r), t.node.name, t.newOwner, 1)
 }
