@@ -301,6 +301,12 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 	m := c.m
 	mesh, nodes, err := m.selectMesh(ctx, mesh)
 	if err != nil {
+		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
+			// The Spot's stored Mesh has no live node right now (every
+			// lease ended, say, after a store outage; the nodes rejoin):
+			// transient, unlike a Mesh a caller named that nobody serves.
+			return nil, fmt.Errorf("%w: no live node of mesh %q to reactivate Spot %q (%v)", roamerr.ErrUnavailable, mesh, c.spotID, err)
+		}
 		return nil, err
 	}
 	if stableType, err = instanceType(nodes, stableType); err != nil {
