@@ -146,9 +146,12 @@ type Driver struct {
 	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
 	// deadLetters counts, per dead-lettered send, its redeliveries
 	// (redeliver.go); swept by age.
-	deadLetters     map[any]*deadLetterCount
-	deadLetterHeld  map[location.AuthorityKey]*deadLetterHold
-	deadLetterSwept time.Time
+	deadLetters    map[any]*deadLetterCount
+	deadLetterHeld map[location.AuthorityKey]*deadLetterHold
+	// deadLetterLogged: when each object's dead-letter redelivery was last
+	// logged (rate limit).
+	deadLetterLogged map[location.AuthorityKey]time.Time
+	deadLetterSwept  time.Time
 	// stopping is set by FinishIncoming: no new move lands here.
 	stopping bool
 	// lifecycleEnded is closed once every incarnation of an ended
@@ -177,10 +180,11 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 
-		redeliveries:   map[location.AuthorityKey][]*actor.MessageEnvelope{},
-		deadLetters:    map[any]*deadLetterCount{},
-		deadLetterHeld: map[location.AuthorityKey]*deadLetterHold{},
-		budget:         newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+		redeliveries:     map[location.AuthorityKey][]*actor.MessageEnvelope{},
+		deadLetters:      map[any]*deadLetterCount{},
+		deadLetterHeld:   map[location.AuthorityKey]*deadLetterHold{},
+		deadLetterLogged: map[location.AuthorityKey]time.Time{},
+		budget:           newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {

@@ -38,8 +38,13 @@ func (d *Driver) onRedeliver(m *redeliver) {
 	d.redeliveries[m.key] = append(q, m.env)
 	if !running {
 		if m.deadLetter {
-			d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
-				Msg("sends to an incarnation that is gone are delivered from the store's owner record")
+			// At most one line per object per follow period: a stale route
+			// used under steady traffic restarts the worker per batch.
+			if last, ok := d.deadLetterLogged[m.key]; !ok || time.Since(last) > d.cfg.Handoff.FollowDuration {
+				d.deadLetterLogged[m.key] = time.Now()
+				d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
+					Msg("sends to an incarnation that is gone are delivered from the store's owner record")
+			}
 		} else {
 			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
 				Msg("Message Follow reached its hop limit; delivering from the store's owner record")
@@ -180,6 +185,11 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 		for k, c := range d.deadLetters {
 			if now.Sub(c.first) > 2*deadLetterPatience {
 				delete(d.deadLetters, k)
+			}
+		}
+		for k, at := range d.deadLetterLogged {
+			if now.Sub(at) > d.cfg.Handoff.FollowDuration {
+				delete(d.deadLetterLogged, k)
 			}
 		}
 		d.deadLetterSwept = now
