@@ -194,7 +194,7 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 
 func (d *Driver) endSource(r *sourceRun) {
 	id := r.m.Identity().RelocationID
-	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut} {
+	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend} {
 		d.stopTimer(timerKey{source: id, timer: t})
 	}
 	peer := r.target.GetAddress()
@@ -337,7 +337,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
 
 	case handoff.ReleasePayload:
-		r.batch, r.saved, r.relayed = nil, nil, nil
+		r.saved, r.relayed = nil, nil // the batch stays for resends until EndFollow
 
 	case handoff.ConfirmCommit:
 		go d.confirmWatch(r, id, e.After, e.Until)
@@ -352,6 +352,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.reinstate(r)
 
 	case handoff.EndFollow:
+		r.batch = nil
 		r.obj.state = ended
 		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
 			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")

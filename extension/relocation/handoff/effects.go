@@ -32,6 +32,9 @@ const (
 	// (source): from then on a move whose record is still at the source's
 	// fence may be fenced out.
 	TimerFenceOut
+	// TimerBoundaryResend: after a connection loss following the cutover,
+	// the next resend of the boundary batch (source).
+	TimerBoundaryResend
 )
 
 func (t Timer) String() string {
@@ -50,6 +53,8 @@ func (t Timer) String() string {
 		return "reconcile"
 	case TimerFenceOut:
 		return "fence-out"
+	case TimerBoundaryResend:
+		return "boundary-resend"
 	}
 	return "timer?"
 }
@@ -92,9 +97,12 @@ type (
 	// ResendBoundary: send the whole boundary batch again with Epoch, then
 	// the cutover, on the new connection (§4.4).
 	ResendBoundary struct{ Epoch uint32 }
-	// ReleasePayload: drop the payload and boundary batch copies, once.
+	// ReleasePayload: drop the payload copy (state, saved work, what a
+	// Reinstate would need), once. The boundary batch is kept for resends
+	// until EndFollow.
 	ReleasePayload struct{}
-	// EndFollow: stop Message Follow; later messages end Unavailable.
+	// EndFollow: stop Message Follow (later messages end Unavailable) and
+	// drop the boundary batch.
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
 	// store once and report ReconcileRead (§9 last row).

@@ -268,10 +268,40 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 		}
 		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
 		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
-		require.Empty(t, s.Step(ConnectionLost{}), "no resend after the window")
 		require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 		require.True(t, s.Finished())
+		require.Empty(t, s.Step(ConnectionLost{}), "no resend once Message Follow ended")
 	}
+}
+
+// A connection lost after the cutover may hide a cut that outlasts the
+// next connection attempt: the source resends the whole boundary batch at
+// once and then every cutover wait until Message Follow ends, each under a
+// new epoch (nothing acknowledges the batch; the target keeps what it
+// has). The simulation found a target that committed by its fallback
+// during a long cut and never got the batch when resends stopped at the
+// resend window.
+// Reference: spec 000 §4.4 (resend), §9 (cutover lost).
+func TestBoundaryBatchIsResentUntilFollowEndsAfterAConnectionLoss(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	s.Step(CutoverSent{})
+	s.Step(TimerFired{Timer: TimerResendWindow})
+	s.Step(ReconcileAnswered{TargetOwns: true})
+	effects := s.Step(ConnectionLost{})
+	r, ok := find[ResendBoundary](effects)
+	require.True(t, ok)
+	require.EqualValues(t, 1, r.Epoch)
+	st, ok := find[StartTimer](effects)
+	require.True(t, ok)
+	require.Equal(t, TimerBoundaryResend, st.Timer)
+	r, _ = find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
+	require.EqualValues(t, 2, r.Epoch)
+	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
+	require.EqualValues(t, 3, r.Epoch)
+	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryResend}), "resends end with Message Follow")
+	require.True(t, s.Finished())
 }
 
 // A target lost between relay-ready and its commit (crashed, removed at

@@ -43,6 +43,7 @@ type Source struct {
 	asking      bool // a Reconcile, ConfirmCommit or FenceOut is unanswered
 	fenceOutDue bool // TimerFenceOut fired: the target's deadline is over
 	fencing     bool // the open question is a FenceOut
+	resending   bool // a connection was lost after the cutover: the batch is resent until follow ends
 	heldFailed  bool // FailHeld was emitted
 }
 
@@ -195,9 +196,21 @@ func (s *Source) Step(ev Event) []Effect {
 			// Prepare or chunks may be lost; the target keeps progress for a
 			// repeated Restore request of the same identity (§4.3).
 			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
-		case s.phase == FollowOnly && s.cutoverSent && s.payloadHeld && !s.windowPassed:
+		case s.phase == FollowOnly && s.cutoverSent && !s.followEnded:
+			// The boundary batch may not have reached the target: resend
+			// it whole now, and — since a cut may outlast this connection
+			// attempt, and nothing acknowledges the batch — again every
+			// cutover wait until Message Follow ends. The target keeps
+			// what it already has (by epoch and position), so repeats are
+			// harmless; without them a target that committed by its
+			// fallback during a long cut never gets the batch.
 			s.epoch++
-			return []Effect{ResendBoundary{Epoch: s.epoch}}
+			effects := []Effect{ResendBoundary{Epoch: s.epoch}}
+			if !s.resending {
+				s.resending = true
+				effects = append(effects, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout})
+			}
+			return effects
 		}
 		return nil
 
@@ -311,6 +324,11 @@ func (s *Source) Step(ev Event) []Effect {
 			if s.phase == FollowOnly && !s.windowPassed {
 				s.windowPassed = true
 				return s.releaseIfDecided()
+			}
+		case TimerBoundaryResend:
+			if s.phase == FollowOnly && s.resending && !s.followEnded {
+				s.epoch++
+				return []Effect{ResendBoundary{Epoch: s.epoch}, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout}}
 			}
 		case TimerFollow:
 			if s.phase == FollowOnly && !s.followEnded {

@@ -51,7 +51,7 @@ const (
 	// longer than the resend window: the target falls back and commits
 	// without the boundary batch, resends went into the cut, nothing resends
 	// it later: the relayed messages are lost.
-	KnownBatchLost = "D6 boundary batch lost when the link stays down past the resend window"
+	KnownBatchLost = "D6 boundary batch lost when the link stays down across the cutover past Message Follow"
 	// KnownRedeliveryOrder: sends that followed to a target that then went
 	// away (a move fenced out after the cutover) dead-letter there and come
 	// back by redelivery from the store, behind the same sender's later
@@ -114,6 +114,10 @@ func runProbes() {
 	// D5 is gone since the driver redelivers dead-lettered sends from the
 	// store (redeliver.go, modelled by World.deadLettered).
 	probes[KnownFollowPastStub] = false
+	// D6: the source resends the boundary batch after a connection loss
+	// every cutover wait, but only until Message Follow ends (nothing
+	// acknowledges the batch): a cut across the cutover that outlasts
+	// follow still loses it. Before, resends stopped at the resend window.
 	probes[KnownBatchLost] = true
 	probes[KnownRedeliveryOrder] = true
 }

@@ -336,8 +336,13 @@ func (n *Node) receive(p *packet) {
 		}
 	case pRelay:
 		if t := n.target(p); t != nil {
-			w.place(p.msg, n)
-			t.relayed = append(t.relayed, p.msg)
+			// Once committed, a relay record is either delivered late
+			// (DeliverLate posts it, which places it) or a repeat the
+			// target drops: a repeat must not count as a live copy.
+			if ph := t.m.Phase(); ph != handoff.OwnerCommitted && ph != handoff.TargetOpen {
+				w.place(p.msg, n)
+				t.relayed = append(t.relayed, p.msg)
+			}
 			w.stepTarget(t, handoff.RelayRecordReceived{Epoch: p.epoch, Record: p.record, Item: p.msg})
 		} else {
 			w.lostMsg(p.msg, lossTransit, "relay record for a move this node does not know")

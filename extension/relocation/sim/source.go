@@ -284,7 +284,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		if r.releases > 1 {
 			w.violateO(r.mv.obj, "released-twice", "%s released its payload %d times", r.mv, r.releases)
 		}
-		r.batch, r.records, r.saved, r.relayed = nil, nil, nil, nil
+		r.saved, r.relayed = nil, nil // the batch stays for resends until EndFollow (source_run.go)
 
 	case handoff.ConfirmCommit:
 		w.confirmWatch(r, e.After, e.Until)
@@ -299,6 +299,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		w.reinstate(r)
 
 	case handoff.EndFollow:
+		r.batch, r.records = nil, nil
 		inc.state = sEnded
 		if err := w.redirect(inc, w.unavailableSink(inc, "the object moved away and Message Follow has ended")); err != nil {
 			w.tracef("%s DRIVER ERROR end_follow_failed: %v", n.name, err)
