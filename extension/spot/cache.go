@@ -118,7 +118,8 @@ func (c *routeCache) put(id string, a authority) {
 	defer c.mu.Unlock()
 	delete(c.expired, id)
 	if len(c.routes) >= maxCachedRoutes {
-		for k := range c.routes { // drop an arbitrary entry: the cache only saves reads
+		for k, r := range c.routes { // drop an arbitrary entry: the cache only saves reads
+			r.release()
 			delete(c.routes, k)
 			break
 		}
@@ -157,9 +158,7 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	for id, r := range c.routes {
 		o := r.a.v.Record.GetOwner()
 		if lease, ok := live[o.GetNodeRid()]; !ok || lease != o.GetLeaseId() {
-			if r.drained != nil {
-				close(r.drained)
-			}
+			r.release()
 			delete(c.routes, id)
 		}
 	}
@@ -168,10 +167,22 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 func (c *routeCache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.routes[id]; ok && r.drained != nil {
-		close(r.drained)
+	if r, ok := c.routes[id]; ok {
+		r.release()
 	}
 	delete(c.routes, id)
+}
+
+// release wakes whoever waits on a route that leaves the cache: callers
+// waiting for its drain, and a barrier waiting for its users (they will
+// not be counted any more).
+func (r cachedRoute) release() {
+	if r.drained != nil {
+		close(r.drained)
+	}
+	if r.idle != nil {
+		close(r.idle)
+	}
 }
 
 func (c *routeCache) len() int {

@@ -103,6 +103,15 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 	_, ok, drained, _ := c.use("r")
 	require.False(t, ok, "a draining route is not used")
 	require.NotNil(t, drained)
+
+	// A route dropped (its owner left) while a call still holds it wakes
+	// the barrier's wait too.
+	c.put("q", readyAt("q"))
+	_, _, _, sentQ := c.use("q")
+	_, idle, _ = c.hinted("q")
+	c.drop("q")
+	<-idle
+	sentQ()
 }
 
 // Concurrent and later deliveries of one operation run it once and get
