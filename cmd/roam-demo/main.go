@@ -301,7 +301,11 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 		to := nodeNames[rnd.IntN(len(nodeNames))]
 		res, err := sys.Root.RequestFuture(gw(rnd.IntN(len(gateways))), &chatpb.Relocate{Room: room, To: to}, 15*time.Second).Result()
 		if err != nil {
-			return fmt.Errorf("relocate %s: %w", room, err)
+			// A gateway that does not answer (its node paused, killed or cut
+			// off while you try faults by hand) fails this move, not the demo.
+			failed++
+			fmt.Printf("move %-8s -> %s  failed: no answer from the gateway: %v\n", room, to, err)
+			continue
 		}
 		mv := res.(*chatpb.Relocated)
 		switch {
