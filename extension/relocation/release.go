@@ -33,9 +33,9 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	case err != nil:
 		return false, fmt.Errorf("%w: read %s: %w", roamerr.ErrUnavailable, key, err)
 	}
-	alive, err := d.ownerAlive(ctx, v.Record.GetOwner())
+	_, alive, err := d.OwnerNode(ctx, v.Record.GetOwner())
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("%w: read owner node %s: %w", roamerr.ErrUnavailable, v.Record.GetOwner().GetNodeRid(), err)
 	}
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
@@ -51,18 +51,21 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	return true, nil
 }
 
-// ownerAlive reports whether an owner's lifecycle still holds its lease:
-// its descriptor exists with the same lease and node generation.
-func (d *Driver) ownerAlive(ctx context.Context, o *messages.Owner) (bool, error) {
+// OwnerNode finds an owner's node address and whether the owner's
+// lifecycle still holds its lease: its descriptor exists with the same
+// lease and node generation (this node's own lifecycle: while its lease
+// has not ended; a fenced node may still hold it). The one liveness rule
+// for ended owners (spec 003), shared with the Spot manager.
+func (d *Driver) OwnerNode(ctx context.Context, o *messages.Owner) (address string, alive bool, err error) {
 	if o.GetNodeRid() == d.desc.GetNodeRid() {
-		return o.GetNodeGeneration() == d.desc.GetNodeGeneration() && d.Usable() == nil, nil
+		return d.desc.GetAddress(), o.GetNodeGeneration() == d.desc.GetNodeGeneration() && d.Usable() == nil, nil
 	}
 	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()})
 	switch {
 	case errors.Is(err, location.ErrNotFound):
-		return false, nil
+		return "", false, nil
 	case err != nil:
-		return false, fmt.Errorf("%w: read owner node %s: %w", roamerr.ErrUnavailable, o.GetNodeRid(), err)
+		return "", false, err
 	}
-	return n.Node.GetLeaseId() == o.GetLeaseId() && n.Node.GetNodeGeneration() == o.GetNodeGeneration(), nil
+	return n.Node.GetAddress(), n.Node.GetLeaseId() == o.GetLeaseId() && n.Node.GetNodeGeneration() == o.GetNodeGeneration(), nil
 }

@@ -555,23 +555,13 @@ func (m *Manager) readAuthority(ctx context.Context, id string) (authority, erro
 }
 
 // ownerAddress finds an owner's remote address and whether its lifecycle
-// still holds its lease: an owner whose descriptor is gone, or names
-// another lease or lifecycle, has ended (spec 003).
+// is alive (relocation.Driver.OwnerNode: the one liveness rule).
 func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
-	if o.GetNodeRid() == m.desc.GetNodeRid() {
-		// This node's own lifecycle is alive only while its lease has not
-		// ended (a fenced node may still hold it).
-		return m.desc.GetAddress(), o.GetNodeGeneration() == m.desc.GetNodeGeneration() && m.d.Usable() == nil, nil
-	}
-	n, err := m.store.ReadNode(ctx, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()})
-	if errors.Is(err, location.ErrNotFound) {
-		return "", false, nil
-	}
+	addr, alive, err := m.d.OwnerNode(ctx, o)
 	if err != nil {
 		return "", false, storeError("read owner node", err)
 	}
-	alive := n.Node.GetLeaseId() == o.GetLeaseId() && n.Node.GetNodeGeneration() == o.GetNodeGeneration()
-	return n.Node.GetAddress(), alive, nil
+	return addr, alive, nil
 }
 
 // storeError classifies a Location Store failure: an indeterminate or
