@@ -380,7 +380,12 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 		return location.Lease{}, err
 	}
 	wo := (&api.WriteOptions{}).WithContext(ctx)
-	sid, _, err := s.client.Session().Create(&api.SessionEntry{
+	// No health checks: by default a session is tied to the agent node's
+	// serfHealth check and ends as soon as gossip marks that node failed,
+	// which may be well before the TTL — and the lease argument
+	// (docs/FAULTS.md) rests on the store never ending a lease sooner
+	// than TTL after the last renewal it applied. Only the TTL ends it.
+	sid, _, err := s.client.Session().CreateNoChecks(&api.SessionEntry{
 		Name:      "roam node " + node.GetMesh() + "/" + node.GetNodeRid(),
 		TTL:       ttl.String(),
 		Behavior:  api.SessionBehaviorDelete,

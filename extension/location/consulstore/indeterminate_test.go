@@ -170,7 +170,9 @@ func TestRecordsAreReadableJSON(t *testing.T) {
 }
 
 // A lease is a Consul session without lock delay, so a released claim can
-// be taken again at once. Reference: DESIGN §3 (LockDelay -1).
+// be taken again at once, and without health checks, so only its TTL ends
+// it (a serfHealth check could end it before the TTL, as soon as gossip
+// marks the agent's node failed).
 func TestLeaseHasNoLockDelay(t *testing.T) {
 	s := storeAt(t, server.Addr, fmt.Sprintf("roam-test/lock-%d", prefixes.Add(1)))
 	n := &location.NodeDescriptor{Mesh: "m", NodeRid: "r", NodeGeneration: 1, EntrySpotId: "roam-entry-x"}
@@ -183,4 +185,7 @@ func TestLeaseHasNoLockDelay(t *testing.T) {
 	require.Zero(t, info.LockDelay)
 	require.Equal(t, api.SessionBehaviorDelete, info.Behavior)
 	require.Equal(t, "10s", info.TTL)
+	require.Empty(t, info.Checks)
+	require.Empty(t, info.NodeChecks)
+	require.Empty(t, info.ServiceChecks)
 }
