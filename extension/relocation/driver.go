@@ -196,7 +196,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 	guard := stopguard.Producer(actor.Unbounded(), func() bool { return isClosed(node.Stopped()) }, func(msg any) {
 		d.log.Warn().Str("event", "stop_refused").Str("actor", DriverName).Msg("a stop of the relocation actor from outside roam was refused")
 	})
-	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard)), DriverName)
+	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways)), DriverName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
 	}
@@ -433,8 +433,15 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 		inst := obj.kind.Producer()
 		obj.inst = inst
 		return &host{obj: obj}
-	}, actor.WithMailbox(mb))
+	}, actor.WithMailbox(mb), actor.WithGuardian(RestartAlways))
 }
+
+// RestartAlways supervises roam's own actors (incarnations, the relocation
+// actor, the Spot service): a failing actor is restarted, never stopped.
+// Proto.Actor's default strategy stops an actor after 10 failures in 10 s;
+// roam refuses a stop it did not decide (stopguard), which would leave
+// the actor suspended for good.
+var RestartAlways = actor.NewRestartingStrategy()
 
 // stop ends an incarnation's actor; the only way it stops.
 func (d *Driver) stop(obj *object) {

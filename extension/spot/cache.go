@@ -116,6 +116,11 @@ func (c *routeCache) put(id string, a authority) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r, ok := c.routes[id]; ok && r.drained != nil {
+		// Being drained: its barrier and its waiting callers own the
+		// entry until drop; the next call reads the store again.
+		return
+	}
 	delete(c.expired, id)
 	if len(c.routes) >= maxCachedRoutes {
 		for k, r := range c.routes { // drop an arbitrary entry: the cache only saves reads

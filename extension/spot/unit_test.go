@@ -104,6 +104,20 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 	require.False(t, ok, "a draining route is not used")
 	require.NotNil(t, drained)
 
+	// A put (another call's store read) does not replace a route being
+	// drained: its barrier still waits for the call that holds it.
+	c.put("p", readyAt("p"))
+	_, _, _, sentP := c.use("p")
+	_, idleP, _ := c.hinted("p")
+	c.put("p", readyAt("p"))
+	select {
+	case <-idleP:
+		t.Fatal("the put released the barrier before the call sent")
+	default:
+	}
+	sentP()
+	<-idleP
+
 	// A route dropped (its owner left) while a call still holds it wakes
 	// the barrier's wait too.
 	c.put("q", readyAt("q"))
