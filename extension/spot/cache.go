@@ -40,21 +40,33 @@ func newRouteCache(maxAge time.Duration) *routeCache {
 // drained is not returned: the caller gets the channel to wait on
 // instead, so that nothing is sent down the old route after its barrier.
 func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct{}, sent func()) {
-	a, ok, drained = c.get(id)
-	if !ok {
-		return a, ok, drained, func() {}
+	noop := func() {}
+	if c.maxAge <= 0 {
+		return authority{}, false, nil, noop
 	}
+	// One critical section with the look-up: a hint that marks the route
+	// after it makes this call wait for the drain, never skip it.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, still := c.routes[id]
-	if !still || r.drained != nil || r.a.v.Version != a.v.Version {
-		// Hinted or replaced between the two looks: read the store.
-		return authority{}, false, nil, func() {}
+	r, found := c.routes[id]
+	switch {
+	case !found:
+		return authority{}, false, nil, noop
+	case r.drained != nil:
+		return authority{}, false, r.drained, noop
+	case time.Since(r.at) >= c.maxAge:
+		delete(c.routes, id)
+		if len(c.expired) >= maxCachedRoutes {
+			clear(c.expired)
+		}
+		c.expired[id] = r.a
+		return authority{}, false, nil, noop
 	}
 	r.users++
 	c.routes[id] = r
 	var once sync.Once
-	return a, true, nil, func() { once.Do(func() { c.release(id, a) }) }
+	ra := r.a
+	return ra, true, nil, func() { once.Do(func() { c.release(id, ra) }) }
 }
 
 // release ends one use of id's route a.
