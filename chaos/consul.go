@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/roamactors/roam/extension/location/consulstore/consultest"
 )
 
 // ConsulVersion is the Consul release the chaos test runs (make consul).
@@ -53,7 +54,7 @@ func (s *consulServer) RaftAddr() string { return "127.0.0.1:" + strconv.Itoa(s.
 
 // newConsulServers prepares n servers (1, or 3 for a cluster) in dir.
 func newConsulServers(bin, dir string, n int) ([]*consulServer, error) {
-	ports, err := freePorts(4 * n)
+	ports, err := consultest.FreePorts(4 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -195,29 +196,4 @@ func waitFor(limit, step time.Duration, cond func() (bool, error), what string) 
 		}
 		time.Sleep(step)
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port)) // Serf needs UDP too
-		if err != nil {
-			continue
-		}
-		u.Close()
-		ports = append(ports, port)
-	}
-	return ports, nil
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/roamactors/roam/extension/location/consulstore/consultest"
 )
 
 // Settings configure a chaos run.
@@ -129,7 +131,7 @@ func newEnv(set Settings, name string, consuls int, withProxy bool) (*env, error
 		}
 	}
 	e.logf("consul: %d server(s) ready (%s)", consuls, e.consul[0].HTTPAddr())
-	ports, err := freePorts(6)
+	ports, err := consultest.FreePorts(6)
 	if err != nil {
 		e.close()
 		return nil, err

@@ -90,16 +90,7 @@ func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
 
 	<-silent.prepared
 	silent.tell(a, &messages.RelocationFailed{Identity: silent.prepare.GetIdentity(), Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED})
-	deadline := time.Now().Add(testwait.Patience(t))
-	for {
-		ok, err := a.driver.Serving(ctx, key)
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the source never reopened")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, a, key, true, "the source never reopened")
 	require.Equal(t, int64(150), get(t, root.ActorSystem(), pid))
 }
 
@@ -181,16 +172,7 @@ func TestSilentTargetIsFencedOutAndTheSourceServesAgain(t *testing.T) {
 	for i := int64(1); i <= 30; i++ {
 		root.Send(pid, wrapperspb.Int64(i)) // parked while reconciling
 	}
-	deadline := time.Now().Add(testwait.Patience(t))
-	for {
-		ok, err := a.driver.Serving(ctx, key)
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the source never served again")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, a, key, true, "the source never served again")
 	require.Equal(t, int64(30), get(t, root.ActorSystem(), pid), "every parked send handled once, in order")
 	<-silent.prepared
 	after, err := store.Read(ctx, key)
@@ -243,28 +225,10 @@ func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.
 	}
 	silent.tell(a, &messages.RelayReady{Identity: silent.prepare.GetIdentity()})
 	// The source relays, sends the cutover and follows; the target is gone.
-	deadline := time.Now().Add(testwait.Patience(t))
-	for {
-		ok, err := a.driver.Serving(ctx, key)
-		require.NoError(t, err)
-		if !ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the source never cut over")
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitServing(t, a, key, false, "the source never cut over")
 	require.NoError(t, silent.node.Stop(ctx))
 
-	deadline = time.Now().Add(testwait.Patience(t))
-	for {
-		ok, err := a.driver.Serving(ctx, key)
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the source never served again")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, a, key, true, "the source never served again")
 	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable, "the move was not made")
 	require.Equal(t, int64(70), get(t, root.ActorSystem(), pid), "state, saved work and boundary batch, each once, in order")
 	root.Send(pid, wrapperspb.Int64(71))
@@ -279,4 +243,20 @@ func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.
 	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 	require.Equal(t, int64(71), get(t, root.ActorSystem(), pid), "followed to the new owner, state kept")
+}
+
+// waitServing waits until n's driver reports key as served (want true) or
+// not (want false); msg says what never happened.
+func waitServing(t *testing.T, n *testNode, key location.AuthorityKey, want bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		ok, err := n.driver.Serving(context.Background(), key)
+		require.NoError(t, err)
+		if ok == want {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), msg)
+		time.Sleep(10 * time.Millisecond)
+	}
 }

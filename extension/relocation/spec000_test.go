@@ -16,7 +16,6 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/faulty"
 	"github.com/roamactors/roam/extension/relocation"
-	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -260,16 +259,7 @@ func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
 	e := <-events
 	require.ErrorIs(t, e.Err, roamerr.ErrDeadlineExceeded)
 	require.True(t, logs.has("location_update_failed"))
-	deadline := time.Now().Add(testwait.Patience(t))
-	for {
-		ok, err := a.driver.Serving(ctx, key)
-		require.NoError(t, err)
-		if ok {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the source never served again")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitServing(t, a, key, true, "the source never served again")
 	ok, err := b.driver.Serving(ctx, key)
 	require.NoError(t, err)
 	require.False(t, ok, "the target never opened")

@@ -83,7 +83,7 @@ func Launch() (*Server, error) {
 }
 
 func launch(bin string) (*Server, error) {
-	ports, err := freePorts(4)
+	ports, err := FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,9 @@ func (s *Server) Stop() {
 // Output is what the server printed so far.
 func (s *Server) Output() string { return s.out.String() }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n loopback ports free for both TCP and UDP (Consul's
+// Serf needs both), for servers a test or harness starts itself.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
