@@ -1011,10 +1011,14 @@ func (x *Envelope) GetHeaders() map[string]string {
 // resends after a lost connection: a record of a newer epoch replaces the
 // whole partial batch of older ones.
 type RelayedRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
-	ResendEpoch   uint32                 `protobuf:"varint,2,opt,name=resend_epoch,json=resendEpoch,proto3" json:"resend_epoch,omitempty"`
-	Envelope      *Envelope              `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Identity    *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	ResendEpoch uint32                 `protobuf:"varint,2,opt,name=resend_epoch,json=resendEpoch,proto3" json:"resend_epoch,omitempty"`
+	Envelope    *Envelope              `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	// index is the record's position in the boundary batch (0-based), the
+	// same in every resend: a target that committed by its cutover-wait
+	// fallback tells the records it still misses from those it has.
+	Index         uint32 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1070,6 +1074,60 @@ func (x *RelayedRecord) GetEnvelope() *Envelope {
 	return nil
 }
 
+func (x *RelayedRecord) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// BoundaryAck is one-way, target to source: the target holds the whole
+// boundary batch (its cutover matched, or after its fallback every record
+// a resent cutover declares has arrived). The source stops resending.
+type BoundaryAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoundaryAck) Reset() {
+	*x = BoundaryAck{}
+	mi := &file_relocation_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoundaryAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoundaryAck) ProtoMessage() {}
+
+func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoundaryAck.ProtoReflect.Descriptor instead.
+func (*BoundaryAck) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BoundaryAck) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
 // Cutover is one-way: every relay record before it has been sent.
 type Cutover struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -1083,7 +1141,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1153,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1166,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{15}
+	return file_relocation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Cutover) GetIdentity() *RelocationIdentity {
@@ -1151,7 +1209,7 @@ type RelocationAbort struct {
 
 func (x *RelocationAbort) Reset() {
 	*x = RelocationAbort{}
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1221,7 @@ func (x *RelocationAbort) String() string {
 func (*RelocationAbort) ProtoMessage() {}
 
 func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1234,7 @@ func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationAbort.ProtoReflect.Descriptor instead.
 func (*RelocationAbort) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{16}
+	return file_relocation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RelocationAbort) GetIdentity() *RelocationIdentity {
@@ -1207,7 +1265,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1277,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1290,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{17}
+	return file_relocation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -1272,7 +1330,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1342,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1355,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{18}
+	return file_relocation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TimerTick) GetName() string {
@@ -1408,11 +1466,14 @@ const file_relocation_proto_rawDesc = "" +
 	"\aheaders\x18\x05 \x03(\v2$.roam.messages.Envelope.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
 	"\rRelayedRecord\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12!\n" +
 	"\fresend_epoch\x18\x02 \x01(\rR\vresendEpoch\x123\n" +
-	"\benvelope\x18\x03 \x01(\v2\x17.roam.messages.EnvelopeR\benvelope\"\xbc\x01\n" +
+	"\benvelope\x18\x03 \x01(\v2\x17.roam.messages.EnvelopeR\benvelope\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\rR\x05index\"L\n" +
+	"\vBoundaryAck\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\"\xbc\x01\n" +
 	"\aCutover\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12!\n" +
 	"\fresend_epoch\x18\x02 \x01(\rR\vresendEpoch\x12,\n" +
@@ -1454,7 +1515,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(*CoordinatorFence)(nil),      // 1: roam.messages.CoordinatorFence
@@ -1472,17 +1533,18 @@ var file_relocation_proto_goTypes = []any{
 	(*PID)(nil),                   // 13: roam.messages.PID
 	(*Envelope)(nil),              // 14: roam.messages.Envelope
 	(*RelayedRecord)(nil),         // 15: roam.messages.RelayedRecord
-	(*Cutover)(nil),               // 16: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 17: roam.messages.RelocationAbort
-	(*DeliveryFailed)(nil),        // 18: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 19: roam.messages.TimerTick
-	nil,                           // 20: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 21: roam.messages.AuthorityKind
+	(*BoundaryAck)(nil),           // 16: roam.messages.BoundaryAck
+	(*Cutover)(nil),               // 17: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 18: roam.messages.RelocationAbort
+	(*DeliveryFailed)(nil),        // 19: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 20: roam.messages.TimerTick
+	nil,                           // 21: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 22: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
 	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	21, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	21, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	22, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	22, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	4,  // 3: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	2,  // 4: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	3,  // 5: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
@@ -1494,17 +1556,18 @@ var file_relocation_proto_depIdxs = []int32{
 	2,  // 11: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 12: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	13, // 13: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	20, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	21, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	2,  // 15: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	14, // 16: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	2,  // 17: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 18: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 19: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 17: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 18: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 19: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 20: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -1519,7 +1582,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -159,6 +160,9 @@ type Driver struct {
 	lifecycleEnded chan struct{}
 	budget         *budget
 	metrics        *metrics
+	// dropInbound, set only by tests (export_test.go), drops messages
+	// reaching the relocation actor, as a cut link would.
+	dropInbound atomic.Pointer[func(any) bool]
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -292,6 +296,9 @@ type localCall struct{ fn func() }
 // Receive is the driver actor: every move's state changes here, one
 // message at a time.
 func (d *Driver) Receive(c actor.Context) {
+	if drop := d.dropInbound.Load(); drop != nil && (*drop)(c.Message()) {
+		return
+	}
 	switch m := c.Message().(type) {
 	case *localCall:
 		m.fn()
@@ -317,6 +324,8 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onSourceEvent(m.GetIdentity(), c, handoff.RelayReadyReceived{})
 	case *messages.RelocationFailed:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
+	case *messages.BoundaryAck:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.BoundaryAcked{})
 	case *messages.RelayedRecord:
 		d.onRelayed(c, m)
 	case *messages.Cutover:

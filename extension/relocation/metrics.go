@@ -63,6 +63,8 @@ func (m *metrics) record(e Event) {
 	}
 }
 
-func (m *metrics) sendUndelivered(reason string) {
-	m.undelivered.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
+func (m *metrics) sendUndelivered(reason string) { m.sendsUndeliveredN(reason, 1) }
+
+func (m *metrics) sendsUndeliveredN(reason string, n int) {
+	m.undelivered.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("reason", reason)))
 }

@@ -9,14 +9,17 @@ import (
 )
 
 // parkedSink holds an object's messages while the outcome of its move is
-// unknown (no reply by the restore deadline, spec 000 §9 last row):
-// requests fail at once with Unavailable, sends wait in order until the
-// outcome is known — forwarded if the target committed, put back if an
-// explicit failure arrives. It is the mailbox's sink, called under the
-// mailbox's lock; its own lock orders release and take against it.
+// unknown. Before relay-ready (no reply by the restore deadline, spec 000
+// §9 last row) requests fail at once with Unavailable and sends wait in
+// order; after the cutover (holdRequests) requests wait too, in one order
+// with the sends, since the commit normally shows within a store round
+// trip. Either way they are forwarded if the target committed, put back if
+// the move failed. It is the mailbox's sink, called under the mailbox's
+// lock; its own lock orders release and take against it.
 type parkedSink struct {
-	d   *Driver
-	obj *object
+	d            *Driver
+	obj          *object
+	holdRequests bool
 
 	mu      sync.Mutex
 	sends   []any
@@ -31,13 +34,17 @@ func (p *parkedSink) sink(msg any) {
 		return
 	}
 	_, m, sender := actor.UnwrapEnvelope(msg)
-	if sender != nil {
+	if sender != nil && !p.holdRequests {
 		respondFailure(p.d.sys, sender, "unavailable", p.obj.key.ID, "the object is moving and its outcome is being reconciled")
 		return
 	}
 	if len(p.sends) >= maxParkedSends {
-		// Bounded: past the bound a send fails loudly instead of growing
-		// the node's memory while the store cannot answer.
+		// Bounded: past the bound a message fails loudly instead of
+		// growing the node's memory while the store cannot answer.
+		if sender != nil {
+			respondFailure(p.d.sys, sender, "unavailable", p.obj.key.ID, "the object is moving and too many messages wait for its outcome")
+			return
+		}
 		p.d.metrics.sendUndelivered("send_parked_overflow")
 		p.d.log.Warn().Str("event", "send_parked_overflow").Str("object_id", p.obj.key.ID).Str("message_type", typeName(m)).
 			Int("parked", len(p.sends)).Msg("a send to an object whose move is being reconciled was refused: too many sends wait already")

@@ -224,15 +224,22 @@ func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.
 		root.Send(pid, wrapperspb.Int64(i)) // the ingress hold: the boundary batch
 	}
 	silent.tell(a, &messages.RelayReady{Identity: silent.prepare.GetIdentity()})
-	// The source relays, sends the cutover and follows; the target is gone.
+	// The source relays and sends the cutover; the target is gone.
 	waitServing(t, a, key, false, "the source never cut over")
+	for i := int64(71); i <= 90; i++ {
+		// After the cutover: held until the move is decided, never followed
+		// to a target whose commit is not known (it would strand them
+		// there, and they would come back only by dead-letter redelivery,
+		// behind later sends).
+		root.Send(pid, wrapperspb.Int64(i))
+	}
 	require.NoError(t, silent.node.Stop(ctx))
 
 	waitServing(t, a, key, true, "the source never served again")
 	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable, "the move was not made")
-	require.Equal(t, int64(70), get(t, root.ActorSystem(), pid), "state, saved work and boundary batch, each once, in order")
-	root.Send(pid, wrapperspb.Int64(71))
-	require.Equal(t, int64(71), get(t, root.ActorSystem(), pid), "the reinstated incarnation serves new messages")
+	require.Equal(t, int64(90), get(t, root.ActorSystem(), pid), "state, saved work, boundary batch and what was held after the cutover, each once, in order")
+	root.Send(pid, wrapperspb.Int64(91))
+	require.Equal(t, int64(91), get(t, root.ActorSystem(), pid), "the reinstated incarnation serves new messages")
 	after, err := store.Read(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, a.node.Descriptor().GetNodeRid(), after.Record.GetOwner().GetNodeRid(), "the owner never changed")
@@ -242,7 +249,7 @@ func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.
 	b := startNodeConfig(t, store, relocation.Config{}, counterKind)
 	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
-	require.Equal(t, int64(71), get(t, root.ActorSystem(), pid), "followed to the new owner, state kept")
+	require.Equal(t, int64(91), get(t, root.ActorSystem(), pid), "followed to the new owner, state kept")
 }
 
 // waitServing waits until n's driver reports key as served (want true) or

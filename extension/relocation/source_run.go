@@ -37,14 +37,15 @@ type sourceRun struct {
 	m         *handoff.Source
 	obj       *object
 	target    *messages.NodeRef
-	targetPID *actor.PID // the target's relocation actor
-	next      *actor.PID // the incarnation on the target
-	newOwner  uint64     // AuthorityOwnerGeneration the target will write
-	saved     []any      // the saved-work prefix, for Unseal
-	batch     []*messages.RelayedRecord
-	relayed   []any // the boundary batch as posted, for Reinstate
+	targetPID *actor.PID                // the target's relocation actor
+	next      *actor.PID                // the incarnation on the target
+	newOwner  uint64                    // AuthorityOwnerGeneration the target will write
+	saved     []any                     // the saved-work prefix, for Unseal
+	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
+	relayed   []any                     // the boundary batch as posted, for Reinstate
 	sum       handoff.RelaySum
 	parked    *parkedSink        // the hold, while reconciling
+	held      *parkedSink        // the hold after the cutover, until StartFollow or Reinstate
 	lastRead  location.Versioned // the record the last reconcile read saw
 	sent      uint64             // chunk bytes submitted
 	credited  uint64
@@ -194,7 +195,7 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 
 func (d *Driver) endSource(r *sourceRun) {
 	id := r.m.Identity().RelocationID
-	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend} {
+	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend, handoff.TimerBoundaryGiveUp} {
 		d.stopTimer(timerKey{source: id, timer: t})
 	}
 	peer := r.target.GetAddress()
@@ -337,7 +338,27 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
 
 	case handoff.ReleasePayload:
-		r.saved, r.relayed = nil, nil // the batch stays for resends until EndFollow
+		r.saved, r.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary
+
+	case handoff.ReleaseBoundary:
+		if e.Unacknowledged && len(r.batch) > 0 {
+			d.metrics.sendsUndeliveredN("boundary_batch_unacknowledged", len(r.batch))
+			d.log.Error().Str("event", "boundary_batch_unacknowledged").Str("object_id", key.ID).Uint64("relocation_id", id.RelocationID).
+				Str("target_node_rid", r.target.GetNodeRid()).Int("records", len(r.batch)).Dur("patience", d.cfg.Handoff.AckPatience()).
+				Msg("the target never acknowledged the boundary batch; its messages may be lost (the target's node is gone or unreachable)")
+		}
+		r.batch = nil
+
+	case handoff.StartFollow:
+		r.obj.state, r.obj.next = following, r.next
+		follow := d.followSink(r.obj, r.next)
+		if r.held != nil {
+			r.held.release(follow)
+			r.held = nil
+		}
+		if _, err := r.obj.mb.Redirect(follow); err != nil {
+			d.log.Error().Str("event", "follow_failed").Str("object_id", key.ID).Err(err).Msg("")
+		}
 
 	case handoff.ConfirmCommit:
 		go d.confirmWatch(r, id, e.After, e.Until)
@@ -352,7 +373,6 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.reinstate(r)
 
 	case handoff.EndFollow:
-		r.batch = nil
 		r.obj.state = ended
 		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
 			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
@@ -502,7 +522,14 @@ func (d *Driver) reinstate(r *sourceRun) {
 		return
 	}
 	backlog := append(append([]any(nil), r.saved...), r.relayed...)
-	if err := obj.mb.Reopen(func() []any { return backlog }); err != nil {
+	held := r.held
+	r.held = nil
+	if err := obj.mb.Reopen(func() []any {
+		if held != nil {
+			return append(backlog, held.take()...)
+		}
+		return backlog
+	}); err != nil {
 		d.log.Error().Str("event", "reinstate_failed").Str("object_id", obj.key.ID).Err(err).Msg("serving the fenced-out move's object again failed")
 		return
 	}
@@ -533,7 +560,7 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 		}
 		b, _ := deterministic.Marshal(env)
 		r.sum = r.sum.Add(b)
-		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env}
+		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(len(r.batch))}
 		r.batch = append(r.batch, rec)
 		r.relayed = append(r.relayed, msg)
 		d.send(r.targetPID, rec)
@@ -547,9 +574,15 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	if _, err := r.obj.mb.Redirect(relay); err != nil {
 		d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
 	}
+	// Later messages wait here, requests too, in order, until the move is
+	// decided: StartFollow forwards them once the commit shows; a fence-out
+	// puts them back into this incarnation's queue (Reinstate). Nothing
+	// reaches the target before its commit, so nothing is stranded at a
+	// removed one.
 	r.obj.state, r.obj.next = following, r.next
-	if _, err := r.obj.mb.Redirect(d.followSink(r.obj, r.next)); err != nil {
-		d.log.Error().Str("event", "follow_failed").Err(err).Msg("")
+	r.held = &parkedSink{d: d, obj: r.obj, holdRequests: true}
+	if _, err := r.obj.mb.Redirect(r.held.sink); err != nil {
+		d.log.Error().Str("event", "hold_failed").Err(err).Msg("")
 	}
 	delete(d.objects, r.obj.key)
 	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})

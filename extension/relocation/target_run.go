@@ -134,7 +134,7 @@ func (d *Driver) onRelayed(c actor.Context, m *messages.RelayedRecord) {
 		return
 	}
 	b, _ := deterministic.Marshal(m.GetEnvelope())
-	d.stepTarget(t, handoff.RelayRecordReceived{Epoch: m.GetResendEpoch(), Record: b, Item: item})
+	d.stepTarget(t, handoff.RelayRecordReceived{Epoch: m.GetResendEpoch(), Index: int(m.GetIndex()), Record: b, Item: item})
 }
 
 func (d *Driver) onTargetEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
@@ -220,6 +220,9 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 
 	case handoff.DeliverLate:
 		d.sys.Root.Send(t.obj.pid, e.Item)
+
+	case handoff.AckBoundary:
+		d.send(t.sourcePID, &messages.BoundaryAck{Identity: id.ToProto()})
 
 	case handoff.RemoveTarget:
 		if t.obj != nil && t.obj.mb != nil {
@@ -432,9 +435,14 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	for _, f := range waiting {
 		f()
 	}
-	// Keep the run for late relay records and cutovers (fallback path),
-	// then forget it.
-	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
+	// Keep the run for late relay records and cutovers (fallback path) —
+	// while the batch is unacknowledged, as long as the source may resend
+	// it — then forget it.
+	keep := d.cfg.Handoff.FollowDuration
+	if err == nil && !t.m.Acknowledged() {
+		keep = max(keep, d.cfg.Handoff.AckPatience()+d.cfg.Handoff.CutoverWaitTimeout)
+	}
+	time.AfterFunc(keep, func() {
 		d.sys.Root.Send(d.self, &localCall{fn: func() {
 			for _, tm := range []handoff.Timer{handoff.TimerCutoverWait, handoff.TimerRestoreDeadline, handoff.TimerStoreRetry} {
 				d.stopTimer(timerKey{target: id, isTarget: true, timer: tm})

@@ -19,3 +19,16 @@ func Patience(t testing.TB) time.Duration {
 	}
 	return 5 * time.Minute
 }
+
+// For waits until cond holds, checking every 10 ms, and fails t with msg
+// once its Patience is spent.
+func For(t testing.TB, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(Patience(t))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

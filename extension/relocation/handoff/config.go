@@ -21,6 +21,12 @@ type Config struct {
 	CutoverWaitTimeout time.Duration
 	// FollowDuration is MessageFollowDuration. Default 30 s.
 	FollowDuration time.Duration
+	// BoundaryAckPatience is how long the source resends the boundary
+	// batch (every CutoverWaitTimeout) while the target has not
+	// acknowledged it. Past it the batch is dropped with a loud error:
+	// the target's node is gone or unreachable for that long. Zero means
+	// 4×FollowDuration (the default, 120 s).
+	BoundaryAckPatience time.Duration
 	// StoreRetryBackoff is the pause between CAS attempts. Default 20 ms.
 	StoreRetryBackoff time.Duration
 	// CreditStep is how many received bytes the target gathers before it
@@ -41,12 +47,24 @@ func DefaultConfig() Config {
 	}
 }
 
+// ackPatience is BoundaryAckPatience with its default.
+func (c Config) ackPatience() time.Duration {
+	if c.BoundaryAckPatience > 0 {
+		return c.BoundaryAckPatience
+	}
+	return 4 * c.FollowDuration
+}
+
+// AckPatience is how long a source resends an unacknowledged boundary
+// batch (BoundaryAckPatience with its default).
+func (c Config) AckPatience() time.Duration { return c.ackPatience() }
+
 // Validate rejects settings that cannot work.
 func (c Config) Validate() error {
 	switch {
 	case c.ChunkLimit < 1 || c.UnnegotiatedChunkLimit < 1:
 		return fmt.Errorf("%w: chunk limits must be positive", roamerr.ErrInvalidOperation)
-	case c.CutoverWaitTimeout <= 0 || c.FollowDuration <= 0 || c.StoreRetryBackoff <= 0:
+	case c.CutoverWaitTimeout <= 0 || c.FollowDuration <= 0 || c.StoreRetryBackoff <= 0 || c.BoundaryAckPatience < 0:
 		return fmt.Errorf("%w: relocation timeouts must be positive", roamerr.ErrInvalidOperation)
 	case c.CreditStep == 0:
 		return fmt.Errorf("%w: credit step must be positive", roamerr.ErrInvalidOperation)

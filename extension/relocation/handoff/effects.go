@@ -32,9 +32,12 @@ const (
 	// (source): from then on a move whose record is still at the source's
 	// fence may be fenced out.
 	TimerFenceOut
-	// TimerBoundaryResend: after a connection loss following the cutover,
-	// the next resend of the boundary batch (source).
+	// TimerBoundaryResend: after the cutover, the next resend of the
+	// boundary batch while the target has not acknowledged it (source).
 	TimerBoundaryResend
+	// TimerBoundaryGiveUp: BoundaryAckPatience after the cutover (source):
+	// an unacknowledged boundary batch is dropped loudly.
+	TimerBoundaryGiveUp
 )
 
 func (t Timer) String() string {
@@ -55,6 +58,8 @@ func (t Timer) String() string {
 		return "fence-out"
 	case TimerBoundaryResend:
 		return "boundary-resend"
+	case TimerBoundaryGiveUp:
+		return "boundary-give-up"
 	}
 	return "timer?"
 }
@@ -90,19 +95,30 @@ type (
 	Unseal struct{}
 	// SendAbort: command 44, one-way, after Unseal (§4.4 abort diagram).
 	SendAbort struct{ Reason messages.FailureReason }
-	// RelayThenCutover: relay the ingress hold in order, switch later
-	// messages to Message Follow, and send the cutover with the batch's
-	// count and CRC; report CutoverSent.
+	// RelayThenCutover: relay the ingress hold in order, hold later
+	// messages (in order, requests too) until StartFollow or Reinstate,
+	// and send the cutover with the batch's count and CRC; report
+	// CutoverSent.
 	RelayThenCutover struct{ Epoch uint32 }
+	// StartFollow: the move is confirmed: forward the messages held since
+	// the cutover, in order, then every later one, by Message Follow.
+	// Nothing follows to a target before its commit is known, so a
+	// fence-out never strands a message at a removed target.
+	StartFollow struct{}
 	// ResendBoundary: send the whole boundary batch again with Epoch, then
 	// the cutover, on the new connection (§4.4).
 	ResendBoundary struct{ Epoch uint32 }
 	// ReleasePayload: drop the payload copy (state, saved work, what a
-	// Reinstate would need), once. The boundary batch is kept for resends
-	// until EndFollow.
+	// Reinstate would need), once. The boundary batch's wire copy is kept
+	// for resends until ReleaseBoundary.
 	ReleasePayload struct{}
-	// EndFollow: stop Message Follow (later messages end Unavailable) and
-	// drop the boundary batch.
+	// ReleaseBoundary: drop the boundary batch's wire copy, once: the
+	// target acknowledged it, or the batch went back into the source's
+	// queue (Reinstate), or — Unacknowledged — the target stayed silent for
+	// BoundaryAckPatience: the batch's messages may be lost, which the
+	// driver reports loudly.
+	ReleaseBoundary struct{ Unacknowledged bool }
+	// EndFollow: stop Message Follow (later messages end Unavailable).
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
 	// store once and report ReconcileRead (§9 last row).
@@ -168,6 +184,9 @@ type (
 	// DeliverLate: a relay record that arrived after the cutover or its
 	// fallback; post it like direct ingress (order not guaranteed, §4.4).
 	DeliverLate struct{ Item any }
+	// AckBoundary: tell the source this target holds the whole boundary
+	// batch (one-way BoundaryAck), so it stops resending.
+	AckBoundary struct{}
 	// RemoveTarget: remove the prepared object, temporary queue and state.
 	RemoveTarget struct{}
 )
@@ -203,6 +222,9 @@ func (SendAbort) isEffect()        {}
 func (RelayThenCutover) isEffect() {}
 func (ResendBoundary) isEffect()   {}
 func (ReleasePayload) isEffect()   {}
+func (StartFollow) isEffect()      {}
+func (ReleaseBoundary) isEffect()  {}
+func (AckBoundary) isEffect()      {}
 func (EndFollow) isEffect()        {}
 func (Reconcile) isEffect()        {}
 func (AdoptTargetRoute) isEffect() {}

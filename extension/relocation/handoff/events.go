@@ -40,6 +40,9 @@ type (
 	CutoverSent struct{ Sum RelaySum }
 	// ConnectionLost: remote.EndpointTerminatedEvent for the peer.
 	ConnectionLost struct{}
+	// BoundaryAcked: the target's BoundaryAck: it holds the whole boundary
+	// batch.
+	BoundaryAcked struct{}
 	// ReconcileRead: what Reconcile or ConfirmCommit read from the store,
 	// or the error that kept it from reading (a watch that reached its
 	// Until reports its deadline as Err). Target and ObjectGeneration name
@@ -87,9 +90,11 @@ type (
 	// RestoreFailed: RestorePayload failed (decode, adapter, type).
 	RestoreFailed struct{ Err error }
 	// RelayRecordReceived: one relayed record. Record is its canonical bytes
-	// (for the RelaySum), Item what OpenDispatch will post.
+	// (for the RelaySum), Item what OpenDispatch will post, Index its
+	// position in the boundary batch (the same in every resend).
 	RelayRecordReceived struct {
 		Epoch  uint32
+		Index  int
 		Record []byte
 		Item   any
 	}
@@ -138,6 +143,7 @@ func (RelayReadyReceived) isEvent()   {}
 func (FailedReceived) isEvent()       {}
 func (CutoverSent) isEvent()          {}
 func (ConnectionLost) isEvent()       {}
+func (BoundaryAcked) isEvent()        {}
 func (ReconcileAnswered) isEvent()    {}
 func (ReconcileRead) isEvent()        {}
 func (FenceOutAnswered) isEvent()     {}

@@ -3,7 +3,9 @@ package handoff
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,69 +38,7 @@ func kinds(effects []Effect) []string {
 }
 
 func typeName(e Effect) string {
-	switch e.(type) {
-	case QueryCapability:
-		return "QueryCapability"
-	case AwaitAdmission:
-		return "AwaitAdmission"
-	case Seal:
-		return "Seal"
-	case SendPrepare:
-		return "SendPrepare"
-	case SendChunks:
-		return "SendChunks"
-	case Unseal:
-		return "Unseal"
-	case SendAbort:
-		return "SendAbort"
-	case RelayThenCutover:
-		return "RelayThenCutover"
-	case ResendBoundary:
-		return "ResendBoundary"
-	case ReleasePayload:
-		return "ReleasePayload"
-	case EndFollow:
-		return "EndFollow"
-	case Reconcile:
-		return "Reconcile"
-	case ConfirmCommit:
-		return "ConfirmCommit"
-	case CloseOut:
-		return "CloseOut"
-	case Reinstate:
-		return "Reinstate"
-	case AdoptTargetRoute:
-		return "AdoptTargetRoute"
-	case FailHeld:
-		return "FailHeld"
-	case InstallStaging:
-		return "InstallStaging"
-	case SendCredit:
-		return "SendCredit"
-	case RestorePayload:
-		return "RestorePayload"
-	case SendFailed:
-		return "SendFailed"
-	case SendRelayReady:
-		return "SendRelayReady"
-	case CommitOwner:
-		return "CommitOwner"
-	case OpenDispatch:
-		return "OpenDispatch"
-	case DeliverLate:
-		return "DeliverLate"
-	case RemoveTarget:
-		return "RemoveTarget"
-	case StartTimer:
-		return "StartTimer"
-	case StopTimer:
-		return "StopTimer"
-	case Log:
-		return "Log"
-	case Complete:
-		return "Complete"
-	}
-	return "?"
+	return strings.TrimPrefix(fmt.Sprintf("%T", e), "handoff.")
 }
 
 func find[T Effect](effects []Effect) (T, bool) {
@@ -264,44 +204,97 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 		} else {
 			require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}), "not released before the commit shows")
 			effects = s.Step(ReconcileAnswered{TargetOwns: true})
-			require.Equal(t, []string{"StopTimer", "CloseOut", "ReleasePayload"}, kinds(effects))
+			require.Equal(t, []string{"StopTimer", "StartFollow", "CloseOut", "ReleasePayload"}, kinds(effects))
 		}
 		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
 		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
 		require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+		require.False(t, s.Finished(), "the boundary batch is not acknowledged yet")
+		require.Equal(t, []string{"StopTimer", "StopTimer", "ReleaseBoundary"}, kinds(s.Step(BoundaryAcked{})))
 		require.True(t, s.Finished())
 		require.Empty(t, s.Step(ConnectionLost{}), "no resend once Message Follow ended")
 	}
 }
 
-// A connection lost after the cutover may hide a cut that outlasts the
-// next connection attempt: the source resends the whole boundary batch at
-// once and then every cutover wait until Message Follow ends, each under a
-// new epoch (nothing acknowledges the batch; the target keeps what it
-// has). The simulation found a target that committed by its fallback
-// during a long cut and never got the batch when resends stopped at the
-// resend window.
+// After the cutover the source resends the whole boundary batch, each time
+// under a new epoch, every cutover wait and at once on a connection loss,
+// until the target acknowledges it — also past Message Follow: a cut
+// across the cutover that outlasts follow would otherwise lose the batch of
+// a target that committed by its fallback (the simulation found it). The
+// acknowledgement ends the resends and drops the wire copy, once.
 // Reference: spec 000 §4.4 (resend), §9 (cutover lost).
-func TestBoundaryBatchIsResentUntilFollowEndsAfterAConnectionLoss(t *testing.T) {
+func TestBoundaryBatchIsResentUntilAcknowledged(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	effects := s.Step(CutoverSent{})
+	var timers []Timer
+	for _, e := range effects {
+		if st, ok := e.(StartTimer); ok {
+			timers = append(timers, st.Timer)
+		}
+	}
+	require.Contains(t, timers, TimerBoundaryResend)
+	require.Contains(t, timers, TimerBoundaryGiveUp)
+	r, ok := find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
+	require.True(t, ok, "no acknowledgement within a cutover wait: resend")
+	require.EqualValues(t, 1, r.Epoch)
+	s.Step(TimerFired{Timer: TimerResendWindow})
+	s.Step(ReconcileAnswered{TargetOwns: true})
+	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
+	require.EqualValues(t, 2, r.Epoch)
+	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	r, ok = find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
+	require.True(t, ok, "resends go on after Message Follow ended")
+	require.EqualValues(t, 3, r.Epoch)
+	require.False(t, s.Finished())
+	effects = s.Step(BoundaryAcked{})
+	rb, ok := find[ReleaseBoundary](effects)
+	require.True(t, ok)
+	require.False(t, rb.Unacknowledged)
+	require.True(t, s.Finished())
+	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryResend}))
+	require.Empty(t, s.Step(ConnectionLost{}))
+	require.Empty(t, s.Step(BoundaryAcked{}), "released once")
+}
+
+// A target silent for BoundaryAckPatience: the batch is dropped and
+// reported lost (ReleaseBoundary Unacknowledged) — but only once the move
+// is confirmed, since a fence-out would still put the batch back into the
+// source's queue, and then nothing is lost.
+// Reference: docs/FAULTS.md (boundary batch).
+func TestUnacknowledgedBoundaryBatchIsDroppedLoudlyOnlyOnceConfirmed(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(RelayReadyReceived{})
 	s.Step(CutoverSent{})
-	s.Step(TimerFired{Timer: TimerResendWindow})
-	s.Step(ReconcileAnswered{TargetOwns: true})
-	effects := s.Step(ConnectionLost{})
-	r, ok := find[ResendBoundary](effects)
+	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryGiveUp}), "undecided: the batch may come back here")
+	effects := s.Step(ReconcileAnswered{TargetOwns: true})
+	rb, ok := find[ReleaseBoundary](effects)
 	require.True(t, ok)
-	require.EqualValues(t, 1, r.Epoch)
-	st, ok := find[StartTimer](effects)
-	require.True(t, ok)
-	require.Equal(t, TimerBoundaryResend, st.Timer)
-	r, _ = find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
-	require.EqualValues(t, 2, r.Epoch)
-	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
-	require.EqualValues(t, 3, r.Epoch)
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
-	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryResend}), "resends end with Message Follow")
-	require.True(t, s.Finished())
+	require.True(t, rb.Unacknowledged)
+	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryResend}), "no resend after the give-up")
+
+	s, _ = pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	s.Step(CutoverSent{})
+	effects = s.Step(ReconcileAnswered{FencedOut: true})
+	rb, ok = find[ReleaseBoundary](effects)
+	require.True(t, ok, "the batch is back in the source's queue")
+	require.False(t, rb.Unacknowledged)
+	require.Empty(t, s.Step(TimerFired{Timer: TimerBoundaryGiveUp}))
+}
+
+// Messages arriving after the cutover are held until the move is decided:
+// forwarded (StartFollow) once the commit shows, never before — a
+// fenced-out move then has nothing stranded at its removed target.
+// Reference: docs/FAULTS.md (a target lost after relay-ready).
+func TestFollowStartsOnlyOnceTheCommitShows(t *testing.T) {
+	s, _ := pausedSource(t, stream(1000))
+	s.Step(RelayReadyReceived{})
+	effects := s.Step(CutoverSent{})
+	require.False(t, has[StartFollow](effects))
+	require.False(t, has[StartFollow](s.Step(TimerFired{Timer: TimerFollow})))
+	k := kinds(s.Step(ReconcileAnswered{TargetOwns: true}))
+	require.Less(t, indexOf(k, "StartFollow"), indexOf(k, "EndFollow"), "held messages follow before follow ends")
 }
 
 // A target lost between relay-ready and its commit (crashed, removed at
@@ -355,6 +348,7 @@ func TestSourceLeaseEndedEndsTheUndecidedMove(t *testing.T) {
 	require.True(t, has[ReleasePayload](effects))
 	require.False(t, has[Reinstate](effects))
 	s.Step(TimerFired{Timer: TimerFollow})
+	s.Step(BoundaryAcked{})
 	require.True(t, s.Finished())
 }
 
@@ -461,8 +455,10 @@ func restored(t *testing.T, payload []byte) *Target {
 	return tg
 }
 
+// record is a relayed record whose batch index is its letter's place in
+// the alphabet ("a" is 0).
 func record(s string) RelayRecordReceived {
-	return RelayRecordReceived{Record: []byte(s), Item: s}
+	return RelayRecordReceived{Index: int(s[0] - 'a'), Record: []byte(s), Item: s}
 }
 
 func sumOf(items ...string) RelaySum {
@@ -545,7 +541,7 @@ func TestCutoverStartsCASAndCommitOpensBacklog(t *testing.T) {
 		require.Empty(t, tg.Step(record(r)))
 	}
 	effects := tg.Step(CutoverReceivedEvent{Sum: sumOf("a", "b", "c")})
-	require.Equal(t, []string{"StopTimer", "CommitOwner"}, kinds(effects))
+	require.Equal(t, []string{"StopTimer", "AckBoundary", "CommitOwner"}, kinds(effects))
 	require.Equal(t, CutoverReceived, tg.Phase())
 	require.False(t, tg.FellBack())
 	effects = tg.Step(StoreCommitted{})
@@ -583,17 +579,19 @@ func TestCutoverTimeoutFallsBack(t *testing.T) {
 	require.True(t, tg.FellBack())
 }
 
-// A late or duplicate cutover only logs late_cutover.
+// A late or duplicate cutover changes neither owner nor queue: it logs
+// late_cutover, and acknowledges the batch only when every record it
+// declares has arrived.
 // Reference: spec 000 §4.4, §13.
 func TestLateCutoverOnlyWarns(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(TimerFired{Timer: TimerCutoverWait})
-	effects := tg.Step(CutoverReceivedEvent{})
+	effects := tg.Step(CutoverReceivedEvent{Sum: sumOf("a")})
 	require.Equal(t, []string{"late_cutover"}, logEvent(effects))
-	require.Len(t, effects, 1)
+	require.Len(t, effects, 1, "record 0 is missing: no acknowledgement")
 	tg.Step(StoreCommitted{})
 	tg.Step(DispatchOpened{})
-	effects = tg.Step(CutoverReceivedEvent{})
+	effects = tg.Step(CutoverReceivedEvent{Sum: sumOf("a")})
 	require.Equal(t, []string{"late_cutover"}, logEvent(effects))
 	require.Len(t, effects, 1)
 }
@@ -643,6 +641,46 @@ func TestFallbackThenResendDeliversOnlyNewRecords(t *testing.T) {
 		}
 	}
 	require.Equal(t, []any{"c", "d"}, late)
+}
+
+// After the fallback, records are told apart by batch index, not by
+// position in an epoch: a batch whose connection broke with a gap (b lost,
+// c arrived on the next connection) gets exactly the missing record from a
+// resend, and the resent cutover is acknowledged — again on a duplicate,
+// since an acknowledgement can be lost.
+// Reference: spec 000 §4.4, §9 (cutover lost).
+func TestFallbackRecordsAreDeduplicatedByIndexAndAcknowledged(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(record("a"))
+	tg.Step(record("c"))
+	tg.Step(TimerFired{Timer: TimerCutoverWait})
+	o, _ := find[OpenDispatch](tg.Step(StoreCommitted{}))
+	require.Equal(t, []any{"a", "c"}, o.Relay)
+	tg.Step(DispatchOpened{})
+	var late []any
+	acks := 0
+	step := func(ev Event) {
+		for _, e := range tg.Step(ev) {
+			switch e := e.(type) {
+			case DeliverLate:
+				late = append(late, e.Item)
+			case AckBoundary:
+				acks++
+			}
+		}
+	}
+	for _, r := range []string{"a", "b", "c"} {
+		rr := record(r)
+		rr.Epoch = 1
+		step(rr)
+	}
+	require.Zero(t, acks, "no cutover declared the batch yet")
+	step(CutoverReceivedEvent{Epoch: 1, Sum: sumOf("a", "b", "c")})
+	require.Equal(t, []any{"b"}, late)
+	require.Equal(t, 1, acks)
+	step(CutoverReceivedEvent{Epoch: 2, Sum: sumOf("a", "b", "c")})
+	require.Equal(t, 2, acks, "a repeated cutover is acknowledged again")
+	require.Equal(t, []any{"b"}, late)
 }
 
 // Retryable and indeterminate store answers retry the same CAS until the

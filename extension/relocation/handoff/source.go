@@ -43,8 +43,14 @@ type Source struct {
 	asking      bool // a Reconcile, ConfirmCommit or FenceOut is unanswered
 	fenceOutDue bool // TimerFenceOut fired: the target's deadline is over
 	fencing     bool // the open question is a FenceOut
-	resending   bool // a connection was lost after the cutover: the batch is resent until follow ends
 	heldFailed  bool // FailHeld was emitted
+
+	// The boundary batch's wire copy is resent every cutover wait after
+	// the cutover (and at once on a connection loss) until the target
+	// acknowledges it, the batch goes back into this source's queue
+	// (Reinstate), or BoundaryAckPatience passes with the move confirmed.
+	boundaryDone bool // ReleaseBoundary was emitted
+	giveUpDue    bool // the patience ran out before the move was confirmed
 }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
@@ -62,7 +68,7 @@ func (s *Source) Identity() Identity { return s.id }
 // Finished reports whether nothing is left to do: decided, payload
 // released and Message Follow ended (or never started).
 func (s *Source) Finished() bool {
-	return s.done && !s.payloadHeld && (s.phase != FollowOnly || s.followEnded)
+	return s.done && !s.payloadHeld && (s.phase != FollowOnly || s.followEnded) && (!s.cutoverSent || s.boundaryDone)
 }
 
 func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
@@ -187,8 +193,16 @@ func (s *Source) Step(ev Event) []Effect {
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
 			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
 			StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
+			StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout},
+			StartTimer{Timer: TimerBoundaryGiveUp, After: s.cfg.ackPatience()},
 			ConfirmCommit{Until: s.fenceOutAt()},
 		}, nil)
+
+	case BoundaryAcked:
+		if !s.cutoverSent || s.boundaryDone {
+			return nil
+		}
+		return s.releaseBoundary(false)
 
 	case ConnectionLost:
 		switch {
@@ -196,21 +210,13 @@ func (s *Source) Step(ev Event) []Effect {
 			// Prepare or chunks may be lost; the target keeps progress for a
 			// repeated Restore request of the same identity (§4.3).
 			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
-		case s.phase == FollowOnly && s.cutoverSent && !s.followEnded:
+		case s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone:
 			// The boundary batch may not have reached the target: resend
-			// it whole now, and — since a cut may outlast this connection
-			// attempt, and nothing acknowledges the batch — again every
-			// cutover wait until Message Follow ends. The target keeps
-			// what it already has (by epoch and position), so repeats are
-			// harmless; without them a target that committed by its
-			// fallback during a long cut never gets the batch.
+			// it whole now (TimerBoundaryResend goes on repeating it until
+			// the target acknowledges it). The target keeps what it
+			// already has (by epoch and index), so repeats are harmless.
 			s.epoch++
-			effects := []Effect{ResendBoundary{Epoch: s.epoch}}
-			if !s.resending {
-				s.resending = true
-				effects = append(effects, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout})
-			}
-			return effects
+			return []Effect{ResendBoundary{Epoch: s.epoch}}
 		}
 		return nil
 
@@ -326,9 +332,19 @@ func (s *Source) Step(ev Event) []Effect {
 				return s.releaseIfDecided()
 			}
 		case TimerBoundaryResend:
-			if s.phase == FollowOnly && s.resending && !s.followEnded {
+			if s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone {
 				s.epoch++
 				return []Effect{ResendBoundary{Epoch: s.epoch}, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout}}
+			}
+		case TimerBoundaryGiveUp:
+			if s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone {
+				if !s.confirmed {
+					// A fence-out may still put the batch back into this
+					// source's queue: decide at the confirmation.
+					s.giveUpDue = true
+					return nil
+				}
+				return s.releaseBoundary(true)
 			}
 		case TimerFollow:
 			if s.phase == FollowOnly && !s.followEnded {
@@ -419,11 +435,11 @@ func (s *Source) judge(ev ReconcileRead) []Effect {
 // committed by its restore deadline and now never can, because the record
 // carries the move's RelocationId at the source's fence — so the source
 // serves again from what it held: saved work, then the boundary batch,
-// then what arrives next. Messages that followed to the target after the
-// cutover are failed by the target, or lost with it if it crashed.
-// Otherwise ask again later. This reverses relay-ready's boundary, which
-// spec 000 §4.4 calls irreversible; the fence-out is what makes it safe
-// (docs/FAULTS.md, "A target lost after relay-ready").
+// then the messages held since the cutover (nothing follows to the target
+// before its commit is known, so none is stranded there), then what
+// arrives next. Otherwise ask again later. This reverses relay-ready's
+// boundary, which spec 000 §4.4 calls irreversible; the fence-out is what
+// makes it safe (docs/FAULTS.md, "A target lost after relay-ready").
 func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	if s.confirmed {
 		return nil
@@ -431,8 +447,11 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	switch {
 	case ev.TargetOwns || ev.SourceEnded:
 		s.confirmed = true
-		effects := []Effect{StopTimer{Timer: TimerReconcile}, CloseOut{}}
+		effects := []Effect{StopTimer{Timer: TimerReconcile}, StartFollow{}, CloseOut{}}
 		effects = append(effects, s.releaseIfDecided()...)
+		if s.giveUpDue && !s.boundaryDone {
+			effects = append(effects, s.releaseBoundary(true)...)
+		}
 		if s.followDue && !s.followEnded {
 			s.followEnded = true
 			effects = append(effects, EndFollow{})
@@ -441,7 +460,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	case ev.FencedOut:
 		s.moveTo(SourceRunning)
 		s.payloadHeld, s.chunks = false, nil
-		return []Effect{
+		effects := []Effect{
 			StopTimer{Timer: TimerReconcile},
 			StopTimer{Timer: TimerFenceOut},
 			StopTimer{Timer: TimerResendWindow},
@@ -450,8 +469,20 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			Reinstate{},
 			ReleasePayload{},
 		}
+		if !s.boundaryDone {
+			// The batch is back in this source's queue: no resends.
+			effects = append(effects, s.releaseBoundary(false)...)
+		}
+		return effects
 	}
 	return []Effect{StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout}}
+}
+
+// releaseBoundary stops the boundary batch's resends and drops its wire
+// copy, once.
+func (s *Source) releaseBoundary(unacknowledged bool) []Effect {
+	s.boundaryDone = true
+	return []Effect{StopTimer{Timer: TimerBoundaryResend}, StopTimer{Timer: TimerBoundaryGiveUp}, ReleaseBoundary{Unacknowledged: unacknowledged}}
 }
 
 // releaseIfDecided drops payload and boundary batch once the resend window

@@ -26,13 +26,18 @@ type Target struct {
 
 	epoch        uint32
 	relay        []any
+	relayIdx     []int // batch index of each record in relay (current epoch)
 	sum          RelaySum
 	cutoverMatch bool // a cutover matched: every later relay record is a duplicate
 	fellBack     bool // committed without a cutover (order not guaranteed)
-	pos, have    int  // fallback path: position in the current epoch, records known
-	attempt      int  // CAS attempts so far
-	inFlight     bool // a CommitOwner is running
-	deadlineHit  bool // the restore deadline passed while a CAS was in flight
+	// After the fallback: the batch indices this target has (merged or
+	// delivered late), and the batch size a late cutover declared.
+	known       map[int]bool
+	declared    int  // -1: no cutover seen
+	acked       bool // every declared record is known; acknowledged
+	attempt     int  // CAS attempts so far
+	inFlight    bool // a CommitOwner is running
+	deadlineHit bool // the restore deadline passed while a CAS was in flight
 	// unknown: some CAS of this move had an indeterminate answer and no
 	// read has settled it since; the target must not remove itself then.
 	unknown  bool
@@ -43,7 +48,7 @@ type Target struct {
 // NewTarget creates the machine for the first command 40 of id and returns
 // its first effects: the temporary queue before anything else (§4.3).
 func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
-	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline}
+	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline, declared: -1}
 	asm, err := envelope.NewAssembler(p.Manifest, p.MaxPayloadLength)
 	if err != nil {
 		t.moveTo(TargetRemoved)
@@ -64,6 +69,11 @@ func (t *Target) Identity() Identity { return t.id }
 
 // FellBack reports whether the move went on without its cutover.
 func (t *Target) FellBack() bool { return t.fellBack }
+
+// Acknowledged reports whether this target acknowledged the whole
+// boundary batch (its cutover matched, or after the fallback every record
+// a late cutover declared arrived).
+func (t *Target) Acknowledged() bool { return t.cutoverMatch || t.acked }
 
 // Finished reports whether the machine is terminal.
 func (t *Target) Finished() bool { return t.phase == TargetRemoved || t.phase == TargetOpen }
@@ -112,7 +122,7 @@ func (t *Target) Step(ev Event) []Effect {
 	case TargetOpen:
 		switch ev := ev.(type) {
 		case CutoverReceivedEvent:
-			return []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+			return t.lateCutover(ev)
 		case RelayRecordReceived:
 			return t.relayRecord(ev)
 		}
@@ -198,13 +208,13 @@ func (t *Target) Step(ev Event) []Effect {
 			if t.phase == TargetRestoring {
 				return nil
 			}
-			return []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+			return t.lateCutover(ev)
 		}
 		if ev.Epoch < t.epoch {
 			return nil // the cutover of a batch already replaced
 		}
 		if ev.Epoch > t.epoch {
-			t.epoch, t.relay, t.sum = ev.Epoch, nil, RelaySum{}
+			t.epoch, t.relay, t.relayIdx, t.sum = ev.Epoch, nil, nil, RelaySum{}
 		}
 		if ev.Sum != t.sum {
 			return []Effect{Log{Level: LevelError, Event: "cutover_mismatch",
@@ -212,7 +222,7 @@ func (t *Target) Step(ev Event) []Effect {
 		}
 		t.cutoverMatch = true
 		t.moveTo(CutoverReceived)
-		return append([]Effect{StopTimer{Timer: TimerCutoverWait}}, t.commit()...)
+		return append([]Effect{StopTimer{Timer: TimerCutoverWait}, AckBoundary{}}, t.commit()...)
 
 	case NodeStopping:
 		if t.phase == TargetRestoring {
@@ -299,34 +309,63 @@ func (t *Target) relayRecord(ev RelayRecordReceived) []Effect {
 		}
 		if ev.Epoch > t.epoch {
 			// A resent batch replaces the partial one whole (§4.4).
-			t.epoch, t.relay, t.sum = ev.Epoch, nil, RelaySum{}
+			t.epoch, t.relay, t.relayIdx, t.sum = ev.Epoch, nil, nil, RelaySum{}
 		}
 		t.relay = append(t.relay, ev.Item)
+		t.relayIdx = append(t.relayIdx, ev.Index)
 		t.sum = t.sum.Add(ev.Record)
 		return nil
 	case t.cutoverMatch:
 		return nil // a resend of a batch already merged whole
 	}
-	// After the fallback: a record the backlog does not have yet joins it
-	// (or, once open, is delivered late; order not guaranteed, §4.4). A
-	// resent batch repeats, in the same order, the prefix this target
-	// already has, so its first `have` records are skipped by position.
-	if ev.Epoch < t.epoch {
+	// After the fallback: a record this target does not have yet joins the
+	// backlog (or, once open, is delivered late; order not guaranteed,
+	// §4.4). Records are told apart by their batch index, which every
+	// resend repeats, so a record that arrived in any earlier epoch — or
+	// after a gap in a broken connection — is never delivered twice.
+	if t.known[ev.Index] {
 		return nil
 	}
-	if ev.Epoch > t.epoch {
-		t.epoch, t.pos = ev.Epoch, 0
-	}
-	t.pos++
-	if t.pos <= t.have {
-		return nil
-	}
-	t.have++
+	t.known[ev.Index] = true
+	var effects []Effect
 	if t.phase == OwnerCommitted || t.phase == TargetOpen {
-		return []Effect{DeliverLate{Item: ev.Item}}
+		effects = append(effects, DeliverLate{Item: ev.Item})
+	} else {
+		t.relay = append(t.relay, ev.Item)
 	}
-	t.relay = append(t.relay, ev.Item)
-	return nil
+	return append(effects, t.ackIfComplete()...)
+}
+
+// lateCutover handles a cutover after the one that matched, or after the
+// fallback (§4.4: it changes neither owner nor queue). It is also how the
+// source asks again for the acknowledgement: a target that holds the whole
+// batch acknowledges every time, since an acknowledgement can be lost too.
+func (t *Target) lateCutover(ev CutoverReceivedEvent) []Effect {
+	effects := []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+	switch {
+	case t.cutoverMatch:
+		return append(effects, AckBoundary{})
+	case t.fellBack:
+		t.declared = max(t.declared, int(ev.Sum.Count))
+		t.acked = false
+		return append(effects, t.ackIfComplete()...)
+	}
+	return effects
+}
+
+// ackIfComplete acknowledges the batch once, after the fallback, when
+// every record a cutover declared is known.
+func (t *Target) ackIfComplete() []Effect {
+	if t.acked || t.declared < 0 {
+		return nil
+	}
+	for i := range t.declared {
+		if !t.known[i] {
+			return nil
+		}
+	}
+	t.acked = true
+	return []Effect{AckBoundary{}}
 }
 
 func (t *Target) timer(tm Timer) []Effect {
@@ -337,7 +376,10 @@ func (t *Target) timer(tm Timer) []Effect {
 		}
 		t.moveTo(CutoverFallback)
 		t.fellBack = true
-		t.pos, t.have = len(t.relay), len(t.relay)
+		t.known = make(map[int]bool, len(t.relayIdx))
+		for _, i := range t.relayIdx {
+			t.known[i] = true
+		}
 		return append([]Effect{Log{Level: LevelWarn, Event: "cutover_timeout",
 			Msg: "no cutover within RelocationCutoverWaitTimeout; committing without the ordering guarantee"}}, t.commit()...)
 	case TimerStoreRetry:

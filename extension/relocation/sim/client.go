@@ -146,6 +146,12 @@ func (w *World) lostMsg(m *Msg, kind lossKind, why string) {
 	if m.handled > 0 || m.failed > 0 {
 		return
 	}
+	if m.loss == lossCrash && kind == lossTransit {
+		// The copy that held it crashed first (a source holding its
+		// boundary batch); a resend of it still in flight on a cut link
+		// changes nothing: without the crash the source would resend it.
+		return
+	}
 	m.loss, m.lossWhy = kind, why
 	if w.tracing {
 		w.tracef("m%d copy lost (%s): %s", m.id, lossNames[kind], why)

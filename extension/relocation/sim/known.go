@@ -110,16 +110,18 @@ func runProbes() {
 			Target: "b", ObjectGeneration: 1},
 		handoff.TimerFired{Timer: handoff.TimerFenceOut})
 	probes[KnownReconcileForever] = s.Phase() == handoff.SourcePaused
-	// D6 and D7 live in driver rules the sim models as the driver has them.
 	// D5 is gone since the driver redelivers dead-lettered sends from the
 	// store (redeliver.go, modelled by World.deadLettered).
 	probes[KnownFollowPastStub] = false
-	// D6: the source resends the boundary batch after a connection loss
-	// every cutover wait, but only until Message Follow ends (nothing
-	// acknowledges the batch): a cut across the cutover that outlasts
-	// follow still loses it. Before, resends stopped at the resend window.
-	probes[KnownBatchLost] = true
-	probes[KnownRedeliveryOrder] = true
+	// D6: after the cutover the source resends the boundary batch until
+	// the target acknowledges it, past Message Follow too.
+	_, eff = probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true},
+		handoff.TimerFired{Timer: handoff.TimerFollow}, handoff.TimerFired{Timer: handoff.TimerBoundaryResend})
+	probes[KnownBatchLost] = count[handoff.ResendBoundary](eff) == 0
+	// D7: messages after the cutover are held until the commit shows
+	// (StartFollow), so none follows to a target that is then fenced out.
+	_, eff = probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
+	probes[KnownRedeliveryOrder] = count[handoff.StartFollow](eff) == 0
 }
 
 // Present reports whether a known defect is present in the tree (for the

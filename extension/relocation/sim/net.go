@@ -22,6 +22,7 @@ const (
 	pAbort
 	pRelay
 	pCutover
+	pBoundaryAck
 	pFollow // an application message forwarded by Message Follow
 	pClient // an application message from a client
 	pAnswer // a failure answer to a client's request
@@ -42,6 +43,7 @@ type packet struct {
 	prep      *prepare
 	chunk     envelope.Chunk
 	epoch     uint32
+	index     int // relay: the record's place in the boundary batch
 	sum       handoff.RelaySum
 	msg       *Msg
 	record    []byte

@@ -338,12 +338,14 @@ func (n *Node) receive(p *packet) {
 		if t := n.target(p); t != nil {
 			// Once committed, a relay record is either delivered late
 			// (DeliverLate posts it, which places it) or a repeat the
-			// target drops: a repeat must not count as a live copy.
-			if ph := t.m.Phase(); ph != handoff.OwnerCommitted && ph != handoff.TargetOpen {
+			// target drops: a repeat must not count as a live copy. Nor
+			// does a record a removed target ignores (a resend that
+			// crossed the removal).
+			if ph := t.m.Phase(); ph != handoff.OwnerCommitted && ph != handoff.TargetOpen && ph != handoff.TargetRemoved {
 				w.place(p.msg, n)
 				t.relayed = append(t.relayed, p.msg)
 			}
-			w.stepTarget(t, handoff.RelayRecordReceived{Epoch: p.epoch, Record: p.record, Item: p.msg})
+			w.stepTarget(t, handoff.RelayRecordReceived{Epoch: p.epoch, Index: p.index, Record: p.record, Item: p.msg})
 		} else {
 			w.lostMsg(p.msg, lossTransit, "relay record for a move this node does not know")
 		}
@@ -357,6 +359,8 @@ func (n *Node) receive(p *packet) {
 		}
 	case pRelayReady:
 		n.onSourceEvent(p, handoff.RelayReadyReceived{})
+	case pBoundaryAck:
+		n.onSourceEvent(p, handoff.BoundaryAcked{})
 	case pFailed:
 		n.onSourceEvent(p, handoff.FailedReceived{Reason: p.reason, Detail: p.detail})
 	case pFollow, pClient:

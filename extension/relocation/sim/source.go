@@ -45,6 +45,7 @@ type SourceRun struct {
 	relayed  []*Msg // the boundary batch as posted (for Reinstate)
 	sum      handoff.RelaySum
 	parked   *parked
+	held     *parked // after the cutover, until StartFollow or Reinstate
 	timers   map[handoff.Timer]uint64
 	lastRead Record // the last record read, for a FenceOut of its version
 	haveRead bool
@@ -56,12 +57,14 @@ type SourceRun struct {
 }
 
 // parked is the driver's parkedSink: while a move's outcome is unknown,
-// requests fail at once and sends wait in order.
+// sends wait in order; requests fail at once before relay-ready and wait
+// with the sends after the cutover (holdRequests).
 type parked struct {
-	w       *World
-	inc     *Inc
-	sends   []*Msg
-	forward func(*Msg)
+	w            *World
+	inc          *Inc
+	holdRequests bool
+	sends        []*Msg
+	forward      func(*Msg)
 }
 
 func (p *parked) sink(m *Msg) {
@@ -69,7 +72,7 @@ func (p *parked) sink(m *Msg) {
 		p.forward(m)
 		return
 	}
-	if m.request {
+	if m.request && !p.holdRequests {
 		p.w.failLoud(m, p.inc, "the object is moving and its outcome is being reconciled")
 		return
 	}
@@ -275,7 +278,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.ResendBoundary:
 		for i, m := range r.batch {
-			n.send(r.target.idx, &packet{kind: pRelay, id: id, epoch: e.Epoch, msg: m, record: r.records[i]})
+			n.send(r.target.idx, &packet{kind: pRelay, id: id, epoch: e.Epoch, index: i, msg: m, record: r.records[i]})
 		}
 		n.send(r.target.idx, &packet{kind: pCutover, id: id, epoch: e.Epoch, sum: r.sum})
 
@@ -284,7 +287,29 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		if r.releases > 1 {
 			w.violateO(r.mv.obj, "released-twice", "%s released its payload %d times", r.mv, r.releases)
 		}
-		r.saved, r.relayed = nil, nil // the batch stays for resends until EndFollow (source_run.go)
+		r.saved, r.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary (source_run.go)
+
+	case handoff.ReleaseBoundary:
+		if e.Unacknowledged {
+			// boundary_batch_unacknowledged: logged and counted, loudly.
+			for _, m := range r.batch {
+				if m.handled == 0 && m.failed == 0 {
+					w.failLoud(m, inc, "the target never acknowledged the boundary batch")
+				}
+			}
+		}
+		r.batch, r.records = nil, nil
+
+	case handoff.StartFollow:
+		inc.state = sFollowing
+		follow := w.followSink(r)
+		if r.held != nil {
+			r.held.release(follow)
+			r.held = nil
+		}
+		if err := w.redirect(inc, follow); err != nil {
+			w.tracef("%s DRIVER ERROR follow_failed: %v", n.name, err)
+		}
 
 	case handoff.ConfirmCommit:
 		w.confirmWatch(r, e.After, e.Until)
@@ -299,7 +324,6 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		w.reinstate(r)
 
 	case handoff.EndFollow:
-		r.batch, r.records = nil, nil
 		inc.state = sEnded
 		if err := w.redirect(inc, w.unavailableSink(inc, "the object moved away and Message Follow has ended")); err != nil {
 			w.tracef("%s DRIVER ERROR end_follow_failed: %v", n.name, err)
@@ -363,11 +387,12 @@ func (w *World) relayThenCutover(r *SourceRun, epoch uint32) handoff.Event {
 	relay := func(m *Msg) {
 		rec := msgRecord(m)
 		r.sum = r.sum.Add(rec)
+		index := len(r.batch)
 		r.batch = append(r.batch, m)
 		r.records = append(r.records, rec)
 		r.relayed = append(r.relayed, m)
 		r.mv.relayedEver = append(r.mv.relayedEver, m)
-		n.send(r.target.idx, &packet{kind: pRelay, id: id, epoch: epoch, msg: m, record: rec})
+		n.send(r.target.idx, &packet{kind: pRelay, id: id, epoch: epoch, index: index, msg: m, record: rec})
 	}
 	if r.parked != nil {
 		r.parked.release(relay)
@@ -377,8 +402,9 @@ func (w *World) relayThenCutover(r *SourceRun, epoch uint32) handoff.Event {
 		w.tracef("%s DRIVER ERROR relay_failed: %v", n.name, err)
 	}
 	inc.state = sFollowing
-	if err := w.redirect(inc, w.followSink(r)); err != nil {
-		w.tracef("%s DRIVER ERROR follow_failed: %v", n.name, err)
+	r.held = &parked{w: w, inc: inc, holdRequests: true}
+	if err := w.redirect(inc, r.held.sink); err != nil {
+		w.tracef("%s DRIVER ERROR hold_failed: %v", n.name, err)
 	}
 	delete(n.objects, inc.key.obj)
 	n.send(r.target.idx, &packet{kind: pCutover, id: id, epoch: epoch, sum: r.sum})
@@ -408,6 +434,10 @@ func (w *World) reinstate(r *SourceRun) {
 		return
 	}
 	backlog := append(append([]*Msg(nil), r.saved...), r.relayed...)
+	if r.held != nil {
+		backlog = append(backlog, r.held.take()...)
+		r.held = nil
+	}
 	if err := w.reopen(inc, mRedirect, backlog); err != nil {
 		w.tracef("%s DRIVER ERROR reinstate_failed: %v", n.name, err)
 		return

@@ -186,6 +186,9 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 	case handoff.SendFailed:
 		n.send(t.source.idx, &packet{kind: pFailed, id: id, reason: e.Reason, detail: e.Detail})
 
+	case handoff.AckBoundary:
+		n.send(t.source.idx, &packet{kind: pBoundaryAck, id: id})
+
 	case handoff.SendRelayReady:
 		t.mv.relayReadySent = true
 		n.send(t.source.idx, &packet{kind: pRelayReady, id: id})
@@ -287,7 +290,11 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 			t.mv.committed = true
 		}
 		life := n.life
-		w.after(w.cfg.Handoff.FollowDuration, "forget-target", func() {
+		keep := w.cfg.Handoff.FollowDuration
+		if e.Err == nil && !t.m.Acknowledged() {
+			keep = max(keep, w.cfg.Handoff.AckPatience()+w.cfg.Handoff.CutoverWaitTimeout)
+		}
+		w.after(keep, "forget-target", func() {
 			if n.life != life {
 				return
 			}

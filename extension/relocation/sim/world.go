@@ -63,7 +63,7 @@ func DefaultConfig() Config {
 		RetryEvery:        300 * time.Millisecond,
 		Horizon:           3 * time.Second,
 	}
-	c.Settle = c.RestoreTimeout + 4*c.Handoff.CutoverWaitTimeout + 3*c.Handoff.FollowDuration + c.LeaseTTL + time.Second
+	c.Settle = c.RestoreTimeout + 4*c.Handoff.CutoverWaitTimeout + 3*c.Handoff.FollowDuration + c.Handoff.AckPatience() + c.LeaseTTL + time.Second
 	return c
 }
 
