@@ -3,7 +3,6 @@ package spot
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // errRetry: the store changed under this attempt; read the authority again.
@@ -82,97 +80,25 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 	return m.newRunner(ctx, mc.Step).run(effects)
 }
 
-// clearRecovery removes the recovery pointer by expected-version CAS once
-// the first handler has completed, then deletes the root (spec 002 §4.1
-// step 12). It re-reads on every attempt, so a record rewritten meanwhile
-// (a move) is handled.
+// clearRecovery removes an activation's recovery pointer once its first
+// handler has completed, then deletes its root (the Clear machine).
 func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) {
-	ctx, cancel := context.WithTimeout(context.Background(), clearRecoveryFor)
+	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ClearFor)
 	defer cancel()
-	for ctx.Err() == nil {
-		v, err := m.store.Read(ctx, key)
-		if errors.Is(err, location.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		if v.Record.GetActivationRecovery().GetOperationId() != op {
-			break
-		}
-		if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-			return // closing: the release removes record and root together
-		}
-		rec := proto.Clone(v.Record).(*location.Record)
-		rec.ActivationRecovery = nil
-		if _, err := m.store.CompareAndSet(ctx, key, v.Version, rec); err == nil || errors.Is(err, location.ErrConflict) || errors.Is(err, location.ErrIndeterminate) {
-			continue // re-read: done when the pointer is gone
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if ctx.Err() != nil {
-		m.log.Warn().Str("event", "activation_recovery_clear_failed").Str("spot_id", key.ID).Msg("the recovery pointer stays; the first message may be replayed if this owner ends")
-		return
-	}
-	m.deleteRoot(rootKey)
-}
-
-// clearRecoveryFor bounds the retries of a recovery pointer's removal.
-const clearRecoveryFor = 10 * time.Minute
-
-// release ends a close: it deletes key's record while it is still Closing
-// at generation gen under this owner, re-reading after every conflict or
-// unclear answer, with its own deadline (the caller's may be spent by the
-// accepted turns). It then deletes a recovery root the record still named.
-func (m *Manager) release(key location.AuthorityKey, gen uint64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		v, err := m.store.Read(ctx, key)
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			return nil
-		case err == nil:
-			rec := v.Record
-			if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_CLOSING || rec.GetObjectGeneration() != gen || !sameOwner(rec.GetOwner(), m.owner()) {
-				return fmt.Errorf("%w: %s changed while closing", roamerr.ErrStale, key)
-			}
-			if _, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(key, v.Version)}); err == nil {
-				m.deleteRoot(rec.GetActivationRecovery().GetRecoveryKey())
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			m.log.Error().Str("event", "spot_release_failed").Str("spot_id", key.ID).Err(err).Msg("a closed Spot's authority stays Closing")
-			return storeError("release "+key.String(), err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, time.Now())
+	_ = m.newRunner(ctx, mc.Step).run(effects)
 }
 
 // closeAndRelease runs a close after its Closing write (spec 002 §7 steps
-// 2–4): the local incarnation handles what it accepted and stops, then the
-// authority goes with the same fence. A Spot that turned out to be moving
-// is put back to Ready and the close ends Unavailable.
+// 2–4; the Release machine): the local incarnation handles what it
+// accepted and stops, then the authority goes with the same fence. A Spot
+// that turned out to be moving is put back to Ready and the close ends
+// Unavailable.
 func (m *Manager) closeAndRelease(key location.AuthorityKey, gen uint64, closingAt location.StoreVersion, wasReady *location.Record) error {
-	m.cache.drop(key.ID) // a reader now sees Closing, which is never cached
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ReleaseFor)
 	defer cancel()
-	err := m.d.CloseLocal(ctx, key, gen)
-	if errors.Is(err, roamerr.ErrUnavailable) {
-		if _, rerr := m.commit(ctx, key, closingAt, wasReady); rerr != nil {
-			m.log.Error().Str("event", "spot_close_revert_failed").Str("spot_id", key.ID).Err(rerr).Msg("a moving Spot stays Closing")
-		}
-		return err
-	}
-	if err != nil && !errors.Is(err, roamerr.ErrNotFound) {
-		// The incarnation is ended and stops itself after its accepted
-		// turns; nothing new reaches it.
-		m.log.Warn().Str("event", "close_local_slow").Str("spot_id", key.ID).Err(err).Msg("the closed incarnation is still finishing accepted turns")
-	}
-	return m.release(key, gen)
+	mc, effects := activation.NewRelease(m.acfg, key, gen, closingAt, wasReady, time.Now())
+	return m.newRunner(ctx, mc.Step).run(effects)
 }
 
 // commit writes rec over key at version (a Write machine): nil with the

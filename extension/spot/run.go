@@ -192,6 +192,10 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if s := r.env.GetFirst().GetSender(); s != nil {
 			relocation.RespondFailure(m.sys, actor.NewPID(s.GetAddress(), s.GetId()), r.env.GetSpotId(), e.Err)
 		}
+	case activation.CloseLocal:
+		return activation.LocalClosed{Err: m.d.CloseLocal(r.ctx, e.Key, e.Generation)}
+	case activation.DropRoute:
+		m.cache.drop(e.SpotID)
 	case activation.Measure:
 		m.met.operation("activate", e.Outcome)
 		if e.Activated {

@@ -17,11 +17,15 @@ type Effect interface{ isEffect() }
 type Timer int
 
 const (
-	// TimerDeadline: the operation's deadline.
+	// TimerDeadline: the operation's deadline (the activation's, or the
+	// bound of a recovery pointer's removal or of a close's release).
 	TimerDeadline Timer = iota + 1
 	// TimerSettle: the pause before the next re-read that settles an
 	// indeterminate write.
 	TimerSettle
+	// TimerRetry: the pause before the next attempt after a failed read or
+	// write (pointer removal, release).
+	TimerRetry
 )
 
 func (t Timer) String() string {
@@ -30,6 +34,8 @@ func (t Timer) String() string {
 		return "deadline"
 	case TimerSettle:
 		return "settle"
+	case TimerRetry:
+		return "retry"
 	}
 	return "timer?"
 }
@@ -126,8 +132,8 @@ type (
 	DiscardStaged struct{}
 	// Open: make the staged incarnation serve, with Messages first in
 	// that order; once the handler of the message of FirstOperation has
-	// returned, remove the recovery pointer of Key and delete RootKey.
-	// Answer Opened.
+	// returned, remove the recovery pointer (run a Clear machine for Key,
+	// FirstOperation and RootKey). Answer Opened.
 	Open struct {
 		Key            location.AuthorityKey
 		Messages       []any
@@ -147,6 +153,14 @@ type (
 	// RespondFailure: answer the first message's sender (if it has one)
 	// with Err's class.
 	RespondFailure struct{ Err error }
+	// CloseLocal: seal the local incarnation of Key at Generation, let it
+	// handle what it accepted, and stop it; answer LocalClosed.
+	CloseLocal struct {
+		Key        location.AuthorityKey
+		Generation uint64
+	}
+	// DropRoute: drop this node's cached route to SpotID.
+	DropRoute struct{ SpotID string }
 )
 
 // Shared effects.
@@ -204,6 +218,8 @@ func (Open) isEffect()             {}
 func (Forward) isEffect()          {}
 func (PassOn) isEffect()           {}
 func (RespondFailure) isEffect()   {}
+func (CloseLocal) isEffect()       {}
+func (DropRoute) isEffect()        {}
 func (StartTimer) isEffect()       {}
 func (StopTimer) isEffect()        {}
 func (Log) isEffect()              {}

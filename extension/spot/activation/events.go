@@ -126,6 +126,8 @@ type (
 	}
 	// PassedOn answers PassOn: OK if another candidate took the envelope.
 	PassedOn struct{ OK bool }
+	// LocalClosed answers CloseLocal.
+	LocalClosed struct{ Err error }
 )
 
 // TimerFired: a timer started with StartTimer fired.
@@ -148,4 +150,5 @@ func (AbortAnswered) isEvent()    {}
 func (Deleted) isEvent()          {}
 func (OwnerRead) isEvent()        {}
 func (PassedOn) isEvent()         {}
+func (LocalClosed) isEvent()      {}
 func (TimerFired) isEvent()       {}

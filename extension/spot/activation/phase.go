@@ -15,6 +15,12 @@
 //     answer is settled by consistent re-reads looking for the write's own
 //     mark, bounded by the deadline. The other machines embed it; the
 //     driver also runs it alone for the User Spot paths.
+//   - Clear: the removal of a recovery pointer once the first handler
+//     returned (spec 002 §4.1 step 12), with back-off, given up after a
+//     bound.
+//   - Release: a close after its Closing write (spec 002 §7 steps 2–4):
+//     the local close, then the authority's release with the same fence,
+//     or the revert of a Spot found moving.
 package activation
 
 import "fmt"
@@ -81,6 +87,48 @@ const (
 	ReservationReleased
 )
 
+// Clear phases.
+const (
+	// ClearReading: the record is read.
+	ClearReading Phase = iota + 100
+	// ClearWriting: the record is written without its pointer.
+	ClearWriting
+	// ClearWaiting: a read or write failed; waiting to try again.
+	ClearWaiting
+	// PointerCleared: the pointer is gone (or the record moved on to
+	// another activation); the root was deleted.
+	PointerCleared
+	// PointerLeftToRelease: the Spot is closing; its release removes
+	// record and root together.
+	PointerLeftToRelease
+	// ClearGaveUp: the bound passed (or this lifecycle's lease ended); the
+	// pointer stays.
+	ClearGaveUp
+)
+
+// Release phases.
+const (
+	// ClosingLocal: the local incarnation handles what it accepted and
+	// stops.
+	ClosingLocal Phase = iota + 200
+	// Reverting: the Spot turned out to be moving; its record goes back
+	// to Ready.
+	Reverting
+	// ReleaseReading: the Closing record is read.
+	ReleaseReading
+	// ReleaseDeleting: the Closing record is deleted with its version.
+	ReleaseDeleting
+	// ReleaseWaiting: a read or delete failed; waiting to try again.
+	ReleaseWaiting
+	// AuthorityReleased: the record is gone.
+	AuthorityReleased
+	// CloseReverted: the close ended Unavailable (the Spot is moving).
+	CloseReverted
+	// ReleaseFailed: the record changed under the close, or the bound
+	// passed.
+	ReleaseFailed
+)
+
 var phaseNames = map[Phase]string{
 	Locking:              "Locking",
 	Resolving:            "Resolving",
@@ -105,6 +153,20 @@ var phaseNames = map[Phase]string{
 	Failed:               "Failed",
 	Untouched:            "Untouched",
 	ReservationReleased:  "ReservationReleased",
+	ClearReading:         "ClearReading",
+	ClearWriting:         "ClearWriting",
+	ClearWaiting:         "ClearWaiting",
+	PointerCleared:       "PointerCleared",
+	PointerLeftToRelease: "PointerLeftToRelease",
+	ClearGaveUp:          "ClearGaveUp",
+	ClosingLocal:         "ClosingLocal",
+	Reverting:            "Reverting",
+	ReleaseReading:       "ReleaseReading",
+	ReleaseDeleting:      "ReleaseDeleting",
+	ReleaseWaiting:       "ReleaseWaiting",
+	AuthorityReleased:    "AuthorityReleased",
+	CloseReverted:        "CloseReverted",
+	ReleaseFailed:        "ReleaseFailed",
 }
 
 func (p Phase) String() string {
@@ -117,7 +179,9 @@ func (p Phase) String() string {
 // Terminal reports whether p ends its machine.
 func (p Phase) Terminal() bool {
 	switch p {
-	case Activated, Forwarded, HandedOn, Failed, Untouched, ReservationReleased:
+	case Activated, Forwarded, HandedOn, Failed, Untouched, ReservationReleased,
+		PointerCleared, PointerLeftToRelease, ClearGaveUp,
+		AuthorityReleased, CloseReverted, ReleaseFailed:
 		return true
 	}
 	return false

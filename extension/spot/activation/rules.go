@@ -12,7 +12,7 @@ import (
 )
 
 // Config holds what the machines judge with: this node as an owner and
-// the pause between settling reads. DefaultConfig gives the
+// the retry periods of spec 002's store loops. DefaultConfig gives the
 // values roam uses.
 type Config struct {
 	// Self is this node as an owner (Mesh, node RID, node generation,
@@ -21,13 +21,29 @@ type Config struct {
 	// SettleBackoff is the pause between the consistent re-reads that
 	// settle a write whose answer was indeterminate. Default 20 ms.
 	SettleBackoff time.Duration
+	// ClearBackoff is the pause after a failed read or write while the
+	// recovery pointer is removed. Default 50 ms.
+	ClearBackoff time.Duration
+	// ClearFor bounds the removal of a recovery pointer; past it the
+	// pointer stays (activation_recovery_clear_failed). Default 10 min.
+	ClearFor time.Duration
+	// ReleaseBackoff is the pause after a failed read or delete while a
+	// closed Spot's authority is released. Default 20 ms.
+	ReleaseBackoff time.Duration
+	// ReleaseFor bounds a close from its local close to the release of
+	// its authority (its caller's deadline may be spent). Default 30 s.
+	ReleaseFor time.Duration
 }
 
 // DefaultConfig returns the defaults for the node self.
 func DefaultConfig(self *messages.Owner) Config {
 	return Config{
-		Self:          self,
-		SettleBackoff: 20 * time.Millisecond,
+		Self:           self,
+		SettleBackoff:  20 * time.Millisecond,
+		ClearBackoff:   50 * time.Millisecond,
+		ClearFor:       10 * time.Minute,
+		ReleaseBackoff: 20 * time.Millisecond,
+		ReleaseFor:     30 * time.Second,
 	}
 }
 
