@@ -13,6 +13,7 @@ import (
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -153,7 +154,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
 		}
 		return c.activate(ctx, op, c.mesh, c.instanceType, false)
-	case a.ended || abandonedActivation(a.v.Record):
+	case a.ended || activation.Abandoned(a.v.Record, time.Now()):
 		// An Instance Spot whose owner ended (or whose activation was
 		// abandoned) is reactivated on a live node of its stored Mesh with
 		// its stored type (spec 003); a User Spot is not.

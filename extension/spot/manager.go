@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -76,6 +77,7 @@ type Manager struct {
 	sys   *actor.ActorSystem
 	desc  *location.NodeDescriptor
 	cfg   Config
+	acfg  activation.Config // the activation machines' settings
 	log   zerolog.Logger
 	self  *actor.PID
 	cache *routeCache
@@ -182,6 +184,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		lostWatch: map[string]map[chan struct{}]struct{}{},
 		stop:      make(chan struct{}),
 	}
+	m.acfg = activation.DefaultConfig(m.owner())
 	// Nothing but the manager's own Stop ends the Spot service: activations
 	// placed on this node and every Spot request rely on it.
 	guard := stopguard.Producer(actor.Unbounded(), func() bool {
@@ -566,28 +569,11 @@ func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, 
 
 // storeError classifies a Location Store failure: an indeterminate or
 // unreachable store is Unavailable to the caller.
-func storeError(what string, err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, err)
-	case errors.Is(err, location.ErrNotFound):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrNotFound, what, err)
-	case errors.Is(err, location.ErrInvalid):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrInvalidOperation, what, err)
-	case errors.Is(err, location.ErrTooLarge):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrCapacityExceeded, what, err)
-	}
-	return fmt.Errorf("%w: %s: %w", roamerr.ErrUnavailable, what, err)
-}
+func storeError(what string, err error) error { return activation.StoreError(what, err) }
 
-// newGeneration issues the ObjectGeneration of a new incarnation: above
-// prev, and otherwise the time, so that an ID created again after its
-// record was deleted (and prev forgotten) still gets a new generation
-// (spec 002 §2.2: non-zero, 63-bit).
-func newGeneration(prev uint64) uint64 {
-	g := uint64(time.Now().UnixNano()) & (1<<63 - 1)
-	return max(g, prev+1)
-}
+// newGeneration issues the ObjectGeneration of a new incarnation
+// (activation.NewGeneration at the time now).
+func newGeneration(prev uint64) uint64 { return activation.NewGeneration(prev, time.Now()) }
 
 // self is this node as an owner.
 func (m *Manager) owner() *messages.Owner {
@@ -599,9 +585,7 @@ func (m *Manager) owner() *messages.Owner {
 	}
 }
 
-func sameOwner(a, b *messages.Owner) bool {
-	return a.GetNodeRid() == b.GetNodeRid() && a.GetNodeGeneration() == b.GetNodeGeneration() && a.GetLeaseId() == b.GetLeaseId()
-}
+func sameOwner(a, b *messages.Owner) bool { return activation.SameOwner(a, b) }
 
 // deadlineCtx fixes one end-to-end deadline: the call's timeout (or the
 // default), never later than ctx's own.

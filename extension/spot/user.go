@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -710,15 +711,6 @@ func replyOutcome(reply *messages.SpotReply, err error) string {
 	return "ok"
 }
 
-// abandonGrace is how long past its operation's deadline a Creating
-// reservation is left alone before any node may release it: a margin for
-// clock skew between nodes.
-const abandonGrace = 5 * time.Second
-
 // abandoned reports whether a User Spot reservation outlived its creating
-// operation's deadline by abandonGrace.
-func abandoned(rec *location.Record) bool {
-	dl := rec.GetCreationIntent().GetDeadlineUnixNanos()
-	return rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING && dl != 0 &&
-		time.Now().After(time.Unix(0, dl).Add(abandonGrace))
-}
+// operation's deadline by activation.AbandonGrace.
+func abandoned(rec *location.Record) bool { return activation.AbandonedCreation(rec, time.Now()) }
