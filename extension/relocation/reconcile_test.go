@@ -236,7 +236,9 @@ func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.
 	require.NoError(t, silent.node.Stop(ctx))
 
 	waitServing(t, a, key, true, "the source never served again")
-	require.ErrorIs(t, <-moved, roamerr.ErrUnavailable, "the move was not made")
+	err = <-moved
+	require.ErrorIs(t, err, roamerr.ErrUnavailable, "the move was not made")
+	require.Contains(t, err.Error(), "fenced out", "Relocate says why")
 	require.Equal(t, int64(90), get(t, root.ActorSystem(), pid), "state, saved work, boundary batch and what was held after the cutover, each once, in order")
 	root.Send(pid, wrapperspb.Int64(91))
 	require.Equal(t, int64(91), get(t, root.ActorSystem(), pid), "the reinstated incarnation serves new messages")

@@ -91,7 +91,10 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 // this move's RelocationId, or the restore deadline passes (the target
 // stops trying then, §4.5).
 func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time) (Outcome, error) {
-	wctx, cancel := context.WithDeadline(ctx, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout))
+	// The fence-out of a target that never commits is written only after
+	// its restore deadline plus a cutover wait (and one more read); keep
+	// watching well past that so the caller learns which way it went.
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout))
 	defer cancel()
 	var after location.StoreVersion
 	for {

@@ -347,6 +347,7 @@ func TestSourceLeaseEndedEndsTheUndecidedMove(t *testing.T) {
 	require.True(t, has[CloseOut](effects))
 	require.True(t, has[ReleasePayload](effects))
 	require.False(t, has[Reinstate](effects))
+	require.Equal(t, []string{"relocation_undecided_at_lease_end"}, logEvent(effects), "what may be lost is said loudly")
 	s.Step(TimerFired{Timer: TimerFollow})
 	s.Step(BoundaryAcked{})
 	require.True(t, s.Finished())

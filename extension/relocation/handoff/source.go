@@ -448,6 +448,15 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	case ev.TargetOwns || ev.SourceEnded:
 		s.confirmed = true
 		effects := []Effect{StopTimer{Timer: TimerReconcile}, StartFollow{}, CloseOut{}}
+		if ev.SourceEnded {
+			// Undecided, and this lifecycle can no longer fence the move
+			// out: the target may still commit (its CAS does not depend on
+			// this node's lease) and then has everything; if it never
+			// does, the object ended with this owner, and the saved work
+			// and boundary batch with it. Say so: it cannot be told here.
+			effects = append([]Effect{Log{Level: LevelError, Event: "relocation_undecided_at_lease_end",
+				Msg: "this node's owner lease ended before the move's commit showed: the saved work and boundary batch are the target's if its commit lands, otherwise lost with this ended owner"}}, effects...)
+		}
 		effects = append(effects, s.releaseIfDecided()...)
 		if s.giveUpDue && !s.boundaryDone {
 			effects = append(effects, s.releaseBoundary(true)...)
