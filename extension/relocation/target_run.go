@@ -351,21 +351,7 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		fence := proto.Clone(v.Record).(*location.Record)
 		fence.RelocationId = id.RelocationID
 		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
-		var conflict *location.ConflictError
-		switch {
-		case err == nil:
-			return handoff.StoreNotCommitted{}
-		case errors.As(err, &conflict):
-			if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
-				if ev := d.judge(t, id, cur); ev != nil {
-					return ev // the pending CAS landed first, or a fence-out did
-				}
-			}
-			return handoff.StoreRetryable{Err: err}
-		case errors.Is(err, location.ErrLeaseEnded):
-			return handoff.StoreStale{Err: err} // no CAS of this lifecycle can apply
-		}
-		return handoff.StoreRetryable{Err: err, Unknown: true}
+		return d.casAnswer(t, id, err, handoff.StoreNotCommitted{})
 	}
 	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 		// A Close wrote Closing after the seal; it finds the object moving,
@@ -383,10 +369,20 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
 	_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)
+	return d.casAnswer(t, id, err, handoff.StoreCommitted{})
+}
+
+// casAnswer turns the answer to the target's compare-and-set (its owner
+// commit, or the fence-out of its own move when settling) into the
+// machine's event: applied when it applied; on a conflict, what the
+// current record says (this move committed, a fence-out, another owner),
+// else retry; never again under an ended lease (nothing was written);
+// retry with the outcome unknown when it was sent and may have applied.
+func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied handoff.Event) handoff.Event {
 	var conflict *location.ConflictError
 	switch {
 	case err == nil:
-		return handoff.StoreCommitted{}
+		return applied
 	case errors.As(err, &conflict):
 		if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
 			if ev := d.judge(t, id, cur); ev != nil {
@@ -395,14 +391,11 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		}
 		return handoff.StoreRetryable{Err: err}
 	case errors.Is(err, location.ErrLeaseEnded):
-		// This lifecycle can never commit (nothing was written).
 		return handoff.StoreStale{Err: err}
 	case errors.Is(err, location.ErrIndeterminate), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		// Sent, outcome unknown: it may have applied.
 		return handoff.StoreRetryable{Err: err, Unknown: true}
-	default:
-		return handoff.StoreRetryable{Err: err}
 	}
+	return handoff.StoreRetryable{Err: err}
 }
 
 // judge compares a record read from the store with the move

@@ -343,44 +343,34 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 			fence := res.rec
 			fence.RelocID = id.RelocationID
 			w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: fence, why: fmt.Sprintf("settle fence-out #%d", id.RelocationID)}, ctx, func(res storeRes) {
-				switch res.err {
-				case errNone:
-					done(handoff.StoreNotCommitted{})
-				case errConflict:
-					if ev := judge(t, id, res.rec); ev != nil {
-						done(ev)
-						return
-					}
-					done(handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim)})
-				case errLeaseEnded:
-					done(handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)})
-				default:
-					done(handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true})
-				}
+				done(casAnswer(t, id, res, handoff.StoreNotCommitted{}))
 			})
 			return
 		}
 		next := res.rec
 		next.OwnerNode, next.OwnerNodeGen, next.OwnerGen, next.RelocID = n.name, n.gen, t.newOwner, id.RelocationID
 		w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: next, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
-			switch res.err {
-			case errNone:
-				done(handoff.StoreCommitted{})
-			case errConflict:
-				if ev := judge(t, id, res.rec); ev != nil {
-					done(ev)
-					return
-				}
-				done(handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim)})
-			case errLeaseEnded:
-				done(handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)})
-			case errIndeterminate, errDeadline:
-				done(handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true})
-			default:
-				done(handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err)})
-			}
+			done(casAnswer(t, id, res, handoff.StoreCommitted{}))
 		})
 	})
+}
+
+// casAnswer is Driver.casAnswer (target_run.go).
+func casAnswer(t *TargetRun, id handoff.Identity, res storeRes, applied handoff.Event) handoff.Event {
+	switch res.err {
+	case errNone:
+		return applied
+	case errConflict:
+		if ev := judge(t, id, res.rec); ev != nil {
+			return ev
+		}
+		return handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim)}
+	case errLeaseEnded:
+		return handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)}
+	case errIndeterminate, errDeadline:
+		return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true}
+	}
+	return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err)}
 }
 
 // judge is Driver.judge: handoff.Identity.JudgeCommit on the record.
