@@ -141,8 +141,9 @@ type deadLettered struct {
 	msg any
 }
 
-// deadLetterCount is how often one send was redelivered, and since when.
-type deadLetterCount struct {
+// deadLetterSend is one dead-lettered send's redelivery bookkeeping: how
+// often it was redelivered, and since when.
+type deadLetterSend struct {
 	n     int
 	first time.Time
 }
@@ -178,12 +179,12 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 
 // onDeadLettered redelivers a dead-lettered send through the store after a
 // back-off that grows with each time the same send dead-lettered again,
-// and fails it loudly past deadLetterPatience.
+// and fails it loudly past the dead-letter patience.
 func (d *Driver) onDeadLettered(m *deadLettered) {
 	now := time.Now()
-	if now.Sub(d.deadLetterSwept) > deadLetterPatience {
-		for k, c := range d.deadLetters {
-			if now.Sub(c.first) > 2*deadLetterPatience {
+	if now.Sub(d.deadLetterSwept) > d.deadLetterPatience {
+		for k, s := range d.deadLetters {
+			if now.Sub(s.first) > 2*d.deadLetterPatience {
 				delete(d.deadLetters, k)
 			}
 		}
@@ -198,22 +199,34 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 		d.failDeadLetter(m.key, m.msg, "the node's lifecycle ended before the send could be redelivered")
 		return
 	}
-	c := &deadLetterCount{first: now}
-	if reflect.TypeOf(m.msg).Comparable() {
+	// Which send is this? Only a copy this driver redelivered names an
+	// earlier dead letter (its own send); any other message is a send
+	// dead-lettered for the first time, even a message value seen before:
+	// an application may send one value (one pointer) many times, and
+	// each send has its own count and patience.
+	tracked := reflect.TypeOf(m.msg).Comparable()
+	s := &deadLetterSend{first: now}
+	if tracked {
 		if seen := d.deadLetters[m.msg]; seen != nil {
-			c = seen
+			s = seen
+			delete(d.deadLetters, m.msg)
 		}
-		d.deadLetters[m.msg] = c
 	}
-	c.n++
-	if now.Sub(c.first) > deadLetterPatience {
-		delete(d.deadLetters, m.msg)
+	s.n++
+	if now.Sub(s.first) > d.deadLetterPatience {
 		d.failDeadLetter(m.key, m.msg, "no incarnation took the send within the redelivery patience")
 		return
 	}
-	env := &actor.MessageEnvelope{Message: m.msg}
+	// Every attempt carries a fresh copy that only this driver holds, so
+	// that its dead letter, if it comes back, is known as this send's.
+	msg := m.msg
+	if pm, ok := msg.(proto.Message); ok && tracked {
+		msg = proto.Clone(pm)
+		d.deadLetters[msg] = s
+	}
+	env := &actor.MessageEnvelope{Message: msg}
 	held := d.deadLetterHeld[m.key]
-	if held == nil && c.n == 1 {
+	if held == nil && s.n == 1 {
 		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
 		return
 	}
@@ -227,7 +240,7 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	held.msgs = append(held.msgs, env)
 	if !held.timer {
 		held.timer = true
-		wait := min(50*time.Millisecond<<min(c.n-1, 6), 2*time.Second)
+		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
 		key := m.key
 		time.AfterFunc(wait, func() {
 			d.sys.Root.Send(d.self, &localCall{fn: func() {
