@@ -142,8 +142,9 @@ type Driver struct {
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
 	// redeliveries queues, per object, messages past the follow hop limit
-	// awaiting their owner's lookup; a key is present while its worker runs.
-	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
+	// and dead-lettered sends awaiting their owner's lookup; a key is
+	// present while its worker runs.
+	redeliveries map[location.AuthorityKey][]*redeliver
 	// deadLetters is, per copy of a dead-lettered send this driver
 	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
 	deadLetters    map[any]*deadLetterSend
@@ -182,7 +183,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 
-		redeliveries:       map[location.AuthorityKey][]*actor.MessageEnvelope{},
+		redeliveries:       map[location.AuthorityKey][]*redeliver{},
 		deadLetters:        map[any]*deadLetterSend{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
@@ -467,6 +468,7 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 			}
 		}
 	case lease.Ended:
+		d.abandonRedeliveries()
 		var wg sync.WaitGroup
 		for _, obj := range d.objects {
 			if obj.state == serving && obj.out == nil {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/extension/location"
@@ -96,4 +99,62 @@ func TestOneMessageValueSentAgainIsANewSendForDeadLetters(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.False(t, logs.has("send_dead_letter"))
+}
+
+// A dead-lettered send still waiting for its redelivery when the node
+// stops ends loudly: logged as send_dead_letter with the reason "node
+// stopped" and counted once, never dropped silently. The store names an
+// incarnation on the node that does not exist, so the send dead-letters on
+// every try and waits with a growing back-off.
+func TestPendingRedeliveryFailsLoudlyWhenTheNodeStops(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), MeterProvider: provider}, tallyKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "pending")
+	_, err := a.driver.Spawn(ctx, "tally", key.ID)
+	require.NoError(t, err)
+	v, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	rec := proto.Clone(v.Record).(*location.Record)
+	rec.AuthorityOwnerGeneration++ // an incarnation on a that does not exist
+	_, err = store.CompareAndSet(ctx, key, v.Version, rec)
+	require.NoError(t, err)
+
+	sys := a.node.System()
+	sys.Root.Send(actor.NewPID(a.node.Address(), "roam/actor/"+key.ID+"@0.0"), wrapperspb.Bytes([]byte("pending")))
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !logs.has("dead_letter_reresolved") {
+		require.True(t, time.Now().Before(deadline), "the send was never taken for redelivery")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, a.node.Stop(ctx))
+	for !logs.hasLine("send_dead_letter", `"reason":"node stopped"`) {
+		require.True(t, time.Now().Before(deadline), "the pending send vanished at stop:\n%s", logs.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.EqualValues(t, 1, undelivered(t, reader, "send_dead_letter"))
+}
+
+// undelivered is the sends_undelivered count for one reason.
+func undelivered(t *testing.T, reader *sdkmetric.ManualReader, reason string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "roam.relocation.sends_undelivered" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if r, _ := dp.Attributes.Value("reason"); r.AsString() == reason {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
 }
