@@ -496,6 +496,10 @@ func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
 // actor of the node runs any more, so nothing waits on one after it.
 func (n *Node) Stopped() <-chan struct{} { return n.stopped }
 
+// Stopping is closed once Stop has begun, before the lease ends: a lease
+// that ends after it ended because the node stops.
+func (n *Node) Stopping() <-chan struct{} { return n.stopRenew }
+
 // Stop releases the descriptor and Entry claim (only this lifecycle's) and
 // shuts the remote and actor system down. A lease already lost is not an
 // error of Stop. It is safe to call more than once.

@@ -185,7 +185,11 @@ func (k *Keeper) Step(ev Event) Effects {
 			return Effects{Changed: true, Reason: "the store ended the lease"}
 		case Renewed:
 			k.nextRenew = e.SentAt.Add(k.cfg.RenewEvery)
-			if k.status == Fenced {
+			// A proof that has lapsed is a fence, whether or not the
+			// Tick that fences the node has run yet: the answer may
+			// come first (both wait on the driver), and it must not
+			// pass for an ordinary renewal then.
+			if k.status == Fenced || !now.Before(k.validUntil) {
 				// A renewal that succeeds after the proof lapsed may be
 				// the store's last act for this lease: Consul, resuming
 				// from a stall longer than its session timer, can answer
@@ -220,8 +224,10 @@ func (k *Keeper) Step(ev Event) Effects {
 	}
 	switch {
 	case k.status == Valid && !now.Before(k.validUntil):
+		// confirmFrom is kept: a renewal answered in this very step,
+		// after the lapse, has just started the confirmation (above).
+		// While Valid it is otherwise always zero.
 		k.status = Fenced
-		k.confirmFrom = time.Time{}
 		out.Changed, out.Reason = true, "no renewal proved the lease within its TTL minus the margin"
 	case k.status == Fenced && now.Before(k.validUntil):
 		k.status = Valid

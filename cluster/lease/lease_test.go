@@ -209,3 +209,55 @@ func renewal(rng *rand.Rand, now time.Time) *pending {
 	}
 	return r
 }
+
+// A renewal answered once the proof has lapsed needs the confirmation
+// whether or not the fence Tick ran before the answer: the lapsed proof is
+// a fence (the answer may be the store's last act for the lease, see
+// TestARenewalRacingTheInvalidationDoesNotUnfence). Only an answer that
+// comes strictly before the lapse is an ordinary renewal. The claim's proof
+// lapses at 8 s (TTL 10 s, margin 2 s); the confirm delay is 1 s.
+func TestALapsedProofNeedsTheConfirmationEvenBeforeTheFenceTick(t *testing.T) {
+	cases := []struct {
+		name        string
+		fenceTick   bool          // the fence Tick at 8 s ran before the answer
+		sent, now   time.Duration // the renewal's send time and its answer
+		wantStatus  Status
+		wantChanged bool // the answer itself changes the status
+		wantConfirm bool // a second renewal is needed to serve
+	}{
+		{name: "answered before the lapse", sent: 7 * time.Second, now: 7900 * time.Millisecond,
+			wantStatus: Valid},
+		{name: "answered at the lapse, fence tick not run", sent: 7 * time.Second, now: 8 * time.Second,
+			wantStatus: Fenced, wantChanged: true, wantConfirm: true},
+		{name: "answered after the lapse, fence tick not run", sent: 7900 * time.Millisecond, now: 9 * time.Second,
+			wantStatus: Fenced, wantChanged: true, wantConfirm: true},
+		{name: "answered after the fence tick", fenceTick: true, sent: 7900 * time.Millisecond, now: 9 * time.Second,
+			wantStatus: Fenced, wantConfirm: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			k := keeper(t)
+			if tc.fenceTick {
+				require.True(t, k.Step(Tick{Now: t0.Add(8 * time.Second)}).Changed)
+				require.Equal(t, Fenced, k.Status())
+			}
+			eff := k.Step(RenewAnswered{SentAt: t0.Add(tc.sent), Now: t0.Add(tc.now), Answer: Renewed})
+			require.Equal(t, tc.wantStatus, k.Status())
+			require.Equal(t, tc.wantChanged, eff.Changed)
+			if !tc.wantConfirm {
+				require.Equal(t, t0.Add(tc.sent+8*time.Second), k.ValidUntil())
+				return
+			}
+			require.False(t, eff.Renew)
+			confirmAt := t0.Add(tc.now + time.Second)
+			require.Equal(t, confirmAt, eff.WakeAt, "the confirming renewal goes out a confirm delay after the answer")
+			eff = k.Step(Tick{Now: confirmAt})
+			require.True(t, eff.Renew)
+			require.Equal(t, Fenced, k.Status())
+			eff = k.Step(RenewAnswered{SentAt: confirmAt, Now: confirmAt.Add(100 * time.Millisecond), Answer: Renewed})
+			require.True(t, eff.Changed)
+			require.Equal(t, Valid, k.Status())
+			require.Equal(t, confirmAt.Add(8*time.Second), k.ValidUntil())
+		})
+	}
+}

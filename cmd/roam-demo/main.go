@@ -45,7 +45,7 @@ import (
 
 func main() {
 	storeKind := flag.String("store", "memory", "location store: memory | consul")
-	consulAddr := flag.String("consul", "", "a running Consul (--store consul); empty starts one")
+	consulAddr := flag.String("consul", "", "a running Consul's HTTP address, or several agents' separated by commas (--store consul); empty starts one")
 	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
 	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
 	rooms := flag.Int("rooms", 10, "rooms")
@@ -90,7 +90,7 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 			gateways = addrs
 			break
 		}
-		store, err := consulstore.New(consulstore.Config{Address: consulAddr, Prefix: prefix})
+		store, err := consulstore.New(consulstore.Config{Addresses: consulstore.ParseAddresses(consulAddr), Prefix: prefix})
 		if err != nil {
 			return err
 		}

@@ -143,16 +143,19 @@ type Driver struct {
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
 	// redeliveries queues, per object, messages past the follow hop limit
-	// awaiting their owner's lookup; a key is present while its worker runs.
-	redeliveries map[location.AuthorityKey][]*actor.MessageEnvelope
-	// deadLetters counts, per dead-lettered send, its redeliveries
-	// (redeliver.go); swept by age.
-	deadLetters    map[any]*deadLetterCount
+	// and dead-lettered sends awaiting their owner's lookup; a key is
+	// present while its worker runs.
+	redeliveries map[location.AuthorityKey][]*redeliver
+	// deadLetters is, per copy of a dead-lettered send this driver
+	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
+	deadLetters    map[any]*deadLetterSend
 	deadLetterHeld map[location.AuthorityKey]*deadLetterHold
 	// deadLetterLogged: when each object's dead-letter redelivery was last
 	// logged (rate limit).
 	deadLetterLogged map[location.AuthorityKey]time.Time
 	deadLetterSwept  time.Time
+	// deadLetterPatience is deadLetterPatience (tests shorten it).
+	deadLetterPatience time.Duration
 	// stopping is set by FinishIncoming: no new move lands here.
 	stopping bool
 	// lifecycleEnded is closed once every incarnation of an ended
@@ -184,11 +187,12 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 
-		redeliveries:     map[location.AuthorityKey][]*actor.MessageEnvelope{},
-		deadLetters:      map[any]*deadLetterCount{},
-		deadLetterHeld:   map[location.AuthorityKey]*deadLetterHold{},
-		deadLetterLogged: map[location.AuthorityKey]time.Time{},
-		budget:           newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+		redeliveries:       map[location.AuthorityKey][]*redeliver{},
+		deadLetters:        map[any]*deadLetterSend{},
+		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
+		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
+		deadLetterPatience: deadLetterPatience,
+		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
@@ -473,6 +477,7 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 			}
 		}
 	case lease.Ended:
+		d.abandonRedeliveries()
 		var wg sync.WaitGroup
 		for _, obj := range d.objects {
 			if obj.state == serving && obj.out == nil {

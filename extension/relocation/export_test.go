@@ -1,5 +1,10 @@
 package relocation
 
+import (
+	"context"
+	"time"
+)
+
 // DropInbound makes d's relocation actor drop every message drop reports
 // true for, as a cut link would (nil: drop nothing).
 func DropInbound(d *Driver, drop func(any) bool) {
@@ -8,4 +13,13 @@ func DropInbound(d *Driver, drop func(any) bool) {
 		return
 	}
 	d.dropInbound.Store(&drop)
+}
+
+// SetDeadLetterPatience changes how long the driver keeps redelivering a
+// dead-lettered send (30 s), so that a test can go past it quickly.
+func (d *Driver) SetDeadLetterPatience(p time.Duration) {
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		d.deadLetterPatience = p
+		return struct{}{}, nil
+	})
 }

@@ -45,6 +45,10 @@ type object struct {
 	// out is the move out of this node in progress, from its start (before
 	// the seal) until it ends; the driver goroutine only.
 	out *sourceRun
+	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
+	// this incarnation has offered its target (Relocate); the driver
+	// goroutine only.
+	offeredOwner uint64
 	// firstOperation and afterFirst: see Staged.Open; the object's
 	// goroutine only once open.
 	firstOperation string

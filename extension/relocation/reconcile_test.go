@@ -2,7 +2,9 @@ package relocation_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +270,75 @@ func waitServing(t *testing.T, n *testNode, key location.AuthorityKey, want bool
 		require.True(t, time.Now().Before(deadline), msg)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// refuseWrites is a node's view of the store that, while on, refuses
+// every write touching one object's record (Unavailable, not applied).
+type refuseWrites struct {
+	location.Store
+	key location.AuthorityKey
+	on  atomic.Bool
+}
+
+func (r *refuseWrites) touches(ops []location.Op) bool {
+	for _, op := range ops {
+		if op.Key == r.key {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *refuseWrites) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	if r.on.Load() && r.touches(ops) {
+		return nil, fmt.Errorf("%w: writes of %s refused by the test", location.ErrUnavailable, r.key)
+	}
+	return r.Store.Apply(ctx, ops)
+}
+
+func (r *refuseWrites) CompareAndSet(ctx context.Context, key location.AuthorityKey, v location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	if r.on.Load() && key == r.key {
+		return 0, fmt.Errorf("%w: writes of %s refused by the test", location.ErrUnavailable, r.key)
+	}
+	return r.Store.CompareAndSet(ctx, key, v, rec)
+}
+
+// A move retried at once after a fence-out, to the same target, is made:
+// the target removed by the fenced-out move keeps its incarnation's PID
+// for one Message Follow period (30 s), and the retry's incarnation must
+// not need that name.
+func TestAMoveRetriedAtOnceAfterAFenceOutIsMade(t *testing.T) {
+	shared := newStore(t)
+	key := location.Key(location.KindActor, "retry")
+	view := &refuseWrites{Store: shared, key: key}
+	cfg := relocation.Config{RestoreTimeout: 2 * time.Second}
+	a := startNodeConfig(t, shared, cfg, counterKind)
+	b := startNodeConfig(t, view, cfg, counterKind)
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	for i := int64(1); i <= 5; i++ {
+		root.Send(pid, wrapperspb.Int64(i))
+	}
+	view.on.Store(true) // the target cannot commit: the move is fenced out
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	waitServing(t, a, key, true, "the source never served again")
+	v, err := shared.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, a.node.Descriptor().GetNodeRid(), v.Record.GetOwner().GetNodeRid(), "the move was fenced out")
+
+	view.on.Store(false)
+	out, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err, "the retry to the same target")
+	v, err = shared.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, b.node.Descriptor().GetNodeRid(), v.Record.GetOwner().GetNodeRid())
+	require.Equal(t, out.RelocationID, v.Record.GetRelocationId())
+	root.Send(pid, wrapperspb.Int64(6))
+	require.Equal(t, int64(6), get(t, root.ActorSystem(), pid), "state kept; the old address follows to the new owner")
+	now, err := b.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), get(t, b.node.System(), now), "the store's record names the serving incarnation")
 }

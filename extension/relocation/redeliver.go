@@ -3,6 +3,7 @@ package relocation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -32,10 +33,15 @@ type redeliver struct {
 const redeliveryWindow = 10 * time.Second
 
 // onRedeliver queues m behind the object's earlier redeliveries and starts
-// the object's redelivery worker if none runs.
+// the object's redelivery worker if none runs. Once the lifecycle has
+// ended nothing is redelivered any more: m fails at once.
 func (d *Driver) onRedeliver(m *redeliver) {
+	if d.Usable() != nil {
+		d.abandon(m, d.endReason())
+		return
+	}
 	q, running := d.redeliveries[m.key]
-	d.redeliveries[m.key] = append(q, m.env)
+	d.redeliveries[m.key] = append(q, m)
 	if !running {
 		if m.deadLetter {
 			// At most one line per object per follow period: a stale route
@@ -55,12 +61,18 @@ func (d *Driver) onRedeliver(m *redeliver) {
 
 // takeRedeliveries pops the object's queued messages on the driver's
 // goroutine; an empty queue ends the worker (the key is removed, so the
-// next redelivery starts a new one).
-func (d *Driver) takeRedeliveries(key location.AuthorityKey) []*actor.MessageEnvelope {
-	out, _ := call(context.Background(), d, func() ([]*actor.MessageEnvelope, error) {
+// next redelivery starts a new one). So does an ended lifecycle: what is
+// still queued then fails loudly here. The worker may have stopped
+// waiting for this call already (the node stopped), so nothing it would
+// return may be left to it.
+func (d *Driver) takeRedeliveries(key location.AuthorityKey) []*redeliver {
+	out, _ := call(context.Background(), d, func() ([]*redeliver, error) {
 		q := d.redeliveries[key]
-		if len(q) == 0 {
+		if len(q) == 0 || d.Usable() != nil {
 			delete(d.redeliveries, key)
+			for _, m := range q {
+				d.abandon(m, d.endReason())
+			}
 			return nil, nil
 		}
 		d.redeliveries[key] = q[:0:0]
@@ -73,7 +85,8 @@ func (d *Driver) takeRedeliveries(key location.AuthorityKey) []*actor.MessageEnv
 // store names, batch by batch, in order, with a fresh hop budget. If the
 // object is gone, or no owner is reachable within redeliveryWindow, each
 // message fails loudly: a request with a typed DeliveryFailed, a send
-// logged and counted.
+// logged and counted. So does a batch whose lifecycle ended while it
+// looked the owner up.
 func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 	for {
 		batch := d.takeRedeliveries(key)
@@ -81,14 +94,19 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 			return
 		}
 		pid, err := d.resolveWithin(key, redeliveryWindow)
-		for _, env := range batch {
-			if err != nil {
-				d.failRedelivery(key, env, err)
-				continue
+		ended := d.Usable() != nil
+		for _, m := range batch {
+			switch {
+			case ended:
+				d.abandon(m, d.endReason())
+			case err != nil:
+				d.failRedelivery(key, m.env, "no owner to deliver to", err)
+			default:
+				env := m.env
+				out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
+				out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
+				d.sys.Root.Send(pid, out)
 			}
-			out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
-			out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
-			d.sys.Root.Send(pid, out)
 		}
 	}
 }
@@ -111,14 +129,62 @@ func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) 
 	}
 }
 
-func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnvelope, err error) {
+func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnvelope, reason string, err error) {
 	if env.Sender != nil {
 		RespondFailure(d.sys, env.Sender, key.ID, err)
 		return
 	}
 	d.metrics.sendUndelivered("send_redelivery_failed")
-	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).Err(err).
-		Msg("a send past the Message Follow hop limit found no owner to deliver to")
+	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).
+		Str("reason", reason).Err(err).Msg("a send past the Message Follow hop limit was not redelivered")
+}
+
+// The reasons a redelivery ends undelivered when the lifecycle ends.
+const (
+	reasonNodeStopped = "node stopped"
+	reasonLeaseEnded  = "owner lease ended"
+)
+
+// endReason says why the lifecycle ended: the node stopped, or its owner
+// lease ended while it ran.
+func (d *Driver) endReason() string {
+	if isClosed(d.node.Stopping()) {
+		return reasonNodeStopped
+	}
+	return reasonLeaseEnded
+}
+
+// abandon fails loudly a redelivery that will not be made because the
+// lifecycle ended (why: endReason): a dead-lettered send as send_dead_letter,
+// a message past the hop limit as send_redelivery_failed (a request gets
+// Unavailable).
+func (d *Driver) abandon(m *redeliver, why string) {
+	if m.deadLetter {
+		d.failDeadLetter(m.key, m.env.Message, why, "the send was waiting for its redelivery when the node's lifecycle ended")
+		return
+	}
+	d.failRedelivery(m.key, m.env, why, fmt.Errorf("%w: node %s: %s before the message could be redelivered", roamerr.ErrUnavailable, d.desc.GetNodeRid(), why))
+}
+
+// abandonRedeliveries runs when the lifecycle ends (the node stops, or
+// its owner lease ended): every redelivery still waiting — queued for its
+// worker, or held for a back-off — fails loudly now. Otherwise they would
+// vanish: a worker's call to the driver fails once the node stopped, and a
+// held send's retry would find no worker to take it.
+func (d *Driver) abandonRedeliveries() {
+	why := d.endReason()
+	for key, h := range d.deadLetterHeld {
+		for _, env := range h.msgs {
+			d.failDeadLetter(key, env.Message, why, "the send was waiting for its redelivery when the node's lifecycle ended")
+		}
+		delete(d.deadLetterHeld, key)
+	}
+	for key, q := range d.redeliveries {
+		for _, m := range q {
+			d.abandon(m, why)
+		}
+		delete(d.redeliveries, key) // a running worker finds nothing and ends
+	}
 }
 
 // A one-way send to an incarnation's PID that Proto.Actor could not
@@ -141,8 +207,9 @@ type deadLettered struct {
 	msg any
 }
 
-// deadLetterCount is how often one send was redelivered, and since when.
-type deadLetterCount struct {
+// deadLetterSend is one dead-lettered send's redelivery bookkeeping: how
+// often it was redelivered, and since when.
+type deadLetterSend struct {
 	n     int
 	first time.Time
 }
@@ -170,7 +237,7 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 		return
 	}
 	if isClosed(d.node.Stopped()) {
-		d.failDeadLetter(key, e.Message, "the node stopped before the send could be redelivered")
+		d.failDeadLetter(key, e.Message, reasonNodeStopped, "the node stopped before the send could be redelivered")
 		return
 	}
 	d.sys.Root.Send(d.self, &deadLettered{key: key, msg: e.Message})
@@ -178,12 +245,12 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 
 // onDeadLettered redelivers a dead-lettered send through the store after a
 // back-off that grows with each time the same send dead-lettered again,
-// and fails it loudly past deadLetterPatience.
+// and fails it loudly past the dead-letter patience.
 func (d *Driver) onDeadLettered(m *deadLettered) {
 	now := time.Now()
-	if now.Sub(d.deadLetterSwept) > deadLetterPatience {
-		for k, c := range d.deadLetters {
-			if now.Sub(c.first) > 2*deadLetterPatience {
+	if now.Sub(d.deadLetterSwept) > d.deadLetterPatience {
+		for k, s := range d.deadLetters {
+			if now.Sub(s.first) > 2*d.deadLetterPatience {
 				delete(d.deadLetters, k)
 			}
 		}
@@ -195,25 +262,37 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 		d.deadLetterSwept = now
 	}
 	if d.Usable() != nil {
-		d.failDeadLetter(m.key, m.msg, "the node's lifecycle ended before the send could be redelivered")
+		d.failDeadLetter(m.key, m.msg, d.endReason(), "the node's lifecycle ended before the send could be redelivered")
 		return
 	}
-	c := &deadLetterCount{first: now}
-	if reflect.TypeOf(m.msg).Comparable() {
+	// Which send is this? Only a copy this driver redelivered names an
+	// earlier dead letter (its own send); any other message is a send
+	// dead-lettered for the first time, even a message value seen before:
+	// an application may send one value (one pointer) many times, and
+	// each send has its own count and patience.
+	tracked := reflect.TypeOf(m.msg).Comparable()
+	s := &deadLetterSend{first: now}
+	if tracked {
 		if seen := d.deadLetters[m.msg]; seen != nil {
-			c = seen
+			s = seen
+			delete(d.deadLetters, m.msg)
 		}
-		d.deadLetters[m.msg] = c
 	}
-	c.n++
-	if now.Sub(c.first) > deadLetterPatience {
-		delete(d.deadLetters, m.msg)
-		d.failDeadLetter(m.key, m.msg, "no incarnation took the send within the redelivery patience")
+	s.n++
+	if now.Sub(s.first) > d.deadLetterPatience {
+		d.failDeadLetter(m.key, m.msg, "redelivery patience exhausted", "no incarnation took the send within the redelivery patience")
 		return
 	}
-	env := &actor.MessageEnvelope{Message: m.msg}
+	// Every attempt carries a fresh copy that only this driver holds, so
+	// that its dead letter, if it comes back, is known as this send's.
+	msg := m.msg
+	if pm, ok := msg.(proto.Message); ok && tracked {
+		msg = proto.Clone(pm)
+		d.deadLetters[msg] = s
+	}
+	env := &actor.MessageEnvelope{Message: msg}
 	held := d.deadLetterHeld[m.key]
-	if held == nil && c.n == 1 {
+	if held == nil && s.n == 1 {
 		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
 		return
 	}
@@ -227,11 +306,14 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	held.msgs = append(held.msgs, env)
 	if !held.timer {
 		held.timer = true
-		wait := min(50*time.Millisecond<<min(c.n-1, 6), 2*time.Second)
+		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
 		key := m.key
 		time.AfterFunc(wait, func() {
 			d.sys.Root.Send(d.self, &localCall{fn: func() {
 				h := d.deadLetterHeld[key]
+				if h == nil {
+					return // failed when the lifecycle ended (abandonRedeliveries)
+				}
 				delete(d.deadLetterHeld, key)
 				for _, env := range h.msgs {
 					d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
@@ -247,9 +329,10 @@ type deadLetterHold struct {
 	timer bool
 }
 
-func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, why string) {
+func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why string) {
 	d.metrics.sendUndelivered("send_dead_letter")
-	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).Msg(why)
+	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).
+		Str("reason", reason).Msg(why)
 }
 
 // keyOfObjectPID parses an incarnation PID's name (objectPIDName).

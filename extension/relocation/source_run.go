@@ -154,6 +154,17 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
 	now := time.Now()
+	// Each attempt offers a new owner generation, never one an earlier
+	// attempt of this incarnation offered: the target incarnation's PID is
+	// named by it (objectPIDName), and a target removed by a failed or
+	// fenced-out attempt keeps that name for one Message Follow period, so
+	// a retry to the same node offering the same generation could not
+	// spawn there. The name cannot carry the RelocationId instead: callers
+	// derive the PID from the owner record, whose RelocationId a later
+	// fence-out changes while the incarnation stays. Owner generations
+	// only order owners; a skipped one is never written.
+	newOwner := max(obj.ownerGeneration, obj.offeredOwner) + 1
+	obj.offeredOwner = newOwner
 	id := handoff.Identity{
 		RelocationID:            newRelocationID(),
 		TargetAttemptGeneration: 1,
@@ -164,7 +175,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		obj:       obj,
 		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
 		targetPID: PID(addr),
-		newOwner:  obj.ownerGeneration + 1,
+		newOwner:  newOwner,
 		waiter:    make(chan sourceResult, 1),
 		deadline:  now.Add(d.cfg.RestoreTimeout),
 		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},

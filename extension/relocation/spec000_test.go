@@ -37,6 +37,32 @@ func (l *logBuffer) has(event string) bool {
 	return bytes.Contains(l.b.Bytes(), []byte(`"event":"`+event+`"`))
 }
 
+// hasLine reports whether one log line has the event and contains every
+// other fragment.
+func (l *logBuffer) hasLine(event string, fragments ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+next:
+	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"event":"`+event+`"`)) {
+			continue
+		}
+		for _, f := range fragments {
+			if !bytes.Contains(line, []byte(f)) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func (l *logBuffer) logger() *zerolog.Logger {
 	lg := zerolog.New(l)
 	return &lg

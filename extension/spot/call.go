@@ -114,33 +114,14 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
 	defer cancel()
 	m := c.m
-	a, cached, drained, sent := m.cache.use(c.spotID)
+	a, cached, sent, err := m.takeRoute(ctx, c.spotID)
 	defer sent() // whatever happens before the send
-	if drained != nil {
-		// The route is being drained after a move: wait for the barrier,
-		// then read the new owner (spec 002 §6; this node's order holds).
-		select {
-		case <-drained:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
-		}
-		a, cached, _, sent = m.cache.use(c.spotID)
-		defer sent()
+	if err != nil {
+		return nil, err
 	}
 	*route = "cache"
 	if !cached {
 		*route = "store"
-		old, aged := m.cache.takeExpired(c.spotID)
-		var err error
-		if a, err = m.readAuthority(ctx, c.spotID); err != nil {
-			return nil, err
-		}
-		if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
-			// The Spot moved while the route aged out, with no hint yet:
-			// drain the old route before the new one is used.
-			m.drainRoute(ctx, old)
-		}
-		m.cache.put(c.spotID, a)
 	}
 	op := uuid.NewString()
 	switch {
@@ -179,6 +160,41 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 			TargetNodeGeneration: a.v.Record.GetOwner().GetNodeGeneration(), StableType: a.v.Record.GetStableType(),
 		})
 	}
+}
+
+// takeRoute resolves the Spot id for a call about to send to it: from the
+// route cache, counted as a use of the route, or from the store. sent must
+// be called once the call has sent (or given up): a hinted route's barrier
+// waits for every use (routeCache.use). A route being drained after a move
+// is waited for, then the new owner is read (spec 002 §6: everything this
+// node sent on the old route is handled first). Every call by Spot ID
+// takes its route here, grain calls too (grainPID).
+func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached bool, sent func(), err error) {
+	for {
+		a, cached, drained, sent := m.cache.use(id)
+		if cached {
+			return a, true, sent, nil
+		}
+		if drained == nil {
+			break
+		}
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return authority{}, false, sent, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, id, ctx.Err())
+		}
+	}
+	old, aged := m.cache.takeExpired(id)
+	if a, err = m.readAuthority(ctx, id); err != nil {
+		return authority{}, false, func() {}, err
+	}
+	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
+		// The Spot moved while the route aged out, with no hint yet:
+		// drain the old route before the new one is used.
+		m.drainRoute(ctx, old)
+	}
+	m.cache.put(id, a)
+	return a, false, func() {}, nil
 }
 
 // checkExisting: Instance intent to a User Spot, or naming another stable

@@ -1,5 +1,11 @@
 package spot
 
+import (
+	"context"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
 // SetNewIDForTest replaces the Create ID generator; the returned function
 // restores it.
 func SetNewIDForTest(f func() string) func() {
@@ -18,4 +24,18 @@ func CachedRoutes(m *Manager) int { return m.cache.len() }
 func CachedOwner(m *Manager, id string) (string, bool) {
 	a, ok, _ := m.cache.get(id)
 	return a.v.Record.GetOwner().GetNodeRid(), ok
+}
+
+// GrainPID is what the IdentityLookup answers for the grain (kind,
+// identity), within ctx.
+func GrainPID(ctx context.Context, m *Manager, kind, identity string) (*actor.PID, error) {
+	return m.grainPID(ctx, kind, identity)
+}
+
+// HintRoute marks m's cached route to id as followed, as a route hint
+// does, without sending its barrier; drained ends the drain as the
+// barrier's answer does (the route is dropped).
+func HintRoute(m *Manager, id string) (hinted bool, drained func()) {
+	_, _, hinted = m.cache.hinted(id)
+	return hinted, func() { m.cache.drop(id) }
 }

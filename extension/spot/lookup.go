@@ -49,7 +49,9 @@ func (l *IdentityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
 	if m == nil {
 		return nil
 	}
-	pid, err := m.grainPID(ci.Kind, ci.Identity)
+	ctx, cancel := m.deadlineCtx(context.Background(), 0)
+	defer cancel()
+	pid, err := m.grainPID(ctx, ci.Kind, ci.Identity)
 	if err != nil {
 		m.log.Warn().Str("event", "grain_lookup_failed").Str("spot_id", GrainSpotID(ci.Kind, ci.Identity)).Err(err).Msg("the grain could not be resolved")
 		return nil
@@ -70,22 +72,27 @@ func (l *IdentityLookup) Setup(*pcluster.Cluster, []string, bool) {}
 // Shutdown is called by Proto.Actor's cluster at member stop.
 func (l *IdentityLookup) Shutdown() {}
 
-func (m *Manager) grainPID(kind, identity string) (*actor.PID, error) {
+// grainPID resolves a grain call's route the way every call by Spot ID
+// does (takeRoute): a route being drained after a move is waited for, so a
+// grain call never takes the new route while earlier calls of this node
+// are still on the old one, ahead of its barrier. Proto.Actor sends on the
+// PID right after Get returns, on the same goroutine; the use of a cached
+// route ends when the PID is handed over, the closest roam sees of that
+// send.
+func (m *Manager) grainPID(ctx context.Context, kind, identity string) (*actor.PID, error) {
 	id := GrainSpotID(kind, identity)
-	ctx, cancel := m.deadlineCtx(context.Background(), 0)
-	defer cancel()
 	for attempt := 0; attempt < 2; attempt++ {
-		a, ok, _ := m.cache.get(id)
-		if !ok {
-			var err error
-			if a, err = m.readAuthority(ctx, id); err != nil {
-				return nil, err
-			}
-			m.cache.put(id, a)
+		a, _, sent, err := m.takeRoute(ctx, id)
+		if err != nil {
+			sent()
+			return nil, err
 		}
 		if a.ready() && !a.ended {
-			return a.pid(), nil
+			pid := a.pid()
+			sent()
+			return pid, nil
 		}
+		sent()
 		if attempt == 0 {
 			if _, err := m.Request(id, &messages.GrainActivate{}).InstanceSpot(kind).Do(ctx); err != nil {
 				return nil, err

@@ -1,6 +1,7 @@
 package spot_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Proto.Actor's cluster.Request(identity, kind, msg) reaches a relocatable
@@ -58,4 +61,44 @@ func TestProtoActorClusterRequestReachesAMovedGrain(t *testing.T) {
 		require.Equal(t, []string{"one", "two", "three"}, w.handledOf(id), "the grain's code never saw the activation message")
 		require.EqualValues(t, 2, w.count("counter").Load(), "one activation and one restored move; no kill-and-reactivate")
 	})
+}
+
+// A grain call takes its route like every call by Spot ID: while the
+// cached route is being drained after a move (its barrier on the way), the
+// lookup waits for the drain instead of reading the new owner and letting
+// the grain call overtake this node's earlier calls on the old route.
+// Reference: spec 002 §6 (a caller's order holds across a move).
+func TestGrainLookupWaitsForARouteBeingDrained(t *testing.T) {
+	w := newWorld(t, memstore.New())
+	w.startN(2, withKinds(w.cartKind("counter")))
+	a := w.nodes[0]
+	m := a.Spots()
+	pid, err := spot.GrainPID(ctx, m, "counter", "g1")
+	require.NoError(t, err)
+	id := spot.GrainSpotID("counter", "g1")
+	ref, err := m.Find(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, pid.Address, addressOf(w, ref.NodeRid))
+	hinted, drained := spot.HintRoute(m, id)
+	require.True(t, hinted, "the lookup cached the route")
+
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = spot.GrainPID(short, m, "counter", "g1")
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded, "the lookup answered while the route was being drained")
+	require.ErrorContains(t, err, "drain")
+
+	drained()
+	again, err := spot.GrainPID(ctx, m, "counter", "g1")
+	require.NoError(t, err)
+	require.True(t, again.Equal(pid), "the grain has not moved")
+}
+
+func addressOf(w *world, rid string) string {
+	for _, n := range w.nodes {
+		if n.NodeRid() == rid {
+			return n.Node().Address()
+		}
+	}
+	return ""
 }

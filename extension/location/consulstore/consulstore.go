@@ -14,8 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -28,8 +31,15 @@ import (
 
 // Config configures a Store.
 type Config struct {
-	// Address of the Consul HTTP API, host:port. Default "127.0.0.1:8500".
+	// Address of the Consul HTTP API, host:port: the one agent the store
+	// talks to. Default "127.0.0.1:8500" when Addresses is empty too.
 	Address string
+	// Addresses are the HTTP API addresses (host:port) of several agents
+	// of one Consul cluster, so that the store outlives any one of them:
+	// a call goes to the agent that last answered, and a call that got no
+	// answer from it moves on to the next address (see Store). Set Address
+	// or Addresses, not both. Default: Address alone.
+	Addresses []string
 	// Prefix of every key roam writes. Default "roam". It must not start or
 	// end with '/'.
 	Prefix string
@@ -38,17 +48,38 @@ type Config struct {
 }
 
 // Store is the Location Store on Consul.
+//
+// With several agent addresses, a call goes to the agent that answered
+// last. A call that gets no answer from it (a transport error, not a
+// Consul answer) is tried on the next address, in order, while its context
+// lasts — but a write only when its request provably never left (the
+// connection was refused, or could not be made): a write whose request may
+// have reached a server is ErrIndeterminate, as with one agent, and the
+// caller settles it by re-reading. Reads and lease renewals (idempotent)
+// move on after any transport error, and an attempt that hangs gets half
+// the time left when another agent remains. A lease is a Consul session
+// without health checks, so it is the cluster's, not its agent's: it is
+// renewed, checked and used through any agent.
 type Store struct {
-	client *api.Client
+	agents []*api.Client // in Config order
+	// cur is the index of the agent calls go to first: the last one that
+	// answered.
+	cur    atomic.Int32
 	prefix string
 }
 
 var _ location.Store = (*Store)(nil)
 
+// dialTimeout bounds connecting to one agent when there are others to try:
+// connecting to a live agent takes milliseconds, and a host that is gone
+// must not take a call's whole deadline.
+const dialTimeout = 2 * time.Second
+
 // New returns a Store for cfg. It does not contact Consul.
 func New(cfg Config) (*Store, error) {
-	if cfg.Address == "" {
-		cfg.Address = "127.0.0.1:8500"
+	addrs, err := cfg.addresses()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "roam"
@@ -56,14 +87,129 @@ func New(cfg Config) (*Store, error) {
 	if strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {
 		return nil, fmt.Errorf("%w: consul prefix %q must not start or end with '/'", location.ErrInvalid, cfg.Prefix)
 	}
-	ac := api.DefaultNonPooledConfig()
-	ac.Address = cfg.Address
-	ac.Token = cfg.Token
-	client, err := api.NewClient(ac)
-	if err != nil {
-		return nil, fmt.Errorf("%w: consul client: %w", location.ErrInvalid, err)
+	s := &Store{prefix: cfg.Prefix}
+	for _, addr := range addrs {
+		ac := api.DefaultNonPooledConfig()
+		ac.Address = addr
+		ac.Token = cfg.Token
+		if len(addrs) > 1 {
+			ac.Transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		}
+		client, err := api.NewClient(ac)
+		if err != nil {
+			return nil, fmt.Errorf("%w: consul client for %q: %w", location.ErrInvalid, addr, err)
+		}
+		s.agents = append(s.agents, client)
 	}
-	return &Store{client: client, prefix: cfg.Prefix}, nil
+	return s, nil
+}
+
+// addresses checks the agent addresses and fills the default.
+func (c Config) addresses() ([]string, error) {
+	switch {
+	case c.Address != "" && len(c.Addresses) > 0:
+		return nil, fmt.Errorf("%w: consul: set Address or Addresses, not both", location.ErrInvalid)
+	case len(c.Addresses) == 0 && c.Address == "":
+		return []string{"127.0.0.1:8500"}, nil
+	case len(c.Addresses) == 0:
+		return []string{c.Address}, nil
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Addresses {
+		if err := validAddress(a); err != nil {
+			return nil, err
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("%w: consul address %q given twice", location.ErrInvalid, a)
+		}
+		seen[a] = true
+	}
+	return slices.Clone(c.Addresses), nil
+}
+
+// ParseAddresses splits a comma-separated list of agent addresses, as a
+// command line gives it, for Config.Addresses.
+func ParseAddresses(list string) []string {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
+		out = append(out, strings.TrimSpace(a))
+	}
+	return out
+}
+
+// validAddress accepts host:port, optionally after an http:// or https://
+// scheme, as the Consul client does.
+func validAddress(a string) error {
+	hostPort := a
+	if scheme, rest, ok := strings.Cut(a, "://"); ok {
+		if scheme != "http" && scheme != "https" {
+			return fmt.Errorf("%w: consul address %q: scheme %q is not http or https", location.ErrInvalid, a, scheme)
+		}
+		hostPort = rest
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("%w: consul address %q is not host:port", location.ErrInvalid, a)
+	}
+	return nil
+}
+
+// callKind says which failures of a call may be tried on the next agent.
+type callKind int
+
+const (
+	// writeCall changes the store: tried again elsewhere only if its
+	// request provably never left.
+	writeCall callKind = iota
+	// readCall is idempotent (a read, a renewal): tried again elsewhere
+	// after any failure without a Consul answer; an attempt gets half the
+	// time left when another agent remains, so a hung agent does not take
+	// it all.
+	readCall
+	// blockingCall is an idempotent blocking query (Watch): like readCall,
+	// but an attempt may take all the time left (it waits on purpose).
+	blockingCall
+)
+
+// on runs fn against the agents, starting with the one that answered
+// last, until one answers or fn fails in a way that the next agent cannot
+// help (see callKind), and returns fn's last error, unclassified. fn
+// must use the context it is given for its request.
+func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, *api.Client) error) error {
+	n := len(s.agents)
+	first := int(s.cur.Load())
+	var err error
+	for i := 0; i < n; i++ {
+		k := (first + i) % n
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if kind == readCall && i < n-1 {
+			if dl, ok := ctx.Deadline(); ok {
+				actx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+			}
+		}
+		err = fn(actx, s.agents[k])
+		cancel()
+		last := i == n-1
+		if err == nil || last || ctx.Err() != nil || !tryNext(err, kind) {
+			if k != first {
+				s.cur.Store(int32(k)) // it answered; the one before did not
+			}
+			return err
+		}
+	}
+	return err
+}
+
+// tryNext reports whether a call that failed with err may be tried on
+// another agent: the agent gave no answer, and for a write the request
+// never left (a write cut after it may have reached a server is
+// indeterminate and must be settled by a read, not sent again).
+func tryNext(err error, kind callKind) bool {
+	if kind == writeCall {
+		return neverSent(err)
+	}
+	var se api.StatusError
+	return !errors.As(err, &se)
 }
 
 var jsonOut = protojson.MarshalOptions{UseProtoNames: true}
@@ -102,7 +248,11 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	if err := key.Validate(); err != nil {
 		return location.Versioned{}, err
 	}
-	pair, _, err := s.client.KV().Get(s.recordKey(key), consistent(ctx))
+	var pair *api.KVPair
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(s.recordKey(key), consistent(ctx))
+		return err
+	})
 	if err != nil {
 		return location.Versioned{}, classify("read "+key.String(), err, false)
 	}
@@ -125,7 +275,12 @@ func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KV
 		for _, k := range keys[start:end] {
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: k}})
 		}
-		ok, resp, _, err := s.client.Txn().Txn(ops, consistent(ctx))
+		var ok bool
+		var resp *api.TxnResponse
+		err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+			ok, resp, _, err = c.Txn().Txn(ops, consistent(ctx))
+			return err
+		})
 		if err != nil {
 			return nil, classify("read", err, false)
 		}
@@ -162,7 +317,11 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 		return location.Page{}, err
 	}
 	prefix := s.kindPrefix(kind)
-	keys, _, err := s.client.KV().Keys(prefix, "", consistent(ctx))
+	var keys []string
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		keys, _, err = c.KV().Keys(prefix, "", consistent(ctx))
+		return err
+	})
 	if err != nil {
 		return location.Page{}, classify("list", err, false)
 	}
@@ -291,7 +450,10 @@ func (s *Store) writeTxn(ctx context.Context, what string, txn api.TxnOps) (*api
 		return nil, nil, err
 	}
 	var resp api.TxnResponse
-	_, err := s.client.Raw().Write("/v1/txn", txn, &resp, (&api.WriteOptions{}).WithContext(ctx))
+	err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
+		_, err := c.Raw().Write("/v1/txn", txn, &resp, (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	})
 	if err == nil {
 		return &resp, nil, nil
 	}
@@ -345,10 +507,15 @@ func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after loca
 	k := s.recordKey(key)
 	var wait uint64
 	for {
-		q := consistent(ctx)
-		q.WaitIndex = wait
-		q.WaitTime = 5 * time.Minute
-		pair, meta, err := s.client.KV().Get(k, q)
+		var pair *api.KVPair
+		var meta *api.QueryMeta
+		err := s.on(ctx, blockingCall, func(ctx context.Context, c *api.Client) (err error) {
+			q := consistent(ctx)
+			q.WaitIndex = wait
+			q.WaitTime = 5 * time.Minute
+			pair, meta, err = c.KV().Get(k, q)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
@@ -379,18 +546,23 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 	if err := location.ValidateTTL(ttl); err != nil {
 		return location.Lease{}, err
 	}
-	wo := (&api.WriteOptions{}).WithContext(ctx)
 	// No health checks: by default a session is tied to the agent node's
 	// serfHealth check and ends as soon as gossip marks that node failed,
 	// which may be well before the TTL — and the lease argument
 	// (docs/FAULTS.md) rests on the store never ending a lease sooner
 	// than TTL after the last renewal it applied. Only the TTL ends it.
-	sid, _, err := s.client.Session().CreateNoChecks(&api.SessionEntry{
-		Name:      "roam node " + node.GetMesh() + "/" + node.GetNodeRid(),
-		TTL:       ttl.String(),
-		Behavior:  api.SessionBehaviorDelete,
-		LockDelay: -1, // sent as 0ms; leaving it unset means Consul's 15 s
-	}, wo)
+	// It also makes the session the cluster's rather than its agent's:
+	// renewed through any agent of Config.Addresses.
+	var sid string
+	err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) (err error) {
+		sid, _, err = c.Session().CreateNoChecks(&api.SessionEntry{
+			Name:      "roam node " + node.GetMesh() + "/" + node.GetNodeRid(),
+			TTL:       ttl.String(),
+			Behavior:  api.SessionBehaviorDelete,
+			LockDelay: -1, // sent as 0ms; leaving it unset means Consul's 15 s
+		}, (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	})
 	if err != nil {
 		// A session nobody knows about expires by itself.
 		return location.Lease{}, classify("create lease", err, true)
@@ -418,7 +590,7 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 	if err != nil || failed != nil {
 		// Ending the session deletes anything it holds (behaviour delete),
 		// so an indeterminate claim leaves nothing behind either way.
-		_, _ = s.client.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(context.WithoutCancel(ctx)))
+		_ = s.destroy(context.WithoutCancel(ctx), sid)
 	}
 	if err != nil {
 		return location.Lease{}, err
@@ -440,7 +612,13 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 	if id == "" {
 		return fmt.Errorf("%w: empty lease id", location.ErrInvalid)
 	}
-	entry, _, err := s.client.Session().Renew(string(id), (&api.WriteOptions{}).WithContext(ctx))
+	// A renewal is idempotent: one sent again through another agent is
+	// safe, and its success proves the lease from a later send time.
+	var entry *api.SessionEntry
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		entry, _, err = c.Session().Renew(string(id), (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	})
 	if err != nil {
 		return classify("renew lease", err, false)
 	}
@@ -456,7 +634,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 		return err
 	}
 	nk := s.nodeKey(location.NodeKeyOf(node))
-	pair, _, err := s.client.KV().Get(nk, consistent(ctx))
+	pair, err := s.get(ctx, nk)
 	if err != nil {
 		return classify("release node", err, false)
 	}
@@ -485,10 +663,28 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	if failed != nil {
 		return &location.ConflictError{Op: "release node (stale lifecycle)", FailedOps: failed}
 	}
-	if _, err := s.client.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+	if err := s.destroy(ctx, sid); err != nil {
 		return classify("end lease", err, true)
 	}
 	return nil
+}
+
+// get reads one key consistently (unclassified error).
+func (s *Store) get(ctx context.Context, key string) (*api.KVPair, error) {
+	var pair *api.KVPair
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		pair, _, err = c.KV().Get(key, consistent(ctx))
+		return err
+	})
+	return pair, err
+}
+
+// destroy ends a session (unclassified error).
+func (s *Store) destroy(ctx context.Context, sid string) error {
+	return s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
+		_, err := c.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	})
 }
 
 func (s *Store) decodeNode(pair *api.KVPair) (location.VersionedNode, error) {
@@ -504,7 +700,7 @@ func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.Ve
 	if err := key.Validate(); err != nil {
 		return location.VersionedNode{}, err
 	}
-	pair, _, err := s.client.KV().Get(s.nodeKey(key), consistent(ctx))
+	pair, err := s.get(ctx, s.nodeKey(key))
 	if err != nil {
 		return location.VersionedNode{}, classify("read node", err, false)
 	}
@@ -521,7 +717,11 @@ func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.Versione
 			return nil, err
 		}
 	}
-	pairs, _, err := s.client.KV().List(s.nodePrefix(mesh), consistent(ctx))
+	var pairs api.KVPairs
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		pairs, _, err = c.KV().List(s.nodePrefix(mesh), consistent(ctx))
+		return err
+	})
 	if err != nil {
 		return nil, classify("list nodes", err, false)
 	}
@@ -542,7 +742,11 @@ func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, erro
 	if id == "" {
 		return false, fmt.Errorf("%w: empty lease id", location.ErrInvalid)
 	}
-	entry, _, err := s.client.Session().Info(string(id), consistent(ctx))
+	var entry *api.SessionEntry
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+		entry, _, err = c.Session().Info(string(id), consistent(ctx))
+		return err
+	})
 	if err != nil {
 		return false, classify("lease alive", err, false)
 	}

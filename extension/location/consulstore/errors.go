@@ -35,13 +35,19 @@ func classify(op string, err error, write bool) error {
 		}
 		// 5xx: the server may have applied a write before failing.
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) || isDialError(err) {
+	if neverSent(err) {
 		return fmt.Errorf("%w: %s: %w", location.ErrUnavailable, op, err)
 	}
 	if write {
 		return fmt.Errorf("%w: %s: %w", location.ErrIndeterminate, op, err)
 	}
 	return fmt.Errorf("%w: %s: %w", location.ErrUnavailable, op, err)
+}
+
+// neverSent reports a request that provably never left: the connection
+// was refused or could not be made.
+func neverSent(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || isDialError(err)
 }
 
 func isDialError(err error) bool {

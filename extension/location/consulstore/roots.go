@@ -108,7 +108,7 @@ func (m rootManifest) ref(key string) (location.RootRef, error) {
 // readManifest reads a root's manifest consistently; a nil manifest means
 // the root does not exist.
 func (s *Store) readManifest(ctx context.Context, key string) (*rootManifest, location.RootRef, uint64, error) {
-	pair, _, err := s.client.KV().Get(s.rootKey(key), consistent(ctx))
+	pair, err := s.get(ctx, s.rootKey(key))
 	if err != nil {
 		return nil, location.RootRef{}, 0, classify(fmt.Sprintf("read root %q", key), err, false)
 	}
@@ -184,7 +184,10 @@ func (s *Store) putParts(ctx context.Context, what string, ref location.RootRef,
 		k := s.rootPartKey(ref.Key, ref.SHA256, i)
 		part := data[i*RootPartBytes : min((i+1)*RootPartBytes, len(data))]
 		var resp api.TxnResponse
-		_, err := s.client.Raw().Write("/v1/txn", api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: part}}}, &resp, (&api.WriteOptions{}).WithContext(ctx))
+		err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
+			_, err := c.Raw().Write("/v1/txn", api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: part}}}, &resp, (&api.WriteOptions{}).WithContext(ctx))
+			return err
+		})
 		if err != nil {
 			// Without a manifest the root does not exist whatever became of
 			// this part, so the PutRoot was not applied.
@@ -222,7 +225,12 @@ func (s *Store) GetRoot(ctx context.Context, key string) ([]byte, location.RootR
 		for i := 0; i < m.Parts; i++ {
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: s.rootPartKey(key, ref.SHA256, i)}})
 		}
-		ok, resp, _, err := s.client.Txn().Txn(ops, consistent(ctx))
+		var ok bool
+		var resp *api.TxnResponse
+		err = s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+			ok, resp, _, err = c.Txn().Txn(ops, consistent(ctx))
+			return err
+		})
 		if err != nil {
 			return nil, location.RootRef{}, classify(what, err, false)
 		}
@@ -276,12 +284,17 @@ func (s *Store) DeleteRoot(ctx context.Context, key string) error {
 	if err := ctxUnavailable(ctx, what); err != nil {
 		return err
 	}
-	wo := (&api.WriteOptions{}).WithContext(ctx)
-	if _, err := s.client.KV().Delete(s.rootKey(key), wo); err != nil {
+	if err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
+		_, err := c.KV().Delete(s.rootKey(key), (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	}); err != nil {
 		return classify(what, err, true)
 	}
 	// The trailing '/' keeps other roots out: an escaped key has no '/'.
-	if _, err := s.client.KV().DeleteTree(s.rootKey(key)+"/", wo); err != nil {
+	if err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
+		_, err := c.KV().DeleteTree(s.rootKey(key)+"/", (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	}); err != nil {
 		// The root is gone already; its parts stay until a retry.
 		return classify(what+": parts", err, true)
 	}

@@ -2,6 +2,7 @@
 // through its gateway.
 //
 //	chat-node --store consul --consul 127.0.0.1:8500 --listen 127.0.0.1:7001 --name node-a
+//	chat-node --store consul --consul 10.0.0.1:8500,10.0.0.2:8500 ...  # outlives either agent
 //	chat-node --store memory --nodes 3 --listen 127.0.0.1:7001 --name node   # node-1..3 in one process
 package main
 
@@ -29,7 +30,7 @@ import (
 
 func main() {
 	storeKind := flag.String("store", "memory", "location store: memory (nodes in this process only) | consul")
-	consulAddr := flag.String("consul", "127.0.0.1:8500", "Consul HTTP address (--store consul)")
+	consulAddr := flag.String("consul", "127.0.0.1:8500", "Consul HTTP address, or several agents' addresses separated by commas (--store consul)")
 	prefix := flag.String("prefix", "roam-chat", "Consul key prefix (--store consul)")
 	listen := flag.String("listen", "127.0.0.1:0", "host:port the node's remote listens on")
 	name := flag.String("name", "node", "node name (the Entry Spot prefix; what Relocate names)")
@@ -53,7 +54,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 	case "memory":
 		store = memstore.New()
 	case "consul":
-		s, err := consulstore.New(consulstore.Config{Address: consulAddr, Prefix: prefix})
+		s, err := consulstore.New(consulstore.Config{Addresses: consulstore.ParseAddresses(consulAddr), Prefix: prefix})
 		if err != nil {
 			return err
 		}

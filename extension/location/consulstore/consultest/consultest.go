@@ -1,6 +1,6 @@
 // Package consultest starts a real Consul server for tests and demos
 // (DESIGN §3): `consul agent -dev` on free loopback ports, waited on until
-// it has a leader, stopped by its PID. The binary is the one `make consul`
+// it has a leader, stopped by its PID; or a cluster of servers (Cluster). The binary is the one `make consul`
 // builds: $ROAM_CONSUL, else ~/.cache/roam/consul-1.14.11/consul. A missing
 // binary is a test failure, never a skip.
 package consultest
@@ -26,15 +26,19 @@ import (
 // Version is the Consul release roam tests against.
 const Version = "1.14.11"
 
-// Server is a running Consul dev agent.
+// Server is a running Consul agent: a dev agent (Start, Launch) or one
+// server of a cluster (Cluster).
 type Server struct {
 	// Addr is the HTTP API address, 127.0.0.1:port.
 	Addr string
+	// Node is the agent's node name (Cluster only).
+	Node string
 
-	cmd    *exec.Cmd
-	out    *lockedBuffer
-	exited chan struct{}
-	once   sync.Once
+	raftAddr string // server RPC address (Cluster only)
+	cmd      *exec.Cmd
+	out      *lockedBuffer
+	exited   chan struct{}
+	once     sync.Once
 }
 
 // Binary returns the path of the Consul binary.
@@ -104,19 +108,28 @@ func launch(bin string) (*Server, error) {
 		// one real node per IP.
 		`-hcl=limits { http_max_conns_per_client = 4096 }`,
 	)
+	s, err := startAgent(cmd, "127.0.0.1:"+strconv.Itoa(httpPort))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitLeader(60 * time.Second); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
+	}
+	return s, nil
+}
+
+// startAgent starts an agent's process.
+func startAgent(cmd *exec.Cmd, httpAddr string) (*Server, error) {
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The server dies with the test binary even if cleanup never runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(httpPort), cmd: cmd, out: out, exited: make(chan struct{})}
+	s := &Server{Addr: httpAddr, cmd: cmd, out: out, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.exited) }()
-	if err := s.waitLeader(60 * time.Second); err != nil {
-		s.Stop()
-		return nil, fmt.Errorf("%w\nconsul output:\n%s", err, out.String())
-	}
 	return s, nil
 }
 
@@ -148,6 +161,119 @@ func (s *Server) Stop() {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
 	})
+}
+
+// Cluster starts n Consul servers that form one cluster on loopback, each
+// with its own data directory under the test's temporary directory, waits
+// until every one of them serves consistent reads, and stops them when the
+// test ends. Stop (or Kill) one to see the store outlive an agent.
+func Cluster(tb testing.TB, n int) []*Server {
+	tb.Helper()
+	bin, err := Binary()
+	if err != nil {
+		tb.Fatalf("start consul cluster: %v", err)
+	}
+	var last error
+	for attempt := 0; attempt < 3; attempt++ {
+		ss, err := launchCluster(bin, tb.TempDir(), n)
+		if err == nil {
+			for _, s := range ss {
+				tb.Cleanup(s.Stop)
+			}
+			return ss
+		}
+		last = err
+	}
+	tb.Fatalf("start consul cluster: %v", last)
+	return nil
+}
+
+func launchCluster(bin, dir string, n int) ([]*Server, error) {
+	ports, err := FreePorts(4 * n)
+	if err != nil {
+		return nil, err
+	}
+	var ss []*Server
+	stopAll := func() {
+		for _, s := range ss {
+			s.Stop()
+		}
+	}
+	for i := 0; i < n; i++ {
+		p := ports[4*i : 4*i+4]
+		name := "roam-cluster-" + strconv.Itoa(p[0])
+		args := []string{"agent", "-server", "-bootstrap-expect=" + strconv.Itoa(n),
+			"-data-dir=" + filepath.Join(dir, name), "-node=" + name,
+			"-bind=127.0.0.1", "-client=127.0.0.1",
+			"-http-port=" + strconv.Itoa(p[0]), "-server-port=" + strconv.Itoa(p[1]),
+			"-serf-lan-port=" + strconv.Itoa(p[2]), "-serf-wan-port=" + strconv.Itoa(p[3]),
+			"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
+			"-log-level=warn",
+			`-hcl=session_ttl_min = "1s"`,
+			`-hcl=limits { http_max_conns_per_client = 4096 }`,
+			`-hcl=performance { raft_multiplier = 1 }`,
+			`-hcl=disable_update_check = true`,
+		}
+		for j := 0; j < n; j++ {
+			if j != i {
+				args = append(args, "-retry-join=127.0.0.1:"+strconv.Itoa(ports[4*j+2]))
+			}
+		}
+		s, err := startAgent(exec.Command(bin, args...), "127.0.0.1:"+strconv.Itoa(p[0]))
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		s.Node, s.raftAddr = name, "127.0.0.1:"+strconv.Itoa(p[1])
+		ss = append(ss, s)
+	}
+	for _, s := range ss {
+		if err := s.waitLeader(60 * time.Second); err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
+		}
+	}
+	// A session is created for its agent's node, which the leader
+	// registers in the catalog only some time after its election.
+	for _, s := range ss {
+		if err := ss[0].waitRegistered(s.Node, 60*time.Second); err != nil {
+			stopAll()
+			return nil, err
+		}
+	}
+	return ss, nil
+}
+
+// waitRegistered waits until the catalog, read consistently through s,
+// has node.
+func (s *Server) waitRegistered(node string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	client := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		resp, err := client.Get("http://" + s.Addr + "/v1/catalog/node/" + node + "?consistent")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && bytes.Contains(body, []byte(`"Node":"`+node+`"`)) {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("consul node %s was not registered within %s", node, limit)
+}
+
+// IsLeader reports whether this server is the cluster's leader now, as it
+// sees it (Cluster only).
+func (s *Server) IsLeader() bool {
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + s.Addr + "/v1/status/leader")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == 200 && s.raftAddr != "" && strings.Trim(strings.TrimSpace(string(body)), `"`) == s.raftAddr
 }
 
 // Output is what the server printed so far.
