@@ -63,10 +63,11 @@
 //
 // An object may stay unserved after its fault healed for at most
 // Settings.Bound: 2×TTL (Consul ends an ended owner's session at most then)
-// + the restore timeout and one cutover wait (a move caught by the fault
+// + TTL (other nodes wait that long after they first see the owner's
+// descriptor gone, in case the store ended its lease early) + the restore timeout and one cutover wait (a move caught by the fault
 // settles or is fenced out by then) + the call timeout (a request waiting
 // on a dead route) + 5 s for a rejoin's start-up on a busy 2-core machine:
-// 22 s with the settings above. Every wait in the harness is on a
+// 26 s with the settings above. Every wait in the harness is on a
 // condition (READY lines, a Consul leader, every object served again) with
 // a generous limit; the only sleeps are the faults' own lengths and the
 // traffic periods.

@@ -39,15 +39,16 @@ type Settings struct {
 }
 
 // Bound is the longest an object may stay unserved after its fault healed:
-// Consul ends a session between TTL and 2×TTL after its last renewal, so an
-// ended owner's objects become reactivatable at most 2×TTL after the fault
-// began (a heal comes later); a move caught by the fault settles by its
+// Consul ends a session between TTL and 2×TTL after its last renewal, and
+// a node takes a descriptor's absence for an ended owner only after seeing
+// it gone for one more TTL, so an ended owner's objects become
+// reactivatable at most 3×TTL after the fault began (a heal comes later); a move caught by the fault settles by its
 // restore deadline (the fence-out adds one cutover wait, 1 s); a request
 // already waiting on a dead route fails after the call timeout before its
 // retry re-resolves; and 5 s of slack covers a rejoin's start-up and a busy
 // 2-core machine.
 func (s Settings) Bound() time.Duration {
-	return 2*s.LeaseTTL + s.RestoreTimeout + time.Second + s.CallTimeout + 5*time.Second
+	return 3*s.LeaseTTL + s.RestoreTimeout + time.Second + s.CallTimeout + 5*time.Second
 }
 
 // node is one node process, restartable under the same name and ports.

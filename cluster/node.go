@@ -444,6 +444,9 @@ func (n *Node) LeaseStatus() lease.Status {
 // dispatch, fire timers, serve calls, write owner records.
 func (n *Node) Valid() bool { return n.LeaseStatus() == lease.Valid }
 
+// LeaseTTL is the TTL of this node's owner lease.
+func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
+
 // WriteLease returns what a store write of this node must check in its own
 // transaction (location.CheckLeaseOp), or why the node must not write now:
 // ErrLeaseEnded once the lifecycle is over, ErrUnavailable while fenced.
@@ -509,7 +512,12 @@ func (n *Node) Stop(ctx context.Context) error {
 		// dispatches or writes, before the claim is released.
 		close(n.stopRenew)
 		<-n.renewDone
-		err := n.cfg.Store.ReleaseNode(ctx, n.desc)
+		// Bounded even under a context without a deadline: a store that
+		// does not answer must not keep the node from stopping, and the
+		// lease ends by itself within its TTL anyway.
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
+		err := n.cfg.Store.ReleaseNode(rctx, n.desc)
+		cancel()
 		if err != nil && !errors.Is(err, location.ErrNotFound) {
 			n.log.Warn().Str("event", "node_release_failed").Err(err).Msg("releasing node claim failed; it ends with the lease")
 			n.stopErr = fmt.Errorf("cluster: release node %s: %w", n.desc.Address, err)

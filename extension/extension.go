@@ -197,10 +197,27 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 		lookup.Attach(m)
 	}
 	go func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := m.Recover(rctx); err != nil && cfg.Node.Logger != nil {
-			cfg.Node.Logger.Warn().Str("event", "spot_recovery_failed").Err(err).Msg("the Spot start-up scan did not finish")
+		// An owner seen gone only just now is not taken over for a lease
+		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
+		// times, so such activations resume without waiting for a call.
+		for attempt := 0; ; attempt++ {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := m.Recover(rctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, roamerr.ErrOwnerEnding) || attempt == 4 {
+				if cfg.Node.Logger != nil {
+					cfg.Node.Logger.Warn().Str("event", "spot_recovery_failed").Err(err).Msg("the Spot start-up scan did not finish")
+				}
+				return
+			}
+			select {
+			case <-node.Stopping():
+				return
+			case <-time.After(node.LeaseTTL()):
+			}
 		}
 	}()
 	return &life{node: node, driver: d, spots: m}, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -105,7 +106,11 @@ func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 
 	_, err = b.SpawnActor(ctx, "greeter", "orphan")
 	require.ErrorIs(t, err, roamerr.ErrAlreadyExists)
-	released, err := b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	// Taken for ended only a lease TTL after b first saw a's descriptor
+	// gone (docs/FAULTS.md, "Other nodes wait a TTL").
+	released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
+		return b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	})
 	require.NoError(t, err)
 	require.True(t, released)
 	pid, err := b.SpawnActor(ctx, "greeter", "orphan")

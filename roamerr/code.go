@@ -11,6 +11,7 @@ var codes = []struct {
 	err  error
 	code string
 }{
+	{ErrOwnerEnding, "owner_ending"}, // before its class, unavailable
 	{ErrNotFound, "not_found"},
 	{ErrInvalidOperation, "invalid_operation"},
 	{ErrTypeMismatch, "type_mismatch"},
@@ -38,6 +39,9 @@ func Code(err error) string {
 func FromCode(code, detail string) error {
 	for _, c := range codes {
 		if c.code == code {
+			if c.err == ErrOwnerEnding {
+				return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrOwnerEnding, detail)
+			}
 			return fmt.Errorf("%w: %s", c.err, detail)
 		}
 	}

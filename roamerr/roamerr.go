@@ -17,6 +17,11 @@ var (
 	// ErrUnavailable: the object or a node it needs cannot serve now;
 	// retrying later may succeed.
 	ErrUnavailable = errors.New("roam: unavailable")
+	// ErrOwnerEnding, always with ErrUnavailable: the object's owner lost
+	// its lease moments ago. Other nodes take an ended owner's objects over
+	// only a lease TTL after they first see it gone (the store may end a
+	// lease early, while the owner still serves); retry after that.
+	ErrOwnerEnding = errors.New("roam: the owner's lease ended moments ago")
 	// ErrDeadlineExceeded: the operation's deadline passed.
 	ErrDeadlineExceeded = errors.New("roam: deadline exceeded")
 	// ErrCapacityExceeded: no node has room.

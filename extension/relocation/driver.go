@@ -163,6 +163,10 @@ type Driver struct {
 	lifecycleEnded chan struct{}
 	budget         *budget
 	metrics        *metrics
+	// goneSince: when this node first saw another lifecycle's descriptor
+	// gone (OwnerNode's lease-end grace); any goroutine, under goneMu.
+	goneMu    sync.Mutex
+	goneSince map[string]time.Time
 	// dropInbound, set only by tests (export_test.go), drops messages
 	// reaching the relocation actor, as a cut link would.
 	dropInbound atomic.Pointer[func(any) bool]
@@ -191,6 +195,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		deadLetters:        map[any]*deadLetterSend{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
+		goneSince:          map[string]time.Time{},
 		deadLetterPatience: deadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}

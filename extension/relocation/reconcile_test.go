@@ -342,3 +342,40 @@ func TestAMoveRetriedAtOnceAfterAFenceOutIsMade(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(6), get(t, b.node.System(), now), "the store's record names the serving incarnation")
 }
+
+// An owner whose lease the store ended early (Consul destroys a session at
+// once when the agent it was created through leaves, whatever its TTL) may
+// still count itself valid for up to a TTL after its last renewal. So
+// another node takes its descriptor's absence for an ended owner only once
+// it has seen it gone for a lease TTL; until then the owner's objects are
+// Unavailable, never taken over.
+// Reference: spec 002 §9 (owner expired), docs/FAULTS.md ("Lease fencing").
+func TestAnOwnerSeenGoneIsEndedOnlyAfterALeaseTTL(t *testing.T) {
+	store := newStore(t)
+	node, err := cluster.Start(context.Background(), cluster.Config{Store: store, Logger: testLogger(), LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	d, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
+	require.NoError(t, err)
+
+	// Another lifecycle whose lease ends at once, as a destroyed session's.
+	ctx := context.Background()
+	gone := &messages.NodeDescriptor{Mesh: node.Descriptor().GetMesh(), NodeRid: "gone-node", NodeGeneration: 1,
+		EntrySpotId: "entry-gone-node", Address: "127.0.0.1:1", ProtocolVersion: node.Descriptor().GetProtocolVersion()}
+	ls, err := store.ClaimNode(ctx, gone, 10*time.Second)
+	require.NoError(t, err)
+	gone.LeaseId = string(ls.ID)
+	owner := &messages.Owner{Mesh: gone.GetMesh(), NodeRid: gone.GetNodeRid(), NodeGeneration: 1, LeaseId: gone.GetLeaseId()}
+	_, alive, err := d.OwnerNode(ctx, owner)
+	require.NoError(t, err)
+	require.True(t, alive)
+	require.NoError(t, store.ReleaseNode(ctx, gone))
+
+	_, alive, err = d.OwnerNode(ctx, owner)
+	require.ErrorIs(t, err, roamerr.ErrUnavailable, "seen gone just now: not yet an ended owner")
+	require.False(t, alive)
+	testwait.For(t, func() bool {
+		_, alive, err := d.OwnerNode(ctx, owner)
+		return err == nil && !alive
+	}, "the gone owner never counted as ended")
+}

@@ -173,8 +173,15 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 			alive, err := store.LeaseAlive(ctx, location.LeaseID(old.GetLeaseId()))
 			return err == nil && !alive
 		})
+		// The live node takes the ended owner's Spot over only once it has
+		// seen the owner's descriptor gone for a lease TTL (the store may
+		// end a lease early); until then calls answer Unavailable.
 		_, err = b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
-		require.NoError(t, err, "the Spot is reactivated on the live node")
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "taken over as soon as the descriptor was seen gone")
+		waitUntil(t, "the Spot is reactivated on the live node", func() bool {
+			_, err := b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+			return err == nil
+		})
 		f.Partition(false)
 		select {
 		case <-rejoined:

@@ -21,6 +21,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -683,7 +684,7 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 		require.NoError(t, doomed.Stop(ctx))
 		w.start(withKinds(vault))
 
-		_, err = request(t, caller, "strongbox", "2", "vault")
+		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "strongbox", "2", "vault") })
 		require.ErrorIs(t, err, roamerr.ErrUnavailable)
 		require.Contains(t, err.Error(), "ReleaseEnded")
 
@@ -727,10 +728,11 @@ func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
 		require.NoError(t, doomed.Stop(ctx))
 		_, err = request(t, caller, "phoenix", "2")
 		require.True(t, errors.Is(err, roamerr.ErrUnavailable) || errors.Is(err, roamerr.ErrStale), "%v", err)
-		_, err = request(t, caller, "phoenix", "3", "cart")
+		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "phoenix", "3", "cart") })
 		require.ErrorIs(t, err, roamerr.ErrUnavailable, "no live node hosts the type")
-		heir := w.start()
-		n, err := request(t, caller, "phoenix", "4", "")
+		require.NotErrorIs(t, err, roamerr.ErrOwnerEnding)
+		heir := w.start() // a node that has not seen the owner gone yet
+		n, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "phoenix", "4", "") })
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a new incarnation")
 		after, err := caller.Spots().Find(ctx, "phoenix")
@@ -835,7 +837,8 @@ func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 				})
 				require.NoError(t, err)
 				a := w.start()
-				require.NoError(t, a.Spots().Recover(ctx))
+				_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (struct{}, error) { return struct{}{}, a.Spots().Recover(ctx) })
+				require.NoError(t, err)
 				eventually(t, "the first message is handled", func() bool { return len(w.handledOf("lazarus")) == 1 })
 				n, err := request(t, a, "lazarus", "second")
 				require.NoError(t, err)

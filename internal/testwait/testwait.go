@@ -6,6 +6,7 @@
 package testwait
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -30,5 +31,24 @@ func For(t testing.TB, cond func() bool, msg string) {
 			t.Fatal(msg)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Past retries do while its error matches transient (errors.Is) and
+// returns its first other answer, failing t once its Patience is spent.
+// For a condition that ends by itself, such as an ended owner that other
+// nodes take over only a lease TTL after they first see it gone.
+func Past[T any](t testing.TB, transient error, do func() (T, error)) (T, error) {
+	t.Helper()
+	deadline := time.Now().Add(Patience(t))
+	for {
+		v, err := do()
+		if !errors.Is(err, transient) {
+			return v, err
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
