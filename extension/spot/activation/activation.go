@@ -330,6 +330,12 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 		if rec.GetActivationRecovery() != nil {
 			return a.resume(v)
 		}
+		if rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING {
+			// A reservation that never committed Ready: no incarnation
+			// ever served it, so no state ended with its owner. It is
+			// replaced like an abandoned reservation, whatever the kind.
+			return a.coldActivate(v)
+		}
 		if a.kind.Registered && a.kind.PreservesState {
 			if !a.kind.ReactivateEmpty {
 				// Spec 003: the state ended with its owner; only an
@@ -512,6 +518,12 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 	rec := v.Record
 	rr := rec.GetActivationRecovery()
 	switch {
+	case errors.Is(ev.Err, location.ErrNotFound) && !a.recovery && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING:
+		// An interrupted reservation whose root is gone (the activation
+		// that made it failed and deleted it): nothing to resume, and a
+		// Creating record without its pointer could no longer be taken
+		// over while its owner lives. Reserve over it instead.
+		return a.coldActivate(v)
 	case errors.Is(ev.Err, location.ErrNotFound):
 		return a.dropPointer(v)
 	case ev.Err != nil:

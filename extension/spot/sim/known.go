@@ -103,7 +103,11 @@ const (
 	// (or on the owner's own node, no incarnation behind it) a
 	// PreserveStateWith kind is refused as if state had been lost,
 	// although no incarnation ever served it (ReleaseEnded cannot release
-	// it either while that owner lives).
+	// it either while that owner lives). Fixed in the Activation machine:
+	// a never-Ready reservation is replaced whatever the kind, and one
+	// whose root is gone is reserved over rather than stripped of its
+	// pointer (interrupted_test.go); the probe stays, so a regression
+	// fails again.
 	KnownPointerlessCreating = "an interrupted reservation whose root is gone becomes a Creating record without pointer: stranded while its owner lives, refused for a PreserveStateWith kind"
 )
 

@@ -1,0 +1,77 @@
+package activation
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/extension/location"
+)
+
+// A reservation that never committed Ready (Creating, without recovery
+// pointer) under an ended owner — or this node's own with no incarnation
+// behind it — is replaced like an abandoned reservation, whatever the
+// kind: no incarnation ever served it, so no state ended with its owner
+// and spec 003's refusal does not apply. A Ready record still is refused.
+// Found by the simulation (extension/spot/sim, KnownPointerlessCreating):
+// such a Spot stayed Unavailable for a PreserveStateWith kind, for good
+// while its owner lived.
+// Reference: spec 003, spec 002 §4.1.1.
+func TestNeverReadyReservationIsReplacedWhateverTheKind(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		auth Authority
+	}{
+		{"ended owner", Authority{Versioned: record(30, creating, other, nil), OwnerEnded: true}},
+		{"own, no incarnation", Authority{Versioned: record(30, creating, self, nil), Address: "n1:9000"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, _ := NewActivation(cfg, start(preserved))
+			step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+			step(t, a, AuthorityRead{Authority: c.auth, Now: t0}, "AdmitCapacity")
+			step(t, a, CapacityAdmitted{}, "PutRoot")
+			effects := step(t, a, RootPut{Ref: location.RootRef{Key: "activation-" + op}}, "Reserve")
+			require.EqualValues(t, 30, effects[0].(Reserve).Expected, "the reservation is replaced with its fence")
+		})
+	}
+
+	a, _ := NewActivation(cfg, start(preserved))
+	step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+	effects := step(t, a, AuthorityRead{Authority: Authority{Versioned: record(30, ready, other, nil), OwnerEnded: true}, Now: t0},
+		"Log", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+	require.Equal(t, []string{"reactivation_refused", "activation_failed"}, logEvents(effects), "a Ready record may have had state")
+}
+
+// An interrupted reservation whose recovery root is gone (its activation
+// failed and deleted the root, and the reservation landed anyway, or its
+// abort did not) has nothing to resume: the activation reserves over it
+// with its own first message instead of dropping the pointer. Dropping
+// it left a Creating record without pointer, which no node may take over
+// while its owner lives (it is no longer abandoned: the deadline was the
+// pointer's), so activations elsewhere watched it until their deadline.
+// A Ready record whose root is gone still only loses its pointer (the
+// first handler ran), and the start-up scan, which has no first message,
+// still drops the pointer. Found by the simulation (extension/spot/sim,
+// KnownPointerlessCreating).
+// Reference: spec 002 §4.1.1.
+func TestReservationWithoutRootIsReplaced(t *testing.T) {
+	abandoned := record(50, creating, other, receipt(t0.Add(-time.Minute)))
+	a, _ := NewActivation(cfg, start(stateless))
+	step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+	step(t, a, AuthorityRead{Authority: Authority{Versioned: abandoned, Address: "n2:9000"}, Now: t0}, "GetRoot")
+	step(t, a, RootGot{Err: location.ErrNotFound}, "AdmitCapacity")
+	step(t, a, CapacityAdmitted{}, "PutRoot")
+	effects := step(t, a, RootPut{Ref: location.RootRef{Key: "activation-" + op}}, "Reserve")
+	res := effects[0].(Reserve)
+	require.EqualValues(t, 50, res.Expected)
+	require.Equal(t, op, res.Record.GetActivationRecovery().GetOperationId(), "this activation's own root and first message")
+	require.Greater(t, res.Record.GetObjectGeneration(), uint64(40), "a new generation")
+
+	r, effects := NewRecovery(cfg, Recover{Scanned: abandoned, Kind: stateless, Now: t0})
+	require.Equal(t, []string{"LockKey"}, names(effects))
+	step(t, r, KeyLocked{Now: t0}, "ReadRecord")
+	step(t, r, RecordRead{Record: abandoned, Now: t0}, "GetRoot")
+	effects = step(t, r, RootGot{Err: location.ErrNotFound}, "CompareAndSet")
+	require.Nil(t, effects[0].(CompareAndSet).Record.GetActivationRecovery(), "the scan drops the pointer")
+}
