@@ -71,6 +71,12 @@ type Activation struct {
 	pending  error // the failure an abort precedes
 	err      error
 	finished bool
+	// leftReservation: a reservation (or takeover) holding this
+	// activation's own recovery root may remain in the store (a lost
+	// Ready commit, an abort that did not land): its first message may
+	// still run when that reservation is resumed, so a failure must not
+	// say it was not delivered.
+	leftReservation bool
 }
 
 // NewActivation starts the machine for a command 39. It checks the
@@ -207,6 +213,9 @@ func (a *Activation) Step(ev Event) []Effect {
 			} else {
 				effects = append(effects, Log{Level: LevelWarn, Event: "reservation_abort_failed", SpotID: a.spotID, Err: ev.Err,
 					Msg: "the reservation stays until its owner's lease ends"})
+				if a.rootKey == a.ownRoot() {
+					a.leftReservation = true // with its root: it is resumed later
+				}
 			}
 			return a.fail(a.pending, effects...)
 		}
@@ -372,7 +381,7 @@ func (a *Activation) admitted(ev CapacityAdmitted) []Effect {
 		return a.fail(ev.Err)
 	}
 	a.capacity = true
-	a.rootKey = "activation-" + a.op
+	a.rootKey = a.ownRoot()
 	a.phase = StoringRoot
 	return []Effect{PutRoot{RootKey: a.rootKey}}
 }
@@ -436,6 +445,9 @@ func (a *Activation) writing(ev Event) []Effect {
 				Msg: "an activation whose owner ended is resumed here from its recovery root; its first message runs here, a second time if the ended owner had already handled it"})
 			return append(effects, a.open(version, a.rec, firsts, a.resumed.Record.GetActivationRecovery().GetRecoveryKey())...)
 		case Lost:
+			if a.resumed.Record.GetActivationRecovery().GetRecoveryKey() == a.ownRoot() {
+				a.leftReservation = true // our own reservation, changed by someone who may resume it
+			}
 			return a.retry(effects...)
 		}
 		return a.fail(err, effects...)
@@ -454,6 +466,9 @@ func (a *Activation) writing(ev Event) []Effect {
 			}
 			return append(effects, Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey})
 		case Lost:
+			if a.rootKey == a.ownRoot() {
+				a.leftReservation = true // the commit did not land; the reservation may still
+			}
 			return a.retry(append(effects, DiscardStaged{})...)
 		}
 		return a.abort(err, append(effects, DiscardStaged{})...)
@@ -580,6 +595,12 @@ func (a *Activation) recoverEnded() []Effect {
 // message's sender and logged.
 func (a *Activation) fail(err error, before ...Effect) []Effect {
 	effects := a.release(before)
+	if a.leftReservation && !a.recovery && !errors.Is(err, roamerr.ErrCapacityExceeded) && !errors.Is(err, roamerr.ErrDeadlineExceeded) {
+		// The outcome is unknown, as for a write whose answer never came:
+		// the first message may still run (spec 002 §5).
+		err = fmt.Errorf("%w: Spot %q: %v; a reservation holding the first message's recovery root may remain, and the message runs when it is resumed",
+			roamerr.ErrDeadlineExceeded, a.spotID, err)
+	}
 	a.err = err
 	if !a.recovery && errors.Is(err, roamerr.ErrCapacityExceeded) {
 		a.phase = PassingOn
@@ -596,14 +617,20 @@ func (a *Activation) fail(err error, before ...Effect) []Effect {
 func (a *Activation) failed() []Effect {
 	a.phase = Failed
 	a.finished = true
+	msg := "the first message of a cold activation was not delivered"
+	if a.leftReservation {
+		msg = "the first message of a cold activation was not delivered by this activation; its reservation may remain and deliver it when resumed"
+	}
 	return []Effect{
 		Measure{Outcome: roamerr.Code(a.err)},
 		RespondFailure{Err: a.err},
-		Log{Level: LevelWarn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err,
-			Msg: "the first message of a cold activation was not delivered"},
+		Log{Level: LevelWarn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err, Msg: msg},
 		Finish{Err: a.err},
 	}
 }
+
+// ownRoot is the key of this activation's own recovery root.
+func (a *Activation) ownRoot() string { return "activation-" + a.op }
 
 // release gives back what the machine holds: the creation slot, then the
 // Spot ID's lock.

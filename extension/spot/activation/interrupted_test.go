@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // A reservation that never committed Ready (Creating, without recovery
@@ -74,4 +75,55 @@ func TestReservationWithoutRootIsReplaced(t *testing.T) {
 	step(t, r, RecordRead{Record: abandoned, Now: t0}, "GetRoot")
 	effects = step(t, r, RootGot{Err: location.ErrNotFound}, "CompareAndSet")
 	require.Nil(t, effects[0].(CompareAndSet).Record.GetActivationRecovery(), "the scan drops the pointer")
+}
+
+// An activation that fails while a reservation holding its own recovery
+// root may remain — its abort did not land, or its Ready commit was lost
+// (the reservation still there) and the next attempt failed — does not
+// answer that its first message was not delivered: that reservation is
+// resumed later (by the owner's next activation, an abandoned-reservation
+// takeover or the start-up scan) and runs the message. The failure says
+// the outcome is unknown (DeadlineExceeded, as for a write whose answer
+// never came). A failure after the reservation was released keeps its
+// class. Found by the simulation (extension/spot/sim,
+// KnownFailedThenResumed): a caller told Unavailable ("retrying later may
+// succeed") saw its message run later, and a retry ran it twice.
+// Reference: spec 002 §4.1, §4.1.1, §5.
+func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
+	t.Run("abort does not land", func(t *testing.T) {
+		a, _ := toReserve(t)
+		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
+		step(t, a, Staged{Err: roamerr.ErrUnavailable}, "AbortReservation")
+		effects := step(t, a, AbortAnswered{Err: errStore}, "Log", "ReleaseCapacity", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		err := failedWith(t, a, effects)
+		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+		require.NotErrorIs(t, err, roamerr.ErrUnavailable)
+		require.Equal(t, "deadline_exceeded", roamerr.Code(err))
+		require.Contains(t, err.Error(), "may remain")
+		require.Equal(t, Measure{Outcome: "deadline_exceeded"}, effects[3])
+		require.Contains(t, effects[5].(Log).Msg, "may remain")
+	})
+
+	t.Run("commit lost, then the next read fails", func(t *testing.T) {
+		a, res := toReserve(t)
+		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
+		step(t, a, Staged{}, "CompareAndSet")
+		step(t, a, WriteAnswered{Err: location.ErrIndeterminate, Now: t0}, "ReadRecord")
+		ours := location.Versioned{Key: cartKey, Version: 7, Record: res.Record}
+		step(t, a, RecordRead{Record: ours, Now: t0}, "DiscardStaged", "ReleaseCapacity", "ReadAuthority")
+		effects := step(t, a, AuthorityRead{Err: roamerr.ErrUnavailable, Now: t0}, "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		err := failedWith(t, a, effects)
+		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+		require.Equal(t, "deadline_exceeded", roamerr.Code(err))
+	})
+
+	t.Run("abort lands", func(t *testing.T) {
+		a, _ := toReserve(t)
+		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
+		step(t, a, Staged{Err: roamerr.ErrUnavailable}, "AbortReservation")
+		effects := step(t, a, AbortAnswered{}, "DeleteRoot", "ReleaseCapacity", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		err := failedWith(t, a, effects)
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "released: the message cannot run any more")
+		require.Equal(t, "the first message of a cold activation was not delivered", effects[5].(Log).Msg)
+	})
 }

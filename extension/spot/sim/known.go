@@ -93,6 +93,9 @@ const (
 	// (the abort failed; or the Ready commit was lost and the next
 	// attempt failed): the reservation is resumed later and the message
 	// runs after its caller was told it failed (and invited to retry).
+	// Fixed in the Activation machine: such a failure now says the outcome
+	// is unknown (DeadlineExceeded) (interrupted_test.go); the probe
+	// stays, so a regression fails again.
 	KnownFailedThenResumed = "an activation fails its first message while its reservation and recovery root stay: the message runs later, after its caller was told it failed"
 	// KnownPointerlessCreating: an interrupted reservation whose recovery
 	// root is gone (the activation that made it failed and deleted it)

@@ -243,7 +243,7 @@ func TestKnownDefectSeeds(t *testing.T) {
 		{102, KnownUnsettledCommitDiscarded},
 		{1460, KnownCloseUnsettled},
 		{334, KnownResumeStartsEmpty},
-		{166, KnownFailedThenResumed},
+		{166, KnownFailedThenResumed},   // fixed in the Activation machine: passes
 		{216, KnownPointerlessCreating}, // fixed in the Activation machine: passes
 	} {
 		t.Run(fmt.Sprintf("seed%d", c.seed), func(t *testing.T) {
