@@ -92,9 +92,11 @@
 //     a send to a lifecycle known gone is a dead letter at the sender.
 //
 // Timings are roam's scaled down (DefaultConfig): a 1 s call deadline, a
-// 3 s lease TTL with a 600 ms margin, ClearFor and ReleaseFor twice the
-// TTL (roam's 10 min and 30 s are far beyond its 10 s TTL), and the
-// machines' AbandonGrace (5 s) as it is. Faults and traffic stop at the
+// 3 s lease TTL with a 600 ms margin, ReleaseFor and the redelivery bounds
+// the same multiples of the TTL as in roam (30 s, 10 s and 30 s against a
+// 10 s TTL), ClearFor beyond any fault of a schedule (roam's 10 min is
+// beyond any store trouble a lease survives), and the machines'
+// AbandonGrace (5 s) as it is. Faults and traffic stop at the
 // horizon; after every deadline plus AbandonGrace one probe request per
 // Spot ID checks that the Spot serves again (spec 002 §4.1.1, spec 003).
 //

@@ -144,7 +144,7 @@ func Random(cfg Config, seed uint64) *World {
 			c.plan = append(c.plan, planned{spot: s, request: rng.IntN(2) == 0, think: think})
 		}
 		c := c
-		w.at(w.randDur(0, 300*time.Millisecond), c.issue)
+		w.at(w.randDur(0, h/2), c.issue)
 	}
 	// Link cuts at random times.
 	if profile >= 2 {
@@ -187,6 +187,17 @@ func Random(cfg Config, seed uint64) *World {
 				}
 			})
 		}
+	}
+	// A lease that ends while the node lives: one node cut from the store
+	// for longer than the TTL, early enough for its lease to end before
+	// the horizon, while the others still call its Spots.
+	if profile >= 3 && rng.IntN(3) == 0 {
+		at, who, d := w.randDur(0, h/3), rng.IntN(cfg.Nodes), w.randDur(cfg.LeaseTTL+200*time.Millisecond, cfg.LeaseTTL+1500*time.Millisecond)
+		w.at(at, func() {
+			if !w.over {
+				w.storeCutFor(w.nodes[who], d)
+			}
+		})
 	}
 	// A crash at a random time.
 	if profile >= 3 && rng.IntN(3) == 0 {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,16 @@ const (
 	// is unknown (DeadlineExceeded) (interrupted_test.go); the probe
 	// stays, so a regression fails again.
 	KnownFailedThenResumed = "an activation fails its first message while its reservation and recovery root stay: the message runs later, after its caller was told it failed"
+	// KnownTakeoverReleased: a resume that fails before its Ready commit
+	// (its stage or its commit fails) aborts the takeover as if it were
+	// its own reservation: it deletes the record and the recovery root it
+	// resumed. The interrupted activation's first message, whose only copy
+	// that root was, is lost without a word; and an ended owner's record
+	// goes with it, so a PreserveStateWith Spot starts empty on the next
+	// call instead of being refused. Fixed in the Activation machine: a
+	// failed takeover is left to be resumed again (interrupted_test.go);
+	// the probe stays, so a regression fails again.
+	KnownTakeoverReleased = "a failed resume deletes the record it took over and the recovery root it resumed: that first message is lost, a PreserveStateWith Spot starts empty"
 	// KnownPointerlessCreating: an interrupted reservation whose recovery
 	// root is gone (the activation that made it failed and deleted it)
 	// leaves, once a resume drops its pointer, a Creating record without
@@ -106,11 +117,10 @@ const (
 	// (or on the owner's own node, no incarnation behind it) a
 	// PreserveStateWith kind is refused as if state had been lost,
 	// although no incarnation ever served it (ReleaseEnded cannot release
-	// it either while that owner lives). Fixed in the Activation machine:
-	// a never-Ready reservation is replaced whatever the kind, and one
-	// whose root is gone is reserved over rather than stripped of its
-	// pointer (interrupted_test.go); the probe stays, so a regression
-	// fails again.
+	// it either while that owner lives). The Activation machine replaces a
+	// never-Ready reservation whatever the kind, and reserves over one
+	// whose root is gone rather than strip its pointer
+	// (interrupted_test.go); the start-up scan still strips it.
 	KnownPointerlessCreating = "an interrupted reservation whose root is gone becomes a Creating record without pointer: stranded while its owner lives, refused for a PreserveStateWith kind"
 )
 
@@ -202,6 +212,17 @@ func runProbes() {
 	a.Step(activation.RecordRead{Record: location.Versioned{Key: probeKey, Version: 5, Record: reservation}, Now: probeT0})
 	lostThenFailed := failsPlain(a.Step(activation.AuthorityRead{Err: location.ErrUnavailable, Now: probeT0}))
 	probes[KnownFailedThenResumed] = abortFailed || lostThenFailed
+	// A resume whose stage fails releases what it took over.
+	ref := location.RootRef{Key: "activation-old", Size: 1}
+	resumable := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+		Owner: probeOther, StableType: "counter", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE,
+		ActivationRecovery: &messages.ActivationRecovery{RecoveryKey: ref.Key, OperationId: "old", RootSha256: ref.SHA256[:], RootSize: ref.Size}}
+	a, _ = probeActivation(activation.Kind{Registered: true})
+	a.Step(activation.AuthorityRead{Authority: activation.Authority{Versioned: location.Versioned{Key: probeKey, Version: 3, Record: resumable}, OwnerEnded: true}, Now: probeT0})
+	a.Step(activation.RootGot{Ref: ref, Operation: "old", First: "old first"})
+	a.Step(activation.WriteAnswered{Version: 4, Now: probeT0})
+	_, releases := has[activation.AbortReservation](a.Step(activation.Staged{Err: location.ErrUnavailable}))
+	probes[KnownTakeoverReleased] = releases
 	// A Creating record without pointer under an ended owner, for a kind
 	// spec 003 refuses after a loss of state; and the resume of an
 	// abandoned reservation whose root is gone, which drops its pointer.
@@ -218,7 +239,15 @@ func runProbes() {
 	eff = a.Step(activation.RootGot{Err: location.ErrNotFound})
 	cas, dropsPointer := has[activation.CompareAndSet](eff)
 	dropsPointer = dropsPointer && cas.Record.GetActivationRecovery() == nil && cas.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING
-	probes[KnownPointerlessCreating] = refused || dropsPointer
+	// The start-up scan's resume of such a reservation.
+	r, _ := activation.NewRecovery(activation.DefaultConfig(probeSelf), activation.Recover{
+		Scanned: location.Versioned{Key: probeKey, Version: 3, Record: withPointer}, Kind: activation.Kind{Registered: true}, Now: probeT0})
+	r.Step(activation.OwnerRead{})
+	r.Step(activation.KeyLocked{Now: probeT0})
+	r.Step(activation.RecordRead{Record: location.Versioned{Key: probeKey, Version: 3, Record: withPointer}, Now: probeT0})
+	cas, scanDrops := has[activation.CompareAndSet](r.Step(activation.RootGot{Err: location.ErrNotFound}))
+	scanDrops = scanDrops && cas.Record.GetActivationRecovery() == nil && cas.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING
+	probes[KnownPointerlessCreating] = refused || dropsPointer || scanDrops
 }
 
 // Present reports whether a known defect is present in the tree (for the
@@ -261,8 +290,14 @@ func (w *World) knownFor(v *Violation) string {
 		if m != nil && len(m.handled) > 0 && m.handled[len(m.handled)-1].resumedFrom == m.op && strings.Contains(v.Detail, "activation failed") {
 			return KnownFailedThenResumed
 		}
-	case "unserved", "probe-failed", "stuck", "creating-left", "closing-left":
+	case "unserved", "probe-failed", "stuck", "creating-left", "closing-left", "lost", "reactivated-empty":
 		if s == nil {
+			break
+		}
+		if slices.Contains(w.takeoversReleased, s) && v.Invariant != "unserved" && v.Invariant != "closing-left" {
+			return KnownTakeoverReleased
+		}
+		if v.Invariant == "lost" || v.Invariant == "reactivated-empty" {
 			break
 		}
 		cur := w.store.Read(s.key())

@@ -345,6 +345,9 @@ func (r *Runner) exec(e activation.Effect) bool {
 		})
 		return true
 	case activation.AbortReservation:
+		if r.resumed != "" {
+			w.takeoversReleased = append(w.takeoversReleased, s)
+		}
 		r.apply([]location.Op{location.DeleteOp(e.Key, e.Version)}, "abort", w.now+w.cfg.CallTimeout, func(res storeRes) {
 			r.resume(activation.AbortAnswered{Err: res.err})
 		})

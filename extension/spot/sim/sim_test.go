@@ -235,16 +235,19 @@ func TestKnownDefectSeeds(t *testing.T) {
 		seed   uint64
 		defect string
 	}{
-		{22, KnownRepeatedFirst},
+		{9, KnownRepeatedFirst},
 		{53, KnownCmd39Overtaken},
-		{1, KnownCmd39DeadLetter},
-		{133, KnownDiscardDropsSends},
-		{34, KnownExpiredFirstKeepsPointer},
-		{102, KnownUnsettledCommitDiscarded},
-		{1460, KnownCloseUnsettled},
-		{334, KnownResumeStartsEmpty},
-		{166, KnownFailedThenResumed},   // fixed in the Activation machine: passes
-		{216, KnownPointerlessCreating}, // fixed in the Activation machine: passes
+		{12, KnownCmd39DeadLetter},
+		{411, KnownDiscardDropsSends},
+		{3, KnownExpiredFirstKeepsPointer},
+		{72, KnownUnsettledCommitDiscarded},
+		{235, KnownCloseUnsettled},
+		{123, KnownResumeStartsEmpty},
+		{862, KnownTakeoverReleased},
+		{72924, KnownPointerlessCreating},
+		// KnownFailedThenResumed, fixed in the Activation machine, was found
+		// by seeds 95, 114 and 166 of the schedules before the horizon
+		// moved to 5 s; the probe of the machine guards it now.
 	} {
 		t.Run(fmt.Sprintf("seed%d", c.seed), func(t *testing.T) {
 			w := Random(DefaultConfig(), c.seed)

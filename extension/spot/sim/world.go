@@ -87,11 +87,11 @@ func DefaultConfig() Config {
 		Activation: activation.Config{
 			SettleBackoff:  20 * time.Millisecond,
 			ClearBackoff:   50 * time.Millisecond,
-			ClearFor:       6 * time.Second,
+			ClearFor:       20 * time.Second,
 			ReleaseBackoff: 20 * time.Millisecond,
-			ReleaseFor:     6 * time.Second,
+			ReleaseFor:     9 * time.Second,
 		},
-		Horizon: 3 * time.Second,
+		Horizon: 5 * time.Second,
 	}
 	c.ProbeAt = c.Horizon + c.CallTimeout + activation.AbandonGrace + 500*time.Millisecond
 	c.End = c.ProbeAt + 2*c.CallTimeout + c.Linger
@@ -144,6 +144,8 @@ type World struct {
 	// discarded their staged incarnation; closesGivenUp: Instance Spot
 	// closes that gave up on their Closing write (known.go).
 	discardedCommits, closesGivenUp []incName
+	// takeoversReleased: Spots whose record a failed resume deleted.
+	takeoversReleased []*Spot
 }
 
 // Hooks let a scenario act at chosen moments. Each may be nil.
