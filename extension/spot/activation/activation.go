@@ -251,8 +251,11 @@ func (a *Activation) Step(ev Event) []Effect {
 				if ref := a.scanned.Record.GetCreationIntent().GetContentRef(); ref != "" {
 					effects = append(effects, DeleteRoot{RootKey: ref})
 				}
-				effects = append(effects, Log{Level: LevelInfo, Event: "reservation_released", SpotID: a.spotID,
-					Msg: "an ended owner's User Spot reservation was released"})
+				msg := "an ended owner's User Spot reservation was released"
+				if a.scanned.Key.Kind == location.KindInstanceSpot {
+					msg = "an interrupted Instance Spot reservation whose recovery root is gone was released"
+				}
+				effects = append(effects, Log{Level: LevelInfo, Event: "reservation_released", SpotID: a.spotID, Msg: msg})
 				return a.finish(ReservationReleased, effects...)
 			case errors.Is(ev.Err, location.ErrConflict):
 				return a.finish(Untouched)
@@ -533,11 +536,18 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 	rec := v.Record
 	rr := rec.GetActivationRecovery()
 	switch {
-	case errors.Is(ev.Err, location.ErrNotFound) && !a.recovery && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING:
+	case errors.Is(ev.Err, location.ErrNotFound) && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING:
 		// An interrupted reservation whose root is gone (the activation
 		// that made it failed and deleted it): nothing to resume, and a
 		// Creating record without its pointer could no longer be taken
-		// over while its owner lives. Reserve over it instead.
+		// over while its owner lives. An activation reserves over it; the
+		// start-up scan, which has no first message, releases it with its
+		// fence.
+		if a.recovery {
+			a.phase = ReleasingReservation
+			return []Effect{Delete{Key: v.Key, Version: v.Version}}
+		}
+		a.resumed = location.Versioned{}
 		return a.coldActivate(v)
 	case errors.Is(ev.Err, location.ErrNotFound):
 		return a.dropPointer(v)

@@ -51,10 +51,10 @@ func TestNeverReadyReservationIsReplacedWhateverTheKind(t *testing.T) {
 // it left a Creating record without pointer, which no node may take over
 // while its owner lives (it is no longer abandoned: the deadline was the
 // pointer's), so activations elsewhere watched it until their deadline.
-// A Ready record whose root is gone still only loses its pointer (the
-// first handler ran), and the start-up scan, which has no first message,
-// still drops the pointer. Found by the simulation (extension/spot/sim,
-// KnownPointerlessCreating).
+// The start-up scan, which has no first message, releases it with its
+// fence instead. A Ready record whose root is gone still only loses its
+// pointer (the first handler ran). Found by the simulation
+// (extension/spot/sim, KnownPointerlessCreating).
 // Reference: spec 002 §4.1.1.
 func TestReservationWithoutRootIsReplaced(t *testing.T) {
 	abandoned := record(50, creating, other, receipt(t0.Add(-time.Minute)))
@@ -73,8 +73,12 @@ func TestReservationWithoutRootIsReplaced(t *testing.T) {
 	require.Equal(t, []string{"LockKey"}, names(effects))
 	step(t, r, KeyLocked{Now: t0}, "ReadRecord")
 	step(t, r, RecordRead{Record: abandoned, Now: t0}, "GetRoot")
-	effects = step(t, r, RootGot{Err: location.ErrNotFound}, "CompareAndSet")
-	require.Nil(t, effects[0].(CompareAndSet).Record.GetActivationRecovery(), "the scan drops the pointer")
+	effects = step(t, r, RootGot{Err: location.ErrNotFound}, "Delete")
+	require.Equal(t, Delete{Key: cartKey, Version: 50}, effects[0], "the scan releases it with its fence")
+	effects = step(t, r, Deleted{Now: t0}, "Log", "UnlockKey", "Finish")
+	require.Equal(t, "reservation_released", effects[0].(Log).Event)
+	require.Equal(t, ReservationReleased, r.Phase())
+	require.NoError(t, effects[2].(Finish).Err)
 }
 
 // An activation that fails while a reservation holding its own recovery

@@ -117,10 +117,11 @@ const (
 	// (or on the owner's own node, no incarnation behind it) a
 	// PreserveStateWith kind is refused as if state had been lost,
 	// although no incarnation ever served it (ReleaseEnded cannot release
-	// it either while that owner lives). The Activation machine replaces a
-	// never-Ready reservation whatever the kind, and reserves over one
-	// whose root is gone rather than strip its pointer
-	// (interrupted_test.go); the start-up scan still strips it.
+	// it either while that owner lives). Fixed in the Activation machine:
+	// a never-Ready reservation is replaced whatever the kind; one whose
+	// root is gone is reserved over by an activation and released with its
+	// fence by the start-up scan, rather than stripped of its pointer
+	// (interrupted_test.go); the probe stays, so a regression fails again.
 	KnownPointerlessCreating = "an interrupted reservation whose root is gone becomes a Creating record without pointer: stranded while its owner lives, refused for a PreserveStateWith kind"
 )
 

@@ -244,7 +244,7 @@ func TestKnownDefectSeeds(t *testing.T) {
 		{235, KnownCloseUnsettled},
 		{123, KnownResumeStartsEmpty},
 		{862, KnownTakeoverReleased},
-		{72924, KnownPointerlessCreating},
+		{72924, KnownPointerlessCreating}, // fixed in the Activation machine: passes
 		// KnownFailedThenResumed, fixed in the Activation machine, was found
 		// by seeds 95, 114 and 166 of the schedules before the horizon
 		// moved to 5 s; the probe of the machine guards it now.
