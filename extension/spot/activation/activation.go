@@ -513,8 +513,23 @@ func (a *Activation) opened(ev Opened) []Effect {
 }
 
 // abort releases this node's reservation with its fence (its version) and
-// deletes its root, then fails with err.
+// deletes its root, then fails with err. A takeover is not released: its
+// record holds the interrupted activation's recovery root (and, for an
+// ended owner's Ready record, what is left of the Spot); deleting them
+// lost that activation's first message without a word and let a
+// PreserveStateWith Spot start empty. The taken-over record stays under
+// this node (Creating, unless a commit whose answer was lost landed) with
+// the recovery pointer and its deadline, which has passed as a rule:
+// abandoned, it is resumed again by the next activation (this node's own
+// at once) or the start-up scan.
 func (a *Activation) abort(err error, before ...Effect) []Effect {
+	if a.resumed.Present() {
+		if a.rootKey == a.ownRoot() {
+			a.leftReservation = true
+		}
+		return a.fail(err, append(before, Log{Level: LevelWarn, Event: "activation_resume_failed", SpotID: a.spotID, OperationID: a.origOp, Err: err,
+			Msg: "a resumed activation failed before its Ready commit; the record keeps its recovery pointer and is resumed again"})...)
+	}
 	a.pending = err
 	a.phase = Aborting
 	return append(before, AbortReservation{Key: a.key(), Version: a.version})

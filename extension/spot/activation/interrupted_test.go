@@ -131,3 +131,68 @@ func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
 		require.Equal(t, "the first message of a cold activation was not delivered", effects[5].(Log).Msg)
 	})
 }
+
+// A resume that fails before its Ready commit (the stage fails, the
+// commit fails) does not release the record it took over the way a
+// cold activation releases its own reservation: that record holds the
+// interrupted activation's recovery root, and the root is its first
+// message's only copy. Deleting them lost that message without a word,
+// and an ended owner's record with them, so that a PreserveStateWith
+// Spot then started empty on the next call instead of being refused. The
+// record stays Creating under this node with its pointer (its deadline
+// the interrupted activation's, passed as a rule): this node's next
+// activation, an abandoned-reservation takeover or the start-up scan
+// resumes it again. Found by the simulation (extension/spot/sim,
+// KnownTakeoverReleased).
+// Reference: spec 002 §4.1.1, spec 003.
+func TestFailedTakeoverIsLeftToBeResumed(t *testing.T) {
+	ended := record(30, ready, other, receipt(time.Time{}))
+	toTakeover := func(t *testing.T, kind Kind) *Activation {
+		a, _ := NewActivation(cfg, start(kind))
+		step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+		step(t, a, AuthorityRead{Authority: Authority{Versioned: ended, OwnerEnded: true}, Now: t0}, "GetRoot")
+		step(t, a, RootGot{Ref: storedRef, Operation: storedOp, First: "stored"}, "CompareAndSet")
+		step(t, a, WriteAnswered{Version: 31, Now: t0}, "Log", "Stage")
+		return a
+	}
+
+	t.Run("stage fails", func(t *testing.T) {
+		a := toTakeover(t, preserved)
+		effects := step(t, a, Staged{Err: roamerr.ErrUnavailable}, "Log", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		require.Equal(t, "activation_resume_failed", effects[0].(Log).Event)
+		require.ErrorIs(t, failedWith(t, a, effects), roamerr.ErrUnavailable, "this activation's own message is not in that root")
+	})
+
+	t.Run("commit fails", func(t *testing.T) {
+		a := toTakeover(t, stateless)
+		step(t, a, Staged{}, "CompareAndSet")
+		effects := step(t, a, WriteAnswered{Err: errStore, Now: t0}, "DiscardStaged", "Log", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		require.Equal(t, "activation_resume_failed", effects[1].(Log).Event)
+		failedWith(t, a, effects)
+	})
+
+	t.Run("the start-up scan", func(t *testing.T) {
+		r, _ := NewRecovery(cfg, Recover{Scanned: ended, Kind: stateless, Now: t0})
+		step(t, r, OwnerRead{}, "LockKey")
+		step(t, r, KeyLocked{Now: t0}, "ReadRecord")
+		step(t, r, RecordRead{Record: ended, Now: t0}, "GetRoot")
+		step(t, r, RootGot{Ref: storedRef, Operation: storedOp, First: "stored"}, "CompareAndSet")
+		step(t, r, WriteAnswered{Version: 31, Now: t0}, "Log", "Stage")
+		effects := step(t, r, Staged{Err: roamerr.ErrUnavailable}, "Log", "UnlockKey", "Finish")
+		require.Error(t, effects[2].(Finish).Err)
+	})
+
+	t.Run("its own root", func(t *testing.T) {
+		own := record(30, creating, self, receipt(deadline))
+		own.Record.ActivationRecovery.OperationId = op
+		own.Record.ActivationRecovery.RecoveryKey = "activation-" + op
+		a, _ := NewActivation(cfg, start(stateless))
+		step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+		step(t, a, AuthorityRead{Authority: Authority{Versioned: own, Address: "n1:9000"}, Now: t0}, "GetRoot")
+		ref := location.RootRef{Key: "activation-" + op, SHA256: storedRef.SHA256, Size: storedRef.Size}
+		step(t, a, RootGot{Ref: ref, Operation: op, First: "first"}, "CompareAndSet")
+		step(t, a, WriteAnswered{Version: 31, Now: t0}, "Log", "Stage")
+		effects := step(t, a, Staged{Err: roamerr.ErrUnavailable}, "Log", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		require.ErrorIs(t, failedWith(t, a, effects), roamerr.ErrDeadlineExceeded, "the left record runs this activation's own message when resumed")
+	})
+}

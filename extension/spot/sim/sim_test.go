@@ -243,7 +243,7 @@ func TestKnownDefectSeeds(t *testing.T) {
 		{72, KnownUnsettledCommitDiscarded},
 		{235, KnownCloseUnsettled},
 		{123, KnownResumeStartsEmpty},
-		{862, KnownTakeoverReleased},
+		{862, KnownTakeoverReleased},      // fixed in the Activation machine: passes
 		{72924, KnownPointerlessCreating}, // fixed in the Activation machine: passes
 		// KnownFailedThenResumed, fixed in the Activation machine, was found
 		// by seeds 95, 114 and 166 of the schedules before the horizon
