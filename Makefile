@@ -30,9 +30,11 @@ RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 test: consul lint test-race sim-check chaos-short
 
 ## sim-check: 100,000 random schedules of the hand-off's deterministic
-## simulation (the race run above runs 2,000).
+## simulation and 100,000 of the Spot lifecycle's (the race run above runs
+## 2,000 of each).
 sim-check:
 	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./extension/relocation/sim
+	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./extension/spot/sim
 
 race-mod:
 	GO=$(GO) tools/race/prepare.sh $(RACE_MOD)
@@ -127,3 +129,10 @@ chaos-short: consul
 sim:
 	@test -n "$(SEED)" || { echo "usage: make sim SEED=<n>"; exit 2; }
 	$(GO) test -count=1 -run '^TestReplay$$' -v ./extension/relocation/sim -args -sim.seed=$(SEED)
+
+## sim-spot: replay one schedule of the Spot lifecycle's deterministic
+## simulation (extension/spot/sim) and print its trace: make sim-spot SEED=<n>.
+.PHONY: sim-spot
+sim-spot:
+	@test -n "$(SEED)" || { echo "usage: make sim-spot SEED=<n>"; exit 2; }
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./extension/spot/sim -args -sim.seed=$(SEED)

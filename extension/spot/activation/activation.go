@@ -71,6 +71,12 @@ type Activation struct {
 	pending  error // the failure an abort precedes
 	err      error
 	finished bool
+	// leftReservation: a reservation (or takeover) holding this
+	// activation's own recovery root may remain in the store (a lost
+	// Ready commit, an abort that did not land): its first message may
+	// still run when that reservation is resumed, so a failure must not
+	// say it was not delivered.
+	leftReservation bool
 }
 
 // NewActivation starts the machine for a command 39. It checks the
@@ -207,6 +213,9 @@ func (a *Activation) Step(ev Event) []Effect {
 			} else {
 				effects = append(effects, Log{Level: LevelWarn, Event: "reservation_abort_failed", SpotID: a.spotID, Err: ev.Err,
 					Msg: "the reservation stays until its owner's lease ends"})
+				if a.rootKey == a.ownRoot() {
+					a.leftReservation = true // with its root: it is resumed later
+				}
 			}
 			return a.fail(a.pending, effects...)
 		}
@@ -242,8 +251,11 @@ func (a *Activation) Step(ev Event) []Effect {
 				if ref := a.scanned.Record.GetCreationIntent().GetContentRef(); ref != "" {
 					effects = append(effects, DeleteRoot{RootKey: ref})
 				}
-				effects = append(effects, Log{Level: LevelInfo, Event: "reservation_released", SpotID: a.spotID,
-					Msg: "an ended owner's User Spot reservation was released"})
+				msg := "an ended owner's User Spot reservation was released"
+				if a.scanned.Key.Kind == location.KindInstanceSpot {
+					msg = "an interrupted Instance Spot reservation whose recovery root is gone was released"
+				}
+				effects = append(effects, Log{Level: LevelInfo, Event: "reservation_released", SpotID: a.spotID, Msg: msg})
 				return a.finish(ReservationReleased, effects...)
 			case errors.Is(ev.Err, location.ErrConflict):
 				return a.finish(Untouched)
@@ -330,6 +342,12 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 		if rec.GetActivationRecovery() != nil {
 			return a.resume(v)
 		}
+		if rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING {
+			// A reservation that never committed Ready: no incarnation
+			// ever served it, so no state ended with its owner. It is
+			// replaced like an abandoned reservation, whatever the kind.
+			return a.coldActivate(v)
+		}
 		if a.kind.Registered && a.kind.PreservesState {
 			if !a.kind.ReactivateEmpty {
 				// Spec 003: the state ended with its owner; only an
@@ -366,7 +384,7 @@ func (a *Activation) admitted(ev CapacityAdmitted) []Effect {
 		return a.fail(ev.Err)
 	}
 	a.capacity = true
-	a.rootKey = "activation-" + a.op
+	a.rootKey = a.ownRoot()
 	a.phase = StoringRoot
 	return []Effect{PutRoot{RootKey: a.rootKey}}
 }
@@ -430,6 +448,9 @@ func (a *Activation) writing(ev Event) []Effect {
 				Msg: "an activation whose owner ended is resumed here from its recovery root; its first message runs here, a second time if the ended owner had already handled it"})
 			return append(effects, a.open(version, a.rec, firsts, a.resumed.Record.GetActivationRecovery().GetRecoveryKey())...)
 		case Lost:
+			if a.resumed.Record.GetActivationRecovery().GetRecoveryKey() == a.ownRoot() {
+				a.leftReservation = true // our own reservation, changed by someone who may resume it
+			}
 			return a.retry(effects...)
 		}
 		return a.fail(err, effects...)
@@ -448,6 +469,9 @@ func (a *Activation) writing(ev Event) []Effect {
 			}
 			return append(effects, Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey})
 		case Lost:
+			if a.rootKey == a.ownRoot() {
+				a.leftReservation = true // the commit did not land; the reservation may still
+			}
 			return a.retry(append(effects, DiscardStaged{})...)
 		}
 		return a.abort(err, append(effects, DiscardStaged{})...)
@@ -489,8 +513,23 @@ func (a *Activation) opened(ev Opened) []Effect {
 }
 
 // abort releases this node's reservation with its fence (its version) and
-// deletes its root, then fails with err.
+// deletes its root, then fails with err. A takeover is not released: its
+// record holds the interrupted activation's recovery root (and, for an
+// ended owner's Ready record, what is left of the Spot); deleting them
+// lost that activation's first message without a word and let a
+// PreserveStateWith Spot start empty. The taken-over record stays under
+// this node (Creating, unless a commit whose answer was lost landed) with
+// the recovery pointer and its deadline, which has passed as a rule:
+// abandoned, it is resumed again by the next activation (this node's own
+// at once) or the start-up scan.
 func (a *Activation) abort(err error, before ...Effect) []Effect {
+	if a.resumed.Present() {
+		if a.rootKey == a.ownRoot() {
+			a.leftReservation = true
+		}
+		return a.fail(err, append(before, Log{Level: LevelWarn, Event: "activation_resume_failed", SpotID: a.spotID, OperationID: a.origOp, Err: err,
+			Msg: "a resumed activation failed before its Ready commit; the record keeps its recovery pointer and is resumed again"})...)
+	}
 	a.pending = err
 	a.phase = Aborting
 	return append(before, AbortReservation{Key: a.key(), Version: a.version})
@@ -512,6 +551,19 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 	rec := v.Record
 	rr := rec.GetActivationRecovery()
 	switch {
+	case errors.Is(ev.Err, location.ErrNotFound) && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING:
+		// An interrupted reservation whose root is gone (the activation
+		// that made it failed and deleted it): nothing to resume, and a
+		// Creating record without its pointer could no longer be taken
+		// over while its owner lives. An activation reserves over it; the
+		// start-up scan, which has no first message, releases it with its
+		// fence.
+		if a.recovery {
+			a.phase = ReleasingReservation
+			return []Effect{Delete{Key: v.Key, Version: v.Version}}
+		}
+		a.resumed = location.Versioned{}
+		return a.coldActivate(v)
 	case errors.Is(ev.Err, location.ErrNotFound):
 		return a.dropPointer(v)
 	case ev.Err != nil:
@@ -568,6 +620,12 @@ func (a *Activation) recoverEnded() []Effect {
 // message's sender and logged.
 func (a *Activation) fail(err error, before ...Effect) []Effect {
 	effects := a.release(before)
+	if a.leftReservation && !a.recovery && !errors.Is(err, roamerr.ErrCapacityExceeded) && !errors.Is(err, roamerr.ErrDeadlineExceeded) {
+		// The outcome is unknown, as for a write whose answer never came:
+		// the first message may still run (spec 002 §5).
+		err = fmt.Errorf("%w: Spot %q: %v; a reservation holding the first message's recovery root may remain, and the message runs when it is resumed",
+			roamerr.ErrDeadlineExceeded, a.spotID, err)
+	}
 	a.err = err
 	if !a.recovery && errors.Is(err, roamerr.ErrCapacityExceeded) {
 		a.phase = PassingOn
@@ -584,14 +642,20 @@ func (a *Activation) fail(err error, before ...Effect) []Effect {
 func (a *Activation) failed() []Effect {
 	a.phase = Failed
 	a.finished = true
+	msg := "the first message of a cold activation was not delivered"
+	if a.leftReservation {
+		msg = "the first message of a cold activation was not delivered by this activation; its reservation may remain and deliver it when resumed"
+	}
 	return []Effect{
 		Measure{Outcome: roamerr.Code(a.err)},
 		RespondFailure{Err: a.err},
-		Log{Level: LevelWarn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err,
-			Msg: "the first message of a cold activation was not delivered"},
+		Log{Level: LevelWarn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err, Msg: msg},
 		Finish{Err: a.err},
 	}
 }
+
+// ownRoot is the key of this activation's own recovery root.
+func (a *Activation) ownRoot() string { return "activation-" + a.op }
 
 // release gives back what the machine holds: the creation slot, then the
 // Spot ID's lock.

@@ -25,7 +25,8 @@ type world struct {
 	timers           map[Timer]time.Time
 	locked, capacity bool
 	staged, opened   bool
-	reserved         bool // this attempt's reservation (or takeover) applied, not yet committed Ready
+	reserved         bool // this attempt's reservation applied, not yet committed Ready
+	tookOver         bool // this attempt's takeover applied: it is never released (abort)
 	aborted          bool
 	written          *location.Record // the last write's record, which a settling read may find
 	finished         int
@@ -68,7 +69,7 @@ func (w *world) answer(e Effect) {
 		}
 		w.locked = false
 	case ReadAuthority:
-		w.reserved, w.aborted = false, false // a new attempt
+		w.reserved, w.tookOver, w.aborted = false, false, false // a new attempt
 		var ev AuthorityRead
 		switch r {
 		case 0:
@@ -157,6 +158,9 @@ func (w *world) answer(e Effect) {
 		w.opened = true
 		w.pending = append(w.pending, Opened{})
 	case AbortReservation:
+		if w.tookOver {
+			w.fail("a takeover was released: the interrupted activation's root and record would go")
+		}
 		w.aborted = true
 		w.pending = append(w.pending, AbortAnswered{Err: storeErr()})
 	case PassOn:
@@ -180,8 +184,10 @@ func (w *world) answer(e Effect) {
 // noteApplied records that the current write applied.
 func (w *world) noteApplied() {
 	switch w.a.Phase() {
-	case Reserving, TakingOver:
+	case Reserving:
 		w.reserved = true
+	case TakingOver:
+		w.tookOver = true
 	case Committing:
 		w.reserved = false // Ready: the pointer, not an abort, covers a failure now
 	}
