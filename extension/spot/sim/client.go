@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Client is an application on one node that calls Instance Spots by ID
@@ -453,6 +455,17 @@ func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(b
 		case res.err == nil:
 			done(res.alive, nil)
 		case isNotFound(res.err):
+			// Taken for ended only a lease TTL after the first sight.
+			key := o.GetNodeRid() + "/" + o.GetLeaseId()
+			first, seen := l.goneSince[key]
+			if !seen {
+				first = w.now
+				l.goneSince[key] = first
+			}
+			if w.now-first < w.cfg.LeaseTTL {
+				done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, w.now-first)))
+				return
+			}
 			done(false, nil)
 		default:
 			done(false, activation.StoreError("read owner node", res.err))

@@ -59,6 +59,9 @@ type Life struct {
 	cache   []*cachedRoute
 	sweep   bool
 	watches map[watchKey]*sharedWatch
+	// goneSince: when this lifecycle first saw another lifecycle's
+	// descriptor gone (Driver.OwnerNode's lease-end grace).
+	goneSince map[string]time.Duration
 
 	redeliver    [][]*Msg
 	redelivering []bool
@@ -100,7 +103,7 @@ func (n *Node) start(first bool) {
 	k := len(n.lives) + 1
 	w.nextAddr++
 	l := &Life{w: w, node: n, n: k, gen: uint64(k), rid: fmt.Sprintf("%s.%d", n.name, k), addr: w.nextAddr,
-		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{},
+		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{}, goneSince: map[string]time.Duration{},
 		queues: make([][]cmd39, len(w.spots)), working: make([]bool, len(w.spots)), locks: make([]*lockState, len(w.spots)),
 		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
 	l.lease = "L-" + l.rid
