@@ -107,13 +107,14 @@ func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, a
 }
 
 // Discard removes a staged incarnation that will never open: what waited in
-// its queue is answered Unavailable, and the actor stops.
+// its queue fails loudly — a request is answered Unavailable, a send is
+// logged and counted (send_unavailable) — and the actor stops.
 func (s *Staged) Discard() {
 	obj := s.obj
 	held, _ := obj.mb.Discard()
+	removed := s.d.unavailableSink(obj, "the incarnation was removed before it opened")
 	for _, msg := range held {
-		_, _, sender := actor.UnwrapEnvelope(msg)
-		respondFailure(s.d.sys, sender, "unavailable", obj.key.ID, "the incarnation was removed before it opened")
+		removed(msg)
 	}
 	s.d.stop(obj)
 }

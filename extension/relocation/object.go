@@ -67,6 +67,21 @@ type host struct {
 }
 
 func (h *host) Receive(c actor.Context) {
+	h.receive(c)
+	// The turn of the first message is over — handled, or refused above
+	// (a request past its deadline is answered DeadlineExceeded and never
+	// runs): either way the activation's recovery pointer may go, and must,
+	// or a later owner would replay a message its caller was told failed.
+	if h.obj.afterFirst != nil {
+		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
+			done := h.obj.afterFirst
+			h.obj.afterFirst = nil
+			done()
+		}
+	}
+}
+
+func (h *host) receive(c actor.Context) {
 	if hd := c.MessageHeader(); hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
 			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID,
@@ -114,13 +129,6 @@ func (h *host) Receive(c actor.Context) {
 	default:
 		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
 			h.obj.inst.Receive(c)
-		}
-	}
-	if h.obj.afterFirst != nil {
-		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
-			done := h.obj.afterFirst
-			h.obj.afterFirst = nil
-			done()
 		}
 	}
 }

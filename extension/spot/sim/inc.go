@@ -110,9 +110,8 @@ func (w *World) open(inc *Inc, first []*Msg, firstOp string, afterFirst func()) 
 }
 
 // discard removes a staged incarnation that will never open
-// (Staged.Discard): what waited is answered Unavailable — a request gets
-// a DeliveryFailed; a send has nobody to answer and the driver drops it
-// without a log line (host.go: respondFailure to a nil sender).
+// (Staged.Discard): what waited fails loudly — a request gets a
+// DeliveryFailed, a send is logged and counted (send_unavailable).
 func (w *World) discard(inc *Inc) {
 	held := inc.queue
 	inc.queue = nil
@@ -126,7 +125,7 @@ func (w *World) discard(inc *Inc) {
 			w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the incarnation was removed before it opened"})
 			continue
 		}
-		w.silentDrop(it.m, inc, "a staged incarnation was discarded with the send in its queue (Staged.Discard answers only requests)")
+		w.failLoud(it.m, inc.life, failure{code: "unavailable", definite: true, why: "send_unavailable: the incarnation was removed before it opened"})
 	}
 }
 
@@ -192,12 +191,14 @@ func (w *World) runTurn(inc *Inc) {
 	}
 	m := it.m
 	if m.request && w.now > m.deadline+deadlineGrace {
-		// Answered DeadlineExceeded and not run; the afterFirst hook is
-		// not reached (host.Receive returns before it).
+		// Answered DeadlineExceeded and not run; the turn is over, so the
+		// afterFirst hook runs all the same (host.Receive).
 		w.tracef("%s m%d: deadline passed %s ago: answered DeadlineExceeded, not run", inc, m.id, ms(w.now-m.deadline))
 		w.answerFailure(l, m, failure{code: "deadline_exceeded", why: "the request's deadline passed before it was dispatched; not run"})
-		if m.op == inc.firstOp {
-			inc.firstExpired = true
+		if inc.afterFirst != nil && m.op == inc.firstOp {
+			done := inc.afterFirst
+			inc.afterFirst = nil
+			done()
 		}
 		w.schedTurn(inc)
 		return

@@ -176,11 +176,11 @@ func has[T activation.Effect](effects []activation.Effect) (T, bool) {
 
 func runProbes() {
 	probes = map[string]bool{
-		KnownRepeatedFirst:            true, // documented; no completion record but the pointer removal
-		KnownCmd39Overtaken:           true, // call.go's routing, modelled in client.go
-		KnownCmd39DeadLetter:          true, // Proto.Actor's dead letters and redeliver.go's filter, modelled in net.go
-		KnownDiscardDropsSends:        true, // relocation host.go Staged.Discard, modelled in inc.go
-		KnownExpiredFirstKeepsPointer: true, // relocation host.Receive, modelled in inc.go runTurn
+		KnownRepeatedFirst:            true,  // documented; no completion record but the pointer removal
+		KnownCmd39Overtaken:           true,  // call.go's routing, modelled in client.go
+		KnownCmd39DeadLetter:          true,  // Proto.Actor's dead letters and redeliver.go's filter, modelled in net.go
+		KnownDiscardDropsSends:        false, // Staged.Discard fails sends loudly now (modelled in inc.go)
+		KnownExpiredFirstKeepsPointer: false, // host.Receive runs afterFirst after a refusal too (inc.go runTurn)
 	}
 	// A commit cut short by the deadline is taken for not applied.
 	a, _ := probeCommitting()
