@@ -187,7 +187,7 @@ func runProbes() {
 	eff := a.Step(activation.WriteAnswered{Err: context.DeadlineExceeded, Now: probeT0.Add(time.Second)})
 	_, discards := has[activation.DiscardStaged](eff)
 	probes[KnownUnsettledCommitDiscarded] = discards
-	probes[KnownCloseUnsettled] = true // closeself.go, modelled in service.go closeInstance
+	probes[KnownCloseUnsettled] = false // closeself.go settles an unsettled Closing write (service.go settleClosing)
 	// A Ready record with a pointer under an ended owner is resumed for a
 	// kind that spec 003 refuses.
 	a, _ = probeActivation(activation.Kind{Registered: true, PreservesState: true})

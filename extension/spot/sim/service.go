@@ -281,8 +281,12 @@ func (l *Life) closeInstance(inc *Inc) {
 					case activation.Lost:
 						w.after(0, attempt)
 					default:
+						if errors.Is(err, roamerr.ErrDeadlineExceeded) {
+							// Unknown outcome: settle it (closeself.go settleClosing).
+							l.settleClosing(inc, s, gen, res.v.Version, rec, w.now+closeSettleFor, unlock)
+							return
+						}
 						w.tracef("%s instance_close_failed: %s", inc, errString(err))
-						w.closesGivenUp = append(w.closesGivenUp, incName{spot: s, gen: gen})
 						unlock()
 					}
 				})
@@ -291,6 +295,56 @@ func (l *Life) closeInstance(inc *Inc) {
 			})
 		}
 		attempt()
+	})
+}
+
+// closeSettleFor is closeself.go's bound on settling a Closing write.
+const closeSettleFor = 30 * time.Second
+
+// settleClosing is Manager.settleClosing: re-read until the Closing write
+// (expected at version) is known to have landed — then release — or the
+// record is still Ready at version, which a compare-and-set of the same
+// record fences; a record that moved past version while Ready also ends
+// it. Gives up loudly at its deadline (closesGivenUp).
+func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.StoreVersion, ready *location.Record, deadline time.Duration, unlock func()) {
+	w := l.w
+	retry := func() {
+		if w.now >= deadline {
+			w.tracef("%s spot_close_unsettled", inc)
+			w.closesGivenUp = append(w.closesGivenUp, incName{spot: s, gen: gen})
+			unlock()
+			return
+		}
+		w.after(50*time.Millisecond, func() { l.settleClosing(inc, s, gen, version, ready, deadline, unlock) })
+	}
+	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "settle closing " + s.id}, deadline, func(res storeRes) {
+		if res.err != nil {
+			retry()
+			return
+		}
+		rec := res.v.Record
+		mine := rec.GetObjectGeneration() == gen && activation.SameOwner(rec.GetOwner(), l.owner)
+		switch {
+		case !mine:
+			w.tracef("%s instance_close_failed: changed while unsettled", inc)
+			unlock()
+		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CLOSING && res.v.Version != version:
+			l.closeAndRelease(s, gen, res.v.Version, ready, unlock)
+		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && res.v.Version == version:
+			w.store.call(l, storeOp{kind: opApply, key: s.key(), ops: []location.Op{location.UpdateOp(s.key(), version, ready)}, why: "fence closing " + s.id}, deadline, func(res storeRes) {
+				if res.err == nil {
+					w.tracef("%s instance_close_failed: Closing write fenced out", inc)
+					unlock()
+					return
+				}
+				retry()
+			})
+		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY:
+			w.tracef("%s instance_close_failed: moved past the Closing write", inc)
+			unlock()
+		default:
+			retry()
+		}
 	})
 }
 
