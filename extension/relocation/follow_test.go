@@ -16,6 +16,7 @@ import (
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/relocation/handoff"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -267,4 +268,30 @@ func waitDeadLetter(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
 		require.True(t, time.Now().Before(deadline), "the incarnation at %s never went away", pid)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A cold activation's envelope (command 39) that Proto.Actor dead-letters —
+// its target node is gone — never reached a Spot service, so its first
+// message did not run: a request is answered Unavailable at once, a
+// one-way send is logged (send_dead_letter) and counted; neither vanishes
+// with only Proto.Actor's dead-letter log line.
+// Reference: spec 002 §4.1 (command 39), docs/FAULTS.md ("Sends that
+// dead-letter").
+func TestADeadLetteredActivationFailsLoudly(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger()})
+	sys := a.node.System()
+	gone := actor.NewPID("127.0.0.1:1", "roam/spot")
+	f := actor.NewFuture(sys, testwait.Patience(t))
+	request := &messages.SpotActivation{SpotId: "s1", OperationId: "op1", RouteKind: 2,
+		First: &messages.Envelope{Sender: &messages.PID{Address: f.PID().Address, Id: f.PID().Id}}}
+	sys.EventStream.Publish(&actor.DeadLetterEvent{PID: gone, Message: request})
+	res, err := f.Result()
+	require.NoError(t, err)
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable)
+
+	send := &messages.SpotActivation{SpotId: "s2", OperationId: "op2", RouteKind: 2, First: &messages.Envelope{}}
+	sys.EventStream.Publish(&actor.DeadLetterEvent{PID: gone, Message: send})
+	testwait.For(t, func() bool { return logs.hasLine("send_dead_letter", "s2") }, "the dead-lettered send was not reported")
 }

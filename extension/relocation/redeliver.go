@@ -225,9 +225,12 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 	if e.Sender != nil || e.PID == nil || e.Message == nil {
 		return
 	}
-	switch e.Message.(type) {
+	switch m := e.Message.(type) {
 	case actor.SystemMessage, *messages.TimerTick:
 		return // not a caller's send: a tick belongs to the incarnation that armed it
+	case *messages.SpotActivation:
+		d.onActivationDeadLetter(m)
+		return
 	case proto.Message:
 	default:
 		return // only a protobuf message can be delivered to another node
@@ -333,6 +336,23 @@ func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why 
 	d.metrics.sendUndelivered("send_dead_letter")
 	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).
 		Str("reason", reason).Msg(why)
+}
+
+// onActivationDeadLetter ends a cold activation's envelope (command 39)
+// that Proto.Actor dead-lettered — its target node is gone — loudly: it
+// never reached a Spot service, so its first message did not run. A
+// request is answered Unavailable at once (its caller may retry); a
+// one-way send is logged and counted. Without this only Proto.Actor's own
+// dead-letter log saw it.
+func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
+	const why = "the cold activation's target node is gone; the message was not delivered and did not run"
+	if s := a.GetFirst().GetSender(); s != nil {
+		respondFailure(d.sys, actor.NewPID(s.GetAddress(), s.GetId()), "unavailable", a.GetSpotId(), why)
+		return
+	}
+	d.metrics.sendUndelivered("send_dead_letter")
+	d.log.Warn().Str("event", "send_dead_letter").Str("object_kind", "instance_spot").Str("object_id", a.GetSpotId()).
+		Str("operation_id", a.GetOperationId()).Str("target_node_rid", a.GetTargetNodeRid()).Str("reason", "activation_target_gone").Msg(why)
 }
 
 // keyOfObjectPID parses an incarnation PID's name (objectPIDName).

@@ -178,7 +178,7 @@ func runProbes() {
 	probes = map[string]bool{
 		KnownRepeatedFirst:            true,  // documented; no completion record but the pointer removal
 		KnownCmd39Overtaken:           true,  // call.go's routing, modelled in client.go
-		KnownCmd39DeadLetter:          true,  // Proto.Actor's dead letters and redeliver.go's filter, modelled in net.go
+		KnownCmd39DeadLetter:          false, // redeliver.go fails a dead-lettered command 39 loudly (net.go deadLetterAtSender)
 		KnownDiscardDropsSends:        false, // Staged.Discard fails sends loudly now (modelled in inc.go)
 		KnownExpiredFirstKeepsPointer: false, // host.Receive runs afterFirst after a refusal too (inc.go runTurn)
 	}

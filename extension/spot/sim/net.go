@@ -136,8 +136,8 @@ func (nt *Net) dropped(p *packet, why string) {
 // deadLetterAtSender: a packet to a gone peer becomes a dead letter on
 // the sending node. A send to an incarnation is redelivered from the
 // store by that node's driver; a request's caller gets a dead-letter
-// answer (ErrStale); a command 39 only reaches Proto.Actor's dead-letter
-// log.
+// answer (ErrStale); a command 39 fails loudly (Driver.onActivationDeadLetter:
+// a request is answered Unavailable, a send logged and counted).
 func (nt *Net) deadLetterAtSender(p *packet, why string) {
 	w := nt.w
 	m := p.msg
@@ -156,7 +156,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 			w.tracef("%s dead letter: command 39 %s for %s (%s): Proto.Actor only logs it", p.from, p.env.GetOperationId(), m.spot.id, why)
 		}
 		m.cmd39DeadLetter = true
-		w.lostMsg(m, lossTransit, "command 39 dead-lettered: "+why)
+		w.answerFailure(p.from, m, failure{code: "unavailable", definite: true, why: "command 39 dead-lettered: " + why})
 	}
 }
 
