@@ -58,6 +58,10 @@ type Inc struct {
 	turn         bool
 	fellBack     bool       // opened by a move without its cutover: order not guaranteed
 	target       *TargetRun // set on an incarnation a move's target installed
+	// offered: the highest owner generation a move out of it offered
+	// (object.offeredOwner): a retry never offers one a removed target of
+	// an earlier attempt may still be named by.
+	offered uint64
 }
 
 func (i *Inc) String() string {

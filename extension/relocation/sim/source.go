@@ -112,7 +112,8 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	id := handoff.Identity{RelocationID: w.nextRelocID, TargetAttemptGeneration: 1,
 		Fence: handoff.Fence{NodeRid: src.name, NodeGeneration: src.gen, OwnerGeneration: inc.key.ownerGen}}
 	deadline := w.now + w.cfg.RestoreTimeout
-	r := &SourceRun{w: w, node: src, inc: inc, target: dst, newOwner: inc.key.ownerGen + 1, deadline: deadline,
+	inc.offered = max(inc.key.ownerGen, inc.offered) + 1
+	r := &SourceRun{w: w, node: src, inc: inc, target: dst, newOwner: inc.offered, deadline: deadline,
 		m: handoff.NewSource(id, w.cfg.Handoff, w.wall(deadline)), timers: map[handoff.Timer]uint64{}}
 	mv := &Move{id: id.RelocationID, obj: o, from: src, to: dst, started: w.now, src: r}
 	r.mv = mv
