@@ -574,6 +574,18 @@ func (d *Driver) endOwned(obj *object, done func()) {
 	})
 	err := obj.mb.Seal(func(saved []any) {
 		for _, msg := range saved {
+			_, _, sender := actor.UnwrapEnvelope(msg)
+			if obj.afterFirst != nil && operationOf(msg) == obj.firstOperation {
+				// A cold activation's first message that has not run: its
+				// recovery root still holds it, and a live node that resumes
+				// the activation runs it. Not a failure: its outcome is
+				// another node's (run on the actor goroutine, like turns).
+				if sender != nil {
+					respondFailure(d.sys, sender, "deadline_exceeded", obj.key.ID,
+						"the owner's lease ended before the first message ran; it runs where the activation is resumed")
+				}
+				continue
+			}
 			sink(msg)
 		}
 		_, _ = obj.mb.Redirect(sink)
@@ -593,4 +605,12 @@ func isClosed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// operationOf is a queued message's HeaderOperation ("" without one).
+func operationOf(msg any) string {
+	if h, _, _ := actor.UnwrapEnvelope(msg); h != nil {
+		return h.Get(HeaderOperation)
+	}
+	return ""
 }

@@ -90,6 +90,11 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func()) error {
 	_, err := call(context.Background(), s.d, func() (struct{}, error) {
 		obj := s.obj
+		if err := s.d.Usable(); err != nil {
+			// An ended lifecycle serves nothing: the first messages stay
+			// with the activation's recovery root, for a live node.
+			return struct{}{}, fmt.Errorf("open %s: %w", obj.key, err)
+		}
 		// The fields are the actor goroutine's (host.Receive reads them on
 		// every turn, Started included): set them there, as the control
 		// item that runs before the first message OpenWith releases.

@@ -20,6 +20,7 @@ import (
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // counter counts numbered sends (Int64Value) and answers a request
@@ -191,6 +192,13 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	require.Equal(t, int64(total), get(t, a.node.System(), pid))
 	require.Equal(t, int64(total), get(t, a.node.System(), newPID))
 
+	// The target reports its Event once it has opened dispatch, on its
+	// driver goroutine: it may come just after the first answers.
+	testwait.For(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.events) > 0
+	}, "the target never reported the move")
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Len(t, c.events, 1)

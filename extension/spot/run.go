@@ -74,6 +74,16 @@ func (r *runner) run(effects []activation.Effect) error {
 	}
 }
 
+// storeCtx is the context of a store call: the machine's, or — for a call
+// that settles past the operation's deadline — one with a timeout of its
+// own (the machine bounds the settling itself).
+func (r *runner) storeCtx(settle bool) (context.Context, context.CancelFunc) {
+	if settle {
+		return context.WithTimeout(context.Background(), r.m.cfg.DefaultTimeout)
+	}
+	return r.ctx, func() {}
+}
+
 // close gives back what a machine that ended early still held.
 func (r *runner) close() {
 	r.timers.stopAll()
@@ -152,10 +162,14 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		}
 		return ans
 	case activation.CompareAndSet:
-		v, err := m.store.CompareAndSet(r.ctx, e.Key, e.Expected, e.Record)
+		ctx, cancel := r.storeCtx(e.Settle)
+		defer cancel()
+		v, err := m.store.CompareAndSet(ctx, e.Key, e.Expected, e.Record)
 		return activation.WriteAnswered{Version: v, Err: err, Now: time.Now()}
 	case activation.ReadRecord:
-		v, err := m.store.Read(r.ctx, e.Key)
+		ctx, cancel := r.storeCtx(e.Settle)
+		defer cancel()
+		v, err := m.store.Read(ctx, e.Key)
 		return activation.RecordRead{Record: v, Err: err, Now: time.Now()}
 	case activation.AbortReservation:
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)

@@ -53,6 +53,11 @@ type Activation struct {
 	now      time.Time
 	expired  bool
 	scanned  location.Versioned
+	// The Ready commit being settled past the deadline (SettlingCommit):
+	// the record it wrote, its error, and the settle's own bound.
+	ready       *location.Record
+	settleErr   error
+	settleUntil time.Time
 
 	phase    Phase
 	locked   bool
@@ -197,6 +202,8 @@ func (a *Activation) Step(ev Event) []Effect {
 		}
 	case Reserving, TakingOver, DroppingPointer, Committing:
 		return a.writing(ev)
+	case SettlingCommit:
+		return a.settlingCommit(ev)
 	case Staging:
 		if ev, ok := ev.(Staged); ok {
 			return a.staged(ev)
@@ -462,17 +469,19 @@ func (a *Activation) writing(ev Event) []Effect {
 	case Committing:
 		switch outcome {
 		case Applied:
-			a.phase = Opening
-			msgs := make([]any, len(a.firsts))
-			for i, f := range a.firsts {
-				msgs[i] = f.msg
-			}
-			return append(effects, Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey})
+			return append(effects, a.openCommitted()...)
 		case Lost:
 			if a.rootKey == a.ownRoot() {
 				a.leftReservation = true // the commit did not land; the reservation may still
 			}
 			return a.retry(append(effects, DiscardStaged{})...)
+		}
+		if errors.Is(err, roamerr.ErrDeadlineExceeded) {
+			// Unknown: the commit may have landed, and then a discarded
+			// incarnation left a Ready record naming this node that no
+			// incarnation serves, until its lease ends.
+			a.phase, a.settleErr, a.settleUntil = SettlingCommit, err, a.now.Add(a.cfg.ReleaseFor)
+			return append(effects, ReadRecord{Key: a.key(), Settle: true})
 		}
 		return a.abort(err, append(effects, DiscardStaged{})...)
 	}
@@ -496,16 +505,79 @@ func (a *Activation) staged(ev Staged) []Effect {
 	}
 	ready := proto.Clone(a.rec).(*location.Record)
 	ready.State = messages.LifecycleState_LIFECYCLE_STATE_READY
+	a.ready = ready
 	a.write = NewCompareAndSet(a.cfg, a.key(), a.version, ready, a.deadline)
 	a.phase = Committing
 	return a.write.Start()
 }
 
+// openCommitted opens dispatch once the Ready commit is known to have
+// landed.
+func (a *Activation) openCommitted() []Effect {
+	a.phase = Opening
+	msgs := make([]any, len(a.firsts))
+	for i, f := range a.firsts {
+		msgs[i] = f.msg
+	}
+	return []Effect{Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey}}
+}
+
+// settlingCommit settles a Ready commit whose outcome the deadline left
+// unknown, on its own bound (the deadline is spent, but the staged
+// incarnation and the reservation are this node's to decide): the record
+// is this commit's — open; still the reservation at its version — fence
+// it with a compare-and-set of the same record, so the commit can never
+// land, then abort as for a failed commit; anything else — discard.
+func (a *Activation) settlingCommit(ev Event) []Effect {
+	switch ev := ev.(type) {
+	case RecordRead:
+		switch {
+		case ev.Err == nil && ev.Record.Version == a.version:
+			return []Effect{CompareAndSet{Key: a.key(), Expected: a.version, Record: a.rec, Settle: true}}
+		case ev.Err == nil && proto.Equal(ev.Record.Record, a.ready):
+			return a.openCommitted()
+		case ev.Err == nil, errors.Is(ev.Err, location.ErrNotFound):
+			// Taken over or released by another: this commit did not land
+			// and never can; the first message's outcome is another's
+			// (a resumed reservation runs it), so the failure stays
+			// "outcome unknown".
+			return a.fail(a.settleErr, DiscardStaged{})
+		}
+		return a.settleAgain(ev.Err)
+	case WriteAnswered:
+		switch {
+		case ev.Err == nil:
+			a.version = ev.Version // fenced: the commit cannot land any more
+			return a.abort(a.settleErr, DiscardStaged{})
+		case errors.Is(ev.Err, location.ErrConflict):
+			return []Effect{ReadRecord{Key: a.key(), Settle: true}}
+		}
+		return a.settleAgain(ev.Err)
+	case TimerFired:
+		if ev.Timer == TimerSettle {
+			return []Effect{ReadRecord{Key: a.key(), Settle: true}}
+		}
+	}
+	return nil
+}
+
+// settleAgain reads again after a pause, or gives up at the settle's
+// bound: loudly, since a commit that landed leaves the Spot unserved.
+func (a *Activation) settleAgain(err error) []Effect {
+	if passed(a.settleUntil, a.now) {
+		return a.fail(a.settleErr, DiscardStaged{}, Log{Level: LevelError, Event: "spot_commit_unsettled", SpotID: a.spotID, Err: err,
+			Msg: "an Instance Spot's Ready commit stayed unsettled; if it landed, the Spot answers Stale until this node's lease ends"})
+	}
+	return []Effect{StartTimer{Timer: TimerSettle, After: a.cfg.SettleBackoff}}
+}
+
 func (a *Activation) opened(ev Opened) []Effect {
 	if ev.Err != nil {
 		// Ready with the pointer kept: the start-up scan of a live node
-		// resumes it (§4.1.1) once this lifecycle ends.
-		return a.fail(ev.Err)
+		// resumes it (§4.1.1) once this lifecycle ends, and runs the first
+		// message then — so its outcome is unknown here, not a failure.
+		a.leftReservation = true
+		return a.fail(ev.Err, DiscardStaged{})
 	}
 	return a.finish(Activated, Measure{Outcome: "ok", Activated: true},
 		Log{Level: LevelInfo, Event: "spot_activated", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),

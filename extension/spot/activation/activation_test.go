@@ -1,6 +1,7 @@
 package activation
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -342,8 +343,36 @@ func TestFailuresAroundTheReadyCommit(t *testing.T) {
 		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
 		step(t, a, Staged{}, "CompareAndSet")
 		step(t, a, WriteAnswered{Version: 8, Now: t0}, "Open")
-		effects := step(t, a, Opened{Err: openErr}, "ReleaseCapacity", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
-		require.ErrorIs(t, failedWith(t, a, effects), roamerr.ErrUnavailable)
+		// Ready with the pointer kept: a live node resumes the activation
+		// and runs the first message, so its outcome is unknown here.
+		effects := step(t, a, Opened{Err: openErr}, "DiscardStaged", "ReleaseCapacity", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
+		require.ErrorIs(t, failedWith(t, a, effects), roamerr.ErrDeadlineExceeded)
+	})
+
+	t.Run("commit unsettled at the deadline, still the reservation: fenced, then aborted", func(t *testing.T) {
+		a, _ := toReserve(t)
+		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
+		step(t, a, Staged{}, "CompareAndSet")
+		late := t0.Add(time.Hour)
+		effects := step(t, a, WriteAnswered{Err: context.DeadlineExceeded, Now: late}, "ReadRecord")
+		require.Equal(t, SettlingCommit, a.Phase())
+		require.True(t, effects[0].(ReadRecord).Settle, "past the deadline: a timeout of its own")
+		rec := a.rec
+		effects = step(t, a, RecordRead{Record: location.Versioned{Key: cartKey, Version: 7, Record: rec}, Now: late}, "CompareAndSet")
+		require.Equal(t, CompareAndSet{Key: cartKey, Expected: 7, Record: rec, Settle: true}, effects[0], "the same reservation: the commit can no longer land")
+		effects = step(t, a, WriteAnswered{Version: 9, Now: late}, "DiscardStaged", "AbortReservation")
+		require.Equal(t, AbortReservation{Key: cartKey, Version: 9}, effects[1])
+	})
+
+	t.Run("commit unsettled at the deadline, landed: opened", func(t *testing.T) {
+		a, _ := toReserve(t)
+		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
+		step(t, a, Staged{}, "CompareAndSet")
+		late := t0.Add(time.Hour)
+		step(t, a, WriteAnswered{Err: context.DeadlineExceeded, Now: late}, "ReadRecord")
+		step(t, a, RecordRead{Record: location.Versioned{Key: cartKey, Version: 8, Record: a.ready}, Now: late}, "Open")
+		step(t, a, Opened{}, "Measure", "Log", "ReleaseCapacity", "UnlockKey", "Finish")
+		require.Equal(t, Activated, a.Phase())
 	})
 
 	t.Run("stage fails", func(t *testing.T) {

@@ -78,13 +78,20 @@ type (
 	}
 	// CompareAndSet: write Record over Key at Expected; answer
 	// WriteAnswered.
+	// Settle: past the operation's deadline (a settling call has a
+	// timeout of its own).
 	CompareAndSet struct {
 		Key      location.AuthorityKey
 		Expected location.StoreVersion
 		Record   *location.Record
+		Settle   bool
 	}
-	// ReadRecord: a consistent read of Key; answer RecordRead.
-	ReadRecord struct{ Key location.AuthorityKey }
+	// ReadRecord: a consistent read of Key; answer RecordRead. Settle: as
+	// for CompareAndSet.
+	ReadRecord struct {
+		Key    location.AuthorityKey
+		Settle bool
+	}
 	// AbortReservation: delete the reservation this node made at Version
 	// (its fence), with a timeout of its own: the operation's deadline may
 	// be spent. Answer AbortAnswered.

@@ -57,6 +57,10 @@ const (
 	Staging
 	// Committing: Ready is committed over the reservation.
 	Committing
+	// SettlingCommit: the Ready commit's outcome stayed unknown until the
+	// deadline; re-read (past it) until it is known to have landed, or a
+	// compare-and-set of the reservation fences it out.
+	SettlingCommit
 	// Opening: dispatch opens with the first messages at the head.
 	Opening
 	// Aborting: the reservation is released with its fence before the
@@ -141,6 +145,7 @@ var phaseNames = map[Phase]string{
 	DroppingPointer:      "DroppingPointer",
 	Staging:              "Staging",
 	Committing:           "Committing",
+	SettlingCommit:       "SettlingCommit",
 	Opening:              "Opening",
 	Aborting:             "Aborting",
 	PassingOn:            "PassingOn",

@@ -157,9 +157,18 @@ func (w *World) endOwned(inc *Inc) {
 	inc.queue = nil
 	inc.mode = mEnded
 	for _, it := range held {
-		if it.m != nil {
-			w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the node's owner lease ended"})
+		if it.m == nil {
+			continue
 		}
+		if inc.afterFirst != nil && it.m.op == inc.firstOp {
+			// Driver.endOwned: the activation's root still holds it; a live
+			// node that resumes the activation runs it.
+			if it.m.request {
+				w.answerFailure(inc.life, it.m, failure{code: "deadline_exceeded", why: "the owner's lease ended before the first message ran"})
+			}
+			continue
+		}
+		w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the node's owner lease ended"})
 	}
 }
 

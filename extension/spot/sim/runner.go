@@ -327,7 +327,11 @@ func (r *Runner) exec(e activation.Effect) bool {
 		if r.act != nil && r.act.Phase() == activation.Committing {
 			r.commitSent = true
 		}
-		r.apply([]location.Op{op}, "cas "+stateName(e.Record), r.deadline, func(res storeRes) {
+		dl := r.deadline
+		if e.Settle {
+			dl = w.now + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
+		}
+		r.apply([]location.Op{op}, "cas "+stateName(e.Record), dl, func(res storeRes) {
 			ans := activation.WriteAnswered{Err: res.err, Now: w.wall(w.now)}
 			if res.err == nil {
 				ans.Version = res.versions[0]
@@ -336,7 +340,11 @@ func (r *Runner) exec(e activation.Effect) bool {
 		})
 		return true
 	case activation.ReadRecord:
-		w.store.call(l, storeOp{kind: opRead, key: e.Key, why: "record " + e.Key.ID}, r.deadline, func(res storeRes) {
+		dl := r.deadline
+		if e.Settle {
+			dl = w.now + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
+		}
+		w.store.call(l, storeOp{kind: opRead, key: e.Key, why: "record " + e.Key.ID}, dl, func(res storeRes) {
 			v := res.v
 			if res.err != nil {
 				v = location.Versioned{Key: e.Key}
@@ -388,6 +396,11 @@ func (r *Runner) exec(e activation.Effect) bool {
 			r.staged = nil
 		}
 	case activation.Open:
+		if l.ended {
+			// Staged.Open refuses on an ended lifecycle.
+			r.queue = append(r.queue, activation.Opened{Err: fmt.Errorf("%w: open: the node's owner lease ended", roamerr.ErrUnavailable)})
+			break
+		}
 		inc := r.staged
 		r.staged, r.opened = nil, true
 		first := make([]*Msg, len(e.Messages))
