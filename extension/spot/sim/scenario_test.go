@@ -123,7 +123,7 @@ func TestScenarioRacingColdActivations(t *testing.T) {
 // The reservation applies but its answer is indeterminate: the Write
 // machine settles it by a consistent read that finds its own mark (the
 // operation in the recovery receipt) and the activation goes on as if
-// answered. Reference: spec 002 §4.1 step 10; DESIGN: an indeterminate
+// answered. Reference: spec 002 §4.1 step 10; an indeterminate
 // outcome is settled by re-reading, never assumed.
 func TestScenarioIndeterminateReserveApplied(t *testing.T) {
 	forced := false
