@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 
@@ -30,35 +29,16 @@ import (
 func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 	store := newStore(t)
 	logs := &logBuffer{}
-	kind := relocation.Kind{StableType: "ledger", Producer: func() actor.Actor { return newLedger() }, Policy: relocation.PreserveStateWith(ledgerState{})}
-	a := startNodeWith(t, store, kind)
-	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger()}, kind)
+	a := startNodeWith(t, store, ledgerKind)
+	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger()}, ledgerKind)
 	var acks atomic.Int32
 	relocation.DropInbound(a.driver, func(m any) bool {
 		_, ok := m.(*messages.BoundaryAck)
 		return ok && acks.Add(1) == 1
 	})
-	ctx := context.Background()
 	key := location.Key(location.KindActor, "cut")
-	pid, err := a.driver.Spawn(ctx, "ledger", key.ID)
-	require.NoError(t, err)
-	root := a.node.System().Root
-	// Messages queued behind a held turn become saved work; those sent while
-	// sealed form the boundary batch. Nothing is sent after the cutover, so
-	// every message is in the payload or the batch, both protected.
 	const total = 3000
-	for i := uint64(1); i <= total/2; i++ {
-		root.Send(pid, wrapperspb.Int64(int64(i)))
-	}
-	moved := make(chan error, 1)
-	go func() {
-		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-		moved <- err
-	}()
-	for i := uint64(total/2 + 1); i <= total; i++ {
-		root.Send(pid, wrapperspb.Int64(int64(i)))
-	}
-	require.NoError(t, <-moved)
+	require.NoError(t, moveAmidSends(t, a, b, key, total))
 	// Cut the source's connection to the target, as a network failure would.
 	a.node.System().EventStream.Publish(&remote.EndpointTerminatedEvent{Address: b.node.Address()})
 
@@ -82,9 +62,8 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	hc.CutoverWaitTimeout = 200 * time.Millisecond
 	hc.FollowDuration = 50 * time.Millisecond
 	hc.BoundaryAckPatience = time.Minute
-	kind := relocation.Kind{StableType: "ledger", Producer: func() actor.Actor { return newLedger() }, Policy: relocation.PreserveStateWith(ledgerState{})}
-	a := startNodeConfig(t, store, relocation.Config{Logger: testLogger(), Handoff: hc}, kind)
-	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), Handoff: hc}, kind)
+	a := startNodeConfig(t, store, relocation.Config{Logger: testLogger(), Handoff: hc}, ledgerKind)
+	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), Handoff: hc}, ledgerKind)
 	// Every relayed record and cutover is lost until a resent cutover of
 	// epoch 2 went into the cut: by then two cutover waits passed since the
 	// cutover, far past Message Follow.
@@ -106,24 +85,9 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 		}
 		return false
 	})
-	ctx := context.Background()
 	key := location.Key(location.KindActor, "long-cut")
-	pid, err := a.driver.Spawn(ctx, "ledger", key.ID)
-	require.NoError(t, err)
-	root := a.node.System().Root
 	const total = 2000
-	for i := uint64(1); i <= total/2; i++ {
-		root.Send(pid, wrapperspb.Int64(int64(i)))
-	}
-	moved := make(chan error, 1)
-	go func() {
-		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-		moved <- err
-	}()
-	for i := uint64(total/2 + 1); i <= total; i++ {
-		root.Send(pid, wrapperspb.Int64(int64(i)))
-	}
-	require.NoError(t, <-moved)
+	require.NoError(t, moveAmidSends(t, a, b, key, total))
 	testwait.For(t, func() bool { return resentLost.Load() > 0 }, "no resend went into the cut")
 	require.True(t, logs.has("cutover_timeout"), "the target committed by its fallback")
 	cut.Store(false)
@@ -131,6 +95,31 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	testwait.For(t, func() bool { return ledgerStats(t, b, key).Count[0] == total }, "the boundary batch never reached the target")
 	l := ledgerStats(t, b, key)
 	require.Zero(t, l.DupSends, "a record was taken twice")
+}
+
+// moveAmidSends spawns a ledger as key on a and moves it to b while total
+// numbered sends go to it: those queued behind a held turn become saved
+// work, those sent while it is sealed the boundary batch. Nothing is sent
+// after the cutover, so every send is in the payload or the batch. It
+// returns Relocate's error.
+func moveAmidSends(t *testing.T, a, b *testNode, key location.AuthorityKey, total int) error {
+	t.Helper()
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "ledger", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	for i := 1; i <= total/2; i++ {
+		root.Send(pid, wrapperspb.Int64(int64(i)))
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	for i := total/2 + 1; i <= total; i++ {
+		root.Send(pid, wrapperspb.Int64(int64(i)))
+	}
+	return <-moved
 }
 
 // ledgerStats asks the ledger behind key, through its owner b.

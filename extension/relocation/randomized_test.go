@@ -77,14 +77,13 @@ type ledgerState struct{}
 func (ledgerState) Capture(a actor.Actor) ([]byte, error) { return json.Marshal(a.(*ledger)) }
 func (ledgerState) Restore(a actor.Actor, b []byte) error { return json.Unmarshal(b, a.(*ledger)) }
 
+// ledgerKind is the ledger as a PreserveStateWith kind.
+var ledgerKind = relocation.Kind{StableType: "ledger", Producer: func() actor.Actor { return newLedger() }, Policy: relocation.PreserveStateWith(ledgerState{})}
+
 func startLedgerNodes(t *testing.T, store location.Store, n int) []*testNode {
 	var out []*testNode
 	for i := 0; i < n; i++ {
-		tn := startNodeWith(t, store, relocation.Kind{
-			StableType: "ledger",
-			Producer:   func() actor.Actor { return newLedger() },
-			Policy:     relocation.PreserveStateWith(ledgerState{}),
-		})
+		tn := startNodeWith(t, store, ledgerKind)
 		out = append(out, tn)
 	}
 	return out
