@@ -364,15 +364,8 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.batch = nil
 
 	case handoff.StartFollow:
-		r.obj.state, r.obj.next = following, r.next
-		follow := d.followSink(r.obj, r.next)
-		if r.held != nil {
-			r.held.release(follow)
-			r.held = nil
-		}
-		if _, err := r.obj.mb.Redirect(follow); err != nil {
-			d.log.Error().Str("event", "follow_failed").Str("object_id", key.ID).Err(err).Msg("")
-		}
+		d.startFollow(r, r.held, "follow_failed")
+		r.held = nil
 
 	case handoff.ConfirmCommit:
 		go d.confirmWatch(r, id, e.After, e.Until)
@@ -400,14 +393,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		go d.reconcileRead(r, id)
 
 	case handoff.AdoptTargetRoute:
-		r.obj.state, r.obj.next = following, r.next
-		follow := d.followSink(r.obj, r.next)
-		if r.parked != nil {
-			r.parked.release(follow)
-		}
-		if _, err := r.obj.mb.Redirect(follow); err != nil {
-			d.log.Error().Str("event", "adopt_route_failed").Err(err).Msg("")
-		}
+		d.startFollow(r, r.parked, "adopt_route_failed")
 		delete(d.objects, key)
 		d.closeOut(r.obj)
 
@@ -439,6 +425,20 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		}
 	}
 	return nil
+}
+
+// startFollow switches the source's incarnation to Message Follow: what
+// held kept (if anything) goes to the target first, in order, then every
+// later message.
+func (d *Driver) startFollow(r *sourceRun, held *parkedSink, failEvent string) {
+	r.obj.state, r.obj.next = following, r.next
+	follow := d.followSink(r.obj, r.next)
+	if held != nil {
+		held.release(follow)
+	}
+	if _, err := r.obj.mb.Redirect(follow); err != nil {
+		d.log.Error().Str("event", failEvent).Str("object_id", r.obj.key.ID).Err(err).Msg("")
+	}
 }
 
 // The source's questions to the store while its move's outcome is
