@@ -438,8 +438,10 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 // actor wrapped by host, on the relocatable mailbox.
 func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	// The lease fence gates every dispatch: nothing of the application runs
-	// on a node whose owner lease is not provably in force.
-	opts = append(opts, mailbox.Gate(d.node.Valid))
+	// on a node whose owner lease is not provably in force. So does a cold
+	// activation's recovery pointer between the first handler's return and
+	// the removal's landing (object.pointerHeld).
+	opts = append(opts, mailbox.Gate(func() bool { return !obj.pointerHeld.Load() && d.node.Valid() }))
 	// Only the driver ends an incarnation (d.stop): a stop from anywhere
 	// else — the application, a remote peer — would leave the store naming
 	// this node for an object it no longer serves.

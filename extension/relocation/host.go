@@ -3,6 +3,7 @@ package relocation
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,6 +26,38 @@ const HeaderOperation = "roam-operation"
 // nodes) is answered DeadlineExceeded and not run: its caller has given up
 // (spec 000 §4.2, §5.2).
 const HeaderDeadline = "roam-deadline"
+
+// HeaderDispatchNotice marks a one-way send that travels as a cold
+// activation's first message (command 39): it names a future of the
+// sending call. The incarnation sends a RouteBarrier there when it
+// dispatches the message, just before the handler runs, and roam's
+// answer to a failure of that first message goes there too (ReplyRoute).
+// The caller's Send returns on it, so its next call to the Spot — straight
+// to the now Ready incarnation, say — cannot overtake the first (spec 002
+// §4.1: a subsequent message can't overtake this record).
+const HeaderDispatchNotice = "roam-dispatch-notice"
+
+// DispatchNotice is the HeaderDispatchNotice value naming pid.
+func DispatchNotice(pid *actor.PID) string { return pid.Address + "\n" + pid.Id }
+
+// noticePID parses a HeaderDispatchNotice value; nil if malformed.
+func noticePID(v string) *actor.PID {
+	addr, id, ok := strings.Cut(v, "\n")
+	if !ok || addr == "" || id == "" {
+		return nil
+	}
+	return actor.NewPID(addr, id)
+}
+
+// ReplyRoute is where roam answers a failure of a command 39's first
+// message: its sender (a request), else the send's dispatch notice; nil
+// for a send without one.
+func ReplyRoute(first *messages.Envelope) *actor.PID {
+	if s := first.GetSender(); s != nil {
+		return actor.NewPID(s.GetAddress(), s.GetId())
+	}
+	return noticePID(first.GetHeaders()[HeaderDispatchNotice])
+}
 
 // deadlineGrace tolerates clocks of different nodes that disagree a little:
 // a request is skipped only once it is this far past its deadline.
@@ -86,8 +119,10 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 // firstOperation is not empty, afterFirst runs (on the actor's goroutine)
 // once the handler of the message stamped with that HeaderOperation has
 // returned: the point at which a cold activation's recovery pointer may go
-// (spec 002 §4.1 step 12).
-func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func()) error {
+// (spec 002 §4.1 step 12). From then on dispatch waits until afterFirst's
+// caller calls settled (the pointer's removal landed or gave up), and a
+// move of the incarnation waits until then.
+func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func(settled func())) error {
 	_, err := call(context.Background(), s.d, func() (struct{}, error) {
 		obj := s.obj
 		if err := s.d.Usable(); err != nil {
@@ -100,6 +135,10 @@ func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, a
 		// item that runs before the first message OpenWith releases.
 		if err := obj.mb.Do(func() { obj.firstOperation, obj.afterFirst = firstOperation, afterFirst }); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
+		}
+		if firstOperation != "" {
+			obj.settledCh = make(chan struct{})
+			obj.activating.Store(true)
 		}
 		if err := obj.mb.OpenWith(first); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)

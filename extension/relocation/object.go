@@ -52,7 +52,21 @@ type object struct {
 	// firstOperation and afterFirst: see Staged.Open; the object's
 	// goroutine only once open.
 	firstOperation string
-	afterFirst     func()
+	afterFirst     func(settled func())
+	// activating: a cold activation opened this incarnation and its
+	// recovery pointer is not known to be gone from the store yet (set
+	// by Staged.Open, cleared by the settled callback of afterFirst);
+	// settledCh is closed then. A move waits for it: the pointer travels
+	// with the record, and a target would serve on with nobody removing
+	// it.
+	activating atomic.Bool
+	settledCh  chan struct{}
+	// pointerHeld: the first message has run and its recovery pointer's
+	// removal has not landed: dispatch waits (the mailbox gate), so that
+	// no second message runs while a later owner could still resume the
+	// activation from its first message alone (spec 002 §4.1 step 12,
+	// §4.1.1): a resume then loses nothing the first message did not.
+	pointerHeld atomic.Bool
 	// stopAllowed: the driver is ending this incarnation (Driver.stop);
 	// any other stop is refused.
 	stopAllowed atomic.Bool
@@ -76,8 +90,22 @@ func (h *host) Receive(c actor.Context) {
 		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
 			done := h.obj.afterFirst
 			h.obj.afterFirst = nil
-			done()
+			h.obj.pointerHeld.Store(true) // before the next turn's gate check
+			done(h.obj.pointerSettled)
 		}
+	}
+}
+
+// pointerSettled ends the wait for the recovery pointer's removal: the
+// removal landed, the record no longer names this activation, or the
+// removal gave up (logged). Safe to call more than once, from any
+// goroutine.
+func (o *object) pointerSettled() {
+	if o.activating.CompareAndSwap(true, false) {
+		close(o.settledCh)
+	}
+	if o.pointerHeld.Swap(false) && o.mb != nil {
+		o.mb.Wake()
 	}
 }
 
@@ -128,6 +156,11 @@ func (h *host) receive(c actor.Context) {
 		} // else a tick of a cancelled timer
 	default:
 		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
+			if hd := c.MessageHeader(); hd != nil {
+				if to := noticePID(hd.Get(HeaderDispatchNotice)); to != nil {
+					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
+				}
+			}
 			h.obj.inst.Receive(c)
 		}
 	}

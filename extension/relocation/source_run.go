@@ -70,7 +70,19 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	if err != nil {
 		return Outcome{}, err
 	}
-	waiter, err := call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr) })
+	var waiter chan sourceResult
+	for {
+		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr) })
+		var settling *activationSettling
+		if !errors.As(err, &settling) {
+			break
+		}
+		select {
+		case <-settling.done: // start again
+		case <-ctx.Done():
+			return Outcome{}, fmt.Errorf("%w: %s is finishing its cold activation (its recovery pointer is not removed yet): %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		}
+	}
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -86,6 +98,12 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	}
 	return d.awaitCommit(ctx, res.outcome, res.outcome.Requested.Add(d.cfg.RestoreTimeout))
 }
+
+// activationSettling: the object cannot move before its cold activation's
+// recovery pointer is gone; done is closed then.
+type activationSettling struct{ done <-chan struct{} }
+
+func (e *activationSettling) Error() string { return "relocation: the cold activation is settling" }
 
 // awaitCommit watches the store until the record names the target with
 // this move's RelocationId, or the restore deadline passes (the target
@@ -149,6 +167,10 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
 	case targetRid == d.desc.GetNodeRid():
 		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
+	case obj.activating.Load():
+		// The record still carries the cold activation's recovery pointer,
+		// which only this incarnation removes (after its first message).
+		return nil, &activationSettling{done: obj.settledCh}
 	}
 	if _, off := obj.kind.Policy.(disableRelocation); off {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)

@@ -38,7 +38,11 @@ func (m *Manager) Request(spotID string, msg proto.Message) *Call {
 }
 
 // Send starts a one-way send to the Spot spotID; Do returns once the
-// message is handed to the transport (outbound admission, spec 002 §5).
+// message is handed to the transport (outbound admission, spec 002 §5). A
+// send that goes with a cold activation (the Spot is Missing, Creating, or
+// its owner ended) returns once the new incarnation dispatches it, or with
+// the activation's typed failure: the caller's next call cannot overtake
+// it.
 func (m *Manager) Send(spotID string, msg proto.Message) *Call {
 	return &Call{m: m, spotID: spotID, msg: msg}
 }
@@ -97,7 +101,8 @@ func (c *Call) validate() error {
 }
 
 // Do submits the call. A request returns the handler's reply; a send
-// returns nil once the message is handed to the transport. A call is never
+// returns nil once the message is handed to the transport (or, with a
+// cold activation, dispatched). A call is never
 // resubmitted to another owner after it reached a target: a stale route is
 // ErrStale, a lost reply ErrDeadlineExceeded (spec 002 §5).
 func (c *Call) Do(ctx context.Context) (proto.Message, error) {
@@ -238,16 +243,21 @@ func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owne
 		sent()
 		return nil, nil
 	}
-	return c.await(ctx, pid.Address, owner, env, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
+	return c.await(ctx, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
 }
 
-// await sends env with a future as its sender and waits for the reply
+// await sends env with a future as its sender — or, for a send's dispatch
+// notice, named in its HeaderDispatchNotice — and waits for the reply
 // within ctx.
-func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, send func(*actor.MessageEnvelope)) (proto.Message, error) {
+func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, notice bool, send func(*actor.MessageEnvelope)) (proto.Message, error) {
 	m := c.m
 	dl, _ := ctx.Deadline()
 	f := actor.NewFuture(m.sys, time.Until(dl))
-	env.Sender = f.PID()
+	if notice {
+		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(f.PID()))
+	} else {
+		env.Sender = f.PID()
+	}
 	lost, unwatch := m.watchEndpoint(address)
 	defer unwatch()
 	send(env)
@@ -289,6 +299,8 @@ wait:
 	case errors.Is(err, actor.ErrDeadLetter):
 		m.cache.drop(c.spotID)
 		return nil, fmt.Errorf("%w: the route to Spot %q is stale", roamerr.ErrStale, c.spotID)
+	case errors.Is(err, actor.ErrTimeout) && notice:
+		return nil, fmt.Errorf("%w: the send to Spot %q was not confirmed dispatched by its deadline; it may or may not run", roamerr.ErrDeadlineExceeded, c.spotID)
 	case errors.Is(err, actor.ErrTimeout):
 		return nil, fmt.Errorf("%w: no reply from Spot %q", roamerr.ErrDeadlineExceeded, c.spotID)
 	case err != nil:
@@ -299,6 +311,9 @@ wait:
 			m.cache.drop(c.spotID)
 		}
 		return nil, derr
+	}
+	if notice {
+		return nil, nil // dispatched
 	}
 	pm, ok := reply.(proto.Message)
 	if !ok {
@@ -370,8 +385,6 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, owner *me
 		if _, err := relocation.ToWire(c.spotID, env); err != nil {
 			return nil, err
 		}
-		send(env)
-		return nil, nil
 	}
-	return c.await(ctx, address, owner, env, send)
+	return c.await(ctx, address, owner, env, !c.request, send)
 }

@@ -22,8 +22,8 @@ func withCapacity(n uint32) nodeOpt { return func(c *extension.Config) { c.Node.
 
 // A node's Capacity bounds the incarnations it serves: a create placed on
 // a full node moves on to another candidate, and with every candidate
-// full the create and a cold activation end CapacityExceeded, leaving no
-// reservation behind.
+// full the create and a cold activation (request or send) end
+// CapacityExceeded, leaving no reservation behind.
 // Reference: spec 002 §3.1, §4.1 step 7.
 func TestCapacityExceededWhenEveryCandidateIsFull(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
@@ -41,6 +41,10 @@ func TestCapacityExceededWhenEveryCandidateIsFull(t *testing.T) {
 		_, err := a.Spots().GetOrCreate("three", "room").Do(ctx)
 		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
 		_, err = request(t, a, "four", "x", "cart")
+		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+		// A send that goes with a cold activation waits for its dispatch
+		// notice, and so learns the activation's failure.
+		_, err = a.Spots().Send("five", wrapperspb.String("x")).InstanceSpot("cart").Do(ctx)
 		require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
 		require.Equal(t, 2, recordCount(t, store, location.KindUserSpot))
 		require.Zero(t, recordCount(t, store, location.KindInstanceSpot))

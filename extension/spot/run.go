@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
@@ -196,15 +195,20 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		}
 	case activation.Open:
 		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
-		err := r.staged.Open(r.ctx, e.Messages, op, func() { go m.clearRecovery(key, op, rootKey) })
+		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func()) {
+			go func() {
+				defer settled() // the incarnation dispatches again
+				m.clearRecovery(key, op, rootKey)
+			}()
+		})
 		return activation.Opened{Err: err}
 	case activation.Forward:
 		m.sys.Root.Send(relocation.ObjectPID(e.Address, e.Key, e.Record), r.first)
 	case activation.PassOn:
 		return activation.PassedOn{OK: m.passOn(r.ctx, r.env)}
 	case activation.RespondFailure:
-		if s := r.env.GetFirst().GetSender(); s != nil {
-			relocation.RespondFailure(m.sys, actor.NewPID(s.GetAddress(), s.GetId()), r.env.GetSpotId(), e.Err)
+		if to := relocation.ReplyRoute(r.env.GetFirst()); to != nil {
+			relocation.RespondFailure(m.sys, to, r.env.GetSpotId(), e.Err)
 		}
 	case activation.CloseLocal:
 		return activation.LocalClosed{Err: m.d.CloseLocal(r.ctx, e.Key, e.Generation)}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot"
 	"github.com/roamactors/roam/internal/testwait"
@@ -957,4 +958,112 @@ func TestOneCallersColdActivationsKeepTheirOrder(t *testing.T) {
 			require.Equal(t, []string{id + "-first", id + "-second"}, w.handledOf(id), "handled in the caller's order")
 		}
 	})
+}
+
+// clearHold is a Location Store whose compare-and-sets that remove a cold
+// activation's recovery pointer wait until released: the removal is slow
+// (a store far away, a retried write).
+type clearHold struct {
+	*memstore.Store
+	held     chan struct{} // closed at the first held removal
+	heldOnce atomic.Bool
+	release  chan struct{}
+}
+
+func (s *clearHold) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Kind != location.OpUpdate || op.Key.Kind != location.KindInstanceSpot || op.Record.GetActivationRecovery() != nil ||
+			op.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+			continue
+		}
+		if cur, err := s.Store.Read(ctx, op.Key); err == nil && cur.Record.GetActivationRecovery() != nil {
+			if s.heldOnce.CompareAndSwap(false, true) {
+				close(s.held)
+			}
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// pointerProbe records, for every message it handles, whether the store
+// still named its activation's recovery pointer at that moment. Its first
+// handler returns only once proceed is closed.
+type pointerProbe struct {
+	store   location.Store
+	seen    chan<- string
+	proceed <-chan struct{}
+	ran     bool
+}
+
+// Its state is nothing: it only reports.
+type probeState struct{}
+
+func (probeState) Capture(actor.Actor) ([]byte, error) { return []byte{}, nil }
+func (probeState) Restore(actor.Actor, []byte) error   { return nil }
+
+func (p *pointerProbe) Receive(c actor.Context) {
+	s, ok := c.Message().(*wrapperspb.StringValue)
+	if !ok {
+		return
+	}
+	v, err := p.store.Read(context.Background(), location.Key(location.KindInstanceSpot, spotIDOf(c.Self())))
+	pointer := err != nil || v.Record.GetActivationRecovery() != nil
+	p.seen <- fmt.Sprintf("%s pointer=%t", s.Value, pointer)
+	if !p.ran {
+		p.ran = true
+		<-p.proceed
+	}
+	c.Respond(wrapperspb.Int64(1))
+}
+
+// After a cold activation's first message, the incarnation runs nothing
+// else until the recovery pointer's removal has landed, and a move waits
+// until then: an owner that ends in between is resumed from the
+// first message alone (spec 002 §4.1.1), which must then be all it did —
+// otherwise a resumed PreserveStateWith Spot would start without what the
+// later messages did.
+// Reference: spec 002 §4.1 step 12, §4.1.1; spec 003.
+func TestNothingRunsAfterTheFirstMessageUntilTheRecoveryPointerIsGone(t *testing.T) {
+	inner := memstore.New()
+	held := &clearHold{Store: inner, held: make(chan struct{}), release: make(chan struct{})}
+	w := newWorld(t, inner)
+	seen := make(chan string, 4)
+	proceed := make(chan struct{})
+	probe := extension.Kind{StableType: "probe", Instance: true, Policy: extension.PreserveStateWith(probeState{}),
+		Producer: func() actor.Actor { return &pointerProbe{store: inner, seen: seen, proceed: proceed} }}
+	node := w.start(withKinds(probe), withStore(held))
+	// The node calls its own Spot (the only node yet, so it is activated
+	// there): a local send is in the incarnation's queue when Do returns.
+	_, err := node.Spots().Send("ledger", wrapperspb.String("1")).InstanceSpot("probe").Do(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "1 pointer=true", <-seen, "the first message runs with the pointer set")
+	// The second message waits in the queue behind the running first one.
+	_, err = node.Spots().Send("ledger", wrapperspb.String("2")).Do(ctx)
+	require.NoError(t, err)
+	close(proceed)
+	<-held.held // the first handler returned; the pointer's removal is held
+	other := w.start(withKinds(probe))
+	moved := make(chan error, 1)
+	go func() {
+		_, err := node.Relocate(ctx, extension.InstanceSpotRef("ledger"), other.NodeRid())
+		moved <- err
+	}()
+	close(held.release)
+	require.Equal(t, "2 pointer=false", <-seen, "the second message ran only once the pointer was gone")
+	require.NoError(t, <-moved, "the move waited for the pointer's removal")
+	ref, err := node.Spots().Find(ctx, "ledger")
+	require.NoError(t, err)
+	require.Equal(t, other.NodeRid(), ref.NodeRid)
+	// The move carried no pointer, and the second message was handled
+	// before it: the source handled both, the target none.
+	v, err := inner.Read(ctx, location.Key(location.KindInstanceSpot, "ledger"))
+	require.NoError(t, err)
+	require.Nil(t, v.Record.GetActivationRecovery())
+	_, err = node.Relocate(ctx, extension.InstanceSpotRef("ledger"), other.NodeRid())
+	require.Error(t, err, "no longer this node's")
 }

@@ -81,7 +81,8 @@ func (c *Clear) Step(ev Event) []Effect {
 		case ev.Err == nil, errors.Is(ev.Err, location.ErrConflict), errors.Is(ev.Err, location.ErrIndeterminate):
 			return c.read() // done when a read shows the pointer gone
 		case errors.Is(ev.Err, location.ErrLeaseEnded):
-			return c.giveUp()
+			return c.finish(ClearGaveUp, Log{Level: LevelWarn, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
+				Msg: "this node's lease ended before the recovery pointer was removed: the node that resumes the activation runs its first message again"})
 		}
 		return c.wait()
 
@@ -127,9 +128,13 @@ func (c *Clear) cleared() []Effect {
 	return c.finish(PointerCleared, effects...)
 }
 
+// giveUp ends a removal the store refused for ClearFor while this node's
+// lease lived. The incarnation dispatches again (it cannot wait for good),
+// so from here a resume after this owner's end would lose what later
+// messages did: an error.
 func (c *Clear) giveUp() []Effect {
-	return c.finish(ClearGaveUp, Log{Level: LevelWarn, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
-		Msg: "the recovery pointer stays; the first message may be replayed if this owner ends"})
+	return c.finish(ClearGaveUp, Log{Level: LevelError, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
+		Msg: "the recovery pointer stays and the Spot serves on: if this owner ends, the Spot is resumed from its first message alone, without what later messages did"})
 }
 
 func (c *Clear) finish(p Phase, before ...Effect) []Effect {

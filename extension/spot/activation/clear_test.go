@@ -62,8 +62,9 @@ func TestClearFollowsTheRecord(t *testing.T) {
 }
 
 // Failed reads and writes are tried again after a back-off (the machine's
-// retry timer); once the bound passes the pointer stays, logged
-// activation_recovery_clear_failed.
+// retry timer); once the bound passes under a live lease the pointer
+// stays, logged activation_recovery_clear_failed at error: the Spot serves
+// on, and a resume after its owner's end would lose what it did since.
 // Reference: spec 002 §4.1 step 12; docs/FAULTS.md (repeated first
 // message).
 func TestClearBacksOffThenGivesUp(t *testing.T) {
@@ -79,7 +80,7 @@ func TestClearBacksOffThenGivesUp(t *testing.T) {
 	effects = step(t, c, TimerFired{Timer: TimerDeadline, Now: t0.Add(10 * time.Minute)}, "Log", "Finish")
 	l := effects[0].(Log)
 	require.Equal(t, "activation_recovery_clear_failed", l.Event)
-	require.Equal(t, LevelWarn, l.Level)
+	require.Equal(t, LevelError, l.Level)
 	require.Equal(t, cartKey.ID, l.SpotID)
 	require.Equal(t, ClearGaveUp, c.Phase())
 	require.Empty(t, c.Step(TimerFired{Timer: TimerRetry, Now: t0.Add(11 * time.Minute)}))
@@ -100,5 +101,6 @@ func TestClearGivesUpWhenTheLeaseEnded(t *testing.T) {
 	step(t, c, RecordRead{Record: withPointer(40), Now: t0}, "CompareAndSet")
 	effects := step(t, c, WriteAnswered{Err: location.ErrLeaseEnded, Now: t0}, "Log", "Finish")
 	require.Equal(t, "activation_recovery_clear_failed", effects[0].(Log).Event)
+	require.Equal(t, LevelWarn, effects[0].(Log).Level, "nothing runs on an ended lifecycle: only the replay is to come")
 	require.Equal(t, ClearGaveUp, c.Phase())
 }

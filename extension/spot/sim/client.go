@@ -175,8 +175,13 @@ func (call *Call) abandon(why string) {
 	}
 }
 
+// replied: a request's reply, or a send's dispatch notice, came back.
 func (call *Call) replied(m *Msg) {
-	if call.ended || m != call.m || !m.request {
+	if call.ended || m != call.m || !(m.request || m.notice) {
+		return
+	}
+	if m.notice {
+		call.end("dispatched")
 		return
 	}
 	call.end("reply")
@@ -317,11 +322,8 @@ func (call *Call) sendActivation(to *Life, owner *messages.Owner) {
 		w.tracef("c%d m%d → command 39 %s to %s", call.c.id+1, m.id, m.op, to)
 	}
 	m.viaCmd39, m.sentAt, m.target = true, w.now, to
+	m.notice = !m.request
 	l.send(to, &packet{kind: pCmd39, msg: m, env: env})
-	if !m.request {
-		call.sent()
-		return
-	}
 	call.awaitReply(to, owner)
 }
 

@@ -36,8 +36,9 @@
 //     own records by its own state).
 //   - Callers (call.go, placement.go, cache.go): a client lives on a node
 //     and calls through its node's current lifecycle, one call after the
-//     other (a send returns at outbound admission, a request with its reply
-//     or a failure); the positive route cache (Ready with a live owner,
+//     other (a send returns at outbound admission, or, sent in a command
+//     39, on its dispatch notice or a failure; a request with its reply or
+//     a failure); the positive route cache (Ready with a live owner,
 //     RouteCacheMaxAge, dropped on a stale or unavailable answer, swept
 //     every second against the live descriptors); the branches of do (a
 //     Ready owner directly, a Missing Spot by a command 39 to the first of
@@ -61,10 +62,12 @@
 //     open (Staged.Open: the first messages at the head of the queue,
 //     ahead of what waited; a lifecycle already ended ends it at once),
 //     handled one at a time in queue order while the lease is provably
-//     valid (mailbox.Gate), a request dispatched more than 1 s past its
-//     deadline answered DeadlineExceeded and not run (host.Receive, which
-//     then skips the afterFirst hook), discarded (Staged.Discard: waiting
-//     requests answered Unavailable, waiting sends dropped), closed
+//     valid and no recovery pointer's removal is pending after the first
+//     message (mailbox.Gate), a send's dispatch notice answered as it is
+//     dispatched, a request dispatched more than 1 s past its deadline
+//     answered DeadlineExceeded and not run (host.Receive, which runs the
+//     afterFirst hook all the same), discarded (Staged.Discard: waiting
+//     requests answered Unavailable, waiting sends failed loudly), closed
 //     (Driver.CloseLocal: a marker behind what it accepted, a stale answer
 //     for what is behind it, then dead letters); each records what it
 //     handled. Dead letters (redeliver.go): a request gets ErrStale; a

@@ -45,7 +45,10 @@ type Inc struct {
 	// firstOp and afterFirst: once the handler of the message of firstOp
 	// returned, afterFirst removes the recovery pointer (Staged.Open).
 	firstOp    string
-	afterFirst func()
+	afterFirst func(settled func())
+	// pointerHeld: the first message ran and the Clear machine has not
+	// finished: nothing more is dispatched (the relocation mailbox gate).
+	pointerHeld bool
 	// firsts are the messages Open put at the head; resumedFrom is the
 	// operation a takeover replayed from its root ("" if none).
 	firsts      []*Msg
@@ -83,7 +86,7 @@ func (l *Life) stage(s *Spot, gen, ownerGen uint64) (*Inc, error) {
 // open makes a staged incarnation serve with first at the head of its
 // queue, ahead of what waited (Staged.Open); a lifecycle that ended ends
 // it at once (Driver.nowServing).
-func (w *World) open(inc *Inc, first []*Msg, firstOp string, afterFirst func()) {
+func (w *World) open(inc *Inc, first []*Msg, firstOp string, afterFirst func(settled func())) {
 	l := inc.life
 	held := inc.queue
 	inc.queue = make([]item, 0, len(first)+len(held))
@@ -172,8 +175,23 @@ func (w *World) endOwned(inc *Inc) {
 	}
 }
 
+// afterFirst is host.Receive's hook after the first message's turn:
+// dispatch waits until the pointer's removal settled (Staged.Open).
+func (w *World) afterFirst(inc *Inc) {
+	done := inc.afterFirst
+	inc.afterFirst = nil
+	inc.pointerHeld = true
+	done(func() {
+		if inc.pointerHeld {
+			inc.pointerHeld = false
+			w.tracef("%s: recovery pointer settled; dispatch goes on", inc)
+			w.schedTurn(inc)
+		}
+	})
+}
+
 func (w *World) schedTurn(inc *Inc) {
-	if inc.turn || inc.mode != mOpen || len(inc.queue) == 0 {
+	if inc.turn || inc.mode != mOpen || len(inc.queue) == 0 || inc.pointerHeld {
 		return
 	}
 	inc.turn = true
@@ -189,7 +207,7 @@ const deadlineGrace = time.Second
 func (w *World) runTurn(inc *Inc) {
 	inc.turn = false
 	l := inc.life
-	if inc.mode != mOpen || len(inc.queue) == 0 || !l.valid() {
+	if inc.mode != mOpen || len(inc.queue) == 0 || !l.valid() || inc.pointerHeld {
 		return
 	}
 	it := inc.queue[0]
@@ -205,21 +223,20 @@ func (w *World) runTurn(inc *Inc) {
 		w.tracef("%s m%d: deadline passed %s ago: answered DeadlineExceeded, not run", inc, m.id, ms(w.now-m.deadline))
 		w.answerFailure(l, m, failure{code: "deadline_exceeded", why: "the request's deadline passed before it was dispatched; not run"})
 		if inc.afterFirst != nil && m.op == inc.firstOp {
-			done := inc.afterFirst
-			inc.afterFirst = nil
-			done()
+			w.afterFirst(inc)
 		}
 		w.schedTurn(inc)
 		return
+	}
+	if m.notice && m.call != nil && !m.call.life.gone {
+		l.send(m.call.life, &packet{kind: pReply, msg: m}) // the dispatch notice, before the handler
 	}
 	w.handle(inc, m)
 	if m.request && m.call != nil && !m.call.life.gone {
 		l.send(m.call.life, &packet{kind: pReply, msg: m})
 	}
 	if inc.afterFirst != nil && m.op == inc.firstOp {
-		done := inc.afterFirst
-		inc.afterFirst = nil
-		done()
+		w.afterFirst(inc)
 	}
 	if w.hooks.Handled != nil {
 		w.hooks.Handled(w, inc, m)

@@ -82,11 +82,13 @@ const (
 	KnownCloseUnsettled = "an Instance Spot's own close gives up on an unsettled Closing write: a write that landed leaves the record Closing under a live owner for good"
 	// KnownResumeStartsEmpty: a PreserveStateWith Spot (no
 	// ReactivateEmpty) whose owner ended while the recovery pointer was
-	// still set (its removal failed, was slow, or is never made) is
-	// resumed: a new incarnation starts empty with the first message
-	// replayed, losing what the ended owner handled after it; without the
-	// pointer spec 003 refuses. ReleaseEnded refuses a record with a
-	// pointer ("it resumes by itself").
+	// still set (its removal failed, was slow, or is never made) was
+	// resumed: a new incarnation started empty with the first message
+	// replayed, losing what the ended owner handled after it. Fixed: the
+	// incarnation dispatches nothing after its first message until the
+	// pointer's removal settled, and refuses to move until then (relocation
+	// Staged.Open; inc.go afterFirst); a resume then loses only the first
+	// message's run, which it replays.
 	KnownResumeStartsEmpty = "a PreserveStateWith Spot whose owner ended with the recovery pointer set is resumed empty, not refused (spec 003)"
 	// KnownFailedThenResumed: an activation answers its first message's
 	// caller with a failure (Unavailable: "not delivered") while a
@@ -177,7 +179,7 @@ func has[T activation.Effect](effects []activation.Effect) (T, bool) {
 func runProbes() {
 	probes = map[string]bool{
 		KnownRepeatedFirst:            true,  // documented; no completion record but the pointer removal
-		KnownCmd39Overtaken:           true,  // call.go's routing, modelled in client.go
+		KnownCmd39Overtaken:           false, // a send in a command 39 returns once dispatched (client.go sendActivation)
 		KnownCmd39DeadLetter:          false, // redeliver.go fails a dead-lettered command 39 loudly (net.go deadLetterAtSender)
 		KnownDiscardDropsSends:        false, // Staged.Discard fails sends loudly now (modelled in inc.go)
 		KnownExpiredFirstKeepsPointer: false, // host.Receive runs afterFirst after a refusal too (inc.go runTurn)
@@ -188,15 +190,12 @@ func runProbes() {
 	_, discards := has[activation.DiscardStaged](eff)
 	probes[KnownUnsettledCommitDiscarded] = discards
 	probes[KnownCloseUnsettled] = false // closeself.go settles an unsettled Closing write (service.go settleClosing)
-	// A Ready record with a pointer under an ended owner is resumed for a
-	// kind that spec 003 refuses.
-	a, _ = probeActivation(activation.Kind{Registered: true, PreservesState: true})
-	rec := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
-		Owner: probeOther, StableType: "counter", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE,
-		ActivationRecovery: &messages.ActivationRecovery{RecoveryKey: "activation-old", OperationId: "old", RootSize: 1}}
-	eff = a.Step(activation.AuthorityRead{Authority: activation.Authority{Versioned: location.Versioned{Key: probeKey, Version: 3, Record: rec}, OwnerEnded: true}, Now: probeT0})
-	_, resumes := has[activation.GetRoot](eff)
-	probes[KnownResumeStartsEmpty] = resumes
+	// A Ready record with a pointer under an ended owner is resumed (spec
+	// 002 §4.1.1), also for a kind that preserves state; that loses nothing
+	// while the incarnation runs no second message before the pointer is
+	// gone: the host's gate (relocation Staged.Open, modelled in inc.go
+	// afterFirst). A probe of the host would need a node; the model is it.
+	probes[KnownResumeStartsEmpty] = false
 	// A failed abort, or a lost commit followed by a failed read, ends
 	// with a failure that says the first message was not delivered while
 	// the reservation with its root stays.

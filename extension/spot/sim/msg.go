@@ -77,7 +77,11 @@ type Msg struct {
 	// viaCmd39: its call sent it in a command 39; sentAt: when its call
 	// handed it to the transport; deliveredAt: when it first reached an
 	// incarnation's mailbox, or the head of an opening one (0: not yet).
-	viaCmd39    bool
+	viaCmd39 bool
+	// notice: a send that went in a command 39; its call returns when the
+	// incarnation dispatches it (or a failure comes back), so the caller's
+	// next call cannot overtake it (call.go sendActivation).
+	notice      bool
 	target      *Life // the lifecycle its call sent it to
 	sentAt      time.Duration
 	deliveredAt time.Duration

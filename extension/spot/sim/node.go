@@ -360,6 +360,16 @@ func (w *World) answerFailure(l *Life, m *Msg, f failure) {
 	}
 }
 
+// answerFirstFailure is answerFailure for a message that travels as a
+// command 39's first message: a send's failure goes to its dispatch
+// notice's route too (relocation.ReplyRoute).
+func (w *World) answerFirstFailure(l *Life, m *Msg, f failure) {
+	w.answerFailure(l, m, f)
+	if m.notice && m.call != nil && !m.call.life.gone {
+		l.send(m.call.life, &packet{kind: pFailure, msg: m, fail: f})
+	}
+}
+
 // ---- dead letters (relocation/redeliver.go) ----
 
 // deadLettered is Driver.onDeadLettered: a one-way send to an incarnation

@@ -409,7 +409,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 		}
 		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
 		inc.resumedFrom = r.resumed
-		w.open(inc, first, op, func() { l.clearRecovery(s, key, op, rootKey) })
+		w.open(inc, first, op, func(settled func()) { l.clearRecovery(s, key, op, rootKey, settled) })
 		r.queue = append(r.queue, activation.Opened{})
 	case activation.Forward:
 		to := w.lifeByAddress(e.Address)
@@ -428,7 +428,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 	case activation.RespondFailure:
 		if r.first != nil {
 			c := code(e.Err)
-			w.answerFailure(l, r.first, failure{code: c, definite: c != "deadline_exceeded", why: "activation failed: " + e.Err.Error()})
+			w.answerFirstFailure(l, r.first, failure{code: c, definite: c != "deadline_exceeded", why: "activation failed: " + e.Err.Error()})
 		}
 	case activation.CloseLocal:
 		answered := false
