@@ -582,10 +582,12 @@ func (d *Driver) endOwned(obj *object, done func()) {
 				// recovery root still holds it, and a live node that resumes
 				// the activation runs it. Not a failure: its outcome is
 				// another node's (run on the actor goroutine, like turns).
-				if sender != nil {
-					respondFailure(d.sys, sender, "deadline_exceeded", obj.key.ID,
-						"the owner's lease ended before the first message ran; it runs where the activation is resumed")
+				to := sender
+				if to == nil {
+					to = noticeOf(msg) // a send whose caller waits for its dispatch
 				}
+				respondFailure(d.sys, to, "deadline_exceeded", obj.key.ID,
+					"the owner's lease ended before the first message ran; it runs where the activation is resumed")
 				continue
 			}
 			sink(msg)

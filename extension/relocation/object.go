@@ -371,7 +371,19 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 		}
 		d.metrics.sendUndelivered(event)
 		d.log.Warn().Str("event", event).Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
+		respondFailure(d.sys, noticeOf(msg), code, obj.key.ID, why)
 	}
+}
+
+// noticeOf is the dispatch notice route of a posted send that went with a
+// cold activation (HeaderDispatchNotice): roam's loud failure of such a
+// send is answered there too, so its waiting caller learns it. nil for
+// any other message.
+func noticeOf(msg any) *actor.PID {
+	if e, ok := msg.(*actor.MessageEnvelope); ok && e.Header != nil {
+		return noticePID(e.Header.Get(HeaderDispatchNotice))
+	}
+	return nil
 }
 
 func typeName(m any) string {

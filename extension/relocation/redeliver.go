@@ -137,6 +137,7 @@ func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnv
 	d.metrics.sendUndelivered("send_redelivery_failed")
 	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).
 		Str("reason", reason).Err(err).Msg("a send past the Message Follow hop limit was not redelivered")
+	respondFailure(d.sys, noticeOf(env), roamerr.Code(err), key.ID, err.Error())
 }
 
 // The reasons a redelivery ends undelivered when the lifecycle ends.
@@ -336,6 +337,7 @@ func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why 
 	d.metrics.sendUndelivered("send_dead_letter")
 	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).
 		Str("reason", reason).Msg(why)
+	respondFailure(d.sys, noticeOf(msg), "unavailable", key.ID, why)
 }
 
 // onActivationDeadLetter ends a cold activation's envelope (command 39)

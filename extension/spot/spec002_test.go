@@ -960,26 +960,25 @@ func TestOneCallersColdActivationsKeepTheirOrder(t *testing.T) {
 	})
 }
 
-// clearHold is a Location Store whose compare-and-sets that remove a cold
-// activation's recovery pointer wait until released: the removal is slow
-// (a store far away, a retried write).
-type clearHold struct {
+// holdStore is a Location Store whose first write that match selects
+// waits until release is closed (a store far away, a retried write);
+// held is closed when it starts waiting.
+type holdStore struct {
 	*memstore.Store
-	held     chan struct{} // closed at the first held removal
+	match    func(ctx context.Context, s *memstore.Store, op location.Op) bool
+	held     chan struct{}
 	heldOnce atomic.Bool
 	release  chan struct{}
 }
 
-func (s *clearHold) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+func newHoldStore(match func(ctx context.Context, s *memstore.Store, op location.Op) bool) *holdStore {
+	return &holdStore{Store: memstore.New(), match: match, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *holdStore) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
 	for _, op := range ops {
-		if op.Kind != location.OpUpdate || op.Key.Kind != location.KindInstanceSpot || op.Record.GetActivationRecovery() != nil ||
-			op.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-			continue
-		}
-		if cur, err := s.Store.Read(ctx, op.Key); err == nil && cur.Record.GetActivationRecovery() != nil {
-			if s.heldOnce.CompareAndSwap(false, true) {
-				close(s.held)
-			}
+		if s.match(ctx, s.Store, op) && s.heldOnce.CompareAndSwap(false, true) {
+			close(s.held)
 			select {
 			case <-s.release:
 			case <-ctx.Done():
@@ -988,6 +987,22 @@ func (s *clearHold) Apply(ctx context.Context, ops []location.Op) ([]location.St
 		}
 	}
 	return s.Store.Apply(ctx, ops)
+}
+
+// removesPointer: the compare-and-set that removes a cold activation's
+// recovery pointer.
+func removesPointer(ctx context.Context, s *memstore.Store, op location.Op) bool {
+	if op.Kind != location.OpUpdate || op.Key.Kind != location.KindInstanceSpot || op.Record.GetActivationRecovery() != nil ||
+		op.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+		return false
+	}
+	cur, err := s.Read(ctx, op.Key)
+	return err == nil && cur.Record.GetActivationRecovery() != nil
+}
+
+// reserves: a cold activation's reservation.
+func reserves(_ context.Context, _ *memstore.Store, op location.Op) bool {
+	return op.Kind == location.OpCreate && op.Key.Kind == location.KindInstanceSpot
 }
 
 // pointerProbe records, for every message it handles, whether the store
@@ -1029,8 +1044,8 @@ func (p *pointerProbe) Receive(c actor.Context) {
 // later messages did.
 // Reference: spec 002 §4.1 step 12, §4.1.1; spec 003.
 func TestNothingRunsAfterTheFirstMessageUntilTheRecoveryPointerIsGone(t *testing.T) {
-	inner := memstore.New()
-	held := &clearHold{Store: inner, held: make(chan struct{}), release: make(chan struct{})}
+	held := newHoldStore(removesPointer)
+	inner := held.Store
 	w := newWorld(t, inner)
 	seen := make(chan string, 4)
 	proceed := make(chan struct{})
@@ -1066,4 +1081,43 @@ func TestNothingRunsAfterTheFirstMessageUntilTheRecoveryPointerIsGone(t *testing
 	require.Nil(t, v.Record.GetActivationRecovery())
 	_, err = node.Relocate(ctx, extension.InstanceSpotRef("ledger"), other.NodeRid())
 	require.Error(t, err, "no longer this node's")
+}
+
+// A one-way send that goes with a cold activation returns once the new
+// incarnation dispatches it, not when it is handed to the transport: the
+// caller's next call, which may go straight to the now Ready incarnation,
+// cannot overtake it.
+// Reference: spec 002 §4.1 ("a subsequent message can't overtake this
+// record").
+func TestASendWithAColdActivationReturnsOnceDispatched(t *testing.T) {
+	held := newHoldStore(reserves)
+	w := newWorld(t, held.Store)
+	seen := make(chan string, 4)
+	probe := extension.Kind{StableType: "probe", Instance: true, Policy: extension.PreserveStateWith(probeState{}),
+		Producer: func() actor.Actor { return &pointerProbe{store: held.Store, seen: seen, proceed: closedChan()} }}
+	node := w.start(withKinds(probe), withStore(held))
+	sent := make(chan error, 1)
+	go func() {
+		_, err := node.Spots().Send("parcel", wrapperspb.String("1")).InstanceSpot("probe").Do(ctx)
+		sent <- err
+	}()
+	<-held.held // the activation's reservation waits: nothing can be dispatched yet
+	select {
+	case err := <-sent:
+		t.Fatalf("the send returned (%v) before its activation reserved the Spot", err)
+	default:
+	}
+	close(held.release)
+	require.NoError(t, <-sent)
+	n, err := request(t, node, "parcel", "2")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	require.Equal(t, "1 pointer=true", <-seen)
+	require.Equal(t, "2 pointer=false", <-seen)
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

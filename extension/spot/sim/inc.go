@@ -128,7 +128,7 @@ func (w *World) discard(inc *Inc) {
 			w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the incarnation was removed before it opened"})
 			continue
 		}
-		w.failLoud(it.m, inc.life, failure{code: "unavailable", definite: true, why: "send_unavailable: the incarnation was removed before it opened"})
+		w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "send_unavailable: the incarnation was removed before it opened"})
 	}
 }
 
@@ -166,7 +166,7 @@ func (w *World) endOwned(inc *Inc) {
 		if inc.afterFirst != nil && it.m.op == inc.firstOp {
 			// Driver.endOwned: the activation's root still holds it; a live
 			// node that resumes the activation runs it.
-			if it.m.request {
+			if it.m.request || it.m.notice {
 				w.answerFailure(inc.life, it.m, failure{code: "deadline_exceeded", why: "the owner's lease ended before the first message ran"})
 			}
 			continue

@@ -156,7 +156,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 			w.tracef("%s dead letter: command 39 %s for %s (%s): Proto.Actor only logs it", p.from, p.env.GetOperationId(), m.spot.id, why)
 		}
 		m.cmd39DeadLetter = true
-		w.answerFirstFailure(p.from, m, failure{code: "unavailable", definite: true, why: "command 39 dead-lettered: " + why})
+		w.answerFailure(p.from, m, failure{code: "unavailable", definite: true, why: "command 39 dead-lettered: " + why})
 	}
 }
 

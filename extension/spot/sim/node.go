@@ -353,19 +353,11 @@ func (l *Life) deliverApp(pid pidKey, m *Msg) {
 
 // answerFailure sends a DeliveryFailed for request m from l to its
 // caller, and records the loud failure.
+// A send with a dispatch notice gets its failure there too (relocation
+// ReplyRoute, noticeOf).
 func (w *World) answerFailure(l *Life, m *Msg, f failure) {
 	w.failLoud(m, l, f)
-	if m.request && m.call != nil && !m.call.life.gone {
-		l.send(m.call.life, &packet{kind: pFailure, msg: m, fail: f})
-	}
-}
-
-// answerFirstFailure is answerFailure for a message that travels as a
-// command 39's first message: a send's failure goes to its dispatch
-// notice's route too (relocation.ReplyRoute).
-func (w *World) answerFirstFailure(l *Life, m *Msg, f failure) {
-	w.answerFailure(l, m, f)
-	if m.notice && m.call != nil && !m.call.life.gone {
+	if (m.request || m.notice) && m.call != nil && !m.call.life.gone {
 		l.send(m.call.life, &packet{kind: pFailure, msg: m, fail: f})
 	}
 }
@@ -390,7 +382,7 @@ func (l *Life) deadLettered(m *Msg, pid pidKey) {
 	}
 	m.dlCount++
 	if l.ended || w.now-m.dlFirst > w.cfg.DeadLetterPatience {
-		w.failLoud(m, l, failure{code: "unavailable", definite: true, why: "send_dead_letter"})
+		w.answerFailure(l, m, failure{code: "unavailable", definite: true, why: "send_dead_letter"})
 		return
 	}
 	i := m.spot.idx
@@ -433,7 +425,7 @@ func (l *Life) redeliverWork(s *Spot) {
 				}
 			case isNotFound(err) || w.now+wait >= start+w.cfg.RedeliveryWindow:
 				for _, m := range batch {
-					w.failLoud(m, l, failure{code: "unavailable", definite: true, why: "send_redelivery_failed: " + errString(err)})
+					w.answerFailure(l, m, failure{code: "unavailable", definite: true, why: "send_redelivery_failed: " + errString(err)})
 				}
 			default:
 				w.after(wait, try)

@@ -428,7 +428,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 	case activation.RespondFailure:
 		if r.first != nil {
 			c := code(e.Err)
-			w.answerFirstFailure(l, r.first, failure{code: c, definite: c != "deadline_exceeded", why: "activation failed: " + e.Err.Error()})
+			w.answerFailure(l, r.first, failure{code: c, definite: c != "deadline_exceeded", why: "activation failed: " + e.Err.Error()})
 		}
 	case activation.CloseLocal:
 		answered := false
