@@ -81,18 +81,27 @@ type host struct {
 }
 
 func (h *host) Receive(c actor.Context) {
-	h.receive(c)
-	// The turn of the first message is over — handled, or refused above
-	// (a request past its deadline is answered DeadlineExceeded and never
-	// runs): either way the activation's recovery pointer may go, and must,
-	// or a later owner would replay a message its caller was told failed.
 	if h.obj.afterFirst != nil {
-		if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
-			done := h.obj.afterFirst
-			h.obj.afterFirst = nil
-			h.obj.pointerHeld.Store(true) // before the next turn's gate check
-			done(h.obj.pointerSettled)
-		}
+		defer h.afterTurn(c) // also when the handler panics
+	}
+	h.receive(c)
+}
+
+// afterTurn: the turn of the first message is over — handled, refused in
+// receive (a request past its deadline is answered DeadlineExceeded and
+// never runs), or failed by a panic the supervisor handles: either way
+// the activation's recovery pointer may go, and must, or a later owner
+// would replay a message its caller was told failed, and the incarnation
+// could never move.
+func (h *host) afterTurn(c actor.Context) {
+	if h.obj.afterFirst == nil {
+		return
+	}
+	if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
+		done := h.obj.afterFirst
+		h.obj.afterFirst = nil
+		h.obj.pointerHeld.Store(true) // before the next turn's gate check
+		done(h.obj.pointerSettled)
 	}
 }
 

@@ -1009,10 +1009,11 @@ func reserves(_ context.Context, _ *memstore.Store, op location.Op) bool {
 // still named its activation's recovery pointer at that moment. Its first
 // handler returns only once proceed is closed.
 type pointerProbe struct {
-	store   location.Store
-	seen    chan<- string
-	proceed <-chan struct{}
-	ran     bool
+	store     location.Store
+	seen      chan<- string
+	proceed   <-chan struct{}
+	ran       bool
+	panicOnce *atomic.Bool // if set, the first handler of all the incarnations panics after reporting
 }
 
 // Its state is nothing: it only reports.
@@ -1032,6 +1033,9 @@ func (p *pointerProbe) Receive(c actor.Context) {
 	if !p.ran {
 		p.ran = true
 		<-p.proceed
+		if p.panicOnce != nil && p.panicOnce.CompareAndSwap(false, true) {
+			panic("the first handler fails")
+		}
 	}
 	c.Respond(wrapperspb.Int64(1))
 }
@@ -1120,4 +1124,31 @@ func closedChan() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
+}
+
+// A first handler that panics ends the first message's turn all the same:
+// the recovery pointer goes, the incarnation (restarted by its supervisor)
+// serves the next message, and it can move.
+// Reference: spec 002 §4.1 step 12.
+func TestAFirstHandlerThatPanicsStillEndsTheActivation(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	seen := make(chan string, 4)
+	var panicked atomic.Bool
+	probe := extension.Kind{StableType: "probe", Instance: true, Policy: extension.PreserveStateWith(probeState{}),
+		Producer: func() actor.Actor {
+			return &pointerProbe{store: store, seen: seen, proceed: closedChan(), panicOnce: &panicked}
+		}}
+	node := w.start(withKinds(probe))
+	_, err := node.Spots().Send("fragile", wrapperspb.String("1")).InstanceSpot("probe").Do(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "1 pointer=true", <-seen)
+	_, err = request(t, node, "fragile", "2")
+	require.NoError(t, err)
+	require.Equal(t, "2 pointer=false", <-seen)
+	other := w.start(withKinds(probe))
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = node.Relocate(mctx, extension.InstanceSpotRef("fragile"), other.NodeRid())
+	require.NoError(t, err)
 }
