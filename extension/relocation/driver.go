@@ -465,6 +465,7 @@ var RestartAlways = actor.NewRestartingStrategy()
 
 // stop ends an incarnation's actor; the only way it stops.
 func (d *Driver) stop(obj *object) {
+	obj.moveMayStart()
 	obj.stopAllowed.Store(true)
 	d.sys.Root.Stop(obj.pid)
 }
@@ -487,7 +488,9 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 		d.abandonRedeliveries()
 		var wg sync.WaitGroup
 		for _, obj := range d.objects {
-			if obj.state == serving && obj.out == nil {
+			// A closing incarnation too: its close marker may wait behind
+			// a gate that the ended lease keeps shut for good.
+			if (obj.state == serving && obj.out == nil) || obj.closing {
 				wg.Add(1)
 				d.endOwned(obj, wg.Done)
 			}
@@ -567,6 +570,7 @@ func (d *Driver) nowServing(obj *object) {
 // shut for good). done runs once what it held has been failed.
 func (d *Driver) endOwned(obj *object, done func()) {
 	obj.state = ended
+	obj.moveMayStart()
 	why := "the node's owner lease ended; the object is recovered on a live node"
 	sink := d.endSink(obj, "unavailable", "send_lease_ended", why)
 	_ = obj.mb.Do(func() {
@@ -576,6 +580,11 @@ func (d *Driver) endOwned(obj *object, done func()) {
 	})
 	err := obj.mb.Seal(func(saved []any) {
 		for _, msg := range saved {
+			if cm, ok := msg.(*closeMarker); ok {
+				// Its close ends here: what was behind it is failed below.
+				close(cm.done)
+				continue
+			}
 			_, _, sender := actor.UnwrapEnvelope(msg)
 			if obj.afterFirst != nil && operationOf(msg) == obj.firstOperation {
 				// A cold activation's first message that has not run: its
@@ -598,7 +607,9 @@ func (d *Driver) endOwned(obj *object, done func()) {
 	})
 	if err != nil {
 		done()
-		d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
+		if !obj.closing { // a closed incarnation's own marker sealed it first
+			d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
+		}
 	}
 }
 

@@ -120,9 +120,9 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 // once the handler of the message stamped with that HeaderOperation has
 // returned: the point at which a cold activation's recovery pointer may go
 // (spec 002 §4.1 step 12). From then on dispatch waits until afterFirst's
-// caller calls settled (the pointer's removal landed or gave up), and a
-// move of the incarnation waits until then.
-func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func(settled func())) error {
+// caller calls settled, and a move of the incarnation waits until settled
+// says the pointer is gone (or the incarnation ended).
+func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func(settled func(pointerGone bool))) error {
 	_, err := call(context.Background(), s.d, func() (struct{}, error) {
 		obj := s.obj
 		if err := s.d.Usable(); err != nil {
@@ -202,6 +202,7 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
 		}
 		obj.state = ended
+		obj.closing = true
 		return obj, nil
 	})
 	if err != nil {

@@ -52,13 +52,13 @@ type object struct {
 	// firstOperation and afterFirst: see Staged.Open; the object's
 	// goroutine only once open.
 	firstOperation string
-	afterFirst     func(settled func())
+	afterFirst     func(settled func(pointerGone bool))
 	// activating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
-	// by Staged.Open, cleared by the settled callback of afterFirst);
-	// settledCh is closed then. A move waits for it: the pointer travels
-	// with the record, and a target would serve on with nobody removing
-	// it.
+	// by Staged.Open; cleared by the settled callback of afterFirst once
+	// the pointer is gone, or when the incarnation ends); settledCh is
+	// closed then. A move waits for it: the pointer travels with the
+	// record, and a target would serve on with nobody removing it.
 	activating atomic.Bool
 	settledCh  chan struct{}
 	// pointerHeld: the first message has run and its recovery pointer's
@@ -67,6 +67,9 @@ type object struct {
 	// activation from its first message alone (spec 002 §4.1 step 12,
 	// §4.1.1): a resume then loses nothing the first message did not.
 	pointerHeld atomic.Bool
+	// closing: CloseLocal ended it and its close marker is queued (the
+	// driver goroutine only).
+	closing bool
 	// stopAllowed: the driver is ending this incarnation (Driver.stop);
 	// any other stop is refused.
 	stopAllowed atomic.Bool
@@ -105,16 +108,27 @@ func (h *host) afterTurn(c actor.Context) {
 	}
 }
 
-// pointerSettled ends the wait for the recovery pointer's removal: the
-// removal landed, the record no longer names this activation, or the
-// removal gave up (logged). Safe to call more than once, from any
-// goroutine.
-func (o *object) pointerSettled() {
-	if o.activating.CompareAndSwap(true, false) {
-		close(o.settledCh)
+// pointerSettled ends the wait for the recovery pointer's removal:
+// dispatch goes on. pointerGone: the removal landed, the record no longer
+// names this activation, or the removal gave up (logged) — a move may
+// start. Otherwise a close is releasing record and pointer together: the
+// incarnation must run what it accepted, but a move still waits (it would
+// find the object closing, and the close would put the pointer back).
+// Safe to call more than once, from any goroutine.
+func (o *object) pointerSettled(pointerGone bool) {
+	if pointerGone {
+		o.moveMayStart()
 	}
 	if o.pointerHeld.Swap(false) && o.mb != nil {
 		o.mb.Wake()
+	}
+}
+
+// moveMayStart releases the moves waiting for the activation to settle:
+// the pointer is gone, or the incarnation ended (they then find it so).
+func (o *object) moveMayStart() {
+	if o.activating.CompareAndSwap(true, false) {
+		close(o.settledCh)
 	}
 }
 

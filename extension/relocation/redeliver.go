@@ -337,7 +337,6 @@ func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why 
 	d.metrics.sendUndelivered("send_dead_letter")
 	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).
 		Str("reason", reason).Msg(why)
-	respondFailure(d.sys, noticeOf(msg), "unavailable", key.ID, why)
 }
 
 // onActivationDeadLetter ends a cold activation's envelope (command 39)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/extension/location"
@@ -81,12 +82,31 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 }
 
 // clearRecovery removes an activation's recovery pointer once its first
-// handler has completed, then deletes its root (the Clear machine).
-func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) {
+// handler has completed, then deletes its root (the Clear machine); it
+// returns how the machine ended.
+func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) activation.Phase {
 	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ClearFor)
 	defer cancel()
 	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, time.Now())
 	_ = m.newRunner(ctx, mc.Step).run(effects)
+	return mc.Phase()
+}
+
+// withoutNotice drops a dispatch notice from a first message replayed from
+// its recovery root: the future it names belonged to the original call,
+// long answered or gone (and a restarted caller may reuse its name).
+func withoutNotice(first any) any {
+	env, ok := first.(*actor.MessageEnvelope)
+	if !ok || env.Header == nil || env.Header.Get(relocation.HeaderDispatchNotice) == "" {
+		return first
+	}
+	out := &actor.MessageEnvelope{Message: env.Message, Sender: env.Sender}
+	for k, v := range env.Header.ToMap() {
+		if k != relocation.HeaderDispatchNotice {
+			out.SetHeader(k, v)
+		}
+	}
+	return out
 }
 
 // closeAndRelease runs a close after its Closing write (spec 002 §7 steps

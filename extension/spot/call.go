@@ -287,6 +287,10 @@ wait:
 				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
 			}
 			continue
+		case <-ctx.Done():
+			// The caller gave up (or cancelled) before the future's own
+			// timeout: the call ends now, its outcome unknown.
+			return nil, fmt.Errorf("%w: the call to Spot %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
 		case <-lost:
 			// Proto.Actor drops what was in flight on a lost connection (DESIGN
 			// §4); the call may or may not have run, and is not resent (spec

@@ -146,6 +146,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 			} else {
 				got.Operation = orig.GetOperationId()
 				got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
+				got.First = withoutNotice(got.First)
 			}
 		}
 		return got
@@ -195,10 +196,11 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		}
 	case activation.Open:
 		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
-		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func()) {
+		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func(pointerGone bool)) {
 			go func() {
-				defer settled() // the incarnation dispatches again
-				m.clearRecovery(key, op, rootKey)
+				// The incarnation dispatches again; a move may start unless
+				// a close is releasing the record with its pointer.
+				settled(m.clearRecovery(key, op, rootKey) != activation.PointerLeftToRelease)
 			}()
 		})
 		return activation.Opened{Err: err}

@@ -376,6 +376,7 @@ func (l *Life) deadLettered(m *Msg, pid pidKey) {
 		w.tracef("%s dead letter: m%d for %s (send: redelivered from the store)", l, m.id, pid)
 	}
 	m.accepted = true
+	m.notice = false // Proto.Actor's DeadLetterEvent carries no headers: the dispatch notice is gone
 	w.place(m, l)
 	if m.dlCount == 0 {
 		m.dlFirst = w.now

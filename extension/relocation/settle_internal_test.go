@@ -1,0 +1,49 @@
+package relocation
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// After a cold activation's first turn, dispatch waits for the recovery
+// pointer's removal. When a close is releasing record and pointer together
+// (pointerGone false), dispatch goes on — the close must run what the
+// incarnation accepted — but a move keeps waiting: it would find the
+// object closing, the close would put the pointer back, and the move
+// would carry it to a target that never removes it. The incarnation's end
+// releases the waiting moves (they then find it ended).
+// Reference: spec 002 §4.1 step 12, §7.
+func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
+	settling := func() *object {
+		o := &object{settledCh: make(chan struct{})}
+		o.activating.Store(true)
+		o.pointerHeld.Store(true)
+		return o
+	}
+	released := func(o *object) bool {
+		select {
+		case <-o.settledCh:
+			return true
+		default:
+			return false
+		}
+	}
+
+	o := settling()
+	o.pointerSettled(false)
+	require.False(t, o.pointerHeld.Load(), "dispatch goes on for the close")
+	require.True(t, o.activating.Load(), "a move still waits")
+	require.False(t, released(o))
+	o.moveMayStart() // the incarnation ended
+	require.True(t, released(o))
+	o.moveMayStart() // idempotent
+	o.pointerSettled(true)
+
+	o = settling()
+	o.pointerSettled(true)
+	require.False(t, o.pointerHeld.Load())
+	require.False(t, o.activating.Load())
+	require.True(t, released(o), "the pointer is gone: moves start")
+	o.pointerSettled(true) // idempotent
+}
