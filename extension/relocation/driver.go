@@ -452,7 +452,7 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor {
 		inst := obj.kind.Producer()
 		obj.inst = inst
-		return &host{obj: obj}
+		return &host{obj: obj, d: d}
 	}, actor.WithMailbox(mb), actor.WithGuardian(RestartAlways))
 }
 

@@ -81,6 +81,7 @@ type object struct {
 // timers, and hands every other message to the application.
 type host struct {
 	obj *object
+	d   *Driver // its log and metrics only: the actor goroutine never enters the driver's loop
 }
 
 func (h *host) Receive(c actor.Context) {
@@ -135,8 +136,15 @@ func (o *object) moveMayStart() {
 func (h *host) receive(c actor.Context) {
 	if hd := c.MessageHeader(); hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
-			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID,
-				fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation))
+			why := fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation)
+			if c.Sender() == nil { // a send: logged and counted, and its waiting caller told
+				h.d.metrics.sendUndelivered("send_invalid_generation")
+				h.d.log.Warn().Str("event", "send_invalid_generation").Str("object_id", h.obj.key.ID).
+					Str("message_type", typeName(c.Message())).Msg(why)
+				respondFailure(c.ActorSystem(), noticePID(hd.Get(HeaderDispatchNotice)), "invalid_operation", h.obj.key.ID, why)
+				return
+			}
+			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID, why)
 			return
 		}
 		if d := hd.Get(HeaderDeadline); d != "" && c.Sender() != nil {

@@ -158,3 +158,25 @@ func undelivered(t *testing.T, reader *sdkmetric.ManualReader, reason string) in
 	}
 	return n
 }
+
+// A followed send that reaches an incarnation of another ObjectGeneration
+// is not run (spec 000 §10) and not dropped silently: it is logged and
+// counted as send_invalid_generation.
+func TestASendForAnotherGenerationIsCounted(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), MeterProvider: provider}, tallyKind)
+	pid, err := a.driver.Spawn(context.Background(), "tally", "elsewhen")
+	require.NoError(t, err)
+	env := &actor.MessageEnvelope{Message: wrapperspb.Bytes([]byte("stray"))}
+	env.SetHeader(relocation.HeaderGeneration, "99")
+	a.node.System().Root.Send(pid, env)
+	deadline := time.Now().Add(testwait.Patience(t))
+	for undelivered(t, reader, "send_invalid_generation") == 0 {
+		require.True(t, time.Now().Before(deadline), "the send for another generation vanished:\n%s", logs.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.True(t, logs.has("send_invalid_generation"))
+}

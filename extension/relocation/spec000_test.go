@@ -372,7 +372,10 @@ func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 func TestOtherTrafficInterleavesWithChunks(t *testing.T) {
 	store := newStore(t)
 	big := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 32 << 20})}
-	a, b := startNodeWith(t, store, big, counterKind), startNodeWith(t, store, big, counterKind)
+	// 32 MiB under -race on a busy 2-core machine can take longer than the
+	// default 10 s restore deadline; the check here is the interleaving.
+	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Minute}
+	a, b := startNodeConfig(t, store, cfg, big, counterKind), startNodeConfig(t, store, cfg, big, counterKind)
 	ctx := context.Background()
 	_, err := a.driver.Spawn(ctx, "blob", "huge")
 	require.NoError(t, err)
