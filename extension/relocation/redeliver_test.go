@@ -108,10 +108,7 @@ func TestOneMessageValueSentAgainIsANewSendForDeadLetters(t *testing.T) {
 // every try and waits with a growing back-off.
 func TestPendingRedeliveryFailsLoudlyWhenTheNodeStops(t *testing.T) {
 	store := newStore(t)
-	logs := &logBuffer{}
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), MeterProvider: provider}, tallyKind)
+	a, logs, reader := observedNode(t, store, tallyKind)
 	ctx := context.Background()
 	key := location.Key(location.KindActor, "pending")
 	_, err := a.driver.Spawn(ctx, "tally", key.ID)
@@ -136,6 +133,15 @@ func TestPendingRedeliveryFailsLoudlyWhenTheNodeStops(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.EqualValues(t, 1, undelivered(t, reader, "send_dead_letter"))
+}
+
+// observedNode starts a node whose log lines and metrics the test reads.
+func observedNode(t *testing.T, store location.Store, kinds ...relocation.Kind) (*testNode, *logBuffer, *sdkmetric.ManualReader) {
+	t.Helper()
+	logs := &logBuffer{}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	return startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), MeterProvider: provider}, kinds...), logs, reader
 }
 
 // undelivered is the sends_undelivered count for one reason.
@@ -164,10 +170,7 @@ func undelivered(t *testing.T, reader *sdkmetric.ManualReader, reason string) in
 // counted as send_invalid_generation.
 func TestASendForAnotherGenerationIsCounted(t *testing.T) {
 	store := newStore(t)
-	logs := &logBuffer{}
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), MeterProvider: provider}, tallyKind)
+	a, logs, reader := observedNode(t, store, tallyKind)
 	pid, err := a.driver.Spawn(context.Background(), "tally", "elsewhen")
 	require.NoError(t, err)
 	env := &actor.MessageEnvelope{Message: wrapperspb.Bytes([]byte("stray"))}
