@@ -25,8 +25,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/cluster/lease"
@@ -202,7 +200,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	handler := &zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel}
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(handler) }))
-	rcfg := remote.Configure(cfg.Host, cfg.Port, append(frameOptions(), cfg.RemoteOptions...)...)
+	rcfg := remote.Configure(cfg.Host, cfg.Port, cfg.RemoteOptions...)
+	remoteOptions(rcfg, *cfg.Logger)
 	if cfg.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = cfg.AdvertisedHost
 	}
@@ -284,17 +283,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // §4); relocation keeps at most its in-flight budget (≤ 32 MiB) of chunks
 // queued per peer, so frames stay well under this.
 const MaxFrameBytes = 64 << 20
-
-func frameOptions() []remote.ConfigOption {
-	return []remote.ConfigOption{
-		remote.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
-		),
-		remote.WithServerOptions(grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes)),
-		remote.WithCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
-	}
-}
 
 // waitReleased waits (briefly) until nothing listens on address any more:
 // Proto.Actor starts gRPC's Serve on a goroutine, so a Stop that comes

@@ -1,0 +1,75 @@
+package cluster_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension/location/memstore"
+)
+
+// Anyone who reaches a node's port can call Proto.Actor's remote service.
+// Its unimplemented RPCs (whose handlers panic) are refused, and a stream
+// whose handler panics on a malformed batch ends with an error: the node
+// process goes on serving.
+func TestRemoteCallsThatPanicLeaveTheNodeServing(t *testing.T) {
+	n, err := cluster.Start(context.Background(), cluster.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := remote.NewRemotingClient(conn)
+	ctx := context.Background()
+
+	_, err = client.ListProcesses(ctx, &remote.ListProcessesRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	_, err = client.GetProcessDiagnostics(ctx, &remote.GetProcessDiagnosticsRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+
+	// A batch naming a message type the batch does not have.
+	stream, err := client.Receive(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
+		Envelopes: []*remote.MessageEnvelope{{TypeId: 7, Target: 3, Sender: 9, SerializerId: 4}},
+	}}}))
+	_, err = stream.Recv()
+	require.Error(t, err, "the stream ends")
+
+	_, err = client.ListProcesses(ctx, &remote.ListProcessesRequest{})
+	require.Equal(t, codes.Unimplemented, status.Code(err), "the node still serves: %v", err)
+	require.True(t, n.Valid())
+}
+
+// An application's own RemoteOptions (server options for TLS, say) add to
+// roam's frame limits instead of replacing them: a 5 MiB frame, over
+// gRPC's 4 MiB default, is still accepted.
+func TestRemoteOptionsKeepTheFrameLimits(t *testing.T) {
+	n, err := cluster.Start(context.Background(), cluster.Config{Store: memstore.New(),
+		RemoteOptions: []remote.ConfigOption{remote.WithServerOptions(grpc.ConnectionTimeout(30 * time.Second))}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cluster.MaxFrameBytes)))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
+	require.NoError(t, err)
+	big := &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
+		TypeNames: []string{strings.Repeat("x", 5<<20)},
+	}}}
+	require.NoError(t, stream.Send(big))
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF, "the server took the frame and ended the stream cleanly: %v", err)
+}
