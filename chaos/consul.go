@@ -70,24 +70,13 @@ func newConsulServers(bin, dir string, n int) ([]*consulServer, error) {
 		ss = append(ss, s)
 	}
 	for _, s := range ss {
-		s.args = []string{"agent", "-server", "-bootstrap-expect=" + strconv.Itoa(n),
-			"-data-dir=" + s.dataDir, "-node=" + s.name,
-			"-bind=127.0.0.1", "-client=127.0.0.1",
-			"-http-port=" + strconv.Itoa(s.http), "-server-port=" + strconv.Itoa(s.server),
-			"-serf-lan-port=" + strconv.Itoa(s.serfLAN), "-serf-wan-port=" + strconv.Itoa(s.serfWAN),
-			"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
-			"-log-level=warn",
-			// Owner leases of a few seconds; Consul's default minimum is 10 s.
-			`-hcl=session_ttl_min = "1s"`,
-			`-hcl=limits { http_max_conns_per_client = 4096 }`,
-			`-hcl=performance { raft_multiplier = 1 }`,
-			`-hcl=disable_update_check = true`,
-		}
+		var joins []int
 		for _, o := range ss {
 			if o != s {
-				s.args = append(s.args, "-retry-join=127.0.0.1:"+strconv.Itoa(o.serfLAN))
+				joins = append(joins, o.serfLAN)
 			}
 		}
+		s.args = consultest.ServerArgs(s.name, s.dataDir, n, [4]int{s.http, s.server, s.serfLAN, s.serfWAN}, joins)
 	}
 	return ss, nil
 }

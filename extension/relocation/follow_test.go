@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -203,8 +204,7 @@ func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 // node (its follow period over). Each send is handled once.
 func TestSendsThroughAGoneNodeOrIncarnationAreRedelivered(t *testing.T) {
 	store := newStore(t)
-	cfg := relocation.Config{Logger: testLogger(), Handoff: handoff.DefaultConfig()}
-	cfg.Handoff.FollowDuration = 200 * time.Millisecond
+	cfg := shortFollow(testLogger())
 	a := startNodeConfig(t, store, cfg, counterKind)
 	b := startNodeConfig(t, store, cfg, counterKind)
 	c := startNodeConfig(t, store, cfg, counterKind)
@@ -294,4 +294,12 @@ func TestADeadLetteredActivationFailsLoudly(t *testing.T) {
 	send := &messages.SpotActivation{SpotId: "s2", OperationId: "op2", RouteKind: 2, First: &messages.Envelope{}}
 	sys.EventStream.Publish(&actor.DeadLetterEvent{PID: gone, Message: send})
 	testwait.For(t, func() bool { return logs.hasLine("send_dead_letter", "s2") }, "the dead-lettered send was not reported")
+}
+
+// shortFollow is a node configuration with a 200 ms Message Follow period:
+// a moved-away incarnation is gone soon, and sends to it dead-letter.
+func shortFollow(logger *zerolog.Logger) relocation.Config {
+	cfg := relocation.Config{Logger: logger, Handoff: handoff.DefaultConfig()}
+	cfg.Handoff.FollowDuration = 200 * time.Millisecond
+	return cfg
 }

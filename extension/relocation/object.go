@@ -81,7 +81,7 @@ type object struct {
 // timers, and hands every other message to the application.
 type host struct {
 	obj *object
-	d   *Driver // its log and metrics only: the actor goroutine never enters the driver's loop
+	d   *Driver // for endSink (log and metrics) only: the actor goroutine never enters the driver's loop
 }
 
 func (h *host) Receive(c actor.Context) {
@@ -134,17 +134,12 @@ func (o *object) moveMayStart() {
 }
 
 func (h *host) receive(c actor.Context) {
-	if hd := c.MessageHeader(); hd != nil {
+	hd := c.MessageHeader()
+	if hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
 			why := fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation)
-			if c.Sender() == nil { // a send: logged and counted, and its waiting caller told
-				h.d.metrics.sendUndelivered("send_invalid_generation")
-				h.d.log.Warn().Str("event", "send_invalid_generation").Str("object_id", h.obj.key.ID).
-					Str("message_type", typeName(c.Message())).Msg(why)
-				respondFailure(c.ActorSystem(), noticePID(hd.Get(HeaderDispatchNotice)), "invalid_operation", h.obj.key.ID, why)
-				return
-			}
-			respondFailure(c.ActorSystem(), c.Sender(), "invalid_operation", h.obj.key.ID, why)
+			h.d.endSink(h.obj, "invalid_operation", "send_invalid_generation", why)(
+				&actor.MessageEnvelope{Message: c.Message(), Sender: c.Sender(), Header: hd.ToMap()})
 			return
 		}
 		if d := hd.Get(HeaderDeadline); d != "" && c.Sender() != nil {
@@ -187,7 +182,7 @@ func (h *host) receive(c actor.Context) {
 		} // else a tick of a cancelled timer
 	default:
 		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
-			if hd := c.MessageHeader(); hd != nil {
+			if hd != nil {
 				if to := noticePID(hd.Get(HeaderDispatchNotice)); to != nil {
 					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
 				}

@@ -347,12 +347,12 @@ func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why 
 // dead-letter log saw it.
 func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
 	const why = "the cold activation's target node is gone; the message was not delivered and did not run"
+	// The request's caller, or the send's caller waiting for its dispatch
+	// notice, learns it; a send is also logged and counted.
+	respondFailure(d.sys, ReplyRoute(a.GetFirst()), "unavailable", a.GetSpotId(), why)
 	if a.GetFirst().GetSender() != nil {
-		respondFailure(d.sys, ReplyRoute(a.GetFirst()), "unavailable", a.GetSpotId(), why)
 		return
 	}
-	// A send whose caller waits for its dispatch notice learns it too.
-	respondFailure(d.sys, ReplyRoute(a.GetFirst()), "unavailable", a.GetSpotId(), why)
 	d.metrics.sendUndelivered("send_dead_letter")
 	d.log.Warn().Str("event", "send_dead_letter").Str("object_kind", "instance_spot").Str("object_id", a.GetSpotId()).
 		Str("operation_id", a.GetOperationId()).Str("target_node_rid", a.GetTargetNodeRid()).Str("reason", "activation_target_gone").Msg(why)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
-	"github.com/roamactors/roam/extension/relocation/handoff"
 	"github.com/roamactors/roam/internal/testwait"
 )
 
@@ -63,8 +62,7 @@ var tallyKind = relocation.Kind{
 func TestOneMessageValueSentAgainIsANewSendForDeadLetters(t *testing.T) {
 	store := newStore(t)
 	logs := &logBuffer{}
-	cfg := relocation.Config{Logger: logs.logger(), Handoff: handoff.DefaultConfig()}
-	cfg.Handoff.FollowDuration = 200 * time.Millisecond
+	cfg := shortFollow(logs.logger())
 	a := startNodeConfig(t, store, cfg, tallyKind)
 	b := startNodeConfig(t, store, cfg, tallyKind)
 	const patience = 2 * time.Second
@@ -122,16 +120,9 @@ func TestPendingRedeliveryFailsLoudlyWhenTheNodeStops(t *testing.T) {
 
 	sys := a.node.System()
 	sys.Root.Send(actor.NewPID(a.node.Address(), "roam/actor/"+key.ID+"@0.0"), wrapperspb.Bytes([]byte("pending")))
-	deadline := time.Now().Add(testwait.Patience(t))
-	for !logs.has("dead_letter_reresolved") {
-		require.True(t, time.Now().Before(deadline), "the send was never taken for redelivery")
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, func() bool { return logs.has("dead_letter_reresolved") }, "the send was never taken for redelivery")
 	require.NoError(t, a.node.Stop(ctx))
-	for !logs.hasLine("send_dead_letter", `"reason":"node stopped"`) {
-		require.True(t, time.Now().Before(deadline), "the pending send vanished at stop:\n%s", logs.String())
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, func() bool { return logs.hasLine("send_dead_letter", `"reason":"node stopped"`) }, "the pending send vanished at stop")
 	require.EqualValues(t, 1, undelivered(t, reader, "send_dead_letter"))
 }
 
@@ -176,10 +167,6 @@ func TestASendForAnotherGenerationIsCounted(t *testing.T) {
 	env := &actor.MessageEnvelope{Message: wrapperspb.Bytes([]byte("stray"))}
 	env.SetHeader(relocation.HeaderGeneration, "99")
 	a.node.System().Root.Send(pid, env)
-	deadline := time.Now().Add(testwait.Patience(t))
-	for undelivered(t, reader, "send_invalid_generation") == 0 {
-		require.True(t, time.Now().Before(deadline), "the send for another generation vanished:\n%s", logs.String())
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, func() bool { return undelivered(t, reader, "send_invalid_generation") > 0 }, "the send for another generation vanished")
 	require.True(t, logs.has("send_invalid_generation"))
 }

@@ -26,6 +26,30 @@ import (
 // Version is the Consul release roam tests against.
 const Version = "1.14.11"
 
+// ServerArgs are the arguments of a Consul server agent on loopback, one of
+// n that bootstrap together: its node name, data directory, HTTP, server,
+// Serf LAN and Serf WAN ports, and the Serf LAN ports of the others to
+// join. Owner leases of a few seconds need session_ttl_min below Consul's
+// default 10 s.
+func ServerArgs(name, dataDir string, n int, ports [4]int, joins []int) []string {
+	args := []string{"agent", "-server", "-bootstrap-expect=" + strconv.Itoa(n),
+		"-data-dir=" + dataDir, "-node=" + name,
+		"-bind=127.0.0.1", "-client=127.0.0.1",
+		"-http-port=" + strconv.Itoa(ports[0]), "-server-port=" + strconv.Itoa(ports[1]),
+		"-serf-lan-port=" + strconv.Itoa(ports[2]), "-serf-wan-port=" + strconv.Itoa(ports[3]),
+		"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
+		"-log-level=warn",
+		`-hcl=session_ttl_min = "1s"`,
+		`-hcl=limits { http_max_conns_per_client = 4096 }`,
+		`-hcl=performance { raft_multiplier = 1 }`,
+		`-hcl=disable_update_check = true`,
+	}
+	for _, port := range joins {
+		args = append(args, "-retry-join=127.0.0.1:"+strconv.Itoa(port))
+	}
+	return args
+}
+
 // Server is a running Consul agent: a dev agent (Start, Launch) or one
 // server of a cluster (Cluster).
 type Server struct {
@@ -202,23 +226,13 @@ func launchCluster(bin, dir string, n int) ([]*Server, error) {
 	for i := 0; i < n; i++ {
 		p := ports[4*i : 4*i+4]
 		name := "roam-cluster-" + strconv.Itoa(p[0])
-		args := []string{"agent", "-server", "-bootstrap-expect=" + strconv.Itoa(n),
-			"-data-dir=" + filepath.Join(dir, name), "-node=" + name,
-			"-bind=127.0.0.1", "-client=127.0.0.1",
-			"-http-port=" + strconv.Itoa(p[0]), "-server-port=" + strconv.Itoa(p[1]),
-			"-serf-lan-port=" + strconv.Itoa(p[2]), "-serf-wan-port=" + strconv.Itoa(p[3]),
-			"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
-			"-log-level=warn",
-			`-hcl=session_ttl_min = "1s"`,
-			`-hcl=limits { http_max_conns_per_client = 4096 }`,
-			`-hcl=performance { raft_multiplier = 1 }`,
-			`-hcl=disable_update_check = true`,
-		}
+		var joins []int
 		for j := 0; j < n; j++ {
 			if j != i {
-				args = append(args, "-retry-join=127.0.0.1:"+strconv.Itoa(ports[4*j+2]))
+				joins = append(joins, ports[4*j+2])
 			}
 		}
+		args := ServerArgs(name, filepath.Join(dir, name), n, [4]int(p), joins)
 		s, err := startAgent(exec.Command(bin, args...), "127.0.0.1:"+strconv.Itoa(p[0]))
 		if err != nil {
 			stopAll()
