@@ -11,7 +11,8 @@ var codes = []struct {
 	err  error
 	code string
 }{
-	{ErrOwnerEnding, "owner_ending"}, // before its class, unavailable
+	{ErrOwnerEnding, "owner_ending"},           // before its class, unavailable
+	{ErrPermissionDenied, "permission_denied"}, // before the broader classes a wrapper may add
 	{ErrNotFound, "not_found"},
 	{ErrInvalidOperation, "invalid_operation"},
 	{ErrTypeMismatch, "type_mismatch"},

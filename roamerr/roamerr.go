@@ -35,4 +35,8 @@ var (
 	ErrAlreadyExists = errors.New("roam: already exists")
 	// ErrNotConfigured: a mesh, kind or policy the call needs is not set up.
 	ErrNotConfigured = errors.New("roam: not configured")
+	// ErrPermissionDenied: a backing service refused roam's credentials
+	// (the Location Store's Consul ACL token lacks a rule, or is unknown).
+	// Retrying with the same credentials fails the same way.
+	ErrPermissionDenied = errors.New("roam: permission denied")
 )

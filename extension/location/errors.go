@@ -20,8 +20,29 @@ var (
 	ErrIndeterminate = errors.New("location: outcome indeterminate")
 	// ErrNotFound: the key, node or lease does not exist.
 	ErrNotFound = errors.New("location: not found")
-	// ErrInvalid: the request itself is malformed; nothing was attempted.
+	// ErrInvalid: the request itself is malformed, or the store is
+	// configured so that no request can succeed; nothing was applied, and
+	// retrying the same call on the same store fails the same way. A
+	// failed TLS handshake with the store (an unknown CA, a certificate
+	// for another name, a client certificate the server requires and does
+	// not get, plain HTTP to an HTTPS port or HTTPS to a plain one) is
+	// such a configuration error: its request was never served, so even a
+	// write is not indeterminate, and it is not retried as unavailable.
+	// It has no class of its own: a caller can do nothing about it but
+	// report it, which is what ErrInvalid already means to callers; the
+	// message says it is TLS and wraps the crypto/tls or crypto/x509 error.
+	// (consulstore's tlsFailed names the one refusal it cannot tell from
+	// a reset connection.)
 	ErrInvalid = errors.New("location: invalid request")
+	// ErrPermissionDenied: the store refused the request's credentials —
+	// Consul's ACLs (HTTP 403, "Permission denied" for a token without
+	// the rule the operation needs, "ACL not found" for an unknown token);
+	// nothing was written. A Store reports it rather than an empty answer
+	// where it can tell that its results were filtered. Retrying with the
+	// same credentials fails the same way, so it is also ErrInvalid for
+	// callers that only tell "do not retry" apart; it is never
+	// ErrUnavailable or ErrIndeterminate.
+	ErrPermissionDenied = permissionDenied{}
 	// ErrLeaseEnded: a transaction's lease check failed — the writer's owner
 	// lease has ended (or never held its descriptor); nothing was written.
 	// The writer's lifecycle is over: it must stop serving and never retry
@@ -74,3 +95,10 @@ type leaseEnded struct{}
 
 func (leaseEnded) Error() string        { return "location: owner lease ended" }
 func (leaseEnded) Is(target error) bool { return target == ErrUnavailable }
+
+// permissionDenied is ErrPermissionDenied; it also matches ErrInvalid, so a
+// caller that only knows the store's older classes does not retry it.
+type permissionDenied struct{}
+
+func (permissionDenied) Error() string        { return "location: permission denied" }
+func (permissionDenied) Is(target error) bool { return target == ErrInvalid }

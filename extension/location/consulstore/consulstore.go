@@ -11,10 +11,13 @@ package consulstore
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -29,23 +32,80 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
-// Config configures a Store.
+// Config configures a Store. A field left empty takes its value from the
+// standard CONSUL_* environment variables, as the Consul client reads them
+// (api.DefaultNonPooledConfig), else from the default its comment names; a
+// field that is set wins over the environment. docs/CONSUL.md has the
+// ACL policy roam needs and the error class of each failure.
 type Config struct {
 	// Address of the Consul HTTP API, host:port: the one agent the store
-	// talks to. Default "127.0.0.1:8500" when Addresses is empty too.
+	// talks to. An "https://" scheme makes it HTTPS; an "http://" scheme
+	// makes it plain HTTP even with CONSUL_HTTP_SSL set (and then TLS must
+	// be empty). Without a scheme it is HTTPS when TLS has any field set
+	// or CONSUL_HTTP_SSL is true, else plain HTTP. Default, when Addresses
+	// is empty too: CONSUL_HTTP_ADDR (host:port, or with a scheme as
+	// above, except that an "http://" there does not override
+	// CONSUL_HTTP_SSL, as for the consul command), else "127.0.0.1:8500".
 	Address string
-	// Addresses are the HTTP API addresses (host:port) of several agents
-	// of one Consul cluster, so that the store outlives any one of them:
-	// a call goes to the agent that last answered, and a call that got no
-	// answer from it moves on to the next address (see Store). Set Address
-	// or Addresses, not both. Default: Address alone.
+	// Addresses are the HTTP API addresses (host:port, each with an
+	// optional scheme as for Address) of several agents of one Consul
+	// cluster, so that the store outlives any one of them: a call goes to
+	// the agent that last answered, and a call that got no answer from it
+	// moves on to the next address (see Store). Set Address or Addresses,
+	// not both. Default: Address alone.
 	Addresses []string
 	// Prefix of every key roam writes. Default "roam". It must not start or
-	// end with '/'.
+	// end with '/'. The ACL policy must grant write on it (docs/CONSUL.md).
 	Prefix string
-	// Token is the ACL token, if Consul enforces ACLs.
+	// Token is the ACL token sent with every request. Default: the content
+	// of the file CONSUL_HTTP_TOKEN_FILE names, else CONSUL_HTTP_TOKEN,
+	// else none (Consul then applies its anonymous token's policy).
 	Token string
+	// TLS configures HTTPS to the agents.
+	TLS TLSConfig
 }
+
+// TLSConfig is the client side of HTTPS to Consul's HTTP API, for every
+// agent of Config. The agents' certificates are always verified: there is
+// no field to turn that off. (The Consul client's own switch,
+// CONSUL_HTTP_SSL_VERIFY=false, still does; never set it outside a test.)
+type TLSConfig struct {
+	// CAFile is a PEM file of the CA certificates that sign the agents'
+	// certificates; CAPath is a directory of such files. Set either. If
+	// either is set, both replace the environment's. Default:
+	// CONSUL_CACERT and CONSUL_CAPATH, else the system's roots.
+	CAFile string
+	CAPath string
+	// CertFile and KeyFile are a client certificate and its key (PEM), for
+	// agents that verify incoming HTTPS connections (verify_incoming). Set
+	// both or neither. Default: CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY,
+	// else none.
+	CertFile string
+	KeyFile  string
+	// ServerName is the name the agents' certificates must be valid for,
+	// when it is not the host of their address (Consul's convention is
+	// server.<datacenter>.<domain>). Default: CONSUL_TLS_SERVER_NAME, else
+	// each address's host.
+	ServerName string
+}
+
+// ACLPolicy is the least Consul ACL policy (rules in HCL) that a Store
+// with prefix needs ("" is the default prefix): write on the keys under
+// the prefix (KV reads and writes, transactions), and write on the
+// sessions of every node — an owner lease is a session on the node of the
+// agent that created it, renewed and ended through any agent, and every
+// roam node checks the others' leases. Nothing else: no agent, node,
+// service or operator rule. The package's tests run the Location Store
+// contract suite with a token of exactly this policy.
+func ACLPolicy(prefix string) string {
+	if prefix == "" {
+		prefix = "roam"
+	}
+	return fmt.Sprintf("key_prefix %q {\n  policy = \"write\"\n}\nsession_prefix \"\" {\n  policy = \"write\"\n}\n", prefix+"/")
+}
+
+// set reports whether any field is set.
+func (t TLSConfig) set() bool { return t != TLSConfig{} }
 
 // Store is the Location Store on Consul.
 //
@@ -53,19 +113,23 @@ type Config struct {
 // last. A call that gets no answer from it (a transport error, not a
 // Consul answer) is tried on the next address, in order, while its context
 // lasts — but a write only when its request provably never left (the
-// connection was refused, or could not be made): a write whose request may
-// have reached a server is ErrIndeterminate, as with one agent, and the
-// caller settles it by re-reading. Reads and lease renewals (idempotent)
-// move on after any transport error, and an attempt that hangs gets half
-// the time left when another agent remains. A lease is a Consul session
-// without health checks, so it is the cluster's, not its agent's: it is
-// renewed, checked and used through any agent.
+// connection was refused, or could not be made, or its TLS handshake
+// failed): a write whose request may have reached a server is
+// ErrIndeterminate, as with one agent, and the caller settles it by
+// re-reading. Reads and lease renewals (idempotent) move on after any
+// transport error, and an attempt that hangs gets half the time left when
+// another agent remains. A lease is a Consul session without health
+// checks, so it is the cluster's, not its agent's: it is renewed, checked
+// and used through any agent.
 type Store struct {
 	agents []*api.Client // in Config order
 	// cur is the index of the agent calls go to first: the last one that
 	// answered.
 	cur    atomic.Int32
 	prefix string
+	// token is Config.Token, sent with each request so that it wins over
+	// whatever token the client took from the environment.
+	token string
 }
 
 var _ location.Store = (*Store)(nil)
@@ -75,9 +139,15 @@ var _ location.Store = (*Store)(nil)
 // must not take a call's whole deadline.
 const dialTimeout = 2 * time.Second
 
-// New returns a Store for cfg. It does not contact Consul.
+// defaultAddress is the agent address when neither Config nor
+// CONSUL_HTTP_ADDR names one.
+const defaultAddress = "127.0.0.1:8500"
+
+// New returns a Store for cfg. It does not contact Consul; it reads the
+// token file and the TLS files, and a missing or malformed one is
+// ErrInvalid.
 func New(cfg Config) (*Store, error) {
-	addrs, err := cfg.addresses()
+	addrs, fromEnv, err := cfg.addresses()
 	if err != nil {
 		return nil, err
 	}
@@ -87,13 +157,14 @@ func New(cfg Config) (*Store, error) {
 	if strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/") {
 		return nil, fmt.Errorf("%w: consul prefix %q must not start or end with '/'", location.ErrInvalid, cfg.Prefix)
 	}
-	s := &Store{prefix: cfg.Prefix}
+	if (cfg.TLS.CertFile == "") != (cfg.TLS.KeyFile == "") {
+		return nil, fmt.Errorf("%w: consul TLS: set both CertFile and KeyFile, or neither", location.ErrInvalid)
+	}
+	s := &Store{prefix: cfg.Prefix, token: cfg.Token}
 	for _, addr := range addrs {
-		ac := api.DefaultNonPooledConfig()
-		ac.Address = addr
-		ac.Token = cfg.Token
-		if len(addrs) > 1 {
-			ac.Transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		ac, err := cfg.client(addr, fromEnv, len(addrs) > 1)
+		if err != nil {
+			return nil, err
 		}
 		client, err := api.NewClient(ac)
 		if err != nil {
@@ -104,27 +175,113 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// addresses checks the agent addresses and fills the default.
-func (c Config) addresses() ([]string, error) {
+// client is the Consul client configuration for one agent address:
+// the environment's (api.DefaultNonPooledConfig), overridden by every
+// field cfg sets.
+func (cfg Config) client(addr string, fromEnv, several bool) (*api.Config, error) {
+	ac := api.DefaultNonPooledConfig()
+	ac.Address = addr
+	scheme, _, hasScheme := strings.Cut(addr, "://")
+	switch {
+	case hasScheme && scheme == "http" && !fromEnv:
+		if cfg.TLS.set() {
+			return nil, fmt.Errorf("%w: consul address %q is plain http:// but TLS settings are given", location.ErrInvalid, addr)
+		}
+		ac.Scheme = "http" // the client keeps CONSUL_HTTP_SSL's https otherwise
+	case cfg.TLS.set():
+		ac.Scheme = "https"
+	}
+	if cfg.Token != "" {
+		ac.Token, ac.TokenFile = cfg.Token, ""
+	}
+	t := &ac.TLSConfig
+	if cfg.TLS.CAFile != "" || cfg.TLS.CAPath != "" {
+		t.CAFile, t.CAPath, t.CAPem = cfg.TLS.CAFile, cfg.TLS.CAPath, nil
+	}
+	if cfg.TLS.CertFile != "" {
+		t.CertFile, t.KeyFile, t.CertPEM, t.KeyPEM = cfg.TLS.CertFile, cfg.TLS.KeyFile, nil, nil
+	}
+	if cfg.TLS.ServerName != "" {
+		t.Address = cfg.TLS.ServerName
+	}
+	if several {
+		ac.Transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
+	// The HTTP client is built here, from this TLS configuration, on this
+	// transport (with its dialer): api.NewClient would build it from its
+	// own merge of the environment, in which CONSUL_CACERT wins over a
+	// Config.TLS.CAPath. HTTPS dials through DialContext and then does
+	// the handshake with the transport's TLSClientConfig.
+	hc, err := api.NewHttpClient(ac.Transport, ac.TLSConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: consul TLS configuration for %q: %w", location.ErrInvalid, addr, err)
+	}
+	if tc := ac.Transport.TLSClientConfig; tc != nil {
+		certs := tc.Certificates
+		tc.Certificates, tc.GetClientCertificate = nil, clientCertificate(certs)
+	}
+	ac.HttpClient = hc
+	return ac, nil
+}
+
+// clientCertificate answers an agent's request for a client certificate
+// (Consul asks only when it verifies incoming HTTPS, and then refuses a
+// client without one it trusts) with the configured one, if it suits the
+// agent; otherwise it ends the handshake, so that the request is provably
+// never sent and the failure is a TLS configuration error. Left to
+// crypto/tls, the client would send no certificate, and under TLS 1.3 the
+// agent's refusal would come after the client had sent its request: the
+// call would see a reset connection, unavailable or indeterminate.
+func clientCertificate(certs []tls.Certificate) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if len(certs) == 0 {
+			return nil, clientCertError("none is configured (Config.TLS.CertFile and KeyFile, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY)")
+		}
+		var reasons []string
+		for i := range certs {
+			err := cri.SupportsCertificate(&certs[i])
+			if err == nil {
+				return &certs[i], nil
+			}
+			reasons = append(reasons, err.Error())
+		}
+		return nil, clientCertError("the configured one does not suit it: " + strings.Join(reasons, "; "))
+	}
+}
+
+// clientCertError ends a handshake whose agent asks for a client
+// certificate the store cannot give.
+type clientCertError string
+
+func (e clientCertError) Error() string {
+	return "consul asks for a TLS client certificate (it verifies incoming connections) and " + string(e)
+}
+
+// addresses checks the agent addresses and fills the default: fromEnv
+// when it is CONSUL_HTTP_ADDR's.
+func (c Config) addresses() (addrs []string, fromEnv bool, err error) {
 	switch {
 	case c.Address != "" && len(c.Addresses) > 0:
-		return nil, fmt.Errorf("%w: consul: set Address or Addresses, not both", location.ErrInvalid)
+		return nil, false, fmt.Errorf("%w: consul: set Address or Addresses, not both", location.ErrInvalid)
 	case len(c.Addresses) == 0 && c.Address == "":
-		return []string{"127.0.0.1:8500"}, nil
+		if env := os.Getenv(api.HTTPAddrEnvName); env != "" {
+			return []string{env}, true, nil
+		}
+		return []string{defaultAddress}, false, nil
 	case len(c.Addresses) == 0:
-		return []string{c.Address}, nil
+		return []string{c.Address}, false, nil
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Addresses {
 		if err := validAddress(a); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if seen[a] {
-			return nil, fmt.Errorf("%w: consul address %q given twice", location.ErrInvalid, a)
+			return nil, false, fmt.Errorf("%w: consul address %q given twice", location.ErrInvalid, a)
 		}
 		seen[a] = true
 	}
-	return slices.Clone(c.Addresses), nil
+	return slices.Clone(c.Addresses), false, nil
 }
 
 // ParseAddresses splits a comma-separated list of agent addresses, as a
@@ -173,12 +330,15 @@ const (
 
 // on runs fn against the agents, starting with the one that answered
 // last, until one answers or fn fails in a way that the next agent cannot
-// help (see callKind), and returns fn's last error, unclassified. fn
+// help (see callKind), and returns fn's last error, unclassified — except
+// that when an agent failed the TLS handshake and the last one could not
+// be reached at all, it returns the TLS failure: no agent served the
+// call, and the configuration error is what the operator must see. fn
 // must use the context it is given for its request.
 func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, *api.Client) error) error {
 	n := len(s.agents)
 	first := int(s.cur.Load())
-	var err error
+	var err, tlsErr error
 	for i := 0; i < n; i++ {
 		k := (first + i) % n
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -189,10 +349,16 @@ func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, 
 		}
 		err = fn(actx, s.agents[k])
 		cancel()
+		if err != nil && tlsFailed(err) {
+			tlsErr = err
+		}
 		last := i == n-1
 		if err == nil || last || ctx.Err() != nil || !tryNext(err, kind) {
 			if k != first {
 				s.cur.Store(int32(k)) // it answered; the one before did not
+			}
+			if tlsErr != nil && err != nil && neverSent(err) {
+				return tlsErr
 			}
 			return err
 		}
@@ -202,11 +368,12 @@ func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, 
 
 // tryNext reports whether a call that failed with err may be tried on
 // another agent: the agent gave no answer, and for a write the request
-// never left (a write cut after it may have reached a server is
-// indeterminate and must be settled by a read, not sent again).
+// never left or was never served (its TLS handshake failed); a write cut
+// after it may have reached a server is indeterminate and must be settled
+// by a read, not sent again.
 func tryNext(err error, kind callKind) bool {
 	if kind == writeCall {
-		return neverSent(err)
+		return neverSent(err) || tlsFailed(err)
 	}
 	var se api.StatusError
 	return !errors.As(err, &se)
@@ -239,8 +406,14 @@ func (s *Store) versioned(key location.AuthorityKey, pair *api.KVPair) (location
 	return location.Versioned{Key: key, Record: v.GetRecord(), Version: location.StoreVersion(pair.ModifyIndex)}, nil
 }
 
-func consistent(ctx context.Context) *api.QueryOptions {
-	return (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+// consistent is the options of a consistent read.
+func (s *Store) consistent(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{RequireConsistent: true, Token: s.token}).WithContext(ctx)
+}
+
+// writing is the options of a write.
+func (s *Store) writing(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{Token: s.token}).WithContext(ctx)
 }
 
 // Read implements location.Store.
@@ -250,7 +423,7 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	}
 	var pair *api.KVPair
 	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		pair, _, err = c.KV().Get(s.recordKey(key), consistent(ctx))
+		pair, _, err = c.KV().Get(s.recordKey(key), s.consistent(ctx))
 		return err
 	})
 	if err != nil {
@@ -278,14 +451,22 @@ func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KV
 		var ok bool
 		var resp *api.TxnResponse
 		err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-			ok, resp, _, err = c.Txn().Txn(ops, consistent(ctx))
+			ok, resp, _, err = c.Txn().Txn(ops, s.consistent(ctx))
 			return err
 		})
 		if err != nil {
 			return nil, classify("read", err, false)
 		}
 		if !ok {
+			if denied := deniedOps(resp); denied != "" {
+				return nil, fmt.Errorf("%w: read: consul refused the ACL token: %s", location.ErrPermissionDenied, denied)
+			}
 			return nil, fmt.Errorf("%w: read transaction failed: %v", location.ErrUnavailable, txnErrors(resp))
+		}
+		// Every get-or-empty answers, present or not; Consul leaves out
+		// silently those the token may not read.
+		if len(resp.Results) != len(ops) {
+			return nil, fmt.Errorf("%w: read: consul hid %d of %d keys: the ACL token may not read them", location.ErrPermissionDenied, len(ops)-len(resp.Results), len(ops))
 		}
 		for _, r := range resp.Results {
 			if r.KV != nil && r.KV.ModifyIndex != 0 {
@@ -318,12 +499,16 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 	}
 	prefix := s.kindPrefix(kind)
 	var keys []string
+	var meta *api.QueryMeta
 	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		keys, _, err = c.KV().Keys(prefix, "", consistent(ctx))
+		keys, meta, err = c.KV().Keys(prefix, "", s.consistent(ctx))
 		return err
 	})
 	if err != nil {
 		return location.Page{}, classify("list", err, false)
+	}
+	if err := filtered("list", meta); err != nil {
+		return location.Page{}, err
 	}
 	sort.Strings(keys)
 	after := prefix + page.After
@@ -451,7 +636,7 @@ func (s *Store) writeTxn(ctx context.Context, what string, txn api.TxnOps) (*api
 	}
 	var resp api.TxnResponse
 	err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
-		_, err := c.Raw().Write("/v1/txn", txn, &resp, (&api.WriteOptions{}).WithContext(ctx))
+		_, err := c.Raw().Write("/v1/txn", txn, &resp, s.writing(ctx))
 		return err
 	})
 	if err == nil {
@@ -463,6 +648,11 @@ func (s *Store) writeTxn(ctx context.Context, what string, txn api.TxnOps) (*api
 		if jerr := json.Unmarshal([]byte(se.Body), &rolledBack); jerr != nil {
 			// A 409 always means rolled back; the body only names the ops.
 			return nil, []int{}, nil
+		}
+		// Consul checks every op against the token before applying any
+		// and reports a refusal as a failed op: not a conflict.
+		if denied := deniedOps(&rolledBack); denied != "" {
+			return nil, nil, fmt.Errorf("%w: %s: consul refused the ACL token: %s", location.ErrPermissionDenied, what, denied)
 		}
 		failed := []int{}
 		for _, e := range rolledBack.Errors {
@@ -510,7 +700,7 @@ func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after loca
 		var pair *api.KVPair
 		var meta *api.QueryMeta
 		err := s.on(ctx, blockingCall, func(ctx context.Context, c *api.Client) (err error) {
-			q := consistent(ctx)
+			q := s.consistent(ctx)
 			q.WaitIndex = wait
 			q.WaitTime = 5 * time.Minute
 			pair, meta, err = c.KV().Get(k, q)
@@ -560,7 +750,7 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 			TTL:       ttl.String(),
 			Behavior:  api.SessionBehaviorDelete,
 			LockDelay: -1, // sent as 0ms; leaving it unset means Consul's 15 s
-		}, (&api.WriteOptions{}).WithContext(ctx))
+		}, s.writing(ctx))
 		return err
 	})
 	if err != nil {
@@ -614,15 +804,21 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 	}
 	// A renewal is idempotent: one sent again through another agent is
 	// safe, and its success proves the lease from a later send time.
-	var entry *api.SessionEntry
-	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		entry, _, err = c.Session().Renew(string(id), (&api.WriteOptions{}).WithContext(ctx))
+	// Session().Renew would drop the status of a refusal (403) from its
+	// error; Raw keeps it.
+	var entries []*api.SessionEntry
+	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) error {
+		_, err := c.Raw().Write("/v1/session/renew/"+url.PathEscape(string(id)), nil, &entries, s.writing(ctx))
 		return err
 	})
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == 404 {
+		err, entries = nil, nil // Consul: "Session id ... not found"
+	}
 	if err != nil {
 		return classify("renew lease", err, false)
 	}
-	if entry == nil {
+	if len(entries) == 0 {
 		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
 	}
 	return nil
@@ -673,7 +869,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 func (s *Store) get(ctx context.Context, key string) (*api.KVPair, error) {
 	var pair *api.KVPair
 	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		pair, _, err = c.KV().Get(key, consistent(ctx))
+		pair, _, err = c.KV().Get(key, s.consistent(ctx))
 		return err
 	})
 	return pair, err
@@ -682,7 +878,7 @@ func (s *Store) get(ctx context.Context, key string) (*api.KVPair, error) {
 // destroy ends a session (unclassified error).
 func (s *Store) destroy(ctx context.Context, sid string) error {
 	return s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
-		_, err := c.Session().Destroy(sid, (&api.WriteOptions{}).WithContext(ctx))
+		_, err := c.Session().Destroy(sid, s.writing(ctx))
 		return err
 	})
 }
@@ -718,12 +914,16 @@ func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.Versione
 		}
 	}
 	var pairs api.KVPairs
+	var meta *api.QueryMeta
 	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		pairs, _, err = c.KV().List(s.nodePrefix(mesh), consistent(ctx))
+		pairs, meta, err = c.KV().List(s.nodePrefix(mesh), s.consistent(ctx))
 		return err
 	})
 	if err != nil {
 		return nil, classify("list nodes", err, false)
+	}
+	if err := filtered("list nodes", meta); err != nil {
+		return nil, err
 	}
 	out := make([]location.VersionedNode, 0, len(pairs))
 	for _, p := range pairs {
@@ -743,12 +943,18 @@ func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, erro
 		return false, fmt.Errorf("%w: empty lease id", location.ErrInvalid)
 	}
 	var entry *api.SessionEntry
+	var meta *api.QueryMeta
 	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		entry, _, err = c.Session().Info(string(id), consistent(ctx))
+		entry, meta, err = c.Session().Info(string(id), s.consistent(ctx))
 		return err
 	})
 	if err != nil {
 		return false, classify("lease alive", err, false)
+	}
+	// A session the token may not read looks ended: never take that for
+	// an answer.
+	if err := filtered("lease alive", meta); err != nil {
+		return false, err
 	}
 	return entry != nil, nil
 }

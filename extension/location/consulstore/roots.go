@@ -185,7 +185,7 @@ func (s *Store) putParts(ctx context.Context, what string, ref location.RootRef,
 		part := data[i*RootPartBytes : min((i+1)*RootPartBytes, len(data))]
 		var resp api.TxnResponse
 		err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
-			_, err := c.Raw().Write("/v1/txn", api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: part}}}, &resp, (&api.WriteOptions{}).WithContext(ctx))
+			_, err := c.Raw().Write("/v1/txn", api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: part}}}, &resp, s.writing(ctx))
 			return err
 		})
 		if err != nil {
@@ -228,15 +228,23 @@ func (s *Store) GetRoot(ctx context.Context, key string) ([]byte, location.RootR
 		var ok bool
 		var resp *api.TxnResponse
 		err = s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-			ok, resp, _, err = c.Txn().Txn(ops, consistent(ctx))
+			ok, resp, _, err = c.Txn().Txn(ops, s.consistent(ctx))
 			return err
 		})
 		if err != nil {
 			return nil, location.RootRef{}, classify(what, err, false)
 		}
 		if !ok {
+			if denied := deniedOps(resp); denied != "" {
+				return nil, location.RootRef{}, fmt.Errorf("%w: %s: consul refused the ACL token: %s", location.ErrPermissionDenied, what, denied)
+			}
 			// The manifest was deleted (or replaced) since it was read.
 			continue
+		}
+		// Each op answers (a check its key, a get-or-empty its key, present
+		// or not); Consul leaves out silently those the token may not read.
+		if len(resp.Results) != len(ops) {
+			return nil, location.RootRef{}, fmt.Errorf("%w: %s: consul hid %d of %d keys: the ACL token may not read them", location.ErrPermissionDenied, what, len(ops)-len(resp.Results), len(ops))
 		}
 		parts := make(map[string][]byte, len(resp.Results))
 		for _, r := range resp.Results {
@@ -285,14 +293,14 @@ func (s *Store) DeleteRoot(ctx context.Context, key string) error {
 		return err
 	}
 	if err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
-		_, err := c.KV().Delete(s.rootKey(key), (&api.WriteOptions{}).WithContext(ctx))
+		_, err := c.KV().Delete(s.rootKey(key), s.writing(ctx))
 		return err
 	}); err != nil {
 		return classify(what, err, true)
 	}
 	// The trailing '/' keeps other roots out: an escaped key has no '/'.
 	if err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) error {
-		_, err := c.KV().DeleteTree(s.rootKey(key)+"/", (&api.WriteOptions{}).WithContext(ctx))
+		_, err := c.KV().DeleteTree(s.rootKey(key)+"/", s.writing(ctx))
 		return err
 	}); err != nil {
 		// The root is gone already; its parts stay until a retry.

@@ -1,12 +1,17 @@
 // Package consultest starts a real Consul server for tests and demos
 // (DESIGN §3): `consul agent -dev` on free loopback ports, waited on until
-// it has a leader, stopped by its PID; or a cluster of servers (Cluster). The binary is the one `make consul`
+// it has a leader, stopped by its PID, optionally with ACLs (default deny)
+// or an HTTPS-only API (StartWith, LaunchWith, Options, NewPKI); or a
+// cluster of servers (Cluster). The binary is the one `make consul`
 // builds: $ROAM_CONSUL, else ~/.cache/roam/consul-1.14.11/consul. A missing
 // binary is a test failure, never a skip.
 package consultest
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,19 +55,54 @@ func ServerArgs(name, dataDir string, n int, ports [4]int, joins []int) []string
 	return args
 }
 
-// Server is a running Consul agent: a dev agent (Start, Launch) or one
-// server of a cluster (Cluster).
+// Server is a running Consul agent: a dev agent (Start, Launch, StartWith,
+// LaunchWith) or one server of a cluster (Cluster).
 type Server struct {
-	// Addr is the HTTP API address, 127.0.0.1:port.
+	// Addr is the HTTP API address, 127.0.0.1:port: plain HTTP, or HTTPS
+	// only when the agent was started with Options.TLS (see URL).
 	Addr string
-	// Node is the agent's node name (Cluster only).
+	// Node is the agent's node name.
 	Node string
 
 	raftAddr string // server RPC address (Cluster only)
+	scheme   string // "http" or "https"
+	token    string // the management token of an agent with ACLs
+	probe    *http.Client
 	cmd      *exec.Cmd
 	out      *lockedBuffer
 	exited   chan struct{}
 	once     sync.Once
+}
+
+// URL is the HTTP API's base URL: http://Addr, or https://Addr for an
+// agent started with Options.TLS.
+func (s *Server) URL() string { return s.scheme + "://" + s.Addr }
+
+// Options are what StartWith and LaunchWith add to Launch's dev agent. The
+// zero Options is Launch's agent.
+type Options struct {
+	// ManagementToken, if set, turns ACLs on with default policy deny and
+	// makes it the initial management token, which the agent uses for its
+	// own requests too. The server is returned once the token is accepted.
+	ManagementToken string
+	// TLS, if set, makes the agent serve its HTTP API over HTTPS only
+	// (no plain HTTP port).
+	TLS *TLS
+}
+
+// TLS are the PEM files of an HTTPS-only agent (see NewPKI).
+type TLS struct {
+	// CAFile verifies the agent's certificate (for the harness's own
+	// requests) and, with VerifyIncoming, the clients' certificates.
+	CAFile string
+	// CertFile and KeyFile are the agent's certificate and key; the
+	// certificate must be valid for 127.0.0.1.
+	CertFile, KeyFile string
+	// VerifyIncoming makes the agent refuse an HTTPS client without a
+	// certificate signed by CAFile. ClientCertFile and ClientKeyFile are
+	// then the one the harness uses to see the agent up.
+	VerifyIncoming                bool
+	ClientCertFile, ClientKeyFile string
 }
 
 // Binary returns the path of the Consul binary.
@@ -94,14 +134,33 @@ func Start(tb testing.TB) *Server {
 
 // Launch starts a server; the caller must Stop it. It retries on a port
 // taken between choosing and binding it.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return LaunchWith(Options{}) }
+
+// StartWith is Start with Options: a server for one test, stopped when the
+// test ends.
+func StartWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
+	s, err := LaunchWith(o)
+	if err != nil {
+		tb.Fatalf("start consul: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// LaunchWith is Launch with Options; the caller must Stop the server.
+func LaunchWith(o Options) (*Server, error) {
 	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	probe, err := o.probeClient()
 	if err != nil {
 		return nil, err
 	}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := launch(bin)
+		s, err := launch(bin, o, probe)
 		if err == nil {
 			return s, nil
 		}
@@ -110,19 +169,62 @@ func Launch() (*Server, error) {
 	return nil, last
 }
 
-func launch(bin string) (*Server, error) {
+// probeClient is the HTTP client the harness sees the agent up with.
+func (o Options) probeClient() (*http.Client, error) {
+	if o.TLS == nil {
+		return &http.Client{Timeout: time.Second}, nil
+	}
+	pem, err := os.ReadFile(o.TLS.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("consultest: CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("consultest: no certificate in %s", o.TLS.CAFile)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if o.TLS.ClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLS.ClientCertFile, o.TLS.ClientKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("consultest: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}, nil
+}
+
+// devArgs are the extra arguments of a dev agent with o, whose HTTP API
+// listens on port.
+func (o Options) devArgs(port int) []string {
+	var args []string
+	if o.TLS == nil {
+		args = append(args, "-http-port="+strconv.Itoa(port))
+	} else {
+		args = append(args,
+			fmt.Sprintf("-hcl=ports {\n  http = -1\n  https = %d\n}", port),
+			fmt.Sprintf("-hcl=tls {\n  defaults {\n    ca_file = %q\n    cert_file = %q\n    key_file = %q\n    verify_incoming = %t\n  }\n}",
+				o.TLS.CAFile, o.TLS.CertFile, o.TLS.KeyFile, o.TLS.VerifyIncoming))
+	}
+	if o.ManagementToken != "" {
+		args = append(args, fmt.Sprintf("-hcl=acl {\n  enabled = true\n  default_policy = \"deny\"\n  enable_token_persistence = false\n"+
+			"  tokens {\n    initial_management = %q\n    agent = %q\n  }\n}", o.ManagementToken, o.ManagementToken))
+	}
+	return args
+}
+
+func launch(bin string, o Options, probe *http.Client) (*Server, error) {
 	ports, err := FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
 	httpPort := ports[0]
-	cmd := exec.Command(bin, "agent", "-dev",
+	node := "roam-test-" + strconv.Itoa(httpPort)
+	args := []string{"agent", "-dev",
 		"-bind=127.0.0.1", "-client=127.0.0.1",
-		"-node=roam-test-"+strconv.Itoa(httpPort),
-		"-http-port="+strconv.Itoa(httpPort),
-		"-server-port="+strconv.Itoa(ports[1]),
-		"-serf-lan-port="+strconv.Itoa(ports[2]),
-		"-serf-wan-port="+strconv.Itoa(ports[3]),
+		"-node=" + node,
+		"-server-port=" + strconv.Itoa(ports[1]),
+		"-serf-lan-port=" + strconv.Itoa(ports[2]),
+		"-serf-wan-port=" + strconv.Itoa(ports[3]),
 		"-dns-port=-1", "-grpc-port=-1", "-grpc-tls-port=-1",
 		"-log-level=warn",
 		// Owner-lease tests use 1 s TTLs; Consul's default minimum is 10 s.
@@ -131,14 +233,31 @@ func launch(bin string) (*Server, error) {
 		// Consul's default of 200 connections per client IP is meant for
 		// one real node per IP.
 		`-hcl=limits { http_max_conns_per_client = 4096 }`,
-	)
-	s, err := startAgent(cmd, "127.0.0.1:"+strconv.Itoa(httpPort))
+	}
+	args = append(args, o.devArgs(httpPort)...)
+	s, err := startAgent(exec.Command(bin, args...), "127.0.0.1:"+strconv.Itoa(httpPort))
 	if err != nil {
 		return nil, err
+	}
+	s.Node, s.probe, s.token = node, probe, o.ManagementToken
+	if o.TLS != nil {
+		s.scheme = "https"
 	}
 	if err := s.waitLeader(60 * time.Second); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
+	}
+	if o.ManagementToken != "" {
+		// The leader makes the ACL system and the initial management
+		// token only after its election, and a session needs the agent's
+		// node in the catalog.
+		if err := s.waitToken(60 * time.Second); err == nil {
+			err = s.waitRegistered(node, 60*time.Second)
+		}
+		if err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
+		}
 	}
 	return s, nil
 }
@@ -152,31 +271,58 @@ func startAgent(cmd *exec.Cmd, httpAddr string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	s := &Server{Addr: httpAddr, cmd: cmd, out: out, exited: make(chan struct{})}
+	s := &Server{Addr: httpAddr, scheme: "http", probe: &http.Client{Timeout: time.Second},
+		cmd: cmd, out: out, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.exited) }()
 	return s, nil
 }
 
+// get GETs path from the agent with the harness's client (and the
+// management token, if any) and returns the status and body.
+func (s *Server) get(path string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, s.URL()+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if s.token != "" {
+		req.Header.Set("X-Consul-Token", s.token)
+	}
+	resp, err := s.probe.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
 func (s *Server) waitLeader(limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	client := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
 			return errors.New("consul exited before electing a leader")
 		default:
 		}
-		resp, err := client.Get("http://" + s.Addr + "/v1/status/leader")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && len(strings.Trim(strings.TrimSpace(string(body)), `"`)) > 0 {
-				return nil
-			}
+		code, body, err := s.get("/v1/status/leader")
+		if err == nil && code == 200 && len(strings.Trim(strings.TrimSpace(string(body)), `"`)) > 0 {
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("consul at %s elected no leader within %s", s.Addr, limit)
+}
+
+// waitToken waits until the agent accepts its management token.
+func (s *Server) waitToken(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if code, _, err := s.get("/v1/acl/token/self"); err == nil && code == 200 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("consul at %s did not accept its management token within %s", s.Addr, limit)
 }
 
 // Stop kills the server by its PID and waits for it to exit.
@@ -262,15 +408,11 @@ func launchCluster(bin, dir string, n int) ([]*Server, error) {
 // has node.
 func (s *Server) waitRegistered(node string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	client := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
-		resp, err := client.Get("http://" + s.Addr + "/v1/catalog/node/" + node + "?consistent")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 && bytes.Contains(body, []byte(`"Node":"`+node+`"`)) {
-				return nil
-			}
+		code, body, err := s.get("/v1/catalog/node/" + node + "?consistent")
+		var got struct{ Node struct{ Node string } } // a dev agent pretty-prints
+		if err == nil && code == 200 && json.Unmarshal(body, &got) == nil && got.Node.Node == node {
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -280,14 +422,8 @@ func (s *Server) waitRegistered(node string, limit time.Duration) error {
 // IsLeader reports whether this server is the cluster's leader now, as it
 // sees it (Cluster only).
 func (s *Server) IsLeader() bool {
-	client := &http.Client{Timeout: time.Second}
-	resp, err := client.Get("http://" + s.Addr + "/v1/status/leader")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode == 200 && s.raftAddr != "" && strings.Trim(strings.TrimSpace(string(body)), `"`) == s.raftAddr
+	code, body, err := s.get("/v1/status/leader")
+	return err == nil && code == 200 && s.raftAddr != "" && strings.Trim(strings.TrimSpace(string(body)), `"`) == s.raftAddr
 }
 
 // Output is what the server printed so far.
