@@ -22,12 +22,12 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 
-.PHONY: test test-race sim-check race-mod consul generate lint demo demo-consul bench bench-store clean-consul
+.PHONY: test test-race sim-check race-mod consul generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
 ## then 100,000 schedules of the deterministic simulation and the short chaos
 ## test on real processes.
-test: consul lint test-race sim-check chaos-short
+test: consul lint test-race fuzz-short sim-check chaos-short
 
 ## sim-check: 100,000 random schedules of the hand-off's deterministic
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
@@ -88,10 +88,31 @@ lint:
 demo:
 	$(GO) run ./cmd/roam-demo
 
-## demo-consul: the same with a real Consul and three chat-node processes.
-demo-consul: consul
+## demo-consul: the same with a real Consul and three chat-node processes;
+## TLS=1 runs every process with mutual TLS (certificates from `make certs`).
+demo-consul: consul $(if $(TLS),certs)
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
-	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node
+	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node $(if $(TLS),--tls-dir=$(CERTS_DIR))
+
+## certs: a throwaway CA and a node certificate for 127.0.0.1 and localhost
+## in $(CERTS_DIR), for trying mutual TLS on one machine (docs/SECURITY.md).
+CERTS_DIR := $(ROAM_CACHE)/certs
+certs:
+	$(GO) run ./cmd/roam-certs -dir $(CERTS_DIR)
+
+## fuzz: every fuzz target for FUZZTIME each (default 1m): the remote frame
+## check, frame splitting, a target's control messages, the payload
+## decoder, Consul key escaping. fuzz-short (in `make test`): 5 s each.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := ./cluster:FuzzRemoteFrame ./cluster:FuzzSplitBatch ./extension/relocation:FuzzTargetControl \
+	./extension/relocation/envelope:FuzzDecode ./extension/location/consulstore:FuzzEscapeRoundTrip
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
+fuzz-short:
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 ## bench: relocation pauses, throughput, many moves and baselines, medians of
 ## several runs, into bench/RESULTS.md (with machine, date and commit).

@@ -25,6 +25,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/cluster/lease"
@@ -77,7 +78,13 @@ type Config struct {
 	// ProtoActorLogLevel is the least level of Proto.Actor's own logs that
 	// is passed on. Default slog.LevelWarn.
 	ProtoActorLogLevel *slog.Level
-	// RemoteOptions are passed to Proto.Actor's remote.
+	// TLS, if set, makes every connection between nodes mutual TLS and
+	// binds the senders of control messages to the peer's certificate.
+	// Without it any process that reaches the node's port is trusted as a
+	// peer (docs/SECURITY.md). Default: nil (plain TCP).
+	TLS *TLS
+	// RemoteOptions are passed to Proto.Actor's remote. roam's frame
+	// limits, guards and TLS credentials apply whatever they set.
 	RemoteOptions []remote.ConfigOption
 	// ProtoCluster, if set, makes the node a member of a Proto.Actor
 	// cluster too, so that cluster.Request(identity, kind, msg) works on it.
@@ -171,6 +178,7 @@ type Node struct {
 	pcluster *pcluster.Cluster
 	desc     *location.NodeDescriptor
 	lease    location.Lease
+	members  *members
 
 	// The owner lease's fence (package lease): keeper is the loop
 	// goroutine's; status and validUntil publish its verdict to every
@@ -200,8 +208,31 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	handler := &zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel}
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(handler) }))
+	var serverCreds, clientCreds credentials.TransportCredentials
+	if cfg.TLS != nil {
+		host := cfg.Host
+		if cfg.AdvertisedHost != "" {
+			if h, _, err := net.SplitHostPort(cfg.AdvertisedHost); err == nil {
+				host = h
+			}
+		}
+		var err error
+		if serverCreds, clientCreds, err = cfg.TLS.credentials(host); err != nil {
+			return nil, err
+		}
+	}
 	rcfg := remote.Configure(cfg.Host, cfg.Port, cfg.RemoteOptions...)
-	remoteOptions(rcfg, *cfg.Logger)
+	// The peer limits need the node's view of its mesh, which exists once
+	// the node has claimed its descriptor; until then (no stream carries
+	// a large message before Start returns) every peer gets the full limit.
+	var node atomic.Pointer[Node]
+	limitOf := func(address string) int {
+		if n := node.Load(); n != nil {
+			return n.peerFrameBytes(address)
+		}
+		return MaxFrameBytes
+	}
+	remoteOptions(rcfg, *cfg.Logger, system, limitOf, serverCreds, clientCreds)
 	if cfg.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = cfg.AdvertisedHost
 	}
@@ -250,6 +281,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Status:          messages.NodeStatus_NODE_STATUS_SERVING,
 		ProtocolVersion: ProtocolVersion,
 	}
+	n.members = newMembers(cfg.Store, cfg.Mesh)
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
 	n.base = time.Now()
 	claimSent := n.base
@@ -271,6 +303,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("%w: %w", location.ErrInvalid, err)
 	}
 	n.keeper = keeper
+	node.Store(n)
 	n.publish()
 	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(ls.ID)).Msg("node claimed")
 	go n.leaseLoop()

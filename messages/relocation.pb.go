@@ -352,8 +352,11 @@ type CapabilityQuery struct {
 	Kind               AuthorityKind          `protobuf:"varint,1,opt,name=kind,proto3,enum=roam.messages.AuthorityKind" json:"kind,omitempty"`
 	StableType         string                 `protobuf:"bytes,2,opt,name=stable_type,json=stableType,proto3" json:"stable_type,omitempty"`
 	ApplicationVersion string                 `protobuf:"bytes,3,opt,name=application_version,json=applicationVersion,proto3" json:"application_version,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// source is the asking node; the target answers only a live node of its
+	// mesh at the address the query came from.
+	Source        *NodeRef `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilityQuery) Reset() {
@@ -407,6 +410,13 @@ func (x *CapabilityQuery) GetApplicationVersion() string {
 	return ""
 }
 
+func (x *CapabilityQuery) GetSource() *NodeRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
 type CapabilityReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Supported bool                   `protobuf:"varint,1,opt,name=supported,proto3" json:"supported,omitempty"`
@@ -415,8 +425,12 @@ type CapabilityReply struct {
 	// announced before the seal (spec 000 §4.2).
 	ReceiveChunkLimit uint32   `protobuf:"varint,3,opt,name=receive_chunk_limit,json=receiveChunkLimit,proto3" json:"receive_chunk_limit,omitempty"`
 	Node              *NodeRef `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// move_ticket admits one Restore request from the asking node: random,
+	// single-use, short-lived. The answer goes to the asking node's address,
+	// so a process that only declares that address never learns it.
+	MoveTicket    []byte `protobuf:"bytes,5,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilityReply) Reset() {
@@ -473,6 +487,13 @@ func (x *CapabilityReply) GetReceiveChunkLimit() uint32 {
 func (x *CapabilityReply) GetNode() *NodeRef {
 	if x != nil {
 		return x.Node
+	}
+	return nil
+}
+
+func (x *CapabilityReply) GetMoveTicket() []byte {
+	if x != nil {
+		return x.MoveTicket
 	}
 	return nil
 }
@@ -553,8 +574,10 @@ type RelocationPrepare struct {
 	// sealed_at_unix_nanos lets the target report the pause (seal → its
 	// dispatch open); across machines it carries the clocks' skew.
 	SealedAtUnixNanos int64 `protobuf:"varint,8,opt,name=sealed_at_unix_nanos,json=sealedAtUnixNanos,proto3" json:"sealed_at_unix_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// move_ticket is the one the target's CapabilityReply gave the source.
+	MoveTicket    []byte `protobuf:"bytes,9,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RelocationPrepare) Reset() {
@@ -641,6 +664,13 @@ func (x *RelocationPrepare) GetSealedAtUnixNanos() int64 {
 		return x.SealedAtUnixNanos
 	}
 	return 0
+}
+
+func (x *RelocationPrepare) GetMoveTicket() []byte {
+	if x != nil {
+		return x.MoveTicket
+	}
+	return nil
 }
 
 // RelocationState is command 52: one chunk of the stream, one-way.
@@ -1415,21 +1445,24 @@ const file_relocation_proto_rawDesc = "" +
 	"\aNodeRef\x12\x19\n" +
 	"\bnode_rid\x18\x01 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x02 \x01(\x04R\x0enodeGeneration\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x95\x01\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xc5\x01\n" +
 	"\x0fCapabilityQuery\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x1f\n" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
 	"stableType\x12/\n" +
-	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\"\xa3\x01\n" +
+	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\x12.\n" +
+	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\"\xc4\x01\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
 	"\x13receive_chunk_limit\x18\x03 \x01(\rR\x11receiveChunkLimit\x12*\n" +
-	"\x04node\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x04node\"\xab\x01\n" +
+	"\x04node\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x04node\x12\x1f\n" +
+	"\vmove_ticket\x18\x05 \x01(\fR\n" +
+	"moveTicket\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xb5\x03\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xd6\x03\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -1439,7 +1472,9 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06source\x18\x05 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12?\n" +
 	"\x1crestore_deadline_unix_millis\x18\x06 \x01(\x03R\x19restoreDeadlineUnixMillis\x120\n" +
 	"\x14new_owner_generation\x18\a \x01(\x04R\x12newOwnerGeneration\x12/\n" +
-	"\x14sealed_at_unix_nanos\x18\b \x01(\x03R\x11sealedAtUnixNanos\"\x92\x01\n" +
+	"\x14sealed_at_unix_nanos\x18\b \x01(\x03R\x11sealedAtUnixNanos\x12\x1f\n" +
+	"\vmove_ticket\x18\t \x01(\fR\n" +
+	"moveTicket\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -1545,29 +1580,30 @@ var file_relocation_proto_depIdxs = []int32{
 	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
 	22, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
 	22, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
-	4,  // 3: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
-	2,  // 4: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 5: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
-	7,  // 6: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
-	4,  // 7: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	2,  // 8: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 9: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 10: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 11: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 12: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	13, // 13: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	21, // 14: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	2,  // 15: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	14, // 16: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	2,  // 17: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 18: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 19: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 20: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
+	4,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
+	2,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
+	7,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
+	4,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
+	2,  // 9: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 10: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 11: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 13: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	13, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	21, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	2,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	14, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	2,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 19: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 20: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 21: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }

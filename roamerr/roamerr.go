@@ -36,7 +36,9 @@ var (
 	// ErrNotConfigured: a mesh, kind or policy the call needs is not set up.
 	ErrNotConfigured = errors.New("roam: not configured")
 	// ErrPermissionDenied: a backing service refused roam's credentials
-	// (the Location Store's Consul ACL token lacks a rule, or is unknown).
-	// Retrying with the same credentials fails the same way.
+	// (the Location Store's Consul ACL token lacks a rule, or is unknown),
+	// or a node refused a peer that is not a live member of its mesh at the
+	// address it speaks from. Retrying with the same credentials fails the
+	// same way.
 	ErrPermissionDenied = errors.New("roam: permission denied")
 )

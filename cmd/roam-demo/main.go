@@ -49,6 +49,7 @@ func main() {
 	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
 	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
 	rooms := flag.Int("rooms", 10, "rooms")
+	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
 	if err := run(*storeKind, *consulAddr, *chatNode, *duration, *rooms); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
@@ -57,6 +58,9 @@ func main() {
 }
 
 var nodeNames = []string{"node-1", "node-2", "node-3"}
+
+// tlsDir is --tls-dir: empty for plain TCP.
+var tlsDir string
 
 func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
 	ctx := context.Background()
@@ -125,7 +129,7 @@ func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) (
 					log.Error().Str("event", "gateway_restart_failed").Err(err).Msg("the chat gateway did not start on the new lifecycle")
 				}
 			},
-			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: &log, ProtoActorLogLevel: &silent},
+			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: &log, ProtoActorLogLevel: &silent, TLS: cluster.TLSFromDir(tlsDir, "node")},
 			Kinds: []extension.Kind{chat.Kind()},
 		})
 		if err != nil {
@@ -160,7 +164,7 @@ func startProcesses(bin, consulAddr, prefix string) ([]string, func(), error) {
 	}
 	var addrs []string
 	for _, name := range nodeNames {
-		c := exec.Command(bin, "--store", "consul", "--consul", consulAddr, "--prefix", prefix, "--listen", "127.0.0.1:0", "--name", name)
+		c := exec.Command(bin, "--store", "consul", "--consul", consulAddr, "--prefix", prefix, "--listen", "127.0.0.1:0", "--name", name, "--tls-dir", tlsDir)
 		c.Stderr = os.Stderr
 		out, err := c.StdoutPipe()
 		if err != nil {
@@ -242,7 +246,11 @@ func (in *inbox) receive(c actor.Context) {
 func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return silent }))
-	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	opts, err := cluster.ClientRemoteOptions(cluster.TLSFromDir(tlsDir, "node"), "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
 	r.Start()
 	defer r.Shutdown(false)
 	gw := func(i int) *actor.PID { return actor.NewPID(gateways[i%len(gateways)], chat.GatewayName) }

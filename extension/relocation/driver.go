@@ -142,6 +142,9 @@ type Driver struct {
 	sources map[uint64]*sourceRun
 	targets map[handoff.Identity]*targetRun
 	timers  map[timerKey]*time.Timer
+	// tickets: the move tickets this node issued and no Restore request
+	// has used yet (admission.go).
+	tickets map[string]moveTicket
 	// redeliveries queues, per object, messages past the follow hop limit
 	// and dead-lettered sends awaiting their owner's lookup; a key is
 	// present while its worker runs.
@@ -190,6 +193,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		sources: map[uint64]*sourceRun{},
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
+		tickets: map[string]moveTicket{},
 
 		redeliveries:       map[location.AuthorityKey][]*redeliver{},
 		deadLetters:        map[any]*deadLetterSend{},
@@ -322,7 +326,7 @@ func (d *Driver) Receive(c actor.Context) {
 	case *remote.EndpointTerminatedEvent:
 		d.onEndpointTerminated(m.Address)
 	case *messages.CapabilityQuery:
-		c.Respond(d.capability(m))
+		d.onCapability(c, m)
 	case *messages.RelocationPrepare:
 		d.onPrepare(c, m)
 	case *messages.RelocationState:

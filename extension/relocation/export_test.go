@@ -3,6 +3,8 @@ package relocation
 import (
 	"context"
 	"time"
+
+	"github.com/roamactors/roam/extension/location"
 )
 
 // DropInbound makes d's relocation actor drop every message drop reports
@@ -22,4 +24,10 @@ func (d *Driver) SetDeadLetterPatience(p time.Duration) {
 		d.deadLetterPatience = p
 		return struct{}{}, nil
 	})
+}
+
+// Arriving reports whether d has a move of key into its node in progress.
+func Arriving(d *Driver, key location.AuthorityKey) bool {
+	v, _ := call(context.Background(), d, func() (bool, error) { return d.arriving(key) != nil, nil })
+	return v
 }

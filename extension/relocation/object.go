@@ -137,7 +137,9 @@ func (h *host) receive(c actor.Context) {
 	hd := c.MessageHeader()
 	if hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
-			why := fmt.Sprintf("message for generation %s reached generation %d", g, h.obj.generation)
+			// The text goes to the caller: it names only the generation the
+			// caller sent, never the current one.
+			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, h.obj.key.ID)
 			h.d.endSink(h.obj, "invalid_operation", "send_invalid_generation", why)(
 				&actor.MessageEnvelope{Message: c.Message(), Sender: c.Sender(), Header: hd.ToMap()})
 			return

@@ -40,6 +40,7 @@ type sourceRun struct {
 	targetPID *actor.PID                // the target's relocation actor
 	next      *actor.PID                // the incarnation on the target
 	newOwner  uint64                    // AuthorityOwnerGeneration the target will write
+	ticket    []byte                    // the move ticket of the target's capability answer
 	saved     []any                     // the saved-work prefix, for Unseal
 	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
 	relayed   []any                     // the boundary batch as posted, for Reinstate
@@ -260,20 +261,22 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	key := r.obj.key
 	switch e := e.(type) {
 	case handoff.QueryCapability:
-		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion}
+		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion,
+			Source: &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}}
 		go func() {
 			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
 			ev := handoff.CapabilityAnswered{}
 			var gen uint64
+			var ticket []byte
 			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit()}
-				gen = reply.GetNode().GetNodeGeneration()
+				gen, ticket = reply.GetNode().GetNodeGeneration(), reply.GetMoveTicket()
 			} else {
 				ev.Reason = fmt.Sprintf("capability query: %v", err)
 			}
 			d.sys.Root.Send(d.self, &localCall{fn: func() {
 				if cur := d.sources[id.RelocationID]; cur == r {
-					r.target.NodeGeneration = gen
+					r.target.NodeGeneration, r.ticket = gen, ticket
 					d.stepSource(r, ev)
 				}
 			}})
@@ -329,6 +332,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
 			NewOwnerGeneration:        r.newOwner,
 			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
+			MoveTicket:                r.ticket,
 		})
 
 	case handoff.SendChunks:

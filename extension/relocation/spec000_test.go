@@ -242,7 +242,8 @@ func TestCASRetriesConvergeOnIndeterminateOutcomes(t *testing.T) {
 	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
 	require.NoError(t, err)
 	// The target's first read fails, its CAS lands but the answer is lost.
-	f.Inject(faulty.Unavailable, faulty.None, faulty.IndeterminateApplied)
+	f.InjectOn("read", faulty.Unavailable)
+	f.InjectOn("apply", faulty.IndeterminateApplied)
 	out, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 	v, err := shared.Read(ctx, key)
@@ -276,9 +277,10 @@ func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
 	for i := int64(1); i <= 5; i++ {
 		a.node.System().Root.Send(pid, wrapperspb.Int64(i))
 	}
-	// From now on the target cannot reach the store.
+	// From now on the target cannot write the store: it admits the move
+	// (its reads work) and its owner CAS never lands.
 	for i := 0; i < 10000; i++ {
-		f.Inject(faulty.Unavailable)
+		f.InjectOn("apply", faulty.Unavailable)
 	}
 	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)

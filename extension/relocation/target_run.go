@@ -71,6 +71,11 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	case from == nil || from.Address != p.GetSource().GetAddress():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
 		return
+	case !d.takeTicket(p, from.Address):
+		// Not admitted by a capability answer to this source (admission.go).
+		d.refused("Restore request", from.Address, "no valid move ticket for its source")
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")
+		return
 	case key.Validate() != nil || (key.Kind != location.KindActor && key.Kind != location.KindInstanceSpot):
 		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor or Instance Spot")
 		return
@@ -192,6 +197,9 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		}
 		obj.pid = pid
 		t.obj = obj
+
+	case handoff.VerifySource:
+		go d.verifySource(t, id)
 
 	case handoff.SendCredit:
 		d.send(t.sourcePID, &messages.RelocationStateCredit{Identity: id.ToProto(), ReceivedBytes: e.ReceivedBytes})

@@ -195,7 +195,7 @@ func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
 		next.FullNodeRids = full
 		next.TargetNodeRid, next.TargetNodeGeneration = n.Node.GetNodeRid(), n.Node.GetNodeGeneration()
 		next.DescriptorVersion = uint64(n.Version)
-		m.sys.Root.Send(servicePID(n.Node.GetAddress()), next)
+		m.sys.Root.RequestWithCustomSender(servicePID(n.Node.GetAddress()), next, m.self)
 		return true
 	}
 	return false

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot/activation"
@@ -90,6 +91,10 @@ func (c *Call) validate() error {
 	}
 	if c.msg == nil {
 		return fmt.Errorf("%w: no message", roamerr.ErrInvalidOperation)
+	}
+	if n := proto.Size(c.msg); n > cluster.MaxMessageBytes {
+		// Over the peers' frame limit it could never be delivered.
+		return fmt.Errorf("%w: the message is %d bytes, more than the %d a node accepts", roamerr.ErrCapacityExceeded, n, cluster.MaxMessageBytes)
 	}
 	if c.mesh != "" && !c.instance {
 		return fmt.Errorf("%w: InMesh needs Instance intent", roamerr.ErrInvalidOperation)
@@ -382,7 +387,7 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, owner *me
 			return
 		}
 		act.First = first
-		m.sys.Root.Send(servicePID(address), act)
+		m.sys.Root.RequestWithCustomSender(servicePID(address), act, m.self)
 	}
 	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
 	if !c.request {

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot/activation"
@@ -92,9 +93,9 @@ type Manager struct {
 	mu      sync.Mutex
 	results map[string]*retained
 	// resultsSwept is when expired results were last dropped.
-	resultsSwept time.Time                             // terminal results by operation id (§3.2, §7.1)
-	keyLock      map[string]*keyLock                   // this node's work on one Spot ID, one at a time
-	queues       map[string][]*messages.SpotActivation // command 39s per Spot ID, in arrival order
+	resultsSwept time.Time                     // terminal results by operation id (§3.2, §7.1)
+	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
+	queues       map[string][]queuedActivation // command 39s per Spot ID, in arrival order
 	watches      map[watchKey]*sharedWatch
 }
 
@@ -179,7 +180,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
 		results:   map[string]*retained{},
 		keyLock:   map[string]*keyLock{},
-		queues:    map[string][]*messages.SpotActivation{},
+		queues:    map[string][]queuedActivation{},
 		watches:   map[watchKey]*sharedWatch{},
 		lostWatch: map[string]map[chan struct{}]struct{}{},
 		stop:      make(chan struct{}),
@@ -293,16 +294,44 @@ func servicePID(address string) *actor.PID { return actor.NewPID(address, Servic
 func (m *Manager) receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *messages.SpotActivation:
-		m.enqueueActivation(msg)
+		m.enqueueActivation(msg, c.Sender())
 	case *messages.UserSpotCreate:
 		sender := c.Sender()
-		go m.reply(sender, msg.GetOperationId(), func() *messages.SpotReply { return m.onCreate(msg) })
+		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+			func() *messages.SpotReply { return m.onCreate(msg) })
 	case *messages.UserSpotClose:
 		sender := c.Sender()
-		go m.reply(sender, msg.GetOperationId(), func() *messages.SpotReply { return m.onClose(msg) })
+		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+			func() *messages.SpotReply { return m.onClose(msg) })
 	case *messages.RouteHint:
 		m.onHint(msg.GetSpotId())
 	}
+}
+
+// replyMember runs a command 47 or 48 only when the node it names as its
+// source is a live member of the mesh at the address it came from (the
+// reply goes there); anything else is refused and not retained, so a
+// forged operation id cannot shadow the real one.
+func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op string, run func() *messages.SpotReply) {
+	if to == nil {
+		m.refused("Spot command", "", "no sender")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	err := m.d.Node().VerifyPeer(ctx, rid, generation, to.Address)
+	cancel()
+	if err != nil {
+		m.refused("Spot command", to.Address, err.Error())
+		m.sys.Root.Send(to, failure(fmt.Errorf("%w: the command's source is not a live member of this mesh at its address", roamerr.ErrPermissionDenied)))
+		return
+	}
+	m.reply(to, op, run)
+}
+
+// refused logs a command refused for its sender.
+func (m *Manager) refused(what, from, why string) {
+	m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
+		Msg("a control message from a peer that is not entitled to it was refused")
 }
 
 // reply answers a command once per operation id: a redelivery of the same
@@ -382,11 +411,11 @@ func (m *Manager) lockKey(id string) func() {
 // enqueueActivation queues a command 39 behind the earlier ones for the
 // same Spot ID: one goroutine per ID handles them in arrival order, so a
 // caller's messages to a Spot being activated keep their order.
-func (m *Manager) enqueueActivation(a *messages.SpotActivation) {
+func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID) {
 	id := a.GetSpotId()
 	m.mu.Lock()
 	q, running := m.queues[id]
-	m.queues[id] = append(q, a)
+	m.queues[id] = append(q, queuedActivation{a, from})
 	m.mu.Unlock()
 	if running {
 		return
@@ -403,9 +432,42 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation) {
 			next := q[0]
 			m.queues[id] = q[1:]
 			m.mu.Unlock()
-			m.onActivation(next)
+			if err := m.fromMember(next.a, next.from); err != nil {
+				m.refused("Spot activation", next.from.GetAddress(), err.Error())
+				// The caller learns it at once, typed (a node whose lease
+				// ended, say), instead of waiting out its deadline.
+				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id,
+					fmt.Errorf("%w: the activation's sender is not a live node of the cluster", roamerr.ErrPermissionDenied))
+				continue
+			}
+			m.onActivation(next.a)
 		}
 	}()
+}
+
+// queuedActivation is a command 39 and the Spot service that sent it: the
+// caller's, or a full target's passing it on.
+type queuedActivation struct {
+	a    *messages.SpotActivation
+	from *actor.PID
+}
+
+// fromMember accepts a command 39 only from a live node of the mesh: the
+// recovery root it stores and the Spot it activates are the caller's to
+// decide, and a caller is a node.
+func (m *Manager) fromMember(a *messages.SpotActivation, from *actor.PID) error {
+	if from == nil {
+		return fmt.Errorf("%w: no sender", cluster.ErrNotMember)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	defer cancel()
+	// From the caller's node itself it names its lifecycle, checked by one
+	// descriptor read; a full node passing it on is looked up by address.
+	if err := m.d.Node().VerifyPeer(ctx, a.GetSourceNodeRid(), a.GetSourceNodeGeneration(), from.Address); err == nil {
+		return nil
+	}
+	_, err := m.d.Node().PeerAt(ctx, from.Address)
+	return err
 }
 
 // OnFollow is the relocation driver's Message Follow hook: it tells the

@@ -252,6 +252,7 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 		// A command 47 whose fence does not match the store is refused.
 		cmd := &messages.UserSpotCreate{
 			OperationId: uuid.NewString(), SpotId: "studio", StableType: "room",
+			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
 			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(),
 			Fence: &messages.ReservationFence{StoreVersion: 1, ObjectGeneration: 1,
 				TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration()},
@@ -446,11 +447,13 @@ func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
 			Header: map[string]string{relocation.HeaderOperation: uuid.NewString()}}
 		first, err := relocation.ToWire("tin", env)
 		require.NoError(t, err)
-		a.System().Root.Send(actor.NewPID(owner.Node().Address(), spot.ServiceName), &messages.SpotActivation{
+		// Sent as a's Spot service sends it: a node of the cluster, named.
+		a.System().Root.RequestWithCustomSender(actor.NewPID(owner.Node().Address(), spot.ServiceName), &messages.SpotActivation{
 			OperationId: env.Header.Get(relocation.HeaderOperation), RouteKind: 2, SpotId: "tin", StableType: "cart",
+			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
 			TargetNodeRid: owner.NodeRid(), TargetNodeGeneration: owner.Node().Descriptor().GetNodeGeneration(),
 			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(), First: first,
-		})
+		}, actor.NewPID(a.Node().Address(), spot.ServiceName))
 		reply, err := f.Result()
 		require.NoError(t, err)
 		require.EqualValues(t, 2, reply.(*wrapperspb.Int64Value).Value, "handled by the moved incarnation")
@@ -649,6 +652,7 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "loft"))
 		require.NoError(t, err)
 		cmd := &messages.UserSpotClose{OperationId: uuid.NewString(), Ref: &messages.SpotRef{SpotId: "loft", ObjectGeneration: res.Ref.ObjectGeneration},
+			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
 			TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration(),
 			ExpectedOwnerGeneration: v.Record.GetAuthorityOwnerGeneration(), ExpectedStoreVersion: uint64(v.Version) + 1,
 			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano()}

@@ -338,7 +338,7 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	defer cancel()
 	f := cmd.GetFence()
 	if f.GetTargetNodeRid() != m.desc.GetNodeRid() || f.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
-		return failure(fmt.Errorf("%w: command 47 for node %s reached %s", roamerr.ErrStale, f.GetTargetNodeRid(), m.desc.GetNodeRid()))
+		return failure(fmt.Errorf("%w: command 47 for node %s reached another node", roamerr.ErrStale, f.GetTargetNodeRid()))
 	}
 	key := location.Key(location.KindUserSpot, cmd.GetSpotId())
 	late := ctx.Err() != nil
@@ -572,7 +572,7 @@ func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Durati
 	}
 	rec := v.Record
 	if rec.GetObjectGeneration() != ref.ObjectGeneration {
-		return false, fmt.Errorf("%w: Spot %q is at generation %d, the ref names %d", roamerr.ErrInvalidOperation, ref.SpotID, rec.GetObjectGeneration(), ref.ObjectGeneration)
+		return false, fmt.Errorf("%w: Spot %q is not at generation %d, which the ref names", roamerr.ErrInvalidOperation, ref.SpotID, ref.ObjectGeneration)
 	}
 	if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 		return false, fmt.Errorf("%w: Spot %q is %s", roamerr.ErrUnavailable, ref.SpotID, rec.GetState())
@@ -615,7 +615,7 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, cmd.GetDeadlineUnixNanos()))
 	defer cancel()
 	if cmd.GetTargetNodeRid() != m.desc.GetNodeRid() || cmd.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
-		return failure(fmt.Errorf("%w: command 48 for node %s reached %s", roamerr.ErrUnavailable, cmd.GetTargetNodeRid(), m.desc.GetNodeRid()))
+		return failure(fmt.Errorf("%w: command 48 for node %s reached another node", roamerr.ErrUnavailable, cmd.GetTargetNodeRid()))
 	}
 	ref := cmd.GetRef()
 	key := location.Key(location.KindUserSpot, ref.GetSpotId())
@@ -631,7 +631,7 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 	rec := v.Record
 	switch {
 	case rec.GetObjectGeneration() != ref.GetObjectGeneration():
-		return failure(fmt.Errorf("%w: Spot %q is at generation %d, the ref names %d", roamerr.ErrInvalidOperation, key.ID, rec.GetObjectGeneration(), ref.GetObjectGeneration()))
+		return failure(fmt.Errorf("%w: Spot %q is not at generation %d, which the ref names", roamerr.ErrInvalidOperation, key.ID, ref.GetObjectGeneration()))
 	case !sameOwner(rec.GetOwner(), m.owner()):
 		return failure(fmt.Errorf("%w: node %s no longer owns Spot %q", roamerr.ErrUnavailable, m.desc.GetNodeRid(), key.ID))
 	case rec.GetAuthorityOwnerGeneration() != cmd.GetExpectedOwnerGeneration() || uint64(v.Version) != cmd.GetExpectedStoreVersion():
@@ -686,7 +686,7 @@ func (m *Manager) SpawnMember(ctx context.Context, ref SpotRef, stableType, acto
 	}
 	rec := v.Record
 	if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || rec.GetObjectGeneration() != ref.ObjectGeneration {
-		return nil, fmt.Errorf("%w: User Spot %q is %s at generation %d, the ref names %d", roamerr.ErrStale, ref.SpotID, rec.GetState(), rec.GetObjectGeneration(), ref.ObjectGeneration)
+		return nil, fmt.Errorf("%w: User Spot %q is not Ready at generation %d, which the ref names", roamerr.ErrStale, ref.SpotID, ref.ObjectGeneration)
 	}
 	if _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); err != nil || !alive {
 		return nil, errors.Join(fmt.Errorf("%w: the owner of User Spot %q has ended", roamerr.ErrStale, ref.SpotID), err)

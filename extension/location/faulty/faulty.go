@@ -75,7 +75,10 @@ type Store struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	script []Fault
-	stats  Stats
+	// scriptOn: faults queued for the calls of one operation only
+	// (InjectOn), drawn before script.
+	scriptOn map[string][]Fault
+	stats    Stats
 	// healed is non-nil while the store is partitioned away: calls wait
 	// until it is closed (then go through, late) or their context ends.
 	healed chan struct{}
@@ -138,6 +141,19 @@ func (s *Store) Inject(faults ...Fault) {
 	s.mu.Unlock()
 }
 
+// InjectOn queues faults for the next calls of one operation only, in
+// order: op is the operation's name in the errors this store returns
+// ("read", "compare-and-set", "apply", "read node", "list nodes", ...).
+// Calls of other operations are not affected.
+func (s *Store) InjectOn(op string, faults ...Fault) {
+	s.mu.Lock()
+	if s.scriptOn == nil {
+		s.scriptOn = map[string][]Fault{}
+	}
+	s.scriptOn[op] = append(s.scriptOn[op], faults...)
+	s.mu.Unlock()
+}
+
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
@@ -146,7 +162,7 @@ func (s *Store) Stats() Stats {
 }
 
 // next draws the fault and delay of one call.
-func (s *Store) next(write bool) (Fault, time.Duration) {
+func (s *Store) next(write bool, what string) (Fault, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Calls++
@@ -155,7 +171,9 @@ func (s *Store) next(write bool) (Fault, time.Duration) {
 		delay = time.Duration(s.rng.Int64N(int64(s.cfg.MaxLatency)))
 	}
 	f := None
-	if len(s.script) > 0 {
+	if on := s.scriptOn[what]; len(on) > 0 {
+		f, s.scriptOn[what] = on[0], on[1:]
+	} else if len(s.script) > 0 {
 		f, s.script = s.script[0], s.script[1:]
 	} else {
 		switch r := s.rng.Float64(); {
@@ -201,7 +219,7 @@ func read[T any](s *Store, ctx context.Context, what string, call func() (T, err
 	if err := s.cut(ctx, what); err != nil {
 		return zero, err
 	}
-	f, d := s.next(false)
+	f, d := s.next(false, what)
 	if err := wait(ctx, d); err != nil {
 		return zero, err
 	}
@@ -217,7 +235,7 @@ func write[T any](s *Store, ctx context.Context, what string, call func() (T, er
 	if err := s.cut(ctx, what); err != nil {
 		return zero, err
 	}
-	f, d := s.next(true)
+	f, d := s.next(true, what)
 	if err := wait(ctx, d); err != nil {
 		return zero, err
 	}

@@ -154,6 +154,12 @@ type (
 	// InstallStaging: register the temporary queue (spawn the object with a
 	// staging mailbox) before any chunk is attributed (§4.3).
 	InstallStaging struct{}
+	// VerifySource: check, against the Location Store, that the prepare's
+	// source is the object's owner at the move's fence and a live node at
+	// the address the prepare came from; report SourceVerified. Whoever can
+	// reach a node's port can send it a prepare: the target never answers
+	// relay-ready to one the store does not back.
+	VerifySource struct{}
 	// SendCredit: return received bytes to the source's in-flight budget.
 	SendCredit struct{ ReceivedBytes uint64 }
 	// RestorePayload: decode the verified stream and restore state, saved
@@ -234,6 +240,7 @@ func (FenceOut) isEffect()         {}
 func (CloseOut) isEffect()         {}
 func (Reinstate) isEffect()        {}
 func (InstallStaging) isEffect()   {}
+func (VerifySource) isEffect()     {}
 func (SendCredit) isEffect()       {}
 func (RestorePayload) isEffect()   {}
 func (SendFailed) isEffect()       {}

@@ -89,6 +89,9 @@ type (
 	Restored struct{}
 	// RestoreFailed: RestorePayload failed (decode, adapter, type).
 	RestoreFailed struct{ Err error }
+	// SourceVerified answers VerifySource: Err is nil when the store backs
+	// the prepare, else why not.
+	SourceVerified struct{ Err error }
 	// RelayRecordReceived: one relayed record. Record is its canonical bytes
 	// (for the RelaySum), Item what OpenDispatch will post, Index its
 	// position in the boundary batch (the same in every resend).
@@ -151,6 +154,7 @@ func (PrepareReceived) isEvent()      {}
 func (ChunkReceived) isEvent()        {}
 func (Restored) isEvent()             {}
 func (RestoreFailed) isEvent()        {}
+func (SourceVerified) isEvent()       {}
 func (RelayRecordReceived) isEvent()  {}
 func (CutoverReceivedEvent) isEvent() {}
 func (AbortReceived) isEvent()        {}

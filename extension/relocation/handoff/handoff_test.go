@@ -435,8 +435,43 @@ func prepared(t *testing.T, payload []byte, limit int) (*Target, []envelope.Chun
 	require.NoError(t, err)
 	tg, effects := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 30})
 	require.Equal(t, "InstallStaging", typeName(effects[0]), "temporary queue first")
+	require.True(t, has[VerifySource](effects), "the store must back the prepare")
 	require.Equal(t, TargetRestoring, tg.Phase())
+	require.Empty(t, tg.Step(SourceVerified{}))
 	return tg, chunks
+}
+
+// Relay-ready waits for the store to back the prepare when the restore
+// is quicker; a prepare the store does not back (its source is not the
+// owner at the fence) is refused stale, the target removed, no CAS.
+// Reference: spec 000 §3 (the coordinator fence), §4.3.
+func TestRelayReadyWaitsForTheSourceCheck(t *testing.T) {
+	payload := stream(300)
+	m, chunks, err := envelope.Split(payload, 100)
+	require.NoError(t, err)
+	for _, backed := range []bool{true, false} {
+		tg, _ := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
+		for _, c := range chunks {
+			tg.Step(ChunkReceived{Chunk: c})
+		}
+		require.Empty(t, tg.Step(Restored{}), "restored, not yet verified")
+		require.Equal(t, TargetRestoring, tg.Phase())
+		if backed {
+			require.Equal(t, []string{"SendRelayReady", "StartTimer"}, kinds(tg.Step(SourceVerified{})))
+			require.Equal(t, RelayReady, tg.Phase())
+			continue
+		}
+		effects := tg.Step(SourceVerified{Err: errors.New("owner is node-9")})
+		f, ok := find[SendFailed](effects)
+		require.True(t, ok)
+		require.Equal(t, messages.FailureReason_FAILURE_REASON_STALE, f.Reason)
+		require.NotContains(t, f.Detail, "node-9", "the refusal tells the sender nothing it did not send")
+		c, _ := find[Complete](effects)
+		require.ErrorIs(t, c.Err, roamerr.ErrStale)
+		require.True(t, has[RemoveTarget](effects))
+		require.False(t, has[SendRelayReady](effects))
+		require.Equal(t, TargetRemoved, tg.Phase())
+	}
 }
 
 // restored feeds every chunk and the Restored answer.
@@ -761,9 +796,14 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	m, chunks, err := envelope.Split(payload, 100)
 	require.NoError(t, err)
 	targetEvents := func(r *rand.Rand) Event {
-		switch r.IntN(13) {
+		switch r.IntN(14) {
 		case 0:
 			return ChunkReceived{Chunk: chunks[r.IntN(len(chunks))]}
+		case 11:
+			if r.IntN(4) == 0 {
+				return SourceVerified{Err: errors.New("not the owner")}
+			}
+			return SourceVerified{}
 		case 1:
 			return Restored{}
 		case 2:
@@ -793,11 +833,16 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	for seed := uint64(0); seed < 2000; seed++ {
 		r := rand.New(rand.NewPCG(seed, 1))
 		tg, _ := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
-		relayReady, committed := false, false
+		relayReady, committed, backed := false, false, false
 		for i := 0; i < 60; i++ {
-			for _, e := range tg.Step(targetEvents(r)) {
+			ev := targetEvents(r)
+			if v, ok := ev.(SourceVerified); ok && v.Err == nil && tg.Phase() == TargetRestoring {
+				backed = true
+			}
+			for _, e := range tg.Step(ev) {
 				switch e.(type) {
 				case SendRelayReady:
+					require.True(t, backed, "seed %d: relay-ready to a prepare the store did not back", seed)
 					relayReady = true
 				case CommitOwner:
 					require.True(t, relayReady, "seed %d: CAS before relay-ready", seed)

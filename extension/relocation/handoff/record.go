@@ -68,3 +68,19 @@ func (id Identity) judgeForSource(v RecordView, targetRid string, objectGenerati
 	}
 	return atSourceFence
 }
+
+// JudgeSource is the target's check of a Restore request against the
+// record (VerifySource): nil when the record names the move's source at
+// its fence for the object's generation and carries no fence-out of this
+// move; otherwise why the source may not move the object.
+func (id Identity) JudgeSource(v RecordView, objectGeneration uint64) error {
+	switch {
+	case !v.Present:
+		return fmt.Errorf("the object of %s does not exist", id)
+	case !id.atFence(v, objectGeneration):
+		return fmt.Errorf("the object's owner is not %s's source at its fence", id)
+	case v.RelocationID == id.RelocationID:
+		return fmt.Errorf("%s was fenced out", id)
+	}
+	return nil
+}

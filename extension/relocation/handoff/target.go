@@ -23,6 +23,9 @@ type Target struct {
 
 	received, credited uint64
 	restoring          bool
+	// verified: the store backs the prepare (SourceVerified without an
+	// error). Relay-ready is sent only when both restored and verified.
+	verified, restored bool
 
 	epoch        uint32
 	relay        []any
@@ -58,7 +61,7 @@ func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
 		}
 	}
 	t.asm = asm
-	return t, []Effect{InstallStaging{}, StartTimer{Timer: TimerRestoreDeadline, At: p.RestoreDeadline}}
+	return t, []Effect{InstallStaging{}, VerifySource{}, StartTimer{Timer: TimerRestoreDeadline, At: p.RestoreDeadline}}
 }
 
 // Phase is the current phase.
@@ -110,6 +113,17 @@ func (t *Target) settle(last error) []Effect {
 		msg += ": " + last.Error()
 	}
 	return append([]Effect{Log{Level: LevelWarn, Event: "commit_outcome_unknown", Msg: msg}}, t.commit()...)
+}
+
+// relayReady crosses to RelayReady once the payload is restored and the
+// store backs the prepare, whichever came last.
+func (t *Target) relayReady() []Effect {
+	if !t.restored || !t.verified {
+		return nil
+	}
+	t.restoring = false
+	t.moveTo(RelayReady)
+	return []Effect{SendRelayReady{}, StartTimer{Timer: TimerCutoverWait, After: t.cfg.CutoverWaitTimeout}}
 }
 
 // Step feeds one event and returns the effects to run, in order. Events
@@ -184,12 +198,23 @@ func (t *Target) Step(ev Event) []Effect {
 		return append(effects, RestorePayload{Stream: stream})
 
 	case Restored:
-		if t.phase != TargetRestoring || !t.restoring {
+		if t.phase != TargetRestoring || !t.restoring || t.restored {
 			return nil
 		}
-		t.restoring = false
-		t.moveTo(RelayReady)
-		return []Effect{SendRelayReady{}, StartTimer{Timer: TimerCutoverWait, After: t.cfg.CutoverWaitTimeout}}
+		t.restored = true
+		return t.relayReady()
+
+	case SourceVerified:
+		if t.phase != TargetRestoring || t.verified {
+			return nil
+		}
+		if ev.Err != nil {
+			return t.remove(fmt.Errorf("%w: the store does not back the Restore request: %w", roamerr.ErrStale, ev.Err),
+				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the source is not the object's owner at the move's fence"},
+				Log{Level: LevelWarn, Event: "stale_relocation", Msg: "the Restore request's source is not the owner the store names: " + ev.Err.Error() + "; target removed"})
+		}
+		t.verified = true
+		return t.relayReady()
 
 	case RestoreFailed:
 		// Also before the payload is complete: installing the temporary

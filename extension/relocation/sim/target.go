@@ -159,6 +159,9 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 		inc.closed = w.unavailableSink(inc, "the relocation target was removed before it opened")
 		t.inc = inc
 
+	case handoff.VerifySource:
+		w.verifySource(t, id)
+
 	case handoff.SendCredit:
 		// The in-flight budget is not modelled: chunks are sent at once.
 
@@ -352,6 +355,28 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 		w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: next, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
 			done(casAnswer(t, id, res, handoff.StoreCommitted{}))
 		})
+	})
+}
+
+// verifySource is Driver.verifySource (target_run.go): the record must
+// name the move's source at its fence; a read that fails is retried until
+// the restore deadline.
+func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
+	w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", id.RelocationID)}, t.deadline, func(res storeRes) {
+		if t.dead {
+			return
+		}
+		if res.err != errNone {
+			if w.now < t.deadline {
+				w.after(w.randDur(time.Millisecond, 20*time.Millisecond), "verify retry", func() {
+					if !t.dead {
+						w.verifySource(t, id)
+					}
+				})
+			}
+			return
+		}
+		w.stepTarget(t, handoff.SourceVerified{Err: id.JudgeSource(recordView(res.rec), 1)})
 	})
 }
 

@@ -103,6 +103,8 @@ func StoreError(what string, err error) error {
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, err)
 	case errors.Is(err, location.ErrNotFound):
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrNotFound, what, err)
+	case errors.Is(err, location.ErrPermissionDenied):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrPermissionDenied, what, err)
 	case errors.Is(err, location.ErrInvalid):
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrInvalidOperation, what, err)
 	case errors.Is(err, location.ErrTooLarge):

@@ -19,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 
+	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/messages"
@@ -29,18 +30,23 @@ func main() {
 	room := flag.String("room", "lobby", "room to join")
 	name := flag.String("name", "", "your name in the room")
 	moveTo := flag.String("move-to", "", "relocate the room to this node and exit (admin)")
+	tlsDir := flag.String("tls-dir", "", "mutual TLS: a directory with ca.pem, node.pem and node-key.pem (make certs), as the nodes use")
 	flag.Parse()
-	if err := run(*node, *room, *name, *moveTo); err != nil {
+	if err := run(*node, *room, *name, *moveTo, cluster.TLSFromDir(*tlsDir, "node")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-client:", err)
 		os.Exit(1)
 	}
 }
 
-func run(node, room, name, moveTo string) error {
+func run(node, room, name, moveTo string, tls *cluster.TLS) error {
 	// Proto.Actor's own logs (connection chatter) stay out of the chat.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0))
+	opts, err := cluster.ClientRemoteOptions(tls, "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
 	r.Start()
 	defer r.Shutdown(false)
 	gateway := actor.NewPID(node, chat.GatewayName)

@@ -36,14 +36,15 @@ func main() {
 	name := flag.String("name", "node", "node name (the Entry Spot prefix; what Relocate names)")
 	nodes := flag.Int("nodes", 1, "nodes to run in this process (--store memory), named <name>-1.. on consecutive ports")
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
+	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
-	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *verbose); err != nil {
+	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *verbose, cluster.TLSFromDir(*tlsDir, "node")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-node:", err)
 		os.Exit(1)
 	}
 }
 
-func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose bool) error {
+func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose bool, tls *cluster.TLS) error {
 	level, protoActor := zerolog.WarnLevel, slog.LevelError+4 // Proto.Actor logs a client leaving as an error
 	if verbose {
 		level, protoActor = zerolog.InfoLevel, slog.LevelWarn
@@ -90,7 +91,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 				}
 			},
 			Node: cluster.Config{Store: store, Host: host, Port: nodePort, EntryPrefix: nodeName, Logger: &log,
-				ProtoActorLogLevel: &protoActor},
+				ProtoActorLogLevel: &protoActor, TLS: tls},
 			Kinds: []extension.Kind{chat.Kind()},
 			Relocation: relocation.Config{OnEvent: func(e extension.Event) {
 				if e.Err == nil {
