@@ -101,10 +101,11 @@ certs:
 	$(GO) run ./cmd/roam-certs -dir $(CERTS_DIR)
 
 ## fuzz: every fuzz target for FUZZTIME each (default 1m): the remote frame
-## check, frame splitting, a target's control messages, the payload
-## decoder, Consul key escaping. fuzz-short (in `make test`): 5 s each.
+## check, frame splitting, a target's control messages, every control
+## message delivered to a running node, the payload decoder, Consul key
+## escaping. fuzz-short (in `make test`): 5 s each.
 FUZZTIME ?= 1m
-FUZZ_TARGETS := ./cluster:FuzzRemoteFrame ./cluster:FuzzSplitBatch ./extension/relocation:FuzzTargetControl \
+FUZZ_TARGETS := ./cluster:FuzzRemoteFrame ./cluster:FuzzSplitBatch ./extension/relocation:FuzzTargetControl ./extension:FuzzControlMessages \
 	./extension/relocation/envelope:FuzzDecode ./extension/location/consulstore:FuzzEscapeRoundTrip
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \

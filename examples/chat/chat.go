@@ -31,6 +31,10 @@ const StableType = "room"
 // History is how many posts a room keeps and moves.
 const History = 100
 
+// MaxPostBytes bounds a post's text and name: a room keeps History posts
+// and moves them, and sends each to every member.
+const MaxPostBytes = 64 << 10
+
 // GatewayName is the PID id of every chat node's gateway.
 const GatewayName = "chat/gateway"
 
@@ -130,6 +134,16 @@ func (g *Gateway) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *chatpb.Post:
 		defer cancel()
+		if n := len(m.GetText()) + len(m.GetName()); n > MaxPostBytes {
+			// Every member's inbox gets each post: one huge post would be
+			// copied to all of them, and over a client's frame limit it
+			// is not delivered at all.
+			g.log.Warn().Str("event", "post_refused").Str("room", m.GetRoom()).Int("bytes", n).Msg("a post over MaxPostBytes was refused")
+			if c.Sender() != nil {
+				c.Respond(&chatpb.Ack{Error: fmt.Sprintf("a post may have at most %d bytes, this one has %d", MaxPostBytes, n)})
+			}
+			return
+		}
 		if _, err := g.ext.Spots().Send(m.GetRoom(), m).InstanceSpot(StableType).Do(ctx); err != nil {
 			g.log.Warn().Str("event", "post_failed").Str("room", m.GetRoom()).Err(err).Msg("a post was not delivered to its room")
 		}

@@ -3,6 +3,7 @@ package chat_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,6 +101,12 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 		require.True(t, ok, "seq %d never delivered", seq)
 		require.Equal(t, seq-1, idx, "the room handled seq %d in order", seq)
 	}
+	// A post over MaxPostBytes is refused at the gateway, typed, and
+	// reaches nobody.
+	res, err = client.Root.RequestFuture(gateway, &chatpb.Post{Room: "hall", Name: "ann", Seq: posts + 1,
+		Text: strings.Repeat("x", chat.MaxPostBytes)}, 10*time.Second).Result()
+	require.NoError(t, err)
+	require.Contains(t, res.(*chatpb.Ack).GetError(), "at most")
 	// A second member joining now sees the last 100 posts, moved along.
 	res, err = client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
 		Name: "bo", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()

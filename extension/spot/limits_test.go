@@ -251,3 +251,16 @@ func TestActivationPassesOnFromAFullNode(t *testing.T) {
 		require.Equal(t, 2, recordCount(t, store, location.KindInstanceSpot))
 	})
 }
+
+// A call whose message is larger than a node accepts fails at once with
+// CapacityExceeded, before anything is resolved or sent.
+func TestAMessageOverTheFrameLimitFailsAtTheCaller(t *testing.T) {
+	w := newWorld(t, memstore.New())
+	a := w.start(withKinds(w.cartKind("cart")))
+	huge := wrapperspb.Bytes(make([]byte, cluster.MaxMessageBytes+1))
+	_, err := a.Spots().Request("anything", huge).InstanceSpot("cart").Do(ctx)
+	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+	_, err = a.Spots().Send("anything", huge).InstanceSpot("cart").Do(ctx)
+	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+	require.Zero(t, w.count("cart").Load(), "nothing was activated")
+}
