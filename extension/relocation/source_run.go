@@ -420,7 +420,12 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.AdoptTargetRoute:
 		d.startFollow(r, r.parked, "adopt_route_failed")
-		delete(d.objects, key)
+		// Only this run's incarnation: the object may have moved back
+		// here meanwhile, and its new incarnation is registered under the
+		// same key (the simulation found that schedule).
+		if d.objects[key] == r.obj {
+			delete(d.objects, key)
+		}
 		d.closeOut(r.obj)
 
 	case handoff.FailHeld:

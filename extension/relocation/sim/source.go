@@ -343,7 +343,9 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		if err := w.redirect(inc, follow); err != nil {
 			w.tracef("%s DRIVER ERROR adopt_route_failed: %v", n.name, err)
 		}
-		delete(n.objects, inc.key.obj)
+		if n.objects[inc.key.obj] == inc {
+			delete(n.objects, inc.key.obj)
+		}
 		inc.inst = false // closeOut
 
 	case handoff.FailHeld:
@@ -407,7 +409,9 @@ func (w *World) relayThenCutover(r *SourceRun, epoch uint32) handoff.Event {
 	if err := w.redirect(inc, r.held.sink); err != nil {
 		w.tracef("%s DRIVER ERROR hold_failed: %v", n.name, err)
 	}
-	delete(n.objects, inc.key.obj)
+	if n.objects[inc.key.obj] == inc {
+		delete(n.objects, inc.key.obj)
+	}
 	n.send(r.target.idx, &packet{kind: pCutover, id: id, epoch: epoch, sum: r.sum})
 	return handoff.CutoverSent{Sum: r.sum}
 }
