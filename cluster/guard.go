@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -111,6 +112,10 @@ func peerCertificate(ctx context.Context) *x509.Certificate {
 	return info.State.PeerCertificates[0]
 }
 
+// frameRefusedLog limits remote_frame_refused lines: a peer can open
+// streams and send bad frames at will.
+var frameRefusedLog ratelog.Limiter
+
 type guardedStream struct {
 	grpc.ServerStream
 	log  zerolog.Logger
@@ -134,8 +139,10 @@ func (g *guardedStream) RecvMsg(m any) error {
 		if p, ok := peer.FromContext(g.Context()); ok {
 			from = p.Addr.String()
 		}
-		g.log.Warn().Str("event", "remote_frame_refused").Str("peer", from).Err(err).
-			Msg("a peer sent a frame the node does not accept; its stream is ended")
+		if ok, left := frameRefusedLog.Allow(); ok {
+			g.log.Warn().Str("event", "remote_frame_refused").Str("peer", from).Err(err).Int("not_logged_since", left).
+				Msg("a peer sent a frame the node does not accept; its stream is ended")
+		}
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil

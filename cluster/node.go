@@ -281,7 +281,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Status:          messages.NodeStatus_NODE_STATUS_SERVING,
 		ProtocolVersion: ProtocolVersion,
 	}
-	n.members = newMembers(cfg.Store, cfg.Mesh)
+	n.members = newMembers(cfg.Store)
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
 	n.base = time.Now()
 	claimSent := n.base

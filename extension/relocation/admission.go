@@ -143,7 +143,11 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 }
 
 // refused logs a control message refused for its sender.
+// At most one line per 100 ms: a peer can send refused messages at will.
 func (d *Driver) refused(what, from, why string) {
-	d.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
-		Msg("a control message from a peer that is not entitled to it was refused")
+	d.metrics.refused(what)
+	if ok, left := d.refusedLog.Allow(); ok {
+		d.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
+			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
+	}
 }

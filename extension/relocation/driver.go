@@ -29,6 +29,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/handoff"
 	"github.com/roamactors/roam/extension/relocation/mailbox"
+	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -145,6 +146,9 @@ type Driver struct {
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
 	tickets map[string]moveTicket
+	// refusedLog and prepareRefusedLog limit control_message_refused and
+	// relocation_refused lines (admission.go, target_run.go).
+	refusedLog, prepareRefusedLog ratelog.Limiter
 	// redeliveries queues, per object, messages past the follow hop limit
 	// and dead-lettered sends awaiting their owner's lookup; a key is
 	// present while its worker runs.

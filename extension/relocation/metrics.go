@@ -21,6 +21,9 @@ type metrics struct {
 	// undelivered counts accepted one-way sends that ended without a
 	// handler (their object gone), by reason event; each is also logged.
 	undelivered metric.Int64Counter
+	// refusedN counts control messages refused for their sender, by
+	// message (the log lines are rate-limited; the count is not).
+	refusedN metric.Int64Counter
 }
 
 func newMetrics(p metric.MeterProvider) (*metrics, error) {
@@ -34,10 +37,12 @@ func newMetrics(p metric.MeterProvider) (*metrics, error) {
 	bytes, err3 := m.Int64Histogram("roam.relocation.payload", metric.WithUnit("By"), metric.WithDescription("relocation-envelope-v1 payload size"))
 	undelivered, err4 := m.Int64Counter("roam.relocation.sends_undelivered",
 		metric.WithDescription("accepted one-way sends that ended undelivered because their object is gone, by reason"))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	refused, err5 := m.Int64Counter("roam.relocation.control_refused",
+		metric.WithDescription("control messages refused because their sender is not entitled to them, by message"))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	return &metrics{moves: moves, pause: pause, bytes: bytes, undelivered: undelivered}, nil
+	return &metrics{moves: moves, pause: pause, bytes: bytes, undelivered: undelivered, refusedN: refused}, nil
 }
 
 // outcome names an Event's result for the metric attribute.
@@ -64,6 +69,10 @@ func (m *metrics) record(e Event) {
 }
 
 func (m *metrics) sendUndelivered(reason string) { m.sendsUndeliveredN(reason, 1) }
+
+func (m *metrics) refused(message string) {
+	m.refusedN.Add(context.Background(), 1, metric.WithAttributes(attribute.String("message", message)))
+}
 
 func (m *metrics) sendsUndeliveredN(reason string, n int) {
 	m.undelivered.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("reason", reason)))

@@ -56,7 +56,10 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		if from != nil {
 			d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
 		}
-		d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).Str("detail", detail).Msg("Restore request refused")
+		if ok, left := d.prepareRefusedLog.Allow(); ok { // a peer can send refused prepares at will
+			d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).Str("detail", detail).
+				Int("not_logged_since", left).Msg("Restore request refused")
+		}
 	}
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())

@@ -17,6 +17,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot/activation"
+	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -89,6 +90,8 @@ type Manager struct {
 	lostWatch map[string]map[chan struct{}]struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
+	// refusedLog limits control_message_refused lines.
+	refusedLog ratelog.Limiter
 
 	mu      sync.Mutex
 	results map[string]*retained
@@ -329,9 +332,12 @@ func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op s
 }
 
 // refused logs a command refused for its sender.
+// At most one line per 100 ms: a peer can send refused commands at will.
 func (m *Manager) refused(what, from, why string) {
-	m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
-		Msg("a control message from a peer that is not entitled to it was refused")
+	if ok, left := m.refusedLog.Allow(); ok {
+		m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
+			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
+	}
 }
 
 // reply answers a command once per operation id: a redelivery of the same
