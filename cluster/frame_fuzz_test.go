@@ -104,9 +104,9 @@ func FuzzSplitBatch(f *testing.F) {
 		for _, p := range parts {
 			n := proto.Size(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: p}})
 			if len(p.Envelopes) > 1 {
-				require.LessOrEqual(t, n, target+8, "a part of several messages stays within the target")
+				require.LessOrEqual(t, n, target, "a frame of several messages stays within the target")
 			}
-			require.LessOrEqual(t, n, limit+8)
+			require.LessOrEqual(t, n, limit, "no frame is over the limit")
 			require.NoError(t, cluster.CheckRemoteMessage(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: p}}))
 			for _, e := range p.Envelopes {
 				got = append(got, resolve(p, e))

@@ -39,7 +39,7 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 	tlsOn := server != nil
 	rcfg.ServerOptions = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
-		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn)),
+		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys)),
 	}, rcfg.ServerOptions...)
 	rcfg.DialOptions = append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
@@ -81,14 +81,14 @@ func guardUnary(log zerolog.Logger) grpc.UnaryServerInterceptor {
 // TLS it also requires the connection's certificate to name the host of
 // every address the peer speaks for. A handler that panics anyway ends
 // its stream with Internal, logged, instead of the process.
-func guardStream(log zerolog.Logger, tlsOn bool) grpc.StreamServerInterceptor {
+func guardStream(log zerolog.Logger, tlsOn bool, sys *actor.ActorSystem) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = panicked(log, info.FullMethod, r)
 			}
 		}()
-		g := &guardedStream{ServerStream: ss, log: log}
+		g := &guardedStream{ServerStream: ss, log: log, self: sys.Address}
 		if tlsOn {
 			g.leaf = peerCertificate(ss.Context())
 			if g.leaf == nil {
@@ -120,6 +120,7 @@ type guardedStream struct {
 	grpc.ServerStream
 	log  zerolog.Logger
 	leaf *x509.Certificate // the peer's certificate, with TLS
+	self func() string     // this node's address
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
@@ -134,18 +135,66 @@ func (g *guardedStream) RecvMsg(m any) error {
 	if err == nil && g.leaf != nil {
 		err = g.certified(rm)
 	}
+	if err == nil {
+		g.dropRefused(rm.GetMessageBatch())
+	}
 	if err != nil {
 		from := ""
 		if p, ok := peer.FromContext(g.Context()); ok {
 			from = p.Addr.String()
 		}
 		if ok, left := frameRefusedLog.Allow(); ok {
-			g.log.Warn().Str("event", "remote_frame_refused").Str("peer", from).Err(err).Int("not_logged_since", left).
+			g.log.Warn().Str("event", "remote_frame_refused").Str("peer", from).Str("error", clip(err.Error())).Int("not_logged_since", left).
 				Msg("a peer sent a frame the node does not accept; its stream is ended")
 		}
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
+}
+
+// dropRefused takes out of a checked batch, each alone and logged, the
+// messages a peer may not send, so that the rest of the stream goes on:
+//   - actor.Stop and actor.PoisonPill to any actor: roam's actors refuse
+//     them anyway, and Proto.Actor's own (its endpoint supervisor) would
+//     stop, and the next send to a new peer panics the process;
+//   - a message for another node's actor: Proto.Actor would pass it on
+//     from this node, so a peer could speak through it to a third node
+//     (whose certificate check would then end this node's stream there).
+func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
+	if b == nil {
+		return
+	}
+	kept := b.Envelopes[:0]
+	for _, e := range b.Envelopes {
+		target, typeName := b.Targets[e.Target], b.TypeNames[e.TypeId]
+		why := ""
+		switch {
+		case typeName == "actor.Stop" || typeName == "actor.PoisonPill":
+			why = "a stop from a peer"
+		case target.GetAddress() != g.self():
+			why = "a message for another node, to pass on"
+		}
+		if why == "" {
+			kept = append(kept, e)
+			continue
+		}
+		if ok, left := messageRefusedLog.Allow(); ok {
+			g.log.Warn().Str("event", "remote_message_refused").Str("reason", why).Str("target", clip(target.GetId())).
+				Str("message_type", clip(typeName)).Int("not_logged_since", left).Msg("a peer's message was dropped; its stream goes on")
+		}
+	}
+	b.Envelopes = kept
+}
+
+// messageRefusedLog limits remote_message_refused lines.
+var messageRefusedLog ratelog.Limiter
+
+// clip shortens what a peer chose before it goes into a log line.
+func clip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "…"
+	}
+	return s
 }
 
 // certified checks, with TLS, the addresses a frame speaks for: the one a
@@ -266,8 +315,9 @@ const defaultFrameBytes = 4 << 20
 // splitFrames is the client side of a node's streams: it splits a frame
 // over frameTarget into frames of whole messages, in order, and drops a
 // single message over the peer's limit (limitOf) instead of letting it end
-// the stream — logged as message_too_large and answered to a local sender
-// with a DeliveryFailed of class capacity_exceeded.
+// the stream — logged as message_too_large and answered with a
+// DeliveryFailed of class capacity_exceeded: to the peer's future when it
+// was a reply to its request, else to a local sender.
 func splitFrames(log zerolog.Logger, sys *actor.ActorSystem, limitOf func(address string) int) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
@@ -308,25 +358,32 @@ func (s *splitStream) tooLarge(b *remote.MessageBatch, e *remote.MessageEnvelope
 	s.log.Error().Str("event", "message_too_large").Str("peer", s.peer).Str("target", target.GetId()).
 		Str("message_type", b.TypeNames[e.TypeId]).Int("bytes", size).Int("limit", s.limit).
 		Msg("a message larger than a frame may be was not sent; the stream and the other messages go on")
+	failed := &messages.DeliveryFailed{Code: "capacity_exceeded", TargetId: target.GetId(),
+		Detail: fmt.Sprintf("the message (%d bytes) is larger than the peer accepts (%d bytes); not sent", size, s.limit)}
+	if strings.HasPrefix(target.GetId(), "future") {
+		// A reply to the peer's request: its caller is told, not left to
+		// time out.
+		s.sys.Root.Send(&actor.PID{Address: target.Address, Id: target.Id, RequestId: e.TargetRequestId}, failed)
+		return
+	}
 	if e.Sender == 0 {
 		return
 	}
-	sender := b.Senders[e.Sender-1]
-	if sender.GetAddress() != s.sys.Address() {
-		return
+	if sender := b.Senders[e.Sender-1]; sender.GetAddress() == s.sys.Address() {
+		s.sys.Root.Send(&actor.PID{Address: sender.Address, Id: sender.Id, RequestId: e.SenderRequestId}, failed)
 	}
-	s.sys.Root.Send(&actor.PID{Address: sender.Address, Id: sender.Id, RequestId: e.SenderRequestId}, &messages.DeliveryFailed{
-		Code: "capacity_exceeded", TargetId: target.GetId(),
-		Detail: fmt.Sprintf("the message (%d bytes) is larger than the peer accepts (%d bytes); not sent", size, s.limit)})
 }
 
 // SplitBatch splits b into batches of whole messages, in order, each at
-// most target bytes encoded — or, for a message that does not fit one on
+// most target bytes as a RemoteMessage frame — or, for a message that does not fit one on
 // its own, a batch of that message alone with only the table entries it
 // uses, up to limit bytes. A message over limit even so is passed to drop
 // and left out.
 func SplitBatch(b *remote.MessageBatch, target, limit int, drop func(*remote.MessageBatch, *remote.MessageEnvelope, int)) []*remote.MessageBatch {
-	tables := proto.Size(&remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders})
+	// Sizes are of the frame sent: the batch inside its RemoteMessage,
+	// whose field tag and length add up to 6 bytes.
+	const wrap = 6
+	tables := wrap + proto.Size(&remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders})
 	var out []*remote.MessageBatch
 	var cur []*remote.MessageEnvelope
 	size := tables
@@ -348,7 +405,7 @@ func SplitBatch(b *remote.MessageBatch, target, limit int, drop func(*remote.Mes
 		}
 		flush()
 		alone := aloneBatch(b, e)
-		if n := proto.Size(alone); n > limit {
+		if n := wrap + proto.Size(alone); n > limit {
 			drop(b, e, n)
 			continue
 		}

@@ -7,15 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // Anyone who reaches a node's port can call Proto.Actor's remote service.
@@ -72,4 +76,49 @@ func TestRemoteOptionsKeepTheFrameLimits(t *testing.T) {
 	require.NoError(t, stream.CloseSend())
 	_, err = stream.Recv()
 	require.ErrorIs(t, err, io.EOF, "the server took the frame and ended the stream cleanly: %v", err)
+}
+
+// A peer's actor.Stop to any actor — Proto.Actor's own endpoint supervisor
+// included, whose stop made the next send to a new peer panic the process
+// — and a message for another node's actor (which Proto.Actor would pass
+// on) are dropped, each alone: the rest of the batch arrives, the stream
+// goes on, and the node can still reach new peers.
+func TestStopsAndRelaysFromAPeerAreDropped(t *testing.T) {
+	n, err := cluster.Start(context.Background(), cluster.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	got := make(chan string, 4)
+	_, err = n.System().Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if s, ok := c.Message().(*wrapperspb.StringValue); ok {
+			got <- s.Value
+		}
+	}), "probe")
+	require.NoError(t, err)
+	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
+	require.NoError(t, err)
+	hello, _ := proto.Marshal(wrapperspb.String("hello"))
+	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
+		TypeNames: []string{"actor.Stop", "google.protobuf.StringValue", "actor.PoisonPill"},
+		Targets: []*actor.PID{{Address: n.Address(), Id: "EndpointSupervisor"}, {Address: "127.0.0.1:1", Id: "elsewhere"},
+			{Address: n.Address(), Id: "probe"}},
+		Envelopes: []*remote.MessageEnvelope{
+			{TypeId: 0, Target: 0}, {TypeId: 1, Target: 1, MessageData: hello}, {TypeId: 2, Target: 2}, {TypeId: 1, Target: 2, MessageData: hello},
+		},
+	}}}))
+	select {
+	case s := <-got:
+		require.Equal(t, "hello", s)
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("the batch's own message never arrived")
+	}
+	// The node still starts an endpoint to a peer it never talked to (with
+	// its endpoint supervisor stopped, this panicked the process).
+	n.System().Root.Send(actor.NewPID("127.0.0.1:1", "nobody"), wrapperspb.String("x"))
+	require.NoError(t, stream.CloseSend())
+	_, err = stream.Recv()
+	require.ErrorIs(t, err, io.EOF, "the stream went on and ended cleanly: %v", err)
+	require.True(t, n.Valid())
 }

@@ -152,7 +152,7 @@ func (m *members) verify(ctx context.Context, rid string, generation uint64, add
 		return err
 	}
 	if d.GetNodeRid() != rid || d.GetNodeGeneration() != generation {
-		return fmt.Errorf("%w: the node at %s is not lifecycle %s/%d", ErrNotMember, address, rid, generation)
+		return fmt.Errorf("%w: the node at %s is another lifecycle than the one named", ErrNotMember, address)
 	}
 	return nil
 }

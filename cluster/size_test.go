@@ -65,3 +65,27 @@ func TestAMessageOverThePeersLimitIsDroppedAloneAndAnswered(t *testing.T) {
 		t.Fatal("the stream ended")
 	}
 }
+
+// A reply over a plain peer's limit to its request is answered to the
+// request as capacity_exceeded instead of being left to time out.
+func TestAReplyOverThePeersLimitAnswersTheRequest(t *testing.T) {
+	n, err := cluster.Start(context.Background(), cluster.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	big, err := n.System().Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+			c.Respond(wrapperspb.String(strings.Repeat("x", 5<<20)))
+		}
+	}), "big")
+	require.NoError(t, err)
+
+	peer := actor.NewActorSystem()
+	r := remote.NewRemote(peer, remote.Configure("127.0.0.1", 0))
+	r.Start()
+	t.Cleanup(func() { r.Shutdown(false) })
+	reply, err := peer.Root.RequestFuture(actor.NewPID(n.Address(), big.Id), wrapperspb.String("give"), testwait.Patience(t)).Result()
+	require.NoError(t, err)
+	f, ok := reply.(*messages.DeliveryFailed)
+	require.True(t, ok, "got %T", reply)
+	require.Equal(t, "capacity_exceeded", f.GetCode())
+}

@@ -99,6 +99,13 @@ func TestMutualTLSBindsControlSendersToTheCertificate(t *testing.T) {
 	_, err = forged.Recv()
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "a sender the certificate does not name: %v", err)
 
+	connect, err := client.Receive(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, connect.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "x", Address: "127.0.0.1:1"}}}}}))
+	_, err = connect.Recv()
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "connecting as an address the certificate does not name: %v", err)
+
 	own, err := client.Receive(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, own.Send(batch("localhost:1")))

@@ -852,6 +852,72 @@ func (*GrainActivate) Descriptor() ([]byte, []int) {
 	return file_spot_proto_rawDescGZIP(), []int{8}
 }
 
+// CommandConfirm asks the node a command 47 or 48 names as its source
+// whether it sent that operation and still waits for its answer; the
+// target runs the command only if so. nonce is the target's, echoed in the
+// answer: a process that merely claims the source's address neither
+// receives the question nor can answer it (the answer goes to a future
+// whose id is guessable, the nonce is not).
+type CommandConfirm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperationId   string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	Nonce         []byte                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Pending       bool                   `protobuf:"varint,3,opt,name=pending,proto3" json:"pending,omitempty"` // in the answer
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandConfirm) Reset() {
+	*x = CommandConfirm{}
+	mi := &file_spot_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandConfirm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandConfirm) ProtoMessage() {}
+
+func (x *CommandConfirm) ProtoReflect() protoreflect.Message {
+	mi := &file_spot_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandConfirm.ProtoReflect.Descriptor instead.
+func (*CommandConfirm) Descriptor() ([]byte, []int) {
+	return file_spot_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CommandConfirm) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *CommandConfirm) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *CommandConfirm) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
 var File_spot_proto protoreflect.FileDescriptor
 
 const file_spot_proto_rawDesc = "" +
@@ -925,7 +991,11 @@ const file_spot_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x17\n" +
 	"\aspot_id\x18\x02 \x01(\tR\x06spotId\"\x0e\n" +
 	"\fRouteBarrier\"\x0f\n" +
-	"\rGrainActivate*\x80\x01\n" +
+	"\rGrainActivate\"c\n" +
+	"\x0eCommandConfirm\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\fR\x05nonce\x12\x18\n" +
+	"\apending\x18\x03 \x01(\bR\apending*\x80\x01\n" +
 	"\fCreateResult\x12\x1d\n" +
 	"\x19CREATE_RESULT_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CREATE_RESULT_EXISTING\x10\x01\x12\x19\n" +
@@ -945,7 +1015,7 @@ func file_spot_proto_rawDescGZIP() []byte {
 }
 
 var file_spot_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spot_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_spot_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_spot_proto_goTypes = []any{
 	(CreateResult)(0),        // 0: roam.messages.CreateResult
 	(*SpotRef)(nil),          // 1: roam.messages.SpotRef
@@ -957,19 +1027,20 @@ var file_spot_proto_goTypes = []any{
 	(*RouteHint)(nil),        // 7: roam.messages.RouteHint
 	(*RouteBarrier)(nil),     // 8: roam.messages.RouteBarrier
 	(*GrainActivate)(nil),    // 9: roam.messages.GrainActivate
-	(SpotKind)(0),            // 10: roam.messages.SpotKind
-	(*Envelope)(nil),         // 11: roam.messages.Envelope
-	(AuthorityKind)(0),       // 12: roam.messages.AuthorityKind
+	(*CommandConfirm)(nil),   // 10: roam.messages.CommandConfirm
+	(SpotKind)(0),            // 11: roam.messages.SpotKind
+	(*Envelope)(nil),         // 12: roam.messages.Envelope
+	(AuthorityKind)(0),       // 13: roam.messages.AuthorityKind
 }
 var file_spot_proto_depIdxs = []int32{
-	10, // 0: roam.messages.SpotRef.spot_kind:type_name -> roam.messages.SpotKind
+	11, // 0: roam.messages.SpotRef.spot_kind:type_name -> roam.messages.SpotKind
 	2,  // 1: roam.messages.UserSpotCreate.fence:type_name -> roam.messages.ReservationFence
 	0,  // 2: roam.messages.SpotReply.result:type_name -> roam.messages.CreateResult
 	1,  // 3: roam.messages.SpotReply.ref:type_name -> roam.messages.SpotRef
-	11, // 4: roam.messages.SpotReply.reply:type_name -> roam.messages.Envelope
+	12, // 4: roam.messages.SpotReply.reply:type_name -> roam.messages.Envelope
 	1,  // 5: roam.messages.UserSpotClose.ref:type_name -> roam.messages.SpotRef
-	11, // 6: roam.messages.SpotActivation.first:type_name -> roam.messages.Envelope
-	12, // 7: roam.messages.RouteHint.kind:type_name -> roam.messages.AuthorityKind
+	12, // 6: roam.messages.SpotActivation.first:type_name -> roam.messages.Envelope
+	13, // 7: roam.messages.RouteHint.kind:type_name -> roam.messages.AuthorityKind
 	8,  // [8:8] is the sub-list for method output_type
 	8,  // [8:8] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
@@ -990,7 +1061,7 @@ func file_spot_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spot_proto_rawDesc), len(file_spot_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

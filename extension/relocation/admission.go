@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -33,9 +34,18 @@ import (
 //     send.
 
 // moveTicketTTL bounds how long a ticket waits for its Restore request: a
-// source seals and captures right after the capability answer, so this
-// covers waiting for the in-flight budget and a slow capture.
-const moveTicketTTL = time.Minute
+// source seals after the in-flight budget admits the move and after the
+// object's current turn, which may be long.
+const moveTicketTTL = 10 * time.Minute
+
+// The tickets a node keeps: per source address at most ticketsPerSource
+// (a source uses each within its move; a flood that claims a member's
+// address only displaces that member's oldest), and at most maxTickets
+// in all (the oldest go first).
+const (
+	ticketsPerSource = 64
+	maxTickets       = 4096
+)
 
 // moveTicket is what a ticket admits.
 type moveTicket struct {
@@ -45,12 +55,97 @@ type moveTicket struct {
 	expires    time.Time
 }
 
+// tickets are the move tickets a node issued and no Restore request has
+// used yet, in issue order (their expiries are in the same order).
+type tickets struct {
+	byKey    map[string]moveTicket
+	order    []string            // keys, oldest first; used or evicted keys stay until popped
+	bySource map[string][]string // keys per source address, oldest first
+}
+
+func newTickets() *tickets {
+	return &tickets{byKey: map[string]moveTicket{}, bySource: map[string][]string{}}
+}
+
+func (ts *tickets) issue(rid string, generation uint64, address string, now time.Time) []byte {
+	for len(ts.order) > 0 {
+		t, live := ts.byKey[ts.order[0]]
+		if live && now.Before(t.expires) && len(ts.byKey) < maxTickets {
+			break
+		}
+		ts.remove(ts.order[0])
+		ts.order = ts.order[1:]
+	}
+	if q := ts.bySource[address]; len(q) >= ticketsPerSource {
+		ts.remove(q[0])
+	}
+	if len(ts.order) > 2*len(ts.byKey)+64 {
+		// Keys removed out of order pile up behind a live head: compact
+		// (amortized O(1) per issue).
+		live := ts.order[:0]
+		for _, k := range ts.order {
+			if _, ok := ts.byKey[k]; ok {
+				live = append(live, k)
+			}
+		}
+		ts.order = live
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	key := string(b)
+	ts.byKey[key] = moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL)}
+	ts.order = append(ts.order, key)
+	ts.bySource[address] = append(ts.bySource[address], key)
+	return b
+}
+
+// remove forgets a ticket (once: a removed key is ignored).
+func (ts *tickets) remove(key string) {
+	t, ok := ts.byKey[key]
+	if !ok {
+		return
+	}
+	delete(ts.byKey, key)
+	q := ts.bySource[t.address]
+	for i, k := range q {
+		if k == key {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(ts.bySource, t.address)
+	} else {
+		ts.bySource[t.address] = q
+	}
+}
+
+// take consumes the ticket of a Restore request that came from address;
+// false when there is none for that source node, address and fence.
+func (ts *tickets) take(p *messages.RelocationPrepare, address string, now time.Time) bool {
+	key := string(p.GetMoveTicket())
+	t, ok := ts.byKey[key]
+	if !ok || now.After(t.expires) {
+		return false
+	}
+	src, fence := p.GetSource(), p.GetIdentity().GetCoordinatorFence()
+	if t.address != address || t.rid != src.GetNodeRid() || t.generation != src.GetNodeGeneration() ||
+		fence.GetNodeRid() != t.rid || fence.GetNodeGeneration() != t.generation {
+		return false
+	}
+	ts.remove(key)
+	return true
+}
+
 // onCapability answers a capability query once the asking node is known
 // to be a live member at the address the query came from.
 func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 	to := c.Sender()
-	if to == nil {
-		d.refused("capability query", "", "no sender to answer")
+	if to == nil || !strings.HasPrefix(to.Id, "future") {
+		// The answer carries a ticket: it goes only to a request's own
+		// future, never to an actor the asker names (one that passed it on
+		// would hand the ticket to whoever it passes messages to).
+		d.refused("capability query", "", "not sent as a request")
 		return
 	}
 	src := q.GetSource()
@@ -70,41 +165,25 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 			}
 			reply := d.capability(q)
 			if reply.Supported {
-				reply.MoveTicket = d.issueTicket(src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
+				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, time.Now())
 			}
 			d.sys.Root.Send(to, reply)
 		}})
 	}()
 }
 
-func (d *Driver) issueTicket(rid string, generation uint64, address string) []byte {
-	now := time.Now()
-	for k, t := range d.tickets {
-		if now.After(t.expires) {
-			delete(d.tickets, k)
-		}
+// clip shortens what a peer chose before it goes into a log line.
+func clip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "…"
 	}
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	d.tickets[string(b)] = moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL)}
-	return b
+	return s
 }
 
 // takeTicket consumes the ticket of a Restore request that came from
-// address; false when there is none for that source.
+// address (tickets.take).
 func (d *Driver) takeTicket(p *messages.RelocationPrepare, address string) bool {
-	b := p.GetMoveTicket()
-	t, ok := d.tickets[string(b)]
-	if !ok || len(b) != 16 || time.Now().After(t.expires) {
-		return false
-	}
-	src, fence := p.GetSource(), p.GetIdentity().GetCoordinatorFence()
-	match := t.address == address && t.rid == src.GetNodeRid() && t.generation == src.GetNodeGeneration() &&
-		fence.GetNodeRid() == t.rid && fence.GetNodeGeneration() == t.generation
-	if match {
-		delete(d.tickets, string(b))
-	}
-	return match
+	return d.tickets.take(p, address, time.Now())
 }
 
 // verifySource runs VerifySource: the prepare's source must still be a
@@ -147,7 +226,7 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 func (d *Driver) refused(what, from, why string) {
 	d.metrics.refused(what)
 	if ok, left := d.refusedLog.Allow(); ok {
-		d.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
+		d.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", clip(from)).Str("reason", clip(why)).
 			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
 	}
 }

@@ -68,18 +68,10 @@ func TestChunksAreAttributedByExactIdentityOnly(t *testing.T) {
 		sys.Root.RequestWithCustomSender(to, msg, from)
 	}
 	// A move is admitted by the target's capability answer: its ticket.
-	send(self, source.System(), &messages.CapabilityQuery{Kind: key.Kind, StableType: "counter",
-		Source: &messages.NodeRef{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), Address: source.Address()}})
-	var ticket []byte
-	select {
-	case msg := <-r.got:
-		reply, ok := msg.(*messages.CapabilityReply)
-		require.True(t, ok, "got %T", msg)
-		require.True(t, reply.GetSupported(), reply.GetReason())
-		ticket = reply.GetMoveTicket()
-	case <-time.After(testwait.Patience(t)):
-		t.Fatal("no capability answer")
-	}
+	reply := askCapability(t, source.System(), target.node.Address(),
+		&messages.NodeRef{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), Address: source.Address()})
+	require.True(t, reply.GetSupported(), reply.GetReason())
+	ticket := reply.GetMoveTicket()
 	send(self, source.System(), &messages.RelocationPrepare{MoveTicket: ticket, Identity: id, Object: &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: 1, StableType: "counter"},
 		Manifest:   &messages.PayloadManifest{PayloadTotalLength: m.TotalLength, PayloadChunkCount: m.ChunkCount, PayloadChecksumCrc32C: m.ChecksumCRC32C},
 		ChunkLimit: 16, Source: &messages.NodeRef{NodeRid: sd.GetNodeRid(), NodeGeneration: sd.GetNodeGeneration(), Address: source.Address()},

@@ -145,7 +145,7 @@ type Driver struct {
 	timers  map[timerKey]*time.Timer
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
-	tickets map[string]moveTicket
+	tickets *tickets
 	// refusedLog and prepareRefusedLog limit control_message_refused and
 	// relocation_refused lines (admission.go, target_run.go).
 	refusedLog, prepareRefusedLog ratelog.Limiter
@@ -197,7 +197,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		sources: map[uint64]*sourceRun{},
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
-		tickets: map[string]moveTicket{},
+		tickets: newTickets(),
 
 		redeliveries:       map[location.AuthorityKey][]*redeliver{},
 		deadLetters:        map[any]*deadLetterSend{},

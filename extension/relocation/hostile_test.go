@@ -62,6 +62,18 @@ func next[T proto.Message](t *testing.T, p *peer) T {
 	}
 }
 
+// askCapability sends a capability query as a source does (a request, answered to
+// its future) and returns the answer.
+func askCapability(t *testing.T, sys *actor.ActorSystem, to string, src *messages.NodeRef) *messages.CapabilityReply {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(relocation.PID(to), &messages.CapabilityQuery{Kind: location.KindActor, StableType: "counter", Source: src},
+		testwait.Patience(t)).Result()
+	require.NoError(t, err)
+	reply, ok := res.(*messages.CapabilityReply)
+	require.True(t, ok, "got %T", res)
+	return reply
+}
+
 // forgedMove is a complete, well-formed move of key from owner's fence:
 // everything a peer that read the store (or guessed) could build.
 func forgedMove(t *testing.T, key location.AuthorityKey, owner *location.NodeDescriptor, rec *location.Record, sourceAddress string, state []byte) (*messages.RelocationPrepare, []*messages.RelocationState, *messages.Cutover) {
@@ -114,9 +126,8 @@ func TestOutsiderCannotMoveAnObject(t *testing.T) {
 
 	// The capability query, naming the real owner as its source, from the
 	// outsider's own address: refused, no ticket.
-	outsider.send(b.node.Address(), outsider.self, &messages.CapabilityQuery{Kind: key.Kind, StableType: "counter",
-		Source: &messages.NodeRef{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), Address: outsider.node.Address()}})
-	reply := next[*messages.CapabilityReply](t, outsider)
+	reply := askCapability(t, outsider.node.System(), b.node.Address(),
+		&messages.NodeRef{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), Address: outsider.node.Address()})
 	require.False(t, reply.GetSupported())
 	require.Empty(t, reply.GetMoveTicket())
 	require.Empty(t, reply.GetNode().GetNodeRid(), "a refusal names nothing")
@@ -179,9 +190,8 @@ func TestMemberCannotMoveAnObjectItDoesNotOwn(t *testing.T) {
 
 	member := newPeer(t, c.store) // a node of this mesh, not the owner
 	md := member.node.Descriptor()
-	member.send(b.node.Address(), member.self, &messages.CapabilityQuery{Kind: key.Kind, StableType: "counter",
-		Source: &messages.NodeRef{NodeRid: md.GetNodeRid(), NodeGeneration: md.GetNodeGeneration(), Address: member.node.Address()}})
-	reply := next[*messages.CapabilityReply](t, member)
+	reply := askCapability(t, member.node.System(), b.node.Address(),
+		&messages.NodeRef{NodeRid: md.GetNodeRid(), NodeGeneration: md.GetNodeGeneration(), Address: member.node.Address()})
 	require.True(t, reply.GetSupported(), reply.GetReason())
 	require.Len(t, reply.GetMoveTicket(), 16)
 
@@ -207,5 +217,13 @@ func TestMemberCannotMoveAnObjectItDoesNotOwn(t *testing.T) {
 	after, err := c.store.Read(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, before.Version, after.Version, "the owner record is untouched")
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+
+	// The refused move kept nothing the owner's own move needs: its
+	// staging incarnation (named for the next owner generation) is gone
+	// once the refusal is done, and the owner moves the object there.
+	out, err := a.driver.Relocate(ctx, key, c.rid(1))
+	require.NoError(t, err)
+	require.Equal(t, c.rid(1), out.To)
 	require.Equal(t, int64(1), get(t, a.node.System(), pid))
 }

@@ -164,7 +164,7 @@ func (d *Driver) abandon(m *redeliver, why string) {
 		d.failDeadLetter(m.key, m.env.Message, why, "the send was waiting for its redelivery when the node's lifecycle ended")
 		return
 	}
-	d.failRedelivery(m.key, m.env, why, fmt.Errorf("%w: node %s: %s before the message could be redelivered", roamerr.ErrUnavailable, d.desc.GetNodeRid(), why))
+	d.failRedelivery(m.key, m.env, why, fmt.Errorf("%w: %s before the message could be redelivered", roamerr.ErrUnavailable, why))
 }
 
 // abandonRedeliveries runs when the lifecycle ends (the node stops, or

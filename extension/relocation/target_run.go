@@ -30,6 +30,9 @@ type targetRun struct {
 	saved     []any // restored saved work, first in the backlog
 	deadline  time.Time
 	onDone    []func() // Relocate calls waiting for this arrival to end
+	// relayReadySent: the source may know this incarnation (and forward
+	// to it after a commit it saw).
+	relayReadySent bool
 }
 
 // arriving finds an unfinished move of key into this node.
@@ -214,6 +217,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.send(t.sourcePID, &messages.RelocationFailed{Identity: id.ToProto(), Reason: e.Reason, Detail: e.Detail})
 
 	case handoff.SendRelayReady:
+		t.relayReadySent = true
 		d.send(t.sourcePID, &messages.RelayReady{Identity: id.ToProto()})
 
 	case handoff.CommitOwner:
@@ -249,7 +253,14 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 				removed(msg) // a request fails typed, a send is counted and logged
 			}
 			t.obj.state = ended
-			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+			if !t.relayReadySent {
+				// No source ever learned of this incarnation, so nothing
+				// follows to it: free its name at once (a refused prepare
+				// must not keep the name the real next move needs).
+				d.stop(obj)
+			} else {
+				time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+			}
 		}
 
 	case handoff.StartTimer:

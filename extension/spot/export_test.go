@@ -39,3 +39,14 @@ func HintRoute(m *Manager, id string) (hinted bool, drained func()) {
 	_, _, hinted = m.cache.hinted(id)
 	return hinted, func() { m.cache.drop(id) }
 }
+
+// Pending makes m answer a CommandConfirm for op as if it had sent that
+// command 47/48 and waited for it, until done is called: a test that sends
+// a hand-made command from m's node.
+func (m *Manager) Pending(op string) (done func()) {
+	m.pendingOps.Store(op, struct{}{})
+	return func() { m.pendingOps.Delete(op) }
+}
+
+// Refused counts the commands m refused for their sender.
+func (m *Manager) Refused() int64 { return m.refusedN.Load() }

@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/cluster"
@@ -48,6 +49,19 @@ func TestOutsiderSpotCommandsAreRefused(t *testing.T) {
 	require.Equal(t, "permission_denied", r.(*messages.SpotReply).GetFailureCode())
 	require.NotContains(t, r.(*messages.SpotReply).GetFailureDetail(), b.NodeRid())
 	after, err := store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+	require.Equal(t, v.Version, after.Version, "the Spot is untouched")
+
+	// The same close, claiming a's address as its sender (without TLS a
+	// sender's address is what it declares): b confirms the operation
+	// with a, which never sent it.
+	refusedBefore := b.Spots().Refused()
+	spoofed := proto.Clone(closeCmd).(*messages.UserSpotClose)
+	spoofed.OperationId = uuid.NewString()
+	outsider.System().Root.RequestWithCustomSender(actor.NewPID(b.Node().Address(), spot.ServiceName), spoofed,
+		actor.NewPID(a.Node().Address(), "nobody"))
+	testwait.For(t, func() bool { return b.Spots().Refused() > refusedBefore }, "the spoofed close was not judged")
+	after, err = store.Read(ctx, location.Key(location.KindUserSpot, "den"))
 	require.NoError(t, err)
 	require.Equal(t, v.Version, after.Version, "the Spot is untouched")
 

@@ -1,7 +1,9 @@
 package spot
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -92,6 +94,10 @@ type Manager struct {
 	stopOnce  sync.Once
 	// refusedLog limits control_message_refused lines.
 	refusedLog ratelog.Limiter
+	refusedN   atomic.Int64 // commands refused for their sender
+	// pendingOps: the operation ids of this node's commands 47/48 still
+	// waiting for their answer (CommandConfirm).
+	pendingOps sync.Map
 
 	mu      sync.Mutex
 	results map[string]*retained
@@ -308,6 +314,9 @@ func (m *Manager) receive(c actor.Context) {
 			func() *messages.SpotReply { return m.onClose(msg) })
 	case *messages.RouteHint:
 		m.onHint(msg.GetSpotId())
+	case *messages.CommandConfirm:
+		_, pending := m.pendingOps.Load(msg.GetOperationId())
+		c.Respond(&messages.CommandConfirm{OperationId: msg.GetOperationId(), Nonce: msg.GetNonce(), Pending: pending})
 	}
 }
 
@@ -321,21 +330,63 @@ func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op s
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	defer cancel()
 	err := m.d.Node().VerifyPeer(ctx, rid, generation, to.Address)
-	cancel()
+	if err == nil {
+		err = m.confirm(ctx, to.Address, op)
+	}
 	if err != nil {
 		m.refused("Spot command", to.Address, err.Error())
-		m.sys.Root.Send(to, failure(fmt.Errorf("%w: the command's source is not a live member of this mesh at its address", roamerr.ErrPermissionDenied)))
+		m.sys.Root.Send(to, failure(peerRefusal("the command's source", err)))
 		return
 	}
 	m.reply(to, op, run)
 }
 
+// confirm asks the Spot service at address (a live node's) whether it sent
+// operation op and waits for it: only then did that node send the command
+// — without TLS, anyone may claim its address as the sender. A redelivery
+// is confirmed too (its source still waits for the answer).
+func (m *Manager) confirm(ctx context.Context, address, op string) error {
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	dl, _ := ctx.Deadline()
+	res, err := m.sys.Root.RequestFuture(servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, time.Until(dl)).Result()
+	if err != nil {
+		return fmt.Errorf("%w: confirm the command with its source: %w", roamerr.ErrUnavailable, err)
+	}
+	c, ok := res.(*messages.CommandConfirm)
+	if !ok || c.GetOperationId() != op || !bytes.Equal(c.GetNonce(), nonce) || !c.GetPending() {
+		return fmt.Errorf("%w: the named source did not send this command", cluster.ErrNotMember)
+	}
+	return nil
+}
+
+// clip shortens what a peer chose before it goes into a log line.
+func clip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "…"
+	}
+	return s
+}
+
+// peerRefusal is what a refused command's caller is told: PermissionDenied
+// when the store says its sender is no live node there, Unavailable when
+// the store could not tell (retry). It names nothing the caller did not
+// send.
+func peerRefusal(who string, err error) error {
+	if errors.Is(err, cluster.ErrNotMember) {
+		return fmt.Errorf("%w: %s is not a live node of the cluster at its address", roamerr.ErrPermissionDenied, who)
+	}
+	return fmt.Errorf("%w: %s could not be checked in the Location Store now", roamerr.ErrUnavailable, who)
+}
+
 // refused logs a command refused for its sender.
 // At most one line per 100 ms: a peer can send refused commands at will.
 func (m *Manager) refused(what, from, why string) {
+	m.refusedN.Add(1)
 	if ok, left := m.refusedLog.Allow(); ok {
-		m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", from).Str("reason", why).
+		m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", clip(from)).Str("reason", clip(why)).
 			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
 	}
 }
@@ -442,8 +493,7 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID)
 				m.refused("Spot activation", next.from.GetAddress(), err.Error())
 				// The caller learns it at once, typed (a node whose lease
 				// ended, say), instead of waiting out its deadline.
-				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id,
-					fmt.Errorf("%w: the activation's sender is not a live node of the cluster", roamerr.ErrPermissionDenied))
+				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id, peerRefusal("the activation's sender", err))
 				continue
 			}
 			m.onActivation(next.a)

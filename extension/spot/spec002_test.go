@@ -257,6 +257,7 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 			Fence: &messages.ReservationFence{StoreVersion: 1, ObjectGeneration: 1,
 				TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration()},
 		}
+		defer a.Spots().Pending(cmd.OperationId)()
 		ask := func() *messages.SpotReply {
 			r, err := a.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), cmd, 5*time.Second).Result()
 			require.NoError(t, err)
@@ -656,6 +657,7 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 			TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration(),
 			ExpectedOwnerGeneration: v.Record.GetAuthorityOwnerGeneration(), ExpectedStoreVersion: uint64(v.Version) + 1,
 			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano()}
+		defer a.Spots().Pending(cmd.OperationId)()
 		r, err := a.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), cmd, 5*time.Second).Result()
 		require.NoError(t, err)
 		require.Equal(t, "stale", r.(*messages.SpotReply).GetFailureCode())

@@ -314,6 +314,10 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 		return m.once(op, local), nil
 	}
 	dl, _ := ctx.Deadline()
+	// The target confirms the operation with this node before it runs it
+	// (CommandConfirm): it is pending while this call waits.
+	m.pendingOps.Store(op, struct{}{})
+	defer m.pendingOps.Delete(op)
 	res, err := m.sys.Root.RequestFuture(servicePID(address), cmd, time.Until(dl)).Result()
 	switch {
 	case errors.Is(err, actor.ErrTimeout):
