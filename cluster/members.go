@@ -100,8 +100,9 @@ func (m *members) at(ctx context.Context, address string) (*location.NodeDescrip
 			}
 			continue
 		case now.Sub(m.listed) < listEvery:
+			wait := listEvery - now.Sub(m.listed)
 			m.mu.Unlock()
-			if err := sleepOn(ctx, nil, listEvery-now.Sub(m.listed)); err != nil {
+			if err := sleepOn(ctx, nil, wait); err != nil {
 				return nil, err
 			}
 			continue
