@@ -2,13 +2,14 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/rs/zerolog"
 )
 
 // zerologHandler sends Proto.Actor's slog records to roam's zerolog logger,
-// so one configured output carries both (DESIGN §4).
+// so one configured output carries both.
 type zerologHandler struct {
 	log   zerolog.Logger
 	min   slog.Level
@@ -29,7 +30,16 @@ func (h *zerologHandler) Handle(_ context.Context, r slog.Record) error {
 		if h.group != "" {
 			key = h.group + "." + key
 		}
-		ev = ev.Interface(key, a.Value.Resolve().Any())
+		switch v := a.Value.Resolve().Any().(type) {
+		case error:
+			// An error's fields are mostly unexported: as an interface it
+			// would be written as {}. Its text is what a reader needs.
+			ev = ev.Str(key, v.Error())
+		case fmt.Stringer:
+			ev = ev.Str(key, v.String())
+		default:
+			ev = ev.Interface(key, v)
+		}
 		return true
 	}
 	for _, a := range h.attrs {
