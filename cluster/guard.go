@@ -143,10 +143,8 @@ func (g *guardedStream) RecvMsg(m any) error {
 		if p, ok := peer.FromContext(g.Context()); ok {
 			from = p.Addr.String()
 		}
-		if ok, left := frameRefusedLog.Allow(); ok {
-			g.log.Warn().Str("event", "remote_frame_refused").Str("peer", from).Str("error", clip(err.Error())).Int("not_logged_since", left).
-				Msg("a peer sent a frame the node does not accept; its stream is ended")
-		}
+		frameRefusedLog.Warn(&g.log).Str("event", "remote_frame_refused").Str("peer", from).Str("error", ratelog.Clip(err.Error())).
+			Msg("a peer sent a frame the node does not accept; its stream is ended")
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
@@ -178,24 +176,14 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			kept = append(kept, e)
 			continue
 		}
-		if ok, left := messageRefusedLog.Allow(); ok {
-			g.log.Warn().Str("event", "remote_message_refused").Str("reason", why).Str("target", clip(target.GetId())).
-				Str("message_type", clip(typeName)).Int("not_logged_since", left).Msg("a peer's message was dropped; its stream goes on")
-		}
+		messageRefusedLog.Warn(&g.log).Str("event", "remote_message_refused").Str("reason", why).Str("target", ratelog.Clip(target.GetId())).
+			Str("message_type", ratelog.Clip(typeName)).Msg("a peer's message was dropped; its stream goes on")
 	}
 	b.Envelopes = kept
 }
 
 // messageRefusedLog limits remote_message_refused lines.
 var messageRefusedLog ratelog.Limiter
-
-// clip shortens what a peer chose before it goes into a log line.
-func clip(s string) string {
-	if len(s) > 128 {
-		return s[:128] + "…"
-	}
-	return s
-}
 
 // certified checks, with TLS, the addresses a frame speaks for: the one a
 // connect request declares, and the sender of every message to a control
@@ -246,6 +234,7 @@ func CheckRemoteMessage(rm *remote.RemoteMessage) error {
 			return fmt.Errorf("sender %d is empty", i+1)
 		}
 	}
+	linked := make([]int8, len(b.TypeNames)) // 0 unknown, 1 linked, -1 not: one lookup per type, not per message
 	for i, e := range b.Envelopes {
 		switch {
 		case e == nil:
@@ -259,8 +248,14 @@ func CheckRemoteMessage(rm *remote.RemoteMessage) error {
 		case e.SerializerId < 0 || int(e.SerializerId) >= serializerCount():
 			return fmt.Errorf("envelope %d: serializer %d is not registered", i, e.SerializerId)
 		case e.SerializerId == 0:
-			if _, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(b.TypeNames[e.TypeId])); err != nil {
-				return fmt.Errorf("envelope %d: message type %q is not linked into this node", i, b.TypeNames[e.TypeId])
+			if linked[e.TypeId] == 0 {
+				linked[e.TypeId] = 1
+				if _, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(b.TypeNames[e.TypeId])); err != nil {
+					linked[e.TypeId] = -1
+				}
+			}
+			if linked[e.TypeId] < 0 {
+				return fmt.Errorf("envelope %d: message type %q is not linked into this node", i, ratelog.Clip(b.TypeNames[e.TypeId]))
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -172,20 +173,6 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 	}()
 }
 
-// clip shortens what a peer chose before it goes into a log line.
-func clip(s string) string {
-	if len(s) > 128 {
-		return s[:128] + "…"
-	}
-	return s
-}
-
-// takeTicket consumes the ticket of a Restore request that came from
-// address (tickets.take).
-func (d *Driver) takeTicket(p *messages.RelocationPrepare, address string) bool {
-	return d.tickets.take(p, address, time.Now())
-}
-
 // verifySource runs VerifySource: the prepare's source must still be a
 // live member, and the record must name it at the move's fence. Store
 // errors are retried until the restore deadline.
@@ -225,8 +212,6 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 // At most one line per 100 ms: a peer can send refused messages at will.
 func (d *Driver) refused(what, from, why string) {
 	d.metrics.refused(what)
-	if ok, left := d.refusedLog.Allow(); ok {
-		d.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", clip(from)).Str("reason", clip(why)).
-			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
-	}
+	d.refusedLog.Warn(&d.log).Str("event", "control_message_refused").Str("message", what).Str("from", ratelog.Clip(from)).
+		Str("reason", ratelog.Clip(why)).Msg("a control message from a peer that is not entitled to it was refused")
 }

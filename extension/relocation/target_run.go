@@ -59,10 +59,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		if from != nil {
 			d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
 		}
-		if ok, left := d.prepareRefusedLog.Allow(); ok { // a peer can send refused prepares at will
-			d.log.Warn().Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).Str("detail", detail).
-				Int("not_logged_since", left).Msg("Restore request refused")
-		}
+		// A peer can send refused prepares at will.
+		d.prepareRefusedLog.Warn(&d.log).Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).
+			Str("detail", detail).Msg("Restore request refused")
 	}
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())
@@ -77,7 +76,7 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	case from == nil || from.Address != p.GetSource().GetAddress():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
 		return
-	case !d.takeTicket(p, from.Address):
+	case !d.tickets.take(p, from.Address, time.Now()):
 		// Not admitted by a capability answer to this source (admission.go).
 		d.refused("Restore request", from.Address, "no valid move ticket for its source")
 		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")

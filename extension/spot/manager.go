@@ -362,14 +362,6 @@ func (m *Manager) confirm(ctx context.Context, address, op string) error {
 	return nil
 }
 
-// clip shortens what a peer chose before it goes into a log line.
-func clip(s string) string {
-	if len(s) > 128 {
-		return s[:128] + "…"
-	}
-	return s
-}
-
 // peerRefusal is what a refused command's caller is told: PermissionDenied
 // when the store says its sender is no live node there, Unavailable when
 // the store could not tell (retry). It names nothing the caller did not
@@ -385,10 +377,8 @@ func peerRefusal(who string, err error) error {
 // At most one line per 100 ms: a peer can send refused commands at will.
 func (m *Manager) refused(what, from, why string) {
 	m.refusedN.Add(1)
-	if ok, left := m.refusedLog.Allow(); ok {
-		m.log.Warn().Str("event", "control_message_refused").Str("message", what).Str("from", clip(from)).Str("reason", clip(why)).
-			Int("not_logged_since", left).Msg("a control message from a peer that is not entitled to it was refused")
-	}
+	m.refusedLog.Warn(&m.log).Str("event", "control_message_refused").Str("message", what).Str("from", ratelog.Clip(from)).
+		Str("reason", ratelog.Clip(why)).Msg("a control message from a peer that is not entitled to it was refused")
 }
 
 // reply answers a command once per operation id: a redelivery of the same

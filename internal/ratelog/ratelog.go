@@ -7,6 +7,8 @@ package ratelog
 import (
 	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Limiter lets one event through per Every; the zero value lets one per
@@ -35,4 +37,24 @@ func (l *Limiter) Allow() (ok bool, suppressed int) {
 	}
 	l.last, suppressed, l.suppressed = now, l.suppressed, 0
 	return true, suppressed
+}
+
+// Warn is a warning event on log with the count of those left out since
+// the last, or nil (whose methods do nothing) when one was written less
+// than Every ago.
+func (l *Limiter) Warn(log *zerolog.Logger) *zerolog.Event {
+	ok, left := l.Allow()
+	if !ok {
+		return nil
+	}
+	return log.Warn().Int("not_logged_since", left)
+}
+
+// Clip shortens what a peer chose (an address, a reason naming it) before
+// it goes into a log line.
+func Clip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "…"
+	}
+	return s
 }
