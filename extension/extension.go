@@ -156,7 +156,9 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if pc := cfg.Node.ProtoCluster; pc != nil {
 		p := *pc
 		if p.Lookup == nil {
-			p.Lookup = spot.NewIdentityLookup()
+			p.Lookup = spot.NewIdentityLookup(nil, func(kind string) bool {
+				return slices.ContainsFunc(kinds, func(k Kind) bool { return k.StableType == kind && k.Instance })
+			})
 		}
 		lookup, _ = p.Lookup.(*spot.IdentityLookup)
 		cfg.Node.ProtoCluster = &p

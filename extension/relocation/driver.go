@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
@@ -457,11 +458,13 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 		d.log.Warn().Str("event", "stop_refused").Str("object_id", obj.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
 			Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
 	})
-	return actor.PropsFromProducer(func() actor.Actor {
-		inst := obj.kind.Producer()
-		obj.inst = inst
-		return &host{obj: obj, d: d}
-	}, actor.WithMailbox(mb), actor.WithGuardian(RestartAlways))
+	props := obj.kind.Props
+	if props == nil {
+		props = actor.PropsFromProducer(obj.kind.Producer)
+	}
+	h := &host{obj: obj, d: d}
+	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(RestartAlways), actor.WithReceiverMiddleware(h.middleware),
+		actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
 }
 
 // RestartAlways supervises roam's own actors (incarnations, the relocation

@@ -41,6 +41,29 @@ func RecreateOnRelocation() Policy { return recreateOnRelocation{} }
 // PreserveStateWith: the adapter carries the state across.
 func PreserveStateWith(a StateAdapter) Policy { return preserveStateWith{adapter: a} }
 
+// Stateful is state that captures and restores itself. Like a
+// StateAdapter's methods, both run on the actor's goroutine between turns.
+type Stateful interface {
+	CaptureState() ([]byte, error)
+	RestoreState(state []byte) error
+}
+
+// PreserveState: the state is whatever the incarnation registered with
+// KeepState (a generated grain's implementation does so in its Init), else
+// the actor itself, which must then implement Stateful. A move of an
+// incarnation with neither fails with TypeMismatch when it captures; the
+// incarnation serves on at its source.
+func PreserveState() Policy { return preserveStateWith{adapter: statefulAdapter{}} }
+
+// statefulAdapter is PreserveState's adapter: the host hands it the
+// registered Stateful (or the actor).
+type statefulAdapter struct{}
+
+func (statefulAdapter) Capture(a actor.Actor) ([]byte, error) { return nil, errNotStateful }
+func (statefulAdapter) Restore(a actor.Actor, _ []byte) error { return errNotStateful }
+
+var errNotStateful = fmt.Errorf("%w: PreserveState: the incarnation neither called KeepState nor implements Stateful", roamerr.ErrTypeMismatch)
+
 // PreservesState reports whether p carries in-memory state across moves,
 // state that a reactivation after the owner ended cannot bring back.
 func PreservesState(p Policy) bool {
@@ -54,8 +77,21 @@ type Kind struct {
 	// StableType is the kind's stable name (UTF-8, 1..255 bytes,
 	// case-sensitive; spec 002 §2).
 	StableType string
-	// Producer makes a fresh instance.
+	// Props spawn an instance: the application's middleware, supervisor
+	// strategy, dispatcher and context decorators are kept; roam replaces
+	// only the mailbox (with its relocatable one, which can seal, capture
+	// and relay the queue) and adds its own receiver middleware, innermost.
+	// Exactly one of Props and Producer is set.
+	Props *actor.Props
+	// Producer makes a fresh instance: shorthand for
+	// Props: actor.PropsFromProducer(Producer).
 	Producer actor.Producer
+	// ClusterKind: Props come from Proto.Actor's cluster.NewKind, whose
+	// middleware delivers cluster.ClusterInit itself. Otherwise roam
+	// delivers it, right after Started, when the node is a member of a
+	// Proto.Actor cluster, so that generated grains (protoc-gen-go-grain)
+	// work unchanged.
+	ClusterKind bool
 	// Policy is required: registering a kind without one is a start-up
 	// error (spec 002 §8).
 	Policy Policy
@@ -81,8 +117,8 @@ func (k *Kind) validate() error {
 	if err := location.ValidateID("stable type", k.StableType); err != nil {
 		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
 	}
-	if k.Producer == nil {
-		return fmt.Errorf("%w: kind %q has no producer", roamerr.ErrInvalidOperation, k.StableType)
+	if (k.Producer == nil) == (k.Props == nil) {
+		return fmt.Errorf("%w: kind %q needs exactly one of Props and Producer", roamerr.ErrInvalidOperation, k.StableType)
 	}
 	if k.Policy == nil {
 		return fmt.Errorf("%w: kind %q has no relocation policy (DisableRelocation, RecreateOnRelocation or PreserveStateWith)", roamerr.ErrNotConfigured, k.StableType)

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/ctxext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/extension/location"
@@ -38,7 +41,8 @@ type object struct {
 	ownerGeneration uint64 // AuthorityOwnerGeneration of this incarnation
 	pid             *actor.PID
 	mb              *mailbox.Mailbox
-	inst            actor.Actor
+	inst            actor.Actor // the application's actor; its goroutine only
+	kept            Stateful    // registered by KeepState; its goroutine only
 	state           objectState
 	next            *actor.PID // where Message Follow sends, once following
 	tm              *timers    // framework timers; the object's goroutine only
@@ -75,20 +79,32 @@ type object struct {
 	stopAllowed atomic.Bool
 }
 
-// host wraps the application's actor: it refuses a followed message whose
+// host is roam's receiver middleware around the application's actor,
+// innermost of the kind's middleware: it refuses a followed message whose
 // ObjectGeneration is not this incarnation's (spec 000 §10), answers the
 // framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
-// timers, and hands every other message to the application.
+// timers, delivers cluster.ClusterInit after Started when the node is a
+// Proto.Actor cluster member (ClusterKind kinds deliver it themselves), and
+// hands every other message to the application.
 type host struct {
 	obj *object
 	d   *Driver // for endSink (log and metrics) only: the actor goroutine never enters the driver's loop
 }
 
-func (h *host) Receive(c actor.Context) {
-	if h.obj.afterFirst != nil {
-		defer h.afterTurn(c) // also when the handler panics
+// hostExtensionID is the context extension under which an incarnation's
+// context finds its host (Timers, KeepState).
+var hostExtensionID = ctxext.NextContextExtensionID()
+
+func (h *host) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
+
+// middleware is the host as a Proto.Actor receiver middleware.
+func (h *host) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if h.obj.afterFirst != nil {
+			defer h.afterTurn(env) // also when the handler panics
+		}
+		h.receive(c, env, next)
 	}
-	h.receive(c)
 }
 
 // afterTurn: the turn of the first message is over — handled, refused in
@@ -97,11 +113,11 @@ func (h *host) Receive(c actor.Context) {
 // the activation's recovery pointer may go, and must, or a later owner
 // would replay a message its caller was told failed, and the incarnation
 // could never move.
-func (h *host) afterTurn(c actor.Context) {
+func (h *host) afterTurn(env *actor.MessageEnvelope) {
 	if h.obj.afterFirst == nil {
 		return
 	}
-	if hd := c.MessageHeader(); hd != nil && hd.Get(HeaderOperation) == h.obj.firstOperation {
+	if env.Header != nil && env.Header.Get(HeaderOperation) == h.obj.firstOperation {
 		done := h.obj.afterFirst
 		h.obj.afterFirst = nil
 		h.obj.pointerHeld.Store(true) // before the next turn's gate check
@@ -133,30 +149,45 @@ func (o *object) moveMayStart() {
 	}
 }
 
-func (h *host) receive(c actor.Context) {
-	hd := c.MessageHeader()
-	if hd != nil {
+// respond answers env's sender, if it has one.
+func respond(c actor.ReceiverContext, env *actor.MessageEnvelope, msg any) {
+	if env.Sender != nil {
+		c.ActorSystem().Root.Send(env.Sender, msg)
+	}
+}
+
+func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next actor.ReceiverFunc) {
+	if hd := env.Header; hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
 			// The text goes to the caller: it names only the generation the
 			// caller sent, never the current one.
 			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, h.obj.key.ID)
 			h.d.endSink(h.obj, "invalid_operation", "send_invalid_generation", why)(
-				&actor.MessageEnvelope{Message: c.Message(), Sender: c.Sender(), Header: hd.ToMap()})
+				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
 			return
 		}
-		if d := hd.Get(HeaderDeadline); d != "" && c.Sender() != nil {
+		if d := hd.Get(HeaderDeadline); d != "" && env.Sender != nil {
 			if ms, err := strconv.ParseInt(d, 10, 64); err == nil && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-				respondFailure(c.ActorSystem(), c.Sender(), "deadline_exceeded", h.obj.key.ID,
+				respondFailure(c.ActorSystem(), env.Sender, "deadline_exceeded", h.obj.key.ID,
 					"the request's deadline passed before it was dispatched; not run")
 				return
 			}
 		}
 	}
-	switch m := c.Message().(type) {
+	switch m := env.Message.(type) {
+	case *actor.Started:
+		// Also after a restart by the supervisor: the actor is a new
+		// instance then.
+		h.obj.inst = c.Actor()
+		c.Set(h)
+		next(c, env)
+		if pc := h.d.node.ProtoActorCluster(); pc != nil && !h.obj.kind.ClusterKind {
+			next(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: h.obj.clusterIdentity(), Cluster: pc}))
+		}
 	case *messages.RouteBarrier:
-		c.Respond(m) // the caller's old route is drained up to here
+		respond(c, env, m) // the caller's old route is drained up to here
 	case *messages.GrainActivate:
-		c.Respond(m) // the grain is active; the caller's own message follows
+		respond(c, env, m) // the grain is active; the caller's own message follows
 	case *closeMarker:
 		if h.obj.tm != nil {
 			h.obj.tm.stopAll()
@@ -180,18 +211,78 @@ func (h *host) receive(c actor.Context) {
 		}
 	case *messages.TimerTick:
 		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
-			h.obj.inst.Receive(c)
+			next(c, env)
 		} // else a tick of a cancelled timer
 	default:
 		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
-			if hd != nil {
-				if to := noticePID(hd.Get(HeaderDispatchNotice)); to != nil {
+			if env.Header != nil {
+				if to := noticePID(env.Header.Get(HeaderDispatchNotice)); to != nil {
 					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
 				}
 			}
-			h.obj.inst.Receive(c)
+			next(c, env)
 		}
 	}
+}
+
+// clusterIdentity is the incarnation's Proto.Actor cluster identity: its
+// ID, of its stable type as the kind. A grain's Instance Spot ID is
+// "<kind>/<identity>" (spot.GrainSpotID): its identity is the part after
+// the kind.
+func (o *object) clusterIdentity() *pcluster.ClusterIdentity {
+	id := o.key.ID
+	if o.key.Kind == location.KindInstanceSpot {
+		id = strings.TrimPrefix(id, o.kind.StableType+"/")
+	}
+	return pcluster.NewClusterIdentity(id, o.kind.StableType)
+}
+
+// stateful is what PreserveState captures: the Stateful registered with
+// KeepState, else the actor if it is one; nil if neither.
+func (o *object) stateful() Stateful {
+	if o.kept != nil {
+		return o.kept
+	}
+	s, _ := o.inst.(Stateful)
+	return s
+}
+
+// captureState runs the policy's capture on the object's goroutine.
+func (o *object) captureState(p preserveStateWith) ([]byte, error) {
+	if _, ok := p.adapter.(statefulAdapter); ok {
+		s := o.stateful()
+		if s == nil {
+			return nil, errNotStateful
+		}
+		return s.CaptureState()
+	}
+	return p.adapter.Capture(o.inst)
+}
+
+// restoreState runs the policy's restore on the object's goroutine.
+func (o *object) restoreState(p preserveStateWith, state []byte) error {
+	if _, ok := p.adapter.(statefulAdapter); ok {
+		s := o.stateful()
+		if s == nil {
+			return errNotStateful
+		}
+		return s.RestoreState(state)
+	}
+	return p.adapter.Restore(o.inst, state)
+}
+
+// KeepState registers s as the state a PreserveState kind's incarnation
+// carries across moves. Call it from the actor (c is its context), once
+// its state exists: a generated grain's implementation calls it in Init,
+// with the GrainContext. A later call replaces the earlier one.
+// InvalidOperation outside a relocatable incarnation.
+func KeepState(c actor.Context, s Stateful) error {
+	h, ok := c.Get(hostExtensionID).(*host)
+	if !ok {
+		return fmt.Errorf("%w: KeepState outside a relocatable incarnation", roamerr.ErrInvalidOperation)
+	}
+	h.obj.kept = s
+	return nil
 }
 
 // RespondFailure answers a request roam could not deliver with a

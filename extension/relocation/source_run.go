@@ -732,7 +732,7 @@ func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte,
 		ApplicationVersion: kind.ApplicationVersion,
 	}
 	if p, ok := kind.Policy.(preserveStateWith); ok {
-		state, err := p.adapter.Capture(obj.inst)
+		state, err := obj.captureState(p)
 		if err != nil {
 			return nil, fmt.Errorf("state adapter: %w", err)
 		}

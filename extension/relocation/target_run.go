@@ -324,7 +324,7 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 		tm.restore(regs)
 		var err error
 		if preserve {
-			err = adapter.adapter.Restore(obj.inst, state)
+			err = obj.restoreState(adapter, state)
 		}
 		if err != nil {
 			d.laterTarget(id, handoff.RestoreFailed{Err: fmt.Errorf("state adapter: %w", err)})

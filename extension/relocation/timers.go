@@ -41,7 +41,7 @@ type TimerSet struct{ t *timers }
 // and restored by the framework, so the application never re-registers
 // them (issue 3; spec 000 §4.2 timerRegistrations, pendingTimerTicks).
 func Timers(c actor.Context) (TimerSet, error) {
-	h, ok := c.Actor().(*host)
+	h, ok := c.Get(hostExtensionID).(*host)
 	if !ok {
 		return TimerSet{}, fmt.Errorf("%w: %T is not a relocatable actor", roamerr.ErrInvalidOperation, c.Actor())
 	}

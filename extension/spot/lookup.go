@@ -3,10 +3,13 @@ package spot
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
 	"github.com/roamactors/roam/messages"
 )
@@ -26,18 +29,100 @@ import (
 // meets a dead letter it calls RemovePid and asks again. Placement is
 // roam's (the node's weight), not Proto.Actor's disthash, which would kill
 // activations on every topology change.
+//
+// Every other kind — registered with Proto.Actor's cluster.WithKinds and
+// not with roam — is passed to the inner lookup (Proto.Actor's disthash by
+// default) and works exactly as it would without roam. A kind is roam's
+// if this node registered it with roam or a live node of the store lists
+// it among its Instance types (that list is read at most once a second).
 type IdentityLookup struct {
-	m atomic.Pointer[Manager]
+	m     atomic.Pointer[Manager]
+	inner pcluster.IdentityLookup
+	// local reports the kinds this node registers with roam, known before
+	// the Spot manager is attached; nil for none.
+	local func(kind string) bool
+
+	mu      sync.Mutex
+	remote  map[string]bool // Instance types of the store's live nodes
+	readAt  time.Time       // when remote was last read (or tried)
+	reading chan struct{}   // closed when a read in progress ends
 }
 
 var _ pcluster.IdentityLookup = (*IdentityLookup)(nil)
 
-// NewIdentityLookup returns a lookup that answers once Attach has given it
-// the node's Spot manager (extension.Start does).
-func NewIdentityLookup() *IdentityLookup { return &IdentityLookup{} }
+// NewIdentityLookup returns a lookup that answers roam's kinds once Attach
+// has given it the node's Spot manager, and passes every other kind to
+// inner; nil inner means Proto.Actor's disthash. local reports the kinds
+// this node registers with roam (nil: none known before Attach).
+func NewIdentityLookup(inner pcluster.IdentityLookup, local func(kind string) bool) *IdentityLookup {
+	if inner == nil {
+		inner = disthash.New()
+	}
+	return &IdentityLookup{inner: inner, local: local}
+}
 
 // Attach connects the lookup to the node's Spot manager.
 func (l *IdentityLookup) Attach(m *Manager) { l.m.Store(m) }
+
+// relocatable reports whether kind is one of roam's.
+func (l *IdentityLookup) relocatable(kind string) bool {
+	if l.local != nil && l.local(kind) {
+		return true
+	}
+	m := l.m.Load()
+	if m == nil {
+		return false
+	}
+	if k, ok := m.d.Kind(kind); ok && k.Instance {
+		return true
+	}
+	return l.remoteKinds(m)[kind]
+}
+
+// remoteKinds returns the Instance types of the store's live nodes, read
+// at most once a second by one caller while the others wait for it; the
+// last list read stays in use while the store does not answer.
+func (l *IdentityLookup) remoteKinds(m *Manager) map[string]bool {
+	l.mu.Lock()
+	for l.reading != nil {
+		ch := l.reading
+		l.mu.Unlock()
+		<-ch
+		l.mu.Lock()
+	}
+	if time.Since(l.readAt) < time.Second {
+		kinds := l.remote
+		l.mu.Unlock()
+		return kinds
+	}
+	ch := make(chan struct{})
+	l.reading = ch
+	l.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	nodes, err := m.store.ListNodes(ctx, m.desc.GetMesh())
+	cancel()
+	var kinds map[string]bool
+	if err == nil {
+		kinds = map[string]bool{}
+		for _, n := range nodes {
+			for _, t := range n.Node.GetInstanceTypes() {
+				kinds[t] = true
+			}
+		}
+	}
+
+	l.mu.Lock()
+	if err == nil {
+		l.remote = kinds
+	}
+	l.readAt = time.Now()
+	l.reading = nil
+	kinds = l.remote
+	l.mu.Unlock()
+	close(ch)
+	return kinds
+}
 
 // GrainSpotID is the Spot ID of the grain (kind, identity).
 func GrainSpotID(kind, identity string) string { return kind + "/" + identity }
@@ -45,6 +130,9 @@ func GrainSpotID(kind, identity string) string { return kind + "/" + identity }
 // Get returns the PID of the grain's current incarnation, activating it if
 // Missing; nil when it cannot (Proto.Actor retries).
 func (l *IdentityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
+	if !l.relocatable(ci.Kind) {
+		return l.inner.Get(ci)
+	}
 	m := l.m.Load()
 	if m == nil {
 		return nil
@@ -60,17 +148,24 @@ func (l *IdentityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
 }
 
 // RemovePid forgets the cached route of a grain whose PID failed.
-func (l *IdentityLookup) RemovePid(ci *pcluster.ClusterIdentity, _ *actor.PID) {
+func (l *IdentityLookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID) {
+	if !l.relocatable(ci.Kind) {
+		l.inner.RemovePid(ci, pid)
+		return
+	}
 	if m := l.m.Load(); m != nil {
 		m.cache.drop(GrainSpotID(ci.Kind, ci.Identity))
 	}
 }
 
-// Setup is called by Proto.Actor's cluster at member start.
-func (l *IdentityLookup) Setup(*pcluster.Cluster, []string, bool) {}
+// Setup is called by Proto.Actor's cluster at member start; the inner
+// lookup is set up with the cluster's own kinds.
+func (l *IdentityLookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
+	l.inner.Setup(c, kinds, isClient)
+}
 
 // Shutdown is called by Proto.Actor's cluster at member stop.
-func (l *IdentityLookup) Shutdown() {}
+func (l *IdentityLookup) Shutdown() { l.inner.Shutdown() }
 
 // grainPID resolves a grain call's route the way every call by Spot ID
 // does (takeRoute): a route being drained after a move is waited for, so a
