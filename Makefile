@@ -65,8 +65,8 @@ $(CONSUL_BIN):
 clean-consul:
 	rm -f $(CONSUL_BIN)
 
-## generate: regenerate the committed protobuf code.
-generate: $(TOOLS_BIN)/protoc-gen-go
+## generate: regenerate the committed protobuf code (and the example's grain code).
+generate: $(TOOLS_BIN)/protoc-gen-go $(TOOLS_BIN)/protoc-gen-go-grain
 	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler)
 	protoc --plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go \
 		--go_out=. --go_opt=module=github.com/roamactors/roam \
@@ -74,6 +74,14 @@ generate: $(TOOLS_BIN)/protoc-gen-go
 	protoc --plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go \
 		--go_out=. --go_opt=module=github.com/roamactors/roam \
 		-I messages -I examples/chat/chatpb examples/chat/chatpb/*.proto
+	protoc --plugin=protoc-gen-go=$(TOOLS_BIN)/protoc-gen-go --plugin=protoc-gen-go-grain=$(TOOLS_BIN)/protoc-gen-go-grain \
+		--go_out=. --go_opt=module=github.com/roamactors/roam \
+		--go-grain_out=. --go-grain_opt=module=github.com/roamactors/roam \
+		-I examples/grains/shoppb examples/grains/shoppb/*.proto
+
+# Proto.Actor's grain generator, at the Proto.Actor version go.mod pins.
+$(TOOLS_BIN)/protoc-gen-go-grain: go.mod
+	$(GO) build -o $@ github.com/asynkron/protoactor-go/protobuf/protoc-gen-go-grain
 
 $(TOOLS_BIN)/protoc-gen-go:
 	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

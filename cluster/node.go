@@ -25,7 +25,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/cluster/lease"
@@ -89,6 +88,12 @@ type Config struct {
 	// ProtoCluster, if set, makes the node a member of a Proto.Actor
 	// cluster too, so that cluster.Request(identity, kind, msg) works on it.
 	ProtoCluster *ProtoCluster
+	// Attach, if set, runs the node lifecycle on an application's actor
+	// system and remote (see Attach) instead of its own: Host, Port,
+	// AdvertisedHost, TLS, RemoteOptions, ProtoCluster and
+	// ProtoActorLogLevel are then the transport's, and Stop leaves the
+	// system and remote running.
+	Attach *Transport
 }
 
 // ProtoCluster joins the node to a Proto.Actor cluster. Proto.Actor's
@@ -176,6 +181,9 @@ type Node struct {
 	remote *remote.Remote
 	// pcluster is the Proto.Actor cluster membership, when configured.
 	pcluster *pcluster.Cluster
+	// attached: the system and remote are an application's (Config.Attach)
+	// and outlive this lifecycle.
+	attached bool
 	desc     *location.NodeDescriptor
 	lease    location.Lease
 	members  *members
@@ -206,60 +214,47 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	handler := &zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel}
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(handler) }))
-	var serverCreds, clientCreds credentials.TransportCredentials
-	if cfg.TLS != nil {
-		host := cfg.Host
-		if cfg.AdvertisedHost != "" {
-			if h, _, err := net.SplitHostPort(cfg.AdvertisedHost); err == nil {
-				host = h
-			}
-		}
-		var err error
-		if serverCreds, clientCreds, err = cfg.TLS.credentials(host); err != nil {
-			return nil, err
-		}
-	}
-	rcfg := remote.Configure(cfg.Host, cfg.Port, cfg.RemoteOptions...)
-	// The peer limits need the node's view of its mesh, which exists once
-	// the node has claimed its descriptor; until then (no stream carries
-	// a large message before Start returns) every peer gets the full limit.
-	var node atomic.Pointer[Node]
-	limitOf := func(address string) int {
-		if n := node.Load(); n != nil {
-			return n.peerFrameBytes(address)
-		}
-		return MaxFrameBytes
-	}
-	remoteOptions(rcfg, *cfg.Logger, system, limitOf, serverCreds, clientCreds)
-	if cfg.AdvertisedHost != "" {
-		rcfg.AdvertisedHost = cfg.AdvertisedHost
-	}
 	var (
-		r  *remote.Remote
-		pc *pcluster.Cluster
+		system *actor.ActorSystem
+		r      *remote.Remote
+		pc     *pcluster.Cluster
+		// node is published to the remote's guards once claimed.
+		node *atomic.Pointer[Node]
 	)
-	if p := cfg.ProtoCluster; p != nil {
-		name := p.Name
-		if name == "" {
-			name = "roam"
-		}
-		pc = pcluster.New(system, pcluster.Configure(name, p.Provider, p.Lookup, rcfg, p.Options...))
-		if err := startMember(pc); err != nil {
-			system.Shutdown()
-			return nil, err
-		}
-		r = pc.Remote
+	if t := cfg.Attach; t != nil {
+		system, r, pc, node = t.system, t.remote, t.pc, &t.hooks.node
 	} else {
-		r = remote.NewRemote(system, rcfg)
-		if err := startRemote(r); err != nil {
-			system.Shutdown()
+		system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(&zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel})
+		}))
+		rcfg, err := RemoteConfig(system, cfg.Host, cfg.Port, RemoteOptions{Logger: *cfg.Logger, TLS: cfg.TLS, AdvertisedHost: cfg.AdvertisedHost, Options: cfg.RemoteOptions})
+		if err != nil {
 			return nil, err
+		}
+		hooks, _ := guardedConfigs.LoadAndDelete(rcfg) // the node's own: nobody else attaches to it
+		node = &hooks.(*remoteHooks).node
+		if p := cfg.ProtoCluster; p != nil {
+			name := p.Name
+			if name == "" {
+				name = "roam"
+			}
+			pc = pcluster.New(system, pcluster.Configure(name, p.Provider, p.Lookup, rcfg, p.Options...))
+			if err := startMember(pc); err != nil {
+				system.Shutdown()
+				return nil, err
+			}
+			r = pc.Remote
+		} else {
+			r = remote.NewRemote(system, rcfg)
+			if err := startRemote(r); err != nil {
+				system.Shutdown()
+				return nil, err
+			}
 		}
 	}
 	n := &Node{
 		cfg:       cfg,
+		attached:  cfg.Attach != nil,
 		system:    system,
 		remote:    r,
 		pcluster:  pc,
@@ -287,9 +282,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	claimSent := n.base
 	ls, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
 	if err != nil {
-		r.Shutdown(false)
-		system.Shutdown()
-		waitReleased(n.desc.Address)
+		if !n.attached {
+			n.shutdownTransport()
+			waitReleased(n.desc.Address)
+		}
 		n.log.Error().Str("event", "node_claim_failed").Str("entry_spot_id", n.desc.EntrySpotId).Err(err).Msg("node descriptor and Entry Spot claim failed")
 		return nil, fmt.Errorf("cluster: claim node %s: %w", n.desc.Address, err)
 	}
@@ -298,8 +294,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	keeper, err := lease.New(lease.Config{TTL: cfg.LeaseTTL, Margin: cfg.LeaseMargin}, claimSent)
 	if err != nil { // checked by setDefaults; a claim is never left behind
 		_ = cfg.Store.ReleaseNode(ctx, n.desc)
-		r.Shutdown(false)
-		system.Shutdown()
+		if !n.attached {
+			n.shutdownTransport()
+		}
 		return nil, fmt.Errorf("%w: %w", location.ErrInvalid, err)
 	}
 	n.keeper = keeper
@@ -516,13 +513,31 @@ func (n *Node) Lease() location.Lease { return n.lease }
 // the node stopped.
 func (n *Node) LeaseLost() <-chan struct{} { return n.leaseLost }
 
-// Stopped is closed once Stop has shut the node's actor system down: no
+// Stopped is closed once Stop has shut the node's actor system down (an
+// attached node: once it released its claims; its actors are then the
+// relocation driver's and Spot manager's to stop): no
 // actor of the node runs any more, so nothing waits on one after it.
 func (n *Node) Stopped() <-chan struct{} { return n.stopped }
 
 // Stopping is closed once Stop has begun, before the lease ends: a lease
 // that ends after it ended because the node stops.
 func (n *Node) Stopping() <-chan struct{} { return n.stopRenew }
+
+// shutdownTransport stops the node's own remote and actor system (and its
+// Proto.Actor cluster membership).
+func (n *Node) shutdownTransport() {
+	if n.pcluster != nil {
+		_ = n.pcluster.Config.ClusterProvider.Shutdown(true) // leave the membership now
+		n.pcluster.Shutdown(false)                           // shuts the actor system down too
+		return
+	}
+	n.remote.Shutdown(false)
+	n.system.Shutdown()
+}
+
+// Attached reports whether the node runs on an application's actor system
+// (Config.Attach), which outlives it.
+func (n *Node) Attached() bool { return n.attached }
 
 // Stop releases the descriptor and Entry claim (only this lifecycle's) and
 // shuts the remote and actor system down. A lease already lost is not an
@@ -543,12 +558,8 @@ func (n *Node) Stop(ctx context.Context) error {
 			n.log.Warn().Str("event", "node_release_failed").Err(err).Msg("releasing node claim failed; it ends with the lease")
 			n.stopErr = fmt.Errorf("cluster: release node %s: %w", n.desc.Address, err)
 		}
-		if n.pcluster != nil {
-			_ = n.pcluster.Config.ClusterProvider.Shutdown(true) // leave the membership now
-			n.pcluster.Shutdown(false)                           // shuts the actor system down too
-		} else {
-			n.remote.Shutdown(false)
-			n.system.Shutdown()
+		if !n.attached {
+			n.shutdownTransport()
 		}
 		close(n.stopped)
 		n.log.Info().Str("event", "node_stopped").Msg("node stopped")

@@ -78,6 +78,10 @@ type Config struct {
 	// recovery roots. Default: the Location Store, when it is one
 	// (memstore and consulstore are).
 	Roots location.RootStore
+	// Lookup, if set, is the Spot-backed IdentityLookup of the
+	// application's Proto.Actor cluster (Node.Attach): each lifecycle's
+	// Spot manager is attached to it.
+	Lookup *spot.IdentityLookup
 	// OnRejoin, if set, is called after the Extension started a new node
 	// lifecycle because the previous one's owner lease ended. The new
 	// lifecycle has its own actor system (System() returns it) and, when
@@ -152,8 +156,8 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
 		}
 	}
-	var lookup *spot.IdentityLookup
-	if pc := cfg.Node.ProtoCluster; pc != nil {
+	lookup := cfg.Lookup
+	if pc := cfg.Node.ProtoCluster; pc != nil && cfg.Node.Attach == nil {
 		p := *pc
 		if p.Lookup == nil {
 			p.Lookup = spot.NewIdentityLookup(nil, func(kind string) bool {
@@ -245,7 +249,7 @@ func (e *Extension) rejoinLoop() {
 		if stopped {
 			return
 		}
-		if e.cfg.Node.ProtoCluster != nil {
+		if e.cfg.Node.ProtoCluster != nil && e.cfg.Node.Attach == nil {
 			if log != nil {
 				log.Error().Str("event", "node_rejoin_unsupported").Str("node_rid", l.node.Descriptor().GetNodeRid()).
 					Msg("the owner lease ended; a Proto.Actor cluster member does not rejoin by itself: restart the process")
@@ -263,12 +267,19 @@ func (e *Extension) rejoinLoop() {
 			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
 		}
 		cancel()
-		if e.cfg.Node.Port == 0 {
+		switch {
+		case e.cfg.Node.Attach != nil:
+			// The application's system outlives the lifecycle: stop what
+			// the old one runs there, so the new one can start its own at
+			// the same address.
+			stopNode(l.node)
+			l.shutdown()
+		case e.cfg.Node.Port == 0:
 			e.mu.Lock()
 			e.retired = append(e.retired, l)
 			e.mu.Unlock()
 			time.AfterFunc(e.cfg.Spot.Routes.MessageFollowDuration, func() { e.stopRetired(l) })
-		} else {
+		default:
 			stopNode(l.node)
 		}
 		for attempt := 0; ; attempt++ {
@@ -285,6 +296,7 @@ func (e *Extension) rejoinLoop() {
 				if stopped {
 					next.spots.Stop()
 					_ = next.node.Stop(context.Background())
+					next.shutdown()
 					return
 				}
 				if log != nil {
@@ -430,9 +442,20 @@ func (e *Extension) Stop(ctx context.Context) error {
 	cancel()
 	l.spots.Stop()
 	err := l.node.Stop(ctx)
+	l.shutdown()
 	select { // a rejoin in progress stops what it started
 	case <-e.done:
 	case <-ctx.Done():
 	}
 	return err
+}
+
+// shutdown stops, after its node stopped, what a lifecycle runs on an
+// application's actor system, which outlives it; a node's own system
+// stopped all of it already.
+func (l *life) shutdown() {
+	if l.node.Attached() {
+		l.spots.Shutdown()
+		l.driver.Shutdown()
+	}
 }

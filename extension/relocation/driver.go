@@ -21,6 +21,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
@@ -139,6 +140,11 @@ type Driver struct {
 	mu    sync.RWMutex // guards kinds (read by callers, written at registration)
 	kinds map[string]*Kind
 
+	// events is the driver's event stream subscription; live holds every
+	// incarnation spawned and not stopped yet (*object keys), for Shutdown.
+	events *eventstream.Subscription
+	live   sync.Map
+
 	// Everything below is touched only by the driver actor's goroutine.
 	objects map[location.AuthorityKey]*object
 	sources map[uint64]*sourceRun
@@ -223,7 +229,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
 	}
 	d.self = pid
-	d.sys.EventStream.Subscribe(func(evt any) {
+	d.events = d.sys.EventStream.Subscribe(func(evt any) {
 		switch e := evt.(type) {
 		case *remote.EndpointTerminatedEvent:
 			d.sys.Root.Send(d.self, e)
@@ -478,7 +484,27 @@ var RestartAlways = actor.NewRestartingStrategy()
 func (d *Driver) stop(obj *object) {
 	obj.moveMayStart()
 	obj.stopAllowed.Store(true)
+	d.live.Delete(obj)
 	d.sys.Root.Stop(obj.pid)
+}
+
+// spawned records an incarnation's actor for Shutdown.
+func (d *Driver) spawned(obj *object) { d.live.Store(obj, struct{}{}) }
+
+// Shutdown stops, once the node has stopped, what the driver runs on an
+// actor system that outlives the node (cluster.Node.Attached): every
+// incarnation left and the relocation actor, so that a next lifecycle on
+// the same system can start its own. A node with its own actor system
+// needs none of it: the system's shutdown stops them all.
+func (d *Driver) Shutdown() {
+	d.sys.EventStream.Unsubscribe(d.events)
+	d.live.Range(func(k, _ any) bool {
+		d.stop(k.(*object))
+		return true
+	})
+	if isClosed(d.node.Stopped()) {
+		_ = d.sys.Root.StopFuture(d.self).Wait()
+	}
 }
 
 // leaseChanged tells the driver the node's owner lease changed status.

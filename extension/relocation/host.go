@@ -94,6 +94,7 @@ func (d *Driver) Stage(ctx context.Context, key location.AuthorityKey, stableTyp
 			return nil, fmt.Errorf("%w: stage %s: %w", roamerr.ErrUnavailable, key, err)
 		}
 		obj.pid = pid
+		d.spawned(obj)
 		return &Staged{d: d, obj: obj}, nil
 	})
 }

@@ -128,3 +128,6 @@ func (k *Kind) validate() error {
 	}
 	return nil
 }
+
+// ValidateKind reports what is wrong with k, as RegisterKind would.
+func ValidateKind(k Kind) error { return k.validate() }

@@ -389,6 +389,7 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
 		}
 		obj.pid = pid
+		d.spawned(obj)
 		d.objects[key] = obj
 		return pid, nil
 	})

@@ -201,6 +201,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
 		}
 		obj.pid = pid
+		d.spawned(obj)
 		t.obj = obj
 
 	case handoff.VerifySource:

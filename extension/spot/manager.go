@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
@@ -92,6 +93,7 @@ type Manager struct {
 	lostWatch map[string]map[chan struct{}]struct{}
 	stop      chan struct{}
 	stopOnce  sync.Once
+	events    *eventstream.Subscription
 	// refusedLog limits control_message_refused lines.
 	refusedLog ratelog.Limiter
 	refusedN   atomic.Int64 // commands refused for their sender
@@ -213,7 +215,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	}
 	m.self = pid
 	m.sys.Extensions.Register(m)
-	m.sys.EventStream.Subscribe(func(evt any) {
+	m.events = m.sys.EventStream.Subscribe(func(evt any) {
 		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
 			m.endpointLost(e.Address)
 		}
@@ -226,6 +228,15 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 
 // Stop ends the manager's background work (extension.Stop calls it).
 func (m *Manager) Stop() { m.stopOnce.Do(func() { close(m.stop) }) }
+
+// Shutdown stops, after Stop, the Spot service actor on an actor system
+// that outlives the node (cluster.Node.Attached), so that a next
+// lifecycle on the same system can start its own.
+func (m *Manager) Shutdown() {
+	m.Stop()
+	m.sys.EventStream.Unsubscribe(m.events)
+	_ = m.sys.Root.StopFuture(m.self).Wait()
+}
 
 // sweepRoutes drops, every sweepEvery, the cached routes of nodes that left
 // (their descriptor is gone or names another lease), so a call does not

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the module file the race-detector run of the multi-node tests
-# uses (make test-race-multi).
+# uses (make test-race-multi). It patches four races inside Proto.Actor.
 #
 # Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
 # writes a gRPC global that the gRPC goroutines of remotes already running
@@ -25,6 +25,26 @@ grep -q 'grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard,
 sed -i 's|\tgrpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard))|\tgrpcLoggerOnce.Do(func() { grpclog.SetLoggerV2(grpclog.NewLoggerV2(ioutil.Discard, ioutil.Discard, ioutil.Discard)) })|' "$server"
 printf '\n// grpcLoggerOnce: set gRPC'"'"'s global logger once per process (race run only).\nvar grpcLoggerOnce sync.Once\n' >> "$server"
 grep -q '"sync"' "$server" || sed -i 's|^import (|import (\n\t"sync"|' "$server"
+# Proto.Actor's MemberList.ContainsMemberID (the gossip actor's check of a
+# request's sender) reads the member set without the list's lock, while a
+# topology update replaces it under the lock: the race detector reports it
+# whenever a member joins a cluster of several in one process. Nothing calls
+# it with the lock held, so the copy takes the read lock there.
+members="$out/protoactor-go/cluster/member_list.go"
+grep -q '^	return ml.members.ContainsID(memberID)$' "$members"
+sed -i 's|^	return ml.members.ContainsID(memberID)$|	ml.mutex.RLock()\n	defer ml.mutex.RUnlock()\n	return ml.members.ContainsID(memberID)|' "$members"
+# Its remote's BlockList.IsBlocked reads the blocked set without the lock
+# Block writes it under (a member that left is blocked while a connection
+# request is checked): the copy takes the read lock there too.
+blocklist="$out/protoactor-go/remote/blocklist.go"
+grep -q '^	return bl.blockedMembers.Contains(memberID)$' "$blocklist"
+sed -i 's|^	return bl.blockedMembers.Contains(memberID)$|	bl.mu.RLock()\n	defer bl.mu.RUnlock()\n	return bl.blockedMembers.Contains(memberID)|' "$blocklist"
+# Its gossip informer shuffles with one package-global math/rand.Rand,
+# which is not safe for concurrent use: several cluster members in one
+# process race on it. The copy uses math/rand's safe top-level functions.
+informer="$out/protoactor-go/cluster/informer.go"
+grep -q 'rnd\.Shuffle(' "$informer"
+sed -i 's|rnd\.Shuffle(|rand.Shuffle(|' "$informer"
 cp go.mod "$out/go.mod"
 cp go.sum "$out/go.sum"
 "$go" mod edit -modfile="$out/go.mod" -replace "$mod=$out/protoactor-go"

@@ -1,0 +1,440 @@
+// Package roam makes Proto.Actor actors and grains relocatable: an Actor or
+// Instance Spot moves to another node while it keeps receiving messages at
+// the same address, with its state, its unprocessed queue and its timers,
+// nothing lost or duplicated. The new owner takes over only through a
+// compare-and-set on a Location Store (Consul KV in production, memstore in
+// one process).
+//
+// roam is an extension of the application's actor system, attached as
+// Proto.Actor's own cluster is:
+//
+//	system := actor.NewActorSystem()
+//	r, err := roam.New(system, roam.WithStore(store), roam.WithKinds(
+//		roam.NewKind("cart", actor.PropsFromProducer(newCart), roam.PreserveState(), roam.Instance())))
+//	err = r.Start(ctx) // starts the remote and claims the node in the store
+//	reply, err := r.Spots().Request("cart-42", &shop.Add{Sku: "tea"}).InstanceSpot("cart").Do(ctx)
+//
+// With a Proto.Actor cluster, build its remote configuration with
+// RemoteConfig and its identity lookup with IdentityLookup, start the member,
+// then Start roam: relocatable kinds are resolved by roam, every other kind
+// exactly as by Proto.Actor's own lookup.
+package roam
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/extensions"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+
+	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Kinds, policies, references, outcomes and events.
+type (
+	// Kind is a relocatable stable type; make one with NewKind or
+	// FromClusterKind.
+	Kind = relocation.Kind
+	// Policy says what a move does with an object's state.
+	Policy = relocation.Policy
+	// StateAdapter captures and restores an actor's state as bytes.
+	StateAdapter = relocation.StateAdapter
+	// Stateful is state that captures and restores itself (PreserveState).
+	Stateful = relocation.Stateful
+	// Outcome is what a Relocate observed: phases, pause, bytes.
+	Outcome = relocation.Outcome
+	// Event is one move's report (WithOnEvent).
+	Event = relocation.Event
+	// Ref names a relocatable object: ActorRef or InstanceSpotRef.
+	Ref = location.AuthorityKey
+	// TLS is the node's mutual TLS configuration (WithTLS).
+	TLS = cluster.TLS
+	// Spots is the API of Spots by ID: Create, GetOrCreate, Find, Query,
+	// Close and calls by Spot ID.
+	Spots = spot.Manager
+)
+
+// Policies.
+var (
+	// DisableRelocation: objects of the kind never move.
+	DisableRelocation = relocation.DisableRelocation
+	// RecreateOnRelocation: an object moves with its queue and timers; the
+	// target starts a fresh actor.
+	RecreateOnRelocation = relocation.RecreateOnRelocation
+	// PreserveStateWith: the adapter carries the actor's state across.
+	PreserveStateWith = relocation.PreserveStateWith
+	// PreserveState: the state is what the actor registered with KeepState
+	// (a generated grain does so in Init), else the actor, as a Stateful.
+	PreserveState = relocation.PreserveState
+	// KeepState registers the Stateful a PreserveState kind carries.
+	KeepState = relocation.KeepState
+	// Timers gives a relocatable actor timers that move with it.
+	Timers = relocation.Timers
+	// TLSFromDir loads ca.pem, node.pem and node-key.pem from a directory.
+	TLSFromDir = cluster.TLSFromDir
+)
+
+// ActorRef names the Actor id.
+func ActorRef(id string) Ref { return extension.ActorRef(id) }
+
+// InstanceSpotRef names the Instance Spot id.
+func InstanceSpotRef(id string) Ref { return extension.InstanceSpotRef(id) }
+
+// KindOption configures a Kind.
+type KindOption func(*Kind)
+
+// Instance lets a first message cold-activate the kind as an Instance Spot
+// (a grain: Proto.Actor's cluster.Request, or a call by Spot ID).
+func Instance() KindOption { return func(k *Kind) { k.Instance = true } }
+
+// ApplicationVersion is carried with a moved object; a node that hosts the
+// kind at another version refuses the move before anything is sealed.
+// Default "".
+func ApplicationVersion(v string) KindOption { return func(k *Kind) { k.ApplicationVersion = v } }
+
+// ReactivateEmpty lets an Instance Spot whose owner ended (crashed, cut
+// off) be activated again, empty, by its next call. Default: it answers
+// Unavailable until an operator accepts the loss (ReleaseEnded).
+func ReactivateEmpty() KindOption { return func(k *Kind) { k.ReactivateEmpty = true } }
+
+// NewKind makes the relocatable kind name of props. The props keep their
+// middleware, supervisor strategy and dispatcher; roam replaces the mailbox
+// with its relocatable one. policy is required (DisableRelocation,
+// RecreateOnRelocation, PreserveStateWith or PreserveState).
+func NewKind(name string, props *actor.Props, policy Policy, opts ...KindOption) Kind {
+	k := Kind{StableType: name, Props: props, Policy: policy}
+	for _, o := range opts {
+		o(&k)
+	}
+	return k
+}
+
+// FromClusterKind makes a relocatable kind of a Proto.Actor cluster kind
+// (cluster.NewKind): its middleware delivers ClusterInit itself. Don't
+// also register it with cluster.WithKinds.
+func FromClusterKind(ck *pcluster.Kind, policy Policy, opts ...KindOption) Kind {
+	k := NewKind(ck.Kind, ck.Props, policy, opts...)
+	k.ClusterKind = true
+	return k
+}
+
+// Option configures roam on a node.
+type Option func(*options)
+
+type options struct {
+	store      location.Store
+	roots      location.RootStore
+	kinds      []Kind
+	mesh       string
+	host       string
+	port       int
+	advertised string
+	tls        *TLS
+	remoteOpts []remote.ConfigOption
+	logger     *zerolog.Logger
+	leaseTTL   time.Duration
+	capacity   uint32
+	weight     uint32
+	onEvent    func(Event)
+	inner      pcluster.IdentityLookup
+	relocation relocation.Config
+	spot       spot.Config
+}
+
+// WithStore sets the Location Store (required): memstore.New() in one
+// process, consulstore.New(...) across processes.
+func WithStore(s location.Store) Option { return func(o *options) { o.store = s } }
+
+// WithKinds registers relocatable kinds. Every node that may host a kind
+// registers it, at the same ApplicationVersion. Kinds are fixed at New:
+// other nodes learn them from the store when the node starts.
+func WithKinds(kinds ...Kind) Option {
+	return func(o *options) { o.kinds = append(o.kinds, kinds...) }
+}
+
+// WithMesh sets the mesh (a partition of nodes and objects) the node
+// serves. Default "default".
+func WithMesh(mesh string) Option { return func(o *options) { o.mesh = mesh } }
+
+// WithAddress sets where the remote roam starts listens, when the system
+// has no Proto.Actor cluster. Default 127.0.0.1, port 0 (a free port).
+func WithAddress(host string, port int) Option {
+	return func(o *options) { o.host, o.port = host, port }
+}
+
+// WithAdvertisedHost sets the host:port peers dial, if not the listening
+// address (containers, NAT).
+func WithAdvertisedHost(hostPort string) Option { return func(o *options) { o.advertised = hostPort } }
+
+// WithTLS makes every connection between nodes mutual TLS 1.3 with the
+// cluster CA's certificates. Default: plain TCP, where anyone who reaches
+// a node's port is trusted as a peer.
+func WithTLS(t *TLS) Option { return func(o *options) { o.tls = t } }
+
+// WithRemoteOptions are passed to Proto.Actor's remote.Configure.
+func WithRemoteOptions(opts ...remote.ConfigOption) Option {
+	return func(o *options) { o.remoteOpts = append(o.remoteOpts, opts...) }
+}
+
+// WithLogger sets roam's logger. Default: warnings and errors to stderr,
+// as JSON unless stderr is a terminal.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = &l } }
+
+// WithLeaseTTL sets the owner lease's TTL, whole seconds. Default 10 s.
+func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
+
+// WithCapacity bounds the objects placed on the node (0: unbounded) and
+// weighs it for placement (0: weight 1).
+func WithCapacity(capacity, weight uint32) Option {
+	return func(o *options) { o.capacity, o.weight = capacity, weight }
+}
+
+// WithOnEvent reports every move (started, committed, failed, …).
+func WithOnEvent(f func(Event)) Option { return func(o *options) { o.onEvent = f } }
+
+// WithInnerLookup sets the identity lookup of the kinds that are not
+// roam's. Default: Proto.Actor's disthash.
+func WithInnerLookup(l pcluster.IdentityLookup) Option { return func(o *options) { o.inner = l } }
+
+// WithRelocationConfig tunes the hand-off (budgets, timeouts); zero fields
+// keep their defaults.
+func WithRelocationConfig(c relocation.Config) Option { return func(o *options) { o.relocation = c } }
+
+// WithSpotConfig tunes Spots (route cache, limits); zero fields keep
+// their defaults.
+func WithSpotConfig(c spot.Config) Option { return func(o *options) { o.spot = c } }
+
+// WithRoots sets the store of creation requests and activation recovery
+// roots. Default: the Location Store (memstore and consulstore are one).
+func WithRoots(r location.RootStore) Option { return func(o *options) { o.roots = r } }
+
+// Roam is roam on one actor system.
+type Roam struct {
+	system *actor.ActorSystem
+	o      options
+	log    zerolog.Logger
+	lookup *spot.IdentityLookup
+
+	mu        sync.Mutex
+	ext       *extension.Extension
+	transport *cluster.Transport
+	stopped   bool
+}
+
+var extensionID = extensions.NextExtensionID()
+
+// ExtensionID makes Roam a Proto.Actor extension.
+func (r *Roam) ExtensionID() extensions.ExtensionID { return extensionID }
+
+// Get returns the roam attached to system by New, nil if none.
+func Get(system *actor.ActorSystem) *Roam {
+	r, _ := system.Extensions.Get(extensionID).(*Roam)
+	return r
+}
+
+// New attaches roam to system. Nothing reaches the network or the store
+// until Start. InvalidOperation for a system roam is attached to already,
+// NotConfigured without a store, and a kind's own error for an invalid
+// kind.
+func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
+	if system == nil {
+		return nil, fmt.Errorf("%w: roam.New: nil actor system", roamerr.ErrInvalidOperation)
+	}
+	if Get(system) != nil {
+		return nil, fmt.Errorf("%w: roam is attached to this actor system already (roam.Get)", roamerr.ErrInvalidOperation)
+	}
+	o := options{host: cluster.DefaultHost}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.store == nil {
+		return nil, fmt.Errorf("%w: roam.New: WithStore is required", roamerr.ErrNotConfigured)
+	}
+	for i, k := range o.kinds {
+		if err := relocation.ValidateKind(k); err != nil {
+			return nil, err
+		}
+		if slices.ContainsFunc(o.kinds[:i], func(p Kind) bool { return p.StableType == k.StableType }) {
+			return nil, fmt.Errorf("%w: kind %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
+		}
+	}
+	r := &Roam{system: system, o: o}
+	if o.logger != nil {
+		r.log = *o.logger
+	} else {
+		r.log = DefaultLogger(os.Stderr)
+	}
+	kinds := slices.Clone(o.kinds)
+	r.lookup = spot.NewIdentityLookup(o.inner, func(kind string) bool {
+		return slices.ContainsFunc(kinds, func(k Kind) bool { return k.StableType == kind && k.Instance })
+	})
+	system.Extensions.Register(r)
+	return r, nil
+}
+
+// DefaultLogger is roam's logger when WithLogger is not given: warnings and
+// errors to w, as JSON lines unless w is a terminal (then as readable
+// lines).
+func DefaultLogger(w io.Writer) zerolog.Logger {
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			w = zerolog.ConsoleWriter{Out: f, TimeFormat: time.RFC3339}
+		}
+	}
+	return zerolog.New(w).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+}
+
+// RemoteConfig is the Proto.Actor remote configuration for an application
+// that runs a Proto.Actor cluster: pass it to cluster.Configure. It carries
+// roam's guards (every frame checked before Proto.Actor decodes it, frame
+// limits) and the WithTLS credentials; Start refuses a cluster whose
+// remote was configured otherwise.
+func (r *Roam) RemoteConfig(host string, port int, opts ...remote.ConfigOption) (*remote.Config, error) {
+	return cluster.RemoteConfig(r.system, host, port, cluster.RemoteOptions{
+		Logger: r.log, TLS: r.o.tls, AdvertisedHost: r.o.advertised, Options: append(slices.Clone(r.o.remoteOpts), opts...),
+	})
+}
+
+// IdentityLookup is the identity lookup for the application's Proto.Actor
+// cluster (cluster.Configure): roam's kinds are resolved through the
+// Location Store and follow their moves; every other kind goes to the
+// inner lookup (WithInnerLookup; Proto.Actor's disthash by default).
+func (r *Roam) IdentityLookup() pcluster.IdentityLookup { return r.lookup }
+
+// Start claims the node in the Location Store and starts roam's actors on
+// the system. A system with a Proto.Actor cluster must have started its
+// member (StartMember) with RemoteConfig and IdentityLookup; a system
+// without one must have no remote: Start starts it (WithAddress). If the
+// node's owner lease ever ends without Stop (cut off from the store, paused
+// too long), roam starts a new node lifecycle on the same system by itself.
+func (r *Roam) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ext != nil || r.stopped {
+		return fmt.Errorf("%w: roam was started already", roamerr.ErrInvalidOperation)
+	}
+	t, err := cluster.Attach(r.system, func() (*remote.Config, error) { return r.RemoteConfig(r.o.host, r.o.port) })
+	if err != nil {
+		return err
+	}
+	rel := r.o.relocation
+	if r.o.onEvent != nil {
+		rel.OnEvent = r.o.onEvent
+	}
+	ext, err := extension.Start(ctx, extension.Config{
+		Node: cluster.Config{
+			Store: r.o.store, Mesh: r.o.mesh, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
+			Logger: &r.log, Attach: t,
+		},
+		Kinds:      r.o.kinds,
+		Relocation: rel,
+		Spot:       r.o.spot,
+		Roots:      r.o.roots,
+		Lookup:     r.lookup,
+	})
+	if err != nil {
+		t.Stop()
+		return err
+	}
+	r.ext, r.transport = ext, t
+	return nil
+}
+
+// started returns the running extension, or Unavailable.
+func (r *Roam) started() (*extension.Extension, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ext == nil {
+		return nil, fmt.Errorf("%w: roam is not started (Start)", roamerr.ErrUnavailable)
+	}
+	return r.ext, nil
+}
+
+// Stop releases the node's claim in the store and stops roam's actors and
+// the remote roam started; the actor system and a Proto.Actor cluster are
+// the application's.
+func (r *Roam) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	ext, t := r.ext, r.transport
+	r.stopped = true
+	r.mu.Unlock()
+	if ext == nil {
+		return nil
+	}
+	err := ext.Stop(ctx)
+	t.Stop()
+	return err
+}
+
+// Spots is the node's API of Spots by ID. Nil before Start.
+func (r *Roam) Spots() *Spots {
+	ext, err := r.started()
+	if err != nil {
+		return nil
+	}
+	return ext.Spots()
+}
+
+// SpawnActor creates the relocatable Actor id of a registered kind on this
+// node.
+func (r *Roam) SpawnActor(ctx context.Context, kind, id string) (*actor.PID, error) {
+	ext, err := r.started()
+	if err != nil {
+		return nil, err
+	}
+	return ext.SpawnActor(ctx, kind, id)
+}
+
+// Resolve returns the current PID of ref from the store.
+func (r *Roam) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
+	ext, err := r.started()
+	if err != nil {
+		return nil, err
+	}
+	return ext.Resolve(ctx, ref)
+}
+
+// Relocate moves ref, which this node owns, to the node targetRid. It
+// returns once the target's commit is in the store.
+func (r *Roam) Relocate(ctx context.Context, ref Ref, targetRid string) (Outcome, error) {
+	ext, err := r.started()
+	if err != nil {
+		return Outcome{}, err
+	}
+	return ext.Relocate(ctx, ref, targetRid)
+}
+
+// ReleaseEnded accepts that ref's owner ended and its in-memory state is
+// lost, so the object can be created or activated again.
+func (r *Roam) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
+	ext, err := r.started()
+	if err != nil {
+		return false, err
+	}
+	return ext.ReleaseEnded(ctx, ref)
+}
+
+// NodeRid is the current node lifecycle's RID ("" before Start).
+func (r *Roam) NodeRid() string {
+	ext, err := r.started()
+	if err != nil {
+		return ""
+	}
+	return ext.NodeRid()
+}
+
+// System is the actor system roam is attached to.
+func (r *Roam) System() *actor.ActorSystem { return r.system }
