@@ -56,7 +56,6 @@ func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 // Follow lasts. Every message is handled once (order between the late
 // batch and later messages is not guaranteed on this path:
 // PROTOCOL.md §5.10).
-
 // Reference: PROTOCOL.md §5.9 (resend), §5.10 (fallback).
 func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	store := newStore(t)

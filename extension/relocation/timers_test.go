@@ -82,7 +82,6 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, q string) any {
 // on with contiguous delivery indexes, and the application never registers
 // the timer again.
 // Reference: docs/PROTOCOL.md §5.5 (framework timers that move).
-
 func TestTimersMoveWithTheActor(t *testing.T) {
 	store := newStore(t)
 	a, b := startNodeWith(t, store, tickerKind), startNodeWith(t, store, tickerKind)

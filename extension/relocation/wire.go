@@ -75,7 +75,6 @@ func fromWire(env *messages.Envelope) (any, error) {
 // withFollowHeaders copies posted with the hop count raised by one and the
 // ObjectGeneration stamped, keeping message, sender and other headers
 // (PROTOCOL.md §5.14). It returns the new hop count.
-
 func withFollowHeaders(posted any, generation uint64) (*actor.MessageEnvelope, int) {
 	header, msg, sender := actor.UnwrapEnvelope(posted)
 	out := &actor.MessageEnvelope{Message: msg, Sender: sender}

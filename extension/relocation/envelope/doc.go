@@ -185,7 +185,6 @@
 //
 // Chunks are attributed to a relocation only by relocation identity, and
 // that is the caller's job (PROTOCOL.md §5.7): this package never looks inside
-
 // a chunk, so the caller must route each chunk and manifest to the
 // Assembler of the relocation attempt they belong to and keep one Assembler
 // per attempt.

@@ -119,7 +119,6 @@ type PendingTimerTick struct {
 }
 
 // Envelope is the whole relocation payload (docs/PROTOCOL.md §5.5, §5.6).
-
 type Envelope struct {
 	Relocation         Relocation
 	Object             Object

@@ -121,7 +121,6 @@ type (
 	// when a CAS was sent and its outcome is indeterminate (it may have
 	// applied): the target then never removes itself without a read that
 	// settles it (PROTOCOL.md §6.3).
-
 	StoreRetryable struct {
 		Err     error
 		Unknown bool

@@ -471,7 +471,6 @@ func (m *Mailbox) Reopen(prefix func() []any) error {
 // queue and the mode switched in one critical section, so no post can be
 // dispatched before any backlog item (PROTOCOL.md §5.12: the switch to
 // ordinary dispatch is one atomic step, and no callback runs under the lock).
-
 // ErrMode from other modes.
 func (m *Mailbox) OpenWith(backlog []any) error {
 	return m.reopen("OpenWith", Staging, func() []any { return backlog })

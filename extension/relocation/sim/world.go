@@ -46,7 +46,6 @@ type Config struct {
 // DefaultConfig is the configuration random schedules use: the hand-off's
 // timings (docs/PROTOCOL.md §9) scaled down so a schedule spans a few
 // logical seconds.
-
 func DefaultConfig() Config {
 	c := Config{
 		Nodes: 3, Objects: 2, Clients: 2,
