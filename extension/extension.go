@@ -1,8 +1,8 @@
 // Package extension is roam's public entry point on one node: it starts a
 // Proto.Actor node that claims its place in the Location Store, registers
 // relocatable kinds with their policies, spawns relocatable Actors, moves
-// them with Relocate (spec 000), and addresses Spots by ID through Spots()
-// (spec 002).
+// them with Relocate (docs/PROTOCOL.md §5), and addresses Spots by ID
+// through Spots() (PROTOCOL.md §7).
 //
 //	store := memstore.New() // or consulstore.New(consulstore.Config{...})
 //	ext, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})
@@ -42,7 +42,7 @@ type (
 	Ref = location.AuthorityKey
 )
 
-// Policies (spec 002 §8).
+// Policies (PROTOCOL.md §2.4).
 var (
 	DisableRelocation    = relocation.DisableRelocation
 	RecreateOnRelocation = relocation.RecreateOnRelocation
@@ -113,7 +113,7 @@ type life struct {
 
 // Start starts the node, claims it in the store, starts its relocation
 // driver and Spot manager, and runs the Spot start-up scan in the
-// background (spec 002 §4.1.1).
+// background (PROTOCOL.md §7.7).
 func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if cfg.Spot.Routes.MessageFollowDuration == 0 {
 		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
@@ -307,7 +307,7 @@ func (e *Extension) rejoinLoop() {
 }
 
 // Spots is the node's Spot manager: Create, GetOrCreate, Find, Query,
-// Close and direct calls by Spot ID (spec 002).
+// Close and direct calls by Spot ID (PROTOCOL.md §7).
 func (e *Extension) Spots() *spot.Manager { return e.cur.Load().spots }
 
 // RegisterKind registers a relocatable kind; every node that may host it

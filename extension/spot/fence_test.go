@@ -27,8 +27,8 @@ import (
 // handled comes before anything the new one handled, and no message is
 // handled twice. After the cut heals the old node learns its lease ended,
 // never handles anything again, and its handle answers Unavailable.
-// Reference: docs/PROTOCOL.md §3.4 (ended owners), §10 (one owner at a
-// time), §7.10 (reactivation after the owner ended).
+// Reference: docs/PROTOCOL.md §3.4 (ended owners), §7.10 (reactivation),
+// and PROTOCOL.md §10 (one owner at a time).
 func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
