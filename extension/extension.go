@@ -69,9 +69,11 @@ type Config struct {
 	// descriptor lists their stable types (and the Instance ones) as
 	// placement candidates for Spot creation and cold activation.
 	Kinds []Kind
-	// Relocation configures the hand-off; zero fields take spec defaults.
+	// Relocation configures the hand-off; zero fields take the defaults of
+	// PROTOCOL.md §9.
 	Relocation relocation.Config
-	// Spot configures the Spot manager; zero fields take spec defaults.
+	// Spot configures the Spot manager; zero fields take the defaults of
+	// PROTOCOL.md §9.
 	// Its MessageFollowDuration defaults to the hand-off's.
 	Spot spot.Config
 	// Roots is the Relocation Store for creation requests and activation

@@ -57,7 +57,7 @@ type Config struct {
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
 	CapabilityTimeout time.Duration
-	// Logger receives the spec's warnings and errors (cutover_timeout,
+	// Logger receives the hand-off's warnings and errors (cutover_timeout,
 	// late_cutover, location_update_failed, …). Default zerolog.Nop;
 	// extension.Start passes the node's logger.
 	Logger *zerolog.Logger

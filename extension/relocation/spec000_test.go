@@ -19,7 +19,8 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// logBuffer collects log lines for assertions on the spec's event names.
+// logBuffer collects log lines for assertions on their event names
+// (docs/PROTOCOL.md names them).
 type logBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -101,7 +101,7 @@ type RouteConfig struct {
 	MessageFollowDuration time.Duration
 }
 
-// WithDefaults fills zero fields with the spec defaults.
+// WithDefaults fills zero fields with the defaults (PROTOCOL.md §9).
 func (c RouteConfig) WithDefaults() RouteConfig {
 	if c.RouteCacheMaxAge == 0 {
 		c.RouteCacheMaxAge = DefaultRouteCacheMaxAge

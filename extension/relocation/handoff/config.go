@@ -35,7 +35,7 @@ type Config struct {
 	CreditStep uint64
 }
 
-// DefaultConfig returns the spec defaults.
+// DefaultConfig returns roam's defaults (PROTOCOL.md §9).
 func DefaultConfig() Config {
 	return Config{
 		ChunkLimit:             256 << 10,

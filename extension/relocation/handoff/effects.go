@@ -217,7 +217,8 @@ type (
 	// StopTimer: cancel a timer; a fire already queued is ignored by the
 	// machine anyway.
 	StopTimer struct{ Timer Timer }
-	// Log: a structured log line with the spec's event name.
+	// Log: a structured log line with its event name (the names PROTOCOL.md
+	// uses, such as cutover_timeout).
 	Log struct {
 		Level Level
 		Event string
