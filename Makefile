@@ -1,4 +1,5 @@
-# roam — every step CI and a new machine need lives here (DESIGN §3).
+# roam — every step CI and a new machine need lives here, the build of the
+# Consul server the tests run against included (target consul).
 
 SHELL := /bin/bash
 GO ?= go
@@ -14,8 +15,9 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 
 # Every package's tests run under the race detector, the multi-node ones
 # included. Two or more Proto.Actor remotes in one process race inside
-# Proto.Actor itself (remote.Start sets gRPC's global logger each time,
-# DESIGN §4), which would hide races in roam's code; the race run therefore
+# Proto.Actor itself (remote.Start sets gRPC's global logger each time;
+# docs/FAULTS.md, "The race detector"), which would hide races in roam's
+# code; the race run therefore
 # builds against a copy of Proto.Actor, made from the module cache by
 # tools/race/prepare.sh, that sets that logger once per process. Nothing
 # else is changed, and builds, the demo and benchmarks use the module as is.

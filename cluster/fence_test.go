@@ -31,7 +31,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // node can see its lease as ended: at the instant the store reports the
 // lease gone, the node is already fenced (writes refused locally); after
 // the cut heals it learns the lease is gone and its lifecycle ends.
-// Reference: spec 000 §12, spec 002 §9 ("owner is expired").
+// Reference: docs/PROTOCOL.md §10 (one owner at a time), §3.4; docs/FAULTS.md
+// ("Lease fencing").
 func TestNodeFencesBeforeItsLeaseCanEnd(t *testing.T) {
 	inner := memstore.New()
 	f, err := faulty.New(inner, faulty.Config{})
@@ -95,7 +96,7 @@ func TestFenceLiftsWhenARenewalProvesTheLease(t *testing.T) {
 
 // Stop ends the lease's verdict before it releases the claim: nothing the
 // node does after Stop can write under its lease.
-// Reference: spec 002 §2.1.
+// Reference: PROTOCOL.md §3.4.
 func TestStopEndsTheLeaseFirst(t *testing.T) {
 	n, err := cluster.Start(context.Background(), cluster.Config{Store: memstore.New()})
 	require.NoError(t, err)

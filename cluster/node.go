@@ -1,7 +1,7 @@
 // Package cluster runs a roam node: a Proto.Actor actor system with remote
 // on a loopback (or configured) port, whose descriptor and Entry Spot are
 // claimed in the Location Store under an owner lease that the node renews,
-// and released when it stops (spec 002 §2.1, DESIGN §6).
+// and released when it stops (docs/PROTOCOL.md §3.4).
 //
 // Every start is a new lifecycle: a new node RID and a new Entry Spot ID
 // "<prefix>-entry-<lowercase uuid v4>", never reused, so a stale cleanup of
@@ -61,7 +61,7 @@ type Config struct {
 	// StableTypes the node can host, Capacity and Weight for placement.
 	StableTypes []string
 	// InstanceTypes are the StableTypes a first message may cold-activate
-	// as Instance Spots here (spec 002 §4.1).
+	// as Instance Spots here (PROTOCOL.md §7.5).
 	InstanceTypes []string
 	Capacity      uint32
 	Weight        uint32
@@ -170,7 +170,7 @@ var entrySpotID = regexp.MustCompile(`^.+-entry-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f
 func IsEntrySpotID(id string) bool { return entrySpotID.MatchString(id) }
 
 // NewEntrySpotID issues a framework Entry Spot ID: "<prefix>-entry-<uuid v4>"
-// (spec 002 §2.1), the UUID generated apart from the node RID.
+// (PROTOCOL.md §3.4, §7.1), the UUID generated apart from the node RID.
 func NewEntrySpotID(prefix string) string { return prefix + "-entry-" + uuid.NewString() }
 
 // Node is one running roam node.
@@ -209,7 +209,7 @@ type Node struct {
 
 // Start starts the actor system and remote, then claims the node's
 // descriptor and Entry Spot under a new owner lease. A claim conflict is a
-// start-up error (spec 002 §2.1); nothing is retried with another ID.
+// start-up error (PROTOCOL.md §3.4); nothing is retried with another ID.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -309,9 +309,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 // MaxFrameBytes is the largest gRPC message a node sends or accepts. The
 // endpoint writer batches up to 1,000 messages into one frame and gRPC drops
-// the whole stream for a frame over its limit (4 MiB by default, DESIGN
-// §4); relocation keeps at most its in-flight budget (≤ 32 MiB) of chunks
-// queued per peer, so frames stay well under this.
+// the whole stream for a frame over its limit (4 MiB by default;
+// docs/SECURITY.md, "Message sizes"); relocation keeps at most its
+// in-flight budget (≤ 32 MiB) of chunks queued per peer, so frames stay
+// well under this.
 const MaxFrameBytes = 64 << 20
 
 // waitReleased waits (briefly) until nothing listens on address any more:

@@ -69,7 +69,7 @@ func (echo) Receive(c actor.Context) {
 // Three nodes claim distinct descriptors and Entry Spots
 // ("<prefix>-entry-<uuid v4>"), reach each other over Proto.Actor remote,
 // and leave nothing behind when they stop.
-// Reference: spec 002 §2.1.
+// Reference: docs/PROTOCOL.md §3.4.
 func TestNodesClaimEntrySpotsAndRelease(t *testing.T) {
 	for _, sc := range stores() {
 		t.Run(sc.name, func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestNodesClaimEntrySpotsAndRelease(t *testing.T) {
 }
 
 // A restart is a new lifecycle: new node RID, new Entry Spot ID.
-// Reference: spec 002 §2.1.
+// Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §3.4.
 func TestRestartIssuesNewIdentity(t *testing.T) {
 	s := memstore.New()
 	a := start(t, s)
@@ -134,7 +134,7 @@ func TestRestartIssuesNewIdentity(t *testing.T) {
 }
 
 // The node keeps its lease alive by renewing it.
-// Reference: DESIGN §6 (claims under an owner lease).
+// Reference: PROTOCOL.md §3.4 (claims under an owner lease).
 func TestNodeRenewsItsLease(t *testing.T) {
 	clock := memstore.NewManualClock()
 	s := memstore.New(memstore.WithClock(clock))
@@ -165,7 +165,7 @@ func TestNodeRenewsItsLease(t *testing.T) {
 
 // When the store says the lease ended, the node reports it and its claim is
 // gone; Stop then succeeds without releasing anything.
-// Reference: spec 003 (an ended owner's lease).
+// Reference: PROTOCOL.md §2.2 (an ended lifecycle); docs/FAULTS.md.
 func TestNodeReportsLostLease(t *testing.T) {
 	clock := memstore.NewManualClock()
 	s := memstore.New(memstore.WithClock(clock))
@@ -184,7 +184,7 @@ func TestNodeReportsLostLease(t *testing.T) {
 
 // A claim the store cannot make fails Start with the store's typed error
 // and leaves no remote listening.
-// Reference: spec 002 §2.1 (a start-up error at the first claim).
+// Reference: PROTOCOL.md §3.4 (a start-up error at the first claim).
 func TestStartFailsWhenClaimFails(t *testing.T) {
 	f, err := faulty.New(memstore.New(), faulty.Config{})
 	require.NoError(t, err)

@@ -1,8 +1,8 @@
 // Package extension is roam's public entry point on one node: it starts a
 // Proto.Actor node that claims its place in the Location Store, registers
 // relocatable kinds with their policies, spawns relocatable Actors, moves
-// them with Relocate (spec 000), and addresses Spots by ID through Spots()
-// (spec 002).
+// them with Relocate (docs/PROTOCOL.md §5), and addresses Spots by ID
+// through Spots() (PROTOCOL.md §7).
 //
 //	store := memstore.New() // or consulstore.New(consulstore.Config{...})
 //	ext, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})
@@ -42,7 +42,7 @@ type (
 	Ref = location.AuthorityKey
 )
 
-// Policies (spec 002 §8).
+// Policies (PROTOCOL.md §2.4).
 var (
 	DisableRelocation    = relocation.DisableRelocation
 	RecreateOnRelocation = relocation.RecreateOnRelocation
@@ -69,9 +69,11 @@ type Config struct {
 	// descriptor lists their stable types (and the Instance ones) as
 	// placement candidates for Spot creation and cold activation.
 	Kinds []Kind
-	// Relocation configures the hand-off; zero fields take spec defaults.
+	// Relocation configures the hand-off; zero fields take the defaults of
+	// PROTOCOL.md §9.
 	Relocation relocation.Config
-	// Spot configures the Spot manager; zero fields take spec defaults.
+	// Spot configures the Spot manager; zero fields take the defaults of
+	// PROTOCOL.md §9.
 	// Its MessageFollowDuration defaults to the hand-off's.
 	Spot spot.Config
 	// Roots is the Relocation Store for creation requests and activation
@@ -117,7 +119,7 @@ type life struct {
 
 // Start starts the node, claims it in the store, starts its relocation
 // driver and Spot manager, and runs the Spot start-up scan in the
-// background (spec 002 §4.1.1).
+// background (PROTOCOL.md §7.7).
 func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if cfg.Spot.Routes.MessageFollowDuration == 0 {
 		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
@@ -321,7 +323,7 @@ func (e *Extension) rejoinLoop() {
 }
 
 // Spots is the node's Spot manager: Create, GetOrCreate, Find, Query,
-// Close and direct calls by Spot ID (spec 002).
+// Close and direct calls by Spot ID (PROTOCOL.md §7).
 func (e *Extension) Spots() *spot.Manager { return e.cur.Load().spots }
 
 // RegisterKind registers a relocatable kind; every node that may host it

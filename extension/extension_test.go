@@ -37,7 +37,7 @@ func (greeterState) Restore(a actor.Actor, b []byte) error {
 }
 
 // The public API moves an Actor between two nodes with its state.
-// Reference: issue 3 (Relocate on the extension).
+// Reference: docs/PROTOCOL.md §5 (Relocate on the public entry point).
 func TestExtensionRelocatesAnActor(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
@@ -88,7 +88,7 @@ func TestCallsAfterStopNeverBlock(t *testing.T) {
 // same ID cannot be spawned again (AlreadyExists) until an operator accepts
 // the loss of its state with ReleaseEnded; a live owner's Actor is never
 // released.
-// Reference: spec 003 (release of an ended owner's record).
+// Reference: PROTOCOL.md §7.10 (release of an ended owner's record).
 func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()

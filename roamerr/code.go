@@ -6,7 +6,7 @@ import (
 )
 
 // codes are the wire names of the classes, used where a failure crosses
-// nodes (DeliveryFailed, Spot command 20).
+// nodes (DeliveryFailed, SpotReply; docs/PROTOCOL.md §6.6, §8).
 var codes = []struct {
 	err  error
 	code string

@@ -1,7 +1,8 @@
 // Package baseline measures how a plain Proto.Actor application moves a
 // stateful actor from one node to another without roam, so that roam's
-// relocation numbers can be compared against it in the same run (DESIGN §1,
-// §4).
+// relocation numbers can be compared against it in the same run
+// (bench/RESULTS.md; docs/PROTOCOL.md §4.1 says what both rely on from
+// Proto.Actor's remote).
 //
 // The Proto.Actor way is kill and reactivate: the actor is stopped on its
 // old node (PoisonFuture: it first handles what is already in its mailbox),

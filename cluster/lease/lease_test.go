@@ -18,7 +18,8 @@ func keeper(t *testing.T) *Keeper {
 }
 
 // Renewals that succeed keep the node Valid; each one proves the lease from
-// its send time, not from its answer. Reference: spec 002 §9 (owner lease).
+// its send time, not from its answer. Reference: docs/FAULTS.md ("Lease
+// fencing"), docs/PROTOCOL.md §2.2 (owner lease).
 func TestRenewalsKeepTheLeaseValid(t *testing.T) {
 	k := keeper(t)
 	now := t0
@@ -40,7 +41,7 @@ func TestRenewalsKeepTheLeaseValid(t *testing.T) {
 // Without a proof the node fences itself at the claim's send time plus TTL
 // minus the margin — before the earliest instant the store could end the
 // lease — and tells the driver when to wake for it.
-// Reference: spec 000 §12, spec 002 §9 ("owner is expired").
+// Reference: PROTOCOL.md §10 (one owner at a time); docs/FAULTS.md.
 func TestNoProofFencesBeforeTheTTL(t *testing.T) {
 	k := keeper(t)
 	now := t0
@@ -134,7 +135,7 @@ func TestConfigIsChecked(t *testing.T) {
 // may then answer one renewal as renewed without applying it, as Consul
 // does when a renewal races its session timer's invalidation):
 // whenever the keeper says Valid, no node can yet see the lease as ended.
-// Reference: spec 000 §12 (one owner).
+// Reference: PROTOCOL.md §10 (one owner at a time).
 func TestValidNeverOverlapsAnEndedLease(t *testing.T) {
 	for seed := uint64(1); seed <= 300; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))

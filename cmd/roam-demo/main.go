@@ -200,7 +200,7 @@ func startProcesses(bin, consulAddr, prefix string) ([]string, func(), error) {
 // inbox is one bot's view of its room: which seqs of each poster arrived,
 // so a repeat is a duplicate whatever the order, and one that arrives after
 // a later seq is counted out of order (a room's broadcasts before and after
-// a move leave on two connections; nothing orders them, spec 000 §11).
+// a move leave on two connections; nothing orders them, docs/PROTOCOL.md §10).
 type inbox struct {
 	mu        sync.Mutex
 	seen      map[string][]bool   // poster → seq → arrived

@@ -25,7 +25,8 @@ import (
 // A client joined through one node keeps chatting while the room moves
 // between nodes: every post reaches it once, the room handles them in
 // order, and the room's history and members move with it.
-// Reference: issue 5 item 1.
+// Reference: docs/PROTOCOL.md §10 (nothing lost or handled twice, order
+// per sender) on the chat example.
 func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
@@ -89,7 +90,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	// Every post arrives once, and the room handled them in order (its index
 	// follows the seq). Arrival order at the client is not checked: a room's
 	// broadcasts just before and just after a move leave on two connections,
-	// and nothing orders two connections (spec 000 §11).
+	// and nothing orders two connections (PROTOCOL.md §10).
 	index := map[uint64]uint64{}
 	for _, p := range got {
 		_, dup := index[p.GetSeq()]

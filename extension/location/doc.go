@@ -1,6 +1,7 @@
 // Package location is the Location Store contract: where the owner,
 // ObjectGeneration, AuthorityOwnerGeneration, lifecycle state and membership
-// of every Spot and Actor live, changed only by compare-and-set (DESIGN §6).
+// of every Spot and Actor live, changed only by compare-and-set
+// (docs/PROTOCOL.md §3).
 //
 // Two implementations obey the same contract and pass the same suite
 // (storetest): memstore, embedded in one process, and consulstore, Consul KV

@@ -16,7 +16,7 @@ var (
 	ErrUnavailable = errors.New("location: unavailable")
 	// ErrIndeterminate: a write was sent but its outcome is unknown (EOF,
 	// 5xx, timeout). The caller must re-read consistently and look for its
-	// own write before deciding (DESIGN §3); a Store never guesses.
+	// own write before deciding (docs/PROTOCOL.md §3.3); a Store never guesses.
 	ErrIndeterminate = errors.New("location: outcome indeterminate")
 	// ErrNotFound: the key, node or lease does not exist.
 	ErrNotFound = errors.New("location: not found")

@@ -10,7 +10,7 @@ import (
 // Kind is the namespace of an authority key.
 type Kind = messages.AuthorityKind
 
-// The authority kinds (DESIGN §6).
+// The authority kinds (docs/PROTOCOL.md §3.1).
 const (
 	KindEntry        Kind = messages.AuthorityKind_AUTHORITY_KIND_ENTRY
 	KindUserSpot     Kind = messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT
@@ -21,7 +21,7 @@ const (
 // Kinds lists every valid Kind.
 var Kinds = []Kind{KindEntry, KindUserSpot, KindInstanceSpot, KindActor}
 
-// MaxIDBytes is the longest Spot ID, Actor ID, mesh or node RID (spec 002 §2).
+// MaxIDBytes is the longest Spot ID, Actor ID, mesh or node RID (PROTOCOL.md §7.1).
 const MaxIDBytes = 255
 
 // AuthorityKey names one record: a kind and an ID compared byte for byte.
@@ -36,7 +36,7 @@ func Key(kind Kind, id string) AuthorityKey { return AuthorityKey{Kind: kind, ID
 func (k AuthorityKey) String() string { return fmt.Sprintf("%s/%q", KindName(k.Kind), k.ID) }
 
 // Validate reports ErrInvalid for an unknown kind or an ID that is not
-// 1..255 bytes of valid UTF-8 (spec 002 §2).
+// 1..255 bytes of valid UTF-8 (PROTOCOL.md §7.1).
 func (k AuthorityKey) Validate() error {
 	if !validKind(k.Kind) {
 		return fmt.Errorf("%w: unknown authority kind %d", ErrInvalid, k.Kind)
@@ -45,7 +45,7 @@ func (k AuthorityKey) Validate() error {
 }
 
 // ValidateID checks a Spot ID, Actor ID, mesh name or node RID: UTF-8,
-// 1..255 bytes (spec 002 §2). what names the field in the error.
+// 1..255 bytes (PROTOCOL.md §7.1). what names the field in the error.
 func ValidateID(what, id string) error {
 	switch {
 	case len(id) == 0:

@@ -13,7 +13,7 @@ import (
 )
 
 // Spot IDs are UTF-8 of 1..255 bytes; anything else is ErrInvalid.
-// Reference: spec 002 §2.
+// Reference: docs/PROTOCOL.md §7.1.
 func TestValidateID(t *testing.T) {
 	for _, ok := range []string{"a", strings.Repeat("x", 255), "🚀", "a/b%c d"} {
 		require.NoError(t, location.ValidateID("id", ok), "%q", ok)
@@ -50,7 +50,7 @@ func TestValidateTTL(t *testing.T) {
 }
 
 // The Entry claim a node writes is a Ready Entry Spot owned by the node
-// under its lease. Reference: spec 002 §2.1.
+// under its lease. Reference: PROTOCOL.md §3.4.
 func TestEntryClaim(t *testing.T) {
 	n := &location.NodeDescriptor{Mesh: "m", NodeRid: "r", NodeGeneration: 3, EntrySpotId: "roam-entry-x"}
 	r := location.EntryClaim(n, "lease-1")

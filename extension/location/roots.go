@@ -6,9 +6,10 @@ import (
 	"fmt"
 )
 
-// RootStore is the Relocation Store of spec 002 §4.1: it keeps immutable
+// RootStore is the Relocation Store (docs/PROTOCOL.md §3.5): it keeps immutable
 // byte strings — the recovery root of a cold activation (the complete
-// activation envelope) and the content of a creation request (§3.1) — apart
+// activation envelope, PROTOCOL.md §7.5) and the content of a creation
+// request (PROTOCOL.md §7.2) — apart
 // from the authority records, which only point at them by RootRef. A root
 // is written once and never changed; it is deleted once nothing points at
 // it. consulstore keeps roots under "<prefix>/root/", memstore in memory.
@@ -28,7 +29,7 @@ type RootStore interface {
 
 // RootRef is what a record keeps of a root: where it is, its hash and its
 // size, so a reader can tell the content it finds is the content recorded
-// (spec 002 §3.3, §4.1).
+// (PROTOCOL.md §3.5).
 type RootRef struct {
 	Key    string
 	SHA256 [sha256.Size]byte
@@ -36,7 +37,7 @@ type RootRef struct {
 }
 
 // MaxRootBytes bounds one root: a creation request is at most 1 MiB
-// (spec 002 §3.1); an activation envelope carries one first message of at
+// (PROTOCOL.md §7.2); an activation envelope carries one first message of at
 // most that plus its routing fields.
 const MaxRootBytes = 1<<20 + 64<<10
 

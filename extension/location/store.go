@@ -12,7 +12,7 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
-// Record is the value of one authority key (DESIGN §6).
+// Record is the value of one authority key (docs/PROTOCOL.md §3.1).
 type Record = messages.LocationRecord
 
 // NodeDescriptor is what a node publishes about its lifecycle.
@@ -63,7 +63,7 @@ type Lease struct {
 }
 
 // Limits of the contract, the same for every store so that what works on
-// memstore works on Consul (whose txn request is ≤ 512 KiB, DESIGN §3).
+// memstore works on Consul (whose txn request is ≤ 512 KiB, PROTOCOL.md §3.6).
 const (
 	// MaxRecordBytes bounds one record's encoded size (EncodedSize).
 	MaxRecordBytes = 256 << 10
@@ -102,7 +102,7 @@ type Store interface {
 
 	// ClaimNode creates a lease of ttl and, in one transaction under it, the
 	// node descriptor and its Entry Spot claim. If either exists nothing is
-	// created and a *ConflictError returned (spec 002 §2.1). The descriptor
+	// created and a *ConflictError returned (PROTOCOL.md §3.4). The descriptor
 	// stored carries the lease ID.
 	ClaimNode(ctx context.Context, node *NodeDescriptor, ttl time.Duration) (Lease, error)
 	// RenewLease extends a lease; ErrNotFound once it has ended.
@@ -110,7 +110,7 @@ type Store interface {
 	// ReleaseNode deletes the descriptor and Entry claim of node only when
 	// the stored descriptor has node's lease and lifecycle (node
 	// generation); otherwise a *ConflictError and nothing is deleted, so a
-	// stale cleanup cannot remove a replacement lifecycle (spec 002 §2.1).
+	// stale cleanup cannot remove a replacement lifecycle (PROTOCOL.md §3.4).
 	// It then ends the lease.
 	ReleaseNode(ctx context.Context, node *NodeDescriptor) error
 	// ReadNode returns a node descriptor, or ErrNotFound.
@@ -345,7 +345,7 @@ func NodeKeyOf(node *NodeDescriptor) NodeKey {
 }
 
 // EntryClaim is the record a node claim writes for its Entry Spot: Ready,
-// owned by the node under its lease (spec 002 §2.1).
+// owned by the node under its lease (PROTOCOL.md §3.4).
 func EntryClaim(node *NodeDescriptor, lease LeaseID) *Record {
 	return &Record{
 		ObjectGeneration:         1,

@@ -31,7 +31,8 @@ func (r *replies) Receive(c actor.Context) {
 // attempt, another fence) is not attached to the assembly in progress, and
 // neither is one from another node: the target assembles only the exact
 // identity's chunks and replies relay-ready for it.
-// Reference: spec 000 §3, §4.3, §11, §13 (attribution by identity and connection).
+// Reference: docs/PROTOCOL.md §2.3, §5.7, §11, §12.1 item 8 (attribution by
+// identity and connection).
 func TestChunksAreAttributedByExactIdentityOnly(t *testing.T) {
 	store := newStore(t)
 	target := startNodeWith(t, store, counterKind)

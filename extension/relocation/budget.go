@@ -3,7 +3,7 @@ package relocation
 import "github.com/roamactors/roam/extension/relocation/envelope"
 
 // budget limits the relocation chunk bytes in flight per peer and,
-// optionally, per node (spec 000 §5.3). A unit waits for admission before
+// optionally, per node (docs/PROTOCOL.md §5.3). A unit waits for admission before
 // its seal while the peer's budget is full; chunks of admitted units go out
 // in submission order as credit returns. A chunk is always sent when
 // nothing is in flight, so no payload size is kept from starting or

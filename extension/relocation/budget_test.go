@@ -19,7 +19,7 @@ func chunks(n, size int) []envelope.Chunk {
 // A new unit is admitted at once while the peer's budget has room and
 // waits, before its seal, while it is full; chunks go out as credit
 // returns, and a payload larger than the budget still flows.
-// Reference: spec 000 §5.3.
+// Reference: docs/PROTOCOL.md §5.3.
 func TestBudgetAdmissionAndPacing(t *testing.T) {
 	b := newBudget(100, 0)
 	admitted := 0
@@ -46,7 +46,7 @@ func TestBudgetAdmissionAndPacing(t *testing.T) {
 }
 
 // The node-wide budget limits every peer together; 0 turns a budget off.
-// Reference: spec 000 §5.3 (RelocationNodeInFlightPayloadBudget).
+// Reference: PROTOCOL.md §5.3 (RelocationNodeInFlightPayloadBudget).
 func TestNodeBudgetSpansPeers(t *testing.T) {
 	b := newBudget(0, 100)
 	require.Len(t, b.submit("p1", 1, chunks(1, 80)), 1)

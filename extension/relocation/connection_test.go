@@ -25,7 +25,8 @@ import (
 // and the endpoint is cut after the move: the resent batch reaches a target
 // that already merged it; it takes nothing twice, logs late_cutover and
 // acknowledges again.
-// Reference: spec 000 §4.4, §9 (cutover lost, source running), §13.
+// Reference: docs/PROTOCOL.md §5.9 (cutover lost, source running), §12.1
+// items 13 and 24.
 func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 	store := newStore(t)
 	logs := &logBuffer{}
@@ -53,8 +54,9 @@ func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 // batch arrives only after the cut heals, by the source's resends — which
 // go on until the target acknowledges the batch, not only while Message
 // Follow lasts. Every message is handled once (order between the late
-// batch and later messages is not guaranteed on this path, spec 000 §4.4).
-// Reference: spec 000 §4.4 (fallback, resend), §9 (cutover lost).
+// batch and later messages is not guaranteed on this path:
+// PROTOCOL.md §5.10).
+// Reference: PROTOCOL.md §5.9 (resend), §5.10 (fallback).
 func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	store := newStore(t)
 	logs := &logBuffer{}

@@ -1,12 +1,12 @@
 // Package relocation moves live Actors and Instance Spots between nodes
-// with spec 000's hand-off. The pure state machines are in handoff; this
+// with roam's hand-off (docs/PROTOCOL.md §5). The pure state machines are in handoff; this
 // package is their driver: one Proto.Actor actor per node ("roam/relocation")
 // that owns every move's state, runs the effects against the relocatable
 // mailbox, the remote and the Location Store, and feeds results back. All
 // sends of one move to a peer (prepare, chunks, cutover) leave from this
 // actor, and relay records are sent under the mailbox's lock before the
 // cutover is, so the peer's one ordered stream carries them in order
-// (DESIGN §4, §5).
+// (PROTOCOL.md §4.1, §5.1).
 package relocation
 
 import (
@@ -42,11 +42,11 @@ const DriverName = "roam/relocation"
 
 // Config configures a Driver. Zero fields take the documented defaults.
 type Config struct {
-	// Handoff holds the spec 000 timings and chunk limits
-	// (handoff.DefaultConfig when zero).
+	// Handoff holds the hand-off's timings and chunk limits
+	// (handoff.DefaultConfig when zero; PROTOCOL.md §9).
 	Handoff handoff.Config
 	// RestoreTimeout bounds a move from its seal: the Restore operation's
-	// absolute deadline (spec 000 §4.5). Default 10 s.
+	// absolute deadline (PROTOCOL.md §5.11). Default 10 s.
 	RestoreTimeout time.Duration
 	// InFlightPayloadBudget is RelocationInFlightPayloadBudget per peer.
 	// Default 16 MiB; at most 32 MiB, so that the chunks queued for one
@@ -59,7 +59,7 @@ type Config struct {
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
 	CapabilityTimeout time.Duration
-	// Logger receives the spec's warnings and errors (cutover_timeout,
+	// Logger receives the hand-off's warnings and errors (cutover_timeout,
 	// late_cutover, location_update_failed, …). Default zerolog.Nop;
 	// extension.Start passes the node's logger.
 	Logger *zerolog.Logger
@@ -68,7 +68,7 @@ type Config struct {
 	OnEvent func(Event)
 	// OnFollow, if set, is called when Message Follow forwards a message,
 	// with the object and the forwarded envelope (sender and headers), so
-	// the caller's node can drop its cached route (spec 002 §6). It runs
+	// the caller's node can drop its cached route (PROTOCOL.md §7.8). It runs
 	// under the mailbox lock: only send a message.
 	OnFollow func(key location.AuthorityKey, env *actor.MessageEnvelope)
 	// MeterProvider receives the move metrics (roam.relocation.moves,
@@ -242,7 +242,7 @@ func New(node *cluster.Node, store location.Store, cfg Config) (*Driver, error) 
 }
 
 // RegisterKind adds a relocatable kind. A kind without a policy, or a
-// stable type registered twice, is refused (spec 002 §2, §8).
+// stable type registered twice, is refused (PROTOCOL.md §2.1, §2.4).
 func (d *Driver) RegisterKind(k Kind) error {
 	if err := k.validate(); err != nil {
 		return err

@@ -37,7 +37,7 @@ func request(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any, head
 
 // Message Follow keeps the sender and reply route: a request to the old
 // address is answered by the new owner directly.
-// Reference: spec 000 §10, §5.2.
+// Reference: docs/PROTOCOL.md §5.14, §4.2.
 func TestMessageFollowAnswersFromTheNewOwner(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
@@ -51,7 +51,7 @@ func TestMessageFollowAnswersFromTheNewOwner(t *testing.T) {
 
 // A followed message stamped with another ObjectGeneration is refused with
 // InvalidOperation, not handled.
-// Reference: spec 000 §10 (generation mismatch).
+// Reference: PROTOCOL.md §5.14 (generation check).
 func TestFollowGenerationMismatchIsInvalidOperation(t *testing.T) {
 	c := startNodes(t, 1)
 	pid, err := c.nodes[0].driver.Spawn(context.Background(), "counter", "gen")
@@ -66,7 +66,7 @@ func TestFollowGenerationMismatchIsInvalidOperation(t *testing.T) {
 // A message that Message Follow cannot take further (past 8 hops) is not
 // dropped: the last stub looks the owner up in the store and delivers it
 // there directly, a request with its reply route and sends in their order.
-// Reference: DESIGN §5 (at most 8 hops), spec 000 §10; no silent drop.
+// Reference: PROTOCOL.md §5.14 (at most 8 hops, then the store); no silent drop.
 func TestFollowPastEightHopsIsDeliveredFromTheStore(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
@@ -90,7 +90,7 @@ func TestFollowPastEightHopsIsDeliveredFromTheStore(t *testing.T) {
 
 // A message past the hop limit whose object no longer exists fails loudly:
 // a request gets NotFound.
-// Reference: spec 000 §10; no silent drop.
+// Reference: PROTOCOL.md §5.14; no silent drop.
 func TestFollowPastTheLimitToAGoneObjectFailsTyped(t *testing.T) {
 	store := newStore(t)
 	a, b := startNodeConfig(t, store, relocation.Config{}, counterKind), startNodeConfig(t, store, relocation.Config{}, counterKind)
@@ -114,7 +114,7 @@ func TestFollowPastTheLimitToAGoneObjectFailsTyped(t *testing.T) {
 // A request dispatched after its caller's deadline is answered
 // DeadlineExceeded and not run, so a target never runs requests whose
 // callers gave up (the deadline travels in saved work).
-// Reference: spec 000 §4.2, §5.2.
+// Reference: PROTOCOL.md §4.3 (roam-deadline), §5.5.
 func TestRequestPastItsDeadlineIsNotRun(t *testing.T) {
 	c := startNodes(t, 1)
 	pid, err := c.nodes[0].driver.Spawn(context.Background(), "counter", "late")
@@ -131,7 +131,7 @@ func TestRequestPastItsDeadlineIsNotRun(t *testing.T) {
 }
 
 // When MessageFollowDuration ends, the old address answers Unavailable.
-// Reference: spec 000 §10, DESIGN §5 (MessageFollowDuration).
+// Reference: PROTOCOL.md §5.14 (MessageFollowDuration).
 func TestFollowExpiresWithUnavailable(t *testing.T) {
 	store := newStore(t)
 	hc := handoff.DefaultConfig()
@@ -159,7 +159,7 @@ func TestFollowExpiresWithUnavailable(t *testing.T) {
 // Without the cutover in time the target logs cutover_timeout, commits
 // anyway, and a late cutover only logs late_cutover; every send is still
 // handled once (order is not guaranteed on this path).
-// Reference: spec 000 §4.4, §9, §13.
+// Reference: PROTOCOL.md §5.10, §12.1 item 24.
 func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 	store := newStore(t)
 	logs := &logBuffer{}
@@ -270,12 +270,12 @@ func waitDeadLetter(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
 	}
 }
 
-// A cold activation's envelope (command 39) that Proto.Actor dead-letters —
+// A cold activation's envelope (SpotActivation) that Proto.Actor dead-letters —
 // its target node is gone — never reached a Spot service, so its first
 // message did not run: a request is answered Unavailable at once, a
 // one-way send is logged (send_dead_letter) and counted; neither vanishes
 // with only Proto.Actor's dead-letter log line.
-// Reference: spec 002 §4.1 (command 39), docs/FAULTS.md ("Sends that
+// Reference: PROTOCOL.md §7.5 (SpotActivation), docs/FAULTS.md ("Sends that
 // dead-letter").
 func TestADeadLetteredActivationFailsLoudly(t *testing.T) {
 	store := newStore(t)

@@ -17,24 +17,25 @@ import (
 )
 
 // HeaderOperation carries a call's operation identity, so the first message
-// of a cold activation is recognised when its handler completes (spec 002
-// §4.1) and a redelivery of the same operation can be told apart.
+// of a cold activation is recognised when its handler completes
+// (docs/PROTOCOL.md §7.5) and a redelivery of the same operation can be
+// told apart.
 const HeaderOperation = "roam-operation"
 
 // HeaderDeadline is a request's absolute deadline in Unix milliseconds. A
 // request dispatched after it (plus deadlineGrace for clock skew between
 // nodes) is answered DeadlineExceeded and not run: its caller has given up
-// (spec 000 §4.2, §5.2).
+// (PROTOCOL.md §4.2, §4.3).
 const HeaderDeadline = "roam-deadline"
 
 // HeaderDispatchNotice marks a one-way send that travels as a cold
-// activation's first message (command 39): it names a future of the
+// activation's first message (SpotActivation): it names a future of the
 // sending call. The incarnation sends a RouteBarrier there when it
 // dispatches the message, just before the handler runs, and roam's
 // answer to a failure of that first message goes there too (ReplyRoute).
 // The caller's Send returns on it, so its next call to the Spot — straight
-// to the now Ready incarnation, say — cannot overtake the first (spec 002
-// §4.1: a subsequent message can't overtake this record).
+// to the now Ready incarnation, say — cannot overtake the first
+// (PROTOCOL.md §7.5: no later message overtakes the first).
 const HeaderDispatchNotice = "roam-dispatch-notice"
 
 // DispatchNotice is the HeaderDispatchNotice value naming pid.
@@ -49,7 +50,7 @@ func noticePID(v string) *actor.PID {
 	return actor.NewPID(addr, id)
 }
 
-// ReplyRoute is where roam answers a failure of a command 39's first
+// ReplyRoute is where roam answers a failure of a SpotActivation's first
 // message: its sender (a request), else the send's dispatch notice; nil
 // for a send without one.
 func ReplyRoute(first *messages.Envelope) *actor.PID {
@@ -63,13 +64,13 @@ func ReplyRoute(first *messages.Envelope) *actor.PID {
 // a request is skipped only once it is this far past its deadline.
 const deadlineGrace = time.Second
 
-// Closed: the incarnation was closed by its owner (spec 002 §7).
+// Closed: the incarnation was closed by its owner (PROTOCOL.md §7.9).
 const Closed ClosingReason = RelocationOut + 1
 
 // Staged is an incarnation a Spot operation creates on this node: spawned
 // with its mailbox staging, so the factory and Started run but no
 // application message is dispatched until Open — the activation barrier of
-// spec 002 §4.1 step 11. It is not this node's serving incarnation (Serving,
+// PROTOCOL.md §7.5 step 11. It is not this node's serving incarnation (Serving,
 // Relocate and Local do not see it) until Open.
 type Staged struct {
 	d   *Driver
@@ -120,7 +121,7 @@ func (s *Staged) Do(ctx context.Context, fn func(a actor.Actor) error) error {
 // firstOperation is not empty, afterFirst runs (on the actor's goroutine)
 // once the handler of the message stamped with that HeaderOperation has
 // returned: the point at which a cold activation's recovery pointer may go
-// (spec 002 §4.1 step 12). From then on dispatch waits until afterFirst's
+// (PROTOCOL.md §7.5 step 12). From then on dispatch waits until afterFirst's
 // caller calls settled, and a move of the incarnation waits until settled
 // says the pointer is gone (or the incarnation ended).
 func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, afterFirst func(settled func(pointerGone bool))) error {
@@ -188,7 +189,7 @@ func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalInc
 }
 
 // CloseLocal closes this node's serving incarnation of key with generation
-// (spec 002 §7 steps 2–3): admission is sealed behind the messages already
+// (PROTOCOL.md §7.9): admission is sealed behind the messages already
 // accepted, which still run; timers stop; the application hears
 // OnClosing(Closed); then the actor stops, and later messages end as dead
 // letters (a stale route for their callers). NotFound when no such
@@ -211,8 +212,8 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	}
 	// The marker queues behind every message already accepted, so those
 	// turns (and ticks) run first; then timers stop, the application hears
-	// OnClosing(Closed), and the actor stops (spec 002 §7 steps 2–3).
-	// After the close an operation ends with a stale result (spec 002 §7).
+	// OnClosing(Closed), and the actor stops. After the close an operation
+	// ends with a stale result (PROTOCOL.md §7.9).
 	closed := d.endSink(obj, "stale", "send_after_close", "the incarnation closed")
 	marker := &closeMarker{done: make(chan struct{}), closed: closed, stop: func() { d.stop(obj) }}
 	d.sys.Root.Send(obj.pid, marker)
@@ -291,7 +292,7 @@ func (d *Driver) System() *actor.ActorSystem { return d.sys }
 func (d *Driver) Kind(stableType string) (*Kind, bool) { return d.kind(stableType) }
 
 // ServingCount is the number of incarnations serving on this node, the
-// active load a node's capacity bounds (spec 002 §3.1).
+// active load a node's capacity bounds (PROTOCOL.md §7.2, placement).
 func (d *Driver) ServingCount(ctx context.Context) (int, error) {
 	return call(ctx, d, func() (int, error) {
 		n := 0

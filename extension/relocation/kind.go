@@ -9,7 +9,8 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// Policy says what a relocation does with an object of a kind (spec 002 §8).
+// Policy says what a relocation does with an object of a kind
+// (docs/PROTOCOL.md §2.4).
 type Policy interface{ isPolicy() }
 
 // StateAdapter captures and restores an actor's state as opaque bytes. Both
@@ -75,7 +76,7 @@ func PreservesState(p Policy) bool {
 // move does with it.
 type Kind struct {
 	// StableType is the kind's stable name (UTF-8, 1..255 bytes,
-	// case-sensitive; spec 002 §2).
+	// case-sensitive; PROTOCOL.md §2.1).
 	StableType string
 	// Props spawn an instance: the application's middleware, supervisor
 	// strategy, dispatcher and context decorators are kept; roam replaces
@@ -93,13 +94,14 @@ type Kind struct {
 	// work unchanged.
 	ClusterKind bool
 	// Policy is required: registering a kind without one is a start-up
-	// error (spec 002 §8).
+	// error (PROTOCOL.md §2.4).
 	Policy Policy
 	// ApplicationVersion is carried in the payload; a target hosting the
-	// kind at another version refuses the move before any seal (§4.1).
+	// kind at another version refuses the move before any seal
+	// (PROTOCOL.md §5.2).
 	ApplicationVersion string
 	// Instance lets a first message with Instance intent cold-activate the
-	// kind as an Instance Spot on nodes that host it (spec 002 §4);
+	// kind as an Instance Spot on nodes that host it (PROTOCOL.md §7.5);
 	// otherwise it is a User Spot or Actor type only.
 	Instance bool
 	// ReactivateEmpty lets an Instance Spot of a PreserveStateWith kind
@@ -107,8 +109,8 @@ type Kind struct {
 	// Instance-intent call without its in-memory state, which ended with
 	// the owner (logged spot_reactivated). By default such a Spot answers
 	// Unavailable naming the cause until an operator accepts the loss
-	// with spot.Manager.ReleaseEnded (spec 003: an ended owner's record is
-	// released automatically only when no state is lost). Kinds that carry
+	// with spot.Manager.ReleaseEnded (PROTOCOL.md §7.10: an ended owner's
+	// record is released automatically only when no state is lost). Kinds that carry
 	// no state reactivate either way.
 	ReactivateEmpty bool
 }

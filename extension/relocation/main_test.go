@@ -10,7 +10,8 @@ import (
 	"github.com/roamactors/roam/extension/location/consulstore/consultest"
 )
 
-// consul is one real Consul for the package's tests (DESIGN §3).
+// consul is one real Consul server (built by tools/consul) for the
+// package's tests; docs/PROTOCOL.md §3.6 says how the store uses it.
 var consul *consultest.Server
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,8 @@ import (
 
 // Every finished move is counted by outcome with its pause and payload
 // size; object IDs never become metric attributes.
-// Reference: issue 3 (an event per move that logs and metrics use).
+// Reference: docs/PROTOCOL.md §5.1 (an Event per move that logs and metrics
+// use).
 func TestMovesAreMeasured(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

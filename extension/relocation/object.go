@@ -68,8 +68,9 @@ type object struct {
 	// pointerHeld: the first message has run and its recovery pointer's
 	// removal has not landed: dispatch waits (the mailbox gate), so that
 	// no second message runs while a later owner could still resume the
-	// activation from its first message alone (spec 002 §4.1 step 12,
-	// §4.1.1): a resume then loses nothing the first message did not.
+	// activation from its first message alone (docs/PROTOCOL.md §7.5 step
+	// 12, PROTOCOL.md §7.7): a resume then loses nothing the first message
+	// did not.
 	pointerHeld atomic.Bool
 	// closing: CloseLocal ended it and its close marker is queued (the
 	// driver goroutine only).
@@ -81,7 +82,7 @@ type object struct {
 
 // host is roam's receiver middleware around the application's actor,
 // innermost of the kind's middleware: it refuses a followed message whose
-// ObjectGeneration is not this incarnation's (spec 000 §10), answers the
+// ObjectGeneration is not this incarnation's (PROTOCOL.md §5.14), answers the
 // framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
 // timers, delivers cluster.ClusterInit after Started when the node is a
 // Proto.Actor cluster member (ClusterKind kinds deliver it themselves), and
@@ -321,7 +322,7 @@ func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, 
 // User Spot incarnation membership names. spotAt is the Spot's record as
 // read: the Actor's record is written in one transaction with the Spot's
 // record at that version, so a membership is only accepted while the Spot
-// is active with that generation (spec 003). A Spot that changed
+// is active with that generation (PROTOCOL.md §7.10). A Spot that changed
 // meanwhile is Stale.
 func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, membership *messages.Membership, spotAt location.Versioned) (*actor.PID, error) {
 	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
@@ -333,7 +334,7 @@ type memberOf struct {
 }
 
 // SpawnInstanceSpot creates an Instance Spot of a registered kind on this
-// node: no membership, owned here (spec 002 §2.3). Cold activation by a
+// node: no membership, owned here (PROTOCOL.md §2.1). Cold activation by a
 // first message comes with the Spot manager.
 func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID string) (*actor.PID, error) {
 	return d.spawn(ctx, location.Key(location.KindInstanceSpot, spotID), stableType, nil)
@@ -363,7 +364,7 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		rec.Membership = member.membership
 		// Writing the Spot's record (unchanged) moves its version, so a
 		// Close or re-reservation that counted members before this join
-		// conflicts and counts again (spec 002 §7, spec 003).
+		// conflicts and counts again (PROTOCOL.md §7.9, §7.10).
 		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, member.spotAt.Record))
 	case key.Kind == location.KindActor:
 		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
@@ -400,7 +401,7 @@ type ClosingReason int
 
 const (
 	// RelocationOut: the object moved to another node; this incarnation
-	// only forwards now (spec 000 §8, Instance Spot row).
+	// only forwards now (PROTOCOL.md §5.13).
 	RelocationOut ClosingReason = iota + 1
 )
 
@@ -453,7 +454,7 @@ func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, err
 }
 
 // followSink forwards a message that reached an incarnation which has moved
-// away, keeping sender and headers, with one more hop (spec 000 §10).
+// away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
 func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 	return func(msg any) {
 		env, hops := withFollowHeaders(msg, obj.generation)
@@ -470,7 +471,7 @@ func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 	}
 }
 
-// MaxFollowHops bounds Message Follow (DESIGN §5).
+// MaxFollowHops bounds Message Follow (PROTOCOL.md §5.14).
 const MaxFollowHops = 8
 
 // unavailableSink ends every message to an incarnation that no longer

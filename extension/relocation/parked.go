@@ -9,8 +9,8 @@ import (
 )
 
 // parkedSink holds an object's messages while the outcome of its move is
-// unknown. Before relay-ready (no reply by the restore deadline, spec 000
-// §9 last row) requests fail at once with Unavailable and sends wait in
+// unknown. Before relay-ready (no reply by the restore deadline,
+// docs/PROTOCOL.md §6.4) requests fail at once with Unavailable and sends wait in
 // order; after the cutover (holdRequests) requests wait too, in one order
 // with the sends, since the commit normally shows within a store round
 // trip. Either way they are forwarded if the target committed, put back if

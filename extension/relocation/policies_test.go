@@ -16,7 +16,7 @@ import (
 
 // Registering a relocatable kind without a policy is a start-up error, and
 // so is registering one stable type twice.
-// Reference: spec 002 §8, §2.
+// Reference: docs/PROTOCOL.md §2.4, §2.1.
 func TestKindNeedsAPolicyAndAUniqueStableType(t *testing.T) {
 	n := startNodeWith(t, newStore(t))
 	err := n.driver.RegisterKind(relocation.Kind{StableType: "p", Producer: func() actor.Actor { return &counter{} }})
@@ -28,7 +28,7 @@ func TestKindNeedsAPolicyAndAUniqueStableType(t *testing.T) {
 }
 
 // A kind with DisableRelocation never moves and keeps serving.
-// Reference: spec 002 §8 (relocation policies).
+// Reference: PROTOCOL.md §2.4 (relocation policies).
 func TestDisableRelocationRefusesToMove(t *testing.T) {
 	kind := relocation.Kind{StableType: "fixed", Producer: func() actor.Actor { return &counter{} }, Policy: relocation.DisableRelocation()}
 	store := newStore(t)
@@ -43,7 +43,7 @@ func TestDisableRelocationRefusesToMove(t *testing.T) {
 
 // RecreateOnRelocation moves the object's queue but not its state: the
 // target runs a fresh instance.
-// Reference: spec 002 §8 (relocation policies).
+// Reference: PROTOCOL.md §2.4 (relocation policies).
 func TestRecreateOnRelocationStartsFresh(t *testing.T) {
 	kind := relocation.Kind{StableType: "fresh", Producer: func() actor.Actor { return &counter{} }, Policy: relocation.RecreateOnRelocation()}
 	store := newStore(t)
@@ -72,7 +72,7 @@ func (c *closingCounter) OnClosing(r relocation.ClosingReason) { c.closed <- r }
 // An Instance Spot moves through the same target-only CAS as an Actor: the
 // target writes owner and owner generation, no membership, and the source
 // instance gets OnClosing(RelocationOut).
-// Reference: spec 000 §8 (Instance Spot row), §13 (same CAS boundary).
+// Reference: PROTOCOL.md §5.11, §5.13, §12.1 item 1 (same CAS boundary).
 func TestInstanceSpotMovesThroughTheSameCAS(t *testing.T) {
 	closed := make(chan relocation.ClosingReason, 4)
 	kind := relocation.Kind{StableType: "room", Producer: func() actor.Actor { return &closingCounter{closed: closed} },

@@ -93,7 +93,8 @@ func startLedgerNodes(t *testing.T, store location.Store, n int) []*testNode {
 // senders send numbered sends and requests: every request is answered
 // exactly once, every send handled exactly once, per-sender order kept,
 // and the store names one owner, the one node serving the object.
-// Reference: spec 000 §5.1, §5.2, §12; issue 3 (randomized test).
+// Reference: docs/PROTOCOL.md §4.2, §10 (nothing lost or handled twice,
+// order per sender).
 func TestRandomizedMovesKeepEveryMessageOnce(t *testing.T) {
 	moves := 1000
 	if s := os.Getenv("ROAM_RANDOM_MOVES"); s != "" {
@@ -102,7 +103,7 @@ func TestRandomizedMovesKeepEveryMessageOnce(t *testing.T) {
 	runRandomized(t, memstore.New(), moves)
 }
 
-// The same on a real Consul. Reference: as above, DESIGN §3.
+// The same on a real Consul. Reference: as above, PROTOCOL.md §3.6.
 func TestRandomizedMovesKeepEveryMessageOnceOnConsul(t *testing.T) {
 	moves := 1000
 	if s := os.Getenv("ROAM_RANDOM_MOVES"); s != "" {
@@ -185,7 +186,8 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 					return
 				}
 				// The answer came through this route after the sends before
-				// it, so a fresh route cannot overtake them (§5.1). Keep the
+				// it, so a fresh route cannot overtake them (order per
+				// sender, PROTOCOL.md §10). Keep the
 				// route for a few rounds, as a route cache would, and drop it
 				// on the follow hint (hops), long before Message Follow could
 				// pass its 8 hops.

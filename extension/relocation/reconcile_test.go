@@ -67,7 +67,7 @@ func (s *silentTarget) tell(source *testNode, msg proto.Message) {
 // store still names it, requests fail Unavailable at once and sends wait;
 // an explicit failure that arrives then restores the source with the saved
 // work and the waiting sends, each handled once, in order.
-// Reference: spec 000 §9 (last row), §4.4 (explicit failure before relay-ready).
+// Reference: docs/PROTOCOL.md §6.4, §6.2 (explicit failure before relay-ready).
 func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
 	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
@@ -99,7 +99,7 @@ func TestNoReplyReconcilesThenExplicitFailureRestores(t *testing.T) {
 // If reconciliation finds that the target did commit (its relay-ready was
 // lost), the source adopts the target route and forwards the sends that
 // waited, in order.
-// Reference: spec 000 §9 (last row).
+// Reference: PROTOCOL.md §6.4.
 func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
@@ -157,7 +157,7 @@ func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 // source serves again with the sends that waited, in order, and the move
 // is over (its budget released). A target CAS that arrives after the
 // fence-out fails.
-// Reference: spec 000 §9 (last row), §11 (the one backward edge).
+// Reference: PROTOCOL.md §6.4, §6.5, §6.7 (the one backward edge).
 func TestSilentTargetIsFencedOutAndTheSourceServesAgain(t *testing.T) {
 	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
@@ -202,8 +202,8 @@ func TestSilentTargetIsFencedOutAndTheSourceServesAgain(t *testing.T) {
 // move out and serves again from what it held — state, the saved work and
 // the boundary batch, each handled once, in order — and Relocate reports
 // the move as not made.
-// Reference: spec 000 §9 (target lost), docs/FAULTS.md ("A target lost
-// after relay-ready").
+// Reference: PROTOCOL.md §6.5 (a target lost), docs/FAULTS.md ("A target
+// lost after relay-ready").
 func TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain(t *testing.T) {
 	store := newStore(t)
 	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
@@ -349,7 +349,7 @@ func TestAMoveRetriedAtOnceAfterAFenceOutIsMade(t *testing.T) {
 // another node takes its descriptor's absence for an ended owner only once
 // it has seen it gone for a lease TTL; until then the owner's objects are
 // Unavailable, never taken over.
-// Reference: spec 002 §9 (owner expired), docs/FAULTS.md ("Lease fencing").
+// Reference: PROTOCOL.md §3.4 (ended owners), docs/FAULTS.md ("Lease fencing").
 func TestAnOwnerSeenGoneIsEndedOnlyAfterALeaseTTL(t *testing.T) {
 	store := newStore(t)
 	node, err := cluster.Start(context.Background(), cluster.Config{Store: store, Logger: testLogger(), LeaseTTL: 2 * time.Second})

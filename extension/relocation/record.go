@@ -15,7 +15,7 @@ import (
 )
 
 // toRecord freezes a queued message as a saved-work record: kind (send or
-// request), sender, headers, reply route and body (spec 000 §4.2).
+// request), sender, headers, reply route and body (docs/PROTOCOL.md §5.5).
 func toRecord(posted any) (envelope.Record, error) {
 	header, msg, sender := actor.UnwrapEnvelope(posted)
 	pm, ok := msg.(proto.Message)
@@ -39,7 +39,7 @@ func toRecord(posted any) (envelope.Record, error) {
 	if header != nil && header.Length() > 0 {
 		for k, v := range header.ToMap() {
 			// The operation identity and a request's deadline have their own
-			// fields in the record (spec 000 §4.2).
+			// fields in the record (PROTOCOL.md §5.5).
 			switch k {
 			case HeaderOperation:
 				rec.OperationID = v

@@ -12,7 +12,7 @@ import (
 // A queued request's operation identity and deadline are frozen into the
 // saved-work record's own fields and come back as the same headers on the
 // target; other headers stay metadata.
-// Reference: spec 000 §4.2, §5.2.
+// Reference: docs/PROTOCOL.md §5.5, §4.3.
 func TestSavedWorkFreezesOperationAndDeadline(t *testing.T) {
 	env := &actor.MessageEnvelope{Message: wrapperspb.String("x"), Sender: actor.NewPID("127.0.0.1:1", "future$1")}
 	env.SetHeader(HeaderOperation, "op-1")

@@ -339,8 +339,9 @@ func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why 
 		Str("reason", reason).Msg(why)
 }
 
-// onActivationDeadLetter ends a cold activation's envelope (command 39)
-// that Proto.Actor dead-lettered — its target node is gone — loudly: it
+// onActivationDeadLetter ends a cold activation's envelope (SpotActivation,
+// docs/PROTOCOL.md §7.5) that Proto.Actor dead-lettered — its target node
+// is gone — loudly: it
 // never reached a Spot service, so its first message did not run. A
 // request is answered Unavailable at once (its caller may retry); a
 // one-way send is logged and counted. Without this only Proto.Actor's own

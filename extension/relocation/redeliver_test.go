@@ -157,7 +157,7 @@ func undelivered(t *testing.T, reader *sdkmetric.ManualReader, reason string) in
 }
 
 // A followed send that reaches an incarnation of another ObjectGeneration
-// is not run (spec 000 §10) and not dropped silently: it is logged and
+// is not run (docs/PROTOCOL.md §5.14) and not dropped silently: it is logged and
 // counted as send_invalid_generation.
 func TestASendForAnotherGenerationIsCounted(t *testing.T) {
 	store := newStore(t)

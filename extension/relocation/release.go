@@ -15,8 +15,9 @@ import (
 // (its node crashed, was cut off or stopped) lost its in-memory state: it
 // deletes the ended owner's record by compare-and-set on the version read,
 // so the Actor's ID can be spawned again. It returns false when there is no
-// record; InvalidOperation while the owner is alive (spec 003: an ended
-// owner's record is released only once its owner has provably ended).
+// record; InvalidOperation while the owner is alive (an ended owner's
+// record is released only once its owner has provably ended,
+// docs/PROTOCOL.md §7.10).
 func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (bool, error) {
 	if err := d.Usable(); err != nil {
 		return false, err
@@ -56,7 +57,7 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 // lifecycle still holds its lease: its descriptor exists with the same
 // lease and node generation (this node's own lifecycle: while its lease
 // has not ended; a fenced node may still hold it). The one liveness rule
-// for ended owners (spec 003), shared with the Spot manager.
+// for ended owners (PROTOCOL.md §3.4), shared with the Spot manager.
 //
 // A descriptor that is gone counts as an ended owner only once this node
 // has seen it gone for a lease TTL (until then: Unavailable). The store

@@ -154,7 +154,7 @@ func get(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) int64 {
 // An Actor moves with its state and its queue while sends keep arriving at
 // its old address: every send is handled once, in order, and the store
 // names the target with the move's RelocationId.
-// Reference: spec 000 §4.2–§4.6, §10.
+// Reference: docs/PROTOCOL.md §5.4–§5.14.
 func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
@@ -181,7 +181,7 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	require.Equal(t, c.rid(1), v.Record.GetOwner().GetNodeRid())
 	require.Equal(t, out.RelocationID, v.Record.GetRelocationId())
 	require.EqualValues(t, 2, v.Record.GetAuthorityOwnerGeneration())
-	require.EqualValues(t, 1, v.Record.GetObjectGeneration(), "a move keeps the ObjectGeneration (§3)")
+	require.EqualValues(t, 1, v.Record.GetObjectGeneration(), "a move keeps the ObjectGeneration (PROTOCOL.md §2.3)")
 	require.Equal(t, b.node.EntrySpotID(), v.Record.GetMembership().GetSpotId())
 
 	newPID, err := b.driver.Resolve(ctx, location.Key(location.KindActor, "c1"))

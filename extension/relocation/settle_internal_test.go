@@ -13,7 +13,7 @@ import (
 // object closing, the close would put the pointer back, and the move
 // would carry it to a target that never removes it. The incarnation's end
 // releases the waiting moves (they then find it ended).
-// Reference: spec 002 §4.1 step 12, §7.
+// Reference: docs/PROTOCOL.md §7.5 step 12, §7.9.
 func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	settling := func() *object {
 		o := &object{settledCh: make(chan struct{})}

@@ -61,7 +61,7 @@ type sourceResult struct {
 }
 
 // Relocate moves the Actor or Instance Spot key, owned by this node, to the
-// node targetRid, with spec 000's hand-off. It returns once the target's
+// node targetRid, with roam's hand-off (docs/PROTOCOL.md §5). It returns once the target's
 // commit is visible in the Location Store, or the move failed.
 func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
 	if err := d.serving(); err != nil {
@@ -91,7 +91,7 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	select {
 	case res = <-waiter:
 	case <-ctx.Done():
-		// Only this waiter ends; the move keeps its phase rules (§9).
+		// Only this waiter ends; the move keeps its phase rules (PROTOCOL.md §6.6).
 		return Outcome{}, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 	}
 	if res.err != nil {
@@ -108,7 +108,7 @@ func (e *activationSettling) Error() string { return "relocation: the cold activ
 
 // awaitCommit watches the store until the record names the target with
 // this move's RelocationId, or the restore deadline passes (the target
-// stops trying then, §4.5).
+// stops trying then, PROTOCOL.md §5.11).
 func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time) (Outcome, error) {
 	// The fence-out of a target that never commits is written only after
 	// its restore deadline plus a cutover wait (and one more read); keep
@@ -473,7 +473,7 @@ func (d *Driver) startFollow(r *sourceRun, held *parkedSink, failEvent string) {
 }
 
 // The source's questions to the store while its move's outcome is
-// unknown (spec 000 §9 last row; docs/FAULTS.md, the fence-out): the
+// unknown (PROTOCOL.md §6.4, §6.5; docs/FAULTS.md, the fence-out): the
 // machine decides (handoff.Source.judge), the driver only reads, watches
 // and writes.
 
@@ -527,7 +527,7 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 // owner unchanged: any CAS of the target still in flight or delayed then
 // fails on the version, and a target that reads the record finds its move
 // fenced out (handoff.Identity.JudgeCommit). The source never changes the
-// owner (docs/FAULTS.md explains this departure from spec 000 §11).
+// owner (PROTOCOL.md §6.5, §11; docs/FAULTS.md).
 func (d *Driver) fenceOut(r *sourceRun, id handoff.Identity, read location.Versioned, version uint64) {
 	var err error
 	if !read.Present() || uint64(read.Version) != version {
@@ -590,7 +590,7 @@ func (d *Driver) reinstate(r *sourceRun) {
 
 // relayThenCutover relays the ingress hold in order, switches later
 // messages to Message Follow, and sends the cutover after the last relayed
-// record (spec 000 §4.4). Both switches happen under the mailbox's lock,
+// record (PROTOCOL.md §5.8, §5.9). Both switches happen under the mailbox's lock,
 // so every message is either in the batch or follows, never both.
 func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	id := r.m.Identity()
@@ -635,7 +635,7 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 }
 
 // closeOut tells the application its source incarnation closed by moving
-// out (spec 000 §8: OnClosing(RelocationOut)), once the move is confirmed.
+// out (PROTOCOL.md §5.13: OnClosing(RelocationOut)), once the move is confirmed.
 // The application's instance is then dropped: the incarnation only
 // forwards for MessageFollowDuration, which must not keep a large state
 // alive.
@@ -721,7 +721,7 @@ func safeCapture(id handoff.Identity, obj *object, kind *Kind, saved []any) (str
 
 // capture builds the relocation-envelope-v1 stream of a sealed object, on
 // its own goroutine: state through the kind's adapter, the saved-work
-// prefix as frozen records (spec 000 §4.2).
+// prefix as frozen records (PROTOCOL.md §5.5, §5.6).
 func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte, error) {
 	env := envelope.Envelope{
 		Relocation: envelope.Relocation{

@@ -19,7 +19,8 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// logBuffer collects log lines for assertions on the spec's event names.
+// logBuffer collects log lines for assertions on their event names
+// (docs/PROTOCOL.md names them).
 type logBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -129,7 +130,8 @@ func (gateState) Restore(a actor.Actor, b []byte) error {
 
 // Work queued before the seal (saved work) runs on the target before the
 // messages that arrived while sealed (the relay), each exactly once.
-// Reference: spec 000 §4.2, §4.6, §13 (saved work before relay; not relayed again).
+// Reference: docs/PROTOCOL.md §5.5, §5.12, §12.1 items 4 and 22 (saved work
+// before relay; not relayed again).
 func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
 	hold := make(chan struct{})
 	kind := relocation.Kind{StableType: "gate", Producer: func() actor.Actor { return &gate{hold: hold} }, Policy: relocation.PreserveStateWith(gateState{})}
@@ -160,7 +162,7 @@ func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
 // A target that fails the Restore replies an explicit failure; the source
 // puts its saved work back in original order and keeps serving, and the
 // store still names it.
-// Reference: spec 000 §4.4 (abort diagram), §9, §13.
+// Reference: PROTOCOL.md §6.2, §12.1 item 25.
 func TestExplicitFailureRestoresTheSource(t *testing.T) {
 	store := newStore(t)
 	a := startNodeWith(t, store, counterKind)
@@ -195,7 +197,7 @@ func (failingRestore) Restore(actor.Actor, []byte) error { return errors.New("re
 
 // A target that does not host the kind refuses before any seal: the move
 // fails Unavailable and the object never stopped serving.
-// Reference: spec 000 §4.1, §9 (first row).
+// Reference: PROTOCOL.md §5.2, §6.1 (first row).
 func TestCapabilityRefusalNeverSeals(t *testing.T) {
 	store := newStore(t)
 	a := startNodeWith(t, store, counterKind)
@@ -210,7 +212,8 @@ func TestCapabilityRefusalNeverSeals(t *testing.T) {
 }
 
 // The source never writes the owner record; only the target does, once.
-// Reference: spec 000 §4.5, §13 (source and Session owner do not change the owner).
+// Reference: PROTOCOL.md §5.11, §12.1 item 17 (the source does not change
+// the owner).
 func TestOnlyTheTargetWritesTheOwner(t *testing.T) {
 	shared := newStore(t)
 	srcView, dstView := &writeRecorder{Store: shared}, &writeRecorder{Store: shared}
@@ -230,7 +233,7 @@ func TestOnlyTheTargetWritesTheOwner(t *testing.T) {
 // Indeterminate and unavailable answers to the target's CAS are retried
 // with the same fence and RelocationId; a write that did land is found by
 // the re-read and the move converges.
-// Reference: spec 000 §4.5, §6, §13.
+// Reference: PROTOCOL.md §5.11, §3.3, §12.1 item 19.
 func TestCASRetriesConvergeOnIndeterminateOutcomes(t *testing.T) {
 	shared := newStore(t)
 	f, err := faulty.New(shared, faulty.Config{})
@@ -259,8 +262,8 @@ func TestCASRetriesConvergeOnIndeterminateOutcomes(t *testing.T) {
 // The source, past the cutover, fences the move out once the target's
 // deadline is over and serves again with the state it kept: exactly one
 // node serves, never two, never none for good.
-// Reference: spec 000 §4.5, §6, §9, §13; docs/FAULTS.md (a target lost
-// after relay-ready).
+// Reference: PROTOCOL.md §5.11, §6.3, §6.5, §12.1 item 26; docs/FAULTS.md
+// (a target lost after relay-ready).
 func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
 	shared := newStore(t)
 	f, err := faulty.New(shared, faulty.Config{})
@@ -299,7 +302,8 @@ func TestLocationUpdateFailedRemovesTheTarget(t *testing.T) {
 
 // A payload larger than the in-flight budget still moves, chunk by chunk,
 // and a multi-chunk move ends exactly like a single-chunk one.
-// Reference: spec 000 §4.2, §5.3, §13 (payload over the budget completes).
+// Reference: PROTOCOL.md §5.3, §5.6, §12.1 items 6 and 12 (a payload over
+// the budget completes).
 func TestPayloadLargerThanBudgetMoves(t *testing.T) {
 	store := newStore(t)
 	kind := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 1 << 20})}
@@ -346,7 +350,7 @@ func (s *staleOnFirstRead) Read(ctx context.Context, key location.AuthorityKey) 
 // When the store names another valid owner, the target ends the move as
 // stale at once, without waiting for the deadline, and removes what it
 // prepared; nothing dispatches on the target.
-// Reference: spec 000 §4.5, §6 (another valid owner or generation).
+// Reference: PROTOCOL.md §5.11 (another valid owner or generation: stale).
 func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 	shared := newStore(t)
 	key := location.Key(location.KindActor, "s1")
@@ -370,7 +374,7 @@ func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 // Chunks of a large payload share the connection with other objects'
 // traffic: requests to another object on the target are answered while
 // the move is still transferring.
-// Reference: spec 000 §4.2, §13 (other messages between chunks).
+// Reference: PROTOCOL.md §5.6, §12.1 item 7 (other messages between chunks).
 func TestOtherTrafficInterleavesWithChunks(t *testing.T) {
 	store := newStore(t)
 	big := relocation.Kind{StableType: "blob", Producer: func() actor.Actor { return &blob{} }, Policy: relocation.PreserveStateWith(blobState{size: 32 << 20})}

@@ -50,7 +50,7 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	from := c.Sender()
 	if t := d.targets[id]; t != nil {
 		if from == nil || from.Address != t.sourcePID.Address {
-			return // attributed by identity and connection only (§3)
+			return // attributed by identity and connection only (docs/PROTOCOL.md §5.7)
 		}
 		d.stepTarget(t, d.prepareEvent(p))
 		return
@@ -128,7 +128,7 @@ func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targ
 
 func (d *Driver) onChunk(c actor.Context, m *messages.RelocationState) {
 	if t := d.target(m.GetIdentity(), c); t != nil {
-		// The chunk is copied into the assembler's own buffer (§4.3).
+		// The chunk is copied into the assembler's own buffer (PROTOCOL.md §5.7).
 		d.stepTarget(t, handoff.ChunkReceived{Chunk: envelope.Chunk{Index: m.GetIndex(), Offset: m.GetOffset(), Data: m.GetData()}})
 	}
 }
@@ -194,7 +194,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
 		}
 		// Once removed, the incarnation answers Unavailable for as long as
-		// messages may still follow to it (§4.5, §10).
+		// messages may still follow to it (PROTOCOL.md §6.3, §5.14).
 		closed := d.unavailableSink(obj, "the relocation target was removed before it opened")
 		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.generation, obj.ownerGeneration))
 		if err != nil {
@@ -279,7 +279,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 }
 
 // restore decodes the verified stream and restores state on the object's
-// own goroutine, without dispatching anything (§4.3).
+// own goroutine, without dispatching anything (PROTOCOL.md §5.7).
 func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 	env, err := envelope.DecodeOwned(stream)
 	if err != nil {
@@ -339,7 +339,7 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 	return nil
 }
 
-// commitOwner is one attempt of the target-only CAS (spec 000 §4.5, §6):
+// commitOwner is one attempt of the target-only CAS (PROTOCOL.md §5.11):
 // a consistent read, the fence check, and a CAS naming this target with the
 // move's RelocationId. A record that already names this target with this
 // RelocationId is a success (an earlier attempt's indeterminate write).
@@ -387,7 +387,7 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	next.RelocationId = id.RelocationID
 	if t.key.Kind == location.KindActor && cluster.IsEntrySpotID(next.GetMembership().GetSpotId()) {
 		// An Entry Spot Actor joins the target's Entry Spot; a User Spot's
-		// member keeps its membership (spec 000 §8).
+		// member keeps its membership (PROTOCOL.md §5.11).
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
 	_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)

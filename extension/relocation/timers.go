@@ -39,7 +39,7 @@ type TimerSet struct{ t *timers }
 // A timer delivers *messages.TimerTick carrying its name, and moves with
 // the actor: registrations, schedule cursors and pending ticks are captured
 // and restored by the framework, so the application never re-registers
-// them (issue 3; spec 000 §4.2 timerRegistrations, pendingTimerTicks).
+// them (docs/PROTOCOL.md §5.5: timer registrations and pending ticks).
 func Timers(c actor.Context) (TimerSet, error) {
 	h, ok := c.Get(hostExtensionID).(*host)
 	if !ok {
@@ -218,7 +218,7 @@ func (t *timers) stopAll() {
 }
 
 // resume re-arms what capture paused: the move failed before relay-ready
-// and the source runs on (spec 000 §4.4 abort diagram).
+// and the source runs on (PROTOCOL.md §6.2).
 func (t *timers) resume() {
 	for _, r := range t.regs {
 		if r.paused {

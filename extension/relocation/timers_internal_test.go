@@ -14,7 +14,7 @@ import (
 // A timer whose tick has fired but not yet been handled when the actor is
 // captured keeps its chain on the target: that tick, handled there, arms
 // the next slot.
-// Reference: issue 3 (timers that move), spec 000 §4.2.
+// Reference: docs/PROTOCOL.md §5.5 (timers that move).
 func TestTimerWithATickInFlightKeepsTicking(t *testing.T) {
 	sys := actor.NewActorSystem()
 	ticks := make(chan *messages.TimerTick, 16)
@@ -45,7 +45,7 @@ func TestTimerWithATickInFlightKeepsTicking(t *testing.T) {
 }
 
 // A paused timer resumes at its armed slot after a failed move.
-// Reference: spec 000 §4.4 (abort restores the source).
+// Reference: PROTOCOL.md §6.2 (an explicit failure restores the source).
 func TestPausedTimerResumes(t *testing.T) {
 	sys := actor.NewActorSystem()
 	ticks := make(chan *messages.TimerTick, 16)

@@ -81,7 +81,7 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, q string) any {
 // A framework timer moves with its actor: after several moves the ticks go
 // on with contiguous delivery indexes, and the application never registers
 // the timer again.
-// Reference: issue 3 (framework timers that move), spec 000 §4.2.
+// Reference: docs/PROTOCOL.md §5.5 (framework timers that move).
 func TestTimersMoveWithTheActor(t *testing.T) {
 	store := newStore(t)
 	a, b := startNodeWith(t, store, tickerKind), startNodeWith(t, store, tickerKind)

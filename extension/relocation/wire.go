@@ -14,7 +14,7 @@ import (
 )
 
 // Envelope headers roam stamps on a message that follows a moved object
-// (spec 000 §10; DESIGN §4).
+// (docs/PROTOCOL.md §4.3, §5.14).
 const (
 	HeaderHops       = "roam-hops"
 	HeaderGeneration = "roam-object-generation"
@@ -23,7 +23,7 @@ const (
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
 // toWire turns a posted user message into its wire envelope. Only protobuf
-// messages cross nodes (DESIGN §4): anything else is a TypeMismatch.
+// messages cross nodes (PROTOCOL.md §4.1): anything else is a TypeMismatch.
 func toWire(targetID string, posted any) (*messages.Envelope, error) {
 	header, msg, sender := actor.UnwrapEnvelope(posted)
 	pm, ok := msg.(proto.Message)
@@ -74,7 +74,7 @@ func fromWire(env *messages.Envelope) (any, error) {
 
 // withFollowHeaders copies posted with the hop count raised by one and the
 // ObjectGeneration stamped, keeping message, sender and other headers
-// (spec 000 §10). It returns the new hop count.
+// (PROTOCOL.md §5.14). It returns the new hop count.
 func withFollowHeaders(posted any, generation uint64) (*actor.MessageEnvelope, int) {
 	header, msg, sender := actor.UnwrapEnvelope(posted)
 	out := &actor.MessageEnvelope{Message: msg, Sender: sender}

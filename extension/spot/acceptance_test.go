@@ -19,8 +19,8 @@ import (
 // once: exactly one reservation wins, the factory runs once, one Ready
 // incarnation exists, one caller sees Created and every other Existing
 // with that incarnation's SpotRef.
-// Reference: spec 002 §3.2, §10 "Concurrent create converges to one
-// authority attempt and factory execution"; issue 4 acceptance.
+// Reference: docs/PROTOCOL.md §7.2, §12.2 item 7 (concurrent creates
+// converge on one reservation and one factory run).
 func TestConcurrentGetOrCreateConvergesOnOneFactoryRun(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -82,9 +82,9 @@ func TestConcurrentGetOrCreateConvergesOnOneFactoryRun(t *testing.T) {
 // the one whose activation created it (checked in the handler against the
 // record's recovery pointer, which names that activation until its first
 // handler completes).
-// Reference: spec 002 §4.1, §4.2, §10 "Only the target that obtained
-// creation authority … runs the factory, and the first message of cold
-// activation is always processed first"; issue 4 acceptance.
+// Reference: PROTOCOL.md §7.5, §7.6, §12.2 item 15 (only the node that
+// won the reservation runs the factory, and the first message is always
+// handled first).
 func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -127,7 +127,7 @@ func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 		require.Len(t, w.firstOps, 1)
 		w.mu.Unlock()
 		// The recovery pointer goes once the first handler completed, and
-		// its root with it (§4.1 step 12).
+		// its root with it (PROTOCOL.md §7.5 step 12).
 		eventually(t, "the recovery pointer is removed", func() bool {
 			v, err := store.Read(context.Background(), location.Key(location.KindInstanceSpot, "cart-1"))
 			return err == nil && v.Record.GetActivationRecovery() == nil

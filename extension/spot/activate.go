@@ -30,9 +30,9 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 	return activation.Kind{Registered: true, PreservesState: relocation.PreservesState(k.Policy), ReactivateEmpty: k.ReactivateEmpty}
 }
 
-// onActivation is the target side of command 39 route kind 2 (spec 002
-// §4.1 steps 10–12, §4.2): the Activation machine decides, this runs its
-// effects. Failures are answered to the caller's reply route.
+// onActivation is the target side of a SpotActivation, route kind 2
+// (docs/PROTOCOL.md §7.5 steps 8–12, §7.6): the Activation machine
+// decides, this runs its effects. Failures are answered to the caller's reply route.
 func (m *Manager) onActivation(a *messages.SpotActivation) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, a.GetDeadlineUnixNanos()))
 	defer cancel()
@@ -46,7 +46,7 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 	_ = r.run(effects) // a failure was answered, measured and logged
 }
 
-// Recover is the start-up authority scan (spec 002 §4.1.1): every
+// Recover is the start-up authority scan (PROTOCOL.md §7.7): every
 // Instance Spot activation whose owner ended while its recovery pointer
 // was set is resumed here (if this node hosts its type), and every User
 // Spot reservation of an ended owner is released with its fence. New runs
@@ -109,8 +109,8 @@ func withoutNotice(first any) any {
 	return out
 }
 
-// closeAndRelease runs a close after its Closing write (spec 002 §7 steps
-// 2–4; the Release machine): the local incarnation handles what it
+// closeAndRelease runs a close after its Closing write (PROTOCOL.md §7.9;
+// the Release machine): the local incarnation handles what it
 // accepted and stops, then the authority goes with the same fence. A Spot
 // that turned out to be moving is put back to Ready and the close ends
 // Unavailable.
@@ -180,7 +180,7 @@ func (m *Manager) deleteRoot(rootKey string) {
 // node of the same Mesh that hosts the type and has not refused it yet.
 // Nothing was reserved or queued here, so the caller still sees one
 // activation; it ends CapacityExceeded only once every candidate is full
-// (spec 002 §4.1 step 7).
+// (PROTOCOL.md §7.5 step 9).
 func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
 	full := append(a.GetFullNodeRids(), m.desc.GetNodeRid())
 	nodes, err := m.store.ListNodes(ctx, a.GetTargetMesh())

@@ -9,7 +9,7 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// builder is what every fluent Spot call shares (spec 002 §3, §4): each
+// builder is what every fluent Spot call shares (docs/PROTOCOL.md §7.2, §7.4): each
 // option may be set once, the call is submitted once, and one timeout and
 // an optional Mesh apply to it. Setting an option twice or submitting
 // twice is InvalidOperation.

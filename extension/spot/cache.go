@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// routeCache is the positive route cache (spec 002 §5, §6): only a Ready
+// routeCache is the positive route cache (docs/PROTOCOL.md §7.8): only a Ready
 // authority whose owner is alive is kept, for at most maxAge; Missing,
 // Creating and store failures are never cached, so the next call reads the
 // store again. A Message Follow hint, a stale route or a type mismatch

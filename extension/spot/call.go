@@ -19,10 +19,10 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// Call is a direct call by Spot ID (spec 002 §5): built fluently and
+// Call is a direct call by Spot ID (docs/PROTOCOL.md §7.4): built fluently and
 // submitted once with Do. By default it only reaches an existing Ready Spot
 // (NotFound otherwise, and no creation intent is written); InstanceSpot
-// allows cold activation of a Missing Instance Spot (§4).
+// allows cold activation of a Missing Instance Spot (PROTOCOL.md §7.5).
 type Call struct {
 	builder
 	m            *Manager
@@ -39,7 +39,7 @@ func (m *Manager) Request(spotID string, msg proto.Message) *Call {
 }
 
 // Send starts a one-way send to the Spot spotID; Do returns once the
-// message is handed to the transport (outbound admission, spec 002 §5). A
+// message is handed to the transport (outbound admission, PROTOCOL.md §4.2). A
 // send that goes with a cold activation (the Spot is Missing, Creating, or
 // its owner ended) returns once the new incarnation dispatches it, or with
 // the activation's typed failure: the caller's next call cannot overtake
@@ -50,7 +50,7 @@ func (m *Manager) Send(spotID string, msg proto.Message) *Call {
 
 // InstanceSpot states Instance intent: a Missing Spot is cold-activated as
 // an Instance Spot of stableType, or of the Mesh's only Instance type when
-// none is given (spec 002 §4.1). At most one stable type.
+// none is given (PROTOCOL.md §7.5). At most one stable type.
 func (c *Call) InstanceSpot(stableType ...string) *Call {
 	if c.once("InstanceSpot") {
 		c.instance = true
@@ -66,7 +66,7 @@ func (c *Call) InstanceSpot(stableType ...string) *Call {
 }
 
 // InMesh names the Mesh a Missing Instance Spot is first placed on; it
-// does not move or restrict an existing Spot (spec 002 §4).
+// does not move or restrict an existing Spot (PROTOCOL.md §7.4).
 func (c *Call) InMesh(mesh string) *Call {
 	c.inMesh(mesh)
 	return c
@@ -109,7 +109,7 @@ func (c *Call) validate() error {
 // returns nil once the message is handed to the transport (or, with a
 // cold activation, dispatched). A call is never
 // resubmitted to another owner after it reached a target: a stale route is
-// ErrStale, a lost reply ErrDeadlineExceeded (spec 002 §5).
+// ErrStale, a lost reply ErrDeadlineExceeded (PROTOCOL.md §7.4).
 func (c *Call) Do(ctx context.Context) (proto.Message, error) {
 	route := "none"
 	reply, err := c.do(ctx, &route)
@@ -148,7 +148,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	case a.ended || activation.Abandoned(a.v.Record, time.Now()):
 		// An Instance Spot whose owner ended (or whose activation was
 		// abandoned) is reactivated on a live node of its stored Mesh with
-		// its stored type (spec 003); a User Spot is not.
+		// its stored type (PROTOCOL.md §7.10); a User Spot is not.
 		if !c.instance {
 			return nil, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, c.spotID)
 		}
@@ -176,7 +176,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 // route cache, counted as a use of the route, or from the store. sent must
 // be called once the call has sent (or given up): a hinted route's barrier
 // waits for every use (routeCache.use). A route being drained after a move
-// is waited for, then the new owner is read (spec 002 §6: everything this
+// is waited for, then the new owner is read (PROTOCOL.md §7.8: everything this
 // node sent on the old route is handled first). Every call by Spot ID
 // takes its route here, grain calls too (grainPID).
 func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached bool, sent func(), err error) {
@@ -208,7 +208,7 @@ func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached
 }
 
 // checkExisting: Instance intent to a User Spot, or naming another stable
-// type than the stored one, is a TypeMismatch (spec 002 §4.2).
+// type than the stored one, is a TypeMismatch (PROTOCOL.md §7.5 step 2).
 func (c *Call) checkExisting(a authority) error {
 	if !c.instance {
 		return nil
@@ -225,8 +225,8 @@ func (c *Call) checkExisting(a authority) error {
 
 // headers stamps the operation identity and the calling node, and a
 // request's deadline: a request still queued when its caller has given up
-// is answered DeadlineExceeded instead of run, also after a move (spec 000
-// §4.2, §5.2: the deadline is frozen into saved work).
+// is answered DeadlineExceeded instead of run, also after a move
+// (PROTOCOL.md §4.3, §5.5: the deadline is frozen into saved work).
 func (c *Call) headers(ctx context.Context, op string) map[string]string {
 	h := map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
 	if dl, ok := ctx.Deadline(); ok && c.request {
@@ -237,7 +237,7 @@ func (c *Call) headers(ctx context.Context, op string) map[string]string {
 
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
 // means the route is stale: the operation ends with ErrStale and the route
-// is dropped, never retried elsewhere (spec 002 §5).
+// is dropped, never retried elsewhere (PROTOCOL.md §7.4).
 // sent is called right after the send (a cached route's barrier waits for
 // it).
 func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, sent func()) (proto.Message, error) {
@@ -297,9 +297,10 @@ wait:
 			// timeout: the call ends now, its outcome unknown.
 			return nil, fmt.Errorf("%w: the call to Spot %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
 		case <-lost:
-			// Proto.Actor drops what was in flight on a lost connection (DESIGN
-			// §4); the call may or may not have run, and is not resent (spec
-			// 002 §5). It ends now instead of at its deadline.
+			// Proto.Actor drops what was in flight on a lost connection
+			// (PROTOCOL.md §4.1); the call may or may not have run, and is
+			// not resent (PROTOCOL.md §7.4). It ends now instead of at its
+			// deadline.
 			m.cache.drop(c.spotID)
 			return nil, fmt.Errorf("%w: the connection to %s was lost; the call to Spot %q may or may not have run", roamerr.ErrUnavailable, address, c.spotID)
 		}
@@ -335,8 +336,8 @@ wait:
 // owner it was sent to is still alive.
 const livenessEvery = time.Second
 
-// activate selects the target of a cold activation (spec 002 §4.1 steps
-// 4–7) and sends it the activation envelope. The source writes nothing to
+// activate selects the target of a cold activation (PROTOCOL.md §7.5
+// steps 4–7) and sends it the activation envelope. The source writes nothing to
 // the store: only the target reserves.
 func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
 	m := c.m
@@ -368,7 +369,7 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 	})
 }
 
-// sendActivation completes and sends command 39 (route kind 2) with the
+// sendActivation completes and sends a SpotActivation (route kind 2) with the
 // first message inside.
 func (c *Call) sendActivation(ctx context.Context, op, address string, owner *messages.Owner, act *messages.SpotActivation) (proto.Message, error) {
 	m := c.m

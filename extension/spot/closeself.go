@@ -22,7 +22,7 @@ var managerExtension = extensions.NextExtensionID()
 func (m *Manager) ExtensionID() extensions.ExtensionID { return managerExtension }
 
 // CloseSelf asks for the local Close of the Instance Spot whose handler or
-// timer is running in c (spec 002 §7: an Instance Spot closes from its own
+// timer is running in c (docs/PROTOCOL.md §7.9: an Instance Spot closes from its own
 // lifecycle context). It returns at once; after the current turn the Spot
 // goes Closing in the store, handles what it had accepted, hears
 // OnClosing(Closed), stops, and its authority is released. A later call

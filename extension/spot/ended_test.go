@@ -13,8 +13,9 @@ import (
 )
 
 // A User Spot with members whose owner stopped is not unusable for good:
-// GetOrCreate and Close answer Unavailable naming the cause (spec 003: an
-// ended owner's record with members is not released automatically) until
+// GetOrCreate and Close answer Unavailable naming the cause (an ended
+// owner's record with members is not released automatically,
+// docs/PROTOCOL.md §7.10) until
 // an operator accepts the loss with ReleaseEnded, which releases the
 // Spot's record and its ended members' records; a member on a live node
 // makes ReleaseEnded Unavailable, releasing nothing. Then the Spot is

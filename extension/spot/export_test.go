@@ -41,7 +41,8 @@ func HintRoute(m *Manager, id string) (hinted bool, drained func()) {
 }
 
 // Pending makes m answer a CommandConfirm for op as if it had sent that
-// command 47/48 and waited for it, until done is called: a test that sends
+// UserSpotCreate or UserSpotClose and waited for it, until done is
+// called: a test that sends
 // a hand-made command from m's node.
 func (m *Manager) Pending(op string) (done func()) {
 	m.pendingOps.Store(op, struct{}{})

@@ -27,8 +27,8 @@ import (
 // handled comes before anything the new one handled, and no message is
 // handled twice. After the cut heals the old node learns its lease ended,
 // never handles anything again, and its handle answers Unavailable.
-// Reference: spec 002 §9 ("owner is expired"), spec 003 (reactivation
-// after the owner ended), spec 000 §12.
+// Reference: docs/PROTOCOL.md §3.4 (ended owners), §7.10 (reactivation),
+// and PROTOCOL.md §10 (one owner at a time).
 func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -152,7 +152,7 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 // again by itself once the store is back: a new lifecycle (new node RID
 // and generation, its own descriptor and Entry Spot) that takes new work,
 // while its former objects were recovered elsewhere.
-// Reference: spec 002 §2.1 (every start is a new lifecycle), spec 003.
+// Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §7.10.
 func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)

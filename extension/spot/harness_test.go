@@ -29,7 +29,8 @@ import (
 	"github.com/roamactors/roam/internal/testwait"
 )
 
-// consul is one real Consul for the package's tests (DESIGN §3).
+// consul is one real Consul server (built by tools/consul) for the
+// package's tests; docs/PROTOCOL.md §3.6 says how the store uses it.
 var consul *consultest.Server
 
 func TestMain(m *testing.M) {
@@ -195,7 +196,7 @@ func (w *world) roomKind() extension.Kind {
 
 // cart is an Instance Spot: it records every message with its operation,
 // and checks on its first message that this is the message whose
-// activation created the incarnation (spec 002 §4.1, §10).
+// activation created the incarnation (PROTOCOL.md §7.5, §12.2 item 15).
 type cart struct {
 	w      *world
 	count  int64

@@ -1,21 +1,22 @@
-// Package spot addresses Spots by their global Spot ID (spec 002, with the
-// reactivation of spec 003). A node's Manager (extension.Spots()) offers:
+// Package spot addresses Spots by their global Spot ID (docs/PROTOCOL.md
+// §7, with the reactivation of PROTOCOL.md §7.10). A node's Manager
+// (extension.Spots()) offers:
 //
 //   - Create(type) and GetOrCreate(id, type) of User Spots: one reservation
 //     (Missing → Creating, a CAS that also checks the ID is no Instance
-//     Spot), command 47 to the chosen node, which reads the creation request
+//     Spot), UserSpotCreate to the chosen node, which reads the creation request
 //     from the Relocation Store, runs the factory and the Creator callback
-//     staged, and commits Ready; command 20 answers once per operation.
+//     staged, and commits Ready; a SpotReply answers once per operation.
 //     Callers that meet another attempt wait for Ready or Missing.
 //   - Request(id, msg) / Send(id, msg) by Spot ID. InstanceSpot(type?)
-//     allows cold activation: the caller sends command 39 (route kind 2)
+//     allows cold activation: the caller sends a SpotActivation (route kind 2)
 //     with the first message; the target stores it as a recovery root,
 //     reserves, runs the factory, commits Ready and dispatches the first
 //     message ahead of anything else, and removes the recovery pointer once
 //     that handler returned. An Instance Spot whose owner's lifecycle ended
-//     is reactivated on a live node the same way (spec 003); an activation
-//     whose target died is resumed by Recover (§4.1.1).
-//   - Find, Query (bounded pages), Close of a User Spot (command 48), and
+//     is reactivated on a live node the same way (PROTOCOL.md §7.10); an
+//     activation whose target died is resumed by Recover (PROTOCOL.md §7.7).
+//   - Find, Query (bounded pages), Close of a User Spot (UserSpotClose), and
 //     CloseSelf for an Instance Spot from its own handler.
 //   - A positive route cache (RouteCacheMaxAge); a Message Follow hint
 //     drains the old route with a RouteBarrier before it is dropped, so one
@@ -49,7 +50,7 @@ func IsReservedEntryID(id string) bool { return cluster.IsEntrySpotID(id) }
 // ValidateID checks a caller-given User or Instance Spot ID: UTF-8, 1..255
 // bytes, compared byte for byte, and not in the reserved Entry Spot format.
 // Violations are InvalidOperation, before any store write or factory
-// (spec 002 §2, §2.1).
+// (PROTOCOL.md §7.1).
 func ValidateID(id string) error {
 	if err := location.ValidateID("spot id", id); err != nil {
 		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
@@ -61,7 +62,7 @@ func ValidateID(id string) error {
 }
 
 // ValidateStableType checks a User or Instance Spot type: a case-sensitive
-// stable name, UTF-8, 1..255 bytes, not normalised (spec 002 §2).
+// stable name, UTF-8, 1..255 bytes, not normalised (PROTOCOL.md §2.1, §7.1).
 func ValidateStableType(stableType string) error {
 	if err := location.ValidateID("stable type", stableType); err != nil {
 		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
@@ -70,7 +71,7 @@ func ValidateStableType(stableType string) error {
 }
 
 // NewID issues the Spot ID of a Create: a lowercase canonical UUID v4
-// (spec 002 §3).
+// (PROTOCOL.md §7.2).
 func NewID() string { return uuid.NewString() }
 
 // newID is what Create calls (replaced in tests); newIDCalls counts it.
@@ -79,7 +80,7 @@ var (
 	newIDCalls atomic.Int64
 )
 
-// Route cache and Message Follow defaults (spec 002 §6, DESIGN §5).
+// Route cache and Message Follow defaults (PROTOCOL.md §7.8, §9).
 const (
 	DefaultRouteCacheMaxAge      = 15 * time.Second
 	DefaultMessageFollowDuration = 30 * time.Second
@@ -90,8 +91,8 @@ const (
 )
 
 // Disabled, as RouteCacheMaxAge, turns the route cache off: every call
-// reads the store (spec 002 §6 "setting it to 0 turns it off"; in Go the
-// zero value means the default, so off is spelled Disabled).
+// reads the store (PROTOCOL.md §7.8; in Go the zero value means the
+// default, so off is spelled Disabled).
 const Disabled time.Duration = -1
 
 // RouteConfig holds the route cache age and the follow duration.
@@ -100,7 +101,7 @@ type RouteConfig struct {
 	MessageFollowDuration time.Duration
 }
 
-// WithDefaults fills zero fields with the spec defaults.
+// WithDefaults fills zero fields with the defaults (PROTOCOL.md §9).
 func (c RouteConfig) WithDefaults() RouteConfig {
 	if c.RouteCacheMaxAge == 0 {
 		c.RouteCacheMaxAge = DefaultRouteCacheMaxAge
@@ -112,7 +113,7 @@ func (c RouteConfig) WithDefaults() RouteConfig {
 }
 
 // Validate rejects a cache age that is not at least MinFollowMargin shorter
-// than the follow duration (spec 002 §6).
+// than the follow duration (PROTOCOL.md §7.8).
 func (c RouteConfig) Validate() error {
 	if c.RouteCacheMaxAge == Disabled && c.MessageFollowDuration > 0 {
 		return nil

@@ -14,7 +14,7 @@ import (
 
 // Spot IDs are UTF-8 of 1..255 bytes, byte-exact and case-sensitive;
 // anything else is InvalidOperation.
-// Reference: spec 002 §2.
+// Reference: docs/PROTOCOL.md §7.1.
 func TestSpotIDRules(t *testing.T) {
 	for _, ok := range []string{"a", "Room", "room", "a/b %", "🚀", strings.Repeat("x", 255), "x-entry-not-a-uuid"} {
 		require.NoError(t, spot.ValidateID(ok), "%q", ok)
@@ -27,7 +27,7 @@ func TestSpotIDRules(t *testing.T) {
 
 // The framework's Entry Spot ID format is reserved: a caller-given ID in it
 // is InvalidOperation; every ID a node issues is in it.
-// Reference: spec 002 §2.1.
+// Reference: PROTOCOL.md §7.1 (the reserved Entry Spot form), §3.4.
 func TestReservedEntryFormatIsRefused(t *testing.T) {
 	issued := cluster.NewEntrySpotID("roam")
 	require.True(t, spot.IsReservedEntryID(issued), issued)
@@ -41,7 +41,7 @@ func TestReservedEntryFormatIsRefused(t *testing.T) {
 
 // Create issues lowercase canonical UUID v4 IDs, which are valid Spot IDs
 // and never reserved.
-// Reference: spec 002 §3.
+// Reference: PROTOCOL.md §7.2.
 func TestNewIDIsALowercaseUUIDv4(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 100; i++ {
@@ -54,7 +54,7 @@ func TestNewIDIsALowercaseUUIDv4(t *testing.T) {
 }
 
 // The route cache must expire at least 5 s before Message Follow ends.
-// Reference: spec 002 §6, DESIGN §5.
+// Reference: PROTOCOL.md §7.8, §9.
 func TestRouteCacheMustBeShorterThanFollow(t *testing.T) {
 	def := spot.RouteConfig{}.WithDefaults()
 	require.Equal(t, 15*time.Second, def.RouteCacheMaxAge)

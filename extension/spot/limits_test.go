@@ -24,7 +24,7 @@ func withCapacity(n uint32) nodeOpt { return func(c *extension.Config) { c.Node.
 // a full node moves on to another candidate, and with every candidate
 // full the create and a cold activation (request or send) end
 // CapacityExceeded, leaving no reservation behind.
-// Reference: spec 002 §3.1, §4.1 step 7.
+// Reference: docs/PROTOCOL.md §7.2 (placement), §7.5 step 9.
 func TestCapacityExceededWhenEveryCandidateIsFull(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -52,7 +52,7 @@ func TestCapacityExceededWhenEveryCandidateIsFull(t *testing.T) {
 }
 
 // A creation request over 1 MiB is refused before any store write.
-// Reference: spec 002 §3.1 "An encoded creation request is at most 1 MiB".
+// Reference: PROTOCOL.md §7.2 (a creation request is at most 1 MiB encoded).
 func TestCreationRequestOver1MiBIsRefused(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -68,7 +68,7 @@ func TestCreationRequestOver1MiBIsRefused(t *testing.T) {
 }
 
 // Query lists Ready Spots a bounded page at a time: size 1..1000.
-// Reference: spec 002 §3.4.
+// Reference: PROTOCOL.md §7.3.
 func TestQueryIsBounded(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -103,8 +103,8 @@ func TestQueryIsBounded(t *testing.T) {
 
 // A call on a route whose incarnation is gone ends with a stale-route
 // error; it is not resubmitted to whatever owns the ID now.
-// Reference: spec 002 §5 "If the resolved owner no longer owns that
-// SpotId, the current operation ends with a stale-route error".
+// Reference: PROTOCOL.md §7.4 (a stale route ends the call with ErrStale;
+// it is never resubmitted to the current owner).
 func TestStaleRouteEndsTheCall(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -133,7 +133,7 @@ func TestStaleRouteEndsTheCall(t *testing.T) {
 // A GetOrCreate that finds another operation's attempt Creating waits for
 // it within its own deadline and starts nothing; at the deadline it ends
 // DeadlineExceeded, and the next call reads the store again.
-// Reference: spec 002 §3.2.
+// Reference: PROTOCOL.md §7.2 (convergence).
 func TestGetOrCreateWaitsForAnotherAttemptWithinItsDeadline(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -160,7 +160,7 @@ func TestGetOrCreateWaitsForAnotherAttemptWithinItsDeadline(t *testing.T) {
 
 // A route cache that may outlive Message Follow is refused at start: the
 // cache age must be at least 5 s shorter than the follow duration.
-// Reference: spec 002 §6.
+// Reference: PROTOCOL.md §7.8.
 func TestRouteCacheLongerThanFollowIsRefusedAtStart(t *testing.T) {
 	_, err := extension.Start(ctx, extension.Config{
 		Node: cluster.Config{Store: memstore.New(), Logger: testLogger(), LeaseTTL: 2 * time.Second},
@@ -176,11 +176,11 @@ func TestRouteCacheLongerThanFollowIsRefusedAtStart(t *testing.T) {
 }
 
 // A User Spot reservation still Creating long after its operation's
-// deadline (its command 47 was lost, its owner still alive) does not block
+// deadline (its UserSpotCreate was lost, its owner still alive) does not block
 // the ID forever: the next GetOrCreate releases it with its fence and
 // creates.
-// Reference: spec 002 §3.2 (waiters converge on Ready or Missing), spec 003
-// (an abandoned reservation is released only under exact conditions).
+// Reference: PROTOCOL.md §7.2 (waiters converge on Ready or Missing; an
+// abandoned reservation is replaced with its fence).
 func TestAbandonedReservationIsReleased(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -203,7 +203,7 @@ func TestAbandonedReservationIsReleased(t *testing.T) {
 
 // Creations racing for the last slot of a node do not overshoot its
 // Capacity: in-progress creations count with the serving ones.
-// Reference: spec 002 §3.1 (active/pending capacity).
+// Reference: PROTOCOL.md §7.2 (placement: serving and pending count).
 func TestConcurrentCreatesDoNotOvershootCapacity(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -233,7 +233,7 @@ func TestConcurrentCreatesDoNotOvershootCapacity(t *testing.T) {
 // A cold activation that reaches a full node is passed on to another
 // candidate with room; it ends CapacityExceeded only when every candidate
 // is full, with nothing reserved.
-// Reference: spec 002 §4.1 step 7.
+// Reference: PROTOCOL.md §7.5 step 9.
 func TestActivationPassesOnFromAFullNode(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)

@@ -22,7 +22,7 @@ import (
 // grain through roam's IdentityLookup: the first request activates it as
 // the Instance Spot "<kind>/<identity>", and after the grain moves with its
 // state the next request reaches it on its new node.
-// Reference: issue 4 item 8; DESIGN §4 (cluster integration).
+// Reference: docs/PROTOCOL.md §7.11 (Proto.Actor grains).
 func TestProtoActorClusterRequestReachesAMovedGrain(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -67,7 +67,7 @@ func TestProtoActorClusterRequestReachesAMovedGrain(t *testing.T) {
 // cached route is being drained after a move (its barrier on the way), the
 // lookup waits for the drain instead of reading the new owner and letting
 // the grain call overtake this node's earlier calls on the old route.
-// Reference: spec 002 §6 (a caller's order holds across a move).
+// Reference: PROTOCOL.md §7.8 (a caller's order holds across a move).
 func TestGrainLookupWaitsForARouteBeingDrained(t *testing.T) {
 	w := newWorld(t, memstore.New())
 	w.startN(2, withKinds(w.cartKind("counter")))

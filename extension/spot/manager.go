@@ -27,21 +27,22 @@ import (
 )
 
 // ServiceName is the PID id of every node's Spot service, which answers
-// commands 39 (cold activation), 47 (create) and 48 (close).
+// SpotActivation (cold activation), UserSpotCreate and UserSpotClose
+// (docs/PROTOCOL.md §8).
 const ServiceName = "roam/spot"
 
 // Config configures a Manager. Zero fields take the documented defaults.
 type Config struct {
 	// Routes holds RouteCacheMaxAge (default 15 s) and
 	// MessageFollowDuration (default 30 s); the cache age must be at least
-	// 5 s shorter (spec 002 §6). The follow duration must be the one the
+	// 5 s shorter (PROTOCOL.md §7.8). The follow duration must be the one the
 	// relocation driver uses.
 	Routes RouteConfig
 	// DefaultTimeout is a call's deadline when it sets none. Default 5 s.
 	DefaultTimeout time.Duration
 	// ResultRetention is how long a target keeps a create's or close's
-	// terminal result for a redelivery of the same operation (spec 002
-	// §3.2). Default 1 min.
+	// terminal result for a redelivery of the same operation
+	// (PROTOCOL.md §7.2). Default 1 min.
 	ResultRetention time.Duration
 	// Logger receives the Spot warnings. Default zerolog.Nop.
 	Logger *zerolog.Logger
@@ -73,7 +74,7 @@ func (c *Config) setDefaults() error {
 
 // Manager is a node's Spot manager: Create, GetOrCreate, Find, Query and
 // Close of User Spots, and direct calls by Spot ID with cold activation of
-// Instance Spots (spec 002). It hosts Spots through the node's relocation
+// Instance Spots (PROTOCOL.md §7). It hosts Spots through the node's relocation
 // driver, so a Spot moves like any relocatable object.
 type Manager struct {
 	d     *relocation.Driver
@@ -97,16 +98,17 @@ type Manager struct {
 	// refusedLog limits control_message_refused lines.
 	refusedLog ratelog.Limiter
 	refusedN   atomic.Int64 // commands refused for their sender
-	// pendingOps: the operation ids of this node's commands 47/48 still
+	// pendingOps: the operation ids of this node's UserSpotCreate and
+	// UserSpotClose commands still
 	// waiting for their answer (CommandConfirm).
 	pendingOps sync.Map
 
 	mu      sync.Mutex
 	results map[string]*retained
 	// resultsSwept is when expired results were last dropped.
-	resultsSwept time.Time                     // terminal results by operation id (§3.2, §7.1)
+	resultsSwept time.Time                     // terminal results by operation id (PROTOCOL.md §7.2, §7.9)
 	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
-	queues       map[string][]queuedActivation // command 39s per Spot ID, in arrival order
+	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
 	watches      map[watchKey]*sharedWatch
 }
 
@@ -241,7 +243,7 @@ func (m *Manager) Shutdown() {
 // sweepRoutes drops, every sweepEvery, the cached routes of nodes that left
 // (their descriptor is gone or names another lease), so a call does not
 // use a route to a node that is no more: the positive cache is only used
-// within the owner lease (spec 002 §6).
+// within the owner lease (PROTOCOL.md §7.8).
 func (m *Manager) sweepRoutes() {
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
@@ -331,7 +333,7 @@ func (m *Manager) receive(c actor.Context) {
 	}
 }
 
-// replyMember runs a command 47 or 48 only when the node it names as its
+// replyMember runs a UserSpotCreate or UserSpotClose only when the node it names as its
 // source is a live member of the mesh at the address it came from (the
 // reply goes there); anything else is refused and not retained, so a
 // forged operation id cannot shadow the real one.
@@ -394,7 +396,7 @@ func (m *Manager) refused(what, from, why string) {
 
 // reply answers a command once per operation id: a redelivery of the same
 // operation gets the retained terminal result, never a second run
-// (spec 002 §3.2, §3.3).
+// (PROTOCOL.md §7.2).
 func (m *Manager) reply(to *actor.PID, op string, run func() *messages.SpotReply) {
 	out := m.once(op, run)
 	if to != nil {
@@ -435,7 +437,7 @@ func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.Spot
 	return out
 }
 
-// failure is a command 20 failure tail.
+// failure is a SpotReply failure tail.
 func failure(err error) *messages.SpotReply {
 	return &messages.SpotReply{FailureCode: roamerr.Code(err), FailureDetail: err.Error()}
 }
@@ -466,7 +468,7 @@ func (m *Manager) lockKey(id string) func() {
 	}
 }
 
-// enqueueActivation queues a command 39 behind the earlier ones for the
+// enqueueActivation queues a SpotActivation behind the earlier ones for the
 // same Spot ID: one goroutine per ID handles them in arrival order, so a
 // caller's messages to a Spot being activated keep their order.
 func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID) {
@@ -502,14 +504,14 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID)
 	}()
 }
 
-// queuedActivation is a command 39 and the Spot service that sent it: the
+// queuedActivation is a SpotActivation and the Spot service that sent it: the
 // caller's, or a full target's passing it on.
 type queuedActivation struct {
 	a    *messages.SpotActivation
 	from *actor.PID
 }
 
-// fromMember accepts a command 39 only from a live node of the mesh: the
+// fromMember accepts a SpotActivation only from a live node of the mesh: the
 // recovery root it stores and the Spot it activates are the caller's to
 // decide, and a caller is a node.
 func (m *Manager) fromMember(a *messages.SpotActivation, from *actor.PID) error {
@@ -529,7 +531,7 @@ func (m *Manager) fromMember(a *messages.SpotActivation, from *actor.PID) error 
 
 // OnFollow is the relocation driver's Message Follow hook: it tells the
 // caller's node that its route is followed, so that node drops the cached
-// route (spec 002 §6).
+// route (PROTOCOL.md §7.8).
 func (m *Manager) OnFollow(key location.AuthorityKey, env *actor.MessageEnvelope) {
 	if key.Kind != location.KindInstanceSpot && key.Kind != location.KindUserSpot {
 		return
@@ -552,7 +554,7 @@ func (m *Manager) OnFollow(key location.AuthorityKey, env *actor.MessageEnvelope
 }
 
 // onHint drops a followed route without reordering this node's messages
-// (spec 002 §6): a RouteBarrier goes down the old route behind everything
+// (PROTOCOL.md §7.8): a RouteBarrier goes down the old route behind everything
 // sent on it; only when the Spot answers it (or after barrierTimeout) does
 // the next call resolve the new owner.
 func (m *Manager) onHint(id string) {
@@ -616,7 +618,7 @@ const headerOrigin = "roam-origin"
 type authority struct {
 	v       location.Versioned // Present() false: Missing
 	address string             // the owner's remote address, when alive
-	ended   bool               // the owner's lease or lifecycle ended (spec 003)
+	ended   bool               // the owner's lease or lifecycle ended (PROTOCOL.md §3.4)
 }
 
 func (a authority) missing() bool { return !a.v.Present() }
@@ -625,7 +627,7 @@ func (a authority) ready() bool {
 	return a.v.Present() && a.v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
 }
 
-// ref is the SpotRef of the authority (spec 002 §2.2).
+// ref is the SpotRef of the authority (PROTOCOL.md §7.1).
 func (a authority) ref() *messages.SpotRef {
 	r := a.v.Record
 	return &messages.SpotRef{
@@ -644,7 +646,7 @@ func (a authority) pid() *actor.PID {
 }
 
 // readAuthority reads a Spot ID's authority: the User and the Instance Spot
-// keys share one namespace (spec 002 §2), so the ID is looked up under
+// keys share one namespace (PROTOCOL.md §3.1), so the ID is looked up under
 // both; at most one exists, because every reservation checks the other is
 // absent in the same transaction.
 func (m *Manager) readAuthority(ctx context.Context, id string) (authority, error) {

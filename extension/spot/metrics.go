@@ -15,8 +15,8 @@ import (
 // metrics counts Spot operations on an OpenTelemetry meter provider:
 // calls by how their route was resolved and how they ended, creates by
 // terminal state, activations and closes by outcome, and how long an
-// activation took on its target. Spot IDs are never attributes (spec 002
-// §9); they are log fields.
+// activation took on its target. Spot IDs are never attributes
+// (docs/PROTOCOL.md §7.4); they are log fields.
 type metrics struct {
 	calls      metric.Int64Counter
 	operations metric.Int64Counter

@@ -13,8 +13,7 @@ import (
 
 // Calls are counted by route and outcome, activations and creates by
 // outcome, with the activation time; Spot IDs are never attributes.
-// Reference: spec 002 §9 (observability; "Spot ID isn't used as a metric
-// label").
+// Reference: docs/PROTOCOL.md §7.4 (Spot IDs are never metric attributes).
 func TestSpotOperationsAreMeasured(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -15,8 +15,9 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// selectMesh picks the Mesh a new Spot is first placed on (spec 002 §3.1,
-// §4.1 step 4): the named one (NotFound if no node serves it), or the only
+// selectMesh picks the Mesh a new Spot is first placed on
+// (docs/PROTOCOL.md §7.2; PROTOCOL.md §7.5 step 4): the named one
+// (NotFound if no node serves it), or the only
 // Mesh any node serves (NotConfigured with none, InvalidOperation with
 // several). It returns that Mesh's descriptors.
 func (m *Manager) selectMesh(ctx context.Context, inMesh string) (string, []location.VersionedNode, error) {
@@ -50,8 +51,8 @@ func (m *Manager) selectMesh(ctx context.Context, inMesh string) (string, []loca
 	return "", nil, fmt.Errorf("%w: %d meshes %v; name one with InMesh", roamerr.ErrInvalidOperation, len(meshes), meshes)
 }
 
-// instanceType resolves the stable type of a cold activation (spec 002
-// §4.1 steps 5–6): a named type must be hosted by some node of the Mesh
+// instanceType resolves the stable type of a cold activation
+// (PROTOCOL.md §7.5 step 5): a named type must be hosted by some node of the Mesh
 // (NotFound); an omitted one is the Mesh's only Instance type (NotFound
 // with none, InvalidOperation with several).
 func instanceType(nodes []location.VersionedNode, named string) (string, error) {
@@ -143,8 +144,8 @@ func weight(n location.VersionedNode) int { return max(int(n.Node.GetWeight()), 
 
 // admitCapacity admits one new incarnation on this node unless its
 // Capacity (0: unbounded) is used up by the incarnations it serves plus
-// the creations in progress here (spec 002 §3.1 "active/pending
-// capacity"). An admitted creation holds its pending slot until the
+// the creations in progress here (PROTOCOL.md §7.2, placement). An
+// admitted creation holds its pending slot until the
 // returned release is called, so concurrent creations cannot overshoot.
 func (m *Manager) admitCapacity(ctx context.Context) (release func(), err error) {
 	c := m.desc.GetCapacity()

@@ -35,7 +35,7 @@ func typed(err error) bool {
 // handled exactly once and one that failed at most once; no record stays
 // Creating or Closing; and at most one node serves each Spot, the one the
 // store names.
-// Reference: spec 002 §3.2, §4.2, §5, §7; spec 000 §13 (exactly once).
+// Reference: docs/PROTOCOL.md §7.2, §7.4, §7.6, §7.9, §10 (exactly once).
 func TestRandomizedSpotOperations(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -179,7 +179,7 @@ func TestRandomizedSpotOperations(t *testing.T) {
 // that failed at most once, and afterwards each Instance Spot answers a
 // call with Instance intent (reactivated on a live node if its owner left)
 // and is served by exactly one live node, the one the store names.
-// Reference: spec 003 (reactivation after the owner ended), spec 002 §5.
+// Reference: PROTOCOL.md §7.10 (reactivation after the owner ended), §7.4.
 func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -270,7 +270,7 @@ func TestInstanceSpotsSurviveANodeLeaving(t *testing.T) {
 			}
 		}
 		for _, id := range carts {
-			// roam never resends a call after it left (spec 002 §5); the
+			// roam never resends a call after it left (PROTOCOL.md §7.4); the
 			// caller may. A Spot whose move was cut off by the node leaving
 			// is Unavailable until its source has reconciled (the restore
 			// deadline, 10 s, and a cutover wait): retry until then.

@@ -19,8 +19,8 @@ import (
 // member must leave first). It returns true when it released the record,
 // false when there was none. It refuses (InvalidOperation) a Spot whose
 // owner is alive and an activation still in progress (that one resumes by
-// itself with its stored first message). Spec 003 releases an ended
-// owner's record automatically only where no state is lost and no members
+// itself with its stored first message). roam releases an ended owner's
+// record automatically only where no state is lost and no members
 // remain; this is the explicit case.
 func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error) {
 	if err := m.d.Usable(); err != nil {

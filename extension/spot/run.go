@@ -27,7 +27,7 @@ type runner struct {
 	step   func(activation.Event) []activation.Effect
 	timers *timerSet
 
-	// What a command 39 brings, for the effects that use it.
+	// What a SpotActivation brings, for the effects that use it.
 	env   *messages.SpotActivation
 	first any
 

@@ -86,8 +86,8 @@ func recordCount(t *testing.T, store location.Store, kind location.Kind) int {
 
 // A Spot ID is one key across the whole store: the same ID cannot be a
 // second Spot in another Mesh, nor an Instance Spot while it is a User Spot.
-// Reference: spec 002 §2, §10 "Spot ID is a global key across the whole
-// Store namespace and doesn't allow duplication per MeshName".
+// Reference: docs/PROTOCOL.md §7.1, §12.2 item 1 (a Spot ID is one key
+// across the whole store, whatever the mesh).
 func TestSpotIDIsGlobalAcrossMeshes(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -109,8 +109,8 @@ func TestSpotIDIsGlobalAcrossMeshes(t *testing.T) {
 
 // A caller-given ID in the reserved Entry format is refused with
 // InvalidOperation before any store write or factory run.
-// Reference: spec 002 §2.1, §10 "rejected with InvalidOperation before
-// Store reservation and factory execution".
+// Reference: PROTOCOL.md §7.1, §12.2 item 2 (refused with InvalidOperation
+// before any store reservation or factory run).
 func TestReservedEntryFormatIsRefusedBeforeTheStore(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -133,9 +133,8 @@ func TestReservedEntryFormatIsRefusedBeforeTheStore(t *testing.T) {
 
 // Create issues a lowercase canonical UUID v4, and a taken UUID ends the
 // Create with AlreadyExists without a second UUID or reservation.
-// Reference: spec 002 §3.2, §10 "User Spot Create issues a lowercase
-// canonical UUID v4 string and does not generate a second UUID on an
-// active conflict".
+// Reference: PROTOCOL.md §7.2, §12.2 item 3 (Create issues a lowercase
+// UUID v4 and no second one on a conflict).
 func TestCreateIssuesUUIDv4AndNoSecondOnConflict(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -158,8 +157,8 @@ func TestCreateIssuesUUIDv4AndNoSecondOnConflict(t *testing.T) {
 
 // Actors spawned on a node are members of the Entry Spot its descriptor
 // published; the Entry Spot ID is taken from the descriptor, never parsed.
-// Reference: spec 002 §2.1, §10 "Entry Spot join and placement use the
-// descriptor's lifecycle mapping and don't parse the Spot ID string".
+// Reference: PROTOCOL.md §3.4, §12.2 item 4 (Entry Spots and placement
+// use the node descriptors, never a parse of the Spot ID).
 func TestEntryMembershipComesFromTheDescriptor(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -179,8 +178,8 @@ func TestEntryMembershipComesFromTheDescriptor(t *testing.T) {
 
 // Create and GetOrCreate take a stable type (and an ID), never a node:
 // the framework places the Spot, and the SpotRef says where.
-// Reference: spec 002 §3, §10 "User Spot Create/GetOrCreate don't require
-// target RID and endpoint from the application".
+// Reference: PROTOCOL.md §7.2, §12.2 item 5 (Create and GetOrCreate take
+// no target node or endpoint from the application).
 func TestCreateNeedsNoTargetNode(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -200,8 +199,8 @@ func TestCreateNeedsNoTargetNode(t *testing.T) {
 // The manager offers no Instance Spot create: Instance Spots come only from
 // a first message; GetOrCreate of an existing Instance Spot's ID is a
 // TypeMismatch, and the manager has no method for it.
-// Reference: spec 002 §3, §10 "The Spot manager doesn't provide Instance
-// Spot create/get-or-create".
+// Reference: PROTOCOL.md §7.2, §12.2 item 6 (the manager has no Instance
+// Spot create or get-or-create).
 func TestManagerHasNoInstanceSpotCreate(t *testing.T) {
 	mt := reflect.TypeOf(&spot.Manager{})
 	for i := 0; i < mt.NumMethod(); i++ {
@@ -218,15 +217,15 @@ func TestManagerHasNoInstanceSpotCreate(t *testing.T) {
 	})
 }
 
-// A remote create reserves in the store, then sends command 47 with the
+// A remote create reserves in the store, then sends UserSpotCreate with the
 // reservation fence; the target reads the creation request from the
 // Relocation Store (checking its hash), runs the factory and the create
-// callback once, and answers command 20 once: a redelivery of the same
+// callback once, and answers one SpotReply: a redelivery of the same
 // operation gets the same result, a stale fence a Stale failure.
-// Reference: spec 002 §3.3, §10 "Remote User Spot create fixes provider
-// reservation and target lifecycle in command 47, reads Pending creation
-// content directly from the store, and returns the terminal result exactly
-// once via command 20".
+// Reference: PROTOCOL.md §7.2, §12.2 item 8 (a remote create fixes the
+// reservation and the target lifecycle in UserSpotCreate, reads the pending
+// creation content from the store, and answers exactly once with
+// SpotReply).
 func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -249,7 +248,7 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, spot.Created, again.State, "a Rejected result is not shared with another operation")
 
-		// A command 47 whose fence does not match the store is refused.
+		// A UserSpotCreate whose fence does not match the store is refused.
 		cmd := &messages.UserSpotCreate{
 			OperationId: uuid.NewString(), SpotId: "studio", StableType: "room",
 			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
@@ -274,8 +273,8 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 // A SpotRef keeps the incarnation's generation and where it was at lookup;
 // after a move the old ref still names the generation but not the owner,
 // and calls by Spot ID still reach the Spot.
-// Reference: spec 002 §2.2, §10 "SpotRef preserves the public generation
-// but isn't used as a messaging target".
+// Reference: PROTOCOL.md §7.1, §12.2 item 9 (a SpotRef keeps the
+// generation but is not a messaging target).
 func TestSpotRefIsASnapshot(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -300,8 +299,8 @@ func TestSpotRefIsASnapshot(t *testing.T) {
 // --- Direct call and cold activation ----------------------------------------
 
 // A direct call names only the Spot ID; the framework resolves the owner.
-// Reference: spec 002 §5, §10 "The Spot direct starter method only takes a
-// Spot ID and doesn't require an owner route".
+// Reference: PROTOCOL.md §7.4, §12.2 item 10 (a direct call takes only a
+// Spot ID, no owner route).
 func TestDirectCallTakesOnlyASpotID(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -322,8 +321,8 @@ func nilReply(_ proto.Message, err error) error { return err }
 
 // A call without Instance intent to a Missing Spot ends NotFound and writes
 // nothing: no creation intent, no factory.
-// Reference: spec 002 §4, §10 "A Missing Spot message with no Instance
-// intent doesn't create a creation intent".
+// Reference: PROTOCOL.md §7.4, §12.2 item 11 (a message to a Missing Spot
+// without Instance intent writes no creation intent).
 func TestMissingWithoutInstanceIntentIsNotFound(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -341,9 +340,9 @@ func TestMissingWithoutInstanceIntentIsNotFound(t *testing.T) {
 
 // Instance intent cold-activates a Missing Spot with the named type, in
 // the named Mesh; InMesh without Instance intent is refused.
-// Reference: spec 002 §4, §4.1, §10 "Instance intent only starts cold
-// activation on a Missing Spot, using optional initial Mesh and stable
-// type".
+// Reference: PROTOCOL.md §7.4, §7.5, §12.2 item 12 (Instance intent starts
+// a cold activation only on a Missing Spot, with the optional mesh and
+// type).
 func TestInstanceIntentActivatesInTheNamedMesh(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -376,9 +375,8 @@ func TestInstanceIntentActivatesInTheNamedMesh(t *testing.T) {
 
 // With one Instance type in the Mesh, InstanceSpot() picks it; with two,
 // the type must be named.
-// Reference: spec 002 §4.1 step 6, §10 "If the selected Mesh has exactly
-// one distinct Instance type, it's auto-selected; with multiple, type
-// specification is required".
+// Reference: PROTOCOL.md §7.5 step 5, §12.2 item 13 (the mesh's only
+// Instance type is chosen; with several, the type must be named).
 func TestInstanceTypeIsAutoSelectedOnlyWhenUnique(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -402,9 +400,9 @@ func TestInstanceTypeIsAutoSelectedOnlyWhenUnique(t *testing.T) {
 
 // The calling node writes nothing for a cold activation: it sends the
 // activation envelope, with the first message inside, to the target.
-// Reference: spec 002 §4.1 steps 8–9, §10 "The cold-activation source
-// doesn't create an owner claim — it submits the activation envelope,
-// including the first message, to the target".
+// Reference: PROTOCOL.md §7.5 step 7, §12.2 item 14 (the caller of a cold
+// activation claims no owner: it sends the activation envelope, first
+// message inside, to the target).
 func TestColdActivationSourceWritesNothing(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -426,10 +424,9 @@ func TestColdActivationSourceWritesNothing(t *testing.T) {
 // A target that holds a stale incarnation (the Spot moved away) does not
 // run an activation's first message there: it reads the store and hands
 // the message to the current owner, once.
-// Reference: spec 002 §4.1 step 10, §10 "A message isn't delivered to a
-// local instance that doesn't match the Store's current authority. A target
-// that didn't obtain creation authority doesn't create a separate
-// instance".
+// Reference: PROTOCOL.md §7.5 step 8, §12.2 item 16 (no message reaches an
+// incarnation the store does not name; a node that did not win creation
+// authority creates no instance of its own).
 func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -467,8 +464,8 @@ func TestActivationAtAStaleTargetReachesTheCurrentOwner(t *testing.T) {
 
 // Missing, Creating and store failures are never cached: a NotFound is
 // followed, after another node activates the Spot, by a delivered call.
-// Reference: spec 002 §6, §10 "Missing, Creating, and Store failure aren't
-// negative-cached".
+// Reference: PROTOCOL.md §7.8, §12.2 item 17 (Missing, Creating and store
+// failures are never cached).
 func TestMissingIsNotNegativeCached(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -491,9 +488,9 @@ func TestMissingIsNotNegativeCached(t *testing.T) {
 // hop tells the caller's node to drop its cached route. The follow queue
 // has no item bound: a burst sent to the old owner during the move is
 // handled whole.
-// Reference: spec 002 §6, §10 "Message Follow only uses a committed route.
-// Its relay queue has no relocation-specific item-count or byte bound, and
-// it preserves operation identity".
+// Reference: PROTOCOL.md §5.14, §12.2 item 18 (Message Follow uses only a
+// committed route, has no bound of its own on items or bytes, and keeps
+// the operation identity).
 func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -530,7 +527,7 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 		_, err = request(t, c, "drum", "after")
 		require.NoError(t, err)
 		// "after" may overtake followed sends still in flight: order holds
-		// per route, not across routes (spec 000 §11).
+		// per route, not across routes (PROTOCOL.md §10).
 		eventually(t, "every send is handled", func() bool { return len(w.handledOf("drum")) == burst+3 })
 		var sends []string
 		for _, v := range w.handledOf("drum") {
@@ -568,8 +565,8 @@ func TestMessageFollowKeepsOperationIdentity(t *testing.T) {
 
 // Close checks the generation: the same ref closes once (true, then
 // false), a ref of an older incarnation never closes the new one.
-// Reference: spec 002 §7, §10 "Close checks that the generation matches
-// and doesn't retarget to a new incarnation".
+// Reference: PROTOCOL.md §7.9, §12.2 item 19 (Close checks the generation
+// and never retargets a new incarnation).
 func TestCloseChecksTheGeneration(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -601,8 +598,8 @@ func TestCloseChecksTheGeneration(t *testing.T) {
 
 // Close of a User Spot with a member Actor answers false and keeps the
 // Spot serving; nothing is moved or destroyed.
-// Reference: spec 002 §7, §10 "User Spot Close doesn't secretly clean up
-// active membership".
+// Reference: PROTOCOL.md §7.9, §12.2 item 20 (Close never cleans up
+// active memberships behind the application's back).
 func TestCloseKeepsASpotWithMembers(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -622,13 +619,12 @@ func TestCloseKeepsASpotWithMembers(t *testing.T) {
 	})
 }
 
-// Closing a Spot owned by another node goes through command 48 to the
-// owner, which reads the store itself; the answer is command 20's closed
+// Closing a Spot owned by another node goes through UserSpotClose to the
+// owner, which reads the store itself; the answer is SpotReply's closed
 // flag, and later calls find no Spot.
-// Reference: spec 002 §7.1, §10 "Remote User Spot Close fixes the SpotRef,
-// owner generation, StoreVersion, and target lifecycle in command 48, and
-// doesn't use a Location row lookup or application control packet as
-// completion".
+// Reference: PROTOCOL.md §7.9, §12.2 item 21 (a remote close fixes the
+// SpotRef, owner generation, StoreVersion and target lifecycle in
+// UserSpotClose, and completes only by its answer, never by a store read).
 func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -647,7 +643,7 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 		_, err = request(t, a, "loft", "after")
 		require.ErrorIs(t, err, roamerr.ErrNotFound)
 
-		// A command 48 with a stale StoreVersion is a typed failure.
+		// A UserSpotClose with a stale StoreVersion is a typed failure.
 		res, err = a.Spots().GetOrCreate("loft", "room").Do(ctx)
 		require.NoError(t, err)
 		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "loft"))
@@ -664,13 +660,13 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 	})
 }
 
-// --- Reactivation (spec 003) and recovery (spec 002 §4.1.1) -----------------
+// --- Reactivation (PROTOCOL.md §7.10) and recovery (PROTOCOL.md §7.7) --------
 
 // An Instance Spot of a PreserveStateWith kind whose owner ended is not
 // reactivated empty on its own: calls answer Unavailable naming the cause
 // until an operator accepts the loss with ReleaseEnded; then the next call
 // activates it empty. ReleaseEnded refuses a live owner.
-// Reference: spec 003 (automatic release only where no state is lost).
+// Reference: PROTOCOL.md §7.10 (automatic release only where no state is lost).
 func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -711,8 +707,8 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 // An Instance Spot whose owner's lifecycle ended is reactivated by a call
 // with Instance intent on a live node, with its stored Mesh and type and a
 // new generation; a call without intent is Unavailable.
-// Reference: spec 003 (ZLinkInstanceReactivationRoute), spec 002 §9 "Owner
-// is expired".
+// Reference: PROTOCOL.md §3.4 (ended owners), §12.2 item 22, §7.10 (an
+// Instance Spot of an ended owner is reactivated on a live node).
 func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -754,8 +750,8 @@ func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
 // Moving a User Spot's member Actor keeps its membership; only an Entry
 // Spot Actor joins the target node's Entry Spot. So the User Spot's Close
 // still sees the member after the move.
-// Reference: spec 000 §8 (membership changes only with an Entry Spot
-// Actor's host relocation), spec 002 §7.
+// Reference: PROTOCOL.md §7.9, §5.11 (only an Entry Spot Actor's
+// membership changes with a move).
 func TestMovingAMemberKeepsItsMembership(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -794,7 +790,7 @@ func TestMovingAMemberKeepsItsMembership(t *testing.T) {
 
 // A membership write is accepted only while the User Spot is Ready with
 // the generation the member names.
-// Reference: spec 003 (acceptsUserSpotMembership).
+// Reference: PROTOCOL.md §7.10 (memberships are validated).
 func TestMembershipNeedsTheActiveGeneration(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -818,7 +814,7 @@ func TestMembershipNeedsTheActiveGeneration(t *testing.T) {
 // but before its first handler completed, is resumed by a live node's
 // start-up scan with the same generation: the first message from the
 // recovery root is handled first, then the pointer and the root go.
-// Reference: spec 002 §4.1.1.
+// Reference: PROTOCOL.md §7.7.
 func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 	for _, state := range []messages.LifecycleState{messages.LifecycleState_LIFECYCLE_STATE_CREATING, messages.LifecycleState_LIFECYCLE_STATE_READY} {
 		t.Run(state.String(), func(t *testing.T) {
@@ -872,8 +868,8 @@ func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 // accepted are still handled, then the authority is released; a call
 // without intent finds nothing, one with Instance intent activates a new
 // incarnation.
-// Reference: spec 002 §7 "For Instance Spot, an application handler or
-// timer requests local Close from its own lifecycle context".
+// Reference: PROTOCOL.md §7.9 (an Instance Spot closes itself from its own
+// handler or timer: CloseSelf).
 func TestInstanceSpotClosesItself(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -904,7 +900,7 @@ func TestInstanceSpotClosesItself(t *testing.T) {
 // next activation resumes it from its recovery root, the stored first
 // message first. A record of this node's own with no incarnation behind
 // it is taken over the same way.
-// Reference: spec 002 §4.1.1, §3.2 (no authority stays Creating forever).
+// Reference: PROTOCOL.md §7.7, §7.2 (no authority stays Creating forever).
 func TestAbandonedActivationIsResumed(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -949,7 +945,7 @@ func TestAbandonedActivationIsResumed(t *testing.T) {
 // request — are handled in the caller's order: both cold activations go to
 // the same target (placement is a function of the Spot ID), whose per-ID
 // queue runs them in arrival order on the caller's one connection.
-// Reference: spec 002 §4.1 (cold activation), §6 (a caller's order).
+// Reference: PROTOCOL.md §7.5 (cold activation), §7.8 (a caller's order).
 func TestOneCallersColdActivationsKeepTheirOrder(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
@@ -1049,10 +1045,10 @@ func (p *pointerProbe) Receive(c actor.Context) {
 // After a cold activation's first message, the incarnation runs nothing
 // else until the recovery pointer's removal has landed, and a move waits
 // until then: an owner that ends in between is resumed from the
-// first message alone (spec 002 §4.1.1), which must then be all it did —
+// first message alone (PROTOCOL.md §7.7), which must then be all it did —
 // otherwise a resumed PreserveStateWith Spot would start without what the
 // later messages did.
-// Reference: spec 002 §4.1 step 12, §4.1.1; spec 003.
+// Reference: PROTOCOL.md §7.5 step 12, §7.7, §7.10.
 func TestNothingRunsAfterTheFirstMessageUntilTheRecoveryPointerIsGone(t *testing.T) {
 	held := newHoldStore(removesPointer)
 	inner := held.Store
@@ -1097,8 +1093,8 @@ func TestNothingRunsAfterTheFirstMessageUntilTheRecoveryPointerIsGone(t *testing
 // incarnation dispatches it, not when it is handed to the transport: the
 // caller's next call, which may go straight to the now Ready incarnation,
 // cannot overtake it.
-// Reference: spec 002 §4.1 ("a subsequent message can't overtake this
-// record").
+// Reference: PROTOCOL.md §7.5 step 11 (no later message overtakes the
+// first).
 func TestASendWithAColdActivationReturnsOnceDispatched(t *testing.T) {
 	held := newHoldStore(reserves)
 	w := newWorld(t, held.Store)
@@ -1135,7 +1131,7 @@ func closedChan() chan struct{} {
 // A first handler that panics ends the first message's turn all the same:
 // the recovery pointer goes, the incarnation (restarted by its supervisor)
 // serves the next message, and it can move.
-// Reference: spec 002 §4.1 step 12.
+// Reference: PROTOCOL.md §7.5 step 12.
 func TestAFirstHandlerThatPanicsStillEndsTheActivation(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)

@@ -20,8 +20,8 @@ func readyAt(id string) authority {
 
 // Only a Ready authority with a live owner is cached: Missing, Creating and
 // an ended owner never are, and an entry ends at RouteCacheMaxAge.
-// Reference: spec 002 §6, §10 "Missing, Creating, and Store failure aren't
-// negative-cached".
+// Reference: docs/PROTOCOL.md §7.8, §12.2 item 17 (Missing, Creating and
+// store failures are never cached).
 func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 	c := newRouteCache(50 * time.Millisecond)
 	c.put("missing", authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, "missing")}})
@@ -52,7 +52,7 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 // A Message Follow hint marks a route draining once; while it drains,
 // callers get a channel to wait on instead of the route, so nothing is
 // sent down the old route behind its barrier; the drop releases them.
-// Reference: spec 002 §6.
+// Reference: PROTOCOL.md §7.8.
 func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 	c := newRouteCache(time.Minute)
 	c.put("r", readyAt("r"))
@@ -84,7 +84,7 @@ func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 // send the barrier first, let it come back, and drop the route, so the
 // call's message would follow the old route behind later ones sent on the
 // new route. The chat test caught that reordering under load.
-// Reference: spec 002 §6 (a caller's order holds across a move).
+// Reference: PROTOCOL.md §7.8 (a caller's order holds across a move).
 func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 	c := newRouteCache(time.Minute)
 	c.put("r", readyAt("r"))
@@ -130,8 +130,8 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 
 // Concurrent and later deliveries of one operation run it once and get
 // the same terminal result.
-// Reference: spec 002 §3.2 "Only a redelivery of the same operation ID
-// resends the retained terminal result", §3.3.
+// Reference: PROTOCOL.md §7.2 (a redelivery of the same operation gets
+// the retained terminal result; nothing runs twice).
 func TestOperationRunsOnce(t *testing.T) {
 	m := &Manager{results: map[string]*retained{}, cfg: Config{ResultRetention: time.Minute}}
 	var runs atomic.Int64
@@ -159,7 +159,7 @@ func TestOperationRunsOnce(t *testing.T) {
 }
 
 // The route cache can be turned off; the follow margin then does not
-// apply. Reference: spec 002 §6 ("Setting either to 0 turns off cache").
+// apply. Reference: PROTOCOL.md §7.8 (spot.Disabled turns the cache off).
 func TestRouteCacheCanBeDisabled(t *testing.T) {
 	require.NoError(t, RouteConfig{RouteCacheMaxAge: Disabled, MessageFollowDuration: time.Second}.Validate())
 	c := newRouteCache(Disabled)
@@ -170,7 +170,7 @@ func TestRouteCacheCanBeDisabled(t *testing.T) {
 
 // A route that ages out is remembered until the next resolve, so a caller
 // that finds another owner can drain the old route first.
-// Reference: spec 002 §6.
+// Reference: PROTOCOL.md §7.8.
 func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
 	c := newRouteCache(20 * time.Millisecond)
 	c.put("r", readyAt("r"))

@@ -20,9 +20,9 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// SpotRef is a snapshot of a Spot's location at lookup time (spec 002
-// §2.2). It is not a messaging target: call by SpotID, and Find again to
-// learn where the Spot is now.
+// SpotRef is a snapshot of a Spot's location at lookup time
+// (docs/PROTOCOL.md §7.1). It is not a messaging target: call by SpotID,
+// and Find again to learn where the Spot is now.
 type SpotRef struct {
 	SpotID           string
 	ObjectGeneration uint64
@@ -42,7 +42,7 @@ func (r SpotRef) wire() *messages.SpotRef {
 		NodeRid: r.NodeRid, SpotKind: r.Kind, StableType: r.StableType}
 }
 
-// CreateState is how a Create or GetOrCreate ended (spec 002 §3.2).
+// CreateState is how a Create or GetOrCreate ended (PROTOCOL.md §7.2).
 type CreateState int
 
 const (
@@ -80,7 +80,7 @@ type CreateResult struct {
 // Creator is implemented by a User Spot's actor that takes a creation
 // request. OnCreate runs on the actor's goroutine after the factory and
 // before the Spot is Ready; it may run again for the same input if a
-// target fails half-way, so it must tolerate re-execution (spec 002 §3.1).
+// target fails half-way, so it must tolerate re-execution (PROTOCOL.md §7.2).
 // An error wrapping ErrRejected declines the creation (Rejected, with the
 // reply); any other error fails it.
 type Creator interface {
@@ -90,7 +90,7 @@ type Creator interface {
 // ErrRejected is what a Creator returns (wrapped or not) to decline.
 var ErrRejected = errors.New("spot: creation rejected")
 
-// MaxCreateRequestBytes bounds an encoded creation request (spec 002 §3.1).
+// MaxCreateRequestBytes bounds an encoded creation request (PROTOCOL.md §7.2).
 const MaxCreateRequestBytes = 1 << 20
 
 // CreateCall is a Create or GetOrCreate, built fluently and submitted once.
@@ -103,14 +103,14 @@ type CreateCall struct {
 }
 
 // Create creates a User Spot of stableType under a new lowercase UUID v4
-// Spot ID (spec 002 §3).
+// Spot ID (PROTOCOL.md §7.2).
 func (m *Manager) Create(stableType string) *CreateCall {
 	return &CreateCall{m: m, stableType: stableType}
 }
 
 // GetOrCreate returns the Ready User Spot spotID of stableType (Existing),
 // or creates it (Created / Rejected). Concurrent callers converge on one
-// reservation and one factory run (spec 002 §3.2).
+// reservation and one factory run (PROTOCOL.md §7.2).
 func (m *Manager) GetOrCreate(spotID, stableType string) *CreateCall {
 	return &CreateCall{m: m, spotID: spotID, stableType: stableType}
 }
@@ -189,7 +189,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 	rec := auth.v.Record
 	if auth.v.Present() {
 		if create {
-			// A taken UUID is terminal: no second UUID (spec 002 §3.2).
+			// A taken UUID is terminal: no second UUID (PROTOCOL.md §7.2).
 			return CreateResult{}, fmt.Errorf("%w: Spot %q", roamerr.ErrAlreadyExists, c.spotID)
 		}
 		if auth.v.Key.Kind != location.KindUserSpot || rec.GetStableType() != c.stableType {
@@ -199,18 +199,18 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		case auth.ready() && !auth.ended:
 			return CreateResult{State: Existing, Ref: refFrom(auth.ref())}, nil
 		case abandoned(rec):
-			// Its operation gave up long ago (a lost command 47): release
+			// Its operation gave up long ago (a lost UserSpotCreate): release
 			// it with its fence in the reserving transaction below.
 		case !auth.ended:
 			// Another operation's attempt is in progress: wait for Ready
-			// or Missing, never start a second reservation (§3.2).
+			// or Missing, never start a second reservation (PROTOCOL.md §7.2).
 			if err := m.watch(ctx, auth.v.Key, auth.v.Version); err != nil {
 				return CreateResult{}, err
 			}
 			return CreateResult{}, errRetry
 		}
 		// The owner ended: its record is released in the same transaction
-		// that reserves anew, unless members remain (spec 003).
+		// that reserves anew, unless members remain (PROTOCOL.md §7.10).
 		if auth.ready() {
 			members, err := m.hasMembers(ctx, c.spotID, rec.GetObjectGeneration())
 			if err != nil {
@@ -307,8 +307,9 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 	return out, nil
 }
 
-// command sends a Spot command (47, 48) to the service at address and
-// waits for its command 20 within ctx; to this node it runs local.
+// command sends a Spot command (UserSpotCreate, UserSpotClose) to the
+// service at address and waits for its SpotReply within ctx; to this node
+// it runs local.
 func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Message, local func() *messages.SpotReply) (*messages.SpotReply, error) {
 	if address == m.desc.GetAddress() {
 		return m.once(op, local), nil
@@ -332,7 +333,7 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 	return reply, nil
 }
 
-// onCreate is the target of command 47 (spec 002 §3.3): it checks the
+// onCreate is the target of UserSpotCreate (PROTOCOL.md §7.2): it checks the
 // reservation fence against the store, reads the creation request from the
 // Relocation Store and checks its hash, runs the factory and the create
 // callback with the Spot staged, and commits Ready — or, on Rejected or a
@@ -449,7 +450,7 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 }
 
 // creationRequest reads the creation request from the Relocation Store
-// and checks it is the content the intent recorded (spec 002 §3.3).
+// and checks it is the content the intent recorded (PROTOCOL.md §7.2).
 func (m *Manager) creationRequest(ctx context.Context, intent *messages.CreationIntent) (proto.Message, error) {
 	if intent.GetContentRef() == "" {
 		return nil, nil
@@ -473,7 +474,7 @@ func (m *Manager) creationRequest(ctx context.Context, intent *messages.Creation
 }
 
 // hasMembers reports whether any Actor is a member of the User Spot
-// incarnation (spec 002 §7, spec 003).
+// incarnation (PROTOCOL.md §7.9, §7.10).
 func (m *Manager) hasMembers(ctx context.Context, spotID string, generation uint64) (bool, error) {
 	after := ""
 	for {
@@ -494,7 +495,7 @@ func (m *Manager) hasMembers(ctx context.Context, spotID string, generation uint
 }
 
 // Find returns the SpotRef of the Spot's current Ready authority; it never
-// creates (spec 002 §3.4). NotFound when there is none.
+// creates (PROTOCOL.md §7.3). NotFound when there is none.
 func (m *Manager) Find(ctx context.Context, spotID string) (SpotRef, error) {
 	if err := m.d.Usable(); err != nil {
 		return SpotRef{}, err
@@ -520,7 +521,7 @@ type QueryPage struct {
 }
 
 // Query lists the Ready Spots of one kind (User or Instance), a bounded
-// page at a time: size 1..1000, at most 4 MiB (spec 002 §3.4).
+// page at a time: size 1..1000, at most 4 MiB (PROTOCOL.md §7.3).
 func (m *Manager) Query(ctx context.Context, kind messages.SpotKind, size int, after string) (QueryPage, error) {
 	if err := m.d.Usable(); err != nil {
 		return QueryPage{}, err
@@ -548,7 +549,7 @@ func (m *Manager) Query(ctx context.Context, kind messages.SpotKind, size int, a
 	return out, nil
 }
 
-// Close closes the User Spot incarnation ref names (spec 002 §7): false
+// Close closes the User Spot incarnation ref names (PROTOCOL.md §7.9): false
 // when that incarnation no longer exists or Actors are still members,
 // InvalidOperation when another generation of the ID exists, Unavailable
 // while it moves or its owner is gone. It never closes another
@@ -610,7 +611,7 @@ func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Durati
 	return reply.GetClosed(), nil
 }
 
-// onClose is the owner side of command 48 (spec 002 §7.1): it reads the
+// onClose is the owner side of UserSpotClose (PROTOCOL.md §7.9): it reads the
 // authority from the store and checks generation, owner generation,
 // StoreVersion, membership and moving state together, then writes
 // Closing, seals and closes the local incarnation, and releases the
@@ -672,7 +673,7 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 // SpawnMember creates a relocatable Actor of stableType on this node as a
 // member of the User Spot incarnation ref names. The membership is written
 // only while that Spot is Ready with ref's generation under a live owner,
-// checked in the same transaction; otherwise Stale (spec 003).
+// checked in the same transaction; otherwise Stale (PROTOCOL.md §7.10).
 func (m *Manager) SpawnMember(ctx context.Context, ref SpotRef, stableType, actorID string) (*actor.PID, error) {
 	if err := m.d.Usable(); err != nil {
 		return nil, err

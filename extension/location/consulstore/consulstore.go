@@ -1,4 +1,5 @@
-// Package consulstore is the Location Store on Consul KV (DESIGN §3, §6):
+// Package consulstore is the Location Store on Consul KV
+// (docs/PROTOCOL.md §3, §3.6):
 // check-and-set writes, multi-key transactions (/v1/txn), sessions as owner
 // leases (TTL, behaviour delete, no lock delay), consistent reads for every
 // ownership decision, and records stored as readable protojson so that

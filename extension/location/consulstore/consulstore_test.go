@@ -11,7 +11,7 @@ import (
 	"github.com/roamactors/roam/extension/location/storetest"
 )
 
-// server is one real Consul for the package's tests (DESIGN §3); every
+// server is one real Consul for the package's tests (docs/PROTOCOL.md §3.6); every
 // store gets its own key prefix, so tests share nothing else.
 var server *consultest.Server
 

@@ -17,7 +17,7 @@ import (
 
 // classify maps a Consul client error onto the contract's classes. A write
 // whose request may have reached the server and whose answer is missing or
-// a 5xx is indeterminate: the caller must re-read (DESIGN §3). A request that
+// a 5xx is indeterminate: the caller must re-read (docs/PROTOCOL.md §3.3). A request that
 // provably never left (connection refused, context ended before sending) is
 // unavailable. A refusal of the ACL token is ErrPermissionDenied, and a
 // failed TLS handshake ErrInvalid (a configuration error, see

@@ -84,7 +84,7 @@ func record(gen uint64, relocation uint64) *location.Record {
 
 // A write whose answer is lost after Consul applied it is reported
 // Indeterminate, never as success or failure; a consistent re-read then
-// finds the writer's own RelocationId. Reference: DESIGN §3, spec 000 §9.
+// finds the writer's own RelocationId. Reference: docs/PROTOCOL.md §3.3, §3.6.
 func TestIndeterminateWhenAnswerLostAfterApply(t *testing.T) {
 	p := startProxy(t)
 	prefix := fmt.Sprintf("roam-test/indet-%d", prefixes.Add(1))
@@ -105,7 +105,7 @@ func TestIndeterminateWhenAnswerLostAfterApply(t *testing.T) {
 
 // A write cut before it reached Consul is also Indeterminate: the client
 // cannot tell the two apart, so the store does not guess.
-// Reference: DESIGN §3.
+// Reference: PROTOCOL.md §3.3.
 func TestIndeterminateWhenCutBeforeApply(t *testing.T) {
 	p := startProxy(t)
 	prefix := fmt.Sprintf("roam-test/indet-%d", prefixes.Add(1))
@@ -125,7 +125,8 @@ func TestIndeterminateWhenCutBeforeApply(t *testing.T) {
 
 // A store nobody listens on is Unavailable (the request never left), and
 // so is a context that ended first: retrying is safe.
-// Reference: issue 2 (unavailable is retryable).
+// Reference: docs/CONSUL.md ("Which error each failure gives": unavailable
+// is retryable).
 func TestUnavailableWhenNothingWasSent(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -149,7 +150,8 @@ func TestUnavailableWhenNothingWasSent(t *testing.T) {
 }
 
 // Records are stored as readable JSON under <prefix>/loc/<kind>/<escaped
-// id>, as `consul kv get` shows them. Reference: issue 2 (protojson).
+// id>, as `consul kv get` shows them. Reference: PROTOCOL.md §3.1
+// (records are stored as readable JSON).
 func TestRecordsAreReadableJSON(t *testing.T) {
 	prefix := fmt.Sprintf("roam-test/json-%d", prefixes.Add(1))
 	s := storeAt(t, server.Addr, prefix)

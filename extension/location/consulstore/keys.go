@@ -14,7 +14,7 @@ import (
 //	<prefix>/root/<escaped key>             a root's manifest (roots.go)
 //	<prefix>/root/<escaped key>/part/<sha256 hex>/<n>  its parts
 //
-// IDs are arbitrary UTF-8 (spec 002 §2), so they are escaped to a form that
+// IDs are arbitrary UTF-8 (docs/PROTOCOL.md §7.1), so they are escaped to a form that
 // survives Consul's HTTP paths byte-exactly: ASCII letters, digits, '-' and
 // '_' stay; every other byte becomes %XX (upper-case hex). '/' and '.' are
 // escaped too, so an ID can never add a path segment or be "." or "..".

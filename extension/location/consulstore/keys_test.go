@@ -6,7 +6,7 @@ import (
 )
 
 // Escaped IDs contain no '/', '.', or byte outside [A-Za-z0-9_%-], and
-// unescape to the exact bytes. Reference: spec 002 §2 (byte-exact IDs).
+// unescape to the exact bytes. Reference: docs/PROTOCOL.md §7.1 (byte-exact IDs).
 func FuzzEscapeRoundTrip(f *testing.F) {
 	for _, s := range []string{"a/b", "100%", "..", "emoji 🚀", "%2F", "\x00", "Case"} {
 		f.Add(s)

@@ -14,8 +14,8 @@ import (
 	"github.com/roamactors/roam/extension/location"
 )
 
-// Roots (spec 002 §4.1) are up to location.MaxRootBytes, over Consul's
-// 512 KiB value and transaction limits (DESIGN §3), so one root is stored
+// Roots (docs/PROTOCOL.md §3.5) are up to location.MaxRootBytes, over Consul's
+// 512 KiB value and transaction limits (PROTOCOL.md §3.6), so one root is stored
 // as parts of at most RootPartBytes and a small manifest:
 //
 //	<prefix>/root/<escaped key>                       manifest (JSON)
@@ -29,7 +29,7 @@ import (
 // one key never overwrite each other's parts: the manifest decides which
 // of them wins, and the winner's parts are untouched by the loser. Writers
 // of identical bytes write identical parts, which Consul does not even
-// re-index (DESIGN §3).
+// re-index (PROTOCOL.md §3.6).
 //
 // GetRoot reads the manifest consistently, then its parts in one read-only
 // transaction that checks the manifest is still at the index read, and
@@ -126,7 +126,7 @@ func (s *Store) readManifest(ctx context.Context, key string) (*rootManifest, lo
 	return &m, ref, pair.ModifyIndex, nil
 }
 
-// PutRoot implements location.RootStore (spec 002 §4.1). A failed part
+// PutRoot implements location.RootStore (PROTOCOL.md §3.5). A failed part
 // write is ErrUnavailable (no manifest, so no root: retrying is safe); a
 // manifest write whose outcome is unknown is ErrIndeterminate, and a
 // retried PutRoot of the same bytes then tells (it returns the reference
@@ -201,7 +201,7 @@ func (s *Store) putParts(ctx context.Context, what string, ref location.RootRef,
 	return checks, nil
 }
 
-// GetRoot implements location.RootStore (spec 002 §4.1). Bytes that do
+// GetRoot implements location.RootStore (PROTOCOL.md §3.5). Bytes that do
 // not match their manifest are an ErrInvalid error, never returned.
 func (s *Store) GetRoot(ctx context.Context, key string) ([]byte, location.RootRef, error) {
 	if err := location.ValidateID("root key", key); err != nil {
@@ -281,7 +281,7 @@ func (s *Store) checkRoot(ref location.RootRef, data []byte) ([]byte, location.R
 	return data, ref, nil
 }
 
-// DeleteRoot implements location.RootStore (spec 002 §4.1): the manifest
+// DeleteRoot implements location.RootStore (PROTOCOL.md §3.5): the manifest
 // first, so that no reader sees the root once its parts start going, then
 // every part under the root (those of writers that lost or crashed too).
 func (s *Store) DeleteRoot(ctx context.Context, key string) error {

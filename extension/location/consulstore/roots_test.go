@@ -19,7 +19,7 @@ import (
 	"github.com/roamactors/roam/extension/location/storetest"
 )
 
-// TestRootContract runs the RootStore contract suite (spec 002 §4.1) on a
+// TestRootContract runs the RootStore contract suite (docs/PROTOCOL.md §3.5) on a
 // real Consul.
 func TestRootContract(t *testing.T) { storetest.RunRoots(t, harness()) }
 
@@ -71,7 +71,7 @@ func rootData(n int) []byte {
 
 // Parts without a manifest are no root: GetRoot is ErrNotFound, and a
 // PutRoot over them (same bytes or other bytes) then stores a whole root.
-// Reference: spec 002 §4.1 (a crash half-way leaves nothing GetRoot
+// Reference: PROTOCOL.md §3.5 (a crash half-way leaves nothing GetRoot
 // returns).
 func TestRootWithoutManifestIsNotFound(t *testing.T) {
 	f := newRootFixture(t)
@@ -110,8 +110,8 @@ func TestRootWithoutManifestIsNotFound(t *testing.T) {
 
 // A part changed, cut short or missing under a manifest is reported as an
 // error (ErrInvalid), never returned, and never taken for a missing root.
-// Reference: spec 002 §4.1 (GetRoot checks the bytes against their
-// SHA-256), §3.3.
+// Reference: PROTOCOL.md §3.5 (GetRoot checks the bytes against their
+// SHA-256).
 func TestRootCorruptPartIsAnError(t *testing.T) {
 	f := newRootFixture(t)
 	ctx := context.Background()
@@ -159,8 +159,8 @@ func TestRootCorruptPartIsAnError(t *testing.T) {
 }
 
 // A root is stored as parts of at most 256 KiB (Consul values and
-// transactions are ≤ 512 KiB, DESIGN §3) and a readable JSON manifest with
-// its size, SHA-256 and part count. Reference: spec 002 §4.1.
+// transactions are ≤ 512 KiB, PROTOCOL.md §3.6) and a readable JSON manifest with
+// its size, SHA-256 and part count. Reference: PROTOCOL.md §3.5.
 func TestRootStoredAsPartsAndReadableManifest(t *testing.T) {
 	f := newRootFixture(t)
 	data := rootData(location.MaxRootBytes)
@@ -198,7 +198,8 @@ func TestRootStoredAsPartsAndReadableManifest(t *testing.T) {
 // manifest write is Indeterminate (and a retried PutRoot of the same bytes
 // tells), a lost part write or read is Unavailable (no manifest was
 // written, so no root), and a store nobody listens on is Unavailable.
-// Reference: DESIGN §3, spec 000 §9, spec 002 §4.1.
+// Reference: PROTOCOL.md §3.3, §3.5, §3.6; docs/CONSUL.md ("Which error
+// each failure gives").
 func TestRootTransportFailures(t *testing.T) {
 	p := startProxy(t)
 	prefix := fmt.Sprintf("roam-test/roots-indet-%d", prefixes.Add(1))

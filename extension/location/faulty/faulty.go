@@ -1,5 +1,5 @@
 // Package faulty wraps a Location Store and injects the failures the
-// hand-off must survive (spec 000 §9): latency, unavailable answers, and
+// hand-off must survive (docs/PROTOCOL.md §3.3, §6): latency, unavailable answers, and
 // indeterminate write outcomes with the write applied or not. Faults are
 // drawn from a seeded generator, so a failing run repeats with its seed, or
 // scripted one by one with Inject.

@@ -36,7 +36,7 @@ func TestContractWithoutFaults(t *testing.T) {
 }
 
 // Each scripted fault does what it says to the write underneath.
-// Reference: spec 000 §9 (store unavailable, indeterminate submit).
+// Reference: docs/PROTOCOL.md §3.3, §6.3 (store unavailable, indeterminate write).
 func TestInjectedFaultsApplyOrNot(t *testing.T) {
 	inner := memstore.New()
 	s, err := faulty.New(inner, faulty.Config{})

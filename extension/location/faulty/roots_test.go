@@ -14,7 +14,7 @@ import (
 )
 
 // With no faults configured the wrapper passes the RootStore contract
-// (spec 002 §4.1) of the store it wraps.
+// (docs/PROTOCOL.md §3.5) of the store it wraps.
 func TestRootContractWithoutFaults(t *testing.T) {
 	storetest.RunRoots(t, storetest.Harness{
 		New: func(t testing.TB) storetest.Instance {
@@ -30,7 +30,7 @@ func TestRootContractWithoutFaults(t *testing.T) {
 }
 
 // Root calls draw faults like the others: PutRoot and DeleteRoot are
-// writes, GetRoot is a read. Reference: spec 000 §9, spec 002 §4.1.
+// writes, GetRoot is a read. Reference: PROTOCOL.md §3.3, §3.5.
 func TestInjectedFaultsOnRoots(t *testing.T) {
 	inner := memstore.New()
 	s, err := faulty.New(inner, faulty.Config{})

@@ -10,7 +10,7 @@ import (
 
 var _ location.RootStore = (*Store)(nil)
 
-// PutRoot implements location.RootStore (spec 002 §4.1). The bytes are
+// PutRoot implements location.RootStore (docs/PROTOCOL.md §3.5). The bytes are
 // copied in, so the caller may reuse data.
 func (s *Store) PutRoot(ctx context.Context, key string, data []byte) (location.RootRef, error) {
 	if err := location.ValidateRoot(key, data); err != nil {
@@ -32,7 +32,7 @@ func (s *Store) PutRoot(ctx context.Context, key string, data []byte) (location.
 	return location.NewRootRef(key, data), nil
 }
 
-// GetRoot implements location.RootStore (spec 002 §4.1). The bytes returned
+// GetRoot implements location.RootStore (PROTOCOL.md §3.5). The bytes returned
 // are the caller's own copy.
 func (s *Store) GetRoot(ctx context.Context, key string) ([]byte, location.RootRef, error) {
 	if err := location.ValidateID("root key", key); err != nil {
@@ -51,7 +51,7 @@ func (s *Store) GetRoot(ctx context.Context, key string) ([]byte, location.RootR
 	return out, location.NewRootRef(key, cur), nil
 }
 
-// DeleteRoot implements location.RootStore (spec 002 §4.1).
+// DeleteRoot implements location.RootStore (PROTOCOL.md §3.5).
 func (s *Store) DeleteRoot(ctx context.Context, key string) error {
 	if err := location.ValidateID("root key", key); err != nil {
 		return err

@@ -11,12 +11,12 @@ import (
 	"github.com/roamactors/roam/extension/location/storetest"
 )
 
-// TestRootContract runs the RootStore contract suite (spec 002 §4.1) on the
+// TestRootContract runs the RootStore contract suite (docs/PROTOCOL.md §3.5) on the
 // embedded store.
 func TestRootContract(t *testing.T) { storetest.RunRoots(t, harness()) }
 
 // A closed store answers root calls as it answers every other call:
-// ErrUnavailable (spec 002 §4.1).
+// ErrUnavailable (PROTOCOL.md §3.5).
 func TestRootCallsOnClosedStoreAreUnavailable(t *testing.T) {
 	s := memstore.New()
 	ctx := context.Background()

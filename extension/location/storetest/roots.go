@@ -15,7 +15,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 )
 
-// The Relocation Store contract (spec 002 §4.1), run on the same harness as
+// The Relocation Store contract (docs/PROTOCOL.md §3.5), run on the same harness as
 // the Location Store suite: the store an Instance holds must also be a
 // location.RootStore.
 var rootTests = []contractTest{
@@ -38,7 +38,7 @@ var rootTests = []contractTest{
 // RootCount is the number of contract tests RunRoots runs.
 func RootCount() int { return len(rootTests) }
 
-// RunRoots runs the RootStore contract suite (spec 002 §4.1) against h,
+// RunRoots runs the RootStore contract suite (PROTOCOL.md §3.5) against h,
 // whose stores must implement location.RootStore.
 func RunRoots(t *testing.T, h Harness) {
 	for _, tc := range rootTests {
@@ -82,7 +82,7 @@ func requireNoRoot(t *testing.T, s location.RootStore, key string) {
 
 // A root reads back byte for byte at every size up to MaxRootBytes,
 // including the empty root and the sizes around a 256 KiB part boundary
-// (consulstore's part size, spec 002 §4.1).
+// (consulstore's part size, PROTOCOL.md §3.5).
 func testRootRoundTrip(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	const part = 256 << 10
@@ -98,7 +98,7 @@ func testRootRoundTrip(t *testing.T, h Harness) {
 }
 
 // A RootRef is the key, the SHA-256 of the bytes and their size, from
-// PutRoot and from GetRoot alike (spec 002 §3.3, §4.1).
+// PutRoot and from GetRoot alike (PROTOCOL.md §3.5).
 func testRootRef(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	data := []byte("an activation envelope")
@@ -118,7 +118,7 @@ func testRootRef(t *testing.T, h Harness) {
 }
 
 // A root over MaxRootBytes is ErrTooLarge and nothing is stored
-// (spec 002 §4.1).
+// (PROTOCOL.md §3.5).
 func testRootTooLarge(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	_, err := s.PutRoot(ctx(t), "big", rootBytes(1, location.MaxRootBytes+1))
@@ -132,7 +132,7 @@ func testRootTooLarge(t *testing.T, h Harness) {
 }
 
 // A root key is 1..255 bytes of UTF-8; any other is ErrInvalid on every
-// call and nothing is stored (spec 002 §4.1).
+// call and nothing is stored (PROTOCOL.md §3.5).
 func testRootInvalidKey(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	for _, key := range []string{"", strings.Repeat("k", location.MaxIDBytes+1), "bad\xffutf8"} {
@@ -149,7 +149,7 @@ func testRootInvalidKey(t *testing.T, h Harness) {
 }
 
 // Storing identical bytes again returns the same reference, and the root
-// stays as it was (spec 002 §4.1: a root is written once).
+// stays as it was (PROTOCOL.md §3.5: a root is written once).
 func testRootIdempotent(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	for _, n := range []int{0, 100, 300 << 10} {
@@ -165,7 +165,7 @@ func testRootIdempotent(t *testing.T, h Harness) {
 }
 
 // Other bytes under a key that exists are a *ConflictError and the first
-// bytes remain (spec 002 §4.1: a root is never changed).
+// bytes remain (PROTOCOL.md §3.5: a root is never changed).
 func testRootConflict(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	first := rootBytes(1, 300<<10)
@@ -182,7 +182,7 @@ func testRootConflict(t *testing.T, h Harness) {
 
 // Writers racing with different bytes under one key: one content wins, its
 // writers get its reference, every other writer a conflict, and the root
-// reads back as the winner's bytes, whole (spec 002 §4.1).
+// reads back as the winner's bytes, whole (PROTOCOL.md §3.5).
 func testRootRace(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	const contents, writersEach = 3, 2
@@ -228,14 +228,14 @@ func testRootRace(t *testing.T, h Harness) {
 	requireRoot(t, s, "raced", datas[winner])
 }
 
-// A root never stored is ErrNotFound (spec 002 §4.1).
+// A root never stored is ErrNotFound (PROTOCOL.md §3.5).
 func testRootGetMissing(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	requireNoRoot(t, s, "never")
 }
 
 // A deleted root is ErrNotFound, and its key can then hold other bytes
-// (spec 002 §4.1).
+// (PROTOCOL.md §3.5).
 func testRootDelete(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	for _, n := range []int{0, 10, location.MaxRootBytes} {
@@ -252,7 +252,7 @@ func testRootDelete(t *testing.T, h Harness) {
 }
 
 // Deleting a root that does not exist, or no longer does, is not an error
-// (spec 002 §4.1).
+// (PROTOCOL.md §3.5).
 func testRootDeleteMissing(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	require.NoError(t, s.DeleteRoot(ctx(t), "never"))
@@ -264,8 +264,8 @@ func testRootDeleteMissing(t *testing.T, h Harness) {
 }
 
 // A GetRoot racing with a DeleteRoot returns the whole root or
-// ErrNotFound, never part of it and never a corruption error (spec 002
-// §4.1: a root is readable only whole).
+// ErrNotFound, never part of it and never a corruption error
+// (PROTOCOL.md §3.5: a root is readable only whole).
 func testRootGetDuringDelete(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	data := rootBytes(7, 600<<10) // three parts in consulstore
@@ -301,7 +301,7 @@ func testRootGetDuringDelete(t *testing.T, h Harness) {
 
 // Roots under different keys are apart: keys that are prefixes of one
 // another, or hold '/', '.', '%' or non-ASCII, neither read nor delete each
-// other (spec 002 §4.1).
+// other (PROTOCOL.md §3.5).
 func testRootKeysIndependent(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	keys := []string{"a", "ab", "a/b", "a/part", "a%2F", "..", ".", "a b", "é", "🚀/root"}
@@ -320,8 +320,8 @@ func testRootKeysIndependent(t *testing.T, h Harness) {
 }
 
 // The store keeps its own copy of a root and hands out copies: changing the
-// bytes given to PutRoot or returned by GetRoot changes no root (spec 002
-// §4.1: a root is immutable).
+// bytes given to PutRoot or returned by GetRoot changes no root
+// (PROTOCOL.md §3.5: a root is immutable).
 func testRootCopied(t *testing.T, h Harness) {
 	s := openRoots(t, h)
 	data := []byte("original")
@@ -336,7 +336,7 @@ func testRootCopied(t *testing.T, h Harness) {
 }
 
 // A call whose context has ended is ErrUnavailable and applies nothing, as
-// for every other store call (retrying is safe; spec 002 §4.1 on the
+// for every other store call (retrying is safe; docs/CONSUL.md lists the
 // Location Store's error classes).
 func testRootEndedContext(t *testing.T, h Harness) {
 	s := openRoots(t, h)

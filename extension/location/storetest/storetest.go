@@ -1,6 +1,6 @@
 // Package storetest is the Location Store contract suite: every Store
 // implementation runs Run (and the benchmarks) against itself, so memstore
-// and consulstore are held to exactly the same rules (DESIGN §6, §7).
+// and consulstore are held to exactly the same rules (docs/PROTOCOL.md §3).
 package storetest
 
 import (
@@ -140,7 +140,7 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 
 // A create succeeds only while the key is absent; a second create is a
 // conflict carrying the record that won.
-// Reference: DESIGN §6 (every mutation is a CAS; Missing = no key).
+// Reference: PROTOCOL.md §3.2 (every mutation is a CAS; Missing = no key).
 func testCreateOnlyWhenAbsent(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	key := location.Key(location.KindInstanceSpot, "create-only")
@@ -163,7 +163,7 @@ func testCreateOnlyWhenAbsent(t *testing.T, h Harness) {
 
 // A CAS naming the current version wins and moves the version; one naming
 // an older version loses, writes nothing and reports the current record.
-// Reference: DESIGN §3 (?cas=N), §6.
+// Reference: PROTOCOL.md §3.2, §3.6 (?cas=N).
 func testCASWinAndLose(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	key := location.Key(location.KindActor, "cas")
@@ -187,7 +187,7 @@ func testCASWinAndLose(t *testing.T, h Harness) {
 }
 
 // 16 writers racing a CAS on one version: exactly one wins and the record
-// is the winner's. Reference: spec 000 §7 (target-only CAS), DESIGN §6.
+// is the winner's. Reference: PROTOCOL.md §3.2, §5.11 (the target's CAS).
 func testCASRace(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	key := location.Key(location.KindInstanceSpot, "race")
@@ -234,7 +234,7 @@ func testCASRace(t *testing.T, h Harness) {
 }
 
 // Writing a record identical to the stored one is still a new version, so a
-// CAS on the old version afterwards loses. Reference: DESIGN §3 (Consul
+// CAS on the old version afterwards loses. Reference: PROTOCOL.md §3.6 (Consul
 // keeps ModifyIndex for an identical value).
 func testIdenticalRewrite(t *testing.T, h Harness) {
 	s := open(t, h).Store
@@ -250,7 +250,7 @@ func testIdenticalRewrite(t *testing.T, h Harness) {
 
 // Reading a key that was never written, or a node never claimed, is
 // NotFound; renewing an unknown lease is NotFound.
-// Reference: DESIGN §6.
+// Reference: PROTOCOL.md §3.1 (Missing is the absence of the key).
 func testReadMissing(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	requireAbsent(t, s, location.Key(location.KindEntry, "nobody"))
@@ -265,7 +265,7 @@ func testReadMissing(t *testing.T, h Harness) {
 
 // A transaction applies all of its operations or none; a failed one names
 // the failing operation and carries the current records.
-// Reference: DESIGN §6 (a multi-key change is one transaction).
+// Reference: PROTOCOL.md §3.2 (a multi-key change is one transaction).
 func testApplyAllOrNothing(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	a := location.Key(location.KindActor, "txn-a")
@@ -324,7 +324,7 @@ func testApplyAllOrNothing(t *testing.T, h Harness) {
 }
 
 // One transaction may hold 128 operations; 129 are refused before anything
-// is written. Reference: DESIGN §3 (at most 128 ops).
+// is written. Reference: PROTOCOL.md §3.6 (at most 128 operations).
 func testApply128(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	ops := make([]location.Op, location.MaxApplyOps)
@@ -351,7 +351,7 @@ func testApply128(t *testing.T, h Harness) {
 
 // Malformed transactions are refused whole: empty, a key twice, an update
 // or delete without a version, a nil record.
-// Reference: DESIGN §7 (bad input gets a typed error and changes nothing).
+// Reference: PROTOCOL.md §3.6, §10 (bad input gets a typed error and changes nothing).
 func testApplyInvalid(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	k := location.Key(location.KindActor, "dup")
@@ -372,8 +372,8 @@ func testApplyInvalid(t *testing.T, h Harness) {
 }
 
 // A record over MaxRecordBytes, or a transaction over MaxApplyBytes, is
-// TooLarge and writes nothing. Reference: DESIGN §3 (values ≤ 512 KiB,
-// txn request ≤ 512 KiB).
+// TooLarge and writes nothing. Reference: PROTOCOL.md §3.6 (a record at most
+// 256 KiB, an Apply at most 256 KiB; Consul takes values and transactions ≤ 512 KiB).
 func testTooLarge(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	big := rec("big", 1)
@@ -405,7 +405,7 @@ func testTooLarge(t *testing.T, h Harness) {
 
 // Page sizes outside 1..1000 are rejected; paging visits every record of
 // the kind exactly once and no record of another kind.
-// Reference: issue 2 (List by kind with paging).
+// Reference: PROTOCOL.md §3.2, §3.6 (List by kind, pages of 1..1000).
 func testListPaging(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	for _, size := range []int{-1, 0, location.MaxPageSize + 1} {
@@ -464,7 +464,7 @@ func testListPaging(t *testing.T, h Harness) {
 }
 
 // A page stops before its encoded records pass 4 MiB, and the rest follow
-// on the next pages. Reference: issue 2 (a page ≤ 4 MiB encoded).
+// on the next pages. Reference: PROTOCOL.md §3.6 (a page ≤ 4 MiB encoded).
 func testListPageBytes(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	const n = 20
@@ -504,7 +504,7 @@ var OddIDs = []string{
 
 // Any valid Spot ID — UTF-8, 1..255 bytes, with '/', '%', spaces and emoji
 // — is stored, read, listed and claimed byte-exactly, case-sensitively.
-// Reference: spec 002 §2.
+// Reference: PROTOCOL.md §7.1.
 func testOddIDs(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	want := map[string]location.StoreVersion{}
@@ -550,7 +550,7 @@ func testOddIDs(t *testing.T, h Harness) {
 }
 
 // Empty, 256-byte and invalid UTF-8 IDs are refused before any write.
-// Reference: spec 002 §2 (rejected before Store mutation).
+// Reference: PROTOCOL.md §7.1, §3.6 (refused before any store write).
 func testInvalidIDs(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	for _, id := range []string{"", strings.Repeat("z", 256), "bad\xffutf8", "\xc3"} {
@@ -570,7 +570,7 @@ func testInvalidIDs(t *testing.T, h Harness) {
 }
 
 // Watch returns once the key leaves the version it was given: created,
-// updated or deleted. Reference: issue 2 (Watch for route invalidation).
+// updated or deleted. Reference: PROTOCOL.md §3.2 (Watch).
 func testWatch(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	key := location.Key(location.KindInstanceSpot, "watched")
@@ -634,7 +634,7 @@ func node(rid, entry string, gen uint64) *location.NodeDescriptor {
 }
 
 // A claim creates the descriptor and a Ready Entry claim owned by the node,
-// both under the new lease. Reference: spec 002 §2.1 (NewClaim).
+// both under the new lease. Reference: PROTOCOL.md §3.4 (the node claim).
 func testClaimNode(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	n := node("rid-1", "roam-entry-1", 7)
@@ -671,7 +671,7 @@ func testClaimNode(t *testing.T, h Harness) {
 
 // If the descriptor or the Entry Spot ID is already claimed, the claim
 // changes nothing: no descriptor, no Entry claim, no second UUID.
-// Reference: spec 002 §2.1.
+// Reference: PROTOCOL.md §3.4.
 func testEntryClaimConflict(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	first := node("rid-a", "roam-entry-shared", 1)
@@ -708,7 +708,7 @@ func testEntryClaimConflict(t *testing.T, h Harness) {
 }
 
 // A lease renewed within its TTL stays in force past it.
-// Reference: DESIGN §6 (claims under an owner lease).
+// Reference: PROTOCOL.md §3.4 (claims under an owner lease).
 func testRenewKeepsLease(t *testing.T, h Harness) {
 	in := open(t, h)
 	s := in.Store
@@ -728,7 +728,7 @@ func testRenewKeepsLease(t *testing.T, h Harness) {
 
 // When an owner lease ends unrenewed, its descriptor and Entry claim go
 // with it and the same identity can be claimed again.
-// Reference: spec 002 §2.1, DESIGN §3 (TTL expiry may take up to 2×TTL).
+// Reference: PROTOCOL.md §3.4, §3.6 (Consul ends a session between one and two TTLs).
 func testLeaseExpiry(t *testing.T, h Harness) {
 	in := open(t, h)
 	s := in.Store
@@ -754,7 +754,7 @@ func testLeaseExpiry(t *testing.T, h Harness) {
 
 // Cleanup by a previous lifecycle (old lease, old generation) of the same
 // node identity deletes nothing of the replacement lifecycle.
-// Reference: spec 002 §2.1 (stale cleanup can't delete a replacement).
+// Reference: PROTOCOL.md §3.4 (a stale cleanup cannot remove a later lifecycle's claim).
 func testStaleRelease(t *testing.T, h Harness) {
 	in := open(t, h)
 	s := in.Store
@@ -793,7 +793,7 @@ func testStaleRelease(t *testing.T, h Harness) {
 }
 
 // Release by the lifecycle that claimed deletes descriptor and Entry claim
-// together and ends the lease. Reference: spec 002 §2.1.
+// together and ends the lease. Reference: PROTOCOL.md §3.4.
 func testReleaseNode(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	n := node("rid-release", "roam-entry-release", 3)
@@ -814,8 +814,8 @@ func testReleaseNode(t *testing.T, h Harness) {
 // lease is live and holds the writer's descriptor: another lease, a lease
 // of another node, or a released lease fails the whole transaction with
 // ErrLeaseEnded (never a Conflict a caller might retry) and writes nothing.
-// Reference: spec 000 §12 (only the live owner writes), spec 002 §9 (an
-// expired owner).
+// Reference: PROTOCOL.md §10 (one owner at a time), §3.2 (every write
+// carries the writer's lease check).
 func testLeaseCheck(t *testing.T, h Harness) {
 	s := open(t, h).Store
 	a := node("rid-check-a", "roam-entry-check-a", 1)
@@ -858,7 +858,8 @@ func testLeaseCheck(t *testing.T, h Harness) {
 }
 
 // A lease that expired unrenewed fails the check: a node cut off from the
-// store can never commit late. Reference: spec 002 §9 ("owner is expired").
+// store can never commit late. Reference: PROTOCOL.md §3.2;
+// docs/FAULTS.md ("A late write cannot land").
 func testLeaseCheckAfterExpiry(t *testing.T, h Harness) {
 	in := open(t, h)
 	s := in.Store

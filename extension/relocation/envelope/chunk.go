@@ -11,7 +11,7 @@ import (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Checksum returns the CRC-32C (Castagnoli) of the whole stream, the value
-// a Manifest carries (spec 000 §4.3).
+// a Manifest carries (docs/PROTOCOL.md §5.6).
 func Checksum(stream []byte) uint32 {
 	return crc32.Checksum(stream, castagnoli)
 }
@@ -34,8 +34,8 @@ type Chunk struct {
 }
 
 // Split cuts stream into chunks of exactly chunkLimit bytes, the last one
-// possibly shorter, and returns the manifest describing them (spec 000
-// §4.3). An empty stream, a chunkLimit below 1 or more than 2^32-1 chunks
+// possibly shorter, and returns the manifest describing them
+// (PROTOCOL.md §5.6). An empty stream, a chunkLimit below 1 or more than 2^32-1 chunks
 // is ErrInvalid. The chunks' Data alias stream.
 func Split(stream []byte, chunkLimit int) (Manifest, []Chunk, error) {
 	if len(stream) == 0 {
@@ -58,8 +58,8 @@ func Split(stream []byte, chunkLimit int) (Manifest, []Chunk, error) {
 	return m, chunks, nil
 }
 
-// Assembler rebuilds one stream from its chunks under the rules of spec
-// 000 §4.3: any chunk boundaries, any arrival order, identical duplicates
+// Assembler rebuilds one stream from its chunks under the rules of
+// PROTOCOL.md §5.7: any chunk boundaries, any arrival order, identical duplicates
 // ignored, contradictions rejected, and the payload released only when it
 // is complete and both its length and its CRC-32C match the manifest.
 //
@@ -161,7 +161,7 @@ func (a *Assembler) Complete() bool {
 // and an error wrapping ErrLengthMismatch (chunks missing, gaps, or a
 // manifest whose TotalLength the chunks do not make up) or
 // ErrChecksumMismatch; it never returns a partial or repaired payload
-// (spec 000 §4.3).
+// (PROTOCOL.md §5.7).
 func (a *Assembler) Bytes() ([]byte, error) {
 	if !a.Complete() {
 		return nil, fmt.Errorf("%w: received %d of %d chunks covering %d of %d bytes",

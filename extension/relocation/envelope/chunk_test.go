@@ -10,7 +10,7 @@ import (
 	"github.com/roamactors/roam/extension/relocation/envelope"
 )
 
-// CRC-32C check value. Reference: spec 000 §4.3
+// CRC-32C check value. Reference: docs/PROTOCOL.md §5.6
 func TestChecksumKnownAnswer(t *testing.T) {
 	require.Equal(t, uint32(0xE3069283), envelope.Checksum([]byte("123456789")))
 	require.Equal(t, uint32(0), envelope.Checksum(nil))
@@ -38,7 +38,7 @@ func assemble(t *testing.T, m envelope.Manifest, chunks []envelope.Chunk) []byte
 }
 
 // Split cuts at every chunkLimit bytes; the chunks reassemble in order, in
-// reverse and shuffled. Reference: spec 000 §4.3
+// reverse and shuffled. Reference: PROTOCOL.md §5.6
 func TestSplitAndAssemble(t *testing.T) {
 	stream := fullStream(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -76,7 +76,7 @@ func TestSplitAndAssemble(t *testing.T) {
 }
 
 // Split refuses an empty stream and a chunk limit below 1.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §5.6
 func TestSplitRejects(t *testing.T) {
 	for _, tc := range []struct {
 		stream []byte
@@ -90,7 +90,7 @@ func TestSplitRejects(t *testing.T) {
 }
 
 // A sender may cut anywhere: non-uniform chunks assemble, in any order.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §5.6, §5.7
 func TestAssembleNonUniformChunks(t *testing.T) {
 	stream := fullStream(t)
 	cuts := []int{0, 1, 50, 51, 200, 333, len(stream)}
@@ -117,7 +117,7 @@ func TestAssembleNonUniformChunks(t *testing.T) {
 
 // An identical duplicate is a no-op; a duplicate index with other bytes or
 // another offset, and an overlap between indexes, are ErrConflict and
-// change nothing. Reference: spec 000 §4.3
+// change nothing. Reference: PROTOCOL.md §5.7
 func TestAssemblerDuplicatesAndConflicts(t *testing.T) {
 	stream := fullStream(t)
 	m, chunks, err := envelope.Split(stream, 7)
@@ -152,7 +152,7 @@ func TestAssemblerDuplicatesAndConflicts(t *testing.T) {
 	require.ErrorIs(t, a.Add(envelope.Chunk{Index: 0, Offset: 0, Data: []byte{stream[0] ^ 0xff}}), envelope.ErrConflict)
 }
 
-// Chunks outside the manifest are ErrInvalid. Reference: spec 000 §4.3
+// Chunks outside the manifest are ErrInvalid. Reference: PROTOCOL.md §5.7
 func TestAssemblerRejectsOutOfRange(t *testing.T) {
 	m := envelope.Manifest{TotalLength: 10, ChunkCount: 2, ChecksumCRC32C: envelope.Checksum(make([]byte, 10))}
 	a, err := envelope.NewAssembler(m, 10)
@@ -176,7 +176,7 @@ func TestAssemblerRejectsOutOfRange(t *testing.T) {
 }
 
 // Manifests that cannot describe a stream, or a larger one than the caller
-// accepts, are refused. Reference: spec 000 §4.3
+// accepts, are refused. Reference: PROTOCOL.md §5.6 (MaxPayloadLength), §5.7
 func TestNewAssemblerRejects(t *testing.T) {
 	for _, m := range []envelope.Manifest{
 		{TotalLength: 0, ChunkCount: 1},
@@ -194,7 +194,7 @@ func TestNewAssemblerRejects(t *testing.T) {
 }
 
 // A flipped byte is an explicit checksum failure: Bytes returns no bytes,
-// never the damaged payload. Reference: spec 000 §4.3
+// never the damaged payload. Reference: PROTOCOL.md §5.7
 func TestAssemblerChecksumMismatch(t *testing.T) {
 	stream := fullStream(t)
 	m, chunks, err := envelope.Split(stream, 64)
@@ -228,7 +228,7 @@ func TestAssemblerChecksumMismatch(t *testing.T) {
 
 // A manifest whose TotalLength the chunks do not make up, missing chunks,
 // and a chunk count the chunks do not reach all fail explicitly: no
-// partial, truncated or padded payload. Reference: spec 000 §4.3
+// partial, truncated or padded payload. Reference: PROTOCOL.md §5.7
 func TestAssemblerLengthMismatch(t *testing.T) {
 	stream := fullStream(t)
 	m, chunks, err := envelope.Split(stream, 64)
@@ -285,7 +285,7 @@ func TestAssemblerLengthMismatch(t *testing.T) {
 
 // The Assembler copies chunk data: changing the caller's slices after Add,
 // or the slice Bytes returned, does not change the payload.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §5.7
 func TestAssemblerDoesNotAlias(t *testing.T) {
 	stream := fullStream(t)
 	source := bytes.Clone(stream)
@@ -310,7 +310,7 @@ func TestAssemblerDoesNotAlias(t *testing.T) {
 
 // Take hands the assembled payload over once, checked like Bytes, and
 // leaves the assembler empty.
-// Reference: spec 000 §4.3 (never a partial or repaired payload).
+// Reference: PROTOCOL.md §5.7 (never a partial or repaired payload).
 func TestAssemblerTakeHandsOverOnce(t *testing.T) {
 	stream := fullStream(t)
 	m, chunks, err := envelope.Split(bytes.Clone(stream), 7)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Decode parses a relocation-envelope-v1 stream (spec 000 §4.2). It is
+// Decode parses a relocation-envelope-v1 stream (docs/PROTOCOL.md §5.6). It is
 // strict: a truncated stream, trailing bytes, a presence byte other than 0
 // or 1, a length or count that cannot fit in the remaining bytes, and every
 // broken rule of the package comment return an error wrapping ErrMalformed.

@@ -1,6 +1,6 @@
 // Package envelope implements relocation-envelope-v1, the payload a source
-// node sends to a target node when an actor relocates (spec 000 §4.2), and
-// the chunking, assembly and checksum rules that carry it (spec 000 §4.3).
+// node sends to a target node when an actor relocates, and the chunking,
+// assembly and checksum rules that carry it (docs/PROTOCOL.md §5.6, §5.7).
 //
 // The format is a canonical field stream: one Envelope has exactly one
 // encoding, so any runtime, in any language, that follows this comment
@@ -165,7 +165,7 @@
 // (u32) of the whole stream.
 //
 // A receiver does not assume uniform chunks: any sender's boundaries are
-// accepted (spec 000 §4.3), as long as
+// accepted (PROTOCOL.md §5.7), as long as
 //
 //   - every index is < chunkCount, every chunk has at least one byte, and
 //     its range [offset, offset+len) lies inside [0, totalLength);
@@ -180,11 +180,11 @@
 // equals totalLength and its CRC-32C equals checksumCrc32c. Any mismatch is
 // an explicit failure (ErrLengthMismatch, ErrChecksumMismatch); a partial,
 // truncated, padded or otherwise repaired payload is never returned
-// (spec 000 §4.3). The Assembler copies chunk data into its own buffer and
+// (PROTOCOL.md §5.7). The Assembler copies chunk data into its own buffer and
 // never keeps a caller's slice.
 //
 // Chunks are attributed to a relocation only by relocation identity, and
-// that is the caller's job (spec 000 §4.3): this package never looks inside
+// that is the caller's job (PROTOCOL.md §5.7): this package never looks inside
 // a chunk, so the caller must route each chunk and manifest to the
 // Assembler of the relocation attempt they belong to and keep one Assembler
 // per attempt.

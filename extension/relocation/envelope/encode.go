@@ -15,7 +15,7 @@ type span struct {
 }
 
 // Encode validates e against every rule of relocation-envelope-v1 and
-// returns its canonical stream (spec 000 §4.2). A broken rule returns an
+// returns its canonical stream (docs/PROTOCOL.md §5.6). A broken rule returns an
 // error wrapping ErrInvalid and no bytes; Encode never produces a stream
 // Decode would reject.
 func Encode(e *Envelope) ([]byte, error) {

@@ -118,7 +118,7 @@ type PendingTimerTick struct {
 	SkippedTicks        uint32
 }
 
-// Envelope is the whole relocation payload (spec 000 §4.2).
+// Envelope is the whole relocation payload (docs/PROTOCOL.md §5.5, §5.6).
 type Envelope struct {
 	Relocation         Relocation
 	Object             Object

@@ -12,7 +12,7 @@ import (
 
 // The minimal and the full envelope survive Encode → Decode unchanged, and
 // re-encoding the decoded value gives the identical bytes.
-// Reference: spec 000 §4.2
+// Reference: docs/PROTOCOL.md §5.6
 func TestRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -32,7 +32,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // The encoder agrees with streams written by hand from the format
-// description, field by field. Reference: spec 000 §4.2
+// description, field by field. Reference: PROTOCOL.md §5.6
 func TestEncodeMatchesHandWrittenStream(t *testing.T) {
 	b, err := envelope.Encode(fullFixture())
 	require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestEncodeMatchesHandWrittenStream(t *testing.T) {
 }
 
 // nil and empty slices are the same on the wire; Decode returns nil for
-// empty vectors and bytes. Reference: spec 000 §4.2
+// empty vectors and bytes. Reference: PROTOCOL.md §5.6
 func TestNilAndEmptyEncodeAlike(t *testing.T) {
 	a := fullFixture()
 	a.ApplicationStates[0].State = nil
@@ -80,7 +80,7 @@ func TestNilAndEmptyEncodeAlike(t *testing.T) {
 }
 
 // Decoded byte slices are copies: changing the input afterwards changes
-// nothing in the envelope. Reference: spec 000 §4.2
+// nothing in the envelope. Reference: PROTOCOL.md §5.6
 func TestDecodeDoesNotAlias(t *testing.T) {
 	b, err := envelope.Encode(fullFixture())
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestDecodeDoesNotAlias(t *testing.T) {
 }
 
 // Limits of the length prefixes themselves are accepted.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §5.6
 func TestEncodeBoundaries(t *testing.T) {
 	e := fullFixture()
 	e.Object.ID = strings.Repeat("x", 255)
@@ -213,7 +213,7 @@ func ruleCases() []ruleCase {
 // Every rule is enforced by Encode: ErrInvalid and no bytes. When the broken
 // envelope still fits its length prefixes, its bytes written without
 // validation are rejected by Decode with ErrMalformed: Encode and Decode
-// share one set of rules. Reference: spec 000 §4.2
+// share one set of rules. Reference: PROTOCOL.md §5.6
 func TestEncodeRejects(t *testing.T) {
 	b, err := envelope.Encode(nil)
 	require.ErrorIs(t, err, envelope.ErrInvalid)
@@ -235,7 +235,7 @@ func TestEncodeRejects(t *testing.T) {
 }
 
 // Hand-written streams breaking each rule are rejected with ErrMalformed;
-// the same streams with the rule respected decode. Reference: spec 000 §4.2
+// the same streams with the rule respected decode. Reference: PROTOCOL.md §5.6
 func TestDecodeRejectsHandWrittenStreams(t *testing.T) {
 	ok := okRecord()
 	with := func(f func(r *rawRecord)) rawRecord {
@@ -329,7 +329,7 @@ func TestDecodeRejectsHandWrittenStreams(t *testing.T) {
 }
 
 // Every proper prefix of a valid stream is rejected, and so is the stream
-// with any byte appended. Reference: spec 000 §4.2
+// with any byte appended. Reference: PROTOCOL.md §5.6
 func TestDecodeRejectsEveryTruncation(t *testing.T) {
 	for _, e := range []*envelope.Envelope{minimalFixture(), fullFixture()} {
 		b, err := envelope.Encode(e)
@@ -347,7 +347,7 @@ func TestDecodeRejectsEveryTruncation(t *testing.T) {
 }
 
 // A hostile count is refused before anything is allocated for it.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §5.6
 func TestDecodeHostileCountDoesNotAllocate(t *testing.T) {
 	for _, b := range [][]byte{
 		cat(okHead().wire(), vec(), wire{}.u32(0xffffffff)),
@@ -367,7 +367,7 @@ func TestDecodeHostileCountDoesNotAllocate(t *testing.T) {
 // DecodeOwned decodes the same values as Decode, without copying the
 // byte fields out of a stream the caller hands over: a large state is not
 // copied once more on the target.
-// Reference: spec 000 §4.2 (the payload is restored once, whole).
+// Reference: PROTOCOL.md §5.7 (the payload is restored once, whole).
 func TestDecodeOwnedAliasesTheStream(t *testing.T) {
 	b, err := envelope.Encode(fullFixture())
 	require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 
 // Decode never panics on any input, and whatever it accepts is canonical:
 // Encode of the result reproduces the input byte for byte.
-// Reference: spec 000 §4.2
+// Reference: docs/PROTOCOL.md §5.6, §10 (bad input changes nothing)
 func FuzzDecode(f *testing.F) {
 	for _, name := range []string{"minimal.bin", "full.bin"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))

@@ -7,14 +7,14 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// Config holds the spec 000 settings the machines use. DefaultConfig gives
-// the spec's defaults (DESIGN §5).
+// Config holds the hand-off settings the machines use. DefaultConfig gives
+// roam's defaults (docs/PROTOCOL.md §9).
 type Config struct {
 	// ChunkLimit is RelocationPayloadChunkLimit: the largest chunk the
 	// source sends. Default 256 KiB.
 	ChunkLimit int
 	// UnnegotiatedChunkLimit is used when the target announced no receive
-	// limit before the seal. Default 32 KiB (spec 000 §4.2).
+	// limit before the seal. Default 32 KiB (PROTOCOL.md §5.6).
 	UnnegotiatedChunkLimit int
 	// CutoverWaitTimeout is RelocationCutoverWaitTimeout, also the source's
 	// resend window. Default 1 s.
@@ -35,7 +35,7 @@ type Config struct {
 	CreditStep uint64
 }
 
-// DefaultConfig returns the spec defaults.
+// DefaultConfig returns roam's defaults (PROTOCOL.md §9).
 func DefaultConfig() Config {
 	return Config{
 		ChunkLimit:             256 << 10,

@@ -22,9 +22,10 @@ const (
 	// TimerStoreRetry: the back-off before the next CAS attempt (target).
 	TimerStoreRetry
 	// TimerResendWindow: how long the source keeps payload and boundary
-	// batch after the cutover submit (as long as the cutover wait, §4.4).
+	// batch after the cutover submit (as long as the cutover wait,
+	// PROTOCOL.md §5.13).
 	TimerResendWindow
-	// TimerFollow: MessageFollowDuration on the source (§10).
+	// TimerFollow: MessageFollowDuration on the source (PROTOCOL.md §5.14).
 	TimerFollow
 	// TimerReconcile: the next reconciliation sweep (source).
 	TimerReconcile
@@ -76,24 +77,28 @@ const (
 
 // Source effects.
 type (
-	// QueryCapability: ask the target whether it hosts the kind (§4.1).
+	// QueryCapability: ask the target whether it hosts the kind
+	// (PROTOCOL.md §5.2).
 	QueryCapability struct{}
-	// AwaitAdmission: wait for in-flight budget room before sealing (§5.3).
+	// AwaitAdmission: wait for in-flight budget room before sealing
+	// (PROTOCOL.md §5.3).
 	AwaitAdmission struct{}
-	// Seal: stop dispatch after the current turn and capture (§4.2).
+	// Seal: stop dispatch after the current turn and capture
+	// (PROTOCOL.md §5.4, §5.5).
 	Seal struct{}
-	// SendPrepare: send command 40 with the manifest.
+	// SendPrepare: send the Restore request (RelocationPrepare,
+	// PROTOCOL.md §5.6) with the manifest.
 	SendPrepare struct {
 		Manifest   envelope.Manifest
 		ChunkLimit int
 	}
-	// SendChunks: send these chunks (command 52) in order, paced by the
+	// SendChunks: send these chunks (RelocationState) in order, paced by the
 	// per-peer in-flight budget.
 	SendChunks struct{ Chunks []envelope.Chunk }
 	// Unseal: put the saved work back in original order and reopen dispatch
 	// (explicit failure before relay-ready).
 	Unseal struct{}
-	// SendAbort: command 44, one-way, after Unseal (§4.4 abort diagram).
+	// SendAbort: RelocationAbort, one-way, after Unseal (PROTOCOL.md §6.2).
 	SendAbort struct{ Reason messages.FailureReason }
 	// RelayThenCutover: relay the ingress hold in order, hold later
 	// messages (in order, requests too) until StartFollow or Reinstate,
@@ -106,7 +111,7 @@ type (
 	// fence-out never strands a message at a removed target.
 	StartFollow struct{}
 	// ResendBoundary: send the whole boundary batch again with Epoch, then
-	// the cutover, on the new connection (§4.4).
+	// the cutover, on the new connection (PROTOCOL.md §5.9).
 	ResendBoundary struct{ Epoch uint32 }
 	// ReleasePayload: drop the payload copy (state, saved work, what a
 	// Reinstate would need), once. The boundary batch's wire copy is kept
@@ -121,13 +126,13 @@ type (
 	// EndFollow: stop Message Follow (later messages end Unavailable).
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
-	// store once and report ReconcileRead (§9 last row).
+	// store once and report ReconcileRead (PROTOCOL.md §6.4).
 	Reconcile struct{}
 	// AdoptTargetRoute: the store names the target: forward the held and
-	// later messages to it by Message Follow (§9 last row).
+	// later messages to it by Message Follow (PROTOCOL.md §6.4).
 	AdoptTargetRoute struct{}
 	// FailHeld: end every held request with Err; held sends stay held
-	// until the outcome is known (§9 last row fails waiting requests).
+	// until the outcome is known (PROTOCOL.md §6.4: waiting requests fail).
 	FailHeld struct{ Err error }
 	// ConfirmCommit: after the cutover, watch the record until its store
 	// version is past After (0: read at once) or Until passes, and report
@@ -152,7 +157,7 @@ type (
 // Target effects.
 type (
 	// InstallStaging: register the temporary queue (spawn the object with a
-	// staging mailbox) before any chunk is attributed (§4.3).
+	// staging mailbox) before any chunk is attributed (PROTOCOL.md §5.7).
 	InstallStaging struct{}
 	// VerifySource: check, against the Location Store, that the prepare's
 	// source is the object's owner at the move's fence and a live node at
@@ -165,7 +170,8 @@ type (
 	// RestorePayload: decode the verified stream and restore state, saved
 	// work and timers without dispatch; report Restored or RestoreFailed.
 	RestorePayload struct{ Stream []byte }
-	// SendFailed: the explicit failure reply to command 40.
+	// SendFailed: the explicit failure reply to the Restore request
+	// (RelocationFailed, PROTOCOL.md §6.2).
 	SendFailed struct {
 		Reason messages.FailureReason
 		Detail string
@@ -173,7 +179,8 @@ type (
 	// SendRelayReady: the relay-ready reply.
 	SendRelayReady struct{}
 	// CommitOwner: the target-only CAS with the expected source fence and
-	// RelocationId; on an indeterminate answer re-read first (§4.5).
+	// RelocationId; on an indeterminate answer re-read first
+	// (PROTOCOL.md §5.11).
 	CommitOwner struct {
 		Attempt int
 		// SettleOnly: the restore deadline passed with a CAS outcome
@@ -185,10 +192,12 @@ type (
 		SettleOnly bool
 	}
 	// OpenDispatch: merge the backlog — saved work, then Relay, then the
-	// temporary queue — and open dispatch (§4.6); report DispatchOpened.
+	// temporary queue — and open dispatch (PROTOCOL.md §5.12); report
+	// DispatchOpened.
 	OpenDispatch struct{ Relay []any }
 	// DeliverLate: a relay record that arrived after the cutover or its
-	// fallback; post it like direct ingress (order not guaranteed, §4.4).
+	// fallback; post it like direct ingress (order not guaranteed,
+	// PROTOCOL.md §5.10).
 	DeliverLate struct{ Item any }
 	// AckBoundary: tell the source this target holds the whole boundary
 	// batch (one-way BoundaryAck), so it stops resending.
@@ -208,7 +217,8 @@ type (
 	// StopTimer: cancel a timer; a fire already queued is ignored by the
 	// machine anyway.
 	StopTimer struct{ Timer Timer }
-	// Log: a structured log line with the spec's event name.
+	// Log: a structured log line with its event name (the names PROTOCOL.md
+	// uses, such as cutover_timeout).
 	Log struct {
 		Level Level
 		Event string

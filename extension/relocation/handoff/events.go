@@ -77,13 +77,14 @@ type (
 
 // Target events.
 type (
-	// PrepareReceived: command 40 for this identity (first or repeated).
+	// PrepareReceived: a Restore request (RelocationPrepare) for this
+	// identity, first or repeated.
 	PrepareReceived struct {
 		Manifest         envelope.Manifest
 		RestoreDeadline  time.Time
 		MaxPayloadLength uint64
 	}
-	// ChunkReceived: command 52 for this identity.
+	// ChunkReceived: a chunk (RelocationState) for this identity.
 	ChunkReceived struct{ Chunk envelope.Chunk }
 	// Restored: RestorePayload finished; the object waits in staging.
 	Restored struct{}
@@ -106,7 +107,7 @@ type (
 		Epoch uint32
 		Sum   RelaySum
 	}
-	// AbortReceived: command 44.
+	// AbortReceived: RelocationAbort (PROTOCOL.md §6.2).
 	AbortReceived struct{ Reason messages.FailureReason }
 	// NodeStopping: the target's node is stopping gracefully. A move still
 	// restoring is refused with an explicit failure (the source serves
@@ -119,7 +120,7 @@ type (
 	// StoreRetryable: the store did not decide; try again. Unknown is set
 	// when a CAS was sent and its outcome is indeterminate (it may have
 	// applied): the target then never removes itself without a read that
-	// settles it (§4.5, §9).
+	// settles it (PROTOCOL.md §6.3).
 	StoreRetryable struct {
 		Err     error
 		Unknown bool

@@ -79,7 +79,7 @@ func pausedSource(t *testing.T, payload []byte) (*Source, []Effect) {
 
 // The capability check comes before any seal; a target that cannot host the
 // object fails the operation with Unavailable and never seals the source.
-// Reference: spec 000 §4.1, §9 (first row).
+// Reference: docs/PROTOCOL.md §5.2, §6.1 (first row).
 func TestCapabilityCheckedBeforeSeal(t *testing.T) {
 	s := NewSource(testID, DefaultConfig(), deadline)
 	require.Equal(t, []string{"QueryCapability"}, kinds(s.Step(Start{})))
@@ -92,7 +92,7 @@ func TestCapabilityCheckedBeforeSeal(t *testing.T) {
 
 // With the in-flight budget full, a new unit waits before its seal and keeps
 // serving; the seal comes only with admission.
-// Reference: spec 000 §5.3.
+// Reference: PROTOCOL.md §5.3.
 func TestBudgetWaitedOnBeforeSeal(t *testing.T) {
 	s := NewSource(testID, DefaultConfig(), deadline)
 	s.Step(Start{})
@@ -105,7 +105,7 @@ func TestBudgetWaitedOnBeforeSeal(t *testing.T) {
 
 // The chunk size is the least of the configured limit and the target's
 // announced receive limit, or 32 KiB when none was announced.
-// Reference: spec 000 §4.2.
+// Reference: PROTOCOL.md §5.6.
 func TestChunkLimitIsTheLeastOfConfigAndTarget(t *testing.T) {
 	for announced, want := range map[uint32]int{0: 32 << 10, 64 << 10: 64 << 10, 1 << 20: 256 << 10} {
 		s := NewSource(testID, DefaultConfig(), deadline)
@@ -123,9 +123,10 @@ func TestChunkLimitIsTheLeastOfConfigAndTarget(t *testing.T) {
 	}
 }
 
-// After capture the source sends command 40 with a manifest of the whole
-// stream, then the chunks, which reassemble to exactly the stream.
-// Reference: spec 000 §4.2.
+// After capture the source sends the Restore request (RelocationPrepare)
+// with a manifest of the whole stream, then the chunks, which reassemble to
+// exactly the stream.
+// Reference: PROTOCOL.md §5.6.
 func TestPrepareThenChunksDescribeTheStream(t *testing.T) {
 	payload := stream(200 << 10)
 	_, effects := pausedSource(t, payload)
@@ -141,9 +142,9 @@ func TestPrepareThenChunksDescribeTheStream(t *testing.T) {
 }
 
 // An explicit failure before relay-ready restores the source queue from
-// memory first and only then sends command 44; the machine takes the single
+// memory first and only then sends RelocationAbort; the machine takes the single
 // backward edge to SourceRunning.
-// Reference: spec 000 §4.4 (abort diagram), §9, §11.
+// Reference: PROTOCOL.md §6.2, §6.7, §12.1 item 25.
 func TestExplicitFailureBeforeRelayReadyRestoresSourceThenAborts(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	effects := s.Step(FailedReceived{Reason: messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH})
@@ -166,7 +167,8 @@ func indexOf(xs []string, x string) int {
 
 // Nothing is relayed before the target's relay-ready reply; its acceptance
 // makes the move irreversible: a later failure reply reopens nothing.
-// Reference: spec 000 §4.4, §13 (relay-ready before ingress-hold relay).
+// Reference: PROTOCOL.md §5.8, §6.1, §12.1 item 3 (relay-ready before
+// ingress-hold relay).
 func TestRelayReadyIsTheIrreversibleBoundary(t *testing.T) {
 	s, effects := pausedSource(t, stream(1000))
 	require.False(t, has[RelayThenCutover](effects))
@@ -184,7 +186,7 @@ func TestRelayReadyIsTheIrreversibleBoundary(t *testing.T) {
 // for the resend window and until the store shows the target's commit, and
 // releases them exactly once; the application instance is dropped once the
 // commit is confirmed.
-// Reference: spec 000 §4.4, §10, §13 (released exactly once).
+// Reference: PROTOCOL.md §5.13, §12.1 item 14 (released exactly once).
 func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 	for _, confirmFirst := range []bool{false, true} {
 		s, _ := pausedSource(t, stream(1000))
@@ -222,7 +224,7 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 // across the cutover that outlasts follow would otherwise lose the batch of
 // a target that committed by its fallback (the simulation found it). The
 // acknowledgement ends the resends and drops the wire copy, once.
-// Reference: spec 000 §4.4 (resend), §9 (cutover lost).
+// Reference: PROTOCOL.md §5.9 (resent until acknowledged; cutover lost).
 func TestBoundaryBatchIsResentUntilAcknowledged(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(RelayReadyReceived{})
@@ -303,7 +305,7 @@ func TestFollowStartsOnlyOnceTheCommitShows(t *testing.T) {
 // and boundary batch first — and releases the payload; nothing is released
 // or closed before that, whatever the timers say, and follow does not end
 // while the move may still come back.
-// Reference: spec 000 §4.4, §9 (target lost), docs/FAULTS.md.
+// Reference: PROTOCOL.md §6.5 (a target lost after relay-ready), docs/FAULTS.md.
 func TestFenceOutAfterCutoverReinstatesTheSource(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(RelayReadyReceived{})
@@ -330,7 +332,7 @@ func TestFenceOutAfterCutoverReinstatesTheSource(t *testing.T) {
 // nothing more: before relay-ready its held work goes back to the
 // incarnation (which the ended lifecycle fails loudly), after the cutover
 // the instance and payload are released.
-// Reference: spec 002 §9 (owner expired), docs/FAULTS.md.
+// Reference: PROTOCOL.md §6.5 (the source's own lease ends), docs/FAULTS.md.
 func TestSourceLeaseEndedEndsTheUndecidedMove(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(TimerFired{Timer: TimerRestoreDeadline})
@@ -355,7 +357,7 @@ func TestSourceLeaseEndedEndsTheUndecidedMove(t *testing.T) {
 
 // A lost connection inside the resend window makes the source resend the
 // whole boundary batch and cutover under a new epoch.
-// Reference: spec 000 §4.4, §9 (cutover lost, source running).
+// Reference: PROTOCOL.md §5.9 (cutover lost, source running).
 func TestConnectionLossResendsWholeBoundaryBatch(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(RelayReadyReceived{})
@@ -369,7 +371,7 @@ func TestConnectionLossResendsWholeBoundaryBatch(t *testing.T) {
 
 // A lost connection before relay-ready resends the same Restore request
 // and chunks; the target keeps its progress for the same identity.
-// Reference: spec 000 §4.3.
+// Reference: PROTOCOL.md §5.6, §5.7.
 func TestConnectionLossBeforeRelayReadyResendsPrepare(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	require.Equal(t, []string{"SendPrepare", "SendChunks"}, kinds(s.Step(ConnectionLost{})))
@@ -379,7 +381,7 @@ func TestConnectionLossBeforeRelayReadyResendsPrepare(t *testing.T) {
 // reconciles with the store, fails waiters Unavailable while the store
 // shows no commit, and adopts the target route once it does — never
 // reopening the source.
-// Reference: spec 000 §9 (last row).
+// Reference: PROTOCOL.md §6.4.
 func TestNoReplyReconcilesAndNeverReopens(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	effects := s.Step(TimerFired{Timer: TimerRestoreDeadline})
@@ -400,7 +402,7 @@ func TestNoReplyReconcilesAndNeverReopens(t *testing.T) {
 // source queue is restored (parked sends first) and the object serves
 // again, as after an explicit failure; the phase goes back to
 // SourceRunning, the one backward edge.
-// Reference: spec 000 §9, §11 (SourcePaused → SourceRunning).
+// Reference: PROTOCOL.md §6.4, §6.5, §6.7 (SourcePaused → SourceRunning).
 func TestReconcileRestoresTheSourceWhenTheMoveIsFencedOut(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	require.True(t, has[Reconcile](s.Step(TimerFired{Timer: TimerRestoreDeadline})))
@@ -416,7 +418,7 @@ func TestReconcileRestoresTheSourceWhenTheMoveIsFencedOut(t *testing.T) {
 
 // A capture that cannot be encoded (a queued message that cannot cross
 // nodes) unseals at once with TypeMismatch; nothing was sent.
-// Reference: spec 000 §4.2, DESIGN §7.
+// Reference: PROTOCOL.md §5.5, §10 (bad input gets a typed error and changes nothing).
 func TestCaptureFailureUnseals(t *testing.T) {
 	s := NewSource(testID, DefaultConfig(), deadline)
 	s.Step(Start{})
@@ -444,7 +446,7 @@ func prepared(t *testing.T, payload []byte, limit int) (*Target, []envelope.Chun
 // Relay-ready waits for the store to back the prepare when the restore
 // is quicker; a prepare the store does not back (its source is not the
 // owner at the fence) is refused stale, the target removed, no CAS.
-// Reference: spec 000 §3 (the coordinator fence), §4.3.
+// Reference: PROTOCOL.md §2.3 (the coordinator fence), §5.7.
 func TestRelayReadyWaitsForTheSourceCheck(t *testing.T) {
 	payload := stream(300)
 	m, chunks, err := envelope.Split(payload, 100)
@@ -508,7 +510,7 @@ func sumOf(items ...string) RelaySum {
 // The target installs its temporary queue before any chunk, assembles
 // chunks in any order, restores only a verified payload, and replies
 // relay-ready without touching the store.
-// Reference: spec 000 §4.3, §13 (no store write before restore).
+// Reference: PROTOCOL.md §5.7, §12.1 item 15 (no store write before restore).
 func TestTargetRestoresVerifiedPayloadBeforeRelayReady(t *testing.T) {
 	payload := stream(1000)
 	tg, chunks := prepared(t, payload, 64)
@@ -526,7 +528,7 @@ func TestTargetRestoresVerifiedPayloadBeforeRelayReady(t *testing.T) {
 
 // A payload whose checksum does not match is never restored: an explicit
 // failure reply, the target removed, no CAS.
-// Reference: spec 000 §4.3, §9, §13.
+// Reference: PROTOCOL.md §5.7, §6.2, §12.1 item 10.
 func TestChecksumMismatchIsAnExplicitFailure(t *testing.T) {
 	payload := stream(500)
 	tg, chunks := prepared(t, payload, 100)
@@ -548,7 +550,7 @@ func TestChecksumMismatchIsAnExplicitFailure(t *testing.T) {
 // The same Restore request again reuses the progress (no second temporary
 // queue); one with another length or checksum ends in an explicit conflict
 // and never touches the existing assembly.
-// Reference: spec 000 §4.3, §13.
+// Reference: PROTOCOL.md §5.7, §12.1 item 9.
 func TestRepeatedAndConflictingRestoreRequests(t *testing.T) {
 	payload := stream(500)
 	m, _, err := envelope.Split(payload, 100)
@@ -570,7 +572,7 @@ func TestRepeatedAndConflictingRestoreRequests(t *testing.T) {
 // The cutover with a matching count and CRC starts the target-only CAS;
 // the backlog is saved work, then the relay in order; dispatch opens only
 // after the commit.
-// Reference: spec 000 §4.4, §4.5, §4.6.
+// Reference: PROTOCOL.md §5.9, §5.11, §5.12.
 func TestCutoverStartsCASAndCommitOpensBacklog(t *testing.T) {
 	tg := restored(t, stream(300))
 	for _, r := range []string{"a", "b", "c"} {
@@ -592,7 +594,7 @@ func TestCutoverStartsCASAndCommitOpensBacklog(t *testing.T) {
 
 // A cutover whose count or CRC differs is an Error (an implementation
 // defect); the target waits for a resend or the fallback.
-// Reference: spec 000 §4.4.
+// Reference: PROTOCOL.md §5.9.
 func TestCutoverMismatchIsAnError(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(record("a"))
@@ -604,7 +606,7 @@ func TestCutoverMismatchIsAnError(t *testing.T) {
 
 // Without a cutover within RelocationCutoverWaitTimeout the target logs
 // cutover_timeout and commits anyway.
-// Reference: spec 000 §4.4, §9.
+// Reference: PROTOCOL.md §5.10.
 func TestCutoverTimeoutFallsBack(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(record("a"))
@@ -618,7 +620,7 @@ func TestCutoverTimeoutFallsBack(t *testing.T) {
 // A late or duplicate cutover changes neither owner nor queue: it logs
 // late_cutover, and acknowledges the batch only when every record it
 // declares has arrived.
-// Reference: spec 000 §4.4, §13.
+// Reference: PROTOCOL.md §5.10, §12.1 item 24.
 func TestLateCutoverOnlyWarns(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(TimerFired{Timer: TimerCutoverWait})
@@ -634,7 +636,7 @@ func TestLateCutoverOnlyWarns(t *testing.T) {
 
 // A resent batch (new epoch) replaces the partial batch whole: the backlog
 // holds each record once, in batch order.
-// Reference: spec 000 §4.4, §13 (resend replaces staging whole).
+// Reference: PROTOCOL.md §5.9, §12.1 item 13 (a resend replaces staging whole).
 func TestResentBatchReplacesPartialBatchWhole(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(record("a"))
@@ -657,7 +659,7 @@ func TestResentBatchReplacesPartialBatchWhole(t *testing.T) {
 
 // After the fallback, a resend repeats the prefix the backlog already has;
 // only the records beyond it are delivered, late.
-// Reference: spec 000 §4.4 (fallback: order not guaranteed, nothing lost).
+// Reference: PROTOCOL.md §5.10 (fallback: order not guaranteed, nothing lost).
 func TestFallbackThenResendDeliversOnlyNewRecords(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(record("a"))
@@ -684,7 +686,7 @@ func TestFallbackThenResendDeliversOnlyNewRecords(t *testing.T) {
 // c arrived on the next connection) gets exactly the missing record from a
 // resend, and the resent cutover is acknowledged — again on a duplicate,
 // since an acknowledgement can be lost.
-// Reference: spec 000 §4.4, §9 (cutover lost).
+// Reference: PROTOCOL.md §5.9, §5.10 (cutover lost).
 func TestFallbackRecordsAreDeduplicatedByIndexAndAcknowledged(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(record("a"))
@@ -721,7 +723,7 @@ func TestFallbackRecordsAreDeduplicatedByIndexAndAcknowledged(t *testing.T) {
 
 // Retryable and indeterminate store answers retry the same CAS until the
 // owner is confirmed.
-// Reference: spec 000 §4.5, §6, §13.
+// Reference: PROTOCOL.md §5.11, §12.1 item 19.
 func TestStoreRetryConvergesOnCommit(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(CutoverReceivedEvent{})
@@ -736,7 +738,7 @@ func TestStoreRetryConvergesOnCommit(t *testing.T) {
 
 // If the owner change is not confirmed by the restore deadline the target
 // logs location_update_failed and removes what it prepared; it never opens.
-// Reference: spec 000 §4.5, §6, §13.
+// Reference: PROTOCOL.md §5.11, §6.3, §12.1 item 20.
 func TestDeadlineWithoutCommitRemovesTarget(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(CutoverReceivedEvent{})
@@ -754,7 +756,7 @@ func TestDeadlineWithoutCommitRemovesTarget(t *testing.T) {
 
 // A deadline that passes while a CAS is in flight waits for its answer: a
 // success is not late; a retryable answer ends the move.
-// Reference: spec 000 §4.5.
+// Reference: PROTOCOL.md §5.11, §6.3.
 func TestDeadlineDuringInFlightCASWaitsForTheAnswer(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(CutoverReceivedEvent{})
@@ -768,7 +770,7 @@ func TestDeadlineDuringInFlightCASWaitsForTheAnswer(t *testing.T) {
 }
 
 // Another valid owner or generation ends the move at once as stale.
-// Reference: spec 000 §4.5, §6.
+// Reference: PROTOCOL.md §5.11 (stale).
 func TestStaleOwnerRemovesAtOnce(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(CutoverReceivedEvent{})
@@ -779,18 +781,18 @@ func TestStaleOwnerRemovesAtOnce(t *testing.T) {
 	require.False(t, has[OpenDispatch](effects))
 }
 
-// Command 44 before relay-ready removes the staging target.
-// Reference: spec 000 §4.4 (abort diagram).
+// A RelocationAbort before relay-ready removes the staging target.
+// Reference: PROTOCOL.md §6.2.
 func TestAbortBeforeRelayReadyRemovesTarget(t *testing.T) {
 	tg, _ := prepared(t, stream(300), 100)
 	require.True(t, has[RemoveTarget](tg.Step(AbortReceived{})))
 	require.Equal(t, TargetRemoved, tg.Phase())
 }
 
-// Random event sequences never take an edge outside spec 000 §11 (the
+// Random event sequences never take an edge outside PROTOCOL.md §6.7 (the
 // machine panics if it would), never CAS before relay-ready, and never
 // open dispatch before a commit.
-// Reference: spec 000 §11, §13.
+// Reference: PROTOCOL.md §6.7, §12.1 items 15–16.
 func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	payload := stream(400)
 	m, chunks, err := envelope.Split(payload, 100)
@@ -942,7 +944,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 // An explicit failure or a relay-ready reply that arrives after
 // reconciliation began is still handled as such: the failure restores the
 // source (it is before relay-ready was accepted), the reply proceeds.
-// Reference: spec 000 §4.4, §9.
+// Reference: PROTOCOL.md §6.2, §6.4.
 func TestLateReplyDuringReconciliation(t *testing.T) {
 	s, _ := pausedSource(t, stream(1000))
 	s.Step(TimerFired{Timer: TimerRestoreDeadline})
@@ -962,7 +964,7 @@ func TestLateReplyDuringReconciliation(t *testing.T) {
 // a timeout: it settles with reads only — no new CAS — until the store
 // answers, then opens if the record names it, or removes itself if the
 // record is still at the source's fence.
-// Reference: spec 000 §4.5, §9 (indeterminate outcomes), §13.
+// Reference: PROTOCOL.md §3.3, §6.3 (indeterminate outcomes), §12.1 item 19.
 func TestUnknownCommitOutcomeIsSettledByAReadNotATimeout(t *testing.T) {
 	for _, outcome := range []string{"applied", "not applied"} {
 		tg := restored(t, stream(300))
@@ -992,7 +994,7 @@ func TestUnknownCommitOutcomeIsSettledByAReadNotATimeout(t *testing.T) {
 
 // An unknown outcome that a later read settled as "not applied" lets the
 // deadline remove the target as usual.
-// Reference: spec 000 §4.5.
+// Reference: PROTOCOL.md §6.3.
 func TestSettledUnknownOutcomeAllowsRemovalAtTheDeadline(t *testing.T) {
 	tg := restored(t, stream(300))
 	tg.Step(CutoverReceivedEvent{})
@@ -1008,8 +1010,7 @@ func TestSettledUnknownOutcomeAllowsRemovalAtTheDeadline(t *testing.T) {
 // an explicit failure (its source serves again), and lets a move past
 // relay-ready — which its source can no longer take back — go on to its
 // commit.
-// Reference: spec 000 §4.4 (explicit failure before relay-ready), §9
-// ("source shutdown" and target loss rows).
+// Reference: PROTOCOL.md §6.1, §6.2 (explicit failure before relay-ready), §6.3.
 func TestNodeStoppingRefusesRestoringMovesAndKeepsCommittingOnes(t *testing.T) {
 	tg, _ := prepared(t, stream(300), 100)
 	effects := tg.Step(NodeStopping{})
@@ -1030,7 +1031,7 @@ func TestNodeStoppingRefusesRestoringMovesAndKeepsCommittingOnes(t *testing.T) {
 // then is fenced out by a CAS on the version read; one question to the
 // store at a time; a record changed elsewhere decides nothing before the
 // cutover and confirms the target's commit after it.
-// Reference: spec 000 §9 (last row), docs/FAULTS.md (the fence-out).
+// Reference: PROTOCOL.md §6.4, §6.5, docs/FAULTS.md (the fence-out).
 func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 	const target = "target-rid"
 	atFence := RecordView{Present: true, Version: 7, OwnerNodeRid: testID.Fence.NodeRid, OwnerNodeGeneration: testID.Fence.NodeGeneration,
@@ -1108,7 +1109,7 @@ func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 }
 
 // The target's reading of the record around its CAS.
-// Reference: spec 000 §4.5, §6.
+// Reference: PROTOCOL.md §5.11.
 func TestJudgeCommit(t *testing.T) {
 	base := RecordView{Present: true, Version: 3, OwnerNodeRid: testID.Fence.NodeRid, OwnerNodeGeneration: testID.Fence.NodeGeneration,
 		OwnerGeneration: testID.Fence.OwnerGeneration, ObjectGeneration: 1}

@@ -6,7 +6,7 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
-// Fence is the owner the coordinator expects (spec 000 §3).
+// Fence is the owner the coordinator expects (docs/PROTOCOL.md §2.3).
 type Fence struct {
 	NodeRid         string
 	NodeGeneration  uint64
@@ -14,14 +14,14 @@ type Fence struct {
 }
 
 // Identity ties every message of one move together; attribution is by
-// Identity and connection only (spec 000 §3, §11).
+// Identity and connection only (PROTOCOL.md §2.3, §11).
 type Identity struct {
 	RelocationID            uint64
 	TargetAttemptGeneration uint64
 	Fence                   Fence
 }
 
-// Valid reports whether both numbers are non-zero (spec 000 §3).
+// Valid reports whether both numbers are non-zero (PROTOCOL.md §2.3).
 func (id Identity) Valid() bool { return id.RelocationID != 0 && id.TargetAttemptGeneration != 0 }
 
 func (id Identity) String() string {

@@ -1,50 +1,55 @@
-// Package handoff is the pure hand-off state machine of spec 000: events in,
-// a phase and effects out. It has no goroutines, no clock and no network;
-// the relocation driver runs the effects against the mailbox, the remote
-// and the Location Store and feeds their results back as events, the way
-// etcd's raft separates its core from I/O (DESIGN §5).
+// Package handoff is the pure hand-off state machine (docs/PROTOCOL.md §5):
+// events in, a phase and effects out. It has no goroutines, no clock and no
+// network; the relocation driver runs the effects against the mailbox, the
+// remote and the Location Store and feeds their results back as events, the
+// way etcd's raft separates its core from I/O (PROTOCOL.md §1).
 //
 // Each relocation unit has a Source machine on the node it leaves and a
-// Target machine on the node it moves to. Their phases carry spec 000
-// §11's names. The backward edges go to SourceRunning: from SourcePaused on
-// an explicit failure reply before relay-ready is accepted (or a fence-out
-// of a silent target), and from FollowOnly when a target that never
-// committed after the cutover is fenced out (a departure from §11,
-// explained in docs/FAULTS.md).
+// Target machine on the node it moves to. Their phases are those of
+// PROTOCOL.md §6.7. The backward edges go to SourceRunning: from
+// SourcePaused on an explicit failure reply before relay-ready is accepted
+// (or a fence-out of a silent target), and from FollowOnly when a target
+// that never committed after the cutover is fenced out (PROTOCOL.md §6.5,
+// docs/FAULTS.md).
 package handoff
 
 import "fmt"
 
-// Phase is a step of spec 000 §11.
+// Phase is a step of a move (PROTOCOL.md §6.7).
 type Phase int
 
-// The phases, in spec 000 §11's order.
+// The phases, in the order of PROTOCOL.md §6.7.
 const (
 	// SourceRunning: the object serves normally on the source.
 	SourceRunning Phase = iota + 1
 	// SourcePaused: the current turn finished, dispatch stopped, state,
-	// saved work and timers captured, the payload on its way (§4.1–§4.2).
+	// saved work and timers captured, the payload on its way
+	// (PROTOCOL.md §5.2–§5.6).
 	SourcePaused
 	// TargetRestoring: the target installed its temporary queue and is
-	// assembling and restoring the payload (§4.3).
+	// assembling and restoring the payload (PROTOCOL.md §5.7).
 	TargetRestoring
 	// RelayReady: the target replied relay-ready; on the source, its
-	// acceptance is the irreversible boundary (§4.4).
+	// acceptance ends the source's own restore on an explicit failure
+	// (PROTOCOL.md §6.1).
 	RelayReady
 	// CutoverReceived: the cutover arrived with a matching count and CRC.
 	CutoverReceived
 	// CutoverFallback: no cutover within RelocationCutoverWaitTimeout.
 	CutoverFallback
-	// StoreRetry: the CAS met a retryable or indeterminate answer (§4.5).
+	// StoreRetry: the CAS met a retryable or indeterminate answer
+	// (PROTOCOL.md §5.11).
 	StoreRetry
 	// OwnerCommitted: the target-only CAS made the target the owner.
 	OwnerCommitted
 	// TargetRemoved: the target gave up (conflict, stale, deadline, failure)
 	// and removed what it prepared.
 	TargetRemoved
-	// TargetOpen: backlog merged and dispatch opened on the target (§4.6).
+	// TargetOpen: backlog merged and dispatch opened on the target
+	// (PROTOCOL.md §5.12).
 	TargetOpen
-	// FollowOnly: the source only forwards late messages (§10).
+	// FollowOnly: the source holds, then only forwards, late messages
+	// (PROTOCOL.md §5.13, §5.14).
 	FollowOnly
 )
 
@@ -75,7 +80,7 @@ var transitions = map[Phase][]Phase{
 	SourceRunning: {SourcePaused},
 	// SourceRunning is the single backward edge; FollowOnly is reached from
 	// SourcePaused only when reconciliation finds the target committed
-	// after its relay-ready reply was lost (§9 last row).
+	// after its relay-ready reply was lost (PROTOCOL.md §6.4).
 	SourcePaused: {SourceRunning, RelayReady, FollowOnly},
 	// RelayReady → FollowOnly is the source's cutover; → TargetRemoved is
 	// the target's restore deadline passing before the cutover wait ends.
@@ -87,12 +92,11 @@ var transitions = map[Phase][]Phase{
 	OwnerCommitted:  {TargetOpen},
 	// FollowOnly → SourceRunning: the move was fenced out after the
 	// cutover (the target never committed and now never can); the source
-	// serves again from what it held. A departure from spec 000 §11
-	// explained in docs/FAULTS.md.
+	// serves again from what it held (PROTOCOL.md §6.5, docs/FAULTS.md).
 	FollowOnly: {SourceRunning},
 }
 
-// Allowed reports whether from → to is an edge of spec 000 §11.
+// Allowed reports whether from → to is an edge of PROTOCOL.md §6.7.
 func Allowed(from, to Phase) bool {
 	for _, p := range transitions[from] {
 		if p == to {

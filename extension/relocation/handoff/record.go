@@ -23,7 +23,7 @@ func (id Identity) atFence(v RecordView, objectGeneration uint64) bool {
 }
 
 // JudgeCommit is the target's reading of a record before and after its
-// CAS (spec 000 §4.5, §6): StoreCommitted when the record names this
+// CAS (docs/PROTOCOL.md §5.11): StoreCommitted when the record names this
 // target (self, at newOwnerGeneration) with the move's RelocationId — an
 // earlier attempt's indeterminate write applied; StoreStale when the
 // source fenced the move out (the move's RelocationId at another owner) or

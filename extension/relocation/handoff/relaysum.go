@@ -8,7 +8,7 @@ import (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // RelaySum is the count and CRC-32C of a boundary relay batch, as the
-// cutover carries them (spec 000 §4.4). The CRC covers, for each record in
+// cutover carries them (docs/PROTOCOL.md §5.9). The CRC covers, for each record in
 // order, its length as a big-endian u32 followed by its bytes (the
 // deterministic protobuf encoding of the relayed Envelope).
 type RelaySum struct {

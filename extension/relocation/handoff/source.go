@@ -54,7 +54,7 @@ type Source struct {
 }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
-// absolute deadline of the Restore operation (spec 000 §4.5).
+// absolute deadline of the Restore operation (docs/PROTOCOL.md §5.11).
 func NewSource(id Identity, cfg Config, restoreDeadline time.Time) *Source {
 	return &Source{cfg: cfg, id: id, phase: SourceRunning, deadline: restoreDeadline}
 }
@@ -105,7 +105,7 @@ func (s *Source) Step(ev Event) []Effect {
 			return nil
 		}
 		if !ev.Supported {
-			// §4.1: an unusable target never blocks the source.
+			// An unusable target never blocks the source (PROTOCOL.md §5.2).
 			return []Effect{s.complete(fmt.Errorf("%w: target cannot host the object: %s", roamerr.ErrUnavailable, ev.Reason))}
 		}
 		s.chunkLimit = s.cfg.ChunkLimit
@@ -161,8 +161,8 @@ func (s *Source) Step(ev Event) []Effect {
 			}
 			return nil
 		}
-		// §4.4 abort diagram: restore the source queue from memory first,
-		// then command 44, one-way.
+		// Restore the source queue from memory first, then send the
+		// RelocationAbort, one-way (PROTOCOL.md §6.2).
 		s.moveTo(SourceRunning)
 		s.payloadHeld, s.chunks, s.reconciling = false, nil, false
 		return s.completeOnce([]Effect{
@@ -208,7 +208,7 @@ func (s *Source) Step(ev Event) []Effect {
 		switch {
 		case s.phase == SourcePaused && !s.reconciling:
 			// Prepare or chunks may be lost; the target keeps progress for a
-			// repeated Restore request of the same identity (§4.3).
+			// repeated Restore request of the same identity (PROTOCOL.md §5.6).
 			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
 		case s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone:
 			// The boundary batch may not have reached the target: resend
@@ -278,7 +278,7 @@ func (s *Source) Step(ev Event) []Effect {
 			// The target never committed and now never can (the store
 			// fences its CAS out): like an explicit failure, the source
 			// queue is restored, parked sends first, and the object serves
-			// again (§9).
+			// again (PROTOCOL.md §6.4).
 			s.moveTo(SourceRunning)
 			s.payloadHeld, s.chunks, s.reconciling = false, nil, false
 			effects := []Effect{
@@ -307,7 +307,7 @@ func (s *Source) Step(ev Event) []Effect {
 		case TimerRestoreDeadline:
 			if s.phase == SourcePaused && !s.reconciling {
 				// No reply: the target may have committed after a lost
-				// relay-ready. Never reopen on a guess (§9 last row).
+				// relay-ready. Never reopen on a guess (PROTOCOL.md §6.4).
 				s.reconciling = true
 				s.asking = true
 				return []Effect{
@@ -387,7 +387,7 @@ func (s *Source) ask() []Effect {
 }
 
 // judge decides what a record read means for a move whose outcome the
-// source does not know (spec 000 §9 last row; docs/FAULTS.md, the
+// source does not know (PROTOCOL.md §6.4, §6.5; docs/FAULTS.md, the
 // fence-out). The target's commit, or an earlier fence-out, decides it. A
 // record no longer at the source's fence means the target committed: while
 // this lifecycle lives only its CAS moves the record from that fence. A
@@ -438,8 +438,9 @@ func (s *Source) judge(ev ReconcileRead) []Effect {
 // then the messages held since the cutover (nothing follows to the target
 // before its commit is known, so none is stranded there), then what
 // arrives next. Otherwise ask again later. This reverses relay-ready's
-// boundary, which spec 000 §4.4 calls irreversible; the fence-out is what
-// makes it safe (docs/FAULTS.md, "A target lost after relay-ready").
+// boundary, which a source never crosses back on the target's word
+// (PROTOCOL.md §6.1); the fence-out is what makes it safe
+// (PROTOCOL.md §6.5; docs/FAULTS.md, "A target lost after relay-ready").
 func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	if s.confirmed {
 		return nil

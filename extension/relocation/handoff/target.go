@@ -11,8 +11,9 @@ import (
 )
 
 // Target is the hand-off of one relocation unit on the node it moves to.
-// The driver creates it on the first command 40 of an identity and routes
-// to it only what carries that exact identity (spec 000 §3).
+// The driver creates it on the first Restore request (RelocationPrepare)
+// of an identity and routes to it only what carries that exact identity
+// (docs/PROTOCOL.md §2.3, §5.7).
 type Target struct {
 	cfg      Config
 	id       Identity
@@ -48,8 +49,9 @@ type Target struct {
 	done     bool // Complete emitted
 }
 
-// NewTarget creates the machine for the first command 40 of id and returns
-// its first effects: the temporary queue before anything else (§4.3).
+// NewTarget creates the machine for the first Restore request of id and
+// returns its first effects: the temporary queue before anything else
+// (PROTOCOL.md §5.7).
 func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
 	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline, declared: -1}
 	asm, err := envelope.NewAssembler(p.Manifest, p.MaxPayloadLength)
@@ -103,9 +105,10 @@ func (t *Target) commit() []Effect {
 	return []Effect{CommitOwner{Attempt: t.attempt, SettleOnly: t.settling}}
 }
 
-// settle replaces a removal at the restore deadline while a CAS outcome is
-// unknown: read until the store answers, then open or remove (§4.5, §9: an
-// indeterminate answer is settled by a consistent read, never by a timeout).
+// unknown: read until the store answers, then open or remove
+// (PROTOCOL.md §3.3, §6.3: an indeterminate answer is settled by a
+// consistent read, never by a timeout).
+// never by a timeout).
 func (t *Target) settle(last error) []Effect {
 	t.settling = true
 	msg := "restore deadline passed with the owner change's outcome unknown; settling it with a consistent read"
@@ -128,7 +131,7 @@ func (t *Target) relayReady() []Effect {
 
 // Step feeds one event and returns the effects to run, in order. Events
 // that do not apply to the phase change nothing; late answers of a
-// terminal move never reactivate it (spec 000 §13).
+// terminal move never reactivate it (PROTOCOL.md §6.3).
 func (t *Target) Step(ev Event) []Effect {
 	switch t.phase {
 	case TargetRemoved:
@@ -155,7 +158,7 @@ func (t *Target) Step(ev Event) []Effect {
 			// The source resent after a lost connection: answer again.
 			return []Effect{SendRelayReady{}}
 		}
-		return nil // same request again: keep the progress (§4.3)
+		return nil // same request again: keep the progress (PROTOCOL.md §5.7)
 
 	case ChunkReceived:
 		if t.phase != TargetRestoring || t.restoring {
@@ -184,7 +187,7 @@ func (t *Target) Step(ev Event) []Effect {
 		}
 		stream, err := t.asm.Take() // the assembler is dropped right after
 		if err != nil {
-			// Never a repaired or partial payload (§4.3, §11).
+			// Never a repaired or partial payload (PROTOCOL.md §5.7, §11).
 			reason := messages.FailureReason_FAILURE_REASON_CHECKSUM_MISMATCH
 			if errors.Is(err, envelope.ErrLengthMismatch) {
 				reason = messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH
@@ -333,7 +336,7 @@ func (t *Target) relayRecord(ev RelayRecordReceived) []Effect {
 			return nil
 		}
 		if ev.Epoch > t.epoch {
-			// A resent batch replaces the partial one whole (§4.4).
+			// A resent batch replaces the partial one whole (PROTOCOL.md §5.9).
 			t.epoch, t.relay, t.relayIdx, t.sum = ev.Epoch, nil, nil, RelaySum{}
 		}
 		t.relay = append(t.relay, ev.Item)
@@ -345,7 +348,7 @@ func (t *Target) relayRecord(ev RelayRecordReceived) []Effect {
 	}
 	// After the fallback: a record this target does not have yet joins the
 	// backlog (or, once open, is delivered late; order not guaranteed,
-	// §4.4). Records are told apart by their batch index, which every
+	// PROTOCOL.md §5.10). Records are told apart by their batch index, which every
 	// resend repeats, so a record that arrived in any earlier epoch — or
 	// after a gap in a broken connection — is never delivered twice.
 	if t.known[ev.Index] {
@@ -362,7 +365,7 @@ func (t *Target) relayRecord(ev RelayRecordReceived) []Effect {
 }
 
 // lateCutover handles a cutover after the one that matched, or after the
-// fallback (§4.4: it changes neither owner nor queue). It is also how the
+// fallback (PROTOCOL.md §5.10: it changes neither owner nor queue). It is also how the
 // source asks again for the acknowledgement: a target that holds the whole
 // batch acknowledges every time, since an acknowledgement can be lost too.
 func (t *Target) lateCutover(ev CutoverReceivedEvent) []Effect {

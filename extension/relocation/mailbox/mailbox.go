@@ -4,7 +4,7 @@
 // default (unexported) one. In Open mode it behaves like the default mailbox:
 // system messages first, user messages in posting order, Throughput-bounded
 // runs on the props' dispatcher, panics escalated to the supervisor. On top of
-// that it has the modes the hand-off needs (spec 000 §4, DESIGN §4):
+// that it has the modes the hand-off needs (docs/PROTOCOL.md §5.4–§5.12):
 //
 //	source: Open --Seal--> Sealed --Redirect--> Redirecting --Discard--> Closed
 //	                          |  ^                    (Redirect again swaps the sink)
@@ -456,7 +456,7 @@ func (m *Mailbox) Redirect(sink Sink) (int, error) {
 // mailbox's lock, after the last call of the sink and before any later post
 // is queued, so messages a sink parked can be put back without loss or
 // reordering (a relocation that parked its hold while reconciling and then
-// got an explicit failure, spec 000 §9). prefix must not call the mailbox.
+// got an explicit failure, PROTOCOL.md §6.4). prefix must not call the mailbox.
 // ErrMode from any other mode.
 func (m *Mailbox) Reopen(prefix func() []any) error {
 	if prefix == nil {
@@ -469,8 +469,8 @@ func (m *Mailbox) Reopen(prefix func() []any) error {
 // given order), then the temporary queue (what was posted while Staging),
 // then later posts. It is atomic: the backlog is put ahead of the temporary
 // queue and the mode switched in one critical section, so no post can be
-// dispatched before any backlog item (spec 000 §4.6, the "observed
-// atomically" linearization point; no callback runs under the lock).
+// dispatched before any backlog item (PROTOCOL.md §5.12: the switch to
+// ordinary dispatch is one atomic step, and no callback runs under the lock).
 // ErrMode from other modes.
 func (m *Mailbox) OpenWith(backlog []any) error {
 	return m.reopen("OpenWith", Staging, func() []any { return backlog })

@@ -44,7 +44,7 @@ func sealSync(t *testing.T, m *Mailbox) []any {
 // mid-turn takes effect only when that turn ends; captured then receives the
 // unprocessed messages in posting order, and a message posted after the seal
 // is held, not dispatched, until Unseal.
-// Reference: spec 000 §4.2
+// Reference: docs/PROTOCOL.md §5.4
 func TestSealWaitsForTurnInProgress(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -106,7 +106,7 @@ func TestSealWaitsForTurnInProgress(t *testing.T) {
 // from RequestFuture and RequestWithCustomSender, envelopes with headers) —
 // and, put back with Unseal, the requests are answered to their original
 // reply routes.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §5.4, §5.5
 func TestSealSavedWorkKeepsEnvelopes(t *testing.T) {
 	system := newSystem(t)
 	headers := &recorder{}
@@ -182,7 +182,7 @@ func TestSealSavedWorkKeepsEnvelopes(t *testing.T) {
 // processed — a watched child's Terminated reaches the actor, and a Stop of
 // the actor itself is processed (StopFuture's Watch answers) — while user
 // messages stay held.
-// Reference: DESIGN §4
+// Reference: PROTOCOL.md §5.4; the package comment ("Lifecycle messages")
 func TestSystemMessagesRunWhileSealed(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -219,7 +219,7 @@ func TestSystemMessagesRunWhileSealed(t *testing.T) {
 // stops user messages and Do items (system messages keep running) until
 // ResumeMailbox, after which they run in order — the mailbox handles both
 // itself, as Proto.Actor's default mailbox does.
-// Reference: DESIGN §4
+// Reference: the package comment (Open mode behaves like Proto.Actor's default mailbox)
 func TestSuspendResumeMailboxPausesUserDispatch(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -255,7 +255,7 @@ func TestSuspendResumeMailboxPausesUserDispatch(t *testing.T) {
 // TestUnsealRestoresSavedPrefixThenHeldInPostingOrder: with a single poster,
 // saved work put back by Unseal is dispatched first, then the messages held
 // while sealed, then later posts: exactly the posting order.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §6.2
 func TestUnsealRestoresSavedPrefixThenHeldInPostingOrder(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -290,7 +290,7 @@ func TestUnsealRestoresSavedPrefixThenHeldInPostingOrder(t *testing.T) {
 // and Unseal in the middle of the stream, every poster's messages are
 // dispatched exactly once and in its posting order, and the saved work is,
 // per poster, a contiguous run.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §6.2, §10 (order per sender)
 func TestUnsealKeepsPerPosterOrder(t *testing.T) {
 	const posters, per = 4, 3000
 	system := newSystem(t)
@@ -343,7 +343,7 @@ func requirePerPosterContiguous(t *testing.T, items []any, posters int) {
 // TestRedirectDrainsHeldInOrderThenForwardsNewPosts: Redirect hands every
 // held message to the sink in posting order, returns how many, and then
 // forwards each later post; nothing reaches the actor.
-// Reference: spec 000 §4.4
+// Reference: PROTOCOL.md §5.8
 func TestRedirectDrainsHeldInOrderThenForwardsNewPosts(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -377,7 +377,7 @@ func TestRedirectDrainsHeldInOrderThenForwardsNewPosts(t *testing.T) {
 // with the held messages), the second the rest; nothing is lost, duplicated
 // or reordered; every message whose post completed before a Redirect call is
 // on the old side, and every one posted after the swap returned is on the new.
-// Reference: spec 000 §4.4
+// Reference: PROTOCOL.md §5.8
 func TestRedirectSinkSwapPartitionsPostingOrder(t *testing.T) {
 	const posters, per = 4, 10000
 	system := newSystem(t)
@@ -476,7 +476,7 @@ func TestRedirectSinkSwapPartitionsPostingOrder(t *testing.T) {
 // dispatches no user message (they wait in the temporary queue) while the
 // actor still receives *actor.Started, which Proto.Actor posts as a system
 // message and forwards to Receive from InvokeSystemMessage.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §5.7
 func TestStagingHoldsUserMessagesButStartedArrives(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -497,7 +497,7 @@ func TestStagingHoldsUserMessagesButStartedArrives(t *testing.T) {
 // TestOpenWithDispatchesBacklogThenTemporaryQueueThenNewPosts: OpenWith
 // dispatches the backlog in its order, then what was posted while Staging,
 // then later posts.
-// Reference: spec 000 §4.6
+// Reference: PROTOCOL.md §5.12
 func TestOpenWithDispatchesBacklogThenTemporaryQueueThenNewPosts(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -519,7 +519,7 @@ func TestOpenWithDispatchesBacklogThenTemporaryQueueThenNewPosts(t *testing.T) {
 // TestOpenWithBacklogFirstUnderConcurrentPosts: with posters racing OpenWith,
 // every backlog item is dispatched before any posted message, and each
 // poster's messages keep their order.
-// Reference: spec 000 §4.6
+// Reference: PROTOCOL.md §5.12
 func TestOpenWithBacklogFirstUnderConcurrentPosts(t *testing.T) {
 	const rounds, posters, per, backlog = 20, 4, 500, 200
 	system := newSystem(t)
@@ -557,7 +557,7 @@ func TestOpenWithBacklogFirstUnderConcurrentPosts(t *testing.T) {
 // goroutine between turns — never during a turn in progress — in submission
 // order, before the next user message, also in Staging and Sealed; a Do
 // submitted after Discard returns ErrMode and does not run.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §5.5, §5.7 (capture and restore between turns)
 func TestDoRunsBetweenTurnsInOrderInEveryMode(t *testing.T) {
 	system := newSystem(t)
 
@@ -620,7 +620,7 @@ func TestDoRunsBetweenTurnsInOrderInEveryMode(t *testing.T) {
 // mailbox held (temporary queue or ingress hold) in order; later posts go to
 // the OnClosed handler (or are dropped and counted), never to the actor or
 // the old sink.
-// Reference: spec 000 §4.3
+// Reference: PROTOCOL.md §6.3
 func TestDiscardReturnsHeldInOrderAndLaterPostsGoToClosedHandler(t *testing.T) {
 	system := newSystem(t)
 
@@ -681,7 +681,7 @@ func TestDiscardReturnsHeldInOrderAndLaterPostsGoToClosedHandler(t *testing.T) {
 // TestModeErrorsChangeNothing: every operation called from a mode that does
 // not allow it returns ErrMode (naming the mode) and changes neither the mode
 // nor the held messages, and calls no callback.
-// Reference: spec 000 §4.2
+// Reference: PROTOCOL.md §10 (bad input changes nothing)
 func TestModeErrorsChangeNothing(t *testing.T) {
 	system := newSystem(t)
 	type op struct {
@@ -808,7 +808,7 @@ func TestModeErrorsChangeNothing(t *testing.T) {
 // escalated through invoker.EscalateFailure, the default supervisor strategy
 // restarts the actor (Restarting, then a new Started), and the messages
 // posted after the failing one still run, in order.
-// Reference: DESIGN §4
+// Reference: the package comment (panics escalate as with Proto.Actor's default mailbox)
 func TestPanicInUserMessageEscalatesAndLaterMessagesRun(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -829,7 +829,7 @@ func TestPanicInUserMessageEscalatesAndLaterMessagesRun(t *testing.T) {
 
 // TestPanicInDoEscalatesAndLaterMessagesRun: a panicking Do function is
 // escalated like a failing turn; the actor restarts and later messages run.
-// Reference: DESIGN §4
+// Reference: the package comment (panics escalate as with Proto.Actor's default mailbox)
 func TestPanicInDoEscalatesAndLaterMessagesRun(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
@@ -851,7 +851,7 @@ func (b *testBatch) GetMessages() []any { return b.msgs }
 // mailbox does — each element, then the batch value itself — so the actor
 // sees the same sequence with either mailbox, and saved work holds that
 // expanded sequence.
-// Reference: DESIGN §4
+// Reference: the package comment (Open mode behaves like Proto.Actor's default mailbox)
 func TestMessageBatchExpandsLikeDefaultMailbox(t *testing.T) {
 	system := newSystem(t)
 	raw := &testBatch{msgs: []any{1, 2}}
@@ -883,7 +883,7 @@ func TestMessageBatchExpandsLikeDefaultMailbox(t *testing.T) {
 
 // Reopen returns a redirected mailbox to dispatch with the parked messages
 // first, in order, ahead of every later post.
-// Reference: spec 000 §9 (explicit failure while reconciling).
+// Reference: PROTOCOL.md §6.4 (explicit failure while reconciling).
 func TestReopenPutsParkedMessagesFirst(t *testing.T) {
 	var got []int
 	done := make(chan struct{})
@@ -924,7 +924,7 @@ func TestReopenPutsParkedMessagesFirst(t *testing.T) {
 // message is dispatched (the batch in hand included) and they keep their
 // order; system messages and Do items still run; Wake after the gate opens
 // dispatches them in posting order. This is the owner-lease fence.
-// Reference: spec 000 §12 (one owner at a time)
+// Reference: PROTOCOL.md §10 (one owner at a time), docs/FAULTS.md ("Fenced means inert")
 func TestGateHoldsUserMessagesUntilWake(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}

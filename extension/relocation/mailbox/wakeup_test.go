@@ -17,7 +17,7 @@ import (
 // finishing and going idle; each burst is awaited on a WaitGroup with a
 // deadline, so a lost wake-up (work accepted while the loop decides to stop,
 // never scheduled) fails the test instead of passing by luck. Nothing sleeps.
-// Reference: DESIGN §4
+// Reference: the package comment ("Scheduling and concurrency")
 func TestNoLostWakeupWhenWorkRacesTheLoopGoingIdle(t *testing.T) {
 	system := newSystem(t)
 	rounds := 2000
@@ -209,7 +209,7 @@ func (h *idleHook) armSubmit(t *testing.T, submit func()) <-chan struct{} {
 // — is picked up by the loop's re-check, for every kind of producer: a post,
 // a Do, a Seal, an Unseal, an OpenWith, a ResumeMailbox and another system
 // message.
-// Reference: DESIGN §4
+// Reference: the package comment ("Scheduling and concurrency")
 func TestNoLostWakeupAtIdleTransition(t *testing.T) {
 	system := newSystem(t)
 	noop := func() {}

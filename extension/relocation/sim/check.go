@@ -18,7 +18,7 @@ import (
 //     both failed loudly and handled.
 //   - order: one sender's messages on one connection to one incarnation
 //     are handled in sending order, except across a move that went on
-//     without its cutover (spec 000 §4.4: order not guaranteed then).
+//     without its cutover (docs/PROTOCOL.md §5.10: order not guaranteed then).
 //   - silent-drop / lost / stuck: every accepted message is handled once
 //     or failed loudly; it may be lost only with a node that went down
 //     (counted apart, never as a pass) or, forwarded by Message Follow, on a

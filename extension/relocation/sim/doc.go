@@ -1,5 +1,5 @@
-// Package sim is the deterministic simulation of spec 000's hand-off as
-// roam composes it: the pure handoff.Source and handoff.Target
+// Package sim is the deterministic simulation of the hand-off
+// (docs/PROTOCOL.md §5) as roam composes it: the pure handoff.Source and handoff.Target
 // machines, driven the way extension/relocation's driver drives them, on
 // nodes that exchange packets over lossy links, against a Location Store
 // with CAS, per-node owner leases and faulty answers, with clients sending

@@ -43,8 +43,9 @@ type Config struct {
 	Sabotage Sabotage
 }
 
-// DefaultConfig is the configuration random schedules use: spec 000's
-// timings scaled down so a schedule spans a few logical seconds.
+// DefaultConfig is the configuration random schedules use: the hand-off's
+// timings (docs/PROTOCOL.md §9) scaled down so a schedule spans a few
+// logical seconds.
 func DefaultConfig() Config {
 	c := Config{
 		Nodes: 3, Objects: 2, Clients: 2,

@@ -20,11 +20,12 @@ type first struct {
 	msg any
 }
 
-// Activation is the target side of one command 39 (spec 002 §4.1 steps
-// 10–12, §4.2): deliver the first message to the current owner, or obtain
+// Activation is the target side of one SpotActivation
+// (docs/PROTOCOL.md §7.5 steps 8–12, §7.6): deliver the first message to
+// the current owner, or obtain
 // creation authority and activate the Spot here with that message handled
 // first. Started with NewRecovery it is the start-up scan's handling of
-// one record instead (spec 002 §4.1.1).
+// one record instead (PROTOCOL.md §7.7).
 //
 // Each attempt reads the authority and decides by what it finds:
 //   - Missing: cold activation — a creation slot, the envelope stored as
@@ -35,7 +36,7 @@ type first struct {
 //     deadline plus AbandonGrace: resumed from its recovery root if it has
 //     one (the stored first message first), else reactivated empty — or,
 //     for a PreserveStateWith kind without ReactivateEmpty, refused
-//     Unavailable (spec 003);
+//     Unavailable (PROTOCOL.md §7.10);
 //   - Creating or Closing under a live owner: watch the record, then read
 //     again.
 //
@@ -84,7 +85,7 @@ type Activation struct {
 	leftReservation bool
 }
 
-// NewActivation starts the machine for a command 39. It checks the
+// NewActivation starts the machine for a SpotActivation. It checks the
 // envelope first (route kind 2, operation, first message, Spot ID, this
 // node's lifecycle as its target fence), then takes the Spot ID's lock.
 func NewActivation(cfg Config, s Start) (*Activation, []Effect) {
@@ -101,7 +102,8 @@ func NewActivation(cfg Config, s Start) (*Activation, []Effect) {
 		err = s.IDErr
 	case env.GetTargetNodeRid() != cfg.Self.GetNodeRid() || env.GetTargetNodeGeneration() != cfg.Self.GetNodeGeneration():
 		// Meant for another lifecycle (a process restarted on the same
-		// address): the envelope's target fence does not match (§4.1).
+		// address): the envelope's target fence does not match
+		// (PROTOCOL.md §7.5 step 8).
 		err = fmt.Errorf("%w: command 39 for node %s reached %s", roamerr.ErrUnavailable, env.GetTargetNodeRid(), cfg.Self.GetNodeRid())
 	case s.FirstErr != nil:
 		err = s.FirstErr
@@ -113,7 +115,7 @@ func NewActivation(cfg Config, s Start) (*Activation, []Effect) {
 }
 
 // NewRecovery starts the machine for one record of the start-up authority
-// scan (spec 002 §4.1.1): an Instance Spot activation whose owner ended
+// scan (PROTOCOL.md §7.7): an Instance Spot activation whose owner ended
 // (or that was abandoned) while its recovery pointer was set is resumed
 // here if this node hosts its type; an ended owner's User Spot
 // reservation is released with its fence. Anything else is left alone.
@@ -339,7 +341,7 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 			return a.fail(a.typeMismatch(rec))
 		}
 		// Ready already: the first message goes, once, to the current
-		// owner's queue (spec 002 §4.2); a local incarnation that is not
+		// owner's queue (PROTOCOL.md §7.6); a local incarnation that is not
 		// the store's current one never gets it.
 		return a.finish(Forwarded, Forward{Address: auth.Address, Key: v.Key, Record: rec}, Measure{Outcome: "forwarded"})
 	case ended || Abandoned(rec, a.now):
@@ -357,7 +359,7 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 		}
 		if a.kind.Registered && a.kind.PreservesState {
 			if !a.kind.ReactivateEmpty {
-				// Spec 003: the state ended with its owner; only an
+				// The state ended with its owner (PROTOCOL.md §7.10); only an
 				// operator (or a kind that opted in) may accept the loss.
 				return a.fail(fmt.Errorf("%w: Spot %q: its owner node %s ended and its in-memory state with it; Spots().ReleaseEnded accepts the loss and lets it start empty",
 					roamerr.ErrUnavailable, a.spotID, rec.GetOwner().GetNodeRid()),
@@ -366,9 +368,9 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 			}
 			return append([]Effect{Log{Level: LevelWarn, Event: "spot_reactivated", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
 				Msg: "the owner of an Instance Spot ended; a new incarnation starts without the old one's in-memory state"}},
-				a.coldActivate(v)...) // reactivation (spec 003)
+				a.coldActivate(v)...) // reactivation (PROTOCOL.md §7.10)
 		}
-		return a.coldActivate(v) // reactivation (spec 003)
+		return a.coldActivate(v) // reactivation (PROTOCOL.md §7.10)
 	}
 	// Creating or Closing under a live owner: wait for its outcome.
 	a.phase = Watching
@@ -397,8 +399,8 @@ func (a *Activation) admitted(ev CapacityAdmitted) []Effect {
 }
 
 // rootStored reserves the Spot with the recovery receipt, in one
-// transaction that also checks the ID is not a User Spot (spec 002 §4.1
-// step 10, spec 003).
+// transaction that also checks the ID is not a User Spot
+// (PROTOCOL.md §7.5 step 9, §7.10).
 func (a *Activation) rootStored(ev RootPut) []Effect {
 	if ev.Err != nil {
 		return a.fail(StoreError("store the recovery root", ev.Err))
@@ -491,7 +493,7 @@ func (a *Activation) writing(ev Event) []Effect {
 // open stages the incarnation of the reservation at version, to commit
 // Ready keeping the recovery pointer and open dispatch with firsts at the
 // head of its queue; the pointer goes once the first handler has completed
-// (spec 002 §4.1 steps 11–12). On any failure before the commit the
+// (PROTOCOL.md §7.5 steps 10–12). On any failure before the commit the
 // reservation is released with the same fence.
 func (a *Activation) open(version location.StoreVersion, rec *location.Record, firsts []first, rootKey string) []Effect {
 	a.version, a.rec, a.firsts, a.rootKey = version, rec, firsts, rootKey
@@ -574,7 +576,7 @@ func (a *Activation) settleAgain(err error) []Effect {
 func (a *Activation) opened(ev Opened) []Effect {
 	if ev.Err != nil {
 		// Ready with the pointer kept: the start-up scan of a live node
-		// resumes it (§4.1.1) once this lifecycle ends, and runs the first
+		// resumes it (PROTOCOL.md §7.7) once this lifecycle ends, and runs the first
 		// message then — so its outcome is unknown here, not a failure.
 		a.leftReservation = true
 		return a.fail(ev.Err, DiscardStaged{})
@@ -608,7 +610,7 @@ func (a *Activation) abort(err error, before ...Effect) []Effect {
 }
 
 // resume continues an activation whose owner ended after its reservation
-// or its Ready commit (spec 002 §4.1.1): it takes the record over with the
+// or its Ready commit (PROTOCOL.md §7.7): it takes the record over with the
 // same ObjectGeneration and the next owner generation, restores the first
 // record from the recovery root, and dispatches it before anything else —
 // then this activation's first message, if that is another operation.
@@ -686,15 +688,15 @@ func (a *Activation) recoverEnded() []Effect {
 	return []Effect{LockKey{SpotID: a.spotID}}
 }
 
-// fail ends the machine with err after before. A command 39 that found
-// this node full is first passed on to another candidate (spec 002 §4.1
-// step 7); otherwise its failure is measured, answered to the first
+// fail ends the machine with err after before. A SpotActivation that found
+// this node full is first passed on to another candidate
+// (PROTOCOL.md §7.5 step 9); otherwise its failure is measured, answered to the first
 // message's sender and logged.
 func (a *Activation) fail(err error, before ...Effect) []Effect {
 	effects := a.release(before)
 	if a.leftReservation && !a.recovery && !errors.Is(err, roamerr.ErrCapacityExceeded) && !errors.Is(err, roamerr.ErrDeadlineExceeded) {
 		// The outcome is unknown, as for a write whose answer never came:
-		// the first message may still run (spec 002 §5).
+		// the first message may still run (PROTOCOL.md §7.4).
 		err = fmt.Errorf("%w: Spot %q: %v; a reservation holding the first message's recovery root may remain, and the message runs when it is resumed",
 			roamerr.ErrDeadlineExceeded, a.spotID, err)
 	}

@@ -19,7 +19,7 @@ import (
 // one transaction that checks the ID is no User Spot, staged, committed
 // Ready keeping the pointer, and opened with the first message at the
 // head; the pointer's removal is tied to that message's operation.
-// Reference: spec 002 §4.1 steps 10–12.
+// Reference: docs/PROTOCOL.md §7.5 steps 8–12.
 func TestColdActivationHappyPath(t *testing.T) {
 	a, res := toReserve(t)
 	require.Equal(t, cartKey, res.Key)
@@ -64,7 +64,7 @@ func TestColdActivationHappyPath(t *testing.T) {
 // A reservation that loses its race (conflict) deletes its root, gives its
 // creation slot back and reads again; the winner is Ready under a live
 // owner, so the first message is forwarded to it, once.
-// Reference: spec 002 §4.2.
+// Reference: PROTOCOL.md §7.6.
 func TestConflictOnReserveReadsAgainAndForwards(t *testing.T) {
 	a, _ := toReserve(t)
 	effects := step(t, a, WriteAnswered{Err: &location.ConflictError{Op: "txn"}, Now: at(time.Second)}, "DeleteRoot", "ReleaseCapacity", "ReadAuthority")
@@ -84,8 +84,8 @@ func TestConflictOnReserveReadsAgainAndForwards(t *testing.T) {
 // none, means it did not (read again); a store that keeps failing leaves
 // it unknown until the deadline, which fails DeadlineExceeded — the
 // pauses are the machine's timers.
-// Reference: spec 002 §4.1 step 10 (an indeterminate outcome is settled
-// by a consistent read).
+// Reference: PROTOCOL.md §7.5 step 9, §3.3 (an indeterminate outcome is
+// settled by a consistent read).
 func TestIndeterminateReserveIsSettled(t *testing.T) {
 	indeterminate := WriteAnswered{Err: location.ErrIndeterminate, Now: at(time.Second)}
 
@@ -145,7 +145,7 @@ func TestIndeterminateReserveIsSettled(t *testing.T) {
 
 // An attempt that must read again after the deadline fails
 // DeadlineExceeded instead of reading.
-// Reference: spec 002 §5 (one deadline across resolve and activation).
+// Reference: PROTOCOL.md §7.4 (one deadline across resolve and activation).
 func TestNoAttemptAfterTheDeadline(t *testing.T) {
 	a, _ := toReserve(t)
 	effects := step(t, a, WriteAnswered{Err: location.ErrConflict, Now: deadline},
@@ -160,7 +160,7 @@ func TestNoAttemptAfterTheDeadline(t *testing.T) {
 // generation, this node as owner, Creating), and the stored first message
 // is dispatched first, then the current one; the resumption warns that the
 // stored message may run a second time.
-// Reference: spec 002 §4.1.1, spec 003.
+// Reference: PROTOCOL.md §7.7, §7.10.
 func TestEndedOwnerWithRecoveryPointerIsResumed(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -212,7 +212,7 @@ func TestEndedOwnerWithRecoveryPointerIsResumed(t *testing.T) {
 // the root was deleted, but the pointer's removal was not seen) is
 // dropped, and the authority read again: the record is then an ended
 // owner's Ready record, reactivated empty.
-// Reference: spec 002 §4.1 step 12, spec 003.
+// Reference: PROTOCOL.md §7.5 step 12, §7.10.
 func TestMissingRootDropsThePointer(t *testing.T) {
 	a, _ := NewActivation(cfg, start(stateless))
 	step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
@@ -239,7 +239,7 @@ func TestMissingRootDropsThePointer(t *testing.T) {
 // unless it opted in (ReactivateEmpty): the call answers Unavailable naming
 // ReleaseEnded, logged reactivation_refused; with the opt-in it is
 // reactivated (spot_reactivated).
-// Reference: spec 003 (automatic release only where no state is lost).
+// Reference: PROTOCOL.md §7.10 (automatic release only where no state is lost).
 func TestPreservedStateIsNotReactivatedWithoutOptIn(t *testing.T) {
 	ended := record(30, ready, other, nil)
 	read := AuthorityRead{Authority: Authority{Versioned: ended, OwnerEnded: true}, Now: t0}
@@ -264,8 +264,8 @@ func TestPreservedStateIsNotReactivatedWithoutOptIn(t *testing.T) {
 // Creating or Closing under a live owner is waited for: the machine
 // watches the record from the version it read, then reads again; a watch
 // that fails ends the activation with its error.
-// Reference: spec 002 §4.2 ("If still Creating, it waits for the same
-// activation's completion").
+// Reference: PROTOCOL.md §7.5 step 8 (a Creating record under a live owner
+// is waited for).
 func TestCreatingUnderALiveOwnerIsWatched(t *testing.T) {
 	for _, state := range []messages.LifecycleState{creating, closing} {
 		t.Run(state.String(), func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestCreatingUnderALiveOwnerIsWatched(t *testing.T) {
 // deadline is treated like an ended owner's, even under a live owner: it
 // is resumed from its root. Until then it is waited for. The rule reads
 // the time the authority read carries.
-// Reference: spec 002 §4.1.1, §3.2 (no authority stays Creating forever).
+// Reference: PROTOCOL.md §7.7, §7.2 (no authority stays Creating forever).
 func TestAbandonedReservationIsTreatedAsEnded(t *testing.T) {
 	recDeadline := t0.Add(-time.Minute)
 	stuck := record(50, creating, other, receipt(recDeadline))
@@ -318,7 +318,7 @@ func TestAbandonedReservationIsTreatedAsEnded(t *testing.T) {
 // A record of this node's own with no incarnation behind it (an earlier
 // attempt here lost its answer from the store) is resumed like an ended
 // owner's; one that this node hosts is a live owner's.
-// Reference: spec 002 §4.1.1.
+// Reference: PROTOCOL.md §7.7.
 func TestStrandedOwnRecordIsResumed(t *testing.T) {
 	own := record(60, creating, self, receipt(deadline))
 	a, _ := NewActivation(cfg, start(stateless))
@@ -334,7 +334,7 @@ func TestStrandedOwnRecordIsResumed(t *testing.T) {
 // pointer (a live node's scan resumes it once this lifecycle ends): no
 // abort, no discard. Failures before the commit release the reservation
 // with its fence and delete the root; a lost commit only discards.
-// Reference: spec 002 §4.1 steps 11–12, §4.1.1.
+// Reference: PROTOCOL.md §7.5 steps 10–12, §7.7.
 func TestFailuresAroundTheReadyCommit(t *testing.T) {
 	openErr := roamerr.ErrUnavailable
 
@@ -415,7 +415,7 @@ func TestFailuresAroundTheReadyCommit(t *testing.T) {
 // The envelope is checked before anything is locked or read: a malformed
 // one is InvalidOperation, one meant for another lifecycle of this address
 // Unavailable, and an invalid Spot ID its own error.
-// Reference: spec 002 §4.1 (route kind 2, target descriptor fence).
+// Reference: PROTOCOL.md §7.5 steps 7–8 (route kind 2, target descriptor fence).
 func TestEnvelopeIsCheckedFirst(t *testing.T) {
 	badID := errors.New("invalid id")
 	for _, c := range []struct {
@@ -443,7 +443,7 @@ func TestEnvelopeIsCheckedFirst(t *testing.T) {
 // Instance intent to a User Spot, or naming another stable type than the
 // stored one, is TypeMismatch; a type this node does not host cannot be
 // cold-activated here (NotFound).
-// Reference: spec 002 §4.2.
+// Reference: PROTOCOL.md §7.5 steps 2 and 8.
 func TestTypeChecks(t *testing.T) {
 	user := location.Versioned{Key: location.Key(location.KindUserSpot, cartKey.ID), Version: 3, Record: &location.Record{State: ready, Owner: other}}
 	otherType := record(4, ready, other, nil)
@@ -470,7 +470,7 @@ func TestTypeChecks(t *testing.T) {
 // A node full for a new Spot passes the envelope on to another candidate
 // (nothing reserved here); only when no candidate is left does the call
 // end CapacityExceeded.
-// Reference: spec 002 §4.1 step 7.
+// Reference: PROTOCOL.md §7.5 step 9.
 func TestFullNodePassesOn(t *testing.T) {
 	full := roamerr.ErrCapacityExceeded
 	a, _ := NewActivation(cfg, start(stateless))
@@ -494,7 +494,7 @@ func TestFullNodePassesOn(t *testing.T) {
 // listed, with only the stored first message; anything that changed is
 // left to whoever changed it. A live owner's, or a record without a
 // pointer, is left alone.
-// Reference: spec 002 §4.1.1.
+// Reference: PROTOCOL.md §7.7.
 func TestRecoveryResumesAnInterruptedActivation(t *testing.T) {
 	interrupted := record(70, creating, other, receipt(time.Time{}))
 	rec := Recover{Scanned: interrupted, Kind: stateless, Deadline: at(time.Minute), Now: t0}
@@ -568,7 +568,7 @@ func TestRecoveryResumesAnInterruptedActivation(t *testing.T) {
 
 // The scan releases an ended owner's User Spot reservation with its fence
 // and deletes its creation request.
-// Reference: spec 002 §3.2, spec 003.
+// Reference: PROTOCOL.md §7.2, §7.7, §7.10.
 func TestRecoveryReleasesAnEndedOwnersUserReservation(t *testing.T) {
 	key := location.Key(location.KindUserSpot, "room-1")
 	v := location.Versioned{Key: key, Version: 9, Record: &location.Record{State: creating, Owner: other, StableType: "room",

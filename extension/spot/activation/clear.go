@@ -11,8 +11,8 @@ import (
 )
 
 // Clear removes a recovery pointer by expected-version compare-and-set
-// once the first handler has completed, then deletes the root (spec 002
-// §4.1 step 12). It reads again before every attempt, so a record
+// once the first handler has completed, then deletes the root
+// (docs/PROTOCOL.md §7.5 step 12). It reads again before every attempt, so a record
 // rewritten meanwhile (a move) is handled, and it is done when a read
 // shows the pointer gone (or naming another activation). A failed read or
 // write is tried again after ClearBackoff; ClearFor after its start it

@@ -19,7 +19,7 @@ func withPointer(v location.StoreVersion) location.Versioned {
 // Once the first handler returned, the pointer is removed by
 // compare-and-set on the version read, then a read confirms it is gone and
 // the root is deleted.
-// Reference: spec 002 §4.1 step 12.
+// Reference: docs/PROTOCOL.md §7.5 step 12.
 func TestClearRemovesThePointerThenTheRoot(t *testing.T) {
 	c, effects := NewClear(cfg, cartKey, op, "activation-"+op, t0)
 	require.Equal(t, []string{"StartTimer", "ReadRecord"}, names(effects))
@@ -40,7 +40,7 @@ func TestClearRemovesThePointerThenTheRoot(t *testing.T) {
 // A record that moved on (rewritten by a move, or naming another
 // activation) is re-read before each attempt; a Closing one is left to
 // its release, which removes record and root together.
-// Reference: spec 002 §4.1 step 12, §7.
+// Reference: PROTOCOL.md §7.5 step 12, §7.9.
 func TestClearFollowsTheRecord(t *testing.T) {
 	c, _ := NewClear(cfg, cartKey, op, "activation-"+op, t0)
 	step(t, c, RecordRead{Record: withPointer(40), Now: t0}, "CompareAndSet")
@@ -65,7 +65,7 @@ func TestClearFollowsTheRecord(t *testing.T) {
 // retry timer); once the bound passes under a live lease the pointer
 // stays, logged activation_recovery_clear_failed at error: the Spot serves
 // on, and a resume after its owner's end would lose what it did since.
-// Reference: spec 002 §4.1 step 12; docs/FAULTS.md (repeated first
+// Reference: PROTOCOL.md §7.5 step 12; docs/FAULTS.md (repeated first
 // message).
 func TestClearBacksOffThenGivesUp(t *testing.T) {
 	c, _ := NewClear(cfg, cartKey, op, "activation-"+op, t0)

@@ -68,7 +68,7 @@ type (
 	GetRoot struct{ RootKey string }
 	// Reserve: one transaction that writes Record at Key (created if
 	// Expected is 0, else by compare-and-set on Expected) and checks that
-	// the same ID under Other is absent (spec 002 §4.1 step 10); answer
+	// the same ID under Other is absent (docs/PROTOCOL.md §7.5 step 9); answer
 	// WriteAnswered with the Record's new version.
 	Reserve struct {
 		Key      location.AuthorityKey
@@ -127,7 +127,7 @@ type (
 	// incarnation counts as serving).
 	ReleaseCapacity struct{}
 	// Stage: spawn the incarnation with dispatch held (the activation
-	// barrier of spec 002 §4.1 step 11); answer Staged.
+	// barrier of PROTOCOL.md §7.5 steps 10–11); answer Staged.
 	Stage struct {
 		Key             location.AuthorityKey
 		StableType      string
@@ -148,7 +148,7 @@ type (
 		RootKey        string
 	}
 	// Forward: send the activation's first message to the current owner's
-	// incarnation (Address, Key, Record name its PID) (spec 002 §4.2).
+	// incarnation (Address, Key, Record name its PID) (PROTOCOL.md §7.6).
 	Forward struct {
 		Address string
 		Key     location.AuthorityKey

@@ -12,7 +12,7 @@ import (
 // answer came; the machines read no clock of their own.
 type Event interface{ isEvent() }
 
-// Start is a command 39 (route kind 2) as it reached this node, with what
+// Start is a SpotActivation (route kind 2) as it reached this node, with what
 // the driver found out about it before the machine runs.
 type Start struct {
 	// Envelope is the activation envelope.
@@ -29,7 +29,7 @@ type Start struct {
 	Now time.Time
 }
 
-// Recover is one record of the start-up authority scan (spec 002 §4.1.1).
+// Recover is one record of the start-up authority scan (docs/PROTOCOL.md §7.7).
 type Recover struct {
 	// Scanned is the record as the scan listed it.
 	Scanned location.Versioned
@@ -48,7 +48,7 @@ type Authority struct {
 	Versioned location.Versioned
 	// Address is the owner's remote address, when its lifecycle is alive.
 	Address string
-	// OwnerEnded: the owner's lease or lifecycle ended (spec 003).
+	// OwnerEnded: the owner's lease or lifecycle ended (PROTOCOL.md §3.4).
 	OwnerEnded bool
 	// Hosted: this node has an incarnation of the record's key and
 	// generation (serving, moving out, or arriving). The machine reads it

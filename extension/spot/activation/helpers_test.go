@@ -143,7 +143,7 @@ func toReserve(t *testing.T) (*Activation, Reserve) {
 	return a, effects[0].(Reserve)
 }
 
-// failedWith checks the failure tail of a command 39 and returns its
+// failedWith checks the failure tail of a SpotActivation and returns its
 // error: measured, answered to the sender, logged, finished.
 func failedWith(t *testing.T, a *Activation, effects []Effect) error {
 	t.Helper()

@@ -14,11 +14,11 @@ import (
 // pointer) under an ended owner — or this node's own with no incarnation
 // behind it — is replaced like an abandoned reservation, whatever the
 // kind: no incarnation ever served it, so no state ended with its owner
-// and spec 003's refusal does not apply. A Ready record still is refused.
+// and the refusal of PROTOCOL.md §7.10 does not apply. A Ready record still is refused.
 // Found by the simulation (extension/spot/sim, KnownPointerlessCreating):
 // such a Spot stayed Unavailable for a PreserveStateWith kind, for good
 // while its owner lived.
-// Reference: spec 003, spec 002 §4.1.1.
+// Reference: docs/PROTOCOL.md §7.10, §7.7.
 func TestNeverReadyReservationIsReplacedWhateverTheKind(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -55,7 +55,7 @@ func TestNeverReadyReservationIsReplacedWhateverTheKind(t *testing.T) {
 // fence instead. A Ready record whose root is gone still only loses its
 // pointer (the first handler ran). Found by the simulation
 // (extension/spot/sim, KnownPointerlessCreating).
-// Reference: spec 002 §4.1.1.
+// Reference: PROTOCOL.md §7.7.
 func TestReservationWithoutRootIsReplaced(t *testing.T) {
 	abandoned := record(50, creating, other, receipt(t0.Add(-time.Minute)))
 	a, _ := NewActivation(cfg, start(stateless))
@@ -92,7 +92,7 @@ func TestReservationWithoutRootIsReplaced(t *testing.T) {
 // class. Found by the simulation (extension/spot/sim,
 // KnownFailedThenResumed): a caller told Unavailable ("retrying later may
 // succeed") saw its message run later, and a retry ran it twice.
-// Reference: spec 002 §4.1, §4.1.1, §5.
+// Reference: PROTOCOL.md §7.5, §7.7, §7.4.
 func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
 	t.Run("abort does not land", func(t *testing.T) {
 		a, _ := toReserve(t)
@@ -144,7 +144,7 @@ func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
 // activation, an abandoned-reservation takeover or the start-up scan
 // resumes it again. Found by the simulation (extension/spot/sim,
 // KnownTakeoverReleased).
-// Reference: spec 002 §4.1.1, spec 003.
+// Reference: PROTOCOL.md §7.7, §7.10.
 func TestFailedTakeoverIsLeftToBeResumed(t *testing.T) {
 	ended := record(30, ready, other, receipt(time.Time{}))
 	toTakeover := func(t *testing.T, kind Kind) *Activation {

@@ -1,12 +1,12 @@
 // Package activation holds the pure machines of one Spot ID's authority
-// on this node (spec 002 §4.1, §4.1.1, §4.2, §7; spec 003): events in, a
+// on this node (docs/PROTOCOL.md §7.5–§7.7, §7.9, §7.10): events in, a
 // phase and effects out. They have no goroutines, no clock and no network;
 // time is an input (the Now of an answer, a fired timer). The Spot
 // manager's driver runs the effects against the Location Store, the
 // Relocation Store and the relocation driver and feeds the answers back,
 // the way the hand-off machines of extension/relocation/handoff are run.
 //
-//   - Activation: a command 39 (cold activation) on its target, from the
+//   - Activation: a SpotActivation (cold activation) on its target, from the
 //     authority read to the first message dispatched, forwarded, passed on
 //     or refused; and, started with NewRecovery, the start-up scan's
 //     handling of one record (an interrupted activation resumed, an ended
@@ -16,9 +16,9 @@
 //     mark, bounded by the deadline. The other machines embed it; the
 //     driver also runs it alone for the User Spot paths.
 //   - Clear: the removal of a recovery pointer once the first handler
-//     returned (spec 002 §4.1 step 12), with back-off, given up after a
+//     returned (PROTOCOL.md §7.5 step 12), with back-off, given up after a
 //     bound.
-//   - Release: a close after its Closing write (spec 002 §7 steps 2–4):
+//   - Release: a close after its Closing write (PROTOCOL.md §7.9):
 //     the local close, then the authority's release with the same fence,
 //     or the revert of a Spot found moving.
 package activation

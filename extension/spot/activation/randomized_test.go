@@ -200,7 +200,7 @@ func (w *world) noteApplied() {
 // discarded), and a reservation that a failure before the Ready commit
 // would strand (released with its fence). 3,000 seeded schedules; every
 // ending is reached.
-// Reference: spec 002 §4.1, §4.1.1, §4.2.
+// Reference: docs/PROTOCOL.md §7.5, §7.6, §7.7.
 func TestRandomizedActivation(t *testing.T) {
 	ends := map[Phase]int{}
 	for seed := uint64(1); seed <= 3000; seed++ {

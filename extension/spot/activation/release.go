@@ -13,7 +13,7 @@ import (
 // errChanged is logged when a revert lost to another write.
 var errChanged = errors.New("the record changed since the Closing write")
 
-// Release runs a close after its Closing write (spec 002 §7 steps 2–4):
+// Release runs a close after its Closing write (docs/PROTOCOL.md §7.9):
 // the local incarnation handles what it accepted and stops, then the
 // authority goes with the same fence — a delete of the record while it is
 // still Closing at the closed generation under this owner, read again

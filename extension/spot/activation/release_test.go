@@ -31,7 +31,7 @@ func newRelease(t *testing.T) (*Release, *location.Record) {
 // and stops; then the record is deleted with its version while it is
 // still Closing at the closed generation under this owner, and a root it
 // still names is deleted.
-// Reference: spec 002 §7 steps 2–4.
+// Reference: docs/PROTOCOL.md §7.9.
 func TestReleaseDeletesTheClosingRecord(t *testing.T) {
 	r, _ := newRelease(t)
 	effects := step(t, r, LocalClosed{}, "ReadRecord")
@@ -57,7 +57,7 @@ func TestReleaseDeletesTheClosingRecord(t *testing.T) {
 
 // A record that is no longer this close's (another generation, owner or
 // state) ends the close Stale and is not deleted.
-// Reference: spec 002 §7 ("releases authority with the same fence").
+// Reference: PROTOCOL.md §7.9 (the record is released with the same fence).
 func TestReleaseRefusesAChangedRecord(t *testing.T) {
 	r, _ := newRelease(t)
 	step(t, r, LocalClosed{}, "ReadRecord")
@@ -69,7 +69,7 @@ func TestReleaseRefusesAChangedRecord(t *testing.T) {
 // Failed reads and deletes are tried again after a back-off; past the
 // bound the close fails, logged spot_release_failed, the record staying
 // Closing. A lease that ended ends the retries at once.
-// Reference: spec 002 §7; docs/FAULTS.md (a late write cannot land).
+// Reference: PROTOCOL.md §7.9; docs/FAULTS.md (a late write cannot land).
 func TestReleaseBacksOffThenGivesUp(t *testing.T) {
 	r, _ := newRelease(t)
 	step(t, r, LocalClosed{}, "ReadRecord")
@@ -96,7 +96,7 @@ func TestReleaseBacksOffThenGivesUp(t *testing.T) {
 // A Spot that turned out to be moving when its local close began is put
 // back to Ready over the Closing write, and the close ends Unavailable; a
 // revert that fails is logged.
-// Reference: spec 002 §7 ("if sealing for a move, Unavailable").
+// Reference: PROTOCOL.md §7.9 (a Spot that is moving: Unavailable).
 func TestReleaseRevertsAMovingSpot(t *testing.T) {
 	moving := roamerr.ErrUnavailable
 	r, wasReady := newRelease(t)

@@ -12,7 +12,7 @@ import (
 )
 
 // Config holds what the machines judge with: this node as an owner and
-// the retry periods of spec 002's store loops. DefaultConfig gives the
+// the retry periods of the Spot store loops (docs/PROTOCOL.md §7). DefaultConfig gives the
 // values roam uses.
 type Config struct {
 	// Self is this node as an owner (Mesh, node RID, node generation,
@@ -52,7 +52,7 @@ type Kind struct {
 	// Registered: this node hosts the type.
 	Registered bool
 	// PreservesState: the kind's policy is PreserveStateWith, so its state
-	// ends with an owner that ends (spec 003).
+	// ends with an owner that ends (PROTOCOL.md §7.10).
 	PreservesState bool
 	// ReactivateEmpty: the kind accepts to start empty after its owner
 	// ended instead of waiting for ReleaseEnded.
@@ -83,7 +83,7 @@ func AbandonedCreation(rec *location.Record, now time.Time) bool {
 // NewGeneration issues the ObjectGeneration of a new incarnation: above
 // prev, and otherwise the time now, so that an ID created again after its
 // record was deleted (and prev forgotten) still gets a new generation
-// (spec 002 §2.2: non-zero, 63-bit).
+// (PROTOCOL.md §2.3: non-zero, 63-bit).
 func NewGeneration(prev uint64, now time.Time) uint64 {
 	g := uint64(now.UnixNano()) & (1<<63 - 1)
 	return max(g, prev+1)

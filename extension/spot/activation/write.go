@@ -38,7 +38,7 @@ const (
 	writeDone
 )
 
-// Write is one store write whose outcome is decided (spec 002 §4.1; an
+// Write is one store write whose outcome is decided (docs/PROTOCOL.md §3.3; an
 // indeterminate answer is settled by a consistent read, never assumed): a
 // conflict is Lost, an indeterminate answer is followed by consistent
 // re-reads every SettleBackoff until one shows the write's own mark

@@ -14,8 +14,8 @@ import (
 // A Write run on its own (the User Spot paths' commits and reservations)
 // decides its outcome the same way, with its own deadline timer, and ends
 // with Finish.
-// Reference: spec 002 §3.2, §4.1 (an indeterminate outcome is settled by
-// a consistent read).
+// Reference: docs/PROTOCOL.md §3.3, §7.2, §7.5 (an indeterminate outcome is
+// settled by a consistent read).
 func TestWriteAlone(t *testing.T) {
 	rec := record(5, ready, self, nil).Record
 	newWrite := func() (*Write, []Effect) {

@@ -230,7 +230,7 @@ func (w *World) probeEnded(m *Msg, outcome string) {
 	rec := v.Record
 	if s.kind.PreservesState && !s.kind.ReactivateEmpty && v.Present() && rec.GetActivationRecovery() == nil &&
 		strings.Contains(outcome, "unavailable") && !w.ownerLive(rec.GetOwner()) {
-		w.stats.ProbesOK++ // refused as spec 003 requires
+		w.stats.ProbesOK++ // refused as docs/PROTOCOL.md §7.10 requires
 		return
 	}
 	w.stats.ProbesFail++

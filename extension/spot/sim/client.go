@@ -42,8 +42,8 @@ type planned struct {
 }
 
 // orderKey: one client's calls to one Spot through one lifecycle of its
-// node (one connection): handled in its order (spec 002 §4.1, docs
-// FAULTS.md "One caller's order to a Missing Spot").
+// node (one connection): handled in its order (docs/PROTOCOL.md §7.5;
+// docs/FAULTS.md, "One caller's order to a Missing Spot").
 type orderKey struct {
 	client int
 	life   int
@@ -207,7 +207,7 @@ func (call *Call) sent() {
 }
 
 // start is call.go's do: the route cache, else the store's authority;
-// then a direct delivery to a Ready owner, or a command 39 (a Missing
+// then a direct delivery to a Ready owner, or a SpotActivation (a Missing
 // Spot to the rendezvous target, an ended owner's or abandoned one to a
 // live node of its Mesh, a Creating or Closing one to its owner).
 func (call *Call) start() {
@@ -241,7 +241,7 @@ func (call *Call) route(a authority, via string) {
 	case !a.v.Present():
 		call.activate(false)
 	case a.ended || activation.Abandoned(rec, w.wall(w.now)):
-		// Reactivation on a live node of the stored Mesh (spec 003).
+		// Reactivation on a live node of the stored Mesh (PROTOCOL.md §7.10).
 		call.activate(true)
 	default:
 		// Creating or Closing under a live owner: that owner decides.
@@ -274,7 +274,7 @@ func (call *Call) deliver(a authority, via string) {
 	call.awaitReply(a.address, rec.GetOwner())
 }
 
-// activate selects a cold activation's target (spec 002 §4.1 steps 4–7):
+// activate selects a cold activation's target (PROTOCOL.md §7.5 steps 4–7):
 // the live nodes' descriptors, in weighted rendezvous order of the Spot
 // ID (placement.go candidates); the first one gets the envelope.
 func (call *Call) activate(reactivation bool) {
@@ -307,7 +307,7 @@ func (call *Call) activate(reactivation bool) {
 	})
 }
 
-// sendActivation completes and sends command 39 (route kind 2) with the
+// sendActivation completes and sends a SpotActivation (route kind 2) with the
 // first message inside, to the lifecycle to (whose owner fence it names).
 func (call *Call) sendActivation(to *Life, owner *messages.Owner) {
 	w := call.c.w

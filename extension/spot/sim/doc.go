@@ -20,7 +20,8 @@
 //     an abort and a root deletion, which have a timeout of their own
 //     (Manager DefaultTimeout); on Finish the runner gives back what the
 //     machine still holds. An effect the model does not know panics.
-//   - The Spot service (manager.go, activate.go): command 39s queue per
+//   - The Spot service (manager.go, activate.go): SpotActivations (number
+//     39 in docs/PROTOCOL.md §8, hence cmd39 in the names here) queue per
 //     Spot ID and run one at a time in arrival order (enqueueActivation);
 //     the Spot ID's lock (lockKey) is FIFO; the creation slots
 //     (admitCapacity: serving incarnations plus creations in progress
@@ -41,7 +42,7 @@
 //     a failure); the positive route cache (Ready with a live owner,
 //     RouteCacheMaxAge, dropped on a stale or unavailable answer, swept
 //     every second against the live descriptors); the branches of do (a
-//     Ready owner directly, a Missing Spot by a command 39 to the first of
+//     Ready owner directly, a Missing Spot by a SpotActivation to the first of
 //     the live nodes in weighted rendezvous order of the Spot ID, an ended
 //     owner's or abandoned record as a reactivation, a Creating or Closing
 //     record to its owner); a request's wait (its deadline, the connection
@@ -91,7 +92,7 @@
 //     random delays; links between nodes are cut in one or both
 //     directions (what is in flight is lost, sends meanwhile are dropped,
 //     the sender learns it and its waiting requests fail Unavailable);
-//     packets are slow; a command 39 may be dropped with its connection;
+//     packets are slow; a SpotActivation may be dropped with its connection;
 //     a send to a lifecycle known gone is a dead letter at the sender.
 //
 // Timings are roam's scaled down (DefaultConfig): a 1 s call deadline, a
@@ -101,7 +102,7 @@
 // beyond any store trouble a lease survives), and the machines'
 // AbandonGrace (5 s) as it is. Faults and traffic stop at the
 // horizon; after every deadline plus AbandonGrace one probe request per
-// Spot ID checks that the Spot serves again (spec 002 §4.1.1, spec 003).
+// Spot ID checks that the Spot serves again (PROTOCOL.md §7.7, §7.10).
 //
 // Not modelled: moves (the hand-off is extension/relocation/sim's), so no
 // Message Follow, route hints or barriers; User Spots (only their key,

@@ -19,7 +19,7 @@ type Faults struct {
 	// PSlowPacket delays a packet by up to SlowPacket (streams stay FIFO).
 	PSlowPacket float64
 	SlowPacket  time.Duration
-	// PDropCmd39: the connection carrying a command 39 resets with it in
+	// PDropCmd39: the connection carrying a SpotActivation resets with it in
 	// flight (a cut of up to CutFor in one or both directions).
 	PDropCmd39 float64
 	CutFor     time.Duration

@@ -26,20 +26,20 @@ const (
 	// the recovery pointer's removal landed: the pointer removal is the
 	// only completion record (documented).
 	KnownRepeatedFirst = "repeated first message: the owner ended after the first handler returned, before the recovery pointer's removal landed (docs/FAULTS.md)"
-	// KnownCmd39Overtaken: a caller's call goes in a command 39 (the Spot
+	// KnownCmd39Overtaken: a caller's call goes in a SpotActivation (the Spot
 	// was Missing or Creating); before that message reaches the
 	// incarnation (its envelope waits in the target's per-ID queue behind
 	// another caller's activation, is on a slow link, or is being
 	// forwarded from the target to an owner elsewhere) the caller's next
 	// call reads the authority again and takes another route: straight to
-	// the incarnation once the Spot is Ready, or a command 39 to the
+	// the incarnation once the Spot is Ready, or a SpotActivation to the
 	// Creating record's owner when the activation was placed elsewhere
 	// (its rendezvous target was full). The later call is handled first. One caller's order to a Missing Spot is broken (call.go
 	// routes each call by the authority it reads; the per-ID queue only
-	// orders the command 39s of one target).
+	// orders the SpotActivations of one target).
 	KnownCmd39Overtaken = "a later call overtakes the caller's earlier command 39: it took another route before the earlier message reached the incarnation"
 	// KnownCmd39DeadLetter: a one-way send to a Missing (or ended, or
-	// Creating) Spot goes in a command 39 to a node whose process is gone
+	// Creating) Spot goes in a SpotActivation to a node whose process is gone
 	// while its descriptor is still listed (the store keeps its lease up
 	// to the TTL): Proto.Actor hands it to the sender's dead letters, which
 	// only log it; the driver redelivers dead-lettered sends to
@@ -58,8 +58,8 @@ const (
 	// one, or one held behind a fenced gate) is answered DeadlineExceeded
 	// and not run; relocation's host returns before the hook that removes
 	// the recovery pointer, so the pointer and the root stay for good: the
-	// next end of that owner resumes the Spot instead of the spec 003
-	// handling, and the root leaks.
+	// next end of that owner resumes the Spot instead of the handling of
+	// docs/PROTOCOL.md §7.10, and the root leaks.
 	KnownExpiredFirstKeepsPointer = "a first message answered DeadlineExceeded at dispatch never removes the recovery pointer (relocation host.Receive skips afterFirst)"
 	// KnownUnsettledCommitDiscarded: the Ready commit's outcome is not
 	// settled by the activation's deadline (a slow write that lands late;
@@ -77,7 +77,7 @@ const (
 	// whose Closing write is unsettled at its deadline (slow, or
 	// indeterminate past the deadline) gives up without the Release: if
 	// the write landed, the record stays Closing under a live owner while
-	// the incarnation serves on, and every command 39 for it watches the
+	// the incarnation serves on, and every SpotActivation for it watches the
 	// record until its deadline.
 	KnownCloseUnsettled = "an Instance Spot's own close gives up on an unsettled Closing write: a write that landed leaves the record Closing under a live owner for good"
 	// KnownResumeStartsEmpty: a PreserveStateWith Spot (no
@@ -89,7 +89,7 @@ const (
 	// pointer's removal settled, and refuses to move until then (relocation
 	// Staged.Open; inc.go afterFirst); a resume then loses only the first
 	// message's run, which it replays.
-	KnownResumeStartsEmpty = "a PreserveStateWith Spot whose owner ended with the recovery pointer set is resumed empty, not refused (spec 003)"
+	KnownResumeStartsEmpty = "a PreserveStateWith Spot whose owner ended with the recovery pointer set is resumed empty, not refused (docs/PROTOCOL.md §7.10)"
 	// KnownFailedThenResumed: an activation answers its first message's
 	// caller with a failure (Unavailable: "not delivered") while a
 	// reservation holding that message's recovery root stays in the store
@@ -179,8 +179,8 @@ func has[T activation.Effect](effects []activation.Effect) (T, bool) {
 func runProbes() {
 	probes = map[string]bool{
 		KnownRepeatedFirst:            true,  // documented; no completion record but the pointer removal
-		KnownCmd39Overtaken:           false, // a send in a command 39 returns once dispatched (client.go sendActivation)
-		KnownCmd39DeadLetter:          false, // redeliver.go fails a dead-lettered command 39 loudly (net.go deadLetterAtSender)
+		KnownCmd39Overtaken:           false, // a send in a SpotActivation returns once dispatched (client.go sendActivation)
+		KnownCmd39DeadLetter:          false, // redeliver.go fails a dead-lettered SpotActivation loudly (net.go deadLetterAtSender)
 		KnownDiscardDropsSends:        false, // Staged.Discard fails sends loudly now (modelled in inc.go)
 		KnownExpiredFirstKeepsPointer: false, // host.Receive runs afterFirst after a refusal too (inc.go runTurn)
 	}
@@ -190,8 +190,8 @@ func runProbes() {
 	_, discards := has[activation.DiscardStaged](eff)
 	probes[KnownUnsettledCommitDiscarded] = discards
 	probes[KnownCloseUnsettled] = false // closeself.go settles an unsettled Closing write (service.go settleClosing)
-	// A Ready record with a pointer under an ended owner is resumed (spec
-	// 002 §4.1.1), also for a kind that preserves state; that loses nothing
+	// A Ready record with a pointer under an ended owner is resumed
+	// (PROTOCOL.md §7.7), also for a kind that preserves state; that loses nothing
 	// while the incarnation runs no second message before the pointer is
 	// gone: the host's gate (relocation Staged.Open, modelled in inc.go
 	// afterFirst). A probe of the host would need a node; the model is it.
@@ -224,7 +224,7 @@ func runProbes() {
 	_, releases := has[activation.AbortReservation](a.Step(activation.Staged{Err: location.ErrUnavailable}))
 	probes[KnownTakeoverReleased] = releases
 	// A Creating record without pointer under an ended owner, for a kind
-	// spec 003 refuses after a loss of state; and the resume of an
+	// PROTOCOL.md §7.10 refuses after a loss of state; and the resume of an
 	// abandoned reservation whose root is gone, which drops its pointer.
 	a, _ = probeActivation(activation.Kind{Registered: true, PreservesState: true})
 	creating := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_CREATING,
@@ -347,9 +347,9 @@ type incName struct {
 	gen, ownerGen uint64
 }
 
-// cmd39Overtaken: m went in a command 39, and x, a later call of the same
+// cmd39Overtaken: m went in a SpotActivation, and x, a later call of the same
 // caller handled before it, took another route (straight to the
-// incarnation, or a command 39 to another node) before m reached the
+// incarnation, or a SpotActivation to another node) before m reached the
 // incarnation.
 func cmd39Overtaken(m, x *Msg) bool {
 	return x != nil && m.viaCmd39 && (!x.viaCmd39 || x.target != m.target) && (m.deliveredAt == 0 || x.sentAt <= m.deliveredAt)

@@ -74,11 +74,11 @@ type Msg struct {
 	loss      lossKind
 	lossWhy   string
 	passedOn  bool // its activation was passed on for capacity (order not promised)
-	// viaCmd39: its call sent it in a command 39; sentAt: when its call
+	// viaCmd39: its call sent it in a SpotActivation; sentAt: when its call
 	// handed it to the transport; deliveredAt: when it first reached an
 	// incarnation's mailbox, or the head of an opening one (0: not yet).
 	viaCmd39 bool
-	// notice: a send that went in a command 39; its call returns when the
+	// notice: a send that went in a SpotActivation; its call returns when the
 	// incarnation dispatches it (or a failure comes back), so the caller's
 	// next call cannot overtake it (call.go sendActivation).
 	notice      bool
@@ -87,7 +87,7 @@ type Msg struct {
 	deliveredAt time.Duration
 	dlCount     int
 	dlFirst     time.Duration
-	// cmd39DeadLetter: its command 39 became a dead letter at the sender
+	// cmd39DeadLetter: its SpotActivation became a dead letter at the sender
 	// (its target's process was known gone).
 	cmd39DeadLetter bool
 }

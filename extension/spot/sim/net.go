@@ -11,7 +11,7 @@ import (
 type pktKind int
 
 const (
-	pCmd39   pktKind = iota // a command 39 (route kind 2) to a node's Spot service
+	pCmd39   pktKind = iota // a SpotActivation (route kind 2) to a node's Spot service
 	pApp                    // an application message to an incarnation's PID
 	pReply                  // a request's reply, to its caller
 	pFailure                // a DeliveryFailed, to a request's caller
@@ -33,7 +33,7 @@ type packet struct {
 // failure is a typed failure as a caller sees it: its class (roamerr
 // code) and whether the system claims the message did not run (definite)
 // or cannot tell (a timeout, a lost connection, a write whose outcome is
-// unknown: spec 002 §5).
+// unknown: docs/PROTOCOL.md §7.4).
 type failure struct {
 	code     string
 	definite bool
@@ -136,7 +136,7 @@ func (nt *Net) dropped(p *packet, why string) {
 // deadLetterAtSender: a packet to a gone peer becomes a dead letter on
 // the sending node. A send to an incarnation is redelivered from the
 // store by that node's driver; a request's caller gets a dead-letter
-// answer (ErrStale); a command 39 fails loudly (Driver.onActivationDeadLetter:
+// answer (ErrStale); a SpotActivation fails loudly (Driver.onActivationDeadLetter:
 // a request is answered Unavailable, a send logged and counted).
 func (nt *Net) deadLetterAtSender(p *packet, why string) {
 	w := nt.w

@@ -28,7 +28,7 @@ type Node struct {
 
 // Life is one node lifecycle (cluster.Node + relocation.Driver +
 // spot.Manager): its owner identity and lease, its incarnations, its Spot
-// service (per-ID command 39 queues, the Spot ID locks, the creation
+// service (per-ID SpotActivation queues, the Spot ID locks, the creation
 // slots, shared watches, route cache) and the machines running on it.
 type Life struct {
 	w     *World
@@ -52,7 +52,7 @@ type Life struct {
 	pids    map[pidKey]*Inc
 	objects map[int]*Inc // the driver's registry, by Spot index
 
-	queues  [][]cmd39 // command 39s per Spot, in arrival order
+	queues  [][]cmd39 // SpotActivations per Spot, in arrival order
 	working []bool
 	locks   []*lockState
 	pending int // creations in progress (admitCapacity)

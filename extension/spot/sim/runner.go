@@ -40,7 +40,7 @@ type Runner struct {
 	timers                 [4]rtimer
 	fired                  []activation.Timer
 
-	// What a command 39 brings.
+	// What a SpotActivation brings.
 	env   *messages.SpotActivation
 	first *Msg
 

@@ -100,7 +100,7 @@ func handledOnce(t *testing.T, w *World) {
 // other sees a conflict, deletes its root, reads the authority again and
 // forwards its first message, once, to the winner's incarnation (it would
 // watch the record first had it still been Creating). One incarnation;
-// each message handled once. Reference: spec 002 §4.1 step 10, §4.2.
+// each message handled once. Reference: docs/PROTOCOL.md §7.5 step 8, §7.6.
 func TestScenarioRacingColdActivations(t *testing.T) {
 	w := scenario(1, Hooks{Target: func(w *World, c *Client, s *Spot) int { return c.id }})
 	s := w.spots[0]
@@ -123,7 +123,7 @@ func TestScenarioRacingColdActivations(t *testing.T) {
 // The reservation applies but its answer is indeterminate: the Write
 // machine settles it by a consistent read that finds its own mark (the
 // operation in the recovery receipt) and the activation goes on as if
-// answered. Reference: spec 002 §4.1 step 10; an indeterminate
+// answered. Reference: PROTOCOL.md §7.5 step 9, §3.3: an indeterminate
 // outcome is settled by re-reading, never assumed.
 func TestScenarioIndeterminateReserveApplied(t *testing.T) {
 	forced := false
@@ -157,7 +157,7 @@ func TestScenarioIndeterminateReserveApplied(t *testing.T) {
 // resumes it from the recovery root: the first message runs a second
 // time, ahead of the new one. The checker marks exactly that repeat as
 // the documented repeated first message (Known), and nothing else.
-// Reference: spec 002 §4.1.1; docs/FAULTS.md "Repeated first message".
+// Reference: PROTOCOL.md §7.7; docs/FAULTS.md "Repeated first message".
 func TestScenarioOwnerCrashAfterReady(t *testing.T) {
 	s0 := (*Spot)(nil)
 	w := scenario(3, Hooks{Handled: func(w *World, inc *Inc, m *Msg) {
@@ -187,11 +187,11 @@ func TestScenarioOwnerCrashAfterReady(t *testing.T) {
 }
 
 // One caller sends twice in a row to a Missing Spot: both calls read
-// Missing and send a command 39 to the same rendezvous target, whose
+// Missing and send a SpotActivation to the same rendezvous target, whose
 // per-ID queue runs them in arrival order: the first activates the Spot
 // with its message first, the second finds it Ready and forwards its
-// message behind. Handled in the caller's order. Reference: spec 002
-// §4.1; docs/FAULTS.md "One caller's order to a Missing Spot".
+// message behind. Handled in the caller's order. Reference:
+// PROTOCOL.md §7.5; docs/FAULTS.md "One caller's order to a Missing Spot".
 func TestScenarioTwoCallsToMissingSpot(t *testing.T) {
 	w := scenario(4, Hooks{})
 	s := w.spots[0]
@@ -303,9 +303,9 @@ func TestCheckerCatchesNoFence(t *testing.T) {
 	}
 }
 
-// The checker catches command 39s run without the per-ID queue and the
+// The checker catches SpotActivations run without the per-ID queue and the
 // Spot ID's lock: activations of one ID on one node race. (One caller's
-// order no longer depends on the queue: a send in a command 39 returns on
+// order no longer depends on the queue: a send in a SpotActivation returns on
 // its dispatch notice.)
 func TestCheckerCatchesNoIDQueue(t *testing.T) {
 	cfg := DefaultConfig()

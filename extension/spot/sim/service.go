@@ -16,17 +16,17 @@ import (
 )
 
 // The Spot service of one lifecycle (manager.go, activate.go,
-// closeself.go): command 39s run one at a time per Spot ID in arrival
+// closeself.go): SpotActivations run one at a time per Spot ID in arrival
 // order, each an Activation machine to its end; the start-up scan; the
 // recovery pointer's removal; an Instance Spot's own close.
 
-// cmd39 is a queued command 39 and its first message.
+// cmd39 is a queued SpotActivation and its first message.
 type cmd39 struct {
 	env *messages.SpotActivation
 	m   *Msg
 }
 
-// enqueueActivation queues a command 39 behind the earlier ones for the
+// enqueueActivation queues a SpotActivation behind the earlier ones for the
 // same Spot ID; one worker per ID runs them in arrival order.
 func (l *Life) enqueueActivation(env *messages.SpotActivation, m *Msg) {
 	w := l.w
@@ -57,7 +57,7 @@ func (l *Life) nextActivation(s *Spot) {
 	l.onActivation(c.env, c.m, func() { l.nextActivation(s) })
 }
 
-// onActivation is the target side of a command 39: the Activation
+// onActivation is the target side of a SpotActivation: the Activation
 // machine decides, a runner runs its effects (activate.go onActivation).
 func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	w := l.w

@@ -21,7 +21,7 @@ const (
 	// renewal's send time + TTL − margin: a node cut from the store serves
 	// on after the store ended its lease and another node took over.
 	SabotageNoFence
-	// SabotageNoIDQueue runs every command 39 on its own, in parallel,
+	// SabotageNoIDQueue runs every SpotActivation on its own, in parallel,
 	// instead of one per Spot ID in arrival order (manager.go's per-ID
 	// queue) and without the Spot ID's lock.
 	SabotageNoIDQueue
@@ -39,7 +39,7 @@ type Config struct {
 	// + LeaseTTL − LeaseMargin; the store ends a lease LeaseTTL after the
 	// last renewal it applied.
 	LeaseTTL, LeaseMargin, RenewEvery, RetryEvery time.Duration
-	// RouteCacheMaxAge bounds a cached Ready route (spec 002 §6).
+	// RouteCacheMaxAge bounds a cached Ready route (docs/PROTOCOL.md §7.8).
 	RouteCacheMaxAge time.Duration
 	// RedeliveryWindow bounds one redelivery's wait for the store to name
 	// a reachable owner; DeadLetterPatience how long a send may keep

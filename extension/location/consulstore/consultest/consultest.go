@@ -1,5 +1,5 @@
 // Package consultest starts a real Consul server for tests and demos
-// (DESIGN §3): `consul agent -dev` on free loopback ports, waited on until
+// (docs/PROTOCOL.md §3.6): `consul agent -dev` on free loopback ports, waited on until
 // it has a leader, stopped by its PID, optionally with ACLs (default deny)
 // or an HTTPS-only API (StartWith, LaunchWith, Options, NewPKI); or a
 // cluster of servers (Cluster). The binary is the one `make consul`
