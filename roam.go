@@ -137,6 +137,7 @@ type Option func(*options)
 type options struct {
 	store      location.Store
 	roots      location.RootStore
+	name       string
 	kinds      []Kind
 	mesh       string
 	host       string
@@ -164,6 +165,12 @@ func WithStore(s location.Store) Option { return func(o *options) { o.store = s 
 func WithKinds(kinds ...Kind) Option {
 	return func(o *options) { o.kinds = append(o.kinds, kinds...) }
 }
+
+// WithNodeName sets the node's stable name: unique among the mesh's live
+// nodes (Start fails with roamerr.ErrAlreadyExists while another live node
+// holds it), kept across restarts, and what Relocate takes as a target.
+// Default: the node's remote address (host:port).
+func WithNodeName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithMesh sets the mesh (a partition of nodes and objects) the node
 // serves. Default "default".
@@ -336,7 +343,7 @@ func (r *Roam) Start(ctx context.Context) error {
 	}
 	ext, err := extension.Start(ctx, extension.Config{
 		Node: cluster.Config{
-			Store: r.o.store, Mesh: r.o.mesh, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
+			Store: r.o.store, Mesh: r.o.mesh, Name: r.o.name, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
 			Logger: &r.log, Attach: t,
 		},
 		Kinds:      r.o.kinds,
@@ -407,14 +414,25 @@ func (r *Roam) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
 	return ext.Resolve(ctx, ref)
 }
 
-// Relocate moves ref, which this node owns, to the node targetRid. It
-// returns once the target's commit is in the store.
-func (r *Roam) Relocate(ctx context.Context, ref Ref, targetRid string) (Outcome, error) {
+// Relocate moves ref to the node target, named by its stable name
+// (WithNodeName) or its RID, from any node: the owner is asked when it is
+// another node. It returns once the target's commit is in the store.
+// NotFound when no live node has that name or RID, or ref does not exist.
+func (r *Roam) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
 	ext, err := r.started()
 	if err != nil {
 		return Outcome{}, err
 	}
-	return ext.Relocate(ctx, ref, targetRid)
+	return ext.Relocate(ctx, ref, target)
+}
+
+// NodeName is the node's stable name ("" before Start).
+func (r *Roam) NodeName() string {
+	ext, err := r.started()
+	if err != nil {
+		return ""
+	}
+	return ext.NodeName()
 }
 
 // ReleaseEnded accepts that ref's owner ended and its in-memory state is

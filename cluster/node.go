@@ -9,6 +9,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"github.com/roamactors/roam/cluster/lease"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // ProtocolVersion is the roam wire protocol a node speaks.
@@ -49,6 +51,11 @@ type Config struct {
 	Store location.Store
 	// Mesh is the RouteMesh the node serves. Default "default".
 	Mesh string
+	// Name is the node's stable name, unique among the mesh's live nodes
+	// (a second node with a taken name fails to start with
+	// roamerr.ErrAlreadyExists) and kept across restarts, unlike its RID:
+	// Relocate takes it as the target. Default: the node's address.
+	Name string
 	// Host and Port the remote listens on. Default 127.0.0.1, port 0 (a
 	// free port, chosen by the OS).
 	Host string
@@ -265,6 +272,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.desc = &location.NodeDescriptor{
 		Mesh:            cfg.Mesh,
+		Name:            cmp.Or(cfg.Name, system.Address()),
 		NodeRid:         uuid.NewString(),
 		NodeGeneration:  uint64(time.Now().UnixNano()),
 		EntrySpotId:     NewEntrySpotID(cfg.EntryPrefix),
@@ -287,6 +295,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			waitReleased(n.desc.Address)
 		}
 		n.log.Error().Str("event", "node_claim_failed").Str("entry_spot_id", n.desc.EntrySpotId).Err(err).Msg("node descriptor and Entry Spot claim failed")
+		if errors.Is(err, location.ErrNodeNameTaken) {
+			return nil, fmt.Errorf("%w: cluster: node name %q is held by a live node of mesh %q (%v)", roamerr.ErrAlreadyExists, n.desc.Name, cfg.Mesh, err)
+		}
 		return nil, fmt.Errorf("cluster: claim node %s: %w", n.desc.Address, err)
 	}
 	n.lease = ls
@@ -498,6 +509,9 @@ func (n *Node) Address() string { return n.desc.GetAddress() }
 
 // Store is the node's Location Store.
 func (n *Node) Store() location.Store { return n.cfg.Store }
+
+// Name is the node's stable name (Config.Name).
+func (n *Node) Name() string { return n.desc.GetName() }
 
 // EntrySpotID is this lifecycle's Entry Spot ID.
 func (n *Node) EntrySpotID() string { return n.desc.GetEntrySpotId() }

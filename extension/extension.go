@@ -358,15 +358,70 @@ func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
 	return e.cur.Load().driver.Serving(ctx, ref)
 }
 
-// Relocate moves ref, owned by this node, to the node targetRid. It returns
-// when the target's commit is visible in the store; the Outcome carries the
-// phase timestamps and the pause the source observed.
-func (e *Extension) Relocate(ctx context.Context, ref Ref, targetRid string) (Outcome, error) {
+// Relocate moves ref to the node target, named by its stable name
+// (cluster.Config.Name) or its RID, from any node: when this node is not
+// ref's owner, the owner is asked to move it. It returns when the
+// target's commit is visible in the store; the Outcome carries what the
+// owner observed (phase timestamps only when this node is the owner).
+// NotFound when no live node of the mesh has that name or RID, or ref
+// does not exist.
+func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
 	if ref.Kind != location.KindActor && ref.Kind != location.KindInstanceSpot {
 		return Outcome{}, fmt.Errorf("%w: only Actors and Instance Spots move on their own", roamerr.ErrInvalidOperation)
 	}
-	return e.cur.Load().driver.Relocate(ctx, ref, targetRid)
+	l := e.cur.Load()
+	targetRid, err := l.targetRid(ctx, target)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// The owner may change between the read and the request (a move by
+	// someone else): then the one asked answers NotFound, and the store is
+	// read again.
+	for attempt := 0; ; attempt++ {
+		v, err := l.node.Store().Read(ctx, ref)
+		if err != nil {
+			if errors.Is(err, location.ErrNotFound) {
+				return Outcome{}, fmt.Errorf("%w: %s", roamerr.ErrNotFound, ref)
+			}
+			return Outcome{}, fmt.Errorf("%w: relocate %s: %v", roamerr.ErrUnavailable, ref, err)
+		}
+		var out Outcome
+		if v.Record.GetOwner().GetNodeRid() == l.node.Descriptor().GetNodeRid() {
+			out, err = l.driver.Relocate(ctx, ref, targetRid)
+		} else {
+			var pid *actor.PID
+			if pid, err = l.driver.Resolve(ctx, ref); err == nil {
+				out, err = l.driver.RelocateAt(ctx, pid.Address, ref, targetRid)
+			}
+		}
+		if err == nil || attempt == 2 || !errors.Is(err, roamerr.ErrNotFound) {
+			return out, err
+		}
+	}
 }
+
+// targetRid resolves a move's target: the live node of the mesh named
+// target, else the one whose RID it is.
+func (l *life) targetRid(ctx context.Context, target string) (string, error) {
+	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
+	if err != nil {
+		return "", fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+	}
+	for _, n := range nodes {
+		if n.Node.GetName() == target {
+			return n.Node.GetNodeRid(), nil
+		}
+	}
+	for _, n := range nodes {
+		if n.Node.GetNodeRid() == target {
+			return target, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no live node of mesh %q is named %q or has that RID", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
+}
+
+// NodeName is this node's stable name, which Relocate takes as a target.
+func (e *Extension) NodeName() string { return e.cur.Load().node.Name() }
 
 // ReleaseEnded is the operator's acceptance that ref's owner ended and its
 // in-memory state is lost: the ended owner's record is released so the

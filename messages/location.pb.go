@@ -699,6 +699,10 @@ type NodeDescriptor struct {
 	// instance_types are the stable types of stable_types that a first
 	// message may cold-activate as Instance Spots (PROTOCOL.md §7.5).
 	InstanceTypes []string `protobuf:"bytes,12,rep,name=instance_types,json=instanceTypes,proto3" json:"instance_types,omitempty"`
+	// name is the node's stable, operator-chosen name, unique among the
+	// mesh's live nodes (a claim with a name a live node holds fails); it
+	// survives restarts, unlike node_rid. Empty for none.
+	Name          string `protobuf:"bytes,13,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -815,6 +819,13 @@ func (x *NodeDescriptor) GetInstanceTypes() []string {
 		return x.InstanceTypes
 	}
 	return nil
+}
+
+func (x *NodeDescriptor) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // StoredValue is what consulstore writes under a key: the record or
@@ -957,7 +968,7 @@ const file_location_proto_rawDesc = "" +
 	"\x0fcreation_intent\x18\b \x01(\v2\x1d.roam.messages.CreationIntentR\x0ecreationIntent\x12R\n" +
 	"\x13activation_recovery\x18\t \x01(\v2!.roam.messages.ActivationRecoveryR\x12activationRecovery\x12#\n" +
 	"\rrelocation_id\x18\n" +
-	" \x01(\x04R\frelocationId\"\x9d\x03\n" +
+	" \x01(\x04R\frelocationId\"\xb1\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +
@@ -971,7 +982,8 @@ const file_location_proto_rawDesc = "" +
 	"\x10protocol_version\x18\n" +
 	" \x01(\rR\x0fprotocolVersion\x12\x19\n" +
 	"\blease_id\x18\v \x01(\tR\aleaseId\x12%\n" +
-	"\x0einstance_types\x18\f \x03(\tR\rinstanceTypes\"\xa1\x01\n" +
+	"\x0einstance_types\x18\f \x03(\tR\rinstanceTypes\x12\x12\n" +
+	"\x04name\x18\r \x01(\tR\x04name\"\xa1\x01\n" +
 	"\vStoredValue\x12\x1b\n" +
 	"\twrite_seq\x18\x01 \x01(\x04R\bwriteSeq\x127\n" +
 	"\x06record\x18\x02 \x01(\v2\x1d.roam.messages.LocationRecordH\x00R\x06record\x123\n" +

@@ -1423,6 +1423,190 @@ func (x *TimerTick) GetSkipped() uint32 {
 	return 0
 }
 
+// RelocateRequest asks the owner of an object to move it: Relocate called
+// on a node that is not its owner. The owner answers only a live node of
+// its mesh at the address the request came from, with a RelocateReply to
+// the request's own future.
+type RelocateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  AuthorityKind          `protobuf:"varint,1,opt,name=kind,proto3,enum=roam.messages.AuthorityKind" json:"kind,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// target_rid is the node to move to, resolved by the requester.
+	TargetRid string   `protobuf:"bytes,3,opt,name=target_rid,json=targetRid,proto3" json:"target_rid,omitempty"`
+	Requester *NodeRef `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
+	// deadline_unix_millis bounds the move as the requester's context does.
+	DeadlineUnixMillis int64 `protobuf:"varint,5,opt,name=deadline_unix_millis,json=deadlineUnixMillis,proto3" json:"deadline_unix_millis,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RelocateRequest) Reset() {
+	*x = RelocateRequest{}
+	mi := &file_relocation_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelocateRequest) ProtoMessage() {}
+
+func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
+func (*RelocateRequest) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RelocateRequest) GetKind() AuthorityKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AuthorityKind_AUTHORITY_KIND_UNSPECIFIED
+}
+
+func (x *RelocateRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RelocateRequest) GetTargetRid() string {
+	if x != nil {
+		return x.TargetRid
+	}
+	return ""
+}
+
+func (x *RelocateRequest) GetRequester() *NodeRef {
+	if x != nil {
+		return x.Requester
+	}
+	return nil
+}
+
+func (x *RelocateRequest) GetDeadlineUnixMillis() int64 {
+	if x != nil {
+		return x.DeadlineUnixMillis
+	}
+	return 0
+}
+
+// RelocateReply is the owner's answer to a RelocateRequest: code and detail
+// of a failure (roam's error codes), or what the move observed.
+type RelocateReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	RelocationId  uint64                 `protobuf:"varint,3,opt,name=relocation_id,json=relocationId,proto3" json:"relocation_id,omitempty"`
+	FromRid       string                 `protobuf:"bytes,4,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
+	ToRid         string                 `protobuf:"bytes,5,opt,name=to_rid,json=toRid,proto3" json:"to_rid,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Chunks        uint32                 `protobuf:"varint,7,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	PauseNanos    int64                  `protobuf:"varint,8,opt,name=pause_nanos,json=pauseNanos,proto3" json:"pause_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelocateReply) Reset() {
+	*x = RelocateReply{}
+	mi := &file_relocation_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelocateReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelocateReply) ProtoMessage() {}
+
+func (x *RelocateReply) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
+func (*RelocateReply) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RelocateReply) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RelocateReply) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RelocateReply) GetRelocationId() uint64 {
+	if x != nil {
+		return x.RelocationId
+	}
+	return 0
+}
+
+func (x *RelocateReply) GetFromRid() string {
+	if x != nil {
+		return x.FromRid
+	}
+	return ""
+}
+
+func (x *RelocateReply) GetToRid() string {
+	if x != nil {
+		return x.ToRid
+	}
+	return ""
+}
+
+func (x *RelocateReply) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RelocateReply) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *RelocateReply) GetPauseNanos() int64 {
+	if x != nil {
+		return x.PauseNanos
+	}
+	return 0
+}
+
 var File_relocation_proto protoreflect.FileDescriptor
 
 const file_relocation_proto_rawDesc = "" +
@@ -1526,7 +1710,24 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0edelivery_index\x18\x02 \x01(\x04R\rdeliveryIndex\x12%\n" +
 	"\x0eschedule_index\x18\x03 \x01(\x04R\rscheduleIndex\x122\n" +
 	"\x15scheduled_unix_millis\x18\x04 \x01(\x03R\x13scheduledUnixMillis\x12\x18\n" +
-	"\askipped\x18\x05 \x01(\rR\askipped*\x90\x02\n" +
+	"\askipped\x18\x05 \x01(\rR\askipped\"\xda\x01\n" +
+	"\x0fRelocateRequest\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"target_rid\x18\x03 \x01(\tR\ttargetRid\x124\n" +
+	"\trequester\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\trequester\x120\n" +
+	"\x14deadline_unix_millis\x18\x05 \x01(\x03R\x12deadlineUnixMillis\"\xe1\x01\n" +
+	"\rRelocateReply\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12#\n" +
+	"\rrelocation_id\x18\x03 \x01(\x04R\frelocationId\x12\x19\n" +
+	"\bfrom_rid\x18\x04 \x01(\tR\afromRid\x12\x15\n" +
+	"\x06to_rid\x18\x05 \x01(\tR\x05toRid\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x04R\x05bytes\x12\x16\n" +
+	"\x06chunks\x18\a \x01(\rR\x06chunks\x12\x1f\n" +
+	"\vpause_nanos\x18\b \x01(\x03R\n" +
+	"pauseNanos*\x90\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -1550,7 +1751,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(*CoordinatorFence)(nil),      // 1: roam.messages.CoordinatorFence
@@ -1573,13 +1774,15 @@ var file_relocation_proto_goTypes = []any{
 	(*RelocationAbort)(nil),       // 18: roam.messages.RelocationAbort
 	(*DeliveryFailed)(nil),        // 19: roam.messages.DeliveryFailed
 	(*TimerTick)(nil),             // 20: roam.messages.TimerTick
-	nil,                           // 21: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 22: roam.messages.AuthorityKind
+	(*RelocateRequest)(nil),       // 21: roam.messages.RelocateRequest
+	(*RelocateReply)(nil),         // 22: roam.messages.RelocateReply
+	nil,                           // 23: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 24: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
 	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	22, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	22, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	24, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	24, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	4,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	4,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	2,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
@@ -1592,18 +1795,20 @@ var file_relocation_proto_depIdxs = []int32{
 	2,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 13: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	13, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	21, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	23, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	2,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	14, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	2,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
 	2,  // 19: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
 	2,  // 20: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 21: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	24, // 22: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	4,  // 23: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -1618,7 +1823,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -49,6 +49,10 @@ var (
 	// the write under that lease. It is also ErrUnavailable for callers
 	// that only tell "retry later" apart.
 	ErrLeaseEnded = leaseEnded{}
+	// ErrNodeNameTaken, always with ErrConflict: ClaimNode found the
+	// descriptor's name held by a live node of its mesh; nothing was
+	// written.
+	ErrNodeNameTaken = errors.New("location: node name taken")
 	// ErrTooLarge: a value, transaction or page is over a limit; nothing
 	// was written.
 	ErrTooLarge = errors.New("location: too large")

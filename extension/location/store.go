@@ -328,6 +328,11 @@ func ValidateNode(node *NodeDescriptor) error {
 	if node.GetNodeGeneration() == 0 {
 		return fmt.Errorf("%w: node generation is 0", ErrInvalid)
 	}
+	if node.GetName() != "" {
+		if err := ValidateID("node name", node.GetName()); err != nil {
+			return err
+		}
+	}
 	return ValidateID("entry spot id", node.GetEntrySpotId())
 }
 

@@ -338,6 +338,8 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onEndpointTerminated(m.Address)
 	case *messages.CapabilityQuery:
 		d.onCapability(c, m)
+	case *messages.RelocateRequest:
+		d.onRelocateRequest(c, m)
 	case *messages.RelocationPrepare:
 		d.onPrepare(c, m)
 	case *messages.RelocationState:

@@ -772,12 +772,22 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 	nk := s.nodeKey(location.NodeKeyOf(node))
 	entry := location.Key(location.KindEntry, node.GetEntrySpotId())
 	ek := s.recordKey(entry)
-	_, failed, err := s.writeTxn(ctx, "claim node", api.TxnOps{
+	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: nk}},
 		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: ek}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: nk, Value: nodeVal, Session: sid}},
 		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: ek, Value: entryVal, Session: sid}},
-	})
+	}
+	// A name is held by its node's session, so it is free again once that
+	// lease ends (behaviour delete) or the node releases its claim.
+	nameAt := -1
+	if name := node.GetName(); name != "" {
+		nameAt = len(ops)
+		key := s.nameKey(node.GetMesh(), name)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: key}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: []byte(node.GetNodeRid()), Session: sid}})
+	}
+	_, failed, err := s.writeTxn(ctx, "claim node", ops)
 	if err != nil || failed != nil {
 		// Ending the session deletes anything it holds (behaviour delete),
 		// so an indeterminate claim leaves nothing behind either way.
@@ -792,6 +802,9 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 			if v, verr := s.versioned(entry, pairs[ek]); verr == nil {
 				c.Current = append(c.Current, v)
 			}
+		}
+		if slices.Contains(failed, nameAt) {
+			return location.Lease{}, fmt.Errorf("%w: %q: %w", location.ErrNodeNameTaken, node.GetName(), c)
 		}
 		return location.Lease{}, c
 	}

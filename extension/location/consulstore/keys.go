@@ -11,6 +11,7 @@ import (
 //
 //	<prefix>/loc/<kind>/<escaped id>        a LocationRecord
 //	<prefix>/node/<escaped mesh>/<escaped rid>  a NodeDescriptor
+//	<prefix>/name/<escaped mesh>/<escaped name> the RID of the live node named so
 //	<prefix>/root/<escaped key>             a root's manifest (roots.go)
 //	<prefix>/root/<escaped key>/part/<sha256 hex>/<n>  its parts
 //
@@ -81,3 +82,8 @@ func (s *Store) nodePrefix(mesh string) string {
 }
 
 func (s *Store) nodeKey(k location.NodeKey) string { return s.nodePrefix(k.Mesh) + escapeID(k.NodeRid) }
+
+// nameKey holds a node name for the live node that claimed it.
+func (s *Store) nameKey(mesh, name string) string {
+	return s.prefix + "/name/" + escapeID(mesh) + "/" + escapeID(name)
+}

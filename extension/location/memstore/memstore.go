@@ -344,6 +344,14 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 		}
 		return location.Lease{}, c
 	}
+	if name := node.GetName(); name != "" {
+		for k, e := range s.nodes {
+			if k.Mesh == nk.Mesh && e.node.GetName() == name {
+				return location.Lease{}, fmt.Errorf("%w: %q: %w", location.ErrNodeNameTaken, name,
+					&location.ConflictError{Op: "claim node", FailedOps: []int{2}})
+			}
+		}
+	}
 	id := newLeaseID()
 	stored := proto.Clone(node).(*location.NodeDescriptor)
 	stored.LeaseId = string(id)

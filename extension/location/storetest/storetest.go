@@ -63,6 +63,7 @@ var tests = []contractTest{
 	{"InvalidIDsRejected", testInvalidIDs},
 	{"WatchSeesChangeAndDelete", testWatch},
 	{"ClaimNodeCreatesDescriptorAndEntryClaim", testClaimNode},
+	{"NodeNameUniqueAmongLiveNodes", testNodeNameUnique},
 	{"EntryClaimConflictLeavesNothingBehind", testEntryClaimConflict},
 	{"RenewKeepsLease", testRenewKeepsLease},
 	{"LeaseExpiryFreesNodeClaim", testLeaseExpiry},
@@ -667,6 +668,39 @@ func testClaimNode(t *testing.T, h Harness) {
 	other, err := s.ListNodes(ctx(t), "other-mesh")
 	require.NoError(t, err)
 	require.Empty(t, other)
+}
+
+// A node name is held by one live node of a mesh at a time: a second
+// claim of it writes nothing and fails ErrNodeNameTaken (a conflict);
+// another mesh may use it; released, it can be claimed again.
+func testNodeNameUnique(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	first := node("rid-n1", "roam-entry-n1", 1)
+	first.Name = "node-a"
+	_, err := s.ClaimNode(ctx(t), first, h.LeaseTTL)
+	require.NoError(t, err)
+
+	second := node("rid-n2", "roam-entry-n2", 1)
+	second.Name = "node-a"
+	_, err = s.ClaimNode(ctx(t), second, h.LeaseTTL)
+	require.ErrorIs(t, err, location.ErrNodeNameTaken)
+	require.ErrorIs(t, err, location.ErrConflict)
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(second))
+	require.ErrorIs(t, err, location.ErrNotFound)
+	requireAbsent(t, s, location.Key(location.KindEntry, "roam-entry-n2"))
+
+	elsewhere := node("rid-n3", "roam-entry-n3", 1)
+	elsewhere.Mesh, elsewhere.Name = "other-mesh", "node-a"
+	_, err = s.ClaimNode(ctx(t), elsewhere, h.LeaseTTL)
+	require.NoError(t, err, "names are unique per mesh")
+
+	got, err := s.ReadNode(ctx(t), location.NodeKeyOf(first))
+	require.NoError(t, err)
+	require.Equal(t, "node-a", got.Node.GetName())
+	require.NoError(t, s.ReleaseNode(ctx(t), got.Node))
+	second.EntrySpotId = "roam-entry-n2b"
+	_, err = s.ClaimNode(ctx(t), second, h.LeaseTTL)
+	require.NoError(t, err, "a released name is free")
 }
 
 // If the descriptor or the Entry Spot ID is already claimed, the claim
