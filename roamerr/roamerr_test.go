@@ -94,3 +94,41 @@ func TestTwoClassesAreSeen(t *testing.T) {
 		t.Fatalf("ClassesOf(%q) = %v", err, got)
 	}
 }
+
+var errOwn = errors.New("a sentinel of the caller's own")
+
+// Wrap gives the caller's class and keeps a classless cause in the chain;
+// a cause of another class keeps only its text. Keep gives the cause's
+// class, and the fallback to a classless cause.
+func TestWrapAndKeep(t *testing.T) {
+	unavailable := fmt.Errorf("%w: store", roamerr.ErrUnavailable)
+	ending := fmt.Errorf("%w: %w: gone", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding)
+
+	err := roamerr.Wrap(roamerr.ErrDeadlineExceeded, "write", unavailable)
+	assertOneClass(t, err, roamerr.ErrDeadlineExceeded)
+	if err.Error() != "roam: deadline exceeded: write: roam: unavailable: store" {
+		t.Fatalf("text %q", err)
+	}
+	err = roamerr.Wrap(roamerr.ErrStale, "x", fmt.Errorf("y: %w", errOwn))
+	assertOneClass(t, err, roamerr.ErrStale)
+	if !errors.Is(err, errOwn) {
+		t.Fatal("a classless cause stays in the chain")
+	}
+	assertOneClass(t, roamerr.Wrap(roamerr.ErrUnavailable, "x", ending), roamerr.ErrOwnerEnding)
+	assertOneClass(t, roamerr.Wrap(roamerr.ErrStale, "x", ending), roamerr.ErrStale)
+
+	err = roamerr.Keep(roamerr.ErrUnavailable, "read", fmt.Errorf("%w: acl", roamerr.ErrPermissionDenied))
+	assertOneClass(t, err, roamerr.ErrPermissionDenied)
+	if err.Error() != "roam: permission denied: read: roam: permission denied: acl" {
+		t.Fatalf("text %q", err)
+	}
+	err = roamerr.Keep(roamerr.ErrUnavailable, "read", errOwn)
+	assertOneClass(t, err, roamerr.ErrUnavailable)
+	if !errors.Is(err, errOwn) {
+		t.Fatal("a classless cause stays in the chain")
+	}
+	assertOneClass(t, roamerr.Keep(roamerr.ErrNotFound, "x", ending), roamerr.ErrOwnerEnding)
+	if roamerr.Wrap(roamerr.ErrStale, "x", nil) != nil || roamerr.Keep(roamerr.ErrStale, "x", nil) != nil {
+		t.Fatal("nil stays nil")
+	}
+}
