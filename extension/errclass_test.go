@@ -2,6 +2,7 @@ package extension_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,9 +12,11 @@ import (
 
 	"github.com/roamactors/roam/cluster"
 	"github.com/roamactors/roam/extension"
+	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/faulty"
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/roamerrtest"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -106,4 +109,53 @@ func TestSpawnOfATakenIDIsAlreadyExists(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.SpawnActor(ctx, "greeter", "twice")
 	assertOneClass(t, err, roamerr.ErrAlreadyExists)
+}
+
+// conflictOnDelete changes a record just before the first transaction that
+// deletes it, as another node's write would.
+type conflictOnDelete struct {
+	location.Store
+	done atomic.Bool
+}
+
+func (s *conflictOnDelete) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Kind == location.OpDelete && s.done.CompareAndSwap(false, true) {
+			v, err := s.Store.Read(ctx, op.Key)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := s.Store.CompareAndSet(ctx, op.Key, v.Version, v.Record); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// A record that changed while ReleaseEnded released it is Conflict alone
+// (a read again may succeed), not also the store's location.ErrConflict
+// under another class.
+// Reference: roamerr's class table; spec 003 (release of an ended owner's
+// record).
+func TestReleaseEndedThatLosesARaceIsConflict(t *testing.T) {
+	ctx := context.Background()
+	inner := memstore.New()
+	store := &conflictOnDelete{Store: inner}
+	kinds := []extension.Kind{{StableType: "greeter", Producer: func() actor.Actor { return &greeter{} }, Policy: extension.PreserveStateWith(greeterState{})}}
+	a, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}, Roots: inner, Kinds: kinds})
+	require.NoError(t, err)
+	b, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}, Roots: inner, Kinds: kinds})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Stop(ctx) })
+	_, err = a.SpawnActor(ctx, "greeter", "orphan")
+	require.NoError(t, err)
+	require.NoError(t, a.Stop(ctx))
+	_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
+		return b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	})
+	assertOneClass(t, err, roamerr.ErrConflict)
+	released, err := b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
+	require.NoError(t, err)
+	require.True(t, released, "read again, the release goes through")
 }
