@@ -28,10 +28,13 @@
 // *location.ConflictError) is ErrConflict; ErrInvalid is
 // ErrInvalidOperation; ErrPermissionDenied is ErrPermissionDenied;
 // ErrTooLarge is ErrCapacityExceeded. A store error that a roam API
-// returns as it is keeps that class; an API that judges the failure
+// passes on keeps that class (Keep); an API that judges the failure
 // otherwise (a write whose outcome stayed unknown until the deadline is
 // ErrDeadlineExceeded, a create that found the ID taken ErrAlreadyExists)
-// keeps the store error's text, not its class.
+// keeps the store error's text, not its class (Wrap). An application's
+// own error that roam reports (a state codec's, a Creator's) is wrapped
+// in roam's class the same way: still in the chain when it has no class
+// of its own.
 package roamerr
 
 import (
