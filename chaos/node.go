@@ -347,7 +347,7 @@ var classes = []struct {
 	{"TypeMismatch", roamerr.ErrTypeMismatch}, {"Unavailable", roamerr.ErrUnavailable},
 	{"DeadlineExceeded", roamerr.ErrDeadlineExceeded}, {"CapacityExceeded", roamerr.ErrCapacityExceeded},
 	{"Stale", roamerr.ErrStale}, {"Conflict", roamerr.ErrConflict}, {"AlreadyExists", roamerr.ErrAlreadyExists},
-	{"NotConfigured", roamerr.ErrNotConfigured},
+	{"NotConfigured", roamerr.ErrNotConfigured}, {"PermissionDenied", roamerr.ErrPermissionDenied},
 }
 
 // Classify names the roamerr class of err, or "untyped".

@@ -22,6 +22,7 @@ import (
 
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // ControlActors are the names of roam's per-node service actors, the
@@ -353,7 +354,7 @@ func (s *splitStream) tooLarge(b *remote.MessageBatch, e *remote.MessageEnvelope
 	s.log.Error().Str("event", "message_too_large").Str("peer", s.peer).Str("target", target.GetId()).
 		Str("message_type", b.TypeNames[e.TypeId]).Int("bytes", size).Int("limit", s.limit).
 		Msg("a message larger than a frame may be was not sent; the stream and the other messages go on")
-	failed := &messages.DeliveryFailed{Code: "capacity_exceeded", TargetId: target.GetId(),
+	failed := &messages.DeliveryFailed{Code: roamerr.CodeCapacityExceeded, TargetId: target.GetId(),
 		Detail: fmt.Sprintf("the message (%d bytes) is larger than the peer accepts (%d bytes); not sent", size, s.limit)}
 	if strings.HasPrefix(target.GetId(), "future") {
 		// A reply to the peer's request: its caller is told, not left to

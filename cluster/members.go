@@ -59,7 +59,8 @@ func newMembers(store location.Store) *members {
 
 // at returns the live member at address, ErrNotMember when a list of the
 // nodes begun after the call does not have it, or roamerr.ErrUnavailable
-// when the store cannot tell (or ctx ends first).
+// when the store cannot tell (or ctx ends first; a store that refuses
+// roam's token: roamerr.ErrPermissionDenied).
 func (m *members) at(ctx context.Context, address string) (*location.NodeDescriptor, error) {
 	arrived := time.Now()
 	for {
@@ -89,7 +90,7 @@ func (m *members) at(ctx context.Context, address string) (*location.NodeDescrip
 			err := m.listErr
 			m.mu.Unlock()
 			if err != nil {
-				return nil, fmt.Errorf("%w: list the nodes: %w", roamerr.ErrUnavailable, err)
+				return nil, roamerr.Keep(roamerr.ErrUnavailable, "list the nodes", err)
 			}
 			return nil, fmt.Errorf("%w: no node is at %s", ErrNotMember, address)
 		case m.listing != nil:
@@ -116,7 +117,7 @@ func (m *members) at(ctx context.Context, address string) (*location.NodeDescrip
 		close(done)
 		if err != nil {
 			m.mu.Unlock()
-			return nil, fmt.Errorf("%w: list the nodes: %w", roamerr.ErrUnavailable, err)
+			return nil, roamerr.Keep(roamerr.ErrUnavailable, "list the nodes", err)
 		}
 		// The list is the whole truth: addresses gone from it are dropped.
 		m.seen = make(map[string]memberSeen, len(nodes))
@@ -167,7 +168,7 @@ func (m *members) read(ctx context.Context, mesh, rid string, generation uint64,
 	case errors.Is(err, location.ErrNotFound), errors.Is(err, location.ErrInvalid):
 		return nil, fmt.Errorf("%w: node %s is gone", ErrNotMember, rid)
 	case err != nil:
-		return nil, fmt.Errorf("%w: read node %s: %w", roamerr.ErrUnavailable, rid, err)
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "read node "+rid, err)
 	}
 	d := v.Node
 	if d.GetNodeGeneration() != generation || d.GetAddress() != address {

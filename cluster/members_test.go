@@ -64,7 +64,7 @@ func TestMembershipIsCheckedAgainstTheStoreAndBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			err := n.VerifyPeer(ctx, fmt.Sprintf("rid-%d", i), 1, fmt.Sprintf("127.0.0.1:%d", 2+i))
-			if err != nil && roamerr.Code(err) == "permission_denied" {
+			if err != nil && roamerr.Code(err) == roamerr.CodePermissionDenied {
 				refused.Add(1)
 			}
 		}()

@@ -15,6 +15,7 @@ import (
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // A node sending to a plain Proto.Actor process (gRPC's default 4 MiB
@@ -48,7 +49,7 @@ func TestAMessageOverThePeersLimitIsDroppedAloneAndAnswered(t *testing.T) {
 	require.NoError(t, err)
 	f, ok := reply.(*messages.DeliveryFailed)
 	require.True(t, ok, "got %T", reply)
-	require.Equal(t, "capacity_exceeded", f.GetCode())
+	require.Equal(t, roamerr.CodeCapacityExceeded, f.GetCode())
 	for _, want := range []string{"first", "second"} {
 		select {
 		case s := <-got:
@@ -87,5 +88,5 @@ func TestAReplyOverThePeersLimitAnswersTheRequest(t *testing.T) {
 	require.NoError(t, err)
 	f, ok := reply.(*messages.DeliveryFailed)
 	require.True(t, ok, "got %T", reply)
-	require.Equal(t, "capacity_exceeded", f.GetCode())
+	require.Equal(t, roamerr.CodeCapacityExceeded, f.GetCode())
 }

@@ -186,11 +186,11 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	}
 	d, err := relocation.New(node, cfg.Node.Store, cfg.Relocation)
 	if err != nil {
-		return nil, errors.Join(err, node.Stop(ctx))
+		return nil, startFailed(err, node.Stop(ctx))
 	}
 	for _, k := range kinds {
 		if err := d.RegisterKind(k); err != nil {
-			return nil, errors.Join(err, node.Stop(ctx))
+			return nil, startFailed(err, node.Stop(ctx))
 		}
 	}
 	if cfg.Spot.Logger == nil {
@@ -198,7 +198,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	}
 	m, err := spot.New(d, cfg.Roots, cfg.Spot)
 	if err != nil {
-		return nil, errors.Join(err, node.Stop(ctx))
+		return nil, startFailed(err, node.Stop(ctx))
 	}
 	spots.Store(m)
 	if lookup != nil {

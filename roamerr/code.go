@@ -5,38 +5,57 @@ import (
 	"fmt"
 )
 
-// codes are the wire names of the classes, used where a failure crosses
-// nodes (DeliveryFailed, SpotReply; docs/PROTOCOL.md §6.6, §8).
+// The wire codes of the classes, used where a failure crosses nodes
+// (DeliveryFailed.Code, SpotReply.FailureCode; docs/PROTOCOL.md §6.6, §8).
+const (
+	CodeNotFound         = "not_found"
+	CodeInvalidOperation = "invalid_operation"
+	CodeTypeMismatch     = "type_mismatch"
+	CodeUnavailable      = "unavailable"
+	CodeOwnerEnding      = "owner_ending" // ErrUnavailable refined by ErrOwnerEnding
+	CodeDeadlineExceeded = "deadline_exceeded"
+	CodeCapacityExceeded = "capacity_exceeded"
+	CodeStale            = "stale"
+	CodeConflict         = "conflict"
+	CodeAlreadyExists    = "already_exists"
+	CodeNotConfigured    = "not_configured"
+	CodePermissionDenied = "permission_denied"
+)
+
+// codes pairs each class (and the refinement) with its wire code.
 var codes = []struct {
 	err  error
 	code string
 }{
-	{ErrOwnerEnding, "owner_ending"},           // before its class, unavailable
-	{ErrPermissionDenied, "permission_denied"}, // before the broader classes a wrapper may add
-	{ErrNotFound, "not_found"},
-	{ErrInvalidOperation, "invalid_operation"},
-	{ErrTypeMismatch, "type_mismatch"},
-	{ErrUnavailable, "unavailable"},
-	{ErrDeadlineExceeded, "deadline_exceeded"},
-	{ErrCapacityExceeded, "capacity_exceeded"},
-	{ErrStale, "stale"},
-	{ErrConflict, "conflict"},
-	{ErrAlreadyExists, "already_exists"},
-	{ErrNotConfigured, "not_configured"},
+	{ErrOwnerEnding, CodeOwnerEnding}, // before its class, unavailable
+	{ErrNotFound, CodeNotFound},
+	{ErrInvalidOperation, CodeInvalidOperation},
+	{ErrTypeMismatch, CodeTypeMismatch},
+	{ErrUnavailable, CodeUnavailable},
+	{ErrDeadlineExceeded, CodeDeadlineExceeded},
+	{ErrCapacityExceeded, CodeCapacityExceeded},
+	{ErrStale, CodeStale},
+	{ErrConflict, CodeConflict},
+	{ErrAlreadyExists, CodeAlreadyExists},
+	{ErrNotConfigured, CodeNotConfigured},
+	{ErrPermissionDenied, CodePermissionDenied},
 }
 
-// Code is the wire name of err's class; "unavailable" for an error of no
-// class, since the receiver cannot tell more.
+// Code is the wire name of err's class (CodeOwnerEnding for an
+// ErrOwnerEnding error); CodeUnavailable for an error of no class, since
+// the receiver cannot tell more.
 func Code(err error) string {
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
 			return c.code
 		}
 	}
-	return "unavailable"
+	return CodeUnavailable
 }
 
-// FromCode rebuilds a typed error from a wire code and detail.
+// FromCode rebuilds a typed error from a wire code and detail: an error of
+// the code's class (CodeOwnerEnding: ErrUnavailable with ErrOwnerEnding),
+// or ErrUnavailable for a code it does not know.
 func FromCode(code, detail string) error {
 	for _, c := range codes {
 		if c.code == code {

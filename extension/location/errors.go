@@ -1,25 +1,38 @@
 package location
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/roamactors/roam/roamerr"
 )
 
-// The error classes every Store returns; match them with errors.Is.
+// The error classes every Store returns; match them with errors.Is. Each
+// is also in exactly one roamerr class (roamerr's package documentation),
+// so a store error that reaches a roam caller matches the roamerr class
+// too: ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
+// roamerr.ErrUnavailable; ErrNotFound roamerr.ErrNotFound; ErrConflict
+// roamerr.ErrConflict; ErrInvalid roamerr.ErrInvalidOperation;
+// ErrPermissionDenied roamerr.ErrPermissionDenied; ErrTooLarge
+// roamerr.ErrCapacityExceeded. Code that needs the finer store class
+// (indeterminate or not, lease ended or not) matches these.
 var (
 	// ErrConflict: a compare-and-set or transaction precondition did not hold;
 	// nothing was written. The error is a *ConflictError with current records.
-	ErrConflict = errors.New("location: conflict")
+	// roamerr.ErrConflict.
+	ErrConflict error = &storeError{"location: conflict", roamerr.ErrConflict, nil}
 	// ErrUnavailable: the store could not be reached and the operation was
-	// not applied. Retrying is safe.
-	ErrUnavailable = errors.New("location: unavailable")
+	// not applied. Retrying is safe. roamerr.ErrUnavailable.
+	ErrUnavailable error = &storeError{"location: unavailable", roamerr.ErrUnavailable, nil}
 	// ErrIndeterminate: a write was sent but its outcome is unknown (EOF,
 	// 5xx, timeout). The caller must re-read consistently and look for its
 	// own write before deciding (docs/PROTOCOL.md §3.3); a Store never guesses.
-	ErrIndeterminate = errors.New("location: outcome indeterminate")
+	// roamerr.ErrUnavailable; it is not ErrUnavailable, which says that
+	// nothing was applied.
+	ErrIndeterminate error = &storeError{"location: outcome indeterminate", roamerr.ErrUnavailable, nil}
 	// ErrNotFound: the key, node or lease does not exist.
-	ErrNotFound = errors.New("location: not found")
+	// roamerr.ErrNotFound.
+	ErrNotFound error = &storeError{"location: not found", roamerr.ErrNotFound, nil}
 	// ErrInvalid: the request itself is malformed, or the store is
 	// configured so that no request can succeed; nothing was applied, and
 	// retrying the same call on the same store fails the same way. A
@@ -32,8 +45,8 @@ var (
 	// report it, which is what ErrInvalid already means to callers; the
 	// message says it is TLS and wraps the crypto/tls or crypto/x509 error.
 	// (consulstore's tlsFailed names the one refusal it cannot tell from
-	// a reset connection.)
-	ErrInvalid = errors.New("location: invalid request")
+	// a reset connection.) roamerr.ErrInvalidOperation.
+	ErrInvalid error = &storeError{"location: invalid request", roamerr.ErrInvalidOperation, nil}
 	// ErrPermissionDenied: the store refused the request's credentials —
 	// Consul's ACLs (HTTP 403, "Permission denied" for a token without
 	// the rule the operation needs, "ACL not found" for an unknown token);
@@ -41,22 +54,42 @@ var (
 	// where it can tell that its results were filtered. Retrying with the
 	// same credentials fails the same way, so it is also ErrInvalid for
 	// callers that only tell "do not retry" apart; it is never
-	// ErrUnavailable or ErrIndeterminate.
-	ErrPermissionDenied = permissionDenied{}
+	// ErrUnavailable or ErrIndeterminate. roamerr.ErrPermissionDenied (and
+	// not roamerr.ErrInvalidOperation: ErrInvalid's class does not come
+	// with it).
+	ErrPermissionDenied error = &storeError{"location: permission denied", roamerr.ErrPermissionDenied, ErrInvalid}
 	// ErrLeaseEnded: a transaction's lease check failed — the writer's owner
 	// lease has ended (or never held its descriptor); nothing was written.
 	// The writer's lifecycle is over: it must stop serving and never retry
 	// the write under that lease. It is also ErrUnavailable for callers
-	// that only tell "retry later" apart.
-	ErrLeaseEnded = leaseEnded{}
+	// that only tell "retry later" apart. roamerr.ErrUnavailable.
+	ErrLeaseEnded error = &storeError{"location: owner lease ended", roamerr.ErrUnavailable, ErrUnavailable}
 	// ErrNodeNameTaken, always with ErrConflict: ClaimNode found the
 	// descriptor's name held by a live node of its mesh; nothing was
 	// written.
-	ErrNodeNameTaken = errors.New("location: node name taken")
+	// roamerr.ErrConflict.
+	ErrNodeNameTaken error = &storeError{"location: node name taken", roamerr.ErrConflict, ErrConflict}
 	// ErrTooLarge: a value, transaction or page is over a limit; nothing
-	// was written.
-	ErrTooLarge = errors.New("location: too large")
+	// was written. roamerr.ErrCapacityExceeded.
+	ErrTooLarge error = &storeError{"location: too large", roamerr.ErrCapacityExceeded, nil}
 )
+
+// storeError is each of the store's error classes: it matches its
+// roamerr class and, for a refinement, the broader store class it also
+// counts as (ErrLeaseEnded is ErrUnavailable, ErrPermissionDenied is
+// ErrInvalid) — never that broader class's roamerr class, so it stays in
+// exactly one roamerr class.
+type storeError struct {
+	msg   string
+	class error // the roamerr class
+	also  error // the broader store class, or nil
+}
+
+func (e *storeError) Error() string { return e.msg }
+
+func (e *storeError) Is(target error) bool {
+	return target == e.class || e.also != nil && target == e.also
+}
 
 // ConflictError is returned when a precondition failed. Current holds the
 // state of the keys involved as read right after the failure (Version 0 =
@@ -80,8 +113,11 @@ func (e *ConflictError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrConflict) true.
-func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+// Is makes errors.Is(err, ErrConflict) and errors.Is(err,
+// roamerr.ErrConflict) true.
+func (e *ConflictError) Is(target error) bool {
+	return target == ErrConflict || target == roamerr.ErrConflict
+}
 
 // CurrentOf returns the current state of key carried by the conflict.
 func (e *ConflictError) CurrentOf(key AuthorityKey) (Versioned, bool) {
@@ -92,17 +128,3 @@ func (e *ConflictError) CurrentOf(key AuthorityKey) (Versioned, bool) {
 	}
 	return Versioned{}, false
 }
-
-// leaseEnded is ErrLeaseEnded; it also matches ErrUnavailable, so a caller
-// that only knows the store's retry classes still retries elsewhere.
-type leaseEnded struct{}
-
-func (leaseEnded) Error() string        { return "location: owner lease ended" }
-func (leaseEnded) Is(target error) bool { return target == ErrUnavailable }
-
-// permissionDenied is ErrPermissionDenied; it also matches ErrInvalid, so a
-// caller that only knows the store's older classes does not retry it.
-type permissionDenied struct{}
-
-func (permissionDenied) Error() string        { return "location: permission denied" }
-func (permissionDenied) Is(target error) bool { return target == ErrInvalid }

@@ -611,7 +611,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 	obj.state = ended
 	obj.moveMayStart()
 	why := "the node's owner lease ended; the object is recovered on a live node"
-	sink := d.endSink(obj, "unavailable", "send_lease_ended", why)
+	sink := d.endSink(obj, roamerr.CodeUnavailable, "send_lease_ended", why)
 	_ = obj.mb.Do(func() {
 		if obj.tm != nil {
 			obj.tm.stopAll()
@@ -634,7 +634,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 				if to == nil {
 					to = noticeOf(msg) // a send whose caller waits for its dispatch
 				}
-				respondFailure(d.sys, to, "deadline_exceeded", obj.key.ID,
+				respondFailure(d.sys, to, roamerr.CodeDeadlineExceeded, obj.key.ID,
 					"the owner's lease ended before the first message ran; it runs where the activation is resumed")
 				continue
 			}

@@ -214,7 +214,7 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	// turns (and ticks) run first; then timers stop, the application hears
 	// OnClosing(Closed), and the actor stops. After the close an operation
 	// ends with a stale result (PROTOCOL.md §7.9).
-	closed := d.endSink(obj, "stale", "send_after_close", "the incarnation closed")
+	closed := d.endSink(obj, roamerr.CodeStale, "send_after_close", "the incarnation closed")
 	marker := &closeMarker{done: make(chan struct{}), closed: closed, stop: func() { d.stop(obj) }}
 	d.sys.Root.Send(obj.pid, marker)
 	var err2 error

@@ -163,13 +163,13 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 			// The text goes to the caller: it names only the generation the
 			// caller sent, never the current one.
 			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, h.obj.key.ID)
-			h.d.endSink(h.obj, "invalid_operation", "send_invalid_generation", why)(
+			h.d.endSink(h.obj, roamerr.CodeInvalidOperation, "send_invalid_generation", why)(
 				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
 			return
 		}
 		if d := hd.Get(HeaderDeadline); d != "" && env.Sender != nil {
 			if ms, err := strconv.ParseInt(d, 10, 64); err == nil && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-				respondFailure(c.ActorSystem(), env.Sender, "deadline_exceeded", h.obj.key.ID,
+				respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, h.obj.key.ID,
 					"the request's deadline passed before it was dispatched; not run")
 				return
 			}
@@ -375,13 +375,13 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		var ce *location.ConflictError
 		if errors.As(err, &ce) && member != nil {
 			if cur, ok := ce.CurrentOf(member.spotAt.Key); ok && cur.Version != member.spotAt.Version {
-				return nil, fmt.Errorf("%w: User Spot %q changed before %s joined: %w", roamerr.ErrStale, member.spotAt.Key.ID, key, err)
+				return nil, roamerr.Wrap(roamerr.ErrStale, fmt.Sprintf("User Spot %q changed before %s joined", member.spotAt.Key.ID, key), err)
 			}
 		}
 		if errors.Is(err, location.ErrConflict) {
-			return nil, fmt.Errorf("%w: %s: %w", roamerr.ErrAlreadyExists, key, err)
+			return nil, roamerr.Wrap(roamerr.ErrAlreadyExists, key.String(), err)
 		}
-		return nil, fmt.Errorf("spawn %s: %w", key, err)
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "spawn "+key.String(), err)
 	}
 	return call(ctx, d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
@@ -428,17 +428,23 @@ func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor
 		if errors.Is(err, location.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
 		}
-		return nil, fmt.Errorf("%w: resolve %s: %w", roamerr.ErrUnavailable, key, err)
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "resolve "+key.String(), err)
 	}
 	owner := v.Record.GetOwner()
 	addr, err := d.nodeAddress(ctx, owner.GetMesh(), owner.GetNodeRid())
+	if errors.Is(err, roamerr.ErrNotFound) {
+		// The object exists; its owner's node is gone, and another node
+		// takes it over (docs/PROTOCOL.md §7.10).
+		return nil, fmt.Errorf("%w: node %s, the owner of %s, is gone", roamerr.ErrUnavailable, owner.GetNodeRid(), key)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return actor.NewPID(addr, objectPIDName(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration())), nil
 }
 
-// nodeAddress finds a node's remote address through its descriptor.
+// nodeAddress finds a node's remote address through its descriptor:
+// NotFound when the store has none (the node never existed, or is gone).
 func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, error) {
 	if rid == d.desc.GetNodeRid() {
 		return d.desc.GetAddress(), nil
@@ -446,9 +452,9 @@ func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, err
 	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: mesh, NodeRid: rid})
 	if err != nil {
 		if errors.Is(err, location.ErrNotFound) {
-			return "", fmt.Errorf("%w: node %s is gone", roamerr.ErrUnavailable, rid)
+			return "", fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, mesh)
 		}
-		return "", fmt.Errorf("%w: node %s: %w", roamerr.ErrUnavailable, rid, err)
+		return "", roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
 	}
 	return n.Node.GetAddress(), nil
 }
@@ -477,7 +483,7 @@ const MaxFollowHops = 8
 // unavailableSink ends every message to an incarnation that no longer
 // follows: requests get an Unavailable DeliveryFailed, sends are logged.
 func (d *Driver) unavailableSink(obj *object, why string) mailbox.Sink {
-	return d.endSink(obj, "unavailable", "send_unavailable", why)
+	return d.endSink(obj, roamerr.CodeUnavailable, "send_unavailable", why)
 }
 
 // endSink ends every message that reaches an incarnation that will never

@@ -350,7 +350,7 @@ func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
 	const why = "the cold activation's target node is gone; the message was not delivered and did not run"
 	// The request's caller, or the send's caller waiting for its dispatch
 	// notice, learns it; a send is also logged and counted.
-	respondFailure(d.sys, ReplyRoute(a.GetFirst()), "unavailable", a.GetSpotId(), why)
+	respondFailure(d.sys, ReplyRoute(a.GetFirst()), roamerr.CodeUnavailable, a.GetSpotId(), why)
 	if a.GetFirst().GetSender() != nil {
 		return
 	}

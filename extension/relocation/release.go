@@ -33,11 +33,11 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	case errors.Is(err, location.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("%w: read %s: %w", roamerr.ErrUnavailable, key, err)
+		return false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
 	}
 	_, alive, err := d.OwnerNode(ctx, v.Record.GetOwner())
 	if err != nil {
-		return false, fmt.Errorf("%w: read owner node %s: %w", roamerr.ErrUnavailable, v.Record.GetOwner().GetNodeRid(), err)
+		return false, roamerr.Keep(roamerr.ErrUnavailable, "read owner node "+v.Record.GetOwner().GetNodeRid(), err)
 	}
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
@@ -46,7 +46,7 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 		if errors.Is(err, location.ErrConflict) {
 			return false, fmt.Errorf("%w: %s changed while it was being released", roamerr.ErrConflict, key)
 		}
-		return false, fmt.Errorf("%w: release %s: %w", roamerr.ErrUnavailable, key, err)
+		return false, roamerr.Keep(roamerr.ErrUnavailable, "release "+key.String(), err)
 	}
 	d.log.Warn().Str("event", "ended_owner_released").Str("object_id", key.ID).Str("owner_node_rid", v.Record.GetOwner().GetNodeRid()).
 		Msg("an operator accepted the loss of an ended owner's Actor state")

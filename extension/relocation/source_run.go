@@ -62,7 +62,8 @@ type sourceResult struct {
 
 // Relocate moves the Actor or Instance Spot key, owned by this node, to the
 // node targetRid, with roam's hand-off (docs/PROTOCOL.md §5). It returns once the target's
-// commit is visible in the Location Store, or the move failed.
+// commit is visible in the Location Store, or the move failed (NotFound
+// at once if no node of this mesh is targetRid).
 func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
 	if err := d.serving(); err != nil {
 		return Outcome{}, err
@@ -119,7 +120,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	for {
 		v, err := d.store.Watch(wctx, o.Key, after)
 		if err != nil {
-			return o, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrUnavailable, o.RelocationID, err)
+			return o, roamerr.Keep(roamerr.ErrUnavailable, fmt.Sprintf("commit of relocation %d not confirmed", o.RelocationID), err)
 		}
 		r := v.Record
 		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To {
@@ -599,7 +600,7 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 		env, err := toWire(targetName, msg)
 		if err != nil {
 			_, _, sender := actor.UnwrapEnvelope(msg)
-			respondFailure(d.sys, sender, "invalid_operation", r.obj.key.ID, err.Error())
+			respondFailure(d.sys, sender, roamerr.CodeInvalidOperation, r.obj.key.ID, err.Error())
 			d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", r.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
 			return
 		}

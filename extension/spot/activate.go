@@ -3,7 +3,9 @@ package spot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,6 +15,7 @@ import (
 	"github.com/roamactors/roam/extension/relocation"
 	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // errRetry: the store changed under this attempt; read the authority again.
@@ -50,7 +53,10 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 // Instance Spot activation whose owner ended while its recovery pointer
 // was set is resumed here (if this node hosts its type), and every User
 // Spot reservation of an ended owner is released with its fence. New runs
-// it once in the background; it is safe to run again.
+// it once in the background; it is safe to run again. Of several failed
+// recoveries it returns one error in one class: the first failure's,
+// preferring one that is ErrOwnerEnding (a scan a lease TTL later may
+// finish it), with the others' text.
 func (m *Manager) Recover(ctx context.Context) error {
 	var errs []error
 	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
@@ -71,7 +77,27 @@ func (m *Manager) Recover(ctx context.Context) error {
 			after = page.Next
 		}
 	}
-	return errors.Join(errs...)
+	return oneFailure(errs)
+}
+
+// oneFailure is Recover's error for the failures errs: the first one (or
+// the first ErrOwnerEnding one) with its class, and the others' text only,
+// since they may be of other classes.
+func oneFailure(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	i := max(0, slices.IndexFunc(errs, func(err error) bool { return errors.Is(err, roamerr.ErrOwnerEnding) }))
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	others := make([]string, 0, len(errs)-1)
+	for j, err := range errs {
+		if j != i {
+			others = append(others, err.Error())
+		}
+	}
+	return fmt.Errorf("%w (and %d more failed: %s)", errs[i], len(others), strings.Join(others, "; "))
 }
 
 // recoverOne runs the recovery machine for one scanned record.

@@ -46,7 +46,7 @@ func TestOutsiderSpotCommandsAreRefused(t *testing.T) {
 		DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano()}
 	r, err := outsider.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), closeCmd, testwait.Patience(t)).Result()
 	require.NoError(t, err)
-	require.Equal(t, "permission_denied", r.(*messages.SpotReply).GetFailureCode())
+	require.Equal(t, roamerr.CodePermissionDenied, r.(*messages.SpotReply).GetFailureCode())
 	require.NotContains(t, r.(*messages.SpotReply).GetFailureDetail(), b.NodeRid())
 	after, err := store.Read(ctx, location.Key(location.KindUserSpot, "den"))
 	require.NoError(t, err)

@@ -14,20 +14,14 @@ import (
 
 	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
-// typed reports whether err belongs to one of roam's error classes.
-func typed(err error) bool {
-	for _, class := range []error{roamerr.ErrNotFound, roamerr.ErrInvalidOperation, roamerr.ErrTypeMismatch, roamerr.ErrUnavailable,
-		roamerr.ErrDeadlineExceeded, roamerr.ErrCapacityExceeded, roamerr.ErrStale, roamerr.ErrConflict, roamerr.ErrAlreadyExists, roamerr.ErrNotConfigured} {
-		if errors.Is(err, class) {
-			return true
-		}
-	}
-	return false
-}
+// typed reports whether err belongs to exactly one of roam's error
+// classes (roamerr's package documentation).
+func typed(err error) bool { return len(roamerrtest.ClassesOf(err)) == 1 }
 
 // Random Spot operations from several goroutines on three nodes — cold
 // activations, GetOrCreate, calls, moves, Close and CloseSelf on a few IDs
@@ -100,7 +94,7 @@ func TestRandomizedSpotOperations(t *testing.T) {
 					if err != nil {
 						mu.Lock()
 						errCount[roamerr.Code(err)]++
-						if c := roamerr.Code(err); c == "type_mismatch" || c == "deadline_exceeded" {
+						if c := roamerr.Code(err); c == roamerr.CodeTypeMismatch || c == roamerr.CodeDeadlineExceeded {
 							t.Logf("op error: %v", err)
 						}
 						mu.Unlock()

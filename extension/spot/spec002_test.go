@@ -263,7 +263,7 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 			return r.(*messages.SpotReply)
 		}
 		first := ask()
-		require.Equal(t, "stale", first.GetFailureCode())
+		require.Equal(t, roamerr.CodeStale, first.GetFailureCode())
 		second := ask()
 		require.True(t, proto.Equal(first, second), "a redelivery of the operation gets the retained result")
 		require.EqualValues(t, 3, w.count("room").Load(), "no factory for a stale fence")
@@ -656,7 +656,7 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 		defer a.Spots().Pending(cmd.OperationId)()
 		r, err := a.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), cmd, 5*time.Second).Result()
 		require.NoError(t, err)
-		require.Equal(t, "stale", r.(*messages.SpotReply).GetFailureCode())
+		require.Equal(t, roamerr.CodeStale, r.(*messages.SpotReply).GetFailureCode())
 	})
 }
 

@@ -430,7 +430,7 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 		return out
 	case err != nil:
 		staged.Discard()
-		return abort(fmt.Errorf("%w: create callback of Spot %q: %w", roamerr.ErrInvalidOperation, cmd.GetSpotId(), err))
+		return abort(roamerr.Wrap(roamerr.ErrInvalidOperation, fmt.Sprintf("create callback of Spot %q", cmd.GetSpotId()), err))
 	}
 	if _, err := m.commit(ctx, key, v.Version, ready); err != nil {
 		staged.Discard()
@@ -693,8 +693,15 @@ func (m *Manager) SpawnMember(ctx context.Context, ref SpotRef, stableType, acto
 	if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || rec.GetObjectGeneration() != ref.ObjectGeneration {
 		return nil, fmt.Errorf("%w: User Spot %q is not Ready at generation %d, which the ref names", roamerr.ErrStale, ref.SpotID, ref.ObjectGeneration)
 	}
-	if _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); err != nil || !alive {
-		return nil, errors.Join(fmt.Errorf("%w: the owner of User Spot %q has ended", roamerr.ErrStale, ref.SpotID), err)
+	switch _, alive, err := m.ownerAddress(ctx, rec.GetOwner()); {
+	case errors.Is(err, roamerr.ErrOwnerEnding):
+		// Its lease ended moments ago: that incarnation is over all the
+		// same, though others take it over only later.
+		return nil, fmt.Errorf("%w: the owner of User Spot %q has ended: %v", roamerr.ErrStale, ref.SpotID, err)
+	case err != nil:
+		return nil, err
+	case !alive:
+		return nil, fmt.Errorf("%w: the owner of User Spot %q has ended", roamerr.ErrStale, ref.SpotID)
 	}
 	return m.d.SpawnMember(ctx, stableType, actorID, &messages.Membership{SpotId: ref.SpotID, SpotGeneration: ref.ObjectGeneration}, v)
 }

@@ -678,7 +678,7 @@ func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, fa
 	}
 	pairs, err := s.readMany(ctx, keys)
 	if err != nil {
-		return fmt.Errorf("%w (and reading the current records failed: %w)", c, err)
+		return fmt.Errorf("%w (and reading the current records failed: %v)", c, err) // a conflict, not the read's class
 	}
 	for i, op := range checked {
 		v, err := s.versioned(op.Key, pairs[keys[i]])

@@ -132,7 +132,7 @@ func (s *Source) Step(ev Event) []Effect {
 		// Sealed but nothing left the node: restore and report.
 		s.moveTo(SourcePaused)
 		s.moveTo(SourceRunning)
-		return []Effect{Unseal{}, s.complete(fmt.Errorf("%w: capture: %w", roamerr.ErrTypeMismatch, ev.Err))}
+		return []Effect{Unseal{}, s.complete(roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err))}
 
 	case Captured:
 		if !s.sealing || s.phase != SourceRunning || s.done {

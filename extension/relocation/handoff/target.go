@@ -212,7 +212,7 @@ func (t *Target) Step(ev Event) []Effect {
 			return nil
 		}
 		if ev.Err != nil {
-			return t.remove(fmt.Errorf("%w: the store does not back the Restore request: %w", roamerr.ErrStale, ev.Err),
+			return t.remove(roamerr.Wrap(roamerr.ErrStale, "the store does not back the Restore request", ev.Err),
 				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the source is not the object's owner at the move's fence"},
 				Log{Level: LevelWarn, Event: "stale_relocation", Msg: "the Restore request's source is not the owner the store names: " + ev.Err.Error() + "; target removed"})
 		}
@@ -225,7 +225,7 @@ func (t *Target) Step(ev Event) []Effect {
 		if t.phase != TargetRestoring {
 			return nil
 		}
-		return t.remove(fmt.Errorf("%w: restore: %w", roamerr.ErrUnavailable, ev.Err),
+		return t.remove(roamerr.Wrap(roamerr.ErrUnavailable, "restore", ev.Err),
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED, Detail: ev.Err.Error()})
 
 	case RelayRecordReceived:
@@ -311,7 +311,7 @@ func (t *Target) Step(ev Event) []Effect {
 			return nil
 		}
 		t.inFlight = false
-		return t.remove(fmt.Errorf("%w: %w", roamerr.ErrStale, ev.Err),
+		return t.remove(roamerr.Wrap(roamerr.ErrStale, "another owner or generation is current", ev.Err),
 			Log{Level: LevelWarn, Event: "stale_relocation", Msg: "another owner or generation is current; target removed"})
 
 	case DispatchOpened:

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/roamactors/roam/extension/relocation/handoff"
+	"github.com/roamactors/roam/internal/roamerrtest"
 )
 
 // The invariants (checked while the schedule runs, and at its end):
@@ -25,6 +26,8 @@ import (
 //     cut link (a known limit, counted apart).
 //   - released-twice / completed-twice: the payload is released at most
 //     once, each side completes once.
+//   - error-class: a move's error (each side's Complete) is in exactly
+//     one roamerr class.
 //   - move-not-ended: within Settle after the horizon (faults over, store
 //     answering) both machines of every move on a live node are Finished,
 //     and its timers with them.
@@ -238,4 +241,16 @@ func effectsString(effects []handoff.Effect) string {
 		}
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// checkClass records a machine's error that is not in exactly one roamerr
+// class (roamerr's package documentation): a caller that switches on the
+// class would take either branch.
+func (w *World) checkClass(o ObjID, where string, err error) {
+	if err == nil {
+		return
+	}
+	if in := roamerrtest.ClassesOf(err); len(in) != 1 {
+		w.violateO(o, "error-class", "%s: %q is in %d roamerr classes %v", where, err, len(in), in)
+	}
 }

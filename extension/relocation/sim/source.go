@@ -369,6 +369,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.Complete:
+		w.checkClass(r.mv.obj, r.mv.String()+" source", e.Err)
 		r.completes++
 		if r.completes > 1 {
 			w.violateO(r.mv.obj, "completed-twice", "%s source completed %d times", r.mv, r.completes)

@@ -285,6 +285,7 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 	case handoff.Log:
 
 	case handoff.Complete:
+		w.checkClass(t.mv.obj, t.mv.String()+" target", e.Err)
 		t.completes++
 		if t.completes > 1 {
 			w.violateO(t.mv.obj, "completed-twice", "%s target completed %d times", t.mv, t.completes)

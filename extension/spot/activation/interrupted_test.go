@@ -102,9 +102,9 @@ func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
 		err := failedWith(t, a, effects)
 		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
 		require.NotErrorIs(t, err, roamerr.ErrUnavailable)
-		require.Equal(t, "deadline_exceeded", roamerr.Code(err))
+		require.Equal(t, roamerr.CodeDeadlineExceeded, roamerr.Code(err))
 		require.Contains(t, err.Error(), "may remain")
-		require.Equal(t, Measure{Outcome: "deadline_exceeded"}, effects[3])
+		require.Equal(t, Measure{Outcome: roamerr.CodeDeadlineExceeded}, effects[3])
 		require.Contains(t, effects[5].(Log).Msg, "may remain")
 	})
 
@@ -118,7 +118,7 @@ func TestFailureThatLeavesItsReservationIsUnknown(t *testing.T) {
 		effects := step(t, a, AuthorityRead{Err: roamerr.ErrUnavailable, Now: t0}, "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
 		err := failedWith(t, a, effects)
 		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
-		require.Equal(t, "deadline_exceeded", roamerr.Code(err))
+		require.Equal(t, roamerr.CodeDeadlineExceeded, roamerr.Code(err))
 	})
 
 	t.Run("abort lands", func(t *testing.T) {

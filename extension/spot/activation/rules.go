@@ -3,7 +3,6 @@ package activation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/roamactors/roam/extension/location"
@@ -95,22 +94,19 @@ func SameOwner(a, b *messages.Owner) bool {
 	return a.GetNodeRid() == b.GetNodeRid() && a.GetNodeGeneration() == b.GetNodeGeneration() && a.GetLeaseId() == b.GetLeaseId()
 }
 
-// StoreError classifies a Location Store failure: an indeterminate or
-// unreachable store is Unavailable to the caller.
+// StoreError classifies a Location Store failure, in exactly one class:
+// an operation whose context ended is DeadlineExceeded (the store error's
+// text is kept, not its class); any other store error keeps its own class
+// (roamerr's package documentation: an indeterminate or unreachable store
+// is Unavailable, a missing key NotFound, a refused token
+// PermissionDenied, a malformed request InvalidOperation, one over a limit
+// CapacityExceeded, a conflict Conflict); an error of no class is
+// Unavailable.
 func StoreError(what string, err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, err)
-	case errors.Is(err, location.ErrNotFound):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrNotFound, what, err)
-	case errors.Is(err, location.ErrPermissionDenied):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrPermissionDenied, what, err)
-	case errors.Is(err, location.ErrInvalid):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrInvalidOperation, what, err)
-	case errors.Is(err, location.ErrTooLarge):
-		return fmt.Errorf("%w: %s: %w", roamerr.ErrCapacityExceeded, what, err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return roamerr.Wrap(roamerr.ErrDeadlineExceeded, what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", roamerr.ErrUnavailable, what, err)
+	return roamerr.Keep(roamerr.ErrUnavailable, what, err)
 }
 
 // passed reports whether deadline (zero: none) is reached at now.

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // The invariants (checked while the schedule runs, and at its end):
@@ -39,6 +41,10 @@ import (
 //     once its first message ran; the probe request each Spot gets after
 //     every deadline and AbandonGrace passed is handled (or refused as (6)
 //     requires).
+//   - error-class: every error an activation machine answers or ends
+//     with is in exactly one roamerr class (seed 802 found a write whose
+//     outcome its deadline left unknown answered as both DeadlineExceeded
+//     and Unavailable, which the caller reads as "not run").
 //   - reactivated-empty (6): a PreserveStateWith Spot without
 //     ReactivateEmpty never opens empty over a previous incarnation's
 //     state (other than the first messages it replays), unless the Spot
@@ -229,7 +235,7 @@ func (w *World) probeEnded(m *Msg, outcome string) {
 	v := w.store.Read(s.key())
 	rec := v.Record
 	if s.kind.PreservesState && !s.kind.ReactivateEmpty && v.Present() && rec.GetActivationRecovery() == nil &&
-		strings.Contains(outcome, "unavailable") && !w.ownerLive(rec.GetOwner()) {
+		strings.Contains(outcome, roamerr.CodeUnavailable) && !w.ownerLive(rec.GetOwner()) {
 		w.stats.ProbesOK++ // refused as docs/PROTOCOL.md §7.10 requires
 		return
 	}
@@ -390,4 +396,16 @@ func (r *Runner) phase() string {
 		return r.act.Phase().String()
 	}
 	return r.kind
+}
+
+// checkClass records an error that is not in exactly one roamerr class
+// (roamerr's package documentation): a caller that switches on the class
+// would take either branch.
+func (w *World) checkClass(where string, err error) {
+	if err == nil {
+		return
+	}
+	if in := roamerrtest.ClassesOf(err); len(in) != 1 {
+		w.violate("error-class", "%s: %q is in %d roamerr classes %v", where, err, len(in), in)
+	}
 }

@@ -117,7 +117,7 @@ func (c *Client) call(l *Life, s *Spot, request, probe bool, done func()) *Call 
 	}
 	w.at(call.deadline, func() {
 		if !call.ended {
-			call.fail(failure{code: "deadline_exceeded", why: "no reply by the call's deadline"})
+			call.fail(failure{code: roamerr.CodeDeadlineExceeded, why: "no reply by the call's deadline"})
 		}
 	})
 	call.start()
@@ -192,7 +192,7 @@ func (call *Call) failedBy(m *Msg, f failure) {
 		return
 	}
 	switch f.code {
-	case "stale", "unavailable", "type_mismatch":
+	case roamerr.CodeStale, roamerr.CodeUnavailable, roamerr.CodeTypeMismatch:
 		call.life.dropRoute(m.spot)
 	}
 	call.failedFirst = len(m.handled) == 0
@@ -222,6 +222,7 @@ func (call *Call) start() {
 			return
 		}
 		if err != nil {
+			w.checkClass("resolve "+s.id, err)
 			call.fail(failure{code: code(err), definite: true, why: "resolve: " + errString(err)})
 			return
 		}
@@ -247,7 +248,7 @@ func (call *Call) route(a authority, via string) {
 		// Creating or Closing under a live owner: that owner decides.
 		to := a.address
 		if to == nil {
-			call.fail(failure{code: "unavailable", definite: true, why: "no address for the owner"})
+			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "no address for the owner"})
 			return
 		}
 		call.sendActivation(to, rec.GetOwner())
@@ -285,14 +286,14 @@ func (call *Call) activate(reactivation bool) {
 			return
 		}
 		if res.err != nil {
-			call.fail(failure{code: "unavailable", definite: true, why: "list nodes: " + errString(res.err)})
+			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "list nodes: " + errString(res.err)})
 			return
 		}
 		cands := candidates(res.nodes, s.id)
 		if len(cands) == 0 {
-			code := "unavailable"
+			code := roamerr.CodeUnavailable
 			if !reactivation {
-				code = "not_configured"
+				code = roamerr.CodeNotConfigured
 			}
 			call.fail(failure{code: code, definite: true, why: "no live node"})
 			return
@@ -338,7 +339,7 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 	call.await, call.owner = to, owner
 	if to.gone && to != call.life {
 		w.after(detectDelay, func() {
-			call.fail(failure{code: "unavailable", why: "the connection to " + to.rid + " was lost; the call may or may not have run"})
+			call.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + to.rid + " was lost; the call may or may not have run"})
 		})
 		return
 	}
@@ -353,7 +354,7 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 			}
 			if err == nil && !alive {
 				call.life.dropRoute(call.m.spot)
-				call.fail(failure{code: "unavailable", why: "the owner left; the call may or may not have run"})
+				call.fail(failure{code: roamerr.CodeUnavailable, why: "the owner left; the call may or may not have run"})
 				return
 			}
 			w.after(livenessEvery, tick)

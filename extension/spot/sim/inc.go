@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/roamactors/roam/roamerr"
 )
 
 // incMode is an incarnation's mailbox, as far as a Spot's lifecycle needs
@@ -125,10 +127,10 @@ func (w *World) discard(inc *Inc) {
 			continue
 		}
 		if it.m.request {
-			w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the incarnation was removed before it opened"})
+			w.answerFailure(inc.life, it.m, failure{code: roamerr.CodeUnavailable, definite: true, why: "the incarnation was removed before it opened"})
 			continue
 		}
-		w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "send_unavailable: the incarnation was removed before it opened"})
+		w.answerFailure(inc.life, it.m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_unavailable: the incarnation was removed before it opened"})
 	}
 }
 
@@ -149,7 +151,7 @@ func (w *World) post(inc *Inc, m *Msg) {
 		inc.queue = append(inc.queue, item{m: m})
 		w.schedTurn(inc)
 	case mEnded:
-		w.answerFailure(inc.life, m, failure{code: "unavailable", definite: true, why: "send_lease_ended: the node's owner lease ended"})
+		w.answerFailure(inc.life, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_lease_ended: the node's owner lease ended"})
 	}
 }
 
@@ -167,11 +169,11 @@ func (w *World) endOwned(inc *Inc) {
 			// Driver.endOwned: the activation's root still holds it; a live
 			// node that resumes the activation runs it.
 			if it.m.request || it.m.notice {
-				w.answerFailure(inc.life, it.m, failure{code: "deadline_exceeded", why: "the owner's lease ended before the first message ran"})
+				w.answerFailure(inc.life, it.m, failure{code: roamerr.CodeDeadlineExceeded, why: "the owner's lease ended before the first message ran"})
 			}
 			continue
 		}
-		w.answerFailure(inc.life, it.m, failure{code: "unavailable", definite: true, why: "the node's owner lease ended"})
+		w.answerFailure(inc.life, it.m, failure{code: roamerr.CodeUnavailable, definite: true, why: "the node's owner lease ended"})
 	}
 }
 
@@ -221,7 +223,7 @@ func (w *World) runTurn(inc *Inc) {
 		// Answered DeadlineExceeded and not run; the turn is over, so the
 		// afterFirst hook runs all the same (host.Receive).
 		w.tracef("%s m%d: deadline passed %s ago: answered DeadlineExceeded, not run", inc, m.id, ms(w.now-m.deadline))
-		w.answerFailure(l, m, failure{code: "deadline_exceeded", why: "the request's deadline passed before it was dispatched; not run"})
+		w.answerFailure(l, m, failure{code: roamerr.CodeDeadlineExceeded, why: "the request's deadline passed before it was dispatched; not run"})
 		if inc.afterFirst != nil && m.op == inc.firstOp {
 			w.afterFirst(inc)
 		}
@@ -265,7 +267,7 @@ func (w *World) closeLocal(l *Life, s *Spot, gen uint64, done func(error)) {
 		inc.queue = nil
 		for _, it := range rest {
 			if it.m != nil {
-				w.answerFailure(l, it.m, failure{code: "stale", definite: true, why: "send_after_close: the incarnation closed"})
+				w.answerFailure(l, it.m, failure{code: roamerr.CodeStale, definite: true, why: "send_after_close: the incarnation closed"})
 			}
 		}
 		inc.mode = mClosed

@@ -10,6 +10,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Known defects. A violation that is an instance of one of them is marked
@@ -201,7 +202,7 @@ func runProbes() {
 	// the reservation with its root stays.
 	failsPlain := func(eff []activation.Effect) bool {
 		f, ok := has[activation.RespondFailure](eff)
-		return ok && code(f.Err) != "deadline_exceeded"
+		return ok && code(f.Err) != roamerr.CodeDeadlineExceeded
 	}
 	a, _ = probeCommitting()
 	a.Step(activation.WriteAnswered{Err: location.ErrUnavailable, Now: probeT0})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // pktKind names what a packet carries.
@@ -147,7 +148,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 			if w.tracing {
 				w.tracef("%s dead letter: m%d for %s (%s)", p.from, m.id, p.pid, why)
 			}
-			w.answerFailure(p.from, m, failure{code: "stale", definite: true, why: "dead letter: " + why})
+			w.answerFailure(p.from, m, failure{code: roamerr.CodeStale, definite: true, why: "dead letter: " + why})
 			return
 		}
 		p.from.deadLettered(m, p.pid)
@@ -156,7 +157,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 			w.tracef("%s dead letter: command 39 %s for %s (%s): Proto.Actor only logs it", p.from, p.env.GetOperationId(), m.spot.id, why)
 		}
 		m.cmd39DeadLetter = true
-		w.answerFailure(p.from, m, failure{code: "unavailable", definite: true, why: "command 39 dead-lettered: " + why})
+		w.answerFailure(p.from, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "command 39 dead-lettered: " + why})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/spot/activation"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Node is one machine: a sequence of lifecycles (Life), one current. A
@@ -285,7 +286,7 @@ func (l *Life) goDown(kind lossKind, why string) {
 func (l *Life) endpointLost(peer *Node) {
 	for _, c := range append([]*Call(nil), l.calls...) {
 		if c.await != nil && c.await.node == peer && c.await != l {
-			c.fail(failure{code: "unavailable", why: "the connection to " + c.await.rid + " was lost; the call may or may not have run"})
+			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + c.await.rid + " was lost; the call may or may not have run"})
 		}
 	}
 }
@@ -294,7 +295,7 @@ func (l *Life) endpointLost(peer *Node) {
 func (l *Life) endpointGone(peer *Life) {
 	for _, c := range append([]*Call(nil), l.calls...) {
 		if c.await == peer {
-			c.fail(failure{code: "unavailable", why: "the connection to " + peer.rid + " was lost; the call may or may not have run"})
+			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + peer.rid + " was lost; the call may or may not have run"})
 		}
 	}
 }
@@ -342,7 +343,7 @@ func (l *Life) deliverApp(pid pidKey, m *Msg) {
 			if w.tracing {
 				w.tracef("%s dead letter: m%d for %s (request: ErrStale)", l, m.id, pid)
 			}
-			w.answerFailure(l, m, failure{code: "stale", definite: true, why: "dead letter"})
+			w.answerFailure(l, m, failure{code: roamerr.CodeStale, definite: true, why: "dead letter"})
 			return
 		}
 		l.deadLettered(m, pid)
@@ -383,7 +384,7 @@ func (l *Life) deadLettered(m *Msg, pid pidKey) {
 	}
 	m.dlCount++
 	if l.ended || w.now-m.dlFirst > w.cfg.DeadLetterPatience {
-		w.answerFailure(l, m, failure{code: "unavailable", definite: true, why: "send_dead_letter"})
+		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
 		return
 	}
 	i := m.spot.idx
@@ -426,7 +427,7 @@ func (l *Life) redeliverWork(s *Spot) {
 				}
 			case isNotFound(err) || w.now+wait >= start+w.cfg.RedeliveryWindow:
 				for _, m := range batch {
-					w.answerFailure(l, m, failure{code: "unavailable", definite: true, why: "send_redelivery_failed: " + errString(err)})
+					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_redelivery_failed: " + errString(err)})
 				}
 			default:
 				w.after(wait, try)

@@ -426,9 +426,10 @@ func (r *Runner) exec(e activation.Effect) bool {
 		l.passOn(r.env, r.first, r.deadline, func(ok bool) { r.resume(activation.PassedOn{OK: ok}) })
 		return true
 	case activation.RespondFailure:
+		w.checkClass(r.String()+" answers", e.Err)
 		if r.first != nil {
 			c := code(e.Err)
-			w.answerFailure(l, r.first, failure{code: c, definite: c != "deadline_exceeded", why: "activation failed: " + e.Err.Error()})
+			w.answerFailure(l, r.first, failure{code: c, definite: c != roamerr.CodeDeadlineExceeded, why: "activation failed: " + e.Err.Error()})
 		}
 	case activation.CloseLocal:
 		answered := false
@@ -465,6 +466,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 			w.stats.Forwarded++
 		}
 	case activation.Finish:
+		w.checkClass(r.String()+" finishes", e.Err)
 		r.done, r.err = true, e.Err
 	default:
 		panic(fmt.Sprintf("sim: no driver for effect %T", e))

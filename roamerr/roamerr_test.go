@@ -1,0 +1,134 @@
+package roamerr_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/roamactors/roam/internal/roamerrtest"
+	"github.com/roamactors/roam/roamerr"
+)
+
+func assertOneClass(t *testing.T, err, want error) {
+	t.Helper()
+	roamerrtest.AssertOneClass(t, err, want)
+}
+
+// The package documentation's table: every class, its wire code (the
+// literal is the wire format, which must not change) and the refinement.
+var table = []struct {
+	err   error
+	class error // err's class: err itself, or ErrUnavailable for the refinement
+	code  string
+	wire  string
+}{
+	{roamerr.ErrNotFound, roamerr.ErrNotFound, roamerr.CodeNotFound, "not_found"},
+	{roamerr.ErrInvalidOperation, roamerr.ErrInvalidOperation, roamerr.CodeInvalidOperation, "invalid_operation"},
+	{roamerr.ErrTypeMismatch, roamerr.ErrTypeMismatch, roamerr.CodeTypeMismatch, "type_mismatch"},
+	{roamerr.ErrUnavailable, roamerr.ErrUnavailable, roamerr.CodeUnavailable, "unavailable"},
+	{roamerr.ErrDeadlineExceeded, roamerr.ErrDeadlineExceeded, roamerr.CodeDeadlineExceeded, "deadline_exceeded"},
+	{roamerr.ErrCapacityExceeded, roamerr.ErrCapacityExceeded, roamerr.CodeCapacityExceeded, "capacity_exceeded"},
+	{roamerr.ErrStale, roamerr.ErrStale, roamerr.CodeStale, "stale"},
+	{roamerr.ErrConflict, roamerr.ErrConflict, roamerr.CodeConflict, "conflict"},
+	{roamerr.ErrAlreadyExists, roamerr.ErrAlreadyExists, roamerr.CodeAlreadyExists, "already_exists"},
+	{roamerr.ErrNotConfigured, roamerr.ErrNotConfigured, roamerr.CodeNotConfigured, "not_configured"},
+	{roamerr.ErrPermissionDenied, roamerr.ErrPermissionDenied, roamerr.CodePermissionDenied, "permission_denied"},
+	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding), roamerr.ErrUnavailable, roamerr.CodeOwnerEnding, "owner_ending"},
+}
+
+// Each class is itself and no other, wrapped or not; Class names it; its
+// code is the documented wire name and round-trips through FromCode to
+// the same class (the refinement keeps itself and its class).
+func TestClassTable(t *testing.T) {
+	var classes []error
+	for _, c := range table {
+		t.Run(c.wire, func(t *testing.T) {
+			want := c.class
+			if errors.Is(c.err, roamerr.ErrOwnerEnding) {
+				want = roamerr.ErrOwnerEnding
+			}
+			if c.code != c.wire {
+				t.Fatalf("code constant %q, wire format %q", c.code, c.wire)
+			}
+			for _, err := range []error{c.err, fmt.Errorf("context: %w", c.err)} {
+				assertOneClass(t, err, want)
+				if got := roamerr.Class(err); got != c.class {
+					t.Fatalf("Class(%q) = %v, want %v", err, got, c.class)
+				}
+				if got := roamerr.Code(err); got != c.code {
+					t.Fatalf("Code(%q) = %q, want %q", err, got, c.code)
+				}
+			}
+			back := roamerr.FromCode(c.code, "detail")
+			assertOneClass(t, back, want)
+			if got := roamerr.Code(back); got != c.code {
+				t.Fatalf("Code(FromCode(%q)) = %q", c.code, got)
+			}
+		})
+		if c.err == c.class {
+			classes = append(classes, c.class)
+		}
+	}
+	if got := roamerr.Classes(); fmt.Sprint(got) != fmt.Sprint(classes) {
+		t.Fatalf("Classes() = %v, the table has %v", got, classes)
+	}
+}
+
+func TestNoClass(t *testing.T) {
+	if roamerr.Class(nil) != nil || roamerr.Class(errors.New("x")) != nil {
+		t.Fatal("nil and a plain error have no class")
+	}
+	if got := roamerr.Code(errors.New("x")); got != roamerr.CodeUnavailable {
+		t.Fatalf("an error of no class crosses as %q, want unavailable", got)
+	}
+	assertOneClass(t, roamerr.FromCode("no_such_code", "x"), roamerr.ErrUnavailable)
+	if errors.Is(roamerr.FromCode(roamerr.CodeUnavailable, "x"), roamerr.ErrOwnerEnding) {
+		t.Fatal("a plain Unavailable is not an ending owner")
+	}
+}
+
+// The helper sees an error that wraps two classes.
+func TestTwoClassesAreSeen(t *testing.T) {
+	err := fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, roamerr.ErrUnavailable)
+	if got := roamerrtest.ClassesOf(err); len(got) != 2 {
+		t.Fatalf("ClassesOf(%q) = %v", err, got)
+	}
+}
+
+var errOwn = errors.New("a sentinel of the caller's own")
+
+// Wrap gives the caller's class and keeps a classless cause in the chain;
+// a cause of another class keeps only its text. Keep gives the cause's
+// class, and the fallback to a classless cause.
+func TestWrapAndKeep(t *testing.T) {
+	unavailable := fmt.Errorf("%w: store", roamerr.ErrUnavailable)
+	ending := fmt.Errorf("%w: %w: gone", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding)
+
+	err := roamerr.Wrap(roamerr.ErrDeadlineExceeded, "write", unavailable)
+	assertOneClass(t, err, roamerr.ErrDeadlineExceeded)
+	if err.Error() != "roam: deadline exceeded: write: roam: unavailable: store" {
+		t.Fatalf("text %q", err)
+	}
+	err = roamerr.Wrap(roamerr.ErrStale, "x", fmt.Errorf("y: %w", errOwn))
+	assertOneClass(t, err, roamerr.ErrStale)
+	if !errors.Is(err, errOwn) {
+		t.Fatal("a classless cause stays in the chain")
+	}
+	assertOneClass(t, roamerr.Wrap(roamerr.ErrUnavailable, "x", ending), roamerr.ErrOwnerEnding)
+	assertOneClass(t, roamerr.Wrap(roamerr.ErrStale, "x", ending), roamerr.ErrStale)
+
+	err = roamerr.Keep(roamerr.ErrUnavailable, "read", fmt.Errorf("%w: acl", roamerr.ErrPermissionDenied))
+	assertOneClass(t, err, roamerr.ErrPermissionDenied)
+	if err.Error() != "roam: permission denied: read: roam: permission denied: acl" {
+		t.Fatalf("text %q", err)
+	}
+	err = roamerr.Keep(roamerr.ErrUnavailable, "read", errOwn)
+	assertOneClass(t, err, roamerr.ErrUnavailable)
+	if !errors.Is(err, errOwn) {
+		t.Fatal("a classless cause stays in the chain")
+	}
+	assertOneClass(t, roamerr.Keep(roamerr.ErrNotFound, "x", ending), roamerr.ErrOwnerEnding)
+	if roamerr.Wrap(roamerr.ErrStale, "x", nil) != nil || roamerr.Keep(roamerr.ErrStale, "x", nil) != nil {
+		t.Fatal("nil stays nil")
+	}
+}
