@@ -93,9 +93,9 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 		reply := &messages.RelocateReply{}
 		if err := d.node.VerifyPeer(ctx, req.GetNodeRid(), req.GetNodeGeneration(), to.Address); err != nil {
 			d.refused("relocate request", to.Address, err.Error())
-			reply.Code, reply.Detail = roamerr.Code(roamerr.ErrUnavailable), "the owner cannot check the asking node in the Location Store now"
+			reply.Code, reply.Detail = roamerr.CodeUnavailable, "the owner cannot check the asking node in the Location Store now"
 			if errors.Is(err, cluster.ErrNotMember) {
-				reply.Code, reply.Detail = roamerr.Code(roamerr.ErrPermissionDenied), "the asking node is not a live member of this mesh at its address"
+				reply.Code, reply.Detail = roamerr.CodePermissionDenied, "the asking node is not a live member of this mesh at its address"
 			}
 			d.sys.Root.Send(to, reply)
 			return
