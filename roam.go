@@ -85,6 +85,9 @@ var (
 	Timers = relocation.Timers
 	// TLSFromDir loads ca.pem, node.pem and node-key.pem from a directory.
 	TLSFromDir = cluster.TLSFromDir
+	// ClientRemoteOptions are the remote options of a process that is no
+	// roam node (a client) talking to nodes that use TLS.
+	ClientRemoteOptions = cluster.ClientRemoteOptions
 )
 
 // ActorRef names the Actor id.
@@ -452,6 +455,31 @@ func (r *Roam) NodeRid() string {
 		return ""
 	}
 	return ext.NodeRid()
+}
+
+// NodeInfo is a live node of the mesh as the Location Store holds it.
+type NodeInfo struct {
+	Name    string // the stable name (WithNodeName)
+	RID     string // the current lifecycle's RID
+	Address string // the remote address
+}
+
+// Nodes lists the live nodes of this node's mesh, as the store holds them
+// now.
+func (r *Roam) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	ext, err := r.started()
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := ext.Node().Store().ListNodes(ctx, ext.Node().Descriptor().GetMesh())
+	if err != nil {
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "roam: list nodes", err)
+	}
+	out := make([]NodeInfo, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, NodeInfo{Name: n.Node.GetName(), RID: n.Node.GetNodeRid(), Address: n.Node.GetAddress()})
+	}
+	return out, nil
 }
 
 // System is the actor system roam is attached to.

@@ -1283,7 +1283,9 @@ func (x *RelocationAbort) GetReason() FailureReason {
 
 // DeliveryFailed answers a request roam could not deliver: Message Follow
 // ended or looped, a generation mismatch, or the target was removed
-// (PROTOCOL.md §6.6). code is "unavailable", "invalid_operation" or "stale".
+// (PROTOCOL.md §6.6). code is one of roam's error codes (roamerr.Code*):
+// unavailable, invalid_operation and stale most often, deadline_exceeded,
+// not_found and others as the failure's class says.
 type DeliveryFailed struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`

@@ -32,10 +32,9 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
-	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
-	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
 	"github.com/roamactors/roam/extension/location/consulstore/consultest"
@@ -111,41 +110,40 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 	return chatAndMove(gateways, duration, rooms)
 }
 
-// startNodes runs the three nodes in this process.
+// startNodes runs the three nodes in this process, each roam attached to
+// an actor system of its own, with the chat gateway on it.
 func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) ([]string, func(), error) {
-	var exts []*extension.Extension
+	var nodes []*roam.Roam
 	stop := func() {
-		for _, e := range exts {
-			_ = e.Stop(ctx)
+		for _, r := range nodes {
+			_ = r.Stop(ctx)
+			r.System().Shutdown()
 		}
 	}
 	silent := slog.LevelError + 4 // Proto.Actor logs a closed client connection as an error
 	for _, name := range nodeNames {
-		e, err := extension.Start(ctx, extension.Config{
-			// A node whose lease ended rejoins with a new actor system: its
-			// gateway starts there again, at the same address (a fixed port).
-			OnRejoin: func(e *extension.Extension) {
-				if _, err := chat.StartGateway(e, log); err != nil {
-					log.Error().Str("event", "gateway_restart_failed").Err(err).Msg("the chat gateway did not start on the new lifecycle")
-				}
-			},
-			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: &log, ProtoActorLogLevel: &silent, TLS: cluster.TLSFromDir(tlsDir, "node")},
-			Kinds: []extension.Kind{chat.Kind()},
-		})
+		system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: silent}))
+		}))
+		r, err := roam.New(system, roam.WithStore(store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
+			roam.WithLogger(log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")))
+		if err == nil {
+			err = r.Start(ctx)
+		}
 		if err != nil {
 			stop()
 			return nil, nil, err
 		}
-		exts = append(exts, e)
-		if _, err := chat.StartGateway(e, log); err != nil {
+		nodes = append(nodes, r)
+		if _, err := chat.StartGateway(r, log); err != nil {
 			stop()
 			return nil, nil, err
 		}
-		fmt.Printf("%s  %s\n", name, e.Node().Address())
+		fmt.Printf("%s  %s\n", name, system.Address())
 	}
 	var addrs []string
-	for _, e := range exts {
-		addrs = append(addrs, e.Node().Address())
+	for _, r := range nodes {
+		addrs = append(addrs, r.System().Address())
 	}
 	return addrs, stop, nil
 }
@@ -246,7 +244,7 @@ func (in *inbox) receive(c actor.Context) {
 func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return silent }))
-	opts, err := cluster.ClientRemoteOptions(cluster.TLSFromDir(tlsDir, "node"), "127.0.0.1")
+	opts, err := roam.ClientRemoteOptions(roam.TLSFromDir(tlsDir, "node"), "127.0.0.1")
 	if err != nil {
 		return err
 	}

@@ -6,22 +6,21 @@
 // a Post) and moves with PreserveStateWith. Clients are not roam nodes: they
 // talk to a node's Gateway ("chat/gateway"), which reaches rooms by Spot ID
 // through the node's Spot manager, and receive Posted messages in an inbox
-// actor of their own. Relocate moves a room to a node named by its Entry
-// Spot prefix (cluster.Config.EntryPrefix, the node's --name).
+// actor of their own. Relocate moves a room to a node by its name
+// (roam.WithNodeName, the node's --name), from any node.
 package chat
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat/chatpb"
-	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -40,11 +39,11 @@ const GatewayName = "chat/gateway"
 
 // Kind is the rooms' relocatable kind: an Instance Spot type whose state
 // moves with it.
-func Kind() extension.Kind {
+func Kind() roam.Kind {
 	// A room whose node crashed comes back empty (members rejoin as they
 	// post) instead of waiting for an operator: ReactivateEmpty.
-	return extension.Kind{StableType: StableType, Instance: true, ReactivateEmpty: true,
-		Producer: func() actor.Actor { return &Room{} }, Policy: extension.PreserveStateWith(roomState{})}
+	return roam.NewKind(StableType, actor.PropsFromProducer(func() actor.Actor { return &Room{} }),
+		roam.PreserveStateWith(roomState{}), roam.Instance(), roam.ReactivateEmpty())
 }
 
 // Room is one chat room.
@@ -104,26 +103,19 @@ func (roomState) Restore(a actor.Actor, b []byte) error {
 	return proto.Unmarshal(b, &a.(*Room).state)
 }
 
-// NodeName is a node's name: its Entry Spot ID's diagnostic prefix.
-func NodeName(entrySpotID string) string {
-	if i := strings.LastIndex(entrySpotID, "-entry-"); i >= 0 {
-		return entrySpotID[:i]
-	}
-	return entrySpotID
-}
-
 // Gateway serves chat clients on one node.
 type Gateway struct {
-	ext *extension.Extension
+	r   *roam.Roam
 	log zerolog.Logger
 	// Timeout bounds each room call. Default 5 s.
 	Timeout time.Duration
 }
 
-// StartGateway spawns the node's gateway actor.
-func StartGateway(ext *extension.Extension, log zerolog.Logger) (*actor.PID, error) {
-	g := &Gateway{ext: ext, log: log, Timeout: 5 * time.Second}
-	return ext.System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return g }), GatewayName)
+// StartGateway spawns the node's gateway actor on roam's actor system. It
+// lives as long as the system: roam's node lifecycles come and go under it.
+func StartGateway(r *roam.Roam, log zerolog.Logger) (*actor.PID, error) {
+	g := &Gateway{r: r, log: log, Timeout: 5 * time.Second}
+	return r.System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return g }), GatewayName)
 }
 
 // Receive forwards clients' commands to rooms. Posts and Leaves are sent in
@@ -144,79 +136,57 @@ func (g *Gateway) Receive(c actor.Context) {
 			}
 			return
 		}
-		if _, err := g.ext.Spots().Send(m.GetRoom(), m).InstanceSpot(StableType).Do(ctx); err != nil {
+		if _, err := g.r.Spots().Send(m.GetRoom(), m).InstanceSpot(StableType).Do(ctx); err != nil {
 			g.log.Warn().Str("event", "post_failed").Str("room", m.GetRoom()).Err(err).Msg("a post was not delivered to its room")
 		}
 	case *chatpb.Leave:
 		defer cancel()
-		if _, err := g.ext.Spots().Send(m.GetRoom(), m).Do(ctx); err != nil {
+		if _, err := g.r.Spots().Send(m.GetRoom(), m).Do(ctx); err != nil {
 			g.log.Warn().Str("event", "leave_failed").Str("room", m.GetRoom()).Err(err).Msg("a leave was not delivered")
 		}
 	case *chatpb.Join:
 		sender := c.Sender()
 		go func() {
 			defer cancel()
-			reply, err := g.ext.Spots().Request(m.GetRoom(), m).InstanceSpot(StableType).Do(ctx)
+			reply, err := g.r.Spots().Request(m.GetRoom(), m).InstanceSpot(StableType).Do(ctx)
 			if err != nil {
 				reply = &chatpb.Ack{Error: err.Error()}
 			}
-			g.ext.System().Root.Send(sender, reply)
+			g.r.System().Root.Send(sender, reply)
 		}()
 	case *chatpb.Relocate:
 		sender := c.Sender()
 		go func() {
 			defer cancel()
-			g.ext.System().Root.Send(sender, g.relocate(ctx, m))
+			g.r.System().Root.Send(sender, g.relocate(ctx, m))
 		}()
 	default:
 		cancel()
 	}
 }
 
-// relocate moves a room to the named node. Only the owner can start a
-// move, so a gateway that does not own the room asks the owner's gateway.
+// relocate moves a room to the named node, from this node whoever owns
+// it (roam asks the owner).
 func (g *Gateway) relocate(ctx context.Context, m *chatpb.Relocate) *chatpb.Relocated {
 	out := &chatpb.Relocated{Room: m.GetRoom(), To: m.GetTo()}
 	fail := func(err error) *chatpb.Relocated { out.Error = err.Error(); return out }
-	ref, err := g.ext.Spots().Find(ctx, m.GetRoom())
+	ref, err := g.r.Spots().Find(ctx, m.GetRoom())
 	if err != nil {
 		return fail(err)
 	}
-	nodes, err := g.ext.Node().Store().ListNodes(ctx, "")
+	nodes, err := g.r.Nodes(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	var target, owner *messages.NodeDescriptor
 	for _, n := range nodes {
-		if NodeName(n.Node.GetEntrySpotId()) == m.GetTo() {
-			target = n.Node
-		}
-		if n.Node.GetNodeRid() == ref.NodeRid {
-			owner = n.Node
+		if n.RID == ref.NodeRid {
+			out.From = n.Name
+			if n.Name == m.GetTo() {
+				return out // already there
+			}
 		}
 	}
-	switch {
-	case target == nil:
-		return fail(fmt.Errorf("no node is named %q", m.GetTo()))
-	case owner == nil:
-		return fail(fmt.Errorf("the owner of room %q is gone", m.GetRoom()))
-	}
-	out.From = NodeName(owner.GetEntrySpotId())
-	if owner.GetNodeRid() != g.ext.NodeRid() {
-		dl, _ := ctx.Deadline()
-		res, err := g.ext.System().Root.RequestFuture(actor.NewPID(owner.GetAddress(), GatewayName), m, time.Until(dl)).Result()
-		if err != nil {
-			return fail(err)
-		}
-		if r, ok := res.(*chatpb.Relocated); ok {
-			return r
-		}
-		return fail(fmt.Errorf("the owner's gateway answered %T", res))
-	}
-	if target.GetNodeRid() == owner.GetNodeRid() {
-		return out // already there
-	}
-	o, err := g.ext.Relocate(ctx, extension.InstanceSpotRef(m.GetRoom()), target.GetNodeRid())
+	o, err := g.r.Relocate(ctx, roam.InstanceSpotRef(m.GetRoom()), m.GetTo())
 	if err != nil {
 		return fail(err)
 	}

@@ -12,10 +12,9 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/stretchr/testify/require"
 
-	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
-	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
@@ -30,17 +29,20 @@ import (
 func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
-	var nodes []*extension.Extension
+	var nodes []*roam.Roam
 	for _, name := range []string{"north", "south"} {
-		ext, err := extension.Start(ctx, extension.Config{
-			Node:  cluster.Config{Store: store, EntryPrefix: name, Logger: testlog.Logger()},
-			Kinds: []extension.Kind{chat.Kind()},
+		system := actor.NewActorSystem()
+		r, err := roam.New(system, roam.WithStore(store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
+			roam.WithLogger(*testlog.Logger()))
+		require.NoError(t, err)
+		require.NoError(t, r.Start(ctx))
+		t.Cleanup(func() {
+			_ = r.Stop(ctx)
+			system.Shutdown()
 		})
+		_, err = chat.StartGateway(r, *testlog.Logger())
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = ext.Stop(ctx) })
-		_, err = chat.StartGateway(ext, *testlog.Logger())
-		require.NoError(t, err)
-		nodes = append(nodes, ext)
+		nodes = append(nodes, r)
 	}
 	client := actor.NewActorSystem()
 	r := remote.NewRemote(client, remote.Configure("127.0.0.1", 0))
@@ -56,7 +58,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 			mu.Unlock()
 		}
 	}))
-	gateway := actor.NewPID(nodes[0].Node().Address(), chat.GatewayName)
+	gateway := actor.NewPID(nodes[0].System().Address(), chat.GatewayName)
 	res, err := client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
 		Name: "ann", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
 	require.NoError(t, err)

@@ -45,8 +45,10 @@ type Config struct {
 	// Handoff holds the hand-off's timings and chunk limits
 	// (handoff.DefaultConfig when zero; PROTOCOL.md §9).
 	Handoff handoff.Config
-	// RestoreTimeout bounds a move from its seal: the Restore operation's
-	// absolute deadline (PROTOCOL.md §5.11). Default 10 s.
+	// RestoreTimeout bounds a move from the moment Relocate starts it
+	// (before the capability query and the wait for budget, so a long
+	// wait for budget uses it up): the Restore operation's absolute
+	// deadline (PROTOCOL.md §5.11). Default 10 s.
 	RestoreTimeout time.Duration
 	// InFlightPayloadBudget is RelocationInFlightPayloadBudget per peer.
 	// Default 16 MiB; at most 32 MiB, so that the chunks queued for one

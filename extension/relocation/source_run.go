@@ -589,10 +589,12 @@ func (d *Driver) reinstate(r *sourceRun) {
 	d.nowServing(obj)
 }
 
-// relayThenCutover relays the ingress hold in order, switches later
-// messages to Message Follow, and sends the cutover after the last relayed
-// record (PROTOCOL.md §5.8, §5.9). Both switches happen under the mailbox's lock,
-// so every message is either in the batch or follows, never both.
+// relayThenCutover relays the ingress hold in order, holds later messages
+// (requests included) until the target's commit shows in the store, when
+// they go on by Message Follow, and sends the cutover after the last
+// relayed record (PROTOCOL.md §5.8, §5.9). Both switches happen under the
+// mailbox's lock, so every message is either in the batch or held, never
+// both.
 func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	id := r.m.Identity()
 	targetName := r.next.Id

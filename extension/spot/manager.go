@@ -103,10 +103,12 @@ type Manager struct {
 	// waiting for their answer (CommandConfirm).
 	pendingOps sync.Map
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// results are the terminal results by operation id (PROTOCOL.md §7.2,
+	// §7.9).
 	results map[string]*retained
 	// resultsSwept is when expired results were last dropped.
-	resultsSwept time.Time                     // terminal results by operation id (PROTOCOL.md §7.2, §7.9)
+	resultsSwept time.Time
 	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
 	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
 	watches      map[watchKey]*sharedWatch

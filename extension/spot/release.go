@@ -63,8 +63,9 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 	return true, nil
 }
 
-// releaseBatch bounds the deletes of one store transaction (Consul takes
-// at most 64 operations in one).
+// releaseBatch bounds the deletes of one store transaction, well under
+// location.MaxApplyOps (128, Consul's limit), leaving room for the checks
+// that go with them.
 const releaseBatch = 32
 
 // releaseEndedMembers deletes, by compare-and-set, the records of the

@@ -78,7 +78,8 @@ func (p Phase) String() string {
 // another edge panics: that is a bug in this package, never an input error.
 var transitions = map[Phase][]Phase{
 	SourceRunning: {SourcePaused},
-	// SourceRunning is the single backward edge; FollowOnly is reached from
+	// SourceRunning is a backward edge (FollowOnly → SourceRunning, a
+	// fence-out, is the other); FollowOnly is reached from
 	// SourcePaused only when reconciliation finds the target committed
 	// after its relay-ready reply was lost (PROTOCOL.md §6.4).
 	SourcePaused: {SourceRunning, RelayReady, FollowOnly},

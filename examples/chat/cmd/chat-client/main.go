@@ -19,7 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 
-	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/messages"
@@ -32,17 +32,17 @@ func main() {
 	moveTo := flag.String("move-to", "", "relocate the room to this node and exit (admin)")
 	tlsDir := flag.String("tls-dir", "", "mutual TLS: a directory with ca.pem, node.pem and node-key.pem (make certs), as the nodes use")
 	flag.Parse()
-	if err := run(*node, *room, *name, *moveTo, cluster.TLSFromDir(*tlsDir, "node")); err != nil {
+	if err := run(*node, *room, *name, *moveTo, roam.TLSFromDir(*tlsDir, "node")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-client:", err)
 		os.Exit(1)
 	}
 }
 
-func run(node, room, name, moveTo string, tls *cluster.TLS) error {
+func run(node, room, name, moveTo string, tls *roam.TLS) error {
 	// Proto.Actor's own logs (connection chatter) stay out of the chat.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
-	opts, err := cluster.ClientRemoteOptions(tls, "127.0.0.1")
+	opts, err := roam.ClientRemoteOptions(tls, "127.0.0.1")
 	if err != nil {
 		return err
 	}

@@ -17,15 +17,14 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
-	"github.com/roamactors/roam/cluster"
+	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
-	"github.com/roamactors/roam/extension"
 	"github.com/roamactors/roam/extension/location"
 	"github.com/roamactors/roam/extension/location/consulstore"
 	"github.com/roamactors/roam/extension/location/memstore"
-	"github.com/roamactors/roam/extension/relocation"
 )
 
 func main() {
@@ -33,18 +32,18 @@ func main() {
 	consulAddr := flag.String("consul", "127.0.0.1:8500", "Consul HTTP address, or several agents' addresses separated by commas (--store consul)")
 	prefix := flag.String("prefix", "roam-chat", "Consul key prefix (--store consul)")
 	listen := flag.String("listen", "127.0.0.1:0", "host:port the node's remote listens on")
-	name := flag.String("name", "node", "node name (the Entry Spot prefix; what Relocate names)")
+	name := flag.String("name", "node", "node name, unique among live nodes: what /move names")
 	nodes := flag.Int("nodes", 1, "nodes to run in this process (--store memory), named <name>-1.. on consecutive ports")
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
 	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
-	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *verbose, cluster.TLSFromDir(*tlsDir, "node")); err != nil {
+	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-node:", err)
 		os.Exit(1)
 	}
 }
 
-func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose bool, tls *cluster.TLS) error {
+func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose bool, tls *roam.TLS) error {
 	level, protoActor := zerolog.WarnLevel, slog.LevelError+4 // Proto.Actor logs a client leaving as an error
 	if verbose {
 		level, protoActor = zerolog.InfoLevel, slog.LevelWarn
@@ -82,31 +81,32 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 				nodePort = port + i
 			}
 		}
-		ext, err := extension.Start(ctx, extension.Config{
-			// A node whose lease ended rejoins with a new actor system: its
-			// gateway starts there again, at the same address (a fixed port).
-			OnRejoin: func(e *extension.Extension) {
-				if _, err := chat.StartGateway(e, log); err != nil {
-					log.Error().Str("event", "gateway_restart_failed").Err(err).Msg("the chat gateway did not start on the new lifecycle")
-				}
-			},
-			Node: cluster.Config{Store: store, Host: host, Port: nodePort, EntryPrefix: nodeName, Logger: &log,
-				ProtoActorLogLevel: &protoActor, TLS: tls},
-			Kinds: []extension.Kind{chat.Kind()},
-			Relocation: relocation.Config{OnEvent: func(e extension.Event) {
+		// The application owns the actor system; roam attaches to it. Its
+		// gateway lives as long as the system, across roam's node
+		// lifecycles (a node whose lease ended starts a new one by itself).
+		system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: protoActor}))
+		}))
+		r, err := roam.New(system,
+			roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
+			roam.WithKinds(chat.Kind()), roam.WithLogger(log), roam.WithTLS(tls),
+			roam.WithOnEvent(func(e roam.Event) {
 				if e.Err == nil {
 					fmt.Printf("moved %-12s -> %s  pause %.2f ms  %d bytes\n", e.Key.ID, nodeName, float64(e.Pause.Microseconds())/1000, e.Bytes)
 				}
-			}},
-		})
+			}))
 		if err != nil {
 			return err
 		}
-		defer ext.Stop(context.Background())
-		if _, err := chat.StartGateway(ext, log); err != nil {
+		if err := r.Start(ctx); err != nil {
 			return err
 		}
-		fmt.Printf("node %s serving chat at %s\n", nodeName, ext.Node().Address())
+		defer system.Shutdown()
+		defer r.Stop(context.Background())
+		if _, err := chat.StartGateway(r, log); err != nil {
+			return err
+		}
+		fmt.Printf("node %s serving chat at %s\n", nodeName, system.Address())
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
