@@ -1,13 +1,14 @@
-// Package extension is roam's public entry point on one node: it starts a
-// Proto.Actor node that claims its place in the Location Store, registers
+// Package extension is roam's runtime on one node, behind package roam: it
+// runs a node that claims its place in the Location Store (on its own actor
+// system, or attached to an application's), registers
 // relocatable kinds with their policies, spawns relocatable Actors, moves
 // them with Relocate (docs/PROTOCOL.md §5), and addresses Spots by ID
 // through Spots() (PROTOCOL.md §7).
 //
 //	store := memstore.New() // or consulstore.New(consulstore.Config{...})
-//	ext, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store}})
-//	err = ext.RegisterKind(extension.Kind{StableType: "room", Producer: newRoom,
-//		Policy: extension.PreserveStateWith(roomState{})})
+//	ext, err := extension.Start(ctx, extension.Config{Node: cluster.Config{Store: store},
+//		Kinds: []extension.Kind{{StableType: "room", Producer: newRoom,
+//			Policy: extension.PreserveStateWith(roomState{})}}})
 //	pid, err := ext.SpawnActor(ctx, "room", "lobby")
 //	out, err := ext.Relocate(ctx, extension.ActorRef("lobby"), otherNodeRid)
 package extension
@@ -326,9 +327,16 @@ func (e *Extension) rejoinLoop() {
 // Close and direct calls by Spot ID (PROTOCOL.md §7).
 func (e *Extension) Spots() *spot.Manager { return e.cur.Load().spots }
 
-// RegisterKind registers a relocatable kind; every node that may host it
-// must register it with the same ApplicationVersion.
+// RegisterKind registers a relocatable kind after Start; every node that
+// may host it must register it with the same ApplicationVersion. Only a
+// kind spawned here explicitly (SpawnActor) can be added so: an Instance
+// kind is refused with InvalidOperation, since the node's descriptor,
+// which tells other nodes where a first message may activate it, was
+// claimed at Start (give it in Config.Kinds).
 func (e *Extension) RegisterKind(k Kind) error {
+	if k.Instance {
+		return fmt.Errorf("%w: Instance kind %q registered after Start: other nodes would never place its Spots here; give it in Config.Kinds", roamerr.ErrInvalidOperation, k.StableType)
+	}
 	if err := e.cur.Load().driver.RegisterKind(k); err != nil {
 		return err
 	}
