@@ -35,8 +35,8 @@ test: consul lint test-race fuzz-short sim-check chaos-short
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
 ## 2,000 of each).
 sim-check:
-	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./extension/relocation/sim
-	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./extension/spot/sim
+	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
 
 race-mod:
 	GO=$(GO) tools/race/prepare.sh $(RACE_MOD)
@@ -48,11 +48,11 @@ LIBRARY_RACE_TESTS := ^TestProtoActorClusterRequestReachesAMovedGrain$$
 
 test-race: race-mod
 	$(RACE) -skip '$(LIBRARY_RACE_TESTS)' $$($(GO) list ./... | grep -v /bench/baseline)
-	$(GO) test -count=1 -run '$(LIBRARY_RACE_TESTS)' ./extension/spot
+	$(GO) test -count=1 -run '$(LIBRARY_RACE_TESTS)' ./spot
 	$(GO) test -count=1 ./bench/baseline
 	# The hand-off tests again on a real Consul (the randomized ones already
 	# have a Consul variant).
-	ROAM_TEST_STORE=consul $(RACE) -skip TestRandomized ./extension/relocation
+	ROAM_TEST_STORE=consul $(RACE) -skip TestRandomized ./internal/relocation
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
@@ -115,8 +115,8 @@ certs:
 ## message delivered to a running node, the payload decoder, Consul key
 ## escaping. fuzz-short (in `make test`): 5 s each.
 FUZZTIME ?= 1m
-FUZZ_TARGETS := ./cluster:FuzzRemoteFrame ./cluster:FuzzSplitBatch ./extension/relocation:FuzzTargetControl ./extension:FuzzControlMessages \
-	./extension/relocation/envelope:FuzzDecode ./extension/location/consulstore:FuzzEscapeRoundTrip
+FUZZ_TARGETS := ./internal/meshnode:FuzzRemoteFrame ./internal/meshnode:FuzzSplitBatch ./internal/relocation:FuzzTargetControl ./internal/extension:FuzzControlMessages \
+	./internal/relocation/envelope:FuzzDecode ./location/consulstore:FuzzEscapeRoundTrip
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
@@ -133,7 +133,7 @@ bench: consul
 ## bench-store: store benchmarks on both stores, six runs each, benchstat medians.
 bench-store: consul $(TOOLS_BIN)/benchstat
 	mkdir -p bench/out
-	$(GO) test -run '^$$' -bench . -count 6 ./extension/location/memstore ./extension/location/consulstore | tee bench/out/store.txt
+	$(GO) test -run '^$$' -bench . -count 6 ./location/memstore ./location/consulstore | tee bench/out/store.txt
 	$(TOOLS_BIN)/benchstat bench/out/store.txt
 
 $(TOOLS_BIN)/benchstat:
@@ -156,15 +156,15 @@ chaos-short: consul
 	$(TOOLS_BIN)/roam-chaos run -short
 
 ## sim: replay one schedule of the hand-off's deterministic simulation
-## (extension/relocation/sim) and print its trace: make sim SEED=<n>.
+## (internal/relocation/sim) and print its trace: make sim SEED=<n>.
 .PHONY: sim
 sim:
 	@test -n "$(SEED)" || { echo "usage: make sim SEED=<n>"; exit 2; }
-	$(GO) test -count=1 -run '^TestReplay$$' -v ./extension/relocation/sim -args -sim.seed=$(SEED)
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/relocation/sim -args -sim.seed=$(SEED)
 
 ## sim-spot: replay one schedule of the Spot lifecycle's deterministic
-## simulation (extension/spot/sim) and print its trace: make sim-spot SEED=<n>.
+## simulation (internal/spotsim) and print its trace: make sim-spot SEED=<n>.
 .PHONY: sim-spot
 sim-spot:
 	@test -n "$(SEED)" || { echo "usage: make sim-spot SEED=<n>"; exit 2; }
-	$(GO) test -count=1 -run '^TestReplay$$' -v ./extension/spot/sim -args -sim.seed=$(SEED)
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/spotsim -args -sim.seed=$(SEED)

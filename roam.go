@@ -35,12 +35,12 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
-	"github.com/roamactors/roam/cluster"
-	"github.com/roamactors/roam/extension"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/relocation"
-	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
 )
 
 // Kinds, policies, references, outcomes and events.
@@ -61,7 +61,7 @@ type (
 	// Ref names a relocatable object: ActorRef or InstanceSpotRef.
 	Ref = location.AuthorityKey
 	// TLS is the node's mutual TLS configuration (WithTLS).
-	TLS = cluster.TLS
+	TLS = meshnode.TLS
 	// Spots is the API of Spots by ID: Create, GetOrCreate, Find, Query,
 	// Close and calls by Spot ID.
 	Spots = spot.Manager
@@ -84,10 +84,10 @@ var (
 	// Timers gives a relocatable actor timers that move with it.
 	Timers = relocation.Timers
 	// TLSFromDir loads ca.pem, node.pem and node-key.pem from a directory.
-	TLSFromDir = cluster.TLSFromDir
+	TLSFromDir = meshnode.TLSFromDir
 	// ClientRemoteOptions are the remote options of a process that is no
 	// roam node (a client) talking to nodes that use TLS.
-	ClientRemoteOptions = cluster.ClientRemoteOptions
+	ClientRemoteOptions = meshnode.ClientRemoteOptions
 )
 
 // ActorRef names the Actor id.
@@ -100,7 +100,7 @@ func InstanceSpotRef(id string) Ref { return extension.InstanceSpotRef(id) }
 type KindOption func(*Kind)
 
 // Instance lets a first message cold-activate the kind as an Instance Spot
-// (a grain: Proto.Actor's cluster.Request, or a call by Spot ID).
+// (a grain: Proto.Actor's meshnode.Request, or a call by Spot ID).
 func Instance() KindOption { return func(k *Kind) { k.Instance = true } }
 
 // ApplicationVersion is carried with a moved object; a node that hosts the
@@ -126,8 +126,8 @@ func NewKind(name string, props *actor.Props, policy Policy, opts ...KindOption)
 }
 
 // FromClusterKind makes a relocatable kind of a Proto.Actor cluster kind
-// (cluster.NewKind): its middleware delivers ClusterInit itself. Don't
-// also register it with cluster.WithKinds.
+// (meshnode.NewKind): its middleware delivers ClusterInit itself. Don't
+// also register it with meshnode.WithKinds.
 func FromClusterKind(ck *pcluster.Kind, policy Policy, opts ...KindOption) Kind {
 	k := NewKind(ck.Kind, ck.Props, policy, opts...)
 	k.ClusterKind = true
@@ -240,7 +240,7 @@ type Roam struct {
 
 	mu        sync.Mutex
 	ext       *extension.Extension
-	transport *cluster.Transport
+	transport *meshnode.Transport
 	stopped   bool
 }
 
@@ -266,7 +266,7 @@ func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
 	if Get(system) != nil {
 		return nil, fmt.Errorf("%w: roam is attached to this actor system already (roam.Get)", roamerr.ErrInvalidOperation)
 	}
-	o := options{host: cluster.DefaultHost}
+	o := options{host: meshnode.DefaultHost}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -308,18 +308,18 @@ func DefaultLogger(w io.Writer) zerolog.Logger {
 }
 
 // RemoteConfig is the Proto.Actor remote configuration for an application
-// that runs a Proto.Actor cluster: pass it to cluster.Configure. It carries
+// that runs a Proto.Actor cluster: pass it to meshnode.Configure. It carries
 // roam's guards (every frame checked before Proto.Actor decodes it, frame
 // limits) and the WithTLS credentials; Start refuses a cluster whose
 // remote was configured otherwise.
 func (r *Roam) RemoteConfig(host string, port int, opts ...remote.ConfigOption) (*remote.Config, error) {
-	return cluster.RemoteConfig(r.system, host, port, cluster.RemoteOptions{
+	return meshnode.RemoteConfig(r.system, host, port, meshnode.RemoteOptions{
 		Logger: r.log, TLS: r.o.tls, AdvertisedHost: r.o.advertised, Options: append(slices.Clone(r.o.remoteOpts), opts...),
 	})
 }
 
 // IdentityLookup is the identity lookup for the application's Proto.Actor
-// cluster (cluster.Configure): roam's kinds are resolved through the
+// cluster (meshnode.Configure): roam's kinds are resolved through the
 // Location Store and follow their moves; every other kind goes to the
 // inner lookup (WithInnerLookup; Proto.Actor's disthash by default).
 func (r *Roam) IdentityLookup() pcluster.IdentityLookup { return r.lookup }
@@ -336,7 +336,7 @@ func (r *Roam) Start(ctx context.Context) error {
 	if r.ext != nil || r.stopped {
 		return fmt.Errorf("%w: roam was started already", roamerr.ErrInvalidOperation)
 	}
-	t, err := cluster.Attach(r.system, func() (*remote.Config, error) { return r.RemoteConfig(r.o.host, r.o.port) })
+	t, err := meshnode.Attach(r.system, func() (*remote.Config, error) { return r.RemoteConfig(r.o.host, r.o.port) })
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (r *Roam) Start(ctx context.Context) error {
 		rel.OnEvent = r.o.onEvent
 	}
 	ext, err := extension.Start(ctx, extension.Config{
-		Node: cluster.Config{
+		Node: meshnode.Config{
 			Store: r.o.store, Mesh: r.o.mesh, Name: r.o.name, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
 			Logger: &r.log, Attach: t,
 		},
@@ -419,8 +419,10 @@ func (r *Roam) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
 
 // Relocate moves ref to the node target, named by its stable name
 // (WithNodeName) or its RID, from any node: the owner is asked when it is
-// another node. It returns once the target's commit is in the store.
-// NotFound when no live node has that name or RID, or ref does not exist.
+// another node. It returns once the target's commit is in the store; a
+// move to the node that owns ref already returns at once, with a zero
+// pause. NotFound when no live node has that name or RID, or ref does not
+// exist.
 func (r *Roam) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
 	ext, err := r.started()
 	if err != nil {

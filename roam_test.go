@@ -10,11 +10,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/location/faulty"
-	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -83,9 +83,13 @@ func TestRelocateFromAnyNodeByName(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.System().Address(), pid.Address)
 
-	// By RID too, and from the owner itself.
+	// By RID too, and from the owner itself; to where it is: at once.
 	_, err = b.Relocate(ctx, ref, c.NodeRid())
 	require.NoError(t, err)
+	out, err = a.Relocate(ctx, ref, "node-c")
+	require.NoError(t, err)
+	require.Zero(t, out.Pause)
+	require.Equal(t, c.NodeRid(), out.To)
 
 	_, err = a.Relocate(ctx, ref, "node-z")
 	require.ErrorIs(t, err, roamerr.ErrNotFound, "no such node")

@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/bench/baseline"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/location/consulstore"
-	"github.com/roamactors/roam/extension/location/consulstore/consultest"
-	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/memstore"
 )
 
 func main() {

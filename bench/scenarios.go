@@ -10,8 +10,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/roamactors/roam/extension"
-	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/location"
 )
 
 // pauseRow is scenario (a) for one state size on one store: the medians,

@@ -11,10 +11,10 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/roamactors/roam/cluster"
-	"github.com/roamactors/roam/extension"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
 )
 
 // blob is the measured Spot: size bytes of state that move with it and a
@@ -80,7 +80,7 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 	silent := slog.LevelError + 4
 	for i := 0; i < n; i++ {
 		e, err := extension.Start(ctx, extension.Config{
-			Node:  cluster.Config{Store: store, Logger: &log, ProtoActorLogLevel: &silent},
+			Node:  meshnode.Config{Store: store, Logger: &log, ProtoActorLogLevel: &silent},
 			Kinds: []extension.Kind{blobKind},
 			Relocation: relocation.Config{OnEvent: func(ev extension.Event) {
 				if ev.Err == nil {

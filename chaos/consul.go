@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/roamactors/roam/extension/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/consulstore/consultest"
 )
 
 // ConsulVersion is the Consul release the chaos test runs (make consul).

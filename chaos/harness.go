@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/roamactors/roam/extension/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/consulstore/consultest"
 )
 
 // Settings configure a chaos run.

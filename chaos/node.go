@@ -26,10 +26,10 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/roamactors/roam/cluster"
-	"github.com/roamactors/roam/extension"
-	"github.com/roamactors/roam/extension/location/consulstore"
-	"github.com/roamactors/roam/extension/relocation"
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location/consulstore"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -254,7 +254,7 @@ func runNode(c NodeConfig) error {
 			return &counter{rec: n.rec, sys: func() string { return n.ext.Load().System().ID }}
 		}, Policy: extension.PreserveStateWith(counterState{})}
 	cfg := extension.Config{
-		Node: cluster.Config{Store: store, Host: host, Port: port, AdvertisedHost: c.Advertise, EntryPrefix: c.Name,
+		Node: meshnode.Config{Store: store, Host: host, Port: port, AdvertisedHost: c.Advertise, EntryPrefix: c.Name,
 			LeaseTTL: c.LeaseTTL, Logger: &nodeLog, ProtoActorLogLevel: &silent},
 		Kinds:      []extension.Kind{kind},
 		Relocation: relocation.Config{RestoreTimeout: c.RestoreTimeout, Logger: &relLog},

@@ -22,7 +22,7 @@
 // One refinement adds a second error to a class without leaving it:
 // ErrOwnerEnding (code owner_ending) always comes with ErrUnavailable.
 //
-// The Location Store's errors (extension/location) are in these classes
+// The Location Store's errors (location) are in these classes
 // too: location.ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
 // ErrUnavailable; ErrNotFound is ErrNotFound; ErrConflict (and
 // *location.ConflictError) is ErrConflict; ErrInvalid is

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/roamactors/roam/extension/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/consulstore/consultest"
 )
 
 // TestKillAndReactivateMeasuresPauseAndLoss moves a 1 KiB counter actor

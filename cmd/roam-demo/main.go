@@ -35,10 +35,10 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/location/consulstore"
-	"github.com/roamactors/roam/extension/location/consulstore/consultest"
-	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
-	"github.com/roamactors/roam/extension/location/memstore"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 )
 

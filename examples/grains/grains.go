@@ -14,7 +14,7 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/grains/shoppb"
-	"github.com/roamactors/roam/extension/location"
+	"github.com/roamactors/roam/location"
 )
 
 // Kind names.

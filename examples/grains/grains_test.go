@@ -15,9 +15,9 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/grains"
 	"github.com/roamactors/roam/examples/grains/shoppb"
-	"github.com/roamactors/roam/extension/location/memstore"
-	"github.com/roamactors/roam/extension/spot"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
 )
 
 // A generated grain (Cart) and a hand-written relocatable kind (ticker)

@@ -22,9 +22,9 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
-	"github.com/roamactors/roam/extension/location"
-	"github.com/roamactors/roam/extension/location/consulstore"
-	"github.com/roamactors/roam/extension/location/memstore"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/location/memstore"
 )
 
 func main() {

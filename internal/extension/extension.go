@@ -1,0 +1,532 @@
+// Package extension is roam's runtime on one node, behind package roam: it
+// runs a node that claims its place in the Location Store (on its own actor
+// system, or attached to an application's), registers
+// relocatable kinds with their policies, spawns relocatable Actors, moves
+// them with Relocate (docs/PROTOCOL.md §5), and addresses Spots by ID
+// through Spots() (PROTOCOL.md §7).
+//
+//	store := memstore.New() // or consulstore.New(consulstore.Config{...})
+//	ext, err := extension.Start(ctx, extension.Config{Node: meshnode.Config{Store: store},
+//		Kinds: []extension.Kind{{StableType: "room", Producer: newRoom,
+//			Policy: extension.PreserveStateWith(roomState{})}}})
+//	pid, err := ext.SpawnActor(ctx, "room", "lobby")
+//	out, err := ext.Relocate(ctx, extension.ActorRef("lobby"), otherNodeRid)
+package extension
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
+)
+
+// Kind, policies, outcomes and events, as the relocation package defines them.
+type (
+	Kind         = relocation.Kind
+	Policy       = relocation.Policy
+	StateAdapter = relocation.StateAdapter
+	Outcome      = relocation.Outcome
+	Event        = relocation.Event
+	// Ref names a relocatable object: an Actor or an Instance Spot.
+	Ref = location.AuthorityKey
+)
+
+// Policies (PROTOCOL.md §2.4).
+var (
+	DisableRelocation    = relocation.DisableRelocation
+	RecreateOnRelocation = relocation.RecreateOnRelocation
+	PreserveStateWith    = relocation.PreserveStateWith
+	// Timers gives a relocatable actor its framework timers.
+	Timers = relocation.Timers
+)
+
+// ActorRef names the Actor id.
+func ActorRef(id string) Ref { return location.Key(location.KindActor, id) }
+
+// InstanceSpotRef names the Instance Spot id.
+func InstanceSpotRef(id string) Ref { return location.Key(location.KindInstanceSpot, id) }
+
+// UserSpotRef names the User Spot id (for ReleaseEnded; User Spots do not
+// move yet).
+func UserSpotRef(id string) Ref { return location.Key(location.KindUserSpot, id) }
+
+// Config configures a node.
+type Config struct {
+	// Node configures the Proto.Actor node and its Location Store (required).
+	Node meshnode.Config
+	// Kinds are registered before the node claims its place, so its
+	// descriptor lists their stable types (and the Instance ones) as
+	// placement candidates for Spot creation and cold activation.
+	Kinds []Kind
+	// Relocation configures the hand-off; zero fields take the defaults of
+	// PROTOCOL.md §9.
+	Relocation relocation.Config
+	// Spot configures the Spot manager; zero fields take the defaults of
+	// PROTOCOL.md §9.
+	// Its MessageFollowDuration defaults to the hand-off's.
+	Spot spot.Config
+	// Roots is the Relocation Store for creation requests and activation
+	// recovery roots. Default: the Location Store, when it is one
+	// (memstore and consulstore are).
+	Roots location.RootStore
+	// Lookup, if set, is the Spot-backed IdentityLookup of the
+	// application's Proto.Actor cluster (Node.Attach): each lifecycle's
+	// Spot manager is attached to it.
+	Lookup *spot.IdentityLookup
+	// OnRejoin, if set, is called after the Extension started a new node
+	// lifecycle because the previous one's owner lease ended. The new
+	// lifecycle has its own actor system (System() returns it) and, when
+	// Node.Port is 0, a new address: spawn the application's own actors
+	// there again.
+	OnRejoin func(*Extension)
+}
+
+// Extension is roam on one node. It runs one node lifecycle at a time
+// (an owner lease, a descriptor, an Entry Spot, the relocation driver and
+// the Spot manager on their own actor system). When a lifecycle's lease
+// ends without Stop — the node was cut off from the store, paused or slow
+// for longer than its lease — the Extension starts a new lifecycle by
+// itself (a new node RID and generation; the old one's objects are
+// recovered like any ended owner's) and calls Config.OnRejoin.
+type Extension struct {
+	cfg     Config
+	cur     atomic.Pointer[life]
+	mu      sync.Mutex // guards kinds, stopped and the rejoin
+	kinds   []Kind
+	stopped bool
+	retired []*life // ended lifecycles still answering late arrivals
+	stopCh  chan struct{}
+	done    chan struct{} // closed when the rejoin goroutine ends
+}
+
+// life is one node lifecycle.
+type life struct {
+	node   *meshnode.Node
+	driver *relocation.Driver
+	spots  *spot.Manager
+}
+
+// Start starts the node, claims it in the store, starts its relocation
+// driver and Spot manager, and runs the Spot start-up scan in the
+// background (PROTOCOL.md §7.7).
+func Start(ctx context.Context, cfg Config) (*Extension, error) {
+	if cfg.Spot.Routes.MessageFollowDuration == 0 {
+		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
+		if cfg.Spot.Routes.MessageFollowDuration == 0 {
+			cfg.Spot.Routes.MessageFollowDuration = handoff.DefaultConfig().FollowDuration
+		}
+	}
+	// Refuse a bad route configuration before the node claims anything.
+	if err := cfg.Spot.Routes.WithDefaults().Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Roots == nil {
+		cfg.Roots, _ = cfg.Node.Store.(location.RootStore)
+	}
+	e := &Extension{cfg: cfg, kinds: append([]Kind(nil), cfg.Kinds...), stopCh: make(chan struct{}), done: make(chan struct{})}
+	l, err := e.startLife(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(l)
+	go e.rejoinLoop()
+	return e, nil
+}
+
+// startLife starts one node lifecycle with every kind registered so far.
+func (e *Extension) startLife(ctx context.Context) (*life, error) {
+	cfg := e.cfg
+	e.mu.Lock()
+	kinds := append([]Kind(nil), e.kinds...)
+	e.mu.Unlock()
+	cfg.Node.StableTypes = append([]string(nil), cfg.Node.StableTypes...)
+	cfg.Node.InstanceTypes = append([]string(nil), cfg.Node.InstanceTypes...)
+	for _, k := range kinds {
+		cfg.Node.StableTypes = append(cfg.Node.StableTypes, k.StableType)
+		if k.Instance {
+			cfg.Node.InstanceTypes = append(cfg.Node.InstanceTypes, k.StableType)
+		}
+	}
+	lookup := cfg.Lookup
+	if pc := cfg.Node.ProtoCluster; pc != nil && cfg.Node.Attach == nil {
+		p := *pc
+		if p.Lookup == nil {
+			p.Lookup = spot.NewIdentityLookup(nil, func(kind string) bool {
+				return slices.ContainsFunc(kinds, func(k Kind) bool { return k.StableType == kind && k.Instance })
+			})
+		}
+		lookup, _ = p.Lookup.(*spot.IdentityLookup)
+		cfg.Node.ProtoCluster = &p
+	}
+	node, err := meshnode.Start(ctx, cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Relocation.Logger == nil {
+		cfg.Relocation.Logger = cfg.Node.Logger
+	}
+	// The Spot manager hears of Message Follow hops; it exists only once
+	// the driver does.
+	var spots atomic.Pointer[spot.Manager]
+	cfg.Relocation.OnFollow = func(key location.AuthorityKey, env *actor.MessageEnvelope) {
+		if m := spots.Load(); m != nil {
+			m.OnFollow(key, env)
+		}
+	}
+	d, err := relocation.New(node, cfg.Node.Store, cfg.Relocation)
+	if err != nil {
+		return nil, startFailed(err, node.Stop(ctx))
+	}
+	for _, k := range kinds {
+		if err := d.RegisterKind(k); err != nil {
+			return nil, startFailed(err, node.Stop(ctx))
+		}
+	}
+	if cfg.Spot.Logger == nil {
+		cfg.Spot.Logger = cfg.Node.Logger
+	}
+	m, err := spot.New(d, cfg.Roots, cfg.Spot)
+	if err != nil {
+		return nil, startFailed(err, node.Stop(ctx))
+	}
+	spots.Store(m)
+	if lookup != nil {
+		lookup.Attach(m)
+	}
+	go func() {
+		// An owner seen gone only just now is not taken over for a lease
+		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
+		// times, so such activations resume without waiting for a call.
+		for attempt := 0; ; attempt++ {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := m.Recover(rctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, roamerr.ErrOwnerEnding) || attempt == 4 {
+				if cfg.Node.Logger != nil {
+					cfg.Node.Logger.Warn().Str("event", "spot_recovery_failed").Err(err).Msg("the Spot start-up scan did not finish")
+				}
+				return
+			}
+			select {
+			case <-node.Stopping():
+				return
+			case <-time.After(node.LeaseTTL()):
+			}
+		}
+	}()
+	return &life{node: node, driver: d, spots: m}, nil
+}
+
+// rejoinLoop starts a new lifecycle whenever the current one's lease ends
+// while the Extension is not stopping. A node that is a Proto.Actor
+// cluster member does not rejoin by itself (its membership provider cannot
+// be restarted in place): it logs node_rejoin_unsupported and stays ended.
+func (e *Extension) rejoinLoop() {
+	defer close(e.done)
+	log := e.cfg.Node.Logger
+	for {
+		l := e.cur.Load()
+		select {
+		case <-e.stopCh:
+			return
+		case <-l.node.LeaseLost():
+		}
+		e.mu.Lock()
+		stopped := e.stopped
+		e.mu.Unlock()
+		if stopped {
+			return
+		}
+		if e.cfg.Node.ProtoCluster != nil && e.cfg.Node.Attach == nil {
+			if log != nil {
+				log.Error().Str("event", "node_rejoin_unsupported").Str("node_rid", l.node.Descriptor().GetNodeRid()).
+					Msg("the owner lease ended; a Proto.Actor cluster member does not rejoin by itself: restart the process")
+			}
+			return
+		}
+		// End the old lifecycle for good: its claim is gone already. Its
+		// objects first fail what they held, loudly; then its actor system
+		// and remote stop. With a free port (Node.Port 0) the old remote
+		// stays up for one Message Follow period to answer late arrivals
+		// with a typed failure; a fixed port must be freed for the new one.
+		l.spots.Stop()
+		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := l.driver.WaitEnded(wctx); err != nil && log != nil {
+			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
+		}
+		cancel()
+		switch {
+		case e.cfg.Node.Attach != nil:
+			// The application's system outlives the lifecycle: stop what
+			// the old one runs there, so the new one can start its own at
+			// the same address.
+			stopNode(l.node)
+			l.shutdown()
+		case e.cfg.Node.Port == 0:
+			e.mu.Lock()
+			e.retired = append(e.retired, l)
+			e.mu.Unlock()
+			time.AfterFunc(e.cfg.Spot.Routes.MessageFollowDuration, func() { e.stopRetired(l) })
+		default:
+			stopNode(l.node)
+		}
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			next, err := e.startLife(ctx)
+			cancel()
+			if err == nil {
+				e.mu.Lock()
+				stopped := e.stopped
+				if !stopped {
+					e.cur.Store(next)
+				}
+				e.mu.Unlock()
+				if stopped {
+					next.spots.Stop()
+					_ = next.node.Stop(context.Background())
+					next.shutdown()
+					return
+				}
+				if log != nil {
+					log.Warn().Str("event", "node_rejoined").Str("old_node_rid", l.node.Descriptor().GetNodeRid()).
+						Str("node_rid", next.node.Descriptor().GetNodeRid()).Msg("the owner lease had ended; the node serves again as a new lifecycle")
+				}
+				if e.cfg.OnRejoin != nil {
+					e.cfg.OnRejoin(e)
+				}
+				break
+			}
+			if log != nil {
+				log.Warn().Str("event", "node_rejoin_failed").Int("attempt", attempt).Err(err).Msg("starting a new node lifecycle failed; retrying")
+			}
+			select {
+			case <-e.stopCh:
+				return
+			case <-time.After(min(time.Duration(attempt+1)*time.Second, 10*time.Second)):
+			}
+		}
+	}
+}
+
+// Spots is the node's Spot manager: Create, GetOrCreate, Find, Query,
+// Close and direct calls by Spot ID (PROTOCOL.md §7).
+func (e *Extension) Spots() *spot.Manager { return e.cur.Load().spots }
+
+// RegisterKind registers a relocatable kind after Start; every node that
+// may host it must register it with the same ApplicationVersion. Only a
+// kind spawned here explicitly (SpawnActor) can be added so: an Instance
+// kind is refused with InvalidOperation, since the node's descriptor,
+// which tells other nodes where a first message may activate it, was
+// claimed at Start (give it in Config.Kinds).
+func (e *Extension) RegisterKind(k Kind) error {
+	if k.Instance {
+		return fmt.Errorf("%w: Instance kind %q registered after Start: other nodes would never place its Spots here; give it in Config.Kinds", roamerr.ErrInvalidOperation, k.StableType)
+	}
+	if err := e.cur.Load().driver.RegisterKind(k); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.kinds = append(e.kinds, k) // a later lifecycle registers it too
+	e.mu.Unlock()
+	return nil
+}
+
+// SpawnActor creates a relocatable Actor on this node.
+func (e *Extension) SpawnActor(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	return e.cur.Load().driver.Spawn(ctx, stableType, id)
+}
+
+// SpawnInstanceSpot creates an Instance Spot on this node.
+func (e *Extension) SpawnInstanceSpot(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	return e.cur.Load().driver.SpawnInstanceSpot(ctx, stableType, id)
+}
+
+// Resolve returns the current PID of ref from the store.
+func (e *Extension) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
+	return e.cur.Load().driver.Resolve(ctx, ref)
+}
+
+// Serving reports whether this node runs the serving incarnation of ref.
+func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
+	return e.cur.Load().driver.Serving(ctx, ref)
+}
+
+// Relocate moves ref to the node target, named by its stable name
+// (meshnode.Config.Name) or its RID, from any node: when this node is not
+// ref's owner, the owner is asked to move it. It returns when the
+// target's commit is visible in the store; the Outcome carries what the
+// owner observed (phase timestamps only when this node is the owner). A
+// move to the node that owns ref already returns at once, with a zero
+// pause. NotFound when no live node of the mesh has that name or RID, or
+// ref does not exist.
+func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
+	if ref.Kind != location.KindActor && ref.Kind != location.KindInstanceSpot {
+		return Outcome{}, fmt.Errorf("%w: only Actors and Instance Spots move on their own", roamerr.ErrInvalidOperation)
+	}
+	l := e.cur.Load()
+	targetRid, err := l.targetRid(ctx, target)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// The owner may change between the read and the request (a move by
+	// someone else): then the one asked answers NotFound, and the store is
+	// read again.
+	for attempt := 0; ; attempt++ {
+		v, err := l.node.Store().Read(ctx, ref)
+		if err != nil {
+			if errors.Is(err, location.ErrNotFound) {
+				return Outcome{}, fmt.Errorf("%w: %s", roamerr.ErrNotFound, ref)
+			}
+			return Outcome{}, fmt.Errorf("%w: relocate %s: %v", roamerr.ErrUnavailable, ref, err)
+		}
+		var out Outcome
+		if v.Record.GetOwner().GetNodeRid() == targetRid && v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY {
+			// Already there: a move to where it is asks nothing of anyone.
+			return Outcome{Key: ref, From: targetRid, To: targetRid}, nil
+		}
+		if v.Record.GetOwner().GetNodeRid() == l.node.Descriptor().GetNodeRid() {
+			out, err = l.driver.Relocate(ctx, ref, targetRid)
+		} else {
+			var pid *actor.PID
+			if pid, err = l.driver.Resolve(ctx, ref); err == nil {
+				out, err = l.driver.RelocateAt(ctx, pid.Address, ref, targetRid)
+			}
+		}
+		if err == nil || attempt == 2 || !errors.Is(err, roamerr.ErrNotFound) {
+			return out, err
+		}
+	}
+}
+
+// targetRid resolves a move's target: the live node of the mesh named
+// target, else the one whose RID it is.
+func (l *life) targetRid(ctx context.Context, target string) (string, error) {
+	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
+	if err != nil {
+		return "", fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+	}
+	for _, n := range nodes {
+		if n.Node.GetName() == target {
+			return n.Node.GetNodeRid(), nil
+		}
+	}
+	for _, n := range nodes {
+		if n.Node.GetNodeRid() == target {
+			return target, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no live node of mesh %q is named %q or has that RID", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
+}
+
+// NodeName is this node's stable name, which Relocate takes as a target.
+func (e *Extension) NodeName() string { return e.cur.Load().node.Name() }
+
+// ReleaseEnded is the operator's acceptance that ref's owner ended and its
+// in-memory state is lost: the ended owner's record is released so the
+// Actor can be spawned again, the Instance Spot activated empty by its
+// next call, or the User Spot created anew together with the release of
+// its ended members (Spots().ReleaseEnded). InvalidOperation while the
+// owner lives.
+func (e *Extension) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
+	switch ref.Kind {
+	case location.KindActor:
+		return e.cur.Load().driver.ReleaseEnded(ctx, ref)
+	case location.KindInstanceSpot, location.KindUserSpot:
+		return e.Spots().ReleaseEnded(ctx, ref.ID)
+	}
+	return false, fmt.Errorf("%w: %s cannot be released", roamerr.ErrInvalidOperation, ref)
+}
+
+// Node is the underlying node (actor system, address, descriptor).
+func (e *Extension) Node() *meshnode.Node { return e.cur.Load().node }
+
+// System is the node's actor system.
+func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.System() }
+
+// NodeRid is this node lifecycle's RID, the target name Relocate takes.
+func (e *Extension) NodeRid() string { return e.cur.Load().node.Descriptor().GetNodeRid() }
+
+// restoreTimeout is the hand-off's restore timeout as configured.
+func (e *Extension) restoreTimeout() time.Duration {
+	if t := e.cfg.Relocation.RestoreTimeout; t > 0 {
+		return t
+	}
+	return 10 * time.Second
+}
+
+func stopNode(n *meshnode.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.Stop(ctx)
+}
+
+// stopRetired stops an ended lifecycle kept up after a rejoin.
+func (e *Extension) stopRetired(l *life) {
+	e.mu.Lock()
+	i := slices.Index(e.retired, l)
+	if i >= 0 {
+		e.retired = slices.Delete(e.retired, i, i+1)
+	}
+	e.mu.Unlock()
+	if i >= 0 {
+		stopNode(l.node)
+	}
+}
+
+// Stop releases the node's claim and stops it; no new lifecycle starts.
+func (e *Extension) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	first := !e.stopped
+	e.stopped = true
+	retired := e.retired
+	e.retired = nil
+	e.mu.Unlock()
+	if first {
+		close(e.stopCh)
+	}
+	for _, r := range retired {
+		stopNode(r.node)
+	}
+	l := e.cur.Load()
+	// Moves into this node that passed relay-ready commit first (bounded by
+	// ctx and the restore timeout); then the lease ends and the node stops.
+	fctx, cancel := context.WithTimeout(ctx, e.restoreTimeout())
+	if err := l.driver.FinishIncoming(fctx); err != nil && e.cfg.Node.Logger != nil {
+		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node unfinished")
+	}
+	cancel()
+	l.spots.Stop()
+	err := l.node.Stop(ctx)
+	l.shutdown()
+	select { // a rejoin in progress stops what it started
+	case <-e.done:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// shutdown stops, after its node stopped, what a lifecycle runs on an
+// application's actor system, which outlives it; a node's own system
+// stopped all of it already.
+func (l *life) shutdown() {
+	if l.node.Attached() {
+		l.spots.Shutdown()
+		l.driver.Shutdown()
+	}
+}

@@ -1,0 +1,425 @@
+package meshnode
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// ControlActors are the names of roam's per-node service actors, the
+// only receivers of roam's control messages (the relocation driver and
+// the Spot service). A control message is never forwarded, so its
+// declared sender must be on a host the connection's certificate names.
+var ControlActors = []string{"roam/relocation", "roam/spot"}
+
+// remoteOptions completes the remote configuration built from the
+// application's RemoteOptions with roam's own: the frame limits and the
+// server guards first, so the application's options add to them instead
+// of dropping them (an option given later wins); with TLS, the transport
+// credentials last, so nothing an application passes can turn them off.
+func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSystem, limitOf func(string) int, server, client credentials.TransportCredentials) {
+	tlsOn := server != nil
+	rcfg.ServerOptions = append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
+		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys)),
+	}, rcfg.ServerOptions...)
+	rcfg.DialOptions = append([]grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
+		grpc.WithChainStreamInterceptor(splitFrames(log, sys, limitOf)),
+	}, rcfg.DialOptions...)
+	rcfg.CallOptions = append([]grpc.CallOption{grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)}, rcfg.CallOptions...)
+	if tlsOn {
+		rcfg.ServerOptions = append(rcfg.ServerOptions, grpc.Creds(server))
+		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(client))
+	}
+}
+
+// unimplemented are Proto.Actor remote RPCs whose server side panics
+// ("implement me"): one call from anyone who can reach the port would end
+// the process.
+var unimplemented = []string{"/remote.Remoting/ListProcesses", "/remote.Remoting/GetProcessDiagnostics"}
+
+// guardUnary refuses the unimplemented RPCs and turns a panicking handler
+// into an Internal error for that call, logged, instead of the end of the
+// process.
+func guardUnary(log zerolog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		for _, m := range unimplemented {
+			if info.FullMethod == m {
+				return nil, status.Errorf(codes.Unimplemented, "%s is not served by roam nodes", m)
+			}
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				err = panicked(log, info.FullMethod, r)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// guardStream checks every frame a peer sends before Proto.Actor decodes
+// it (CheckRemoteMessage) and ends the stream on the first bad one; with
+// TLS it also requires the connection's certificate to name the host of
+// every address the peer speaks for. A handler that panics anyway ends
+// its stream with Internal, logged, instead of the process.
+func guardStream(log zerolog.Logger, tlsOn bool, sys *actor.ActorSystem) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = panicked(log, info.FullMethod, r)
+			}
+		}()
+		g := &guardedStream{ServerStream: ss, log: log, self: sys.Address}
+		if tlsOn {
+			g.leaf = peerCertificate(ss.Context())
+			if g.leaf == nil {
+				return status.Error(codes.Unauthenticated, "no verified client certificate")
+			}
+		}
+		return handler(srv, g)
+	}
+}
+
+// peerCertificate is the verified leaf certificate of the stream's peer.
+func peerCertificate(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.PeerCertificates) == 0 {
+		return nil
+	}
+	return info.State.PeerCertificates[0]
+}
+
+// frameRefusedLog limits remote_frame_refused lines: a peer can open
+// streams and send bad frames at will.
+var frameRefusedLog ratelog.Limiter
+
+type guardedStream struct {
+	grpc.ServerStream
+	log  zerolog.Logger
+	leaf *x509.Certificate // the peer's certificate, with TLS
+	self func() string     // this node's address
+}
+
+func (g *guardedStream) RecvMsg(m any) error {
+	if err := g.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	rm, ok := m.(*remote.RemoteMessage)
+	if !ok {
+		return nil
+	}
+	err := CheckRemoteMessage(rm)
+	if err == nil && g.leaf != nil {
+		err = g.certified(rm)
+	}
+	if err == nil {
+		g.dropRefused(rm.GetMessageBatch())
+	}
+	if err != nil {
+		from := ""
+		if p, ok := peer.FromContext(g.Context()); ok {
+			from = p.Addr.String()
+		}
+		frameRefusedLog.Warn(&g.log).Str("event", "remote_frame_refused").Str("peer", from).Str("error", ratelog.Clip(err.Error())).
+			Msg("a peer sent a frame the node does not accept; its stream is ended")
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
+// dropRefused takes out of a checked batch, each alone and logged, the
+// messages a peer may not send, so that the rest of the stream goes on:
+//   - actor.Stop and actor.PoisonPill to any actor: roam's actors refuse
+//     them anyway, and Proto.Actor's own (its endpoint supervisor) would
+//     stop, and the next send to a new peer panics the process;
+//   - a message for another node's actor: Proto.Actor would pass it on
+//     from this node, so a peer could speak through it to a third node
+//     (whose certificate check would then end this node's stream there).
+func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
+	if b == nil {
+		return
+	}
+	kept := b.Envelopes[:0]
+	for _, e := range b.Envelopes {
+		target, typeName := b.Targets[e.Target], b.TypeNames[e.TypeId]
+		why := ""
+		switch {
+		case typeName == "actor.Stop" || typeName == "actor.PoisonPill":
+			why = "a stop from a peer"
+		case target.GetAddress() != g.self():
+			why = "a message for another node, to pass on"
+		}
+		if why == "" {
+			kept = append(kept, e)
+			continue
+		}
+		messageRefusedLog.Warn(&g.log).Str("event", "remote_message_refused").Str("reason", why).Str("target", ratelog.Clip(target.GetId())).
+			Str("message_type", ratelog.Clip(typeName)).Msg("a peer's message was dropped; its stream goes on")
+	}
+	b.Envelopes = kept
+}
+
+// messageRefusedLog limits remote_message_refused lines.
+var messageRefusedLog ratelog.Limiter
+
+// certified checks, with TLS, the addresses a frame speaks for: the one a
+// connect request declares, and the sender of every message to a control
+// actor.
+func (g *guardedStream) certified(rm *remote.RemoteMessage) error {
+	if sc := rm.GetConnectRequest().GetServerConnection(); sc != nil && !certifiedFor(g.leaf, sc.GetAddress()) {
+		return fmt.Errorf("the peer's certificate does not name the host of %s, the address it connects as", sc.GetAddress())
+	}
+	b := rm.GetMessageBatch()
+	for _, e := range b.GetEnvelopes() {
+		if !isControlActor(b.Targets[e.Target].GetId()) || e.Sender == 0 {
+			continue
+		}
+		if s := b.Senders[e.Sender-1]; !certifiedFor(g.leaf, s.GetAddress()) {
+			return fmt.Errorf("the peer's certificate does not name the host of %s, the sender of a control message", s.GetAddress())
+		}
+	}
+	return nil
+}
+
+func isControlActor(id string) bool {
+	for _, n := range ControlActors {
+		if id == n {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckRemoteMessage checks a frame of Proto.Actor's remote protocol as
+// its endpoint reader will use it, before it does: every index a message
+// envelope holds (type name, target, sender, serializer) is in range, and
+// a protobuf type name is linked into this program. Proto.Actor indexes
+// without checking and dereferences an unknown type, so any one of these
+// would panic the reader.
+func CheckRemoteMessage(rm *remote.RemoteMessage) error {
+	b := rm.GetMessageBatch()
+	if b == nil {
+		return nil
+	}
+	for i, t := range b.Targets {
+		if t == nil {
+			return fmt.Errorf("target %d is empty", i)
+		}
+	}
+	for i, s := range b.Senders {
+		if s == nil {
+			return fmt.Errorf("sender %d is empty", i+1)
+		}
+	}
+	linked := make([]int8, len(b.TypeNames)) // 0 unknown, 1 linked, -1 not: one lookup per type, not per message
+	for i, e := range b.Envelopes {
+		switch {
+		case e == nil:
+			return fmt.Errorf("envelope %d is empty", i)
+		case e.Target < 0 || int(e.Target) >= len(b.Targets):
+			return fmt.Errorf("envelope %d: target %d of %d", i, e.Target, len(b.Targets))
+		case e.Sender < 0 || int(e.Sender) > len(b.Senders):
+			return fmt.Errorf("envelope %d: sender %d of %d", i, e.Sender, len(b.Senders))
+		case e.TypeId < 0 || int(e.TypeId) >= len(b.TypeNames):
+			return fmt.Errorf("envelope %d: type %d of %d", i, e.TypeId, len(b.TypeNames))
+		case e.SerializerId < 0 || int(e.SerializerId) >= serializerCount():
+			return fmt.Errorf("envelope %d: serializer %d is not registered", i, e.SerializerId)
+		case e.SerializerId == 0:
+			if linked[e.TypeId] == 0 {
+				linked[e.TypeId] = 1
+				if _, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(b.TypeNames[e.TypeId])); err != nil {
+					linked[e.TypeId] = -1
+				}
+			}
+			if linked[e.TypeId] < 0 {
+				return fmt.Errorf("envelope %d: message type %q is not linked into this node", i, ratelog.Clip(b.TypeNames[e.TypeId]))
+			}
+		}
+	}
+	return nil
+}
+
+// serializerCount is how many serializers Proto.Actor has registered
+// (RegisterSerializer appends to a list it does not expose); counted once,
+// after init, by probing each index.
+var serializerCount = sync.OnceValue(func() int {
+	n := 0
+	for n < 64 && serializerRegistered(int32(n)) {
+		n++
+	}
+	return n
+})
+
+func serializerRegistered(id int32) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			re, isRuntime := r.(runtime.Error)
+			ok = !isRuntime || !strings.Contains(re.Error(), "index out of range")
+		}
+	}()
+	_, _ = remote.Deserialize(nil, "", id)
+	return true
+}
+
+func panicked(log zerolog.Logger, method string, r any) error {
+	log.Error().Str("event", "remote_call_panicked").Str("method", method).Str("panic", strings.TrimSpace(fmt.Sprint(r))).
+		Msg("a remote call's handler panicked; the call ended, the node goes on")
+	return status.Errorf(codes.Internal, "%s failed", method)
+}
+
+// MaxMessageBytes is the largest message roam lets a node send to a peer:
+// the frame limit less room for a frame's headers and tables. A Spot call
+// with a larger message fails at once with CapacityExceeded; a move's
+// payload is chunked well below it.
+const MaxMessageBytes = MaxFrameBytes - 1<<20
+
+// frameTarget is the size a node's outgoing frames are split to. Proto.Actor
+// puts up to 1,000 queued messages into one frame, and gRPC ends the whole
+// stream — every message queued to that peer — on a frame over the
+// receiver's limit. Frames of at most 4 MiB (gRPC's default limit, which a
+// plain Proto.Actor peer keeps) reach any peer; one message larger than
+// that still goes alone, up to MaxFrameBytes.
+const frameTarget = defaultFrameBytes
+
+// defaultFrameBytes is gRPC's default receive limit.
+const defaultFrameBytes = 4 << 20
+
+// splitFrames is the client side of a node's streams: it splits a frame
+// over frameTarget into frames of whole messages, in order, and drops a
+// single message over the peer's limit (limitOf) instead of letting it end
+// the stream — logged as message_too_large and answered with a
+// DeliveryFailed of class capacity_exceeded: to the peer's future when it
+// was a reply to its request, else to a local sender.
+func splitFrames(log zerolog.Logger, sys *actor.ActorSystem, limitOf func(address string) int) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			return cs, err
+		}
+		return &splitStream{ClientStream: cs, log: log, sys: sys, peer: cc.Target(), limitOf: limitOf}, nil
+	}
+}
+
+type splitStream struct {
+	grpc.ClientStream
+	log     zerolog.Logger
+	sys     *actor.ActorSystem
+	peer    string
+	limitOf func(string) int
+	limit   int // the peer's limit, once asked
+}
+
+func (s *splitStream) SendMsg(m any) error {
+	rm, ok := m.(*remote.RemoteMessage)
+	if !ok || rm.GetMessageBatch() == nil || proto.Size(rm) <= frameTarget {
+		return s.ClientStream.SendMsg(m)
+	}
+	if s.limit == 0 {
+		s.limit = s.limitOf(s.peer)
+	}
+	for _, part := range SplitBatch(rm.GetMessageBatch(), frameTarget, s.limit, s.tooLarge) {
+		if err := s.ClientStream.SendMsg(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: part}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *splitStream) tooLarge(b *remote.MessageBatch, e *remote.MessageEnvelope, size int) {
+	target := b.Targets[e.Target]
+	s.log.Error().Str("event", "message_too_large").Str("peer", s.peer).Str("target", target.GetId()).
+		Str("message_type", b.TypeNames[e.TypeId]).Int("bytes", size).Int("limit", s.limit).
+		Msg("a message larger than a frame may be was not sent; the stream and the other messages go on")
+	failed := &messages.DeliveryFailed{Code: roamerr.CodeCapacityExceeded, TargetId: target.GetId(),
+		Detail: fmt.Sprintf("the message (%d bytes) is larger than the peer accepts (%d bytes); not sent", size, s.limit)}
+	if strings.HasPrefix(target.GetId(), "future") {
+		// A reply to the peer's request: its caller is told, not left to
+		// time out.
+		s.sys.Root.Send(&actor.PID{Address: target.Address, Id: target.Id, RequestId: e.TargetRequestId}, failed)
+		return
+	}
+	if e.Sender == 0 {
+		return
+	}
+	if sender := b.Senders[e.Sender-1]; sender.GetAddress() == s.sys.Address() {
+		s.sys.Root.Send(&actor.PID{Address: sender.Address, Id: sender.Id, RequestId: e.SenderRequestId}, failed)
+	}
+}
+
+// SplitBatch splits b into batches of whole messages, in order, each at
+// most target bytes as a RemoteMessage frame — or, for a message that does not fit one on
+// its own, a batch of that message alone with only the table entries it
+// uses, up to limit bytes. A message over limit even so is passed to drop
+// and left out.
+func SplitBatch(b *remote.MessageBatch, target, limit int, drop func(*remote.MessageBatch, *remote.MessageEnvelope, int)) []*remote.MessageBatch {
+	// Sizes are of the frame sent: the batch inside its RemoteMessage,
+	// whose field tag and length add up to 6 bytes.
+	const wrap = 6
+	tables := wrap + proto.Size(&remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders})
+	var out []*remote.MessageBatch
+	var cur []*remote.MessageEnvelope
+	size := tables
+	flush := func() {
+		if len(cur) > 0 {
+			out = append(out, &remote.MessageBatch{TypeNames: b.TypeNames, Targets: b.Targets, Senders: b.Senders, Envelopes: cur})
+			cur, size = nil, tables
+		}
+	}
+	for _, e := range b.Envelopes {
+		es := proto.Size(e) + 10 // the field's tag and length
+		if tables+es <= target {
+			if size+es > target {
+				flush()
+			}
+			cur = append(cur, e)
+			size += es
+			continue
+		}
+		flush()
+		alone := aloneBatch(b, e)
+		if n := wrap + proto.Size(alone); n > limit {
+			drop(b, e, n)
+			continue
+		}
+		out = append(out, alone)
+	}
+	flush()
+	return out
+}
+
+// aloneBatch is a batch of e alone, with only the table entries it uses.
+func aloneBatch(b *remote.MessageBatch, e *remote.MessageEnvelope) *remote.MessageBatch {
+	one := proto.Clone(e).(*remote.MessageEnvelope)
+	a := &remote.MessageBatch{TypeNames: []string{b.TypeNames[e.TypeId]}, Targets: []*actor.PID{b.Targets[e.Target]}}
+	one.TypeId, one.Target = 0, 0
+	if e.Sender > 0 {
+		a.Senders = []*actor.PID{b.Senders[e.Sender-1]}
+		one.Sender = 1
+	}
+	a.Envelopes = []*remote.MessageEnvelope{one}
+	return a
+}

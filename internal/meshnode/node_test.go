@@ -1,0 +1,211 @@
+package meshnode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+)
+
+var consul *consultest.Server
+
+func TestMain(m *testing.M) {
+	consultest.Main(m, func(s *consultest.Server) { consul = s })
+}
+
+var prefixes atomic.Int64
+
+type storeCase struct {
+	name string
+	new  func(t *testing.T) location.Store
+}
+
+func stores() []storeCase {
+	return []storeCase{
+		{"memstore", func(t *testing.T) location.Store { return memstore.New() }},
+		{"consul", func(t *testing.T) location.Store {
+			s, err := consulstore.New(consulstore.Config{Address: consul.Addr, Prefix: fmt.Sprintf("roam-cluster-test/%d", prefixes.Add(1))})
+			require.NoError(t, err)
+			return s
+		}},
+	}
+}
+
+var entryIDPattern = regexp.MustCompile(`^roam-entry-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+func start(t *testing.T, s location.Store) *meshnode.Node {
+	t.Helper()
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: s, StableTypes: []string{"room"}, LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	return n
+}
+
+// echo answers every NodeDescriptor request with itself.
+type echo struct{}
+
+func (echo) Receive(c actor.Context) {
+	if m, ok := c.Message().(*messages.NodeDescriptor); ok {
+		c.Respond(m)
+	}
+}
+
+// Three nodes claim distinct descriptors and Entry Spots
+// ("<prefix>-entry-<uuid v4>"), reach each other over Proto.Actor remote,
+// and leave nothing behind when they stop.
+// Reference: docs/PROTOCOL.md §3.4.
+func TestNodesClaimEntrySpotsAndRelease(t *testing.T) {
+	for _, sc := range stores() {
+		t.Run(sc.name, func(t *testing.T) {
+			s := sc.new(t)
+			ctx := context.Background()
+			nodes := []*meshnode.Node{start(t, s), start(t, s), start(t, s)}
+
+			listed, err := s.ListNodes(ctx, meshnode.DefaultMesh)
+			require.NoError(t, err)
+			require.Len(t, listed, 3)
+			seen := map[string]bool{}
+			for _, n := range nodes {
+				require.Regexp(t, entryIDPattern, n.EntrySpotID())
+				require.False(t, seen[n.EntrySpotID()], "entry IDs are unique")
+				seen[n.EntrySpotID()] = true
+				got, err := s.ReadNode(ctx, location.NodeKeyOf(n.Descriptor()))
+				require.NoError(t, err)
+				require.Equal(t, n.Address(), got.Node.GetAddress())
+				require.Equal(t, string(n.Lease().ID), got.Node.GetLeaseId())
+				require.Equal(t, messages.NodeStatus_NODE_STATUS_SERVING, got.Node.GetStatus())
+				entry, err := s.Read(ctx, location.Key(location.KindEntry, n.EntrySpotID()))
+				require.NoError(t, err)
+				require.Equal(t, n.Descriptor().GetNodeRid(), entry.Record.GetOwner().GetNodeRid())
+				_, port, err := net.SplitHostPort(n.Address())
+				require.NoError(t, err)
+				require.NotEqual(t, "0", port)
+			}
+
+			// Node 0 reaches an actor on node 2 through the remote.
+			_, err = nodes[2].System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return echo{} }), "echo")
+			require.NoError(t, err)
+			target := actor.NewPID(nodes[2].Address(), "echo")
+			res, err := nodes[0].System().Root.RequestFuture(target, nodes[0].Descriptor(), 10*time.Second).Result()
+			require.NoError(t, err)
+			require.Equal(t, nodes[0].EntrySpotID(), res.(*messages.NodeDescriptor).GetEntrySpotId())
+
+			for _, n := range nodes {
+				require.NoError(t, n.Stop(ctx))
+				_, err := s.ReadNode(ctx, location.NodeKeyOf(n.Descriptor()))
+				require.ErrorIs(t, err, location.ErrNotFound)
+				_, err = s.Read(ctx, location.Key(location.KindEntry, n.EntrySpotID()))
+				require.ErrorIs(t, err, location.ErrNotFound)
+				alive, err := s.LeaseAlive(ctx, n.Lease().ID)
+				require.NoError(t, err)
+				require.False(t, alive)
+			}
+			require.NoError(t, nodes[0].Stop(ctx), "Stop is idempotent")
+		})
+	}
+}
+
+// A restart is a new lifecycle: new node RID, new Entry Spot ID.
+// Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §3.4.
+func TestRestartIssuesNewIdentity(t *testing.T) {
+	s := memstore.New()
+	a := start(t, s)
+	require.NoError(t, a.Stop(context.Background()))
+	b := start(t, s)
+	require.NotEqual(t, a.EntrySpotID(), b.EntrySpotID())
+	require.NotEqual(t, a.Descriptor().GetNodeRid(), b.Descriptor().GetNodeRid())
+	require.NotEqual(t, a.Descriptor().GetNodeGeneration(), b.Descriptor().GetNodeGeneration())
+}
+
+// The node keeps its lease alive by renewing it.
+// Reference: PROTOCOL.md §3.4 (claims under an owner lease).
+func TestNodeRenewsItsLease(t *testing.T) {
+	clock := memstore.NewManualClock()
+	s := memstore.New(memstore.WithClock(clock))
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: s, LeaseTTL: time.Second})
+	require.NoError(t, err)
+	defer n.Stop(context.Background())
+	// Move the store's clock by less than a TTL at a time, each time only
+	// after the node has renewed at the new store time; without renewals
+	// the second step would already pass the TTL.
+	for i := 0; i < 5; i++ {
+		clock.Advance(700 * time.Millisecond)
+		want := clock.Now().Add(time.Second)
+		deadline := time.Now().Add(testwait.Patience(t))
+		for {
+			exp, ok := s.LeaseExpiry(n.Lease().ID)
+			require.True(t, ok, "lease ended")
+			if exp.Equal(want) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "no renewal after step %d", i)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	alive, err := s.LeaseAlive(context.Background(), n.Lease().ID)
+	require.NoError(t, err)
+	require.True(t, alive)
+}
+
+// When the store says the lease ended, the node reports it and its claim is
+// gone; Stop then succeeds without releasing anything.
+// Reference: PROTOCOL.md §2.2 (an ended lifecycle); docs/FAULTS.md.
+func TestNodeReportsLostLease(t *testing.T) {
+	clock := memstore.NewManualClock()
+	s := memstore.New(memstore.WithClock(clock))
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: s, LeaseTTL: time.Second})
+	require.NoError(t, err)
+	clock.Advance(5 * time.Second)
+	select {
+	case <-n.LeaseLost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("lease loss not reported")
+	}
+	_, err = s.ReadNode(context.Background(), location.NodeKeyOf(n.Descriptor()))
+	require.ErrorIs(t, err, location.ErrNotFound)
+	require.NoError(t, n.Stop(context.Background()))
+}
+
+// A claim the store cannot make fails Start with the store's typed error
+// and leaves no remote listening.
+// Reference: PROTOCOL.md §3.4 (a start-up error at the first claim).
+func TestStartFailsWhenClaimFails(t *testing.T) {
+	f, err := faulty.New(memstore.New(), faulty.Config{})
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+
+	f.Inject(faulty.Unavailable)
+	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: f, Port: port})
+	require.ErrorIs(t, err, location.ErrUnavailable)
+	// The failed start released its port: the next start binds it.
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, Port: port})
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("127.0.0.1:%d", port), n.Address())
+	require.NoError(t, n.Stop(context.Background()))
+
+	_, err = meshnode.Start(context.Background(), meshnode.Config{})
+	require.ErrorIs(t, err, location.ErrInvalid)
+	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), EntryPrefix: "x-entry-y"})
+	require.ErrorIs(t, err, location.ErrInvalid)
+	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), LeaseTTL: 1500 * time.Millisecond})
+	require.True(t, errors.Is(err, location.ErrInvalid))
+}

@@ -1,0 +1,160 @@
+package meshnode
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Transport is an application's actor system, with its remote (and its
+// Proto.Actor cluster, if it has one), that roam's node lifecycles run on
+// one after another. The application owns the system: a node lifecycle
+// ending does not stop it, and a new lifecycle (after the owner lease
+// ended) starts on the same system and address.
+type Transport struct {
+	system *actor.ActorSystem
+	remote *remote.Remote
+	pc     *pcluster.Cluster
+	hooks  *remoteHooks
+	// ownsRemote: the system had no remote; Attach started one and Stop
+	// stops it.
+	ownsRemote bool
+	stopOnce   sync.Once
+}
+
+// remoteHooks connects a remote configuration's guards to the node
+// lifecycle that runs on it now.
+type remoteHooks struct {
+	node atomic.Pointer[Node]
+}
+
+func (h *remoteHooks) limitOf(address string) int {
+	if n := h.node.Load(); n != nil {
+		return n.peerFrameBytes(address)
+	}
+	return MaxFrameBytes
+}
+
+// guardedConfigs are the remote configurations RemoteConfig made: only a
+// remote on one of them has roam's frame checks, limits and TLS.
+var guardedConfigs sync.Map // *remote.Config → *remoteHooks
+
+// RemoteOptions are what a remote configuration of a roam node carries.
+type RemoteOptions struct {
+	Logger zerolog.Logger
+	// TLS, if set, makes every connection mutual TLS (Config.TLS).
+	TLS *TLS
+	// AdvertisedHost, if set, is the host:port peers dial.
+	AdvertisedHost string
+	// Options are passed to Proto.Actor's remote.Configure.
+	Options []remote.ConfigOption
+}
+
+// RemoteConfig returns a Proto.Actor remote configuration for system
+// listening on host:port, with roam's guards (every frame checked before
+// Proto.Actor decodes it, frame limits, TLS when set). An application with
+// a Proto.Actor cluster passes it to cluster.Configure; Attach refuses a
+// cluster whose remote was configured otherwise.
+func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOptions) (*remote.Config, error) {
+	var serverCreds, clientCreds credentials.TransportCredentials
+	if o.TLS != nil {
+		h := host
+		if o.AdvertisedHost != "" {
+			if ah, _, err := net.SplitHostPort(o.AdvertisedHost); err == nil {
+				h = ah
+			}
+		}
+		var err error
+		if serverCreds, clientCreds, err = o.TLS.credentials(h); err != nil {
+			return nil, err
+		}
+	}
+	rcfg := remote.Configure(host, port, o.Options...)
+	hooks := &remoteHooks{}
+	remoteOptions(rcfg, o.Logger, system, hooks.limitOf, serverCreds, clientCreds)
+	if o.AdvertisedHost != "" {
+		rcfg.AdvertisedHost = o.AdvertisedHost
+	}
+	guardedConfigs.Store(rcfg, hooks)
+	return rcfg, nil
+}
+
+// protoCluster is the system's Proto.Actor cluster, nil if it has none.
+func protoCluster(system *actor.ActorSystem) (c *pcluster.Cluster) {
+	defer func() {
+		if recover() != nil { // GetCluster asserts on an absent extension
+			c = nil
+		}
+	}()
+	return pcluster.GetCluster(system)
+}
+
+// hasRemote reports whether the system has a Proto.Actor remote.
+func hasRemote(system *actor.ActorSystem) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return remote.GetRemote(system) != nil
+}
+
+// Attach prepares system for roam's node lifecycles. A system that is a
+// Proto.Actor cluster member must have started it (StartMember) with a
+// remote configuration from RemoteConfig; roam then shares its remote.
+// A system without a cluster must have no remote: Attach starts one on
+// the configuration own returns (made by RemoteConfig), which Stop stops. Anything else is refused with
+// NotConfigured: a remote roam did not configure lacks its guards.
+func Attach(system *actor.ActorSystem, own func() (*remote.Config, error)) (*Transport, error) {
+	if system == nil {
+		return nil, fmt.Errorf("%w: no actor system", roamerr.ErrInvalidOperation)
+	}
+	if pc := protoCluster(system); pc != nil {
+		v, ok := guardedConfigs.Load(pc.Config.RemoteConfig)
+		if !ok {
+			return nil, fmt.Errorf("%w: the Proto.Actor cluster's remote was not configured with roam's RemoteConfig (roam checks every frame and sets its limits there)", roamerr.ErrNotConfigured)
+		}
+		if pc.Remote == nil {
+			return nil, fmt.Errorf("%w: start the Proto.Actor cluster member (StartMember) before roam", roamerr.ErrInvalidOperation)
+		}
+		return &Transport{system: system, remote: pc.Remote, pc: pc, hooks: v.(*remoteHooks)}, nil
+	}
+	if hasRemote(system) {
+		return nil, fmt.Errorf("%w: the actor system has a remote roam did not configure; without a Proto.Actor cluster roam starts the remote itself", roamerr.ErrNotConfigured)
+	}
+	rcfg, err := own()
+	if err != nil {
+		return nil, err
+	}
+	v, ok := guardedConfigs.Load(rcfg)
+	if !ok {
+		return nil, fmt.Errorf("%w: the remote configuration was not made by RemoteConfig", roamerr.ErrNotConfigured)
+	}
+	r := remote.NewRemote(system, rcfg)
+	if err := startRemote(r); err != nil {
+		return nil, err
+	}
+	return &Transport{system: system, remote: r, hooks: v.(*remoteHooks), ownsRemote: true}, nil
+}
+
+// System is the application's actor system.
+func (t *Transport) System() *actor.ActorSystem { return t.system }
+
+// Stop stops the remote if Attach started it; the actor system and a
+// Proto.Actor cluster are the application's to stop.
+func (t *Transport) Stop() {
+	t.stopOnce.Do(func() {
+		if t.ownsRemote {
+			t.remote.Shutdown(true)
+		}
+	})
+}

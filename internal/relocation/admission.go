@@ -1,0 +1,217 @@
+package relocation
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Who may move an object onto this node. Anyone who reaches the node's
+// port can send it a Restore request and declare any sender address (with
+// mutual TLS only a certified host can; docs/SECURITY.md), and a request
+// that names a real owner's fence would, if believed, rewrite the owner
+// record. So a move is admitted in two steps:
+//
+//  1. The capability query names the asking node; it is answered only when
+//     the store has that node, live, at the address the query came from,
+//     and the answer, which carries a fresh single-use move ticket, goes to
+//     that address. Whoever merely declares a member's address never sees
+//     the ticket.
+//  2. A Restore request must carry an unexpired ticket issued to its source
+//     node and address, and before relay-ready the target reads the record:
+//     the source must be the object's owner at the move's fence
+//     (handoff.VerifySource). A refusal names nothing the sender did not
+//     send.
+
+// moveTicketTTL bounds how long a ticket waits for its Restore request: a
+// source seals after the in-flight budget admits the move and after the
+// object's current turn, which may be long.
+const moveTicketTTL = 10 * time.Minute
+
+// The tickets a node keeps: per source address at most ticketsPerSource
+// (a source uses each within its move; a flood that claims a member's
+// address only displaces that member's oldest), and at most maxTickets
+// in all (the oldest go first).
+const (
+	ticketsPerSource = 64
+	maxTickets       = 4096
+)
+
+// moveTicket is what a ticket admits.
+type moveTicket struct {
+	rid        string
+	generation uint64
+	address    string
+	expires    time.Time
+}
+
+// tickets are the move tickets a node issued and no Restore request has
+// used yet, in issue order (their expiries are in the same order).
+type tickets struct {
+	byKey    map[string]moveTicket
+	order    []string            // keys, oldest first; used or evicted keys stay until popped
+	bySource map[string][]string // keys per source address, oldest first
+}
+
+func newTickets() *tickets {
+	return &tickets{byKey: map[string]moveTicket{}, bySource: map[string][]string{}}
+}
+
+func (ts *tickets) issue(rid string, generation uint64, address string, now time.Time) []byte {
+	for len(ts.order) > 0 {
+		t, live := ts.byKey[ts.order[0]]
+		if live && now.Before(t.expires) && len(ts.byKey) < maxTickets {
+			break
+		}
+		ts.remove(ts.order[0])
+		ts.order = ts.order[1:]
+	}
+	if q := ts.bySource[address]; len(q) >= ticketsPerSource {
+		ts.remove(q[0])
+	}
+	if len(ts.order) > 2*len(ts.byKey)+64 {
+		// Keys removed out of order pile up behind a live head: compact
+		// (amortized O(1) per issue).
+		live := ts.order[:0]
+		for _, k := range ts.order {
+			if _, ok := ts.byKey[k]; ok {
+				live = append(live, k)
+			}
+		}
+		ts.order = live
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	key := string(b)
+	ts.byKey[key] = moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL)}
+	ts.order = append(ts.order, key)
+	ts.bySource[address] = append(ts.bySource[address], key)
+	return b
+}
+
+// remove forgets a ticket (once: a removed key is ignored).
+func (ts *tickets) remove(key string) {
+	t, ok := ts.byKey[key]
+	if !ok {
+		return
+	}
+	delete(ts.byKey, key)
+	q := ts.bySource[t.address]
+	for i, k := range q {
+		if k == key {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(ts.bySource, t.address)
+	} else {
+		ts.bySource[t.address] = q
+	}
+}
+
+// take consumes the ticket of a Restore request that came from address;
+// false when there is none for that source node, address and fence.
+func (ts *tickets) take(p *messages.RelocationPrepare, address string, now time.Time) bool {
+	key := string(p.GetMoveTicket())
+	t, ok := ts.byKey[key]
+	if !ok || now.After(t.expires) {
+		return false
+	}
+	src, fence := p.GetSource(), p.GetIdentity().GetCoordinatorFence()
+	if t.address != address || t.rid != src.GetNodeRid() || t.generation != src.GetNodeGeneration() ||
+		fence.GetNodeRid() != t.rid || fence.GetNodeGeneration() != t.generation {
+		return false
+	}
+	ts.remove(key)
+	return true
+}
+
+// onCapability answers a capability query once the asking node is known
+// to be a live member at the address the query came from.
+func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
+	to := c.Sender()
+	if to == nil || !strings.HasPrefix(to.Id, "future") {
+		// The answer carries a ticket: it goes only to a request's own
+		// future, never to an actor the asker names (one that passed it on
+		// would hand the ticket to whoever it passes messages to).
+		d.refused("capability query", "", "not sent as a request")
+		return
+	}
+	src := q.GetSource()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
+		defer cancel()
+		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			if err != nil {
+				reason := "the asking node is not a live member of this mesh at its address"
+				if !errors.Is(err, meshnode.ErrNotMember) {
+					reason = "the target cannot check the asking node in the Location Store now"
+				}
+				d.refused("capability query", to.Address, err.Error())
+				d.sys.Root.Send(to, &messages.CapabilityReply{Reason: reason})
+				return
+			}
+			reply := d.capability(q)
+			if reply.Supported {
+				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, time.Now())
+			}
+			d.sys.Root.Send(to, reply)
+		}})
+	}()
+}
+
+// verifySource runs VerifySource: the prepare's source must still be a
+// live member, and the record must name it at the move's fence. Store
+// errors are retried until the restore deadline.
+func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
+	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
+	defer cancel()
+	src := t.prepare.GetSource()
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), t.sourcePID.Address)
+		if err == nil {
+			var v location.Versioned
+			v, err = d.store.Read(ctx, t.key)
+			switch {
+			case errors.Is(err, location.ErrNotFound):
+				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
+			case err == nil:
+				err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration())
+			}
+			if err == nil || !errors.Is(err, location.ErrUnavailable) && !errors.Is(err, location.ErrIndeterminate) {
+				d.laterTarget(id, handoff.SourceVerified{Err: err})
+				return
+			}
+		} else if !errors.Is(err, roamerr.ErrUnavailable) {
+			d.laterTarget(id, handoff.SourceVerified{Err: err})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			d.laterTarget(id, handoff.SourceVerified{Err: err})
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// refused logs a control message refused for its sender.
+// At most one line per 100 ms: a peer can send refused messages at will.
+func (d *Driver) refused(what, from, why string) {
+	d.metrics.refused(what)
+	d.refusedLog.Warn(&d.log).Str("event", "control_message_refused").Str("message", what).Str("from", ratelog.Clip(from)).
+		Str("reason", ratelog.Clip(why)).Msg("a control message from a peer that is not entitled to it was refused")
+}

@@ -1,0 +1,137 @@
+package relocation_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/stretchr/testify/require"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// The source resends the whole boundary batch and the cutover — every
+// cutover wait, and at once when its connection to the target ends — until
+// the target acknowledges the batch. Here the first acknowledgement is lost
+// and the endpoint is cut after the move: the resent batch reaches a target
+// that already merged it; it takes nothing twice, logs late_cutover and
+// acknowledges again.
+// Reference: docs/PROTOCOL.md §5.9 (cutover lost, source running), §12.1
+// items 13 and 24.
+func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	a := startNodeWith(t, store, ledgerKind)
+	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger()}, ledgerKind)
+	var acks atomic.Int32
+	relocation.DropInbound(a.driver, func(m any) bool {
+		_, ok := m.(*messages.BoundaryAck)
+		return ok && acks.Add(1) == 1
+	})
+	key := location.Key(location.KindActor, "cut")
+	const total = 3000
+	require.NoError(t, moveAmidSends(t, a, b, key, total))
+	// Cut the source's connection to the target, as a network failure would.
+	a.node.System().EventStream.Publish(&remote.EndpointTerminatedEvent{Address: b.node.Address()})
+
+	testwait.For(t, func() bool { return logs.has("late_cutover") && acks.Load() >= 2 }, "the resent batch was never acknowledged")
+	l := ledgerStats(t, b, key)
+	require.Zero(t, l.DupSends, "a resent record was taken twice")
+	require.EqualValues(t, total, l.Count[0])
+}
+
+// A link cut across the cutover for longer than Message Follow: the target
+// commits by its cutover-wait fallback without the boundary batch, and the
+// batch arrives only after the cut heals, by the source's resends — which
+// go on until the target acknowledges the batch, not only while Message
+// Follow lasts. Every message is handled once (order between the late
+// batch and later messages is not guaranteed on this path:
+// PROTOCOL.md §5.10).
+// Reference: PROTOCOL.md §5.9 (resend), §5.10 (fallback).
+func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	hc := handoff.DefaultConfig()
+	hc.CutoverWaitTimeout = 200 * time.Millisecond
+	hc.FollowDuration = 50 * time.Millisecond
+	hc.BoundaryAckPatience = time.Minute
+	a := startNodeConfig(t, store, relocation.Config{Logger: testLogger(), Handoff: hc}, ledgerKind)
+	b := startNodeConfig(t, store, relocation.Config{Logger: logs.logger(), Handoff: hc}, ledgerKind)
+	// Every relayed record and cutover is lost until a resent cutover of
+	// epoch 2 went into the cut: by then two cutover waits passed since the
+	// cutover, far past Message Follow.
+	var cut atomic.Bool
+	cut.Store(true)
+	var resentLost atomic.Int32
+	relocation.DropInbound(b.driver, func(m any) bool {
+		if !cut.Load() {
+			return false
+		}
+		switch m := m.(type) {
+		case *messages.RelayedRecord:
+			return true
+		case *messages.Cutover:
+			if m.GetResendEpoch() >= 2 {
+				resentLost.Add(1)
+			}
+			return true
+		}
+		return false
+	})
+	key := location.Key(location.KindActor, "long-cut")
+	const total = 2000
+	require.NoError(t, moveAmidSends(t, a, b, key, total))
+	testwait.For(t, func() bool { return resentLost.Load() > 0 }, "no resend went into the cut")
+	require.True(t, logs.has("cutover_timeout"), "the target committed by its fallback")
+	cut.Store(false)
+
+	testwait.For(t, func() bool { return ledgerStats(t, b, key).Count[0] == total }, "the boundary batch never reached the target")
+	l := ledgerStats(t, b, key)
+	require.Zero(t, l.DupSends, "a record was taken twice")
+}
+
+// moveAmidSends spawns a ledger as key on a and moves it to b while total
+// numbered sends go to it: those queued behind a held turn become saved
+// work, those sent while it is sealed the boundary batch. Nothing is sent
+// after the cutover, so every send is in the payload or the batch. It
+// returns Relocate's error.
+func moveAmidSends(t *testing.T, a, b *testNode, key location.AuthorityKey, total int) error {
+	t.Helper()
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "ledger", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	for i := 1; i <= total/2; i++ {
+		root.Send(pid, wrapperspb.Int64(int64(i)))
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	for i := total/2 + 1; i <= total; i++ {
+		root.Send(pid, wrapperspb.Int64(int64(i)))
+	}
+	return <-moved
+}
+
+// ledgerStats asks the ledger behind key, through its owner b.
+func ledgerStats(t *testing.T, b *testNode, key location.AuthorityKey) ledger {
+	t.Helper()
+	direct, err := b.driver.Resolve(context.Background(), key)
+	require.NoError(t, err)
+	res, err := b.node.System().Root.RequestFuture(direct, wrapperspb.String("stats"), 10*time.Second).Result()
+	require.NoError(t, err)
+	var l ledger
+	require.NoError(t, json.Unmarshal(res.(*wrapperspb.BytesValue).Value, &l))
+	return l
+}

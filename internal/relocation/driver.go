@@ -1,0 +1,672 @@
+// Package relocation moves live Actors and Instance Spots between nodes
+// with roam's hand-off (docs/PROTOCOL.md §5). The pure state machines are in handoff; this
+// package is their driver: one Proto.Actor actor per node ("roam/relocation")
+// that owns every move's state, runs the effects against the relocatable
+// mailbox, the remote and the Location Store, and feeds results back. All
+// sends of one move to a peer (prepare, chunks, cutover) leave from this
+// actor, and relay records are sent under the mailbox's lock before the
+// cutover is, so the peer's one ordered stream carries them in order
+// (PROTOCOL.md §4.1, §5.1).
+package relocation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/internal/stopguard"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// DriverName is the PID id of every node's relocation actor.
+const DriverName = "roam/relocation"
+
+// Config configures a Driver. Zero fields take the documented defaults.
+type Config struct {
+	// Handoff holds the hand-off's timings and chunk limits
+	// (handoff.DefaultConfig when zero; PROTOCOL.md §9).
+	Handoff handoff.Config
+	// RestoreTimeout bounds a move from the moment Relocate starts it
+	// (before the capability query and the wait for budget, so a long
+	// wait for budget uses it up): the Restore operation's absolute
+	// deadline (PROTOCOL.md §5.11). Default 10 s.
+	RestoreTimeout time.Duration
+	// InFlightPayloadBudget is RelocationInFlightPayloadBudget per peer.
+	// Default 16 MiB; at most 32 MiB, so that the chunks queued for one
+	// peer always fit one transport frame (meshnode.MaxFrameBytes).
+	InFlightPayloadBudget int64
+	// NodeInFlightPayloadBudget is RelocationNodeInFlightPayloadBudget.
+	// Default 0 (off).
+	NodeInFlightPayloadBudget int64
+	// MaxPayloadLength is the largest payload a target accepts. Default 1 GiB.
+	MaxPayloadLength uint64
+	// CapabilityTimeout bounds the capability query. Default 5 s.
+	CapabilityTimeout time.Duration
+	// Logger receives the hand-off's warnings and errors (cutover_timeout,
+	// late_cutover, location_update_failed, …). Default zerolog.Nop;
+	// extension.Start passes the node's logger.
+	Logger *zerolog.Logger
+	// OnEvent, if set, is called once per finished move on the node that
+	// decided it (the target), from the driver's goroutine; keep it quick.
+	OnEvent func(Event)
+	// OnFollow, if set, is called when Message Follow forwards a message,
+	// with the object and the forwarded envelope (sender and headers), so
+	// the caller's node can drop its cached route (PROTOCOL.md §7.8). It runs
+	// under the mailbox lock: only send a message.
+	OnFollow func(key location.AuthorityKey, env *actor.MessageEnvelope)
+	// MeterProvider receives the move metrics (roam.relocation.moves,
+	// .pause, .payload). Default: OpenTelemetry's global provider.
+	MeterProvider metric.MeterProvider
+}
+
+func (c *Config) setDefaults() error {
+	if c.Handoff == (handoff.Config{}) {
+		c.Handoff = handoff.DefaultConfig()
+	}
+	if err := c.Handoff.Validate(); err != nil {
+		return err
+	}
+	if c.RestoreTimeout == 0 {
+		c.RestoreTimeout = 10 * time.Second
+	}
+	if c.InFlightPayloadBudget == 0 {
+		c.InFlightPayloadBudget = 16 << 20
+	}
+	if c.InFlightPayloadBudget < 0 || c.InFlightPayloadBudget > meshnode.MaxFrameBytes/2 {
+		return fmt.Errorf("%w: InFlightPayloadBudget %d outside 1..%d", roamerr.ErrInvalidOperation, c.InFlightPayloadBudget, meshnode.MaxFrameBytes/2)
+	}
+	if c.Handoff.ChunkLimit > 4<<20 {
+		return fmt.Errorf("%w: chunk limit %d over 4 MiB", roamerr.ErrInvalidOperation, c.Handoff.ChunkLimit)
+	}
+	if c.MaxPayloadLength == 0 {
+		c.MaxPayloadLength = 1 << 30
+	}
+	if c.CapabilityTimeout == 0 {
+		c.CapabilityTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	if c.RestoreTimeout <= c.Handoff.CutoverWaitTimeout {
+		return fmt.Errorf("%w: RestoreTimeout %s must exceed the cutover wait %s", roamerr.ErrInvalidOperation, c.RestoreTimeout, c.Handoff.CutoverWaitTimeout)
+	}
+	return nil
+}
+
+// Event describes one finished move, as the target saw it.
+type Event struct {
+	Key          location.AuthorityKey
+	RelocationID uint64
+	From, To     string // node RIDs
+	Bytes        uint64
+	Chunks       uint32
+	// Pause is seal (on the source) → dispatch open (on the target).
+	Pause time.Duration
+	// Fallback is true when the cutover did not arrive in time.
+	Fallback bool
+	// Err is nil when the target opened; otherwise why it was removed.
+	Err error
+}
+
+// Driver is a node's relocation actor and the registry of the relocatable
+// objects it hosts.
+type Driver struct {
+	cfg   Config
+	node  *meshnode.Node
+	store location.Store
+	log   zerolog.Logger
+	self  *actor.PID
+	sys   *actor.ActorSystem
+	desc  *location.NodeDescriptor
+
+	mu    sync.RWMutex // guards kinds (read by callers, written at registration)
+	kinds map[string]*Kind
+
+	// events is the driver's event stream subscription; live holds every
+	// incarnation spawned and not stopped yet (*object keys), for Shutdown.
+	events *eventstream.Subscription
+	live   sync.Map
+
+	// Everything below is touched only by the driver actor's goroutine.
+	objects map[location.AuthorityKey]*object
+	sources map[uint64]*sourceRun
+	targets map[handoff.Identity]*targetRun
+	timers  map[timerKey]*time.Timer
+	// tickets: the move tickets this node issued and no Restore request
+	// has used yet (admission.go).
+	tickets *tickets
+	// refusedLog and prepareRefusedLog limit control_message_refused and
+	// relocation_refused lines (admission.go, target_run.go).
+	refusedLog, prepareRefusedLog ratelog.Limiter
+	// redeliveries queues, per object, messages past the follow hop limit
+	// and dead-lettered sends awaiting their owner's lookup; a key is
+	// present while its worker runs.
+	redeliveries map[location.AuthorityKey][]*redeliver
+	// deadLetters is, per copy of a dead-lettered send this driver
+	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
+	deadLetters    map[any]*deadLetterSend
+	deadLetterHeld map[location.AuthorityKey]*deadLetterHold
+	// deadLetterLogged: when each object's dead-letter redelivery was last
+	// logged (rate limit).
+	deadLetterLogged map[location.AuthorityKey]time.Time
+	deadLetterSwept  time.Time
+	// deadLetterPatience is deadLetterPatience (tests shorten it).
+	deadLetterPatience time.Duration
+	// stopping is set by FinishIncoming: no new move lands here.
+	stopping bool
+	// lifecycleEnded is closed once every incarnation of an ended
+	// lifecycle has failed what it held (WaitEnded); nil before.
+	lifecycleEnded chan struct{}
+	budget         *budget
+	metrics        *metrics
+	// goneSince: when this node first saw another lifecycle's descriptor
+	// gone (OwnerNode's lease-end grace); any goroutine, under goneMu.
+	goneMu    sync.Mutex
+	goneSince map[string]time.Time
+	// dropInbound, set only by tests (export_test.go), drops messages
+	// reaching the relocation actor, as a cut link would.
+	dropInbound atomic.Pointer[func(any) bool]
+}
+
+// New starts the relocation actor of node. Register kinds before objects
+// of them are spawned or moved here.
+func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg:     cfg,
+		node:    node,
+		store:   location.Leased(store, node),
+		log:     cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
+		sys:     node.System(),
+		desc:    node.Descriptor(),
+		kinds:   map[string]*Kind{},
+		objects: map[location.AuthorityKey]*object{},
+		sources: map[uint64]*sourceRun{},
+		targets: map[handoff.Identity]*targetRun{},
+		timers:  map[timerKey]*time.Timer{},
+		tickets: newTickets(),
+
+		redeliveries:       map[location.AuthorityKey][]*redeliver{},
+		deadLetters:        map[any]*deadLetterSend{},
+		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
+		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
+		goneSince:          map[string]time.Time{},
+		deadLetterPatience: deadLetterPatience,
+		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+	}
+	m, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	d.metrics = m
+	// Nothing stops the relocation actor while the node lives: moves,
+	// follow redelivery and ended-lifecycle handling all run on it.
+	guard := stopguard.Producer(actor.Unbounded(), func() bool { return isClosed(node.Stopped()) }, func(msg any) {
+		d.log.Warn().Str("event", "stop_refused").Str("actor", DriverName).Msg("a stop of the relocation actor from outside roam was refused")
+	})
+	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways)), DriverName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
+	}
+	d.self = pid
+	d.events = d.sys.EventStream.Subscribe(func(evt any) {
+		switch e := evt.(type) {
+		case *remote.EndpointTerminatedEvent:
+			d.sys.Root.Send(d.self, e)
+		case *actor.DeadLetterEvent:
+			d.onDeadLetterEvent(e)
+		}
+	})
+	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
+	return d, nil
+}
+
+// RegisterKind adds a relocatable kind. A kind without a policy, or a
+// stable type registered twice, is refused (PROTOCOL.md §2.1, §2.4).
+func (d *Driver) RegisterKind(k Kind) error {
+	if err := k.validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, dup := d.kinds[k.StableType]; dup {
+		return fmt.Errorf("%w: stable type %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
+	}
+	kk := k
+	d.kinds[k.StableType] = &kk
+	return nil
+}
+
+func (d *Driver) kind(stableType string) (*Kind, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	k, ok := d.kinds[stableType]
+	return k, ok
+}
+
+// PID returns the driver actor's PID on a node address.
+func PID(address string) *actor.PID { return actor.NewPID(address, DriverName) }
+
+// objectPIDName is the PID id of one incarnation of an object on a node.
+// The ObjectGeneration tells incarnations of one ID apart (a Spot closed and
+// created again), the owner generation every arrival of one incarnation, so
+// a stub that still follows from an earlier visit never collides with it.
+func objectPIDName(key location.AuthorityKey, generation, ownerGeneration uint64) string {
+	return "roam/" + location.KindName(key.Kind) + "/" + key.ID + "@" + strconv.FormatUint(generation, 10) + "." + strconv.FormatUint(ownerGeneration, 10)
+}
+
+// ObjectPID is the PID of an object's incarnation on the node at address,
+// as its Location Store record names it.
+func ObjectPID(address string, key location.AuthorityKey, rec *location.Record) *actor.PID {
+	return actor.NewPID(address, objectPIDName(key, rec.GetObjectGeneration(), rec.GetAuthorityOwnerGeneration()))
+}
+
+// call runs fn on the driver's goroutine and waits for its answer.
+func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	select {
+	case <-d.node.Stopped():
+		var zero T
+		return zero, fmt.Errorf("%w: node %s has stopped", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+	default:
+	}
+	done := make(chan result, 1)
+	d.sys.Root.Send(d.self, &localCall{fn: func() { v, err := fn(); done <- result{v, err} }})
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	case <-d.node.Stopped():
+		// The driver actor is gone with the actor system: never wait for it
+		// (callers with context.Background would wait forever).
+		select {
+		case r := <-done:
+			return r.v, r.err
+		default:
+			var zero T
+			return zero, fmt.Errorf("%w: node %s has stopped", roamerr.ErrUnavailable, d.desc.GetNodeRid())
+		}
+	}
+}
+
+// localCall carries a closure to the driver's goroutine.
+type localCall struct{ fn func() }
+
+// Receive is the driver actor: every move's state changes here, one
+// message at a time.
+func (d *Driver) Receive(c actor.Context) {
+	if drop := d.dropInbound.Load(); drop != nil && (*drop)(c.Message()) {
+		return
+	}
+	switch m := c.Message().(type) {
+	case *localCall:
+		m.fn()
+	case *leaseChanged:
+		d.onLeaseChanged(m.status)
+	case *redeliver:
+		d.onRedeliver(m)
+	case *deadLettered:
+		d.onDeadLettered(m)
+	case *timerFired:
+		d.onTimer(m)
+	case *remote.EndpointTerminatedEvent:
+		d.onEndpointTerminated(m.Address)
+	case *messages.CapabilityQuery:
+		d.onCapability(c, m)
+	case *messages.RelocateRequest:
+		d.onRelocateRequest(c, m)
+	case *messages.RelocationPrepare:
+		d.onPrepare(c, m)
+	case *messages.RelocationState:
+		d.onChunk(c, m)
+	case *messages.RelocationStateCredit:
+		d.onCredit(c, m)
+	case *messages.RelayReady:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.RelayReadyReceived{})
+	case *messages.RelocationFailed:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
+	case *messages.BoundaryAck:
+		d.onSourceEvent(m.GetIdentity(), c, handoff.BoundaryAcked{})
+	case *messages.RelayedRecord:
+		d.onRelayed(c, m)
+	case *messages.Cutover:
+		d.onTargetEvent(m.GetIdentity(), c, handoff.CutoverReceivedEvent{Epoch: m.GetResendEpoch(),
+			Sum: handoff.RelaySum{Count: m.GetRelayRecordCount(), CRC: m.GetRelayCrc32C()}})
+	case *messages.RelocationAbort:
+		d.onTargetEvent(m.GetIdentity(), c, handoff.AbortReceived{Reason: m.GetReason()})
+	}
+}
+
+func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityReply {
+	reply := &messages.CapabilityReply{
+		ReceiveChunkLimit: uint32(d.cfg.Handoff.ChunkLimit),
+		Node:              &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+	}
+	k, ok := d.kind(q.GetStableType())
+	switch {
+	case !d.node.Valid() || d.stopping:
+		reply.Reason = "the node's owner lease is not in force, or the node is stopping"
+	case !ok:
+		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
+	case k.ApplicationVersion != q.GetApplicationVersion():
+		reply.Reason = fmt.Sprintf("application version %q, the move carries %q", k.ApplicationVersion, q.GetApplicationVersion())
+	case q.GetKind() != location.KindActor && q.GetKind() != location.KindInstanceSpot:
+		reply.Reason = fmt.Sprintf("kind %s does not move on its own", q.GetKind())
+	default:
+		reply.Supported = true
+	}
+	return reply
+}
+
+func newRelocationID() uint64 {
+	for {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		if id := binary.BigEndian.Uint64(b[:]) >> 1; id != 0 {
+			return id
+		}
+	}
+}
+
+// timerKey names one running timer of one move.
+type timerKey struct {
+	source   uint64
+	target   handoff.Identity
+	isTarget bool
+	timer    handoff.Timer
+}
+
+type timerFired struct{ key timerKey }
+
+func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
+	if old := d.timers[k]; old != nil {
+		old.Stop()
+	}
+	after := t.After
+	if !t.At.IsZero() {
+		after = time.Until(t.At)
+	}
+	d.timers[k] = time.AfterFunc(max(after, 0), func() { d.sys.Root.Send(d.self, &timerFired{key: k}) })
+}
+
+func (d *Driver) stopTimer(k timerKey) {
+	if t := d.timers[k]; t != nil {
+		t.Stop()
+		delete(d.timers, k)
+	}
+}
+
+func (d *Driver) onTimer(m *timerFired) {
+	if _, running := d.timers[m.key]; !running {
+		return // stopped after it fired
+	}
+	delete(d.timers, m.key)
+	if m.key.isTarget {
+		if t := d.targets[m.key.target]; t != nil {
+			d.stepTarget(t, handoff.TimerFired{Timer: m.key.timer})
+		}
+		return
+	}
+	if s := d.sources[m.key.source]; s != nil {
+		d.stepSource(s, handoff.TimerFired{Timer: m.key.timer})
+	}
+}
+
+func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.Identity) {
+	var ev *zerolog.Event
+	switch l.Level {
+	case handoff.LevelError:
+		ev = d.log.Error()
+	case handoff.LevelWarn:
+		ev = d.log.Warn()
+	default:
+		ev = d.log.Info()
+	}
+	ev.Str("event", l.Event).Str("object_kind", key.Kind.String()).Str("object_id", key.ID).
+		Uint64("relocation_id", id.RelocationID).Uint64("target_attempt", id.TargetAttemptGeneration).Msg(l.Msg)
+}
+
+// props builds the props of a relocatable object: the application's
+// actor wrapped by host, on the relocatable mailbox.
+func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
+	// The lease fence gates every dispatch: nothing of the application runs
+	// on a node whose owner lease is not provably in force. So does a cold
+	// activation's recovery pointer between the first handler's return and
+	// the removal's landing (object.pointerHeld).
+	opts = append(opts, mailbox.Gate(func() bool { return !obj.pointerHeld.Load() && d.node.Valid() }))
+	// Only the driver ends an incarnation (d.stop): a stop from anywhere
+	// else — the application, a remote peer — would leave the store naming
+	// this node for an object it no longer serves.
+	mb := stopguard.Producer(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...), obj.stopAllowed.Load, func(msg any) {
+		d.log.Warn().Str("event", "stop_refused").Str("object_id", obj.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
+			Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
+	})
+	props := obj.kind.Props
+	if props == nil {
+		props = actor.PropsFromProducer(obj.kind.Producer)
+	}
+	h := &host{obj: obj, d: d}
+	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(RestartAlways), actor.WithReceiverMiddleware(h.middleware),
+		actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
+}
+
+// RestartAlways supervises roam's own actors (incarnations, the relocation
+// actor, the Spot service): a failing actor is restarted, never stopped.
+// Proto.Actor's default strategy stops an actor after 10 failures in 10 s;
+// roam refuses a stop it did not decide (stopguard), which would leave
+// the actor suspended for good.
+var RestartAlways = actor.NewRestartingStrategy()
+
+// stop ends an incarnation's actor; the only way it stops.
+func (d *Driver) stop(obj *object) {
+	obj.moveMayStart()
+	obj.stopAllowed.Store(true)
+	d.live.Delete(obj)
+	d.sys.Root.Stop(obj.pid)
+}
+
+// spawned records an incarnation's actor for Shutdown.
+func (d *Driver) spawned(obj *object) { d.live.Store(obj, struct{}{}) }
+
+// Shutdown stops, once the node has stopped, what the driver runs on an
+// actor system that outlives the node (meshnode.Node.Attached): every
+// incarnation left and the relocation actor, so that a next lifecycle on
+// the same system can start its own. A node with its own actor system
+// needs none of it: the system's shutdown stops them all.
+func (d *Driver) Shutdown() {
+	d.sys.EventStream.Unsubscribe(d.events)
+	d.live.Range(func(k, _ any) bool {
+		d.stop(k.(*object))
+		return true
+	})
+	if isClosed(d.node.Stopped()) {
+		_ = d.sys.Root.StopFuture(d.self).Wait()
+	}
+}
+
+// leaseChanged tells the driver the node's owner lease changed status.
+type leaseChanged struct{ status lease.Status }
+
+// onLeaseChanged: a fence lifted wakes every incarnation (their gates
+// open again, their held messages run in order); a lease that ended ends
+// every incarnation this lifecycle serves — another node may own them now.
+func (d *Driver) onLeaseChanged(st lease.Status) {
+	switch st {
+	case lease.Valid:
+		for _, obj := range d.objects {
+			if obj.mb != nil {
+				obj.mb.Wake()
+			}
+		}
+	case lease.Ended:
+		d.abandonRedeliveries()
+		var wg sync.WaitGroup
+		for _, obj := range d.objects {
+			// A closing incarnation too: its close marker may wait behind
+			// a gate that the ended lease keeps shut for good.
+			if (obj.state == serving && obj.out == nil) || obj.closing {
+				wg.Add(1)
+				d.endOwned(obj, wg.Done)
+			}
+		}
+		d.lifecycleEnded = make(chan struct{})
+		go func(done chan struct{}) { wg.Wait(); close(done) }(d.lifecycleEnded)
+	}
+}
+
+// FinishIncoming prepares a graceful stop: no new move lands on this node
+// any more, a move into it that is still restoring is refused (its source
+// serves again), and one past relay-ready — whose source can no longer
+// take it back — is waited for until it committed or ended, within ctx.
+// Without this a stop between relay-ready and commit would leave the
+// object with a source that only forwards and a target that is gone.
+func (d *Driver) FinishIncoming(ctx context.Context) error {
+	for {
+		busy, err := call(ctx, d, func() (int, error) {
+			d.stopping = true
+			n := 0
+			for _, t := range d.targets {
+				if !t.m.Finished() {
+					d.stepTarget(t, handoff.NodeStopping{})
+				}
+				if !t.m.Finished() {
+					n++
+				}
+			}
+			return n, nil
+		})
+		if err != nil || busy == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d moves into node %s did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// WaitEnded waits, once the node's lease has ended, until every
+// incarnation it served has failed what it held (requests answered
+// Unavailable, sends counted), so the node's remote can be shut down
+// without dropping those answers.
+func (d *Driver) WaitEnded(ctx context.Context) error {
+	ch, err := call(ctx, d, func() (chan struct{}, error) {
+		if d.lifecycleEnded == nil {
+			return nil, fmt.Errorf("%w: the lifecycle has not ended", roamerr.ErrInvalidOperation)
+		}
+		return d.lifecycleEnded, nil
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: ending the lifecycle's incarnations: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+}
+
+// nowServing makes obj this node's serving incarnation, unless the
+// lifecycle has ended meanwhile: then it is ended at once.
+func (d *Driver) nowServing(obj *object) {
+	obj.state = serving
+	if d.node.LeaseStatus() == lease.Ended {
+		d.endOwned(obj, func() {})
+	}
+}
+
+// endOwned ends an incarnation whose node lifecycle is over: its timers
+// stop, and everything queued or arriving later fails loudly — requests
+// with Unavailable, sends counted and logged — for one follow period, then
+// the actor stops. Nothing of the application runs again (the gate is
+// shut for good). done runs once what it held has been failed.
+func (d *Driver) endOwned(obj *object, done func()) {
+	obj.state = ended
+	obj.moveMayStart()
+	why := "the node's owner lease ended; the object is recovered on a live node"
+	sink := d.endSink(obj, roamerr.CodeUnavailable, "send_lease_ended", why)
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.stopAll()
+		}
+	})
+	err := obj.mb.Seal(func(saved []any) {
+		for _, msg := range saved {
+			if cm, ok := msg.(*closeMarker); ok {
+				// Its close ends here: what was behind it is failed below.
+				close(cm.done)
+				continue
+			}
+			_, _, sender := actor.UnwrapEnvelope(msg)
+			if obj.afterFirst != nil && operationOf(msg) == obj.firstOperation {
+				// A cold activation's first message that has not run: its
+				// recovery root still holds it, and a live node that resumes
+				// the activation runs it. Not a failure: its outcome is
+				// another node's (run on the actor goroutine, like turns).
+				to := sender
+				if to == nil {
+					to = noticeOf(msg) // a send whose caller waits for its dispatch
+				}
+				respondFailure(d.sys, to, roamerr.CodeDeadlineExceeded, obj.key.ID,
+					"the owner's lease ended before the first message ran; it runs where the activation is resumed")
+				continue
+			}
+			sink(msg)
+		}
+		_, _ = obj.mb.Redirect(sink)
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+		done()
+	})
+	if err != nil {
+		done()
+		if !obj.closing { // a closed incarnation's own marker sealed it first
+			d.log.Error().Str("event", "end_failed").Str("object_id", obj.key.ID).Err(err).Msg("ending an incarnation of an ended lifecycle failed")
+		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// operationOf is a queued message's HeaderOperation ("" without one).
+func operationOf(msg any) string {
+	if h, _, _ := actor.UnwrapEnvelope(msg); h != nil {
+		return h.Get(HeaderOperation)
+	}
+	return ""
+}

@@ -1,0 +1,33 @@
+package relocation
+
+import (
+	"context"
+	"time"
+
+	"github.com/roamactors/roam/location"
+)
+
+// DropInbound makes d's relocation actor drop every message drop reports
+// true for, as a cut link would (nil: drop nothing).
+func DropInbound(d *Driver, drop func(any) bool) {
+	if drop == nil {
+		d.dropInbound.Store(nil)
+		return
+	}
+	d.dropInbound.Store(&drop)
+}
+
+// SetDeadLetterPatience changes how long the driver keeps redelivering a
+// dead-lettered send (30 s), so that a test can go past it quickly.
+func (d *Driver) SetDeadLetterPatience(p time.Duration) {
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		d.deadLetterPatience = p
+		return struct{}{}, nil
+	})
+}
+
+// Arriving reports whether d has a move of key into its node in progress.
+func Arriving(d *Driver, key location.AuthorityKey) bool {
+	v, _ := call(context.Background(), d, func() (bool, error) { return d.arriving(key) != nil, nil })
+	return v
+}

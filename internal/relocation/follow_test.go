@@ -1,0 +1,305 @@
+package relocation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// request sends msg to pid with extra headers and returns the reply.
+func request(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any, headers map[string]string) any {
+	t.Helper()
+	f := actor.NewFuture(sys, 10*time.Second)
+	env := &actor.MessageEnvelope{Message: msg, Sender: f.PID()}
+	for k, v := range headers {
+		env.SetHeader(k, v)
+	}
+	sys.Root.Send(pid, env)
+	res, err := f.Result()
+	require.NoError(t, err)
+	return res
+}
+
+// Message Follow keeps the sender and reply route: a request to the old
+// address is answered by the new owner directly.
+// Reference: docs/PROTOCOL.md §5.14, §4.2.
+func TestMessageFollowAnswersFromTheNewOwner(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	pid, err := c.nodes[0].driver.Spawn(ctx, "counter", "mf")
+	require.NoError(t, err)
+	_, err = c.nodes[0].driver.Relocate(ctx, location.Key(location.KindActor, "mf"), c.rid(1))
+	require.NoError(t, err)
+	c.nodes[0].node.System().Root.Send(pid, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, c.nodes[0].node.System(), pid))
+}
+
+// A followed message stamped with another ObjectGeneration is refused with
+// InvalidOperation, not handled.
+// Reference: PROTOCOL.md §5.14 (generation check).
+func TestFollowGenerationMismatchIsInvalidOperation(t *testing.T) {
+	c := startNodes(t, 1)
+	pid, err := c.nodes[0].driver.Spawn(context.Background(), "counter", "gen")
+	require.NoError(t, err)
+	sys := c.nodes[0].node.System()
+	res := request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderGeneration: "99"})
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrInvalidOperation)
+	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderGeneration: "1"})
+	require.NoError(t, relocation.DeliveryError(res))
+}
+
+// A message that Message Follow cannot take further (past 8 hops) is not
+// dropped: the last stub looks the owner up in the store and delivers it
+// there directly, a request with its reply route and sends in their order.
+// Reference: PROTOCOL.md §5.14 (at most 8 hops, then the store); no silent drop.
+func TestFollowPastEightHopsIsDeliveredFromTheStore(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	first, err := c.nodes[0].driver.Spawn(ctx, "counter", "hops")
+	require.NoError(t, err)
+	key := location.Key(location.KindActor, "hops")
+	for i := 0; i < relocation.MaxFollowHops+1; i++ {
+		_, err := c.nodes[i%2].driver.Relocate(ctx, key, c.rid((i+1)%2))
+		require.NoError(t, err)
+	}
+	sys := c.nodes[0].node.System()
+	for i := int64(1); i <= 50; i++ {
+		sys.Root.Send(first, wrapperspb.Int64(i)) // past the limit, one-way
+	}
+	// The request queues behind the sends: all 50 were handled, in order.
+	require.Equal(t, int64(50), get(t, sys, first))
+	// Seven hops back is still followed.
+	res := request(t, sys, first, wrapperspb.String("get"), map[string]string{relocation.HeaderHops: strconv.Itoa(-2)})
+	require.NoError(t, relocation.DeliveryError(res))
+}
+
+// A message past the hop limit whose object no longer exists fails loudly:
+// a request gets NotFound.
+// Reference: PROTOCOL.md §5.14; no silent drop.
+func TestFollowPastTheLimitToAGoneObjectFailsTyped(t *testing.T) {
+	store := newStore(t)
+	a, b := startNodeConfig(t, store, relocation.Config{}, counterKind), startNodeConfig(t, store, relocation.Config{}, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "gone")
+	first, err := a.driver.Spawn(ctx, "counter", "gone")
+	require.NoError(t, err)
+	nodes := []*testNode{a, b}
+	for i := 0; i < relocation.MaxFollowHops+1; i++ {
+		_, err := nodes[i%2].driver.Relocate(ctx, key, nodes[(i+1)%2].node.Descriptor().GetNodeRid())
+		require.NoError(t, err)
+	}
+	v, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	_, err = store.Apply(ctx, []location.Op{location.DeleteOp(key, v.Version)})
+	require.NoError(t, err)
+	res := request(t, a.node.System(), first, wrapperspb.String("get"), nil)
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrNotFound)
+}
+
+// A request dispatched after its caller's deadline is answered
+// DeadlineExceeded and not run, so a target never runs requests whose
+// callers gave up (the deadline travels in saved work).
+// Reference: PROTOCOL.md §4.3 (roam-deadline), §5.5.
+func TestRequestPastItsDeadlineIsNotRun(t *testing.T) {
+	c := startNodes(t, 1)
+	pid, err := c.nodes[0].driver.Spawn(context.Background(), "counter", "late")
+	require.NoError(t, err)
+	sys := c.nodes[0].node.System()
+	sys.Root.Send(pid, wrapperspb.Int64(1))
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).UnixMilli(), 10)
+	res := request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderDeadline: past})
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrDeadlineExceeded)
+	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderDeadline: future})
+	require.NoError(t, relocation.DeliveryError(res))
+	require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
+}
+
+// When MessageFollowDuration ends, the old address answers Unavailable.
+// Reference: PROTOCOL.md §5.14 (MessageFollowDuration).
+func TestFollowExpiresWithUnavailable(t *testing.T) {
+	store := newStore(t)
+	hc := handoff.DefaultConfig()
+	hc.FollowDuration = 300 * time.Millisecond
+	cfg := relocation.Config{Handoff: hc}
+	a, b := startNodeConfig(t, store, cfg, counterKind), startNodeConfig(t, store, cfg, counterKind)
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "counter", "exp")
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "exp"), b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	sys := a.node.System()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		err := relocation.DeliveryError(request(t, sys, pid, wrapperspb.String("get"), nil))
+		if err != nil {
+			require.ErrorIs(t, err, roamerr.ErrUnavailable)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "follow never ended")
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Without the cutover in time the target logs cutover_timeout, commits
+// anyway, and a late cutover only logs late_cutover; every send is still
+// handled once (order is not guaranteed on this path).
+// Reference: PROTOCOL.md §5.10, §12.1 item 24.
+func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	hc := handoff.DefaultConfig()
+	hc.CutoverWaitTimeout = time.Nanosecond // the fallback fires before any cutover can arrive
+	a := startNodeWith(t, store, counterKind)
+	b := startNodeConfig(t, store, relocation.Config{Handoff: hc, Logger: logs.logger()}, counterKind)
+	ctx := context.Background()
+	root := a.node.System().Root
+	// The 1 ns wait almost always fires before the cutover can cross the
+	// network; when the cutover wins the race there is no fallback to
+	// check, so the move is tried again with another object.
+	for attempt := 0; !logs.has("cutover_timeout"); attempt++ {
+		require.Less(t, attempt, 20, "the fallback never fired")
+		id := fmt.Sprintf("fb-%d", attempt)
+		pid, err := a.driver.Spawn(ctx, "counter", id)
+		require.NoError(t, err)
+		for i := int64(1); i <= 1000; i++ {
+			root.Send(pid, wrapperspb.Int64(i))
+		}
+		_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, id), b.node.Descriptor().GetNodeRid())
+		require.NoError(t, err)
+		for i := int64(1001); i <= 2000; i++ {
+			root.Send(pid, wrapperspb.Int64(i))
+		}
+		res, err := root.RequestFuture(pid, wrapperspb.String("get"), 10*time.Second).Result()
+		require.NoError(t, err)
+		n := res.(*wrapperspb.Int64Value).Value
+		require.True(t, n == 2000 || n < 0, "count %d: a send was lost or duplicated (negative = reordered, allowed here)", n)
+	}
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !logs.has("late_cutover") {
+		require.True(t, time.Now().Before(deadline), "late cutover not logged")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A send on a route through a node that has since stopped is not lost:
+// the transport dead-letters it on the sender's node, whose driver
+// re-resolves the object from the store and delivers it to the live owner.
+// The same for a send to an incarnation that no longer exists on a live
+// node (its follow period over). Each send is handled once.
+func TestSendsThroughAGoneNodeOrIncarnationAreRedelivered(t *testing.T) {
+	store := newStore(t)
+	cfg := shortFollow(testLogger())
+	a := startNodeConfig(t, store, cfg, counterKind)
+	b := startNodeConfig(t, store, cfg, counterKind)
+	c := startNodeConfig(t, store, cfg, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "gone")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	now, err := c.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, a.node.Stop(ctx))
+
+	// c holds the old route, through a, which has left.
+	for i := int64(1); i <= 20; i++ {
+		c.node.System().Root.Send(old, wrapperspb.Int64(i))
+	}
+	waitCount(t, c.node.System(), now, 20)
+
+	// The incarnation on b moves to c, and its follow period on b ends:
+	// the route to b's incarnation names an actor that no longer exists.
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	onB := now
+	now, err = c.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	waitDeadLetter(t, b.node.System(), onB)
+	for i := int64(21); i <= 30; i++ {
+		b.node.System().Root.Send(onB, wrapperspb.Int64(i))
+	}
+	waitCount(t, c.node.System(), now, 30)
+}
+
+// waitCount waits until the counter at pid reports n (a negative count
+// means disorder, which fails at once).
+func waitCount(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		got := get(t, sys, pid)
+		require.GreaterOrEqual(t, got, int64(0), "handled out of order")
+		require.LessOrEqual(t, got, n, "handled more than once")
+		if got == n {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "only %d of %d sends arrived", got, n)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDeadLetter waits until a request to pid is answered as a dead
+// letter: the incarnation no longer exists.
+func waitDeadLetter(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		_, err := sys.Root.RequestFuture(pid, wrapperspb.String("get"), 5*time.Second).Result()
+		if errors.Is(err, actor.ErrDeadLetter) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the incarnation at %s never went away", pid)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A cold activation's envelope (SpotActivation) that Proto.Actor dead-letters —
+// its target node is gone — never reached a Spot service, so its first
+// message did not run: a request is answered Unavailable at once, a
+// one-way send is logged (send_dead_letter) and counted; neither vanishes
+// with only Proto.Actor's dead-letter log line.
+// Reference: PROTOCOL.md §7.5 (SpotActivation), docs/FAULTS.md ("Sends that
+// dead-letter").
+func TestADeadLetteredActivationFailsLoudly(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	a := startNodeConfig(t, store, relocation.Config{Logger: logs.logger()})
+	sys := a.node.System()
+	gone := actor.NewPID("127.0.0.1:1", "roam/spot")
+	f := actor.NewFuture(sys, testwait.Patience(t))
+	request := &messages.SpotActivation{SpotId: "s1", OperationId: "op1", RouteKind: 2,
+		First: &messages.Envelope{Sender: &messages.PID{Address: f.PID().Address, Id: f.PID().Id}}}
+	sys.EventStream.Publish(&actor.DeadLetterEvent{PID: gone, Message: request})
+	res, err := f.Result()
+	require.NoError(t, err)
+	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable)
+
+	send := &messages.SpotActivation{SpotId: "s2", OperationId: "op2", RouteKind: 2, First: &messages.Envelope{}}
+	sys.EventStream.Publish(&actor.DeadLetterEvent{PID: gone, Message: send})
+	testwait.For(t, func() bool { return logs.hasLine("send_dead_letter", "s2") }, "the dead-lettered send was not reported")
+}
+
+// shortFollow is a node configuration with a 200 ms Message Follow period:
+// a moved-away incarnation is gone soon, and sends to it dead-letter.
+func shortFollow(logger *zerolog.Logger) relocation.Config {
+	cfg := relocation.Config{Logger: logger, Handoff: handoff.DefaultConfig()}
+	cfg.Handoff.FollowDuration = 200 * time.Millisecond
+	return cfg
+}

@@ -1,0 +1,229 @@
+package relocation_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/envelope"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+)
+
+// peer is a process that speaks roam's control messages by hand and
+// collects what comes back to its "roam/relocation" address.
+type peer struct {
+	node *meshnode.Node
+	self *actor.PID
+	got  chan proto.Message
+}
+
+func newPeer(t *testing.T, store location.Store) *peer {
+	t.Helper()
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	r := &replies{got: make(chan proto.Message, 64)}
+	self, err := n.System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return r }), relocation.DriverName)
+	require.NoError(t, err)
+	return &peer{node: n, self: self, got: r.got}
+}
+
+// send sends msg to address's relocation actor, declaring from as the
+// sender (any address: Proto.Actor carries what the sender claims).
+func (p *peer) send(to string, from *actor.PID, msg proto.Message) {
+	p.node.System().Root.RequestWithCustomSender(relocation.PID(to), msg, from)
+}
+
+// next waits for the next message of type T, skipping others.
+func next[T proto.Message](t *testing.T, p *peer) T {
+	t.Helper()
+	deadline := time.After(testwait.Patience(t))
+	for {
+		select {
+		case m := <-p.got:
+			if v, ok := m.(T); ok {
+				return v
+			}
+		case <-deadline:
+			var zero T
+			t.Fatalf("no %T came back", zero)
+			return zero
+		}
+	}
+}
+
+// askCapability sends a capability query as a source does (a request, answered to
+// its future) and returns the answer.
+func askCapability(t *testing.T, sys *actor.ActorSystem, to string, src *messages.NodeRef) *messages.CapabilityReply {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(relocation.PID(to), &messages.CapabilityQuery{Kind: location.KindActor, StableType: "counter", Source: src},
+		testwait.Patience(t)).Result()
+	require.NoError(t, err)
+	reply, ok := res.(*messages.CapabilityReply)
+	require.True(t, ok, "got %T", res)
+	return reply
+}
+
+// forgedMove is a complete, well-formed move of key from owner's fence:
+// everything a peer that read the store (or guessed) could build.
+func forgedMove(t *testing.T, key location.AuthorityKey, owner *location.NodeDescriptor, rec *location.Record, sourceAddress string, state []byte) (*messages.RelocationPrepare, []*messages.RelocationState, *messages.Cutover) {
+	t.Helper()
+	id := &messages.RelocationIdentity{RelocationId: 7777, TargetAttemptGeneration: 1,
+		CoordinatorFence: &messages.CoordinatorFence{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}}
+	stream, err := envelope.Encode(&envelope.Envelope{
+		Relocation:        envelope.Relocation{RelocationID: 7777, TargetAttemptGeneration: 1, CoordinatorFence: envelope.Fence{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}},
+		Object:            envelope.Object{Kind: uint8(key.Kind), ID: key.ID, ObjectGeneration: rec.GetObjectGeneration(), StableType: "counter"},
+		ApplicationStates: []envelope.ApplicationState{{ParticipantID: 1, State: state}},
+	})
+	require.NoError(t, err)
+	m, chunks, err := envelope.Split(stream, 64)
+	require.NoError(t, err)
+	prepare := &messages.RelocationPrepare{Identity: id, MoveTicket: make([]byte, 16),
+		Object:     &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: rec.GetObjectGeneration(), StableType: "counter"},
+		Manifest:   &messages.PayloadManifest{PayloadTotalLength: m.TotalLength, PayloadChunkCount: m.ChunkCount, PayloadChecksumCrc32C: m.ChecksumCRC32C},
+		ChunkLimit: 64, Source: &messages.NodeRef{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), Address: sourceAddress},
+		RestoreDeadlineUnixMillis: time.Now().Add(10 * time.Second).UnixMilli(), NewOwnerGeneration: rec.GetAuthorityOwnerGeneration() + 1,
+		SealedAtUnixNanos: time.Now().UnixNano()}
+	var states []*messages.RelocationState
+	for _, c := range chunks {
+		states = append(states, &messages.RelocationState{Identity: id, Index: c.Index, Offset: c.Offset, Data: c.Data})
+	}
+	return prepare, states, &messages.Cutover{Identity: id}
+}
+
+// A process that is not a node of the mesh, and knows everything the
+// store holds about an object (owner RID, generations), cannot move it:
+// its capability query is refused without a ticket, and a Restore
+// request without one — whether it declares its own address or the
+// owner's — is refused; the record and the serving incarnation stay.
+func TestOutsiderCannotMoveAnObject(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	key := location.Key(location.KindActor, "victim")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	for i := int64(1); i <= 5; i++ {
+		a.node.System().Root.Send(pid, wrapperspb.Int64(i))
+	}
+	require.Equal(t, int64(5), get(t, a.node.System(), pid))
+	before, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+
+	outsider := newPeer(t, memstore.New()) // a node of another store: not a member here
+	owner := a.node.Descriptor()
+	ownerDriver := relocation.PID(a.node.Address())
+
+	// The capability query, naming the real owner as its source, from the
+	// outsider's own address: refused, no ticket.
+	reply := askCapability(t, outsider.node.System(), b.node.Address(),
+		&messages.NodeRef{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), Address: outsider.node.Address()})
+	require.False(t, reply.GetSupported())
+	require.Empty(t, reply.GetMoveTicket())
+	require.Empty(t, reply.GetNode().GetNodeRid(), "a refusal names nothing")
+
+	// The whole move, declaring the owner's address: the target answers
+	// the owner, which knows no such move; nothing commits.
+	state := make([]byte, 24)
+	state[7] = 99 // count 99: the outsider's state
+	prepare, chunks, cutover := forgedMove(t, key, owner, before.Record, a.node.Address(), state)
+	outsider.send(b.node.Address(), ownerDriver, prepare)
+	for _, ch := range chunks {
+		outsider.send(b.node.Address(), ownerDriver, ch)
+	}
+	outsider.send(b.node.Address(), ownerDriver, cutover)
+	// The same from its own address, after those on the same connection:
+	// its refusal comes back, so the first one has been judged too.
+	prepare2, chunks2, _ := forgedMove(t, key, owner, before.Record, outsider.node.Address(), state)
+	prepare2.Identity.RelocationId = 7778
+	outsider.send(b.node.Address(), outsider.self, prepare2)
+	for _, ch := range chunks2 {
+		ch.Identity.RelocationId = 7778
+		outsider.send(b.node.Address(), outsider.self, ch)
+	}
+	failed := next[*messages.RelocationFailed](t, outsider)
+	require.Equal(t, uint64(7778), failed.GetIdentity().GetRelocationId())
+	require.NotContains(t, failed.GetDetail(), b.node.Descriptor().GetNodeRid())
+	// Had either been admitted, the target would hold a move of the key
+	// until it committed (by its cutover-wait fallback) or gave up.
+	testwait.For(t, func() bool { return !relocation.Arriving(b.driver, key) }, "a forged move is in progress on the target")
+
+	after, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, before.Version, after.Version, "the owner record is untouched")
+	serving, err := b.driver.Serving(ctx, key)
+	require.NoError(t, err)
+	require.False(t, serving, "nothing runs the object on the target")
+	require.Equal(t, int64(5), get(t, a.node.System(), pid), "the owner still serves its own state")
+
+	// And the owner can still move it there.
+	out, err := a.driver.Relocate(ctx, key, c.rid(1))
+	require.NoError(t, err)
+	require.Equal(t, c.rid(1), out.To)
+	require.Equal(t, int64(5), get(t, a.node.System(), pid))
+}
+
+// A live member with a ticket of its own still cannot move an object it
+// does not own: the target checks the record before relay-ready, and
+// refuses a Restore request whose source is not the owner at the fence.
+func TestMemberCannotMoveAnObjectItDoesNotOwn(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	key := location.Key(location.KindActor, "not-yours")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	a.node.System().Root.Send(pid, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+	before, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+
+	member := newPeer(t, c.store) // a node of this mesh, not the owner
+	md := member.node.Descriptor()
+	reply := askCapability(t, member.node.System(), b.node.Address(),
+		&messages.NodeRef{NodeRid: md.GetNodeRid(), NodeGeneration: md.GetNodeGeneration(), Address: member.node.Address()})
+	require.True(t, reply.GetSupported(), reply.GetReason())
+	require.Len(t, reply.GetMoveTicket(), 16)
+
+	// The member names itself as source and fence (the ticket is its own),
+	// but the record's owner is a.
+	prepare, chunks, cutover := forgedMove(t, key, md, before.Record, member.node.Address(), make([]byte, 24))
+	prepare.MoveTicket = reply.GetMoveTicket()
+	member.send(b.node.Address(), member.self, prepare)
+	for _, ch := range chunks {
+		member.send(b.node.Address(), member.self, ch)
+	}
+	member.send(b.node.Address(), member.self, cutover)
+	failed := next[*messages.RelocationFailed](t, member)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_STALE, failed.GetReason())
+
+	// A ticket is single-use: the same one again is refused at once.
+	prepare.Identity.RelocationId = 7779
+	member.send(b.node.Address(), member.self, prepare)
+	again := next[*messages.RelocationFailed](t, member)
+	require.Equal(t, uint64(7779), again.GetIdentity().GetRelocationId())
+	testwait.For(t, func() bool { return !relocation.Arriving(b.driver, key) }, "a forged move is in progress on the target")
+
+	after, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, before.Version, after.Version, "the owner record is untouched")
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+
+	// The refused move kept nothing the owner's own move needs: its
+	// staging incarnation (named for the next owner generation) is gone
+	// once the refusal is done, and the owner moves the object there.
+	out, err := a.driver.Relocate(ctx, key, c.rid(1))
+	require.NoError(t, err)
+	require.Equal(t, c.rid(1), out.To)
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+}

@@ -1,0 +1,135 @@
+package relocation
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Policy says what a relocation does with an object of a kind
+// (docs/PROTOCOL.md §2.4).
+type Policy interface{ isPolicy() }
+
+// StateAdapter captures and restores an actor's state as opaque bytes. Both
+// run on the actor's own goroutine between turns, so they may read and
+// write the actor's fields freely.
+type StateAdapter interface {
+	Capture(a actor.Actor) ([]byte, error)
+	Restore(a actor.Actor, state []byte) error
+}
+
+type disableRelocation struct{}
+
+type recreateOnRelocation struct{}
+
+type preserveStateWith struct{ adapter StateAdapter }
+
+func (disableRelocation) isPolicy()    {}
+func (recreateOnRelocation) isPolicy() {}
+func (preserveStateWith) isPolicy()    {}
+
+// DisableRelocation: objects of the kind never move; Relocate fails with
+// InvalidOperation.
+func DisableRelocation() Policy { return disableRelocation{} }
+
+// RecreateOnRelocation: the object moves with its queue and timers but no
+// state; the target runs a fresh instance from the producer.
+func RecreateOnRelocation() Policy { return recreateOnRelocation{} }
+
+// PreserveStateWith: the adapter carries the state across.
+func PreserveStateWith(a StateAdapter) Policy { return preserveStateWith{adapter: a} }
+
+// Stateful is state that captures and restores itself. Like a
+// StateAdapter's methods, both run on the actor's goroutine between turns.
+type Stateful interface {
+	CaptureState() ([]byte, error)
+	RestoreState(state []byte) error
+}
+
+// PreserveState: the state is whatever the incarnation registered with
+// KeepState (a generated grain's implementation does so in its Init), else
+// the actor itself, which must then implement Stateful. A move of an
+// incarnation with neither fails with TypeMismatch when it captures; the
+// incarnation serves on at its source.
+func PreserveState() Policy { return preserveStateWith{adapter: statefulAdapter{}} }
+
+// statefulAdapter is PreserveState's adapter: the host hands it the
+// registered Stateful (or the actor).
+type statefulAdapter struct{}
+
+func (statefulAdapter) Capture(a actor.Actor) ([]byte, error) { return nil, errNotStateful }
+func (statefulAdapter) Restore(a actor.Actor, _ []byte) error { return errNotStateful }
+
+var errNotStateful = fmt.Errorf("%w: PreserveState: the incarnation neither called KeepState nor implements Stateful", roamerr.ErrTypeMismatch)
+
+// PreservesState reports whether p carries in-memory state across moves,
+// state that a reactivation after the owner ended cannot bring back.
+func PreservesState(p Policy) bool {
+	_, ok := p.(preserveStateWith)
+	return ok
+}
+
+// Kind is a relocatable stable type: how to make an instance and what a
+// move does with it.
+type Kind struct {
+	// StableType is the kind's stable name (UTF-8, 1..255 bytes,
+	// case-sensitive; PROTOCOL.md §2.1).
+	StableType string
+	// Props spawn an instance: the application's middleware, supervisor
+	// strategy, dispatcher and context decorators are kept; roam replaces
+	// only the mailbox (with its relocatable one, which can seal, capture
+	// and relay the queue) and adds its own receiver middleware, innermost.
+	// Exactly one of Props and Producer is set.
+	Props *actor.Props
+	// Producer makes a fresh instance: shorthand for
+	// Props: actor.PropsFromProducer(Producer).
+	Producer actor.Producer
+	// ClusterKind: Props come from Proto.Actor's cluster.NewKind, whose
+	// middleware delivers cluster.ClusterInit itself. Otherwise roam
+	// delivers it, right after Started, when the node is a member of a
+	// Proto.Actor cluster, so that generated grains (protoc-gen-go-grain)
+	// work unchanged.
+	ClusterKind bool
+	// Policy is required: registering a kind without one is a start-up
+	// error (PROTOCOL.md §2.4).
+	Policy Policy
+	// ApplicationVersion is carried in the payload; a target hosting the
+	// kind at another version refuses the move before any seal
+	// (PROTOCOL.md §5.2).
+	ApplicationVersion string
+	// Instance lets a first message with Instance intent cold-activate the
+	// kind as an Instance Spot on nodes that host it (PROTOCOL.md §7.5);
+	// otherwise it is a User Spot or Actor type only.
+	Instance bool
+	// ReactivateEmpty lets an Instance Spot of a PreserveStateWith kind
+	// whose owner ended (crashed, cut off) be reactivated by the next
+	// Instance-intent call without its in-memory state, which ended with
+	// the owner (logged spot_reactivated). By default such a Spot answers
+	// Unavailable naming the cause until an operator accepts the loss
+	// with spot.Manager.ReleaseEnded (PROTOCOL.md §7.10: an ended owner's
+	// record is released automatically only when no state is lost). Kinds that carry
+	// no state reactivate either way.
+	ReactivateEmpty bool
+}
+
+func (k *Kind) validate() error {
+	if err := location.ValidateID("stable type", k.StableType); err != nil {
+		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	if (k.Producer == nil) == (k.Props == nil) {
+		return fmt.Errorf("%w: kind %q needs exactly one of Props and Producer", roamerr.ErrInvalidOperation, k.StableType)
+	}
+	if k.Policy == nil {
+		return fmt.Errorf("%w: kind %q has no relocation policy (DisableRelocation, RecreateOnRelocation or PreserveStateWith)", roamerr.ErrNotConfigured, k.StableType)
+	}
+	if p, ok := k.Policy.(preserveStateWith); ok && p.adapter == nil {
+		return fmt.Errorf("%w: kind %q: PreserveStateWith needs an adapter", roamerr.ErrNotConfigured, k.StableType)
+	}
+	return nil
+}
+
+// ValidateKind reports what is wrong with k, as RegisterKind would.
+func ValidateKind(k Kind) error { return k.validate() }

@@ -1,0 +1,529 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/ctxext"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// objectState is what this node does with an incarnation.
+type objectState int
+
+const (
+	serving   objectState = iota // the owner: dispatching
+	leaving                      // a move out is in progress
+	staging                      // a move in is restoring; nothing dispatched
+	following                    // moved away: Message Follow to the next hop
+	ended                        // follow over or removed: Unavailable
+)
+
+// object is one incarnation of a relocatable object on this node. Fields
+// are touched by the driver goroutine only, except mb and inst, which the
+// spawn sets before the driver uses them.
+type object struct {
+	key             location.AuthorityKey
+	kind            *Kind
+	generation      uint64 // ObjectGeneration
+	ownerGeneration uint64 // AuthorityOwnerGeneration of this incarnation
+	pid             *actor.PID
+	mb              *mailbox.Mailbox
+	inst            actor.Actor // the application's actor; its goroutine only
+	kept            Stateful    // registered by KeepState; its goroutine only
+	state           objectState
+	next            *actor.PID // where Message Follow sends, once following
+	tm              *timers    // framework timers; the object's goroutine only
+	// out is the move out of this node in progress, from its start (before
+	// the seal) until it ends; the driver goroutine only.
+	out *sourceRun
+	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
+	// this incarnation has offered its target (Relocate); the driver
+	// goroutine only.
+	offeredOwner uint64
+	// firstOperation and afterFirst: see Staged.Open; the object's
+	// goroutine only once open.
+	firstOperation string
+	afterFirst     func(settled func(pointerGone bool))
+	// activating: a cold activation opened this incarnation and its
+	// recovery pointer is not known to be gone from the store yet (set
+	// by Staged.Open; cleared by the settled callback of afterFirst once
+	// the pointer is gone, or when the incarnation ends); settledCh is
+	// closed then. A move waits for it: the pointer travels with the
+	// record, and a target would serve on with nobody removing it.
+	activating atomic.Bool
+	settledCh  chan struct{}
+	// pointerHeld: the first message has run and its recovery pointer's
+	// removal has not landed: dispatch waits (the mailbox gate), so that
+	// no second message runs while a later owner could still resume the
+	// activation from its first message alone (docs/PROTOCOL.md §7.5 step
+	// 12, PROTOCOL.md §7.7): a resume then loses nothing the first message
+	// did not.
+	pointerHeld atomic.Bool
+	// closing: CloseLocal ended it and its close marker is queued (the
+	// driver goroutine only).
+	closing bool
+	// stopAllowed: the driver is ending this incarnation (Driver.stop);
+	// any other stop is refused.
+	stopAllowed atomic.Bool
+}
+
+// host is roam's receiver middleware around the application's actor,
+// innermost of the kind's middleware: it refuses a followed message whose
+// ObjectGeneration is not this incarnation's (PROTOCOL.md §5.14), answers the
+// framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
+// timers, delivers cluster.ClusterInit after Started when the node is a
+// Proto.Actor cluster member (ClusterKind kinds deliver it themselves), and
+// hands every other message to the application.
+type host struct {
+	obj *object
+	d   *Driver // for endSink (log and metrics) only: the actor goroutine never enters the driver's loop
+}
+
+// hostExtensionID is the context extension under which an incarnation's
+// context finds its host (Timers, KeepState).
+var hostExtensionID = ctxext.NextContextExtensionID()
+
+func (h *host) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
+
+// middleware is the host as a Proto.Actor receiver middleware.
+func (h *host) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if h.obj.afterFirst != nil {
+			defer h.afterTurn(env) // also when the handler panics
+		}
+		h.receive(c, env, next)
+	}
+}
+
+// afterTurn: the turn of the first message is over — handled, refused in
+// receive (a request past its deadline is answered DeadlineExceeded and
+// never runs), or failed by a panic the supervisor handles: either way
+// the activation's recovery pointer may go, and must, or a later owner
+// would replay a message its caller was told failed, and the incarnation
+// could never move.
+func (h *host) afterTurn(env *actor.MessageEnvelope) {
+	if h.obj.afterFirst == nil {
+		return
+	}
+	if env.Header != nil && env.Header.Get(HeaderOperation) == h.obj.firstOperation {
+		done := h.obj.afterFirst
+		h.obj.afterFirst = nil
+		h.obj.pointerHeld.Store(true) // before the next turn's gate check
+		done(h.obj.pointerSettled)
+	}
+}
+
+// pointerSettled ends the wait for the recovery pointer's removal:
+// dispatch goes on. pointerGone: the removal landed, the record no longer
+// names this activation, or the removal gave up (logged) — a move may
+// start. Otherwise a close is releasing record and pointer together: the
+// incarnation must run what it accepted, but a move still waits (it would
+// find the object closing, and the close would put the pointer back).
+// Safe to call more than once, from any goroutine.
+func (o *object) pointerSettled(pointerGone bool) {
+	if pointerGone {
+		o.moveMayStart()
+	}
+	if o.pointerHeld.Swap(false) && o.mb != nil {
+		o.mb.Wake()
+	}
+}
+
+// moveMayStart releases the moves waiting for the activation to settle:
+// the pointer is gone, or the incarnation ended (they then find it so).
+func (o *object) moveMayStart() {
+	if o.activating.CompareAndSwap(true, false) {
+		close(o.settledCh)
+	}
+}
+
+// respond answers env's sender, if it has one.
+func respond(c actor.ReceiverContext, env *actor.MessageEnvelope, msg any) {
+	if env.Sender != nil {
+		c.ActorSystem().Root.Send(env.Sender, msg)
+	}
+}
+
+func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next actor.ReceiverFunc) {
+	if hd := env.Header; hd != nil {
+		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
+			// The text goes to the caller: it names only the generation the
+			// caller sent, never the current one.
+			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, h.obj.key.ID)
+			h.d.endSink(h.obj, roamerr.CodeInvalidOperation, "send_invalid_generation", why)(
+				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
+			return
+		}
+		if d := hd.Get(HeaderDeadline); d != "" && env.Sender != nil {
+			if ms, err := strconv.ParseInt(d, 10, 64); err == nil && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
+				respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, h.obj.key.ID,
+					"the request's deadline passed before it was dispatched; not run")
+				return
+			}
+		}
+	}
+	switch m := env.Message.(type) {
+	case *actor.Started:
+		// Also after a restart by the supervisor: the actor is a new
+		// instance then.
+		h.obj.inst = c.Actor()
+		c.Set(h)
+		next(c, env)
+		if pc := h.d.node.ProtoActorCluster(); pc != nil && !h.obj.kind.ClusterKind {
+			next(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: h.obj.clusterIdentity(), Cluster: pc}))
+		}
+	case *messages.RouteBarrier:
+		respond(c, env, m) // the caller's old route is drained up to here
+	case *messages.GrainActivate:
+		respond(c, env, m) // the grain is active; the caller's own message follows
+	case *closeMarker:
+		if h.obj.tm != nil {
+			h.obj.tm.stopAll()
+		}
+		if cl, ok := h.obj.inst.(Closing); ok {
+			cl.OnClosing(Closed)
+		}
+		// Seal after this turn: what was queued behind the marker, and what
+		// comes later, is answered by the closed sink, never dropped; then
+		// the actor stops.
+		if err := h.obj.mb.Seal(func(saved []any) {
+			for _, msg := range saved {
+				m.closed(msg)
+			}
+			_, _ = h.obj.mb.Redirect(m.closed)
+			m.stop()
+			close(m.done)
+		}); err != nil {
+			m.stop()
+			close(m.done)
+		}
+	case *messages.TimerTick:
+		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
+			next(c, env)
+		} // else a tick of a cancelled timer
+	default:
+		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
+			if env.Header != nil {
+				if to := noticePID(env.Header.Get(HeaderDispatchNotice)); to != nil {
+					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
+				}
+			}
+			next(c, env)
+		}
+	}
+}
+
+// clusterIdentity is the incarnation's Proto.Actor cluster identity: its
+// ID, of its stable type as the kind. A grain's Instance Spot ID is
+// "<kind>/<identity>" (spot.GrainSpotID): its identity is the part after
+// the kind.
+func (o *object) clusterIdentity() *pcluster.ClusterIdentity {
+	id := o.key.ID
+	if o.key.Kind == location.KindInstanceSpot {
+		id = strings.TrimPrefix(id, o.kind.StableType+"/")
+	}
+	return pcluster.NewClusterIdentity(id, o.kind.StableType)
+}
+
+// stateful is what PreserveState captures: the Stateful registered with
+// KeepState, else the actor if it is one; nil if neither.
+func (o *object) stateful() Stateful {
+	if o.kept != nil {
+		return o.kept
+	}
+	s, _ := o.inst.(Stateful)
+	return s
+}
+
+// captureState runs the policy's capture on the object's goroutine.
+func (o *object) captureState(p preserveStateWith) ([]byte, error) {
+	if _, ok := p.adapter.(statefulAdapter); ok {
+		s := o.stateful()
+		if s == nil {
+			return nil, errNotStateful
+		}
+		return s.CaptureState()
+	}
+	return p.adapter.Capture(o.inst)
+}
+
+// restoreState runs the policy's restore on the object's goroutine.
+func (o *object) restoreState(p preserveStateWith, state []byte) error {
+	if _, ok := p.adapter.(statefulAdapter); ok {
+		s := o.stateful()
+		if s == nil {
+			return errNotStateful
+		}
+		return s.RestoreState(state)
+	}
+	return p.adapter.Restore(o.inst, state)
+}
+
+// KeepState registers s as the state a PreserveState kind's incarnation
+// carries across moves. Call it from the actor (c is its context), once
+// its state exists: a generated grain's implementation calls it in Init,
+// with the GrainContext. A later call replaces the earlier one.
+// InvalidOperation outside a relocatable incarnation.
+func KeepState(c actor.Context, s Stateful) error {
+	h, ok := c.Get(hostExtensionID).(*host)
+	if !ok {
+		return fmt.Errorf("%w: KeepState outside a relocatable incarnation", roamerr.ErrInvalidOperation)
+	}
+	h.obj.kept = s
+	return nil
+}
+
+// RespondFailure answers a request roam could not deliver with a
+// DeliveryFailed of the error's class.
+func RespondFailure(sys *actor.ActorSystem, to *actor.PID, target string, err error) {
+	respondFailure(sys, to, roamerr.Code(err), target, err.Error())
+}
+
+// respondFailure answers a request roam could not deliver; a one-way send
+// has nobody to answer and is reported by the caller's log line.
+func respondFailure(sys *actor.ActorSystem, to *actor.PID, code, target, detail string) {
+	if to == nil {
+		return
+	}
+	sys.Root.Send(to, &messages.DeliveryFailed{Code: code, Detail: detail, TargetId: target})
+}
+
+// DeliveryError turns a DeliveryFailed reply into a typed error, nil for
+// any other reply.
+func DeliveryError(reply any) error {
+	f, ok := reply.(*messages.DeliveryFailed)
+	if !ok {
+		return nil
+	}
+	return roamerr.FromCode(f.GetCode(), f.GetTargetId()+": "+f.GetDetail())
+}
+
+// Spawn creates a relocatable Actor of a registered kind on this node: it
+// claims the Actor's record (Ready, owned here, member of this node's
+// Entry Spot) by create-only CAS, then starts it.
+func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, nil)
+}
+
+// SpawnMember creates a relocatable Actor on this node as a member of the
+// User Spot incarnation membership names. spotAt is the Spot's record as
+// read: the Actor's record is written in one transaction with the Spot's
+// record at that version, so a membership is only accepted while the Spot
+// is active with that generation (PROTOCOL.md §7.10). A Spot that changed
+// meanwhile is Stale.
+func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, membership *messages.Membership, spotAt location.Versioned) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
+}
+
+type memberOf struct {
+	membership *messages.Membership
+	spotAt     location.Versioned
+}
+
+// SpawnInstanceSpot creates an Instance Spot of a registered kind on this
+// node: no membership, owned here (PROTOCOL.md §2.1). Cold activation by a
+// first message comes with the Spot manager.
+func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID string) (*actor.PID, error) {
+	return d.spawn(ctx, location.Key(location.KindInstanceSpot, spotID), stableType, nil)
+}
+
+func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf) (*actor.PID, error) {
+	if err := d.serving(); err != nil {
+		return nil, err
+	}
+	k, ok := d.kind(stableType)
+	if !ok {
+		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
+	}
+	if err := key.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	rec := &location.Record{
+		ObjectGeneration:         1,
+		AuthorityOwnerGeneration: 1,
+		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
+		StableType:               stableType,
+		Owner:                    d.owner(),
+	}
+	ops := []location.Op{location.CreateOp(key, rec)}
+	switch {
+	case member != nil:
+		rec.Membership = member.membership
+		// Writing the Spot's record (unchanged) moves its version, so a
+		// Close or re-reservation that counted members before this join
+		// conflicts and counts again (PROTOCOL.md §7.9, §7.10).
+		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, member.spotAt.Record))
+	case key.Kind == location.KindActor:
+		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
+	default:
+		rec.SpotKind = messages.SpotKind_SPOT_KIND_INSTANCE
+	}
+	if _, err := d.store.Apply(ctx, ops); err != nil {
+		var ce *location.ConflictError
+		if errors.As(err, &ce) && member != nil {
+			if cur, ok := ce.CurrentOf(member.spotAt.Key); ok && cur.Version != member.spotAt.Version {
+				return nil, roamerr.Wrap(roamerr.ErrStale, fmt.Sprintf("User Spot %q changed before %s joined", member.spotAt.Key.ID, key), err)
+			}
+		}
+		if errors.Is(err, location.ErrConflict) {
+			return nil, roamerr.Wrap(roamerr.ErrAlreadyExists, key.String(), err)
+		}
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "spawn "+key.String(), err)
+	}
+	return call(ctx, d, func() (*actor.PID, error) {
+		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1, 1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
+		}
+		obj.pid = pid
+		d.spawned(obj)
+		d.objects[key] = obj
+		return pid, nil
+	})
+}
+
+// ClosingReason says why an incarnation closes.
+type ClosingReason int
+
+const (
+	// RelocationOut: the object moved to another node; this incarnation
+	// only forwards now (PROTOCOL.md §5.13).
+	RelocationOut ClosingReason = iota + 1
+)
+
+// Closing is implemented by an application actor that wants to know when
+// its incarnation closes. OnClosing runs on the actor's goroutine.
+type Closing interface {
+	OnClosing(reason ClosingReason)
+}
+
+func (d *Driver) owner() *messages.Owner {
+	return &messages.Owner{
+		Mesh:           d.desc.GetMesh(),
+		NodeRid:        d.desc.GetNodeRid(),
+		NodeGeneration: d.desc.GetNodeGeneration(),
+		LeaseId:        d.desc.GetLeaseId(),
+	}
+}
+
+// Resolve reads the owner of key from the store (consistently) and returns
+// the PID of its current incarnation.
+func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor.PID, error) {
+	v, err := d.store.Read(ctx, key)
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
+		}
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "resolve "+key.String(), err)
+	}
+	owner := v.Record.GetOwner()
+	addr, err := d.nodeAddress(ctx, owner.GetMesh(), owner.GetNodeRid())
+	if errors.Is(err, roamerr.ErrNotFound) {
+		// The object exists; its owner's node is gone, and another node
+		// takes it over (docs/PROTOCOL.md §7.10).
+		return nil, fmt.Errorf("%w: node %s, the owner of %s, is gone", roamerr.ErrUnavailable, owner.GetNodeRid(), key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return actor.NewPID(addr, objectPIDName(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration())), nil
+}
+
+// nodeAddress finds a node's remote address through its descriptor:
+// NotFound when the store has none (the node never existed, or is gone).
+func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, error) {
+	if rid == d.desc.GetNodeRid() {
+		return d.desc.GetAddress(), nil
+	}
+	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: mesh, NodeRid: rid})
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return "", fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, mesh)
+		}
+		return "", roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
+	}
+	return n.Node.GetAddress(), nil
+}
+
+// followSink forwards a message that reached an incarnation which has moved
+// away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
+func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
+	return func(msg any) {
+		env, hops := withFollowHeaders(msg, obj.generation)
+		if hops > MaxFollowHops {
+			// The hops cannot take it further: look the owner up in the
+			// store and deliver directly (never a silent drop).
+			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
+			return
+		}
+		d.sys.Root.Send(next, env)
+		if d.cfg.OnFollow != nil {
+			d.cfg.OnFollow(obj.key, env)
+		}
+	}
+}
+
+// MaxFollowHops bounds Message Follow (PROTOCOL.md §5.14).
+const MaxFollowHops = 8
+
+// unavailableSink ends every message to an incarnation that no longer
+// follows: requests get an Unavailable DeliveryFailed, sends are logged.
+func (d *Driver) unavailableSink(obj *object, why string) mailbox.Sink {
+	return d.endSink(obj, roamerr.CodeUnavailable, "send_unavailable", why)
+}
+
+// endSink ends every message that reaches an incarnation that will never
+// handle it: a request gets DeliveryFailed with code, a send is logged as
+// event. Nothing is dropped silently.
+func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
+	return func(msg any) {
+		_, m, sender := actor.UnwrapEnvelope(msg)
+		if sender != nil {
+			respondFailure(d.sys, sender, code, obj.key.ID, why)
+			return
+		}
+		d.metrics.sendUndelivered(event)
+		d.log.Warn().Str("event", event).Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
+		respondFailure(d.sys, noticeOf(msg), code, obj.key.ID, why)
+	}
+}
+
+// noticeOf is the dispatch notice route of a posted send that went with a
+// cold activation (HeaderDispatchNotice): roam's loud failure of such a
+// send is answered there too, so its waiting caller learns it. nil for
+// any other message.
+func noticeOf(msg any) *actor.PID {
+	if e, ok := msg.(*actor.MessageEnvelope); ok && e.Header != nil {
+		return noticePID(e.Header.Get(HeaderDispatchNotice))
+	}
+	return nil
+}
+
+func typeName(m any) string {
+	if pm, ok := m.(proto.Message); ok {
+		return string(pm.ProtoReflect().Descriptor().FullName())
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+// Serving reports whether this node runs the serving incarnation of key.
+func (d *Driver) Serving(ctx context.Context, key location.AuthorityKey) (bool, error) {
+	return call(ctx, d, func() (bool, error) {
+		obj := d.objects[key]
+		return obj != nil && obj.state == serving, nil
+	})
+}

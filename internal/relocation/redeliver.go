@@ -1,0 +1,383 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// redeliver hands the driver a message that Message Follow cannot take
+// further (its hop limit): the driver re-resolves the object's owner from
+// the store and delivers it there directly, in arrival order per object.
+type redeliver struct {
+	key location.AuthorityKey
+	env *actor.MessageEnvelope
+	// deadLetter: the message was dead-lettered (onDeadLettered), not
+	// past the hop limit; only the log line differs.
+	deadLetter bool
+}
+
+// redeliveryWindow bounds how long a message waits for the store to name
+// a reachable owner before it fails loudly.
+const redeliveryWindow = 10 * time.Second
+
+// onRedeliver queues m behind the object's earlier redeliveries and starts
+// the object's redelivery worker if none runs. Once the lifecycle has
+// ended nothing is redelivered any more: m fails at once.
+func (d *Driver) onRedeliver(m *redeliver) {
+	if d.Usable() != nil {
+		d.abandon(m, d.endReason())
+		return
+	}
+	q, running := d.redeliveries[m.key]
+	d.redeliveries[m.key] = append(q, m)
+	if !running {
+		if m.deadLetter {
+			// At most one line per object per follow period: a stale route
+			// used under steady traffic restarts the worker per batch.
+			if last, ok := d.deadLetterLogged[m.key]; !ok || time.Since(last) > d.cfg.Handoff.FollowDuration {
+				d.deadLetterLogged[m.key] = time.Now()
+				d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
+					Msg("sends to an incarnation that is gone are delivered from the store's owner record")
+			}
+		} else {
+			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
+				Msg("Message Follow reached its hop limit; delivering from the store's owner record")
+		}
+		go d.redeliverWorker(m.key)
+	}
+}
+
+// takeRedeliveries pops the object's queued messages on the driver's
+// goroutine; an empty queue ends the worker (the key is removed, so the
+// next redelivery starts a new one). So does an ended lifecycle: what is
+// still queued then fails loudly here. The worker may have stopped
+// waiting for this call already (the node stopped), so nothing it would
+// return may be left to it.
+func (d *Driver) takeRedeliveries(key location.AuthorityKey) []*redeliver {
+	out, _ := call(context.Background(), d, func() ([]*redeliver, error) {
+		q := d.redeliveries[key]
+		if len(q) == 0 || d.Usable() != nil {
+			delete(d.redeliveries, key)
+			for _, m := range q {
+				d.abandon(m, d.endReason())
+			}
+			return nil, nil
+		}
+		d.redeliveries[key] = q[:0:0]
+		return q, nil
+	})
+	return out
+}
+
+// redeliverWorker delivers an object's queued messages to the owner the
+// store names, batch by batch, in order, with a fresh hop budget. If the
+// object is gone, or no owner is reachable within redeliveryWindow, each
+// message fails loudly: a request with a typed DeliveryFailed, a send
+// logged and counted. So does a batch whose lifecycle ended while it
+// looked the owner up.
+func (d *Driver) redeliverWorker(key location.AuthorityKey) {
+	for {
+		batch := d.takeRedeliveries(key)
+		if len(batch) == 0 {
+			return
+		}
+		pid, err := d.resolveWithin(key, redeliveryWindow)
+		ended := d.Usable() != nil
+		for _, m := range batch {
+			switch {
+			case ended:
+				d.abandon(m, d.endReason())
+			case err != nil:
+				d.failRedelivery(key, m.env, "no owner to deliver to", err)
+			default:
+				env := m.env
+				out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
+				out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
+				d.sys.Root.Send(pid, out)
+			}
+		}
+	}
+}
+
+// resolveWithin resolves key's current owner, retrying while the store or
+// the owner's node is unavailable, for at most window.
+func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) (*actor.PID, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), window)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		pid, err := d.Resolve(ctx, key)
+		if err == nil || errors.Is(err, roamerr.ErrNotFound) {
+			return pid, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnvelope, reason string, err error) {
+	if env.Sender != nil {
+		RespondFailure(d.sys, env.Sender, key.ID, err)
+		return
+	}
+	d.metrics.sendUndelivered("send_redelivery_failed")
+	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).
+		Str("reason", reason).Err(err).Msg("a send past the Message Follow hop limit was not redelivered")
+	respondFailure(d.sys, noticeOf(env), roamerr.Code(err), key.ID, err.Error())
+}
+
+// The reasons a redelivery ends undelivered when the lifecycle ends.
+const (
+	reasonNodeStopped = "node stopped"
+	reasonLeaseEnded  = "owner lease ended"
+)
+
+// endReason says why the lifecycle ended: the node stopped, or its owner
+// lease ended while it ran.
+func (d *Driver) endReason() string {
+	if isClosed(d.node.Stopping()) {
+		return reasonNodeStopped
+	}
+	return reasonLeaseEnded
+}
+
+// abandon fails loudly a redelivery that will not be made because the
+// lifecycle ended (why: endReason): a dead-lettered send as send_dead_letter,
+// a message past the hop limit as send_redelivery_failed (a request gets
+// Unavailable).
+func (d *Driver) abandon(m *redeliver, why string) {
+	if m.deadLetter {
+		d.failDeadLetter(m.key, m.env.Message, why, "the send was waiting for its redelivery when the node's lifecycle ended")
+		return
+	}
+	d.failRedelivery(m.key, m.env, why, fmt.Errorf("%w: %s before the message could be redelivered", roamerr.ErrUnavailable, why))
+}
+
+// abandonRedeliveries runs when the lifecycle ends (the node stops, or
+// its owner lease ended): every redelivery still waiting — queued for its
+// worker, or held for a back-off — fails loudly now. Otherwise they would
+// vanish: a worker's call to the driver fails once the node stopped, and a
+// held send's retry would find no worker to take it.
+func (d *Driver) abandonRedeliveries() {
+	why := d.endReason()
+	for key, h := range d.deadLetterHeld {
+		for _, env := range h.msgs {
+			d.failDeadLetter(key, env.Message, why, "the send was waiting for its redelivery when the node's lifecycle ended")
+		}
+		delete(d.deadLetterHeld, key)
+	}
+	for key, q := range d.redeliveries {
+		for _, m := range q {
+			d.abandon(m, why)
+		}
+		delete(d.redeliveries, key) // a running worker finds nothing and ends
+	}
+}
+
+// A one-way send to an incarnation's PID that Proto.Actor could not
+// deliver — the PID's node has left and its connection is down, or the
+// incarnation no longer exists there (its follow period ended) — becomes a
+// dead letter, which Proto.Actor only logs. A send that the caller saw
+// accepted must not vanish: the driver of the node where it dead-lettered
+// re-resolves the object from the store and delivers it there, like a
+// message past the follow hop limit. Requests are not taken: their caller
+// gets a DeadLetterResponse and retries on a fresh route.
+//
+// Proto.Actor's dead-letter event carries the message without its
+// headers, so the redelivery is a plain send to the current incarnation.
+// Its order relative to the sender's later sends, which already take a
+// fresh route, is not kept.
+
+// deadLettered is a dead-lettered send to an object's incarnation.
+type deadLettered struct {
+	key location.AuthorityKey
+	msg any
+}
+
+// deadLetterSend is one dead-lettered send's redelivery bookkeeping: how
+// often it was redelivered, and since when.
+type deadLetterSend struct {
+	n     int
+	first time.Time
+}
+
+// deadLetterPatience bounds how long a dead-lettered send keeps being
+// redelivered: longer than a restore deadline plus a cutover wait (a move
+// whose target died is fenced out by then) and than an owner lease.
+const deadLetterPatience = 30 * time.Second
+
+// onDeadLetterEvent runs on the publisher's goroutine: it only picks the
+// sends to incarnation PIDs and hands them to the driver.
+func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
+	if e.Sender != nil || e.PID == nil || e.Message == nil {
+		return
+	}
+	switch m := e.Message.(type) {
+	case actor.SystemMessage, *messages.TimerTick:
+		return // not a caller's send: a tick belongs to the incarnation that armed it
+	case *messages.SpotActivation:
+		d.onActivationDeadLetter(m)
+		return
+	case proto.Message:
+	default:
+		return // only a protobuf message can be delivered to another node
+	}
+	key, ok := keyOfObjectPID(e.PID.Id)
+	if !ok {
+		return
+	}
+	if isClosed(d.node.Stopped()) {
+		d.failDeadLetter(key, e.Message, reasonNodeStopped, "the node stopped before the send could be redelivered")
+		return
+	}
+	d.sys.Root.Send(d.self, &deadLettered{key: key, msg: e.Message})
+}
+
+// onDeadLettered redelivers a dead-lettered send through the store after a
+// back-off that grows with each time the same send dead-lettered again,
+// and fails it loudly past the dead-letter patience.
+func (d *Driver) onDeadLettered(m *deadLettered) {
+	now := time.Now()
+	if now.Sub(d.deadLetterSwept) > d.deadLetterPatience {
+		for k, s := range d.deadLetters {
+			if now.Sub(s.first) > 2*d.deadLetterPatience {
+				delete(d.deadLetters, k)
+			}
+		}
+		for k, at := range d.deadLetterLogged {
+			if now.Sub(at) > d.cfg.Handoff.FollowDuration {
+				delete(d.deadLetterLogged, k)
+			}
+		}
+		d.deadLetterSwept = now
+	}
+	if d.Usable() != nil {
+		d.failDeadLetter(m.key, m.msg, d.endReason(), "the node's lifecycle ended before the send could be redelivered")
+		return
+	}
+	// Which send is this? Only a copy this driver redelivered names an
+	// earlier dead letter (its own send); any other message is a send
+	// dead-lettered for the first time, even a message value seen before:
+	// an application may send one value (one pointer) many times, and
+	// each send has its own count and patience.
+	tracked := reflect.TypeOf(m.msg).Comparable()
+	s := &deadLetterSend{first: now}
+	if tracked {
+		if seen := d.deadLetters[m.msg]; seen != nil {
+			s = seen
+			delete(d.deadLetters, m.msg)
+		}
+	}
+	s.n++
+	if now.Sub(s.first) > d.deadLetterPatience {
+		d.failDeadLetter(m.key, m.msg, "redelivery patience exhausted", "no incarnation took the send within the redelivery patience")
+		return
+	}
+	// Every attempt carries a fresh copy that only this driver holds, so
+	// that its dead letter, if it comes back, is known as this send's.
+	msg := m.msg
+	if pm, ok := msg.(proto.Message); ok && tracked {
+		msg = proto.Clone(pm)
+		d.deadLetters[msg] = s
+	}
+	env := &actor.MessageEnvelope{Message: msg}
+	held := d.deadLetterHeld[m.key]
+	if held == nil && s.n == 1 {
+		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
+		return
+	}
+	// A send that dead-lettered again (its owner's node is unreachable, or
+	// the route still leads to a gone incarnation): wait before the next
+	// try, and keep the object's later dead letters behind it, in order.
+	if held == nil {
+		held = &deadLetterHold{}
+		d.deadLetterHeld[m.key] = held
+	}
+	held.msgs = append(held.msgs, env)
+	if !held.timer {
+		held.timer = true
+		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
+		key := m.key
+		time.AfterFunc(wait, func() {
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				h := d.deadLetterHeld[key]
+				if h == nil {
+					return // failed when the lifecycle ended (abandonRedeliveries)
+				}
+				delete(d.deadLetterHeld, key)
+				for _, env := range h.msgs {
+					d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
+				}
+			}})
+		})
+	}
+}
+
+// deadLetterHold is an object's dead-lettered sends waiting for a retry.
+type deadLetterHold struct {
+	msgs  []*actor.MessageEnvelope
+	timer bool
+}
+
+func (d *Driver) failDeadLetter(key location.AuthorityKey, msg any, reason, why string) {
+	d.metrics.sendUndelivered("send_dead_letter")
+	d.log.Warn().Str("event", "send_dead_letter").Str("object_id", key.ID).Str("message_type", typeName(msg)).
+		Str("reason", reason).Msg(why)
+}
+
+// onActivationDeadLetter ends a cold activation's envelope (SpotActivation,
+// docs/PROTOCOL.md §7.5) that Proto.Actor dead-lettered — its target node
+// is gone — loudly: it
+// never reached a Spot service, so its first message did not run. A
+// request is answered Unavailable at once (its caller may retry); a
+// one-way send is logged and counted. Without this only Proto.Actor's own
+// dead-letter log saw it.
+func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
+	const why = "the cold activation's target node is gone; the message was not delivered and did not run"
+	// The request's caller, or the send's caller waiting for its dispatch
+	// notice, learns it; a send is also logged and counted.
+	respondFailure(d.sys, ReplyRoute(a.GetFirst()), roamerr.CodeUnavailable, a.GetSpotId(), why)
+	if a.GetFirst().GetSender() != nil {
+		return
+	}
+	d.metrics.sendUndelivered("send_dead_letter")
+	d.log.Warn().Str("event", "send_dead_letter").Str("object_kind", "instance_spot").Str("object_id", a.GetSpotId()).
+		Str("operation_id", a.GetOperationId()).Str("target_node_rid", a.GetTargetNodeRid()).Str("reason", "activation_target_gone").Msg(why)
+}
+
+// keyOfObjectPID parses an incarnation PID's name (objectPIDName).
+func keyOfObjectPID(name string) (location.AuthorityKey, bool) {
+	rest, ok := strings.CutPrefix(name, "roam/")
+	if !ok {
+		return location.AuthorityKey{}, false
+	}
+	kindName, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return location.AuthorityKey{}, false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return location.AuthorityKey{}, false
+	}
+	for _, k := range []location.Kind{location.KindActor, location.KindInstanceSpot, location.KindUserSpot} {
+		if location.KindName(k) == kindName {
+			key := location.Key(k, rest[:at])
+			return key, key.Validate() == nil
+		}
+	}
+	return location.AuthorityKey{}, false
+}

@@ -1,0 +1,208 @@
+package relocation_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+)
+
+// counter counts numbered sends (Int64Value) and answers a request
+// (StringValue "get") with the count; it records order violations.
+type counter struct {
+	mu        sync.Mutex
+	count     int64
+	last      int64
+	disorder  int
+	instances *int32
+}
+
+func (c *counter) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *wrapperspb.Int64Value:
+		c.mu.Lock()
+		if m.Value != c.last+1 {
+			c.disorder++
+		}
+		c.last = m.Value
+		c.count++
+		c.mu.Unlock()
+	case *wrapperspb.StringValue:
+		c.mu.Lock()
+		n := c.count
+		if c.disorder > 0 {
+			n = -int64(c.disorder)
+		}
+		c.mu.Unlock()
+		ctx.Respond(wrapperspb.Int64(n))
+	}
+}
+
+// counterState carries count, last and disorder across a move.
+type counterState struct{}
+
+func (counterState) Capture(a actor.Actor) ([]byte, error) {
+	c := a.(*counter)
+	b := make([]byte, 24)
+	binary.BigEndian.PutUint64(b[0:], uint64(c.count))
+	binary.BigEndian.PutUint64(b[8:], uint64(c.last))
+	binary.BigEndian.PutUint64(b[16:], uint64(c.disorder))
+	return b, nil
+}
+
+func (counterState) Restore(a actor.Actor, state []byte) error {
+	if len(state) != 24 {
+		return errors.New("bad counter state")
+	}
+	c := a.(*counter)
+	c.count = int64(binary.BigEndian.Uint64(state[0:]))
+	c.last = int64(binary.BigEndian.Uint64(state[8:]))
+	c.disorder = int(binary.BigEndian.Uint64(state[16:]))
+	return nil
+}
+
+// testLogger logs to stderr when ROAM_TEST_LOG is set (debug with =debug).
+func testLogger() *zerolog.Logger { return testlog.Logger() }
+
+type testNode struct {
+	node   *meshnode.Node
+	driver *relocation.Driver
+}
+
+type cluster3 struct {
+	store  location.Store
+	nodes  []*testNode
+	mu     sync.Mutex
+	events []relocation.Event
+}
+
+// newStore is the store the driver tests run on: memstore, or a real
+// Consul when ROAM_TEST_STORE=consul (make test runs both).
+func newStore(t testing.TB) location.Store {
+	if os.Getenv("ROAM_TEST_STORE") == "consul" {
+		return newConsulStore(t)
+	}
+	return memstore.New()
+}
+
+func newMemStoreTB() location.Store { return memstore.New() }
+
+// startNodeWith starts one node with a driver and the given kinds.
+func startNodeWith(t testing.TB, store location.Store, kinds ...relocation.Kind) *testNode {
+	t.Helper()
+	return startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, kinds...)
+}
+
+func startNodeConfig(t testing.TB, store location.Store, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
+	t.Helper()
+	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	d, err := relocation.New(node, store, cfg)
+	require.NoError(t, err)
+	for _, k := range kinds {
+		require.NoError(t, d.RegisterKind(k))
+	}
+	return &testNode{node: node, driver: d}
+}
+
+var counterKind = relocation.Kind{
+	StableType: "counter",
+	Producer:   func() actor.Actor { return &counter{} },
+	Policy:     relocation.PreserveStateWith(counterState{}),
+}
+
+func startNodes(t *testing.T, n int) *cluster3 {
+	t.Helper()
+	c := &cluster3{store: newStore(t)}
+	for i := 0; i < n; i++ {
+		c.nodes = append(c.nodes, startNodeConfig(t, c.store, relocation.Config{Logger: testLogger(), OnEvent: func(e relocation.Event) {
+			c.mu.Lock()
+			c.events = append(c.events, e)
+			c.mu.Unlock()
+		}}, counterKind))
+	}
+	return c
+}
+
+func (c *cluster3) rid(i int) string { return c.nodes[i].node.Descriptor().GetNodeRid() }
+
+func get(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) int64 {
+	t.Helper()
+	res, err := sys.Root.RequestFuture(pid, wrapperspb.String("get"), 10*time.Second).Result()
+	require.NoError(t, err)
+	require.NoError(t, relocation.DeliveryError(res))
+	return res.(*wrapperspb.Int64Value).Value
+}
+
+// An Actor moves with its state and its queue while sends keep arriving at
+// its old address: every send is handled once, in order, and the store
+// names the target with the move's RelocationId.
+// Reference: docs/PROTOCOL.md §5.4–§5.14.
+func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	pid, err := a.driver.Spawn(ctx, "counter", "c1")
+	require.NoError(t, err)
+
+	const total = 2000
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := int64(1); i <= total; i++ {
+			a.node.System().Root.Send(pid, wrapperspb.Int64(i))
+		}
+	}()
+	out, err := a.driver.Relocate(ctx, location.Key(location.KindActor, "c1"), c.rid(1))
+	require.NoError(t, err)
+	<-sent
+	require.Equal(t, c.rid(1), out.To)
+	require.NotZero(t, out.Bytes)
+
+	v, err := c.store.Read(ctx, location.Key(location.KindActor, "c1"))
+	require.NoError(t, err)
+	require.Equal(t, c.rid(1), v.Record.GetOwner().GetNodeRid())
+	require.Equal(t, out.RelocationID, v.Record.GetRelocationId())
+	require.EqualValues(t, 2, v.Record.GetAuthorityOwnerGeneration())
+	require.EqualValues(t, 1, v.Record.GetObjectGeneration(), "a move keeps the ObjectGeneration (PROTOCOL.md §2.3)")
+	require.Equal(t, b.node.EntrySpotID(), v.Record.GetMembership().GetSpotId())
+
+	newPID, err := b.driver.Resolve(ctx, location.Key(location.KindActor, "c1"))
+	require.NoError(t, err)
+	require.Equal(t, b.node.Address(), newPID.Address)
+	// Through the old address (Message Follow) and the new one, the count
+	// is exactly the number sent, with no order violation.
+	require.Equal(t, int64(total), get(t, a.node.System(), pid))
+	require.Equal(t, int64(total), get(t, a.node.System(), newPID))
+
+	// The target reports its Event once it has opened dispatch, on its
+	// driver goroutine: it may come just after the first answers.
+	testwait.For(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.events) > 0
+	}, "the target never reported the move")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Len(t, c.events, 1)
+	require.NoError(t, c.events[0].Err)
+	require.Equal(t, out.RelocationID, c.events[0].RelocationID)
+	fmt.Printf("pause %s, source-observed %s, bytes %d\n", c.events[0].Pause, out.Pause, out.Bytes)
+}

@@ -1,0 +1,574 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/messages"
+)
+
+// incKey names one incarnation of an object on a node (the object PID's
+// owner generation; the object generation is always 1 here).
+type incKey struct {
+	obj      ObjID
+	ownerGen uint64
+}
+
+// incMode is the relocatable mailbox's mode (mailbox.Mode).
+type incMode int
+
+const (
+	mOpen incMode = iota
+	mSealed
+	mRedirect
+	mStaging
+	mClosed
+)
+
+var incModeNames = [...]string{"open", "sealed", "redirect", "staging", "closed"}
+
+// incState is the driver's objectState.
+type incState int
+
+const (
+	sServing incState = iota
+	sLeaving
+	sStaging
+	sFollowing
+	sEnded
+)
+
+// Inc is one incarnation: the relocatable mailbox (mode, queue, sink) and
+// the application instance, whose state is the number of messages it has
+// handled (version) — the object's history must be one chain.
+type Inc struct {
+	id    int
+	node  *Node
+	key   incKey
+	mode  incMode
+	queue []*Msg
+	// sink receives messages in mRedirect; closed in mClosed.
+	sink, closed func(*Msg)
+	stopped      bool // the actor stopped: later messages are dead letters
+	state        incState
+	inst         bool // the application instance is there (closeOut drops it)
+	version      int
+	out          *SourceRun
+	turn         bool
+	fellBack     bool       // opened by a move without its cutover: order not guaranteed
+	target       *TargetRun // set on an incarnation a move's target installed
+	// offered: the highest owner generation a move out of it offered
+	// (object.offeredOwner): a retry never offers one a removed target of
+	// an earlier attempt may still be named by.
+	offered uint64
+}
+
+func (i *Inc) String() string {
+	return fmt.Sprintf("%s/o%d.%d#%d", i.node.name, i.key.obj, i.key.ownerGen, i.id)
+}
+
+// Node is one node: its driver (objects, moves, timers), its owner lease
+// as the node sees it, and whether its process runs.
+type Node struct {
+	w    *World
+	idx  int
+	name string
+	gen  uint64
+	life int
+
+	alive    bool // the process runs (this lifecycle's remote is up)
+	ended    bool // the owner lease ended (or Stop): nothing here may own any more
+	stopping bool
+	storeCut bool // the node cannot reach the store
+	downKind lossKind
+
+	validUntil time.Duration // the lease proof: renewal sent + TTL - margin
+
+	incs    map[incKey]*Inc
+	incList []*Inc
+	objects map[ObjID]*Inc // the driver's registry: the serving (or leaving) incarnation
+	sources []*SourceRun
+	targets []*TargetRun
+	capWait map[uint64]*SourceRun
+	// redelivery: dead-lettered sends per object, in dead-letter order
+	// (Driver.onDeadLetterEvent, redeliver.go)
+	redeliver    map[ObjID][]*Msg
+	redelivering map[ObjID]bool
+}
+
+func newNode(w *World, i int) *Node {
+	return &Node{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), gen: 1, alive: true,
+		incs: map[incKey]*Inc{}, objects: map[ObjID]*Inc{}, capWait: map[uint64]*SourceRun{},
+		redeliver: map[ObjID][]*Msg{}, redelivering: map[ObjID]bool{}}
+}
+
+// valid: the lease is provably in force (cluster.Node.Valid).
+func (n *Node) valid() bool { return n.alive && !n.ended && n.w.now < n.validUntil }
+
+func (n *Node) fenced() bool { return !n.ended && n.w.now >= n.validUntil }
+
+func (n *Node) newInc(key incKey, mode incMode, state incState) *Inc {
+	n.w.nextIncID++
+	inc := &Inc{id: n.w.nextIncID, node: n, key: key, mode: mode, state: state}
+	n.incs[key] = inc
+	n.incList = append(n.incList, inc)
+	return inc
+}
+
+// setMode changes an incarnation's mailbox mode; every change to or from
+// Open is where the single-serving invariant can break, so it is checked
+// here.
+func (w *World) setMode(inc *Inc, m incMode) {
+	was := inc.mode
+	inc.mode = m
+	if m == mOpen && was != mOpen {
+		w.checkServing(inc.key.obj)
+		w.schedTurn(inc)
+	}
+}
+
+// ---- lease ----
+
+func (n *Node) startLease() {
+	n.validUntil = n.w.cfg.LeaseTTL - n.w.cfg.LeaseMargin
+	n.w.after(n.w.cfg.RenewEvery, "renew", n.renew)
+}
+
+func (n *Node) renew() {
+	w := n.w
+	if !n.alive || n.ended {
+		return
+	}
+	sent, life := w.now, n.life
+	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, w.now+w.cfg.RenewEvery, func(res storeRes) {
+		if n.life != life || n.ended {
+			return
+		}
+		switch res.err {
+		case errNone:
+			wasFenced := n.fenced()
+			n.validUntil = max(n.validUntil, sent+w.cfg.LeaseTTL-w.cfg.LeaseMargin)
+			if wasFenced && !n.fenced() {
+				w.tracef("%s lease renewed: unfenced", n.name)
+				n.wake()
+			}
+			w.after(w.cfg.RenewEvery, "renew", n.renew)
+		case errNoLease:
+			n.endLifecycle("the store ended its lease")
+		default:
+			w.after(w.cfg.RetryEvery, "renew", n.renew)
+		}
+	})
+}
+
+// wake schedules a turn for every incarnation with work (mailbox.Wake on a
+// lifted fence).
+func (n *Node) wake() {
+	for _, inc := range n.incList {
+		if inc.mode == mOpen && len(inc.queue) > 0 {
+			n.w.schedTurn(inc)
+		}
+	}
+}
+
+// endLifecycle: the owner lease ended (driver.onLeaseChanged(Ended)):
+// every serving incarnation without a move out is ended — what it holds
+// and what arrives later fails loudly — and the lifecycle's process goes
+// away one follow period later (the node rejoins as a new lifecycle, which
+// the sim does not model: its objects belong to an ended owner).
+func (n *Node) endLifecycle(why string) {
+	w := n.w
+	if n.ended || !n.alive {
+		return
+	}
+	n.ended = true
+	w.stats.LeaseEnds++
+	w.tracef("%s lifecycle ended: %s", n.name, why)
+	for _, inc := range n.incList {
+		if inc.state == sServing && inc.out == nil && n.objects[inc.key.obj] == inc {
+			w.endOwned(inc)
+		}
+	}
+	life := n.life
+	w.after(w.cfg.Handoff.FollowDuration, "lifecycle-gone", func() {
+		if n.alive && n.life == life {
+			n.down(lossEnded, "its lifecycle ended")
+		}
+	})
+}
+
+// endOwned ends an incarnation of an ended lifecycle: everything queued
+// and later fails loudly (Driver.endOwned).
+func (w *World) endOwned(inc *Inc) {
+	inc.state = sEnded
+	held := inc.queue
+	inc.queue = nil
+	sink := func(m *Msg) { w.failLoud(m, inc, "the node's owner lease ended") }
+	inc.sink = sink
+	w.setMode(inc, mRedirect)
+	for _, m := range held {
+		sink(m)
+	}
+}
+
+// nowServing makes inc the serving incarnation, or ends it at once if the
+// lifecycle has ended (Driver.nowServing).
+func (w *World) nowServing(inc *Inc) {
+	inc.state = sServing
+	if inc.node.ended {
+		w.endOwned(inc)
+	}
+}
+
+// crash stops the node's process at once: everything it holds is lost
+// (expected losses), its machines stop, the store keeps its lease until
+// the TTL runs out.
+func (n *Node) crash() {
+	if !n.alive {
+		return
+	}
+	n.w.stats.Crashes++
+	n.down(lossCrash, "its node crashed")
+}
+
+func (n *Node) down(kind lossKind, why string) {
+	w := n.w
+	w.tracef("%s DOWN: %s", n.name, why)
+	n.alive = false
+	n.downKind = kind
+	n.life++
+	for _, m := range w.msgs {
+		if m.at == n && m.handled == 0 && m.failed == 0 {
+			w.lostMsg(m, kind, why)
+		}
+	}
+	for _, inc := range n.incList {
+		was := inc.mode
+		inc.mode = mClosed
+		inc.queue = nil
+		if was == mOpen {
+			w.checkServing(inc.key.obj)
+		}
+	}
+	for _, r := range n.sources {
+		r.dead = true
+	}
+	for _, t := range n.targets {
+		t.dead = true
+	}
+}
+
+// stop is Extension.Stop: no new move lands, moves still restoring are
+// refused, moves past relay-ready are waited for (bounded by the restore
+// timeout), then the lease is given up and the process ends.
+func (n *Node) stop() {
+	w := n.w
+	if !n.alive || n.ended || n.stopping {
+		return
+	}
+	w.stats.Stops++
+	w.tracef("%s stopping", n.name)
+	n.stopping = true
+	deadline := w.now + w.cfg.RestoreTimeout
+	var poll func()
+	poll = func() {
+		if !n.alive {
+			return
+		}
+		busy := 0
+		for _, t := range append([]*TargetRun(nil), n.targets...) {
+			if !t.m.Finished() {
+				w.stepTarget(t, handoff.NodeStopping{})
+			}
+			if !t.m.Finished() {
+				busy++
+			}
+		}
+		if busy > 0 && w.now < deadline {
+			w.after(20*time.Millisecond, "stop-poll", poll)
+			return
+		}
+		w.store.leases[n.idx].gone = true
+		n.endLifecycle("stopped")
+		life := n.life
+		w.after(10*time.Millisecond, "stopped", func() {
+			if n.alive && n.life == life {
+				n.down(lossEnded, "it stopped")
+			}
+		})
+	}
+	poll()
+}
+
+// endpointTerminated: the connection to peer ended (Driver.onEndpointTerminated).
+func (n *Node) endpointTerminated(peer int) {
+	w := n.w
+	w.tracef("%s endpoint terminated: %s", n.name, w.endpointName(peer))
+	for _, r := range append([]*SourceRun(nil), n.sources...) {
+		if r.target.idx == peer && !r.dead {
+			w.stepSource(r, handoff.ConnectionLost{})
+		}
+	}
+}
+
+// ---- packets ----
+
+func (n *Node) send(to int, p *packet) {
+	p.from, p.to = n.idx, to
+	n.w.net.send(p)
+}
+
+func (n *Node) receive(p *packet) {
+	w := n.w
+	if w.tracing && p.kind != pClient && p.kind != pFollow {
+		w.tracef("%s ← %s %s %s", n.name, w.endpointName(p.from), p.kind, idString(p.id))
+	}
+	switch p.kind {
+	case pCapQuery:
+		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: n.valid() && !n.stopping})
+	case pCapReply:
+		if r := n.capWait[p.capReq]; r != nil {
+			delete(n.capWait, p.capReq)
+			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: "refused"})
+		}
+	case pPrepare:
+		w.onPrepare(n, p)
+	case pChunk:
+		if t := n.target(p); t != nil {
+			w.stepTarget(t, handoff.ChunkReceived{Chunk: p.chunk})
+		}
+	case pRelay:
+		if t := n.target(p); t != nil {
+			// Once committed, a relay record is either delivered late
+			// (DeliverLate posts it, which places it) or a repeat the
+			// target drops: a repeat must not count as a live copy. Nor
+			// does a record a removed target ignores (a resend that
+			// crossed the removal).
+			if ph := t.m.Phase(); ph != handoff.OwnerCommitted && ph != handoff.TargetOpen && ph != handoff.TargetRemoved {
+				w.place(p.msg, n)
+				t.relayed = append(t.relayed, p.msg)
+			}
+			w.stepTarget(t, handoff.RelayRecordReceived{Epoch: p.epoch, Index: p.index, Record: p.record, Item: p.msg})
+		} else {
+			w.lostMsg(p.msg, lossTransit, "relay record for a move this node does not know")
+		}
+	case pCutover:
+		if t := n.target(p); t != nil {
+			w.stepTarget(t, handoff.CutoverReceivedEvent{Epoch: p.epoch, Sum: p.sum})
+		}
+	case pAbort:
+		if t := n.target(p); t != nil {
+			w.stepTarget(t, handoff.AbortReceived{Reason: p.reason})
+		}
+	case pRelayReady:
+		n.onSourceEvent(p, handoff.RelayReadyReceived{})
+	case pBoundaryAck:
+		n.onSourceEvent(p, handoff.BoundaryAcked{})
+	case pFailed:
+		n.onSourceEvent(p, handoff.FailedReceived{Reason: p.reason, Detail: p.detail})
+	case pFollow, pClient:
+		n.deliverApp(p)
+	}
+}
+
+// onSourceEvent routes a target's reply to the source run of its identity,
+// only if it came from that run's target node.
+func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
+	for _, r := range n.sources {
+		if r.m.Identity() == p.id && !r.dead {
+			if r.target.idx == p.from {
+				n.w.stepSource(r, ev)
+			}
+			return
+		}
+	}
+}
+
+// target finds the run of a control message's identity, only if it came
+// from that run's source node.
+func (n *Node) target(p *packet) *TargetRun {
+	for _, t := range n.targets {
+		if t.m.Identity() == p.id && !t.dead {
+			if t.source.idx != p.from {
+				return nil
+			}
+			return t
+		}
+	}
+	return nil
+}
+
+// deliverApp posts an application message to the incarnation its PID
+// names; a PID with no live actor is a dead letter.
+func (n *Node) deliverApp(p *packet) {
+	w := n.w
+	m := p.msg
+	inc := n.incs[p.inc]
+	if inc == nil || inc.stopped {
+		if w.tracing {
+			w.tracef("%s dead letter: m%d for o%d.%d", n.name, m.id, p.inc.obj, p.inc.ownerGen)
+		}
+		if m.request {
+			// Proto.Actor answers a request to a dead PID with a
+			// DeadLetterResponse: the caller learns it (loudly if the
+			// request was accepted before).
+			if !m.accepted {
+				w.unaccepted(m, "dead letter at its first hop")
+				return
+			}
+			w.failLoud(m, &Inc{node: n, key: p.inc}, "dead letter (DeadLetterResponse)")
+			return
+		}
+		w.deadLettered(n, m, p.inc)
+		return
+	}
+	if p.kind == pFollow && inc.fellBack {
+		m.exempt = true
+	}
+	w.post(inc, m)
+}
+
+// post hands m to inc's mailbox according to its mode.
+func (w *World) post(inc *Inc, m *Msg) {
+	if !m.accepted {
+		m.accepted = true
+	}
+	w.place(m, inc.node)
+	if w.tracing {
+		w.tracef("%s m%d → %s (%s)", inc.node.name, m.id, inc, incModeNames[inc.mode])
+	}
+	switch inc.mode {
+	case mOpen:
+		inc.queue = append(inc.queue, m)
+		w.schedTurn(inc)
+	case mSealed, mStaging:
+		inc.queue = append(inc.queue, m)
+	case mRedirect:
+		inc.sink(m)
+	case mClosed:
+		if inc.closed != nil {
+			inc.closed(m)
+		} else {
+			w.lostMsg(m, lossDeadLetter, "posted to a closed mailbox without a handler at "+inc.String())
+		}
+	}
+}
+
+func (w *World) schedTurn(inc *Inc) {
+	if inc.turn || inc.mode != mOpen || len(inc.queue) == 0 {
+		return
+	}
+	inc.turn = true
+	w.after(w.randDur(50*time.Microsecond, time.Millisecond), "turn", func() { w.runTurn(inc) })
+}
+
+// runTurn dispatches one message: only on a live node whose lease is
+// provably in force (mailbox.Gate), only in Open mode.
+func (w *World) runTurn(inc *Inc) {
+	inc.turn = false
+	n := inc.node
+	if !n.alive || inc.mode != mOpen || len(inc.queue) == 0 || !n.valid() {
+		return
+	}
+	m := inc.queue[0]
+	inc.queue = inc.queue[1:]
+	w.handle(inc, m)
+	w.schedTurn(inc)
+}
+
+// unavailableSink fails every message loudly (Driver.unavailableSink).
+func (w *World) unavailableSink(inc *Inc, why string) func(*Msg) {
+	return func(m *Msg) { w.failLoud(m, inc, why) }
+}
+
+// stopLater stops inc's actor after d: later messages are dead letters.
+func (w *World) stopLater(inc *Inc, d time.Duration) {
+	life := inc.node.life
+	w.after(d, "actor-stop", func() {
+		if inc.node.life == life {
+			inc.stopped = true
+			if inc.node.incs[inc.key] == inc {
+				delete(inc.node.incs, inc.key)
+			}
+		}
+	})
+}
+
+func idString(id handoff.Identity) string {
+	if id.RelocationID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("#%d", id.RelocationID)
+}
+
+// failure reason shorthand
+var reasonStale = messages.FailureReason_FAILURE_REASON_STALE
+
+// deadLetterPatience: how long a send may keep dead-lettering before it
+// fails loudly (redeliver.go).
+const deadLetterPatience = 30 * time.Second
+
+// deadLettered is Driver.onDeadLetterEvent/onDeadLettered: a one-way send
+// to an incarnation PID with no actor is taken by the node's driver,
+// re-resolved from the store and delivered to the current owner, in
+// dead-letter order per object; one that dead-letters again waits with a
+// growing back-off; past the patience, or once the lifecycle ended, it
+// fails loudly.
+func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
+	if w.tracing {
+		w.tracef("%s dead letter: m%d for o%d.%d (send: redelivered from the store)", n.name, m.id, key.obj, key.ownerGen)
+	}
+	m.accepted = true
+	w.place(m, n)
+	m.deadAt = &deadLetter{node: n, key: key, inc: n.incFor(key)}
+	if m.dlCount == 0 {
+		m.dlFirst = w.now
+	}
+	m.dlCount++
+	if n.ended || w.now-m.dlFirst > deadLetterPatience {
+		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter")
+		return
+	}
+	o := key.obj
+	n.redeliver[o] = append(n.redeliver[o], m)
+	if n.redelivering[o] {
+		return
+	}
+	n.redelivering[o] = true
+	backoff := min(50*time.Millisecond<<min(m.dlCount-1, 5), time.Second)
+	if m.dlCount == 1 {
+		backoff = 0
+	}
+	life := n.life
+	var work func()
+	work = func() {
+		if !n.alive || n.life != life {
+			return
+		}
+		if n.ended {
+			n.redelivering[o] = false
+			for _, x := range n.redeliver[o] {
+				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_dead_letter: the lifecycle ended")
+			}
+			n.redeliver[o] = nil
+			return
+		}
+		if w.store.down || n.storeCut {
+			w.after(50*time.Millisecond, "redeliver-retry", work)
+			return
+		}
+		rec := w.store.Record(o)
+		owner := w.node(rec.OwnerNode)
+		batch := n.redeliver[o]
+		n.redeliver[o] = nil
+		n.redelivering[o] = false
+		for _, x := range batch {
+			if w.tracing {
+				w.tracef("%s redelivers m%d → %s o%d.%d", n.name, x.id, owner.name, o, rec.OwnerGen)
+			}
+			n.send(owner.idx, &packet{kind: pFollow, msg: x, inc: incKey{obj: o, ownerGen: rec.OwnerGen}})
+		}
+	}
+	w.after(backoff+w.randDur(time.Millisecond, 5*time.Millisecond), "redeliver", work)
+}

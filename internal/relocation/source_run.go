@@ -1,0 +1,765 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/relocation/envelope"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Outcome is what Relocate reports about one move, as the source saw it.
+type Outcome struct {
+	RelocationID uint64
+	Key          location.AuthorityKey
+	From, To     string // node RIDs
+	Bytes        uint64
+	Chunks       uint32
+	// Phase timestamps on the source.
+	Requested, Sealed, RelayReady, CutoverSent, Committed time.Time
+	// Pause is Sealed → Committed as the source observes it (the target
+	// opens dispatch right after its commit; Event.Pause is the target's
+	// exact figure).
+	Pause time.Duration
+}
+
+// sourceRun is one move out of this node.
+type sourceRun struct {
+	m         *handoff.Source
+	obj       *object
+	target    *messages.NodeRef
+	targetPID *actor.PID                // the target's relocation actor
+	next      *actor.PID                // the incarnation on the target
+	newOwner  uint64                    // AuthorityOwnerGeneration the target will write
+	ticket    []byte                    // the move ticket of the target's capability answer
+	saved     []any                     // the saved-work prefix, for Unseal
+	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
+	relayed   []any                     // the boundary batch as posted, for Reinstate
+	sum       handoff.RelaySum
+	parked    *parkedSink        // the hold, while reconciling
+	held      *parkedSink        // the hold after the cutover, until StartFollow or Reinstate
+	lastRead  location.Versioned // the record the last reconcile read saw
+	sent      uint64             // chunk bytes submitted
+	credited  uint64
+	waiter    chan sourceResult
+	outcome   Outcome
+	deadline  time.Time
+}
+
+type sourceResult struct {
+	outcome Outcome
+	err     error
+}
+
+// Relocate moves the Actor or Instance Spot key, owned by this node, to the
+// node targetRid, with roam's hand-off (docs/PROTOCOL.md §5). It returns once the target's
+// commit is visible in the Location Store, or the move failed (NotFound
+// at once if no node of this mesh is targetRid).
+func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
+	if err := d.serving(); err != nil {
+		return Outcome{}, err
+	}
+	addr, err := d.nodeAddress(ctx, d.desc.GetMesh(), targetRid)
+	if err != nil {
+		return Outcome{}, err
+	}
+	var waiter chan sourceResult
+	for {
+		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr) })
+		var settling *activationSettling
+		if !errors.As(err, &settling) {
+			break
+		}
+		select {
+		case <-settling.done: // start again
+		case <-ctx.Done():
+			return Outcome{}, fmt.Errorf("%w: %s is finishing its cold activation (its recovery pointer is not removed yet): %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		}
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	var res sourceResult
+	select {
+	case res = <-waiter:
+	case <-ctx.Done():
+		// Only this waiter ends; the move keeps its phase rules (PROTOCOL.md §6.6).
+		return Outcome{}, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+	if res.err != nil {
+		return res.outcome, res.err
+	}
+	return d.awaitCommit(ctx, res.outcome, res.outcome.Requested.Add(d.cfg.RestoreTimeout))
+}
+
+// activationSettling: the object cannot move before its cold activation's
+// recovery pointer is gone; done is closed then.
+type activationSettling struct{ done <-chan struct{} }
+
+func (e *activationSettling) Error() string { return "relocation: the cold activation is settling" }
+
+// awaitCommit watches the store until the record names the target with
+// this move's RelocationId, or the restore deadline passes (the target
+// stops trying then, PROTOCOL.md §5.11).
+func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time) (Outcome, error) {
+	// The fence-out of a target that never commits is written only after
+	// its restore deadline plus a cutover wait (and one more read); keep
+	// watching well past that so the caller learns which way it went.
+	wctx, cancel := context.WithDeadline(ctx, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout))
+	defer cancel()
+	var after location.StoreVersion
+	for {
+		v, err := d.store.Watch(wctx, o.Key, after)
+		if err != nil {
+			return o, roamerr.Keep(roamerr.ErrUnavailable, fmt.Sprintf("commit of relocation %d not confirmed", o.RelocationID), err)
+		}
+		r := v.Record
+		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To {
+			o.Committed = time.Now()
+			o.Pause = o.Committed.Sub(o.Sealed)
+			return o, nil
+		}
+		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() {
+			return o, fmt.Errorf("%w: the target did not commit relocation %d by its restore deadline; the move was fenced out and %s serves on this node", roamerr.ErrUnavailable, o.RelocationID, o.Key)
+		}
+		if v.Present() && r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
+			return o, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
+		}
+		after = v.Version
+	}
+}
+
+func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
+	obj := d.objects[key]
+	if obj == nil {
+		if t := d.arriving(key); t != nil {
+			// The object is arriving here (committed or about to be): start
+			// once the arrival has opened or failed.
+			w := make(chan sourceResult, 1)
+			t.onDone = append(t.onDone, func() {
+				if ctx.Err() != nil {
+					w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
+					return // the caller gave up: start nothing for it
+				}
+				inner, err := d.startSource(ctx, key, targetRid, addr)
+				if err != nil {
+					w <- sourceResult{err: err}
+					return
+				}
+				go func() { w <- <-inner }()
+			})
+			return w, nil
+		}
+	}
+	switch {
+	case obj == nil:
+		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+	case obj.state != serving || obj.out != nil:
+		// obj.out: a move that has not sealed yet (capability check, budget)
+		// still leaves the object serving; a second one must not start.
+		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
+	case targetRid == d.desc.GetNodeRid():
+		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
+	case obj.activating.Load():
+		// The record still carries the cold activation's recovery pointer,
+		// which only this incarnation removes (after its first message).
+		return nil, &activationSettling{done: obj.settledCh}
+	}
+	if _, off := obj.kind.Policy.(disableRelocation); off {
+		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
+	}
+	now := time.Now()
+	// Each attempt offers a new owner generation, never one an earlier
+	// attempt of this incarnation offered: the target incarnation's PID is
+	// named by it (objectPIDName), and a target removed by a failed or
+	// fenced-out attempt keeps that name for one Message Follow period, so
+	// a retry to the same node offering the same generation could not
+	// spawn there. The name cannot carry the RelocationId instead: callers
+	// derive the PID from the owner record, whose RelocationId a later
+	// fence-out changes while the incarnation stays. Owner generations
+	// only order owners; a skipped one is never written.
+	newOwner := max(obj.ownerGeneration, obj.offeredOwner) + 1
+	obj.offeredOwner = newOwner
+	id := handoff.Identity{
+		RelocationID:            newRelocationID(),
+		TargetAttemptGeneration: 1,
+		Fence:                   handoff.Fence{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), OwnerGeneration: obj.ownerGeneration},
+	}
+	r := &sourceRun{
+		m:         handoff.NewSource(id, d.cfg.Handoff, now.Add(d.cfg.RestoreTimeout)),
+		obj:       obj,
+		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
+		targetPID: PID(addr),
+		newOwner:  newOwner,
+		waiter:    make(chan sourceResult, 1),
+		deadline:  now.Add(d.cfg.RestoreTimeout),
+		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
+	}
+	r.next = actor.NewPID(addr, objectPIDName(key, obj.generation, r.newOwner))
+	d.sources[id.RelocationID] = r
+	obj.out = r
+	d.stepSource(r, handoff.Start{})
+	return r.waiter, nil
+}
+
+// stepSource feeds ev and runs the effects; events the effects produce at
+// once are fed after the current effects, in order.
+func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
+	queue := []handoff.Event{ev}
+	for len(queue) > 0 {
+		ev, queue = queue[0], queue[1:]
+		effects := r.m.Step(ev)
+		d.log.Debug().Str("side", "source").Uint64("relocation_id", r.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
+			Str("phase", r.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+		for _, e := range effects {
+			if next := d.sourceEffect(r, e); next != nil {
+				queue = append(queue, next)
+			}
+		}
+	}
+	if r.m.Finished() {
+		d.endSource(r)
+	}
+}
+
+func (d *Driver) endSource(r *sourceRun) {
+	id := r.m.Identity().RelocationID
+	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend, handoff.TimerBoundaryGiveUp} {
+		d.stopTimer(timerKey{source: id, timer: t})
+	}
+	peer := r.target.GetAddress()
+	d.budget.drop(peer, id)
+	if r.sent > r.credited {
+		d.releaseBudget(peer, int64(r.sent-r.credited))
+		r.credited = r.sent
+	}
+	delete(d.sources, id)
+	if r.obj.out == r {
+		r.obj.out = nil
+	}
+}
+
+// later feeds ev to the run of id on the driver goroutine, if it still runs.
+func (d *Driver) later(id uint64, ev handoff.Event) {
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if r := d.sources[id]; r != nil {
+			d.stepSource(r, ev)
+		}
+	}})
+}
+
+func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
+	id := r.m.Identity()
+	key := r.obj.key
+	switch e := e.(type) {
+	case handoff.QueryCapability:
+		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion,
+			Source: &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}}
+		go func() {
+			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
+			ev := handoff.CapabilityAnswered{}
+			var gen uint64
+			var ticket []byte
+			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
+				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit()}
+				gen, ticket = reply.GetNode().GetNodeGeneration(), reply.GetMoveTicket()
+			} else {
+				ev.Reason = fmt.Sprintf("capability query: %v", err)
+			}
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				if cur := d.sources[id.RelocationID]; cur == r {
+					r.target.NodeGeneration, r.ticket = gen, ticket
+					d.stepSource(r, ev)
+				}
+			}})
+		}()
+
+	case handoff.AwaitAdmission:
+		var now bool
+		sync := true
+		d.budget.admit(r.target.GetAddress(), func() {
+			if sync {
+				now = true
+				return
+			}
+			d.stepSource(r, handoff.Admitted{})
+		})
+		sync = false
+		if now {
+			return handoff.Admitted{}
+		}
+
+	case handoff.Seal:
+		r.obj.state = leaving
+		obj, kind := r.obj, r.obj.kind
+		err := obj.mb.Seal(func(saved []any) {
+			// On the object's goroutine, between turns: exclusive access.
+			sealedAt := time.Now()
+			stream, err := safeCapture(id, obj, kind, saved)
+			d.sys.Root.Send(d.self, &localCall{fn: func() {
+				if cur := d.sources[id.RelocationID]; cur == r {
+					r.saved, r.outcome.Sealed = saved, sealedAt
+					if err != nil {
+						d.stepSource(r, handoff.CaptureFailed{Err: err})
+					} else {
+						d.stepSource(r, handoff.Captured{Stream: stream})
+					}
+				}
+			}})
+		})
+		if err != nil {
+			return handoff.CaptureFailed{Err: err}
+		}
+
+	case handoff.SendPrepare:
+		r.outcome.Bytes, r.outcome.Chunks = e.Manifest.TotalLength, e.Manifest.ChunkCount
+		d.send(r.targetPID, &messages.RelocationPrepare{
+			Identity: id.ToProto(),
+			Object:   &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: r.obj.generation, StableType: r.obj.kind.StableType},
+			Manifest: &messages.PayloadManifest{
+				PayloadTotalLength: e.Manifest.TotalLength, PayloadChunkCount: e.Manifest.ChunkCount, PayloadChecksumCrc32C: e.Manifest.ChecksumCRC32C,
+			},
+			ChunkLimit:                uint32(e.ChunkLimit),
+			Source:                    &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
+			NewOwnerGeneration:        r.newOwner,
+			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
+			MoveTicket:                r.ticket,
+		})
+
+	case handoff.SendChunks:
+		for _, c := range e.Chunks {
+			r.sent += uint64(len(c.Data))
+		}
+		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
+
+	case handoff.Unseal:
+		var err error
+		if p := r.parked; p != nil {
+			saved := r.saved
+			err = r.obj.mb.Reopen(func() []any { return append(saved, p.take()...) })
+			r.parked = nil
+		} else {
+			err = r.obj.mb.Unseal(r.saved)
+		}
+		if err != nil {
+			d.log.Error().Str("event", "unseal_failed").Str("object_id", key.ID).Err(err).Msg("restoring the source queue failed")
+		}
+		obj := r.obj
+		_ = obj.mb.Do(func() {
+			if obj.tm != nil {
+				obj.tm.resume()
+			}
+		})
+		r.saved = nil
+		d.nowServing(r.obj)
+
+	case handoff.SendAbort:
+		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})
+
+	case handoff.RelayThenCutover:
+		r.outcome.RelayReady = time.Now()
+		return d.relayThenCutover(r, e.Epoch)
+
+	case handoff.ResendBoundary:
+		for _, rec := range r.batch {
+			again := proto.Clone(rec).(*messages.RelayedRecord)
+			again.ResendEpoch = e.Epoch
+			d.send(r.targetPID, again)
+		}
+		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
+
+	case handoff.ReleasePayload:
+		r.saved, r.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary
+
+	case handoff.ReleaseBoundary:
+		if e.Unacknowledged && len(r.batch) > 0 {
+			d.metrics.sendsUndeliveredN("boundary_batch_unacknowledged", len(r.batch))
+			d.log.Error().Str("event", "boundary_batch_unacknowledged").Str("object_id", key.ID).Uint64("relocation_id", id.RelocationID).
+				Str("target_node_rid", r.target.GetNodeRid()).Int("records", len(r.batch)).Dur("patience", d.cfg.Handoff.AckPatience()).
+				Msg("the target never acknowledged the boundary batch; its messages may be lost (the target's node is gone or unreachable)")
+		}
+		r.batch = nil
+
+	case handoff.StartFollow:
+		d.startFollow(r, r.held, "follow_failed")
+		r.held = nil
+
+	case handoff.ConfirmCommit:
+		go d.confirmWatch(r, id, e.After, e.Until)
+
+	case handoff.FenceOut:
+		go d.fenceOut(r, id, r.lastRead, e.Version)
+
+	case handoff.CloseOut:
+		d.closeOut(r.obj)
+
+	case handoff.Reinstate:
+		d.reinstate(r)
+
+	case handoff.EndFollow:
+		r.obj.state = ended
+		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
+			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
+		}
+		// Answer Unavailable for one more follow period, then let the
+		// incarnation go so stubs do not pile up.
+		obj := r.obj
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+
+	case handoff.Reconcile:
+		go d.reconcileRead(r, id)
+
+	case handoff.AdoptTargetRoute:
+		d.startFollow(r, r.parked, "adopt_route_failed")
+		// Only this run's incarnation: the object may have moved back
+		// here meanwhile, and its new incarnation is registered under the
+		// same key (the simulation found that schedule).
+		if d.objects[key] == r.obj {
+			delete(d.objects, key)
+		}
+		d.closeOut(r.obj)
+
+	case handoff.FailHeld:
+		if r.parked == nil {
+			r.parked = &parkedSink{d: d, obj: r.obj}
+			if _, err := r.obj.mb.Redirect(r.parked.sink); err != nil {
+				d.log.Error().Str("event", "park_failed").Str("object_id", key.ID).Err(err).Msg("")
+			}
+		}
+		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled: requests fail, sends wait")
+
+	case handoff.StartTimer:
+		d.startTimer(timerKey{source: id.RelocationID, timer: e.Timer}, e)
+
+	case handoff.StopTimer:
+		d.stopTimer(timerKey{source: id.RelocationID, timer: e.Timer})
+
+	case handoff.Log:
+		d.logEffect(e, key, id)
+
+	case handoff.Complete:
+		if e.Err == nil {
+			r.outcome.CutoverSent = time.Now()
+		}
+		select {
+		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}:
+		default: // decided once; the machine completes once (never block the driver)
+		}
+	}
+	return nil
+}
+
+// startFollow switches the source's incarnation to Message Follow: what
+// held kept (if anything) goes to the target first, in order, then every
+// later message.
+func (d *Driver) startFollow(r *sourceRun, held *parkedSink, failEvent string) {
+	r.obj.state, r.obj.next = following, r.next
+	follow := d.followSink(r.obj, r.next)
+	if held != nil {
+		held.release(follow)
+	}
+	if _, err := r.obj.mb.Redirect(follow); err != nil {
+		d.log.Error().Str("event", failEvent).Str("object_id", r.obj.key.ID).Err(err).Msg("")
+	}
+}
+
+// The source's questions to the store while its move's outcome is
+// unknown (PROTOCOL.md §6.4, §6.5; docs/FAULTS.md, the fence-out): the
+// machine decides (handoff.Source.judge), the driver only reads, watches
+// and writes.
+
+// reconcileRead reads the record once.
+func (d *Driver) reconcileRead(r *sourceRun, id handoff.Identity) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+	defer cancel()
+	v, err := d.store.Read(ctx, r.obj.key)
+	d.answerRead(r, id, v, err)
+}
+
+// confirmWatch watches the record until its version is past after or
+// until passes (after 0: a read).
+func (d *Driver) confirmWatch(r *sourceRun, id handoff.Identity, after uint64, until time.Time) {
+	if after == 0 {
+		d.reconcileRead(r, id)
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.node.Stopped():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	v, err := d.store.Watch(ctx, r.obj.key, location.StoreVersion(after))
+	d.answerRead(r, id, v, err)
+}
+
+// answerRead feeds a read to the move on the driver goroutine, keeping the
+// record for a FenceOut of that version.
+func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versioned, err error) {
+	if errors.Is(err, location.ErrNotFound) {
+		v, err = location.Versioned{}, nil // no record: judged as not at the fence
+	}
+	ev := handoff.ReconcileRead{Record: recordView(v), Target: r.target.GetNodeRid(), ObjectGeneration: r.obj.generation, Err: err,
+		SourceEnded: d.node.LeaseStatus() == lease.Ended}
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if cur := d.sources[id.RelocationID]; cur == r {
+			if err == nil {
+				r.lastRead = v
+			}
+			d.stepSource(r, ev)
+		}
+	}})
+}
+
+// fenceOut writes the move's RelocationId into the record read at version,
+// owner unchanged: any CAS of the target still in flight or delayed then
+// fails on the version, and a target that reads the record finds its move
+// fenced out (handoff.Identity.JudgeCommit). The source never changes the
+// owner (PROTOCOL.md §6.5, §11; docs/FAULTS.md).
+func (d *Driver) fenceOut(r *sourceRun, id handoff.Identity, read location.Versioned, version uint64) {
+	var err error
+	if !read.Present() || uint64(read.Version) != version {
+		err = fmt.Errorf("%w: no record read at version %d", location.ErrConflict, version)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+		defer cancel()
+		next := proto.Clone(read.Record).(*location.Record)
+		next.RelocationId = id.RelocationID
+		_, err = d.store.CompareAndSet(ctx, r.obj.key, read.Version, next)
+	}
+	d.later(id.RelocationID, handoff.FenceOutAnswered{Err: err})
+}
+
+// recordView is what the hand-off machines judge of a record.
+func recordView(v location.Versioned) handoff.RecordView {
+	if !v.Present() {
+		return handoff.RecordView{}
+	}
+	r := v.Record
+	return handoff.RecordView{
+		Present: true, Version: uint64(v.Version),
+		OwnerNodeRid: r.GetOwner().GetNodeRid(), OwnerNodeGeneration: r.GetOwner().GetNodeGeneration(),
+		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
+	}
+}
+
+// reinstate serves a move's object on the source again after a fence-out
+// following the cutover: the saved work, then the boundary batch, ahead of
+// everything posted later, in one critical section of the mailbox (it
+// leaves Message Follow for Open), and the timers re-armed. The
+// application instance was kept until the move was decided.
+func (d *Driver) reinstate(r *sourceRun) {
+	obj := r.obj
+	if cur := d.objects[obj.key]; cur != nil && cur != obj {
+		d.log.Error().Str("event", "reinstate_conflict").Str("object_id", obj.key.ID).Msg("another incarnation is registered here; the fenced-out move's object is not reinstated")
+		return
+	}
+	backlog := append(append([]any(nil), r.saved...), r.relayed...)
+	held := r.held
+	r.held = nil
+	if err := obj.mb.Reopen(func() []any {
+		if held != nil {
+			return append(backlog, held.take()...)
+		}
+		return backlog
+	}); err != nil {
+		d.log.Error().Str("event", "reinstate_failed").Str("object_id", obj.key.ID).Err(err).Msg("serving the fenced-out move's object again failed")
+		return
+	}
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.resume()
+		}
+	})
+	obj.next = nil
+	d.objects[obj.key] = obj
+	d.nowServing(obj)
+}
+
+// relayThenCutover relays the ingress hold in order, holds later messages
+// (requests included) until the target's commit shows in the store, when
+// they go on by Message Follow, and sends the cutover after the last
+// relayed record (PROTOCOL.md §5.8, §5.9). Both switches happen under the
+// mailbox's lock, so every message is either in the batch or held, never
+// both.
+func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
+	id := r.m.Identity()
+	targetName := r.next.Id
+	relay := func(msg any) {
+		env, err := toWire(targetName, msg)
+		if err != nil {
+			_, _, sender := actor.UnwrapEnvelope(msg)
+			respondFailure(d.sys, sender, roamerr.CodeInvalidOperation, r.obj.key.ID, err.Error())
+			d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", r.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
+			return
+		}
+		b, _ := deterministic.Marshal(env)
+		r.sum = r.sum.Add(b)
+		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(len(r.batch))}
+		r.batch = append(r.batch, rec)
+		r.relayed = append(r.relayed, msg)
+		d.send(r.targetPID, rec)
+	}
+	if r.parked != nil {
+		// A relay-ready that arrived while reconciling: the parked sends
+		// are the head of the ingress hold.
+		r.parked.release(relay)
+		r.parked = nil
+	}
+	if _, err := r.obj.mb.Redirect(relay); err != nil {
+		d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
+	}
+	// Later messages wait here, requests too, in order, until the move is
+	// decided: StartFollow forwards them once the commit shows; a fence-out
+	// puts them back into this incarnation's queue (Reinstate). Nothing
+	// reaches the target before its commit, so nothing is stranded at a
+	// removed one.
+	r.obj.state, r.obj.next = following, r.next
+	r.held = &parkedSink{d: d, obj: r.obj, holdRequests: true}
+	if _, err := r.obj.mb.Redirect(r.held.sink); err != nil {
+		d.log.Error().Str("event", "hold_failed").Err(err).Msg("")
+	}
+	delete(d.objects, r.obj.key)
+	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
+	return handoff.CutoverSent{Sum: r.sum}
+}
+
+// closeOut tells the application its source incarnation closed by moving
+// out (PROTOCOL.md §5.13: OnClosing(RelocationOut)), once the move is confirmed.
+// The application's instance is then dropped: the incarnation only
+// forwards for MessageFollowDuration, which must not keep a large state
+// alive.
+func (d *Driver) closeOut(obj *object) {
+	_ = obj.mb.Do(func() {
+		if c, ok := obj.inst.(Closing); ok {
+			c.OnClosing(RelocationOut)
+		}
+		obj.inst = nil
+	})
+}
+
+// send delivers a control message to a peer's relocation actor with this
+// driver as sender, which the peer checks against the move's source.
+func (d *Driver) send(to *actor.PID, msg proto.Message) {
+	d.sys.Root.RequestWithCustomSender(to, msg, d.self)
+}
+
+func (d *Driver) sendChunks(chunks []queuedChunk) {
+	for _, q := range chunks {
+		r := d.sources[q.run]
+		if r == nil {
+			continue
+		}
+		d.send(r.targetPID, &messages.RelocationState{
+			Identity: r.m.Identity().ToProto(), Index: q.chunk.Index, Offset: q.chunk.Offset, Data: q.chunk.Data,
+		})
+	}
+}
+
+func (d *Driver) releaseBudget(peer string, n int64) {
+	chunks, admitted := d.budget.release(peer, n)
+	d.sendChunks(chunks)
+	for _, a := range admitted {
+		a()
+	}
+}
+
+func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
+	id := handoff.IdentityFromProto(m.GetIdentity())
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id || m.GetReceivedBytes() <= r.credited {
+		return
+	}
+	n := min(m.GetReceivedBytes(), r.sent) - r.credited
+	r.credited += n
+	d.releaseBudget(r.target.GetAddress(), int64(n))
+}
+
+// onSourceEvent routes a target's reply to the source run of its identity,
+// only if it came from that run's target node.
+func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
+	id := handoff.IdentityFromProto(pid)
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id {
+		return
+	}
+	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
+		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("reply ignored: not from the move's target")
+		return
+	}
+	d.stepSource(r, ev)
+}
+
+func (d *Driver) onEndpointTerminated(address string) {
+	for _, r := range d.sources {
+		if r.target.GetAddress() == address {
+			d.stepSource(r, handoff.ConnectionLost{})
+		}
+	}
+}
+
+// safeCapture turns a panicking state adapter into a capture error, so the
+// move unseals instead of leaving the object sealed.
+func safeCapture(id handoff.Identity, obj *object, kind *Kind, saved []any) (stream []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: capture panicked: %v", roamerr.ErrInvalidOperation, p)
+		}
+	}()
+	return capture(id, obj, kind, saved)
+}
+
+// capture builds the relocation-envelope-v1 stream of a sealed object, on
+// its own goroutine: state through the kind's adapter, the saved-work
+// prefix as frozen records (PROTOCOL.md §5.5, §5.6).
+func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte, error) {
+	env := envelope.Envelope{
+		Relocation: envelope.Relocation{
+			RelocationID: id.RelocationID, TargetAttemptGeneration: id.TargetAttemptGeneration,
+			CoordinatorFence: envelope.Fence{NodeRid: id.Fence.NodeRid, NodeGeneration: id.Fence.NodeGeneration, OwnerGeneration: id.Fence.OwnerGeneration},
+		},
+		Object:             envelope.Object{Kind: uint8(obj.key.Kind), ID: obj.key.ID, ObjectGeneration: obj.generation, StableType: kind.StableType},
+		ApplicationVersion: kind.ApplicationVersion,
+	}
+	if p, ok := kind.Policy.(preserveStateWith); ok {
+		state, err := obj.captureState(p)
+		if err != nil {
+			return nil, fmt.Errorf("state adapter: %w", err)
+		}
+		env.ApplicationStates = []envelope.ApplicationState{{ParticipantID: 1, State: state}}
+	}
+	if obj.tm != nil {
+		env.TimerRegistrations = obj.tm.capture()
+	}
+	// Saved work and pending ticks share one order, so the target puts
+	// them back interleaved as they were queued.
+	for i, msg := range saved {
+		if tick, ok := msg.(*messages.TimerTick); ok {
+			env.PendingTimerTicks = append(env.PendingTimerTicks, pendingTick(uint64(i+1), tick))
+			continue
+		}
+		rec, err := toRecord(msg)
+		if err != nil {
+			return nil, err
+		}
+		env.SavedWork = append(env.SavedWork, envelope.SavedWork{ParticipantID: 1, Order: uint64(i + 1), Record: rec})
+	}
+	stream, err := envelope.Encode(&env)
+	if err != nil {
+		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
+	}
+	return stream, nil
+}

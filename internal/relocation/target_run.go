@@ -1,0 +1,468 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/envelope"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// targetRun is one move into this node.
+type targetRun struct {
+	m         *handoff.Target
+	prepare   *messages.RelocationPrepare
+	key       location.AuthorityKey
+	kind      *Kind
+	sourcePID *actor.PID // the source's relocation actor
+	obj       *object
+	saved     []any // restored saved work, first in the backlog
+	deadline  time.Time
+	onDone    []func() // Relocate calls waiting for this arrival to end
+	// relayReadySent: the source may know this incarnation (and forward
+	// to it after a commit it saw).
+	relayReadySent bool
+}
+
+// arriving finds an unfinished move of key into this node.
+func (d *Driver) arriving(key location.AuthorityKey) *targetRun {
+	for _, t := range d.targets {
+		if t.key == key && !t.m.Finished() {
+			return t
+		}
+	}
+	return nil
+}
+
+func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
+	id := handoff.IdentityFromProto(p.GetIdentity())
+	from := c.Sender()
+	if t := d.targets[id]; t != nil {
+		if from == nil || from.Address != t.sourcePID.Address {
+			return // attributed by identity and connection only (docs/PROTOCOL.md §5.7)
+		}
+		d.stepTarget(t, d.prepareEvent(p))
+		return
+	}
+	fail := func(reason messages.FailureReason, detail string) {
+		if from != nil {
+			d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
+		}
+		// A peer can send refused prepares at will.
+		d.prepareRefusedLog.Warn(&d.log).Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).
+			Str("detail", detail).Msg("Restore request refused")
+	}
+	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
+	k, ok := d.kind(p.GetObject().GetStableType())
+	switch {
+	case !d.node.Valid() || d.stopping:
+		// Fenced or stopping: a new move here could never commit.
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force, or it is stopping")
+		return
+	case !id.Valid():
+		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
+		return
+	case from == nil || from.Address != p.GetSource().GetAddress():
+		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
+		return
+	case !d.tickets.take(p, from.Address, time.Now()):
+		// Not admitted by a capability answer to this source (admission.go).
+		d.refused("Restore request", from.Address, "no valid move ticket for its source")
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")
+		return
+	case key.Validate() != nil || (key.Kind != location.KindActor && key.Kind != location.KindInstanceSpot):
+		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor or Instance Spot")
+		return
+	case !ok:
+		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
+		return
+	}
+	t := &targetRun{
+		prepare:   p,
+		key:       key,
+		kind:      k,
+		sourcePID: PID(from.Address),
+		deadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
+	}
+	m, effects := handoff.NewTarget(id, d.cfg.Handoff, d.prepareEvent(p))
+	t.m = m
+	d.targets[id] = t
+	d.runTarget(t, effects)
+}
+
+func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareReceived {
+	return handoff.PrepareReceived{
+		Manifest: envelope.Manifest{
+			TotalLength:    p.GetManifest().GetPayloadTotalLength(),
+			ChunkCount:     p.GetManifest().GetPayloadChunkCount(),
+			ChecksumCRC32C: p.GetManifest().GetPayloadChecksumCrc32C(),
+		},
+		RestoreDeadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
+		MaxPayloadLength: d.cfg.MaxPayloadLength,
+	}
+}
+
+// target finds the run of a control message's identity, only if it came
+// from that run's source node.
+func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targetRun {
+	t := d.targets[handoff.IdentityFromProto(pid)]
+	if t == nil {
+		return nil
+	}
+	if s := c.Sender(); s == nil || s.Address != t.sourcePID.Address {
+		return nil
+	}
+	return t
+}
+
+func (d *Driver) onChunk(c actor.Context, m *messages.RelocationState) {
+	if t := d.target(m.GetIdentity(), c); t != nil {
+		// The chunk is copied into the assembler's own buffer (PROTOCOL.md §5.7).
+		d.stepTarget(t, handoff.ChunkReceived{Chunk: envelope.Chunk{Index: m.GetIndex(), Offset: m.GetOffset(), Data: m.GetData()}})
+	}
+}
+
+func (d *Driver) onRelayed(c actor.Context, m *messages.RelayedRecord) {
+	t := d.target(m.GetIdentity(), c)
+	if t == nil {
+		return
+	}
+	item, err := fromWire(m.GetEnvelope())
+	if err != nil {
+		d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", t.key.ID).Err(err).Msg("relayed message cannot be decoded")
+		return
+	}
+	b, _ := deterministic.Marshal(m.GetEnvelope())
+	d.stepTarget(t, handoff.RelayRecordReceived{Epoch: m.GetResendEpoch(), Index: int(m.GetIndex()), Record: b, Item: item})
+}
+
+func (d *Driver) onTargetEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
+	if t := d.target(pid, c); t != nil {
+		d.stepTarget(t, ev)
+	}
+}
+
+func (d *Driver) stepTarget(t *targetRun, ev handoff.Event) {
+	effects := t.m.Step(ev)
+	d.log.Debug().Str("side", "target").Uint64("relocation_id", t.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
+		Str("phase", t.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+	d.runTarget(t, effects)
+}
+
+// runTarget runs effects; events they produce at once are fed after them.
+func (d *Driver) runTarget(t *targetRun, effects []handoff.Effect) {
+	for len(effects) > 0 {
+		var next []handoff.Event
+		for _, e := range effects {
+			if ev := d.targetEffect(t, e); ev != nil {
+				next = append(next, ev)
+			}
+		}
+		effects = nil
+		for _, ev := range next {
+			effects = append(effects, t.m.Step(ev)...)
+		}
+	}
+}
+
+func (d *Driver) laterTarget(id handoff.Identity, ev handoff.Event) {
+	d.sys.Root.Send(d.self, &localCall{fn: func() {
+		if t := d.targets[id]; t != nil {
+			d.stepTarget(t, ev)
+		}
+	}})
+}
+
+func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
+	id := t.m.Identity()
+	switch e := e.(type) {
+	case handoff.InstallStaging:
+		obj := &object{
+			key: t.key, kind: t.kind, state: staging,
+			generation:      t.prepare.GetObject().GetObjectGeneration(),
+			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
+		}
+		// Once removed, the incarnation answers Unavailable for as long as
+		// messages may still follow to it (PROTOCOL.md §6.3, §5.14).
+		closed := d.unavailableSink(obj, "the relocation target was removed before it opened")
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.generation, obj.ownerGeneration))
+		if err != nil {
+			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
+		}
+		obj.pid = pid
+		d.spawned(obj)
+		t.obj = obj
+
+	case handoff.VerifySource:
+		go d.verifySource(t, id)
+
+	case handoff.SendCredit:
+		d.send(t.sourcePID, &messages.RelocationStateCredit{Identity: id.ToProto(), ReceivedBytes: e.ReceivedBytes})
+
+	case handoff.RestorePayload:
+		return d.restore(t, e.Stream)
+
+	case handoff.SendFailed:
+		d.send(t.sourcePID, &messages.RelocationFailed{Identity: id.ToProto(), Reason: e.Reason, Detail: e.Detail})
+
+	case handoff.SendRelayReady:
+		t.relayReadySent = true
+		d.send(t.sourcePID, &messages.RelayReady{Identity: id.ToProto()})
+
+	case handoff.CommitOwner:
+		go func() { d.laterTarget(id, d.commitOwner(t, id, e.SettleOnly)) }()
+
+	case handoff.OpenDispatch:
+		backlog := append(t.saved, e.Relay...)
+		t.saved = nil
+		if err := t.obj.mb.OpenWith(backlog); err != nil {
+			d.log.Error().Str("event", "open_failed").Str("object_id", t.key.ID).Err(err).Msg("opening dispatch failed")
+		}
+		d.objects[t.key] = t.obj
+		d.nowServing(t.obj)
+		return handoff.DispatchOpened{}
+
+	case handoff.DeliverLate:
+		d.sys.Root.Send(t.obj.pid, e.Item)
+
+	case handoff.AckBoundary:
+		d.send(t.sourcePID, &messages.BoundaryAck{Identity: id.ToProto()})
+
+	case handoff.RemoveTarget:
+		if t.obj != nil && t.obj.mb != nil {
+			obj := t.obj
+			_ = obj.mb.Do(func() {
+				if obj.tm != nil {
+					obj.tm.stopAll()
+				}
+			})
+			held, _ := t.obj.mb.Discard()
+			removed := d.unavailableSink(t.obj, "the relocation target was removed")
+			for _, msg := range held {
+				removed(msg) // a request fails typed, a send is counted and logged
+			}
+			t.obj.state = ended
+			if !t.relayReadySent {
+				// No source ever learned of this incarnation, so nothing
+				// follows to it: free its name at once (a refused prepare
+				// must not keep the name the real next move needs).
+				d.stop(obj)
+			} else {
+				time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+			}
+		}
+
+	case handoff.StartTimer:
+		d.startTimer(timerKey{target: id, isTarget: true, timer: e.Timer}, e)
+
+	case handoff.StopTimer:
+		d.stopTimer(timerKey{target: id, isTarget: true, timer: e.Timer})
+
+	case handoff.Log:
+		d.logEffect(e, t.key, id)
+
+	case handoff.Complete:
+		d.completeTarget(t, e.Err)
+	}
+	return nil
+}
+
+// restore decodes the verified stream and restores state on the object's
+// own goroutine, without dispatching anything (PROTOCOL.md §5.7).
+func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
+	env, err := envelope.DecodeOwned(stream)
+	if err != nil {
+		return handoff.RestoreFailed{Err: err}
+	}
+	id := t.m.Identity()
+	if env.Relocation.RelocationID != id.RelocationID || env.Object.ID != t.key.ID || env.Object.StableType != t.kind.StableType ||
+		env.Object.ObjectGeneration != t.obj.generation {
+		return handoff.RestoreFailed{Err: fmt.Errorf("%w: payload describes another move or object", roamerr.ErrConflict)}
+	}
+	if env.ApplicationVersion != t.kind.ApplicationVersion {
+		return handoff.RestoreFailed{Err: fmt.Errorf("%w: application version %q, hosting %q", roamerr.ErrTypeMismatch, env.ApplicationVersion, t.kind.ApplicationVersion)}
+	}
+	type ordered struct {
+		order uint64
+		msg   any
+	}
+	backlog := make([]ordered, 0, len(env.SavedWork)+len(env.PendingTimerTicks))
+	for _, w := range env.SavedWork {
+		msg, err := fromRecord(w.Record)
+		if err != nil {
+			return handoff.RestoreFailed{Err: err}
+		}
+		backlog = append(backlog, ordered{w.Order, msg})
+	}
+	for _, p := range env.PendingTimerTicks {
+		backlog = append(backlog, ordered{p.Order, tickOf(p)})
+	}
+	sort.Slice(backlog, func(i, j int) bool { return backlog[i].order < backlog[j].order })
+	t.saved = make([]any, len(backlog))
+	for i, b := range backlog {
+		t.saved[i] = b.msg
+	}
+	adapter, preserve := t.kind.Policy.(preserveStateWith)
+	var state []byte
+	if len(env.ApplicationStates) > 0 {
+		state = env.ApplicationStates[0].State
+	}
+	obj, regs := t.obj, env.TimerRegistrations
+	err = obj.mb.Do(func() {
+		tm := obj.timers()
+		tm.sys, tm.self = d.sys, obj.pid
+		tm.restore(regs)
+		var err error
+		if preserve {
+			err = obj.restoreState(adapter, state)
+		}
+		if err != nil {
+			d.laterTarget(id, handoff.RestoreFailed{Err: fmt.Errorf("state adapter: %w", err)})
+			return
+		}
+		d.laterTarget(id, handoff.Restored{})
+	})
+	if err != nil {
+		return handoff.RestoreFailed{Err: err}
+	}
+	return nil
+}
+
+// commitOwner is one attempt of the target-only CAS (PROTOCOL.md §5.11):
+// a consistent read, the fence check, and a CAS naming this target with the
+// move's RelocationId. A record that already names this target with this
+// RelocationId is a success (an earlier attempt's indeterminate write).
+//
+// With settleOnly (the restore deadline passed while an earlier CAS's
+// outcome was unknown) it makes no new owner CAS: a record still at the
+// source's fence is fenced out — the move's RelocationId written with the
+// owner unchanged — and then StoreNotCommitted. A read alone would not do:
+// the earlier CAS may still be on its way and apply after the read, naming
+// a target that has removed itself (the simulation found that schedule);
+// after the fence-out it fails on the version. Its store calls are bounded
+// by the restore timeout, not the passed deadline.
+func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool) handoff.Event {
+	deadline := t.deadline
+	if settleOnly {
+		deadline = time.Now().Add(d.cfg.RestoreTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	v, err := d.store.Read(ctx, t.key)
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return handoff.StoreStale{Err: fmt.Errorf("%s no longer exists", t.key)}
+		}
+		return handoff.StoreRetryable{Err: err}
+	}
+	if ev := d.judge(t, id, v); ev != nil {
+		return ev
+	}
+	if settleOnly {
+		fence := proto.Clone(v.Record).(*location.Record)
+		fence.RelocationId = id.RelocationID
+		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
+		return d.casAnswer(t, id, err, handoff.StoreNotCommitted{})
+	}
+	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+		// A Close wrote Closing after the seal; it finds the object moving,
+		// puts the record back to Ready, and the move commits then. Never
+		// commit an owner over a Closing record.
+		return handoff.StoreRetryable{Err: fmt.Errorf("%s is %s", t.key, v.Record.GetState())}
+	}
+	next := proto.Clone(v.Record).(*location.Record)
+	next.Owner = d.owner()
+	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
+	next.RelocationId = id.RelocationID
+	if t.key.Kind == location.KindActor && meshnode.IsEntrySpotID(next.GetMembership().GetSpotId()) {
+		// An Entry Spot Actor joins the target's Entry Spot; a User Spot's
+		// member keeps its membership (PROTOCOL.md §5.11).
+		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
+	}
+	_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)
+	return d.casAnswer(t, id, err, handoff.StoreCommitted{})
+}
+
+// casAnswer turns the answer to the target's compare-and-set (its owner
+// commit, or the fence-out of its own move when settling) into the
+// machine's event: applied when it applied; on a conflict, what the
+// current record says (this move committed, a fence-out, another owner),
+// else retry; never again under an ended lease (nothing was written);
+// retry with the outcome unknown when it was sent and may have applied.
+func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied handoff.Event) handoff.Event {
+	var conflict *location.ConflictError
+	switch {
+	case err == nil:
+		return applied
+	case errors.As(err, &conflict):
+		if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
+			if ev := d.judge(t, id, cur); ev != nil {
+				return ev
+			}
+		}
+		return handoff.StoreRetryable{Err: err}
+	case errors.Is(err, location.ErrLeaseEnded):
+		return handoff.StoreStale{Err: err}
+	case errors.Is(err, location.ErrIndeterminate), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return handoff.StoreRetryable{Err: err, Unknown: true}
+	}
+	return handoff.StoreRetryable{Err: err}
+}
+
+// judge compares a record read from the store with the move
+// (handoff.Identity.JudgeCommit): committed by this move, stale, or nil to
+// go on.
+func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
+	return id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
+}
+
+func (d *Driver) completeTarget(t *targetRun, err error) {
+	id := t.m.Identity()
+	ev := Event{
+		Key: t.key, RelocationID: id.RelocationID, From: id.Fence.NodeRid, To: d.desc.GetNodeRid(),
+		Bytes: t.prepare.GetManifest().GetPayloadTotalLength(), Chunks: t.prepare.GetManifest().GetPayloadChunkCount(),
+		Fallback: t.m.FellBack(), Err: err,
+	}
+	if err == nil {
+		ev.Pause = time.Since(time.Unix(0, t.prepare.GetSealedAtUnixNanos()))
+		d.log.Info().Str("event", "relocation_committed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).
+			Str("from", ev.From).Dur("pause", ev.Pause).Uint64("bytes", ev.Bytes).Uint32("chunks", ev.Chunks).Bool("fallback", ev.Fallback).Msg("relocation committed; dispatch open")
+	} else {
+		d.log.Warn().Str("event", "relocation_target_removed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).Err(err).Msg("relocation ended on the target without a commit")
+	}
+	d.metrics.record(ev)
+	if d.cfg.OnEvent != nil {
+		d.cfg.OnEvent(ev)
+	}
+	waiting := t.onDone
+	t.onDone = nil
+	for _, f := range waiting {
+		f()
+	}
+	// Keep the run for late relay records and cutovers (fallback path) —
+	// while the batch is unacknowledged, as long as the source may resend
+	// it — then forget it.
+	keep := d.cfg.Handoff.FollowDuration
+	if err == nil && !t.m.Acknowledged() {
+		keep = max(keep, d.cfg.Handoff.AckPatience()+d.cfg.Handoff.CutoverWaitTimeout)
+	}
+	time.AfterFunc(keep, func() {
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			for _, tm := range []handoff.Timer{handoff.TimerCutoverWait, handoff.TimerRestoreDeadline, handoff.TimerStoreRetry} {
+				d.stopTimer(timerKey{target: id, isTarget: true, timer: tm})
+			}
+			delete(d.targets, id)
+		}})
+	})
+}

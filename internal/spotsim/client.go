@@ -1,0 +1,552 @@
+package spotsim
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Client is an application on one node that calls Instance Spots by ID
+// (Manager.Request/Send with InstanceSpot()), one call after the other: a
+// send's call returns once the message is handed to the transport, a
+// request's with its reply or a typed failure. Its calls run call.go on
+// its node's current lifecycle; when that lifecycle is gone the client
+// waits for the next one.
+type Client struct {
+	w    *World
+	id   int
+	node *Node
+	seq  int
+	plan []planned
+	next int
+	busy bool
+	// last is, per order key, the highest sequence number handled, and
+	// lastMsg its message.
+	last    map[orderKey]int
+	lastMsg map[orderKey]*Msg
+}
+
+type planned struct {
+	spot    *Spot
+	request bool
+	think   time.Duration
+}
+
+// orderKey: one client's calls to one Spot through one lifecycle of its
+// node (one connection): handled in its order (docs/PROTOCOL.md §7.5;
+// docs/FAULTS.md, "One caller's order to a Missing Spot").
+type orderKey struct {
+	client int
+	life   int
+	spot   int
+}
+
+// wake lets a waiting client go on (its node serves again).
+func (c *Client) wake() {
+	if !c.busy {
+		c.issue()
+	}
+}
+
+// issue starts the next planned call, if any.
+func (c *Client) issue() {
+	w := c.w
+	if c.busy || c.next >= len(c.plan) || w.over {
+		return
+	}
+	l := c.node.cur
+	if l == nil || !l.usable() {
+		return // woken when the node's next lifecycle serves
+	}
+	p := c.plan[c.next]
+	c.next++
+	c.busy = true
+	c.call(l, p.spot, p.request, false, func() {
+		c.busy = false
+		w.after(p.think, c.issue)
+	})
+}
+
+// Call is one call.go Do on lifecycle life.
+type Call struct {
+	c        *Client
+	life     *Life
+	m        *Msg
+	deadline time.Duration
+	// await is the lifecycle a request's reply is awaited from (its
+	// connection is watched), owner the owner whose liveness is checked.
+	await *Life
+	owner *messages.Owner
+	ended bool
+	// failedFirst: the call ended with a failure (or its caller went)
+	// before its message was handled: the caller moved on not knowing.
+	failedFirst bool
+	done        func()
+}
+
+func (c *Client) call(l *Life, s *Spot, request, probe bool, done func()) *Call {
+	w := c.w
+	c.seq++
+	w.nextOp++
+	m := &Msg{id: len(w.msgs) + 1, client: c, spot: s, seq: c.seq, request: request, op: "op" + strconv.Itoa(w.nextOp),
+		deadline: w.now + w.cfg.CallTimeout, key: orderKey{client: c.id, life: l.addr, spot: s.idx}, probe: probe}
+	w.msgs = append(w.msgs, m)
+	w.stats.Calls++
+	w.stats.Messages++
+	call := &Call{c: c, life: l, m: m, deadline: m.deadline, done: done}
+	m.call = call
+	l.calls = append(l.calls, call)
+	if w.tracing {
+		kind := "send"
+		if request {
+			kind = "request"
+		}
+		if probe {
+			kind = "probe request"
+		}
+		w.tracef("c%d %s m%d (seq %d) to %s via %s", c.id+1, kind, m.id, m.seq, s.id, l)
+	}
+	w.at(call.deadline, func() {
+		if !call.ended {
+			call.fail(failure{code: roamerr.CodeDeadlineExceeded, why: "no reply by the call's deadline"})
+		}
+	})
+	call.start()
+	return call
+}
+
+// end ends the call (its Do returns).
+func (call *Call) end(outcome string) {
+	if call.ended {
+		return
+	}
+	call.ended = true
+	l := call.life
+	if i := slices.Index(l.calls, call); i >= 0 {
+		l.calls = slices.Delete(l.calls, i, i+1)
+	}
+	w := call.c.w
+	if w.tracing {
+		w.tracef("c%d m%d returns: %s", call.c.id+1, call.m.id, outcome)
+	}
+	if call.m.probe {
+		w.probeEnded(call.m, outcome)
+	}
+	if call.done != nil {
+		call.done()
+	}
+}
+
+// fail ends the call with a failure its caller sees (not the system's
+// answer: a timeout, a lost connection, an owner that left).
+func (call *Call) fail(f failure) {
+	if call.ended {
+		return
+	}
+	m := call.m
+	if !m.accepted {
+		call.c.w.stats.Unaccepted++
+	}
+	call.failedFirst = len(m.handled) == 0
+	call.end("failed " + f.code + ": " + f.why)
+}
+
+// abandon: the caller's process is gone.
+func (call *Call) abandon(why string) {
+	if call.ended {
+		return
+	}
+	call.ended = true
+	call.failedFirst = len(call.m.handled) == 0
+	if !call.m.accepted {
+		call.c.w.stats.Unaccepted++
+	}
+	if call.m.probe {
+		call.c.w.probeEnded(call.m, "abandoned: "+why)
+	}
+}
+
+// replied: a request's reply, or a send's dispatch notice, came back.
+func (call *Call) replied(m *Msg) {
+	if call.ended || m != call.m || !(m.request || m.notice) {
+		return
+	}
+	if m.notice {
+		call.end("dispatched")
+		return
+	}
+	call.end("reply")
+}
+
+func (call *Call) failedBy(m *Msg, f failure) {
+	if call.ended || m != call.m {
+		return
+	}
+	switch f.code {
+	case roamerr.CodeStale, roamerr.CodeUnavailable, roamerr.CodeTypeMismatch:
+		call.life.dropRoute(m.spot)
+	}
+	call.failedFirst = len(m.handled) == 0
+	call.end("failed " + f.code + ": " + f.why)
+}
+
+// sent ends a one-way send's call at outbound admission: the caller is
+// told it is sent.
+func (call *Call) sent() {
+	call.m.accepted = true
+	call.end("sent")
+}
+
+// start is call.go's do: the route cache, else the store's authority;
+// then a direct delivery to a Ready owner, or a SpotActivation (a Missing
+// Spot to the rendezvous target, an ended owner's or abandoned one to a
+// live node of its Mesh, a Creating or Closing one to its owner).
+func (call *Call) start() {
+	w := call.c.w
+	l, s := call.life, call.m.spot
+	if r := l.routeFor(s); r != nil {
+		call.route(r.auth, "cache")
+		return
+	}
+	l.readAuthority(s, call.deadline, func(a authority, err error) {
+		if call.ended {
+			return
+		}
+		if err != nil {
+			w.checkClass("resolve "+s.id, err)
+			call.fail(failure{code: code(err), definite: true, why: "resolve: " + errString(err)})
+			return
+		}
+		l.putRoute(s, a)
+		call.route(a, "store")
+	})
+	_ = w
+}
+
+func (call *Call) route(a authority, via string) {
+	w := call.c.w
+	l, s := call.life, call.m.spot
+	rec := a.v.Record
+	switch {
+	case a.ready() && !a.ended:
+		call.deliver(a, via)
+	case !a.v.Present():
+		call.activate(false)
+	case a.ended || activation.Abandoned(rec, w.wall(w.now)):
+		// Reactivation on a live node of the stored Mesh (PROTOCOL.md §7.10).
+		call.activate(true)
+	default:
+		// Creating or Closing under a live owner: that owner decides.
+		to := a.address
+		if to == nil {
+			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "no address for the owner"})
+			return
+		}
+		call.sendActivation(to, rec.GetOwner())
+	}
+	_ = l
+	_ = s
+}
+
+// deliver sends to the owner's incarnation (route kind 1).
+func (call *Call) deliver(a authority, via string) {
+	w := call.c.w
+	l, m := call.life, call.m
+	rec := a.v.Record
+	pid := pidKey{spot: m.spot.id, gen: rec.GetObjectGeneration(), ownerGen: rec.GetAuthorityOwnerGeneration()}
+	if w.tracing {
+		w.tracef("c%d m%d → %s on %s (route from %s)", call.c.id+1, m.id, pid, a.address, via)
+	}
+	m.sentAt, m.target = w.now, a.address
+	l.send(a.address, &packet{kind: pApp, msg: m, pid: pid})
+	if !m.request {
+		call.sent()
+		return
+	}
+	call.awaitReply(a.address, rec.GetOwner())
+}
+
+// activate selects a cold activation's target (PROTOCOL.md §7.5 steps 4–7):
+// the live nodes' descriptors, in weighted rendezvous order of the Spot
+// ID (placement.go candidates); the first one gets the envelope.
+func (call *Call) activate(reactivation bool) {
+	w := call.c.w
+	l, s := call.life, call.m.spot
+	w.store.call(l, storeOp{kind: opListNodes, why: "select mesh"}, call.deadline, func(res storeRes) {
+		if call.ended {
+			return
+		}
+		if res.err != nil {
+			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "list nodes: " + errString(res.err)})
+			return
+		}
+		cands := candidates(res.nodes, s.id)
+		if len(cands) == 0 {
+			code := roamerr.CodeUnavailable
+			if !reactivation {
+				code = roamerr.CodeNotConfigured
+			}
+			call.fail(failure{code: code, definite: true, why: "no live node"})
+			return
+		}
+		target := cands[0]
+		if w.hooks.Target != nil {
+			if i := w.hooks.Target(w, call.c, s); i >= 0 && w.nodes[i].cur != nil {
+				target = w.nodes[i].cur
+			}
+		}
+		call.sendActivation(target, target.owner)
+	})
+}
+
+// sendActivation completes and sends a SpotActivation (route kind 2) with the
+// first message inside, to the lifecycle to (whose owner fence it names).
+func (call *Call) sendActivation(to *Life, owner *messages.Owner) {
+	w := call.c.w
+	l, m := call.life, call.m
+	env := &messages.SpotActivation{
+		OperationId: m.op, RouteKind: 2, SpotId: m.spot.id, StableType: m.spot.stableType,
+		TargetMesh: owner.GetMesh(), TargetNodeRid: owner.GetNodeRid(), TargetNodeGeneration: owner.GetNodeGeneration(),
+		DeadlineUnixNanos: w.wall(call.deadline).UnixNano(), SourceNodeRid: l.rid, SourceNodeGeneration: l.gen,
+		HasMetadata: true, First: &messages.Envelope{},
+	}
+	if w.tracing {
+		w.tracef("c%d m%d → command 39 %s to %s", call.c.id+1, m.id, m.op, to)
+	}
+	m.viaCmd39, m.sentAt, m.target = true, w.now, to
+	m.notice = !m.request
+	l.send(to, &packet{kind: pCmd39, msg: m, env: env})
+	call.awaitReply(to, owner)
+}
+
+// livenessEvery is how often a call waiting for its reply checks that the
+// owner it was sent to is still alive (call.go await).
+const livenessEvery = time.Second
+
+// awaitReply waits for the reply, a failure, the loss of the connection
+// to to, the owner's end (checked every livenessEvery) or the deadline.
+func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
+	w := call.c.w
+	call.await, call.owner = to, owner
+	if to.gone && to != call.life {
+		w.after(detectDelay, func() {
+			call.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + to.rid + " was lost; the call may or may not have run"})
+		})
+		return
+	}
+	var tick func()
+	tick = func() {
+		if call.ended {
+			return
+		}
+		call.life.ownerAlive(owner, call.deadline, func(alive bool, err error) {
+			if call.ended {
+				return
+			}
+			if err == nil && !alive {
+				call.life.dropRoute(call.m.spot)
+				call.fail(failure{code: roamerr.CodeUnavailable, why: "the owner left; the call may or may not have run"})
+				return
+			}
+			w.after(livenessEvery, tick)
+		})
+	}
+	w.after(livenessEvery, tick)
+}
+
+// candidates are the live nodes in weighted rendezvous order of spotID
+// (placement.go: every caller sends the cold activations of one ID to the
+// same first target). Every node hosts the type, weight 1.
+func candidates(nodes []*Life, spotID string) []*Life {
+	out := slices.Clone(nodes)
+	score := func(l *Life) float64 {
+		h := fnv.New64a()
+		h.Write([]byte(spotID))
+		h.Write([]byte{0})
+		h.Write([]byte(l.rid))
+		u := (float64(mix64(h.Sum64())>>11) + 0.5) / (1 << 53)
+		return 1 / -math.Log(u)
+	}
+	slices.SortStableFunc(out, func(a, b *Life) int { return cmp.Compare(score(b), score(a)) })
+	return out
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// ---- authority and the route cache (manager.go, cache.go) ----
+
+// authority is what a resolve found for a Spot ID.
+type authority struct {
+	v       location.Versioned
+	address *Life
+	ended   bool
+}
+
+func (a authority) ready() bool {
+	return a.v.Present() && a.v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
+}
+
+// readAuthority is Manager.readAuthority: the Instance key, then the User
+// key, then the owner's liveness.
+func (l *Life) readAuthority(s *Spot, deadline time.Duration, done func(authority, error)) {
+	w := l.w
+	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "authority " + s.id}, deadline, func(res storeRes) {
+		if res.err == nil {
+			l.withOwner(res.v, deadline, done)
+			return
+		}
+		if !isNotFound(res.err) {
+			done(authority{}, activation.StoreError("resolve "+s.id, res.err))
+			return
+		}
+		w.store.call(l, storeOp{kind: opRead, key: s.userKey(), why: "authority (user) " + s.id}, deadline, func(res storeRes) {
+			switch {
+			case res.err == nil:
+				l.withOwner(res.v, deadline, done)
+			case isNotFound(res.err):
+				done(authority{v: location.Versioned{Key: s.key()}}, nil)
+			default:
+				done(authority{}, activation.StoreError("resolve "+s.id, res.err))
+			}
+		})
+	})
+}
+
+func (l *Life) withOwner(v location.Versioned, deadline time.Duration, done func(authority, error)) {
+	w := l.w
+	o := v.Record.GetOwner()
+	if o.GetNodeRid() == l.rid {
+		done(authority{v: v, address: l, ended: !(o.GetNodeGeneration() == l.gen && !l.ended)}, nil)
+		return
+	}
+	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner of " + v.Key.ID}, deadline, func(res storeRes) {
+		switch {
+		case res.err == nil:
+			done(authority{v: v, address: w.lifeByAddr(res.addr), ended: !res.alive}, nil)
+		case isNotFound(res.err):
+			done(authority{v: v, ended: true}, nil)
+		default:
+			done(authority{}, activation.StoreError("read owner node", res.err))
+		}
+	})
+}
+
+// ownerAlive is Manager.ownerAddress's liveness (Driver.OwnerNode).
+func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
+	w := l.w
+	if o.GetNodeRid() == l.rid {
+		done(o.GetNodeGeneration() == l.gen && !l.ended, nil)
+		return
+	}
+	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner alive"}, deadline, func(res storeRes) {
+		switch {
+		case res.err == nil:
+			done(res.alive, nil)
+		case isNotFound(res.err):
+			// Taken for ended only a lease TTL after the first sight.
+			key := o.GetNodeRid() + "/" + o.GetLeaseId()
+			first, seen := l.goneSince[key]
+			if !seen {
+				first = w.now
+				l.goneSince[key] = first
+			}
+			if w.now-first < w.cfg.LeaseTTL {
+				done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, w.now-first)))
+				return
+			}
+			done(false, nil)
+		default:
+			done(false, activation.StoreError("read owner node", res.err))
+		}
+	})
+}
+
+// cachedRoute is a positive route (cache.go): a Ready authority with a
+// live owner, kept for at most RouteCacheMaxAge.
+type cachedRoute struct {
+	auth authority
+	at   time.Duration
+}
+
+func (l *Life) routeFor(s *Spot) *cachedRoute {
+	r := l.cache[s.idx]
+	if r == nil {
+		return nil
+	}
+	if l.w.now-r.at >= l.w.cfg.RouteCacheMaxAge {
+		l.cache[s.idx] = nil
+		return nil
+	}
+	return r
+}
+
+func (l *Life) putRoute(s *Spot, a authority) {
+	if !a.ready() || a.ended || a.address == nil {
+		return
+	}
+	l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.now}
+	if !l.sweep {
+		l.sweep = true
+		l.w.after(sweepEvery, l.sweepRoutes)
+	}
+}
+
+func (l *Life) dropRoute(s *Spot) { l.cache[s.idx] = nil }
+
+// sweepEvery is how often cached routes are checked against live nodes.
+const sweepEvery = time.Second
+
+// sweepRoutes drops the cached routes whose owner's descriptor is gone
+// (Manager.sweepRoutes); it runs while the cache holds routes.
+func (l *Life) sweepRoutes() {
+	w := l.w
+	if l.gone {
+		return
+	}
+	any := false
+	for i, r := range l.cache {
+		if r != nil && w.now-r.at >= w.cfg.RouteCacheMaxAge {
+			l.cache[i] = nil // aged out: never used again
+			r = nil
+		}
+		any = any || r != nil
+	}
+	if !any {
+		l.sweep = false
+		return
+	}
+	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.now+sweepEvery, func(res storeRes) {
+		if res.err == nil {
+			for i, r := range l.cache {
+				if r == nil {
+					continue
+				}
+				live := false
+				for _, o := range res.nodes {
+					if o.rid == r.auth.v.Record.GetOwner().GetNodeRid() {
+						live = true
+					}
+				}
+				if !live {
+					l.cache[i] = nil
+				}
+			}
+		}
+		w.after(sweepEvery, l.sweepRoutes)
+	})
+}

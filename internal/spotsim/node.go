@@ -1,0 +1,494 @@
+package spotsim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Node is one machine: a sequence of lifecycles (Life), one current. A
+// crash ends the process (every lifecycle on it); a lease that ends ends
+// the lifecycle; either way the node comes back as a new lifecycle after
+// a delay (the Extension's rejoin, or a restart), which runs the start-up
+// scan.
+type Node struct {
+	w        *World
+	idx      int
+	name     string
+	lives    []*Life
+	cur      *Life
+	storeCut bool // the node cannot reach the store
+	// capacity bounds the incarnations a lifecycle serves plus those it
+	// creates (0: unbounded; admitCapacity).
+	capacity int
+}
+
+// Life is one node lifecycle (cluster.Node + relocation.Driver +
+// spot.Manager): its owner identity and lease, its incarnations, its Spot
+// service (per-ID SpotActivation queues, the Spot ID locks, the creation
+// slots, shared watches, route cache) and the machines running on it.
+type Life struct {
+	w     *World
+	node  *Node
+	n     int
+	gen   uint64
+	rid   string
+	lease string
+	addr  int
+	owner *messages.Owner
+	acfg  activation.Config
+
+	claimed    bool
+	ended      bool // its lease ended (or it found out): nothing here may own any more
+	endedAt    time.Duration
+	gone       bool // its process (remote, memory) is gone
+	goneAt     time.Duration
+	validUntil time.Duration // the lease proof: the last good renewal's send time + TTL − margin
+
+	incs    []*Inc
+	pids    map[pidKey]*Inc
+	objects map[int]*Inc // the driver's registry, by Spot index
+
+	queues  [][]cmd39 // SpotActivations per Spot, in arrival order
+	working []bool
+	locks   []*lockState
+	pending int // creations in progress (admitCapacity)
+	cache   []*cachedRoute
+	sweep   bool
+	watches map[watchKey]*sharedWatch
+	// goneSince: when this lifecycle first saw another lifecycle's
+	// descriptor gone (Driver.OwnerNode's lease-end grace).
+	goneSince map[string]time.Duration
+
+	redeliver    [][]*Msg
+	redelivering []bool
+
+	runners []*Runner
+	calls   []*Call // calls of clients running on this lifecycle, not ended
+}
+
+type pidKey struct {
+	spot     string
+	gen      uint64
+	ownerGen uint64
+}
+
+type lockState struct {
+	held    bool
+	waiters []func()
+}
+
+func (l *Life) String() string { return l.rid }
+
+// valid: the lease is provably in force (cluster.Node.Valid; the mailbox
+// gate).
+func (l *Life) valid() bool {
+	return !l.gone && l.claimed && !l.ended && (l.w.now < l.validUntil || l.w.cfg.Sabotage == SabotageNoFence)
+}
+
+func (l *Life) fenced() bool {
+	return l.claimed && !l.ended && l.w.now >= l.validUntil && l.w.cfg.Sabotage != SabotageNoFence
+}
+
+// usable: its handle may be used (Driver.Usable).
+func (l *Life) usable() bool { return !l.gone && l.claimed && !l.ended }
+
+// start begins a new lifecycle of n: a lease claim (retried until it
+// lands), then renewals and the start-up scan.
+func (n *Node) start(first bool) {
+	w := n.w
+	k := len(n.lives) + 1
+	w.nextAddr++
+	l := &Life{w: w, node: n, n: k, gen: uint64(k), rid: fmt.Sprintf("%s.%d", n.name, k), addr: w.nextAddr,
+		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{}, goneSince: map[string]time.Duration{},
+		queues: make([][]cmd39, len(w.spots)), working: make([]bool, len(w.spots)), locks: make([]*lockState, len(w.spots)),
+		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
+	l.lease = "L-" + l.rid
+	l.owner = &messages.Owner{Mesh: "default", NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease}
+	l.acfg = w.cfg.Activation
+	l.acfg.Self = l.owner
+	for i := range l.locks {
+		l.locks[i] = &lockState{}
+	}
+	n.lives = append(n.lives, l)
+	n.cur = l
+	w.lives = append(w.lives, l)
+	if !first {
+		w.stats.Restarts++
+	}
+	w.tracef("%s starts (lifecycle %d of %s)", l, k, n.name)
+	l.claim()
+}
+
+func (l *Life) claim() {
+	w := l.w
+	if l.gone {
+		return
+	}
+	sent := w.now
+	w.store.call(l, storeOp{kind: opClaim, why: "claim"}, 0, func(res storeRes) {
+		if res.err != nil {
+			w.after(w.cfg.RetryEvery, l.claim)
+			return
+		}
+		l.claimed = true
+		l.validUntil = sent + w.cfg.LeaseTTL - w.cfg.LeaseMargin
+		w.tracef("%s serves (lease until %s)", l, ms(l.validUntil))
+		w.after(w.cfg.RenewEvery, l.renew)
+		l.recoverScan()
+		for _, c := range w.clients {
+			if c.node == l.node {
+				c.wake()
+			}
+		}
+	})
+}
+
+func (l *Life) renew() {
+	w := l.w
+	if l.gone || l.ended {
+		return
+	}
+	sent := w.now
+	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, w.now+w.cfg.RenewEvery, func(res storeRes) {
+		if l.ended {
+			return
+		}
+		switch {
+		case res.err == nil:
+			wasFenced := l.fenced()
+			l.validUntil = max(l.validUntil, sent+w.cfg.LeaseTTL-w.cfg.LeaseMargin)
+			if wasFenced && !l.fenced() {
+				w.tracef("%s lease renewed: unfenced", l)
+				l.wake()
+			}
+			w.after(w.cfg.RenewEvery, l.renew)
+		case isNotFound(res.err):
+			l.endLifecycle("the store ended its lease")
+		default:
+			w.after(w.cfg.RetryEvery, l.renew)
+		}
+	})
+}
+
+// wake schedules a turn for every incarnation with work (a lifted fence),
+// after checking that no two serve.
+func (l *Life) wake() {
+	for _, inc := range l.incs {
+		if inc.mode == mOpen {
+			l.w.checkServing(inc.spot, inc)
+			l.w.schedTurn(inc)
+		}
+	}
+}
+
+// endLifecycle: the owner lease ended (driver.onLeaseChanged(Ended)):
+// every serving incarnation is ended (what it holds and what arrives
+// later fails loudly); the machines still running finish on their own
+// (their writes now fail); the process goes after Linger and the node
+// rejoins as a new lifecycle.
+func (l *Life) endLifecycle(why string) {
+	w := l.w
+	if l.ended || l.gone {
+		return
+	}
+	l.ended = true
+	l.endedAt = w.now
+	w.stats.LeaseEnds++
+	w.tracef("%s lifecycle ended: %s", l, why)
+	for _, inc := range l.incs {
+		if inc.mode == mOpen {
+			w.endOwned(inc)
+		}
+	}
+	w.after(w.cfg.Linger, func() {
+		if !l.gone {
+			l.goDown(lossEnded, "its lifecycle ended")
+		}
+	})
+	if l.node.cur == l {
+		w.after(w.randDur(w.cfg.RestartMin, w.cfg.RestartMax), func() {
+			if l.node.cur == l {
+				l.node.start(false)
+			}
+		})
+	}
+}
+
+// crash stops n's process at once: every lifecycle on it is gone with
+// what it held; the store keeps the lease until the TTL runs out. The node
+// restarts as a new lifecycle after a delay.
+func (n *Node) crash() {
+	w := n.w
+	cur := n.cur
+	if cur == nil || cur.gone {
+		return
+	}
+	w.stats.Crashes++
+	for _, l := range n.lives {
+		if !l.gone {
+			l.goDown(lossCrash, "its node crashed")
+		}
+	}
+	n.cur = nil
+	w.after(w.randDur(w.cfg.RestartMin, w.cfg.RestartMax), func() {
+		if n.cur == nil {
+			n.start(false)
+		}
+	})
+}
+
+// goDown ends l's process: everything it held in memory is lost; its
+// machines stop; peers learn that its endpoint terminated.
+func (l *Life) goDown(kind lossKind, why string) {
+	w := l.w
+	w.tracef("%s DOWN: %s", l, why)
+	if !l.ended {
+		l.endedAt = w.now
+	}
+	l.gone = true
+	l.goneAt = w.now
+	for _, m := range w.msgs {
+		if m.at == l && m.open() {
+			w.lostMsg(m, kind, why)
+		}
+	}
+	for _, inc := range l.incs {
+		inc.mode = mClosed
+		inc.queue = nil
+	}
+	for _, r := range l.runners {
+		r.dead = true
+	}
+	for _, c := range l.calls {
+		c.abandon("its node is gone")
+	}
+	l.calls = nil
+	for _, o := range w.lives {
+		if o != l && !o.gone {
+			o := o
+			w.after(detectDelay, func() {
+				if !o.gone {
+					o.endpointGone(l)
+				}
+			})
+		}
+	}
+}
+
+// endpointLost: the connection to node peer ended (a cut): every call of
+// this lifecycle awaiting a reply over it ends Unavailable (call.go
+// watchEndpoint).
+func (l *Life) endpointLost(peer *Node) {
+	for _, c := range append([]*Call(nil), l.calls...) {
+		if c.await != nil && c.await.node == peer && c.await != l {
+			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + c.await.rid + " was lost; the call may or may not have run"})
+		}
+	}
+}
+
+// endpointGone: the lifecycle peer's process is gone.
+func (l *Life) endpointGone(peer *Life) {
+	for _, c := range append([]*Call(nil), l.calls...) {
+		if c.await == peer {
+			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + peer.rid + " was lost; the call may or may not have run"})
+		}
+	}
+}
+
+// ---- packets ----
+
+func (l *Life) send(to *Life, p *packet) {
+	p.from, p.to = l, to
+	l.w.net.send(p)
+}
+
+func (l *Life) receive(p *packet) {
+	w := l.w
+	switch p.kind {
+	case pCmd39:
+		m := p.msg
+		m.accepted = true // the activation envelope reached its target (an owner)
+		w.place(m, l)
+		if w.tracing {
+			w.tracef("%s ← command 39 %s for %s (m%d)", l, p.env.GetOperationId(), p.env.GetSpotId(), m.id)
+		}
+		l.enqueueActivation(p.env, m)
+	case pApp:
+		l.deliverApp(p.pid, p.msg)
+	case pReply:
+		if c := p.msg.call; c != nil && c.life == l {
+			c.replied(p.msg)
+		}
+	case pFailure:
+		if c := p.msg.call; c != nil && c.life == l {
+			c.failedBy(p.msg, p.fail)
+		}
+	}
+}
+
+// deliverApp posts an application message to the incarnation its PID
+// names; a PID with no actor is a dead letter: a request's caller gets a
+// dead-letter answer (ErrStale), a send is redelivered from the store.
+func (l *Life) deliverApp(pid pidKey, m *Msg) {
+	w := l.w
+	inc := l.pids[pid]
+	if inc == nil || inc.mode == mClosed {
+		w.stats.DeadLetters++
+		if m.request {
+			if w.tracing {
+				w.tracef("%s dead letter: m%d for %s (request: ErrStale)", l, m.id, pid)
+			}
+			w.answerFailure(l, m, failure{code: roamerr.CodeStale, definite: true, why: "dead letter"})
+			return
+		}
+		l.deadLettered(m, pid)
+		return
+	}
+	w.post(inc, m)
+}
+
+// answerFailure sends a DeliveryFailed for request m from l to its
+// caller, and records the loud failure.
+// A send with a dispatch notice gets its failure there too (relocation
+// ReplyRoute, noticeOf).
+func (w *World) answerFailure(l *Life, m *Msg, f failure) {
+	w.failLoud(m, l, f)
+	if (m.request || m.notice) && m.call != nil && !m.call.life.gone {
+		l.send(m.call.life, &packet{kind: pFailure, msg: m, fail: f})
+	}
+}
+
+// ---- dead letters (relocation/redeliver.go) ----
+
+// deadLettered is Driver.onDeadLettered: a one-way send to an incarnation
+// PID with no actor is re-resolved from the store (record and owner node,
+// whatever the record's state) and delivered to the PID it names, in
+// dead-letter order per Spot; one that dead-letters again waits with a
+// growing back-off; past the patience, or once the lifecycle ended, it
+// fails loudly.
+func (l *Life) deadLettered(m *Msg, pid pidKey) {
+	w := l.w
+	if w.tracing {
+		w.tracef("%s dead letter: m%d for %s (send: redelivered from the store)", l, m.id, pid)
+	}
+	m.accepted = true
+	m.notice = false // Proto.Actor's DeadLetterEvent carries no headers: the dispatch notice is gone
+	w.place(m, l)
+	if m.dlCount == 0 {
+		m.dlFirst = w.now
+	}
+	m.dlCount++
+	if l.ended || w.now-m.dlFirst > w.cfg.DeadLetterPatience {
+		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+		return
+	}
+	i := m.spot.idx
+	l.redeliver[i] = append(l.redeliver[i], m)
+	if l.redelivering[i] {
+		return
+	}
+	l.redelivering[i] = true
+	backoff := time.Duration(0)
+	if m.dlCount > 1 {
+		backoff = min(50*time.Millisecond<<min(m.dlCount-2, 5), time.Second)
+	}
+	w.after(backoff+w.randDur(time.Millisecond, 3*time.Millisecond), func() { l.redeliverWork(m.spot) })
+}
+
+func (l *Life) redeliverWork(s *Spot) {
+	w := l.w
+	if l.gone {
+		return
+	}
+	i := s.idx
+	batch := l.redeliver[i]
+	l.redeliver[i] = nil
+	l.redelivering[i] = false
+	if len(batch) == 0 {
+		return
+	}
+	start := w.now
+	wait := 50 * time.Millisecond
+	var try func()
+	try = func() {
+		l.resolve(s, start+w.cfg.RedeliveryWindow, func(pid pidKey, owner *Life, err error) {
+			switch {
+			case err == nil:
+				for _, m := range batch {
+					if w.tracing {
+						w.tracef("%s redelivers m%d → %s on %s", l, m.id, pid, owner)
+					}
+					l.send(owner, &packet{kind: pApp, msg: m, pid: pid})
+				}
+			case isNotFound(err) || w.now+wait >= start+w.cfg.RedeliveryWindow:
+				for _, m := range batch {
+					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_redelivery_failed: " + errString(err)})
+				}
+			default:
+				w.after(wait, try)
+				wait = min(2*wait, time.Second)
+			}
+		})
+	}
+	try()
+}
+
+// resolve is Driver.Resolve: the record (any state) and its owner node's
+// address.
+func (l *Life) resolve(s *Spot, deadline time.Duration, done func(pidKey, *Life, error)) {
+	w := l.w
+	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "resolve " + s.id}, deadline, func(res storeRes) {
+		if res.err != nil {
+			done(pidKey{}, nil, res.err)
+			return
+		}
+		rec := res.v.Record
+		pid := pidKey{spot: s.id, gen: rec.GetObjectGeneration(), ownerGen: rec.GetAuthorityOwnerGeneration()}
+		if rec.GetOwner().GetNodeRid() == l.rid {
+			done(pid, l, nil)
+			return
+		}
+		w.store.call(l, storeOp{kind: opReadNode, owner: rec.GetOwner(), why: "node of " + s.id}, deadline, func(res storeRes) {
+			if res.err != nil {
+				if isNotFound(res.err) {
+					res.err = location.ErrUnavailable // node gone: retried within the window
+				}
+				done(pidKey{}, nil, res.err)
+				return
+			}
+			done(pid, w.lifeByAddr(res.addr), nil)
+		})
+	})
+}
+
+func (w *World) lifeByRid(rid string) *Life {
+	for _, l := range w.lives {
+		if l.rid == rid {
+			return l
+		}
+	}
+	return nil
+}
+
+func (w *World) lifeByAddr(addr int) *Life {
+	for _, l := range w.lives {
+		if l.addr == addr {
+			return l
+		}
+	}
+	return nil
+}
+
+func (w *World) spotByID(id string) *Spot {
+	for _, s := range w.spots {
+		if s.id == id {
+			return s
+		}
+	}
+	return nil
+}

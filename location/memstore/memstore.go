@@ -1,0 +1,474 @@
+// Package memstore is the embedded Location Store: in one process,
+// linearizable (one mutex orders every operation), with owner leases on an
+// injectable clock. It obeys the same contract as consulstore and passes the
+// same suite (location/storetest).
+//
+// Leases end lazily: an expired lease is noticed, and what it holds deleted,
+// by the next operation on the store, as if a Consul session's TTL ran out.
+package memstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/location"
+)
+
+// Clock tells the time; tests inject a ManualClock.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// ManualClock is a Clock that moves only when told to.
+type ManualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewManualClock starts at a fixed instant.
+func NewManualClock() *ManualClock {
+	return &ManualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the clock's time.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock leases are measured on (default: the system clock).
+func WithClock(c Clock) Option { return func(s *Store) { s.clock = c } }
+
+type recordEntry struct {
+	rec     *location.Record
+	version location.StoreVersion
+	lease   location.LeaseID // held by a lease (Entry claims), "" otherwise
+}
+
+type nodeEntry struct {
+	node    *location.NodeDescriptor
+	version location.StoreVersion
+}
+
+type lease struct {
+	ttl     time.Duration
+	expires time.Time
+	records []location.AuthorityKey
+	nodes   []location.NodeKey
+}
+
+// Store is the embedded Location Store. The zero value is not usable; call New.
+type Store struct {
+	clock Clock
+
+	mu      sync.Mutex
+	index   location.StoreVersion
+	records map[location.AuthorityKey]*recordEntry
+	nodes   map[location.NodeKey]*nodeEntry
+	leases  map[location.LeaseID]*lease
+	changed chan struct{} // closed and replaced on every change, for Watch
+	closed  bool
+	roots   map[string][]byte // RootStore (roots.go)
+}
+
+var _ location.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		clock:   systemClock{},
+		records: make(map[location.AuthorityKey]*recordEntry),
+		nodes:   make(map[location.NodeKey]*nodeEntry),
+		leases:  make(map[location.LeaseID]*lease),
+		roots:   make(map[string][]byte),
+		changed: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// lock takes the store's mutex and ends expired leases first, so every
+// operation sees leases as of now.
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", location.ErrUnavailable, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: store closed", location.ErrUnavailable)
+	}
+	now := s.clock.Now()
+	for id, l := range s.leases {
+		if now.After(l.expires) {
+			s.endLeaseLocked(id)
+		}
+	}
+	return nil
+}
+
+func (s *Store) endLeaseLocked(id location.LeaseID) {
+	l := s.leases[id]
+	if l == nil {
+		return
+	}
+	delete(s.leases, id)
+	changed := false
+	for _, k := range l.records {
+		if e := s.records[k]; e != nil && e.lease == id {
+			delete(s.records, k)
+			changed = true
+		}
+	}
+	for _, k := range l.nodes {
+		if e := s.nodes[k]; e != nil && location.LeaseID(e.node.GetLeaseId()) == id {
+			delete(s.nodes, k)
+			changed = true
+		}
+	}
+	if changed {
+		s.bumpLocked()
+	}
+}
+
+// bumpLocked advances the store index and wakes watchers.
+func (s *Store) bumpLocked() location.StoreVersion {
+	s.index++
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return s.index
+}
+
+func (s *Store) versionedLocked(key location.AuthorityKey) location.Versioned {
+	e := s.records[key]
+	if e == nil {
+		return location.Versioned{Key: key}
+	}
+	return location.Versioned{Key: key, Record: proto.Clone(e.rec).(*location.Record), Version: e.version}
+}
+
+// Read implements location.Store.
+func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if err := key.Validate(); err != nil {
+		return location.Versioned{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return location.Versioned{}, err
+	}
+	defer s.mu.Unlock()
+	v := s.versionedLocked(key)
+	if !v.Present() {
+		return v, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+	}
+	return v, nil
+}
+
+// List implements location.Store. The cursor is the last ID returned; IDs
+// are ordered byte-wise.
+func (s *Store) List(ctx context.Context, kind location.Kind, page location.PageRequest) (location.Page, error) {
+	if err := (location.AuthorityKey{Kind: kind, ID: "x"}).Validate(); err != nil {
+		return location.Page{}, err
+	}
+	if err := page.Validate(); err != nil {
+		return location.Page{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return location.Page{}, err
+	}
+	defer s.mu.Unlock()
+	var ids []string
+	for k := range s.records {
+		if k.Kind == kind && k.ID > page.After {
+			ids = append(ids, k.ID)
+		}
+	}
+	sort.Strings(ids)
+	var out location.Page
+	bytes := 0
+	for i, id := range ids {
+		v := s.versionedLocked(location.Key(kind, id))
+		n := location.EncodedSize(v.Record)
+		if len(out.Items) == page.Size || bytes+n > location.MaxPageBytes {
+			out.Next = ids[i-1]
+			break
+		}
+		bytes += n
+		out.Items = append(out.Items, v)
+	}
+	return out, nil
+}
+
+// CompareAndSet implements location.Store.
+func (s *Store) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	return location.CompareAndSetByApply(ctx, s.Apply, key, expected, rec)
+}
+
+// Apply implements location.Store.
+func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	if err := location.ValidateOps(ops); err != nil {
+		return nil, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var failed []int
+	for i, op := range ops {
+		if op.Kind == location.OpCheckLease {
+			if !s.leaseHoldsLocked(op.Node, op.Lease) {
+				return nil, fmt.Errorf("%w: lease %s does not hold %s (op %d)", location.ErrLeaseEnded, op.Lease, op.Node, i)
+			}
+			continue
+		}
+		cur := location.StoreVersion(0)
+		if e := s.records[op.Key]; e != nil {
+			cur = e.version
+		}
+		want := op.Version // create: 0
+		if cur != want {
+			failed = append(failed, i)
+		}
+	}
+	if len(failed) > 0 {
+		c := &location.ConflictError{Op: "apply", FailedOps: failed}
+		for _, op := range ops {
+			if op.Kind != location.OpCheckLease {
+				c.Current = append(c.Current, s.versionedLocked(op.Key))
+			}
+		}
+		return nil, c
+	}
+	out := make([]location.StoreVersion, len(ops))
+	if !hasWrite(ops) {
+		for i, op := range ops {
+			out[i] = op.Version
+		}
+		return out, nil
+	}
+	v := s.bumpLocked()
+	for i, op := range ops {
+		switch op.Kind {
+		case location.OpCreate, location.OpUpdate:
+			s.records[op.Key] = &recordEntry{rec: proto.Clone(op.Record).(*location.Record), version: v}
+			out[i] = v
+		case location.OpDelete:
+			delete(s.records, op.Key)
+		case location.OpCheck:
+			out[i] = op.Version
+		}
+	}
+	return out, nil
+}
+
+// leaseHoldsLocked reports whether the live lease holds node's descriptor.
+func (s *Store) leaseHoldsLocked(node location.NodeKey, id location.LeaseID) bool {
+	e := s.nodes[node]
+	return s.leases[id] != nil && e != nil && location.LeaseID(e.node.GetLeaseId()) == id
+}
+
+func hasWrite(ops []location.Op) bool {
+	for _, op := range ops {
+		if op.Kind != location.OpCheck && op.Kind != location.OpCheckLease {
+			return true
+		}
+	}
+	return false
+}
+
+// Watch implements location.Store.
+func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) (location.Versioned, error) {
+	if err := key.Validate(); err != nil {
+		return location.Versioned{}, err
+	}
+	for {
+		if err := s.lock(ctx); err != nil {
+			return location.Versioned{}, err
+		}
+		v := s.versionedLocked(key)
+		changed := s.changed
+		s.mu.Unlock()
+		if v.Version != after {
+			return v, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
+		}
+	}
+}
+
+// ClaimNode implements location.Store.
+func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, ttl time.Duration) (location.Lease, error) {
+	if err := location.ValidateNode(node); err != nil {
+		return location.Lease{}, err
+	}
+	if err := location.ValidateTTL(ttl); err != nil {
+		return location.Lease{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return location.Lease{}, err
+	}
+	defer s.mu.Unlock()
+	nk := location.NodeKeyOf(node)
+	ek := location.Key(location.KindEntry, node.GetEntrySpotId())
+	if s.nodes[nk] != nil || s.records[ek] != nil {
+		c := &location.ConflictError{Op: "claim node", Current: []location.Versioned{s.versionedLocked(ek)}}
+		if s.nodes[nk] != nil {
+			c.FailedOps = append(c.FailedOps, 0)
+		}
+		if s.records[ek] != nil {
+			c.FailedOps = append(c.FailedOps, 1)
+		}
+		return location.Lease{}, c
+	}
+	if name := node.GetName(); name != "" {
+		for k, e := range s.nodes {
+			if k.Mesh == nk.Mesh && e.node.GetName() == name {
+				return location.Lease{}, fmt.Errorf("%w: %q: %w", location.ErrNodeNameTaken, name,
+					&location.ConflictError{Op: "claim node", FailedOps: []int{2}})
+			}
+		}
+	}
+	id := newLeaseID()
+	stored := proto.Clone(node).(*location.NodeDescriptor)
+	stored.LeaseId = string(id)
+	v := s.bumpLocked()
+	s.nodes[nk] = &nodeEntry{node: stored, version: v}
+	s.records[ek] = &recordEntry{rec: location.EntryClaim(stored, id), version: v, lease: id}
+	s.leases[id] = &lease{ttl: ttl, expires: s.clock.Now().Add(ttl), records: []location.AuthorityKey{ek}, nodes: []location.NodeKey{nk}}
+	return location.Lease{ID: id, TTL: ttl}, nil
+}
+
+// RenewLease implements location.Store.
+func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	l := s.leases[id]
+	if l == nil {
+		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
+	}
+	l.expires = s.clock.Now().Add(l.ttl)
+	return nil
+}
+
+// ReleaseNode implements location.Store.
+func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) error {
+	if err := location.ValidateNode(node); err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	nk := location.NodeKeyOf(node)
+	cur := s.nodes[nk]
+	if cur == nil {
+		return fmt.Errorf("%w: %s", location.ErrNotFound, nk)
+	}
+	if cur.node.GetLeaseId() != node.GetLeaseId() || cur.node.GetNodeGeneration() != node.GetNodeGeneration() {
+		return &location.ConflictError{Op: "release node (stale lifecycle)", FailedOps: []int{0}}
+	}
+	ek := location.Key(location.KindEntry, cur.node.GetEntrySpotId())
+	delete(s.nodes, nk)
+	if e := s.records[ek]; e != nil && e.lease == location.LeaseID(node.GetLeaseId()) {
+		delete(s.records, ek)
+	}
+	delete(s.leases, location.LeaseID(node.GetLeaseId()))
+	s.bumpLocked()
+	return nil
+}
+
+// ReadNode implements location.Store.
+func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.VersionedNode, error) {
+	if err := key.Validate(); err != nil {
+		return location.VersionedNode{}, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return location.VersionedNode{}, err
+	}
+	defer s.mu.Unlock()
+	e := s.nodes[key]
+	if e == nil {
+		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+	}
+	return location.VersionedNode{Node: proto.Clone(e.node).(*location.NodeDescriptor), Version: e.version}, nil
+}
+
+// ListNodes implements location.Store.
+func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.VersionedNode, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []location.VersionedNode
+	for k, e := range s.nodes {
+		if mesh == "" || k.Mesh == mesh {
+			out = append(out, location.VersionedNode{Node: proto.Clone(e.node).(*location.NodeDescriptor), Version: e.version})
+		}
+	}
+	location.SortNodes(out)
+	return out, nil
+}
+
+// LeaseAlive implements location.Store.
+func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	return s.leases[id] != nil, nil
+}
+
+// Close implements location.Store; later calls fail with ErrUnavailable.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.changed)
+	}
+	return nil
+}
+
+func newLeaseID() location.LeaseID {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return location.LeaseID(hex.EncodeToString(b[:]))
+}
+
+// LeaseExpiry reports when a lease will end if not renewed (for tests and
+// diagnostics).
+func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.leases[id]
+	if l == nil {
+		return time.Time{}, false
+	}
+	return l.expires, true
+}

@@ -1,0 +1,49 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/roamactors/roam/location"
+)
+
+// BenchmarkCAS measures one compare-and-set on one key, the version carried
+// from the previous write (no read in the loop).
+func BenchmarkCAS(b *testing.B, s location.Store) {
+	ctx := context.Background()
+	key := location.Key(location.KindInstanceSpot, "bench-cas")
+	v, err := s.CompareAndSet(ctx, key, 0, rec("bench", 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rec("bench", 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.ObjectGeneration = uint64(i + 2)
+		if v, err = s.CompareAndSet(ctx, key, v, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkApply2 measures one atomic transaction updating two keys, the
+// shape of a SpotWide relocation or an Actor Join commit.
+func BenchmarkApply2(b *testing.B, s location.Store) {
+	ctx := context.Background()
+	k1 := location.Key(location.KindUserSpot, "bench-apply-spot")
+	k2 := location.Key(location.KindActor, "bench-apply-actor")
+	vs, err := s.Apply(ctx, []location.Op{location.CreateOp(k1, rec("bench", 1)), location.CreateOp(k2, rec("bench", 1))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r1, r2 := rec("bench", 1), rec("bench", 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r1.ObjectGeneration, r2.ObjectGeneration = uint64(i+2), uint64(i+2)
+		if vs, err = s.Apply(ctx, []location.Op{location.UpdateOp(k1, vs[0], r1), location.UpdateOp(k2, vs[1], r2)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

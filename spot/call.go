@@ -1,0 +1,400 @@
+package spot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Call is a direct call by Spot ID (docs/PROTOCOL.md §7.4): built fluently and
+// submitted once with Do. By default it only reaches an existing Ready Spot
+// (NotFound otherwise, and no creation intent is written); InstanceSpot
+// allows cold activation of a Missing Instance Spot (PROTOCOL.md §7.5).
+type Call struct {
+	builder
+	m            *Manager
+	spotID       string
+	msg          proto.Message
+	request      bool
+	instance     bool
+	instanceType string
+}
+
+// Request starts a request to the Spot spotID; Do returns its reply.
+func (m *Manager) Request(spotID string, msg proto.Message) *Call {
+	return &Call{m: m, spotID: spotID, msg: msg, request: true}
+}
+
+// Send starts a one-way send to the Spot spotID; Do returns once the
+// message is handed to the transport (outbound admission, PROTOCOL.md §4.2). A
+// send that goes with a cold activation (the Spot is Missing, Creating, or
+// its owner ended) returns once the new incarnation dispatches it, or with
+// the activation's typed failure: the caller's next call cannot overtake
+// it.
+func (m *Manager) Send(spotID string, msg proto.Message) *Call {
+	return &Call{m: m, spotID: spotID, msg: msg}
+}
+
+// InstanceSpot states Instance intent: a Missing Spot is cold-activated as
+// an Instance Spot of stableType, or of the Mesh's only Instance type when
+// none is given (PROTOCOL.md §7.5). At most one stable type.
+func (c *Call) InstanceSpot(stableType ...string) *Call {
+	if c.once("InstanceSpot") {
+		c.instance = true
+		switch len(stableType) {
+		case 0:
+		case 1:
+			c.instanceType = stableType[0]
+		default:
+			c.err = fmt.Errorf("%w: InstanceSpot takes at most one stable type", roamerr.ErrInvalidOperation)
+		}
+	}
+	return c
+}
+
+// InMesh names the Mesh a Missing Instance Spot is first placed on; it
+// does not move or restrict an existing Spot (PROTOCOL.md §7.4).
+func (c *Call) InMesh(mesh string) *Call {
+	c.inMesh(mesh)
+	return c
+}
+
+// Timeout sets the one deadline over resolve, activation, dispatch and
+// reply. Default Config.DefaultTimeout.
+func (c *Call) Timeout(d time.Duration) *Call {
+	c.withTimeout(d)
+	return c
+}
+
+func (c *Call) validate() error {
+	if err := c.submit("call"); err != nil {
+		return err
+	}
+	if err := c.m.d.Usable(); err != nil {
+		return err
+	}
+	if err := ValidateID(c.spotID); err != nil {
+		return err
+	}
+	if c.msg == nil {
+		return fmt.Errorf("%w: no message", roamerr.ErrInvalidOperation)
+	}
+	if n := proto.Size(c.msg); n > meshnode.MaxMessageBytes {
+		// Over the peers' frame limit it could never be delivered.
+		return fmt.Errorf("%w: the message is %d bytes, more than the %d a node accepts", roamerr.ErrCapacityExceeded, n, meshnode.MaxMessageBytes)
+	}
+	if c.mesh != "" && !c.instance {
+		return fmt.Errorf("%w: InMesh needs Instance intent", roamerr.ErrInvalidOperation)
+	}
+	if c.instanceType != "" {
+		return ValidateStableType(c.instanceType)
+	}
+	return nil
+}
+
+// Do submits the call. A request returns the handler's reply; a send
+// returns nil once the message is handed to the transport (or, with a
+// cold activation, dispatched). A call is never
+// resubmitted to another owner after it reached a target: a stale route is
+// ErrStale, a lost reply ErrDeadlineExceeded (PROTOCOL.md §7.4).
+func (c *Call) Do(ctx context.Context) (proto.Message, error) {
+	route := "none"
+	reply, err := c.do(ctx, &route)
+	c.m.met.call(route, c.instance, err)
+	return reply, err
+}
+
+func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
+	defer cancel()
+	m := c.m
+	a, cached, sent, err := m.takeRoute(ctx, c.spotID)
+	defer sent() // whatever happens before the send
+	if err != nil {
+		return nil, err
+	}
+	*route = "cache"
+	if !cached {
+		*route = "store"
+	}
+	op := uuid.NewString()
+	switch {
+	case a.ready() && !a.ended:
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op, sent)
+	case a.missing():
+		if !c.instance {
+			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
+		}
+		return c.activate(ctx, op, c.mesh, c.instanceType, false)
+	case a.ended || activation.Abandoned(a.v.Record, time.Now()):
+		// An Instance Spot whose owner ended (or whose activation was
+		// abandoned) is reactivated on a live node of its stored Mesh with
+		// its stored type (PROTOCOL.md §7.10); a User Spot is not.
+		if !c.instance {
+			return nil, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, c.spotID)
+		}
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		return c.activate(ctx, op, a.v.Record.GetOwner().GetMesh(), a.v.Record.GetStableType(), true)
+	default: // Creating or Closing with a live owner
+		if !c.instance {
+			return nil, fmt.Errorf("%w: Spot %q has no Ready authority (%s)", roamerr.ErrNotFound, c.spotID, a.v.Record.GetState())
+		}
+		if err := c.checkExisting(a); err != nil {
+			return nil, err
+		}
+		// The owner finishing the activation (or close) decides; it waits
+		// for the outcome and delivers the first message exactly once.
+		return c.sendActivation(ctx, op, a.address, a.v.Record.GetOwner(), &messages.SpotActivation{
+			TargetMesh: a.v.Record.GetOwner().GetMesh(), TargetNodeRid: a.v.Record.GetOwner().GetNodeRid(),
+			TargetNodeGeneration: a.v.Record.GetOwner().GetNodeGeneration(), StableType: a.v.Record.GetStableType(),
+		})
+	}
+}
+
+// takeRoute resolves the Spot id for a call about to send to it: from the
+// route cache, counted as a use of the route, or from the store. sent must
+// be called once the call has sent (or given up): a hinted route's barrier
+// waits for every use (routeCache.use). A route being drained after a move
+// is waited for, then the new owner is read (PROTOCOL.md §7.8: everything this
+// node sent on the old route is handled first). Every call by Spot ID
+// takes its route here, grain calls too (grainPID).
+func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached bool, sent func(), err error) {
+	for {
+		a, cached, drained, sent := m.cache.use(id)
+		if cached {
+			return a, true, sent, nil
+		}
+		if drained == nil {
+			break
+		}
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return authority{}, false, sent, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, id, ctx.Err())
+		}
+	}
+	old, aged := m.cache.takeExpired(id)
+	if a, err = m.readAuthority(ctx, id); err != nil {
+		return authority{}, false, func() {}, err
+	}
+	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
+		// The Spot moved while the route aged out, with no hint yet:
+		// drain the old route before the new one is used.
+		m.drainRoute(ctx, old)
+	}
+	m.cache.put(id, a)
+	return a, false, func() {}, nil
+}
+
+// checkExisting: Instance intent to a User Spot, or naming another stable
+// type than the stored one, is a TypeMismatch (PROTOCOL.md §7.5 step 2).
+func (c *Call) checkExisting(a authority) error {
+	if !c.instance {
+		return nil
+	}
+	r := a.v.Record
+	if a.v.Key.Kind != location.KindInstanceSpot {
+		return fmt.Errorf("%w: Spot %q is a %s, not an Instance Spot", roamerr.ErrTypeMismatch, c.spotID, r.GetSpotKind())
+	}
+	if c.instanceType != "" && c.instanceType != r.GetStableType() {
+		return fmt.Errorf("%w: Spot %q has stable type %q, the call names %q", roamerr.ErrTypeMismatch, c.spotID, r.GetStableType(), c.instanceType)
+	}
+	return nil
+}
+
+// headers stamps the operation identity and the calling node, and a
+// request's deadline: a request still queued when its caller has given up
+// is answered DeadlineExceeded instead of run, also after a move
+// (PROTOCOL.md §4.3, §5.5: the deadline is frozen into saved work).
+func (c *Call) headers(ctx context.Context, op string) map[string]string {
+	h := map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
+	if dl, ok := ctx.Deadline(); ok && c.request {
+		h[relocation.HeaderDeadline] = strconv.FormatInt(dl.UnixMilli(), 10)
+	}
+	return h
+}
+
+// deliver sends to the owner's incarnation (route kind 1). A dead letter
+// means the route is stale: the operation ends with ErrStale and the route
+// is dropped, never retried elsewhere (PROTOCOL.md §7.4).
+// sent is called right after the send (a cached route's barrier waits for
+// it).
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, sent func()) (proto.Message, error) {
+	m := c.m
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
+	if !c.request {
+		m.sys.Root.Send(pid, env)
+		sent()
+		return nil, nil
+	}
+	return c.await(ctx, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
+}
+
+// await sends env with a future as its sender — or, for a send's dispatch
+// notice, named in its HeaderDispatchNotice — and waits for the reply
+// within ctx.
+func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, notice bool, send func(*actor.MessageEnvelope)) (proto.Message, error) {
+	m := c.m
+	dl, _ := ctx.Deadline()
+	f := actor.NewFuture(m.sys, time.Until(dl))
+	if notice {
+		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(f.PID()))
+	} else {
+		env.Sender = f.PID()
+	}
+	lost, unwatch := m.watchEndpoint(address)
+	defer unwatch()
+	send(env)
+	type result struct {
+		reply any
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() { r, err := f.Result(); done <- result{r, err} }()
+	var reply any
+	var err error
+	// While the reply is awaited, the owner's lifecycle is checked now and
+	// then: the transport drops what was in flight to a node that left, so
+	// its end in the store ends the call at once rather than at its
+	// deadline.
+	tick := time.NewTicker(livenessEvery)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case r := <-done:
+			reply, err = r.reply, r.err
+			break wait
+		case <-tick.C:
+			if _, alive, lerr := m.ownerAddress(ctx, owner); lerr == nil && !alive {
+				m.cache.drop(c.spotID)
+				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
+			}
+			continue
+		case <-ctx.Done():
+			// The caller gave up (or cancelled) before the future's own
+			// timeout: the call ends now, its outcome unknown.
+			return nil, fmt.Errorf("%w: the call to Spot %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
+		case <-lost:
+			// Proto.Actor drops what was in flight on a lost connection
+			// (PROTOCOL.md §4.1); the call may or may not have run, and is
+			// not resent (PROTOCOL.md §7.4). It ends now instead of at its
+			// deadline.
+			m.cache.drop(c.spotID)
+			return nil, fmt.Errorf("%w: the connection to %s was lost; the call to Spot %q may or may not have run", roamerr.ErrUnavailable, address, c.spotID)
+		}
+	}
+	switch {
+	case errors.Is(err, actor.ErrDeadLetter):
+		m.cache.drop(c.spotID)
+		return nil, fmt.Errorf("%w: the route to Spot %q is stale", roamerr.ErrStale, c.spotID)
+	case errors.Is(err, actor.ErrTimeout) && notice:
+		return nil, fmt.Errorf("%w: the send to Spot %q was not confirmed dispatched by its deadline; it may or may not run", roamerr.ErrDeadlineExceeded, c.spotID)
+	case errors.Is(err, actor.ErrTimeout):
+		return nil, fmt.Errorf("%w: no reply from Spot %q", roamerr.ErrDeadlineExceeded, c.spotID)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
+	}
+	if derr := relocation.DeliveryError(reply); derr != nil {
+		if errors.Is(derr, roamerr.ErrStale) || errors.Is(derr, roamerr.ErrUnavailable) || errors.Is(derr, roamerr.ErrTypeMismatch) {
+			m.cache.drop(c.spotID)
+		}
+		return nil, derr
+	}
+	if notice {
+		return nil, nil // dispatched
+	}
+	pm, ok := reply.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%w: reply %T is not a protobuf message", roamerr.ErrTypeMismatch, reply)
+	}
+	return pm, nil
+}
+
+// livenessEvery is how often a call waiting for its reply checks that the
+// owner it was sent to is still alive.
+const livenessEvery = time.Second
+
+// activate selects the target of a cold activation (PROTOCOL.md §7.5
+// steps 4–7) and sends it the activation envelope. The source writes nothing to
+// the store: only the target reserves.
+func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
+	m := c.m
+	mesh, nodes, err := m.selectMesh(ctx, mesh)
+	if err != nil {
+		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
+			// The Spot's stored Mesh has no live node right now (every
+			// lease ended, say, after a store outage; the nodes rejoin):
+			// transient, unlike a Mesh a caller named that nobody serves.
+			return nil, fmt.Errorf("%w: no live node of mesh %q to reactivate Spot %q (%v)", roamerr.ErrUnavailable, mesh, c.spotID, err)
+		}
+		return nil, err
+	}
+	if stableType, err = instanceType(nodes, stableType); err != nil {
+		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
+			return nil, fmt.Errorf("%w: no live node hosts %q to reactivate Spot %q", roamerr.ErrUnavailable, stableType, c.spotID)
+		}
+		return nil, err
+	}
+	cands := candidates(nodes, stableType, true, c.spotID)
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
+	}
+	target := cands[0].Node
+	owner := &messages.Owner{Mesh: target.GetMesh(), NodeRid: target.GetNodeRid(), NodeGeneration: target.GetNodeGeneration(), LeaseId: target.GetLeaseId()}
+	return c.sendActivation(ctx, op, target.GetAddress(), owner, &messages.SpotActivation{
+		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
+		DescriptorVersion: uint64(cands[0].Version), StableType: stableType,
+	})
+}
+
+// sendActivation completes and sends a SpotActivation (route kind 2) with the
+// first message inside.
+func (c *Call) sendActivation(ctx context.Context, op, address string, owner *messages.Owner, act *messages.SpotActivation) (proto.Message, error) {
+	m := c.m
+	dl, _ := ctx.Deadline()
+	act.OperationId = op
+	act.RouteKind = 2
+	act.SpotId = c.spotID
+	act.DeadlineUnixNanos = dl.UnixNano()
+	act.SourceNodeRid = m.desc.GetNodeRid()
+	act.SourceNodeGeneration = m.desc.GetNodeGeneration()
+	act.HasMetadata = true
+	send := func(env *actor.MessageEnvelope) {
+		first, err := relocation.ToWire(c.spotID, env)
+		if err != nil {
+			relocation.RespondFailure(m.sys, env.Sender, c.spotID, err)
+			return
+		}
+		act.First = first
+		m.sys.Root.RequestWithCustomSender(servicePID(address), act, m.self)
+	}
+	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
+	if !c.request {
+		if _, err := relocation.ToWire(c.spotID, env); err != nil {
+			return nil, err
+		}
+	}
+	return c.await(ctx, address, owner, env, !c.request, send)
+}

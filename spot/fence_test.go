@@ -1,0 +1,223 @@
+package spot_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// A node cut off from the store (its process alive, its peers reachable)
+// stops serving before its lease can end, so when another node reactivates
+// its Instance Spot the two incarnations never both handle messages: in the
+// one global order of handled messages, everything the cut-off incarnation
+// handled comes before anything the new one handled, and no message is
+// handled twice. After the cut heals the old node learns its lease ended,
+// never handles anything again, and its handle answers Unavailable.
+// Reference: docs/PROTOCOL.md §3.4 (ended owners), §7.10 (reactivation),
+// and PROTOCOL.md §10 (one owner at a time).
+func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		f, err := faulty.New(store, faulty.Config{})
+		require.NoError(t, err)
+		a := w.start(withStore(f))
+		b := w.start()
+		ctx := context.Background()
+		id := "fenced-cart"
+		_, err = a.SpawnInstanceSpot(ctx, "cart", id)
+		require.NoError(t, err)
+		_, err = b.Spots().Request(id, wrapperspb.String("before")).InstanceSpot().Do(ctx)
+		require.NoError(t, err)
+
+		oldSpots, oldNode := a.Spots(), a.Node()
+		// The instant the store is first seen to have ended a's lease: from
+		// then on another node may own a's objects, so a must have handled
+		// nothing after it.
+		leaseEnded := make(chan time.Time, 1)
+		go func() {
+			for {
+				alive, err := store.LeaseAlive(ctx, oldNode.Lease().ID)
+				if err == nil && !alive {
+					leaseEnded <- time.Now()
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		f.Partition(true)
+		var (
+			mu      sync.Mutex
+			untyped []error
+			served  = map[string]bool{}
+		)
+		call := func(from *extension.Extension, v string) error {
+			_, err := from.Spots().Request(id, wrapperspb.String(v)).InstanceSpot().Timeout(time.Second).Do(ctx)
+			if err != nil && !typed(err) {
+				mu.Lock()
+				untyped = append(untyped, err)
+				mu.Unlock()
+			}
+			if err == nil {
+				mu.Lock()
+				served[v] = true
+				mu.Unlock()
+			}
+			return err
+		}
+		// Calls through b go on until the Spot is served again, by b: the
+		// store ends a's lease, and the next Instance-intent call
+		// reactivates the Spot on the live node.
+		servedByB := func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.trace) > 0 && strings.HasPrefix(w.trace[len(w.trace)-1].incarnation, b.Node().Address())
+		}
+		deadline := time.Now().Add(testwait.Patience(t))
+		for i := 0; !servedByB(); i++ {
+			if call(b, fmt.Sprintf("during-%d", i)) != nil {
+				time.Sleep(10 * time.Millisecond) // the client's retry pace
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the Spot was never served again")
+			}
+		}
+		// A caller that still holds a route to the old incarnation (a
+		// stale cache, a message in flight) reaches the cut-off node: it
+		// must not handle it, and once the node learns its lease ended the
+		// caller gets a typed failure.
+		w.mu.Lock()
+		old := w.trace[0].incarnation
+		w.mu.Unlock()
+		slash := strings.Index(old, "/")
+		stale := b.System().Root.RequestFuture(actor.NewPID(old[:slash], old[slash+1:]), wrapperspb.String("stale-route"), time.Minute)
+		f.Partition(false)
+		res, err := stale.Result()
+		require.NoError(t, err)
+		require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable, "the old incarnation answered %v", res)
+		select {
+		case <-oldNode.LeaseLost():
+		case <-time.After(testwait.Patience(t)):
+			t.Fatal("the cut-off node never learned its lease ended")
+		}
+		for i := 0; i < 20; i++ {
+			require.NoError(t, call(b, fmt.Sprintf("after-%d", i)))
+		}
+		_, err = oldSpots.Request(id, wrapperspb.String("through-the-old-handle")).Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "the Spot manager of a lifecycle whose lease ended answers Unavailable")
+
+		w.mu.Lock()
+		trace := append([]handling(nil), w.trace...)
+		w.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		require.Empty(t, untyped)
+		seen := map[string]bool{}
+		var incarnations []string
+		for _, h := range trace {
+			require.False(t, seen[h.value], "%s handled twice", h.value)
+			seen[h.value] = true
+			if len(incarnations) == 0 || incarnations[len(incarnations)-1] != h.incarnation {
+				require.NotContains(t, incarnations, h.incarnation, "incarnation %s handled again after another one did: two owners overlapped (trace %v)", h.incarnation, trace)
+				incarnations = append(incarnations, h.incarnation)
+			}
+		}
+		require.Len(t, incarnations, 2, "the cut-off incarnation, then the reactivated one")
+		ended := <-leaseEnded
+		for _, h := range trace {
+			if h.incarnation == incarnations[0] {
+				require.True(t, h.at.Before(ended), "the cut-off node handled %s %s after the store ended its lease", h.value, h.at.Sub(ended))
+			}
+		}
+		for v := range served {
+			require.True(t, seen[v], "%s answered but never handled", v)
+		}
+	})
+}
+
+// A node whose lease ended while it was cut off from the store serves
+// again by itself once the store is back: a new lifecycle (new node RID
+// and generation, its own descriptor and Entry Spot) that takes new work,
+// while its former objects were recovered elsewhere.
+// Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §7.10.
+func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		f, err := faulty.New(store, faulty.Config{})
+		require.NoError(t, err)
+		rejoined := make(chan struct{}, 1)
+		a := w.start(withStore(f), func(c *extension.Config) {
+			c.OnRejoin = func(*extension.Extension) { rejoined <- struct{}{} }
+		})
+		b := w.start()
+		ctx := context.Background()
+		old := a.Node().Descriptor()
+		_, err = a.SpawnInstanceSpot(ctx, "cart", "wanderer")
+		require.NoError(t, err)
+
+		f.Partition(true)
+		waitUntil(t, "the store ends the cut-off node's lease", func() bool {
+			alive, err := store.LeaseAlive(ctx, location.LeaseID(old.GetLeaseId()))
+			return err == nil && !alive
+		})
+		// The live node takes the ended owner's Spot over only once it has
+		// seen the owner's descriptor gone for a lease TTL (the store may
+		// end a lease early); until then calls answer Unavailable.
+		_, err = b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+		require.ErrorIs(t, err, roamerr.ErrUnavailable, "taken over as soon as the descriptor was seen gone")
+		waitUntil(t, "the Spot is reactivated on the live node", func() bool {
+			_, err := b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+			return err == nil
+		})
+		f.Partition(false)
+		select {
+		case <-rejoined:
+		case <-time.After(testwait.Patience(t)):
+			t.Fatal("the node never rejoined")
+		}
+		now := a.Node().Descriptor()
+		require.NotEqual(t, old.GetNodeRid(), now.GetNodeRid())
+		require.NotEqual(t, old.GetEntrySpotId(), now.GetEntrySpotId())
+		require.True(t, a.Node().Valid())
+		got, err := store.ReadNode(ctx, location.NodeKeyOf(now))
+		require.NoError(t, err)
+		require.Equal(t, now.GetNodeGeneration(), got.Node.GetNodeGeneration())
+
+		// The new lifecycle takes work: a Spot spawned there answers calls
+		// from the other node, and calls through its handle work again.
+		_, err = a.SpawnInstanceSpot(ctx, "cart", "newcomer")
+		require.NoError(t, err)
+		_, err = b.Spots().Request("newcomer", wrapperspb.String("hello")).Do(ctx)
+		require.NoError(t, err)
+		_, err = a.Spots().Request("wanderer", wrapperspb.String("from the new lifecycle")).Do(ctx)
+		require.NoError(t, err)
+		v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "wanderer"))
+		require.NoError(t, err)
+		require.Equal(t, b.NodeRid(), v.Record.GetOwner().GetNodeRid(), "the recovered Spot stays where it was reactivated")
+	})
+}
+
+// waitUntil polls cond until it holds, bounded by the test's deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never happened", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

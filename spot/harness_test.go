@@ -1,0 +1,293 @@
+package spot_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/spot"
+)
+
+// consul is one real Consul server (built by tools/consul) for the
+// package's tests; docs/PROTOCOL.md §3.6 says how the store uses it.
+var consul *consultest.Server
+
+func TestMain(m *testing.M) {
+	consultest.Main(m, func(s *consultest.Server) { consul = s })
+}
+
+var prefixes atomic.Int64
+
+// stores are the two Location Stores every Spot contract test runs on.
+var stores = []struct {
+	name string
+	new  func(t testing.TB) location.Store
+}{
+	{"memstore", func(testing.TB) location.Store { return memstore.New() }},
+	{"consul", func(t testing.TB) location.Store {
+		s, err := consulstore.New(consulstore.Config{Address: consul.Addr, Prefix: fmt.Sprintf("roam-spot-test/%d", prefixes.Add(1))})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+// onBothStores runs body once per store.
+func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) { body(t, s.new(t)) })
+	}
+}
+
+func testLogger() *zerolog.Logger { return testlog.Logger() }
+
+// world is a set of nodes on one store, with what their Spots did.
+type world struct {
+	t     testing.TB
+	store location.Store
+	nodes []*extension.Extension
+
+	factories sync.Map // stable type → *atomic.Int64 (producer runs)
+	mu        sync.Mutex
+	handled   map[string][]string  // Spot ID → message values, in handling order
+	firstOps  map[string]string    // incarnation PID id → operation of its first handled message
+	firstBad  []string             // first messages that were not the winning activation's
+	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
+	trace     []handling           // every cart message handled, in one global order
+	fences    []string             // the nodes' lease status changes, for diagnosis
+}
+
+// handling is one handled cart message: which incarnation (node address
+// and PID id) handled which value.
+type handling struct {
+	incarnation string
+	value       string
+	at          time.Time
+}
+
+func newWorld(t testing.TB, store location.Store) *world {
+	return &world{t: t, store: store, handled: map[string][]string{}, firstOps: map[string]string{}, headers: map[string][2]string{}}
+}
+
+func (w *world) count(stableType string) *atomic.Int64 {
+	c, _ := w.factories.LoadOrStore(stableType, &atomic.Int64{})
+	return c.(*atomic.Int64)
+}
+
+// nodeOpt adjusts one node's configuration.
+type nodeOpt func(*extension.Config)
+
+func inMesh(mesh string) nodeOpt { return func(c *extension.Config) { c.Node.Mesh = mesh } }
+
+func withKinds(kinds ...extension.Kind) nodeOpt {
+	return func(c *extension.Config) { c.Kinds = kinds }
+}
+
+func withStore(s location.Store) nodeOpt { return func(c *extension.Config) { c.Node.Store = s } }
+
+// start starts a node hosting the room (User Spot) and cart (Instance
+// Spot) kinds unless opts say otherwise.
+func (w *world) start(opts ...nodeOpt) *extension.Extension {
+	w.t.Helper()
+	cfg := extension.Config{
+		// 5 s: a node fences itself when no renewal proves its lease for
+		// TTL minus the margin, and a loaded 2-core machine under -race can
+		// delay a renewal by seconds.
+		Node:  meshnode.Config{Store: w.store, Logger: testLogger(), LeaseTTL: 5 * time.Second},
+		Kinds: []extension.Kind{w.roomKind(), w.cartKind("cart")},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e, err := extension.Start(context.Background(), cfg)
+	require.NoError(w.t, err)
+	rid := e.NodeRid()
+	e.Node().OnLeaseChange(func(s lease.Status) {
+		w.mu.Lock()
+		w.fences = append(w.fences, fmt.Sprintf("%s %s at %s", rid, s, time.Now().Format("15:04:05.000")))
+		w.mu.Unlock()
+	})
+	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	w.nodes = append(w.nodes, e)
+	return e
+}
+
+func (w *world) startN(n int, opts ...nodeOpt) {
+	for i := 0; i < n; i++ {
+		w.start(opts...)
+	}
+}
+
+// room is a User Spot: it counts messages and echoes its creation request.
+type room struct {
+	w     *world
+	count int64
+}
+
+func (r *room) OnCreate(req proto.Message) (proto.Message, error) {
+	if s, ok := req.(*wrapperspb.StringValue); ok {
+		if s.Value == "reject" {
+			return wrapperspb.String("declined"), spot.ErrRejected
+		}
+		return wrapperspb.String("created:" + s.Value), nil
+	}
+	return nil, nil
+}
+
+func (r *room) Receive(c actor.Context) {
+	if s, ok := c.Message().(*wrapperspb.StringValue); ok {
+		r.count++
+		r.w.record(spotIDOf(c.Self()), s.Value)
+		c.Respond(wrapperspb.Int64(r.count))
+	}
+}
+
+type countState struct{}
+
+func (countState) Capture(a actor.Actor) ([]byte, error) {
+	switch a := a.(type) {
+	case *room:
+		return []byte(fmt.Sprint(a.count)), nil
+	case *cart:
+		return []byte(fmt.Sprint(a.count)), nil
+	}
+	return nil, fmt.Errorf("unknown actor %T", a)
+}
+
+func (countState) Restore(a actor.Actor, b []byte) error {
+	var n int64
+	if _, err := fmt.Sscan(string(b), &n); err != nil {
+		return err
+	}
+	switch a := a.(type) {
+	case *room:
+		a.count = n
+	case *cart:
+		a.count = n
+	}
+	return nil
+}
+
+func (w *world) roomKind() extension.Kind {
+	return extension.Kind{StableType: "room", Policy: extension.PreserveStateWith(countState{}),
+		Producer: func() actor.Actor { w.count("room").Add(1); return &room{w: w} }}
+}
+
+// cart is an Instance Spot: it records every message with its operation,
+// and checks on its first message that this is the message whose
+// activation created the incarnation (PROTOCOL.md §7.5, §12.2 item 15).
+type cart struct {
+	w      *world
+	count  int64
+	seen   bool
+	stable string
+}
+
+func (k *cart) Receive(c actor.Context) {
+	s, ok := c.Message().(*wrapperspb.StringValue)
+	if !ok {
+		return
+	}
+	id := spotIDOf(c.Self())
+	if !k.seen {
+		k.seen = true
+		op := ""
+		if h := c.MessageHeader(); h != nil {
+			op = h.Get(relocation.HeaderOperation)
+		}
+		v, err := k.w.store.Read(context.Background(), location.Key(location.KindInstanceSpot, id))
+		k.w.mu.Lock()
+		k.w.firstOps[c.Self().Id] = op
+		if err != nil || v.Record.GetActivationRecovery().GetOperationId() != op {
+			k.w.firstBad = append(k.w.firstBad, fmt.Sprintf("%s first handled %q (op %s), the record's activation is %v (err %v)",
+				c.Self().Id, s.Value, op, v.Record.GetActivationRecovery(), err))
+		}
+		k.w.mu.Unlock()
+	}
+	k.count++
+	k.w.record(id, s.Value)
+	k.w.mu.Lock()
+	k.w.trace = append(k.w.trace, handling{incarnation: c.Self().GetAddress() + "/" + c.Self().GetId(), value: s.Value, at: time.Now()})
+	k.w.mu.Unlock()
+	if h := c.MessageHeader(); h != nil {
+		k.w.mu.Lock()
+		k.w.headers[s.Value] = [2]string{h.Get(relocation.HeaderOperation), h.Get(relocation.HeaderHops)}
+		k.w.mu.Unlock()
+	}
+	if s.Value == "close" {
+		if err := spot.CloseSelf(c); err != nil {
+			k.w.t.Errorf("CloseSelf: %v", err)
+		}
+	}
+	c.Respond(wrapperspb.Int64(k.count))
+}
+
+func (w *world) cartKind(stableType string) extension.Kind {
+	return extension.Kind{StableType: stableType, Instance: true, Policy: extension.PreserveStateWith(countState{}), ReactivateEmpty: true,
+		Producer: func() actor.Actor { w.count(stableType).Add(1); return &cart{w: w, stable: stableType} }}
+}
+
+func (w *world) record(id, value string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handled[id] = append(w.handled[id], value)
+}
+
+func (w *world) handledOf(id string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.handled[id]...)
+}
+
+// spotIDOf reads the Spot ID out of an incarnation's PID id
+// ("roam/<kind>/<id>@<generation>.<owner generation>").
+func spotIDOf(pid *actor.PID) string {
+	id := pid.Id
+	id = id[strings.Index(id[len("roam/"):], "/")+len("roam/")+1:]
+	return id[:strings.LastIndex(id, "@")]
+}
+
+// eventually waits for cond, polling, up to 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ownerOf finds which of a and b owns the Spot id now, and the other one.
+func ownerOf(t *testing.T, id string, a, b *extension.Extension) (ref spot.SpotRef, owner, other *extension.Extension) {
+	t.Helper()
+	ref, err := a.Spots().Find(context.Background(), id)
+	require.NoError(t, err)
+	if ref.NodeRid == b.NodeRid() {
+		return ref, b, a
+	}
+	require.Equal(t, a.NodeRid(), ref.NodeRid)
+	return ref, a, b
+}

@@ -1,0 +1,95 @@
+package spot_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
+)
+
+// A process that is not a node of the cluster, and names a real node as
+// the source of its Spot commands, gets nothing done: its Close (48) is
+// refused permission_denied and the Spot stays; its cold activation (39)
+// activates nothing. A node of the cluster does both.
+func TestOutsiderSpotCommandsAreRefused(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	a := w.start(withKinds(w.cartKind("cart")))
+	b := w.start()
+	res, err := a.Spots().GetOrCreate("den", "room").Do(ctx)
+	require.NoError(t, err)
+	require.Equal(t, b.NodeRid(), res.Ref.NodeRid)
+	v, err := store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+
+	outsider, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = outsider.Stop(context.Background()) })
+	closeCmd := &messages.UserSpotClose{OperationId: uuid.NewString(), Ref: &messages.SpotRef{SpotId: "den", ObjectGeneration: res.Ref.ObjectGeneration},
+		SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
+		TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration(),
+		ExpectedOwnerGeneration: v.Record.GetAuthorityOwnerGeneration(), ExpectedStoreVersion: uint64(v.Version),
+		DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano()}
+	r, err := outsider.System().Root.RequestFuture(actor.NewPID(b.Node().Address(), spot.ServiceName), closeCmd, testwait.Patience(t)).Result()
+	require.NoError(t, err)
+	require.Equal(t, roamerr.CodePermissionDenied, r.(*messages.SpotReply).GetFailureCode())
+	require.NotContains(t, r.(*messages.SpotReply).GetFailureDetail(), b.NodeRid())
+	after, err := store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+	require.Equal(t, v.Version, after.Version, "the Spot is untouched")
+
+	// The same close, claiming a's address as its sender (without TLS a
+	// sender's address is what it declares): b confirms the operation
+	// with a, which never sent it.
+	refusedBefore := b.Spots().Refused()
+	spoofed := proto.Clone(closeCmd).(*messages.UserSpotClose)
+	spoofed.OperationId = uuid.NewString()
+	outsider.System().Root.RequestWithCustomSender(actor.NewPID(b.Node().Address(), spot.ServiceName), spoofed,
+		actor.NewPID(a.Node().Address(), "nobody"))
+	testwait.For(t, func() bool { return b.Spots().Refused() > refusedBefore }, "the spoofed close was not judged")
+	after, err = store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+	require.Equal(t, v.Version, after.Version, "the Spot is untouched")
+
+	// A cold activation of a Missing Spot, naming a as its source, with a
+	// reply route back to the outsider.
+	f := actor.NewFuture(outsider.System(), testwait.Patience(t))
+	env := &actor.MessageEnvelope{Message: wrapperspb.String("1"), Sender: f.PID(),
+		Header: map[string]string{relocation.HeaderOperation: uuid.NewString()}}
+	first, err := relocation.ToWire("crate", env)
+	require.NoError(t, err)
+	outsider.System().Root.RequestWithCustomSender(actor.NewPID(a.Node().Address(), spot.ServiceName), &messages.SpotActivation{
+		OperationId: env.Header.Get(relocation.HeaderOperation), RouteKind: 2, SpotId: "crate", StableType: "cart",
+		TargetNodeRid: a.NodeRid(), TargetNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
+		SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
+		DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(), First: first,
+	}, actor.NewPID(outsider.Address(), spot.ServiceName))
+	reply, err := f.Result()
+	require.NoError(t, err)
+	require.ErrorIs(t, relocation.DeliveryError(reply), roamerr.ErrPermissionDenied)
+	_, err = store.Read(ctx, location.Key(location.KindInstanceSpot, "crate"))
+	require.ErrorIs(t, err, location.ErrNotFound, "nothing was activated for the outsider")
+	require.Zero(t, w.count("cart").Load(), "no factory ran")
+	// A node of the cluster activates it.
+	_, err = request(t, a, "crate", "1", "cart")
+	require.NoError(t, err)
+
+	// The real source can still close it.
+	closed, err := a.Spots().Close(ctx, res.Ref)
+	require.NoError(t, err)
+	require.True(t, closed)
+}

@@ -1,0 +1,720 @@
+package spot
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/stopguard"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// ServiceName is the PID id of every node's Spot service, which answers
+// SpotActivation (cold activation), UserSpotCreate and UserSpotClose
+// (docs/PROTOCOL.md §8).
+const ServiceName = "roam/spot"
+
+// Config configures a Manager. Zero fields take the documented defaults.
+type Config struct {
+	// Routes holds RouteCacheMaxAge (default 15 s) and
+	// MessageFollowDuration (default 30 s); the cache age must be at least
+	// 5 s shorter (PROTOCOL.md §7.8). The follow duration must be the one the
+	// relocation driver uses.
+	Routes RouteConfig
+	// DefaultTimeout is a call's deadline when it sets none. Default 5 s.
+	DefaultTimeout time.Duration
+	// ResultRetention is how long a target keeps a create's or close's
+	// terminal result for a redelivery of the same operation
+	// (PROTOCOL.md §7.2). Default 1 min.
+	ResultRetention time.Duration
+	// Logger receives the Spot warnings. Default zerolog.Nop.
+	Logger *zerolog.Logger
+	// MeterProvider receives roam.spot.calls, .operations and .activation.
+	// Default: OpenTelemetry's global provider.
+	MeterProvider metric.MeterProvider
+}
+
+func (c *Config) setDefaults() error {
+	c.Routes = c.Routes.WithDefaults()
+	if err := c.Routes.Validate(); err != nil {
+		return err
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 5 * time.Second
+	}
+	if c.DefaultTimeout < 0 {
+		return fmt.Errorf("%w: DefaultTimeout %s", roamerr.ErrInvalidOperation, c.DefaultTimeout)
+	}
+	if c.ResultRetention == 0 {
+		c.ResultRetention = time.Minute
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return nil
+}
+
+// Manager is a node's Spot manager: Create, GetOrCreate, Find, Query and
+// Close of User Spots, and direct calls by Spot ID with cold activation of
+// Instance Spots (PROTOCOL.md §7). It hosts Spots through the node's relocation
+// driver, so a Spot moves like any relocatable object.
+type Manager struct {
+	d     *relocation.Driver
+	store location.Store
+	roots location.RootStore
+	sys   *actor.ActorSystem
+	desc  *location.NodeDescriptor
+	cfg   Config
+	acfg  activation.Config // the activation machines' settings
+	log   zerolog.Logger
+	self  *actor.PID
+	cache *routeCache
+	met   *metrics
+	// pending counts creations in progress here (admitCapacity).
+	pending atomic.Int64
+	// lostWatch: calls waiting on a peer, told when its connection ends.
+	lostWatch map[string]map[chan struct{}]struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	events    *eventstream.Subscription
+	// refusedLog limits control_message_refused lines.
+	refusedLog ratelog.Limiter
+	refusedN   atomic.Int64 // commands refused for their sender
+	// pendingOps: the operation ids of this node's UserSpotCreate and
+	// UserSpotClose commands still
+	// waiting for their answer (CommandConfirm).
+	pendingOps sync.Map
+
+	mu sync.Mutex
+	// results are the terminal results by operation id (PROTOCOL.md §7.2,
+	// §7.9).
+	results map[string]*retained
+	// resultsSwept is when expired results were last dropped.
+	resultsSwept time.Time
+	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
+	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
+	watches      map[watchKey]*sharedWatch
+}
+
+type watchKey struct {
+	key   location.AuthorityKey
+	after location.StoreVersion
+}
+
+type sharedWatch struct {
+	done chan struct{}
+	err  error
+}
+
+// sharedWatchTimeout bounds one shared store watch; waiters re-read after.
+const sharedWatchTimeout = 10 * time.Second
+
+// watch waits until key moves past version after, or ctx ends. All of this
+// node's waiters on the same key and version share one store watch, so
+// fifty callers waiting for one creation hold one Consul blocking query,
+// not fifty connections.
+func (m *Manager) watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) error {
+	wk := watchKey{key, after}
+	m.mu.Lock()
+	w := m.watches[wk]
+	if w == nil {
+		w = &sharedWatch{done: make(chan struct{})}
+		m.watches[wk] = w
+		go func() {
+			wctx, cancel := context.WithTimeout(context.Background(), sharedWatchTimeout)
+			defer cancel()
+			_, err := m.store.Watch(wctx, key, after)
+			if wctx.Err() != nil {
+				err = nil // timed out: the waiters read again
+			}
+			m.mu.Lock()
+			w.err = err
+			delete(m.watches, wk)
+			m.mu.Unlock()
+			close(w.done)
+		}()
+	}
+	m.mu.Unlock()
+	select {
+	case <-w.done:
+		if w.err != nil {
+			return storeError("watch "+key.String(), w.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: waiting for %s: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+	}
+}
+
+type retained struct {
+	done  chan struct{} // closed once reply is set
+	reply *messages.SpotReply
+	until time.Time
+}
+
+// New starts the Spot service of the node d runs on. roots is the
+// Relocation Store for creation requests and activation recovery roots.
+func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if roots == nil {
+		return nil, fmt.Errorf("%w: spot: a Relocation Store (location.RootStore) is required", roamerr.ErrNotConfigured)
+	}
+	met, err := newMetrics(cfg.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		met:       met,
+		d:         d,
+		store:     d.Store(),
+		roots:     roots,
+		sys:       d.System(),
+		desc:      d.Descriptor(),
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results:   map[string]*retained{},
+		keyLock:   map[string]*keyLock{},
+		queues:    map[string][]queuedActivation{},
+		watches:   map[watchKey]*sharedWatch{},
+		lostWatch: map[string]map[chan struct{}]struct{}{},
+		stop:      make(chan struct{}),
+	}
+	m.acfg = activation.DefaultConfig(m.owner())
+	// Nothing but the manager's own Stop ends the Spot service: activations
+	// placed on this node and every Spot request rely on it.
+	guard := stopguard.Producer(actor.Unbounded(), func() bool {
+		select {
+		case <-m.stop:
+			return true
+		default:
+			return false
+		}
+	}, func(any) {
+		m.log.Warn().Str("event", "stop_refused").Str("actor", ServiceName).Msg("a stop of the Spot service from outside roam was refused")
+	})
+	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive, actor.WithMailbox(guard), actor.WithGuardian(relocation.RestartAlways)), ServiceName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: spawn the Spot service: %w", roamerr.ErrInvalidOperation, err)
+	}
+	m.self = pid
+	m.sys.Extensions.Register(m)
+	m.events = m.sys.EventStream.Subscribe(func(evt any) {
+		if e, ok := evt.(*remote.EndpointTerminatedEvent); ok {
+			m.endpointLost(e.Address)
+		}
+	})
+	if m.cfg.Routes.RouteCacheMaxAge > 0 {
+		go m.sweepRoutes()
+	}
+	return m, nil
+}
+
+// Stop ends the manager's background work (extension.Stop calls it).
+func (m *Manager) Stop() { m.stopOnce.Do(func() { close(m.stop) }) }
+
+// Shutdown stops, after Stop, the Spot service actor on an actor system
+// that outlives the node (meshnode.Node.Attached), so that a next
+// lifecycle on the same system can start its own.
+func (m *Manager) Shutdown() {
+	m.Stop()
+	m.sys.EventStream.Unsubscribe(m.events)
+	_ = m.sys.Root.StopFuture(m.self).Wait()
+}
+
+// sweepRoutes drops, every sweepEvery, the cached routes of nodes that left
+// (their descriptor is gone or names another lease), so a call does not
+// use a route to a node that is no more: the positive cache is only used
+// within the owner lease (PROTOCOL.md §7.8).
+func (m *Manager) sweepRoutes() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		if m.cache.len() == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
+		nodes, err := m.store.ListNodes(ctx, "")
+		cancel()
+		if err != nil {
+			continue // a store failure drops nothing: calls still check liveness
+		}
+		live := make(map[string]string, len(nodes))
+		for _, n := range nodes {
+			live[n.Node.GetNodeRid()] = n.Node.GetLeaseId()
+		}
+		m.cache.dropOwnersNotIn(live)
+	}
+}
+
+// sweepEvery is how often cached routes are checked against live nodes.
+const sweepEvery = time.Second
+
+// watchEndpoint returns a channel closed if the connection to address ends
+// before unwatch is called. This node's own address is never lost.
+func (m *Manager) watchEndpoint(address string) (lost <-chan struct{}, unwatch func()) {
+	if address == m.desc.GetAddress() {
+		return nil, func() {}
+	}
+	ch := make(chan struct{})
+	m.mu.Lock()
+	if m.lostWatch[address] == nil {
+		m.lostWatch[address] = map[chan struct{}]struct{}{}
+	}
+	m.lostWatch[address][ch] = struct{}{}
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if set := m.lostWatch[address]; set != nil {
+			delete(set, ch)
+			if len(set) == 0 {
+				delete(m.lostWatch, address)
+			}
+		}
+	}
+}
+
+func (m *Manager) endpointLost(address string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for ch := range m.lostWatch[address] {
+		close(ch)
+	}
+	delete(m.lostWatch, address)
+}
+
+// servicePID is a node's Spot service.
+func servicePID(address string) *actor.PID { return actor.NewPID(address, ServiceName) }
+
+// receive is the Spot service. Each command runs on its own goroutine, so
+// a slow factory or store never blocks the others; the reply goes to the
+// captured sender.
+func (m *Manager) receive(c actor.Context) {
+	switch msg := c.Message().(type) {
+	case *messages.SpotActivation:
+		m.enqueueActivation(msg, c.Sender())
+	case *messages.UserSpotCreate:
+		sender := c.Sender()
+		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+			func() *messages.SpotReply { return m.onCreate(msg) })
+	case *messages.UserSpotClose:
+		sender := c.Sender()
+		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+			func() *messages.SpotReply { return m.onClose(msg) })
+	case *messages.RouteHint:
+		m.onHint(msg.GetSpotId())
+	case *messages.CommandConfirm:
+		_, pending := m.pendingOps.Load(msg.GetOperationId())
+		c.Respond(&messages.CommandConfirm{OperationId: msg.GetOperationId(), Nonce: msg.GetNonce(), Pending: pending})
+	}
+}
+
+// replyMember runs a UserSpotCreate or UserSpotClose only when the node it names as its
+// source is a live member of the mesh at the address it came from (the
+// reply goes there); anything else is refused and not retained, so a
+// forged operation id cannot shadow the real one.
+func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op string, run func() *messages.SpotReply) {
+	if to == nil {
+		m.refused("Spot command", "", "no sender")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	defer cancel()
+	err := m.d.Node().VerifyPeer(ctx, rid, generation, to.Address)
+	if err == nil {
+		err = m.confirm(ctx, to.Address, op)
+	}
+	if err != nil {
+		m.refused("Spot command", to.Address, err.Error())
+		m.sys.Root.Send(to, failure(peerRefusal("the command's source", err)))
+		return
+	}
+	m.reply(to, op, run)
+}
+
+// confirm asks the Spot service at address (a live node's) whether it sent
+// operation op and waits for it: only then did that node send the command
+// — without TLS, anyone may claim its address as the sender. A redelivery
+// is confirmed too (its source still waits for the answer).
+func (m *Manager) confirm(ctx context.Context, address, op string) error {
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	dl, _ := ctx.Deadline()
+	res, err := m.sys.Root.RequestFuture(servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, time.Until(dl)).Result()
+	if err != nil {
+		return fmt.Errorf("%w: confirm the command with its source: %w", roamerr.ErrUnavailable, err)
+	}
+	c, ok := res.(*messages.CommandConfirm)
+	if !ok || c.GetOperationId() != op || !bytes.Equal(c.GetNonce(), nonce) || !c.GetPending() {
+		return fmt.Errorf("%w: the named source did not send this command", meshnode.ErrNotMember)
+	}
+	return nil
+}
+
+// peerRefusal is what a refused command's caller is told: PermissionDenied
+// when the store says its sender is no live node there, Unavailable when
+// the store could not tell (retry). It names nothing the caller did not
+// send.
+func peerRefusal(who string, err error) error {
+	if errors.Is(err, meshnode.ErrNotMember) {
+		return fmt.Errorf("%w: %s is not a live node of the cluster at its address", roamerr.ErrPermissionDenied, who)
+	}
+	return fmt.Errorf("%w: %s could not be checked in the Location Store now", roamerr.ErrUnavailable, who)
+}
+
+// refused logs a command refused for its sender.
+// At most one line per 100 ms: a peer can send refused commands at will.
+func (m *Manager) refused(what, from, why string) {
+	m.refusedN.Add(1)
+	m.refusedLog.Warn(&m.log).Str("event", "control_message_refused").Str("message", what).Str("from", ratelog.Clip(from)).
+		Str("reason", ratelog.Clip(why)).Msg("a control message from a peer that is not entitled to it was refused")
+}
+
+// reply answers a command once per operation id: a redelivery of the same
+// operation gets the retained terminal result, never a second run
+// (PROTOCOL.md §7.2).
+func (m *Manager) reply(to *actor.PID, op string, run func() *messages.SpotReply) {
+	out := m.once(op, run)
+	if to != nil {
+		m.sys.Root.Send(to, out)
+	}
+}
+
+// once runs a command's operation at most once per operation id: a
+// concurrent redelivery waits for the first run, a later one gets the
+// retained result.
+func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.SpotReply {
+	now := time.Now()
+	m.mu.Lock()
+	if now.Sub(m.resultsSwept) >= time.Second { // not a scan of every retained result per command
+		m.resultsSwept = now
+		for k, r := range m.results {
+			if r.reply != nil && now.After(r.until) {
+				delete(m.results, k)
+			}
+		}
+	}
+	r, seen := m.results[op]
+	if !seen {
+		r = &retained{done: make(chan struct{})}
+		m.results[op] = r
+	}
+	m.mu.Unlock()
+	if seen {
+		<-r.done
+		return r.reply
+	}
+	out := run()
+	out.OperationId = op
+	m.mu.Lock()
+	r.reply, r.until = out, time.Now().Add(m.cfg.ResultRetention)
+	m.mu.Unlock()
+	close(r.done)
+	return out
+}
+
+// failure is a SpotReply failure tail.
+func failure(err error) *messages.SpotReply {
+	return &messages.SpotReply{FailureCode: roamerr.Code(err), FailureDetail: err.Error()}
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; the entry goes at 0
+}
+
+// lockKey serialises this node's own work on one Spot ID.
+func (m *Manager) lockKey(id string) func() {
+	m.mu.Lock()
+	l := m.keyLock[id]
+	if l == nil {
+		l = &keyLock{}
+		m.keyLock[id] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.keyLock, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// enqueueActivation queues a SpotActivation behind the earlier ones for the
+// same Spot ID: one goroutine per ID handles them in arrival order, so a
+// caller's messages to a Spot being activated keep their order.
+func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID) {
+	id := a.GetSpotId()
+	m.mu.Lock()
+	q, running := m.queues[id]
+	m.queues[id] = append(q, queuedActivation{a, from})
+	m.mu.Unlock()
+	if running {
+		return
+	}
+	go func() {
+		for {
+			m.mu.Lock()
+			q := m.queues[id]
+			if len(q) == 0 {
+				delete(m.queues, id)
+				m.mu.Unlock()
+				return
+			}
+			next := q[0]
+			m.queues[id] = q[1:]
+			m.mu.Unlock()
+			if err := m.fromMember(next.a, next.from); err != nil {
+				m.refused("Spot activation", next.from.GetAddress(), err.Error())
+				// The caller learns it at once, typed (a node whose lease
+				// ended, say), instead of waiting out its deadline.
+				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id, peerRefusal("the activation's sender", err))
+				continue
+			}
+			m.onActivation(next.a)
+		}
+	}()
+}
+
+// queuedActivation is a SpotActivation and the Spot service that sent it: the
+// caller's, or a full target's passing it on.
+type queuedActivation struct {
+	a    *messages.SpotActivation
+	from *actor.PID
+}
+
+// fromMember accepts a SpotActivation only from a live node of the mesh: the
+// recovery root it stores and the Spot it activates are the caller's to
+// decide, and a caller is a node.
+func (m *Manager) fromMember(a *messages.SpotActivation, from *actor.PID) error {
+	if from == nil {
+		return fmt.Errorf("%w: no sender", meshnode.ErrNotMember)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	defer cancel()
+	// From the caller's node itself it names its lifecycle, checked by one
+	// descriptor read; a full node passing it on is looked up by address.
+	if err := m.d.Node().VerifyPeer(ctx, a.GetSourceNodeRid(), a.GetSourceNodeGeneration(), from.Address); err == nil {
+		return nil
+	}
+	_, err := m.d.Node().PeerAt(ctx, from.Address)
+	return err
+}
+
+// OnFollow is the relocation driver's Message Follow hook: it tells the
+// caller's node that its route is followed, so that node drops the cached
+// route (PROTOCOL.md §7.8).
+func (m *Manager) OnFollow(key location.AuthorityKey, env *actor.MessageEnvelope) {
+	if key.Kind != location.KindInstanceSpot && key.Kind != location.KindUserSpot {
+		return
+	}
+	origin := ""
+	if env.Header != nil {
+		origin = env.Header.Get(headerOrigin)
+	}
+	if origin == "" && env.Sender != nil {
+		origin = env.Sender.Address
+	}
+	if origin == "" {
+		return
+	}
+	if origin == m.desc.GetAddress() {
+		m.sys.Root.Send(m.self, &messages.RouteHint{Kind: key.Kind, SpotId: key.ID})
+		return
+	}
+	m.sys.Root.Send(servicePID(origin), &messages.RouteHint{Kind: key.Kind, SpotId: key.ID})
+}
+
+// onHint drops a followed route without reordering this node's messages
+// (PROTOCOL.md §7.8): a RouteBarrier goes down the old route behind everything
+// sent on it; only when the Spot answers it (or after barrierTimeout) does
+// the next call resolve the new owner.
+func (m *Manager) onHint(id string) {
+	a, idle, ok := m.cache.hinted(id)
+	if !ok {
+		return
+	}
+	go func() {
+		<-idle // every call that took the route has sent on it
+		<-m.barrier(a)
+		m.cache.drop(id)
+	}()
+}
+
+// barrier sends a RouteBarrier down a route and returns a channel closed
+// when the Spot answered it (after everything this node sent before it),
+// the route failed it (a dead letter, a DeliveryFailed), the connection to
+// the route's first hop ended, or barrierTimeout passed. Giving up earlier
+// would let later messages overtake earlier ones on a busy Spot: the
+// barrier queues behind them, and a loaded node may take seconds.
+func (m *Manager) barrier(a authority) <-chan struct{} {
+	pid := a.pid()
+	f := m.sys.Root.RequestFuture(pid, &messages.RouteBarrier{}, barrierTimeout)
+	lost, unwatch := m.watchEndpoint(pid.Address)
+	answered := make(chan struct{})
+	go func() { _, _ = f.Result(); close(answered) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unwatch()
+		select {
+		case <-answered:
+		case <-lost:
+		}
+	}()
+	return done
+}
+
+// drainRoute sends a RouteBarrier down an old route and waits for its
+// answer (or barrierTimeout, or ctx): everything this node sent on that
+// route has then reached the Spot.
+func (m *Manager) drainRoute(ctx context.Context, old authority) {
+	done := m.barrier(old)
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// barrierTimeout bounds how long a followed route is kept for a barrier
+// that is never answered nor failed (lost in a connection beyond the first
+// hop). Every hop answers or fails it within Message Follow's duration
+// (30 s), after which an old incarnation answers Unavailable.
+const barrierTimeout = 30 * time.Second
+
+// headerOrigin carries the calling node's address on a direct call, so a
+// Message Follow hop can send the route hint there.
+const headerOrigin = "roam-origin"
+
+// authority is what a resolve found for a Spot ID.
+type authority struct {
+	v       location.Versioned // Present() false: Missing
+	address string             // the owner's remote address, when alive
+	ended   bool               // the owner's lease or lifecycle ended (PROTOCOL.md §3.4)
+}
+
+func (a authority) missing() bool { return !a.v.Present() }
+
+func (a authority) ready() bool {
+	return a.v.Present() && a.v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
+}
+
+// ref is the SpotRef of the authority (PROTOCOL.md §7.1).
+func (a authority) ref() *messages.SpotRef {
+	r := a.v.Record
+	return &messages.SpotRef{
+		SpotId:           a.v.Key.ID,
+		ObjectGeneration: r.GetObjectGeneration(),
+		Mesh:             r.GetOwner().GetMesh(),
+		NodeRid:          r.GetOwner().GetNodeRid(),
+		SpotKind:         r.GetSpotKind(),
+		StableType:       r.GetStableType(),
+	}
+}
+
+// pid is the owner incarnation's PID.
+func (a authority) pid() *actor.PID {
+	return relocation.ObjectPID(a.address, a.v.Key, a.v.Record)
+}
+
+// readAuthority reads a Spot ID's authority: the User and the Instance Spot
+// keys share one namespace (PROTOCOL.md §3.1), so the ID is looked up under
+// both; at most one exists, because every reservation checks the other is
+// absent in the same transaction.
+func (m *Manager) readAuthority(ctx context.Context, id string) (authority, error) {
+	var found authority
+	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
+		key := location.Key(kind, id)
+		v, err := m.store.Read(ctx, key)
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			if !found.v.Present() {
+				found.v = location.Versioned{Key: key}
+			}
+			continue
+		case err != nil:
+			return authority{}, storeError("resolve "+key.String(), err)
+		}
+		found = authority{v: v}
+		break
+	}
+	if !found.v.Present() {
+		found.v.Key = location.Key(location.KindInstanceSpot, id)
+		return found, nil
+	}
+	addr, alive, err := m.ownerAddress(ctx, found.v.Record.GetOwner())
+	if err != nil {
+		return authority{}, err
+	}
+	found.address, found.ended = addr, !alive
+	return found, nil
+}
+
+// ownerAddress finds an owner's remote address and whether its lifecycle
+// is alive (relocation.Driver.OwnerNode: the one liveness rule).
+func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
+	addr, alive, err := m.d.OwnerNode(ctx, o)
+	if err != nil {
+		return "", false, storeError("read owner node", err)
+	}
+	return addr, alive, nil
+}
+
+// storeError classifies a Location Store failure: an indeterminate or
+// unreachable store is Unavailable to the caller.
+func storeError(what string, err error) error { return activation.StoreError(what, err) }
+
+// newGeneration issues the ObjectGeneration of a new incarnation
+// (activation.NewGeneration at the time now).
+func newGeneration(prev uint64) uint64 { return activation.NewGeneration(prev, time.Now()) }
+
+// self is this node as an owner.
+func (m *Manager) owner() *messages.Owner {
+	return &messages.Owner{
+		Mesh:           m.desc.GetMesh(),
+		NodeRid:        m.desc.GetNodeRid(),
+		NodeGeneration: m.desc.GetNodeGeneration(),
+		LeaseId:        m.desc.GetLeaseId(),
+	}
+}
+
+func sameOwner(a, b *messages.Owner) bool { return activation.SameOwner(a, b) }
+
+// deadlineCtx fixes one end-to-end deadline: the call's timeout (or the
+// default), never later than ctx's own.
+func (m *Manager) deadlineCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout == 0 {
+		timeout = m.cfg.DefaultTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
+}

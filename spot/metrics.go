@@ -1,0 +1,60 @@
+package spot
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/roamactors/roam/roamerr"
+)
+
+// metrics counts Spot operations on an OpenTelemetry meter provider:
+// calls by how their route was resolved and how they ended, creates by
+// terminal state, activations and closes by outcome, and how long an
+// activation took on its target. Spot IDs are never attributes
+// (docs/PROTOCOL.md §7.4); they are log fields.
+type metrics struct {
+	calls      metric.Int64Counter
+	operations metric.Int64Counter
+	activation metric.Float64Histogram
+}
+
+func newMetrics(p metric.MeterProvider) (*metrics, error) {
+	if p == nil {
+		p = otel.GetMeterProvider() // a no-op until the application sets one
+	}
+	m := p.Meter("github.com/roamactors/roam/spot")
+	calls, err1 := m.Int64Counter("roam.spot.calls", metric.WithDescription("direct calls by Spot ID, by route (cache, store) and outcome"))
+	ops, err2 := m.Int64Counter("roam.spot.operations", metric.WithDescription("creates, cold activations and closes, by operation and outcome"))
+	act, err3 := m.Float64Histogram("roam.spot.activation", metric.WithUnit("ms"),
+		metric.WithDescription("activation envelope received to the Spot serving, on the target"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
+	}
+	return &metrics{calls: calls, operations: ops, activation: act}, nil
+}
+
+// outcomeOf names an error's class for a metric attribute.
+func outcomeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return roamerr.Code(err)
+}
+
+func (m *metrics) call(route string, instance bool, err error) {
+	m.calls.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", route),
+		attribute.Bool("instance_intent", instance), attribute.String("outcome", outcomeOf(err))))
+}
+
+func (m *metrics) operation(op, outcome string) {
+	m.operations.Add(context.Background(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.String("outcome", outcome)))
+}
+
+func (m *metrics) activated(since time.Time) {
+	m.activation.Record(context.Background(), float64(time.Since(since).Microseconds())/1000)
+}

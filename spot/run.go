@@ -1,0 +1,350 @@
+package spot
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// runner drives one machine of package activation on the calling
+// goroutine: it runs each effect, feeds its answer back, and when nothing
+// is left to run waits for the machine's next timer. It decides nothing;
+// every choice is the machine's. Store and node calls run under ctx
+// (except those documented with a timeout of their own).
+type runner struct {
+	m      *Manager
+	ctx    context.Context
+	step   func(activation.Event) []activation.Effect
+	timers *timerSet
+
+	// What a SpotActivation brings, for the effects that use it.
+	env   *messages.SpotActivation
+	first any
+
+	staged          *relocation.Staged
+	stagedAt        time.Time
+	releaseCapacity func()
+	unlock          func()
+
+	done bool
+	err  error
+}
+
+func (m *Manager) newRunner(ctx context.Context, step func(activation.Event) []activation.Effect) *runner {
+	return &runner{m: m, ctx: ctx, step: step, timers: newTimerSet()}
+}
+
+// run runs effects and everything they lead to until the machine emits
+// Finish, and returns its error.
+func (r *runner) run(effects []activation.Effect) error {
+	defer r.close()
+	var queue []activation.Event
+	for {
+		for _, e := range effects {
+			if ev := r.exec(e); ev != nil {
+				queue = append(queue, ev)
+			}
+		}
+		if r.done {
+			return r.err
+		}
+		if len(queue) == 0 {
+			t, ok := r.timers.next()
+			if !ok {
+				// A machine defect: no answer and no timer to wait for.
+				r.m.log.Error().Str("event", "spot_machine_stalled").Msg("a Spot machine waits for nothing")
+				return fmt.Errorf("%w: spot: a machine waits for nothing", roamerr.ErrUnavailable)
+			}
+			queue = append(queue, activation.TimerFired{Timer: t, Now: time.Now()})
+		}
+		ev := queue[0]
+		queue = queue[1:]
+		effects = r.step(ev)
+	}
+}
+
+// storeCtx is the context of a store call: the machine's, or — for a call
+// that settles past the operation's deadline — one with a timeout of its
+// own (the machine bounds the settling itself).
+func (r *runner) storeCtx(settle bool) (context.Context, context.CancelFunc) {
+	if settle {
+		return context.WithTimeout(context.Background(), r.m.cfg.DefaultTimeout)
+	}
+	return r.ctx, func() {}
+}
+
+// close gives back what a machine that ended early still held.
+func (r *runner) close() {
+	r.timers.stopAll()
+	if r.releaseCapacity != nil {
+		r.releaseCapacity()
+		r.releaseCapacity = nil
+	}
+	if r.unlock != nil {
+		r.unlock()
+		r.unlock = nil
+	}
+}
+
+// exec runs one effect and returns its answer, if it has one.
+func (r *runner) exec(e activation.Effect) activation.Event {
+	m := r.m
+	switch e := e.(type) {
+	case activation.LockKey:
+		r.unlock = m.lockKey(e.SpotID)
+		return activation.KeyLocked{Now: time.Now()}
+	case activation.UnlockKey:
+		if r.unlock != nil {
+			r.unlock()
+			r.unlock = nil
+		}
+	case activation.ReadAuthority:
+		a, err := m.readAuthority(r.ctx, e.SpotID)
+		auth := activation.Authority{Versioned: a.v, Address: a.address, OwnerEnded: a.ended}
+		if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
+			auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
+		}
+		return activation.AuthorityRead{Authority: auth, Err: err, Now: time.Now()}
+	case activation.Watch:
+		err := m.watch(r.ctx, e.Key, e.After)
+		return activation.Watched{Err: err, Now: time.Now()}
+	case activation.AdmitCapacity:
+		release, err := m.admitCapacity(r.ctx)
+		if err == nil {
+			r.releaseCapacity = release
+		}
+		return activation.CapacityAdmitted{Err: err}
+	case activation.ReleaseCapacity:
+		if r.releaseCapacity != nil {
+			r.releaseCapacity()
+			r.releaseCapacity = nil
+		}
+	case activation.PutRoot:
+		data, err := deterministic.Marshal(r.env)
+		if err != nil {
+			return activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)}
+		}
+		ref, err := m.roots.PutRoot(r.ctx, e.RootKey, data)
+		return activation.RootPut{Ref: ref, Err: err}
+	case activation.GetRoot:
+		data, ref, err := m.roots.GetRoot(r.ctx, e.RootKey)
+		got := activation.RootGot{Ref: ref, Err: err}
+		if err == nil {
+			orig := &messages.SpotActivation{}
+			if err := proto.Unmarshal(data, orig); err != nil {
+				got.DecodeErr = err
+			} else {
+				got.Operation = orig.GetOperationId()
+				got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
+				got.First = withoutNotice(got.First)
+			}
+		}
+		return got
+	case activation.Reserve:
+		op := location.CreateOp(e.Key, e.Record)
+		if e.Expected != 0 {
+			op = location.UpdateOp(e.Key, e.Expected, e.Record)
+		}
+		vers, err := m.store.Apply(r.ctx, []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)})
+		ans := activation.WriteAnswered{Err: err, Now: time.Now()}
+		if err == nil {
+			ans.Version = vers[0]
+		}
+		return ans
+	case activation.CompareAndSet:
+		ctx, cancel := r.storeCtx(e.Settle)
+		defer cancel()
+		v, err := m.store.CompareAndSet(ctx, e.Key, e.Expected, e.Record)
+		return activation.WriteAnswered{Version: v, Err: err, Now: time.Now()}
+	case activation.ReadRecord:
+		ctx, cancel := r.storeCtx(e.Settle)
+		defer cancel()
+		v, err := m.store.Read(ctx, e.Key)
+		return activation.RecordRead{Record: v, Err: err, Now: time.Now()}
+	case activation.AbortReservation:
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+		defer cancel()
+		_, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(e.Key, e.Version)})
+		return activation.AbortAnswered{Err: err}
+	case activation.Delete:
+		_, err := m.store.Apply(r.ctx, []location.Op{location.DeleteOp(e.Key, e.Version)})
+		return activation.Deleted{Err: err, Now: time.Now()}
+	case activation.DeleteRoot:
+		m.deleteRoot(e.RootKey)
+	case activation.ReadOwner:
+		_, alive, err := m.ownerAddress(r.ctx, e.Owner)
+		return activation.OwnerRead{Alive: alive, Err: err}
+	case activation.Stage:
+		r.stagedAt = time.Now()
+		staged, err := m.d.Stage(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+		r.staged = staged
+		return activation.Staged{Err: err}
+	case activation.DiscardStaged:
+		if r.staged != nil {
+			r.staged.Discard()
+			r.staged = nil
+		}
+	case activation.Open:
+		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
+		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func(pointerGone bool)) {
+			go func() {
+				// The incarnation dispatches again; a move may start unless
+				// a close is releasing the record with its pointer.
+				settled(m.clearRecovery(key, op, rootKey) != activation.PointerLeftToRelease)
+			}()
+		})
+		return activation.Opened{Err: err}
+	case activation.Forward:
+		m.sys.Root.Send(relocation.ObjectPID(e.Address, e.Key, e.Record), r.first)
+	case activation.PassOn:
+		return activation.PassedOn{OK: m.passOn(r.ctx, r.env)}
+	case activation.RespondFailure:
+		if to := relocation.ReplyRoute(r.env.GetFirst()); to != nil {
+			relocation.RespondFailure(m.sys, to, r.env.GetSpotId(), e.Err)
+		}
+	case activation.CloseLocal:
+		return activation.LocalClosed{Err: m.d.CloseLocal(r.ctx, e.Key, e.Generation)}
+	case activation.DropRoute:
+		m.cache.drop(e.SpotID)
+	case activation.Measure:
+		m.met.operation("activate", e.Outcome)
+		if e.Activated {
+			m.met.activated(r.stagedAt)
+		}
+	case activation.Log:
+		m.logEffect(e)
+	case activation.StartTimer:
+		d := e.After
+		if !e.At.IsZero() {
+			d = time.Until(e.At)
+		}
+		r.timers.start(e.Timer, d)
+	case activation.StopTimer:
+		r.timers.stop(e.Timer)
+	case activation.Finish:
+		r.done, r.err = true, e.Err
+	default:
+		panic(fmt.Sprintf("spot: no driver for effect %T", e))
+	}
+	return nil
+}
+
+// logEffect writes a machine's Log effect, leaving out empty fields.
+func (m *Manager) logEffect(l activation.Log) {
+	var ev *zerolog.Event
+	switch l.Level {
+	case activation.LevelInfo:
+		ev = m.log.Info()
+	case activation.LevelWarn:
+		ev = m.log.Warn()
+	default:
+		ev = m.log.Error()
+	}
+	ev = ev.Str("event", l.Event)
+	for _, f := range [][2]string{{"spot_id", l.SpotID}, {"operation_id", l.OperationID}, {"stable_type", l.StableType}, {"owner_node_rid", l.OwnerNodeRid}} {
+		if f[1] != "" {
+			ev = ev.Str(f[0], f[1])
+		}
+	}
+	if l.ObjectGeneration != 0 {
+		ev = ev.Uint64("object_generation", l.ObjectGeneration)
+	}
+	if l.Err != nil {
+		ev = ev.Err(l.Err)
+	}
+	ev.Msg(l.Msg)
+}
+
+// timerSet runs one machine's named timers. A restarted or stopped
+// timer's fire that is already on its way is dropped, so the machine only
+// sees fires of the timers it is waiting for.
+type timerSet struct {
+	mu     sync.Mutex
+	seq    map[activation.Timer]uint64
+	timers map[activation.Timer]*time.Timer
+	fired  []activation.Timer
+	wake   chan struct{}
+}
+
+func newTimerSet() *timerSet {
+	return &timerSet{seq: map[activation.Timer]uint64{}, timers: map[activation.Timer]*time.Timer{}, wake: make(chan struct{}, 1)}
+}
+
+func (s *timerSet) start(t activation.Timer, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(t)
+	n := s.seq[t]
+	s.timers[t] = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		if s.seq[t] != n {
+			s.mu.Unlock()
+			return
+		}
+		delete(s.timers, t)
+		s.fired = append(s.fired, t)
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (s *timerSet) stop(t activation.Timer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(t)
+}
+
+func (s *timerSet) stopLocked(t activation.Timer) {
+	s.seq[t]++
+	if old := s.timers[t]; old != nil {
+		old.Stop()
+		delete(s.timers, t)
+	}
+	for i, f := range s.fired {
+		if f == t {
+			s.fired = append(s.fired[:i], s.fired[i+1:]...)
+			break
+		}
+	}
+}
+
+func (s *timerSet) stopAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.timers {
+		s.stopLocked(t)
+	}
+	s.fired = nil
+}
+
+// next waits for the next fire; false if no timer runs.
+func (s *timerSet) next() (activation.Timer, bool) {
+	for {
+		s.mu.Lock()
+		if len(s.fired) > 0 {
+			t := s.fired[0]
+			s.fired = s.fired[1:]
+			s.mu.Unlock()
+			return t, true
+		}
+		running := len(s.timers) > 0
+		s.mu.Unlock()
+		if !running {
+			return 0, false
+		}
+		<-s.wake
+	}
+}

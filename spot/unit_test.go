@@ -1,0 +1,215 @@
+package spot
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+func readyAt(id string) authority {
+	return authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, id), Version: 3,
+		Record: &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_READY, ObjectGeneration: 1}}}
+}
+
+// Only a Ready authority with a live owner is cached: Missing, Creating and
+// an ended owner never are, and an entry ends at RouteCacheMaxAge.
+// Reference: docs/PROTOCOL.md §7.8, §12.2 item 17 (Missing, Creating and
+// store failures are never cached).
+func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
+	c := newRouteCache(50 * time.Millisecond)
+	c.put("missing", authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, "missing")}})
+	creating := readyAt("creating")
+	creating.v.Record = &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_CREATING}
+	c.put("creating", creating)
+	ended := readyAt("ended")
+	ended.ended = true
+	c.put("ended", ended)
+	require.Zero(t, c.len())
+	c.put("ready", readyAt("ready"))
+	_, ok, _ := c.get("ready")
+	require.True(t, ok)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok, _ := c.get("ready"); !ok {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the entry never expired")
+		time.Sleep(5 * time.Millisecond)
+	}
+	off := newRouteCache(0)
+	off.put("ready", readyAt("ready"))
+	_, ok, _ = off.get("ready")
+	require.False(t, ok, "RouteCacheMaxAge 0 turns the cache off")
+}
+
+// A Message Follow hint marks a route draining once; while it drains,
+// callers get a channel to wait on instead of the route, so nothing is
+// sent down the old route behind its barrier; the drop releases them.
+// Reference: PROTOCOL.md §7.8.
+func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	c.put("r", readyAt("r"))
+	_, idle, first := c.hinted("r")
+	<-idle // nobody was about to send on it
+	_, _, second := c.hinted("r")
+	require.True(t, first)
+	require.False(t, second, "one barrier per route")
+	_, ok, drained := c.get("r")
+	require.False(t, ok, "not used while draining")
+	require.NotNil(t, drained)
+	select {
+	case <-drained:
+		t.Fatal("drained before the drop")
+	default:
+	}
+	c.drop("r")
+	<-drained
+	_, ok, drained = c.get("r")
+	require.False(t, ok)
+	require.Nil(t, drained)
+	_, _, hinted := c.hinted("absent")
+	require.False(t, hinted)
+}
+
+// A call that took a cached route and has not sent on it yet holds back
+// the route's barrier: a Message Follow hint that arrives in between (a
+// loaded node may deschedule the caller between the two) would otherwise
+// send the barrier first, let it come back, and drop the route, so the
+// call's message would follow the old route behind later ones sent on the
+// new route. The chat test caught that reordering under load.
+// Reference: PROTOCOL.md §7.8 (a caller's order holds across a move).
+func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	c.put("r", readyAt("r"))
+	_, ok, _, sent := c.use("r")
+	require.True(t, ok)
+	_, idle, hinted := c.hinted("r")
+	require.True(t, hinted)
+	select {
+	case <-idle:
+		t.Fatal("the barrier may not go out before the call has sent")
+	default:
+	}
+	sent()
+	<-idle
+	sent() // a second call changes nothing
+	_, ok, drained, _ := c.use("r")
+	require.False(t, ok, "a draining route is not used")
+	require.NotNil(t, drained)
+
+	// A put (another call's store read) does not replace a route being
+	// drained: its barrier still waits for the call that holds it.
+	c.put("p", readyAt("p"))
+	_, _, _, sentP := c.use("p")
+	_, idleP, _ := c.hinted("p")
+	c.put("p", readyAt("p"))
+	select {
+	case <-idleP:
+		t.Fatal("the put released the barrier before the call sent")
+	default:
+	}
+	sentP()
+	<-idleP
+
+	// A route dropped (its owner left) while a call still holds it wakes
+	// the barrier's wait too.
+	c.put("q", readyAt("q"))
+	_, _, _, sentQ := c.use("q")
+	_, idle, _ = c.hinted("q")
+	c.drop("q")
+	<-idle
+	sentQ()
+}
+
+// Concurrent and later deliveries of one operation run it once and get
+// the same terminal result.
+// Reference: PROTOCOL.md §7.2 (a redelivery of the same operation gets
+// the retained terminal result; nothing runs twice).
+func TestOperationRunsOnce(t *testing.T) {
+	m := &Manager{results: map[string]*retained{}, cfg: Config{ResultRetention: time.Minute}}
+	var runs atomic.Int64
+	var wg sync.WaitGroup
+	replies := make([]*messages.SpotReply, 20)
+	for i := range replies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i] = m.once("op-1", func() *messages.SpotReply {
+				runs.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				return &messages.SpotReply{Closed: true}
+			})
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 1, runs.Load())
+	for _, r := range replies {
+		require.Same(t, replies[0], r)
+	}
+	other := m.once("op-2", func() *messages.SpotReply { runs.Add(1); return &messages.SpotReply{} })
+	require.Equal(t, "op-2", other.GetOperationId())
+	require.EqualValues(t, 2, runs.Load())
+}
+
+// The route cache can be turned off; the follow margin then does not
+// apply. Reference: PROTOCOL.md §7.8 (spot.Disabled turns the cache off).
+func TestRouteCacheCanBeDisabled(t *testing.T) {
+	require.NoError(t, RouteConfig{RouteCacheMaxAge: Disabled, MessageFollowDuration: time.Second}.Validate())
+	c := newRouteCache(Disabled)
+	c.put("r", readyAt("r"))
+	_, ok, _ := c.get("r")
+	require.False(t, ok)
+}
+
+// A route that ages out is remembered until the next resolve, so a caller
+// that finds another owner can drain the old route first.
+// Reference: PROTOCOL.md §7.8.
+func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
+	c := newRouteCache(20 * time.Millisecond)
+	c.put("r", readyAt("r"))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok, _ := c.get("r"); !ok {
+			break
+		}
+		require.False(t, time.Now().After(deadline))
+		time.Sleep(5 * time.Millisecond)
+	}
+	old, ok := c.takeExpired("r")
+	require.True(t, ok)
+	require.Equal(t, "r", old.v.Key.ID)
+	_, ok = c.takeExpired("r")
+	require.False(t, ok, "taken once")
+}
+
+// The cold-activation order of candidates is a function of the Spot ID
+// alone (not of the listing's order), and spreads IDs over the nodes by
+// weight.
+func TestCandidatesForASpotIDAreDeterministic(t *testing.T) {
+	node := func(rid string, w uint32) location.VersionedNode {
+		return location.VersionedNode{Node: &messages.NodeDescriptor{NodeRid: rid, Weight: w, InstanceTypes: []string{"cart"},
+			Status: messages.NodeStatus_NODE_STATUS_SERVING}}
+	}
+	nodes := []location.VersionedNode{node("a", 1), node("b", 1), node("c", 2)}
+	reversed := []location.VersionedNode{nodes[2], nodes[1], nodes[0]}
+	first := map[string]int{}
+	for i := 0; i < 4000; i++ {
+		id := fmt.Sprintf("spot-%d", i)
+		x, y := candidates(nodes, "cart", true, id), candidates(reversed, "cart", true, id)
+		require.Len(t, x, 3)
+		for j := range x {
+			require.Equal(t, x[j].Node.GetNodeRid(), y[j].Node.GetNodeRid())
+		}
+		first[x[0].Node.GetNodeRid()]++
+	}
+	// Weight 2 against 1 and 1: about half the IDs go to c first.
+	require.InDelta(t, 2000, first["c"], 300)
+	require.InDelta(t, 1000, first["a"], 250)
+}
