@@ -239,7 +239,7 @@ func TestConfigTokenWinsOverTheEnvironment(t *testing.T) {
 
 // docs/CONSUL.md shows the policy the tests above run with.
 func TestTheDocumentedPolicyIsTheTestedOne(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "CONSUL.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "CONSUL.md"))
 	require.NoError(t, err)
 	require.Contains(t, string(doc), consulstore.ACLPolicy(""))
 }
