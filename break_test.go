@@ -29,8 +29,8 @@ import (
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/spot"
 	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
 )
 
 // finding skips a test that reproduces a finding unless BREAK=1.
@@ -235,8 +235,6 @@ func TestBreakUserMiddlewareSwallowsCloseMarker(t *testing.T) {
 	t.Logf("Close: %v %v after %v", closed, err, time.Since(began))
 	if err != nil {
 		// What is left: the record, and whether the ID can be used again.
-		v, rerr := r.System().Root, error(nil)
-		_ = v
 		f, rerr := r.Spots().Find(ctx, "lobby")
 		t.Logf("after the failed Close: Find = %+v, %v", f, rerr)
 		again, gerr := r.Spots().GetOrCreate("lobby", "room").Do(ctx)
