@@ -581,3 +581,68 @@ func failClaims(f *faulty.Store, n int) {
 		f.InjectOn("claim node", faulty.Unavailable)
 	}
 }
+
+// F-minor. A node may take another live node's RID as its name; Relocate
+// resolves names first, so a move "to that RID" goes to the impostor.
+func TestBreakNameEqualToAnotherNodesRID(t *testing.T) {
+	finding(t, "a node name equal to another live node's RID captures Relocate(ref, thatRID): names resolve before RIDs and ClaimNode does not check names against RIDs")
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	start(t, store, roam.WithNodeName(b.NodeRid())) // c
+	_, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	out, err := a.Relocate(ctx, roam.ActorRef("x"), b.NodeRid())
+	require.NoError(t, err)
+	require.Equal(t, b.NodeRid(), out.To, "the move named b's RID")
+}
+
+// Lifecycle misuse of the public API.
+func TestBreakLifecycleMisuse(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+
+	// Stop before Start, then Start: refused (the message says "started
+	// already", which it was not).
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	r, err := roam.New(system, roam.WithStore(store))
+	require.NoError(t, err)
+	require.NoError(t, r.Stop(ctx))
+	err = r.Start(ctx)
+	t.Logf("Start after Stop: %v", err)
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	require.Nil(t, r.Spots())
+	_, err = r.Relocate(ctx, roam.ActorRef("x"), "y")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.Equal(t, "", r.NodeName())
+
+	// A system whose remote the application started with roam's own
+	// RemoteConfig (no Proto.Actor cluster): refused as "a remote roam did
+	// not configure".
+	sys2 := actor.NewActorSystem()
+	defer sys2.Shutdown()
+	r2, err := roam.New(sys2, roam.WithStore(store))
+	require.NoError(t, err)
+	rc, err := r2.RemoteConfig("127.0.0.1", 0)
+	require.NoError(t, err)
+	rem := remote.NewRemote(sys2, rc)
+	rem.Start()
+	defer rem.Shutdown(false)
+	err = r2.Start(ctx)
+	t.Logf("Start on a bare remote configured by roam: %v", err)
+	if err == nil {
+		_ = r2.Stop(ctx)
+	}
+
+	// Stop twice; concurrent Stops.
+	r3 := start(t, store)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r3.Stop(ctx) }()
+	}
+	wg.Wait()
+	require.NoError(t, r3.Stop(ctx))
+}
