@@ -7,6 +7,7 @@ package roam_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
@@ -645,4 +647,70 @@ func TestBreakLifecycleMisuse(t *testing.T) {
 	}
 	wg.Wait()
 	require.NoError(t, r3.Stop(ctx))
+}
+
+// In-place rejoin of a Proto.Actor cluster member: grain calls through
+// cluster.Request work again on the new lifecycle, from both nodes.
+func TestBreakRejoinOfAClusterMember(t *testing.T) {
+	ctx := context.Background()
+	agent := test.NewInMemAgent()
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	kind := roam.NewKind("tk", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState(), roam.Instance())
+	a, ca := clusterNode(t, agent, f, nil, roam.WithKinds(kind), roam.WithNodeName("a"))
+	b, cb := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("b"))
+	call := func(c *pcluster.Cluster, id string) (int64, error) {
+		res, err := c.Request(id, "tk", wrapperspb.String("t"), pcluster.WithTimeout(5*time.Second))
+		if err != nil {
+			return 0, err
+		}
+		v, ok := res.(*wrapperspb.Int64Value)
+		if !ok {
+			return 0, fmt.Errorf("reply %T %v", res, res)
+		}
+		return v.GetValue(), nil
+	}
+	// A grain on a.
+	var onA string
+	for i := 0; onA == ""; i++ {
+		id := fmt.Sprintf("g%d", i)
+		_, err := call(cb, id)
+		require.NoError(t, err)
+		ref, err := b.Spots().Find(ctx, spot.GrainSpotID("tk", id))
+		require.NoError(t, err)
+		if ref.NodeRid == a.NodeRid() {
+			onA = id
+		}
+		require.Less(t, i, 30)
+	}
+	old := a.NodeRid()
+	cutUntilLeaseEnds(t, f, store, old)
+	f.Partition(false)
+	waitFor(t, 20*time.Second, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+
+	// New grains from both nodes.
+	for i := 0; i < 6; i++ {
+		for _, c := range []*pcluster.Cluster{ca, cb} {
+			id := fmt.Sprintf("n%d-%p", i, c)
+			n, err := call(c, id)
+			require.NoError(t, err, "grain %s after the rejoin", id)
+			require.EqualValues(t, 1, n)
+		}
+	}
+	// The grain the old lifecycle owned: its state ended with its owner
+	// (PreserveState): Unavailable until an operator accepts the loss.
+	_, err = call(cb, onA)
+	t.Logf("the old lifecycle's grain after the rejoin: %v", err)
+	released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
+		return b.ReleaseEnded(ctx, roam.InstanceSpotRef(spot.GrainSpotID("tk", onA)))
+	})
+	require.NoError(t, err)
+	require.True(t, released)
+	var n int64
+	waitFor(t, 20*time.Second, func() bool {
+		n, err = call(ca, onA)
+		return err == nil
+	}, "the released grain never answered again")
+	require.EqualValues(t, 1, n, "activated anew, empty")
 }
