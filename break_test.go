@@ -714,3 +714,58 @@ func TestBreakRejoinOfAClusterMember(t *testing.T) {
 	}, "the released grain never answered again")
 	require.EqualValues(t, 1, n, "activated anew, empty")
 }
+
+// panicky fails in Started, every time (a bug in the application's
+// start-up, a restore-time dependency that is down).
+type panicky struct{ started *atomic.Int64 }
+
+func (p *panicky) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		p.started.Add(1)
+		panic("start-up failed")
+	}
+}
+
+// F1b. The general case of F1: any relocatable actor whose Started panics
+// is restarted by RestartAlways without back-off, forever (roam refuses
+// the stop Proto.Actor's default strategy would make after 10 failures):
+// a hot loop that burns a core and floods the log, and the spawn reports
+// success.
+func TestBreakStartedPanicHotLoops(t *testing.T) {
+	finding(t, "RestartAlways restarts an actor whose Started panics without back-off, forever (CPU hot loop, log flood), and SpawnActor succeeds")
+	ctx := context.Background()
+	var started atomic.Int64
+	k := roam.NewKind("panicky", actor.PropsFromProducer(func() actor.Actor { return &panicky{started: &started} }), roam.RecreateOnRelocation())
+	r := start(t, memstore.New(), roam.WithKinds(k))
+	_, err := r.SpawnActor(ctx, "panicky", "p")
+	if err != nil {
+		return
+	}
+	time.Sleep(time.Second)
+	t.Logf("Started ran %d times in 1 s", started.Load())
+	require.Less(t, started.Load(), int64(20), "restarted without back-off")
+}
+
+// F-minor. A forwarded RelocateRequest naming a User Spot: the owner
+// starts a move (a capability round trip to the target) instead of
+// refusing, and the answer is Unavailable ("retry later") where roam's
+// own Relocate says InvalidOperation for the same request.
+func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
+	finding(t, "onRelocateRequest does not check the kind: a User Spot move is attempted and answered Unavailable, not InvalidOperation")
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	var club spot.SpotRef
+	for i := 0; ; i++ {
+		res, err := a.Spots().GetOrCreate(fmt.Sprintf("club%d", i), "counter").Do(ctx)
+		require.NoError(t, err)
+		if res.Ref.NodeRid == a.NodeRid() {
+			club = res.Ref
+			break
+		}
+		require.Less(t, i, 20)
+	}
+	res := relocateRequest(t, b, a.System().Address(), descOf(t, store, b.NodeRid()), messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0)
+	require.Equal(t, roamerr.CodeInvalidOperation, res.(*messages.RelocateReply).GetCode(), "%v", res)
+}
