@@ -769,3 +769,69 @@ func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
 	res := relocateRequest(t, b, a.System().Address(), descOf(t, store, b.NodeRid()), messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0)
 	require.Equal(t, roamerr.CodeInvalidOperation, res.(*messages.RelocateReply).GetCode(), "%v", res)
 }
+
+// box is state an actor registers with KeepState.
+type box struct{ n int64 }
+
+func (b *box) CaptureState() ([]byte, error) { return proto.Marshal(wrapperspb.Int64(b.n)) }
+func (b *box) RestoreState(p []byte) error {
+	var v wrapperspb.Int64Value
+	err := proto.Unmarshal(p, &v)
+	b.n = v.GetValue()
+	return err
+}
+
+// lazy registers its box on "reg", counts on "inc", panics on "boom".
+type lazy struct{ b box }
+
+func (l *lazy) CaptureState() ([]byte, error) { return l.b.CaptureState() }
+func (l *lazy) RestoreState(p []byte) error   { return l.b.RestoreState(p) }
+func (l *lazy) Receive(c actor.Context) {
+	s, ok := c.Message().(*wrapperspb.StringValue)
+	if !ok {
+		return
+	}
+	switch s.GetValue() {
+	case "reg":
+		_ = roam.KeepState(c, &l.b)
+	case "boom":
+		panic("boom")
+	case "inc":
+		l.b.n++
+	}
+	c.Respond(wrapperspb.Int64(l.b.n))
+}
+
+// F-minor. KeepState's registration outlives a supervisor restart: the
+// new instance (Started again) is not what the registration points at, so
+// a later move carries the crashed instance's state, not the live one.
+func TestBreakKeepStateSurvivesRestart(t *testing.T) {
+	finding(t, "obj.kept is not cleared when the actor restarts: a move carries the crashed instance's registered state")
+	ctx := context.Background()
+	store := memstore.New()
+	k := roam.NewKind("lazy", actor.PropsFromProducer(func() actor.Actor { return &lazy{} }), roam.PreserveState())
+	a := start(t, store, roam.WithNodeName("a"), roam.WithKinds(k))
+	start(t, store, roam.WithNodeName("b"), roam.WithKinds(k))
+	_, err := a.SpawnActor(ctx, "lazy", "l")
+	require.NoError(t, err)
+	send := func(v string) int64 {
+		t.Helper()
+		pid, err := a.Resolve(ctx, roam.ActorRef("l"))
+		require.NoError(t, err)
+		res, err := a.System().Root.RequestFuture(pid, wrapperspb.String(v), 5*time.Second).Result()
+		if v == "boom" {
+			return -1
+		}
+		require.NoError(t, err)
+		return res.(*wrapperspb.Int64Value).GetValue()
+	}
+	send("reg")
+	send("inc")
+	send("inc")
+	require.EqualValues(t, 3, send("inc"))
+	send("boom") // restart: a new instance, count 0, not registered
+	require.EqualValues(t, 1, send("inc"), "the restarted instance starts empty")
+	_, err = a.Relocate(ctx, roam.ActorRef("l"), "b")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, send("inc"), "the move carries the live instance's state")
+}
