@@ -333,7 +333,9 @@ func clusterNode(t *testing.T, agent *test.InMemAgent, store location.Store, pla
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(func() {
 		_ = r.Stop(context.Background())
-		c.Shutdown(true)
+		if !system.IsStopped() {
+			c.Shutdown(true)
+		}
 	})
 	return r, c
 }
@@ -834,4 +836,29 @@ func TestBreakKeepStateSurvivesRestart(t *testing.T) {
 	_, err = a.Relocate(ctx, roam.ActorRef("l"), "b")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, send("inc"), "the move carries the live instance's state")
+}
+
+// F-cluster-shutdown. The application shuts its Proto.Actor cluster member
+// down (cluster.Shutdown: the remote and the actor system stop) without
+// roam.Stop first — the order examples/grains takes care to avoid. roam
+// does not notice: the node keeps renewing its owner lease with a dead
+// remote, so its objects are neither reachable nor recovered by another
+// node for as long as the process lives.
+func TestBreakClusterShutdownWithoutRoamStop(t *testing.T) {
+	finding(t, "a cluster.Shutdown without roam.Stop leaves the node renewing its lease with a dead remote: its objects are stuck while the process lives")
+	ctx := context.Background()
+	agent := test.NewInMemAgent()
+	store := memstore.New()
+	kind := roam.NewKind("tk", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.RecreateOnRelocation(), roam.Instance())
+	a, ca := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("a"))
+	b, _ := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("b"))
+	_, err := a.SpawnActor(ctx, "tk", "x")
+	require.NoError(t, err)
+	ca.Shutdown(false) // the application's shutdown path, roam not stopped
+	time.Sleep(6 * time.Second) // three lease TTLs
+	nodes, err := b.Nodes(ctx)
+	require.NoError(t, err)
+	for _, n := range nodes {
+		require.NotEqual(t, "a", n.Name, "node a, whose remote and system are shut, still holds its lease")
+	}
 }
