@@ -854,7 +854,7 @@ func TestBreakClusterShutdownWithoutRoamStop(t *testing.T) {
 	b, _ := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("b"))
 	_, err := a.SpawnActor(ctx, "tk", "x")
 	require.NoError(t, err)
-	ca.Shutdown(false) // the application's shutdown path, roam not stopped
+	ca.Shutdown(false)          // the application's shutdown path, roam not stopped
 	time.Sleep(6 * time.Second) // three lease TTLs
 	nodes, err := b.Nodes(ctx)
 	require.NoError(t, err)
