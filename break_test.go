@@ -1,0 +1,864 @@
+package roam_test
+
+// Break-review tests: each one reproduces a finding (its t.Skip names it,
+// so the branch stays green; run with BREAK=1 to see it fail) or checks
+// an attack that held.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/asynkron/protoactor-go/remote"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+	"github.com/roamactors/roam/spot"
+)
+
+// finding skips a test that reproduces a finding unless BREAK=1.
+func finding(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv("BREAK") == "" {
+		t.Skip("finding: " + what)
+	}
+}
+
+// logBuf is a zerolog sink tests can search.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuf) logger() zerolog.Logger { return zerolog.New(l).Level(zerolog.InfoLevel) }
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startedCounter counts its Started messages (every restart is one).
+type startedCounter struct {
+	counter
+	started *atomic.Int64
+}
+
+func (s *startedCounter) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		s.started.Add(1)
+	}
+	s.counter.Receive(c)
+}
+
+// F1. A kind made with FromClusterKind on a node that is no Proto.Actor
+// cluster member: Proto.Actor's cluster middleware calls GetCluster on
+// Started, which panics without a cluster; roam's RestartAlways restarts
+// the actor, which panics again, forever. The spawn succeeds, the actor
+// never answers.
+func TestBreakFromClusterKindWithoutProtoCluster(t *testing.T) {
+	finding(t, "FromClusterKind on a node without a Proto.Actor cluster: restart loop on Started (GetCluster panics), the spawn succeeds and the actor never answers")
+	ctx := context.Background()
+	var started atomic.Int64
+	ck := pcluster.NewKind("ck", actor.PropsFromProducer(func() actor.Actor { return &startedCounter{started: &started} }))
+	r := start(t, memstore.New(), roam.WithKinds(roam.FromClusterKind(ck, roam.PreserveState())))
+	pid, err := r.SpawnActor(ctx, "ck", "x")
+	if err != nil {
+		return // refused at spawn (or at New/Start): what a fix would do
+	}
+	time.Sleep(time.Second)
+	t.Logf("Started delivered %d times in 1 s", started.Load())
+	res, err := r.System().Root.RequestFuture(pid, wrapperspb.String("tick"), 2*time.Second).Result()
+	require.NoError(t, err, "the actor never answers (started %d times)", started.Load())
+	require.EqualValues(t, 1, res.(*wrapperspb.Int64Value).GetValue())
+	require.LessOrEqual(t, started.Load(), int64(1), "restarted in a loop")
+}
+
+// F2. After the owner lease ended, the in-place rejoin stops the old
+// lifecycle's incarnations and relocation actor at once (driver.Shutdown)
+// and unsubscribes its dead-letter handling; the new lifecycle subscribes
+// only once it has claimed the node again. Until then a one-way send that
+// reaches the node for an old incarnation is dead-lettered on the
+// application's system with nobody of roam hearing it: no send_dead_letter,
+// no send_lease_ended, no metric. The old owned-system mode answered such
+// late arrivals for a follow period (retired lifecycle) or shut the remote
+// so the sender's driver redelivered them.
+func TestBreakRejoinWindowDropsSendsSilently(t *testing.T) {
+	finding(t, "in-place rejoin: sends to the old lifecycle's incarnations are dead-lettered silently while the new lifecycle cannot claim the node")
+	ctx := context.Background()
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	var logs logBuf
+	a := start(t, f, roam.WithNodeName("node-a"), roam.WithLogger(logs.logger()))
+	b := start(t, store, roam.WithNodeName("node-b"))
+	pid, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	lease := leaseOf(t, store, a.NodeRid())
+
+	f.Partition(true)
+	waitFor(t, 15*time.Second, func() bool {
+		alive, err := store.LeaseAlive(ctx, location.LeaseID(lease))
+		return err == nil && !alive
+	}, "the lease never ended")
+	// The store answers again (the node learns its lease is gone), but
+	// the new lifecycle's claims fail for a while.
+	failClaims(f, 30)
+	f.Partition(false)
+	// The old lifecycle's relocation actor is gone from the system.
+	waitFor(t, 15*time.Second, func() bool {
+		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
+		return !ok
+	}, "the old lifecycle was never shut down")
+	before := logs.String()
+	for i := 0; i < 5; i++ {
+		b.System().Root.Send(pid, wrapperspb.String("late"))
+	}
+	time.Sleep(2 * time.Second)
+	after := strings.TrimPrefix(logs.String(), before)
+	t.Logf("node-a logged after the sends: %q", after)
+	require.True(t, strings.Contains(after, "send_dead_letter") || strings.Contains(after, "send_lease_ended") ||
+		strings.Contains(after, "send_unavailable"), "five accepted sends vanished without a loud error")
+}
+
+// F3. Start is not retryable: a Start that fails after Attach started the
+// remote (a name taken, a store unreachable at boot) shuts that remote
+// down, but Proto.Actor keeps it registered on the system, so every later
+// Start is refused with NotConfigured ("a remote roam did not configure").
+func TestBreakStartIsNotRetryable(t *testing.T) {
+	finding(t, "a failed Start leaves the shut remote registered on the system: every later Start fails NotConfigured")
+	ctx := context.Background()
+	store := memstore.New()
+	holder := start(t, store, roam.WithNodeName("taken"))
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	r, err := roam.New(system, roam.WithStore(store), roam.WithKinds(counterKind), roam.WithNodeName("taken"), roam.WithLeaseTTL(2e9))
+	require.NoError(t, err)
+	require.ErrorIs(t, r.Start(ctx), roamerr.ErrAlreadyExists)
+	require.NoError(t, holder.Stop(ctx)) // the name is free now
+	err = r.Start(ctx)
+	defer r.Stop(ctx)
+	require.NoError(t, err, "a second Start once the cause is gone")
+}
+
+// F4. The default node name is the address. A node on a fixed port that
+// crashed (no Stop) keeps its name claimed until its lease ends in the
+// store: the restarted process cannot Start for up to a lease TTL (on
+// Consul up to twice the TTL), with AlreadyExists — which reads as a
+// permanent error (roamerr: "retry may succeed: no"). Before names, a
+// restart got a new RID at once.
+func TestBreakCrashedFixedPortNodeCannotRestart(t *testing.T) {
+	finding(t, "default name = address: a crashed fixed-port node's restart fails AlreadyExists (class 'no retry') until its old lease expires")
+	ctx := context.Background()
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	port := freePort(t)
+	sys1 := actor.NewActorSystem()
+	r1, err := roam.New(sys1, roam.WithStore(f), roam.WithAddress("127.0.0.1", port), roam.WithLeaseTTL(5e9))
+	require.NoError(t, err)
+	require.NoError(t, r1.Start(ctx))
+	// The process "crashes": cut from the store (no renewal, no release)
+	// and its port freed.
+	f.Partition(true)
+	defer f.Partition(false)
+	closeRemote(sys1)
+
+	sys2 := actor.NewActorSystem()
+	defer sys2.Shutdown()
+	r2, err := roam.New(sys2, roam.WithStore(store), roam.WithAddress("127.0.0.1", port), roam.WithLeaseTTL(5e9))
+	require.NoError(t, err)
+	err = r2.Start(ctx)
+	defer r2.Stop(ctx)
+	require.NoError(t, err, "the restarted node (same address, default name) must start")
+}
+
+// F5. A user receiver middleware that passes on only the application's
+// protobuf messages (a common filter) swallows roam's control messages,
+// which run through the user's middleware because the host is innermost:
+// here the close marker, so a User Spot's Close never finishes and the
+// incarnation stays ended-but-alive.
+func TestBreakUserMiddlewareSwallowsCloseMarker(t *testing.T) {
+	finding(t, "roam's own control messages (close marker, RouteBarrier, GrainActivate, ticks) run through the user's middleware; a filtering middleware breaks Close")
+	ctx := context.Background()
+	onlyProto := func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			switch env.Message.(type) {
+			case proto.Message, actor.AutoReceiveMessage, actor.SystemMessage:
+				next(c, env)
+			}
+		}
+	}
+	room := roam.NewKind("room", actor.PropsFromProducer(func() actor.Actor { return &counter{} },
+		actor.WithReceiverMiddleware(onlyProto)), roam.RecreateOnRelocation())
+	r := start(t, memstore.New(), roam.WithKinds(room))
+	res, err := r.Spots().GetOrCreate("lobby", "room").Do(ctx)
+	require.NoError(t, err)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	closed, err := r.Spots().Close(cctx, res.Ref)
+	t.Logf("Close: %v %v after %v", closed, err, time.Since(began))
+	if err != nil {
+		// What is left: the record, and whether the ID can be used again.
+		f, rerr := r.Spots().Find(ctx, "lobby")
+		t.Logf("after the failed Close: Find = %+v, %v", f, rerr)
+		again, gerr := r.Spots().GetOrCreate("lobby", "room").Do(ctx)
+		t.Logf("after the failed Close: GetOrCreate = %+v, %v", again.State, gerr)
+	}
+	require.NoError(t, err)
+	require.True(t, closed)
+}
+
+// F6 (held?). PreserveState on an actor that neither calls KeepState nor
+// implements Stateful: the move must fail cleanly and the actor keep
+// serving at its source.
+type plain struct{ n int64 }
+
+func (p *plain) Receive(c actor.Context) {
+	if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+		p.n++
+		c.Respond(wrapperspb.Int64(p.n))
+	}
+}
+
+func TestBreakPreserveStateNotStatefulFailsCleanly(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	k := roam.NewKind("plain", actor.PropsFromProducer(func() actor.Actor { return &plain{} }), roam.PreserveState())
+	a := start(t, store, roam.WithNodeName("a"), roam.WithKinds(k))
+	start(t, store, roam.WithNodeName("b"), roam.WithKinds(k))
+	pid, err := a.SpawnActor(ctx, "plain", "p")
+	require.NoError(t, err)
+	req := func() int64 {
+		t.Helper()
+		pid, err := a.Resolve(ctx, roam.ActorRef("p"))
+		require.NoError(t, err)
+		res, err := a.System().Root.RequestFuture(pid, wrapperspb.String("x"), 5*time.Second).Result()
+		require.NoError(t, err)
+		require.IsType(t, &wrapperspb.Int64Value{}, res, "got %v", res)
+		return res.(*wrapperspb.Int64Value).GetValue()
+	}
+	require.EqualValues(t, 1, req())
+	_, err = a.Relocate(ctx, roam.ActorRef("p"), "b")
+	require.Error(t, err)
+	t.Logf("move error: %v (class %v)", err, roamerr.Class(err))
+	require.ErrorIs(t, err, roamerr.ErrTypeMismatch)
+	now, err := a.Resolve(ctx, roam.ActorRef("p"))
+	require.NoError(t, err)
+	require.Equal(t, pid.Address, now.Address, "still at its source")
+	require.EqualValues(t, 2, req(), "still serving, state kept")
+}
+
+// KeepState outside a relocatable incarnation is InvalidOperation.
+func TestBreakKeepStateOutsideIncarnation(t *testing.T) {
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	got := make(chan error, 1)
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*actor.Started); ok {
+			got <- roam.KeepState(c, &counter{})
+		}
+	}))
+	defer system.Root.Stop(pid)
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Started")
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// closeRemote frees a system's port as a crash would (the process's
+// remote gone), without roam's Stop.
+func closeRemote(system *actor.ActorSystem) {
+	remote.GetRemote(system).Shutdown(false)
+}
+
+// clusterNode starts an application node with a Proto.Actor cluster
+// (in-memory provider) and roam attached, as examples/grains does.
+func clusterNode(t *testing.T, agent *test.InMemAgent, store location.Store, plain []*pcluster.Kind, opts ...roam.Option) (*roam.Roam, *pcluster.Cluster) {
+	t.Helper()
+	system := actor.NewActorSystem()
+	r, err := roam.New(system, append([]roam.Option{roam.WithStore(store), roam.WithLeaseTTL(2e9)}, opts...)...)
+	require.NoError(t, err)
+	rc, err := r.RemoteConfig("127.0.0.1", 0)
+	require.NoError(t, err)
+	c := pcluster.New(system, pcluster.Configure("break", test.NewTestProvider(agent), r.IdentityLookup(), rc, pcluster.WithKinds(plain...)))
+	c.StartMember()
+	require.NoError(t, r.Start(context.Background()))
+	t.Cleanup(func() {
+		_ = r.Stop(context.Background())
+		if !system.IsStopped() {
+			c.Shutdown(true)
+		}
+	})
+	return r, c
+}
+
+// initCounter counts the ClusterInit messages it gets.
+type initCounter struct {
+	counter
+	inits *atomic.Int64
+}
+
+func (i *initCounter) Receive(c actor.Context) {
+	if _, ok := c.Message().(*pcluster.ClusterInit); ok {
+		i.inits.Add(1)
+	}
+	i.counter.Receive(c)
+}
+
+// F7. NewKind given the Props of a Proto.Actor cluster kind
+// (cluster.NewKind(...).Props, what a generated grain's NewXKind returns)
+// instead of FromClusterKind: on a cluster member the grain gets
+// ClusterInit twice — roam's host delivers one after Started and
+// Proto.Actor's middleware another — so a generated grain's Init runs twice.
+func TestBreakClusterInitTwiceWithClusterProps(t *testing.T) {
+	finding(t, "NewKind with cluster.NewKind(...).Props delivers ClusterInit twice on a cluster member (Init runs twice)")
+	ctx := context.Background()
+	var inits atomic.Int64
+	ck := pcluster.NewKind("twice", actor.PropsFromProducer(func() actor.Actor { return &initCounter{inits: &inits} }))
+	r, _ := clusterNode(t, test.NewInMemAgent(), memstore.New(), nil,
+		roam.WithKinds(roam.NewKind("twice", ck.Props, roam.PreserveState(), roam.Instance())))
+	_, err := r.SpawnActor(ctx, "twice", "g")
+	require.NoError(t, err)
+	waitFor(t, 5*time.Second, func() bool { return inits.Load() > 0 }, "no ClusterInit")
+	time.Sleep(200 * time.Millisecond)
+	require.EqualValues(t, 1, inits.Load(), "ClusterInit delivered %d times", inits.Load())
+}
+
+// F8. A plain Proto.Actor kind on one node and a roam Instance kind of the
+// same name on another: the plain node's IdentityLookup takes the kind for
+// roam's as soon as it reads the other node's descriptor, so its own calls
+// stop reaching its Proto.Actor grain (activated through disthash) and a
+// second activation of the same identity appears on the roam node —
+// silently, with no log naming the clash.
+type named struct{ who string }
+
+func (n named) Receive(c actor.Context) {
+	if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+		c.Respond(wrapperspb.String(n.who))
+	}
+}
+
+func TestBreakKindNameClashSwitchesLookupSilently(t *testing.T) {
+	finding(t, "a plain kind and a roam kind of the same name on different nodes: the lookup switches the plain node's calls to roam silently (two activations of one identity)")
+	ctx := context.Background()
+	agent := test.NewInMemAgent()
+	store := memstore.New()
+	_, ca := clusterNode(t, agent, store, []*pcluster.Kind{pcluster.NewKind("dup", actor.PropsFromProducer(func() actor.Actor { return named{"plain"} }))})
+	call := func(id string) string {
+		t.Helper()
+		res, err := ca.Request(id, "dup", wrapperspb.String("?"), pcluster.WithTimeout(5*time.Second))
+		require.NoError(t, err)
+		return res.(*wrapperspb.StringValue).GetValue()
+	}
+	require.Equal(t, "plain", call("i1"))
+	clusterNode(t, agent, store, nil, roam.WithKinds(roam.NewKind("dup", actor.PropsFromProducer(func() actor.Actor { return named{"roam"} }), roam.RecreateOnRelocation(), roam.Instance())))
+	time.Sleep(1500 * time.Millisecond) // the lookup re-reads the descriptors
+	_ = ctx
+	// i1 stays on its cached PID (Proto.Actor's PidCache); a new identity
+	// of the kind this node registered with Proto.Actor goes to roam.
+	require.Equal(t, "plain", call("i1"))
+	require.Equal(t, "plain", call("i2"), "a kind this node registers with Proto.Actor (and not with roam) was taken for roam's")
+}
+
+// descOf is the live node rid's descriptor.
+func descOf(t *testing.T, store location.Store, rid string) *location.NodeDescriptor {
+	t.Helper()
+	nodes, err := store.ListNodes(context.Background(), "")
+	require.NoError(t, err)
+	for _, n := range nodes {
+		if n.Node.GetNodeRid() == rid {
+			return n.Node
+		}
+	}
+	t.Fatalf("no node %s", rid)
+	return nil
+}
+
+// relocateRequest sends a RelocateRequest from from's system to the
+// relocation actor at address, naming requester, and returns the reply.
+func relocateRequest(t *testing.T, from *roam.Roam, address string, requester *location.NodeDescriptor, kind messages.AuthorityKind, id, target string, deadline int64) any {
+	t.Helper()
+	req := &messages.RelocateRequest{Kind: kind, Id: id, TargetRid: target, DeadlineUnixMillis: deadline}
+	if requester != nil {
+		req.Requester = &messages.NodeRef{NodeRid: requester.GetNodeRid(), NodeGeneration: requester.GetNodeGeneration(), Address: requester.GetAddress()}
+	}
+	res, err := from.System().Root.RequestFuture(actor.NewPID(address, "roam/relocation"), req, 10*time.Second).Result()
+	require.NoError(t, err)
+	return res
+}
+
+// Forwarded Relocate, attacked from a member and from outside.
+func TestBreakForwardedRelocateRequests(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	bd := descOf(t, store, b.NodeRid())
+	_, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	addrA := a.System().Address()
+	code := func(res any) string {
+		r, ok := res.(*messages.RelocateReply)
+		require.True(t, ok, "reply %T", res)
+		t.Logf("reply: %q %s", r.GetCode(), r.GetDetail())
+		return r.GetCode()
+	}
+
+	// A User Spot owned by a, asked by b to move: roam's own API refuses
+	// it (only Actors and Instance Spots move on their own).
+	var club spot.SpotRef
+	for i := 0; ; i++ {
+		res, err := a.Spots().GetOrCreate("club"+string(rune('a'+i)), "counter").Do(ctx)
+		require.NoError(t, err)
+		if res.Ref.NodeRid == a.NodeRid() {
+			club = res.Ref
+			break
+		}
+		require.Less(t, i, 20)
+	}
+	_, err = b.Relocate(ctx, location.Key(location.KindUserSpot, club.SpotID), "b")
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	c := code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0))
+	t.Logf("forwarded User Spot move: code %q", c)
+	require.NotEmpty(t, c, "a User Spot moved by a forwarded request")
+	after, err := a.Spots().Find(ctx, club.SpotID)
+	require.NoError(t, err)
+	require.Equal(t, a.NodeRid(), after.NodeRid)
+
+	// Entry Spot, unknown kind, deadline in the past: refused.
+	ad := descOf(t, store, a.NodeRid())
+	require.NotEmpty(t, code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_ENTRY, ad.GetEntrySpotId(), b.NodeRid(), 0)))
+	require.NotEmpty(t, code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind(99), "x", b.NodeRid(), 0)))
+	// A deadline long past: refused before anything (its class is
+	// Unavailable — the store read fails on the expired context — not
+	// DeadlineExceeded; noted in the report).
+	require.Contains(t, []string{roamerr.CodeDeadlineExceeded, roamerr.CodeUnavailable}, code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_ACTOR, "x", b.NodeRid(), 1)))
+
+	// From outside: a process that is no node, naming b as requester.
+	outsider := actor.NewActorSystem()
+	defer outsider.Shutdown()
+	ro, err := roam.New(outsider, roam.WithStore(memstore.New())) // only for its System(); never started
+	require.NoError(t, err)
+	rem := remote.NewRemote(outsider, remote.Configure("127.0.0.1", 0))
+	rem.Start()
+	defer rem.Shutdown(false)
+	require.Equal(t, roamerr.CodePermissionDenied, code(relocateRequest(t, ro, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_ACTOR, "x", b.NodeRid(), 0)))
+	pid, err := a.Resolve(ctx, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.Equal(t, addrA, pid.Address, "x did not move")
+
+	// A flood from a member for an object a does not own: every one answered.
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for i := 0; i < 300; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &messages.RelocateRequest{Kind: messages.AuthorityKind_AUTHORITY_KIND_ACTOR, Id: "nobody", TargetRid: b.NodeRid(),
+				Requester: &messages.NodeRef{NodeRid: bd.GetNodeRid(), NodeGeneration: bd.GetNodeGeneration(), Address: bd.GetAddress()}}
+			res, err := b.System().Root.RequestFuture(actor.NewPID(addrA, "roam/relocation"), req, 20*time.Second).Result()
+			if err == nil {
+				if r, ok := res.(*messages.RelocateReply); ok && r.GetCode() == roamerr.CodeNotFound {
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 300, answered.Load())
+}
+
+// cutUntilLeaseEnds partitions f until the store ended rid's lease.
+func cutUntilLeaseEnds(t *testing.T, f *faulty.Store, store location.Store, rid string) {
+	t.Helper()
+	lease := leaseOf(t, store, rid)
+	require.NotEmpty(t, lease)
+	f.Partition(true)
+	waitFor(t, 20*time.Second, func() bool {
+		alive, err := store.LeaseAlive(context.Background(), location.LeaseID(lease))
+		return err == nil && !alive
+	}, "the store never ended the lease")
+}
+
+// Stop while the rejoin cannot claim (store still cut): how long?
+func TestBreakStopDuringRejoin(t *testing.T) {
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	a := start(t, f, roam.WithNodeName("a"))
+	cutUntilLeaseEnds(t, f, store, a.NodeRid())
+	failClaims(f, 30)
+	f.Partition(false)
+	waitFor(t, 15*time.Second, func() bool {
+		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
+		return !ok
+	}, "the old lifecycle was never shut down")
+	began := time.Now()
+	err = a.Stop(context.Background())
+	t.Logf("Stop during the rejoin: %v after %v", err, time.Since(began))
+	require.Less(t, time.Since(began), 5*time.Second, "Stop blocked on the rejoin's claim")
+	time.Sleep(500 * time.Millisecond)
+	nodes, err := store.ListNodes(context.Background(), "")
+	require.NoError(t, err)
+	require.Empty(t, nodes, "a stopped roam left a claim behind")
+}
+
+// Two rejoins in a row; the node serves after each, its name kept.
+func TestBreakSecondRejoin(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	a := start(t, f, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	for round := 0; round < 2; round++ {
+		old := a.NodeRid()
+		cutUntilLeaseEnds(t, f, store, old)
+		f.Partition(false)
+		waitFor(t, 20*time.Second, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+		waitFor(t, 10*time.Second, func() bool {
+			_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
+			return ok
+		}, "no relocation actor after the rejoin")
+		id := "r" + string(rune('0'+round))
+		_, err := a.SpawnActor(ctx, "counter", id)
+		require.NoError(t, err, "round %d", round)
+		_, err = b.Relocate(ctx, roam.ActorRef(id), "b")
+		require.NoError(t, err, "round %d", round)
+		_, err = b.Relocate(ctx, roam.ActorRef(id), "a")
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, "a", a.NodeName())
+	}
+}
+
+// failClaims makes the next n node claims through f fail Unavailable.
+func failClaims(f *faulty.Store, n int) {
+	for i := 0; i < n; i++ {
+		f.InjectOn("claim node", faulty.Unavailable)
+	}
+}
+
+// F-minor. A node may take another live node's RID as its name; Relocate
+// resolves names first, so a move "to that RID" goes to the impostor.
+func TestBreakNameEqualToAnotherNodesRID(t *testing.T) {
+	finding(t, "a node name equal to another live node's RID captures Relocate(ref, thatRID): names resolve before RIDs and ClaimNode does not check names against RIDs")
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	start(t, store, roam.WithNodeName(b.NodeRid())) // c
+	_, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	out, err := a.Relocate(ctx, roam.ActorRef("x"), b.NodeRid())
+	require.NoError(t, err)
+	require.Equal(t, b.NodeRid(), out.To, "the move named b's RID")
+}
+
+// Lifecycle misuse of the public API.
+func TestBreakLifecycleMisuse(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+
+	// Stop before Start, then Start: refused (the message says "started
+	// already", which it was not).
+	system := actor.NewActorSystem()
+	defer system.Shutdown()
+	r, err := roam.New(system, roam.WithStore(store))
+	require.NoError(t, err)
+	require.NoError(t, r.Stop(ctx))
+	err = r.Start(ctx)
+	t.Logf("Start after Stop: %v", err)
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	require.Nil(t, r.Spots())
+	_, err = r.Relocate(ctx, roam.ActorRef("x"), "y")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.Equal(t, "", r.NodeName())
+
+	// A system whose remote the application started with roam's own
+	// RemoteConfig (no Proto.Actor cluster): refused as "a remote roam did
+	// not configure".
+	sys2 := actor.NewActorSystem()
+	defer sys2.Shutdown()
+	r2, err := roam.New(sys2, roam.WithStore(store))
+	require.NoError(t, err)
+	rc, err := r2.RemoteConfig("127.0.0.1", 0)
+	require.NoError(t, err)
+	rem := remote.NewRemote(sys2, rc)
+	rem.Start()
+	defer rem.Shutdown(false)
+	err = r2.Start(ctx)
+	t.Logf("Start on a bare remote configured by roam: %v", err)
+	if err == nil {
+		_ = r2.Stop(ctx)
+	}
+
+	// Stop twice; concurrent Stops.
+	r3 := start(t, store)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r3.Stop(ctx) }()
+	}
+	wg.Wait()
+	require.NoError(t, r3.Stop(ctx))
+}
+
+// In-place rejoin of a Proto.Actor cluster member: grain calls through
+// cluster.Request work again on the new lifecycle, from both nodes.
+func TestBreakRejoinOfAClusterMember(t *testing.T) {
+	ctx := context.Background()
+	agent := test.NewInMemAgent()
+	store := memstore.New()
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	kind := roam.NewKind("tk", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState(), roam.Instance())
+	a, ca := clusterNode(t, agent, f, nil, roam.WithKinds(kind), roam.WithNodeName("a"))
+	b, cb := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("b"))
+	call := func(c *pcluster.Cluster, id string) (int64, error) {
+		res, err := c.Request(id, "tk", wrapperspb.String("t"), pcluster.WithTimeout(5*time.Second))
+		if err != nil {
+			return 0, err
+		}
+		v, ok := res.(*wrapperspb.Int64Value)
+		if !ok {
+			return 0, fmt.Errorf("reply %T %v", res, res)
+		}
+		return v.GetValue(), nil
+	}
+	// A grain on a.
+	var onA string
+	for i := 0; onA == ""; i++ {
+		id := fmt.Sprintf("g%d", i)
+		_, err := call(cb, id)
+		require.NoError(t, err)
+		ref, err := b.Spots().Find(ctx, spot.GrainSpotID("tk", id))
+		require.NoError(t, err)
+		if ref.NodeRid == a.NodeRid() {
+			onA = id
+		}
+		require.Less(t, i, 30)
+	}
+	old := a.NodeRid()
+	cutUntilLeaseEnds(t, f, store, old)
+	f.Partition(false)
+	waitFor(t, 20*time.Second, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+
+	// New grains from both nodes.
+	for i := 0; i < 6; i++ {
+		for _, c := range []*pcluster.Cluster{ca, cb} {
+			id := fmt.Sprintf("n%d-%p", i, c)
+			n, err := call(c, id)
+			require.NoError(t, err, "grain %s after the rejoin", id)
+			require.EqualValues(t, 1, n)
+		}
+	}
+	// The grain the old lifecycle owned: its state ended with its owner
+	// (PreserveState): Unavailable until an operator accepts the loss.
+	_, err = call(cb, onA)
+	t.Logf("the old lifecycle's grain after the rejoin: %v", err)
+	released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
+		return b.ReleaseEnded(ctx, roam.InstanceSpotRef(spot.GrainSpotID("tk", onA)))
+	})
+	require.NoError(t, err)
+	require.True(t, released)
+	var n int64
+	waitFor(t, 20*time.Second, func() bool {
+		n, err = call(ca, onA)
+		return err == nil
+	}, "the released grain never answered again")
+	require.EqualValues(t, 1, n, "activated anew, empty")
+}
+
+// panicky fails in Started, every time (a bug in the application's
+// start-up, a restore-time dependency that is down).
+type panicky struct{ started *atomic.Int64 }
+
+func (p *panicky) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Started); ok {
+		p.started.Add(1)
+		panic("start-up failed")
+	}
+}
+
+// F1b. The general case of F1: any relocatable actor whose Started panics
+// is restarted by RestartAlways without back-off, forever (roam refuses
+// the stop Proto.Actor's default strategy would make after 10 failures):
+// a hot loop that burns a core and floods the log, and the spawn reports
+// success.
+func TestBreakStartedPanicHotLoops(t *testing.T) {
+	finding(t, "RestartAlways restarts an actor whose Started panics without back-off, forever (CPU hot loop, log flood), and SpawnActor succeeds")
+	ctx := context.Background()
+	var started atomic.Int64
+	k := roam.NewKind("panicky", actor.PropsFromProducer(func() actor.Actor { return &panicky{started: &started} }), roam.RecreateOnRelocation())
+	r := start(t, memstore.New(), roam.WithKinds(k))
+	_, err := r.SpawnActor(ctx, "panicky", "p")
+	if err != nil {
+		return
+	}
+	time.Sleep(time.Second)
+	t.Logf("Started ran %d times in 1 s", started.Load())
+	require.Less(t, started.Load(), int64(20), "restarted without back-off")
+}
+
+// F-minor. A forwarded RelocateRequest naming a User Spot: the owner
+// starts a move (a capability round trip to the target) instead of
+// refusing, and the answer is Unavailable ("retry later") where roam's
+// own Relocate says InvalidOperation for the same request.
+func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
+	finding(t, "onRelocateRequest does not check the kind: a User Spot move is attempted and answered Unavailable, not InvalidOperation")
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("a"))
+	b := start(t, store, roam.WithNodeName("b"))
+	var club spot.SpotRef
+	for i := 0; ; i++ {
+		res, err := a.Spots().GetOrCreate(fmt.Sprintf("club%d", i), "counter").Do(ctx)
+		require.NoError(t, err)
+		if res.Ref.NodeRid == a.NodeRid() {
+			club = res.Ref
+			break
+		}
+		require.Less(t, i, 20)
+	}
+	res := relocateRequest(t, b, a.System().Address(), descOf(t, store, b.NodeRid()), messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0)
+	require.Equal(t, roamerr.CodeInvalidOperation, res.(*messages.RelocateReply).GetCode(), "%v", res)
+}
+
+// box is state an actor registers with KeepState.
+type box struct{ n int64 }
+
+func (b *box) CaptureState() ([]byte, error) { return proto.Marshal(wrapperspb.Int64(b.n)) }
+func (b *box) RestoreState(p []byte) error {
+	var v wrapperspb.Int64Value
+	err := proto.Unmarshal(p, &v)
+	b.n = v.GetValue()
+	return err
+}
+
+// lazy registers its box on "reg", counts on "inc", panics on "boom".
+type lazy struct{ b box }
+
+func (l *lazy) CaptureState() ([]byte, error) { return l.b.CaptureState() }
+func (l *lazy) RestoreState(p []byte) error   { return l.b.RestoreState(p) }
+func (l *lazy) Receive(c actor.Context) {
+	s, ok := c.Message().(*wrapperspb.StringValue)
+	if !ok {
+		return
+	}
+	switch s.GetValue() {
+	case "reg":
+		_ = roam.KeepState(c, &l.b)
+	case "boom":
+		panic("boom")
+	case "inc":
+		l.b.n++
+	}
+	c.Respond(wrapperspb.Int64(l.b.n))
+}
+
+// F-minor. KeepState's registration outlives a supervisor restart: the
+// new instance (Started again) is not what the registration points at, so
+// a later move carries the crashed instance's state, not the live one.
+func TestBreakKeepStateSurvivesRestart(t *testing.T) {
+	finding(t, "obj.kept is not cleared when the actor restarts: a move carries the crashed instance's registered state")
+	ctx := context.Background()
+	store := memstore.New()
+	k := roam.NewKind("lazy", actor.PropsFromProducer(func() actor.Actor { return &lazy{} }), roam.PreserveState())
+	a := start(t, store, roam.WithNodeName("a"), roam.WithKinds(k))
+	start(t, store, roam.WithNodeName("b"), roam.WithKinds(k))
+	_, err := a.SpawnActor(ctx, "lazy", "l")
+	require.NoError(t, err)
+	send := func(v string) int64 {
+		t.Helper()
+		pid, err := a.Resolve(ctx, roam.ActorRef("l"))
+		require.NoError(t, err)
+		res, err := a.System().Root.RequestFuture(pid, wrapperspb.String(v), 5*time.Second).Result()
+		if v == "boom" {
+			return -1
+		}
+		require.NoError(t, err)
+		return res.(*wrapperspb.Int64Value).GetValue()
+	}
+	send("reg")
+	send("inc")
+	send("inc")
+	require.EqualValues(t, 3, send("inc"))
+	send("boom") // restart: a new instance, count 0, not registered
+	require.EqualValues(t, 1, send("inc"), "the restarted instance starts empty")
+	_, err = a.Relocate(ctx, roam.ActorRef("l"), "b")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, send("inc"), "the move carries the live instance's state")
+}
+
+// F-cluster-shutdown. The application shuts its Proto.Actor cluster member
+// down (cluster.Shutdown: the remote and the actor system stop) without
+// roam.Stop first — the order examples/grains takes care to avoid. roam
+// does not notice: the node keeps renewing its owner lease with a dead
+// remote, so its objects are neither reachable nor recovered by another
+// node for as long as the process lives.
+func TestBreakClusterShutdownWithoutRoamStop(t *testing.T) {
+	finding(t, "a cluster.Shutdown without roam.Stop leaves the node renewing its lease with a dead remote: its objects are stuck while the process lives")
+	ctx := context.Background()
+	agent := test.NewInMemAgent()
+	store := memstore.New()
+	kind := roam.NewKind("tk", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.RecreateOnRelocation(), roam.Instance())
+	a, ca := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("a"))
+	b, _ := clusterNode(t, agent, store, nil, roam.WithKinds(kind), roam.WithNodeName("b"))
+	_, err := a.SpawnActor(ctx, "tk", "x")
+	require.NoError(t, err)
+	ca.Shutdown(false)          // the application's shutdown path, roam not stopped
+	time.Sleep(6 * time.Second) // three lease TTLs
+	nodes, err := b.Nodes(ctx)
+	require.NoError(t, err)
+	for _, n := range nodes {
+		require.NotEqual(t, "a", n.Name, "node a, whose remote and system are shut, still holds its lease")
+	}
+}
