@@ -333,8 +333,17 @@ func (r *Roam) IdentityLookup() pcluster.IdentityLookup { return r.lookup }
 func (r *Roam) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ext != nil || r.stopped {
+	if r.stopped {
+		return fmt.Errorf("%w: roam was stopped; attach a new one to a new actor system", roamerr.ErrInvalidOperation)
+	}
+	if r.ext != nil {
 		return fmt.Errorf("%w: roam was started already", roamerr.ErrInvalidOperation)
+	}
+	for _, k := range r.o.kinds {
+		// Its props' cluster middleware would panic on every Started.
+		if k.ClusterKind && !meshnode.HasProtoCluster(r.system) {
+			return fmt.Errorf("%w: kind %q comes from a Proto.Actor cluster kind (FromClusterKind), but the actor system has no Proto.Actor cluster", roamerr.ErrNotConfigured, k.StableType)
+		}
 	}
 	t, err := meshnode.Attach(r.system, func() (*remote.Config, error) { return r.RemoteConfig(r.o.host, r.o.port) })
 	if err != nil {

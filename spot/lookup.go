@@ -42,10 +42,13 @@ type IdentityLookup struct {
 	// the Spot manager is attached; nil for none.
 	local func(kind string) bool
 
-	mu      sync.Mutex
-	remote  map[string]bool // Instance types of the store's live nodes
-	readAt  time.Time       // when remote was last read (or tried)
-	reading chan struct{}   // closed when a read in progress ends
+	clashLogged atomic.Bool
+
+	mu           sync.Mutex
+	clusterKinds map[string]bool // the kinds of this node's Proto.Actor cluster (Setup)
+	remote       map[string]bool // Instance types of the store's live nodes
+	readAt       time.Time       // when remote was last read (or tried)
+	reading      chan struct{}   // closed when a read in progress ends
 }
 
 var _ pcluster.IdentityLookup = (*IdentityLookup)(nil)
@@ -75,6 +78,18 @@ func (l *IdentityLookup) relocatable(kind string) bool {
 	}
 	if k, ok := m.d.Kind(kind); ok && k.Instance {
 		return true
+	}
+	l.mu.Lock()
+	own := l.clusterKinds[kind]
+	l.mu.Unlock()
+	if own {
+		// This node's Proto.Actor kind: it stays Proto.Actor's even if
+		// another node hosts a roam kind of that name (logged once).
+		if l.remoteKinds(m)[kind] && l.clashLogged.CompareAndSwap(false, true) {
+			m.log.Warn().Str("event", "kind_name_clash").Str("kind", kind).
+				Msg("a kind registered with this node's Proto.Actor cluster has the name of a relocatable kind on another node; this node resolves it as Proto.Actor's")
+		}
+		return false
 	}
 	return l.remoteKinds(m)[kind]
 }
@@ -161,6 +176,12 @@ func (l *IdentityLookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID)
 // Setup is called by Proto.Actor's cluster at member start; the inner
 // lookup is set up with the cluster's own kinds.
 func (l *IdentityLookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
+	l.mu.Lock()
+	l.clusterKinds = map[string]bool{}
+	for _, k := range kinds {
+		l.clusterKinds[k] = true
+	}
+	l.mu.Unlock()
 	l.inner.Setup(c, kinds, isClient)
 }
 

@@ -414,21 +414,23 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 	}
 }
 
-// targetRid resolves a move's target: the live node of the mesh named
-// target, else the one whose RID it is.
+// targetRid resolves a move's target: the live node of the mesh whose RID
+// target is, else the one named so.
 func (l *life) targetRid(ctx context.Context, target string) (string, error) {
 	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
 	if err != nil {
 		return "", fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
 	}
-	for _, n := range nodes {
-		if n.Node.GetName() == target {
-			return n.Node.GetNodeRid(), nil
-		}
-	}
+	// RIDs first: they are unique by construction, and a name that
+	// happens to equal another node's RID must not take its moves.
 	for _, n := range nodes {
 		if n.Node.GetNodeRid() == target {
 			return target, nil
+		}
+	}
+	for _, n := range nodes {
+		if n.Node.GetName() == target {
+			return n.Node.GetNodeRid(), nil
 		}
 	}
 	return "", fmt.Errorf("%w: no live node of mesh %q is named %q or has that RID", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)

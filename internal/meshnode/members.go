@@ -154,7 +154,12 @@ func (m *members) verify(ctx context.Context, rid string, generation uint64, add
 		return err
 	}
 	if d.GetNodeRid() != rid || d.GetNodeGeneration() != generation {
-		return fmt.Errorf("%w: the node at %s is another lifecycle than the one named", ErrNotMember, address)
+		// What was seen at the address may be an earlier lifecycle (a
+		// restart, or a rejoin on the same system, reuses the address):
+		// the store decides.
+		if _, err := m.read(ctx, d.GetMesh(), rid, generation, address); err != nil {
+			return fmt.Errorf("the node at %s is another lifecycle than the one named: %w", address, err)
+		}
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ type Transport struct {
 	// stops it.
 	ownsRemote bool
 	stopOnce   sync.Once
+	stopped    atomic.Bool // the remote Attach started is shut down
 }
 
 // remoteHooks connects a remote configuration's guards to the node
@@ -98,6 +99,9 @@ func protoCluster(system *actor.ActorSystem) (c *pcluster.Cluster) {
 	return pcluster.GetCluster(system)
 }
 
+// HasProtoCluster reports whether the system has a Proto.Actor cluster.
+func HasProtoCluster(system *actor.ActorSystem) bool { return protoCluster(system) != nil }
+
 // hasRemote reports whether the system has a Proto.Actor remote.
 func hasRemote(system *actor.ActorSystem) (ok bool) {
 	defer func() {
@@ -128,7 +132,7 @@ func Attach(system *actor.ActorSystem, own func() (*remote.Config, error)) (*Tra
 		}
 		return &Transport{system: system, remote: pc.Remote, pc: pc, hooks: v.(*remoteHooks)}, nil
 	}
-	if hasRemote(system) {
+	if prev, ok := ownRemotes.Load(system); hasRemote(system) && !(ok && prev.(*Transport).stopped.Load()) {
 		return nil, fmt.Errorf("%w: the actor system has a remote roam did not configure; without a Proto.Actor cluster roam starts the remote itself", roamerr.ErrNotConfigured)
 	}
 	rcfg, err := own()
@@ -143,8 +147,15 @@ func Attach(system *actor.ActorSystem, own func() (*remote.Config, error)) (*Tra
 	if err := startRemote(r); err != nil {
 		return nil, err
 	}
-	return &Transport{system: system, remote: r, hooks: v.(*remoteHooks), ownsRemote: true}, nil
+	t := &Transport{system: system, remote: r, hooks: v.(*remoteHooks), ownsRemote: true}
+	ownRemotes.Store(system, t)
+	return t, nil
 }
+
+// ownRemotes are the remotes Attach started, by system: Proto.Actor keeps a
+// stopped remote registered, and a Start that failed after the remote ran
+// must be able to start one again.
+var ownRemotes sync.Map // *actor.ActorSystem → *Transport
 
 // System is the application's actor system.
 func (t *Transport) System() *actor.ActorSystem { return t.system }
@@ -155,6 +166,7 @@ func (t *Transport) Stop() {
 	t.stopOnce.Do(func() {
 		if t.ownsRemote {
 			t.remote.Shutdown(true)
+			t.stopped.Store(true)
 		}
 	})
 }

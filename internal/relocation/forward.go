@@ -83,6 +83,10 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 		return
 	}
 	req := m.GetRequester()
+	if k := location.Kind(m.GetKind()); k != location.KindActor && k != location.KindInstanceSpot {
+		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors and Instance Spots move on their own"})
+		return
+	}
 	go func() {
 		deadline := time.UnixMilli(m.GetDeadlineUnixMillis())
 		if limit := time.Now().Add(maxForwardedMove); m.GetDeadlineUnixMillis() <= 0 || deadline.After(limit) {

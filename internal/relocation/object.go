@@ -90,6 +90,9 @@ type object struct {
 type host struct {
 	obj *object
 	d   *Driver // for endSink (log and metrics) only: the actor goroutine never enters the driver's loop
+	// clusterInit: ClusterInit reached the actor since its last Started
+	// (the actor's goroutine only).
+	clusterInit bool
 }
 
 // hostExtensionID is the context extension under which an incarnation's
@@ -178,12 +181,20 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 	switch m := env.Message.(type) {
 	case *actor.Started:
 		// Also after a restart by the supervisor: the actor is a new
-		// instance then.
-		h.obj.inst = c.Actor()
+		// instance then, and what the old one registered is gone with it.
+		h.obj.inst, h.obj.kept, h.clusterInit = c.Actor(), nil, false
 		c.Set(h)
 		next(c, env)
 		if pc := h.d.node.ProtoActorCluster(); pc != nil && !h.obj.kind.ClusterKind {
-			next(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: h.obj.clusterIdentity(), Cluster: pc}))
+			h.receive(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: h.obj.clusterIdentity(), Cluster: pc}), next)
+		}
+	case *pcluster.ClusterInit:
+		// Once per instance: Props from cluster.NewKind given to NewKind
+		// (not FromClusterKind) would deliver it a second time, and a
+		// generated grain would make a new implementation in its place.
+		if !h.clusterInit {
+			h.clusterInit = true
+			next(c, env)
 		}
 	case *messages.RouteBarrier:
 		respond(c, env, m) // the caller's old route is drained up to here
