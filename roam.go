@@ -171,8 +171,9 @@ func WithKinds(kinds ...Kind) Option {
 
 // WithNodeName sets the node's stable name: unique among the mesh's live
 // nodes (Start fails with roamerr.ErrAlreadyExists while another live node
-// holds it), kept across restarts, and what Relocate takes as a target.
-// Default: the node's remote address (host:port).
+// holds it; a crashed node's name is free once the store ended its lease),
+// kept across restarts, and what Relocate takes as a target. Default:
+// none; Relocate then takes the node's RID or its address (host:port).
 func WithNodeName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithMesh sets the mesh (a partition of nodes and objects) the node
@@ -426,8 +427,8 @@ func (r *Roam) Resolve(ctx context.Context, ref Ref) (*actor.PID, error) {
 	return ext.Resolve(ctx, ref)
 }
 
-// Relocate moves ref to the node target, named by its stable name
-// (WithNodeName) or its RID, from any node: the owner is asked when it is
+// Relocate moves ref to the node target, named by its RID, its stable
+// name (WithNodeName) or its address, from any node: the owner is asked when it is
 // another node. It returns once the target's commit is in the store; a
 // move to the node that owns ref already returns at once, with a zero
 // pause. NotFound when no live node has that name or RID, or ref does not

@@ -415,7 +415,7 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 }
 
 // targetRid resolves a move's target: the live node of the mesh whose RID
-// target is, else the one named so.
+// target is, else the one named so, else the newest one at that address.
 func (l *life) targetRid(ctx context.Context, target string) (string, error) {
 	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
 	if err != nil {
@@ -433,7 +433,18 @@ func (l *life) targetRid(ctx context.Context, target string) (string, error) {
 			return n.Node.GetNodeRid(), nil
 		}
 	}
-	return "", fmt.Errorf("%w: no live node of mesh %q is named %q or has that RID", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
+	// An address: the newest lifecycle there (an older one may not have
+	// left the store yet).
+	var at *location.NodeDescriptor
+	for _, n := range nodes {
+		if n.Node.GetAddress() == target && (at == nil || n.Node.GetNodeGeneration() > at.GetNodeGeneration()) {
+			at = n.Node
+		}
+	}
+	if at != nil {
+		return at.GetNodeRid(), nil
+	}
+	return "", fmt.Errorf("%w: no live node of mesh %q has the RID, name or address %q", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
 }
 
 // NodeName is this node's stable name, which Relocate takes as a target.

@@ -9,7 +9,6 @@
 package meshnode
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,8 +52,10 @@ type Config struct {
 	Mesh string
 	// Name is the node's stable name, unique among the mesh's live nodes
 	// (a second node with a taken name fails to start with
-	// roamerr.ErrAlreadyExists) and kept across restarts, unlike its RID:
-	// Relocate takes it as the target. Default: the node's address.
+	// roamerr.ErrAlreadyExists; a crashed node's name is free once the
+	// store ended its lease) and kept across restarts, unlike its RID:
+	// Relocate takes it as the target. Default: none (Relocate then takes
+	// the node's RID or address).
 	Name string
 	// Host and Port the remote listens on. Default 127.0.0.1, port 0 (a
 	// free port, chosen by the OS).
@@ -272,7 +273,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.desc = &location.NodeDescriptor{
 		Mesh:            cfg.Mesh,
-		Name:            cmp.Or(cfg.Name, system.Address()),
+		Name:            cfg.Name,
 		NodeRid:         uuid.NewString(),
 		NodeGeneration:  uint64(time.Now().UnixNano()),
 		EntrySpotId:     NewEntrySpotID(cfg.EntryPrefix),

@@ -473,9 +473,16 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 		props = actor.PropsFromProducer(obj.kind.Producer)
 	}
 	h := &host{obj: obj, d: d}
-	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(RestartAlways), actor.WithReceiverMiddleware(h.middleware),
+	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware),
 		actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
 }
+
+// restartIncarnation supervises incarnations: a failing one is restarted,
+// never stopped (roam ends incarnations itself), after a delay that grows
+// with each failure in a row (10 ms per failure, counted afresh after 10 s
+// without one), so an actor that fails on every start — in Started, say —
+// costs little instead of a CPU in a restart loop.
+var restartIncarnation = actor.NewExponentialBackoffStrategy(10*time.Second, 10*time.Millisecond)
 
 // RestartAlways supervises roam's own actors (incarnations, the relocation
 // actor, the Spot service): a failing actor is restarted, never stopped.
@@ -496,15 +503,21 @@ func (d *Driver) stop(obj *object) {
 func (d *Driver) spawned(obj *object) { d.live.Store(obj, struct{}{}) }
 
 // Shutdown stops, once the node has stopped, what the driver runs on an
-// actor system that outlives the node (meshnode.Node.Attached): every
-// incarnation left and the relocation actor, so that a next lifecycle on
-// the same system can start its own. A node with its own actor system
-// needs none of it: the system's shutdown stops them all.
+// actor system that outlives the node (meshnode.Node.Attached): the
+// relocation actor now, so that a next lifecycle on the same system can
+// start its own, and every incarnation left after one Message Follow
+// period. Until then the ended lifecycle's incarnations answer what still
+// reaches them loudly (send_lease_ended, Unavailable), as they do when
+// their lifecycle ends (endOwned), instead of letting it become a dead
+// letter nobody of roam hears. A node with its own actor system needs none
+// of it: the system's shutdown stops them all.
 func (d *Driver) Shutdown() {
 	d.sys.EventStream.Unsubscribe(d.events)
-	d.live.Range(func(k, _ any) bool {
-		d.stop(k.(*object))
-		return true
+	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
+		d.live.Range(func(k, _ any) bool {
+			d.stop(k.(*object))
+			return true
+		})
 	})
 	if isClosed(d.node.Stopped()) {
 		_ = d.sys.Root.StopFuture(d.self).Wait()
