@@ -370,7 +370,33 @@ func (r *Roam) Start(ctx context.Context) error {
 		return err
 	}
 	r.ext, r.transport = ext, t
+	go r.watchSystem()
 	return nil
+}
+
+// watchSystem stops roam when the application shuts its actor system down
+// (directly, or with its Proto.Actor cluster) without Stop: the node would
+// otherwise go on renewing its lease with nothing serving its objects,
+// which no other node would then take over.
+func (r *Roam) watchSystem() {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for range t.C {
+		r.mu.Lock()
+		stopped := r.stopped
+		r.mu.Unlock()
+		if stopped {
+			return
+		}
+		if r.system.IsStopped() {
+			r.log.Warn().Str("event", "actor_system_stopped").Str("node_rid", r.NodeRid()).
+				Msg("the actor system was shut down before roam.Stop: roam stops now, so that other nodes take its objects over")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = r.Stop(ctx)
+			cancel()
+			return
+		}
+	}
 }
 
 // started returns the running extension, or Unavailable.

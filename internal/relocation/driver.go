@@ -460,7 +460,8 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	// on a node whose owner lease is not provably in force. So does a cold
 	// activation's recovery pointer between the first handler's return and
 	// the removal's landing (object.pointerHeld).
-	opts = append(opts, mailbox.Gate(func() bool { return !obj.pointerHeld.Load() && d.node.Valid() }))
+	h := &host{obj: obj, d: d}
+	opts = append(opts, mailbox.Gate(func() bool { return !obj.pointerHeld.Load() && d.node.Valid() }), mailbox.Intercept(h.intercept))
 	// Only the driver ends an incarnation (d.stop): a stop from anywhere
 	// else — the application, a remote peer — would leave the store naming
 	// this node for an object it no longer serves.
@@ -472,7 +473,6 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	if props == nil {
 		props = actor.PropsFromProducer(obj.kind.Producer)
 	}
-	h := &host{obj: obj, d: d}
 	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware),
 		actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
 }

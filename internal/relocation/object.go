@@ -200,27 +200,6 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 		respond(c, env, m) // the caller's old route is drained up to here
 	case *messages.GrainActivate:
 		respond(c, env, m) // the grain is active; the caller's own message follows
-	case *closeMarker:
-		if h.obj.tm != nil {
-			h.obj.tm.stopAll()
-		}
-		if cl, ok := h.obj.inst.(Closing); ok {
-			cl.OnClosing(Closed)
-		}
-		// Seal after this turn: what was queued behind the marker, and what
-		// comes later, is answered by the closed sink, never dropped; then
-		// the actor stops.
-		if err := h.obj.mb.Seal(func(saved []any) {
-			for _, msg := range saved {
-				m.closed(msg)
-			}
-			_, _ = h.obj.mb.Redirect(m.closed)
-			m.stop()
-			close(m.done)
-		}); err != nil {
-			m.stop()
-			close(m.done)
-		}
 	case *messages.TimerTick:
 		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
 			next(c, env)
@@ -235,6 +214,46 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 			next(c, env)
 		}
 	}
+}
+
+// intercept takes roam's own close marker from the mailbox before the
+// actor's receiver middleware sees it: an application middleware that
+// passes on only the messages it knows must not keep an incarnation from
+// closing.
+func (h *host) intercept(msg any) bool {
+	m, ok := actor.UnwrapEnvelopeMessage(msg).(*closeMarker)
+	if !ok {
+		return false
+	}
+	if h.obj.tm != nil {
+		h.obj.tm.stopAll()
+	}
+	if cl, ok := h.obj.inst.(Closing); ok {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					h.d.log.Error().Str("event", "on_closing_panicked").Str("object_id", h.obj.key.ID).Interface("panic", p).
+						Msg("the application's OnClosing panicked; the incarnation closes anyway")
+				}
+			}()
+			cl.OnClosing(Closed)
+		}()
+	}
+	// Seal after this turn: what was queued behind the marker, and what
+	// comes later, is answered by the closed sink, never dropped; then
+	// the actor stops.
+	if err := h.obj.mb.Seal(func(saved []any) {
+		for _, msg := range saved {
+			m.closed(msg)
+		}
+		_, _ = h.obj.mb.Redirect(m.closed)
+		m.stop()
+		close(m.done)
+	}); err != nil {
+		m.stop()
+		close(m.done)
+	}
+	return true
 }
 
 // clusterIdentity is the incarnation's Proto.Actor cluster identity: its

@@ -165,6 +165,14 @@ func (m *Mailbox) Wake() { m.schedule() }
 
 func (m *Mailbox) gateOpen() bool { return m.gate == nil || m.gate() }
 
+// Intercept gives f every user message before the actor gets it, in its
+// turn; a message f reports as taken never reaches the actor (nor any
+// receiver middleware of the application's). f runs on the mailbox's
+// goroutine and must not panic.
+func Intercept(f func(msg any) bool) Option {
+	return func(m *Mailbox) { m.intercept = f }
+}
+
 const (
 	idle int32 = iota
 	running
@@ -184,6 +192,7 @@ type Mailbox struct {
 	dispatcher actor.Dispatcher
 	onClosed   func(msg any)
 	gate       func() bool
+	intercept  func(msg any) bool
 	runFn      func() // m.processMessages, bound once so scheduling does not allocate
 	// beforeIdle, if set (by tests, before Start), runs on the run goroutine
 	// after a run and before the mailbox is marked idle — the window in which
@@ -640,6 +649,9 @@ func (m *Mailbox) run() {
 		var ok bool
 		if msg, ok = m.out.popFront(); ok {
 			m.userCount.Add(-1)
+			if m.intercept != nil && m.intercept(msg) {
+				continue
+			}
 			m.invoker.InvokeUserMessage(msg)
 			continue
 		}
