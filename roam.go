@@ -366,7 +366,7 @@ func (r *Roam) Start(ctx context.Context) error {
 		Lookup:     r.lookup,
 	})
 	if err != nil {
-		t.Stop()
+		t.StopUnused()
 		return err
 	}
 	r.ext, r.transport = ext, t

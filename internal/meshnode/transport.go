@@ -162,11 +162,22 @@ func (t *Transport) System() *actor.ActorSystem { return t.system }
 
 // Stop stops the remote if Attach started it; the actor system and a
 // Proto.Actor cluster are the application's to stop.
-func (t *Transport) Stop() {
+func (t *Transport) Stop() { t.stop(false) }
+
+// StopUnused stops the remote Attach started and nothing used yet (a Start
+// that failed), fully, so that a later Attach can start one again on the
+// same system.
+func (t *Transport) StopUnused() { t.stop(true) }
+
+func (t *Transport) stop(unused bool) {
 	t.stopOnce.Do(func() {
 		if t.ownsRemote {
-			t.remote.Shutdown(true)
-			t.stopped.Store(true)
+			// Proto.Actor's graceful stop also stops the endpoint manager
+			// (so a new remote can start on the system), but it races with
+			// deliveries still in flight (it clears its connection map
+			// under them): only a remote nobody used yet gets it.
+			t.remote.Shutdown(unused)
+			t.stopped.Store(unused)
 		}
 	})
 }

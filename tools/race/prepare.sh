@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the module file the race-detector run of the multi-node tests
-# uses (make test-race-multi). It patches four races inside Proto.Actor.
+# uses (make test-race-multi). It patches six races inside Proto.Actor.
 #
 # Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
 # writes a gRPC global that the gRPC goroutines of remotes already running
@@ -45,6 +45,23 @@ sed -i 's|^	return bl.blockedMembers.Contains(memberID)$|	bl.mu.RLock()\n	defer 
 informer="$out/protoactor-go/cluster/informer.go"
 grep -q 'rnd\.Shuffle(' "$informer"
 sed -i 's|rnd\.Shuffle(|rand.Shuffle(|' "$informer"
+# Its remote's Shutdown sets the endpoint manager's stopped flag and the
+# endpoint readers' suspended flag, plain bools that every delivery and
+# every incoming stream read without synchronisation: a remote shut down
+# while peers still talk to it (roam's Stop on an application's system)
+# races there. The copy makes both flags atomic.
+manager="$out/protoactor-go/remote/endpoint_manager.go"
+reader="$out/protoactor-go/remote/endpoint_reader.go"
+grep -q '^	stopped                   bool$' "$manager"
+sed -i -e 's|^	stopped                   bool$|	stopped                   atomic.Bool|' \
+	-e '/^		stopped:                   false,$/d' \
+	-e 's|em\.stopped = true|em.stopped.Store(true)|' \
+	-e 's|if em\.stopped {|if em.stopped.Load() {|' "$manager"
+grep -q '^	suspended bool$' "$reader"
+sed -i -e 's|^	suspended bool$|	suspended atomic.Bool|' \
+	-e 's|case s\.suspended:|case s.suspended.Load():|' \
+	-e 's|s\.suspended = toSuspend|s.suspended.Store(toSuspend)|' \
+	-e 's|^import (|import (\n	"sync/atomic"|' "$reader"
 cp go.mod "$out/go.mod"
 cp go.sum "$out/go.sum"
 "$go" mod edit -modfile="$out/go.mod" -replace "$mod=$out/protoactor-go"
