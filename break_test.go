@@ -55,14 +55,6 @@ func (l *logBuf) String() string {
 
 func (l *logBuf) logger() zerolog.Logger { return zerolog.New(l).Level(zerolog.InfoLevel) }
 
-// waitFor waits for cond on progress, bounded by the test's patience, not
-// by d (a busy machine may take far longer; d says what is expected).
-func waitFor(t *testing.T, d time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	_ = d
-	testwait.For(t, cond, msg)
-}
-
 // startedCounter counts its Started messages (every restart is one).
 type startedCounter struct {
 	counter
@@ -112,7 +104,7 @@ func TestBreakRejoinWindowDropsSendsSilently(t *testing.T) {
 	lease := leaseOf(t, store, a.NodeRid())
 
 	f.Partition(true)
-	waitFor(t, 15*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		alive, err := store.LeaseAlive(ctx, location.LeaseID(lease))
 		return err == nil && !alive
 	}, "the lease never ended")
@@ -121,7 +113,7 @@ func TestBreakRejoinWindowDropsSendsSilently(t *testing.T) {
 	failClaims(f, 30)
 	f.Partition(false)
 	// The old lifecycle's relocation actor is gone from the system.
-	waitFor(t, 15*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
 		return !ok
 	}, "the old lifecycle was never shut down")
@@ -129,7 +121,7 @@ func TestBreakRejoinWindowDropsSendsSilently(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		b.System().Root.Send(pid, wrapperspb.String("late"))
 	}
-	waitFor(t, 2*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		after := strings.TrimPrefix(logs.String(), before)
 		return strings.Contains(after, "send_dead_letter") || strings.Contains(after, "send_lease_ended") ||
 			strings.Contains(after, "send_unavailable")
@@ -340,10 +332,12 @@ func TestBreakClusterInitTwiceWithClusterProps(t *testing.T) {
 	ck := pcluster.NewKind("twice", actor.PropsFromProducer(func() actor.Actor { return &initCounter{inits: &inits} }))
 	r, _ := clusterNode(t, test.NewInMemAgent(), memstore.New(), nil,
 		roam.WithKinds(roam.NewKind("twice", ck.Props, roam.PreserveState(), roam.Instance())))
-	_, err := r.SpawnActor(ctx, "twice", "g")
+	pid, err := r.SpawnActor(ctx, "twice", "g")
 	require.NoError(t, err)
-	waitFor(t, 5*time.Second, func() bool { return inits.Load() > 0 }, "no ClusterInit")
-	time.Sleep(200 * time.Millisecond) // a second one would come in the same turn as the first; this is margin
+	// A ClusterInit comes in the turn of Started; a request's answer comes
+	// after that turn.
+	_, err = r.System().Root.RequestFuture(pid, wrapperspb.String("tick"), testwait.Patience(t)).Result()
+	require.NoError(t, err)
 	require.EqualValues(t, 1, inits.Load(), "ClusterInit delivered %d times", inits.Load())
 }
 
@@ -365,7 +359,9 @@ func TestBreakKindNameClashSwitchesLookupSilently(t *testing.T) {
 	ctx := context.Background()
 	agent := test.NewInMemAgent()
 	store := memstore.New()
-	_, ca := clusterNode(t, agent, store, []*pcluster.Kind{pcluster.NewKind("dup", actor.PropsFromProducer(func() actor.Actor { return named{"plain"} }))})
+	var logs logBuf
+	_, ca := clusterNode(t, agent, store, []*pcluster.Kind{pcluster.NewKind("dup", actor.PropsFromProducer(func() actor.Actor { return named{"plain"} }))},
+		roam.WithLogger(logs.logger()))
 	call := func(id string) string {
 		t.Helper()
 		res, err := ca.Request(id, "dup", wrapperspb.String("?"), pcluster.WithTimeout(5*time.Second))
@@ -374,10 +370,15 @@ func TestBreakKindNameClashSwitchesLookupSilently(t *testing.T) {
 	}
 	require.Equal(t, "plain", call("i1"))
 	clusterNode(t, agent, store, nil, roam.WithKinds(roam.NewKind("dup", actor.PropsFromProducer(func() actor.Actor { return named{"roam"} }), roam.RecreateOnRelocation(), roam.Instance())))
-	time.Sleep(1500 * time.Millisecond) // the lookup re-reads the descriptors
 	_ = ctx
-	// i1 stays on its cached PID (Proto.Actor's PidCache); a new identity
-	// of the kind this node registered with Proto.Actor goes to roam.
+	// New identities stay Proto.Actor's, also once this node's lookup has
+	// seen the other node's roam kind of that name (and said so).
+	probe := 0
+	testwait.For(t, func() bool {
+		probe++
+		require.Equal(t, "plain", call(fmt.Sprint("probe-", probe)))
+		return strings.Contains(logs.String(), "kind_name_clash")
+	}, "the lookup never saw the other node's roam kind")
 	require.Equal(t, "plain", call("i1"))
 	require.Equal(t, "plain", call("i2"), "a kind this node registers with Proto.Actor (and not with roam) was taken for roam's")
 }
@@ -496,7 +497,7 @@ func cutUntilLeaseEnds(t *testing.T, f *faulty.Store, store location.Store, rid 
 	lease := leaseOf(t, store, rid)
 	require.NotEmpty(t, lease)
 	f.Partition(true)
-	waitFor(t, 20*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		alive, err := store.LeaseAlive(context.Background(), location.LeaseID(lease))
 		return err == nil && !alive
 	}, "the store never ended the lease")
@@ -511,7 +512,7 @@ func TestBreakStopDuringRejoin(t *testing.T) {
 	cutUntilLeaseEnds(t, f, store, a.NodeRid())
 	failClaims(f, 30)
 	f.Partition(false)
-	waitFor(t, 15*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
 		return !ok
 	}, "the old lifecycle was never shut down")
@@ -519,7 +520,7 @@ func TestBreakStopDuringRejoin(t *testing.T) {
 	err = a.Stop(context.Background())
 	t.Logf("Stop during the rejoin: %v after %v", err, time.Since(began))
 	require.Less(t, time.Since(began), 5*time.Second, "Stop blocked on the rejoin's claim")
-	waitFor(t, time.Second, func() bool {
+	testwait.For(t, func() bool {
 		nodes, err := store.ListNodes(context.Background(), "")
 		return err == nil && len(nodes) == 0
 	}, "a stopped roam left a claim behind")
@@ -537,8 +538,8 @@ func TestBreakSecondRejoin(t *testing.T) {
 		old := a.NodeRid()
 		cutUntilLeaseEnds(t, f, store, old)
 		f.Partition(false)
-		waitFor(t, 20*time.Second, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
-		waitFor(t, 10*time.Second, func() bool {
+		testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+		testwait.For(t, func() bool {
 			_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
 			return ok
 		}, "no relocation actor after the rejoin")
@@ -662,7 +663,7 @@ func TestBreakRejoinOfAClusterMember(t *testing.T) {
 	old := a.NodeRid()
 	cutUntilLeaseEnds(t, f, store, old)
 	f.Partition(false)
-	waitFor(t, 20*time.Second, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+	testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
 
 	// New grains from both nodes.
 	for i := 0; i < 6; i++ {
@@ -683,7 +684,7 @@ func TestBreakRejoinOfAClusterMember(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, released)
 	var n int64
-	waitFor(t, 20*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		n, err = call(ca, onA)
 		return err == nil
 	}, "the released grain never answered again")
@@ -712,9 +713,9 @@ func TestBreakStartedPanicHotLoops(t *testing.T) {
 	k := roam.NewKind("panicky", actor.PropsFromProducer(func() actor.Actor { return &panicky{started: &started} }), roam.RecreateOnRelocation())
 	r := start(t, memstore.New(), roam.WithKinds(k))
 	_, err := r.SpawnActor(ctx, "panicky", "p")
-	if err != nil {
-		return
-	}
+	require.NoError(t, err)
+	// A rate bound, not a wait: with the back-off a second holds about 14
+	// restarts (10 ms more each); a busy machine only makes it fewer.
 	time.Sleep(time.Second)
 	t.Logf("Started ran %d times in 1 s", started.Load())
 	require.Less(t, started.Load(), int64(20), "restarted without back-off")
@@ -824,7 +825,7 @@ func TestBreakClusterShutdownWithoutRoamStop(t *testing.T) {
 	_, err := a.SpawnActor(ctx, "tk", "x")
 	require.NoError(t, err)
 	ca.Shutdown(false) // the application's shutdown path, roam not stopped
-	waitFor(t, 6*time.Second, func() bool {
+	testwait.For(t, func() bool {
 		nodes, err := b.Nodes(ctx)
 		if err != nil {
 			return false

@@ -34,7 +34,8 @@ import (
 // not with roam — is passed to the inner lookup (Proto.Actor's disthash by
 // default) and works exactly as it would without roam. A kind is roam's
 // if this node registered it with roam or a live node of the store lists
-// it among its Instance types (that list is read at most once a second).
+// it among its Instance types (the node's shared list of the nodes, read at
+// most once a second).
 type IdentityLookup struct {
 	m     atomic.Pointer[Manager]
 	inner pcluster.IdentityLookup
@@ -46,9 +47,7 @@ type IdentityLookup struct {
 
 	mu           sync.Mutex
 	clusterKinds map[string]bool // the kinds of this node's Proto.Actor cluster (Setup)
-	remote       map[string]bool // Instance types of the store's live nodes
-	readAt       time.Time       // when remote was last read (or tried)
-	reading      chan struct{}   // closed when a read in progress ends
+	remote       map[string]bool // Instance types of the mesh's live nodes, as last read
 }
 
 var _ pcluster.IdentityLookup = (*IdentityLookup)(nil)
@@ -94,48 +93,27 @@ func (l *IdentityLookup) relocatable(kind string) bool {
 	return l.remoteKinds(m)[kind]
 }
 
-// remoteKinds returns the Instance types of the store's live nodes, read
-// at most once a second by one caller while the others wait for it; the
-// last list read stays in use while the store does not answer.
+// remoteKinds returns the Instance types of the mesh's live nodes, from
+// the node's shared list of the nodes (at most one a second); the last
+// answer stays in use while the store does not answer.
 func (l *IdentityLookup) remoteKinds(m *Manager) map[string]bool {
-	l.mu.Lock()
-	for l.reading != nil {
-		ch := l.reading
-		l.mu.Unlock()
-		<-ch
-		l.mu.Lock()
-	}
-	if time.Since(l.readAt) < time.Second {
-		kinds := l.remote
-		l.mu.Unlock()
-		return kinds
-	}
-	ch := make(chan struct{})
-	l.reading = ch
-	l.mu.Unlock()
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	nodes, err := m.store.ListNodes(ctx, m.desc.GetMesh())
+	nodes, err := m.d.Node().LiveNodes(ctx, time.Second)
 	cancel()
-	var kinds map[string]bool
-	if err == nil {
-		kinds = map[string]bool{}
-		for _, n := range nodes {
-			for _, t := range n.Node.GetInstanceTypes() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		return l.remote
+	}
+	kinds := map[string]bool{}
+	for _, n := range nodes {
+		if n.GetMesh() == m.desc.GetMesh() {
+			for _, t := range n.GetInstanceTypes() {
 				kinds[t] = true
 			}
 		}
 	}
-
-	l.mu.Lock()
-	if err == nil {
-		l.remote = kinds
-	}
-	l.readAt = time.Now()
-	l.reading = nil
-	kinds = l.remote
-	l.mu.Unlock()
-	close(ch)
+	l.remote = kinds
 	return kinds
 }
 

@@ -380,7 +380,7 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 		return Outcome{}, fmt.Errorf("%w: only Actors and Instance Spots move on their own", roamerr.ErrInvalidOperation)
 	}
 	l := e.cur.Load()
-	targetRid, err := l.targetRid(ctx, target)
+	targetRid, nodes, err := l.targetRid(ctx, target)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -403,9 +403,19 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 		if v.Record.GetOwner().GetNodeRid() == l.node.Descriptor().GetNodeRid() {
 			out, err = l.driver.Relocate(ctx, ref, targetRid)
 		} else {
-			var pid *actor.PID
-			if pid, err = l.driver.Resolve(ctx, ref); err == nil {
-				out, err = l.driver.RelocateAt(ctx, pid.Address, ref, targetRid)
+			// The owner's address, from the list the target came from; an
+			// owner newer than that list is looked up.
+			owner := v.Record.GetOwner().GetNodeRid()
+			var address string
+			if i := slices.IndexFunc(nodes, func(n location.VersionedNode) bool { return n.Node.GetNodeRid() == owner }); i >= 0 {
+				address = nodes[i].Node.GetAddress()
+			} else if pid, rerr := l.driver.Resolve(ctx, ref); rerr == nil {
+				address = pid.Address
+			} else {
+				err = rerr
+			}
+			if address != "" {
+				out, err = l.driver.RelocateAt(ctx, address, ref, targetRid)
 			}
 		}
 		if err == nil || attempt == 2 || !errors.Is(err, roamerr.ErrNotFound) {
@@ -415,22 +425,23 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 }
 
 // targetRid resolves a move's target: the live node of the mesh whose RID
-// target is, else the one named so, else the newest one at that address.
-func (l *life) targetRid(ctx context.Context, target string) (string, error) {
+// target is, else the one named so, else the newest one at that address;
+// it returns the mesh's live nodes it read too.
+func (l *life) targetRid(ctx context.Context, target string) (string, []location.VersionedNode, error) {
 	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
 	if err != nil {
-		return "", fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+		return "", nil, fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
 	}
 	// RIDs first: they are unique by construction, and a name that
 	// happens to equal another node's RID must not take its moves.
 	for _, n := range nodes {
 		if n.Node.GetNodeRid() == target {
-			return target, nil
+			return target, nodes, nil
 		}
 	}
 	for _, n := range nodes {
 		if n.Node.GetName() == target {
-			return n.Node.GetNodeRid(), nil
+			return n.Node.GetNodeRid(), nodes, nil
 		}
 	}
 	// An address: the newest lifecycle there (an older one may not have
@@ -442,9 +453,9 @@ func (l *life) targetRid(ctx context.Context, target string) (string, error) {
 		}
 	}
 	if at != nil {
-		return at.GetNodeRid(), nil
+		return at.GetNodeRid(), nodes, nil
 	}
-	return "", fmt.Errorf("%w: no live node of mesh %q has the RID, name or address %q", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
+	return "", nil, fmt.Errorf("%w: no live node of mesh %q has the RID, name or address %q", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
 }
 
 // NodeName is this node's stable name, which Relocate takes as a target.

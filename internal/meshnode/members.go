@@ -36,6 +36,8 @@ type members struct {
 	// seen: address → the descriptor last read for it, and when. A hit
 	// younger than memberFresh is trusted without a store read.
 	seen map[string]memberSeen
+	// all: every node of the last list that answered (nil before one).
+	all []*location.NodeDescriptor
 	// listed is when the nodes were last listed; listing is closed when
 	// the list in progress (if any) ends.
 	listed  time.Time
@@ -108,23 +110,59 @@ func (m *members) at(ctx context.Context, address string) (*location.NodeDescrip
 			}
 			continue
 		}
-		done := make(chan struct{})
-		m.listing, m.listed = done, now
-		m.mu.Unlock()
-		nodes, err := m.store.ListNodes(ctx, "") // every mesh: a call may come from another mesh's node
+		if err := m.listLocked(ctx, now); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// listLocked lists the nodes of every mesh (a call may come from another
+// mesh's node) for everyone waiting; called with m.mu held, it returns
+// with it released.
+func (m *members) listLocked(ctx context.Context, now time.Time) error {
+	done := make(chan struct{})
+	m.listing, m.listed = done, now
+	m.mu.Unlock()
+	nodes, err := m.store.ListNodes(ctx, "")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.listing, m.listErr = nil, err
+	close(done)
+	if err != nil {
+		return roamerr.Keep(roamerr.ErrUnavailable, "list the nodes", err)
+	}
+	// The list is the whole truth: addresses gone from it are dropped.
+	m.all = make([]*location.NodeDescriptor, 0, len(nodes))
+	m.seen = make(map[string]memberSeen, len(nodes))
+	for _, n := range nodes {
+		m.all = append(m.all, n.Node)
+		m.seen[n.Node.GetAddress()] = memberSeen{desc: n.Node, at: now}
+	}
+	return nil
+}
+
+// live returns the live nodes of every mesh as listed at most maxAge ago,
+// listing them (once for every caller waiting) otherwise.
+func (m *members) live(ctx context.Context, maxAge time.Duration) ([]*location.NodeDescriptor, error) {
+	for {
+		now := time.Now()
 		m.mu.Lock()
-		m.listing, m.listErr = nil, err
-		close(done)
-		if err != nil {
+		switch {
+		case m.listing != nil:
+			wait := m.listing
 			m.mu.Unlock()
-			return nil, roamerr.Keep(roamerr.ErrUnavailable, "list the nodes", err)
+			if err := sleepOn(ctx, wait, 0); err != nil {
+				return nil, err
+			}
+			continue
+		case m.all != nil && m.listErr == nil && now.Sub(m.listed) < maxAge:
+			all := m.all
+			m.mu.Unlock()
+			return all, nil
 		}
-		// The list is the whole truth: addresses gone from it are dropped.
-		m.seen = make(map[string]memberSeen, len(nodes))
-		for _, n := range nodes {
-			m.seen[n.Node.GetAddress()] = memberSeen{desc: n.Node, at: now}
+		if err := m.listLocked(ctx, now); err != nil {
+			return nil, err
 		}
-		m.mu.Unlock()
 	}
 }
 
@@ -144,6 +182,13 @@ func sleepOn(ctx context.Context, ch <-chan struct{}, d time.Duration) error {
 		return fmt.Errorf("%w: checking a peer: %w", roamerr.ErrUnavailable, ctx.Err())
 	}
 	return nil
+}
+
+// LiveNodes returns the live nodes of every mesh as the store listed them
+// at most maxAge ago: one list shared with the membership checks and with
+// every other caller waiting, never more often than asked.
+func (n *Node) LiveNodes(ctx context.Context, maxAge time.Duration) ([]*location.NodeDescriptor, error) {
+	return n.members.live(ctx, maxAge)
 }
 
 // verify checks that the node lifecycle (rid, generation) is a live
