@@ -113,6 +113,16 @@ type Store interface {
 	// stale cleanup cannot remove a replacement lifecycle (PROTOCOL.md §3.4).
 	// It then ends the lease.
 	ReleaseNode(ctx context.Context, node *NodeDescriptor) error
+	// UpdateNode replaces the stored descriptor of node's lifecycle with
+	// node, when it is at version expected and still held by node's live
+	// lease, and returns the new version: a node publishes a change of its
+	// status (DRAINING) or capacity this way. The fields fixed for a
+	// lifecycle (mesh, RID, node generation, Entry Spot ID, lease ID, name,
+	// address) must equal the stored ones (ErrInvalid otherwise). A lost
+	// race is a *ConflictError; no descriptor, ErrNotFound; the lease has
+	// ended, ErrLeaseEnded. The descriptor stays held by the lease: it is
+	// still deleted when the lease ends.
+	UpdateNode(ctx context.Context, node *NodeDescriptor, expected StoreVersion) (StoreVersion, error)
 	// ReadNode returns a node descriptor, or ErrNotFound.
 	ReadNode(ctx context.Context, key NodeKey) (VersionedNode, error)
 	// ListNodes returns every node descriptor of a mesh ("" = all meshes).
@@ -364,4 +374,18 @@ func EntryClaim(node *NodeDescriptor, lease LeaseID) *Record {
 			LeaseId:        string(lease),
 		},
 	}
+}
+
+// ValidateNodeUpdate checks that next changes none of the fields fixed for
+// cur's lifecycle (Store.UpdateNode).
+func ValidateNodeUpdate(cur, next *NodeDescriptor) error {
+	if err := ValidateNode(next); err != nil {
+		return err
+	}
+	if cur.GetMesh() != next.GetMesh() || cur.GetNodeRid() != next.GetNodeRid() ||
+		cur.GetNodeGeneration() != next.GetNodeGeneration() || cur.GetEntrySpotId() != next.GetEntrySpotId() ||
+		cur.GetLeaseId() != next.GetLeaseId() || cur.GetName() != next.GetName() || cur.GetAddress() != next.GetAddress() {
+		return fmt.Errorf("%w: an update of node %s changes a field fixed for its lifecycle", ErrInvalid, NodeKeyOf(next))
+	}
+	return nil
 }

@@ -879,6 +879,62 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	return nil
 }
 
+// UpdateNode implements location.Store. Consul keeps a locked key's
+// session on a write that names none, so the descriptor stays held by the
+// lease (and is still deleted when it ends).
+func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
+	if err := location.ValidateNode(node); err != nil {
+		return 0, err
+	}
+	nk := s.nodeKey(location.NodeKeyOf(node))
+	pair, err := s.get(ctx, nk)
+	if err != nil {
+		return 0, classify("update node", err, false)
+	}
+	if pair == nil {
+		return 0, fmt.Errorf("%w: %s", location.ErrNotFound, location.NodeKeyOf(node))
+	}
+	cur, err := decode(pair.Value)
+	if err != nil || cur.GetNode() == nil {
+		return 0, fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
+	}
+	stored := cur.GetNode()
+	if stored.GetLeaseId() != node.GetLeaseId() || stored.GetNodeGeneration() != node.GetNodeGeneration() || pair.Session != node.GetLeaseId() {
+		return 0, &location.ConflictError{Op: "update node (another lifecycle)", FailedOps: []int{0}}
+	}
+	if err := location.ValidateNodeUpdate(stored, node); err != nil {
+		return 0, err
+	}
+	if location.StoreVersion(pair.ModifyIndex) != expected {
+		return 0, &location.ConflictError{Op: "update node", FailedOps: []int{0}}
+	}
+	val, err := encode(&messages.StoredValue{WriteSeq: cur.GetWriteSeq() + 1, Value: &messages.StoredValue_Node{Node: node}})
+	if err != nil {
+		return 0, fmt.Errorf("%w: encode node: %w", location.ErrInvalid, err)
+	}
+	resp, failed, err := s.writeTxn(ctx, "update node", api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: nk, Session: node.GetLeaseId()}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: nk, Value: val, Index: uint64(expected)}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if failed != nil {
+		if slices.Contains(failed, 0) {
+			if alive, aerr := s.LeaseAlive(ctx, location.LeaseID(node.GetLeaseId())); aerr == nil && !alive {
+				return 0, fmt.Errorf("%w: node %s", location.ErrLeaseEnded, location.NodeKeyOf(node))
+			}
+		}
+		return 0, &location.ConflictError{Op: "update node", FailedOps: failed}
+	}
+	for _, r := range resp.Results {
+		if r.KV != nil && r.KV.Key == nk {
+			return location.StoreVersion(r.KV.ModifyIndex), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: update node: no result for %s", location.ErrIndeterminate, nk)
+}
+
 // get reads one key consistently (unclassified error).
 func (s *Store) get(ctx context.Context, key string) (*api.KVPair, error) {
 	var pair *api.KVPair

@@ -297,6 +297,11 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	return err
 }
 
+// UpdateNode implements location.Store.
+func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
+	return write(s, ctx, "update node", func() (location.StoreVersion, error) { return s.inner.UpdateNode(ctx, node, expected) })
+}
+
 // ReadNode implements location.Store.
 func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.VersionedNode, error) {
 	return read(s, ctx, "read node", func() (location.VersionedNode, error) { return s.inner.ReadNode(ctx, key) })

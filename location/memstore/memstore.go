@@ -403,6 +403,37 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	return nil
 }
 
+// UpdateNode implements location.Store.
+func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
+	if err := location.ValidateNode(node); err != nil {
+		return 0, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	nk := location.NodeKeyOf(node)
+	cur := s.nodes[nk]
+	if cur == nil {
+		return 0, fmt.Errorf("%w: %s", location.ErrNotFound, nk)
+	}
+	if cur.node.GetLeaseId() != node.GetLeaseId() || cur.node.GetNodeGeneration() != node.GetNodeGeneration() {
+		if s.leases[location.LeaseID(node.GetLeaseId())] == nil {
+			return 0, fmt.Errorf("%w: node %s", location.ErrLeaseEnded, nk)
+		}
+		return 0, &location.ConflictError{Op: "update node (another lifecycle)", FailedOps: []int{0}}
+	}
+	if err := location.ValidateNodeUpdate(cur.node, node); err != nil {
+		return 0, err
+	}
+	if cur.version != expected {
+		return 0, &location.ConflictError{Op: "update node", FailedOps: []int{0}}
+	}
+	v := s.bumpLocked()
+	s.nodes[nk] = &nodeEntry{node: proto.Clone(node).(*location.NodeDescriptor), version: v}
+	return v, nil
+}
+
 // ReadNode implements location.Store.
 func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.VersionedNode, error) {
 	if err := key.Validate(); err != nil {
