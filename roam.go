@@ -35,10 +35,12 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 	"github.com/roamactors/roam/spot"
 )
@@ -156,6 +158,8 @@ type options struct {
 	inner      pcluster.IdentityLookup
 	relocation relocation.Config
 	spot       spot.Config
+	// drainOnStop: Stop drains first (WithDrainOnStop).
+	drainOnStop bool
 }
 
 // WithStore sets the Location Store (required): memstore.New() in one
@@ -213,6 +217,12 @@ func WithCapacity(capacity, weight uint32) Option {
 	return func(o *options) { o.capacity, o.weight = capacity, weight }
 }
 
+// WithDrainOnStop sets whether Stop drains the node first (default true).
+// Without a drain, a stopped node's objects are recovered by other nodes
+// like an ended owner's: Instance Spots of a ReactivateEmpty kind come
+// back empty, others wait for ReleaseEnded (docs/STATUS.md).
+func WithDrainOnStop(on bool) Option { return func(o *options) { o.drainOnStop = on } }
+
 // WithOnEvent reports every move (started, committed, failed, …).
 func WithOnEvent(f func(Event)) Option { return func(o *options) { o.onEvent = f } }
 
@@ -267,7 +277,7 @@ func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
 	if Get(system) != nil {
 		return nil, fmt.Errorf("%w: roam is attached to this actor system already (roam.Get)", roamerr.ErrInvalidOperation)
 	}
-	o := options{host: meshnode.DefaultHost}
+	o := options{host: meshnode.DefaultHost, drainOnStop: true}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -392,7 +402,7 @@ func (r *Roam) watchSystem() {
 			r.log.Warn().Str("event", "actor_system_stopped").Str("node_rid", r.NodeRid()).
 				Msg("the actor system was shut down before roam.Stop: roam stops now, so that other nodes take its objects over")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = r.Stop(ctx)
+			_ = r.stop(ctx, false) // nothing can move off a stopped system
 			cancel()
 			return
 		}
@@ -409,10 +419,14 @@ func (r *Roam) started() (*extension.Extension, error) {
 	return r.ext, nil
 }
 
-// Stop releases the node's claim in the store and stops roam's actors and
-// the remote roam started; the actor system and a Proto.Actor cluster are
-// the application's.
-func (r *Roam) Stop(ctx context.Context) error {
+// Stop drains the node (Drain; unless WithDrainOnStop(false)), bounded by
+// ctx, then releases the node's claim in the store and stops roam's actors
+// and the remote roam started; the actor system and a Proto.Actor cluster
+// are the application's. What the drain did not move is recovered by
+// other nodes like an ended owner's objects.
+func (r *Roam) Stop(ctx context.Context) error { return r.stop(ctx, r.o.drainOnStop) }
+
+func (r *Roam) stop(ctx context.Context, drain bool) error {
 	r.mu.Lock()
 	ext, t := r.ext, r.transport
 	r.stopped = true
@@ -420,9 +434,41 @@ func (r *Roam) Stop(ctx context.Context) error {
 	if ext == nil {
 		return nil
 	}
-	err := ext.Stop(ctx)
+	var err error
+	if drain {
+		err = ext.Stop(ctx)
+	} else {
+		err = ext.StopNow(ctx)
+	}
 	t.Stop()
 	return err
+}
+
+// DrainOptions tune Drain: Concurrency (default 32) and an OnProgress
+// callback called after each unit.
+type DrainOptions = drain.Options
+
+// DrainProgress is a drain's count after one unit (OnProgress).
+type DrainProgress = drain.Progress
+
+// DrainResult is a finished drain: units found, moved, and each one that
+// could not move with why.
+type DrainResult = drain.Result
+
+// Drain empties this node for a rolling deploy: the node takes no new
+// object, activation or move any more (its descriptor says DRAINING), and
+// every Actor and Instance Spot it serves moves, with its state, queue and
+// timers, to the other live nodes, placed by their load and capacity. It
+// returns when nothing movable is left or ctx ends; the result lists what
+// could not move and why (a kind with DisableRelocation, a User Spot, no
+// node with room). The node keeps serving what stayed; Stop then ends it.
+// Stop drains by itself unless WithDrainOnStop(false).
+func (r *Roam) Drain(ctx context.Context, opts DrainOptions) (DrainResult, error) {
+	ext, err := r.started()
+	if err != nil {
+		return DrainResult{}, err
+	}
+	return ext.Drain(ctx, opts)
 }
 
 // Spots is the node's API of Spots by ID. Nil before Start.
@@ -500,6 +546,11 @@ type NodeInfo struct {
 	Name    string // the stable name (WithNodeName)
 	RID     string // the current lifecycle's RID
 	Address string // the remote address
+	// Draining: the node takes no new objects (Drain, or a Stop under way).
+	Draining bool
+	// Capacity is the node's capacity (0: unbounded) and Weight its
+	// placement weight (WithCapacity).
+	Capacity, Weight uint32
 }
 
 // Nodes lists the live nodes of this node's mesh, as the store holds them
@@ -515,10 +566,18 @@ func (r *Roam) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	}
 	out := make([]NodeInfo, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, NodeInfo{Name: n.Node.GetName(), RID: n.Node.GetNodeRid(), Address: n.Node.GetAddress()})
+		out = append(out, NodeInfo{Name: n.Node.GetName(), RID: n.Node.GetNodeRid(), Address: n.Node.GetAddress(),
+			Draining: n.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING, Capacity: n.Node.GetCapacity(), Weight: n.Node.GetWeight()})
 	}
 	return out, nil
 }
 
 // System is the actor system roam is attached to.
 func (r *Roam) System() *actor.ActorSystem { return r.system }
+
+// DeliveryError is the error a reply stands for when roam answered a
+// request in place of the object (a *messages.DeliveryFailed: the object
+// is unavailable, gone, or moved past the follow window), typed like every
+// roam error; nil for an application's own reply. Spots' Request does
+// this itself; use it on replies to requests sent to an Actor's PID.
+func DeliveryError(reply any) error { return relocation.DeliveryError(reply) }

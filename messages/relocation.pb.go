@@ -428,7 +428,14 @@ type CapabilityReply struct {
 	// move_ticket admits one Restore request from the asking node: random,
 	// single-use, short-lived. The answer goes to the asking node's address,
 	// so a process that only declares that address never learns it.
-	MoveTicket    []byte `protobuf:"bytes,5,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	MoveTicket []byte `protobuf:"bytes,5,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	// code is the roamerr wire code of a refusal (node_draining,
+	// capacity_exceeded, …); empty for other refusals (unavailable).
+	Code string `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
+	// serving_count and capacity are the target's load and its capacity
+	// (0: unbounded), answered to every query so a drain can place its units.
+	ServingCount  uint32 `protobuf:"varint,7,opt,name=serving_count,json=servingCount,proto3" json:"serving_count,omitempty"`
+	Capacity      uint32 `protobuf:"varint,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +503,27 @@ func (x *CapabilityReply) GetMoveTicket() []byte {
 		return x.MoveTicket
 	}
 	return nil
+}
+
+func (x *CapabilityReply) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CapabilityReply) GetServingCount() uint32 {
+	if x != nil {
+		return x.ServingCount
+	}
+	return 0
+}
+
+func (x *CapabilityReply) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
 }
 
 // PayloadManifest describes the complete relocation-envelope-v1 stream.
@@ -1637,14 +1665,17 @@ const file_relocation_proto_rawDesc = "" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
 	"stableType\x12/\n" +
 	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\x12.\n" +
-	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\"\xc4\x01\n" +
+	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\"\x99\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
 	"\x13receive_chunk_limit\x18\x03 \x01(\rR\x11receiveChunkLimit\x12*\n" +
 	"\x04node\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x04node\x12\x1f\n" +
 	"\vmove_ticket\x18\x05 \x01(\fR\n" +
-	"moveTicket\"\xab\x01\n" +
+	"moveTicket\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\tR\x04code\x12#\n" +
+	"\rserving_count\x18\a \x01(\rR\fservingCount\x12\x1a\n" +
+	"\bcapacity\x18\b \x01(\rR\bcapacity\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +

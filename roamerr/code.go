@@ -12,7 +12,8 @@ const (
 	CodeInvalidOperation = "invalid_operation"
 	CodeTypeMismatch     = "type_mismatch"
 	CodeUnavailable      = "unavailable"
-	CodeOwnerEnding      = "owner_ending" // ErrUnavailable refined by ErrOwnerEnding
+	CodeOwnerEnding      = "owner_ending"  // ErrUnavailable refined by ErrOwnerEnding
+	CodeNodeDraining     = "node_draining" // ErrUnavailable refined by ErrNodeDraining
 	CodeDeadlineExceeded = "deadline_exceeded"
 	CodeCapacityExceeded = "capacity_exceeded"
 	CodeStale            = "stale"
@@ -27,7 +28,8 @@ var codes = []struct {
 	err  error
 	code string
 }{
-	{ErrOwnerEnding, CodeOwnerEnding}, // before its class, unavailable
+	{ErrOwnerEnding, CodeOwnerEnding}, // the refinements before their class, unavailable
+	{ErrNodeDraining, CodeNodeDraining},
 	{ErrNotFound, CodeNotFound},
 	{ErrInvalidOperation, CodeInvalidOperation},
 	{ErrTypeMismatch, CodeTypeMismatch},
@@ -41,8 +43,8 @@ var codes = []struct {
 	{ErrPermissionDenied, CodePermissionDenied},
 }
 
-// Code is the wire name of err's class (CodeOwnerEnding for an
-// ErrOwnerEnding error); CodeUnavailable for an error of no class, since
+// Code is the wire name of err's class (or of its refinement:
+// CodeOwnerEnding, CodeNodeDraining); CodeUnavailable for an error of no class, since
 // the receiver cannot tell more.
 func Code(err error) string {
 	for _, c := range codes {
@@ -54,13 +56,13 @@ func Code(err error) string {
 }
 
 // FromCode rebuilds a typed error from a wire code and detail: an error of
-// the code's class (CodeOwnerEnding: ErrUnavailable with ErrOwnerEnding),
+// the code's class (a refinement's code: ErrUnavailable with it),
 // or ErrUnavailable for a code it does not know.
 func FromCode(code, detail string) error {
 	for _, c := range codes {
 		if c.code == code {
-			if c.err == ErrOwnerEnding {
-				return fmt.Errorf("%w: %w: %s", ErrUnavailable, ErrOwnerEnding, detail)
+			if c.err == ErrOwnerEnding || c.err == ErrNodeDraining {
+				return fmt.Errorf("%w: %w: %s", ErrUnavailable, c.err, detail)
 			}
 			return fmt.Errorf("%w: %s", c.err, detail)
 		}

@@ -19,8 +19,9 @@
 //	ErrNotConfigured     not_configured     no, until the mesh, kind or policy is set up
 //	ErrPermissionDenied  permission_denied  no, with the same credentials
 //
-// One refinement adds a second error to a class without leaving it:
-// ErrOwnerEnding (code owner_ending) always comes with ErrUnavailable.
+// Two refinements add a second error to a class without leaving it:
+// ErrOwnerEnding (code owner_ending) and ErrNodeDraining (code
+// node_draining) always come with ErrUnavailable.
 //
 // The Location Store's errors (location) are in these classes
 // too: location.ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
@@ -66,6 +67,10 @@ var (
 	// only a lease TTL after they first see it gone (the store may end a
 	// lease early, while the owner still serves); retry after that.
 	ErrOwnerEnding = errors.New("roam: the owner's lease ended moments ago")
+	// ErrNodeDraining, always with ErrUnavailable: the node asked to host
+	// the object is draining (or stopping) and takes no new object, move or
+	// activation; another node may.
+	ErrNodeDraining = errors.New("roam: the node is draining")
 	// ErrDeadlineExceeded: the operation's deadline passed (or its context
 	// ended) before its outcome was known: it may or may not have happened.
 	ErrDeadlineExceeded = errors.New("roam: deadline exceeded")
@@ -105,7 +110,7 @@ var classes = []error{
 	ErrPermissionDenied,
 }
 
-// Classes returns the classes (not the refinement ErrOwnerEnding), in
+// Classes returns the classes (not the refinements), in
 // the order of the package documentation's table.
 func Classes() []error { return append([]error(nil), classes...) }
 

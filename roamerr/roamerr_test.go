@@ -34,6 +34,7 @@ var table = []struct {
 	{roamerr.ErrNotConfigured, roamerr.ErrNotConfigured, roamerr.CodeNotConfigured, "not_configured"},
 	{roamerr.ErrPermissionDenied, roamerr.ErrPermissionDenied, roamerr.CodePermissionDenied, "permission_denied"},
 	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding), roamerr.ErrUnavailable, roamerr.CodeOwnerEnding, "owner_ending"},
+	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrNodeDraining), roamerr.ErrUnavailable, roamerr.CodeNodeDraining, "node_draining"},
 }
 
 // Each class is itself and no other, wrapped or not; Class names it; its
@@ -44,8 +45,10 @@ func TestClassTable(t *testing.T) {
 	for _, c := range table {
 		t.Run(c.wire, func(t *testing.T) {
 			want := c.class
-			if errors.Is(c.err, roamerr.ErrOwnerEnding) {
-				want = roamerr.ErrOwnerEnding
+			for _, r := range []error{roamerr.ErrOwnerEnding, roamerr.ErrNodeDraining} {
+				if errors.Is(c.err, r) {
+					want = r
+				}
 			}
 			if c.code != c.wire {
 				t.Fatalf("code constant %q, wire format %q", c.code, c.wire)

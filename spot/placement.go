@@ -142,12 +142,18 @@ func mix64(x uint64) uint64 {
 
 func weight(n location.VersionedNode) int { return max(int(n.Node.GetWeight()), 1) }
 
-// admitCapacity admits one new incarnation on this node unless its
+// admitCapacity admits one new incarnation on this node unless it is
+// draining (ErrNodeDraining) or its
 // Capacity (0: unbounded) is used up by the incarnations it serves plus
 // the creations in progress here (PROTOCOL.md §7.2, placement). An
 // admitted creation holds its pending slot until the
 // returned release is called, so concurrent creations cannot overshoot.
 func (m *Manager) admitCapacity(ctx context.Context) (release func(), err error) {
+	if m.d.Node().Draining() {
+		// Other nodes' placement skips a DRAINING descriptor; this is for
+		// what was sent before they saw it (passed on like a full node's).
+		return nil, fmt.Errorf("%w: %w: node %s takes no new Spots", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, m.desc.GetNodeRid())
+	}
 	c := m.desc.GetCapacity()
 	if c == 0 {
 		return func() {}, nil

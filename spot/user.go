@@ -168,7 +168,7 @@ func (c *CreateCall) Do(ctx context.Context) (CreateResult, error) {
 	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
 	defer cancel()
 	op := uuid.NewString()
-	skip := map[string]bool{} // targets that answered CapacityExceeded
+	skip := map[string]bool{} // targets that answered CapacityExceeded or NodeDraining
 	for {
 		if err := ctx.Err(); err != nil {
 			return CreateResult{}, fmt.Errorf("%w: Spot %q is neither Ready nor Missing: %w", roamerr.ErrDeadlineExceeded, c.spotID, err)
@@ -290,7 +290,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 	}
 	if reply.GetFailureCode() != "" {
 		ferr := roamerr.FromCode(reply.GetFailureCode(), reply.GetFailureDetail())
-		if errors.Is(ferr, roamerr.ErrCapacityExceeded) {
+		if errors.Is(ferr, roamerr.ErrCapacityExceeded) || errors.Is(ferr, roamerr.ErrNodeDraining) {
 			skip[target.GetNodeRid()] = true
 			return CreateResult{}, errRetry
 		}

@@ -690,7 +690,7 @@ func (a *Activation) recoverEnded() []Effect {
 
 // fail ends the machine with err after before. A SpotActivation that found
 // this node full is first passed on to another candidate
-// (PROTOCOL.md §7.5 step 9); otherwise its failure is measured, answered to the first
+// (PROTOCOL.md §7.5 step 9), as is one that found it draining; otherwise its failure is measured, answered to the first
 // message's sender and logged.
 func (a *Activation) fail(err error, before ...Effect) []Effect {
 	effects := a.release(before)
@@ -701,7 +701,7 @@ func (a *Activation) fail(err error, before ...Effect) []Effect {
 			roamerr.ErrDeadlineExceeded, a.spotID, err)
 	}
 	a.err = err
-	if !a.recovery && errors.Is(err, roamerr.ErrCapacityExceeded) {
+	if !a.recovery && (errors.Is(err, roamerr.ErrCapacityExceeded) || errors.Is(err, roamerr.ErrNodeDraining)) {
 		a.phase = PassingOn
 		return append(effects, PassOn{})
 	}

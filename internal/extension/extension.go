@@ -23,7 +23,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -86,6 +88,10 @@ type Config struct {
 	// application's Proto.Actor cluster (Node.Attach): each lifecycle's
 	// Spot manager is attached to it.
 	Lookup *spot.IdentityLookup
+	// StopWithoutDrain makes Stop end the node at once, as before drains
+	// existed: its objects are then recovered like an ended owner's. By
+	// default Stop drains the node first (Drain), bounded by its context.
+	StopWithoutDrain bool
 	// OnRejoin, if set, is called after the Extension started a new node
 	// lifecycle because the previous one's owner lease ended. The new
 	// lifecycle has its own actor system (System() returns it) and, when
@@ -384,6 +390,10 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 	if err != nil {
 		return Outcome{}, err
 	}
+	if i := slices.IndexFunc(nodes, func(n location.VersionedNode) bool { return n.Node.GetNodeRid() == targetRid }); i >= 0 &&
+		nodes[i].Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+		return Outcome{}, fmt.Errorf("%w: %w: move %s to node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, ref, target)
+	}
 	// The owner may change between the read and the request (a move by
 	// someone else): then the one asked answers NotFound, and the store is
 	// read again.
@@ -513,8 +523,111 @@ func (e *Extension) stopRetired(l *life) {
 	}
 }
 
-// Stop releases the node's claim and stops it; no new lifecycle starts.
+// Drain empties the node for a rolling deploy: it marks the node DRAINING
+// (no new placement, activation or move lands here any more, here or as
+// other nodes see it in the store) and moves every unit it serves to
+// other live serving nodes, a bounded number at a time, placing each by
+// the targets' load and capacity (docs/OPERATIONS.md). It returns when
+// nothing movable is left or ctx ends, with every unit it could not move
+// and why; the error is for a drain that could not start. The node keeps
+// serving what did not move, and stays draining until it stops.
+func (e *Extension) Drain(ctx context.Context, opts drain.Options) (drain.Result, error) {
+	l := e.cur.Load()
+	if err := l.node.SetDraining(ctx); err != nil {
+		return drain.Result{}, err
+	}
+	log := e.logger()
+	log.Info().Str("event", "drain_started").Msg("draining the node")
+	res, err := drain.Run(ctx, &drainHost{l: l}, opts)
+	ev := log.Info()
+	if err != nil || !res.Complete() {
+		ev = log.Warn()
+	}
+	ev.Str("event", "drain_finished").Int("units", res.Total).Int("moved", res.Moved).Int("failed", len(res.Failed)).
+		Dur("took", res.Finished.Sub(res.Started)).Dur("pause_p50", res.PauseP50).Dur("pause_p99", res.PauseP99).AnErr("error", err).
+		Msg("drain finished")
+	for i, f := range res.Failed {
+		if i == 20 {
+			log.Warn().Str("event", "drain_unit_failed").Int("more", len(res.Failed)-i).Msg("more units did not move")
+			break
+		}
+		log.Warn().Str("event", "drain_unit_failed").Str("unit", f.Key.String()).Str("target", f.To).Err(f.Err).Msg("a unit did not move")
+	}
+	return res, err
+}
+
+func (e *Extension) logger() zerolog.Logger {
+	if e.cfg.Node.Logger != nil {
+		return *e.cfg.Node.Logger
+	}
+	return zerolog.Nop()
+}
+
+// drainHost is a lifecycle as drain.Run sees it.
+type drainHost struct{ l *life }
+
+func (h *drainHost) Inventory(ctx context.Context) (relocation.Inventory, error) {
+	return h.l.driver.Inventory(ctx)
+}
+
+func (h *drainHost) Move(ctx context.Context, key location.AuthorityKey, targetRid string) (relocation.Outcome, error) {
+	return h.l.driver.Relocate(ctx, key, targetRid)
+}
+
+// Targets are the mesh's other live SERVING nodes with their load, each
+// asked once (in parallel); a node that does not answer is left out.
+func (h *drainHost) Targets(ctx context.Context) ([]drain.Target, error) {
+	self := h.l.node.Descriptor()
+	nodes, err := h.l.node.Store().ListNodes(ctx, self.GetMesh())
+	if err != nil {
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "drain: list nodes", err)
+	}
+	var out []drain.Target
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		d := n.Node
+		if d.GetNodeRid() == self.GetNodeRid() || d.GetStatus() != messages.NodeStatus_NODE_STATUS_SERVING || len(d.GetStableTypes()) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			load, err := h.l.driver.Load(ctx, d.GetAddress(), d.GetStableTypes()[0])
+			if err != nil || errors.Is(load.Refused, roamerr.ErrNodeDraining) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out = append(out, drain.Target{Rid: d.GetNodeRid(), Name: d.GetName(), StableTypes: d.GetStableTypes(),
+				Weight: int(d.GetWeight()), Serving: load.Serving, Capacity: load.Capacity})
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// Stop drains the node (unless Config.StopWithoutDrain), bounded by ctx,
+// then releases the node's claim and stops it; no new lifecycle starts.
+// What the drain did not move is then an ended owner's, recovered as such
+// (docs/FAULTS.md).
 func (e *Extension) Stop(ctx context.Context) error {
+	if !e.cfg.StopWithoutDrain {
+		e.mu.Lock()
+		stopped := e.stopped
+		e.mu.Unlock()
+		if !stopped && e.cur.Load().node.Valid() {
+			// A drain error (the store cannot be reached) leaves the stop to
+			// go on: Drain logged it.
+			_, _ = e.Drain(ctx, drain.Options{})
+		}
+	}
+	return e.StopNow(ctx)
+}
+
+// StopNow is Stop without the drain: for a node whose actor system is gone
+// already, or an application that chose so.
+func (e *Extension) StopNow(ctx context.Context) error {
 	e.mu.Lock()
 	first := !e.stopped
 	e.stopped = true

@@ -192,8 +192,11 @@ type Node struct {
 	// attached: the system and remote are an application's (Config.Attach)
 	// and outlive this lifecycle.
 	attached bool
-	desc     *location.NodeDescriptor
+	desc     *location.NodeDescriptor // as claimed; immutable
 	lease    location.Lease
+	// draining: the node takes no new object, move or activation
+	// (SetDraining); it never goes back within a lifecycle.
+	draining atomic.Bool
 	members  *members
 
 	// The owner lease's fence (package lease): keeper is the loop
@@ -520,6 +523,41 @@ func (n *Node) EntrySpotID() string { return n.desc.GetEntrySpotId() }
 // Descriptor returns a copy of the node's descriptor as claimed.
 func (n *Node) Descriptor() *location.NodeDescriptor {
 	return proto.Clone(n.desc).(*location.NodeDescriptor)
+}
+
+// Draining reports whether SetDraining has been called: the node takes no
+// new object, move or activation any more.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
+// SetDraining stops the node taking new objects, at once here and, through
+// its descriptor's status DRAINING in the store, for every other node's
+// placement (Store.UpdateNode under the node's lease). A lifecycle never
+// serves new objects again once draining: only a new lifecycle does.
+func (n *Node) SetDraining(ctx context.Context) error {
+	if !n.draining.Swap(true) {
+		n.log.Info().Str("event", "node_draining").Msg("the node takes no new objects")
+	}
+	key := location.NodeKeyOf(n.desc)
+	for attempt := 0; ; attempt++ {
+		v, err := n.cfg.Store.ReadNode(ctx, key)
+		if err != nil {
+			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
+		}
+		if v.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+			return nil
+		}
+		next := proto.Clone(v.Node).(*location.NodeDescriptor)
+		next.Status = messages.NodeStatus_NODE_STATUS_DRAINING
+		_, err = n.cfg.Store.UpdateNode(ctx, next, v.Version)
+		if err == nil {
+			return nil
+		}
+		// A conflict is another write of the descriptor (none today): read
+		// again. An indeterminate write is settled by the read too.
+		if (!errors.Is(err, location.ErrConflict) && !errors.Is(err, location.ErrIndeterminate)) || attempt == 4 {
+			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
+		}
+	}
 }
 
 // Lease is the node's owner lease.

@@ -370,9 +370,15 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		Node:              &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
 	}
 	k, ok := d.kind(q.GetStableType())
+	hosting, arriving := d.load()
+	reply.ServingCount, reply.Capacity = uint32(hosting), d.desc.GetCapacity()
 	switch {
-	case !d.node.Valid() || d.stopping:
-		reply.Reason = "the node's owner lease is not in force, or the node is stopping"
+	case !d.node.Valid():
+		reply.Reason = "the node's owner lease is not in force"
+	case d.stopping || d.node.Draining():
+		reply.Reason, reply.Code = "the node is draining or stopping", roamerr.CodeNodeDraining
+	case d.desc.GetCapacity() > 0 && hosting+arriving >= int(d.desc.GetCapacity()):
+		reply.Reason, reply.Code = fmt.Sprintf("the node hosts %d and receives %d of its capacity %d", hosting, arriving, d.desc.GetCapacity()), roamerr.CodeCapacityExceeded
 	case !ok:
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
 	case k.ApplicationVersion != q.GetApplicationVersion():
@@ -383,6 +389,20 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.Supported = true
 	}
 	return reply
+}
+
+// load counts the incarnations this node serves (moving out included)
+// and those arriving (moves in not open yet): what its capacity bounds.
+func (d *Driver) load() (hosting, arriving int) {
+	for _, obj := range d.objects {
+		switch obj.state {
+		case serving, leaving:
+			hosting++
+		case staging:
+			arriving++
+		}
+	}
+	return hosting, arriving
 }
 
 func newRelocationID() uint64 {

@@ -489,6 +489,26 @@ func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, err
 	return n.Node.GetAddress(), nil
 }
 
+// moveTarget is nodeAddress for a move's target: a node whose descriptor
+// says DRAINING is refused at once (ErrNodeDraining), before anything
+// seals; one that starts draining later refuses the capability query.
+func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
+	if rid == d.desc.GetNodeRid() {
+		return d.desc.GetAddress(), nil
+	}
+	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: d.desc.GetMesh(), NodeRid: rid})
+	if err != nil {
+		if errors.Is(err, location.ErrNotFound) {
+			return "", fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, d.desc.GetMesh())
+		}
+		return "", roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
+	}
+	if n.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+		return "", fmt.Errorf("%w: %w: node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, rid)
+	}
+	return n.Node.GetAddress(), nil
+}
+
 // followSink forwards a message that reached an incarnation which has moved
 // away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
 func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {

@@ -68,7 +68,7 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	if err := d.serving(); err != nil {
 		return Outcome{}, err
 	}
-	addr, err := d.nodeAddress(ctx, d.desc.GetMesh(), targetRid)
+	addr, err := d.moveTarget(ctx, targetRid)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -270,7 +270,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			var gen uint64
 			var ticket []byte
 			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
-				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit()}
+				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
 				gen, ticket = reply.GetNode().GetNodeGeneration(), reply.GetMoveTicket()
 			} else {
 				ev.Reason = fmt.Sprintf("capability query: %v", err)

@@ -21,16 +21,16 @@ func ClassesOf(err error) []error {
 }
 
 // AssertOneClass fails t unless err matches want and no other class.
-// want may be roamerr.ErrOwnerEnding: err must then match it and, as its
-// only class, roamerr.ErrUnavailable.
+// want may be a refinement (roamerr.ErrOwnerEnding, ErrNodeDraining): err
+// must then match it and, as its only class, roamerr.ErrUnavailable.
 func AssertOneClass(t testing.TB, err, want error) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("want an error of class %v, got nil", want)
 	}
 	class := want
-	if want == roamerr.ErrOwnerEnding {
-		if !errors.Is(err, roamerr.ErrOwnerEnding) {
+	if want == roamerr.ErrOwnerEnding || want == roamerr.ErrNodeDraining {
+		if !errors.Is(err, want) {
 			t.Fatalf("%q does not match %v", err, want)
 		}
 		class = roamerr.ErrUnavailable

@@ -20,6 +20,8 @@ type (
 		Supported         bool
 		Reason            string
 		ReceiveChunkLimit uint32
+		// Code is a refusal's roamerr wire code ("" for unavailable).
+		Code string
 	}
 	// Admitted: the in-flight budget has room; seal may proceed.
 	Admitted struct{}

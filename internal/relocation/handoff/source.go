@@ -106,6 +106,9 @@ func (s *Source) Step(ev Event) []Effect {
 		}
 		if !ev.Supported {
 			// An unusable target never blocks the source (PROTOCOL.md §5.2).
+			if ev.Code != "" {
+				return []Effect{s.complete(roamerr.FromCode(ev.Code, "target cannot host the object: "+ev.Reason))}
+			}
 			return []Effect{s.complete(fmt.Errorf("%w: target cannot host the object: %s", roamerr.ErrUnavailable, ev.Reason))}
 		}
 		s.chunkLimit = s.cfg.ChunkLimit

@@ -1,0 +1,325 @@
+// Package drain empties a node for a rolling deploy: it moves every unit
+// the node serves to other nodes with the ordinary hand-off, a bounded
+// number at a time, placing each by the targets' load and capacity, and
+// reports progress per unit (docs/OPERATIONS.md). The node has stopped
+// taking new objects before Run starts (meshnode.Node.SetDraining); Run
+// only decides where each unit goes and keeps count.
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Target is a node that may take units.
+type Target struct {
+	Rid, Name   string
+	StableTypes []string
+	// Weight is the node's placement weight (0 counts as 1).
+	Weight int
+	// Serving and Capacity are its load when asked (Capacity 0: unbounded).
+	Serving, Capacity int
+}
+
+// Host is the draining node.
+type Host interface {
+	// Inventory lists the units the node serves now.
+	Inventory(ctx context.Context) (relocation.Inventory, error)
+	// Targets lists the live serving nodes that may take units, with their
+	// load.
+	Targets(ctx context.Context) ([]Target, error)
+	// Move moves one unit to the node targetRid.
+	Move(ctx context.Context, key location.AuthorityKey, targetRid string) (relocation.Outcome, error)
+}
+
+// Options tune a drain. Zero fields take the defaults written on them.
+type Options struct {
+	// Concurrency is how many units move at once. Default 32, at most 64
+	// (a target keeps at most 64 unused move tickets per source node).
+	Concurrency int
+	// OnProgress, if set, is called after each unit moved or failed, one
+	// call at a time; keep it quick.
+	OnProgress func(Progress)
+}
+
+// MaxConcurrency bounds Options.Concurrency.
+const MaxConcurrency = 64
+
+// Progress is a drain's count after one unit.
+type Progress struct {
+	// Total is the units found so far (arrivals during the drain add to it).
+	Total, Moved, Failed int
+	// Unit is the unit that just moved or failed.
+	Unit UnitResult
+}
+
+// Remaining is what is left to move.
+func (p Progress) Remaining() int { return p.Total - p.Moved - p.Failed }
+
+// UnitResult is one unit's outcome.
+type UnitResult struct {
+	Key location.AuthorityKey
+	// To is the target's node RID ("" when none was tried).
+	To    string
+	Pause time.Duration
+	Bytes uint64
+	Err   error
+}
+
+// Result is a finished drain.
+type Result struct {
+	Total, Moved int
+	// Failed lists every unit that could not move, and why.
+	Failed            []UnitResult
+	Started, Finished time.Time
+	// PauseP50 and PauseP99 of the units moved.
+	PauseP50, PauseP99 time.Duration
+}
+
+// Complete reports whether every unit found moved.
+func (r Result) Complete() bool { return len(r.Failed) == 0 }
+
+// Err summarizes an incomplete drain as one error (nil when complete): of
+// the class of its first failure.
+func (r Result) Err() error {
+	if r.Complete() {
+		return nil
+	}
+	f := r.Failed[0]
+	return roamerr.Keep(roamerr.ErrUnavailable, fmt.Sprintf("drain: %d of %d units did not move (first: %s)", len(r.Failed), r.Total, f.Key), f.Err)
+}
+
+// attempts bounds the tries of one unit: a target that started draining
+// or filled up meanwhile is skipped and another tried.
+const attempts = 4
+
+// Run moves every unit of h to other nodes. It returns when nothing
+// movable is left, or ctx ends (the units not moved by then are in Failed
+// with ctx's error), with what it did; the error is for a drain that could
+// not run at all (the inventory could not be read).
+func Run(ctx context.Context, h Host, opts Options) (Result, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 32
+	}
+	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
+	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, done: map[location.AuthorityKey]bool{},
+		res: Result{Started: time.Now()}}
+	err := r.loop(ctx)
+	r.res.Finished = time.Now()
+	r.res.PauseP50, r.res.PauseP99 = percentile(r.pauses, 50), percentile(r.pauses, 99)
+	sort.Slice(r.res.Failed, func(i, j int) bool { return r.res.Failed[i].Key.String() < r.res.Failed[j].Key.String() })
+	return r.res, err
+}
+
+type run struct {
+	h      Host
+	opts   Options
+	mu     sync.Mutex // guards everything below (the workers report here)
+	res    Result
+	pauses []time.Duration
+	// tries per unit; done: units counted (moved, failed, or gone).
+	tries map[location.AuthorityKey]int
+	done  map[location.AuthorityKey]bool
+	// refused: targets that refused a move as draining (for the rest of the
+	// drain) — full ones are asked again each round.
+	refused map[string]bool
+}
+
+func (r *run) loop(ctx context.Context) error {
+	wait := time.Millisecond
+	for {
+		inv, err := r.h.Inventory(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, u := range inv.Unmovable {
+			r.finish(UnitResult{Key: u.Key, Err: u.Err}, false)
+		}
+		var todo []relocation.Unit
+		for _, u := range inv.Movable {
+			if !r.isDone(u.Key) {
+				todo = append(todo, u)
+			}
+		}
+		if ctx.Err() != nil {
+			for _, u := range todo {
+				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: drain ended before %s moved: %w", roamerr.ErrDeadlineExceeded, u.Key, ctx.Err())}, false)
+			}
+			return nil
+		}
+		if len(todo) == 0 {
+			if inv.Busy == 0 {
+				return nil
+			}
+			// Moves in or out are under way: an arrival is a unit to move on.
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 100*time.Millisecond)
+			continue
+		}
+		wait = time.Millisecond
+		r.round(ctx, todo)
+	}
+}
+
+// round moves todo with at most Concurrency moves at a time.
+func (r *run) round(ctx context.Context, todo []relocation.Unit) {
+	targets, err := r.h.Targets(ctx)
+	if err != nil {
+		for _, u := range todo {
+			r.retry(u, UnitResult{Key: u.Key, Err: err})
+		}
+		return
+	}
+	r.mu.Lock()
+	r.res.Total = max(r.res.Total, len(r.done)+len(todo))
+	r.mu.Unlock()
+	p := newPlacer(targets)
+	sem := make(chan struct{}, r.opts.Concurrency)
+	var wg sync.WaitGroup
+	for _, u := range todo {
+		r.mu.Lock()
+		t := p.pick(u.StableType, r.refused)
+		r.mu.Unlock()
+		if t == nil {
+			r.retry(u, UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other serving node hosts %q with room", roamerr.ErrCapacityExceeded, u.StableType)})
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Add(1)
+		go func(u relocation.Unit, t *Target) {
+			defer func() { <-sem; wg.Done() }()
+			out, err := r.h.Move(ctx, u.Key, t.Rid)
+			res := UnitResult{Key: u.Key, To: t.Rid, Pause: out.Pause, Bytes: out.Bytes, Err: err}
+			switch {
+			case err == nil:
+				r.finish(res, true)
+			case errors.Is(err, roamerr.ErrNotFound):
+				// Closed, or moved by someone else meanwhile: nothing to move.
+				r.gone(u.Key)
+			case errors.Is(err, roamerr.ErrNodeDraining):
+				r.mu.Lock()
+				if r.refused == nil {
+					r.refused = map[string]bool{}
+				}
+				r.refused[t.Rid] = true
+				r.mu.Unlock()
+				r.retry(u, res)
+			case errors.Is(err, roamerr.ErrInvalidOperation), errors.Is(err, roamerr.ErrTypeMismatch):
+				r.finish(res, false)
+			default:
+				r.retry(u, res)
+			}
+		}(u, t)
+	}
+	wg.Wait()
+}
+
+func (r *run) isDone(key location.AuthorityKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done[key]
+}
+
+// retry counts a failed try; the unit fails for good after attempts.
+func (r *run) retry(u relocation.Unit, res UnitResult) {
+	r.mu.Lock()
+	r.tries[u.Key]++
+	n := r.tries[u.Key]
+	r.mu.Unlock()
+	if n >= attempts {
+		r.finish(res, false)
+	}
+}
+
+// gone forgets a unit that is no longer this node's to move.
+func (r *run) gone(key location.AuthorityKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.done[key] = true
+}
+
+func (r *run) finish(res UnitResult, moved bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done[res.Key] {
+		return
+	}
+	r.done[res.Key] = true
+	if moved {
+		r.res.Moved++
+		r.pauses = append(r.pauses, res.Pause)
+	} else {
+		r.res.Failed = append(r.res.Failed, res)
+	}
+	r.res.Total = max(r.res.Total, r.res.Moved+len(r.res.Failed))
+	if r.opts.OnProgress != nil {
+		r.opts.OnProgress(Progress{Total: r.res.Total, Moved: r.res.Moved, Failed: len(r.res.Failed), Unit: res})
+	}
+}
+
+// placer spreads units over targets: each goes to the target hosting its
+// type with the least load per weight, counting what this drain already
+// sent there, and never past a target's capacity.
+type placer struct {
+	targets []*Target
+	sent    map[string]int
+}
+
+func newPlacer(ts []Target) *placer {
+	p := &placer{sent: map[string]int{}}
+	for i := range ts {
+		p.targets = append(p.targets, &ts[i])
+	}
+	return p
+}
+
+func (p *placer) pick(stableType string, refused map[string]bool) *Target {
+	var best *Target
+	var bestScore float64
+	for _, t := range p.targets {
+		if refused[t.Rid] || !slices.Contains(t.StableTypes, stableType) {
+			continue
+		}
+		load := t.Serving + p.sent[t.Rid]
+		if t.Capacity > 0 && load >= t.Capacity {
+			continue
+		}
+		score := float64(load+1) / float64(max(t.Weight, 1))
+		if best == nil || score < bestScore {
+			best, bestScore = t, score
+		}
+	}
+	if best != nil {
+		p.sent[best.Rid]++
+	}
+	return best
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}

@@ -1,0 +1,109 @@
+package relocation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Unit is one relocation unit this node serves: an Actor or an Instance
+// Spot (docs/PROTOCOL.md §2.2).
+type Unit struct {
+	Key        location.AuthorityKey
+	StableType string
+}
+
+// UnitRefusal is a unit that cannot move, and why.
+type UnitRefusal struct {
+	Unit
+	Err error
+}
+
+// Inventory is what a drain finds on this node.
+type Inventory struct {
+	// Movable are the units serving here that may move now.
+	Movable []Unit
+	// Unmovable are the units that stay: a kind with DisableRelocation, a
+	// User Spot (whose relocation is not built yet).
+	Unmovable []UnitRefusal
+	// Busy counts incarnations moving in or out right now; ask again once
+	// they settle (an arrival becomes a unit to move on).
+	Busy int
+}
+
+// Inventory lists the units this node serves (Drain).
+func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
+	return call(ctx, d, func() (Inventory, error) {
+		var inv Inventory
+		for key, obj := range d.objects {
+			switch {
+			case obj.state == staging || obj.state == leaving || obj.out != nil:
+				inv.Busy++
+				continue
+			case obj.state != serving || obj.closing:
+				continue
+			}
+			u := Unit{Key: key, StableType: obj.kind.StableType}
+			switch {
+			case key.Kind == location.KindUserSpot:
+				inv.Unmovable = append(inv.Unmovable, UnitRefusal{u, fmt.Errorf("%w: User Spot %s does not move (User Spot relocation is not supported yet)", roamerr.ErrInvalidOperation, key.ID)})
+			case isDisabled(obj.kind.Policy):
+				inv.Unmovable = append(inv.Unmovable, UnitRefusal{u, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)})
+			default:
+				inv.Movable = append(inv.Movable, u)
+			}
+		}
+		return inv, nil
+	})
+}
+
+func isDisabled(p Policy) bool { _, off := p.(disableRelocation); return off }
+
+// NodeLoad is another node's load as its relocation actor answers it.
+type NodeLoad struct {
+	Serving, Capacity int
+	// Refused is why the node would take no move now (draining, full,
+	// fenced), nil if it would.
+	Refused error
+}
+
+// Load asks the node at address (RID rid) for its load: a capability
+// query for stableType, which the node answers with its serving count and
+// capacity, and whether it would take a move of that type.
+func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad, error) {
+	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType,
+		Source: &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}}
+	if k, ok := d.kind(stableType); ok {
+		q.ApplicationVersion = k.ApplicationVersion
+	}
+	timeout := d.cfg.CapabilityTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return NodeLoad{}, fmt.Errorf("%w: load of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
+	}
+	res, err := d.sys.Root.RequestFuture(actor.NewPID(address, DriverName), q, timeout).Result()
+	if err != nil {
+		return NodeLoad{}, fmt.Errorf("%w: load of %s: %v", roamerr.ErrUnavailable, address, err)
+	}
+	reply, ok := res.(*messages.CapabilityReply)
+	if !ok {
+		return NodeLoad{}, fmt.Errorf("%w: load of %s: answered %T", roamerr.ErrUnavailable, address, res)
+	}
+	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity())}
+	switch {
+	case reply.GetSupported():
+	case reply.GetCode() != "":
+		l.Refused = roamerr.FromCode(reply.GetCode(), reply.GetReason())
+	default:
+		l.Refused = fmt.Errorf("%w: %s", roamerr.ErrUnavailable, reply.GetReason())
+	}
+	return l, nil
+}
