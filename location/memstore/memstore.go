@@ -405,7 +405,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 
 // UpdateNode implements location.Store.
 func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
-	if err := location.ValidateNode(node); err != nil {
+	if err := location.ValidateNodeUpdateRequest(node); err != nil {
 		return 0, err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -417,7 +417,9 @@ func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, e
 	if cur == nil {
 		return 0, fmt.Errorf("%w: %s", location.ErrNotFound, nk)
 	}
-	if cur.node.GetLeaseId() != node.GetLeaseId() || cur.node.GetNodeGeneration() != node.GetNodeGeneration() {
+	// The lease names the lifecycle; a changed generation under the same
+	// lease is a malformed update (ValidateNodeUpdate), not another one.
+	if cur.node.GetLeaseId() != node.GetLeaseId() {
 		if s.leases[location.LeaseID(node.GetLeaseId())] == nil {
 			return 0, fmt.Errorf("%w: node %s", location.ErrLeaseEnded, nk)
 		}

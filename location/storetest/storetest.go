@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -71,6 +72,12 @@ var tests = []contractTest{
 	{"ReleaseNodeDeletesClaimAndEndsLease", testReleaseNode},
 	{"LeaseCheckAdmitsOnlyTheLiveHolder", testLeaseCheck},
 	{"LeaseCheckFailsOnceTheLeaseExpired", testLeaseCheckAfterExpiry},
+	{"UpdateNodeChangesStatusAndCapacity", testUpdateNode},
+	{"UpdateNodeRefusesAChangeOfAFixedField", testUpdateNodeFixedFields},
+	{"UpdateNodeUnderAnotherLeaseConflicts", testUpdateNodeOtherLease},
+	{"UpdateNodeFailsOnceTheLeaseEnded", testUpdateNodeAfterLeaseEnd},
+	{"UpdatedNodeStillEndsWithItsLease", testUpdatedNodeEndsWithLease},
+	{"UpdatedNodeIsReleased", testUpdatedNodeReleased},
 }
 
 func init() {
@@ -910,4 +917,198 @@ func testLeaseCheckAfterExpiry(t *testing.T, h Harness) {
 	_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(key, rec("a", 1)), location.CheckLeaseOp(location.NodeKeyOf(n), lease.ID)})
 	require.ErrorIs(t, err, location.ErrLeaseEnded)
 	requireAbsent(t, s, key)
+}
+
+// draining is desc republished as DRAINING with another capacity: what a
+// node that starts to drain writes with UpdateNode.
+func draining(desc *location.NodeDescriptor, capacity uint32) *location.NodeDescriptor {
+	next := proto.Clone(desc).(*location.NodeDescriptor)
+	next.Status = messages.NodeStatus_NODE_STATUS_DRAINING
+	next.Capacity = capacity
+	return next
+}
+
+// claimed claims n and returns its descriptor as stored (with its lease).
+func claimed(t *testing.T, s location.Store, n *location.NodeDescriptor, ttl time.Duration) location.VersionedNode {
+	t.Helper()
+	_, err := s.ClaimNode(ctx(t), n, ttl)
+	require.NoError(t, err)
+	cur, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	return cur
+}
+
+// requireNodeAt checks that the descriptor of key is still the one at
+// version want, with status and capacity.
+func requireNodeAt(t *testing.T, s location.Store, key location.NodeKey, want location.StoreVersion, status messages.NodeStatus, capacity uint32) {
+	t.Helper()
+	got, err := s.ReadNode(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, want, got.Version)
+	require.Equal(t, status, got.Node.GetStatus())
+	require.Equal(t, capacity, got.Node.GetCapacity())
+}
+
+// A node republishes its descriptor under its lease: the change is a new
+// version that ReadNode and ListNodes return; an update at a stale
+// version changes nothing; the same descriptor again is a new version too.
+func testUpdateNode(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-update", "roam-entry-update", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	key := location.NodeKeyOf(n)
+
+	next := draining(cur.Node, 5)
+	v2, err := s.UpdateNode(ctx(t), next, cur.Version)
+	require.NoError(t, err)
+	require.Greater(t, v2, cur.Version)
+	got, err := s.ReadNode(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, v2, got.Version)
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_DRAINING, got.Node.GetStatus())
+	require.EqualValues(t, 5, got.Node.GetCapacity())
+	require.Equal(t, cur.Node.GetLeaseId(), got.Node.GetLeaseId())
+	nodes, err := s.ListNodes(ctx(t), "mesh")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Equal(t, v2, nodes[0].Version)
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_DRAINING, nodes[0].Node.GetStatus())
+
+	_, err = s.UpdateNode(ctx(t), draining(cur.Node, 7), cur.Version)
+	requireConflict(t, err)
+	requireNodeAt(t, s, key, v2, messages.NodeStatus_NODE_STATUS_DRAINING, 5)
+
+	v3, err := s.UpdateNode(ctx(t), next, v2)
+	require.NoError(t, err)
+	require.Greater(t, v3, v2)
+	_, err = s.UpdateNode(ctx(t), next, v2)
+	requireConflict(t, err)
+	requireNodeAt(t, s, key, v3, messages.NodeStatus_NODE_STATUS_DRAINING, 5)
+}
+
+// The fields that identify a lifecycle and where it is reached cannot
+// change in an update: ErrInvalid (a malformed request, not a race to
+// retry), and nothing is written.
+func testUpdateNodeFixedFields(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-fixed", "roam-entry-fixed", 3)
+	n.Name = "fixed-name"
+	cur := claimed(t, s, n, h.LeaseTTL)
+	for name, change := range map[string]func(*location.NodeDescriptor){
+		"name":            func(d *location.NodeDescriptor) { d.Name = "other-name" },
+		"name dropped":    func(d *location.NodeDescriptor) { d.Name = "" },
+		"address":         func(d *location.NodeDescriptor) { d.Address = "127.0.0.1:7001" },
+		"entry spot id":   func(d *location.NodeDescriptor) { d.EntrySpotId = "roam-entry-other" },
+		"node generation": func(d *location.NodeDescriptor) { d.NodeGeneration = 4 },
+		"no lease id":     func(d *location.NodeDescriptor) { d.LeaseId = "" },
+	} {
+		next := draining(cur.Node, 1)
+		change(next)
+		_, err := s.UpdateNode(ctx(t), next, cur.Version)
+		require.ErrorIs(t, err, location.ErrInvalid, name)
+		require.NotErrorIs(t, err, location.ErrConflict, name)
+	}
+	_, err := s.UpdateNode(ctx(t), nil, cur.Version)
+	require.ErrorIs(t, err, location.ErrInvalid)
+	requireNodeAt(t, s, location.NodeKeyOf(n), cur.Version, messages.NodeStatus_NODE_STATUS_SERVING, 100)
+}
+
+// An update that names another live lease than the one holding the
+// descriptor is a conflict and writes nothing; one for a node never
+// claimed is ErrNotFound.
+func testUpdateNodeOtherLease(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	a := claimed(t, s, node("rid-lease-a", "roam-entry-lease-a", 1), h.LeaseTTL)
+	b := claimed(t, s, node("rid-lease-b", "roam-entry-lease-b", 1), h.LeaseTTL)
+
+	forged := draining(a.Node, 1)
+	forged.LeaseId = b.Node.GetLeaseId()
+	_, err := s.UpdateNode(ctx(t), forged, a.Version)
+	requireConflict(t, err)
+	requireNodeAt(t, s, location.NodeKeyOf(a.Node), a.Version, messages.NodeStatus_NODE_STATUS_SERVING, 100)
+
+	never := draining(a.Node, 1)
+	never.NodeRid = "rid-never-claimed"
+	_, err = s.UpdateNode(ctx(t), never, a.Version)
+	require.ErrorIs(t, err, location.ErrNotFound)
+}
+
+// Once its lease has ended a lifecycle can no longer update its
+// descriptor: ErrNotFound while the node is gone, ErrLeaseEnded once a
+// replacement lifecycle holds it — never success, and never a conflict a
+// caller would retry.
+func testUpdateNodeAfterLeaseEnd(t *testing.T, h Harness) {
+	in := open(t, h)
+	s := in.Store
+	n := node("rid-update-end", "roam-entry-update-end", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	in.Pass(h.LeaseTTL + time.Second)
+	eventually(t, h.Expiry+10*time.Second, "lease ends", func() bool {
+		alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+		require.NoError(t, err)
+		return !alive
+	})
+	late := draining(cur.Node, 1)
+	_, err := s.UpdateNode(ctx(t), late, cur.Version)
+	require.True(t, errors.Is(err, location.ErrNotFound) || errors.Is(err, location.ErrLeaseEnded), "update after the lease ended: %v", err)
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	repl := claimed(t, s, node("rid-update-end", "roam-entry-update-end-2", 2), h.LeaseTTL)
+	for _, at := range []location.StoreVersion{cur.Version, repl.Version} {
+		_, err = s.UpdateNode(ctx(t), late, at)
+		require.ErrorIs(t, err, location.ErrLeaseEnded, "at version %d", at)
+		require.NotErrorIs(t, err, location.ErrConflict)
+	}
+	got, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	require.Equal(t, repl.Version, got.Version)
+	require.EqualValues(t, 2, got.Node.GetNodeGeneration())
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_SERVING, got.Node.GetStatus())
+}
+
+// An updated descriptor is still held by the lease: when the lease ends
+// unrenewed the descriptor, Entry claim and name go, as if never updated.
+func testUpdatedNodeEndsWithLease(t *testing.T, h Harness) {
+	in := open(t, h)
+	s := in.Store
+	n := node("rid-updated-expire", "roam-entry-updated-expire", 1)
+	n.Name = "updated-expire"
+	cur := claimed(t, s, n, h.LeaseTTL)
+	_, err := s.UpdateNode(ctx(t), draining(cur.Node, 1), cur.Version)
+	require.NoError(t, err)
+
+	in.Pass(h.LeaseTTL + time.Second)
+	eventually(t, h.Expiry+10*time.Second, "lease ends", func() bool {
+		alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+		require.NoError(t, err)
+		return !alive
+	})
+	eventually(t, 10*time.Second, "updated descriptor deleted", func() bool {
+		_, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+		return errors.Is(err, location.ErrNotFound)
+	})
+	requireAbsent(t, s, location.Key(location.KindEntry, "roam-entry-updated-expire"))
+	again := node("rid-updated-expire", "roam-entry-updated-expire-2", 2)
+	again.Name = "updated-expire"
+	_, err = s.ClaimNode(ctx(t), again, h.LeaseTTL)
+	require.NoError(t, err)
+}
+
+// An updated descriptor is released like a fresh one: descriptor and
+// Entry claim deleted, lease ended.
+func testUpdatedNodeReleased(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-updated-release", "roam-entry-updated-release", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	next := draining(cur.Node, 1)
+	_, err := s.UpdateNode(ctx(t), next, cur.Version)
+	require.NoError(t, err)
+	require.NoError(t, s.ReleaseNode(ctx(t), next))
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.ErrorIs(t, err, location.ErrNotFound)
+	requireAbsent(t, s, location.Key(location.KindEntry, "roam-entry-updated-release"))
+	alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+	require.NoError(t, err)
+	require.False(t, alive)
 }
