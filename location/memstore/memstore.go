@@ -88,7 +88,8 @@ type Store struct {
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
 	closed  bool
-	roots   map[string][]byte // RootStore (roots.go)
+	roots   map[string][]byte               // RootStore (roots.go)
+	notes   map[location.NoteKey]*noteEntry // Board (board.go)
 }
 
 var _ location.Store = (*Store)(nil)
@@ -100,6 +101,7 @@ func New(opts ...Option) *Store {
 		records: make(map[location.AuthorityKey]*recordEntry),
 		nodes:   make(map[location.NodeKey]*nodeEntry),
 		leases:  make(map[location.LeaseID]*lease),
+		notes:   make(map[location.NoteKey]*noteEntry),
 		roots:   make(map[string][]byte),
 		changed: make(chan struct{}),
 	}
