@@ -279,10 +279,12 @@ func (p *processes) restart(i int) (string, error) {
 	return p.addrs[i], nil
 }
 
+// stop ends the demo's nodes at once: each would otherwise drain to the
+// others, which are stopping too (their leases end with their TTL).
 func (p *processes) stop() {
 	for _, c := range p.cmds {
 		if c != nil {
-			_ = c.Process.Signal(os.Interrupt)
+			_ = c.Process.Kill()
 		}
 	}
 	for _, c := range p.cmds {
