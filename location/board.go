@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 )
 
 // Board keeps small documents (notes) that operators and nodes exchange
@@ -51,6 +52,21 @@ type Note struct {
 	Key     NoteKey
 	Value   []byte
 	Version StoreVersion
+}
+
+// SortNotes orders notes by mesh, node RID and name, the order ListNotes
+// returns in every store.
+func SortNotes(notes []Note) {
+	sort.Slice(notes, func(i, j int) bool {
+		a, b := notes[i].Key, notes[j].Key
+		if a.Mesh != b.Mesh {
+			return a.Mesh < b.Mesh
+		}
+		if a.NodeRid != b.NodeRid {
+			return a.NodeRid < b.NodeRid
+		}
+		return a.Name < b.Name
+	})
 }
 
 // MaxNoteBytes bounds one note's value.

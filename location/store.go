@@ -118,10 +118,11 @@ type Store interface {
 	// lease, and returns the new version: a node publishes a change of its
 	// status (DRAINING) or capacity this way. The fields fixed for a
 	// lifecycle (mesh, RID, node generation, Entry Spot ID, lease ID, name,
-	// address) must equal the stored ones (ErrInvalid otherwise). A lost
-	// race is a *ConflictError; no descriptor, ErrNotFound; the lease has
-	// ended, ErrLeaseEnded. The descriptor stays held by the lease: it is
-	// still deleted when the lease ends.
+	// address) must equal the stored ones (ErrInvalid otherwise; node's
+	// lease ID must be set). A lost race, or another live lease holding
+	// the descriptor, is a *ConflictError; no descriptor, ErrNotFound;
+	// node's lease has ended, ErrLeaseEnded. The descriptor stays held by
+	// the lease: it is still deleted when the lease ends.
 	UpdateNode(ctx context.Context, node *NodeDescriptor, expected StoreVersion) (StoreVersion, error)
 	// ReadNode returns a node descriptor, or ErrNotFound.
 	ReadNode(ctx context.Context, key NodeKey) (VersionedNode, error)
@@ -374,6 +375,19 @@ func EntryClaim(node *NodeDescriptor, lease LeaseID) *Record {
 			LeaseId:        string(lease),
 		},
 	}
+}
+
+// ValidateNodeUpdateRequest checks a descriptor given to Store.UpdateNode
+// before the stored one is read: a valid descriptor that names its lease,
+// since the lease is what tells its lifecycle from another.
+func ValidateNodeUpdateRequest(node *NodeDescriptor) error {
+	if err := ValidateNode(node); err != nil {
+		return err
+	}
+	if node.GetLeaseId() == "" {
+		return fmt.Errorf("%w: an update of node %s without its lease id", ErrInvalid, NodeKeyOf(node))
+	}
+	return nil
 }
 
 // ValidateNodeUpdate checks that next changes none of the fields fixed for

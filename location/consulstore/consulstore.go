@@ -883,7 +883,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 // session on a write that names none, so the descriptor stays held by the
 // lease (and is still deleted when it ends).
 func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
-	if err := location.ValidateNode(node); err != nil {
+	if err := location.ValidateNodeUpdateRequest(node); err != nil {
 		return 0, err
 	}
 	nk := s.nodeKey(location.NodeKeyOf(node))
@@ -899,8 +899,10 @@ func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, e
 		return 0, fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
 	}
 	stored := cur.GetNode()
-	if stored.GetLeaseId() != node.GetLeaseId() || stored.GetNodeGeneration() != node.GetNodeGeneration() || pair.Session != node.GetLeaseId() {
-		return 0, &location.ConflictError{Op: "update node (another lifecycle)", FailedOps: []int{0}}
+	// The lease names the lifecycle; a changed generation under the same
+	// lease is a malformed update (ValidateNodeUpdate), not another one.
+	if stored.GetLeaseId() != node.GetLeaseId() || pair.Session != node.GetLeaseId() {
+		return 0, s.leaseEndedOr(ctx, node, &location.ConflictError{Op: "update node (another lifecycle)", FailedOps: []int{0}})
 	}
 	if err := location.ValidateNodeUpdate(stored, node); err != nil {
 		return 0, err
@@ -920,19 +922,27 @@ func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, e
 		return 0, err
 	}
 	if failed != nil {
+		c := &location.ConflictError{Op: "update node", FailedOps: failed}
 		if slices.Contains(failed, 0) {
-			if alive, aerr := s.LeaseAlive(ctx, location.LeaseID(node.GetLeaseId())); aerr == nil && !alive {
-				return 0, fmt.Errorf("%w: node %s", location.ErrLeaseEnded, location.NodeKeyOf(node))
-			}
+			return 0, s.leaseEndedOr(ctx, node, c)
 		}
-		return 0, &location.ConflictError{Op: "update node", FailedOps: failed}
+		return 0, c
 	}
-	for _, r := range resp.Results {
-		if r.KV != nil && r.KV.Key == nk {
-			return location.StoreVersion(r.KV.ModifyIndex), nil
-		}
+	// One result per op, in order: the session check's carries the index
+	// the descriptor had before the write, the CAS's the new one.
+	if len(resp.Results) == 2 && resp.Results[1].KV != nil && resp.Results[1].KV.Key == nk {
+		return location.StoreVersion(resp.Results[1].KV.ModifyIndex), nil
 	}
 	return 0, fmt.Errorf("%w: update node: no result for %s", location.ErrIndeterminate, nk)
+}
+
+// leaseEndedOr is ErrLeaseEnded when node's lease has ended, else
+// conflict: a lifecycle whose lease is gone must stop, not retry.
+func (s *Store) leaseEndedOr(ctx context.Context, node *location.NodeDescriptor, conflict error) error {
+	if alive, err := s.LeaseAlive(ctx, location.LeaseID(node.GetLeaseId())); err == nil && !alive {
+		return fmt.Errorf("%w: node %s", location.ErrLeaseEnded, location.NodeKeyOf(node))
+	}
+	return conflict
 }
 
 // get reads one key consistently (unclassified error).

@@ -14,6 +14,10 @@ import (
 //	<prefix>/name/<escaped mesh>/<escaped name> the RID of the live node named so
 //	<prefix>/root/<escaped key>             a root's manifest (roots.go)
 //	<prefix>/root/<escaped key>/part/<sha256 hex>/<n>  its parts
+//	<prefix>/note/<escaped mesh>/<escaped rid>/<name>  a note (board.go)
+//
+// Notes are operator requests and a node's progress on them: advisory,
+// never ownership, which only the records under loc/ decide.
 //
 // IDs are arbitrary UTF-8 (docs/PROTOCOL.md §7.1), so they are escaped to a form that
 // survives Consul's HTTP paths byte-exactly: ASCII letters, digits, '-' and

@@ -88,7 +88,8 @@ type Store struct {
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
 	closed  bool
-	roots   map[string][]byte // RootStore (roots.go)
+	roots   map[string][]byte               // RootStore (roots.go)
+	notes   map[location.NoteKey]*noteEntry // Board (board.go)
 }
 
 var _ location.Store = (*Store)(nil)
@@ -100,6 +101,7 @@ func New(opts ...Option) *Store {
 		records: make(map[location.AuthorityKey]*recordEntry),
 		nodes:   make(map[location.NodeKey]*nodeEntry),
 		leases:  make(map[location.LeaseID]*lease),
+		notes:   make(map[location.NoteKey]*noteEntry),
 		roots:   make(map[string][]byte),
 		changed: make(chan struct{}),
 	}
@@ -405,7 +407,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 
 // UpdateNode implements location.Store.
 func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, expected location.StoreVersion) (location.StoreVersion, error) {
-	if err := location.ValidateNode(node); err != nil {
+	if err := location.ValidateNodeUpdateRequest(node); err != nil {
 		return 0, err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -417,7 +419,9 @@ func (s *Store) UpdateNode(ctx context.Context, node *location.NodeDescriptor, e
 	if cur == nil {
 		return 0, fmt.Errorf("%w: %s", location.ErrNotFound, nk)
 	}
-	if cur.node.GetLeaseId() != node.GetLeaseId() || cur.node.GetNodeGeneration() != node.GetNodeGeneration() {
+	// The lease names the lifecycle; a changed generation under the same
+	// lease is a malformed update (ValidateNodeUpdate), not another one.
+	if cur.node.GetLeaseId() != node.GetLeaseId() {
 		if s.leases[location.LeaseID(node.GetLeaseId())] == nil {
 			return 0, fmt.Errorf("%w: node %s", location.ErrLeaseEnded, nk)
 		}

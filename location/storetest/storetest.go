@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -71,6 +74,21 @@ var tests = []contractTest{
 	{"ReleaseNodeDeletesClaimAndEndsLease", testReleaseNode},
 	{"LeaseCheckAdmitsOnlyTheLiveHolder", testLeaseCheck},
 	{"LeaseCheckFailsOnceTheLeaseExpired", testLeaseCheckAfterExpiry},
+	{"UpdateNodeChangesStatusAndCapacity", testUpdateNode},
+	{"UpdateNodeRefusesAChangeOfAFixedField", testUpdateNodeFixedFields},
+	{"UpdateNodeUnderAnotherLeaseConflicts", testUpdateNodeOtherLease},
+	{"UpdateNodeFailsOnceTheLeaseEnded", testUpdateNodeAfterLeaseEnd},
+	{"UpdatedNodeStillEndsWithItsLease", testUpdatedNodeEndsWithLease},
+	{"UpdatedNodeIsReleased", testUpdatedNodeReleased},
+	{"NoteCreateOnlyWhenAbsentThenByVersion", testNoteWrite},
+	{"NoteRewriteOfSameBytesIsANewVersion", testNoteRewrite},
+	{"NoteValuesRoundTripByteExactly", testNoteValues},
+	{"NoteDeleteByVersionOrAny", testNoteDelete},
+	{"NoteWatchSeesWriteAndDelete", testNoteWatch},
+	{"NoteListOrderedByMeshNodeName", testNoteList},
+	{"NoteInvalidKeysRejected", testNoteInvalidKeys},
+	{"NoteOverLimitIsTooLargeAndNothingWritten", testNoteTooLarge},
+	{"SweepNotesKeepsOnlyLiveLifecycles", testSweepNotes},
 }
 
 func init() {
@@ -910,4 +928,562 @@ func testLeaseCheckAfterExpiry(t *testing.T, h Harness) {
 	_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(key, rec("a", 1)), location.CheckLeaseOp(location.NodeKeyOf(n), lease.ID)})
 	require.ErrorIs(t, err, location.ErrLeaseEnded)
 	requireAbsent(t, s, key)
+}
+
+// draining is desc republished as DRAINING with another capacity: what a
+// node that starts to drain writes with UpdateNode.
+func draining(desc *location.NodeDescriptor, capacity uint32) *location.NodeDescriptor {
+	next := proto.Clone(desc).(*location.NodeDescriptor)
+	next.Status = messages.NodeStatus_NODE_STATUS_DRAINING
+	next.Capacity = capacity
+	return next
+}
+
+// claimed claims n and returns its descriptor as stored (with its lease).
+func claimed(t *testing.T, s location.Store, n *location.NodeDescriptor, ttl time.Duration) location.VersionedNode {
+	t.Helper()
+	_, err := s.ClaimNode(ctx(t), n, ttl)
+	require.NoError(t, err)
+	cur, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	return cur
+}
+
+// requireNodeAt checks that the descriptor of key is still the one at
+// version want, with status and capacity.
+func requireNodeAt(t *testing.T, s location.Store, key location.NodeKey, want location.StoreVersion, status messages.NodeStatus, capacity uint32) {
+	t.Helper()
+	got, err := s.ReadNode(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, want, got.Version)
+	require.Equal(t, status, got.Node.GetStatus())
+	require.Equal(t, capacity, got.Node.GetCapacity())
+}
+
+// A node republishes its descriptor under its lease: the change is a new
+// version that ReadNode and ListNodes return; an update at a stale
+// version changes nothing; the same descriptor again is a new version too.
+func testUpdateNode(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-update", "roam-entry-update", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	key := location.NodeKeyOf(n)
+
+	next := draining(cur.Node, 5)
+	v2, err := s.UpdateNode(ctx(t), next, cur.Version)
+	require.NoError(t, err)
+	require.Greater(t, v2, cur.Version)
+	got, err := s.ReadNode(ctx(t), key)
+	require.NoError(t, err)
+	require.Equal(t, v2, got.Version)
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_DRAINING, got.Node.GetStatus())
+	require.EqualValues(t, 5, got.Node.GetCapacity())
+	require.Equal(t, cur.Node.GetLeaseId(), got.Node.GetLeaseId())
+	nodes, err := s.ListNodes(ctx(t), "mesh")
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	require.Equal(t, v2, nodes[0].Version)
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_DRAINING, nodes[0].Node.GetStatus())
+
+	_, err = s.UpdateNode(ctx(t), draining(cur.Node, 7), cur.Version)
+	requireConflict(t, err)
+	requireNodeAt(t, s, key, v2, messages.NodeStatus_NODE_STATUS_DRAINING, 5)
+
+	v3, err := s.UpdateNode(ctx(t), next, v2)
+	require.NoError(t, err)
+	require.Greater(t, v3, v2)
+	_, err = s.UpdateNode(ctx(t), next, v2)
+	requireConflict(t, err)
+	requireNodeAt(t, s, key, v3, messages.NodeStatus_NODE_STATUS_DRAINING, 5)
+}
+
+// The fields that identify a lifecycle and where it is reached cannot
+// change in an update: ErrInvalid (a malformed request, not a race to
+// retry), and nothing is written.
+func testUpdateNodeFixedFields(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-fixed", "roam-entry-fixed", 3)
+	n.Name = "fixed-name"
+	cur := claimed(t, s, n, h.LeaseTTL)
+	for name, change := range map[string]func(*location.NodeDescriptor){
+		"name":            func(d *location.NodeDescriptor) { d.Name = "other-name" },
+		"name dropped":    func(d *location.NodeDescriptor) { d.Name = "" },
+		"address":         func(d *location.NodeDescriptor) { d.Address = "127.0.0.1:7001" },
+		"entry spot id":   func(d *location.NodeDescriptor) { d.EntrySpotId = "roam-entry-other" },
+		"node generation": func(d *location.NodeDescriptor) { d.NodeGeneration = 4 },
+		"no lease id":     func(d *location.NodeDescriptor) { d.LeaseId = "" },
+	} {
+		next := draining(cur.Node, 1)
+		change(next)
+		_, err := s.UpdateNode(ctx(t), next, cur.Version)
+		require.ErrorIs(t, err, location.ErrInvalid, name)
+		require.NotErrorIs(t, err, location.ErrConflict, name)
+	}
+	_, err := s.UpdateNode(ctx(t), nil, cur.Version)
+	require.ErrorIs(t, err, location.ErrInvalid)
+	requireNodeAt(t, s, location.NodeKeyOf(n), cur.Version, messages.NodeStatus_NODE_STATUS_SERVING, 100)
+}
+
+// An update that names another live lease than the one holding the
+// descriptor is a conflict and writes nothing; one for a node never
+// claimed is ErrNotFound.
+func testUpdateNodeOtherLease(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	a := claimed(t, s, node("rid-lease-a", "roam-entry-lease-a", 1), h.LeaseTTL)
+	b := claimed(t, s, node("rid-lease-b", "roam-entry-lease-b", 1), h.LeaseTTL)
+
+	forged := draining(a.Node, 1)
+	forged.LeaseId = b.Node.GetLeaseId()
+	_, err := s.UpdateNode(ctx(t), forged, a.Version)
+	requireConflict(t, err)
+	requireNodeAt(t, s, location.NodeKeyOf(a.Node), a.Version, messages.NodeStatus_NODE_STATUS_SERVING, 100)
+
+	never := draining(a.Node, 1)
+	never.NodeRid = "rid-never-claimed"
+	_, err = s.UpdateNode(ctx(t), never, a.Version)
+	require.ErrorIs(t, err, location.ErrNotFound)
+}
+
+// Once its lease has ended a lifecycle can no longer update its
+// descriptor: ErrNotFound while the node is gone, ErrLeaseEnded once a
+// replacement lifecycle holds it — never success, and never a conflict a
+// caller would retry.
+func testUpdateNodeAfterLeaseEnd(t *testing.T, h Harness) {
+	in := open(t, h)
+	s := in.Store
+	n := node("rid-update-end", "roam-entry-update-end", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	in.Pass(h.LeaseTTL + time.Second)
+	eventually(t, h.Expiry+10*time.Second, "lease ends", func() bool {
+		alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+		require.NoError(t, err)
+		return !alive
+	})
+	late := draining(cur.Node, 1)
+	_, err := s.UpdateNode(ctx(t), late, cur.Version)
+	require.True(t, errors.Is(err, location.ErrNotFound) || errors.Is(err, location.ErrLeaseEnded), "update after the lease ended: %v", err)
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	repl := claimed(t, s, node("rid-update-end", "roam-entry-update-end-2", 2), h.LeaseTTL)
+	for _, at := range []location.StoreVersion{cur.Version, repl.Version} {
+		_, err = s.UpdateNode(ctx(t), late, at)
+		require.ErrorIs(t, err, location.ErrLeaseEnded, "at version %d", at)
+		require.NotErrorIs(t, err, location.ErrConflict)
+	}
+	got, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	require.Equal(t, repl.Version, got.Version)
+	require.EqualValues(t, 2, got.Node.GetNodeGeneration())
+	require.Equal(t, messages.NodeStatus_NODE_STATUS_SERVING, got.Node.GetStatus())
+}
+
+// An updated descriptor is still held by the lease: when the lease ends
+// unrenewed the descriptor, Entry claim and name go, as if never updated.
+func testUpdatedNodeEndsWithLease(t *testing.T, h Harness) {
+	in := open(t, h)
+	s := in.Store
+	n := node("rid-updated-expire", "roam-entry-updated-expire", 1)
+	n.Name = "updated-expire"
+	cur := claimed(t, s, n, h.LeaseTTL)
+	_, err := s.UpdateNode(ctx(t), draining(cur.Node, 1), cur.Version)
+	require.NoError(t, err)
+
+	in.Pass(h.LeaseTTL + time.Second)
+	eventually(t, h.Expiry+10*time.Second, "lease ends", func() bool {
+		alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+		require.NoError(t, err)
+		return !alive
+	})
+	eventually(t, 10*time.Second, "updated descriptor deleted", func() bool {
+		_, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+		return errors.Is(err, location.ErrNotFound)
+	})
+	requireAbsent(t, s, location.Key(location.KindEntry, "roam-entry-updated-expire"))
+	again := node("rid-updated-expire", "roam-entry-updated-expire-2", 2)
+	again.Name = "updated-expire"
+	_, err = s.ClaimNode(ctx(t), again, h.LeaseTTL)
+	require.NoError(t, err)
+}
+
+// An updated descriptor is released like a fresh one: descriptor and
+// Entry claim deleted, lease ended.
+func testUpdatedNodeReleased(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-updated-release", "roam-entry-updated-release", 1)
+	cur := claimed(t, s, n, h.LeaseTTL)
+	next := draining(cur.Node, 1)
+	_, err := s.UpdateNode(ctx(t), next, cur.Version)
+	require.NoError(t, err)
+	require.NoError(t, s.ReleaseNode(ctx(t), next))
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.ErrorIs(t, err, location.ErrNotFound)
+	requireAbsent(t, s, location.Key(location.KindEntry, "roam-entry-updated-release"))
+	alive, err := s.LeaseAlive(ctx(t), location.LeaseID(cur.Node.GetLeaseId()))
+	require.NoError(t, err)
+	require.False(t, alive)
+}
+
+// openBoard opens an instance whose store must also be a location.Board.
+func openBoard(t *testing.T, h Harness) (location.Store, location.Board) {
+	t.Helper()
+	in := open(t, h)
+	b, ok := in.Store.(location.Board)
+	require.True(t, ok, "%T does not implement location.Board", in.Store)
+	return in.Store, b
+}
+
+func noteKey(rid, name string) location.NoteKey {
+	return location.NoteKey{Mesh: "mesh", NodeRid: rid, Name: name}
+}
+
+// requireNote checks that key holds value at version.
+func requireNote(t *testing.T, b location.Board, key location.NoteKey, version location.StoreVersion, value string) {
+	t.Helper()
+	got, err := b.ReadNote(ctx(t), key)
+	require.NoError(t, err, "%s", key)
+	require.Equal(t, key, got.Key)
+	require.Equal(t, version, got.Version, "%s", key)
+	require.Equal(t, value, string(got.Value), "%s", key)
+}
+
+func requireNoNote(t *testing.T, b location.Board, key location.NoteKey) {
+	t.Helper()
+	_, err := b.ReadNote(ctx(t), key)
+	require.ErrorIs(t, err, location.ErrNotFound, "%s must be absent", key)
+}
+
+// A note is created only while absent, then written by version: a stale
+// version, or a version for a note that does not exist, is a conflict
+// and writes nothing.
+func testNoteWrite(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	key := noteKey("rid-note", "requests")
+	v1, err := b.WriteNote(ctx(t), key, 0, []byte(`{"requests":[]}`))
+	require.NoError(t, err)
+	require.NotZero(t, v1)
+	_, err = b.WriteNote(ctx(t), key, 0, []byte(`{"other":1}`))
+	requireConflict(t, err)
+	requireNote(t, b, key, v1, `{"requests":[]}`)
+
+	v2, err := b.WriteNote(ctx(t), key, v1, []byte(`{"requests":[{"id":"a"}]}`))
+	require.NoError(t, err)
+	require.Greater(t, v2, v1)
+	_, err = b.WriteNote(ctx(t), key, v1, []byte(`{"stale":true}`))
+	requireConflict(t, err)
+	requireNote(t, b, key, v2, `{"requests":[{"id":"a"}]}`)
+
+	absent := noteKey("rid-note", "status-1")
+	_, err = b.WriteNote(ctx(t), absent, v2, []byte(`{}`))
+	requireConflict(t, err)
+	requireNoNote(t, b, absent)
+}
+
+// Writing the bytes a note already holds is still a new version, so a
+// write at the old version afterwards loses (Consul keeps ModifyIndex for
+// identical bytes).
+func testNoteRewrite(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	key := noteKey("rid-rewrite", "status-1")
+	v1, err := b.WriteNote(ctx(t), key, 0, []byte(`{"state":"RUNNING"}`))
+	require.NoError(t, err)
+	v2, err := b.WriteNote(ctx(t), key, v1, []byte(`{"state":"RUNNING"}`))
+	require.NoError(t, err)
+	require.Greater(t, v2, v1)
+	_, err = b.WriteNote(ctx(t), key, v1, []byte(`{"state":"RUNNING"}`))
+	requireConflict(t, err)
+	requireNote(t, b, key, v2, `{"state":"RUNNING"}`)
+}
+
+// noteValues are values a store's encoding could alter: JSON with spaces,
+// HTML characters or surrounding whitespace, bare JSON scalars, bytes
+// that are not JSON or not UTF-8, nothing.
+var noteValues = []string{
+	`{"requests": [ {"id": "a"} ]}`, `{"a":1}`, `{"s":"<&>\u00e9"}`, ` {"a":1}`, "{\"a\":1}\n",
+	`"text"`, `null`, `12`, `[]`, "plain text", "\x00\xff\xfe{", "\"\xff\"", "",
+}
+
+// A note reads back, lists and watches byte for byte as written.
+func testNoteValues(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	versions := map[location.NoteKey]location.StoreVersion{}
+	for i, value := range noteValues {
+		key := noteKey("rid-values", fmt.Sprintf("value-%02d", i))
+		v, err := b.WriteNote(ctx(t), key, 0, []byte(value))
+		require.NoError(t, err, "%q", value)
+		versions[key] = v
+		requireNote(t, b, key, v, value)
+		got, err := b.WatchNote(ctx(t), key, 0)
+		require.NoError(t, err)
+		require.Equal(t, value, string(got.Value), "%q", value)
+	}
+	notes, err := b.ListNotes(ctx(t), "mesh")
+	require.NoError(t, err)
+	require.Len(t, notes, len(noteValues))
+	for i, n := range notes {
+		require.Equal(t, fmt.Sprintf("value-%02d", i), n.Key.Name)
+		require.Equal(t, versions[n.Key], n.Version)
+		require.Equal(t, noteValues[i], string(n.Value), "%s", n.Key)
+	}
+}
+
+// ReadNote of a missing note is NotFound. DeleteNote deletes at any
+// version (0) or only at the version named (a stale one is a conflict);
+// deleting a missing note is not an error. A delete leaves other notes.
+func testNoteDelete(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	key := noteKey("rid-delete", "status-1")
+	neighbour := noteKey("rid-delete", "status-2")
+	requireNoNote(t, b, key)
+	require.NoError(t, b.DeleteNote(ctx(t), key, 0))
+	require.NoError(t, b.DeleteNote(ctx(t), key, 12345))
+
+	vn, err := b.WriteNote(ctx(t), neighbour, 0, []byte(`{"n":1}`))
+	require.NoError(t, err)
+	v1, err := b.WriteNote(ctx(t), key, 0, []byte(`{"v":1}`))
+	require.NoError(t, err)
+	v2, err := b.WriteNote(ctx(t), key, v1, []byte(`{"v":2}`))
+	require.NoError(t, err)
+	requireConflict(t, b.DeleteNote(ctx(t), key, v1))
+	requireNote(t, b, key, v2, `{"v":2}`)
+	require.NoError(t, b.DeleteNote(ctx(t), key, v2))
+	requireNoNote(t, b, key)
+
+	_, err = b.WriteNote(ctx(t), key, 0, []byte(`{"v":3}`))
+	require.NoError(t, err, "a deleted note can be created again")
+	require.NoError(t, b.DeleteNote(ctx(t), key, 0))
+	requireNoNote(t, b, key)
+	requireNote(t, b, neighbour, vn, `{"n":1}`)
+}
+
+// parkedIn waits until a goroutine is blocked inside fn (its stack names
+// fn and it waits in a select or on a channel: memstore's wake-up, or
+// Consul's blocking query), so that a write made next is one the watch
+// must be woken by, not one it happens to read on its way in.
+func parkedIn(t *testing.T, fn string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "a goroutine blocked in "+fn, func() bool {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			header, _, _ := strings.Cut(g, "\n")
+			blocked := strings.Contains(header, "[select") || strings.Contains(header, "[chan receive")
+			if blocked && strings.Contains(g, fn) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// WatchNote returns once the note leaves the version it was given:
+// created, written or deleted (Version 0); at once when it already has;
+// with an error when its context ends.
+func testNoteWatch(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	key := noteKey("rid-watch", "requests")
+	type result struct {
+		n   location.Note
+		err error
+	}
+	watch := func(c context.Context, after location.StoreVersion) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			n, err := b.WatchNote(c, key, after)
+			ch <- result{n, err}
+		}()
+		return ch
+	}
+
+	created := watch(ctx(t), 0)
+	parkedIn(t, ".WatchNote(")
+	v1, err := b.WriteNote(ctx(t), key, 0, []byte(`{"v":1}`))
+	require.NoError(t, err)
+	r := <-created
+	require.NoError(t, r.err)
+	require.Equal(t, v1, r.n.Version)
+	require.Equal(t, `{"v":1}`, string(r.n.Value))
+
+	written := watch(ctx(t), v1)
+	parkedIn(t, ".WatchNote(")
+	v2, err := b.WriteNote(ctx(t), key, v1, []byte(`{"v":1}`))
+	require.NoError(t, err)
+	r = <-written
+	require.NoError(t, r.err)
+	require.Equal(t, v2, r.n.Version, "a rewrite of the same bytes wakes the watch")
+
+	deleted := watch(ctx(t), v2)
+	parkedIn(t, ".WatchNote(")
+	require.NoError(t, b.DeleteNote(ctx(t), key, v2))
+	r = <-deleted
+	require.NoError(t, r.err)
+	require.Zero(t, r.n.Version)
+	require.Empty(t, r.n.Value)
+	require.Equal(t, key, r.n.Key)
+
+	// Already past: the stale version, and a deleted note, return at once.
+	r = <-watch(ctx(t), v2)
+	require.NoError(t, r.err)
+	require.Zero(t, r.n.Version)
+	v3, err := b.WriteNote(ctx(t), key, 0, []byte(`{"v":3}`))
+	require.NoError(t, err)
+	r = <-watch(ctx(t), v1)
+	require.NoError(t, r.err)
+	require.Equal(t, v3, r.n.Version)
+
+	c, cancel := context.WithCancel(context.Background())
+	ended := watch(c, v3)
+	parkedIn(t, ".WatchNote(")
+	cancel()
+	select {
+	case r = <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("WatchNote did not return when its context ended")
+	}
+	require.ErrorIs(t, r.err, location.ErrUnavailable)
+	require.ErrorIs(t, r.err, context.Canceled)
+}
+
+// ListNotes returns a mesh's notes ("": every mesh's) ordered by mesh,
+// node RID and name, comparing the IDs themselves, whatever a store's
+// key encoding would order them by; a mesh's notes leave out those of a
+// mesh whose name it prefixes.
+func testNoteList(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	keys := []location.NoteKey{
+		{Mesh: "b", NodeRid: "r1", Name: "requests"},
+		{Mesh: "a", NodeRid: "r.", Name: "requests"},
+		{Mesh: "mesh/🚀", NodeRid: "rid 100%", Name: "status-x"},
+		{Mesh: "a", NodeRid: "r-", Name: "status-2"},
+		{Mesh: "ab", NodeRid: "r1", Name: "requests"},
+		{Mesh: "a", NodeRid: "r-", Name: "requests"},
+	}
+	versions := map[location.NoteKey]location.StoreVersion{}
+	for i, k := range keys {
+		v, err := b.WriteNote(ctx(t), k, 0, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+		require.NoError(t, err, "%s", k)
+		versions[k] = v
+	}
+	listed := func(mesh string) []location.NoteKey {
+		notes, err := b.ListNotes(ctx(t), mesh)
+		require.NoError(t, err)
+		out := []location.NoteKey{}
+		for _, n := range notes {
+			require.Equal(t, versions[n.Key], n.Version, "%s", n.Key)
+			require.NotEmpty(t, n.Value, "%s", n.Key)
+			out = append(out, n.Key)
+		}
+		return out
+	}
+	require.Equal(t, []location.NoteKey{keys[5], keys[3], keys[1], keys[4], keys[0], keys[2]}, listed(""))
+	require.Equal(t, []location.NoteKey{keys[5], keys[3], keys[1]}, listed("a"))
+	require.Equal(t, []location.NoteKey{keys[2]}, listed("mesh/🚀"))
+	require.Empty(t, listed("none"))
+	_, err := b.ListNotes(ctx(t), "bad\xff")
+	require.ErrorIs(t, err, location.ErrInvalid)
+}
+
+// Keys with a bad mesh, RID or name are refused by every call before
+// anything is written.
+func testNoteInvalidKeys(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	for name, key := range map[string]location.NoteKey{
+		"empty name":         noteKey("rid", ""),
+		"name with a slash":  noteKey("rid", "a/b"),
+		"name with a space":  noteKey("rid", "a b"),
+		"name of a dot":      noteKey("rid", "."),
+		"name of two dots":   noteKey("rid", ".."),
+		"name after a dot":   noteKey("rid", ".hidden"),
+		"name of 129 bytes":  noteKey("rid", strings.Repeat("n", 129)),
+		"name not ASCII":     noteKey("rid", "é"),
+		"empty rid":          noteKey("", "requests"),
+		"rid not UTF-8":      noteKey("bad\xff", "requests"),
+		"empty mesh":         {NodeRid: "rid", Name: "requests"},
+		"mesh of 256 bytes":  {Mesh: strings.Repeat("m", 256), NodeRid: "rid", Name: "requests"},
+		"rid of 256 bytes":   noteKey(strings.Repeat("r", 256), "requests"),
+		"name with a colon":  noteKey("rid", "a:b"),
+		"name with percent":  noteKey("rid", "100%"),
+		"name with a tilde":  noteKey("rid", "a~b"),
+		"name with newline":  noteKey("rid", "a\nb"),
+		"name starting dash": noteKey("rid", "-a"),
+	} {
+		_, err := b.WriteNote(ctx(t), key, 0, []byte(`{}`))
+		require.ErrorIs(t, err, location.ErrInvalid, name)
+		_, err = b.ReadNote(ctx(t), key)
+		require.ErrorIs(t, err, location.ErrInvalid, name)
+		require.ErrorIs(t, b.DeleteNote(ctx(t), key, 0), location.ErrInvalid, name)
+		_, err = b.WatchNote(ctx(t), key, 0)
+		require.ErrorIs(t, err, location.ErrInvalid, name)
+	}
+	notes, err := b.ListNotes(ctx(t), "")
+	require.NoError(t, err)
+	require.Empty(t, notes)
+
+	longest := noteKey("rid", "N0._-"+strings.Repeat("n", 123))
+	v, err := b.WriteNote(ctx(t), longest, 0, []byte(`{}`))
+	require.NoError(t, err)
+	requireNote(t, b, longest, v, `{}`)
+}
+
+// A value over MaxNoteBytes is TooLarge and writes nothing; one of
+// exactly MaxNoteBytes, JSON or not, is stored whole.
+func testNoteTooLarge(t *testing.T, h Harness) {
+	_, b := openBoard(t, h)
+	key := noteKey("rid-large", "requests")
+	_, err := b.WriteNote(ctx(t), key, 0, make([]byte, location.MaxNoteBytes+1))
+	require.ErrorIs(t, err, location.ErrTooLarge)
+	requireNoNote(t, b, key)
+
+	binary := string(rootBytes(7, location.MaxNoteBytes))
+	v1, err := b.WriteNote(ctx(t), key, 0, []byte(binary))
+	require.NoError(t, err)
+	requireNote(t, b, key, v1, binary)
+	_, err = b.WriteNote(ctx(t), key, v1, []byte(binary+"x"))
+	require.ErrorIs(t, err, location.ErrTooLarge)
+	requireNote(t, b, key, v1, binary)
+
+	text := `"` + strings.Repeat("x", location.MaxNoteBytes-2) + `"`
+	v2, err := b.WriteNote(ctx(t), key, v1, []byte(text))
+	require.NoError(t, err)
+	requireNote(t, b, key, v2, text)
+}
+
+// SweepNotes deletes the notes of the lifecycles of a mesh that have no
+// descriptor (released, or never claimed) and keeps those of live ones
+// and of other meshes; a second sweep finds nothing.
+func testSweepNotes(t *testing.T, h Harness) {
+	s, b := openBoard(t, h)
+	claimed(t, s, node("rid-sweep-live", "roam-entry-sweep-live", 1), h.LeaseTTL)
+	gone := claimed(t, s, node("rid-sweep-gone", "roam-entry-sweep-gone", 1), h.LeaseTTL)
+	require.NoError(t, s.ReleaseNode(ctx(t), gone.Node))
+
+	live := []location.NoteKey{noteKey("rid-sweep-live", "requests"), noteKey("rid-sweep-live", "status-1")}
+	other := location.NoteKey{Mesh: "other-mesh", NodeRid: "rid-sweep-gone", Name: "requests"}
+	for _, k := range append(live, other,
+		noteKey("rid-sweep-gone", "requests"), noteKey("rid-sweep-gone", "status-1"), noteKey("rid-sweep-never", "requests")) {
+		_, err := b.WriteNote(ctx(t), k, 0, []byte(`{}`))
+		require.NoError(t, err, "%s", k)
+	}
+	keys := func() []location.NoteKey {
+		notes, err := b.ListNotes(ctx(t), "")
+		require.NoError(t, err)
+		out := []location.NoteKey{}
+		for _, n := range notes {
+			out = append(out, n.Key)
+		}
+		return out
+	}
+
+	n, err := location.SweepNotes(ctx(t), s, b, "mesh")
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, append(slices.Clone(live), other), keys())
+	n, err = location.SweepNotes(ctx(t), s, b, "mesh")
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	n, err = location.SweepNotes(ctx(t), s, b, "")
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a sweep of every mesh takes the other mesh's note of a node it does not have")
+	require.Equal(t, live, keys())
 }
