@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -44,9 +45,17 @@ func (c *ctl) Nodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	nodes := slices.Clone(dir.nodes)
+	sort.SliceStable(nodes, func(i, j int) bool { // by mesh and name
+		a, b := nodes[i].Node, nodes[j].Node
+		if a.GetMesh() != b.GetMesh() {
+			return a.GetMesh() < b.GetMesh()
+		}
+		return nodeName(a) < nodeName(b)
+	})
 	var out []nodeJSON
 	meshes := map[string]bool{}
-	for _, vn := range dir.nodes {
+	for _, vn := range nodes {
 		n := vn.Node
 		j := nodeJSON{
 			Mesh: n.GetMesh(), Name: n.GetName(), Rid: n.GetNodeRid(), State: nodeState(n.GetStatus()),

@@ -100,7 +100,6 @@ type command struct {
 	summary string
 	nargs   int
 	flags   func(fs *flag.FlagSet, f *cmdFlags)
-	board   bool // needs the store's board (notes)
 	run     func(ctx context.Context, c *ctl, f *cmdFlags, args []string) error
 }
 
@@ -119,21 +118,21 @@ var commands = []*command{
 			}
 			return c.Ls(ctx, f.node)
 		}},
-	{name: "move", args: "ID NODE", nargs: 2, board: true, summary: "ask ID's owner to move it to NODE and wait for the outcome: from → to, pause",
+	{name: "move", args: "ID NODE", nargs: 2, summary: "ask ID's owner to move it to NODE and wait for the outcome: from → to, pause",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.StringVar(&f.kind, "kind", "", "the `kind` of ID (actor, instance_spot, user_spot) when it names more than one object")
 		},
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, a []string) error {
 			return c.Move(ctx, f.kind, a[0], a[1])
 		}},
-	{name: "drain", args: "NODE", nargs: 1, board: true, summary: "ask NODE to move everything it serves to other nodes; follow its progress",
+	{name: "drain", args: "NODE", nargs: 1, summary: "ask NODE to move everything it serves to other nodes; follow its progress",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.UintVar(&f.concurrency, "concurrency", 0, "units moved at once (default: the node's)")
 		},
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, a []string) error {
 			return c.Drain(ctx, a[0], uint32(f.concurrency))
 		}},
-	{name: "watch", board: true, summary: "print the moves the live nodes commit, as they happen",
+	{name: "watch", summary: "print the moves the live nodes commit, as they happen",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.IntVar(&f.count, "count", 0, "stop after this many moves (default: run until interrupted)")
 		},
@@ -147,72 +146,17 @@ func main() {
 // run is the whole command: it parses args, opens the store and runs one
 // command, and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	var g globals
-	top := flag.NewFlagSet("roamctl", flag.ContinueOnError)
-	top.SetOutput(stderr)
-	g.register(top)
-	top.Usage = func() { usage(stderr, top) }
-	if err := top.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	inv, status := parse(args, stdout, stderr)
+	if inv == nil {
+		return status
 	}
-	rest := top.Args()
-	if len(rest) == 0 {
-		usage(stderr, top)
-		return exitUsage
-	}
-	if rest[0] == "help" {
-		usage(stdout, top)
-		return exitOK
-	}
-	cmd := lookup(rest[0])
-	if cmd == nil {
-		fmt.Fprintf(stderr, "roamctl: unknown command %q\n\n", rest[0])
-		usage(stderr, top)
-		return exitUsage
-	}
-
-	// The command's flag set has the global flags too; whichever it sets
-	// win over the ones given before the command's name.
-	fs := flag.NewFlagSet("roamctl "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var sub globals
-	sub.register(fs)
-	var cf cmdFlags
-	if cmd.flags != nil {
-		cmd.flags(fs, &cf)
-	}
-	fs.Usage = func() { commandUsage(stderr, cmd, fs) }
-	pos, err := parseInterspersed(fs, rest[1:])
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	fs.Visit(func(f *flag.Flag) {
-		if top.Lookup(f.Name) != nil {
-			_ = top.Set(f.Name, f.Value.String())
-		}
-	})
-	if len(pos) != cmd.nargs {
-		fmt.Fprintf(stderr, "roamctl %s: want %d argument(s), got %d\n", cmd.name, cmd.nargs, len(pos))
-		commandUsage(stderr, cmd, fs)
-		return exitUsage
-	}
-
+	g := inv.globals
 	store, board, err := g.open()
 	if err != nil {
 		fmt.Fprintln(stderr, "roamctl:", err)
 		return exitUsage
 	}
 	defer store.Close()
-	if cmd.board && board == nil {
-		fmt.Fprintf(stderr, "roamctl: %s needs the store's board (location.Board), which this build's store does not implement\n", cmd.name)
-		return exitFailed
-	}
 
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -234,7 +178,78 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c.timeout = g.timeout
 	c.tty = isTerminal(stdout)
 	c.who = requestedBy()
-	return exitCode(stderr, cmd.run(ctx, c, &cf, pos))
+	return exitCode(stderr, inv.cmd.run(ctx, c, &inv.flags, inv.args))
+}
+
+// invocation is a parsed command line.
+type invocation struct {
+	cmd     *command
+	globals globals
+	flags   cmdFlags
+	args    []string
+}
+
+// parse reads a command line; with nothing to run (help, a usage error) it
+// returns nil and the exit status.
+func parse(args []string, stdout, stderr io.Writer) (*invocation, int) {
+	inv := &invocation{}
+	g := &inv.globals
+	top := flag.NewFlagSet("roamctl", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	g.register(top)
+	top.Usage = func() { usage(stderr, top) }
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitOK
+		}
+		return nil, exitUsage
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		usage(stderr, top)
+		return nil, exitUsage
+	}
+	if rest[0] == "help" {
+		usage(stdout, top)
+		return nil, exitOK
+	}
+	cmd := lookup(rest[0])
+	if cmd == nil {
+		fmt.Fprintf(stderr, "roamctl: unknown command %q\n\n", rest[0])
+		usage(stderr, top)
+		return nil, exitUsage
+	}
+	inv.cmd = cmd
+
+	// The command's flag set has the global flags too; whichever it sets
+	// win over the ones given before the command's name.
+	fs := flag.NewFlagSet("roamctl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sub globals
+	sub.register(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs, &inv.flags)
+	}
+	fs.Usage = func() { commandUsage(stderr, cmd) }
+	pos, err := parseInterspersed(fs, rest[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, exitOK
+		}
+		return nil, exitUsage
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if top.Lookup(f.Name) != nil {
+			_ = top.Set(f.Name, f.Value.String())
+		}
+	})
+	if len(pos) != cmd.nargs {
+		fmt.Fprintf(stderr, "roamctl %s: want %d argument(s), got %d\n", cmd.name, cmd.nargs, len(pos))
+		commandUsage(stderr, cmd)
+		return nil, exitUsage
+	}
+	inv.args = pos
+	return inv, exitOK
 }
 
 // exitCode prints err and returns its exit status.
@@ -287,7 +302,6 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // open makes the consulstore the flags describe; a flag left empty takes
 // the consul command's environment variable (consulstore.Config does).
-// The board is nil when the store has none.
 func (g *globals) open() (location.Store, location.Board, error) {
 	cfg := consulstore.Config{
 		Prefix: g.prefix,
@@ -314,9 +328,7 @@ func (g *globals) open() (location.Store, location.Board, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var st location.Store = s
-	board, _ := st.(location.Board)
-	return st, board, nil
+	return s, s, nil
 }
 
 // requestedBy is user@host, for a request's log line on the node.
@@ -375,7 +387,7 @@ Exit status: 0 done, 1 not found or failed (a failed move, a unit a drain left),
 }
 
 // commandUsage prints a command's own flags; the global ones are roamctl -h's.
-func commandUsage(w io.Writer, c *command, _ *flag.FlagSet) {
+func commandUsage(w io.Writer, c *command) {
 	fmt.Fprintf(w, "Usage: roamctl %s [flags]\n\n%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 	if c.flags != nil {
 		own := flag.NewFlagSet(c.name, flag.ContinueOnError)
