@@ -48,7 +48,9 @@ func testCtl(store *memstore.Store) (c *ctl, out, errOut *syncBuf) {
 }
 
 // manualStore is a memstore whose leases never expire on their own.
-func manualStore() *memstore.Store { return memstore.New(memstore.WithClock(memstore.NewManualClock())) }
+func manualStore() *memstore.Store {
+	return memstore.New(memstore.WithClock(memstore.NewManualClock()))
+}
 
 var port = 7000
 
