@@ -258,9 +258,7 @@ func (*OperatorRequest_Move) isOperatorRequest_Op() {}
 type DrainOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// concurrency is how many units move at once (0: the node's default).
-	Concurrency uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
-	// stop_after asks the node to stop once drained.
-	StopAfter     bool `protobuf:"varint,2,opt,name=stop_after,json=stopAfter,proto3" json:"stop_after,omitempty"`
+	Concurrency   uint32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -300,13 +298,6 @@ func (x *DrainOp) GetConcurrency() uint32 {
 		return x.Concurrency
 	}
 	return 0
-}
-
-func (x *DrainOp) GetStopAfter() bool {
-	if x != nil {
-		return x.StopAfter
-	}
-	return false
 }
 
 // MoveOp asks the owner of one object to move it.
@@ -766,11 +757,9 @@ const file_operator_proto_rawDesc = "" +
 	"\x05drain\x18\n" +
 	" \x01(\v2\x16.roam.messages.DrainOpH\x00R\x05drain\x12+\n" +
 	"\x04move\x18\v \x01(\v2\x15.roam.messages.MoveOpH\x00R\x04moveB\x04\n" +
-	"\x02op\"J\n" +
+	"\x02op\"+\n" +
 	"\aDrainOp\x12 \n" +
-	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\x12\x1d\n" +
-	"\n" +
-	"stop_after\x18\x02 \x01(\bR\tstopAfter\"b\n" +
+	"\vconcurrency\x18\x01 \x01(\rR\vconcurrency\"b\n" +
 	"\x06MoveOp\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +

@@ -36,7 +36,7 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		}
 		_, err = other.Spots().SpawnMember(ctx, res.Ref, "room", "live-member")
 		require.NoError(t, err)
-		require.NoError(t, owner.Stop(ctx))
+		require.NoError(t, owner.StopNow(ctx)) // no drain: its objects are an ended owner's
 
 		// An owner seen gone is taken for ended a lease TTL later.
 		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
@@ -52,7 +52,7 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 
 		// The live member's node ends too: now every member has an ended owner.
 		third := w.start()
-		require.NoError(t, other.Stop(ctx))
+		require.NoError(t, other.StopNow(ctx))
 		released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
 			return third.ReleaseEnded(ctx, extension.UserSpotRef("club"))
 		})

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -64,15 +65,14 @@ var tlsDir string
 func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
 	ctx := context.Background()
 	quiet := zerolog.New(os.Stderr).Level(zerolog.WarnLevel)
-	var gateways []string
+	var c cluster
 	switch {
 	case storeKind == "memory":
-		addrs, stop, err := startNodes(ctx, memstore.New(), quiet)
+		n, err := startNodes(ctx, memstore.New(), quiet)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		gateways = addrs
+		c = n
 	case storeKind == "consul":
 		if consulAddr == "" {
 			srv, err := consultest.Launch()
@@ -85,12 +85,11 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 		}
 		prefix := fmt.Sprintf("roam-demo/%d", time.Now().UnixNano())
 		if chatNode != "" {
-			addrs, stop, err := startProcesses(chatNode, consulAddr, prefix)
-			if err != nil {
+			p := &processes{bin: chatNode, consul: consulAddr, prefix: prefix}
+			if err := p.start(); err != nil {
 				return err
 			}
-			defer stop()
-			gateways = addrs
+			c = p
 			break
 		}
 		store, err := consulstore.New(consulstore.Config{Addresses: consulstore.ParseAddresses(consulAddr), Prefix: prefix})
@@ -98,101 +97,197 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 			return err
 		}
 		defer store.Close()
-		addrs, stop, err := startNodes(ctx, store, quiet)
+		n, err := startNodes(ctx, store, quiet)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		gateways = addrs
+		c = n
 	default:
 		return fmt.Errorf("unknown --store %q", storeKind)
 	}
-	return chatAndMove(gateways, duration, rooms)
+	defer c.stop()
+	return chatAndMove(c, duration, rooms)
 }
 
-// startNodes runs the three nodes in this process, each roam attached to
-// an actor system of its own, with the chat gateway on it.
-func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) ([]string, func(), error) {
-	var nodes []*roam.Roam
-	stop := func() {
-		for _, r := range nodes {
-			_ = r.Stop(ctx)
-			r.System().Shutdown()
-		}
-	}
-	silent := slog.LevelError + 4 // Proto.Actor logs a closed client connection as an error
+// cluster is the demo's three chat nodes.
+type cluster interface {
+	// gateways are the nodes' chat gateway addresses, in nodeNames order.
+	gateways() []string
+	// restart drains node i (SIGTERM for a process), stops it and starts
+	// it again under the same name: a rolling deploy's step. It returns
+	// the new gateway address.
+	restart(i int) (string, error)
+	stop()
+}
+
+// inProcess runs the three nodes in this process, each roam attached to an
+// actor system of its own, with the chat gateway on it.
+type inProcess struct {
+	store location.Store
+	log   zerolog.Logger
+	nodes []*roam.Roam
+}
+
+func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) (*inProcess, error) {
+	c := &inProcess{store: store, log: log}
 	for _, name := range nodeNames {
-		system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: silent}))
-		}))
-		r, err := roam.New(system, roam.WithStore(store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
-			roam.WithLogger(log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")))
-		if err == nil {
-			err = r.Start(ctx)
-		}
+		r, err := c.startNode(ctx, name)
 		if err != nil {
-			stop()
-			return nil, nil, err
+			c.stop()
+			return nil, err
 		}
-		nodes = append(nodes, r)
-		if _, err := chat.StartGateway(r, log); err != nil {
-			stop()
-			return nil, nil, err
-		}
-		fmt.Printf("%s  %s\n", name, system.Address())
+		c.nodes = append(c.nodes, r)
 	}
+	return c, nil
+}
+
+func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, error) {
+	silent := slog.LevelError + 4 // Proto.Actor logs a closed client connection as an error
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: silent}))
+	}))
+	r, err := roam.New(system, roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
+		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")))
+	if err == nil {
+		err = r.Start(ctx)
+	}
+	if err == nil {
+		_, err = chat.StartGateway(r, c.log)
+	}
+	if err != nil {
+		if r != nil {
+			_ = r.Stop(ctx)
+		}
+		system.Shutdown()
+		return nil, err
+	}
+	fmt.Printf("%s  %s\n", name, system.Address())
+	return r, nil
+}
+
+func (c *inProcess) gateways() []string {
 	var addrs []string
-	for _, r := range nodes {
+	for _, r := range c.nodes {
 		addrs = append(addrs, r.System().Address())
 	}
-	return addrs, stop, nil
+	return addrs
 }
 
-// startProcesses runs the three nodes as chat-node processes on Consul and
-// waits for each to say where it serves.
-func startProcesses(bin, consulAddr, prefix string) ([]string, func(), error) {
-	var cmds []*exec.Cmd
-	stop := func() {
-		for _, c := range cmds {
+func (c *inProcess) restart(i int) (string, error) {
+	ctx := context.Background()
+	r := c.nodes[i]
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res, err := r.Drain(dctx, roam.DrainOptions{})
+	cancel()
+	if err != nil {
+		return "", err
+	}
+	fmt.Printf("drained %s: %d of %d rooms moved in %s, pause p50 %.2f ms p99 %.2f ms\n", nodeNames[i], res.Moved, res.Total,
+		res.Finished.Sub(res.Started).Round(time.Millisecond), ms(res.PauseP50), ms(res.PauseP99))
+	if !res.Complete() {
+		return "", res.Err()
+	}
+	if err := r.Stop(ctx); err != nil {
+		return "", err
+	}
+	r.System().Shutdown()
+	next, err := c.startNode(ctx, nodeNames[i])
+	if err != nil {
+		return "", err
+	}
+	c.nodes[i] = next
+	return next.System().Address(), nil
+}
+
+func (c *inProcess) stop() {
+	for _, r := range c.nodes {
+		_ = r.Stop(context.Background())
+		r.System().Shutdown()
+	}
+}
+
+// processes runs the three nodes as chat-node processes on Consul.
+type processes struct {
+	bin, consul, prefix string
+	cmds                []*exec.Cmd
+	addrs               []string
+	outs                []*bufio.Scanner
+}
+
+func (p *processes) start() error {
+	for i := range nodeNames {
+		if err := p.startOne(i); err != nil {
+			p.stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// startOne starts node i and waits for it to say where it serves.
+func (p *processes) startOne(i int) error {
+	name := nodeNames[i]
+	c := exec.Command(p.bin, "--store", "consul", "--consul", p.consul, "--prefix", p.prefix, "--listen", "127.0.0.1:0", "--name", name, "--tls-dir", tlsDir)
+	c.Stderr = os.Stderr
+	out, err := c.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	lines := bufio.NewScanner(out)
+	addr := ""
+	for addr == "" && lines.Scan() {
+		if _, a, ok := strings.Cut(lines.Text(), " serving chat at "); ok {
+			addr = a
+		}
+	}
+	if addr == "" {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		return fmt.Errorf("%s did not start", name)
+	}
+	for len(p.cmds) <= i {
+		p.cmds, p.addrs, p.outs = append(p.cmds, nil), append(p.addrs, ""), append(p.outs, nil)
+	}
+	p.cmds[i], p.addrs[i], p.outs[i] = c, addr, lines
+	go func() { // keep reading its output; show what it says about its drain
+		for lines.Scan() {
+			if t := lines.Text(); strings.HasPrefix(t, "drain") {
+				fmt.Printf("%s: %s\n", name, t)
+			}
+		}
+	}()
+	fmt.Printf("%s  %s  (process %d)\n", name, addr, c.Process.Pid)
+	return nil
+}
+
+func (p *processes) gateways() []string { return append([]string(nil), p.addrs...) }
+
+func (p *processes) restart(i int) (string, error) {
+	c := p.cmds[i]
+	_ = c.Process.Signal(syscall.SIGTERM) // chat-node drains, then stops
+	if err := c.Wait(); err != nil {
+		return "", fmt.Errorf("%s: %w", nodeNames[i], err)
+	}
+	if err := p.startOne(i); err != nil {
+		return "", err
+	}
+	return p.addrs[i], nil
+}
+
+func (p *processes) stop() {
+	for _, c := range p.cmds {
+		if c != nil {
 			_ = c.Process.Signal(os.Interrupt)
 		}
-		for _, c := range cmds {
+	}
+	for _, c := range p.cmds {
+		if c != nil {
 			_ = c.Wait()
 		}
 	}
-	var addrs []string
-	for _, name := range nodeNames {
-		c := exec.Command(bin, "--store", "consul", "--consul", consulAddr, "--prefix", prefix, "--listen", "127.0.0.1:0", "--name", name, "--tls-dir", tlsDir)
-		c.Stderr = os.Stderr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, nil, err
-		}
-		cmds = append(cmds, c)
-		lines := bufio.NewScanner(out)
-		addr := ""
-		for addr == "" && lines.Scan() {
-			if _, a, ok := strings.Cut(lines.Text(), " serving chat at "); ok {
-				addr = a
-			}
-		}
-		if addr == "" {
-			stop()
-			return nil, nil, fmt.Errorf("%s did not start", name)
-		}
-		go func() { // keep draining its output
-			for lines.Scan() {
-			}
-		}()
-		fmt.Printf("%s  %s  (process %d)\n", name, addr, c.Process.Pid)
-		addrs = append(addrs, addr)
-	}
-	return addrs, stop, nil
 }
 
 // inbox is one bot's view of its room: which seqs of each poster arrived,
@@ -208,6 +303,14 @@ type inbox struct {
 	dupes     uint64
 	late      uint64
 	misorder  uint64 // the room handled a poster's seq N+1 before N
+}
+
+// has reports whether poster's post seq (0: none yet) has arrived.
+func (in *inbox) has(poster string, seq uint64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s := in.seen[poster]
+	return seq == 0 || uint64(len(s)) > seq && s[seq]
 }
 
 func (in *inbox) receive(c actor.Context) {
@@ -241,7 +344,8 @@ func (in *inbox) receive(c actor.Context) {
 // chatAndMove connects bots to the gateways as a chat client would, has
 // them post while rooms move, and checks every post reached every member
 // of its room exactly once.
-func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
+func chatAndMove(c cluster, duration time.Duration, rooms int) error {
+	gateways := c.gateways()
 	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return silent }))
 	opts, err := roam.ClientRemoteOptions(roam.TLSFromDir(tlsDir, "node"), "127.0.0.1")
@@ -256,9 +360,13 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 	const botsPerRoom = 3
 	type bot struct {
 		room, name string
-		gateway    *actor.PID
-		in         *inbox
-		sent       uint64
+		gateway    *actor.PID // the bot's goroutine's
+		// next, when set, is the gateway to post to from now on: the bot
+		// switches once its room has handled its last post, so two
+		// gateways never carry its posts at once (their order would be lost).
+		next atomic.Pointer[actor.PID]
+		in   *inbox
+		sent uint64
 	}
 	var bots []*bot
 	for r := 0; r < rooms; r++ {
@@ -290,6 +398,13 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 				case <-stop:
 					return
 				case <-time.After(2 * time.Millisecond):
+				}
+				if next := bt.next.Load(); next != nil {
+					for deadline := time.Now().Add(15 * time.Second); !bt.in.has(bt.name, bt.sent) && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
+					bt.gateway = next
+					bt.next.Store(nil)
 				}
 				bt.sent++
 				sys.Root.Send(bt.gateway, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
@@ -327,6 +442,34 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A rolling deploy while the bots chat: each node in turn is drained
+	// (its rooms move to the other two with members and history), stopped
+	// and started again; the bots posting through its gateway switch to
+	// another node's gateway first.
+	fmt.Printf("\nrolling restart: draining and restarting each node in turn\n")
+	restarts := 0
+	for i := range nodeNames {
+		other := gw(i + 1)
+		for _, bt := range bots {
+			if bt.gateway.Address == gateways[i] {
+				bt.next.Store(other)
+			}
+		}
+		for _, bt := range bots {
+			for bt.next.Load() != nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		addr, err := c.restart(i)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return fmt.Errorf("rolling restart of %s: %w", nodeNames[i], err)
+		}
+		gateways[i] = addr
+		restarts++
+		fmt.Printf("%s restarted at %s\n", nodeNames[i], addr)
+	}
 	close(stop)
 	wg.Wait()
 
@@ -351,6 +494,29 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 		}
 	}
 	lost := expected - min(delivered, expected)
+	// Every room kept its history through the moves and the restarts: a
+	// newcomer's Join answers the last posts, numbered up to the room's
+	// every post.
+	perRoom := map[string]uint64{}
+	for _, bt := range bots {
+		perRoom[bt.room] += bt.sent
+	}
+	historyLost := 0
+	for room, posts := range perRoom {
+		res, err := sys.Root.RequestFuture(gw(0), &chatpb.Join{Room: room, Member: &chatpb.Member{Name: "auditor",
+			Inbox: &messages.PID{Address: sys.Address(), Id: "auditor-inbox"}}}, 10*time.Second).Result()
+		j, ok := res.(*chatpb.Joined)
+		switch {
+		case err != nil || !ok:
+			historyLost++
+			fmt.Printf("history of %s: no answer (%v %T)\n", room, err, res)
+		case len(j.GetHistory()) == 0 || j.GetHistory()[len(j.GetHistory())-1].GetIndex()+1 != posts:
+			historyLost++
+			fmt.Printf("history of %s: %d posts kept, the last numbered %d, but %d were posted\n", room, len(j.GetHistory()), j.GetHistory()[max(0, len(j.GetHistory())-1)].GetIndex(), posts)
+		}
+	}
+	fmt.Printf("rolling restart: %d of %d nodes drained and restarted; rooms with their history intact: %d of %d\n",
+		restarts, len(nodeNames), len(perRoom)-historyLost, len(perRoom))
 	slices.Sort(pauses)
 	fmt.Printf("\nmoves %d (failed %d), messages sent %d, deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d, handled out of order %d\n",
 		len(pauses), failed, sent.Load(), delivered, expected, botsPerRoom, lost, dupes, early, misorder)
@@ -362,13 +528,13 @@ func chatAndMove(gateways []string, duration time.Duration, rooms int) error {
 		fmt.Printf("pause p50 %.2f ms, p99 %.2f ms, max %.2f ms (seal on the source -> commit seen in the store)\n",
 			ms(pauses[len(pauses)/2]), ms(pauses[min(len(pauses)-1, len(pauses)*99/100)]), ms(pauses[len(pauses)-1]))
 	}
-	if lost != 0 || dupes != 0 || misorder != 0 {
-		return fmt.Errorf("lost=%d duplicated=%d handled-out-of-order=%d", lost, dupes, misorder)
+	if lost != 0 || dupes != 0 || misorder != 0 || historyLost != 0 {
+		return fmt.Errorf("lost=%d duplicated=%d handled-out-of-order=%d rooms-without-their-history=%d", lost, dupes, misorder, historyLost)
 	}
 	if len(pauses) == 0 {
 		return errors.New("no room moved")
 	}
-	fmt.Printf("result: lost=0 duplicated=0 after %d moves\n", len(pauses))
+	fmt.Printf("result: lost=0 duplicated=0 after %d moves and a rolling restart of every node\n", len(pauses))
 	return nil
 }
 

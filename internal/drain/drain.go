@@ -112,7 +112,7 @@ func Run(ctx context.Context, h Host, opts Options) (Result, error) {
 	}
 	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
 	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, done: map[location.AuthorityKey]bool{},
-		res: Result{Started: time.Now()}}
+		seen: map[location.AuthorityKey]bool{}, res: Result{Started: time.Now()}}
 	err := r.loop(ctx)
 	r.res.Finished = time.Now()
 	r.res.PauseP50, r.res.PauseP99 = percentile(r.pauses, 50), percentile(r.pauses, 99)
@@ -126,9 +126,12 @@ type run struct {
 	mu     sync.Mutex // guards everything below (the workers report here)
 	res    Result
 	pauses []time.Duration
-	// tries per unit; done: units counted (moved, failed, or gone).
+	// tries per unit; done: units finished (moved, failed, or gone);
+	// seen: every unit found; goneN: how many of them were not ours to move.
 	tries map[location.AuthorityKey]int
 	done  map[location.AuthorityKey]bool
+	seen  map[location.AuthorityKey]bool
+	goneN int
 	// refused: targets that refused a move as draining (for the rest of the
 	// drain) — full ones are asked again each round.
 	refused map[string]bool
@@ -186,7 +189,9 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 		return
 	}
 	r.mu.Lock()
-	r.res.Total = max(r.res.Total, len(r.done)+len(todo))
+	for _, u := range todo {
+		r.see(u.Key)
+	}
 	r.mu.Unlock()
 	p := newPlacer(targets)
 	sem := make(chan struct{}, r.opts.Concurrency)
@@ -255,7 +260,17 @@ func (r *run) retry(u relocation.Unit, res UnitResult) {
 func (r *run) gone(key location.AuthorityKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.done[key] = true
+	if !r.done[key] {
+		r.done[key] = true
+		r.goneN++
+		r.res.Total = len(r.seen) - r.goneN
+	}
+}
+
+// see counts a unit found (under mu).
+func (r *run) see(key location.AuthorityKey) {
+	r.seen[key] = true
+	r.res.Total = len(r.seen) - r.goneN
 }
 
 func (r *run) finish(res UnitResult, moved bool) {
@@ -265,13 +280,13 @@ func (r *run) finish(res UnitResult, moved bool) {
 		return
 	}
 	r.done[res.Key] = true
+	r.see(res.Key)
 	if moved {
 		r.res.Moved++
 		r.pauses = append(r.pauses, res.Pause)
 	} else {
 		r.res.Failed = append(r.res.Failed, res)
 	}
-	r.res.Total = max(r.res.Total, r.res.Moved+len(r.res.Failed))
 	if r.opts.OnProgress != nil {
 		r.opts.OnProgress(Progress{Total: r.res.Total, Moved: r.res.Moved, Failed: len(r.res.Failed), Unit: res})
 	}

@@ -150,7 +150,7 @@ func TestReleaseEndedThatLosesARaceIsConflict(t *testing.T) {
 	t.Cleanup(func() { _ = b.Stop(ctx) })
 	_, err = a.SpawnActor(ctx, "greeter", "orphan")
 	require.NoError(t, err)
-	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, a.StopNow(ctx)) // no drain: the Actor is an ended owner's
 	_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
 		return b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
 	})

@@ -27,6 +27,7 @@ import (
 
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
@@ -192,6 +193,20 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			m.OnFollow(key, env)
 		}
 	}
+	// Each move this node commits goes to its moves note (roamctl watch)
+	// as well as to the application's OnEvent.
+	board, hasBoard := cfg.Node.Store.(location.Board)
+	var feed *operator.MoveFeed
+	if hasBoard {
+		feed = operator.NewMoveFeed(board, node.Descriptor().GetMesh(), node.Descriptor().GetNodeRid())
+		onEvent := cfg.Relocation.OnEvent
+		cfg.Relocation.OnEvent = func(ev relocation.Event) {
+			feed.Add(ev)
+			if onEvent != nil {
+				onEvent(ev)
+			}
+		}
+	}
 	d, err := relocation.New(node, cfg.Node.Store, cfg.Relocation)
 	if err != nil {
 		return nil, startFailed(err, node.Stop(ctx))
@@ -211,6 +226,10 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	spots.Store(m)
 	if lookup != nil {
 		lookup.Attach(m)
+	}
+	l := &life{node: node, driver: d, spots: m}
+	if hasBoard {
+		e.serveOperators(l, board, feed)
 	}
 	go func() {
 		// An owner seen gone only just now is not taken over for a lease
@@ -236,7 +255,49 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			}
 		}
 	}()
-	return &life{node: node, driver: d, spots: m}, nil
+	return l, nil
+}
+
+// serveOperators runs, for the lifecycle's life, the operators' requests
+// (roamctl drain, move) and its moves note; it first clears the notes that
+// ended lifecycles left behind.
+func (e *Extension) serveOperators(l *life, board location.Board, feed *operator.MoveFeed) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-l.node.Stopping():
+		case <-l.node.LeaseLost():
+		}
+		cancel()
+	}()
+	desc := l.node.Descriptor()
+	log := e.logger()
+	go operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log)
+	go feed.Run(ctx)
+	go func() {
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		if _, err := location.SweepNotes(sctx, l.node.Store(), board, desc.GetMesh()); err != nil && ctx.Err() == nil {
+			log.Debug().Str("event", "note_sweep_failed").Err(err).Msg("notes of ended node lifecycles were not all removed")
+		}
+	}()
+}
+
+// operatorHost runs operators' requests on a lifecycle.
+type operatorHost struct {
+	e *Extension
+	l *life
+}
+
+func (h *operatorHost) Drain(ctx context.Context, opts drain.Options) (drain.Result, error) {
+	if h.e.cur.Load() != h.l {
+		return drain.Result{}, fmt.Errorf("%w: the node lifecycle the drain was asked of has ended", roamerr.ErrStale)
+	}
+	return h.e.Drain(ctx, opts)
+}
+
+func (h *operatorHost) Relocate(ctx context.Context, key location.AuthorityKey, target string) (relocation.Outcome, error) {
+	return h.e.Relocate(ctx, key, target)
 }
 
 // rejoinLoop starts a new lifecycle whenever the current one's lease ends

@@ -102,7 +102,7 @@ func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
 	require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "the owner is alive")
-	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, a.StopNow(ctx)) // no drain: the Actor is an ended owner's
 
 	_, err = b.SpawnActor(ctx, "greeter", "orphan")
 	require.ErrorIs(t, err, roamerr.ErrAlreadyExists)

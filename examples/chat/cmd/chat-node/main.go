@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -73,6 +74,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 		return err
 	}
 	ctx := context.Background()
+	var nodes []*roam.Roam
 	for i := 0; i < count; i++ {
 		nodeName, nodePort := name, port
 		if count > 1 {
@@ -107,10 +109,29 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 			return err
 		}
 		fmt.Printf("node %s serving chat at %s\n", nodeName, system.Address())
+		nodes = append(nodes, r)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
+	// A rolling deploy's SIGTERM: move every room to the other nodes with
+	// its members and history before leaving (a second signal ends at once).
+	go func() { <-sig; os.Exit(1) }()
+	for _, r := range nodes {
+		fmt.Printf("draining %s\n", r.NodeName())
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		res, err := r.Drain(dctx, roam.DrainOptions{})
+		cancel()
+		if err != nil {
+			fmt.Printf("drain of %s failed: %v\n", r.NodeName(), err)
+			continue
+		}
+		fmt.Printf("drained %s: %d of %d rooms moved in %s", r.NodeName(), res.Moved, res.Total, res.Finished.Sub(res.Started).Round(time.Millisecond))
+		for _, f := range res.Failed {
+			fmt.Printf("; %s stayed: %v", f.Key.ID, f.Err)
+		}
+		fmt.Println()
+	}
 	fmt.Println("stopping")
 	return nil
 }

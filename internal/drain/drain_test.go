@@ -1,0 +1,125 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Units go to the least loaded target per weight that hosts their type,
+// never past a target's capacity.
+func TestPlacerSpreadsByLoadWeightAndCapacity(t *testing.T) {
+	p := newPlacer([]Target{
+		{Rid: "a", StableTypes: []string{"x"}, Weight: 1, Serving: 0},
+		{Rid: "b", StableTypes: []string{"x"}, Weight: 3, Serving: 0},
+		{Rid: "c", StableTypes: []string{"x", "y"}, Weight: 1, Serving: 10, Capacity: 12},
+	})
+	got := map[string]int{}
+	for range 400 {
+		got[p.pick("x", nil).Rid]++
+	}
+	require.Equal(t, 2, got["c"], "c has room for 2 more")
+	require.InDelta(t, 3, float64(got["b"])/float64(got["a"]), 0.1, "b weighs 3 times a: %v", got)
+	require.Nil(t, p.pick("y", nil), "c, the only one hosting y, is full")
+	require.Nil(t, p.pick("z", nil), "nobody hosts z")
+	require.Equal(t, "a", p.pick("x", map[string]bool{"b": true}).Rid, "a refused target is skipped")
+}
+
+// fakeHost is a node's inventory and a mesh of targets as Run sees them:
+// Move takes the unit off the inventory unless told to fail it.
+type fakeHost struct {
+	mu       sync.Mutex
+	units    map[location.AuthorityKey]string
+	targets  []Target
+	fail     map[string]error // per target RID
+	failUnit map[location.AuthorityKey]error
+	moved    map[location.AuthorityKey]string
+	tries    map[location.AuthorityKey]int
+	fixed    []relocation.UnitRefusal
+}
+
+func (h *fakeHost) Inventory(context.Context) (relocation.Inventory, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var inv relocation.Inventory
+	for k, st := range h.units {
+		inv.Movable = append(inv.Movable, relocation.Unit{Key: k, StableType: st})
+	}
+	inv.Unmovable = h.fixed
+	return inv, nil
+}
+
+func (h *fakeHost) Targets(context.Context) ([]Target, error) {
+	return append([]Target(nil), h.targets...), nil
+}
+
+func (h *fakeHost) Move(_ context.Context, key location.AuthorityKey, rid string) (relocation.Outcome, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tries[key]++
+	if err := h.failUnit[key]; err != nil {
+		return relocation.Outcome{}, err
+	}
+	if err := h.fail[rid]; err != nil {
+		return relocation.Outcome{}, err
+	}
+	delete(h.units, key)
+	h.moved[key] = rid
+	return relocation.Outcome{Key: key, To: rid}, nil
+}
+
+// A drain moves every unit, skips a target that turns out to be draining,
+// retries a unit a bounded number of times, and lists what stayed and why.
+func TestRunMovesEveryUnitAndReportsTheRest(t *testing.T) {
+	h := &fakeHost{units: map[location.AuthorityKey]string{}, moved: map[location.AuthorityKey]string{}, tries: map[location.AuthorityKey]int{},
+		targets: []Target{{Rid: "b", StableTypes: []string{"x"}}, {Rid: "c", StableTypes: []string{"x"}}},
+		fail:    map[string]error{"c": fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrNodeDraining)},
+		failUnit: map[location.AuthorityKey]error{
+			location.Key(location.KindActor, "stuck"): fmt.Errorf("%w: target busy", roamerr.ErrUnavailable),
+			location.Key(location.KindActor, "gone"):  fmt.Errorf("%w: closed", roamerr.ErrNotFound),
+		},
+		fixed: []relocation.UnitRefusal{{Unit: relocation.Unit{Key: location.Key(location.KindUserSpot, "room")}, Err: roamerr.ErrInvalidOperation}},
+	}
+	for i := range 50 {
+		h.units[location.Key(location.KindActor, fmt.Sprint(i))] = "x"
+	}
+	h.units[location.Key(location.KindActor, "stuck")] = "x"
+	h.units[location.Key(location.KindActor, "gone")] = "x"
+	var progress []Progress
+	res, err := Run(context.Background(), h, Options{Concurrency: 4, OnProgress: func(p Progress) { progress = append(progress, p) }})
+	require.NoError(t, err)
+	require.Equal(t, 50, res.Moved)
+	for k, rid := range h.moved {
+		require.Equal(t, "b", rid, "%s went to the draining target", k)
+	}
+	require.Len(t, res.Failed, 2)
+	require.Equal(t, "stuck", res.Failed[0].Key.ID)
+	require.Equal(t, "room", res.Failed[1].Key.ID)
+	require.ErrorIs(t, res.Failed[0].Err, roamerr.ErrUnavailable)
+	require.Equal(t, attempts, h.tries[location.Key(location.KindActor, "stuck")])
+	require.False(t, res.Complete())
+	require.ErrorIs(t, res.Err(), roamerr.ErrUnavailable, "the first failure's class")
+	last := progress[len(progress)-1]
+	require.Equal(t, 52, last.Total, "gone is not counted")
+	require.Equal(t, 0, last.Remaining())
+}
+
+// A drain whose context ends lists every unit not moved with the
+// context's error.
+func TestRunStopsAtItsContext(t *testing.T) {
+	h := &fakeHost{units: map[location.AuthorityKey]string{location.Key(location.KindActor, "a"): "x"},
+		moved: map[location.AuthorityKey]string{}, tries: map[location.AuthorityKey]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := Run(ctx, h, Options{})
+	require.NoError(t, err)
+	require.Len(t, res.Failed, 1)
+	require.ErrorIs(t, res.Failed[0].Err, roamerr.ErrDeadlineExceeded)
+}
