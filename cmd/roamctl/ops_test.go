@@ -288,7 +288,7 @@ func TestProgressLine(t *testing.T) {
 	p := progress{total: 40, moved: 12, failed: 1, rate: 6.5, elapsed: 2100 * time.Millisecond}
 	require.Equal(t, "[#######.................] 12/40 moved, 1 failed, 6.5 units/s, ETA 4.2s, elapsed 2.1s", p.bar())
 	p = progress{}
-	require.Equal(t, "[........................] 0/0 moved, 0 failed, - units/s, ETA 0s, elapsed 0s", p.bar())
+	require.Equal(t, "[........................] 0/0 moved, 0 failed, - units/s, ETA -, elapsed 0s", p.bar())
 	p = progress{total: 5}
 	require.Equal(t, "0/5 moved, 0 failed, - units/s, ETA -, elapsed 0s", p.counts())
 

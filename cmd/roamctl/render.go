@@ -88,6 +88,9 @@ func progressOf(st *messages.OperatorStatus, elapsed time.Duration) progress {
 
 // eta is the time left at the current rate; ok is false when unknown.
 func (p progress) eta() (time.Duration, bool) {
+	if p.total == 0 {
+		return 0, false // the node has not counted its units yet
+	}
 	left := int64(p.total) - int64(p.moved) - int64(p.failed)
 	if left <= 0 {
 		return 0, true
