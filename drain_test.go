@@ -79,8 +79,8 @@ func tick(ctx context.Context, r *roam.Roam, ref roam.Ref) (int64, error) {
 
 // A drained node's every unit is served elsewhere with its state, while
 // callers keep calling: no call is lost or counted twice. Meanwhile the
-// draining node takes no move and no activation. Reference: spec 000 §1
-// (host relocation), §9 (source shutdown).
+// draining node takes no move and no activation. Reference:
+// docs/OPERATIONS.md (draining a node); docs/PROTOCOL.md §5 (the hand-off).
 func TestDrainMovesEveryUnitWithItsState(t *testing.T) {
 	bothStores(t, func(t *testing.T, store location.Store) {
 		ctx := context.Background()

@@ -369,11 +369,12 @@ func (r *Roam) Start(ctx context.Context) error {
 			Store: r.o.store, Mesh: r.o.mesh, Name: r.o.name, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
 			Logger: &r.log, Attach: t,
 		},
-		Kinds:      r.o.kinds,
-		Relocation: rel,
-		Spot:       r.o.spot,
-		Roots:      r.o.roots,
-		Lookup:     r.lookup,
+		Kinds:            r.o.kinds,
+		StopWithoutDrain: !r.o.drainOnStop,
+		Relocation:       rel,
+		Spot:             r.o.spot,
+		Roots:            r.o.roots,
+		Lookup:           r.lookup,
 	})
 	if err != nil {
 		t.StopUnused()
@@ -424,7 +425,7 @@ func (r *Roam) started() (*extension.Extension, error) {
 // and the remote roam started; the actor system and a Proto.Actor cluster
 // are the application's. What the drain did not move is recovered by
 // other nodes like an ended owner's objects.
-func (r *Roam) Stop(ctx context.Context) error { return r.stop(ctx, r.o.drainOnStop) }
+func (r *Roam) Stop(ctx context.Context) error { return r.stop(ctx, true) }
 
 func (r *Roam) stop(ctx context.Context, drain bool) error {
 	r.mu.Lock()
@@ -436,7 +437,7 @@ func (r *Roam) stop(ctx context.Context, drain bool) error {
 	}
 	var err error
 	if drain {
-		err = ext.Stop(ctx)
+		err = ext.Stop(ctx) // drains unless WithDrainOnStop(false)
 	} else {
 		err = ext.StopNow(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/location"
 )
@@ -322,5 +323,82 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 	if row.RoamRate, err = rate(remoteRoam); err != nil {
 		return row, err
 	}
+	return row, nil
+}
+
+// drainRow is scenario (e): one node of three drained.
+type drainRow struct {
+	Units, Moved, Failed int
+	Rate                 float64 // units/s
+	P50, P99             float64 // ms, per unit
+	Lost                 int     // units whose state did not arrive
+	StoppedLost          int     // the baseline: units lost when the node simply stops
+}
+
+// drainNode activates n Spots on node 0 of three, sends each one numbered
+// message, drains node 0 and checks every Spot still counts its message
+// on another node; then the baseline: the same on a fresh world, with node
+// 0 stopped without a drain.
+func drainNode(ctx context.Context, newStore func() (location.Store, error), n int) (drainRow, error) {
+	row := drainRow{Units: n}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("drain-%d", i)
+	}
+	prepare := func() (*world, func(), error) {
+		w, done, err := openWorld(ctx, newStore, 3)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = each(ids, 32, func(id string) error {
+			if _, err := w.nodes[0].SpawnInstanceSpot(ctx, "blob", id); err != nil {
+				return err
+			}
+			_, err := w.nodes[0].Spots().Send(id, wrapperspb.UInt64(1)).Do(ctx)
+			return err
+		})
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		return w, done, nil
+	}
+	counted := func(w *world) int {
+		var mu sync.Mutex
+		kept := 0
+		_ = each(ids, 32, func(id string) error {
+			if c, err := count(ctx, w.nodes[1], id); err == nil && c == 1 {
+				mu.Lock()
+				kept++
+				mu.Unlock()
+			}
+			return nil
+		})
+		return kept
+	}
+	w, done, err := prepare()
+	if err != nil {
+		return row, err
+	}
+	res, err := w.nodes[0].Drain(ctx, drain.Options{})
+	if err != nil {
+		done()
+		return row, err
+	}
+	row.Moved, row.Failed = res.Moved, len(res.Failed)
+	row.Rate = float64(res.Moved) / res.Finished.Sub(res.Started).Seconds()
+	row.P50, row.P99 = ms(res.PauseP50), ms(res.PauseP99)
+	row.Lost = n - counted(w)
+	done()
+
+	w, done, err = prepare()
+	if err != nil {
+		return row, err
+	}
+	defer done()
+	if err := w.nodes[0].StopNow(ctx); err != nil {
+		return row, err
+	}
+	row.StoppedLost = n - counted(w)
 	return row, nil
 }

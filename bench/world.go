@@ -82,6 +82,8 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 		e, err := extension.Start(ctx, extension.Config{
 			Node:  meshnode.Config{Store: store, Logger: &log, ProtoActorLogLevel: &silent},
 			Kinds: []extension.Kind{blobKind},
+			// A benchmark's teardown stops every node: nowhere to drain to.
+			StopWithoutDrain: true,
 			Relocation: relocation.Config{OnEvent: func(ev extension.Event) {
 				if ev.Err == nil {
 					w.mu.Lock()

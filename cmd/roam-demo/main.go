@@ -146,8 +146,10 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: silent}))
 	}))
+	// The demo's end stops every node at once: nowhere to drain to.
+	// restart drains explicitly.
 	r, err := roam.New(system, roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
-		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")))
+		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false))
 	if err == nil {
 		err = r.Start(ctx)
 	}
@@ -277,10 +279,12 @@ func (p *processes) restart(i int) (string, error) {
 	return p.addrs[i], nil
 }
 
+// stop ends the demo's nodes at once: each would otherwise drain to the
+// others, which are stopping too (their leases end with their TTL).
 func (p *processes) stop() {
 	for _, c := range p.cmds {
 		if c != nil {
-			_ = c.Process.Signal(os.Interrupt)
+			_ = c.Process.Kill()
 		}
 	}
 	for _, c := range p.cmds {

@@ -201,7 +201,7 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 		t := p.pick(u.StableType, r.refused)
 		r.mu.Unlock()
 		if t == nil {
-			r.retry(u, UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other serving node hosts %q with room", roamerr.ErrCapacityExceeded, u.StableType)})
+			r.retry(u, UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other node takes %q now (none serves it, or every one that does is full or draining)", roamerr.ErrCapacityExceeded, u.StableType)})
 			continue
 		}
 		select {

@@ -669,21 +669,40 @@ func (h *drainHost) Targets(ctx context.Context) ([]drain.Target, error) {
 }
 
 // Stop drains the node (unless Config.StopWithoutDrain), bounded by ctx,
-// then releases the node's claim and stops it; no new lifecycle starts.
+// lets Message Follow fall quiet if it drained, then releases the node's
+// claim and stops it; no new lifecycle starts.
 // What the drain did not move is then an ended owner's, recovered as such
 // (docs/FAULTS.md).
 func (e *Extension) Stop(ctx context.Context) error {
-	if !e.cfg.StopWithoutDrain {
-		e.mu.Lock()
-		stopped := e.stopped
-		e.mu.Unlock()
-		if !stopped && e.cur.Load().node.Valid() {
+	e.mu.Lock()
+	stopped := e.stopped
+	e.mu.Unlock()
+	if l := e.cur.Load(); !stopped && l.node.Valid() {
+		if !e.cfg.StopWithoutDrain {
 			// A drain error (the store cannot be reached) leaves the stop to
 			// go on: Drain logged it.
 			_, _ = e.Drain(ctx, drain.Options{})
 		}
+		if l.node.Draining() {
+			e.followQuiet(ctx, l)
+		}
 	}
 	return e.StopNow(ctx)
+}
+
+// followQuietFor is how long Message Follow must have been idle before a
+// drained node stops; followQuiet waits for it at most the follow duration.
+const followQuietFor = 300 * time.Millisecond
+
+// followQuiet keeps a drained lifecycle following until its old routes
+// fall silent (Driver.FollowQuiet), within ctx and the follow duration.
+func (e *Extension) followQuiet(ctx context.Context, l *life) {
+	fctx, cancel := context.WithTimeout(ctx, e.cfg.Spot.Routes.MessageFollowDuration)
+	defer cancel()
+	if err := l.driver.FollowQuiet(fctx, followQuietFor); err != nil {
+		log := e.logger()
+		log.Warn().Str("event", "stop_while_following").Err(err).Msg("stopping while messages still follow to moved objects; late ones are redelivered from the store")
+	}
 }
 
 // StopNow is Stop without the drain: for a node whose actor system is gone

@@ -183,6 +183,9 @@ type Driver struct {
 	// gone (OwnerNode's lease-end grace); any goroutine, under goneMu.
 	goneMu    sync.Mutex
 	goneSince map[string]time.Time
+	// lastFollow: when Message Follow last forwarded a message (unix
+	// nanoseconds; any goroutine), for FollowQuiet.
+	lastFollow atomic.Int64
 	// dropInbound, set only by tests (export_test.go), drops messages
 	// reaching the relocation actor, as a cut link would.
 	dropInbound atomic.Pointer[func(any) bool]
@@ -602,6 +605,26 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %d moves into node %s did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// FollowQuiet waits until Message Follow has forwarded nothing for quiet
+// (or ctx ends): a drained node that stops while callers still send to its
+// old routes would drop what is in flight on the closing connections, and a
+// dead-lettered send redelivered later could overtake the caller's next.
+// A caller's first followed message tells its node the new route, so the
+// traffic dies down within about a round trip of each caller's next send.
+func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
+	for {
+		idle := time.Since(time.Unix(0, d.lastFollow.Load()))
+		if idle >= quiet {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: Message Follow still busy: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+		case <-time.After(quiet - idle):
 		}
 	}
 }

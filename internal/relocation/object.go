@@ -513,6 +513,7 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 // away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
 func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 	return func(msg any) {
+		d.lastFollow.Store(time.Now().UnixNano())
 		env, hops := withFollowHeaders(msg, obj.generation)
 		if hops > MaxFollowHops {
 			// The hops cannot take it further: look the owner up in the

@@ -1,0 +1,86 @@
+package roam_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/operator"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// An operator drains a node and moves an object through the store alone
+// (roamctl): the node runs each request once, reports it in its status
+// note, and its moves show in the moves notes of their targets.
+func TestOperatorRequestsThroughTheStore(t *testing.T) {
+	bothStores(t, func(t *testing.T, store location.Store) {
+		ctx := context.Background()
+		board := store.(location.Board)
+		a := start(t, store, roam.WithNodeName("node-a"))
+		b := start(t, store, roam.WithNodeName("node-b"))
+		for i := range 10 {
+			_, err := a.SpawnActor(ctx, "counter", fmt.Sprintf("u-%d", i))
+			require.NoError(t, err)
+		}
+		nodes, err := store.ListNodes(ctx, "")
+		require.NoError(t, err)
+		mesh := nodes[0].Node.GetMesh()
+
+		// A move, asked of the owner.
+		req := &messages.OperatorRequest{Id: "move-1", NodeRid: a.NodeRid(), RequestedBy: "test",
+			Op: &messages.OperatorRequest_Move{Move: &messages.MoveOp{Kind: location.KindActor, Id: "u-0", Target: "node-b"}}}
+		require.NoError(t, operator.Submit(ctx, board, mesh, req))
+		st := waitFinished(t, board, mesh, a.NodeRid(), "move-1")
+		require.Equal(t, messages.OperatorState_OPERATOR_STATE_DONE, st.GetState(), st.GetError())
+		require.EqualValues(t, 1, st.GetMoved())
+		require.Equal(t, b.NodeRid(), unitOwners(t, store)[roam.ActorRef("u-0")])
+
+		// A drain.
+		req = &messages.OperatorRequest{Id: "drain-1", NodeRid: a.NodeRid(), RequestedBy: "test",
+			Op: &messages.OperatorRequest_Drain{Drain: &messages.DrainOp{Concurrency: 4}}}
+		require.NoError(t, operator.Submit(ctx, board, mesh, req))
+		st = waitFinished(t, board, mesh, a.NodeRid(), "drain-1")
+		require.Equal(t, messages.OperatorState_OPERATOR_STATE_DONE, st.GetState(), st.GetError())
+		require.EqualValues(t, 9, st.GetTotal())
+		require.EqualValues(t, 9, st.GetMoved())
+		require.Zero(t, st.GetFailed())
+		for ref, owner := range unitOwners(t, store) {
+			require.Equal(t, b.NodeRid(), owner, "%s", ref)
+		}
+		// The requests note is emptied once every request finished; one for a
+		// lifecycle that is not in the store waits for nobody (a sweep at a
+		// node's start removes it).
+		_, err = board.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: a.NodeRid(), Name: operator.RequestsNote})
+		require.ErrorIs(t, err, location.ErrNotFound)
+		req = &messages.OperatorRequest{Id: "stale-1", NodeRid: "someone-else", Op: &messages.OperatorRequest_Drain{Drain: &messages.DrainOp{}}}
+		require.NoError(t, operator.Submit(ctx, board, mesh, req))
+		_, err = board.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: "someone-else", Name: operator.RequestsNote})
+		require.NoError(t, err, "it waits for a lifecycle that never takes it")
+
+		// Every move shows in b's moves note.
+		testwait.For(t, func() bool {
+			f, _, err := operator.Feed(ctx, board, mesh, b.NodeRid())
+			return err == nil && len(f.GetMoves()) == 10
+		}, "b's moves note lists the 10 moves")
+	})
+}
+
+func waitFinished(t *testing.T, board location.Board, mesh, rid, id string) *messages.OperatorStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(t))
+	defer cancel()
+	var after location.StoreVersion
+	for {
+		st, v, err := operator.WatchStatus(ctx, board, mesh, rid, id, after)
+		require.NoError(t, err)
+		if st.GetState() == messages.OperatorState_OPERATOR_STATE_DONE || st.GetState() == messages.OperatorState_OPERATOR_STATE_FAILED {
+			return st
+		}
+		after = v
+	}
+}
