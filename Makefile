@@ -101,6 +101,11 @@ demo-consul: consul $(if $(TLS),certs)
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
 	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node $(if $(TLS),--tls-dir=$(CERTS_DIR))
 
+## roamctl: the operators' command (docs/OPERATIONS.md), into ./bin/roamctl.
+.PHONY: roamctl
+roamctl:
+	$(GO) build -o bin/roamctl ./cmd/roamctl
+
 ## certs: a throwaway CA and a node certificate for 127.0.0.1 and localhost
 ## in $(CERTS_DIR), for trying mutual TLS on one machine (docs/SECURITY.md).
 CERTS_DIR := $(ROAM_CACHE)/certs

@@ -326,7 +326,7 @@ func TestWatchPrintsNewMovesOfEveryNode(t *testing.T) {
 		now := time.Now()
 		appendMove(t, store, b, &messages.MoveRecord{Kind: location.KindActor, Id: "old", FromRid: a.NodeRid, AtUnixNanos: now.Add(-time.Hour).UnixNano()})
 
-		c, out, _ := testCtl(store)
+		c, out, errOut := testCtl(store)
 		c.json = asJSON
 		c.now = func() time.Time { return now } // moves from now on are new
 		done := make(chan error, 1)
@@ -341,6 +341,7 @@ func TestWatchPrintsNewMovesOfEveryNode(t *testing.T) {
 			PauseNanos: ms25, Bytes: 100, AtUnixNanos: time.Now().UnixNano()})
 		require.NoError(t, <-done)
 		t.Logf("\n%s", out)
+		require.Empty(t, errOut.String())
 
 		got := strings.Split(strings.TrimSpace(out.String()), "\n")
 		require.Len(t, got, 3)
@@ -369,4 +370,25 @@ func TestWatchPrintsNewMovesOfEveryNode(t *testing.T) {
 		require.True(t, byID["room-1"].Fallback)
 		require.Equal(t, "node-d", byID["runner"].To)
 	}
+}
+
+func TestWatchSaysWhenTheFeedMovedOn(t *testing.T) {
+	store, a, b, _ := fixture(t)
+	c, out, errOut := testCtl(store)
+	start := time.Now()
+	c.now = func() time.Time { return start }
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(context.Background(), 2) }()
+	appendMove(t, store, b, &messages.MoveRecord{Kind: location.KindActor, Id: "first", FromRid: a.NodeRid, AtUnixNanos: time.Now().UnixNano()})
+	testwait.For(t, func() bool { return strings.Contains(out.String(), "first") }, "first move shown")
+	// Three moves more, of which the note keeps the last alone.
+	var f messages.MoveFeed
+	writeNote(t, store, feedKey(b), func(proto.Message) {
+		f.Reset()
+		f.Seq = 4
+		f.Moves = []*messages.MoveRecord{{Seq: 4, Kind: location.KindActor, Id: "fourth", FromRid: a.NodeRid, ToRid: b.NodeRid, AtUnixNanos: time.Now().UnixNano()}}
+	}, &f)
+	require.NoError(t, <-done)
+	require.Contains(t, out.String(), "fourth")
+	require.Equal(t, "roamctl: 2 move(s) to node-b not shown: its moves note had moved on\n", errOut.String())
 }

@@ -130,6 +130,12 @@ func (w *watcher) follow(ctx context.Context, n *location.NodeDescriptor) {
 		f, v, err = operator.Feed(ctx, c.board, mesh, rid)
 	}
 	for {
+		if moves := f.GetMoves(); last > 0 && len(moves) > 0 && moves[0].GetSeq() > last+1 {
+			// The node committed more moves between two reads than its
+			// note keeps (operator.FeedLength).
+			fmt.Fprintf(c.errOut, "roamctl: %d move(s) to %s not shown: its moves note had moved on\n",
+				moves[0].GetSeq()-last-1, nodeName(n))
+		}
 		for _, m := range f.GetMoves() {
 			if m.GetSeq() > last && !time.Unix(0, m.GetAtUnixNanos()).Before(w.start) {
 				w.print(mesh, m)
