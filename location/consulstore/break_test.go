@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
@@ -83,19 +84,15 @@ func TestBreakNodeNames(t *testing.T) {
 
 			// The winner "crashes": its lease is never renewed. Its name is
 			// free once the store ends the lease (Consul: TTL..2×TTL).
-			began := time.Now()
-			for {
-				_, err := s.ClaimNode(ctx, breakNode(fmt.Sprintf("after-%d", time.Now().UnixNano()), "contested"), time.Second)
-				if err == nil {
-					break
+			attempt := 0
+			testwait.For(t, func() bool {
+				attempt++
+				_, err := s.ClaimNode(ctx, breakNode(fmt.Sprintf("after-%d", attempt), "contested"), time.Second)
+				if err != nil {
+					require.ErrorIs(t, err, location.ErrNodeNameTaken)
 				}
-				require.ErrorIs(t, err, location.ErrNodeNameTaken)
-				if time.Since(began) > 10*time.Second {
-					t.Fatal("a crashed node's name never became free")
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			t.Logf("name free again after %v", time.Since(began))
+				return err == nil
+			}, "a crashed node's name never became free")
 		})
 	}
 }
