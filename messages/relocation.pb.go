@@ -354,7 +354,10 @@ type CapabilityQuery struct {
 	ApplicationVersion string                 `protobuf:"bytes,3,opt,name=application_version,json=applicationVersion,proto3" json:"application_version,omitempty"`
 	// source is the asking node; the target answers only a live node of its
 	// mesh at the address the query came from.
-	Source        *NodeRef `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Source *NodeRef `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// want_load asks for the reply's serving_count (a drain placing units):
+	// counting walks every incarnation, so a plain move does not ask.
+	WantLoad      bool `protobuf:"varint,5,opt,name=want_load,json=wantLoad,proto3" json:"want_load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +420,13 @@ func (x *CapabilityQuery) GetSource() *NodeRef {
 	return nil
 }
 
+func (x *CapabilityQuery) GetWantLoad() bool {
+	if x != nil {
+		return x.WantLoad
+	}
+	return false
+}
+
 type CapabilityReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Supported bool                   `protobuf:"varint,1,opt,name=supported,proto3" json:"supported,omitempty"`
@@ -432,8 +442,8 @@ type CapabilityReply struct {
 	// code is the roamerr wire code of a refusal (node_draining,
 	// capacity_exceeded, …); empty for other refusals (unavailable).
 	Code string `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
-	// serving_count and capacity are the target's load and its capacity
-	// (0: unbounded), answered to every query so a drain can place its units.
+	// serving_count is the target's load, when the query wants it or the
+	// target has a capacity; capacity is its capacity (0: unbounded).
 	ServingCount  uint32 `protobuf:"varint,7,opt,name=serving_count,json=servingCount,proto3" json:"serving_count,omitempty"`
 	Capacity      uint32 `protobuf:"varint,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1659,13 +1669,14 @@ const file_relocation_proto_rawDesc = "" +
 	"\aNodeRef\x12\x19\n" +
 	"\bnode_rid\x18\x01 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x02 \x01(\x04R\x0enodeGeneration\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xc5\x01\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xe2\x01\n" +
 	"\x0fCapabilityQuery\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x1f\n" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
 	"stableType\x12/\n" +
 	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\x12.\n" +
-	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\"\x99\x02\n" +
+	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1b\n" +
+	"\twant_load\x18\x05 \x01(\bR\bwantLoad\"\x99\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +

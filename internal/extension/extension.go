@@ -451,10 +451,6 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 	if err != nil {
 		return Outcome{}, err
 	}
-	if i := slices.IndexFunc(nodes, func(n location.VersionedNode) bool { return n.Node.GetNodeRid() == targetRid }); i >= 0 &&
-		nodes[i].Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
-		return Outcome{}, fmt.Errorf("%w: %w: move %s to node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, ref, target)
-	}
 	// The owner may change between the read and the request (a move by
 	// someone else): then the one asked answers NotFound, and the store is
 	// read again.

@@ -55,7 +55,19 @@ func Submit(ctx context.Context, board location.Board, mesh string, req *message
 	if req.GetId() == "" || req.GetNodeRid() == "" {
 		return fmt.Errorf("%w: a request needs an id and a node", roamerr.ErrInvalidOperation)
 	}
-	key := location.NoteKey{Mesh: mesh, NodeRid: req.GetNodeRid(), Name: RequestsNote}
+	return editRequests(ctx, board, location.NoteKey{Mesh: mesh, NodeRid: req.GetNodeRid(), Name: RequestsNote},
+		func(list *messages.OperatorRequests) error {
+			if len(list.Requests) >= MaxPending {
+				return fmt.Errorf("%w: node %s has %d requests waiting", roamerr.ErrCapacityExceeded, req.GetNodeRid(), len(list.Requests))
+			}
+			list.Requests = append(list.Requests, req)
+			return nil
+		})
+}
+
+// editRequests changes a requests note by compare-and-set, reading it
+// again after a lost race; a note left empty is deleted.
+func editRequests(ctx context.Context, board location.Board, key location.NoteKey, edit func(*messages.OperatorRequests) error) error {
 	for {
 		var list messages.OperatorRequests
 		n, err := board.ReadNote(ctx, key)
@@ -68,15 +80,21 @@ func Submit(ctx context.Context, board location.Board, mesh string, req *message
 				return err
 			}
 		}
-		if len(list.Requests) >= MaxPending {
-			return fmt.Errorf("%w: node %s has %d requests waiting", roamerr.ErrCapacityExceeded, req.GetNodeRid(), len(list.Requests))
+		if err := edit(&list); err != nil {
+			return err
 		}
-		list.Requests = append(list.Requests, req)
-		b, err := Encode(&list)
-		if err != nil {
-			return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+		if len(list.Requests) == 0 {
+			if n.Version == 0 {
+				return nil
+			}
+			err = board.DeleteNote(ctx, key, n.Version)
+		} else {
+			b, merr := Encode(&list)
+			if merr != nil {
+				return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, merr)
+			}
+			_, err = board.WriteNote(ctx, key, n.Version, b)
 		}
-		_, err = board.WriteNote(ctx, key, n.Version, b)
 		if err == nil {
 			return nil
 		}

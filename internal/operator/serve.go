@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -128,33 +129,10 @@ func opName(req *messages.OperatorRequest) string {
 
 // removeRequest takes a finished request off the requests note.
 func removeRequest(ctx context.Context, board location.Board, mesh, rid, id string) {
-	key := location.NoteKey{Mesh: mesh, NodeRid: rid, Name: RequestsNote}
-	for attempt := 0; attempt < 20; attempt++ {
-		n, err := board.ReadNote(ctx, key)
-		if err != nil {
-			return
-		}
-		var list messages.OperatorRequests
-		if Decode(n.Value, &list) != nil {
-			return
-		}
-		kept := list.Requests[:0]
-		for _, r := range list.Requests {
-			if r.GetId() != id {
-				kept = append(kept, r)
-			}
-		}
-		if len(kept) == 0 {
-			err = board.DeleteNote(ctx, key, n.Version)
-		} else {
-			list.Requests = kept
-			b, _ := Encode(&list)
-			_, err = board.WriteNote(ctx, key, n.Version, b)
-		}
-		if err == nil || !errors.Is(err, location.ErrConflict) {
-			return
-		}
-	}
+	_ = editRequests(ctx, board, location.NoteKey{Mesh: mesh, NodeRid: rid, Name: RequestsNote}, func(list *messages.OperatorRequests) error {
+		list.Requests = slices.DeleteFunc(list.Requests, func(r *messages.OperatorRequest) bool { return r.GetId() == id })
+		return nil
+	})
 }
 
 // status is a request's status note, written by its run alone.

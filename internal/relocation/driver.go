@@ -370,10 +370,13 @@ func (d *Driver) Receive(c actor.Context) {
 func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityReply {
 	reply := &messages.CapabilityReply{
 		ReceiveChunkLimit: uint32(d.cfg.Handoff.ChunkLimit),
-		Node:              &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+		Node:              d.selfRef(),
 	}
 	k, ok := d.kind(q.GetStableType())
-	hosting, arriving := d.load()
+	var hosting, arriving int
+	if q.GetWantLoad() || d.desc.GetCapacity() > 0 {
+		hosting, arriving = d.load()
+	}
 	reply.ServingCount, reply.Capacity = uint32(hosting), d.desc.GetCapacity()
 	switch {
 	case !d.node.Valid():
@@ -406,6 +409,11 @@ func (d *Driver) load() (hosting, arriving int) {
 		}
 	}
 	return hosting, arriving
+}
+
+// selfRef names this node lifecycle in control messages.
+func (d *Driver) selfRef() *messages.NodeRef {
+	return &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}
 }
 
 func newRelocationID() uint64 {

@@ -36,7 +36,7 @@ func (d *Driver) RelocateAt(ctx context.Context, ownerAddress string, key locati
 	}
 	req := &messages.RelocateRequest{
 		Kind: messages.AuthorityKind(key.Kind), Id: key.ID, TargetRid: targetRid,
-		Requester:          &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+		Requester:          d.selfRef(),
 		DeadlineUnixMillis: time.Now().Add(timeout).UnixMilli(),
 	}
 	f := d.sys.Root.RequestFuture(PID(ownerAddress), req, timeout)

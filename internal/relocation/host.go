@@ -295,13 +295,8 @@ func (d *Driver) Kind(stableType string) (*Kind, bool) { return d.kind(stableTyp
 // active load a node's capacity bounds (PROTOCOL.md §7.2, placement).
 func (d *Driver) ServingCount(ctx context.Context) (int, error) {
 	return call(ctx, d, func() (int, error) {
-		n := 0
-		for _, obj := range d.objects {
-			if obj.state == serving || obj.state == leaving {
-				n++
-			}
-		}
-		return n, nil
+		hosting, _ := d.load()
+		return hosting, nil
 	})
 }
 

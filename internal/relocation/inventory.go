@@ -63,8 +63,6 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	})
 }
 
-func isDisabled(p Policy) bool { _, off := p.(disableRelocation); return off }
-
 // NodeLoad is another node's load as its relocation actor answers it.
 type NodeLoad struct {
 	Serving, Capacity int
@@ -77,8 +75,7 @@ type NodeLoad struct {
 // query for stableType, which the node answers with its serving count and
 // capacity, and whether it would take a move of that type.
 func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad, error) {
-	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType,
-		Source: &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}}
+	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType, Source: d.selfRef(), WantLoad: true}
 	if k, ok := d.kind(stableType); ok {
 		q.ApplicationVersion = k.ApplicationVersion
 	}

@@ -65,6 +65,9 @@ func (statefulAdapter) Restore(a actor.Actor, _ []byte) error { return errNotSta
 
 var errNotStateful = fmt.Errorf("%w: PreserveState: the incarnation neither called KeepState nor implements Stateful", roamerr.ErrTypeMismatch)
 
+// isDisabled reports whether p is DisableRelocation.
+func isDisabled(p Policy) bool { _, off := p.(disableRelocation); return off }
+
 // PreservesState reports whether p carries in-memory state across moves,
 // state that a reactivation after the owner ended cannot bring back.
 func PreservesState(p Policy) bool {

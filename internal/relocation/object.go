@@ -476,37 +476,36 @@ func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor
 // nodeAddress finds a node's remote address through its descriptor:
 // NotFound when the store has none (the node never existed, or is gone).
 func (d *Driver) nodeAddress(ctx context.Context, mesh, rid string) (string, error) {
+	n, err := d.nodeDescriptor(ctx, mesh, rid)
+	return n.GetAddress(), err
+}
+
+func (d *Driver) nodeDescriptor(ctx context.Context, mesh, rid string) (*location.NodeDescriptor, error) {
 	if rid == d.desc.GetNodeRid() {
-		return d.desc.GetAddress(), nil
+		return d.desc, nil
 	}
 	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: mesh, NodeRid: rid})
 	if err != nil {
 		if errors.Is(err, location.ErrNotFound) {
-			return "", fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, mesh)
+			return nil, fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, mesh)
 		}
-		return "", roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
+		return nil, roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
 	}
-	return n.Node.GetAddress(), nil
+	return n.Node, nil
 }
 
 // moveTarget is nodeAddress for a move's target: a node whose descriptor
 // says DRAINING is refused at once (ErrNodeDraining), before anything
 // seals; one that starts draining later refuses the capability query.
 func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
-	if rid == d.desc.GetNodeRid() {
-		return d.desc.GetAddress(), nil
-	}
-	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: d.desc.GetMesh(), NodeRid: rid})
+	n, err := d.nodeDescriptor(ctx, d.desc.GetMesh(), rid)
 	if err != nil {
-		if errors.Is(err, location.ErrNotFound) {
-			return "", fmt.Errorf("%w: no node %s in mesh %q", roamerr.ErrNotFound, rid, d.desc.GetMesh())
-		}
-		return "", roamerr.Keep(roamerr.ErrUnavailable, "node "+rid, err)
+		return "", err
 	}
-	if n.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+	if n.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
 		return "", fmt.Errorf("%w: %w: node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, rid)
 	}
-	return n.Node.GetAddress(), nil
+	return n.GetAddress(), nil
 }
 
 // followSink forwards a message that reached an incarnation which has moved

@@ -174,7 +174,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		// which only this incarnation removes (after its first message).
 		return nil, &activationSettling{done: obj.settledCh}
 	}
-	if _, off := obj.kind.Policy.(disableRelocation); off {
+	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
 	now := time.Now()
@@ -263,7 +263,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	switch e := e.(type) {
 	case handoff.QueryCapability:
 		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion,
-			Source: &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()}}
+			Source: d.selfRef()}
 		go func() {
 			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
 			ev := handoff.CapabilityAnswered{}
@@ -329,7 +329,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 				PayloadTotalLength: e.Manifest.TotalLength, PayloadChunkCount: e.Manifest.ChunkCount, PayloadChecksumCrc32C: e.Manifest.ChecksumCRC32C,
 			},
 			ChunkLimit:                uint32(e.ChunkLimit),
-			Source:                    &messages.NodeRef{NodeRid: d.desc.GetNodeRid(), NodeGeneration: d.desc.GetNodeGeneration(), Address: d.desc.GetAddress()},
+			Source:                    d.selfRef(),
 			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
 			NewOwnerGeneration:        r.newOwner,
 			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
