@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -39,6 +40,12 @@ type Host interface {
 	Targets(ctx context.Context) ([]Target, error)
 	// Move moves one unit to the node targetRid.
 	Move(ctx context.Context, key location.AuthorityKey, targetRid string) (relocation.Outcome, error)
+	// Owner reads the unit's owner in the store ("" when it has none): for
+	// a unit that left the node although its move answered an error (the
+	// answer was lost, the commit was not).
+	Owner(ctx context.Context, key location.AuthorityKey) (string, error)
+	// Self is the draining node's RID.
+	Self() string
 }
 
 // Options tune a drain. Zero fields take the defaults written on them.
@@ -99,8 +106,9 @@ func (r Result) Err() error {
 }
 
 // attempts bounds the tries of one unit: a target that started draining
-// or filled up meanwhile is skipped and another tried.
-const attempts = 4
+// or filled up meanwhile is skipped and another tried, and a round in which
+// nothing moved is followed by a pause (50 ms, doubling to 1 s).
+const attempts = 6
 
 // Run moves every unit of h to other nodes. It returns when nothing
 // movable is left, or ctx ends (the units not moved by then are in Failed
@@ -111,7 +119,8 @@ func Run(ctx context.Context, h Host, opts Options) (Result, error) {
 		opts.Concurrency = 32
 	}
 	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
-	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, done: map[location.AuthorityKey]bool{},
+	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, lastErr: map[location.AuthorityKey]error{}, exhausted: map[location.AuthorityKey]bool{},
+		pendingSince: map[location.AuthorityKey]time.Time{}, done: map[location.AuthorityKey]bool{},
 		seen: map[location.AuthorityKey]bool{}, res: Result{Started: time.Now()}}
 	err := r.loop(ctx)
 	r.res.Finished = time.Now()
@@ -129,16 +138,24 @@ type run struct {
 	// tries per unit; done: units finished (moved, failed, or gone);
 	// seen: every unit found; goneN: how many of them were not ours to move.
 	tries map[location.AuthorityKey]int
-	done  map[location.AuthorityKey]bool
-	seen  map[location.AuthorityKey]bool
-	goneN int
+	// lastErr: each unit's last failed try; exhausted: the units tried
+	// attempts times, failed once no move of theirs is under way and they
+	// still serve here (a try that answered an error may yet commit).
+	lastErr   map[location.AuthorityKey]error
+	exhausted map[location.AuthorityKey]bool
+	// pendingSince: when a unit was first seen gone from the node while the
+	// store still named it (settleLeft).
+	pendingSince map[location.AuthorityKey]time.Time
+	done         map[location.AuthorityKey]bool
+	seen         map[location.AuthorityKey]bool
+	goneN        int
 	// refused: targets that refused a move as draining (for the rest of the
 	// drain) — full ones are asked again each round.
 	refused map[string]bool
 }
 
 func (r *run) loop(ctx context.Context) error {
-	wait := time.Millisecond
+	wait, idle := time.Millisecond, 50*time.Millisecond
 	for {
 		inv, err := r.h.Inventory(ctx)
 		if err != nil {
@@ -150,20 +167,45 @@ func (r *run) loop(ctx context.Context) error {
 		for _, u := range inv.Unmovable {
 			r.finish(UnitResult{Key: u.Key, Err: u.Err}, false)
 		}
-		var todo []relocation.Unit
+		pending := r.settleLeft(ctx, inv)
+		var todo, spent []relocation.Unit
+		r.mu.Lock()
 		for _, u := range inv.Movable {
-			if !r.isDone(u.Key) {
+			switch {
+			case r.done[u.Key]:
+			case r.exhausted[u.Key]:
+				spent = append(spent, u)
+			default:
 				todo = append(todo, u)
 			}
 		}
+		r.mu.Unlock()
 		if ctx.Err() != nil {
-			for _, u := range todo {
+			for _, u := range append(todo, spent...) {
 				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: drain ended before %s moved: %w", roamerr.ErrDeadlineExceeded, u.Key, ctx.Err())}, false)
+			}
+			// Units still moving, or gone without the store saying where.
+			r.mu.Lock()
+			var open []location.AuthorityKey
+			for k := range r.seen {
+				if !r.done[k] {
+					open = append(open, k)
+				}
+			}
+			r.mu.Unlock()
+			for _, k := range open {
+				r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: drain ended while %s was moving: %w", roamerr.ErrDeadlineExceeded, k, ctx.Err())}, false)
 			}
 			return nil
 		}
 		if len(todo) == 0 {
-			if inv.Busy == 0 {
+			if len(inv.Busy) == 0 && pending == 0 {
+				for _, u := range spent {
+					r.mu.Lock()
+					err := r.lastErr[u.Key]
+					r.mu.Unlock()
+					r.finish(UnitResult{Key: u.Key, Err: err}, false)
+				}
 				return nil
 			}
 			// Moves in or out are under way: an arrival is a unit to move on.
@@ -175,7 +217,24 @@ func (r *run) loop(ctx context.Context) error {
 			continue
 		}
 		wait = time.Millisecond
+		r.mu.Lock()
+		before := r.res.Moved
+		r.mu.Unlock()
 		r.round(ctx, todo)
+		r.mu.Lock()
+		stuck := r.res.Moved == before
+		r.mu.Unlock()
+		if stuck {
+			// Nothing moved: targets or the store are failing. Back off so
+			// a short outage uses up time rather than every unit's tries.
+			select {
+			case <-ctx.Done():
+			case <-time.After(idle):
+			}
+			idle = min(2*idle, time.Second)
+		} else {
+			idle = 50 * time.Millisecond
+		}
 	}
 }
 
@@ -201,7 +260,14 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 		t := p.pick(u.StableType, r.refused)
 		r.mu.Unlock()
 		if t == nil {
-			r.retry(u, UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other node takes %q now (none serves it, or every one that does is full or draining)", roamerr.ErrCapacityExceeded, u.StableType)})
+			err := fmt.Errorf("%w: every other node that serves %q is full or draining", roamerr.ErrCapacityExceeded, u.StableType)
+			if !p.hosts(u.StableType) {
+				// Nobody to ask again (the last node of a kind stopping):
+				// no point in waiting.
+				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other serving node hosts %q", roamerr.ErrCapacityExceeded, u.StableType)}, false)
+				continue
+			}
+			r.retry(u, UnitResult{Key: u.Key, Err: err})
 			continue
 		}
 		select {
@@ -219,8 +285,10 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 			case err == nil:
 				r.finish(res, true)
 			case errors.Is(err, roamerr.ErrNotFound):
-				// Closed, or moved by someone else meanwhile: nothing to move.
-				r.gone(u.Key)
+				// It left the node (moved by an earlier try whose answer was
+				// lost, by someone else, or closed): settleLeft asks the store
+				// once the inventory no longer lists it.
+				r.retry(u, res)
 			case errors.Is(err, roamerr.ErrNodeDraining):
 				r.mu.Lock()
 				if r.refused == nil {
@@ -245,15 +313,83 @@ func (r *run) isDone(key location.AuthorityKey) bool {
 	return r.done[key]
 }
 
-// retry counts a failed try; the unit fails for good after attempts.
+// settleLeft finishes the units found earlier that are no longer on the
+// node although no move of theirs answered success: the store says where
+// they are. A move can commit and still answer an error (its confirmation
+// was lost); a unit can also be closed meanwhile. A unit the store still
+// names this node for is pending: its source follows from the cutover on,
+// before the target commits (or, by its restore deadline, gives up and the
+// source serves it again). It returns how many are pending.
+func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending int) {
+	here := map[location.AuthorityKey]bool{}
+	for _, u := range inv.Movable {
+		here[u.Key] = true
+	}
+	for _, u := range inv.Unmovable {
+		here[u.Key] = true
+	}
+	for _, k := range inv.Busy {
+		here[k] = true
+	}
+	r.mu.Lock()
+	var left []location.AuthorityKey
+	for k := range r.seen {
+		if !r.done[k] && !here[k] {
+			left = append(left, k)
+		}
+	}
+	last := maps.Clone(r.lastErr)
+	r.mu.Unlock()
+	for _, k := range left {
+		// The read decides, so a store that fails now and then is asked
+		// again rather than the unit counted unknown.
+		owner, err := r.h.Owner(ctx, k)
+		for wait := 5 * time.Millisecond; err != nil && ctx.Err() == nil && wait < time.Second; wait *= 2 {
+			time.Sleep(wait)
+			owner, err = r.h.Owner(ctx, k)
+		}
+		switch {
+		case err != nil:
+			r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: %s left the node, where to is unknown: %v", roamerr.ErrUnavailable, k, err)}, false)
+		case owner == "":
+			r.gone(k)
+		case owner != r.h.Self():
+			r.finish(UnitResult{Key: k, To: owner}, true)
+		default:
+			r.mu.Lock()
+			since, ok := r.pendingSince[k]
+			if !ok {
+				since = time.Now()
+				r.pendingSince[k] = since
+			}
+			r.mu.Unlock()
+			if time.Since(since) < pendingPatience {
+				pending++
+				continue
+			}
+			err := last[k]
+			if err == nil {
+				err = fmt.Errorf("%w: %s is owned here but no longer served", roamerr.ErrUnavailable, k)
+			}
+			r.finish(UnitResult{Key: k, Err: err}, false)
+		}
+	}
+	return pending
+}
+
+// pendingPatience bounds how long a unit may be neither served here nor
+// owned elsewhere: well past any move's restore deadline.
+const pendingPatience = time.Minute
+
+// retry counts a failed try; after attempts the unit is not tried again.
 func (r *run) retry(u relocation.Unit, res UnitResult) {
 	r.mu.Lock()
 	r.tries[u.Key]++
-	n := r.tries[u.Key]
-	r.mu.Unlock()
-	if n >= attempts {
-		r.finish(res, false)
+	r.lastErr[u.Key] = res.Err
+	if r.tries[u.Key] >= attempts {
+		r.exhausted[u.Key] = true
 	}
+	r.mu.Unlock()
 }
 
 // gone forgets a unit that is no longer this node's to move.
@@ -283,7 +419,9 @@ func (r *run) finish(res UnitResult, moved bool) {
 	r.see(res.Key)
 	if moved {
 		r.res.Moved++
-		r.pauses = append(r.pauses, res.Pause)
+		if res.Pause > 0 { // unknown for a move whose answer was lost
+			r.pauses = append(r.pauses, res.Pause)
+		}
 	} else {
 		r.res.Failed = append(r.res.Failed, res)
 	}
@@ -328,6 +466,11 @@ func (p *placer) pick(stableType string, refused map[string]bool) *Target {
 		p.sent[best.Rid]++
 	}
 	return best
+}
+
+// hosts reports whether any target serves stableType.
+func (p *placer) hosts(stableType string) bool {
+	return slices.ContainsFunc(p.targets, func(t *Target) bool { return slices.Contains(t.StableTypes, stableType) })
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {

@@ -631,6 +631,19 @@ func (h *drainHost) Move(ctx context.Context, key location.AuthorityKey, targetR
 	return h.l.driver.Relocate(ctx, key, targetRid)
 }
 
+func (h *drainHost) Owner(ctx context.Context, key location.AuthorityKey) (string, error) {
+	v, err := h.l.node.Store().Read(ctx, key)
+	if errors.Is(err, location.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", roamerr.Keep(roamerr.ErrUnavailable, "drain: read "+key.String(), err)
+	}
+	return v.Record.GetOwner().GetNodeRid(), nil
+}
+
+func (h *drainHost) Self() string { return h.l.node.Descriptor().GetNodeRid() }
+
 // Targets are the mesh's other live SERVING nodes with their load, each
 // asked once (in parallel); a node that does not answer is left out.
 func (h *drainHost) Targets(ctx context.Context) ([]drain.Target, error) {

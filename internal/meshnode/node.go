@@ -538,26 +538,42 @@ func (n *Node) SetDraining(ctx context.Context) error {
 		n.log.Info().Str("event", "node_draining").Msg("the node takes no new objects")
 	}
 	key := location.NodeKeyOf(n.desc)
+	// A store that fails now and then is retried for a few seconds (a
+	// Stop without a deadline must not wait on an outage); the node stays
+	// draining here either way.
+	wait := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		v, err := n.cfg.Store.ReadNode(ctx, key)
-		if err != nil {
-			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
-		}
-		if v.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
-			return nil
-		}
-		next := proto.Clone(v.Node).(*location.NodeDescriptor)
-		next.Status = messages.NodeStatus_NODE_STATUS_DRAINING
-		_, err = n.cfg.Store.UpdateNode(ctx, next, v.Version)
+		err := n.markDraining(ctx, key)
 		if err == nil {
 			return nil
 		}
-		// A conflict is another write of the descriptor (none today): read
-		// again. An indeterminate write is settled by the read too.
-		if (!errors.Is(err, location.ErrConflict) && !errors.Is(err, location.ErrIndeterminate)) || attempt == 4 {
+		transient := errors.Is(err, location.ErrConflict) || errors.Is(err, location.ErrUnavailable) || errors.Is(err, location.ErrIndeterminate)
+		if !transient || errors.Is(err, location.ErrLeaseEnded) || attempt == 15 {
 			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
 		}
+		select {
+		case <-ctx.Done():
+			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
 	}
+}
+
+// markDraining writes DRAINING into the stored descriptor once; an
+// indeterminate write is settled by the next attempt's read.
+func (n *Node) markDraining(ctx context.Context, key location.NodeKey) error {
+	v, err := n.cfg.Store.ReadNode(ctx, key)
+	if err != nil {
+		return err
+	}
+	if v.Node.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+		return nil
+	}
+	next := proto.Clone(v.Node).(*location.NodeDescriptor)
+	next.Status = messages.NodeStatus_NODE_STATUS_DRAINING
+	_, err = n.cfg.Store.UpdateNode(ctx, next, v.Version)
+	return err
 }
 
 // Lease is the node's owner lease.

@@ -32,9 +32,9 @@ type Inventory struct {
 	// Unmovable are the units that stay: a kind with DisableRelocation, a
 	// User Spot (whose relocation is not built yet).
 	Unmovable []UnitRefusal
-	// Busy counts incarnations moving in or out right now; ask again once
+	// Busy are the incarnations moving in or out right now; ask again once
 	// they settle (an arrival becomes a unit to move on).
-	Busy int
+	Busy []location.AuthorityKey
 }
 
 // Inventory lists the units this node serves (Drain).
@@ -44,7 +44,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 		for key, obj := range d.objects {
 			switch {
 			case obj.state == staging || obj.state == leaving || obj.out != nil:
-				inv.Busy++
+				inv.Busy = append(inv.Busy, key)
 				continue
 			case obj.state != serving || obj.closing:
 				continue
