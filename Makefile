@@ -146,8 +146,8 @@ $(TOOLS_BIN)/benchstat:
 ## the lease TTL, Consul SIGSTOP 5 s and 25 s, Consul restart, the leader of
 ## a three-server Consul killed mid-move, a network cut), about 11 minutes;
 ## prints a table and fails on a non-zero safety figure.
-## chaos-short: node SIGKILL, node SIGSTOP past the TTL and Consul restart, about
-## 90 s, with the same verdict (for `make test`).
+## chaos-short: node SIGKILL, node SIGSTOP past the TTL, Consul restart and a rolling restart, about
+## 2 min, with the same verdict (for `make test`).
 .PHONY: chaos chaos-short
 chaos: consul
 	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos

@@ -58,6 +58,11 @@
 //     address), so node-3 is cut off from both peers; its own outbound
 //     connections are direct, so its one-way sends still leave. Its link
 //     to Consul is not cut.
+//   - rolling-restart: a deploy, not a fault: each node in turn gets
+//     SIGTERM, drains its objects to the others, stops and starts again.
+//     No lifecycle ends abnormally, so nothing may be lost at all.
+//   - kill-mid-drain: SIGTERM a node and SIGKILL it 300 ms into its drain;
+//     what it had not moved is an ended owner's, as after node-kill.
 //
 // # The bound
 //
