@@ -247,17 +247,20 @@ func launch(bin string, o Options, probe *http.Client) (*Server, error) {
 		s.Stop()
 		return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
 	}
+	// The leader makes the ACL system and the initial management token
+	// only after its election, and a session (an owner lease) needs the
+	// agent's node in the catalog, which comes a moment after the leader:
+	// a claim before that fails "Missing node registration".
+	var err2 error
 	if o.ManagementToken != "" {
-		// The leader makes the ACL system and the initial management
-		// token only after its election, and a session needs the agent's
-		// node in the catalog.
-		if err := s.waitToken(60 * time.Second); err == nil {
-			err = s.waitRegistered(node, 60*time.Second)
-		}
-		if err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("%w\nconsul output:\n%s", err, s.out.String())
-		}
+		err2 = s.waitToken(60 * time.Second)
+	}
+	if err2 == nil {
+		err2 = s.waitRegistered(node, 60*time.Second)
+	}
+	if err2 != nil {
+		s.Stop()
+		return nil, fmt.Errorf("%w\nconsul output:\n%s", err2, s.out.String())
 	}
 	return s, nil
 }
