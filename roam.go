@@ -576,6 +576,30 @@ func (r *Roam) Nodes(ctx context.Context) ([]NodeInfo, error) {
 // System is the actor system roam is attached to.
 func (r *Roam) System() *actor.ActorSystem { return r.system }
 
+// DeleteActor ends the Actor ref for good, from any node: its incarnation
+// handles the messages it accepted and stops, and its record goes with
+// its membership in one store transaction; a User Spot it belonged to may
+// then close, and the ID may be spawned again. Later messages to it fail
+// (Stale or NotFound). False when there is no such Actor.
+func (r *Roam) DeleteActor(ctx context.Context, ref Ref) (bool, error) {
+	ext, err := r.started()
+	if err != nil {
+		return false, err
+	}
+	return ext.DeleteActor(ctx, ref)
+}
+
+// LeaveSpot takes the Actor ref out of the User Spot it is a member of,
+// from any node; it then belongs to its node's Entry Spot and serves on.
+// InvalidOperation when it is no User Spot's member.
+func (r *Roam) LeaveSpot(ctx context.Context, ref Ref) error {
+	ext, err := r.started()
+	if err != nil {
+		return err
+	}
+	return ext.LeaveSpot(ctx, ref)
+}
+
 // DeliveryError is the error a reply stands for when roam answered a
 // request in place of the object (a *messages.DeliveryFailed: the object
 // is unavailable, gone, or moved past the follow window), typed like every

@@ -574,7 +574,12 @@ type LocationRecord struct {
 	// relocation_id is the RelocationId of the move that last committed this
 	// owner, so that a writer whose CAS outcome is indeterminate can find its
 	// own write on a consistent re-read (PROTOCOL.md §3.3).
-	RelocationId  uint64 `protobuf:"varint,10,opt,name=relocation_id,json=relocationId,proto3" json:"relocation_id,omitempty"`
+	RelocationId uint64 `protobuf:"varint,10,opt,name=relocation_id,json=relocationId,proto3" json:"relocation_id,omitempty"`
+	// member_count is, on a User Spot's record, how many Actors are members
+	// of this incarnation: changed in the same transaction as every
+	// membership (a join, a leave, an Actor's delete or release), so Close
+	// reads it instead of listing every Actor (PROTOCOL.md §7.9).
+	MemberCount   uint32 `protobuf:"varint,11,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +680,13 @@ func (x *LocationRecord) GetActivationRecovery() *ActivationRecovery {
 func (x *LocationRecord) GetRelocationId() uint64 {
 	if x != nil {
 		return x.RelocationId
+	}
+	return 0
+}
+
+func (x *LocationRecord) GetMemberCount() uint32 {
+	if x != nil {
+		return x.MemberCount
 	}
 	return 0
 }
@@ -953,7 +965,7 @@ const file_location_proto_rawDesc = "" +
 	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
 	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
 	"\foperation_id\x18\x06 \x01(\tR\voperationId\x12.\n" +
-	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xaf\x04\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xd2\x04\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +
@@ -968,7 +980,8 @@ const file_location_proto_rawDesc = "" +
 	"\x0fcreation_intent\x18\b \x01(\v2\x1d.roam.messages.CreationIntentR\x0ecreationIntent\x12R\n" +
 	"\x13activation_recovery\x18\t \x01(\v2!.roam.messages.ActivationRecoveryR\x12activationRecovery\x12#\n" +
 	"\rrelocation_id\x18\n" +
-	" \x01(\x04R\frelocationId\"\xb1\x03\n" +
+	" \x01(\x04R\frelocationId\x12!\n" +
+	"\fmember_count\x18\v \x01(\rR\vmemberCount\"\xb1\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +

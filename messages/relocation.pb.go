@@ -89,6 +89,58 @@ func (FailureReason) EnumDescriptor() ([]byte, []int) {
 	return file_relocation_proto_rawDescGZIP(), []int{0}
 }
 
+// OwnerAction is what a RelocateRequest asks of an object's owner.
+type OwnerAction int32
+
+const (
+	OwnerAction_OWNER_ACTION_RELOCATE OwnerAction = 0
+	// DELETE_ACTOR ends an Actor for good (its record goes).
+	OwnerAction_OWNER_ACTION_DELETE_ACTOR OwnerAction = 1
+	// LEAVE_SPOT takes an Actor out of its User Spot.
+	OwnerAction_OWNER_ACTION_LEAVE_SPOT OwnerAction = 2
+)
+
+// Enum value maps for OwnerAction.
+var (
+	OwnerAction_name = map[int32]string{
+		0: "OWNER_ACTION_RELOCATE",
+		1: "OWNER_ACTION_DELETE_ACTOR",
+		2: "OWNER_ACTION_LEAVE_SPOT",
+	}
+	OwnerAction_value = map[string]int32{
+		"OWNER_ACTION_RELOCATE":     0,
+		"OWNER_ACTION_DELETE_ACTOR": 1,
+		"OWNER_ACTION_LEAVE_SPOT":   2,
+	}
+)
+
+func (x OwnerAction) Enum() *OwnerAction {
+	p := new(OwnerAction)
+	*p = x
+	return p
+}
+
+func (x OwnerAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OwnerAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_relocation_proto_enumTypes[1].Descriptor()
+}
+
+func (OwnerAction) Type() protoreflect.EnumType {
+	return &file_relocation_proto_enumTypes[1]
+}
+
+func (x OwnerAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OwnerAction.Descriptor instead.
+func (OwnerAction) EnumDescriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{1}
+}
+
 // CoordinatorFence is the owner the coordinator expects: the source node's
 // RID and generation and the AuthorityOwnerGeneration it first read
 // (PROTOCOL.md §2.3).
@@ -1476,8 +1528,10 @@ type RelocateRequest struct {
 	Requester *NodeRef `protobuf:"bytes,4,opt,name=requester,proto3" json:"requester,omitempty"`
 	// deadline_unix_millis bounds the move as the requester's context does.
 	DeadlineUnixMillis int64 `protobuf:"varint,5,opt,name=deadline_unix_millis,json=deadlineUnixMillis,proto3" json:"deadline_unix_millis,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// action is what the owner is asked to do (RELOCATE when unset).
+	Action        OwnerAction `protobuf:"varint,6,opt,name=action,proto3,enum=roam.messages.OwnerAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RelocateRequest) Reset() {
@@ -1545,18 +1599,27 @@ func (x *RelocateRequest) GetDeadlineUnixMillis() int64 {
 	return 0
 }
 
+func (x *RelocateRequest) GetAction() OwnerAction {
+	if x != nil {
+		return x.Action
+	}
+	return OwnerAction_OWNER_ACTION_RELOCATE
+}
+
 // RelocateReply is the owner's answer to a RelocateRequest: code and detail
 // of a failure (roam's error codes), or what the move observed.
 type RelocateReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
-	RelocationId  uint64                 `protobuf:"varint,3,opt,name=relocation_id,json=relocationId,proto3" json:"relocation_id,omitempty"`
-	FromRid       string                 `protobuf:"bytes,4,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
-	ToRid         string                 `protobuf:"bytes,5,opt,name=to_rid,json=toRid,proto3" json:"to_rid,omitempty"`
-	Bytes         uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Chunks        uint32                 `protobuf:"varint,7,opt,name=chunks,proto3" json:"chunks,omitempty"`
-	PauseNanos    int64                  `protobuf:"varint,8,opt,name=pause_nanos,json=pauseNanos,proto3" json:"pause_nanos,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Code         string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Detail       string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	RelocationId uint64                 `protobuf:"varint,3,opt,name=relocation_id,json=relocationId,proto3" json:"relocation_id,omitempty"`
+	FromRid      string                 `protobuf:"bytes,4,opt,name=from_rid,json=fromRid,proto3" json:"from_rid,omitempty"`
+	ToRid        string                 `protobuf:"bytes,5,opt,name=to_rid,json=toRid,proto3" json:"to_rid,omitempty"`
+	Bytes        uint64                 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Chunks       uint32                 `protobuf:"varint,7,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	PauseNanos   int64                  `protobuf:"varint,8,opt,name=pause_nanos,json=pauseNanos,proto3" json:"pause_nanos,omitempty"`
+	// done: DELETE_ACTOR found the Actor and deleted it.
+	Done          bool `protobuf:"varint,9,opt,name=done,proto3" json:"done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1645,6 +1708,13 @@ func (x *RelocateReply) GetPauseNanos() int64 {
 		return x.PauseNanos
 	}
 	return 0
+}
+
+func (x *RelocateReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
 }
 
 var File_relocation_proto protoreflect.FileDescriptor
@@ -1754,14 +1824,15 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0edelivery_index\x18\x02 \x01(\x04R\rdeliveryIndex\x12%\n" +
 	"\x0eschedule_index\x18\x03 \x01(\x04R\rscheduleIndex\x122\n" +
 	"\x15scheduled_unix_millis\x18\x04 \x01(\x03R\x13scheduledUnixMillis\x12\x18\n" +
-	"\askipped\x18\x05 \x01(\rR\askipped\"\xda\x01\n" +
+	"\askipped\x18\x05 \x01(\rR\askipped\"\x8e\x02\n" +
 	"\x0fRelocateRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"target_rid\x18\x03 \x01(\tR\ttargetRid\x124\n" +
 	"\trequester\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\trequester\x120\n" +
-	"\x14deadline_unix_millis\x18\x05 \x01(\x03R\x12deadlineUnixMillis\"\xe1\x01\n" +
+	"\x14deadline_unix_millis\x18\x05 \x01(\x03R\x12deadlineUnixMillis\x122\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x1a.roam.messages.OwnerActionR\x06action\"\xf5\x01\n" +
 	"\rRelocateReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12#\n" +
@@ -1771,7 +1842,8 @@ const file_relocation_proto_rawDesc = "" +
 	"\x05bytes\x18\x06 \x01(\x04R\x05bytes\x12\x16\n" +
 	"\x06chunks\x18\a \x01(\rR\x06chunks\x12\x1f\n" +
 	"\vpause_nanos\x18\b \x01(\x03R\n" +
-	"pauseNanos*\x90\x02\n" +
+	"pauseNanos\x12\x12\n" +
+	"\x04done\x18\t \x01(\bR\x04done*\x90\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -1780,7 +1852,11 @@ const file_relocation_proto_rawDesc = "" +
 	"\x1dFAILURE_REASON_RESTORE_FAILED\x10\x04\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSUPPORTED\x10\x05\x12\x1b\n" +
 	"\x17FAILURE_REASON_DEADLINE\x10\x06\x12\x18\n" +
-	"\x14FAILURE_REASON_STALE\x10\aB%Z#github.com/roamactors/roam/messagesb\x06proto3"
+	"\x14FAILURE_REASON_STALE\x10\a*d\n" +
+	"\vOwnerAction\x12\x19\n" +
+	"\x15OWNER_ACTION_RELOCATE\x10\x00\x12\x1d\n" +
+	"\x19OWNER_ACTION_DELETE_ACTOR\x10\x01\x12\x1b\n" +
+	"\x17OWNER_ACTION_LEAVE_SPOT\x10\x02B%Z#github.com/roamactors/roam/messagesb\x06proto3"
 
 var (
 	file_relocation_proto_rawDescOnce sync.Once
@@ -1794,65 +1870,67 @@ func file_relocation_proto_rawDescGZIP() []byte {
 	return file_relocation_proto_rawDescData
 }
 
-var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
-	(*CoordinatorFence)(nil),      // 1: roam.messages.CoordinatorFence
-	(*RelocationIdentity)(nil),    // 2: roam.messages.RelocationIdentity
-	(*ObjectRef)(nil),             // 3: roam.messages.ObjectRef
-	(*NodeRef)(nil),               // 4: roam.messages.NodeRef
-	(*CapabilityQuery)(nil),       // 5: roam.messages.CapabilityQuery
-	(*CapabilityReply)(nil),       // 6: roam.messages.CapabilityReply
-	(*PayloadManifest)(nil),       // 7: roam.messages.PayloadManifest
-	(*RelocationPrepare)(nil),     // 8: roam.messages.RelocationPrepare
-	(*RelocationState)(nil),       // 9: roam.messages.RelocationState
-	(*RelocationStateCredit)(nil), // 10: roam.messages.RelocationStateCredit
-	(*RelayReady)(nil),            // 11: roam.messages.RelayReady
-	(*RelocationFailed)(nil),      // 12: roam.messages.RelocationFailed
-	(*PID)(nil),                   // 13: roam.messages.PID
-	(*Envelope)(nil),              // 14: roam.messages.Envelope
-	(*RelayedRecord)(nil),         // 15: roam.messages.RelayedRecord
-	(*BoundaryAck)(nil),           // 16: roam.messages.BoundaryAck
-	(*Cutover)(nil),               // 17: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 18: roam.messages.RelocationAbort
-	(*DeliveryFailed)(nil),        // 19: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 20: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 21: roam.messages.RelocateRequest
-	(*RelocateReply)(nil),         // 22: roam.messages.RelocateReply
-	nil,                           // 23: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 24: roam.messages.AuthorityKind
+	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
+	(*CoordinatorFence)(nil),      // 2: roam.messages.CoordinatorFence
+	(*RelocationIdentity)(nil),    // 3: roam.messages.RelocationIdentity
+	(*ObjectRef)(nil),             // 4: roam.messages.ObjectRef
+	(*NodeRef)(nil),               // 5: roam.messages.NodeRef
+	(*CapabilityQuery)(nil),       // 6: roam.messages.CapabilityQuery
+	(*CapabilityReply)(nil),       // 7: roam.messages.CapabilityReply
+	(*PayloadManifest)(nil),       // 8: roam.messages.PayloadManifest
+	(*RelocationPrepare)(nil),     // 9: roam.messages.RelocationPrepare
+	(*RelocationState)(nil),       // 10: roam.messages.RelocationState
+	(*RelocationStateCredit)(nil), // 11: roam.messages.RelocationStateCredit
+	(*RelayReady)(nil),            // 12: roam.messages.RelayReady
+	(*RelocationFailed)(nil),      // 13: roam.messages.RelocationFailed
+	(*PID)(nil),                   // 14: roam.messages.PID
+	(*Envelope)(nil),              // 15: roam.messages.Envelope
+	(*RelayedRecord)(nil),         // 16: roam.messages.RelayedRecord
+	(*BoundaryAck)(nil),           // 17: roam.messages.BoundaryAck
+	(*Cutover)(nil),               // 18: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 19: roam.messages.RelocationAbort
+	(*DeliveryFailed)(nil),        // 20: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 21: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 22: roam.messages.RelocateRequest
+	(*RelocateReply)(nil),         // 23: roam.messages.RelocateReply
+	nil,                           // 24: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 25: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
-	1,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	24, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	24, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
-	4,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
-	4,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
-	2,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
-	7,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
-	4,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	2,  // 9: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 10: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 11: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
+	25, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	25, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
+	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
+	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
+	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
+	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
+	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
+	3,  // 9: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 10: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 11: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 13: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	13, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	23, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	2,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	14, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	2,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 19: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	2,  // 20: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	14, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	24, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	15, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 19: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 20: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 21: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	24, // 22: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	4,  // 23: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	25, // 22: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 23: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 24: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -1866,7 +1944,7 @@ func file_relocation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,

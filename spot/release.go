@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -42,13 +44,13 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 	case a.v.Record.GetActivationRecovery() != nil:
 		return false, fmt.Errorf("%w: Spot %q has an activation in progress; it resumes by itself", roamerr.ErrInvalidOperation, spotID)
 	}
-	members := 0
-	if a.v.Key.Kind == location.KindUserSpot {
-		if members, err = m.releaseEndedMembers(ctx, spotID, a.v.Record.GetObjectGeneration()); err != nil {
+	members, at := 0, a.v
+	if a.v.Key.Kind == location.KindUserSpot && a.v.Record.GetMemberCount() > 0 {
+		if members, at, err = m.releaseEndedMembers(ctx, a.v); err != nil {
 			return false, err
 		}
 	}
-	_, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(a.v.Key, a.v.Version)})
+	_, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(at.Key, at.Version)})
 	switch {
 	case err == nil:
 	case errors.Is(err, location.ErrConflict):
@@ -69,18 +71,21 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 const releaseBatch = 32
 
 // releaseEndedMembers deletes, by compare-and-set, the records of the
-// Actors that are members of a User Spot incarnation whose owner ended.
+// Actors that are members of the User Spot incarnation spot, whose owner
+// ended, each batch together with the Spot's member count, so the count
+// stays exact if a batch fails; it returns the Spot as last written.
 // Every member must have an ended owner: a member on a live node is
 // Unavailable and nothing is released. No Actor can join meanwhile: a
 // membership is written only under a live Spot owner (SpawnMember).
-func (m *Manager) releaseEndedMembers(ctx context.Context, spotID string, generation uint64) (int, error) {
+func (m *Manager) releaseEndedMembers(ctx context.Context, spot location.Versioned) (int, location.Versioned, error) {
+	spotID, generation := spot.Key.ID, spot.Record.GetObjectGeneration()
 	var ended []location.Versioned
 	alive := map[string]bool{} // owner node RID and generation → alive
 	after := ""
 	for {
 		page, err := m.store.List(ctx, location.KindActor, location.PageRequest{Size: location.MaxPageSize, After: after})
 		if err != nil {
-			return 0, storeError("list members", err)
+			return 0, spot, storeError("list members", err)
 		}
 		for _, v := range page.Items {
 			if ms := v.Record.GetMembership(); ms.GetSpotId() != spotID || ms.GetSpotGeneration() != generation {
@@ -91,12 +96,12 @@ func (m *Manager) releaseEndedMembers(ctx context.Context, spotID string, genera
 			live, seen := alive[id]
 			if !seen {
 				if _, live, err = m.ownerAddress(ctx, o); err != nil {
-					return 0, err
+					return 0, spot, err
 				}
 				alive[id] = live
 			}
 			if live {
-				return 0, fmt.Errorf("%w: User Spot %q has member Actor %q on live node %s; it must leave the Spot first", roamerr.ErrUnavailable, spotID, v.Key.ID, o.GetNodeRid())
+				return 0, spot, fmt.Errorf("%w: User Spot %q has member Actor %q on live node %s; it must leave the Spot first", roamerr.ErrUnavailable, spotID, v.Key.ID, o.GetNodeRid())
 			}
 			ended = append(ended, v)
 		}
@@ -106,16 +111,22 @@ func (m *Manager) releaseEndedMembers(ctx context.Context, spotID string, genera
 		after = page.Next
 	}
 	for i := 0; i < len(ended); i += releaseBatch {
+		batch := ended[i:min(i+releaseBatch, len(ended))]
 		var ops []location.Op
-		for _, v := range ended[i:min(i+releaseBatch, len(ended))] {
+		for _, v := range batch {
 			ops = append(ops, location.DeleteOp(v.Key, v.Version))
 		}
-		if _, err := m.store.Apply(ctx, ops); err != nil {
+		next := proto.Clone(spot.Record).(*location.Record)
+		next.MemberCount -= min(next.MemberCount, uint32(len(batch)))
+		ops = append(ops, location.UpdateOp(spot.Key, spot.Version, next))
+		versions, err := m.store.Apply(ctx, ops)
+		if err != nil {
 			if errors.Is(err, location.ErrConflict) {
-				return 0, fmt.Errorf("%w: a member of User Spot %q changed while it was being released", roamerr.ErrConflict, spotID)
+				return 0, spot, fmt.Errorf("%w: User Spot %q or a member changed while it was being released", roamerr.ErrConflict, spotID)
 			}
-			return 0, storeError("release members", err)
+			return 0, spot, storeError("release members", err)
 		}
+		spot = location.Versioned{Key: spot.Key, Record: next, Version: versions[len(versions)-1]}
 	}
-	return len(ended), nil
+	return len(ended), spot, nil
 }

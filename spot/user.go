@@ -211,14 +211,8 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		}
 		// The owner ended: its record is released in the same transaction
 		// that reserves anew, unless members remain (PROTOCOL.md §7.10).
-		if auth.ready() {
-			members, err := m.hasMembers(ctx, c.spotID, rec.GetObjectGeneration())
-			if err != nil {
-				return CreateResult{}, err
-			}
-			if members {
-				return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
-			}
+		if auth.ready() && rec.GetMemberCount() > 0 {
+			return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
 		}
 	}
 	mesh, nodes, err := m.selectMesh(ctx, c.mesh)
@@ -473,27 +467,6 @@ func (m *Manager) creationRequest(ctx context.Context, intent *messages.Creation
 	return msg, nil
 }
 
-// hasMembers reports whether any Actor is a member of the User Spot
-// incarnation (PROTOCOL.md §7.9, §7.10).
-func (m *Manager) hasMembers(ctx context.Context, spotID string, generation uint64) (bool, error) {
-	after := ""
-	for {
-		page, err := m.store.List(ctx, location.KindActor, location.PageRequest{Size: location.MaxPageSize, After: after})
-		if err != nil {
-			return false, storeError("list members", err)
-		}
-		for _, v := range page.Items {
-			if ms := v.Record.GetMembership(); ms.GetSpotId() == spotID && ms.GetSpotGeneration() == generation {
-				return true, nil
-			}
-		}
-		if page.Next == "" {
-			return false, nil
-		}
-		after = page.Next
-	}
-}
-
 // Find returns the SpotRef of the Spot's current Ready authority; it never
 // creates (PROTOCOL.md §7.3). NotFound when there is none.
 func (m *Manager) Find(ctx context.Context, spotID string) (SpotRef, error) {
@@ -647,11 +620,10 @@ func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
 	if li, ok, err := m.d.Local(ctx, key); err != nil || !ok || li.Generation != rec.GetObjectGeneration() {
 		return failure(fmt.Errorf("%w: Spot %q is moving", roamerr.ErrUnavailable, key.ID))
 	}
-	members, err := m.hasMembers(ctx, key.ID, rec.GetObjectGeneration())
-	if err != nil {
-		return failure(err)
-	}
-	if members {
+	if rec.GetMemberCount() > 0 {
+		// Members keep the Spot: Close never moves or ends them
+		// (PROTOCOL.md §7.9). The count is read with the version the
+		// Closing write names, so a join meanwhile makes that write fail.
 		return &messages.SpotReply{Closed: false}
 	}
 	closing := proto.Clone(rec).(*location.Record)

@@ -491,6 +491,63 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 	}
 }
 
+// DeleteActor ends the Actor ref for good, from any node (its owner is
+// asked): the incarnation handles what it accepted, stops, and its record
+// goes together with its membership, so its User Spot may then close and
+// the ID may be spawned again. False when there is no such Actor.
+func (e *Extension) DeleteActor(ctx context.Context, ref Ref) (bool, error) {
+	var done bool
+	err := e.atOwner(ctx, ref, func(l *life) (err error) {
+		done, err = l.driver.DeleteActor(ctx, ref)
+		return err
+	}, func(l *life, address string) (err error) {
+		done, err = l.driver.DeleteActorAt(ctx, address, ref)
+		return err
+	})
+	if errors.Is(err, roamerr.ErrNotFound) {
+		return false, nil
+	}
+	return done, err
+}
+
+// LeaveSpot takes the Actor ref out of the User Spot it is a member of,
+// from any node (its owner is asked); it becomes a member of its owner's
+// Entry Spot and serves on. InvalidOperation when it is no User Spot's
+// member; NotFound when there is no such Actor.
+func (e *Extension) LeaveSpot(ctx context.Context, ref Ref) error {
+	return e.atOwner(ctx, ref, func(l *life) error { return l.driver.LeaveSpot(ctx, ref) },
+		func(l *life, address string) error { return l.driver.LeaveSpotAt(ctx, address, ref) })
+}
+
+// atOwner runs an Actor operation on its owner: here, or asked of the
+// owner's node. An owner that changed meanwhile (a move) answers
+// NotFound, and the store is read again.
+func (e *Extension) atOwner(ctx context.Context, ref Ref, here func(*life) error, there func(*life, string) error) error {
+	if ref.Kind != location.KindActor {
+		return fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, ref)
+	}
+	l := e.cur.Load()
+	for attempt := 0; ; attempt++ {
+		v, err := l.node.Store().Read(ctx, ref)
+		if errors.Is(err, location.ErrNotFound) {
+			return fmt.Errorf("%w: %s", roamerr.ErrNotFound, ref)
+		}
+		if err != nil {
+			return roamerr.Keep(roamerr.ErrUnavailable, "read "+ref.String(), err)
+		}
+		if v.Record.GetOwner().GetNodeRid() == l.node.Descriptor().GetNodeRid() {
+			err = here(l)
+		} else if pid, rerr := l.driver.Resolve(ctx, ref); rerr != nil {
+			err = rerr
+		} else {
+			err = there(l, pid.Address)
+		}
+		if err == nil || attempt == 2 || !errors.Is(err, roamerr.ErrNotFound) {
+			return err
+		}
+	}
+}
+
 // targetRid resolves a move's target: the live node of the mesh whose RID
 // target is, else the one named so, else the newest one at that address;
 // it returns the mesh's live nodes it read too.

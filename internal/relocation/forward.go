@@ -24,21 +24,47 @@ const maxForwardedMove = 10 * time.Minute
 // not the owner). The owner runs the move as if Relocate had been called
 // there and answers with its outcome or its error, of the same class.
 func (d *Driver) RelocateAt(ctx context.Context, ownerAddress string, key location.AuthorityKey, targetRid string) (Outcome, error) {
-	if err := d.Usable(); err != nil {
+	r, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{TargetRid: targetRid})
+	if err != nil {
 		return Outcome{}, err
+	}
+	return Outcome{
+		RelocationID: r.GetRelocationId(), Key: key, From: r.GetFromRid(), To: r.GetToRid(),
+		Bytes: r.GetBytes(), Chunks: r.GetChunks(), Pause: time.Duration(r.GetPauseNanos()),
+	}, nil
+}
+
+// DeleteActorAt asks the owner at ownerAddress to delete the Actor key
+// (DeleteActor there).
+func (d *Driver) DeleteActorAt(ctx context.Context, ownerAddress string, key location.AuthorityKey) (bool, error) {
+	r, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{Action: messages.OwnerAction_OWNER_ACTION_DELETE_ACTOR})
+	return r.GetDone(), err
+}
+
+// LeaveSpotAt asks the owner at ownerAddress to take the Actor key out of
+// its User Spot (LeaveSpot there).
+func (d *Driver) LeaveSpotAt(ctx context.Context, ownerAddress string, key location.AuthorityKey) error {
+	_, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{Action: messages.OwnerAction_OWNER_ACTION_LEAVE_SPOT})
+	return err
+}
+
+// askOwner sends req about key to the owner's relocation actor and waits
+// for its answer, within ctx and maxForwardedMove; a failure it answers
+// comes back in the class the owner gave it.
+func (d *Driver) askOwner(ctx context.Context, ownerAddress string, key location.AuthorityKey, req *messages.RelocateRequest) (*messages.RelocateReply, error) {
+	if err := d.Usable(); err != nil {
+		return nil, err
 	}
 	timeout := maxForwardedMove
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(time.Until(dl), timeout)
 	}
+	what := strings.ToLower(strings.TrimPrefix(req.GetAction().String(), "OWNER_ACTION_"))
 	if timeout <= 0 {
-		return Outcome{}, fmt.Errorf("%w: relocate %s: %w", roamerr.ErrDeadlineExceeded, key, context.DeadlineExceeded)
+		return nil, fmt.Errorf("%w: %s %s: %w", roamerr.ErrDeadlineExceeded, what, key, context.DeadlineExceeded)
 	}
-	req := &messages.RelocateRequest{
-		Kind: messages.AuthorityKind(key.Kind), Id: key.ID, TargetRid: targetRid,
-		Requester:          d.selfRef(),
-		DeadlineUnixMillis: time.Now().Add(timeout).UnixMilli(),
-	}
+	req.Kind, req.Id = messages.AuthorityKind(key.Kind), key.ID
+	req.Requester, req.DeadlineUnixMillis = d.selfRef(), time.Now().Add(timeout).UnixMilli()
 	f := d.sys.Root.RequestFuture(PID(ownerAddress), req, timeout)
 	done := make(chan struct{})
 	var (
@@ -49,28 +75,25 @@ func (d *Driver) RelocateAt(ctx context.Context, ownerAddress string, key locati
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return Outcome{}, fmt.Errorf("%w: relocate %s at its owner %s: %w", roamerr.ErrDeadlineExceeded, key, ownerAddress, ctx.Err())
+		return nil, fmt.Errorf("%w: %s %s at its owner %s: %w", roamerr.ErrDeadlineExceeded, what, key, ownerAddress, ctx.Err())
 	}
 	if err != nil {
 		if errors.Is(err, actor.ErrTimeout) {
-			return Outcome{}, fmt.Errorf("%w: relocate %s: its owner %s did not answer in time", roamerr.ErrDeadlineExceeded, key, ownerAddress)
+			return nil, fmt.Errorf("%w: %s %s: its owner %s did not answer in time", roamerr.ErrDeadlineExceeded, what, key, ownerAddress)
 		}
-		return Outcome{}, fmt.Errorf("%w: relocate %s at its owner %s: %v", roamerr.ErrUnavailable, key, ownerAddress, err)
+		return nil, fmt.Errorf("%w: %s %s at its owner %s: %v", roamerr.ErrUnavailable, what, key, ownerAddress, err)
 	}
 	if err := DeliveryError(res); err != nil {
-		return Outcome{}, err
+		return nil, err
 	}
 	r, ok := res.(*messages.RelocateReply)
 	if !ok {
-		return Outcome{}, fmt.Errorf("%w: relocate %s: its owner answered %T", roamerr.ErrUnavailable, key, res)
+		return nil, fmt.Errorf("%w: %s %s: its owner answered %T", roamerr.ErrUnavailable, what, key, res)
 	}
 	if r.GetCode() != "" {
-		return Outcome{}, roamerr.FromCode(r.GetCode(), fmt.Sprintf("relocate %s at its owner %s: %s", key, ownerAddress, r.GetDetail()))
+		return nil, roamerr.FromCode(r.GetCode(), fmt.Sprintf("%s %s at its owner %s: %s", what, key, ownerAddress, r.GetDetail()))
 	}
-	return Outcome{
-		RelocationID: r.GetRelocationId(), Key: key, From: r.GetFromRid(), To: r.GetToRid(),
-		Bytes: r.GetBytes(), Chunks: r.GetChunks(), Pause: time.Duration(r.GetPauseNanos()),
-	}, nil
+	return r, nil
 }
 
 // onRelocateRequest runs a move another node asked for: only a live node
@@ -83,8 +106,13 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 		return
 	}
 	req := m.GetRequester()
-	if k := location.Kind(m.GetKind()); k != location.KindActor && k != location.KindInstanceSpot {
+	k := location.Kind(m.GetKind())
+	switch {
+	case m.GetAction() == messages.OwnerAction_OWNER_ACTION_RELOCATE && k != location.KindActor && k != location.KindInstanceSpot:
 		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors and Instance Spots move on their own"})
+		return
+	case m.GetAction() != messages.OwnerAction_OWNER_ACTION_RELOCATE && k != location.KindActor:
+		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors are deleted or leave a Spot this way"})
 		return
 	}
 	go func() {
@@ -104,13 +132,21 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 			d.sys.Root.Send(to, reply)
 			return
 		}
-		key := location.Key(location.Kind(m.GetKind()), m.GetId())
-		out, err := d.Relocate(ctx, key, m.GetTargetRid())
-		if err != nil {
-			reply.Code, reply.Detail = roamerr.Code(err), err.Error()
-		} else {
+		key := location.Key(k, m.GetId())
+		var err error
+		switch m.GetAction() {
+		case messages.OwnerAction_OWNER_ACTION_DELETE_ACTOR:
+			reply.Done, err = d.DeleteActor(ctx, key)
+		case messages.OwnerAction_OWNER_ACTION_LEAVE_SPOT:
+			err = d.LeaveSpot(ctx, key)
+		default:
+			var out Outcome
+			out, err = d.Relocate(ctx, key, m.GetTargetRid())
 			reply.RelocationId, reply.FromRid, reply.ToRid = out.RelocationID, out.From, out.To
 			reply.Bytes, reply.Chunks, reply.PauseNanos = out.Bytes, out.Chunks, int64(out.Pause)
+		}
+		if err != nil {
+			reply = &messages.RelocateReply{Code: roamerr.Code(err), Detail: err.Error()}
 		}
 		d.sys.Root.Send(to, reply)
 	}()

@@ -392,10 +392,13 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	switch {
 	case member != nil:
 		rec.Membership = member.membership
-		// Writing the Spot's record (unchanged) moves its version, so a
-		// Close or re-reservation that counted members before this join
-		// conflicts and counts again (PROTOCOL.md §7.9, §7.10).
-		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, member.spotAt.Record))
+		// The Spot's member count goes up in the same transaction, at the
+		// version the join read: a Close or re-reservation that read the
+		// count before this join conflicts and reads again (PROTOCOL.md
+		// §7.9, §7.10).
+		spot := proto.Clone(member.spotAt.Record).(*location.Record)
+		spot.MemberCount++
+		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, spot))
 	case key.Kind == location.KindActor:
 		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	default:

@@ -42,9 +42,14 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
 	}
-	if _, err := d.store.Apply(ctx, []location.Op{location.DeleteOp(key, v.Version)}); err != nil {
+	// A member leaves its User Spot's count in the same transaction.
+	ops, err := d.leaveOps(ctx, v.Record)
+	if err != nil {
+		return false, err
+	}
+	if _, err := d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version))); err != nil {
 		if errors.Is(err, location.ErrConflict) {
-			return false, fmt.Errorf("%w: %s changed while it was being released", roamerr.ErrConflict, key)
+			return false, fmt.Errorf("%w: %s or its User Spot changed while it was being released", roamerr.ErrConflict, key)
 		}
 		return false, roamerr.Keep(roamerr.ErrUnavailable, "release "+key.String(), err)
 	}
