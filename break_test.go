@@ -427,8 +427,8 @@ func TestBreakForwardedRelocateRequests(t *testing.T) {
 		return r.GetCode()
 	}
 
-	// A User Spot owned by a, asked by b to move: roam's own API refuses
-	// it (only Actors and Instance Spots move on their own).
+	// A User Spot moves by roam's own API (to b), and back by a member's
+	// forwarded request (a asks b, its owner now).
 	var club spot.SpotRef
 	for i := 0; ; i++ {
 		res, err := a.Spots().GetOrCreate("club"+string(rune('a'+i)), "counter").Do(ctx)
@@ -440,16 +440,14 @@ func TestBreakForwardedRelocateRequests(t *testing.T) {
 		require.Less(t, i, 20)
 	}
 	_, err = b.Relocate(ctx, location.Key(location.KindUserSpot, club.SpotID), "b")
-	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
-	c := code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0))
-	t.Logf("forwarded User Spot move: code %q", c)
-	require.NotEmpty(t, c, "a User Spot moved by a forwarded request")
+	require.NoError(t, err)
+	ad := descOf(t, store, a.NodeRid())
+	require.Empty(t, code(relocateRequest(t, a, b.System().Address(), ad, messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, a.NodeRid(), 0)))
 	after, err := a.Spots().Find(ctx, club.SpotID)
 	require.NoError(t, err)
 	require.Equal(t, a.NodeRid(), after.NodeRid)
 
 	// Entry Spot, unknown kind, deadline in the past: refused.
-	ad := descOf(t, store, a.NodeRid())
 	require.NotEmpty(t, code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind_AUTHORITY_KIND_ENTRY, ad.GetEntrySpotId(), b.NodeRid(), 0)))
 	require.NotEmpty(t, code(relocateRequest(t, b, addrA, bd, messages.AuthorityKind(99), "x", b.NodeRid(), 0)))
 	// A deadline long past: refused before anything (its class is
@@ -743,10 +741,9 @@ func TestBreakStartedPanicHotLoops(t *testing.T) {
 	require.GreaterOrEqual(t, gap, 60*time.Millisecond, "restarted without back-off")
 }
 
-// F-minor. A forwarded RelocateRequest naming a User Spot: the owner
-// starts a move (a capability round trip to the target) instead of
-// refusing, and the answer is Unavailable ("retry later") where roam's
-// own Relocate says InvalidOperation for the same request.
+// F-minor. A forwarded RelocateRequest must be judged as roam's own
+// Relocate judges it: a User Spot moves either way (PerActor), and an
+// Entry Spot is InvalidOperation either way.
 func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
@@ -762,8 +759,18 @@ func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
 		}
 		require.Less(t, i, 20)
 	}
-	res := relocateRequest(t, b, a.System().Address(), descOf(t, store, b.NodeRid()), messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0)
+	bd := descOf(t, store, b.NodeRid())
+	res := relocateRequest(t, b, a.System().Address(), bd, messages.AuthorityKind_AUTHORITY_KIND_USER_SPOT, club.SpotID, b.NodeRid(), 0)
+	require.Empty(t, res.(*messages.RelocateReply).GetCode(), "%v", res)
+	after, err := a.Spots().Find(ctx, club.SpotID)
+	require.NoError(t, err)
+	require.Equal(t, b.NodeRid(), after.NodeRid)
+
+	entry := descOf(t, store, a.NodeRid()).GetEntrySpotId()
+	res = relocateRequest(t, b, a.System().Address(), bd, messages.AuthorityKind_AUTHORITY_KIND_ENTRY, entry, b.NodeRid(), 0)
 	require.Equal(t, roamerr.CodeInvalidOperation, res.(*messages.RelocateReply).GetCode(), "%v", res)
+	_, err = b.Relocate(ctx, location.Key(location.KindEntry, entry), "b")
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
 }
 
 // box is state an actor registers with KeepState.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
@@ -104,4 +105,108 @@ func TestReleasedMemberLeavesTheCount(t *testing.T) {
 	closed, err := b.Spots().Close(ctx, club.Ref)
 	require.NoError(t, err)
 	require.True(t, closed)
+}
+
+// A User Spot moves as one unit with its state, its members staying where
+// they are (PerActor): they still belong to it, and it still counts them;
+// a drain moves User Spots too. Reference: docs/PROTOCOL.md §2.1.
+func TestUserSpotMovesWithoutItsMembers(t *testing.T) {
+	bothStores(t, func(t *testing.T, store location.Store) {
+		ctx := context.Background()
+		house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState())
+		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(house))
+		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house))
+		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		require.NoError(t, err)
+		if club.Ref.NodeRid != a.NodeRid() {
+			_, err = b.Relocate(ctx, roam.UserSpotRef("club"), "node-a")
+			require.NoError(t, err)
+		}
+		visit := func(via *roam.Roam) int64 {
+			res, err := via.Spots().Request("club", wrapperspb.String("visit")).Do(ctx)
+			require.NoError(t, err)
+			return res.(*wrapperspb.Int64Value).GetValue()
+		}
+		require.EqualValues(t, 1, visit(b))
+		_, err = a.Spots().SpawnMember(ctx, club.Ref, "counter", "m1")
+		require.NoError(t, err)
+
+		out, err := b.Relocate(ctx, roam.UserSpotRef("club"), "node-b")
+		require.NoError(t, err)
+		require.Equal(t, b.NodeRid(), out.To)
+		require.EqualValues(t, 2, visit(a), "the Spot's state moved with it")
+		require.Equal(t, a.NodeRid(), unitOwners(t, store)[roam.ActorRef("m1")], "the member stayed")
+		require.EqualValues(t, 1, memberCount(t, store, "club"))
+		closed, err := a.Spots().Close(ctx, club.Ref)
+		require.NoError(t, err)
+		require.False(t, closed, "its member keeps it")
+
+		// A drain of b moves the Spot back; then the member leaves and the
+		// Spot closes where it is.
+		res, err := b.Drain(ctx, roam.DrainOptions{})
+		require.NoError(t, err)
+		require.True(t, res.Complete(), "%v", res.Failed)
+		require.EqualValues(t, 3, visit(a))
+		require.NoError(t, b.LeaveSpot(ctx, roam.ActorRef("m1")))
+		closed, err = b.Spots().Close(ctx, club.Ref)
+		require.NoError(t, err)
+		require.True(t, closed)
+	})
+}
+
+// heldState captures a counter's state only once released: its move stays
+// sealed until then.
+type heldState struct{ sealed, release chan struct{} }
+
+func (h heldState) Capture(a actor.Actor) ([]byte, error) {
+	close(h.sealed)
+	<-h.release
+	return counterState(a)
+}
+
+func (h heldState) Restore(a actor.Actor, b []byte) error { return a.(*counter).RestoreState(b) }
+
+func counterState(a actor.Actor) ([]byte, error) { return a.(*counter).CaptureState() }
+
+// Close answers Unavailable while its Spot is sealed for a move, and
+// changes nothing; the move then completes. Reference: docs/PROTOCOL.md
+// §7.9.
+func TestCloseOfAMovingUserSpotIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	held := heldState{sealed: make(chan struct{}), release: make(chan struct{})}
+	house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveStateWith(held))
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(house))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house))
+	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	require.NoError(t, err)
+	other := map[string]string{a.NodeRid(): "node-b", b.NodeRid(): "node-a"}[club.Ref.NodeRid]
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.Relocate(ctx, roam.UserSpotRef("club"), other)
+		moved <- err
+	}()
+	testwait.For(t, func() bool {
+		select {
+		case <-held.sealed:
+			return true
+		default:
+			return false
+		}
+	}, "the move never sealed the Spot")
+	_, err = a.Spots().Close(ctx, club.Ref)
+	require.ErrorIs(t, err, roamerr.ErrUnavailable, "a Spot sealed for a move does not close")
+	close(held.release)
+	testwait.For(t, func() bool {
+		select {
+		case err := <-moved:
+			require.NoError(t, err)
+			return true
+		default:
+			return false
+		}
+	}, "the move did not complete")
+	closed, err := b.Spots().Close(ctx, club.Ref)
+	require.NoError(t, err)
+	require.True(t, closed, "once moved, it closes")
 }

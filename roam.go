@@ -60,7 +60,8 @@ type (
 	Outcome = relocation.Outcome
 	// Event is one move's report (WithOnEvent).
 	Event = relocation.Event
-	// Ref names a relocatable object: ActorRef or InstanceSpotRef.
+	// Ref names a relocatable object: ActorRef, InstanceSpotRef or
+	// UserSpotRef.
 	Ref = location.AuthorityKey
 	// TLS is the node's mutual TLS configuration (WithTLS).
 	TLS = meshnode.TLS
@@ -97,6 +98,11 @@ func ActorRef(id string) Ref { return extension.ActorRef(id) }
 
 // InstanceSpotRef names the Instance Spot id.
 func InstanceSpotRef(id string) Ref { return extension.InstanceSpotRef(id) }
+
+// UserSpotRef names the User Spot id. Relocate moves the Spot's own
+// incarnation; its member Actors stay where they are and move one by one
+// (PerActor).
+func UserSpotRef(id string) Ref { return extension.UserSpotRef(id) }
 
 // KindOption configures a Kind.
 type KindOption func(*Kind)
@@ -458,10 +464,10 @@ type DrainResult = drain.Result
 
 // Drain empties this node for a rolling deploy: the node takes no new
 // object, activation or move any more (its descriptor says DRAINING), and
-// every Actor and Instance Spot it serves moves, with its state, queue and
+// every Actor and Spot it serves moves, with its state, queue and
 // timers, to the other live nodes, placed by their load and capacity. It
 // returns when nothing movable is left or ctx ends; the result lists what
-// could not move and why (a kind with DisableRelocation, a User Spot, no
+// could not move and why (a kind with DisableRelocation, no
 // node with room). The node keeps serving what stayed; Stop then ends it.
 // Stop drains by itself unless WithDrainOnStop(false).
 func (r *Roam) Drain(ctx context.Context, opts DrainOptions) (DrainResult, error) {

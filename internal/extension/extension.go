@@ -62,8 +62,8 @@ func ActorRef(id string) Ref { return location.Key(location.KindActor, id) }
 // InstanceSpotRef names the Instance Spot id.
 func InstanceSpotRef(id string) Ref { return location.Key(location.KindInstanceSpot, id) }
 
-// UserSpotRef names the User Spot id (for ReleaseEnded; User Spots do not
-// move yet).
+// UserSpotRef names the User Spot id: its own incarnation, which moves
+// without its members (they move one by one).
 func UserSpotRef(id string) Ref { return location.Key(location.KindUserSpot, id) }
 
 // Config configures a node.
@@ -443,8 +443,8 @@ func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
 // pause. NotFound when no live node of the mesh has that name or RID, or
 // ref does not exist.
 func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
-	if ref.Kind != location.KindActor && ref.Kind != location.KindInstanceSpot {
-		return Outcome{}, fmt.Errorf("%w: only Actors and Instance Spots move on their own", roamerr.ErrInvalidOperation)
+	if !relocation.Movable(ref.Kind) {
+		return Outcome{}, fmt.Errorf("%w: an Entry Spot does not move", roamerr.ErrInvalidOperation)
 	}
 	l := e.cur.Load()
 	targetRid, nodes, err := l.targetRid(ctx, target)

@@ -389,8 +389,8 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
 	case k.ApplicationVersion != q.GetApplicationVersion():
 		reply.Reason = fmt.Sprintf("application version %q, the move carries %q", k.ApplicationVersion, q.GetApplicationVersion())
-	case q.GetKind() != location.KindActor && q.GetKind() != location.KindInstanceSpot:
-		reply.Reason = fmt.Sprintf("kind %s does not move on its own", q.GetKind())
+	case !Movable(q.GetKind()):
+		reply.Reason = fmt.Sprintf("kind %s does not move", q.GetKind())
 	default:
 		reply.Supported = true
 	}

@@ -108,8 +108,8 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 	req := m.GetRequester()
 	k := location.Kind(m.GetKind())
 	switch {
-	case m.GetAction() == messages.OwnerAction_OWNER_ACTION_RELOCATE && k != location.KindActor && k != location.KindInstanceSpot:
-		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors and Instance Spots move on their own"})
+	case m.GetAction() == messages.OwnerAction_OWNER_ACTION_RELOCATE && !Movable(k):
+		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "an Entry Spot does not move"})
 		return
 	case m.GetAction() != messages.OwnerAction_OWNER_ACTION_RELOCATE && k != location.KindActor:
 		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors are deleted or leave a Spot this way"})

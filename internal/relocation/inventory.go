@@ -12,8 +12,16 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// Unit is one relocation unit this node serves: an Actor or an Instance
-// Spot (docs/PROTOCOL.md §2.2).
+// Movable reports whether objects of kind k are relocation units: an
+// Actor, an Instance Spot, and a User Spot's own incarnation — its members
+// move one by one as Actors (PerActor, docs/PROTOCOL.md §2.1). An Entry
+// Spot belongs to its node's lifecycle.
+func Movable(k location.Kind) bool {
+	return k == location.KindActor || k == location.KindInstanceSpot || k == location.KindUserSpot
+}
+
+// Unit is one relocation unit this node serves: an Actor, an Instance
+// Spot or a User Spot (docs/PROTOCOL.md §2.1).
 type Unit struct {
 	Key        location.AuthorityKey
 	StableType string
@@ -51,8 +59,6 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 			}
 			u := Unit{Key: key, StableType: obj.kind.StableType}
 			switch {
-			case key.Kind == location.KindUserSpot:
-				inv.Unmovable = append(inv.Unmovable, UnitRefusal{u, fmt.Errorf("%w: User Spot %s does not move (User Spot relocation is not supported yet)", roamerr.ErrInvalidOperation, key.ID)})
 			case isDisabled(obj.kind.Policy):
 				inv.Unmovable = append(inv.Unmovable, UnitRefusal{u, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)})
 			default:

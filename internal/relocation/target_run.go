@@ -82,8 +82,8 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		d.refused("Restore request", from.Address, "no valid move ticket for its source")
 		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")
 		return
-	case key.Validate() != nil || (key.Kind != location.KindActor && key.Kind != location.KindInstanceSpot):
-		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor or Instance Spot")
+	case key.Validate() != nil || !Movable(key.Kind):
+		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor, Instance Spot or User Spot")
 		return
 	case !ok:
 		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
