@@ -3,6 +3,7 @@ package roam_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,7 @@ import (
 	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -83,4 +85,33 @@ func waitFinished(t *testing.T, board location.Board, mesh, rid, id string) *mes
 		}
 		after = v
 	}
+}
+
+// A node keeps the status notes of its last 32 requests only.
+func TestOperatorStatusNotesAreBounded(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("node-a"))
+	nodes, err := store.ListNodes(ctx, "")
+	require.NoError(t, err)
+	mesh := nodes[0].Node.GetMesh()
+	for i := range 40 {
+		req := &messages.OperatorRequest{Id: fmt.Sprintf("m-%02d", i), NodeRid: a.NodeRid(),
+			Op: &messages.OperatorRequest_Move{Move: &messages.MoveOp{Kind: location.KindActor, Id: "nobody", Target: "node-a"}}}
+		require.NoError(t, operator.Submit(ctx, store, mesh, req))
+		st := waitFinished(t, store, mesh, a.NodeRid(), req.GetId())
+		require.Equal(t, messages.OperatorState_OPERATOR_STATE_FAILED, st.GetState())
+		require.Equal(t, "not_found", st.GetCode())
+	}
+	notes, err := store.ListNotes(ctx, mesh)
+	require.NoError(t, err)
+	statuses := 0
+	for _, n := range notes {
+		if strings.HasPrefix(n.Key.Name, "status-") {
+			statuses++
+		}
+	}
+	require.Equal(t, 32, statuses)
+	_, err = store.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: a.NodeRid(), Name: operator.StatusNote("m-39")})
+	require.NoError(t, err, "the newest is kept")
 }

@@ -35,6 +35,7 @@ const maxFailures = 100
 func Serve(ctx context.Context, board location.Board, mesh, rid string, h Handler, log zerolog.Logger) {
 	key := location.NoteKey{Mesh: mesh, NodeRid: rid, Name: RequestsNote}
 	started := map[string]bool{}
+	statuses := &kept{board: board, mesh: mesh, rid: rid}
 	var after location.StoreVersion
 	wait := 10 * time.Millisecond
 	for ctx.Err() == nil {
@@ -67,8 +68,30 @@ func Serve(ctx context.Context, board location.Board, mesh, rid string, h Handle
 				continue
 			}
 			started[req.GetId()] = true
+			statuses.add(ctx, req.GetId())
 			go run(ctx, board, mesh, rid, req, h, log)
 		}
+	}
+}
+
+// keptStatuses is how many status notes a lifecycle keeps: the oldest
+// goes when a request beyond it starts, so a long-lived node's notes do
+// not pile up (an operator reads a status while following its request).
+const keptStatuses = 32
+
+// kept deletes the status notes of all but the last keptStatuses requests.
+type kept struct {
+	board     location.Board
+	mesh, rid string
+	ids       []string
+}
+
+func (k *kept) add(ctx context.Context, id string) {
+	k.ids = append(k.ids, id)
+	for len(k.ids) > keptStatuses {
+		old := k.ids[0]
+		k.ids = k.ids[1:]
+		_ = k.board.DeleteNote(ctx, location.NoteKey{Mesh: k.mesh, NodeRid: k.rid, Name: StatusNote(old)}, 0)
 	}
 }
 

@@ -165,7 +165,10 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 				return
 			}
 			reply := d.capability(q)
-			if reply.Supported {
+			// A drain asking for the load starts no move: no ticket, which
+			// would displace the tickets of moves under way (at most
+			// ticketsPerSource per source).
+			if reply.Supported && !q.GetWantLoad() {
 				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, time.Now())
 			}
 			d.sys.Root.Send(to, reply)
