@@ -240,6 +240,11 @@ func (r *run) loop(ctx context.Context) error {
 
 // round moves todo with at most Concurrency moves at a time.
 func (r *run) round(ctx context.Context, todo []relocation.Unit) {
+	r.mu.Lock()
+	for _, u := range todo {
+		r.see(u.Key)
+	}
+	r.mu.Unlock()
 	targets, err := r.h.Targets(ctx)
 	if err != nil {
 		for _, u := range todo {
@@ -247,11 +252,6 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 		}
 		return
 	}
-	r.mu.Lock()
-	for _, u := range todo {
-		r.see(u.Key)
-	}
-	r.mu.Unlock()
 	p := newPlacer(targets)
 	sem := make(chan struct{}, r.opts.Concurrency)
 	var wg sync.WaitGroup
