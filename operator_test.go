@@ -2,6 +2,7 @@ package roam_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,11 +55,14 @@ func TestOperatorRequestsThroughTheStore(t *testing.T) {
 		for ref, owner := range unitOwners(t, store) {
 			require.Equal(t, b.NodeRid(), owner, "%s", ref)
 		}
-		// The requests note is emptied once every request finished; one for a
-		// lifecycle that is not in the store waits for nobody (a sweep at a
-		// node's start removes it).
-		_, err = board.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: a.NodeRid(), Name: operator.RequestsNote})
-		require.ErrorIs(t, err, location.ErrNotFound)
+		// The requests note is emptied once every request finished (the
+		// final status is written first, then the request taken off); one
+		// for a lifecycle that is not in the store waits for nobody (a sweep
+		// at a node's start removes it).
+		testwait.For(t, func() bool {
+			_, err := board.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: a.NodeRid(), Name: operator.RequestsNote})
+			return errors.Is(err, location.ErrNotFound)
+		}, "the finished requests stay in the requests note")
 		req = &messages.OperatorRequest{Id: "stale-1", NodeRid: "someone-else", Op: &messages.OperatorRequest_Drain{Drain: &messages.DrainOp{}}}
 		require.NoError(t, operator.Submit(ctx, board, mesh, req))
 		_, err = board.ReadNote(ctx, location.NoteKey{Mesh: mesh, NodeRid: "someone-else", Name: operator.RequestsNote})
