@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the module file the race-detector run of the multi-node tests
-# uses (make test-race-multi). It patches six races inside Proto.Actor.
+# uses (make test-race-multi). It patches seven races inside Proto.Actor.
 #
 # Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
 # writes a gRPC global that the gRPC goroutines of remotes already running
@@ -62,6 +62,15 @@ sed -i -e 's|^	suspended bool$|	suspended atomic.Bool|' \
 	-e 's|case s\.suspended:|case s.suspended.Load():|' \
 	-e 's|s\.suspended = toSuspend|s.suspended.Store(toSuspend)|' \
 	-e 's|^import (|import (\n	"sync/atomic"|' "$reader"
+# Its gossip actor sends a member a delta of the gossip state whose entries
+# are the live state's own, and the next topology update rewrites those
+# entries in place (setKey) while the remote's writer is still serializing
+# the delta: the copy sends a deep copy, taken on the gossip actor's own
+# goroutine.
+gossip="$out/protoactor-go/cluster/gossip_actor.go"
+grep -q '^		State:        memberStateDelta.State,$' "$gossip"
+sed -i -e 's|^		State:        memberStateDelta.State,$|		State:        proto.Clone(memberStateDelta.State).(*GossipState),|' \
+	-e 's|^import (|import (\n	"google.golang.org/protobuf/proto"|' "$gossip"
 cp go.mod "$out/go.mod"
 cp go.sum "$out/go.sum"
 "$go" mod edit -modfile="$out/go.mod" -replace "$mod=$out/protoactor-go"
