@@ -451,7 +451,7 @@ func (r *Roam) stop(ctx context.Context, drain bool) error {
 	return err
 }
 
-// DrainOptions tune Drain: Concurrency (default 32) and an OnProgress
+// DrainOptions tune Drain: Concurrency (default 64, at most 256) and an OnProgress
 // callback called after each unit.
 type DrainOptions = drain.Options
 

@@ -30,8 +30,10 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
+	only := flag.String("only", "abcde", "the sections to run (letters a to e)")
+	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	flag.Parse()
-	if err := run(*out, *runs, *quick); err != nil {
+	if err := run(*out, *runs, *quick, *only, *units); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -39,7 +41,8 @@ func main() {
 
 var sizes = []int{1 << 10, 64 << 10, 1 << 20, 16 << 20}
 
-func run(out string, runs int, quick bool) error {
+func run(out string, runs int, quick bool, only string, drainUnits int) error {
+	want := func(section string) bool { return strings.Contains(only, section) }
 	ctx := context.Background()
 	srv, err := consultest.Launch()
 	if err != nil {
@@ -64,118 +67,134 @@ func run(out string, runs int, quick bool) error {
 	var b strings.Builder
 	header(&b, runs)
 
-	fmt.Fprintln(os.Stderr, "(a) pause against state size")
-	b.WriteString("## (a) Pause against state size\n\n")
-	b.WriteString("One Spot moved back and forth between two nodes (20 ms apart) while a sender posts one-way messages to it by Spot ID in a loop (a 200 µs timer between sends). ")
-	b.WriteString("Pause: seal on the source → dispatch open on the target. p50 and p99 are medians over runs of each run's percentile.\n\n")
-	b.WriteString("| store | state | moves | pause p50 | pause p99 | max | sends | lost |\n|---|---|---|---|---|---|---|---|\n")
 	pauseAt := map[string]map[int]pauseRow{}
-	for _, s := range stores {
-		pauseAt[s.name] = map[int]pauseRow{}
-		for _, size := range sizes {
-			m := moves
-			if size >= 16<<20 {
-				m = max(3, moves/4)
+	if want("a") {
+		fmt.Fprintln(os.Stderr, "(a) pause against state size")
+		b.WriteString("## (a) Pause against state size\n\n")
+		b.WriteString("One Spot moved back and forth between two nodes (20 ms apart) while a sender posts one-way messages to it by Spot ID in a loop (a 200 µs timer between sends). ")
+		b.WriteString("Pause: seal on the source → dispatch open on the target. p50 and p99 are medians over runs of each run's percentile.\n\n")
+		b.WriteString("| store | state | moves | pause p50 | pause p99 | max | sends | lost |\n|---|---|---|---|---|---|---|---|\n")
+		for _, s := range stores {
+			pauseAt[s.name] = map[int]pauseRow{}
+			for _, size := range sizes {
+				m := moves
+				if size >= 16<<20 {
+					m = max(3, moves/4)
+				}
+				row, err := pauseVsSize(ctx, s.new, size, runs, m)
+				if err != nil {
+					return fmt.Errorf("pause %s %d: %w", s.name, size, err)
+				}
+				pauseAt[s.name][size] = row
+				fmt.Fprintf(&b, "| %s | %s | %d | %.2f ms | %.2f ms | %.2f ms | %d | %d |\n", s.name, human(size), row.Moves, row.P50, row.P99, row.Max, row.Sent, row.Lost)
+				fmt.Fprintf(os.Stderr, "  %s %s p50 %.2f ms p99 %.2f ms\n", s.name, human(size), row.P50, row.P99)
 			}
-			row, err := pauseVsSize(ctx, s.new, size, runs, m)
+		}
+
+	}
+
+	if want("b") {
+		fmt.Fprintln(os.Stderr, "(b) throughput while moving")
+		b.WriteString("\n## (b) Throughput to one Spot relocated every 100 ms\n\n")
+		fmt.Fprintf(&b, "Four closed-loop requesters (two per node) call one Spot by Spot ID for %s; the same Spot left alone is the baseline.\n\n", window)
+		b.WriteString("| store | left alone | relocated every 100 ms | moves | ratio |\n|---|---|---|---|---|\n")
+		for _, s := range stores {
+			row, err := throughput(ctx, s.new, runs, window)
 			if err != nil {
-				return fmt.Errorf("pause %s %d: %w", s.name, size, err)
+				return fmt.Errorf("throughput %s: %w", s.name, err)
 			}
-			pauseAt[s.name][size] = row
-			fmt.Fprintf(&b, "| %s | %s | %d | %.2f ms | %.2f ms | %.2f ms | %d | %d |\n", s.name, human(size), row.Moves, row.P50, row.P99, row.Max, row.Sent, row.Lost)
-			fmt.Fprintf(os.Stderr, "  %s %s p50 %.2f ms p99 %.2f ms\n", s.name, human(size), row.P50, row.P99)
+			fmt.Fprintf(&b, "| %s | %.0f req/s | %.0f req/s | %d | %.2f |\n", s.name, row.Static, row.Moving, row.Moves, row.Moving/row.Static)
 		}
+
 	}
 
-	fmt.Fprintln(os.Stderr, "(b) throughput while moving")
-	b.WriteString("\n## (b) Throughput to one Spot relocated every 100 ms\n\n")
-	fmt.Fprintf(&b, "Four closed-loop requesters (two per node) call one Spot by Spot ID for %s; the same Spot left alone is the baseline.\n\n", window)
-	b.WriteString("| store | left alone | relocated every 100 ms | moves | ratio |\n|---|---|---|---|---|\n")
-	for _, s := range stores {
-		row, err := throughput(ctx, s.new, runs, window)
-		if err != nil {
-			return fmt.Errorf("throughput %s: %w", s.name, err)
+	if want("c") {
+		fmt.Fprintln(os.Stderr, "(c) many Spots")
+		b.WriteString("\n## (c) Moving many Spots\n\n")
+		fmt.Fprintf(&b, "%d idle Spots (an 8-byte state each) moved from one node to the other one after another, then back 32 at a time.\n\n", spots)
+		b.WriteString("| store | Spots | one after another | 32 at a time |\n|---|---|---|---|\n")
+		for _, s := range stores {
+			row, err := bulkMoves(ctx, s.new, spots, 32)
+			if err != nil {
+				return fmt.Errorf("bulk %s: %w", s.name, err)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.0f moves/s | %.0f moves/s |\n", s.name, row.Spots, row.Sequential, row.Concurrent)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f req/s | %.0f req/s | %d | %.2f |\n", s.name, row.Static, row.Moving, row.Moves, row.Moving/row.Static)
+
 	}
 
-	fmt.Fprintln(os.Stderr, "(c) many Spots")
-	b.WriteString("\n## (c) Moving many Spots\n\n")
-	fmt.Fprintf(&b, "%d idle Spots (an 8-byte state each) moved from one node to the other one after another, then back 32 at a time.\n\n", spots)
-	b.WriteString("| store | Spots | one after another | 32 at a time |\n|---|---|---|---|\n")
-	for _, s := range stores {
-		row, err := bulkMoves(ctx, s.new, spots, 32)
-		if err != nil {
-			return fmt.Errorf("bulk %s: %w", s.name, err)
+	if want("e") {
+		fmt.Fprintln(os.Stderr, "(e) drain")
+		if drainUnits <= 0 {
+			drainUnits = 10000
+			if quick {
+				drainUnits = 500
+			}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f moves/s | %.0f moves/s |\n", s.name, row.Spots, row.Sequential, row.Concurrent)
+		var drains strings.Builder
+		drains.WriteString("\n## (e) Draining a node\n\n")
+		fmt.Fprintf(&drains, "%d idle Spots (one message handled each) on one node of three; the node is drained (64 units at a time) and every Spot is asked afterwards whether it still counts its message. ", drainUnits)
+		drains.WriteString("Baseline: the same node simply stopped, its Spots then asked the same way.\n\n")
+		drains.WriteString("| store | units | moved | failed | units/s | pause p50 | pause p99 | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, s := range stores {
+			row, err := drainNode(ctx, s.new, drainUnits)
+			if err != nil {
+				return fmt.Errorf("drain %s: %w", s.name, err)
+			}
+			fmt.Fprintf(&drains, "| %s | %d | %d | %d | %.0f | %.2f ms | %.2f ms | %d | %d |\n", s.name, row.Units, row.Moved, row.Failed, row.Rate, row.P50, row.P99, row.Lost, row.StoppedLost)
+			fmt.Fprintf(os.Stderr, "  %s %d units: %.0f units/s, p50 %.2f ms, lost %d (stopped: %d)\n", s.name, row.Units, row.Rate, row.P50, row.Lost, row.StoppedLost)
+		}
+		b.WriteString(drains.String())
+
 	}
 
-	fmt.Fprintln(os.Stderr, "(e) drain")
-	drainUnits := 10000
-	if quick {
-		drainUnits = 500
-	}
-	var drains strings.Builder
-	drains.WriteString("\n## (e) Draining a node\n\n")
-	fmt.Fprintf(&drains, "%d idle Spots (one message handled each) on one node of three; the node is drained (32 units at a time) and every Spot is asked afterwards whether it still counts its message. ", drainUnits)
-	drains.WriteString("Baseline: the same node simply stopped, its Spots then asked the same way.\n\n")
-	drains.WriteString("| store | units | moved | failed | units/s | pause p50 | pause p99 | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range stores {
-		row, err := drainNode(ctx, s.new, drainUnits)
-		if err != nil {
-			return fmt.Errorf("drain %s: %w", s.name, err)
+	if want("d") {
+		fmt.Fprintln(os.Stderr, "(d) baselines")
+		b.WriteString("\n## (d) Baselines\n\n### Proto.Actor's own way against roam, on Consul\n\n")
+		b.WriteString("Proto.Actor without roam: stop the actor on node A, persist its state to Consul KV, activate it on node B and load the state; ")
+		b.WriteString("a sender keeps posting one-way messages and making requests, and re-resolves the owner from Consul and retries a request on a dead letter or timeout. ")
+		b.WriteString("Its pause is the last message handled on A → the first handled on B. The state is written after the actor stopped, so late requests get a dead letter at once ")
+		b.WriteString("(Proto.Actor's fastest variant; saving in the actor's own Stopping handler makes every move wait for the 200 ms request timeout). ")
+		b.WriteString("The sender blocks on a request every 10 sends, so at most 9 one-way sends are in flight when the actor stops: the loss per move is bounded by that, and is never zero. ")
+		b.WriteString("roam's row is (a) on Consul.\n\n")
+		b.WriteString("| state | Proto.Actor pause p50 | p99 | sends lost per move | roam pause p50 | p99 | roam sends lost per move | pause ratio (Proto.Actor / roam) |\n|---|---|---|---|---|---|---|---|\n")
+		trials := max(5, moves/2)
+		for _, size := range sizes[:3] {
+			var pauses []time.Duration
+			var lost int
+			for r := 0; r < runs; r++ {
+				res, err := baseline.KillAndReactivate(ctx, srv.Addr, size, trials)
+				if err != nil {
+					return fmt.Errorf("baseline %d: %w", size, err)
+				}
+				for _, x := range res {
+					pauses = append(pauses, x.Pause)
+					lost += x.Lost
+				}
+			}
+			roam := pauseAt["Consul"][size]
+			p50 := ms(percentile(pauses, 0.5))
+			fmt.Fprintf(&b, "| %s | %.2f ms | %.2f ms | %.1f | %.2f ms | %.2f ms | %.1f | %.1f |\n", human(size), p50, ms(percentile(pauses, 0.99)),
+				float64(lost)/float64(len(pauses)), roam.P50, roam.P99, float64(roam.Lost)/float64(max(roam.Moves, 1)), p50/roam.P50)
 		}
-		fmt.Fprintf(&drains, "| %s | %d | %d | %d | %.0f | %.2f ms | %.2f ms | %d | %d |\n", s.name, row.Units, row.Moved, row.Failed, row.Rate, row.P50, row.P99, row.Lost, row.StoppedLost)
-		fmt.Fprintf(os.Stderr, "  %s %d units: %.0f units/s, p50 %.2f ms, lost %d (stopped: %d)\n", s.name, row.Units, row.Rate, row.P50, row.Lost, row.StoppedLost)
-	}
-	b.WriteString(drains.String())
 
-	fmt.Fprintln(os.Stderr, "(d) baselines")
-	b.WriteString("\n## (d) Baselines\n\n### Proto.Actor's own way against roam, on Consul\n\n")
-	b.WriteString("Proto.Actor without roam: stop the actor on node A, persist its state to Consul KV, activate it on node B and load the state; ")
-	b.WriteString("a sender keeps posting one-way messages and making requests, and re-resolves the owner from Consul and retries a request on a dead letter or timeout. ")
-	b.WriteString("Its pause is the last message handled on A → the first handled on B. The state is written after the actor stopped, so late requests get a dead letter at once ")
-	b.WriteString("(Proto.Actor's fastest variant; saving in the actor's own Stopping handler makes every move wait for the 200 ms request timeout). ")
-	b.WriteString("The sender blocks on a request every 10 sends, so at most 9 one-way sends are in flight when the actor stops: the loss per move is bounded by that, and is never zero. ")
-	b.WriteString("roam's row is (a) on Consul.\n\n")
-	b.WriteString("| state | Proto.Actor pause p50 | p99 | sends lost per move | roam pause p50 | p99 | roam sends lost per move | pause ratio (Proto.Actor / roam) |\n|---|---|---|---|---|---|---|---|\n")
-	trials := max(5, moves/2)
-	for _, size := range sizes[:3] {
-		var pauses []time.Duration
-		var lost int
+		b.WriteString("\n### Messaging without roam's mailbox\n\n")
+		b.WriteString("Node 0 to an actor on node 1: a plain Proto.Actor actor (default mailbox) and the same actor as a roam Spot (relocatable mailbox and host), in the same run; ")
+		b.WriteString("request round trip p50 (by PID, and by Spot ID through the route cache) and one-way throughput (200,000 sends, then one request).\n\n")
+		b.WriteString("| run | plain RTT | roam RTT (PID) | roam RTT (Spot ID) | plain one-way | roam one-way | RTT ratio | throughput ratio |\n|---|---|---|---|---|---|---|---|\n")
+		var rttRatios, rateRatios []float64
 		for r := 0; r < runs; r++ {
-			res, err := baseline.KillAndReactivate(ctx, srv.Addr, size, trials)
+			row, err := overhead(ctx, stores[0].new, 5000, 200000)
 			if err != nil {
-				return fmt.Errorf("baseline %d: %w", size, err)
+				return fmt.Errorf("overhead: %w", err)
 			}
-			for _, x := range res {
-				pauses = append(pauses, x.Pause)
-				lost += x.Lost
-			}
+			rttRatios = append(rttRatios, row.RoamRTT/row.PlainRTT)
+			rateRatios = append(rateRatios, row.RoamRate/row.PlainRate)
+			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f msg/s | %.0f msg/s | %.2f | %.2f |\n", r+1, row.PlainRTT, row.RoamRTT, row.SpotRTT,
+				row.PlainRate, row.RoamRate, row.RoamRTT/row.PlainRTT, row.RoamRate/row.PlainRate)
 		}
-		roam := pauseAt["Consul"][size]
-		p50 := ms(percentile(pauses, 0.5))
-		fmt.Fprintf(&b, "| %s | %.2f ms | %.2f ms | %.1f | %.2f ms | %.2f ms | %.1f | %.1f |\n", human(size), p50, ms(percentile(pauses, 0.99)),
-			float64(lost)/float64(len(pauses)), roam.P50, roam.P99, float64(roam.Lost)/float64(max(roam.Moves, 1)), p50/roam.P50)
+		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's.\n", median(rttRatios), median(rateRatios))
 	}
-
-	b.WriteString("\n### Messaging without roam's mailbox\n\n")
-	b.WriteString("Node 0 to an actor on node 1: a plain Proto.Actor actor (default mailbox) and the same actor as a roam Spot (relocatable mailbox and host), in the same run; ")
-	b.WriteString("request round trip p50 (by PID, and by Spot ID through the route cache) and one-way throughput (200,000 sends, then one request).\n\n")
-	b.WriteString("| run | plain RTT | roam RTT (PID) | roam RTT (Spot ID) | plain one-way | roam one-way | RTT ratio | throughput ratio |\n|---|---|---|---|---|---|---|---|\n")
-	var rttRatios, rateRatios []float64
-	for r := 0; r < runs; r++ {
-		row, err := overhead(ctx, stores[0].new, 5000, 200000)
-		if err != nil {
-			return fmt.Errorf("overhead: %w", err)
-		}
-		rttRatios = append(rttRatios, row.RoamRTT/row.PlainRTT)
-		rateRatios = append(rateRatios, row.RoamRate/row.PlainRate)
-		fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f msg/s | %.0f msg/s | %.2f | %.2f |\n", r+1, row.PlainRTT, row.RoamRTT, row.SpotRTT,
-			row.PlainRate, row.RoamRate, row.RoamRTT/row.PlainRTT, row.RoamRate/row.PlainRate)
-	}
-	fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's.\n", median(rttRatios), median(rateRatios))
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}

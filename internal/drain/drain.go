@@ -50,8 +50,8 @@ type Host interface {
 
 // Options tune a drain. Zero fields take the defaults written on them.
 type Options struct {
-	// Concurrency is how many units move at once. Default 32, at most 64
-	// (a target keeps at most 64 unused move tickets per source node).
+	// Concurrency is how many units move at once. Default 64, at most 256
+	// (a target keeps at most 256 unused move tickets per source node).
 	Concurrency int
 	// OnProgress, if set, is called after each unit moved or failed, one
 	// call at a time; keep it quick.
@@ -59,7 +59,7 @@ type Options struct {
 }
 
 // MaxConcurrency bounds Options.Concurrency.
-const MaxConcurrency = 64
+const MaxConcurrency = 256
 
 // Progress is a drain's count after one unit.
 type Progress struct {
@@ -116,7 +116,7 @@ const attempts = 6
 // not run at all (the inventory could not be read).
 func Run(ctx context.Context, h Host, opts Options) (Result, error) {
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 32
+		opts.Concurrency = 64
 	}
 	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
 	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, lastErr: map[location.AuthorityKey]error{}, exhausted: map[location.AuthorityKey]bool{},

@@ -44,7 +44,7 @@ const moveTicketTTL = 10 * time.Minute
 // address only displaces that member's oldest), and at most maxTickets
 // in all (the oldest go first).
 const (
-	ticketsPerSource = 64
+	ticketsPerSource = 256
 	maxTickets       = 4096
 )
 
@@ -192,7 +192,9 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 			case errors.Is(err, location.ErrNotFound):
 				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
 			case err == nil:
-				err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration())
+				if err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration()); err == nil {
+					t.verified.Store(&v)
+				}
 			}
 			if err == nil || !errors.Is(err, location.ErrUnavailable) && !errors.Is(err, location.ErrIndeterminate) {
 				d.laterTarget(id, handoff.SourceVerified{Err: err})

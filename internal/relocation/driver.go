@@ -189,6 +189,9 @@ type Driver struct {
 	// dropInbound, set only by tests (export_test.go), drops messages
 	// reaching the relocation actor, as a cut link would.
 	dropInbound atomic.Pointer[func(any) bool]
+	// targetCache: descriptors of move targets, read a moment ago (any
+	// goroutine; moveTarget).
+	targetCache descriptorCache
 }
 
 // New starts the relocation actor of node. Register kinds before objects

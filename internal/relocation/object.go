@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -500,10 +501,19 @@ func (d *Driver) nodeDescriptor(ctx context.Context, mesh, rid string) (*locatio
 // moveTarget is nodeAddress for a move's target: a node whose descriptor
 // says DRAINING is refused at once (ErrNodeDraining), before anything
 // seals; one that starts draining later refuses the capability query.
+//
+// The descriptor read is kept for targetCacheAge: a drain sends hundreds of
+// moves a second to the same few nodes, and the target refuses a move it
+// cannot take anyway (its capability answer), so a descriptor a moment old
+// decides nothing the target does not check again.
 func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
-	n, err := d.nodeDescriptor(ctx, d.desc.GetMesh(), rid)
-	if err != nil {
-		return "", err
+	n, ok := d.targetCache.get(rid, time.Now())
+	if !ok {
+		var err error
+		if n, err = d.nodeDescriptor(ctx, d.desc.GetMesh(), rid); err != nil {
+			return "", err
+		}
+		d.targetCache.put(rid, n, time.Now())
 	}
 	if n.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
 		return "", fmt.Errorf("%w: %w: node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, rid)
@@ -579,4 +589,42 @@ func (d *Driver) Serving(ctx context.Context, key location.AuthorityKey) (bool, 
 		obj := d.objects[key]
 		return obj != nil && obj.state == serving, nil
 	})
+}
+
+// targetCacheAge is how long moveTarget trusts a descriptor it read.
+const targetCacheAge = time.Second
+
+// descriptorCache keeps the descriptors moveTarget read, by node RID.
+type descriptorCache struct {
+	mu sync.Mutex
+	m  map[string]cachedDescriptor
+}
+
+type cachedDescriptor struct {
+	node *location.NodeDescriptor
+	at   time.Time
+}
+
+func (c *descriptorCache) get(rid string, now time.Time) (*location.NodeDescriptor, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[rid]
+	if !ok || now.Sub(e.at) > targetCacheAge {
+		return nil, false
+	}
+	return e.node, true
+}
+
+func (c *descriptorCache) put(rid string, n *location.NodeDescriptor, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cachedDescriptor{}
+	}
+	for k, e := range c.m {
+		if now.Sub(e.at) > targetCacheAge {
+			delete(c.m, k)
+		}
+	}
+	c.m[rid] = cachedDescriptor{node: n, at: now}
 }

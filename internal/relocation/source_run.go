@@ -51,13 +51,43 @@ type sourceRun struct {
 	sent      uint64             // chunk bytes submitted
 	credited  uint64
 	waiter    chan sourceResult
-	outcome   Outcome
-	deadline  time.Time
+	// decided carries what the move's own confirmation reads showed
+	// after the cutover (one value; Relocate waits on it rather than
+	// watching the record a second time).
+	decided  chan commitShown
+	outcome  Outcome
+	deadline time.Time
 }
 
 type sourceResult struct {
 	outcome Outcome
 	err     error
+	decided <-chan commitShown
+}
+
+// commitShown is what a read of the record after the cutover says of the
+// move's commit: known is false when the run ended without a read that
+// decides it.
+type commitShown struct {
+	known bool
+	at    time.Time
+	err   error // nil: the target committed
+}
+
+// showsCommit judges a record read after the cutover for Relocate's
+// answer: the target's commit (done, nil), the move fenced out or the
+// object gone elsewhere (done, an error), or not yet (false).
+func showsCommit(o Outcome, self string, v location.Versioned) (bool, error) {
+	r := v.Record
+	switch {
+	case r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To:
+		return true, nil
+	case r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == self:
+		return true, fmt.Errorf("%w: the target did not commit relocation %d by its restore deadline; the move was fenced out and %s serves on this node", roamerr.ErrUnavailable, o.RelocationID, o.Key)
+	case v.Present() && r.GetOwner().GetNodeRid() != self:
+		return true, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
+	}
+	return false, nil
 }
 
 // Relocate moves the Actor or Instance Spot key, owned by this node, to the
@@ -98,7 +128,26 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	if res.err != nil {
 		return res.outcome, res.err
 	}
-	return d.awaitCommit(ctx, res.outcome, res.outcome.Requested.Add(d.cfg.RestoreTimeout))
+	until := res.outcome.Requested.Add(d.cfg.RestoreTimeout)
+	patience := time.NewTimer(time.Until(until.Add(d.cfg.Handoff.CutoverWaitTimeout + d.cfg.RestoreTimeout)))
+	defer patience.Stop()
+	select {
+	case <-patience.C:
+		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: no read of the record decided it", roamerr.ErrUnavailable, res.outcome.RelocationID)
+	case shown := <-res.decided:
+		if shown.known {
+			o := res.outcome
+			if shown.err != nil {
+				return o, shown.err
+			}
+			o.Committed = shown.at
+			o.Pause = o.Committed.Sub(o.Sealed)
+			return o, nil
+		}
+	case <-ctx.Done():
+		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrDeadlineExceeded, res.outcome.RelocationID, ctx.Err())
+	}
+	return d.awaitCommit(ctx, res.outcome, later(until, time.Now()))
 }
 
 // activationSettling: the object cannot move before its cold activation's
@@ -122,17 +171,12 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 		if err != nil {
 			return o, roamerr.Keep(roamerr.ErrUnavailable, fmt.Sprintf("commit of relocation %d not confirmed", o.RelocationID), err)
 		}
-		r := v.Record
-		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To {
-			o.Committed = time.Now()
-			o.Pause = o.Committed.Sub(o.Sealed)
-			return o, nil
-		}
-		if r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == d.desc.GetNodeRid() {
-			return o, fmt.Errorf("%w: the target did not commit relocation %d by its restore deadline; the move was fenced out and %s serves on this node", roamerr.ErrUnavailable, o.RelocationID, o.Key)
-		}
-		if v.Present() && r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
-			return o, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
+		if done, err := showsCommit(o, d.desc.GetNodeRid(), v); done {
+			if err == nil {
+				o.Committed = time.Now()
+				o.Pause = o.Committed.Sub(o.Sealed)
+			}
+			return o, err
 		}
 		after = v.Version
 	}
@@ -201,6 +245,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		targetPID: PID(addr),
 		newOwner:  newOwner,
 		waiter:    make(chan sourceResult, 1),
+		decided:   make(chan commitShown, 1),
 		deadline:  now.Add(d.cfg.RestoreTimeout),
 		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
 	}
@@ -218,8 +263,10 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 	for len(queue) > 0 {
 		ev, queue = queue[0], queue[1:]
 		effects := r.m.Step(ev)
-		d.log.Debug().Str("side", "source").Uint64("relocation_id", r.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
-			Str("phase", r.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+		if e := d.log.Debug(); e.Enabled() { // the type name costs, even unlogged
+			e.Str("side", "source").Uint64("relocation_id", r.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
+				Str("phase", r.m.Phase().String()).Int("effects", len(effects)).Msg("step")
+		}
 		for _, e := range effects {
 			if next := d.sourceEffect(r, e); next != nil {
 				queue = append(queue, next)
@@ -243,6 +290,7 @@ func (d *Driver) endSource(r *sourceRun) {
 		r.credited = r.sent
 	}
 	delete(d.sources, id)
+	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	if r.obj.out == r {
 		r.obj.out = nil
 	}
@@ -452,7 +500,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			r.outcome.CutoverSent = time.Now()
 		}
 		select {
-		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err}:
+		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err, decided: r.decided}:
 		default: // decided once; the machine completes once (never block the driver)
 		}
 	}
@@ -518,6 +566,11 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 		if cur := d.sources[id.RelocationID]; cur == r {
 			if err == nil {
 				r.lastRead = v
+				// Before the step, which may end the run: a read that
+				// decides the move is Relocate's answer too.
+				if done, err := showsCommit(r.outcome, d.desc.GetNodeRid(), v); done {
+					r.show(commitShown{known: true, at: time.Now(), err: err})
+				}
 			}
 			d.stepSource(r, ev)
 		}
@@ -762,4 +815,20 @@ func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte,
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
 	return stream, nil
+}
+
+// show hands Relocate what the store showed of the move's commit; the
+// first answer stands.
+func (r *sourceRun) show(c commitShown) {
+	select {
+	case r.decided <- c:
+	default:
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -131,6 +131,12 @@ type Store struct {
 	// token is Config.Token, sent with each request so that it wins over
 	// whatever token the client took from the environment.
 	token string
+	// reads and writes combine concurrent one-key reads and Applies into
+	// shared transactions (batch.go).
+	reads, writes batcher
+	// blocking holds a token per Watch on a blocking query; a Watch that
+	// finds none free polls (batch.go).
+	blocking chan struct{}
 }
 
 var _ location.Store = (*Store)(nil)
@@ -139,6 +145,10 @@ var _ location.Store = (*Store)(nil)
 // connecting to a live agent takes milliseconds, and a host that is gone
 // must not take a call's whole deadline.
 const dialTimeout = 2 * time.Second
+
+// maxIdleConns is how many idle connections to one agent the client
+// keeps for reuse.
+const maxIdleConns = 64
 
 // defaultAddress is the agent address when neither Config nor
 // CONSUL_HTTP_ADDR names one.
@@ -162,6 +172,9 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: consul TLS: set both CertFile and KeyFile, or neither", location.ErrInvalid)
 	}
 	s := &Store{prefix: cfg.Prefix, token: cfg.Token}
+	s.blocking = make(chan struct{}, maxBlocking)
+	s.reads = batcher{what: "read", send: s.sendRead}
+	s.writes = batcher{what: "apply", send: s.sendWrite, write: true}
 	for _, addr := range addrs {
 		ac, err := cfg.client(addr, fromEnv, len(addrs) > 1)
 		if err != nil {
@@ -205,6 +218,14 @@ func (cfg Config) client(addr string, fromEnv, several bool) (*api.Config, error
 	if cfg.TLS.ServerName != "" {
 		t.Address = cfg.TLS.ServerName
 	}
+	// Keep connections open between requests: a new TCP (and TLS)
+	// connection per request cost more than the request itself, and a
+	// drain makes thousands a second. A pooled connection that turns out
+	// dead is one the transport retries only when nothing was sent; a
+	// write cut after that is indeterminate, as any cut write is.
+	ac.Transport.DisableKeepAlives = false
+	ac.Transport.MaxIdleConnsPerHost = maxIdleConns
+	ac.Transport.IdleConnTimeout = 90 * time.Second
 	if several {
 		ac.Transport.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	}
@@ -422,13 +443,9 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	if err := key.Validate(); err != nil {
 		return location.Versioned{}, err
 	}
-	var pair *api.KVPair
-	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		pair, _, err = c.KV().Get(s.recordKey(key), s.consistent(ctx))
-		return err
-	})
+	pair, err := s.readBatched(ctx, s.recordKey(key))
 	if err != nil {
-		return location.Versioned{}, classify("read "+key.String(), err, false)
+		return location.Versioned{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	v, err := s.versioned(key, pair)
 	if err != nil {
@@ -570,6 +587,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 		return nil, err
 	}
 	txn := make(api.TxnOps, 0, len(ops))
+	keys := make([]string, 0, len(ops))
+	size := 0
 	leaseOp := -1
 	for i, op := range ops {
 		if op.Kind == location.OpCheckLease {
@@ -581,6 +600,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			continue
 		}
 		k := s.recordKey(op.Key)
+		keys = append(keys, k)
+		size += len(k)
 		switch op.Kind {
 		case location.OpCreate, location.OpUpdate:
 			val, err := s.recordValue(op.Version, op.Record)
@@ -588,6 +609,7 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 				return nil, fmt.Errorf("%w: encode %s: %w", location.ErrInvalid, op.Key, err)
 			}
 			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: k, Value: val, Index: uint64(op.Version)}})
+			size += len(val)
 		case location.OpDelete:
 			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: k, Index: uint64(op.Version)}})
 		case location.OpCheck:
@@ -598,7 +620,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			}
 		}
 	}
-	resp, failed, err := s.writeTxn(ctx, "apply", txn)
+	a := s.writes.do(ctx, txn, keys, size)
+	resp, failed, err := a.resp, a.failed, a.err
 	if err != nil {
 		return nil, err
 	}
@@ -690,12 +713,20 @@ func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, fa
 	return c
 }
 
-// Watch implements location.Store with Consul blocking queries.
+// Watch implements location.Store with Consul blocking queries, up to
+// maxBlocking at once; a Watch beyond them polls with reads shared with
+// the others' (pollWatch).
 func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) (location.Versioned, error) {
 	if err := key.Validate(); err != nil {
 		return location.Versioned{}, err
 	}
 	k := s.recordKey(key)
+	select {
+	case s.blocking <- struct{}{}:
+		defer func() { <-s.blocking }()
+	default:
+		return s.pollWatch(ctx, key, k, after)
+	}
 	var wait uint64
 	for {
 		var pair *api.KVPair
@@ -726,6 +757,41 @@ func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after loca
 		} else {
 			wait = meta.LastIndex
 		}
+	}
+}
+
+// maxBlocking bounds a Store's blocking queries at once. Each is an HTTP
+// request Consul holds and answers at the key's next change: cheap one at
+// a time, but a drain watches hundreds of records for their commit, and
+// those are cheaper read together (pollWatch).
+const maxBlocking = 8
+
+// pollWatch is Watch by reads: each joins the reads of the moment
+// (readBatched), so the watches beyond maxBlocking cost a shared read
+// transaction per round, not a request each. The pause between reads
+// grows from 2 ms to 50 ms: a watch that waits long costs little, and a
+// move's commit, which most watches wait for, comes within milliseconds.
+func (s *Store) pollWatch(ctx context.Context, key location.AuthorityKey, k string, after location.StoreVersion) (location.Versioned, error) {
+	pause := 2 * time.Millisecond
+	for {
+		pair, err := s.readBatched(ctx, k)
+		if err != nil {
+			if ctx.Err() != nil {
+				return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
+			}
+			return location.Versioned{}, fmt.Errorf("watch %s: %w", key, err)
+		}
+		if pair != nil && location.StoreVersion(pair.ModifyIndex) != after || pair == nil && after != 0 {
+			return s.versioned(key, pair)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(pause*3/2, 50*time.Millisecond)
 	}
 }
 

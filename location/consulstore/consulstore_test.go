@@ -48,5 +48,6 @@ func harness() storetest.Harness {
 // TestContract runs the Location Store contract suite on a real Consul.
 func TestContract(t *testing.T) { storetest.Run(t, harness()) }
 
-func BenchmarkCAS(b *testing.B)    { storetest.BenchmarkCAS(b, newStore(b)) }
-func BenchmarkApply2(b *testing.B) { storetest.BenchmarkApply2(b, newStore(b)) }
+func BenchmarkCAS(b *testing.B)             { storetest.BenchmarkCAS(b, newStore(b)) }
+func BenchmarkApply2(b *testing.B)          { storetest.BenchmarkApply2(b, newStore(b)) }
+func BenchmarkReadCASParallel(b *testing.B) { storetest.BenchmarkReadCASParallel(b, newStore(b)) }

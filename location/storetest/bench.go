@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/roamactors/roam/location"
@@ -46,4 +48,35 @@ func BenchmarkApply2(b *testing.B, s location.Store) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkReadCASParallel measures a consistent read then a
+// compare-and-set, each goroutine on its own key: the store calls of one
+// owner commit, many moves at once (a drain).
+func BenchmarkReadCASParallel(b *testing.B, s location.Store) {
+	ctx := context.Background()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		key := location.Key(location.KindInstanceSpot, fmt.Sprintf("bench-par-%d", n.Add(1)))
+		v, err := s.CompareAndSet(ctx, key, 0, rec("bench", 1))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		r := rec("bench", 1)
+		for i := 2; pb.Next(); i++ {
+			if _, err := s.Read(ctx, key); err != nil {
+				b.Error(err)
+				return
+			}
+			r.ObjectGeneration = uint64(i)
+			if v, err = s.CompareAndSet(ctx, key, v, r); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

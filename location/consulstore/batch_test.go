@@ -1,0 +1,275 @@
+package consulstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore"
+	"github.com/roamactors/roam/messages"
+)
+
+func batchRecord(gen uint64) *location.Record {
+	return &location.Record{StableType: "batch", ObjectGeneration: gen, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY}
+}
+
+// Concurrent compare-and-sets share transactions (group commit), and each
+// caller still gets its own answer: a stale version is a conflict that
+// carries its own key's record, two writes of one key never share a
+// transaction (one applies, the other conflicts), and a rolled-back
+// transaction applies nothing of the calls that did not fail: they are
+// sent again and apply.
+func TestBatchedWritesAnswerEachCall(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	const n = 150
+	keys := make([]location.AuthorityKey, n)
+	versions := make([]location.StoreVersion, n)
+	for i := range keys {
+		keys[i] = location.Key(location.KindInstanceSpot, fmt.Sprintf("batch-%d", i))
+		v, err := s.CompareAndSet(ctx, keys[i], 0, batchRecord(1))
+		require.NoError(t, err)
+		versions[i] = v
+	}
+	_, _, calls0, txns0 := consulstore.Sent(s)
+
+	queued, release := consulstore.Hold(s, true)
+	type answer struct {
+		i   int
+		dup bool
+		err error
+	}
+	answers := make(chan answer, n+10)
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			expected := versions[i]
+			if i%3 == 0 {
+				expected-- // stale
+			}
+			_, err := s.CompareAndSet(ctx, keys[i], expected, batchRecord(2))
+			answers <- answer{i: i, err: err}
+		}()
+	}
+	// Ten more writes of keys already written above, at the right version:
+	// per key, exactly one of the two may apply.
+	for i := 1; i <= 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.CompareAndSet(ctx, keys[i*3+1], versions[i*3+1], batchRecord(3))
+			answers <- answer{i: i*3 + 1, dup: true, err: err}
+		}()
+	}
+	testwait.For(t, func() bool { return queued() == n+10 }, "the writes never queued")
+	release()
+	wg.Wait()
+	close(answers)
+
+	applied := map[int]int{}
+	for a := range answers {
+		var conflict *location.ConflictError
+		switch {
+		case a.err == nil:
+			require.False(t, a.i%3 == 0, "a stale write of %s applied", keys[a.i])
+			applied[a.i]++
+		case errors.As(a.err, &conflict):
+			cur, ok := conflict.CurrentOf(keys[a.i])
+			require.True(t, ok, "the conflict of %s carries its record", keys[a.i])
+			require.NotEqual(t, versions[a.i]-1, cur.Version)
+			if a.i%3 == 0 {
+				require.Equal(t, versions[a.i], cur.Version, "a stale write's conflict shows the record as it was")
+			}
+		default:
+			t.Fatalf("write of %s: %v", keys[a.i], a.err)
+		}
+	}
+	for i, key := range keys {
+		v, err := s.Read(ctx, key)
+		require.NoError(t, err)
+		if i%3 == 0 {
+			require.Equal(t, versions[i], v.Version, "%s: a stale write applied", key)
+			require.Zero(t, applied[i])
+			continue
+		}
+		require.Equal(t, 1, applied[i], "%s: one write of the key applies", key)
+		require.Greater(t, v.Version, versions[i])
+	}
+	_, _, calls, txns := consulstore.Sent(s)
+	require.Less(t, txns-txns0, (calls-calls0)/4, "the queued writes shared transactions")
+}
+
+// A write whose caller stops waiting before it was sent is never sent:
+// unavailable (not indeterminate), and the record is unchanged.
+func TestBatchedWriteLeftBeforeSendingNeverApplies(t *testing.T) {
+	s := newStore(t)
+	key := location.Key(location.KindInstanceSpot, "batch-left")
+	v, err := s.CompareAndSet(context.Background(), key, 0, batchRecord(1))
+	require.NoError(t, err)
+
+	queued, release := consulstore.Hold(s, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.CompareAndSet(ctx, key, v, batchRecord(2))
+		done <- err
+	}()
+	testwait.For(t, func() bool { return queued() == 1 }, "the write never queued")
+	cancel()
+	err = <-done
+	require.ErrorIs(t, err, location.ErrUnavailable)
+	require.NotErrorIs(t, err, location.ErrIndeterminate)
+	release()
+
+	// A later write goes through the same queue: once it applied, the
+	// one left behind had its chance to be sent, and was not.
+	next := location.Key(location.KindInstanceSpot, "batch-after")
+	_, err = s.CompareAndSet(context.Background(), next, 0, batchRecord(1))
+	require.NoError(t, err)
+	got, err := s.Read(context.Background(), key)
+	require.NoError(t, err)
+	require.Equal(t, v, got.Version, "the abandoned write applied")
+}
+
+// A transaction that carries a lease check fails alone when the lease
+// ended; the others sent with it apply.
+func TestBatchedWritesWithAnEndedLease(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	live := &location.NodeDescriptor{Mesh: "batch", NodeRid: "live", NodeGeneration: 1, EntrySpotId: "entry-live", Address: "127.0.0.1:7000",
+		Status: messages.NodeStatus_NODE_STATUS_SERVING, ProtocolVersion: 1}
+	gone := &location.NodeDescriptor{Mesh: "batch", NodeRid: "gone", NodeGeneration: 1, EntrySpotId: "entry-gone", Address: "127.0.0.1:7001",
+		Status: messages.NodeStatus_NODE_STATUS_SERVING, ProtocolVersion: 1}
+	liveLease, err := s.ClaimNode(ctx, live, 10*time.Second)
+	require.NoError(t, err)
+	goneLease, err := s.ClaimNode(ctx, gone, 10*time.Second)
+	require.NoError(t, err)
+	gone.LeaseId = string(goneLease.ID)
+	require.NoError(t, s.ReleaseNode(ctx, gone))
+
+	queued, release := consulstore.Hold(s, true)
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node, lease := location.NodeKey{Mesh: "batch", NodeRid: "live"}, liveLease.ID
+			if i == 3 {
+				node, lease = location.NodeKey{Mesh: "batch", NodeRid: "gone"}, goneLease.ID
+			}
+			_, errs[i] = s.Apply(ctx, []location.Op{
+				location.CheckLeaseOp(node, lease),
+				location.CreateOp(location.Key(location.KindActor, fmt.Sprintf("leased-%d", i)), batchRecord(1)),
+			})
+		}()
+	}
+	testwait.For(t, func() bool { return queued() == len(errs) }, "the writes never queued")
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		_, rerr := s.Read(ctx, location.Key(location.KindActor, fmt.Sprintf("leased-%d", i)))
+		if i == 3 {
+			require.ErrorIs(t, err, location.ErrLeaseEnded)
+			require.ErrorIs(t, rerr, location.ErrNotFound)
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, rerr)
+	}
+}
+
+// Concurrent reads share read transactions, each answered with its own
+// key: present, or NotFound.
+func TestBatchedReadsAnswerEachCall(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	const n = 100
+	for i := 0; i < n; i += 2 {
+		_, err := s.CompareAndSet(ctx, location.Key(location.KindActor, fmt.Sprintf("read-%d", i)), 0, batchRecord(uint64(i+1)))
+		require.NoError(t, err)
+	}
+	readCalls0, readTxns0, _, _ := consulstore.Sent(s)
+	queued, release := consulstore.Hold(s, false)
+	errs := make([]error, n)
+	got := make([]location.Versioned, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = s.Read(ctx, location.Key(location.KindActor, fmt.Sprintf("read-%d", i)))
+		}()
+	}
+	testwait.For(t, func() bool { return queued() == n }, "the reads never queued")
+	release()
+	wg.Wait()
+	for i := 0; i < n; i++ {
+		if i%2 == 1 {
+			require.ErrorIs(t, errs[i], location.ErrNotFound)
+			continue
+		}
+		require.NoError(t, errs[i])
+		require.Equal(t, uint64(i+1), got[i].Record.GetObjectGeneration())
+	}
+	readCalls, readTxns, _, _ := consulstore.Sent(s)
+	require.Less(t, readTxns-readTxns0, (readCalls-readCalls0)/4, "the queued reads shared transactions")
+}
+
+// Watches beyond the blocking queries a store holds at once poll, and
+// still end at their key's next change, each with its own record; a
+// watch whose key does not change ends only with its context.
+func TestManyWatchesEachSeeTheirChange(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 40
+	keys := make([]location.AuthorityKey, n)
+	versions := make([]location.StoreVersion, n)
+	for i := range keys {
+		keys[i] = location.Key(location.KindInstanceSpot, fmt.Sprintf("watch-%d", i))
+		v, err := s.CompareAndSet(ctx, keys[i], 0, batchRecord(1))
+		require.NoError(t, err)
+		versions[i] = v
+	}
+	type seen struct {
+		i   int
+		v   location.Versioned
+		err error
+	}
+	results := make(chan seen, n)
+	for i := range keys {
+		go func() {
+			v, err := s.Watch(ctx, keys[i], versions[i])
+			results <- seen{i, v, err}
+		}()
+	}
+	written := map[int]location.StoreVersion{}
+	for i := 0; i < n; i += 2 {
+		v, err := s.CompareAndSet(ctx, keys[i], versions[i], batchRecord(2))
+		require.NoError(t, err)
+		written[i] = v
+	}
+	for range n / 2 {
+		r := <-results
+		require.NoError(t, r.err)
+		require.Contains(t, written, r.i, "the watch of an unchanged key ended")
+		require.Equal(t, written[r.i], r.v.Version)
+		require.Equal(t, uint64(2), r.v.Record.GetObjectGeneration())
+	}
+	cancel()
+	for range n / 2 {
+		r := <-results
+		require.NotContains(t, written, r.i)
+		require.ErrorIs(t, r.err, location.ErrUnavailable)
+	}
+}
