@@ -892,10 +892,15 @@ func (x *RelocationStateCredit) GetReceivedBytes() uint64 {
 // verified and restored, nothing dispatched. Its acceptance is the
 // boundary of PROTOCOL.md §6.1 (the source no longer restores itself on the target's word).
 type RelayReady struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The store version of the object's record when the target checked the
+	// source (0: none). Only a hint: the source's first confirmation of the
+	// commit waits for a change past it instead of reading first, and judges
+	// whatever the store answers.
+	RecordVersionHint uint64 `protobuf:"varint,2,opt,name=record_version_hint,json=recordVersionHint,proto3" json:"record_version_hint,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RelayReady) Reset() {
@@ -933,6 +938,13 @@ func (x *RelayReady) GetIdentity() *RelocationIdentity {
 		return x.Identity
 	}
 	return nil
+}
+
+func (x *RelayReady) GetRecordVersionHint() uint64 {
+	if x != nil {
+		return x.RecordVersionHint
+	}
+	return 0
 }
 
 // RelocationFailed is the explicit failure reply to RelocationPrepare (PROTOCOL.md §6.2).
@@ -1780,10 +1792,11 @@ const file_relocation_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x01(\fR\x04data\"}\n" +
 	"\x15RelocationStateCredit\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12%\n" +
-	"\x0ereceived_bytes\x18\x02 \x01(\x04R\rreceivedBytes\"K\n" +
+	"\x0ereceived_bytes\x18\x02 \x01(\x04R\rreceivedBytes\"{\n" +
 	"\n" +
 	"RelayReady\x12=\n" +
-	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\"\x9f\x01\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12.\n" +
+	"\x13record_version_hint\x18\x02 \x01(\x04R\x11recordVersionHint\"\x9f\x01\n" +
 	"\x10RelocationFailed\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x124\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason\x12\x16\n" +

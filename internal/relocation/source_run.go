@@ -54,9 +54,12 @@ type sourceRun struct {
 	// decided carries what the move's own confirmation reads showed
 	// after the cutover (one value; Relocate waits on it rather than
 	// watching the record a second time).
-	decided  chan commitShown
-	outcome  Outcome
-	deadline time.Time
+	decided chan commitShown
+	// versionHint: the record version the target's relay-ready named
+	// (messages.RelayReady), for the first commit confirmation.
+	versionHint uint64
+	outcome     Outcome
+	deadline    time.Time
 }
 
 type sourceResult struct {
@@ -443,7 +446,16 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.held = nil
 
 	case handoff.ConfirmCommit:
-		go d.confirmWatch(r, id, e.After, e.Until)
+		after := e.After
+		if after == 0 {
+			// The first confirmation: the record as the target saw it
+			// before the cutover is where the commit starts from, so
+			// wait for a change past it rather than read first (a
+			// store round trip less per move). Once only: a later
+			// confirmation after an error reads.
+			after, r.versionHint = r.versionHint, 0
+		}
+		go d.confirmWatch(r, id, after, e.Until)
 
 	case handoff.FenceOut:
 		go d.fenceOut(r, id, r.lastRead, e.Version)
@@ -743,7 +755,7 @@ func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
 
 // onSourceEvent routes a target's reply to the source run of its identity,
 // only if it came from that run's target node.
-func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event) {
+func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event, before ...func(*sourceRun)) {
 	id := handoff.IdentityFromProto(pid)
 	r := d.sources[id.RelocationID]
 	if r == nil || r.m.Identity() != id {
@@ -752,6 +764,9 @@ func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context
 	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
 		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("reply ignored: not from the move's target")
 		return
+	}
+	for _, f := range before {
+		f(r)
 	}
 	d.stepSource(r, ev)
 }

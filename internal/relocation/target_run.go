@@ -225,7 +225,11 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 
 	case handoff.SendRelayReady:
 		t.relayReadySent = true
-		d.send(t.sourcePID, &messages.RelayReady{Identity: id.ToProto()})
+		ready := &messages.RelayReady{Identity: id.ToProto()}
+		if v := t.verified.Load(); v != nil {
+			ready.RecordVersionHint = uint64(v.Version)
+		}
+		d.send(t.sourcePID, ready)
 
 	case handoff.CommitOwner:
 		go func() { d.laterTarget(id, d.commitOwner(t, id, e.SettleOnly)) }()
