@@ -23,6 +23,7 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/chat"
+	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/consulstore"
 	"github.com/roamactors/roam/location/memstore"
@@ -36,15 +37,16 @@ func main() {
 	name := flag.String("name", "node", "node name, unique among live nodes: what /move names")
 	nodes := flag.Int("nodes", 1, "nodes to run in this process (--store memory), named <name>-1.. on consecutive ports")
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
+	rooms := flag.Int("rooms", 0, "open this many idle rooms on each node at start (named <node>-room-<i>), to try a drain with many units")
 	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
-	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
+	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *rooms, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-node:", err)
 		os.Exit(1)
 	}
 }
 
-func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose bool, tls *roam.TLS) error {
+func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, verbose bool, tls *roam.TLS) error {
 	level, protoActor := zerolog.WarnLevel, slog.LevelError+4 // Proto.Actor logs a client leaving as an error
 	if verbose {
 		level, protoActor = zerolog.InfoLevel, slog.LevelWarn
@@ -93,7 +95,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 			roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
 			roam.WithKinds(chat.Kind()), roam.WithLogger(log), roam.WithTLS(tls),
 			roam.WithOnEvent(func(e roam.Event) {
-				if e.Err == nil {
+				if e.Err == nil && rooms == 0 {
 					fmt.Printf("moved %-12s -> %s  pause %.2f ms  %d bytes\n", e.Key.ID, nodeName, float64(e.Pause.Microseconds())/1000, e.Bytes)
 				}
 			}))
@@ -106,6 +108,9 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 		defer system.Shutdown()
 		defer r.Stop(context.Background())
 		if _, err := chat.StartGateway(r, log); err != nil {
+			return err
+		}
+		if err := openRooms(ctx, r, nodeName, rooms); err != nil {
 			return err
 		}
 		fmt.Printf("node %s serving chat at %s\n", nodeName, system.Address())
@@ -133,5 +138,30 @@ func run(storeKind, consulAddr, prefix, listen, name string, count int, verbose 
 		fmt.Println()
 	}
 	fmt.Println("stopping")
+	return nil
+}
+
+// openRooms activates n idle rooms on r's node, 32 at a time: a room comes
+// to life with its first post.
+func openRooms(ctx context.Context, r *roam.Roam, node string, n int) error {
+	sem := make(chan struct{}, 32)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			room := fmt.Sprintf("%s-room-%d", node, i)
+			_, err := r.Spots().Send(room, &chatpb.Post{Room: room, Name: node, Text: "opened"}).InstanceSpot(chat.StableType).Do(ctx)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			return fmt.Errorf("opening rooms: %w", err)
+		}
+	}
+	if n > 0 {
+		fmt.Printf("opened %d rooms on %s\n", n, node)
+	}
 	return nil
 }
