@@ -57,7 +57,9 @@ func run(out string, runs int, quick bool, only string, drainUnits int) error {
 		{"embedded", func() (location.Store, error) { return memstore.New(), nil }},
 		{"Consul", func() (location.Store, error) {
 			prefixes++
-			return consulstore.New(consulstore.Config{Address: srv.Addr, Prefix: fmt.Sprintf("roam-bench/%d/%d", time.Now().UnixNano(), prefixes)})
+			cfg := consulstore.Config{Address: srv.Addr, Prefix: fmt.Sprintf("roam-bench/%d/%d", time.Now().UnixNano(), prefixes)}
+			s, err := consulstore.New(cfg)
+			return consulClients{s, cfg}, err
 		}},
 	}
 	moves, spots, window := 20, 1000, 3*time.Second
@@ -228,3 +230,12 @@ func human(n int) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// consulClients gives each node of a world its own Consul client of one
+// store (one prefix), as separate processes have.
+type consulClients struct {
+	*consulstore.Store
+	cfg consulstore.Config
+}
+
+func (c consulClients) another() (location.Store, error) { return consulstore.New(c.cfg) }

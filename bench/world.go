@@ -74,13 +74,29 @@ type world struct {
 	pauses []time.Duration
 }
 
+// clients is a store each node of a world reaches through a client of its
+// own, as separate processes would (a Consul client batches only its own
+// process's calls).
+type clients interface {
+	location.Store
+	another() (location.Store, error)
+}
+
 func startWorld(ctx context.Context, store location.Store, n int) (*world, error) {
 	w := &world{}
 	log := zerolog.Nop()
 	silent := slog.LevelError + 4
 	for i := 0; i < n; i++ {
+		nodeStore := store
+		if c, ok := store.(clients); ok && i > 0 {
+			var err error
+			if nodeStore, err = c.another(); err != nil {
+				w.stop(ctx)
+				return nil, err
+			}
+		}
 		e, err := extension.Start(ctx, extension.Config{
-			Node:  meshnode.Config{Store: store, Logger: &log, ProtoActorLogLevel: &silent},
+			Node:  meshnode.Config{Store: nodeStore, Logger: &log, ProtoActorLogLevel: &silent},
 			Kinds: []extension.Kind{blobKind},
 			// A benchmark's teardown stops every node: nowhere to drain to.
 			StopWithoutDrain: true,

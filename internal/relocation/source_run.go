@@ -186,6 +186,11 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 }
 
 func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
+	if err := ctx.Err(); err != nil {
+		// The caller gave up before the driver got here (or came with a
+		// deadline already past): nothing starts that it could not wait for.
+		return nil, fmt.Errorf("%w: relocation of %s not started: %w", roamerr.ErrDeadlineExceeded, key, err)
+	}
 	obj := d.objects[key]
 	if obj == nil {
 		if t := d.arriving(key); t != nil {
