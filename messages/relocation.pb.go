@@ -1260,6 +1260,54 @@ func (x *BoundaryAck) GetIdentity() *RelocationIdentity {
 	return nil
 }
 
+// OwnerCommitted is one-way, target to source: the target's owner CAS
+// applied and it opened dispatch. Only a hint: the source then reads the
+// record to confirm the commit at once, instead of watching it; the store
+// decides, not this message.
+type OwnerCommitted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OwnerCommitted) Reset() {
+	*x = OwnerCommitted{}
+	mi := &file_relocation_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OwnerCommitted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OwnerCommitted) ProtoMessage() {}
+
+func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OwnerCommitted.ProtoReflect.Descriptor instead.
+func (*OwnerCommitted) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *OwnerCommitted) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
 // Cutover is one-way: every relay record before it has been sent.
 type Cutover struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -1273,7 +1321,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1333,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1346,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{16}
+	return file_relocation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Cutover) GetIdentity() *RelocationIdentity {
@@ -1341,7 +1389,7 @@ type RelocationAbort struct {
 
 func (x *RelocationAbort) Reset() {
 	*x = RelocationAbort{}
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1401,7 @@ func (x *RelocationAbort) String() string {
 func (*RelocationAbort) ProtoMessage() {}
 
 func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1414,7 @@ func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationAbort.ProtoReflect.Descriptor instead.
 func (*RelocationAbort) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{17}
+	return file_relocation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RelocationAbort) GetIdentity() *RelocationIdentity {
@@ -1399,7 +1447,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1459,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1472,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{18}
+	return file_relocation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -1464,7 +1512,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1524,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1537,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{19}
+	return file_relocation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TimerTick) GetName() string {
@@ -1548,7 +1596,7 @@ type RelocateRequest struct {
 
 func (x *RelocateRequest) Reset() {
 	*x = RelocateRequest{}
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1608,7 @@ func (x *RelocateRequest) String() string {
 func (*RelocateRequest) ProtoMessage() {}
 
 func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1621,7 @@ func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
 func (*RelocateRequest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{20}
+	return file_relocation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RelocateRequest) GetKind() AuthorityKind {
@@ -1638,7 +1686,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1698,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1711,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{21}
+	return file_relocation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -1819,6 +1867,8 @@ const file_relocation_proto_rawDesc = "" +
 	"\benvelope\x18\x03 \x01(\v2\x17.roam.messages.EnvelopeR\benvelope\x12\x14\n" +
 	"\x05index\x18\x04 \x01(\rR\x05index\"L\n" +
 	"\vBoundaryAck\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\"O\n" +
+	"\x0eOwnerCommitted\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\"\xbc\x01\n" +
 	"\aCutover\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12!\n" +
@@ -1884,7 +1934,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -1904,19 +1954,20 @@ var file_relocation_proto_goTypes = []any{
 	(*Envelope)(nil),              // 15: roam.messages.Envelope
 	(*RelayedRecord)(nil),         // 16: roam.messages.RelayedRecord
 	(*BoundaryAck)(nil),           // 17: roam.messages.BoundaryAck
-	(*Cutover)(nil),               // 18: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 19: roam.messages.RelocationAbort
-	(*DeliveryFailed)(nil),        // 20: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 21: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 22: roam.messages.RelocateRequest
-	(*RelocateReply)(nil),         // 23: roam.messages.RelocateReply
-	nil,                           // 24: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 25: roam.messages.AuthorityKind
+	(*OwnerCommitted)(nil),        // 18: roam.messages.OwnerCommitted
+	(*Cutover)(nil),               // 19: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 20: roam.messages.RelocationAbort
+	(*DeliveryFailed)(nil),        // 21: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 22: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 23: roam.messages.RelocateRequest
+	(*RelocateReply)(nil),         // 24: roam.messages.RelocateReply
+	nil,                           // 25: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 26: roam.messages.AuthorityKind
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	25, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	25, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	26, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	26, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
@@ -1929,21 +1980,22 @@ var file_relocation_proto_depIdxs = []int32{
 	3,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 13: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	14, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	24, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	25, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	3,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	15, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	3,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 19: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 20: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 21: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	25, // 22: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 23: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 24: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	3,  // 19: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 20: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 21: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 22: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	26, // 23: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 24: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 25: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -1958,7 +2010,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,6 +28,7 @@ var controlTypes = []func() proto.Message{
 	func() proto.Message { return &messages.RelocationFailed{} },
 	func() proto.Message { return &messages.RelayedRecord{} },
 	func() proto.Message { return &messages.BoundaryAck{} },
+	func() proto.Message { return &messages.OwnerCommitted{} },
 	func() proto.Message { return &messages.Cutover{} },
 	func() proto.Message { return &messages.RelocationAbort{} },
 	func() proto.Message { return &messages.DeliveryFailed{} },

@@ -3,6 +3,7 @@ package relocation_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,4 +135,36 @@ func ledgerStats(t *testing.T, b *testNode, key location.AuthorityKey) ledger {
 	var l ledger
 	require.NoError(t, json.Unmarshal(res.(*wrapperspb.BytesValue).Value, &l))
 	return l
+}
+
+// The target's OwnerCommitted only spares the source a watch: when it is
+// lost, the source watches the record past the version the relay-ready
+// named, and the move confirms all the same.
+// Reference: docs/PROTOCOL.md §5.7 (relay-ready's version hint).
+func TestCommitConfirmedWithoutTheTargetsNotice(t *testing.T) {
+	store := newStore(t)
+	a := startNodeWith(t, store, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	var dropped atomic.Int32
+	relocation.DropInbound(a.driver, func(m any) bool {
+		_, ok := m.(*messages.OwnerCommitted)
+		if ok {
+			dropped.Add(1)
+		}
+		return ok
+	})
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		key := location.Key(location.KindActor, fmt.Sprintf("unnoticed-%d", i))
+		_, err := a.driver.Spawn(ctx, "counter", key.ID)
+		require.NoError(t, err)
+		out, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		require.NoError(t, err)
+		require.False(t, out.Committed.IsZero())
+		v, err := store.Read(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, b.node.Descriptor().GetNodeRid(), v.Record.GetOwner().GetNodeRid())
+		require.Equal(t, out.RelocationID, v.Record.GetRelocationId())
+	}
+	require.EqualValues(t, 3, dropped.Load(), "the target sent its notice")
 }

@@ -360,6 +360,8 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
 	case *messages.BoundaryAck:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.BoundaryAcked{})
+	case *messages.OwnerCommitted:
+		d.onOwnerCommitted(c, m)
 	case *messages.RelayedRecord:
 		d.onRelayed(c, m)
 	case *messages.Cutover:

@@ -58,8 +58,11 @@ type sourceRun struct {
 	// versionHint: the record version the target's relay-ready named
 	// (messages.RelayReady), for the first commit confirmation.
 	versionHint uint64
-	outcome     Outcome
-	deadline    time.Time
+	// committed is closed when the target says its commit applied
+	// (messages.OwnerCommitted), while the first confirmation waits.
+	committed chan struct{}
+	outcome   Outcome
+	deadline  time.Time
 }
 
 type sourceResult struct {
@@ -451,16 +454,16 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.held = nil
 
 	case handoff.ConfirmCommit:
-		after := e.After
-		if after == 0 {
-			// The first confirmation: the record as the target saw it
-			// before the cutover is where the commit starts from, so
-			// wait for a change past it rather than read first (a
-			// store round trip less per move). Once only: a later
-			// confirmation after an error reads.
-			after, r.versionHint = r.versionHint, 0
+		if e.After == 0 && r.versionHint != 0 {
+			// The first confirmation (once only: a later one after an
+			// error reads at once).
+			hint := r.versionHint
+			r.versionHint = 0
+			r.committed = make(chan struct{})
+			go d.firstConfirm(r, id, hint, r.committed, e.Until)
+			break
 		}
-		go d.confirmWatch(r, id, after, e.Until)
+		go d.confirmWatch(r, id, e.After, e.Until)
 
 	case handoff.FenceOut:
 		go d.fenceOut(r, id, r.lastRead, e.Version)
@@ -851,4 +854,44 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// noticePatience is how long the first commit confirmation waits for the
+// target's OwnerCommitted before it watches the record.
+func (d *Driver) noticePatience() time.Duration { return d.cfg.Handoff.CutoverWaitTimeout / 4 }
+
+// firstConfirm is a move's first commit confirmation after the cutover.
+// The target commits right after the cutover and says so
+// (OwnerCommitted): one read then confirms it, where watching the record
+// would cost a blocking query or repeated reads per move (a drain's rate
+// is the store's round trips). Without the notice within
+// noticePatience (lost, or a slow commit), it watches past hint, the
+// record version the target's relay-ready named: the change the commit
+// makes. Either way the store answers, and the machine judges the answer.
+func (d *Driver) firstConfirm(r *sourceRun, id handoff.Identity, hint uint64, committed <-chan struct{}, until time.Time) {
+	t := time.NewTimer(d.noticePatience())
+	defer t.Stop()
+	select {
+	case <-committed:
+		d.reconcileRead(r, id)
+	case <-t.C:
+		d.confirmWatch(r, id, hint, until)
+	case <-d.node.Stopped():
+		d.confirmWatch(r, id, hint, until) // ends with the node
+	}
+}
+
+// onOwnerCommitted takes a move's target's notice of its commit, from that
+// target only.
+func (d *Driver) onOwnerCommitted(c actor.Context, m *messages.OwnerCommitted) {
+	id := handoff.IdentityFromProto(m.GetIdentity())
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id || r.committed == nil {
+		return
+	}
+	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
+		return
+	}
+	close(r.committed)
+	r.committed = nil
 }

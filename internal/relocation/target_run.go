@@ -242,6 +242,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		}
 		d.objects[t.key] = t.obj
 		d.nowServing(t.obj)
+		d.send(t.sourcePID, &messages.OwnerCommitted{Identity: id.ToProto()})
 		return handoff.DispatchOpened{}
 
 	case handoff.DeliverLate:
