@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/testwait"
@@ -209,4 +211,119 @@ func nodeFailed(addr, node string) bool {
 		}
 	}
 	return false
+}
+
+// cutOff is a TCP relay to the real agent that can be cut off the way a
+// host behind a network partition is: new connections refused, open ones
+// kept but silent (no answer, no reset).
+type cutOff struct {
+	l   net.Listener
+	cut chan struct{}
+}
+
+func relay(t *testing.T) *cutOff {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := &cutOff{l: l, cut: make(chan struct{})}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", server.Addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						return
+					}
+					select {
+					case <-c.cut:
+						continue // swallowed: the far side never hears it
+					default:
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	return c
+}
+
+func (c *cutOff) partition() {
+	close(c.cut)
+	c.l.Close()
+}
+
+// After a call through an agent that no longer answers (its host cut off:
+// the kept connections lead nowhere, new ones are refused), the store
+// drops its kept connections to that agent: the next write dials, is
+// refused, so provably never sent, and goes to the next agent. Kept
+// connections alone would send it into the silence too (Indeterminate).
+func TestAPartitionedAgentsKeptConnectionsAreDropped(t *testing.T) {
+	prefix := fmt.Sprintf("roam-test/agents-%d", prefixes.Add(1))
+	r := relay(t)
+	s, err := consulstore.New(consulstore.Config{Addresses: []string{r.l.Addr().String(), server.Addr}, Prefix: prefix})
+	require.NoError(t, err)
+	ctx := context.Background()
+	// Several kept connections: watches, each its own request, ended by
+	// their keys' changes.
+	keys := make([]location.AuthorityKey, 4)
+	versions := make([]location.StoreVersion, len(keys))
+	var wg sync.WaitGroup
+	for i := range keys {
+		keys[i] = location.Key(location.KindActor, fmt.Sprintf("kept-%d", i))
+		versions[i], err = s.CompareAndSet(ctx, keys[i], 0, record(1, 0))
+		require.NoError(t, err)
+	}
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Watch(ctx, keys[i], versions[i])
+			assert.NoError(t, err)
+		}()
+	}
+	for i := range keys {
+		_, err = s.CompareAndSet(ctx, keys[i], versions[i], record(2, 0))
+		require.NoError(t, err)
+	}
+	wg.Wait()
+
+	r.partition()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = s.CompareAndSet(short, location.Key(location.KindActor, "into-the-silence"), 0, record(1, 0))
+	require.ErrorIs(t, err, location.ErrIndeterminate, "sent on a kept connection: no answer")
+
+	key := location.Key(location.KindActor, "after-the-cut")
+	bounded, cancel2 := context.WithTimeout(ctx, testwait.Patience(t))
+	defer cancel2()
+	_, err = s.CompareAndSet(bounded, key, 0, record(1, 0))
+	require.NoError(t, err, "the next write dials, is refused, and goes to the next agent")
+	direct := storeAt(t, server.Addr, prefix)
+	_, err = direct.Read(ctx, key)
+	require.NoError(t, err)
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"slices"
@@ -124,6 +125,9 @@ func (t TLSConfig) set() bool { return t != TLSConfig{} }
 // and used through any agent.
 type Store struct {
 	agents []*api.Client // in Config order
+	// transports are the agents' HTTP transports, whose kept connections
+	// are dropped after a failure without an answer (on).
+	transports []*http.Transport
 	// cur is the index of the agent calls go to first: the last one that
 	// answered.
 	cur    atomic.Int32
@@ -185,6 +189,7 @@ func New(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%w: consul client for %q: %w", location.ErrInvalid, addr, err)
 		}
 		s.agents = append(s.agents, client)
+		s.transports = append(s.transports, ac.Transport)
 	}
 	return s, nil
 }
@@ -371,6 +376,13 @@ func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, 
 		}
 		err = fn(actx, s.agents[k])
 		cancel()
+		if err != nil && !errors.As(err, new(api.StatusError)) {
+			// No answer: a kept connection may lead nowhere (the agent's
+			// host cut off). Dial afresh next time, where a failure to
+			// connect proves a write was never sent and can go to the
+			// next agent.
+			s.transports[k].CloseIdleConnections()
+		}
 		if err != nil && tlsFailed(err) {
 			tlsErr = err
 		}
