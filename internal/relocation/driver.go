@@ -355,7 +355,11 @@ func (d *Driver) Receive(c actor.Context) {
 	case *messages.RelocationStateCredit:
 		d.onCredit(c, m)
 	case *messages.RelayReady:
-		d.onSourceEvent(m.GetIdentity(), c, handoff.RelayReadyReceived{}, func(r *sourceRun) { r.versionHint = m.GetRecordVersionHint() })
+		d.onSourceEvent(m.GetIdentity(), c, handoff.RelayReadyReceived{}, func(r *sourceRun) {
+			if r.m.Phase() == handoff.SourcePaused { // not a duplicate's
+				r.versionHint = m.GetRecordVersionHint()
+			}
+		})
 	case *messages.RelocationFailed:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
 	case *messages.BoundaryAck:

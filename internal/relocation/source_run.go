@@ -137,23 +137,36 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	until := res.outcome.Requested.Add(d.cfg.RestoreTimeout)
 	patience := time.NewTimer(time.Until(until.Add(d.cfg.Handoff.CutoverWaitTimeout + d.cfg.RestoreTimeout)))
 	defer patience.Stop()
+	var shown commitShown
+	got := false
 	select {
+	case shown = <-res.decided:
+		got = true
 	case <-patience.C:
-		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: no read of the record decided it", roamerr.ErrUnavailable, res.outcome.RelocationID)
-	case shown := <-res.decided:
-		if shown.known {
-			o := res.outcome
-			if shown.err != nil {
-				return o, shown.err
-			}
-			o.Committed = shown.at
-			o.Pause = o.Committed.Sub(o.Sealed)
-			return o, nil
-		}
 	case <-ctx.Done():
+	}
+	if !got {
+		select { // a decisive read that came with the deadline still counts
+		case shown = <-res.decided:
+			got = true
+		default:
+		}
+	}
+	switch {
+	case got && shown.known:
+		o := res.outcome
+		if shown.err != nil {
+			return o, shown.err
+		}
+		o.Committed = shown.at
+		o.Pause = o.Committed.Sub(o.Sealed)
+		return o, nil
+	case got: // the run ended with no read that decided it
+		return d.awaitCommit(ctx, res.outcome, later(until, time.Now()))
+	case ctx.Err() != nil:
 		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrDeadlineExceeded, res.outcome.RelocationID, ctx.Err())
 	}
-	return d.awaitCommit(ctx, res.outcome, later(until, time.Now()))
+	return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: no read of the record decided it", roamerr.ErrUnavailable, res.outcome.RelocationID)
 }
 
 // activationSettling: the object cannot move before its cold activation's

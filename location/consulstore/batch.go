@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +36,17 @@ import (
 //   - a call whose caller has stopped waiting is never sent again.
 
 // maxInFlight is how many transactions of one kind (reads, writes) a
-// Store has on their way at once.
+// Store has on their way at once while they make progress.
 const maxInFlight = 1
+
+// A transaction with no answer for stallAfter (a connection that leads
+// nowhere, a hung agent) must not hold up every other call of the Store:
+// a call that waited that long without any transaction of its kind
+// starting or ending starts another one, up to maxStalled in all.
+const (
+	stallAfter = 500 * time.Millisecond
+	maxStalled = 8
+)
 
 // maxBatchBytes bounds the values one combined write transaction carries
 // (Consul refuses a transaction above txn_max_req_len, 512 KiB by
@@ -67,6 +77,9 @@ type txnAnswer struct {
 	resp   *api.TxnResponse
 	failed []int
 	err    error
+	// alone: the error may concern one call only, or says too little;
+	// each call of a combined transaction is sent again on its own.
+	alone bool
 }
 
 // batcher combines the concurrent calls of one kind.
@@ -82,6 +95,8 @@ type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	queue    []*txnCall
+	// progress: when a transaction of this kind last started or ended.
+	progress time.Time
 }
 
 // do runs ops in a transaction, alone or with other calls', and returns
@@ -98,25 +113,49 @@ func (b *batcher) do(ctx context.Context, ops api.TxnOps, keys []string, size in
 		go b.run()
 	}
 	b.mu.Unlock()
-	select {
-	case a := <-c.done:
-		return a
-	case <-ctx.Done():
-		b.mu.Lock()
-		c.left = true
-		taken := c.taken
-		b.mu.Unlock()
+	stall := time.NewTimer(stallAfter)
+	defer stall.Stop()
+	for {
 		select {
-		case a := <-c.done: // answered meanwhile
+		case a := <-c.done:
 			return a
-		default:
+		case <-stall.C:
+			b.unstall(c)
+			stall.Reset(stallAfter)
+		case <-ctx.Done():
+			return b.leave(ctx, c)
 		}
-		if !taken {
-			return txnAnswer{err: ctxUnavailable(ctx, b.what)}
-		}
-		// On its way: it may apply (classify: a write cut after sending).
-		return txnAnswer{err: classify(b.what, ctx.Err(), b.write)}
 	}
+}
+
+// unstall starts one more transaction for c's kind if c still waits and
+// none started or ended for stallAfter.
+func (b *batcher) unstall(c *txnCall) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !c.taken && b.inFlight < maxStalled && time.Since(b.progress) >= stallAfter {
+		b.inFlight++
+		b.progress = time.Now()
+		go b.run()
+	}
+}
+
+// leave is the answer of a call whose caller stopped waiting.
+func (b *batcher) leave(ctx context.Context, c *txnCall) txnAnswer {
+	b.mu.Lock()
+	c.left = true
+	taken := c.taken
+	b.mu.Unlock()
+	select {
+	case a := <-c.done: // answered meanwhile
+		return a
+	default:
+	}
+	if !taken {
+		return txnAnswer{err: ctxUnavailable(ctx, b.what)}
+	}
+	// On its way: it may apply (classify: a write cut after sending).
+	return txnAnswer{err: classify(b.what, ctx.Err(), b.write)}
 }
 
 // run sends transactions while calls wait, then gives its slot back.
@@ -129,8 +168,12 @@ func (b *batcher) run() {
 			b.mu.Unlock()
 			return
 		}
+		b.progress = time.Now()
 		b.mu.Unlock()
 		b.sendBatch(batch)
+		b.mu.Lock()
+		b.progress = time.Now()
+		b.mu.Unlock()
 	}
 }
 
@@ -192,10 +235,7 @@ func (b *batcher) sendBatch(batch []*txnCall) {
 	a := b.send(ctx, ops)
 	var again []*txnCall
 	switch {
-	case a.err != nil && (alonePerhaps(a.err) || !b.write):
-		// A read is safe to repeat, and alone it is a plain key read,
-		// whose failure Consul's client reports precisely (its
-		// transaction call folds every HTTP status into one message).
+	case a.err != nil && (a.alone || alonePerhaps(a.err)):
 		for _, c := range batch {
 			c.alone = true
 		}
@@ -301,7 +341,11 @@ func (s *Store) sendRead(ctx context.Context, ops api.TxnOps) txnAnswer {
 		return err
 	})
 	if err != nil {
-		return txnAnswer{err: classify("read", err, false)}
+		// Consul's client folds every HTTP status of a transaction into
+		// one message: alone, each read is a plain key read, whose
+		// failure it reports precisely. A failure without an answer
+		// (timeout, cut connection) is every read's.
+		return txnAnswer{err: classify("read", err, false), alone: answered(err)}
 	}
 	if !ok {
 		if denied := deniedOps(resp); denied != "" {
@@ -321,4 +365,11 @@ func (s *Store) sendRead(ctx context.Context, ops api.TxnOps) txnAnswer {
 func (s *Store) sendWrite(ctx context.Context, ops api.TxnOps) txnAnswer {
 	resp, failed, err := s.writeTxn(ctx, "apply", ops)
 	return txnAnswer{resp: resp, failed: failed, err: err}
+}
+
+// answered reports an error of Consul's client that carries an HTTP
+// answer it did not classify (its transaction call's).
+func answered(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Failed request") || strings.Contains(msg, "Unexpected response code")
 }

@@ -273,3 +273,21 @@ func TestManyWatchesEachSeeTheirChange(t *testing.T) {
 		require.ErrorIs(t, r.err, location.ErrUnavailable)
 	}
 }
+
+// A transaction that never answers (here: the only slot taken and never
+// given back, as a request on a connection that leads nowhere would) does
+// not hold up the Store's other calls: once nothing of their kind started
+// or ended for a while, a waiting call starts another transaction.
+func TestAStuckTransactionDoesNotHoldUpTheOthers(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "unstuck")
+	v, err := s.CompareAndSet(ctx, key, 0, batchRecord(1))
+	require.NoError(t, err)
+	consulstore.Jam(s)
+	got, err := s.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, v, got.Version)
+	_, err = s.CompareAndSet(ctx, key, v, batchRecord(2))
+	require.NoError(t, err)
+}

@@ -376,11 +376,12 @@ func (s *Store) on(ctx context.Context, kind callKind, fn func(context.Context, 
 		}
 		err = fn(actx, s.agents[k])
 		cancel()
-		if err != nil && !errors.As(err, new(api.StatusError)) {
-			// No answer: a kept connection may lead nowhere (the agent's
-			// host cut off). Dial afresh next time, where a failure to
-			// connect proves a write was never sent and can go to the
-			// next agent.
+		if err != nil && kind != blockingCall && !errors.As(err, new(api.StatusError)) && !answered(err) && !errors.Is(err, context.Canceled) {
+			// No answer in time: a kept connection may lead nowhere (the
+			// agent's host cut off). Dial afresh next time, where a
+			// failure to connect proves a write was never sent and can go
+			// to the next agent. (A watch waits on purpose; a caller that
+			// cancels says nothing about the connection.)
 			s.transports[k].CloseIdleConnections()
 		}
 		if err != nil && tlsFailed(err) {
@@ -785,6 +786,7 @@ const maxBlocking = 8
 // move's commit, which most watches wait for, comes within milliseconds.
 func (s *Store) pollWatch(ctx context.Context, key location.AuthorityKey, k string, after location.StoreVersion) (location.Versioned, error) {
 	pause := 2 * time.Millisecond
+	first := true
 	for {
 		pair, err := s.readBatched(ctx, k)
 		if err != nil {
@@ -795,6 +797,15 @@ func (s *Store) pollWatch(ctx context.Context, key location.AuthorityKey, k stri
 		}
 		if pair != nil && location.StoreVersion(pair.ModifyIndex) != after || pair == nil && after != 0 {
 			return s.versioned(key, pair)
+		}
+		if first {
+			// As the blocking Watch: a value that is no record is an
+			// error at once, not a wait. Later reads of the same version
+			// need no decoding.
+			if v, err := s.versioned(key, pair); err != nil {
+				return v, err
+			}
+			first = false
 		}
 		t := time.NewTimer(pause)
 		select {

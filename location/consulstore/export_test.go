@@ -1,5 +1,7 @@
 package consulstore
 
+import "time"
+
 // Sent is how many calls s sent and in how many transactions: reads, then
 // writes.
 func Sent(s *Store) (readCalls, readTxns, writeCalls, writeTxns int64) {
@@ -14,8 +16,16 @@ func Hold(s *Store, writes bool) (queued func() int, release func()) {
 	if writes {
 		b = &s.writes
 	}
-	b.mu.Lock()
+	for { // once the transactions of earlier calls have ended
+		b.mu.Lock()
+		if b.inFlight == 0 {
+			break
+		}
+		b.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
 	b.inFlight = maxInFlight
+	b.progress = time.Now().Add(time.Hour) // no call takes the queue as stalled
 	b.mu.Unlock()
 	queued = func() int {
 		b.mu.Lock()
@@ -23,9 +33,30 @@ func Hold(s *Store, writes bool) (queued func() int, release func()) {
 		return len(b.queue)
 	}
 	release = func() {
+		b.mu.Lock()
+		b.progress = time.Now()
+		b.mu.Unlock()
 		for i := 0; i < maxInFlight; i++ {
 			go b.run()
 		}
 	}
 	return queued, release
+}
+
+// Jam takes s's reads' and writes' slots as transactions that never end
+// would.
+func Jam(s *Store) {
+	for _, b := range []*batcher{&s.reads, &s.writes} {
+		for {
+			b.mu.Lock()
+			if b.inFlight == 0 {
+				break
+			}
+			b.mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+		b.inFlight = maxInFlight
+		b.progress = time.Now()
+		b.mu.Unlock()
+	}
 }
