@@ -403,3 +403,9 @@ func ValidateNodeUpdate(cur, next *NodeDescriptor) error {
 	}
 	return nil
 }
+
+// InProcess is implemented by a store whose calls stay in the process
+// (memstore): a watch costs nothing there, so callers need not save one.
+type InProcess interface {
+	InProcess() bool
+}

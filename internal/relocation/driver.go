@@ -192,6 +192,8 @@ type Driver struct {
 	// targetCache: descriptors of move targets, read a moment ago (any
 	// goroutine; moveTarget).
 	targetCache descriptorCache
+	// inProcess: the store's calls stay in the process (location.InProcess).
+	inProcess bool
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -213,6 +215,10 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		targets: map[handoff.Identity]*targetRun{},
 		timers:  map[timerKey]*time.Timer{},
 		tickets: newTickets(),
+		inProcess: func() bool {
+			s, ok := store.(location.InProcess)
+			return ok && s.InProcess()
+		}(),
 
 		redeliveries:       map[location.AuthorityKey][]*redeliver{},
 		deadLetters:        map[any]*deadLetterSend{},

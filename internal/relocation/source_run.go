@@ -135,6 +135,12 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 		return res.outcome, res.err
 	}
 	until := res.outcome.Requested.Add(d.cfg.RestoreTimeout)
+	if d.inProcess {
+		// A watch of an in-process store costs nothing and wakes at the
+		// commit itself, sooner than the move's own confirmation read
+		// reaches this goroutine.
+		return d.awaitCommit(ctx, res.outcome, until)
+	}
 	patience := time.NewTimer(time.Until(until.Add(d.cfg.Handoff.CutoverWaitTimeout + d.cfg.RestoreTimeout)))
 	defer patience.Stop()
 	var shown commitShown
@@ -882,6 +888,12 @@ func (d *Driver) noticePatience() time.Duration { return d.cfg.Handoff.CutoverWa
 // record version the target's relay-ready named: the change the commit
 // makes. Either way the store answers, and the machine judges the answer.
 func (d *Driver) firstConfirm(r *sourceRun, id handoff.Identity, hint uint64, committed <-chan struct{}, until time.Time) {
+	if d.inProcess {
+		// A watch costs nothing here and wakes at the commit itself,
+		// sooner than the notice's message hop.
+		d.confirmWatch(r, id, hint, until)
+		return
+	}
 	t := time.NewTimer(d.noticePatience())
 	defer t.Stop()
 	select {

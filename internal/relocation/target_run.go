@@ -242,7 +242,9 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		}
 		d.objects[t.key] = t.obj
 		d.nowServing(t.obj)
-		d.send(t.sourcePID, &messages.OwnerCommitted{Identity: id.ToProto()})
+		if !d.inProcess { // the source watches an in-process store for free
+			d.send(t.sourcePID, &messages.OwnerCommitted{Identity: id.ToProto()})
+		}
 		return handoff.DispatchOpened{}
 
 	case handoff.DeliverLate:

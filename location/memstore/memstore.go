@@ -507,3 +507,6 @@ func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
 	}
 	return l.expires, true
 }
+
+// InProcess implements location.InProcess: every call stays in the process.
+func (s *Store) InProcess() bool { return true }
