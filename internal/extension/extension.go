@@ -751,9 +751,43 @@ func (e *Extension) Stop(ctx context.Context) error {
 		}
 		if l.node.Draining() {
 			e.followQuiet(ctx, l)
+			e.flushPeers(ctx, l)
+			e.followQuiet(ctx, l)
 		}
 	}
 	return e.StopNow(ctx)
+}
+
+// flushPeers asks every other live node of the mesh a question (a load
+// query) and waits for the answers, each within the capability timeout.
+// An answer comes back on that node's connection to this one, behind
+// everything the node queued for this one before answering: once it is
+// here, no send of that node from before the question is still on its
+// way. Without it, a sender whose connection is slow (a loaded node) can
+// still hold sends to moved objects when this node's transport shuts
+// down, and Proto.Actor drops what is in flight on a connection that ends
+// without a dead letter, so those could not be redelivered. The sends it
+// brings in follow to the objects' new owners; the follow-quiet wait after
+// it lets them.
+func (e *Extension) flushPeers(ctx context.Context, l *life) {
+	self := l.node.Descriptor()
+	nodes, err := l.node.Store().ListNodes(ctx, self.GetMesh())
+	if err != nil {
+		return // the follow-quiet wait is all there is
+	}
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		d := n.Node
+		if d.GetNodeRid() == self.GetNodeRid() || d.GetAddress() == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = l.driver.Load(ctx, d.GetAddress(), "")
+		}()
+	}
+	wg.Wait()
 }
 
 // followQuietFor is how long Message Follow must have been idle before a
