@@ -638,16 +638,36 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 // dead-lettered send redelivered later could overtake the caller's next.
 // A caller's first followed message tells its node the new route, so the
 // traffic dies down within about a round trip of each caller's next send.
+// It also waits until no move out of this node still holds messages (the
+// hold from the cutover until the commit shows, or while reconciling): a
+// drain's Relocate returns once the commit is in the store, possibly just
+// before the source hands what it held to the target, and those messages
+// must not stop with the node.
 func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
 	for {
+		holding, err := call(ctx, d, func() (bool, error) {
+			for _, r := range d.sources {
+				if r.held != nil || r.parked != nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w: Message Follow still busy: %w", roamerr.ErrDeadlineExceeded, err)
+		}
 		idle := time.Since(time.Unix(0, d.lastFollow.Load()))
-		if idle >= quiet {
+		if idle >= quiet && !holding {
 			return nil
+		}
+		wait := quiet - idle
+		if holding {
+			wait = 5 * time.Millisecond
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: Message Follow still busy: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
-		case <-time.After(quiet - idle):
+		case <-time.After(max(wait, time.Millisecond)):
 		}
 	}
 }

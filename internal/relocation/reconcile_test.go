@@ -379,3 +379,34 @@ func TestAnOwnerSeenGoneIsEndedOnlyAfterALeaseTTL(t *testing.T) {
 		return err == nil && !alive
 	}, "the gone owner never counted as ended")
 }
+
+// A stopping node's wait for Message Follow to fall quiet also waits for
+// every move out of it that still holds messages (here: reconciling after
+// a silent target, sends parked): those must reach their owner before the
+// node stops. Once the move is decided it returns.
+// Reference: docs/OPERATIONS.md (Stop drains, then follows until quiet).
+func TestFollowQuietWaitsForHeldMessages(t *testing.T) {
+	store := newStore(t)
+	a := startNodeConfig(t, store, relocation.Config{RestoreTimeout: 2 * time.Second}, counterKind)
+	silent := startSilentTarget(t, store)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "fq1")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	root := a.node.System().Root
+	_, err = a.driver.Relocate(ctx, key, silent.node.Descriptor().GetNodeRid())
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	root.Send(pid, wrapperspb.Int64(1)) // parked while reconciling
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, a.driver.FollowQuiet(short, 10*time.Millisecond), roamerr.ErrDeadlineExceeded, "quiet while a move holds messages")
+
+	<-silent.prepared
+	silent.tell(a, &messages.RelocationFailed{Identity: silent.prepare.GetIdentity(), Reason: messages.FailureReason_FAILURE_REASON_RESTORE_FAILED})
+	waitServing(t, a, key, true, "the source never reopened")
+	wait, cancel2 := context.WithTimeout(ctx, testwait.Patience(t))
+	defer cancel2()
+	require.NoError(t, a.driver.FollowQuiet(wait, 10*time.Millisecond))
+	require.Equal(t, int64(1), get(t, root.ActorSystem(), pid))
+}
