@@ -68,18 +68,10 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 	if err := d.serving(); err != nil {
 		return false, err
 	}
-	if key.Kind != location.KindActor {
-		return false, fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
-	}
-	if err := key.Validate(); err != nil {
-		return false, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
-	}
-	v, err := d.store.Read(ctx, key)
+	v, found, err := d.readActor(ctx, key)
 	switch {
-	case errors.Is(err, location.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+	case err != nil || !found:
+		return false, err
 	case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
 		return false, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 	}
@@ -110,10 +102,8 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 		// The Spot's count moved (another member joined or left): read
 		// both again. The Actor's own record cannot have moved on: its
 		// incarnation is closed and only its owner writes it.
-		if v, err = d.store.Read(ctx, key); errors.Is(err, location.ErrNotFound) {
-			return false, nil
-		} else if err != nil {
-			return false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+		if v, found, err = d.readActor(ctx, key); err != nil || !found {
+			return false, err
 		}
 	}
 }
@@ -126,16 +116,13 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 	if err := d.serving(); err != nil {
 		return err
 	}
-	if key.Kind != location.KindActor {
-		return fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
-	}
 	for try := 0; ; try++ {
-		v, err := d.store.Read(ctx, key)
+		v, found, err := d.readActor(ctx, key)
 		switch {
-		case errors.Is(err, location.ErrNotFound):
-			return fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
 		case err != nil:
-			return roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+			return err
+		case !found:
+			return fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
 		case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
 			return fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 		case memberUserSpot(v.Record) == nil:
@@ -157,4 +144,23 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 			return roamerr.Keep(roamerr.ErrUnavailable, "leave "+key.String(), err)
 		}
 	}
+}
+
+// readActor reads the record of the Actor key: found false when there is
+// none; InvalidOperation when key names no Actor.
+func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (location.Versioned, bool, error) {
+	if key.Kind != location.KindActor {
+		return location.Versioned{}, false, fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
+	}
+	if err := key.Validate(); err != nil {
+		return location.Versioned{}, false, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	v, err := d.store.Read(ctx, key)
+	switch {
+	case errors.Is(err, location.ErrNotFound):
+		return v, false, nil
+	case err != nil:
+		return v, false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+	}
+	return v, true, nil
 }

@@ -22,18 +22,9 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if err := d.Usable(); err != nil {
 		return false, err
 	}
-	if key.Kind != location.KindActor {
-		return false, fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
-	}
-	if err := key.Validate(); err != nil {
-		return false, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
-	}
-	v, err := d.store.Read(ctx, key)
-	switch {
-	case errors.Is(err, location.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+	v, found, err := d.readActor(ctx, key)
+	if err != nil || !found {
+		return false, err
 	}
 	_, alive, err := d.OwnerNode(ctx, v.Record.GetOwner())
 	if err != nil {

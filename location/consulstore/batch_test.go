@@ -16,6 +16,20 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
+// createRecords creates n Instance Spot records named prefix-<i> and
+// returns their keys and versions.
+func createRecords(t *testing.T, s *consulstore.Store, prefix string, n int) ([]location.AuthorityKey, []location.StoreVersion) {
+	keys := make([]location.AuthorityKey, n)
+	versions := make([]location.StoreVersion, n)
+	for i := range keys {
+		keys[i] = location.Key(location.KindInstanceSpot, fmt.Sprintf("%s-%d", prefix, i))
+		v, err := s.CompareAndSet(context.Background(), keys[i], 0, batchRecord(1))
+		require.NoError(t, err)
+		versions[i] = v
+	}
+	return keys, versions
+}
+
 func batchRecord(gen uint64) *location.Record {
 	return &location.Record{StableType: "batch", ObjectGeneration: gen, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY}
 }
@@ -30,14 +44,7 @@ func TestBatchedWritesAnswerEachCall(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 	const n = 150
-	keys := make([]location.AuthorityKey, n)
-	versions := make([]location.StoreVersion, n)
-	for i := range keys {
-		keys[i] = location.Key(location.KindInstanceSpot, fmt.Sprintf("batch-%d", i))
-		v, err := s.CompareAndSet(ctx, keys[i], 0, batchRecord(1))
-		require.NoError(t, err)
-		versions[i] = v
-	}
+	keys, versions := createRecords(t, s, "batch", n)
 	_, _, calls0, txns0 := consulstore.Sent(s)
 
 	queued, release := consulstore.Hold(s, true)
@@ -233,14 +240,7 @@ func TestManyWatchesEachSeeTheirChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 40
-	keys := make([]location.AuthorityKey, n)
-	versions := make([]location.StoreVersion, n)
-	for i := range keys {
-		keys[i] = location.Key(location.KindInstanceSpot, fmt.Sprintf("watch-%d", i))
-		v, err := s.CompareAndSet(ctx, keys[i], 0, batchRecord(1))
-		require.NoError(t, err)
-		versions[i] = v
-	}
+	keys, versions := createRecords(t, s, "watch", n)
 	type seen struct {
 		i   int
 		v   location.Versioned

@@ -470,7 +470,8 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	return v, nil
 }
 
-// readMany reads keys in one consistent read-only transaction.
+// readMany reads keys consistently, in read-only transactions of at most
+// MaxApplyOps keys (sendRead).
 func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
 	out := make(map[string]*api.KVPair, len(keys))
 	for start := 0; start < len(keys); start += location.MaxApplyOps {
@@ -479,27 +480,11 @@ func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KV
 		for _, k := range keys[start:end] {
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: k}})
 		}
-		var ok bool
-		var resp *api.TxnResponse
-		err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-			ok, resp, _, err = c.Txn().Txn(ops, s.consistent(ctx))
-			return err
-		})
-		if err != nil {
-			return nil, classify("read", err, false)
+		a := s.sendRead(ctx, ops)
+		if a.err != nil {
+			return nil, a.err
 		}
-		if !ok {
-			if denied := deniedOps(resp); denied != "" {
-				return nil, fmt.Errorf("%w: read: consul refused the ACL token: %s", location.ErrPermissionDenied, denied)
-			}
-			return nil, fmt.Errorf("%w: read transaction failed: %v", location.ErrUnavailable, txnErrors(resp))
-		}
-		// Every get-or-empty answers, present or not; Consul leaves out
-		// silently those the token may not read.
-		if len(resp.Results) != len(ops) {
-			return nil, fmt.Errorf("%w: read: consul hid %d of %d keys: the ACL token may not read them", location.ErrPermissionDenied, len(ops)-len(resp.Results), len(ops))
-		}
-		for _, r := range resp.Results {
+		for _, r := range a.resp.Results {
 			if r.KV != nil && r.KV.ModifyIndex != 0 {
 				out[r.KV.Key] = r.KV
 			}
