@@ -68,6 +68,11 @@ type (
 	// Spots is the API of Spots by ID: Create, GetOrCreate, Find, Query,
 	// Close and calls by Spot ID.
 	Spots = spot.Manager
+	// SpotRef names one incarnation of a User Spot (Spots().Create).
+	SpotRef = spot.SpotRef
+	// JoinedSpot is the Join callback: the first message an Actor handles
+	// after it joined a User Spot (JoinSpot).
+	JoinedSpot = messages.JoinedSpot
 )
 
 // Policies.
@@ -604,6 +609,23 @@ func (r *Roam) LeaveSpot(ctx context.Context, ref Ref) error {
 		return err
 	}
 	return ext.LeaveSpot(ctx, ref)
+}
+
+// JoinSpot makes the Actor ref a member of the User Spot incarnation spot
+// names, from any node (cross-node Actor Join). An Actor on another node
+// than the Spot's moves there first, with its state, queue and timers, and
+// that node's commit changes its owner and both memberships in one store
+// transaction; on the Spot's node one transaction changes the memberships.
+// Either way the first message the Actor handles after the commit is a
+// *JoinedSpot, its Join callback. Already a member: nothing happens. Stale
+// when the Spot is not Ready at that generation (or changed before the
+// commit: the Actor then serves on where it landed, in its old Spot).
+func (r *Roam) JoinSpot(ctx context.Context, ref Ref, spot SpotRef) (Outcome, error) {
+	ext, err := r.started()
+	if err != nil {
+		return Outcome{}, err
+	}
+	return ext.JoinSpot(ctx, ref, spot)
 }
 
 // DeliveryError is the error a reply stands for when roam answered a

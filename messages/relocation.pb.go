@@ -98,6 +98,9 @@ const (
 	OwnerAction_OWNER_ACTION_DELETE_ACTOR OwnerAction = 1
 	// LEAVE_SPOT takes an Actor out of its User Spot.
 	OwnerAction_OWNER_ACTION_LEAVE_SPOT OwnerAction = 2
+	// JOIN_SPOT makes an Actor a member of a User Spot, moving it to the
+	// Spot's node first when it is elsewhere.
+	OwnerAction_OWNER_ACTION_JOIN_SPOT OwnerAction = 3
 )
 
 // Enum value maps for OwnerAction.
@@ -106,11 +109,13 @@ var (
 		0: "OWNER_ACTION_RELOCATE",
 		1: "OWNER_ACTION_DELETE_ACTOR",
 		2: "OWNER_ACTION_LEAVE_SPOT",
+		3: "OWNER_ACTION_JOIN_SPOT",
 	}
 	OwnerAction_value = map[string]int32{
 		"OWNER_ACTION_RELOCATE":     0,
 		"OWNER_ACTION_DELETE_ACTOR": 1,
 		"OWNER_ACTION_LEAVE_SPOT":   2,
+		"OWNER_ACTION_JOIN_SPOT":    3,
 	}
 )
 
@@ -665,7 +670,12 @@ type RelocationPrepare struct {
 	// dispatch open); across machines it carries the clocks' skew.
 	SealedAtUnixNanos int64 `protobuf:"varint,8,opt,name=sealed_at_unix_nanos,json=sealedAtUnixNanos,proto3" json:"sealed_at_unix_nanos,omitempty"`
 	// move_ticket is the one the target's CapabilityReply gave the source.
-	MoveTicket    []byte `protobuf:"bytes,9,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	MoveTicket []byte `protobuf:"bytes,9,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	// join, on an Actor's move, is the User Spot incarnation it joins
+	// (cross-node Actor Join, PROTOCOL.md §7.10): the target admits the move
+	// only while it serves that Spot Ready at that generation, and its
+	// commit changes the owner and both memberships in one transaction.
+	Join          *Membership `protobuf:"bytes,10,opt,name=join,proto3" json:"join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,6 +769,13 @@ func (x *RelocationPrepare) GetSealedAtUnixNanos() int64 {
 func (x *RelocationPrepare) GetMoveTicket() []byte {
 	if x != nil {
 		return x.MoveTicket
+	}
+	return nil
+}
+
+func (x *RelocationPrepare) GetJoin() *Membership {
+	if x != nil {
+		return x.Join
 	}
 	return nil
 }
@@ -1589,7 +1606,9 @@ type RelocateRequest struct {
 	// deadline_unix_millis bounds the move as the requester's context does.
 	DeadlineUnixMillis int64 `protobuf:"varint,5,opt,name=deadline_unix_millis,json=deadlineUnixMillis,proto3" json:"deadline_unix_millis,omitempty"`
 	// action is what the owner is asked to do (RELOCATE when unset).
-	Action        OwnerAction `protobuf:"varint,6,opt,name=action,proto3,enum=roam.messages.OwnerAction" json:"action,omitempty"`
+	Action OwnerAction `protobuf:"varint,6,opt,name=action,proto3,enum=roam.messages.OwnerAction" json:"action,omitempty"`
+	// join is the User Spot incarnation a JOIN_SPOT names.
+	Join          *Membership `protobuf:"bytes,7,opt,name=join,proto3" json:"join,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1666,6 +1685,69 @@ func (x *RelocateRequest) GetAction() OwnerAction {
 	return OwnerAction_OWNER_ACTION_RELOCATE
 }
 
+func (x *RelocateRequest) GetJoin() *Membership {
+	if x != nil {
+		return x.Join
+	}
+	return nil
+}
+
+// JoinedSpot is the Join lifecycle callback: the first message an Actor
+// handles after it joined a User Spot (JoinSpot), once the membership is
+// committed in the Location Store; on a cross-node Join it comes before
+// the messages that moved with the Actor (PROTOCOL.md §7.10).
+type JoinedSpot struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SpotId         string                 `protobuf:"bytes,1,opt,name=spot_id,json=spotId,proto3" json:"spot_id,omitempty"`
+	SpotGeneration uint64                 `protobuf:"varint,2,opt,name=spot_generation,json=spotGeneration,proto3" json:"spot_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *JoinedSpot) Reset() {
+	*x = JoinedSpot{}
+	mi := &file_relocation_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinedSpot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinedSpot) ProtoMessage() {}
+
+func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinedSpot.ProtoReflect.Descriptor instead.
+func (*JoinedSpot) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *JoinedSpot) GetSpotId() string {
+	if x != nil {
+		return x.SpotId
+	}
+	return ""
+}
+
+func (x *JoinedSpot) GetSpotGeneration() uint64 {
+	if x != nil {
+		return x.SpotGeneration
+	}
+	return 0
+}
+
 // RelocateReply is the owner's answer to a RelocateRequest: code and detail
 // of a failure (roam's error codes), or what the move observed.
 type RelocateReply struct {
@@ -1686,7 +1768,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1780,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1793,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{22}
+	return file_relocation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -1820,7 +1902,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xd6\x03\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\x85\x04\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -1832,7 +1914,9 @@ const file_relocation_proto_rawDesc = "" +
 	"\x14new_owner_generation\x18\a \x01(\x04R\x12newOwnerGeneration\x12/\n" +
 	"\x14sealed_at_unix_nanos\x18\b \x01(\x03R\x11sealedAtUnixNanos\x12\x1f\n" +
 	"\vmove_ticket\x18\t \x01(\fR\n" +
-	"moveTicket\"\x92\x01\n" +
+	"moveTicket\x12-\n" +
+	"\x04join\x18\n" +
+	" \x01(\v2\x19.roam.messages.MembershipR\x04join\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -1887,7 +1971,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0edelivery_index\x18\x02 \x01(\x04R\rdeliveryIndex\x12%\n" +
 	"\x0eschedule_index\x18\x03 \x01(\x04R\rscheduleIndex\x122\n" +
 	"\x15scheduled_unix_millis\x18\x04 \x01(\x03R\x13scheduledUnixMillis\x12\x18\n" +
-	"\askipped\x18\x05 \x01(\rR\askipped\"\x8e\x02\n" +
+	"\askipped\x18\x05 \x01(\rR\askipped\"\xbd\x02\n" +
 	"\x0fRelocateRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -1895,7 +1979,12 @@ const file_relocation_proto_rawDesc = "" +
 	"target_rid\x18\x03 \x01(\tR\ttargetRid\x124\n" +
 	"\trequester\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\trequester\x120\n" +
 	"\x14deadline_unix_millis\x18\x05 \x01(\x03R\x12deadlineUnixMillis\x122\n" +
-	"\x06action\x18\x06 \x01(\x0e2\x1a.roam.messages.OwnerActionR\x06action\"\xf5\x01\n" +
+	"\x06action\x18\x06 \x01(\x0e2\x1a.roam.messages.OwnerActionR\x06action\x12-\n" +
+	"\x04join\x18\a \x01(\v2\x19.roam.messages.MembershipR\x04join\"N\n" +
+	"\n" +
+	"JoinedSpot\x12\x17\n" +
+	"\aspot_id\x18\x01 \x01(\tR\x06spotId\x12'\n" +
+	"\x0fspot_generation\x18\x02 \x01(\x04R\x0espotGeneration\"\xf5\x01\n" +
 	"\rRelocateReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12#\n" +
@@ -1915,11 +2004,12 @@ const file_relocation_proto_rawDesc = "" +
 	"\x1dFAILURE_REASON_RESTORE_FAILED\x10\x04\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSUPPORTED\x10\x05\x12\x1b\n" +
 	"\x17FAILURE_REASON_DEADLINE\x10\x06\x12\x18\n" +
-	"\x14FAILURE_REASON_STALE\x10\a*d\n" +
+	"\x14FAILURE_REASON_STALE\x10\a*\x80\x01\n" +
 	"\vOwnerAction\x12\x19\n" +
 	"\x15OWNER_ACTION_RELOCATE\x10\x00\x12\x1d\n" +
 	"\x19OWNER_ACTION_DELETE_ACTOR\x10\x01\x12\x1b\n" +
-	"\x17OWNER_ACTION_LEAVE_SPOT\x10\x02B%Z#github.com/roamactors/roam/messagesb\x06proto3"
+	"\x17OWNER_ACTION_LEAVE_SPOT\x10\x02\x12\x1a\n" +
+	"\x16OWNER_ACTION_JOIN_SPOT\x10\x03B%Z#github.com/roamactors/roam/messagesb\x06proto3"
 
 var (
 	file_relocation_proto_rawDescOnce sync.Once
@@ -1934,7 +2024,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -1960,42 +2050,46 @@ var file_relocation_proto_goTypes = []any{
 	(*DeliveryFailed)(nil),        // 21: roam.messages.DeliveryFailed
 	(*TimerTick)(nil),             // 22: roam.messages.TimerTick
 	(*RelocateRequest)(nil),       // 23: roam.messages.RelocateRequest
-	(*RelocateReply)(nil),         // 24: roam.messages.RelocateReply
-	nil,                           // 25: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 26: roam.messages.AuthorityKind
+	(*JoinedSpot)(nil),            // 24: roam.messages.JoinedSpot
+	(*RelocateReply)(nil),         // 25: roam.messages.RelocateReply
+	nil,                           // 26: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 27: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 28: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	26, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	26, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	27, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	27, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	3,  // 9: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 10: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 11: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 12: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 13: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	14, // 14: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	25, // 15: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 16: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	15, // 17: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 18: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 19: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 20: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 21: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 22: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	26, // 23: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 24: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 25: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	28, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	3,  // 10: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 11: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 12: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 13: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 14: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	14, // 15: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	26, // 16: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 17: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	15, // 18: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 19: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 20: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 21: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 22: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 23: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	27, // 24: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 25: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 26: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	28, // 27: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -2010,7 +2104,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -519,6 +519,23 @@ func (e *Extension) LeaveSpot(ctx context.Context, ref Ref) error {
 		func(l *life, address string) error { return l.driver.LeaveSpotAt(ctx, address, ref) })
 }
 
+// JoinSpot makes the Actor ref a member of the User Spot incarnation to,
+// from any node (its owner is asked): moved to the Spot's node first when
+// it is elsewhere, with its owner and both memberships changed in one
+// commit; its first message after that commit is messages.JoinedSpot.
+func (e *Extension) JoinSpot(ctx context.Context, ref Ref, to spot.SpotRef) (relocation.Outcome, error) {
+	join := &messages.Membership{SpotId: to.SpotID, SpotGeneration: to.ObjectGeneration}
+	var out relocation.Outcome
+	err := e.atOwner(ctx, ref, func(l *life) (err error) {
+		out, err = l.driver.JoinSpot(ctx, ref, join)
+		return err
+	}, func(l *life, address string) (err error) {
+		out, err = l.driver.JoinSpotAt(ctx, address, ref, join)
+		return err
+	})
+	return out, err
+}
+
 // atOwner runs an Actor operation on its owner: here, or asked of the
 // owner's node. An owner that changed meanwhile (a move) answers
 // NotFound, and the store is read again.

@@ -151,7 +151,10 @@ type Driver struct {
 	objects map[location.AuthorityKey]*object
 	sources map[uint64]*sourceRun
 	targets map[handoff.Identity]*targetRun
-	timers  map[timerKey]*time.Timer
+	// arrivals: the unfinished move into this node of each object, at most
+	// one (newest prepare wins, onPrepare).
+	arrivals map[location.AuthorityKey]*targetRun
+	timers   map[timerKey]*time.Timer
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
 	tickets *tickets
@@ -203,18 +206,19 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{
-		cfg:     cfg,
-		node:    node,
-		store:   location.Leased(store, node),
-		log:     cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
-		sys:     node.System(),
-		desc:    node.Descriptor(),
-		kinds:   map[string]*Kind{},
-		objects: map[location.AuthorityKey]*object{},
-		sources: map[uint64]*sourceRun{},
-		targets: map[handoff.Identity]*targetRun{},
-		timers:  map[timerKey]*time.Timer{},
-		tickets: newTickets(),
+		cfg:      cfg,
+		node:     node,
+		store:    location.Leased(store, node),
+		log:      cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
+		sys:      node.System(),
+		desc:     node.Descriptor(),
+		kinds:    map[string]*Kind{},
+		objects:  map[location.AuthorityKey]*object{},
+		sources:  map[uint64]*sourceRun{},
+		targets:  map[handoff.Identity]*targetRun{},
+		arrivals: map[location.AuthorityKey]*targetRun{},
+		timers:   map[timerKey]*time.Timer{},
+		tickets:  newTickets(),
 		inProcess: func() bool {
 			s, ok := store.(location.InProcess)
 			return ok && s.InProcess()

@@ -28,10 +28,15 @@ func (d *Driver) RelocateAt(ctx context.Context, ownerAddress string, key locati
 	if err != nil {
 		return Outcome{}, err
 	}
+	return outcomeOf(key, r), nil
+}
+
+// outcomeOf is the Outcome an owner's RelocateReply reports.
+func outcomeOf(key location.AuthorityKey, r *messages.RelocateReply) Outcome {
 	return Outcome{
 		RelocationID: r.GetRelocationId(), Key: key, From: r.GetFromRid(), To: r.GetToRid(),
 		Bytes: r.GetBytes(), Chunks: r.GetChunks(), Pause: time.Duration(r.GetPauseNanos()),
-	}, nil
+	}
 }
 
 // DeleteActorAt asks the owner at ownerAddress to delete the Actor key
@@ -46,6 +51,16 @@ func (d *Driver) DeleteActorAt(ctx context.Context, ownerAddress string, key loc
 func (d *Driver) LeaveSpotAt(ctx context.Context, ownerAddress string, key location.AuthorityKey) error {
 	_, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{Action: messages.OwnerAction_OWNER_ACTION_LEAVE_SPOT})
 	return err
+}
+
+// JoinSpotAt asks the owner at ownerAddress to make the Actor key a member
+// of the User Spot incarnation join (JoinSpot there).
+func (d *Driver) JoinSpotAt(ctx context.Context, ownerAddress string, key location.AuthorityKey, join *messages.Membership) (Outcome, error) {
+	r, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{Action: messages.OwnerAction_OWNER_ACTION_JOIN_SPOT, Join: join})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return outcomeOf(key, r), nil
 }
 
 // askOwner sends req about key to the owner's relocation actor and waits
@@ -112,7 +127,7 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "an Entry Spot does not move"})
 		return
 	case m.GetAction() != messages.OwnerAction_OWNER_ACTION_RELOCATE && k != location.KindActor:
-		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors are deleted or leave a Spot this way"})
+		d.sys.Root.Send(to, &messages.RelocateReply{Code: roamerr.CodeInvalidOperation, Detail: "only Actors are deleted, join or leave a Spot this way"})
 		return
 	}
 	go func() {
@@ -141,7 +156,11 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 			err = d.LeaveSpot(ctx, key)
 		default:
 			var out Outcome
-			out, err = d.Relocate(ctx, key, m.GetTargetRid())
+			if m.GetAction() == messages.OwnerAction_OWNER_ACTION_JOIN_SPOT {
+				out, err = d.JoinSpot(ctx, key, m.GetJoin())
+			} else {
+				out, err = d.Relocate(ctx, key, m.GetTargetRid())
+			}
 			reply.RelocationId, reply.FromRid, reply.ToRid = out.RelocationID, out.From, out.To
 			reply.Bytes, reply.Chunks, reply.PauseNanos = out.Bytes, out.Chunks, int64(out.Pause)
 		}

@@ -77,11 +77,16 @@ func askCapability(t *testing.T, sys *actor.ActorSystem, to string, src *message
 // forgedMove is a complete, well-formed move of key from owner's fence:
 // everything a peer that read the store (or guessed) could build.
 func forgedMove(t *testing.T, key location.AuthorityKey, owner *location.NodeDescriptor, rec *location.Record, sourceAddress string, state []byte) (*messages.RelocationPrepare, []*messages.RelocationState, *messages.Cutover) {
+	return forgedMoveID(t, 7777, key, owner, rec, sourceAddress, state)
+}
+
+// forgedMoveID is forgedMove with the RelocationId rid.
+func forgedMoveID(t *testing.T, rid uint64, key location.AuthorityKey, owner *location.NodeDescriptor, rec *location.Record, sourceAddress string, state []byte) (*messages.RelocationPrepare, []*messages.RelocationState, *messages.Cutover) {
 	t.Helper()
-	id := &messages.RelocationIdentity{RelocationId: 7777, TargetAttemptGeneration: 1,
+	id := &messages.RelocationIdentity{RelocationId: rid, TargetAttemptGeneration: 1,
 		CoordinatorFence: &messages.CoordinatorFence{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}}
 	stream, err := envelope.Encode(&envelope.Envelope{
-		Relocation:        envelope.Relocation{RelocationID: 7777, TargetAttemptGeneration: 1, CoordinatorFence: envelope.Fence{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}},
+		Relocation:        envelope.Relocation{RelocationID: rid, TargetAttemptGeneration: 1, CoordinatorFence: envelope.Fence{NodeRid: owner.GetNodeRid(), NodeGeneration: owner.GetNodeGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}},
 		Object:            envelope.Object{Kind: uint8(key.Kind), ID: key.ID, ObjectGeneration: rec.GetObjectGeneration(), StableType: "counter"},
 		ApplicationStates: []envelope.ApplicationState{{ParticipantID: 1, State: state}},
 	})
@@ -226,4 +231,66 @@ func TestMemberCannotMoveAnObjectItDoesNotOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, c.rid(1), out.To)
 	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+}
+
+// Newest prepare wins: two Restore requests of one object never share its
+// temporary queue on the target. A newer one (another RelocationId) ends
+// an older one still restoring with an explicit failure, which its source
+// restores itself on; once the older is past relay-ready — irreversible —
+// the newer is refused instead, and the older commits.
+// Reference: docs/PROTOCOL.md §5.7, §12.1 (two prewarm prepares never coexist).
+func TestNewestPrepareWins(t *testing.T) {
+	c := startNodes(t, 1)
+	ctx := context.Background()
+	b := c.nodes[0]
+	owner := newPeer(t, c.store) // the object's owner, speaking by hand
+	od := owner.node.Descriptor()
+	key := location.Key(location.KindActor, "newest")
+	rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, StableType: "counter",
+		State:      messages.LifecycleState_LIFECYCLE_STATE_READY,
+		Owner:      &messages.Owner{Mesh: od.GetMesh(), NodeRid: od.GetNodeRid(), NodeGeneration: od.GetNodeGeneration(), LeaseId: od.GetLeaseId()},
+		Membership: &messages.Membership{SpotId: od.GetEntrySpotId(), SpotGeneration: 1}}
+	_, err := c.store.Apply(ctx, []location.Op{location.CreateOp(key, rec)})
+	require.NoError(t, err)
+	src := &messages.NodeRef{NodeRid: od.GetNodeRid(), NodeGeneration: od.GetNodeGeneration(), Address: owner.node.Address()}
+	state := make([]byte, 24)
+	state[7] = 5 // count 5
+	attempt := func(rid, ownerGeneration uint64) (*messages.RelocationPrepare, []*messages.RelocationState, *messages.Cutover) {
+		reply := askCapability(t, owner.node.System(), b.node.Address(), src)
+		require.True(t, reply.GetSupported(), reply.GetReason())
+		p, chunks, cut := forgedMoveID(t, rid, key, od, rec, owner.node.Address(), state)
+		p.MoveTicket, p.NewOwnerGeneration = reply.GetMoveTicket(), ownerGeneration
+		return p, chunks, cut
+	}
+	to := b.node.Address()
+
+	first, _, _ := attempt(7001, 2) // its chunks never come: it stays restoring
+	// ... until long after this test: only the newer prepare can end it.
+	first.RestoreDeadlineUnixMillis = time.Now().Add(time.Hour).UnixMilli()
+	owner.send(to, owner.self, first)
+	testwait.For(t, func() bool { return relocation.Arriving(b.driver, key) }, "the first prepare is not in progress")
+
+	second, chunks, cutover := attempt(7002, 3)
+	owner.send(to, owner.self, second)
+	failed := next[*messages.RelocationFailed](t, owner)
+	require.Equal(t, uint64(7001), failed.GetIdentity().GetRelocationId(), "the older prepare ends")
+	for _, ch := range chunks {
+		owner.send(to, owner.self, ch)
+	}
+	ready := next[*messages.RelayReady](t, owner)
+	require.Equal(t, uint64(7002), ready.GetIdentity().GetRelocationId())
+
+	third, _, _ := attempt(7003, 4)
+	owner.send(to, owner.self, third)
+	refused := next[*messages.RelocationFailed](t, owner)
+	require.Equal(t, uint64(7003), refused.GetIdentity().GetRelocationId(), "past relay-ready the older one stays")
+
+	owner.send(to, owner.self, cutover)
+	testwait.For(t, func() bool {
+		v, err := c.store.Read(ctx, key)
+		return err == nil && v.Record.GetRelocationId() == 7002 && v.Record.GetOwner().GetNodeRid() == c.rid(0)
+	}, "the second move did not commit")
+	pid, err := b.driver.Resolve(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), get(t, b.node.System(), pid), "the winning move's state")
 }

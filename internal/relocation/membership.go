@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -163,4 +164,157 @@ func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (loca
 		return v, false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
 	}
 	return v, true, nil
+}
+
+// sameMembership reports whether a and b name the same Spot incarnation.
+func sameMembership(a, b *messages.Membership) bool {
+	return a.GetSpotId() == b.GetSpotId() && a.GetSpotGeneration() == b.GetSpotGeneration()
+}
+
+// admitJoin is the target User Spot's admission of a cross-node Join
+// (PROTOCOL.md §7.10), on the driver's goroutine before anything of the
+// move is installed: only an Actor joins, and only a User Spot
+// incarnation this node serves, at the generation named, not moving.
+func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership) error {
+	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())
+	if key.Kind != location.KindActor || spotKey.Validate() != nil || meshnode.IsEntrySpotID(join.GetSpotId()) {
+		return fmt.Errorf("%w: only an Actor joins, and only a User Spot", roamerr.ErrInvalidOperation)
+	}
+	obj := d.objects[spotKey]
+	switch {
+	case obj == nil || obj.state != serving || obj.generation != join.GetSpotGeneration():
+		return fmt.Errorf("%w: User Spot %q is not served on this node at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
+	case obj.out != nil:
+		return fmt.Errorf("%w: User Spot %q is moving", roamerr.ErrUnavailable, join.GetSpotId())
+	}
+	return nil
+}
+
+// joinOps are what the target's commit of a cross-node Join adds to the
+// Actor's owner change (PROTOCOL.md §7.10): the joined Spot's count, one
+// more, at the version read — only while this node owns that incarnation
+// Ready — and one less on a User Spot the Actor leaves. admitted false:
+// the Spot no longer takes it (closed, moved, or a new generation since
+// the prepare); the move, past relay-ready, then commits without the Join.
+func (d *Driver) joinOps(ctx context.Context, rec *location.Record, join *messages.Membership) (ops []location.Op, admitted bool, err error) {
+	if sameMembership(memberUserSpot(rec), join) {
+		return nil, true, nil
+	}
+	key := location.Key(location.KindUserSpot, join.GetSpotId())
+	v, err := d.store.Read(ctx, key)
+	if errors.Is(err, location.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	r := v.Record
+	if r.GetObjectGeneration() != join.GetSpotGeneration() || r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY ||
+		r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
+		return nil, false, nil
+	}
+	leave, err := d.leaveOps(ctx, rec)
+	if err != nil {
+		return nil, false, err
+	}
+	next := proto.Clone(r).(*location.Record)
+	next.MemberCount++
+	return append(leave, location.UpdateOp(key, v.Version, next)), true, nil
+}
+
+// JoinSpot makes the Actor key, owned by this node, a member of the User
+// Spot incarnation join (PROTOCOL.md §7.10). When this node serves that
+// Spot, one transaction changes both memberships. Otherwise the Actor moves
+// to the Spot's owner with the ordinary hand-off, admitted there by the
+// Spot, and the target's commit changes its owner and both memberships
+// together. Either way the Actor's first message after the commit is its
+// Join callback, messages.JoinedSpot. Already a member: nothing happens.
+// Stale when the Spot is not Ready at that generation, or changed before a
+// cross-node commit (the Actor then stays where it landed, in the Spot it
+// was in); NotFound when this node does not own the Actor.
+func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *messages.Membership) (Outcome, error) {
+	if err := d.serving(); err != nil {
+		return Outcome{}, err
+	}
+	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())
+	if err := spotKey.Validate(); err != nil || meshnode.IsEntrySpotID(join.GetSpotId()) {
+		return Outcome{}, fmt.Errorf("%w: %q names no User Spot", roamerr.ErrInvalidOperation, join.GetSpotId())
+	}
+	self := d.desc.GetNodeRid()
+	for try := 0; ; try++ {
+		v, found, err := d.readActor(ctx, key)
+		switch {
+		case err != nil:
+			return Outcome{}, err
+		case !found:
+			return Outcome{}, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
+		case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
+			return Outcome{}, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+		}
+		out := Outcome{Key: key, From: self, To: self}
+		if sameMembership(memberUserSpot(v.Record), join) {
+			return out, nil
+		}
+		sv, err := d.store.Read(ctx, spotKey)
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			return out, fmt.Errorf("%w: User Spot %q is gone", roamerr.ErrStale, join.GetSpotId())
+		case err != nil:
+			return out, roamerr.Keep(roamerr.ErrUnavailable, "read "+spotKey.String(), err)
+		case sv.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || sv.Record.GetObjectGeneration() != join.GetSpotGeneration():
+			return out, fmt.Errorf("%w: User Spot %q is not Ready at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
+		}
+		if owner := sv.Record.GetOwner().GetNodeRid(); owner != self {
+			return d.joinAcross(ctx, key, owner, join)
+		}
+		pid, err := call(ctx, d, func() (*actor.PID, error) {
+			obj := d.objects[key]
+			switch {
+			case obj == nil || obj.state != serving || obj.out != nil:
+				return nil, fmt.Errorf("%w: %s is moving or not active here", roamerr.ErrUnavailable, key)
+			}
+			return obj.pid, d.admitJoin(key, join)
+		})
+		if err != nil {
+			return out, err
+		}
+		leave, err := d.leaveOps(ctx, v.Record)
+		if err != nil {
+			return out, err
+		}
+		next := proto.Clone(v.Record).(*location.Record)
+		next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
+		spot := proto.Clone(sv.Record).(*location.Record)
+		spot.MemberCount++
+		_, err = d.store.Apply(ctx, append(leave, location.UpdateOp(key, v.Version, next), location.UpdateOp(spotKey, sv.Version, spot)))
+		if err == nil {
+			// After the commit, on the Actor's own queue: were it sealed
+			// for a move meanwhile, the callback moves with it.
+			d.sys.Root.Send(pid, &messages.JoinedSpot{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()})
+			d.log.Info().Str("event", "actor_joined").Str("object_id", key.ID).Str("spot_id", join.GetSpotId()).Msg("Actor joined a User Spot")
+			return out, nil
+		}
+		if !errors.Is(err, location.ErrConflict) || try == maxMembershipTries {
+			return out, roamerr.Keep(roamerr.ErrUnavailable, "join "+key.String(), err)
+		}
+		// A count changed (another join or leave), the Spot moved, or the
+		// Actor did: read again.
+	}
+}
+
+// joinAcross is JoinSpot when the Spot's owner is another node: a move
+// there that carries the Join, which that node admits and commits.
+func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owner string, join *messages.Membership) (Outcome, error) {
+	out, err := d.relocate(ctx, key, owner, join)
+	if err != nil {
+		return out, err
+	}
+	after, found, err := d.readActor(ctx, key)
+	switch {
+	case err != nil:
+		return out, err
+	case !found || !sameMembership(after.Record.GetMembership(), join):
+		return out, fmt.Errorf("%w: %s moved to node %s, but User Spot %q changed before the commit; it did not join", roamerr.ErrStale, key, out.To, join.GetSpotId())
+	}
+	return out, nil
 }

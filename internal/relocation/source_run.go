@@ -40,6 +40,7 @@ type sourceRun struct {
 	targetPID *actor.PID                // the target's relocation actor
 	next      *actor.PID                // the incarnation on the target
 	newOwner  uint64                    // AuthorityOwnerGeneration the target will write
+	join      *messages.Membership      // the User Spot a Join moves the Actor into, or nil
 	ticket    []byte                    // the move ticket of the target's capability answer
 	saved     []any                     // the saved-work prefix, for Unseal
 	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
@@ -101,6 +102,12 @@ func showsCommit(o Outcome, self string, v location.Versioned) (bool, error) {
 // commit is visible in the Location Store, or the move failed (NotFound
 // at once if no node of this mesh is targetRid).
 func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
+	return d.relocate(ctx, key, targetRid, nil)
+}
+
+// relocate is Relocate; join, when set, names the User Spot incarnation
+// the Actor joins at the target's commit (JoinSpot).
+func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, targetRid string, join *messages.Membership) (Outcome, error) {
 	if err := d.serving(); err != nil {
 		return Outcome{}, err
 	}
@@ -110,7 +117,7 @@ func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, target
 	}
 	var waiter chan sourceResult
 	for {
-		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr) })
+		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, join) })
 		var settling *activationSettling
 		if !errors.As(err, &settling) {
 			break
@@ -207,7 +214,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	}
 }
 
-func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string) (chan sourceResult, error) {
+func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership) (chan sourceResult, error) {
 	if err := ctx.Err(); err != nil {
 		// The caller gave up before the driver got here (or came with a
 		// deadline already past): nothing starts that it could not wait for.
@@ -224,7 +231,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 					w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
 					return // the caller gave up: start nothing for it
 				}
-				inner, err := d.startSource(ctx, key, targetRid, addr)
+				inner, err := d.startSource(ctx, key, targetRid, addr, join)
 				if err != nil {
 					w <- sourceResult{err: err}
 					return
@@ -274,6 +281,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
 		targetPID: PID(addr),
 		newOwner:  newOwner,
+		join:      join,
 		waiter:    make(chan sourceResult, 1),
 		decided:   make(chan commitShown, 1),
 		deadline:  now.Add(d.cfg.RestoreTimeout),
@@ -412,6 +420,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			NewOwnerGeneration:        r.newOwner,
 			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
 			MoveTicket:                r.ticket,
+			Join:                      r.join,
 		})
 
 	case handoff.SendChunks:

@@ -37,14 +37,16 @@ type targetRun struct {
 	// verified is the record VerifySource read, for the first owner CAS
 	// (taken once; later attempts read again).
 	verified atomic.Pointer[location.Versioned]
+	// joined: the commit made the Actor a member of prepare.join (a
+	// cross-node Join, PROTOCOL.md §7.10); its Join callback comes first
+	// at the open.
+	joined atomic.Bool
 }
 
-// arriving finds an unfinished move of key into this node.
+// arriving finds the unfinished move of key into this node.
 func (d *Driver) arriving(key location.AuthorityKey) *targetRun {
-	for _, t := range d.targets {
-		if t.key == key && !t.m.Finished() {
-			return t
-		}
+	if t := d.arrivals[key]; t != nil && !t.m.Finished() {
+		return t
 	}
 	return nil
 }
@@ -93,6 +95,23 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
 		return
 	}
+	if p.GetJoin() != nil {
+		if err := d.admitJoin(key, p.GetJoin()); err != nil {
+			fail(messages.FailureReason_FAILURE_REASON_STALE, err.Error())
+			return
+		}
+	}
+	if old := d.arriving(key); old != nil {
+		// Newest prepare wins (PROTOCOL.md §5.7): two prepares never share
+		// the object's temporary queue. One still restoring is removed with
+		// an explicit failure (its source serves again); one past
+		// relay-ready is irreversible, so the newer is refused.
+		if old.m.Phase() != handoff.TargetRestoring {
+			fail(messages.FailureReason_FAILURE_REASON_STALE, "an earlier move of this object into this node is past relay-ready")
+			return
+		}
+		d.stepTarget(old, handoff.Superseded{})
+	}
 	t := &targetRun{
 		prepare:   p,
 		key:       key,
@@ -103,6 +122,7 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	m, effects := handoff.NewTarget(id, d.cfg.Handoff, d.prepareEvent(p))
 	t.m = m
 	d.targets[id] = t
+	d.arrivals[key] = t
 	d.runTarget(t, effects)
 }
 
@@ -237,6 +257,12 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 	case handoff.OpenDispatch:
 		backlog := append(t.saved, e.Relay...)
 		t.saved = nil
+		if t.joined.Load() {
+			// The Join callback runs after the commit, before what moved
+			// with the Actor (PROTOCOL.md §7.10).
+			j := t.prepare.GetJoin()
+			backlog = append([]any{&messages.JoinedSpot{SpotId: j.GetSpotId(), SpotGeneration: j.GetSpotGeneration()}}, backlog...)
+		}
 		if err := t.obj.mb.OpenWith(backlog); err != nil {
 			d.log.Error().Str("event", "open_failed").Str("object_id", t.key.ID).Err(err).Msg("opening dispatch failed")
 		}
@@ -410,13 +436,38 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
 	next.RelocationId = id.RelocationID
-	if t.key.Kind == location.KindActor && meshnode.IsEntrySpotID(next.GetMembership().GetSpotId()) {
+	var joinOps []location.Op
+	joined := false
+	if join := t.prepare.GetJoin(); join != nil {
+		// A cross-node Join: owner and both memberships in one
+		// transaction (PROTOCOL.md §7.10).
+		var err error
+		if joinOps, joined, err = d.joinOps(ctx, v.Record, join); err != nil {
+			return handoff.StoreRetryable{Err: err}
+		}
+		if joined {
+			next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
+		} else {
+			d.log.Warn().Str("event", "join_not_admitted").Str("object_id", t.key.ID).Str("spot_id", join.GetSpotId()).
+				Uint64("relocation_id", id.RelocationID).Msg("the User Spot no longer takes the joining Actor (closed, moved or recreated); the move commits without the Join")
+		}
+	}
+	if !joined && t.key.Kind == location.KindActor && meshnode.IsEntrySpotID(next.GetMembership().GetSpotId()) {
 		// An Entry Spot Actor joins the target's Entry Spot; a User Spot's
 		// member keeps its membership (PROTOCOL.md §5.11).
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
-	_, err := d.store.CompareAndSet(ctx, t.key, v.Version, next)
-	return d.casAnswer(t, id, err, handoff.StoreCommitted{})
+	var err error
+	if len(joinOps) > 0 {
+		_, err = d.store.Apply(ctx, append([]location.Op{location.UpdateOp(t.key, v.Version, next)}, joinOps...))
+	} else {
+		_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)
+	}
+	ev := d.casAnswer(t, id, err, handoff.StoreCommitted{})
+	if _, ok := ev.(handoff.StoreCommitted); ok && err == nil {
+		t.joined.Store(joined)
+	}
+	return ev
 }
 
 // casAnswer turns the answer to the target's compare-and-set (its owner
@@ -449,7 +500,13 @@ func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied
 // (handoff.Identity.JudgeCommit): committed by this move, stale, or nil to
 // go on.
 func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
-	return id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
+	ev := id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
+	if _, ok := ev.(handoff.StoreCommitted); ok && t.prepare.GetJoin() != nil {
+		// Committed by an earlier attempt whose answer was lost: the
+		// record says whether that commit carried the Join.
+		t.joined.Store(sameMembership(v.Record.GetMembership(), t.prepare.GetJoin()))
+	}
+	return ev
 }
 
 func (d *Driver) completeTarget(t *targetRun, err error) {
@@ -469,6 +526,9 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	d.metrics.record(ev)
 	if d.cfg.OnEvent != nil {
 		d.cfg.OnEvent(ev)
+	}
+	if d.arrivals[t.key] == t {
+		delete(d.arrivals, t.key)
 	}
 	waiting := t.onDone
 	t.onDone = nil

@@ -116,6 +116,12 @@ type (
 	// again); one past relay-ready goes on to its commit, which the node
 	// waits for before it ends its lease.
 	NodeStopping struct{}
+	// Superseded: a newer Restore request for the same object arrived at
+	// this target (another RelocationId). Newest prepare wins: one still
+	// restoring is removed with an explicit failure, so its source serves
+	// again; one past relay-ready is kept, and the driver refuses the newer
+	// (docs/PROTOCOL.md §5.7).
+	Superseded struct{}
 	// StoreCommitted: the CAS (or a re-read after an indeterminate answer)
 	// shows this target as owner with this RelocationId.
 	StoreCommitted struct{}
@@ -162,6 +168,7 @@ func (RelayRecordReceived) isEvent()  {}
 func (CutoverReceivedEvent) isEvent() {}
 func (AbortReceived) isEvent()        {}
 func (NodeStopping) isEvent()         {}
+func (Superseded) isEvent()           {}
 func (StoreCommitted) isEvent()       {}
 func (StoreRetryable) isEvent()       {}
 func (StoreStale) isEvent()           {}

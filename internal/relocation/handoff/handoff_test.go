@@ -789,6 +789,26 @@ func TestAbortBeforeRelayReadyRemovesTarget(t *testing.T) {
 	require.Equal(t, TargetRemoved, tg.Phase())
 }
 
+// Newest prepare wins (PROTOCOL.md §5.7): a newer Restore request of the
+// same object removes a run still restoring, with an explicit failure its
+// source restores itself on; past relay-ready the run is kept (the driver
+// refuses the newer request instead).
+// Reference: PROTOCOL.md §12.1 (two prewarm prepares never coexist).
+func TestSupersededPrepareIsRemovedOnlyBeforeRelayReady(t *testing.T) {
+	tg, _ := prepared(t, stream(300), 100)
+	effects := tg.Step(Superseded{})
+	require.True(t, has[SendFailed](effects))
+	require.True(t, has[RemoveTarget](effects))
+	require.Equal(t, TargetRemoved, tg.Phase())
+
+	tg = restored(t, stream(300))
+	require.Empty(t, tg.Step(Superseded{}))
+	require.Equal(t, RelayReady, tg.Phase())
+	require.True(t, has[CommitOwner](tg.Step(CutoverReceivedEvent{})))
+	require.Empty(t, tg.Step(Superseded{}))
+	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
+}
+
 // Random event sequences never take an edge outside PROTOCOL.md §6.7 (the
 // machine panics if it would), never CAS before relay-ready, and never
 // open dispatch before a commit.
@@ -798,7 +818,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 	m, chunks, err := envelope.Split(payload, 100)
 	require.NoError(t, err)
 	targetEvents := func(r *rand.Rand) Event {
-		switch r.IntN(14) {
+		switch r.IntN(15) {
 		case 0:
 			return ChunkReceived{Chunk: chunks[r.IntN(len(chunks))]}
 		case 11:
@@ -828,6 +848,8 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 			return DispatchOpened{}
 		case 10:
 			return PrepareReceived{Manifest: m, MaxPayloadLength: 1 << 20}
+		case 12:
+			return Superseded{}
 		default:
 			return TimerFired{Timer: Timer(1 + r.IntN(5))}
 		}

@@ -259,6 +259,14 @@ func (t *Target) Step(ev Event) []Effect {
 		}
 		return nil // past relay-ready: the commit goes on
 
+	case Superseded:
+		if t.phase == TargetRestoring {
+			return t.remove(fmt.Errorf("%w: a newer Restore request of the same object arrived", roamerr.ErrConflict),
+				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "superseded by a newer Restore request of the same object"},
+				Log{Level: LevelWarn, Event: "prepare_superseded", Msg: "a newer Restore request of the same object arrived; this one is removed"})
+		}
+		return nil
+
 	case AbortReceived:
 		if t.phase == TargetRestoring {
 			return t.remove(fmt.Errorf("%w: aborted by the source (%s)", roamerr.ErrUnavailable, ev.Reason))
