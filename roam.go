@@ -70,6 +70,10 @@ type (
 	Spots = spot.Manager
 	// SpotRef names one incarnation of a User Spot (Spots().Create).
 	SpotRef = spot.SpotRef
+	// RelocationReady is implemented by a SpotWide User Spot's actor that
+	// wants to know, on the target, that it and its members moved: after
+	// the commit, before any of them handles a message.
+	RelocationReady = relocation.RelocationReady
 	// JoinedSpot is the Join callback: the first message an Actor handles
 	// after it joined a User Spot (JoinSpot).
 	JoinedSpot = messages.JoinedSpot
@@ -125,6 +129,18 @@ func ApplicationVersion(v string) KindOption { return func(k *Kind) { k.Applicat
 // off) be activated again, empty, by its next call. Default: it answers
 // Unavailable until an operator accepts the loss (ReleaseEnded).
 func ReactivateEmpty() KindOption { return func(k *Kind) { k.ReactivateEmpty = true } }
+
+// SpotWide makes a User Spot of the kind move together with its members
+// (which then live on its node): one seal of them all, one payload, and one
+// store transaction that changes every owner, at most MaxSpotWideMembers
+// members. Default PerActor: the Spot moves alone and each member moves on
+// its own. A SpotWide Spot's actor that implements RelocationReady is
+// called on the target after the commit, before any of them handles a
+// message.
+func SpotWide() KindOption { return func(k *Kind) { k.SpotWide = true } }
+
+// MaxSpotWideMembers is the most members a SpotWide User Spot moves with.
+const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox

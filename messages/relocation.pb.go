@@ -675,7 +675,12 @@ type RelocationPrepare struct {
 	// (cross-node Actor Join, PROTOCOL.md §7.10): the target admits the move
 	// only while it serves that Spot Ready at that generation, and its
 	// commit changes the owner and both memberships in one transaction.
-	Join          *Membership `protobuf:"bytes,10,opt,name=join,proto3" json:"join,omitempty"`
+	Join *Membership `protobuf:"bytes,10,opt,name=join,proto3" json:"join,omitempty"`
+	// members are the other participants of a SpotWide move (PROTOCOL.md
+	// §5.15): the User Spot named by object is participant 1, members[i] is
+	// participant i+2. The payload carries every participant's state, saved
+	// work and timers; the target's one commit changes every record.
+	Members       []*Participant `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -780,6 +785,84 @@ func (x *RelocationPrepare) GetJoin() *Membership {
 	return nil
 }
 
+func (x *RelocationPrepare) GetMembers() []*Participant {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// Participant is one member Actor of a SpotWide move: what it is, the
+// owner generation its record must show (its fence), and the one the
+// target writes.
+type Participant struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Object             *ObjectRef             `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	OwnerGeneration    uint64                 `protobuf:"varint,2,opt,name=owner_generation,json=ownerGeneration,proto3" json:"owner_generation,omitempty"`
+	NewOwnerGeneration uint64                 `protobuf:"varint,3,opt,name=new_owner_generation,json=newOwnerGeneration,proto3" json:"new_owner_generation,omitempty"`
+	ApplicationVersion string                 `protobuf:"bytes,4,opt,name=application_version,json=applicationVersion,proto3" json:"application_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Participant) Reset() {
+	*x = Participant{}
+	mi := &file_relocation_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Participant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Participant) ProtoMessage() {}
+
+func (x *Participant) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Participant.ProtoReflect.Descriptor instead.
+func (*Participant) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Participant) GetObject() *ObjectRef {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *Participant) GetOwnerGeneration() uint64 {
+	if x != nil {
+		return x.OwnerGeneration
+	}
+	return 0
+}
+
+func (x *Participant) GetNewOwnerGeneration() uint64 {
+	if x != nil {
+		return x.NewOwnerGeneration
+	}
+	return 0
+}
+
+func (x *Participant) GetApplicationVersion() string {
+	if x != nil {
+		return x.ApplicationVersion
+	}
+	return ""
+}
+
 // RelocationState is one chunk of the stream (number 52 in PROTOCOL.md §8), one-way.
 type RelocationState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -793,7 +876,7 @@ type RelocationState struct {
 
 func (x *RelocationState) Reset() {
 	*x = RelocationState{}
-	mi := &file_relocation_proto_msgTypes[8]
+	mi := &file_relocation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +888,7 @@ func (x *RelocationState) String() string {
 func (*RelocationState) ProtoMessage() {}
 
 func (x *RelocationState) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[8]
+	mi := &file_relocation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +901,7 @@ func (x *RelocationState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationState.ProtoReflect.Descriptor instead.
 func (*RelocationState) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{8}
+	return file_relocation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RelocationState) GetIdentity() *RelocationIdentity {
@@ -863,7 +946,7 @@ type RelocationStateCredit struct {
 
 func (x *RelocationStateCredit) Reset() {
 	*x = RelocationStateCredit{}
-	mi := &file_relocation_proto_msgTypes[9]
+	mi := &file_relocation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +958,7 @@ func (x *RelocationStateCredit) String() string {
 func (*RelocationStateCredit) ProtoMessage() {}
 
 func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[9]
+	mi := &file_relocation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +971,7 @@ func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStateCredit.ProtoReflect.Descriptor instead.
 func (*RelocationStateCredit) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{9}
+	return file_relocation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RelocationStateCredit) GetIdentity() *RelocationIdentity {
@@ -922,7 +1005,7 @@ type RelayReady struct {
 
 func (x *RelayReady) Reset() {
 	*x = RelayReady{}
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1017,7 @@ func (x *RelayReady) String() string {
 func (*RelayReady) ProtoMessage() {}
 
 func (x *RelayReady) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1030,7 @@ func (x *RelayReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayReady.ProtoReflect.Descriptor instead.
 func (*RelayReady) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{10}
+	return file_relocation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RelayReady) GetIdentity() *RelocationIdentity {
@@ -976,7 +1059,7 @@ type RelocationFailed struct {
 
 func (x *RelocationFailed) Reset() {
 	*x = RelocationFailed{}
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1071,7 @@ func (x *RelocationFailed) String() string {
 func (*RelocationFailed) ProtoMessage() {}
 
 func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1084,7 @@ func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationFailed.ProtoReflect.Descriptor instead.
 func (*RelocationFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{11}
+	return file_relocation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RelocationFailed) GetIdentity() *RelocationIdentity {
@@ -1036,7 +1119,7 @@ type PID struct {
 
 func (x *PID) Reset() {
 	*x = PID{}
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1131,7 @@ func (x *PID) String() string {
 func (*PID) ProtoMessage() {}
 
 func (x *PID) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1144,7 @@ func (x *PID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PID.ProtoReflect.Descriptor instead.
 func (*PID) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{12}
+	return file_relocation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PID) GetAddress() string {
@@ -1092,7 +1175,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1187,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1200,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{13}
+	return file_relocation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Envelope) GetTargetId() string {
@@ -1167,14 +1250,17 @@ type RelayedRecord struct {
 	// index is the record's position in the boundary batch (0-based), the
 	// same in every resend: a target that committed by its cutover-wait
 	// fallback tells the records it still misses from those it has.
-	Index         uint32 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint32 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	// participant is the SpotWide participant the message was sent to (0 or
+	// 1: the object the move names).
+	Participant   uint32 `protobuf:"varint,5,opt,name=participant,proto3" json:"participant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RelayedRecord) Reset() {
 	*x = RelayedRecord{}
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1272,7 @@ func (x *RelayedRecord) String() string {
 func (*RelayedRecord) ProtoMessage() {}
 
 func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1285,7 @@ func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedRecord.ProtoReflect.Descriptor instead.
 func (*RelayedRecord) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{14}
+	return file_relocation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RelayedRecord) GetIdentity() *RelocationIdentity {
@@ -1230,6 +1316,13 @@ func (x *RelayedRecord) GetIndex() uint32 {
 	return 0
 }
 
+func (x *RelayedRecord) GetParticipant() uint32 {
+	if x != nil {
+		return x.Participant
+	}
+	return 0
+}
+
 // BoundaryAck is one-way, target to source: the target holds the whole
 // boundary batch (its cutover matched, or after its fallback every record
 // a resent cutover declares has arrived). The source stops resending.
@@ -1242,7 +1335,7 @@ type BoundaryAck struct {
 
 func (x *BoundaryAck) Reset() {
 	*x = BoundaryAck{}
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1347,7 @@ func (x *BoundaryAck) String() string {
 func (*BoundaryAck) ProtoMessage() {}
 
 func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1360,7 @@ func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryAck.ProtoReflect.Descriptor instead.
 func (*BoundaryAck) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{15}
+	return file_relocation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BoundaryAck) GetIdentity() *RelocationIdentity {
@@ -1290,7 +1383,7 @@ type OwnerCommitted struct {
 
 func (x *OwnerCommitted) Reset() {
 	*x = OwnerCommitted{}
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1395,7 @@ func (x *OwnerCommitted) String() string {
 func (*OwnerCommitted) ProtoMessage() {}
 
 func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1408,7 @@ func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerCommitted.ProtoReflect.Descriptor instead.
 func (*OwnerCommitted) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{16}
+	return file_relocation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OwnerCommitted) GetIdentity() *RelocationIdentity {
@@ -1338,7 +1431,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1443,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1456,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{17}
+	return file_relocation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cutover) GetIdentity() *RelocationIdentity {
@@ -1406,7 +1499,7 @@ type RelocationAbort struct {
 
 func (x *RelocationAbort) Reset() {
 	*x = RelocationAbort{}
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1511,7 @@ func (x *RelocationAbort) String() string {
 func (*RelocationAbort) ProtoMessage() {}
 
 func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1524,7 @@ func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationAbort.ProtoReflect.Descriptor instead.
 func (*RelocationAbort) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{18}
+	return file_relocation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RelocationAbort) GetIdentity() *RelocationIdentity {
@@ -1464,7 +1557,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1569,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1582,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{19}
+	return file_relocation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -1529,7 +1622,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1634,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1647,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{20}
+	return file_relocation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TimerTick) GetName() string {
@@ -1615,7 +1708,7 @@ type RelocateRequest struct {
 
 func (x *RelocateRequest) Reset() {
 	*x = RelocateRequest{}
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1720,7 @@ func (x *RelocateRequest) String() string {
 func (*RelocateRequest) ProtoMessage() {}
 
 func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1733,7 @@ func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
 func (*RelocateRequest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{21}
+	return file_relocation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RelocateRequest) GetKind() AuthorityKind {
@@ -1706,7 +1799,7 @@ type JoinedSpot struct {
 
 func (x *JoinedSpot) Reset() {
 	*x = JoinedSpot{}
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1811,7 @@ func (x *JoinedSpot) String() string {
 func (*JoinedSpot) ProtoMessage() {}
 
 func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1824,7 @@ func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedSpot.ProtoReflect.Descriptor instead.
 func (*JoinedSpot) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{22}
+	return file_relocation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JoinedSpot) GetSpotId() string {
@@ -1768,7 +1861,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1873,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1886,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{23}
+	return file_relocation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -1902,7 +1995,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\x85\x04\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xbb\x04\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -1916,7 +2009,13 @@ const file_relocation_proto_rawDesc = "" +
 	"\vmove_ticket\x18\t \x01(\fR\n" +
 	"moveTicket\x12-\n" +
 	"\x04join\x18\n" +
-	" \x01(\v2\x19.roam.messages.MembershipR\x04join\"\x92\x01\n" +
+	" \x01(\v2\x19.roam.messages.MembershipR\x04join\x124\n" +
+	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\"\xcd\x01\n" +
+	"\vParticipant\x120\n" +
+	"\x06object\x18\x01 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12)\n" +
+	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x120\n" +
+	"\x14new_owner_generation\x18\x03 \x01(\x04R\x12newOwnerGeneration\x12/\n" +
+	"\x13application_version\x18\x04 \x01(\tR\x12applicationVersion\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -1944,12 +2043,13 @@ const file_relocation_proto_rawDesc = "" +
 	"\aheaders\x18\x05 \x03(\v2$.roam.messages.Envelope.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xde\x01\n" +
 	"\rRelayedRecord\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12!\n" +
 	"\fresend_epoch\x18\x02 \x01(\rR\vresendEpoch\x123\n" +
 	"\benvelope\x18\x03 \x01(\v2\x17.roam.messages.EnvelopeR\benvelope\x12\x14\n" +
-	"\x05index\x18\x04 \x01(\rR\x05index\"L\n" +
+	"\x05index\x18\x04 \x01(\rR\x05index\x12 \n" +
+	"\vparticipant\x18\x05 \x01(\rR\vparticipant\"L\n" +
 	"\vBoundaryAck\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\"O\n" +
 	"\x0eOwnerCommitted\x12=\n" +
@@ -2024,7 +2124,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -2036,60 +2136,63 @@ var file_relocation_proto_goTypes = []any{
 	(*CapabilityReply)(nil),       // 7: roam.messages.CapabilityReply
 	(*PayloadManifest)(nil),       // 8: roam.messages.PayloadManifest
 	(*RelocationPrepare)(nil),     // 9: roam.messages.RelocationPrepare
-	(*RelocationState)(nil),       // 10: roam.messages.RelocationState
-	(*RelocationStateCredit)(nil), // 11: roam.messages.RelocationStateCredit
-	(*RelayReady)(nil),            // 12: roam.messages.RelayReady
-	(*RelocationFailed)(nil),      // 13: roam.messages.RelocationFailed
-	(*PID)(nil),                   // 14: roam.messages.PID
-	(*Envelope)(nil),              // 15: roam.messages.Envelope
-	(*RelayedRecord)(nil),         // 16: roam.messages.RelayedRecord
-	(*BoundaryAck)(nil),           // 17: roam.messages.BoundaryAck
-	(*OwnerCommitted)(nil),        // 18: roam.messages.OwnerCommitted
-	(*Cutover)(nil),               // 19: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 20: roam.messages.RelocationAbort
-	(*DeliveryFailed)(nil),        // 21: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 22: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 23: roam.messages.RelocateRequest
-	(*JoinedSpot)(nil),            // 24: roam.messages.JoinedSpot
-	(*RelocateReply)(nil),         // 25: roam.messages.RelocateReply
-	nil,                           // 26: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 27: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 28: roam.messages.Membership
+	(*Participant)(nil),           // 10: roam.messages.Participant
+	(*RelocationState)(nil),       // 11: roam.messages.RelocationState
+	(*RelocationStateCredit)(nil), // 12: roam.messages.RelocationStateCredit
+	(*RelayReady)(nil),            // 13: roam.messages.RelayReady
+	(*RelocationFailed)(nil),      // 14: roam.messages.RelocationFailed
+	(*PID)(nil),                   // 15: roam.messages.PID
+	(*Envelope)(nil),              // 16: roam.messages.Envelope
+	(*RelayedRecord)(nil),         // 17: roam.messages.RelayedRecord
+	(*BoundaryAck)(nil),           // 18: roam.messages.BoundaryAck
+	(*OwnerCommitted)(nil),        // 19: roam.messages.OwnerCommitted
+	(*Cutover)(nil),               // 20: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 21: roam.messages.RelocationAbort
+	(*DeliveryFailed)(nil),        // 22: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 23: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 24: roam.messages.RelocateRequest
+	(*JoinedSpot)(nil),            // 25: roam.messages.JoinedSpot
+	(*RelocateReply)(nil),         // 26: roam.messages.RelocateReply
+	nil,                           // 27: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 28: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 29: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	27, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	27, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	28, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	28, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	28, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
-	3,  // 10: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 11: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 12: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 13: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 14: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	14, // 15: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	26, // 16: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 17: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	15, // 18: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 19: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 20: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 21: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 22: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 23: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	27, // 24: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 25: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 26: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	28, // 27: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	29, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
+	4,  // 11: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
+	3,  // 12: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 13: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 14: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 15: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 16: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	15, // 17: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	27, // 18: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 19: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	16, // 20: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 21: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 22: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 23: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 24: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 25: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	28, // 26: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 27: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 28: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	29, // 29: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -2104,7 +2207,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -193,7 +193,9 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
 			case err == nil:
 				if err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration()); err == nil {
-					t.verified.Store(&v)
+					if err = d.verifyMembers(ctx, t); err == nil {
+						t.verified.Store(&v)
+					}
 				}
 			}
 			if err == nil || !errors.Is(err, location.ErrUnavailable) && !errors.Is(err, location.ErrIndeterminate) {

@@ -651,8 +651,10 @@ func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
 	for {
 		holding, err := call(ctx, d, func() (bool, error) {
 			for _, r := range d.sources {
-				if r.held != nil || r.parked != nil {
-					return true, nil
+				for _, p := range r.parts {
+					if p.held != nil || p.parked != nil {
+						return true, nil
+					}
 				}
 			}
 			return false, nil

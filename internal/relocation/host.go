@@ -318,8 +318,8 @@ func (d *Driver) IncarnationOf(ctx context.Context, pid *actor.PID) (location.Au
 }
 
 // Hosts reports whether this node has an incarnation of key with
-// generation that serves, is moving out, or is arriving (a move in that
-// may already have committed this node as owner).
+// generation that serves, is moving out (also past its cutover), or is
+// arriving (a move in that may already have committed this node as owner).
 func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
 	ok, _ := call(context.Background(), d, func() (bool, error) {
 		if obj := d.objects[key]; obj != nil && obj.generation == generation && (obj.state == serving || obj.state == leaving) {
@@ -328,6 +328,15 @@ func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
 		for _, t := range d.targets {
 			if t.key == key {
 				return true, nil
+			}
+		}
+		// Moving out past its cutover: no longer registered, but the
+		// record may name this node until the target commits.
+		for _, r := range d.sources {
+			for _, p := range r.parts {
+				if p.obj.key == key && !r.m.Finished() {
+					return true, nil
+				}
 			}
 		}
 		return false, nil

@@ -37,8 +37,9 @@ type UnitRefusal struct {
 type Inventory struct {
 	// Movable are the units serving here that may move now.
 	Movable []Unit
-	// Unmovable are the units that stay: a kind with DisableRelocation, a
-	// User Spot (whose relocation is not built yet).
+	// Unmovable are the units that stay: a kind with DisableRelocation.
+	// A member of a SpotWide User Spot here is no unit of its own: it
+	// moves with its Spot.
 	Unmovable []UnitRefusal
 	// Busy are the incarnations moving in or out right now; ask again once
 	// they settle (an arrival becomes a unit to move on).
@@ -56,6 +57,8 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 				continue
 			case obj.state != serving || obj.closing:
 				continue
+			case d.spotWideOf(obj) != nil:
+				continue // it moves with its SpotWide User Spot
 			}
 			u := Unit{Key: key, StableType: obj.kind.StableType}
 			switch {
@@ -63,6 +66,13 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 				inv.Unmovable = append(inv.Unmovable, UnitRefusal{u, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)})
 			default:
 				inv.Movable = append(inv.Movable, u)
+			}
+		}
+		// Moves into this node admitted before it drained: each becomes a
+		// unit to move on once it opens (or nothing, if it fails).
+		for key, t := range d.arrivals {
+			if !t.m.Finished() && d.objects[key] == nil {
+				inv.Busy = append(inv.Busy, key)
 			}
 		}
 		return inv, nil

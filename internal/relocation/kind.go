@@ -116,6 +116,11 @@ type Kind struct {
 	// record is released automatically only when no state is lost). Kinds that carry
 	// no state reactivate either way.
 	ReactivateEmpty bool
+	// SpotWide: a User Spot of this kind moves together with its members,
+	// which live on its node (PROTOCOL.md §5.15): one seal of them all, one
+	// payload, one commit of every record. Otherwise (PerActor) the Spot
+	// moves alone and each member is a unit of its own.
+	SpotWide bool
 }
 
 func (k *Kind) validate() error {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -57,7 +58,28 @@ func (d *Driver) leaveOps(ctx context.Context, rec *location.Record) ([]location
 
 // maxMembershipTries bounds the retries of a membership change that lost
 // a race with another change of the same records.
-const maxMembershipTries = 8
+const maxMembershipTries = 16
+
+// membershipRetry decides after a failed membership write: nil to read
+// again and retry (a conflict, after a short pause that grows and is
+// jittered so that racing joins to one Spot spread out), else the error to
+// return. Conflicts until the last try end Unavailable: the caller may try
+// again later.
+func membershipRetry(ctx context.Context, what string, try int, err error) error {
+	if !errors.Is(err, location.ErrConflict) {
+		return roamerr.Keep(roamerr.ErrUnavailable, what, err)
+	}
+	if try >= maxMembershipTries {
+		return fmt.Errorf("%w: %s: lost %d races with other changes of the same records: %v", roamerr.ErrUnavailable, what, try+1, err)
+	}
+	pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, ctx.Err())
+	case <-time.After(pause):
+		return nil
+	}
+}
 
 // DeleteActor ends the Actor key for good, on its owner (this node): its
 // incarnation handles the messages it accepted, stops, and its record goes
@@ -97,14 +119,16 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 			d.log.Info().Str("event", "actor_deleted").Str("object_id", key.ID).Msg("Actor deleted")
 			return true, nil
 		}
-		if !errors.Is(err, location.ErrConflict) || try == maxMembershipTries {
-			return false, roamerr.Keep(roamerr.ErrUnavailable, "delete "+key.String(), err)
+		if err := membershipRetry(ctx, "delete "+key.String(), try, err); err != nil {
+			return false, err
 		}
 		// The Spot's count moved (another member joined or left): read
-		// both again. The Actor's own record cannot have moved on: its
-		// incarnation is closed and only its owner writes it.
+		// both again, and the owner too (a move that committed meanwhile).
 		if v, found, err = d.readActor(ctx, key); err != nil || !found {
 			return false, err
+		}
+		if !activation.SameOwner(v.Record.GetOwner(), d.owner()) {
+			return false, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 		}
 	}
 }
@@ -129,20 +153,29 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 		case memberUserSpot(v.Record) == nil:
 			return fmt.Errorf("%w: %s is no User Spot's member", roamerr.ErrInvalidOperation, key)
 		}
+		obj, release, err := d.holdHere(ctx, key)
+		if err != nil {
+			return err
+		}
 		ops, err := d.leaveOps(ctx, v.Record)
 		if err != nil {
+			release()
 			return err
 		}
 		next := proto.Clone(v.Record).(*location.Record)
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 		_, err = d.store.Apply(ctx, append(ops, location.UpdateOp(key, v.Version, next)))
 		if err == nil {
+			d.setMember(obj, nil)
+		}
+		release()
+		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, location.ErrConflict) || try == maxMembershipTries {
-			// A conflict on the Actor's own record is a move that
-			// committed meanwhile: read again, it is then not ours.
-			return roamerr.Keep(roamerr.ErrUnavailable, "leave "+key.String(), err)
+		// A conflict on the Actor's own record is a move that committed
+		// meanwhile: read again, it is then not ours.
+		if err := membershipRetry(ctx, "leave "+key.String(), try, err); err != nil {
+			return err
 		}
 	}
 }
@@ -267,19 +300,23 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 		if owner := sv.Record.GetOwner().GetNodeRid(); owner != self {
 			return d.joinAcross(ctx, key, owner, join)
 		}
-		pid, err := call(ctx, d, func() (*actor.PID, error) {
-			obj := d.objects[key]
-			switch {
-			case obj == nil || obj.state != serving || obj.out != nil:
-				return nil, fmt.Errorf("%w: %s is moving or not active here", roamerr.ErrUnavailable, key)
-			}
-			return obj.pid, d.admitJoin(key, join)
-		})
+		obj, release, err := d.holdHere(ctx, key)
 		if err != nil {
+			return out, err
+		}
+		if _, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.admitJoin(key, join) }); err != nil {
+			release()
+			return out, err
+		}
+		done, err := d.joinBegins(ctx, join, sv.Record.GetStableType(), self)
+		if err != nil {
+			release()
 			return out, err
 		}
 		leave, err := d.leaveOps(ctx, v.Record)
 		if err != nil {
+			done()
+			release()
 			return out, err
 		}
 		next := proto.Clone(v.Record).(*location.Record)
@@ -288,14 +325,19 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 		spot.MemberCount++
 		_, err = d.store.Apply(ctx, append(leave, location.UpdateOp(key, v.Version, next), location.UpdateOp(spotKey, sv.Version, spot)))
 		if err == nil {
-			// After the commit, on the Actor's own queue: were it sealed
-			// for a move meanwhile, the callback moves with it.
-			d.sys.Root.Send(pid, &messages.JoinedSpot{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()})
+			d.setMember(obj, next.Membership)
+			// After the commit, on the Actor's own queue, while no move of
+			// it can start: a later move carries it ahead of its own.
+			d.sys.Root.Send(obj.pid, &messages.JoinedSpot{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()})
+		}
+		done()
+		release()
+		if err == nil {
 			d.log.Info().Str("event", "actor_joined").Str("object_id", key.ID).Str("spot_id", join.GetSpotId()).Msg("Actor joined a User Spot")
 			return out, nil
 		}
-		if !errors.Is(err, location.ErrConflict) || try == maxMembershipTries {
-			return out, roamerr.Keep(roamerr.ErrUnavailable, "join "+key.String(), err)
+		if err := membershipRetry(ctx, "join "+key.String(), try, err); err != nil {
+			return out, err
 		}
 		// A count changed (another join or leave), the Spot moved, or the
 		// Actor did: read again.
@@ -317,4 +359,33 @@ func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owne
 		return out, fmt.Errorf("%w: %s moved to node %s, but User Spot %q changed before the commit; it did not join", roamerr.ErrStale, key, out.To, join.GetSpotId())
 	}
 	return out, nil
+}
+
+// holdHere is this node's serving incarnation of key, not moving, held
+// in place until release is called: a membership changes only under its
+// owner's serving incarnation, and no move of it starts meanwhile (a move
+// sealed before the write lands would carry a callback for a membership
+// its target's commit then changes again). Unavailable otherwise.
+func (d *Driver) holdHere(ctx context.Context, key location.AuthorityKey) (obj *object, release func(), err error) {
+	obj, err = call(ctx, d, func() (*object, error) {
+		obj := d.objects[key]
+		if obj == nil || obj.state != serving || obj.out != nil {
+			return nil, fmt.Errorf("%w: %s is moving or not active here", roamerr.ErrUnavailable, key)
+		}
+		obj.changing++
+		return obj, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return obj, func() { d.sys.Root.Send(d.self, &localCall{fn: func() { obj.changing-- }}) }, nil
+}
+
+// setMember records, on the driver goroutine, the User Spot membership
+// obj's record now names (nil: none).
+func (d *Driver) setMember(obj *object, m *messages.Membership) {
+	if m != nil && meshnode.IsEntrySpotID(m.GetSpotId()) {
+		m = nil
+	}
+	d.sys.Root.Send(d.self, &localCall{fn: func() { obj.member = m }})
 }

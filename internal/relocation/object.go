@@ -50,6 +50,18 @@ type object struct {
 	// out is the move out of this node in progress, from its start (before
 	// the seal) until it ends; the driver goroutine only.
 	out *sourceRun
+	// member is the User Spot incarnation this Actor is a member of, as
+	// its record last written here says (nil: none, or an Entry Spot);
+	// the driver goroutine only. A SpotWide move finds its members by it.
+	member *messages.Membership
+	// joining counts the joins into this User Spot admitted and not
+	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
+	// while one is on its way. The driver goroutine only.
+	joining int
+	// changing counts membership changes of this Actor under way here
+	// (JoinSpot, LeaveSpot); no move of it starts meanwhile. The driver
+	// goroutine only.
+	changing int
 	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
 	// this incarnation has offered its target (Relocate); the driver
 	// goroutine only.
@@ -356,7 +368,44 @@ func (d *Driver) Spawn(ctx context.Context, stableType, id string) (*actor.PID, 
 // is active with that generation (PROTOCOL.md §7.10). A Spot that changed
 // meanwhile is Stale.
 func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, membership *messages.Membership, spotAt location.Versioned) (*actor.PID, error) {
+	done, err := d.joinBegins(ctx, membership, spotAt.Record.GetStableType(), spotAt.Record.GetOwner().GetNodeRid())
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
+}
+
+// joinBegins registers a join into the User Spot incarnation m on its
+// local incarnation until done is called: a SpotWide move of that Spot
+// does not start meanwhile, and a join does not start while it moves
+// (PROTOCOL.md §5.15). A SpotWide Spot takes members only on its own node
+// (owner), where its members live.
+func (d *Driver) joinBegins(ctx context.Context, m *messages.Membership, spotType, owner string) (done func(), err error) {
+	noop := func() {}
+	if k, ok := d.kind(spotType); !ok || !k.SpotWide {
+		return noop, nil
+	}
+	if owner != d.desc.GetNodeRid() {
+		return nil, fmt.Errorf("%w: User Spot %q is SpotWide: its members live on its node; spawn them there, or JoinSpot", roamerr.ErrInvalidOperation, m.GetSpotId())
+	}
+	spot, err := call(ctx, d, func() (*object, error) {
+		spot := d.objects[location.Key(location.KindUserSpot, m.GetSpotId())]
+		switch {
+		case spot == nil || spot.state != serving || spot.generation != m.GetSpotGeneration():
+			return nil, fmt.Errorf("%w: User Spot %q is not served here at generation %d", roamerr.ErrStale, m.GetSpotId(), m.GetSpotGeneration())
+		case spot.out != nil:
+			return nil, fmt.Errorf("%w: User Spot %q is moving", roamerr.ErrUnavailable, m.GetSpotId())
+		}
+		spot.joining++
+		return spot, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		d.sys.Root.Send(d.self, &localCall{fn: func() { spot.joining-- }})
+	}, nil
 }
 
 type memberOf struct {
@@ -419,6 +468,9 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	}
 	return call(ctx, d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
+		if member != nil {
+			obj.member = member.membership
+		}
 		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1, 1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)

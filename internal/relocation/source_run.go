@@ -34,24 +34,27 @@ type Outcome struct {
 
 // sourceRun is one move out of this node.
 type sourceRun struct {
-	m         *handoff.Source
-	obj       *object
+	m   *handoff.Source
+	obj *object // the object the move names: parts[0].obj
+	// parts are the move's participants, the named object first; a
+	// SpotWide move of a User Spot has its members after it (PROTOCOL.md
+	// §5.15), every other move one part.
+	parts     []*sourcePart
 	target    *messages.NodeRef
 	targetPID *actor.PID                // the target's relocation actor
-	next      *actor.PID                // the incarnation on the target
-	newOwner  uint64                    // AuthorityOwnerGeneration the target will write
 	join      *messages.Membership      // the User Spot a Join moves the Actor into, or nil
 	ticket    []byte                    // the move ticket of the target's capability answer
-	saved     []any                     // the saved-work prefix, for Unseal
 	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
-	relayed   []any                     // the boundary batch as posted, for Reinstate
 	sum       handoff.RelaySum
-	parked    *parkedSink        // the hold, while reconciling
-	held      *parkedSink        // the hold after the cutover, until StartFollow or Reinstate
 	lastRead  location.Versioned // the record the last reconcile read saw
-	sent      uint64             // chunk bytes submitted
-	credited  uint64
-	waiter    chan sourceResult
+	// captures: the parts' captures after the seal, until every part's
+	// has come (awaiting 0); captureErr is the first that failed.
+	captures   []capturedPart
+	awaiting   int
+	captureErr error
+	sent       uint64 // chunk bytes submitted
+	credited   uint64
+	waiter     chan sourceResult
 	// decided carries what the move's own confirmation reads showed
 	// after the cutover (one value; Relocate waits on it rather than
 	// watching the record a second time).
@@ -64,6 +67,18 @@ type sourceRun struct {
 	committed chan struct{}
 	outcome   Outcome
 	deadline  time.Time
+}
+
+// sourcePart is one participant of a move out of this node.
+type sourcePart struct {
+	obj      *object
+	newOwner uint64     // AuthorityOwnerGeneration the target will write
+	next     *actor.PID // the incarnation on the target
+	sealed   bool       // its mailbox was sealed (Unseal reopens only those)
+	saved    []any      // the saved-work prefix, for Unseal
+	relayed  []any      // its share of the boundary batch as posted, for Reinstate
+	parked   *parkedSink
+	held     *parkedSink // the hold after the cutover, until StartFollow or Reinstate
 }
 
 type sourceResult struct {
@@ -115,9 +130,19 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	if err != nil {
 		return Outcome{}, err
 	}
+	members := -1
+	if key.Kind == location.KindUserSpot {
+		// A SpotWide Spot moves with its members: as many as its record
+		// counts must be here (PROTOCOL.md §5.15).
+		v, err := d.store.Read(ctx, key)
+		if err != nil && !errors.Is(err, location.ErrNotFound) {
+			return Outcome{}, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+		}
+		members = int(v.Record.GetMemberCount())
+	}
 	var waiter chan sourceResult
 	for {
-		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, join) })
+		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, join, members) })
 		var settling *activationSettling
 		if !errors.As(err, &settling) {
 			break
@@ -214,7 +239,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	}
 }
 
-func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership) (chan sourceResult, error) {
+func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership, members int) (chan sourceResult, error) {
 	if err := ctx.Err(); err != nil {
 		// The caller gave up before the driver got here (or came with a
 		// deadline already past): nothing starts that it could not wait for.
@@ -231,7 +256,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 					w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
 					return // the caller gave up: start nothing for it
 				}
-				inner, err := d.startSource(ctx, key, targetRid, addr, join)
+				inner, err := d.startSource(ctx, key, targetRid, addr, join, members)
 				if err != nil {
 					w <- sourceResult{err: err}
 					return
@@ -250,6 +275,8 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
 	case targetRid == d.desc.GetNodeRid():
 		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
+	case obj.changing > 0:
+		return nil, fmt.Errorf("%w: %s is changing its membership", roamerr.ErrUnavailable, key)
 	case obj.activating.Load():
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).
@@ -257,6 +284,18 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	}
 	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
+	}
+	if spot := d.spotWideOf(obj); spot != nil && join == nil {
+		// (A Join into another Spot takes it out of this one at the
+		// target's commit: that move it makes alone.)
+		return nil, fmt.Errorf("%w: %s is a member of the SpotWide User Spot %q on this node and moves with it", roamerr.ErrInvalidOperation, key, spot.key.ID)
+	}
+	var memberObjs []*object
+	if key.Kind == location.KindUserSpot && obj.kind.SpotWide {
+		var err error
+		if memberObjs, err = d.spotWideMembers(obj, members); err != nil {
+			return nil, err
+		}
 	}
 	now := time.Now()
 	// Each attempt offers a new owner generation, never one an earlier
@@ -278,18 +317,25 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	r := &sourceRun{
 		m:         handoff.NewSource(id, d.cfg.Handoff, now.Add(d.cfg.RestoreTimeout)),
 		obj:       obj,
+		parts:     []*sourcePart{{obj: obj, newOwner: newOwner}},
 		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
 		targetPID: PID(addr),
-		newOwner:  newOwner,
 		join:      join,
 		waiter:    make(chan sourceResult, 1),
 		decided:   make(chan commitShown, 1),
 		deadline:  now.Add(d.cfg.RestoreTimeout),
 		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
 	}
-	r.next = actor.NewPID(addr, objectPIDName(key, obj.generation, r.newOwner))
+	for _, m := range memberObjs {
+		owner := max(m.ownerGeneration, m.offeredOwner) + 1
+		m.offeredOwner = owner
+		r.parts = append(r.parts, &sourcePart{obj: m, newOwner: owner})
+	}
+	for _, p := range r.parts {
+		p.next = actor.NewPID(addr, objectPIDName(p.obj.key, p.obj.generation, p.newOwner))
+		p.obj.out = r
+	}
 	d.sources[id.RelocationID] = r
-	obj.out = r
 	d.stepSource(r, handoff.Start{})
 	return r.waiter, nil
 }
@@ -329,8 +375,10 @@ func (d *Driver) endSource(r *sourceRun) {
 	}
 	delete(d.sources, id)
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
-	if r.obj.out == r {
-		r.obj.out = nil
+	for _, p := range r.parts {
+		if p.obj.out == r {
+			p.obj.out = nil
+		}
 	}
 }
 
@@ -385,25 +433,34 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.Seal:
-		r.obj.state = leaving
-		obj, kind := r.obj, r.obj.kind
-		err := obj.mb.Seal(func(saved []any) {
-			// On the object's goroutine, between turns: exclusive access.
-			sealedAt := time.Now()
-			stream, err := safeCapture(id, obj, kind, saved)
-			d.sys.Root.Send(d.self, &localCall{fn: func() {
-				if cur := d.sources[id.RelocationID]; cur == r {
-					r.saved, r.outcome.Sealed = saved, sealedAt
-					if err != nil {
-						d.stepSource(r, handoff.CaptureFailed{Err: err})
-					} else {
-						d.stepSource(r, handoff.Captured{Stream: stream})
+		// Every participant seals after its current turn and captures on
+		// its own goroutine; the payload is built once all have (one seal
+		// of the unit, one payload: PROTOCOL.md §5.4, §5.15).
+		r.captures, r.awaiting, r.captureErr = make([]capturedPart, len(r.parts)), len(r.parts), nil
+		for i, p := range r.parts {
+			p.obj.state = leaving
+			obj, participant := p.obj, uint32(i+1)
+			err := obj.mb.Seal(func(saved []any) {
+				// On the object's goroutine, between turns: exclusive access.
+				sealedAt := time.Now()
+				c, err := safeCapture(obj, saved, participant)
+				d.sys.Root.Send(d.self, &localCall{fn: func() {
+					if cur := d.sources[id.RelocationID]; cur == r {
+						d.partCaptured(r, int(participant-1), saved, sealedAt, c, err)
 					}
+				}})
+			})
+			if err != nil {
+				// The parts before it are sealed: their captures still
+				// come, then the move unseals them.
+				r.captureErr = err
+				r.awaiting -= len(r.parts) - i
+				if r.awaiting == 0 {
+					return handoff.CaptureFailed{Err: err}
 				}
-			}})
-		})
-		if err != nil {
-			return handoff.CaptureFailed{Err: err}
+				break
+			}
+			p.sealed = true
 		}
 
 	case handoff.SendPrepare:
@@ -417,10 +474,11 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			ChunkLimit:                uint32(e.ChunkLimit),
 			Source:                    d.selfRef(),
 			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
-			NewOwnerGeneration:        r.newOwner,
+			NewOwnerGeneration:        r.parts[0].newOwner,
 			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
 			MoveTicket:                r.ticket,
 			Join:                      r.join,
+			Members:                   r.members(),
 		})
 
 	case handoff.SendChunks:
@@ -430,25 +488,31 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
 
 	case handoff.Unseal:
-		var err error
-		if p := r.parked; p != nil {
-			saved := r.saved
-			err = r.obj.mb.Reopen(func() []any { return append(saved, p.take()...) })
-			r.parked = nil
-		} else {
-			err = r.obj.mb.Unseal(r.saved)
-		}
-		if err != nil {
-			d.log.Error().Str("event", "unseal_failed").Str("object_id", key.ID).Err(err).Msg("restoring the source queue failed")
-		}
-		obj := r.obj
-		_ = obj.mb.Do(func() {
-			if obj.tm != nil {
-				obj.tm.resume()
+		for _, p := range r.parts {
+			if !p.sealed {
+				p.obj.state = serving
+				continue
 			}
-		})
-		r.saved = nil
-		d.nowServing(r.obj)
+			var err error
+			if held := p.parked; held != nil {
+				saved := p.saved
+				err = p.obj.mb.Reopen(func() []any { return append(saved, held.take()...) })
+				p.parked = nil
+			} else {
+				err = p.obj.mb.Unseal(p.saved)
+			}
+			if err != nil {
+				d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue failed")
+			}
+			obj := p.obj
+			_ = obj.mb.Do(func() {
+				if obj.tm != nil {
+					obj.tm.resume()
+				}
+			})
+			p.saved, p.sealed = nil, false
+			d.nowServing(obj)
+		}
 
 	case handoff.SendAbort:
 		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})
@@ -466,7 +530,9 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
 
 	case handoff.ReleasePayload:
-		r.saved, r.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary
+		for _, p := range r.parts {
+			p.saved, p.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary
+		}
 
 	case handoff.ReleaseBoundary:
 		if e.Unacknowledged && len(r.batch) > 0 {
@@ -478,8 +544,10 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.batch = nil
 
 	case handoff.StartFollow:
-		d.startFollow(r, r.held, "follow_failed")
-		r.held = nil
+		for _, p := range r.parts {
+			d.startFollow(p, p.held, "follow_failed")
+			p.held = nil
+		}
 
 	case handoff.ConfirmCommit:
 		if e.After == 0 && r.versionHint != 0 {
@@ -497,39 +565,48 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		go d.fenceOut(r, id, r.lastRead, e.Version)
 
 	case handoff.CloseOut:
-		d.closeOut(r.obj)
+		for _, p := range r.parts {
+			d.closeOut(p.obj)
+		}
 
 	case handoff.Reinstate:
 		d.reinstate(r)
 
 	case handoff.EndFollow:
-		r.obj.state = ended
-		if _, err := r.obj.mb.Redirect(d.unavailableSink(r.obj, "the object moved away and Message Follow has ended")); err != nil {
-			d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
+		for _, p := range r.parts {
+			obj := p.obj
+			obj.state = ended
+			if _, err := obj.mb.Redirect(d.unavailableSink(obj, "the object moved away and Message Follow has ended")); err != nil {
+				d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
+			}
+			// Answer Unavailable for one more follow period, then let the
+			// incarnation go so stubs do not pile up.
+			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 		}
-		// Answer Unavailable for one more follow period, then let the
-		// incarnation go so stubs do not pile up.
-		obj := r.obj
-		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 
 	case handoff.Reconcile:
 		go d.reconcileRead(r, id)
 
 	case handoff.AdoptTargetRoute:
-		d.startFollow(r, r.parked, "adopt_route_failed")
-		// Only this run's incarnation: the object may have moved back
-		// here meanwhile, and its new incarnation is registered under the
-		// same key (the simulation found that schedule).
-		if d.objects[key] == r.obj {
-			delete(d.objects, key)
+		for _, p := range r.parts {
+			d.startFollow(p, p.parked, "adopt_route_failed")
+			p.parked = nil
+			// Only this run's incarnation: the object may have moved back
+			// here meanwhile, and its new incarnation is registered under
+			// the same key (the simulation found that schedule).
+			if d.objects[p.obj.key] == p.obj {
+				delete(d.objects, p.obj.key)
+			}
+			d.closeOut(p.obj)
 		}
-		d.closeOut(r.obj)
 
 	case handoff.FailHeld:
-		if r.parked == nil {
-			r.parked = &parkedSink{d: d, obj: r.obj}
-			if _, err := r.obj.mb.Redirect(r.parked.sink); err != nil {
-				d.log.Error().Str("event", "park_failed").Str("object_id", key.ID).Err(err).Msg("")
+		for _, p := range r.parts {
+			if p.parked == nil {
+				p.parked = &parkedSink{d: d, obj: p.obj}
+				if _, err := p.obj.mb.Redirect(p.parked.sink); err != nil {
+					d.log.Error().Str("event", "park_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("")
+				}
 			}
 		}
 		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled: requests fail, sends wait")
@@ -558,14 +635,14 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 // startFollow switches the source's incarnation to Message Follow: what
 // held kept (if anything) goes to the target first, in order, then every
 // later message.
-func (d *Driver) startFollow(r *sourceRun, held *parkedSink, failEvent string) {
-	r.obj.state, r.obj.next = following, r.next
-	follow := d.followSink(r.obj, r.next)
+func (d *Driver) startFollow(p *sourcePart, held *parkedSink, failEvent string) {
+	p.obj.state, p.obj.next = following, p.next
+	follow := d.followSink(p.obj, p.next)
 	if held != nil {
 		held.release(follow)
 	}
-	if _, err := r.obj.mb.Redirect(follow); err != nil {
-		d.log.Error().Str("event", failEvent).Str("object_id", r.obj.key.ID).Err(err).Msg("")
+	if _, err := p.obj.mb.Redirect(follow); err != nil {
+		d.log.Error().Str("event", failEvent).Str("object_id", p.obj.key.ID).Err(err).Msg("")
 	}
 }
 
@@ -663,14 +740,20 @@ func recordView(v location.Versioned) handoff.RecordView {
 // leaves Message Follow for Open), and the timers re-armed. The
 // application instance was kept until the move was decided.
 func (d *Driver) reinstate(r *sourceRun) {
-	obj := r.obj
+	for _, p := range r.parts {
+		d.reinstatePart(p)
+	}
+}
+
+func (d *Driver) reinstatePart(p *sourcePart) {
+	obj := p.obj
 	if cur := d.objects[obj.key]; cur != nil && cur != obj {
 		d.log.Error().Str("event", "reinstate_conflict").Str("object_id", obj.key.ID).Msg("another incarnation is registered here; the fenced-out move's object is not reinstated")
 		return
 	}
-	backlog := append(append([]any(nil), r.saved...), r.relayed...)
-	held := r.held
-	r.held = nil
+	backlog := append(append([]any(nil), p.saved...), p.relayed...)
+	held := p.held
+	p.held = nil
 	if err := obj.mb.Reopen(func() []any {
 		if held != nil {
 			return append(backlog, held.take()...)
@@ -698,42 +781,47 @@ func (d *Driver) reinstate(r *sourceRun) {
 // both.
 func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 	id := r.m.Identity()
-	targetName := r.next.Id
-	relay := func(msg any) {
-		env, err := toWire(targetName, msg)
-		if err != nil {
-			_, _, sender := actor.UnwrapEnvelope(msg)
-			respondFailure(d.sys, sender, roamerr.CodeInvalidOperation, r.obj.key.ID, err.Error())
-			d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", r.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
-			return
+	for i, p := range r.parts {
+		targetName, participant := p.next.Id, uint32(i+1)
+		relay := func(msg any) {
+			env, err := toWire(targetName, msg)
+			if err != nil {
+				_, _, sender := actor.UnwrapEnvelope(msg)
+				respondFailure(d.sys, sender, roamerr.CodeInvalidOperation, p.obj.key.ID, err.Error())
+				d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", p.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
+				return
+			}
+			b, _ := deterministic.Marshal(env)
+			r.sum = r.sum.Add(b)
+			rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(len(r.batch))}
+			if participant > 1 {
+				rec.Participant = participant
+			}
+			r.batch = append(r.batch, rec)
+			p.relayed = append(p.relayed, msg)
+			d.send(r.targetPID, rec)
 		}
-		b, _ := deterministic.Marshal(env)
-		r.sum = r.sum.Add(b)
-		rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(len(r.batch))}
-		r.batch = append(r.batch, rec)
-		r.relayed = append(r.relayed, msg)
-		d.send(r.targetPID, rec)
+		if p.parked != nil {
+			// A relay-ready that arrived while reconciling: the parked
+			// sends are the head of the ingress hold.
+			p.parked.release(relay)
+			p.parked = nil
+		}
+		if _, err := p.obj.mb.Redirect(relay); err != nil {
+			d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
+		}
+		// Later messages wait here, requests too, in order, until the move
+		// is decided: StartFollow forwards them once the commit shows; a
+		// fence-out puts them back into this incarnation's queue
+		// (Reinstate). Nothing reaches the target before its commit, so
+		// nothing is stranded at a removed one.
+		p.obj.state, p.obj.next = following, p.next
+		p.held = &parkedSink{d: d, obj: p.obj, holdRequests: true}
+		if _, err := p.obj.mb.Redirect(p.held.sink); err != nil {
+			d.log.Error().Str("event", "hold_failed").Err(err).Msg("")
+		}
+		delete(d.objects, p.obj.key)
 	}
-	if r.parked != nil {
-		// A relay-ready that arrived while reconciling: the parked sends
-		// are the head of the ingress hold.
-		r.parked.release(relay)
-		r.parked = nil
-	}
-	if _, err := r.obj.mb.Redirect(relay); err != nil {
-		d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
-	}
-	// Later messages wait here, requests too, in order, until the move is
-	// decided: StartFollow forwards them once the commit shows; a fence-out
-	// puts them back into this incarnation's queue (Reinstate). Nothing
-	// reaches the target before its commit, so nothing is stranded at a
-	// removed one.
-	r.obj.state, r.obj.next = following, r.next
-	r.held = &parkedSink{d: d, obj: r.obj, holdRequests: true}
-	if _, err := r.obj.mb.Redirect(r.held.sink); err != nil {
-		d.log.Error().Str("event", "hold_failed").Err(err).Msg("")
-	}
-	delete(d.objects, r.obj.key)
 	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
 	return handoff.CutoverSent{Sum: r.sum}
 }
@@ -815,57 +903,132 @@ func (d *Driver) onEndpointTerminated(address string) {
 	}
 }
 
+// capturedPart is one participant's share of the payload, captured on
+// its own goroutine.
+type capturedPart struct {
+	states []envelope.ApplicationState
+	saved  []envelope.SavedWork
+	timers []envelope.TimerRegistration
+	ticks  []envelope.PendingTimerTick
+}
+
 // safeCapture turns a panicking state adapter into a capture error, so the
 // move unseals instead of leaving the object sealed.
-func safeCapture(id handoff.Identity, obj *object, kind *Kind, saved []any) (stream []byte, err error) {
+func safeCapture(obj *object, saved []any, participant uint32) (c capturedPart, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: capture panicked: %v", roamerr.ErrInvalidOperation, p)
 		}
 	}()
-	return capture(id, obj, kind, saved)
+	return capture(obj, saved, participant)
 }
 
-// capture builds the relocation-envelope-v1 stream of a sealed object, on
-// its own goroutine: state through the kind's adapter, the saved-work
+// capture takes a sealed participant's share of the payload, on its own
+// goroutine: state through the kind's adapter, timers, and the saved-work
 // prefix as frozen records (PROTOCOL.md §5.5, §5.6).
-func capture(id handoff.Identity, obj *object, kind *Kind, saved []any) ([]byte, error) {
-	env := envelope.Envelope{
-		Relocation: envelope.Relocation{
-			RelocationID: id.RelocationID, TargetAttemptGeneration: id.TargetAttemptGeneration,
-			CoordinatorFence: envelope.Fence{NodeRid: id.Fence.NodeRid, NodeGeneration: id.Fence.NodeGeneration, OwnerGeneration: id.Fence.OwnerGeneration},
-		},
-		Object:             envelope.Object{Kind: uint8(obj.key.Kind), ID: obj.key.ID, ObjectGeneration: obj.generation, StableType: kind.StableType},
-		ApplicationVersion: kind.ApplicationVersion,
-	}
-	if p, ok := kind.Policy.(preserveStateWith); ok {
+func capture(obj *object, saved []any, participant uint32) (capturedPart, error) {
+	var c capturedPart
+	if p, ok := obj.kind.Policy.(preserveStateWith); ok {
 		state, err := obj.captureState(p)
 		if err != nil {
-			return nil, fmt.Errorf("state adapter: %w", err)
+			return c, fmt.Errorf("state adapter of %s: %w", obj.key, err)
 		}
-		env.ApplicationStates = []envelope.ApplicationState{{ParticipantID: 1, State: state}}
+		c.states = []envelope.ApplicationState{{ParticipantID: participant, State: state}}
 	}
 	if obj.tm != nil {
-		env.TimerRegistrations = obj.tm.capture()
+		c.timers = obj.tm.capture()
+		for i := range c.timers {
+			c.timers[i].ParticipantID = participant
+		}
 	}
 	// Saved work and pending ticks share one order, so the target puts
 	// them back interleaved as they were queued.
 	for i, msg := range saved {
 		if tick, ok := msg.(*messages.TimerTick); ok {
-			env.PendingTimerTicks = append(env.PendingTimerTicks, pendingTick(uint64(i+1), tick))
+			t := pendingTick(uint64(i+1), tick)
+			t.ParticipantID = participant
+			c.ticks = append(c.ticks, t)
 			continue
 		}
 		rec, err := toRecord(msg)
 		if err != nil {
-			return nil, err
+			return c, err
 		}
-		env.SavedWork = append(env.SavedWork, envelope.SavedWork{ParticipantID: 1, Order: uint64(i + 1), Record: rec})
+		c.saved = append(c.saved, envelope.SavedWork{ParticipantID: participant, Order: uint64(i + 1), Record: rec})
+	}
+	return c, nil
+}
+
+// partCaptured takes participant i's capture; once every participant's has
+// come, the payload is encoded and the move goes on (or unseals on a
+// failure).
+func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Time, c capturedPart, err error) {
+	if r.awaiting == 0 {
+		return
+	}
+	r.parts[i].saved = saved
+	if r.outcome.Sealed.IsZero() || sealedAt.Before(r.outcome.Sealed) {
+		r.outcome.Sealed = sealedAt
+	}
+	r.captures[i] = c
+	if err != nil && r.captureErr == nil {
+		r.captureErr = err
+	}
+	if r.awaiting--; r.awaiting > 0 {
+		return
+	}
+	if r.captureErr != nil {
+		d.stepSource(r, handoff.CaptureFailed{Err: r.captureErr})
+		return
+	}
+	stream, err := d.encodePayload(r)
+	r.captures = nil
+	if err != nil {
+		d.stepSource(r, handoff.CaptureFailed{Err: err})
+		return
+	}
+	d.stepSource(r, handoff.Captured{Stream: stream})
+}
+
+// encodePayload builds the move's one relocation-envelope-v1 stream from
+// its participants' captures, in participant order.
+func (d *Driver) encodePayload(r *sourceRun) ([]byte, error) {
+	id, obj := r.m.Identity(), r.obj
+	env := envelope.Envelope{
+		Relocation: envelope.Relocation{
+			RelocationID: id.RelocationID, TargetAttemptGeneration: id.TargetAttemptGeneration,
+			CoordinatorFence: envelope.Fence{NodeRid: id.Fence.NodeRid, NodeGeneration: id.Fence.NodeGeneration, OwnerGeneration: id.Fence.OwnerGeneration},
+		},
+		Object:             envelope.Object{Kind: uint8(obj.key.Kind), ID: obj.key.ID, ObjectGeneration: obj.generation, StableType: obj.kind.StableType},
+		ApplicationVersion: obj.kind.ApplicationVersion,
+	}
+	for _, c := range r.captures {
+		env.ApplicationStates = append(env.ApplicationStates, c.states...)
+		env.SavedWork = append(env.SavedWork, c.saved...)
+		env.TimerRegistrations = append(env.TimerRegistrations, c.timers...)
+		env.PendingTimerTicks = append(env.PendingTimerTicks, c.ticks...)
 	}
 	stream, err := envelope.Encode(&env)
 	if err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
 	return stream, nil
+}
+
+// members are the participants after the first, for the Restore request.
+func (r *sourceRun) members() []*messages.Participant {
+	if len(r.parts) < 2 {
+		return nil
+	}
+	out := make([]*messages.Participant, 0, len(r.parts)-1)
+	for _, p := range r.parts[1:] {
+		o := p.obj
+		out = append(out, &messages.Participant{
+			Object:          &messages.ObjectRef{Kind: o.key.Kind, Id: o.key.ID, ObjectGeneration: o.generation, StableType: o.kind.StableType},
+			OwnerGeneration: o.ownerGeneration, NewOwnerGeneration: p.newOwner, ApplicationVersion: o.kind.ApplicationVersion,
+		})
+	}
+	return out
 }
 
 // show hands Relocate what the store showed of the move's commit; the

@@ -29,8 +29,11 @@ type targetRun struct {
 	sourcePID *actor.PID // the source's relocation actor
 	obj       *object
 	saved     []any // restored saved work, first in the backlog
-	deadline  time.Time
-	onDone    []func() // Relocate calls waiting for this arrival to end
+	// members are the other participants of a SpotWide move (PROTOCOL.md
+	// §5.15), in participant order (participant i+2).
+	members  []*targetMember
+	deadline time.Time
+	onDone   []func() // Relocate calls waiting for this arrival to end
 	// relayReadySent: the source may know this incarnation (and forward
 	// to it after a commit it saw).
 	relayReadySent bool
@@ -41,6 +44,28 @@ type targetRun struct {
 	// cross-node Join, PROTOCOL.md §7.10); its Join callback comes first
 	// at the open.
 	joined atomic.Bool
+	// committedMember: the User Spot membership the commit wrote, for the
+	// incarnation's own record of it (object.member).
+	committedMember atomic.Pointer[messages.Membership]
+	// joinHold is the SpotWide User Spot this Join holds in place until
+	// the move ends (object.joining).
+	joinHold *object
+}
+
+// targetMember is a member Actor arriving with its SpotWide User Spot.
+type targetMember struct {
+	key   location.AuthorityKey
+	kind  *Kind
+	p     *messages.Participant
+	obj   *object
+	saved []any
+}
+
+// partItem is a relayed message for a SpotWide member (participant > 1);
+// the hand-off machine keeps it in the batch like any other.
+type partItem struct {
+	participant uint32
+	msg         any
 }
 
 // arriving finds the unfinished move of key into this node.
@@ -95,11 +120,18 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
 		return
 	}
+	var joinSpot *object
 	if p.GetJoin() != nil {
 		if err := d.admitJoin(key, p.GetJoin()); err != nil {
 			fail(messages.FailureReason_FAILURE_REASON_STALE, err.Error())
 			return
 		}
+		joinSpot = d.objects[location.Key(location.KindUserSpot, p.GetJoin().GetSpotId())]
+	}
+	members, reason, err := d.admitMembers(key, k, p)
+	if err != nil {
+		fail(reason, err.Error())
+		return
 	}
 	if old := d.arriving(key); old != nil {
 		// Newest prepare wins (PROTOCOL.md §5.7): two prepares never share
@@ -117,12 +149,21 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 		key:       key,
 		kind:      k,
 		sourcePID: PID(from.Address),
+		members:   members,
 		deadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
+	}
+	if joinSpot != nil && joinSpot.kind.SpotWide {
+		// A SpotWide Spot does not move while a member is on its way in.
+		joinSpot.joining++
+		t.joinHold = joinSpot
 	}
 	m, effects := handoff.NewTarget(id, d.cfg.Handoff, d.prepareEvent(p))
 	t.m = m
 	d.targets[id] = t
 	d.arrivals[key] = t
+	for _, m := range members {
+		d.arrivals[m.key] = t
+	}
 	d.runTarget(t, effects)
 }
 
@@ -167,6 +208,13 @@ func (d *Driver) onRelayed(c actor.Context, m *messages.RelayedRecord) {
 	if err != nil {
 		d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", t.key.ID).Err(err).Msg("relayed message cannot be decoded")
 		return
+	}
+	if n := m.GetParticipant(); n > 1 {
+		if int(n)-2 >= len(t.members) {
+			d.refused("relayed record", c.Sender().GetAddress(), "names a participant the move does not have")
+			return
+		}
+		item = partItem{participant: n, msg: item}
 	}
 	b, _ := deterministic.Marshal(m.GetEnvelope())
 	d.stepTarget(t, handoff.RelayRecordReceived{Epoch: m.GetResendEpoch(), Index: int(m.GetIndex()), Record: b, Item: item})
@@ -230,6 +278,18 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		obj.pid = pid
 		d.spawned(obj)
 		t.obj = obj
+		for _, m := range t.members {
+			mo := &object{key: m.key, kind: m.kind, state: staging, generation: m.p.GetObject().GetObjectGeneration(), ownerGeneration: m.p.GetNewOwnerGeneration(),
+				member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: obj.generation}}
+			closed := d.unavailableSink(mo, "the relocation target was removed before it opened")
+			pid, err := d.sys.Root.SpawnNamed(d.props(mo, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(m.key, mo.generation, mo.ownerGeneration))
+			if err != nil {
+				return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue of %s: %w", m.key, err)}
+			}
+			mo.pid = pid
+			d.spawned(mo)
+			m.obj = mo
+		}
 
 	case handoff.VerifySource:
 		go d.verifySource(t, id)
@@ -255,13 +315,20 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		go func() { d.laterTarget(id, d.commitOwner(t, id, e.SettleOnly)) }()
 
 	case handoff.OpenDispatch:
-		backlog := append(t.saved, e.Relay...)
+		relay := e.Relay
+		if len(t.members) > 0 || (t.key.Kind == location.KindUserSpot && t.kind.SpotWide) {
+			relay = d.openMembers(t, e.Relay)
+		}
+		backlog := append(t.saved, relay...)
 		t.saved = nil
 		if t.joined.Load() {
 			// The Join callback runs after the commit, before what moved
 			// with the Actor (PROTOCOL.md §7.10).
 			j := t.prepare.GetJoin()
 			backlog = append([]any{&messages.JoinedSpot{SpotId: j.GetSpotId(), SpotGeneration: j.GetSpotGeneration()}}, backlog...)
+		}
+		if m := t.committedMember.Load(); m != nil {
+			t.obj.member = m
 		}
 		if err := t.obj.mb.OpenWith(backlog); err != nil {
 			d.log.Error().Str("event", "open_failed").Str("object_id", t.key.ID).Err(err).Msg("opening dispatch failed")
@@ -274,33 +341,19 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		return handoff.DispatchOpened{}
 
 	case handoff.DeliverLate:
+		if pi, ok := e.Item.(partItem); ok {
+			d.sys.Root.Send(t.members[pi.participant-2].obj.pid, pi.msg)
+			break
+		}
 		d.sys.Root.Send(t.obj.pid, e.Item)
 
 	case handoff.AckBoundary:
 		d.send(t.sourcePID, &messages.BoundaryAck{Identity: id.ToProto()})
 
 	case handoff.RemoveTarget:
-		if t.obj != nil && t.obj.mb != nil {
-			obj := t.obj
-			_ = obj.mb.Do(func() {
-				if obj.tm != nil {
-					obj.tm.stopAll()
-				}
-			})
-			held, _ := t.obj.mb.Discard()
-			removed := d.unavailableSink(t.obj, "the relocation target was removed")
-			for _, msg := range held {
-				removed(msg) // a request fails typed, a send is counted and logged
-			}
-			t.obj.state = ended
-			if !t.relayReadySent {
-				// No source ever learned of this incarnation, so nothing
-				// follows to it: free its name at once (a refused prepare
-				// must not keep the name the real next move needs).
-				d.stop(obj)
-			} else {
-				time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
-			}
+		d.removeStaged(t, t.obj)
+		for _, m := range t.members {
+			d.removeStaged(t, m.obj)
 		}
 
 	case handoff.StartTimer:
@@ -316,6 +369,32 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.completeTarget(t, e.Err)
 	}
 	return nil
+}
+
+// removeStaged ends one staged incarnation of a removed move.
+func (d *Driver) removeStaged(t *targetRun, obj *object) {
+	if obj == nil || obj.mb == nil {
+		return
+	}
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.stopAll()
+		}
+	})
+	held, _ := obj.mb.Discard()
+	removed := d.unavailableSink(obj, "the relocation target was removed")
+	for _, msg := range held {
+		removed(msg) // a request fails typed, a send is counted and logged
+	}
+	obj.state = ended
+	if !t.relayReadySent {
+		// No source ever learned of this incarnation, so nothing follows
+		// to it: free its name at once (a refused prepare must not keep
+		// the name the real next move needs).
+		d.stop(obj)
+	} else {
+		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+	}
 }
 
 // restore decodes the verified stream and restores state on the object's
@@ -337,44 +416,80 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 		order uint64
 		msg   any
 	}
-	backlog := make([]ordered, 0, len(env.SavedWork)+len(env.PendingTimerTicks))
+	parts := 1 + len(t.members)
+	backlogs := make([][]ordered, parts)
+	inRange := func(p uint32) bool { return p >= 1 && int(p) <= parts }
 	for _, w := range env.SavedWork {
+		if !inRange(w.ParticipantID) {
+			return handoff.RestoreFailed{Err: fmt.Errorf("%w: saved work of participant %d, the move has %d", roamerr.ErrConflict, w.ParticipantID, parts)}
+		}
 		msg, err := fromRecord(w.Record)
 		if err != nil {
 			return handoff.RestoreFailed{Err: err}
 		}
-		backlog = append(backlog, ordered{w.Order, msg})
+		backlogs[w.ParticipantID-1] = append(backlogs[w.ParticipantID-1], ordered{w.Order, msg})
 	}
 	for _, p := range env.PendingTimerTicks {
-		backlog = append(backlog, ordered{p.Order, tickOf(p)})
-	}
-	sort.Slice(backlog, func(i, j int) bool { return backlog[i].order < backlog[j].order })
-	t.saved = make([]any, len(backlog))
-	for i, b := range backlog {
-		t.saved[i] = b.msg
-	}
-	adapter, preserve := t.kind.Policy.(preserveStateWith)
-	var state []byte
-	if len(env.ApplicationStates) > 0 {
-		state = env.ApplicationStates[0].State
-	}
-	obj, regs := t.obj, env.TimerRegistrations
-	err = obj.mb.Do(func() {
-		tm := obj.timers()
-		tm.sys, tm.self = d.sys, obj.pid
-		tm.restore(regs)
-		var err error
-		if preserve {
-			err = obj.restoreState(adapter, state)
+		if !inRange(p.ParticipantID) {
+			return handoff.RestoreFailed{Err: fmt.Errorf("%w: a timer tick of participant %d, the move has %d", roamerr.ErrConflict, p.ParticipantID, parts)}
 		}
-		if err != nil {
-			d.laterTarget(id, handoff.RestoreFailed{Err: fmt.Errorf("state adapter: %w", err)})
-			return
+		backlogs[p.ParticipantID-1] = append(backlogs[p.ParticipantID-1], ordered{p.Order, tickOf(p)})
+	}
+	states := make([][]byte, parts)
+	for _, st := range env.ApplicationStates {
+		if !inRange(st.ParticipantID) {
+			return handoff.RestoreFailed{Err: fmt.Errorf("%w: state of participant %d, the move has %d", roamerr.ErrConflict, st.ParticipantID, parts)}
 		}
-		d.laterTarget(id, handoff.Restored{})
-	})
-	if err != nil {
+		states[st.ParticipantID-1] = st.State
+	}
+	regs := make([][]envelope.TimerRegistration, parts)
+	for _, r := range env.TimerRegistrations {
+		if !inRange(r.ParticipantID) {
+			return handoff.RestoreFailed{Err: fmt.Errorf("%w: a timer of participant %d, the move has %d", roamerr.ErrConflict, r.ParticipantID, parts)}
+		}
+		regs[r.ParticipantID-1] = append(regs[r.ParticipantID-1], r)
+	}
+	sorted := func(b []ordered) []any {
+		sort.Slice(b, func(i, j int) bool { return b[i].order < b[j].order })
+		out := make([]any, len(b))
+		for i, o := range b {
+			out[i] = o.msg
+		}
+		return out
+	}
+	t.saved = sorted(backlogs[0])
+	for i, m := range t.members {
+		m.saved = sorted(backlogs[i+1])
+	}
+	// Each participant restores on its own goroutine; the payload is
+	// restored once all have.
+	remaining := int32(parts)
+	restoreOne := func(obj *object, kind *Kind, state []byte, regs []envelope.TimerRegistration) error {
+		adapter, preserve := kind.Policy.(preserveStateWith)
+		return obj.mb.Do(func() {
+			tm := obj.timers()
+			tm.sys, tm.self = d.sys, obj.pid
+			tm.restore(regs)
+			var err error
+			if preserve {
+				err = obj.restoreState(adapter, state)
+			}
+			if err != nil {
+				d.laterTarget(id, handoff.RestoreFailed{Err: fmt.Errorf("state adapter of %s: %w", obj.key, err)})
+				return
+			}
+			if atomic.AddInt32(&remaining, -1) == 0 {
+				d.laterTarget(id, handoff.Restored{})
+			}
+		})
+	}
+	if err := restoreOne(t.obj, t.kind, states[0], regs[0]); err != nil {
 		return handoff.RestoreFailed{Err: err}
+	}
+	for i, m := range t.members {
+		if err := restoreOne(m.obj, m.kind, states[i+1], regs[i+1]); err != nil {
+			return handoff.RestoreFailed{Err: err}
+		}
 	}
 	return nil
 }
@@ -457,6 +572,15 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		// member keeps its membership (PROTOCOL.md §5.11).
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
+	if len(t.members) > 0 {
+		// SpotWide: every member's owner changes in the same transaction
+		// (PROTOCOL.md §5.15).
+		ops, ev := d.memberOps(ctx, t)
+		if ev != nil {
+			return ev
+		}
+		joinOps = append(joinOps, ops...)
+	}
 	var err error
 	if len(joinOps) > 0 {
 		_, err = d.store.Apply(ctx, append([]location.Op{location.UpdateOp(t.key, v.Version, next)}, joinOps...))
@@ -466,6 +590,9 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	ev := d.casAnswer(t, id, err, handoff.StoreCommitted{})
 	if _, ok := ev.(handoff.StoreCommitted); ok && err == nil {
 		t.joined.Store(joined)
+		if m := memberUserSpot(next); m != nil {
+			t.committedMember.Store(m)
+		}
 	}
 	return ev
 }
@@ -501,10 +628,15 @@ func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied
 // go on.
 func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
 	ev := id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
-	if _, ok := ev.(handoff.StoreCommitted); ok && t.prepare.GetJoin() != nil {
+	if _, ok := ev.(handoff.StoreCommitted); ok {
 		// Committed by an earlier attempt whose answer was lost: the
 		// record says whether that commit carried the Join.
-		t.joined.Store(sameMembership(v.Record.GetMembership(), t.prepare.GetJoin()))
+		if t.prepare.GetJoin() != nil {
+			t.joined.Store(sameMembership(v.Record.GetMembership(), t.prepare.GetJoin()))
+		}
+		if m := memberUserSpot(v.Record); m != nil {
+			t.committedMember.Store(m)
+		}
 	}
 	return ev
 }
@@ -527,8 +659,17 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	if d.cfg.OnEvent != nil {
 		d.cfg.OnEvent(ev)
 	}
+	if t.joinHold != nil {
+		t.joinHold.joining--
+		t.joinHold = nil
+	}
 	if d.arrivals[t.key] == t {
 		delete(d.arrivals, t.key)
+	}
+	for _, m := range t.members {
+		if d.arrivals[m.key] == t {
+			delete(d.arrivals, m.key)
+		}
 	}
 	waiting := t.onDone
 	t.onDone = nil

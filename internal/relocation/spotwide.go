@@ -1,0 +1,219 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// SpotWide relocation (PROTOCOL.md §5.15): a User Spot of a SpotWide kind
+// moves with every member it has at that moment, as one unit of the
+// ordinary hand-off. The Spot is participant 1, its members follow in ID
+// order; one seal of them all, one payload, one relay batch and cutover,
+// and the target's one commit writes every record.
+
+// MaxSpotWideMembers bounds a SpotWide unit: the Spot's record and its
+// members' are written in one store transaction, and Consul takes at most
+// 128 operations in one (its lease checks included). A Spot with more
+// members is refused with CapacityExceeded before anything seals; give
+// such a kind PerActor relocation (not SpotWide).
+const MaxSpotWideMembers = 120
+
+// RelocationReady is implemented by a SpotWide User Spot's actor that
+// signals the end of its move itself (ApplicationSignaled): on the target,
+// after the commit and before any participant's queue opens, roam calls
+// OnRelocationReady on the Spot's goroutine with the members that moved
+// with it.
+type RelocationReady interface {
+	OnRelocationReady(members []location.AuthorityKey)
+}
+
+// spotWideOf is the SpotWide User Spot on this node that obj is a member
+// of, if any: such a member moves only with its Spot.
+func (d *Driver) spotWideOf(obj *object) *object {
+	if obj.member == nil {
+		return nil
+	}
+	spot := d.objects[location.Key(location.KindUserSpot, obj.member.GetSpotId())]
+	if spot == nil || !spot.kind.SpotWide || spot.generation != obj.member.GetSpotGeneration() {
+		return nil
+	}
+	return spot
+}
+
+// spotWideMembers are the members of the SpotWide User Spot spot that move
+// with it: every one its record counts (want) must serve on this node,
+// none of them moving, and no join on its way.
+func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
+	if spot.joining > 0 {
+		return nil, fmt.Errorf("%w: an Actor is joining User Spot %q", roamerr.ErrUnavailable, spot.key.ID)
+	}
+	var members []*object
+	for _, o := range d.objects {
+		m := o.member
+		if m == nil || m.GetSpotId() != spot.key.ID || m.GetSpotGeneration() != spot.generation {
+			continue
+		}
+		switch {
+		case o.state != serving || o.out != nil || o.activating.Load():
+			return nil, fmt.Errorf("%w: member %s of User Spot %q is moving", roamerr.ErrUnavailable, o.key, spot.key.ID)
+		case isDisabled(o.kind.Policy):
+			return nil, fmt.Errorf("%w: member %s of User Spot %q has DisableRelocation", roamerr.ErrInvalidOperation, o.key, spot.key.ID)
+		}
+		members = append(members, o)
+	}
+	switch {
+	case want >= 0 && len(members) != want:
+		return nil, fmt.Errorf("%w: User Spot %q counts %d members, %d of them serve on this node; a SpotWide Spot moves with all of them", roamerr.ErrUnavailable, spot.key.ID, want, len(members))
+	case len(members) > MaxSpotWideMembers:
+		return nil, fmt.Errorf("%w: User Spot %q has %d members, a SpotWide move takes at most %d", roamerr.ErrCapacityExceeded, spot.key.ID, len(members), MaxSpotWideMembers)
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].key.ID < members[j].key.ID })
+	return members, nil
+}
+
+// admitMembers checks the members a SpotWide Restore request names, before
+// anything of the move is installed: only a SpotWide User Spot brings
+// members, each a distinct Actor of a kind this node hosts at the same
+// application version, none of them already here.
+func (d *Driver) admitMembers(key location.AuthorityKey, k *Kind, p *messages.RelocationPrepare) ([]*targetMember, messages.FailureReason, error) {
+	ps := p.GetMembers()
+	if len(ps) == 0 {
+		return nil, 0, nil
+	}
+	stale := messages.FailureReason_FAILURE_REASON_STALE
+	unsupported := messages.FailureReason_FAILURE_REASON_UNSUPPORTED
+	switch {
+	case key.Kind != location.KindUserSpot || !k.SpotWide:
+		return nil, unsupported, fmt.Errorf("%w: only a SpotWide User Spot moves with members", roamerr.ErrInvalidOperation)
+	case len(ps) > MaxSpotWideMembers:
+		return nil, unsupported, fmt.Errorf("%w: %d members, at most %d", roamerr.ErrCapacityExceeded, len(ps), MaxSpotWideMembers)
+	}
+	seen := make(map[location.AuthorityKey]bool, len(ps))
+	members := make([]*targetMember, 0, len(ps))
+	for _, mp := range ps {
+		o := mp.GetObject()
+		mk := location.Key(o.GetKind(), o.GetId())
+		mkind, ok := d.kind(o.GetStableType())
+		switch {
+		case mk.Kind != location.KindActor || mk.Validate() != nil || seen[mk]:
+			return nil, unsupported, fmt.Errorf("%w: a member is not a distinct Actor", roamerr.ErrInvalidOperation)
+		case !ok:
+			return nil, unsupported, fmt.Errorf("%w: member stable type %q not registered here", roamerr.ErrNotFound, o.GetStableType())
+		case mkind.ApplicationVersion != mp.GetApplicationVersion():
+			return nil, unsupported, fmt.Errorf("%w: member %s at application version %q, hosting %q", roamerr.ErrTypeMismatch, mk, mp.GetApplicationVersion(), mkind.ApplicationVersion)
+		case d.objects[mk] != nil || d.arriving(mk) != nil:
+			return nil, stale, fmt.Errorf("%w: member %s is already here", roamerr.ErrConflict, mk)
+		}
+		seen[mk] = true
+		members = append(members, &targetMember{key: mk, kind: mkind, p: mp})
+	}
+	return members, 0, nil
+}
+
+// memberAtFence checks a member's record against the move: owned by the
+// source at the member's fence, at its generation, still a member of the
+// Spot incarnation that moves.
+func (d *Driver) memberAtFence(t *targetRun, m *targetMember, v location.Versioned) error {
+	src, r := t.prepare.GetSource(), v.Record
+	switch {
+	case !v.Present():
+		return fmt.Errorf("%w: member %s has no record", roamerr.ErrStale, m.key)
+	case r.GetOwner().GetNodeRid() != src.GetNodeRid() || r.GetOwner().GetNodeGeneration() != src.GetNodeGeneration() ||
+		r.GetAuthorityOwnerGeneration() != m.p.GetOwnerGeneration() || r.GetObjectGeneration() != m.p.GetObject().GetObjectGeneration():
+		return fmt.Errorf("%w: member %s is not at the move's fence", roamerr.ErrStale, m.key)
+	case r.GetMembership().GetSpotId() != t.key.ID || r.GetMembership().GetSpotGeneration() != t.prepare.GetObject().GetObjectGeneration():
+		return fmt.Errorf("%w: %s is no longer a member of User Spot %q", roamerr.ErrStale, m.key, t.key.ID)
+	}
+	return nil
+}
+
+// verifyMembers reads each member's record for VerifySource.
+func (d *Driver) verifyMembers(ctx context.Context, t *targetRun) error {
+	for _, m := range t.members {
+		v, err := d.store.Read(ctx, m.key)
+		if errors.Is(err, location.ErrNotFound) {
+			err, v = nil, location.Versioned{}
+		}
+		if err != nil {
+			return err
+		}
+		if err := d.memberAtFence(t, m, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memberOps are the members' owner changes for the target's one commit of
+// a SpotWide move, each at the version read. A member whose record left
+// the fence makes the move stale: nothing of it commits, and its source,
+// which still holds everything, serves again after the fence-out.
+func (d *Driver) memberOps(ctx context.Context, t *targetRun) ([]location.Op, handoff.Event) {
+	ops := make([]location.Op, 0, len(t.members))
+	for _, m := range t.members {
+		v, err := d.store.Read(ctx, m.key)
+		if err != nil && !errors.Is(err, location.ErrNotFound) {
+			return nil, handoff.StoreRetryable{Err: err}
+		}
+		if err := d.memberAtFence(t, m, v); err != nil {
+			return nil, handoff.StoreStale{Err: err}
+		}
+		next := proto.Clone(v.Record).(*location.Record)
+		next.Owner = d.owner()
+		next.AuthorityOwnerGeneration = m.p.GetNewOwnerGeneration()
+		next.RelocationId = t.m.Identity().RelocationID
+		ops = append(ops, location.UpdateOp(m.key, v.Version, next))
+	}
+	return ops, nil
+}
+
+// openMembers splits a SpotWide move's relay by participant, gives each
+// member its backlog, and opens the members' queues only once the Spot's
+// RelocationReady callback, if it has one, ran on its goroutine — which it
+// does before any message of the Spot's own backlog (PROTOCOL.md §5.15,
+// ApplicationSignaled). It returns the Spot's own share of the relay.
+func (d *Driver) openMembers(t *targetRun, relay []any) []any {
+	own := relay[:0:0]
+	for _, item := range relay {
+		if pi, ok := item.(partItem); ok {
+			m := t.members[pi.participant-2]
+			m.saved = append(m.saved, pi.msg)
+			continue
+		}
+		own = append(own, item)
+	}
+	keys := make([]location.AuthorityKey, len(t.members))
+	for i, m := range t.members {
+		keys[i] = m.key
+		d.objects[m.key] = m.obj
+		d.nowServing(m.obj)
+	}
+	open := func() {
+		for _, m := range t.members {
+			if err := m.obj.mb.OpenWith(m.saved); err != nil {
+				d.log.Error().Str("event", "open_failed").Str("object_id", m.key.ID).Err(err).Msg("opening dispatch failed")
+			}
+			m.saved = nil
+		}
+	}
+	spot := t.obj
+	err := spot.mb.Do(func() {
+		defer d.sys.Root.Send(d.self, &localCall{fn: open})
+		if rr, ok := spot.inst.(RelocationReady); ok {
+			rr.OnRelocationReady(keys)
+		}
+	})
+	if err != nil {
+		open()
+	}
+	return own
+}
