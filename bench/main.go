@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,8 +33,21 @@ func main() {
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
 	only := flag.String("only", "abcde", "the sections to run (letters a to e)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*out, *runs, *quick, *only, *units); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

@@ -329,6 +329,11 @@ func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
 			if t.key == key {
 				return true, nil
 			}
+			for _, m := range t.members {
+				if m.key == key {
+					return true, nil
+				}
+			}
 		}
 		// Moving out past its cutover: no longer registered, but the
 		// record may name this node until the target commits.

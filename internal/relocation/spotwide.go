@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -136,17 +137,36 @@ func (d *Driver) memberAtFence(t *targetRun, m *targetMember, v location.Version
 	return nil
 }
 
+// readMembers reads every member's record at once (a store client that
+// batches, like consulstore's, sends them together); a missing record
+// reads as absent.
+func (d *Driver) readMembers(ctx context.Context, t *targetRun) ([]location.Versioned, error) {
+	out := make([]location.Versioned, len(t.members))
+	errs := make([]error, len(t.members))
+	var wg sync.WaitGroup
+	for i, m := range t.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := d.store.Read(ctx, m.key)
+			if errors.Is(err, location.ErrNotFound) {
+				v, err = location.Versioned{}, nil
+			}
+			out[i], errs[i] = v, err
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
 // verifyMembers reads each member's record for VerifySource.
 func (d *Driver) verifyMembers(ctx context.Context, t *targetRun) error {
-	for _, m := range t.members {
-		v, err := d.store.Read(ctx, m.key)
-		if errors.Is(err, location.ErrNotFound) {
-			err, v = nil, location.Versioned{}
-		}
-		if err != nil {
-			return err
-		}
-		if err := d.memberAtFence(t, m, v); err != nil {
+	vs, err := d.readMembers(ctx, t)
+	if err != nil {
+		return err
+	}
+	for i, m := range t.members {
+		if err := d.memberAtFence(t, m, vs[i]); err != nil {
 			return err
 		}
 	}
@@ -158,12 +178,13 @@ func (d *Driver) verifyMembers(ctx context.Context, t *targetRun) error {
 // the fence makes the move stale: nothing of it commits, and its source,
 // which still holds everything, serves again after the fence-out.
 func (d *Driver) memberOps(ctx context.Context, t *targetRun) ([]location.Op, handoff.Event) {
+	vs, err := d.readMembers(ctx, t)
+	if err != nil {
+		return nil, handoff.StoreRetryable{Err: err}
+	}
 	ops := make([]location.Op, 0, len(t.members))
-	for _, m := range t.members {
-		v, err := d.store.Read(ctx, m.key)
-		if err != nil && !errors.Is(err, location.ErrNotFound) {
-			return nil, handoff.StoreRetryable{Err: err}
-		}
+	for i, m := range t.members {
+		v := vs[i]
 		if err := d.memberAtFence(t, m, v); err != nil {
 			return nil, handoff.StoreStale{Err: err}
 		}
