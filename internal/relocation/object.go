@@ -58,6 +58,9 @@ type object struct {
 	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
 	// while one is on its way. The driver goroutine only.
 	joining int
+	// opening is set while this SpotWide member arrived and its queue is
+	// not open yet (closed then); the driver goroutine only.
+	opening chan struct{}
 	// changing counts membership changes of this Actor under way here
 	// (JoinSpot, LeaveSpot); no move of it starts meanwhile. The driver
 	// goroutine only.

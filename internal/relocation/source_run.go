@@ -150,7 +150,7 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		select {
 		case <-settling.done: // start again
 		case <-ctx.Done():
-			return Outcome{}, fmt.Errorf("%w: %s is finishing its cold activation (its recovery pointer is not removed yet): %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+			return Outcome{}, fmt.Errorf("%w: %s is settling (a cold activation whose recovery pointer is not removed yet, or a SpotWide arrival whose members' queues are not open yet): %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
 		}
 	}
 	if err != nil {
@@ -208,7 +208,8 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 }
 
 // activationSettling: the object cannot move before its cold activation's
-// recovery pointer is gone; done is closed then.
+// recovery pointer is gone, or before the members a SpotWide Spot brought
+// have their queues open; done is closed then.
 type activationSettling struct{ done <-chan struct{} }
 
 func (e *activationSettling) Error() string { return "relocation: the cold activation is settling" }
@@ -285,10 +286,11 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
-	if spot := d.spotWideOf(obj); spot != nil && join == nil {
-		// (A Join into another Spot takes it out of this one at the
-		// target's commit: that move it makes alone.)
-		return nil, fmt.Errorf("%w: %s is a member of the SpotWide User Spot %q on this node and moves with it", roamerr.ErrInvalidOperation, key, spot.key.ID)
+	if spot := d.spotWideOf(obj); spot != nil {
+		// Also for a Join into another Spot: past relay-ready a Join the
+		// target no longer admits commits without it, which would leave
+		// a SpotWide member away from its Spot. It leaves first.
+		return nil, fmt.Errorf("%w: %s is a member of the SpotWide User Spot %q on this node and moves with it (LeaveSpot first to move it alone or join another Spot)", roamerr.ErrInvalidOperation, key, spot.key.ID)
 	}
 	var memberObjs []*object
 	if key.Kind == location.KindUserSpot && obj.kind.SpotWide {

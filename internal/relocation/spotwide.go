@@ -64,7 +64,11 @@ func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
 			continue
 		}
 		switch {
-		case o.state != serving || o.out != nil || o.activating.Load():
+		case o.opening != nil:
+			// It arrived with the Spot, whose RelocationReady has not
+			// returned yet: start again once its queue is open.
+			return nil, &activationSettling{done: o.opening}
+		case o.state != serving || o.out != nil || o.activating.Load() || o.changing > 0:
 			return nil, fmt.Errorf("%w: member %s of User Spot %q is moving", roamerr.ErrUnavailable, o.key, spot.key.ID)
 		case isDisabled(o.kind.Policy):
 			return nil, fmt.Errorf("%w: member %s of User Spot %q has DisableRelocation", roamerr.ErrInvalidOperation, o.key, spot.key.ID)
@@ -213,18 +217,24 @@ func (d *Driver) openMembers(t *targetRun, relay []any) []any {
 		own = append(own, item)
 	}
 	keys := make([]location.AuthorityKey, len(t.members))
+	opening := make(chan struct{})
 	for i, m := range t.members {
 		keys[i] = m.key
+		// Registered at once (calls find it), serving once its queue
+		// opens; a move of the Spot meanwhile waits for that
+		// (spotWideMembers).
 		d.objects[m.key] = m.obj
-		d.nowServing(m.obj)
+		m.obj.opening = opening
 	}
 	open := func() {
 		for _, m := range t.members {
 			if err := m.obj.mb.OpenWith(m.saved); err != nil {
 				d.log.Error().Str("event", "open_failed").Str("object_id", m.key.ID).Err(err).Msg("opening dispatch failed")
 			}
-			m.saved = nil
+			m.saved, m.obj.opening = nil, nil
+			d.nowServing(m.obj)
 		}
+		close(opening)
 	}
 	spot := t.obj
 	err := spot.mb.Do(func() {

@@ -1,0 +1,737 @@
+package roam_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testlog"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// spotOnNode creates the User Spot id of kind and makes sure it lives on
+// node want (moving it there from the other node if needed).
+func spotOnNode(t *testing.T, id, kind string, want, other *roam.Roam) roam.SpotRef {
+	t.Helper()
+	ctx := context.Background()
+	res, err := want.Spots().GetOrCreate(id, kind).Do(ctx)
+	require.NoError(t, err)
+	if res.Ref.NodeRid != want.NodeRid() {
+		_, err := other.Relocate(ctx, roam.UserSpotRef(id), want.NodeName())
+		require.NoError(t, err)
+		res.Ref.NodeRid = want.NodeRid()
+	}
+	return res.Ref
+}
+
+// A member of a SpotWide Spot cannot JoinSpot a Spot on another node
+// without leaving first: past relay-ready a Join the target no longer
+// admits (here the Spot closes just before the commit) would commit the
+// move without it and leave the member away from its SpotWide Spot, which
+// could then never move. Refused before anything seals; after LeaveSpot
+// it joins.
+func TestSpotWideMemberJoinsElsewhereOnlyAfterLeaving(t *testing.T) {
+	ctx := context.Background()
+	store := &applyHook{Store: memstore.New()}
+	j := journalKind(store)
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind, clubhouse))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, teamKind, clubhouse))
+	crew := spotOnNode(t, "crew", "team", a, b)
+	club := spotOnNode(t, "club", "clubhouse", b, a)
+	for _, id := range []string{"m1", "m2"} {
+		_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+	}
+	hook := func(ops []location.Op) bool {
+		if joinsInto(ops, "m1", "club") {
+			_, _ = b.Spots().Close(ctx, club)
+			return true
+		}
+		return false
+	}
+	store.hook.Store(&hook)
+	_, err := a.JoinSpot(ctx, roam.ActorRef("m1"), club)
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+	require.Equal(t, a.NodeRid(), unitOwners(t, store)[roam.ActorRef("m1")])
+	require.Equal(t, "crew", membershipOf(t, store, "m1").GetSpotId())
+	countsExact(t, store)
+	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err, "the SpotWide Spot still moves")
+
+	// Left first, m1 joins (the club closed at the hook above was never
+	// reached: the hook fires on this join's commit, and the move then
+	// commits without the Join).
+	require.NoError(t, a.LeaveSpot(ctx, roam.ActorRef("m1")))
+	countsExact(t, store)
+	_, err = a.JoinSpot(ctx, roam.ActorRef("m1"), club)
+	require.ErrorIs(t, err, roamerr.ErrStale, "the club closed before the commit")
+	require.NotEqual(t, "crew", membershipOf(t, store, "m1").GetSpotId())
+	countsExact(t, store)
+	_, err = b.Relocate(ctx, roam.UserSpotRef("crew"), "node-a")
+	require.NoError(t, err, "the SpotWide Spot, without m1, moves")
+}
+
+// failing adapter: captures fail while fail is set.
+type flakyState struct{ fail *atomic.Bool }
+
+func (f flakyState) Capture(a actor.Actor) ([]byte, error) {
+	if f.fail.Load() {
+		return nil, errors.New("injected capture failure")
+	}
+	return a.(*journal).CaptureState()
+}
+func (f flakyState) Restore(a actor.Actor, b []byte) error { return a.(*journal).RestoreState(b) }
+
+// panicking adapter variant.
+type panickyState struct{ fail *atomic.Bool }
+
+func (f panickyState) Capture(a actor.Actor) ([]byte, error) {
+	if f.fail.Load() {
+		panic("injected capture panic")
+	}
+	return a.(*journal).CaptureState()
+}
+func (f panickyState) Restore(a actor.Actor, b []byte) error { return a.(*journal).RestoreState(b) }
+
+// slowJournal is a journal that blocks in a turn on "block" until released.
+type slowJournal struct {
+	journal
+	release chan struct{}
+	entered chan struct{}
+}
+
+func (s *slowJournal) Receive(c actor.Context) {
+	if m, ok := c.Message().(*wrapperspb.StringValue); ok && m.GetValue() == "block" {
+		close(s.entered)
+		<-s.release
+		return
+	}
+	s.journal.Receive(c)
+}
+
+// One member's capture fails (error, then panic) while another member is
+// busy in a long turn when the seal comes and messages pour in to every
+// participant: the move fails, and every participant serves again on the
+// source with each message handled exactly once; the move then succeeds.
+func TestSpotWideFaultOneMemberCaptureFails(t *testing.T) {
+	for _, mode := range []string{"error", "panic"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			store := memstore.New()
+			j := journalKind(store)
+			var fail atomic.Bool
+			fail.Store(true)
+			var policy roam.Policy = roam.PreserveStateWith(flakyState{&fail})
+			if mode == "panic" {
+				policy = roam.PreserveStateWith(panickyState{&fail})
+			}
+			fragile := roam.NewKind("fragile", actor.PropsFromProducer(func() actor.Actor { return &journal{store: store} }), policy)
+			slow := &slowJournal{journal: journal{store: store}, release: make(chan struct{}), entered: make(chan struct{})}
+			slowKind := roam.NewKind("slow", actor.PropsFromProducer(func() actor.Actor { return slow }), roam.PreserveStateWith(relayJournal{}))
+			kinds := roam.WithKinds(j, teamKind, fragile, slowKind)
+			a := start(t, store, roam.WithNodeName("node-a"), kinds)
+			b := start(t, store, roam.WithNodeName("node-b"), kinds)
+			crew := spotOnNode(t, "crew", "team", a, b)
+			pids := map[string]*actor.PID{}
+			for id, kind := range map[string]string{"m1": "journal", "m2": "fragile", "m3": "slow", "m4": "journal"} {
+				pid, err := a.Spots().SpawnMember(ctx, crew, kind, id)
+				require.NoError(t, err)
+				pids[id] = pid
+			}
+			a.System().Root.Send(pids["m3"], wrapperspb.String("block"))
+			<-slow.entered
+			moved := make(chan error, 1)
+			go func() {
+				_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+				moved <- err
+			}()
+			const sends = 25
+			var wg sync.WaitGroup
+			for _, via := range []*roam.Roam{a, b} {
+				for id := range pids {
+					pid, err := via.Resolve(ctx, roam.ActorRef(id))
+					require.NoError(t, err)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range sends {
+							via.System().Root.Send(pid, wrapperspb.String("tick"))
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			close(slow.release)
+			select {
+			case err := <-moved:
+				require.Error(t, err)
+				t.Logf("relocate: %v", err)
+			case <-time.After(testwait.Patience(t)):
+				t.Fatal("Relocate never returned")
+			}
+			for id := range pids {
+				require.Equal(t, a.NodeRid(), unitOwners(t, store)[roam.ActorRef(id)])
+				testwait.For(t, func() bool { return count(journalOf(t, b, roam.ActorRef(id)), "tick") >= 2*sends }, id+" lost sends")
+				require.Equal(t, 2*sends, count(journalOf(t, b, roam.ActorRef(id)), "tick"), id)
+			}
+			require.EqualValues(t, 1, spotCall(t, b, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
+			fail.Store(false)
+			_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+			require.NoError(t, err)
+			for id := range pids {
+				require.Equal(t, b.NodeRid(), unitOwners(t, store)[roam.ActorRef(id)])
+				require.Equal(t, 2*sends, count(journalOf(t, a, roam.ActorRef(id)), "tick"), id)
+			}
+			countsExact(t, store)
+		})
+	}
+}
+
+// relayJournal adapts a slowJournal.
+type relayJournal struct{}
+
+func (relayJournal) Capture(a actor.Actor) ([]byte, error) { return a.(*slowJournal).CaptureState() }
+func (relayJournal) Restore(a actor.Actor, b []byte) error { return a.(*slowJournal).RestoreState(b) }
+
+// panicTeam is a SpotWide Spot whose RelocationReady panics.
+type panicTeam struct{ team }
+
+func (p *panicTeam) OnRelocationReady(members []location.AuthorityKey) {
+	p.team.OnRelocationReady(members)
+	panic("injected RelocationReady panic")
+}
+
+// The Spot's RelocationReady panics on the target: every member still
+// opens and serves there, with its messages exactly once, and the Spot
+// serves.
+func TestSpotWideFaultRelocationReadyPanics(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	pk := roam.NewKind("pteam", actor.PropsFromProducer(func() actor.Actor { return &panicTeam{} }), roam.PreserveState(), roam.SpotWide())
+	kinds := roam.WithKinds(j, pk)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	crew := spotOnNode(t, "crew", "pteam", a, b)
+	var pids []*actor.PID
+	for _, id := range []string{"m1", "m2"} {
+		pid, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	for range 10 {
+		for _, pid := range pids {
+			a.System().Root.Send(pid, wrapperspb.String("tick"))
+		}
+	}
+	_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err)
+	for _, id := range []string{"m1", "m2"} {
+		require.Equal(t, 10, count(journalOf(t, a, roam.ActorRef(id)), "tick"), id)
+	}
+	res, err := a.Spots().Request("crew", wrapperspb.String("visit")).Do(ctx)
+	require.NoError(t, err)
+	t.Logf("spot visit after panic: %v", res)
+	require.NoError(t, roam.DeliveryError(res))
+}
+
+var _ = fmt.Sprintf
+var _ = strings.Join
+var _ = relocation.MaxSpotWideMembers
+var _ = roamerr.ErrUnavailable
+
+// beater is a journal that, on "start", arms a periodic timer; each beat
+// is journaled as "beat".
+type beater struct{ journal }
+
+func (b *beater) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *wrapperspb.StringValue:
+		if m.GetValue() == "start" {
+			ts, err := roam.Timers(c)
+			if err == nil {
+				err = ts.Every("beat", 5*time.Millisecond)
+			}
+			if err != nil {
+				panic(err)
+			}
+			return
+		}
+	case *messages.TimerTick:
+		b.log = append(b.log, "beat")
+		return
+	}
+	b.journal.Receive(c)
+}
+
+type beaterState struct{}
+
+func (beaterState) Capture(a actor.Actor) ([]byte, error) { return a.(*beater).CaptureState() }
+func (beaterState) Restore(a actor.Actor, b []byte) error { return a.(*beater).RestoreState(b) }
+
+// sender sends "tick" to ref from via until stop, resolving again every
+// few sends, and counts what it sent.
+func sender(ctx context.Context, via *roam.Roam, ref roam.Ref, stop *atomic.Bool, sent *atomic.Int64, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for !stop.Load() {
+		pid, err := via.Resolve(ctx, ref)
+		if err != nil {
+			continue
+		}
+		for range 5 {
+			via.System().Root.Send(pid, wrapperspb.String("tick"))
+			sent.Add(1)
+		}
+		time.Sleep(5 * time.Millisecond) // pacing only (stay under the parked-sends bound)
+	}
+}
+
+// The SpotWide Spot moves back and forth quickly while both nodes send to
+// every member and request the Spot, and one member runs a timer: every
+// send is handled exactly once, the timer keeps beating where the unit
+// ends, counts stay exact.
+func TestSpotWideFaultBackAndForthUnderLoad(t *testing.T) {
+	bothStores(t, func(t *testing.T, store location.Store) {
+		ctx := context.Background()
+		j := journalKind(store)
+		bk := roam.NewKind("beater", actor.PropsFromProducer(func() actor.Actor { return &beater{journal{store: store}} }), roam.PreserveStateWith(beaterState{}))
+		kinds := roam.WithKinds(j, teamKind, bk)
+		a := start(t, store, roam.WithNodeName("node-a"), kinds)
+		b := start(t, store, roam.WithNodeName("node-b"), kinds)
+		crew := spotOnNode(t, "crew", "team", a, b)
+		members := []string{"m1", "m2", "m3"}
+		for _, id := range members {
+			_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+			require.NoError(t, err)
+		}
+		bpid, err := a.Spots().SpawnMember(ctx, crew, "beater", "hb")
+		require.NoError(t, err)
+		a.System().Root.Send(bpid, wrapperspb.String("start"))
+		members = append(members, "hb")
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		sent := map[string]*atomic.Int64{}
+		for _, id := range members {
+			sent[id] = &atomic.Int64{}
+			for _, via := range []*roam.Roam{a, b} {
+				wg.Add(1)
+				go sender(ctx, via, roam.ActorRef(id), &stop, sent[id], &wg)
+			}
+		}
+		var visitsOK, visitsFail atomic.Int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				res, err := b.Spots().Request("crew", wrapperspb.String("visit")).Do(ctx)
+				if err == nil && roam.DeliveryError(res) == nil {
+					visitsOK.Add(1)
+				} else {
+					visitsFail.Add(1)
+				}
+			}
+		}()
+		nodes := []*roam.Roam{a, b}
+		for i := range 8 {
+			from, to := nodes[i%2], nodes[(i+1)%2]
+			_, err := from.Relocate(ctx, roam.UserSpotRef("crew"), to.NodeName())
+			require.NoError(t, err, "move %d", i)
+		}
+		stop.Store(true)
+		wg.Wait()
+		final := nodes[0] // after 8 moves back at a
+		owners := unitOwners(t, store)
+		for _, id := range members {
+			require.Equal(t, final.NodeRid(), owners[roam.ActorRef(id)], id)
+			want := int(sent[id].Load())
+			testwait.For(t, func() bool { return count(journalOf(t, b, roam.ActorRef(id)), "tick") >= want }, id+" lost sends")
+			require.Equal(t, want, count(journalOf(t, b, roam.ActorRef(id)), "tick"), "%s exactly once", id)
+		}
+		beats := count(journalOf(t, b, roam.ActorRef("hb")), "beat")
+		testwait.For(t, func() bool { return count(journalOf(t, b, roam.ActorRef("hb")), "beat") > beats+3 }, "timer stopped beating")
+		v := spotCall(t, b, "crew", "visit").(*wrapperspb.Int64Value).GetValue()
+		t.Logf("visits ok=%d failed=%d spot says %d", visitsOK.Load(), visitsFail.Load(), v)
+		require.GreaterOrEqual(t, v, visitsOK.Load()+1)
+		require.LessOrEqual(t, v, visitsOK.Load()+visitsFail.Load()+1)
+		countsExact(t, store)
+	})
+}
+
+// Two Relocates of the same SpotWide Spot to two different nodes at once:
+// at most one wins, the unit ends whole on one node.
+func TestSpotWideFaultRacingRelocatesToTwoNodes(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	kinds := roam.WithKinds(j, teamKind)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	c := start(t, store, roam.WithNodeName("node-c"), kinds)
+	crew := spotOnNode(t, "crew", "team", a, b)
+	members := []string{"m1", "m2", "m3", "m4"}
+	for _, id := range members {
+		pid, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+		for range 10 {
+			a.System().Root.Send(pid, wrapperspb.String("tick"))
+		}
+	}
+	for round := range 6 {
+		owners := unitOwners(t, store)
+		var home *roam.Roam
+		var others []*roam.Roam
+		for _, r := range []*roam.Roam{a, b, c} {
+			if r.NodeRid() == ownerOf(t, store, roam.UserSpotRef("crew")) {
+				home = r
+			} else {
+				others = append(others, r)
+			}
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, to := range others {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				via := []*roam.Roam{a, b, c}[(round+i)%3]
+				_, errs[i] = via.Relocate(ctx, roam.UserSpotRef("crew"), to.NodeName())
+			}()
+		}
+		wg.Wait()
+		t.Logf("round %d from %s: %v / %v", round, home.NodeName(), errs[0], errs[1])
+		owners = unitOwners(t, store)
+		spotAt := ownerOf(t, store, roam.UserSpotRef("crew"))
+		for _, id := range members {
+			require.Equal(t, spotAt, owners[roam.ActorRef(id)], "%s with its Spot", id)
+			require.Equal(t, 10, count(journalOf(t, a, roam.ActorRef(id)), "tick"), id)
+		}
+		countsExact(t, store)
+	}
+}
+
+// heldJournal captures a journal's state only once released.
+type heldJournal struct {
+	sealed  chan struct{}
+	release chan struct{}
+	once    *sync.Once
+}
+
+func (h heldJournal) Capture(a actor.Actor) ([]byte, error) {
+	h.once.Do(func() { close(h.sealed) })
+	<-h.release
+	return a.(*journal).CaptureState()
+}
+func (h heldJournal) Restore(a actor.Actor, b []byte) error { return a.(*journal).RestoreState(b) }
+
+// The source node stops (Stop drains) while a SpotWide move of its Spot is
+// sealed: the unit ends whole on the other node with every message.
+func TestSpotWideFaultSourceStopsDuringMove(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	held := heldJournal{sealed: make(chan struct{}), release: make(chan struct{}), once: &sync.Once{}}
+	hk := roam.NewKind("held", actor.PropsFromProducer(func() actor.Actor { return &journal{store: store} }), roam.PreserveStateWith(held))
+	kinds := roam.WithKinds(j, teamKind, hk)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	crew := spotOnNode(t, "crew", "team", a, b)
+	pids := map[string]*actor.PID{}
+	for id, kind := range map[string]string{"m1": "journal", "m2": "held", "m3": "journal"} {
+		pid, err := a.Spots().SpawnMember(ctx, crew, kind, id)
+		require.NoError(t, err)
+		pids[id] = pid
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+		moved <- err
+	}()
+	<-held.sealed
+	for range 10 {
+		for _, pid := range pids {
+			a.System().Root.Send(pid, wrapperspb.String("tick"))
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(ctx) }()
+	time.Sleep(50 * time.Millisecond) // let the drain begin (not for correctness)
+	close(held.release)
+	require.NoError(t, <-moved)
+	require.NoError(t, <-stopped)
+	owners := unitOwners(t, store)
+	for id := range pids {
+		require.Equal(t, b.NodeRid(), owners[roam.ActorRef(id)])
+		testwait.For(t, func() bool { return count(journalOf(t, b, roam.ActorRef(id)), "tick") >= 10 }, id+" lost sends")
+		require.Equal(t, 10, count(journalOf(t, b, roam.ActorRef(id)), "tick"), id)
+	}
+	countsExact(t, store)
+}
+
+// blockApply blocks the target's commit of crew until released; then it
+// fails.
+type blockApply struct {
+	location.Store
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockApply) CompareAndSet(ctx context.Context, key location.AuthorityKey, v location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	if key == roam.ActorRef("solo") && rec.GetOwner().GetNodeRid() != "" {
+		cur, err := s.Store.Read(ctx, key)
+		if err == nil && cur.Record.GetOwner().GetNodeRid() != rec.GetOwner().GetNodeRid() {
+			s.once.Do(func() { close(s.entered) })
+			<-s.release
+			return 0, fmt.Errorf("%w: injected", location.ErrUnavailable)
+		}
+	}
+	return s.Store.CompareAndSet(ctx, key, v, rec)
+}
+
+func (s *blockApply) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Key == roam.ActorRef("solo") && op.Record != nil {
+			cur, err := s.Store.Read(ctx, op.Key)
+			if err == nil && cur.Record.GetOwner().GetNodeRid() != op.Record.GetOwner().GetNodeRid() {
+				s.once.Do(func() { close(s.entered) })
+				<-s.release
+				return nil, fmt.Errorf("%w: injected", location.ErrUnavailable)
+			}
+		}
+		if op.Key == roam.UserSpotRef("crew") && len(ops) > 1 {
+			s.once.Do(func() { close(s.entered) })
+			<-s.release
+			return nil, fmt.Errorf("%w: injected", location.ErrUnavailable)
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// The target node dies (system shut down without Stop) after relay-ready,
+// while its commit is in flight: the source fences the move out and every
+// participant serves on the source with every message exactly once.
+func TestSpotWideFaultTargetKilledAfterRelayReady(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	kinds := roam.WithKinds(j, teamKind)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
+	crew := spotOnNode(t, "crew", "team", a, a)
+	bs := &blockApply{Store: store, entered: make(chan struct{}), release: make(chan struct{})}
+	_, kill := startKillable(t, bs, roam.WithNodeName("node-b"), kinds, fast, roam.WithRoots(store))
+	var pids []*actor.PID
+	members := []string{"m1", "m2", "m3"}
+	for _, id := range members {
+		pid, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	moved := make(chan error, 1)
+	var stop atomic.Bool
+	sent := map[string]*atomic.Int64{}
+	var wg sync.WaitGroup
+	for _, id := range members {
+		sent[id] = &atomic.Int64{}
+		wg.Add(1)
+		go sender(ctx, a, roam.ActorRef(id), &stop, sent[id], &wg)
+	}
+	go func() {
+		_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+		moved <- err
+	}()
+	<-bs.entered
+	kill()
+	close(bs.release)
+	err := <-moved
+	t.Logf("relocate: %v", err)
+	time.Sleep(200 * time.Millisecond) // more sends while it settles (not for correctness)
+	stop.Store(true)
+	wg.Wait()
+	owners := unitOwners(t, store)
+	require.Equal(t, a.NodeRid(), ownerOf(t, store, roam.UserSpotRef("crew")))
+	for _, id := range members {
+		require.Equal(t, a.NodeRid(), owners[roam.ActorRef(id)], id)
+		want := int(sent[id].Load())
+		got := 0
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if got = count(journalOf(t, a, roam.ActorRef(id)), "tick"); got >= want {
+				break
+			}
+		}
+		t.Logf("%s: sent %d handled %d", id, want, got)
+		if got != want {
+			t.Errorf("%s: sent %d, handled %d", id, want, got)
+		}
+	}
+	require.EqualValues(t, 1, spotCall(t, a, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
+	countsExact(t, store)
+}
+
+func ownerOf(t *testing.T, store location.Store, k location.AuthorityKey) string {
+	t.Helper()
+	v, err := store.Read(context.Background(), k)
+	require.NoError(t, err)
+	return v.Record.GetOwner().GetNodeRid()
+}
+
+// Baseline for TestSpotWideFaultTargetKilledAfterRelayReady: one plain Actor.
+func TestSpotWideFaultTargetKilledAfterRelayReadyPlainActor(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	kinds := roam.WithKinds(j, teamKind)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
+	bs := &blockApply{Store: store, entered: make(chan struct{}), release: make(chan struct{})}
+	_, kill := startKillable(t, bs, roam.WithNodeName("node-b"), kinds, fast, roam.WithRoots(store))
+	_, err := a.SpawnActor(ctx, "journal", "solo")
+	require.NoError(t, err)
+	var stop atomic.Bool
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go sender(ctx, a, roam.ActorRef("solo"), &stop, &sent, &wg)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.Relocate(ctx, roam.ActorRef("solo"), "node-b")
+		moved <- err
+	}()
+	<-bs.entered
+	kill()
+	close(bs.release)
+	t.Logf("relocate: %v", <-moved)
+	time.Sleep(200 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	want, got := int(sent.Load()), 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got = count(journalOf(t, a, roam.ActorRef("solo")), "tick"); got >= want {
+			break
+		}
+	}
+	t.Logf("solo: sent %d handled %d", want, got)
+	if got != want {
+		t.Errorf("solo: sent %d, handled %d", want, got)
+	}
+}
+
+// startKillable is start whose actor system can be shut down (without
+// Stop) by kill, once.
+func startKillable(t *testing.T, store location.Store, opts ...roam.Option) (*roam.Roam, func()) {
+	t.Helper()
+	system := actor.NewActorSystem()
+	r, err := roam.New(system, append([]roam.Option{roam.WithStore(store), roam.WithKinds(counterKind),
+		roam.WithLogger(*testlog.Logger()), roam.WithLeaseTTL(2e9)}, opts...)...)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	var once sync.Once
+	kill := func() { once.Do(system.Shutdown) }
+	t.Cleanup(func() {
+		_ = r.Stop(context.Background())
+		kill()
+	})
+	return r, kill
+}
+
+// Membership churn (SpawnMember, JoinSpot, LeaveSpot, DeleteActor) from
+// both nodes while the SpotWide Spot moves back and forth: the counts stay
+// exact, every member lives on the Spot's node, and the Spot still moves.
+func TestSpotWideFaultChurnWhileMoving(t *testing.T) {
+	bothStores(t, func(t *testing.T, store location.Store) {
+		ctx := context.Background()
+		j := journalKind(store)
+		kinds := roam.WithKinds(j, teamKind)
+		a := start(t, store, roam.WithNodeName("node-a"), kinds)
+		b := start(t, store, roam.WithNodeName("node-b"), kinds)
+		crew := spotOnNode(t, "crew", "team", a, b)
+		nodes := []*roam.Roam{a, b}
+		for i := range 4 {
+			_, err := a.Spots().SpawnMember(ctx, crew, "journal", fmt.Sprintf("base%d", i))
+			require.NoError(t, err)
+		}
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		var ops [4]atomic.Int64
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; !stop.Load(); i++ {
+					id := fmt.Sprintf("c%d-%d", w, i%6)
+					via := nodes[i%2]
+					var err error
+					switch (i / 6) % 4 {
+					case 0:
+						_, err = via.Spots().SpawnMember(ctx, crew, "journal", id)
+						if err != nil {
+							_, err = via.SpawnActor(ctx, "journal", id)
+						}
+					case 1:
+						_, err = via.JoinSpot(ctx, roam.ActorRef(id), crew)
+					case 2:
+						err = via.LeaveSpot(ctx, roam.ActorRef(id))
+					case 3:
+						_, err = via.DeleteActor(ctx, roam.ActorRef(id))
+					}
+					if err == nil {
+						ops[(i/6)%4].Add(1)
+					}
+				}
+			}()
+		}
+		for i := range 10 {
+			from, to := nodes[i%2], nodes[(i+1)%2]
+			_, err := from.Relocate(ctx, roam.UserSpotRef("crew"), to.NodeName())
+			t.Logf("move %d: %v", i, err)
+		}
+		stop.Store(true)
+		wg.Wait()
+		t.Logf("ops ok: spawn %d join %d leave %d delete %d", ops[0].Load(), ops[1].Load(), ops[2].Load(), ops[3].Load())
+		countsExact(t, store)
+		spotOwner := ownerOf(t, store, roam.UserSpotRef("crew"))
+		owners := unitOwners(t, store)
+		for _, v := range listAll(t, store, location.KindActor) {
+			if v.Record.GetMembership().GetSpotId() == "crew" {
+				require.Equal(t, spotOwner, owners[v.Key], "%s, a member of crew, lives on its node", v.Key)
+			}
+		}
+		home, away := a, b
+		if spotOwner != a.NodeRid() {
+			home, away = b, a
+		}
+		_, err := home.Relocate(ctx, roam.UserSpotRef("crew"), away.NodeName())
+		require.NoError(t, err, "the Spot still moves")
+		countsExact(t, store)
+	})
+}
+
+// A SpotWide Spot with no members moves and moves back.
+func TestSpotWideFaultZeroMembers(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	kinds := roam.WithKinds(teamKind)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	spotOnNode(t, "crew", "team", a, b)
+	_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err)
+	_, err = b.Relocate(ctx, roam.UserSpotRef("crew"), "node-a")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, spotCall(t, b, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
+}
