@@ -735,3 +735,45 @@ func TestSpotWideFaultZeroMembers(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, spotCall(t, b, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
 }
+
+// A SpotWide member stuck in a long turn when its Spot moves does not keep
+// the others sealed: past half the restore timeout the move gives up
+// (DeadlineExceeded), the participants that sealed serve again at once,
+// and the stuck one serves again with everything it held once its turn
+// ends and its seal, now late, is undone. Nothing lost or handled twice.
+// Reference: docs/PROTOCOL.md §5.15.
+func TestSpotWideMemberInALongTurnDoesNotHoldTheOthers(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	slow := &slowJournal{journal: journal{store: store}, release: make(chan struct{}), entered: make(chan struct{})}
+	slowKind := roam.NewKind("slow", actor.PropsFromProducer(func() actor.Actor { return slow }), roam.PreserveStateWith(relayJournal{}))
+	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	kinds := roam.WithKinds(j, teamKind, slowKind)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds, fast)
+	crew := spotOnNode(t, "crew", "team", a, b)
+	quick, err := a.Spots().SpawnMember(ctx, crew, "journal", "quick")
+	require.NoError(t, err)
+	stuck, err := a.Spots().SpawnMember(ctx, crew, "slow", "stuck")
+	require.NoError(t, err)
+	a.System().Root.Send(stuck, wrapperspb.String("block"))
+	<-slow.entered
+	for range 5 {
+		a.System().Root.Send(quick, wrapperspb.String("tick"))
+		a.System().Root.Send(stuck, wrapperspb.String("tick"))
+	}
+	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+	// The quick member and the Spot serve while the stuck one still runs
+	// its turn.
+	require.Equal(t, 5, count(journalOf(t, b, roam.ActorRef("quick")), "tick"))
+	require.EqualValues(t, 1, spotCall(t, b, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
+	close(slow.release)
+	testwait.For(t, func() bool { return count(journalOf(t, b, roam.ActorRef("stuck")), "tick") == 5 }, "the stuck member did not serve again")
+	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err)
+	require.Equal(t, 5, count(journalOf(t, a, roam.ActorRef("stuck")), "tick"))
+	require.Equal(t, 5, count(journalOf(t, a, roam.ActorRef("quick")), "tick"))
+	countsExact(t, store)
+}

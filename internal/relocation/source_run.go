@@ -75,6 +75,7 @@ type sourcePart struct {
 	newOwner uint64     // AuthorityOwnerGeneration the target will write
 	next     *actor.PID // the incarnation on the target
 	sealed   bool       // its mailbox was sealed (Unseal reopens only those)
+	captured bool       // its capture came (a seal still pending is undone when it does)
 	saved    []any      // the saved-work prefix, for Unseal
 	relayed  []any      // its share of the boundary batch as posted, for Reinstate
 	parked   *parkedSink
@@ -441,15 +442,18 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.captures, r.awaiting, r.captureErr = make([]capturedPart, len(r.parts)), len(r.parts), nil
 		for i, p := range r.parts {
 			p.obj.state = leaving
-			obj, participant := p.obj, uint32(i+1)
+			obj, participant, part := p.obj, uint32(i+1), p
 			err := obj.mb.Seal(func(saved []any) {
 				// On the object's goroutine, between turns: exclusive access.
 				sealedAt := time.Now()
 				c, err := safeCapture(obj, saved, participant)
 				d.sys.Root.Send(d.self, &localCall{fn: func() {
-					if cur := d.sources[id.RelocationID]; cur == r {
+					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
 						d.partCaptured(r, int(participant-1), saved, sealedAt, c, err)
+						return
 					}
+					// The move gave up waiting for this seal: undo it.
+					d.unsealLate(part, saved)
 				}})
 			})
 			if err != nil {
@@ -463,6 +467,21 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 				break
 			}
 			p.sealed = true
+		}
+		if len(r.parts) > 1 && r.awaiting > 0 {
+			// One participant in a long turn must not keep the others
+			// sealed: past half the restore timeout the move gives up,
+			// unseals those captured, and undoes the rest as their seals
+			// come.
+			patience := d.cfg.RestoreTimeout / 2
+			time.AfterFunc(patience, func() {
+				d.sys.Root.Send(d.self, &localCall{fn: func() {
+					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
+						r.awaiting = 0
+						d.stepSource(r, handoff.CaptureFailed{Err: fmt.Errorf("%w: a participant of the move did not finish its turn within %v", roamerr.ErrDeadlineExceeded, patience)})
+					}
+				}})
+			})
 		}
 
 	case handoff.SendPrepare:
@@ -494,6 +513,9 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			if !p.sealed {
 				p.obj.state = serving
 				continue
+			}
+			if !p.captured {
+				continue // its seal is still pending: undone when it comes (unsealLate)
 			}
 			var err error
 			if held := p.parked; held != nil {
@@ -968,7 +990,7 @@ func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Ti
 	if r.awaiting == 0 {
 		return
 	}
-	r.parts[i].saved = saved
+	r.parts[i].saved, r.parts[i].captured = saved, true
 	if r.outcome.Sealed.IsZero() || sealedAt.Before(r.outcome.Sealed) {
 		r.outcome.Sealed = sealedAt
 	}
@@ -990,6 +1012,25 @@ func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Ti
 		return
 	}
 	d.stepSource(r, handoff.Captured{Stream: stream})
+}
+
+// unsealLate undoes a participant's seal that took effect after its move
+// gave up on it (or ended): the participant serves again with what it
+// held, in order.
+func (d *Driver) unsealLate(p *sourcePart, saved []any) {
+	obj := p.obj
+	if err := obj.mb.Unseal(saved); err != nil {
+		d.log.Error().Str("event", "unseal_failed").Str("object_id", obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
+		return
+	}
+	_ = obj.mb.Do(func() {
+		if obj.tm != nil {
+			obj.tm.resume()
+		}
+	})
+	p.sealed = false
+	d.log.Warn().Str("event", "late_seal_undone").Str("object_id", obj.key.ID).Msg("a participant sealed after its move gave up waiting; it serves again")
+	d.nowServing(obj)
 }
 
 // encodePayload builds the move's one relocation-envelope-v1 stream from

@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -132,10 +133,16 @@ func (s *Source) Step(ev Event) []Effect {
 		if !s.sealing || s.phase != SourceRunning || s.done {
 			return nil
 		}
-		// Sealed but nothing left the node: restore and report.
+		// Sealed but nothing left the node: restore and report. A capture
+		// that failed is the state's type; one that never came in time (a
+		// participant in a long turn) keeps its DeadlineExceeded.
 		s.moveTo(SourcePaused)
 		s.moveTo(SourceRunning)
-		return []Effect{Unseal{}, s.complete(roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err))}
+		err := roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err)
+		if errors.Is(ev.Err, roamerr.ErrDeadlineExceeded) {
+			err = roamerr.Keep(roamerr.ErrDeadlineExceeded, "capture", ev.Err)
+		}
+		return []Effect{Unseal{}, s.complete(err)}
 
 	case Captured:
 		if !s.sealing || s.phase != SourceRunning || s.done {
