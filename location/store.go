@@ -68,7 +68,8 @@ type Lease struct {
 const (
 	// MaxRecordBytes bounds one record's encoded size (EncodedSize).
 	MaxRecordBytes = 256 << 10
-	// MaxApplyOps bounds the operations of one Apply.
+	// MaxApplyOps bounds the operations of one Apply, as ApplyOpCount
+	// counts them (a slot op may count twice).
 	MaxApplyOps = 128
 	// MaxApplyBytes bounds the encoded records plus IDs of one Apply.
 	MaxApplyBytes = 256 << 10
@@ -95,7 +96,9 @@ type Store interface {
 	CompareAndSet(ctx context.Context, key AuthorityKey, expected StoreVersion, rec *Record) (StoreVersion, error)
 	// Apply runs ops as one atomic transaction: all apply or none. It
 	// returns, per op, the key's version after the transaction (0 for a
-	// delete). A failed precondition is a *ConflictError naming the ops.
+	// delete, and for a slot op: slots have no version). A failed
+	// precondition is a *ConflictError naming the ops; a failed lease
+	// check (OpCheckLease, OpTakeSlot, OpSetSlot) is ErrLeaseEnded.
 	Apply(ctx context.Context, ops []Op) ([]StoreVersion, error)
 	// Watch blocks until key is no longer at version after (absent counts as
 	// version 0) and returns its new state, or until ctx ends.
@@ -131,6 +134,10 @@ type Store interface {
 	ListNodes(ctx context.Context, mesh string) ([]VersionedNode, error)
 	// LeaseAlive reports whether an owner lease is still in force.
 	LeaseAlive(ctx context.Context, id LeaseID) (bool, error)
+	// ListSlots returns the held capacity slots of node, sorted by index
+	// (none once its lease has ended), read consistently: a node counts
+	// its active and pending capacity and finds free indexes with it.
+	ListSlots(ctx context.Context, node NodeKey) ([]Slot, error)
 
 	// Close releases the store's resources; leases are left to expire.
 	Close() error
@@ -177,6 +184,26 @@ const (
 	// lease has ended can never change a record, however late its write
 	// reaches the store (docs/FAULTS.md, lease fencing).
 	OpCheckLease
+	// OpTakeSlot creates capacity slot Slot of node Node, held by the
+	// object Key (pending or active as Pending says) under the lease
+	// Lease, only if the slot is absent: a held slot fails the
+	// transaction as a *ConflictError naming this op (as a failed
+	// OpCreate does), and a Lease that is not live or does not hold Node's
+	// descriptor fails it with ErrLeaseEnded (as OpCheckLease does). The
+	// slot is held by the lease: it goes when the lease ends. Writing it
+	// in the same transaction as the holder's record is what makes a
+	// node's count of its slots agree with the records it owns.
+	OpTakeSlot
+	// OpSetSlot writes slot Slot of Node (holder Key, Pending) under
+	// Lease whether or not it exists — a reserved (pending) slot turned
+	// active at a commit, or a slot handed to another holder; ErrLeaseEnded
+	// as for OpTakeSlot.
+	OpSetSlot
+	// OpFreeSlot deletes slot Slot of Node if it is there; an absent slot
+	// (already freed, or gone with its lease) is no failure. It checks
+	// nothing: the caller's compare-and-set of its record in the same
+	// transaction is what makes the free its own.
+	OpFreeSlot
 )
 
 func (k OpKind) String() string {
@@ -191,12 +218,21 @@ func (k OpKind) String() string {
 		return "check"
 	case OpCheckLease:
 		return "check-lease"
+	case OpTakeSlot:
+		return "take-slot"
+	case OpSetSlot:
+		return "set-slot"
+	case OpFreeSlot:
+		return "free-slot"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
 
 // Op is one operation of an Apply transaction. Node and Lease are set only
-// for OpCheckLease, which has no Key.
+// for OpCheckLease, which has no Key, and for the slot ops (OpTakeSlot,
+// OpSetSlot: Node, Lease, Slot, Pending and the holder Key; OpFreeSlot:
+// Node and Slot only). Slot ops touch no record: Key is the slot's
+// holder, and may be a key another op of the transaction writes.
 type Op struct {
 	Kind    OpKind
 	Key     AuthorityKey
@@ -204,6 +240,28 @@ type Op struct {
 	Record  *Record
 	Node    NodeKey
 	Lease   LeaseID
+	// Slot is the index of a capacity slot of Node (slot ops).
+	Slot uint32
+	// Pending marks a slot reserved for an object on its way in, not yet
+	// committed to the node (OpTakeSlot, OpSetSlot).
+	Pending bool
+}
+
+// Slot is one capacity slot of a node lifecycle: a node of capacity C
+// owns slot indexes 0..C-1, each free (absent) or held by one object,
+// pending (reserved for an object moving in) or active. Slots live under
+// the node's owner lease and vanish when it ends, so a new lifecycle of
+// the node starts with none.
+type Slot struct {
+	Index   uint32
+	Holder  AuthorityKey
+	Pending bool
+}
+
+// SortSlots orders slots by index, the order ListSlots returns in every
+// store.
+func SortSlots(slots []Slot) {
+	sort.Slice(slots, func(i, j int) bool { return slots[i].Index < slots[j].Index })
 }
 
 // CreateOp creates key with rec if absent.
@@ -247,6 +305,64 @@ func CompareAndSetByApply(ctx context.Context, apply func(context.Context, []Op)
 // (its owner lease); it fails the transaction with ErrLeaseEnded otherwise.
 func CheckLeaseOp(node NodeKey, lease LeaseID) Op {
 	return Op{Kind: OpCheckLease, Node: node, Lease: lease}
+}
+
+// TakeSlotOp takes slot of node for holder under lease, only if the slot
+// is free.
+func TakeSlotOp(node NodeKey, lease LeaseID, slot uint32, holder AuthorityKey, pending bool) Op {
+	return Op{Kind: OpTakeSlot, Node: node, Lease: lease, Slot: slot, Key: holder, Pending: pending}
+}
+
+// SetSlotOp writes slot of node (holder, pending) under lease, free or not.
+func SetSlotOp(node NodeKey, lease LeaseID, slot uint32, holder AuthorityKey, pending bool) Op {
+	return Op{Kind: OpSetSlot, Node: node, Lease: lease, Slot: slot, Key: holder, Pending: pending}
+}
+
+// FreeSlotOp frees slot of node if it is held.
+func FreeSlotOp(node NodeKey, slot uint32) Op {
+	return Op{Kind: OpFreeSlot, Node: node, Slot: slot}
+}
+
+// IsSlotOp reports whether k is one of the slot ops, which touch no record.
+func (k OpKind) IsSlotOp() bool { return k == OpTakeSlot || k == OpSetSlot || k == OpFreeSlot }
+
+// ApplyOpCount is what ops count against MaxApplyOps: the operations of
+// the Consul transaction they make, the store with the tightest limit
+// (128 operations). One each, plus one for each OpTakeSlot (a check that
+// the slot is free and its write), plus one lease check for each
+// distinct (node, lease) of the OpTakeSlot and OpSetSlot ops that the
+// transaction's OpCheckLease does not already make. A node's slot ops
+// name its own lease, which its writes check anyway, so they usually
+// add nothing but the OpTakeSlot checks.
+func ApplyOpCount(ops []Op) int {
+	n := len(ops)
+	var checked map[nodeLease]bool
+	for _, op := range ops {
+		if op.Kind == OpCheckLease {
+			checked = map[nodeLease]bool{{op.Node, op.Lease}: true}
+		}
+	}
+	for _, op := range ops {
+		if op.Kind == OpTakeSlot {
+			n++
+		}
+		if op.Kind == OpTakeSlot || op.Kind == OpSetSlot {
+			nl := nodeLease{op.Node, op.Lease}
+			if !checked[nl] {
+				if checked == nil {
+					checked = map[nodeLease]bool{}
+				}
+				checked[nl] = true
+				n++
+			}
+		}
+	}
+	return n
+}
+
+type nodeLease struct {
+	node  NodeKey
+	lease LeaseID
 }
 
 // EncodedSize is the size of a record as the contract counts it against
@@ -298,7 +414,8 @@ func validatedSize(rec *Record) (int, error) {
 }
 
 // ValidateOps checks an Apply request against the contract before anything
-// is sent: op count, kinds, keys, records, total size, one op per key.
+// is sent: op count (ApplyOpCount), kinds, keys, records, total size, one
+// op per key and one per slot.
 func ValidateOps(ops []Op) error {
 	if len(ops) == 0 {
 		return fmt.Errorf("%w: empty transaction", ErrInvalid)
@@ -308,6 +425,7 @@ func ValidateOps(ops []Op) error {
 	}
 	total := 0
 	seen := make(map[AuthorityKey]bool, len(ops))
+	var slots map[slotOf]bool
 	leaseChecks := 0
 	for i, op := range ops {
 		if op.Kind == OpCheckLease {
@@ -320,6 +438,24 @@ func ValidateOps(ops []Op) error {
 			if leaseChecks++; leaseChecks > 1 {
 				return fmt.Errorf("%w: op %d: more than one lease check", ErrInvalid, i)
 			}
+			continue
+		}
+		if op.Kind.IsSlotOp() {
+			if err := validateSlotOp(op); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			// Two ops on one slot would each see the slot as it was
+			// before the transaction (Consul checks every op against the
+			// state before it), so their outcome would differ by store.
+			so := slotOf{op.Node, op.Slot}
+			if slots[so] {
+				return fmt.Errorf("%w: op %d: slot %d of %s appears twice", ErrInvalid, i, op.Slot, op.Node)
+			}
+			if slots == nil {
+				slots = map[slotOf]bool{}
+			}
+			slots[so] = true
+			total += slotOpSize(op)
 			continue
 		}
 		if err := op.Key.Validate(); err != nil {
@@ -349,13 +485,22 @@ func ValidateOps(ops []Op) error {
 			return fmt.Errorf("%w: op %d: unknown kind %d", ErrInvalid, i, op.Kind)
 		}
 	}
+	if n := ApplyOpCount(ops); n > MaxApplyOps {
+		return fmt.Errorf("%w: %d operations (counting slot checks), over %d", ErrTooLarge, n, MaxApplyOps)
+	}
 	if total > MaxApplyBytes {
 		// The bounds add up past the limit: count exactly.
 		total = 0
 		for _, op := range ops {
-			total += len(op.Key.ID)
-			if op.Kind == OpCreate || op.Kind == OpUpdate {
-				total += EncodedSize(op.Record)
+			switch {
+			case op.Kind == OpCheckLease:
+			case op.Kind.IsSlotOp():
+				total += slotOpSize(op)
+			default:
+				total += len(op.Key.ID)
+				if op.Kind == OpCreate || op.Kind == OpUpdate {
+					total += EncodedSize(op.Record)
+				}
 			}
 		}
 	}
@@ -363,6 +508,38 @@ func ValidateOps(ops []Op) error {
 		return fmt.Errorf("%w: transaction is %d bytes, over %d", ErrTooLarge, total, MaxApplyBytes)
 	}
 	return nil
+}
+
+// slotOf names one slot of one node.
+type slotOf struct {
+	node NodeKey
+	slot uint32
+}
+
+// validateSlotOp checks a slot op's node, lease and holder.
+func validateSlotOp(op Op) error {
+	if err := op.Node.Validate(); err != nil {
+		return err
+	}
+	if op.Kind == OpFreeSlot {
+		return nil
+	}
+	if op.Lease == "" {
+		return fmt.Errorf("%w: %s without a lease", ErrInvalid, op.Kind)
+	}
+	if err := op.Key.Validate(); err != nil {
+		return fmt.Errorf("%s holder: %w", op.Kind, err)
+	}
+	return nil
+}
+
+// slotOpSize is what a slot op counts against MaxApplyBytes: its IDs.
+func slotOpSize(op Op) int {
+	n := len(op.Node.Mesh) + len(op.Node.NodeRid)
+	if op.Kind != OpFreeSlot {
+		n += len(op.Key.ID)
+	}
+	return n
 }
 
 // ValidateNode checks a descriptor before a claim.

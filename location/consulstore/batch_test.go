@@ -291,3 +291,125 @@ func TestAStuckTransactionDoesNotHoldUpTheOthers(t *testing.T) {
 	_, err = s.CompareAndSet(ctx, key, v, batchRecord(2))
 	require.NoError(t, err)
 }
+
+// Concurrent Applies with slot ops share transactions and each caller
+// gets its own answer: a take of a held slot is a conflict naming the
+// caller's own op (not the combined transaction's), the others apply —
+// those sent with it again. Two Applies of one slot never share a
+// transaction.
+func TestBatchedSlotOpsAnswerEachCall(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	desc := &location.NodeDescriptor{Mesh: "batch", NodeRid: "slots", NodeGeneration: 1, EntrySpotId: "entry-slots", Address: "127.0.0.1:7000",
+		Status: messages.NodeStatus_NODE_STATUS_SERVING, ProtocolVersion: 1}
+	lease, err := s.ClaimNode(ctx, desc, 10*time.Second)
+	require.NoError(t, err)
+	nk := location.NodeKeyOf(desc)
+	holder := func(i int) location.AuthorityKey {
+		return location.Key(location.KindActor, fmt.Sprintf("slot-batch-%d", i))
+	}
+	const held = 5
+	for i := 0; i < held; i++ {
+		_, err := s.Apply(ctx, []location.Op{location.TakeSlotOp(nk, lease.ID, uint32(i), location.Key(location.KindActor, "before"), false)})
+		require.NoError(t, err)
+	}
+
+	// Call i takes slot i; slots 0..held-1 are held. The lease check
+	// first and the record before the take put the take at op 2 of its
+	// call, and further still in the combined transaction.
+	const n = 40
+	_, _, calls0, txns0 := consulstore.Sent(s)
+	queued, release := consulstore.Hold(s, true)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.Apply(ctx, []location.Op{
+				location.CheckLeaseOp(nk, lease.ID),
+				location.CreateOp(holder(i), batchRecord(1)),
+				location.TakeSlotOp(nk, lease.ID, uint32(i), holder(i), true),
+			})
+		}()
+	}
+	testwait.For(t, func() bool { return queued() == n }, "the writes never queued")
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		_, rerr := s.Read(ctx, holder(i))
+		if i < held {
+			var c *location.ConflictError
+			require.True(t, errors.As(err, &c), "call %d: %v", i, err)
+			require.Equal(t, []int{2}, c.FailedOps, "call %d", i)
+			require.ErrorIs(t, rerr, location.ErrNotFound)
+			continue
+		}
+		require.NoError(t, err, "call %d", i)
+		require.NoError(t, rerr)
+	}
+	_, _, calls, txns := consulstore.Sent(s)
+	require.Less(t, txns-txns0, (calls-calls0)/4, "the queued writes shared transactions")
+	slots, err := s.ListSlots(ctx, nk)
+	require.NoError(t, err)
+	require.Len(t, slots, n)
+	for i, sl := range slots {
+		require.EqualValues(t, i, sl.Index)
+		if i >= held {
+			require.Equal(t, location.Slot{Index: uint32(i), Holder: holder(i), Pending: true}, sl)
+		}
+	}
+
+	// sendTwo queues two Applies and reports how many transactions
+	// carried them, and their errors.
+	sendTwo := func(a, b []location.Op) (int64, error, error) {
+		_, _, _, txns0 := consulstore.Sent(s)
+		queued, release := consulstore.Hold(s, true)
+		var ea, eb error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _, ea = s.Apply(ctx, a) }()
+		testwait.For(t, func() bool { return queued() == 1 }, "the first write never queued")
+		wg.Add(1)
+		go func() { defer wg.Done(); _, eb = s.Apply(ctx, b) }()
+		testwait.For(t, func() bool { return queued() == 2 }, "the second write never queued")
+		release()
+		wg.Wait()
+		_, _, _, txns := consulstore.Sent(s)
+		return txns - txns0, ea, eb
+	}
+	// Different slots: one transaction.
+	sent, ea, eb := sendTwo(
+		[]location.Op{location.TakeSlotOp(nk, lease.ID, 100, holder(100), true)},
+		[]location.Op{location.TakeSlotOp(nk, lease.ID, 101, holder(101), true)})
+	require.NoError(t, ea)
+	require.NoError(t, eb)
+	require.EqualValues(t, 1, sent, "Applies of different slots share a transaction")
+	// One slot, freed by one and taken by the other: two transactions,
+	// in queue order, so the take finds the slot free.
+	sent, ea, eb = sendTwo(
+		[]location.Op{location.FreeSlotOp(nk, 100)},
+		[]location.Op{location.TakeSlotOp(nk, lease.ID, 100, holder(102), false)})
+	require.NoError(t, ea)
+	require.NoError(t, eb)
+	require.EqualValues(t, 2, sent, "Applies of one slot never share a transaction")
+	// One slot taken by both: two transactions, the second conflicts.
+	sent, ea, eb = sendTwo(
+		[]location.Op{location.TakeSlotOp(nk, lease.ID, 102, holder(103), false)},
+		[]location.Op{location.CreateOp(holder(104), batchRecord(1)), location.TakeSlotOp(nk, lease.ID, 102, holder(104), false)})
+	require.NoError(t, ea)
+	c := new(location.ConflictError)
+	require.True(t, errors.As(eb, &c), "%v", eb)
+	require.Equal(t, []int{1}, c.FailedOps)
+	require.EqualValues(t, 2, sent)
+	_, err = s.Read(ctx, holder(104))
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	slots, err = s.ListSlots(ctx, nk)
+	require.NoError(t, err)
+	require.Equal(t, []location.Slot{
+		{Index: 100, Holder: holder(102)},
+		{Index: 101, Holder: holder(101), Pending: true},
+		{Index: 102, Holder: holder(103)},
+	}, slots[n:])
+}

@@ -580,21 +580,74 @@ func (s *Store) CompareAndSet(ctx context.Context, key location.AuthorityKey, ex
 }
 
 // Apply implements location.Store.
+//
+// Each op is one Consul transaction op, except that a slot op may add
+// some (location.ApplyOpCount counts them, so the transaction stays
+// within Consul's 128): an OpTakeSlot is a check-not-exists of the slot
+// and its lock with the lease's session, and the first OpTakeSlot or
+// OpSetSlot of a (node, lease) that no OpCheckLease checks brings that
+// check, a check-session of the node's descriptor. A lock alone would not
+// do: it also succeeds for a live session that holds another node, or
+// over a slot the same session already holds.
 func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
 	if err := location.ValidateOps(ops); err != nil {
 		return nil, err
 	}
-	txn := make(api.TxnOps, 0, len(ops))
+	n := location.ApplyOpCount(ops)
+	txn := make(api.TxnOps, 0, n)
+	// of[j] is the op that transaction op j belongs to; leaseAt[j] marks
+	// the lease checks, whose failure is ErrLeaseEnded, not a conflict.
+	of := make([]int, 0, n)
+	leaseAt := make([]bool, 0, n)
+	add := func(i int, lease bool, op *api.KVTxnOp) {
+		txn = append(txn, &api.TxnOp{KV: op})
+		of = append(of, i)
+		leaseAt = append(leaseAt, lease)
+	}
+	type nodeLease struct {
+		node  location.NodeKey
+		lease location.LeaseID
+	}
+	checked := map[nodeLease]bool{}
+	for _, op := range ops {
+		if op.Kind == location.OpCheckLease {
+			checked[nodeLease{op.Node, op.Lease}] = true
+		}
+	}
 	keys := make([]string, 0, len(ops))
 	size := 0
-	leaseOp := -1
 	for i, op := range ops {
-		if op.Kind == location.OpCheckLease {
+		switch op.Kind {
+		case location.OpCheckLease:
 			// The descriptor key is locked by the node's session at its claim;
 			// Consul fails check-session once the session is invalidated
 			// (behaviour delete removes the key too).
-			leaseOp = i
-			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: s.nodeKey(op.Node), Session: string(op.Lease)}})
+			add(i, true, &api.KVTxnOp{Verb: api.KVCheckSession, Key: s.nodeKey(op.Node), Session: string(op.Lease)})
+			continue
+		case location.OpTakeSlot, location.OpSetSlot, location.OpFreeSlot:
+			// Slot keys take part in the batcher's disjointness like
+			// record keys: a take and a free of one slot never share a
+			// transaction, where the take's check would not see the free.
+			k := s.slotKey(op.Node, op.Slot)
+			keys = append(keys, k)
+			size += len(k)
+			if op.Kind == location.OpFreeSlot {
+				add(i, false, &api.KVTxnOp{Verb: api.KVDelete, Key: k})
+				continue
+			}
+			if nl := (nodeLease{op.Node, op.Lease}); !checked[nl] {
+				checked[nl] = true
+				add(i, true, &api.KVTxnOp{Verb: api.KVCheckSession, Key: s.nodeKey(op.Node), Session: string(op.Lease)})
+			}
+			val, err := encodeSlot(op.Key, op.Pending)
+			if err != nil {
+				return nil, fmt.Errorf("%w: encode slot %d of %s: %w", location.ErrInvalid, op.Slot, op.Node, err)
+			}
+			size += len(val)
+			if op.Kind == location.OpTakeSlot {
+				add(i, false, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k})
+			}
+			add(i, false, &api.KVTxnOp{Verb: api.KVLock, Key: k, Value: val, Session: string(op.Lease)})
 			continue
 		}
 		k := s.recordKey(op.Key)
@@ -606,15 +659,15 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			if err != nil {
 				return nil, fmt.Errorf("%w: encode %s: %w", location.ErrInvalid, op.Key, err)
 			}
-			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: k, Value: val, Index: uint64(op.Version)}})
+			add(i, false, &api.KVTxnOp{Verb: api.KVCAS, Key: k, Value: val, Index: uint64(op.Version)})
 			size += len(val)
 		case location.OpDelete:
-			txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: k, Index: uint64(op.Version)}})
+			add(i, false, &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: k, Index: uint64(op.Version)})
 		case location.OpCheck:
 			if op.Version == 0 {
-				txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k}})
+				add(i, false, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k})
 			} else {
-				txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: k, Index: uint64(op.Version)}})
+				add(i, false, &api.KVTxnOp{Verb: api.KVCheckIndex, Key: k, Index: uint64(op.Version)})
 			}
 		}
 	}
@@ -624,12 +677,22 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 		return nil, err
 	}
 	if failed != nil {
-		for _, i := range failed {
-			if i == leaseOp {
+		// Consul names the transaction's ops; the caller knows its own.
+		failedOps := []int{}
+		for _, j := range failed {
+			if j < 0 || j >= len(of) {
+				return nil, fmt.Errorf("%w: apply: consul named op %d of a transaction of %d", location.ErrUnavailable, j, len(of))
+			}
+			i := of[j]
+			if leaseAt[j] {
 				return nil, fmt.Errorf("%w: lease %s does not hold %s (op %d)", location.ErrLeaseEnded, ops[i].Lease, ops[i].Node, i)
 			}
+			if !slices.Contains(failedOps, i) {
+				failedOps = append(failedOps, i)
+			}
 		}
-		return nil, s.conflict(ctx, "apply", ops, failed)
+		sort.Ints(failedOps)
+		return nil, s.conflict(ctx, "apply", ops, failedOps)
 	}
 	written := make(map[string]uint64, len(resp.Results))
 	for _, r := range resp.Results {
@@ -692,7 +755,7 @@ func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, fa
 	var keys []string
 	var checked []location.Op
 	for _, op := range ops {
-		if op.Kind != location.OpCheckLease {
+		if op.Kind != location.OpCheckLease && !op.Kind.IsSlotOp() {
 			keys = append(keys, s.recordKey(op.Key))
 			checked = append(checked, op)
 		}

@@ -2,6 +2,7 @@ package consulstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/roamactors/roam/location"
@@ -15,6 +16,7 @@ import (
 //	<prefix>/root/<escaped key>             a root's manifest (roots.go)
 //	<prefix>/root/<escaped key>/part/<sha256 hex>/<n>  its parts
 //	<prefix>/note/<escaped mesh>/<escaped rid>/<name>  a note (board.go)
+//	<prefix>/slots/<escaped mesh>/<escaped rid>/<index> a capacity slot (slots.go)
 //
 // Notes are operator requests and a node's progress on them: advisory,
 // never ownership, which only the records under loc/ decide.
@@ -90,4 +92,15 @@ func (s *Store) nodeKey(k location.NodeKey) string { return s.nodePrefix(k.Mesh)
 // nameKey holds a node name for the live node that claimed it.
 func (s *Store) nameKey(mesh, name string) string {
 	return s.prefix + "/name/" + escapeID(mesh) + "/" + escapeID(name)
+}
+
+// slotPrefix is the prefix of the capacity slots of node: the trailing '/'
+// keeps one RID's slots apart from those of a RID it is a prefix of.
+func (s *Store) slotPrefix(node location.NodeKey) string {
+	return s.prefix + "/slots/" + escapeID(node.Mesh) + "/" + escapeID(node.NodeRid) + "/"
+}
+
+// slotKey holds slot index of node, its index in decimal.
+func (s *Store) slotKey(node location.NodeKey, index uint32) string {
+	return s.slotPrefix(node) + strconv.FormatUint(uint64(index), 10)
 }

@@ -312,6 +312,11 @@ func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.Versione
 	return read(s, ctx, "list nodes", func() ([]location.VersionedNode, error) { return s.inner.ListNodes(ctx, mesh) })
 }
 
+// ListSlots implements location.Store.
+func (s *Store) ListSlots(ctx context.Context, node location.NodeKey) ([]location.Slot, error) {
+	return read(s, ctx, "list slots", func() ([]location.Slot, error) { return s.inner.ListSlots(ctx, node) })
+}
+
 // LeaseAlive implements location.Store.
 func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, error) {
 	return read(s, ctx, "lease alive", func() (bool, error) { return s.inner.LeaseAlive(ctx, id) })

@@ -70,6 +70,13 @@ type nodeEntry struct {
 	version location.StoreVersion
 }
 
+// slotEntry is a held capacity slot, under the lease that wrote it.
+type slotEntry struct {
+	holder  location.AuthorityKey
+	pending bool
+	lease   location.LeaseID
+}
+
 type lease struct {
 	ttl     time.Duration
 	expires time.Time
@@ -90,6 +97,9 @@ type Store struct {
 	closed  bool
 	roots   map[string][]byte               // RootStore (roots.go)
 	notes   map[location.NoteKey]*noteEntry // Board (board.go)
+	// slots are the nodes' capacity slots by index; a node's slots are
+	// all held by the lease that holds its descriptor.
+	slots map[location.NodeKey]map[uint32]*slotEntry
 }
 
 var _ location.Store = (*Store)(nil)
@@ -103,6 +113,7 @@ func New(opts ...Option) *Store {
 		leases:  make(map[location.LeaseID]*lease),
 		notes:   make(map[location.NoteKey]*noteEntry),
 		roots:   make(map[string][]byte),
+		slots:   make(map[location.NodeKey]map[uint32]*slotEntry),
 		changed: make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -150,9 +161,31 @@ func (s *Store) endLeaseLocked(id location.LeaseID) {
 			changed = true
 		}
 	}
+	if s.dropSlotsLocked(l, id) {
+		changed = true
+	}
 	if changed {
 		s.bumpLocked()
 	}
+}
+
+// dropSlotsLocked deletes the slots lease id holds, as Consul deletes the
+// keys a session holds when it ends (behaviour delete). A lease writes
+// slots only of the node it holds, so those of l.nodes are all there are.
+func (s *Store) dropSlotsLocked(l *lease, id location.LeaseID) bool {
+	dropped := false
+	for _, k := range l.nodes {
+		for i, e := range s.slots[k] {
+			if e.lease == id {
+				delete(s.slots[k], i)
+				dropped = true
+			}
+		}
+		if len(s.slots[k]) == 0 {
+			delete(s.slots, k)
+		}
+	}
+	return dropped
 }
 
 // bumpLocked advances the store index and wakes watchers.
@@ -238,9 +271,18 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	defer s.mu.Unlock()
 	var failed []int
 	for i, op := range ops {
-		if op.Kind == location.OpCheckLease {
+		switch op.Kind {
+		case location.OpCheckLease, location.OpTakeSlot, location.OpSetSlot:
 			if !s.leaseHoldsLocked(op.Node, op.Lease) {
 				return nil, fmt.Errorf("%w: lease %s does not hold %s (op %d)", location.ErrLeaseEnded, op.Lease, op.Node, i)
+			}
+		}
+		switch op.Kind {
+		case location.OpCheckLease, location.OpSetSlot, location.OpFreeSlot:
+			continue
+		case location.OpTakeSlot:
+			if s.slots[op.Node][op.Slot] != nil {
+				failed = append(failed, i)
 			}
 			continue
 		}
@@ -256,7 +298,7 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	if len(failed) > 0 {
 		c := &location.ConflictError{Op: "apply", FailedOps: failed}
 		for _, op := range ops {
-			if op.Kind != location.OpCheckLease {
+			if op.Kind != location.OpCheckLease && !op.Kind.IsSlotOp() {
 				c.Current = append(c.Current, s.versionedLocked(op.Key))
 			}
 		}
@@ -279,6 +321,18 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			delete(s.records, op.Key)
 		case location.OpCheck:
 			out[i] = op.Version
+		case location.OpTakeSlot, location.OpSetSlot:
+			m := s.slots[op.Node]
+			if m == nil {
+				m = map[uint32]*slotEntry{}
+				s.slots[op.Node] = m
+			}
+			m[op.Slot] = &slotEntry{holder: op.Key, pending: op.Pending, lease: op.Lease}
+		case location.OpFreeSlot:
+			delete(s.slots[op.Node], op.Slot)
+			if len(s.slots[op.Node]) == 0 {
+				delete(s.slots, op.Node)
+			}
 		}
 	}
 	return out, nil
@@ -400,6 +454,9 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	if e := s.records[ek]; e != nil && e.lease == location.LeaseID(node.GetLeaseId()) {
 		delete(s.records, ek)
 	}
+	if l := s.leases[location.LeaseID(node.GetLeaseId())]; l != nil {
+		s.dropSlotsLocked(l, location.LeaseID(node.GetLeaseId()))
+	}
 	delete(s.leases, location.LeaseID(node.GetLeaseId()))
 	s.bumpLocked()
 	return nil
@@ -467,6 +524,23 @@ func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.Versione
 		}
 	}
 	location.SortNodes(out)
+	return out, nil
+}
+
+// ListSlots implements location.Store.
+func (s *Store) ListSlots(ctx context.Context, node location.NodeKey) ([]location.Slot, error) {
+	if err := node.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make([]location.Slot, 0, len(s.slots[node]))
+	for i, e := range s.slots[node] {
+		out = append(out, location.Slot{Index: i, Holder: e.holder, Pending: e.pending})
+	}
+	location.SortSlots(out)
 	return out, nil
 }
 

@@ -89,6 +89,12 @@ var tests = []contractTest{
 	{"NoteInvalidKeysRejected", testNoteInvalidKeys},
 	{"NoteOverLimitIsTooLargeAndNothingWritten", testNoteTooLarge},
 	{"SweepNotesKeepsOnlyLiveLifecycles", testSweepNotes},
+	{"SlotTakeSetFreeAndList", testSlotTakeSetFree},
+	{"SlotTakeOfAHeldSlotConflictsAndWritesNothing", testSlotTakeHeld},
+	{"SlotWriteUnderAnotherLeaseIsLeaseEnded", testSlotLeaseEnded},
+	{"SlotsEndWithTheirLease", testSlotsEndWithLease},
+	{"SlotTakeRaceHasOneWinner", testSlotRace},
+	{"SlotOpsValidatedAndCounted", testSlotOpsInvalid},
 }
 
 func init() {
