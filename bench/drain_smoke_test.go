@@ -22,3 +22,15 @@ func TestDrainScenarioLosesNothing(t *testing.T) {
 		t.Fatalf("a node simply stopped lost %d of 300, want all", row.StoppedLost)
 	}
 }
+
+// The SpotWide scenario runs: every move is one unit with one pause.
+func TestSpotWideScenarioRuns(t *testing.T) {
+	row, err := spotWidePause(context.Background(), func() (location.Store, error) { return memstore.New(), nil }, 5, 1<<10, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", row)
+	if row.Moves != 4 {
+		t.Fatalf("%d pauses for 4 moves of one unit", row.Moves)
+	}
+}

@@ -31,7 +31,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
-	only := flag.String("only", "abcde", "the sections to run (letters a to e)")
+	only := flag.String("only", "abcdef", "the sections to run (letters a to f)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
 	flag.Parse()
@@ -137,6 +137,29 @@ func run(out string, runs int, quick bool, only string, drainUnits int) error {
 			fmt.Fprintf(&b, "| %s | %d | %.0f moves/s | %.0f moves/s |\n", s.name, row.Spots, row.Sequential, row.Concurrent)
 		}
 
+	}
+
+	if want("f") {
+		fmt.Fprintln(os.Stderr, "(f) SpotWide move against members")
+		b.WriteString("## (f) A SpotWide User Spot moved with its members\n\n")
+		b.WriteString("A SpotWide User Spot and its members (each with 1 KiB of state) moved back and forth between two nodes, one unit per move: one seal, one payload, one store transaction by the target. ")
+		b.WriteString("Pause: seal on the source → the Spot's dispatch open on the target. 0 members is the Spot alone, the baseline.\n\n")
+		b.WriteString("| store | members | moves | pause p50 | pause p99 | max |\n|---|---|---|---|---|---|\n")
+		counts := []int{0, 10, 100}
+		if quick {
+			counts = []int{0, 10}
+		}
+		for _, s := range stores {
+			for _, n := range counts {
+				row, err := spotWidePause(ctx, s.new, n, 1<<10, runs, moves)
+				if err != nil {
+					return fmt.Errorf("spotwide %s %d: %w", s.name, n, err)
+				}
+				fmt.Fprintf(&b, "| %s | %d | %d | %.2f ms | %.2f ms | %.2f ms |\n", s.name, n, row.Moves, row.P50, row.P99, row.Max)
+				fmt.Fprintf(os.Stderr, "  %s %d members: p50 %.2f ms p99 %.2f ms\n", s.name, n, row.P50, row.P99)
+			}
+		}
+		b.WriteString("\n")
 	}
 
 	if want("e") {

@@ -402,3 +402,63 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n i
 	row.StoppedLost = n - counted(w)
 	return row, nil
 }
+
+// spotWideRow is scenario (f) for one member count on one store: the
+// medians, over runs, of each run's pause p50 and p99 of a SpotWide User
+// Spot moved with its members, and the largest pause.
+type spotWideRow struct {
+	Members       int
+	P50, P99, Max float64 // ms
+	Moves         int
+}
+
+// spotWidePause moves a SpotWide User Spot with members members (each with
+// size bytes of state) back and forth between two nodes; the pause is the
+// unit's, seal of the first participant on the source → the Spot's
+// dispatch open on the target (one Event per move).
+func spotWidePause(ctx context.Context, newStore func() (location.Store, error), members, size, runs, moves int) (spotWideRow, error) {
+	row := spotWideRow{Members: members}
+	var p50s, p99s []float64
+	for r := 0; r < runs; r++ {
+		w, done, err := openWorld(ctx, newStore, 2)
+		if err != nil {
+			return row, err
+		}
+		id := fmt.Sprintf("crew-%d-%d", members, r)
+		res, err := w.nodes[0].Spots().GetOrCreate(id, "crew").Do(ctx)
+		if err != nil {
+			done()
+			return row, err
+		}
+		home := 0
+		if res.Ref.NodeRid != w.nodes[0].NodeRid() {
+			home = 1
+		}
+		for i := 0; i < members; i++ {
+			pid, err := w.nodes[home].Spots().SpawnMember(ctx, res.Ref, "blob", fmt.Sprintf("%s-m%d", id, i))
+			if err != nil {
+				done()
+				return row, err
+			}
+			if _, err := w.nodes[home].System().Root.RequestFuture(pid, wrapperspb.Int64(int64(size)), 30*time.Second).Result(); err != nil {
+				done()
+				return row, err
+			}
+		}
+		for m := 0; m < moves; m++ {
+			from, to := w.nodes[(home+m)%2], w.nodes[(home+m+1)%2]
+			if _, err := from.Relocate(ctx, extension.UserSpotRef(id), to.NodeRid()); err != nil {
+				done()
+				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
+			}
+		}
+		pauses := w.takePauses()
+		row.Moves += len(pauses)
+		p50s = append(p50s, ms(percentile(pauses, 0.5)))
+		p99s = append(p99s, ms(percentile(pauses, 0.99)))
+		row.Max = max(row.Max, ms(percentile(pauses, 1)))
+		done()
+	}
+	row.P50, row.P99 = median(p50s), median(p99s)
+	return row, nil
+}

@@ -66,6 +66,10 @@ func (blobState) Restore(a actor.Actor, s []byte) error {
 var blobKind = extension.Kind{StableType: "blob", Instance: true, Producer: func() actor.Actor { return &blob{} },
 	Policy: extension.PreserveStateWith(blobState{})}
 
+// crewKind is a SpotWide User Spot of blobs: it moves with its members.
+var crewKind = extension.Kind{StableType: "crew", SpotWide: true, Producer: func() actor.Actor { return &blob{} },
+	Policy: extension.PreserveStateWith(blobState{})}
+
 // world is two or three roam nodes on one store, with the pauses of the
 // moves that ended on them.
 type world struct {
@@ -97,7 +101,7 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 		}
 		e, err := extension.Start(ctx, extension.Config{
 			Node:  meshnode.Config{Store: nodeStore, Logger: &log, ProtoActorLogLevel: &silent},
-			Kinds: []extension.Kind{blobKind},
+			Kinds: []extension.Kind{blobKind, crewKind},
 			// A benchmark's teardown stops every node: nowhere to drain to.
 			StopWithoutDrain: true,
 			Relocation: relocation.Config{OnEvent: func(ev extension.Event) {
