@@ -406,3 +406,29 @@ func TestSpotWideMoveThatNeverCommitsIsFencedOutWhole(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), unitOwners(t, store)[roam.ActorRef("w2")])
 }
+
+// A SpotWide Spot moved back at once, while it and its many members are
+// still arriving (the Spot's queue open, the members' about to open after
+// RelocationReady), starts once they have opened: it never fails for
+// that, and never reports an internal state.
+// Reference: docs/PROTOCOL.md §5.15.
+func TestSpotWideSpotMovesBackWhileItsMembersStillOpen(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, teamKind))
+	crew := spotOnNode(t, "crew", "team", a, b)
+	for i := range 100 {
+		_, err := a.Spots().SpawnMember(ctx, crew, "journal", fmt.Sprintf("w%03d", i))
+		require.NoError(t, err)
+	}
+	nodes := []*roam.Roam{a, b}
+	for m := range 20 {
+		from, to := nodes[m%2], nodes[(m+1)%2]
+		_, err := from.Relocate(ctx, roam.UserSpotRef("crew"), to.NodeName())
+		require.NoError(t, err, "move %d", m)
+	}
+	require.Equal(t, a.NodeRid(), unitOwners(t, store)[roam.ActorRef("w042")])
+	countsExact(t, store)
+}

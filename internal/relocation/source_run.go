@@ -253,18 +253,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			// The object is arriving here (committed or about to be): start
 			// once the arrival has opened or failed.
 			w := make(chan sourceResult, 1)
-			t.onDone = append(t.onDone, func() {
-				if ctx.Err() != nil {
-					w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
-					return // the caller gave up: start nothing for it
-				}
-				inner, err := d.startSource(ctx, key, targetRid, addr, join, members)
-				if err != nil {
-					w <- sourceResult{err: err}
-					return
-				}
-				go func() { w <- <-inner }()
-			})
+			t.onDone = append(t.onDone, func() { d.startWhenSettled(ctx, key, targetRid, addr, join, members, w) })
 			return w, nil
 		}
 	}
@@ -341,6 +330,34 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	d.sources[id.RelocationID] = r
 	d.stepSource(r, handoff.Start{})
 	return r.waiter, nil
+}
+
+// startWhenSettled starts a move that waited for the object's arrival
+// here, on the driver goroutine, and hands its result to w; an object
+// still settling (its cold activation, or the members a SpotWide Spot
+// brought whose queues are not open yet) is started once it has.
+func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership, members int, w chan sourceResult) {
+	if ctx.Err() != nil {
+		w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
+		return // the caller gave up: start nothing for it
+	}
+	inner, err := d.startSource(ctx, key, targetRid, addr, join, members)
+	var settling *activationSettling
+	switch {
+	case errors.As(err, &settling):
+		go func() {
+			select {
+			case <-settling.done:
+				d.sys.Root.Send(d.self, &localCall{fn: func() { d.startWhenSettled(ctx, key, targetRid, addr, join, members, w) }})
+			case <-ctx.Done():
+				w <- sourceResult{err: fmt.Errorf("%w: %s is settling: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())}
+			}
+		}()
+	case err != nil:
+		w <- sourceResult{err: err}
+	default:
+		go func() { w <- <-inner }()
+	}
 }
 
 // stepSource feeds ev and runs the effects; events the effects produce at
