@@ -452,6 +452,11 @@ func spotWidePause(ctx context.Context, newStore func() (location.Store, error),
 				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
 			}
 		}
+		// Relocate returns once the commit shows; the target reports its
+		// pause when its dispatch opens, just after.
+		for wait := time.Now().Add(5 * time.Second); w.pauseCount() < moves && time.Now().Before(wait); {
+			time.Sleep(time.Millisecond)
+		}
 		pauses := w.takePauses()
 		row.Moves += len(pauses)
 		p50s = append(p50s, ms(percentile(pauses, 0.5)))

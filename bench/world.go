@@ -143,6 +143,13 @@ func (w *world) stop(ctx context.Context) {
 }
 
 // takePauses returns and clears the recorded pauses.
+// pauseCount is how many pauses the world holds now.
+func (w *world) pauseCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pauses)
+}
+
 func (w *world) takePauses() []time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
