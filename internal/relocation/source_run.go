@@ -144,7 +144,7 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	var waiter chan sourceResult
 	for {
 		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, join, members) })
-		var settling *activationSettling
+		var settling *settlingError
 		if !errors.As(err, &settling) {
 			break
 		}
@@ -208,12 +208,14 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: no read of the record decided it", roamerr.ErrUnavailable, res.outcome.RelocationID)
 }
 
-// activationSettling: the object cannot move before its cold activation's
+// settlingError: the object cannot move before its cold activation's
 // recovery pointer is gone, or before the members a SpotWide Spot brought
 // have their queues open; done is closed then.
-type activationSettling struct{ done <-chan struct{} }
+type settlingError struct{ done <-chan struct{} }
 
-func (e *activationSettling) Error() string { return "relocation: the cold activation is settling" }
+func (e *settlingError) Error() string {
+	return "relocation: the object is settling (a cold activation, or a SpotWide arrival)"
+}
 
 // awaitCommit watches the store until the record names the target with
 // this move's RelocationId, or the restore deadline passes (the target
@@ -271,7 +273,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	case obj.activating.Load():
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).
-		return nil, &activationSettling{done: obj.settledCh}
+		return nil, &settlingError{done: obj.settledCh}
 	}
 	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
@@ -342,7 +344,7 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 		return // the caller gave up: start nothing for it
 	}
 	inner, err := d.startSource(ctx, key, targetRid, addr, join, members)
-	var settling *activationSettling
+	var settling *settlingError
 	switch {
 	case errors.As(err, &settling):
 		go func() {

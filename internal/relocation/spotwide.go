@@ -67,7 +67,7 @@ func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
 		case o.opening != nil:
 			// It arrived with the Spot, whose RelocationReady has not
 			// returned yet: start again once its queue is open.
-			return nil, &activationSettling{done: o.opening}
+			return nil, &settlingError{done: o.opening}
 		case o.state != serving || o.out != nil || o.activating.Load() || o.changing > 0:
 			return nil, fmt.Errorf("%w: member %s of User Spot %q is moving", roamerr.ErrUnavailable, o.key, spot.key.ID)
 		case isDisabled(o.kind.Policy):
