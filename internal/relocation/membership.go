@@ -153,6 +153,9 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 		case memberUserSpot(v.Record) == nil:
 			return fmt.Errorf("%w: %s is no User Spot's member", roamerr.ErrInvalidOperation, key)
 		}
+		if err := d.arrived(ctx, key); err != nil {
+			return err
+		}
 		obj, release, err := d.holdHere(ctx, key)
 		if err != nil {
 			return err
@@ -215,6 +218,8 @@ func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership)
 	}
 	obj := d.objects[spotKey]
 	switch {
+	case obj == nil && d.arriving(spotKey) != nil:
+		return fmt.Errorf("%w: User Spot %q is arriving on this node", roamerr.ErrUnavailable, join.GetSpotId())
 	case obj == nil || obj.state != serving || obj.generation != join.GetSpotGeneration():
 		return fmt.Errorf("%w: User Spot %q is not served on this node at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
 	case obj.out != nil:
@@ -299,6 +304,13 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 		}
 		if owner := sv.Record.GetOwner().GetNodeRid(); owner != self {
 			return d.joinAcross(ctx, key, owner, join)
+		}
+		// Both may have moved here just now and be about to open.
+		if err := d.arrived(ctx, spotKey); err != nil {
+			return out, err
+		}
+		if err := d.arrived(ctx, key); err != nil {
+			return out, err
 		}
 		obj, release, err := d.holdHere(ctx, key)
 		if err != nil {

@@ -379,6 +379,31 @@ func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, members
 	return d.spawn(ctx, location.Key(location.KindActor, id), stableType, &memberOf{membership, spotAt})
 }
 
+// arrived waits, within ctx, until no move of key into this node is
+// under way: a Spot whose move here committed opens just after (a join
+// right after its Relocate returned must not find it missing).
+func (d *Driver) arrived(ctx context.Context, key location.AuthorityKey) error {
+	for {
+		done, err := call(ctx, d, func() (chan struct{}, error) {
+			t := d.arriving(key)
+			if t == nil {
+				return nil, nil
+			}
+			ch := make(chan struct{})
+			t.onDone = append(t.onDone, func() { close(ch) })
+			return ch, nil
+		})
+		if err != nil || done == nil {
+			return err
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s is arriving here: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		}
+	}
+}
+
 // joinBegins registers a join into the User Spot incarnation m on its
 // local incarnation until done is called: a SpotWide move of that Spot
 // does not start meanwhile, and a join does not start while it moves
@@ -391,6 +416,9 @@ func (d *Driver) joinBegins(ctx context.Context, m *messages.Membership, spotTyp
 	}
 	if owner != d.desc.GetNodeRid() {
 		return nil, fmt.Errorf("%w: User Spot %q is SpotWide: its members live on its node; spawn them there, or JoinSpot", roamerr.ErrInvalidOperation, m.GetSpotId())
+	}
+	if err := d.arrived(ctx, location.Key(location.KindUserSpot, m.GetSpotId())); err != nil {
+		return nil, err
 	}
 	spot, err := call(ctx, d, func() (*object, error) {
 		spot := d.objects[location.Key(location.KindUserSpot, m.GetSpotId())]
