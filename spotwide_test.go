@@ -216,17 +216,7 @@ func TestPerActorAndSpotWideUseTheSameTargetOnlyCAS(t *testing.T) {
 		roots := roam.WithRoots(store.(location.RootStore))
 		a := start(t, sa, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind, house), roots)
 		b := start(t, sb, roam.WithNodeName("node-b"), roam.WithKinds(j, teamKind, house), roots)
-		spotOn := func(id, kind string) roam.SpotRef {
-			res, err := a.Spots().GetOrCreate(id, kind).Do(ctx)
-			require.NoError(t, err)
-			if res.Ref.NodeRid != a.NodeRid() {
-				_, err := b.Relocate(ctx, roam.UserSpotRef(id), "node-a")
-				require.NoError(t, err)
-				res.Ref.NodeRid = a.NodeRid()
-			}
-			return res.Ref
-		}
-		crew, club := spotOn("crew", "team"), spotOn("club", "clubhouse")
+		crew, club := spotOnNode(t, "crew", "team", a, b), spotOnNode(t, "club", "clubhouse", a, b)
 		for _, id := range []string{"w1", "w2"} {
 			_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
 			require.NoError(t, err)
@@ -270,14 +260,8 @@ func TestRefusedSpotWideMoveLeavesEveryParticipantServing(t *testing.T) {
 	j := journalKind(store)
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(teamKind)) // no journal
-	res, err := a.Spots().GetOrCreate("crew", "team").Do(ctx)
-	require.NoError(t, err)
-	if res.Ref.NodeRid != a.NodeRid() {
-		_, err := b.Relocate(ctx, roam.UserSpotRef("crew"), "node-a")
-		require.NoError(t, err)
-		res.Ref.NodeRid = a.NodeRid()
-	}
-	pid, err := a.Spots().SpawnMember(ctx, res.Ref, "journal", "w1")
+	crew := spotOnNode(t, "crew", "team", a, b)
+	pid, err := a.Spots().SpawnMember(ctx, crew, "journal", "w1")
 	require.NoError(t, err)
 	for range 5 {
 		a.System().Root.Send(pid, wrapperspb.String("tick"))
@@ -292,7 +276,7 @@ func TestRefusedSpotWideMoveLeavesEveryParticipantServing(t *testing.T) {
 	require.Equal(t, 5, count(journalOf(t, a, roam.ActorRef("w1")), "tick"), "the member serves on with every message")
 
 	for i := range roam.MaxSpotWideMembers {
-		_, err := a.Spots().SpawnMember(ctx, res.Ref, "journal", fmt.Sprintf("x%03d", i))
+		_, err := a.Spots().SpawnMember(ctx, crew, "journal", fmt.Sprintf("x%03d", i))
 		require.NoError(t, err)
 	}
 	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")

@@ -536,25 +536,9 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			if !p.captured {
 				continue // its seal is still pending: undone when it comes (unsealLate)
 			}
-			var err error
-			if held := p.parked; held != nil {
-				saved := p.saved
-				err = p.obj.mb.Reopen(func() []any { return append(saved, held.take()...) })
-				p.parked = nil
-			} else {
-				err = p.obj.mb.Unseal(p.saved)
-			}
-			if err != nil {
+			if err := d.unsealPart(p, p.saved); err != nil {
 				d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue failed")
 			}
-			obj := p.obj
-			_ = obj.mb.Do(func() {
-				if obj.tm != nil {
-					obj.tm.resume()
-				}
-			})
-			p.saved, p.sealed = nil, false
-			d.nowServing(obj)
 		}
 
 	case handoff.SendAbort:
@@ -1037,19 +1021,33 @@ func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Ti
 // gave up on it (or ended): the participant serves again with what it
 // held, in order.
 func (d *Driver) unsealLate(p *sourcePart, saved []any) {
-	obj := p.obj
-	if err := obj.mb.Unseal(saved); err != nil {
-		d.log.Error().Str("event", "unseal_failed").Str("object_id", obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
+	if err := d.unsealPart(p, saved); err != nil {
+		d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
 		return
+	}
+	d.log.Warn().Str("event", "late_seal_undone").Str("object_id", p.obj.key.ID).Msg("a participant sealed after its move gave up waiting; it serves again")
+}
+
+// unsealPart gives a sealed participant its queue back — saved first, then
+// what was parked while reconciling, then later posts — re-arms its
+// timers, and marks it serving.
+func (d *Driver) unsealPart(p *sourcePart, saved []any) error {
+	obj := p.obj
+	var err error
+	if held := p.parked; held != nil {
+		err = obj.mb.Reopen(func() []any { return append(saved, held.take()...) })
+		p.parked = nil
+	} else {
+		err = obj.mb.Unseal(saved)
 	}
 	_ = obj.mb.Do(func() {
 		if obj.tm != nil {
 			obj.tm.resume()
 		}
 	})
-	p.sealed = false
-	d.log.Warn().Str("event", "late_seal_undone").Str("object_id", obj.key.ID).Msg("a participant sealed after its move gave up waiting; it serves again")
+	p.saved, p.sealed = nil, false
 	d.nowServing(obj)
+	return err
 }
 
 // encodePayload builds the move's one relocation-envelope-v1 stream from
