@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
@@ -83,14 +84,26 @@ func TestAgainstRealNodes(t *testing.T) {
 		_, err := a.SpawnActor(ctx, "counter", fmt.Sprintf("actor-%d", i))
 		require.NoError(t, err)
 	}
+	moved := uint64(0) // the set-up's moves; a Spot placed on node-a is not moved
 	for i := range 3 {
 		id := fmt.Sprintf("spot-%d", i)
 		_, err := b.Spots().Request(id, wrapperspb.String("tick")).InstanceSpot("counter").Do(ctx)
 		require.NoError(t, err)
-		_, err = b.Relocate(ctx, roam.InstanceSpotRef(id), "node-a")
+		o, err := b.Relocate(ctx, roam.InstanceSpotRef(id), "node-a")
 		require.NoError(t, err)
+		if o.From != o.To {
+			moved++
+		}
 	}
 	require.Equal(t, actors+3, ownedBy(t, store, a.NodeRid()))
+	// A move's target notes it just after Relocate returns on the source:
+	// wait for node-a's moves note to hold the set-up's moves, so that
+	// watch, which shows the moves noted after it starts, shows none.
+	testwait.For(t, func() bool {
+		f, _, err := operator.Feed(ctx, store, "default", a.NodeRid())
+		require.NoError(t, err)
+		return f.GetSeq() >= moved
+	}, "node-a notes the moves of the set-up")
 
 	// watch, from before the moves until it has seen them all: the move
 	// and the drain's every unit.
