@@ -579,7 +579,12 @@ type LocationRecord struct {
 	// of this incarnation: changed in the same transaction as every
 	// membership (a join, a leave, an Actor's delete or release), so Close
 	// reads it instead of listing every Actor (PROTOCOL.md §7.9).
-	MemberCount   uint32 `protobuf:"varint,11,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
+	MemberCount uint32 `protobuf:"varint,11,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
+	// capacity_slot is the owner node's capacity slot this incarnation
+	// holds, plus one (0: none, the owner's capacity is unbounded): the
+	// transaction that takes the object off that node frees the slot
+	// (PROTOCOL.md §7.12).
+	CapacitySlot  uint32 `protobuf:"varint,12,opt,name=capacity_slot,json=capacitySlot,proto3" json:"capacity_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -687,6 +692,13 @@ func (x *LocationRecord) GetRelocationId() uint64 {
 func (x *LocationRecord) GetMemberCount() uint32 {
 	if x != nil {
 		return x.MemberCount
+	}
+	return 0
+}
+
+func (x *LocationRecord) GetCapacitySlot() uint32 {
+	if x != nil {
+		return x.CapacitySlot
 	}
 	return 0
 }
@@ -965,7 +977,7 @@ const file_location_proto_rawDesc = "" +
 	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
 	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
 	"\foperation_id\x18\x06 \x01(\tR\voperationId\x12.\n" +
-	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xd2\x04\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xf7\x04\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +
@@ -981,7 +993,8 @@ const file_location_proto_rawDesc = "" +
 	"\x13activation_recovery\x18\t \x01(\v2!.roam.messages.ActivationRecoveryR\x12activationRecovery\x12#\n" +
 	"\rrelocation_id\x18\n" +
 	" \x01(\x04R\frelocationId\x12!\n" +
-	"\fmember_count\x18\v \x01(\rR\vmemberCount\"\xb1\x03\n" +
+	"\fmember_count\x18\v \x01(\rR\vmemberCount\x12#\n" +
+	"\rcapacity_slot\x18\f \x01(\rR\fcapacitySlot\"\xb1\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +

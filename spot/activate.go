@@ -159,9 +159,10 @@ func (m *Manager) commit(ctx context.Context, key location.AuthorityKey, version
 // the other Spot kind's key is absent, in one transaction (a Write
 // machine); mine recognises this attempt's own mark when an indeterminate
 // answer is settled. A lost race is errRetry.
-func (m *Manager) reserve(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record, other location.Kind, mine func(*location.Record) bool) (location.StoreVersion, error) {
+func (m *Manager) reserve(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record, other location.Kind,
+	mine func(*location.Record) bool, replaced *location.Record, ownerCapacity uint32) (location.StoreVersion, error) {
 	dl, _ := ctx.Deadline()
-	return m.runWrite(ctx, activation.NewReserve(m.acfg, key, expected, rec, other, mine, dl))
+	return m.runWrite(ctx, activation.NewReserve(m.acfg, key, expected, rec, other, mine, dl).Replacing(replaced, ownerCapacity))
 }
 
 func (m *Manager) runWrite(ctx context.Context, w *activation.Write) (location.StoreVersion, error) {
@@ -181,10 +182,11 @@ func (m *Manager) runWrite(ctx context.Context, w *activation.Write) (location.S
 // abortReservation releases a reservation this node made, with the same
 // fence (its version), and deletes its root (a User Spot creation that
 // will not complete).
-func (m *Manager) abortReservation(key location.AuthorityKey, version location.StoreVersion, rootKey string) {
+func (m *Manager) abortReservation(key location.AuthorityKey, version location.StoreVersion, rec *location.Record) {
+	rootKey := rec.GetCreationIntent().GetContentRef()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
 	defer cancel()
-	if _, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(key, version)}); err != nil && !errors.Is(err, location.ErrConflict) {
+	if err := m.deleteRecord(ctx, key, version, rec); err != nil && !errors.Is(err, location.ErrConflict) {
 		m.log.Warn().Str("event", "reservation_abort_failed").Str("spot_id", key.ID).Err(err).Msg("the reservation stays until its owner's lease ends")
 		return
 	}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -50,7 +51,9 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 			return false, err
 		}
 	}
-	_, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(at.Key, at.Version)})
+	// The ended owner's capacity slot went with its lease: freeing it
+	// again changes nothing (PROTOCOL.md §7.12).
+	_, err = m.store.Apply(ctx, append([]location.Op{location.DeleteOp(at.Key, at.Version)}, relocation.FreeRecordSlotOps(at.Record)...))
 	switch {
 	case err == nil:
 	case errors.Is(err, location.ErrConflict):
@@ -114,7 +117,7 @@ func (m *Manager) releaseEndedMembers(ctx context.Context, spot location.Version
 		batch := ended[i:min(i+releaseBatch, len(ended))]
 		var ops []location.Op
 		for _, v := range batch {
-			ops = append(ops, location.DeleteOp(v.Key, v.Version))
+			ops = append(append(ops, location.DeleteOp(v.Key, v.Version)), relocation.FreeRecordSlotOps(v.Record)...)
 		}
 		next := proto.Clone(spot.Record).(*location.Record)
 		next.MemberCount -= min(next.MemberCount, uint32(len(batch)))

@@ -155,7 +155,11 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if e.Expected != 0 {
 			op = location.UpdateOp(e.Key, e.Expected, e.Record)
 		}
-		vers, err := m.store.Apply(r.ctx, []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)})
+		ops := append([]location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}, relocation.FreeRecordSlotOps(e.Replaced)...)
+		vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.OwnerCapacity, ops)
+		if err == nil {
+			m.d.FreedRecordSlot(e.Replaced)
+		}
 		ans := activation.WriteAnswered{Err: err, Now: time.Now()}
 		if err == nil {
 			ans.Version = vers[0]
@@ -164,7 +168,11 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	case activation.CompareAndSet:
 		ctx, cancel := r.storeCtx(e.Settle)
 		defer cancel()
-		v, err := m.store.CompareAndSet(ctx, e.Key, e.Expected, e.Record)
+		var v location.StoreVersion
+		vers, err := m.applyHolding(ctx, e.Key, e.Record, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
+		if err == nil {
+			v = vers[0]
+		}
 		return activation.WriteAnswered{Version: v, Err: err, Now: time.Now()}
 	case activation.ReadRecord:
 		ctx, cancel := r.storeCtx(e.Settle)
@@ -174,11 +182,9 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	case activation.AbortReservation:
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
 		defer cancel()
-		_, err := m.store.Apply(ctx, []location.Op{location.DeleteOp(e.Key, e.Version)})
-		return activation.AbortAnswered{Err: err}
+		return activation.AbortAnswered{Err: m.deleteRecord(ctx, e.Key, e.Version, e.Record)}
 	case activation.Delete:
-		_, err := m.store.Apply(r.ctx, []location.Op{location.DeleteOp(e.Key, e.Version)})
-		return activation.Deleted{Err: err, Now: time.Now()}
+		return activation.Deleted{Err: m.deleteRecord(r.ctx, e.Key, e.Version, e.Record), Now: time.Now()}
 	case activation.DeleteRoot:
 		m.deleteRoot(e.RootKey)
 	case activation.ReadOwner:
@@ -347,4 +353,48 @@ func (s *timerSet) next() (activation.Timer, bool) {
 		}
 		<-s.wake
 	}
+}
+
+// applyHolding applies ops, which write rec at key, with the capacity
+// slot rec's owner holds for it (PROTOCOL.md §7.12): on this node, if rec
+// names one, it is set to rec's state (pending while Creating); if not,
+// one is taken and rec names it. For a reservation on another node of
+// capacity ownerCapacity, a pending slot of that node is taken. ops write
+// rec by pointer, so naming the slot in rec names it in the write.
+func (m *Manager) applyHolding(ctx context.Context, key location.AuthorityKey, rec *location.Record, ownerCapacity uint32, ops []location.Op) ([]location.StoreVersion, error) {
+	slots := m.d.Slots()
+	pending := rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY
+	o := rec.GetOwner()
+	switch {
+	case sameOwner(o, m.owner()) && slots.Bounded():
+		if slot, ok := relocation.RecordSlot(rec); ok {
+			vers, err := m.store.Apply(ctx, append(ops, slots.SetOp(slot, key, pending)))
+			if err == nil {
+				slots.Mark(slot, key)
+			}
+			return vers, err
+		}
+		vers, _, err := slots.Take(ctx, []location.AuthorityKey{key}, pending, func(s []uint32) []location.Op {
+			relocation.WithSlot(rec, s, 0)
+			return ops
+		})
+		return vers, err
+	case !sameOwner(o, m.owner()) && ownerCapacity > 0 && rec.GetCapacitySlot() == 0:
+		return relocation.TakeSlotOn(ctx, m.store, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}, location.LeaseID(o.GetLeaseId()),
+			ownerCapacity, key, pending, func(slot uint32) []location.Op {
+				rec.CapacitySlot = slot + 1
+				return ops
+			})
+	}
+	return m.store.Apply(ctx, ops)
+}
+
+// deleteRecord deletes key at version, whose record is rec, with the
+// capacity slot rec names (PROTOCOL.md §7.12).
+func (m *Manager) deleteRecord(ctx context.Context, key location.AuthorityKey, version location.StoreVersion, rec *location.Record) error {
+	_, err := m.store.Apply(ctx, append([]location.Op{location.DeleteOp(key, version)}, relocation.FreeRecordSlotOps(rec)...))
+	if err == nil {
+		m.d.FreedRecordSlot(rec)
+	}
+	return err
 }

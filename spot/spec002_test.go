@@ -253,7 +253,7 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 			OperationId: uuid.NewString(), SpotId: "studio", StableType: "room",
 			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
 			DeadlineUnixNanos: time.Now().Add(5 * time.Second).UnixNano(),
-			Fence: &messages.ReservationFence{StoreVersion: 1, ObjectGeneration: 1,
+			Fence: &messages.ReservationFence{StoreVersion: 1, ObjectGeneration: 1, PendingCapacityDelta: 1,
 				TargetNodeRid: b.NodeRid(), TargetNodeGeneration: b.Node().Descriptor().GetNodeGeneration()},
 		}
 		defer a.Spots().Pending(cmd.OperationId)()
@@ -267,6 +267,13 @@ func TestRemoteCreateReadsTheRequestFromTheStore(t *testing.T) {
 		second := ask()
 		require.True(t, proto.Equal(first, second), "a redelivery of the operation gets the retained result")
 		require.EqualValues(t, 3, w.count("room").Load(), "no factory for a stale fence")
+
+		// One creation holds one capacity slot: a fence reserving another
+		// amount is refused.
+		cmd = proto.Clone(cmd).(*messages.UserSpotCreate)
+		cmd.OperationId, cmd.Fence.PendingCapacityDelta = uuid.NewString(), 0
+		defer a.Spots().Pending(cmd.OperationId)()
+		require.Equal(t, roamerr.CodeInvalidOperation, ask().GetFailureCode())
 	})
 }
 

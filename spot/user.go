@@ -256,11 +256,20 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		CreationIntent: intent,
 	}
 	intent.ReservationFence = reserved.ObjectGeneration
+	// The reservation takes a pending capacity slot of the target in the
+	// same transaction (PROTOCOL.md §7.12): the fence's
+	// PendingCapacityDelta.
 	version, err := m.reserve(ctx, key, auth.v.Version, reserved, location.KindInstanceSpot, func(r *location.Record) bool {
 		return r.GetCreationIntent().GetOperationId() == op
-	})
+	}, rec, target.GetCapacity())
 	if err != nil {
 		m.deleteRoot(intent.GetContentRef())
+		if errors.Is(err, roamerr.ErrCapacityExceeded) {
+			// The target's capacity slots are all held (PROTOCOL.md
+			// §7.12): as for a full node's refusal, try the next one.
+			skip[target.GetNodeRid()] = true
+			return CreateResult{}, errRetry
+		}
 		if create && errors.Is(err, errRetry) {
 			return CreateResult{}, fmt.Errorf("%w: Spot %q", roamerr.ErrAlreadyExists, c.spotID)
 		}
@@ -339,6 +348,10 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	if f.GetTargetNodeRid() != m.desc.GetNodeRid() || f.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
 		return failure(fmt.Errorf("%w: command 47 for node %s reached another node", roamerr.ErrStale, f.GetTargetNodeRid()))
 	}
+	if f.GetPendingCapacityDelta() != 1 {
+		// One creation holds one slot (PROTOCOL.md §7.12).
+		return failure(fmt.Errorf("%w: command 47 reserves %d capacity, a creation holds 1", roamerr.ErrInvalidOperation, f.GetPendingCapacityDelta()))
+	}
 	key := location.Key(location.KindUserSpot, cmd.GetSpotId())
 	late := ctx.Err() != nil
 	readCtx := ctx
@@ -352,7 +365,9 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 		return failure(storeError("read the reservation", err))
 	}
 	rec := v.Record
+	_, holdsSlot := relocation.RecordSlot(rec)
 	if uint64(v.Version) != f.GetStoreVersion() || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_CREATING ||
+		m.d.Slots().Bounded() && !holdsSlot ||
 		rec.GetObjectGeneration() != f.GetObjectGeneration() || !sameOwner(rec.GetOwner(), m.owner()) ||
 		rec.GetCreationIntent().GetOperationId() != cmd.GetOperationId() {
 		return failure(fmt.Errorf("%w: the reservation of Spot %q changed", roamerr.ErrStale, cmd.GetSpotId()))
@@ -361,11 +376,11 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	if late {
 		// Nobody waits for this create any more: release its reservation
 		// with the same fence instead of creating.
-		m.abortReservation(key, v.Version, intent.GetContentRef())
+		m.abortReservation(key, v.Version, rec)
 		return failure(fmt.Errorf("%w: command 47 for Spot %q arrived after its deadline", roamerr.ErrDeadlineExceeded, cmd.GetSpotId()))
 	}
 	abort := func(err error) *messages.SpotReply {
-		m.abortReservation(key, v.Version, intent.GetContentRef())
+		m.abortReservation(key, v.Version, rec)
 		return failure(err)
 	}
 	if _, ok := m.d.Kind(rec.GetStableType()); !ok {
@@ -419,7 +434,7 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	switch {
 	case errors.Is(err, ErrRejected):
 		staged.Discard()
-		m.abortReservation(key, v.Version, intent.GetContentRef())
+		m.abortReservation(key, v.Version, rec)
 		out.Result = messages.CreateResult_CREATE_RESULT_REJECTED
 		return out
 	case err != nil:

@@ -420,7 +420,7 @@ func (a *Activation) rootStored(ev RootPut) []Effect {
 	}
 	op := a.op
 	a.write = NewReserve(a.cfg, a.key(), a.prev.Version, a.rec, location.KindUserSpot,
-		func(r *location.Record) bool { return r.GetActivationRecovery().GetOperationId() == op }, a.deadline)
+		func(r *location.Record) bool { return r.GetActivationRecovery().GetOperationId() == op }, a.deadline).Replacing(a.prev.Record, 0)
 	a.phase = Reserving
 	return a.write.Start()
 }
@@ -606,7 +606,7 @@ func (a *Activation) abort(err error, before ...Effect) []Effect {
 	}
 	a.pending = err
 	a.phase = Aborting
-	return append(before, AbortReservation{Key: a.key(), Version: a.version})
+	return append(before, AbortReservation{Key: a.key(), Version: a.version, Record: a.rec})
 }
 
 // resume continues an activation whose owner ended after its reservation
@@ -634,7 +634,7 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 		// fence.
 		if a.recovery {
 			a.phase = ReleasingReservation
-			return []Effect{Delete{Key: v.Key, Version: v.Version}}
+			return []Effect{Delete{Key: v.Key, Version: v.Version, Record: v.Record}}
 		}
 		a.resumed = location.Versioned{}
 		return a.coldActivate(v)
@@ -654,6 +654,9 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 	a.origOp, a.origMsg = ev.Operation, ev.First
 	took := proto.Clone(rec).(*location.Record)
 	took.Owner = proto.Clone(a.cfg.Self).(*messages.Owner)
+	// The ended owner's capacity slot went with its lease; the take-over
+	// takes one of this node's (PROTOCOL.md §7.12).
+	took.CapacitySlot = 0
 	took.AuthorityOwnerGeneration++
 	took.State = messages.LifecycleState_LIFECYCLE_STATE_CREATING
 	a.rec = took
@@ -679,7 +682,7 @@ func (a *Activation) dropPointer(v location.Versioned) []Effect {
 func (a *Activation) recoverEnded() []Effect {
 	if a.creatingUser() {
 		a.phase = ReleasingReservation
-		return []Effect{Delete{Key: a.scanned.Key, Version: a.scanned.Version}}
+		return []Effect{Delete{Key: a.scanned.Key, Version: a.scanned.Version, Record: a.scanned.Record}}
 	}
 	if !a.kind.Registered {
 		return a.finish(Untouched)

@@ -361,7 +361,7 @@ func TestFailuresAroundTheReadyCommit(t *testing.T) {
 		effects = step(t, a, RecordRead{Record: location.Versioned{Key: cartKey, Version: 7, Record: rec}, Now: late}, "CompareAndSet")
 		require.Equal(t, CompareAndSet{Key: cartKey, Expected: 7, Record: rec, Settle: true}, effects[0], "the same reservation: the commit can no longer land")
 		effects = step(t, a, WriteAnswered{Version: 9, Now: late}, "DiscardStaged", "AbortReservation")
-		require.Equal(t, AbortReservation{Key: cartKey, Version: 9}, effects[1])
+		require.Equal(t, AbortReservation{Key: cartKey, Version: 9, Record: a.rec}, effects[1])
 	})
 
 	t.Run("commit unsettled at the deadline, landed: opened", func(t *testing.T) {
@@ -379,7 +379,7 @@ func TestFailuresAroundTheReadyCommit(t *testing.T) {
 		a, _ := toReserve(t)
 		step(t, a, WriteAnswered{Version: 7, Now: t0}, "Stage")
 		effects := step(t, a, Staged{Err: openErr}, "AbortReservation")
-		require.Equal(t, AbortReservation{Key: cartKey, Version: 7}, effects[0])
+		require.Equal(t, AbortReservation{Key: cartKey, Version: 7, Record: a.rec}, effects[0])
 		require.Equal(t, Aborting, a.Phase())
 		effects = step(t, a, AbortAnswered{}, "DeleteRoot", "ReleaseCapacity", "UnlockKey", "Measure", "RespondFailure", "Log", "Finish")
 		require.ErrorIs(t, failedWith(t, a, effects), roamerr.ErrUnavailable)
@@ -576,7 +576,7 @@ func TestRecoveryReleasesAnEndedOwnersUserReservation(t *testing.T) {
 	a, effects := NewRecovery(cfg, Recover{Scanned: v, Kind: Kind{Registered: true}, Now: t0})
 	require.Equal(t, []string{"ReadOwner"}, names(effects))
 	effects = step(t, a, OwnerRead{}, "Delete")
-	require.Equal(t, Delete{Key: key, Version: 9}, effects[0])
+	require.Equal(t, Delete{Key: key, Version: 9, Record: v.Record}, effects[0])
 	effects = step(t, a, Deleted{Now: t0}, "DeleteRoot", "Log", "Finish")
 	require.Equal(t, DeleteRoot{RootKey: "create-op-create"}, effects[0])
 	require.Equal(t, "reservation_released", effects[1].(Log).Event)

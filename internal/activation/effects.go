@@ -70,11 +70,18 @@ type (
 	// Expected is 0, else by compare-and-set on Expected) and checks that
 	// the same ID under Other is absent (docs/PROTOCOL.md §7.5 step 9); answer
 	// WriteAnswered with the Record's new version.
+	// Replaced is the record at Expected, if any: a capacity slot it
+	// names is freed in the same transaction; OwnerCapacity is the
+	// capacity of Record's owner node when that is another node (a
+	// remote creation's reservation takes a pending slot there;
+	// PROTOCOL.md §7.12).
 	Reserve struct {
-		Key      location.AuthorityKey
-		Expected location.StoreVersion
-		Record   *location.Record
-		Other    location.Kind
+		Key           location.AuthorityKey
+		Expected      location.StoreVersion
+		Record        *location.Record
+		Other         location.Kind
+		Replaced      *location.Record
+		OwnerCapacity uint32
 	}
 	// CompareAndSet: write Record over Key at Expected; answer
 	// WriteAnswered.
@@ -95,14 +102,19 @@ type (
 	// AbortReservation: delete the reservation this node made at Version
 	// (its fence), with a timeout of its own: the operation's deadline may
 	// be spent. Answer AbortAnswered.
+	// Record is the record at Version: the capacity slot it names is
+	// freed in the same transaction (PROTOCOL.md §7.12).
 	AbortReservation struct {
 		Key     location.AuthorityKey
 		Version location.StoreVersion
+		Record  *location.Record
 	}
-	// Delete: delete Key at Version; answer Deleted.
+	// Delete: delete Key at Version (Record, whose capacity slot goes
+	// too); answer Deleted.
 	Delete struct {
 		Key     location.AuthorityKey
 		Version location.StoreVersion
+		Record  *location.Record
 	}
 	// DeleteRoot: delete a Relocation Store root, with a timeout of its
 	// own; a failure is the driver's to log (root_delete_failed). No

@@ -115,7 +115,7 @@ func (r *Release) Step(ev Event) []Effect {
 			}
 			r.rootKey = rec.GetActivationRecovery().GetRecoveryKey()
 			r.phase = ReleaseDeleting
-			return []Effect{Delete{Key: r.key, Version: ev.Record.Version}}
+			return []Effect{Delete{Key: r.key, Version: ev.Record.Version, Record: ev.Record.Record}}
 		}
 	case ReleaseDeleting:
 		if ev, ok := ev.(Deleted); ok {

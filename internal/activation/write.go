@@ -85,6 +85,17 @@ func NewReserve(cfg Config, key location.AuthorityKey, expected location.StoreVe
 	}
 }
 
+// Replacing names, for a reservation, the record it replaces and the
+// capacity of the new owner's node when that is another node
+// (Reserve.Replaced, Reserve.OwnerCapacity).
+func (w *Write) Replacing(replaced *location.Record, ownerCapacity uint32) *Write {
+	if r, ok := w.effect.(Reserve); ok {
+		r.Replaced, r.OwnerCapacity = replaced, ownerCapacity
+		w.effect = r
+	}
+	return w
+}
+
 // Alone makes w a machine of its own: it ends with Finish (its error is
 // Result's) and starts its own deadline timer.
 func (w *Write) Alone() *Write {

@@ -3,12 +3,14 @@ package meshnode_test
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location/memstore"
 )
 
@@ -39,8 +41,17 @@ func TestBreakNewLifecycleAtACachedAddressIsRefused(t *testing.T) {
 
 	began := time.Now()
 	require.NoError(t, old.Stop(ctx))
-	fresh, err := meshnode.Start(ctx, meshnode.Config{Store: store, Port: port})
-	require.NoError(t, err)
+	// The stopped remote may hold its port a little longer (its listener
+	// closes after Stop returns): start again once the port is free.
+	var fresh *meshnode.Node
+	testwait.For(t, func() bool {
+		fresh, err = meshnode.Start(ctx, meshnode.Config{Store: store, Port: port})
+		if err != nil && strings.Contains(err.Error(), "address already in use") {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, "the old lifecycle's port is free again")
 	t.Cleanup(func() { _ = fresh.Stop(ctx) })
 	fd := fresh.Descriptor()
 	require.Equal(t, od.GetAddress(), fd.GetAddress())

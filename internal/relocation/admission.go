@@ -193,8 +193,10 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
 			case err == nil:
 				if err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration()); err == nil {
-					if err = d.verifyMembers(ctx, t); err == nil {
-						t.verified.Store(&v)
+					if err = d.verifyMembers(ctx, t, v.Record); err == nil {
+						if err = d.takeArrivalSlots(ctx, t); err == nil {
+							t.verified.Store(&v)
+						}
 					}
 				}
 			}

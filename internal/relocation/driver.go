@@ -134,6 +134,8 @@ type Driver struct {
 	cfg   Config
 	node  *meshnode.Node
 	store location.Store
+	// slots are this node's capacity slots in the store (PROTOCOL.md §7.12).
+	slots *Slots
 	log   zerolog.Logger
 	self  *actor.PID
 	sys   *actor.ActorSystem
@@ -232,6 +234,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		deadLetterPatience: deadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
 	}
+	d.slots = newSlots(d.store, d.desc)
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -386,6 +389,9 @@ func (d *Driver) Receive(c actor.Context) {
 	}
 }
 
+// Slots are this node lifecycle's capacity slots in the store.
+func (d *Driver) Slots() *Slots { return d.slots }
+
 func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityReply {
 	reply := &messages.CapabilityReply{
 		ReceiveChunkLimit: uint32(d.cfg.Handoff.ChunkLimit),
@@ -402,7 +408,7 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.Reason = "the node's owner lease is not in force"
 	case d.stopping || d.node.Draining():
 		reply.Reason, reply.Code = "the node is draining or stopping", roamerr.CodeNodeDraining
-	case d.desc.GetCapacity() > 0 && hosting+arriving >= int(d.desc.GetCapacity()):
+	case d.desc.GetCapacity() > 0 && max(hosting+arriving, d.slots.Held()) >= int(d.desc.GetCapacity()):
 		reply.Reason, reply.Code = fmt.Sprintf("the node hosts %d and receives %d of its capacity %d", hosting, arriving, d.desc.GetCapacity()), roamerr.CodeCapacityExceeded
 	case !ok:
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())

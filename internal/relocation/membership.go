@@ -114,8 +114,10 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 		if err != nil {
 			return false, err
 		}
+		ops = append(ops, FreeRecordSlotOps(v.Record)...)
 		_, err = d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version)))
 		if err == nil {
+			d.freedRecordSlot(v.Record)
 			d.log.Info().Str("event", "actor_deleted").Str("object_id", key.ID).Msg("Actor deleted")
 			return true, nil
 		}

@@ -485,7 +485,15 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	default:
 		rec.SpotKind = messages.SpotKind_SPOT_KIND_INSTANCE
 	}
-	if _, err := d.store.Apply(ctx, ops); err != nil {
+	// The Actor holds a capacity slot of this node from its first record
+	// on (PROTOCOL.md §7.12).
+	if _, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
+		WithSlot(rec, slots, 0)
+		return ops
+	}); err != nil {
+		if errors.Is(err, roamerr.ErrCapacityExceeded) {
+			return nil, err
+		}
 		var ce *location.ConflictError
 		if errors.As(err, &ce) && member != nil {
 			if cur, ok := ce.CurrentOf(member.spotAt.Key); ok && cur.Version != member.spotAt.Version {

@@ -859,6 +859,8 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 // forwards for MessageFollowDuration, which must not keep a large state
 // alive.
 func (d *Driver) closeOut(obj *object) {
+	// The target's commit freed the slot obj held here (PROTOCOL.md §7.12).
+	d.slots.ReleaseHolder(obj.key)
 	_ = obj.mb.Do(func() {
 		if c, ok := obj.inst.(Closing); ok {
 			c.OnClosing(RelocationOut)

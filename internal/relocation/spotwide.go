@@ -163,16 +163,40 @@ func (d *Driver) readMembers(ctx context.Context, t *targetRun) ([]location.Vers
 	return out, errors.Join(errs...)
 }
 
-// verifyMembers reads each member's record for VerifySource.
-func (d *Driver) verifyMembers(ctx context.Context, t *targetRun) error {
+// verifyMembers reads each member's record for VerifySource, and checks
+// that the commit's transaction fits in the store's (PROTOCOL.md §5.15):
+// per participant its owner change, plus, on a node bounded by capacity
+// slots, the slot's activation, plus the freeing of the slot its source
+// holds. spot is the Spot's own record.
+func (d *Driver) verifyMembers(ctx context.Context, t *targetRun, spot *location.Record) error {
+	if len(t.members) == 0 {
+		return nil
+	}
 	vs, err := d.readMembers(ctx, t)
 	if err != nil {
 		return err
 	}
+	ops := 1 // the lease check
+	perParticipant := func(rec *location.Record) int {
+		n := 1
+		if d.slots.Bounded() {
+			n++
+		}
+		if _, ok := RecordSlot(rec); ok {
+			n++
+		}
+		return n
+	}
+	ops += perParticipant(spot)
 	for i, m := range t.members {
 		if err := d.memberAtFence(t, m, vs[i]); err != nil {
 			return err
 		}
+		ops += perParticipant(vs[i].Record)
+	}
+	if ops > location.MaxApplyOps {
+		return fmt.Errorf("%w: a SpotWide move of %d members into node %s takes %d store operations in its commit, at most %d fit in one transaction",
+			roamerr.ErrCapacityExceeded, len(t.members), d.desc.GetNodeRid(), ops, location.MaxApplyOps)
 	}
 	return nil
 }
@@ -196,7 +220,8 @@ func (d *Driver) memberOps(ctx context.Context, t *targetRun) ([]location.Op, ha
 		next.Owner = d.owner()
 		next.AuthorityOwnerGeneration = m.p.GetNewOwnerGeneration()
 		next.RelocationId = t.m.Identity().RelocationID
-		ops = append(ops, location.UpdateOp(m.key, v.Version, next))
+		slotOps := d.commitSlotOps(t, i+1, v.Record, next)
+		ops = append(append(ops, location.UpdateOp(m.key, v.Version, next)), slotOps...)
 	}
 	return ops, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,14 @@ type targetRun struct {
 	// joinHold is the SpotWide User Spot this Join holds in place until
 	// the move ends (object.joining).
 	joinHold *object
+	// slots are the capacity slots of this node taken ahead of the
+	// commit, one per participant in participant order (PROTOCOL.md
+	// §7.12); strays are those a take with an unknown outcome may hold.
+	// Both are freed if the move ends without a commit. slotMu guards
+	// them: VerifySource may still run when the move is removed.
+	slotMu        sync.Mutex
+	slots, strays []uint32
+	slotsDone     bool // completed: a take still running frees what it took
 }
 
 // targetMember is a member Actor arriving with its SpotWide User Spot.
@@ -551,15 +560,19 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
 	next.RelocationId = id.RelocationID
-	var joinOps []location.Op
+	// The slot taken ahead turns active, the source's is freed, in the
+	// commit itself (PROTOCOL.md §7.12).
+	joinOps := d.commitSlotOps(t, 0, v.Record, next)
 	joined := false
 	if join := t.prepare.GetJoin(); join != nil {
 		// A cross-node Join: owner and both memberships in one
 		// transaction (PROTOCOL.md §7.10).
 		var err error
-		if joinOps, joined, err = d.joinOps(ctx, v.Record, join); err != nil {
+		var ops []location.Op
+		if ops, joined, err = d.joinOps(ctx, v.Record, join); err != nil {
 			return handoff.StoreRetryable{Err: err}
 		}
+		joinOps = append(joinOps, ops...)
 		if joined {
 			next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
 		} else {
@@ -641,7 +654,82 @@ func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) 
 	return ev
 }
 
+// commitSlotOps are the capacity slot ops of participant i's commit
+// (0: the moving object): its slot here, taken ahead, turns active and
+// next names it; the slot its source holds (named by prev) is freed.
+func (d *Driver) commitSlotOps(t *targetRun, i int, prev, next *location.Record) []location.Op {
+	ops := FreeRecordSlotOps(prev)
+	t.slotMu.Lock()
+	slots := t.slots
+	t.slotMu.Unlock()
+	WithSlot(next, slots, i)
+	if i < len(slots) {
+		key := t.key
+		if i > 0 {
+			key = t.members[i-1].key
+		}
+		ops = append(ops, d.slots.SetOp(slots[i], key, false))
+	}
+	return ops
+}
+
+// takeArrivalSlots takes, before relay-ready, a capacity slot of this node
+// for every participant of the move (PROTOCOL.md §7.12): CapacityExceeded
+// when they are held, which fails the move before anything commits.
+func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
+	t.slotMu.Lock()
+	taken := t.slots != nil
+	t.slotMu.Unlock()
+	if !d.slots.Bounded() || taken {
+		return nil
+	}
+	holders := []location.AuthorityKey{t.key}
+	for _, m := range t.members {
+		holders = append(holders, m.key)
+	}
+	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
+	t.slotMu.Lock()
+	done := t.slotsDone
+	switch {
+	case done:
+	case err == nil:
+		t.slots = slots
+	case errors.Is(err, location.ErrIndeterminate):
+		t.strays = append(t.strays, slots...)
+	}
+	t.slotMu.Unlock()
+	if done && (err == nil || errors.Is(err, location.ErrIndeterminate)) {
+		d.freeSlots(t, slots)
+		return fmt.Errorf("%w: the move ended", roamerr.ErrUnavailable)
+	}
+	return err
+}
+
+// freeSlots frees, in the background, slots taken for the move t that did
+// not commit.
+func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
+	if len(slots) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.node.LeaseTTL())
+		defer cancel()
+		if err := d.slots.Free(ctx, slots...); err != nil && !errors.Is(err, location.ErrLeaseEnded) {
+			d.log.Warn().Str("event", "capacity_slot_free_failed").Str("object_id", t.key.ID).Err(err).
+				Msg("capacity slots taken for a move that did not commit stay held until the node's lease ends")
+		}
+	}()
+}
+
 func (d *Driver) completeTarget(t *targetRun, err error) {
+	t.slotMu.Lock()
+	slots := t.strays
+	if err != nil {
+		slots = append(slots, t.slots...)
+	}
+	t.strays, t.slotsDone = nil, true
+	t.slotMu.Unlock()
+	d.freeSlots(t, slots)
 	id := t.m.Identity()
 	ev := Event{
 		Key: t.key, RelocationID: id.RelocationID, From: id.Fence.NodeRid, To: d.desc.GetNodeRid(),

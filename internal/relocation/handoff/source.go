@@ -526,6 +526,8 @@ func failureError(r messages.FailureReason, detail string) error {
 		class = roamerr.ErrStale
 	case messages.FailureReason_FAILURE_REASON_DEADLINE:
 		class = roamerr.ErrDeadlineExceeded
+	case messages.FailureReason_FAILURE_REASON_CAPACITY_EXCEEDED:
+		class = roamerr.ErrCapacityExceeded
 	}
 	return fmt.Errorf("%w: target failed the relocation (%s): %s", class, r, detail)
 }

@@ -211,6 +211,11 @@ func (t *Target) Step(ev Event) []Effect {
 		if t.phase != TargetRestoring || t.verified {
 			return nil
 		}
+		if errors.Is(ev.Err, roamerr.ErrCapacityExceeded) {
+			// The target's capacity slots are all held (PROTOCOL.md §7.12).
+			return t.remove(ev.Err,
+				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_CAPACITY_EXCEEDED, Detail: ev.Err.Error()})
+		}
 		if ev.Err != nil {
 			return t.remove(roamerr.Wrap(roamerr.ErrStale, "the store does not back the Restore request", ev.Err),
 				SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the source is not the object's owner at the move's fence"},
