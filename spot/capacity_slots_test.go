@@ -22,16 +22,29 @@ import (
 // capacity of them (PROTOCOL.md §7.12). It returns how many it holds.
 func slotsAgree(t *testing.T, store location.Store, e *extension.Extension, capacity int) int {
 	t.Helper()
+	n, why := slotsMatch(t, store, e, capacity)
+	require.Empty(t, why)
+	return n
+}
+
+// slotsMatch is slotsAgree's check: what does not agree ("" when all does).
+func slotsMatch(t *testing.T, store location.Store, e *extension.Extension, capacity int) (int, string) {
+	t.Helper()
 	desc := e.Node().Descriptor()
 	node := location.NodeKey{Mesh: desc.GetMesh(), NodeRid: desc.GetNodeRid()}
 	slots, err := store.ListSlots(ctx, node)
 	require.NoError(t, err)
-	require.LessOrEqual(t, len(slots), capacity, "node %s holds more slots than its capacity", node.NodeRid)
+	if len(slots) > capacity {
+		return len(slots), fmt.Sprintf("node %s holds %d slots, more than its capacity %d: %v", node.NodeRid, len(slots), capacity, slots)
+	}
 	held := map[location.AuthorityKey]uint32{}
 	for _, s := range slots {
-		require.Less(t, s.Index, uint32(capacity))
-		_, dup := held[s.Holder]
-		require.False(t, dup, "%s holds two slots", s.Holder)
+		if s.Index >= uint32(capacity) {
+			return len(slots), fmt.Sprintf("slot %d is past the capacity %d", s.Index, capacity)
+		}
+		if _, dup := held[s.Holder]; dup {
+			return len(slots), fmt.Sprintf("%s holds two slots: %v", s.Holder, slots)
+		}
 		held[s.Holder] = s.Index
 	}
 	owned := map[location.AuthorityKey]uint32{}
@@ -43,12 +56,16 @@ func slotsAgree(t *testing.T, store location.Store, e *extension.Extension, capa
 				continue
 			}
 			slot, ok := relocation.RecordSlot(v.Record)
-			require.True(t, ok, "%s is owned by a node of capacity %d but names no slot", v.Key, capacity)
+			if !ok {
+				return len(slots), fmt.Sprintf("%s is owned by a node of capacity %d but names no slot", v.Key, capacity)
+			}
 			owned[v.Key] = slot
 		}
 	}
-	require.Equal(t, owned, held, "the slots node %s holds are its objects'", node.NodeRid)
-	return len(slots)
+	if fmt.Sprint(owned) != fmt.Sprint(held) {
+		return len(slots), fmt.Sprintf("node %s: the records name slots %v, the store holds %v", node.NodeRid, owned, held)
+	}
+	return len(slots), ""
 }
 
 // Capacity lives in the store: an Actor's spawn, a cold activation, a

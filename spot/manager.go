@@ -227,6 +227,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	if m.cfg.Routes.RouteCacheMaxAge > 0 {
 		go m.sweepRoutes()
 	}
+	d.Slots().OnFull(m.reclaimAbandoned)
 	return m, nil
 }
 

@@ -155,11 +155,8 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if e.Expected != 0 {
 			op = location.UpdateOp(e.Key, e.Expected, e.Record)
 		}
-		ops := append([]location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}, relocation.FreeRecordSlotOps(e.Replaced)...)
-		vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.OwnerCapacity, ops)
-		if err == nil {
-			m.d.FreedRecordSlot(e.Replaced)
-		}
+		ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
+		vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
 		ans := activation.WriteAnswered{Err: err, Now: time.Now()}
 		if err == nil {
 			ans.Version = vers[0]
@@ -169,7 +166,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		ctx, cancel := r.storeCtx(e.Settle)
 		defer cancel()
 		var v location.StoreVersion
-		vers, err := m.applyHolding(ctx, e.Key, e.Record, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
+		vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
 		if err == nil {
 			v = vers[0]
 		}
@@ -355,16 +352,35 @@ func (s *timerSet) next() (activation.Timer, bool) {
 	}
 }
 
-// applyHolding applies ops, which write rec at key, with the capacity
-// slot rec's owner holds for it (PROTOCOL.md §7.12): on this node, if rec
-// names one, it is set to rec's state (pending while Creating); if not,
-// one is taken and rec names it. For a reservation on another node of
-// capacity ownerCapacity, a pending slot of that node is taken. ops write
-// rec by pointer, so naming the slot in rec names it in the write.
-func (m *Manager) applyHolding(ctx context.Context, key location.AuthorityKey, rec *location.Record, ownerCapacity uint32, ops []location.Op) ([]location.StoreVersion, error) {
+// applyHolding applies ops, which write rec at key over replaced (if any),
+// with the capacity slot rec's owner holds for it (PROTOCOL.md §7.12): on
+// this node, if rec names one, it is set to rec's state (pending while
+// Creating); if not, this node's slot replaced names is kept, or one is
+// taken, and rec names it. For a reservation on another node of capacity
+// ownerCapacity, a pending slot of that node is taken. A slot replaced
+// names and rec does not keep is freed. ops write rec by pointer, so
+// naming the slot in rec names it in the write.
+func (m *Manager) applyHolding(ctx context.Context, key location.AuthorityKey, rec, replaced *location.Record, ownerCapacity uint32,
+	ops []location.Op) (_ []location.StoreVersion, err error) {
 	slots := m.d.Slots()
 	pending := rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY
 	o := rec.GetOwner()
+	self := m.desc.GetNodeRid()
+	if old, ok := relocation.RecordSlot(replaced); ok {
+		mine := replaced.GetOwner().GetNodeRid() == self
+		switch {
+		case mine && o.GetNodeRid() == self && rec.GetCapacitySlot() == 0:
+			rec.CapacitySlot = old + 1 // this node's slot, kept
+		case mine && rec.GetCapacitySlot() == old+1:
+		default:
+			ops = append(ops, relocation.FreeRecordSlotOps(replaced)...)
+			defer func() {
+				if err == nil {
+					m.d.FreedRecordSlot(replaced)
+				}
+			}()
+		}
+	}
 	switch {
 	case sameOwner(o, m.owner()) && slots.Bounded():
 		if slot, ok := relocation.RecordSlot(rec); ok {
@@ -397,4 +413,37 @@ func (m *Manager) deleteRecord(ctx context.Context, key location.AuthorityKey, v
 		m.d.FreedRecordSlot(rec)
 	}
 	return err
+}
+
+// reclaimAbandoned releases, with their fences, the abandoned User Spot
+// reservations that hold pending capacity slots of this node: a
+// reservation whose command 47 never came (its creator ended, or gave up
+// on an answer it lost) would otherwise hold a slot for the node's life.
+// Any node may release an abandoned reservation (PROTOCOL.md §7.2); the
+// node asks when no slot looks free (§7.12).
+func (m *Manager) reclaimAbandoned(ctx context.Context) {
+	slots, err := m.store.ListSlots(ctx, location.NodeKey{Mesh: m.desc.GetMesh(), NodeRid: m.desc.GetNodeRid()})
+	if err != nil {
+		return
+	}
+	for _, sl := range slots {
+		if !sl.Pending || sl.Holder.Kind != location.KindUserSpot {
+			continue
+		}
+		v, err := m.store.Read(ctx, sl.Holder)
+		if err != nil {
+			continue
+		}
+		rec := v.Record
+		if slot, ok := relocation.RecordSlot(rec); !ok || slot != sl.Index || rec.GetOwner().GetNodeRid() != m.desc.GetNodeRid() ||
+			!activation.AbandonedCreation(rec, time.Now()) {
+			continue
+		}
+		if err := m.deleteRecord(ctx, v.Key, v.Version, rec); err != nil {
+			continue
+		}
+		m.deleteRoot(rec.GetCreationIntent().GetContentRef())
+		m.log.Warn().Str("event", "abandoned_reservation_released").Str("spot_id", v.Key.ID).Uint32("slot", sl.Index).
+			Msg("a User Spot reservation whose creation never came held a capacity slot of this node; released with its fence")
+	}
 }

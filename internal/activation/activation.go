@@ -654,13 +654,18 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 	a.origOp, a.origMsg = ev.Operation, ev.First
 	took := proto.Clone(rec).(*location.Record)
 	took.Owner = proto.Clone(a.cfg.Self).(*messages.Owner)
-	// The ended owner's capacity slot went with its lease; the take-over
-	// takes one of this node's (PROTOCOL.md §7.12).
-	took.CapacitySlot = 0
+	if rec.GetOwner().GetNodeRid() != a.cfg.Self.GetNodeRid() {
+		// Another node's record: the take-over takes one of this node's
+		// capacity slots and frees the one the record names (gone with
+		// an ended owner's lease; held by a live owner of an abandoned
+		// reservation). This node's own record keeps its slot
+		// (PROTOCOL.md §7.12).
+		took.CapacitySlot = 0
+	}
 	took.AuthorityOwnerGeneration++
 	took.State = messages.LifecycleState_LIFECYCLE_STATE_CREATING
 	a.rec = took
-	a.write = NewCompareAndSet(a.cfg, v.Key, v.Version, took, a.deadline)
+	a.write = NewCompareAndSet(a.cfg, v.Key, v.Version, took, a.deadline).Replacing(rec, 0)
 	a.phase = TakingOver
 	return a.write.Start()
 }

@@ -87,11 +87,13 @@ type (
 	// WriteAnswered.
 	// Settle: past the operation's deadline (a settling call has a
 	// timeout of its own).
+	// Replaced: as for Reserve (a take-over's previous record).
 	CompareAndSet struct {
 		Key      location.AuthorityKey
 		Expected location.StoreVersion
 		Record   *location.Record
 		Settle   bool
+		Replaced *location.Record
 	}
 	// ReadRecord: a consistent read of Key; answer RecordRead. Settle: as
 	// for CompareAndSet.

@@ -85,13 +85,18 @@ func NewReserve(cfg Config, key location.AuthorityKey, expected location.StoreVe
 	}
 }
 
-// Replacing names, for a reservation, the record it replaces and the
-// capacity of the new owner's node when that is another node
-// (Reserve.Replaced, Reserve.OwnerCapacity).
+// Replacing names the record a reservation or a take-over replaces, and
+// for a reservation the capacity of the new owner's node when that is
+// another node (Reserve.Replaced, Reserve.OwnerCapacity,
+// CompareAndSet.Replaced).
 func (w *Write) Replacing(replaced *location.Record, ownerCapacity uint32) *Write {
-	if r, ok := w.effect.(Reserve); ok {
-		r.Replaced, r.OwnerCapacity = replaced, ownerCapacity
-		w.effect = r
+	switch e := w.effect.(type) {
+	case Reserve:
+		e.Replaced, e.OwnerCapacity = replaced, ownerCapacity
+		w.effect = e
+	case CompareAndSet:
+		e.Replaced = replaced
+		w.effect = e
 	}
 	return w
 }

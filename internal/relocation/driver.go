@@ -408,7 +408,7 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.Reason = "the node's owner lease is not in force"
 	case d.stopping || d.node.Draining():
 		reply.Reason, reply.Code = "the node is draining or stopping", roamerr.CodeNodeDraining
-	case d.desc.GetCapacity() > 0 && max(hosting+arriving, d.slots.Held()) >= int(d.desc.GetCapacity()):
+	case d.desc.GetCapacity() > 0 && hosting+arriving >= int(d.desc.GetCapacity()):
 		reply.Reason, reply.Code = fmt.Sprintf("the node hosts %d and receives %d of its capacity %d", hosting, arriving, d.desc.GetCapacity()), roamerr.CodeCapacityExceeded
 	case !ok:
 		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())

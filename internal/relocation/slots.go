@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -42,16 +43,38 @@ type Slots struct {
 	held map[uint32]location.AuthorityKey
 	// taking are the indexes a transaction of this node is taking now.
 	taking map[uint32]bool
+	// freeing are the indexes a Free is freeing now: not picked, whatever
+	// a read says, until the Free ends (an earlier try of it may have
+	// applied, and its retry must not free a slot taken since).
+	freeing map[uint32]bool
 	// read: held has been read from the store since the node started.
-	read bool
+	read     bool
+	lastRead time.Time
+	// reclaim, if set, releases abandoned reservations holding slots of
+	// this node (the Spot manager's); asked when no slot looks free.
+	reclaim func(ctx context.Context)
 }
+
+// OnFull sets what releases abandoned reservations that hold this node's
+// slots, asked when a take finds none free (at most once per
+// fullReadEvery).
+func (s *Slots) OnFull(reclaim func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reclaim = reclaim
+}
+
+// fullReadEvery bounds how often a node that looks full reads its slots
+// again: a view can over-count (a slot freed by another node's
+// transaction, a read that raced a free), and a full node must notice.
+const fullReadEvery = 100 * time.Millisecond
 
 func newSlots(store location.Store, desc *location.NodeDescriptor) *Slots {
 	return &Slots{
 		store: store, capacity: desc.GetCapacity(),
 		node:  location.NodeKey{Mesh: desc.GetMesh(), NodeRid: desc.GetNodeRid()},
 		lease: location.LeaseID(desc.GetLeaseId()),
-		held:  map[uint32]location.AuthorityKey{}, taking: map[uint32]bool{},
+		held:  map[uint32]location.AuthorityKey{}, taking: map[uint32]bool{}, freeing: map[uint32]bool{},
 	}
 }
 
@@ -89,6 +112,20 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 	}
 	for attempt := 1; ; attempt++ {
 		slots, err := s.pick(len(holders))
+		if err != nil && s.readAgain() {
+			// It looks full: read again (and release abandoned
+			// reservations) before saying so.
+			s.mu.Lock()
+			reclaim := s.reclaim
+			s.mu.Unlock()
+			if reclaim != nil {
+				reclaim(ctx)
+			}
+			if rerr := s.Refresh(ctx); rerr != nil {
+				return nil, nil, rerr
+			}
+			slots, err = s.pick(len(holders))
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -112,12 +149,14 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 			s.settle(slots, nil, false)
 			return nil, nil, fmt.Errorf("%w: node %s found its free capacity slots taken %d times", roamerr.ErrCapacityExceeded, s.node.NodeRid, attempt)
 		case errors.Is(err, location.ErrIndeterminate):
-			// The slots may be held now: count them until a read says.
+			// The slots may be held now: count them until a read says,
+			// and give them to the caller, whose transaction may need
+			// them freed.
 			s.settle(slots, holders, true)
 			s.mu.Lock()
 			s.read = false
 			s.mu.Unlock()
-			return nil, nil, err
+			return nil, slots, err
 		default:
 			s.settle(slots, nil, false)
 			return nil, nil, err
@@ -142,7 +181,7 @@ func (s *Slots) pick(n int) ([]uint32, error) {
 	defer s.mu.Unlock()
 	out := make([]uint32, 0, n)
 	for i := uint32(0); i < s.capacity && len(out) < n; i++ {
-		if _, ok := s.held[i]; !ok && !s.taking[i] {
+		if _, ok := s.held[i]; !ok && !s.taking[i] && !s.freeing[i] {
 			out = append(out, i)
 		}
 	}
@@ -168,6 +207,18 @@ func (s *Slots) settle(slots []uint32, holders []location.AuthorityKey, took boo
 	}
 }
 
+// readAgain reports whether a read of the slots is due for a node that
+// looks full (at most once per fullReadEvery), and counts it done.
+func (s *Slots) readAgain() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.lastRead) < fullReadEvery {
+		return false
+	}
+	s.lastRead = time.Now()
+	return true
+}
+
 // Refresh reads the node's slots from the store.
 func (s *Slots) Refresh(ctx context.Context) error {
 	list, err := s.store.ListSlots(ctx, s.node)
@@ -181,6 +232,7 @@ func (s *Slots) Refresh(ctx context.Context) error {
 		s.held[sl.Index] = sl.Holder
 	}
 	s.read = true
+	s.lastRead = time.Now()
 	return nil
 }
 
@@ -248,45 +300,54 @@ func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
 	holders := make(map[uint32]location.AuthorityKey, len(slots))
 	for _, i := range slots {
 		holders[i] = s.held[i]
+		s.freeing[i] = true
 	}
 	s.mu.Unlock()
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		ops := make([]location.Op, len(slots))
-		for i, sl := range slots {
-			ops[i] = s.FreeOp(sl)
+	defer func() {
+		s.mu.Lock()
+		for i := range holders {
+			delete(s.freeing, i)
 		}
-		_, err := s.store.Apply(ctx, ops)
-		if err == nil || errors.Is(err, location.ErrLeaseEnded) {
-			s.Freed(slots...)
-			return err
+		s.mu.Unlock()
+	}()
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		// Free only what the store shows held by the object this node
+		// took it for: a take whose answer was lost may not have applied
+		// (and another node may hold the slot now), and an earlier try of
+		// this free may have applied. While the free runs this node takes
+		// none of these slots, and no record names them, so nobody else
+		// frees and takes one in between.
+		list, err := s.store.ListSlots(ctx, s.node)
+		if err == nil {
+			still := slots[:0:0]
+			for _, sl := range list {
+				if h, ok := holders[sl.Index]; ok && h == sl.Holder {
+					still = append(still, sl.Index)
+				}
+			}
+			ops := make([]location.Op, len(still))
+			for i, sl := range still {
+				ops[i] = s.FreeOp(sl)
+			}
+			if len(ops) > 0 {
+				_, err = s.store.Apply(ctx, ops)
+			}
+			if err == nil || errors.Is(err, location.ErrLeaseEnded) {
+				s.mu.Lock()
+				for i, h := range holders {
+					if s.held[i] == h {
+						delete(s.held, i)
+					}
+				}
+				s.mu.Unlock()
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(wait):
 		}
-		// An earlier try may have applied, and another node taken a slot
-		// since: free again only what the store still shows held by the
-		// same object.
-		list, lerr := s.store.ListSlots(ctx, s.node)
-		if lerr != nil {
-			continue
-		}
-		still := slots[:0:0]
-		for _, sl := range list {
-			if h, ok := holders[sl.Index]; ok && h == sl.Holder {
-				still = append(still, sl.Index)
-			}
-		}
-		s.Freed(slots...)
-		if slots = still; len(slots) == 0 {
-			return nil
-		}
-		s.mu.Lock()
-		for _, i := range slots {
-			s.held[i] = holders[i]
-		}
-		s.mu.Unlock()
 	}
 }
 
@@ -345,12 +406,21 @@ func TakeSlotOn(ctx context.Context, store location.Store, node location.NodeKey
 		for _, sl := range list {
 			held[sl.Index] = true
 		}
-		slot := uint32(0)
-		for slot < capacity && held[slot] {
-			slot++
-		}
-		if slot == capacity {
+		if len(held) >= int(capacity) {
 			return nil, fmt.Errorf("%w: node %s holds all %d of its capacity slots", roamerr.ErrCapacityExceeded, node.NodeRid, capacity)
+		}
+		// A random free slot, not the lowest: creators racing for the
+		// same node then rarely pick the same one (the node itself picks
+		// from the lowest).
+		nth := rand.IntN(int(capacity) - len(held))
+		slot := uint32(0)
+		for ; ; slot++ {
+			if !held[slot] {
+				if nth == 0 {
+					break
+				}
+				nth--
+			}
 		}
 		ops := build(slot)
 		first := len(ops)
@@ -359,7 +429,7 @@ func TakeSlotOn(ctx context.Context, store location.Store, node location.NodeKey
 		switch {
 		case err == nil:
 			return vers[:first], nil
-		case errors.As(err, &ce) && slotConflict(ce, first) && attempt < maxSlotAttempts:
+		case errors.As(err, &ce) && slotConflict(ce, first) && attempt < 2*maxSlotAttempts:
 		case errors.As(err, &ce) && slotConflict(ce, first):
 			return nil, fmt.Errorf("%w: node %s's free capacity slots were taken %d times", roamerr.ErrCapacityExceeded, node.NodeRid, attempt)
 		default:

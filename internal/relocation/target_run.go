@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -694,6 +695,9 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	case done:
 	case err == nil:
 		t.slots = slots
+		// A slot taken again was free when read: an earlier take of it
+		// whose answer was lost did not apply, and it is this move's now.
+		t.strays = slices.DeleteFunc(t.strays, func(s uint32) bool { return slices.Contains(slots, s) })
 	case errors.Is(err, location.ErrIndeterminate):
 		t.strays = append(t.strays, slots...)
 	}
