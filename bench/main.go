@@ -34,7 +34,19 @@ func main() {
 	only := flag.String("only", "abcdef", "the sections to run (letters a to f)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
+	memProfile := flag.String("memprofile", "", "write the run's allocations (an allocs profile) to this file at the end")
 	flag.Parse()
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+			}
+		}()
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {

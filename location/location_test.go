@@ -62,3 +62,29 @@ func TestEntryClaim(t *testing.T) {
 	n.NodeGeneration = 0
 	require.ErrorIs(t, location.ValidateNode(n), location.ErrInvalid)
 }
+
+// ApplyOpCount counts what a transaction makes on Consul: each op, one
+// more for a slot take's check, and one lease check for each distinct
+// (node, lease) of the slot writes that no OpCheckLease already makes.
+func TestApplyOpCount(t *testing.T) {
+	a := location.NodeKey{Mesh: "m", NodeRid: "a"}
+	b := location.NodeKey{Mesh: "m", NodeRid: "b"}
+	holder := location.Key(location.KindActor, "x")
+	rec := &location.Record{}
+	upd := location.UpdateOp(holder, 3, rec)
+	for _, c := range []struct {
+		name string
+		ops  []location.Op
+		want int
+	}{
+		{"a record write", []location.Op{upd}, 1},
+		{"with its lease check", []location.Op{upd, location.CheckLeaseOp(a, "la")}, 2},
+		{"a take under the checked lease", []location.Op{upd, location.TakeSlotOp(a, "la", 0, holder, false), location.CheckLeaseOp(a, "la")}, 4},
+		{"a take under another node's lease", []location.Op{upd, location.TakeSlotOp(b, "lb", 0, holder, true), location.CheckLeaseOp(a, "la")}, 5},
+		{"two takes and a set on one other lease", []location.Op{upd, location.TakeSlotOp(b, "lb", 0, holder, true),
+			location.TakeSlotOp(b, "lb", 1, holder, true), location.SetSlotOp(b, "lb", 2, holder, false)}, 1 + 3 + 2 + 1},
+		{"a free checks nothing", []location.Op{upd, location.FreeSlotOp(b, 4)}, 2},
+	} {
+		require.Equal(t, c.want, location.ApplyOpCount(c.ops), c.name)
+	}
+}

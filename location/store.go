@@ -336,10 +336,23 @@ func (k OpKind) IsSlotOp() bool { return k == OpTakeSlot || k == OpSetSlot || k 
 // add nothing but the OpTakeSlot checks.
 func ApplyOpCount(ops []Op) int {
 	n := len(ops)
-	var checked map[nodeLease]bool
+	// The distinct (node, lease) checked: a few at most, so a slice
+	// searched in line (this runs for every transaction).
+	var buf [4]nodeLease
+	checked := buf[:0]
+	seen := func(nl nodeLease) bool {
+		for _, c := range checked {
+			if c == nl {
+				return true
+			}
+		}
+		return false
+	}
 	for _, op := range ops {
 		if op.Kind == OpCheckLease {
-			checked = map[nodeLease]bool{{op.Node, op.Lease}: true}
+			if nl := (nodeLease{op.Node, op.Lease}); !seen(nl) {
+				checked = append(checked, nl)
+			}
 		}
 	}
 	for _, op := range ops {
@@ -347,12 +360,8 @@ func ApplyOpCount(ops []Op) int {
 			n++
 		}
 		if op.Kind == OpTakeSlot || op.Kind == OpSetSlot {
-			nl := nodeLease{op.Node, op.Lease}
-			if !checked[nl] {
-				if checked == nil {
-					checked = map[nodeLease]bool{}
-				}
-				checked[nl] = true
+			if nl := (nodeLease{op.Node, op.Lease}); !seen(nl) {
+				checked = append(checked, nl)
 				n++
 			}
 		}
