@@ -628,7 +628,7 @@ func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied
 				return ev
 			}
 		}
-		return handoff.StoreRetryable{Err: err}
+		return handoff.StoreRetryable{Err: err, Conflict: true}
 	case errors.Is(err, location.ErrLeaseEnded):
 		return handoff.StoreStale{Err: err}
 	case errors.Is(err, location.ErrIndeterminate), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

@@ -128,10 +128,13 @@ type (
 	// StoreRetryable: the store did not decide; try again. Unknown is set
 	// when a CAS was sent and its outcome is indeterminate (it may have
 	// applied): the target then never removes itself without a read that
-	// settles it (PROTOCOL.md §6.3).
+	// settles it (PROTOCOL.md §6.3). Conflict is set when the CAS lost to
+	// a newer version of a record that still backs the move: the next
+	// attempt reads the record again, so it goes at once, the first time.
 	StoreRetryable struct {
-		Err     error
-		Unknown bool
+		Err      error
+		Unknown  bool
+		Conflict bool
 	}
 	// StoreNotCommitted: settling found the record still at the source's
 	// fence and fenced the move out there: no CAS of this move applied,

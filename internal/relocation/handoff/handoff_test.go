@@ -736,6 +736,23 @@ func TestStoreRetryConvergesOnCommit(t *testing.T) {
 	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
 }
 
+// A CAS that lost to a newer version of a record still backing the move
+// is tried again at once, reading the record afresh — once; a second
+// conflict backs off like any retryable answer.
+// Reference: PROTOCOL.md §5.11.
+func TestAConflictIsRetriedAtOnceOnce(t *testing.T) {
+	tg := restored(t, stream(300))
+	tg.Step(CutoverReceivedEvent{})
+	c, ok := find[CommitOwner](tg.Step(StoreRetryable{Err: errors.New("conflict"), Conflict: true}))
+	require.True(t, ok, "no wait before the second attempt")
+	require.Equal(t, 2, c.Attempt)
+	require.Equal(t, []string{"StartTimer"}, kinds(tg.Step(StoreRetryable{Err: errors.New("conflict"), Conflict: true})))
+	c, ok = find[CommitOwner](tg.Step(TimerFired{Timer: TimerStoreRetry}))
+	require.True(t, ok)
+	require.Equal(t, 3, c.Attempt)
+	require.True(t, has[OpenDispatch](tg.Step(StoreCommitted{})))
+}
+
 // If the owner change is not confirmed by the restore deadline the target
 // logs location_update_failed and removes what it prepared; it never opens.
 // Reference: PROTOCOL.md §5.11, §6.3, §12.1 item 20.

@@ -36,12 +36,15 @@ type Target struct {
 	fellBack     bool // committed without a cutover (order not guaranteed)
 	// After the fallback: the batch indices this target has (merged or
 	// delivered late), and the batch size a late cutover declared.
-	known       map[int]bool
-	declared    int  // -1: no cutover seen
-	acked       bool // every declared record is known; acknowledged
-	attempt     int  // CAS attempts so far
-	inFlight    bool // a CommitOwner is running
-	deadlineHit bool // the restore deadline passed while a CAS was in flight
+	known    map[int]bool
+	declared int  // -1: no cutover seen
+	acked    bool // every declared record is known; acknowledged
+	attempt  int  // CAS attempts so far
+	// conflictRetried: a CAS lost to a newer version was tried again at
+	// once (only once; later ones back off).
+	conflictRetried bool
+	inFlight        bool // a CommitOwner is running
+	deadlineHit     bool // the restore deadline passed while a CAS was in flight
 	// unknown: some CAS of this move had an indeterminate answer and no
 	// read has settled it since; the target must not remove itself then.
 	unknown  bool
@@ -302,6 +305,14 @@ func (t *Target) Step(ev Event) []Effect {
 		}
 		if t.phase != StoreRetry {
 			t.moveTo(StoreRetry)
+		}
+		if ev.Conflict && !t.unknown && !t.conflictRetried {
+			// The record moved past the version this attempt wrote at
+			// (the version relay-ready carried, or a read that raced a
+			// write): a fresh read decides, and waiting would only add to
+			// the pause. Once: a record that keeps changing is backed off.
+			t.conflictRetried = true
+			return t.commit()
 		}
 		return []Effect{StartTimer{Timer: TimerStoreRetry, After: t.cfg.StoreRetryBackoff}}
 
