@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
+	github.com/google/btree v1.1.3
 	github.com/google/uuid v1.5.0
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/rs/zerolog v1.35.1

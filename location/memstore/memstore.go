@@ -12,10 +12,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
+	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/location"
@@ -91,6 +91,10 @@ type Store struct {
 	mu      sync.Mutex
 	index   location.StoreVersion
 	records map[location.AuthorityKey]*recordEntry
+	// ids are the records' IDs by kind, ordered: a List page costs
+	// O(log n + page), however many records there are (putLocked and
+	// dropLocked keep them with records).
+	ids     map[location.Kind]*btree.BTreeG[string]
 	nodes   map[location.NodeKey]*nodeEntry
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
@@ -109,6 +113,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		clock:   systemClock{},
 		records: make(map[location.AuthorityKey]*recordEntry),
+		ids:     make(map[location.Kind]*btree.BTreeG[string]),
 		nodes:   make(map[location.NodeKey]*nodeEntry),
 		leases:  make(map[location.LeaseID]*lease),
 		notes:   make(map[location.NoteKey]*noteEntry),
@@ -151,7 +156,7 @@ func (s *Store) endLeaseLocked(id location.LeaseID) {
 	changed := false
 	for _, k := range l.records {
 		if e := s.records[k]; e != nil && e.lease == id {
-			delete(s.records, k)
+			s.dropLocked(k)
 			changed = true
 		}
 	}
@@ -233,13 +238,17 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 		return location.Page{}, err
 	}
 	defer s.mu.Unlock()
+	// The page.Size IDs after page.After, and one more if there is one.
 	var ids []string
-	for k := range s.records {
-		if k.Kind == kind && k.ID > page.After {
-			ids = append(ids, k.ID)
-		}
+	if t := s.ids[kind]; t != nil {
+		t.AscendGreaterOrEqual(page.After, func(id string) bool {
+			if id == page.After {
+				return true
+			}
+			ids = append(ids, id)
+			return len(ids) <= page.Size
+		})
 	}
-	sort.Strings(ids)
 	var out location.Page
 	bytes := 0
 	for i, id := range ids {
@@ -315,10 +324,10 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	for i, op := range ops {
 		switch op.Kind {
 		case location.OpCreate, location.OpUpdate:
-			s.records[op.Key] = &recordEntry{rec: proto.Clone(op.Record).(*location.Record), version: v}
+			s.putLocked(op.Key, &recordEntry{rec: proto.Clone(op.Record).(*location.Record), version: v})
 			out[i] = v
 		case location.OpDelete:
-			delete(s.records, op.Key)
+			s.dropLocked(op.Key)
 		case location.OpCheck:
 			out[i] = op.Version
 		case location.OpTakeSlot, location.OpSetSlot:
@@ -413,7 +422,7 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 	stored.LeaseId = string(id)
 	v := s.bumpLocked()
 	s.nodes[nk] = &nodeEntry{node: stored, version: v}
-	s.records[ek] = &recordEntry{rec: location.EntryClaim(stored, id), version: v, lease: id}
+	s.putLocked(ek, &recordEntry{rec: location.EntryClaim(stored, id), version: v, lease: id})
 	s.leases[id] = &lease{ttl: ttl, expires: s.clock.Now().Add(ttl), records: []location.AuthorityKey{ek}, nodes: []location.NodeKey{nk}}
 	return location.Lease{ID: id, TTL: ttl}, nil
 }
@@ -452,7 +461,7 @@ func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) 
 	ek := location.Key(location.KindEntry, cur.node.GetEntrySpotId())
 	delete(s.nodes, nk)
 	if e := s.records[ek]; e != nil && e.lease == location.LeaseID(node.GetLeaseId()) {
-		delete(s.records, ek)
+		s.dropLocked(ek)
 	}
 	if l := s.leases[location.LeaseID(node.GetLeaseId())]; l != nil {
 		s.dropSlotsLocked(l, location.LeaseID(node.GetLeaseId()))
@@ -584,3 +593,25 @@ func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
 
 // InProcess implements location.InProcess: every call stays in the process.
 func (s *Store) InProcess() bool { return true }
+
+// putLocked sets the record of key.
+func (s *Store) putLocked(key location.AuthorityKey, e *recordEntry) {
+	if _, ok := s.records[key]; !ok {
+		t := s.ids[key.Kind]
+		if t == nil {
+			t = btree.NewOrderedG[string](32)
+			s.ids[key.Kind] = t
+		}
+		t.ReplaceOrInsert(key.ID)
+	}
+	s.records[key] = e
+}
+
+// dropLocked deletes the record of key.
+func (s *Store) dropLocked(key location.AuthorityKey) {
+	if _, ok := s.records[key]; !ok {
+		return
+	}
+	delete(s.records, key)
+	s.ids[key.Kind].Delete(key.ID)
+}

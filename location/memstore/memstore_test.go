@@ -1,6 +1,7 @@
 package memstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -24,3 +25,9 @@ func TestContract(t *testing.T) { storetest.Run(t, harness()) }
 
 func BenchmarkCAS(b *testing.B)    { storetest.BenchmarkCAS(b, memstore.New()) }
 func BenchmarkApply2(b *testing.B) { storetest.BenchmarkApply2(b, memstore.New()) }
+
+func BenchmarkListAll(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) { storetest.BenchmarkListAll(b, memstore.New(), n) })
+	}
+}
