@@ -23,6 +23,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -141,6 +142,72 @@ type Store struct {
 	// blocking holds a token per Watch on a blocking query; a Watch that
 	// finds none free polls (batch.go).
 	blocking chan struct{}
+	// listings keeps, for a short while, the keys a List page left for
+	// the next page of the same listing (listCursor).
+	listings listings
+}
+
+// Consul lists keys under a prefix, all of them: it has no "after"
+// cursor. A listing that pages through N records would fetch all N keys
+// for each page, O(N²) in all (a start-up scan of 200,000 records). So a
+// page keeps the sorted keys it did not reach, and the next page of the
+// same listing (its After is this page's Next) starts from them instead of
+// listing again, for listingFresh. A key created meanwhile after the
+// cursor is missed by that listing, as it would be had it been created
+// just after a listing that read everything at once; a key deleted
+// meanwhile is skipped when its record is read.
+const (
+	listingFresh = 10 * time.Second
+	maxListings  = 16
+)
+
+type listCursor struct {
+	kind location.Kind
+	next string
+}
+
+type listing struct {
+	keys []string
+	at   time.Time
+}
+
+type listings struct {
+	mu sync.Mutex
+	m  map[listCursor]listing
+}
+
+// take returns the keys kept for the page after c, if fresh.
+func (l *listings) take(c listCursor) ([]string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[c]
+	delete(l.m, c)
+	if !ok || time.Since(e.at) > listingFresh {
+		return nil, false
+	}
+	return e.keys, true
+}
+
+// keep keeps keys for the page after c.
+func (l *listings) keep(c listCursor, keys []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[listCursor]listing{}
+	}
+	now := time.Now()
+	for k, e := range l.m {
+		if now.Sub(e.at) > listingFresh {
+			delete(l.m, k)
+		}
+	}
+	if len(l.m) >= maxListings {
+		for k := range l.m { // any one: a listing not continued in time is listed again
+			delete(l.m, k)
+			break
+		}
+	}
+	l.m[c] = listing{keys: keys, at: now}
 }
 
 var _ location.Store = (*Store)(nil)
@@ -514,25 +581,30 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 		return location.Page{}, err
 	}
 	prefix := s.kindPrefix(kind)
-	var keys []string
-	var meta *api.QueryMeta
-	err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
-		keys, meta, err = c.KV().Keys(prefix, "", s.consistent(ctx))
-		return err
-	})
-	if err != nil {
-		return location.Page{}, classify("list", err, false)
+	keys, kept := []string(nil), false
+	if page.After != "" {
+		keys, kept = s.listings.take(listCursor{kind, page.After})
 	}
-	if err := filtered("list", meta); err != nil {
-		return location.Page{}, err
+	if !kept {
+		var meta *api.QueryMeta
+		err := s.on(ctx, readCall, func(ctx context.Context, c *api.Client) (err error) {
+			keys, meta, err = c.KV().Keys(prefix, "", s.consistent(ctx))
+			return err
+		})
+		if err != nil {
+			return location.Page{}, classify("list", err, false)
+		}
+		if err := filtered("list", meta); err != nil {
+			return location.Page{}, err
+		}
+		sort.Strings(keys)
+		after := prefix + page.After
+		i := sort.SearchStrings(keys, after)
+		if page.After != "" && i < len(keys) && keys[i] == after {
+			i++
+		}
+		keys = keys[i:]
 	}
-	sort.Strings(keys)
-	after := prefix + page.After
-	i := sort.SearchStrings(keys, after)
-	if page.After != "" && i < len(keys) && keys[i] == after {
-		i++
-	}
-	keys = keys[i:]
 	var out location.Page
 	bytes := 0
 	for len(keys) > 0 {
@@ -558,6 +630,7 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 			if bytes+n > location.MaxPageBytes {
 				// A record is at most MaxRecordBytes, so the page holds one.
 				out.Next = escapeID(out.Items[len(out.Items)-1].Key.ID)
+				s.listings.keep(listCursor{kind, out.Next}, keys[slices.Index(keys, k):])
 				return out, nil
 			}
 			bytes += n
@@ -567,6 +640,7 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 		if len(out.Items) == page.Size {
 			if len(keys) > 0 {
 				out.Next = escapeID(out.Items[len(out.Items)-1].Key.ID)
+				s.listings.keep(listCursor{kind, out.Next}, keys)
 			}
 			return out, nil
 		}
