@@ -15,6 +15,38 @@ type routeCache struct {
 	mu      sync.Mutex
 	routes  map[string]cachedRoute
 	expired map[string]authority // routes that aged out, until the next resolve
+	// owners counts the cached routes of each owner lifecycle, so that the
+	// sweep for owners that left (dropOwnersNotIn) walks the routes only
+	// when one of them did: a node caching 100,000 routes does not stop
+	// its calls once a second to check them all.
+	owners map[routeOwner]int
+}
+
+type routeOwner struct{ rid, lease string }
+
+func ownerOf(r cachedRoute) routeOwner {
+	o := r.a.v.Record.GetOwner()
+	return routeOwner{o.GetNodeRid(), o.GetLeaseId()}
+}
+
+// setLocked caches r as id's route.
+func (c *routeCache) setLocked(id string, r cachedRoute) {
+	c.removeLocked(id)
+	c.routes[id] = r
+	c.owners[ownerOf(r)]++
+}
+
+// removeLocked drops id's route from the cache.
+func (c *routeCache) removeLocked(id string) {
+	r, ok := c.routes[id]
+	if !ok {
+		return
+	}
+	delete(c.routes, id)
+	o := ownerOf(r)
+	if c.owners[o]--; c.owners[o] <= 0 {
+		delete(c.owners, o)
+	}
 }
 
 type cachedRoute struct {
@@ -31,7 +63,7 @@ type cachedRoute struct {
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}, expired: map[string]authority{}}
+	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}, expired: map[string]authority{}, owners: map[routeOwner]int{}}
 }
 
 // use returns the cached route of id for a call that sends on it, with
@@ -55,7 +87,7 @@ func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct
 	case r.drained != nil:
 		return authority{}, false, r.drained, noop
 	case time.Since(r.at) >= c.maxAge:
-		delete(c.routes, id)
+		c.removeLocked(id)
 		if len(c.expired) >= maxCachedRoutes {
 			clear(c.expired)
 		}
@@ -101,7 +133,7 @@ func (c *routeCache) get(id string) (authority, bool, <-chan struct{}) {
 	case r.drained != nil:
 		return authority{}, false, r.drained
 	case time.Since(r.at) >= c.maxAge:
-		delete(c.routes, id)
+		c.removeLocked(id)
 		if len(c.expired) >= maxCachedRoutes {
 			clear(c.expired) // only a refinement of order; memory stays bounded
 		}
@@ -137,11 +169,11 @@ func (c *routeCache) put(id string, a authority) {
 	if len(c.routes) >= maxCachedRoutes {
 		for k, r := range c.routes { // drop an arbitrary entry: the cache only saves reads
 			r.release()
-			delete(c.routes, k)
+			c.removeLocked(k)
 			break
 		}
 	}
-	c.routes[id] = cachedRoute{a: a, at: time.Now()}
+	c.setLocked(id, cachedRoute{a: a, at: time.Now()})
 }
 
 // hinted marks id's route as followed and reports the route to drain, if
@@ -172,11 +204,21 @@ func (c *routeCache) hinted(id string) (authority, <-chan struct{}, bool) {
 func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	gone := false
+	for o := range c.owners {
+		if lease, ok := live[o.rid]; !ok || lease != o.lease {
+			gone = true
+			break
+		}
+	}
+	if !gone {
+		return
+	}
 	for id, r := range c.routes {
-		o := r.a.v.Record.GetOwner()
-		if lease, ok := live[o.GetNodeRid()]; !ok || lease != o.GetLeaseId() {
+		o := ownerOf(r)
+		if lease, ok := live[o.rid]; !ok || lease != o.lease {
 			r.release()
-			delete(c.routes, id)
+			c.removeLocked(id)
 		}
 	}
 }
@@ -187,7 +229,7 @@ func (c *routeCache) drop(id string) {
 	if r, ok := c.routes[id]; ok {
 		r.release()
 	}
-	delete(c.routes, id)
+	c.removeLocked(id)
 }
 
 // release wakes whoever waits on a route that leaves the cache: callers

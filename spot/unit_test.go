@@ -213,3 +213,50 @@ func TestCandidatesForASpotIDAreDeterministic(t *testing.T) {
 	require.InDelta(t, 2000, first["c"], 300)
 	require.InDelta(t, 1000, first["a"], 250)
 }
+
+// The sweep drops the cached routes of owner lifecycles that are no longer
+// live (gone, or another lease), and only theirs.
+// Reference: docs/PROTOCOL.md §7.8.
+func TestRouteSweepDropsOnlyTheRoutesOfOwnersThatLeft(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	owned := func(id, rid, lease string) authority {
+		a := readyAt(id)
+		a.v.Record.Owner = &messages.Owner{NodeRid: rid, LeaseId: lease}
+		return a
+	}
+	c.put("a1", owned("a1", "node-a", "la"))
+	c.put("a2", owned("a2", "node-a", "la"))
+	c.put("b1", owned("b1", "node-b", "lb"))
+	c.put("b1", owned("b1", "node-b", "lb")) // put again: counted once
+	c.dropOwnersNotIn(map[string]string{"node-a": "la", "node-b": "lb"})
+	require.Equal(t, 3, c.len())
+	c.dropOwnersNotIn(map[string]string{"node-a": "la", "node-b": "lb-2"}) // node-b restarted
+	require.Equal(t, 2, c.len())
+	_, ok, _ := c.get("b1")
+	require.False(t, ok)
+	c.drop("a1")
+	c.dropOwnersNotIn(map[string]string{})
+	require.Zero(t, c.len())
+	c.put("a3", owned("a3", "node-a", "la"))
+	c.dropOwnersNotIn(map[string]string{"node-a": "la"})
+	require.Equal(t, 1, c.len())
+}
+
+// The once-a-second sweep with 100,000 routes cached and no owner gone:
+// it must not walk the routes (calls wait for the cache's lock meanwhile).
+func BenchmarkRouteSweepNobodyLeft(b *testing.B) {
+	c := newRouteCache(time.Hour)
+	live := map[string]string{}
+	for n := range 3 {
+		live[fmt.Sprintf("node-%d", n)] = "lease"
+	}
+	for i := range maxCachedRoutes {
+		a := readyAt(fmt.Sprint(i))
+		a.v.Record.Owner = &messages.Owner{NodeRid: fmt.Sprintf("node-%d", i%3), LeaseId: "lease"}
+		c.put(fmt.Sprint(i), a)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.dropOwnersNotIn(live)
+	}
+}
