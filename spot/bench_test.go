@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,6 +65,46 @@ func BenchmarkColdActivation(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkRequestInterleaved alternates a request by Spot ID (cached
+// route) and a plain Proto.Actor RequestFuture to the same incarnation's
+// PID in one loop, so both see the same machine, and reports each one's
+// median and their ratio: roam's direct-call overhead.
+func BenchmarkRequestInterleaved(b *testing.B) {
+	for _, s := range stores {
+		b.Run(s.name, func(b *testing.B) {
+			_, caller := benchWorld(b, s.new(b))
+			if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("warm")).InstanceSpot("cart").Do(ctx); err != nil {
+				b.Fatal(err)
+			}
+			pid, err := caller.Resolve(ctx, extension.InstanceSpotRef("bench-cart"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			byID, byPID := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("x")).Do(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if _, err := caller.System().Root.RequestFuture(pid, wrapperspb.String("x"), 5*time.Second).Result(); err != nil {
+					b.Fatal(err)
+				}
+				byID, byPID = append(byID, t1.Sub(t0)), append(byPID, time.Since(t1))
+			}
+			med := func(d []time.Duration) time.Duration {
+				slices.Sort(d)
+				return d[len(d)/2]
+			}
+			id, p := med(byID), med(byPID)
+			b.ReportMetric(float64(id.Microseconds()), "µs-by-id-p50")
+			b.ReportMetric(float64(p.Microseconds()), "µs-by-pid-p50")
+			b.ReportMetric(float64(id)/float64(p), "ratio")
 		})
 	}
 }

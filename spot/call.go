@@ -256,45 +256,46 @@ func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owne
 // within ctx.
 func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, notice bool, send func(*actor.MessageEnvelope)) (proto.Message, error) {
 	m := c.m
-	dl, _ := ctx.Deadline()
-	f := actor.NewFuture(m.sys, time.Until(dl))
+	// The reply comes to a process of the call's own, read here: no
+	// goroutine per call waiting on a future for it.
+	rp := &replyProcess{ch: make(chan replyResult, 1)}
+	pid, _ := m.sys.ProcessRegistry.Add(rp, "future"+m.sys.ProcessRegistry.NextId())
+	defer m.sys.ProcessRegistry.Remove(pid)
 	if notice {
-		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(f.PID()))
+		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(pid))
 	} else {
-		env.Sender = f.PID()
+		env.Sender = pid
 	}
 	lost, unwatch := m.watchEndpoint(address)
 	defer unwatch()
 	send(env)
-	type result struct {
-		reply any
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() { r, err := f.Result(); done <- result{r, err} }()
 	var reply any
 	var err error
 	// While the reply is awaited, the owner's lifecycle is checked now and
-	// then: the transport drops what was in flight to a node that left, so
-	// its end in the store ends the call at once rather than at its
-	// deadline.
-	tick := time.NewTicker(livenessEvery)
-	defer tick.Stop()
+	// then (on the manager's one liveness tick): the transport drops what
+	// was in flight to a node that left, so its end in the store ends the
+	// call at once rather than at its deadline.
+	tick := m.livenessTick()
 wait:
 	for {
 		select {
-		case r := <-done:
+		case r := <-rp.ch:
 			reply, err = r.reply, r.err
 			break wait
-		case <-tick.C:
+		case <-tick:
+			tick = m.livenessTick()
 			if _, alive, lerr := m.ownerAddress(ctx, owner); lerr == nil && !alive {
 				m.cache.drop(c.spotID)
 				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
 			}
 			continue
 		case <-ctx.Done():
-			// The caller gave up (or cancelled) before the future's own
-			// timeout: the call ends now, its outcome unknown.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				err = actor.ErrTimeout // the call's deadline: no answer in time
+				break wait
+			}
+			// The caller cancelled: the call ends now, its outcome
+			// unknown.
 			return nil, fmt.Errorf("%w: the call to Spot %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
 		case <-lost:
 			// Proto.Actor drops what was in flight on a lost connection
@@ -335,6 +336,63 @@ wait:
 // livenessEvery is how often a call waiting for its reply checks that the
 // owner it was sent to is still alive.
 const livenessEvery = time.Second
+
+// replyProcess is a call's reply address: the first message to it is the
+// reply (a dead letter answer: the target was gone), later ones are
+// dropped. Its ID starts with "future", as a Proto.Actor future's does,
+// so that peers treat it as a request's reply address.
+type replyProcess struct{ ch chan replyResult }
+
+type replyResult struct {
+	reply any
+	err   error
+}
+
+func (p *replyProcess) SendUserMessage(_ *actor.PID, message any) {
+	_, msg, _ := actor.UnwrapEnvelope(message)
+	r := replyResult{reply: msg}
+	if _, ok := msg.(*actor.DeadLetterResponse); ok {
+		r = replyResult{err: actor.ErrDeadLetter}
+	}
+	select {
+	case p.ch <- r:
+	default:
+	}
+}
+
+func (p *replyProcess) SendSystemMessage(_ *actor.PID, message any) {
+	select {
+	case p.ch <- replyResult{reply: message}:
+	default:
+	}
+}
+
+func (p *replyProcess) Stop(*actor.PID) {}
+
+// livenessTick is closed at the manager's next liveness tick (every
+// livenessEvery): one timer for every waiting call.
+func (m *Manager) livenessTick() <-chan struct{} {
+	m.tickMu.Lock()
+	defer m.tickMu.Unlock()
+	return m.tick
+}
+
+// tickLiveness closes the liveness tick every livenessEvery until Stop.
+func (m *Manager) tickLiveness() {
+	t := time.NewTicker(livenessEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.tickMu.Lock()
+		close(m.tick)
+		m.tick = make(chan struct{})
+		m.tickMu.Unlock()
+	}
+}
 
 // activate selects the target of a cold activation (PROTOCOL.md §7.5
 // steps 4–7) and sends it the activation envelope. The source writes nothing to

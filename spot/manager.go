@@ -93,8 +93,12 @@ type Manager struct {
 	// lostWatch: calls waiting on a peer, told when its connection ends.
 	lostWatch map[string]map[chan struct{}]struct{}
 	stop      chan struct{}
-	stopOnce  sync.Once
-	events    *eventstream.Subscription
+	// tick is closed and replaced every livenessEvery (tickLiveness): the
+	// calls waiting for a reply check their owner's liveness on it.
+	tickMu   sync.Mutex
+	tick     chan struct{}
+	stopOnce sync.Once
+	events   *eventstream.Subscription
 	// refusedLog limits control_message_refused lines.
 	refusedLog ratelog.Limiter
 	refusedN   atomic.Int64 // commands refused for their sender
@@ -228,6 +232,8 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		go m.sweepRoutes()
 	}
 	d.Slots().OnFull(m.reclaimAbandoned)
+	m.tick = make(chan struct{})
+	go m.tickLiveness()
 	return m, nil
 }
 
