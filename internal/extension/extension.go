@@ -447,9 +447,45 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 		return Outcome{}, fmt.Errorf("%w: an Entry Spot does not move", roamerr.ErrInvalidOperation)
 	}
 	l := e.cur.Load()
-	targetRid, nodes, err := l.targetRid(ctx, target)
+	out, used, err := l.relocate(ctx, ref, target, nodesFresh)
 	if err != nil {
-		return Outcome{}, err
+		// The target was named by a node list up to nodesFresh old: if
+		// the store's list names another node (one that restarted under
+		// its name, or started just now), once more with that one.
+		if rid, _, rerr := l.targetRid(ctx, target, 0); rerr == nil && rid != used {
+			out, _, err = l.relocate(ctx, ref, target, 0)
+		}
+	}
+	return out, err
+}
+
+// nodesFresh is how old a node list Relocate resolves its target in may
+// be: a move's set-up then costs no store round trip for it.
+const nodesFresh = time.Second
+
+// relocate moves ref to target as named in a node list at most nodesAge
+// old; it returns the target's RID it used ("" when none).
+func (l *life) relocate(ctx context.Context, ref Ref, target string, nodesAge time.Duration) (Outcome, string, error) {
+	targetRid, nodes, err := l.targetRid(ctx, target, nodesAge)
+	if err != nil {
+		return Outcome{}, "", err
+	}
+	out, err := l.relocateTo(ctx, ref, targetRid, nodes)
+	return out, targetRid, err
+}
+
+func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes []*location.NodeDescriptor) (Outcome, error) {
+	self := l.node.Descriptor().GetNodeRid()
+	if _, local, lerr := l.driver.Local(ctx, ref); lerr == nil && local {
+		// Served here: no need to read who owns it.
+		if targetRid == self {
+			return Outcome{Key: ref, From: self, To: self}, nil
+		}
+		out, err := l.driver.Relocate(ctx, ref, targetRid)
+		if !errors.Is(err, roamerr.ErrNotFound) {
+			return out, err
+		}
+		// It left meanwhile: the store says where it is.
 	}
 	// The owner may change between the read and the request (a move by
 	// someone else): then the one asked answers NotFound, and the store is
@@ -474,8 +510,8 @@ func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outco
 			// owner newer than that list is looked up.
 			owner := v.Record.GetOwner().GetNodeRid()
 			var address string
-			if i := slices.IndexFunc(nodes, func(n location.VersionedNode) bool { return n.Node.GetNodeRid() == owner }); i >= 0 {
-				address = nodes[i].Node.GetAddress()
+			if i := slices.IndexFunc(nodes, func(n *location.NodeDescriptor) bool { return n.GetNodeRid() == owner }); i >= 0 {
+				address = nodes[i].GetAddress()
 			} else if pid, rerr := l.driver.Resolve(ctx, ref); rerr == nil {
 				address = pid.Address
 			} else {
@@ -568,35 +604,53 @@ func (e *Extension) atOwner(ctx context.Context, ref Ref, here func(*life) error
 // targetRid resolves a move's target: the live node of the mesh whose RID
 // target is, else the one named so, else the newest one at that address;
 // it returns the mesh's live nodes it read too.
-func (l *life) targetRid(ctx context.Context, target string) (string, []location.VersionedNode, error) {
-	nodes, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+func (l *life) targetRid(ctx context.Context, target string, maxAge time.Duration) (string, []*location.NodeDescriptor, error) {
+	var all []*location.NodeDescriptor
+	if maxAge > 0 {
+		var err error
+		if all, err = l.node.LiveNodes(ctx, maxAge); err != nil {
+			return "", nil, fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+		}
+	} else {
+		listed, err := l.node.Store().ListNodes(ctx, l.node.Descriptor().GetMesh())
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: relocate: list nodes: %v", roamerr.ErrUnavailable, err)
+		}
+		for _, n := range listed {
+			all = append(all, n.Node)
+		}
+	}
+	mesh := l.node.Descriptor().GetMesh()
+	var nodes []*location.NodeDescriptor
+	for _, n := range all {
+		if n.GetMesh() == mesh {
+			nodes = append(nodes, n)
+		}
 	}
 	// RIDs first: they are unique by construction, and a name that
 	// happens to equal another node's RID must not take its moves.
 	for _, n := range nodes {
-		if n.Node.GetNodeRid() == target {
+		if n.GetNodeRid() == target {
 			return target, nodes, nil
 		}
 	}
 	for _, n := range nodes {
-		if n.Node.GetName() == target {
-			return n.Node.GetNodeRid(), nodes, nil
+		if n.GetName() == target {
+			return n.GetNodeRid(), nodes, nil
 		}
 	}
 	// An address: the newest lifecycle there (an older one may not have
 	// left the store yet).
 	var at *location.NodeDescriptor
 	for _, n := range nodes {
-		if n.Node.GetAddress() == target && (at == nil || n.Node.GetNodeGeneration() > at.GetNodeGeneration()) {
-			at = n.Node
+		if n.GetAddress() == target && (at == nil || n.GetNodeGeneration() > at.GetNodeGeneration()) {
+			at = n
 		}
 	}
 	if at != nil {
 		return at.GetNodeRid(), nodes, nil
 	}
-	return "", nil, fmt.Errorf("%w: no live node of mesh %q has the RID, name or address %q", roamerr.ErrNotFound, l.node.Descriptor().GetMesh(), target)
+	return "", nil, fmt.Errorf("%w: no live node of mesh %q has the RID, name or address %q", roamerr.ErrNotFound, mesh, target)
 }
 
 // NodeName is this node's stable name, which Relocate takes as a target.
