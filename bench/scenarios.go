@@ -25,13 +25,33 @@ type pauseRow struct {
 	Sent, Lost    uint64
 }
 
+// pauseRuns gathers the pauses of several runs: a figure is the median of
+// the runs' percentiles, the max is the largest of all.
+type pauseRuns struct {
+	p50s, p99s []float64
+	max        float64
+	moves      int
+}
+
+func (p *pauseRuns) add(pauses []time.Duration) {
+	p.moves += len(pauses)
+	p.p50s = append(p.p50s, ms(percentile(pauses, 0.5)))
+	p.p99s = append(p.p99s, ms(percentile(pauses, 0.99)))
+	p.max = max(p.max, ms(percentile(pauses, 1)))
+}
+
+// figures are the moves, and the p50, p99 and max pause in ms.
+func (p *pauseRuns) figures() (moves int, p50, p99, maxMs float64) {
+	return p.moves, median(p.p50s), median(p.p99s), p.max
+}
+
 // pauseVsSize moves one Spot with size bytes of state back and forth
 // between two nodes while a sender posts numbered one-way messages to it
 // by Spot ID; the pause is seal on the source → dispatch open on the
 // target (relocation Event.Pause).
 func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
 	row := pauseRow{Size: size}
-	var p50s, p99s []float64
+	var pr pauseRuns
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -74,16 +94,12 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			done()
 			return row, err
 		}
-		pauses := w.takePauses()
-		row.Moves += len(pauses)
+		pr.add(w.takePauses())
 		row.Sent += sent.Load()
 		row.Lost += sent.Load() - min(handled, sent.Load())
-		p50s = append(p50s, ms(percentile(pauses, 0.5)))
-		p99s = append(p99s, ms(percentile(pauses, 0.99)))
-		row.Max = max(row.Max, ms(percentile(pauses, 1)))
 		done()
 	}
-	row.P50, row.P99 = median(p50s), median(p99s)
+	row.Moves, row.P50, row.P99, row.Max = pr.figures()
 	return row, nil
 }
 
@@ -418,7 +434,7 @@ type spotWideRow struct {
 // dispatch open on the target (one Event per move).
 func spotWidePause(ctx context.Context, newStore func() (location.Store, error), members, size, runs, moves int) (spotWideRow, error) {
 	row := spotWideRow{Members: members}
-	var p50s, p99s []float64
+	var pr pauseRuns
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -457,13 +473,9 @@ func spotWidePause(ctx context.Context, newStore func() (location.Store, error),
 		for wait := time.Now().Add(5 * time.Second); w.pauseCount() < moves && time.Now().Before(wait); {
 			time.Sleep(time.Millisecond)
 		}
-		pauses := w.takePauses()
-		row.Moves += len(pauses)
-		p50s = append(p50s, ms(percentile(pauses, 0.5)))
-		p99s = append(p99s, ms(percentile(pauses, 0.99)))
-		row.Max = max(row.Max, ms(percentile(pauses, 1)))
+		pr.add(w.takePauses())
 		done()
 	}
-	row.P50, row.P99 = median(p50s), median(p99s)
+	row.Moves, row.P50, row.P99, row.Max = pr.figures()
 	return row, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
@@ -21,20 +22,27 @@ func benchWorld(b *testing.B, store location.Store) (*world, *extension.Extensio
 	return w, caller
 }
 
+// benchCart is a benchWorld with the cart "bench-cart" activated on the
+// other node: the caller, and the cart's PID.
+func benchCart(b *testing.B, store location.Store) (*extension.Extension, *actor.PID) {
+	_, caller := benchWorld(b, store)
+	if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("warm")).InstanceSpot("cart").Do(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pid, err := caller.Resolve(ctx, extension.InstanceSpotRef("bench-cart"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return caller, pid
+}
+
 // BenchmarkRequest compares a request by Spot ID (cached route) with a
 // plain Proto.Actor RequestFuture to the same incarnation's PID, in the
 // same run: roam's direct-call overhead is the ratio.
 func BenchmarkRequest(b *testing.B) {
 	for _, s := range stores {
 		b.Run(s.name, func(b *testing.B) {
-			_, caller := benchWorld(b, s.new(b))
-			if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("warm")).InstanceSpot("cart").Do(ctx); err != nil {
-				b.Fatal(err)
-			}
-			pid, err := caller.Resolve(ctx, extension.InstanceSpotRef("bench-cart"))
-			if err != nil {
-				b.Fatal(err)
-			}
+			caller, pid := benchCart(b, s.new(b))
 			b.Run("by-spot-id", func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("x")).Do(ctx); err != nil {
@@ -76,14 +84,7 @@ func BenchmarkColdActivation(b *testing.B) {
 func BenchmarkRequestInterleaved(b *testing.B) {
 	for _, s := range stores {
 		b.Run(s.name, func(b *testing.B) {
-			_, caller := benchWorld(b, s.new(b))
-			if _, err := caller.Spots().Request("bench-cart", wrapperspb.String("warm")).InstanceSpot("cart").Do(ctx); err != nil {
-				b.Fatal(err)
-			}
-			pid, err := caller.Resolve(ctx, extension.InstanceSpotRef("bench-cart"))
-			if err != nil {
-				b.Fatal(err)
-			}
+			caller, pid := benchCart(b, s.new(b))
 			byID, byPID := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -333,10 +333,6 @@ wait:
 	return pm, nil
 }
 
-// livenessEvery is how often a call waiting for its reply checks that the
-// owner it was sent to is still alive.
-const livenessEvery = time.Second
-
 // replyProcess is a call's reply address: the first message to it is the
 // reply (a dead letter answer: the target was gone), later ones are
 // dropped. Its ID starts with "future", as a Proto.Actor future's does,
@@ -369,29 +365,12 @@ func (p *replyProcess) SendSystemMessage(_ *actor.PID, message any) {
 
 func (p *replyProcess) Stop(*actor.PID) {}
 
-// livenessTick is closed at the manager's next liveness tick (every
-// livenessEvery): one timer for every waiting call.
+// livenessTick is closed at the manager's next second (everySecond): one
+// timer for every waiting call.
 func (m *Manager) livenessTick() <-chan struct{} {
 	m.tickMu.Lock()
 	defer m.tickMu.Unlock()
 	return m.tick
-}
-
-// tickLiveness closes the liveness tick every livenessEvery until Stop.
-func (m *Manager) tickLiveness() {
-	t := time.NewTicker(livenessEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-		}
-		m.tickMu.Lock()
-		close(m.tick)
-		m.tick = make(chan struct{})
-		m.tickMu.Unlock()
-	}
 }
 
 // activate selects the target of a cold activation (PROTOCOL.md §7.5

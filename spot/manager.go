@@ -93,8 +93,8 @@ type Manager struct {
 	// lostWatch: calls waiting on a peer, told when its connection ends.
 	lostWatch map[string]map[chan struct{}]struct{}
 	stop      chan struct{}
-	// tick is closed and replaced every livenessEvery (tickLiveness): the
-	// calls waiting for a reply check their owner's liveness on it.
+	// tick is closed and replaced every second (everySecond): the calls
+	// waiting for a reply check their owner's liveness on it.
 	tickMu   sync.Mutex
 	tick     chan struct{}
 	stopOnce sync.Once
@@ -228,12 +228,9 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 			m.endpointLost(e.Address)
 		}
 	})
-	if m.cfg.Routes.RouteCacheMaxAge > 0 {
-		go m.sweepRoutes()
-	}
 	d.Slots().OnFull(m.reclaimAbandoned)
 	m.tick = make(chan struct{})
-	go m.tickLiveness()
+	go m.everySecond()
 	return m, nil
 }
 
@@ -249,12 +246,11 @@ func (m *Manager) Shutdown() {
 	_ = m.sys.Root.StopFuture(m.self).Wait()
 }
 
-// sweepRoutes drops, every sweepEvery, the cached routes of nodes that left
-// (their descriptor is gone or names another lease), so a call does not
-// use a route to a node that is no more: the positive cache is only used
-// within the owner lease (PROTOCOL.md §7.8).
-func (m *Manager) sweepRoutes() {
-	t := time.NewTicker(sweepEvery)
+// everySecond is the manager's one background loop: each second it
+// wakes the calls waiting for a reply to check their owner's liveness,
+// then sweeps the route cache. It ends at Stop.
+func (m *Manager) everySecond() {
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
@@ -262,25 +258,34 @@ func (m *Manager) sweepRoutes() {
 			return
 		case <-t.C:
 		}
-		if m.cache.len() == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
-		nodes, err := m.store.ListNodes(ctx, "")
-		cancel()
-		if err != nil {
-			continue // a store failure drops nothing: calls still check liveness
-		}
-		live := make(map[string]string, len(nodes))
-		for _, n := range nodes {
-			live[n.Node.GetNodeRid()] = n.Node.GetLeaseId()
-		}
-		m.cache.dropOwnersNotIn(live)
+		m.tickMu.Lock()
+		close(m.tick)
+		m.tick = make(chan struct{})
+		m.tickMu.Unlock()
+		m.sweepRoutes()
 	}
 }
 
-// sweepEvery is how often cached routes are checked against live nodes.
-const sweepEvery = time.Second
+// sweepRoutes drops the cached routes of nodes that left (their descriptor
+// is gone or names another lease), so a call does not use a route to a
+// node that is no more: the positive cache is only used within the owner
+// lease (PROTOCOL.md §7.8).
+func (m *Manager) sweepRoutes() {
+	if m.cfg.Routes.RouteCacheMaxAge <= 0 || m.cache.len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	nodes, err := m.store.ListNodes(ctx, "")
+	cancel()
+	if err != nil {
+		return // a store failure drops nothing: calls still check liveness
+	}
+	live := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		live[n.Node.GetNodeRid()] = n.Node.GetLeaseId()
+	}
+	m.cache.dropOwnersNotIn(live)
+}
 
 // watchEndpoint returns a channel closed if the connection to address ends
 // before unwatch is called. This node's own address is never lost.

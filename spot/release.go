@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -51,9 +50,9 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 			return false, err
 		}
 	}
-	// The ended owner's capacity slot went with its lease: freeing it
-	// again changes nothing (PROTOCOL.md §7.12).
-	_, err = m.store.Apply(ctx, append([]location.Op{location.DeleteOp(at.Key, at.Version)}, relocation.FreeRecordSlotOps(at.Record)...))
+	// No capacity slot to free: the ended owner's went with its lease
+	// (PROTOCOL.md §7.12).
+	_, err = m.store.Apply(ctx, []location.Op{location.DeleteOp(at.Key, at.Version)})
 	switch {
 	case err == nil:
 	case errors.Is(err, location.ErrConflict):
@@ -117,7 +116,7 @@ func (m *Manager) releaseEndedMembers(ctx context.Context, spot location.Version
 		batch := ended[i:min(i+releaseBatch, len(ended))]
 		var ops []location.Op
 		for _, v := range batch {
-			ops = append(append(ops, location.DeleteOp(v.Key, v.Version)), relocation.FreeRecordSlotOps(v.Record)...)
+			ops = append(ops, location.DeleteOp(v.Key, v.Version))
 		}
 		next := proto.Clone(spot.Record).(*location.Record)
 		next.MemberCount -= min(next.MemberCount, uint32(len(batch)))

@@ -38,9 +38,8 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if err != nil {
 		return false, err
 	}
-	// Its ended owner's slot went with the owner's lease; freeing it
-	// again changes nothing.
-	ops = append(ops, FreeRecordSlotOps(v.Record)...)
+	// No capacity slot to free: the ended owner's went with its lease
+	// (PROTOCOL.md §7.12).
 	if _, err := d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version))); err != nil {
 		if errors.Is(err, location.ErrConflict) {
 			return false, fmt.Errorf("%w: %s or its User Spot changed while it was being released", roamerr.ErrConflict, key)

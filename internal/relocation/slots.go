@@ -82,16 +82,6 @@ func newSlots(store location.Store, desc *location.NodeDescriptor) *Slots {
 // above 0).
 func (s *Slots) Bounded() bool { return s != nil && s.capacity > 0 }
 
-// Capacity is the node's capacity (0: unbounded).
-func (s *Slots) Capacity() uint32 { return s.capacity }
-
-// Held is how many slots this node knows held or being taken.
-func (s *Slots) Held() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.held) + len(s.taking)
-}
-
 // Take applies the ops build returns for the slots it is given, plus the
 // taking of one slot for each holder (pending or active), in one
 // transaction. A slot found held already makes it read the node's slots
@@ -106,7 +96,7 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 	read := s.read
 	s.mu.Unlock()
 	if !read {
-		if err := s.Refresh(ctx); err != nil {
+		if err := s.refresh(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -121,7 +111,7 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 			if reclaim != nil {
 				reclaim(ctx)
 			}
-			if rerr := s.Refresh(ctx); rerr != nil {
+			if rerr := s.refresh(ctx); rerr != nil {
 				return nil, nil, rerr
 			}
 			slots, err = s.pick(len(holders))
@@ -142,7 +132,7 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 			return vers[:first], slots, nil
 		case errors.As(err, &ce) && slotConflict(ce, first) && attempt < maxSlotAttempts:
 			s.settle(slots, nil, false)
-			if rerr := s.Refresh(ctx); rerr != nil {
+			if rerr := s.refresh(ctx); rerr != nil {
 				return nil, nil, rerr
 			}
 		case errors.As(err, &ce) && slotConflict(ce, first):
@@ -219,8 +209,8 @@ func (s *Slots) readAgain() bool {
 	return true
 }
 
-// Refresh reads the node's slots from the store.
-func (s *Slots) Refresh(ctx context.Context) error {
+// refresh reads the node's slots from the store.
+func (s *Slots) refresh(ctx context.Context) error {
 	list, err := s.store.ListSlots(ctx, s.node)
 	if err != nil {
 		return err
@@ -236,9 +226,9 @@ func (s *Slots) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Freed forgets slots this node's transaction freed (or that a move's
+// freed forgets slots this node's transaction freed (or that a move's
 // target freed at its commit).
-func (s *Slots) Freed(slots ...uint32) {
+func (s *Slots) freed(slots ...uint32) {
 	if !s.Bounded() {
 		return
 	}
@@ -247,21 +237,6 @@ func (s *Slots) Freed(slots ...uint32) {
 	for _, i := range slots {
 		delete(s.held, i)
 	}
-}
-
-// HeldBy is the slot this node knows held by holder, if any.
-func (s *Slots) HeldBy(holder location.AuthorityKey) (uint32, bool) {
-	if !s.Bounded() {
-		return 0, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, h := range s.held {
-		if h == holder {
-			return i, true
-		}
-	}
-	return 0, false
 }
 
 // ReleaseHolder forgets the slot holder held here: the transaction that
@@ -385,7 +360,7 @@ func WithSlot(rec *location.Record, slots []uint32, i int) *location.Record {
 // transaction that deleted rec freed it.
 func (d *Driver) freedRecordSlot(rec *location.Record) {
 	if slot, ok := RecordSlot(rec); ok && rec.GetOwner().GetNodeRid() == d.desc.GetNodeRid() {
-		d.slots.Freed(slot)
+		d.slots.freed(slot)
 	}
 }
 
