@@ -39,8 +39,10 @@ type Slots struct {
 	lease    location.LeaseID
 
 	mu sync.Mutex
-	// held are the slots the store holds, as last read or written here.
-	held map[uint32]location.AuthorityKey
+	// held are the slots the store holds, as last read or written here;
+	// byHolder indexes them by holder (holdLocked, dropLocked keep both).
+	held     map[uint32]location.AuthorityKey
+	byHolder map[location.AuthorityKey]uint32
 	// taking are the indexes a transaction of this node is taking now.
 	taking map[uint32]bool
 	// freeing are the indexes a Free is freeing now: not picked, whatever
@@ -74,7 +76,8 @@ func newSlots(store location.Store, desc *location.NodeDescriptor) *Slots {
 		store: store, capacity: desc.GetCapacity(),
 		node:  location.NodeKey{Mesh: desc.GetMesh(), NodeRid: desc.GetNodeRid()},
 		lease: location.LeaseID(desc.GetLeaseId()),
-		held:  map[uint32]location.AuthorityKey{}, taking: map[uint32]bool{}, freeing: map[uint32]bool{},
+		held:  map[uint32]location.AuthorityKey{}, byHolder: map[location.AuthorityKey]uint32{},
+		taking: map[uint32]bool{}, freeing: map[uint32]bool{},
 	}
 }
 
@@ -192,7 +195,24 @@ func (s *Slots) settle(slots []uint32, holders []location.AuthorityKey, took boo
 	for j, i := range slots {
 		delete(s.taking, i)
 		if took {
-			s.held[i] = holders[j]
+			s.holdLocked(i, holders[j])
+		}
+	}
+}
+
+// holdLocked records slot i held by h.
+func (s *Slots) holdLocked(i uint32, h location.AuthorityKey) {
+	s.dropLocked(i)
+	s.held[i] = h
+	s.byHolder[h] = i
+}
+
+// dropLocked forgets slot i.
+func (s *Slots) dropLocked(i uint32) {
+	if h, ok := s.held[i]; ok {
+		delete(s.held, i)
+		if s.byHolder[h] == i {
+			delete(s.byHolder, h)
 		}
 	}
 }
@@ -218,8 +238,9 @@ func (s *Slots) refresh(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held = make(map[uint32]location.AuthorityKey, len(list))
+	s.byHolder = make(map[location.AuthorityKey]uint32, len(list))
 	for _, sl := range list {
-		s.held[sl.Index] = sl.Holder
+		s.holdLocked(sl.Index, sl.Holder)
 	}
 	s.read = true
 	s.lastRead = time.Now()
@@ -235,7 +256,7 @@ func (s *Slots) freed(slots ...uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, i := range slots {
-		delete(s.held, i)
+		s.dropLocked(i)
 	}
 }
 
@@ -247,10 +268,8 @@ func (s *Slots) ReleaseHolder(holder location.AuthorityKey) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, h := range s.held {
-		if h == holder {
-			delete(s.held, i)
-		}
+	if i, ok := s.byHolder[holder]; ok {
+		s.dropLocked(i)
 	}
 }
 
@@ -311,7 +330,7 @@ func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
 				s.mu.Lock()
 				for i, h := range holders {
 					if s.held[i] == h {
-						delete(s.held, i)
+						s.dropLocked(i)
 					}
 				}
 				s.mu.Unlock()
@@ -421,7 +440,7 @@ func (s *Slots) Mark(slot uint32, holder location.AuthorityKey) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held[slot] = holder
+	s.holdLocked(slot, holder)
 }
 
 // FreedRecordSlot forgets the slot rec named if it is this node's: a
