@@ -212,11 +212,14 @@ func TestMemberCannotMoveAnObjectItDoesNotOwn(t *testing.T) {
 	failed := next[*messages.RelocationFailed](t, member)
 	require.Equal(t, messages.FailureReason_FAILURE_REASON_STALE, failed.GetReason())
 
-	// A ticket is single-use: the same one again is refused at once.
-	prepare.Identity.RelocationId = 7779
-	member.send(b.node.Address(), member.self, prepare)
-	again := next[*messages.RelocationFailed](t, member)
-	require.Equal(t, uint64(7779), again.GetIdentity().GetRelocationId())
+	// A ticket is single-use: the same one again is refused at once. (A
+	// copy: the first prepare may still be in the sender's outgoing queue,
+	// and a sent message is not the sender's to change.)
+	again := proto.Clone(prepare).(*messages.RelocationPrepare)
+	again.Identity.RelocationId = 7779
+	member.send(b.node.Address(), member.self, again)
+	refused := next[*messages.RelocationFailed](t, member)
+	require.Equal(t, uint64(7779), refused.GetIdentity().GetRelocationId())
 	testwait.For(t, func() bool { return !relocation.Arriving(b.driver, key) }, "a forged move is in progress on the target")
 
 	after, err := c.store.Read(ctx, key)
