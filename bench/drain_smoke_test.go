@@ -10,7 +10,7 @@ import (
 
 // The drain scenario runs and loses nothing (the figures are make bench's).
 func TestDrainScenarioLosesNothing(t *testing.T) {
-	row, err := drainNode(context.Background(), func() (location.Store, error) { return memstore.New(), nil }, 300)
+	row, err := drainNode(context.Background(), func() (location.Store, error) { return memstore.New(), nil }, 300, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}

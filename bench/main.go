@@ -35,6 +35,7 @@ func main() {
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
 	memProfile := flag.String("memprofile", "", "write the run's allocations (an allocs profile) to this file at the end")
+	drainProfile := flag.String("drain-cpuprofile", "", "write a CPU profile of the first drain on each store, nothing else, to this file with the store's name appended (and its allocations to that name + .allocs, against .allocs-before)")
 	flag.Parse()
 	if *memProfile != "" {
 		defer func() {
@@ -47,6 +48,10 @@ func main() {
 			}
 		}()
 	}
+	if *cpuProfile != "" && *drainProfile != "" {
+		fmt.Fprintln(os.Stderr, "bench: -cpuprofile and -drain-cpuprofile exclude each other (one CPU profile at a time)")
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -58,7 +63,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *runs, *quick, *only, *units); err != nil {
+	if err := run(*out, *runs, *quick, *only, *units, *drainProfile); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -67,7 +72,7 @@ func main() {
 
 var sizes = []int{1 << 10, 64 << 10, 1 << 20, 16 << 20}
 
-func run(out string, runs int, quick bool, only string, drainUnits int) error {
+func run(out string, runs int, quick bool, only string, drainUnits int, drainProfile string) error {
 	want := func(section string) bool { return strings.Contains(only, section) }
 	ctx := context.Background()
 	srv, err := consultest.Launch()
@@ -184,11 +189,15 @@ func run(out string, runs int, quick bool, only string, drainUnits int) error {
 		}
 		var drains strings.Builder
 		drains.WriteString("\n## (e) Draining a node\n\n")
-		fmt.Fprintf(&drains, "%d idle Spots (one message handled each) on one node of three; the node is drained (64 units at a time) and every Spot is asked afterwards whether it still counts its message. ", drainUnits)
+		fmt.Fprintf(&drains, "%d idle Spots (one message handled each) on one node of three; the node is drained (64 units at a time) and every Spot is asked afterwards whether it still counts its message; %d runs, each in a fresh cluster (rate and pauses: medians over runs; moved, failed and lost: sums). ", drainUnits, runs)
 		drains.WriteString("Baseline: the same node simply stopped, its Spots then asked the same way.\n\n")
-		drains.WriteString("| store | units | moved | failed | units/s | pause p50 | pause p99 | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|\n")
+		drains.WriteString("| store | units per run | moved | failed | units/s | pause p50 | pause p99 | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range stores {
-			row, err := drainNode(ctx, s.new, drainUnits)
+			profile := ""
+			if drainProfile != "" {
+				profile = drainProfile + "." + strings.ToLower(s.name)
+			}
+			row, err := drainNode(ctx, s.new, drainUnits, runs, profile)
 			if err != nil {
 				return fmt.Errorf("drain %s: %w", s.name, err)
 			}

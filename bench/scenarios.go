@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -342,21 +345,23 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 	return row, nil
 }
 
-// drainRow is scenario (e): one node of three drained.
+// drainRow is scenario (e): one node of three drained, runs times.
 type drainRow struct {
-	Units, Moved, Failed int
-	Rate                 float64 // units/s
-	P50, P99             float64 // ms, per unit
-	Lost                 int     // units whose state did not arrive
-	StoppedLost          int     // the baseline: units lost when the node simply stops
+	Units, Runs   int
+	Moved, Failed int     // over all runs
+	Rate          float64 // units/s, the median run's
+	P50, P99      float64 // ms, per unit, medians over runs
+	Lost          int     // units whose state did not arrive, over all runs
+	StoppedLost   int     // the baseline: units lost when the node simply stops (once)
 }
 
 // drainNode activates n Spots on node 0 of three, sends each one numbered
-// message, drains node 0 and checks every Spot still counts its message
-// on another node; then the baseline: the same on a fresh world, with node
-// 0 stopped without a drain.
-func drainNode(ctx context.Context, newStore func() (location.Store, error), n int) (drainRow, error) {
-	row := drainRow{Units: n}
+// message, drains node 0 and asks every Spot on the others whether it
+// still counts it; runs times, each in a fresh world. The baseline stops
+// node 0 instead, once. With profile set, the CPU profile of the first
+// run's drain (nothing else) goes there.
+func drainNode(ctx context.Context, newStore func() (location.Store, error), n, runs int, profile string) (drainRow, error) {
+	row := drainRow{Units: n, Runs: runs}
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("drain-%d", i)
@@ -392,22 +397,33 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n i
 		})
 		return kept
 	}
-	w, done, err := prepare()
-	if err != nil {
-		return row, err
-	}
-	res, err := w.nodes[0].Drain(ctx, drain.Options{})
-	if err != nil {
+	var rates, p50s, p99s []float64
+	for r := 0; r < runs; r++ {
+		w, done, err := prepare()
+		if err != nil {
+			return row, err
+		}
+		stopProfile, err := startProfile(profile, r == 0)
+		if err != nil {
+			done()
+			return row, err
+		}
+		res, err := w.nodes[0].Drain(ctx, drain.Options{})
+		stopProfile()
+		if err != nil {
+			done()
+			return row, err
+		}
+		row.Moved += res.Moved
+		row.Failed += len(res.Failed)
+		rates = append(rates, float64(res.Moved)/res.Finished.Sub(res.Started).Seconds())
+		p50s, p99s = append(p50s, ms(res.PauseP50)), append(p99s, ms(res.PauseP99))
+		row.Lost += n - counted(w)
 		done()
-		return row, err
 	}
-	row.Moved, row.Failed = res.Moved, len(res.Failed)
-	row.Rate = float64(res.Moved) / res.Finished.Sub(res.Started).Seconds()
-	row.P50, row.P99 = ms(res.PauseP50), ms(res.PauseP99)
-	row.Lost = n - counted(w)
-	done()
+	row.Rate, row.P50, row.P99 = median(rates), median(p50s), median(p99s)
 
-	w, done, err = prepare()
+	w, done, err := prepare()
 	if err != nil {
 		return row, err
 	}
@@ -417,6 +433,37 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n i
 	}
 	row.StoppedLost = n - counted(w)
 	return row, nil
+}
+
+// startProfile starts a CPU profile into path when on and path is set;
+// the returned func stops it. The allocations profiles path.allocs-before
+// and path.allocs, taken at start and stop, give the drain's allocations
+// (go tool pprof -base path.allocs-before path.allocs).
+func startProfile(path string, on bool) (func(), error) {
+	if path == "" || !on {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	writeAllocs := func(to string) {
+		runtime.GC() // the allocs profile is as of the last collection
+		if a, err := os.Create(to); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			_ = a.Close()
+		}
+	}
+	writeAllocs(path + ".allocs-before")
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+		writeAllocs(path + ".allocs")
+	}, nil
 }
 
 // spotWideRow is scenario (f) for one member count on one store: the

@@ -418,7 +418,10 @@ type CapabilityQuery struct {
 	Source *NodeRef `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	// want_load asks for the reply's serving_count (a drain placing units):
 	// counting walks every incarnation, so a plain move does not ask.
-	WantLoad      bool `protobuf:"varint,5,opt,name=want_load,json=wantLoad,proto3" json:"want_load,omitempty"`
+	WantLoad bool `protobuf:"varint,5,opt,name=want_load,json=wantLoad,proto3" json:"want_load,omitempty"`
+	// want_tickets asks for that many move tickets (0 and 1: one), for the
+	// moves the source has coming to this target (PROTOCOL.md §5.2).
+	WantTickets   uint32 `protobuf:"varint,6,opt,name=want_tickets,json=wantTickets,proto3" json:"want_tickets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +491,13 @@ func (x *CapabilityQuery) GetWantLoad() bool {
 	return false
 }
 
+func (x *CapabilityQuery) GetWantTickets() uint32 {
+	if x != nil {
+		return x.WantTickets
+	}
+	return 0
+}
+
 type CapabilityReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Supported bool                   `protobuf:"varint,1,opt,name=supported,proto3" json:"supported,omitempty"`
@@ -505,10 +515,14 @@ type CapabilityReply struct {
 	Code string `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
 	// serving_count is the target's load, when the query wants it or the
 	// target has a capacity; capacity is its capacity (0: unbounded).
-	ServingCount  uint32 `protobuf:"varint,7,opt,name=serving_count,json=servingCount,proto3" json:"serving_count,omitempty"`
-	Capacity      uint32 `protobuf:"varint,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServingCount uint32 `protobuf:"varint,7,opt,name=serving_count,json=servingCount,proto3" json:"serving_count,omitempty"`
+	Capacity     uint32 `protobuf:"varint,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// spare_move_tickets are the tickets asked for beyond move_ticket, each
+	// as move_ticket; given only by a node without a capacity, whose answer
+	// holds for the next moves too.
+	SpareMoveTickets [][]byte `protobuf:"bytes,9,rep,name=spare_move_tickets,json=spareMoveTickets,proto3" json:"spare_move_tickets,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CapabilityReply) Reset() {
@@ -595,6 +609,13 @@ func (x *CapabilityReply) GetCapacity() uint32 {
 		return x.Capacity
 	}
 	return 0
+}
+
+func (x *CapabilityReply) GetSpareMoveTickets() [][]byte {
+	if x != nil {
+		return x.SpareMoveTickets
+	}
+	return nil
 }
 
 // PayloadManifest describes the complete relocation-envelope-v1 stream.
@@ -1978,14 +1999,15 @@ const file_relocation_proto_rawDesc = "" +
 	"\aNodeRef\x12\x19\n" +
 	"\bnode_rid\x18\x01 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x02 \x01(\x04R\x0enodeGeneration\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xe2\x01\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x85\x02\n" +
 	"\x0fCapabilityQuery\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x1f\n" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
 	"stableType\x12/\n" +
 	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\x12.\n" +
 	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1b\n" +
-	"\twant_load\x18\x05 \x01(\bR\bwantLoad\"\x99\x02\n" +
+	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
+	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\"\xc7\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
@@ -1995,7 +2017,8 @@ const file_relocation_proto_rawDesc = "" +
 	"moveTicket\x12\x12\n" +
 	"\x04code\x18\x06 \x01(\tR\x04code\x12#\n" +
 	"\rserving_count\x18\a \x01(\rR\fservingCount\x12\x1a\n" +
-	"\bcapacity\x18\b \x01(\rR\bcapacity\"\xab\x01\n" +
+	"\bcapacity\x18\b \x01(\rR\bcapacity\x12,\n" +
+	"\x12spare_move_tickets\x18\t \x03(\fR\x10spareMoveTickets\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +

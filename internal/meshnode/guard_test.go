@@ -122,3 +122,16 @@ func TestStopsAndRelaysFromAPeerAreDropped(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "the stream went on and ended cleanly: %v", err)
 	require.True(t, n.Valid())
 }
+
+// A peer connection's outgoing queue starts small (Proto.Actor's default
+// pre-sizes it for a million messages, 16 MiB per peer); an application's
+// own remote option still wins.
+func TestPeerQueueStartsSmallUnlessTheApplicationSaysOtherwise(t *testing.T) {
+	sys := actor.NewActorSystem()
+	cfg, err := meshnode.RemoteConfig(sys, "127.0.0.1", 0, meshnode.RemoteOptions{})
+	require.NoError(t, err)
+	require.Less(t, cfg.EndpointWriterQueueSize, remote.Configure("127.0.0.1", 0).EndpointWriterQueueSize)
+	own, err := meshnode.RemoteConfig(sys, "127.0.0.1", 0, meshnode.RemoteOptions{Options: []remote.ConfigOption{remote.WithEndpointWriterQueueSize(5000)}})
+	require.NoError(t, err)
+	require.Equal(t, 5000, own.EndpointWriterQueueSize)
+}

@@ -45,6 +45,10 @@ func (h *remoteHooks) limitOf(address string) int {
 	return MaxFrameBytes
 }
 
+// endpointWriterQueueSize is the initial length of a peer connection's
+// outgoing queue (it doubles when full).
+const endpointWriterQueueSize = 1024
+
 // guardedConfigs are the remote configurations RemoteConfig made: only a
 // remote on one of them has roam's frame checks, limits and TLS.
 var guardedConfigs sync.Map // *remote.Config → *remoteHooks
@@ -79,7 +83,12 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 			return nil, err
 		}
 	}
-	rcfg := remote.Configure(host, port, o.Options...)
+	// Proto.Actor sizes each peer connection's outgoing queue for a
+	// million messages up front (16 MiB of slots per peer, all scanned by
+	// the collector); it grows on demand, so start it small. The caller's
+	// options come after and may set it back.
+	opts := append([]remote.ConfigOption{remote.WithEndpointWriterQueueSize(endpointWriterQueueSize)}, o.Options...)
+	rcfg := remote.Configure(host, port, opts...)
 	hooks := &remoteHooks{}
 	remoteOptions(rcfg, o.Logger, system, hooks.limitOf, serverCreds, clientCreds)
 	if o.AdvertisedHost != "" {

@@ -48,6 +48,10 @@ const (
 	maxTickets       = 4096
 )
 
+// maxTicketsPerAnswer bounds the tickets one capability answer carries
+// (a query asks for its move's and spares for the moves after it).
+const maxTicketsPerAnswer = 16
+
 // moveTicket is what a ticket admits.
 type moveTicket struct {
 	rid        string
@@ -98,6 +102,13 @@ func (ts *tickets) issue(rid string, generation uint64, address string, now time
 	ts.order = append(ts.order, key)
 	ts.bySource[address] = append(ts.bySource[address], key)
 	return b
+}
+
+// spareRoom is how many spare tickets address may still be given: spares
+// never fill more than half of its ticketsPerSource, so they never
+// displace the ticket of a move under way.
+func (ts *tickets) spareRoom(address string) int {
+	return max(ticketsPerSource/2-len(ts.bySource[address]), 0)
 }
 
 // remove forgets a ticket (once: a removed key is ignored).
@@ -169,7 +180,17 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 			// would displace the tickets of moves under way (at most
 			// ticketsPerSource per source).
 			if reply.Supported && !q.GetWantLoad() {
-				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, time.Now())
+				now := time.Now()
+				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
+				// Spare tickets only where the answer holds for the next
+				// moves too: a node with a capacity answers each move by
+				// its load at the time (tickets_out.go).
+				if d.desc.GetCapacity() == 0 {
+					n := min(int(q.GetWantTickets())-1, maxTicketsPerAnswer-1, d.tickets.spareRoom(to.Address))
+					for ; n > 0; n-- {
+						reply.SpareMoveTickets = append(reply.SpareMoveTickets, d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now))
+					}
+				}
 			}
 			d.sys.Root.Send(to, reply)
 		}})

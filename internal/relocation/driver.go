@@ -156,7 +156,20 @@ type Driver struct {
 	// arrivals: the unfinished move into this node of each object, at most
 	// one (newest prepare wins, onPrepare).
 	arrivals map[location.AuthorityKey]*targetRun
-	timers   map[timerKey]*time.Timer
+	// timers: the running timers of moves, under timerMu only because a
+	// stopped node's watcher stops them all (closeTimers): a follow timer
+	// would otherwise keep the whole stopped driver in memory for its
+	// FollowDuration.
+	// spares: fresh capability answers with spare move tickets; asking:
+	// the moves waiting for the capability query in flight for their key
+	// (tickets_out.go); oneByOne: until when the moves to a target that
+	// gives no spare tickets ask on their own.
+	spares       map[capabilityKey]*capabilityAnswer
+	asking       map[capabilityKey][]capabilityWaiter
+	oneByOne     map[capabilityKey]time.Time
+	timerMu      sync.Mutex
+	timers       map[timerKey]*time.Timer
+	timersClosed bool
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
 	tickets *tickets
@@ -221,6 +234,9 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		arrivals: map[location.AuthorityKey]*targetRun{},
 		timers:   map[timerKey]*time.Timer{},
 		tickets:  newTickets(),
+		spares:   map[capabilityKey]*capabilityAnswer{},
+		asking:   map[capabilityKey][]capabilityWaiter{},
+		oneByOne: map[capabilityKey]time.Time{},
 		inProcess: func() bool {
 			s, ok := store.(location.InProcess)
 			return ok && s.InProcess()
@@ -259,6 +275,10 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		}
 	})
 	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
+	go func() {
+		<-node.Stopped()
+		d.closeTimers()
+	}()
 	return d, nil
 }
 
@@ -372,9 +392,20 @@ func (d *Driver) Receive(c actor.Context) {
 			if r.m.Phase() == handoff.SourcePaused { // not a duplicate's
 				r.versionHint = m.GetRecordVersionHint()
 			}
+			// Relay-ready says the target holds the whole payload: what
+			// it did not credit returns to the budget now.
+			if r.sent > r.credited {
+				d.releaseBudget(r.target.GetAddress(), int64(r.sent-r.credited))
+				r.credited = r.sent
+			}
 		})
 	case *messages.RelocationFailed:
-		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()})
+		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()}, func(r *sourceRun) {
+			// The target may refuse what its answer allowed (it drains
+			// now, or restarted and knows none of its tickets): the next
+			// move to it asks again.
+			d.forgetSpares(r.target.GetAddress())
+		})
 	case *messages.BoundaryAck:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.BoundaryAcked{})
 	case *messages.OwnerCommitted:
@@ -462,6 +493,11 @@ type timerKey struct {
 type timerFired struct{ key timerKey }
 
 func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	if d.timersClosed {
+		return
+	}
 	if old := d.timers[k]; old != nil {
 		old.Stop()
 	}
@@ -473,17 +509,34 @@ func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
 }
 
 func (d *Driver) stopTimer(k timerKey) {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
 	if t := d.timers[k]; t != nil {
 		t.Stop()
 		delete(d.timers, k)
 	}
 }
 
+// closeTimers stops every timer once the node has stopped: nothing would
+// take their events, and each holds the driver.
+func (d *Driver) closeTimers() {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	for k, t := range d.timers {
+		t.Stop()
+		delete(d.timers, k)
+	}
+	d.timersClosed = true
+}
+
 func (d *Driver) onTimer(m *timerFired) {
-	if _, running := d.timers[m.key]; !running {
+	d.timerMu.Lock()
+	_, running := d.timers[m.key]
+	delete(d.timers, m.key)
+	d.timerMu.Unlock()
+	if !running {
 		return // stopped after it fired
 	}
-	delete(d.timers, m.key)
 	if m.key.isTarget {
 		if t := d.targets[m.key.target]; t != nil {
 			d.stepTarget(t, handoff.TimerFired{Timer: m.key.timer})

@@ -31,3 +31,10 @@ func Arriving(d *Driver, key location.AuthorityKey) bool {
 	v, _ := call(context.Background(), d, func() (bool, error) { return d.arriving(key) != nil, nil })
 	return v
 }
+
+// RunningTimers is how many move timers d has running.
+func RunningTimers(d *Driver) int {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	return len(d.timers)
+}

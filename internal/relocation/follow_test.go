@@ -303,3 +303,19 @@ func shortFollow(logger *zerolog.Logger) relocation.Config {
 	cfg.Handoff.FollowDuration = 200 * time.Millisecond
 	return cfg
 }
+
+// A moved object's source keeps timers for Message Follow long after the
+// move; once its node stops they all stop, so a stopped node's driver
+// is not kept in memory until the last would have fired.
+func TestAStoppedNodeStopsItsMoveTimers(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a := c.nodes[0]
+	_, err := a.driver.Spawn(ctx, "counter", "timers")
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "timers"), c.rid(1))
+	require.NoError(t, err)
+	require.Positive(t, relocation.RunningTimers(a.driver), "the source follows the moved object for a while")
+	require.NoError(t, a.node.Stop(ctx))
+	testwait.For(t, func() bool { return relocation.RunningTimers(a.driver) == 0 }, "timers still run on a stopped node")
+}

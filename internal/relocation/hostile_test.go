@@ -297,3 +297,79 @@ func TestNewestPrepareWins(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), get(t, b.node.System(), pid), "the winning move's state")
 }
+
+// A capability query may ask for tickets for the moves coming after its
+// own: a node without a capacity gives them (at most 16 in all), each
+// admitting one Restore request of the asking node only; a node with a
+// capacity answers each move by its load then, so it gives one.
+// Reference: docs/PROTOCOL.md §5.2.
+func TestSpareTicketsAdmitOneMoveEachOfTheAskingNodeOnly(t *testing.T) {
+	store := newStore(t)
+	ask := func(target *meshnode.Node, asker *peer, want uint32) *messages.CapabilityReply {
+		d := asker.node.Descriptor()
+		res, err := asker.node.System().Root.RequestFuture(relocation.PID(target.Address()), &messages.CapabilityQuery{
+			Kind: location.KindActor, StableType: "counter", WantTickets: want,
+			Source: &messages.NodeRef{NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), Address: asker.node.Address()}},
+			testwait.Patience(t)).Result()
+		require.NoError(t, err)
+		return res.(*messages.CapabilityReply)
+	}
+	b := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind)
+	member := newPeer(t, store)
+	reply := ask(b.node, member, 40)
+	require.True(t, reply.GetSupported(), reply.GetReason())
+	all := append([][]byte{reply.GetMoveTicket()}, reply.GetSpareMoveTickets()...)
+	require.Len(t, all, 16, "at most 16 tickets in one answer")
+	seen := map[string]bool{}
+	for _, tk := range all {
+		require.Len(t, tk, 16)
+		require.False(t, seen[string(tk)], "tickets are distinct")
+		seen[string(tk)] = true
+	}
+	require.Empty(t, ask(b.node, member, 0).GetSpareMoveTickets(), "no spares unless asked")
+
+	// A spare ticket admits its holder's Restore request once: a forged
+	// one of a key the member does not own passes admission and is judged
+	// by the record (stale), and the same ticket again is refused at once.
+	owner := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind)
+	key := location.Key(location.KindActor, "spare")
+	_, err := owner.driver.Spawn(context.Background(), "counter", key.ID)
+	require.NoError(t, err)
+	rec, err := store.Read(context.Background(), key)
+	require.NoError(t, err)
+	for i, want := range []messages.FailureReason{messages.FailureReason_FAILURE_REASON_STALE, messages.FailureReason_FAILURE_REASON_STALE} {
+		p, _, _ := forgedMoveID(t, uint64(9100+i), key, member.node.Descriptor(), rec.Record, member.node.Address(), make([]byte, 24))
+		p.MoveTicket = all[3]
+		member.send(b.node.Address(), member.self, p)
+		failed := next[*messages.RelocationFailed](t, member)
+		require.Equal(t, uint64(9100+i), failed.GetIdentity().GetRelocationId())
+		require.Equal(t, want, failed.GetReason())
+		if i == 1 {
+			require.Contains(t, failed.GetDetail(), "no valid move ticket", "the spare was used once")
+		} else {
+			require.NotContains(t, failed.GetDetail(), "ticket", "the spare admitted the request; the record refused it")
+		}
+	}
+
+	// Spares never fill more than half of what a source may hold (256),
+	// so they never displace the ticket of a move under way.
+	flooder := newPeer(t, store)
+	total := 0
+	for i := 0; i < 20; i++ {
+		r := ask(b.node, flooder, 16)
+		require.NotEmpty(t, r.GetMoveTicket())
+		total += 1 + len(r.GetSpareMoveTickets())
+	}
+	require.LessOrEqual(t, total, 128+20)
+
+	bounded, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bounded.Stop(context.Background()) })
+	bd, err := relocation.New(bounded, store, relocation.Config{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, bd.RegisterKind(counterKind))
+	reply = ask(bounded, member, 40)
+	require.True(t, reply.GetSupported(), reply.GetReason())
+	require.NotEmpty(t, reply.GetMoveTicket())
+	require.Empty(t, reply.GetSpareMoveTickets(), "a node with a capacity answers one move at a time")
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
 )
 
 // counter counts numbered sends (Int64Value) and answers a request
@@ -205,4 +207,49 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	require.NoError(t, c.events[0].Err)
 	require.Equal(t, out.RelocationID, c.events[0].RelocationID)
 	fmt.Printf("pause %s, source-observed %s, bytes %d\n", c.events[0].Pause, out.Pause, out.Bytes)
+}
+
+// Moves to one target share capability queries: those waiting for an
+// answer wait for one query, and its spare tickets serve the moves after
+// it; every move still carries a ticket of its own and completes.
+// Reference: docs/PROTOCOL.md §5.2.
+func TestMovesToOneTargetShareCapabilityQueries(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	var queries atomic.Int32
+	relocation.DropInbound(b.driver, func(m any) bool {
+		if _, ok := m.(*messages.CapabilityQuery); ok {
+			queries.Add(1)
+		}
+		return false
+	})
+	const n = 40
+	pids := make([]*actor.PID, n)
+	for i := range pids {
+		pid, err := a.driver.Spawn(ctx, "counter", fmt.Sprintf("shared-%d", i))
+		require.NoError(t, err)
+		a.node.System().Root.Send(pid, wrapperspb.Int64(1))
+		pids[i] = pid
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range pids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := a.driver.Relocate(ctx, location.Key(location.KindActor, fmt.Sprintf("shared-%d", i)), c.rid(1))
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, pid := range pids {
+		require.Equal(t, int64(1), get(t, a.node.System(), pid), "moved with its state")
+	}
+	require.Less(t, int(queries.Load()), n, "every move asked on its own")
+	t.Logf("%d capability queries for %d moves", queries.Load(), n)
 }

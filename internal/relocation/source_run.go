@@ -418,26 +418,16 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	key := r.obj.key
 	switch e := e.(type) {
 	case handoff.QueryCapability:
-		q := &messages.CapabilityQuery{Kind: key.Kind, StableType: r.obj.kind.StableType, ApplicationVersion: r.obj.kind.ApplicationVersion,
-			Source: d.selfRef()}
-		go func() {
-			res, err := d.sys.Root.RequestFuture(r.targetPID, q, d.cfg.CapabilityTimeout).Result()
-			ev := handoff.CapabilityAnswered{}
-			var gen uint64
-			var ticket []byte
-			if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
-				ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
-				gen, ticket = reply.GetNode().GetNodeGeneration(), reply.GetMoveTicket()
-			} else {
-				ev.Reason = fmt.Sprintf("capability query: %v", err)
+		ev, gen, ticket, now := d.capabilityFor(r, func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte) {
+			if cur := d.sources[id.RelocationID]; cur == r {
+				r.target.NodeGeneration, r.ticket = gen, ticket
+				d.stepSource(r, ev)
 			}
-			d.sys.Root.Send(d.self, &localCall{fn: func() {
-				if cur := d.sources[id.RelocationID]; cur == r {
-					r.target.NodeGeneration, r.ticket = gen, ticket
-					d.stepSource(r, ev)
-				}
-			}})
-		}()
+		})
+		if now {
+			r.target.NodeGeneration, r.ticket = gen, ticket
+			return ev
+		}
 
 	case handoff.AwaitAdmission:
 		var now bool
@@ -925,6 +915,7 @@ func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context
 }
 
 func (d *Driver) onEndpointTerminated(address string) {
+	d.forgetSpares(address)
 	for _, r := range d.sources {
 		if r.target.GetAddress() == address {
 			d.stepSource(r, handoff.ConnectionLost{})

@@ -476,6 +476,30 @@ func TestRelayReadyWaitsForTheSourceCheck(t *testing.T) {
 	}
 }
 
+// Chunks are one-way: the target credits each chunk but the last (with
+// the default step of one byte), whose bytes relay-ready answers, so a
+// payload of one chunk costs no credit message.
+// Reference: PROTOCOL.md §5.3.
+func TestTheLastChunkIsNeverCredited(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		tg, chunks := prepared(t, stream(100*n), 100)
+		require.Len(t, chunks, n)
+		var credits []uint64
+		for _, c := range chunks {
+			for _, e := range tg.Step(ChunkReceived{Chunk: c}) {
+				if cr, ok := e.(SendCredit); ok {
+					credits = append(credits, cr.ReceivedBytes)
+				}
+			}
+		}
+		want := []uint64{}
+		for i := 1; i < n; i++ {
+			want = append(want, uint64(100*i))
+		}
+		require.Equal(t, want, append([]uint64{}, credits...), "%d chunks", n)
+	}
+}
+
 // restored feeds every chunk and the Restored answer.
 func restored(t *testing.T, payload []byte) *Target {
 	tg, chunks := prepared(t, payload, 100)

@@ -184,10 +184,11 @@ func (t *Target) Step(ev Event) []Effect {
 			}
 			return effects
 		}
-		if t.received != t.credited {
-			t.credited = t.received
-			effects = append(effects, SendCredit{ReceivedBytes: t.received})
-		}
+		// The last chunk is never credited: relay-ready, or the failure
+		// that ends the move, answers the whole payload, so a payload of
+		// one chunk (most moves) costs no credit message. State chunks are
+		// one-way; credits only let a payload larger than the source's
+		// in-flight budget flow (PROTOCOL.md §5.6).
 		stream, err := t.asm.Take() // the assembler is dropped right after
 		if err != nil {
 			// Never a repaired or partial payload (PROTOCOL.md §5.7, §11).

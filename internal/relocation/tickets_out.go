@@ -1,0 +1,179 @@
+package relocation
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// The source side of the capability query (PROTOCOL.md §5.2). Every move
+// needs a target's supported answer and a single-use move ticket before
+// its seal, and a query is a round trip through the target's driver. A
+// drain sends many moves to a few targets at once, so the moves to one
+// target that wait for an answer share one query, which asks for a ticket
+// each and a few spare: the answer and its spare tickets serve the next
+// moves to that target for spareFresh, without another round trip.
+//
+// What may change on the target meanwhile is still checked where it is
+// decided: a draining or stopping target refuses the Restore request (an
+// explicit failure before relay-ready, after which the source serves
+// again), and a node with a capacity gives no spare tickets, so every
+// move into it asks afresh.
+
+// spareTickets is how many tickets a query asks for beyond its own move's.
+const spareTickets = 15
+
+// spareFresh is how long a target's supported answer and its spare
+// tickets serve further moves.
+const spareFresh = time.Second
+
+// capabilityKey names what a capability answer is about.
+type capabilityKey struct {
+	address    string
+	kind       location.Kind
+	stableType string
+	appVersion string
+}
+
+// capabilityAnswer is a target's answer as the machine takes it, with the
+// target's node generation and move tickets.
+type capabilityAnswer struct {
+	ev      handoff.CapabilityAnswered
+	gen     uint64
+	tickets [][]byte
+	at      time.Time
+}
+
+// capabilityWaiter takes a capability answer and the move's own ticket
+// (none when the answer refuses), on the driver goroutine.
+type capabilityWaiter = func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte)
+
+// capabilityFor hands r the answer to its capability query: at once from
+// a fresh answer's spare tickets (ok true), else when the query that r
+// joins or starts is answered (done). A target that gives no spare
+// tickets (it has a capacity) is asked by every move on its own, in
+// parallel, as before any sharing.
+func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.CapabilityAnswered, uint64, []byte, bool) {
+	key := capabilityKey{address: r.target.GetAddress(), kind: r.obj.key.Kind, stableType: r.obj.kind.StableType, appVersion: r.obj.kind.ApplicationVersion}
+	now := time.Now()
+	if a := d.spares[key]; a != nil {
+		if now.Sub(a.at) < spareFresh && len(a.tickets) > 0 {
+			t := a.tickets[0]
+			a.tickets = a.tickets[1:]
+			if len(a.tickets) == 0 {
+				delete(d.spares, key)
+			}
+			return a.ev, a.gen, t, true
+		}
+		delete(d.spares, key)
+	}
+	if until, ok := d.oneByOne[key]; ok {
+		if now.Before(until) {
+			d.askCapability(key, r.targetPID, []capabilityWaiter{done})
+			return handoff.CapabilityAnswered{}, 0, nil, false
+		}
+		delete(d.oneByOne, key)
+	}
+	waiting, asking := d.asking[key]
+	d.asking[key] = append(waiting, done)
+	if !asking {
+		d.askCapability(key, r.targetPID, nil)
+	}
+	return handoff.CapabilityAnswered{}, 0, nil, false
+}
+
+// askCapability sends one capability query for key. Its answer goes to
+// alone, or, when alone is nil, to every move waiting in asking[key].
+func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabilityWaiter) {
+	q := &messages.CapabilityQuery{Kind: key.kind, StableType: key.stableType, ApplicationVersion: key.appVersion,
+		Source: d.selfRef(), WantTickets: 1 + spareTickets}
+	go func() {
+		res, err := d.sys.Root.RequestFuture(to, q, d.cfg.CapabilityTimeout).Result()
+		a := capabilityAnswer{at: time.Now()}
+		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
+			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
+			a.gen = reply.GetNode().GetNodeGeneration()
+			if t := reply.GetMoveTicket(); len(t) > 0 {
+				a.tickets = append([][]byte{t}, reply.GetSpareMoveTickets()...)
+			}
+		} else {
+			a.ev.Reason = fmt.Sprintf("capability query: %v", err)
+		}
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			waiting := alone
+			if waiting == nil {
+				waiting = d.asking[key]
+				delete(d.asking, key)
+			}
+			d.answered(key, to, a, waiting)
+		}})
+	}()
+}
+
+// answered gives each waiting move the answer and a ticket of its own;
+// spare tickets wait for the next moves. Moves left without a ticket ask
+// again together, or each on its own when the target gave no spares.
+func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, waiting []capabilityWaiter) {
+	if a.ev.Supported {
+		if len(a.tickets) > 1 {
+			delete(d.oneByOne, key)
+		} else {
+			d.oneByOne[key] = a.at.Add(spareFresh)
+		}
+	}
+	spares := len(a.tickets) > 1
+	for i, done := range waiting {
+		if !a.ev.Supported || !spares && len(a.tickets) == 0 && i == 0 {
+			// A refusal, or a yes without any ticket (its Restore
+			// request will be refused): the same answer for every move.
+			for _, w := range waiting[i:] {
+				w(a.ev, a.gen, nil)
+			}
+			return
+		}
+		if len(a.tickets) == 0 {
+			rest := waiting[i:]
+			if !spares {
+				for _, w := range rest {
+					d.askCapability(key, to, []capabilityWaiter{w})
+				}
+				return
+			}
+			more, asking := d.asking[key]
+			d.asking[key] = append(more, rest...)
+			if !asking {
+				d.askCapability(key, to, nil)
+			}
+			return
+		}
+		t := a.tickets[0]
+		a.tickets = a.tickets[1:]
+		done(a.ev, a.gen, t)
+	}
+	if a.ev.Supported && len(a.tickets) > 0 {
+		if old := d.spares[key]; old != nil && a.at.Sub(old.at) < spareFresh {
+			a.tickets = append(a.tickets, old.tickets...)
+		}
+		d.spares[key] = &a
+	}
+}
+
+// forgetSpares drops the spare tickets of a target whose connection ended
+// (its node may have restarted, and tickets belong to one lifecycle).
+func (d *Driver) forgetSpares(address string) {
+	for k := range d.spares {
+		if k.address == address {
+			delete(d.spares, k)
+		}
+	}
+	for k := range d.oneByOne {
+		if k.address == address {
+			delete(d.oneByOne, k)
+		}
+	}
+}
