@@ -38,6 +38,9 @@ const (
 	FailureReason_FAILURE_REASON_STALE             FailureReason = 7
 	// The target has no capacity slot left for the object (PROTOCOL.md §7.12).
 	FailureReason_FAILURE_REASON_CAPACITY_EXCEEDED FailureReason = 8
+	// The target is draining or stopping: it takes no move in (roamerr
+	// node_draining; PROTOCOL.md §5.2).
+	FailureReason_FAILURE_REASON_NODE_DRAINING FailureReason = 9
 )
 
 // Enum value maps for FailureReason.
@@ -52,6 +55,7 @@ var (
 		6: "FAILURE_REASON_DEADLINE",
 		7: "FAILURE_REASON_STALE",
 		8: "FAILURE_REASON_CAPACITY_EXCEEDED",
+		9: "FAILURE_REASON_NODE_DRAINING",
 	}
 	FailureReason_value = map[string]int32{
 		"FAILURE_REASON_UNSPECIFIED":       0,
@@ -63,6 +67,7 @@ var (
 		"FAILURE_REASON_DEADLINE":          6,
 		"FAILURE_REASON_STALE":             7,
 		"FAILURE_REASON_CAPACITY_EXCEEDED": 8,
+		"FAILURE_REASON_NODE_DRAINING":     9,
 	}
 )
 
@@ -2122,7 +2127,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06chunks\x18\a \x01(\rR\x06chunks\x12\x1f\n" +
 	"\vpause_nanos\x18\b \x01(\x03R\n" +
 	"pauseNanos\x12\x12\n" +
-	"\x04done\x18\t \x01(\bR\x04done*\xb6\x02\n" +
+	"\x04done\x18\t \x01(\bR\x04done*\xd8\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -2132,7 +2137,8 @@ const file_relocation_proto_rawDesc = "" +
 	"\x1aFAILURE_REASON_UNSUPPORTED\x10\x05\x12\x1b\n" +
 	"\x17FAILURE_REASON_DEADLINE\x10\x06\x12\x18\n" +
 	"\x14FAILURE_REASON_STALE\x10\a\x12$\n" +
-	" FAILURE_REASON_CAPACITY_EXCEEDED\x10\b*\x80\x01\n" +
+	" FAILURE_REASON_CAPACITY_EXCEEDED\x10\b\x12 \n" +
+	"\x1cFAILURE_REASON_NODE_DRAINING\x10\t*\x80\x01\n" +
 	"\vOwnerAction\x12\x19\n" +
 	"\x15OWNER_ACTION_RELOCATE\x10\x00\x12\x1d\n" +
 	"\x19OWNER_ACTION_DELETE_ACTOR\x10\x01\x12\x1b\n" +

@@ -17,6 +17,7 @@ import (
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // peer is a process that speaks roam's control messages by hand and
@@ -372,4 +373,39 @@ func TestSpareTicketsAdmitOneMoveEachOfTheAskingNodeOnly(t *testing.T) {
 	require.True(t, reply.GetSupported(), reply.GetReason())
 	require.NotEmpty(t, reply.GetMoveTicket())
 	require.Empty(t, reply.GetSpareMoveTickets(), "a node with a capacity answers one move at a time")
+}
+
+// A ticket given before its target began draining admits no move in: the
+// Restore request is refused node_draining (the typed error a drain and
+// Relocate's caller match), and the object serves on at its owner.
+// Reference: docs/PROTOCOL.md §5.2.
+func TestATicketFromBeforeADrainAdmitsNothing(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	key := location.Key(location.KindActor, "late")
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	a.node.System().Root.Send(pid, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+
+	owner := newPeer(t, c.store)
+	od := owner.node.Descriptor()
+	reply := askCapability(t, owner.node.System(), b.node.Address(),
+		&messages.NodeRef{NodeRid: od.GetNodeRid(), NodeGeneration: od.GetNodeGeneration(), Address: owner.node.Address()})
+	require.True(t, reply.GetSupported(), reply.GetReason())
+	require.NoError(t, b.node.SetDraining(ctx))
+
+	rec, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+	prepare, _, _ := forgedMove(t, key, od, rec.Record, owner.node.Address(), make([]byte, 24))
+	prepare.MoveTicket = reply.GetMoveTicket()
+	owner.send(b.node.Address(), owner.self, prepare)
+	failed := next[*messages.RelocationFailed](t, owner)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_NODE_DRAINING, failed.GetReason())
+
+	_, err = a.driver.Relocate(ctx, key, c.rid(1))
+	require.ErrorIs(t, err, roamerr.ErrNodeDraining)
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.Equal(t, int64(1), get(t, a.node.System(), pid), "the object serves on at its owner")
 }

@@ -107,10 +107,14 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())
 	switch {
-	case !d.node.Valid() || d.stopping || d.node.Draining():
-		// Fenced, draining or stopping: a new move here could never commit,
-		// or would have to leave again at once.
-		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force, or it is draining or stopping")
+	case !d.node.Valid():
+		// Fenced: a new move here could never commit.
+		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force")
+		return
+	case d.stopping || d.node.Draining():
+		// It would have to leave again at once. The source's capability
+		// answer may predate the drain (PROTOCOL.md §5.2).
+		fail(messages.FailureReason_FAILURE_REASON_NODE_DRAINING, "the target node is draining or stopping")
 		return
 	case !id.Valid():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")

@@ -528,6 +528,8 @@ func failureError(r messages.FailureReason, detail string) error {
 		class = roamerr.ErrDeadlineExceeded
 	case messages.FailureReason_FAILURE_REASON_CAPACITY_EXCEEDED:
 		class = roamerr.ErrCapacityExceeded
+	case messages.FailureReason_FAILURE_REASON_NODE_DRAINING:
+		return fmt.Errorf("%w: %w: target failed the relocation (%s): %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, r, detail)
 	}
 	return fmt.Errorf("%w: target failed the relocation (%s): %s", class, r, detail)
 }
