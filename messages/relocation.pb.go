@@ -426,9 +426,12 @@ type CapabilityQuery struct {
 	WantLoad bool `protobuf:"varint,5,opt,name=want_load,json=wantLoad,proto3" json:"want_load,omitempty"`
 	// want_tickets asks for that many move tickets (0 and 1: one), for the
 	// moves the source has coming to this target (PROTOCOL.md §5.2).
-	WantTickets   uint32 `protobuf:"varint,6,opt,name=want_tickets,json=wantTickets,proto3" json:"want_tickets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WantTickets uint32 `protobuf:"varint,6,opt,name=want_tickets,json=wantTickets,proto3" json:"want_tickets,omitempty"`
+	// returned_tickets are spare tickets of earlier answers that the source
+	// will not use; the target forgets them.
+	ReturnedTickets [][]byte `protobuf:"bytes,7,rep,name=returned_tickets,json=returnedTickets,proto3" json:"returned_tickets,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CapabilityQuery) Reset() {
@@ -503,6 +506,13 @@ func (x *CapabilityQuery) GetWantTickets() uint32 {
 	return 0
 }
 
+func (x *CapabilityQuery) GetReturnedTickets() [][]byte {
+	if x != nil {
+		return x.ReturnedTickets
+	}
+	return nil
+}
+
 type CapabilityReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Supported bool                   `protobuf:"varint,1,opt,name=supported,proto3" json:"supported,omitempty"`
@@ -524,7 +534,8 @@ type CapabilityReply struct {
 	Capacity     uint32 `protobuf:"varint,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// spare_move_tickets are the tickets asked for beyond move_ticket, each
 	// as move_ticket; given only by a node without a capacity, whose answer
-	// holds for the next moves too.
+	// holds for the next moves too, and only while the source holds fewer
+	// than 128 spare tickets there.
 	SpareMoveTickets [][]byte `protobuf:"bytes,9,rep,name=spare_move_tickets,json=spareMoveTickets,proto3" json:"spare_move_tickets,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -2004,7 +2015,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\aNodeRef\x12\x19\n" +
 	"\bnode_rid\x18\x01 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x02 \x01(\x04R\x0enodeGeneration\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x85\x02\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xb0\x02\n" +
 	"\x0fCapabilityQuery\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x1f\n" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
@@ -2012,7 +2023,8 @@ const file_relocation_proto_rawDesc = "" +
 	"\x13application_version\x18\x03 \x01(\tR\x12applicationVersion\x12.\n" +
 	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1b\n" +
 	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
-	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\"\xc7\x02\n" +
+	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\x12)\n" +
+	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\"\xc7\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +

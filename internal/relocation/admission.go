@@ -49,8 +49,12 @@ const (
 )
 
 // maxTicketsPerAnswer bounds the tickets one capability answer carries
-// (a query asks for its move's and spares for the moves after it).
-const maxTicketsPerAnswer = 16
+// (a query asks for its move's and spares for the moves after it), and
+// maxSparesPerSource the spare tickets one source address holds.
+const (
+	maxTicketsPerAnswer = 16
+	maxSparesPerSource  = 128
+)
 
 // moveTicket is what a ticket admits.
 type moveTicket struct {
@@ -58,6 +62,7 @@ type moveTicket struct {
 	generation uint64
 	address    string
 	expires    time.Time
+	spare      bool // a spare ticket (counted in spares, not in bySource)
 }
 
 // tickets are the move tickets a node issued and no Restore request has
@@ -65,14 +70,52 @@ type moveTicket struct {
 type tickets struct {
 	byKey    map[string]moveTicket
 	order    []string            // keys, oldest first; used or evicted keys stay until popped
-	bySource map[string][]string // keys per source address, oldest first
+	bySource map[string][]string // the keys of move tickets per source address, oldest first
+	// spares counts the spare tickets per source address. They are never
+	// displaced (a move under way may hold one): past maxSparesPerSource
+	// a source gets no more until it uses or gives back some.
+	spares map[string]int
 }
 
 func newTickets() *tickets {
-	return &tickets{byKey: map[string]moveTicket{}, bySource: map[string][]string{}}
+	return &tickets{byKey: map[string]moveTicket{}, bySource: map[string][]string{}, spares: map[string]int{}}
 }
 
+// issue gives a move ticket to the source node rid at address; the oldest
+// of that address's move tickets makes room past ticketsPerSource.
 func (ts *tickets) issue(rid string, generation uint64, address string, now time.Time) []byte {
+	if q := ts.bySource[address]; len(q) >= ticketsPerSource {
+		ts.remove(q[0])
+	}
+	key := ts.add(moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL)}, now)
+	ts.bySource[address] = append(ts.bySource[address], key)
+	return []byte(key)
+}
+
+// issueSpare gives a spare ticket, or nil when address holds
+// maxSparesPerSource of them.
+func (ts *tickets) issueSpare(rid string, generation uint64, address string, now time.Time) []byte {
+	if ts.spares[address] >= maxSparesPerSource {
+		return nil
+	}
+	key := ts.add(moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL), spare: true}, now)
+	ts.spares[address]++
+	return []byte(key)
+}
+
+// giveBack forgets the tickets a source at address says it will not use
+// (only its own).
+func (ts *tickets) giveBack(address string, keys [][]byte) {
+	for _, k := range keys {
+		if t, ok := ts.byKey[string(k)]; ok && t.address == address {
+			ts.remove(string(k))
+		}
+	}
+}
+
+// add keeps t under a fresh random key, after dropping expired tickets and
+// (past maxTickets) the oldest.
+func (ts *tickets) add(t moveTicket, now time.Time) string {
 	for len(ts.order) > 0 {
 		t, live := ts.byKey[ts.order[0]]
 		if live && now.Before(t.expires) && len(ts.byKey) < maxTickets {
@@ -80,9 +123,6 @@ func (ts *tickets) issue(rid string, generation uint64, address string, now time
 		}
 		ts.remove(ts.order[0])
 		ts.order = ts.order[1:]
-	}
-	if q := ts.bySource[address]; len(q) >= ticketsPerSource {
-		ts.remove(q[0])
 	}
 	if len(ts.order) > 2*len(ts.byKey)+64 {
 		// Keys removed out of order pile up behind a live head: compact
@@ -98,17 +138,9 @@ func (ts *tickets) issue(rid string, generation uint64, address string, now time
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	key := string(b)
-	ts.byKey[key] = moveTicket{rid: rid, generation: generation, address: address, expires: now.Add(moveTicketTTL)}
+	ts.byKey[key] = t
 	ts.order = append(ts.order, key)
-	ts.bySource[address] = append(ts.bySource[address], key)
-	return b
-}
-
-// spareRoom is how many spare tickets address may still be given: spares
-// never fill more than half of its ticketsPerSource, so they never
-// displace the ticket of a move under way.
-func (ts *tickets) spareRoom(address string) int {
-	return max(ticketsPerSource/2-len(ts.bySource[address]), 0)
+	return key
 }
 
 // remove forgets a ticket (once: a removed key is ignored).
@@ -118,6 +150,12 @@ func (ts *tickets) remove(key string) {
 		return
 	}
 	delete(ts.byKey, key)
+	if t.spare {
+		if ts.spares[t.address]--; ts.spares[t.address] <= 0 {
+			delete(ts.spares, t.address)
+		}
+		return
+	}
 	q := ts.bySource[t.address]
 	for i, k := range q {
 		if k == key {
@@ -175,6 +213,10 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 				d.sys.Root.Send(to, &messages.CapabilityReply{Reason: reason})
 				return
 			}
+			// Spare tickets the source will not use (their answer grew
+			// old, or the target refused a move) come back with its next
+			// query, so that they count no more.
+			d.tickets.giveBack(to.Address, q.GetReturnedTickets())
 			reply := d.capability(q)
 			// A drain asking for the load starts no move: no ticket, which
 			// would displace the tickets of moves under way (at most
@@ -186,9 +228,12 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 				// moves too: a node with a capacity answers each move by
 				// its load at the time (tickets_out.go).
 				if d.desc.GetCapacity() == 0 {
-					n := min(int(q.GetWantTickets())-1, maxTicketsPerAnswer-1, d.tickets.spareRoom(to.Address))
-					for ; n > 0; n-- {
-						reply.SpareMoveTickets = append(reply.SpareMoveTickets, d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now))
+					for n := min(int(q.GetWantTickets()), maxTicketsPerAnswer) - 1; n > 0; n-- {
+						t := d.tickets.issueSpare(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
+						if t == nil {
+							break
+						}
+						reply.SpareMoveTickets = append(reply.SpareMoveTickets, t)
 					}
 				}
 			}

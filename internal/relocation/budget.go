@@ -89,13 +89,17 @@ func (b *budget) release(peer string, n int64) ([]queuedChunk, []func()) {
 	return chunks, admitted
 }
 
-// drop removes a run's unsent chunks (its move ended).
-func (b *budget) drop(peer string, run uint64) {
+// drop removes a run's unsent chunks (its move ended, or its target holds
+// the whole payload) and returns their bytes, which were never in flight.
+func (b *budget) drop(peer string, run uint64) (unsent int64) {
 	q := b.queue[peer][:0]
 	for _, c := range b.queue[peer] {
 		if c.run != run {
 			q = append(q, c)
+		} else {
+			unsent += int64(len(c.chunk.Data))
 		}
 	}
 	b.queue[peer] = q
+	return unsent
 }

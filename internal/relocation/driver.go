@@ -164,9 +164,12 @@ type Driver struct {
 	// the moves waiting for the capability query in flight for their key
 	// (tickets_out.go); oneByOne: until when the moves to a target that
 	// gives no spare tickets ask on their own.
-	spares       map[capabilityKey]*capabilityAnswer
-	asking       map[capabilityKey][]capabilityWaiter
-	oneByOne     map[capabilityKey]time.Time
+	spares   map[capabilityKey]*capabilityAnswer
+	asking   map[capabilityKey][]capabilityWaiter
+	oneByOne map[capabilityKey]time.Time
+	// returning: spare tickets per target address to give back with the
+	// next query there.
+	returning    map[string][][]byte
 	timerMu      sync.Mutex
 	timers       map[timerKey]*time.Timer
 	timersClosed bool
@@ -221,22 +224,23 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{
-		cfg:      cfg,
-		node:     node,
-		store:    location.Leased(store, node),
-		log:      cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
-		sys:      node.System(),
-		desc:     node.Descriptor(),
-		kinds:    map[string]*Kind{},
-		objects:  map[location.AuthorityKey]*object{},
-		sources:  map[uint64]*sourceRun{},
-		targets:  map[handoff.Identity]*targetRun{},
-		arrivals: map[location.AuthorityKey]*targetRun{},
-		timers:   map[timerKey]*time.Timer{},
-		tickets:  newTickets(),
-		spares:   map[capabilityKey]*capabilityAnswer{},
-		asking:   map[capabilityKey][]capabilityWaiter{},
-		oneByOne: map[capabilityKey]time.Time{},
+		cfg:       cfg,
+		node:      node,
+		store:     location.Leased(store, node),
+		log:       cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
+		sys:       node.System(),
+		desc:      node.Descriptor(),
+		kinds:     map[string]*Kind{},
+		objects:   map[location.AuthorityKey]*object{},
+		sources:   map[uint64]*sourceRun{},
+		targets:   map[handoff.Identity]*targetRun{},
+		arrivals:  map[location.AuthorityKey]*targetRun{},
+		timers:    map[timerKey]*time.Timer{},
+		tickets:   newTickets(),
+		spares:    map[capabilityKey]*capabilityAnswer{},
+		asking:    map[capabilityKey][]capabilityWaiter{},
+		oneByOne:  map[capabilityKey]time.Time{},
+		returning: map[string][][]byte{},
 		inProcess: func() bool {
 			s, ok := store.(location.InProcess)
 			return ok && s.InProcess()
@@ -393,11 +397,9 @@ func (d *Driver) Receive(c actor.Context) {
 				r.versionHint = m.GetRecordVersionHint()
 			}
 			// Relay-ready says the target holds the whole payload: what
-			// it did not credit returns to the budget now.
-			if r.sent > r.credited {
-				d.releaseBudget(r.target.GetAddress(), int64(r.sent-r.credited))
-				r.credited = r.sent
-			}
+			// it did not credit returns to the budget now, and a resent
+			// copy still queued is not sent.
+			d.returnBudget(r)
 		})
 	case *messages.RelocationFailed:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()}, func(r *sourceRun) {

@@ -38,3 +38,9 @@ func RunningTimers(d *Driver) int {
 	defer d.timerMu.Unlock()
 	return len(d.timers)
 }
+
+// InFlight is how many payload bytes d counts in flight to peer.
+func InFlight(d *Driver, peer string) int64 {
+	v, _ := call(context.Background(), d, func() (int64, error) { return d.budget.inflight[peer], nil })
+	return v
+}

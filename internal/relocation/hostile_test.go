@@ -352,16 +352,29 @@ func TestSpareTicketsAdmitOneMoveEachOfTheAskingNodeOnly(t *testing.T) {
 		}
 	}
 
-	// Spares never fill more than half of what a source may hold (256),
-	// so they never displace the ticket of a move under way.
+	// A source holds at most 128 spare tickets on a target (they never
+	// displace a ticket); spares it gives back make room again, and only
+	// its own can be given back.
 	flooder := newPeer(t, store)
-	total := 0
+	var spares [][]byte
 	for i := 0; i < 20; i++ {
 		r := ask(b.node, flooder, 16)
 		require.NotEmpty(t, r.GetMoveTicket())
-		total += 1 + len(r.GetSpareMoveTickets())
+		spares = append(spares, r.GetSpareMoveTickets()...)
 	}
-	require.LessOrEqual(t, total, 128+20)
+	require.Len(t, spares, 128)
+	require.Empty(t, ask(b.node, flooder, 16).GetSpareMoveTickets(), "the source holds 128 spares here")
+	giveBack := func(asker *peer, tickets [][]byte) *messages.CapabilityReply {
+		res, err := asker.node.System().Root.RequestFuture(relocation.PID(b.node.Address()), &messages.CapabilityQuery{
+			Kind: location.KindActor, StableType: "counter", WantTickets: 16, ReturnedTickets: tickets,
+			Source: &messages.NodeRef{NodeRid: asker.node.Descriptor().GetNodeRid(), NodeGeneration: asker.node.Descriptor().GetNodeGeneration(), Address: asker.node.Address()}},
+			testwait.Patience(t)).Result()
+		require.NoError(t, err)
+		return res.(*messages.CapabilityReply)
+	}
+	giveBack(member, spares[:15]) // another node cannot give back the flooder's tickets
+	require.Empty(t, ask(b.node, flooder, 16).GetSpareMoveTickets(), "still full")
+	require.Len(t, giveBack(flooder, spares[:15]).GetSpareMoveTickets(), 15, "given back, the room is used again")
 
 	bounded, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: 10})
 	require.NoError(t, err)

@@ -389,12 +389,7 @@ func (d *Driver) endSource(r *sourceRun) {
 	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend, handoff.TimerBoundaryGiveUp} {
 		d.stopTimer(timerKey{source: id, timer: t})
 	}
-	peer := r.target.GetAddress()
-	d.budget.drop(peer, id)
-	if r.sent > r.credited {
-		d.releaseBudget(peer, int64(r.sent-r.credited))
-		r.credited = r.sent
-	}
+	d.returnBudget(r)
 	delete(d.sources, id)
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
@@ -875,6 +870,20 @@ func (d *Driver) sendChunks(chunks []queuedChunk) {
 			Identity: r.m.Identity().ToProto(), Index: q.chunk.Index, Offset: q.chunk.Offset, Data: q.chunk.Data,
 		})
 	}
+}
+
+// returnBudget returns what a run still holds of its target's budget, once
+// its target holds the whole payload (relay-ready) or the move ended: its
+// chunks still queued are dropped, and the bytes sent and not credited
+// are released. Bytes never sent were never in flight: releasing them
+// would take back other moves' budget.
+func (d *Driver) returnBudget(r *sourceRun) {
+	peer := r.target.GetAddress()
+	r.sent -= uint64(d.budget.drop(peer, r.m.Identity().RelocationID))
+	if r.sent > r.credited {
+		d.releaseBudget(peer, int64(r.sent-r.credited))
+	}
+	r.credited = r.sent
 }
 
 func (d *Driver) releaseBudget(peer string, n int64) {

@@ -70,6 +70,7 @@ func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.Cap
 			}
 			return a.ev, a.gen, t, true
 		}
+		d.giveBack(key.address, a.tickets)
 		delete(d.spares, key)
 	}
 	if until, ok := d.oneByOne[key]; ok {
@@ -91,7 +92,8 @@ func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.Cap
 // alone, or, when alone is nil, to every move waiting in asking[key].
 func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabilityWaiter) {
 	q := &messages.CapabilityQuery{Kind: key.kind, StableType: key.stableType, ApplicationVersion: key.appVersion,
-		Source: d.selfRef(), WantTickets: 1 + spareTickets}
+		Source: d.selfRef(), WantTickets: 1 + spareTickets, ReturnedTickets: d.returning[key.address]}
+	delete(d.returning, key.address)
 	go func() {
 		res, err := d.sys.Root.RequestFuture(to, q, d.cfg.CapabilityTimeout).Result()
 		a := capabilityAnswer{at: time.Now()}
@@ -156,18 +158,41 @@ func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, 
 		done(a.ev, a.gen, t)
 	}
 	if a.ev.Supported && len(a.tickets) > 0 {
-		if old := d.spares[key]; old != nil && a.at.Sub(old.at) < spareFresh {
-			a.tickets = append(a.tickets, old.tickets...)
+		if old := d.spares[key]; old != nil {
+			if a.at.Sub(old.at) < spareFresh {
+				a.tickets = append(a.tickets, old.tickets...)
+			} else {
+				d.giveBack(key.address, old.tickets)
+			}
 		}
 		d.spares[key] = &a
 	}
 }
 
-// forgetSpares drops the spare tickets of a target whose connection ended
-// (its node may have restarted, and tickets belong to one lifecycle).
+// maxReturning bounds the unused tickets kept to give back to one target
+// (past it they simply expire there).
+const maxReturning = 256
+
+// giveBack keeps spare tickets this node will not use, to return them to
+// their target with the next query there: the target then counts them no
+// more against the spare tickets it gives this node.
+func (d *Driver) giveBack(address string, tickets [][]byte) {
+	room := maxReturning - len(d.returning[address])
+	if len(tickets) > room {
+		tickets = tickets[:max(room, 0)]
+	}
+	if len(tickets) > 0 {
+		d.returning[address] = append(d.returning[address], tickets...)
+	}
+}
+
+// forgetSpares drops the spare tickets of a target that refused a move or
+// whose connection ended (its node may be draining, or have restarted:
+// tickets belong to one lifecycle); they go back with the next query.
 func (d *Driver) forgetSpares(address string) {
-	for k := range d.spares {
+	for k, a := range d.spares {
 		if k.address == address {
+			d.giveBack(address, a.tickets)
 			delete(d.spares, k)
 		}
 	}
