@@ -168,6 +168,16 @@ func TestBreakCrashedFixedPortNodeCannotRestart(t *testing.T) {
 	f.Partition(true)
 	defer f.Partition(false)
 	closeRemote(sys1)
+	// The old remote may hold its port a little after Shutdown returns
+	// (its listener closes after): restart once the port is free.
+	testwait.For(t, func() bool {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return false
+		}
+		_ = l.Close()
+		return true
+	}, "the crashed node's port is free again")
 
 	sys2 := actor.NewActorSystem()
 	defer sys2.Shutdown()

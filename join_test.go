@@ -23,7 +23,8 @@ import (
 // journal is an Actor that writes down what it handled, in order: "tick"
 // for each tick (answered with the count so far), and for its Join
 // callback "joined <spot>" — with "+committed" when the store already
-// showed the membership as it ran (the callback comes after the commit).
+// showed the membership as it ran (the callback comes after the commit),
+// or "+now:<spot>" naming the membership the store showed instead.
 // "log" answers the journal. Its journal moves with it.
 type journal struct {
 	store location.Store
@@ -45,8 +46,13 @@ func (j *journal) Receive(c actor.Context) {
 		// The incarnation's name is "roam/actor/<id>@<generations>".
 		id, _, _ := strings.Cut(strings.TrimPrefix(c.Self().GetId(), "roam/actor/"), "@")
 		v, err := j.store.Read(context.Background(), roam.ActorRef(id))
-		if err == nil && v.Record.GetMembership().GetSpotId() == m.GetSpotId() && v.Record.GetMembership().GetSpotGeneration() == m.GetSpotGeneration() {
+		switch {
+		case err == nil && v.Record.GetMembership().GetSpotId() == m.GetSpotId() && v.Record.GetMembership().GetSpotGeneration() == m.GetSpotGeneration():
 			entry += "+committed"
+		case err == nil:
+			// Another Join committed since (a move sealed the Actor
+			// before it handled this callback): the store names it.
+			entry += "+now:" + v.Record.GetMembership().GetSpotId()
 		}
 		j.log = append(j.log, entry)
 	}

@@ -333,13 +333,22 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		if len(t.members) > 0 || (t.key.Kind == location.KindUserSpot && t.kind.SpotWide) {
 			relay = d.openMembers(t, e.Relay)
 		}
+		saved := len(t.saved)
 		backlog := append(t.saved, relay...)
 		t.saved = nil
 		if t.joined.Load() {
 			// The Join callback runs after the commit, before what moved
-			// with the Actor (PROTOCOL.md §7.10).
+			// with the Actor (PROTOCOL.md §7.10) — but after the callback
+			// of an earlier Join that the Actor had not handled yet when
+			// this move sealed it: callbacks keep their commits' order.
+			at := 0
+			for i, m := range backlog[:saved] {
+				if _, ok := m.(*messages.JoinedSpot); ok {
+					at = i + 1
+				}
+			}
 			j := t.prepare.GetJoin()
-			backlog = append([]any{&messages.JoinedSpot{SpotId: j.GetSpotId(), SpotGeneration: j.GetSpotGeneration()}}, backlog...)
+			backlog = slices.Insert(backlog, at, any(&messages.JoinedSpot{SpotId: j.GetSpotId(), SpotGeneration: j.GetSpotGeneration()}))
 		}
 		if m := t.committedMember.Load(); m != nil {
 			t.obj.member = m
