@@ -5,8 +5,10 @@
 // another and 32 at a time; (d) baselines from the same run: Proto.Actor's
 // own way of moving state (stop, persist to Consul, activate elsewhere and
 // load, callers retry on dead letter) and plain Proto.Actor messaging
-// without roam's mailbox. Every figure is a median over runs, beside its
-// baseline as a ratio.
+// without roam's mailbox; (e) a node of 10,000 Spots drained; (f) a SpotWide
+// User Spot moved with its members; (g) what one move of 1 KiB and of
+// 16 MiB costs in CPU and allocations, with profiles. Every figure is a
+// median over runs, beside its baseline as a ratio, except (g)'s means.
 package main
 
 import (
@@ -31,7 +33,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
-	only := flag.String("only", "abcdef", "the sections to run (letters a to f)")
+	only := flag.String("only", "abcdefg", "the sections to run (letters a to g)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
 	memProfile := flag.String("memprofile", "", "write the run's allocations (an allocs profile) to this file at the end")
@@ -176,6 +178,34 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 				fmt.Fprintf(os.Stderr, "  %s %d members: p50 %.2f ms p99 %.2f ms\n", s.name, n, row.P50, row.P99)
 			}
 		}
+		b.WriteString("\n")
+	}
+
+	if want("g") {
+		fmt.Fprintln(os.Stderr, "(g) cost of one move")
+		b.WriteString("## (g) What one move costs\n\n")
+		b.WriteString("One Spot moved back and forth between two nodes on the embedded store, one move after another, after a warm-up of 5 moves; ")
+		b.WriteString("the process runs both nodes and the store, so its CPU time and allocations are all of roam's work for the move (Proto.Actor's and gRPC's included). ")
+		b.WriteString("Means over the moves; the profiles are of the moves alone (bench/out/, `go tool pprof`).\n\n")
+		b.WriteString("| state | moves | CPU per move | allocated per move | allocations per move | allocated / state |\n|---|---|---|---|---|---|\n")
+		var tops strings.Builder
+		for _, size := range []int{1 << 10, 16 << 20} {
+			m := 2000
+			if size >= 16<<20 {
+				m = 20
+			}
+			if quick {
+				m = max(3, m/20)
+			}
+			row, err := moveCost(ctx, stores[0].new, size, m, "bench/out")
+			if err != nil {
+				return fmt.Errorf("cost %s: %w", human(size), err)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.3f ms | %s | %d | %.1f |\n", human(size), row.Moves, float64(row.CPU.Microseconds())/1000, human(int(row.Bytes)), row.Allocs, float64(row.Bytes)/float64(size))
+			fmt.Fprintf(os.Stderr, "  %s: CPU %v, %d B, %d allocations per move\n", human(size), row.CPU, row.Bytes, row.Allocs)
+			fmt.Fprintf(&tops, "\n### %s: CPU\n\n```\n%s\n```\n\n### %s: allocated bytes\n\n```\n%s\n```\n", human(size), row.TopCPU, human(size), row.TopAllocs)
+		}
+		b.WriteString(tops.String())
 		b.WriteString("\n")
 	}
 
