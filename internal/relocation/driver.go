@@ -170,6 +170,7 @@ type Driver struct {
 	// returning: spare tickets per target address to give back with the
 	// next query there.
 	returning    map[string][][]byte
+	spareFresh   time.Duration
 	timerMu      sync.Mutex
 	timers       map[timerKey]*time.Timer
 	timersClosed bool
@@ -224,23 +225,24 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		return nil, err
 	}
 	d := &Driver{
-		cfg:       cfg,
-		node:      node,
-		store:     location.Leased(store, node),
-		log:       cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
-		sys:       node.System(),
-		desc:      node.Descriptor(),
-		kinds:     map[string]*Kind{},
-		objects:   map[location.AuthorityKey]*object{},
-		sources:   map[uint64]*sourceRun{},
-		targets:   map[handoff.Identity]*targetRun{},
-		arrivals:  map[location.AuthorityKey]*targetRun{},
-		timers:    map[timerKey]*time.Timer{},
-		tickets:   newTickets(),
-		spares:    map[capabilityKey]*capabilityAnswer{},
-		asking:    map[capabilityKey][]capabilityWaiter{},
-		oneByOne:  map[capabilityKey]time.Time{},
-		returning: map[string][][]byte{},
+		cfg:        cfg,
+		node:       node,
+		store:      location.Leased(store, node),
+		log:        cfg.Logger.With().Str("node_rid", node.Descriptor().GetNodeRid()).Logger(),
+		sys:        node.System(),
+		desc:       node.Descriptor(),
+		kinds:      map[string]*Kind{},
+		objects:    map[location.AuthorityKey]*object{},
+		sources:    map[uint64]*sourceRun{},
+		targets:    map[handoff.Identity]*targetRun{},
+		arrivals:   map[location.AuthorityKey]*targetRun{},
+		timers:     map[timerKey]*time.Timer{},
+		tickets:    newTickets(),
+		spares:     map[capabilityKey]*capabilityAnswer{},
+		asking:     map[capabilityKey][]capabilityWaiter{},
+		oneByOne:   map[capabilityKey]time.Time{},
+		returning:  map[string][][]byte{},
+		spareFresh: spareFresh,
 		inProcess: func() bool {
 			s, ok := store.(location.InProcess)
 			return ok && s.InProcess()

@@ -44,3 +44,18 @@ func InFlight(d *Driver, peer string) int64 {
 	v, _ := call(context.Background(), d, func() (int64, error) { return d.budget.inflight[peer], nil })
 	return v
 }
+
+// SetSpareFresh changes how long spare move tickets serve further moves.
+func SetSpareFresh(d *Driver, fresh time.Duration) {
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		d.spareFresh = fresh
+		return struct{}{}, nil
+	})
+}
+
+// SpareTicketsHeld is how many spare tickets d, as a target, keeps for the
+// source at address.
+func SpareTicketsHeld(d *Driver, address string) int {
+	v, _ := call(context.Background(), d, func() (int, error) { return d.tickets.spares[address], nil })
+	return v
+}

@@ -29,7 +29,7 @@ import (
 const spareTickets = 15
 
 // spareFresh is how long a target's supported answer and its spare
-// tickets serve further moves.
+// tickets serve further moves (Driver.spareFresh; tests shorten it).
 const spareFresh = time.Second
 
 // capabilityKey names what a capability answer is about.
@@ -62,7 +62,7 @@ func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.Cap
 	key := capabilityKey{address: r.target.GetAddress(), kind: r.obj.key.Kind, stableType: r.obj.kind.StableType, appVersion: r.obj.kind.ApplicationVersion}
 	now := time.Now()
 	if a := d.spares[key]; a != nil {
-		if now.Sub(a.at) < spareFresh && len(a.tickets) > 0 {
+		if now.Sub(a.at) < d.spareFresh && len(a.tickets) > 0 {
 			t := a.tickets[0]
 			a.tickets = a.tickets[1:]
 			if len(a.tickets) == 0 {
@@ -125,7 +125,7 @@ func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, 
 		if len(a.tickets) > 1 {
 			delete(d.oneByOne, key)
 		} else {
-			d.oneByOne[key] = a.at.Add(spareFresh)
+			d.oneByOne[key] = a.at.Add(d.spareFresh)
 		}
 	}
 	spares := len(a.tickets) > 1
@@ -159,7 +159,7 @@ func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, 
 	}
 	if a.ev.Supported && len(a.tickets) > 0 {
 		if old := d.spares[key]; old != nil {
-			if a.at.Sub(old.at) < spareFresh {
+			if a.at.Sub(old.at) < d.spareFresh {
 				a.tickets = append(a.tickets, old.tickets...)
 			} else {
 				d.giveBack(key.address, old.tickets)

@@ -3,6 +3,7 @@ package relocation_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -117,4 +118,34 @@ func TestSpareTicketsDoNotDisplaceAMoveUnderWay(t *testing.T) {
 	source.send(b.node.Address(), source.self, p)
 	failed := next[*messages.RelocationFailed](t, source)
 	require.NotContains(t, failed.GetDetail(), "ticket", "the first move's ticket was displaced by spares")
+}
+
+// Spare tickets a source drops unused (their answer grew old) go back to
+// the target with its next query there, so what the target keeps for the
+// source stays what the source still holds: moves one after another, each
+// finding the last answer too old, leave at most one answer's spares.
+// Reference: docs/PROTOCOL.md §5.2.
+func TestUnusedSpareTicketsGoBack(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	relocation.SetSpareFresh(a.driver, 0) // every answer is too old for the next move
+	var returned atomic.Int32
+	relocation.DropInbound(b.driver, func(m any) bool {
+		if q, ok := m.(*messages.CapabilityQuery); ok {
+			returned.Add(int32(len(q.GetReturnedTickets())))
+		}
+		return false
+	})
+	const n = 12
+	for i := 0; i < n; i++ {
+		key := location.Key(location.KindActor, fmt.Sprintf("back-%d", i))
+		_, err := a.driver.Spawn(ctx, "counter", key.ID)
+		require.NoError(t, err)
+		_, err = a.driver.Relocate(ctx, key, c.rid(1))
+		require.NoError(t, err)
+	}
+	require.Positive(t, returned.Load(), "no spare ticket came back")
+	require.LessOrEqual(t, relocation.SpareTicketsHeld(b.driver, a.node.Address()), 15,
+		"the target keeps spares the source dropped")
 }
