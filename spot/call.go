@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -133,7 +132,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	if !cached {
 		*route = "store"
 	}
-	op := uuid.NewString()
+	op := newOperationID()
 	switch {
 	case a.ready() && !a.ended:
 		if err := c.checkExisting(a); err != nil {

@@ -33,7 +33,10 @@
 package spot
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +76,22 @@ func ValidateStableType(stableType string) error {
 // NewID issues the Spot ID of a Create: a lowercase canonical UUID v4
 // (PROTOCOL.md §7.2).
 func NewID() string { return uuid.NewString() }
+
+// opPrefix and opSeq make a call's operation id: 96 random bits drawn once
+// per process, and a counter. As unique as a random UUID across nodes and
+// restarts, without reading the system's random source on every call
+// (a system call, the largest part of a call's own cost).
+var (
+	opPrefix = func() string {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b) // crypto/rand never fails on a supported OS
+		return hex.EncodeToString(b) + "-"
+	}()
+	opSeq atomic.Uint64
+)
+
+// newOperationID issues a call's operation id (PROTOCOL.md §2.3).
+func newOperationID() string { return opPrefix + strconv.FormatUint(opSeq.Add(1), 36) }
 
 // newID is what Create calls (replaced in tests); newIDCalls counts it.
 var (

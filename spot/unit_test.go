@@ -260,3 +260,19 @@ func BenchmarkRouteSweepNobodyLeft(b *testing.B) {
 		c.dropOwnersNotIn(live)
 	}
 }
+
+// A call's operation id is unique within the process (a counter) and
+// across processes (96 random bits drawn once per process).
+func TestOperationIDsAreUnique(t *testing.T) {
+	seen := make(map[string]bool, 100000)
+	for i := 0; i < 100000; i++ {
+		op := newOperationID()
+		if seen[op] {
+			t.Fatalf("operation id %q issued twice", op)
+		}
+		seen[op] = true
+	}
+	if len(opPrefix) != 25 || opPrefix[24] != '-' {
+		t.Fatalf("prefix %q: want 24 hex digits and a dash", opPrefix)
+	}
+}

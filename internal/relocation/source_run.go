@@ -41,12 +41,14 @@ type sourceRun struct {
 	// §5.15), every other move one part.
 	parts     []*sourcePart
 	target    *messages.NodeRef
-	targetPID *actor.PID                // the target's relocation actor
-	join      *messages.Membership      // the User Spot a Join moves the Actor into, or nil
-	ticket    []byte                    // the move ticket of the target's capability answer
-	batch     []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
-	sum       handoff.RelaySum
-	lastRead  location.Versioned // the record the last reconcile read saw
+	targetPID *actor.PID           // the target's relocation actor
+	join      *messages.Membership // the User Spot a Join moves the Actor into, or nil
+	ticket    []byte               // the move ticket of the target's capability answer
+	// prepareSent: the Restore request (with the ticket) went out.
+	prepareSent bool
+	batch       []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
+	sum         handoff.RelaySum
+	lastRead    location.Versioned // the record the last reconcile read saw
 	// captures: the parts' captures after the seal, until every part's
 	// has come (awaiting 0); captureErr is the first that failed.
 	captures   []capturedPart
@@ -390,6 +392,11 @@ func (d *Driver) endSource(r *sourceRun) {
 		d.stopTimer(timerKey{source: id, timer: t})
 	}
 	d.returnBudget(r)
+	if r.ticket != nil && !r.prepareSent {
+		// Given and never used (the move ended before its seal): the
+		// target need not keep it (tickets_out.go).
+		d.giveBack(r.target.GetAddress(), [][]byte{r.ticket})
+	}
 	delete(d.sources, id)
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
@@ -413,11 +420,13 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	key := r.obj.key
 	switch e := e.(type) {
 	case handoff.QueryCapability:
-		ev, gen, ticket, now := d.capabilityFor(r, func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte) {
-			if cur := d.sources[id.RelocationID]; cur == r {
-				r.target.NodeGeneration, r.ticket = gen, ticket
-				d.stepSource(r, ev)
+		ev, gen, ticket, now := d.capabilityFor(r, func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte) bool {
+			if cur := d.sources[id.RelocationID]; cur != r {
+				return false
 			}
+			r.target.NodeGeneration, r.ticket = gen, ticket
+			d.stepSource(r, ev)
+			return true
 		})
 		if now {
 			r.target.NodeGeneration, r.ticket = gen, ticket
@@ -489,6 +498,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.SendPrepare:
+		r.prepareSent = true
 		r.outcome.Bytes, r.outcome.Chunks = e.Manifest.TotalLength, e.Manifest.ChunkCount
 		d.send(r.targetPID, &messages.RelocationPrepare{
 			Identity: id.ToProto(),

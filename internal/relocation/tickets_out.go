@@ -50,8 +50,9 @@ type capabilityAnswer struct {
 }
 
 // capabilityWaiter takes a capability answer and the move's own ticket
-// (none when the answer refuses), on the driver goroutine.
-type capabilityWaiter = func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte)
+// (none when the answer refuses), on the driver goroutine; false when the
+// move ended meanwhile, and its ticket goes back to the target.
+type capabilityWaiter = func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte) bool
 
 // capabilityFor hands r the answer to its capability query: at once from
 // a fresh answer's spare tickets (ok true), else when the query that r
@@ -134,7 +135,7 @@ func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, 
 			// A refusal, or a yes without any ticket (its Restore
 			// request will be refused): the same answer for every move.
 			for _, w := range waiting[i:] {
-				w(a.ev, a.gen, nil)
+				_ = w(a.ev, a.gen, nil)
 			}
 			return
 		}
@@ -155,7 +156,9 @@ func (d *Driver) answered(key capabilityKey, to *actor.PID, a capabilityAnswer, 
 		}
 		t := a.tickets[0]
 		a.tickets = a.tickets[1:]
-		done(a.ev, a.gen, t)
+		if !done(a.ev, a.gen, t) {
+			d.giveBack(key.address, [][]byte{t})
+		}
 	}
 	if a.ev.Supported && len(a.tickets) > 0 {
 		if old := d.spares[key]; old != nil {

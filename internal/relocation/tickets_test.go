@@ -149,3 +149,47 @@ func TestUnusedSpareTicketsGoBack(t *testing.T) {
 	require.LessOrEqual(t, relocation.SpareTicketsHeld(b.driver, a.node.Address()), 15,
 		"the target keeps spares the source dropped")
 }
+
+// brokenState captures nothing: every move of its object fails at the
+// seal, before any Restore request.
+type brokenState struct{}
+
+func (brokenState) Capture(actor.Actor) ([]byte, error) { return nil, errors.New("no state today") }
+func (brokenState) Restore(actor.Actor, []byte) error   { return nil }
+
+// A move that ends before its Restore request (here its capture fails)
+// gives its unused ticket back with the next query to that target.
+// Reference: docs/PROTOCOL.md §5.2.
+func TestAMoveThatNeverSentItsTicketGivesItBack(t *testing.T) {
+	store := newStore(t)
+	broken := relocation.Kind{StableType: "broken", Producer: func() actor.Actor { return &counter{} }, Policy: relocation.PreserveStateWith(brokenState{})}
+	a := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind, broken)
+	// A target with a capacity gives no spare tickets: every ticket that
+	// comes back is a move's own.
+	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	bd, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
+	require.NoError(t, err)
+	require.NoError(t, bd.RegisterKind(counterKind))
+	require.NoError(t, bd.RegisterKind(broken))
+	var returned atomic.Int32
+	relocation.DropInbound(bd, func(m any) bool {
+		if q, ok := m.(*messages.CapabilityQuery); ok {
+			returned.Add(int32(len(q.GetReturnedTickets())))
+		}
+		return false
+	})
+	ctx := context.Background()
+	_, err = a.driver.Spawn(ctx, "broken", "b1")
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "b1"), node.Descriptor().GetNodeRid())
+	require.Error(t, err, "its capture fails")
+	require.Zero(t, returned.Load())
+
+	_, err = a.driver.Spawn(ctx, "counter", "c1")
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "c1"), node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, returned.Load(), "the failed move's ticket came back with the next query")
+}
