@@ -307,13 +307,7 @@ func TestNewestPrepareWins(t *testing.T) {
 func TestSpareTicketsAdmitOneMoveEachOfTheAskingNodeOnly(t *testing.T) {
 	store := newStore(t)
 	ask := func(target *meshnode.Node, asker *peer, want uint32) *messages.CapabilityReply {
-		d := asker.node.Descriptor()
-		res, err := asker.node.System().Root.RequestFuture(relocation.PID(target.Address()), &messages.CapabilityQuery{
-			Kind: location.KindActor, StableType: "counter", WantTickets: want,
-			Source: &messages.NodeRef{NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), Address: asker.node.Address()}},
-			testwait.Patience(t)).Result()
-		require.NoError(t, err)
-		return res.(*messages.CapabilityReply)
+		return askTickets(t, target, asker, want, nil)
 	}
 	b := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind)
 	member := newPeer(t, store)
@@ -365,24 +359,14 @@ func TestSpareTicketsAdmitOneMoveEachOfTheAskingNodeOnly(t *testing.T) {
 	require.Len(t, spares, 128)
 	require.Empty(t, ask(b.node, flooder, 16).GetSpareMoveTickets(), "the source holds 128 spares here")
 	giveBack := func(asker *peer, tickets [][]byte) *messages.CapabilityReply {
-		res, err := asker.node.System().Root.RequestFuture(relocation.PID(b.node.Address()), &messages.CapabilityQuery{
-			Kind: location.KindActor, StableType: "counter", WantTickets: 16, ReturnedTickets: tickets,
-			Source: &messages.NodeRef{NodeRid: asker.node.Descriptor().GetNodeRid(), NodeGeneration: asker.node.Descriptor().GetNodeGeneration(), Address: asker.node.Address()}},
-			testwait.Patience(t)).Result()
-		require.NoError(t, err)
-		return res.(*messages.CapabilityReply)
+		return askTickets(t, b.node, asker, 16, tickets)
 	}
 	giveBack(member, spares[:15]) // another node cannot give back the flooder's tickets
 	require.Empty(t, ask(b.node, flooder, 16).GetSpareMoveTickets(), "still full")
 	require.Len(t, giveBack(flooder, spares[:15]).GetSpareMoveTickets(), 15, "given back, the room is used again")
 
-	bounded, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: 10})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = bounded.Stop(context.Background()) })
-	bd, err := relocation.New(bounded, store, relocation.Config{Logger: testLogger()})
-	require.NoError(t, err)
-	require.NoError(t, bd.RegisterKind(counterKind))
-	reply = ask(bounded, member, 40)
+	bounded := startBoundedNode(t, store, 10, counterKind)
+	reply = ask(bounded.node, member, 40)
 	require.True(t, reply.GetSupported(), reply.GetReason())
 	require.NotEmpty(t, reply.GetMoveTicket())
 	require.Empty(t, reply.GetSpareMoveTickets(), "a node with a capacity answers one move at a time")
@@ -421,4 +405,31 @@ func TestATicketFromBeforeADrainAdmitsNothing(t *testing.T) {
 	require.ErrorIs(t, err, roamerr.ErrNodeDraining)
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)
 	require.Equal(t, int64(1), get(t, a.node.System(), pid), "the object serves on at its owner")
+}
+
+// askTickets sends asker's capability query for a counter move to target,
+// asking for want tickets and giving back returned, and returns the answer.
+func askTickets(t *testing.T, target *meshnode.Node, asker *peer, want uint32, returned [][]byte) *messages.CapabilityReply {
+	t.Helper()
+	d := asker.node.Descriptor()
+	res, err := asker.node.System().Root.RequestFuture(relocation.PID(target.Address()), &messages.CapabilityQuery{
+		Kind: location.KindActor, StableType: "counter", WantTickets: want, ReturnedTickets: returned,
+		Source: &messages.NodeRef{NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), Address: asker.node.Address()}},
+		testwait.Patience(t)).Result()
+	require.NoError(t, err)
+	return res.(*messages.CapabilityReply)
+}
+
+// startBoundedNode starts a node of the given capacity hosting kinds.
+func startBoundedNode(t *testing.T, store location.Store, capacity uint32, kinds ...relocation.Kind) *testNode {
+	t.Helper()
+	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: capacity})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	d, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
+	require.NoError(t, err)
+	for _, k := range kinds {
+		require.NoError(t, d.RegisterKind(k))
+	}
+	return &testNode{node: node, driver: d}
 }

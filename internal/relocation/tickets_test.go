@@ -89,13 +89,7 @@ func TestRelayReadyAfterAResendLeavesNoBudgetInFlight(t *testing.T) {
 func TestSpareTicketsDoNotDisplaceAMoveUnderWay(t *testing.T) {
 	store := newStore(t)
 	ask := func(target *meshnode.Node, asker *peer, want uint32) *messages.CapabilityReply {
-		d := asker.node.Descriptor()
-		res, err := asker.node.System().Root.RequestFuture(relocation.PID(target.Address()), &messages.CapabilityQuery{
-			Kind: location.KindActor, StableType: "counter", WantTickets: want,
-			Source: &messages.NodeRef{NodeRid: d.GetNodeRid(), NodeGeneration: d.GetNodeGeneration(), Address: asker.node.Address()}},
-			testwait.Patience(t)).Result()
-		require.NoError(t, err)
-		return res.(*messages.CapabilityReply)
+		return askTickets(t, target, asker, want, nil)
 	}
 	b := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind)
 	source := newPeer(t, store)
@@ -166,13 +160,8 @@ func TestAMoveThatNeverSentItsTicketGivesItBack(t *testing.T) {
 	a := startNodeConfig(t, store, relocation.Config{Logger: testLogger()}, counterKind, broken)
 	// A target with a capacity gives no spare tickets: every ticket that
 	// comes back is a move's own.
-	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: 10})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = node.Stop(context.Background()) })
-	bd, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
-	require.NoError(t, err)
-	require.NoError(t, bd.RegisterKind(counterKind))
-	require.NoError(t, bd.RegisterKind(broken))
+	target := startBoundedNode(t, store, 10, counterKind, broken)
+	node, bd := target.node, target.driver
 	var returned atomic.Int32
 	relocation.DropInbound(bd, func(m any) bool {
 		if q, ok := m.(*messages.CapabilityQuery); ok {
@@ -181,7 +170,7 @@ func TestAMoveThatNeverSentItsTicketGivesItBack(t *testing.T) {
 		return false
 	})
 	ctx := context.Background()
-	_, err = a.driver.Spawn(ctx, "broken", "b1")
+	_, err := a.driver.Spawn(ctx, "broken", "b1")
 	require.NoError(t, err)
 	_, err = a.driver.Relocate(ctx, location.Key(location.KindActor, "b1"), node.Descriptor().GetNodeRid())
 	require.Error(t, err, "its capture fails")
