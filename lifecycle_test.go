@@ -2,7 +2,9 @@ package roam_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -11,6 +13,7 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -78,6 +81,117 @@ func TestActorLifecycleKeepsTheMemberCount(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 	})
+}
+
+// An Actor deleted and spawned again under the same ID is a new
+// incarnation with a new ObjectGeneration (docs/PROTOCOL.md §2.3): a PID
+// of the deleted one reaches nothing of the new one, and a spawn on a node
+// where the old incarnation still forwards (it moved away before the
+// delete) starts, rather than leaving a record no incarnation serves.
+func TestActorSpawnedAgainIsANewIncarnation(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	a := start(t, store, roam.WithNodeName("node-a"))
+	b := start(t, store, roam.WithNodeName("node-b"))
+
+	// Deleted where it was spawned, spawned again there.
+	_, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	old, err := a.Resolve(ctx, roam.ActorRef("x"))
+	require.NoError(t, err)
+	first := generationOf(t, store, "x")
+	deleted, err := a.DeleteActor(ctx, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.True(t, deleted)
+	_, err = a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	require.NotEqual(t, first, generationOf(t, store, "x"), "a new incarnation, a new ObjectGeneration")
+	res, err := a.System().Root.RequestFuture(old, wrapperspb.String("tick"), testwait.Patience(t)).Result()
+	if err == nil {
+		require.Error(t, roam.DeliveryError(res), "the deleted incarnation's PID reaches the new one")
+	}
+	n, err := tick(ctx, a, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the new incarnation starts empty and got no message meant for the old one")
+
+	// Moved to b (a keeps forwarding for the old PID), deleted there,
+	// spawned again on a.
+	_, err = a.SpawnActor(ctx, "counter", "y")
+	require.NoError(t, err)
+	_, err = tick(ctx, a, roam.ActorRef("y"))
+	require.NoError(t, err)
+	_, err = a.Relocate(ctx, roam.ActorRef("y"), "node-b")
+	require.NoError(t, err)
+	deleted, err = a.DeleteActor(ctx, roam.ActorRef("y"))
+	require.NoError(t, err)
+	require.True(t, deleted)
+	_, err = a.SpawnActor(ctx, "counter", "y")
+	require.NoError(t, err, "spawned again where the old incarnation forwards")
+	n, err = tick(ctx, b, roam.ActorRef("y"))
+	require.NoError(t, err, "the new incarnation serves")
+	require.EqualValues(t, 1, n)
+}
+
+// A delete whose record write fails after the incarnation has closed
+// goes on until the store takes it: the record never stays behind with
+// nothing serving it. A spawn whose write is indeterminate starts its
+// Actor when the write landed and leaves nothing when it did not.
+// Reference: docs/PROTOCOL.md §7.10.
+func TestActorDeleteAndSpawnSurviveStoreFaults(t *testing.T) {
+	ctx := context.Background()
+	f, err := faulty.New(memstore.New(), faulty.Config{})
+	require.NoError(t, err)
+	a := start(t, f, roam.WithNodeName("node-a"))
+
+	// Refused twice, then taken: the caller waits and hears true.
+	_, err = a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	f.InjectOn("apply", faulty.Unavailable, faulty.Unavailable)
+	deleted, err := a.DeleteActor(ctx, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.True(t, deleted)
+	_, err = f.Read(ctx, roam.ActorRef("x"))
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	// A spawn whose write landed but was reported indeterminate serves.
+	f.InjectOn("apply", faulty.IndeterminateApplied)
+	_, err = a.SpawnActor(ctx, "counter", "z")
+	require.NoError(t, err)
+	n, err := tick(ctx, a, roam.ActorRef("z"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	// One whose write was lost fails, and leaves no record.
+	f.InjectOn("apply", faulty.IndeterminateLost)
+	_, err = a.SpawnActor(ctx, "counter", "w")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	_, err = f.Read(ctx, roam.ActorRef("w"))
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	// Refused past the caller's deadline (last: faults it leaves queued
+	// touch nothing else): whatever the caller heard, the record ends up
+	// gone, or still served if the delete ended before the close.
+	_, err = a.SpawnActor(ctx, "counter", "y")
+	require.NoError(t, err)
+	f.InjectOn("apply", faulty.Unavailable, faulty.Unavailable, faulty.Unavailable, faulty.Unavailable, faulty.Unavailable, faulty.Unavailable)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = a.DeleteActor(short, roam.ActorRef("y"))
+	t.Logf("delete past its deadline: %v", err)
+	testwait.For(t, func() bool {
+		if _, err := f.Read(ctx, roam.ActorRef("y")); errors.Is(err, location.ErrNotFound) {
+			return true
+		}
+		_, err := tick(ctx, a, roam.ActorRef("y"))
+		return err == nil
+	}, "the record of a deleted Actor stayed with nothing serving it")
+}
+
+// generationOf is the ObjectGeneration on the record of the Actor id.
+func generationOf(t *testing.T, store location.Store, id string) uint64 {
+	t.Helper()
+	v, err := store.Read(context.Background(), location.Key(location.KindActor, id))
+	require.NoError(t, err)
+	return v.Record.GetObjectGeneration()
 }
 
 // A member whose owner ended is released by the operator together with

@@ -59,7 +59,9 @@ func TestFollowGenerationMismatchIsInvalidOperation(t *testing.T) {
 	sys := c.nodes[0].node.System()
 	res := request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderGeneration: "99"})
 	require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrInvalidOperation)
-	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderGeneration: "1"})
+	v, err := c.store.Read(context.Background(), location.Key(location.KindActor, "gen"))
+	require.NoError(t, err)
+	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderGeneration: strconv.FormatUint(v.Record.GetObjectGeneration(), 10)})
 	require.NoError(t, relocation.DeliveryError(res))
 }
 

@@ -87,6 +87,13 @@ func membershipRetry(ctx context.Context, what string, try int, err error) error
 // again. Messages sent after it end as stale or NotFound. False when there
 // is no such Actor; NotFound when this node is not its owner;
 // Unavailable while it moves.
+//
+// Once the incarnation has closed, its record must go too: a record left
+// Ready with nothing serving it is an object no one can reach, move or
+// drain (and a SpotWide Spot whose count includes it could not move). So
+// the delete is retried until it lands, past the caller's context and
+// past conflicts with other changes of the Spot's count; a caller whose
+// context ends first hears DeadlineExceeded while it goes on.
 func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bool, error) {
 	if err := d.serving(); err != nil {
 		return false, err
@@ -109,30 +116,80 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 	} else if d.Hosts(key, v.Record.GetObjectGeneration()) {
 		return false, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
 	}
+	done := make(chan deleted, 1)
+	go func() { done <- d.deleteRecord(key, v) }()
+	select {
+	case r := <-done:
+		return r.done, r.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("%w: delete %s: its incarnation has closed; its record is deleted once the store takes it: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+	}
+}
+
+type deleted struct {
+	done bool
+	err  error
+}
+
+// deleteRecord deletes the record of the Actor key, read as v, whose
+// incarnation on this node has closed, with its place in its User Spot's
+// count and its capacity slot. It returns once the record is gone, owned
+// by another lifecycle, or this node has stopped (the record is then an
+// ended owner's object, released as such).
+func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleted {
+	const maxPause = time.Second
+	indeterminate := false // a try that may have landed
 	for try := 0; ; try++ {
-		ops, err := d.leaveOps(ctx, v.Record)
-		if err != nil {
-			return false, err
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		err := d.tryDelete(ctx, key, v)
+		if errors.Is(err, location.ErrConflict) {
+			// The Spot's count moved (another member joined or left), or
+			// the record did: read both again.
+			var found bool
+			v, found, err = d.readActor(ctx, key)
+			switch {
+			case err == nil && !found:
+				cancel()
+				return deleted{done: indeterminate}
+			case err == nil && !activation.SameOwner(v.Record.GetOwner(), d.owner()):
+				cancel()
+				return deleted{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
+			case err == nil:
+				err = location.ErrConflict
+			}
 		}
-		ops = append(ops, FreeRecordSlotOps(v.Record)...)
-		_, err = d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version)))
+		cancel()
 		if err == nil {
 			d.freedRecordSlot(v.Record)
 			d.log.Info().Str("event", "actor_deleted").Str("object_id", key.ID).Msg("Actor deleted")
-			return true, nil
+			return deleted{done: true}
 		}
-		if err := membershipRetry(ctx, "delete "+key.String(), try, err); err != nil {
-			return false, err
+		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
+		if !errors.Is(err, location.ErrConflict) {
+			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
+				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
 		}
-		// The Spot's count moved (another member joined or left): read
-		// both again, and the owner too (a move that committed meanwhile).
-		if v, found, err = d.readActor(ctx, key); err != nil || !found {
-			return false, err
+		pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
+		if !errors.Is(err, location.ErrConflict) {
+			pause = min(maxPause, time.Duration(try+1)*50*time.Millisecond)
 		}
-		if !activation.SameOwner(v.Record.GetOwner(), d.owner()) {
-			return false, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+		select {
+		case <-d.node.Stopped():
+			return deleted{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
+		case <-time.After(pause):
 		}
 	}
+}
+
+// tryDelete is one transaction of deleteRecord.
+func (d *Driver) tryDelete(ctx context.Context, key location.AuthorityKey, v location.Versioned) error {
+	ops, err := d.leaveOps(ctx, v.Record)
+	if err != nil {
+		return err
+	}
+	ops = append(ops, FreeRecordSlotOps(v.Record)...)
+	_, err = d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version)))
+	return err
 }
 
 // LeaveSpot takes the Actor key, owned by this node, out of the User Spot

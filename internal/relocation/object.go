@@ -15,6 +15,7 @@ import (
 	"github.com/asynkron/protoactor-go/ctxext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -462,8 +463,12 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	if err := key.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
 	}
+	// A new incarnation: an ID spawned again after a delete must not
+	// reuse a generation, or its PIDs would reach the new one and collide
+	// with the old one's forwarders (PROTOCOL.md §2.3).
+	generation := activation.NewGeneration(0, time.Now())
 	rec := &location.Record{
-		ObjectGeneration:         1,
+		ObjectGeneration:         generation,
 		AuthorityOwnerGeneration: 1,
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
 		StableType:               stableType,
@@ -487,10 +492,16 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 	}
 	// The Actor holds a capacity slot of this node from its first record
 	// on (PROTOCOL.md §7.12).
-	if _, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
+	vers, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
 		WithSlot(rec, slots, 0)
 		return ops
-	}); err != nil {
+	})
+	if errors.Is(err, location.ErrIndeterminate) {
+		// It may have landed: a record with nothing serving it would be
+		// stuck, so read what the store has.
+		vers, err = d.spawnLanded(key, rec, err)
+	}
+	if err != nil {
 		if errors.Is(err, roamerr.ErrCapacityExceeded) {
 			return nil, err
 		}
@@ -505,12 +516,14 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		}
 		return nil, roamerr.Keep(roamerr.ErrUnavailable, "spawn "+key.String(), err)
 	}
-	return call(ctx, d, func() (*actor.PID, error) {
-		obj := &object{key: key, kind: k, generation: 1, ownerGeneration: 1}
+	// The record is committed: from here the incarnation starts whatever
+	// the caller's context does (a localCall runs once sent).
+	pid, err := call(context.Background(), d, func() (*actor.PID, error) {
+		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: 1}
 		if member != nil {
 			obj.member = member.membership
 		}
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, 1, 1))
+		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, generation, 1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
 		}
@@ -519,6 +532,32 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		d.objects[key] = obj
 		return pid, nil
 	})
+	if err != nil {
+		// Nothing serves the record it committed: take it back.
+		if r := d.deleteRecord(key, location.Versioned{Key: key, Version: vers[0], Record: rec}); r.err != nil {
+			err = errors.Join(err, r.err)
+		}
+		return nil, err
+	}
+	return pid, nil
+}
+
+// spawnLanded is a spawn's record write after an indeterminate answer
+// (cause): the version it has when the store holds exactly rec, else the
+// error to return.
+func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, cause error) ([]location.StoreVersion, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+	defer cancel()
+	v, err := d.store.Read(ctx, key)
+	switch {
+	case errors.Is(err, location.ErrNotFound):
+		return nil, cause
+	case err != nil:
+		return nil, errors.Join(cause, err)
+	case proto.Equal(v.Record, rec):
+		return []location.StoreVersion{v.Version}, nil
+	}
+	return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
 }
 
 // ClosingReason says why an incarnation closes.

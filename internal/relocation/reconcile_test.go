@@ -118,7 +118,9 @@ func TestReconcileAdoptsACommittedTarget(t *testing.T) {
 	<-silent.prepared
 	// The next incarnation on the silent node counts what reaches it.
 	got := make(chan int64, 100)
-	name := "roam/actor/" + key.ID + "@1.2"
+	spawned, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	name := fmt.Sprintf("roam/actor/%s@%d.2", key.ID, spawned.Record.GetObjectGeneration())
 	_, err = silent.node.System().Root.SpawnNamed(actor.PropsFromFunc(func(c actor.Context) {
 		if v, ok := c.Message().(*wrapperspb.Int64Value); ok {
 			got <- v.Value

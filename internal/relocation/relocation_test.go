@@ -163,6 +163,8 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	a, b := c.nodes[0], c.nodes[1]
 	pid, err := a.driver.Spawn(ctx, "counter", "c1")
 	require.NoError(t, err)
+	spawned, err := c.store.Read(ctx, location.Key(location.KindActor, "c1"))
+	require.NoError(t, err)
 
 	const total = 2000
 	sent := make(chan struct{})
@@ -181,9 +183,9 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	v, err := c.store.Read(ctx, location.Key(location.KindActor, "c1"))
 	require.NoError(t, err)
 	require.Equal(t, c.rid(1), v.Record.GetOwner().GetNodeRid())
+	require.Equal(t, spawned.Record.GetObjectGeneration(), v.Record.GetObjectGeneration(), "a move keeps the ObjectGeneration (PROTOCOL.md §2.3)")
 	require.Equal(t, out.RelocationID, v.Record.GetRelocationId())
 	require.EqualValues(t, 2, v.Record.GetAuthorityOwnerGeneration())
-	require.EqualValues(t, 1, v.Record.GetObjectGeneration(), "a move keeps the ObjectGeneration (PROTOCOL.md §2.3)")
 	require.Equal(t, b.node.EntrySpotID(), v.Record.GetMembership().GetSpotId())
 
 	newPID, err := b.driver.Resolve(ctx, location.Key(location.KindActor, "c1"))
