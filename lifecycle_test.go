@@ -3,6 +3,8 @@ package roam_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,11 +155,19 @@ func TestActorDeleteAndSpawnSurviveStoreFaults(t *testing.T) {
 	_, err = f.Read(ctx, roam.ActorRef("x"))
 	require.ErrorIs(t, err, location.ErrNotFound)
 
-	// A spawn whose write landed but was reported indeterminate serves.
+	// A spawn whose write landed but was reported indeterminate serves,
+	// also when the read that finds out fails at first.
 	f.InjectOn("apply", faulty.IndeterminateApplied)
 	_, err = a.SpawnActor(ctx, "counter", "z")
 	require.NoError(t, err)
 	n, err := tick(ctx, a, roam.ActorRef("z"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	f.InjectOn("apply", faulty.IndeterminateApplied)
+	f.InjectOn("read", faulty.Unavailable, faulty.Unavailable)
+	_, err = a.SpawnActor(ctx, "counter", "z2")
+	require.NoError(t, err)
+	n, err = tick(ctx, a, roam.ActorRef("z2"))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	// One whose write was lost fails, and leaves no record.
@@ -184,6 +194,97 @@ func TestActorDeleteAndSpawnSurviveStoreFaults(t *testing.T) {
 		_, err := tick(ctx, a, roam.ActorRef("y"))
 		return err == nil
 	}, "the record of a deleted Actor stayed with nothing serving it")
+}
+
+// gate holds a "block" turn of a gated Actor until it opens.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	done    atomic.Int64 // "block" turns finished
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 16), release: make(chan struct{})} }
+
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// gated is a counter whose "block" turn waits for its gate.
+type gated struct {
+	counter
+	gate *gate
+}
+
+func (a *gated) Receive(c actor.Context) {
+	if m, ok := c.Message().(*wrapperspb.StringValue); ok && m.GetValue() == "block" {
+		a.gate.entered <- struct{}{}
+		<-a.gate.release
+		a.gate.done.Add(1)
+		return
+	}
+	a.counter.Receive(c)
+}
+
+func gatedKind(g *gate) roam.Kind {
+	return roam.NewKind("gated", actor.PropsFromProducer(func() actor.Actor { return &gated{gate: g} }), roam.PreserveState())
+}
+
+// blockInTurn makes the Actor id start a turn that runs until g opens.
+func blockInTurn(t *testing.T, r *roam.Roam, g *gate, id string) {
+	t.Helper()
+	pid, err := r.Resolve(context.Background(), roam.ActorRef(id))
+	require.NoError(t, err)
+	r.System().Root.Send(pid, wrapperspb.String("block"))
+	select {
+	case <-g.entered:
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("the block turn did not start")
+	}
+}
+
+// A delete waits for the turns its Actor accepted; a caller who gives up
+// meanwhile hears DeadlineExceeded, and so does a second delete (from
+// another node) of the same Actor: the record stays while the old
+// incarnation still runs a turn, so the ID cannot be spawned again beside
+// it, and it goes once that turn ends. Reference: docs/PROTOCOL.md §7.10.
+func TestActorDeleteWaitsForItsAcceptedTurns(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	g := newGate()
+	defer g.open()
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(gatedKind(g)))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(gatedKind(g)))
+	_, err := a.SpawnActor(ctx, "gated", "x")
+	require.NoError(t, err)
+	blockInTurn(t, a, g, "x")
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = a.DeleteActor(short, roam.ActorRef("x"))
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+	short2, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	_, err = b.DeleteActor(short2, roam.ActorRef("x"))
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded, "a second delete waits for the first")
+	_, err = store.Read(ctx, roam.ActorRef("x"))
+	require.NoError(t, err, "the record stays while the incarnation runs a turn")
+	require.Zero(t, g.done.Load())
+	_, err = a.SpawnActor(ctx, "gated", "x")
+	require.ErrorIs(t, err, roamerr.ErrAlreadyExists)
+
+	g.open()
+	testwait.For(t, func() bool {
+		_, err := store.Read(ctx, roam.ActorRef("x"))
+		return errors.Is(err, location.ErrNotFound)
+	}, "the record of a deleted Actor stayed")
+	require.EqualValues(t, 1, g.done.Load())
+	deleted, err := b.DeleteActor(ctx, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.False(t, deleted, "already gone")
+	_, err = a.SpawnActor(ctx, "gated", "x")
+	require.NoError(t, err)
+	n, err := tick(ctx, b, roam.ActorRef("x"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 }
 
 // generationOf is the ObjectGeneration on the record of the Actor id.

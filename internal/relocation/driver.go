@@ -188,6 +188,10 @@ type Driver struct {
 	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
 	deadLetters    map[any]*deadLetterSend
 	deadLetterHeld map[location.AuthorityKey]*deadLetterHold
+	// deletions are the Actors this node is deleting (DeleteActor), from
+	// the close of their incarnation until their record is gone: a second
+	// delete of one waits for the first.
+	deletions map[location.AuthorityKey]*deletion
 	// deadLetterLogged: when each object's dead-letter redelivery was last
 	// logged (rate limit).
 	deadLetterLogged map[location.AuthorityKey]time.Time
@@ -251,6 +255,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		redeliveries:       map[location.AuthorityKey][]*redeliver{},
 		deadLetters:        map[any]*deadLetterSend{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
+		deletions:          map[location.AuthorityKey]*deletion{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
 		goneSince:          map[string]time.Time{},
 		deadLetterPatience: deadLetterPatience,

@@ -210,6 +210,14 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 	if err != nil {
 		return err
 	}
+	return d.closeEnded(ctx, obj)
+}
+
+// closeEnded runs the close of obj, marked ended and closing on the
+// driver goroutine: what it accepted runs, then it stops and leaves the
+// objects. DeadlineExceeded when ctx ends first (it stops itself later).
+func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
+	key := obj.key
 	// The marker queues behind every message already accepted, so those
 	// turns (and ticks) run first; then timers stop, the application hears
 	// OnClosing(Closed), and the actor stops. After the close an operation
@@ -321,30 +329,33 @@ func (d *Driver) IncarnationOf(ctx context.Context, pid *actor.PID) (location.Au
 // generation that serves, is moving out (also past its cutover), or is
 // arriving (a move in that may already have committed this node as owner).
 func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
-	ok, _ := call(context.Background(), d, func() (bool, error) {
-		if obj := d.objects[key]; obj != nil && obj.generation == generation && (obj.state == serving || obj.state == leaving) {
-			return true, nil
-		}
-		for _, t := range d.targets {
-			if t.key == key {
-				return true, nil
-			}
-			for _, m := range t.members {
-				if m.key == key {
-					return true, nil
-				}
-			}
-		}
-		// Moving out past its cutover: no longer registered, but the
-		// record may name this node until the target commits.
-		for _, r := range d.sources {
-			for _, p := range r.parts {
-				if p.obj.key == key && !r.m.Finished() {
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
+	ok, _ := call(context.Background(), d, func() (bool, error) { return d.hosts(key, generation), nil })
 	return ok
+}
+
+// hosts is Hosts on the driver goroutine.
+func (d *Driver) hosts(key location.AuthorityKey, generation uint64) bool {
+	if obj := d.objects[key]; obj != nil && obj.generation == generation && (obj.state == serving || obj.state == leaving) {
+		return true
+	}
+	for _, t := range d.targets {
+		if t.key == key {
+			return true
+		}
+		for _, m := range t.members {
+			if m.key == key {
+				return true
+			}
+		}
+	}
+	// Moving out past its cutover: no longer registered, but the record
+	// may name this node until the target commits.
+	for _, r := range d.sources {
+		for _, p := range r.parts {
+			if p.obj.key == key && !r.m.Finished() {
+				return true
+			}
+		}
+	}
+	return false
 }

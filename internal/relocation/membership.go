@@ -86,16 +86,23 @@ func membershipRetry(ctx context.Context, what string, try int, err error) error
 // with its membership, in one transaction; the ID can then be spawned
 // again. Messages sent after it end as stale or NotFound. False when there
 // is no such Actor; NotFound when this node is not its owner;
-// Unavailable while it moves.
+// Unavailable while it moves or its membership changes.
 //
-// Once the incarnation has closed, its record must go too: a record left
-// Ready with nothing serving it is an object no one can reach, move or
-// drain (and a SpotWide Spot whose count includes it could not move). So
-// the delete is retried until it lands, past the caller's context and
-// past conflicts with other changes of the Spot's count; a caller whose
-// context ends first hears DeadlineExceeded while it goes on.
+// Once the incarnation is marked closed, the delete runs to its end on its
+// own: a record left Ready with nothing serving it would be an object no
+// one can reach, move or drain (and a SpotWide Spot counting it could not
+// move). It waits for the accepted turns, then retries the record's delete
+// past conflicts with other changes of the Spot's count and past store
+// faults until it lands. A caller whose context ends first hears
+// DeadlineExceeded while it goes on; a second delete meanwhile waits for
+// the first.
 func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bool, error) {
 	if err := d.serving(); err != nil {
+		return false, err
+	}
+	// A move into this node that committed opens just after: its
+	// incarnation is the one to close.
+	if err := d.arrived(ctx, key); err != nil {
 		return false, err
 	}
 	v, found, err := d.readActor(ctx, key)
@@ -105,38 +112,96 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 	case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
 		return false, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 	}
-	// First the incarnation: what it accepted runs, later messages end
-	// stale. A delete asked again after a failed store write finds it gone.
-	if li, ok, err := d.Local(ctx, key); err != nil {
-		return false, err
-	} else if ok {
-		if err := d.CloseLocal(ctx, key, li.Generation); err != nil {
-			return false, err
+	del, err := call(ctx, d, func() (*deletion, error) {
+		if del := d.deletions[key]; del != nil {
+			return del, nil
 		}
-	} else if d.Hosts(key, v.Record.GetObjectGeneration()) {
-		return false, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+		obj := d.objects[key]
+		switch {
+		case obj == nil && d.hosts(key, v.Record.GetObjectGeneration()):
+			// Arriving (alone, or as a SpotWide Spot's member: the
+			// commit may have named this node before it opens), or
+			// moving out past its cutover.
+			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+		case obj == nil:
+			// Nothing serves the record here: only the record goes.
+		case obj.generation != v.Record.GetObjectGeneration():
+			return nil, fmt.Errorf("%w: %s changed while it was read; try again", roamerr.ErrUnavailable, key)
+		case obj.state != serving || obj.out != nil || obj.activating.Load() || obj.changing > 0:
+			return nil, fmt.Errorf("%w: %s is moving, or its membership is changing", roamerr.ErrUnavailable, key)
+		default:
+			// Closed from here on, in the same step that registers the
+			// deletion: no move, join or second delete starts on it.
+			obj.state = ended
+			obj.closing = true
+		}
+		del := &deletion{done: make(chan struct{})}
+		d.deletions[key] = del
+		go d.runDeletion(del, key, obj, v)
+		return del, nil
+	})
+	if err != nil {
+		return false, err
 	}
-	done := make(chan deleted, 1)
-	go func() { done <- d.deleteRecord(key, v) }()
 	select {
-	case r := <-done:
-		return r.done, r.err
+	case <-del.done:
+		return del.deleted, del.err
 	case <-ctx.Done():
-		return false, fmt.Errorf("%w: delete %s: its incarnation has closed; its record is deleted once the store takes it: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		return false, fmt.Errorf("%w: delete %s: its incarnation is closing; its record is deleted once its accepted turns ran and the store takes the delete: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
 	}
 }
 
-type deleted struct {
+// deletion is one DeleteActor in progress; done is closed once it ended,
+// with its outcome.
+type deletion struct {
+	done    chan struct{}
+	deleted bool // the record was deleted
+	err     error
+}
+
+// runDeletion closes obj (nil: no incarnation serves here), waiting for
+// what it accepted, then deletes its record read as v.
+func (d *Driver) runDeletion(del *deletion, key location.AuthorityKey, obj *object, v location.Versioned) {
+	var r deleteResult
+	if obj != nil {
+		// Its accepted turns may take long; only the node's end cuts
+		// the wait (the incarnation then goes with the actor system).
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-d.node.Stopped():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r.err = d.closeEnded(ctx, obj)
+		cancel()
+	}
+	if r.err == nil {
+		r = d.deleteRecord(key, v)
+	}
+	finish := func() {
+		delete(d.deletions, key)
+		del.deleted, del.err = r.done, r.err
+		close(del.done)
+	}
+	if _, err := call(context.Background(), d, func() (struct{}, error) { finish(); return struct{}{}, nil }); err != nil {
+		finish() // the driver has stopped: nothing else touches the map
+	}
+}
+
+type deleteResult struct {
 	done bool
 	err  error
 }
 
 // deleteRecord deletes the record of the Actor key, read as v, whose
-// incarnation on this node has closed, with its place in its User Spot's
-// count and its capacity slot. It returns once the record is gone, owned
-// by another lifecycle, or this node has stopped (the record is then an
-// ended owner's object, released as such).
-func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleted {
+// incarnation on this node has closed (or never served here), with its
+// place in its User Spot's count and its capacity slot. It returns once
+// the record is gone (or is another incarnation's: an ID spawned again),
+// owned by another lifecycle, or this node has stopped (the record is
+// then an ended owner's object, released as such).
+func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleteResult {
 	const maxPause = time.Second
 	indeterminate := false // a try that may have landed
 	for try := 0; ; try++ {
@@ -145,37 +210,36 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 		if errors.Is(err, location.ErrConflict) {
 			// The Spot's count moved (another member joined or left), or
 			// the record did: read both again.
-			var found bool
-			v, found, err = d.readActor(ctx, key)
+			cur, found, rerr := d.readActor(ctx, key)
 			switch {
-			case err == nil && !found:
+			case rerr != nil:
+				err = rerr
+			case !found || cur.Record.GetObjectGeneration() != v.Record.GetObjectGeneration():
 				cancel()
-				return deleted{done: indeterminate}
-			case err == nil && !activation.SameOwner(v.Record.GetOwner(), d.owner()):
+				return deleteResult{done: indeterminate}
+			case !activation.SameOwner(cur.Record.GetOwner(), d.owner()):
 				cancel()
-				return deleted{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
-			case err == nil:
-				err = location.ErrConflict
+				return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
+			default:
+				v = cur
 			}
 		}
 		cancel()
 		if err == nil {
 			d.freedRecordSlot(v.Record)
 			d.log.Info().Str("event", "actor_deleted").Str("object_id", key.ID).Msg("Actor deleted")
-			return deleted{done: true}
+			return deleteResult{done: true}
 		}
 		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
+		pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
 		if !errors.Is(err, location.ErrConflict) {
 			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
 				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
-		}
-		pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
-		if !errors.Is(err, location.ErrConflict) {
 			pause = min(maxPause, time.Duration(try+1)*50*time.Millisecond)
 		}
 		select {
 		case <-d.node.Stopped():
-			return deleted{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
+			return deleteResult{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
 		case <-time.After(pause):
 		}
 	}

@@ -546,18 +546,25 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 // (cause): the version it has when the store holds exactly rec, else the
 // error to return.
 func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, cause error) ([]location.StoreVersion, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
-	defer cancel()
-	v, err := d.store.Read(ctx, key)
-	switch {
-	case errors.Is(err, location.ErrNotFound):
-		return nil, cause
-	case err != nil:
-		return nil, errors.Join(cause, err)
-	case proto.Equal(v.Record, rec):
-		return []location.StoreVersion{v.Version}, nil
+	// Until a read answers: a record that landed must be served.
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		v, err := d.store.Read(ctx, key)
+		cancel()
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			return nil, cause
+		case err == nil && proto.Equal(v.Record, rec):
+			return []location.StoreVersion{v.Version}, nil
+		case err == nil:
+			return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
+		}
+		select {
+		case <-d.node.Stopped():
+			return nil, errors.Join(cause, err)
+		case <-time.After(min(time.Second, time.Duration(try)*50*time.Millisecond)):
+		}
 	}
-	return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
 }
 
 // ClosingReason says why an incarnation closes.

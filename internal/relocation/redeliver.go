@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -206,6 +207,12 @@ func (d *Driver) abandonRedeliveries() {
 type deadLettered struct {
 	key location.AuthorityKey
 	msg any
+	// generation is the ObjectGeneration an Actor's PID named: the
+	// redelivered send carries it, so an Actor spawned again after a
+	// delete refuses it (PROTOCOL.md §2.3) rather than taking what was sent
+	// to the old one. (An Instance Spot reactivated after its owner ended
+	// takes the sends to its old PIDs: "".)
+	generation string
 }
 
 // deadLetterSend is one dead-lettered send's redelivery bookkeeping: how
@@ -244,7 +251,11 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 		d.failDeadLetter(key, e.Message, reasonNodeStopped, "the node stopped before the send could be redelivered")
 		return
 	}
-	d.sys.Root.Send(d.self, &deadLettered{key: key, msg: e.Message})
+	dl := &deadLettered{key: key, msg: e.Message}
+	if key.Kind == location.KindActor {
+		dl.generation = generationOfObjectPID(e.PID.Id)
+	}
+	d.sys.Root.Send(d.self, dl)
 }
 
 // onDeadLettered redelivers a dead-lettered send through the store after a
@@ -295,6 +306,9 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 		d.deadLetters[msg] = s
 	}
 	env := &actor.MessageEnvelope{Message: msg}
+	if m.generation != "" {
+		env.SetHeader(HeaderGeneration, m.generation)
+	}
 	held := d.deadLetterHeld[m.key]
 	if held == nil && s.n == 1 {
 		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
@@ -357,6 +371,20 @@ func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
 	d.metrics.sendUndelivered("send_dead_letter")
 	d.log.Warn().Str("event", "send_dead_letter").Str("object_kind", "instance_spot").Str("object_id", a.GetSpotId()).
 		Str("operation_id", a.GetOperationId()).Str("target_node_rid", a.GetTargetNodeRid()).Str("reason", "activation_target_gone").Msg(why)
+}
+
+// generationOfObjectPID is the ObjectGeneration an incarnation PID's name
+// (objectPIDName) carries, or "".
+func generationOfObjectPID(name string) string {
+	at := strings.LastIndexByte(name, '@')
+	if at < 0 {
+		return ""
+	}
+	gen, _, ok := strings.Cut(name[at+1:], ".")
+	if _, err := strconv.ParseUint(gen, 10, 64); !ok || err != nil {
+		return ""
+	}
+	return gen
 }
 
 // keyOfObjectPID parses an incarnation PID's name (objectPIDName).

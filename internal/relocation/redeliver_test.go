@@ -171,3 +171,26 @@ func TestASendForAnotherGenerationIsCounted(t *testing.T) {
 	// The count and the log line are two steps: wait for the second too.
 	testwait.For(t, func() bool { return logs.has("send_invalid_generation") }, "the send for another generation was not logged")
 }
+
+// A one-way send to the PID of an Actor deleted and spawned again under
+// its ID is not taken by the new incarnation: its dead letter is
+// redelivered with the generation the PID named, which the new one
+// refuses, counted and logged (docs/PROTOCOL.md §2.3).
+func TestASendToADeletedActorDoesNotReachItsNextIncarnation(t *testing.T) {
+	store := newStore(t)
+	a, logs, reader := observedNode(t, store, tallyKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "again")
+	old, err := a.driver.Spawn(ctx, "tally", key.ID)
+	require.NoError(t, err)
+	deleted, err := a.driver.DeleteActor(ctx, key)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	now, err := a.driver.Spawn(ctx, "tally", key.ID)
+	require.NoError(t, err)
+	require.NotEqual(t, old.Id, now.Id)
+	a.node.System().Root.Send(old, wrapperspb.Bytes([]byte("for the deleted one")))
+	testwait.For(t, func() bool { return undelivered(t, reader, "send_invalid_generation") > 0 }, "the send to the deleted incarnation vanished")
+	testwait.For(t, func() bool { return logs.has("send_invalid_generation") }, "the refused send was not logged")
+	require.Zero(t, get(t, a.node.System(), now), "the new incarnation took a send made to the deleted one")
+}
