@@ -287,6 +287,47 @@ func TestActorDeleteWaitsForItsAcceptedTurns(t *testing.T) {
 	require.EqualValues(t, 1, n)
 }
 
+// refuseDeletes fails, unapplied, the store writes that delete the record
+// of key while refusing is above zero, counting it down.
+type refuseDeletes struct {
+	location.Store
+	key      location.AuthorityKey
+	refusing atomic.Int32
+}
+
+func (s *refuseDeletes) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Kind == location.OpDelete && op.Key == s.key && s.refusing.Add(-1) >= 0 {
+			return nil, location.ErrUnavailable
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// A node stopped while one of its Actors is being deleted (its record's
+// delete refused so far) finishes the delete before its lease ends: the
+// record does not stay behind as an ended owner's object.
+func TestStopFinishesAnActorDeletion(t *testing.T) {
+	ctx := context.Background()
+	inner := memstore.New()
+	store := &refuseDeletes{Store: inner, key: roam.ActorRef("x")}
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithRoots(inner))
+	_, err := a.SpawnActor(ctx, "counter", "x")
+	require.NoError(t, err)
+	store.refusing.Store(4)
+	short, cancel := context.WithCancel(ctx)
+	go func() {
+		// The caller gives up once the first delete was refused.
+		testwait.For(t, func() bool { return store.refusing.Load() < 4 }, "the record's delete was never tried")
+		cancel()
+	}()
+	_, err = a.DeleteActor(short, roam.ActorRef("x"))
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+	require.NoError(t, a.Stop(ctx))
+	_, err = store.Read(ctx, roam.ActorRef("x"))
+	require.ErrorIs(t, err, location.ErrNotFound, "the record stayed behind the stopped node")
+}
+
 // generationOf is the ObjectGeneration on the record of the Actor id.
 func generationOf(t *testing.T, store location.Store, id string) uint64 {
 	t.Helper()

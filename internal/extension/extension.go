@@ -896,7 +896,7 @@ func (e *Extension) StopNow(ctx context.Context) error {
 	// ctx and the restore timeout); then the lease ends and the node stops.
 	fctx, cancel := context.WithTimeout(ctx, e.restoreTimeout())
 	if err := l.driver.FinishIncoming(fctx); err != nil && e.cfg.Node.Logger != nil {
-		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node unfinished")
+		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node or Actor deletions on it unfinished")
 	}
 	cancel()
 	l.spots.Stop()

@@ -691,14 +691,17 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 					n++
 				}
 			}
-			return n, nil
+			// An Actor deletion under way ends too: its incarnation has
+			// closed, and its record must not stay behind as an ended
+			// owner's object.
+			return n + len(d.deletions), nil
 		})
 		if err != nil || busy == 0 {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %d moves into node %s did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
+			return fmt.Errorf("%w: %d moves into node %s or Actor deletions on it did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
