@@ -328,6 +328,89 @@ func TestStopFinishesAnActorDeletion(t *testing.T) {
 	require.ErrorIs(t, err, location.ErrNotFound, "the record stayed behind the stopped node")
 }
 
+// slowStopper is a counter whose Stopping handler waits for its gate (an
+// application that flushes something when it stops, say).
+type slowStopper struct {
+	counter
+	gate *gate
+}
+
+func (a *slowStopper) Receive(c actor.Context) {
+	if _, ok := c.Message().(*actor.Stopping); ok {
+		select {
+		case a.gate.entered <- struct{}{}:
+		default:
+		}
+		<-a.gate.release
+		return
+	}
+	a.counter.Receive(c)
+}
+
+// An Actor whose Stopping handler takes longer than Proto.Actor's stop
+// future (10 s) is still deleted once it stops: the deletion waits for
+// the actor's end itself.
+func TestDeleteOfASlowStoppingActor(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	g := newGate()
+	defer g.open()
+	kind := roam.NewKind("slowstop", actor.PropsFromProducer(func() actor.Actor { return &slowStopper{gate: g} }), roam.PreserveState())
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(kind))
+	_, err := a.SpawnActor(ctx, "slowstop", "x")
+	require.NoError(t, err)
+	type res struct {
+		ok  bool
+		err error
+	}
+	deleted := make(chan res, 1)
+	go func() {
+		ok, err := a.DeleteActor(ctx, roam.ActorRef("x"))
+		deleted <- res{ok, err}
+	}()
+	<-g.entered
+	// The scenario, not a timing assertion: the stop outlasts the 10 s
+	// after which Proto.Actor's stop future gives up.
+	time.Sleep(11 * time.Second)
+	g.open()
+	r := <-deleted
+	require.NoError(t, r.err)
+	require.True(t, r.ok)
+	_, err = store.Read(ctx, roam.ActorRef("x"))
+	require.ErrorIs(t, err, location.ErrNotFound)
+}
+
+// A drain waits for a SpotWide Spot whose member is being deleted (its
+// accepted turn still runs past the drain's retries of a refused move)
+// instead of reporting it failed, and moves it once the deletion ended.
+func TestDrainWaitsForAMemberDeletion(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	g := newGate()
+	defer g.open()
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(gatedKind(g), teamKind))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(gatedKind(g), teamKind))
+	crew := spotOnNode(t, "crew", "team", a, b)
+	for _, id := range []string{"m1", "m2"} {
+		_, err := a.Spots().SpawnMember(ctx, crew, "gated", id)
+		require.NoError(t, err)
+	}
+	blockInTurn(t, a, g, "m1")
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := a.DeleteActor(short, roam.ActorRef("m1"))
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded, "m1's deletion waits for its turn")
+	// The scenario: m1's turn ends after the drain would have spent its
+	// retries of a move refused as Unavailable (about 2.5 s).
+	time.AfterFunc(6*time.Second, g.open)
+	res, err := a.Drain(ctx, roam.DrainOptions{})
+	require.NoError(t, err)
+	require.True(t, res.Complete(), "the drain left the SpotWide Spot behind: %+v", res.Failed)
+	require.Equal(t, b.NodeRid(), ownerOf(t, store, roam.UserSpotRef("crew")))
+	_, err = store.Read(ctx, roam.ActorRef("m1"))
+	require.ErrorIs(t, err, location.ErrNotFound)
+}
+
 // generationOf is the ObjectGeneration on the record of the Actor id.
 func generationOf(t *testing.T, store location.Store, id string) uint64 {
 	t.Helper()

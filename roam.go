@@ -607,7 +607,11 @@ func (r *Roam) System() *actor.ActorSystem { return r.system }
 // handles the messages it accepted and stops, and its record goes with
 // its membership in one store transaction; a User Spot it belonged to may
 // then close, and the ID may be spawned again. Later messages to it fail
-// (Stale or NotFound). False when there is no such Actor.
+// (Stale or NotFound). False when there is no such Actor. Once started, a
+// delete runs to its end on the owner even if ctx ends first (the caller
+// then hears DeadlineExceeded); a second delete of the Actor waits for it.
+// Never call it for an Actor from that Actor's own turn: the delete waits
+// for the turn to end.
 func (r *Roam) DeleteActor(ctx context.Context, ref Ref) (bool, error) {
 	ext, err := r.started()
 	if err != nil {

@@ -2,6 +2,7 @@ package relocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -229,7 +230,19 @@ func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
 	select {
 	case <-marker.done:
 		obj.stopAllowed.Store(true)
-		err2 = d.sys.Root.StopFuture(obj.pid).Wait()
+		// Proto.Actor's stop future gives up after 10 s, while the
+		// application's Stopping handler may take longer: wait for the
+		// actor's end itself, within ctx.
+		for {
+			err2 = d.sys.Root.StopFuture(obj.pid).Wait()
+			if !errors.Is(err2, actor.ErrTimeout) {
+				break
+			}
+			if ctx.Err() != nil {
+				err2 = fmt.Errorf("%w: %s is still stopping: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+				break
+			}
+		}
 	case <-ctx.Done():
 		// The incarnation is ended and stops itself at the marker.
 		err2 = fmt.Errorf("%w: accepted turns of %s still running: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())

@@ -50,9 +50,22 @@ type Inventory struct {
 func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	return call(ctx, d, func() (Inventory, error) {
 		var inv Inventory
+		// A SpotWide User Spot moves with all its members: while one of
+		// them closes (a DeleteActor), it is busy, not refused.
+		closingMember := map[location.AuthorityKey]bool{}
+		for _, obj := range d.objects {
+			if m := obj.member; m != nil && obj.closing {
+				closingMember[location.Key(location.KindUserSpot, m.GetSpotId())] = true
+			}
+		}
+		for _, del := range d.deletions {
+			if del.spot != "" {
+				closingMember[location.Key(location.KindUserSpot, del.spot)] = true
+			}
+		}
 		for key, obj := range d.objects {
 			switch {
-			case obj.state == staging || obj.state == leaving || obj.out != nil:
+			case obj.state == staging || obj.state == leaving || obj.out != nil || (closingMember[key] && obj.kind.SpotWide):
 				inv.Busy = append(inv.Busy, key)
 				continue
 			case obj.state != serving || obj.closing:

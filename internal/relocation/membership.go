@@ -123,6 +123,8 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 			// commit may have named this node before it opens), or
 			// moving out past its cutover.
 			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+		case d.stopping:
+			return nil, fmt.Errorf("%w: node %s is stopping", roamerr.ErrUnavailable, d.desc.GetNodeRid())
 		case obj == nil:
 			// Nothing serves the record here: only the record goes.
 		case obj.generation != v.Record.GetObjectGeneration():
@@ -135,7 +137,7 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 			obj.state = ended
 			obj.closing = true
 		}
-		del := &deletion{done: make(chan struct{})}
+		del := &deletion{done: make(chan struct{}), spot: memberUserSpot(v.Record).GetSpotId()}
 		d.deletions[key] = del
 		go d.runDeletion(del, key, obj, v)
 		return del, nil
@@ -154,7 +156,10 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 // deletion is one DeleteActor in progress; done is closed once it ended,
 // with its outcome.
 type deletion struct {
-	done    chan struct{}
+	done chan struct{}
+	// spot is the User Spot the Actor is a member of, or "": a SpotWide
+	// Spot waits for its members' deletions before it moves.
+	spot    string
 	deleted bool // the record was deleted
 	err     error
 }
@@ -502,7 +507,9 @@ func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owne
 // sealed before the write lands would carry a callback for a membership
 // its target's commit then changes again). Unavailable otherwise.
 func (d *Driver) holdHere(ctx context.Context, key location.AuthorityKey) (obj *object, release func(), err error) {
-	obj, err = call(ctx, d, func() (*object, error) {
+	// Not bounded by ctx: a call given up would still run later and hold
+	// the object with no one to release it. The driver answers at once.
+	obj, err = call(context.Background(), d, func() (*object, error) {
 		obj := d.objects[key]
 		if obj == nil || obj.state != serving || obj.out != nil {
 			return nil, fmt.Errorf("%w: %s is moving or not active here", roamerr.ErrUnavailable, key)

@@ -421,7 +421,9 @@ func (d *Driver) joinBegins(ctx context.Context, m *messages.Membership, spotTyp
 	if err := d.arrived(ctx, location.Key(location.KindUserSpot, m.GetSpotId())); err != nil {
 		return nil, err
 	}
-	spot, err := call(ctx, d, func() (*object, error) {
+	// Not bounded by ctx: a call given up would still count the join, and
+	// no one would count it off (the Spot could never move again).
+	spot, err := call(context.Background(), d, func() (*object, error) {
 		spot := d.objects[location.Key(location.KindUserSpot, m.GetSpotId())]
 		switch {
 		case spot == nil || spot.state != serving || spot.generation != m.GetSpotGeneration():
@@ -695,6 +697,9 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 		if sender != nil {
 			respondFailure(d.sys, sender, code, obj.key.ID, why)
 			return
+		}
+		if _, ok := m.(*messages.TimerTick); ok {
+			return // the incarnation's own timer, not a caller's send
 		}
 		d.metrics.sendUndelivered(event)
 		d.log.Warn().Str("event", event).Str("object_id", obj.key.ID).Str("message_type", typeName(m)).Msg(why)
