@@ -411,6 +411,63 @@ func TestDrainWaitsForAMemberDeletion(t *testing.T) {
 	require.ErrorIs(t, err, location.ErrNotFound)
 }
 
+// lateStore answers the next Apply that creates the record of key
+// indeterminate at once, and applies it only after the spawn has read
+// the record back (and found nothing): a write delayed on its way.
+type lateStore struct {
+	location.Store
+	key     location.AuthorityKey
+	armed   atomic.Bool
+	delayed chan []location.Op
+	landed  chan error
+}
+
+func (s *lateStore) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Kind == location.OpCreate && op.Key == s.key && s.armed.CompareAndSwap(true, false) {
+			s.delayed <- ops
+			return nil, location.ErrIndeterminate
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+func (s *lateStore) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	v, err := s.Store.Read(ctx, key)
+	if key == s.key && errors.Is(err, location.ErrNotFound) {
+		select {
+		case ops := <-s.delayed:
+			_, aerr := s.Store.Apply(context.Background(), ops)
+			s.landed <- aerr
+		default:
+		}
+	}
+	return v, err
+}
+
+// A spawn whose write was indeterminate and not found when read back
+// fails; should the write land after that read, its record (which nothing
+// serves) is deleted again, and the member count stays exact.
+func TestASpawnWriteLandingLateIsRemoved(t *testing.T) {
+	ctx := context.Background()
+	inner := memstore.New()
+	store := &lateStore{Store: inner, key: roam.ActorRef("late"), delayed: make(chan []location.Op, 1), landed: make(chan error, 1)}
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithRoots(inner))
+	club, err := a.Spots().GetOrCreate("club", "counter").Do(ctx)
+	require.NoError(t, err)
+	store.armed.Store(true)
+	_, err = a.Spots().SpawnMember(ctx, club.Ref, "counter", "late")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.NoError(t, <-store.landed, "the delayed write landed")
+	testwait.For(t, func() bool {
+		_, err := inner.Read(ctx, roam.ActorRef("late"))
+		return errors.Is(err, location.ErrNotFound)
+	}, "the record of a spawn given up stayed with nothing serving it")
+	require.Zero(t, memberCount(t, inner, "club"))
+	_, err = a.SpawnActor(ctx, "counter", "late")
+	require.NoError(t, err, "the ID is free")
+}
+
 // generationOf is the ObjectGeneration on the record of the Actor id.
 func generationOf(t *testing.T, store location.Store, id string) uint64 {
 	t.Helper()

@@ -555,6 +555,9 @@ func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, ca
 		cancel()
 		switch {
 		case errors.Is(err, location.ErrNotFound):
+			// Not yet: a write whose answer was lost may still be on its
+			// way to the store and land after this read.
+			go d.removeLateSpawn(key, rec)
 			return nil, cause
 		case err == nil && proto.Equal(v.Record, rec):
 			return []location.StoreVersion{v.Version}, nil
@@ -566,6 +569,39 @@ func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, ca
 			return nil, errors.Join(cause, err)
 		case <-time.After(min(time.Second, time.Duration(try)*50*time.Millisecond)):
 		}
+	}
+}
+
+// lateSpawnWatch is how long a spawn given up after an indeterminate
+// write keeps looking for its record: longer than a store request can stay
+// on its way (the store's own request timeouts are seconds).
+const lateSpawnWatch = time.Minute
+
+// removeLateSpawn watches for the record rec of a spawn that was given up
+// (its write indeterminate, then not found): should it land late, nothing
+// serves it, so it is deleted again, with its place in a User Spot's count
+// and its slot, and logged.
+func (d *Driver) removeLateSpawn(key location.AuthorityKey, rec *location.Record) {
+	until := time.Now().Add(lateSpawnWatch)
+	for pause := 50 * time.Millisecond; time.Now().Before(until); pause = min(2*pause, 5*time.Second) {
+		select {
+		case <-d.node.Stopped():
+			return
+		case <-time.After(pause):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		v, err := d.store.Read(ctx, key)
+		cancel()
+		switch {
+		case errors.Is(err, location.ErrNotFound), err != nil:
+			continue
+		case !proto.Equal(v.Record, rec):
+			return // another spawn's, or already changed: not this one's
+		}
+		d.log.Warn().Str("event", "late_spawn_removed").Str("object_id", key.ID).
+			Msg("a spawn given up after an indeterminate store write landed late; its record, which nothing serves, is deleted")
+		d.deleteRecord(key, v)
+		return
 	}
 }
 
