@@ -423,13 +423,5 @@ func askTickets(t *testing.T, target *meshnode.Node, asker *peer, want uint32, r
 // startBoundedNode starts a node of the given capacity hosting kinds.
 func startBoundedNode(t *testing.T, store location.Store, capacity uint32, kinds ...relocation.Kind) *testNode {
 	t.Helper()
-	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), Capacity: capacity})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = node.Stop(context.Background()) })
-	d, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
-	require.NoError(t, err)
-	for _, k := range kinds {
-		require.NoError(t, d.RegisterKind(k))
-	}
-	return &testNode{node: node, driver: d}
+	return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Capacity: capacity}, relocation.Config{Logger: testLogger()}, kinds...)
 }

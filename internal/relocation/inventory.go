@@ -51,13 +51,8 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	return call(ctx, d, func() (Inventory, error) {
 		var inv Inventory
 		// A SpotWide User Spot moves with all its members: while one of
-		// them closes (a DeleteActor), it is busy, not refused.
+		// them is being deleted, it is busy, not refused.
 		closingMember := map[location.AuthorityKey]bool{}
-		for _, obj := range d.objects {
-			if m := obj.member; m != nil && obj.closing {
-				closingMember[location.Key(location.KindUserSpot, m.GetSpotId())] = true
-			}
-		}
 		for _, del := range d.deletions {
 			if del.spot != "" {
 				closingMember[location.Key(location.KindUserSpot, del.spot)] = true

@@ -72,12 +72,33 @@ func membershipRetry(ctx context.Context, what string, try int, err error) error
 	if try >= maxMembershipTries {
 		return fmt.Errorf("%w: %s: lost %d races with other changes of the same records: %v", roamerr.ErrUnavailable, what, try+1, err)
 	}
-	pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, ctx.Err())
-	case <-time.After(pause):
+	case <-time.After(racePause(try)):
 		return nil
+	}
+}
+
+// racePause is the pause before try again of a write that lost a race:
+// short, growing and jittered, so that racing writers spread out.
+func racePause(try int) time.Duration {
+	return time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
+}
+
+// storePause is the pause before try (from 1) again of a store call that
+// failed: 50 ms more each time, at most a second.
+func storePause(try int) time.Duration {
+	return min(time.Second, time.Duration(try)*50*time.Millisecond)
+}
+
+// pauseUnlessStopped waits for pause: false when the node stopped first.
+func (d *Driver) pauseUnlessStopped(pause time.Duration) bool {
+	select {
+	case <-d.node.Stopped():
+		return false
+	case <-time.After(pause):
+		return true
 	}
 }
 
@@ -147,7 +168,7 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 	}
 	select {
 	case <-del.done:
-		return del.deleted, del.err
+		return del.result.done, del.result.err
 	case <-ctx.Done():
 		return false, fmt.Errorf("%w: delete %s: its incarnation is closing; its record is deleted once its accepted turns ran and the store takes the delete: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
 	}
@@ -159,9 +180,8 @@ type deletion struct {
 	done chan struct{}
 	// spot is the User Spot the Actor is a member of, or "": a SpotWide
 	// Spot waits for its members' deletions before it moves.
-	spot    string
-	deleted bool // the record was deleted
-	err     error
+	spot   string
+	result deleteResult
 }
 
 // runDeletion closes obj (nil: no incarnation serves here), waiting for
@@ -187,7 +207,7 @@ func (d *Driver) runDeletion(del *deletion, key location.AuthorityKey, obj *obje
 	}
 	finish := func() {
 		delete(d.deletions, key)
-		del.deleted, del.err = r.done, r.err
+		del.result = r
 		close(del.done)
 	}
 	if _, err := call(context.Background(), d, func() (struct{}, error) { finish(); return struct{}{}, nil }); err != nil {
@@ -207,7 +227,6 @@ type deleteResult struct {
 // owned by another lifecycle, or this node has stopped (the record is
 // then an ended owner's object, released as such).
 func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleteResult {
-	const maxPause = time.Second
 	indeterminate := false // a try that may have landed
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
@@ -236,16 +255,14 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 			return deleteResult{done: true}
 		}
 		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
-		pause := time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
+		pause := racePause(try)
 		if !errors.Is(err, location.ErrConflict) {
 			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
 				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
-			pause = min(maxPause, time.Duration(try+1)*50*time.Millisecond)
+			pause = storePause(try + 1)
 		}
-		select {
-		case <-d.node.Stopped():
+		if !d.pauseUnlessStopped(pause) {
 			return deleteResult{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
-		case <-time.After(pause):
 		}
 	}
 }

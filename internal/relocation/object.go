@@ -564,10 +564,8 @@ func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, ca
 		case err == nil:
 			return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
 		}
-		select {
-		case <-d.node.Stopped():
+		if !d.pauseUnlessStopped(storePause(try)) {
 			return nil, errors.Join(cause, err)
-		case <-time.After(min(time.Second, time.Duration(try)*50*time.Millisecond)):
 		}
 	}
 }
@@ -584,10 +582,8 @@ const lateSpawnWatch = time.Minute
 func (d *Driver) removeLateSpawn(key location.AuthorityKey, rec *location.Record) {
 	until := time.Now().Add(lateSpawnWatch)
 	for pause := 50 * time.Millisecond; time.Now().Before(until); pause = min(2*pause, 5*time.Second) {
-		select {
-		case <-d.node.Stopped():
+		if !d.pauseUnlessStopped(pause) {
 			return
-		case <-time.After(pause):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
 		v, err := d.store.Read(ctx, key)

@@ -113,7 +113,15 @@ func startNodeWith(t testing.TB, store location.Store, kinds ...relocation.Kind)
 
 func startNodeConfig(t testing.TB, store location.Store, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
 	t.Helper()
-	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger()})
+	return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger()}, cfg, kinds...)
+}
+
+// startMeshNode starts a node with nodeCfg, its driver with cfg, hosting
+// kinds; both stop with the test.
+func startMeshNode(t testing.TB, nodeCfg meshnode.Config, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
+	t.Helper()
+	store := nodeCfg.Store
+	node, err := meshnode.Start(context.Background(), nodeCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = node.Stop(context.Background()) })
 	d, err := relocation.New(node, store, cfg)

@@ -29,16 +29,8 @@ func startTLSNode(t *testing.T, store location.Store, ca *devca.CA, kinds []relo
 	t.Helper()
 	f, err := ca.WriteNode(t.TempDir(), "node", "127.0.0.1")
 	require.NoError(t, err)
-	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger(), RemoteOptions: opts,
-		TLS: &meshnode.TLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = node.Stop(context.Background()) })
-	d, err := relocation.New(node, store, relocation.Config{Logger: testLogger()})
-	require.NoError(t, err)
-	for _, k := range kinds {
-		require.NoError(t, d.RegisterKind(k))
-	}
-	return &testNode{node: node, driver: d}
+	return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), RemoteOptions: opts,
+		TLS: &meshnode.TLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}}, relocation.Config{Logger: testLogger()}, kinds...)
 }
 
 // With mutual TLS — and an application's own server options beside it —
