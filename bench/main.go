@@ -7,7 +7,8 @@
 // load, callers retry on dead letter) and plain Proto.Actor messaging
 // without roam's mailbox; (e) a node of 10,000 Spots drained; (f) a SpotWide
 // User Spot moved with its members; (g) what one move of 1 KiB and of
-// 16 MiB costs in CPU and allocations, with profiles. Every figure is a
+// 16 MiB costs in CPU and allocations, with profiles; (h) cold activations
+// of Instance Spots against the store's round trip. Every figure is a
 // median over runs, beside its baseline as a ratio, except (g)'s means.
 package main
 
@@ -33,7 +34,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
-	only := flag.String("only", "abcdefg", "the sections to run (letters a to g)")
+	only := flag.String("only", "abcdefgh", "the sections to run (letters a to h)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
 	memProfile := flag.String("memprofile", "", "write the run's allocations (an allocs profile) to this file at the end")
@@ -206,6 +207,27 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			fmt.Fprintf(&tops, "\n### %s: CPU\n\n```\n%s\n```\n\n### %s: allocated bytes\n\n```\n%s\n```\n", human(size), row.TopCPU, human(size), row.TopAllocs)
 		}
 		b.WriteString(tops.String())
+		b.WriteString("\n")
+	}
+
+	if want("h") {
+		fmt.Fprintln(os.Stderr, "(h) cold activation")
+		n, total := 300, 10000
+		if quick {
+			n, total = 50, 1000
+		}
+		b.WriteString("## (h) Cold activation\n\n")
+		fmt.Fprintf(&b, "The first request to a Missing Instance Spot (an 8-byte state), from node 0 of two to its reply; placement picks either node. %d one after another, then %d by 32 concurrent callers. ", n, total)
+		b.WriteString("Baseline: the store's own round trip (a consistent read of a missing key) in the same run. Store calls: every call of both nodes per activation, the clean-up after the reply included.\n\n")
+		b.WriteString("| store | activation p50 | p99 | store round trip p50 | p50 / round trip | store calls per activation | 32 callers |\n|---|---|---|---|---|---|---|\n")
+		for _, s := range stores {
+			row, err := coldActivations(ctx, s.new, runs, n, total, 32)
+			if err != nil {
+				return fmt.Errorf("activation %s: %w", s.name, err)
+			}
+			fmt.Fprintf(&b, "| %s | %.2f ms | %.2f ms | %.3f ms | %.1f | %.1f | %.0f activations/s |\n", s.name, row.P50, row.P99, row.RoundTrip, row.P50/row.RoundTrip, row.Calls, row.Rate)
+			fmt.Fprintf(os.Stderr, "  %s: p50 %.2f ms p99 %.2f ms, round trip %.3f ms, %.1f calls, %.0f/s\n", s.name, row.P50, row.P99, row.RoundTrip, row.Calls, row.Rate)
+		}
 		b.WriteString("\n")
 	}
 

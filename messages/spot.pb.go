@@ -579,9 +579,14 @@ type SpotActivation struct {
 	First *Envelope `protobuf:"bytes,14,opt,name=first,proto3" json:"first,omitempty"`
 	// full_node_rids are the nodes that refused this activation for capacity;
 	// a full target passes the envelope to another candidate.
-	FullNodeRids  []string `protobuf:"bytes,15,rep,name=full_node_rids,json=fullNodeRids,proto3" json:"full_node_rids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FullNodeRids []string `protobuf:"bytes,15,rep,name=full_node_rids,json=fullNodeRids,proto3" json:"full_node_rids,omitempty"`
+	// source_read_missing: the source read the Spot ID Missing just before
+	// sending (a first activation, not a reactivation or a wait on a Creating
+	// owner): the target tries its reservation without reading the authority
+	// first; the reservation's own absence check decides (PROTOCOL.md §7.5).
+	SourceReadMissing bool `protobuf:"varint,16,opt,name=source_read_missing,json=sourceReadMissing,proto3" json:"source_read_missing,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SpotActivation) Reset() {
@@ -717,6 +722,13 @@ func (x *SpotActivation) GetFullNodeRids() []string {
 		return x.FullNodeRids
 	}
 	return nil
+}
+
+func (x *SpotActivation) GetSourceReadMissing() bool {
+	if x != nil {
+		return x.SourceReadMissing
+	}
+	return false
 }
 
 // RouteHint tells a caller's node that a route it used is followed, so its
@@ -966,7 +978,7 @@ const file_spot_proto_rawDesc = "" +
 	"\x16target_node_generation\x18\x06 \x01(\x04R\x14targetNodeGeneration\x12:\n" +
 	"\x19expected_owner_generation\x18\a \x01(\x04R\x17expectedOwnerGeneration\x124\n" +
 	"\x16expected_store_version\x18\b \x01(\x04R\x14expectedStoreVersion\x12.\n" +
-	"\x13deadline_unix_nanos\x18\t \x01(\x03R\x11deadlineUnixNanos\"\xe6\x04\n" +
+	"\x13deadline_unix_nanos\x18\t \x01(\x03R\x11deadlineUnixNanos\"\x96\x05\n" +
 	"\x0eSpotActivation\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x1d\n" +
 	"\n" +
@@ -986,7 +998,8 @@ const file_spot_proto_rawDesc = "" +
 	"\x0esource_spot_id\x18\f \x01(\tR\fsourceSpotId\x12!\n" +
 	"\fhas_metadata\x18\r \x01(\bR\vhasMetadata\x12-\n" +
 	"\x05first\x18\x0e \x01(\v2\x17.roam.messages.EnvelopeR\x05first\x12$\n" +
-	"\x0efull_node_rids\x18\x0f \x03(\tR\ffullNodeRids\"V\n" +
+	"\x0efull_node_rids\x18\x0f \x03(\tR\ffullNodeRids\x12.\n" +
+	"\x13source_read_missing\x18\x10 \x01(\bR\x11sourceReadMissing\"V\n" +
 	"\tRouteHint\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x17\n" +
 	"\aspot_id\x18\x02 \x01(\tR\x06spotId\"\x0e\n" +

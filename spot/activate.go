@@ -110,10 +110,10 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 // clearRecovery removes an activation's recovery pointer once its first
 // handler has completed, then deletes its root (the Clear machine); it
 // returns how the machine ended.
-func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string) activation.Phase {
+func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string, committed location.Versioned) activation.Phase {
 	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ClearFor)
 	defer cancel()
-	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, time.Now())
+	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, committed, time.Now())
 	_ = m.newRunner(ctx, mc.Step).run(effects)
 	return mc.Phase()
 }

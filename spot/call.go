@@ -123,7 +123,14 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
 	defer cancel()
 	m := c.m
-	a, cached, sent, err := m.takeRoute(ctx, c.spotID)
+	var ahead *nodeList
+	var onMiss func()
+	if c.instance {
+		// A cold activation places the Spot from the node listing: read
+		// it beside the authority (docs/PROTOCOL.md §7.5 steps 1–4).
+		onMiss = func() { ahead = m.listNodesAhead(ctx, c.mesh) }
+	}
+	a, cached, sent, err := m.takeRoute(ctx, c.spotID, onMiss)
 	defer sent() // whatever happens before the send
 	if err != nil {
 		return nil, err
@@ -143,7 +150,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		if !c.instance {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
 		}
-		return c.activate(ctx, op, c.mesh, c.instanceType, false)
+		return c.activate(ctx, ahead, op, c.mesh, c.instanceType, false)
 	case a.ended || activation.Abandoned(a.v.Record, time.Now()):
 		// An Instance Spot whose owner ended (or whose activation was
 		// abandoned) is reactivated on a live node of its stored Mesh with
@@ -154,7 +161,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		if err := c.checkExisting(a); err != nil {
 			return nil, err
 		}
-		return c.activate(ctx, op, a.v.Record.GetOwner().GetMesh(), a.v.Record.GetStableType(), true)
+		return c.activate(ctx, ahead, op, a.v.Record.GetOwner().GetMesh(), a.v.Record.GetStableType(), true)
 	default: // Creating or Closing with a live owner
 		if !c.instance {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority (%s)", roamerr.ErrNotFound, c.spotID, a.v.Record.GetState())
@@ -177,8 +184,9 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 // waits for every use (routeCache.use). A route being drained after a move
 // is waited for, then the new owner is read (PROTOCOL.md §7.8: everything this
 // node sent on the old route is handled first). Every call by Spot ID
-// takes its route here, grain calls too (grainPID).
-func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached bool, sent func(), err error) {
+// takes its route here, grain calls too (grainPID). onMiss, if set, runs
+// before the store is read.
+func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a authority, cached bool, sent func(), err error) {
 	for {
 		a, cached, drained, sent := m.cache.use(id)
 		if cached {
@@ -194,6 +202,9 @@ func (m *Manager) takeRoute(ctx context.Context, id string) (a authority, cached
 		}
 	}
 	old, aged := m.cache.takeExpired(id)
+	if onMiss != nil {
+		onMiss()
+	}
 	if a, err = m.readAuthority(ctx, id); err != nil {
 		return authority{}, false, func() {}, err
 	}
@@ -375,9 +386,10 @@ func (m *Manager) livenessTick() <-chan struct{} {
 // activate selects the target of a cold activation (PROTOCOL.md §7.5
 // steps 4–7) and sends it the activation envelope. The source writes nothing to
 // the store: only the target reserves.
-func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
+// ahead is the node listing started beside the authority read, if any.
+func (c *Call) activate(ctx context.Context, ahead *nodeList, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
 	m := c.m
-	mesh, nodes, err := m.selectMesh(ctx, mesh)
+	mesh, nodes, err := pickMesh(mesh, m.nodesOf(ctx, ahead, mesh))
 	if err != nil {
 		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
 			// The Spot's stored Mesh has no live node right now (every
@@ -401,7 +413,7 @@ func (c *Call) activate(ctx context.Context, op, mesh, stableType string, reacti
 	owner := &messages.Owner{Mesh: target.GetMesh(), NodeRid: target.GetNodeRid(), NodeGeneration: target.GetNodeGeneration(), LeaseId: target.GetLeaseId()}
 	return c.sendActivation(ctx, op, target.GetAddress(), owner, &messages.SpotActivation{
 		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
-		DescriptorVersion: uint64(cands[0].Version), StableType: stableType,
+		DescriptorVersion: uint64(cands[0].Version), StableType: stableType, SourceReadMissing: !reactivation,
 	})
 }
 

@@ -176,7 +176,7 @@ func (l *IdentityLookup) Shutdown() { l.inner.Shutdown() }
 func (m *Manager) grainPID(ctx context.Context, kind, identity string) (*actor.PID, error) {
 	id := GrainSpotID(kind, identity)
 	for attempt := 0; attempt < 2; attempt++ {
-		a, _, sent, err := m.takeRoute(ctx, id)
+		a, _, sent, err := m.takeRoute(ctx, id, nil)
 		if err != nil {
 			sent()
 			return nil, err

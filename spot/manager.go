@@ -88,6 +88,9 @@ type Manager struct {
 	self  *actor.PID
 	cache *routeCache
 	met   *metrics
+	// inProcess: the store answers in the process (memstore), so
+	// concurrent reads gain nothing.
+	inProcess bool
 	// pending counts creations in progress here (admitCapacity).
 	pending atomic.Int64
 	// lostWatch: calls waiting on a peer, told when its connection ends.
@@ -203,6 +206,9 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		watches:   map[watchKey]*sharedWatch{},
 		lostWatch: map[string]map[chan struct{}]struct{}{},
 		stop:      make(chan struct{}),
+	}
+	if s, ok := m.store.(location.InProcess); ok {
+		m.inProcess = s.InProcess()
 	}
 	m.acfg = activation.DefaultConfig(m.owner())
 	// Nothing but the manager's own Stop ends the Spot service: activations
@@ -662,26 +668,36 @@ func (a authority) pid() *actor.PID {
 // readAuthority reads a Spot ID's authority: the User and the Instance Spot
 // keys share one namespace (PROTOCOL.md §3.1), so the ID is looked up under
 // both; at most one exists, because every reservation checks the other is
-// absent in the same transaction.
+// absent in the same transaction. The two reads go at once (one round trip
+// to a remote store; an in-process one answers before a goroutine starts).
 func (m *Manager) readAuthority(ctx context.Context, id string) (authority, error) {
-	var found authority
-	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
-		key := location.Key(kind, id)
-		v, err := m.store.Read(ctx, key)
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			if !found.v.Present() {
-				found.v = location.Versioned{Key: key}
-			}
-			continue
-		case err != nil:
-			return authority{}, storeError("resolve "+key.String(), err)
-		}
-		found = authority{v: v}
-		break
+	instance, user := location.Key(location.KindInstanceSpot, id), location.Key(location.KindUserSpot, id)
+	var uv location.Versioned
+	var uerr error
+	var wg sync.WaitGroup
+	if m.inProcess {
+		uv, uerr = m.store.Read(ctx, user)
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uv, uerr = m.store.Read(ctx, user)
+		}()
 	}
-	if !found.v.Present() {
-		found.v.Key = location.Key(location.KindInstanceSpot, id)
+	iv, ierr := m.store.Read(ctx, instance)
+	wg.Wait()
+	var found authority
+	switch {
+	case ierr == nil:
+		found.v = iv
+	case !errors.Is(ierr, location.ErrNotFound):
+		return authority{}, storeError("resolve "+instance.String(), ierr)
+	case uerr == nil:
+		found.v = uv
+	case !errors.Is(uerr, location.ErrNotFound):
+		return authority{}, storeError("resolve "+user.String(), uerr)
+	default:
+		found.v = location.Versioned{Key: instance}
 		return found, nil
 	}
 	addr, alive, err := m.ownerAddress(ctx, found.v.Record.GetOwner())

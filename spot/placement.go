@@ -21,19 +21,75 @@ import (
 // Mesh any node serves (NotConfigured with none, InvalidOperation with
 // several). It returns that Mesh's descriptors.
 func (m *Manager) selectMesh(ctx context.Context, inMesh string) (string, []location.VersionedNode, error) {
-	if inMesh != "" {
-		nodes, err := m.store.ListNodes(ctx, inMesh)
-		if err != nil {
-			return "", nil, storeError("list nodes", err)
+	return pickMesh(inMesh, m.listNodes(ctx, inMesh))
+}
+
+// nodeList is one listing of node descriptors: read at once, or started
+// ahead of need (listNodesAhead) and waited for.
+type nodeList struct {
+	mesh  string // "" lists every Mesh
+	done  chan struct{}
+	nodes []location.VersionedNode
+	err   error
+}
+
+func (m *Manager) listNodes(ctx context.Context, mesh string) *nodeList {
+	l := &nodeList{mesh: mesh}
+	l.nodes, l.err = m.store.ListNodes(ctx, mesh)
+	return l
+}
+
+// listNodesAhead starts listing the descriptors of mesh while the caller
+// reads the Spot's authority: a call with Instance intent that finds the
+// Spot Missing then places it without a second store round trip in
+// series (the listing of a call that finds it Ready is wasted). An
+// in-process store lists when asked.
+func (m *Manager) listNodesAhead(ctx context.Context, mesh string) *nodeList {
+	if m.inProcess {
+		return nil
+	}
+	l := &nodeList{mesh: mesh, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.nodes, l.err = m.store.ListNodes(ctx, mesh)
+	}()
+	return l
+}
+
+// nodesOf is the listing of mesh ("" every Mesh): ahead's, if it was
+// started for it or for every Mesh, else a new one.
+func (m *Manager) nodesOf(ctx context.Context, ahead *nodeList, mesh string) *nodeList {
+	if ahead == nil || (ahead.mesh != mesh && ahead.mesh != "") {
+		return m.listNodes(ctx, mesh)
+	}
+	select {
+	case <-ahead.done:
+	case <-ctx.Done():
+		return &nodeList{mesh: mesh, err: ctx.Err()}
+	}
+	if ahead.err != nil || ahead.mesh == mesh {
+		return ahead
+	}
+	l := &nodeList{mesh: mesh}
+	for _, n := range ahead.nodes {
+		if n.Node.GetMesh() == mesh {
+			l.nodes = append(l.nodes, n)
 		}
+	}
+	return l
+}
+
+// pickMesh is selectMesh on a listing of inMesh ("" every Mesh).
+func pickMesh(inMesh string, l *nodeList) (string, []location.VersionedNode, error) {
+	if l.err != nil {
+		return "", nil, storeError("list nodes", l.err)
+	}
+	nodes := l.nodes
+	if inMesh != "" {
 		if len(nodes) == 0 {
 			return "", nil, fmt.Errorf("%w: mesh %q has no node", roamerr.ErrNotFound, inMesh)
 		}
 		return inMesh, nodes, nil
-	}
-	nodes, err := m.store.ListNodes(ctx, "")
-	if err != nil {
-		return "", nil, storeError("list nodes", err)
 	}
 	var meshes []string
 	for _, n := range nodes {

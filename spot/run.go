@@ -198,12 +198,12 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 			r.staged = nil
 		}
 	case activation.Open:
-		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
+		key, op, rootKey, committed := e.Key, e.FirstOperation, e.RootKey, e.Committed
 		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func(pointerGone bool)) {
 			go func() {
 				// The incarnation dispatches again; a move may start unless
 				// a close is releasing the record with its pointer.
-				settled(m.clearRecovery(key, op, rootKey) != activation.PointerLeftToRelease)
+				settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
 			}()
 		})
 		return activation.Opened{Err: err}

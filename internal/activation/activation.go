@@ -63,6 +63,10 @@ type Activation struct {
 	phase    Phase
 	locked   bool
 	capacity bool
+	// reserveFirst: the source read the ID Missing just before sending,
+	// so the first attempt reserves without reading the authority; the
+	// reservation's own absence check decides, and a lost one reads.
+	reserveFirst bool
 
 	// the current attempt
 	prev     location.Versioned // the record a reservation replaces
@@ -93,6 +97,7 @@ func NewActivation(cfg Config, s Start) (*Activation, []Effect) {
 	a := &Activation{
 		cfg: cfg, env: env, spotID: env.GetSpotId(), op: env.GetOperationId(), first: s.First, kind: s.Kind,
 		deadline: time.Unix(0, env.GetDeadlineUnixNanos()), now: s.Now, phase: Locking,
+		reserveFirst: env.GetSourceReadMissing(),
 	}
 	var err error
 	switch {
@@ -287,6 +292,15 @@ func (a *Activation) resolve() []Effect {
 	}
 	a.prev, a.resumed, a.origOp, a.origMsg, a.rootKey, a.rec, a.version, a.firsts, a.write =
 		location.Versioned{}, location.Versioned{}, "", nil, "", nil, 0, nil, nil
+	if a.reserveFirst {
+		// The source's read is the attempt's read (PROTOCOL.md §7.5): a
+		// reservation only lands on an absent ID, so reading again first
+		// would decide nothing the reservation does not. A local
+		// incarnation of an ID the store has no record of is stale and
+		// never gets the message either way.
+		a.reserveFirst = false
+		return a.coldActivate(location.Versioned{Key: a.key()})
+	}
 	a.phase = Resolving
 	return []Effect{ReadAuthority{SpotID: a.spotID}}
 }
@@ -471,7 +485,7 @@ func (a *Activation) writing(ev Event) []Effect {
 	case Committing:
 		switch outcome {
 		case Applied:
-			return append(effects, a.openCommitted()...)
+			return append(effects, a.openCommitted(version)...)
 		case Lost:
 			if a.rootKey == a.ownRoot() {
 				a.leftReservation = true // the commit did not land; the reservation may still
@@ -514,14 +528,15 @@ func (a *Activation) staged(ev Staged) []Effect {
 }
 
 // openCommitted opens dispatch once the Ready commit is known to have
-// landed.
-func (a *Activation) openCommitted() []Effect {
+// landed at version.
+func (a *Activation) openCommitted(version location.StoreVersion) []Effect {
 	a.phase = Opening
 	msgs := make([]any, len(a.firsts))
 	for i, f := range a.firsts {
 		msgs[i] = f.msg
 	}
-	return []Effect{Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey}}
+	return []Effect{Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey,
+		Committed: location.Versioned{Key: a.key(), Version: version, Record: a.ready}}}
 }
 
 // settlingCommit settles a Ready commit whose outcome the deadline left
@@ -537,7 +552,7 @@ func (a *Activation) settlingCommit(ev Event) []Effect {
 		case ev.Err == nil && ev.Record.Version == a.version:
 			return []Effect{CompareAndSet{Key: a.key(), Expected: a.version, Record: a.rec, Settle: true}}
 		case ev.Err == nil && proto.Equal(ev.Record.Record, a.ready):
-			return a.openCommitted()
+			return a.openCommitted(ev.Record.Version)
 		case ev.Err == nil, errors.Is(ev.Err, location.ErrNotFound):
 			// Taken over or released by another: this commit did not land
 			// and never can; the first message's outcome is another's

@@ -61,6 +61,37 @@ func TestColdActivationHappyPath(t *testing.T) {
 	require.Empty(t, a.Step(Opened{}), "a finished machine ignores late answers")
 }
 
+// When the source read the ID Missing just before sending, the target
+// reserves at once, without reading the authority again: the reservation
+// lands only on an absent ID. Lost, it reads and decides as usual (here:
+// another node's Ready record, which gets the first message); a second
+// attempt always reads first.
+// Reference: docs/PROTOCOL.md §7.5 steps 8–9.
+func TestSourceReadMissingReservesWithoutARead(t *testing.T) {
+	s := start(stateless)
+	s.Envelope.SourceReadMissing = true
+	a, effects := NewActivation(cfg, s)
+	require.Equal(t, []string{"StartTimer", "LockKey"}, names(effects))
+	step(t, a, KeyLocked{Now: t0}, "AdmitCapacity")
+	step(t, a, CapacityAdmitted{}, "PutRoot")
+	effects = step(t, a, RootPut{Ref: location.RootRef{Key: "activation-" + op, SHA256: [32]byte{9}, Size: 10}}, "Reserve")
+	res := effects[0].(Reserve)
+	require.Zero(t, res.Expected, "created only if absent")
+	require.Equal(t, location.KindUserSpot, res.Other)
+	require.Equal(t, NewGeneration(0, t0), res.Record.GetObjectGeneration())
+
+	step(t, a, WriteAnswered{Err: &location.ConflictError{Op: "txn"}, Now: at(time.Millisecond)}, "DeleteRoot", "ReleaseCapacity", "ReadAuthority")
+	winner := record(12, ready, other, nil)
+	effects = step(t, a, AuthorityRead{Authority: Authority{Versioned: winner, Address: "n2:9000"}, Now: at(time.Millisecond)},
+		"Forward", "Measure", "UnlockKey", "Finish")
+	require.Equal(t, Forward{Address: "n2:9000", Key: cartKey, Record: winner.Record}, effects[0])
+
+	// Without the flag (a reactivation, a wait on a Creating owner) the
+	// first attempt reads.
+	a, _ = NewActivation(cfg, start(stateless))
+	step(t, a, KeyLocked{Now: t0}, "ReadAuthority")
+}
+
 // A reservation that loses its race (conflict) deletes its root, gives its
 // creation slot back and reads again; the winner is Ready under a live
 // owner, so the first message is forwarded to it, once.

@@ -12,9 +12,12 @@ import (
 
 // Clear removes a recovery pointer by expected-version compare-and-set
 // once the first handler has completed, then deletes the root
-// (docs/PROTOCOL.md §7.5 step 12). It reads again before every attempt, so a record
-// rewritten meanwhile (a move) is handled, and it is done when a read
-// shows the pointer gone (or naming another activation). A failed read or
+// (docs/PROTOCOL.md §7.5 step 12). Its first attempt writes over the record
+// as committed Ready, if it knows it, without reading: a landed write is
+// the removal. Otherwise, and after that write lost or left its outcome
+// unknown, it reads again before every attempt, so a record rewritten
+// meanwhile (a move) is handled, and it is done when a read shows the
+// pointer gone (or naming another activation). A failed read or
 // write is tried again after ClearBackoff; ClearFor after its start it
 // gives up (activation_recovery_clear_failed), and at once when this
 // node's lease has ended: such a write is never retried under that lease.
@@ -28,13 +31,23 @@ type Clear struct {
 	expired  bool
 	phase    Phase
 	finished bool
+	// blind: the write under way was made without a read, over the
+	// record as committed; landed, it removed the pointer.
+	blind bool
 }
 
 // NewClear starts the removal of the pointer of operation op on key, whose
-// root is rootKey, at now.
-func NewClear(cfg Config, key location.AuthorityKey, op, rootKey string, now time.Time) (*Clear, []Effect) {
+// root is rootKey, at now. committed is the record the activation
+// committed Ready, at its version, if known (else zero).
+func NewClear(cfg Config, key location.AuthorityKey, op, rootKey string, committed location.Versioned, now time.Time) (*Clear, []Effect) {
 	c := &Clear{cfg: cfg, key: key, op: op, rootKey: rootKey, deadline: now.Add(cfg.ClearFor), now: now, phase: ClearReading}
-	return c, []Effect{StartTimer{Timer: TimerDeadline, At: c.deadline}, ReadRecord{Key: key}}
+	start := []Effect{StartTimer{Timer: TimerDeadline, At: c.deadline}}
+	if committed.Present() && committed.Key == key && committed.Record.GetActivationRecovery().GetOperationId() == op &&
+		committed.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY {
+		c.blind = true
+		return c, append(start, c.write(committed)...)
+	}
+	return c, append(start, ReadRecord{Key: key})
 }
 
 // Phase is the current phase.
@@ -68,16 +81,17 @@ func (c *Clear) Step(ev Event) []Effect {
 			// Closing: the release removes record and root together.
 			return c.finish(PointerLeftToRelease)
 		}
-		without := proto.Clone(rec).(*location.Record)
-		without.ActivationRecovery = nil
-		c.phase = ClearWriting
-		return []Effect{CompareAndSet{Key: c.key, Expected: ev.Record.Version, Record: without}}
+		return c.write(ev.Record)
 
 	case WriteAnswered:
 		if c.phase != ClearWriting {
 			return nil
 		}
+		blind := c.blind
+		c.blind = false
 		switch {
+		case ev.Err == nil && blind:
+			return c.cleared()
 		case ev.Err == nil, errors.Is(ev.Err, location.ErrConflict), errors.Is(ev.Err, location.ErrIndeterminate):
 			return c.read() // done when a read shows the pointer gone
 		case errors.Is(ev.Err, location.ErrLeaseEnded):
@@ -100,6 +114,15 @@ func (c *Clear) Step(ev Event) []Effect {
 		}
 	}
 	return nil
+}
+
+// write removes the pointer from v's record by compare-and-set on its
+// version.
+func (c *Clear) write(v location.Versioned) []Effect {
+	without := proto.Clone(v.Record).(*location.Record)
+	without.ActivationRecovery = nil
+	c.phase = ClearWriting
+	return []Effect{CompareAndSet{Key: c.key, Expected: v.Version, Record: without}}
 }
 
 func (c *Clear) expiredNow() bool { return c.expired || passed(c.deadline, c.now) }

@@ -154,12 +154,14 @@ type (
 	// Open: make the staged incarnation serve, with Messages first in
 	// that order; once the handler of the message of FirstOperation has
 	// returned, remove the recovery pointer (run a Clear machine for Key,
-	// FirstOperation and RootKey). Answer Opened.
+	// FirstOperation and RootKey, from Committed). Answer Opened.
+	// Committed is the Ready record as committed, at its version.
 	Open struct {
 		Key            location.AuthorityKey
 		Messages       []any
 		FirstOperation string
 		RootKey        string
+		Committed      location.Versioned
 	}
 	// Forward: send the activation's first message to the current owner's
 	// incarnation (Address, Key, Record name its PID) (PROTOCOL.md §7.6).

@@ -251,7 +251,7 @@ func (call *Call) route(a authority, via string) {
 			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "no address for the owner"})
 			return
 		}
-		call.sendActivation(to, rec.GetOwner())
+		call.sendActivation(to, rec.GetOwner(), false)
 	}
 	_ = l
 	_ = s
@@ -304,20 +304,21 @@ func (call *Call) activate(reactivation bool) {
 				target = w.nodes[i].cur
 			}
 		}
-		call.sendActivation(target, target.owner)
+		call.sendActivation(target, target.owner, !reactivation)
 	})
 }
 
 // sendActivation completes and sends a SpotActivation (route kind 2) with the
-// first message inside, to the lifecycle to (whose owner fence it names).
-func (call *Call) sendActivation(to *Life, owner *messages.Owner) {
+// first message inside, to the lifecycle to (whose owner fence it names);
+// readMissing: the call read the ID Missing (the target reserves first).
+func (call *Call) sendActivation(to *Life, owner *messages.Owner, readMissing bool) {
 	w := call.c.w
 	l, m := call.life, call.m
 	env := &messages.SpotActivation{
 		OperationId: m.op, RouteKind: 2, SpotId: m.spot.id, StableType: m.spot.stableType,
 		TargetMesh: owner.GetMesh(), TargetNodeRid: owner.GetNodeRid(), TargetNodeGeneration: owner.GetNodeGeneration(),
 		DeadlineUnixNanos: w.wall(call.deadline).UnixNano(), SourceNodeRid: l.rid, SourceNodeGeneration: l.gen,
-		HasMetadata: true, First: &messages.Envelope{},
+		HasMetadata: true, First: &messages.Envelope{}, SourceReadMissing: readMissing,
 	}
 	if w.tracing {
 		w.tracef("c%d m%d → command 39 %s to %s", call.c.id+1, m.id, m.op, to)

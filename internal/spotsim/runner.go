@@ -407,9 +407,9 @@ func (r *Runner) exec(e activation.Effect) bool {
 		for i, m := range e.Messages {
 			first[i] = m.(*Msg)
 		}
-		key, op, rootKey := e.Key, e.FirstOperation, e.RootKey
+		key, op, rootKey, committed := e.Key, e.FirstOperation, e.RootKey, e.Committed
 		inc.resumedFrom = r.resumed
-		w.open(inc, first, op, func(settled func()) { l.clearRecovery(s, key, op, rootKey, settled) })
+		w.open(inc, first, op, func(settled func()) { l.clearRecovery(s, key, op, rootKey, committed, settled) })
 		r.queue = append(r.queue, activation.Opened{})
 	case activation.Forward:
 		to := w.lifeByAddress(e.Address)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roamactors/roam/internal/activation"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden traces of the scenario tests")
@@ -151,7 +153,7 @@ func TestScenarioIndeterminateReserveApplied(t *testing.T) {
 }
 
 // The owner crashes right after the first message's handler returned,
-// before the recovery pointer's removal could land: the Ready record
+// before the recovery pointer's removal left it: the Ready record
 // keeps its pointer. Once the store ends the crashed lifecycle's lease,
 // another caller's call finds an ended owner's record with a pointer and
 // resumes it from the recovery root: the first message runs a second
@@ -160,10 +162,14 @@ func TestScenarioIndeterminateReserveApplied(t *testing.T) {
 // Reference: PROTOCOL.md §7.7; docs/FAULTS.md "Repeated first message".
 func TestScenarioOwnerCrashAfterReady(t *testing.T) {
 	s0 := (*Spot)(nil)
-	w := scenario(3, Hooks{Handled: func(w *World, inc *Inc, m *Msg) {
-		if m.id == 1 && len(m.handled) == 1 {
-			w.tracef("%s CRASHES (scenario: right after m1's handler returned)", inc.life.node.name)
-			inc.life.node.crash()
+	crashed := false
+	w := scenario(3, Hooks{Effect: func(w *World, r *Runner, e activation.Effect) {
+		// The clear writes over the committed record as soon as the
+		// handler returned; the crash comes before that write leaves.
+		if _, ok := e.(activation.CompareAndSet); ok && r.label == "clear" && !crashed {
+			crashed = true
+			w.tracef("%s CRASHES (scenario: right after m1's handler returned)", r.life.node.name)
+			r.life.node.crash()
 		}
 	}})
 	s0 = w.spots[0]

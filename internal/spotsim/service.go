@@ -105,10 +105,10 @@ func (l *Life) recoverScan() {
 // handler has completed, then deletes its root (the Clear machine), on a
 // runner of its own bounded by ClearFor; settled lets the incarnation
 // dispatch again once it finished.
-func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey string, settled func()) {
+func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey string, committed location.Versioned, settled func()) {
 	w := l.w
 	w.stats.Clears++
-	mc, effects := activation.NewClear(l.acfg, key, op, rootKey, w.wall(w.now))
+	mc, effects := activation.NewClear(l.acfg, key, op, rootKey, committed, w.wall(w.now))
 	r := l.newRunner("clear", s, w.now+l.acfg.ClearFor, mc.Step, func(error) { settled() })
 	r.label, r.op = "clear", op
 	r.run(effects)

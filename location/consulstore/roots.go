@@ -137,6 +137,29 @@ func (s *Store) PutRoot(ctx context.Context, key string, data []byte) (location.
 	}
 	what := fmt.Sprintf("put root %q", key)
 	ref := location.NewRootRef(key, data)
+	manifest, err := json.Marshal(newManifest(ref))
+	if err != nil {
+		return location.RootRef{}, fmt.Errorf("%w: %s: encode manifest: %w", location.ErrInvalid, what, err)
+	}
+	create := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: s.rootKey(key), Value: manifest, Index: 0}}
+	if n := partCount(ref.Size); n <= 1 {
+		// A root of one part (a cold activation's envelope, a creation
+		// request) is written with its manifest in one transaction, without
+		// reading first: one round trip on a cold activation's path. A
+		// manifest already there rolls it back; the loop below then reads
+		// and decides.
+		txn := api.TxnOps{create}
+		if n == 1 {
+			txn = api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: s.rootPartKey(key, ref.SHA256, 0), Value: data}}, create}
+		}
+		_, failed, err := s.writeTxn(ctx, what, txn)
+		if err != nil {
+			return location.RootRef{}, err
+		}
+		if failed == nil {
+			return ref, nil
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		m, cur, _, err := s.readManifest(ctx, key)
 		if err != nil {
@@ -155,11 +178,7 @@ func (s *Store) PutRoot(ctx context.Context, key string, data []byte) (location.
 		if err != nil {
 			return location.RootRef{}, err
 		}
-		manifest, err := json.Marshal(newManifest(ref))
-		if err != nil {
-			return location.RootRef{}, fmt.Errorf("%w: %s: encode manifest: %w", location.ErrInvalid, what, err)
-		}
-		txn = append(txn, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: s.rootKey(key), Value: manifest, Index: 0}})
+		txn = append(txn, create)
 		_, failed, err := s.writeTxn(ctx, what, txn)
 		if err != nil {
 			return location.RootRef{}, err
