@@ -204,7 +204,20 @@ const (
 	// nothing: the caller's compare-and-set of its record in the same
 	// transaction is what makes the free its own.
 	OpFreeSlot
+	// OpCreateRoot stores Data as the Relocation Store root RootKey
+	// (RootStore, with the reference NewRootRef(RootKey, Data)) only if no
+	// root is stored under RootKey: one there, whatever its bytes, fails
+	// the transaction as a *ConflictError naming this op. Data is at most
+	// MaxInlineRootBytes; a larger root is stored by PutRoot before the
+	// transaction that points at it. It touches no record. Writing a small
+	// root in the same transaction as the record that points at it (a cold
+	// activation's reservation) saves the round trip of a PutRoot, and a
+	// transaction that fails leaves no root behind.
+	OpCreateRoot
 )
+
+// MaxInlineRootBytes bounds the root an OpCreateRoot stores.
+const MaxInlineRootBytes = 64 << 10
 
 func (k OpKind) String() string {
 	switch k {
@@ -224,6 +237,8 @@ func (k OpKind) String() string {
 		return "set-slot"
 	case OpFreeSlot:
 		return "free-slot"
+	case OpCreateRoot:
+		return "create-root"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
@@ -245,6 +260,9 @@ type Op struct {
 	// Pending marks a slot reserved for an object on its way in, not yet
 	// committed to the node (OpTakeSlot, OpSetSlot).
 	Pending bool
+	// RootKey and Data are the root an OpCreateRoot stores.
+	RootKey string
+	Data    []byte
 }
 
 // Slot is one capacity slot of a node lifecycle: a node of capacity C
@@ -326,10 +344,19 @@ func FreeSlotOp(node NodeKey, slot uint32) Op {
 // IsSlotOp reports whether k is one of the slot ops, which touch no record.
 func (k OpKind) IsSlotOp() bool { return k == OpTakeSlot || k == OpSetSlot || k == OpFreeSlot }
 
+// OnRecord reports whether an op of kind k names a record by its Key
+// (create, update, delete, check): the ops a *ConflictError's Current
+// reports.
+func (k OpKind) OnRecord() bool { return k == OpCreate || k == OpUpdate || k == OpDelete || k == OpCheck }
+
+// CreateRootOp stores data as the root key only if no root is there.
+func CreateRootOp(key string, data []byte) Op { return Op{Kind: OpCreateRoot, RootKey: key, Data: data} }
+
 // ApplyOpCount is what ops count against MaxApplyOps: the operations of
 // the Consul transaction they make, the store with the tightest limit
 // (128 operations). One each, plus one for each OpTakeSlot (a check that
-// the slot is free and its write), plus one lease check for each
+// the slot is free and its write) and for each OpCreateRoot of some bytes
+// (its part beside its manifest), plus one lease check for each
 // distinct (node, lease) of the OpTakeSlot and OpSetSlot ops that the
 // transaction's OpCheckLease does not already make. A node's slot ops
 // name its own lease, which its writes check anyway, so they usually
@@ -356,8 +383,8 @@ func ApplyOpCount(ops []Op) int {
 		}
 	}
 	for _, op := range ops {
-		if op.Kind == OpTakeSlot {
-			n++
+		if op.Kind == OpTakeSlot || (op.Kind == OpCreateRoot && len(op.Data) > 0) {
+			n++ // a slot check, or a root's part beside its manifest
 		}
 		if op.Kind == OpTakeSlot || op.Kind == OpSetSlot {
 			if nl := (nodeLease{op.Node, op.Lease}); !seen(nl) {
@@ -435,6 +462,7 @@ func ValidateOps(ops []Op) error {
 	total := 0
 	seen := make(map[AuthorityKey]bool, len(ops))
 	var slots map[slotOf]bool
+	var roots map[string]bool
 	leaseChecks := 0
 	for i, op := range ops {
 		if op.Kind == OpCheckLease {
@@ -447,6 +475,23 @@ func ValidateOps(ops []Op) error {
 			if leaseChecks++; leaseChecks > 1 {
 				return fmt.Errorf("%w: op %d: more than one lease check", ErrInvalid, i)
 			}
+			continue
+		}
+		if op.Kind == OpCreateRoot {
+			if err := ValidateRoot(op.RootKey, op.Data); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			if len(op.Data) > MaxInlineRootBytes {
+				return fmt.Errorf("%w: op %d: root %q is %d bytes, over %d in a transaction (PutRoot stores it)", ErrTooLarge, i, op.RootKey, len(op.Data), MaxInlineRootBytes)
+			}
+			if roots[op.RootKey] {
+				return fmt.Errorf("%w: op %d: root %q appears twice", ErrInvalid, i, op.RootKey)
+			}
+			if roots == nil {
+				roots = map[string]bool{}
+			}
+			roots[op.RootKey] = true
+			total += len(op.RootKey) + len(op.Data)
 			continue
 		}
 		if op.Kind.IsSlotOp() {
@@ -503,6 +548,8 @@ func ValidateOps(ops []Op) error {
 		for _, op := range ops {
 			switch {
 			case op.Kind == OpCheckLease:
+			case op.Kind == OpCreateRoot:
+				total += len(op.RootKey) + len(op.Data)
 			case op.Kind.IsSlotOp():
 				total += slotOpSize(op)
 			default:

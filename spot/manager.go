@@ -91,6 +91,10 @@ type Manager struct {
 	// inProcess: the store answers in the process (memstore), so
 	// concurrent reads gain nothing.
 	inProcess bool
+	// rootsInline: the Relocation Store is the Location Store, so a small
+	// recovery root is written in the reservation's own transaction
+	// (location.OpCreateRoot).
+	rootsInline bool
 	// pending counts creations in progress here (admitCapacity).
 	pending atomic.Int64
 	// lostWatch: calls waiting on a peer, told when its connection ends.
@@ -209,6 +213,9 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	}
 	if s, ok := m.store.(location.InProcess); ok {
 		m.inProcess = s.InProcess()
+	}
+	if rs, ok := d.Node().Store().(location.RootStore); ok && rs == roots {
+		m.rootsInline = true
 	}
 	m.acfg = activation.DefaultConfig(m.owner())
 	// Nothing but the manager's own Stop ends the Spot service: activations

@@ -2,7 +2,9 @@ package spot
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +37,9 @@ type runner struct {
 	stagedAt        time.Time
 	releaseCapacity func()
 	unlock          func()
+	// inlineRoot is a recovery root answered as stored but not written
+	// yet: the Reserve that follows writes it in its own transaction.
+	inlineRoot *inlineRoot
 
 	done bool
 	err  error
@@ -134,6 +139,12 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if err != nil {
 			return activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)}
 		}
+		if m.rootsInline && len(data) <= location.MaxInlineRootBytes {
+			// The reservation's transaction stores it (Reserve): the
+			// machine's next effect, and the only one that needs it.
+			r.inlineRoot = &inlineRoot{key: e.RootKey, data: data}
+			return activation.RootPut{Ref: location.NewRootRef(e.RootKey, data)}
+		}
 		ref, err := m.roots.PutRoot(r.ctx, e.RootKey, data)
 		return activation.RootPut{Ref: ref, Err: err}
 	case activation.GetRoot:
@@ -151,12 +162,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		}
 		return got
 	case activation.Reserve:
-		op := location.CreateOp(e.Key, e.Record)
-		if e.Expected != 0 {
-			op = location.UpdateOp(e.Key, e.Expected, e.Record)
-		}
-		ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
-		vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+		vers, err := r.reserve(e)
 		ans := activation.WriteAnswered{Err: err, Now: time.Now()}
 		if err == nil {
 			ans.Version = vers[0]
@@ -350,6 +356,44 @@ func (s *timerSet) next() (activation.Timer, bool) {
 		}
 		<-s.wake
 	}
+}
+
+// reserve writes a reservation in one transaction with its check that
+// the ID is no User Spot, and with the recovery root the PutRoot before
+// it left to this transaction (docs/PROTOCOL.md §7.5 step 9).
+func (r *runner) reserve(e activation.Reserve) ([]location.StoreVersion, error) {
+	m := r.m
+	op := location.CreateOp(e.Key, e.Record)
+	if e.Expected != 0 {
+		op = location.UpdateOp(e.Key, e.Expected, e.Record)
+	}
+	ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
+	root := r.inlineRoot
+	r.inlineRoot = nil
+	if root == nil {
+		return m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+	}
+	slot := e.Record.GetCapacitySlot()
+	vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
+	var c *location.ConflictError
+	if !errors.As(err, &c) || !slices.Contains(c.FailedOps, len(ops)) {
+		return vers, err
+	}
+	// A root under the key already: an earlier attempt's, whose delete
+	// failed. PutRoot takes identical bytes as stored; then the
+	// reservation alone, as the conflict left it (nothing was applied).
+	if _, err := m.roots.PutRoot(r.ctx, root.key, root.data); err != nil {
+		return nil, err
+	}
+	e.Record.CapacitySlot = slot
+	return m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+}
+
+// inlineRoot is a recovery root waiting for the reservation's
+// transaction.
+type inlineRoot struct {
+	key  string
+	data []byte
 }
 
 // applyHolding applies ops, which write rec at key over replaced (if any),

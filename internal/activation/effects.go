@@ -62,7 +62,10 @@ type (
 		After location.StoreVersion
 	}
 	// PutRoot: store the activation envelope as the recovery root RootKey
-	// in the Relocation Store; answer RootPut.
+	// in the Relocation Store; answer RootPut. The driver may answer with
+	// the reference alone and leave the write to the Reserve that follows,
+	// in its transaction (location.OpCreateRoot): the root then exists
+	// exactly when the reservation does.
 	PutRoot struct{ RootKey string }
 	// GetRoot: read and decode the recovery root RootKey; answer RootGot.
 	GetRoot struct{ RootKey string }

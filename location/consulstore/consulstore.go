@@ -730,6 +730,26 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			add(i, false, &api.KVTxnOp{Verb: api.KVLock, Key: k, Value: val, Session: string(op.Lease)})
 			continue
 		}
+		if op.Kind == location.OpCreateRoot {
+			// The root's part and its manifest, as PutRoot writes a root of
+			// one part (roots.go); the manifest's create is the op's check.
+			ref := location.NewRootRef(op.RootKey, op.Data)
+			manifest, err := json.Marshal(newManifest(ref))
+			if err != nil {
+				return nil, fmt.Errorf("%w: encode manifest of root %q: %w", location.ErrInvalid, op.RootKey, err)
+			}
+			if len(op.Data) > 0 {
+				part := s.rootPartKey(op.RootKey, ref.SHA256, 0)
+				keys = append(keys, part)
+				size += len(part) + len(op.Data)
+				add(i, false, &api.KVTxnOp{Verb: api.KVSet, Key: part, Value: op.Data})
+			}
+			mk := s.rootKey(op.RootKey)
+			keys = append(keys, mk)
+			size += len(mk) + len(manifest)
+			add(i, false, &api.KVTxnOp{Verb: api.KVCAS, Key: mk, Value: manifest, Index: 0})
+			continue
+		}
 		k := s.recordKey(op.Key)
 		keys = append(keys, k)
 		size += len(k)
@@ -835,7 +855,7 @@ func (s *Store) conflict(ctx context.Context, what string, ops []location.Op, fa
 	var keys []string
 	var checked []location.Op
 	for _, op := range ops {
-		if op.Kind != location.OpCheckLease && !op.Kind.IsSlotOp() {
+		if op.Kind.OnRecord() {
 			keys = append(keys, s.recordKey(op.Key))
 			checked = append(checked, op)
 		}

@@ -8,6 +8,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -294,6 +295,11 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 				failed = append(failed, i)
 			}
 			continue
+		case location.OpCreateRoot:
+			if _, ok := s.roots[op.RootKey]; ok {
+				failed = append(failed, i)
+			}
+			continue
 		}
 		cur := location.StoreVersion(0)
 		if e := s.records[op.Key]; e != nil {
@@ -307,7 +313,7 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 	if len(failed) > 0 {
 		c := &location.ConflictError{Op: "apply", FailedOps: failed}
 		for _, op := range ops {
-			if op.Kind != location.OpCheckLease && !op.Kind.IsSlotOp() {
+			if op.Kind.OnRecord() {
 				c.Current = append(c.Current, s.versionedLocked(op.Key))
 			}
 		}
@@ -342,6 +348,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			if len(s.slots[op.Node]) == 0 {
 				delete(s.slots, op.Node)
 			}
+		case location.OpCreateRoot:
+			s.roots[op.RootKey] = bytes.Clone(op.Data)
 		}
 	}
 	return out, nil

@@ -33,6 +33,77 @@ var rootTests = []contractTest{
 	{"RootKeysAreIndependent", testRootKeysIndependent},
 	{"RootBytesAreCopied", testRootCopied},
 	{"RootCallsWithEndedContextAreUnavailable", testRootEndedContext},
+	{"RootCreatedInApplyLandsWithItsTransaction", testRootInApply},
+	{"RootCreateInApplyOverAnExistingRootIsConflict", testRootInApplyConflict},
+	{"RootCreateInApplyRollsBackWithItsTransaction", testRootInApplyRollback},
+	{"RootCreateInApplyOverInlineLimitIsTooLarge", testRootInApplyTooLarge},
+}
+
+// applyRoots opens a store that is both a Location Store and a RootStore.
+func applyRoots(t *testing.T, h Harness) (location.Store, location.RootStore) {
+	t.Helper()
+	in := open(t, h)
+	r, ok := in.Store.(location.RootStore)
+	require.True(t, ok, "%T does not implement location.RootStore", in.Store)
+	return in.Store, r
+}
+
+// A root written by OpCreateRoot lands with the record of the same
+// transaction and reads back as PutRoot's would, empty or not
+// (PROTOCOL.md §3.5, §7.5).
+func testRootInApply(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	for i, data := range [][]byte{rootBytes(7, 1000), nil, rootBytes(8, location.MaxInlineRootBytes)} {
+		k := location.Key(location.KindInstanceSpot, fmt.Sprintf("with-root-%d", i))
+		root := fmt.Sprintf("inline-%d", i)
+		versions, err := s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CreateRootOp(root, data)})
+		require.NoError(t, err)
+		require.Len(t, versions, 2)
+		require.NotZero(t, versions[0])
+		requireRoot(t, r, root, data)
+		// Stored identical bytes again by PutRoot: the same reference.
+		ref, err := r.PutRoot(ctx(t), root, data)
+		require.NoError(t, err)
+		require.Equal(t, location.NewRootRef(root, data), ref)
+	}
+}
+
+// A root already there fails the transaction as a conflict naming the
+// root's op, whatever its bytes; nothing of the transaction is applied.
+func testRootInApplyConflict(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	first := rootBytes(1, 500)
+	_, err := r.PutRoot(ctx(t), "taken", first)
+	require.NoError(t, err)
+	k := location.Key(location.KindInstanceSpot, "not-written")
+	for _, data := range [][]byte{first, rootBytes(2, 500)} {
+		_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CreateRootOp("taken", data)})
+		c := requireConflict(t, err)
+		require.Equal(t, []int{1}, c.FailedOps)
+		requireAbsent(t, s, k)
+		requireRoot(t, r, "taken", first)
+	}
+}
+
+// A transaction that fails on a record stores no root.
+func testRootInApplyRollback(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	k := location.Key(location.KindInstanceSpot, "absent")
+	_, err := s.Apply(ctx(t), []location.Op{location.UpdateOp(k, 5, rec("a", 1)), location.CreateRootOp("rolled-back", rootBytes(3, 100))})
+	c := requireConflict(t, err)
+	require.Equal(t, []int{0}, c.FailedOps)
+	requireNoRoot(t, r, "rolled-back")
+}
+
+// Past MaxInlineRootBytes a root goes through PutRoot: the transaction is
+// refused whole.
+func testRootInApplyTooLarge(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	k := location.Key(location.KindInstanceSpot, "big")
+	_, err := s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CreateRootOp("big", rootBytes(4, location.MaxInlineRootBytes+1))})
+	require.ErrorIs(t, err, location.ErrTooLarge)
+	requireAbsent(t, s, k)
+	requireNoRoot(t, r, "big")
 }
 
 // RootCount is the number of contract tests RunRoots runs.

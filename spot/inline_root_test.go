@@ -1,0 +1,55 @@
+package spot_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+)
+
+// leftRootStore is a memstore on which the recovery root a reservation
+// writes in its own transaction is already there, with the same bytes,
+// when the transaction runs: as an earlier attempt of the same activation
+// leaves it when its reservation was lost and its root's delete failed.
+type leftRootStore struct {
+	*memstore.Store
+	left atomic.Int64 // roots put ahead of their transaction
+}
+
+func (s *leftRootStore) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if op.Kind == location.OpCreateRoot {
+			if _, err := s.Store.PutRoot(ctx, op.RootKey, op.Data); err != nil {
+				return nil, err
+			}
+			s.left.Add(1)
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// A cold activation whose recovery root is already stored under its key
+// with the same bytes still activates the Spot: the reservation's
+// transaction fails on the root alone, the root is taken as stored (as
+// PutRoot takes identical bytes), and the reservation is written without
+// it. The first message is handled once.
+// Reference: docs/PROTOCOL.md §7.5 step 9; location.OpCreateRoot.
+func TestAnActivationRootLeftBehindIsTakenAsStored(t *testing.T) {
+	store := &leftRootStore{Store: memstore.New()}
+	w := newWorld(t, store)
+	w.startN(2)
+	for i, id := range []string{"cart-a", "cart-b", "cart-c"} {
+		reply, err := w.nodes[i%2].Spots().Request(id, wrapperspb.String("first")).InstanceSpot("cart").Timeout(10 * time.Second).Do(context.Background())
+		require.NoError(t, err, id)
+		require.NotNil(t, reply)
+		require.Equal(t, []string{"first"}, w.handledOf(id), id)
+	}
+	require.EqualValues(t, 3, store.left.Load(), "every reservation carried its root and found it stored")
+	require.EqualValues(t, 3, w.count("cart").Load())
+}
