@@ -347,10 +347,14 @@ func (k OpKind) IsSlotOp() bool { return k == OpTakeSlot || k == OpSetSlot || k 
 // OnRecord reports whether an op of kind k names a record by its Key
 // (create, update, delete, check): the ops a *ConflictError's Current
 // reports.
-func (k OpKind) OnRecord() bool { return k == OpCreate || k == OpUpdate || k == OpDelete || k == OpCheck }
+func (k OpKind) OnRecord() bool {
+	return k == OpCreate || k == OpUpdate || k == OpDelete || k == OpCheck
+}
 
 // CreateRootOp stores data as the root key only if no root is there.
-func CreateRootOp(key string, data []byte) Op { return Op{Kind: OpCreateRoot, RootKey: key, Data: data} }
+func CreateRootOp(key string, data []byte) Op {
+	return Op{Kind: OpCreateRoot, RootKey: key, Data: data}
+}
 
 // ApplyOpCount is what ops count against MaxApplyOps: the operations of
 // the Consul transaction they make, the store with the tightest limit
