@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/roamactors/roam/messages"
 )
 
 // fill sets every field of m, recursively, to a value drawn to make the
@@ -99,4 +101,23 @@ func TestSizeBoundIsAnUpperBound(t *testing.T) {
 		fill(r, rec.ProtoReflect(), 0)
 		require.LessOrEqual(t, EncodedSize(rec), sizeBound(rec), "seed %d", seed)
 	}
+}
+
+// PageBytes, what memstore counts a listed record with, is an upper bound
+// of the exact encoded size for the same long-JSON records, and no more
+// than a fifth over it for a record as roam writes them.
+func TestPageBytesIsATightUpperBound(t *testing.T) {
+	require.LessOrEqual(t, EncodedSize(&Record{}), PageBytes(&Record{}))
+	for seed := range uint64(500) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		rec := &Record{}
+		fill(r, rec.ProtoReflect(), 0)
+		require.LessOrEqual(t, EncodedSize(rec), PageBytes(rec), "seed %d", seed)
+	}
+	typical := &Record{ObjectGeneration: 1733100000123456, AuthorityOwnerGeneration: 3, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+		StableType: "shopping-cart", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE,
+		Owner: &messages.Owner{Mesh: "default", NodeRid: "node-7f3a", NodeGeneration: 1733100000000001, LeaseId: "4e1c-aa"}}
+	exact, bound := EncodedSize(typical), PageBytes(typical)
+	require.LessOrEqual(t, exact, bound)
+	require.LessOrEqual(t, bound, exact*6/5, "exact %d, bound %d", exact, bound)
 }

@@ -67,6 +67,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 				return storeError("scan", err)
 			}
 			for _, v := range page.Items {
+				if !activation.Recoverable(v) {
+					continue // the common case, at no cost: most records need nothing
+				}
 				if err := m.recoverOne(ctx, v); err != nil {
 					errs = append(errs, err)
 				}

@@ -134,7 +134,7 @@ func NewRecovery(cfg Config, r Recover) (*Activation, []Effect) {
 		effects = append(effects, StartTimer{Timer: TimerDeadline, At: r.Deadline})
 	}
 	rec := r.Scanned.Record
-	if rec.GetActivationRecovery() == nil && !a.creatingUser() {
+	if !Recoverable(r.Scanned) {
 		return a, append(effects, a.finish(Untouched)...)
 	}
 	if (a.creatingUser() && AbandonedCreation(rec, r.Now)) || Abandoned(rec, r.Now) {
@@ -152,6 +152,15 @@ func (a *Activation) Finished() bool { return a.finished }
 
 // Err is the machine's result once finished.
 func (a *Activation) Err() error { return a.err }
+
+// Recoverable reports whether the start-up scan has anything to do with
+// a record (NewRecovery leaves every other one Untouched): one with a
+// recovery pointer, or a User Spot reservation (Creating).
+func Recoverable(v location.Versioned) bool {
+	rec := v.Record
+	return rec.GetActivationRecovery() != nil ||
+		(v.Key.Kind == location.KindUserSpot && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING)
+}
 
 func (a *Activation) creatingUser() bool {
 	return a.scanned.Key.Kind == location.KindUserSpot &&

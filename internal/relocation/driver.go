@@ -591,8 +591,15 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 	if props == nil {
 		props = actor.PropsFromProducer(obj.kind.Producer)
 	}
-	return props.Clone(actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware),
-		actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
+	opts2 := []actor.PropsOption{actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware)}
+	if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
+		// Grain code reads its identity with cluster.GetClusterIdentity.
+		// Without a Proto.Actor cluster there is no grain code, and the
+		// context extension it needs would cost every idle object
+		// about 250 bytes.
+		opts2 = append(opts2, actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
+	}
+	return props.Clone(opts2...)
 }
 
 // restartIncarnation supervises incarnations: a failing one is restarted,

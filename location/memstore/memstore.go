@@ -254,7 +254,7 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 	bytes := 0
 	for i, id := range ids {
 		v := s.versionedLocked(location.Key(kind, id))
-		n := location.EncodedSize(v.Record)
+		n := location.PageBytes(v.Record) // ≥ its EncodedSize, at a tenth of the cost
 		if len(out.Items) == page.Size || bytes+n > location.MaxPageBytes {
 			out.Next = ids[i-1]
 			break

@@ -18,7 +18,9 @@ type ring struct {
 }
 
 const (
-	ringMinCap = 16
+	// ringMinCap is small: an idle object keeps its buffer, and most hold
+	// one message at a time.
+	ringMinCap = 4
 	// ringKeepCap: drain keeps a buffer up to this capacity for reuse and
 	// releases a larger one, so a relocated-away actor does not pin memory.
 	ringKeepCap = 1024

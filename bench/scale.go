@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+)
+
+// scaleRow is scenario (i) for n idle Spots on one node of the embedded
+// store: the live heap one costs beside a plain Proto.Actor actor's (the
+// same actor type, spawned by name, one message handled), the store's
+// record of it apart; how long a node's start takes over n records (its
+// recovery scan); and a request's p99 to one Spot with n routes cached
+// against 1,000.
+type scaleRow struct {
+	N                  int
+	Plain, Spot, Store float64 // bytes of live heap per actor / per Spot (the node's) / per record
+	Start              time.Duration
+	P99Few, P99Many    float64 // ms
+}
+
+// liveHeap is the live heap after two collections.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// plainHeap spawns n plain actors by name, each handling one message, and
+// returns the live heap each costs.
+func plainHeap(n int) (float64, error) {
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(discard{}, nil))
+	}))
+	defer sys.Shutdown()
+	props := actor.PropsFromProducer(func() actor.Actor { return &blob{} })
+	before := liveHeap()
+	pids := make([]*actor.PID, n)
+	for i := range pids {
+		pid, err := sys.Root.SpawnNamed(props, spotName(i))
+		if err != nil {
+			return 0, err
+		}
+		pids[i] = pid
+	}
+	for _, pid := range pids {
+		if _, err := sys.Root.RequestFuture(pid, wrapperspb.Int64(0), 10*time.Second).Result(); err != nil {
+			return 0, err
+		}
+	}
+	per := float64(liveHeap()-before) / float64(n)
+	runtime.KeepAlive(pids)
+	return per, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func spotName(i int) string { return fmt.Sprintf("idle-%07d", i) }
+
+// scale measures scenario (i) for n Spots.
+func scale(ctx context.Context, n int) (scaleRow, error) {
+	row := scaleRow{N: n}
+	var err error
+	if row.Plain, err = plainHeap(n); err != nil {
+		return row, fmt.Errorf("plain: %w", err)
+	}
+	store := memstore.New()
+	defer store.Close()
+	w, err := startWorld(ctx, store, 1)
+	if err != nil {
+		return row, err
+	}
+	node := w.nodes[0]
+	request := func(id string) error {
+		_, err := node.Spots().Request(id, wrapperspb.Int64(0)).InstanceSpot("blob").Timeout(30 * time.Second).Do(ctx)
+		return err
+	}
+	few := min(n, 1000)
+	if err := forEach(few, 32, func(i int) error { return request(spotName(i)) }); err != nil {
+		w.stop(ctx)
+		return row, err
+	}
+	if row.P99Few, err = requestP99(ctx, request, few); err != nil {
+		w.stop(ctx)
+		return row, err
+	}
+	before := liveHeap()
+	if err := forEach(n-few, 32, func(i int) error { return request(spotName(few + i)) }); err != nil {
+		w.stop(ctx)
+		return row, err
+	}
+	total := float64(liveHeap()-before) / float64(n-few)
+	if path := os.Getenv("ROAM_BENCH_HEAP"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			_ = f.Close()
+		}
+	}
+	if row.P99Many, err = requestP99(ctx, request, n); err != nil {
+		w.stop(ctx)
+		return row, err
+	}
+	// The store's own share: its records of the Spots, copied into a
+	// store of their own.
+	row.Store, err = storeHeap(ctx, store, n-few)
+	if err != nil {
+		w.stop(ctx)
+		return row, err
+	}
+	row.Spot = total - row.Store
+	// The start-up recovery scan of a node restarted over the n records
+	// (every one an ended owner's, with nothing to resume).
+	w.stop(ctx)
+	w2, err := startWorld(ctx, store, 1)
+	if err != nil {
+		return row, err
+	}
+	if path := os.Getenv("ROAM_BENCH_SCANPROF"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		}
+	}
+	start := time.Now()
+	if err := w2.nodes[0].Spots().Recover(ctx); err != nil {
+		w2.stop(ctx)
+		return row, err
+	}
+	row.Start = time.Since(start)
+	w2.stop(ctx)
+	return row, nil
+}
+
+// storeHeap copies n records of the Instance Spot kind into a fresh store
+// and returns the live heap each costs there.
+func storeHeap(ctx context.Context, from location.Store, n int) (float64, error) {
+	var recs []location.Versioned
+	after := ""
+	for len(recs) < n {
+		page, err := from.List(ctx, location.KindInstanceSpot, location.PageRequest{Size: location.MaxPageSize, After: after})
+		if err != nil {
+			return 0, err
+		}
+		recs = append(recs, page.Items...)
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	recs = recs[:min(n, len(recs))]
+	before := liveHeap()
+	to := memstore.New()
+	for _, v := range recs {
+		if _, err := to.CompareAndSet(ctx, v.Key, 0, v.Record); err != nil {
+			return 0, err
+		}
+	}
+	recs = nil
+	per := float64(liveHeap()-before) / float64(n)
+	runtime.KeepAlive(to)
+	return per, nil
+}
+
+// requestP99 is the p99 of 2,000 requests to Spots drawn among the first
+// n, one after another.
+func requestP99(ctx context.Context, request func(string) error, n int) (float64, error) {
+	lat := make([]time.Duration, 0, 2000)
+	for i := 0; i < 2000; i++ {
+		id := spotName((i * 7919) % n)
+		start := time.Now()
+		if err := request(id); err != nil {
+			return 0, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return ms(percentile(lat, 0.99)), nil
+}
+
+// forEach runs fn(0..n-1) on workers goroutines; the first error stops it.
+func forEach(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				mu.Lock()
+				failed := first != nil
+				mu.Unlock()
+				if failed {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
