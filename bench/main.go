@@ -242,7 +242,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		b.WriteString("## (i) Idle Spots on one node\n\n")
 		fmt.Fprintf(&b, "%d idle Spots (one request handled each) activated on one node of the embedded store by 32 callers, against as many plain Proto.Actor actors of the same type spawned by name in the same run, each having handled one request. ", n)
 		b.WriteString("Heap: live bytes after collection; the store's records (in this process, as the embedded store keeps them) are measured apart and left out of the node's figure. ")
-		b.WriteString("Recovery scan: the start-up scan of a node restarted over all the records. Request p99: 2,000 requests one after another to Spots among the first 1,000, then among all, every route cached.\n\n")
+		b.WriteString("Recovery scan: the start-up scan of a node restarted over all the records. Request p99: 2,000 requests one after another to Spots among the first 1,000, then among all, every route cached. One run (a run takes minutes).\n\n")
 		b.WriteString("| Spots | plain actor | roam Spot (node) | ratio | store record | recovery scan | request p99, 1,000 routes | all routes | ratio |\n|---|---|---|---|---|---|---|---|---|\n")
 		row, err := scale(ctx, n)
 		if err != nil {

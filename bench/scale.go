@@ -14,6 +14,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 )
@@ -82,7 +84,14 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 	}
 	store := memstore.New()
 	defer store.Close()
-	w, err := startWorld(ctx, store, 1)
+	// Routes kept for the whole run, so that every one is cached (a
+	// route lives shorter than Message Follow).
+	keepRoutes := func(c *extension.Config) {
+		c.Relocation.Handoff = handoff.DefaultConfig()
+		c.Relocation.Handoff.FollowDuration = 2 * time.Hour
+		c.Spot.Routes.RouteCacheMaxAge = time.Hour
+	}
+	w, err := startWorld(ctx, store, 1, keepRoutes)
 	if err != nil {
 		return row, err
 	}

@@ -86,7 +86,7 @@ type clients interface {
 	another() (location.Store, error)
 }
 
-func startWorld(ctx context.Context, store location.Store, n int) (*world, error) {
+func startWorld(ctx context.Context, store location.Store, n int, opts ...func(*extension.Config)) (*world, error) {
 	w := &world{}
 	log := zerolog.Nop()
 	silent := slog.LevelError + 4
@@ -99,7 +99,7 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 				return nil, err
 			}
 		}
-		e, err := extension.Start(ctx, extension.Config{
+		cfg := extension.Config{
 			Node:  meshnode.Config{Store: nodeStore, Logger: &log, ProtoActorLogLevel: &silent},
 			Kinds: []extension.Kind{blobKind, crewKind},
 			// A benchmark's teardown stops every node: nowhere to drain to.
@@ -111,7 +111,11 @@ func startWorld(ctx context.Context, store location.Store, n int) (*world, error
 					w.mu.Unlock()
 				}
 			}},
-		})
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		e, err := extension.Start(ctx, cfg)
 		if err != nil {
 			w.stop(ctx)
 			return nil, err

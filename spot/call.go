@@ -233,13 +233,17 @@ func (c *Call) checkExisting(a authority) error {
 	return nil
 }
 
-// headers stamps the operation identity and the calling node, and a
-// request's deadline: a request still queued when its caller has given up
-// is answered DeadlineExceeded instead of run, also after a move
+// headers stamps the operation identity; a send's calling node (a
+// request's is its reply route's, Manager.OnFollow); and a request's
+// deadline: a request still queued when its caller has given up is
+// answered DeadlineExceeded instead of run, also after a move
 // (PROTOCOL.md §4.3, §5.5: the deadline is frozen into saved work).
 func (c *Call) headers(ctx context.Context, op string) map[string]string {
-	h := map[string]string{relocation.HeaderOperation: op, headerOrigin: c.m.desc.GetAddress()}
-	if dl, ok := ctx.Deadline(); ok && c.request {
+	h := make(map[string]string, 2)
+	h[relocation.HeaderOperation] = op
+	if !c.request {
+		h[headerOrigin] = c.m.desc.GetAddress()
+	} else if dl, ok := ctx.Deadline(); ok {
 		h[relocation.HeaderDeadline] = strconv.FormatInt(dl.UnixMilli(), 10)
 	}
 	return h

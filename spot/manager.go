@@ -211,7 +211,9 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		lostWatch: map[string]map[chan struct{}]struct{}{},
 		stop:      make(chan struct{}),
 	}
-	if s, ok := m.store.(location.InProcess); ok {
+	// The node's own store: m.store is its lease-fenced view, which does
+	// not say.
+	if s, ok := d.Node().Store().(location.InProcess); ok {
 		m.inProcess = s.InProcess()
 	}
 	if rs, ok := d.Node().Store().(location.RootStore); ok && rs == roots {

@@ -45,7 +45,9 @@ func (m *Manager) listNodes(ctx context.Context, mesh string) *nodeList {
 // series (the listing of a call that finds it Ready is wasted). An
 // in-process store lists when asked.
 func (m *Manager) listNodesAhead(ctx context.Context, mesh string) *nodeList {
-	if m.inProcess {
+	if m.inProcess || m.cache.maxAge <= 0 {
+		// Without a route cache every call resolves, and most find their
+		// Spot: listing ahead would cost each of them a listing.
 		return nil
 	}
 	l := &nodeList{mesh: mesh, done: make(chan struct{})}

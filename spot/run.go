@@ -40,6 +40,9 @@ type runner struct {
 	// inlineRoot is a recovery root answered as stored but not written
 	// yet: the Reserve that follows writes it in its own transaction.
 	inlineRoot *inlineRoot
+	// unstoredRoot is the key of an inline root whose transaction was
+	// rolled back: nothing to delete.
+	unstoredRoot string
 
 	done bool
 	err  error
@@ -189,6 +192,10 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	case activation.Delete:
 		return activation.Deleted{Err: m.deleteRecord(r.ctx, e.Key, e.Version, e.Record), Now: time.Now()}
 	case activation.DeleteRoot:
+		if e.RootKey == r.unstoredRoot {
+			r.unstoredRoot = ""
+			break
+		}
 		m.deleteRoot(e.RootKey)
 	case activation.ReadOwner:
 		_, alive, err := m.ownerAddress(r.ctx, e.Owner)
@@ -377,6 +384,12 @@ func (r *runner) reserve(e activation.Reserve) ([]location.StoreVersion, error) 
 	vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
 	var c *location.ConflictError
 	if !errors.As(err, &c) || !slices.Contains(c.FailedOps, len(ops)) {
+		if c != nil {
+			// Rolled back whole: the root was not stored, and the
+			// machine's delete of it after a lost reservation has
+			// nothing to do.
+			r.unstoredRoot = root.key
+		}
 		return vers, err
 	}
 	// A root under the key already: an earlier attempt's, whose delete

@@ -67,6 +67,9 @@ type Activation struct {
 	// so the first attempt reserves without reading the authority; the
 	// reservation's own absence check decides, and a lost one reads.
 	reserveFirst bool
+	// unread: the current attempt has not read the authority (it came
+	// from reserveFirst).
+	unread bool
 
 	// the current attempt
 	prev     location.Versioned // the record a reservation replaces
@@ -307,9 +310,10 @@ func (a *Activation) resolve() []Effect {
 		// would decide nothing the reservation does not. A local
 		// incarnation of an ID the store has no record of is stale and
 		// never gets the message either way.
-		a.reserveFirst = false
+		a.reserveFirst, a.unread = false, true
 		return a.coldActivate(location.Versioned{Key: a.key()})
 	}
+	a.unread = false
 	a.phase = Resolving
 	return []Effect{ReadAuthority{SpotID: a.spotID}}
 }
@@ -412,6 +416,14 @@ func (a *Activation) coldActivate(prev location.Versioned) []Effect {
 }
 
 func (a *Activation) admitted(ev CapacityAdmitted) []Effect {
+	if ev.Err != nil && a.unread {
+		// No slot (a full or draining node), but the ID may be Ready by
+		// now (a concurrent first message won it here): a message for an
+		// existing Spot needs no slot. Read, and decide as usual.
+		a.unread = false
+		a.phase = Resolving
+		return []Effect{ReadAuthority{SpotID: a.spotID}}
+	}
 	if ev.Err != nil {
 		return a.fail(ev.Err)
 	}

@@ -86,6 +86,17 @@ func TestSourceReadMissingReservesWithoutARead(t *testing.T) {
 		"Forward", "Measure", "UnlockKey", "Finish")
 	require.Equal(t, Forward{Address: "n2:9000", Key: cartKey, Record: winner.Record}, effects[0])
 
+	// Refused a creation slot on that attempt (a full or draining node),
+	// it reads: the Spot may be Ready by now, and its message needs no slot.
+	s = start(stateless)
+	s.Envelope.SourceReadMissing = true
+	a, _ = NewActivation(cfg, s)
+	step(t, a, KeyLocked{Now: t0}, "AdmitCapacity")
+	step(t, a, CapacityAdmitted{Err: roamerr.ErrCapacityExceeded}, "ReadAuthority")
+	effects = step(t, a, AuthorityRead{Authority: Authority{Versioned: winner, Address: "n2:9000"}, Now: at(time.Millisecond)},
+		"Forward", "Measure", "UnlockKey", "Finish")
+	require.Equal(t, Forward{Address: "n2:9000", Key: cartKey, Record: winner.Record}, effects[0])
+
 	// Without the flag (a reactivation, a wait on a Creating owner) the
 	// first attempt reads.
 	a, _ = NewActivation(cfg, start(stateless))

@@ -305,6 +305,10 @@ func (d *Driver) RegisterKind(k Kind) error {
 		return fmt.Errorf("%w: stable type %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
 	}
 	kk := k
+	kk.props = kk.Props
+	if kk.props == nil {
+		kk.props = actor.PropsFromProducer(kk.Producer)
+	}
 	d.kinds[k.StableType] = &kk
 	return nil
 }
@@ -587,10 +591,7 @@ func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
 		d.log.Warn().Str("event", "stop_refused").Str("object_id", obj.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
 			Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
 	})
-	props := obj.kind.Props
-	if props == nil {
-		props = actor.PropsFromProducer(obj.kind.Producer)
-	}
+	props := obj.kind.props
 	opts2 := []actor.PropsOption{actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware)}
 	if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
 		// Grain code reads its identity with cluster.GetClusterIdentity.

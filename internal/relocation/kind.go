@@ -121,6 +121,11 @@ type Kind struct {
 	// payload, one commit of every record. Otherwise (PerActor) the Spot
 	// moves alone and each member is a unit of its own.
 	SpotWide bool
+
+	// props is Props, or the Props of Producer made once at registration:
+	// every incarnation's Props are a clone of it (a Props of its own per
+	// incarnation cost an idle object about 200 bytes).
+	props *actor.Props
 }
 
 func (k *Kind) validate() error {
