@@ -10,7 +10,12 @@
 // 16 MiB costs in CPU and allocations, with profiles; (h) cold activations
 // of Instance Spots against the store's round trip; (i) a million idle
 // Spots on one node against plain Proto.Actor actors. Every figure is a
-// median over runs, beside its baseline as a ratio, except (g)'s means.
+// median over runs, beside its baseline as a ratio, except (g)'s means and
+// (i)'s single run.
+//
+// For looking into a figure: ROAM_BENCH_TRACE=1 prints (h)'s store calls
+// with their times; ROAM_BENCH_HEAP=<file> writes (i)'s heap profile and
+// ROAM_BENCH_SCANPROF=<file> the CPU profile of its recovery scan.
 package main
 
 import (

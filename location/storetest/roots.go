@@ -119,9 +119,7 @@ func RunRoots(t *testing.T, h Harness) {
 
 func openRoots(t *testing.T, h Harness) location.RootStore {
 	t.Helper()
-	in := open(t, h)
-	r, ok := in.Store.(location.RootStore)
-	require.True(t, ok, "%T does not implement location.RootStore", in.Store)
+	_, r := applyRoots(t, h)
 	return r
 }
 
