@@ -100,7 +100,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			prefixes++
 			cfg := consulstore.Config{Address: srv.Addr, Prefix: fmt.Sprintf("roam-bench/%d/%d", time.Now().UnixNano(), prefixes)}
 			s, err := consulstore.New(cfg)
-			return consulClients{s, cfg}, err
+			return &consulClients{s, cfg}, err
 		}},
 	}
 	moves, spots, window := 20, 1000, 3*time.Second
@@ -375,4 +375,4 @@ type consulClients struct {
 	cfg consulstore.Config
 }
 
-func (c consulClients) another() (location.Store, error) { return consulstore.New(c.cfg) }
+func (c *consulClients) another() (location.Store, error) { return consulstore.New(c.cfg) }

@@ -53,3 +53,20 @@ func TestAnActivationRootLeftBehindIsTakenAsStored(t *testing.T) {
 	require.EqualValues(t, 3, store.left.Load(), "every reservation carried its root and found it stored")
 	require.EqualValues(t, 3, w.count("cart").Load())
 }
+
+// valueStore is a store that is a struct value holding a slice: comparing
+// two interfaces holding it panics, so nothing may compare it.
+type valueStore struct {
+	*memstore.Store
+	tags []string
+}
+
+// A node whose store is a struct value that Go cannot compare starts and
+// activates Spots (its roots then go through PutRoot).
+func TestAStoreOfAnUncomparableTypeIsAccepted(t *testing.T) {
+	w := newWorld(t, valueStore{Store: memstore.New(), tags: []string{"x"}})
+	w.start()
+	_, err := w.nodes[0].Spots().Request("cart-v", wrapperspb.String("first")).InstanceSpot("cart").Timeout(10 * time.Second).Do(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{"first"}, w.handledOf("cart-v"))
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +217,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	if s, ok := d.Node().Store().(location.InProcess); ok {
 		m.inProcess = s.InProcess()
 	}
-	if rs, ok := d.Node().Store().(location.RootStore); ok && rs == roots {
+	if rs, ok := d.Node().Store().(location.RootStore); ok && samePointer(rs, roots) {
 		m.rootsInline = true
 	}
 	m.acfg = activation.DefaultConfig(m.owner())
@@ -725,6 +726,14 @@ func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, 
 		return "", false, storeError("read owner node", err)
 	}
 	return addr, alive, nil
+}
+
+// samePointer reports whether a and b are one pointer. Comparing two
+// interfaces panics when their dynamic type is not comparable (a store
+// that is a struct value with a slice in it): only pointers are compared.
+func samePointer(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
 }
 
 // storeError classifies a Location Store failure: an indeterminate or
