@@ -42,6 +42,23 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
+// settledHeap waits until the live heap stops shrinking (memory freed in
+// the background, as by an actor system's shutdown) and returns it.
+func settledHeap() uint64 {
+	last := liveHeap()
+	for steady := 0; steady < 3; {
+		time.Sleep(100 * time.Millisecond)
+		now := liveHeap()
+		if now+now/100 >= last {
+			steady++
+		} else {
+			steady = 0
+		}
+		last = now
+	}
+	return last
+}
+
 // plainHeap spawns n plain actors by name, each handling one message, and
 // returns the live heap each costs.
 func plainHeap(n int) (float64, error) {
@@ -82,6 +99,9 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 	if row.Plain, err = plainHeap(n); err != nil {
 		return row, fmt.Errorf("plain: %w", err)
 	}
+	// The plain actors' system stops its actors in the background: what
+	// it frees after the node's baseline would count against the Spots.
+	settledHeap()
 	store := memstore.New()
 	defer store.Close()
 	// Routes kept for the whole run, so that every one is cached (a
