@@ -130,8 +130,10 @@ fuzz:
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZTIME=10000x
 
-## bench: relocation pauses, throughput, many moves and baselines, medians of
-## several runs, into bench/RESULTS.md (with machine, date and commit).
+## bench: relocation pauses, throughput, many moves, drains, cold activation,
+## a million idle Spots and baselines, medians of several runs, into
+## bench/RESULTS.md (with machine, date and commit). About 25 minutes on two
+## cores; the million Spots need about 6 GiB of memory (-scale N for fewer).
 bench: consul
 	$(GO) run ./bench -runs 3 -out bench/RESULTS.md
 
