@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -437,10 +438,22 @@ const (
 // lists every record). It is exact but for string escapes and protojson's
 // optional spaces, which it counts as if present. Records have no
 // well-known types, whose JSON forms it does not know.
-func PageBytes(rec *Record) int { return jsonBound(rec.ProtoReflect()) }
+// A record protojson cannot encode (a string that is not UTF-8) counts as
+// EncodedSize counts it: over MaxRecordBytes.
+func PageBytes(rec *Record) int {
+	n, ok := jsonBound(rec.ProtoReflect())
+	if !ok {
+		return MaxRecordBytes + 1
+	}
+	return n
+}
 
-func jsonBound(m protoreflect.Message) int {
-	n := 2 // {}
+func jsonBound(m protoreflect.Message) (n int, ok bool) {
+	n, ok = 2, true // {}
+	add := func(k int, valid bool) {
+		n += k
+		ok = ok && valid
+	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		n += len(fd.Name()) + 5 // "name": and a comma, each with a space
 		switch {
@@ -448,50 +461,53 @@ func jsonBound(m protoreflect.Message) int {
 			l := v.List()
 			n += 2 + 2*l.Len()
 			for i := 0; i < l.Len(); i++ {
-				n += jsonValueBound(fd, l.Get(i))
+				add(jsonValueBound(fd, l.Get(i)))
 			}
 		case fd.IsMap():
 			n += 2
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				n += jsonStringBound(k.String()) + 3 + jsonValueBound(fd.MapValue(), mv)
+				add(jsonStringBound(k.String()))
+				n += 3
+				add(jsonValueBound(fd.MapValue(), mv))
 				return true
 			})
 		default:
-			n += jsonValueBound(fd, v)
+			add(jsonValueBound(fd, v))
 		}
-		return true
+		return ok
 	})
-	return n
+	return n, ok
 }
 
-func jsonValueBound(fd protoreflect.FieldDescriptor, v protoreflect.Value) int {
+func jsonValueBound(fd protoreflect.FieldDescriptor, v protoreflect.Value) (int, bool) {
 	switch fd.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return jsonBound(v.Message())
 	case protoreflect.StringKind:
 		return jsonStringBound(v.String())
 	case protoreflect.BytesKind:
-		return 2 + 4*((len(v.Bytes())+2)/3)
+		return 2 + 4*((len(v.Bytes())+2)/3), true
 	case protoreflect.BoolKind:
-		return 5
+		return 5, true
 	case protoreflect.EnumKind:
 		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return len(ev.Name()) + 2
+			return len(ev.Name()) + 2, true
 		}
-		return 11
+		return 11, true
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return 22 // quoted
+		return 22, true // quoted
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		return 32
+		return 32, true
 	}
-	return 11 // 32-bit integers
+	return 11, true // 32-bit integers
 }
 
 // jsonStringBound bounds a quoted JSON string: a control character takes
 // six bytes escaped, a quote or backslash two, and U+2028/U+2029 (three
-// bytes, the first 0xE2) six.
-func jsonStringBound(s string) int {
+// bytes, the first 0xE2) six. A string that is not UTF-8 has no JSON form
+// (false).
+func jsonStringBound(s string) (int, bool) {
 	n := 2 + len(s)
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -501,7 +517,7 @@ func jsonStringBound(s string) int {
 			n++
 		}
 	}
-	return n
+	return n, utf8.ValidString(s)
 }
 
 // ValidateRecord checks a record before it is written.
