@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,32 +93,11 @@ func coldActivationRun(ctx context.Context, w *world, counted *countingStore, ru
 	}
 	perActivation := float64(counted.calls.Load()-before) / float64(n)
 
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
 	start := time.Now()
-	for c := 0; c < callers; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(total) {
-					return
-				}
-				if err := activate(fmt.Sprintf("many-%d-%d", run, i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := forEach(total, callers, func(i int) error { return activate(fmt.Sprintf("many-%d-%d", run, i)) }); err != nil {
 		return activationRow{}, err
 	}
+	elapsed := time.Since(start)
 	return activationRow{P50: ms(percentile(lat, 0.5)), P99: ms(percentile(lat, 0.99)), RoundTrip: ms(percentile(trips, 0.5)),
 		Rate: float64(total) / elapsed.Seconds(), Calls: perActivation}, nil
 }

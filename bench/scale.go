@@ -7,8 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -221,40 +219,4 @@ func requestP99(ctx context.Context, request func(string) error, n int) (float64
 		lat = append(lat, time.Since(start))
 	}
 	return ms(percentile(lat, 0.99)), nil
-}
-
-// forEach runs fn(0..n-1) on workers goroutines; the first error stops it.
-func forEach(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				mu.Lock()
-				failed := first != nil
-				mu.Unlock()
-				if failed {
-					return
-				}
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
 }

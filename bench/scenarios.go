@@ -240,36 +240,51 @@ func bulkMoves(ctx context.Context, newStore func() (location.Store, error), n, 
 	return row, nil
 }
 
-// each runs fn over ids with at most parallel at a time.
+// each runs fn over ids with at most parallel at a time; the first
+// error, named by its id, stops it.
 func each(ids []string, parallel int, fn func(string) error) error {
-	work := make(chan string)
-	errs := make(chan error, parallel)
+	return forEach(len(ids), parallel, func(i int) error {
+		if err := fn(ids[i]); err != nil {
+			return fmt.Errorf("%s: %w", ids[i], err)
+		}
+		return nil
+	})
+}
+
+// forEach runs fn(0..n-1) on workers goroutines; the first error stops it.
+func forEach(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for g := 0; g < parallel; g++ {
+	var mu sync.Mutex
+	var first error
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for id := range work {
-				if err := fn(id); err != nil {
-					errs <- fmt.Errorf("%s: %w", id, err)
-					for range work {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				mu.Lock()
+				failed := first != nil
+				mu.Unlock()
+				if failed {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
 					}
+					mu.Unlock()
 					return
 				}
 			}
 		}()
 	}
-	for _, id := range ids {
-		work <- id
-	}
-	close(work)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
+	return first
 }
 
 // overheadRow is scenario (d2): plain Proto.Actor messaging against the

@@ -69,16 +69,17 @@ func TestColdActivationsUnderStoreFaults(t *testing.T) {
 		// resumed or replaced once abandoned (5 s past its deadline).
 		for i := 0; i < ids; i++ {
 			id := fmt.Sprintf("faulty-%d", i)
-			var err error
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				_, err = w.nodes[(i+1)%2].Spots().Request(id, wrapperspb.String("after-"+id)).InstanceSpot("cart").Timeout(3 * time.Second).Do(ctx)
-				if err == nil || time.Now().After(deadline) || !(errors.Is(err, roamerr.ErrUnavailable) || errors.Is(err, roamerr.ErrDeadlineExceeded) || errors.Is(err, roamerr.ErrStale)) {
-					break
+			failed := 0 // attempts that failed: one whose reply was lost may have run
+			eventually(t, id+" to answer after the faults", func() bool {
+				_, err := w.nodes[(i+1)%2].Spots().Request(id, wrapperspb.String("after-"+id)).InstanceSpot("cart").Timeout(3 * time.Second).Do(ctx)
+				if err != nil && !errors.Is(err, roamerr.ErrUnavailable) && !errors.Is(err, roamerr.ErrDeadlineExceeded) && !errors.Is(err, roamerr.ErrStale) {
+					t.Fatalf("%s after the faults: %v", id, err)
 				}
-				time.Sleep(50 * time.Millisecond) // between calls that each waited for the store
-			}
-			require.NoError(t, err, "%s does not answer after the faults", id)
+				if err != nil {
+					failed++
+				}
+				return err == nil
+			})
 			handled := w.handledOf(id)
 			counts := map[string]int{}
 			for _, v := range handled {
@@ -89,7 +90,8 @@ func TestColdActivationsUnderStoreFaults(t *testing.T) {
 			if succeeded[first] {
 				require.Equal(t, 1, counts[first], "%s: a first message that succeeded ran %d times", id, counts[first])
 			}
-			require.Equal(t, 1, counts["after-"+id], "%s: %v", id, handled)
+			require.GreaterOrEqual(t, counts["after-"+id], 1, "%s: %v", id, handled)
+			require.LessOrEqual(t, counts["after-"+id], 1+failed, "%s: more runs than failed attempts: %v", id, handled)
 		}
 		var faults int
 		for _, f := range stores {
