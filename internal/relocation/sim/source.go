@@ -47,7 +47,8 @@ type SourceRun struct {
 	parked   *parked
 	held     *parked // after the cutover, until StartFollow or Reinstate
 	timers   map[handoff.Timer]uint64
-	lastRead Record // the last record read, for a FenceOut of its version
+	lastRead Record  // the last record read, for a FenceOut of its version
+	known    *Record // the record the prepare carries (sourceView)
 	haveRead bool
 
 	dead      bool // its node went down
@@ -227,7 +228,18 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		})
 
 	case handoff.AwaitAdmission:
-		return handoff.Admitted{}
+		// Driver.sourceView: a read before the seal; a failed read leaves
+		// none.
+		w.store.call(n, storeOp{kind: opRead, obj: inc.key.obj, why: fmt.Sprintf("source view #%d", id.RelocationID)}, w.now+time.Second, func(res storeRes) {
+			if r.dead || r.ended {
+				return
+			}
+			if res.err == errNone {
+				rec := res.rec
+				r.known = &rec
+			}
+			w.stepSource(r, handoff.Admitted{})
+		})
 
 	case handoff.Seal:
 		inc.state = sLeaving
@@ -249,7 +261,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.SendPrepare:
 		n.send(r.target.idx, &packet{kind: pPrepare, id: id, prep: &prepare{obj: inc.key.obj, objGen: 1, manifest: e.Manifest,
-			deadline: r.deadline, newOwner: r.newOwner, source: n.idx}})
+			deadline: r.deadline, newOwner: r.newOwner, source: n.idx, known: r.known}})
 
 	case handoff.SendChunks:
 		for _, c := range e.Chunks {
@@ -363,9 +375,19 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		delete(r.timers, e.Timer)
 
 	case handoff.Log:
-		if e.Event == "relocation_fenced_out" {
+		switch e.Event {
+		case "relocation_fenced_out":
 			w.stats.FencedOut++
 			r.mv.fencedOut = true
+		case "relocation_undecided_at_lease_end":
+			// Said loudly: the saved work and boundary batch are the
+			// target's if its commit lands, else they end with this
+			// ended owner (PROTOCOL.md §6.5) — an expected loss then.
+			for _, m := range append(append([]*Msg(nil), r.saved...), r.relayed...) {
+				if m.handled == 0 && m.failed == 0 {
+					m.loss, m.lossWhy = lossEnded, "the move was undecided when its source's lease ended"
+				}
+			}
 		}
 
 	case handoff.Complete:
