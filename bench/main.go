@@ -115,8 +115,9 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		fmt.Fprintln(os.Stderr, "(a) pause against state size")
 		b.WriteString("## (a) Pause against state size\n\n")
 		b.WriteString("One Spot moved back and forth between two nodes (20 ms apart) while a sender posts one-way messages to it by Spot ID in a loop (a 200 µs timer between sends). ")
-		b.WriteString("Pause: seal on the source → dispatch open on the target. p50 and p99 are medians over runs of each run's percentile.\n\n")
-		b.WriteString("| store | state | moves | pause p50 | pause p99 | max | sends | lost |\n|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("Pause: seal on the source → dispatch open on the target. p50 and p99 are medians over runs of each run's percentile. ")
+		b.WriteString("Baseline: three one-way messages between plain Proto.Actor actors on the same two nodes, probed between the moves (a move's Restore request, relay-ready and cutover are three such hops).\n\n")
+		b.WriteString("| store | state | moves | pause p50 | pause p99 | max | sends | lost | 3 hops p50 | pause / 3 hops |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range stores {
 			pauseAt[s.name] = map[int]pauseRow{}
 			for _, size := range sizes {
@@ -129,8 +130,8 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 					return fmt.Errorf("pause %s %d: %w", s.name, size, err)
 				}
 				pauseAt[s.name][size] = row
-				fmt.Fprintf(&b, "| %s | %s | %d | %.2f ms | %.2f ms | %.2f ms | %d | %d |\n", s.name, human(size), row.Moves, row.P50, row.P99, row.Max, row.Sent, row.Lost)
-				fmt.Fprintf(os.Stderr, "  %s %s p50 %.2f ms p99 %.2f ms\n", s.name, human(size), row.P50, row.P99)
+				fmt.Fprintf(&b, "| %s | %s | %d | %.2f ms | %.2f ms | %.2f ms | %d | %d | %.2f ms | %.1f |\n", s.name, human(size), row.Moves, row.P50, row.P99, row.Max, row.Sent, row.Lost, row.Hops, row.P50/row.Hops)
+				fmt.Fprintf(os.Stderr, "  %s %s p50 %.2f ms p99 %.2f ms (3 hops %.2f ms)\n", s.name, human(size), row.P50, row.P99, row.Hops)
 			}
 		}
 
@@ -325,7 +326,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		b.WriteString("## (i) Idle Spots on one node\n\n")
 		fmt.Fprintf(&b, "%d idle Spots (one request handled each) activated on one node of the embedded store by 32 callers, against as many plain Proto.Actor actors of the same type spawned by name in the same run, each having handled one request. ", n)
 		b.WriteString("Heap: live bytes after collection; the store's records (in this process, as the embedded store keeps them) are measured apart and left out of the node's figure. ")
-		b.WriteString("Recovery scan: the start-up scan of a node restarted over all the records. Request p99: 2,000 requests one after another to Spots among the first 1,000, then among all, every route cached. One run (a run takes minutes).\n\n")
+		b.WriteString("Recovery scan: the start-up scan of a node restarted over all the records. Request p99: 2,000 requests one after another to Spots among the first 1,000, then among all, every route cached; each the median of three rounds, every round started right after a garbage collection (so that a collection of the whole heap does not run beside the timed calls). One run (a run takes minutes).\n\n")
 		b.WriteString("| Spots | plain actor | roam Spot (node) | ratio | store record | recovery scan | request p99, 1,000 routes | all routes | ratio |\n|---|---|---|---|---|---|---|---|---|\n")
 		row, err := scale(ctx, n)
 		if err != nil {

@@ -206,17 +206,25 @@ func storeHeap(ctx context.Context, from location.Store, n int) (float64, error)
 	return per, nil
 }
 
-// requestP99 is the p99 of 2,000 requests to Spots drawn among the first
-// n, one after another.
+// requestP99 is the median over three rounds of the p99 of 2,000 requests
+// to Spots drawn among the first n, one after another. Each round starts
+// right after a collection: what is timed is the call path, not a
+// collection of the whole heap running beside it (its cost grows with the
+// heap; the call path's must not grow with the routes).
 func requestP99(ctx context.Context, request func(string) error, n int) (float64, error) {
-	lat := make([]time.Duration, 0, 2000)
-	for i := 0; i < 2000; i++ {
-		id := spotName((i * 7919) % n)
-		start := time.Now()
-		if err := request(id); err != nil {
-			return 0, err
+	var p99s []float64
+	for round := 0; round < 3; round++ {
+		runtime.GC()
+		lat := make([]time.Duration, 0, 2000)
+		for i := 0; i < 2000; i++ {
+			id := spotName((i*7919 + round*104729) % n)
+			start := time.Now()
+			if err := request(id); err != nil {
+				return 0, err
+			}
+			lat = append(lat, time.Since(start))
 		}
-		lat = append(lat, time.Since(start))
+		p99s = append(p99s, ms(percentile(lat, 0.99)))
 	}
-	return ms(percentile(lat, 0.99)), nil
+	return median(p99s), nil
 }

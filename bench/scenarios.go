@@ -26,6 +26,11 @@ type pauseRow struct {
 	P50, P99, Max float64 // ms
 	Moves         int
 	Sent, Lost    uint64
+	// Hops is the median over runs of each run's p50 of three one-way
+	// messages between the two nodes' plain Proto.Actor actors (ms),
+	// probed between the moves: the floor of a move's three one-way
+	// hops (Restore request, relay-ready, cutover) on this machine.
+	Hops float64
 }
 
 // pauseRuns gathers the pauses of several runs: a figure is the median of
@@ -55,6 +60,7 @@ func (p *pauseRuns) figures() (moves int, p50, p99, maxMs float64) {
 func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
 	row := pauseRow{Size: size}
 	var pr pauseRuns
+	var hopRuns []float64
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -65,6 +71,12 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			done()
 			return row, err
 		}
+		probe, err := newHopProbe(w)
+		if err != nil {
+			done()
+			return row, err
+		}
+		var hops []time.Duration
 		var sent atomic.Uint64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -88,7 +100,15 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 				done()
 				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
+			h, err := probe.threeHops(ctx)
+			if err != nil {
+				close(stop)
+				done()
+				return row, err
+			}
+			hops = append(hops, h)
+			time.Sleep(10 * time.Millisecond)
 		}
 		close(stop)
 		wg.Wait()
@@ -98,12 +118,69 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			return row, err
 		}
 		pr.add(w.takePauses())
+		hopRuns = append(hopRuns, ms(percentile(hops, 0.5)))
 		row.Sent += sent.Load()
 		row.Lost += sent.Load() - min(handled, sent.Load())
 		done()
 	}
 	row.Moves, row.P50, row.P99, row.Max = pr.figures()
+	row.Hops = median(hopRuns)
 	return row, nil
+}
+
+// hopProbe is a plain Proto.Actor actor on each of a world's first two
+// nodes; a probe message bounces between them.
+type hopProbe struct {
+	start *actor.PID
+	root  *actor.RootContext
+	done  chan struct{}
+}
+
+// hopper forwards a count to its peer, one less each time; at zero it
+// signals done.
+type hopper struct {
+	peer *actor.PID
+	done chan struct{}
+}
+
+func (h *hopper) Receive(c actor.Context) {
+	if m, ok := c.Message().(*wrapperspb.UInt64Value); ok {
+		if m.Value == 0 {
+			h.done <- struct{}{}
+			return
+		}
+		c.Send(h.peer, wrapperspb.UInt64(m.Value-1))
+	}
+}
+
+func newHopProbe(w *world) (*hopProbe, error) {
+	done := make(chan struct{}, 1)
+	h0, h1 := &hopper{done: done}, &hopper{done: done}
+	p0, err := w.nodes[0].System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h0 }), "hop-probe")
+	if err != nil {
+		return nil, err
+	}
+	p1, err := w.nodes[1].System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return h1 }), "hop-probe")
+	if err != nil {
+		return nil, err
+	}
+	h0.peer = actor.NewPID(w.nodes[1].Node().Address(), p1.Id)
+	h1.peer = actor.NewPID(w.nodes[0].Node().Address(), p0.Id)
+	return &hopProbe{start: p1, root: w.nodes[1].System().Root, done: done}, nil
+}
+
+// threeHops times node 1 → node 0 → node 1 → node 0, started on node 1
+// (a local send first, as a move's Restore request is sent by the source
+// driver to its peer).
+func (p *hopProbe) threeHops(ctx context.Context) (time.Duration, error) {
+	t := time.Now()
+	p.root.Send(p.start, wrapperspb.UInt64(3))
+	select {
+	case <-p.done:
+		return time.Since(t), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 // count asks the blob how many numbered sends it handled; the request

@@ -3,6 +3,7 @@ package spot
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -21,6 +22,16 @@ type metrics struct {
 	calls      metric.Int64Counter
 	operations metric.Int64Counter
 	activation metric.Float64Histogram
+	// callSets holds each callKey's attribute option, built once: a call
+	// by Spot ID would otherwise build and sort an attribute set every
+	// time (the keys are few: routes × intent × roamerr classes).
+	callSets sync.Map // callKey → metric.AddOption
+}
+
+type callKey struct {
+	route    string
+	instance bool
+	outcome  string
 }
 
 func newMetrics(p metric.MeterProvider) (*metrics, error) {
@@ -47,8 +58,13 @@ func outcomeOf(err error) string {
 }
 
 func (m *metrics) call(route string, instance bool, err error) {
-	m.calls.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", route),
-		attribute.Bool("instance_intent", instance), attribute.String("outcome", outcomeOf(err))))
+	k := callKey{route, instance, outcomeOf(err)}
+	opt, ok := m.callSets.Load(k)
+	if !ok {
+		opt, _ = m.callSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route),
+			attribute.Bool("instance_intent", instance), attribute.String("outcome", k.outcome))))
+	}
+	m.calls.Add(context.Background(), 1, opt.(metric.AddOption))
 }
 
 func (m *metrics) operation(op, outcome string) {
