@@ -428,12 +428,21 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 		lat = append(lat, time.Since(t))
 	}
 	row.SpotRTT = float64(percentile(lat, 0.5).Nanoseconds()) / 1000
-	if row.PlainRate, err = rate(remotePlain); err != nil {
-		return row, err
+	// One-way throughput swings with the machine's other load: rounds of
+	// each alternate, and each figure is its rounds' median.
+	var plainRates, roamRates []float64
+	for round := 0; round < 3; round++ {
+		r, err := rate(remotePlain)
+		if err != nil {
+			return row, err
+		}
+		plainRates = append(plainRates, r)
+		if r, err = rate(remoteRoam); err != nil {
+			return row, err
+		}
+		roamRates = append(roamRates, r)
 	}
-	if row.RoamRate, err = rate(remoteRoam); err != nil {
-		return row, err
-	}
+	row.PlainRate, row.RoamRate = median(plainRates), median(roamRates)
 	return row, nil
 }
 

@@ -237,7 +237,9 @@ func (c *Call) checkExisting(a authority) error {
 // request's is its reply route's, Manager.OnFollow); and a request's
 // deadline: a request still queued when its caller has given up is
 // answered DeadlineExceeded instead of run, also after a move
-// (PROTOCOL.md §4.3, §5.5: the deadline is frozen into saved work).
+// (PROTOCOL.md §4.3, §5.5: the deadline is frozen into saved work). A
+// request delivered to a Ready Spot carries none: its reply route's ID
+// names its operation and deadline (relocation.ReplyRouteID).
 func (c *Call) headers(ctx context.Context, op string) map[string]string {
 	h := make(map[string]string, 2)
 	h[relocation.HeaderOperation] = op
@@ -256,32 +258,32 @@ func (c *Call) headers(ctx context.Context, op string) map[string]string {
 // it).
 func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, sent func()) (proto.Message, error) {
 	m := c.m
-	env := &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)}
 	if !c.request {
-		m.sys.Root.Send(pid, env)
+		m.sys.Root.Send(pid, &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)})
 		sent()
 		return nil, nil
 	}
-	return c.await(ctx, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
+	env := &actor.MessageEnvelope{Message: c.msg}
+	return c.await(ctx, op, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
 }
 
 // await sends env with a future as its sender — or, for a send's dispatch
 // notice, named in its HeaderDispatchNotice — and waits for the reply
 // within ctx.
-func (c *Call) await(ctx context.Context, address string, owner *messages.Owner, env *actor.MessageEnvelope, notice bool, send func(*actor.MessageEnvelope)) (proto.Message, error) {
+func (c *Call) await(ctx context.Context, op, address string, owner *messages.Owner, env *actor.MessageEnvelope, notice bool, send func(*actor.MessageEnvelope)) (proto.Message, error) {
 	m := c.m
 	// The reply comes to a process of the call's own, read here: no
 	// goroutine per call waiting on a future for it.
 	rp := &replyProcess{ch: make(chan replyResult, 1)}
-	pid, _ := m.sys.ProcessRegistry.Add(rp, "future"+m.sys.ProcessRegistry.NextId())
+	dl, _ := ctx.Deadline() // the call's: deadlineCtx set one
+	pid, _ := m.sys.ProcessRegistry.Add(rp, relocation.ReplyRouteID(op, dl))
 	defer m.sys.ProcessRegistry.Remove(pid)
 	if notice {
 		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(pid))
 	} else {
 		env.Sender = pid
 	}
-	lost, unwatch := m.watchEndpoint(address)
-	defer unwatch()
+	lost := m.lostSignal(address)
 	send(env)
 	var reply any
 	var err error
@@ -349,8 +351,9 @@ wait:
 
 // replyProcess is a call's reply address: the first message to it is the
 // reply (a dead letter answer: the target was gone), later ones are
-// dropped. Its ID starts with "future", as a Proto.Actor future's does,
-// so that peers treat it as a request's reply address.
+// dropped. Its ID (relocation.ReplyRouteID) starts with "future", as a
+// Proto.Actor future's does, so that peers treat it as a request's reply
+// address, and names the call's operation id and deadline.
 type replyProcess struct{ ch chan replyResult }
 
 type replyResult struct {
@@ -448,5 +451,5 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, owner *me
 			return nil, err
 		}
 	}
-	return c.await(ctx, address, owner, env, !c.request, send)
+	return c.await(ctx, op, address, owner, env, !c.request, send)
 }

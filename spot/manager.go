@@ -98,9 +98,12 @@ type Manager struct {
 	rootsInline bool
 	// pending counts creations in progress here (admitCapacity).
 	pending atomic.Int64
-	// lostWatch: calls waiting on a peer, told when its connection ends.
-	lostWatch map[string]map[chan struct{}]struct{}
-	stop      chan struct{}
+	// lost holds, per peer address, a channel closed when the connection
+	// to it ends (then replaced by the next lostSignal): the calls waiting
+	// on that peer share it.
+	lostMu sync.RWMutex
+	lost   map[string]chan struct{}
+	stop   chan struct{}
 	// tick is closed and replaced every second (everySecond): the calls
 	// waiting for a reply check their owner's liveness on it.
 	tickMu   sync.Mutex
@@ -196,21 +199,21 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		return nil, err
 	}
 	m := &Manager{
-		met:       met,
-		d:         d,
-		store:     d.Store(),
-		roots:     roots,
-		sys:       d.System(),
-		desc:      d.Descriptor(),
-		cfg:       cfg,
-		log:       cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
-		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
-		results:   map[string]*retained{},
-		keyLock:   map[string]*keyLock{},
-		queues:    map[string][]queuedActivation{},
-		watches:   map[watchKey]*sharedWatch{},
-		lostWatch: map[string]map[chan struct{}]struct{}{},
-		stop:      make(chan struct{}),
+		met:     met,
+		d:       d,
+		store:   d.Store(),
+		roots:   roots,
+		sys:     d.System(),
+		desc:    d.Descriptor(),
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:   newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results: map[string]*retained{},
+		keyLock: map[string]*keyLock{},
+		queues:  map[string][]queuedActivation{},
+		watches: map[watchKey]*sharedWatch{},
+		lost:    map[string]chan struct{}{},
+		stop:    make(chan struct{}),
 	}
 	// The node's own store: m.store is its lease-fenced view, which does
 	// not say.
@@ -303,38 +306,35 @@ func (m *Manager) sweepRoutes() {
 	m.cache.dropOwnersNotIn(live)
 }
 
-// watchEndpoint returns a channel closed if the connection to address ends
-// before unwatch is called. This node's own address is never lost.
-func (m *Manager) watchEndpoint(address string) (lost <-chan struct{}, unwatch func()) {
+// lostSignal returns a channel closed when the connection to address ends
+// (a call takes it before it sends: a loss after that closes it). This
+// node's own address is never lost: nil.
+func (m *Manager) lostSignal(address string) <-chan struct{} {
 	if address == m.desc.GetAddress() {
-		return nil, func() {}
+		return nil
 	}
-	ch := make(chan struct{})
-	m.mu.Lock()
-	if m.lostWatch[address] == nil {
-		m.lostWatch[address] = map[chan struct{}]struct{}{}
+	m.lostMu.RLock()
+	ch := m.lost[address]
+	m.lostMu.RUnlock()
+	if ch != nil {
+		return ch
 	}
-	m.lostWatch[address][ch] = struct{}{}
-	m.mu.Unlock()
-	return ch, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if set := m.lostWatch[address]; set != nil {
-			delete(set, ch)
-			if len(set) == 0 {
-				delete(m.lostWatch, address)
-			}
-		}
+	m.lostMu.Lock()
+	defer m.lostMu.Unlock()
+	if ch = m.lost[address]; ch == nil {
+		ch = make(chan struct{})
+		m.lost[address] = ch
 	}
+	return ch
 }
 
 func (m *Manager) endpointLost(address string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for ch := range m.lostWatch[address] {
+	m.lostMu.Lock()
+	defer m.lostMu.Unlock()
+	if ch := m.lost[address]; ch != nil {
 		close(ch)
+		delete(m.lost, address)
 	}
-	delete(m.lostWatch, address)
 }
 
 // servicePID is a node's Spot service.
@@ -608,13 +608,12 @@ func (m *Manager) onHint(id string) {
 func (m *Manager) barrier(a authority) <-chan struct{} {
 	pid := a.pid()
 	f := m.sys.Root.RequestFuture(pid, &messages.RouteBarrier{}, barrierTimeout)
-	lost, unwatch := m.watchEndpoint(pid.Address)
+	lost := m.lostSignal(pid.Address)
 	answered := make(chan struct{})
 	go func() { _, _ = f.Result(); close(answered) }()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer unwatch()
 		select {
 		case <-answered:
 		case <-lost:

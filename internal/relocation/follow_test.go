@@ -130,7 +130,41 @@ func TestRequestPastItsDeadlineIsNotRun(t *testing.T) {
 	res = request(t, sys, pid, wrapperspb.String("get"), map[string]string{relocation.HeaderDeadline: future})
 	require.NoError(t, relocation.DeliveryError(res))
 	require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
+
+	// The same, named by the reply route instead of a header (a request
+	// by Spot ID).
+	for _, c := range []struct {
+		deadline time.Time
+		ran      bool
+	}{{time.Now().Add(-time.Minute), false}, {time.Now().Add(time.Minute), true}} {
+		replies := make(chan any, 1)
+		route, ok := sys.ProcessRegistry.Add(replyTo(replies), relocation.ReplyRouteID("op-late", c.deadline))
+		require.True(t, ok)
+		sys.Root.Send(pid, &actor.MessageEnvelope{Message: wrapperspb.String("get"), Sender: route})
+		var res any
+		select {
+		case res = <-replies:
+		case <-time.After(testwait.Patience(t)):
+			t.Fatal("no answer to the request")
+		}
+		sys.ProcessRegistry.Remove(route)
+		if c.ran {
+			require.NoError(t, relocation.DeliveryError(res))
+		} else {
+			require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrDeadlineExceeded)
+		}
+	}
 }
+
+// replyTo is a reply address that passes what it receives to ch.
+type replyTo chan any
+
+func (r replyTo) SendUserMessage(_ *actor.PID, m any) {
+	_, msg, _ := actor.UnwrapEnvelope(m)
+	r <- msg
+}
+func (r replyTo) SendSystemMessage(*actor.PID, any) {}
+func (r replyTo) Stop(*actor.PID)                   {}
 
 // When MessageFollowDuration ends, the old address answers Unavailable.
 // Reference: PROTOCOL.md §5.14 (MessageFollowDuration).

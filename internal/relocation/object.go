@@ -77,11 +77,15 @@ type object struct {
 	// activating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
 	// by Staged.Open; cleared by the settled callback of afterFirst once
-	// the pointer is gone, or when the incarnation ends); settledCh is
-	// closed then. A move waits for it: the pointer travels with the
-	// record, and a target would serve on with nobody removing it.
+	// the pointer is gone, or when the incarnation ends). A move waits for
+	// it (settled): the pointer travels with the record, and a target
+	// would serve on with nobody removing it.
 	activating atomic.Bool
-	settledCh  chan struct{}
+	// settledCh is made by the first move that waits (most incarnations
+	// never have one: a channel each would cost an idle Spot about 100
+	// bytes) and closed when activating ends; under settleMu.
+	settleMu  sync.Mutex
+	settledCh chan struct{}
 	// pointerHeld: the first message has run and its recovery pointer's
 	// removal has not landed: dispatch waits (the mailbox gate), so that
 	// no second message runs while a later owner could still resume the
@@ -140,7 +144,9 @@ func (h *host) afterTurn(env *actor.MessageEnvelope) {
 	}
 	if env.Header != nil && env.Header.Get(HeaderOperation) == h.obj.firstOperation {
 		done := h.obj.afterFirst
-		h.obj.afterFirst = nil
+		// The operation id is kept no longer than needed (an idle
+		// Spot's heap).
+		h.obj.afterFirst, h.obj.firstOperation = nil, ""
 		h.obj.pointerHeld.Store(true) // before the next turn's gate check
 		done(h.obj.pointerSettled)
 	}
@@ -165,10 +171,34 @@ func (o *object) pointerSettled(pointerGone bool) {
 // moveMayStart releases the moves waiting for the activation to settle:
 // the pointer is gone, or the incarnation ended (they then find it so).
 func (o *object) moveMayStart() {
-	if o.activating.CompareAndSwap(true, false) {
+	o.settleMu.Lock()
+	defer o.settleMu.Unlock()
+	if o.activating.CompareAndSwap(true, false) && o.settledCh != nil {
 		close(o.settledCh)
+		o.settledCh = nil
 	}
 }
+
+// settled returns a channel closed once the cold activation's recovery
+// pointer is gone (at once if it is).
+func (o *object) settled() <-chan struct{} {
+	o.settleMu.Lock()
+	defer o.settleMu.Unlock()
+	if !o.activating.Load() {
+		return closedChan
+	}
+	if o.settledCh == nil {
+		o.settledCh = make(chan struct{})
+	}
+	return o.settledCh
+}
+
+// closedChan is a channel that is closed.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // respond answers env's sender, if it has one.
 func respond(c actor.ReceiverContext, env *actor.MessageEnvelope, msg any) {
@@ -187,12 +217,12 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
 			return
 		}
-		if d := hd.Get(HeaderDeadline); d != "" && env.Sender != nil {
-			if ms, err := strconv.ParseInt(d, 10, 64); err == nil && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-				respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, h.obj.key.ID,
-					"the request's deadline passed before it was dispatched; not run")
-				return
-			}
+	}
+	if env.Sender != nil {
+		if _, ms, ok := requestOf(env.Header, env.Sender); ok && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
+			respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, h.obj.key.ID,
+				"the request's deadline passed before it was dispatched; not run")
+			return
 		}
 	}
 	switch m := env.Message.(type) {

@@ -54,6 +54,12 @@ func toRecord(posted any) (envelope.Record, error) {
 		}
 		sort.Slice(rec.Metadata, func(i, j int) bool { return rec.Metadata[i].Key < rec.Metadata[j].Key })
 	}
+	if sender != nil && rec.OperationID == "" && rec.DeadlineUnixMillis == 0 {
+		// A request by Spot ID names both in its reply route (ReplyRouteID).
+		if op, ms, ok := requestOf(nil, sender); ok && ms > 0 {
+			rec.OperationID, rec.DeadlineUnixMillis = op, uint64(ms)
+		}
+	}
 	return rec, nil
 }
 

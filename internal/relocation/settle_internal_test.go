@@ -16,14 +16,14 @@ import (
 // Reference: docs/PROTOCOL.md §7.5 step 12, §7.9.
 func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	settling := func() *object {
-		o := &object{settledCh: make(chan struct{})}
+		o := &object{}
 		o.activating.Store(true)
 		o.pointerHeld.Store(true)
 		return o
 	}
-	released := func(o *object) bool {
+	closed := func(ch <-chan struct{}) bool {
 		select {
-		case <-o.settledCh:
+		case <-ch:
 			return true
 		default:
 			return false
@@ -31,12 +31,15 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	}
 
 	o := settling()
+	waiting := o.settled() // a move that waits
 	o.pointerSettled(false)
 	require.False(t, o.pointerHeld.Load(), "dispatch goes on for the close")
 	require.True(t, o.activating.Load(), "a move still waits")
-	require.False(t, released(o))
+	require.False(t, closed(waiting))
+	require.False(t, closed(o.settled()))
 	o.moveMayStart() // the incarnation ended
-	require.True(t, released(o))
+	require.True(t, closed(waiting))
+	require.True(t, closed(o.settled()), "a later move does not wait")
 	o.moveMayStart() // idempotent
 	o.pointerSettled(true)
 
@@ -44,6 +47,7 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	o.pointerSettled(true)
 	require.False(t, o.pointerHeld.Load())
 	require.False(t, o.activating.Load())
-	require.True(t, released(o), "the pointer is gone: moves start")
+	require.Nil(t, o.settledCh, "no move waited: no channel was made")
+	require.True(t, closed(o.settled()), "the pointer is gone: moves start")
 	o.pointerSettled(true) // idempotent
 }

@@ -278,7 +278,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	case obj.activating.Load():
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).
-		return nil, &settlingError{done: obj.settledCh}
+		return nil, &settlingError{done: obj.settled()}
 	}
 	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
