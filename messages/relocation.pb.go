@@ -721,18 +721,9 @@ type RelocationPrepare struct {
 	// §5.15): the User Spot named by object is participant 1, members[i] is
 	// participant i+2. The payload carries every participant's state, saved
 	// work and timers; the target's one commit changes every record.
-	Members []*Participant `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
-	// source_record is the object's record as the source knew it before the
-	// seal (its own commit, or a read it made while the move was admitted),
-	// at source_record_version (0: none known). A target that finds it at
-	// the move's fence takes it for its source check instead of reading the
-	// store in the pause; its commit compares against that version, so a
-	// record written since costs a conflict and a read, never a wrong owner
-	// (PROTOCOL.md §5.7, §5.11).
-	SourceRecord        *LocationRecord `protobuf:"bytes,12,opt,name=source_record,json=sourceRecord,proto3" json:"source_record,omitempty"`
-	SourceRecordVersion uint64          `protobuf:"varint,13,opt,name=source_record_version,json=sourceRecordVersion,proto3" json:"source_record_version,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	Members       []*Participant `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RelocationPrepare) Reset() {
@@ -840,20 +831,6 @@ func (x *RelocationPrepare) GetMembers() []*Participant {
 		return x.Members
 	}
 	return nil
-}
-
-func (x *RelocationPrepare) GetSourceRecord() *LocationRecord {
-	if x != nil {
-		return x.SourceRecord
-	}
-	return nil
-}
-
-func (x *RelocationPrepare) GetSourceRecordVersion() uint64 {
-	if x != nil {
-		return x.SourceRecordVersion
-	}
-	return 0
 }
 
 // Participant is one member Actor of a SpotWide move: what it is, the
@@ -2062,7 +2039,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xb3\x05\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xbb\x04\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -2077,9 +2054,7 @@ const file_relocation_proto_rawDesc = "" +
 	"moveTicket\x12-\n" +
 	"\x04join\x18\n" +
 	" \x01(\v2\x19.roam.messages.MembershipR\x04join\x124\n" +
-	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\x12B\n" +
-	"\rsource_record\x18\f \x01(\v2\x1d.roam.messages.LocationRecordR\fsourceRecord\x122\n" +
-	"\x15source_record_version\x18\r \x01(\x04R\x13sourceRecordVersion\"\xcd\x01\n" +
+	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\"\xcd\x01\n" +
 	"\vParticipant\x120\n" +
 	"\x06object\x18\x01 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12)\n" +
 	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x120\n" +
@@ -2227,7 +2202,6 @@ var file_relocation_proto_goTypes = []any{
 	nil,                           // 27: roam.messages.Envelope.HeadersEntry
 	(AuthorityKind)(0),            // 28: roam.messages.AuthorityKind
 	(*Membership)(nil),            // 29: roam.messages.Membership
-	(*LocationRecord)(nil),        // 30: roam.messages.LocationRecord
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
@@ -2241,31 +2215,30 @@ var file_relocation_proto_depIdxs = []int32{
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
 	29, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
 	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
-	30, // 11: roam.messages.RelocationPrepare.source_record:type_name -> roam.messages.LocationRecord
-	4,  // 12: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
-	3,  // 13: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 14: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 15: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 16: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 17: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	15, // 18: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	27, // 19: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 20: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	16, // 21: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 22: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 23: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 24: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 25: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 26: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	28, // 27: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 28: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 29: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	29, // 30: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	4,  // 11: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
+	3,  // 12: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 13: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 14: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 15: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 16: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	15, // 17: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	27, // 18: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 19: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	16, // 20: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 21: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 22: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 23: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 24: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 25: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	28, // 26: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 27: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 28: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	29, // 29: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }

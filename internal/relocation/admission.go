@@ -245,28 +245,15 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 // verifySource runs VerifySource: the prepare's source must still be a
 // live member, and the record must name it at the move's fence. Store
 // errors are retried until the restore deadline.
-//
-// The record the source sent with its prepare (its own commit, or a read
-// before the seal) stands in for a read when it shows the fence: the
-// commit compares against its version, so a record written since fails
-// that compare-and-set and the commit reads then (PROTOCOL.md §5.7). A
-// sent record that does not show the fence is not taken as a verdict:
-// the target reads.
 func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
 	defer cancel()
 	src := t.prepare.GetSource()
-	sent, hasSent := sourceRecord(t.key, t.prepare)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), t.sourcePID.Address)
 		if err == nil {
 			var v location.Versioned
-			if hasSent && id.JudgeSource(recordView(sent), t.prepare.GetObject().GetObjectGeneration()) == nil {
-				v = sent
-			} else {
-				v, err = d.store.Read(ctx, t.key)
-			}
-			hasSent = false
+			v, err = d.store.Read(ctx, t.key)
 			switch {
 			case errors.Is(err, location.ErrNotFound):
 				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
@@ -294,14 +281,6 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// sourceRecord is the record a prepare carries for key, if any.
-func sourceRecord(key location.AuthorityKey, p *messages.RelocationPrepare) (location.Versioned, bool) {
-	if p.GetSourceRecordVersion() == 0 || p.GetSourceRecord() == nil {
-		return location.Versioned{}, false
-	}
-	return location.Versioned{Key: key, Record: p.GetSourceRecord(), Version: location.StoreVersion(p.GetSourceRecordVersion())}, true
 }
 
 // refused logs a control message refused for its sender.

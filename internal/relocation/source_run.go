@@ -49,9 +49,6 @@ type sourceRun struct {
 	batch       []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
 	sum         handoff.RelaySum
 	lastRead    location.Versioned // the record the last reconcile read saw
-	// known is the object's record as read before the seal (sourceView;
-	// zero: not known); the prepare carries it.
-	known location.Versioned
 	// captures: the parts' captures after the seal, until every part's
 	// has come (awaiting 0); captureErr is the first that failed.
 	captures   []capturedPart
@@ -437,21 +434,15 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.AwaitAdmission:
-		// Admitted once the in-flight budget admits the move and the
-		// source knows its record (sourceView), both before the seal.
-		waiting, sync, now := 2, true, false
-		ready := func() {
-			if waiting--; waiting > 0 {
-				return
-			}
+		var now bool
+		sync := true
+		d.budget.admit(r.target.GetAddress(), func() {
 			if sync {
 				now = true
 				return
 			}
 			d.stepSource(r, handoff.Admitted{})
-		}
-		d.sourceView(r, id, ready)
-		d.budget.admit(r.target.GetAddress(), ready)
+		})
 		sync = false
 		if now {
 			return handoff.Admitted{}
@@ -523,8 +514,6 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			MoveTicket:                r.ticket,
 			Join:                      r.join,
 			Members:                   r.members(),
-			SourceRecord:              r.known.Record,
-			SourceRecordVersion:       uint64(r.known.Version),
 		})
 
 	case handoff.SendChunks:
@@ -710,37 +699,6 @@ func (d *Driver) confirmWatch(r *sourceRun, id handoff.Identity, after uint64, u
 	}()
 	v, err := d.store.Watch(ctx, r.obj.key, location.StoreVersion(after))
 	d.answerRead(r, id, v, err)
-}
-
-// sourceViewPatience bounds the read of sourceView: past it the move goes
-// on without the record (its target reads), rather than wait for a slow
-// store before the seal.
-const sourceViewPatience = time.Second
-
-// sourceView reads the record the prepare carries for the target's source
-// check (PROTOCOL.md §5.7), before the seal, so that the target's check
-// reads nothing in the pause; then it calls done on the driver goroutine.
-// A read that fails or outlasts sourceViewPatience leaves none: the target
-// reads. The record this node's own commit wrote would save the read, but
-// the read is also what tells, before the seal, that the store answers: a
-// move that starts in a store outage then fails before relay-ready (the
-// target's check cannot read either) and the object serves on, where past
-// relay-ready it would wait for the store (PROTOCOL.md §6.3).
-func (d *Driver) sourceView(r *sourceRun, id handoff.Identity, done func()) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), sourceViewPatience)
-		v, err := d.store.Read(ctx, r.obj.key)
-		cancel()
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			if cur := d.sources[id.RelocationID]; cur != r {
-				return
-			}
-			if err == nil {
-				r.known = v
-			}
-			done()
-		}})
-	}()
 }
 
 // answerRead feeds a read to the move on the driver goroutine, keeping the

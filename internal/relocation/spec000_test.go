@@ -324,45 +324,27 @@ func TestPayloadLargerThanBudgetMoves(t *testing.T) {
 	require.Equal(t, int64(1<<20), res.(*wrapperspb.Int64Value).Value)
 }
 
-// staleOnFirstCall makes another owner appear just before the target's
-// first store call on key (its source check's read, or its commit when the
-// prepare carried the record), as a concurrent move elsewhere would.
-type staleOnFirstCall struct {
+// staleOnFirstRead makes another owner appear just before the target's
+// first read of key, as a concurrent move elsewhere would.
+type staleOnFirstRead struct {
 	location.Store
 	key  location.AuthorityKey
 	once sync.Once
 }
 
-func (s *staleOnFirstCall) forge(ctx context.Context, key location.AuthorityKey) {
-	if key != s.key {
-		return
+func (s *staleOnFirstRead) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if key == s.key {
+		s.once.Do(func() {
+			v, err := s.Store.Read(ctx, key)
+			if err == nil {
+				r := v.Record
+				r.Owner.NodeRid = "some-other-node"
+				r.AuthorityOwnerGeneration++
+				_, _ = s.Store.CompareAndSet(ctx, key, v.Version, r)
+			}
+		})
 	}
-	s.once.Do(func() {
-		v, err := s.Store.Read(ctx, key)
-		if err == nil {
-			r := v.Record
-			r.Owner.NodeRid = "some-other-node"
-			r.AuthorityOwnerGeneration++
-			_, _ = s.Store.CompareAndSet(ctx, key, v.Version, r)
-		}
-	})
-}
-
-func (s *staleOnFirstCall) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
-	s.forge(ctx, key)
 	return s.Store.Read(ctx, key)
-}
-
-func (s *staleOnFirstCall) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
-	s.forge(ctx, key)
-	return s.Store.CompareAndSet(ctx, key, expected, rec)
-}
-
-func (s *staleOnFirstCall) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
-	for _, op := range ops {
-		s.forge(ctx, op.Key)
-	}
-	return s.Store.Apply(ctx, ops)
 }
 
 // When the store names another valid owner, the target ends the move as
@@ -375,7 +357,7 @@ func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
 	logs := &logBuffer{}
 	events := make(chan relocation.Event, 1)
 	a := startNodeWith(t, shared, counterKind)
-	b := startNodeConfig(t, &staleOnFirstCall{Store: shared, key: key}, relocation.Config{Logger: logs.logger(), OnEvent: func(e relocation.Event) { events <- e }}, counterKind)
+	b := startNodeConfig(t, &staleOnFirstRead{Store: shared, key: key}, relocation.Config{Logger: logs.logger(), OnEvent: func(e relocation.Event) { events <- e }}, counterKind)
 	ctx := context.Background()
 	_, err := a.driver.Spawn(ctx, "counter", key.ID)
 	require.NoError(t, err)

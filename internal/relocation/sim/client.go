@@ -146,13 +146,10 @@ func (w *World) lostMsg(m *Msg, kind lossKind, why string) {
 	if m.handled > 0 || m.failed > 0 {
 		return
 	}
-	if (m.loss == lossCrash || m.loss == lossEnded) && kind == lossTransit {
+	if m.loss == lossCrash && kind == lossTransit {
 		// The copy that held it crashed first (a source holding its
 		// boundary batch); a resend of it still in flight on a cut link
 		// changes nothing: without the crash the source would resend it.
-		// Likewise a batch its source's ended lease left to the target
-		// (relocation_undecided_at_lease_end): the target dropping it is
-		// that loss.
 		return
 	}
 	m.loss, m.lossWhy = kind, why

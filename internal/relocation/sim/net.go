@@ -61,7 +61,6 @@ type prepare struct {
 	deadline time.Duration
 	newOwner uint64
 	source   int
-	known    *Record // RelocationPrepare.source_record: the record the source knew
 }
 
 // stream is one direction of a connection: FIFO, with an epoch that a cut

@@ -47,8 +47,7 @@ type SourceRun struct {
 	parked   *parked
 	held     *parked // after the cutover, until StartFollow or Reinstate
 	timers   map[handoff.Timer]uint64
-	lastRead Record  // the last record read, for a FenceOut of its version
-	known    *Record // the record the prepare carries (sourceView)
+	lastRead Record // the last record read, for a FenceOut of its version
 	haveRead bool
 
 	dead      bool // its node went down
@@ -228,18 +227,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		})
 
 	case handoff.AwaitAdmission:
-		// Driver.sourceView: a read before the seal; a failed read leaves
-		// none.
-		w.store.call(n, storeOp{kind: opRead, obj: inc.key.obj, why: fmt.Sprintf("source view #%d", id.RelocationID)}, w.now+time.Second, func(res storeRes) {
-			if r.dead || r.ended {
-				return
-			}
-			if res.err == errNone {
-				rec := res.rec
-				r.known = &rec
-			}
-			w.stepSource(r, handoff.Admitted{})
-		})
+		return handoff.Admitted{}
 
 	case handoff.Seal:
 		inc.state = sLeaving
@@ -261,7 +249,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.SendPrepare:
 		n.send(r.target.idx, &packet{kind: pPrepare, id: id, prep: &prepare{obj: inc.key.obj, objGen: 1, manifest: e.Manifest,
-			deadline: r.deadline, newOwner: r.newOwner, source: n.idx, known: r.known}})
+			deadline: r.deadline, newOwner: r.newOwner, source: n.idx}})
 
 	case handoff.SendChunks:
 		for _, c := range e.Chunks {
@@ -375,19 +363,9 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		delete(r.timers, e.Timer)
 
 	case handoff.Log:
-		switch e.Event {
-		case "relocation_fenced_out":
+		if e.Event == "relocation_fenced_out" {
 			w.stats.FencedOut++
 			r.mv.fencedOut = true
-		case "relocation_undecided_at_lease_end":
-			// Said loudly: the saved work and boundary batch are the
-			// target's if its commit lands, else they end with this
-			// ended owner (PROTOCOL.md §6.5) — an expected loss then.
-			for _, m := range append(append([]*Msg(nil), r.saved...), r.relayed...) {
-				if m.handled == 0 && m.failed == 0 {
-					m.loss, m.lossWhy = lossEnded, "the move was undecided when its source's lease ended"
-				}
-			}
 		}
 
 	case handoff.Complete:

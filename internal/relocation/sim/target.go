@@ -23,9 +23,7 @@ type TargetRun struct {
 	saved    []*Msg
 	version  int
 	timers   map[handoff.Timer]uint64
-	relayed  []*Msg  // relay records received (the machine's relay buffer, over-approximated)
-	known    *Record // the record the prepare carried
-	verified *Record // the record VerifySource judged, for the first commit CAS
+	relayed  []*Msg // relay records received (the machine's relay buffer, over-approximated)
 
 	dead      bool
 	completes int
@@ -74,7 +72,7 @@ func (w *World) onPrepare(n *Node, p *packet) {
 		return
 	}
 	mv := w.moveByID(id.RelocationID)
-	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner, known: p.prep.known,
+	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner,
 		deadline: p.prep.deadline, timers: map[handoff.Timer]uint64{}}
 	m, effects := handoff.NewTarget(id, w.cfg.Handoff, w.prepareEvent(p))
 	t.m = m
@@ -334,16 +332,7 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 		w.after(time.Millisecond, "sabotage", func() { done(handoff.StoreCommitted{}) })
 		return
 	}
-	read := func(done func(storeRes)) {
-		w.store.call(n, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, done)
-	}
-	if v := t.verified; v != nil && !settleOnly {
-		// Driver.commitOwner: the first CAS compares against the record
-		// VerifySource judged; a conflict reads on the next attempt.
-		t.verified = nil
-		read = func(done func(storeRes)) { w.after(0, "verified-record", func() { done(storeRes{rec: *v}) }) }
-	}
-	read(func(res storeRes) {
+	w.store.call(n, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
 		if res.err != errNone {
 			done(handoff.StoreRetryable{Err: fmt.Errorf("%w: read: %s", errSim, res.err)})
 			return
@@ -374,18 +363,6 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 // name the move's source at its fence; a read that fails is retried until
 // the restore deadline.
 func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
-	if k := t.known; k != nil {
-		t.known = nil
-		if id.JudgeSource(recordView(*k), 1) == nil {
-			t.verified = k
-			w.after(0, "verified-by-source-record", func() {
-				if !t.dead {
-					w.stepTarget(t, handoff.SourceVerified{})
-				}
-			})
-			return
-		}
-	}
 	w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", id.RelocationID)}, t.deadline, func(res storeRes) {
 		if t.dead {
 			return
@@ -400,12 +377,7 @@ func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 			}
 			return
 		}
-		err := id.JudgeSource(recordView(res.rec), 1)
-		if err == nil {
-			rec := res.rec
-			t.verified = &rec
-		}
-		w.stepTarget(t, handoff.SourceVerified{Err: err})
+		w.stepTarget(t, handoff.SourceVerified{Err: id.JudgeSource(recordView(res.rec), 1)})
 	})
 }
 
