@@ -276,7 +276,12 @@ func (c *Call) await(ctx context.Context, op, address string, owner *messages.Ow
 	// goroutine per call waiting on a future for it.
 	rp := &replyProcess{ch: make(chan replyResult, 1)}
 	dl, _ := ctx.Deadline() // the call's: deadlineCtx set one
-	pid, _ := m.sys.ProcessRegistry.Add(rp, relocation.ReplyRouteID(op, dl))
+	pid, ok := m.sys.ProcessRegistry.Add(rp, relocation.ReplyRouteID(op, dl))
+	if !ok {
+		// Operation ids are unique in a process: never, but a reply route
+		// of another call must not be taken over (nor removed below).
+		return nil, fmt.Errorf("%w: the reply route %s of the call to Spot %q is taken", roamerr.ErrUnavailable, pid.Id, c.spotID)
+	}
 	defer m.sys.ProcessRegistry.Remove(pid)
 	if notice {
 		env.SetHeader(relocation.HeaderDispatchNotice, relocation.DispatchNotice(pid))

@@ -209,8 +209,9 @@ type Driver struct {
 	// gone (OwnerNode's lease-end grace); any goroutine, under goneMu.
 	goneMu    sync.Mutex
 	goneSince map[string]time.Time
-	// lastFollow: when Message Follow last forwarded a message (unix
-	// nanoseconds; any goroutine), for FollowQuiet.
+	// lastFollow: when Message Follow last forwarded a message, or a move
+	// out of this node started following (unix nanoseconds; any
+	// goroutine), for FollowQuiet.
 	lastFollow atomic.Int64
 	// dropInbound, set only by tests (export_test.go), drops messages
 	// reaching the relocation actor, as a cut link would.
@@ -721,6 +722,11 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 // dead-lettered send redelivered later could overtake the caller's next.
 // A caller's first followed message tells its node the new route, so the
 // traffic dies down within about a round trip of each caller's next send.
+// The quiet period counts from the last move out's commit too, not only
+// from the last message followed: a caller's node that has not yet heard
+// the route hint of a move just made still sends on the old route, and a
+// node that stopped right after its drain would lose those sends (a
+// rolling restart of the chaos test lost one that way).
 // It also waits until no move out of this node still holds messages (the
 // hold from the cutover until the commit shows, or while reconciling): a
 // drain's Relocate returns once the commit is in the store, possibly just

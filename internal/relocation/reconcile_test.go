@@ -412,3 +412,25 @@ func TestFollowQuietWaitsForHeldMessages(t *testing.T) {
 	require.NoError(t, a.driver.FollowQuiet(wait, 10*time.Millisecond))
 	require.Equal(t, int64(1), get(t, root.ActorSystem(), pid))
 }
+
+// The wait for Message Follow to fall quiet counts from the last move out
+// of the node, not only from the last message it followed: a node that
+// stops right after its drain must still be there for the sends of
+// callers that have not yet heard the moves' route hints. Here no message
+// follows at all, and the wait still lasts its quiet period past the move.
+// Reference: docs/OPERATIONS.md (Stop drains, then follows until quiet).
+func TestFollowQuietCountsFromTheLastMoveOut(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "fq2")
+	_, err := c.nodes[0].driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = c.nodes[0].driver.Relocate(ctx, key, c.rid(1))
+	require.NoError(t, err)
+	moved := time.Now() // after the move's follow started: Relocate returns on the commit it confirmed
+	const quiet = 300 * time.Millisecond
+	wait, cancel := context.WithTimeout(ctx, testwait.Patience(t))
+	defer cancel()
+	require.NoError(t, c.nodes[0].driver.FollowQuiet(wait, quiet))
+	require.GreaterOrEqual(t, time.Since(moved), quiet-50*time.Millisecond, "stopped without a quiet period after the move")
+}

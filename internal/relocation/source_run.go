@@ -566,6 +566,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.batch = nil
 
 	case handoff.StartFollow:
+		d.lastFollow.Store(time.Now().UnixNano()) // FollowQuiet counts from here too
 		for _, p := range r.parts {
 			d.startFollow(p, p.held, "follow_failed")
 			p.held = nil

@@ -1,0 +1,107 @@
+package relocation_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// keyOutage answers every call on one object's record Unavailable while
+// down is set (the object's own Consul key, or the whole KV, unreachable;
+// node descriptors and leases still work).
+type keyOutage struct {
+	location.Store
+	key  location.AuthorityKey
+	down atomic.Bool
+}
+
+func (s *keyOutage) hit(key location.AuthorityKey) bool { return key == s.key && s.down.Load() }
+
+func (s *keyOutage) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if s.hit(key) {
+		return location.Versioned{}, location.ErrUnavailable
+	}
+	return s.Store.Read(ctx, key)
+}
+
+func (s *keyOutage) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	if s.hit(key) {
+		return 0, location.ErrUnavailable
+	}
+	return s.Store.CompareAndSet(ctx, key, expected, rec)
+}
+
+func (s *keyOutage) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	for _, op := range ops {
+		if s.hit(op.Key) {
+			return nil, location.ErrUnavailable
+		}
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+func (s *keyOutage) Watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) (location.Versioned, error) {
+	if s.hit(key) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		return location.Versioned{}, location.ErrUnavailable
+	}
+	return s.Store.Watch(ctx, key, after)
+}
+
+// A store that stops answering for an object's record just after a move
+// sealed it (here: until the test ends) does not keep the object unserved:
+// the target cannot check the source, the move fails before relay-ready at
+// its restore deadline, and the source serves again — while the store is
+// still out. A target that answered relay-ready without the store would
+// leave the object waiting for the store to come back.
+// Reference: docs/PROTOCOL.md §5.7, §6.2; docs/FAULTS.md.
+func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
+	shared := newStore(t)
+	key := location.Key(location.KindActor, "outage")
+	st := &keyOutage{Store: shared, key: key}
+	t.Cleanup(func() { st.down.Store(false) })
+	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
+	a, b := startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	a.node.System().Root.Send(pid, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, a.node.System(), pid))
+
+	prepared := make(chan struct{})
+	var once sync.Once
+	relocation.DropInbound(b.driver, func(m any) bool {
+		if _, ok := m.(*messages.RelocationPrepare); ok {
+			once.Do(func() {
+				st.down.Store(true)
+				close(prepared)
+			})
+		}
+		return false
+	})
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	<-prepared
+	// Held by the sealed source until the move ends.
+	res, err := a.node.System().Root.RequestFuture(pid, wrapperspb.String("get"), time.Minute).Result()
+	require.NoError(t, err)
+	require.NoError(t, relocation.DeliveryError(res))
+	require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
+	require.True(t, st.down.Load(), "served again while the store is still out")
+	require.Error(t, <-moved)
+}
