@@ -11,8 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // keyOutage answers every call on one object's record Unavailable while
@@ -97,11 +99,22 @@ func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
 		moved <- err
 	}()
 	<-prepared
-	// Held by the sealed source until the move ends.
+	// Held by the sealed source until the move ends: answered then, or
+	// failed loudly if the source's own deadline came first and it started
+	// reconciling (PROTOCOL.md §6.4) before the target's failure arrived.
 	res, err := a.node.System().Root.RequestFuture(pid, wrapperspb.String("get"), time.Minute).Result()
 	require.NoError(t, err)
-	require.NoError(t, relocation.DeliveryError(res))
-	require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
-	require.True(t, st.down.Load(), "served again while the store is still out")
+	if derr := relocation.DeliveryError(res); derr != nil {
+		require.ErrorIs(t, derr, roamerr.ErrUnavailable)
+	} else {
+		require.Equal(t, int64(1), res.(*wrapperspb.Int64Value).Value)
+	}
 	require.Error(t, <-moved)
+	// The source serves again, the store still out: once the target's
+	// explicit failure has reached it, also when it was reconciling.
+	testwait.For(t, func() bool {
+		res, err := a.node.System().Root.RequestFuture(pid, wrapperspb.String("get"), time.Minute).Result()
+		return err == nil && relocation.DeliveryError(res) == nil && res.(*wrapperspb.Int64Value).Value == 1
+	}, "the source never served again during the outage")
+	require.True(t, st.down.Load(), "served again while the store is still out")
 }
