@@ -390,7 +390,7 @@ func casAnswer(t *TargetRun, id handoff.Identity, res storeRes, applied handoff.
 		if ev := judge(t, id, res.rec); ev != nil {
 			return ev
 		}
-		return handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim)}
+		return handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim), Conflict: true}
 	case errLeaseEnded:
 		return handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)}
 	case errIndeterminate, errDeadline:
