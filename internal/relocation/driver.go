@@ -145,9 +145,13 @@ type Driver struct {
 	kinds map[string]*Kind
 
 	// events is the driver's event stream subscription; live holds every
-	// incarnation spawned and not stopped yet (*object keys), for Shutdown.
+	// incarnation spawned and not stopped yet, for Shutdown (under liveMu).
 	events *eventstream.Subscription
-	live   sync.Map
+	liveMu sync.Mutex
+	live   map[*object]struct{}
+	// spawning is the incarnation Driver.incarnate is spawning (the driver
+	// goroutine only; read inside the spawn by the kind's Props).
+	spawning *object
 
 	// Everything below is touched only by the driver actor's goroutine.
 	objects map[location.AuthorityKey]*object
@@ -238,6 +242,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		desc:       node.Descriptor(),
 		kinds:      map[string]*Kind{},
 		objects:    map[location.AuthorityKey]*object{},
+		live:       map[*object]struct{}{},
 		sources:    map[uint64]*sourceRun{},
 		targets:    map[handoff.Identity]*targetRun{},
 		arrivals:   map[location.AuthorityKey]*targetRun{},
@@ -306,10 +311,11 @@ func (d *Driver) RegisterKind(k Kind) error {
 		return fmt.Errorf("%w: stable type %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
 	}
 	kk := k
-	kk.props = kk.Props
-	if kk.props == nil {
-		kk.props = actor.PropsFromProducer(kk.Producer)
+	props := kk.Props
+	if props == nil {
+		props = actor.PropsFromProducer(kk.Producer)
 	}
+	kk.open, kk.staging = d.props(props, false), d.props(props, true)
 	d.kinds[k.StableType] = &kk
 	return nil
 }
@@ -578,30 +584,62 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 
 // props builds the props of a relocatable object: the application's
 // actor wrapped by host, on the relocatable mailbox.
-func (d *Driver) props(obj *object, opts ...mailbox.Option) *actor.Props {
-	// The lease fence gates every dispatch: nothing of the application runs
-	// on a node whose owner lease is not provably in force. So does a cold
-	// activation's recovery pointer between the first handler's return and
-	// the removal's landing (object.pointerHeld).
-	h := &host{obj: obj, d: d}
-	opts = append(opts, mailbox.Gate(func() bool { return !obj.pointerHeld.Load() && d.node.Valid() }), mailbox.Intercept(h.intercept))
-	// Only the driver ends an incarnation (d.stop): a stop from anywhere
-	// else — the application, a remote peer — would leave the store naming
-	// this node for an object it no longer serves.
-	mb := stopguard.Producer(mailbox.Producer(func(mb *mailbox.Mailbox) { obj.mb = mb }, opts...), obj.stopAllowed.Load, func(msg any) {
-		d.log.Warn().Str("event", "stop_refused").Str("object_id", obj.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
-			Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
-	})
-	props := obj.kind.props
-	opts2 := []actor.PropsOption{actor.WithMailbox(mb), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(h.middleware)}
-	if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
-		// Grain code reads its identity with cluster.GetClusterIdentity.
-		// Without a Proto.Actor cluster there is no grain code, and the
-		// context extension it needs would cost every idle object
-		// about 250 bytes.
-		opts2 = append(opts2, actor.WithOnInit(func(c actor.Context) { pcluster.SetClusterIdentity(c, obj.clusterIdentity()) }))
+func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
+	var opts []mailbox.Option
+	if staging {
+		opts = append(opts, mailbox.StartStaging())
 	}
-	return props.Clone(opts2...)
+	// The mailbox and the context are made inside the spawn, on its
+	// goroutine, where d.spawning names the incarnation (Driver.incarnate).
+	produce := func() actor.Mailbox {
+		obj := d.spawningObject()
+		obj.mb = mailbox.New(append(opts, mailbox.WithHooks(obj))...)
+		return obj.mb
+	}
+	return props.Clone(actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
+		actor.WithOnInit(func(c actor.Context) {
+			obj := d.spawningObject()
+			c.Set(obj) // the incarnation's context finds it (middleware, Timers, KeepState)
+			if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
+				// Grain code reads its identity with cluster.GetClusterIdentity.
+				// Without a Proto.Actor cluster there is no grain code, and the
+				// context extension it needs would cost every idle object
+				// about 250 bytes.
+				pcluster.SetClusterIdentity(c, obj.clusterIdentity())
+			}
+		}))
+}
+
+// incarnate starts obj's incarnation under name from the kind's shared Props;
+// the driver goroutine only. Proto.Actor makes the mailbox and runs the
+// Props' init inside SpawnNamed on the calling goroutine, where they read
+// d.spawning.
+func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, error) {
+	obj.d = d
+	props := obj.kind.open
+	if staging {
+		props = obj.kind.staging
+	}
+	d.spawning = obj
+	pid, err := d.sys.Root.SpawnNamed(props, name)
+	d.spawning = nil
+	if err != nil {
+		return nil, err
+	}
+	obj.pid = pid
+	d.liveMu.Lock()
+	d.live[obj] = struct{}{}
+	d.liveMu.Unlock()
+	return pid, nil
+}
+
+// spawningObject is the incarnation Driver.incarnate is spawning. Only
+// Driver.incarnate spawns from a kind's Props, so there always is one.
+func (d *Driver) spawningObject() *object {
+	if d.spawning == nil {
+		panic("relocation: an incarnation's Props were used outside Driver.incarnate")
+	}
+	return d.spawning
 }
 
 // restartIncarnation supervises incarnations: a failing one is restarted,
@@ -622,12 +660,11 @@ var RestartAlways = actor.NewRestartingStrategy()
 func (d *Driver) stop(obj *object) {
 	obj.moveMayStart()
 	obj.stopAllowed.Store(true)
-	d.live.Delete(obj)
+	d.liveMu.Lock()
+	delete(d.live, obj)
+	d.liveMu.Unlock()
 	d.sys.Root.Stop(obj.pid)
 }
-
-// spawned records an incarnation's actor for Shutdown.
-func (d *Driver) spawned(obj *object) { d.live.Store(obj, struct{}{}) }
 
 // Shutdown stops, once the node has stopped, what the driver runs on an
 // actor system that outlives the node (meshnode.Node.Attached): the
@@ -641,10 +678,15 @@ func (d *Driver) spawned(obj *object) { d.live.Store(obj, struct{}{}) }
 func (d *Driver) Shutdown() {
 	d.sys.EventStream.Unsubscribe(d.events)
 	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
-		d.live.Range(func(k, _ any) bool {
-			d.stop(k.(*object))
-			return true
-		})
+		d.liveMu.Lock()
+		objs := make([]*object, 0, len(d.live))
+		for obj := range d.live {
+			objs = append(objs, obj)
+		}
+		d.liveMu.Unlock()
+		for _, obj := range objs {
+			d.stop(obj)
+		}
 	})
 	if isClosed(d.node.Stopped()) {
 		_ = d.sys.Root.StopFuture(d.self).Wait()
@@ -817,7 +859,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 				continue
 			}
 			_, _, sender := actor.UnwrapEnvelope(msg)
-			if obj.afterFirst != nil && operationOf(msg) == obj.firstOperation {
+			if obj.first != nil && operationOf(msg) == obj.first.operation {
 				// A cold activation's first message that has not run: its
 				// recovery root still holds it, and a live node that resumes
 				// the activation runs it. Not a failure: its outcome is

@@ -63,7 +63,7 @@ func TestAMembershipChangeGivenUpReleasesTheActor(t *testing.T) {
 	t.Logf("LeaveSpot: %v", err)
 	require.Error(t, err)
 
-	changing, _ := call(ctx, d, func() (int, error) { return d.objects[key].changing, nil })
+	changing, _ := call(ctx, d, func() (int, error) { return int(d.objects[key].changing), nil })
 	require.Zero(t, changing, "a membership change given up still holds the Actor")
 	deleted, err := d.DeleteActor(ctx, key)
 	require.NoError(t, err)

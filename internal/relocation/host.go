@@ -131,14 +131,9 @@ func (d *Driver) Stage(ctx context.Context, key location.AuthorityKey, stableTyp
 	}
 	return call(context.Background(), d, func() (*Staged, error) {
 		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: ownerGeneration, state: staging}
-		closed := d.unavailableSink(obj, "the incarnation was removed before it opened")
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)),
-			objectPIDName(key, generation, ownerGeneration))
-		if err != nil {
+		if _, err := d.incarnate(obj, true, objectPIDName(key, generation, ownerGeneration)); err != nil {
 			return nil, fmt.Errorf("%w: stage %s: %w", roamerr.ErrUnavailable, key, err)
 		}
-		obj.pid = pid
-		d.spawned(obj)
 		return &Staged{d: d, obj: obj}, nil
 	})
 }
@@ -178,7 +173,11 @@ func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, a
 		// The fields are the actor goroutine's (host.Receive reads them on
 		// every turn, Started included): set them there, as the control
 		// item that runs before the first message OpenWith releases.
-		if err := obj.mb.Do(func() { obj.firstOperation, obj.afterFirst = firstOperation, afterFirst }); err != nil {
+		var turn *firstTurn
+		if afterFirst != nil {
+			turn = &firstTurn{operation: firstOperation, after: afterFirst}
+		}
+		if err := obj.mb.Do(func() { obj.first = turn }); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
 		}
 		if firstOperation != "" {

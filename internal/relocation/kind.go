@@ -122,10 +122,13 @@ type Kind struct {
 	// moves alone and each member is a unit of its own.
 	SpotWide bool
 
-	// props is Props, or the Props of Producer made once at registration:
-	// every incarnation's Props are a clone of it (a Props of its own per
-	// incarnation cost an idle object about 200 bytes).
-	props *actor.Props
+	// open and staging spawn every incarnation of the kind (a cold
+	// activation's open; a staged or arriving one's temporary queue): the
+	// kind's Props with roam's mailbox, supervisor and middleware, made
+	// once at registration. A Props per incarnation would cost an idle
+	// object about 450 bytes; the incarnation is found at spawn instead
+	// (Driver.incarnate).
+	open, staging *actor.Props
 }
 
 func (k *Kind) validate() error {

@@ -23,7 +23,7 @@ import (
 )
 
 // objectState is what this node does with an incarnation.
-type objectState int
+type objectState uint8
 
 const (
 	serving   objectState = iota // the owner: dispatching
@@ -37,6 +37,7 @@ const (
 // are touched by the driver goroutine only, except mb and inst, which the
 // spawn sets before the driver uses them.
 type object struct {
+	d               *Driver // for endSink (log and metrics) and the stop guard only: the actor goroutine never enters the driver's loop
 	key             location.AuthorityKey
 	kind            *Kind
 	generation      uint64 // ObjectGeneration
@@ -45,9 +46,8 @@ type object struct {
 	mb              *mailbox.Mailbox
 	inst            actor.Actor // the application's actor; its goroutine only
 	kept            Stateful    // registered by KeepState; its goroutine only
-	state           objectState
-	next            *actor.PID // where Message Follow sends, once following
-	tm              *timers    // framework timers; the object's goroutine only
+	next            *actor.PID  // where Message Follow sends, once following
+	tm              *timers     // framework timers; the object's goroutine only
 	// out is the move out of this node in progress, from its start (before
 	// the seal) until it ends; the driver goroutine only.
 	out *sourceRun
@@ -55,25 +55,32 @@ type object struct {
 	// its record last written here says (nil: none, or an Entry Spot);
 	// the driver goroutine only. A SpotWide move finds its members by it.
 	member *messages.Membership
-	// joining counts the joins into this User Spot admitted and not
-	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
-	// while one is on its way. The driver goroutine only.
-	joining int
 	// opening is set while this SpotWide member arrived and its queue is
 	// not open yet (closed then); the driver goroutine only.
 	opening chan struct{}
-	// changing counts membership changes of this Actor under way here
-	// (JoinSpot, LeaveSpot); no move of it starts meanwhile. The driver
-	// goroutine only.
-	changing int
 	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
 	// this incarnation has offered its target (Relocate); the driver
 	// goroutine only.
 	offeredOwner uint64
-	// firstOperation and afterFirst: see Staged.Open; the object's
-	// goroutine only once open.
-	firstOperation string
-	afterFirst     func(settled func(pointerGone bool))
+	// first: see Staged.Open; nil once the first turn is over (most
+	// incarnations keep nothing of it); the object's goroutine only once
+	// open.
+	first *firstTurn
+	// settledCh is made by the first move that waits (most incarnations
+	// never have one: a channel each would cost an idle Spot about 100
+	// bytes) and closed when activating ends; under settleMu (one for all
+	// objects: it is taken only by a move that waits and when a
+	// cold activation settles).
+	settledCh chan struct{}
+	// The small fields last, packed (an idle object is 192 bytes).
+	// joining counts the joins into this User Spot admitted and not
+	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
+	// while one is on its way. The driver goroutine only.
+	joining int32
+	// changing counts membership changes of this Actor under way here
+	// (JoinSpot, LeaveSpot); no move of it starts meanwhile. The driver
+	// goroutine only.
+	changing int32
 	// activating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
 	// by Staged.Open; cleared by the settled callback of afterFirst once
@@ -81,11 +88,6 @@ type object struct {
 	// it (settled): the pointer travels with the record, and a target
 	// would serve on with nobody removing it.
 	activating atomic.Bool
-	// settledCh is made by the first move that waits (most incarnations
-	// never have one: a channel each would cost an idle Spot about 100
-	// bytes) and closed when activating ends; under settleMu.
-	settleMu  sync.Mutex
-	settledCh chan struct{}
 	// pointerHeld: the first message has run and its recovery pointer's
 	// removal has not landed: dispatch waits (the mailbox gate), so that
 	// no second message runs while a later owner could still resume the
@@ -93,42 +95,45 @@ type object struct {
 	// 12, PROTOCOL.md §7.7): a resume then loses nothing the first message
 	// did not.
 	pointerHeld atomic.Bool
-	// closing: CloseLocal ended it and its close marker is queued (the
-	// driver goroutine only).
-	closing bool
 	// stopAllowed: the driver is ending this incarnation (Driver.stop);
 	// any other stop is refused.
 	stopAllowed atomic.Bool
-}
-
-// host is roam's receiver middleware around the application's actor,
-// innermost of the kind's middleware: it refuses a followed message whose
-// ObjectGeneration is not this incarnation's (PROTOCOL.md §5.14), answers the
-// framework's own RouteBarrier and GrainActivate, drops ticks of cancelled
-// timers, delivers cluster.ClusterInit after Started when the node is a
-// Proto.Actor cluster member (ClusterKind kinds deliver it themselves), and
-// hands every other message to the application.
-type host struct {
-	obj *object
-	d   *Driver // for endSink (log and metrics) only: the actor goroutine never enters the driver's loop
+	state       objectState
+	// closing: CloseLocal ended it and its close marker is queued (the
+	// driver goroutine only).
+	closing bool
 	// clusterInit: ClusterInit reached the actor since its last Started
 	// (the actor's goroutine only).
 	clusterInit bool
+	// arrived: a relocation target spawned it (what its closed queue says).
+	arrived bool
 }
 
+// An object is also its incarnation's host: roam's receiver middleware
+// around the application's actor (Driver.middleware), innermost of the
+// kind's middleware: it refuses a followed message whose ObjectGeneration
+// is not this incarnation's (PROTOCOL.md §5.14), answers the framework's
+// own RouteBarrier and GrainActivate, drops ticks of cancelled timers,
+// delivers cluster.ClusterInit after Started when the node is a Proto.Actor
+// cluster member (ClusterKind kinds deliver it themselves), and hands every
+// other message to the application. The incarnation's context holds it as
+// an extension; its mailbox has it as its hooks.
+
 // hostExtensionID is the context extension under which an incarnation's
-// context finds its host (Timers, KeepState).
+// context finds its object (middleware, Timers, KeepState).
 var hostExtensionID = ctxext.NextContextExtensionID()
 
-func (h *host) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
+func (o *object) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
 
-// middleware is the host as a Proto.Actor receiver middleware.
-func (h *host) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
+// middleware is the objects as a Proto.Actor receiver middleware, shared by
+// every incarnation: each finds its object in its context.
+func (d *Driver) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		if h.obj.afterFirst != nil {
-			defer h.afterTurn(env) // also when the handler panics
+		o := c.Get(hostExtensionID).(*object)
+		if o.first != nil {
+			defer o.afterTurn(env) // also when the handler panics
 		}
-		h.receive(c, env, next)
+		o.receive(c, env, next)
 	}
 }
 
@@ -138,17 +143,16 @@ func (h *host) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 // the activation's recovery pointer may go, and must, or a later owner
 // would replay a message its caller was told failed, and the incarnation
 // could never move.
-func (h *host) afterTurn(env *actor.MessageEnvelope) {
-	if h.obj.afterFirst == nil {
+func (o *object) afterTurn(env *actor.MessageEnvelope) {
+	if o.first == nil {
 		return
 	}
-	if env.Header != nil && env.Header.Get(HeaderOperation) == h.obj.firstOperation {
-		done := h.obj.afterFirst
-		// The operation id is kept no longer than needed (an idle
-		// Spot's heap).
-		h.obj.afterFirst, h.obj.firstOperation = nil, ""
-		h.obj.pointerHeld.Store(true) // before the next turn's gate check
-		done(h.obj.pointerSettled)
+	if env.Header != nil && env.Header.Get(HeaderOperation) == o.first.operation {
+		done := o.first.after
+		// Kept no longer than needed (an idle Spot's heap).
+		o.first = nil
+		o.pointerHeld.Store(true) // before the next turn's gate check
+		done(o.pointerSettled)
 	}
 }
 
@@ -171,8 +175,8 @@ func (o *object) pointerSettled(pointerGone bool) {
 // moveMayStart releases the moves waiting for the activation to settle:
 // the pointer is gone, or the incarnation ended (they then find it so).
 func (o *object) moveMayStart() {
-	o.settleMu.Lock()
-	defer o.settleMu.Unlock()
+	settleMu.Lock()
+	defer settleMu.Unlock()
 	if o.activating.CompareAndSwap(true, false) && o.settledCh != nil {
 		close(o.settledCh)
 		o.settledCh = nil
@@ -182,8 +186,8 @@ func (o *object) moveMayStart() {
 // settled returns a channel closed once the cold activation's recovery
 // pointer is gone (at once if it is).
 func (o *object) settled() <-chan struct{} {
-	o.settleMu.Lock()
-	defer o.settleMu.Unlock()
+	settleMu.Lock()
+	defer settleMu.Unlock()
 	if !o.activating.Load() {
 		return closedChan
 	}
@@ -191,6 +195,16 @@ func (o *object) settled() <-chan struct{} {
 		o.settledCh = make(chan struct{})
 	}
 	return o.settledCh
+}
+
+// settleMu guards every object's settledCh.
+var settleMu sync.Mutex
+
+// firstTurn is a cold activation's first message, until its turn is over:
+// its operation id, and what runs then (Staged.Open).
+type firstTurn struct {
+	operation string
+	after     func(settled func(pointerGone bool))
 }
 
 // closedChan is a channel that is closed.
@@ -207,20 +221,20 @@ func respond(c actor.ReceiverContext, env *actor.MessageEnvelope, msg any) {
 	}
 }
 
-func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next actor.ReceiverFunc) {
+func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next actor.ReceiverFunc) {
 	if hd := env.Header; hd != nil {
-		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(h.obj.generation, 10) {
+		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(o.generation, 10) {
 			// The text goes to the caller: it names only the generation the
 			// caller sent, never the current one.
-			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, h.obj.key.ID)
-			h.d.endSink(h.obj, roamerr.CodeInvalidOperation, "send_invalid_generation", why)(
+			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, o.key.ID)
+			o.d.endSink(o, roamerr.CodeInvalidOperation, "send_invalid_generation", why)(
 				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
 			return
 		}
 	}
 	if env.Sender != nil {
 		if _, ms, ok := requestOf(env.Header, env.Sender); ok && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-			respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, h.obj.key.ID,
+			respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, o.key.ID,
 				"the request's deadline passed before it was dispatched; not run")
 			return
 		}
@@ -229,18 +243,17 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 	case *actor.Started:
 		// Also after a restart by the supervisor: the actor is a new
 		// instance then, and what the old one registered is gone with it.
-		h.obj.inst, h.obj.kept, h.clusterInit = c.Actor(), nil, false
-		c.Set(h)
+		o.inst, o.kept, o.clusterInit = c.Actor(), nil, false
 		next(c, env)
-		if pc := h.d.node.ProtoActorCluster(); pc != nil && !h.obj.kind.ClusterKind {
-			h.receive(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: h.obj.clusterIdentity(), Cluster: pc}), next)
+		if pc := o.d.node.ProtoActorCluster(); pc != nil && !o.kind.ClusterKind {
+			o.receive(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: o.clusterIdentity(), Cluster: pc}), next)
 		}
 	case *pcluster.ClusterInit:
 		// Once per instance: Props from cluster.NewKind given to NewKind
 		// (not FromClusterKind) would deliver it a second time, and a
 		// generated grain would make a new implementation in its place.
-		if !h.clusterInit {
-			h.clusterInit = true
+		if !o.clusterInit {
+			o.clusterInit = true
 			next(c, env)
 		}
 	case *messages.RouteBarrier:
@@ -248,11 +261,11 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 	case *messages.GrainActivate:
 		respond(c, env, m) // the grain is active; the caller's own message follows
 	case *messages.TimerTick:
-		if h.obj.tm != nil && h.obj.tm.onTick(m) && h.obj.inst != nil {
+		if o.tm != nil && o.tm.onTick(m) && o.inst != nil {
 			next(c, env)
 		} // else a tick of a cancelled timer
 	default:
-		if h.obj.inst != nil { // nil once moved away: the incarnation only forwards
+		if o.inst != nil { // nil once moved away: the incarnation only forwards
 			if env.Header != nil {
 				if to := noticePID(env.Header.Get(HeaderDispatchNotice)); to != nil {
 					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
@@ -263,23 +276,23 @@ func (h *host) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next
 	}
 }
 
-// intercept takes roam's own close marker from the mailbox before the
+// Intercept (mailbox.Hooks) takes roam's own close marker from the mailbox before the
 // actor's receiver middleware sees it: an application middleware that
 // passes on only the messages it knows must not keep an incarnation from
 // closing.
-func (h *host) intercept(msg any) bool {
+func (o *object) Intercept(msg any) bool {
 	m, ok := actor.UnwrapEnvelopeMessage(msg).(*closeMarker)
 	if !ok {
 		return false
 	}
-	if h.obj.tm != nil {
-		h.obj.tm.stopAll()
+	if o.tm != nil {
+		o.tm.stopAll()
 	}
-	if cl, ok := h.obj.inst.(Closing); ok {
+	if cl, ok := o.inst.(Closing); ok {
 		func() {
 			defer func() {
 				if p := recover(); p != nil {
-					h.d.log.Error().Str("event", "on_closing_panicked").Str("object_id", h.obj.key.ID).Interface("panic", p).
+					o.d.log.Error().Str("event", "on_closing_panicked").Str("object_id", o.key.ID).Interface("panic", p).
 						Msg("the application's OnClosing panicked; the incarnation closes anyway")
 				}
 			}()
@@ -289,11 +302,11 @@ func (h *host) intercept(msg any) bool {
 	// Seal after this turn: what was queued behind the marker, and what
 	// comes later, is answered by the closed sink, never dropped; then
 	// the actor stops.
-	if err := h.obj.mb.Seal(func(saved []any) {
+	if err := o.mb.Seal(func(saved []any) {
 		for _, msg := range saved {
 			m.closed(msg)
 		}
-		_, _ = h.obj.mb.Redirect(m.closed)
+		_, _ = o.mb.Redirect(m.closed)
 		m.stop()
 		close(m.done)
 	}); err != nil {
@@ -301,6 +314,36 @@ func (h *host) intercept(msg any) bool {
 		close(m.done)
 	}
 	return true
+}
+
+// GateOpen (mailbox.Hooks): the lease fence gates every dispatch —
+// nothing of the application runs on a node whose owner lease is not
+// provably in force. So does a cold activation's recovery pointer between
+// the first handler's return and the removal's landing (pointerHeld).
+func (o *object) GateOpen() bool { return !o.pointerHeld.Load() && o.d.node.Valid() }
+
+// Closed (mailbox.Hooks) answers what reaches an incarnation removed
+// before it opened (a staged one, a relocation target's temporary queue;
+// PROTOCOL.md §6.3, §5.14): Unavailable, for as long as messages may still
+// follow to it.
+func (o *object) Closed(msg any) {
+	why := "the incarnation was removed before it opened"
+	if o.arrived {
+		why = "the relocation target was removed before it opened"
+	}
+	o.d.endSink(o, roamerr.CodeUnavailable, "send_unavailable", why)(msg)
+}
+
+// StopAllowed (mailbox.Hooks): only the driver ends an incarnation
+// (Driver.stop); a stop from anywhere else — the application, a remote
+// peer — would leave the store naming this node for an object it no
+// longer serves.
+func (o *object) StopAllowed() bool { return o.stopAllowed.Load() }
+
+// StopRefused (mailbox.Hooks) reports a refused stop.
+func (o *object) StopRefused(msg any) {
+	o.d.log.Warn().Str("event", "stop_refused").Str("object_id", o.key.ID).Str("message_type", fmt.Sprintf("%T", actor.UnwrapEnvelopeMessage(msg))).
+		Msg("a stop of a relocatable incarnation from outside roam was refused; roam ends incarnations itself (Close, CloseSelf, moves)")
 }
 
 // clusterIdentity is the incarnation's Proto.Actor cluster identity: its
@@ -355,11 +398,11 @@ func (o *object) restoreState(p preserveStateWith, state []byte) error {
 // with the GrainContext. A later call replaces the earlier one.
 // InvalidOperation outside a relocatable incarnation.
 func KeepState(c actor.Context, s Stateful) error {
-	h, ok := c.Get(hostExtensionID).(*host)
+	obj, ok := c.Get(hostExtensionID).(*object)
 	if !ok {
 		return fmt.Errorf("%w: KeepState outside a relocatable incarnation", roamerr.ErrInvalidOperation)
 	}
-	h.obj.kept = s
+	obj.kept = s
 	return nil
 }
 
@@ -555,12 +598,10 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		if member != nil {
 			obj.member = member.membership
 		}
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj), objectPIDName(key, generation, 1))
+		pid, err := d.incarnate(obj, false, objectPIDName(key, generation, 1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
 		}
-		obj.pid = pid
-		d.spawned(obj)
 		d.objects[key] = obj
 		return pid, nil
 	})

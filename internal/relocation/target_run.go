@@ -16,7 +16,6 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
-	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -281,27 +280,21 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			key: t.key, kind: t.kind, state: staging,
 			generation:      t.prepare.GetObject().GetObjectGeneration(),
 			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
+			arrived:         true,
 		}
 		// Once removed, the incarnation answers Unavailable for as long as
-		// messages may still follow to it (PROTOCOL.md §6.3, §5.14).
-		closed := d.unavailableSink(obj, "the relocation target was removed before it opened")
-		pid, err := d.sys.Root.SpawnNamed(d.props(obj, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(t.key, obj.generation, obj.ownerGeneration))
-		if err != nil {
+		// messages may still follow to it (PROTOCOL.md §6.3, §5.14;
+		// object.Closed).
+		if _, err := d.incarnate(obj, true, objectPIDName(t.key, obj.generation, obj.ownerGeneration)); err != nil {
 			return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue: %w", err)}
 		}
-		obj.pid = pid
-		d.spawned(obj)
 		t.obj = obj
 		for _, m := range t.members {
 			mo := &object{key: m.key, kind: m.kind, state: staging, generation: m.p.GetObject().GetObjectGeneration(), ownerGeneration: m.p.GetNewOwnerGeneration(),
-				member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: obj.generation}}
-			closed := d.unavailableSink(mo, "the relocation target was removed before it opened")
-			pid, err := d.sys.Root.SpawnNamed(d.props(mo, mailbox.StartStaging(), mailbox.OnClosed(closed)), objectPIDName(m.key, mo.generation, mo.ownerGeneration))
-			if err != nil {
+				member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: obj.generation}, arrived: true}
+			if _, err := d.incarnate(mo, true, objectPIDName(m.key, mo.generation, mo.ownerGeneration)); err != nil {
 				return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue of %s: %w", m.key, err)}
 			}
-			mo.pid = pid
-			d.spawned(mo)
 			m.obj = mo
 		}
 

@@ -41,11 +41,11 @@ type TimerSet struct{ t *timers }
 // and restored by the framework, so the application never re-registers
 // them (docs/PROTOCOL.md §5.5: timer registrations and pending ticks).
 func Timers(c actor.Context) (TimerSet, error) {
-	h, ok := c.Get(hostExtensionID).(*host)
+	obj, ok := c.Get(hostExtensionID).(*object)
 	if !ok {
 		return TimerSet{}, fmt.Errorf("%w: %T is not a relocatable actor", roamerr.ErrInvalidOperation, c.Actor())
 	}
-	t := h.obj.timers()
+	t := obj.timers()
 	t.sys, t.self = c.ActorSystem(), c.Self()
 	return TimerSet{t: t}, nil
 }

@@ -140,37 +140,91 @@ func StartStaging() Option {
 	return func(m *Mailbox) { m.mode.Store(int32(Staging)) }
 }
 
-// OnClosed sets where user messages posted in Closed mode go. The handler is
-// called on the posting goroutine, without the mailbox lock, so it may send
-// to other actors (but calls from concurrent posters may run concurrently).
-// Without a handler such messages are dropped and counted (see Dropped).
-func OnClosed(h func(msg any)) Option {
-	return func(m *Mailbox) { m.onClosed = h }
+// Hooks connect a mailbox to the incarnation it serves. One value (the
+// incarnation itself) instead of a closure per hook: an idle object's heap
+// keeps no closures (docs/ARCHITECTURE.md, "An idle object's memory").
+type Hooks interface {
+	// GateOpen is checked by the run loop before every user message it
+	// dispatches: while it returns false, user messages (timer ticks
+	// included) stay queued in order and nothing of the application runs;
+	// system messages and control items still do. The node's owner-lease
+	// fence uses it, so no message is dispatched after the instant the
+	// lease stops being provably in force, whatever the goroutine that
+	// decides the fence is doing. When the gate opens again, call Wake. It
+	// must be cheap and must not block.
+	GateOpen() bool
+	// Intercept gets every user message before the actor, in its turn; a
+	// message it reports as taken never reaches the actor (nor any
+	// receiver middleware of the application's). It runs on the mailbox's
+	// goroutine and must not panic.
+	Intercept(msg any) bool
+	// Closed gets the user messages posted in Closed mode, on the posting
+	// goroutine and without the mailbox lock, so it may send to other
+	// actors (calls from concurrent posters may run concurrently).
+	Closed(msg any)
+	// StopAllowed says whether an actor.Stop (a system message) or an
+	// actor.PoisonPill (a user message) may pass to the actor now; a
+	// refused one goes to StopRefused and is dropped. roam ends its
+	// incarnations itself: a stop from anywhere else — the application, a
+	// remote peer — would leave the store naming a node that no longer
+	// serves the object.
+	StopAllowed() bool
+	StopRefused(msg any)
 }
 
-// Gate sets a check the run loop makes before every user message it
-// dispatches: while it returns false, user messages (timer ticks included)
-// stay queued in order and nothing of the application runs; system messages
-// and control items still do. The node's owner-lease fence uses it, so no
-// message is dispatched after the instant the lease stops being provably
-// in force, whatever the goroutine that decides the fence is doing. When
-// the gate opens again, call Wake. g must be cheap and must not block.
+// WithHooks connects the mailbox to h from its creation (before its PID is
+// reachable, so posters read hooks that never change).
+func WithHooks(h Hooks) Option {
+	return func(m *Mailbox) { m.hooks = h }
+}
+
+// funcHooks adapts the function options (OnClosed, Gate, Intercept) to
+// Hooks; a hook not set does what a mailbox without hooks does.
+type funcHooks struct {
+	gate      func() bool
+	intercept func(msg any) bool
+	closed    func(msg any)
+	// beforeIdle, if set (by tests, before Start), runs on the run
+	// goroutine after a run and before the mailbox is marked idle — the
+	// window in which a producer's wake-up CAS fails — so tests can hit it
+	// deterministically.
+	beforeIdle func()
+}
+
+func (f *funcHooks) GateOpen() bool         { return f.gate == nil || f.gate() }
+func (f *funcHooks) Intercept(msg any) bool { return f.intercept != nil && f.intercept(msg) }
+func (f *funcHooks) Closed(msg any)         { f.closed(msg) }
+func (f *funcHooks) StopAllowed() bool      { return true }
+func (f *funcHooks) StopRefused(msg any)    {}
+func (m *Mailbox) funcHooks() *funcHooks {
+	if f, ok := m.hooks.(*funcHooks); ok {
+		return f
+	}
+	f := &funcHooks{}
+	m.hooks = f
+	return f
+}
+
+// OnClosed sets where user messages posted in Closed mode go (Hooks.Closed).
+// Without a handler such messages are dropped and counted (see Dropped).
+func OnClosed(h func(msg any)) Option {
+	return func(m *Mailbox) { m.funcHooks().closed = h }
+}
+
+// Gate sets the check of Hooks.GateOpen.
 func Gate(g func() bool) Option {
-	return func(m *Mailbox) { m.gate = g }
+	return func(m *Mailbox) { m.funcHooks().gate = g }
 }
 
 // Wake schedules the run loop, for user messages held by a gate that has
 // opened again.
 func (m *Mailbox) Wake() { m.schedule() }
 
-func (m *Mailbox) gateOpen() bool { return m.gate == nil || m.gate() }
+func (m *Mailbox) gateOpen() bool { return m.hooks == nil || m.hooks.GateOpen() }
 
-// Intercept gives f every user message before the actor gets it, in its
-// turn; a message f reports as taken never reaches the actor (nor any
-// receiver middleware of the application's). f runs on the mailbox's
-// goroutine and must not panic.
+// Intercept sets Hooks.Intercept.
 func Intercept(f func(msg any) bool) Option {
-	return func(m *Mailbox) { m.intercept = f }
+	return func(m *Mailbox) { m.funcHooks().intercept = f }
 }
 
 const (
@@ -190,14 +244,8 @@ type Mailbox struct {
 	// Set by New (options) and RegisterHandlers before Start; read-only after.
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
-	onClosed   func(msg any)
-	gate       func() bool
-	intercept  func(msg any) bool
+	hooks      Hooks  // nil: no gate, no interception, Closed drops, stops pass
 	runFn      func() // m.processMessages, bound once so scheduling does not allocate
-	// beforeIdle, if set (by tests, before Start), runs on the run goroutine
-	// after a run and before the mailbox is marked idle — the window in which
-	// a producer's wake-up CAS fails — so tests can hit it deterministically.
-	beforeIdle func()
 
 	status    atomic.Int32 // idle or running
 	started   atomic.Bool  // Start was called; nothing is scheduled before
@@ -280,6 +328,12 @@ func (m *Mailbox) PostUserMessage(message any) {
 }
 
 func (m *Mailbox) post(msg any) {
+	if m.hooks != nil {
+		if _, pill := actor.UnwrapEnvelopeMessage(msg).(*actor.PoisonPill); pill && !m.hooks.StopAllowed() {
+			m.hooks.StopRefused(msg)
+			return
+		}
+	}
 	m.mu.Lock()
 	switch Mode(m.mode.Load()) {
 	case Open:
@@ -307,8 +361,15 @@ func (m *Mailbox) sinkLocked(msg any) {
 }
 
 func (m *Mailbox) closed(msg any) {
-	if m.onClosed != nil {
-		m.onClosed(msg)
+	switch h := m.hooks.(type) {
+	case nil:
+	case *funcHooks:
+		if h.closed != nil {
+			h.closed(msg)
+			return
+		}
+	default:
+		h.Closed(msg)
 		return
 	}
 	m.dropped.Add(1)
@@ -317,6 +378,10 @@ func (m *Mailbox) closed(msg any) {
 // PostSystemMessage enqueues a system message; system messages are processed
 // in every mode.
 func (m *Mailbox) PostSystemMessage(message any) {
+	if _, stop := message.(*actor.Stop); stop && m.hooks != nil && !m.hooks.StopAllowed() {
+		m.hooks.StopRefused(message)
+		return
+	}
 	m.sys.push(message)
 	m.sysCount.Add(1)
 	m.schedule()
@@ -559,8 +624,8 @@ func (m *Mailbox) hasWork() bool {
 func (m *Mailbox) processMessages() {
 process:
 	m.run()
-	if m.beforeIdle != nil {
-		m.beforeIdle()
+	if f, ok := m.hooks.(*funcHooks); ok && f.beforeIdle != nil {
+		f.beforeIdle()
 	}
 
 	// Set the mailbox idle, then re-check for work published after run's
@@ -649,7 +714,7 @@ func (m *Mailbox) run() {
 		var ok bool
 		if msg, ok = m.out.popFront(); ok {
 			m.userCount.Add(-1)
-			if m.intercept != nil && m.intercept(msg) {
+			if m.hooks != nil && m.hooks.Intercept(msg) {
 				continue
 			}
 			m.invoker.InvokeUserMessage(msg)
@@ -659,6 +724,11 @@ func (m *Mailbox) run() {
 		// Take the next batch: everything posted so far, by swapping rings.
 		m.mu.Lock()
 		if Mode(m.mode.Load()) != Open || m.user.len() == 0 {
+			if m.user.buf == nil {
+				// Both empty: the one buffer waits in user for the next
+				// post, so an idle mailbox keeps one, not one per ring.
+				m.user.buf, m.user.head, m.out.buf = m.out.buf, 0, nil
+			}
 			m.mu.Unlock()
 			return
 		}

@@ -13,8 +13,8 @@ import "sync/atomic"
 // goring queue does), except that drain releases a large buffer.
 type ring struct {
 	buf  []any
-	head int // index of the first element
-	n    int // number of elements
+	head int32 // index of the first element
+	n    int32 // number of elements (int32: the ring is in every idle object)
 }
 
 const (
@@ -26,7 +26,7 @@ const (
 	ringKeepCap = 1024
 )
 
-func (r *ring) len() int { return r.n }
+func (r *ring) len() int { return int(r.n) }
 
 // grow makes room for at least need elements, keeping their order.
 func (r *ring) grow(need int) {
@@ -52,8 +52,8 @@ func (r *ring) copyOut(dst []any) {
 		return
 	}
 	mask := len(r.buf) - 1
-	first := r.head
-	end := first + r.n
+	first := int(r.head)
+	end := first + int(r.n)
 	if end <= len(r.buf) {
 		copy(dst, r.buf[first:end])
 		return
@@ -63,10 +63,10 @@ func (r *ring) copyOut(dst []any) {
 }
 
 func (r *ring) pushBack(v any) {
-	if r.n == len(r.buf) {
-		r.grow(r.n + 1)
+	if int(r.n) == len(r.buf) {
+		r.grow(int(r.n) + 1)
 	}
-	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	r.buf[int(r.head+r.n)&(len(r.buf)-1)] = v
 	r.n++
 }
 
@@ -76,7 +76,7 @@ func (r *ring) popFront() (any, bool) {
 	}
 	v := r.buf[r.head]
 	r.buf[r.head] = nil // release for GC
-	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.head = (r.head + 1) & int32(len(r.buf)-1)
 	r.n--
 	return v, true
 }
@@ -87,13 +87,14 @@ func (r *ring) pushFront(vs []any) {
 	if k == 0 {
 		return
 	}
-	r.grow(r.n + k)
+	r.grow(int(r.n) + k)
 	mask := len(r.buf) - 1
-	r.head = (r.head - k) & mask
+	head := (int(r.head) - k) & mask
 	for i, v := range vs {
-		r.buf[(r.head+i)&mask] = v
+		r.buf[(head+i)&mask] = v
 	}
-	r.n += k
+	r.head = int32(head)
+	r.n += int32(k)
 }
 
 // drain removes and returns every element in order (nil when empty).
@@ -101,7 +102,7 @@ func (r *ring) drain() []any {
 	if r.n == 0 {
 		return nil
 	}
-	return r.appendTo(make([]any, 0, r.n))
+	return r.appendTo(make([]any, 0, int(r.n)))
 }
 
 // appendTo removes every element, appending them in order to dst.
@@ -110,7 +111,7 @@ func (r *ring) appendTo(dst []any) []any {
 		return dst
 	}
 	k := len(dst)
-	dst = append(dst, make([]any, r.n)...)
+	dst = append(dst, make([]any, int(r.n))...)
 	r.copyOut(dst[k:])
 	if len(r.buf) > ringKeepCap {
 		r.buf = nil

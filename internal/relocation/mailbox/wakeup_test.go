@@ -294,7 +294,7 @@ func TestNoLostWakeupAtIdleTransition(t *testing.T) {
 				hook := &idleHook{}
 				var mb *Mailbox
 				props := actor.PropsFromFunc(recordingActor(rec), actor.WithMailbox(Producer(func(m *Mailbox) {
-					m.beforeIdle = hook.run // set before Start
+					m.funcHooks().beforeIdle = hook.run // set before Start
 					mb = m
 				}, c.opts...)))
 				pid := system.Root.Spawn(props)
