@@ -144,7 +144,8 @@ const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox
-// with its relocatable one. policy is required (DisableRelocation,
+// with its relocatable one. A spawner of the props' own must spawn within
+// the call, as Proto.Actor's does. policy is required (DisableRelocation,
 // RecreateOnRelocation, PreserveStateWith or PreserveState).
 func NewKind(name string, props *actor.Props, policy Policy, opts ...KindOption) Kind {
 	k := Kind{StableType: name, Props: props, Policy: policy}

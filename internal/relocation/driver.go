@@ -149,9 +149,9 @@ type Driver struct {
 	events *eventstream.Subscription
 	liveMu sync.Mutex
 	live   map[*object]struct{}
-	// spawning is the incarnation Driver.incarnate is spawning (the driver
-	// goroutine only; read inside the spawn by the kind's Props).
-	spawning *object
+	// spawning is the incarnation Driver.incarnate is spawning (written on
+	// the driver goroutine; read inside the spawn by the kind's Props).
+	spawning atomic.Pointer[object]
 
 	// Everything below is touched only by the driver actor's goroutine.
 	objects map[location.AuthorityKey]*object
@@ -582,8 +582,8 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 		Uint64("relocation_id", id.RelocationID).Uint64("target_attempt", id.TargetAttemptGeneration).Msg(l.Msg)
 }
 
-// props builds the props of a relocatable object: the application's
-// actor wrapped by host, on the relocatable mailbox.
+// props builds a kind's shared Props: the application's Props on the
+// relocatable mailbox, with roam's supervisor and middleware.
 func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	var opts []mailbox.Option
 	if staging {
@@ -592,13 +592,22 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	// The mailbox and the context are made inside the spawn, on its
 	// goroutine, where d.spawning names the incarnation (Driver.incarnate).
 	produce := func() actor.Mailbox {
-		obj := d.spawningObject()
+		obj := d.spawning.Load()
+		if obj == nil {
+			// Not inside Driver.incarnate (a spawner of the application's
+			// Props that spawns elsewhere): a mailbox that dispatches
+			// nothing, and incarnate refuses the incarnation.
+			return mailbox.New(mailbox.StartStaging())
+		}
 		obj.mb = mailbox.New(append(opts, mailbox.WithHooks(obj))...)
 		return obj.mb
 	}
 	return props.Clone(actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
 		actor.WithOnInit(func(c actor.Context) {
-			obj := d.spawningObject()
+			obj := d.spawning.Load()
+			if obj == nil {
+				return
+			}
 			c.Set(obj) // the incarnation's context finds it (middleware, Timers, KeepState)
 			if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
 				// Grain code reads its identity with cluster.GetClusterIdentity.
@@ -610,36 +619,32 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 		}))
 }
 
-// incarnate starts obj's incarnation under name from the kind's shared Props;
-// the driver goroutine only. Proto.Actor makes the mailbox and runs the
-// Props' init inside SpawnNamed on the calling goroutine, where they read
-// d.spawning.
+// incarnate starts obj's incarnation under name from the kind's shared
+// Props; the driver goroutine only. Proto.Actor's spawner makes the
+// mailbox and runs the Props' init inside SpawnNamed on the calling
+// goroutine, where they read d.spawning. A kind whose Props spawn some
+// other way is refused here (InvalidOperation).
 func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, error) {
 	obj.d = d
 	props := obj.kind.open
 	if staging {
 		props = obj.kind.staging
 	}
-	d.spawning = obj
+	d.spawning.Store(obj)
 	pid, err := d.sys.Root.SpawnNamed(props, name)
-	d.spawning = nil
+	d.spawning.Store(nil)
 	if err != nil {
 		return nil, err
+	}
+	if obj.mb == nil {
+		d.sys.Root.Stop(pid)
+		return nil, fmt.Errorf("%w: kind %q: its Props did not make the incarnation's mailbox inside the spawn (a spawner other than Proto.Actor's default?)", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
 	obj.pid = pid
 	d.liveMu.Lock()
 	d.live[obj] = struct{}{}
 	d.liveMu.Unlock()
 	return pid, nil
-}
-
-// spawningObject is the incarnation Driver.incarnate is spawning. Only
-// Driver.incarnate spawns from a kind's Props, so there always is one.
-func (d *Driver) spawningObject() *object {
-	if d.spawning == nil {
-		panic("relocation: an incarnation's Props were used outside Driver.incarnate")
-	}
-	return d.spawning
 }
 
 // restartIncarnation supervises incarnations: a failing one is restarted,

@@ -85,6 +85,9 @@ type Kind struct {
 	// strategy, dispatcher and context decorators are kept; roam replaces
 	// only the mailbox (with its relocatable one, which can seal, capture
 	// and relay the queue) and adds its own receiver middleware, innermost.
+	// Their spawner must make the actor within the spawn, as Proto.Actor's
+	// does (spawn middleware may wrap it); an incarnation of Props that
+	// spawn later is refused with InvalidOperation.
 	// Exactly one of Props and Producer is set.
 	Props *actor.Props
 	// Producer makes a fresh instance: shorthand for

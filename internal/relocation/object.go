@@ -129,7 +129,10 @@ func (o *object) ExtensionID() ctxext.ContextExtensionID { return hostExtensionI
 // every incarnation: each finds its object in its context.
 func (d *Driver) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		o := c.Get(hostExtensionID).(*object)
+		o, ok := c.Get(hostExtensionID).(*object)
+		if !ok {
+			return // not spawned by Driver.incarnate, which stops it
+		}
 		if o.first != nil {
 			defer o.afterTurn(env) // also when the handler panics
 		}
