@@ -31,6 +31,16 @@ type pauseRow struct {
 	// probed between the moves: the floor of a move's three one-way
 	// hops (Restore request, relay-ready, cutover) on this machine.
 	Hops float64
+	// Stream is the median over runs of each run's p50 of the same bytes
+	// as the state streamed between plain Proto.Actor actors on the two
+	// nodes (256 KiB messages, at most 1 MiB unacknowledged), probed
+	// between the moves (ms).
+	Stream float64
+	// NeighbourMoving and NeighbourIdle: the medians over runs of the p99
+	// of other requests between the two nodes (plain actors, one a
+	// millisecond), those that overlapped a move and those that did not
+	// (ms).
+	NeighbourMoving, NeighbourIdle float64
 }
 
 // pauseRuns gathers the pauses of several runs: a figure is the median of
@@ -60,7 +70,7 @@ func (p *pauseRuns) figures() (moves int, p50, p99, maxMs float64) {
 func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
 	row := pauseRow{Size: size}
 	var pr pauseRuns
-	var hopRuns []float64
+	var hopRuns, streamRuns, nMoving, nIdle []float64
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -76,7 +86,17 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			done()
 			return row, err
 		}
-		var hops []time.Duration
+		streamer, err := newStreamProbe(w)
+		if err != nil {
+			done()
+			return row, err
+		}
+		near, err := startNeighbour(w)
+		if err != nil {
+			done()
+			return row, err
+		}
+		var hops, streams []time.Duration
 		var sent atomic.Uint64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -95,23 +115,39 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			}
 		}()
 		for m := 0; m < moves; m++ {
-			if _, err := w.move(ctx, id); err != nil {
+			near.phase.Store(phaseMoving)
+			_, err := w.move(ctx, id)
+			near.phase.Store(phaseIdle)
+			if err != nil {
 				close(stop)
 				done()
 				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
 			}
 			time.Sleep(10 * time.Millisecond)
+			near.phase.Store(phaseProbing)
 			h, err := probe.threeHops(ctx)
+			var st time.Duration
+			if err == nil {
+				st, err = streamer.stream(ctx, size)
+			}
+			near.phase.Store(phaseIdle)
 			if err != nil {
 				close(stop)
 				done()
 				return row, err
 			}
-			hops = append(hops, h)
+			hops, streams = append(hops, h), append(streams, st)
 			time.Sleep(10 * time.Millisecond)
 		}
 		close(stop)
 		wg.Wait()
+		moving, idle, err := near.end()
+		if err != nil {
+			done()
+			return row, err
+		}
+		nMoving, nIdle = append(nMoving, moving), append(nIdle, idle)
+		streamRuns = append(streamRuns, ms(percentile(streams, 0.5)))
 		handled, err := count(ctx, w.nodes[0], id)
 		if err != nil {
 			done()
@@ -125,6 +161,8 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 	}
 	row.Moves, row.P50, row.P99, row.Max = pr.figures()
 	row.Hops = median(hopRuns)
+	row.Stream = median(streamRuns)
+	row.NeighbourMoving, row.NeighbourIdle = median(nMoving), median(nIdle)
 	return row, nil
 }
 

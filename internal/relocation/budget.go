@@ -10,10 +10,14 @@ import "github.com/roamactors/roam/internal/relocation/envelope"
 // finishing. It is driven from the driver actor only: no locking.
 type budget struct {
 	perPeer, perNode int64 // 0 = no limit
-	inflight         map[string]int64
-	nodeInflight     int64
-	queue            map[string][]queuedChunk
-	waiting          map[string][]func()
+	// window: chunks are sent to a peer only while its bytes in flight
+	// stay within it (0 = no limit); below perPeer, it paces admitted
+	// moves' chunks without changing their admission.
+	window       int64
+	inflight     map[string]int64
+	nodeInflight int64
+	queue        map[string][]queuedChunk
+	waiting      map[string][]func()
 }
 
 type queuedChunk struct {
@@ -21,9 +25,9 @@ type queuedChunk struct {
 	chunk envelope.Chunk
 }
 
-func newBudget(perPeer, perNode int64) *budget {
+func newBudget(perPeer, perNode, window int64) *budget {
 	return &budget{
-		perPeer: perPeer, perNode: perNode,
+		perPeer: perPeer, perNode: perNode, window: window,
 		inflight: map[string]int64{},
 		queue:    map[string][]queuedChunk{},
 		waiting:  map[string][]func(){},
@@ -55,7 +59,8 @@ func (b *budget) fits(peer string, n int64) bool {
 	if b.inflight[peer] == 0 && b.nodeInflight == 0 {
 		return true
 	}
-	return (b.perPeer == 0 || b.inflight[peer]+n <= b.perPeer) && (b.perNode == 0 || b.nodeInflight+n <= b.perNode)
+	return (b.perPeer == 0 || b.inflight[peer]+n <= b.perPeer) && (b.perNode == 0 || b.nodeInflight+n <= b.perNode) &&
+		(b.window == 0 || b.inflight[peer]+n <= b.window)
 }
 
 func (b *budget) pump(peer string) []queuedChunk {

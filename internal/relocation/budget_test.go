@@ -21,7 +21,7 @@ func chunks(n, size int) []envelope.Chunk {
 // returns, and a payload larger than the budget still flows.
 // Reference: docs/PROTOCOL.md §5.3.
 func TestBudgetAdmissionAndPacing(t *testing.T) {
-	b := newBudget(100, 0)
+	b := newBudget(100, 0, 0)
 	admitted := 0
 	b.admit("p", func() { admitted++ })
 	require.Equal(t, 1, admitted)
@@ -48,23 +48,52 @@ func TestBudgetAdmissionAndPacing(t *testing.T) {
 // The node-wide budget limits every peer together; 0 turns a budget off.
 // Reference: PROTOCOL.md §5.3 (RelocationNodeInFlightPayloadBudget).
 func TestNodeBudgetSpansPeers(t *testing.T) {
-	b := newBudget(0, 100)
+	b := newBudget(0, 100, 0)
 	require.Len(t, b.submit("p1", 1, chunks(1, 80)), 1)
 	require.Empty(t, b.submit("p2", 2, chunks(1, 80)), "the node budget is spent")
 	_, _ = b.release("p1", 80)
 	require.Len(t, b.pump("p2"), 1)
 
-	off := newBudget(0, 0)
+	off := newBudget(0, 0, 0)
 	require.Len(t, off.submit("p", 1, chunks(10, 1<<20)), 10)
 }
 
 // Dropping a finished run removes its queued chunks only.
 func TestBudgetDropKeepsOtherRuns(t *testing.T) {
-	b := newBudget(10, 0)
+	b := newBudget(10, 0, 0)
 	b.submit("p", 1, chunks(3, 10))
 	b.submit("p", 2, chunks(2, 10))
 	b.drop("p", 1)
 	more, _ := b.release("p", 10)
 	require.Len(t, more, 1)
 	require.EqualValues(t, 2, more[0].run)
+}
+
+// The chunk window paces an admitted payload within a larger budget: no
+// more than the window is handed to the peer's connection uncredited (so
+// other messages never queue behind a whole payload), each credit lets the
+// next chunk go, the first chunk always goes, and admission still follows
+// the budget and the queue.
+// Reference: PROTOCOL.md §5.3 (ChunkWindow).
+func TestChunkWindowPacesWithinTheBudget(t *testing.T) {
+	b := newBudget(1000, 0, 100)
+	sent := b.submit("p", 1, chunks(10, 40)) // 400 bytes, admitted against 1,000
+	require.Len(t, sent, 2, "two 40-byte chunks fit a 100-byte window")
+	admitted := 0
+	b.admit("p", func() { admitted++ })
+	require.Zero(t, admitted, "a second unit waits while the first one's chunks queue")
+	total := len(sent)
+	for total < 10 {
+		require.Zero(t, admitted, "admitted while chunks still queue")
+		more, w := b.release("p", 40)
+		require.Len(t, more, 1, "each credit lets one chunk go")
+		total += len(more)
+		for _, a := range w {
+			a()
+		}
+	}
+	require.Equal(t, 1, admitted, "admitted once the queue has drained, within the budget")
+
+	wide := newBudget(1000, 0, 10)
+	require.Len(t, wide.submit("p", 1, chunks(3, 50)), 1, "a chunk larger than the window goes when nothing is in flight")
 }

@@ -57,6 +57,14 @@ type Config struct {
 	// NodeInFlightPayloadBudget is RelocationNodeInFlightPayloadBudget.
 	// Default 0 (off).
 	NodeInFlightPayloadBudget int64
+	// ChunkWindow paces the chunks of admitted moves within the budget:
+	// at most this many chunk bytes are handed to one peer's connection
+	// and not yet credited by the target (a chunk is always sent when
+	// none is in flight). The connection carries everything else between
+	// the two nodes in order, so other messages never queue behind more
+	// than this, and the target copies chunks out while the rest arrive.
+	// Default 1 MiB; at most InFlightPayloadBudget (PROTOCOL.md §5.3).
+	ChunkWindow int64
 	// MaxPayloadLength is the largest payload a target accepts. Default 1 GiB.
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
@@ -93,6 +101,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.InFlightPayloadBudget < 0 || c.InFlightPayloadBudget > meshnode.MaxFrameBytes/2 {
 		return fmt.Errorf("%w: InFlightPayloadBudget %d outside 1..%d", roamerr.ErrInvalidOperation, c.InFlightPayloadBudget, meshnode.MaxFrameBytes/2)
+	}
+	if c.ChunkWindow == 0 {
+		c.ChunkWindow = min(1<<20, c.InFlightPayloadBudget)
+	}
+	if c.ChunkWindow < 0 || c.ChunkWindow > c.InFlightPayloadBudget {
+		return fmt.Errorf("%w: ChunkWindow %d outside 1..InFlightPayloadBudget (%d)", roamerr.ErrInvalidOperation, c.ChunkWindow, c.InFlightPayloadBudget)
 	}
 	if c.Handoff.ChunkLimit > 4<<20 {
 		return fmt.Errorf("%w: chunk limit %d over 4 MiB", roamerr.ErrInvalidOperation, c.Handoff.ChunkLimit)
@@ -265,7 +279,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
 		goneSince:          map[string]time.Time{},
 		deadLetterPatience: deadLetterPatience,
-		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget),
+		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 	}
 	d.slots = newSlots(d.store, d.desc)
 	m, err := newMetrics(cfg.MeterProvider)
