@@ -144,8 +144,11 @@ const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox
-// with its relocatable one. A spawner of the props' own must spawn within
-// the call, as Proto.Actor's does. policy is required (DisableRelocation,
+// with its relocatable one. roam spawns the incarnations itself, with
+// Proto.Actor's default spawner and not through the system's root context:
+// a spawner of the props and root-context spawn middleware (tracing,
+// middleware propagation) do not apply to them; put middleware on the
+// props. policy is required (DisableRelocation,
 // RecreateOnRelocation, PreserveStateWith or PreserveState).
 func NewKind(name string, props *actor.Props, policy Policy, opts ...KindOption) Kind {
 	k := Kind{StableType: name, Props: props, Policy: policy}

@@ -166,6 +166,9 @@ type Driver struct {
 	// spawning is the incarnation Driver.incarnate is spawning (written on
 	// the driver goroutine; read inside the spawn by the kind's Props).
 	spawning atomic.Pointer[object]
+	// spawner spawns incarnations: a root context of the driver's own,
+	// without the application's spawn middleware (Driver.incarnate).
+	spawner *actor.RootContext
 
 	// Everything below is touched only by the driver actor's goroutine.
 	objects map[location.AuthorityKey]*object
@@ -257,6 +260,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		kinds:      map[string]*Kind{},
 		objects:    map[location.AuthorityKey]*object{},
 		live:       map[*object]struct{}{},
+		spawner:    actor.NewRootContext(node.System(), nil),
 		sources:    map[uint64]*sourceRun{},
 		targets:    map[handoff.Identity]*targetRun{},
 		arrivals:   map[location.AuthorityKey]*targetRun{},
@@ -608,15 +612,19 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	produce := func() actor.Mailbox {
 		obj := d.spawning.Load()
 		if obj == nil {
-			// Not inside Driver.incarnate (a spawner of the application's
-			// Props that spawns elsewhere): a mailbox that dispatches
-			// nothing, and incarnate refuses the incarnation.
+			// Not inside Driver.incarnate, which cannot happen (the Props
+			// are the driver's own, spawned only there): a mailbox that
+			// dispatches nothing, and incarnate would refuse it.
 			return mailbox.New(mailbox.StartStaging())
 		}
 		obj.mb = mailbox.New(append(opts, mailbox.WithHooks(obj))...)
 		return obj.mb
 	}
-	return props.Clone(actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
+	// Proto.Actor's own spawner makes the mailbox and runs the init within
+	// the spawn call, on the driver goroutine: a spawner of the kind's
+	// Props could make them elsewhere or later, bound to whatever object
+	// is spawning then.
+	return props.Clone(actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
 		actor.WithOnInit(func(c actor.Context) {
 			obj := d.spawning.Load()
 			if obj == nil {
@@ -634,10 +642,12 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 }
 
 // incarnate starts obj's incarnation under name from the kind's shared
-// Props; the driver goroutine only. Proto.Actor's spawner makes the
+// Props; the driver goroutine only. Proto.Actor's default spawner makes the
 // mailbox and runs the Props' init inside SpawnNamed on the calling
-// goroutine, where they read d.spawning. A kind whose Props spawn some
-// other way is refused here (InvalidOperation).
+// goroutine, where they read d.spawning. It spawns through roam's own root
+// context (d.spawner): spawn middleware of the actor system's root context
+// (Proto.Actor's middleware propagator, tracing) configures the Props it
+// is given in place, and these Props are every incarnation's.
 func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, error) {
 	obj.d = d
 	props := obj.kind.open
@@ -645,14 +655,16 @@ func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, 
 		props = obj.kind.staging
 	}
 	d.spawning.Store(obj)
-	pid, err := d.sys.Root.SpawnNamed(props, name)
+	pid, err := d.spawner.SpawnNamed(props, name)
 	d.spawning.Store(nil)
 	if err != nil {
 		return nil, err
 	}
 	if obj.mb == nil {
+		// Cannot happen with Proto.Actor's default spawner; never serve
+		// an incarnation without its hooks (lease gate, stop guard).
 		d.sys.Root.Stop(pid)
-		return nil, fmt.Errorf("%w: kind %q: its Props did not make the incarnation's mailbox inside the spawn (a spawner other than Proto.Actor's default?)", roamerr.ErrInvalidOperation, obj.kind.StableType)
+		return nil, fmt.Errorf("%w: kind %q: the incarnation's mailbox was not made inside its spawn", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
 	obj.pid = pid
 	d.liveMu.Lock()

@@ -85,9 +85,11 @@ type Kind struct {
 	// strategy, dispatcher and context decorators are kept; roam replaces
 	// only the mailbox (with its relocatable one, which can seal, capture
 	// and relay the queue) and adds its own receiver middleware, innermost.
-	// Their spawner must make the actor within the spawn, as Proto.Actor's
-	// does (spawn middleware may wrap it); an incarnation of Props that
-	// spawn later is refused with InvalidOperation.
+	// roam spawns every incarnation itself, with Proto.Actor's default
+	// spawner and not through the actor system's root context: a spawner
+	// of the Props, and spawn middleware of the root context (tracing,
+	// middleware propagation), are not used for them; middleware that
+	// should apply to the incarnations belongs on the Props.
 	// Exactly one of Props and Producer is set.
 	Props *actor.Props
 	// Producer makes a fresh instance: shorthand for

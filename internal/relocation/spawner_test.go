@@ -2,40 +2,76 @@ package relocation_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/actor/middleware/propagator"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/relocation"
-	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // Every incarnation of a kind spawns from one shared Props and finds its
-// object inside the spawn (Proto.Actor's spawner makes the mailbox and
-// runs the Props' init within SpawnNamed). A kind whose Props do not make
-// the mailbox within the spawn (a spawner of the application's that
-// answers a PID and spawns later, or never) cannot be bound: the spawn is
-// refused with InvalidOperation and its record taken back, instead of an
-// incarnation serving without the lease gate or the stop guard.
-func TestAKindWhosePropsSpawnElsewhereIsRefused(t *testing.T) {
+// object inside the spawn. roam spawns with Proto.Actor's default spawner:
+// a spawner of the kind's Props (one that answers a PID and spawns later,
+// or elsewhere — where it would find another object spawning) is never
+// used, and the incarnation serves as any other.
+func TestAKindsOwnSpawnerIsNotUsed(t *testing.T) {
+	var called atomic.Int32
 	later := func(sys *actor.ActorSystem, id string, _ *actor.Props, _ actor.SpawnerContext) (*actor.PID, error) {
+		called.Add(1)
 		return sys.NewLocalPID(id), nil
 	}
-	kind := relocation.Kind{StableType: "elsewhere", Props: actor.PropsFromProducer(func() actor.Actor { return &counter{} }, actor.WithSpawnFunc(later)),
+	kind := relocation.Kind{StableType: "later", Props: actor.PropsFromProducer(func() actor.Actor { return &counter{} }, actor.WithSpawnFunc(later)),
 		Policy: relocation.RecreateOnRelocation()}
-	store := newStore(t)
-	n := startNodeWith(t, store, kind, counterKind)
-	ctx := context.Background()
+	n := startNodeWith(t, newStore(t), kind)
+	sys := n.node.System()
 
-	_, err := n.driver.SpawnInstanceSpot(ctx, "elsewhere", "e-1")
-	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
-	_, err = store.Read(ctx, location.Key(location.KindInstanceSpot, "e-1"))
-	require.True(t, errors.Is(err, location.ErrNotFound), "the refused spawn's record is taken back: %v", err)
-
-	// The node's other kinds are unaffected.
-	_, err = n.driver.SpawnInstanceSpot(ctx, "counter", "c-1")
+	pid, err := n.driver.SpawnInstanceSpot(context.Background(), "later", "l-1")
 	require.NoError(t, err)
+	sys.Root.Send(pid, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, sys, pid))
+	require.Zero(t, called.Load(), "the kind's own spawner never ran")
+}
+
+// Spawn middleware of the actor system's root context does not touch
+// incarnations. Proto.Actor's middleware propagator (tracing is built on
+// it) configures the Props it is given in place: through the root context,
+// each incarnation's spawn would add its middleware to the kind's shared
+// Props once more — the Nth incarnation running it N times a message, and
+// the driver rewriting Props that running incarnations read. Middleware
+// for incarnations belongs on the kind's Props.
+func TestRootSpawnMiddlewareDoesNotTouchIncarnations(t *testing.T) {
+	var onKind, onRoot atomic.Int32
+	counting := func(seen *atomic.Int32) actor.ReceiverMiddleware {
+		return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+			return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+				if v, ok := env.Message.(*wrapperspb.Int64Value); ok && v.Value == 1 {
+					seen.Add(1)
+				}
+				next(c, env)
+			}
+		}
+	}
+	kind := relocation.Kind{StableType: "traced", Props: actor.PropsFromProducer(func() actor.Actor { return &counter{} },
+		actor.WithReceiverMiddleware(counting(&onKind))), Policy: relocation.RecreateOnRelocation()}
+	n := startNodeWith(t, newStore(t), kind)
+	sys := n.node.System()
+	// As an application enables tracing or logging for all its actors.
+	sys.Root.WithSpawnMiddleware(propagator.New().WithReceiverMiddleware(counting(&onRoot)).SpawnMiddleware)
+
+	ctx := context.Background()
+	var last *actor.PID
+	for i := range 5 {
+		pid, err := n.driver.SpawnInstanceSpot(ctx, "traced", fmt.Sprintf("t-%d", i))
+		require.NoError(t, err)
+		last = pid
+	}
+	sys.Root.Send(last, wrapperspb.Int64(1))
+	require.Equal(t, int64(1), get(t, sys, last))
+	require.Equal(t, int32(1), onKind.Load(), "the kind's own middleware runs once a message")
+	require.Zero(t, onRoot.Load(), "the root context's spawn middleware is not applied to incarnations")
 }
