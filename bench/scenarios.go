@@ -234,79 +234,87 @@ func count(ctx context.Context, via *extension.Extension, id string) (uint64, er
 // throughputRow is scenario (b): requests per second to one Spot.
 type throughputRow struct {
 	Static, Moving float64 // medians over runs, requests/s
+	Ratio          float64 // median over runs of each run's moving / static
 	Moves          int
 }
 
-// throughput runs closed-loop requesters against one Spot by Spot ID for
-// d, with and without the Spot relocated every 100 ms.
+// throughput runs closed-loop requesters against one Spot by Spot ID and
+// alternates, in the same world, phases of d/2 with the Spot left alone
+// and phases with it relocated every 100 ms (three of each, left alone
+// first): the two are compared within one run, since two worlds started
+// one after another differ by more than the moves cost.
 func throughput(ctx context.Context, newStore func() (location.Store, error), runs int, d time.Duration) (throughputRow, error) {
 	var row throughputRow
-	var static, moving []float64
+	var static, moving, ratios []float64
 	for r := 0; r < runs; r++ {
-		for _, relocate := range []bool{false, true} {
-			w, done, err := openWorld(ctx, newStore, 2)
-			if err != nil {
-				return row, err
-			}
-			id := fmt.Sprintf("hot-%d", r)
-			if err := w.activate(ctx, id, 1<<10); err != nil {
-				done()
-				return row, err
-			}
-			var completed atomic.Uint64
-			var failed atomic.Value
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for g := 0; g < 4; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					via := w.nodes[g%2]
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if _, err := via.Spots().Request(id, wrapperspb.String("count")).Do(ctx); err != nil {
-							failed.Store(err)
-							return
-						}
-						completed.Add(1)
+		w, done, err := openWorld(ctx, newStore, 2)
+		if err != nil {
+			return row, err
+		}
+		id := fmt.Sprintf("hot-%d", r)
+		if err := w.activate(ctx, id, 1<<10); err != nil {
+			done()
+			return row, err
+		}
+		var completed atomic.Uint64
+		var failed atomic.Value
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				via := w.nodes[g%2]
+				for {
+					select {
+					case <-stop:
+						return
+					default:
 					}
-				}()
-			}
-			start := time.Now()
-			moves := 0
-			for time.Since(start) < d {
+					if _, err := via.Spots().Request(id, wrapperspb.String("count")).Do(ctx); err != nil {
+						failed.Store(err)
+						return
+					}
+					completed.Add(1)
+				}
+			}()
+		}
+		var rate [2]struct {
+			n       uint64
+			elapsed time.Duration
+		}
+		for phase := 0; phase < 6; phase++ {
+			relocate := phase%2 == 1
+			start, before := time.Now(), completed.Load()
+			for time.Since(start) < d/2 {
 				if relocate {
 					if _, err := w.move(ctx, id); err != nil {
 						close(stop)
+						wg.Wait()
 						done()
 						return row, err
 					}
-					moves++
+					row.Moves++
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			close(stop)
-			wg.Wait()
-			elapsed := time.Since(start)
-			if err, _ := failed.Load().(error); err != nil {
-				done()
-				return row, fmt.Errorf("requester: %w", err)
-			}
-			rate := float64(completed.Load()) / elapsed.Seconds()
+			i := 0
 			if relocate {
-				moving = append(moving, rate)
-				row.Moves += moves
-			} else {
-				static = append(static, rate)
+				i = 1
 			}
-			done()
+			rate[i].n += completed.Load() - before
+			rate[i].elapsed += time.Since(start)
 		}
+		close(stop)
+		wg.Wait()
+		done()
+		if err, _ := failed.Load().(error); err != nil {
+			return row, fmt.Errorf("requester: %w", err)
+		}
+		st, mv := float64(rate[0].n)/rate[0].elapsed.Seconds(), float64(rate[1].n)/rate[1].elapsed.Seconds()
+		static, moving, ratios = append(static, st), append(moving, mv), append(ratios, mv/st)
 	}
-	row.Static, row.Moving = median(static), median(moving)
+	row.Static, row.Moving, row.Ratio = median(static), median(moving), median(ratios)
 	return row, nil
 }
 
