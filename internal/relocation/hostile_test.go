@@ -151,10 +151,11 @@ func TestOutsiderCannotMoveAnObject(t *testing.T) {
 	// The same from its own address, after those on the same connection:
 	// its refusal comes back, so the first one has been judged too.
 	prepare2, chunks2, _ := forgedMove(t, key, owner, before.Record, outsider.node.Address(), state)
+	// One identity for the whole move: set before anything is sent (the
+	// transport serializes a sent message on its own goroutine).
 	prepare2.Identity.RelocationId = 7778
 	outsider.send(b.node.Address(), outsider.self, prepare2)
 	for _, ch := range chunks2 {
-		ch.Identity.RelocationId = 7778
 		outsider.send(b.node.Address(), outsider.self, ch)
 	}
 	failed := next[*messages.RelocationFailed](t, outsider)
