@@ -166,6 +166,7 @@ func (c *routeCache) put(id string, a authority) {
 		return
 	}
 	delete(c.expired, id)
+	a.owner = a.pid()
 	if len(c.routes) >= maxCachedRoutes {
 		for k, r := range c.routes { // drop an arbitrary entry: the cache only saves reads
 			r.release()

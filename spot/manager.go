@@ -648,6 +648,10 @@ type authority struct {
 	v       location.Versioned // Present() false: Missing
 	address string             // the owner's remote address, when alive
 	ended   bool               // the owner's lease or lifecycle ended (PROTOCOL.md §3.4)
+	// owner is the owner incarnation's PID, made once for a cached route
+	// (routeCache.put): calls on the route share it, and with it the
+	// process Proto.Actor resolves and caches in a PID on its first send.
+	owner *actor.PID
 }
 
 func (a authority) missing() bool { return !a.v.Present() }
@@ -671,6 +675,9 @@ func (a authority) ref() *messages.SpotRef {
 
 // pid is the owner incarnation's PID.
 func (a authority) pid() *actor.PID {
+	if a.owner != nil {
+		return a.owner
+	}
 	return relocation.ObjectPID(a.address, a.v.Key, a.v.Record)
 }
 
