@@ -81,17 +81,17 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			done()
 			return row, err
 		}
+		// The baselines: three hops, the same bytes streamed, and other
+		// requests between the nodes throughout.
 		probe, err := newHopProbe(w)
-		if err != nil {
-			done()
-			return row, err
+		var streamer *streamProbe
+		if err == nil {
+			streamer, err = newStreamProbe(w)
 		}
-		streamer, err := newStreamProbe(w)
-		if err != nil {
-			done()
-			return row, err
+		var near *neighbour
+		if err == nil {
+			near, err = startNeighbour(w)
 		}
-		near, err := startNeighbour(w)
 		if err != nil {
 			done()
 			return row, err
@@ -114,14 +114,20 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 				}
 			}
 		}()
+		// fail stops the sender and the other requests and ends the run.
+		fail := func(err error) (pauseRow, error) {
+			close(stop)
+			wg.Wait()
+			_, _, _ = near.end()
+			done()
+			return row, err
+		}
 		for m := 0; m < moves; m++ {
 			near.phase.Store(phaseMoving)
 			_, err := w.move(ctx, id)
 			near.phase.Store(phaseIdle)
 			if err != nil {
-				close(stop)
-				done()
-				return row, fmt.Errorf("move %d of %s: %w", m, id, err)
+				return fail(fmt.Errorf("move %d of %s: %w", m, id, err))
 			}
 			time.Sleep(10 * time.Millisecond)
 			near.phase.Store(phaseProbing)
@@ -132,9 +138,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			}
 			near.phase.Store(phaseIdle)
 			if err != nil {
-				close(stop)
-				done()
-				return row, err
+				return fail(err)
 			}
 			hops, streams = append(hops, h), append(streams, st)
 			time.Sleep(10 * time.Millisecond)

@@ -125,8 +125,9 @@ var hostExtensionID = ctxext.NextContextExtensionID()
 
 func (o *object) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
 
-// middleware is the objects as a Proto.Actor receiver middleware, shared by
-// every incarnation: each finds its object in its context.
+// middleware runs each incarnation's host as a Proto.Actor receiver
+// middleware, one for every incarnation: each finds its object in its
+// context.
 func (d *Driver) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 		o, ok := c.Get(hostExtensionID).(*object)

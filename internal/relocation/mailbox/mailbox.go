@@ -184,6 +184,7 @@ type funcHooks struct {
 	gate      func() bool
 	intercept func(msg any) bool
 	closed    func(msg any)
+	dropped   *atomic.Uint64 // the mailbox's count, for Closed without a handler
 	// beforeIdle, if set (by tests, before Start), runs on the run
 	// goroutine after a run and before the mailbox is marked idle — the
 	// window in which a producer's wake-up CAS fails — so tests can hit it
@@ -193,14 +194,20 @@ type funcHooks struct {
 
 func (f *funcHooks) GateOpen() bool         { return f.gate == nil || f.gate() }
 func (f *funcHooks) Intercept(msg any) bool { return f.intercept != nil && f.intercept(msg) }
-func (f *funcHooks) Closed(msg any)         { f.closed(msg) }
-func (f *funcHooks) StopAllowed() bool      { return true }
-func (f *funcHooks) StopRefused(msg any)    {}
+func (f *funcHooks) Closed(msg any) {
+	if f.closed == nil {
+		f.dropped.Add(1)
+		return
+	}
+	f.closed(msg)
+}
+func (f *funcHooks) StopAllowed() bool   { return true }
+func (f *funcHooks) StopRefused(msg any) {}
 func (m *Mailbox) funcHooks() *funcHooks {
 	if f, ok := m.hooks.(*funcHooks); ok {
 		return f
 	}
-	f := &funcHooks{}
+	f := &funcHooks{dropped: &m.dropped}
 	m.hooks = f
 	return f
 }
@@ -361,15 +368,8 @@ func (m *Mailbox) sinkLocked(msg any) {
 }
 
 func (m *Mailbox) closed(msg any) {
-	switch h := m.hooks.(type) {
-	case nil:
-	case *funcHooks:
-		if h.closed != nil {
-			h.closed(msg)
-			return
-		}
-	default:
-		h.Closed(msg)
+	if m.hooks != nil {
+		m.hooks.Closed(msg)
 		return
 	}
 	m.dropped.Add(1)
