@@ -188,7 +188,9 @@ type options struct {
 	onEvent    func(Event)
 	inner      pcluster.IdentityLookup
 	relocation relocation.Config
-	spot       spot.Config
+	// chunkLinkPort, if set, is WithChunkLinkPort's.
+	chunkLinkPort *int
+	spot          spot.Config
 	// drainOnStop: Stop drains first (WithDrainOnStop).
 	drainOnStop bool
 }
@@ -224,6 +226,15 @@ func WithAddress(host string, port int) Option {
 // WithAdvertisedHost sets the host:port peers dial, if not the listening
 // address (containers, NAT).
 func WithAdvertisedHost(hostPort string) Option { return func(o *options) { o.advertised = hostPort } }
+
+// WithChunkLinkPort sets the port of the node's chunk link: a TCP listener
+// beside the remote, on its host and with its TLS, where peers send the
+// state of objects moving here, so that a large state does not hold up
+// other messages between two nodes. Default 0: a free port, announced to
+// peers when a move starts. -1: no link; state rides the remote's
+// connection. Peers must reach the port: behind NAT or a firewall, fix
+// the port and open it, or turn the link off.
+func WithChunkLinkPort(port int) Option { return func(o *options) { o.chunkLinkPort = &port } }
 
 // WithTLS makes every connection between nodes mutual TLS 1.3 with the
 // cluster CA's certificates. Default: plain TCP, where anyone who reaches
@@ -392,6 +403,9 @@ func (r *Roam) Start(ctx context.Context) error {
 		return err
 	}
 	rel := r.o.relocation
+	if p := r.o.chunkLinkPort; p != nil {
+		rel.ChunkLinkPort = *p
+	}
 	if r.o.onEvent != nil {
 		rel.OnEvent = r.o.onEvent
 	}

@@ -537,8 +537,12 @@ type CapabilityReply struct {
 	// holds for the next moves too, and only while the source holds fewer
 	// than 128 spare tickets there.
 	SpareMoveTickets [][]byte `protobuf:"bytes,9,rep,name=spare_move_tickets,json=spareMoveTickets,proto3" json:"spare_move_tickets,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// chunk_link is the host:port of the target's chunk link, where the
+	// source may send this move's state chunks instead of on the Proto.Actor
+	// connection; empty: the target has none (PROTOCOL.md §5.3).
+	ChunkLink     string `protobuf:"bytes,10,opt,name=chunk_link,json=chunkLink,proto3" json:"chunk_link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilityReply) Reset() {
@@ -632,6 +636,13 @@ func (x *CapabilityReply) GetSpareMoveTickets() [][]byte {
 		return x.SpareMoveTickets
 	}
 	return nil
+}
+
+func (x *CapabilityReply) GetChunkLink() string {
+	if x != nil {
+		return x.ChunkLink
+	}
+	return ""
 }
 
 // PayloadManifest describes the complete relocation-envelope-v1 stream.
@@ -2024,7 +2035,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1b\n" +
 	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
 	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\x12)\n" +
-	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\"\xc7\x02\n" +
+	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\"\xe6\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
@@ -2035,7 +2046,10 @@ const file_relocation_proto_rawDesc = "" +
 	"\x04code\x18\x06 \x01(\tR\x04code\x12#\n" +
 	"\rserving_count\x18\a \x01(\rR\fservingCount\x12\x1a\n" +
 	"\bcapacity\x18\b \x01(\rR\bcapacity\x12,\n" +
-	"\x12spare_move_tickets\x18\t \x03(\fR\x10spareMoveTickets\"\xab\x01\n" +
+	"\x12spare_move_tickets\x18\t \x03(\fR\x10spareMoveTickets\x12\x1d\n" +
+	"\n" +
+	"chunk_link\x18\n" +
+	" \x01(\tR\tchunkLink\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +

@@ -184,6 +184,7 @@ func NewEntrySpotID(prefix string) string { return prefix + "-entry-" + uuid.New
 // Node is one running roam node.
 type Node struct {
 	cfg    Config
+	link   LinkSettings
 	log    zerolog.Logger
 	system *actor.ActorSystem
 	remote *remote.Remote
@@ -231,9 +232,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		pc     *pcluster.Cluster
 		// node is published to the remote's guards once claimed.
 		node *atomic.Pointer[Node]
+		link LinkSettings
 	)
 	if t := cfg.Attach; t != nil {
-		system, r, pc, node = t.system, t.remote, t.pc, &t.hooks.node
+		system, r, pc, node, link = t.system, t.remote, t.pc, &t.hooks.node, t.hooks.link
 	} else {
 		system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(&zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel})
@@ -243,7 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 		hooks, _ := guardedConfigs.LoadAndDelete(rcfg) // the node's own: nobody else attaches to it
-		node = &hooks.(*remoteHooks).node
+		node, link = &hooks.(*remoteHooks).node, hooks.(*remoteHooks).link
 		if p := cfg.ProtoCluster; p != nil {
 			name := p.Name
 			if name == "" {
@@ -264,6 +266,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n := &Node{
+		link:      link,
 		cfg:       cfg,
 		attached:  cfg.Attach != nil,
 		system:    system,
@@ -507,6 +510,9 @@ func (n *Node) System() *actor.ActorSystem { return n.system }
 
 // Remote is the node's Proto.Actor remote.
 func (n *Node) Remote() *remote.Remote { return n.remote }
+
+// LinkSettings are the remote's host and TLS, for the chunk link.
+func (n *Node) LinkSettings() LinkSettings { return n.link }
 
 // Address is the remote address peers reach the node at.
 func (n *Node) Address() string { return n.desc.GetAddress() }

@@ -40,6 +40,16 @@ type TLS struct {
 // credentials loads the files and checks that the certificate is one the
 // peers will accept for host ("": any host, for a client).
 func (t *TLS) credentials(host string) (server, client credentials.TransportCredentials, err error) {
+	sc, cc, err := t.configs(host)
+	if err != nil {
+		return nil, nil, err
+	}
+	return credentials.NewTLS(sc), credentials.NewTLS(cc), nil
+}
+
+// configs are credentials' TLS configurations, which the chunk link uses
+// as they are.
+func (t *TLS) configs(host string) (server, client *tls.Config, err error) {
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: cluster: TLS certificate and key: %w", location.ErrInvalid, err)
@@ -66,17 +76,17 @@ func (t *TLS) credentials(host string) (server, client credentials.TransportCred
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil, nil, fmt.Errorf("%w: cluster: this TLS certificate is not valid for %q under the cluster CA: %w", location.ErrInvalid, host, err)
 	}
-	server = credentials.NewTLS(&tls.Config{
+	server = &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS13,
-	})
-	client = credentials.NewTLS(&tls.Config{
+	}
+	client = &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		RootCAs:      pool,
 		MinVersion:   tls.VersionTLS13,
-	})
+	}
 	return server, client, nil
 }
 

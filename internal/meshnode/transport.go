@@ -1,6 +1,8 @@
 package meshnode
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"sync"
@@ -36,6 +38,22 @@ type Transport struct {
 // lifecycle that runs on it now.
 type remoteHooks struct {
 	node atomic.Pointer[Node]
+	link LinkSettings
+}
+
+// LinkSettings are what a node's chunk link takes from its remote
+// configuration: the host the remote listens on and the cluster's TLS.
+type LinkSettings struct {
+	// Host is the host the remote listens on; the link listens there too.
+	Host string
+	// Server and Client are the cluster's mutual TLS, nil without TLS.
+	Server, Client *tls.Config
+}
+
+// Certified reports whether a peer's verified certificate names the host
+// of the address it declares (as for every control message, with TLS).
+func (LinkSettings) Certified(leaf *x509.Certificate, address string) bool {
+	return certifiedFor(leaf, address)
 }
 
 func (h *remoteHooks) limitOf(address string) int {
@@ -71,6 +89,7 @@ type RemoteOptions struct {
 // cluster whose remote was configured otherwise.
 func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOptions) (*remote.Config, error) {
 	var serverCreds, clientCreds credentials.TransportCredentials
+	hooks := &remoteHooks{link: LinkSettings{Host: host}}
 	if o.TLS != nil {
 		h := host
 		if o.AdvertisedHost != "" {
@@ -79,9 +98,10 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 			}
 		}
 		var err error
-		if serverCreds, clientCreds, err = o.TLS.credentials(h); err != nil {
+		if hooks.link.Server, hooks.link.Client, err = o.TLS.configs(h); err != nil {
 			return nil, err
 		}
+		serverCreds, clientCreds = credentials.NewTLS(hooks.link.Server), credentials.NewTLS(hooks.link.Client)
 	}
 	// Proto.Actor sizes each peer connection's outgoing queue for a
 	// million messages up front (16 MiB of slots per peer, all scanned by
@@ -89,7 +109,6 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 	// options come after and may set it back.
 	opts := append([]remote.ConfigOption{remote.WithEndpointWriterQueueSize(endpointWriterQueueSize)}, o.Options...)
 	rcfg := remote.Configure(host, port, opts...)
-	hooks := &remoteHooks{}
 	remoteOptions(rcfg, o.Logger, system, hooks.limitOf, serverCreds, clientCreds)
 	if o.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = o.AdvertisedHost

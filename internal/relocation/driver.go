@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/chunklink"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/ratelog"
@@ -65,6 +66,15 @@ type Config struct {
 	// than this, and the target copies chunks out while the rest arrive.
 	// Default 1 MiB; at most InFlightPayloadBudget (PROTOCOL.md §5.3).
 	ChunkWindow int64
+	// ChunkLinkPort is the port of this node's chunk link: a TCP listener
+	// beside the Proto.Actor remote, on the remote's host and with its TLS,
+	// where peers send the state chunks of moves to this node, so that a
+	// large payload does not hold up other messages between the two nodes
+	// and crosses without the remote's copies (PROTOCOL.md §5.3). 0
+	// (default): a free port, announced to peers in capability answers;
+	// -1: no link, and this node's chunks, in and out, ride the
+	// Proto.Actor connection.
+	ChunkLinkPort int
 	// MaxPayloadLength is the largest payload a target accepts. Default 1 GiB.
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
@@ -110,6 +120,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Handoff.ChunkLimit > 4<<20 {
 		return fmt.Errorf("%w: chunk limit %d over 4 MiB", roamerr.ErrInvalidOperation, c.Handoff.ChunkLimit)
+	}
+	if c.ChunkLinkPort < -1 || c.ChunkLinkPort > 65535 {
+		return fmt.Errorf("%w: ChunkLinkPort %d outside -1..65535", roamerr.ErrInvalidOperation, c.ChunkLinkPort)
 	}
 	if c.MaxPayloadLength == 0 {
 		c.MaxPayloadLength = 1 << 30
@@ -242,6 +255,20 @@ type Driver struct {
 	targetCache descriptorCache
 	// inProcess: the store's calls stay in the process (location.InProcess).
 	inProcess bool
+	// link is this node's chunk link (nil: off; link.go). chunkLinks: each
+	// peer's link address from its last capability answer; linkDown: until
+	// when a peer whose link failed gets its chunks on the Proto.Actor
+	// connection; early: chunks that came on the link before their Restore
+	// request.
+	link       *chunklink.Link
+	chunkLinks map[string]string
+	linkDown   map[string]time.Time
+	// linkFailures: a peer's link failures since it announced its link.
+	linkFailures map[string]int
+	early        earlyChunks
+	// linked and linkedInPlace count the chunks read from the link, and
+	// of those the ones read in place (tests).
+	linked, linkedInPlace atomic.Int64
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -284,6 +311,10 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		goneSince:          map[string]time.Time{},
 		deadLetterPatience: deadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
+		chunkLinks:         map[string]string{},
+		linkDown:           map[string]time.Time{},
+		linkFailures:       map[string]int{},
+		early:              earlyChunks{limit: cfg.InFlightPayloadBudget},
 	}
 	d.slots = newSlots(d.store, d.desc)
 	m, err := newMetrics(cfg.MeterProvider)
@@ -296,8 +327,14 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	guard := stopguard.Producer(actor.Unbounded(), func() bool { return isClosed(node.Stopped()) }, func(msg any) {
 		d.log.Warn().Str("event", "stop_refused").Str("actor", DriverName).Msg("a stop of the relocation actor from outside roam was refused")
 	})
+	if err := d.startLink(node); err != nil {
+		return nil, err
+	}
 	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways)), DriverName)
 	if err != nil {
+		if d.link != nil {
+			d.link.Close()
+		}
 		return nil, fmt.Errorf("%w: spawn relocation actor: %w", roamerr.ErrInvalidOperation, err)
 	}
 	d.self = pid
@@ -313,6 +350,9 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	go func() {
 		<-node.Stopped()
 		d.closeTimers()
+		if d.link != nil {
+			d.link.Close()
+		}
 	}()
 	return d, nil
 }
@@ -401,8 +441,14 @@ type localCall struct{ fn func() }
 // Receive is the driver actor: every move's state changes here, one
 // message at a time.
 func (d *Driver) Receive(c actor.Context) {
-	if drop := d.dropInbound.Load(); drop != nil && (*drop)(c.Message()) {
-		return
+	if drop := d.dropInbound.Load(); drop != nil {
+		msg := c.Message()
+		if lc, ok := msg.(*linkedChunk); ok {
+			msg = lc.m // a cut link drops chunks whatever connection they take
+		}
+		if (*drop)(msg) {
+			return
+		}
 	}
 	switch m := c.Message().(type) {
 	case *localCall:
@@ -417,6 +463,10 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onTimer(m)
 	case *remote.EndpointTerminatedEvent:
 		d.onEndpointTerminated(m.Address)
+	case *linkedChunk:
+		d.onLinkedChunk(m)
+	case *chunkLinkLost:
+		d.onChunkLinkLost(m.peer)
 	case *messages.CapabilityQuery:
 		d.onCapability(c, m)
 	case *messages.RelocateRequest:
@@ -465,6 +515,9 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 	reply := &messages.CapabilityReply{
 		ReceiveChunkLimit: uint32(d.cfg.Handoff.ChunkLimit),
 		Node:              d.selfRef(),
+	}
+	if d.link != nil {
+		reply.ChunkLink = d.link.Address()
 	}
 	k, ok := d.kind(q.GetStableType())
 	var hosting, arriving int

@@ -59,3 +59,26 @@ func SpareTicketsHeld(d *Driver, address string) int {
 	v, _ := call(context.Background(), d, func() (int, error) { return d.tickets.spares[address], nil })
 	return v
 }
+
+// LinkedChunks is how many chunks d read from its chunk link, and how many
+// of them in place.
+func LinkedChunks(d *Driver) (linked, inPlace int64) {
+	return d.linked.Load(), d.linkedInPlace.Load()
+}
+
+// CloseChunkLink closes d's chunk link, as a failed link would be.
+func CloseChunkLink(d *Driver) {
+	if d.link != nil {
+		d.link.Close()
+	}
+}
+
+// ChunkLinkDown reports whether d sends peer's chunks on the Proto.Actor
+// connection after its link failed.
+func ChunkLinkDown(d *Driver, peer string) bool {
+	v, _ := call(context.Background(), d, func() (bool, error) {
+		_, down := d.linkDown[peer]
+		return down, nil
+	})
+	return v
+}

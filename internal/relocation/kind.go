@@ -15,7 +15,10 @@ type Policy interface{ isPolicy() }
 
 // StateAdapter captures and restores an actor's state as opaque bytes. Both
 // run on the actor's own goroutine between turns, so they may read and
-// write the actor's fields freely.
+// write the actor's fields freely. The bytes Capture returns are roam's:
+// the move sends them as they are (a large state is not copied), so
+// neither the adapter nor the actor may change them afterwards. The bytes
+// Restore gets are the actor's to keep.
 type StateAdapter interface {
 	Capture(a actor.Actor) ([]byte, error)
 	Restore(a actor.Actor, state []byte) error
@@ -43,7 +46,8 @@ func RecreateOnRelocation() Policy { return recreateOnRelocation{} }
 func PreserveStateWith(a StateAdapter) Policy { return preserveStateWith{adapter: a} }
 
 // Stateful is state that captures and restores itself. Like a
-// StateAdapter's methods, both run on the actor's goroutine between turns.
+// StateAdapter's methods, both run on the actor's goroutine between turns,
+// and the captured bytes are roam's from then on.
 type Stateful interface {
 	CaptureState() ([]byte, error)
 	RestoreState(state []byte) error

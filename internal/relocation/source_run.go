@@ -877,9 +877,7 @@ func (d *Driver) sendChunks(chunks []queuedChunk) {
 		if r == nil {
 			continue
 		}
-		d.send(r.targetPID, &messages.RelocationState{
-			Identity: r.m.Identity().ToProto(), Index: q.chunk.Index, Offset: q.chunk.Offset, Data: q.chunk.Data,
-		})
+		d.sendChunk(r, q.chunk)
 	}
 }
 
@@ -936,11 +934,7 @@ func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context
 
 func (d *Driver) onEndpointTerminated(address string) {
 	d.forgetSpares(address)
-	for _, r := range d.sources {
-		if r.target.GetAddress() == address {
-			d.stepSource(r, handoff.ConnectionLost{})
-		}
-	}
+	d.connectionLost(address)
 }
 
 // capturedPart is one participant's share of the payload, captured on
@@ -1065,7 +1059,7 @@ func (d *Driver) unsealPart(p *sourcePart, saved []any) error {
 
 // encodePayload builds the move's one relocation-envelope-v1 stream from
 // its participants' captures, in participant order.
-func (d *Driver) encodePayload(r *sourceRun) ([]byte, error) {
+func (d *Driver) encodePayload(r *sourceRun) (envelope.Stream, error) {
 	id, obj := r.m.Identity(), r.obj
 	env := envelope.Envelope{
 		Relocation: envelope.Relocation{
@@ -1081,9 +1075,11 @@ func (d *Driver) encodePayload(r *sourceRun) ([]byte, error) {
 		env.TimerRegistrations = append(env.TimerRegistrations, c.timers...)
 		env.PendingTimerTicks = append(env.PendingTimerTicks, c.ticks...)
 	}
-	stream, err := envelope.Encode(&env)
+	// The states are not copied into the stream: its chunks slice them
+	// (the adapters handed them over).
+	stream, err := envelope.EncodeStream(&env)
 	if err != nil {
-		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
+		return envelope.Stream{}, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
 	return stream, nil
 }

@@ -98,6 +98,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	fail := func(reason messages.FailureReason, detail string) {
 		if from != nil {
 			d.send(PID(from.Address), &messages.RelocationFailed{Identity: p.GetIdentity(), Reason: reason, Detail: detail})
+			if d.link != nil {
+				d.link.Refuse(from.Address, p.GetIdentity())
+			}
 		}
 		// A peer can send refused prepares at will.
 		d.prepareRefusedLog.Warn(&d.log).Str("event", "relocation_refused").Uint64("relocation_id", id.RelocationID).
@@ -177,7 +180,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	for _, m := range members {
 		d.arrivals[m.key] = t
 	}
+	d.expectChunks(t)
 	d.runTarget(t, effects)
+	d.replayEarly(id)
 }
 
 func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareReceived {
@@ -732,6 +737,7 @@ func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 }
 
 func (d *Driver) completeTarget(t *targetRun, err error) {
+	d.forgetChunks(t)
 	t.slotMu.Lock()
 	slots := t.strays
 	if err != nil {

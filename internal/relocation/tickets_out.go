@@ -47,6 +47,7 @@ type capabilityAnswer struct {
 	gen     uint64
 	tickets [][]byte
 	at      time.Time
+	link    string // the target's chunk link, "" for none
 }
 
 // capabilityWaiter takes a capability answer and the move's own ticket
@@ -101,6 +102,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
 			a.gen = reply.GetNode().GetNodeGeneration()
+			a.link = reply.GetChunkLink()
 			if t := reply.GetMoveTicket(); len(t) > 0 {
 				a.tickets = append([][]byte{t}, reply.GetSpareMoveTickets()...)
 			}
@@ -108,6 +110,9 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 			a.ev.Reason = fmt.Sprintf("capability query: %v", err)
 		}
 		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			if err == nil {
+				d.setChunkLink(key.address, a.link)
+			}
 			waiting := alone
 			if waiting == nil {
 				waiting = d.asking[key]

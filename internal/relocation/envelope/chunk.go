@@ -31,6 +31,19 @@ type Chunk struct {
 	Index  uint32
 	Offset uint64
 	Data   []byte
+	// Backing, when set, is a buffer of the whole stream's length that
+	// Data lies in at Offset (the chunk link reads a move's chunks into
+	// one): an Assembler given such chunks keeps that buffer instead of
+	// copying them. Whoever fills it writes each byte once, before the
+	// chunk holding it is added, and never again.
+	Backing []byte
+}
+
+// inPlace reports whether c's data lies at its offset in its Backing.
+func (c *Chunk) inPlace() bool {
+	n := uint64(len(c.Data))
+	return n > 0 && c.Offset < uint64(len(c.Backing)) && n <= uint64(len(c.Backing))-c.Offset &&
+		&c.Backing[c.Offset] == &c.Data[0]
 }
 
 // Split cuts stream into chunks of exactly chunkLimit bytes, the last one
@@ -38,23 +51,81 @@ type Chunk struct {
 // (PROTOCOL.md §5.6). An empty stream, a chunkLimit below 1 or more than 2^32-1 chunks
 // is ErrInvalid. The chunks' Data alias stream.
 func Split(stream []byte, chunkLimit int) (Manifest, []Chunk, error) {
-	if len(stream) == 0 {
+	return SplitStream(Whole(stream), chunkLimit)
+}
+
+// Stream is an encoded stream held as pieces in order (EncodeStream):
+// its bytes are the pieces one after another.
+type Stream struct {
+	pieces [][]byte
+	n      int
+}
+
+// Whole is the Stream of one buffer.
+func Whole(b []byte) Stream {
+	if len(b) == 0 {
+		return Stream{}
+	}
+	return Stream{pieces: [][]byte{b}, n: len(b)}
+}
+
+// Len is the stream's length in bytes.
+func (s Stream) Len() int { return s.n }
+
+// Bytes is the stream in one buffer: its only piece, or a copy of all.
+func (s Stream) Bytes() []byte {
+	if len(s.pieces) == 1 {
+		return s.pieces[0]
+	}
+	out := make([]byte, 0, s.n)
+	for _, p := range s.pieces {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// SplitStream is Split of a Stream held in pieces: a chunk within one
+// piece is a slice of it, and only a chunk across pieces is copied.
+func SplitStream(stream Stream, chunkLimit int) (Manifest, []Chunk, error) {
+	if stream.n == 0 {
 		return Manifest{}, nil, fmt.Errorf("%w: empty stream", ErrInvalid)
 	}
 	if chunkLimit < 1 {
 		return Manifest{}, nil, fmt.Errorf("%w: chunk limit %d, want >= 1", ErrInvalid, chunkLimit)
 	}
-	n := (len(stream)-1)/chunkLimit + 1
+	n := (stream.n-1)/chunkLimit + 1
 	if uint64(n) > math.MaxUint32 {
 		return Manifest{}, nil, fmt.Errorf("%w: %d chunks, at most 4294967295", ErrInvalid, n)
 	}
 	chunks := make([]Chunk, n)
+	var crc uint32
+	piece, at := 0, 0 // the piece holding the next byte, and that byte's position in it
 	for i := range chunks {
 		start := i * chunkLimit
-		end := min(start+chunkLimit, len(stream))
-		chunks[i] = Chunk{Index: uint32(i), Offset: uint64(start), Data: stream[start:end:end]}
+		size := min(chunkLimit, stream.n-start)
+		var data []byte
+		if p := stream.pieces[piece]; len(p)-at >= size {
+			data = p[at : at+size : at+size]
+			at += size
+		} else {
+			data = make([]byte, 0, size)
+			for len(data) < size {
+				p := stream.pieces[piece]
+				k := min(size-len(data), len(p)-at)
+				data = append(data, p[at:at+k]...)
+				at += k
+				if at == len(p) && len(data) < size {
+					piece, at = piece+1, 0
+				}
+			}
+		}
+		if at == len(stream.pieces[piece]) && piece+1 < len(stream.pieces) {
+			piece, at = piece+1, 0
+		}
+		crc = crc32.Update(crc, castagnoli, data)
+		chunks[i] = Chunk{Index: uint32(i), Offset: uint64(start), Data: data}
 	}
-	m := Manifest{TotalLength: uint64(len(stream)), ChunkCount: uint32(n), ChecksumCRC32C: Checksum(stream)}
+	m := Manifest{TotalLength: uint64(stream.n), ChunkCount: uint32(n), ChecksumCRC32C: crc}
 	return m, chunks, nil
 }
 
@@ -69,8 +140,11 @@ func Split(stream []byte, chunkLimit int) (Manifest, []Chunk, error) {
 // caller bounding memory bounds ChunkCount as well as TotalLength. An
 // Assembler is not safe for concurrent use.
 type Assembler struct {
-	m        Manifest
-	buf      []byte            // allocated on the first accepted chunk
+	m   Manifest
+	buf []byte // allocated (or adopted) on the first accepted chunk
+	// adopted: buf is the Backing of the chunks added so far, which are
+	// already in place in it.
+	adopted  bool
 	byIndex  map[uint32]extent // accepted chunks by index
 	ranges   []extent          // accepted ranges sorted by offset, disjoint
 	received uint64            // bytes accepted; ranges are disjoint
@@ -136,10 +210,25 @@ func (a *Assembler) Add(c Chunk) error {
 		o := a.ranges[i]
 		return fmt.Errorf("%w: chunk %d [%d, %d) overlaps chunk %d [%d, %d)", ErrConflict, c.Index, c.Offset, end, o.index, o.off, o.end)
 	}
-	if a.buf == nil {
+	inPlace := c.inPlace() && uint64(len(c.Backing)) == a.m.TotalLength
+	switch {
+	case a.buf == nil && inPlace:
+		a.buf, a.adopted = c.Backing, true
+	case a.buf == nil:
 		a.buf = make([]byte, a.m.TotalLength)
+	case a.adopted && !(inPlace && &c.Backing[0] == &a.buf[0]):
+		// A chunk from elsewhere (a resend on the other connection): the
+		// buffer becomes the assembler's own, as its filler may still
+		// write the parts not received yet.
+		own := make([]byte, len(a.buf))
+		for _, r := range a.ranges {
+			copy(own[r.off:r.end], a.buf[r.off:r.end])
+		}
+		a.buf, a.adopted = own, false
 	}
-	copy(a.buf[c.Offset:end], c.Data)
+	if !a.adopted {
+		copy(a.buf[c.Offset:end], c.Data)
+	}
 	x := extent{off: c.Offset, end: end, index: c.Index}
 	a.ranges = append(a.ranges, extent{})
 	copy(a.ranges[i+1:], a.ranges[i:])

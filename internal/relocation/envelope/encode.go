@@ -31,12 +31,52 @@ func encode(e *Envelope, trace func(span)) ([]byte, error) {
 	return w.buf, nil
 }
 
+// aliasMin is the smallest byte field EncodeStream leaves in place.
+const aliasMin = 64 << 10
+
+// EncodeStream is Encode for a payload about to be sent: the same stream,
+// but byte fields of 64 KiB or more (a large application state) are not
+// copied into it — the Stream's pieces are e's slices themselves, so the
+// caller must not change them while the Stream is in use.
+func EncodeStream(e *Envelope) (Stream, error) {
+	if v := validate(e); v != nil {
+		return Stream{}, v.wrap(ErrInvalid)
+	}
+	size := encodedSize(e)
+	for i := range e.ApplicationStates {
+		if n := len(e.ApplicationStates[i].State); n >= aliasMin {
+			size -= n
+		}
+	}
+	for i := range e.SavedWork {
+		if n := len(e.SavedWork[i].Record.Body); n >= aliasMin {
+			size -= n
+		}
+	}
+	w := writer{buf: make([]byte, 0, size), alias: true}
+	w.envelope(e)
+	w.pieces = append(w.pieces, w.buf[w.mark:])
+	st := Stream{pieces: w.pieces[:0]}
+	for _, p := range w.pieces {
+		if len(p) > 0 {
+			st.pieces = append(st.pieces, p)
+			st.n += len(p)
+		}
+	}
+	return st, nil
+}
+
 // writer appends primitives; values are already validated, so it never
-// fails. With trace set it reports a span per primitive.
+// fails. With trace set it reports a span per primitive. With alias set,
+// large byte fields become pieces of their own (pieces, up to mark in
+// buf, are the stream so far).
 type writer struct {
-	buf   []byte
-	trace func(span)
-	path  fieldPath
+	buf    []byte
+	trace  func(span)
+	path   fieldPath
+	alias  bool
+	pieces [][]byte
+	mark   int
 }
 
 func (w *writer) enter(name string, idx int) {
@@ -98,6 +138,11 @@ func (w *writer) text(leaf, s string) {
 
 func (w *writer) bytes32(leaf string, b []byte) {
 	w.uint(leaf, ".length", 4, uint64(len(b)))
+	if w.alias && len(b) >= aliasMin {
+		w.pieces = append(w.pieces, w.buf[w.mark:len(w.buf):len(w.buf)], b)
+		w.mark = len(w.buf)
+		return
+	}
 	start := len(w.buf)
 	w.buf = append(w.buf, b...)
 	if w.trace != nil {

@@ -27,7 +27,7 @@ type (
 	Admitted struct{}
 	// Captured: the mailbox sealed after the current turn and the driver
 	// encoded state, saved work and timers into Stream.
-	Captured struct{ Stream []byte }
+	Captured struct{ Stream envelope.Stream }
 	// CaptureFailed: the seal happened but the capture could not be encoded
 	// (e.g. a queued message is not a protobuf message).
 	CaptureFailed struct{ Err error }

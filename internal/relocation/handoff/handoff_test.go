@@ -72,7 +72,7 @@ func pausedSource(t *testing.T, payload []byte) (*Source, []Effect) {
 	require.Equal(t, []string{"QueryCapability"}, kinds(s.Step(Start{})))
 	require.Equal(t, []string{"AwaitAdmission"}, kinds(s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: 64 << 10})))
 	require.Equal(t, []string{"Seal"}, kinds(s.Step(Admitted{})))
-	effects := s.Step(Captured{Stream: payload})
+	effects := s.Step(Captured{Stream: envelope.Whole(payload)})
 	require.Equal(t, SourcePaused, s.Phase())
 	return s, effects
 }
@@ -112,7 +112,7 @@ func TestChunkLimitIsTheLeastOfConfigAndTarget(t *testing.T) {
 		s.Step(Start{})
 		s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: announced})
 		s.Step(Admitted{})
-		effects := s.Step(Captured{Stream: stream(300 << 10)})
+		effects := s.Step(Captured{Stream: envelope.Whole(stream(300 << 10))})
 		p, ok := find[SendPrepare](effects)
 		require.True(t, ok)
 		require.Equal(t, want, p.ChunkLimit, "announced %d", announced)
@@ -928,7 +928,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		case 2:
 			return Admitted{}
 		case 3:
-			return Captured{Stream: payload}
+			return Captured{Stream: envelope.Whole(payload)}
 		case 4:
 			return RelayReadyReceived{}
 		case 5:

@@ -148,7 +148,7 @@ func (s *Source) Step(ev Event) []Effect {
 		if !s.sealing || s.phase != SourceRunning || s.done {
 			return nil
 		}
-		m, chunks, err := envelope.Split(ev.Stream, s.chunkLimit)
+		m, chunks, err := envelope.SplitStream(ev.Stream, s.chunkLimit)
 		if err != nil {
 			s.moveTo(SourcePaused)
 			s.moveTo(SourceRunning)

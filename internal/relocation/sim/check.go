@@ -189,7 +189,7 @@ func (w *World) where(m *Msg) string {
 func eventString(ev handoff.Event) string {
 	switch ev := ev.(type) {
 	case handoff.Captured:
-		return fmt.Sprintf("Captured(%dB)", len(ev.Stream))
+		return fmt.Sprintf("Captured(%dB)", ev.Stream.Len())
 	case handoff.ChunkReceived:
 		return fmt.Sprintf("Chunk(%d)", ev.Chunk.Index)
 	case handoff.RelayRecordReceived:

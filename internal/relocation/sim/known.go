@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 )
 
@@ -69,7 +70,7 @@ func probeSource(steps ...handoff.Event) (*handoff.Source, []handoff.Effect) {
 	s := handoff.NewSource(id, DefaultConfig().Handoff, base.Add(time.Second))
 	var all []handoff.Effect
 	for _, ev := range append([]handoff.Event{handoff.Start{}, handoff.CapabilityAnswered{Supported: true}, handoff.Admitted{},
-		handoff.Captured{Stream: make([]byte, 100)}}, steps...) {
+		handoff.Captured{Stream: envelope.Whole(make([]byte, 100))}}, steps...) {
 		all = append(all, s.Step(ev)...)
 	}
 	return s, all

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 )
 
@@ -244,7 +245,7 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 			r.saved = inc.queue
 			inc.queue = nil
 			w.setMode(inc, mSealed)
-			w.stepSource(r, handoff.Captured{Stream: payload(id.RelocationID, inc.version, r.saved)})
+			w.stepSource(r, handoff.Captured{Stream: envelope.Whole(payload(id.RelocationID, inc.version, r.saved))})
 		})
 
 	case handoff.SendPrepare:
