@@ -107,19 +107,21 @@ type neighbour struct {
 	echo *actor.PID
 	// phase: what runs beside the requests — nothing, a move, or a probe
 	// of the baselines (whose requests count as neither).
-	phase  atomic.Int32
-	mu     sync.Mutex
-	during []time.Duration // requests that overlapped a move
-	idle   []time.Duration // requests with nothing else in flight
-	failed int
-	stop   chan struct{}
-	done   sync.WaitGroup
+	phase     atomic.Int32
+	mu        sync.Mutex
+	during    []time.Duration // requests that overlapped a move
+	idle      []time.Duration // requests with nothing else in flight
+	streaming []time.Duration // requests that overlapped the plain stream of the same bytes
+	failed    int
+	stop      chan struct{}
+	done      sync.WaitGroup
 }
 
 const (
 	phaseIdle int32 = iota
 	phaseMoving
 	phaseProbing
+	phaseStreaming
 )
 
 type echo struct{}
@@ -158,6 +160,8 @@ func startNeighbour(w *world) (*neighbour, error) {
 				n.failed++
 			case before == phaseMoving || after == phaseMoving:
 				n.during = append(n.during, d)
+			case before == phaseStreaming || after == phaseStreaming:
+				n.streaming = append(n.streaming, d)
 			case before == phaseIdle && after == phaseIdle:
 				n.idle = append(n.idle, d)
 			}
@@ -168,15 +172,15 @@ func startNeighbour(w *world) (*neighbour, error) {
 }
 
 // end stops the requests and returns the p99 of those that overlapped a
-// move and of those with nothing else in flight (ms); an error if any
-// failed.
-func (n *neighbour) end() (during, idle float64, err error) {
+// move, of those with nothing else in flight, and of those that
+// overlapped the plain stream (ms); an error if any failed.
+func (n *neighbour) end() (during, idle, streaming float64, err error) {
 	close(n.stop)
 	n.done.Wait()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.failed > 0 {
-		return 0, 0, fmt.Errorf("neighbour: %d requests failed", n.failed)
+		return 0, 0, 0, fmt.Errorf("neighbour: %d requests failed", n.failed)
 	}
-	return ms(percentile(n.during, 0.99)), ms(percentile(n.idle, 0.99)), nil
+	return ms(percentile(n.during, 0.99)), ms(percentile(n.idle, 0.99)), ms(percentile(n.streaming, 0.99)), nil
 }

@@ -41,6 +41,9 @@ type pauseRow struct {
 	// millisecond), those that overlapped a move and those that did not
 	// (ms).
 	NeighbourMoving, NeighbourIdle float64
+	// NeighbourStreaming: the same p99 for those that overlapped the plain
+	// stream of the state's bytes.
+	NeighbourStreaming float64
 }
 
 // pauseRuns gathers the pauses of several runs: a figure is the median of
@@ -70,7 +73,7 @@ func (p *pauseRuns) figures() (moves int, p50, p99, maxMs float64) {
 func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
 	row := pauseRow{Size: size}
 	var pr pauseRuns
-	var hopRuns, streamRuns, nMoving, nIdle []float64
+	var hopRuns, streamRuns, nMoving, nIdle, nStreaming []float64
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -118,7 +121,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		fail := func(err error) (pauseRow, error) {
 			close(stop)
 			wg.Wait()
-			_, _, _ = near.end()
+			_, _, _, _ = near.end()
 			done()
 			return row, err
 		}
@@ -134,6 +137,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			h, err := probe.threeHops(ctx)
 			var st time.Duration
 			if err == nil {
+				near.phase.Store(phaseStreaming)
 				st, err = streamer.stream(ctx, size)
 			}
 			near.phase.Store(phaseIdle)
@@ -145,12 +149,12 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		}
 		close(stop)
 		wg.Wait()
-		moving, idle, err := near.end()
+		moving, idle, streaming, err := near.end()
 		if err != nil {
 			done()
 			return row, err
 		}
-		nMoving, nIdle = append(nMoving, moving), append(nIdle, idle)
+		nMoving, nIdle, nStreaming = append(nMoving, moving), append(nIdle, idle), append(nStreaming, streaming)
 		streamRuns = append(streamRuns, ms(percentile(streams, 0.5)))
 		handled, err := count(ctx, w.nodes[0], id)
 		if err != nil {
@@ -166,7 +170,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 	row.Moves, row.P50, row.P99, row.Max = pr.figures()
 	row.Hops = median(hopRuns)
 	row.Stream = median(streamRuns)
-	row.NeighbourMoving, row.NeighbourIdle = median(nMoving), median(nIdle)
+	row.NeighbourMoving, row.NeighbourIdle, row.NeighbourStreaming = median(nMoving), median(nIdle), median(nStreaming)
 	return row, nil
 }
 
