@@ -44,6 +44,7 @@ package chunklink
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -128,6 +129,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: chunk link: TLS without a certificate check", roamerr.ErrInvalidOperation)
 	case len(c.Self) == 0 || len(c.Self) > maxAddressBytes:
 		return fmt.Errorf("%w: chunk link: own address %q", roamerr.ErrInvalidOperation, c.Self)
+	}
+	if _, _, err := net.SplitHostPort(c.Self); err != nil {
+		return fmt.Errorf("%w: chunk link: own address %q: %w", roamerr.ErrInvalidOperation, c.Self, err)
 	}
 	if c.MaxData <= 0 {
 		c.MaxData = 4 << 20
@@ -321,15 +325,19 @@ func (l *Link) untrack(c net.Conn) {
 
 func (l *Link) accept() {
 	defer l.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return // closed
+			// Out of descriptors or buffers: the next may succeed.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if !l.track(c) {
 			c.Close()
 			l.refused(c.RemoteAddr().String(), "too many connections")
@@ -347,7 +355,7 @@ func (l *Link) accept() {
 }
 
 func (l *Link) refused(remote, why string) {
-	refusedLog.Warn(&l.cfg.Logger).Str("event", "chunk_link_refused").Str("remote", remote).Str("reason", why).
+	refusedLog.Warn(&l.cfg.Logger).Str("event", "chunk_link_refused").Str("remote", remote).Str("reason", ratelog.Clip(why)).
 		Msg("a chunk link connection was closed")
 }
 
@@ -507,11 +515,24 @@ func readFrame(r *bufio.Reader, maxData int, place func(m *messages.RelocationSt
 			m.Data = whole[off : off+dl : off+dl]
 		}
 	}
-	if m.Data == nil {
-		m.Data = make([]byte, dl)
+	if m.Data != nil {
+		if _, err := io.ReadFull(r, m.Data); err != nil {
+			return nil, nil, fmt.Errorf("frame data: %w", err)
+		}
+		return m, whole, nil
 	}
-	if _, err := io.ReadFull(r, m.Data); err != nil {
-		return nil, nil, fmt.Errorf("frame data: %w", err)
+	// A buffer of its own grows with what arrives: a length alone (from a
+	// peer that then sends nothing) costs no more than 64 KiB.
+	m.Data = make([]byte, 0, min(dl, 64<<10))
+	for uint64(len(m.Data)) < dl {
+		if len(m.Data) == cap(m.Data) {
+			m.Data = append(m.Data, make([]byte, min(uint64(cap(m.Data)), dl-uint64(len(m.Data))))...)[:len(m.Data)]
+		}
+		n, err := r.Read(m.Data[len(m.Data):min(uint64(cap(m.Data)), dl)])
+		m.Data = m.Data[:len(m.Data)+n]
+		if err != nil && uint64(len(m.Data)) < dl {
+			return nil, nil, fmt.Errorf("frame data: %w", err)
+		}
 	}
 	return m, whole, nil
 }
@@ -526,7 +547,7 @@ func (l *Link) Send(peerAddr, linkAddr string, m *messages.RelocationState, tota
 	if err != nil {
 		return fmt.Errorf("%w: chunk header: %w", roamerr.ErrInvalidOperation, err)
 	}
-	if len(hdr) > MaxHeaderBytes || len(m.GetData()) == 0 || uint64(len(m.GetData())) > 1<<32-1 {
+	if m.GetIdentity() == nil || len(hdr) > MaxHeaderBytes || len(m.GetData()) == 0 || uint64(len(m.GetData())) > 1<<32-1 {
 		return fmt.Errorf("%w: chunk of %d bytes with a %d-byte header", roamerr.ErrInvalidOperation, len(m.GetData()), len(hdr))
 	}
 	head := make([]byte, 4+len(hdr)+12)
@@ -542,9 +563,11 @@ func (l *Link) Send(peerAddr, linkAddr string, m *messages.RelocationState, tota
 	p := l.peers[linkAddr]
 	if p == nil || p.peerAddr != peerAddr {
 		if p != nil {
+			p.replaced = true
 			p.close() // the link address now belongs to another node
 		}
 		p = &peer{link: l, peerAddr: peerAddr, linkAddr: linkAddr, wake: make(chan struct{}, 1), done: make(chan struct{}), broken: make(chan net.Conn, 1)}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
 		l.peers[linkAddr] = p
 		l.wg.Add(1)
 		go p.run()
@@ -563,6 +586,10 @@ type peer struct {
 	wake               chan struct{}
 	done               chan struct{}
 	closeOnce          sync.Once
+	replaced           bool // set before done is closed
+	ctx                context.Context
+	cancel             context.CancelFunc
+	active             net.Conn // under mu: the connection, for close
 	// broken gets a connection whose reader saw it end: the listener
 	// never writes, so a read returns only when the connection is gone
 	// (reset, or the peer closed it), perhaps with frames written to it
@@ -584,7 +611,25 @@ func (p *peer) push(f frame) {
 	}
 }
 
-func (p *peer) close() { p.closeOnce.Do(func() { close(p.done) }) }
+func (p *peer) close() {
+	p.closeOnce.Do(func() {
+		close(p.done)
+		p.cancel()
+		p.mu.Lock()
+		if p.active != nil {
+			p.active.Close()
+		}
+		p.queue = nil
+		p.mu.Unlock()
+	})
+}
+
+// stopped: a replaced peer's chunks may not have arrived.
+func (p *peer) stopped() {
+	if p.replaced {
+		p.lost(errors.New("its link address now belongs to another node"))
+	}
+}
 
 func (p *peer) take() []frame {
 	p.mu.Lock()
@@ -604,6 +649,7 @@ func (p *peer) run() {
 	for {
 		select {
 		case <-p.done:
+			p.stopped()
 			return
 		case c := <-p.broken:
 			if c == p.conn {
@@ -616,6 +662,7 @@ func (p *peer) run() {
 			if err := p.write(q); err != nil {
 				select {
 				case <-p.done:
+					p.stopped()
 					return // closing: not a lost peer
 				default:
 				}
@@ -632,6 +679,9 @@ func (p *peer) lost(err error) {
 		p.conn.Close()
 		p.conn = nil
 	}
+	p.mu.Lock()
+	p.active = nil
+	p.mu.Unlock()
 	p.take()
 	p.link.cfg.Logger.Warn().Str("event", "chunk_link_lost").Str("peer", p.peerAddr).Str("link", p.linkAddr).Err(err).
 		Msg("chunk link to a peer failed; the driver resends what was not credited on the Proto.Actor connection")
@@ -646,6 +696,16 @@ func (p *peer) write(q []frame) error {
 		if err != nil {
 			return err
 		}
+		p.mu.Lock()
+		select {
+		case <-p.done:
+			p.mu.Unlock()
+			c.Close()
+			return net.ErrClosed
+		default:
+		}
+		p.active = c
+		p.mu.Unlock()
 		p.conn = c
 		p.link.wg.Add(1)
 		go func() {
@@ -661,6 +721,11 @@ func (p *peer) write(q []frame) error {
 	// One deadline per frame: a peer that keeps reading is never cut off
 	// however long the queue.
 	for _, f := range q {
+		select {
+		case <-p.done:
+			return net.ErrClosed
+		default:
+		}
 		_ = p.conn.SetWriteDeadline(time.Now().Add(p.link.cfg.WriteTimeout))
 		bufs := net.Buffers{f.head, f.data}
 		if _, err := bufs.WriteTo(p.conn); err != nil {
@@ -673,7 +738,7 @@ func (p *peer) write(q []frame) error {
 func (p *peer) dial() (net.Conn, error) {
 	cfg := p.link.cfg
 	d := net.Dialer{Timeout: cfg.DialTimeout}
-	c, err := d.Dial("tcp", p.linkAddr)
+	c, err := d.DialContext(p.ctx, "tcp", p.linkAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -681,7 +746,7 @@ func (p *peer) dial() (net.Conn, error) {
 	if cfg.Client != nil {
 		tc := tls.Client(c, clientFor(cfg.Client, p.linkAddr))
 		_ = c.SetDeadline(time.Now().Add(cfg.DialTimeout))
-		if err := tc.Handshake(); err != nil {
+		if err := tc.HandshakeContext(p.ctx); err != nil {
 			c.Close()
 			return nil, err
 		}

@@ -119,12 +119,18 @@ func (d *Driver) setChunkLink(peer, link string) {
 	d.chunkLinks[peer] = link
 }
 
-// sendChunk sends one chunk of run r, on the link if the target has one.
+// sendChunk sends one chunk of run r, on the link if the target has one
+// and the payload is more than one chunk: a payload of one chunk (most
+// moves) is small, holds up nothing behind it, and on the Proto.Actor
+// connection arrives right behind its Restore request, with no hop
+// through the link's reader.
 func (d *Driver) sendChunk(r *sourceRun, c envelope.Chunk) {
 	m := &messages.RelocationState{Identity: r.m.Identity().ToProto(), Index: c.Index, Offset: c.Offset, Data: c.Data}
 	peer := r.target.GetAddress()
-	if to := d.linkTo(peer); to != "" && d.link.Send(peer, to, m, r.outcome.Bytes) == nil {
-		return
+	if r.outcome.Chunks > 1 {
+		if to := d.linkTo(peer); to != "" && d.link.Send(peer, to, m, r.outcome.Bytes) == nil {
+			return
+		}
 	}
 	d.send(r.targetPID, m)
 }
