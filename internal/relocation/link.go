@@ -13,7 +13,7 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
-// State chunks on the chunk link (docs/PROTOCOL.md §5.3): a target
+// State chunks on the chunk link (docs/PROTOCOL.md §4.4): a target
 // announces its link in capability answers; a source sends a move's
 // chunks there instead of on the Proto.Actor connection, which then
 // carries no large payload ahead of other messages between the two nodes.
@@ -29,6 +29,9 @@ const (
 	// earlyKeep: how long a chunk that came before its Restore request is
 	// kept for it.
 	earlyKeep = 10 * time.Second
+	// linkPortWait: how long a new node lifecycle tries a fixed link port
+	// that is in use.
+	linkPortWait = 5 * time.Second
 )
 
 // linkedChunk is a chunk read from the link, on its way to the driver's
@@ -60,7 +63,7 @@ func (d *Driver) startLink(node *meshnode.Node) error {
 	if ls.Server != nil {
 		certified = ls.Certified
 	}
-	l, err := chunklink.Listen(chunklink.Config{
+	cfg := chunklink.Config{
 		Listen:    net.JoinHostPort(ls.Host, strconv.Itoa(d.cfg.ChunkLinkPort)),
 		Advertise: net.JoinHostPort(host, "0"),
 		Self:      node.Address(),
@@ -73,7 +76,18 @@ func (d *Driver) startLink(node *meshnode.Node) error {
 		},
 		Lost:   func(peer string) { d.sys.Root.Send(self, &chunkLinkLost{peer: peer}) },
 		Logger: *d.cfg.Logger,
-	})
+	}
+	l, err := chunklink.Listen(cfg)
+	// A fixed port may still be held by the link of the node lifecycle
+	// that just ended (it closes once that lifecycle's stop is seen).
+	if err != nil && d.cfg.ChunkLinkPort > 0 {
+		d.log.Warn().Str("event", "chunk_link_port_in_use").Int("port", d.cfg.ChunkLinkPort).Err(err).
+			Msg("the chunk link's port is in use; trying again for a few seconds")
+		for wait := time.Now().Add(linkPortWait); err != nil && time.Now().Before(wait); {
+			time.Sleep(50 * time.Millisecond)
+			l, err = chunklink.Listen(cfg)
+		}
+	}
 	if err != nil {
 		return err
 	}

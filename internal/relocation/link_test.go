@@ -2,14 +2,20 @@ package relocation_test
 
 import (
 	"context"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 )
 
@@ -92,4 +98,45 @@ func TestChunkLinkOff(t *testing.T) {
 	require.Zero(t, linkedA, "a node without a link reads none")
 	linkedB, _ := relocation.LinkedChunks(b.driver)
 	require.Zero(t, linkedB, "a node without a link sends on none")
+}
+
+// A node lifecycle on a fixed link port that something still holds (the
+// lifecycle before it, whose link closes once its stop is seen) waits for
+// the port instead of failing to start.
+func TestAFixedChunkLinkPortIsWaitedFor(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := held.Addr().(*net.TCPAddr).Port
+	store := newStore(t)
+	var logs syncBuffer
+	log := zerolog.New(&logs)
+	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = node.Stop(context.Background()) })
+	started := make(chan error, 1)
+	go func() {
+		_, err := relocation.New(node, store, relocation.Config{ChunkLinkPort: port, Logger: &log})
+		started <- err
+	}()
+	testwait.For(t, func() bool { return strings.Contains(logs.String(), "chunk_link_port_in_use") }, "the port found in use")
+	require.NoError(t, held.Close())
+	require.NoError(t, <-started, "the link took the port once it was free")
+}
+
+// syncBuffer is a log sink tests read while the driver writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
