@@ -3,8 +3,6 @@ package relocation_test
 import (
 	"context"
 	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,7 +106,7 @@ func TestAFixedChunkLinkPortIsWaitedFor(t *testing.T) {
 	require.NoError(t, err)
 	port := held.Addr().(*net.TCPAddr).Port
 	store := newStore(t)
-	var logs syncBuffer
+	var logs logBuffer
 	log := zerolog.New(&logs)
 	node, err := meshnode.Start(context.Background(), meshnode.Config{Store: store, Logger: testLogger()})
 	require.NoError(t, err)
@@ -118,25 +116,7 @@ func TestAFixedChunkLinkPortIsWaitedFor(t *testing.T) {
 		_, err := relocation.New(node, store, relocation.Config{ChunkLinkPort: port, Logger: &log})
 		started <- err
 	}()
-	testwait.For(t, func() bool { return strings.Contains(logs.String(), "chunk_link_port_in_use") }, "the port found in use")
+	testwait.For(t, func() bool { return logs.has("chunk_link_port_in_use") }, "the port found in use")
 	require.NoError(t, held.Close())
 	require.NoError(t, <-started, "the link took the port once it was free")
-}
-
-// syncBuffer is a log sink tests read while the driver writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
