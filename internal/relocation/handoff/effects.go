@@ -83,6 +83,16 @@ type (
 	// AwaitAdmission: wait for in-flight budget room before sealing
 	// (PROTOCOL.md §5.3).
 	AwaitAdmission struct{}
+	// SealSessions: ask the Session owner of every bound participant to
+	// seal its binding (command 42) and report SessionsSealed
+	// (docs/SESSIONS.md §2).
+	SealSessions struct{}
+	// AbortSessions: the source serves again after a failure before
+	// relay-ready: tell the Session owners whose seal may be installed to
+	// release it and submit what they held to the source route (command
+	// 44). Always after the source's queue is restored (Unseal or
+	// Reinstate), never while the move's outcome is unknown.
+	AbortSessions struct{}
 	// Seal: stop dispatch after the current turn and capture
 	// (PROTOCOL.md §5.4, §5.5).
 	Seal struct{}
@@ -202,6 +212,10 @@ type (
 	// AckBoundary: tell the source this target holds the whole boundary
 	// batch (one-way BoundaryAck), so it stops resending.
 	AckBoundary struct{}
+	// UpdateSessionRoutes: the target committed and opened dispatch: tell
+	// the Session owner of every bound participant its new route (command
+	// 43, one-way), so the held client messages come here.
+	UpdateSessionRoutes struct{}
 	// RemoveTarget: remove the prepared object, temporary queue and state.
 	RemoveTarget struct{}
 )
@@ -228,38 +242,41 @@ type (
 	Complete struct{ Err error }
 )
 
-func (QueryCapability) isEffect()  {}
-func (AwaitAdmission) isEffect()   {}
-func (Seal) isEffect()             {}
-func (SendPrepare) isEffect()      {}
-func (SendChunks) isEffect()       {}
-func (Unseal) isEffect()           {}
-func (SendAbort) isEffect()        {}
-func (RelayThenCutover) isEffect() {}
-func (ResendBoundary) isEffect()   {}
-func (ReleasePayload) isEffect()   {}
-func (StartFollow) isEffect()      {}
-func (ReleaseBoundary) isEffect()  {}
-func (AckBoundary) isEffect()      {}
-func (EndFollow) isEffect()        {}
-func (Reconcile) isEffect()        {}
-func (AdoptTargetRoute) isEffect() {}
-func (FailHeld) isEffect()         {}
-func (ConfirmCommit) isEffect()    {}
-func (FenceOut) isEffect()         {}
-func (CloseOut) isEffect()         {}
-func (Reinstate) isEffect()        {}
-func (InstallStaging) isEffect()   {}
-func (VerifySource) isEffect()     {}
-func (SendCredit) isEffect()       {}
-func (RestorePayload) isEffect()   {}
-func (SendFailed) isEffect()       {}
-func (SendRelayReady) isEffect()   {}
-func (CommitOwner) isEffect()      {}
-func (OpenDispatch) isEffect()     {}
-func (DeliverLate) isEffect()      {}
-func (RemoveTarget) isEffect()     {}
-func (StartTimer) isEffect()       {}
-func (StopTimer) isEffect()        {}
-func (Log) isEffect()              {}
-func (Complete) isEffect()         {}
+func (QueryCapability) isEffect()     {}
+func (AwaitAdmission) isEffect()      {}
+func (Seal) isEffect()                {}
+func (SealSessions) isEffect()        {}
+func (AbortSessions) isEffect()       {}
+func (UpdateSessionRoutes) isEffect() {}
+func (SendPrepare) isEffect()         {}
+func (SendChunks) isEffect()          {}
+func (Unseal) isEffect()              {}
+func (SendAbort) isEffect()           {}
+func (RelayThenCutover) isEffect()    {}
+func (ResendBoundary) isEffect()      {}
+func (ReleasePayload) isEffect()      {}
+func (StartFollow) isEffect()         {}
+func (ReleaseBoundary) isEffect()     {}
+func (AckBoundary) isEffect()         {}
+func (EndFollow) isEffect()           {}
+func (Reconcile) isEffect()           {}
+func (AdoptTargetRoute) isEffect()    {}
+func (FailHeld) isEffect()            {}
+func (ConfirmCommit) isEffect()       {}
+func (FenceOut) isEffect()            {}
+func (CloseOut) isEffect()            {}
+func (Reinstate) isEffect()           {}
+func (InstallStaging) isEffect()      {}
+func (VerifySource) isEffect()        {}
+func (SendCredit) isEffect()          {}
+func (RestorePayload) isEffect()      {}
+func (SendFailed) isEffect()          {}
+func (SendRelayReady) isEffect()      {}
+func (CommitOwner) isEffect()         {}
+func (OpenDispatch) isEffect()        {}
+func (DeliverLate) isEffect()         {}
+func (RemoveTarget) isEffect()        {}
+func (StartTimer) isEffect()          {}
+func (StopTimer) isEffect()           {}
+func (Log) isEffect()                 {}
+func (Complete) isEffect()            {}

@@ -12,8 +12,14 @@ type Event interface{ isEvent() }
 
 // Source events.
 type (
-	// Start: Relocate was called.
-	Start struct{}
+	// Start: Relocate was called. SessionBound: a participant of the unit
+	// is an Actor bound to a client Session, whose Session owner seals the
+	// binding before the source seals (docs/SESSIONS.md §2).
+	Start struct{ SessionBound bool }
+	// SessionsSealed: every Session owner asked answered its seal request
+	// (SealSessions). Err, when set, is the first refusal or the lack of an
+	// answer in time: the move ends before the source seals.
+	SessionsSealed struct{ Err error }
 	// CapabilityAnswered: the target's answer to QueryCapability.
 	// ReceiveChunkLimit 0 means the target announced none.
 	CapabilityAnswered struct {
@@ -82,6 +88,9 @@ type (
 	// PrepareReceived: a Restore request (RelocationPrepare) for this
 	// identity, first or repeated.
 	PrepareReceived struct {
+		// SessionBound: a participant is bound to a client Session; the
+		// target tells its Session owner the new route once it opened.
+		SessionBound     bool
 		Manifest         envelope.Manifest
 		RestoreDeadline  time.Time
 		MaxPayloadLength uint64
@@ -152,6 +161,7 @@ type TimerFired struct{ Timer Timer }
 func (Start) isEvent()                {}
 func (CapabilityAnswered) isEvent()   {}
 func (Admitted) isEvent()             {}
+func (SessionsSealed) isEvent()       {}
 func (Captured) isEvent()             {}
 func (CaptureFailed) isEvent()        {}
 func (RelayReadyReceived) isEvent()   {}

@@ -919,10 +919,15 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 			}
 		}
 	}
-	sourceEvents := func(r *rand.Rand) Event {
-		switch r.IntN(10) {
+	sourceEvents := func(r *rand.Rand, bound bool) Event {
+		switch r.IntN(11) {
 		case 0:
-			return Start{}
+			return Start{SessionBound: bound}
+		case 9:
+			if r.IntN(3) == 0 {
+				return SessionsSealed{Err: roamerr.ErrConflict}
+			}
+			return SessionsSealed{}
 		case 1:
 			return CapabilityAnswered{Supported: r.IntN(4) > 0}
 		case 2:
@@ -967,9 +972,34 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 2))
 		s := NewSource(testID, DefaultConfig(), deadline)
 		relayed, releases, closed, reinstated, completes := false, 0, false, false, 0
+		bound := seed%2 == 1
+		sessionsSealed, sealed, sessionAborts := false, false, 0
 		for i := 0; i < 60; i++ {
-			ev := sourceEvents(r)
+			ev := sourceEvents(r, bound)
+			restoredNow := false // this step's effects restored the source queue so far
+			if ss, ok := ev.(SessionsSealed); ok && ss.Err == nil {
+				sessionsSealed = true
+			}
 			for _, e := range s.Step(ev) {
+				switch e.(type) {
+				case SealSessions:
+					require.True(t, bound, "seed %d: an unbound source asked a Session owner", seed)
+				case Seal:
+					require.True(t, !bound || sessionsSealed, "seed %d: sealed before the Session owner did", seed)
+					sealed = true
+				case AbortSessions:
+					sessionAborts++
+					require.True(t, bound, "seed %d: a Session abort of an unbound source", seed)
+					refused := false
+					if ss, ok := ev.(SessionsSealed); ok && ss.Err != nil && !sealed {
+						refused = true
+					}
+					require.True(t, restoredNow || refused, "seed %d: a Session abort before the source's queue was restored", seed)
+				case Unseal:
+					restoredNow = true
+				case Reinstate:
+					restoredNow = true
+				}
 				switch e.(type) {
 				case RelayThenCutover:
 					relayed = true
@@ -1001,6 +1031,7 @@ func TestRandomEventsKeepTheInvariants(t *testing.T) {
 		}
 		require.LessOrEqual(t, releases, 1, "seed %d: payload released twice", seed)
 		require.LessOrEqual(t, completes, 1, "seed %d: completed twice", seed)
+		require.LessOrEqual(t, sessionAborts, 1, "seed %d: two Session aborts", seed)
 	}
 }
 

@@ -18,6 +18,11 @@ type Source struct {
 	deadline time.Time
 
 	started, admitting, sealing bool
+	// sessionBound: a participant is bound to a client Session; its
+	// Session owner seals the binding before this source seals, and is told
+	// when the source serves again (docs/SESSIONS.md §2).
+	sessionBound    bool
+	sealingSessions bool // SealSessions was emitted, SessionsSealed not yet in
 	chunkLimit                  int
 	manifest                    envelope.Manifest
 	chunks                      []envelope.Chunk
@@ -99,6 +104,7 @@ func (s *Source) Step(ev Event) []Effect {
 			return nil
 		}
 		s.started = true
+		s.sessionBound = ev.SessionBound
 		return []Effect{QueryCapability{}}
 
 	case CapabilityAnswered:
@@ -123,8 +129,27 @@ func (s *Source) Step(ev Event) []Effect {
 		return []Effect{AwaitAdmission{}}
 
 	case Admitted:
-		if !s.admitting || s.sealing || s.done {
+		if !s.admitting || s.sealing || s.sealingSessions || s.done {
 			return nil
+		}
+		if s.sessionBound {
+			// The Session owner seals first: from then on it holds the
+			// client's messages, so none reaches a sealed source.
+			s.sealingSessions = true
+			return []Effect{SealSessions{}}
+		}
+		s.sealing = true
+		return []Effect{Seal{}}
+
+	case SessionsSealed:
+		if !s.sealingSessions || s.sealing || s.done {
+			return nil
+		}
+		s.sealingSessions = false
+		if ev.Err != nil {
+			// Nothing sealed here: the object serves on. A seal whose
+			// reply was lost is released by the abort.
+			return []Effect{AbortSessions{}, s.complete(ev.Err)}
 		}
 		s.sealing = true
 		return []Effect{Seal{}}
@@ -142,7 +167,7 @@ func (s *Source) Step(ev Event) []Effect {
 		if errors.Is(ev.Err, roamerr.ErrDeadlineExceeded) {
 			err = roamerr.Keep(roamerr.ErrDeadlineExceeded, "capture", ev.Err)
 		}
-		return []Effect{Unseal{}, s.complete(err)}
+		return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
 
 	case Captured:
 		if !s.sealing || s.phase != SourceRunning || s.done {
@@ -152,7 +177,7 @@ func (s *Source) Step(ev Event) []Effect {
 		if err != nil {
 			s.moveTo(SourcePaused)
 			s.moveTo(SourceRunning)
-			return []Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))}
+			return s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))})
 		}
 		s.moveTo(SourcePaused)
 		s.manifest, s.chunks, s.payloadHeld = m, chunks, true
@@ -175,13 +200,13 @@ func (s *Source) Step(ev Event) []Effect {
 		// RelocationAbort, one-way (PROTOCOL.md §6.2).
 		s.moveTo(SourceRunning)
 		s.payloadHeld, s.chunks, s.reconciling = false, nil, false
-		return s.completeOnce([]Effect{
+		return s.completeOnce(s.withSessionAbort([]Effect{
 			StopTimer{Timer: TimerRestoreDeadline},
 			StopTimer{Timer: TimerReconcile},
 			Unseal{},
 			SendAbort{Reason: ev.Reason},
 			ReleasePayload{},
-		}, failureError(ev.Reason, ev.Detail))
+		}), failureError(ev.Reason, ev.Detail))
 
 	case RelayReadyReceived:
 		if s.phase != SourcePaused {
@@ -297,6 +322,7 @@ func (s *Source) Step(ev Event) []Effect {
 				Unseal{},
 				ReleasePayload{},
 			}
+			effects = s.withSessionAbort(effects)
 			if !s.done {
 				effects = append(effects, s.complete(fmt.Errorf("%w: the target did not commit by its restore deadline", roamerr.ErrUnavailable)))
 			}
@@ -489,6 +515,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			Reinstate{},
 			ReleasePayload{},
 		}
+		effects = s.withSessionAbort(effects)
 		if !s.boundaryDone {
 			// The batch is back in this source's queue: no resends.
 			effects = append(effects, s.releaseBoundary(false)...)
@@ -496,6 +523,27 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 		return effects
 	}
 	return []Effect{StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout}}
+}
+
+// withSessionAbort puts AbortSessions right after the effect that
+// restores the source's queue (Unseal, Reinstate) when a participant is
+// bound to a Session: the Session owner submits what it held to the
+// source route only once the source serves again, behind the restored
+// queue (docs/SESSIONS.md §2, command 44).
+func (s *Source) withSessionAbort(effects []Effect) []Effect {
+	if !s.sessionBound {
+		return effects
+	}
+	for i, e := range effects {
+		switch e.(type) {
+		case Unseal, Reinstate:
+			out := make([]Effect, 0, len(effects)+1)
+			out = append(out, effects[:i+1]...)
+			out = append(out, AbortSessions{})
+			return append(out, effects[i+1:]...)
+		}
+	}
+	panic("handoff: a Session abort without the source's restore")
 }
 
 // releaseBoundary stops the boundary batch's resends and drops its wire

@@ -50,13 +50,17 @@ type Target struct {
 	unknown  bool
 	settling bool // past the deadline: only settling reads, no new CAS
 	done     bool // Complete emitted
+	// sessionBound: a participant is bound to a client Session (the first
+	// Restore request says so); its Session owner learns the new route
+	// once this target opened, never before its commit.
+	sessionBound bool
 }
 
 // NewTarget creates the machine for the first Restore request of id and
 // returns its first effects: the temporary queue before anything else
 // (PROTOCOL.md §5.7).
 func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
-	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline, declared: -1}
+	t := &Target{cfg: cfg, id: id, phase: TargetRestoring, manifest: p.Manifest, deadline: p.RestoreDeadline, declared: -1, sessionBound: p.SessionBound}
 	asm, err := envelope.NewAssembler(p.Manifest, p.MaxPayloadLength)
 	if err != nil {
 		t.moveTo(TargetRemoved)
@@ -344,6 +348,12 @@ func (t *Target) Step(ev Event) []Effect {
 			return nil
 		}
 		t.moveTo(TargetOpen)
+		if t.sessionBound {
+			// One-way, after the commit and the open: the Session owner
+			// submits what it held to this target, then releases the seal
+			// (docs/SESSIONS.md §2, command 43).
+			return []Effect{UpdateSessionRoutes{}, t.complete(nil)}
+		}
 		return []Effect{t.complete(nil)}
 
 	case TimerFired:
