@@ -23,9 +23,9 @@ type Source struct {
 	// when the source serves again (docs/SESSIONS.md §2).
 	sessionBound    bool
 	sealingSessions bool // SealSessions was emitted, SessionsSealed not yet in
-	chunkLimit                  int
-	manifest                    envelope.Manifest
-	chunks                      []envelope.Chunk
+	chunkLimit      int
+	manifest        envelope.Manifest
+	chunks          []envelope.Chunk
 
 	epoch       uint32
 	cutoverSent bool
