@@ -39,6 +39,7 @@ import (
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -191,6 +192,7 @@ type options struct {
 	// chunkLinkPort, if set, is WithChunkLinkPort's.
 	chunkLinkPort *int
 	spot          spot.Config
+	session       session.Config
 	// drainOnStop: Stop drains first (WithDrainOnStop).
 	drainOnStop bool
 }
@@ -279,6 +281,12 @@ func WithRelocationConfig(c relocation.Config) Option { return func(o *options) 
 // WithSpotConfig tunes Spots (route cache, limits); zero fields keep
 // their defaults.
 func WithSpotConfig(c spot.Config) Option { return func(o *options) { o.spot = c } }
+
+// WithSessionConfig bounds what a client Session holds while an Actor
+// bound to it moves (default 1,024 messages and 1 MiB) and how long its
+// seal lasts (SessionRelocationSealTimeout, default 3 s); zero fields keep
+// the defaults (docs/SESSIONS.md).
+func WithSessionConfig(c SessionConfig) Option { return func(o *options) { o.session = c } }
 
 // WithRoots sets the store of creation requests and activation recovery
 // roots. Default: the Location Store (memstore and consulstore are one).
@@ -418,6 +426,7 @@ func (r *Roam) Start(ctx context.Context) error {
 		StopWithoutDrain: !r.o.drainOnStop,
 		Relocation:       rel,
 		Spot:             r.o.spot,
+		Session:          r.o.session,
 		Roots:            r.o.roots,
 		Lookup:           r.lookup,
 	})
@@ -534,6 +543,30 @@ func (r *Roam) SpawnActor(ctx context.Context, kind, id string) (*actor.PID, err
 		return nil, err
 	}
 	return ext.SpawnActor(ctx, kind, id)
+}
+
+// Session is a client connection held by this node, its Session owner:
+// Actors spawned bound to it (SpawnActor) get the client's messages
+// (Send, Request) wherever they move, and their pushes to the Session's
+// PID reach the client (Options.OnPush). See docs/SESSIONS.md.
+type Session = session.Session
+
+// SessionOptions configure a Session: OnPush, OnClose and the push buffer.
+type SessionOptions = session.Options
+
+// SessionConfig bounds Sessions on a node (WithSessionConfig).
+type SessionConfig = session.Config
+
+// OpenSession opens a client Session on this node. The Session stays here
+// while the Actors bound to it move; it ends with Close, when this node
+// stops, or — Unavailable — when a move of a bound Actor is not confirmed
+// within the seal timeout.
+func (r *Roam) OpenSession(opts SessionOptions) (*Session, error) {
+	ext, err := r.started()
+	if err != nil {
+		return nil, err
+	}
+	return ext.OpenSession(opts)
 }
 
 // Resolve returns the current PID of ref from the store.

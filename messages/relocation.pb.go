@@ -732,7 +732,11 @@ type RelocationPrepare struct {
 	// §5.15): the User Spot named by object is participant 1, members[i] is
 	// participant i+2. The payload carries every participant's state, saved
 	// work and timers; the target's one commit changes every record.
-	Members       []*Participant `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*Participant `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	// session is participant 1's Session binding, when it is a bound Actor
+	// (docs/SESSIONS.md): the target tells that Session owner its route
+	// once it opened.
+	Session       *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,6 +848,13 @@ func (x *RelocationPrepare) GetMembers() []*Participant {
 	return nil
 }
 
+func (x *RelocationPrepare) GetSession() *SessionBinding {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // Participant is one member Actor of a SpotWide move: what it is, the
 // owner generation its record must show (its fence), and the one the
 // target writes.
@@ -853,8 +864,10 @@ type Participant struct {
 	OwnerGeneration    uint64                 `protobuf:"varint,2,opt,name=owner_generation,json=ownerGeneration,proto3" json:"owner_generation,omitempty"`
 	NewOwnerGeneration uint64                 `protobuf:"varint,3,opt,name=new_owner_generation,json=newOwnerGeneration,proto3" json:"new_owner_generation,omitempty"`
 	ApplicationVersion string                 `protobuf:"bytes,4,opt,name=application_version,json=applicationVersion,proto3" json:"application_version,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// session is the member's Session binding, if it is bound to one.
+	Session       *SessionBinding `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Participant) Reset() {
@@ -913,6 +926,13 @@ func (x *Participant) GetApplicationVersion() string {
 		return x.ApplicationVersion
 	}
 	return ""
+}
+
+func (x *Participant) GetSession() *SessionBinding {
+	if x != nil {
+		return x.Session
+	}
+	return nil
 }
 
 // RelocationState is one chunk of the stream (number 52 in PROTOCOL.md §8), one-way.
@@ -1540,11 +1560,16 @@ func (x *Cutover) GetRelayCrc32C() uint32 {
 }
 
 // RelocationAbort (number 44 in PROTOCOL.md §8) is one-way, sent after the source queue has
-// been restored on an explicit failure before relay-ready.
+// been restored on an explicit failure before relay-ready: to the target,
+// and to the Session owner of each bound participant with session_id and
+// actor_id set (docs/SESSIONS.md §2), which releases only the seal of this
+// identity.
 type RelocationAbort struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
 	Reason        FailureReason          `protobuf:"varint,2,opt,name=reason,proto3,enum=roam.messages.FailureReason" json:"reason,omitempty"`
+	SessionId     string                 `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ActorId       string                 `protobuf:"bytes,4,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1593,6 +1618,412 @@ func (x *RelocationAbort) GetReason() FailureReason {
 	return FailureReason_FAILURE_REASON_UNSPECIFIED
 }
 
+func (x *RelocationAbort) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RelocationAbort) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+// SessionRoute is where a Session's binding delivers the client's messages:
+// the node running the bound Actor's incarnation, its owner generation and
+// ObjectGeneration (docs/SESSIONS.md §1).
+type SessionRoute struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Address          string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	OwnerGeneration  uint64                 `protobuf:"varint,2,opt,name=owner_generation,json=ownerGeneration,proto3" json:"owner_generation,omitempty"`
+	ObjectGeneration uint64                 `protobuf:"varint,3,opt,name=object_generation,json=objectGeneration,proto3" json:"object_generation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SessionRoute) Reset() {
+	*x = SessionRoute{}
+	mi := &file_relocation_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRoute) ProtoMessage() {}
+
+func (x *SessionRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRoute.ProtoReflect.Descriptor instead.
+func (*SessionRoute) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SessionRoute) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SessionRoute) GetOwnerGeneration() uint64 {
+	if x != nil {
+		return x.OwnerGeneration
+	}
+	return 0
+}
+
+func (x *SessionRoute) GetObjectGeneration() uint64 {
+	if x != nil {
+		return x.ObjectGeneration
+	}
+	return 0
+}
+
+// SessionBinding names the client Session an Actor is bound to and its
+// Session owner's address; it moves with the Actor (RelocationPrepare,
+// Participant).
+type SessionBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	OwnerAddress  string                 `protobuf:"bytes,2,opt,name=owner_address,json=ownerAddress,proto3" json:"owner_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionBinding) Reset() {
+	*x = SessionBinding{}
+	mi := &file_relocation_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionBinding) ProtoMessage() {}
+
+func (x *SessionBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionBinding.ProtoReflect.Descriptor instead.
+func (*SessionBinding) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SessionBinding) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionBinding) GetOwnerAddress() string {
+	if x != nil {
+		return x.OwnerAddress
+	}
+	return ""
+}
+
+// SessionSeal is command 42: the source asks the Session owner to seal the
+// binding before the source seals; answered by SessionSealReply.
+type SessionSeal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ActorId       string                 `protobuf:"bytes,3,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	SourceRoute   *SessionRoute          `protobuf:"bytes,4,opt,name=source_route,json=sourceRoute,proto3" json:"source_route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSeal) Reset() {
+	*x = SessionSeal{}
+	mi := &file_relocation_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSeal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSeal) ProtoMessage() {}
+
+func (x *SessionSeal) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSeal.ProtoReflect.Descriptor instead.
+func (*SessionSeal) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SessionSeal) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SessionSeal) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionSeal) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *SessionSeal) GetSourceRoute() *SessionRoute {
+	if x != nil {
+		return x.SourceRoute
+	}
+	return nil
+}
+
+// SessionSealReply answers a SessionSeal: code empty means sealed, else a
+// roamerr code (not_found, stale, conflict, permission_denied).
+type SessionSealReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ActorId       string                 `protobuf:"bytes,3,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	Code          string                 `protobuf:"bytes,4,opt,name=code,proto3" json:"code,omitempty"`
+	Detail        string                 `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionSealReply) Reset() {
+	*x = SessionSealReply{}
+	mi := &file_relocation_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionSealReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionSealReply) ProtoMessage() {}
+
+func (x *SessionSealReply) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionSealReply.ProtoReflect.Descriptor instead.
+func (*SessionSealReply) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SessionSealReply) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SessionSealReply) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionSealReply) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *SessionSealReply) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *SessionSealReply) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// SessionRouteUpdate is command 43, one-way: the target committed and
+// opened; the binding's route becomes target_route, the held client
+// messages go there in order, then the seal is released.
+type SessionRouteUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Identity      *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ActorId       string                 `protobuf:"bytes,3,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	TargetRoute   *SessionRoute          `protobuf:"bytes,4,opt,name=target_route,json=targetRoute,proto3" json:"target_route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRouteUpdate) Reset() {
+	*x = SessionRouteUpdate{}
+	mi := &file_relocation_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRouteUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRouteUpdate) ProtoMessage() {}
+
+func (x *SessionRouteUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRouteUpdate.ProtoReflect.Descriptor instead.
+func (*SessionRouteUpdate) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SessionRouteUpdate) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SessionRouteUpdate) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionRouteUpdate) GetActorId() string {
+	if x != nil {
+		return x.ActorId
+	}
+	return ""
+}
+
+func (x *SessionRouteUpdate) GetTargetRoute() *SessionRoute {
+	if x != nil {
+		return x.TargetRoute
+	}
+	return nil
+}
+
+// SessionBound is the first message an Actor spawned bound to a Session
+// handles: its Session, and the PID its pushes to the client go to (the
+// PID does not move, the Actor does).
+type SessionBound struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Session       *PID                   `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionBound) Reset() {
+	*x = SessionBound{}
+	mi := &file_relocation_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionBound) ProtoMessage() {}
+
+func (x *SessionBound) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
+func (*SessionBound) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SessionBound) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionBound) GetSession() *PID {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // DeliveryFailed answers a request roam could not deliver: Message Follow
 // ended or looped, a generation mismatch, or the target was removed
 // (PROTOCOL.md §6.6). code is one of roam's error codes (roamerr.Code*):
@@ -1609,7 +2040,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +2052,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +2065,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{20}
+	return file_relocation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -1674,7 +2105,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +2117,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +2130,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{21}
+	return file_relocation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TimerTick) GetName() string {
@@ -1760,7 +2191,7 @@ type RelocateRequest struct {
 
 func (x *RelocateRequest) Reset() {
 	*x = RelocateRequest{}
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2203,7 @@ func (x *RelocateRequest) String() string {
 func (*RelocateRequest) ProtoMessage() {}
 
 func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2216,7 @@ func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
 func (*RelocateRequest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{22}
+	return file_relocation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RelocateRequest) GetKind() AuthorityKind {
@@ -1851,7 +2282,7 @@ type JoinedSpot struct {
 
 func (x *JoinedSpot) Reset() {
 	*x = JoinedSpot{}
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2294,7 @@ func (x *JoinedSpot) String() string {
 func (*JoinedSpot) ProtoMessage() {}
 
 func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2307,7 @@ func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedSpot.ProtoReflect.Descriptor instead.
 func (*JoinedSpot) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{23}
+	return file_relocation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JoinedSpot) GetSpotId() string {
@@ -1913,7 +2344,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2356,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2369,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{24}
+	return file_relocation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -2053,7 +2484,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xbb\x04\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xf4\x04\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -2068,12 +2499,14 @@ const file_relocation_proto_rawDesc = "" +
 	"moveTicket\x12-\n" +
 	"\x04join\x18\n" +
 	" \x01(\v2\x19.roam.messages.MembershipR\x04join\x124\n" +
-	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\"\xcd\x01\n" +
+	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\x127\n" +
+	"\asession\x18\f \x01(\v2\x1d.roam.messages.SessionBindingR\asession\"\x86\x02\n" +
 	"\vParticipant\x120\n" +
 	"\x06object\x18\x01 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12)\n" +
 	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x120\n" +
 	"\x14new_owner_generation\x18\x03 \x01(\x04R\x12newOwnerGeneration\x12/\n" +
-	"\x13application_version\x18\x04 \x01(\tR\x12applicationVersion\"\x92\x01\n" +
+	"\x13application_version\x18\x04 \x01(\tR\x12applicationVersion\x127\n" +
+	"\asession\x18\x05 \x01(\v2\x1d.roam.messages.SessionBindingR\asession\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -2116,10 +2549,44 @@ const file_relocation_proto_rawDesc = "" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12!\n" +
 	"\fresend_epoch\x18\x02 \x01(\rR\vresendEpoch\x12,\n" +
 	"\x12relay_record_count\x18\x03 \x01(\x04R\x10relayRecordCount\x12!\n" +
-	"\frelay_crc32c\x18\x04 \x01(\aR\vrelayCrc32c\"\x86\x01\n" +
+	"\frelay_crc32c\x18\x04 \x01(\aR\vrelayCrc32c\"\xc0\x01\n" +
 	"\x0fRelocationAbort\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x124\n" +
-	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason\"Y\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\"\x80\x01\n" +
+	"\fSessionRoute\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +
+	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x12+\n" +
+	"\x11object_generation\x18\x03 \x01(\x04R\x10objectGeneration\"T\n" +
+	"\x0eSessionBinding\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
+	"\rowner_address\x18\x02 \x01(\tR\fownerAddress\"\xc6\x01\n" +
+	"\vSessionSeal\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bactor_id\x18\x03 \x01(\tR\aactorId\x12>\n" +
+	"\fsource_route\x18\x04 \x01(\v2\x1b.roam.messages.SessionRouteR\vsourceRoute\"\xb7\x01\n" +
+	"\x10SessionSealReply\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bactor_id\x18\x03 \x01(\tR\aactorId\x12\x12\n" +
+	"\x04code\x18\x04 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"\xcd\x01\n" +
+	"\x12SessionRouteUpdate\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bactor_id\x18\x03 \x01(\tR\aactorId\x12>\n" +
+	"\ftarget_route\x18\x04 \x01(\v2\x1b.roam.messages.SessionRouteR\vtargetRoute\"[\n" +
+	"\fSessionBound\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12,\n" +
+	"\asession\x18\x02 \x01(\v2\x12.roam.messages.PIDR\asession\"Y\n" +
 	"\x0eDeliveryFailed\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12\x1b\n" +
@@ -2184,7 +2651,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -2208,51 +2675,65 @@ var file_relocation_proto_goTypes = []any{
 	(*OwnerCommitted)(nil),        // 19: roam.messages.OwnerCommitted
 	(*Cutover)(nil),               // 20: roam.messages.Cutover
 	(*RelocationAbort)(nil),       // 21: roam.messages.RelocationAbort
-	(*DeliveryFailed)(nil),        // 22: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 23: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 24: roam.messages.RelocateRequest
-	(*JoinedSpot)(nil),            // 25: roam.messages.JoinedSpot
-	(*RelocateReply)(nil),         // 26: roam.messages.RelocateReply
-	nil,                           // 27: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 28: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 29: roam.messages.Membership
+	(*SessionRoute)(nil),          // 22: roam.messages.SessionRoute
+	(*SessionBinding)(nil),        // 23: roam.messages.SessionBinding
+	(*SessionSeal)(nil),           // 24: roam.messages.SessionSeal
+	(*SessionSealReply)(nil),      // 25: roam.messages.SessionSealReply
+	(*SessionRouteUpdate)(nil),    // 26: roam.messages.SessionRouteUpdate
+	(*SessionBound)(nil),          // 27: roam.messages.SessionBound
+	(*DeliveryFailed)(nil),        // 28: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 29: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 30: roam.messages.RelocateRequest
+	(*JoinedSpot)(nil),            // 31: roam.messages.JoinedSpot
+	(*RelocateReply)(nil),         // 32: roam.messages.RelocateReply
+	nil,                           // 33: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 34: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 35: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	28, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	28, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	34, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	34, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	29, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	35, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
 	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
-	4,  // 11: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
-	3,  // 12: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 13: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 14: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 15: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 16: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	15, // 17: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	27, // 18: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 19: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	16, // 20: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 21: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 22: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 23: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 24: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 25: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	28, // 26: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 27: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 28: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	29, // 29: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	23, // 11: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
+	4,  // 12: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
+	23, // 13: roam.messages.Participant.session:type_name -> roam.messages.SessionBinding
+	3,  // 14: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 15: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 16: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 17: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 18: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	15, // 19: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	33, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 21: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	16, // 22: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 23: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 24: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 25: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 26: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 27: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	3,  // 28: roam.messages.SessionSeal.identity:type_name -> roam.messages.RelocationIdentity
+	22, // 29: roam.messages.SessionSeal.source_route:type_name -> roam.messages.SessionRoute
+	3,  // 30: roam.messages.SessionSealReply.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 31: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
+	22, // 32: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
+	15, // 33: roam.messages.SessionBound.session:type_name -> roam.messages.PID
+	34, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 35: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 36: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	35, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -2267,7 +2748,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

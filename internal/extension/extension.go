@@ -30,6 +30,7 @@ import (
 	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -81,6 +82,9 @@ type Config struct {
 	// PROTOCOL.md §9.
 	// Its MessageFollowDuration defaults to the hand-off's.
 	Spot spot.Config
+	// Session bounds what a Session holds while its Actor moves and how
+	// long a seal lasts (docs/SESSIONS.md); zero fields take the defaults.
+	Session session.Config
 	// Roots is the Relocation Store for creation requests and activation
 	// recovery roots. Default: the Location Store, when it is one
 	// (memstore and consulstore are).
@@ -121,9 +125,10 @@ type Extension struct {
 
 // life is one node lifecycle.
 type life struct {
-	node   *meshnode.Node
-	driver *relocation.Driver
-	spots  *spot.Manager
+	node     *meshnode.Node
+	driver   *relocation.Driver
+	spots    *spot.Manager
+	sessions *session.Service
 }
 
 // Start starts the node, claims it in the store, starts its relocation
@@ -227,7 +232,12 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if lookup != nil {
 		lookup.Attach(m)
 	}
-	l := &life{node: node, driver: d, spots: m}
+	sessions, err := session.Start(d, cfg.Session, sessionLogger(cfg.Node.Logger))
+	if err != nil {
+		m.Stop()
+		return nil, startFailed(err, node.Stop(ctx))
+	}
+	l := &life{node: node, driver: d, spots: m, sessions: sessions}
 	if hasBoard {
 		e.serveOperators(l, board, feed)
 	}
@@ -332,6 +342,7 @@ func (e *Extension) rejoinLoop() {
 		// and remote stop. With a free port (Node.Port 0) the old remote
 		// stays up for one Message Follow period to answer late arrivals
 		// with a typed failure; a fixed port must be freed for the new one.
+		l.sessions.Stop()
 		l.spots.Stop()
 		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := l.driver.WaitEnded(wctx); err != nil && log != nil {
@@ -365,6 +376,7 @@ func (e *Extension) rejoinLoop() {
 				}
 				e.mu.Unlock()
 				if stopped {
+					next.sessions.Stop()
 					next.spots.Stop()
 					_ = next.node.Stop(context.Background())
 					next.shutdown()
@@ -422,6 +434,18 @@ func (e *Extension) SpawnActor(ctx context.Context, stableType, id string) (*act
 // SpawnInstanceSpot creates an Instance Spot on this node.
 func (e *Extension) SpawnInstanceSpot(ctx context.Context, stableType, id string) (*actor.PID, error) {
 	return e.cur.Load().driver.SpawnInstanceSpot(ctx, stableType, id)
+}
+
+func sessionLogger(l *zerolog.Logger) zerolog.Logger {
+	if l == nil {
+		return zerolog.Nop()
+	}
+	return *l
+}
+
+// OpenSession opens a client Session on this node (docs/SESSIONS.md).
+func (e *Extension) OpenSession(opts session.Options) (*session.Session, error) {
+	return e.cur.Load().sessions.Open(opts)
 }
 
 // Resolve returns the current PID of ref from the store.
@@ -899,6 +923,7 @@ func (e *Extension) StopNow(ctx context.Context) error {
 		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node or Actor deletions on it unfinished")
 	}
 	cancel()
+	l.sessions.Stop()
 	l.spots.Stop()
 	err := l.node.Stop(ctx)
 	l.shutdown()

@@ -26,10 +26,10 @@ import (
 )
 
 // ControlActors are the names of roam's per-node service actors, the
-// only receivers of roam's control messages (the relocation driver and
-// the Spot service). A control message is never forwarded, so its
+// only receivers of roam's control messages (the relocation driver, the
+// Spot service and the Session owner). A control message is never forwarded, so its
 // declared sender must be on a host the connection's certificate names.
-var ControlActors = []string{"roam/relocation", "roam/spot"}
+var ControlActors = []string{"roam/relocation", "roam/spot", "roam/session"}
 
 // remoteOptions completes the remote configuration built from the
 // application's RemoteOptions with roam's own: the frame limits and the

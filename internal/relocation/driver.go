@@ -505,6 +505,8 @@ func (d *Driver) Receive(c actor.Context) {
 			Sum: handoff.RelaySum{Count: m.GetRelayRecordCount(), CRC: m.GetRelayCrc32C()}})
 	case *messages.RelocationAbort:
 		d.onTargetEvent(m.GetIdentity(), c, handoff.AbortReceived{Reason: m.GetReason()})
+	case *messages.SessionSealReply:
+		d.onSessionSealReply(c, m)
 	}
 }
 

@@ -55,6 +55,10 @@ type object struct {
 	// its record last written here says (nil: none, or an Entry Spot);
 	// the driver goroutine only. A SpotWide move finds its members by it.
 	member *messages.Membership
+	// session is the client Session this Actor is bound to (nil: none):
+	// set at its spawn, carried by every move (docs/SESSIONS.md); the
+	// driver goroutine only.
+	session *messages.SessionBinding
 	// opening is set while this SpotWide member arrived and its queue is
 	// not open yet (closed then); the driver goroutine only.
 	opening chan struct{}
@@ -532,6 +536,14 @@ func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID strin
 }
 
 func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf) (*actor.PID, error) {
+	return d.spawnWith(ctx, key, stableType, member, nil)
+}
+
+// spawnWith is spawn; incarnated, if set, runs on the driver goroutine
+// right after the incarnation started, before it is registered: what it
+// sends the incarnation comes before anything a caller that learns the
+// PID afterwards sends.
+func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf, incarnated func(*object)) (*actor.PID, error) {
 	if err := d.serving(); err != nil {
 		return nil, err
 	}
@@ -605,6 +617,9 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 		pid, err := d.incarnate(obj, false, objectPIDName(key, generation, 1))
 		if err != nil {
 			return nil, fmt.Errorf("%w: spawn %s: %w", roamerr.ErrInvalidOperation, key, err)
+		}
+		if incarnated != nil {
+			incarnated(obj)
 		}
 		d.objects[key] = obj
 		return pid, nil

@@ -69,6 +69,10 @@ type sourceRun struct {
 	committed chan struct{}
 	outcome   Outcome
 	deadline  time.Time
+	// sessionsAwaiting counts the seal requests not answered yet;
+	// sessionTimer ends the wait (sessions.go).
+	sessionsAwaiting int
+	sessionTimer     *time.Timer
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -79,9 +83,14 @@ type sourcePart struct {
 	sealed   bool       // its mailbox was sealed (Unseal reopens only those)
 	captured bool       // its capture came (a seal still pending is undone when it does)
 	saved    []any      // the saved-work prefix, for Unseal
-	relayed  []any      // its share of the boundary batch as posted, for Reinstate
-	parked   *parkedSink
-	held     *parkedSink // the hold after the cutover, until StartFollow or Reinstate
+	// session is where the seal request of a bound participant stands
+	// (sessions.go); abortLater, when valid, is the move whose Session
+	// abort waits for this participant's late seal to be undone.
+	session    sessionSealState
+	abortLater handoff.Identity
+	relayed    []any // its share of the boundary batch as posted, for Reinstate
+	parked     *parkedSink
+	held       *parkedSink // the hold after the cutover, until StartFollow or Reinstate
 }
 
 type sourceResult struct {
@@ -332,7 +341,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		p.obj.out = r
 	}
 	d.sources[id.RelocationID] = r
-	d.stepSource(r, handoff.Start{})
+	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound()})
 	return r.waiter, nil
 }
 
@@ -398,6 +407,9 @@ func (d *Driver) endSource(r *sourceRun) {
 		d.giveBack(r.target.GetAddress(), [][]byte{r.ticket})
 	}
 	delete(d.sources, id)
+	if r.sessionTimer != nil {
+		r.sessionTimer.Stop()
+	}
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
 		if p.obj.out == r {
@@ -514,6 +526,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			MoveTicket:                r.ticket,
 			Join:                      r.join,
 			Members:                   r.members(),
+			Session:                   r.obj.session,
 		})
 
 	case handoff.SendChunks:
@@ -538,6 +551,12 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.SendAbort:
 		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})
+
+	case handoff.SealSessions:
+		return d.sealSessions(r)
+
+	case handoff.AbortSessions:
+		d.abortSessions(r)
 
 	case handoff.RelayThenCutover:
 		r.outcome.RelayReady = time.Now()
@@ -1028,7 +1047,14 @@ func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Ti
 // gave up on it (or ended): the participant serves again with what it
 // held, in order.
 func (d *Driver) unsealLate(p *sourcePart, saved []any) {
-	if err := d.unsealPart(p, saved); err != nil {
+	err := d.unsealPart(p, saved)
+	if id := p.abortLater; id.Valid() {
+		// Its queue is back (or as back as it will get): the Session
+		// owner may submit what it held.
+		p.abortLater = handoff.Identity{}
+		d.sendSessionAbort(p, id)
+	}
+	if err != nil {
 		d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
 		return
 	}
@@ -1095,6 +1121,7 @@ func (r *sourceRun) members() []*messages.Participant {
 		out = append(out, &messages.Participant{
 			Object:          &messages.ObjectRef{Kind: o.key.Kind, Id: o.key.ID, ObjectGeneration: o.generation, StableType: o.kind.StableType},
 			OwnerGeneration: o.ownerGeneration, NewOwnerGeneration: p.newOwner, ApplicationVersion: o.kind.ApplicationVersion,
+			Session: o.session,
 		})
 	}
 	return out

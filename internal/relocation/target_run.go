@@ -194,6 +194,7 @@ func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareRece
 		},
 		RestoreDeadline:  time.UnixMilli(p.GetRestoreDeadlineUnixMillis()),
 		MaxPayloadLength: d.cfg.MaxPayloadLength,
+		SessionBound:     prepareBound(p),
 	}
 }
 
@@ -286,6 +287,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			generation:      t.prepare.GetObject().GetObjectGeneration(),
 			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
 			arrived:         true,
+			session:         t.prepare.GetSession(),
 		}
 		// Once removed, the incarnation answers Unavailable for as long as
 		// messages may still follow to it (PROTOCOL.md §6.3, §5.14;
@@ -296,7 +298,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		t.obj = obj
 		for _, m := range t.members {
 			mo := &object{key: m.key, kind: m.kind, state: staging, generation: m.p.GetObject().GetObjectGeneration(), ownerGeneration: m.p.GetNewOwnerGeneration(),
-				member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: obj.generation}, arrived: true}
+				member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: obj.generation}, arrived: true, session: m.p.GetSession()}
 			if _, err := d.incarnate(mo, true, objectPIDName(m.key, mo.generation, mo.ownerGeneration)); err != nil {
 				return handoff.RestoreFailed{Err: fmt.Errorf("install temporary queue of %s: %w", m.key, err)}
 			}
@@ -367,6 +369,9 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 			break
 		}
 		d.sys.Root.Send(t.obj.pid, e.Item)
+
+	case handoff.UpdateSessionRoutes:
+		d.updateSessionRoutes(t)
 
 	case handoff.AckBoundary:
 		d.send(t.sourcePID, &messages.BoundaryAck{Identity: id.ToProto()})

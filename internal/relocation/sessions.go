@@ -1,0 +1,211 @@
+package relocation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// The hand-off's side of bound Sessions (docs/SESSIONS.md §2): the source
+// asks each bound participant's Session owner to seal (command 42) before
+// it seals, and tells it to release (command 44) once it serves again; the
+// target tells it the new route (command 43) once it opened. The Session
+// owner itself is internal/session; these are only the messages to it.
+
+// SessionOwnerName is the PID id of a node's Session owner, a control
+// actor: the commands' senders are checked against the connection's
+// certificate.
+const SessionOwnerName = "roam/session"
+
+// SessionOwnerPID is the Session owner of the node at address.
+func SessionOwnerPID(address string) *actor.PID { return actor.NewPID(address, SessionOwnerName) }
+
+// IncarnationPID is the PID of the incarnation of key with this
+// ObjectGeneration and owner generation on the node at address: where a
+// Session's binding route delivers.
+func IncarnationPID(address string, key location.AuthorityKey, generation, ownerGeneration uint64) *actor.PID {
+	return actor.NewPID(address, objectPIDName(key, generation, ownerGeneration))
+}
+
+// sessionSealState is where one bound participant's seal request stands.
+type sessionSealState uint8
+
+const (
+	sessionUnasked sessionSealState = iota
+	sessionAsked                    // 42 sent, no answer yet (a seal may be installed)
+	sessionSealed                   // answered sealed
+	sessionRefused                  // answered with a refusal: nothing installed
+)
+
+// sessionBound reports whether a participant of the move is bound to a
+// Session.
+func (r *sourceRun) sessionBound() bool {
+	for _, p := range r.parts {
+		if p.obj.session != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareBound reports whether a Restore request names a bound participant.
+func prepareBound(p *messages.RelocationPrepare) bool {
+	if p.GetSession() != nil {
+		return true
+	}
+	for _, m := range p.GetMembers() {
+		if m.GetSession() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// sealSessions sends command 42 for every bound participant; the answers
+// come to the driver (onSessionSealReply). No answer from all within the
+// capability timeout ends the wait with DeadlineExceeded.
+func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
+	id := r.m.Identity()
+	for _, p := range r.parts {
+		b := p.obj.session
+		if b == nil {
+			continue
+		}
+		p.session = sessionAsked
+		r.sessionsAwaiting++
+		d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.SessionSeal{
+			Identity:    id.ToProto(),
+			SessionId:   b.GetSessionId(),
+			ActorId:     p.obj.key.ID,
+			SourceRoute: d.routeOf(p.obj),
+		})
+	}
+	if r.sessionsAwaiting == 0 {
+		return handoff.SessionsSealed{}
+	}
+	wait := d.cfg.CapabilityTimeout
+	r.sessionTimer = time.AfterFunc(wait, func() {
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			if cur := d.sources[id.RelocationID]; cur == r && r.sessionsAwaiting > 0 {
+				r.sessionsAwaiting = 0
+				d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v", roamerr.ErrDeadlineExceeded, wait)})
+			}
+		}})
+	})
+	return nil
+}
+
+// routeOf is the binding route of obj's incarnation here.
+func (d *Driver) routeOf(obj *object) *messages.SessionRoute {
+	return &messages.SessionRoute{Address: d.desc.GetAddress(), OwnerGeneration: obj.ownerGeneration, ObjectGeneration: obj.generation}
+}
+
+// onSessionSealReply takes a Session owner's answer to command 42, only
+// from the Session owner the participant's binding names.
+func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealReply) {
+	id := handoff.IdentityFromProto(m.GetIdentity())
+	r := d.sources[id.RelocationID]
+	if r == nil || r.m.Identity() != id || r.sessionsAwaiting == 0 {
+		return // late, or a duplicate
+	}
+	var part *sourcePart
+	for _, p := range r.parts {
+		if b := p.obj.session; b != nil && p.obj.key.ID == m.GetActorId() && b.GetSessionId() == m.GetSessionId() {
+			part = p
+		}
+	}
+	if part == nil || part.session != sessionAsked {
+		return
+	}
+	if s := c.Sender(); s == nil || s.Address != part.obj.session.GetOwnerAddress() {
+		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("seal reply ignored: not from the binding's Session owner")
+		return
+	}
+	r.sessionsAwaiting--
+	if m.GetCode() != "" {
+		part.session = sessionRefused
+		r.sessionsAwaiting = 0
+		if r.sessionTimer != nil {
+			r.sessionTimer.Stop()
+		}
+		d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("the Session owner refused to seal the binding of Actor %q: %w",
+			part.obj.key.ID, roamerr.FromCode(m.GetCode(), m.GetDetail()))})
+		return
+	}
+	part.session = sessionSealed
+	if r.sessionsAwaiting == 0 {
+		if r.sessionTimer != nil {
+			r.sessionTimer.Stop()
+		}
+		d.stepSource(r, handoff.SessionsSealed{})
+	}
+}
+
+// abortSessions sends command 44 to the Session owner of every
+// participant whose seal may be installed, once that participant's queue
+// is restored (a participant whose seal is still pending sends it when the
+// seal is undone: unsealLate).
+func (d *Driver) abortSessions(r *sourceRun) {
+	for _, p := range r.parts {
+		if p.obj.session == nil || p.session == sessionUnasked || p.session == sessionRefused {
+			continue
+		}
+		if p.sealed && !p.captured {
+			p.abortLater = r.m.Identity()
+			continue
+		}
+		d.sendSessionAbort(p, r.m.Identity())
+	}
+}
+
+func (d *Driver) sendSessionAbort(p *sourcePart, id handoff.Identity) {
+	b := p.obj.session
+	d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.RelocationAbort{
+		Identity: id.ToProto(), SessionId: b.GetSessionId(), ActorId: p.obj.key.ID,
+	})
+}
+
+// updateSessionRoutes sends command 43 for every bound participant that
+// arrived: its route is this node's incarnation now.
+func (d *Driver) updateSessionRoutes(t *targetRun) {
+	id := t.m.Identity().ToProto()
+	objs := []*object{t.obj}
+	for _, m := range t.members {
+		objs = append(objs, m.obj)
+	}
+	for _, obj := range objs {
+		if obj == nil || obj.session == nil {
+			continue
+		}
+		d.send(SessionOwnerPID(obj.session.GetOwnerAddress()), &messages.SessionRouteUpdate{
+			Identity: id, SessionId: obj.session.GetSessionId(), ActorId: obj.key.ID, TargetRoute: d.routeOf(obj),
+		})
+	}
+}
+
+// SpawnBound creates the relocatable Actor id of a registered kind on this
+// node, bound to the client Session b whose pushes go to sessionPID. Its
+// first message is a SessionBound naming them; the binding moves with it.
+// The route the Session owner binds is the returned Route.
+func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messages.SessionBinding, sessionPID *actor.PID) (*actor.PID, *messages.SessionRoute, error) {
+	if b.GetSessionId() == "" || b.GetOwnerAddress() == "" {
+		return nil, nil, fmt.Errorf("%w: a Session binding needs the Session's ID and owner address", roamerr.ErrInvalidOperation)
+	}
+	var route *messages.SessionRoute
+	pid, err := d.spawnWith(ctx, location.Key(location.KindActor, id), stableType, nil, func(obj *object) {
+		obj.session = b
+		route = d.routeOf(obj)
+		d.sys.Root.Send(obj.pid, &messages.SessionBound{SessionId: b.GetSessionId(), Session: &messages.PID{Address: sessionPID.Address, Id: sessionPID.Id}})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pid, route, nil
+}

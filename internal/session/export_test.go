@@ -1,0 +1,29 @@
+package session
+
+// Held is how many client messages the Session holds for actor.
+func (c *Session) Held(actor string) int {
+	c.svc.mu.Lock()
+	defer c.svc.mu.Unlock()
+	return c.svc.owner.Held(c.id, actor)
+}
+
+// Sealed reports whether actor's binding is sealed.
+func (c *Session) Sealed(actor string) bool {
+	c.svc.mu.Lock()
+	defer c.svc.mu.Unlock()
+	_, sealed, _ := c.svc.owner.BindingOf(c.id, actor)
+	return sealed
+}
+
+// DropCommands makes the Session owner of c's node drop the commands f
+// returns true for (nil: none).
+func (c *Session) DropCommands(f func(msg any) bool) {
+	if f == nil {
+		c.svc.dropCommands.Store(nil)
+		return
+	}
+	c.svc.dropCommands.Store(&f)
+}
+
+// Self is the Session owner actor's PID.
+func (c *Session) Self() any { return c.svc.self }

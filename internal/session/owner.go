@@ -1,0 +1,334 @@
+// Package session is the Session owner's rules (docs/SESSIONS.md): where a
+// client's messages go, the seal a move of a bound Actor asks for, what is
+// held meanwhile and its limits, the route update, the abort and the seal
+// timeout. It is a pure machine — events in, effects out, no goroutines,
+// clock or network — for every Session of one node; the driver runs the
+// effects in the order returned.
+package session
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// ID names a Session (128 random bits, as text).
+type ID string
+
+// Route is where a binding delivers: the node the bound Actor's incarnation
+// runs on, its owner generation and its ObjectGeneration (together they
+// name the incarnation's PID).
+type Route struct {
+	Address          string
+	OwnerGeneration  uint64
+	ObjectGeneration uint64
+}
+
+func (r Route) String() string {
+	return fmt.Sprintf("%s@%d.%d", r.Address, r.ObjectGeneration, r.OwnerGeneration)
+}
+
+// Item is one client message as the Session owner sees it: opaque to it,
+// with its size for the hold's byte limit.
+type Item struct {
+	Msg   any
+	Bytes int
+}
+
+// Config bounds what a sealed binding holds and how long a seal lasts.
+type Config struct {
+	// HoldLimit is the most client messages one sealed binding holds
+	// (default 1,024); HoldBytes their most bytes (default 1 MiB). A
+	// client message past either is refused CapacityExceeded, not held.
+	HoldLimit int
+	HoldBytes int
+	// SealTimeout is SessionRelocationSealTimeout (default 3 s): a seal
+	// neither updated nor aborted by then closes the Session.
+	SealTimeout time.Duration
+}
+
+// DefaultConfig is the configuration docs/SESSIONS.md names.
+func DefaultConfig() Config {
+	return Config{HoldLimit: 1024, HoldBytes: 1 << 20, SealTimeout: 3 * time.Second}
+}
+
+// WithDefaults fills zero fields from DefaultConfig.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.HoldLimit == 0 {
+		c.HoldLimit = d.HoldLimit
+	}
+	if c.HoldBytes == 0 {
+		c.HoldBytes = d.HoldBytes
+	}
+	if c.SealTimeout == 0 {
+		c.SealTimeout = d.SealTimeout
+	}
+	return c
+}
+
+// Validate rejects negative limits.
+func (c Config) Validate() error {
+	if c.HoldLimit < 0 || c.HoldBytes < 0 || c.SealTimeout < 0 {
+		return fmt.Errorf("%w: session hold limits and seal timeout must not be negative", roamerr.ErrInvalidOperation)
+	}
+	return nil
+}
+
+// Owner is the Session owner of one node.
+type Owner struct {
+	cfg      Config
+	sessions map[ID]*session
+}
+
+// session is one open Session: its bindings by Actor ID.
+type session struct {
+	bindings map[string]*binding
+}
+
+// binding is one Actor bound to a Session. Invariant: route is where every
+// client message not held went, in the client's order; while seal is set,
+// every client message of this binding is in seal.held (or was refused),
+// none went anywhere.
+type binding struct {
+	route Route
+	seal  *seal
+}
+
+// seal is a binding's state during one move of its Actor.
+type seal struct {
+	move      handoff.Identity
+	held      []Item
+	heldBytes int
+}
+
+// New makes the Session owner of a node.
+func New(cfg Config) *Owner {
+	return &Owner{cfg: cfg.WithDefaults(), sessions: map[ID]*session{}}
+}
+
+// Open reports whether the Session is open.
+func (o *Owner) Open(id ID) bool { return o.sessions[id] != nil }
+
+// BindingOf is the binding's route and whether it is sealed (ok false: no
+// such Session or binding).
+func (o *Owner) BindingOf(id ID, actor string) (r Route, sealed bool, ok bool) {
+	s := o.sessions[id]
+	if s == nil {
+		return Route{}, false, false
+	}
+	b := s.bindings[actor]
+	if b == nil {
+		return Route{}, false, false
+	}
+	return b.route, b.seal != nil, true
+}
+
+// Held is how many client messages the binding holds.
+func (o *Owner) Held(id ID, actor string) int {
+	if s := o.sessions[id]; s != nil {
+		if b := s.bindings[actor]; b != nil && b.seal != nil {
+			return len(b.seal.held)
+		}
+	}
+	return 0
+}
+
+// Step feeds one event and returns the effects to run, in order.
+func (o *Owner) Step(ev Event) []Effect {
+	switch ev := ev.(type) {
+	case OpenSession:
+		if o.sessions[ev.Session] != nil {
+			return []Effect{Reject{Err: fmt.Errorf("%w: session %s is open already", roamerr.ErrAlreadyExists, ev.Session)}}
+		}
+		o.sessions[ev.Session] = &session{bindings: map[string]*binding{}}
+		return nil
+
+	case Bind:
+		s := o.sessions[ev.Session]
+		if s == nil {
+			return []Effect{Reject{Err: fmt.Errorf("%w: session %s is not open", roamerr.ErrNotFound, ev.Session)}}
+		}
+		if s.bindings[ev.Actor] != nil {
+			return []Effect{Reject{Err: fmt.Errorf("%w: Actor %q is bound to session %s already", roamerr.ErrAlreadyExists, ev.Actor, ev.Session)}}
+		}
+		s.bindings[ev.Actor] = &binding{route: ev.Route}
+		return nil
+
+	case Unbind:
+		s := o.sessions[ev.Session]
+		if s == nil || s.bindings[ev.Actor] == nil {
+			return nil
+		}
+		b := s.bindings[ev.Actor]
+		delete(s.bindings, ev.Actor)
+		return o.unbound(ev.Session, ev.Actor, b, fmt.Errorf("%w: Actor %q is no longer bound to the session", roamerr.ErrNotFound, ev.Actor))
+
+	case CloseSession:
+		return o.close(ev.Session, ev.Err)
+
+	case Client:
+		s := o.sessions[ev.Session]
+		if s == nil {
+			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: session %s is closed", roamerr.ErrUnavailable, ev.Session)}}
+		}
+		b := s.bindings[ev.Actor]
+		if b == nil {
+			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: no Actor %q is bound to session %s", roamerr.ErrNotFound, ev.Actor, ev.Session)}}
+		}
+		if b.seal == nil {
+			return []Effect{Deliver{Session: ev.Session, Actor: ev.Actor, Route: b.route, Item: ev.Item}}
+		}
+		sl := b.seal
+		if len(sl.held) >= o.cfg.HoldLimit || sl.heldBytes+ev.Item.Bytes > o.cfg.HoldBytes {
+			// Not held, not dropped: the client is told now, and the
+			// Session stays open (docs/SESSIONS.md §3).
+			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: Actor %q is moving and session %s holds %d messages (%d bytes) for it already",
+				roamerr.ErrCapacityExceeded, ev.Actor, ev.Session, len(sl.held), sl.heldBytes)}}
+		}
+		sl.held = append(sl.held, ev.Item)
+		sl.heldBytes += ev.Item.Bytes
+		return nil
+
+	case SealRequest:
+		return o.sealRequest(ev)
+	case RouteUpdate:
+		return o.routeUpdate(ev)
+	case Abort:
+		return o.abort(ev)
+
+	case SealExpired:
+		b := o.binding(ev.Session, ev.Actor)
+		if b == nil || b.seal == nil || b.seal.move != ev.Move {
+			return nil // released meanwhile: a timer that fired late
+		}
+		// No route update and no abort in time: the move's outcome is not
+		// this node's to guess. The connection ends, with everything the
+		// Session held (docs/SESSIONS.md §4).
+		effects := []Effect{Log{Level: handoff.LevelWarn, Event: "session_seal_timeout", Session: ev.Session, Actor: ev.Actor, Move: ev.Move,
+			Msg: "no route update or abort within the seal timeout; the session is closed"}}
+		return append(effects, o.close(ev.Session, fmt.Errorf("%w: session closed: the relocation of Actor %q was not confirmed within %v", roamerr.ErrUnavailable, ev.Actor, o.cfg.SealTimeout))...)
+	}
+	return nil
+}
+
+func (o *Owner) binding(id ID, actor string) *binding {
+	if s := o.sessions[id]; s != nil {
+		return s.bindings[actor]
+	}
+	return nil
+}
+
+// sealRequest checks command 42 (docs/SESSIONS.md §2): the sender is the
+// source route's node, the Session is open and binds the Actor, its route
+// is the declared source route, and no other move sealed it. The same move
+// asking again is answered sealed again (a resent request).
+func (o *Owner) sealRequest(ev SealRequest) []Effect {
+	reply := func(err error) []Effect {
+		return []Effect{ReplySeal{To: ev.From, Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Err: err}}
+	}
+	if ev.From != ev.Source.Address {
+		return reply(fmt.Errorf("%w: a seal request must come from the source route's node", roamerr.ErrPermissionDenied))
+	}
+	b := o.binding(ev.Session, ev.Actor)
+	if b == nil {
+		return reply(fmt.Errorf("%w: no Actor %q is bound to session %s", roamerr.ErrNotFound, ev.Actor, ev.Session))
+	}
+	if b.route != ev.Source {
+		return reply(fmt.Errorf("%w: the binding's route is not the declared source route", roamerr.ErrStale))
+	}
+	if b.seal != nil {
+		if b.seal.move == ev.Move {
+			return reply(nil)
+		}
+		return reply(fmt.Errorf("%w: the binding is sealed by another move", roamerr.ErrConflict))
+	}
+	b.seal = &seal{move: ev.Move}
+	return append([]Effect{StartSealTimer{Session: ev.Session, Actor: ev.Actor, Move: ev.Move, After: o.cfg.SealTimeout}}, reply(nil)...)
+}
+
+// routeUpdate applies command 43: only the seal of exactly this move, sent
+// by the target route's node. The held messages go to the new route in
+// their order, then the seal is released, so a later client message
+// follows them on the same route.
+func (o *Owner) routeUpdate(ev RouteUpdate) []Effect {
+	b := o.binding(ev.Session, ev.Actor)
+	var why string
+	switch {
+	case ev.From != ev.Target.Address:
+		why = "not sent by the target route's node"
+	case b == nil:
+		why = "no such session or binding (closed, or the seal timed out)"
+	case b.seal == nil:
+		why = "the binding is not sealed (a duplicate, or after the seal timeout)"
+	case b.seal.move != ev.Move:
+		why = "the binding is sealed by another move"
+	}
+	if why != "" {
+		return []Effect{Log{Level: handoff.LevelWarn, Event: "session_route_update_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "route update ignored: " + why}}
+	}
+	b.route = ev.Target
+	return o.release(ev.Session, ev.Actor, b)
+}
+
+// abort applies command 44: only the seal of exactly this move, sent by
+// the (unchanged) source route's node, which serves again. The held
+// messages go to it in their order, then the seal is released.
+func (o *Owner) abort(ev Abort) []Effect {
+	b := o.binding(ev.Session, ev.Actor)
+	var why string
+	switch {
+	case b == nil:
+		why = "no such session or binding (closed, or the seal timed out)"
+	case ev.From != b.route.Address:
+		why = "not sent by the binding route's node"
+	case b.seal == nil:
+		why = "the binding is not sealed"
+	case b.seal.move != ev.Move:
+		why = "the binding is sealed by another move"
+	}
+	if why != "" {
+		return []Effect{Log{Level: handoff.LevelWarn, Event: "session_abort_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "abort ignored: " + why}}
+	}
+	return o.release(ev.Session, ev.Actor, b)
+}
+
+func (o *Owner) release(id ID, actor string, b *binding) []Effect {
+	sl := b.seal
+	b.seal = nil
+	effects := make([]Effect, 0, len(sl.held)+1)
+	effects = append(effects, StopSealTimer{Session: id, Actor: actor, Move: sl.move})
+	for _, it := range sl.held {
+		effects = append(effects, Deliver{Session: id, Actor: actor, Route: b.route, Item: it})
+	}
+	return effects
+}
+
+// unbound ends a binding: what it held is refused with err.
+func (o *Owner) unbound(id ID, actor string, b *binding, err error) []Effect {
+	if b.seal == nil {
+		return nil
+	}
+	effects := []Effect{StopSealTimer{Session: id, Actor: actor, Move: b.seal.move}}
+	for _, it := range b.seal.held {
+		effects = append(effects, Refuse{Session: id, Item: it, Err: err})
+	}
+	return effects
+}
+
+// close clears a Session: its bindings, seals and held messages (each held
+// one refused with err), then the connection ends.
+func (o *Owner) close(id ID, err error) []Effect {
+	s := o.sessions[id]
+	if s == nil {
+		return nil
+	}
+	delete(o.sessions, id)
+	var effects []Effect
+	for actor, b := range s.bindings {
+		effects = append(effects, o.unbound(id, actor, b, err)...)
+	}
+	return append(effects, Closed{Session: id, Err: err})
+}

@@ -1,0 +1,509 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Service is the Session owner of one node lifecycle: the Owner's rules
+// run under one lock, the commands of other nodes' hand-offs arrive at the
+// roam/session actor, the client side calls Session's methods, and seal
+// timers fire into the same lock. Effects that send (Deliver, ReplySeal)
+// run under the lock, so the order the Owner decided is the order the
+// transport sees; user callbacks never run under it.
+type Service struct {
+	mu     sync.Mutex
+	owner  *Owner
+	open   map[ID]*Session
+	timers map[timerKey]*time.Timer
+	closed bool
+
+	cfg     Config
+	driver  *relocation.Driver
+	sys     *actor.ActorSystem
+	address string
+	self    *actor.PID
+	log     zerolog.Logger
+	// dropCommands, if set, drops the commands it returns true for
+	// (tests: a lost route update).
+	dropCommands atomic.Pointer[func(any) bool]
+}
+
+type timerKey struct {
+	session ID
+	actor   string
+	move    handoff.Identity
+}
+
+// Start spawns the node's Session owner actor on the driver's system.
+func Start(d *relocation.Driver, cfg Config, log zerolog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	s := &Service{
+		owner: New(cfg), open: map[ID]*Session{}, timers: map[timerKey]*time.Timer{},
+		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
+	}
+	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
+	if err != nil {
+		return nil, fmt.Errorf("%w: session owner: %w", roamerr.ErrUnavailable, err)
+	}
+	s.self = pid
+	return s, nil
+}
+
+// Stop closes every Session (their clients see ErrUnavailable) and stops
+// the actor.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	var effects []Effect
+	for id := range s.open {
+		effects = append(effects, s.owner.Step(CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
+	}
+	s.run(effects)
+	s.mu.Unlock()
+	s.sys.Root.Stop(s.self)
+}
+
+// step feeds ev and runs its effects; the caller holds s.mu.
+func (s *Service) step(ev Event) []Effect {
+	effects := s.owner.Step(ev)
+	s.run(effects)
+	return effects
+}
+
+// run executes effects in order; the caller holds s.mu.
+func (s *Service) run(effects []Effect) {
+	for _, e := range effects {
+		switch e := e.(type) {
+		case Deliver:
+			e.Item.Msg.(*outbound).deliver(s, e.Actor, e.Route)
+		case Refuse:
+			e.Item.Msg.(*outbound).refuse(e.Err)
+		case StartSealTimer:
+			k := timerKey{e.Session, e.Actor, e.Move}
+			s.timers[k] = time.AfterFunc(e.After, func() {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				delete(s.timers, k)
+				s.step(SealExpired{Session: k.session, Actor: k.actor, Move: k.move})
+			})
+		case StopSealTimer:
+			k := timerKey{e.Session, e.Actor, e.Move}
+			if t := s.timers[k]; t != nil {
+				t.Stop()
+				delete(s.timers, k)
+			}
+		case Closed:
+			if c := s.open[e.Session]; c != nil {
+				delete(s.open, e.Session)
+				c.end(e.Err)
+			}
+		case Log:
+			ev := s.log.Info()
+			switch e.Level {
+			case handoff.LevelWarn:
+				ev = s.log.Warn()
+			case handoff.LevelError:
+				ev = s.log.Error()
+			}
+			ev.Str("event", e.Event).Str("session_id", string(e.Session)).Str("object_id", e.Actor).
+				Uint64("relocation_id", e.Move.RelocationID).Uint64("target_attempt", e.Move.TargetAttemptGeneration).Msg(e.Msg)
+		}
+	}
+}
+
+// commands is the roam/session actor: commands 42, 43 and 44 from the
+// hand-offs of other nodes (and this one). The sender's address is what
+// the transport vouches for (with TLS, a host the connection's
+// certificate names: meshnode.ControlActors).
+type commands Service
+
+func (c *commands) Receive(ctx actor.Context) {
+	s := (*Service)(c)
+	if drop := s.dropCommands.Load(); drop != nil && (*drop)(ctx.Message()) {
+		return
+	}
+	from := ""
+	if sender := ctx.Sender(); sender != nil {
+		from = sender.Address
+	}
+	switch m := ctx.Message().(type) {
+	case *messages.SessionSeal:
+		s.mu.Lock()
+		effects := s.step(SealRequest{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
+		s.mu.Unlock()
+		for _, e := range effects {
+			if r, ok := e.(ReplySeal); ok && ctx.Sender() != nil {
+				reply := &messages.SessionSealReply{Identity: m.GetIdentity(), SessionId: m.GetSessionId(), ActorId: m.GetActorId()}
+				if r.Err != nil {
+					reply.Code, reply.Detail = roamerr.Code(r.Err), r.Err.Error()
+				}
+				ctx.Request(ctx.Sender(), reply)
+			}
+		}
+	case *messages.SessionRouteUpdate:
+		s.mu.Lock()
+		s.step(RouteUpdate{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
+		s.mu.Unlock()
+	case *messages.RelocationAbort:
+		if m.GetSessionId() == "" {
+			return
+		}
+		s.mu.Lock()
+		s.step(Abort{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
+		s.mu.Unlock()
+	}
+}
+
+func routeFrom(r *messages.SessionRoute) Route {
+	return Route{Address: r.GetAddress(), OwnerGeneration: r.GetOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration()}
+}
+
+// Options configure one Session.
+type Options struct {
+	// OnPush receives the bound Actors' messages to the client, in the
+	// order each sender sent them, one at a time on the Session's own
+	// goroutine.
+	OnPush func(msg any)
+	// OnClose is called once when the Session ends: nil after Close, else
+	// why (the seal timeout, the node stopping, a client too slow to take
+	// its pushes).
+	OnClose func(err error)
+	// PushBuffer bounds the pushes waiting for OnPush (default 4,096);
+	// past it the Session is closed with CapacityExceeded rather than a
+	// push dropped.
+	PushBuffer int
+}
+
+// Session is one client connection on this node.
+type Session struct {
+	svc    *Service
+	id     ID
+	pid    *actor.PID
+	opts   Options
+	pushes chan any
+	done   chan struct{}
+	once   sync.Once
+	err    error // set before done is closed
+	seq    atomic.Uint64
+}
+
+// Open opens a Session for a client that connected to this node.
+func (s *Service) Open(opts Options) (*Session, error) {
+	if opts.PushBuffer <= 0 {
+		opts.PushBuffer = 4096
+	}
+	id := newID()
+	c := &Session{svc: s, id: id, opts: opts, pushes: make(chan any, opts.PushBuffer), done: make(chan struct{})}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("%w: the node is stopping", roamerr.ErrUnavailable)
+	}
+	if r, ok := firstReject(s.step(OpenSession{Session: id})); ok {
+		return nil, r
+	}
+	pid, ok := s.sys.ProcessRegistry.Add(&pushProcess{c: c}, PIDName(id))
+	if !ok {
+		s.step(CloseSession{Session: id})
+		return nil, fmt.Errorf("%w: session PID %s is taken", roamerr.ErrConflict, pid.Id)
+	}
+	c.pid = pid
+	s.open[id] = c
+	go c.deliverPushes()
+	return c, nil
+}
+
+// PIDName is the PID id of Session id on its node: where the bound
+// Actors' pushes go. It never moves.
+func PIDName(id ID) string { return relocation.SessionOwnerName + "/" + string(id) }
+
+func firstReject(effects []Effect) (error, bool) {
+	for _, e := range effects {
+		if r, ok := e.(Reject); ok {
+			return r.Err, true
+		}
+	}
+	return nil, false
+}
+
+// ID is the Session's ID.
+func (c *Session) ID() ID { return c.id }
+
+// PID is where the bound Actors' pushes to this client go.
+func (c *Session) PID() *actor.PID { return c.pid }
+
+// Done is closed when the Session ended; Err says why.
+func (c *Session) Done() <-chan struct{} { return c.done }
+
+// Err is nil while open and after Close, else why the Session ended.
+func (c *Session) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// SpawnActor creates the relocatable Actor id of a registered kind on this
+// node, bound to the Session: its first message is a SessionBound, the
+// client's messages to id reach it wherever it moves, and its pushes to
+// the SessionBound's PID reach OnPush.
+func (c *Session) SpawnActor(ctx context.Context, stableType, id string) (*actor.PID, error) {
+	s := c.svc
+	if c.Err() != nil || isDone(c.done) {
+		return nil, fmt.Errorf("%w: session %s is closed", roamerr.ErrUnavailable, c.id)
+	}
+	pid, route, err := s.driver.SpawnBound(ctx, stableType, id, &messages.SessionBinding{SessionId: string(c.id), OwnerAddress: s.address}, c.pid)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	effects := s.step(Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
+	s.mu.Unlock()
+	if r, ok := firstReject(effects); ok {
+		// The Session closed meanwhile: the Actor serves on unbound; its
+		// spawner decides (it may delete it).
+		return pid, r
+	}
+	return pid, nil
+}
+
+// Send sends msg to the bound Actor id, one-way, after every earlier
+// message of this client to it. While the Actor moves it is held;
+// CapacityExceeded when the hold is full, NotFound when no Actor id is
+// bound, Unavailable when the Session is closed.
+func (c *Session) Send(actorID string, msg proto.Message) error {
+	o := &outbound{msg: msg, op: c.nextOp()}
+	return c.submit(actorID, o, proto.Size(msg))
+}
+
+// Request sends msg to the bound Actor id and waits for its reply within
+// ctx, in the same order as Send.
+func (c *Session) Request(ctx context.Context, actorID string, msg proto.Message) (proto.Message, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		dl, _ = ctx.Deadline()
+	}
+	o := &outbound{msg: msg, op: c.nextOp(), reply: make(chan replyResult, 1)}
+	rp := &replyProcess{ch: o.reply}
+	pid, added := c.svc.sys.ProcessRegistry.Add(rp, relocation.ReplyRouteID(o.op, dl))
+	if !added {
+		return nil, fmt.Errorf("%w: the reply route %s is taken", roamerr.ErrUnavailable, pid.Id)
+	}
+	defer c.svc.sys.ProcessRegistry.Remove(pid)
+	o.replyTo = pid
+	if err := c.submit(actorID, o, proto.Size(msg)); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-o.reply:
+		switch {
+		case r.err != nil:
+			return nil, r.err
+		}
+		if derr := relocation.DeliveryError(r.reply); derr != nil {
+			return nil, derr
+		}
+		if _, dead := r.reply.(*actor.DeadLetterResponse); dead {
+			return nil, fmt.Errorf("%w: Actor %q is not at its route (deleted?)", roamerr.ErrStale, actorID)
+		}
+		pm, ok := r.reply.(proto.Message)
+		if !ok {
+			return nil, fmt.Errorf("%w: reply %T is not a protobuf message", roamerr.ErrTypeMismatch, r.reply)
+		}
+		return pm, nil
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: no reply from Actor %q", roamerr.ErrDeadlineExceeded, actorID)
+		}
+		return nil, fmt.Errorf("%w: the request to Actor %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, actorID, ctx.Err())
+	}
+}
+
+func (c *Session) submit(actorID string, o *outbound, size int) error {
+	s := c.svc
+	s.mu.Lock()
+	effects := s.step(Client{Session: c.id, Actor: actorID, Item: Item{Msg: o, Bytes: size}})
+	s.mu.Unlock()
+	for _, e := range effects {
+		if r, ok := e.(Refuse); ok && r.Item.Msg == o {
+			return r.Err
+		}
+	}
+	return nil
+}
+
+func (c *Session) nextOp() string {
+	return opPrefix + string(c.id[:8]) + "-" + strconv.FormatUint(c.seq.Add(1), 36)
+}
+
+// Close ends the Session: its bindings go (the Actors serve on), held
+// messages are refused, OnClose gets nil.
+func (c *Session) Close() {
+	s := c.svc
+	s.mu.Lock()
+	s.step(CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
+	s.mu.Unlock()
+	c.endWith(nil)
+}
+
+// end is the Owner's Closed: err is why.
+func (c *Session) end(err error) { c.endWith(err) }
+
+func (c *Session) endWith(err error) {
+	c.once.Do(func() {
+		c.err = err
+		c.svc.sys.ProcessRegistry.Remove(c.pid)
+		close(c.done)
+	})
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// deliverPushes hands pushes to OnPush in order, then reports the end.
+func (c *Session) deliverPushes() {
+	for {
+		select {
+		case m := <-c.pushes:
+			if c.opts.OnPush != nil {
+				c.opts.OnPush(m)
+			}
+		case <-c.done:
+			// What came before the end still goes to the client.
+			for {
+				select {
+				case m := <-c.pushes:
+					if c.opts.OnPush != nil {
+						c.opts.OnPush(m)
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if c.opts.OnClose != nil {
+				c.opts.OnClose(c.err)
+			}
+			return
+		}
+	}
+}
+
+// pushProcess is the Session's PID: the bound Actors' pushes.
+type pushProcess struct{ c *Session }
+
+func (p *pushProcess) SendUserMessage(_ *actor.PID, message any) {
+	_, msg, _ := actor.UnwrapEnvelope(message)
+	select {
+	case p.c.pushes <- msg:
+	default:
+		// A client that does not take its pushes: closing it is loud,
+		// dropping a push would not be.
+		c := p.c
+		c.svc.log.Warn().Str("event", "session_push_overflow").Str("session_id", string(c.id)).Int("buffer", c.opts.PushBuffer).
+			Msg("the client does not take its pushes; the session is closed")
+		go func() {
+			s := c.svc
+			s.mu.Lock()
+			s.step(CloseSession{Session: c.id, Err: fmt.Errorf("%w: session closed: more than %d pushes waited for the client", roamerr.ErrCapacityExceeded, c.opts.PushBuffer)})
+			s.mu.Unlock()
+		}()
+	}
+}
+
+func (p *pushProcess) SendSystemMessage(*actor.PID, any) {}
+func (p *pushProcess) Stop(*actor.PID)                   {}
+
+// outbound is one client message on its way to the bound Actor.
+type outbound struct {
+	msg     proto.Message
+	op      string
+	reply   chan replyResult // a request's; nil for a send
+	replyTo *actor.PID
+}
+
+func (o *outbound) deliver(s *Service, actorID string, r Route) {
+	to := relocation.IncarnationPID(r.Address, location.Key(location.KindActor, actorID), r.ObjectGeneration, r.OwnerGeneration)
+	env := &actor.MessageEnvelope{Message: o.msg}
+	if o.reply != nil {
+		env.Sender = o.replyTo
+	} else {
+		env.Header = map[string]string{relocation.HeaderOperation: o.op}
+	}
+	s.sys.Root.Send(to, env)
+}
+
+func (o *outbound) refuse(err error) {
+	if o.reply != nil {
+		select {
+		case o.reply <- replyResult{err: err}:
+		default:
+		}
+	}
+}
+
+type replyResult struct {
+	reply any
+	err   error
+}
+
+// replyProcess is a request's reply address: the first message is the
+// reply.
+type replyProcess struct{ ch chan replyResult }
+
+func (p *replyProcess) SendUserMessage(_ *actor.PID, message any) {
+	_, msg, _ := actor.UnwrapEnvelope(message)
+	select {
+	case p.ch <- replyResult{reply: msg}:
+	default:
+	}
+}
+
+func (p *replyProcess) SendSystemMessage(_ *actor.PID, message any) {}
+func (p *replyProcess) Stop(*actor.PID)                             {}
+
+var opPrefix = "s" + newHex(6) + "-"
+
+func newID() ID { return ID(newHex(16)) }
+
+func newHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
