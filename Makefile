@@ -95,7 +95,7 @@ lint:
 demo:
 	$(GO) run ./cmd/roam-demo
 
-## demo-consul: the same with a real Consul and three chat-node processes;
+## demo-consul: the same with a real Consul and four chat-node processes;
 ## TLS=1 runs every process with mutual TLS (certificates from `make certs`).
 demo-consul: consul $(if $(TLS),certs)
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -149,4 +150,109 @@ func TestBoundActorMovesWhileItsSessionStays(t *testing.T) {
 	require.Equal(t, gw.System().Address(), pid.Address)
 	_, err = s.Request(ctx, "nobody", wrapperspb.String("x"))
 	require.ErrorIs(t, err, roamerr.ErrNotFound)
+}
+
+// Bound Actors that are members of a SpotWide User Spot move with it: one
+// move seals the bindings of two Sessions on the gateway, and updates
+// both; a drain of the node that hosts them moves them again; each client
+// keeps every count in order and every push, and no Session closes. A
+// cross-node Join of a bound Actor moves it with its Session sealed too.
+func TestBoundMembersMoveWithTheirSpotAndInADrain(t *testing.T) {
+	bothStores(t, func(t *testing.T, store location.Store) {
+		ctx := context.Background()
+		gw := start(t, store, roam.WithNodeName("gw"), roam.WithKinds(userKind, teamKind))
+		b := start(t, store, roam.WithNodeName("b"), roam.WithKinds(userKind, teamKind))
+		c := start(t, store, roam.WithNodeName("c"), roam.WithKinds(userKind, teamKind))
+		byRid := map[string]*roam.Roam{gw.NodeRid(): gw, b.NodeRid(): b, c.NodeRid(): c}
+
+		res, err := b.Spots().GetOrCreate("crew", "team").Do(ctx)
+		require.NoError(t, err)
+		type client struct {
+			s    *roam.Session
+			log  *pushLog
+			want []string
+			n    int64
+		}
+		var clients []*client
+		for _, id := range []string{"ann", "ben"} {
+			cl := &client{log: &pushLog{}}
+			cl.s, err = gw.OpenSession(roam.SessionOptions{OnPush: cl.log.onPush, OnClose: cl.log.onClose})
+			require.NoError(t, err)
+			_, err = cl.s.SpawnActor(ctx, "session-user", id)
+			require.NoError(t, err)
+			_, err = gw.JoinSpot(ctx, roam.ActorRef(id), res.Ref) // a cross-node Join unless crew is on gw
+			require.NoError(t, err)
+			clients = append(clients, cl)
+		}
+		talk := func(rounds int) {
+			var wg sync.WaitGroup
+			for i, cl := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := []string{"ann", "ben"}[i]
+					for range rounds {
+						cl.n++
+						v := strconv.FormatInt(cl.n, 10)
+						cl.want = append(cl.want, v)
+						r, err := cl.s.Request(ctx, id, wrapperspb.String(v))
+						if !assertNoError(t, err, "%s request %d", id, cl.n) {
+							return
+						}
+						if r.(*wrapperspb.Int64Value).GetValue() != cl.n {
+							t.Errorf("%s: request %d answered %d: lost or handled twice", id, cl.n, r.(*wrapperspb.Int64Value).GetValue())
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		owner := func() *roam.Roam {
+			v, err := store.Read(ctx, roam.UserSpotRef("crew"))
+			require.NoError(t, err)
+			return byRid[v.Record.GetOwner().GetNodeRid()]
+		}
+
+		done := make(chan struct{})
+		go func() { defer close(done); talk(150) }()
+		for _, to := range []string{"c", "b", "gw", "c"} {
+			_, err := gw.Relocate(ctx, roam.UserSpotRef("crew"), to)
+			require.NoError(t, err)
+		}
+		<-done
+
+		done = make(chan struct{})
+		go func() { defer close(done); talk(150) }()
+		host := owner()
+		dr, err := host.Drain(ctx, roam.DrainOptions{})
+		require.NoError(t, err)
+		require.True(t, dr.Complete(), "%v", dr.Err())
+		require.NotEqual(t, host, owner())
+		<-done
+		testwait.For(t, func() bool {
+			for _, cl := range clients {
+				p, _ := cl.log.snapshot()
+				if len(p) < 300 {
+					return false
+				}
+			}
+			return true
+		}, "every push reaches its client")
+		for _, cl := range clients {
+			p, closed := cl.log.snapshot()
+			require.Equal(t, cl.want, p, "pushes in order, once each")
+			require.Empty(t, closed, "no Session closed")
+			require.NoError(t, cl.s.Err())
+		}
+	})
+}
+
+func assertNoError(t *testing.T, err error, format string, args ...any) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf(format+": %v", append(args, err)...)
+		return false
+	}
+	return true
 }

@@ -1,10 +1,14 @@
-// Command roam-demo is `make demo`: chat rooms keep working while they are
-// relocated between nodes. Three nodes serve ten rooms; bots, connected to
-// different nodes as chat clients, post numbered messages to their rooms
-// while rooms are moved continuously for about 20 s. It prints a line per
-// move and a summary (moves, messages sent and delivered, lost, duplicated,
-// pause p50/p99/max), and exits non-zero if a message was lost or
-// duplicated.
+// Command roam-demo is `make demo`: chat rooms keep working while they and
+// their users' Actors are relocated between nodes. Four nodes serve ten
+// rooms; bots connect as chat clients to the gateway node, where each has
+// a Session and the Actor that speaks for it in its room (it moved to the
+// room's node when it joined), and post numbered messages while rooms and
+// users' Actors are moved continuously for about 20 s; then the three
+// other nodes are drained and restarted in turn and the gateway node is
+// drained, with every client still connected. It prints a line per move
+// and a summary (moves, messages sent and delivered, lost, duplicated,
+// clients disconnected, pause p50/p99/max), and exits non-zero if a
+// message was lost or duplicated or a client was disconnected.
 //
 // --store memory runs the three nodes in this process on the embedded
 // store. --store consul starts a real Consul (built by `make consul`); with
@@ -57,7 +61,10 @@ func main() {
 	}
 }
 
-var nodeNames = []string{"node-1", "node-2", "node-3"}
+// nodeNames are the demo's nodes; the first is the gateway the bots
+// connect to, drained at the end but never restarted (a restart would
+// disconnect its clients: that is what restarting a gateway means).
+var nodeNames = []string{"gateway", "node-1", "node-2", "node-3"}
 
 // tlsDir is --tls-dir: empty for plain TCP.
 var tlsDir string
@@ -117,6 +124,8 @@ type cluster interface {
 	// it again under the same name: a rolling deploy's step. It returns
 	// the new gateway address.
 	restart(i int) (string, error)
+	// drain drains node i and leaves it running (SIGUSR1 for a process).
+	drain(i int) error
 	stop()
 }
 
@@ -148,7 +157,7 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	}))
 	// The demo's end stops every node at once: nowhere to drain to.
 	// restart drains explicitly.
-	r, err := roam.New(system, roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
+	r, err := roam.New(system, roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
 		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false))
 	if err == nil {
 		err = r.Start(ctx)
@@ -175,19 +184,26 @@ func (c *inProcess) gateways() []string {
 	return addrs
 }
 
+func (c *inProcess) drain(i int) error {
+	dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	res, err := c.nodes[i].Drain(dctx, roam.DrainOptions{})
+	cancel()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("drained %s: %d of %d rooms and users moved in %s, pause p50 %.2f ms p99 %.2f ms\n", nodeNames[i], res.Moved, res.Total,
+		res.Finished.Sub(res.Started).Round(time.Millisecond), ms(res.PauseP50), ms(res.PauseP99))
+	if !res.Complete() {
+		return res.Err()
+	}
+	return nil
+}
+
 func (c *inProcess) restart(i int) (string, error) {
 	ctx := context.Background()
 	r := c.nodes[i]
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := r.Drain(dctx, roam.DrainOptions{})
-	cancel()
-	if err != nil {
+	if err := c.drain(i); err != nil {
 		return "", err
-	}
-	fmt.Printf("drained %s: %d of %d rooms moved in %s, pause p50 %.2f ms p99 %.2f ms\n", nodeNames[i], res.Moved, res.Total,
-		res.Finished.Sub(res.Started).Round(time.Millisecond), ms(res.PauseP50), ms(res.PauseP99))
-	if !res.Complete() {
-		return "", res.Err()
 	}
 	if err := r.Stop(ctx); err != nil {
 		return "", err
@@ -214,6 +230,7 @@ type processes struct {
 	cmds                []*exec.Cmd
 	addrs               []string
 	outs                []*bufio.Scanner
+	drained             []chan string // each process's "drained …" / "drain … failed" lines
 }
 
 func (p *processes) start() error {
@@ -251,13 +268,20 @@ func (p *processes) startOne(i int) error {
 		return fmt.Errorf("%s did not start", name)
 	}
 	for len(p.cmds) <= i {
-		p.cmds, p.addrs, p.outs = append(p.cmds, nil), append(p.addrs, ""), append(p.outs, nil)
+		p.cmds, p.addrs, p.outs, p.drained = append(p.cmds, nil), append(p.addrs, ""), append(p.outs, nil), append(p.drained, nil)
 	}
-	p.cmds[i], p.addrs[i], p.outs[i] = c, addr, lines
+	drained := make(chan string, 4)
+	p.cmds[i], p.addrs[i], p.outs[i], p.drained[i] = c, addr, lines, drained
 	go func() { // keep reading its output; show what it says about its drain
 		for lines.Scan() {
 			if t := lines.Text(); strings.HasPrefix(t, "drain") {
 				fmt.Printf("%s: %s\n", name, t)
+				if !strings.HasPrefix(t, "draining") {
+					select {
+					case drained <- t:
+					default:
+					}
+				}
 			}
 		}
 	}()
@@ -266,6 +290,19 @@ func (p *processes) startOne(i int) error {
 }
 
 func (p *processes) gateways() []string { return append([]string(nil), p.addrs...) }
+
+func (p *processes) drain(i int) error {
+	_ = p.cmds[i].Process.Signal(syscall.SIGUSR1) // chat-node drains and serves on
+	select {
+	case t := <-p.drained[i]:
+		if strings.Contains(t, "failed") || strings.Contains(t, "stayed") {
+			return fmt.Errorf("%s: %s", nodeNames[i], t)
+		}
+		return nil
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("%s: no end of its drain in 60 s", nodeNames[i])
+	}
+}
 
 func (p *processes) restart(i int) (string, error) {
 	c := p.cmds[i]
@@ -297,7 +334,8 @@ func (p *processes) stop() {
 // inbox is one bot's view of its room: which seqs of each poster arrived,
 // so a repeat is a duplicate whatever the order, and one that arrives after
 // a later seq is counted out of order (a room's broadcasts before and after
-// a move leave on two connections; nothing orders them, docs/PROTOCOL.md §10).
+// a move leave on two connections; nothing orders them, docs/PROTOCOL.md §10);
+// its own posts that were refused, and whether its Session ended.
 type inbox struct {
 	mu        sync.Mutex
 	seen      map[string][]bool   // poster → seq → arrived
@@ -307,23 +345,29 @@ type inbox struct {
 	dupes     uint64
 	late      uint64
 	misorder  uint64 // the room handled a poster's seq N+1 before N
-}
-
-// has reports whether poster's post seq (0: none yet) has arrived.
-func (in *inbox) has(poster string, seq uint64) bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	s := in.seen[poster]
-	return seq == 0 || uint64(len(s)) > seq && s[seq]
+	refused   uint64 // own posts refused (they reach nobody)
+	refusals  []string
+	gone      string // why the Session ended ("": connected)
 }
 
 func (in *inbox) receive(c actor.Context) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch m := c.Message().(type) {
+	case *chatpb.PostRefused:
+		in.refused++
+		if len(in.refusals) < 3 {
+			in.refusals = append(in.refusals, m.GetError())
+		}
+		return
+	case *chatpb.Disconnected:
+		in.gone = m.GetReason()
+		return
+	}
 	p, ok := c.Message().(*chatpb.Posted)
 	if !ok {
 		return
 	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	name, seq := p.GetName(), p.GetSeq()
 	seen, index := in.seen[name], in.index[name]
 	for uint64(len(seen)) <= seq+1 {
@@ -345,9 +389,10 @@ func (in *inbox) receive(c actor.Context) {
 	in.highest[name] = max(in.highest[name], seq)
 }
 
-// chatAndMove connects bots to the gateways as a chat client would, has
-// them post while rooms move, and checks every post reached every member
-// of its room exactly once.
+// chatAndMove connects bots to the gateway node as a chat client would,
+// has them post while rooms and their Actors move, then drains every node,
+// and checks every post reached every member of its room exactly once and
+// no client was disconnected.
 func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	gateways := c.gateways()
 	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
@@ -359,26 +404,28 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	r := remote.NewRemote(sys, remote.Configure("127.0.0.1", 0, opts...))
 	r.Start()
 	defer r.Shutdown(false)
-	gw := func(i int) *actor.PID { return actor.NewPID(gateways[i%len(gateways)], chat.GatewayName) }
+	// Every bot connects to the gateway node; commands go to it as well.
+	gw := actor.NewPID(gateways[0], chat.GatewayName)
 
 	const botsPerRoom = 3
 	type bot struct {
 		room, name string
-		gateway    *actor.PID // the bot's goroutine's
-		// next, when set, is the gateway to post to from now on: the bot
-		// switches once its room has handled its last post, so two
-		// gateways never carry its posts at once (their order would be lost).
-		next atomic.Pointer[actor.PID]
-		in   *inbox
-		sent uint64
+		in         *inbox
+		sent       uint64
 	}
 	var bots []*bot
 	for r := 0; r < rooms; r++ {
 		for b := 0; b < botsPerRoom; b++ {
-			bt := &bot{room: fmt.Sprintf("room-%d", r), name: fmt.Sprintf("bot-%d", b), gateway: gw(r + b), in: &inbox{seen: map[string][]bool{}, index: map[string][]uint64{}, highest: map[string]uint64{}}}
+			bt := &bot{room: fmt.Sprintf("room-%d", r), name: fmt.Sprintf("r%d-bot-%d", r, b), in: &inbox{seen: map[string][]bool{}, index: map[string][]uint64{}, highest: map[string]uint64{}}}
 			pid := sys.Root.Spawn(actor.PropsFromFunc(bt.in.receive))
-			res, err := sys.Root.RequestFuture(bt.gateway, &chatpb.Join{Room: bt.room, Member: &chatpb.Member{
-				Name: bt.name, Inbox: &messages.PID{Address: pid.Address, Id: pid.Id}}}, 10*time.Second).Result()
+			res, err := sys.Root.RequestFuture(gw, &chatpb.Connect{Name: bt.name, Inbox: &messages.PID{Address: pid.Address, Id: pid.Id}}, 10*time.Second).Result()
+			if err != nil {
+				return fmt.Errorf("connect %s: %w", bt.name, err)
+			}
+			if a, ok := res.(*chatpb.Ack); ok {
+				return fmt.Errorf("connect %s: %s", bt.name, a.GetError())
+			}
+			res, err = sys.Root.RequestFuture(gw, &chatpb.Join{Room: bt.room, Member: &chatpb.Member{Name: bt.name}}, 20*time.Second).Result()
 			if err != nil {
 				return fmt.Errorf("join %s: %w", bt.room, err)
 			}
@@ -388,7 +435,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			bots = append(bots, bt)
 		}
 	}
-	fmt.Printf("%d rooms, %d bots connected to %d nodes; moving rooms for %s\n\n", rooms, len(bots), len(gateways), duration)
+	fmt.Printf("%d rooms, %d bots connected to %s, each with its Actor in its room; moving rooms and users for %s\n\n", rooms, len(bots), nodeNames[0], duration)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -403,15 +450,8 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 					return
 				case <-time.After(2 * time.Millisecond):
 				}
-				if next := bt.next.Load(); next != nil {
-					for deadline := time.Now().Add(15 * time.Second); !bt.in.has(bt.name, bt.sent) && time.Now().Before(deadline); {
-						time.Sleep(time.Millisecond)
-					}
-					bt.gateway = next
-					bt.next.Store(nil)
-				}
 				bt.sent++
-				sys.Root.Send(bt.gateway, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
+				sys.Root.Send(gw, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
 				sent.Add(1)
 			}
 		}()
@@ -419,51 +459,52 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 
 	rnd := rand.New(rand.NewPCG(7, 11))
 	var pauses []time.Duration
-	var failed int
+	var failed, userMoves int
 	end := time.Now().Add(duration)
 	for time.Now().Before(end) {
-		room := fmt.Sprintf("room-%d", rnd.IntN(rooms))
 		to := nodeNames[rnd.IntN(len(nodeNames))]
-		res, err := sys.Root.RequestFuture(gw(rnd.IntN(len(gateways))), &chatpb.Relocate{Room: room, To: to}, 15*time.Second).Result()
+		mv := &chatpb.Relocate{Room: fmt.Sprintf("room-%d", rnd.IntN(rooms)), To: to}
+		if rnd.IntN(3) == 0 {
+			// A user's Actor alone: its client's Session on the gateway
+			// holds what the client sends meanwhile.
+			mv = &chatpb.Relocate{User: bots[rnd.IntN(len(bots))].name, To: to}
+		}
+		res, err := sys.Root.RequestFuture(gw, mv, 15*time.Second).Result()
+		what := mv.GetRoom()
+		if mv.GetUser() != "" {
+			what = "@" + mv.GetUser()
+		}
 		if err != nil {
 			// A gateway that does not answer (its node paused, killed or cut
 			// off while you try faults by hand) fails this move, not the demo.
 			failed++
-			fmt.Printf("move %-8s -> %s  failed: no answer from the gateway: %v\n", room, to, err)
+			fmt.Printf("move %-12s -> %s  failed: no answer from the gateway: %v\n", what, to, err)
 			continue
 		}
-		mv := res.(*chatpb.Relocated)
+		out := res.(*chatpb.Relocated)
 		switch {
-		case mv.GetError() != "":
+		case out.GetError() != "":
 			failed++
-			fmt.Printf("move %-8s -> %s  failed: %s\n", room, to, mv.GetError())
-		case mv.GetFrom() == mv.GetTo():
+			fmt.Printf("move %-12s -> %s  failed: %s\n", what, to, out.GetError())
+		case out.GetFrom() == out.GetTo():
 			continue // already there
 		default:
-			p := time.Duration(mv.GetPauseMicros()) * time.Microsecond
+			p := time.Duration(out.GetPauseMicros()) * time.Microsecond
 			pauses = append(pauses, p)
-			fmt.Printf("move %3d  %-8s %s -> %s  pause %6.2f ms  %5d bytes\n", len(pauses), room, mv.GetFrom(), mv.GetTo(), ms(p), mv.GetBytes())
+			if mv.GetUser() != "" {
+				userMoves++
+			}
+			fmt.Printf("move %3d  %-12s %s -> %s  pause %6.2f ms  %5d bytes\n", len(pauses), what, out.GetFrom(), out.GetTo(), ms(p), out.GetBytes())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// A rolling deploy while the bots chat: each node in turn is drained
-	// (its rooms move to the other two with members and history), stopped
-	// and started again; the bots posting through its gateway switch to
-	// another node's gateway first.
-	fmt.Printf("\nrolling restart: draining and restarting each node in turn\n")
+	// A rolling deploy while the bots chat: each node but the gateway in
+	// turn is drained (its rooms and users' Actors move to the others with
+	// their state), stopped and started again; then the gateway node is
+	// drained too, its clients' Sessions staying on it.
+	fmt.Printf("\nrolling restart: draining and restarting each node in turn, then draining the gateway\n")
 	restarts := 0
-	for i := range nodeNames {
-		other := gw(i + 1)
-		for _, bt := range bots {
-			if bt.gateway.Address == gateways[i] {
-				bt.next.Store(other)
-			}
-		}
-		for _, bt := range bots {
-			for bt.next.Load() != nil {
-				time.Sleep(time.Millisecond)
-			}
-		}
+	for i := 1; i < len(nodeNames); i++ {
 		addr, err := c.restart(i)
 		if err != nil {
 			close(stop)
@@ -474,20 +515,31 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		restarts++
 		fmt.Printf("%s restarted at %s\n", nodeNames[i], addr)
 	}
+	if err := c.drain(0); err != nil {
+		close(stop)
+		wg.Wait()
+		return fmt.Errorf("drain of %s: %w", nodeNames[0], err)
+	}
 	close(stop)
 	wg.Wait()
 
 	// Every post goes to every member of its room; wait for the last ones.
-	expected := sent.Load() * botsPerRoom
-	var delivered, dupes, early, misorder uint64
+	var expected, delivered, dupes, early, misorder, refused uint64
+	var disconnected []string
 	tally := func() {
-		delivered, dupes, early, misorder = 0, 0, 0, 0
+		expected, delivered, dupes, early, misorder, refused = 0, 0, 0, 0, 0, 0
+		disconnected = disconnected[:0]
 		for _, bt := range bots {
 			bt.in.mu.Lock()
+			expected += (bt.sent - bt.in.refused) * botsPerRoom
 			delivered += bt.in.delivered
 			dupes += bt.in.dupes
 			early += bt.in.late
 			misorder += bt.in.misorder
+			refused += bt.in.refused
+			if bt.in.gone != "" {
+				disconnected = append(disconnected, bt.name+": "+bt.in.gone)
+			}
 			bt.in.mu.Unlock()
 		}
 	}
@@ -498,47 +550,65 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		}
 	}
 	lost := expected - min(delivered, expected)
-	// Every room kept its history through the moves and the restarts: a
-	// newcomer's Join answers the last posts, numbered up to the room's
-	// every post.
+	// Every room kept its history through the moves and the restarts: the
+	// room answers its last posts, numbered up to its every post.
 	perRoom := map[string]uint64{}
 	for _, bt := range bots {
-		perRoom[bt.room] += bt.sent
+		bt.in.mu.Lock()
+		perRoom[bt.room] += bt.sent - bt.in.refused
+		bt.in.mu.Unlock()
 	}
 	historyLost := 0
 	for room, posts := range perRoom {
-		res, err := sys.Root.RequestFuture(gw(0), &chatpb.Join{Room: room, Member: &chatpb.Member{Name: "auditor",
-			Inbox: &messages.PID{Address: sys.Address(), Id: "auditor-inbox"}}}, 10*time.Second).Result()
+		res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: room}, 10*time.Second).Result()
 		j, ok := res.(*chatpb.Joined)
 		switch {
 		case err != nil || !ok:
 			historyLost++
-			fmt.Printf("history of %s: no answer (%v %T)\n", room, err, res)
+			fmt.Printf("history of %s: no answer (%v %v)\n", room, err, res)
 		case len(j.GetHistory()) == 0 || j.GetHistory()[len(j.GetHistory())-1].GetIndex()+1 != posts:
 			historyLost++
 			fmt.Printf("history of %s: %d posts kept, the last numbered %d, but %d were posted\n", room, len(j.GetHistory()), j.GetHistory()[max(0, len(j.GetHistory())-1)].GetIndex(), posts)
 		}
 	}
-	fmt.Printf("rolling restart: %d of %d nodes drained and restarted; rooms with their history intact: %d of %d\n",
-		restarts, len(nodeNames), len(perRoom)-historyLost, len(perRoom))
+	fmt.Printf("rolling restart: %d of %d nodes drained and restarted, the gateway drained; rooms with their history intact: %d of %d\n",
+		restarts, len(nodeNames)-1, len(perRoom)-historyLost, len(perRoom))
 	slices.Sort(pauses)
-	fmt.Printf("\nmoves %d (failed %d), messages sent %d, deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d, handled out of order %d\n",
-		len(pauses), failed, sent.Load(), delivered, expected, botsPerRoom, lost, dupes, early, misorder)
+	fmt.Printf("\nmoves %d (%d of them users' Actors; failed %d), messages sent %d (refused %d), deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d, handled out of order %d\n",
+		len(pauses), userMoves, failed, sent.Load(), refused, delivered, expected, botsPerRoom, lost, dupes, early, misorder)
+	if refused > 0 {
+		for _, bt := range bots {
+			if len(bt.in.refusals) > 0 {
+				fmt.Printf("(refused, each told to its client: e.g. %s)\n", bt.in.refusals[0])
+				break
+			}
+		}
+	}
 	if early > 0 {
 		fmt.Printf("(out of order: a room's broadcasts sent just before and just after a move leave on two connections,\n" +
-			" source -> client and target -> client, and nothing orders two connections; the rooms handled every post in order)\n")
+			" source -> gateway and target -> gateway, and nothing orders two connections; the rooms handled every post in order)\n")
 	}
 	if len(pauses) > 0 {
 		fmt.Printf("pause p50 %.2f ms, p99 %.2f ms, max %.2f ms (seal on the source -> commit seen in the store)\n",
 			ms(pauses[len(pauses)/2]), ms(pauses[min(len(pauses)-1, len(pauses)*99/100)]), ms(pauses[len(pauses)-1]))
 	}
-	if lost != 0 || dupes != 0 || misorder != 0 || historyLost != 0 {
-		return fmt.Errorf("lost=%d duplicated=%d handled-out-of-order=%d rooms-without-their-history=%d", lost, dupes, misorder, historyLost)
+	timeouts := 0
+	for _, d := range disconnected {
+		if strings.Contains(d, "not confirmed") {
+			timeouts++
+		}
+	}
+	fmt.Printf("clients: %d connected, disconnected %d (by the seal timeout: %d)\n", len(bots), len(disconnected), timeouts)
+	for _, d := range disconnected[:min(len(disconnected), 5)] {
+		fmt.Printf("  disconnected %s\n", d)
+	}
+	if lost != 0 || dupes != 0 || misorder != 0 || historyLost != 0 || len(disconnected) != timeouts {
+		return fmt.Errorf("lost=%d duplicated=%d handled-out-of-order=%d rooms-without-their-history=%d disconnected=%d", lost, dupes, misorder, historyLost, len(disconnected)-timeouts)
 	}
 	if len(pauses) == 0 {
 		return errors.New("no room moved")
 	}
-	fmt.Printf("result: lost=0 duplicated=0 after %d moves and a rolling restart of every node\n", len(pauses))
+	fmt.Printf("result: lost=0 duplicated=0 disconnected=0 after %d moves and a rolling restart of every node\n", len(pauses))
 	return nil
 }
 

@@ -21,9 +21,10 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
-// A client joined through one node keeps chatting while the room moves
-// between nodes: every post reaches it once, the room handles them in
-// order, and the room's history and members move with it.
+// A client connected to one node keeps chatting while the room and its
+// own Actor move between nodes: every post reaches it once, the room
+// handles them in order, the room's history and members move with it, and
+// the client is never disconnected.
 // Reference: docs/PROTOCOL.md §10 (nothing lost or handled twice, order
 // per sender) on the chat example.
 func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
@@ -32,7 +33,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	var nodes []*roam.Roam
 	for _, name := range []string{"north", "south"} {
 		system := actor.NewActorSystem()
-		r, err := roam.New(system, roam.WithStore(store), roam.WithNodeName(name), roam.WithKinds(chat.Kind()),
+		r, err := roam.New(system, roam.WithStore(store), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
 			roam.WithLogger(*testlog.Logger()))
 		require.NoError(t, err)
 		require.NoError(t, r.Start(ctx))
@@ -51,25 +52,40 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 
 	var mu sync.Mutex
 	var got []*chatpb.Posted
+	var other []any // anything else the inbox got: refusals, a disconnection
 	inbox := client.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if p, ok := c.Message().(*chatpb.Posted); ok {
+		switch p := c.Message().(type) {
+		case *chatpb.Posted:
 			mu.Lock()
 			got = append(got, p)
+			mu.Unlock()
+		case *chatpb.PostRefused, *chatpb.Disconnected:
+			mu.Lock()
+			other = append(other, p)
 			mu.Unlock()
 		}
 	}))
 	gateway := actor.NewPID(nodes[0].System().Address(), chat.GatewayName)
-	res, err := client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
-		Name: "ann", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	connect := func(name string) {
+		res, err := client.Root.RequestFuture(gateway, &chatpb.Connect{Name: name, Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}, 10*time.Second).Result()
+		require.NoError(t, err)
+		require.IsType(t, &chatpb.Connected{}, res, "%v", res)
+	}
+	connect("ann")
+	// The hall is created on the other node: ann's Actor moves there to
+	// join it, her Session stays on north.
+	_, err := nodes[1].Spots().GetOrCreate("hall", chat.StableType).Do(ctx)
 	require.NoError(t, err)
-	require.IsType(t, &chatpb.Joined{}, res)
+	res, err := client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{Name: "ann"}}, 10*time.Second).Result()
+	require.NoError(t, err)
+	require.IsType(t, &chatpb.Joined{}, res, "%v", res)
 
 	const posts = 300
 	for i := 1; i <= posts; i++ {
 		client.Root.Send(gateway, &chatpb.Post{Room: "hall", Name: "ann", Seq: uint64(i), Text: fmt.Sprint("line ", i)})
 		if i%100 == 50 {
-			for _, to := range []string{"south", "north"} {
-				res, err := client.Root.RequestFuture(gateway, &chatpb.Relocate{Room: "hall", To: to}, 10*time.Second).Result()
+			for _, mv := range []*chatpb.Relocate{{Room: "hall", To: "north"}, {User: "ann", To: "south"}, {Room: "hall", To: "south"}, {User: "ann", To: "north"}} {
+				res, err := client.Root.RequestFuture(gateway, mv, 10*time.Second).Result()
 				require.NoError(t, err)
 				require.Empty(t, res.(*chatpb.Relocated).GetError())
 			}
@@ -89,6 +105,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, got, posts)
+	require.Empty(t, other, "nothing refused, never disconnected")
 	// Every post arrives once, and the room handled them in order (its index
 	// follows the seq). Arrival order at the client is not checked: a room's
 	// broadcasts just before and just after a move leave on two connections,
@@ -111,8 +128,10 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, res.(*chatpb.Ack).GetError(), "at most")
 	// A second member joining now sees the last 100 posts, moved along.
-	res, err = client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{
-		Name: "bo", Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	mu.Unlock()
+	connect("bo")
+	mu.Lock()
+	res, err = client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{Name: "bo"}}, 10*time.Second).Result()
 	require.NoError(t, err)
 	joined := res.(*chatpb.Joined)
 	require.Len(t, joined.GetHistory(), chat.History)

@@ -452,11 +452,13 @@ func (x *RoomState) GetNextIndex() uint64 {
 	return 0
 }
 
-// Relocate asks a node's gateway to move a room to the node named to.
+// Relocate asks a node's gateway to move a room to the node named to —
+// or, with user set, that user's Actor.
 type Relocate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
 	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +503,13 @@ func (x *Relocate) GetRoom() string {
 func (x *Relocate) GetTo() string {
 	if x != nil {
 		return x.To
+	}
+	return ""
+}
+
+func (x *Relocate) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -589,6 +598,336 @@ func (x *Relocated) GetError() string {
 	return ""
 }
 
+// Connect opens a client's Session on the gateway it is sent to: the
+// gateway spawns the user's Actor there, bound to the Session; the inbox
+// gets the user's posts, PostRefused and Disconnected.
+type Connect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Inbox         *messages.PID          `protobuf:"bytes,2,opt,name=inbox,proto3" json:"inbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Connect) Reset() {
+	*x = Connect{}
+	mi := &file_chat_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Connect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Connect) ProtoMessage() {}
+
+func (x *Connect) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Connect.ProtoReflect.Descriptor instead.
+func (*Connect) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Connect) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Connect) GetInbox() *messages.PID {
+	if x != nil {
+		return x.Inbox
+	}
+	return nil
+}
+
+type Connected struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Connected) Reset() {
+	*x = Connected{}
+	mi := &file_chat_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Connected) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Connected) ProtoMessage() {}
+
+func (x *Connected) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Connected.ProtoReflect.Descriptor instead.
+func (*Connected) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Connected) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Connected) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// Disconnected tells a client its Session ended (reason says why): the
+// node stopped, or a move of its Actor was not confirmed in time.
+type Disconnected struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Disconnected) Reset() {
+	*x = Disconnected{}
+	mi := &file_chat_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Disconnected) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Disconnected) ProtoMessage() {}
+
+func (x *Disconnected) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Disconnected.ProtoReflect.Descriptor instead.
+func (*Disconnected) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Disconnected) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PostRefused tells a client one of its posts was not accepted: it reached
+// nobody (its Actor's hold was full while it moved, say).
+type PostRefused struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PostRefused) Reset() {
+	*x = PostRefused{}
+	mi := &file_chat_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostRefused) ProtoMessage() {}
+
+func (x *PostRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostRefused.ProtoReflect.Descriptor instead.
+func (*PostRefused) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PostRefused) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *PostRefused) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PostRefused) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PostRefused) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// UserState is what moves with a user's Actor.
+type UserState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Room          string                 `protobuf:"bytes,2,opt,name=room,proto3" json:"room,omitempty"`
+	Session       *messages.PID          `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserState) Reset() {
+	*x = UserState{}
+	mi := &file_chat_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserState) ProtoMessage() {}
+
+func (x *UserState) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserState.ProtoReflect.Descriptor instead.
+func (*UserState) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UserState) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UserState) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *UserState) GetSession() *messages.PID {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+// History asks a room (through a gateway) for its recent posts and member
+// count, answered Joined, without joining it.
+type History struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *History) Reset() {
+	*x = History{}
+	mi := &file_chat_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *History) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*History) ProtoMessage() {}
+
+func (x *History) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use History.ProtoReflect.Descriptor instead.
+func (*History) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *History) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
 // Ack answers a gateway command that has nothing else to say.
 type Ack struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -599,7 +938,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_chat_proto_msgTypes[9]
+	mi := &file_chat_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +950,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_chat_proto_msgTypes[9]
+	mi := &file_chat_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +963,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_chat_proto_rawDescGZIP(), []int{9}
+	return file_chat_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Ack) GetError() string {
@@ -668,17 +1007,38 @@ const file_chat_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\v2\x1a.roam.examples.chat.MemberR\amembers\x124\n" +
 	"\ahistory\x18\x02 \x03(\v2\x1a.roam.examples.chat.PostedR\ahistory\x12\x1d\n" +
 	"\n" +
-	"next_index\x18\x03 \x01(\x04R\tnextIndex\".\n" +
+	"next_index\x18\x03 \x01(\x04R\tnextIndex\"B\n" +
 	"\bRelocate\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\tR\x02to\"\x92\x01\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\x92\x01\n" +
 	"\tRelocated\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12!\n" +
 	"\fpause_micros\x18\x04 \x01(\x03R\vpauseMicros\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\x1b\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"G\n" +
+	"\aConnect\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
+	"\x05inbox\x18\x02 \x01(\v2\x12.roam.messages.PIDR\x05inbox\">\n" +
+	"\tConnected\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"&\n" +
+	"\fDisconnected\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"]\n" +
+	"\vPostRefused\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"a\n" +
+	"\tUserState\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04room\x18\x02 \x01(\tR\x04room\x12,\n" +
+	"\asession\x18\x03 \x01(\v2\x12.roam.messages.PIDR\asession\"\x1d\n" +
+	"\aHistory\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\"\x1b\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05errorB1Z/github.com/roamactors/roam/examples/chat/chatpbb\x06proto3"
 
@@ -694,7 +1054,7 @@ func file_chat_proto_rawDescGZIP() []byte {
 	return file_chat_proto_rawDescData
 }
 
-var file_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_chat_proto_goTypes = []any{
 	(*Member)(nil),       // 0: roam.examples.chat.Member
 	(*Join)(nil),         // 1: roam.examples.chat.Join
@@ -705,20 +1065,28 @@ var file_chat_proto_goTypes = []any{
 	(*RoomState)(nil),    // 6: roam.examples.chat.RoomState
 	(*Relocate)(nil),     // 7: roam.examples.chat.Relocate
 	(*Relocated)(nil),    // 8: roam.examples.chat.Relocated
-	(*Ack)(nil),          // 9: roam.examples.chat.Ack
-	(*messages.PID)(nil), // 10: roam.messages.PID
+	(*Connect)(nil),      // 9: roam.examples.chat.Connect
+	(*Connected)(nil),    // 10: roam.examples.chat.Connected
+	(*Disconnected)(nil), // 11: roam.examples.chat.Disconnected
+	(*PostRefused)(nil),  // 12: roam.examples.chat.PostRefused
+	(*UserState)(nil),    // 13: roam.examples.chat.UserState
+	(*History)(nil),      // 14: roam.examples.chat.History
+	(*Ack)(nil),          // 15: roam.examples.chat.Ack
+	(*messages.PID)(nil), // 16: roam.messages.PID
 }
 var file_chat_proto_depIdxs = []int32{
-	10, // 0: roam.examples.chat.Member.inbox:type_name -> roam.messages.PID
+	16, // 0: roam.examples.chat.Member.inbox:type_name -> roam.messages.PID
 	0,  // 1: roam.examples.chat.Join.member:type_name -> roam.examples.chat.Member
 	5,  // 2: roam.examples.chat.Joined.history:type_name -> roam.examples.chat.Posted
 	0,  // 3: roam.examples.chat.RoomState.members:type_name -> roam.examples.chat.Member
 	5,  // 4: roam.examples.chat.RoomState.history:type_name -> roam.examples.chat.Posted
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	16, // 5: roam.examples.chat.Connect.inbox:type_name -> roam.messages.PID
+	16, // 6: roam.examples.chat.UserState.session:type_name -> roam.messages.PID
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_chat_proto_init() }
@@ -732,7 +1100,7 @@ func file_chat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chat_proto_rawDesc), len(file_chat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

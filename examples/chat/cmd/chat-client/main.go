@@ -1,7 +1,8 @@
-// Command chat-client joins a chat room through a node's gateway, shows
-// the room live and posts the lines typed on stdin. "/move NODE" relocates
-// the room to the node named NODE while everyone keeps chatting; "/quit"
-// leaves.
+// Command chat-client connects to a node's gateway (a Session there, with
+// the user's Actor bound to it), joins a chat room, shows the room live and
+// posts the lines typed on stdin. "/move NODE" relocates the room to the
+// node named NODE while everyone keeps chatting, "/moveme NODE" relocates
+// your own Actor (you stay connected to your gateway); "/quit" leaves.
 //
 //	chat-client --node 127.0.0.1:7001 --room lobby --name alice
 //	chat-client --node 127.0.0.1:7001 --room lobby --move-to node-b   # the admin command
@@ -51,18 +52,35 @@ func run(node, room, name, moveTo string, tls *roam.TLS) error {
 	defer r.Shutdown(false)
 	gateway := actor.NewPID(node, chat.GatewayName)
 	if moveTo != "" {
-		return relocate(sys, gateway, room, moveTo)
+		return relocate(sys, gateway, &chatpb.Relocate{Room: room, To: moveTo})
 	}
 	if name == "" {
 		return fmt.Errorf("--name is required to chat")
 	}
+	gone := make(chan string, 1)
 	inbox := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if p, ok := c.Message().(*chatpb.Posted); ok {
+		switch p := c.Message().(type) {
+		case *chatpb.Posted:
 			fmt.Printf("[%s #%d] %s: %s\n", p.GetRoom(), p.GetIndex(), p.GetName(), p.GetText())
+		case *chatpb.PostRefused:
+			fmt.Printf("(your post %d was not delivered: %s)\n", p.GetSeq(), p.GetError())
+		case *chatpb.Disconnected:
+			gone <- p.GetReason()
 		}
 	}))
-	res, err := sys.Root.RequestFuture(gateway, &chatpb.Join{Room: room, Member: &chatpb.Member{
-		Name: name, Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}}, 10*time.Second).Result()
+	res, err := sys.Root.RequestFuture(gateway, &chatpb.Connect{Name: name, Inbox: &messages.PID{Address: inbox.Address, Id: inbox.Id}}, 10*time.Second).Result()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	if a, ok := res.(*chatpb.Ack); ok {
+		return fmt.Errorf("connect: %s", a.GetError())
+	}
+	go func() {
+		reason := <-gone
+		fmt.Fprintln(os.Stderr, "disconnected:", reason)
+		os.Exit(1)
+	}()
+	res, err = sys.Root.RequestFuture(gateway, &chatpb.Join{Room: room, Member: &chatpb.Member{Name: name}}, 15*time.Second).Result()
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
@@ -71,7 +89,7 @@ func run(node, room, name, moveTo string, tls *roam.TLS) error {
 		for _, p := range j.GetHistory() {
 			fmt.Printf("[%s #%d] %s: %s\n", p.GetRoom(), p.GetIndex(), p.GetName(), p.GetText())
 		}
-		fmt.Printf("joined %s (%d members); /move NODE relocates it, /quit leaves\n", room, j.GetMembers())
+		fmt.Printf("joined %s (%d members); /move NODE relocates it, /moveme NODE relocates you, /quit leaves\n", room, j.GetMembers())
 	case *chatpb.Ack:
 		return fmt.Errorf("join: %s", j.GetError())
 	}
@@ -82,10 +100,14 @@ func run(node, room, name, moveTo string, tls *roam.TLS) error {
 		switch {
 		case line == "":
 		case line == "/quit":
-			sys.Root.Send(gateway, &chatpb.Leave{Room: room, Name: name})
+			quit(sys, gateway, room, name)
 			return nil
 		case strings.HasPrefix(line, "/move "):
-			if err := relocate(sys, gateway, room, strings.TrimSpace(strings.TrimPrefix(line, "/move "))); err != nil {
+			if err := relocate(sys, gateway, &chatpb.Relocate{Room: room, To: strings.TrimSpace(strings.TrimPrefix(line, "/move "))}); err != nil {
+				fmt.Println("move:", err)
+			}
+		case strings.HasPrefix(line, "/moveme "):
+			if err := relocate(sys, gateway, &chatpb.Relocate{User: name, To: strings.TrimSpace(strings.TrimPrefix(line, "/moveme "))}); err != nil {
 				fmt.Println("move:", err)
 			}
 		default:
@@ -93,12 +115,20 @@ func run(node, room, name, moveTo string, tls *roam.TLS) error {
 			sys.Root.Send(gateway, &chatpb.Post{Room: room, Name: name, Seq: seq, Text: line})
 		}
 	}
-	sys.Root.Send(gateway, &chatpb.Leave{Room: room, Name: name})
+	quit(sys, gateway, room, name)
 	return in.Err()
 }
 
-func relocate(sys *actor.ActorSystem, gateway *actor.PID, room, to string) error {
-	res, err := sys.Root.RequestFuture(gateway, &chatpb.Relocate{Room: room, To: to}, 15*time.Second).Result()
+// quit leaves the room, then the gateway (which ends the Session and the
+// user's Actor).
+func quit(sys *actor.ActorSystem, gateway *actor.PID, room, name string) {
+	sys.Root.Send(gateway, &chatpb.Leave{Room: room, Name: name})
+	sys.Root.Send(gateway, &chatpb.Leave{Name: name})
+	time.Sleep(100 * time.Millisecond) // let the remote flush before the process ends
+}
+
+func relocate(sys *actor.ActorSystem, gateway *actor.PID, m *chatpb.Relocate) error {
+	res, err := sys.Root.RequestFuture(gateway, m, 15*time.Second).Result()
 	if err != nil {
 		return err
 	}

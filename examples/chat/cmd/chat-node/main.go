@@ -37,7 +37,7 @@ func main() {
 	name := flag.String("name", "node", "node name, unique among live nodes: what /move names")
 	nodes := flag.Int("nodes", 1, "nodes to run in this process (--store memory), named <name>-1.. on consecutive ports")
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
-	rooms := flag.Int("rooms", 0, "open this many idle rooms on each node at start (named <node>-room-<i>), to try a drain with many units")
+	rooms := flag.Int("rooms", 0, "open this many idle rooms from each node at start (named <node>-room-<i>, placed by load), to try a drain with many units")
 	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
 	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *rooms, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
@@ -93,7 +93,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 		}))
 		r, err := roam.New(system,
 			roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
-			roam.WithKinds(chat.Kind()), roam.WithLogger(log), roam.WithTLS(tls),
+			roam.WithKinds(chat.Kinds()...), roam.WithLogger(log), roam.WithTLS(tls),
 			roam.WithOnEvent(func(e roam.Event) {
 				if e.Err == nil && rooms == 0 {
 					fmt.Printf("moved %-12s -> %s  pause %.2f ms  %d bytes\n", e.Key.ID, nodeName, float64(e.Pause.Microseconds())/1000, e.Bytes)
@@ -117,32 +117,39 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 		nodes = append(nodes, r)
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
-	// A rolling deploy's SIGTERM: move every room to the other nodes with
-	// its members and history before leaving (a second signal ends at once).
-	go func() { <-sig; os.Exit(1) }()
-	for _, r := range nodes {
-		fmt.Printf("draining %s\n", r.NodeName())
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		res, err := r.Drain(dctx, roam.DrainOptions{})
-		cancel()
-		if err != nil {
-			fmt.Printf("drain of %s failed: %v\n", r.NodeName(), err)
-			continue
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
+	drainAll := func() {
+		for _, r := range nodes {
+			fmt.Printf("draining %s\n", r.NodeName())
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			res, err := r.Drain(dctx, roam.DrainOptions{})
+			cancel()
+			if err != nil {
+				fmt.Printf("drain of %s failed: %v\n", r.NodeName(), err)
+				continue
+			}
+			fmt.Printf("drained %s: %d of %d rooms and users moved in %s", r.NodeName(), res.Moved, res.Total, res.Finished.Sub(res.Started).Round(time.Millisecond))
+			for _, f := range res.Failed {
+				fmt.Printf("; %s stayed: %v", f.Key.ID, f.Err)
+			}
+			fmt.Println()
 		}
-		fmt.Printf("drained %s: %d of %d rooms moved in %s", r.NodeName(), res.Moved, res.Total, res.Finished.Sub(res.Started).Round(time.Millisecond))
-		for _, f := range res.Failed {
-			fmt.Printf("; %s stayed: %v", f.Key.ID, f.Err)
-		}
-		fmt.Println()
 	}
+	// SIGUSR1 drains and serves on: the node's clients stay connected, its
+	// rooms and users' Actors move to the other nodes.
+	for s := <-sig; s == syscall.SIGUSR1; s = <-sig {
+		drainAll()
+	}
+	// A rolling deploy's SIGTERM: move every room and user to the other
+	// nodes before leaving (a second signal ends at once).
+	go func() { <-sig; os.Exit(1) }()
+	drainAll()
 	fmt.Println("stopping")
 	return nil
 }
 
-// openRooms activates n idle rooms on r's node, 32 at a time: a room comes
-// to life with its first post.
+// openRooms creates n idle rooms (roam places each by load), 32 at a
+// time, each with one post.
 func openRooms(ctx context.Context, r *roam.Roam, node string, n int) error {
 	sem := make(chan struct{}, 32)
 	errs := make(chan error, n)
@@ -151,7 +158,11 @@ func openRooms(ctx context.Context, r *roam.Roam, node string, n int) error {
 		go func() {
 			defer func() { <-sem }()
 			room := fmt.Sprintf("%s-room-%d", node, i)
-			_, err := r.Spots().Send(room, &chatpb.Post{Room: room, Name: node, Text: "opened"}).InstanceSpot(chat.StableType).Do(ctx)
+			if _, err := r.Spots().GetOrCreate(room, chat.StableType).Do(ctx); err != nil {
+				errs <- err
+				return
+			}
+			_, err := r.Spots().Request(room, &chatpb.Post{Room: room, Name: node, Text: "opened"}).Do(ctx)
 			errs <- err
 		}()
 	}
