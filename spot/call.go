@@ -189,6 +189,12 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a authority, cached bool, sent func(), err error) {
 	for {
 		a, cached, drained, sent := m.cache.use(id)
+		if cached && m.departed(ctx, a) {
+			// Nothing was sent on it: the store names the owner now.
+			sent()
+			m.cache.drop(id)
+			continue
+		}
 		if cached {
 			return a, true, sent, nil
 		}
@@ -305,7 +311,7 @@ wait:
 			break wait
 		case <-tick:
 			tick = m.livenessTick()
-			if _, alive, lerr := m.ownerAddress(ctx, owner); lerr == nil && !alive {
+			if _, alive, lerr := m.ownerAddress(ctx, owner); ownerLeft(alive, lerr) {
 				m.cache.drop(c.spotID)
 				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
 			}

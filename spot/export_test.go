@@ -51,3 +51,9 @@ func (m *Manager) Pending(op string) (done func()) {
 
 // Refused counts the commands m refused for their sender.
 func (m *Manager) Refused() int64 { return m.refusedN.Load() }
+
+// ConnectionEnded reports whether m saw its connection to address end and
+// not made again since.
+func ConnectionEnded(m *Manager, address string) bool {
+	return m.d.ConnectionEnded(address)
+}

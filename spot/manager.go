@@ -337,6 +337,30 @@ func (m *Manager) endpointLost(address string) {
 	}
 }
 
+// departed reports whether a cached route's owner has left: this node saw
+// the connection to its address end and the store no longer has its
+// lifecycle alive (or has no descriptor of it at all). A call must not be
+// sent on such a route: Proto.Actor would dial the dead address again for
+// seconds and then drop the message, so the call could only end at its
+// deadline with its outcome unknown, while the Spot is, after a drain,
+// Ready on another node. Checked only after a connection ended, so a
+// route in use costs no store read.
+func (m *Manager) departed(ctx context.Context, a authority) bool {
+	if !m.d.ConnectionEnded(a.address) {
+		return false
+	}
+	_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
+	return ownerLeft(alive, err)
+}
+
+// ownerLeft reads an ownerAddress answer as "the owner's lifecycle is
+// over": not alive, or its descriptor gone (ErrOwnerEnding: gone for less
+// than the lease TTL, which holds back a takeover of its objects, but a
+// call to it may only end with its outcome unknown).
+func ownerLeft(alive bool, err error) bool {
+	return (err == nil && !alive) || errors.Is(err, roamerr.ErrOwnerEnding)
+}
+
 // servicePID is a node's Spot service.
 func servicePID(address string) *actor.PID { return actor.NewPID(address, ServiceName) }
 
@@ -626,6 +650,9 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 // answer (or barrierTimeout, or ctx): everything this node sent on that
 // route has then reached the Spot.
 func (m *Manager) drainRoute(ctx context.Context, old authority) {
+	if m.departed(ctx, old) {
+		return // nothing this node sent on it can still arrive by it
+	}
 	done := m.barrier(old)
 	select {
 	case <-done:

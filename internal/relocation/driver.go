@@ -174,6 +174,9 @@ type Driver struct {
 	// events is the driver's event stream subscription; live holds every
 	// incarnation spawned and not stopped yet, for Shutdown (under liveMu).
 	events *eventstream.Subscription
+	// peers: the addresses whose connection ended and was not made again
+	// (ConnectionEnded).
+	peers  peerLinks
 	liveMu sync.Mutex
 	live   map[*object]struct{}
 	// spawning is the incarnation Driver.incarnate is spawning (written on
@@ -341,7 +344,10 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	d.events = d.sys.EventStream.Subscribe(func(evt any) {
 		switch e := evt.(type) {
 		case *remote.EndpointTerminatedEvent:
+			d.peers.lost(e.Address) // before anything is sent on it again
 			d.sys.Root.Send(d.self, e)
+		case *remote.EndpointConnectedEvent:
+			d.peers.connected(e.Address)
 		case *actor.DeadLetterEvent:
 			d.onDeadLetterEvent(e)
 		}

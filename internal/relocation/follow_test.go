@@ -274,6 +274,41 @@ func TestSendsThroughAGoneNodeOrIncarnationAreRedelivered(t *testing.T) {
 	waitCount(t, c.node.System(), now, 30)
 }
 
+// Message Follow does not send into a connection that ended: the old
+// incarnation on a follows to b, b moved the object on to c and stopped.
+// A request to a's old route would otherwise go to b's dead address,
+// where Proto.Actor redials for seconds and then drops it; a's driver
+// knows that connection ended and delivers from the store's owner record
+// instead, in order: the request is answered by c's incarnation, with
+// every earlier send handled once.
+func TestFollowToANodeWhoseConnectionEndedIsDeliveredFromTheStore(t *testing.T) {
+	store := newStore(t)
+	a := startNodeWith(t, store, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	c := startNodeWith(t, store, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "via-gone")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	sys := a.node.System()
+	for i := int64(1); i <= 5; i++ {
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	require.Equal(t, int64(5), get(t, sys, old), "a follows to b")
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	gone := b.node.Address()
+	require.NoError(t, b.node.Stop(ctx))
+	require.Eventually(t, func() bool { return a.driver.ConnectionEnded(gone) }, testwait.Patience(t), 10*time.Millisecond,
+		"a sees its connection to b end")
+	for i := int64(6); i <= 10; i++ {
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	require.Equal(t, int64(10), get(t, sys, old), "answered by c's incarnation, every send once and in order")
+}
+
 // waitCount waits until the counter at pid reports n (a negative count
 // means disorder, which fails at once).
 func waitCount(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, n int64) {

@@ -784,7 +784,15 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 
 // followSink forwards a message that reached an incarnation which has moved
 // away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
+//
+// A next hop whose connection ended (its node stopped after a drain, or
+// was cut off) is not sent to: Proto.Actor would dial it again for
+// seconds and then drop what it held, so a request could only end at its
+// caller's deadline. The message goes to the owner the store names
+// instead (redeliver), and so does every later one of this incarnation,
+// so that they stay in order behind it.
 func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
+	var viaStore atomic.Bool
 	return func(msg any) {
 		d.lastFollow.Store(time.Now().UnixNano())
 		env, hops := withFollowHeaders(msg, obj.generation)
@@ -792,6 +800,11 @@ func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
 			// The hops cannot take it further: look the owner up in the
 			// store and deliver directly (never a silent drop).
 			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
+			return
+		}
+		if viaStore.Load() || d.peers.isEnded(next.Address) {
+			viaStore.Store(true)
+			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env, peerDown: next.Address})
 			return
 		}
 		d.sys.Root.Send(next, env)

@@ -27,6 +27,9 @@ type redeliver struct {
 	// deadLetter: the message was dead-lettered (onDeadLettered), not
 	// past the hop limit; only the log line differs.
 	deadLetter bool
+	// peerDown: Message Follow's next hop, at this address, had its
+	// connection ended (followSink); only the log line differs.
+	peerDown string
 }
 
 // redeliveryWindow bounds how long a message waits for the store to name
@@ -52,6 +55,9 @@ func (d *Driver) onRedeliver(m *redeliver) {
 				d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
 					Msg("sends to an incarnation that is gone are delivered from the store's owner record")
 			}
+		} else if m.peerDown != "" {
+			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).Str("peer", m.peerDown).
+				Msg("the connection to Message Follow's next hop ended; delivering from the store's owner record")
 		} else {
 			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
 				Msg("Message Follow reached its hop limit; delivering from the store's owner record")
