@@ -35,7 +35,7 @@ test: consul lint test-race fuzz-short sim-check chaos-short
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
 ## 2,000 of each).
 sim-check:
-	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
 	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
 
 race-mod:
@@ -167,7 +167,7 @@ chaos-short: consul
 .PHONY: sim
 sim:
 	@test -n "$(SEED)" || { echo "usage: make sim SEED=<n>"; exit 2; }
-	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/relocation/sim -args -sim.seed=$(SEED)
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/relocation/sim -args -sim.seed=$(SEED) -sim.sessions=$(if $(SESSIONS),true,false)
 
 ## sim-spot: replay one schedule of the Spot lifecycle's deterministic
 ## simulation (internal/spotsim) and print its trace: make sim-spot SEED=<n>.

@@ -34,6 +34,11 @@ import (
 //   - unserved: at the end every object whose store owner is a live node
 //     has exactly one serving incarnation there, at the owner generation
 //     the store names, with its application instance.
+//   - With Config.Sessions (session.go): session-held — nothing is left
+//     held at a Session owner (every client message it took is delivered
+//     or refused); session-sealed — no binding of an open Session stays
+//     sealed; session-route — each binding of an open Session routes to
+//     the owner the store names, when that owner is live.
 
 // handle dispatches m on inc: the application handles it (the turn).
 func (w *World) handle(inc *Inc, m *Msg) {

@@ -61,6 +61,9 @@ type Msg struct {
 	deadAt   *deadLetter
 	dlCount  int
 	dlFirst  time.Duration
+	// viaSession: sent through the client's Session owner; held: held
+	// there now (sealed binding), not sent yet.
+	viaSession, held bool
 }
 
 type deadLetter struct {
@@ -90,6 +93,7 @@ type Client struct {
 	seq   uint64
 	route map[ObjID]route
 	last  map[orderKey]uint64
+	gw    *gateway // its Session owner (Config.Sessions), else nil
 }
 
 func (c *Client) endpoint() int { return c.w.cfg.Nodes + c.id }
@@ -110,6 +114,17 @@ func (c *Client) resolve(o ObjID) route {
 // send sends one message to o.
 func (c *Client) send(o ObjID, request bool) {
 	w := c.w
+	if c.gw != nil && w.boundTo(o) == c.id {
+		c.seq++
+		m := &Msg{id: uint64(len(w.msgs) + 1), client: c.id, obj: o, seq: c.seq, request: request}
+		w.msgs = append(w.msgs, m)
+		w.stats.Messages++
+		if w.tracing {
+			w.tracef("c%d via %s m%d (seq %d, request %v) for o%d", c.id+1, c.gw.sid, m.id, m.seq, request, o)
+		}
+		c.sendViaSession(m)
+		return
+	}
 	r := c.resolve(o)
 	c.seq++
 	m := &Msg{id: uint64(len(w.msgs) + 1), client: c.id, obj: o, seq: c.seq, request: request,
@@ -127,6 +142,11 @@ func (c *Client) send(o ObjID, request bool) {
 }
 
 func (c *Client) receive(p *packet) {
+	switch p.kind {
+	case pSessionSeal, pSessionRoute, pSessionAbort:
+		c.receiveSession(p)
+		return
+	}
 	if p.kind == pAnswer && p.msg != nil {
 		c.stale(p.msg.obj)
 	}

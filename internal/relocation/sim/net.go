@@ -6,6 +6,7 @@ import (
 
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -26,10 +27,16 @@ const (
 	pFollow // an application message forwarded by Message Follow
 	pClient // an application message from a client
 	pAnswer // a failure answer to a client's request
+	// Bound Sessions (session.go): commands 42 (and its reply), 43, 44.
+	pSessionSeal
+	pSessionSealReply
+	pSessionRoute
+	pSessionAbort
 )
 
 var pktNames = [...]string{"capability-query", "capability-reply", "prepare", "chunk", "relay-ready", "failed", "abort",
-	"relay-record", "cutover", "follow", "client", "answer"}
+	"relay-record", "cutover", "boundary-ack", "follow", "client", "answer",
+	"session-seal", "session-seal-reply", "session-route-update", "session-abort"}
 
 func (k pktKind) String() string { return pktNames[k] }
 
@@ -52,6 +59,10 @@ type packet struct {
 	supported bool
 	capReq    uint64
 	inc       incKey // follow/client: the incarnation addressed
+	// Session commands: the bound object, the route named, a refusal.
+	obj   ObjID
+	route session.Route
+	serr  error
 }
 
 type prepare struct {

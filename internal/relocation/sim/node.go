@@ -369,6 +369,8 @@ func (n *Node) receive(p *packet) {
 		n.onSourceEvent(p, handoff.FailedReceived{Reason: p.reason, Detail: p.detail})
 	case pFollow, pClient:
 		n.deliverApp(p)
+	case pSessionSealReply:
+		n.onSealReply(p)
 	}
 }
 

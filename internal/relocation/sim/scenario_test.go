@@ -279,6 +279,24 @@ func TestCheckerCatchesOpenWithoutCommit(t *testing.T) {
 	t.Logf("%d of 200 random schedules caught it", failing)
 }
 
+// The checker catches a source that seals without its Session owner's
+// seal: the Session ignores the route update of a seal it never made and
+// keeps routing to the old owner.
+func TestCheckerCatchesASkippedSessionSeal(t *testing.T) {
+	cfg := SessionsConfig()
+	cfg.Sabotage = SabotageSkipSessionSeal
+	caught := 0
+	for seed := uint64(1); seed <= 100; seed++ {
+		if hasInvariant(Unknown(Random(cfg, seed).Run()), "session-route") {
+			caught++
+		}
+	}
+	if caught == 0 {
+		t.Fatal("no random schedule caught a move that never sealed its Session")
+	}
+	t.Logf("%d of 100 random schedules caught it", caught)
+}
+
 func hasInvariant(vs []Violation, inv string) bool {
 	for _, v := range vs {
 		if v.Invariant == inv {
@@ -311,11 +329,11 @@ func TestKnownDefectSeeds(t *testing.T) {
 			w.SetTracing(true)
 			vs := w.Run()
 			if u := Unknown(vs); len(u) > 0 {
-				t.Fatalf("seed %d (%s): %v", c.seed, replay(c.seed), u)
+				t.Fatalf("seed %d (%s): %v", c.seed, replay(c.seed, false), u)
 			}
 			for _, v := range vs {
 				if v.Known == c.defect {
-					t.Skipf("KNOWN DEFECT %s — seed %d, replay: %s\n%s", c.defect, c.seed, replay(c.seed), v)
+					t.Skipf("KNOWN DEFECT %s — seed %d, replay: %s\n%s", c.defect, c.seed, replay(c.seed, false), v)
 				}
 			}
 		})

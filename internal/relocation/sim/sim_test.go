@@ -23,10 +23,25 @@ var (
 	flagSchedules = flag.Int("sim.schedules", envInt("SIM_SCHEDULES", 2000), "random schedules TestRandomSchedules runs (env SIM_SCHEDULES)")
 	flagSeed0     = flag.Uint64("sim.seed0", uint64(envInt("SIM_SEED0", 1)), "first seed of TestRandomSchedules (env SIM_SEED0)")
 	flagSeed      = flag.Int64("sim.seed", -1, "TestReplay: the seed to replay with its trace (make sim SEED=n)")
+	flagSessions  = flag.Bool("sim.sessions", false, "TestReplay: replay a schedule of TestRandomSchedulesWithSessions (make sim SEED=n SESSIONS=1)")
 )
 
 // replay is the command that replays a random schedule.
-func replay(seed uint64) string { return fmt.Sprintf("make sim SEED=%d", seed) }
+func replay(seed uint64, sessions bool) string {
+	if sessions {
+		return fmt.Sprintf("make sim SEED=%d SESSIONS=1", seed)
+	}
+	return fmt.Sprintf("make sim SEED=%d", seed)
+}
+
+// SessionsConfig is DefaultConfig with every object bound to a client's
+// Session: a seal timeout scaled like the hand-off's timings (3 s →
+// 1.5 s) and a hold limit small enough to be reached.
+func SessionsConfig() Config {
+	c := DefaultConfig()
+	c.Sessions, c.SessionSealTimeout, c.SessionHoldLimit = true, 1500*time.Millisecond, 4
+	return c
+}
 
 // tail returns the last n lines of a trace.
 func tail(trace string, n int) string {
@@ -47,10 +62,22 @@ type result struct {
 // -sim.seed0 on) and fails on any violation that is not an instance of a
 // known defect of the handoff in the tree, printing each failing seed, the
 // command that replays it and the end of its trace.
-func TestRandomSchedules(t *testing.T) {
-	n := *flagSchedules
+func TestRandomSchedules(t *testing.T) { runRandom(t, DefaultConfig()) }
+
+// TestRandomSchedulesWithSessions runs the random schedules with every
+// object bound to a client's Session (session.go): a quarter as many, the
+// same invariants, and nothing left held or sealed at a Session owner.
+func TestRandomSchedulesWithSessions(t *testing.T) {
+	st := runRandomN(t, SessionsConfig(), max(1, *flagSchedules/4))
+	if st.Messages > 0 && st.SessionRefused == 0 && st.SessionsClosed == 0 && *flagSchedules >= 400 {
+		t.Errorf("sim: no Session owner ever refused or closed: the hold limit and the seal timeout went unexercised")
+	}
+}
+
+func runRandom(t *testing.T, cfg Config) Stats { return runRandomN(t, cfg, *flagSchedules) }
+
+func runRandomN(t *testing.T, cfg Config, n int) Stats {
 	seed0 := *flagSeed0
-	cfg := DefaultConfig()
 	workers := runtime.GOMAXPROCS(0)
 	start := time.Now()
 	var (
@@ -101,11 +128,15 @@ func TestRandomSchedules(t *testing.T) {
 		total.Messages, total.Handled, total.FailedLoud, total.Unaccepted, total.LostCrash, total.LostEnded, total.LostInTransitFollow)
 	t.Logf("sim: faults: crashes %d, stops %d, lease ends %d, link cuts %d, store outages %d, indeterminate CAS %d",
 		total.Crashes, total.Stops, total.LeaseEnds, total.Cuts, total.StoreOutages, total.IndeterminateCAS)
+	if cfg.Sessions {
+		t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
+			total.SessionRefused, total.SessionsClosed)
+	}
 	for k, c := range known {
 		t.Logf("sim: known defect %q: %d violations (not failures while the handoff in the tree has it)", k, c)
 	}
 	if len(failed) == 0 {
-		return
+		return total
 	}
 	byInv := map[string]int{}
 	for _, f := range failed {
@@ -125,7 +156,7 @@ func TestRandomSchedules(t *testing.T) {
 		w.SetTracing(true)
 		w.Run()
 		var b strings.Builder
-		fmt.Fprintf(&b, "seed %d — replay: %s\n", f.seed, replay(f.seed))
+		fmt.Fprintf(&b, "seed %d — replay: %s\n", f.seed, replay(f.seed, cfg.Sessions))
 		for _, v := range f.vs {
 			fmt.Fprintf(&b, "  %s\n", v)
 		}
@@ -133,8 +164,9 @@ func TestRandomSchedules(t *testing.T) {
 		t.Error(b.String())
 	}
 	for _, f := range failed[:min(len(failed), envInt("SIM_LIST", 30))] {
-		t.Logf("failing seed %d: %s (%s)", f.seed, f.vs[0], replay(f.seed))
+		t.Logf("failing seed %d: %s (%s)", f.seed, f.vs[0], replay(f.seed, cfg.Sessions))
 	}
+	return total
 }
 
 func add(total *Stats, s Stats) {
@@ -158,6 +190,8 @@ func add(total *Stats, s Stats) {
 	total.StoreOutages += s.StoreOutages
 	total.Fallbacks += s.Fallbacks
 	total.IndeterminateCAS += s.IndeterminateCAS
+	total.SessionRefused += s.SessionRefused
+	total.SessionsClosed += s.SessionsClosed
 }
 
 // TestReplay replays one random schedule with its trace: make sim SEED=n.
@@ -166,7 +200,11 @@ func TestReplay(t *testing.T) {
 		t.Skip("replay: pass -sim.seed=N (make sim SEED=N)")
 	}
 	seed := uint64(*flagSeed)
-	w := Random(DefaultConfig(), seed)
+	cfg := DefaultConfig()
+	if *flagSessions {
+		cfg = SessionsConfig()
+	}
+	w := Random(cfg, seed)
 	w.SetTracing(true)
 	vs := w.Run()
 	fmt.Println(w.Trace())

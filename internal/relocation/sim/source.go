@@ -50,6 +50,7 @@ type SourceRun struct {
 	timers   map[handoff.Timer]uint64
 	lastRead Record // the last record read, for a FenceOut of its version
 	haveRead bool
+	sealWait *sealWait // SealSessions asked, not answered yet
 
 	dead      bool // its node went down
 	ended     bool // endSource ran
@@ -123,7 +124,7 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	src.sources = append(src.sources, r)
 	inc.out = r
 	w.tracef("%s starts %s (fence og%d, deadline %s)", src.name, mv, inc.key.ownerGen, deadline)
-	w.stepSource(r, handoff.Start{})
+	w.stepSource(r, handoff.Start{SessionBound: w.boundTo(o) >= 0})
 	return true
 }
 
@@ -229,6 +230,15 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.AwaitAdmission:
 		return handoff.Admitted{}
+
+	case handoff.SealSessions:
+		if w.cfg.Sabotage == SabotageSkipSessionSeal {
+			return handoff.SessionsSealed{}
+		}
+		w.sealSessions(r)
+
+	case handoff.AbortSessions:
+		w.abortSessions(r)
 
 	case handoff.Seal:
 		inc.state = sLeaving

@@ -87,7 +87,8 @@ func (w *World) onPrepare(n *Node, p *packet) {
 }
 
 func (w *World) prepareEvent(p *packet) handoff.PrepareReceived {
-	return handoff.PrepareReceived{Manifest: p.prep.manifest, RestoreDeadline: w.wall(p.prep.deadline), MaxPayloadLength: 1 << 20}
+	return handoff.PrepareReceived{Manifest: p.prep.manifest, RestoreDeadline: w.wall(p.prep.deadline), MaxPayloadLength: 1 << 20,
+		SessionBound: w.boundTo(p.prep.obj) >= 0}
 }
 
 // stepTarget feeds ev and runs the effects (Driver.stepTarget).
@@ -229,6 +230,9 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 		w.stats.Committed++
 		w.nowServing(inc)
 		return handoff.DispatchOpened{}
+
+	case handoff.UpdateSessionRoutes:
+		w.updateSessionRoutes(t)
 
 	case handoff.DeliverLate:
 		m := e.Item.(*Msg)

@@ -24,6 +24,11 @@ const (
 	// StoreCommitted without writing the owner change: the target opens
 	// while the store still names the source.
 	SabotageOpenWithoutCommit
+	// SabotageSkipSessionSeal seals a bound object's source without asking
+	// its Session owner (SealSessions answered at once): the Session keeps
+	// routing to the source, and ignores the route update of a seal it
+	// never made.
+	SabotageSkipSessionSeal
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
@@ -41,6 +46,11 @@ type Config struct {
 	// end state (the liveness bound).
 	Settle   time.Duration
 	Sabotage Sabotage
+	// Sessions binds every object to a client's Session (session.go);
+	// SessionSealTimeout and SessionHoldLimit are its Session owners'.
+	Sessions           bool
+	SessionSealTimeout time.Duration
+	SessionHoldLimit   int
 }
 
 // DefaultConfig is the configuration random schedules use: the hand-off's
@@ -145,6 +155,7 @@ func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
 	for i := 0; i < cfg.Objects; i++ {
 		w.spawnObject(ObjID(i), w.nodes[i%cfg.Nodes])
 	}
+	w.openSessions()
 	for _, n := range w.nodes {
 		n.startLease()
 	}
@@ -247,6 +258,7 @@ func (w *World) Run() []Violation {
 		w.now = end
 	}
 	w.checkEnd()
+	w.checkSessions()
 	w.classify()
 	return w.violations
 }
@@ -304,6 +316,7 @@ type Stats struct {
 	LostCrash, LostEnded, LostInTransitFollow                         int
 	Crashes, Stops, LeaseEnds, Cuts, StoreOutages                     int
 	Fallbacks, IndeterminateCAS                                       int
+	SessionRefused, SessionsClosed                                    int
 }
 
 // Stats returns the schedule's figures (after Run).
