@@ -592,6 +592,20 @@ func (r *Roam) Relocate(ctx context.Context, ref Ref, target string) (Outcome, e
 	return ext.Relocate(ctx, ref, target)
 }
 
+// RelocateIfIdle is Relocate for a move that the owner admits only if the
+// object is idle when it would seal it: no message queued and no
+// framework timer due within window (docs/PLACEMENT.md). A busy object is
+// not moved and serves on where it is; the error is ErrUnavailable with
+// ErrBusy. Messages that arrive once the idle object is sealed are held
+// and follow it, as in any move.
+func (r *Roam) RelocateIfIdle(ctx context.Context, ref Ref, target string, window time.Duration) (Outcome, error) {
+	ext, err := r.started()
+	if err != nil {
+		return Outcome{}, err
+	}
+	return ext.RelocateIfIdle(ctx, ref, target, window)
+}
+
 // NodeName is the node's stable name ("" before Start).
 func (r *Roam) NodeName() string {
 	ext, err := r.started()

@@ -2184,9 +2184,14 @@ type RelocateRequest struct {
 	// action is what the owner is asked to do (RELOCATE when unset).
 	Action OwnerAction `protobuf:"varint,6,opt,name=action,proto3,enum=roam.messages.OwnerAction" json:"action,omitempty"`
 	// join is the User Spot incarnation a JOIN_SPOT names.
-	Join          *Membership `protobuf:"bytes,7,opt,name=join,proto3" json:"join,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Join *Membership `protobuf:"bytes,7,opt,name=join,proto3" json:"join,omitempty"`
+	// idle_only: a RELOCATE that the owner admits only if the object is idle
+	// at its seal, with no timer due within idle_window_millis
+	// (RelocateIfIdle); otherwise the reply's code is "busy".
+	IdleOnly         bool  `protobuf:"varint,8,opt,name=idle_only,json=idleOnly,proto3" json:"idle_only,omitempty"`
+	IdleWindowMillis int64 `protobuf:"varint,9,opt,name=idle_window_millis,json=idleWindowMillis,proto3" json:"idle_window_millis,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RelocateRequest) Reset() {
@@ -2266,6 +2271,20 @@ func (x *RelocateRequest) GetJoin() *Membership {
 		return x.Join
 	}
 	return nil
+}
+
+func (x *RelocateRequest) GetIdleOnly() bool {
+	if x != nil {
+		return x.IdleOnly
+	}
+	return false
+}
+
+func (x *RelocateRequest) GetIdleWindowMillis() int64 {
+	if x != nil {
+		return x.IdleWindowMillis
+	}
+	return 0
 }
 
 // JoinedSpot is the Join lifecycle callback: the first message an Actor
@@ -2596,7 +2615,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0edelivery_index\x18\x02 \x01(\x04R\rdeliveryIndex\x12%\n" +
 	"\x0eschedule_index\x18\x03 \x01(\x04R\rscheduleIndex\x122\n" +
 	"\x15scheduled_unix_millis\x18\x04 \x01(\x03R\x13scheduledUnixMillis\x12\x18\n" +
-	"\askipped\x18\x05 \x01(\rR\askipped\"\xbd\x02\n" +
+	"\askipped\x18\x05 \x01(\rR\askipped\"\x88\x03\n" +
 	"\x0fRelocateRequest\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1d\n" +
@@ -2605,7 +2624,9 @@ const file_relocation_proto_rawDesc = "" +
 	"\trequester\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\trequester\x120\n" +
 	"\x14deadline_unix_millis\x18\x05 \x01(\x03R\x12deadlineUnixMillis\x122\n" +
 	"\x06action\x18\x06 \x01(\x0e2\x1a.roam.messages.OwnerActionR\x06action\x12-\n" +
-	"\x04join\x18\a \x01(\v2\x19.roam.messages.MembershipR\x04join\"N\n" +
+	"\x04join\x18\a \x01(\v2\x19.roam.messages.MembershipR\x04join\x12\x1b\n" +
+	"\tidle_only\x18\b \x01(\bR\bidleOnly\x12,\n" +
+	"\x12idle_window_millis\x18\t \x01(\x03R\x10idleWindowMillis\"N\n" +
 	"\n" +
 	"JoinedSpot\x12\x17\n" +
 	"\aspot_id\x18\x01 \x01(\tR\x06spotId\x12'\n" +

@@ -14,6 +14,7 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeOwnerEnding      = "owner_ending"  // ErrUnavailable refined by ErrOwnerEnding
 	CodeNodeDraining     = "node_draining" // ErrUnavailable refined by ErrNodeDraining
+	CodeBusy             = "busy"          // ErrUnavailable refined by ErrBusy
 	CodeDeadlineExceeded = "deadline_exceeded"
 	CodeCapacityExceeded = "capacity_exceeded"
 	CodeStale            = "stale"
@@ -30,6 +31,7 @@ var codes = []struct {
 }{
 	{ErrOwnerEnding, CodeOwnerEnding}, // the refinements before their class, unavailable
 	{ErrNodeDraining, CodeNodeDraining},
+	{ErrBusy, CodeBusy},
 	{ErrNotFound, CodeNotFound},
 	{ErrInvalidOperation, CodeInvalidOperation},
 	{ErrTypeMismatch, CodeTypeMismatch},
@@ -55,13 +57,19 @@ func Code(err error) string {
 	return CodeUnavailable
 }
 
+// IsRefinement reports whether err is one of the refinements of
+// ErrUnavailable (ErrOwnerEnding, ErrNodeDraining, ErrBusy) itself.
+func IsRefinement(err error) bool {
+	return err == ErrOwnerEnding || err == ErrNodeDraining || err == ErrBusy
+}
+
 // FromCode rebuilds a typed error from a wire code and detail: an error of
 // the code's class (a refinement's code: ErrUnavailable with it),
 // or ErrUnavailable for a code it does not know.
 func FromCode(code, detail string) error {
 	for _, c := range codes {
 		if c.code == code {
-			if c.err == ErrOwnerEnding || c.err == ErrNodeDraining {
+			if IsRefinement(c.err) {
 				return fmt.Errorf("%w: %w: %s", ErrUnavailable, c.err, detail)
 			}
 			return fmt.Errorf("%w: %s", c.err, detail)

@@ -19,9 +19,9 @@
 //	ErrNotConfigured     not_configured     no, until the mesh, kind or policy is set up
 //	ErrPermissionDenied  permission_denied  no, with the same credentials
 //
-// Two refinements add a second error to a class without leaving it:
-// ErrOwnerEnding (code owner_ending) and ErrNodeDraining (code
-// node_draining) always come with ErrUnavailable.
+// Three refinements add a second error to a class without leaving it:
+// ErrOwnerEnding (code owner_ending), ErrNodeDraining (code
+// node_draining) and ErrBusy (code busy) always come with ErrUnavailable.
 //
 // The Location Store's errors (location) are in these classes
 // too: location.ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
@@ -71,6 +71,11 @@ var (
 	// the object is draining (or stopping) and takes no new object, move or
 	// activation; another node may.
 	ErrNodeDraining = errors.New("roam: the node is draining")
+	// ErrBusy, always with ErrUnavailable: a move that only an idle
+	// object admits (RelocateIfIdle) found it busy — messages queued, or a
+	// timer due soon — and did not start; nothing was moved. Retry when
+	// the object is idle.
+	ErrBusy = errors.New("roam: the object is busy")
 	// ErrDeadlineExceeded: the operation's deadline passed (or its context
 	// ended) before its outcome was known: it may or may not have happened.
 	ErrDeadlineExceeded = errors.New("roam: deadline exceeded")

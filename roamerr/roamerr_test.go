@@ -35,6 +35,7 @@ var table = []struct {
 	{roamerr.ErrPermissionDenied, roamerr.ErrPermissionDenied, roamerr.CodePermissionDenied, "permission_denied"},
 	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding), roamerr.ErrUnavailable, roamerr.CodeOwnerEnding, "owner_ending"},
 	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrNodeDraining), roamerr.ErrUnavailable, roamerr.CodeNodeDraining, "node_draining"},
+	{fmt.Errorf("%w: %w", roamerr.ErrUnavailable, roamerr.ErrBusy), roamerr.ErrUnavailable, roamerr.CodeBusy, "busy"},
 }
 
 // Each class is itself and no other, wrapped or not; Class names it; its
@@ -45,7 +46,7 @@ func TestClassTable(t *testing.T) {
 	for _, c := range table {
 		t.Run(c.wire, func(t *testing.T) {
 			want := c.class
-			for _, r := range []error{roamerr.ErrOwnerEnding, roamerr.ErrNodeDraining} {
+			for _, r := range []error{roamerr.ErrOwnerEnding, roamerr.ErrNodeDraining, roamerr.ErrBusy} {
 				if errors.Is(c.err, r) {
 					want = r
 				}

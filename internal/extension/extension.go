@@ -467,17 +467,35 @@ func (e *Extension) Serving(ctx context.Context, ref Ref) (bool, error) {
 // pause. NotFound when no live node of the mesh has that name or RID, or
 // ref does not exist.
 func (e *Extension) Relocate(ctx context.Context, ref Ref, target string) (Outcome, error) {
+	return e.move(ctx, ref, target, idleSpec{})
+}
+
+// RelocateIfIdle is Relocate for a move that the owner admits only if the
+// object is idle at its seal: no message queued, no timer due within
+// window (docs/PLACEMENT.md §3). A busy object is not moved: the error is
+// ErrUnavailable with ErrBusy, and it serves on where it is.
+func (e *Extension) RelocateIfIdle(ctx context.Context, ref Ref, target string, window time.Duration) (Outcome, error) {
+	return e.move(ctx, ref, target, idleSpec{only: true, window: window})
+}
+
+// idleSpec: an idle-only move (RelocateIfIdle) and its timer window.
+type idleSpec struct {
+	only   bool
+	window time.Duration
+}
+
+func (e *Extension) move(ctx context.Context, ref Ref, target string, idle idleSpec) (Outcome, error) {
 	if !relocation.Movable(ref.Kind) {
 		return Outcome{}, fmt.Errorf("%w: an Entry Spot does not move", roamerr.ErrInvalidOperation)
 	}
 	l := e.cur.Load()
-	out, used, err := l.relocate(ctx, ref, target, nodesFresh)
+	out, used, err := l.relocate(ctx, ref, target, nodesFresh, idle)
 	if err != nil {
 		// The target was named by a node list up to nodesFresh old: if
 		// the store's list names another node (one that restarted under
 		// its name, or started just now), once more with that one.
 		if rid, _, rerr := l.targetRid(ctx, target, 0); rerr == nil && rid != used {
-			out, _, err = l.relocate(ctx, ref, target, 0)
+			out, _, err = l.relocate(ctx, ref, target, 0, idle)
 		}
 	}
 	return out, err
@@ -489,23 +507,29 @@ const nodesFresh = time.Second
 
 // relocate moves ref to target as named in a node list at most nodesAge
 // old; it returns the target's RID it used ("" when none).
-func (l *life) relocate(ctx context.Context, ref Ref, target string, nodesAge time.Duration) (Outcome, string, error) {
+func (l *life) relocate(ctx context.Context, ref Ref, target string, nodesAge time.Duration, idle idleSpec) (Outcome, string, error) {
 	targetRid, nodes, err := l.targetRid(ctx, target, nodesAge)
 	if err != nil {
 		return Outcome{}, "", err
 	}
-	out, err := l.relocateTo(ctx, ref, targetRid, nodes)
+	out, err := l.relocateTo(ctx, ref, targetRid, nodes, idle)
 	return out, targetRid, err
 }
 
-func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes []*location.NodeDescriptor) (Outcome, error) {
+func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes []*location.NodeDescriptor, idle idleSpec) (Outcome, error) {
+	here := func() (Outcome, error) {
+		if idle.only {
+			return l.driver.RelocateIfIdle(ctx, ref, targetRid, idle.window)
+		}
+		return l.driver.Relocate(ctx, ref, targetRid)
+	}
 	self := l.node.Descriptor().GetNodeRid()
 	if _, local, lerr := l.driver.Local(ctx, ref); lerr == nil && local {
 		// Served here: no need to read who owns it.
 		if targetRid == self {
 			return Outcome{Key: ref, From: self, To: self}, nil
 		}
-		out, err := l.driver.Relocate(ctx, ref, targetRid)
+		out, err := here()
 		if !errors.Is(err, roamerr.ErrNotFound) {
 			return out, err
 		}
@@ -528,7 +552,7 @@ func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes 
 			return Outcome{Key: ref, From: targetRid, To: targetRid}, nil
 		}
 		if v.Record.GetOwner().GetNodeRid() == l.node.Descriptor().GetNodeRid() {
-			out, err = l.driver.Relocate(ctx, ref, targetRid)
+			out, err = here()
 		} else {
 			// The owner's address, from the list the target came from; an
 			// owner newer than that list is looked up.
@@ -541,7 +565,10 @@ func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes 
 			} else {
 				err = rerr
 			}
-			if address != "" {
+			switch {
+			case address != "" && idle.only:
+				out, err = l.driver.RelocateIfIdleAt(ctx, address, ref, targetRid, idle.window)
+			case address != "":
 				out, err = l.driver.RelocateAt(ctx, address, ref, targetRid)
 			}
 		}

@@ -82,3 +82,12 @@ func ChunkLinkDown(d *Driver, peer string) bool {
 	})
 	return v
 }
+
+// Leaving reports whether d's object key has begun to seal for a move.
+func Leaving(d *Driver, key location.AuthorityKey) bool {
+	v, _ := call(context.Background(), d, func() (bool, error) {
+		o := d.objects[key]
+		return o != nil && o.state == leaving, nil
+	})
+	return v
+}

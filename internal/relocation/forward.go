@@ -31,6 +31,16 @@ func (d *Driver) RelocateAt(ctx context.Context, ownerAddress string, key locati
 	return outcomeOf(key, r), nil
 }
 
+// RelocateIfIdleAt is RelocateAt for RelocateIfIdle: the owner admits the
+// move only if the object is idle at its seal (ErrBusy otherwise).
+func (d *Driver) RelocateIfIdleAt(ctx context.Context, ownerAddress string, key location.AuthorityKey, targetRid string, window time.Duration) (Outcome, error) {
+	r, err := d.askOwner(ctx, ownerAddress, key, &messages.RelocateRequest{TargetRid: targetRid, IdleOnly: true, IdleWindowMillis: window.Milliseconds()})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return outcomeOf(key, r), nil
+}
+
 // outcomeOf is the Outcome an owner's RelocateReply reports.
 func outcomeOf(key location.AuthorityKey, r *messages.RelocateReply) Outcome {
 	return Outcome{
@@ -156,9 +166,12 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 			err = d.LeaveSpot(ctx, key)
 		default:
 			var out Outcome
-			if m.GetAction() == messages.OwnerAction_OWNER_ACTION_JOIN_SPOT {
+			switch {
+			case m.GetAction() == messages.OwnerAction_OWNER_ACTION_JOIN_SPOT:
 				out, err = d.JoinSpot(ctx, key, m.GetJoin())
-			} else {
+			case m.GetIdleOnly():
+				out, err = d.RelocateIfIdle(ctx, key, m.GetTargetRid(), time.Duration(max(0, m.GetIdleWindowMillis()))*time.Millisecond)
+			default:
 				out, err = d.Relocate(ctx, key, m.GetTargetRid())
 			}
 			reply.RelocationId, reply.FromRid, reply.ToRid = out.RelocationID, out.From, out.To

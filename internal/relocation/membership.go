@@ -504,7 +504,7 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 // joinAcross is JoinSpot when the Spot's owner is another node: a move
 // there that carries the Join, which that node admits and commits.
 func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owner string, join *messages.Membership) (Outcome, error) {
-	out, err := d.relocate(ctx, key, owner, join)
+	out, err := d.relocate(ctx, key, owner, moveSpec{join: join})
 	if err != nil {
 		return out, err
 	}

@@ -43,7 +43,11 @@ type sourceRun struct {
 	target    *messages.NodeRef
 	targetPID *actor.PID           // the target's relocation actor
 	join      *messages.Membership // the User Spot a Join moves the Actor into, or nil
-	ticket    []byte               // the move ticket of the target's capability answer
+	// idleOnly: admitted only at an idle seal, with no timer due within
+	// idleFor (RelocateIfIdle).
+	idleOnly bool
+	idleFor  time.Duration
+	ticket   []byte // the move ticket of the target's capability answer
 	// prepareSent: the Restore request (with the ticket) went out.
 	prepareSent bool
 	batch       []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
@@ -129,12 +133,33 @@ func showsCommit(o Outcome, self string, v location.Versioned) (bool, error) {
 // commit is visible in the Location Store, or the move failed (NotFound
 // at once if no node of this mesh is targetRid).
 func (d *Driver) Relocate(ctx context.Context, key location.AuthorityKey, targetRid string) (Outcome, error) {
-	return d.relocate(ctx, key, targetRid, nil)
+	return d.relocate(ctx, key, targetRid, moveSpec{})
 }
 
-// relocate is Relocate; join, when set, names the User Spot incarnation
-// the Actor joins at the target's commit (JoinSpot).
-func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, targetRid string, join *messages.Membership) (Outcome, error) {
+// RelocateIfIdle is Relocate for a move that only an idle object admits
+// (docs/PLACEMENT.md §3): at its seal — between two turns, on the object's
+// own goroutine — every participant must have no message queued and no
+// timer due within window; otherwise the seal is undone at once, nothing
+// leaves the node and the error is ErrUnavailable with ErrBusy. A busy
+// object seen before the move starts is refused the same way with no
+// message to the target. Messages that arrive while the idle object is
+// sealed take the normal hold and follow path.
+func (d *Driver) RelocateIfIdle(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) (Outcome, error) {
+	return d.relocate(ctx, key, targetRid, moveSpec{idleOnly: true, idleWindow: window})
+}
+
+// moveSpec is what a move asks beyond its object and target: join, when
+// set, names the User Spot incarnation the Actor joins at the target's
+// commit (JoinSpot); idleOnly admits the move only at an idle seal
+// (RelocateIfIdle), with no timer due within idleWindow.
+type moveSpec struct {
+	join       *messages.Membership
+	idleOnly   bool
+	idleWindow time.Duration
+}
+
+// relocate is Relocate with spec.
+func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, targetRid string, spec moveSpec) (Outcome, error) {
 	if err := d.serving(); err != nil {
 		return Outcome{}, err
 	}
@@ -154,7 +179,7 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	}
 	var waiter chan sourceResult
 	for {
-		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, join, members) })
+		waiter, err = call(ctx, d, func() (chan sourceResult, error) { return d.startSource(ctx, key, targetRid, addr, spec, members) })
 		var settling *settlingError
 		if !errors.As(err, &settling) {
 			break
@@ -254,7 +279,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	}
 }
 
-func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership, members int) (chan sourceResult, error) {
+func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, targetRid, addr string, spec moveSpec, members int) (chan sourceResult, error) {
 	if err := ctx.Err(); err != nil {
 		// The caller gave up before the driver got here (or came with a
 		// deadline already past): nothing starts that it could not wait for.
@@ -266,7 +291,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			// The object is arriving here (committed or about to be): start
 			// once the arrival has opened or failed.
 			w := make(chan sourceResult, 1)
-			t.onDone = append(t.onDone, func() { d.startWhenSettled(ctx, key, targetRid, addr, join, members, w) })
+			t.onDone = append(t.onDone, func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) })
 			return w, nil
 		}
 	}
@@ -302,6 +327,15 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			return nil, err
 		}
 	}
+	if spec.idleOnly {
+		// A first look, before anything is asked of the target or a Session
+		// owner; the seal decides (busyAtSeal).
+		for _, o := range append([]*object{obj}, memberObjs...) {
+			if n := o.mb.UserMessageCount(); n > 0 {
+				return nil, busyError(o.key, fmt.Sprintf("%d messages queued", n))
+			}
+		}
+	}
 	now := time.Now()
 	// Each attempt offers a new owner generation, never one an earlier
 	// attempt of this incarnation offered: the target incarnation's PID is
@@ -325,7 +359,9 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		parts:     []*sourcePart{{obj: obj, newOwner: newOwner}},
 		target:    &messages.NodeRef{NodeRid: targetRid, Address: addr},
 		targetPID: PID(addr),
-		join:      join,
+		join:      spec.join,
+		idleOnly:  spec.idleOnly,
+		idleFor:   spec.idleWindow,
 		waiter:    make(chan sourceResult, 1),
 		decided:   make(chan commitShown, 1),
 		deadline:  now.Add(d.cfg.RestoreTimeout),
@@ -349,19 +385,19 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 // here, on the driver goroutine, and hands its result to w; an object
 // still settling (its cold activation, or the members a SpotWide Spot
 // brought whose queues are not open yet) is started once it has.
-func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey, targetRid, addr string, join *messages.Membership, members int, w chan sourceResult) {
+func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey, targetRid, addr string, spec moveSpec, members int, w chan sourceResult) {
 	if ctx.Err() != nil {
 		w <- sourceResult{err: fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())}
 		return // the caller gave up: start nothing for it
 	}
-	inner, err := d.startSource(ctx, key, targetRid, addr, join, members)
+	inner, err := d.startSource(ctx, key, targetRid, addr, spec, members)
 	var settling *settlingError
 	switch {
 	case errors.As(err, &settling):
 		go func() {
 			select {
 			case <-settling.done:
-				d.sys.Root.Send(d.self, &localCall{fn: func() { d.startWhenSettled(ctx, key, targetRid, addr, join, members, w) }})
+				d.sys.Root.Send(d.self, &localCall{fn: func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) }})
 			case <-ctx.Done():
 				w <- sourceResult{err: fmt.Errorf("%w: %s is settling: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())}
 			}
@@ -468,10 +504,15 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		for i, p := range r.parts {
 			p.obj.state = leaving
 			obj, participant, part := p.obj, uint32(i+1), p
+			idleOnly, idleFor := r.idleOnly, r.idleFor
 			err := obj.mb.Seal(func(saved []any) {
 				// On the object's goroutine, between turns: exclusive access.
 				sealedAt := time.Now()
-				c, err := safeCapture(obj, saved, participant)
+				var c capturedPart
+				err := busyAtSeal(obj, saved, idleOnly, idleFor, sealedAt)
+				if err == nil {
+					c, err = safeCapture(obj, saved, participant)
+				}
 				d.sys.Root.Send(d.self, &localCall{fn: func() {
 					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
 						d.partCaptured(r, int(participant-1), saved, sealedAt, c, err)
@@ -1187,4 +1228,27 @@ func (d *Driver) onOwnerCommitted(c actor.Context, m *messages.OwnerCommitted) {
 	}
 	close(r.committed)
 	r.committed = nil
+}
+
+// busyAtSeal is an idle-only move's check at the seal, on the object's
+// goroutine between turns: a message queued (the saved-work prefix) or a
+// timer due within window makes it busy (ErrBusy); the move then unseals
+// with everything in place and nothing captured.
+func busyAtSeal(obj *object, saved []any, idleOnly bool, window time.Duration, now time.Time) error {
+	if !idleOnly {
+		return nil
+	}
+	if len(saved) > 0 {
+		return busyError(obj.key, fmt.Sprintf("%d messages queued at the seal", len(saved)))
+	}
+	if obj.tm != nil {
+		if name, due := obj.tm.dueWithin(now, window); due {
+			return busyError(obj.key, fmt.Sprintf("timer %q is due within %v", name, window))
+		}
+	}
+	return nil
+}
+
+func busyError(key location.AuthorityKey, why string) error {
+	return fmt.Errorf("%w: %w: %s is not idle (%s); nothing moved", roamerr.ErrUnavailable, roamerr.ErrBusy, key, why)
 }

@@ -107,6 +107,17 @@ type timerReg struct {
 	paused    bool        // stopped by a capture before its tick fired
 }
 
+// dueWithin reports a timer whose armed tick is due before now+window
+// (or overdue), by name; the object's goroutine only.
+func (t *timers) dueWithin(now time.Time, window time.Duration) (string, bool) {
+	for name, r := range t.regs {
+		if r.handle != nil && !r.paused && r.armedAt.Before(now.Add(window)) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 func (o *object) timers() *timers {
 	if o.tm == nil {
 		o.tm = &timers{regs: map[string]*timerReg{}}

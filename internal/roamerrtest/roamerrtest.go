@@ -29,7 +29,7 @@ func AssertOneClass(t testing.TB, err, want error) {
 		t.Fatalf("want an error of class %v, got nil", want)
 	}
 	class := want
-	if want == roamerr.ErrOwnerEnding || want == roamerr.ErrNodeDraining {
+	if roamerr.IsRefinement(want) {
 		if !errors.Is(err, want) {
 			t.Fatalf("%q does not match %v", err, want)
 		}

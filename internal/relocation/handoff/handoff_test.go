@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/relocation/envelope"
+	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -428,6 +429,21 @@ func TestCaptureFailureUnseals(t *testing.T) {
 	require.Equal(t, []string{"Unseal", "Complete"}, kinds(effects))
 	require.ErrorIs(t, effects[1].(Complete).Err, roamerr.ErrTypeMismatch)
 	require.Equal(t, SourceRunning, s.Phase())
+}
+
+// An idle-only move whose seal found the object busy unseals with the
+// busy error in its own class (Unavailable refined by ErrBusy), not as a
+// capture's TypeMismatch: the caller retries when the object is idle.
+// Reference: docs/PLACEMENT.md §3.
+func TestBusyAtTheSealUnsealsAsBusy(t *testing.T) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	s.Step(Start{})
+	s.Step(CapabilityAnswered{Supported: true})
+	s.Step(Admitted{})
+	effects := s.Step(CaptureFailed{Err: fmt.Errorf("%w: %w: 2 messages queued", roamerr.ErrUnavailable, roamerr.ErrBusy)})
+	require.Equal(t, []string{"Unseal", "Complete"}, kinds(effects))
+	roamerrtest.AssertOneClass(t, effects[1].(Complete).Err, roamerr.ErrBusy)
+	require.True(t, s.Finished())
 }
 
 // ---- target ----

@@ -164,8 +164,13 @@ func (s *Source) Step(ev Event) []Effect {
 		s.moveTo(SourcePaused)
 		s.moveTo(SourceRunning)
 		err := roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err)
-		if errors.Is(ev.Err, roamerr.ErrDeadlineExceeded) {
+		switch {
+		case errors.Is(ev.Err, roamerr.ErrDeadlineExceeded):
 			err = roamerr.Keep(roamerr.ErrDeadlineExceeded, "capture", ev.Err)
+		case errors.Is(ev.Err, roamerr.ErrBusy):
+			// An idle-only move found the object busy at its seal: it
+			// serves on, nothing captured (RelocateIfIdle).
+			err = roamerr.Keep(roamerr.ErrUnavailable, "capture", ev.Err)
 		}
 		return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
 
