@@ -38,6 +38,7 @@ import (
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/location"
@@ -193,6 +194,7 @@ type options struct {
 	chunkLinkPort *int
 	spot          spot.Config
 	session       session.Config
+	placement     placement.Config
 	// drainOnStop: Stop drains first (WithDrainOnStop).
 	drainOnStop bool
 }
@@ -287,6 +289,30 @@ func WithSpotConfig(c spot.Config) Option { return func(o *options) { o.spot = c
 // seal lasts (SessionRelocationSealTimeout, default 3 s); zero fields keep
 // the defaults (docs/SESSIONS.md).
 func WithSessionConfig(c SessionConfig) Option { return func(o *options) { o.session = c } }
+
+// WithPlacement runs the placement director on the node (it directs only
+// while it is the elected one, docs/PLACEMENT.md): it moves idle Actors
+// and Instance Spots (RelocateIfIdle) from nodes that own more than the
+// mean to nodes that own fewer, within the ledger's global rate,
+// concurrency and per-object cooldown. c.Enabled is set by this option;
+// zero fields keep the defaults.
+func WithPlacement(c PlacementConfig) Option {
+	return func(o *options) { c.Enabled = true; o.placement = c }
+}
+
+// PlacementConfig configures the director (WithPlacement).
+type PlacementConfig = placement.Config
+
+// PlacementLimits are the global limits of the director's attempts.
+type PlacementLimits = placement.Limits
+
+// PlacementAttempt is one of the director's attempts, as
+// PlacementConfig.OnAttempt reports it with its PlacementOutcome (busy,
+// committed, deferred, stale).
+type (
+	PlacementAttempt = placement.Attempt
+	PlacementOutcome = placement.Outcome
+)
 
 // WithRoots sets the store of creation requests and activation recovery
 // roots. Default: the Location Store (memstore and consulstore are one).
@@ -427,6 +453,7 @@ func (r *Roam) Start(ctx context.Context) error {
 		Relocation:       rel,
 		Spot:             r.o.spot,
 		Session:          r.o.session,
+		Placement:        r.o.placement,
 		Roots:            r.o.roots,
 		Lookup:           r.lookup,
 	})

@@ -69,6 +69,11 @@ func SortNotes(notes []Note) {
 	})
 }
 
+// ClusterNotes is the node RID under which notes about a whole mesh are
+// kept (the placement ledger, docs/PLACEMENT.md §4): no node has it (node
+// RIDs are UUIDs) and SweepNotes keeps its notes.
+const ClusterNotes = "cluster"
+
 // MaxNoteBytes bounds one note's value.
 const MaxNoteBytes = 64 << 10
 
@@ -98,7 +103,8 @@ func ValidateNote(key NoteKey, value []byte) error {
 }
 
 // SweepNotes deletes the notes of node lifecycles of mesh that have no
-// descriptor in store any more (ended or stopped), and returns how many
+// descriptor in store any more (ended or stopped), except the mesh's
+// ClusterNotes, and returns how many
 // it deleted. A note written for a lifecycle between the list of nodes
 // and the delete may go too: notes are advisory.
 func SweepNotes(ctx context.Context, store Store, board Board, mesh string) (int, error) {
@@ -116,7 +122,7 @@ func SweepNotes(ctx context.Context, store Store, board Board, mesh string) (int
 	}
 	deleted := 0
 	for _, n := range notes {
-		if live[NodeKey{Mesh: n.Key.Mesh, NodeRid: n.Key.NodeRid}] {
+		if n.Key.NodeRid == ClusterNotes || live[NodeKey{Mesh: n.Key.Mesh, NodeRid: n.Key.NodeRid}] {
 			continue
 		}
 		if err := board.DeleteNote(ctx, n.Key, n.Version); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/operator"
+	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
@@ -85,6 +86,10 @@ type Config struct {
 	// Session bounds what a Session holds while its Actor moves and how
 	// long a seal lasts (docs/SESSIONS.md); zero fields take the defaults.
 	Session session.Config
+	// Placement runs the director that moves idle units to even out the
+	// nodes (docs/PLACEMENT.md) when Placement.Enabled; it needs a store
+	// that is also a location.Board (memstore and consulstore are).
+	Placement placement.Config
 	// Roots is the Relocation Store for creation requests and activation
 	// recovery roots. Default: the Location Store, when it is one
 	// (memstore and consulstore are).
@@ -129,6 +134,7 @@ type life struct {
 	driver   *relocation.Driver
 	spots    *spot.Manager
 	sessions *session.Service
+	director *placement.Director // nil unless Config.Placement.Enabled
 }
 
 // Start starts the node, claims it in the store, starts its relocation
@@ -241,6 +247,13 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if hasBoard {
 		e.serveOperators(l, board, feed)
 	}
+	if cfg.Placement.Enabled {
+		if err := e.direct(l, board, hasBoard); err != nil {
+			sessions.Stop()
+			m.Stop()
+			return nil, startFailed(err, node.Stop(ctx))
+		}
+	}
 	go func() {
 		// An owner seen gone only just now is not taken over for a lease
 		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
@@ -292,6 +305,41 @@ func (e *Extension) serveOperators(l *life, board location.Board, feed *operator
 		}
 	}()
 }
+
+// direct runs the placement director for the lifecycle's life
+// (docs/PLACEMENT.md): it directs only while elected, and stops when the
+// lifecycle does.
+func (e *Extension) direct(l *life, board location.Board, hasBoard bool) error {
+	if !hasBoard {
+		return fmt.Errorf("%w: the placement director needs a store that is also a location.Board", roamerr.ErrNotConfigured)
+	}
+	desc := l.node.Descriptor()
+	d, err := placement.New(e.cfg.Placement, placement.Env{
+		Store: l.node.Store(), Board: board, Mesh: desc.GetMesh(), Self: l.node.Descriptor,
+		Move: func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error {
+			_, err := e.RelocateIfIdle(ctx, key, targetRid, window)
+			return err
+		},
+		Logger: e.logger(),
+	})
+	if err != nil {
+		return err
+	}
+	l.director = d
+	d.Start()
+	go func() {
+		select {
+		case <-l.node.Stopping():
+		case <-l.node.LeaseLost():
+		}
+		d.Stop()
+	}()
+	return nil
+}
+
+// Placement is this lifecycle's director, or nil when Config.Placement
+// is not enabled.
+func (e *Extension) Placement() *placement.Director { return e.cur.Load().director }
 
 // operatorHost runs operators' requests on a lifecycle.
 type operatorHost struct {

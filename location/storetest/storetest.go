@@ -1463,7 +1463,7 @@ func testSweepNotes(t *testing.T, h Harness) {
 	gone := claimed(t, s, node("rid-sweep-gone", "roam-entry-sweep-gone", 1), h.LeaseTTL)
 	require.NoError(t, s.ReleaseNode(ctx(t), gone.Node))
 
-	live := []location.NoteKey{noteKey("rid-sweep-live", "requests"), noteKey("rid-sweep-live", "status-1")}
+	live := []location.NoteKey{noteKey(location.ClusterNotes, "ledger"), noteKey("rid-sweep-live", "requests"), noteKey("rid-sweep-live", "status-1")}
 	other := location.NoteKey{Mesh: "other-mesh", NodeRid: "rid-sweep-gone", Name: "requests"}
 	for _, k := range append(live, other,
 		noteKey("rid-sweep-gone", "requests"), noteKey("rid-sweep-gone", "status-1"), noteKey("rid-sweep-never", "requests")) {

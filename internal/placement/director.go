@@ -1,0 +1,451 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// Config is the director's configuration; zero fields take the defaults
+// named on them.
+type Config struct {
+	// Enabled runs a director on the node (it directs only while elected,
+	// docs/PLACEMENT.md §2). Default false.
+	Enabled bool
+	// Period between two rounds. Default 1 s.
+	Period time.Duration
+	// PageSize is how many records of each kind a round reads. Default 256.
+	PageSize int
+	// Limits the ledger enforces for every director. Default
+	// DefaultLimits.
+	Limits Limits
+	// IdleWindow: a unit with a timer due within it is busy. Default
+	// 100 ms.
+	IdleWindow time.Duration
+	// Margin is how many units above the mean a node may own before its
+	// units are moved. Default 1.
+	Margin float64
+	// AttemptTimeout bounds one attempt, reservation to outcome; its
+	// reservation counts until then. Default 30 s.
+	AttemptTimeout time.Duration
+	// OnAttempt, if set, is called with each attempt's outcome (Deferred
+	// by the ledger included), from the director's goroutines.
+	OnAttempt func(Attempt, Outcome)
+	// MeterProvider for the attempt counters; default the global one.
+	MeterProvider metric.MeterProvider
+}
+
+// WithDefaults fills the zero fields.
+func (c Config) WithDefaults() Config {
+	if c.Period == 0 {
+		c.Period = time.Second
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 256
+	}
+	if c.Limits == (Limits{}) {
+		c.Limits = DefaultLimits()
+	}
+	if c.IdleWindow == 0 {
+		c.IdleWindow = 100 * time.Millisecond
+	}
+	if c.Margin == 0 {
+		c.Margin = 1
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports an InvalidOperation for a configuration that cannot
+// work (after WithDefaults).
+func (c Config) Validate() error {
+	if c.Period < 0 || c.PageSize < 1 || c.PageSize > location.MaxPageSize || c.IdleWindow < 0 || c.Margin < 0 || c.AttemptTimeout < 0 {
+		return fmt.Errorf("%w: placement config %+v", roamerr.ErrInvalidOperation, c)
+	}
+	return c.Limits.Validate()
+}
+
+// Env is what the director needs of its node.
+type Env struct {
+	Store location.Store
+	Board location.Board
+	Mesh  string
+	// Self is this node lifecycle's descriptor.
+	Self func() *location.NodeDescriptor
+	// Move is RelocateIfIdle from any node, the target named by RID.
+	Move   func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error
+	Logger zerolog.Logger
+}
+
+// ledgerKey is the placement ledger's note.
+func ledgerKey(mesh string) location.NoteKey {
+	return location.NoteKey{Mesh: mesh, NodeRid: location.ClusterNotes, Name: "placement-ledger"}
+}
+
+// kinds are the relocation units the director balances: an Actor and an
+// Instance Spot move alone; a User Spot is left where it was created.
+var kinds = []location.Kind{location.KindActor, location.KindInstanceSpot}
+
+// Director runs rounds of selection and attempts while its node is the
+// elected director.
+type Director struct {
+	cfg  Config
+	env  Env
+	log  zerolog.Logger
+	stop chan struct{}
+	done chan struct{}
+
+	attempts metric.Int64Counter
+	counts   [4]atomic.Int64 // by outcome: busy, committed, deferred, stale
+
+	// The round's goroutine only:
+	cursor  map[location.Kind]string
+	wrapped map[location.Kind]bool
+	pass    map[string]int // units per owner RID seen in the pass under way
+	census  map[string]int // the last complete pass's
+	cooling map[string]time.Time
+}
+
+// New checks cfg and builds a director; Start runs it.
+func New(cfg Config, env Env) (*Director, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := cfg.MeterProvider
+	if p == nil {
+		p = otel.GetMeterProvider()
+	}
+	attempts, err := p.Meter("github.com/roamactors/roam/internal/placement").Int64Counter("roam.placement.attempts",
+		metric.WithDescription("the director's attempts to move an idle unit, by outcome"))
+	if err != nil {
+		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
+	}
+	return &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
+		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}, nil
+}
+
+// Start runs rounds every Period until Stop.
+func (d *Director) Start() {
+	go func() {
+		defer close(d.done)
+		t := time.NewTicker(d.cfg.Period)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.stop:
+				return
+			case <-t.C:
+			}
+			d.round()
+		}
+	}()
+}
+
+// Stop ends the rounds and waits for the one under way (its attempts
+// included).
+func (d *Director) Stop() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	<-d.done
+}
+
+// Outcomes are the counts of the attempts this director finished, by
+// outcome.
+func (d *Director) Outcomes() map[Outcome]int64 {
+	out := map[Outcome]int64{}
+	for i, o := range []Outcome{Busy, Committed, Deferred, Stale} {
+		out[o] = d.counts[i].Load()
+	}
+	return out
+}
+
+func (d *Director) count(a Attempt, o Outcome) {
+	i := slices.Index([]Outcome{Busy, Committed, Deferred, Stale}, o)
+	d.counts[i].Add(1)
+	d.attempts.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", string(o))))
+	if d.cfg.OnAttempt != nil {
+		d.cfg.OnAttempt(a, o)
+	}
+}
+
+// round: if this node is the director, read the next page of each kind,
+// plan moves from the last census, and run the attempts.
+func (d *Director) round() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.AttemptTimeout)
+	defer cancel()
+	self := d.env.Self()
+	nodes, err := d.env.Store.ListNodes(ctx, d.env.Mesh)
+	if err != nil {
+		return // the store will answer again; nothing was started
+	}
+	electors := make([]Elector, 0, len(nodes))
+	for _, n := range nodes {
+		electors = append(electors, Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
+	}
+	if Elect(electors) != self.GetNodeRid() {
+		d.census, d.pass = nil, map[string]int{}
+		return
+	}
+	live := map[string]*location.NodeDescriptor{}
+	for _, n := range nodes {
+		live[n.Node.GetNodeRid()] = n.Node
+	}
+	var page []Unit
+	for _, k := range kinds {
+		p, err := d.env.Store.List(ctx, k, location.PageRequest{Size: d.cfg.PageSize, After: d.cursor[k]})
+		if err != nil {
+			return
+		}
+		for _, v := range p.Items {
+			r := v.Record
+			owner := r.GetOwner().GetNodeRid()
+			if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || live[owner] == nil {
+				continue
+			}
+			d.pass[owner]++
+			page = append(page, Unit{Ref: v.Key, Key: v.Key.String(), StableType: r.GetStableType(), Owner: owner,
+				OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()})
+		}
+		d.cursor[k] = p.Next
+		d.wrapped[k] = p.Next == ""
+	}
+	if d.wrapped[kinds[0]] && d.wrapped[kinds[1]] {
+		d.census, d.pass = d.pass, map[string]int{}
+		clear(d.wrapped)
+	}
+	if d.census == nil {
+		return // no complete census yet
+	}
+	var candidates []Node
+	for _, n := range nodes {
+		desc := n.Node
+		candidates = append(candidates, Node{Rid: desc.GetNodeRid(), Units: d.census[desc.GetNodeRid()], Hosts: hosts(desc)})
+	}
+	// A unit whose last attempt ended lately waits out its cooldown here
+	// too (the ledger has the final say): the next units of its node are
+	// tried meanwhile, so a busy one does not starve the rest.
+	now := time.Now()
+	for k, until := range d.cooling {
+		if !until.After(now) {
+			delete(d.cooling, k)
+		}
+	}
+	page = slices.DeleteFunc(page, func(u Unit) bool { _, cooling := d.cooling[u.Key]; return cooling })
+	moves := Balance(candidates, page, d.cfg.Margin, 4*d.cfg.Limits.Concurrency)
+	if len(moves) == 0 {
+		return
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		moved []Move
+		tried []Move
+	)
+	sem := make(chan struct{}, d.cfg.Limits.Concurrency)
+	for _, m := range moves {
+		select {
+		case <-d.stop:
+			wg.Wait()
+			return
+		case sem <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			o, asked := d.attempt(m)
+			mu.Lock()
+			defer mu.Unlock()
+			if asked {
+				tried = append(tried, m)
+			}
+			if o == Committed {
+				moved = append(moved, m)
+			}
+		}()
+	}
+	wg.Wait()
+	// Only a unit whose source was asked cools down here; one the ledger
+	// deferred (rate, concurrency) is tried again next round.
+	cool := max(d.cfg.Limits.Cooldown, d.cfg.Period)
+	for _, m := range tried {
+		d.cooling[m.Unit.Key] = time.Now().Add(cool)
+	}
+	// The census counted the moved units at their old owners: until the
+	// next pass recounts, the committed moves are applied to it.
+	for _, m := range moved {
+		d.census[m.Unit.Owner]--
+		d.census[m.Target]++
+	}
+}
+
+// hosts reports whether a node takes a unit of a stable type: serving,
+// and its descriptor lists the kind.
+func hosts(n *location.NodeDescriptor) func(string) bool {
+	return func(st string) bool {
+		if n.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
+			return false
+		}
+		return slices.Contains(n.GetStableTypes(), st) || slices.Contains(n.GetInstanceTypes(), st)
+	}
+}
+
+// attempt reserves m in the ledger, asks the source, and records the
+// outcome (docs/PLACEMENT.md §4); "" when it stays unknown. asked: the
+// source was asked (the ledger reserved the attempt).
+func (d *Director) attempt(m Move) (o Outcome, asked bool) {
+	now := time.Now()
+	a := Attempt{Op: uuid.NewString(), Key: m.Unit.Key, SourceRid: m.Unit.Owner, SourceGen: m.Unit.SourceGen,
+		ObjectGen: m.Unit.ObjectGen, OwnerGen: m.Unit.OwnerGen, TargetRid: m.Target, DeadlineMs: now.Add(d.cfg.AttemptTimeout).UnixMilli()}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.cfg.AttemptTimeout))
+	defer cancel()
+	v, err := d.reserve(ctx, a)
+	if err != nil {
+		d.log.Warn().Str("event", "placement_reserve_failed").Str("object_id", m.Unit.Ref.ID).Err(err).Msg("the placement ledger could not be written; nothing was asked")
+		return "", false
+	}
+	if !v.Go {
+		d.count(a, v.Outcome)
+		return v.Outcome, false
+	}
+	err = d.env.Move(ctx, m.Unit.Ref, m.Target, d.cfg.IdleWindow)
+	o, known := classify(err)
+	asked = true
+	if !known {
+		o = d.reconcile(m.Unit, a)
+	}
+	if o == "" {
+		d.log.Warn().Str("event", "placement_outcome_unknown").Str("object_id", m.Unit.Ref.ID).Str("operation", a.Op).Err(err).
+			Msg("an attempt's outcome stays unknown; its reservation counts until its deadline")
+		return "", true
+	}
+	if err := d.finish(a, o); err != nil {
+		d.log.Warn().Str("event", "placement_finish_failed").Str("object_id", m.Unit.Ref.ID).Err(err).Msg("the outcome was not recorded; the reservation expires at its deadline")
+	}
+	d.count(a, o)
+	if o == Committed {
+		d.log.Info().Str("event", "placement_moved").Str("object_id", m.Unit.Ref.ID).Str("from", a.SourceRid).Str("to", a.TargetRid).Msg("an idle unit moved")
+	}
+	return o, true
+}
+
+// classify maps a move's error to an outcome; known false: the answer
+// was lost or the outcome is unknown, and the store decides.
+func classify(err error) (Outcome, bool) {
+	switch {
+	case err == nil:
+		return Committed, true
+	case errors.Is(err, roamerr.ErrBusy):
+		return Busy, true
+	case errors.Is(err, roamerr.ErrNodeDraining), errors.Is(err, roamerr.ErrCapacityExceeded), errors.Is(err, roamerr.ErrNotConfigured):
+		return Deferred, true
+	case errors.Is(err, roamerr.ErrStale), errors.Is(err, roamerr.ErrConflict), errors.Is(err, roamerr.ErrNotFound),
+		errors.Is(err, roamerr.ErrInvalidOperation), errors.Is(err, roamerr.ErrTypeMismatch), errors.Is(err, roamerr.ErrPermissionDenied):
+		// The selection's evidence no longer holds (the unit moved, ended,
+		// or cannot move alone).
+		return Stale, true
+	}
+	return "", false // Unavailable, DeadlineExceeded: ambiguous
+}
+
+// reconcile decides an ambiguous attempt from the unit's record: owned by
+// the target → committed; still the source's at the selected generations
+// → not committed, source unchanged (deferred); anything else → stale. A
+// record not found is not proof that nothing happened: stale. A store
+// error is retried until the attempt's deadline; "" then (unknown).
+func (d *Director) reconcile(u Unit, a Attempt) Outcome {
+	deadline := time.UnixMilli(a.DeadlineMs)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := d.env.Store.Read(ctx, u.Ref)
+		cancel()
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+			return Stale
+		case err == nil:
+			r := v.Record
+			switch {
+			case r.GetOwner().GetNodeRid() == a.TargetRid:
+				return Committed
+			case r.GetOwner().GetNodeRid() == a.SourceRid && r.GetAuthorityOwnerGeneration() == a.OwnerGen && r.GetObjectGeneration() == a.ObjectGen:
+				return Deferred
+			}
+			return Stale
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return ""
+		}
+		select {
+		case <-time.After(wait):
+		case <-d.stop:
+			return ""
+		}
+	}
+}
+
+// reserve runs Ledger.Reserve against the stored ledger, by CAS.
+func (d *Director) reserve(ctx context.Context, a Attempt) (Verdict, error) {
+	var v Verdict
+	err := d.update(ctx, func(l *Ledger) (bool, error) {
+		var changed bool
+		var err error
+		v, changed, err = l.Reserve(a, d.cfg.Limits, time.Now())
+		return changed, err
+	})
+	return v, err
+}
+
+// finish runs Ledger.Finish against the stored ledger, by CAS.
+func (d *Director) finish(a Attempt, o Outcome) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.update(ctx, func(l *Ledger) (bool, error) { return l.Finish(a, o, d.cfg.Limits, time.Now()), nil })
+}
+
+// update reads the ledger, applies change and writes it back if changed,
+// only at the version read; a lost race reads again.
+func (d *Director) update(ctx context.Context, change func(*Ledger) (bool, error)) error {
+	key := ledgerKey(d.env.Mesh)
+	for {
+		n, err := d.env.Board.ReadNote(ctx, key)
+		if err != nil && !errors.Is(err, location.ErrNotFound) {
+			return roamerr.Keep(roamerr.ErrUnavailable, "read the placement ledger", err)
+		}
+		l, err := Decode(n.Value)
+		if err != nil {
+			return err
+		}
+		changed, err := change(l)
+		if err != nil || !changed {
+			return err
+		}
+		_, err = d.env.Board.WriteNote(ctx, key, n.Version, l.Encode(location.MaxNoteBytes))
+		if errors.Is(err, location.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return roamerr.Keep(roamerr.ErrUnavailable, "write the placement ledger", err)
+		}
+		return nil
+	}
+}

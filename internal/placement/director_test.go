@@ -1,0 +1,133 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/messages"
+)
+
+// storm is a store with three claimed nodes and n Actors on the first.
+func storm(t *testing.T, n int) (*memstore.Store, []*location.NodeDescriptor) {
+	t.Helper()
+	ctx := context.Background()
+	s := memstore.New()
+	var nodes []*location.NodeDescriptor
+	for i := range 3 {
+		d := &location.NodeDescriptor{Mesh: "m", NodeRid: fmt.Sprintf("rid-%d", i), NodeGeneration: uint64(10 + i),
+			EntrySpotId: fmt.Sprintf("entry-%d", i), Address: fmt.Sprintf("127.0.0.1:%d", 9000+i), StableTypes: []string{"t"},
+			Status: messages.NodeStatus_NODE_STATUS_SERVING, ProtocolVersion: 1}
+		l, err := s.ClaimNode(ctx, d, 30*time.Second)
+		require.NoError(t, err)
+		d.LeaseId = string(l.ID)
+		nodes = append(nodes, d)
+	}
+	for i := range n {
+		rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+			StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: nodes[0].NodeRid, NodeGeneration: nodes[0].NodeGeneration, LeaseId: nodes[0].LeaseId}}
+		_, err := s.CompareAndSet(ctx, location.Key(location.KindActor, fmt.Sprintf("a%03d", i)), 0, rec)
+		require.NoError(t, err)
+	}
+	return s, nodes
+}
+
+// Three directors that all believe they are elected, under a storm of
+// candidates, together never have more attempts in flight than the
+// ledger's concurrency, nor start more than its burst plus its rate over
+// the time taken; each attempt's operation is reserved once.
+// Reference: docs/PLACEMENT.md §4 (global limits under CAS, whatever the
+// number of directors).
+func TestLimitsHoldAcrossDirectors(t *testing.T) {
+	store, nodes := storm(t, 300)
+	lim := Limits{Rate: 40, Burst: 5, Concurrency: 3, Cooldown: time.Hour}
+	var inFlight, maxInFlight, started atomic.Int64
+	var mu sync.Mutex
+	ops := map[string]int{}
+	move := func(ctx context.Context, key location.AuthorityKey, target string, _ time.Duration) error {
+		started.Add(1)
+		n := inFlight.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // the move's own work, so that attempts overlap
+		inFlight.Add(-1)
+		return nil
+	}
+	begin := time.Now()
+	var dirs []*Director
+	for range 3 {
+		d, err := New(Config{Period: 5 * time.Millisecond, PageSize: 500, Limits: lim, OnAttempt: func(a Attempt, o Outcome) {
+			if o == Committed {
+				mu.Lock()
+				ops[a.Op]++
+				mu.Unlock()
+			}
+		}}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: move, Logger: zerolog.Nop()})
+		require.NoError(t, err)
+		d.Start()
+		dirs = append(dirs, d)
+	}
+	testwait.For(t, func() bool { return started.Load() >= 60 }, "60 attempts started")
+	for _, d := range dirs {
+		d.Stop()
+	}
+	elapsed := time.Since(begin)
+	require.LessOrEqual(t, maxInFlight.Load(), int64(lim.Concurrency), "attempts in flight at once")
+	require.LessOrEqual(t, float64(started.Load()), lim.Burst+lim.Rate*elapsed.Seconds()+1, "attempts started in %v", elapsed)
+	mu.Lock()
+	defer mu.Unlock()
+	for op, n := range ops {
+		require.Equal(t, 1, n, "operation %s", op)
+	}
+	var deferred int64
+	for _, d := range dirs {
+		deferred += d.Outcomes()[Deferred]
+	}
+	require.Positive(t, deferred, "the directors' other attempts were deferred by the ledger")
+}
+
+// An attempt whose answer was lost is decided from the record: the
+// target owns it → committed; the source still at the selected
+// generations → deferred (not committed, source unchanged); moved
+// elsewhere or gone → stale. Never a rollback from a missing record.
+// Reference: docs/PLACEMENT.md §4 (a lost reply is ambiguous).
+func TestReconcileReadsTheRecord(t *testing.T) {
+	store, nodes := storm(t, 1)
+	d, err := New(Config{}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	key := location.Key(location.KindActor, "a000")
+	u := Unit{Ref: key, Key: key.String(), Owner: nodes[0].NodeRid, OwnerGen: 1, ObjectGen: 1}
+	a := Attempt{Op: "op", Key: key.String(), SourceRid: nodes[0].NodeRid, OwnerGen: 1, ObjectGen: 1, TargetRid: nodes[1].NodeRid,
+		DeadlineMs: time.Now().Add(time.Minute).UnixMilli()}
+	require.Equal(t, Deferred, d.reconcile(u, a), "the source unchanged")
+
+	setOwner := func(n *location.NodeDescriptor, ownerGen uint64) {
+		v, err := store.Read(context.Background(), key)
+		require.NoError(t, err)
+		v.Record.Owner = &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}
+		v.Record.AuthorityOwnerGeneration = ownerGen
+		_, err = store.CompareAndSet(context.Background(), key, v.Version, v.Record)
+		require.NoError(t, err)
+	}
+	setOwner(nodes[1], 2)
+	require.Equal(t, Committed, d.reconcile(u, a))
+	setOwner(nodes[2], 3)
+	require.Equal(t, Stale, d.reconcile(u, a))
+	setOwner(nodes[0], 4)
+	require.Equal(t, Stale, d.reconcile(u, a), "back at the source but at another generation: not the selected tuple")
+	gone := Unit{Ref: location.Key(location.KindActor, "nobody"), Key: "nobody"}
+	require.Equal(t, Stale, d.reconcile(gone, a), "a missing record is stale, never proof of no move")
+}
