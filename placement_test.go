@@ -14,6 +14,7 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
 )
 
 // placementLog records the director's attempts.
@@ -124,4 +125,28 @@ func TestDirectorSpreadsIdleActorsAndLeavesABusyOneAlone(t *testing.T) {
 		require.Positive(t, outcomes["committed"])
 		t.Logf("attempts by outcome: %v; Actors per node: %v", outcomes, actorsPerNode(t, store))
 	})
+}
+
+// The director is the oldest live lifecycle: when its node stops, the
+// next oldest takes over, and balances onto a node that joins later.
+// Reference: docs/PLACEMENT.md §2 (election through the store's node
+// listing; a stopped director's work is taken over).
+func TestDirectorFailover(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	log := &placementLog{outcomes: map[roam.PlacementOutcome]int{}, busyKeys: map[string]int{}, moved: map[string]int{}}
+	kind := roam.NewKind("sitter", actor.PropsFromProducer(func() actor.Actor { return &sitter{g: &sitGate{}} }), roam.PreserveState())
+	cfg := roam.PlacementConfig{Period: 50 * time.Millisecond, OnAttempt: log.on,
+		Limits: roam.PlacementLimits{Rate: 200, Burst: 20, Concurrency: 4, Cooldown: 200 * time.Millisecond}}
+	first := start(t, store, roam.WithNodeName("first"), roam.WithKinds(kind), roam.WithPlacement(cfg))
+	b := start(t, store, roam.WithNodeName("b"), roam.WithKinds(kind), roam.WithPlacement(cfg))
+	for i := range 20 {
+		_, err := b.SpawnActor(ctx, "sitter", fmt.Sprintf("f-%d", i))
+		require.NoError(t, err)
+	}
+	testwait.For(t, func() bool { n := actorsPerNode(t, store); return n[first.NodeRid()] >= 9 }, "the first director balances onto its own node")
+	require.NoError(t, first.Stop(ctx)) // drains its Actors to b
+	testwait.For(t, func() bool { return actorsPerNode(t, store)[b.NodeRid()] == 20 }, "the stopped node's Actors drained to b")
+	c := start(t, store, roam.WithNodeName("c"), roam.WithKinds(kind), roam.WithPlacement(cfg))
+	testwait.For(t, func() bool { return actorsPerNode(t, store)[c.NodeRid()] >= 9 }, "b, now the director, balances onto c")
 }
