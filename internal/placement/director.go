@@ -212,6 +212,9 @@ func (d *Director) round() {
 	}
 	var page []Unit
 	for _, k := range kinds {
+		if d.wrapped[k] {
+			continue // done for this pass: its units are counted once
+		}
 		p, err := d.env.Store.List(ctx, k, location.PageRequest{Size: d.cfg.PageSize, After: d.cursor[k]})
 		if err != nil {
 			return

@@ -131,3 +131,28 @@ func TestReconcileReadsTheRecord(t *testing.T) {
 	gone := Unit{Ref: location.Key(location.KindActor, "nobody"), Key: "nobody"}
 	require.Equal(t, Stale, d.reconcile(gone, a), "a missing record is stale, never proof of no move")
 }
+
+// A census pass counts every unit once, however many pages each kind
+// takes: a kind whose listing wrapped is not read again until every kind
+// has.
+func TestCensusCountsEachUnitOnce(t *testing.T) {
+	store, nodes := storm(t, 25) // 25 Actors on rid-0: 3 pages of 10
+	ctx := context.Background()
+	for i := range 3 { // and 3 Instance Spots on rid-1: one page
+		rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+			StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: nodes[1].NodeRid, NodeGeneration: nodes[1].NodeGeneration, LeaseId: nodes[1].LeaseId}}
+		_, err := store.CompareAndSet(ctx, location.Key(location.KindInstanceSpot, fmt.Sprint("i", i)), 0, rec)
+		require.NoError(t, err)
+	}
+	d, err := New(Config{PageSize: 10, Limits: Limits{Rate: 1, Burst: 1, Concurrency: 1}}, Env{Store: store, Board: store, Mesh: "m",
+		Self: func() *location.NodeDescriptor { return nodes[0] }, Logger: zerolog.Nop(),
+		Move: func(context.Context, location.AuthorityKey, string, time.Duration) error { return nil }})
+	require.NoError(t, err)
+	for range 3 {
+		d.round()
+	}
+	// Moves the third round made change where units are counted, not
+	// how many.
+	got := d.census[nodes[0].NodeRid] + d.census[nodes[1].NodeRid] + d.census[nodes[2].NodeRid]
+	require.Equal(t, 28, got, "every unit counted once: %v", d.census)
+}
