@@ -436,7 +436,12 @@ func (d *Director) update(ctx context.Context, change func(*Ledger) (bool, error
 		}
 		l, err := Decode(n.Value)
 		if err != nil {
-			return err
+			// Unreadable (written by something else): start a new ledger at
+			// the version read, loudly. The reservations it held are lost,
+			// so for up to AttemptTimeout more attempts may run at once
+			// than the concurrency allows; a stuck director would be worse.
+			d.log.Error().Str("event", "placement_ledger_reset").Err(err).Msg("the placement ledger was unreadable and is started anew")
+			l = &Ledger{}
 		}
 		changed, err := change(l)
 		if err != nil || !changed {

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,4 +156,26 @@ func TestCensusCountsEachUnitOnce(t *testing.T) {
 	// how many.
 	got := d.census[nodes[0].NodeRid] + d.census[nodes[1].NodeRid] + d.census[nodes[2].NodeRid]
 	require.Equal(t, 28, got, "every unit counted once: %v", d.census)
+}
+
+// An unreadable ledger note does not stop the director for good: it is
+// started anew at the version read, with an error line.
+func TestAnUnreadableLedgerIsStartedAnew(t *testing.T) {
+	store, nodes := storm(t, 1)
+	ctx := context.Background()
+	_, err := store.WriteNote(ctx, ledgerKey("m"), 0, []byte("not json"))
+	require.NoError(t, err)
+	var logged strings.Builder
+	d, err := New(Config{}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] },
+		Logger: zerolog.New(&logged)})
+	require.NoError(t, err)
+	v, err := d.reserve(ctx, Attempt{Op: "op", Key: "k", DeadlineMs: time.Now().Add(time.Minute).UnixMilli()})
+	require.NoError(t, err)
+	require.True(t, v.Go)
+	require.Contains(t, logged.String(), "placement_ledger_reset")
+	n, err := store.ReadNote(ctx, ledgerKey("m"))
+	require.NoError(t, err)
+	l, err := Decode(n.Value)
+	require.NoError(t, err)
+	require.Len(t, l.InFlight, 1)
 }
