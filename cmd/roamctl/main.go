@@ -132,6 +132,8 @@ var commands = []*command{
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, a []string) error {
 			return c.Drain(ctx, a[0], uint32(f.concurrency))
 		}},
+	{name: "placement", summary: "the placement director of each mesh: the elected node, attempts in flight, recent outcomes",
+		run: func(ctx context.Context, c *ctl, _ *cmdFlags, _ []string) error { return c.Placement(ctx) }},
 	{name: "watch", summary: "print the moves the live nodes commit, as they happen",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.IntVar(&f.count, "count", 0, "stop after this many moves (default: run until interrupted)")

@@ -93,6 +93,9 @@ type Env struct {
 	Logger zerolog.Logger
 }
 
+// LedgerKey is the placement ledger's note of mesh.
+func LedgerKey(mesh string) location.NoteKey { return ledgerKey(mesh) }
+
 // ledgerKey is the placement ledger's note.
 func ledgerKey(mesh string) location.NoteKey {
 	return location.NoteKey{Mesh: mesh, NodeRid: location.ClusterNotes, Name: "placement-ledger"}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/roamactors/roam/internal/placement"
+	"github.com/roamactors/roam/location"
+)
+
+// placementJSON is one mesh of `placement --json`.
+type placementJSON struct {
+	Mesh     string                    `json:"mesh"`
+	Director string                    `json:"director"` // the elected node's name, "" with no live node
+	InFlight []placement.Attempt       `json:"in_flight"`
+	Recent   map[placement.Outcome]int `json:"recent"` // the ledger's last outcomes, by outcome
+	Cooling  int                       `json:"cooling"`
+	Ledger   bool                      `json:"ledger"` // a ledger note exists
+}
+
+// Placement prints, per mesh, the placement director (docs/PLACEMENT.md):
+// the elected node, the attempts in flight in its ledger and the ledger's
+// recent attempts by outcome.
+func (c *ctl) Placement(ctx context.Context) error {
+	ctx, cancel := c.readCtx(ctx)
+	defer cancel()
+	dir, err := c.directory(ctx, c.mesh)
+	if err != nil {
+		return err
+	}
+	byMesh := map[string][]placement.Elector{}
+	names := map[string]string{}
+	for _, n := range dir.nodes {
+		byMesh[n.Node.GetMesh()] = append(byMesh[n.Node.GetMesh()], placement.Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
+		names[n.Node.GetNodeRid()] = nodeName(n.Node)
+	}
+	if c.mesh != "" {
+		byMesh[c.mesh] = byMesh[c.mesh]
+	}
+	meshes := make([]string, 0, len(byMesh))
+	for m := range byMesh {
+		meshes = append(meshes, m)
+	}
+	sort.Strings(meshes)
+	var out []placementJSON
+	for _, mesh := range meshes {
+		p := placementJSON{Mesh: mesh, Recent: map[placement.Outcome]int{}}
+		if rid := placement.Elect(byMesh[mesh]); rid != "" {
+			p.Director = names[rid]
+		}
+		note, err := c.board.ReadNote(ctx, placement.LedgerKey(mesh))
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("read the placement ledger of %s: %w", mesh, err)
+		default:
+			l, err := placement.Decode(note.Value)
+			if err != nil {
+				return err
+			}
+			p.Ledger = true
+			now := c.now().UnixMilli()
+			for _, a := range l.InFlight {
+				if a.DeadlineMs > now {
+					p.InFlight = append(p.InFlight, a)
+				}
+			}
+			for _, f := range l.Done {
+				p.Recent[f.Outcome]++
+			}
+			for _, until := range l.Cooling {
+				if until > now {
+					p.Cooling++
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	if c.json {
+		if out == nil {
+			out = []placementJSON{}
+		}
+		return writeJSON(c.out, map[string]any{"placement": out})
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(c.out, "no live nodes")
+		return nil
+	}
+	rows := [][]string{{"MESH", "DIRECTOR", "IN FLIGHT", "RECENT COMMITTED", "BUSY", "DEFERRED", "STALE", "COOLING"}}
+	for _, p := range out {
+		director := p.Director
+		if director == "" {
+			director = "-"
+		}
+		rows = append(rows, []string{p.Mesh, director, strconv.Itoa(len(p.InFlight)),
+			strconv.Itoa(p.Recent[placement.Committed]), strconv.Itoa(p.Recent[placement.Busy]),
+			strconv.Itoa(p.Recent[placement.Deferred]), strconv.Itoa(p.Recent[placement.Stale]), strconv.Itoa(p.Cooling)})
+	}
+	if err := table(c.out, rows); err != nil {
+		return err
+	}
+	for _, p := range out {
+		slices.SortFunc(p.InFlight, func(a, b placement.Attempt) int { return int(a.DeadlineMs - b.DeadlineMs) })
+		for _, a := range p.InFlight {
+			left := time.Duration(a.DeadlineMs-c.now().UnixMilli()) * time.Millisecond
+			fmt.Fprintf(c.out, "%s: %s %s -> %s (operation %s, %s left)\n", p.Mesh, a.Key, nameOr(names, a.SourceRid), nameOr(names, a.TargetRid), short(a.Op), left.Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+func nameOr(names map[string]string, rid string) string {
+	if n := names[rid]; n != "" {
+		return n
+	}
+	return rid
+}
