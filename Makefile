@@ -24,12 +24,16 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 
-.PHONY: test test-race sim-check race-mod consul generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
+.PHONY: test test-race sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
 ## then 100,000 schedules of the deterministic simulation and the short chaos
 ## test on real processes.
-test: consul lint test-race fuzz-short sim-check chaos-short
+test: consul browser lint test-race fuzz-short sim-check chaos-short
+
+## browser: Debian's Chromium, for the web view's browser test (roamctl web).
+browser:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
 ## sim-check: 100,000 random schedules of the hand-off's deterministic
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
@@ -45,7 +49,7 @@ race-mod:
 # lookup) run under -race too: the race copy of Proto.Actor has its known
 # internal races patched (tools/race/prepare.sh).
 test-race: race-mod
-	$(RACE) $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 $(RACE) $$($(GO) list ./... | grep -v /bench/baseline)
 	$(GO) test -count=1 ./bench/baseline
 	# The hand-off tests again on a real Consul (the randomized ones already
 	# have a Consul variant).

@@ -29,45 +29,13 @@ type nodeJSON struct {
 func (c *ctl) Nodes(ctx context.Context) error {
 	ctx, cancel := c.readCtx(ctx)
 	defer cancel()
-	dir, err := c.directory(ctx, c.mesh)
+	out, _, err := c.nodeLoads(ctx)
 	if err != nil {
 		return err
 	}
-	load := map[location.NodeKey]map[location.Kind]int{}
-	err = c.scan(ctx, unitKinds, func(v location.Versioned) {
-		o := v.Record.GetOwner()
-		k := location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}
-		if load[k] == nil {
-			load[k] = map[location.Kind]int{}
-		}
-		load[k][v.Key.Kind]++
-	})
-	if err != nil {
-		return err
-	}
-	nodes := slices.Clone(dir.nodes)
-	sort.SliceStable(nodes, func(i, j int) bool { // by mesh and name
-		a, b := nodes[i].Node, nodes[j].Node
-		if a.GetMesh() != b.GetMesh() {
-			return a.GetMesh() < b.GetMesh()
-		}
-		return nodeName(a) < nodeName(b)
-	})
-	var out []nodeJSON
 	meshes := map[string]bool{}
-	for _, vn := range nodes {
-		n := vn.Node
-		j := nodeJSON{
-			Mesh: n.GetMesh(), Name: n.GetName(), Rid: n.GetNodeRid(), State: nodeState(n.GetStatus()),
-			NodeGeneration: n.GetNodeGeneration(), LeaseID: n.GetLeaseId(), Address: n.GetAddress(),
-			Capacity: n.GetCapacity(), LoadByKind: map[string]int{},
-		}
-		for k, count := range load[location.NodeKeyOf(n)] {
-			j.Load += count
-			j.LoadByKind[location.KindName(k)] = count
-		}
-		out = append(out, j)
-		meshes[n.GetMesh()] = true
+	for _, j := range out {
+		meshes[j.Mesh] = true
 	}
 	if c.json {
 		if out == nil {
@@ -102,6 +70,50 @@ func (c *ctl) Nodes(ctx context.Context) error {
 		rows = append(rows, r)
 	}
 	return table(c.out, rows)
+}
+
+// nodeLoads is every live node with its load (the Actors, Instance Spots
+// and User Spots it owns), by mesh and name, and the directory it read.
+func (c *ctl) nodeLoads(ctx context.Context) ([]nodeJSON, *directory, error) {
+	dir, err := c.directory(ctx, c.mesh)
+	if err != nil {
+		return nil, nil, err
+	}
+	load := map[location.NodeKey]map[location.Kind]int{}
+	err = c.scan(ctx, unitKinds, func(v location.Versioned) {
+		o := v.Record.GetOwner()
+		k := location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}
+		if load[k] == nil {
+			load[k] = map[location.Kind]int{}
+		}
+		load[k][v.Key.Kind]++
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes := slices.Clone(dir.nodes)
+	sort.SliceStable(nodes, func(i, j int) bool { // by mesh and name
+		a, b := nodes[i].Node, nodes[j].Node
+		if a.GetMesh() != b.GetMesh() {
+			return a.GetMesh() < b.GetMesh()
+		}
+		return nodeName(a) < nodeName(b)
+	})
+	var out []nodeJSON
+	for _, vn := range nodes {
+		n := vn.Node
+		j := nodeJSON{
+			Mesh: n.GetMesh(), Name: n.GetName(), Rid: n.GetNodeRid(), State: nodeState(n.GetStatus()),
+			NodeGeneration: n.GetNodeGeneration(), LeaseID: n.GetLeaseId(), Address: n.GetAddress(),
+			Capacity: n.GetCapacity(), LoadByKind: map[string]int{},
+		}
+		for k, count := range load[location.NodeKeyOf(n)] {
+			j.Load += count
+			j.LoadByKind[location.KindName(k)] = count
+		}
+		out = append(out, j)
+	}
+	return out, dir, nil
 }
 
 // recordJSON is one record of `where --json` and `ls --json`.

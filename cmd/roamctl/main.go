@@ -92,6 +92,7 @@ type cmdFlags struct {
 	kind        string
 	concurrency uint
 	count       int
+	listen      string
 }
 
 type command struct {
@@ -134,6 +135,11 @@ var commands = []*command{
 		}},
 	{name: "placement", summary: "the placement director of each mesh: the elected node, attempts in flight, recent outcomes",
 		run: func(ctx context.Context, c *ctl, _ *cmdFlags, _ []string) error { return c.Placement(ctx) }},
+	{name: "web", args: "[--listen ADDR]", summary: "serve a live web view: nodes and their load, the director, the last moves and their pauses",
+		flags: func(fs *flag.FlagSet, f *cmdFlags) {
+			fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "the `address` to serve on")
+		},
+		run: func(ctx context.Context, c *ctl, f *cmdFlags, _ []string) error { return c.Web(ctx, f.listen) }},
 	{name: "watch", summary: "print the moves the live nodes commit, as they happen",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.IntVar(&f.count, "count", 0, "stop after this many moves (default: run until interrupted)")

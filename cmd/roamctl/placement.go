@@ -33,63 +33,20 @@ func (c *ctl) Placement(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byMesh := map[string][]placement.Elector{}
-	names := map[string]string{}
-	for _, n := range dir.nodes {
-		byMesh[n.Node.GetMesh()] = append(byMesh[n.Node.GetMesh()], placement.Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
-		names[n.Node.GetNodeRid()] = nodeName(n.Node)
-	}
-	if c.mesh != "" {
-		byMesh[c.mesh] = byMesh[c.mesh]
-	}
-	meshes := make([]string, 0, len(byMesh))
-	for m := range byMesh {
-		meshes = append(meshes, m)
-	}
-	sort.Strings(meshes)
-	var out []placementJSON
-	for _, mesh := range meshes {
-		p := placementJSON{Mesh: mesh, Recent: map[placement.Outcome]int{}}
-		if rid := placement.Elect(byMesh[mesh]); rid != "" {
-			p.Director = names[rid]
-		}
-		note, err := c.board.ReadNote(ctx, placement.LedgerKey(mesh))
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-		case err != nil:
-			return fmt.Errorf("read the placement ledger of %s: %w", mesh, err)
-		default:
-			l, err := placement.Decode(note.Value)
-			if err != nil {
-				return err
-			}
-			p.Ledger = true
-			now := c.now().UnixMilli()
-			for _, a := range l.InFlight {
-				if a.DeadlineMs > now {
-					p.InFlight = append(p.InFlight, a)
-				}
-			}
-			for _, f := range l.Done {
-				p.Recent[f.Outcome]++
-			}
-			for _, until := range l.Cooling {
-				if until > now {
-					p.Cooling++
-				}
-			}
-		}
-		out = append(out, p)
+	out, err := c.placementOf(ctx, dir)
+	if err != nil {
+		return err
 	}
 	if c.json {
-		if out == nil {
-			out = []placementJSON{}
-		}
 		return writeJSON(c.out, map[string]any{"placement": out})
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(c.out, "no live nodes")
 		return nil
+	}
+	names := map[string]string{}
+	for _, n := range dir.nodes {
+		names[n.Node.GetNodeRid()] = nodeName(n.Node)
 	}
 	rows := [][]string{{"MESH", "DIRECTOR", "IN FLIGHT", "RECENT COMMITTED", "BUSY", "DEFERRED", "STALE", "COOLING"}}
 	for _, p := range out {
@@ -112,6 +69,60 @@ func (c *ctl) Placement(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// placementOf reads, for each mesh of dir (and c.mesh), the elected
+// director and its ledger.
+func (c *ctl) placementOf(ctx context.Context, dir *directory) ([]placementJSON, error) {
+	byMesh := map[string][]placement.Elector{}
+	names := map[string]string{}
+	for _, n := range dir.nodes {
+		byMesh[n.Node.GetMesh()] = append(byMesh[n.Node.GetMesh()], placement.Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
+		names[n.Node.GetNodeRid()] = nodeName(n.Node)
+	}
+	if c.mesh != "" {
+		byMesh[c.mesh] = byMesh[c.mesh]
+	}
+	meshes := make([]string, 0, len(byMesh))
+	for m := range byMesh {
+		meshes = append(meshes, m)
+	}
+	sort.Strings(meshes)
+	out := []placementJSON{}
+	for _, mesh := range meshes {
+		p := placementJSON{Mesh: mesh, Recent: map[placement.Outcome]int{}, InFlight: []placement.Attempt{}}
+		if rid := placement.Elect(byMesh[mesh]); rid != "" {
+			p.Director = names[rid]
+		}
+		note, err := c.board.ReadNote(ctx, placement.LedgerKey(mesh))
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read the placement ledger of %s: %w", mesh, err)
+		default:
+			l, err := placement.Decode(note.Value)
+			if err != nil {
+				return nil, err
+			}
+			p.Ledger = true
+			now := c.now().UnixMilli()
+			for _, a := range l.InFlight {
+				if a.DeadlineMs > now {
+					p.InFlight = append(p.InFlight, a)
+				}
+			}
+			for _, f := range l.Done {
+				p.Recent[f.Outcome]++
+			}
+			for _, until := range l.Cooling {
+				if until > now {
+					p.Cooling++
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func nameOr(names map[string]string, rid string) string {
