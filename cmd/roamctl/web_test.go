@@ -63,7 +63,7 @@ func TestWebViewInABrowser(t *testing.T) {
 	// text is the text of the page's element sel now ("" while the page
 	// has not drawn it).
 	text := func(sel string) string {
-		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector(` + "`" + sel + "`" + `) || {}).textContent || ""`))
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`(document.querySelector(`+"`"+sel+"`"+`) || {}).textContent || ""`))
 		if err != nil {
 			return ""
 		}
