@@ -200,7 +200,9 @@ func (l *Ledger) Reserve(a Attempt, lim Limits, now time.Time) (v Verdict, chang
 	if tokens < 1 {
 		return Verdict{Outcome: Deferred, Why: "the rate limit"}, changed, nil
 	}
-	l.Tokens, l.TokensAtMs = tokens-1, ms
+	// The bucket's time never goes back: a director whose clock is behind
+	// refills nothing until it catches up.
+	l.Tokens, l.TokensAtMs = tokens-1, max(l.TokensAtMs, ms)
 	l.InFlight = append(l.InFlight, a)
 	return Verdict{Go: true}, true, nil
 }
