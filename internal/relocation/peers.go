@@ -1,6 +1,9 @@
 package relocation
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // peerLinks remembers the peer addresses whose Proto.Actor connection
 // ended (EndpointTerminatedEvent) and has not been made again
@@ -8,10 +11,11 @@ import "sync"
 // such an address: a new endpoint dials it for seconds and then drops
 // what it held. Message Follow and the calls by Spot ID check the
 // address here before they send, and look the owner up in the store
-// instead when its connection ended.
+// instead when its connection ended. The check is on the call path, so
+// it takes no lock (a sync.Map read).
 type peerLinks struct {
-	mu    sync.RWMutex
-	ended map[string]struct{}
+	ended sync.Map // address → struct{}
+	n     atomic.Int64
 }
 
 // maxEndedPeers bounds the addresses remembered (every restart of a peer
@@ -19,24 +23,27 @@ type peerLinks struct {
 const maxEndedPeers = 4096
 
 func (p *peerLinks) lost(address string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ended == nil || len(p.ended) >= maxEndedPeers {
-		p.ended = map[string]struct{}{}
+	if p.n.Load() >= maxEndedPeers {
+		p.ended.Range(func(k, _ any) bool {
+			if _, ok := p.ended.LoadAndDelete(k); ok {
+				p.n.Add(-1)
+			}
+			return true
+		})
 	}
-	p.ended[address] = struct{}{}
+	if _, had := p.ended.LoadOrStore(address, struct{}{}); !had {
+		p.n.Add(1)
+	}
 }
 
 func (p *peerLinks) connected(address string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.ended, address)
+	if _, ok := p.ended.LoadAndDelete(address); ok {
+		p.n.Add(-1)
+	}
 }
 
 func (p *peerLinks) isEnded(address string) bool {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	_, ok := p.ended[address]
+	_, ok := p.ended.Load(address)
 	return ok
 }
 
