@@ -64,6 +64,20 @@ func holderKind(g *turnGate) relocation.Kind {
 	return relocation.Kind{StableType: "holder", Producer: func() actor.Actor { return &holder{turnGate: g} }, Policy: relocation.PreserveStateWith(holderState{})}
 }
 
+// holderOnA starts two nodes hosting holders and spawns the holder id on
+// the first.
+func holderOnA(t *testing.T, id string) (store location.Store, a, b *testNode, g *turnGate, key location.AuthorityKey, pid *actor.PID) {
+	t.Helper()
+	g = &turnGate{entered: make(chan struct{}), release: make(chan struct{})}
+	store = newStore(t)
+	a = startNodeWith(t, store, holderKind(g))
+	b = startNodeWith(t, store, holderKind(g))
+	key = location.Key(location.KindActor, id)
+	pid, err := a.driver.Spawn(context.Background(), "holder", key.ID)
+	require.NoError(t, err)
+	return store, a, b, g, key, pid
+}
+
 func ownerRid(t *testing.T, store location.Store, key location.AuthorityKey) string {
 	t.Helper()
 	v, err := store.Read(context.Background(), key)
@@ -99,14 +113,8 @@ func TestRelocateIfIdleRefusesABusyObject(t *testing.T) {
 	for _, atSeal := range []bool{false, true} {
 		name := map[bool]string{false: "queued before", true: "queued during the seal's wait"}[atSeal]
 		t.Run(name, func(t *testing.T) {
-			h := &turnGate{entered: make(chan struct{}), release: make(chan struct{})}
-			store := newStore(t)
-			a := startNodeWith(t, store, holderKind(h))
-			b := startNodeWith(t, store, holderKind(h))
+			store, a, b, h, key, pid := holderOnA(t, "busy")
 			ctx := context.Background()
-			key := location.Key(location.KindActor, "busy")
-			pid, err := a.driver.Spawn(ctx, "holder", key.ID)
-			require.NoError(t, err)
 			sys := a.node.System()
 			sys.Root.Send(pid, wrapperspb.String("hold"))
 			<-h.entered
@@ -118,12 +126,12 @@ func TestRelocateIfIdleRefusesABusyObject(t *testing.T) {
 					sys.Root.Send(pid, wrapperspb.Int64(i))
 				}
 			}
-			var out relocation.Outcome
+			var err error
 			if atSeal {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					out, err = a.driver.RelocateIfIdle(ctx, key, b.node.Descriptor().GetNodeRid(), time.Second)
+					_, err = a.driver.RelocateIfIdle(ctx, key, b.node.Descriptor().GetNodeRid(), time.Second)
 				}()
 				require.Eventually(t, func() bool { return relocation.Leaving(a.driver, key) }, testwait.Patience(t), time.Millisecond,
 					"the move reaches its seal, which waits for the turn")
@@ -132,7 +140,7 @@ func TestRelocateIfIdleRefusesABusyObject(t *testing.T) {
 				<-done
 			} else {
 				send()
-				out, err = a.driver.RelocateIfIdle(ctx, key, b.node.Descriptor().GetNodeRid(), time.Second)
+				_, err = a.driver.RelocateIfIdle(ctx, key, b.node.Descriptor().GetNodeRid(), time.Second)
 				release()
 			}
 			require.Error(t, err)
@@ -140,7 +148,6 @@ func TestRelocateIfIdleRefusesABusyObject(t *testing.T) {
 			roamerrtest.AssertOneClass(t, err, roamerr.ErrBusy)
 			require.Equal(t, a.node.Descriptor().GetNodeRid(), ownerRid(t, store, key), "nothing moved")
 			waitCount(t, sys, pid, 5)
-			_ = out
 		})
 	}
 }
@@ -148,14 +155,8 @@ func TestRelocateIfIdleRefusesABusyObject(t *testing.T) {
 // A timer due within the window makes the object busy; with a window
 // shorter than the timer's delay it moves, and the timer with it.
 func TestRelocateIfIdleCountsATimerDueSoonAsBusy(t *testing.T) {
-	h := &turnGate{entered: make(chan struct{}), release: make(chan struct{})}
-	store := newStore(t)
-	a := startNodeWith(t, store, holderKind(h))
-	b := startNodeWith(t, store, holderKind(h))
+	store, a, b, _, key, pid := holderOnA(t, "timed")
 	ctx := context.Background()
-	key := location.Key(location.KindActor, "timed")
-	pid, err := a.driver.Spawn(ctx, "holder", key.ID)
-	require.NoError(t, err)
 	sys := a.node.System()
 	res, err := sys.Root.RequestFuture(pid, wrapperspb.String("timer"), 10*time.Second).Result()
 	require.NoError(t, err)
