@@ -294,8 +294,10 @@ func WithSessionConfig(c SessionConfig) Option { return func(o *options) { o.ses
 // while it is the elected one, docs/PLACEMENT.md): it moves idle Actors
 // and Instance Spots (RelocateIfIdle) from nodes that own more than the
 // mean to nodes that own fewer, within the ledger's global rate,
-// concurrency and per-object cooldown. c.Enabled is set by this option;
-// zero fields keep the defaults.
+// concurrency and per-object cooldown; with c.CoLocation.Enabled it also
+// moves objects that talk to each other onto one node. c.Enabled is set
+// by this option; zero fields keep the defaults. Give every node the same
+// configuration.
 func WithPlacement(c PlacementConfig) Option {
 	return func(o *options) { c.Enabled = true; o.placement = c }
 }
@@ -305,6 +307,25 @@ type PlacementConfig = placement.Config
 
 // PlacementLimits are the global limits of the director's attempts.
 type PlacementLimits = placement.Limits
+
+// PlacementDirector is a node's director (Roam.Placement): its counts by
+// outcome, and Pause and Resume.
+type PlacementDirector = placement.Director
+
+// Placement is the node's director while the node runs with
+// WithPlacement, else nil. It directs only while elected.
+func (r *Roam) Placement() *PlacementDirector {
+	e, err := r.started()
+	if err != nil {
+		return nil
+	}
+	return e.Placement()
+}
+
+// PlacementCoLocation configures communication-aware co-location: each
+// node samples who sends to whom (a Spot call counts when made with
+// Call.From), and the director moves objects that talk onto one node.
+type PlacementCoLocation = placement.CoLocation
 
 // PlacementAttempt is one of the director's attempts, as
 // PlacementConfig.OnAttempt reports it with its PlacementOutcome (busy,

@@ -2454,6 +2454,202 @@ func (x *RelocateReply) GetDone() bool {
 	return false
 }
 
+// EdgeQuery asks a node's relocation actor for the who-sends-to-whom
+// edges it sampled (docs/PLACEMENT.md §5). Answered only to a live node of
+// the mesh at the address the query came from.
+type EdgeQuery struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source *NodeRef               `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// max is the most edges wanted, the heaviest first.
+	Max           uint32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EdgeQuery) Reset() {
+	*x = EdgeQuery{}
+	mi := &file_relocation_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeQuery) ProtoMessage() {}
+
+func (x *EdgeQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeQuery.ProtoReflect.Descriptor instead.
+func (*EdgeQuery) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EdgeQuery) GetSource() *NodeRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *EdgeQuery) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// SampledEdge is traffic sampled from one object to another one hosted by
+// the answering node: weight sampled messages, halved every half-life.
+type SampledEdge struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	FromKind AuthorityKind          `protobuf:"varint,1,opt,name=from_kind,json=fromKind,proto3,enum=roam.messages.AuthorityKind" json:"from_kind,omitempty"`
+	FromId   string                 `protobuf:"bytes,2,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	// from_node is the RID of the sender's node at its last sample.
+	FromNode      string        `protobuf:"bytes,3,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"`
+	ToKind        AuthorityKind `protobuf:"varint,4,opt,name=to_kind,json=toKind,proto3,enum=roam.messages.AuthorityKind" json:"to_kind,omitempty"`
+	ToId          string        `protobuf:"bytes,5,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
+	Weight        float64       `protobuf:"fixed64,6,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampledEdge) Reset() {
+	*x = SampledEdge{}
+	mi := &file_relocation_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampledEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampledEdge) ProtoMessage() {}
+
+func (x *SampledEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampledEdge.ProtoReflect.Descriptor instead.
+func (*SampledEdge) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SampledEdge) GetFromKind() AuthorityKind {
+	if x != nil {
+		return x.FromKind
+	}
+	return AuthorityKind_AUTHORITY_KIND_UNSPECIFIED
+}
+
+func (x *SampledEdge) GetFromId() string {
+	if x != nil {
+		return x.FromId
+	}
+	return ""
+}
+
+func (x *SampledEdge) GetFromNode() string {
+	if x != nil {
+		return x.FromNode
+	}
+	return ""
+}
+
+func (x *SampledEdge) GetToKind() AuthorityKind {
+	if x != nil {
+		return x.ToKind
+	}
+	return AuthorityKind_AUTHORITY_KIND_UNSPECIFIED
+}
+
+func (x *SampledEdge) GetToId() string {
+	if x != nil {
+		return x.ToId
+	}
+	return ""
+}
+
+func (x *SampledEdge) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+// EdgeReply answers an EdgeQuery: the edges, or why not (reason set).
+type EdgeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Edges         []*SampledEdge         `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EdgeReply) Reset() {
+	*x = EdgeReply{}
+	mi := &file_relocation_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EdgeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EdgeReply) ProtoMessage() {}
+
+func (x *EdgeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EdgeReply.ProtoReflect.Descriptor instead.
+func (*EdgeReply) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *EdgeReply) GetEdges() []*SampledEdge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+func (x *EdgeReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_relocation_proto protoreflect.FileDescriptor
 
 const file_relocation_proto_rawDesc = "" +
@@ -2641,7 +2837,20 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06chunks\x18\a \x01(\rR\x06chunks\x12\x1f\n" +
 	"\vpause_nanos\x18\b \x01(\x03R\n" +
 	"pauseNanos\x12\x12\n" +
-	"\x04done\x18\t \x01(\bR\x04done*\xd8\x02\n" +
+	"\x04done\x18\t \x01(\bR\x04done\"M\n" +
+	"\tEdgeQuery\x12.\n" +
+	"\x06source\x18\x01 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\"\xe2\x01\n" +
+	"\vSampledEdge\x129\n" +
+	"\tfrom_kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\bfromKind\x12\x17\n" +
+	"\afrom_id\x18\x02 \x01(\tR\x06fromId\x12\x1b\n" +
+	"\tfrom_node\x18\x03 \x01(\tR\bfromNode\x125\n" +
+	"\ato_kind\x18\x04 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x06toKind\x12\x13\n" +
+	"\x05to_id\x18\x05 \x01(\tR\x04toId\x12\x16\n" +
+	"\x06weight\x18\x06 \x01(\x01R\x06weight\"U\n" +
+	"\tEdgeReply\x120\n" +
+	"\x05edges\x18\x01 \x03(\v2\x1a.roam.messages.SampledEdgeR\x05edges\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*\xd8\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -2672,7 +2881,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -2707,21 +2916,24 @@ var file_relocation_proto_goTypes = []any{
 	(*RelocateRequest)(nil),       // 30: roam.messages.RelocateRequest
 	(*JoinedSpot)(nil),            // 31: roam.messages.JoinedSpot
 	(*RelocateReply)(nil),         // 32: roam.messages.RelocateReply
-	nil,                           // 33: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 34: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 35: roam.messages.Membership
+	(*EdgeQuery)(nil),             // 33: roam.messages.EdgeQuery
+	(*SampledEdge)(nil),           // 34: roam.messages.SampledEdge
+	(*EdgeReply)(nil),             // 35: roam.messages.EdgeReply
+	nil,                           // 36: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 37: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 38: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	34, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	34, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	37, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	37, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	35, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	38, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
 	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
 	23, // 11: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
 	4,  // 12: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
@@ -2732,7 +2944,7 @@ var file_relocation_proto_depIdxs = []int32{
 	3,  // 17: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 18: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	15, // 19: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	33, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	36, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	3,  // 21: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	16, // 22: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	3,  // 23: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
@@ -2746,15 +2958,19 @@ var file_relocation_proto_depIdxs = []int32{
 	3,  // 31: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
 	22, // 32: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
 	15, // 33: roam.messages.SessionBound.session:type_name -> roam.messages.PID
-	34, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	37, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 35: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
 	1,  // 36: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	35, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	38, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	5,  // 38: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
+	37, // 39: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
+	37, // 40: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
+	34, // 41: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -2769,7 +2985,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -30,6 +30,7 @@ type Call struct {
 	request      bool
 	instance     bool
 	instanceType string
+	from         string // relocation.HeaderFrom, when sampled
 }
 
 // Request starts a request to the Spot spotID; Do returns its reply.
@@ -68,6 +69,16 @@ func (c *Call) InstanceSpot(stableType ...string) *Call {
 // does not move or restrict an existing Spot (PROTOCOL.md §7.4).
 func (c *Call) InMesh(mesh string) *Call {
 	c.inMesh(mesh)
+	return c
+}
+
+// From names the relocatable object whose turn makes the call (its actor
+// context), so placement's co-location can count who talks to whom
+// (docs/PLACEMENT.md §5): sends through an object's own context are
+// counted without it, a call by Spot ID only with it. Sampled like those
+// (one call in the node's SampleEvery); nothing else changes.
+func (c *Call) From(ctx actor.Context) *Call {
+	c.from = relocation.SenderTag(ctx)
 	return c
 }
 
@@ -247,8 +258,11 @@ func (c *Call) checkExisting(a authority) error {
 // request delivered to a Ready Spot carries none: its reply route's ID
 // names its operation and deadline (relocation.ReplyRouteID).
 func (c *Call) headers(ctx context.Context, op string) map[string]string {
-	h := make(map[string]string, 2)
+	h := make(map[string]string, 3)
 	h[relocation.HeaderOperation] = op
+	if c.from != "" {
+		h[relocation.HeaderFrom] = c.from
+	}
 	if !c.request {
 		h[headerOrigin] = c.m.desc.GetAddress()
 	} else if dl, ok := ctx.Deadline(); ok {
@@ -270,6 +284,9 @@ func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owne
 		return nil, nil
 	}
 	env := &actor.MessageEnvelope{Message: c.msg}
+	if c.from != "" {
+		env.SetHeader(relocation.HeaderFrom, c.from)
+	}
 	return c.await(ctx, op, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
 }
 

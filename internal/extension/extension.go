@@ -151,6 +151,11 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if err := cfg.Spot.Routes.WithDefaults().Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Placement.Enabled {
+		if err := cfg.Placement.WithDefaults().Validate(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Roots == nil {
 		cfg.Roots, _ = cfg.Node.Store.(location.RootStore)
 	}
@@ -217,6 +222,12 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 				onEvent(ev)
 			}
 		}
+	}
+	if p := cfg.Placement.WithDefaults(); p.Enabled && p.CoLocation.Enabled {
+		// Every node samples its objects' traffic; the elected director
+		// reads the tables (docs/PLACEMENT.md §5).
+		cfg.Relocation.SampleEvery = p.CoLocation.SampleEvery
+		cfg.Relocation.Edges = placement.NewEdgeTable(p.CoLocation.TableSize, p.CoLocation.HalfLife)
 	}
 	d, err := relocation.New(node, cfg.Node.Store, cfg.Relocation)
 	if err != nil {
@@ -319,6 +330,9 @@ func (e *Extension) direct(l *life, board location.Board, hasBoard bool) error {
 		Move: func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error {
 			_, err := e.RelocateIfIdle(ctx, key, targetRid, window)
 			return err
+		},
+		Edges: func(ctx context.Context, n *location.NodeDescriptor) ([]placement.Edge, error) {
+			return l.driver.Edges(ctx, n.GetAddress(), e.cfg.Placement.WithDefaults().CoLocation.TableSize)
 		},
 		Logger: e.logger(),
 	})

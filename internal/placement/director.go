@@ -42,6 +42,11 @@ type Config struct {
 	// AttemptTimeout bounds one attempt, reservation to outcome; its
 	// reservation counts until then. Default 30 s.
 	AttemptTimeout time.Duration
+	// CoLocation moves objects that talk onto one node (§5). Default off.
+	CoLocation CoLocation
+	// Paused starts the director paused (Director.Resume starts its
+	// rounds). Default false.
+	Paused bool
 	// OnAttempt, if set, is called with each attempt's outcome (Deferred
 	// by the ledger included), from the director's goroutines.
 	OnAttempt func(Attempt, Outcome)
@@ -69,6 +74,7 @@ func (c Config) WithDefaults() Config {
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 30 * time.Second
 	}
+	c.CoLocation = c.CoLocation.WithDefaults()
 	return c
 }
 
@@ -77,6 +83,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	if c.Period < 0 || c.PageSize < 1 || c.PageSize > location.MaxPageSize || c.IdleWindow < 0 || c.Margin < 0 || c.AttemptTimeout < 0 {
 		return fmt.Errorf("%w: placement config %+v", roamerr.ErrInvalidOperation, c)
+	}
+	if err := c.CoLocation.Validate(); err != nil {
+		return err
 	}
 	return c.Limits.Validate()
 }
@@ -89,7 +98,10 @@ type Env struct {
 	// Self is this node lifecycle's descriptor.
 	Self func() *location.NodeDescriptor
 	// Move is RelocateIfIdle from any node, the target named by RID.
-	Move   func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error
+	Move func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error
+	// Edges asks a live node for the edges its table holds (co-location
+	// only).
+	Edges  func(ctx context.Context, node *location.NodeDescriptor) ([]Edge, error)
 	Logger zerolog.Logger
 }
 
@@ -116,6 +128,7 @@ type Director struct {
 
 	attempts metric.Int64Counter
 	counts   [4]atomic.Int64 // by outcome: busy, committed, deferred, stale
+	paused   atomic.Bool
 
 	// The round's goroutine only:
 	cursor  map[location.Kind]string
@@ -140,9 +153,21 @@ func New(cfg Config, env Env) (*Director, error) {
 	if err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	return &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
-		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}, nil
+	if cfg.CoLocation.Enabled && env.Edges == nil {
+		return nil, fmt.Errorf("%w: co-location needs Env.Edges", roamerr.ErrNotConfigured)
+	}
+	d := &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
+		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}
+	d.paused.Store(cfg.Paused)
+	return d, nil
 }
+
+// Pause stops planning at the next round (attempts under way finish);
+// Resume starts again.
+func (d *Director) Pause() { d.paused.Store(true) }
+
+// Resume ends a Pause.
+func (d *Director) Resume() { d.paused.Store(false) }
 
 // Start runs rounds every Period until Stop.
 func (d *Director) Start() {
@@ -156,7 +181,9 @@ func (d *Director) Start() {
 				return
 			case <-t.C:
 			}
-			d.round()
+			if !d.paused.Load() {
+				d.round()
+			}
 		}
 	}()
 }
@@ -257,7 +284,16 @@ func (d *Director) round() {
 		}
 	}
 	page = slices.DeleteFunc(page, func(u Unit) bool { _, cooling := d.cooling[u.Key]; return cooling })
-	moves := Balance(candidates, page, d.cfg.Margin, 4*d.cfg.Limits.Concurrency)
+	budget := 4 * d.cfg.Limits.Concurrency
+	var moves []Move
+	if d.cfg.CoLocation.Enabled {
+		var grouped map[location.AuthorityKey]bool
+		moves, grouped = d.coLocate(ctx, nodes, candidates, budget)
+		// Objects that talk are co-location's: balance by count moves the
+		// others, so the two policies do not pull one object two ways.
+		page = slices.DeleteFunc(page, func(u Unit) bool { return grouped[u.Ref] })
+	}
+	moves = append(moves, Balance(candidates, page, d.cfg.Margin, budget-len(moves))...)
 	if len(moves) == 0 {
 		return
 	}
@@ -303,6 +339,56 @@ func (d *Director) round() {
 		d.census[m.Unit.Owner]--
 		d.census[m.Target]++
 	}
+}
+
+// coLocate gathers the live nodes' edge tables and plans co-location
+// moves (docs/PLACEMENT.md §5); each planned object's record is read
+// afresh for its attempt's tuple, and one that moved, is changing, or
+// whose target does not host its kind is left to a later round. grouped:
+// the objects that talk.
+func (d *Director) coLocate(ctx context.Context, nodes []location.VersionedNode, census []Node, max int) ([]Move, map[location.AuthorityKey]bool) {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		edges []Edge
+	)
+	hostsOf := map[string]func(string) bool{}
+	for _, n := range nodes {
+		hostsOf[n.Node.GetNodeRid()] = hosts(n.Node)
+		wg.Add(1)
+		go func(desc *location.NodeDescriptor) {
+			defer wg.Done()
+			es, err := d.env.Edges(ctx, desc)
+			if err != nil {
+				// Its objects are planned without their own traffic this
+				// round; the next asks again.
+				d.log.Debug().Str("event", "placement_edges_unavailable").Str("node_rid", desc.GetNodeRid()).Err(err).Msg("a node's edge table was not read")
+				return
+			}
+			for i := range es {
+				es[i].ToNode = desc.GetNodeRid()
+			}
+			mu.Lock()
+			edges = append(edges, es...)
+			mu.Unlock()
+		}(n.Node)
+	}
+	wg.Wait()
+	plan, grouped := CoLocate(census, edges, d.cfg.CoLocation, func(k location.AuthorityKey) bool { _, c := d.cooling[k.String()]; return c }, max)
+	var out []Move
+	for _, p := range plan {
+		v, err := d.env.Store.Read(ctx, p.Key)
+		if err != nil {
+			continue
+		}
+		r := v.Record
+		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || r.GetOwner().GetNodeRid() != p.From || !hostsOf[p.To](r.GetStableType()) {
+			continue
+		}
+		out = append(out, Move{Target: p.To, Unit: Unit{Ref: p.Key, Key: p.Key.String(), StableType: r.GetStableType(), Owner: p.From,
+			OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()}})
+	}
+	return out, grouped
 }
 
 // hosts reports whether a node takes a unit of a stable type: serving,

@@ -1,10 +1,14 @@
 package placement
 
 import (
+	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Node is a live node as selection sees it: how many units it owns (from
@@ -110,4 +114,191 @@ func Elect(nodes []Elector) string {
 type Elector struct {
 	Rid        string
 	Generation uint64
+}
+
+// CoLocation configures communication-aware co-location
+// (docs/PLACEMENT.md §5): every node samples who sends to whom, and the
+// director moves objects that talk onto one node, as idle moves only.
+type CoLocation struct {
+	// Enabled samples on the node and, on the director, plans moves from
+	// the samples. Default false.
+	Enabled bool
+	// SampleEvery: one message in SampleEvery sent from a relocatable
+	// object is stamped with its sender. Default 16.
+	SampleEvery int
+	// Hysteresis: an object moves only if its traffic with the target's
+	// objects exceeds that with its own node's by this fraction, so an
+	// object between two groups does not go back and forth. Default 0.5.
+	Hysteresis float64
+	// MinGain is the least cut in sampled messages a move must bring.
+	// Default 4.
+	MinGain float64
+	// Slack is how far above the mean number of units a move may fill its
+	// target, as a fraction of the mean (balance against co-location);
+	// two units above the mean are always allowed. Default 0.1.
+	Slack float64
+	// TableSize bounds each node's edge table. Default 16,384 edges.
+	TableSize int
+	// HalfLife: each node halves its edges' weights this often, so the
+	// samples follow the traffic as it changes. Default 1 min.
+	HalfLife time.Duration
+}
+
+// WithDefaults fills the zero fields.
+func (c CoLocation) WithDefaults() CoLocation {
+	if c.SampleEvery == 0 {
+		c.SampleEvery = 16
+	}
+	if c.Hysteresis == 0 {
+		c.Hysteresis = 0.5
+	}
+	if c.MinGain == 0 {
+		c.MinGain = 4
+	}
+	if c.Slack == 0 {
+		c.Slack = 0.1
+	}
+	if c.TableSize == 0 {
+		c.TableSize = 16384
+	}
+	if c.HalfLife == 0 {
+		c.HalfLife = time.Minute
+	}
+	return c
+}
+
+// Validate reports an InvalidOperation for values that cannot work
+// (after WithDefaults).
+func (c CoLocation) Validate() error {
+	if c.SampleEvery < 1 || c.Hysteresis < 0 || c.MinGain < 0 || c.Slack < 0 || c.TableSize < 1 || c.HalfLife <= 0 {
+		return fmt.Errorf("%w: co-location config %+v", roamerr.ErrInvalidOperation, c)
+	}
+	return nil
+}
+
+// Placed is a co-location move: the object, its node, its target, and
+// the sampled traffic the move makes local minus what it makes remote.
+type Placed struct {
+	Key      location.AuthorityKey
+	From, To string
+	Gain     float64
+}
+
+// movableAlone: the kinds the director moves (a User Spot stays where it
+// was created; its members talk to it where it is).
+func movableAlone(k location.Kind) bool {
+	return k == location.KindActor || k == location.KindInstanceSpot
+}
+
+// CoLocate plans moves that put objects that talk onto one node
+// (docs/PLACEMENT.md §5). An object moves to the node whose objects it
+// talks with most, if that traffic exceeds its traffic with its own
+// node's objects by the hysteresis and the cut is at least MinGain, and
+// the target stays within Slack of the mean number of units. Objects are
+// taken by gain, the largest first, and each plan sees the ones before
+// it, so a group converges on one node in one round instead of its
+// members swapping places. skip: objects not to move (cooling down).
+// grouped: every object with traffic of at least MinGain, which balance
+// by count leaves to co-location.
+func CoLocate(nodes []Node, edges []Edge, c CoLocation, skip func(location.AuthorityKey) bool, most int) (plan []Placed, grouped map[location.AuthorityKey]bool) {
+	c = c.WithDefaults()
+	count := map[string]int{}
+	total := 0
+	for _, n := range nodes {
+		count[n.Rid] = n.Units
+		total += n.Units
+	}
+	grouped = map[location.AuthorityKey]bool{}
+	if len(nodes) < 2 || len(edges) == 0 {
+		return nil, grouped
+	}
+	// A target may own up to the mean plus the slack, and at least two
+	// more than the mean: a few units cannot pair up otherwise.
+	mean := float64(total) / float64(len(nodes))
+	limit := max(int(math.Floor(mean*(1+c.Slack))), int(math.Floor(mean))+2)
+	// Where each object is: the node whose table has it as a receiver
+	// knows; else where it sent from at its last sample.
+	loc := map[location.AuthorityKey]string{}
+	for _, e := range edges {
+		loc[e.To] = e.ToNode
+	}
+	talk := map[location.AuthorityKey]map[location.AuthorityKey]float64{}
+	add := func(a, b location.AuthorityKey, w float64) {
+		m := talk[a]
+		if m == nil {
+			m = map[location.AuthorityKey]float64{}
+			talk[a] = m
+		}
+		m[b] += w
+	}
+	for _, e := range edges {
+		if _, ok := loc[e.From]; !ok {
+			loc[e.From] = e.FromNode
+		}
+		if e.From != e.To {
+			add(e.From, e.To, e.Weight)
+			add(e.To, e.From, e.Weight)
+		}
+	}
+	best := func(k location.AuthorityKey) (string, float64) {
+		by := map[string]float64{}
+		for p, w := range talk[k] {
+			by[loc[p]] += w
+		}
+		here := by[loc[k]]
+		to, most := "", 0.0
+		for n, w := range by {
+			if _, live := count[n]; !live || n == loc[k] || count[n] >= limit {
+				continue
+			}
+			if w > most || (w == most && n < to) {
+				to, most = n, w
+			}
+		}
+		if to == "" || most < (1+c.Hysteresis)*here || most-here < c.MinGain {
+			return "", 0
+		}
+		return to, most - here
+	}
+	type cand struct {
+		key  location.AuthorityKey
+		gain float64
+	}
+	var cands []cand
+	for k, ps := range talk {
+		w := 0.0
+		for _, v := range ps {
+			w += v
+		}
+		if w >= c.MinGain {
+			grouped[k] = true
+		}
+		if _, live := count[loc[k]]; !live || !movableAlone(k.Kind) || (skip != nil && skip(k)) {
+			continue
+		}
+		if _, g := best(k); g > 0 {
+			cands = append(cands, cand{k, g})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.gain != b.gain {
+			return cmp.Compare(b.gain, a.gain)
+		}
+		return cmp.Compare(a.key.String(), b.key.String())
+	})
+	for _, cd := range cands {
+		if len(plan) >= most {
+			break
+		}
+		to, g := best(cd.key) // again: the plans before it may have changed it
+		if to == "" {
+			continue
+		}
+		from := loc[cd.key]
+		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g})
+		loc[cd.key] = to
+		count[from]--
+		count[to]++
+	}
+	return plan, grouped
 }

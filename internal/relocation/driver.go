@@ -29,6 +29,7 @@ import (
 	"github.com/roamactors/roam/internal/chunklink"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
@@ -94,6 +95,14 @@ type Config struct {
 	// MeterProvider receives the move metrics (roam.relocation.moves,
 	// .pause, .payload). Default: OpenTelemetry's global provider.
 	MeterProvider metric.MeterProvider
+	// SampleEvery, above 0, stamps one message in SampleEvery that a
+	// relocatable object sends through its actor context (or a Spot call
+	// From it) with its sender (HeaderFrom), and the receiving object
+	// counts it in Edges: placement's co-location (docs/PLACEMENT.md §5).
+	// It costs each send from an object an envelope. Default 0: off.
+	SampleEvery int
+	// Edges is this node's edge table (required with SampleEvery).
+	Edges *placement.EdgeTable
 }
 
 func (c *Config) setDefaults() error {
@@ -475,6 +484,8 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onChunkLinkLost(m.peer)
 	case *messages.CapabilityQuery:
 		d.onCapability(c, m)
+	case *messages.EdgeQuery:
+		d.onEdgeQuery(c, m)
 	case *messages.RelocateRequest:
 		d.onRelocateRequest(c, m)
 	case *messages.RelocationPrepare:
@@ -685,7 +696,11 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	// the spawn call, on the driver goroutine: a spawner of the kind's
 	// Props could make them elsewhere or later, bound to whatever object
 	// is spawning then.
-	return props.Clone(actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
+	var sampling []actor.PropsOption
+	if d.cfg.SampleEvery > 0 {
+		sampling = append(sampling, actor.WithSenderMiddleware(d.sample))
+	}
+	return props.Clone(append(sampling, actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
 		actor.WithOnInit(func(c actor.Context) {
 			obj := d.spawning.Load()
 			if obj == nil {
@@ -699,7 +714,7 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 				// about 250 bytes.
 				pcluster.SetClusterIdentity(c, obj.clusterIdentity())
 			}
-		}))
+		}))...)
 }
 
 // incarnate starts obj's incarnation under name from the kind's shared

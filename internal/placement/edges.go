@@ -1,0 +1,132 @@
+package placement
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/roamactors/roam/location"
+)
+
+// Edge is sampled traffic from one object to another (docs/PLACEMENT.md
+// §5): Weight sampled messages, halved every half-life.
+type Edge struct {
+	From, To location.AuthorityKey
+	// FromNode is the RID of the node the sender was on at its last sample;
+	// ToNode the node whose table holds the edge (the receiver is there).
+	FromNode, ToNode string
+	Weight           float64
+}
+
+// EdgeTable is one node's bounded table of the edges whose receivers it
+// hosts. Memory is bounded by Max entries: a full table halves every
+// weight and forgets what falls below half a sample, so the edges that
+// carry traffic stay and a one-off sender does not. Safe for concurrent
+// use: receivers on many goroutines record into it.
+type EdgeTable struct {
+	mu       sync.Mutex
+	max      int
+	halfLife time.Duration
+	decayed  time.Time
+	edges    map[edgeKey]edgeCount
+}
+
+type edgeKey struct{ from, to location.AuthorityKey }
+
+type edgeCount struct {
+	fromNode string
+	weight   float64
+}
+
+// NewEdgeTable holds at most max edges, halving their weights every
+// halfLife.
+func NewEdgeTable(max int, halfLife time.Duration) *EdgeTable {
+	return &EdgeTable{max: max, halfLife: halfLife, edges: map[edgeKey]edgeCount{}}
+}
+
+// Record counts one sampled message from (on fromNode) to to.
+func (t *EdgeTable) Record(from location.AuthorityKey, fromNode string, to location.AuthorityKey, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decay(now)
+	k := edgeKey{from, to}
+	c, ok := t.edges[k]
+	if !ok && len(t.edges) >= t.max {
+		// Edges seen once go first; if every edge is heavier, all weights
+		// halve and the lightest go.
+		t.forget(2)
+		if len(t.edges) >= t.max {
+			t.halve(1)
+		}
+		if len(t.edges) >= t.max {
+			return // every edge is heavier than this one's first sample
+		}
+	}
+	c.fromNode, c.weight = fromNode, c.weight+1
+	t.edges[k] = c
+}
+
+// Snapshot returns the heaviest max edges whose receiver here(to) still
+// reports hosted; the others are forgotten (the receiver left, and its
+// new node counts its edges from now on).
+func (t *EdgeTable) Snapshot(max int, here func(location.AuthorityKey) bool, now time.Time) []Edge {
+	t.mu.Lock()
+	t.decay(now)
+	out := make([]Edge, 0, len(t.edges))
+	for k, c := range t.edges {
+		if !here(k.to) {
+			delete(t.edges, k)
+			continue
+		}
+		out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b Edge) int { return cmp.Compare(b.Weight, a.Weight) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// Len is the number of edges held.
+func (t *EdgeTable) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.edges)
+}
+
+// decay halves every weight once per half-life passed since the last.
+func (t *EdgeTable) decay(now time.Time) {
+	if t.decayed.IsZero() || now.Before(t.decayed) {
+		t.decayed = now // a clock that went back restarts the period
+		return
+	}
+	for ; now.Sub(t.decayed) >= t.halfLife; t.decayed = t.decayed.Add(t.halfLife) {
+		if len(t.edges) == 0 {
+			t.decayed = now
+			return
+		}
+		t.halve(0.5)
+	}
+}
+
+// forget drops the edges lighter than floor.
+func (t *EdgeTable) forget(floor float64) {
+	for k, c := range t.edges {
+		if c.weight < floor {
+			delete(t.edges, k)
+		}
+	}
+}
+
+// halve halves every weight and forgets those that fall below floor.
+func (t *EdgeTable) halve(floor float64) {
+	for k, c := range t.edges {
+		if c.weight /= 2; c.weight < floor {
+			delete(t.edges, k)
+		} else {
+			t.edges[k] = c
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package placement
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/location"
+)
+
+func actor(id string) location.AuthorityKey { return location.Key(location.KindActor, id) }
+
+func everywhere(location.AuthorityKey) bool { return true }
+
+// The table counts samples per (sender, receiver), keeps the sender's last
+// node, and answers the heaviest first, at most max.
+func TestEdgeTableCountsAndAnswersTheHeaviest(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(100, time.Minute)
+	for i := range 5 {
+		tb.Record(actor("a"), "n1", actor("b"), now)
+		if i < 2 {
+			tb.Record(actor("c"), "n2", actor("b"), now)
+		}
+	}
+	tb.Record(actor("a"), "n3", actor("b"), now) // a moved to n3
+	got := tb.Snapshot(10, everywhere, now)
+	require.Equal(t, []Edge{{From: actor("a"), To: actor("b"), FromNode: "n3", Weight: 6}, {From: actor("c"), To: actor("b"), FromNode: "n2", Weight: 2}}, got)
+	require.Len(t, tb.Snapshot(1, everywhere, now), 1)
+}
+
+// A receiver that is no longer here is forgotten at the next snapshot: its
+// new node counts it.
+func TestEdgeTableForgetsReceiversThatLeft(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(100, time.Minute)
+	tb.Record(actor("a"), "n1", actor("b"), now)
+	tb.Record(actor("a"), "n1", actor("c"), now)
+	got := tb.Snapshot(10, func(k location.AuthorityKey) bool { return k != actor("c") }, now)
+	require.Len(t, got, 1)
+	require.Equal(t, 1, tb.Len())
+}
+
+// Weights halve every half-life, and what falls below half a sample goes.
+func TestEdgeTableDecays(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(100, time.Minute)
+	for range 8 {
+		tb.Record(actor("a"), "n1", actor("b"), now)
+	}
+	tb.Record(actor("x"), "n1", actor("b"), now)
+	got := tb.Snapshot(10, everywhere, now.Add(2*time.Minute))
+	require.Equal(t, []Edge{{From: actor("a"), To: actor("b"), FromNode: "n1", Weight: 2}}, got, "8 → 2; x's one sample → 0.25, gone")
+	got = tb.Snapshot(10, everywhere, now.Add(time.Minute)) // the clock went back: no decay, no growth
+	require.Equal(t, 2.0, got[0].Weight)
+}
+
+// A full table never holds more than its bound; the edges that carry
+// traffic stay, one-off senders go.
+func TestEdgeTableIsBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(64, time.Hour)
+	for range 10 {
+		tb.Record(actor("heavy"), "n1", actor("b"), now)
+	}
+	for i := range 1000 {
+		tb.Record(actor(fmt.Sprintf("once-%d", i)), "n1", actor("b"), now)
+		require.LessOrEqual(t, tb.Len(), 64)
+	}
+	got := tb.Snapshot(1, everywhere, now)
+	require.Equal(t, actor("heavy"), got[0].From)
+}

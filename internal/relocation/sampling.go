@@ -1,0 +1,179 @@
+package relocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/ctxext"
+
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/placement"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// HeaderFrom names a sampled message's sender for co-location
+// (docs/PLACEMENT.md §5): "<kind>\n<node RID>\n<ID>". One message in
+// Config.SampleEvery sent by a relocatable object carries it; the
+// receiving object counts it in its node's edge table. A forged value
+// only adds to that table (bounded) and so only to which idle moves the
+// director considers.
+const HeaderFrom = "roam-from"
+
+// sample is the kinds' sender middleware when sampling is on: it stamps
+// one message in SampleEvery with its sending object. A reply to a
+// future goes to no object and is not stamped.
+func (d *Driver) sample(next actor.SenderFunc) actor.SenderFunc {
+	return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
+		if rand.IntN(d.cfg.SampleEvery) == 0 && target != nil && !strings.HasPrefix(target.Id, "future") {
+			if tag := senderTag(c); tag != "" {
+				env = withHeader(env, HeaderFrom, tag)
+			}
+		}
+		next(c, target, env)
+	}
+}
+
+// SenderTag is the HeaderFrom value naming the object whose actor context
+// c is, for one call in SampleEvery; "" otherwise (not a relocatable
+// object, sampling off, or not sampled this time). A Spot call made from
+// an object's turn stamps it (spot.Call.From).
+func SenderTag(c actor.Context) string {
+	if c == nil {
+		return ""
+	}
+	o, ok := c.Get(hostExtensionID).(*object)
+	if !ok || o.d == nil || o.d.cfg.SampleEvery <= 0 || rand.IntN(o.d.cfg.SampleEvery) != 0 {
+		return ""
+	}
+	return o.tag()
+}
+
+func senderTag(c actor.SenderContext) string {
+	g, ok := c.(interface {
+		Get(ctxext.ContextExtensionID) ctxext.ContextExtension
+	})
+	if !ok {
+		return ""
+	}
+	o, ok := g.Get(hostExtensionID).(*object)
+	if !ok || o.d == nil {
+		return ""
+	}
+	return o.tag()
+}
+
+func (o *object) tag() string {
+	return strconv.Itoa(int(o.key.Kind)) + "\n" + o.d.desc.GetNodeRid() + "\n" + o.key.ID
+}
+
+// withHeader is env with key set, the caller's envelope and header left
+// as they were.
+func withHeader(env *actor.MessageEnvelope, key, value string) *actor.MessageEnvelope {
+	h := make(map[string]string, len(env.Header)+1)
+	maps.Copy(h, env.Header)
+	h[key] = value
+	return &actor.MessageEnvelope{Header: h, Message: env.Message, Sender: env.Sender}
+}
+
+// recordEdge counts a sampled message from the sender that tag names to
+// o; a malformed tag is ignored (it names no object).
+func (o *object) recordEdge(tag string) {
+	t := o.d.cfg.Edges
+	if t == nil {
+		return
+	}
+	kind, rest, ok1 := strings.Cut(tag, "\n")
+	node, id, ok2 := strings.Cut(rest, "\n")
+	k, err := strconv.Atoi(kind)
+	if !ok1 || !ok2 || err != nil || len(node) > location.MaxIDBytes {
+		return
+	}
+	from := location.Key(location.Kind(k), id)
+	if from.Validate() != nil || from == o.key {
+		return
+	}
+	t.Record(from, node, o.key, time.Now())
+}
+
+// onEdgeQuery answers a live node of the mesh with this node's edge table
+// (the objects it hosts are not told to anyone else).
+func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
+	to := c.Sender()
+	if to == nil || !strings.HasPrefix(to.Id, "future") {
+		d.refused("edge query", "", "not sent as a request")
+		return
+	}
+	src := q.GetSource()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
+		defer cancel()
+		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			switch {
+			case err != nil:
+				reason := "the asking node is not a live member of this mesh at its address"
+				if !errors.Is(err, meshnode.ErrNotMember) {
+					reason = "this node cannot check the asking node in the Location Store now"
+				}
+				d.refused("edge query", to.Address, err.Error())
+				d.sys.Root.Send(to, &messages.EdgeReply{Reason: reason})
+				return
+			case d.cfg.Edges == nil:
+				d.sys.Root.Send(to, &messages.EdgeReply{Reason: "this node does not sample its objects' traffic"})
+				return
+			}
+			// Only the objects serving here: a receiver that left is
+			// counted by its new node.
+			edges := d.cfg.Edges.Snapshot(int(min(q.GetMax(), maxEdgeReply)), func(k location.AuthorityKey) bool {
+				o := d.objects[k]
+				return o != nil && o.state == serving
+			}, time.Now())
+			reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, len(edges))}
+			for i, e := range edges {
+				reply.Edges[i] = &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight}
+			}
+			d.sys.Root.Send(to, reply)
+		}})
+	}()
+}
+
+// maxEdgeReply bounds an answer (about 60 bytes an edge: well within
+// the transport's message size).
+const maxEdgeReply = 32768
+
+// Edges asks the node at address for the heaviest max edges of its table.
+func (d *Driver) Edges(ctx context.Context, address string, max int) ([]placement.Edge, error) {
+	timeout := d.cfg.CapabilityTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
+	}
+	res, err := d.sys.Root.RequestFuture(PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: edges of %s: %v", roamerr.ErrUnavailable, address, err)
+	}
+	reply, ok := res.(*messages.EdgeReply)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: edges of %s: answered %T", roamerr.ErrUnavailable, address, res)
+	case reply.GetReason() != "":
+		return nil, fmt.Errorf("%w: edges of %s: %s", roamerr.ErrUnavailable, address, reply.GetReason())
+	}
+	out := make([]placement.Edge, 0, len(reply.GetEdges()))
+	for _, e := range reply.GetEdges() {
+		out = append(out, placement.Edge{From: location.Key(e.GetFromKind(), e.GetFromId()), FromNode: e.GetFromNode(),
+			To: location.Key(e.GetToKind(), e.GetToId()), Weight: e.GetWeight()})
+	}
+	return out, nil
+}
