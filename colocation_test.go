@@ -44,7 +44,9 @@ func (s *talker) Receive(c actor.Context) {
 	}
 }
 
-func (s *talker) CaptureState() ([]byte, error) { return fmt.Appendf(nil, "%d %d", s.count, s.failed), nil }
+func (s *talker) CaptureState() ([]byte, error) {
+	return fmt.Appendf(nil, "%d %d", s.count, s.failed), nil
+}
 
 func (s *talker) RestoreState(b []byte) error {
 	_, err := fmt.Sscanf(string(b), "%d %d", &s.count, &s.failed)
