@@ -40,7 +40,8 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
-	only := flag.String("only", "abcdefghi", "the sections to run (letters a to i)")
+	only := flag.String("only", "abcdefghij", "the sections to run (letters a to j)")
+	talkers := flag.Int("talkers", 5000, "the objects of section (j)")
 	scaleN := flag.Int("scale", 1000000, "the idle Spots of section (i)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (the nodes; Consul is another process) to this file")
@@ -73,7 +74,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *runs, *quick, *only, *units, *drainProfile, *scaleN); err != nil {
+	if err := run(*out, *runs, *quick, *only, *units, *drainProfile, *scaleN, *talkers); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -82,7 +83,7 @@ func main() {
 
 var sizes = []int{1 << 10, 64 << 10, 1 << 20, 16 << 20}
 
-func run(out string, runs int, quick bool, only string, drainUnits int, drainProfile string, scaleN int) error {
+func run(out string, runs int, quick bool, only string, drainUnits int, drainProfile string, scaleN, talkers int) error {
 	want := func(section string) bool { return strings.Contains(only, section) }
 	ctx := context.Background()
 	srv, err := consultest.Launch()
@@ -318,6 +319,32 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		}
 		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's; a request by Spot ID %.2f× one by PID (`go test -bench RequestInterleaved ./spot` interleaves the two in one loop).\n", median(rttRatios), median(rateRatios), median(idRatios))
 	}
+	if want("j") {
+		n, window := talkers, 5*time.Second
+		if quick {
+			n, window = min(n, 500), 2*time.Second
+		}
+		fmt.Fprintln(os.Stderr, "(j) co-location")
+		b.WriteString("## (j) Objects that talk, placed by hashing, at random, and by the director\n\n")
+		fmt.Fprintf(&b, "%d Instance Spots on three nodes of the embedded store, in clusters of 2–10 (drawn at random); each cluster passes one token around, every object handing it to a partner of its cluster drawn at random, by Spot ID, From its own context. ", n)
+		b.WriteString("A hop is remote when the two objects are on different nodes (Proto.Actor's remote over loopback; a local hop is an in-process send). Remote fraction and mean hop latency (send → handled) are measured with every hop paced by 50 ms (every cluster then hops at about the same rate and counts alike); throughput is hops per second with no pacing, all tokens together, every core busy. ")
+		fmt.Fprintf(&b, "Three placements of the same objects in one run, each measured over %s: **hash**, where each object's first call activates it (rendezvous hashing of its ID over the nodes: Proto.Actor's own placement of grains); **random**, every object then moved to a node drawn at random (the director's starting point); **director**, after the placement director with co-location (sampling one message in 4, defaults otherwise, limits 1,000 attempts/s, 16 in flight, 2 s cooldown) has run until 3 s pass without a move. ", window)
+		b.WriteString("Every move is idle-only: an object with a token queued or a turn running at its seal answers busy and stays. Each token counts its hops in order: lost and duplicated are hops missing or seen twice, and tokens not accounted for at the end (sums over runs).\n\n")
+		b.WriteString("| objects | clusters | remote: hash | random | director | director / random | hop latency: hash | random | director | hops/s: hash | random | director | director / random | moves | busy answers | deferred | stale | settled in | pause p50 | p99 | max | lost | duplicated | failed sends |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		row, err := coLocation(ctx, n, window, runs)
+		if err != nil {
+			return fmt.Errorf("co-location: %w", err)
+		}
+		fmt.Fprintf(&b, "| %d | %d | %.1f %% | %.1f %% | %.1f %% | %.2f | %.3f ms | %.3f ms | %.3f ms | %.0f | %.0f | %.0f | %.2f | %d | %d | %d | %d | %.1f s | %.2f ms | %.2f ms | %.2f ms | %d | %d | %d |\n\n", row.Objects, row.Clusters,
+			100*row.Hash.Remote, 100*row.Random.Remote, 100*row.Director.Remote, row.Director.Remote/row.Random.Remote, ms(row.Hash.Latency), ms(row.Random.Latency), ms(row.Director.Latency), row.Hash.Throughput, row.Random.Throughput, row.Director.Throughput, row.Director.Throughput/row.Random.Throughput,
+			row.Moves, row.Busy, row.Deferred, row.Stale, row.Settle.Seconds(), row.P50, row.P99, row.Max, row.Lost, row.Duplicated, row.Fails)
+		fmt.Fprintf(os.Stderr, "  remote %.1f%% hash, %.1f%% random, %.1f%% director; hops/s %.0f / %.0f / %.0f; moves %d busy %d; lost %d dup %d failed %d\n",
+			100*row.Hash.Remote, 100*row.Random.Remote, 100*row.Director.Remote, row.Hash.Throughput, row.Random.Throughput, row.Director.Throughput, row.Moves, row.Busy, row.Lost, row.Duplicated, row.Fails)
+		if row.Lost+row.Duplicated+row.Fails > 0 {
+			return fmt.Errorf("co-location: %d hops lost, %d duplicated, %d sends failed", row.Lost, row.Duplicated, row.Fails)
+		}
+	}
+
 	// Last: a million Spots leave the machine slow to hand out memory for a
 	// while (the large moves of (a) measured up to 4× slower right after).
 	if want("i") {
