@@ -95,9 +95,10 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-## demo: the main job, on the embedded store.
+## demo: the main job, on the embedded store; DIRECTOR=1 runs the placement
+## director with co-location on every node (users' Actors follow their rooms).
 demo:
-	$(GO) run ./cmd/roam-demo
+	$(GO) run ./cmd/roam-demo $(if $(DIRECTOR),--director)
 
 ## demo-consul: the same with a real Consul and four chat-node processes;
 ## TLS=1 runs every process with mutual TLS (certificates from `make certs`).

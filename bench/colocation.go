@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -306,11 +307,23 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 		}
 		return s
 	}
+	// The first moves wait for the director's first census of every
+	// record (a page of 256 a round); from the first move on, it has
+	// settled once 5 s pass without one.
 	last, quiet := committed(), time.Now()
-	for time.Since(quiet) < 3*time.Second && time.Since(begin) < 3*time.Minute {
+	for (last == 0 || time.Since(quiet) < 5*time.Second) && time.Since(begin) < 3*time.Minute {
 		time.Sleep(250 * time.Millisecond) // one director period: polls its counts
 		if c := committed(); c != last {
 			last, quiet = c, time.Now()
+		}
+		if os.Getenv("ROAM_BENCH_DEBUG") != "" {
+			l0, r0 := net.local.Load(), net.remote.Load()
+			time.Sleep(250 * time.Millisecond)
+			l, r := net.local.Load()-l0, net.remote.Load()-r0
+			for _, n := range w.nodes {
+				fmt.Fprintf(os.Stderr, "%v ", n.Placement().Outcomes())
+			}
+			fmt.Fprintf(os.Stderr, "remote %.2f\n", float64(r)/float64(max(1, l+r)))
 		}
 	}
 	row.Settle = quiet.Sub(begin)

@@ -53,8 +53,20 @@ func main() {
 	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
 	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
 	rooms := flag.Int("rooms", 10, "rooms")
+	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk (in process only)")
 	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, node.pem and node-key.pem (make certs)")
+	flag.DurationVar(&postEvery, "post-every", 0, "how often each bot posts (default 2ms; 25ms with --director, so that users' Actors are idle between posts and the director's idle-only moves find them so)")
 	flag.Parse()
+	if postEvery == 0 {
+		postEvery = 2 * time.Millisecond
+		if director {
+			postEvery = 25 * time.Millisecond
+		}
+	}
+	if director && *chatNode != "" {
+		fmt.Fprintln(os.Stderr, "demo failed: --director runs the nodes in this process; leave out --chat-node")
+		os.Exit(2)
+	}
 	if err := run(*storeKind, *consulAddr, *chatNode, *duration, *rooms); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
@@ -68,6 +80,39 @@ var nodeNames = []string{"gateway", "node-1", "node-2", "node-3"}
 
 // tlsDir is --tls-dir: empty for plain TCP.
 var tlsDir string
+
+// director is --director.
+var director bool
+
+// postEvery is --post-every.
+var postEvery time.Duration
+
+// directed counts the director's attempts by outcome (--director).
+var directed struct {
+	sync.Mutex
+	outcomes map[roam.PlacementOutcome]int
+}
+
+// placementConfig is --director's: co-location on, a node may own up to
+// four times the mean number of Actors (the random moves may put most
+// rooms on one node, and their users belong there), a short cooldown so a user's Actor found busy is tried again
+// soon.
+func placementConfig(names func(rid string) string) roam.PlacementConfig {
+	return roam.PlacementConfig{Period: 250 * time.Millisecond,
+		CoLocation: roam.PlacementCoLocation{Enabled: true, Slack: 3},
+		Limits:     roam.PlacementLimits{Rate: 50, Burst: 20, Concurrency: 4, Cooldown: 2 * time.Second},
+		OnAttempt: func(a roam.PlacementAttempt, o roam.PlacementOutcome) {
+			directed.Lock()
+			if directed.outcomes == nil {
+				directed.outcomes = map[roam.PlacementOutcome]int{}
+			}
+			directed.outcomes[o]++
+			directed.Unlock()
+			if o == "committed" {
+				fmt.Printf("director  %-12s %s -> %s  (co-located with what it talks to)\n", a.Key, names(a.SourceRid), names(a.TargetRid))
+			}
+		}}
+}
 
 func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
 	ctx := context.Background()
@@ -157,8 +202,12 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	}))
 	// The demo's end stops every node at once: nowhere to drain to.
 	// restart drains explicitly.
-	r, err := roam.New(system, roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
-		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false))
+	opts := []roam.Option{roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
+		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false)}
+	if director {
+		opts = append(opts, roam.WithPlacement(placementConfig(c.nodeName)))
+	}
+	r, err := roam.New(system, opts...)
 	if err == nil {
 		err = r.Start(ctx)
 	}
@@ -174,6 +223,59 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	}
 	fmt.Printf("%s  %s\n", name, system.Address())
 	return r, nil
+}
+
+// nodeName is the name of the node whose RID is rid (the RID if none).
+func (c *inProcess) nodeName(rid string) string {
+	nodes, err := c.store.ListNodes(context.Background(), "default") // the nodes' mesh
+	if err == nil {
+		for _, n := range nodes {
+			if n.Node.GetNodeRid() == rid {
+				return n.Node.GetName()
+			}
+		}
+	}
+	return rid
+}
+
+// together counts the users whose Actor is on their room's node.
+func (c *inProcess) together(users map[string]string) (int, error) {
+	ctx := context.Background()
+	n := 0
+	for user, room := range users {
+		u, err := c.store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
+		if err != nil {
+			return 0, err
+		}
+		r, err := c.store.Read(ctx, location.Key(location.KindUserSpot, room))
+		if err != nil {
+			return 0, err
+		}
+		if u.Record.GetOwner().GetNodeRid() == r.Record.GetOwner().GetNodeRid() {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// explain prints where each user's Actor and its room are, and how many
+// Actors each node owns.
+func (c *inProcess) explain(users map[string]string) {
+	ctx := context.Background()
+	per := map[string]int{}
+	for user, room := range users {
+		u, err1 := c.store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
+		r, err2 := c.store.Read(ctx, location.Key(location.KindUserSpot, room))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		un, rn := u.Record.GetOwner().GetNodeRid(), r.Record.GetOwner().GetNodeRid()
+		per[c.nodeName(un)]++
+		if un != rn {
+			fmt.Printf("  %s on %s, its %s on %s\n", user, c.nodeName(un), room, c.nodeName(rn))
+		}
+	}
+	fmt.Printf("  users' Actors per node: %v\n", per)
 }
 
 func (c *inProcess) gateways() []string {
@@ -448,7 +550,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 				select {
 				case <-stop:
 					return
-				case <-time.After(2 * time.Millisecond):
+				case <-time.After(postEvery):
 				}
 				bt.sent++
 				sys.Root.Send(gw, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
@@ -497,6 +599,39 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			fmt.Printf("move %3d  %-12s %s -> %s  pause %6.2f ms  %5d bytes\n", len(pauses), what, out.GetFrom(), out.GetTo(), ms(p), out.GetBytes())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if ip, ok := c.(*inProcess); ok && director {
+		// The moves above left users' Actors away from their rooms; the
+		// director brings each back to its room's node as it talks.
+		users := map[string]string{}
+		for _, bt := range bots {
+			users[bt.name] = bt.room
+		}
+		begin := time.Now()
+		n, err := ip.together(users)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			return err
+		}
+		fmt.Printf("\nusers' Actors on their room's node: %d of %d; the director co-locates the others while they talk\n", n, len(users))
+		for n < len(users) && time.Since(begin) < 30*time.Second {
+			time.Sleep(100 * time.Millisecond) // polls the store
+			if n, err = ip.together(users); err != nil {
+				close(stop)
+				wg.Wait()
+				return err
+			}
+		}
+		directed.Lock()
+		fmt.Printf("users' Actors on their room's node: %d of %d after %s; director attempts by outcome: %v\n", n, len(users), time.Since(begin).Round(time.Millisecond), directed.outcomes)
+		directed.Unlock()
+		if n < len(users) {
+			ip.explain(users)
+			close(stop)
+			wg.Wait()
+			return fmt.Errorf("the director left %d users' Actors away from their rooms for 30 s", len(users)-n)
+		}
 	}
 	// A rolling deploy while the bots chat: each node but the gateway in
 	// turn is drained (its rooms and users' Actors move to the others with

@@ -167,7 +167,8 @@ func (u *User) call(c actor.Context, room string, msg proto.Message) (proto.Mess
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	reply, err := r.Spots().Request(room, msg).Do(ctx)
+	// From: the placement director (when on) sees who talks to which room.
+	reply, err := r.Spots().Request(room, msg).From(c).Do(ctx)
 	if err != nil {
 		return nil, err
 	}
