@@ -80,9 +80,8 @@ func (t *talker) Receive(c actor.Context) {
 	}
 	n.hops[tok].Store(hop)
 	if hop > 1 { // the first comes from the bench, not an object
-		if at, err := strconv.ParseInt(f[4], 10, 64); err == nil {
-			n.latency.Add(time.Now().UnixNano() - at)
-		}
+		at, _ := strconv.ParseInt(f[4], 10, 64)
+		n.latency.Add(time.Now().UnixNano() - at)
 		if f[2] == c.Self().Address {
 			n.local.Add(1)
 		} else {
@@ -101,11 +100,14 @@ func (t *talker) Receive(c actor.Context) {
 	to := fmt.Sprintf("%s/%s/%d", run, cluster, next)
 	// The call is built in the turn, From it (sampled there); paced, it is
 	// sent later from a timer, outside any turn (by Spot ID, wherever
-	// either object is by then), stamped with the time it is sent at.
+	// either object is by then).
 	pace := time.Duration(n.pace.Load())
-	msg := wrapperspb.String(fmt.Sprintf("%d %d %s %s %d", tok, hop+1, c.Self().Address, to, time.Now().Add(pace).UnixNano()))
+	msg := &wrapperspb.StringValue{}
 	call := extensionOf(c).Spots().Send(to, msg).InstanceSpot("talk").From(c)
+	from := c.Self().Address
 	send := func() {
+		// Stamped as it is sent: the latency is the send's, not the timer's.
+		msg.Value = fmt.Sprintf("%d %d %s %s %d", tok, hop+1, from, to, time.Now().UnixNano())
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := call.Do(ctx); err != nil {
@@ -316,7 +318,7 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 		if c := committed(); c != last {
 			last, quiet = c, time.Now()
 		}
-		if os.Getenv("ROAM_BENCH_DEBUG") != "" {
+		if os.Getenv("ROAM_BENCH_COLOCATION") != "" { // the director's progress, on stderr
 			l0, r0 := net.local.Load(), net.remote.Load()
 			time.Sleep(250 * time.Millisecond)
 			l, r := net.local.Load()-l0, net.remote.Load()-r0

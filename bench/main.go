@@ -9,13 +9,17 @@
 // User Spot moved with its members; (g) what one move of 1 KiB and of
 // 16 MiB costs in CPU and allocations, with profiles; (h) cold activations
 // of Instance Spots against the store's round trip; (i) a million idle
-// Spots on one node against plain Proto.Actor actors. Every figure is a
+// Spots on one node against plain Proto.Actor actors; (j) 5,000 objects
+// that talk in clusters, placed by hashing, at random and by the
+// placement director's co-location. Every figure is a
 // median over runs, beside its baseline as a ratio, except (g)'s means and
 // (i)'s single run.
 //
 // For looking into a figure: ROAM_BENCH_TRACE=1 prints (h)'s store calls
 // with their times; ROAM_BENCH_HEAP=<file> writes (i)'s heap profile and
-// ROAM_BENCH_SCANPROF=<file> the CPU profile of its recovery scan.
+// ROAM_BENCH_SCANPROF=<file> the CPU profile of its recovery scan;
+// ROAM_BENCH_COLOCATION=1 prints (j)'s director outcomes and remote
+// fraction as it works.
 package main
 
 import (
