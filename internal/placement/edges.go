@@ -67,11 +67,12 @@ func (t *EdgeTable) Record(from location.AuthorityKey, fromNode string, to locat
 	t.edges[k] = c
 }
 
-// Snapshot returns the heaviest max edges whose receiver here(to) still
-// reports hosted; the others are forgotten (the receiver left, and its
-// new node counts its edges from now on).
-func (t *EdgeTable) Snapshot(max int, here func(location.AuthorityKey) bool, now time.Time) []Edge {
+// Snapshot returns the edges whose receiver here(to) still reports
+// hosted, in no order; the others are forgotten (the receiver left, and
+// its new node counts its edges from now on). Heaviest orders them.
+func (t *EdgeTable) Snapshot(here func(location.AuthorityKey) bool, now time.Time) []Edge {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.decay(now)
 	out := make([]Edge, 0, len(t.edges))
 	for k, c := range t.edges {
@@ -81,12 +82,17 @@ func (t *EdgeTable) Snapshot(max int, here func(location.AuthorityKey) bool, now
 		}
 		out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
 	}
-	t.mu.Unlock()
-	slices.SortFunc(out, func(a, b Edge) int { return cmp.Compare(b.Weight, a.Weight) })
-	if len(out) > max {
-		out = out[:max]
-	}
 	return out
+}
+
+// Heaviest sorts edges by weight, the heaviest first, and keeps the first
+// max.
+func Heaviest(edges []Edge, max int) []Edge {
+	slices.SortFunc(edges, func(a, b Edge) int { return cmp.Compare(b.Weight, a.Weight) })
+	if len(edges) > max {
+		edges = edges[:max]
+	}
+	return edges
 }
 
 // Len is the number of edges held.

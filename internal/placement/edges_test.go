@@ -26,9 +26,9 @@ func TestEdgeTableCountsAndAnswersTheHeaviest(t *testing.T) {
 		}
 	}
 	tb.Record(actor("a"), "n3", actor("b"), now) // a moved to n3
-	got := tb.Snapshot(10, everywhere, now)
+	got := Heaviest(tb.Snapshot(everywhere, now), 10)
 	require.Equal(t, []Edge{{From: actor("a"), To: actor("b"), FromNode: "n3", Weight: 6}, {From: actor("c"), To: actor("b"), FromNode: "n2", Weight: 2}}, got)
-	require.Len(t, tb.Snapshot(1, everywhere, now), 1)
+	require.Len(t, Heaviest(tb.Snapshot(everywhere, now), 1), 1)
 }
 
 // A receiver that is no longer here is forgotten at the next snapshot: its
@@ -38,7 +38,7 @@ func TestEdgeTableForgetsReceiversThatLeft(t *testing.T) {
 	tb := NewEdgeTable(100, time.Minute)
 	tb.Record(actor("a"), "n1", actor("b"), now)
 	tb.Record(actor("a"), "n1", actor("c"), now)
-	got := tb.Snapshot(10, func(k location.AuthorityKey) bool { return k != actor("c") }, now)
+	got := tb.Snapshot(func(k location.AuthorityKey) bool { return k != actor("c") }, now)
 	require.Len(t, got, 1)
 	require.Equal(t, 1, tb.Len())
 }
@@ -51,9 +51,9 @@ func TestEdgeTableDecays(t *testing.T) {
 		tb.Record(actor("a"), "n1", actor("b"), now)
 	}
 	tb.Record(actor("x"), "n1", actor("b"), now)
-	got := tb.Snapshot(10, everywhere, now.Add(2*time.Minute))
+	got := tb.Snapshot(everywhere, now.Add(2*time.Minute))
 	require.Equal(t, []Edge{{From: actor("a"), To: actor("b"), FromNode: "n1", Weight: 2}}, got, "8 → 2; x's one sample → 0.25, gone")
-	got = tb.Snapshot(10, everywhere, now.Add(time.Minute)) // the clock went back: no decay, no growth
+	got = tb.Snapshot(everywhere, now.Add(time.Minute)) // the clock went back: no decay, no growth
 	require.Equal(t, 2.0, got[0].Weight)
 }
 
@@ -69,6 +69,6 @@ func TestEdgeTableIsBounded(t *testing.T) {
 		tb.Record(actor(fmt.Sprintf("once-%d", i)), "n1", actor("b"), now)
 		require.LessOrEqual(t, tb.Len(), 64)
 	}
-	got := tb.Snapshot(1, everywhere, now)
+	got := Heaviest(tb.Snapshot(everywhere, now), 1)
 	require.Equal(t, actor("heavy"), got[0].From)
 }

@@ -278,8 +278,10 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 				if to := noticePID(env.Header.Get(HeaderDispatchNotice)); to != nil {
 					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
 				}
-				if tag := env.Header.Get(HeaderFrom); tag != "" {
-					o.recordEdge(tag)
+				if o.d.cfg.Edges != nil {
+					if tag := env.Header.Get(HeaderFrom); tag != "" {
+						o.recordEdge(tag)
+					}
 				}
 			}
 			next(c, env)

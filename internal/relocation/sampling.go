@@ -87,10 +87,6 @@ func withHeader(env *actor.MessageEnvelope, key, value string) *actor.MessageEnv
 // recordEdge counts a sampled message from the sender that tag names to
 // o; a malformed tag is ignored (it names no object).
 func (o *object) recordEdge(tag string) {
-	t := o.d.cfg.Edges
-	if t == nil {
-		return
-	}
 	kind, rest, ok1 := strings.Cut(tag, "\n")
 	node, id, ok2 := strings.Cut(rest, "\n")
 	k, err := strconv.Atoi(kind)
@@ -101,7 +97,7 @@ func (o *object) recordEdge(tag string) {
 	if from.Validate() != nil || from == o.key {
 		return
 	}
-	t.Record(from, node, o.key, time.Now())
+	o.d.cfg.Edges.Record(from, node, o.key, time.Now())
 }
 
 // onEdgeQuery answers a live node of the mesh with this node's edge table
@@ -131,24 +127,37 @@ func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
 				d.sys.Root.Send(to, &messages.EdgeReply{Reason: "this node does not sample its objects' traffic"})
 				return
 			}
-			// Only the objects serving here: a receiver that left is
-			// counted by its new node.
-			edges := d.cfg.Edges.Snapshot(int(min(q.GetMax(), maxEdgeReply)), func(k location.AuthorityKey) bool {
+			// Only the objects serving here (the driver goroutine knows
+			// them): a receiver that left is counted by its new node. The
+			// sort and the answer are done off it.
+			edges := d.cfg.Edges.Snapshot(func(k location.AuthorityKey) bool {
 				o := d.objects[k]
 				return o != nil && o.state == serving
 			}, time.Now())
-			reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, len(edges))}
-			for i, e := range edges {
-				reply.Edges[i] = &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight}
-			}
-			d.sys.Root.Send(to, reply)
+			go func() {
+				edges = placement.Heaviest(edges, int(min(q.GetMax(), maxEdgeReply)))
+				reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, 0, len(edges))}
+				size := 0
+				for _, e := range edges {
+					// Within the transport's message size whatever the IDs'
+					// lengths: the lightest edges are left out.
+					if size += len(e.From.ID) + len(e.To.ID) + len(e.FromNode) + 32; size > maxEdgeReplyBytes {
+						break
+					}
+					reply.Edges = append(reply.Edges, &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight})
+				}
+				d.sys.Root.Send(to, reply)
+			}()
 		}})
 	}()
 }
 
-// maxEdgeReply bounds an answer (about 60 bytes an edge: well within
-// the transport's message size).
-const maxEdgeReply = 32768
+// maxEdgeReply and maxEdgeReplyBytes bound an answer, well within the
+// transport's message size (4 MiB).
+const (
+	maxEdgeReply      = 32768
+	maxEdgeReplyBytes = 2 << 20
+)
 
 // Edges asks the node at address for the heaviest max edges of its table.
 func (d *Driver) Edges(ctx context.Context, address string, max int) ([]placement.Edge, error) {
