@@ -36,6 +36,9 @@ type Settings struct {
 	Bin, Dir string
 	// Out receives the progress lines.
 	Out io.Writer
+	// Director runs the placement director (balance and co-location) on
+	// every node: its idle moves join the mover's under every fault.
+	Director bool
 }
 
 // Bound is the longest an object may stay unserved after its fault healed:
@@ -175,6 +178,9 @@ func (n *node) start() error {
 		"--call-timeout", n.env.set.CallTimeout.String()}
 	if n.advertise != "" {
 		args = append(args, "--advertise", n.advertise)
+	}
+	if n.env.set.Director {
+		args = append(args, "--director")
 	}
 	logf, err := os.OpenFile(filepath.Join(n.env.dir, n.name+".log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location/consulstore"
 	"github.com/roamactors/roam/roamerr"
@@ -191,6 +192,7 @@ type NodeConfig struct {
 	LeaseTTL             time.Duration
 	RestoreTimeout       time.Duration
 	CallTimeout          time.Duration
+	Director             bool
 }
 
 // NodeMain runs a node process: `roam-chaos node --consul … --name node-1 …`.
@@ -207,6 +209,7 @@ func NodeMain(args []string) error {
 	fs.DurationVar(&c.LeaseTTL, "ttl", 4*time.Second, "owner lease TTL")
 	fs.DurationVar(&c.RestoreTimeout, "restore", 5*time.Second, "relocation restore timeout")
 	fs.DurationVar(&c.CallTimeout, "call-timeout", 3*time.Second, "timeout of each Spot call")
+	fs.BoolVar(&c.Director, "director", false, "run the placement director (balance by count and co-location)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -258,6 +261,8 @@ func runNode(c NodeConfig) error {
 			LeaseTTL: c.LeaseTTL, Logger: &nodeLog, ProtoActorLogLevel: &silent},
 		Kinds:      []extension.Kind{kind},
 		Relocation: relocation.Config{RestoreTimeout: c.RestoreTimeout, Logger: &relLog},
+		Placement: placement.Config{Enabled: c.Director, Period: 250 * time.Millisecond, CoLocation: placement.CoLocation{Enabled: true},
+			Limits: placement.Limits{Rate: 20, Burst: 10, Concurrency: 2, Cooldown: 2 * time.Second}},
 		OnRejoin: func(e *extension.Extension) {
 			n.ext.Store(e)
 			n.lifecycle(e)

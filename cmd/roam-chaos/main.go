@@ -53,6 +53,7 @@ func main() {
 	warm := fs.Duration("warm", 0, "traffic before each fault (default 12 s short, 35 s full)")
 	steady := fs.Duration("steady", 0, "traffic after each recovery (default 8 s short, 35 s full)")
 	list := fs.Bool("list", false, "list the faults and exit")
+	director := fs.Bool("director", false, "run the placement director on every node: its idle moves join the mover's")
 	_ = fs.Parse(args)
 	if *list {
 		for _, s := range chaos.Scenarios() {
@@ -71,7 +72,7 @@ func main() {
 	}
 	set := chaos.Settings{LeaseTTL: *ttl, RestoreTimeout: 5 * time.Second, CallTimeout: 3 * time.Second,
 		Warm: 35 * time.Second, Steady: 35 * time.Second, Objects: 12, OpEvery: 50 * time.Millisecond,
-		MoveEvery: 150 * time.Millisecond, Bin: bin, Out: os.Stdout}
+		MoveEvery: 150 * time.Millisecond, Bin: bin, Out: os.Stdout, Director: *director}
 	var names []string
 	if *short {
 		names = chaos.ShortScenarios()
