@@ -179,3 +179,90 @@ func TestAnUnreadableLedgerIsStartedAnew(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, l.InFlight, 1)
 }
+
+// The director co-locates pairs that talk from the nodes' edge tables,
+// each object moved once, also while one node never answers for its
+// table (its objects are then known from the samples they sent).
+// Reference: docs/PLACEMENT.md §5 (gathering, planning, idle moves).
+func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
+	ctx := context.Background()
+	store, nodes := storm(t, 0)
+	owner := func(id string) string {
+		v, err := store.Read(ctx, location.Key(location.KindActor, id))
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid()
+	}
+	byRid := map[string]*location.NodeDescriptor{}
+	for _, n := range nodes {
+		byRid[n.NodeRid] = n
+	}
+	put := func(id string, n *location.NodeDescriptor) {
+		rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+			StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}}
+		_, err := store.CompareAndSet(ctx, location.Key(location.KindActor, id), 0, rec)
+		require.NoError(t, err)
+	}
+	const pairs = 12
+	for i := range pairs {
+		put(fmt.Sprintf("p%d-a", i), nodes[i%3])
+		put(fmt.Sprintf("p%d-b", i), nodes[(i+1)%3])
+	}
+	// Each node's table: the samples its objects received from their
+	// partners; node rid-2 never answers.
+	edges := func(_ context.Context, n *location.NodeDescriptor) ([]Edge, error) {
+		if n.NodeRid == "rid-2" {
+			return nil, fmt.Errorf("rid-2 does not answer")
+		}
+		var out []Edge
+		for i := range pairs {
+			a, b := fmt.Sprintf("p%d-a", i), fmt.Sprintf("p%d-b", i)
+			for _, e := range [][2]string{{a, b}, {b, a}} {
+				if owner(e[1]) == n.NodeRid {
+					out = append(out, Edge{From: location.Key(location.KindActor, e[0]), FromNode: owner(e[0]), To: location.Key(location.KindActor, e[1]), Weight: 10})
+				}
+			}
+		}
+		return out, nil
+	}
+	var mu sync.Mutex
+	moved := map[string]int{}
+	move := func(ctx context.Context, key location.AuthorityKey, target string, _ time.Duration) error {
+		v, err := store.Read(ctx, key)
+		if err != nil {
+			return err
+		}
+		rec := v.Record
+		n := byRid[target]
+		rec.Owner = &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}
+		rec.AuthorityOwnerGeneration++
+		_, err = store.CompareAndSet(ctx, key, v.Version, rec)
+		return err
+	}
+	d, err := New(Config{Period: 5 * time.Millisecond, CoLocation: CoLocation{Enabled: true},
+		Limits: Limits{Rate: 1000, Burst: 100, Concurrency: 4, Cooldown: time.Hour},
+		OnAttempt: func(a Attempt, o Outcome) {
+			if o == Committed {
+				mu.Lock()
+				moved[a.Key]++
+				mu.Unlock()
+			}
+		}}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: move, Edges: edges, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	d.Start()
+	defer d.Stop()
+	testwait.For(t, func() bool {
+		for i := range pairs {
+			if owner(fmt.Sprintf("p%d-a", i)) != owner(fmt.Sprintf("p%d-b", i)) {
+				return false
+			}
+		}
+		return true
+	}, "every pair on one node")
+	d.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, moved, pairs, "one end of each pair moved")
+	for k, n := range moved {
+		require.Equal(t, 1, n, "%s moved %d times", k, n)
+	}
+}
