@@ -101,10 +101,12 @@ demo:
 	$(GO) run ./cmd/roam-demo $(if $(DIRECTOR),--director)
 
 ## demo-consul: the same with a real Consul and four chat-node processes;
-## TLS=1 runs every process with mutual TLS (certificates from `make certs`).
+## TLS=1 runs every process with mutual TLS (certificates from `make certs`),
+## DIRECTOR=1 the placement director (watch it with `roamctl web`: the demo
+## prints the command).
 demo-consul: consul $(if $(TLS),certs)
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
-	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node $(if $(TLS),--tls-dir=$(CERTS_DIR))
+	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node $(if $(TLS),--tls-dir=$(CERTS_DIR)) $(if $(DIRECTOR),--director)
 
 ## roamctl: the operators' command (docs/OPERATIONS.md), into ./bin/roamctl.
 .PHONY: roamctl
@@ -157,15 +159,16 @@ $(TOOLS_BIN)/benchstat:
 ## a three-server Consul killed mid-move, a network cut), about 11 minutes;
 ## prints a table and fails on a non-zero safety figure.
 ## chaos-short: node SIGKILL, node SIGSTOP past the TTL, Consul restart and a rolling restart, about
-## 2 min, with the same verdict (for `make test`).
+## 2 min, with the same verdict (for `make test`), with the placement director on every node (its idle
+## moves join the test's own). DIRECTOR=1 runs `make chaos` with it too.
 .PHONY: chaos chaos-short
 chaos: consul
 	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
-	$(TOOLS_BIN)/roam-chaos run
+	$(TOOLS_BIN)/roam-chaos run $(if $(DIRECTOR),-director)
 
 chaos-short: consul
 	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
-	$(TOOLS_BIN)/roam-chaos run -short
+	$(TOOLS_BIN)/roam-chaos run -short -director
 
 ## sim: replay one schedule of the hand-off's deterministic simulation
 ## (internal/relocation/sim) and print its trace: make sim SEED=<n>.

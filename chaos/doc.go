@@ -1,6 +1,7 @@
 // Package chaos is roam's chaos test on real processes: `make
-// chaos` runs every fault, `make chaos-short` a subset, and both print a
-// table and fail on a non-zero safety figure.
+// chaos` runs every fault, `make chaos-short` a subset (with the placement
+// director on every node: -director), and both print a table and fail on
+// a non-zero safety figure.
 //
 // # The set-up
 //

@@ -53,7 +53,7 @@ func main() {
 	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
 	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
 	rooms := flag.Int("rooms", 10, "rooms")
-	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk (in process only)")
+	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk")
 	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.DurationVar(&postEvery, "post-every", 0, "how often each bot posts (default 2ms; 25ms with --director, so that users' Actors are idle between posts and the director's idle-only moves find them so)")
 	flag.Parse()
@@ -62,10 +62,6 @@ func main() {
 		if director {
 			postEvery = 25 * time.Millisecond
 		}
-	}
-	if director && *chatNode != "" {
-		fmt.Fprintln(os.Stderr, "demo failed: --director runs the nodes in this process; leave out --chat-node")
-		os.Exit(2)
 	}
 	if err := run(*storeKind, *consulAddr, *chatNode, *duration, *rooms); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
@@ -93,25 +89,22 @@ var directed struct {
 	outcomes map[roam.PlacementOutcome]int
 }
 
-// placementConfig is --director's: co-location on, a node may own up to
-// four times the mean number of Actors (the random moves may put most
-// rooms on one node, and their users belong there), a short cooldown so a user's Actor found busy is tried again
-// soon.
+// placementConfig is --director's (chat.DirectorConfig), counting and
+// printing the director's attempts of this process's nodes.
 func placementConfig(names func(rid string) string) roam.PlacementConfig {
-	return roam.PlacementConfig{Period: 250 * time.Millisecond,
-		CoLocation: roam.PlacementCoLocation{Enabled: true, Slack: 3},
-		Limits:     roam.PlacementLimits{Rate: 50, Burst: 20, Concurrency: 4, Cooldown: 2 * time.Second},
-		OnAttempt: func(a roam.PlacementAttempt, o roam.PlacementOutcome) {
-			directed.Lock()
-			if directed.outcomes == nil {
-				directed.outcomes = map[roam.PlacementOutcome]int{}
-			}
-			directed.outcomes[o]++
-			directed.Unlock()
-			if o == "committed" {
-				fmt.Printf("director  %-12s %s -> %s  (co-located with what it talks to)\n", a.Key, names(a.SourceRid), names(a.TargetRid))
-			}
-		}}
+	cfg := chat.DirectorConfig()
+	cfg.OnAttempt = func(a roam.PlacementAttempt, o roam.PlacementOutcome) {
+		directed.Lock()
+		if directed.outcomes == nil {
+			directed.outcomes = map[roam.PlacementOutcome]int{}
+		}
+		directed.outcomes[o]++
+		directed.Unlock()
+		if o == "committed" {
+			fmt.Printf("director  %-12s %s -> %s  (co-located with what it talks to)\n", a.Key, names(a.SourceRid), names(a.TargetRid))
+		}
+	}
+	return cfg
 }
 
 func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
@@ -136,6 +129,7 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 			fmt.Printf("started Consul %s at %s\n", consultest.Version, consulAddr)
 		}
 		prefix := fmt.Sprintf("roam-demo/%d", time.Now().UnixNano())
+		fmt.Printf("watch it live in a browser: go run ./cmd/roamctl web --http-addr %s --prefix %s\n", strings.Split(consulAddr, ",")[0], prefix)
 		if chatNode != "" {
 			p := &processes{bin: chatNode, consul: consulAddr, prefix: prefix}
 			if err := p.start(); err != nil {
@@ -171,19 +165,21 @@ type cluster interface {
 	restart(i int) (string, error)
 	// drain drains node i and leaves it running (SIGUSR1 for a process).
 	drain(i int) error
+	// store reads the nodes' Location Store.
+	store() location.Store
 	stop()
 }
 
 // inProcess runs the three nodes in this process, each roam attached to an
 // actor system of its own, with the chat gateway on it.
 type inProcess struct {
-	store location.Store
+	locs  location.Store
 	log   zerolog.Logger
 	nodes []*roam.Roam
 }
 
 func startNodes(ctx context.Context, store location.Store, log zerolog.Logger) (*inProcess, error) {
-	c := &inProcess{store: store, log: log}
+	c := &inProcess{locs: store, log: log}
 	for _, name := range nodeNames {
 		r, err := c.startNode(ctx, name)
 		if err != nil {
@@ -202,7 +198,7 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	}))
 	// The demo's end stops every node at once: nowhere to drain to.
 	// restart drains explicitly.
-	opts := []roam.Option{roam.WithStore(c.store), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
+	opts := []roam.Option{roam.WithStore(c.locs), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
 		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false)}
 	if director {
 		opts = append(opts, roam.WithPlacement(placementConfig(c.nodeName)))
@@ -225,9 +221,13 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	return r, nil
 }
 
+func (c *inProcess) store() location.Store { return c.locs }
+
 // nodeName is the name of the node whose RID is rid (the RID if none).
-func (c *inProcess) nodeName(rid string) string {
-	nodes, err := c.store.ListNodes(context.Background(), "default") // the nodes' mesh
+func (c *inProcess) nodeName(rid string) string { return nodeName(c.locs, rid) }
+
+func nodeName(store location.Store, rid string) string {
+	nodes, err := store.ListNodes(context.Background(), "default") // the nodes' mesh
 	if err == nil {
 		for _, n := range nodes {
 			if n.Node.GetNodeRid() == rid {
@@ -239,15 +239,15 @@ func (c *inProcess) nodeName(rid string) string {
 }
 
 // together counts the users whose Actor is on their room's node.
-func (c *inProcess) together(users map[string]string) (int, error) {
+func together(store location.Store, users map[string]string) (int, error) {
 	ctx := context.Background()
 	n := 0
 	for user, room := range users {
-		u, err := c.store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
+		u, err := store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
 		if err != nil {
 			return 0, err
 		}
-		r, err := c.store.Read(ctx, location.Key(location.KindUserSpot, room))
+		r, err := store.Read(ctx, location.Key(location.KindUserSpot, room))
 		if err != nil {
 			return 0, err
 		}
@@ -260,19 +260,19 @@ func (c *inProcess) together(users map[string]string) (int, error) {
 
 // explain prints where each user's Actor and its room are, and how many
 // Actors each node owns.
-func (c *inProcess) explain(users map[string]string) {
+func explain(store location.Store, users map[string]string) {
 	ctx := context.Background()
 	per := map[string]int{}
 	for user, room := range users {
-		u, err1 := c.store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
-		r, err2 := c.store.Read(ctx, location.Key(location.KindUserSpot, room))
+		u, err1 := store.Read(ctx, location.Key(location.KindActor, chat.UserActor(user)))
+		r, err2 := store.Read(ctx, location.Key(location.KindUserSpot, room))
 		if err1 != nil || err2 != nil {
 			continue
 		}
 		un, rn := u.Record.GetOwner().GetNodeRid(), r.Record.GetOwner().GetNodeRid()
-		per[c.nodeName(un)]++
+		per[nodeName(store, un)]++
 		if un != rn {
-			fmt.Printf("  %s on %s, its %s on %s\n", user, c.nodeName(un), room, c.nodeName(rn))
+			fmt.Printf("  %s on %s, its %s on %s\n", user, nodeName(store, un), room, nodeName(store, rn))
 		}
 	}
 	fmt.Printf("  users' Actors per node: %v\n", per)
@@ -329,13 +329,21 @@ func (c *inProcess) stop() {
 // processes runs the three nodes as chat-node processes on Consul.
 type processes struct {
 	bin, consul, prefix string
+	locs                location.Store // a client of the nodes' store
 	cmds                []*exec.Cmd
 	addrs               []string
 	outs                []*bufio.Scanner
 	drained             []chan string // each process's "drained …" / "drain … failed" lines
 }
 
+func (p *processes) store() location.Store { return p.locs }
+
 func (p *processes) start() error {
+	s, err := consulstore.New(consulstore.Config{Addresses: consulstore.ParseAddresses(p.consul), Prefix: p.prefix})
+	if err != nil {
+		return err
+	}
+	p.locs = s
 	for i := range nodeNames {
 		if err := p.startOne(i); err != nil {
 			p.stop()
@@ -348,7 +356,11 @@ func (p *processes) start() error {
 // startOne starts node i and waits for it to say where it serves.
 func (p *processes) startOne(i int) error {
 	name := nodeNames[i]
-	c := exec.Command(p.bin, "--store", "consul", "--consul", p.consul, "--prefix", p.prefix, "--listen", "127.0.0.1:0", "--name", name, "--tls-dir", tlsDir)
+	args := []string{"--store", "consul", "--consul", p.consul, "--prefix", p.prefix, "--listen", "127.0.0.1:0", "--name", name, "--tls-dir", tlsDir}
+	if director {
+		args = append(args, "--director")
+	}
+	c := exec.Command(p.bin, args...)
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	if err != nil {
@@ -421,6 +433,9 @@ func (p *processes) restart(i int) (string, error) {
 // stop ends the demo's nodes at once: each would otherwise drain to the
 // others, which are stopping too (their leases end with their TTL).
 func (p *processes) stop() {
+	if p.locs != nil {
+		defer p.locs.Close()
+	}
 	for _, c := range p.cmds {
 		if c != nil {
 			_ = c.Process.Kill()
@@ -600,7 +615,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ip, ok := c.(*inProcess); ok && director {
+	if director {
 		// The moves above left users' Actors away from their rooms; the
 		// director brings each back to its room's node as it talks.
 		users := map[string]string{}
@@ -608,7 +623,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			users[bt.name] = bt.room
 		}
 		begin := time.Now()
-		n, err := ip.together(users)
+		n, err := together(c.store(), users)
 		if err != nil {
 			close(stop)
 			wg.Wait()
@@ -617,17 +632,21 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		fmt.Printf("\nusers' Actors on their room's node: %d of %d; the director co-locates the others while they talk\n", n, len(users))
 		for n < len(users) && time.Since(begin) < 30*time.Second {
 			time.Sleep(100 * time.Millisecond) // polls the store
-			if n, err = ip.together(users); err != nil {
+			if n, err = together(c.store(), users); err != nil {
 				close(stop)
 				wg.Wait()
 				return err
 			}
 		}
 		directed.Lock()
-		fmt.Printf("users' Actors on their room's node: %d of %d after %s; director attempts by outcome: %v\n", n, len(users), time.Since(begin).Round(time.Millisecond), directed.outcomes)
+		outcomes := fmt.Sprint(directed.outcomes)
+		if directed.outcomes == nil {
+			outcomes = "counted in the nodes' processes (roamctl placement)"
+		}
 		directed.Unlock()
+		fmt.Printf("users' Actors on their room's node: %d of %d after %s; director attempts by outcome: %s\n", n, len(users), time.Since(begin).Round(time.Millisecond), outcomes)
 		if n < len(users) {
-			ip.explain(users)
+			explain(c.store(), users)
 			close(stop)
 			wg.Wait()
 			return fmt.Errorf("the director left %d users' Actors away from their rooms for 30 s", len(users)-n)

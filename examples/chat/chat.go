@@ -56,6 +56,17 @@ func Kinds() []roam.Kind {
 	}
 }
 
+// DirectorConfig runs the placement director with co-location
+// (roam.WithPlacement): a user's Actor goes to its room's node as it
+// talks. A node may own up to four times the mean number of Actors (many
+// rooms may be on one node, and their users belong there); a user's Actor
+// found busy is tried again after 2 s.
+func DirectorConfig() roam.PlacementConfig {
+	return roam.PlacementConfig{Period: 250 * time.Millisecond,
+		CoLocation: roam.PlacementCoLocation{Enabled: true, Slack: 3},
+		Limits:     roam.PlacementLimits{Rate: 50, Burst: 20, Concurrency: 4, Cooldown: 2 * time.Second}}
+}
+
 // UserActor is the Actor ID of the user name.
 func UserActor(name string) string { return "user-" + name }
 

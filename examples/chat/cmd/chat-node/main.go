@@ -38,6 +38,7 @@ func main() {
 	nodes := flag.Int("nodes", 1, "nodes to run in this process (--store memory), named <name>-1.. on consecutive ports")
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
 	rooms := flag.Int("rooms", 0, "open this many idle rooms from each node at start (named <node>-room-<i>, placed by load), to try a drain with many units")
+	flag.BoolVar(&director, "director", false, "run the placement director with co-location: users' Actors follow their rooms (give every node the flag)")
 	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.Parse()
 	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *rooms, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
@@ -45,6 +46,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// director is --director.
+var director bool
 
 func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, verbose bool, tls *roam.TLS) error {
 	level, protoActor := zerolog.WarnLevel, slog.LevelError+4 // Proto.Actor logs a client leaving as an error
@@ -91,14 +95,17 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 		system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: protoActor}))
 		}))
-		r, err := roam.New(system,
-			roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
+		opts := []roam.Option{roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
 			roam.WithKinds(chat.Kinds()...), roam.WithLogger(log), roam.WithTLS(tls),
 			roam.WithOnEvent(func(e roam.Event) {
 				if e.Err == nil && rooms == 0 {
 					fmt.Printf("moved %-12s -> %s  pause %.2f ms  %d bytes\n", e.Key.ID, nodeName, float64(e.Pause.Microseconds())/1000, e.Bytes)
 				}
-			}))
+			})}
+		if director {
+			opts = append(opts, roam.WithPlacement(chat.DirectorConfig()))
+		}
+		r, err := roam.New(system, opts...)
 		if err != nil {
 			return err
 		}
