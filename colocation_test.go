@@ -16,6 +16,7 @@ import (
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
 )
 
 // talker is an Instance Spot that counts what it gets; "ping:<id>" makes
@@ -195,5 +196,77 @@ func spread(t *testing.T, nodes []*roam.Roam, owner func(string) string, ids []s
 		}
 		_, err := nodes[0].Relocate(context.Background(), roam.InstanceSpotRef(id), n.NodeName())
 		require.NoError(t, err)
+	}
+}
+
+// Balance by load: three Instance Spots that get all the traffic, all on
+// one node of three, are spread one per node by idle moves, with every
+// message counted once; by count the nodes were balanced already (the
+// other two nodes hold idle Spots).
+// Reference: docs/PLACEMENT.md §5 (balance by load).
+func TestDirectorBalancesByLoad(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	kind := roam.NewKind("talker", actor.PropsFromProducer(func() actor.Actor { return &talker{} }), roam.PreserveState(), roam.Instance())
+	cfg := roam.PlacementConfig{Period: 50 * time.Millisecond, Paused: true, BalanceBy: "load",
+		CoLocation: roam.PlacementCoLocation{SampleEvery: 1},
+		Limits:     roam.PlacementLimits{Rate: 200, Burst: 20, Concurrency: 4, Cooldown: 200 * time.Millisecond}}
+	nodes := []*roam.Roam{
+		start(t, store, roam.WithNodeName("a"), roam.WithKinds(kind), roam.WithPlacement(cfg)),
+		start(t, store, roam.WithNodeName("b"), roam.WithKinds(kind), roam.WithPlacement(cfg)),
+		start(t, store, roam.WithNodeName("c"), roam.WithKinds(kind), roam.WithPlacement(cfg)),
+	}
+	a := nodes[0]
+	owner := func(id string) string {
+		v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid()
+	}
+	get := func(id string) int64 {
+		reply, err := a.Spots().Request(id, wrapperspb.String("get")).InstanceSpot("talker").Timeout(20 * time.Second).Do(ctx)
+		require.NoError(t, err)
+		var count, failed int64
+		_, err = fmt.Sscanf(reply.(*wrapperspb.StringValue).GetValue(), "%d %d", &count, &failed)
+		require.NoError(t, err)
+		return count
+	}
+	hot := []string{"hot-0", "hot-1", "hot-2"}
+	for i, id := range append(append([]string{}, hot...), "idle-b-0", "idle-b-1", "idle-b-2", "idle-c-0", "idle-c-1", "idle-c-2") {
+		get(id)
+		spread(t, nodes, owner, []string{id}, i/3)
+	}
+	var sent [3]atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			for i, id := range hot {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if _, err := a.Spots().Send(id, wrapperspb.String("pong")).InstanceSpot("talker").Do(ctx); err == nil {
+					sent[i].Add(1)
+				}
+			}
+		}
+	}()
+	for _, n := range nodes {
+		n.Placement().Resume()
+	}
+	testwait.For(t, func() bool {
+		return len(map[string]bool{owner(hot[0]): true, owner(hot[1]): true, owner(hot[2]): true}) == 3
+	}, "one hot Spot per node")
+	close(stop)
+	<-done
+	for _, n := range nodes {
+		n.Placement().Pause()
+		t.Logf("%s: %v", n.NodeName(), n.Placement().Outcomes())
+	}
+	for i, id := range hot {
+		require.Equal(t, sent[i].Load(), get(id), "%s counted every message once", id)
 	}
 }

@@ -2455,7 +2455,7 @@ func (x *RelocateReply) GetDone() bool {
 }
 
 // EdgeQuery asks a node's relocation actor for the who-sends-to-whom
-// edges it sampled (docs/PLACEMENT.md §5). Answered only to a live node of
+// edges and the objects' loads it sampled (docs/PLACEMENT.md §5). Answered only to a live node of
 // the mesh at the address the query came from.
 type EdgeQuery struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2597,18 +2597,85 @@ func (x *SampledEdge) GetWeight() float64 {
 	return 0
 }
 
-// EdgeReply answers an EdgeQuery: the edges, or why not (reason set).
-type EdgeReply struct {
+// SampledLoad is the messages sampled into one object hosted by the
+// answering node (whoever sent them), halved every half-life.
+type SampledLoad struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Edges         []*SampledEdge         `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Kind          AuthorityKind          `protobuf:"varint,1,opt,name=kind,proto3,enum=roam.messages.AuthorityKind" json:"kind,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Weight        float64                `protobuf:"fixed64,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SampledLoad) Reset() {
+	*x = SampledLoad{}
+	mi := &file_relocation_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SampledLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SampledLoad) ProtoMessage() {}
+
+func (x *SampledLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SampledLoad.ProtoReflect.Descriptor instead.
+func (*SampledLoad) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SampledLoad) GetKind() AuthorityKind {
+	if x != nil {
+		return x.Kind
+	}
+	return AuthorityKind_AUTHORITY_KIND_UNSPECIFIED
+}
+
+func (x *SampledLoad) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SampledLoad) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+// EdgeReply answers an EdgeQuery: the edges and the heaviest objects'
+// loads, or why not (reason set).
+type EdgeReply struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Edges  []*SampledEdge         `protobuf:"bytes,1,rep,name=edges,proto3" json:"edges,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Loads  []*SampledLoad         `protobuf:"bytes,3,rep,name=loads,proto3" json:"loads,omitempty"`
+	// node_load is the sum of the loads of every object the node hosts,
+	// also those left out of loads.
+	NodeLoad      float64 `protobuf:"fixed64,4,opt,name=node_load,json=nodeLoad,proto3" json:"node_load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EdgeReply) Reset() {
 	*x = EdgeReply{}
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2687,7 @@ func (x *EdgeReply) String() string {
 func (*EdgeReply) ProtoMessage() {}
 
 func (x *EdgeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2700,7 @@ func (x *EdgeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeReply.ProtoReflect.Descriptor instead.
 func (*EdgeReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{33}
+	return file_relocation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EdgeReply) GetEdges() []*SampledEdge {
@@ -2648,6 +2715,20 @@ func (x *EdgeReply) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *EdgeReply) GetLoads() []*SampledLoad {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
+}
+
+func (x *EdgeReply) GetNodeLoad() float64 {
+	if x != nil {
+		return x.NodeLoad
+	}
+	return 0
 }
 
 var File_relocation_proto protoreflect.FileDescriptor
@@ -2847,10 +2928,16 @@ const file_relocation_proto_rawDesc = "" +
 	"\tfrom_node\x18\x03 \x01(\tR\bfromNode\x125\n" +
 	"\ato_kind\x18\x04 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x06toKind\x12\x13\n" +
 	"\x05to_id\x18\x05 \x01(\tR\x04toId\x12\x16\n" +
-	"\x06weight\x18\x06 \x01(\x01R\x06weight\"U\n" +
+	"\x06weight\x18\x06 \x01(\x01R\x06weight\"g\n" +
+	"\vSampledLoad\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\x01R\x06weight\"\xa4\x01\n" +
 	"\tEdgeReply\x120\n" +
 	"\x05edges\x18\x01 \x03(\v2\x1a.roam.messages.SampledEdgeR\x05edges\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason*\xd8\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x120\n" +
+	"\x05loads\x18\x03 \x03(\v2\x1a.roam.messages.SampledLoadR\x05loads\x12\x1b\n" +
+	"\tnode_load\x18\x04 \x01(\x01R\bnodeLoad*\xd8\x02\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12$\n" +
 	" FAILURE_REASON_CHECKSUM_MISMATCH\x10\x01\x12\"\n" +
@@ -2881,7 +2968,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -2918,22 +3005,23 @@ var file_relocation_proto_goTypes = []any{
 	(*RelocateReply)(nil),         // 32: roam.messages.RelocateReply
 	(*EdgeQuery)(nil),             // 33: roam.messages.EdgeQuery
 	(*SampledEdge)(nil),           // 34: roam.messages.SampledEdge
-	(*EdgeReply)(nil),             // 35: roam.messages.EdgeReply
-	nil,                           // 36: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 37: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 38: roam.messages.Membership
+	(*SampledLoad)(nil),           // 35: roam.messages.SampledLoad
+	(*EdgeReply)(nil),             // 36: roam.messages.EdgeReply
+	nil,                           // 37: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 38: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 39: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	37, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	37, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	38, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	38, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
 	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	38, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	39, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
 	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
 	23, // 11: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
 	4,  // 12: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
@@ -2944,7 +3032,7 @@ var file_relocation_proto_depIdxs = []int32{
 	3,  // 17: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
 	0,  // 18: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
 	15, // 19: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	36, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	37, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
 	3,  // 21: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
 	16, // 22: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
 	3,  // 23: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
@@ -2958,19 +3046,21 @@ var file_relocation_proto_depIdxs = []int32{
 	3,  // 31: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
 	22, // 32: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
 	15, // 33: roam.messages.SessionBound.session:type_name -> roam.messages.PID
-	37, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	38, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 35: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
 	1,  // 36: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	38, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	39, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
 	5,  // 38: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
-	37, // 39: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
-	37, // 40: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
-	34, // 41: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	38, // 39: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
+	38, // 40: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
+	38, // 41: roam.messages.SampledLoad.kind:type_name -> roam.messages.AuthorityKind
+	34, // 42: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
+	35, // 43: roam.messages.EdgeReply.loads:type_name -> roam.messages.SampledLoad
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -2985,7 +3075,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -223,7 +223,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			}
 		}
 	}
-	if p := cfg.Placement.WithDefaults(); p.Enabled && p.CoLocation.Enabled {
+	if p := cfg.Placement.WithDefaults(); p.Enabled && p.Sampling() {
 		// Every node samples its objects' traffic; the elected director
 		// reads the tables (docs/PLACEMENT.md §5).
 		cfg.Relocation.SampleEvery = p.CoLocation.SampleEvery
@@ -331,7 +331,7 @@ func (e *Extension) direct(l *life, board location.Board, hasBoard bool) error {
 			_, err := e.RelocateIfIdle(ctx, key, targetRid, window)
 			return err
 		},
-		Edges: func(ctx context.Context, n *location.NodeDescriptor) ([]placement.Edge, error) {
+		Samples: func(ctx context.Context, n *location.NodeDescriptor) (placement.Sample, error) {
 			return l.driver.Edges(ctx, n.GetAddress(), e.cfg.Placement.WithDefaults().CoLocation.TableSize)
 		},
 		Logger: e.logger(),

@@ -37,8 +37,16 @@ type Config struct {
 	// 100 ms.
 	IdleWindow time.Duration
 	// Margin is how many units above the mean a node may own before its
-	// units are moved. Default 1.
+	// units are moved (balance by count). Default 1.
 	Margin float64
+	// BalanceBy is BalanceByCount (the number of units per node) or
+	// BalanceByLoad (the messages sampled per node, with CoLocation's
+	// sampling settings). Default BalanceByCount.
+	BalanceBy string
+	// LoadMargin is how far above the mean load a node may be before its
+	// units are moved, as a fraction of the mean (balance by load).
+	// Default 0.2.
+	LoadMargin float64
 	// AttemptTimeout bounds one attempt, reservation to outcome; its
 	// reservation counts until then. Default 30 s.
 	AttemptTimeout time.Duration
@@ -71,6 +79,12 @@ func (c Config) WithDefaults() Config {
 	if c.Margin == 0 {
 		c.Margin = 1
 	}
+	if c.BalanceBy == "" {
+		c.BalanceBy = BalanceByCount
+	}
+	if c.LoadMargin == 0 {
+		c.LoadMargin = 0.2
+	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 30 * time.Second
 	}
@@ -78,10 +92,15 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// Sampling reports whether the director reads the nodes' samples of
+// their objects' traffic: for co-location or balance by load.
+func (c Config) Sampling() bool { return c.CoLocation.Enabled || c.BalanceBy == BalanceByLoad }
+
 // Validate reports an InvalidOperation for a configuration that cannot
 // work (after WithDefaults).
 func (c Config) Validate() error {
-	if c.Period < 0 || c.PageSize < 1 || c.PageSize > location.MaxPageSize || c.IdleWindow < 0 || c.Margin < 0 || c.AttemptTimeout < 0 {
+	if c.Period < 0 || c.PageSize < 1 || c.PageSize > location.MaxPageSize || c.IdleWindow < 0 || c.Margin < 0 || c.AttemptTimeout < 0 ||
+		(c.BalanceBy != BalanceByCount && c.BalanceBy != BalanceByLoad) || c.LoadMargin < 0 {
 		return fmt.Errorf("%w: placement config %+v", roamerr.ErrInvalidOperation, c)
 	}
 	if err := c.CoLocation.Validate(); err != nil {
@@ -99,10 +118,10 @@ type Env struct {
 	Self func() *location.NodeDescriptor
 	// Move is RelocateIfIdle from any node, the target named by RID.
 	Move func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error
-	// Edges asks a live node for the edges its table holds (co-location
-	// only).
-	Edges  func(ctx context.Context, node *location.NodeDescriptor) ([]Edge, error)
-	Logger zerolog.Logger
+	// Samples asks a live node for the edges and loads its table holds
+	// (co-location and balance by load only).
+	Samples func(ctx context.Context, node *location.NodeDescriptor) (Sample, error)
+	Logger  zerolog.Logger
 }
 
 // LedgerKey is the placement ledger's note of mesh.
@@ -153,8 +172,8 @@ func New(cfg Config, env Env) (*Director, error) {
 	if err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	if cfg.CoLocation.Enabled && env.Edges == nil {
-		return nil, fmt.Errorf("%w: co-location needs Env.Edges", roamerr.ErrNotConfigured)
+	if cfg.Sampling() && env.Samples == nil {
+		return nil, fmt.Errorf("%w: co-location and balance by load need Env.Samples", roamerr.ErrNotConfigured)
 	}
 	d := &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
 		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}
@@ -285,15 +304,40 @@ func (d *Director) round() {
 	}
 	page = slices.DeleteFunc(page, func(u Unit) bool { _, cooling := d.cooling[u.Key]; return cooling })
 	budget := 4 * d.cfg.Limits.Concurrency
-	var moves []Move
-	if d.cfg.CoLocation.Enabled {
-		var grouped map[location.AuthorityKey]bool
-		moves, grouped = d.coLocate(ctx, nodes, candidates, budget)
+	var (
+		moves   []Move
+		grouped map[location.AuthorityKey]bool
+	)
+	if d.cfg.Sampling() {
+		samples := d.gather(ctx, nodes)
+		hostsOf := map[string]func(string) bool{}
+		for _, n := range nodes {
+			hostsOf[n.Node.GetNodeRid()] = hosts(n.Node)
+		}
+		cooling := func(k location.AuthorityKey) bool { _, c := d.cooling[k.String()]; return c }
+		if d.cfg.CoLocation.Enabled {
+			var plan []Placed
+			plan, grouped = CoLocate(candidates, samples.edges, d.cfg.CoLocation, cooling, budget)
+			moves = d.resolve(ctx, plan, hostsOf)
+		}
+		if d.cfg.BalanceBy == BalanceByLoad {
+			planned := map[location.AuthorityKey]bool{}
+			for _, m := range moves {
+				planned[m.Unit.Ref] = true
+			}
+			// Objects that talk are co-location's; the others even out
+			// the load.
+			skip := func(k location.AuthorityKey) bool { return cooling(k) || grouped[k] || planned[k] }
+			plan := BalanceLoad(samples.nodes, samples.loads, d.cfg.LoadMargin, skip, budget-len(moves))
+			moves = append(moves, d.resolve(ctx, plan, hostsOf)...)
+		}
+	}
+	if d.cfg.BalanceBy == BalanceByCount {
 		// Objects that talk are co-location's: balance by count moves the
 		// others, so the two policies do not pull one object two ways.
 		page = slices.DeleteFunc(page, func(u Unit) bool { return grouped[u.Ref] })
+		moves = append(moves, Balance(candidates, page, d.cfg.Margin, budget-len(moves))...)
 	}
-	moves = append(moves, Balance(candidates, page, d.cfg.Margin, budget-len(moves))...)
 	if len(moves) == 0 {
 		return
 	}
@@ -341,40 +385,54 @@ func (d *Director) round() {
 	}
 }
 
-// coLocate gathers the live nodes' edge tables and plans co-location
-// moves (docs/PLACEMENT.md §5); each planned object's record is read
-// afresh for its attempt's tuple, and one that moved, is changing, or
-// whose target does not host its kind is left to a later round. grouped:
-// the objects that talk.
-func (d *Director) coLocate(ctx context.Context, nodes []location.VersionedNode, census []Node, max int) ([]Move, map[location.AuthorityKey]bool) {
+// samples is a round's gathering of the nodes' tables.
+type samples struct {
+	edges []Edge
+	loads []Load
+	nodes []LoadNode // the nodes that answered, with their loads
+}
+
+// gather asks every live node for its table (docs/PLACEMENT.md §5); a
+// node that does not answer is left out of this round.
+func (d *Director) gather(ctx context.Context, nodes []location.VersionedNode) samples {
 	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		edges []Edge
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out samples
 	)
-	hostsOf := map[string]func(string) bool{}
 	for _, n := range nodes {
-		hostsOf[n.Node.GetNodeRid()] = hosts(n.Node)
 		wg.Add(1)
 		go func(desc *location.NodeDescriptor) {
 			defer wg.Done()
-			es, err := d.env.Edges(ctx, desc)
+			s, err := d.env.Samples(ctx, desc)
 			if err != nil {
 				// Its objects are planned without their own traffic this
 				// round; the next asks again.
-				d.log.Debug().Str("event", "placement_edges_unavailable").Str("node_rid", desc.GetNodeRid()).Err(err).Msg("a node's edge table was not read")
+				d.log.Debug().Str("event", "placement_samples_unavailable").Str("node_rid", desc.GetNodeRid()).Err(err).Msg("a node's samples were not read")
 				return
 			}
-			for i := range es {
-				es[i].ToNode = desc.GetNodeRid()
+			rid := desc.GetNodeRid()
+			for i := range s.Edges {
+				s.Edges[i].ToNode = rid
+			}
+			for i := range s.Loads {
+				s.Loads[i].Node = rid
 			}
 			mu.Lock()
-			edges = append(edges, es...)
+			out.edges = append(out.edges, s.Edges...)
+			out.loads = append(out.loads, s.Loads...)
+			out.nodes = append(out.nodes, LoadNode{Rid: rid, Load: s.NodeLoad})
 			mu.Unlock()
 		}(n.Node)
 	}
 	wg.Wait()
-	plan, grouped := CoLocate(census, edges, d.cfg.CoLocation, func(k location.AuthorityKey) bool { _, c := d.cooling[k.String()]; return c }, max)
+	return out
+}
+
+// resolve reads each planned object's record afresh for its attempt's
+// tuple; one that moved, is changing, or whose target does not host its
+// kind is left to a later round.
+func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[string]func(string) bool) []Move {
 	var out []Move
 	for _, p := range plan {
 		v, err := d.env.Store.Read(ctx, p.Key)
@@ -382,13 +440,13 @@ func (d *Director) coLocate(ctx context.Context, nodes []location.VersionedNode,
 			continue
 		}
 		r := v.Record
-		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || r.GetOwner().GetNodeRid() != p.From || !hostsOf[p.To](r.GetStableType()) {
+		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || r.GetOwner().GetNodeRid() != p.From || hostsOf[p.To] == nil || !hostsOf[p.To](r.GetStableType()) {
 			continue
 		}
 		out = append(out, Move{Target: p.To, Unit: Unit{Ref: p.Key, Key: p.Key.String(), StableType: r.GetStableType(), Owner: p.From,
 			OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()}})
 	}
-	return out, grouped
+	return out
 }
 
 // hosts reports whether a node takes a unit of a stable type: serving,

@@ -209,9 +209,9 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 	}
 	// Each node's table: the samples its objects received from their
 	// partners; node rid-2 never answers.
-	edges := func(_ context.Context, n *location.NodeDescriptor) ([]Edge, error) {
+	edges := func(_ context.Context, n *location.NodeDescriptor) (Sample, error) {
 		if n.NodeRid == "rid-2" {
-			return nil, fmt.Errorf("rid-2 does not answer")
+			return Sample{}, fmt.Errorf("rid-2 does not answer")
 		}
 		var out []Edge
 		for i := range pairs {
@@ -222,7 +222,7 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 				}
 			}
 		}
-		return out, nil
+		return Sample{Edges: out}, nil
 	}
 	var mu sync.Mutex
 	moved := map[string]int{}
@@ -246,7 +246,7 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 				moved[a.Key]++
 				mu.Unlock()
 			}
-		}}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: move, Edges: edges, Logger: zerolog.Nop()})
+		}}, Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: move, Samples: edges, Logger: zerolog.Nop()})
 	require.NoError(t, err)
 	d.Start()
 	defer d.Stop()

@@ -19,8 +19,17 @@ type Edge struct {
 	Weight           float64
 }
 
+// Load is an object's sampled load: the messages sampled into it
+// (whoever sent them), halved every half-life, on Node (its table's).
+type Load struct {
+	Key    location.AuthorityKey
+	Node   string
+	Weight float64
+}
+
 // EdgeTable is one node's bounded table of the edges whose receivers it
-// hosts. Memory is bounded by Max entries: a full table halves every
+// hosts, and of its objects' loads. Memory is bounded by Max entries of
+// each: a full table halves every
 // weight and forgets what falls below half a sample, so the edges that
 // carry traffic stay and a one-off sender does not. Safe for concurrent
 // use: receivers on many goroutines record into it.
@@ -30,6 +39,7 @@ type EdgeTable struct {
 	halfLife time.Duration
 	decayed  time.Time
 	edges    map[edgeKey]edgeCount
+	loads    map[location.AuthorityKey]float64
 }
 
 type edgeKey struct{ from, to location.AuthorityKey }
@@ -42,7 +52,7 @@ type edgeCount struct {
 // NewEdgeTable holds at most max edges, halving their weights every
 // halfLife.
 func NewEdgeTable(max int, halfLife time.Duration) *EdgeTable {
-	return &EdgeTable{max: max, halfLife: halfLife, edges: map[edgeKey]edgeCount{}}
+	return &EdgeTable{max: max, halfLife: halfLife, edges: map[edgeKey]edgeCount{}, loads: map[location.AuthorityKey]float64{}}
 }
 
 // Record counts one sampled message from (on fromNode) to to.
@@ -67,6 +77,41 @@ func (t *EdgeTable) Record(from location.AuthorityKey, fromNode string, to locat
 	t.edges[k] = c
 }
 
+// RecordLoad counts one sampled message into key.
+func (t *EdgeTable) RecordLoad(key location.AuthorityKey, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decay(now)
+	w, ok := t.loads[key]
+	if !ok && len(t.loads) >= t.max {
+		forget(t.loads, 2)
+		if len(t.loads) >= t.max {
+			halve(t.loads, 1)
+		}
+		if len(t.loads) >= t.max {
+			return
+		}
+	}
+	t.loads[key] = w + 1
+}
+
+// Loads returns the loads of the objects here(key) still reports hosted,
+// in no order, the others forgotten.
+func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) []Load {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.decay(now)
+	out := make([]Load, 0, len(t.loads))
+	for k, w := range t.loads {
+		if !here(k) {
+			delete(t.loads, k)
+			continue
+		}
+		out = append(out, Load{Key: k, Weight: w})
+	}
+	return out
+}
+
 // Snapshot returns the edges whose receiver here(to) still reports
 // hosted, in no order; the others are forgotten (the receiver left, and
 // its new node counts its edges from now on). Heaviest orders them.
@@ -83,6 +128,23 @@ func (t *EdgeTable) Snapshot(here func(location.AuthorityKey) bool, now time.Tim
 		out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
 	}
 	return out
+}
+
+// Sample is what a node answers the director: its edges and its objects'
+// loads, the heaviest, and the sum of all its objects' loads.
+type Sample struct {
+	Edges    []Edge
+	Loads    []Load
+	NodeLoad float64
+}
+
+// HeaviestLoads sorts loads, the heaviest first, and keeps the first max.
+func HeaviestLoads(loads []Load, max int) []Load {
+	slices.SortFunc(loads, func(a, b Load) int { return cmp.Compare(b.Weight, a.Weight) })
+	if len(loads) > max {
+		loads = loads[:max]
+	}
+	return loads
 }
 
 // Heaviest sorts edges by weight, the heaviest first, and keeps the first
@@ -109,11 +171,12 @@ func (t *EdgeTable) decay(now time.Time) {
 		return
 	}
 	for ; now.Sub(t.decayed) >= t.halfLife; t.decayed = t.decayed.Add(t.halfLife) {
-		if len(t.edges) == 0 {
+		if len(t.edges) == 0 && len(t.loads) == 0 {
 			t.decayed = now
 			return
 		}
 		t.halve(0.5)
+		halve(t.loads, 0.5)
 	}
 }
 
@@ -133,6 +196,26 @@ func (t *EdgeTable) halve(floor float64) {
 			delete(t.edges, k)
 		} else {
 			t.edges[k] = c
+		}
+	}
+}
+
+// forget drops the loads lighter than floor.
+func forget(m map[location.AuthorityKey]float64, floor float64) {
+	for k, w := range m {
+		if w < floor {
+			delete(m, k)
+		}
+	}
+}
+
+// halve halves every load and forgets those that fall below floor.
+func halve(m map[location.AuthorityKey]float64, floor float64) {
+	for k, w := range m {
+		if w /= 2; w < floor {
+			delete(m, k)
+		} else {
+			m[k] = w
 		}
 	}
 }

@@ -72,3 +72,23 @@ func TestEdgeTableIsBounded(t *testing.T) {
 	got := Heaviest(tb.Snapshot(everywhere, now), 1)
 	require.Equal(t, actor("heavy"), got[0].From)
 }
+
+// Loads are counted per object, forgotten when the object left, decay
+// with the edges, and stay within the bound.
+func TestEdgeTableLoads(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(8, time.Minute)
+	for range 4 {
+		tb.RecordLoad(actor("hot"), now)
+	}
+	tb.RecordLoad(actor("gone"), now)
+	got := tb.Loads(func(k location.AuthorityKey) bool { return k != actor("gone") }, now)
+	require.Equal(t, []Load{{Key: actor("hot"), Weight: 4}}, got)
+	for i := range 100 {
+		tb.RecordLoad(actor(fmt.Sprintf("once-%d", i)), now)
+	}
+	all := HeaviestLoads(tb.Loads(everywhere, now), 100)
+	require.LessOrEqual(t, len(all), 8)
+	require.Equal(t, actor("hot"), all[0].Key)
+	require.Equal(t, 2.0, HeaviestLoads(tb.Loads(everywhere, now.Add(time.Minute)), 1)[0].Weight)
+}

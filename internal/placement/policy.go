@@ -302,3 +302,78 @@ func CoLocate(nodes []Node, edges []Edge, c CoLocation, skip func(location.Autho
 	}
 	return plan, grouped
 }
+
+// Balance policies (Config.BalanceBy).
+const (
+	// BalanceByCount evens out the number of units per node.
+	BalanceByCount = "count"
+	// BalanceByLoad evens out the sampled messages per node.
+	BalanceByLoad = "load"
+)
+
+// LoadNode is a live node as balance by load sees it: the sum of its
+// objects' sampled loads.
+type LoadNode struct {
+	Rid  string
+	Load float64
+}
+
+// BalanceLoad plans moves that even out the nodes' sampled loads: from
+// each node above the mean by more than margin (a fraction of the mean),
+// the heaviest units that fit go to the least loaded node, each only if
+// that node then carries less than the source did (the heavier of the two
+// gets lighter, so a move never just shifts the imbalance, and the unit
+// would not come back); loads are updated as it plans. skip: units not to move
+// (cooling down, co-location's). At most most moves.
+func BalanceLoad(nodes []LoadNode, loads []Load, margin float64, skip func(location.AuthorityKey) bool, most int) []Placed {
+	if len(nodes) < 2 || most <= 0 {
+		return nil
+	}
+	load := map[string]float64{}
+	total := 0.0
+	for _, n := range nodes {
+		load[n.Rid] = n.Load
+		total += n.Load
+	}
+	mean := total / float64(len(nodes))
+	if mean <= 0 {
+		return nil
+	}
+	high := mean * (1 + margin)
+	byNode := map[string][]Load{}
+	for _, l := range loads {
+		if _, live := load[l.Node]; live && movableAlone(l.Key.Kind) && l.Weight > 0 && (skip == nil || !skip(l.Key)) {
+			byNode[l.Node] = append(byNode[l.Node], l)
+		}
+	}
+	over := slices.Clone(nodes)
+	slices.SortFunc(over, func(a, b LoadNode) int { return cmp.Compare(b.Load, a.Load) })
+	var out []Placed
+	for _, src := range over {
+		units := byNode[src.Rid]
+		slices.SortFunc(units, func(a, b Load) int {
+			if a.Weight != b.Weight {
+				return cmp.Compare(b.Weight, a.Weight)
+			}
+			return cmp.Compare(a.Key.String(), b.Key.String())
+		})
+		for _, u := range units {
+			if load[src.Rid] <= high || len(out) >= most {
+				break
+			}
+			to := ""
+			for _, n := range nodes {
+				if n.Rid != src.Rid && (to == "" || load[n.Rid] < load[to] || (load[n.Rid] == load[to] && n.Rid < to)) {
+					to = n.Rid
+				}
+			}
+			if to == "" || load[to]+u.Weight >= load[src.Rid] {
+				continue // it would only move the imbalance: a lighter one may fit
+			}
+			load[src.Rid] -= u.Weight
+			load[to] += u.Weight
+			out = append(out, Placed{Key: u.Key, From: src.Rid, To: to, Gain: u.Weight})
+		}
+	}
+	return out
+}

@@ -183,3 +183,34 @@ func TestCoLocateConvergesWithoutPingPong(t *testing.T) {
 		require.LessOrEqual(t, n.Units, 550, "within the slack of the mean (500)")
 	}
 }
+
+// Balance by load moves the heaviest units that fit from the nodes above
+// the mean (by more than the margin) to the least loaded, the target
+// ending below what the source had; skipped units and User Spots stay.
+func TestBalanceLoadEvensOutWithoutOvershoot(t *testing.T) {
+	nodes := []LoadNode{{"a", 100}, {"b", 10}, {"c", 10}} // mean 40
+	loads := []Load{{actor("w40"), "a", 40}, {actor("w30"), "a", 30}, {actor("w20"), "a", 20}, {actor("w10"), "a", 10},
+		{actor("b1"), "b", 10}, {actor("c1"), "c", 10}}
+	plan := BalanceLoad(nodes, loads, 0.2, nil, 100)
+	got := map[string]float64{"a": 100, "b": 10, "c": 10}
+	for _, p := range plan {
+		w := 0.0
+		for _, l := range loads {
+			if l.Key == p.Key {
+				w = l.Weight
+			}
+		}
+		got[p.From] -= w
+		got[p.To] += w
+		require.Less(t, got[p.To], got[p.From]+w, "the target ends below what the source had")
+	}
+	for n, l := range got {
+		require.LessOrEqual(t, l, 48.0, "%s ends within the margin: %v", n, got)
+	}
+
+	require.Empty(t, BalanceLoad([]LoadNode{{"a", 46}, {"b", 40}, {"c", 34}}, loads, 0.2, nil, 100), "within the margin")
+	require.Empty(t, BalanceLoad(nodes, loads, 0.2, func(location.AuthorityKey) bool { return true }, 100), "all skipped")
+	spot := []Load{{location.Key(location.KindUserSpot, "room"), "a", 30}}
+	require.Empty(t, BalanceLoad(nodes, spot, 0.2, nil, 100), "a User Spot stays")
+	require.Len(t, BalanceLoad(nodes, loads, 0.2, nil, 1), 1, "at most most")
+}

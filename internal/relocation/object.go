@@ -284,6 +284,9 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 					}
 				}
 			}
+			if o.d.cfg.Edges != nil {
+				o.sampleLoad()
+			}
 			next(c, env)
 		}
 	}

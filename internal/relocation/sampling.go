@@ -100,6 +100,14 @@ func (o *object) recordEdge(tag string) {
 	o.d.cfg.Edges.Record(from, node, o.key, time.Now())
 }
 
+// sampleLoad counts one application message in SampleEvery into o's load
+// (placement's balance by load).
+func (o *object) sampleLoad() {
+	if rand.IntN(o.d.cfg.SampleEvery) == 0 {
+		o.d.cfg.Edges.RecordLoad(o.key, time.Now())
+	}
+}
+
 // onEdgeQuery answers a live node of the mesh with this node's edge table
 // (the objects it hosts are not told to anyone else).
 func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
@@ -130,10 +138,12 @@ func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
 			// Only the objects serving here (the driver goroutine knows
 			// them): a receiver that left is counted by its new node. The
 			// sort and the answer are done off it.
-			edges := d.cfg.Edges.Snapshot(func(k location.AuthorityKey) bool {
+			here := func(k location.AuthorityKey) bool {
 				o := d.objects[k]
 				return o != nil && o.state == serving
-			}, time.Now())
+			}
+			now := time.Now()
+			edges, loads := d.cfg.Edges.Snapshot(here, now), d.cfg.Edges.Loads(here, now)
 			go func() {
 				edges = placement.Heaviest(edges, int(min(q.GetMax(), maxEdgeReply)))
 				reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, 0, len(edges))}
@@ -145,6 +155,16 @@ func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
 						break
 					}
 					reply.Edges = append(reply.Edges, &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight})
+				}
+				for _, l := range loads {
+					reply.NodeLoad += l.Weight
+				}
+				size = 0
+				for _, l := range placement.HeaviestLoads(loads, int(min(q.GetMax(), maxEdgeReply))) {
+					if size += len(l.Key.ID) + 24; size > maxEdgeReplyBytes {
+						break
+					}
+					reply.Loads = append(reply.Loads, &messages.SampledLoad{Kind: l.Key.Kind, Id: l.Key.ID, Weight: l.Weight})
 				}
 				d.sys.Root.Send(to, reply)
 			}()
@@ -159,30 +179,34 @@ const (
 	maxEdgeReplyBytes = 2 << 20
 )
 
-// Edges asks the node at address for the heaviest max edges of its table.
-func (d *Driver) Edges(ctx context.Context, address string, max int) ([]placement.Edge, error) {
+// Edges asks the node at address for the heaviest max edges and loads of
+// its table.
+func (d *Driver) Edges(ctx context.Context, address string, max int) (placement.Sample, error) {
 	timeout := d.cfg.CapabilityTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
 	if timeout <= 0 {
-		return nil, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
+		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
 	}
 	res, err := d.sys.Root.RequestFuture(PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: edges of %s: %v", roamerr.ErrUnavailable, address, err)
+		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %v", roamerr.ErrUnavailable, address, err)
 	}
 	reply, ok := res.(*messages.EdgeReply)
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("%w: edges of %s: answered %T", roamerr.ErrUnavailable, address, res)
+		return placement.Sample{}, fmt.Errorf("%w: edges of %s: answered %T", roamerr.ErrUnavailable, address, res)
 	case reply.GetReason() != "":
-		return nil, fmt.Errorf("%w: edges of %s: %s", roamerr.ErrUnavailable, address, reply.GetReason())
+		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %s", roamerr.ErrUnavailable, address, reply.GetReason())
 	}
-	out := make([]placement.Edge, 0, len(reply.GetEdges()))
+	out := placement.Sample{NodeLoad: reply.GetNodeLoad()}
 	for _, e := range reply.GetEdges() {
-		out = append(out, placement.Edge{From: location.Key(e.GetFromKind(), e.GetFromId()), FromNode: e.GetFromNode(),
+		out.Edges = append(out.Edges, placement.Edge{From: location.Key(e.GetFromKind(), e.GetFromId()), FromNode: e.GetFromNode(),
 			To: location.Key(e.GetToKind(), e.GetToId()), Weight: e.GetWeight()})
+	}
+	for _, l := range reply.GetLoads() {
+		out.Loads = append(out.Loads, placement.Load{Key: location.Key(l.GetKind(), l.GetId()), Weight: l.GetWeight()})
 	}
 	return out, nil
 }
