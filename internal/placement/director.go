@@ -333,10 +333,21 @@ func (d *Director) round() {
 		}
 	}
 	if d.cfg.BalanceBy == BalanceByCount {
-		// Objects that talk are co-location's: balance by count moves the
-		// others, so the two policies do not pull one object two ways.
-		page = slices.DeleteFunc(page, func(u Unit) bool { return grouped[u.Ref] })
-		moves = append(moves, Balance(candidates, page, d.cfg.Margin, budget-len(moves))...)
+		margin := d.cfg.Margin
+		if d.cfg.CoLocation.Enabled {
+			// Objects that talk are co-location's: balance by count moves
+			// the others, and only off a node past co-location's own limit
+			// (the slack, at least two above the mean), so the two policies
+			// do not pull one object two ways.
+			page = slices.DeleteFunc(page, func(u Unit) bool { return grouped[u.Ref] })
+			total := 0
+			for _, n := range candidates {
+				total += n.Units
+			}
+			mean := float64(total) / float64(max(1, len(candidates)))
+			margin = max(margin, mean*d.cfg.CoLocation.Slack, 2)
+		}
+		moves = append(moves, Balance(candidates, page, margin, budget-len(moves))...)
 	}
 	if len(moves) == 0 {
 		return
@@ -431,7 +442,10 @@ func (d *Director) gather(ctx context.Context, nodes []location.VersionedNode) s
 
 // resolve reads each planned object's record afresh for its attempt's
 // tuple; one that moved, is changing, or whose target does not host its
-// kind is left to a later round.
+// kind is left to a later round, and so is one whose partners on the
+// target (Placed.With) are not all owned there: a sample names where a
+// sender was, which may be before it moved, and a move towards a partner
+// that left would split the two again.
 func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[string]func(string) bool) []Move {
 	var out []Move
 	for _, p := range plan {
@@ -441,6 +455,17 @@ func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[strin
 		}
 		r := v.Record
 		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || r.GetOwner().GetNodeRid() != p.From || hostsOf[p.To] == nil || !hostsOf[p.To](r.GetStableType()) {
+			continue
+		}
+		there := true
+		for _, w := range p.With {
+			pv, err := d.env.Store.Read(ctx, w)
+			if err != nil || pv.Record.GetOwner().GetNodeRid() != p.To {
+				there = false
+				break
+			}
+		}
+		if !there {
 			continue
 		}
 		out = append(out, Move{Target: p.To, Unit: Unit{Ref: p.Key, Key: p.Key.String(), StableType: r.GetStableType(), Owner: p.From,

@@ -176,12 +176,18 @@ func (c CoLocation) Validate() error {
 	return nil
 }
 
-// Placed is a co-location move: the object, its node, its target, and
-// the sampled traffic the move makes local minus what it makes remote.
+// Placed is a planned move: the object, its node, its target, and the
+// sampled traffic the move makes local minus what it makes remote (or the
+// load it moves).
 type Placed struct {
 	Key      location.AuthorityKey
 	From, To string
 	Gain     float64
+	// With are the partners on To that the move is for, the heaviest first
+	// (at most three; co-location only): where they are comes from samples,
+	// which may be older than their last move, so the director checks them
+	// in the store before it asks for the move.
+	With []location.AuthorityKey
 }
 
 // movableAlone: the kinds the director moves (a User Spot stays where it
@@ -295,7 +301,19 @@ func CoLocate(nodes []Node, edges []Edge, c CoLocation, skip func(location.Autho
 			continue
 		}
 		from := loc[cd.key]
-		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g})
+		var with []location.AuthorityKey
+		for p := range talk[cd.key] {
+			if loc[p] == to {
+				with = append(with, p)
+			}
+		}
+		slices.SortFunc(with, func(a, b location.AuthorityKey) int {
+			if wa, wb := talk[cd.key][a], talk[cd.key][b]; wa != wb {
+				return cmp.Compare(wb, wa)
+			}
+			return cmp.Compare(a.String(), b.String())
+		})
+		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g, With: with[:min(len(with), 3)]})
 		loc[cd.key] = to
 		count[from]--
 		count[to]++

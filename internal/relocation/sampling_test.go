@@ -69,12 +69,14 @@ func TestSendsFromObjectsAreSampledIntoTheReceiversTable(t *testing.T) {
 	testwait.For(t, func() bool { return tableB.Len() == 1 && tableA.Len() == 1 }, "both tables count an edge")
 
 	rid := a.node.Descriptor().GetNodeRid()
-	edges, err := a.driver.Edges(ctx, b.node.Address(), 10)
+	s, err := a.driver.Edges(ctx, b.node.Address(), 10)
 	require.NoError(t, err)
-	require.Equal(t, []placement.Edge{{From: location.Key(location.KindActor, "x"), To: location.Key(location.KindActor, "y"), FromNode: rid, Weight: 3}}, edges)
-	edges, err = b.driver.Edges(ctx, a.node.Address(), 10)
+	require.Equal(t, []placement.Edge{{From: location.Key(location.KindActor, "x"), To: location.Key(location.KindActor, "y"), FromNode: rid, Weight: 3}}, s.Edges)
+	require.Equal(t, []placement.Load{{Key: location.Key(location.KindActor, "y"), Weight: 3}}, s.Loads, "y handled three messages")
+	require.Equal(t, 3.0, s.NodeLoad)
+	s, err = b.driver.Edges(ctx, a.node.Address(), 10)
 	require.NoError(t, err)
-	require.Equal(t, []placement.Edge{{From: location.Key(location.KindActor, "x"), To: location.Key(location.KindActor, "z"), FromNode: rid, Weight: 1}}, edges)
+	require.Equal(t, []placement.Edge{{From: location.Key(location.KindActor, "x"), To: location.Key(location.KindActor, "z"), FromNode: rid, Weight: 1}}, s.Edges)
 
 	// Messages from outside any object are not stamped (the request is
 	// handled after the send).
