@@ -16,6 +16,7 @@ import (
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // storm is a store with three claimed nodes and n Actors on the first.
@@ -264,5 +265,85 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 	require.Len(t, moved, pairs, "one end of each pair moved")
 	for k, n := range moved {
 		require.Equal(t, 1, n, "%s moved %d times", k, n)
+	}
+}
+
+// watched counts the writes that go through it, by kind.
+type watched struct {
+	*memstore.Store
+	lists, records, ledger, otherNotes atomic.Int64
+}
+
+func (w *watched) List(ctx context.Context, k location.Kind, p location.PageRequest) (location.Page, error) {
+	w.lists.Add(1)
+	return w.Store.List(ctx, k, p)
+}
+
+func (w *watched) CompareAndSet(ctx context.Context, key location.AuthorityKey, v location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
+	w.records.Add(1)
+	return w.Store.CompareAndSet(ctx, key, v, rec)
+}
+
+func (w *watched) Apply(ctx context.Context, ops []location.Op) ([]location.StoreVersion, error) {
+	w.records.Add(1)
+	return w.Store.Apply(ctx, ops)
+}
+
+func (w *watched) UpdateNode(ctx context.Context, n *location.NodeDescriptor, v location.StoreVersion) (location.StoreVersion, error) {
+	w.records.Add(1)
+	return w.Store.UpdateNode(ctx, n, v)
+}
+
+func (w *watched) WriteNote(ctx context.Context, key location.NoteKey, v location.StoreVersion, value []byte) (location.StoreVersion, error) {
+	if key == LedgerKey("m") {
+		w.ledger.Add(1)
+	} else {
+		w.otherNotes.Add(1)
+	}
+	return w.Store.WriteNote(ctx, key, v, value)
+}
+
+func (w *watched) DeleteNote(ctx context.Context, key location.NoteKey, v location.StoreVersion) error {
+	w.otherNotes.Add(1)
+	return w.Store.DeleteNote(ctx, key, v)
+}
+
+// Selection is read-only: a director over 300 records writes nothing while
+// it plans no move (nodes within the margin), and when every unit it asks
+// for answers busy, it writes only its ledger note, never a record.
+// Reference: docs/PLACEMENT.md §2 (read-only selection), §4.
+func TestSelectionIsReadOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		margin float64
+	}{{"within the margin", 1000}, {"every unit busy", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, nodes := storm(t, 300)
+			w := &watched{Store: store}
+			var asked atomic.Int64
+			busy := func(context.Context, location.AuthorityKey, string, time.Duration) error {
+				asked.Add(1)
+				return fmt.Errorf("%w: queued", roamerr.ErrBusy)
+			}
+			d, err := New(Config{Period: 2 * time.Millisecond, PageSize: 50, Margin: tc.margin, CoLocation: CoLocation{Enabled: true},
+				Limits: Limits{Rate: 1000, Burst: 100, Concurrency: 4, Cooldown: time.Hour}},
+				Env{Store: w, Board: w, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: busy,
+					Samples: func(context.Context, *location.NodeDescriptor) (Sample, error) { return Sample{}, nil }, Logger: zerolog.Nop()})
+			require.NoError(t, err)
+			d.Start()
+			testwait.For(t, func() bool { return w.lists.Load() >= 3*2*(300/50+1) }, "three passes over every record")
+			if tc.margin == 1 {
+				testwait.For(t, func() bool { return asked.Load() >= 20 }, "units asked for and found busy")
+			}
+			d.Stop()
+			require.Zero(t, w.records.Load(), "no record or node written")
+			require.Zero(t, w.otherNotes.Load(), "no note but the ledger written")
+			if tc.margin == 1000 {
+				require.Zero(t, w.ledger.Load()+asked.Load(), "nothing planned, nothing reserved or asked")
+			} else {
+				require.Positive(t, w.ledger.Load())
+				require.Equal(t, d.Outcomes()[Busy], asked.Load(), "every ask ended busy")
+			}
+		})
 	}
 }
