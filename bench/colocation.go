@@ -36,6 +36,8 @@ type talkNet struct {
 	lost    atomic.Int64
 	dup     atomic.Int64
 	failed  atomic.Int64 // a send that returned an error (the token ends)
+	errMu   sync.Mutex
+	errs    []string     // the first failed sends' errors
 	parked  atomic.Int64 // tokens held at the end
 	pace    atomic.Int64 // ns an object waits before it hands the token on; 0: at once
 	latency atomic.Int64 // ns, sum over the hops counted (send → handled)
@@ -112,6 +114,11 @@ func (t *talker) Receive(c actor.Context) {
 		defer cancel()
 		if _, err := call.Do(ctx); err != nil {
 			n.failed.Add(1)
+			n.errMu.Lock()
+			if len(n.errs) < 5 {
+				n.errs = append(n.errs, fmt.Sprintf("%s -> %s: %v", from, to, err))
+			}
+			n.errMu.Unlock()
 		}
 	}
 	if pace > 0 {
@@ -163,6 +170,7 @@ type coLocationRow struct {
 	Settle                  time.Duration
 	P50, P99, Max           float64 // the director's moves' pauses, ms
 	Lost, Duplicated, Fails int64
+	Errors                  []string // the first failed sends' errors
 }
 
 // coLocation runs section (j) runs times; each figure is the median.
@@ -200,7 +208,9 @@ func coLocation(ctx context.Context, objects int, window time.Duration, runs int
 	out.P99 = med(func(r coLocationRow) float64 { return r.P99 })
 	out.Max = med(func(r coLocationRow) float64 { return r.Max })
 	out.Lost, out.Duplicated, out.Fails = 0, 0, 0
+	out.Errors = nil
 	for _, r := range rows { // sums: any loss in any run shows
+		out.Errors = append(out.Errors, r.Errors...)
 		out.Lost += r.Lost
 		out.Duplicated += r.Duplicated
 		out.Fails += r.Fails
@@ -354,5 +364,6 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 	}
 	row.Lost = net.lost.Load() + int64(clusters) - net.parked.Load() - net.failed.Load()
 	row.Duplicated, row.Fails = net.dup.Load(), net.failed.Load()
+	row.Errors = net.errs
 	return row, nil
 }

@@ -333,7 +333,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		fmt.Fprintf(&b, "%d Instance Spots on three nodes of the embedded store, in clusters of 2–10 (drawn at random); each cluster passes one token around, every object handing it to a partner of its cluster drawn at random, by Spot ID, From its own context. ", n)
 		b.WriteString("A hop is remote when the two objects are on different nodes (Proto.Actor's remote over loopback; a local hop is an in-process send). Remote fraction and mean hop latency (send → handled) are measured with every hop paced by 50 ms (every cluster then hops at about the same rate and counts alike); throughput is hops per second with no pacing, all tokens together, every core busy. ")
 		fmt.Fprintf(&b, "Three placements of the same objects in one run, each measured over %s: **hash**, where each object's first call activates it (rendezvous hashing of its ID over the nodes: Proto.Actor's own placement of grains); **random**, every object then moved to a node drawn at random (the director's starting point); **director**, after the placement director with co-location (sampling one message in 4, defaults otherwise, limits 1,000 attempts/s, 16 in flight, 2 s cooldown) has made its first move and then 5 s pass without one. ", window)
-		b.WriteString("Every move is idle-only: an object with a token queued or a turn running at its seal answers busy and stays. Each token counts its hops in order: lost and duplicated are hops missing or seen twice, and tokens not accounted for at the end (sums over runs).\n\n")
+		b.WriteString("Every move is idle-only: an object with a token queued or a turn running at its seal answers busy and stays. Each token counts its hops in order: lost and duplicated are hops missing or seen twice, and tokens not accounted for at the end; failed sends are sends whose sender got a typed error (the token ends there, loudly). Sums over runs.\n\n")
 		b.WriteString("| objects | clusters | remote: hash | random | director | director / random | hop latency: hash | random | director | hops/s: hash | random | director | director / random | moves | busy answers | deferred | stale | settled in | pause p50 | p99 | max | lost | duplicated | failed sends |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		row, err := coLocation(ctx, n, window, runs)
 		if err != nil {
@@ -344,8 +344,18 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			row.Moves, row.Busy, row.Deferred, row.Stale, row.Settle.Seconds(), row.P50, row.P99, row.Max, row.Lost, row.Duplicated, row.Fails)
 		fmt.Fprintf(os.Stderr, "  remote %.1f%% hash, %.1f%% random, %.1f%% director; hops/s %.0f / %.0f / %.0f; moves %d busy %d; lost %d dup %d failed %d\n",
 			100*row.Hash.Remote, 100*row.Random.Remote, 100*row.Director.Remote, row.Hash.Throughput, row.Random.Throughput, row.Director.Throughput, row.Moves, row.Busy, row.Lost, row.Duplicated, row.Fails)
-		if row.Lost+row.Duplicated+row.Fails > 0 {
-			return fmt.Errorf("co-location: %d hops lost, %d duplicated, %d sends failed", row.Lost, row.Duplicated, row.Fails)
+		for _, e := range row.Errors {
+			fmt.Fprintln(os.Stderr, "  failed send:", e)
+		}
+		if len(row.Errors) > 0 {
+			b.WriteString("Failed sends (the sending object got the error; its token ends there and is counted apart from lost):\n\n")
+			for _, e := range row.Errors {
+				fmt.Fprintf(&b, "- %s\n", e)
+			}
+			b.WriteString("\n")
+		}
+		if row.Lost+row.Duplicated > 0 {
+			return fmt.Errorf("co-location: %d hops lost, %d duplicated", row.Lost, row.Duplicated)
 		}
 	}
 
