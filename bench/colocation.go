@@ -38,6 +38,7 @@ type talkNet struct {
 	failed  atomic.Int64 // a send that returned an error (the token ends)
 	errMu   sync.Mutex
 	errs    []string     // the first failed sends' errors
+	phase   atomic.Value // string: the placement being set up or measured
 	parked  atomic.Int64 // tokens held at the end
 	pace    atomic.Int64 // ns an object waits before it hands the token on; 0: at once
 	latency atomic.Int64 // ns, sum over the hops counted (send → handled)
@@ -116,7 +117,7 @@ func (t *talker) Receive(c actor.Context) {
 			n.failed.Add(1)
 			n.errMu.Lock()
 			if len(n.errs) < 5 {
-				n.errs = append(n.errs, fmt.Sprintf("%s -> %s: %v", from, to, err))
+				n.errs = append(n.errs, fmt.Sprintf("%s, %s -> %s: %v", n.phase.Load(), from, to, err))
 			}
 			n.errMu.Unlock()
 		}
@@ -247,6 +248,7 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 	clusters := len(net.size)
 	net.hops = make([]atomic.Uint64, clusters)
 	net.pace.Store(int64(talkPace))
+	net.phase.Store("activating")
 	nets.Store(run, net)
 	defer nets.Delete(run)
 
@@ -287,9 +289,11 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 		return p
 	}
 	row := coLocationRow{Objects: objects, Clusters: clusters}
+	net.phase.Store("hash placement")
 	row.Hash = measure()
 
 	// Random placement: each object moved to a node drawn at random.
+	net.phase.Store("shuffling")
 	if err := forEach(len(ids), 32, func(i int) error {
 		ref, err := w.nodes[0].Spots().Find(ctx, ids[i])
 		if err != nil {
@@ -304,7 +308,9 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 	}); err != nil {
 		return row, fmt.Errorf("shuffle: %w", err)
 	}
+	net.phase.Store("random placement")
 	row.Random = measure()
+	net.phase.Store("director moving")
 
 	// The director: resumed, until a few rounds pass without a move.
 	w.takePauses()
@@ -346,6 +352,7 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 	for _, n := range w.nodes {
 		n.Placement().Pause()
 	}
+	net.phase.Store("director placement")
 	row.Director = measure()
 	for _, n := range w.nodes {
 		o := n.Placement().Outcomes()
