@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,9 @@ func (t *talker) Receive(c actor.Context) {
 		if _, err := call.Do(ctx); err != nil {
 			n.failed.Add(1)
 			n.errMu.Lock()
+			if len(n.errs) == 0 {
+				dumpGoroutines() // the calls stuck like this one, for looking into it
+			}
 			if len(n.errs) < 5 {
 				n.errs = append(n.errs, fmt.Sprintf("%s, %s -> %s: %v", n.phase.Load(), from, to, err))
 			}
@@ -379,4 +383,19 @@ func coLocationRun(ctx context.Context, run string, objects int, window time.Dur
 	row.Duplicated, row.Fails = net.dup.Load(), net.failed.Load()
 	row.Errors = net.errs
 	return row, nil
+}
+
+// dumpGoroutines writes every goroutine's stack to
+// bench/out/colocation-goroutines.txt (or stderr): taken at the first
+// failed send, it shows where the other calls to a stalled Spot wait.
+func dumpGoroutines() {
+	_ = os.MkdirAll("bench/out", 0o755)
+	f, err := os.Create("bench/out/colocation-goroutines.txt")
+	if err != nil {
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+	fmt.Fprintln(os.Stderr, "  the goroutines at the first failed send: bench/out/colocation-goroutines.txt")
 }
