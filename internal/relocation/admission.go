@@ -190,29 +190,15 @@ func (ts *tickets) take(p *messages.RelocationPrepare, address string, now time.
 // onCapability answers a capability query once the asking node is known
 // to be a live member at the address the query came from.
 func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
-	to := c.Sender()
-	if to == nil || !strings.HasPrefix(to.Id, "future") {
-		// The answer carries a ticket: it goes only to a request's own
-		// future, never to an actor the asker names (one that passed it on
-		// would hand the ticket to whoever it passes messages to).
-		d.refused("capability query", "", "not sent as a request")
-		return
-	}
-	src := q.GetSource()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
-		defer cancel()
-		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			if err != nil {
-				reason := "the asking node is not a live member of this mesh at its address"
-				if !errors.Is(err, meshnode.ErrNotMember) {
-					reason = "the target cannot check the asking node in the Location Store now"
-				}
-				d.refused("capability query", to.Address, err.Error())
-				d.sys.Root.Send(to, &messages.CapabilityReply{Reason: reason})
-				return
-			}
+	// The answer carries a ticket: it goes only to a request's own
+	// future, never to an actor the asker names (one that passed it on
+	// would hand the ticket to whoever it passes messages to).
+	d.answerMember(c, "capability query", q.GetSource(), func(to *actor.PID, src *messages.NodeRef, refusal string) {
+		if refusal != "" {
+			d.sys.Root.Send(to, &messages.CapabilityReply{Reason: refusal})
+			return
+		}
+		{
 			// Spare tickets the source will not use (their answer grew
 			// old, or the target refused a move) come back with its next
 			// query, so that they count no more.
@@ -238,6 +224,35 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 				}
 			}
 			d.sys.Root.Send(to, reply)
+		}
+	})
+}
+
+// answerMember runs answer on the driver goroutine for a query sent as a
+// request (its answer goes only to the request's own future) by src, once
+// src is known to be a live member at the address the query came from;
+// otherwise answer gets the refusal's reason, logged and counted as what.
+func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRef, answer func(to *actor.PID, src *messages.NodeRef, refusal string)) {
+	to := c.Sender()
+	if to == nil || !strings.HasPrefix(to.Id, "future") {
+		d.refused(what, "", "not sent as a request")
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
+		defer cancel()
+		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			if err != nil {
+				reason := "the asking node is not a live member of this mesh at its address"
+				if !errors.Is(err, meshnode.ErrNotMember) {
+					reason = "this node cannot check the asking node in the Location Store now"
+				}
+				d.refused(what, to.Address, err.Error())
+				answer(to, src, reason)
+				return
+			}
+			answer(to, src, "")
 		}})
 	}()
 }

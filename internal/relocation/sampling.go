@@ -2,7 +2,6 @@ package relocation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -13,7 +12,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/ctxext"
 
-	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -111,65 +109,49 @@ func (o *object) sampleLoad() {
 // onEdgeQuery answers a live node of the mesh with this node's edge table
 // (the objects it hosts are not told to anyone else).
 func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
-	to := c.Sender()
-	if to == nil || !strings.HasPrefix(to.Id, "future") {
-		d.refused("edge query", "", "not sent as a request")
-		return
-	}
-	src := q.GetSource()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
-		defer cancel()
-		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			switch {
-			case err != nil:
-				reason := "the asking node is not a live member of this mesh at its address"
-				if !errors.Is(err, meshnode.ErrNotMember) {
-					reason = "this node cannot check the asking node in the Location Store now"
+	d.answerMember(c, "edge query", q.GetSource(), func(to *actor.PID, _ *messages.NodeRef, refusal string) {
+		switch {
+		case refusal != "":
+			d.sys.Root.Send(to, &messages.EdgeReply{Reason: refusal})
+			return
+		case d.cfg.Edges == nil:
+			d.sys.Root.Send(to, &messages.EdgeReply{Reason: "this node does not sample its objects' traffic"})
+			return
+		}
+		// Only the objects serving here (the driver goroutine knows
+		// them): a receiver that left is counted by its new node. The
+		// sort and the answer are done off it.
+		here := func(k location.AuthorityKey) bool {
+			o := d.objects[k]
+			return o != nil && o.state == serving
+		}
+		now := time.Now()
+		edges, loads := d.cfg.Edges.Snapshot(here, now), d.cfg.Edges.Loads(here, now)
+		go func() {
+			edges = placement.Heaviest(edges, int(min(q.GetMax(), maxEdgeReply)))
+			reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, 0, len(edges))}
+			size := 0
+			for _, e := range edges {
+				// Within the transport's message size whatever the IDs'
+				// lengths: the lightest edges are left out.
+				if size += len(e.From.ID) + len(e.To.ID) + len(e.FromNode) + 32; size > maxEdgeReplyBytes {
+					break
 				}
-				d.refused("edge query", to.Address, err.Error())
-				d.sys.Root.Send(to, &messages.EdgeReply{Reason: reason})
-				return
-			case d.cfg.Edges == nil:
-				d.sys.Root.Send(to, &messages.EdgeReply{Reason: "this node does not sample its objects' traffic"})
-				return
+				reply.Edges = append(reply.Edges, &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight})
 			}
-			// Only the objects serving here (the driver goroutine knows
-			// them): a receiver that left is counted by its new node. The
-			// sort and the answer are done off it.
-			here := func(k location.AuthorityKey) bool {
-				o := d.objects[k]
-				return o != nil && o.state == serving
+			for _, l := range loads {
+				reply.NodeLoad += l.Weight
 			}
-			now := time.Now()
-			edges, loads := d.cfg.Edges.Snapshot(here, now), d.cfg.Edges.Loads(here, now)
-			go func() {
-				edges = placement.Heaviest(edges, int(min(q.GetMax(), maxEdgeReply)))
-				reply := &messages.EdgeReply{Edges: make([]*messages.SampledEdge, 0, len(edges))}
-				size := 0
-				for _, e := range edges {
-					// Within the transport's message size whatever the IDs'
-					// lengths: the lightest edges are left out.
-					if size += len(e.From.ID) + len(e.To.ID) + len(e.FromNode) + 32; size > maxEdgeReplyBytes {
-						break
-					}
-					reply.Edges = append(reply.Edges, &messages.SampledEdge{FromKind: e.From.Kind, FromId: e.From.ID, FromNode: e.FromNode, ToKind: e.To.Kind, ToId: e.To.ID, Weight: e.Weight})
+			size = 0
+			for _, l := range placement.HeaviestLoads(loads, int(min(q.GetMax(), maxEdgeReply))) {
+				if size += len(l.Key.ID) + 24; size > maxEdgeReplyBytes {
+					break
 				}
-				for _, l := range loads {
-					reply.NodeLoad += l.Weight
-				}
-				size = 0
-				for _, l := range placement.HeaviestLoads(loads, int(min(q.GetMax(), maxEdgeReply))) {
-					if size += len(l.Key.ID) + 24; size > maxEdgeReplyBytes {
-						break
-					}
-					reply.Loads = append(reply.Loads, &messages.SampledLoad{Kind: l.Key.Kind, Id: l.Key.ID, Weight: l.Weight})
-				}
-				d.sys.Root.Send(to, reply)
-			}()
-		}})
-	}()
+				reply.Loads = append(reply.Loads, &messages.SampledLoad{Kind: l.Key.Kind, Id: l.Key.ID, Weight: l.Weight})
+			}
+			d.sys.Root.Send(to, reply)
+		}()
+	})
 }
 
 // maxEdgeReply and maxEdgeReplyBytes bound an answer, well within the
