@@ -2,6 +2,7 @@ package spot
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,10 +11,21 @@ import (
 // Creating and store failures are never cached, so the next call reads the
 // store again. A Message Follow hint, a stale route or a type mismatch
 // drops the entry.
+//
+// Every call by Spot ID takes its route here (use) and says when it has
+// sent on it (release), so that path takes no lock: the routes are in a
+// sync.Map and a route's users and hint are one atomic word. With a lock
+// there, a saturated node's calls queued on it: once a waiter has waited
+// 1 ms, Go's mutex hands it over waiter by waiter, each unlocking caller
+// yielding behind every runnable goroutine, and a call could spend seconds
+// of its deadline on a look-up (BenchmarkRouteCacheSaturated). Entering,
+// replacing and leaving the cache, and the hint, take mu: they are rare.
 type routeCache struct {
-	maxAge  time.Duration
+	maxAge time.Duration
+	routes sync.Map // Spot ID → *cachedRoute; written only under mu
+
 	mu      sync.Mutex
-	routes  map[string]cachedRoute
+	n       int                  // routes cached
 	expired map[string]authority // routes that aged out, until the next resolve
 	// owners counts the cached routes of each owner lifecycle, so that the
 	// sweep for owners that left (dropOwnersNotIn) walks the routes only
@@ -24,46 +36,59 @@ type routeCache struct {
 
 type routeOwner struct{ rid, lease string }
 
-func ownerOf(r cachedRoute) routeOwner {
+func ownerOf(r *cachedRoute) routeOwner {
 	o := r.a.v.Record.GetOwner()
 	return routeOwner{o.GetNodeRid(), o.GetLeaseId()}
 }
 
-// setLocked caches r as id's route.
-func (c *routeCache) setLocked(id string, r cachedRoute) {
-	c.removeLocked(id)
-	c.routes[id] = r
-	c.owners[ownerOf(r)]++
-}
-
-// removeLocked drops id's route from the cache.
-func (c *routeCache) removeLocked(id string) {
-	r, ok := c.routes[id]
-	if !ok {
-		return
-	}
-	delete(c.routes, id)
-	o := ownerOf(r)
-	if c.owners[o]--; c.owners[o] <= 0 {
-		delete(c.owners, o)
-	}
-}
-
 type cachedRoute struct {
-	a  authority
+	a  authority // never changes once cached
 	at time.Time
-	// drained is set once a Message Follow hint came and a RouteBarrier is
-	// on its way down the route; it is closed when the route is dropped.
-	drained chan struct{}
-	// users counts calls that took this route from the cache and have not
-	// sent on it yet; a hinted route's barrier waits for them (idle), so
-	// nothing this node sends on the route can be behind its barrier.
-	users int
-	idle  chan struct{}
+	// state is the calls that took this route from the cache and have not
+	// sent on it yet (users, the low bits), and whether a Message Follow
+	// hint came (hintedBit). Once hinted, users only go down: a hinted
+	// route's barrier waits for them (idle), so nothing this node sends on
+	// the route can be behind its barrier, and no new call takes it.
+	state atomic.Uint64
+	// drained and idle are made by the hint, before hintedBit is set (so a
+	// call that sees the bit sees them). drained is closed when the route
+	// leaves the cache; idle once users reach zero (or the route leaves).
+	drained   chan struct{}
+	idle      chan struct{}
+	idleOnce  sync.Once
+	leaveOnce sync.Once
+}
+
+const hintedBit = 1 << 63
+
+// release ends one use of the route.
+func (r *cachedRoute) release() {
+	if r.state.Add(^uint64(0)) == hintedBit { // hinted, and the last user sent
+		r.idleOnce.Do(func() { close(r.idle) })
+	}
+}
+
+// leave wakes whoever waits on a route that leaves the cache: callers
+// waiting for its drain, and a barrier waiting for its users (they will
+// not be counted any more).
+func (r *cachedRoute) leave() {
+	if r.state.Load()&hintedBit == 0 {
+		return // nobody waits on an unhinted route
+	}
+	r.leaveOnce.Do(func() { close(r.drained) })
+	r.idleOnce.Do(func() { close(r.idle) })
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, routes: map[string]cachedRoute{}, expired: map[string]authority{}, owners: map[routeOwner]int{}}
+	return &routeCache{maxAge: maxAge, expired: map[string]authority{}, owners: map[routeOwner]int{}}
+}
+
+func (c *routeCache) load(id string) *cachedRoute {
+	v, ok := c.routes.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*cachedRoute)
 }
 
 // use returns the cached route of id for a call that sends on it, with
@@ -76,45 +101,27 @@ func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct
 	if c.maxAge <= 0 {
 		return authority{}, false, nil, noop
 	}
-	// One critical section with the look-up: a hint that marks the route
-	// after it makes this call wait for the drain, never skip it.
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, found := c.routes[id]
-	switch {
-	case !found:
+	r := c.load(id)
+	if r == nil {
 		return authority{}, false, nil, noop
-	case r.drained != nil:
-		return authority{}, false, r.drained, noop
-	case time.Since(r.at) >= c.maxAge:
-		c.removeLocked(id)
-		if len(c.expired) >= maxCachedRoutes {
-			clear(c.expired)
+	}
+	for {
+		// One atomic step with the look-up of the hint: a hint that marks
+		// the route after it makes this call wait for the drain, never
+		// skip it; one before it is seen here.
+		s := r.state.Load()
+		switch {
+		case s&hintedBit != 0:
+			return authority{}, false, r.drained, noop
+		case time.Since(r.at) >= c.maxAge:
+			c.expire(id, r)
+			return authority{}, false, nil, noop
 		}
-		c.expired[id] = r.a
-		return authority{}, false, nil, noop
+		if r.state.CompareAndSwap(s, s+1) {
+			var once sync.Once
+			return r.a, true, nil, func() { once.Do(r.release) }
+		}
 	}
-	r.users++
-	c.routes[id] = r
-	var once sync.Once
-	ra := r.a
-	return ra, true, nil, func() { once.Do(func() { c.release(id, ra) }) }
-}
-
-// release ends one use of id's route a.
-func (c *routeCache) release(id string, a authority) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.routes[id]
-	if !ok || r.a.v.Version != a.v.Version || r.users == 0 {
-		return
-	}
-	r.users--
-	if r.users == 0 && r.idle != nil {
-		close(r.idle)
-		r.idle = nil
-	}
-	c.routes[id] = r
 }
 
 // get returns the cached route of id. A route being drained is not
@@ -124,23 +131,46 @@ func (c *routeCache) get(id string) (authority, bool, <-chan struct{}) {
 	if c.maxAge <= 0 {
 		return authority{}, false, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.routes[id]
+	r := c.load(id)
 	switch {
-	case !ok:
+	case r == nil:
 		return authority{}, false, nil
-	case r.drained != nil:
+	case r.state.Load()&hintedBit != 0:
 		return authority{}, false, r.drained
 	case time.Since(r.at) >= c.maxAge:
-		c.removeLocked(id)
-		if len(c.expired) >= maxCachedRoutes {
-			clear(c.expired) // only a refinement of order; memory stays bounded
-		}
-		c.expired[id] = r.a
+		c.expire(id, r)
 		return authority{}, false, nil
 	}
 	return r.a, true, nil
+}
+
+// expire moves id's aged route r, if still cached, to expired.
+func (c *routeCache) expire(id string, r *cachedRoute) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.removeLocked(id, r) {
+		return
+	}
+	if len(c.expired) >= maxCachedRoutes {
+		clear(c.expired) // only a refinement of order; memory stays bounded
+	}
+	c.expired[id] = r.a
+}
+
+// removeLocked drops id's route if it is r (any route, r nil) and reports
+// whether it did. It does not wake r's waiters (leave).
+func (c *routeCache) removeLocked(id string, r *cachedRoute) bool {
+	cur := c.load(id)
+	if cur == nil || (r != nil && cur != r) {
+		return false
+	}
+	c.routes.Delete(id)
+	c.n--
+	o := ownerOf(cur)
+	if c.owners[o]--; c.owners[o] <= 0 {
+		delete(c.owners, o)
+	}
+	return true
 }
 
 // takeExpired returns the route of id that expired since the last call,
@@ -158,23 +188,27 @@ func (c *routeCache) put(id string, a authority) {
 	if c.maxAge <= 0 || !a.ready() || a.ended {
 		return
 	}
+	a.owner = a.pid()
+	r := &cachedRoute{a: a, at: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.routes[id]; ok && r.drained != nil {
+	if old := c.load(id); old != nil && old.state.Load()&hintedBit != 0 {
 		// Being drained: its barrier and its waiting callers own the
 		// entry until drop; the next call reads the store again.
 		return
 	}
 	delete(c.expired, id)
-	a.owner = a.pid()
-	if len(c.routes) >= maxCachedRoutes {
-		for k, r := range c.routes { // drop an arbitrary entry: the cache only saves reads
-			r.release()
-			c.removeLocked(k)
-			break
-		}
+	c.removeLocked(id, nil)
+	if c.n >= maxCachedRoutes {
+		c.routes.Range(func(k, v any) bool { // drop an arbitrary entry: the cache only saves reads
+			v.(*cachedRoute).leave()
+			c.removeLocked(k.(string), v.(*cachedRoute))
+			return false
+		})
 	}
-	c.setLocked(id, cachedRoute{a: a, at: time.Now()})
+	c.routes.Store(id, r)
+	c.n++
+	c.owners[ownerOf(r)]++
 }
 
 // hinted marks id's route as followed and reports the route to drain, if
@@ -185,19 +219,15 @@ func (c *routeCache) put(id string, a authority) {
 func (c *routeCache) hinted(id string) (authority, <-chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, ok := c.routes[id]
-	if !ok || r.drained != nil {
+	r := c.load(id)
+	if r == nil || r.state.Load()&hintedBit != 0 {
 		return authority{}, nil, false
 	}
-	r.drained = make(chan struct{})
-	idle := make(chan struct{})
-	if r.users == 0 {
-		close(idle)
-	} else {
-		r.idle = idle
+	r.drained, r.idle = make(chan struct{}), make(chan struct{})
+	if r.state.Or(hintedBit) == 0 { // nobody was about to send on it
+		r.idleOnce.Do(func() { close(r.idle) })
 	}
-	c.routes[id] = r
-	return r.a, idle, true
+	return r.a, r.idle, true
 }
 
 // dropOwnersNotIn drops every cached route whose owner is not among the
@@ -215,40 +245,30 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	if !gone {
 		return
 	}
-	for id, r := range c.routes {
+	c.routes.Range(func(k, v any) bool {
+		r := v.(*cachedRoute)
 		o := ownerOf(r)
 		if lease, ok := live[o.rid]; !ok || lease != o.lease {
-			r.release()
-			c.removeLocked(id)
+			r.leave()
+			c.removeLocked(k.(string), r)
 		}
-	}
+		return true
+	})
 }
 
 func (c *routeCache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r, ok := c.routes[id]; ok {
-		r.release()
-	}
-	c.removeLocked(id)
-}
-
-// release wakes whoever waits on a route that leaves the cache: callers
-// waiting for its drain, and a barrier waiting for its users (they will
-// not be counted any more).
-func (r cachedRoute) release() {
-	if r.drained != nil {
-		close(r.drained)
-	}
-	if r.idle != nil {
-		close(r.idle)
+	if r := c.load(id); r != nil {
+		r.leave()
+		c.removeLocked(id, r)
 	}
 }
 
 func (c *routeCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.routes)
+	return c.n
 }
 
 // maxCachedRoutes bounds the cache's memory.

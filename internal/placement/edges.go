@@ -29,17 +29,27 @@ type Load struct {
 
 // EdgeTable is one node's bounded table of the edges whose receivers it
 // hosts, and of its objects' loads. Memory is bounded by Max entries of
-// each: a full table halves every
-// weight and forgets what falls below half a sample, so the edges that
-// carry traffic stay and a one-off sender does not. Safe for concurrent
-// use: receivers on many goroutines record into it.
+// each: a full table halves every weight and forgets what falls below
+// half a sample, so the edges that carry traffic stay and a one-off sender
+// does not (a table of 1,024 entries or more is split by receiver into 16
+// parts of Max/16, each bounded so on its own). Safe for concurrent use:
+// receivers on many goroutines record into it.
 type EdgeTable struct {
-	mu       sync.Mutex
-	max      int
 	halfLife time.Duration
-	decayed  time.Time
-	edges    map[edgeKey]edgeCount
-	loads    map[location.AuthorityKey]float64
+	// shards split the table by receiver: every object of a node records
+	// its samples here from its own turn, and with one lock a saturated
+	// node's receivers queued on it (and on the director's read of the
+	// whole table). A small table is one shard, so that its bound is exact.
+	shards []edgeShard
+}
+
+type edgeShard struct {
+	mu      sync.Mutex
+	max     int
+	decayed time.Time
+	edges   map[edgeKey]edgeCount
+	loads   map[location.AuthorityKey]float64
+	_       [64]byte // keeps two shards' locks off one cache line
 }
 
 type edgeKey struct{ from, to location.AuthorityKey }
@@ -49,65 +59,97 @@ type edgeCount struct {
 	weight   float64
 }
 
+// edgeShards is the shards of a table of at least shardedTable entries.
+const (
+	edgeShards   = 16
+	shardedTable = 1024
+)
+
 // NewEdgeTable holds at most max edges, halving their weights every
 // halfLife.
 func NewEdgeTable(max int, halfLife time.Duration) *EdgeTable {
-	return &EdgeTable{max: max, halfLife: halfLife, edges: map[edgeKey]edgeCount{}, loads: map[location.AuthorityKey]float64{}}
+	n := 1
+	if max >= shardedTable {
+		n = edgeShards
+	}
+	t := &EdgeTable{halfLife: halfLife, shards: make([]edgeShard, n)}
+	for i := range t.shards {
+		t.shards[i] = edgeShard{max: max / n, edges: map[edgeKey]edgeCount{}, loads: map[location.AuthorityKey]float64{}}
+	}
+	return t
+}
+
+// shard is the shard of receiver key's edges and load.
+func (t *EdgeTable) shard(key location.AuthorityKey) *edgeShard {
+	if len(t.shards) == 1 {
+		return &t.shards[0]
+	}
+	h := uint32(2166136261) ^ uint32(key.Kind) // FNV-1a, inline
+	for i := 0; i < len(key.ID); i++ {
+		h ^= uint32(key.ID[i])
+		h *= 16777619
+	}
+	return &t.shards[h%uint32(len(t.shards))]
 }
 
 // Record counts one sampled message from (on fromNode) to to.
 func (t *EdgeTable) Record(from location.AuthorityKey, fromNode string, to location.AuthorityKey, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.decay(now)
+	s := t.shard(to)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decay(now, t.halfLife)
 	k := edgeKey{from, to}
-	c, ok := t.edges[k]
-	if !ok && len(t.edges) >= t.max {
+	c, ok := s.edges[k]
+	if !ok && len(s.edges) >= s.max {
 		// Edges seen once go first; if every edge is heavier, all weights
 		// halve and the lightest go.
-		t.forget(2)
-		if len(t.edges) >= t.max {
-			t.halve(1)
+		s.forget(2)
+		if len(s.edges) >= s.max {
+			s.halve(1)
 		}
-		if len(t.edges) >= t.max {
+		if len(s.edges) >= s.max {
 			return // every edge is heavier than this one's first sample
 		}
 	}
 	c.fromNode, c.weight = fromNode, c.weight+1
-	t.edges[k] = c
+	s.edges[k] = c
 }
 
 // RecordLoad counts one sampled message into key.
 func (t *EdgeTable) RecordLoad(key location.AuthorityKey, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.decay(now)
-	w, ok := t.loads[key]
-	if !ok && len(t.loads) >= t.max {
-		forget(t.loads, 2)
-		if len(t.loads) >= t.max {
-			halve(t.loads, 1)
+	s := t.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.decay(now, t.halfLife)
+	w, ok := s.loads[key]
+	if !ok && len(s.loads) >= s.max {
+		forget(s.loads, 2)
+		if len(s.loads) >= s.max {
+			halve(s.loads, 1)
 		}
-		if len(t.loads) >= t.max {
+		if len(s.loads) >= s.max {
 			return
 		}
 	}
-	t.loads[key] = w + 1
+	s.loads[key] = w + 1
 }
 
 // Loads returns the loads of the objects here(key) still reports hosted,
 // in no order, the others forgotten.
 func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) []Load {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.decay(now)
-	out := make([]Load, 0, len(t.loads))
-	for k, w := range t.loads {
-		if !here(k) {
-			delete(t.loads, k)
-			continue
+	var out []Load
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.decay(now, t.halfLife)
+		for k, w := range s.loads {
+			if !here(k) {
+				delete(s.loads, k)
+				continue
+			}
+			out = append(out, Load{Key: k, Weight: w})
 		}
-		out = append(out, Load{Key: k, Weight: w})
+		s.mu.Unlock()
 	}
 	return out
 }
@@ -116,16 +158,19 @@ func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) 
 // hosted, in no order; the others are forgotten (the receiver left, and
 // its new node counts its edges from now on). Heaviest orders them.
 func (t *EdgeTable) Snapshot(here func(location.AuthorityKey) bool, now time.Time) []Edge {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.decay(now)
-	out := make([]Edge, 0, len(t.edges))
-	for k, c := range t.edges {
-		if !here(k.to) {
-			delete(t.edges, k)
-			continue
+	var out []Edge
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.decay(now, t.halfLife)
+		for k, c := range s.edges {
+			if !here(k.to) {
+				delete(s.edges, k)
+				continue
+			}
+			out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
 		}
-		out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
+		s.mu.Unlock()
 	}
 	return out
 }
@@ -159,43 +204,48 @@ func Heaviest(edges []Edge, max int) []Edge {
 
 // Len is the number of edges held.
 func (t *EdgeTable) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.edges)
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		n += len(s.edges)
+		s.mu.Unlock()
+	}
+	return n
 }
 
 // decay halves every weight once per half-life passed since the last.
-func (t *EdgeTable) decay(now time.Time) {
-	if t.decayed.IsZero() || now.Before(t.decayed) {
-		t.decayed = now // a clock that went back restarts the period
+func (s *edgeShard) decay(now time.Time, halfLife time.Duration) {
+	if s.decayed.IsZero() || now.Before(s.decayed) {
+		s.decayed = now // a clock that went back restarts the period
 		return
 	}
-	for ; now.Sub(t.decayed) >= t.halfLife; t.decayed = t.decayed.Add(t.halfLife) {
-		if len(t.edges) == 0 && len(t.loads) == 0 {
-			t.decayed = now
+	for ; now.Sub(s.decayed) >= halfLife; s.decayed = s.decayed.Add(halfLife) {
+		if len(s.edges) == 0 && len(s.loads) == 0 {
+			s.decayed = now
 			return
 		}
-		t.halve(0.5)
-		halve(t.loads, 0.5)
+		s.halve(0.5)
+		halve(s.loads, 0.5)
 	}
 }
 
 // forget drops the edges lighter than floor.
-func (t *EdgeTable) forget(floor float64) {
-	for k, c := range t.edges {
+func (s *edgeShard) forget(floor float64) {
+	for k, c := range s.edges {
 		if c.weight < floor {
-			delete(t.edges, k)
+			delete(s.edges, k)
 		}
 	}
 }
 
 // halve halves every weight and forgets those that fall below floor.
-func (t *EdgeTable) halve(floor float64) {
-	for k, c := range t.edges {
+func (s *edgeShard) halve(floor float64) {
+	for k, c := range s.edges {
 		if c.weight /= 2; c.weight < floor {
-			delete(t.edges, k)
+			delete(s.edges, k)
 		} else {
-			t.edges[k] = c
+			s.edges[k] = c
 		}
 	}
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,6 +72,42 @@ func TestEdgeTableIsBounded(t *testing.T) {
 	}
 	got := Heaviest(tb.Snapshot(everywhere, now), 1)
 	require.Equal(t, actor("heavy"), got[0].From)
+}
+
+// A large table is split by receiver: still bounded as a whole, every
+// sample recorded concurrently is counted once, and the heavy senders of
+// every receiver stay.
+func TestLargeEdgeTableIsBoundedAndCountsEverySample(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := NewEdgeTable(2048, time.Hour)
+	var wg sync.WaitGroup
+	for g := range 8 { // receivers r0..r7 on their own goroutines, as turns are
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := actor(fmt.Sprintf("r%d", g))
+			for i := range 3000 {
+				tb.Record(actor("heavy"), "n1", to, now)
+				tb.Record(actor(fmt.Sprintf("once-%d-%d", g, i)), "n1", to, now)
+				tb.RecordLoad(to, now)
+			}
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, tb.Len(), 2048)
+	heavy := 0
+	for _, e := range tb.Snapshot(everywhere, now) {
+		if e.From == actor("heavy") {
+			heavy++
+			require.Greater(t, e.Weight, 2.0, "a heavy edge outweighs the one-off ones it was halved with")
+		}
+	}
+	require.Equal(t, 8, heavy, "every receiver keeps its heavy sender")
+	loads := tb.Loads(everywhere, now)
+	require.Len(t, loads, 8)
+	for _, l := range loads {
+		require.Equal(t, 3000.0, l.Weight, "every load sample counted once")
+	}
 }
 
 // Loads are counted per object, forgotten when the object left, decay

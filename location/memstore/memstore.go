@@ -89,7 +89,11 @@ type lease struct {
 type Store struct {
 	clock Clock
 
-	mu      sync.Mutex
+	// mu is taken for reading by the reads that need no lease ended
+	// (rlock): a node resolving Spots reads here on every route-cache
+	// miss, and with one exclusive lock a saturated process's calls
+	// queued on it.
+	mu      sync.RWMutex
 	index   location.StoreVersion
 	records map[location.AuthorityKey]*recordEntry
 	// ids are the records' IDs by kind, ordered: a List page costs
@@ -146,6 +150,34 @@ func (s *Store) lock(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// rlock takes the store's mutex for reading, unless a lease has expired:
+// it must end first (a write), so then the mutex is taken for writing, as
+// lock does. unlock releases what was taken.
+func (s *Store) rlock(ctx context.Context) (unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", location.ErrUnavailable, err)
+	}
+	s.mu.RLock()
+	if !s.closed && !s.leaseExpiredLocked() {
+		return s.mu.RUnlock, nil
+	}
+	s.mu.RUnlock()
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	return s.mu.Unlock, nil
+}
+
+func (s *Store) leaseExpiredLocked() bool {
+	now := s.clock.Now()
+	for _, l := range s.leases {
+		if now.After(l.expires) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) endLeaseLocked(id location.LeaseID) {
@@ -215,10 +247,11 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	if err := key.Validate(); err != nil {
 		return location.Versioned{}, err
 	}
-	if err := s.lock(ctx); err != nil {
+	unlock, err := s.rlock(ctx)
+	if err != nil {
 		return location.Versioned{}, err
 	}
-	defer s.mu.Unlock()
+	defer unlock()
 	v := s.versionedLocked(key)
 	if !v.Present() {
 		return v, fmt.Errorf("%w: %s", location.ErrNotFound, key)
@@ -235,10 +268,11 @@ func (s *Store) List(ctx context.Context, kind location.Kind, page location.Page
 	if err := page.Validate(); err != nil {
 		return location.Page{}, err
 	}
-	if err := s.lock(ctx); err != nil {
+	unlock, err := s.rlock(ctx)
+	if err != nil {
 		return location.Page{}, err
 	}
-	defer s.mu.Unlock()
+	defer unlock()
 	// The page.Size IDs after page.After, and one more if there is one.
 	var ids []string
 	if t := s.ids[kind]; t != nil {
@@ -517,10 +551,11 @@ func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.Ve
 	if err := key.Validate(); err != nil {
 		return location.VersionedNode{}, err
 	}
-	if err := s.lock(ctx); err != nil {
+	unlock, err := s.rlock(ctx)
+	if err != nil {
 		return location.VersionedNode{}, err
 	}
-	defer s.mu.Unlock()
+	defer unlock()
 	e := s.nodes[key]
 	if e == nil {
 		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
@@ -530,10 +565,11 @@ func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.Ve
 
 // ListNodes implements location.Store.
 func (s *Store) ListNodes(ctx context.Context, mesh string) ([]location.VersionedNode, error) {
-	if err := s.lock(ctx); err != nil {
+	unlock, err := s.rlock(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.mu.Unlock()
+	defer unlock()
 	var out []location.VersionedNode
 	for k, e := range s.nodes {
 		if mesh == "" || k.Mesh == mesh {
@@ -549,10 +585,11 @@ func (s *Store) ListSlots(ctx context.Context, node location.NodeKey) ([]locatio
 	if err := node.Validate(); err != nil {
 		return nil, err
 	}
-	if err := s.lock(ctx); err != nil {
+	unlock, err := s.rlock(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.mu.Unlock()
+	defer unlock()
 	out := make([]location.Slot, 0, len(s.slots[node]))
 	for i, e := range s.slots[node] {
 		out = append(out, location.Slot{Index: i, Holder: e.holder, Pending: e.pending})
