@@ -138,10 +138,7 @@ func (t *EdgeTable) RecordLoad(key location.AuthorityKey, now time.Time) {
 // in no order, the others forgotten.
 func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) []Load {
 	var out []Load
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		s.decay(now, t.halfLife)
+	t.eachShard(now, func(s *edgeShard) {
 		for k, w := range s.loads {
 			if !here(k) {
 				delete(s.loads, k)
@@ -149,8 +146,7 @@ func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) 
 			}
 			out = append(out, Load{Key: k, Weight: w})
 		}
-		s.mu.Unlock()
-	}
+	})
 	return out
 }
 
@@ -159,10 +155,7 @@ func (t *EdgeTable) Loads(here func(location.AuthorityKey) bool, now time.Time) 
 // its new node counts its edges from now on). Heaviest orders them.
 func (t *EdgeTable) Snapshot(here func(location.AuthorityKey) bool, now time.Time) []Edge {
 	var out []Edge
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		s.decay(now, t.halfLife)
+	t.eachShard(now, func(s *edgeShard) {
 		for k, c := range s.edges {
 			if !here(k.to) {
 				delete(s.edges, k)
@@ -170,9 +163,20 @@ func (t *EdgeTable) Snapshot(here func(location.AuthorityKey) bool, now time.Tim
 			}
 			out = append(out, Edge{From: k.from, To: k.to, FromNode: c.fromNode, Weight: c.weight})
 		}
+	})
+	return out
+}
+
+// eachShard runs f on every shard in turn, under its lock, decayed to now
+// (one shard at a time: the recorders of the others go on meanwhile).
+func (t *EdgeTable) eachShard(now time.Time, f func(*edgeShard)) {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		s.decay(now, t.halfLife)
+		f(s)
 		s.mu.Unlock()
 	}
-	return out
 }
 
 // Sample is what a node answers the director: its edges and its objects'
