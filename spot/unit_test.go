@@ -2,6 +2,7 @@ package spot
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,57 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 	sentQ()
 }
 
+// The same under contention: calls take the route without a lock while the
+// hint comes. Once the barrier may go (idle), no call still holds the route
+// and none takes it any more; it waits for the drain instead.
+// Reference: PROTOCOL.md §7.8.
+func TestRouteBarrierWaitsForEveryCallUnderContention(t *testing.T) {
+	for range 50 {
+		c := newRouteCache(time.Minute)
+		c.put("r", readyAt("r"))
+		var holding, late, uses atomic.Int64
+		var released atomic.Bool
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, ok, drained, sent := c.use("r")
+					if !ok {
+						require.NotNil(t, drained, "a hinted route is waited for, not missed")
+						continue
+					}
+					holding.Add(1)
+					uses.Add(1)
+					if released.Load() {
+						late.Add(1) // took the route after its barrier was let go
+					}
+					holding.Add(-1)
+					sent()
+				}
+			}()
+		}
+		for uses.Load() < 50 { // the calls are under way when the hint comes
+			runtime.Gosched()
+		}
+		_, idle, ok := c.hinted("r")
+		require.True(t, ok)
+		<-idle
+		released.Store(true)
+		require.Zero(t, holding.Load(), "the barrier was let go while a call held the route")
+		close(stop)
+		wg.Wait()
+		require.Zero(t, late.Load(), "a call took the route after the hint")
+	}
+}
+
 // Concurrent and later deliveries of one operation run it once and get
 // the same terminal result.
 // Reference: PROTOCOL.md §7.2 (a redelivery of the same operation gets
@@ -243,7 +295,8 @@ func TestRouteSweepDropsOnlyTheRoutesOfOwnersThatLeft(t *testing.T) {
 }
 
 // The once-a-second sweep with 100,000 routes cached and no owner gone:
-// it must not walk the routes (calls wait for the cache's lock meanwhile).
+// it must not walk the routes (resolves, hints and drops wait for the
+// cache's lock meanwhile).
 func BenchmarkRouteSweepNobodyLeft(b *testing.B) {
 	c := newRouteCache(time.Hour)
 	live := map[string]string{}
