@@ -465,13 +465,39 @@ func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[strin
 				break
 			}
 		}
-		if !there {
+		if !there || !d.stillWins(ctx, p) {
 			continue
 		}
 		out = append(out, Move{Target: p.To, Unit: Unit{Ref: p.Key, Key: p.Key.String(), StableType: r.GetStableType(), Owner: p.From,
 			OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()}})
 	}
 	return out
+}
+
+// stillWins reports whether p's target still beats its source by the
+// hysteresis with its partners where the store has them: the samples may
+// place a partner where it was before it moved, possibly away from the
+// node it has since joined this object on (a group of three whose members
+// each moved towards another split again, and one moved twice). A plan
+// without partners (balance by load) wins as planned.
+func (d *Director) stillWins(ctx context.Context, p Placed) bool {
+	if len(p.Partners) == 0 {
+		return true
+	}
+	var here, there float64
+	for _, q := range p.Partners {
+		v, err := d.env.Store.Read(ctx, q.Key)
+		if err != nil {
+			continue // gone or unreadable: counts nowhere
+		}
+		switch v.Record.GetOwner().GetNodeRid() {
+		case p.From:
+			here += q.Weight
+		case p.To:
+			there += q.Weight
+		}
+	}
+	return there > 0 && there >= (1+p.Hysteresis)*here
 }
 
 // hosts reports whether a node takes a unit of a stable type: serving,

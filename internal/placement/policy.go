@@ -188,6 +188,23 @@ type Placed struct {
 	// which may be older than their last move, so the director checks them
 	// in the store before it asks for the move.
 	With []location.AuthorityKey
+	// Partners are the object's heaviest partners wherever the samples put
+	// them (at most eight; co-location only), with their weights: the
+	// director reads where they are in the store and asks for the move only
+	// if the target still wins by the hysteresis. A partner the samples
+	// place elsewhere may already have come to this object's node (the
+	// sample named where it was), and then moving would split the two.
+	Partners []Partner
+	// Hysteresis is the margin the target's traffic must keep over the
+	// source's when the director checks Partners.
+	Hysteresis float64
+}
+
+// Partner is one partner of a planned object and the weight of their
+// traffic.
+type Partner struct {
+	Key    location.AuthorityKey
+	Weight float64
 }
 
 // movableAlone: the kinds the director moves (a User Spot stays where it
@@ -313,7 +330,18 @@ func CoLocate(nodes []Node, edges []Edge, c CoLocation, skip func(location.Autho
 			}
 			return cmp.Compare(a.String(), b.String())
 		})
-		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g, With: with[:min(len(with), 3)]})
+		var partners []Partner
+		for p, w := range talk[cd.key] {
+			partners = append(partners, Partner{Key: p, Weight: w})
+		}
+		slices.SortFunc(partners, func(a, b Partner) int {
+			if a.Weight != b.Weight {
+				return cmp.Compare(b.Weight, a.Weight)
+			}
+			return cmp.Compare(a.Key.String(), b.Key.String())
+		})
+		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g, With: with[:min(len(with), 3)],
+			Partners: partners[:min(len(partners), 8)], Hysteresis: c.Hysteresis})
 		loc[cd.key] = to
 		count[from]--
 		count[to]++

@@ -75,7 +75,8 @@ func TestCoLocateMovesOneOfAPair(t *testing.T) {
 	edges := []Edge{edge("a", "n1", "b", "n2", 10), edge("b", "n2", "a", "n1", 10)}
 	plan, grouped := CoLocate(threeNodes(10), edges, CoLocation{}, nil, 100)
 	require.Len(t, plan, 1)
-	require.Equal(t, Placed{Key: actor("a"), From: "n1", To: "n2", Gain: 20, With: []location.AuthorityKey{actor("b")}}, plan[0])
+	require.Equal(t, Placed{Key: actor("a"), From: "n1", To: "n2", Gain: 20, With: []location.AuthorityKey{actor("b")},
+		Partners: []Partner{{actor("b"), 20}}, Hysteresis: 0.5}, plan[0])
 	require.True(t, grouped[actor("a")] && grouped[actor("b")])
 }
 
@@ -89,7 +90,8 @@ func TestCoLocateHysteresis(t *testing.T) {
 	require.Empty(t, plan)
 	edges[1].Weight = 15 // 1.5 × 10: moves
 	plan, _ = CoLocate(threeNodes(10), edges, CoLocation{}, skipYZ, 100)
-	require.Equal(t, []Placed{{Key: actor("x"), From: "n1", To: "n2", Gain: 5, With: []location.AuthorityKey{actor("z")}}}, plan)
+	require.Equal(t, []Placed{{Key: actor("x"), From: "n1", To: "n2", Gain: 5, With: []location.AuthorityKey{actor("z")},
+		Partners: []Partner{{actor("z"), 15}, {actor("y"), 10}}, Hysteresis: 0.5}}, plan)
 	plan, _ = CoLocate(threeNodes(10), []Edge{edge("p", "n1", "q", "n2", 3)}, CoLocation{}, nil, 100)
 	require.Empty(t, plan, "a cut below MinGain (4)")
 }
@@ -102,10 +104,12 @@ func TestCoLocateRespectsCapacityKindsAndCooldown(t *testing.T) {
 	plan, _ := CoLocate(nodes, edges, CoLocation{}, func(k location.AuthorityKey) bool { return k == actor("b") }, 100)
 	require.Empty(t, plan, "n2 is full and b is cooling")
 	plan, _ = CoLocate(nodes, edges, CoLocation{}, nil, 100)
-	require.Equal(t, []Placed{{Key: actor("b"), From: "n2", To: "n1", Gain: 10, With: []location.AuthorityKey{actor("a")}}}, plan, "b may go to a's node")
+	require.Equal(t, []Placed{{Key: actor("b"), From: "n2", To: "n1", Gain: 10, With: []location.AuthorityKey{actor("a")},
+		Partners: []Partner{{actor("a"), 10}}, Hysteresis: 0.5}}, plan, "b may go to a's node")
 	spot := Edge{From: location.Key(location.KindUserSpot, "room"), FromNode: "n2", To: actor("u"), ToNode: "n1", Weight: 10}
 	plan, _ = CoLocate(threeNodes(10), []Edge{spot}, CoLocation{}, nil, 100)
-	require.Equal(t, []Placed{{Key: actor("u"), From: "n1", To: "n2", Gain: 10, With: []location.AuthorityKey{location.Key(location.KindUserSpot, "room")}}}, plan, "the User Spot stays; its member goes to it")
+	require.Equal(t, []Placed{{Key: actor("u"), From: "n1", To: "n2", Gain: 10, With: []location.AuthorityKey{location.Key(location.KindUserSpot, "room")},
+		Partners: []Partner{{location.Key(location.KindUserSpot, "room"), 10}}, Hysteresis: 0.5}}, plan, "the User Spot stays; its member goes to it")
 }
 
 // Clusters of 2–10 objects placed at random on three nodes, talking only
