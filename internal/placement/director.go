@@ -457,15 +457,15 @@ func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[strin
 		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || r.GetOwner().GetNodeRid() != p.From || hostsOf[p.To] == nil || !hostsOf[p.To](r.GetStableType()) {
 			continue
 		}
+		owners := d.ownersOf(ctx, p)
 		there := true
 		for _, w := range p.With {
-			pv, err := d.env.Store.Read(ctx, w)
-			if err != nil || pv.Record.GetOwner().GetNodeRid() != p.To {
+			if owners[w] != p.To {
 				there = false
 				break
 			}
 		}
-		if !there || !d.stillWins(ctx, p) {
+		if !there || !stillWins(p, owners, d.cfg.CoLocation.Hysteresis) {
 			continue
 		}
 		out = append(out, Move{Target: p.To, Unit: Unit{Ref: p.Key, Key: p.Key.String(), StableType: r.GetStableType(), Owner: p.From,
@@ -474,30 +474,47 @@ func (d *Director) resolve(ctx context.Context, plan []Placed, hostsOf map[strin
 	return out
 }
 
+// ownersOf reads where p's partners (With and Partners) are owned now,
+// each once; one that cannot be read is left out.
+func (d *Director) ownersOf(ctx context.Context, p Placed) map[location.AuthorityKey]string {
+	owners := map[location.AuthorityKey]string{}
+	read := func(k location.AuthorityKey) {
+		if _, done := owners[k]; done {
+			return
+		}
+		if v, err := d.env.Store.Read(ctx, k); err == nil {
+			owners[k] = v.Record.GetOwner().GetNodeRid()
+		}
+	}
+	for _, w := range p.With {
+		read(w)
+	}
+	for _, q := range p.Partners {
+		read(q.Key)
+	}
+	return owners
+}
+
 // stillWins reports whether p's target still beats its source by the
-// hysteresis with its partners where the store has them: the samples may
-// place a partner where it was before it moved, possibly away from the
-// node it has since joined this object on (a group of three whose members
-// each moved towards another split again, and one moved twice). A plan
-// without partners (balance by load) wins as planned.
-func (d *Director) stillWins(ctx context.Context, p Placed) bool {
+// hysteresis with its partners where the store has them (owners): the
+// samples may place a partner where it was before it moved, possibly away
+// from the node it has since joined this object on (a group of three
+// whose members each moved towards another split again, and one moved
+// twice). A plan without partners (balance by load) wins as planned.
+func stillWins(p Placed, owners map[location.AuthorityKey]string, hysteresis float64) bool {
 	if len(p.Partners) == 0 {
 		return true
 	}
 	var here, there float64
 	for _, q := range p.Partners {
-		v, err := d.env.Store.Read(ctx, q.Key)
-		if err != nil {
-			continue // gone or unreadable: counts nowhere
-		}
-		switch v.Record.GetOwner().GetNodeRid() {
+		switch owners[q.Key] { // "" when gone or unreadable: counts nowhere
 		case p.From:
 			here += q.Weight
 		case p.To:
 			there += q.Weight
 		}
 	}
-	return there > 0 && there >= (1+p.Hysteresis)*here
+	return there > 0 && there >= (1+hysteresis)*here
 }
 
 // hosts reports whether a node takes a unit of a stable type: serving,

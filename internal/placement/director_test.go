@@ -43,6 +43,21 @@ func storm(t *testing.T, n int) (*memstore.Store, []*location.NodeDescriptor) {
 	return s, nodes
 }
 
+// own puts the Ready Actor id on node n, creating or replacing its record.
+func own(t *testing.T, store location.Store, id string, n *location.NodeDescriptor) {
+	t.Helper()
+	ctx := context.Background()
+	k := location.Key(location.KindActor, id)
+	rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
+		StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}}
+	var version location.StoreVersion
+	if v, err := store.Read(ctx, k); err == nil {
+		version = v.Version
+	}
+	_, err := store.CompareAndSet(ctx, k, version, rec)
+	require.NoError(t, err)
+}
+
 // Three directors that all believe they are elected, under a storm of
 // candidates, together never have more attempts in flight than the
 // ledger's concurrency, nor start more than its burst plus its rate over
@@ -197,12 +212,7 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 	for _, n := range nodes {
 		byRid[n.NodeRid] = n
 	}
-	put := func(id string, n *location.NodeDescriptor) {
-		rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
-			StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}}
-		_, err := store.CompareAndSet(ctx, location.Key(location.KindActor, id), 0, rec)
-		require.NoError(t, err)
-	}
+	put := func(id string, n *location.NodeDescriptor) { own(t, store, id, n) }
 	const pairs = 12
 	for i := range pairs {
 		put(fmt.Sprintf("p%d-a", i), nodes[i%3])
@@ -359,18 +369,7 @@ func TestSelectionIsReadOnly(t *testing.T) {
 func TestResolveChecksWherePartnersAreNow(t *testing.T) {
 	ctx := context.Background()
 	store, nodes := storm(t, 0)
-	put := func(id string, n *location.NodeDescriptor) {
-		k := location.Key(location.KindActor, id)
-		rec := &location.Record{ObjectGeneration: 1, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
-			StableType: "t", Owner: &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}}
-		v, err := store.Read(ctx, k)
-		var version location.StoreVersion
-		if err == nil {
-			version = v.Version
-		}
-		_, err = store.CompareAndSet(ctx, k, version, rec)
-		require.NoError(t, err)
-	}
+	put := func(id string, n *location.NodeDescriptor) { own(t, store, id, n) }
 	put("g-0", nodes[2])
 	put("g-1", nodes[1])
 	put("g-2", nodes[2])
@@ -384,7 +383,7 @@ func TestResolveChecksWherePartnersAreNow(t *testing.T) {
 	}
 	g := func(id string) location.AuthorityKey { return location.Key(location.KindActor, id) }
 	plan := []Placed{{Key: g("g-2"), From: "rid-2", To: "rid-1", Gain: 20, With: []location.AuthorityKey{g("g-1")},
-		Partners: []Partner{{g("g-1"), 20}, {g("g-0"), 20}}, Hysteresis: 0.5}}
+		Partners: []Partner{{g("g-1"), 20}, {g("g-0"), 20}}}}
 	require.Empty(t, d.resolve(ctx, plan, hostsOf), "g-0 is with g-2 already: moving g-2 would split them")
 	put("g-0", nodes[0])
 	moves := d.resolve(ctx, plan, hostsOf)

@@ -195,9 +195,6 @@ type Placed struct {
 	// place elsewhere may already have come to this object's node (the
 	// sample named where it was), and then moving would split the two.
 	Partners []Partner
-	// Hysteresis is the margin the target's traffic must keep over the
-	// source's when the director checks Partners.
-	Hysteresis float64
 }
 
 // Partner is one partner of a planned object and the weight of their
@@ -341,7 +338,7 @@ func CoLocate(nodes []Node, edges []Edge, c CoLocation, skip func(location.Autho
 			return cmp.Compare(a.Key.String(), b.Key.String())
 		})
 		plan = append(plan, Placed{Key: cd.key, From: from, To: to, Gain: g, With: with[:min(len(with), 3)],
-			Partners: partners[:min(len(partners), 8)], Hysteresis: c.Hysteresis})
+			Partners: partners[:min(len(partners), 8)]})
 		loc[cd.key] = to
 		count[from]--
 		count[to]++

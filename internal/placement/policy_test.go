@@ -76,7 +76,7 @@ func TestCoLocateMovesOneOfAPair(t *testing.T) {
 	plan, grouped := CoLocate(threeNodes(10), edges, CoLocation{}, nil, 100)
 	require.Len(t, plan, 1)
 	require.Equal(t, Placed{Key: actor("a"), From: "n1", To: "n2", Gain: 20, With: []location.AuthorityKey{actor("b")},
-		Partners: []Partner{{actor("b"), 20}}, Hysteresis: 0.5}, plan[0])
+		Partners: []Partner{{actor("b"), 20}}}, plan[0])
 	require.True(t, grouped[actor("a")] && grouped[actor("b")])
 }
 
@@ -91,7 +91,7 @@ func TestCoLocateHysteresis(t *testing.T) {
 	edges[1].Weight = 15 // 1.5 × 10: moves
 	plan, _ = CoLocate(threeNodes(10), edges, CoLocation{}, skipYZ, 100)
 	require.Equal(t, []Placed{{Key: actor("x"), From: "n1", To: "n2", Gain: 5, With: []location.AuthorityKey{actor("z")},
-		Partners: []Partner{{actor("z"), 15}, {actor("y"), 10}}, Hysteresis: 0.5}}, plan)
+		Partners: []Partner{{actor("z"), 15}, {actor("y"), 10}}}}, plan)
 	plan, _ = CoLocate(threeNodes(10), []Edge{edge("p", "n1", "q", "n2", 3)}, CoLocation{}, nil, 100)
 	require.Empty(t, plan, "a cut below MinGain (4)")
 }
@@ -105,11 +105,11 @@ func TestCoLocateRespectsCapacityKindsAndCooldown(t *testing.T) {
 	require.Empty(t, plan, "n2 is full and b is cooling")
 	plan, _ = CoLocate(nodes, edges, CoLocation{}, nil, 100)
 	require.Equal(t, []Placed{{Key: actor("b"), From: "n2", To: "n1", Gain: 10, With: []location.AuthorityKey{actor("a")},
-		Partners: []Partner{{actor("a"), 10}}, Hysteresis: 0.5}}, plan, "b may go to a's node")
+		Partners: []Partner{{actor("a"), 10}}}}, plan, "b may go to a's node")
 	spot := Edge{From: location.Key(location.KindUserSpot, "room"), FromNode: "n2", To: actor("u"), ToNode: "n1", Weight: 10}
 	plan, _ = CoLocate(threeNodes(10), []Edge{spot}, CoLocation{}, nil, 100)
 	require.Equal(t, []Placed{{Key: actor("u"), From: "n1", To: "n2", Gain: 10, With: []location.AuthorityKey{location.Key(location.KindUserSpot, "room")},
-		Partners: []Partner{{location.Key(location.KindUserSpot, "room"), 10}}, Hysteresis: 0.5}}, plan, "the User Spot stays; its member goes to it")
+		Partners: []Partner{{location.Key(location.KindUserSpot, "room"), 10}}}}, plan, "the User Spot stays; its member goes to it")
 }
 
 // Clusters of 2–10 objects placed at random on three nodes, talking only

@@ -193,38 +193,37 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 	// The answer carries a ticket: it goes only to a request's own
 	// future, never to an actor the asker names (one that passed it on
 	// would hand the ticket to whoever it passes messages to).
-	d.answerMember(c, "capability query", q.GetSource(), func(to *actor.PID, src *messages.NodeRef, refusal string) {
+	src := q.GetSource()
+	d.answerMember(c, "capability query", src, func(to *actor.PID, refusal string) {
 		if refusal != "" {
 			d.sys.Root.Send(to, &messages.CapabilityReply{Reason: refusal})
 			return
 		}
-		{
-			// Spare tickets the source will not use (their answer grew
-			// old, or the target refused a move) come back with its next
-			// query, so that they count no more.
-			d.tickets.giveBack(to.Address, q.GetReturnedTickets())
-			reply := d.capability(q)
-			// A drain asking for the load starts no move: no ticket, which
-			// would displace the tickets of moves under way (at most
-			// ticketsPerSource per source).
-			if reply.Supported && !q.GetWantLoad() {
-				now := time.Now()
-				reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
-				// Spare tickets only where the answer holds for the next
-				// moves too: a node with a capacity answers each move by
-				// its load at the time (tickets_out.go).
-				if d.desc.GetCapacity() == 0 {
-					for n := min(int(q.GetWantTickets()), maxTicketsPerAnswer) - 1; n > 0; n-- {
-						t := d.tickets.issueSpare(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
-						if t == nil {
-							break
-						}
-						reply.SpareMoveTickets = append(reply.SpareMoveTickets, t)
+		// Spare tickets the source will not use (their answer grew
+		// old, or the target refused a move) come back with its next
+		// query, so that they count no more.
+		d.tickets.giveBack(to.Address, q.GetReturnedTickets())
+		reply := d.capability(q)
+		// A drain asking for the load starts no move: no ticket, which
+		// would displace the tickets of moves under way (at most
+		// ticketsPerSource per source).
+		if reply.Supported && !q.GetWantLoad() {
+			now := time.Now()
+			reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
+			// Spare tickets only where the answer holds for the next
+			// moves too: a node with a capacity answers each move by
+			// its load at the time (tickets_out.go).
+			if d.desc.GetCapacity() == 0 {
+				for n := min(int(q.GetWantTickets()), maxTicketsPerAnswer) - 1; n > 0; n-- {
+					t := d.tickets.issueSpare(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
+					if t == nil {
+						break
 					}
+					reply.SpareMoveTickets = append(reply.SpareMoveTickets, t)
 				}
 			}
-			d.sys.Root.Send(to, reply)
 		}
+		d.sys.Root.Send(to, reply)
 	})
 }
 
@@ -232,7 +231,7 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 // request (its answer goes only to the request's own future) by src, once
 // src is known to be a live member at the address the query came from;
 // otherwise answer gets the refusal's reason, logged and counted as what.
-func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRef, answer func(to *actor.PID, src *messages.NodeRef, refusal string)) {
+func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRef, answer func(to *actor.PID, refusal string)) {
 	to := c.Sender()
 	if to == nil || !strings.HasPrefix(to.Id, "future") {
 		d.refused(what, "", "not sent as a request")
@@ -249,10 +248,10 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 					reason = "this node cannot check the asking node in the Location Store now"
 				}
 				d.refused(what, to.Address, err.Error())
-				answer(to, src, reason)
+				answer(to, reason)
 				return
 			}
-			answer(to, src, "")
+			answer(to, "")
 		}})
 	}()
 }

@@ -109,7 +109,7 @@ func (o *object) sampleLoad() {
 // onEdgeQuery answers a live node of the mesh with this node's edge table
 // (the objects it hosts are not told to anyone else).
 func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
-	d.answerMember(c, "edge query", q.GetSource(), func(to *actor.PID, _ *messages.NodeRef, refusal string) {
+	d.answerMember(c, "edge query", q.GetSource(), func(to *actor.PID, refusal string) {
 		switch {
 		case refusal != "":
 			d.sys.Root.Send(to, &messages.EdgeReply{Reason: refusal})
