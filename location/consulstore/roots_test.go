@@ -250,3 +250,33 @@ func TestRootTransportFailures(t *testing.T) {
 	require.ErrorIs(t, err, location.ErrUnavailable)
 	require.ErrorIs(t, nobody.DeleteRoot(ctx, "r"), location.ErrUnavailable)
 }
+
+// TestCheckpointContract runs the checkpoint store contract on a real
+// Consul: manifests, parts and the torn-read guard.
+func TestCheckpointContract(t *testing.T) {
+	storetest.RunCheckpoints(t, storetest.CheckpointStoreOf(harness()))
+}
+
+// A replaced checkpoint's parts go once the replacement landed, a lost
+// write's parts go with its loss, and a delete leaves nothing under the
+// key: repeated checkpoints of a large state do not pile up in Consul.
+func TestCheckpointPartsDoNotPileUp(t *testing.T) {
+	f := newRootFixture(t)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "big")
+	var v location.StoreVersion
+	for i := 0; i < 4; i++ {
+		nv, err := f.s.PutCheckpoint(ctx, key, v, rootData(600<<10+i))
+		require.NoError(t, err)
+		v = nv
+	}
+	_, err := f.s.PutCheckpoint(ctx, key, 1, rootData(700<<10)) // a lost write
+	require.Error(t, err)
+	// the manifest and the three parts of the last write
+	require.Len(t, f.keys(t), 1+3, "%v", f.keys(t))
+	nv, err := f.s.PutCheckpoint(ctx, key, v, []byte("small"))
+	require.NoError(t, err)
+	require.Equal(t, []string{f.prefix + "/checkpoint/actor/big"}, f.keys(t), "an inline checkpoint has no parts")
+	require.NoError(t, f.s.DeleteCheckpoint(ctx, key, nv))
+	require.Empty(t, f.keys(t))
+}

@@ -104,8 +104,10 @@ type Store struct {
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
 	closed  bool
-	roots   map[string][]byte               // RootStore (roots.go)
-	notes   map[location.NoteKey]*noteEntry // Board (board.go)
+	roots   map[string][]byte // RootStore (roots.go)
+	// checkpoints: CheckpointStore (checkpoints.go)
+	checkpoints map[location.AuthorityKey]*checkpointEntry
+	notes       map[location.NoteKey]*noteEntry // Board (board.go)
 	// slots are the nodes' capacity slots by index; a node's slots are
 	// all held by the lease that holds its descriptor.
 	slots map[location.NodeKey]map[uint32]*slotEntry
@@ -116,15 +118,16 @@ var _ location.Store = (*Store)(nil)
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{
-		clock:   systemClock{},
-		records: make(map[location.AuthorityKey]*recordEntry),
-		ids:     make(map[location.Kind]*btree.BTreeG[string]),
-		nodes:   make(map[location.NodeKey]*nodeEntry),
-		leases:  make(map[location.LeaseID]*lease),
-		notes:   make(map[location.NoteKey]*noteEntry),
-		roots:   make(map[string][]byte),
-		slots:   make(map[location.NodeKey]map[uint32]*slotEntry),
-		changed: make(chan struct{}),
+		clock:       systemClock{},
+		records:     make(map[location.AuthorityKey]*recordEntry),
+		ids:         make(map[location.Kind]*btree.BTreeG[string]),
+		nodes:       make(map[location.NodeKey]*nodeEntry),
+		leases:      make(map[location.LeaseID]*lease),
+		notes:       make(map[location.NoteKey]*noteEntry),
+		roots:       make(map[string][]byte),
+		checkpoints: make(map[location.AuthorityKey]*checkpointEntry),
+		slots:       make(map[location.NodeKey]map[uint32]*slotEntry),
+		changed:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)

@@ -31,3 +31,9 @@ func TestRootCallsOnClosedStoreAreUnavailable(t *testing.T) {
 	_, err = s.Read(ctx, location.Key(location.KindActor, "a"))
 	require.ErrorIs(t, err, location.ErrUnavailable, "the same class as the store's other calls")
 }
+
+// TestCheckpointContract runs the checkpoint store contract on the
+// embedded store.
+func TestCheckpointContract(t *testing.T) {
+	storetest.RunCheckpoints(t, storetest.CheckpointStoreOf(harness()))
+}
