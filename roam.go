@@ -132,6 +132,34 @@ func ApplicationVersion(v string) KindOption { return func(k *Kind) { k.Applicat
 // Unavailable until an operator accepts the loss (ReleaseEnded).
 func ReactivateEmpty() KindOption { return func(k *Kind) { k.ReactivateEmpty = true } }
 
+// CheckpointEvery makes the owner of an object of a PreserveStateWith kind
+// capture its state into a checkpoint after every n handled messages (1:
+// after each). Checkpoints bound what a crash of the owner loses: an
+// object whose owner ended is recovered from its last checkpoint
+// (docs/FAULTS.md, "Checkpoints and recovery").
+func CheckpointEvery(n int) KindOption { return func(k *Kind) { k.CheckpointEvery = n } }
+
+// CheckpointInterval captures an object's state at most d after the first
+// message it handled since its last capture (at least 10 ms). Default for
+// a PreserveStateWith kind that sets no checkpoint option: 1 s.
+func CheckpointInterval(d time.Duration) KindOption {
+	return func(k *Kind) { k.CheckpointInterval = d }
+}
+
+// CheckpointWhenIdle captures an object's state once it has handled no
+// message for d after one (at least 10 ms).
+func CheckpointWhenIdle(d time.Duration) KindOption { return func(k *Kind) { k.CheckpointIdle = d } }
+
+// NoCheckpoints turns a PreserveStateWith kind's checkpoints off: its
+// objects' state ends with an owner that crashes, and such an object waits
+// for an operator (ReleaseEnded) unless the kind is ReactivateEmpty.
+func NoCheckpoints() KindOption { return func(k *Kind) { k.NoCheckpoints = true } }
+
+// RecoverByOperator: an object of the kind whose owner ended is not
+// recovered by itself; it answers Unavailable (logged reactivation_refused)
+// until an operator accepts the loss with ReleaseEnded.
+func RecoverByOperator() KindOption { return func(k *Kind) { k.RecoverByOperator = true } }
+
 // SpotWide makes a User Spot of the kind move together with its members
 // (which then live on its node): one seal of them all, one payload, and one
 // store transaction that changes every owner, at most MaxSpotWideMembers
@@ -197,6 +225,18 @@ type options struct {
 	placement     placement.Config
 	// drainOnStop: Stop drains first (WithDrainOnStop).
 	drainOnStop bool
+	// checkpoints: WithCheckpointStore's.
+	checkpoints location.CheckpointStore
+}
+
+// WithCheckpointStore sets where the owners of stateful objects write
+// their checkpoints, from which a crashed owner's objects are recovered
+// (docs/FAULTS.md, "Checkpoints and recovery"). Default: the Location
+// Store (memstore and consulstore keep checkpoints). An application's own
+// blob store implements location.CheckpointStore and passes
+// storetest.RunCheckpoints.
+func WithCheckpointStore(s location.CheckpointStore) Option {
+	return func(o *options) { o.checkpoints = s }
 }
 
 // WithStore sets the Location Store (required): memstore.New() in one
@@ -458,6 +498,9 @@ func (r *Roam) Start(ctx context.Context) error {
 		return err
 	}
 	rel := r.o.relocation
+	if r.o.checkpoints != nil {
+		rel.Checkpoints = r.o.checkpoints
+	}
 	if p := r.o.chunkLinkPort; p != nil {
 		rel.ChunkLinkPort = *p
 	}

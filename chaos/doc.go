@@ -11,9 +11,12 @@
 // three node processes (`roam-chaos node`, see NodeMain) on it. The Consul
 // binary is $ROAM_CONSUL, else ~/.cache/roam/consul-1.14.11/consul (`make
 // consul`). Every node registers the kind "counter": an Instance Spot with
-// PreserveStateWith (its count and a hash of every op that made it) and
-// ReactivateEmpty, so a counter whose owner ended comes back empty on its
-// next call. Nodes run with a 4 s owner lease, a 5 s restore timeout and a
+// PreserveStateWith (its count and a hash of every op that made it) under
+// its default recovery: its owner checkpoints it (at most 1 s after a
+// change), and a counter whose owner ended comes back from its last
+// checkpoint, on its next call or by a live node's pass. The ops its ended
+// owner handled after that checkpoint are on a branch of its lineage that
+// ends with the ended lifecycle: lost with an ended node, as documented. Nodes run with a 4 s owner lease, a 5 s restore timeout and a
 // 3 s call timeout.
 //
 // The driver calls each of 12 counters by Spot ID every 50 ms, through a

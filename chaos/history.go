@@ -134,6 +134,10 @@ type Report struct {
 	LostEnded int
 	// LostEndedSends: of LostEnded, one-way sends never handled.
 	LostEndedSends int
+	// LostEndedHandled: of LostEnded, ops that the ended lifecycle handled
+	// after the last state of it that survived: after the object's last
+	// checkpoint (the recovery restored an older state).
+	LostEndedHandled int
 	// LostLogged: one-way sends never handled that roam reported as
 	// undelivered (a send_* warning on the object, e.g. a send that
 	// reached a removed move target): lost loudly, as docs/FAULTS.md
@@ -528,6 +532,7 @@ func Check(h History) Report {
 		}
 		if ended, live := leavesEnded(op.Obj, recs[0]); ended {
 			r.LostEnded++
+			r.LostEndedHandled++
 		} else {
 			r.LostAccepted++
 			detail("lost accepted", "op %s handled by %s %s at %s (count %d) is not in %s's final state; its branch ends at op %s on the live %s %s",

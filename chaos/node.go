@@ -252,7 +252,10 @@ func runNode(c NodeConfig) error {
 	if err != nil {
 		return err
 	}
-	kind := extension.Kind{StableType: CounterKind, Instance: true, ReactivateEmpty: true,
+	// The default recovery of a stateful kind: checkpoints (at most 1 s
+	// after a change), and an ended owner's counter comes back from its
+	// last checkpoint.
+	kind := extension.Kind{StableType: CounterKind, Instance: true,
 		Producer: func() actor.Actor {
 			return &counter{rec: n.rec, sys: func() string { return n.ext.Load().System().ID }}
 		}, Policy: extension.PreserveStateWith(counterState{})}

@@ -191,7 +191,7 @@ func secs(ns int64) string { return fmt.Sprintf("%.1f s", float64(ns)/1e9) }
 // PrintTable prints the results table and the details of every non-zero
 // safety figure.
 func PrintTable(out io.Writer, set Settings, rows []Row) {
-	fmt.Fprintf(out, "\nroam chaos: 3 node processes, %d counters (Instance Spots, PreserveStateWith, ReactivateEmpty), lease TTL %s, restore timeout %s, call timeout %s; unserved bound %s\n\n",
+	fmt.Fprintf(out, "\nroam chaos: 3 node processes, %d counters (Instance Spots, PreserveStateWith, recovered from checkpoints), lease TTL %s, restore timeout %s, call timeout %s; unserved bound %s\n\n",
 		set.Objects, set.LeaseTTL, set.RestoreTimeout, set.CallTimeout, set.Bound())
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "fault\tmessages ok/sent\tmoves\tfaults\tlost accepted\tlost w/ ended node\tlost, logged\tduplicated\ttwo incarnations\tmax unserved after heal\tuntyped errors\tverdict\t")
@@ -223,7 +223,8 @@ func PrintTable(out io.Writer, set Settings, rows []Row) {
 			fmt.Fprintf(out, "  call errors by class (unreachable: the entry node did not answer the driver): %s\n", strings.Join(cs, ", "))
 		}
 		if r.Report.LostEnded > 0 {
-			fmt.Fprintf(out, "  lost with an ended node: %d, of which %d one-way sends never handled (sent to, or queued on, a node that ended)\n", r.Report.LostEnded, r.Report.LostEndedSends)
+			fmt.Fprintf(out, "  lost with an ended node: %d: %d handled there after the object's last checkpoint, %d one-way sends never handled (sent to, or queued on, a node that ended)\n",
+				r.Report.LostEnded, r.Report.LostEndedHandled, r.Report.LostEndedSends)
 		}
 		for _, d := range r.Report.Details {
 			fmt.Fprintf(out, "  %s\n", d)

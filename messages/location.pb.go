@@ -584,9 +584,15 @@ type LocationRecord struct {
 	// holds, plus one (0: none, the owner's capacity is unbounded): the
 	// transaction that takes the object off that node frees the slot
 	// (PROTOCOL.md §7.12).
-	CapacitySlot  uint32 `protobuf:"varint,12,opt,name=capacity_slot,json=capacitySlot,proto3" json:"capacity_slot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CapacitySlot uint32 `protobuf:"varint,12,opt,name=capacity_slot,json=capacitySlot,proto3" json:"capacity_slot,omitempty"`
+	// preserves_state: the kind carries in-memory state (PreserveStateWith),
+	// written by the node that commits the incarnation Ready (it hosts the
+	// kind). After its owner ended, such an object is recovered from its
+	// checkpoint or waits for an operator; it is never created anew empty by
+	// a caller that does not host the kind (docs/FAULTS.md).
+	PreservesState bool `protobuf:"varint,13,opt,name=preserves_state,json=preservesState,proto3" json:"preserves_state,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LocationRecord) Reset() {
@@ -701,6 +707,13 @@ func (x *LocationRecord) GetCapacitySlot() uint32 {
 		return x.CapacitySlot
 	}
 	return 0
+}
+
+func (x *LocationRecord) GetPreservesState() bool {
+	if x != nil {
+		return x.PreservesState
+	}
+	return false
 }
 
 // NodeDescriptor is what a node publishes about itself, claimed together with
@@ -977,7 +990,7 @@ const file_location_proto_rawDesc = "" +
 	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
 	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
 	"\foperation_id\x18\x06 \x01(\tR\voperationId\x12.\n" +
-	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xf7\x04\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xa0\x05\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +
@@ -994,7 +1007,8 @@ const file_location_proto_rawDesc = "" +
 	"\rrelocation_id\x18\n" +
 	" \x01(\x04R\frelocationId\x12!\n" +
 	"\fmember_count\x18\v \x01(\rR\vmemberCount\x12#\n" +
-	"\rcapacity_slot\x18\f \x01(\rR\fcapacitySlot\"\xb1\x03\n" +
+	"\rcapacity_slot\x18\f \x01(\rR\fcapacitySlot\x12'\n" +
+	"\x0fpreserves_state\x18\r \x01(\bR\x0epreservesState\"\xb1\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +

@@ -30,7 +30,8 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 	if !ok {
 		return activation.Kind{}
 	}
-	return activation.Kind{Registered: true, PreservesState: relocation.PreservesState(k.Policy), ReactivateEmpty: k.ReactivateEmpty}
+	return activation.Kind{Registered: true, PreservesState: relocation.PreservesState(k.Policy), ReactivateEmpty: k.ReactivateEmpty,
+		Checkpointed: k.Checkpointed(), RecoverByOperator: k.RecoverByOperator}
 }
 
 // onActivation is the target side of a SpotActivation, route kind 2

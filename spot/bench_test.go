@@ -123,3 +123,49 @@ func BenchmarkRequestInterleaved(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckpointedSpot is the throughput of requests to one stateful
+// Spot on another node whose kind checkpoints after every message, at most
+// every 100 ms, or never, side by side in one run (the ratio to "never" is
+// what checkpoints cost a busy object), and how many checkpoints were
+// written per request.
+func BenchmarkCheckpointedSpot(b *testing.B) {
+	policies := []struct {
+		name string
+		set  func(k *extension.Kind)
+	}{
+		{"every-message", func(k *extension.Kind) { k.CheckpointEvery = 1 }},
+		{"every-100ms", func(k *extension.Kind) { k.CheckpointInterval = 100 * time.Millisecond }},
+		{"never", func(k *extension.Kind) { k.NoCheckpoints = true }},
+	}
+	for _, s := range stores {
+		b.Run(s.name, func(b *testing.B) {
+			w := newWorld(b, s.new(b))
+			var kinds []extension.Kind
+			for _, p := range policies {
+				k := w.cartKind("vault-" + p.name)
+				k.ReactivateEmpty = false
+				p.set(&k)
+				kinds = append(kinds, k)
+			}
+			caller := w.start(withKinds(w.roomKind()))
+			owner := w.start(withKinds(kinds...))
+			for _, p := range policies {
+				id, typ := "bench-"+p.name, "vault-"+p.name
+				if _, err := caller.Spots().Request(id, wrapperspb.String("warm")).InstanceSpot(typ).Do(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.Run(p.name, func(b *testing.B) {
+					_, before := owner.CheckpointStats()
+					for i := 0; i < b.N; i++ {
+						if _, err := caller.Spots().Request(id, wrapperspb.String("x")).Do(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+					_, after := owner.CheckpointStats()
+					b.ReportMetric(float64(after.Written-before.Written)/float64(b.N), "checkpoints/op")
+				})
+			}
+		})
+	}
+}

@@ -70,3 +70,39 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		require.False(t, released)
 	})
 }
+
+// A stateful User Spot without members whose owner ended is never created
+// anew empty by GetOrCreate (it used to be, answered Created, without a
+// word): it answers Unavailable naming ReleaseEnded; once an operator
+// accepts the loss, GetOrCreate creates it anew. A stateless User Spot
+// kind is created anew at once, as before.
+// Reference: docs/FAULTS.md, End states (an ended owner's User Spot).
+func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		a, b := w.start(), w.start()
+		res, err := a.Spots().GetOrCreate("lounge", "room").Do(ctx)
+		require.NoError(t, err)
+		owner, other := a, b
+		if res.Ref.NodeRid == b.NodeRid() {
+			owner, other = b, a
+		}
+		rec, err := store.Read(ctx, location.Key(location.KindUserSpot, "lounge"))
+		require.NoError(t, err)
+		require.True(t, rec.Record.GetPreservesState(), "the owner that committed it hosts the kind and says so")
+		require.NoError(t, owner.StopNow(ctx))
+
+		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
+			return other.Spots().GetOrCreate("lounge", "room").Do(ctx)
+		})
+		require.ErrorIs(t, err, roamerr.ErrUnavailable)
+		require.Contains(t, err.Error(), "ReleaseEnded")
+
+		released, err := other.ReleaseEnded(ctx, extension.UserSpotRef("lounge"))
+		require.NoError(t, err)
+		require.True(t, released)
+		again, err := other.Spots().GetOrCreate("lounge", "room").Do(ctx)
+		require.NoError(t, err)
+		require.Equal(t, spot.Created, again.State, "created anew once the loss is accepted")
+	})
+}

@@ -44,6 +44,10 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 	case a.v.Record.GetActivationRecovery() != nil:
 		return false, fmt.Errorf("%w: Spot %q has an activation in progress; it resumes by itself", roamerr.ErrInvalidOperation, spotID)
 	}
+	// The loss is accepted: the checkpoint must not come back either.
+	if err := m.d.ForgetCheckpoint(ctx, a.v.Key, a.v.Record); err != nil {
+		return false, err
+	}
 	members, at := 0, a.v
 	if a.v.Key.Kind == location.KindUserSpot && a.v.Record.GetMemberCount() > 0 {
 		if members, at, err = m.releaseEndedMembers(ctx, a.v); err != nil {
@@ -111,6 +115,11 @@ func (m *Manager) releaseEndedMembers(ctx context.Context, spot location.Version
 			break
 		}
 		after = page.Next
+	}
+	for _, v := range ended {
+		if err := m.d.ForgetCheckpoint(ctx, v.Key, v.Record); err != nil {
+			return 0, spot, err
+		}
 	}
 	for i := 0; i < len(ended); i += releaseBatch {
 		batch := ended[i:min(i+releaseBatch, len(ended))]

@@ -200,10 +200,20 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	case activation.ReadOwner:
 		_, alive, err := m.ownerAddress(r.ctx, e.Owner)
 		return activation.OwnerRead{Alive: alive, Err: err}
+	case activation.ClaimCheckpoint:
+		state, restore, err := m.d.ClaimCheckpoint(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+		return activation.CheckpointClaimed{State: state, Restore: restore, Err: err}
 	case activation.Stage:
 		r.stagedAt = time.Now()
 		staged, err := m.d.Stage(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
 		r.staged = staged
+		if err == nil && e.Restore {
+			if err = staged.Restore(r.ctx, e.State); err != nil {
+				m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
+					Msg("the kind's state adapter refused the Spot's last checkpoint; the Spot does not start without it")
+				err = fmt.Errorf("%w: restore the Spot's last checkpoint: %w", roamerr.ErrUnavailable, err)
+			}
+		}
 		return activation.Staged{Err: err}
 	case activation.DiscardStaged:
 		if r.staged != nil {
@@ -212,13 +222,17 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		}
 	case activation.Open:
 		key, op, rootKey, committed := e.Key, e.FirstOperation, e.RootKey, e.Committed
-		err := r.staged.Open(r.ctx, e.Messages, op, func(settled func(pointerGone bool)) {
-			go func() {
-				// The incarnation dispatches again; a move may start unless
-				// a close is releasing the record with its pointer.
-				settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
-			}()
-		})
+		var afterFirst func(settled func(pointerGone bool))
+		if op != "" { // a recovery from a checkpoint has no first message, and no pointer
+			afterFirst = func(settled func(pointerGone bool)) {
+				go func() {
+					// The incarnation dispatches again; a move may start unless
+					// a close is releasing the record with its pointer.
+					settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
+				}()
+			}
+		}
+		err := r.staged.Open(r.ctx, e.Messages, op, afterFirst)
 		return activation.Opened{Err: err}
 	case activation.Forward:
 		m.sys.Root.Send(relocation.ObjectPID(e.Address, e.Key, e.Record), r.first)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/testwait"
@@ -678,7 +679,7 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
 		vault := w.cartKind("vault")
-		vault.ReactivateEmpty = false
+		vault.ReactivateEmpty, vault.RecoverByOperator = false, true
 		caller := w.start(withKinds(w.roomKind()))
 		doomed := w.start(withKinds(vault))
 		n, err := request(t, caller, "strongbox", "1", "vault")
@@ -708,6 +709,176 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a new, empty incarnation")
 		require.Equal(t, []string{"1", "3"}, w.handledOf("strongbox"))
+	})
+}
+
+// storedCount is the count the last checkpoint of an Instance Spot holds
+// (-1: none, or a closed Spot's tombstone).
+func storedCount(t *testing.T, store location.Store, id string) int64 {
+	t.Helper()
+	data, _, err := store.(location.CheckpointStore).GetCheckpoint(ctx, location.Key(location.KindInstanceSpot, id))
+	if errors.Is(err, location.ErrNotFound) {
+		return -1
+	}
+	require.NoError(t, err)
+	c, err := checkpoint.Decode(data)
+	require.NoError(t, err)
+	if c.NoState {
+		return -1
+	}
+	var n int64
+	_, err = fmt.Sscan(string(c.State), &n)
+	require.NoError(t, err)
+	return n
+}
+
+// A stateful Instance Spot whose owner ended comes back by itself from its
+// last checkpoint (its default recovery): the next call finds it on a live
+// node with a new generation and the state the checkpoint held, and the
+// recovery claims the checkpoint first, so nothing of the ended
+// incarnation can replace it later.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestStatefulSpotOfAnEndedOwnerComesBackFromItsCheckpoint(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		vault.CheckpointIdle = 20 * time.Millisecond
+		caller := w.start(withKinds(w.roomKind()))
+		doomed := w.start(withKinds(vault))
+		for i, v := range []string{"1", "2", "3"} {
+			n, err := request(t, caller, "safe", v, "vault")
+			require.NoError(t, err)
+			require.EqualValues(t, i+1, n)
+		}
+		before, err := caller.Spots().Find(ctx, "safe")
+		require.NoError(t, err)
+		eventually(t, "the checkpoint of the third message", func() bool { return storedCount(t, store, "safe") == 3 })
+		require.NoError(t, doomed.Stop(ctx))
+		w.start(withKinds(vault))
+
+		// The caller may still hold its route to the stopped node (a lost
+		// connection: the call did not run there), and the ended owner is
+		// taken over a lease TTL after it is first seen gone.
+		var n int64
+		eventually(t, "the Spot recovered", func() bool {
+			n, err = request(t, caller, "safe", "4", "vault")
+			if errors.Is(err, roamerr.ErrOwnerEnding) || (err != nil && strings.Contains(err.Error(), "was lost")) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		})
+		require.EqualValues(t, 4, n, "the state came back from the checkpoint")
+		after, err := caller.Spots().Find(ctx, "safe")
+		require.NoError(t, err)
+		require.NotEqual(t, doomed.NodeRid(), after.NodeRid)
+		// Recovered by the call (a new generation) or, first, by the live
+		// node's pass (the same generation, the next owner generation).
+		rec, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "safe"))
+		require.NoError(t, err)
+		require.True(t, after.ObjectGeneration > before.ObjectGeneration || rec.Record.GetAuthorityOwnerGeneration() > 1,
+			"a new incarnation: generation %d (was %d), owner generation %d", after.ObjectGeneration, before.ObjectGeneration, rec.Record.GetAuthorityOwnerGeneration())
+		require.Equal(t, []string{"1", "2", "3", "4"}, w.handledOf("safe"), "nothing handled twice")
+	})
+}
+
+// A stateful Instance Spot whose owner ended comes back without waiting
+// for a call: a live node that hosts its kind (the first of its
+// candidates) recovers it from its last checkpoint, and the next call finds
+// it serving there with its state.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestStatefulSpotOfAnEndedOwnerComesBackWithoutACall(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		vault.CheckpointIdle = 20 * time.Millisecond
+		caller := w.start(withKinds(w.roomKind()))
+		doomed := w.start(withKinds(vault))
+		for _, v := range []string{"1", "2"} {
+			_, err := request(t, caller, "locker", v, "vault")
+			require.NoError(t, err)
+		}
+		eventually(t, "the checkpoint of the second message", func() bool { return storedCount(t, store, "locker") == 2 })
+		require.NoError(t, doomed.Stop(ctx))
+		rescuer := w.start(withKinds(vault))
+
+		key := location.Key(location.KindInstanceSpot, "locker")
+		eventually(t, "the Spot recovered on the live node without a call", func() bool {
+			v, err := store.Read(ctx, key)
+			require.NoError(t, err)
+			return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid() &&
+				v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
+		})
+		require.Equal(t, []string{"1", "2"}, w.handledOf("locker"), "no call ran meanwhile")
+		n, err := request(t, caller, "locker", "3", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, "with the checkpoint's state")
+		require.Equal(t, []string{"1", "2", "3"}, w.handledOf("locker"))
+	})
+}
+
+// A node that stops without moving its objects away checkpoints what
+// they handled since their last capture first: their recovery elsewhere
+// loses nothing (here the policy alone would not have captured for an
+// hour).
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		vault.CheckpointInterval = time.Hour
+		caller := w.start(withKinds(w.roomKind()))
+		doomed := w.start(withKinds(vault))
+		for _, v := range []string{"1", "2", "3"} {
+			_, err := request(t, caller, "till", v, "vault")
+			require.NoError(t, err)
+		}
+		require.Equal(t, int64(-1), storedCount(t, store, "till"), "nothing captured yet")
+		require.NoError(t, doomed.Stop(ctx))
+		require.Equal(t, int64(3), storedCount(t, store, "till"), "captured at the stop")
+		w.start(withKinds(vault))
+		var n int64
+		var err error
+		eventually(t, "the Spot recovered", func() bool {
+			n, err = request(t, caller, "till", "4", "vault")
+			if errors.Is(err, roamerr.ErrOwnerEnding) || (err != nil && strings.Contains(err.Error(), "was lost")) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		})
+		require.EqualValues(t, 4, n)
+	})
+}
+
+// A closed Spot's checkpoint goes with it (a tombstone, so no late
+// capture brings it back): the same ID activated again starts empty.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery" (a Close removes
+// the checkpoint).
+func TestClosedSpotLeavesNoCheckpoint(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		vault.CheckpointEvery = 1
+		caller := w.start(withKinds(vault))
+		for _, v := range []string{"1", "2"} {
+			_, err := request(t, caller, "drawer", v, "vault")
+			require.NoError(t, err)
+		}
+		eventually(t, "a checkpoint", func() bool { return storedCount(t, store, "drawer") == 2 })
+		_, err := request(t, caller, "drawer", "close", "vault")
+		require.NoError(t, err)
+		eventually(t, "the Spot and its checkpoint gone", func() bool {
+			_, err := caller.Spots().Find(ctx, "drawer")
+			return errors.Is(err, roamerr.ErrNotFound) && storedCount(t, store, "drawer") == -1
+		})
+		n, err := request(t, caller, "drawer", "again", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "a new Spot of the same ID starts empty")
 	})
 }
 

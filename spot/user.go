@@ -214,6 +214,12 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		if auth.ready() && rec.GetMemberCount() > 0 {
 			return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
 		}
+		if auth.ready() && rec.GetPreservesState() {
+			// Its in-memory state ended with the owner: a new, empty
+			// incarnation answered Created would lose it without a word
+			// (docs/FAULTS.md, End states).
+			return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended with its in-memory state; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
+		}
 	}
 	mesh, nodes, err := m.selectMesh(ctx, c.mesh)
 	if err != nil {
@@ -423,6 +429,9 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	ready := proto.Clone(rec).(*location.Record)
 	ready.State = messages.LifecycleState_LIFECYCLE_STATE_READY
 	ready.CreationIntent = nil
+	if k, ok := m.d.Kind(rec.GetStableType()); ok {
+		ready.PreservesState = relocation.PreservesState(k.Policy)
+	}
 	out := &messages.SpotReply{Ref: authority{v: location.Versioned{Key: key, Record: ready}}.ref()}
 	if reply != nil {
 		var werr error

@@ -137,7 +137,7 @@ func NewRecovery(cfg Config, r Recover) (*Activation, []Effect) {
 		effects = append(effects, StartTimer{Timer: TimerDeadline, At: r.Deadline})
 	}
 	rec := r.Scanned.Record
-	if !Recoverable(r.Scanned) {
+	if !Recoverable(r.Scanned) && !(RecoverableFromCheckpoint(r.Scanned) && r.Kind.Registered && r.Kind.Checkpointed && !r.Kind.RecoverByOperator) {
 		return a, append(effects, a.finish(Untouched)...)
 	}
 	if (a.creatingUser() && AbandonedCreation(rec, r.Now)) || Abandoned(rec, r.Now) {
@@ -163,6 +163,17 @@ func Recoverable(v location.Versioned) bool {
 	rec := v.Record
 	return rec.GetActivationRecovery() != nil ||
 		(v.Key.Kind == location.KindUserSpot && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING)
+}
+
+// RecoverableFromCheckpoint reports whether a record may be an ended
+// owner's stateful Instance Spot that a live node recovers from its
+// checkpoint without waiting for a call: Ready, with no recovery pointer,
+// of a kind that preserves state (whether its owner ended, and whether
+// the kind checkpoints, the recovery then checks).
+func RecoverableFromCheckpoint(v location.Versioned) bool {
+	rec := v.Record
+	return v.Key.Kind == location.KindInstanceSpot && rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY &&
+		rec.GetActivationRecovery() == nil && rec.GetPreservesState()
 }
 
 func (a *Activation) creatingUser() bool {
@@ -223,6 +234,10 @@ func (a *Activation) Step(ev Event) []Effect {
 		return a.writing(ev)
 	case SettlingCommit:
 		return a.settlingCommit(ev)
+	case ClaimingCheckpoint:
+		if ev, ok := ev.(CheckpointClaimed); ok {
+			return a.claimed(ev)
+		}
 	case Staging:
 		if ev, ok := ev.(Staged); ok {
 			return a.staged(ev)
@@ -266,6 +281,10 @@ func (a *Activation) Step(ev Event) []Effect {
 		if ev, ok := ev.(RecordRead); ok {
 			if ev.Err != nil || ev.Record.Version != a.scanned.Version {
 				return a.finish(Untouched) // changed meanwhile: whoever changed it carries on
+			}
+			if ev.Record.Record.GetActivationRecovery() == nil {
+				a.resumed = ev.Record
+				return a.takeOver(ev.Record)
 			}
 			return a.resume(ev.Record)
 		}
@@ -384,6 +403,14 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 			// replaced like an abandoned reservation, whatever the kind.
 			return a.coldActivate(v)
 		}
+		if a.kind.Registered && a.kind.PreservesState && a.kind.Checkpointed && !a.kind.RecoverByOperator {
+			// Recovered from its last checkpoint: the reservation below,
+			// then the claim before staging (open).
+			return append([]Effect{Log{Level: LevelWarn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
+				OwnerNodeRid: rec.GetOwner().GetNodeRid(),
+				Msg:          "the owner of an Instance Spot ended; it is recovered here from its last checkpoint (what it handled after that is lost)"}},
+				a.coldActivate(v)...)
+		}
 		if a.kind.Registered && a.kind.PreservesState {
 			if !a.kind.ReactivateEmpty {
 				// The state ended with its owner (PROTOCOL.md §7.10); only an
@@ -479,6 +506,14 @@ func (a *Activation) writing(ev Event) []Effect {
 	case TakingOver:
 		switch outcome {
 		case Applied:
+			if a.resumed.Record.GetActivationRecovery() == nil {
+				// A Ready Spot of an ended owner, recovered from its
+				// checkpoint by a live node without waiting for a call.
+				effects = append(effects, Log{Level: LevelWarn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
+					OwnerNodeRid: a.resumed.Record.GetOwner().GetNodeRid(),
+					Msg:          "the owner of an Instance Spot ended; it is recovered here from its last checkpoint (what it handled after that is lost)"})
+				return append(effects, a.open(version, a.rec, nil, "")...)
+			}
 			firsts := []first{{a.origOp, a.origMsg}}
 			if !a.recovery && a.op != a.origOp {
 				firsts = append(firsts, first{a.op, a.first})
@@ -532,8 +567,34 @@ func (a *Activation) writing(ev Event) []Effect {
 // reservation is released with the same fence.
 func (a *Activation) open(version location.StoreVersion, rec *location.Record, firsts []first, rootKey string) []Effect {
 	a.version, a.rec, a.firsts, a.rootKey = version, rec, firsts, rootKey
+	if a.kind.Checkpointed {
+		// Every incarnation of a kind that checkpoints starts from the
+		// last checkpoint: after an ended owner, after a resumed or
+		// aborted activation, after a recovery that failed half-way
+		// (its reservation released, the record Missing again).
+		a.phase = ClaimingCheckpoint
+		return []Effect{ClaimCheckpoint{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}}
+	}
+	return a.stage(nil, false)
+}
+
+func (a *Activation) stage(state []byte, restore bool) []Effect {
+	rec := a.rec
 	a.phase = Staging
-	return []Effect{Stage{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}}
+	return []Effect{Stage{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration(),
+		State: state, Restore: restore}}
+}
+
+// claimed stages the incarnation with the checkpoint's state; a claim
+// that failed (the store, or a corrupt checkpoint) fails the activation
+// before anything is staged: nothing starts without the state it should
+// have.
+func (a *Activation) claimed(ev CheckpointClaimed) []Effect {
+	if ev.Err != nil {
+		return a.abort(StoreError("claim the Spot's checkpoint", ev.Err), Log{Level: LevelWarn, Event: "checkpoint_claim_failed", SpotID: a.spotID, Err: ev.Err,
+			Msg: "the Spot's last checkpoint could not be taken over; it does not start without it"})
+	}
+	return a.stage(ev.State, ev.Restore)
 }
 
 func (a *Activation) staged(ev Staged) []Effect {
@@ -542,6 +603,7 @@ func (a *Activation) staged(ev Staged) []Effect {
 	}
 	ready := proto.Clone(a.rec).(*location.Record)
 	ready.State = messages.LifecycleState_LIFECYCLE_STATE_READY
+	ready.PreservesState = a.kind.PreservesState
 	a.ready = ready
 	a.write = NewCompareAndSet(a.cfg, a.key(), a.version, ready, a.deadline)
 	a.phase = Committing
@@ -556,8 +618,17 @@ func (a *Activation) openCommitted(version location.StoreVersion) []Effect {
 	for i, f := range a.firsts {
 		msgs[i] = f.msg
 	}
-	return []Effect{Open{Key: a.key(), Messages: msgs, FirstOperation: a.firsts[0].op, RootKey: a.rootKey,
+	return []Effect{Open{Key: a.key(), Messages: msgs, FirstOperation: a.firstOp(), RootKey: a.rootKey,
 		Committed: location.Versioned{Key: a.key(), Version: version, Record: a.ready}}}
+}
+
+// firstOp is the operation of the first message dispatched ("" for a
+// recovery from a checkpoint, which has none).
+func (a *Activation) firstOp() string {
+	if len(a.firsts) == 0 {
+		return ""
+	}
+	return a.firsts[0].op
 }
 
 // settlingCommit settles a Ready commit whose outcome the deadline left
@@ -617,6 +688,11 @@ func (a *Activation) opened(ev Opened) []Effect {
 		a.leftReservation = true
 		return a.fail(ev.Err, DiscardStaged{})
 	}
+	if len(a.firsts) == 0 {
+		return a.finish(Activated, Measure{Outcome: "recovered", Activated: true},
+			Log{Level: LevelInfo, Event: "spot_recovered", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
+				StableType: a.rec.GetStableType(), Msg: "Instance Spot of an ended owner recovered from its last checkpoint without waiting for a call"})
+	}
 	return a.finish(Activated, Measure{Outcome: "ok", Activated: true},
 		Log{Level: LevelInfo, Event: "spot_activated", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
 			OperationID: a.firsts[0].op, StableType: a.rec.GetStableType(), Msg: "Instance Spot activated by its first message"})
@@ -633,7 +709,10 @@ func (a *Activation) opened(ev Opened) []Effect {
 // abandoned, it is resumed again by the next activation (this node's own
 // at once) or the start-up scan.
 func (a *Activation) abort(err error, before ...Effect) []Effect {
-	if a.resumed.Present() {
+	// A recovery from a checkpoint (a takeover without a recovery pointer)
+	// is released like a reservation: the record goes Missing, and the
+	// Spot's next call activates it from the same checkpoint.
+	if a.resumed.Present() && a.resumed.Record.GetActivationRecovery() != nil {
 		if a.rootKey == a.ownRoot() {
 			a.leftReservation = true
 		}
@@ -688,6 +767,15 @@ func (a *Activation) rootRead(ev RootGot) []Effect {
 		return a.fail(ev.FirstErr)
 	}
 	a.origOp, a.origMsg = ev.Operation, ev.First
+	return a.takeOver(v)
+}
+
+// takeOver writes the record v of an ended owner (or an abandoned
+// activation) with this node as owner and the next owner generation,
+// Creating, by compare-and-set: the resume of an interrupted activation,
+// or the recovery of a Ready Spot from its checkpoint (no first message).
+func (a *Activation) takeOver(v location.Versioned) []Effect {
+	rec := v.Record
 	took := proto.Clone(rec).(*location.Record)
 	took.Owner = proto.Clone(a.cfg.Self).(*messages.Owner)
 	if rec.GetOwner().GetNodeRid() != a.cfg.Self.GetNodeRid() {

@@ -143,13 +143,26 @@ type (
 	// ReleaseCapacity: give the creation slot back (once open, the
 	// incarnation counts as serving).
 	ReleaseCapacity struct{}
+	// ClaimCheckpoint: take the object's last checkpoint over for the
+	// incarnation with Generation and OwnerGeneration, so no capture of
+	// an earlier incarnation replaces it afterwards (docs/FAULTS.md,
+	// "Checkpoints and recovery"); answer CheckpointClaimed.
+	ClaimCheckpoint struct {
+		Key             location.AuthorityKey
+		StableType      string
+		Generation      uint64
+		OwnerGeneration uint64
+	}
 	// Stage: spawn the incarnation with dispatch held (the activation
-	// barrier of PROTOCOL.md §7.5 steps 10–11); answer Staged.
+	// barrier of PROTOCOL.md §7.5 steps 10–11), and give it State when
+	// Restore (a claimed checkpoint's); answer Staged.
 	Stage struct {
 		Key             location.AuthorityKey
 		StableType      string
 		Generation      uint64
 		OwnerGeneration uint64
+		State           []byte
+		Restore         bool
 	}
 	// DiscardStaged: remove the staged incarnation; what waited in its
 	// queue is answered Unavailable.
@@ -251,3 +264,4 @@ func (StopTimer) isEffect()        {}
 func (Log) isEffect()              {}
 func (Measure) isEffect()          {}
 func (Finish) isEffect()           {}
+func (ClaimCheckpoint) isEffect()  {}

@@ -110,6 +110,14 @@ type (
 	}
 	// Staged answers Stage.
 	Staged struct{ Err error }
+	// CheckpointClaimed answers ClaimCheckpoint: the state to restore
+	// (Restore false: none stored; the incarnation starts from its
+	// producer).
+	CheckpointClaimed struct {
+		State   []byte
+		Restore bool
+		Err     error
+	}
 	// Opened answers Open.
 	Opened struct{ Err error }
 	// AbortAnswered answers AbortReservation.
@@ -136,19 +144,20 @@ type TimerFired struct {
 	Now   time.Time
 }
 
-func (KeyLocked) isEvent()        {}
-func (AuthorityRead) isEvent()    {}
-func (Watched) isEvent()          {}
-func (CapacityAdmitted) isEvent() {}
-func (RootPut) isEvent()          {}
-func (RootGot) isEvent()          {}
-func (WriteAnswered) isEvent()    {}
-func (RecordRead) isEvent()       {}
-func (Staged) isEvent()           {}
-func (Opened) isEvent()           {}
-func (AbortAnswered) isEvent()    {}
-func (Deleted) isEvent()          {}
-func (OwnerRead) isEvent()        {}
-func (PassedOn) isEvent()         {}
-func (LocalClosed) isEvent()      {}
-func (TimerFired) isEvent()       {}
+func (KeyLocked) isEvent()         {}
+func (AuthorityRead) isEvent()     {}
+func (Watched) isEvent()           {}
+func (CapacityAdmitted) isEvent()  {}
+func (RootPut) isEvent()           {}
+func (RootGot) isEvent()           {}
+func (WriteAnswered) isEvent()     {}
+func (RecordRead) isEvent()        {}
+func (Staged) isEvent()            {}
+func (Opened) isEvent()            {}
+func (AbortAnswered) isEvent()     {}
+func (Deleted) isEvent()           {}
+func (OwnerRead) isEvent()         {}
+func (PassedOn) isEvent()          {}
+func (LocalClosed) isEvent()       {}
+func (TimerFired) isEvent()        {}
+func (CheckpointClaimed) isEvent() {}

@@ -75,6 +75,10 @@ const (
 	// ReleasingReservation: (recovery) an ended owner's User Spot
 	// reservation is deleted with its fence.
 	ReleasingReservation
+	// ClaimingCheckpoint: the object's last checkpoint is read and taken
+	// over for this incarnation (a kind that checkpoints), before it is
+	// staged with that state.
+	ClaimingCheckpoint
 
 	// Activated: the Spot serves here with the first messages at the head.
 	Activated
@@ -152,6 +156,7 @@ var phaseNames = map[Phase]string{
 	CheckingOwner:        "CheckingOwner",
 	Rereading:            "Rereading",
 	ReleasingReservation: "ReleasingReservation",
+	ClaimingCheckpoint:   "ClaimingCheckpoint",
 	Activated:            "Activated",
 	Forwarded:            "Forwarded",
 	HandedOn:             "HandedOn",

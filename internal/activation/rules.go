@@ -56,6 +56,13 @@ type Kind struct {
 	// ReactivateEmpty: the kind accepts to start empty after its owner
 	// ended instead of waiting for ReleaseEnded.
 	ReactivateEmpty bool
+	// Checkpointed: the kind's owners checkpoint its state; every
+	// activation (cold, after an ended owner, resumed) starts from the
+	// last checkpoint, and an ended owner's object is recovered from it.
+	Checkpointed bool
+	// RecoverByOperator: an ended owner's object waits for an operator
+	// (ReleaseEnded) even when it could be recovered.
+	RecoverByOperator bool
 }
 
 // AbandonGrace is how long past its operation's deadline a Creating

@@ -185,13 +185,22 @@ func TestClaimOfForeignOrCorruptCheckpoint(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 }
 
-func TestForgetDeletesAndDropsLaterCaptures(t *testing.T) {
+// A close leaves a tombstone above every capture of the closed
+// incarnation: none of them, however late, brings its state back, and a
+// new object of the same ID starts empty.
+func TestForgetLeavesATombstoneNoLateCaptureRevives(t *testing.T) {
 	s := memstore.New()
-	w := newWriter(t, s)
+	w, late := newWriter(t, s), newWriter(t, s)
 	w.Submit(key, cp(1, 1, 1, "a"))
-	require.NoError(t, w.Forget(context.Background(), key))
-	_, _, err := s.GetCheckpoint(context.Background(), key)
-	require.ErrorIs(t, err, location.ErrNotFound)
+	require.NoError(t, w.Forget(context.Background(), key, 1, 1, "room"))
+	c := stored(t, s, key)
+	require.True(t, c.NoState)
+	late.Submit(key, cp(1, 1, 99, "late"))
+	waitIdle(t, late, "the late capture")
+	require.True(t, stored(t, s, key).NoState, "the late capture did not revive the closed state")
+	got, err := late.Claim(context.Background(), key, Fence{2, 1, 0}, "room", "")
+	require.NoError(t, err)
+	require.True(t, got.NoState, "a new object of the ID starts empty")
 }
 
 // A node whose lease is not in force writes nothing.

@@ -322,10 +322,27 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 	}
 }
 
-// Forget ends key's checkpoints (its object closed): a waiting capture is
-// dropped, a write in flight finishes, then the stored checkpoint is
-// deleted. Captures submitted meanwhile are dropped.
-func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey) error {
+// TombstoneFor is how long a closed object's tombstone stays before it is
+// deleted: far longer than any write of the closed incarnation can still
+// be on its way to the store (each is bounded by the writer's Timeout).
+const TombstoneFor = time.Minute
+
+// Tombstone is what a closed incarnation with generations gen and owner
+// leaves: a NoState checkpoint above every capture it made, so none of
+// them, however late, can bring its state back, and a new object of the
+// same ID starts empty.
+func Tombstone(gen, owner uint64, stableType string) Checkpoint {
+	return Checkpoint{Fence: Fence{ObjectGeneration: gen, OwnerGeneration: owner, Sequence: ^uint64(0)}, StableType: stableType, NoState: true}
+}
+
+// Forget ends key's checkpoints (its object, incarnation gen/owner,
+// closed): a waiting capture is dropped, a write in flight finishes, then
+// a tombstone replaces the stored checkpoint (a plain delete would let a
+// late write of the closed incarnation bring its state back to a new
+// object of the same ID), deleted TombstoneFor later at its version
+// unless a new object's checkpoint replaced it. Captures submitted
+// meanwhile are dropped.
+func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, owner uint64, stableType string) error {
 	w.mu.Lock()
 	w.forgetting[key] = true
 	delete(w.pending, key)
@@ -339,10 +356,54 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey) error {
 		delete(w.versions, key)
 		w.mu.Unlock()
 	}()
-	if err := w.cfg.Store.DeleteCheckpoint(ctx, key, 0); err != nil {
-		return fmt.Errorf("delete the checkpoint of %s: %w", key, err)
+	tomb := Tombstone(gen, owner, stableType)
+	data, err := Encode(tomb)
+	if err != nil {
+		return err
 	}
-	return nil
+	for try := 0; try < 4; try++ {
+		stored, v, err := w.read(key)
+		if err != nil && !IsCorrupt(err) {
+			return fmt.Errorf("forget the checkpoint of %s: %w", key, err)
+		}
+		// Also over nothing stored: a first capture still on its way
+		// must not land after the close.
+		if Judge(tomb.Fence, stored, err) == Superseded {
+			return nil // a later object's checkpoint already
+		}
+		wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		nv, err := w.cfg.Store.PutCheckpoint(wctx, key, v, data)
+		cancel()
+		var ce *location.ConflictError
+		switch {
+		case err == nil:
+			w.sweepLater(key, nv)
+			return nil
+		case errors.As(err, &ce):
+			continue
+		default:
+			return fmt.Errorf("forget the checkpoint of %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("%w: forget the checkpoint of %s: it kept changing", roamerr.ErrConflict, key)
+}
+
+// sweepLater deletes key's tombstone at version v once TombstoneFor has
+// passed (best effort: a stopped writer leaves it; a new object's
+// checkpoint at another version is never deleted).
+func (w *Writer) sweepLater(key location.AuthorityKey, v location.StoreVersion) {
+	t := time.NewTimer(TombstoneFor)
+	go func() {
+		defer t.Stop()
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		defer cancel()
+		_ = w.cfg.Store.DeleteCheckpoint(ctx, key, v)
+	}()
 }
 
 // Idle reports whether nothing waits or is being written.

@@ -25,6 +25,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
+	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/operator"
@@ -159,6 +160,7 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	if cfg.Roots == nil {
 		cfg.Roots, _ = cfg.Node.Store.(location.RootStore)
 	}
+
 	e := &Extension{cfg: cfg, kinds: append([]Kind(nil), cfg.Kinds...), stopCh: make(chan struct{}), done: make(chan struct{})}
 	l, err := e.startLife(ctx)
 	if err != nil {
@@ -233,17 +235,32 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if err != nil {
 		return nil, startFailed(err, node.Stop(ctx))
 	}
+	// A lifecycle that fails to start on the application's system leaves
+	// none of its actors there: the next attempt spawns them anew under
+	// the same names.
+	var m *spot.Manager
+	failed := func(err error) error {
+		stopErr := node.Stop(ctx)
+		if node.Attached() {
+			if m != nil {
+				m.Shutdown()
+			}
+			d.Shutdown()
+		}
+		return startFailed(err, stopErr)
+	}
 	for _, k := range kinds {
 		if err := d.RegisterKind(k); err != nil {
-			return nil, startFailed(err, node.Stop(ctx))
+			return nil, failed(err)
 		}
 	}
 	if cfg.Spot.Logger == nil {
 		cfg.Spot.Logger = cfg.Node.Logger
 	}
-	m, err := spot.New(d, cfg.Roots, cfg.Spot)
+	m, err = spot.New(d, cfg.Roots, cfg.Spot)
 	if err != nil {
-		return nil, startFailed(err, node.Stop(ctx))
+		m = nil
+		return nil, failed(err)
 	}
 	spots.Store(m)
 	if lookup != nil {
@@ -252,7 +269,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	sessions, err := session.Start(d, cfg.Session, sessionLogger(cfg.Node.Logger))
 	if err != nil {
 		m.Stop()
-		return nil, startFailed(err, node.Stop(ctx))
+		return nil, failed(err)
 	}
 	l := &life{node: node, driver: d, spots: m, sessions: sessions}
 	if hasBoard {
@@ -262,9 +279,10 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 		if err := e.direct(l, board, hasBoard); err != nil {
 			sessions.Stop()
 			m.Stop()
-			return nil, startFailed(err, node.Stop(ctx))
+			return nil, failed(err)
 		}
 	}
+	go e.sweepEnded(l)
 	go func() {
 		// An owner seen gone only just now is not taken over for a lease
 		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
@@ -290,6 +308,62 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 		}
 	}()
 	return l, nil
+}
+
+// sweepPasses bounds the passes over the Instance Spots after a node
+// lifecycle disappeared (or this one started): enough for the grace a
+// lease TTL long before an ended owner is taken over, and for a share
+// whose recoverer ended too to fall to another node.
+const sweepPasses = 10
+
+// sweepEnded recovers, for the lifecycle's life, the stateful Instance
+// Spots of ended owners without waiting for a call (spot.RecoverEnded,
+// docs/FAULTS.md "Checkpoints and recovery"): it watches the Mesh's node
+// descriptors every half lease TTL, and after a lifecycle disappeared (and
+// once at start) passes over the Spots every half TTL until none waits or
+// sweepPasses passes are done.
+func (e *Extension) sweepEnded(l *life) {
+	period := max(l.node.LeaseTTL()/2, 250*time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	mesh := l.node.Descriptor().GetMesh()
+	known := map[string]bool{}
+	passes := sweepPasses
+	for {
+		select {
+		case <-l.node.Stopping():
+			return
+		case <-l.node.LeaseLost():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if nodes, err := l.node.Store().ListNodes(ctx, mesh); err == nil {
+			cur := make(map[string]bool, len(nodes))
+			for _, n := range nodes {
+				cur[n.Node.GetNodeRid()+"/"+n.Node.GetLeaseId()] = true
+			}
+			for k := range known {
+				if !cur[k] {
+					passes = sweepPasses
+				}
+			}
+			known = cur
+		}
+		if passes > 0 && l.node.Valid() {
+			passes--
+			sw, err := l.spots.RecoverEnded(ctx)
+			switch {
+			case err != nil:
+				log := e.logger()
+				log.Warn().Str("event", "spot_recovery_failed").Err(err).Int("recovered", sw.Recovered).Int("waiting", sw.Waiting).
+					Msg("a pass over the ended owners' Spots did not finish; the next pass tries again")
+			case sw.Waiting == 0:
+				passes = 0
+			}
+		}
+		cancel()
+	}
 }
 
 // serveOperators runs, for the lifecycle's life, the operators' requests
@@ -788,6 +862,12 @@ func (e *Extension) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
 // Node is the underlying node (actor system, address, descriptor).
 func (e *Extension) Node() *meshnode.Node { return e.cur.Load().node }
 
+// CheckpointStats are the current lifecycle's checkpoint counts: captures
+// taken, and the writer's outcomes.
+func (e *Extension) CheckpointStats() (captures uint64, st checkpoint.Stats) {
+	return e.cur.Load().driver.CheckpointStats()
+}
+
 // System is the node's actor system.
 func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.System() }
 
@@ -989,6 +1069,9 @@ func (e *Extension) followQuiet(ctx context.Context, l *life) {
 	}
 }
 
+// checkpointFlushFor bounds the last checkpoints of a stopping node.
+const checkpointFlushFor = 5 * time.Second
+
 // StopNow is Stop without the drain: for a node whose actor system is gone
 // already, or an application that chose so.
 func (e *Extension) StopNow(ctx context.Context) error {
@@ -1010,6 +1093,14 @@ func (e *Extension) StopNow(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(ctx, e.restoreTimeout())
 	if err := l.driver.FinishIncoming(fctx); err != nil && e.cfg.Node.Logger != nil {
 		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node or Actor deletions on it unfinished")
+	}
+	cancel()
+	// What still serves here ends with the node: its latest state goes to
+	// its checkpoint first, for its recovery elsewhere.
+	cctx, cancel := context.WithTimeout(ctx, checkpointFlushFor)
+	if err := l.driver.FlushCheckpoints(cctx); err != nil {
+		log := e.logger()
+		log.Warn().Str("event", "checkpoint_flush_incomplete").Err(err).Msg("stopping before every serving object's last state was checkpointed; what it handled since its last checkpoint is lost")
 	}
 	cancel()
 	l.sessions.Stop()

@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/chunklink"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
@@ -103,6 +104,11 @@ type Config struct {
 	SampleEvery int
 	// Edges is this node's edge table (required with SampleEvery).
 	Edges *placement.EdgeTable
+	// Checkpoints is where the owners of objects of kinds that checkpoint
+	// write their captures (docs/FAULTS.md, "Checkpoints and recovery").
+	// Default: the Location Store, when it is one (memstore and
+	// consulstore are).
+	Checkpoints location.CheckpointStore
 }
 
 func (c *Config) setDefaults() error {
@@ -281,6 +287,8 @@ type Driver struct {
 	// linked and linkedInPlace count the chunks read from the link, and
 	// of those the ones read in place (tests).
 	linked, linkedInPlace atomic.Int64
+	// cps runs this node's checkpoints (nil: no checkpoint store).
+	cps *checkpointer
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -329,6 +337,12 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		early:              earlyChunks{limit: cfg.InFlightPayloadBudget},
 	}
 	d.slots = newSlots(d.store, d.desc)
+	if cfg.Checkpoints == nil {
+		cfg.Checkpoints, _ = store.(location.CheckpointStore)
+	}
+	if cfg.Checkpoints != nil {
+		d.cps = newCheckpointer(cfg.Checkpoints, func() error { _, _, err := node.WriteLease(); return err }, d)
+	}
 	m, err := newMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -365,6 +379,9 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	go func() {
 		<-node.Stopped()
 		d.closeTimers()
+		if d.cps != nil {
+			d.cps.shutdown()
+		}
 		if d.link != nil {
 			d.link.Close()
 		}
@@ -389,6 +406,21 @@ func (d *Driver) RegisterKind(k Kind) error {
 		props = actor.PropsFromProducer(kk.Producer)
 	}
 	kk.open, kk.staging = d.props(props, false), d.props(props, true)
+	kk.checkpoints = kk.checkpointPolicy()
+	if kk.Checkpointed() && d.cps == nil {
+		if kk.CheckpointEvery != 0 || kk.CheckpointInterval != 0 || kk.CheckpointIdle != 0 {
+			return fmt.Errorf("%w: kind %q checkpoints its objects, and this node has no checkpoint store", roamerr.ErrNotConfigured, k.StableType)
+		}
+		// The default only: a store that keeps no checkpoints (an
+		// application's own Location Store) leaves the kind as it was
+		// before checkpoints, loudly.
+		kk.checkpoints = checkpoint.Policy{}
+		d.log.Warn().Str("event", "checkpoints_unavailable").Str("stable_type", k.StableType).
+			Msg("the kind preserves state but this node has no checkpoint store: an object whose owner ends waits for an operator (ReleaseEnded)")
+	}
+	if kk.Checkpointed() {
+		d.cps.register(kk.checkpoints)
+	}
 	d.kinds[k.StableType] = &kk
 	return nil
 }
@@ -743,6 +775,9 @@ func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, 
 		return nil, fmt.Errorf("%w: kind %q: the incarnation's mailbox was not made inside its spawn", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
 	obj.pid = pid
+	if obj.kind.Checkpointed() && obj.cp == nil {
+		obj.cp = &cpState{}
+	}
 	d.liveMu.Lock()
 	d.live[obj] = struct{}{}
 	d.liveMu.Unlock()

@@ -296,6 +296,11 @@ func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
 		}
 		return struct{}{}, nil
 	})
+	// Closed: its state is gone by design, and so is its checkpoint
+	// (before the authority is released, so no recovery can find it).
+	if obj.cp != nil {
+		d.forgetCheckpoint(key, obj.generation, obj.ownerGeneration, obj.kind.StableType)
+	}
 	return nil
 }
 

@@ -2,9 +2,11 @@ package relocation
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -130,6 +132,34 @@ type Kind struct {
 	// payload, one commit of every record. Otherwise (PerActor) the Spot
 	// moves alone and each member is a unit of its own.
 	SpotWide bool
+	// CheckpointEvery, CheckpointInterval and CheckpointIdle say when the
+	// owner of an object of a PreserveStateWith kind captures its state
+	// into the node's checkpoint store (docs/FAULTS.md, "Checkpoints and
+	// recovery"): after every CheckpointEvery handled messages, at most
+	// CheckpointInterval after the first handled message not yet
+	// captured, and once the object has been idle CheckpointIdle after
+	// one (each 0: off; periods at least 10 ms). The capture runs between
+	// turns, the write off the dispatch path. All zero: CheckpointInterval
+	// 1 s. An object whose owner ended is recovered from its last
+	// checkpoint: what it handled after it is lost, and counted.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	CheckpointIdle     time.Duration
+	// NoCheckpoints turns the checkpoints of a PreserveStateWith kind off
+	// (ReactivateEmpty implies it): its objects' state then ends with an
+	// owner that ends.
+	NoCheckpoints bool
+	// RecoverByOperator: an object of the kind whose owner ended is not
+	// recovered by itself; it answers Unavailable (logged
+	// reactivation_refused) until an operator accepts the loss with
+	// ReleaseEnded. Default: recovered from
+	// its last checkpoint (PreserveStateWith with checkpoints),
+	// reactivated empty (the other policies, or ReactivateEmpty).
+	RecoverByOperator bool
+
+	// checkpoints is the effective capture policy (Off: none), set at
+	// registration.
+	checkpoints checkpoint.Policy
 
 	// open and staging spawn every incarnation of the kind (a cold
 	// activation's open; a staged or arriving one's temporary queue): the
@@ -153,8 +183,36 @@ func (k *Kind) validate() error {
 	if p, ok := k.Policy.(preserveStateWith); ok && p.adapter == nil {
 		return fmt.Errorf("%w: kind %q: PreserveStateWith needs an adapter", roamerr.ErrNotConfigured, k.StableType)
 	}
+	cp := checkpoint.Policy{Every: k.CheckpointEvery, Interval: k.CheckpointInterval, Idle: k.CheckpointIdle}
+	if err := cp.Validate(); err != nil {
+		return fmt.Errorf("kind %q: %w", k.StableType, err)
+	}
+	switch {
+	case !cp.Off() && !PreservesState(k.Policy):
+		return fmt.Errorf("%w: kind %q has checkpoints but no state to capture (its policy is not PreserveStateWith)", roamerr.ErrInvalidOperation, k.StableType)
+	case !cp.Off() && (k.NoCheckpoints || k.ReactivateEmpty):
+		return fmt.Errorf("%w: kind %q has checkpoints and NoCheckpoints or ReactivateEmpty: choose one", roamerr.ErrInvalidOperation, k.StableType)
+	case k.RecoverByOperator && k.ReactivateEmpty:
+		return fmt.Errorf("%w: kind %q is both RecoverByOperator and ReactivateEmpty: choose one", roamerr.ErrInvalidOperation, k.StableType)
+	}
 	return nil
 }
+
+// checkpointPolicy is the capture policy k runs with (Off: none).
+func (k *Kind) checkpointPolicy() checkpoint.Policy {
+	if !PreservesState(k.Policy) || k.NoCheckpoints || k.ReactivateEmpty {
+		return checkpoint.Policy{}
+	}
+	cp := checkpoint.Policy{Every: k.CheckpointEvery, Interval: k.CheckpointInterval, Idle: k.CheckpointIdle}
+	if cp.Off() {
+		return checkpoint.DefaultPolicy
+	}
+	return cp
+}
+
+// Checkpointed reports whether objects of k are captured into checkpoints
+// (and so recovered from them).
+func (k *Kind) Checkpointed() bool { return !k.checkpoints.Off() }
 
 // ValidateKind reports what is wrong with k, as RegisterKind would.
 func ValidateKind(k Kind) error { return k.validate() }

@@ -201,6 +201,9 @@ func (d *Driver) runDeletion(del *deletion, key location.AuthorityKey, obj *obje
 		}()
 		r.err = d.closeEnded(ctx, obj)
 		cancel()
+	} else if k, ok := d.kind(v.Record.GetStableType()); ok && k.Checkpointed() {
+		// no incarnation here: its checkpoint goes all the same
+		d.forgetCheckpoint(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration(), v.Record.GetStableType())
 	}
 	if r.err == nil {
 		r = d.deleteRecord(key, v)

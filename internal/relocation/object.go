@@ -111,6 +111,8 @@ type object struct {
 	clusterInit bool
 	// arrived: a relocation target spawned it (what its closed queue says).
 	arrived bool
+	// cp: its checkpoints (nil unless its kind checkpoints; checkpoints.go).
+	cp *cpState
 }
 
 // An object is also its incarnation's host: roam's receiver middleware
@@ -271,6 +273,7 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 	case *messages.TimerTick:
 		if o.tm != nil && o.tm.onTick(m) && o.inst != nil {
 			next(c, env)
+			o.turnEnded()
 		} // else a tick of a cancelled timer
 	default:
 		if o.inst != nil { // nil once moved away: the incarnation only forwards
@@ -288,6 +291,7 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 				o.sampleLoad()
 			}
 			next(c, env)
+			o.turnEnded()
 		}
 	}
 }

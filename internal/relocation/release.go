@@ -33,6 +33,10 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
 	}
+	// The loss is accepted: its checkpoint must not come back either.
+	if err := d.ForgetCheckpoint(ctx, key, v.Record); err != nil {
+		return false, err
+	}
 	// A member leaves its User Spot's count in the same transaction.
 	ops, err := d.leaveOps(ctx, v.Record)
 	if err != nil {

@@ -105,6 +105,9 @@ func newStore(t testing.TB) location.Store {
 
 func newMemStoreTB() location.Store { return memstore.New() }
 
+// checkpointsBeside: a checkpoint store per wrapped Location Store.
+var checkpointsBeside sync.Map
+
 // startNodeWith starts one node with a driver and the given kinds.
 func startNodeWith(t testing.TB, store location.Store, kinds ...relocation.Kind) *testNode {
 	t.Helper()
@@ -121,6 +124,12 @@ func startNodeConfig(t testing.TB, store location.Store, cfg relocation.Config, 
 func startMeshNode(t testing.TB, nodeCfg meshnode.Config, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
 	t.Helper()
 	store := nodeCfg.Store
+	if _, ok := store.(location.CheckpointStore); !ok && cfg.Checkpoints == nil {
+		// A test's wrapper of the store (faults on records): the nodes of
+		// one store share one checkpoint store beside it.
+		cs, _ := checkpointsBeside.LoadOrStore(store, memstore.New())
+		cfg.Checkpoints = cs.(location.CheckpointStore)
+	}
 	node, err := meshnode.Start(context.Background(), nodeCfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = node.Stop(context.Background()) })

@@ -258,6 +258,9 @@ func (d *Driver) openMembers(t *targetRun, relay []any) []any {
 			}
 			m.saved, m.obj.opening = nil, nil
 			d.nowServing(m.obj)
+			if m.obj.cp != nil {
+				_ = m.obj.mb.Do(m.obj.markDirty)
+			}
 		}
 		close(opening)
 	}

@@ -358,6 +358,10 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		}
 		d.objects[t.key] = t.obj
 		d.nowServing(t.obj)
+		if t.obj.cp != nil {
+			// The state it arrived with is in no checkpoint yet.
+			_ = t.obj.mb.Do(t.obj.markDirty)
+		}
 		if !d.inProcess { // the source watches an in-process store for free
 			d.send(t.sourcePID, &messages.OwnerCommitted{Identity: id.ToProto()})
 		}

@@ -85,7 +85,9 @@ func (s *Service) Stop() {
 	}
 	s.run(effects)
 	s.mu.Unlock()
-	s.sys.Root.Stop(s.self)
+	// Wait for the actor's end: a next lifecycle on the same actor
+	// system spawns its own under the same name.
+	_ = s.sys.Root.StopFuture(s.self).Wait()
 }
 
 // step feeds ev and runs its effects; the caller holds s.mu.

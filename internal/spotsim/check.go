@@ -49,6 +49,12 @@ import (
 //     ReactivateEmpty never opens empty over a previous incarnation's
 //     state (other than the first messages it replays), unless the Spot
 //     was closed and its record released in between.
+//   - checkpoint-fork, checkpoint-revived (7): a Spot of a kind that
+//     checkpoints (every other Spot) opens with a state that is a prefix
+//     of the history of the incarnation it replaces (never a state of
+//     another branch, such as an ended incarnation's late capture landing
+//     over a recovery's claim), and empty after its close (no late
+//     capture of the closed incarnation brings its state back).
 
 // handle is one handled message: the application ran it on inc.
 func (w *World) handle(inc *Inc, m *Msg) {
@@ -165,7 +171,9 @@ func (w *World) checkServing(s *Spot, inc *Inc) {
 func (w *World) incOpened(inc *Inc) {
 	s := inc.spot
 	prev := s.live
-	if prev != nil && prev != inc && !s.released && s.kind.PreservesState && !s.kind.ReactivateEmpty {
+	if s.kind.Checkpointed {
+		w.checkRestored(inc, prev)
+	} else if prev != nil && prev != inc && !s.released && s.kind.PreservesState && !s.kind.ReactivateEmpty {
 		var lost []*Msg
 		for _, m := range prev.handled {
 			if !slices.Contains(inc.firsts, m) {
@@ -184,6 +192,38 @@ func (w *World) incOpened(inc *Inc) {
 	}
 	s.live = inc
 	s.released = false
+}
+
+// checkRestored checks invariant (7) when inc of a Spot that checkpoints
+// opens: its restored state is a prefix of the history of prev, the
+// incarnation it replaces (nothing of another branch, nothing older than
+// a checkpoint prev had already written and had not been superseded), and
+// empty after a close. What prev handled past it is lost by design
+// (counted).
+func (w *World) checkRestored(inc, prev *Inc) {
+	s := inc.spot
+	restored := inc.restored
+	if prev == nil || s.released {
+		if len(restored) > 0 {
+			v := w.violate("checkpoint-revived", "Spot %s opens as %s with %s, but its last incarnation was closed (or it never served)", s.id, inc, msgList(restored))
+			v.Spot = s.id
+		}
+		return
+	}
+	if prev == inc {
+		return
+	}
+	hist := prev.state()
+	if len(restored) > len(hist) || !slices.Equal(restored, hist[:len(restored)]) {
+		v := w.violate("checkpoint-fork", "Spot %s opens as %s with %s, not a prefix of %s's history %s", s.id, inc, msgList(restored), prev, msgList(hist))
+		v.Spot = s.id
+		return
+	}
+	for _, m := range hist[len(restored):] {
+		if !slices.Contains(inc.firsts, m) {
+			w.stats.LostAfterCheckpoint++
+		}
+	}
 }
 
 // recordChanged follows the Spot's record: a Closing record deleted (a

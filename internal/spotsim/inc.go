@@ -59,6 +59,10 @@ type Inc struct {
 	// firstExpired: its first message was answered DeadlineExceeded at
 	// dispatch (not run), so afterFirst never ran.
 	firstExpired bool
+	// restored: the state a claimed checkpoint gave it; seq: its last
+	// capture's sequence (checkpoint.go).
+	restored []*Msg
+	seq      uint64
 }
 
 // item is a queued message, or a close marker (CloseLocal).
@@ -234,6 +238,7 @@ func (w *World) runTurn(inc *Inc) {
 		l.send(m.call.life, &packet{kind: pReply, msg: m}) // the dispatch notice, before the handler
 	}
 	w.handle(inc, m)
+	w.capture(inc)
 	if m.request && m.call != nil && !m.call.life.gone {
 		l.send(m.call.life, &packet{kind: pReply, msg: m})
 	}
@@ -274,6 +279,7 @@ func (w *World) closeLocal(l *Life, s *Spot, gen uint64, done func(error)) {
 		if l.objects[s.idx] == inc {
 			delete(l.objects, s.idx)
 		}
+		w.forget(inc)
 		w.tracef("%s closed", inc)
 		done(nil)
 	}})

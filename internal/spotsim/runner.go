@@ -375,6 +375,13 @@ func (r *Runner) exec(e activation.Effect) bool {
 			r.resume(activation.OwnerRead{Alive: alive, Err: err})
 		})
 		return true
+	case activation.ClaimCheckpoint:
+		if !w.over && w.chance(w.faults.PStageFail) {
+			r.queue = append(r.queue, activation.CheckpointClaimed{Err: fmt.Errorf("%w: claim: the store did not answer", roamerr.ErrUnavailable)})
+			break
+		}
+		state, restore := w.claim(s, e.Generation, e.OwnerGeneration)
+		r.queue = append(r.queue, activation.CheckpointClaimed{State: state, Restore: restore})
 	case activation.Stage:
 		var err error
 		if !w.over && w.chance(w.faults.PStageFail) {
@@ -384,6 +391,8 @@ func (r *Runner) exec(e activation.Effect) bool {
 			r.commitGen, r.commitOwnerGen, r.commitSent = e.Generation, e.OwnerGeneration, false
 			if err != nil {
 				err = fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
+			} else if e.Restore {
+				w.restore(r.staged, e.State)
 			}
 		}
 		r.queue = append(r.queue, activation.Staged{Err: err})

@@ -108,6 +108,8 @@ func TestRandomSchedules(t *testing.T) {
 		total.RefusedPreserved, total.ReactivatedEmpty, total.Replayed, total.LateAfterMaybe, total.ProbesOK)
 	t.Logf("spot sim: faults: crashes %d, lease ends %d, restarts %d, link cuts %d, store outages %d, indeterminate writes %d, slow calls %d",
 		total.Crashes, total.LeaseEnds, total.Restarts, total.Cuts, total.StoreOutages, total.IndeterminateWrites, total.SlowWrites)
+	t.Logf("spot sim: checkpoints written %d, superseded %d, fenced %d; claims %d, restores %d; handled messages a recovery lost past the last checkpoint %d",
+		total.CheckpointsWritten, total.CheckpointsSuperseded, total.CheckpointsFenced, total.Claims, total.Restores, total.LostAfterCheckpoint)
 	keys := make([]string, 0, len(known))
 	for k := range known {
 		keys = append(keys, k)
@@ -148,6 +150,12 @@ func TestRandomSchedules(t *testing.T) {
 }
 
 func add(total *Stats, s Stats) {
+	total.CheckpointsWritten += s.CheckpointsWritten
+	total.CheckpointsSuperseded += s.CheckpointsSuperseded
+	total.CheckpointsFenced += s.CheckpointsFenced
+	total.Claims += s.Claims
+	total.Restores += s.Restores
+	total.LostAfterCheckpoint += s.LostAfterCheckpoint
 	total.Steps += s.Steps
 	total.Calls += s.Calls
 	total.Messages += s.Messages

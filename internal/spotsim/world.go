@@ -146,6 +146,10 @@ type World struct {
 	discardedCommits, closesGivenUp []incName
 	// takeoversReleased: Spots whose record a failed resume deleted.
 	takeoversReleased []*Spot
+	// cps is the checkpoint store (checkpoint.go), per Spot index;
+	// snapshots are the states claims hand to Stage effects, by index.
+	cps       map[int]*simCheckpoint
+	snapshots [][]*Msg
 }
 
 // Hooks let a scenario act at chosen moments. Each may be nil.
@@ -165,14 +169,20 @@ type Hooks struct {
 
 // NewWorld builds a world from cfg and seed; faults may be nil (none).
 func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
-	w := &World{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5b07_51a1_c0ff_ee00)), faults: faults}
+	w := &World{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5b07_51a1_c0ff_ee00)), faults: faults, cps: map[int]*simCheckpoint{}}
 	if w.faults == nil {
 		w.faults = &Faults{}
 	}
 	w.store = newStore(w)
 	w.net = newNet(w)
 	for i := range cfg.Spots {
-		w.spots = append(w.spots, &Spot{w: w, idx: i, id: fmt.Sprintf("s%d", i+1), kind: activation.Kind{Registered: true}, stableType: "counter"})
+		kind := activation.Kind{Registered: true}
+		if i%2 == 1 {
+			// Every other Spot is of a stateful kind that checkpoints
+			// after every message (checkpoint.go).
+			kind = activation.Kind{Registered: true, PreservesState: true, Checkpointed: true}
+		}
+		w.spots = append(w.spots, &Spot{w: w, idx: i, id: fmt.Sprintf("s%d", i+1), kind: kind, stableType: "counter"})
 	}
 	for i := range cfg.Nodes {
 		n := &Node{w: w, idx: i, name: fmt.Sprintf("n%d", i+1)}
@@ -338,6 +348,11 @@ type Stats struct {
 	Crashes, LeaseEnds, Restarts, Cuts, StoreOutages       int
 	IndeterminateWrites, SlowWrites, ProbesOK, ProbesFail  int
 	RefusedPreserved, ReactivatedEmpty, DeadLetters, Known int
+	// Checkpoint figures (checkpoint.go): captures written, dropped as
+	// superseded or fenced, claims, restores, and handled messages whose
+	// effect a recovery lost (after the last checkpoint).
+	CheckpointsWritten, CheckpointsSuperseded, CheckpointsFenced int
+	Claims, Restores, LostAfterCheckpoint                        int
 }
 
 // Stats returns the schedule's figures (after Run).

@@ -280,3 +280,5 @@ func TestCheckpointPartsDoNotPileUp(t *testing.T) {
 	require.NoError(t, f.s.DeleteCheckpoint(ctx, key, nv))
 	require.Empty(t, f.keys(t))
 }
+
+func BenchmarkCheckpointPut(b *testing.B) { storetest.BenchmarkCheckpointPut(b, newStore(b)) }

@@ -37,3 +37,5 @@ func TestRootCallsOnClosedStoreAreUnavailable(t *testing.T) {
 func TestCheckpointContract(t *testing.T) {
 	storetest.RunCheckpoints(t, storetest.CheckpointStoreOf(harness()))
 }
+
+func BenchmarkCheckpointPut(b *testing.B) { storetest.BenchmarkCheckpointPut(b, memstore.New()) }

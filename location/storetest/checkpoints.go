@@ -285,3 +285,24 @@ func testCheckpointEndedContext(t *testing.T, s location.CheckpointStore) {
 	require.ErrorIs(t, s.DeleteCheckpoint(ended, cpKey, 0), location.ErrUnavailable)
 	requireCheckpoint(t, s, cpKey, []byte("kept"), v)
 }
+
+// BenchmarkCheckpointPut measures one checkpoint write by compare-and-set
+// at the version the last one returned (the steady owner's write), for a
+// small and a multi-part state.
+func BenchmarkCheckpointPut(b *testing.B, s location.CheckpointStore) {
+	for _, n := range []int{1 << 10, 300 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			key := location.Key(location.KindInstanceSpot, fmt.Sprintf("bench-%d", n))
+			data := rootBytes(1, n)
+			var v location.StoreVersion
+			b.SetBytes(int64(n))
+			for i := 0; i < b.N; i++ {
+				nv, err := s.PutCheckpoint(context.Background(), key, v, data)
+				if err != nil {
+					b.Fatal(err)
+				}
+				v = nv
+			}
+		})
+	}
+}

@@ -1,0 +1,343 @@
+package relocation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/checkpoint"
+	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// checkpointer runs a node's checkpoints (docs/FAULTS.md, "Checkpoints and
+// recovery"): the one clock that captures objects whose captures fall due
+// by time, and the Writer that stores the captures. When a capture is due
+// is checkpoint.Policy's decision; which capture wins is the Writer's
+// (checkpoint.Judge).
+type checkpointer struct {
+	w *checkpoint.Writer
+	// tick is the clock's period: the shortest any registered kind needs
+	// (nanoseconds; 0 while no kind captures by time).
+	tick atomic.Int64
+
+	mu    sync.Mutex
+	dirty map[*object]struct{} // objects with uncaptured turns whose policy is timed
+	wake  chan struct{}
+	stop  chan struct{}
+	once  sync.Once
+
+	captureFailed ratelog.Limiter
+	captures      atomic.Uint64
+}
+
+// cpState is an incarnation's checkpoint bookkeeping (only incarnations of
+// kinds that checkpoint have one).
+type cpState struct {
+	mu     sync.Mutex
+	dirty  checkpoint.Dirty
+	seq    uint64 // the incarnation's last capture's Sequence
+	queued bool   // in the clock's dirty set, or a capture is queued
+}
+
+func newCheckpointer(store location.CheckpointStore, lease func() error, d *Driver) *checkpointer {
+	c := &checkpointer{
+		w:     checkpoint.NewWriter(checkpoint.Config{Store: store, Lease: lease, Log: d.log}),
+		dirty: map[*object]struct{}{},
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}
+	c.captureFailed.Every = time.Second
+	return c
+}
+
+// register adds a kind's policy to the clock's period.
+func (c *checkpointer) register(p checkpoint.Policy) {
+	if !p.Timed() {
+		return
+	}
+	for {
+		cur := c.tick.Load()
+		if cur != 0 && cur <= int64(p.Tick()) {
+			return
+		}
+		if c.tick.CompareAndSwap(cur, int64(p.Tick())) {
+			break
+		}
+	}
+	c.once.Do(func() { go c.run() })
+}
+
+// run is the clock: every tick, the objects whose captures fell due are
+// asked to capture between their turns.
+func (c *checkpointer) run() {
+	t := time.NewTimer(time.Duration(c.tick.Load()))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*object
+		c.mu.Lock()
+		for o := range c.dirty {
+			cs := o.cp
+			cs.mu.Lock()
+			switch {
+			case cs.dirty.Turns == 0: // captured on a turn (Every) meanwhile
+				cs.queued = false
+				delete(c.dirty, o)
+			case o.kind.checkpoints.Due(cs.dirty, now):
+				delete(c.dirty, o)
+				due = append(due, o)
+			}
+			cs.mu.Unlock()
+		}
+		c.mu.Unlock()
+		for _, o := range due {
+			if err := o.mb.Do(func() { o.captureQueued() }); err != nil {
+				// The mailbox ended: so did the incarnation.
+				o.cp.mu.Lock()
+				o.cp.queued = false
+				o.cp.mu.Unlock()
+			}
+		}
+		t.Reset(time.Duration(c.tick.Load()))
+	}
+}
+
+// shutdown stops the clock and the writer (what waits is dropped: the
+// lifecycle ended, and a recovery claims what is stored).
+func (c *checkpointer) shutdown() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.w.Stop()
+}
+
+// turnEnded counts a handled message of o (on its goroutine) and captures
+// at once when its policy says so, or hands it to the clock.
+func (o *object) turnEnded() {
+	cs := o.cp
+	if cs == nil {
+		return
+	}
+	p := o.kind.checkpoints
+	cs.mu.Lock()
+	now := time.Now()
+	captureNow := p.AfterTurn(&cs.dirty, now)
+	enqueue := !captureNow && p.Timed() && !cs.queued
+	if enqueue {
+		cs.queued = true
+	}
+	cs.mu.Unlock()
+	switch {
+	case captureNow:
+		o.capture()
+	case enqueue:
+		cps := o.d.cps
+		cps.mu.Lock()
+		cps.dirty[o] = struct{}{}
+		cps.mu.Unlock()
+	}
+}
+
+// markDirty makes an arriving incarnation's state (carried by a move, not
+// in any checkpoint yet) due for a capture by its policy.
+func (o *object) markDirty() {
+	if o.cp == nil {
+		return
+	}
+	o.turnEnded()
+}
+
+// captureQueued is the clock's capture, on o's goroutine.
+func (o *object) captureQueued() {
+	o.cp.mu.Lock()
+	o.cp.queued = false
+	o.cp.mu.Unlock()
+	o.capture()
+}
+
+// capture takes o's state, between turns on its goroutine, and hands it to
+// the writer. Not while a cold activation's recovery pointer may still be
+// in the store: a resume would replay the first message over a checkpoint
+// that already holds it (the object stays due, and the clock comes back).
+// An incarnation that moved away has no state left to capture.
+func (o *object) capture() {
+	cs := o.cp
+	if o.inst == nil || o.activating.Load() {
+		if o.inst != nil && o.kind.checkpoints.Timed() {
+			cs.mu.Lock()
+			requeue := !cs.queued
+			cs.queued = true
+			cs.mu.Unlock()
+			if requeue {
+				cps := o.d.cps
+				cps.mu.Lock()
+				cps.dirty[o] = struct{}{}
+				cps.mu.Unlock()
+			}
+		}
+		return
+	}
+	p, _ := o.kind.Policy.(preserveStateWith)
+	state, err := o.captureState(p)
+	cs.mu.Lock()
+	cs.dirty = checkpoint.Dirty{}
+	cs.seq++
+	seq := cs.seq
+	cs.mu.Unlock()
+	cps := o.d.cps
+	if err != nil {
+		if ev := cps.captureFailed.Warn(&o.d.log); ev != nil {
+			ev.Str("event", "checkpoint_capture_failed").Str("object_id", o.key.ID).Str("stable_type", o.kind.StableType).Err(err).
+				Msg("the state adapter's capture failed; the last checkpoint stays, and the next handled message captures again")
+		}
+		return
+	}
+	cps.captures.Add(1)
+	cps.w.Submit(o.key, checkpoint.Checkpoint{
+		Fence:      checkpoint.Fence{ObjectGeneration: o.generation, OwnerGeneration: o.ownerGeneration, Sequence: seq},
+		StableType: o.kind.StableType, ApplicationVersion: o.kind.ApplicationVersion,
+		TakenUnixNanos: time.Now().UnixNano(), State: state,
+	})
+}
+
+// ClaimCheckpoint takes key's checkpoint over for a new incarnation with
+// generation and ownerGeneration (docs/FAULTS.md): no earlier
+// incarnation's capture can replace it afterwards. It returns the state to
+// restore; restore is false when there is none (the object starts from its
+// producer).
+func (d *Driver) ClaimCheckpoint(ctx context.Context, key location.AuthorityKey, stableType string, generation, ownerGeneration uint64) (state []byte, restore bool, err error) {
+	k, ok := d.kind(stableType)
+	if !ok || !k.Checkpointed() {
+		return nil, false, nil
+	}
+	c, err := d.cps.w.Claim(ctx, key, checkpoint.Fence{ObjectGeneration: generation, OwnerGeneration: ownerGeneration}, stableType, k.ApplicationVersion)
+	if err != nil {
+		return nil, false, err
+	}
+	if c.NoState {
+		return nil, false, nil
+	}
+	d.log.Info().Str("event", "checkpoint_restored").Str("object_id", key.ID).Str("stable_type", stableType).
+		Uint64("object_generation", generation).Uint64("checkpoint_object_generation", c.Fence.ObjectGeneration).
+		Int64("checkpoint_taken_unix_ms", c.TakenUnixNanos/1e6).Int("bytes", len(c.State)).
+		Msg("an incarnation starts from its object's last checkpoint")
+	return c.State, true, nil
+}
+
+// Restore gives the staged incarnation the state a checkpoint held, on the
+// actor's goroutine, before it opens.
+func (s *Staged) Restore(ctx context.Context, state []byte) error {
+	p, ok := s.obj.kind.Policy.(preserveStateWith)
+	if !ok {
+		return nil
+	}
+	return s.Do(ctx, func(actor.Actor) error { return s.obj.restoreState(p, state) })
+}
+
+// forgetCheckpoint replaces a closed object's checkpoint with a tombstone
+// (checkpoint.Writer.Forget), a few times if the store fails; a checkpoint
+// that stays would be restored by a later activation of the same ID
+// (logged, error).
+func (d *Driver) forgetCheckpoint(key location.AuthorityKey, gen, owner uint64, stableType string) {
+	if d.cps == nil {
+		return
+	}
+	var err error
+	for try := 0; try < 3; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = d.cps.w.Forget(ctx, key, gen, owner, stableType)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	d.log.Error().Str("event", "checkpoint_delete_failed").Str("object_id", key.ID).Err(err).
+		Msg("a closed object's checkpoint could not be deleted; a later activation of the same ID would start from it")
+}
+
+// CheckpointStats are the node's checkpoint counts (tests, metrics).
+func (d *Driver) CheckpointStats() (captures uint64, st checkpoint.Stats) {
+	if d.cps == nil {
+		return 0, checkpoint.Stats{}
+	}
+	return d.cps.captures.Load(), d.cps.w.Stats()
+}
+
+// FlushCheckpoints captures every object this node serves that handled
+// messages since its last capture, and waits, within ctx, until the
+// writer stored them: a node that stops without moving its objects away
+// leaves their latest state to whoever recovers them.
+func (d *Driver) FlushCheckpoints(ctx context.Context) error {
+	if d.cps == nil || !d.node.Valid() {
+		return nil // a node that may not write has nothing to flush
+	}
+	objs, err := call(ctx, d, func() ([]*object, error) {
+		var out []*object
+		for _, o := range d.objects {
+			if o.cp != nil && o.state == serving && o.out == nil {
+				out = append(out, o)
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, o := range objs {
+		o.cp.mu.Lock()
+		dirty := o.cp.dirty.Turns > 0
+		o.cp.mu.Unlock()
+		if !dirty {
+			continue
+		}
+		wg.Add(1)
+		if o.mb.Do(func() { defer wg.Done(); o.capture() }) != nil {
+			wg.Done()
+		}
+	}
+	captured := make(chan struct{})
+	go func() { wg.Wait(); close(captured) }()
+	select {
+	case <-captured:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: capturing the objects' last state: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !d.cps.w.Idle() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: writing the objects' last checkpoints: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// ForgetCheckpoint ends the checkpoints of an ended owner's object whose
+// loss an operator accepted (ReleaseEnded): a tombstone above every
+// capture of the incarnation rec names, so a new object of the same ID
+// starts empty, as the release promises. Call it before the record goes.
+func (d *Driver) ForgetCheckpoint(ctx context.Context, key location.AuthorityKey, rec *location.Record) error {
+	if d.cps == nil {
+		return nil
+	}
+	if err := d.cps.w.Forget(ctx, key, rec.GetObjectGeneration(), rec.GetAuthorityOwnerGeneration(), rec.GetStableType()); err != nil {
+		return roamerr.Keep(roamerr.ErrUnavailable, "forget the checkpoint of "+key.String(), err)
+	}
+	return nil
+}

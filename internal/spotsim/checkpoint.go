@@ -1,0 +1,116 @@
+package spotsim
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/roamactors/roam/internal/checkpoint"
+)
+
+// The checkpoints of the stateful Spots (docs/FAULTS.md, "Checkpoints and
+// recovery"), modelled the way internal/relocation and
+// internal/checkpoint run them: an incarnation captures its state (the
+// messages whose effects it holds) after every handled message, except
+// while its cold activation's recovery pointer may still be in the store;
+// the node's writer checks its lease, then the write travels for a while
+// and lands — also long after its lifecycle ended — judged against what is
+// stored by checkpoint.Judge, the real rule; a claim rewrites the stored
+// checkpoint under the new incarnation's fence (atomically: read and
+// compare-and-set); a close leaves checkpoint.Tombstone. The checker then
+// asks of every incarnation that opens: its state is a prefix of the
+// history of the incarnation it replaces (no fork, nothing of another
+// branch), and empty after a close.
+
+// simCheckpoint is one stored checkpoint.
+type simCheckpoint struct {
+	fence   checkpoint.Fence
+	state   []*Msg
+	noState bool
+}
+
+// capture is the capture after inc's turn (object.turnEnded with
+// CheckpointEvery 1).
+func (w *World) capture(inc *Inc) {
+	if !inc.spot.kind.Checkpointed || inc.afterFirst != nil || inc.pointerHeld || inc.mode != mOpen {
+		return
+	}
+	inc.seq++
+	fence := checkpoint.Fence{ObjectGeneration: inc.pid.gen, OwnerGeneration: inc.pid.ownerGen, Sequence: inc.seq}
+	state := append([]*Msg(nil), inc.state()...)
+	l := inc.life
+	// The writer's queue and its lease check, then the store call, which
+	// a slow or cut network may deliver late.
+	w.after(w.randDur(0, 2*time.Millisecond), func() {
+		if !l.valid() {
+			w.stats.CheckpointsFenced++
+			return
+		}
+		delay := w.randDur(100*time.Microsecond, 2*time.Millisecond)
+		if !w.over && w.chance(w.faults.PSlow) {
+			delay = w.randDur(0, w.faults.SlowFor)
+		}
+		w.after(delay, func() { w.landCheckpoint(inc.spot, fence, state, false) })
+	})
+}
+
+// landCheckpoint applies one write at the store: only above the stored
+// fence (checkpoint.Judge).
+func (w *World) landCheckpoint(s *Spot, fence checkpoint.Fence, state []*Msg, noState bool) {
+	var stored *checkpoint.Checkpoint
+	if cp := w.cps[s.idx]; cp != nil {
+		stored = &checkpoint.Checkpoint{Fence: cp.fence}
+	}
+	if checkpoint.Judge(fence, stored, nil) == checkpoint.Superseded {
+		w.stats.CheckpointsSuperseded++
+		return
+	}
+	w.cps[s.idx] = &simCheckpoint{fence: fence, state: state, noState: noState}
+	w.stats.CheckpointsWritten++
+	if w.tracing {
+		w.tracef("checkpoint of %s at %s: %s", s.id, fence, msgList(state))
+	}
+}
+
+// claim is Driver.ClaimCheckpoint: the stored state under the new fence;
+// the answer's State names a snapshot (restore false: none stored).
+func (w *World) claim(s *Spot, gen, ownerGen uint64) (state []byte, restore bool) {
+	w.stats.Claims++
+	cp := w.cps[s.idx]
+	fence := checkpoint.Fence{ObjectGeneration: gen, OwnerGeneration: ownerGen}
+	if cp == nil {
+		return nil, false
+	}
+	w.cps[s.idx] = &simCheckpoint{fence: fence, state: cp.state, noState: cp.noState}
+	if cp.noState {
+		return nil, false
+	}
+	w.snapshots = append(w.snapshots, cp.state)
+	return []byte(strconv.Itoa(len(w.snapshots) - 1)), true
+}
+
+// restore gives a staged incarnation the state a claim returned.
+func (w *World) restore(inc *Inc, state []byte) {
+	i, err := strconv.Atoi(string(state))
+	if err != nil || i < 0 || i >= len(w.snapshots) {
+		panic("spotsim: a Stage with a state no claim returned")
+	}
+	inc.restored = append([]*Msg(nil), w.snapshots[i]...)
+	inc.seq = 0
+	w.stats.Restores++
+}
+
+// forget is the close's tombstone (Writer.Forget).
+func (w *World) forget(inc *Inc) {
+	if inc.spot.kind.Checkpointed {
+		t := checkpoint.Tombstone(inc.pid.gen, inc.pid.ownerGen, inc.spot.stableType)
+		w.landCheckpoint(inc.spot, t.Fence, nil, true)
+	}
+}
+
+// state is what inc's state holds: what it restored, then what it handled.
+func (inc *Inc) state() []*Msg {
+	if len(inc.restored) == 0 {
+		return inc.handled
+	}
+	return append(append([]*Msg(nil), inc.restored...), inc.handled...)
+}
