@@ -591,8 +591,14 @@ type LocationRecord struct {
 	// checkpoint or waits for an operator; it is never created anew empty by
 	// a caller that does not host the kind (docs/FAULTS.md).
 	PreservesState bool `protobuf:"varint,13,opt,name=preserves_state,json=preservesState,proto3" json:"preserves_state,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// session_id and session_owner_address name the client Session an Actor
+	// is bound to (docs/SESSIONS.md), written at its spawn and carried by
+	// every move: the live node that recovers the Actor after its owner
+	// ended tells that Session owner its new route.
+	SessionId           string `protobuf:"bytes,14,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionOwnerAddress string `protobuf:"bytes,15,opt,name=session_owner_address,json=sessionOwnerAddress,proto3" json:"session_owner_address,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *LocationRecord) Reset() {
@@ -714,6 +720,20 @@ func (x *LocationRecord) GetPreservesState() bool {
 		return x.PreservesState
 	}
 	return false
+}
+
+func (x *LocationRecord) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LocationRecord) GetSessionOwnerAddress() string {
+	if x != nil {
+		return x.SessionOwnerAddress
+	}
+	return ""
 }
 
 // NodeDescriptor is what a node publishes about itself, claimed together with
@@ -990,7 +1010,7 @@ const file_location_proto_rawDesc = "" +
 	"\troot_size\x18\x04 \x01(\x04R\brootSize\x12#\n" +
 	"\rreplay_cursor\x18\x05 \x01(\x04R\freplayCursor\x12!\n" +
 	"\foperation_id\x18\x06 \x01(\tR\voperationId\x12.\n" +
-	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xa0\x05\n" +
+	"\x13deadline_unix_nanos\x18\a \x01(\x03R\x11deadlineUnixNanos\"\xf3\x05\n" +
 	"\x0eLocationRecord\x12+\n" +
 	"\x11object_generation\x18\x01 \x01(\x04R\x10objectGeneration\x12<\n" +
 	"\x1aauthority_owner_generation\x18\x02 \x01(\x04R\x18authorityOwnerGeneration\x123\n" +
@@ -1008,7 +1028,10 @@ const file_location_proto_rawDesc = "" +
 	" \x01(\x04R\frelocationId\x12!\n" +
 	"\fmember_count\x18\v \x01(\rR\vmemberCount\x12#\n" +
 	"\rcapacity_slot\x18\f \x01(\rR\fcapacitySlot\x12'\n" +
-	"\x0fpreserves_state\x18\r \x01(\bR\x0epreservesState\"\xb1\x03\n" +
+	"\x0fpreserves_state\x18\r \x01(\bR\x0epreservesState\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x0e \x01(\tR\tsessionId\x122\n" +
+	"\x15session_owner_address\x18\x0f \x01(\tR\x13sessionOwnerAddress\"\xb1\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +

@@ -12,7 +12,16 @@ import (
 	"github.com/roamactors/roam/spot"
 )
 
-// A User Spot with members whose owner stopped is not unusable for good:
+// operatorRoom is the room kind waiting for an operator after its owner
+// ended (RecoverByOperator).
+func (w *world) operatorRoom() extension.Kind {
+	k := w.roomKind()
+	k.RecoverByOperator = true
+	return k
+}
+
+// A User Spot with members of a RecoverByOperator kind whose owner stopped
+// is not unusable for good:
 // GetOrCreate and Close answer Unavailable naming the cause (an ended
 // owner's record with members is not released automatically,
 // docs/PROTOCOL.md §7.10) until
@@ -23,7 +32,7 @@ import (
 func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
-		a, b := w.start(), w.start()
+		a, b := w.start(withKinds(w.operatorRoom())), w.start(withKinds(w.operatorRoom()))
 		res, err := a.Spots().GetOrCreate("club", "room").Do(ctx)
 		require.NoError(t, err)
 		owner, other := a, b
@@ -51,7 +60,7 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		require.NoError(t, err, "nothing released")
 
 		// The live member's node ends too: now every member has an ended owner.
-		third := w.start()
+		third := w.start(withKinds(w.operatorRoom()))
 		require.NoError(t, other.StopNow(ctx))
 		released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
 			return third.ReleaseEnded(ctx, extension.UserSpotRef("club"))
@@ -73,14 +82,14 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 
 // A stateful User Spot without members whose owner ended is never created
 // anew empty by GetOrCreate (it used to be, answered Created, without a
-// word): it answers Unavailable naming ReleaseEnded; once an operator
-// accepts the loss, GetOrCreate creates it anew. A stateless User Spot
-// kind is created anew at once, as before.
+// word): of a RecoverByOperator kind it answers Unavailable naming
+// ReleaseEnded; once an operator accepts the loss, GetOrCreate creates it
+// anew.
 // Reference: docs/FAULTS.md, End states (an ended owner's User Spot).
 func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
-		a, b := w.start(), w.start()
+		a, b := w.start(withKinds(w.operatorRoom())), w.start(withKinds(w.operatorRoom()))
 		res, err := a.Spots().GetOrCreate("lounge", "room").Do(ctx)
 		require.NoError(t, err)
 		owner, other := a, b
@@ -104,5 +113,42 @@ func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
 		again, err := other.Spots().GetOrCreate("lounge", "room").Do(ctx)
 		require.NoError(t, err)
 		require.Equal(t, spot.Created, again.State, "created anew once the loss is accepted")
+	})
+}
+
+// A stateful User Spot without members of a kind that checkpoints (the
+// default) whose owner ended comes back from its checkpoint by itself;
+// GetOrCreate finds it Existing with its state, never Created anew empty.
+// Reference: docs/FAULTS.md, End states (an ended owner's User Spot).
+func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		lounge := w.roomKind()
+		lounge.CheckpointEvery = 1
+		a, b := w.start(withKinds(lounge)), w.start(withKinds(lounge))
+		res, err := a.Spots().GetOrCreate("lounge", "room").Do(ctx)
+		require.NoError(t, err)
+		owner, other := a, b
+		if res.Ref.NodeRid == b.NodeRid() {
+			owner, other = b, a
+		}
+		for _, v := range []string{"1", "2"} {
+			_, err := request(t, other, "lounge", v)
+			require.NoError(t, err)
+		}
+		require.NoError(t, owner.StopNow(ctx))
+		var again spot.CreateResult
+		eventually(t, "GetOrCreate finds the recovered Spot", func() bool {
+			again, err = other.Spots().GetOrCreate("lounge", "room").Do(ctx)
+			if err != nil {
+				require.ErrorIs(t, err, roamerr.ErrUnavailable, "until it is recovered")
+				return false
+			}
+			return true
+		})
+		require.Equal(t, spot.Existing, again.State, "never created anew")
+		n, err := request(t, other, "lounge", "3")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, "with its checkpoint's state")
 	})
 }

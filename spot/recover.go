@@ -3,81 +3,156 @@ package spot
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
 // Sweep is what one RecoverEnded pass found.
 type Sweep struct {
-	// Recovered: Spots this node brought back from their checkpoints.
+	// Recovered: objects this node brought back (from their checkpoints,
+	// or from their producers where the kind carries no state).
 	Recovered int
-	// Waiting: Spots of ended (or ending) owners left for a later pass:
+	// Waiting: objects of ended (or ending) owners left for a later pass:
 	// their owner is seen gone for less than a lease TTL, another live
 	// node is the one to recover them, or their recovery failed here.
 	Waiting int
+	// ForOperator: objects of ended owners that wait for an operator's
+	// ReleaseEnded by their kind's policy (RecoverByOperator, or state
+	// without checkpoints), of kinds this node hosts. Every node that
+	// hosts the kind counts them.
+	ForOperator []location.AuthorityKey
 }
 
-// RecoverEnded brings back, without waiting for a call, the stateful
-// Instance Spots whose owner ended (docs/FAULTS.md, "Checkpoints and
-// recovery"): each such Spot of a kind this node hosts that checkpoints
-// (and does not wait for an operator) is recovered from its last checkpoint
-// by one live node, the first of its Instance candidates in the same
-// weighted order a cold activation uses, so the recoveries of a lost node
-// spread over the live ones by weight. Others leave it; a node that ends
-// before it recovered its share leaves it to the next pass, in which the
-// order no longer names it. A recovery racing another node's (or a call's
-// activation) loses the store's compare-and-set and leaves the Spot to it.
+// RecoverEnded brings back, without waiting for a call, the objects whose
+// owner ended (docs/FAULTS.md, "Checkpoints and recovery"): Instance
+// Spots of kinds that checkpoint, and Actors and User Spots of every kind
+// whose policy recovers them (activation.Kind.EndedPolicy). Each is
+// recovered by one live node, the first of its candidates in the same
+// weighted order a cold activation uses — an Actor that is a member of a
+// User Spot by its Spot's ID, so a Spot and its members come back on one
+// node — so the recoveries of a lost node spread over the live ones by
+// weight. Others leave it; a node that ends before it recovered its share
+// leaves it to the next pass, in which the order no longer names it. A
+// recovery racing another node's (or a call's activation, or an
+// operator's release) loses the store's compare-and-set and leaves the
+// object to it.
 func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 	var sw Sweep
 	nodes, err := m.store.ListNodes(ctx, m.desc.GetMesh())
 	if err != nil {
 		return sw, storeError("list nodes", err)
 	}
+	type ownerState struct {
+		alive bool
+		err   error
+	}
+	owners := map[string]ownerState{} // one look per owner lifecycle and pass
+	ownerOf := func(o *messages.Owner) (bool, error) {
+		id := fmt.Sprintf("%s/%d/%s", o.GetNodeRid(), o.GetNodeGeneration(), o.GetLeaseId())
+		if s, ok := owners[id]; ok {
+			return s.alive, s.err
+		}
+		_, alive, err := m.ownerAddress(ctx, o)
+		owners[id] = ownerState{alive, err}
+		return alive, err
+	}
 	var errs []error
-	after := ""
-	for {
-		page, err := m.store.List(ctx, location.KindInstanceSpot, location.PageRequest{Size: location.MaxPageSize, After: after})
-		if err != nil {
-			return sw, storeError("scan", err)
+	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot, location.KindActor} {
+		after := ""
+		for {
+			page, err := m.store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize, After: after})
+			if err != nil {
+				return sw, storeError("scan", err)
+			}
+			for _, v := range page.Items {
+				if !recoverableRecord(v) {
+					continue
+				}
+				k := m.kindOf(v.Record.GetStableType())
+				policy := k.EndedPolicy()
+				if policy == activation.EndedNotHosted || (kind == location.KindInstanceSpot && policy != activation.EndedFromCheckpoint) {
+					// An Instance Spot of a stateless kind comes back on
+					// its next call, as it always did.
+					continue
+				}
+				alive, err := ownerOf(v.Record.GetOwner())
+				switch {
+				case errors.Is(err, roamerr.ErrOwnerEnding):
+					sw.Waiting++
+					continue
+				case err != nil:
+					errs = append(errs, err)
+					continue
+				case alive:
+					continue
+				}
+				if policy == activation.EndedOperator {
+					sw.ForOperator = append(sw.ForOperator, v.Key)
+					continue
+				}
+				c := candidates(nodes, v.Record.GetStableType(), kind == location.KindInstanceSpot, recoveryPlace(v))
+				if len(c) == 0 || c[0].Node.GetNodeRid() != m.desc.GetNodeRid() {
+					sw.Waiting++ // another live node's share
+					continue
+				}
+				if err := m.recoverEndedOne(ctx, v, policy); err != nil {
+					sw.Waiting++
+					if !errors.Is(err, roamerr.ErrConflict) {
+						errs = append(errs, err)
+					}
+					continue
+				}
+				if m.d.Hosts(v.Key, v.Record.GetObjectGeneration()) {
+					sw.Recovered++
+				}
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
 		}
-		for _, v := range page.Items {
-			if !activation.RecoverableFromCheckpoint(v) {
-				continue // the common case: a Spot of a stateless kind, or one being activated
-			}
-			k := m.kindOf(v.Record.GetStableType())
-			if !k.Registered || !k.Checkpointed || k.RecoverByOperator {
-				continue
-			}
-			_, alive, err := m.ownerAddress(ctx, v.Record.GetOwner())
-			switch {
-			case errors.Is(err, roamerr.ErrOwnerEnding):
-				sw.Waiting++
-				continue
-			case err != nil:
-				errs = append(errs, err)
-				continue
-			case alive:
-				continue
-			}
-			if c := candidates(nodes, v.Record.GetStableType(), true, v.Key.ID); len(c) == 0 || c[0].Node.GetNodeRid() != m.desc.GetNodeRid() {
-				sw.Waiting++ // another live node's share
-				continue
-			}
-			if err := m.recoverOne(ctx, v); err != nil {
-				sw.Waiting++
-				errs = append(errs, err)
-				continue
-			}
-			if m.d.Hosts(v.Key, v.Record.GetObjectGeneration()) {
-				sw.Recovered++
-			}
-		}
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
 	}
 	return sw, oneFailure(errs)
+}
+
+// recoverableRecord reports whether v may be an ended owner's object that
+// a live node brings back without waiting for a call: Ready, with no
+// activation in progress; an Instance Spot only of a kind that preserves
+// state (the others reactivate on their next call).
+func recoverableRecord(v location.Versioned) bool {
+	if v.Key.Kind == location.KindInstanceSpot {
+		return activation.RecoverableFromCheckpoint(v)
+	}
+	return v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && v.Record.GetActivationRecovery() == nil
+}
+
+// recoveryPlace is the ID whose candidates order decides who recovers v:
+// a member Actor's User Spot's, else its own.
+func recoveryPlace(v location.Versioned) string {
+	if ms := v.Record.GetMembership(); v.Key.Kind == location.KindActor && ms.GetSpotId() != "" && !meshnode.IsEntrySpotID(ms.GetSpotId()) {
+		return ms.GetSpotId()
+	}
+	return v.Key.ID
+}
+
+// recoverEndedOne recovers one ended owner's object on this node.
+func (m *Manager) recoverEndedOne(ctx context.Context, v location.Versioned, policy activation.Ended) error {
+	if v.Key.Kind == location.KindInstanceSpot {
+		return m.recoverOne(ctx, v)
+	}
+	if err := m.d.TakeOver(ctx, v, policy == activation.EndedFromCheckpoint); err != nil {
+		return err
+	}
+	if v.Key.Kind == location.KindUserSpot {
+		m.cache.drop(v.Key.ID)
+	}
+	m.log.Warn().Str("event", "object_recovered").Str("object_id", v.Key.ID).Str("object_kind", location.KindName(v.Key.Kind)).
+		Str("stable_type", v.Record.GetStableType()).Str("owner_node_rid", v.Record.GetOwner().GetNodeRid()).Str("recovery", policy.String()).
+		Msg("an ended owner's object serves again on this node")
+	return nil
 }

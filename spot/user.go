@@ -212,13 +212,13 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		// The owner ended: its record is released in the same transaction
 		// that reserves anew, unless members remain (PROTOCOL.md §7.10).
 		if auth.ready() && rec.GetMemberCount() > 0 {
-			return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended while Actors are members; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
+			return CreateResult{}, m.endedOwnerError(c.spotID, rec, "while Actors are members")
 		}
 		if auth.ready() && rec.GetPreservesState() {
 			// Its in-memory state ended with the owner: a new, empty
 			// incarnation answered Created would lose it without a word
 			// (docs/FAULTS.md, End states).
-			return CreateResult{}, fmt.Errorf("%w: the owner of User Spot %q ended with its in-memory state; ReleaseEnded accepts the loss", roamerr.ErrUnavailable, c.spotID)
+			return CreateResult{}, m.endedOwnerError(c.spotID, rec, "with its in-memory state")
 		}
 	}
 	mesh, nodes, err := m.selectMesh(ctx, c.mesh)
@@ -722,3 +722,15 @@ func replyOutcome(reply *messages.SpotReply, err error) string {
 // abandoned reports whether a User Spot reservation outlived its creating
 // operation's deadline by activation.AbandonGrace.
 func abandoned(rec *location.Record) bool { return activation.AbandonedCreation(rec, time.Now()) }
+
+// endedOwnerError is the Unavailable a call to an ended owner's User Spot
+// gets while it is not served: by its kind's policy, a live node recovers
+// it by itself (RecoverEnded) — soon, so trying again helps — or it waits
+// for an operator's ReleaseEnded.
+func (m *Manager) endedOwnerError(spotID string, rec *location.Record, how string) error {
+	switch m.kindOf(rec.GetStableType()).EndedPolicy() {
+	case activation.EndedFromCheckpoint, activation.EndedEmpty:
+		return fmt.Errorf("%w: the owner of User Spot %q ended %s; a live node recovers it, try again shortly", roamerr.ErrUnavailable, spotID, how)
+	}
+	return fmt.Errorf("%w: the owner of User Spot %q ended %s; it waits for an operator: ReleaseEnded accepts the loss", roamerr.ErrUnavailable, spotID, how)
+}

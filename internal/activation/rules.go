@@ -120,3 +120,49 @@ func StoreError(what string, err error) error {
 func passed(deadline, now time.Time) bool {
 	return !deadline.IsZero() && !now.Before(deadline)
 }
+
+// Ended is what becomes of an object whose owner ended, by its kind's
+// recovery policy (docs/FAULTS.md, "Checkpoints and recovery").
+type Ended int
+
+const (
+	// EndedNotHosted: this node does not host the kind; another judges.
+	EndedNotHosted Ended = iota
+	// EndedFromCheckpoint: a live node recovers it from its last
+	// checkpoint (none yet: from its producer).
+	EndedFromCheckpoint
+	// EndedEmpty: a live node brings it back from its producer: the kind
+	// carries no state, or accepts to lose it (ReactivateEmpty).
+	EndedEmpty
+	// EndedOperator: it waits for an operator's ReleaseEnded, and is
+	// reported as waiting (RecoverByOperator, or a kind whose state has
+	// no checkpoint to come back from).
+	EndedOperator
+)
+
+func (e Ended) String() string {
+	switch e {
+	case EndedFromCheckpoint:
+		return "from-checkpoint"
+	case EndedEmpty:
+		return "empty"
+	case EndedOperator:
+		return "operator"
+	}
+	return "not-hosted"
+}
+
+// EndedPolicy is the one rule for an ended owner's object of kind k.
+func (k Kind) EndedPolicy() Ended {
+	switch {
+	case !k.Registered:
+		return EndedNotHosted
+	case k.RecoverByOperator:
+		return EndedOperator
+	case k.Checkpointed:
+		return EndedFromCheckpoint
+	case !k.PreservesState || k.ReactivateEmpty:
+		return EndedEmpty
+	}
+	return EndedOperator
+}

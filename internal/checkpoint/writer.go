@@ -279,6 +279,18 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 			switch {
 			case derr != nil:
 				return Checkpoint{}, fmt.Errorf("claim the checkpoint of %s (version %d): %w", key, v, derr)
+			case stored.Fence == fence:
+				// This claim's own, landed after an indeterminate answer:
+				// only the one owner that won its record write claims
+				// under its fence.
+				w.setVersion(key, v)
+				return stored, nil
+			case stored.Fence.ObjectGeneration == fence.ObjectGeneration && stored.Fence.OwnerGeneration >= fence.OwnerGeneration:
+				// An owner as new as this claim's, or newer, holds it: this
+				// claim's takeover lost (its record write was, or will be,
+				// refused), and must not move that owner's fence back.
+				return Checkpoint{}, fmt.Errorf("%w: the checkpoint of %s is held by owner generation %d, this claim is for %d",
+					roamerr.ErrStale, key, stored.Fence.OwnerGeneration, fence.OwnerGeneration)
 			case stored.StableType != stableType:
 				w.cfg.Log.Warn().Str("event", "checkpoint_type_mismatch").Str("object_id", key.ID).
 					Str("stored_type", stored.StableType).Str("stable_type", stableType).

@@ -84,15 +84,16 @@ func TestCallsAfterStopNeverBlock(t *testing.T) {
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)
 }
 
-// An Actor whose node stopped keeps its record, naming the ended owner: the
-// same ID cannot be spawned again (AlreadyExists) until an operator accepts
-// the loss of its state with ReleaseEnded; a live owner's Actor is never
-// released.
+// An Actor of a RecoverByOperator kind whose node stopped keeps its
+// record, naming the ended owner: the same ID cannot be spawned again
+// (AlreadyExists) until an operator accepts the loss of its state with
+// ReleaseEnded; a live owner's Actor is never released.
 // Reference: PROTOCOL.md §7.10 (release of an ended owner's record).
 func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
-	kinds := []extension.Kind{{StableType: "greeter", Producer: func() actor.Actor { return &greeter{} }, Policy: extension.PreserveStateWith(greeterState{})}}
+	kinds := []extension.Kind{{StableType: "greeter", Producer: func() actor.Actor { return &greeter{} }, Policy: extension.PreserveStateWith(greeterState{}),
+		RecoverByOperator: true}}
 	a, err := extension.Start(ctx, extension.Config{Node: meshnode.Config{Store: store}, Kinds: kinds})
 	require.NoError(t, err)
 	b, err := extension.Start(ctx, extension.Config{Node: meshnode.Config{Store: store}, Kinds: kinds})

@@ -986,7 +986,7 @@ func (d *Driver) nowServing(obj *object) {
 func (d *Driver) endOwned(obj *object, done func()) {
 	obj.state = ended
 	obj.moveMayStart()
-	why := "the node's owner lease ended; the object is recovered on a live node"
+	why := "the node's owner lease ended before the message was handled (a live node recovers the object by its kind's policy)"
 	sink := d.endSink(obj, roamerr.CodeUnavailable, "send_lease_ended", why)
 	_ = obj.mb.Do(func() {
 		if obj.tm != nil {

@@ -548,14 +548,14 @@ func (d *Driver) SpawnInstanceSpot(ctx context.Context, stableType, spotID strin
 }
 
 func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf) (*actor.PID, error) {
-	return d.spawnWith(ctx, key, stableType, member, nil)
+	return d.spawnWith(ctx, key, stableType, member, nil, nil)
 }
 
 // spawnWith is spawn; incarnated, if set, runs on the driver goroutine
 // right after the incarnation started, before it is registered: what it
 // sends the incarnation comes before anything a caller that learns the
 // PID afterwards sends.
-func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf, incarnated func(*object)) (*actor.PID, error) {
+func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf, session *messages.SessionBinding, incarnated func(*object)) (*actor.PID, error) {
 	if err := d.serving(); err != nil {
 		return nil, err
 	}
@@ -576,6 +576,9 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
 		StableType:               stableType,
 		Owner:                    d.owner(),
+		PreservesState:           PreservesState(k.Policy),
+		SessionId:                session.GetSessionId(),
+		SessionOwnerAddress:      session.GetOwnerAddress(),
 	}
 	ops := []location.Op{location.CreateOp(key, rec)}
 	switch {

@@ -199,7 +199,7 @@ func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messa
 		return nil, nil, fmt.Errorf("%w: a Session binding needs the Session's ID and owner address", roamerr.ErrInvalidOperation)
 	}
 	var route *messages.SessionRoute
-	pid, err := d.spawnWith(ctx, location.Key(location.KindActor, id), stableType, nil, func(obj *object) {
+	pid, err := d.spawnWith(ctx, location.Key(location.KindActor, id), stableType, nil, b, func(obj *object) {
 		obj.session = b
 		route = d.routeOf(obj)
 		d.sys.Root.Send(obj.pid, &messages.SessionBound{SessionId: b.GetSessionId(), Session: &messages.PID{Address: sessionPID.Address, Id: sessionPID.Id}})
@@ -208,4 +208,20 @@ func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messa
 		return nil, nil, err
 	}
 	return pid, route, nil
+}
+
+// BoundRoute is where the store says the Actor id serves: its owner's
+// address and its generations, and whether that owner's lifecycle is alive
+// (an owner seen gone only just now is not yet alive nor ended: false).
+// The Session owner's look for a bound Actor whose route went down.
+func (d *Driver) BoundRoute(ctx context.Context, id string) (address string, generation, ownerGeneration uint64, alive bool, err error) {
+	v, err := d.store.Read(ctx, location.Key(location.KindActor, id))
+	if err != nil {
+		return "", 0, 0, false, err
+	}
+	address, alive, err = d.OwnerNode(ctx, v.Record.GetOwner())
+	if err != nil {
+		alive = false
+	}
+	return address, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration(), alive, nil
 }

@@ -32,10 +32,23 @@ type (
 		Actor   string
 	}
 	// Client: a client message for the bound Actor, in the client's order.
+	// RouteDown: the driver knows the binding's route unreachable now (its
+	// node's connection ended, or the node's lifecycle ended): whatever is
+	// sent there is lost without a word (Proto.Actor drops it).
 	Client struct {
+		Session   ID
+		Actor     string
+		Item      Item
+		RouteDown bool
+	}
+	// Resolved: where the store says the bound Actor serves now (its
+	// record's owner and generations), and whether that owner is alive:
+	// the answer to a Resolve, or to a recovering node's word.
+	Resolved struct {
 		Session ID
 		Actor   string
-		Item    Item
+		Route   Route
+		Alive   bool
 	}
 	// SealExpired: the seal timer of Move fired.
 	SealExpired struct {
@@ -79,6 +92,7 @@ func (Bind) isEvent()         {}
 func (Unbind) isEvent()       {}
 func (Client) isEvent()       {}
 func (SealExpired) isEvent()  {}
+func (Resolved) isEvent()     {}
 func (SealRequest) isEvent()  {}
 func (RouteUpdate) isEvent()  {}
 func (Abort) isEvent()        {}
@@ -100,6 +114,13 @@ type (
 		Session ID
 		Item    Item
 		Err     error
+	}
+	// Resolve: look up, in the store, where the bound Actor serves now and
+	// answer Resolved; After (zero: at once) is a pause before the look.
+	Resolve struct {
+		Session ID
+		Actor   string
+		After   time.Duration
 	}
 	// Reject: the local call (OpenSession, Bind) failed with Err.
 	Reject struct{ Err error }
@@ -143,6 +164,7 @@ type (
 )
 
 func (Deliver) isEffect()        {}
+func (Resolve) isEffect()        {}
 func (Refuse) isEffect()         {}
 func (Reject) isEffect()         {}
 func (ReplySeal) isEffect()      {}

@@ -47,11 +47,17 @@ type Config struct {
 	// SealTimeout is SessionRelocationSealTimeout (default 3 s): a seal
 	// neither updated nor aborted by then closes the Session.
 	SealTimeout time.Duration
+	// RecoveryWait bounds how long a binding whose route went down holds
+	// the client's messages for its Actor to serve again (recovered on a
+	// live node after its owner ended, or its node reachable again);
+	// past it the Session is closed, and the client told (default 60 s:
+	// more than an ended owner's takeover needs, docs/FAULTS.md).
+	RecoveryWait time.Duration
 }
 
 // DefaultConfig is the configuration docs/SESSIONS.md names.
 func DefaultConfig() Config {
-	return Config{HoldLimit: 1024, HoldBytes: 1 << 20, SealTimeout: 3 * time.Second}
+	return Config{HoldLimit: 1024, HoldBytes: 1 << 20, SealTimeout: 3 * time.Second, RecoveryWait: time.Minute}
 }
 
 // WithDefaults fills zero fields from DefaultConfig.
@@ -66,13 +72,16 @@ func (c Config) WithDefaults() Config {
 	if c.SealTimeout == 0 {
 		c.SealTimeout = d.SealTimeout
 	}
+	if c.RecoveryWait == 0 {
+		c.RecoveryWait = d.RecoveryWait
+	}
 	return c
 }
 
 // Validate rejects negative limits.
 func (c Config) Validate() error {
-	if c.HoldLimit < 0 || c.HoldBytes < 0 || c.SealTimeout < 0 {
-		return fmt.Errorf("%w: session hold limits and seal timeout must not be negative", roamerr.ErrInvalidOperation)
+	if c.HoldLimit < 0 || c.HoldBytes < 0 || c.SealTimeout < 0 || c.RecoveryWait < 0 {
+		return fmt.Errorf("%w: session hold limits, seal timeout and recovery wait must not be negative", roamerr.ErrInvalidOperation)
 	}
 	return nil
 }
@@ -97,9 +106,11 @@ type binding struct {
 	seal  *seal
 }
 
-// seal is a binding's state during one move of its Actor.
+// seal is a binding's state during one move of its Actor, or (recovery)
+// while its route is down and the Actor is looked for.
 type seal struct {
 	move      handoff.Identity
+	recovery  bool
 	held      []Item
 	heldBytes int
 }
@@ -178,8 +189,19 @@ func (o *Owner) Step(ev Event) []Effect {
 		if b == nil {
 			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: no Actor %q is bound to session %s", roamerr.ErrNotFound, ev.Actor, ev.Session)}}
 		}
+		var effects []Effect
 		if b.seal == nil {
-			return []Effect{Deliver{Session: ev.Session, Actor: ev.Actor, Route: b.route, Item: ev.Item}}
+			if !ev.RouteDown {
+				return []Effect{Deliver{Session: ev.Session, Actor: ev.Actor, Route: b.route, Item: ev.Item}}
+			}
+			// Not sent into a lost connection: held, while the store says
+			// where the Actor serves (docs/SESSIONS.md §5).
+			b.seal = &seal{recovery: true}
+			effects = append(effects,
+				Log{Level: handoff.LevelWarn, Event: "session_route_down", Session: ev.Session, Actor: ev.Actor,
+					Msg: "the bound Actor's node is unreachable; the client's messages are held until the Actor serves again"},
+				StartSealTimer{Session: ev.Session, Actor: ev.Actor, After: o.cfg.RecoveryWait},
+				Resolve{Session: ev.Session, Actor: ev.Actor})
 		}
 		sl := b.seal
 		if len(sl.held) >= o.cfg.HoldLimit || sl.heldBytes+ev.Item.Bytes > o.cfg.HoldBytes {
@@ -190,7 +212,10 @@ func (o *Owner) Step(ev Event) []Effect {
 		}
 		sl.held = append(sl.held, ev.Item)
 		sl.heldBytes += ev.Item.Bytes
-		return nil
+		return effects
+
+	case Resolved:
+		return o.resolved(ev)
 
 	case SealRequest:
 		return o.sealRequest(ev)
@@ -203,6 +228,12 @@ func (o *Owner) Step(ev Event) []Effect {
 		b := o.binding(ev.Session, ev.Actor)
 		if b == nil || b.seal == nil || b.seal.move != ev.Move {
 			return nil // released meanwhile: a timer that fired late
+		}
+		if b.seal.recovery {
+			effects := []Effect{Log{Level: handoff.LevelWarn, Event: "session_recovery_timeout", Session: ev.Session, Actor: ev.Actor,
+				Msg: "the bound Actor did not serve again within the recovery wait; the session is closed"}}
+			return append(effects, o.close(ev.Session, fmt.Errorf("%w: session closed: Actor %q did not serve again within %v after its node became unreachable",
+				roamerr.ErrUnavailable, ev.Actor, o.cfg.RecoveryWait))...)
 		}
 		// No route update and no abort in time: the move's outcome is not
 		// this node's to guess. The connection ends, with everything the
@@ -271,6 +302,42 @@ func (o *Owner) routeUpdate(ev RouteUpdate) []Effect {
 	}
 	b.route = ev.Target
 	return o.release(ev.Session, ev.Actor, b)
+}
+
+// resolveAgain is the pause between two looks for a held binding's Actor.
+const resolveAgain = 250 * time.Millisecond
+
+// resolved applies where the store says a bound Actor serves. A newer
+// incarnation of the same object (a higher owner generation: recovered
+// after its owner ended, or moved without this Session's seal) becomes
+// the route; a binding held because its route went down is released to
+// it, or to its old route once that owner is known alive again. Until
+// then it keeps looking.
+func (o *Owner) resolved(ev Resolved) []Effect {
+	b := o.binding(ev.Session, ev.Actor)
+	if b == nil {
+		return nil
+	}
+	if b.seal != nil && !b.seal.recovery {
+		return nil // a move's seal: its route update or abort decides
+	}
+	newer := ev.Route.ObjectGeneration == b.route.ObjectGeneration && ev.Route.OwnerGeneration > b.route.OwnerGeneration
+	held := b.seal != nil
+	switch {
+	case newer && ev.Alive:
+		b.route = ev.Route
+		effects := []Effect{Log{Level: handoff.LevelInfo, Event: "session_route_recovered", Session: ev.Session, Actor: ev.Actor,
+			Msg: "the bound Actor serves at a new route; the client's messages go there"}}
+		if held {
+			effects = append(effects, o.release(ev.Session, ev.Actor, b)...)
+		}
+		return effects
+	case !held:
+		return nil
+	case ev.Route == b.route && ev.Alive:
+		return o.release(ev.Session, ev.Actor, b)
+	}
+	return []Effect{Resolve{Session: ev.Session, Actor: ev.Actor, After: resolveAgain}}
 }
 
 // abort applies command 44: only the seal of exactly this move, sent by

@@ -119,6 +119,8 @@ func (s *Service) run(effects []Effect) {
 				t.Stop()
 				delete(s.timers, k)
 			}
+		case Resolve:
+			s.resolve(e)
 		case Closed:
 			if c := s.open[e.Session]; c != nil {
 				delete(s.open, e.Session)
@@ -168,6 +170,16 @@ func (c *commands) Receive(ctx actor.Context) {
 			}
 		}
 	case *messages.SessionRouteUpdate:
+		if m.GetIdentity() == nil {
+			// A recovering node's word, no move's: the store says where
+			// the Actor serves, not the sender.
+			s.mu.Lock()
+			if s.owner.binding(ID(m.GetSessionId()), m.GetActorId()) != nil {
+				s.resolve(Resolve{Session: ID(m.GetSessionId()), Actor: m.GetActorId()})
+			}
+			s.mu.Unlock()
+			return
+		}
 		s.mu.Lock()
 		s.step(RouteUpdate{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
 		s.mu.Unlock()
@@ -179,6 +191,29 @@ func (c *commands) Receive(ctx actor.Context) {
 		s.step(Abort{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
 		s.mu.Unlock()
 	}
+}
+
+// resolve looks the bound Actor up in the store, after e.After, and steps
+// Resolved; the caller holds s.mu. A look that fails is tried again.
+func (s *Service) resolve(e Resolve) {
+	go func() {
+		if e.After > 0 {
+			time.Sleep(e.After)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		addr, gen, owner, alive, err := s.driver.BoundRoute(ctx, e.Actor)
+		cancel()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return
+		}
+		if err != nil {
+			s.step(Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
+			return
+		}
+		s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: Route{Address: addr, OwnerGeneration: owner, ObjectGeneration: gen}, Alive: alive})
+	}()
 }
 
 func routeFrom(r *messages.SessionRoute) Route {
@@ -354,7 +389,9 @@ func (c *Session) Request(ctx context.Context, actorID string, msg proto.Message
 func (c *Session) submit(actorID string, o *outbound, size int) error {
 	s := c.svc
 	s.mu.Lock()
-	effects := s.step(Client{Session: c.id, Actor: actorID, Item: Item{Msg: o, Bytes: size}})
+	route, _, _ := s.owner.BindingOf(c.id, actorID)
+	down := route.Address != "" && route.Address != s.address && s.driver.ConnectionEnded(route.Address)
+	effects := s.step(Client{Session: c.id, Actor: actorID, Item: Item{Msg: o, Bytes: size}, RouteDown: down})
 	s.mu.Unlock()
 	for _, e := range effects {
 		if r, ok := e.(Refuse); ok && r.Item.Msg == o {
