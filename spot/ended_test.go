@@ -58,6 +58,9 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		require.ErrorIs(t, err, roamerr.ErrUnavailable, "a member on a live node must leave first")
 		_, err = store.Read(ctx, location.Key(location.KindActor, "m1"))
 		require.NoError(t, err, "nothing released")
+		eventually(t, "the Spot and its two ended members counted as waiting for an operator", func() bool {
+			return other.Spots().ForOperator() == 3
+		})
 
 		// The live member's node ends too: now every member has an ended owner.
 		third := w.start(withKinds(w.operatorRoom()))

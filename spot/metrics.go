@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -26,6 +27,9 @@ type metrics struct {
 	// by Spot ID would otherwise build and sort an attribute set every
 	// time (the keys are few: routes × intent × roamerr classes).
 	callSets sync.Map // callKey → metric.AddOption
+	// forOperator is how many objects of ended owners wait for an
+	// operator, as the last recovery pass counted (a gauge).
+	forOperator atomic.Int64
 }
 
 type callKey struct {
@@ -43,10 +47,17 @@ func newMetrics(p metric.MeterProvider) (*metrics, error) {
 	ops, err2 := m.Int64Counter("roam.spot.operations", metric.WithDescription("creates, cold activations and closes, by operation and outcome"))
 	act, err3 := m.Float64Histogram("roam.spot.activation", metric.WithUnit("ms"),
 		metric.WithDescription("activation envelope received to the Spot serving, on the target"))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	out := &metrics{calls: calls, operations: ops, activation: act}
+	_, err4 := m.Int64ObservableGauge("roam.recovery.waiting_for_operator",
+		metric.WithDescription("objects of ended owners that wait for an operator's ReleaseEnded, as this node's last recovery pass counted them"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(out.forOperator.Load())
+			return nil
+		}))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	return &metrics{calls: calls, operations: ops, activation: act}, nil
+	return out, nil
 }
 
 // outcomeOf names an error's class for a metric attribute.

@@ -117,8 +117,37 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 			after = page.Next
 		}
 	}
+	if len(errs) == 0 {
+		m.reportForOperator(sw.ForOperator)
+	}
 	return sw, oneFailure(errs)
 }
+
+// reportForOperator publishes a complete pass's count of the objects that
+// wait for an operator (metric roam.recovery.waiting_for_operator) and
+// logs objects_waiting_for_operator whenever it changes: waiting for an
+// operator is a policy a kind chooses, never a silent outcome
+// (docs/FAULTS.md).
+func (m *Manager) reportForOperator(keys []location.AuthorityKey) {
+	n := int64(len(keys))
+	if m.met.forOperator.Swap(n) == n {
+		return
+	}
+	if n == 0 {
+		m.log.Info().Str("event", "objects_waiting_for_operator").Int64("count", 0).Msg("no object of an ended owner waits for an operator any more")
+		return
+	}
+	ids := make([]string, 0, min(len(keys), 10))
+	for _, k := range keys[:min(len(keys), 10)] {
+		ids = append(ids, k.String())
+	}
+	m.log.Warn().Str("event", "objects_waiting_for_operator").Int64("count", n).Strs("first", ids).
+		Msg("objects of ended owners are not served: their kinds wait for an operator; ReleaseEnded accepts each loss (roamctl ended lists them)")
+}
+
+// ForOperator is how many objects of ended owners wait for an operator,
+// as this node's last complete recovery pass counted them.
+func (m *Manager) ForOperator() int { return int(m.met.forOperator.Load()) }
 
 // recoverableRecord reports whether v may be an ended owner's object that
 // a live node brings back without waiting for a call: Ready, with no

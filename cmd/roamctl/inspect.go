@@ -29,9 +29,12 @@ type nodeJSON struct {
 func (c *ctl) Nodes(ctx context.Context) error {
 	ctx, cancel := c.readCtx(ctx)
 	defer cancel()
-	out, _, err := c.nodeLoads(ctx)
+	out, _, ended, err := c.nodeLoads(ctx)
 	if err != nil {
 		return err
+	}
+	if len(ended) > 0 && !c.json {
+		defer fmt.Fprintf(c.errOut, "roamctl: %d objects of ended owners are not served (roamctl ended lists them)\n", len(ended))
 	}
 	meshes := map[string]bool{}
 	for _, j := range out {
@@ -73,15 +76,21 @@ func (c *ctl) Nodes(ctx context.Context) error {
 }
 
 // nodeLoads is every live node with its load (the Actors, Instance Spots
-// and User Spots it owns), by mesh and name, and the directory it read.
-func (c *ctl) nodeLoads(ctx context.Context) ([]nodeJSON, *directory, error) {
+// and User Spots it owns), by mesh and name, the directory it read, and
+// the objects whose owner is no live node (ended: waiting for their
+// recovery, or for an operator).
+func (c *ctl) nodeLoads(ctx context.Context) ([]nodeJSON, *directory, []recordJSON, error) {
 	dir, err := c.directory(ctx, c.mesh)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	load := map[location.NodeKey]map[location.Kind]int{}
+	ended := []recordJSON{}
 	err = c.scan(ctx, unitKinds, func(v location.Versioned) {
 		o := v.Record.GetOwner()
+		if dir.owner(o) == nil && (c.mesh == "" || o.GetMesh() == c.mesh) {
+			ended = append(ended, recordOf(v, dir))
+		}
 		k := location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}
 		if load[k] == nil {
 			load[k] = map[location.Kind]int{}
@@ -89,8 +98,14 @@ func (c *ctl) nodeLoads(ctx context.Context) ([]nodeJSON, *directory, error) {
 		load[k][v.Key.Kind]++
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	sort.Slice(ended, func(i, j int) bool {
+		if ended[i].Kind != ended[j].Kind {
+			return ended[i].Kind < ended[j].Kind
+		}
+		return ended[i].ID < ended[j].ID
+	})
 	nodes := slices.Clone(dir.nodes)
 	sort.SliceStable(nodes, func(i, j int) bool { // by mesh and name
 		a, b := nodes[i].Node, nodes[j].Node
@@ -113,7 +128,7 @@ func (c *ctl) nodeLoads(ctx context.Context) ([]nodeJSON, *directory, error) {
 		}
 		out = append(out, j)
 	}
-	return out, dir, nil
+	return out, dir, ended, nil
 }
 
 // recordJSON is one record of `where --json` and `ls --json`.
@@ -273,4 +288,38 @@ func (c *ctl) Ls(ctx context.Context, node string) error {
 		rows = append(rows, []string{location.KindName(v.Key.Kind), v.Key.ID, typ, stateName(v.Record.GetState())})
 	}
 	return table(c.out, rows)
+}
+
+// Ended prints the objects whose owner is no live node: a crashed, cut off
+// or stopped node's objects that live nodes have not recovered yet (they
+// do within a few lease TTLs by their kinds' policies), and those that
+// wait for an operator's ReleaseEnded (kinds with RecoverByOperator, or
+// with state and no checkpoints). docs/FAULTS.md says which is which.
+func (c *ctl) Ended(ctx context.Context) error {
+	ctx, cancel := c.readCtx(ctx)
+	defer cancel()
+	_, _, ended, err := c.nodeLoads(ctx)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(c.out, map[string]any{"objects": ended})
+	}
+	if len(ended) == 0 {
+		fmt.Fprintln(c.out, "no object of an ended owner: every object is served")
+		return nil
+	}
+	rows := [][]string{{"KIND", "ID", "TYPE", "STATE", "ENDED OWNER"}}
+	for _, r := range ended {
+		typ := r.StableType
+		if typ == "" {
+			typ = "-"
+		}
+		rows = append(rows, []string{r.Kind, r.ID, typ, r.State, r.OwnerRid})
+	}
+	if err := table(c.out, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.out, "Live nodes recover these by their kinds' policies; those of kinds that wait for an operator stay until ReleaseEnded accepts their loss.")
+	return nil
 }

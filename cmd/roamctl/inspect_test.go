@@ -314,3 +314,36 @@ func TestFlagsBeforeAndAfterTheCommand(t *testing.T) {
 	require.Contains(t, stdout.String(), "CONSUL_HTTP_TOKEN_FILE")
 	require.Equal(t, exitUsage, run([]string{"ls"}, &stdout, &stderr)) // no --node
 }
+
+// The objects of ended owners are listed — what an operator is alerted
+// to: roamctl nodes counts them, roamctl ended lists them, and the web
+// view's state carries them.
+func TestEndedListsTheObjectsOfEndedOwners(t *testing.T) {
+	store, _, _, gone := fixture(t)
+	c, out, _ := testCtl(store)
+	require.NoError(t, c.Ended(context.Background()))
+	t.Logf("\n%s", out)
+	got := lines(out.String())
+	require.Equal(t, []string{"KIND", "ID", "TYPE", "STATE", "ENDED", "OWNER"}, got[0])
+	require.Equal(t, []string{"actor", "orphan", "counter", "READY", gone.NodeRid}, got[1])
+	require.Len(t, got, 3, "the header, the one object, the note")
+
+	c, out, _ = testCtl(store)
+	c.json = true
+	require.NoError(t, c.Ended(context.Background()))
+	var doc struct{ Objects []recordJSON }
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &doc))
+	require.Len(t, doc.Objects, 1)
+	require.Equal(t, "orphan", doc.Objects[0].ID)
+	require.False(t, doc.Objects[0].OwnerLive)
+
+	c, _, errOut := testCtl(store)
+	require.NoError(t, c.Nodes(context.Background()))
+	require.Contains(t, errOut.String(), "1 objects of ended owners are not served")
+
+	c, _, _ = testCtl(store)
+	s, err := c.webState(context.Background())
+	require.NoError(t, err)
+	require.Len(t, s.Ended, 1)
+	require.Equal(t, "orphan", s.Ended[0].ID)
+}

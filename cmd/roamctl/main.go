@@ -119,6 +119,8 @@ var commands = []*command{
 			}
 			return c.Ls(ctx, f.node)
 		}},
+	{name: "ended", summary: "the objects of ended owners, not served: waiting for their recovery or for an operator",
+		run: func(ctx context.Context, c *ctl, _ *cmdFlags, _ []string) error { return c.Ended(ctx) }},
 	{name: "move", args: "ID NODE", nargs: 2, summary: "ask ID's owner to move it to NODE and wait for the outcome: from → to, pause",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
 			fs.StringVar(&f.kind, "kind", "", "the `kind` of ID (actor, instance_spot, user_spot) when it names more than one object")

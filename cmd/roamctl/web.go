@@ -24,6 +24,9 @@ type webState struct {
 	Placement []placementJSON `json:"placement"`
 	Moves     []moveLine      `json:"moves"`  // the nodes' recent moves, newest first
 	Pauses    []pauseBucket   `json:"pauses"` // those moves' pauses
+	// Ended are the objects whose owner is no live node: not served until
+	// a live node recovers them, or an operator releases them.
+	Ended []recordJSON `json:"ended"`
 }
 
 type pauseBucket struct {
@@ -87,7 +90,7 @@ func (c *ctl) webHandler() http.Handler {
 func (c *ctl) webState(ctx context.Context) (*webState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nodes, dir, err := c.nodeLoads(ctx)
+	nodes, dir, ended, err := c.nodeLoads(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +98,7 @@ func (c *ctl) webState(ctx context.Context) (*webState, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &webState{Nodes: nodes, Placement: p, Moves: []moveLine{}}
+	s := &webState{Nodes: nodes, Placement: p, Moves: []moveLine{}, Ended: ended}
 	names := map[string]string{}
 	for _, n := range dir.nodes {
 		names[n.Node.GetNodeRid()] = nodeName(n.Node)

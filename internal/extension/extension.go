@@ -316,6 +316,10 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 // whose recoverer ended too to fall to another node.
 const sweepPasses = 10
 
+// forOperatorEvery is how many sweep ticks apart the objects waiting for
+// an operator are counted again while there are any.
+const forOperatorEvery = 20
+
 // sweepEnded recovers, for the lifecycle's life, the stateful Instance
 // Spots of ended owners without waiting for a call (spot.RecoverEnded,
 // docs/FAULTS.md "Checkpoints and recovery"): it watches the Mesh's node
@@ -328,7 +332,7 @@ func (e *Extension) sweepEnded(l *life) {
 	defer t.Stop()
 	mesh := l.node.Descriptor().GetMesh()
 	known := map[string]bool{}
-	passes := sweepPasses
+	passes, ticks := sweepPasses, 0
 	for {
 		select {
 		case <-l.node.Stopping():
@@ -349,6 +353,10 @@ func (e *Extension) sweepEnded(l *life) {
 				}
 			}
 			known = cur
+		}
+		ticks++
+		if passes == 0 && l.spots.ForOperator() > 0 && ticks%forOperatorEvery == 0 {
+			passes = 1 // count them again: an operator may have released some
 		}
 		if passes > 0 && l.node.Valid() {
 			passes--
