@@ -64,6 +64,12 @@ var (
 	// the write under that lease. It is also ErrUnavailable for callers
 	// that only tell "retry later" apart. roamerr.ErrUnavailable.
 	ErrLeaseEnded error = &storeError{"location: owner lease ended", roamerr.ErrUnavailable, ErrUnavailable}
+	// ErrLeaseRevoked, always with ErrNotFound: ReadNode found no
+	// descriptor because another node revoked the lifecycle's lease
+	// (RevokeLease) after watching it stand still for a lease TTL — proof
+	// that its holder fenced itself (docs/FAULTS.md).
+	// roamerr.ErrNotFound.
+	ErrLeaseRevoked error = &storeError{"location: node not found: its lease was revoked", roamerr.ErrNotFound, ErrNotFound}
 	// ErrNodeNameTaken, always with ErrConflict: ClaimNode found the
 	// descriptor's name held by a live node of its mesh; nothing was
 	// written.

@@ -111,8 +111,23 @@ type Store interface {
 	// created and a *ConflictError returned (PROTOCOL.md §3.4). The descriptor
 	// stored carries the lease ID.
 	ClaimNode(ctx context.Context, node *NodeDescriptor, ttl time.Duration) (Lease, error)
-	// RenewLease extends a lease; ErrNotFound once it has ended.
+	// RenewLease extends a lease and changes the version of the node
+	// descriptor it holds: the heartbeat other nodes watch (a descriptor
+	// whose version has not changed for a lease TTL belongs to a holder
+	// that has fenced itself, docs/FAULTS.md). A renewal succeeds only
+	// once both are done; ErrNotFound once the lease has ended.
 	RenewLease(ctx context.Context, id LeaseID) error
+	// RevokeLease ends the lease that holds node's descriptor, only while
+	// that descriptor is still at version at: its holder has not renewed
+	// since the revoker saw it at. Then the descriptor and everything else
+	// the lease holds go, as when it expires, and ReadNode of node answers
+	// ErrLeaseRevoked from then on. A descriptor at another version is a
+	// *ConflictError and nothing changes; none, ErrNotFound.
+	// Another node revokes the lease of a holder it has watched fall
+	// silent for a lease TTL, so that the holder, fenced by then, can
+	// never unfence and serve again (its next renewal finds the lease
+	// gone).
+	RevokeLease(ctx context.Context, node NodeKey, at StoreVersion) error
 	// ReleaseNode deletes the descriptor and Entry claim of node only when
 	// the stored descriptor has node's lease and lifecycle (node
 	// generation); otherwise a *ConflictError and nothing is deleted, so a

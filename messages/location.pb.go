@@ -759,9 +759,13 @@ type NodeDescriptor struct {
 	// name is the node's stable, operator-chosen name, unique among the
 	// mesh's live nodes (a claim with a name a live node holds fails); it
 	// survives restarts, unlike node_rid. Empty for none.
-	Name          string `protobuf:"bytes,13,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Name string `protobuf:"bytes,13,opt,name=name,proto3" json:"name,omitempty"`
+	// lease_ttl_seconds is the TTL of the lifecycle's owner lease: how long
+	// another node watches its descriptor's heartbeat stand still before it
+	// takes the holder for fenced (docs/FAULTS.md). 0: the watcher's own.
+	LeaseTtlSeconds uint32 `protobuf:"varint,14,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3" json:"lease_ttl_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeDescriptor) Reset() {
@@ -883,6 +887,13 @@ func (x *NodeDescriptor) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *NodeDescriptor) GetLeaseTtlSeconds() uint32 {
+	if x != nil {
+		return x.LeaseTtlSeconds
+	}
+	return 0
 }
 
 // StoredValue is what consulstore writes under a key: the record or
@@ -1031,7 +1042,7 @@ const file_location_proto_rawDesc = "" +
 	"\x0fpreserves_state\x18\r \x01(\bR\x0epreservesState\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x0e \x01(\tR\tsessionId\x122\n" +
-	"\x15session_owner_address\x18\x0f \x01(\tR\x13sessionOwnerAddress\"\xb1\x03\n" +
+	"\x15session_owner_address\x18\x0f \x01(\tR\x13sessionOwnerAddress\"\xdd\x03\n" +
 	"\x0eNodeDescriptor\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +
@@ -1046,7 +1057,8 @@ const file_location_proto_rawDesc = "" +
 	" \x01(\rR\x0fprotocolVersion\x12\x19\n" +
 	"\blease_id\x18\v \x01(\tR\aleaseId\x12%\n" +
 	"\x0einstance_types\x18\f \x03(\tR\rinstanceTypes\x12\x12\n" +
-	"\x04name\x18\r \x01(\tR\x04name\"\xa1\x01\n" +
+	"\x04name\x18\r \x01(\tR\x04name\x12*\n" +
+	"\x11lease_ttl_seconds\x18\x0e \x01(\rR\x0fleaseTtlSeconds\"\xa1\x01\n" +
 	"\vStoredValue\x12\x1b\n" +
 	"\twrite_seq\x18\x01 \x01(\x04R\bwriteSeq\x127\n" +
 	"\x06record\x18\x02 \x01(\v2\x1d.roam.messages.LocationRecordH\x00R\x06record\x123\n" +

@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -173,11 +175,16 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 			alive, err := store.LeaseAlive(ctx, location.LeaseID(old.GetLeaseId()))
 			return err == nil && !alive
 		})
-		// The live node takes the ended owner's Spot over only once it has
-		// seen the owner's descriptor gone for a lease TTL (the store may
-		// end a lease early); until then calls answer Unavailable.
+		// Revoked by the live node, which watched the heartbeat stand
+		// still for a TTL, the owner is ended at once. Ended by the store,
+		// the live node takes the Spot over only once it has seen the
+		// owner's descriptor gone for a lease TTL (the store may end a
+		// lease early); until then calls answer Unavailable.
+		_, rerr := store.ReadNode(ctx, location.NodeKeyOf(old))
 		_, err = b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
-		require.ErrorIs(t, err, roamerr.ErrUnavailable, "taken over as soon as the descriptor was seen gone")
+		if !errors.Is(rerr, location.ErrLeaseRevoked) {
+			require.ErrorIs(t, err, roamerr.ErrUnavailable, "taken over as soon as the descriptor was seen gone")
+		}
 		waitUntil(t, "the Spot is reactivated on the live node", func() bool {
 			_, err := b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
 			return err == nil
@@ -220,4 +227,58 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A node cut off from the store is taken for ended by the others a lease
+// TTL after its heartbeat stood still, whenever the store itself would end
+// its lease (here never: the store's clock does not move, as a Consul that
+// takes twice the TTL would not yet have): the live node revokes its
+// lease at the descriptor version it watched, so the cut-off node — fenced
+// by then — can never serve again, and its stateful Spot comes back on the
+// live node from its checkpoint, without a call. Nothing was handled by
+// both.
+// Reference: docs/FAULTS.md, "Lease fencing" (other nodes take over a TTL
+// after the last heartbeat).
+func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
+	store := memstore.New(memstore.WithClock(memstore.NewManualClock()))
+	w := newWorld(t, store)
+	vault := w.cartKind("vault")
+	vault.ReactivateEmpty = false
+	vault.CheckpointEvery = 1
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	cut := w.start(withStore(f), withKinds(vault))
+	live := w.start(withKinds(w.roomKind()))
+	for _, v := range []string{"1", "2"} {
+		_, err := request(t, live, "safe", v, "vault")
+		require.NoError(t, err)
+	}
+	rescuer := w.start(withKinds(vault))
+	eventually(t, "both captures checkpointed", func() bool { return storedCount(t, store, "safe") == 2 })
+	require.Equal(t, cut.NodeRid(), ownerRid(t, store, "safe"))
+
+	f.Partition(true)
+	eventually(t, "the cut-off node's lease revoked and its Spot recovered on the live node", func() bool {
+		return ownerRid(t, store, "safe") == rescuer.NodeRid()
+	})
+	_, err = store.ReadNode(ctx, location.NodeKey{Mesh: cut.Node().Descriptor().GetMesh(), NodeRid: cut.NodeRid()})
+	require.ErrorIs(t, err, location.ErrLeaseRevoked, "ended by revocation, not by the store's clock")
+	n, err := request(t, live, "safe", "3", "vault")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "from its checkpoint")
+	f.Partition(false)
+	select {
+	case <-cut.Node().LeaseLost():
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("the cut-off node never learned its lease was revoked")
+	}
+	require.Equal(t, []string{"1", "2", "3"}, w.handledOf("safe"), "nothing handled twice, nothing by the cut-off node after the cut")
+}
+
+// ownerRid is the node RID that owns Instance Spot id.
+func ownerRid(t *testing.T, store location.Store, id string) string {
+	t.Helper()
+	v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
+	require.NoError(t, err)
+	return v.Record.GetOwner().GetNodeRid()
 }

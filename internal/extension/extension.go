@@ -327,12 +327,14 @@ const forOperatorEvery = 20
 // once at start) passes over the Spots every half TTL until none waits or
 // sweepPasses passes are done.
 func (e *Extension) sweepEnded(l *life) {
-	period := max(l.node.LeaseTTL()/2, 250*time.Millisecond)
+	period := min(max(l.node.LeaseTTL()/4, 250*time.Millisecond), time.Second)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	mesh := l.node.Descriptor().GetMesh()
 	known := map[string]bool{}
-	passes, ticks := sweepPasses, 0
+	// Enough passes to outlast the TTL a gone owner waits (liveness).
+	budget := sweepPasses + int(3*l.node.LeaseTTL()/period)
+	passes, ticks := budget, 0
 	for {
 		select {
 		case <-l.node.Stopping():
@@ -343,13 +345,21 @@ func (e *Extension) sweepEnded(l *life) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if nodes, err := l.node.Store().ListNodes(ctx, mesh); err == nil {
+			// A lifecycle whose heartbeat stood still for its TTL is
+			// revoked here, and its objects recovered by the next pass.
+			if n, err := l.driver.WatchNodes(ctx, nodes); n > 0 {
+				passes = budget
+			} else if err != nil && !errors.Is(err, roamerr.ErrOwnerEnding) {
+				log := e.logger()
+				log.Warn().Str("event", "owner_lease_revoke_failed").Err(err).Msg("a silent node's lease could not be revoked; the next look tries again")
+			}
 			cur := make(map[string]bool, len(nodes))
 			for _, n := range nodes {
 				cur[n.Node.GetNodeRid()+"/"+n.Node.GetLeaseId()] = true
 			}
 			for k := range known {
 				if !cur[k] {
-					passes = sweepPasses
+					passes = budget
 				}
 			}
 			known = cur

@@ -290,6 +290,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Weight:          cfg.Weight,
 		Status:          messages.NodeStatus_NODE_STATUS_SERVING,
 		ProtocolVersion: ProtocolVersion,
+		LeaseTtlSeconds: uint32(cfg.LeaseTTL / time.Second),
 	}
 	n.members = newMembers(cfg.Store)
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()

@@ -28,6 +28,7 @@ import (
 
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/chunklink"
+	"github.com/roamactors/roam/internal/liveness"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/placement"
@@ -257,10 +258,12 @@ type Driver struct {
 	lifecycleEnded chan struct{}
 	budget         *budget
 	metrics        *metrics
-	// goneSince: when this node first saw another lifecycle's descriptor
-	// gone (OwnerNode's lease-end grace); any goroutine, under goneMu.
-	goneMu    sync.Mutex
-	goneSince map[string]time.Time
+	// watch is what this node saw of the other lifecycles' descriptors
+	// (OwnerNode's liveness rule); any goroutine, under goneMu.
+	goneMu sync.Mutex
+	watch  *liveness.Watch
+	// started is when the driver started: the liveness watch's epoch.
+	started time.Time
 	// lastFollow: when Message Follow last forwarded a message, or a move
 	// out of this node started following (unix nanoseconds; any
 	// goroutine), for FollowQuiet.
@@ -328,7 +331,8 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
 		deletions:          map[location.AuthorityKey]*deletion{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
-		goneSince:          map[string]time.Time{},
+		watch:              liveness.New(node.LeaseTTL()),
+		started:            time.Now(),
 		deadLetterPatience: deadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 		chunkLinks:         map[string]string{},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/liveness"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -59,57 +60,126 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 // lifecycle still holds its lease: its descriptor exists with the same
 // lease and node generation (this node's own lifecycle: while its lease
 // has not ended; a fenced node may still hold it). The one liveness rule
-// for ended owners (PROTOCOL.md §3.4), shared with the Spot manager.
+// for ended owners (PROTOCOL.md §3.4, internal/liveness), shared with the
+// Spot manager.
 //
-// A descriptor that is gone counts as an ended owner only once this node
-// has seen it gone for a lease TTL (until then: Unavailable). The store
-// can end a lease sooner than TTL after its last renewal — Consul destroys
-// a session at once when the agent node it was created through leaves or
-// is removed — while the owner, which counts from its last good renewal,
-// may serve until that renewal's send time + TTL − margin. That renewal
-// was applied before the lease ended, so before anyone saw the descriptor
-// gone: a lease TTL after the first such sight, the owner has fenced
-// itself (docs/FAULTS.md, "Lease fencing"). A descriptor with another
-// lease or generation is a later lifecycle of the same node, which starts
-// only after the node itself learnt that the old one ended.
+// A descriptor this node has watched stand still for its lease TTL is one
+// whose holder fenced itself: this node revokes the lease at the version
+// it saw (a compare-and-set: a renewal that landed meanwhile wins) and
+// takes the owner for ended. A descriptor that is gone counts as an ended
+// owner at once when its lease was revoked so; otherwise only once this
+// node has seen it gone for a lease TTL (until then: Unavailable,
+// ErrOwnerEnding) — the store may end a lease early (Consul destroys a
+// session when its agent's node leaves), and the holder counts from its
+// last good renewal, which was applied before the descriptor went
+// (docs/FAULTS.md, "Lease fencing"). A descriptor with another lease or
+// generation is a later lifecycle of the same node, which starts only
+// after the node itself learnt that the old one ended.
 func (d *Driver) OwnerNode(ctx context.Context, o *messages.Owner) (address string, alive bool, err error) {
 	if o.GetNodeRid() == d.desc.GetNodeRid() {
 		return d.desc.GetAddress(), o.GetNodeGeneration() == d.desc.GetNodeGeneration() && d.Usable() == nil, nil
 	}
-	n, err := d.store.ReadNode(ctx, location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()})
+	key := location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}
+	n, err := d.store.ReadNode(ctx, key)
 	switch {
-	case errors.Is(err, location.ErrNotFound):
-		if gone := d.goneFor(o); gone < d.node.LeaseTTL() {
-			return "", false, fmt.Errorf("%w: %w: node %s seen gone for %s; its objects are taken over once it has been gone for the lease TTL (%s)",
-				roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid(), gone.Round(time.Millisecond), d.node.LeaseTTL())
-		}
+	case errors.Is(err, location.ErrLeaseRevoked):
 		return "", false, nil
+	case errors.Is(err, location.ErrNotFound):
+		return "", false, d.missing(o)
 	case err != nil:
 		return "", false, err
 	}
-	return n.Node.GetAddress(), n.Node.GetLeaseId() == o.GetLeaseId() && n.Node.GetNodeGeneration() == o.GetNodeGeneration(), nil
+	if n.Node.GetLeaseId() != o.GetLeaseId() || n.Node.GetNodeGeneration() != o.GetNodeGeneration() {
+		return n.Node.GetAddress(), false, nil
+	}
+	if !d.Observe(n) {
+		return n.Node.GetAddress(), true, nil
+	}
+	if ended, err := d.revoke(ctx, n); err != nil || !ended {
+		return n.Node.GetAddress(), !ended, err
+	}
+	return n.Node.GetAddress(), false, nil
 }
 
-// goneFor reports how long this node has seen o's lifecycle's descriptor
-// gone, counting from the first sight (monotonic clock).
-func (d *Driver) goneFor(o *messages.Owner) time.Duration {
-	key := o.GetNodeRid() + "/" + o.GetLeaseId()
-	now := time.Now()
+// Observe records what this node saw of another lifecycle's descriptor
+// (every read and listing feeds it) and reports whether it has stood
+// still for its lease TTL: its holder has fenced itself.
+func (d *Driver) Observe(n location.VersionedNode) (silent bool) {
+	if n.Node.GetNodeRid() == d.desc.GetNodeRid() {
+		return false
+	}
+	ttl := time.Duration(n.Node.GetLeaseTtlSeconds()) * time.Second
 	d.goneMu.Lock()
 	defer d.goneMu.Unlock()
-	first, ok := d.goneSince[key]
-	if !ok {
-		first = now
-		d.goneSince[key] = now
-		for k, t := range d.goneSince {
-			if now.Sub(t) > goneForget {
-				delete(d.goneSince, k)
-			}
-		}
-	}
-	return now.Sub(first)
+	return d.watch.Seen(lifecycleID(n.Node.GetNodeRid(), n.Node.GetLeaseId()), uint64(n.Version), ttl, d.monotonic()) == liveness.Silent
 }
 
-// goneForget is how long a lifecycle seen gone is remembered; long past
-// any lease TTL (forgetting only makes the next look wait a TTL again).
-const goneForget = time.Hour
+// WatchNodes feeds a listing of the Mesh's descriptors to the liveness
+// watch and revokes the lease of every lifecycle whose descriptor stood
+// still for its TTL; it returns how many it revoked. Called every second
+// or so, it bounds how long after its last heartbeat a crashed or cut-off
+// node is taken for ended: its lease TTL and one period.
+func (d *Driver) WatchNodes(ctx context.Context, nodes []location.VersionedNode) (revoked int, err error) {
+	var errs []error
+	for _, n := range nodes {
+		if !d.Observe(n) {
+			continue
+		}
+		ended, err := d.revoke(ctx, n)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ended {
+			revoked++
+		}
+	}
+	return revoked, errors.Join(errs...)
+}
+
+// revoke ends the lease of a lifecycle whose descriptor n stood still for
+// its TTL, at n's version. ended is false when the holder renewed
+// meanwhile; an error when the store could not say, or this node may not
+// write now (a fenced node revokes nothing: its own view may be old).
+func (d *Driver) revoke(ctx context.Context, n location.VersionedNode) (ended bool, err error) {
+	id := lifecycleID(n.Node.GetNodeRid(), n.Node.GetLeaseId())
+	if err := d.serving(); err != nil {
+		return false, fmt.Errorf("%w: %w: node %s stood still for its lease TTL; this node may not revoke it now: %w",
+			roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, n.Node.GetNodeRid(), err)
+	}
+	err = d.store.RevokeLease(ctx, location.NodeKeyOf(n.Node), n.Version)
+	switch {
+	case err == nil:
+		d.goneMu.Lock()
+		d.watch.Revoked(id, d.monotonic())
+		d.goneMu.Unlock()
+		d.log.Warn().Str("event", "owner_lease_revoked").Str("owner_node_rid", n.Node.GetNodeRid()).Str("lease_id", n.Node.GetLeaseId()).
+			Msg("another node's descriptor stood still for its lease TTL: its holder has fenced itself, and its lease is revoked; its objects are recovered")
+		return true, nil
+	case errors.Is(err, location.ErrConflict):
+		return false, nil // renewed meanwhile: alive
+	case errors.Is(err, location.ErrLeaseRevoked):
+		return true, nil
+	case errors.Is(err, location.ErrNotFound):
+		return false, d.missing(&messages.Owner{NodeRid: n.Node.GetNodeRid(), LeaseId: n.Node.GetLeaseId()})
+	}
+	return false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+n.Node.GetNodeRid(), err)
+}
+
+// missing judges an owner whose descriptor is gone (not revoked): nil once
+// this node has seen it gone for a lease TTL, else ErrOwnerEnding.
+func (d *Driver) missing(o *messages.Owner) error {
+	d.goneMu.Lock()
+	v, gone := d.watch.Missing(lifecycleID(o.GetNodeRid(), o.GetLeaseId()), d.monotonic())
+	d.goneMu.Unlock()
+	if v == liveness.Ended {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: node %s seen gone for %s; its objects are taken over once it has been gone for the lease TTL (%s)",
+		roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid(), gone.Round(time.Millisecond), d.node.LeaseTTL())
+}
+
+func lifecycleID(rid, lease string) string { return rid + "/" + lease }
+
+// monotonic is the driver's clock for the liveness watch: time since the
+// driver started, on the monotonic clock.
+func (d *Driver) monotonic() time.Duration { return time.Since(d.started) }

@@ -2,7 +2,9 @@ package spotsim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"github.com/roamactors/roam/internal/liveness"
 	"hash/fnv"
 	"math"
 	"slices"
@@ -447,30 +449,55 @@ func (l *Life) withOwner(v location.Versioned, deadline time.Duration, done func
 	})
 }
 
-// ownerAlive is Manager.ownerAddress's liveness (Driver.OwnerNode).
+// ownerAlive is Manager.ownerAddress's liveness (Driver.OwnerNode and
+// internal/liveness): a descriptor watched standing still for a TTL is
+// revoked at its version, then the owner ended; one gone is ended at once
+// if revoked, else a TTL after this lifecycle first saw it gone.
 func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
 	w := l.w
 	if o.GetNodeRid() == l.rid {
 		done(o.GetNodeGeneration() == l.gen && !l.ended, nil)
 		return
 	}
+	id := o.GetNodeRid() + "/" + o.GetLeaseId()
+	missing := func() {
+		v, gone := l.liveness.Missing(id, w.now)
+		if v != liveness.Ended {
+			done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone)))
+			return
+		}
+		done(false, nil)
+	}
 	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner alive"}, deadline, func(res storeRes) {
 		switch {
+		case res.err == nil && !res.alive:
+			done(false, nil) // a later lifecycle of the node
 		case res.err == nil:
-			done(res.alive, nil)
-		case isNotFound(res.err):
-			// Taken for ended only a lease TTL after the first sight.
-			key := o.GetNodeRid() + "/" + o.GetLeaseId()
-			first, seen := l.goneSince[key]
-			if !seen {
-				first = w.now
-				l.goneSince[key] = first
+			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
+				// Revokes what it merely saw once, at once: no TTL of watching.
+				l.liveness.Seen(id, res.beat, 0, w.now-w.cfg.LeaseTTL)
 			}
-			if w.now-first < w.cfg.LeaseTTL {
-				done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, w.now-first)))
+			if l.liveness.Seen(id, res.beat, 0, w.now) != liveness.Silent {
+				done(true, nil)
 				return
 			}
+			w.store.call(l, storeOp{kind: opRevoke, owner: o, beat: res.beat, why: "silent " + o.GetNodeRid()}, deadline, func(rv storeRes) {
+				switch {
+				case rv.err == nil:
+					l.liveness.Revoked(id, w.now)
+					done(false, nil)
+				case errors.Is(rv.err, location.ErrConflict):
+					done(true, nil)
+				case isNotFound(rv.err):
+					missing()
+				default:
+					done(false, activation.StoreError("revoke the lease of "+o.GetNodeRid(), rv.err))
+				}
+			})
+		case isNotFound(res.err) && res.revoked:
 			done(false, nil)
+		case isNotFound(res.err):
+			missing()
 		default:
 			done(false, activation.StoreError("read owner node", res.err))
 		}

@@ -2,6 +2,7 @@ package spotsim
 
 import (
 	"fmt"
+	"github.com/roamactors/roam/internal/liveness"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -60,9 +61,9 @@ type Life struct {
 	cache   []*cachedRoute
 	sweep   bool
 	watches map[watchKey]*sharedWatch
-	// goneSince: when this lifecycle first saw another lifecycle's
-	// descriptor gone (Driver.OwnerNode's lease-end grace).
-	goneSince map[string]time.Duration
+	// liveness is what this lifecycle saw of the others' descriptors
+	// (Driver.OwnerNode's rule, internal/liveness).
+	liveness *liveness.Watch
 
 	redeliver    [][]*Msg
 	redelivering []bool
@@ -104,7 +105,7 @@ func (n *Node) start(first bool) {
 	k := len(n.lives) + 1
 	w.nextAddr++
 	l := &Life{w: w, node: n, n: k, gen: uint64(k), rid: fmt.Sprintf("%s.%d", n.name, k), addr: w.nextAddr,
-		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{}, goneSince: map[string]time.Duration{},
+		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{}, liveness: liveness.New(w.cfg.LeaseTTL),
 		queues: make([][]cmd39, len(w.spots)), working: make([]bool, len(w.spots)), locks: make([]*lockState, len(w.spots)),
 		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
 	l.lease = "L-" + l.rid
@@ -139,6 +140,7 @@ func (l *Life) claim() {
 		l.validUntil = sent + w.cfg.LeaseTTL - w.cfg.LeaseMargin
 		w.tracef("%s serves (lease until %s)", l, ms(l.validUntil))
 		w.after(w.cfg.RenewEvery, l.renew)
+		w.after(watchEvery, l.watchNodes)
 		l.recoverScan()
 		for _, c := range w.clients {
 			if c.node == l.node {
@@ -171,6 +173,46 @@ func (l *Life) renew() {
 			l.endLifecycle("the store ended its lease")
 		default:
 			w.after(w.cfg.RetryEvery, l.renew)
+		}
+	})
+}
+
+// watchEvery is how often a lifecycle lists the descriptors to watch
+// their heartbeats (the extension's sweep: every second against a 10 s
+// TTL).
+const watchEvery = 300 * time.Millisecond
+
+// watchNodes is Driver.WatchNodes: every descriptor listed feeds the
+// liveness watch, and one that stood still for a TTL is revoked at the
+// version seen (a write: refused while this lifecycle is fenced).
+func (l *Life) watchNodes() {
+	w := l.w
+	if l.gone || l.ended {
+		return
+	}
+	w.store.call(l, storeOp{kind: opListNodes, why: "watch heartbeats", quiet: true}, w.now+watchEvery, func(res storeRes) {
+		defer w.after(watchEvery, l.watchNodes)
+		if res.err != nil || l.ended {
+			return
+		}
+		for i, o := range res.nodes {
+			if o == l {
+				continue
+			}
+			id := o.rid + "/" + o.lease
+			seenAt := w.now
+			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
+				l.liveness.Seen(id, res.beats[i], 0, w.now-w.cfg.LeaseTTL)
+			}
+			if l.liveness.Seen(id, res.beats[i], 0, seenAt) != liveness.Silent || l.fenced() {
+				continue
+			}
+			owner := &messages.Owner{NodeRid: o.rid, LeaseId: o.lease, NodeGeneration: o.gen}
+			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.now+watchEvery, func(rv storeRes) {
+				if rv.err == nil {
+					l.liveness.Revoked(id, w.now)
+				}
+			})
 		}
 	})
 }

@@ -309,6 +309,41 @@ func TestCheckerCatchesNoFence(t *testing.T) {
 	}
 }
 
+// The checker catches a lease revoked before its holder fenced itself:
+// n2 revokes n1's lease at its first look instead of after watching n1's
+// heartbeat stand still for a TTL, then reactivates s1, while n1 — its
+// renewal not yet refused — still serves s1: two. Run as roam runs it, n1
+// renews, nobody revokes it, and s1 stays on n1.
+func TestCheckerCatchesEarlyRevoke(t *testing.T) {
+	for _, sabotage := range []bool{false, true} {
+		cfg := DefaultConfig()
+		if sabotage {
+			cfg.Sabotage = SabotageRevokeEarly
+		}
+		w := NewWorld(cfg, 7, nil)
+		s := w.spots[0]
+		w.callAt(20*msd, w.clients[0], s, true)
+		w.callAt(350*msd, w.clients[1], s, true)
+		w.callAt(500*msd, w.clients[0], s, true)
+		w.callAt(600*msd, w.clients[0], s, true)
+		vs := w.Run()
+		two := 0
+		for _, v := range vs {
+			if v.Invariant == "two-serving" {
+				two++
+			}
+		}
+		switch {
+		case !sabotage && len(Unknown(vs)) > 0:
+			t.Fatalf("violations as roam runs it: %v", Unknown(vs))
+		case !sabotage && w.stats.Activated+w.stats.Resumed != 1:
+			t.Fatalf("s1 activated %d times, resumed %d: a live owner was taken over", w.stats.Activated, w.stats.Resumed)
+		case sabotage && two == 0:
+			t.Fatalf("the checker missed a lease revoked early: %v", vs)
+		}
+	}
+}
+
 // The checker catches SpotActivations run without the per-ID queue and the
 // Spot ID's lock: activations of one ID on one node race. (One caller's
 // order no longer depends on the queue: a send in a SpotActivation returns on

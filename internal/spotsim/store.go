@@ -46,17 +46,21 @@ const (
 	opPutRoot                  // Relocation Store: put a root
 	opGetRoot                  // Relocation Store: get a root
 	opDeleteRoot               // Relocation Store: delete a root
+	opRevoke                   // revoke another lifecycle's lease at a descriptor version
 )
 
-var opNames = [...]string{"read", "read-node", "list-nodes", "list", "apply", "watch", "renew", "claim", "put-root", "get-root", "delete-root"}
+var opNames = [...]string{"read", "read-node", "list-nodes", "list", "apply", "watch", "renew", "claim", "put-root", "get-root", "delete-root", "revoke"}
 
-func (k opKind) write() bool { return k == opApply || k == opPutRoot || k == opDeleteRoot }
+func (k opKind) write() bool {
+	return k == opApply || k == opPutRoot || k == opDeleteRoot || k == opRevoke
+}
 
 // storeOp is one call to the store.
 type storeOp struct {
 	kind    opKind
 	key     location.AuthorityKey
-	owner   *messages.Owner // opReadNode
+	owner   *messages.Owner // opReadNode, opRevoke
+	beat    uint64          // opRevoke: the descriptor version seen
 	ops     []location.Op   // opApply (without the lease check, which the store adds)
 	after   location.StoreVersion
 	rootKey string
@@ -65,6 +69,7 @@ type storeOp struct {
 	// (opDeleteRoot), if any.
 	holder *Msg
 	why    string
+	quiet  bool // not traced: the heartbeat watch's listing, many per second
 }
 
 // storeRes is a store call's answer.
@@ -73,6 +78,9 @@ type storeRes struct {
 	v        location.Versioned
 	versions []location.StoreVersion
 	alive    bool
+	beat     uint64   // opReadNode: the descriptor's version (its heartbeat)
+	beats    []uint64 // opListNodes: each node's heartbeat
+	revoked  bool     // opReadNode: not found because its lease was revoked
 	addr     int
 	nodes    []*Life
 	list     []location.Versioned
@@ -97,6 +105,8 @@ type storeLease struct {
 	life      *Life
 	expiresAt time.Duration
 	gone      bool
+	beat      uint64 // the descriptor's version: every renewal changes it
+	revoked   bool   // ended by another lifecycle's RevokeLease
 }
 
 type watcher struct {
@@ -170,7 +180,7 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 		if l.gone {
 			return
 		}
-		if w.tracing {
+		if w.tracing && !op.quiet {
 			w.tracef("%s store %s %s → %s", l, opNames[op.kind], op.why, resString(op, res))
 		}
 		done(res)
@@ -303,17 +313,32 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 	case opReadNode:
 		o := w.lifeByRid(op.owner.GetNodeRid())
 		if o == nil || !s.leaseLive(o) {
-			return storeRes{err: location.ErrNotFound}
+			revoked := o != nil && s.leases[o.lease] != nil && s.leases[o.lease].revoked
+			return storeRes{err: location.ErrNotFound, revoked: revoked}
 		}
-		return storeRes{alive: o.lease == op.owner.GetLeaseId() && o.gen == op.owner.GetNodeGeneration(), addr: o.addr}
+		return storeRes{alive: o.lease == op.owner.GetLeaseId() && o.gen == op.owner.GetNodeGeneration(), addr: o.addr, beat: s.leases[o.lease].beat}
+	case opRevoke:
+		o := w.lifeByRid(op.owner.GetNodeRid())
+		switch {
+		case o == nil || !s.leaseLive(o):
+			return storeRes{err: location.ErrNotFound}
+		case s.leases[o.lease].beat != op.beat:
+			return storeRes{err: &location.ConflictError{Op: "revoke lease"}}
+		}
+		sl := s.leases[o.lease]
+		sl.gone, sl.revoked, sl.expiresAt = true, true, w.now
+		w.tracef("store: lease of %s revoked at its heartbeat %d", o, op.beat)
+		return storeRes{}
 	case opListNodes:
 		var out []*Life
+		var beats []uint64
 		for _, o := range w.lives {
 			if s.leaseLive(o) {
 				out = append(out, o)
+				beats = append(beats, s.leases[o.lease].beat)
 			}
 		}
-		return storeRes{nodes: out}
+		return storeRes{nodes: out, beats: beats}
 	case opList:
 		var out []location.Versioned
 		for _, sp := range w.spots {
@@ -326,10 +351,11 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 		if !s.leaseLive(l) {
 			return storeRes{err: location.ErrNotFound}
 		}
-		s.leases[l.lease].expiresAt = w.now + w.cfg.LeaseTTL
+		s.leases[l.lease].expiresAt = w.now + w.cfg.StoreExpiry
+		s.leases[l.lease].beat++
 		return storeRes{}
 	case opClaim:
-		s.leases[l.lease] = &storeLease{life: l, expiresAt: w.now + w.cfg.LeaseTTL}
+		s.leases[l.lease] = &storeLease{life: l, expiresAt: w.now + w.cfg.StoreExpiry, beat: 1}
 		return storeRes{}
 	case opPutRoot:
 		s.roots[op.rootKey] = op.root

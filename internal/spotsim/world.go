@@ -25,6 +25,11 @@ const (
 	// instead of one per Spot ID in arrival order (manager.go's per-ID
 	// queue) and without the Spot ID's lock.
 	SabotageNoIDQueue
+	// SabotageRevokeEarly makes the second node revoke another
+	// lifecycle's lease as soon as it reads its descriptor, without
+	// watching its heartbeat stand still for a TTL: the holder may still
+	// count itself the owner.
+	SabotageRevokeEarly
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
@@ -36,9 +41,13 @@ type Config struct {
 	CallTimeout time.Duration
 	// The owner lease (internal/meshnode/lease): renewals every RenewEvery, retries
 	// every RetryEvery, a node fenced at its last good renewal's send time
-	// + LeaseTTL − LeaseMargin; the store ends a lease LeaseTTL after the
-	// last renewal it applied.
+	// + LeaseTTL − LeaseMargin. Every renewal changes the descriptor's
+	// version (the heartbeat); a lifecycle that watched it stand still for
+	// LeaseTTL revokes the lease (internal/liveness). The store itself ends
+	// a lease StoreExpiry after the last renewal it applied (Consul: 2×TTL;
+	// never below LeaseTTL).
 	LeaseTTL, LeaseMargin, RenewEvery, RetryEvery time.Duration
+	StoreExpiry                                   time.Duration
 	// RouteCacheMaxAge bounds a cached Ready route (docs/PROTOCOL.md §7.8).
 	RouteCacheMaxAge time.Duration
 	// RedeliveryWindow bounds one redelivery's wait for the store to name
@@ -75,6 +84,7 @@ func DefaultConfig() Config {
 		Nodes: 3, Spots: 3, Clients: 3,
 		CallTimeout:        time.Second,
 		LeaseTTL:           3 * time.Second,
+		StoreExpiry:        6 * time.Second,
 		LeaseMargin:        600 * time.Millisecond,
 		RenewEvery:         time.Second,
 		RetryEvery:         300 * time.Millisecond,

@@ -984,7 +984,7 @@ func (s *Store) ClaimNode(ctx context.Context, node *location.NodeDescriptor, tt
 	var sid string
 	err := s.on(ctx, writeCall, func(ctx context.Context, c *api.Client) (err error) {
 		sid, _, err = c.Session().CreateNoChecks(&api.SessionEntry{
-			Name:      "roam node " + node.GetMesh() + "/" + node.GetNodeRid(),
+			Name:      sessionNamePrefix + node.GetMesh() + "/" + node.GetNodeRid(),
 			TTL:       ttl.String(),
 			Behavior:  api.SessionBehaviorDelete,
 			LockDelay: -1, // sent as 0ms; leaving it unset means Consul's 15 s
@@ -1072,6 +1072,86 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 	if len(entries) == 0 {
 		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
 	}
+	return s.heartbeat(ctx, id, entries[0].Name)
+}
+
+// heartbeat rewrites the descriptor lease id holds, as it is, so that its
+// version changes: what other nodes watch (location.Store.RenewLease). The
+// descriptor's key is the one the lease was claimed for (named in the
+// session's name). A descriptor that changed between the read and the
+// write changed after this renewal was sent, which is all a heartbeat must
+// show.
+func (s *Store) heartbeat(ctx context.Context, id location.LeaseID, sessionName string) error {
+	mesh, rid, ok := strings.Cut(strings.TrimPrefix(sessionName, sessionNamePrefix), "/")
+	if !ok || !strings.HasPrefix(sessionName, sessionNamePrefix) {
+		return fmt.Errorf("%w: lease %s names no node (%q)", location.ErrInvalid, id, sessionName)
+	}
+	nk := s.nodeKey(location.NodeKey{Mesh: mesh, NodeRid: rid})
+	pair, err := s.get(ctx, nk)
+	if err != nil {
+		return classify("renew lease: read node", err, false)
+	}
+	if pair == nil || pair.Session != string(id) {
+		return fmt.Errorf("%w: lease %s holds no descriptor", location.ErrNotFound, id)
+	}
+	cur, err := decode(pair.Value)
+	if err != nil || cur.GetNode() == nil {
+		return fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
+	}
+	val, err := encode(&messages.StoredValue{WriteSeq: cur.GetWriteSeq() + 1, Value: cur.GetValue()})
+	if err != nil {
+		return fmt.Errorf("%w: encode node: %w", location.ErrInvalid, err)
+	}
+	_, failed, err := s.writeTxn(ctx, "renew lease", api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: nk, Session: string(id)}},
+		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: nk, Value: val, Index: pair.ModifyIndex}},
+	})
+	switch {
+	case err != nil:
+		return err
+	case slices.Contains(failed, 0):
+		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
+	}
+	return nil // written, or changed by another write since the read
+}
+
+// sessionNamePrefix starts the name of every lease's Consul session,
+// followed by "<mesh>/<node RID>".
+const sessionNamePrefix = "roam node "
+
+// RevokeLease implements location.Store: a transaction deletes the
+// descriptor if it is still at the index (Consul's HTTP transactions have
+// no session operations), which is the revocation — the holder's next
+// renewal finds no descriptor, and its writes' check-session on it fails —
+// then the session is destroyed, so that what else it holds (its Entry
+// claim, its name, its capacity slots) goes as on expiry. A destroy that
+// fails leaves those to the session's own expiry.
+func (s *Store) RevokeLease(ctx context.Context, node location.NodeKey, at location.StoreVersion) error {
+	if err := node.Validate(); err != nil {
+		return err
+	}
+	nk := s.nodeKey(node)
+	pair, err := s.get(ctx, nk)
+	if err != nil {
+		return classify("revoke lease", err, false)
+	}
+	switch {
+	case pair == nil:
+		return fmt.Errorf("%w: %s", location.ErrNotFound, node)
+	case location.StoreVersion(pair.ModifyIndex) != at || pair.Session == "":
+		return &location.ConflictError{Op: "revoke lease", FailedOps: []int{0}}
+	}
+	_, failed, err := s.writeTxn(ctx, "revoke lease", api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: nk, Index: uint64(at)}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: s.revokedKey(node), Value: []byte(pair.Session)}},
+	})
+	switch {
+	case err != nil:
+		return err
+	case failed != nil:
+		return &location.ConflictError{Op: "revoke lease", FailedOps: failed}
+	}
+	_ = s.destroy(context.WithoutCancel(ctx), pair.Session)
 	return nil
 }
 
@@ -1213,14 +1293,17 @@ func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.Ve
 	if err := key.Validate(); err != nil {
 		return location.VersionedNode{}, err
 	}
-	pair, err := s.get(ctx, s.nodeKey(key))
+	pairs, err := s.readMany(ctx, []string{s.nodeKey(key), s.revokedKey(key)})
 	if err != nil {
-		return location.VersionedNode{}, classify("read node", err, false)
+		return location.VersionedNode{}, fmt.Errorf("read node: %w", err) // classified already
 	}
-	if pair == nil {
-		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+	switch {
+	case pairs[s.nodeKey(key)] != nil:
+		return s.decodeNode(pairs[s.nodeKey(key)])
+	case pairs[s.revokedKey(key)] != nil:
+		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrLeaseRevoked, key)
 	}
-	return s.decodeNode(pair)
+	return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
 }
 
 // ListNodes implements location.Store.

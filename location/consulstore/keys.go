@@ -89,6 +89,13 @@ func (s *Store) nodePrefix(mesh string) string {
 
 func (s *Store) nodeKey(k location.NodeKey) string { return s.nodePrefix(k.Mesh) + escapeID(k.NodeRid) }
 
+// revokedKey marks a lifecycle whose lease another node revoked
+// (RevokeLease); ReadNode answers ErrLeaseRevoked for it. A few bytes per
+// revoked lifecycle, left in place.
+func (s *Store) revokedKey(k location.NodeKey) string {
+	return s.prefix + "/revoked/" + escapeID(k.Mesh) + "/" + escapeID(k.NodeRid)
+}
+
 // nameKey holds a node name for the live node that claimed it.
 func (s *Store) nameKey(mesh, name string) string {
 	return s.prefix + "/name/" + escapeID(mesh) + "/" + escapeID(name)

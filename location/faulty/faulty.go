@@ -291,6 +291,12 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 	return err
 }
 
+// RevokeLease implements location.Store.
+func (s *Store) RevokeLease(ctx context.Context, node location.NodeKey, at location.StoreVersion) error {
+	_, err := write(s, ctx, "revoke lease", func() (struct{}, error) { return struct{}{}, s.inner.RevokeLease(ctx, node, at) })
+	return err
+}
+
 // ReleaseNode implements location.Store.
 func (s *Store) ReleaseNode(ctx context.Context, node *location.NodeDescriptor) error {
 	_, err := write(s, ctx, "release node", func() (struct{}, error) { return struct{}{}, s.inner.ReleaseNode(ctx, node) })

@@ -101,6 +101,7 @@ type Store struct {
 	// dropLocked keep them with records).
 	ids     map[location.Kind]*btree.BTreeG[string]
 	nodes   map[location.NodeKey]*nodeEntry
+	revoked map[location.NodeKey]bool // lifecycles whose lease RevokeLease ended
 	leases  map[location.LeaseID]*lease
 	changed chan struct{} // closed and replaced on every change, for Watch
 	closed  bool
@@ -483,6 +484,33 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
 	}
 	l.expires = s.clock.Now().Add(l.ttl)
+	v := s.bumpLocked()
+	for _, k := range l.nodes {
+		if e := s.nodes[k]; e != nil && location.LeaseID(e.node.GetLeaseId()) == id {
+			e.version = v
+		}
+	}
+	return nil
+}
+
+// RevokeLease implements location.Store.
+func (s *Store) RevokeLease(ctx context.Context, node location.NodeKey, at location.StoreVersion) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	e := s.nodes[node]
+	switch {
+	case e == nil:
+		return fmt.Errorf("%w: node %s", location.ErrNotFound, node)
+	case e.version != at:
+		return &location.ConflictError{Op: "revoke lease", FailedOps: []int{0}}
+	}
+	s.endLeaseLocked(location.LeaseID(e.node.GetLeaseId()))
+	if s.revoked == nil {
+		s.revoked = map[location.NodeKey]bool{}
+	}
+	s.revoked[node] = true
 	return nil
 }
 
@@ -560,7 +588,10 @@ func (s *Store) ReadNode(ctx context.Context, key location.NodeKey) (location.Ve
 	}
 	defer unlock()
 	e := s.nodes[key]
-	if e == nil {
+	switch {
+	case e == nil && s.revoked[key]:
+		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrLeaseRevoked, key)
+	case e == nil:
 		return location.VersionedNode{}, fmt.Errorf("%w: %s", location.ErrNotFound, key)
 	}
 	return location.VersionedNode{Node: proto.Clone(e.node).(*location.NodeDescriptor), Version: e.version}, nil

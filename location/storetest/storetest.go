@@ -69,6 +69,8 @@ var tests = []contractTest{
 	{"NodeNameUniqueAmongLiveNodes", testNodeNameUnique},
 	{"EntryClaimConflictLeavesNothingBehind", testEntryClaimConflict},
 	{"RenewKeepsLease", testRenewKeepsLease},
+	{"RenewIsAHeartbeat", testRenewIsAHeartbeat},
+	{"RevokeLease", testRevokeLease},
 	{"LeaseExpiryFreesNodeClaim", testLeaseExpiry},
 	{"StaleReleaseLeavesReplacementAlone", testStaleRelease},
 	{"ReleaseNodeDeletesClaimAndEndsLease", testReleaseNode},
@@ -782,6 +784,59 @@ func testRenewKeepsLease(t *testing.T, h Harness) {
 	require.True(t, alive)
 	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
 	require.NoError(t, err)
+}
+
+// Every renewal changes the version of the descriptor the lease holds:
+// the heartbeat other nodes watch.
+// Reference: docs/FAULTS.md, "Other nodes take over a TTL after the last heartbeat".
+func testRenewIsAHeartbeat(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-beat", "roam-entry-beat", 1)
+	lease, err := s.ClaimNode(ctx(t), n, h.LeaseTTL)
+	require.NoError(t, err)
+	before, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, s.RenewLease(ctx(t), lease.ID))
+		after, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+		require.NoError(t, err)
+		require.NotEqual(t, before.Version, after.Version, "renewal %d changed nothing another node can see", i)
+		require.True(t, proto.Equal(before.Node, after.Node), "the descriptor itself stays")
+		before = after
+	}
+}
+
+// A lease is revoked only at the descriptor version the revoker saw: a
+// holder that renewed since keeps it. Revoked, it is gone with its
+// descriptor and Entry claim, its renewal fails NotFound and its writes'
+// lease check fails.
+// Reference: docs/FAULTS.md, "Other nodes take over a TTL after the last heartbeat".
+func testRevokeLease(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	n := node("rid-revoke", "roam-entry-revoke", 1)
+	lease, err := s.ClaimNode(ctx(t), n, h.LeaseTTL)
+	require.NoError(t, err)
+	seen, err := s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	require.NoError(t, s.RenewLease(ctx(t), lease.ID))
+	requireConflict(t, s.RevokeLease(ctx(t), location.NodeKeyOf(n), seen.Version))
+	alive, err := s.LeaseAlive(ctx(t), lease.ID)
+	require.NoError(t, err)
+	require.True(t, alive, "renewed since: not revoked")
+
+	seen, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.NoError(t, err)
+	require.NoError(t, s.RevokeLease(ctx(t), location.NodeKeyOf(n), seen.Version))
+	_, err = s.ReadNode(ctx(t), location.NodeKeyOf(n))
+	require.ErrorIs(t, err, location.ErrLeaseRevoked, "revoked, not merely gone")
+	require.ErrorIs(t, err, location.ErrNotFound)
+	require.ErrorIs(t, s.RenewLease(ctx(t), lease.ID), location.ErrNotFound)
+	_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(location.Key(location.KindInstanceSpot, "after-revoke"), rec("a", 1)),
+		location.CheckLeaseOp(location.NodeKeyOf(n), lease.ID)})
+	require.ErrorIs(t, err, location.ErrLeaseEnded)
+	_, err = s.Read(ctx(t), location.Key(location.KindEntry, n.GetEntrySpotId()))
+	require.ErrorIs(t, err, location.ErrNotFound, "the Entry claim went with the lease")
+	require.ErrorIs(t, s.RevokeLease(ctx(t), location.NodeKeyOf(n), seen.Version), location.ErrNotFound)
 }
 
 // When an owner lease ends unrenewed, its descriptor and Entry claim go
