@@ -11,7 +11,9 @@
 // of Instance Spots against the store's round trip; (i) a million idle
 // Spots on one node against plain Proto.Actor actors; (j) 5,000 objects
 // that talk in clusters, placed by hashing, at random and by the
-// placement director's co-location. Every figure is a
+// placement director's co-location; (k) a Spot checkpointed every turn and
+// every 100 ms against one never checkpointed, and the checkpoint write
+// against a record compare-and-set. Every figure is a
 // median over runs, beside its baseline as a ratio, except (g)'s means and
 // (i)'s single run.
 //
@@ -44,7 +46,7 @@ func main() {
 	out := flag.String("out", "bench/RESULTS.md", "where the results go")
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
-	only := flag.String("only", "abcdefghij", "the sections to run (letters a to j)")
+	only := flag.String("only", "abcdefghijk", "the sections to run (letters a to k)")
 	talkers := flag.Int("talkers", 5000, "the objects of section (j)")
 	scaleN := flag.Int("scale", 1000000, "the idle Spots of section (i)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
@@ -357,6 +359,27 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		if row.Lost+row.Duplicated > 0 {
 			return fmt.Errorf("co-location: %d hops lost, %d duplicated", row.Lost, row.Duplicated)
 		}
+	}
+
+	if want("k") {
+		d := 4500 * time.Millisecond
+		if quick {
+			d = 1500 * time.Millisecond
+		}
+		fmt.Fprintln(os.Stderr, "(k) checkpoints")
+		b.WriteString("## (k) Checkpoints\n\n")
+		fmt.Fprintf(&b, "Four closed-loop requesters (two per node) call one Spot of 1 KiB state by Spot ID, in one world per run: a kind with its checkpoints off (the baseline), one that checkpoints after every handled message, one at most 100 ms after a change; each measured for %s, twice per run, in turn. Ratio: the median over runs of each run's ratio to the baseline. Written per request: how many checkpoints every-turn stored per request (the node's writer keeps one write per object in flight and coalesces the captures behind it to the newest). Write latency: the median of 200 checkpoint writes of 1 KiB (each a compare-and-set) against 200 record compare-and-sets of the same store, interleaved.\n\n", d/3)
+		b.WriteString("| store | never | every turn | ratio | written per request | every 100 ms | ratio | checkpoint write p50 | record CAS p50 | ratio |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, st := range stores {
+			row, err := checkpointThroughput(ctx, st.new, runs, d)
+			if err != nil {
+				return fmt.Errorf("checkpoints on %s: %w", st.name, err)
+			}
+			fmt.Fprintf(&b, "| %s | %.0f req/s | %.0f req/s | %.2f | %.2f | %.0f req/s | %.2f | %.1f µs | %.1f µs | %.2f |\n", st.name, row.Never, row.Turn, row.TurnRatio, row.Written,
+				row.Interval, row.IntRatio, float64(row.PutP50)/1e3, float64(row.CASP50)/1e3, float64(row.PutP50)/float64(row.CASP50))
+			fmt.Fprintf(os.Stderr, "  %s: never %.0f, turn %.0f (%.2f), 100ms %.0f (%.2f) req/s; put %v vs CAS %v\n", st.name, row.Never, row.Turn, row.TurnRatio, row.Interval, row.IntRatio, row.PutP50, row.CASP50)
+		}
+		b.WriteString("\n")
 	}
 
 	// Last: a million Spots leave the machine slow to hand out memory for a

@@ -430,8 +430,13 @@ type CapabilityQuery struct {
 	// returned_tickets are spare tickets of earlier answers that the source
 	// will not use; the target forgets them.
 	ReturnedTickets [][]byte `protobuf:"bytes,7,rep,name=returned_tickets,json=returnedTickets,proto3" json:"returned_tickets,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// leaving: the source is a drained node about to stop. The target stops
+	// sending to it by a cached route or a Message Follow hop (it reads the
+	// owner from the store instead) before it answers, so that once every
+	// answer is in, nothing of roam's is still sent to the leaving node.
+	Leaving       bool `protobuf:"varint,8,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilityQuery) Reset() {
@@ -511,6 +516,13 @@ func (x *CapabilityQuery) GetReturnedTickets() [][]byte {
 		return x.ReturnedTickets
 	}
 	return nil
+}
+
+func (x *CapabilityQuery) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 type CapabilityReply struct {
@@ -2753,7 +2765,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\aNodeRef\x12\x19\n" +
 	"\bnode_rid\x18\x01 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x02 \x01(\x04R\x0enodeGeneration\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xb0\x02\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\xca\x02\n" +
 	"\x0fCapabilityQuery\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.roam.messages.AuthorityKindR\x04kind\x12\x1f\n" +
 	"\vstable_type\x18\x02 \x01(\tR\n" +
@@ -2762,7 +2774,8 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06source\x18\x04 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1b\n" +
 	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
 	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\x12)\n" +
-	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\"\xe6\x02\n" +
+	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\x12\x18\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\"\xe6\x02\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +

@@ -349,6 +349,9 @@ func (m *Manager) departed(ctx context.Context, a authority) bool {
 	if !m.d.ConnectionEnded(a.address) {
 		return false
 	}
+	if m.d.PeerLeaving(a.address) {
+		return true // a drained node about to stop: the store names where its objects went
+	}
 	_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
 	return ownerLeft(alive, err)
 }

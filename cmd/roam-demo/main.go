@@ -3,9 +3,11 @@
 // rooms; bots connect as chat clients to the gateway node, where each has
 // a Session and the Actor that speaks for it in its room (it moved to the
 // room's node when it joined), and post numbered messages while rooms and
-// users' Actors are moved continuously for about 20 s; then the three
-// other nodes are drained and restarted in turn and the gateway node is
-// drained, with every client still connected. It prints a line per move
+// users' Actors are moved continuously for about 20 s; then node-2 crashes
+// (SIGKILL for a process) and its rooms come back on live nodes from their
+// checkpoints by themselves; then the three other nodes are drained and
+// restarted in turn and the gateway node is drained, with every client
+// still connected. It prints a line per move
 // and a summary (moves, messages sent and delivered, lost, duplicated,
 // clients disconnected, pause p50/p99/max), and exits non-zero if a
 // message was lost or duplicated or a client was disconnected.
@@ -165,6 +167,12 @@ type cluster interface {
 	restart(i int) (string, error)
 	// drain drains node i and leaves it running (SIGUSR1 for a process).
 	drain(i int) error
+	// crash ends node i without a word: SIGKILL for a process; in this
+	// process, its node stops without a drain and its actor system goes
+	// (its connections end). startAgain starts it again, a new lifecycle under
+	// the same name, and returns its gateway address.
+	crash(i int) error
+	startAgain(i int) (string, error)
 	// store reads the nodes' Location Store.
 	store() location.Store
 	stop()
@@ -319,6 +327,22 @@ func (c *inProcess) restart(i int) (string, error) {
 	return next.System().Address(), nil
 }
 
+func (c *inProcess) crash(i int) error {
+	r := c.nodes[i]
+	r.System().Shutdown() // its remote first: every connection to it ends now
+	_ = r.Stop(context.Background())
+	return nil
+}
+
+func (c *inProcess) startAgain(i int) (string, error) {
+	next, err := c.startNode(context.Background(), nodeNames[i])
+	if err != nil {
+		return "", err
+	}
+	c.nodes[i] = next
+	return next.System().Address(), nil
+}
+
 func (c *inProcess) stop() {
 	for _, r := range c.nodes {
 		_ = r.Stop(context.Background())
@@ -424,6 +448,21 @@ func (p *processes) restart(i int) (string, error) {
 	if err := c.Wait(); err != nil {
 		return "", fmt.Errorf("%s: %w", nodeNames[i], err)
 	}
+	if err := p.startOne(i); err != nil {
+		return "", err
+	}
+	return p.addrs[i], nil
+}
+
+func (p *processes) crash(i int) error {
+	if err := p.cmds[i].Process.Kill(); err != nil { // SIGKILL
+		return err
+	}
+	_ = p.cmds[i].Wait()
+	return nil
+}
+
+func (p *processes) startAgain(i int) (string, error) {
 	if err := p.startOne(i); err != nil {
 		return "", err
 	}
@@ -652,6 +691,23 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			return fmt.Errorf("the director left %d users' Actors away from their rooms for 30 s", len(users)-n)
 		}
 	}
+	// A crash while the bots chat: node-2 ends without a word, its rooms
+	// and its users' Actors with it. Live nodes recover them from their
+	// last checkpoints, by themselves; the bots' Sessions on the gateway
+	// hold their posts meanwhile. What the rooms handled after their last
+	// checkpoints, and what was on its way in the dead node, is lost.
+	members := map[string]string{}
+	for _, bt := range bots {
+		members[bt.name] = bt.room
+	}
+	crashed, err := crashAndRecover(c, sys, gw, rooms, members, 2)
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		return err
+	}
+	gateways[2] = crashed.addr
+
 	// A rolling deploy while the bots chat: each node but the gateway in
 	// turn is drained (its rooms and users' Actors move to the others with
 	// their state), stopped and started again; then the gateway node is
@@ -678,13 +734,25 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	wg.Wait()
 
 	// Every post goes to every member of its room; wait for the last ones.
-	var expected, delivered, dupes, early, misorder, refused uint64
+	var expected, delivered, dupes, early, misorder, refused, crashExpected, crashDelivered uint64
 	var disconnected []string
 	tally := func() {
-		expected, delivered, dupes, early, misorder, refused = 0, 0, 0, 0, 0, 0
+		expected, delivered, dupes, early, misorder, refused, crashExpected, crashDelivered = 0, 0, 0, 0, 0, 0, 0, 0
 		disconnected = disconnected[:0]
 		for _, bt := range bots {
 			bt.in.mu.Lock()
+			if crashed.rooms[bt.room] {
+				// Its room was on the crashed node: counted apart.
+				crashExpected += (bt.sent - bt.in.refused) * botsPerRoom
+				crashDelivered += bt.in.delivered
+				dupes += bt.in.dupes
+				refused += bt.in.refused
+				if bt.in.gone != "" {
+					disconnected = append(disconnected, bt.name+": "+bt.in.gone)
+				}
+				bt.in.mu.Unlock()
+				continue
+			}
 			expected += (bt.sent - bt.in.refused) * botsPerRoom
 			delivered += bt.in.delivered
 			dupes += bt.in.dupes
@@ -704,6 +772,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		}
 	}
 	lost := expected - min(delivered, expected)
+	crashLost := crashExpected - min(crashDelivered, crashExpected)
 	// Every room kept its history through the moves and the restarts: the
 	// room answers its last posts, numbered up to its every post.
 	perRoom := map[string]uint64{}
@@ -720,6 +789,9 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		case err != nil || !ok:
 			historyLost++
 			fmt.Printf("history of %s: no answer (%v %v)\n", room, err, res)
+		case crashed.rooms[room] && len(j.GetHistory()) > 0:
+			// Recovered from its checkpoint: its history up to then is
+			// there, and it numbered what came after anew from it.
 		case len(j.GetHistory()) == 0 || j.GetHistory()[len(j.GetHistory())-1].GetIndex()+1 != posts:
 			historyLost++
 			fmt.Printf("history of %s: %d posts kept, the last numbered %d, but %d were posted\n", room, len(j.GetHistory()), j.GetHistory()[max(0, len(j.GetHistory())-1)].GetIndex(), posts)
@@ -730,6 +802,9 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	slices.Sort(pauses)
 	fmt.Printf("\nmoves %d (%d of them users' Actors; failed %d), messages sent %d (refused %d), deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d, handled out of order %d\n",
 		len(pauses), userMoves, failed, sent.Load(), refused, delivered, expected, botsPerRoom, lost, dupes, early, misorder)
+	fmt.Printf("crash of %s: the %d rooms it hit (theirs or a member's Actor there) served again %s after it, recovered from their checkpoints; in them %d of %d deliveries arrived, %d lost to the crash\n"+
+		"  (posts the rooms handled after their last checkpoint, and posts on their way in the dead process; nothing was lost elsewhere)\n",
+		nodeNames[2], len(crashed.rooms), crashed.servedAfter.Round(time.Millisecond), crashDelivered, crashExpected, crashLost)
 	if refused > 0 {
 		for _, bt := range bots {
 			if len(bt.in.refusals) > 0 {
@@ -762,8 +837,77 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	if len(pauses) == 0 {
 		return errors.New("no room moved")
 	}
-	fmt.Printf("result: lost=0 duplicated=0 disconnected=0 after %d moves and a rolling restart of every node\n", len(pauses))
+	fmt.Printf("result: lost=0 duplicated=0 disconnected=0 after %d moves, a crash (%d deliveries lost to it, said above) and a rolling restart of every node\n", len(pauses), crashLost)
 	return nil
+}
+
+// crashOutcome is what crashAndRecover saw.
+type crashOutcome struct {
+	addr        string          // the restarted node's gateway
+	rooms       map[string]bool // the rooms the crashed node owned
+	servedAfter time.Duration   // from the crash until every room answered
+}
+
+// crashAndRecover crashes node i, waits until every room answers again
+// (the crashed node's ones recovered by live nodes, without a call but
+// these probes), then starts node i again as a new lifecycle.
+func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int, members map[string]string, i int) (crashOutcome, error) {
+	out := crashOutcome{rooms: map[string]bool{}}
+	ctx := context.Background()
+	nodes, err := c.store().ListNodes(ctx, "default")
+	if err != nil {
+		return out, err
+	}
+	rid := ""
+	for _, n := range nodes {
+		if n.Node.GetName() == nodeNames[i] {
+			rid = n.Node.GetNodeRid()
+		}
+	}
+	owned := 0
+	for r := 0; r < rooms; r++ {
+		room := fmt.Sprintf("room-%d", r)
+		if v, err := c.store().Read(ctx, location.Key(location.KindUserSpot, room)); err == nil && v.Record.GetOwner().GetNodeRid() == rid {
+			out.rooms[room] = true
+			owned++
+		}
+	}
+	users := 0
+	for user, room := range members {
+		// A user's Actor there takes its queued posts down with it: its
+		// room counts as hit by the crash too.
+		if v, err := c.store().Read(ctx, location.Key(location.KindActor, chat.UserActor(user))); err == nil && v.Record.GetOwner().GetNodeRid() == rid {
+			out.rooms[room] = true
+			users++
+		}
+	}
+	fmt.Printf("\ncrash: %s ends without a word (it owns %d rooms and %d users' Actors); live nodes recover them from their checkpoints by themselves\n",
+		nodeNames[i], owned, users)
+	began := time.Now()
+	if err := c.crash(i); err != nil {
+		return out, err
+	}
+	for r := range out.rooms {
+		for {
+			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, 2*time.Second).Result()
+			if _, ok := res.(*chatpb.Joined); ok && err == nil {
+				fmt.Printf("  %s serves again after %s\n", r, time.Since(began).Round(time.Millisecond))
+				break
+			}
+			if time.Since(began) > 2*time.Minute {
+				return out, fmt.Errorf("%s did not serve again within 2 minutes of the crash", r)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	out.servedAfter = time.Since(began)
+	addr, err := c.startAgain(i)
+	if err != nil {
+		return out, err
+	}
+	out.addr = addr
+	fmt.Printf("%s started again at %s (a new lifecycle)\n", nodeNames[i], addr)
+	return out, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1040,8 +1040,13 @@ func (e *Extension) Stop(ctx context.Context) error {
 	return e.StopNow(ctx)
 }
 
-// flushPeers asks every other live node of the mesh a question (a load
-// query) and waits for the answers, each within the capability timeout.
+// flushPeers tells every other live node of the mesh that this drained
+// node is leaving (a load query marked leaving) and waits for the answers,
+// each within the capability timeout. Before it answers, a node stops
+// sending here by its cached routes and Message Follow hops: it reads the
+// owner from the store instead (a send on a route cached up to the route
+// cache's age would otherwise reach this node after its transport shut
+// down, and be dropped without a word).
 // An answer comes back on that node's connection to this one, behind
 // everything the node queued for this one before answering: once it is
 // here, no send of that node from before the question is still on its
@@ -1066,7 +1071,7 @@ func (e *Extension) flushPeers(ctx context.Context, l *life) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = l.driver.Load(ctx, d.GetAddress(), "")
+			_ = l.driver.Leaving(ctx, d.GetAddress())
 		}()
 	}
 	wg.Wait()

@@ -199,6 +199,14 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 			d.sys.Root.Send(to, &messages.CapabilityReply{Reason: refusal})
 			return
 		}
+		if q.GetLeaving() {
+			// A drained node about to stop: no route of this node
+			// sends there from now on (peers.go); this answer comes
+			// back behind everything sent there before.
+			d.peers.leaving(to.Address)
+			d.log.Info().Str("event", "peer_leaving").Str("address", to.Address).Str("peer_node_rid", src.GetNodeRid()).
+				Msg("a drained node is stopping: routes to it read the store from now on")
+		}
 		// Spare tickets the source will not use (their answer grew
 		// old, or the target refused a move) come back with its next
 		// query, so that they count no more.

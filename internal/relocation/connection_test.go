@@ -185,3 +185,19 @@ func TestCommitConfirmedWithoutTheTargetsNotice(t *testing.T) {
 
 // remoteStore hides a store's location.InProcess.
 type remoteStore struct{ location.Store }
+
+// A drained node about to stop tells its peers (Leaving): each stops
+// sending to it by a cached route or a Message Follow hop — it reads the
+// owner from the store instead — before it answers, so a send after the
+// leaving node's transport shut down is never dropped by the transport.
+// A later connection to that address (the node back under it) clears it.
+// Reference: docs/FAULTS.md, "Routes to a node that has left".
+func TestLeavingNodeIsNoLongerSentTo(t *testing.T) {
+	store := newStore(t)
+	a := startNodeWith(t, store, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	require.False(t, b.driver.ConnectionEnded(a.node.Address()))
+	require.NoError(t, a.driver.Leaving(context.Background(), b.node.Address()))
+	require.True(t, b.driver.ConnectionEnded(a.node.Address()), "answered before it stopped sending to the leaving node")
+	require.False(t, a.driver.ConnectionEnded(b.node.Address()), "only the leaving node is left")
+}

@@ -99,7 +99,21 @@ type NodeLoad struct {
 // query for stableType, which the node answers with its serving count and
 // capacity, and whether it would take a move of that type.
 func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad, error) {
-	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType, Source: d.selfRef(), WantLoad: true}
+	return d.askLoad(ctx, address, stableType, false)
+}
+
+// Leaving tells the node at address that this drained node is about to
+// stop, and waits for its answer: from then on that node sends nothing
+// to this one by a cached route or a Message Follow hop, and everything
+// it sent before has arrived (the answer comes back on the same
+// connection, behind it).
+func (d *Driver) Leaving(ctx context.Context, address string) error {
+	_, err := d.askLoad(ctx, address, "", true)
+	return err
+}
+
+func (d *Driver) askLoad(ctx context.Context, address, stableType string, leaving bool) (NodeLoad, error) {
+	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType, Source: d.selfRef(), WantLoad: true, Leaving: leaving}
 	if k, ok := d.kind(stableType); ok {
 		q.ApplicationVersion = k.ApplicationVersion
 	}

@@ -3,6 +3,7 @@ package relocation
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // peerLinks remembers the peer addresses whose Proto.Actor connection
@@ -16,6 +17,29 @@ import (
 type peerLinks struct {
 	ended sync.Map // address → struct{}
 	n     atomic.Int64
+	// leavingAt: peers that said they are about to stop (a drained node's
+	// Leaving), address → time.Time; a connection made again does not
+	// clear it (answering the peer makes one), only leavingFor does.
+	leavingAt sync.Map
+}
+
+// leavingFor is how long a peer that said it is leaving is not sent to by
+// a route: far longer than its stop takes; its descriptor is gone by then,
+// which routes see anyway.
+const leavingFor = time.Minute
+
+func (p *peerLinks) leaving(address string) { p.leavingAt.Store(address, time.Now()) }
+
+func (p *peerLinks) isLeaving(address string) bool {
+	t, ok := p.leavingAt.Load(address)
+	if !ok {
+		return false
+	}
+	if time.Since(t.(time.Time)) > leavingFor {
+		p.leavingAt.Delete(address)
+		return false
+	}
+	return true
 }
 
 // maxEndedPeers bounds the addresses remembered (every restart of a peer
@@ -43,11 +67,18 @@ func (p *peerLinks) connected(address string) {
 }
 
 func (p *peerLinks) isEnded(address string) bool {
-	_, ok := p.ended.Load(address)
-	return ok
+	if _, ok := p.ended.Load(address); ok {
+		return true
+	}
+	return p.isLeaving(address)
 }
 
 // ConnectionEnded reports whether this node's connection to the peer at
 // address ended and has not been made again: whatever is sent there now
 // is likely lost after seconds of redialling (peerLinks).
 func (d *Driver) ConnectionEnded(address string) bool { return d.peers.isEnded(address) }
+
+// PeerLeaving reports whether the node at address said it is about to
+// stop (a drained node's Leaving): a route cached to it is read from the
+// store again, whatever its descriptor says.
+func (d *Driver) PeerLeaving(address string) bool { return d.peers.isLeaving(address) }

@@ -207,8 +207,12 @@ func (o *Owner) Step(ev Event) []Effect {
 		if len(sl.held) >= o.cfg.HoldLimit || sl.heldBytes+ev.Item.Bytes > o.cfg.HoldBytes {
 			// Not held, not dropped: the client is told now, and the
 			// Session stays open (docs/SESSIONS.md §3).
-			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: Actor %q is moving and session %s holds %d messages (%d bytes) for it already",
-				roamerr.ErrCapacityExceeded, ev.Actor, ev.Session, len(sl.held), sl.heldBytes)}}
+			why := "is moving"
+			if sl.recovery {
+				why = "is unreachable (its node ended or was cut off; it is being recovered)"
+			}
+			return []Effect{Refuse{Session: ev.Session, Item: ev.Item, Err: fmt.Errorf("%w: Actor %q %s and session %s holds %d messages (%d bytes) for it already",
+				roamerr.ErrCapacityExceeded, ev.Actor, why, ev.Session, len(sl.held), sl.heldBytes)}}
 		}
 		sl.held = append(sl.held, ev.Item)
 		sl.heldBytes += ev.Item.Bytes
