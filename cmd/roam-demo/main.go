@@ -503,6 +503,7 @@ type inbox struct {
 	misorder  uint64 // the room handled a poster's seq N+1 before N
 	refused   uint64 // own posts refused (they reach nobody)
 	refusals  []string
+	recovered uint64 // told its Actor came back after its node ended
 	gone      string // why the Session ended ("": connected)
 }
 
@@ -518,6 +519,9 @@ func (in *inbox) receive(c actor.Context) {
 		return
 	case *chatpb.Disconnected:
 		in.gone = m.GetReason()
+		return
+	case *chatpb.Recovered:
+		in.recovered++
 		return
 	}
 	p, ok := c.Message().(*chatpb.Posted)
@@ -802,6 +806,15 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	slices.Sort(pauses)
 	fmt.Printf("\nmoves %d (%d of them users' Actors; failed %d), messages sent %d (refused %d), deliveries %d of %d (each post to %d members), lost %d, duplicated %d, out of order %d, handled out of order %d\n",
 		len(pauses), userMoves, failed, sent.Load(), refused, delivered, expected, botsPerRoom, lost, dupes, early, misorder)
+	told := 0
+	for _, bt := range bots {
+		bt.in.mu.Lock()
+		if bt.in.recovered > 0 {
+			told++
+		}
+		bt.in.mu.Unlock()
+	}
+	fmt.Printf("crash of %s: %d clients were told their Actor came back from its checkpoint\n", nodeNames[2], told)
 	fmt.Printf("crash of %s: the %d rooms it hit (theirs or a member's Actor there) served again %s after it, recovered from their checkpoints; in them %d of %d deliveries arrived, %d lost to the crash\n"+
 		"  (posts the rooms handled after their last checkpoint, and posts on their way in the dead process; nothing was lost elsewhere)\n",
 		nodeNames[2], len(crashed.rooms), crashed.servedAfter.Round(time.Millisecond), crashDelivered, crashExpected, crashLost)

@@ -329,6 +329,12 @@ func (g *Gateway) connect(m *chatpb.Connect) proto.Message {
 	cl := &client{name: name, inbox: inbox}
 	s, err := g.r.OpenSession(roam.SessionOptions{
 		OnPush: func(msg any) { g.r.System().Root.Send(inbox, msg) },
+		OnRecovered: func(string) {
+			// Not silent: posts on their way when its node ended may be gone.
+			g.log.Warn().Str("event", "user_recovered").Str("name", name).Msg("a user's Actor was recovered after its node ended")
+			g.r.System().Root.Send(inbox, &chatpb.Recovered{Name: name,
+				Reason: "your Actor's node ended; it came back from its last checkpoint, and posts sent just before may be lost"})
+		},
 		OnClose: func(err error) {
 			g.mu.Lock()
 			if g.clients[name] == cl {

@@ -122,6 +122,15 @@ type (
 		Actor   string
 		After   time.Duration
 	}
+	// Recovered: the bound Actor serves again at a new route after its
+	// owner ended (not by a move of this Session's seal): what the client
+	// sent it before may have been lost with the ended owner. Tell the
+	// client.
+	Recovered struct {
+		Session ID
+		Actor   string
+		Route   Route
+	}
 	// Reject: the local call (OpenSession, Bind) failed with Err.
 	Reject struct{ Err error }
 	// ReplySeal: answer command 42 at To: sealed (nil Err) or a refusal.
@@ -165,6 +174,7 @@ type (
 
 func (Deliver) isEffect()        {}
 func (Resolve) isEffect()        {}
+func (Recovered) isEffect()      {}
 func (Refuse) isEffect()         {}
 func (Reject) isEffect()         {}
 func (ReplySeal) isEffect()      {}

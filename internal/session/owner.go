@@ -331,7 +331,8 @@ func (o *Owner) resolved(ev Resolved) []Effect {
 	case newer && ev.Alive:
 		b.route = ev.Route
 		effects := []Effect{Log{Level: handoff.LevelInfo, Event: "session_route_recovered", Session: ev.Session, Actor: ev.Actor,
-			Msg: "the bound Actor serves at a new route; the client's messages go there"}}
+			Msg: "the bound Actor serves at a new route; the client's messages go there"},
+			Recovered{Session: ev.Session, Actor: ev.Actor, Route: ev.Route}}
 		if held {
 			effects = append(effects, o.release(ev.Session, ev.Actor, b)...)
 		}

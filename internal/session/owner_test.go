@@ -491,3 +491,72 @@ func TestRandomInvariants(t *testing.T) {
 		require.Positive(t, next)
 	}
 }
+
+// only keeps the effects of type T.
+func only[T Effect](effs []Effect) []T {
+	var out []T
+	for _, e := range effs {
+		if x, ok := e.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// deliveries keeps the Deliver effects, as effects.
+func deliveries(effs []Effect) []Effect {
+	var out []Effect
+	for _, d := range only[Deliver](effs) {
+		out = append(out, d)
+	}
+	return out
+}
+
+// A message to a binding whose route is down is held, not delivered; the
+// Session looks the Actor up (Resolve), and keeps looking while its owner
+// is not alive. The store naming a newer incarnation of the same object
+// (recovered) releases what was held to it, in order, and tells the
+// client (Recovered); later messages go there at once.
+func TestRouteDownHoldsUntilTheActorIsRecovered(t *testing.T) {
+	o := openBound(t, Config{SealTimeout: sealTimeout, RecoveryWait: time.Minute})
+	effs := o.Step(Client{Session: sid, Actor: "alice", Item: testItem(1), RouteDown: true})
+	require.Empty(t, deliveries(effs))
+	require.Equal(t, []Resolve{{Session: sid, Actor: "alice"}}, only[Resolve](effs))
+	require.Equal(t, []StartSealTimer{{Session: sid, Actor: "alice", After: time.Minute}}, only[StartSealTimer](effs))
+	require.Empty(t, sendMsg(o, "alice", 2), "held behind the first")
+	require.Equal(t, wantDeliveries("bob", srcRoute, 9), sendMsg(o, "bob", 9), "another binding is not held")
+
+	effs = o.Step(Resolved{Session: sid, Actor: "alice", Route: srcRoute})
+	require.Equal(t, []Effect{Resolve{Session: sid, Actor: "alice", After: resolveAgain}}, effs, "the old owner, not alive: look again")
+	recovered := Route{Address: "node-c", OwnerGeneration: srcRoute.OwnerGeneration + 1, ObjectGeneration: srcRoute.ObjectGeneration}
+	effs = o.Step(Resolved{Session: sid, Actor: "alice", Route: recovered, Alive: true})
+	require.Equal(t, []Recovered{{Session: sid, Actor: "alice", Route: recovered}}, only[Recovered](effs))
+	require.Equal(t, wantDeliveries("alice", recovered, 1, 2), deliveries(effs))
+	require.Equal(t, wantDeliveries("alice", recovered, 3), sendMsg(o, "alice", 3))
+}
+
+// A route that was only briefly down (its owner alive at the same route)
+// gets what was held; another object's incarnation (another generation)
+// is never taken for the Actor's.
+func TestRouteDownReleasedToTheSameRouteWhenItsOwnerLives(t *testing.T) {
+	o := openBound(t, Config{SealTimeout: sealTimeout})
+	o.Step(Client{Session: sid, Actor: "alice", Item: testItem(1), RouteDown: true})
+	other := Route{Address: "node-c", OwnerGeneration: 1, ObjectGeneration: srcRoute.ObjectGeneration + 1}
+	require.Equal(t, []Effect{Resolve{Session: sid, Actor: "alice", After: resolveAgain}}, o.Step(Resolved{Session: sid, Actor: "alice", Route: other, Alive: true}))
+	effs := o.Step(Resolved{Session: sid, Actor: "alice", Route: srcRoute, Alive: true})
+	require.Equal(t, wantDeliveries("alice", srcRoute, 1), deliveries(effs))
+	require.Empty(t, only[Recovered](effs))
+}
+
+// No recovery within RecoveryWait: the Session closes, what it held is
+// refused, and its client is told why.
+func TestRecoveryWaitClosesTheSession(t *testing.T) {
+	o := openBound(t, Config{SealTimeout: sealTimeout, RecoveryWait: time.Minute})
+	o.Step(Client{Session: sid, Actor: "alice", Item: testItem(1), RouteDown: true})
+	effs := o.Step(SealExpired{Session: sid, Actor: "alice"})
+	require.Len(t, only[Refuse](effs), 1)
+	closed := only[Closed](effs)
+	require.Len(t, closed, 1)
+	require.ErrorIs(t, closed[0].Err, roamerr.ErrUnavailable)
+	require.False(t, o.Open(sid))
+}

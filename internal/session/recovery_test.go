@@ -46,7 +46,8 @@ func TestHeldWhileTheBoundActorIsRecoveredAfterItsNodeCrashed(t *testing.T) {
 	}
 	gw, _ := node("gw")
 	b, bSystem := node("b")
-	s, err := gw.OpenSession(roam.SessionOptions{})
+	recovered := make(chan string, 1)
+	s, err := gw.OpenSession(roam.SessionOptions{OnRecovered: func(id string) { recovered <- id }})
 	require.NoError(t, err)
 	_, err = s.SpawnActor(ctx, "journal", "alice")
 	require.NoError(t, err)
@@ -69,5 +70,11 @@ func TestHeldWhileTheBoundActorIsRecoveredAfterItsNodeCrashed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, gw.System().Address(), pid.Address, "recovered on the live node")
 	require.Equal(t, "bound,before,after", journalOf(t, s), "from the checkpoint, then the held message")
+	select {
+	case id := <-recovered:
+		require.Equal(t, "alice", id, "the client is told its Actor came back from a checkpoint")
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("OnRecovered was never called")
+	}
 	require.NoError(t, s.Err())
 }

@@ -121,6 +121,10 @@ func (s *Service) run(effects []Effect) {
 			}
 		case Resolve:
 			s.resolve(e)
+		case Recovered:
+			if c := s.open[e.Session]; c != nil && c.opts.OnRecovered != nil {
+				go c.opts.OnRecovered(e.Actor) // never under the lock
+			}
 		case Closed:
 			if c := s.open[e.Session]; c != nil {
 				delete(s.open, e.Session)
@@ -230,6 +234,12 @@ type Options struct {
 	// why (the seal timeout, the node stopping, a client too slow to take
 	// its pushes).
 	OnClose func(err error)
+	// OnRecovered, if set, is called (on a goroutine of its own) when a
+	// bound Actor serves again after its node ended: recovered by a live
+	// node from its last checkpoint. What the client sent it shortly
+	// before may have been lost with the ended node (handled after that
+	// checkpoint, or queued there); tell the client.
+	OnRecovered func(actorID string)
 	// PushBuffer bounds the pushes waiting for OnPush (default 4,096);
 	// past it the Session is closed with CapacityExceeded rather than a
 	// push dropped.

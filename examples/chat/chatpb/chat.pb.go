@@ -751,6 +751,61 @@ func (x *Disconnected) GetReason() string {
 	return ""
 }
 
+// Recovered tells a client its user's Actor came back after the node it
+// ran on ended (a crash, a cut): recovered from its last checkpoint. Posts
+// it sent shortly before may have been lost with that node.
+type Recovered struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recovered) Reset() {
+	*x = Recovered{}
+	mi := &file_chat_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recovered) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recovered) ProtoMessage() {}
+
+func (x *Recovered) ProtoReflect() protoreflect.Message {
+	mi := &file_chat_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recovered.ProtoReflect.Descriptor instead.
+func (*Recovered) Descriptor() ([]byte, []int) {
+	return file_chat_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Recovered) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Recovered) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // PostRefused tells a client one of its posts was not accepted: it reached
 // nobody (its Actor's hold was full while it moved, say).
 type PostRefused struct {
@@ -765,7 +820,7 @@ type PostRefused struct {
 
 func (x *PostRefused) Reset() {
 	*x = PostRefused{}
-	mi := &file_chat_proto_msgTypes[12]
+	mi := &file_chat_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +832,7 @@ func (x *PostRefused) String() string {
 func (*PostRefused) ProtoMessage() {}
 
 func (x *PostRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_chat_proto_msgTypes[12]
+	mi := &file_chat_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +845,7 @@ func (x *PostRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostRefused.ProtoReflect.Descriptor instead.
 func (*PostRefused) Descriptor() ([]byte, []int) {
-	return file_chat_proto_rawDescGZIP(), []int{12}
+	return file_chat_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PostRefused) GetRoom() string {
@@ -833,7 +888,7 @@ type UserState struct {
 
 func (x *UserState) Reset() {
 	*x = UserState{}
-	mi := &file_chat_proto_msgTypes[13]
+	mi := &file_chat_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +900,7 @@ func (x *UserState) String() string {
 func (*UserState) ProtoMessage() {}
 
 func (x *UserState) ProtoReflect() protoreflect.Message {
-	mi := &file_chat_proto_msgTypes[13]
+	mi := &file_chat_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +913,7 @@ func (x *UserState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserState.ProtoReflect.Descriptor instead.
 func (*UserState) Descriptor() ([]byte, []int) {
-	return file_chat_proto_rawDescGZIP(), []int{13}
+	return file_chat_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UserState) GetName() string {
@@ -893,7 +948,7 @@ type History struct {
 
 func (x *History) Reset() {
 	*x = History{}
-	mi := &file_chat_proto_msgTypes[14]
+	mi := &file_chat_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +960,7 @@ func (x *History) String() string {
 func (*History) ProtoMessage() {}
 
 func (x *History) ProtoReflect() protoreflect.Message {
-	mi := &file_chat_proto_msgTypes[14]
+	mi := &file_chat_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +973,7 @@ func (x *History) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use History.ProtoReflect.Descriptor instead.
 func (*History) Descriptor() ([]byte, []int) {
-	return file_chat_proto_rawDescGZIP(), []int{14}
+	return file_chat_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *History) GetRoom() string {
@@ -938,7 +993,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_chat_proto_msgTypes[15]
+	mi := &file_chat_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1005,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_chat_proto_msgTypes[15]
+	mi := &file_chat_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1018,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_chat_proto_rawDescGZIP(), []int{15}
+	return file_chat_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetError() string {
@@ -1027,7 +1082,10 @@ const file_chat_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"&\n" +
 	"\fDisconnected\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"]\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"7\n" +
+	"\tRecovered\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"]\n" +
 	"\vPostRefused\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1054,7 +1112,7 @@ func file_chat_proto_rawDescGZIP() []byte {
 	return file_chat_proto_rawDescData
 }
 
-var file_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_chat_proto_goTypes = []any{
 	(*Member)(nil),       // 0: roam.examples.chat.Member
 	(*Join)(nil),         // 1: roam.examples.chat.Join
@@ -1068,20 +1126,21 @@ var file_chat_proto_goTypes = []any{
 	(*Connect)(nil),      // 9: roam.examples.chat.Connect
 	(*Connected)(nil),    // 10: roam.examples.chat.Connected
 	(*Disconnected)(nil), // 11: roam.examples.chat.Disconnected
-	(*PostRefused)(nil),  // 12: roam.examples.chat.PostRefused
-	(*UserState)(nil),    // 13: roam.examples.chat.UserState
-	(*History)(nil),      // 14: roam.examples.chat.History
-	(*Ack)(nil),          // 15: roam.examples.chat.Ack
-	(*messages.PID)(nil), // 16: roam.messages.PID
+	(*Recovered)(nil),    // 12: roam.examples.chat.Recovered
+	(*PostRefused)(nil),  // 13: roam.examples.chat.PostRefused
+	(*UserState)(nil),    // 14: roam.examples.chat.UserState
+	(*History)(nil),      // 15: roam.examples.chat.History
+	(*Ack)(nil),          // 16: roam.examples.chat.Ack
+	(*messages.PID)(nil), // 17: roam.messages.PID
 }
 var file_chat_proto_depIdxs = []int32{
-	16, // 0: roam.examples.chat.Member.inbox:type_name -> roam.messages.PID
+	17, // 0: roam.examples.chat.Member.inbox:type_name -> roam.messages.PID
 	0,  // 1: roam.examples.chat.Join.member:type_name -> roam.examples.chat.Member
 	5,  // 2: roam.examples.chat.Joined.history:type_name -> roam.examples.chat.Posted
 	0,  // 3: roam.examples.chat.RoomState.members:type_name -> roam.examples.chat.Member
 	5,  // 4: roam.examples.chat.RoomState.history:type_name -> roam.examples.chat.Posted
-	16, // 5: roam.examples.chat.Connect.inbox:type_name -> roam.messages.PID
-	16, // 6: roam.examples.chat.UserState.session:type_name -> roam.messages.PID
+	17, // 5: roam.examples.chat.Connect.inbox:type_name -> roam.messages.PID
+	17, // 6: roam.examples.chat.UserState.session:type_name -> roam.messages.PID
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -1100,7 +1159,7 @@ func file_chat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chat_proto_rawDesc), len(file_chat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -64,6 +64,8 @@ func run(node, room, name, moveTo string, tls *roam.TLS) error {
 			fmt.Printf("[%s #%d] %s: %s\n", p.GetRoom(), p.GetIndex(), p.GetName(), p.GetText())
 		case *chatpb.PostRefused:
 			fmt.Printf("(your post %d was not delivered: %s)\n", p.GetSeq(), p.GetError())
+		case *chatpb.Recovered:
+			fmt.Printf("(%s)\n", p.GetReason())
 		case *chatpb.Disconnected:
 			gone <- p.GetReason()
 		}
