@@ -110,6 +110,7 @@ func TestRandomSchedules(t *testing.T) {
 		total.Crashes, total.LeaseEnds, total.Restarts, total.Cuts, total.StoreOutages, total.IndeterminateWrites, total.SlowWrites)
 	t.Logf("spot sim: checkpoints written %d, superseded %d, fenced %d; claims %d, restores %d; handled messages a recovery lost past the last checkpoint %d",
 		total.CheckpointsWritten, total.CheckpointsSuperseded, total.CheckpointsFenced, total.Claims, total.Restores, total.LostAfterCheckpoint)
+	t.Logf("spot sim: leases revoked after a TTL of silent heartbeat %d, ended by the store (2×TTL) %d", total.LeasesRevoked, total.LeasesExpired)
 	keys := make([]string, 0, len(known))
 	for k := range known {
 		keys = append(keys, k)
@@ -153,6 +154,8 @@ func add(total *Stats, s Stats) {
 	total.CheckpointsWritten += s.CheckpointsWritten
 	total.CheckpointsSuperseded += s.CheckpointsSuperseded
 	total.CheckpointsFenced += s.CheckpointsFenced
+	total.LeasesRevoked += s.LeasesRevoked
+	total.LeasesExpired += s.LeasesExpired
 	total.Claims += s.Claims
 	total.Restores += s.Restores
 	total.LostAfterCheckpoint += s.LostAfterCheckpoint

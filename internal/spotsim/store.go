@@ -158,6 +158,7 @@ func (s *Store) leaseLive(l *Life) bool {
 	}
 	if !sl.gone && s.w.now >= sl.expiresAt {
 		sl.gone = true
+		s.w.stats.LeasesExpired++
 		s.w.tracef("store: lease of %s ended (expired)", l)
 	}
 	return !sl.gone
@@ -327,6 +328,7 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 		}
 		sl := s.leases[o.lease]
 		sl.gone, sl.revoked, sl.expiresAt = true, true, w.now
+		w.stats.LeasesRevoked++
 		w.tracef("store: lease of %s revoked at its heartbeat %d", o, op.beat)
 		return storeRes{}
 	case opListNodes:

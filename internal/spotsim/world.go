@@ -362,6 +362,9 @@ type Stats struct {
 	// superseded or fenced, claims, restores, and handled messages whose
 	// effect a recovery lost (after the last checkpoint).
 	CheckpointsWritten, CheckpointsSuperseded, CheckpointsFenced int
+	// LeasesRevoked: leases another lifecycle revoked after watching their
+	// heartbeat stand still for a TTL; LeasesExpired: ended by the store.
+	LeasesRevoked, LeasesExpired int
 	Claims, Restores, LostAfterCheckpoint                        int
 }
 
