@@ -364,8 +364,8 @@ type Stats struct {
 	CheckpointsWritten, CheckpointsSuperseded, CheckpointsFenced int
 	// LeasesRevoked: leases another lifecycle revoked after watching their
 	// heartbeat stand still for a TTL; LeasesExpired: ended by the store.
-	LeasesRevoked, LeasesExpired int
-	Claims, Restores, LostAfterCheckpoint                        int
+	LeasesRevoked, LeasesExpired          int
+	Claims, Restores, LostAfterCheckpoint int
 }
 
 // Stats returns the schedule's figures (after Run).
