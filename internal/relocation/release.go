@@ -120,6 +120,9 @@ func (d *Driver) Observe(n location.VersionedNode) (silent bool) {
 // or so, it bounds how long after its last heartbeat a crashed or cut-off
 // node is taken for ended: its lease TTL and one period.
 func (d *Driver) WatchNodes(ctx context.Context, nodes []location.VersionedNode) (revoked int, err error) {
+	d.goneMu.Lock()
+	d.watch.Forget(d.monotonic() - goneForget)
+	d.goneMu.Unlock()
 	var errs []error
 	for _, n := range nodes {
 		if !d.Observe(n) {
@@ -183,3 +186,8 @@ func lifecycleID(rid, lease string) string { return rid + "/" + lease }
 // monotonic is the driver's clock for the liveness watch: time since the
 // driver started, on the monotonic clock.
 func (d *Driver) monotonic() time.Duration { return time.Since(d.started) }
+
+// goneForget is how long what was seen of a lifecycle is remembered; long
+// past any lease TTL (forgetting only makes the next look wait a TTL
+// again).
+const goneForget = time.Hour
