@@ -145,6 +145,17 @@ type Store struct {
 	// listings keeps, for a short while, the keys a List page left for
 	// the next page of the same listing (listCursor).
 	listings listings
+	// beats keeps, per lease, the descriptor its last heartbeat wrote
+	// (beat): the next one writes over it without reading it first.
+	beats sync.Map
+}
+
+// beat is the descriptor a lease's last heartbeat left: its key, stored
+// value and index.
+type beat struct {
+	key   string
+	value *messages.StoredValue
+	index uint64
 }
 
 // Consul lists keys under a prefix, all of them: it has no "after"
@@ -1076,43 +1087,70 @@ func (s *Store) RenewLease(ctx context.Context, id location.LeaseID) error {
 }
 
 // heartbeat rewrites the descriptor lease id holds, as it is, so that its
-// version changes: what other nodes watch (location.Store.RenewLease). The
-// descriptor's key is the one the lease was claimed for (named in the
-// session's name). A descriptor that changed between the read and the
-// write changed after this renewal was sent, which is all a heartbeat must
-// show.
+// version changes: what other nodes watch (location.Store.RenewLease). It
+// writes by compare-and-set over what its last heartbeat wrote (the first
+// one reads the descriptor, whose key the session's name gives). A write
+// that finds the descriptor written over since reads it and writes again;
+// one that fails again found a write that came after that read, so after
+// this renewal was sent, which is all a heartbeat must show.
 func (s *Store) heartbeat(ctx context.Context, id location.LeaseID, sessionName string) error {
+	for attempt := 0; attempt < 2; attempt++ {
+		b, err := s.lastBeat(ctx, id, sessionName, attempt > 0)
+		if err != nil {
+			return err
+		}
+		next := &messages.StoredValue{WriteSeq: b.value.GetWriteSeq() + 1, Value: b.value.GetValue()}
+		val, err := encode(next)
+		if err != nil {
+			return fmt.Errorf("%w: encode node: %w", location.ErrInvalid, err)
+		}
+		resp, failed, err := s.writeTxn(ctx, "renew lease", api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: b.key, Session: string(id)}},
+			{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: b.key, Value: val, Index: b.index}},
+		})
+		switch {
+		case err != nil:
+			s.beats.Delete(id)
+			return err
+		case slices.Contains(failed, 0):
+			s.beats.Delete(id)
+			return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
+		case failed != nil:
+			// Written over since (UpdateNode): read it, and write again.
+			s.beats.Delete(id)
+			continue
+		}
+		if len(resp.Results) == 2 && resp.Results[1].KV != nil {
+			s.beats.Store(id, beat{key: b.key, value: next, index: resp.Results[1].KV.ModifyIndex})
+		}
+		return nil
+	}
+	return nil // written over twice by another write since this renewal was sent: a version change all the same
+}
+
+// lastBeat is what lease id's last heartbeat wrote, or (none kept, or
+// fresh) the descriptor as read now.
+func (s *Store) lastBeat(ctx context.Context, id location.LeaseID, sessionName string, fresh bool) (beat, error) {
+	if b, ok := s.beats.Load(id); ok && !fresh {
+		return b.(beat), nil
+	}
 	mesh, rid, ok := strings.Cut(strings.TrimPrefix(sessionName, sessionNamePrefix), "/")
 	if !ok || !strings.HasPrefix(sessionName, sessionNamePrefix) {
-		return fmt.Errorf("%w: lease %s names no node (%q)", location.ErrInvalid, id, sessionName)
+		return beat{}, fmt.Errorf("%w: lease %s names no node (%q)", location.ErrInvalid, id, sessionName)
 	}
 	nk := s.nodeKey(location.NodeKey{Mesh: mesh, NodeRid: rid})
 	pair, err := s.get(ctx, nk)
 	if err != nil {
-		return classify("renew lease: read node", err, false)
+		return beat{}, classify("renew lease: read node", err, false)
 	}
 	if pair == nil || pair.Session != string(id) {
-		return fmt.Errorf("%w: lease %s holds no descriptor", location.ErrNotFound, id)
+		return beat{}, fmt.Errorf("%w: lease %s holds no descriptor", location.ErrNotFound, id)
 	}
 	cur, err := decode(pair.Value)
 	if err != nil || cur.GetNode() == nil {
-		return fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
+		return beat{}, fmt.Errorf("%w: key %s holds no node descriptor: %v", location.ErrInvalid, nk, err)
 	}
-	val, err := encode(&messages.StoredValue{WriteSeq: cur.GetWriteSeq() + 1, Value: cur.GetValue()})
-	if err != nil {
-		return fmt.Errorf("%w: encode node: %w", location.ErrInvalid, err)
-	}
-	_, failed, err := s.writeTxn(ctx, "renew lease", api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: nk, Session: string(id)}},
-		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: nk, Value: val, Index: pair.ModifyIndex}},
-	})
-	switch {
-	case err != nil:
-		return err
-	case slices.Contains(failed, 0):
-		return fmt.Errorf("%w: lease %s", location.ErrNotFound, id)
-	}
-	return nil // written, or changed by another write since the read
+	return beat{key: nk, value: cur, index: pair.ModifyIndex}, nil
 }
 
 // sessionNamePrefix starts the name of every lease's Consul session,
