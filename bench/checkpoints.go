@@ -94,9 +94,21 @@ func checkpointThroughput(ctx context.Context, newStore func() (location.Store, 
 // closedLoop has four requesters (two per node) call id for d and returns
 // how many calls completed.
 func closedLoop(ctx context.Context, w *world, id string, d time.Duration) (uint64, error) {
-	var completed atomic.Uint64
+	completed, stop := requesters(ctx, w, id)
+	time.Sleep(d)
+	if err := stop(); err != nil {
+		return 0, err
+	}
+	return completed.Load(), nil
+}
+
+// requesters starts four closed-loop requesters (two per node) calling id
+// by Spot ID, counting the calls that completed; stop ends them and
+// returns a requester's error, if one failed.
+func requesters(ctx context.Context, w *world, id string) (completed *atomic.Uint64, stop func() error) {
+	completed = &atomic.Uint64{}
 	var failed atomic.Value
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -105,7 +117,7 @@ func closedLoop(ctx context.Context, w *world, id string, d time.Duration) (uint
 			via := w.nodes[g%2]
 			for {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				default:
 				}
@@ -117,13 +129,14 @@ func closedLoop(ctx context.Context, w *world, id string, d time.Duration) (uint
 			}
 		}()
 	}
-	time.Sleep(d)
-	close(stop)
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return 0, fmt.Errorf("requester: %w", err)
+	return completed, func() error {
+		close(done)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			return fmt.Errorf("requester: %w", err)
+		}
+		return nil
 	}
-	return completed.Load(), nil
 }
 
 // putAgainstCAS times n checkpoint writes of 1 KiB (each a compare-and-set

@@ -264,29 +264,7 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 			done()
 			return row, err
 		}
-		var completed atomic.Uint64
-		var failed atomic.Value
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for g := 0; g < 4; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				via := w.nodes[g%2]
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := via.Spots().Request(id, wrapperspb.String("count")).Do(ctx); err != nil {
-						failed.Store(err)
-						return
-					}
-					completed.Add(1)
-				}
-			}()
-		}
+		completed, stopRequesters := requesters(ctx, w, id)
 		var rate [2]struct {
 			n       uint64
 			elapsed time.Duration
@@ -297,8 +275,7 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 			for time.Since(start) < d/2 {
 				if relocate {
 					if _, err := w.move(ctx, id); err != nil {
-						close(stop)
-						wg.Wait()
+						_ = stopRequesters()
 						done()
 						return row, err
 					}
@@ -313,11 +290,10 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 			rate[i].n += completed.Load() - before
 			rate[i].elapsed += time.Since(start)
 		}
-		close(stop)
-		wg.Wait()
+		err = stopRequesters()
 		done()
-		if err, _ := failed.Load().(error); err != nil {
-			return row, fmt.Errorf("requester: %w", err)
+		if err != nil {
+			return row, err
 		}
 		st, mv := float64(rate[0].n)/rate[0].elapsed.Seconds(), float64(rate[1].n)/rate[1].elapsed.Seconds()
 		static, moving, ratios = append(static, st), append(moving, mv), append(ratios, mv/st)
