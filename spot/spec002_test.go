@@ -716,7 +716,13 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 // (-1: none, or a closed Spot's tombstone).
 func storedCount(t *testing.T, store location.Store, id string) int64 {
 	t.Helper()
-	data, _, err := store.(location.CheckpointStore).GetCheckpoint(ctx, location.Key(location.KindInstanceSpot, id))
+	return storedCountOf(t, store, location.Key(location.KindInstanceSpot, id))
+}
+
+// storedCountOf is storedCount of any object's key.
+func storedCountOf(t *testing.T, store location.Store, key location.AuthorityKey) int64 {
+	t.Helper()
+	data, _, err := store.(location.CheckpointStore).GetCheckpoint(ctx, key)
 	if errors.Is(err, location.ErrNotFound) {
 		return -1
 	}
@@ -851,6 +857,23 @@ func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
 			return true
 		})
 		require.EqualValues(t, 4, n)
+	})
+}
+
+// A per-turn checkpoint policy holds the first message's state too: its
+// capture, held back while the cold activation's recovery pointer is in
+// the store, is taken once the pointer is gone, without a second message.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestEveryTurnCheckpointHoldsTheFirstMessage(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		vault := w.cartKind("vault")
+		vault.ReactivateEmpty = false
+		vault.CheckpointEvery = 1
+		caller := w.start(withKinds(vault))
+		_, err := request(t, caller, "coin", "1", "vault")
+		require.NoError(t, err)
+		eventually(t, "the first message's checkpoint", func() bool { return storedCount(t, store, "coin") == 1 })
 	})
 }
 

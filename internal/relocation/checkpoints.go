@@ -168,6 +168,32 @@ func (o *object) captureQueued() {
 	o.capture()
 }
 
+// captureHeldBack captures, between turns, what a per-turn policy (Every)
+// could not capture while the cold activation's recovery pointer was in
+// the store (capture): otherwise the first message's state waits for a
+// next message that may never come, and a crash meanwhile loses it.
+// A timed policy needs nothing: capture put the object back on the clock.
+func (o *object) captureHeldBack() {
+	cs := o.cp
+	if cs == nil || o.mb == nil || o.kind.checkpoints.Every == 0 {
+		return
+	}
+	due := func() bool {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		return cs.dirty.Turns >= o.kind.checkpoints.Every
+	}
+	if !due() {
+		return
+	}
+	// An error: the mailbox closed, and the incarnation with it.
+	_ = o.mb.Do(func() {
+		if due() { // not captured by a turn meanwhile
+			o.capture()
+		}
+	})
+}
+
 // capture takes o's state, between turns on its goroutine, and hands it to
 // the writer. Not while a cold activation's recovery pointer may still be
 // in the store: a resume would replay the first message over a checkpoint

@@ -186,10 +186,14 @@ func (o *object) pointerSettled(pointerGone bool) {
 // the pointer is gone, or the incarnation ended (they then find it so).
 func (o *object) moveMayStart() {
 	settleMu.Lock()
-	defer settleMu.Unlock()
-	if o.activating.CompareAndSwap(true, false) && o.settledCh != nil {
+	settledNow := o.activating.CompareAndSwap(true, false)
+	if settledNow && o.settledCh != nil {
 		close(o.settledCh)
 		o.settledCh = nil
+	}
+	settleMu.Unlock()
+	if settledNow {
+		o.captureHeldBack()
 	}
 }
 
