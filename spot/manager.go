@@ -127,6 +127,12 @@ type Manager struct {
 	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
 	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
 	watches      map[watchKey]*sharedWatch
+	// recovering counts, per ended owner's object, the recovery passes
+	// that found it waiting (RecoverEnded, recoversNow).
+	recovering struct {
+		sync.Mutex
+		passes map[location.AuthorityKey]int
+	}
 }
 
 type watchKey struct {

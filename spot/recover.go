@@ -62,6 +62,7 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 		return alive, err
 	}
 	var errs []error
+	seen := map[location.AuthorityKey]int{}
 	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot, location.KindActor} {
 		after := ""
 		for {
@@ -96,7 +97,7 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					continue
 				}
 				c := candidates(nodes, v.Record.GetStableType(), kind == location.KindInstanceSpot, recoveryPlace(v))
-				if len(c) == 0 || c[0].Node.GetNodeRid() != m.desc.GetNodeRid() {
+				if !m.recoversNow(c, v.Key, seen) {
 					sw.Waiting++ // another live node's share
 					continue
 				}
@@ -107,9 +108,7 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					}
 					continue
 				}
-				if m.d.Hosts(v.Key, v.Record.GetObjectGeneration()) {
-					sw.Recovered++
-				}
+				sw.Recovered++
 			}
 			if page.Next == "" {
 				break
@@ -120,8 +119,32 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 	if len(errs) == 0 {
 		m.reportForOperator(sw.ForOperator)
 	}
+	m.recovering.Lock()
+	m.recovering.passes = seen // what waits no more is forgotten
+	m.recovering.Unlock()
 	return sw, oneFailure(errs)
 }
+
+// recoversNow reports whether this node recovers key now: it is the first
+// of the key's candidates, or the i-th one once the object has waited
+// recoverAfter passes per node ahead of it (the first could not take it:
+// no room, or it ends without saying so). seen gathers this pass's counts.
+func (m *Manager) recoversNow(c []location.VersionedNode, key location.AuthorityKey, seen map[location.AuthorityKey]int) bool {
+	m.recovering.Lock()
+	passes := m.recovering.passes[key] + 1
+	m.recovering.Unlock()
+	seen[key] = passes
+	for i, n := range c {
+		if n.Node.GetNodeRid() == m.desc.GetNodeRid() {
+			return passes > i*recoverAfter
+		}
+	}
+	return false
+}
+
+// recoverAfter is how many passes an ended owner's object waits for each
+// candidate ahead of a node before that node recovers it itself.
+const recoverAfter = 3
 
 // reportForOperator publishes a complete pass's count of the objects that
 // wait for an operator (metric roam.recovery.waiting_for_operator) and
@@ -182,6 +205,6 @@ func (m *Manager) recoverEndedOne(ctx context.Context, v location.Versioned, pol
 	}
 	m.log.Warn().Str("event", "object_recovered").Str("object_id", v.Key.ID).Str("object_kind", location.KindName(v.Key.Kind)).
 		Str("stable_type", v.Record.GetStableType()).Str("owner_node_rid", v.Record.GetOwner().GetNodeRid()).Str("recovery", policy.String()).
-		Msg("an ended owner's object serves again on this node")
+		Msg("an ended owner's object is taken over by this node; it serves again once its checkpoint is restored")
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
+	"github.com/roamactors/roam/location/memstore"
 )
 
 // askPID sends a request to pid and returns the handler's count.
@@ -86,4 +88,89 @@ func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "the member with its checkpoint's state")
 	})
+}
+
+// An ended owner's object whose first candidate cannot take it (that node
+// is full) is not left waiting for good: once it has waited a few passes
+// per candidate ahead, the next candidate recovers it.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	vault := w.cartKind("vault")
+	vault.ReactivateEmpty = false
+	vault.CheckpointEvery = 1
+	caller := w.start(withKinds(w.roomKind()))
+	doomed := w.start(withKinds(vault))
+	ids := []string{"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10"}
+	for _, id := range ids {
+		_, err := request(t, caller, id, "1", "vault")
+		require.NoError(t, err)
+	}
+	full := w.start(withKinds(vault), func(c *extension.Config) { c.Node.Capacity = 1 })
+	_, err := full.SpawnInstanceSpot(ctx, "vault", "filler")
+	require.NoError(t, err)
+	free := w.start(withKinds(vault))
+	for _, id := range ids {
+		eventually(t, "checkpoint of "+id, func() bool { return storedCount(t, store, id) == 1 })
+	}
+	require.NoError(t, doomed.StopNow(ctx))
+	for _, id := range ids {
+		eventually(t, id+" recovered on the node with room", func() bool { return ownerRid(t, store, id) == free.NodeRid() })
+	}
+	for _, id := range ids {
+		n, err := request(t, caller, id, "2", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n, "%s from its checkpoint", id)
+	}
+}
+
+// A takeover whose record writes keep losing their answers, and whose
+// checkpoint store fails for a while, still ends with the object serving
+// on the recovering node, with its state: the write is settled by reads
+// and sent again for as long as the lifecycle lasts, never abandoned with
+// the record perhaps naming a live node without an incarnation.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	club := w.roomKind()
+	club.CheckpointEvery = 1
+	caller := w.start(withKinds(w.cartKind("cart")))
+	doomed := w.start(withKinds(club))
+	res, err := caller.Spots().GetOrCreate("club", "room").Do(ctx)
+	require.NoError(t, err)
+	require.Equal(t, doomed.NodeRid(), res.Ref.NodeRid)
+	for _, v := range []string{"1", "2"} {
+		_, err := request(t, caller, "club", v)
+		require.NoError(t, err)
+	}
+	eventually(t, "the checkpoint of the second message", func() bool {
+		return storedCountOf(t, store, location.Key(location.KindUserSpot, "club")) == 2
+	})
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	rescuer := w.start(withStore(f), withKinds(club))
+	lost := []faulty.Fault{}
+	for range 7 {
+		lost = append(lost, faulty.IndeterminateLost)
+	}
+	f.InjectOn("apply", append(lost, faulty.IndeterminateApplied)...)
+	f.InjectOn("put checkpoint", faulty.Unavailable, faulty.Unavailable, faulty.Unavailable)
+	require.NoError(t, doomed.StopNow(ctx))
+
+	eventually(t, "the Spot recovered on the rescuer", func() bool {
+		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "club"))
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
+	})
+	var n int64
+	eventually(t, "the recovered Spot serves", func() bool {
+		n, err = request(t, caller, "club", "3")
+		return err == nil
+	})
+	require.EqualValues(t, 3, n, "with its checkpoint's state")
+	st := f.Stats()
+	require.GreaterOrEqual(t, st.IndeterminateLost, 7, "the lost writes were made")
+	require.GreaterOrEqual(t, st.Unavailable, 3, "the checkpoint store failed")
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/location"
@@ -168,10 +169,13 @@ func TestClaimFencesOutTheEarlierIncarnation(t *testing.T) {
 }
 
 // Another stable type's checkpoint is not the object's state; a corrupt
-// one is refused, never restored.
+// one is never restored, and stops no recovery: the claim takes its place
+// with no state, said loudly (checkpoint_corrupt).
 func TestClaimOfForeignOrCorruptCheckpoint(t *testing.T) {
 	s := memstore.New()
-	w := newWriter(t, s)
+	var logs bytes.Buffer
+	w := NewWriter(Config{Store: s, Log: zerolog.New(&logs)})
+	t.Cleanup(w.Stop)
 	w.Submit(key, Checkpoint{Fence: Fence{1, 1, 1}, StableType: "cart", State: []byte("x")})
 	waitIdle(t, w, "the write")
 	got, err := w.Claim(context.Background(), key, Fence{2, 1, 0}, "room", "")
@@ -181,8 +185,11 @@ func TestClaimOfForeignOrCorruptCheckpoint(t *testing.T) {
 	bad := location.Key(location.KindActor, "bad")
 	_, err = s.PutCheckpoint(context.Background(), bad, 0, []byte("not a checkpoint at all, no"))
 	require.NoError(t, err)
-	_, err = w.Claim(context.Background(), bad, Fence{2, 1, 0}, "room", "")
-	require.ErrorIs(t, err, ErrCorrupt)
+	got, err = w.Claim(context.Background(), bad, Fence{2, 1, 0}, "room", "")
+	require.NoError(t, err)
+	require.True(t, got.NoState, "nothing corrupt is restored")
+	require.Equal(t, Fence{2, 1, 0}, stored(t, s, bad).Fence, "the claim holds the key")
+	require.Contains(t, logs.String(), `"event":"checkpoint_corrupt"`)
 }
 
 // A close leaves a tombstone above every capture of the closed

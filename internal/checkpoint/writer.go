@@ -278,7 +278,11 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 			stored, derr := Decode(data)
 			switch {
 			case derr != nil:
-				return Checkpoint{}, fmt.Errorf("claim the checkpoint of %s (version %d): %w", key, v, derr)
+				// Bytes nobody can read stop no recovery: the object starts
+				// without them, said loudly (no claim could ever succeed).
+				w.cfg.Log.Error().Str("event", "checkpoint_corrupt").Str("object_id", key.ID).Uint64("version", uint64(v)).
+					Int("bytes", len(data)).Err(derr).
+					Msg("the stored checkpoint is corrupt; the object starts without its state")
 			case stored.Fence == fence:
 				// This claim's own, landed after an indeterminate answer:
 				// only the one owner that won its record write claims

@@ -108,7 +108,7 @@ func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 	_, err = b.SpawnActor(ctx, "greeter", "orphan")
 	require.ErrorIs(t, err, roamerr.ErrAlreadyExists)
 	// Taken for ended only a lease TTL after b first saw a's descriptor
-	// gone (docs/FAULTS.md, "Other nodes wait a TTL").
+	// gone (docs/FAULTS.md, "Other nodes take over a TTL after the last heartbeat").
 	released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
 		return b.ReleaseEnded(ctx, extension.ActorRef("orphan"))
 	})

@@ -195,6 +195,8 @@ type Driver struct {
 	peers  peerLinks
 	liveMu sync.Mutex
 	live   map[*object]struct{}
+	// takeovers: the ended owners' objects this node is taking over.
+	takeovers takeovers
 	// spawning is the incarnation Driver.incarnate is spawning (written on
 	// the driver goroutine; read inside the spawn by the kind's Props).
 	spawning atomic.Pointer[object]

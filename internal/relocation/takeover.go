@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -21,17 +22,16 @@ import (
 // members and their Spot's member count stays exact — from its last
 // checkpoint when fromCheckpoint, else from its producer.
 //
-// The record is written first, by compare-and-set on v's version (with a
-// capacity slot of this node, and this node's Entry Spot for an Actor that
-// was a member of the ended owner's): a node that loses the race to
-// another recoverer, a call or an operator gets Conflict and leaves it.
-// From then on the object is this node's: its incarnation is staged at
-// once, so messages routed to it wait in its queue, and the checkpoint is
-// claimed under the new owner generation (no capture of the ended owner
-// can replace it afterwards) — again and again while the checkpoint store
-// fails, for as long as this lifecycle lasts — before the state is
-// restored and the queue opens. A bound Actor's Session owner is told the
-// new route.
+// The incarnation is staged first, so that whoever reads the new record
+// finds its queue; then the record is written by compare-and-set on v's
+// version (with a capacity slot of this node, and this node's Entry Spot
+// for an Actor that was a member of the ended owner's): a node that loses
+// the race to another recoverer, a call or an operator gets Conflict and
+// leaves it. Once the record is this node's — or its write's outcome is
+// unknown — TakeOver returns and the rest runs on a goroutine of its own
+// (finishTakeOver), for as long as this lifecycle lasts: a recovery pass
+// never waits on one object's store trouble, and a record naming this
+// live node always gets its incarnation.
 func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpoint bool) error {
 	if err := d.serving(); err != nil {
 		return err
@@ -47,6 +47,9 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 	if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
 		return fmt.Errorf("%w: %s is not Ready", roamerr.ErrInvalidOperation, key)
 	}
+	if !d.takeovers.start(key) {
+		return nil // this node's takeover of it is under way
+	}
 	next := proto.Clone(rec).(*location.Record)
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = rec.GetAuthorityOwnerGeneration() + 1
@@ -56,22 +59,51 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		// The ended owner's Entry Spot went with it.
 		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
-	if err := d.writeTakeOver(ctx, v, next); err != nil {
-		return err
-	}
-	generation, owner := next.GetObjectGeneration(), next.GetAuthorityOwnerGeneration()
-	staged, err := d.Stage(context.Background(), key, next.GetStableType(), generation, owner)
+	staged, err := d.Stage(context.Background(), key, next.GetStableType(), next.GetObjectGeneration(), next.GetAuthorityOwnerGeneration())
 	if err != nil {
-		// This lifecycle is ending: the record names an ended owner again,
-		// and a live node takes it over.
+		d.takeovers.end(key)
 		return err
 	}
+	err = d.writeTakeOver(ctx, v, next)
+	if err != nil && !errors.Is(err, errTakeOverUnsettled) {
+		staged.Discard()
+		d.takeovers.end(key)
+		return err
+	}
+	go func() {
+		defer d.takeovers.end(key)
+		if err != nil { // the write's outcome is unknown: settle it first
+			if err = d.settleTakeOver(v, next); err != nil {
+				staged.Discard()
+				d.log.Info().Str("event", "takeover_lost").Str("object_id", key.ID).Err(err).
+					Msg("the takeover's record write did not land; the object is left to its owner")
+				return
+			}
+		}
+		d.finishTakeOver(staged, next, fromCheckpoint)
+	}()
+	return nil
+}
+
+// finishTakeOver brings staged, whose record next this node now holds, to
+// serving: claims the checkpoint under the new owner generation (no
+// capture of the ended owner can replace it afterwards), restores it, and
+// opens the queue; a bound Actor's Session owner is told the new route.
+// It gives up only when this lifecycle ends (the record then names an
+// ended owner again, and a live node takes it over) or a newer owner
+// holds the checkpoint (the object is no longer this node's).
+func (d *Driver) finishTakeOver(staged *Staged, next *location.Record, fromCheckpoint bool) {
+	key := staged.obj.key
+	generation, owner := next.GetObjectGeneration(), next.GetAuthorityOwnerGeneration()
 	var state []byte
 	restore := false
 	if fromCheckpoint {
+		var err error
 		if state, restore, err = d.claimUntil(key, next.GetStableType(), generation, owner); err != nil {
 			staged.Discard()
-			return err
+			d.log.Warn().Str("event", "takeover_abandoned").Str("object_id", key.ID).Err(err).
+				Msg("the recovered object's checkpoint was not claimed; it is left to a live owner")
+			return
 		}
 	}
 	if restore {
@@ -79,8 +111,9 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		err := staged.Restore(rctx, state)
 		cancel()
 		if err != nil {
-			// The checkpoint is unusable to the application: it stays
-			// stored, and the object serves from its producer, said loudly.
+			// The checkpoint is unusable to the application: it serves
+			// from its producer, said loudly (its next capture replaces
+			// the checkpoint).
 			d.log.Error().Str("event", "checkpoint_restore_failed").Str("object_id", key.ID).Str("stable_type", next.GetStableType()).Err(err).
 				Msg("the recovered object's checkpoint could not be restored; it serves from its producer, without its state")
 		}
@@ -98,11 +131,12 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		return struct{}{}, nil
 	}); err != nil {
 		staged.Discard()
-		return err
+		return
 	}
 	if err := staged.Open(context.Background(), nil, "", nil); err != nil {
+		// Only an ended lifecycle refuses: its records go to a live node.
 		staged.Discard()
-		return err
+		return
 	}
 	if session != nil {
 		// Routed as a recovery: no move identity. The Session owner checks
@@ -111,7 +145,6 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 			SessionId: session.GetSessionId(), ActorId: key.ID, TargetRoute: d.routeOf(staged.obj),
 		})
 	}
-	return nil
 }
 
 // claimUntil claims key's checkpoint for the incarnation that took it
@@ -140,12 +173,40 @@ func (d *Driver) claimUntil(key location.AuthorityKey, stableType string, genera
 	}
 }
 
+// takeovers are the keys this node is taking over (TakeOver), one
+// takeover per key at a time.
+type takeovers struct {
+	mu   sync.Mutex
+	keys map[location.AuthorityKey]struct{}
+}
+
+func (t *takeovers) start(key location.AuthorityKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.keys[key]; ok {
+		return false
+	}
+	if t.keys == nil {
+		t.keys = map[location.AuthorityKey]struct{}{}
+	}
+	t.keys[key] = struct{}{}
+	return true
+}
+
+func (t *takeovers) end(key location.AuthorityKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.keys, key)
+}
+
+// errTakeOverUnsettled: the takeover's record write had no answer, and the
+// reads that followed could not tell whether it landed.
+var errTakeOverUnsettled = errors.New("the takeover's record write is unsettled")
+
 // writeTakeOver writes next over v (with a capacity slot of this node)
 // and leaves in next what the store holds. An indeterminate answer is
-// settled by consistent reads: the record written by this lifecycle under
-// next's owner generation is this takeover's; one unchanged since v is
-// written again (the lost write, should it land later, then conflicts);
-// any other is Conflict.
+// settled by consistent reads (takeOverLanded); one it cannot settle
+// within ctx is errTakeOverUnsettled, for settleTakeOver.
 func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *location.Record) error {
 	key := v.Key
 	for attempt := 1; ; attempt++ {
@@ -161,19 +222,58 @@ func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *
 		case !errors.Is(err, location.ErrIndeterminate) && !errors.Is(err, location.ErrConflict):
 			return roamerr.Keep(roamerr.ErrUnavailable, "take over "+key.String(), err)
 		}
-		cur, rerr := d.settleRead(ctx, key)
+		landed, again, rerr := d.takeOverLanded(ctx, v, next, err)
 		switch {
-		case rerr == nil && activationSameOwner(cur.Record.GetOwner(), next.GetOwner()) &&
-			cur.Record.GetAuthorityOwnerGeneration() == next.GetAuthorityOwnerGeneration() && cur.Record.GetObjectGeneration() == next.GetObjectGeneration():
-			proto.Reset(next)
-			proto.Merge(next, cur.Record)
+		case landed:
 			return nil
-		case rerr == nil && cur.Version == v.Version && errors.Is(err, location.ErrIndeterminate) && attempt < 5:
+		case again && attempt < 5:
 			continue
-		case rerr != nil && !errors.Is(rerr, location.ErrNotFound):
-			return roamerr.Keep(roamerr.ErrUnavailable, "settle the takeover of "+key.String(), errors.Join(err, rerr))
+		case again || rerr != nil:
+			return errTakeOverUnsettled
 		}
 		return roamerr.Wrap(roamerr.ErrConflict, key.String()+" changed while it was being taken over", err)
+	}
+}
+
+// takeOverLanded reads key after the write of next over v failed with
+// werr: landed when the record is next (this lifecycle, its owner and
+// object generations; next then holds what the store has), again when it
+// is still v after an indeterminate answer (the write is sent again: a
+// lost one landing later then conflicts). Neither, without rerr: another
+// write won.
+func (d *Driver) takeOverLanded(ctx context.Context, v location.Versioned, next *location.Record, werr error) (landed, again bool, rerr error) {
+	cur, rerr := d.settleRead(ctx, v.Key)
+	switch {
+	case rerr == nil && activationSameOwner(cur.Record.GetOwner(), next.GetOwner()) &&
+		cur.Record.GetAuthorityOwnerGeneration() == next.GetAuthorityOwnerGeneration() && cur.Record.GetObjectGeneration() == next.GetObjectGeneration():
+		proto.Reset(next)
+		proto.Merge(next, cur.Record)
+		return true, false, nil
+	case rerr == nil && cur.Version == v.Version && errors.Is(werr, location.ErrIndeterminate):
+		return false, true, nil
+	case rerr != nil && !errors.Is(rerr, location.ErrNotFound):
+		return false, false, rerr
+	}
+	return false, false, nil
+}
+
+// settleTakeOver goes on with a takeover whose write is unsettled, for as
+// long as this lifecycle lasts: the record may yet name this node, and
+// must then get its incarnation. Nil once the record is next.
+func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) error {
+	for try := 1; ; try++ {
+		if err := d.Usable(); err != nil {
+			return err
+		}
+		if !d.pauseUnlessStopped(storePause(try)) {
+			return fmt.Errorf("%w: the node stopped", roamerr.ErrUnavailable)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		err := d.writeTakeOver(ctx, v, next)
+		cancel()
+		if !errors.Is(err, errTakeOverUnsettled) {
+			return err
+		}
 	}
 }
 
