@@ -212,7 +212,9 @@ func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messa
 
 // BoundRoute is where the store says the Actor id serves: its owner's
 // address and its generations, and whether that owner's lifecycle is alive
-// (an owner seen gone only just now is not yet alive nor ended: false).
+// and reachable (an owner seen gone only just now is not yet alive nor
+// ended, and one whose connection ended is alive only if it answers now:
+// false otherwise).
 // The Session owner's look for a bound Actor whose route went down.
 func (d *Driver) BoundRoute(ctx context.Context, id string) (address string, generation, ownerGeneration uint64, alive bool, err error) {
 	v, err := d.store.Read(ctx, location.Key(location.KindActor, id))
@@ -222,6 +224,13 @@ func (d *Driver) BoundRoute(ctx context.Context, id string) (address string, gen
 	address, alive, err = d.OwnerNode(ctx, v.Record.GetOwner())
 	if err != nil {
 		alive = false
+	}
+	if alive && address != d.sys.Address() && d.ConnectionEnded(address) {
+		// A killed node's descriptor stays until its lease is revoked:
+		// alive only if it answers (which makes the connection again),
+		// else what the Session releases there would be dropped.
+		_, perr := d.Load(ctx, address, "")
+		alive = perr == nil
 	}
 	return address, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration(), alive, nil
 }

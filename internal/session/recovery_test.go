@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 )
 
@@ -24,14 +27,30 @@ import (
 // there, after the state the checkpoint kept. The Session stays open.
 // Reference: docs/SESSIONS.md §5, docs/FAULTS.md "Checkpoints and recovery".
 func TestHeldWhileTheBoundActorIsRecoveredAfterItsNodeCrashed(t *testing.T) {
+	// stopped: b stops without a drain (its descriptor goes at once);
+	// killed: b is cut off from the store and its connections end, its
+	// descriptor staying until its lease is revoked — the Session must not
+	// take it for alive and release into the lost connection.
+	for _, crash := range []string{"stopped", "killed"} {
+		t.Run(crash, func(t *testing.T) { heldWhileRecovered(t, crash) })
+	}
+}
+
+func heldWhileRecovered(t *testing.T, crash string) {
 	ctx := context.Background()
-	store, logs := memstore.New(), &logBuffer{}
+	mem, logs := memstore.New(), &logBuffer{}
+	cut, err := faulty.New(mem, faulty.Config{})
+	require.NoError(t, err)
 	g := &gate{}
 	kind := roam.NewKind("journal", actor.PropsFromProducer(func() actor.Actor { return &journal{g: g, fail: &sync.Map{}} }), roam.PreserveState(),
 		roam.CheckpointEvery(1))
 	var shutdowns []*sync.Once
 	node := func(name string) (*roam.Roam, *actor.ActorSystem) {
 		system := actor.NewActorSystem()
+		var store location.Store = mem
+		if name == "b" {
+			store = cut
+		}
 		r, err := roam.New(system, roam.WithStore(store), roam.WithKinds(kind), roam.WithNodeName(name), roam.WithDrainOnStop(false),
 			roam.WithLogger(zerolog.New(logs)), roam.WithLeaseTTL(2*time.Second))
 		require.NoError(t, err)
@@ -57,7 +76,12 @@ func TestHeldWhileTheBoundActorIsRecoveredAfterItsNodeCrashed(t *testing.T) {
 	require.Equal(t, "bound,before", journalOf(t, s))
 
 	// b crashes: no drain, and its connections end with its actor system.
-	require.NoError(t, b.Stop(ctx))
+	if crash == "stopped" {
+		require.NoError(t, b.Stop(ctx))
+	} else {
+		cut.Partition(true)
+		remote.GetRemote(bSystem).Shutdown(false) // its connections end
+	}
 	shutdowns[1].Do(bSystem.Shutdown)
 	testwait.For(t, func() bool {
 		return s.Send("alice", wrapperspb.String("after")) == nil && s.Held("alice") > 0

@@ -34,6 +34,9 @@ type Service struct {
 	open   map[ID]*Session
 	timers map[timerKey]*time.Timer
 	closed bool
+	// resolving: the bindings whose Actor is being looked up in the store
+	// (resolve), one look at a time however many notices ask for it.
+	resolving map[bindingKey]struct{}
 
 	cfg     Config
 	driver  *relocation.Driver
@@ -44,6 +47,11 @@ type Service struct {
 	// dropCommands, if set, drops the commands it returns true for
 	// (tests: a lost route update).
 	dropCommands atomic.Pointer[func(any) bool]
+}
+
+type bindingKey struct {
+	session ID
+	actor   string
 }
 
 type timerKey struct {
@@ -200,6 +208,14 @@ func (c *commands) Receive(ctx actor.Context) {
 // resolve looks the bound Actor up in the store, after e.After, and steps
 // Resolved; the caller holds s.mu. A look that fails is tried again.
 func (s *Service) resolve(e Resolve) {
+	key := bindingKey{e.Session, e.Actor}
+	if _, ok := s.resolving[key]; ok {
+		return // its answer is stepped as this one's would be
+	}
+	if s.resolving == nil {
+		s.resolving = map[bindingKey]struct{}{}
+	}
+	s.resolving[key] = struct{}{}
 	go func() {
 		if e.After > 0 {
 			time.Sleep(e.After)
@@ -209,6 +225,7 @@ func (s *Service) resolve(e Resolve) {
 		cancel()
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		delete(s.resolving, key)
 		if s.closed {
 			return
 		}
