@@ -483,12 +483,15 @@ func TestReleasedMemberLeavesTheCount(t *testing.T) {
 	store := memstore.New()
 	// Only b hosts the Spot's kind, so the Spot is b's and its member a's.
 	house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState())
-	a := start(t, store, roam.WithNodeName("node-a"), roam.WithDrainOnStop(false))
-	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house)) // with counter, start's kind
+	// The member's kind waits for an operator after its owner ended (one
+	// that recovers by itself has no loss to accept).
+	ledger := roam.NewKind("ledger", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState(), roam.RecoverByOperator())
+	a := start(t, store, roam.WithNodeName("node-a"), roam.WithDrainOnStop(false), roam.WithKinds(ledger))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house, ledger)) // with counter, start's kind
 	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
-	_, err = a.Spots().SpawnMember(ctx, club.Ref, "counter", "x")
+	_, err = a.Spots().SpawnMember(ctx, club.Ref, "ledger", "x")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, memberCount(t, store, "club"))
 	require.NoError(t, a.Stop(ctx))

@@ -707,7 +707,12 @@ func (r *Roam) NodeName() string {
 }
 
 // ReleaseEnded accepts that ref's owner ended and its in-memory state is
-// lost, so the object can be created or activated again.
+// lost, so the object can be created or activated again. It is for the
+// objects that wait for an operator (RecoverByOperator, state without
+// checkpoints): one whose kind a live node recovers by itself is refused
+// (InvalidOperation), since forgetting its checkpoint would race that
+// recovery. A User Spot's release takes its members with it; they wait
+// with it rather than being recovered on their own.
 func (r *Roam) ReleaseEnded(ctx context.Context, ref Ref) (bool, error) {
 	ext, err := r.started()
 	if err != nil {

@@ -30,8 +30,7 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 	if !ok {
 		return activation.Kind{}
 	}
-	return activation.Kind{Registered: true, PreservesState: relocation.PreservesState(k.Policy), ReactivateEmpty: k.ReactivateEmpty,
-		Checkpointed: k.Checkpointed(), RecoverByOperator: k.RecoverByOperator}
+	return k.Activation()
 }
 
 // onActivation is the target side of a SpotActivation, route kind 2

@@ -8,6 +8,7 @@ import (
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 	"github.com/roamactors/roam/spot"
 )
@@ -154,4 +155,48 @@ func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n, "with its checkpoint's state")
 	})
+}
+
+// The members of a User Spot that waits for an operator wait with it, even
+// when their own kind recovers by itself: recovered alone, a member would
+// serve for a Spot that does not, and keep the operator from releasing
+// the Spot (a member on a live node). The operator's release takes them
+// with it. An object whose kind recovers by itself has no loss to accept:
+// ReleaseEnded refuses it.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestMembersOfASpotWaitingForAnOperatorWaitWithIt(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	journal := w.roomKind()
+	journal.StableType = "journal"
+	journal.CheckpointEvery = 1
+	owner := w.start(withKinds(w.operatorRoom(), journal))
+	res, err := owner.Spots().GetOrCreate("club", "room").Do(ctx)
+	require.NoError(t, err)
+	_, err = owner.Spots().SpawnMember(ctx, res.Ref, "journal", "scribe")
+	require.NoError(t, err)
+	_, err = owner.SpawnActor(ctx, "journal", "loner")
+	require.NoError(t, err)
+	rescuer := w.start(withKinds(w.operatorRoom(), journal))
+	require.NoError(t, owner.StopNow(ctx))
+
+	eventually(t, "the loner, of a kind that recovers by itself, recovered", func() bool {
+		v, err := store.Read(ctx, location.Key(location.KindActor, "loner"))
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
+	})
+	eventually(t, "the Spot and its member counted as waiting for an operator", func() bool {
+		return rescuer.Spots().ForOperator() == 2
+	})
+	member, err := store.Read(ctx, location.Key(location.KindActor, "scribe"))
+	require.NoError(t, err)
+	require.Equal(t, owner.NodeRid(), member.Record.GetOwner().GetNodeRid(), "the member waits with its Spot")
+
+	_, err = rescuer.ReleaseEnded(ctx, extension.ActorRef("loner"))
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "no loss to accept")
+	released, err := rescuer.ReleaseEnded(ctx, extension.UserSpotRef("club"))
+	require.NoError(t, err)
+	require.True(t, released)
+	_, err = store.Read(ctx, location.Key(location.KindActor, "scribe"))
+	require.ErrorIs(t, err, location.ErrNotFound, "the member released with its Spot")
 }

@@ -61,6 +61,26 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 		owners[id] = ownerState{alive, err}
 		return alive, err
 	}
+	// spotWaits reports whether v is a member Actor whose User Spot, of
+	// an ended owner, waits for an operator (one look per Spot and pass).
+	waiting := map[string]bool{}
+	spotWaits := func(v location.Versioned) bool {
+		ms := v.Record.GetMembership()
+		if v.Key.Kind != location.KindActor || ms.GetSpotId() == "" || meshnode.IsEntrySpotID(ms.GetSpotId()) {
+			return false
+		}
+		w, ok := waiting[ms.GetSpotId()]
+		if !ok {
+			sv, err := m.store.Read(ctx, location.Key(location.KindUserSpot, ms.GetSpotId()))
+			if err == nil && sv.Record.GetObjectGeneration() == ms.GetSpotGeneration() &&
+				m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator {
+				alive, aerr := ownerOf(sv.Record.GetOwner())
+				w = aerr == nil && !alive
+			}
+			waiting[ms.GetSpotId()] = w
+		}
+		return w
+	}
 	var errs []error
 	seen := map[location.AuthorityKey]int{}
 	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot, location.KindActor} {
@@ -92,7 +112,11 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 				case alive:
 					continue
 				}
-				if policy == activation.EndedOperator {
+				if policy == activation.EndedOperator || spotWaits(v) {
+					// A member of a Spot that waits for an operator waits
+					// with it: ReleaseEnded of the Spot releases its
+					// members, which it could not do to a member serving
+					// on a live node.
 					sw.ForOperator = append(sw.ForOperator, v.Key)
 					continue
 				}

@@ -2,6 +2,7 @@ package relocation
 
 import (
 	"fmt"
+	"github.com/roamactors/roam/internal/activation"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -213,6 +214,30 @@ func (k *Kind) checkpointPolicy() checkpoint.Policy {
 // Checkpointed reports whether objects of k are captured into checkpoints
 // (and so recovered from them).
 func (k *Kind) Checkpointed() bool { return !k.checkpoints.Off() }
+
+// Activation is what the activation rules know of the kind (one place,
+// so that every caller judges an ended owner's object by the same rule).
+func (k *Kind) Activation() activation.Kind {
+	return activation.Kind{Registered: true, PreservesState: PreservesState(k.Policy), ReactivateEmpty: k.ReactivateEmpty,
+		Checkpointed: k.Checkpointed(), RecoverByOperator: k.RecoverByOperator}
+}
+
+// recoversByItself reports whether an ended owner's object of stable type
+// st is brought back by a live node without an operator, by this node's
+// registration of the kind: releasing it would race that recovery.
+// An Instance Spot of a kind without checkpoints is not recovered: it
+// comes back on its next call, and its release races nothing.
+func (d *Driver) recoversByItself(st string, key location.AuthorityKey) bool {
+	k, ok := d.kind(st)
+	if !ok {
+		return false
+	}
+	p := k.Activation().EndedPolicy()
+	if key.Kind == location.KindInstanceSpot {
+		return p == activation.EndedFromCheckpoint
+	}
+	return p == activation.EndedFromCheckpoint || p == activation.EndedEmpty
+}
 
 // ValidateKind reports what is wrong with k, as RegisterKind would.
 func ValidateKind(k Kind) error { return k.validate() }

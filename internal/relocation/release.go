@@ -34,6 +34,9 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
 	}
+	if err := d.ReleasableEnded(v.Record.GetStableType(), key); err != nil {
+		return false, err
+	}
 	// The loss is accepted: its checkpoint must not come back either.
 	if err := d.ForgetCheckpoint(ctx, key, v.Record); err != nil {
 		return false, err
@@ -54,6 +57,19 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	d.log.Warn().Str("event", "ended_owner_released").Str("object_id", key.ID).Str("owner_node_rid", v.Record.GetOwner().GetNodeRid()).
 		Msg("an operator accepted the loss of an ended owner's Actor state")
 	return true, nil
+}
+
+// ReleasableEnded refuses the release of an ended owner's object whose
+// kind a live node recovers by itself (docs/FAULTS.md, "Checkpoints and
+// recovery"): its state would be forgotten while a recovery takes it over,
+// which then serves it without its state, and the operator is told the
+// release lost the race.
+func (d *Driver) ReleasableEnded(stableType string, key location.AuthorityKey) error {
+	if d.recoversByItself(stableType, key) {
+		return fmt.Errorf("%w: %s of stable type %q is recovered by a live node by itself; there is no loss to accept",
+			roamerr.ErrInvalidOperation, key, stableType)
+	}
+	return nil
 }
 
 // OwnerNode finds an owner's node address and whether the owner's
