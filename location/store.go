@@ -734,6 +734,19 @@ func ValidateTTL(ttl time.Duration) error {
 	return nil
 }
 
+// OwnerOf is node's lifecycle as the owner a record names: its lease, and
+// that lease's TTL (so a node that never saw the descriptor waits the
+// owner's TTL, not its own, before it takes it for ended).
+func OwnerOf(node *NodeDescriptor) *messages.Owner {
+	return &messages.Owner{
+		Mesh:            node.GetMesh(),
+		NodeRid:         node.GetNodeRid(),
+		NodeGeneration:  node.GetNodeGeneration(),
+		LeaseId:         node.GetLeaseId(),
+		LeaseTtlSeconds: node.GetLeaseTtlSeconds(),
+	}
+}
+
 // NodeKeyOf returns the key of a descriptor.
 func NodeKeyOf(node *NodeDescriptor) NodeKey {
 	return NodeKey{Mesh: node.GetMesh(), NodeRid: node.GetNodeRid()}
@@ -747,13 +760,14 @@ func EntryClaim(node *NodeDescriptor, lease LeaseID) *Record {
 		AuthorityOwnerGeneration: 1,
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
 		SpotKind:                 messages.SpotKind_SPOT_KIND_ENTRY,
-		Owner: &messages.Owner{
-			Mesh:           node.GetMesh(),
-			NodeRid:        node.GetNodeRid(),
-			NodeGeneration: node.GetNodeGeneration(),
-			LeaseId:        string(lease),
-		},
+		Owner:                    ownerUnder(node, lease),
 	}
+}
+
+func ownerUnder(node *NodeDescriptor, lease LeaseID) *messages.Owner {
+	o := OwnerOf(node)
+	o.LeaseId = string(lease)
+	return o
 }
 
 // ValidateNodeUpdateRequest checks a descriptor given to Store.UpdateNode

@@ -244,9 +244,14 @@ type Owner struct {
 	NodeGeneration uint64                 `protobuf:"varint,3,opt,name=node_generation,json=nodeGeneration,proto3" json:"node_generation,omitempty"`
 	// lease_id is the owner lease of the node's lifecycle (a Consul session
 	// in consulstore); when it ends the owner is gone (PROTOCOL.md §3.4).
-	LeaseId       string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseId string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// lease_ttl_seconds is the TTL of that lease (the node descriptor's):
+	// a node that never saw the owner's descriptor judges it ended only
+	// after this TTL, not its own (docs/FAULTS.md, "Lease fencing"). 0 in
+	// records written before it existed: the judging node's TTL.
+	LeaseTtlSeconds uint32 `protobuf:"varint,5,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3" json:"lease_ttl_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Owner) Reset() {
@@ -305,6 +310,13 @@ func (x *Owner) GetLeaseId() string {
 		return x.LeaseId
 	}
 	return ""
+}
+
+func (x *Owner) GetLeaseTtlSeconds() uint32 {
+	if x != nil {
+		return x.LeaseTtlSeconds
+	}
+	return 0
 }
 
 // Membership of an Actor in an Entry or User Spot.
@@ -994,12 +1006,13 @@ var File_location_proto protoreflect.FileDescriptor
 
 const file_location_proto_rawDesc = "" +
 	"\n" +
-	"\x0elocation.proto\x12\rroam.messages\"z\n" +
+	"\x0elocation.proto\x12\rroam.messages\"\xa6\x01\n" +
 	"\x05Owner\x12\x12\n" +
 	"\x04mesh\x18\x01 \x01(\tR\x04mesh\x12\x19\n" +
 	"\bnode_rid\x18\x02 \x01(\tR\anodeRid\x12'\n" +
 	"\x0fnode_generation\x18\x03 \x01(\x04R\x0enodeGeneration\x12\x19\n" +
-	"\blease_id\x18\x04 \x01(\tR\aleaseId\"N\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\x12*\n" +
+	"\x11lease_ttl_seconds\x18\x05 \x01(\rR\x0fleaseTtlSeconds\"N\n" +
 	"\n" +
 	"Membership\x12\x17\n" +
 	"\aspot_id\x18\x01 \x01(\tR\x06spotId\x12'\n" +

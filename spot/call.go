@@ -445,7 +445,7 @@ func (c *Call) activate(ctx context.Context, ahead *nodeList, op, mesh, stableTy
 		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
 	}
 	target := cands[0].Node
-	owner := &messages.Owner{Mesh: target.GetMesh(), NodeRid: target.GetNodeRid(), NodeGeneration: target.GetNodeGeneration(), LeaseId: target.GetLeaseId()}
+	owner := location.OwnerOf(target)
 	return c.sendActivation(ctx, op, target.GetAddress(), owner, &messages.SpotActivation{
 		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
 		DescriptorVersion: uint64(cands[0].Version), StableType: stableType, SourceReadMissing: !reactivation,

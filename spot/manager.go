@@ -788,12 +788,7 @@ func newGeneration(prev uint64) uint64 { return activation.NewGeneration(prev, t
 
 // self is this node as an owner.
 func (m *Manager) owner() *messages.Owner {
-	return &messages.Owner{
-		Mesh:           m.desc.GetMesh(),
-		NodeRid:        m.desc.GetNodeRid(),
-		NodeGeneration: m.desc.GetNodeGeneration(),
-		LeaseId:        m.desc.GetLeaseId(),
-	}
+	return location.OwnerOf(m.desc)
 }
 
 func sameOwner(a, b *messages.Owner) bool { return activation.SameOwner(a, b) }

@@ -255,11 +255,10 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		ObjectGeneration:         newGeneration(rec.GetObjectGeneration()),
 		AuthorityOwnerGeneration: 1,
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_CREATING,
-		Owner: &messages.Owner{Mesh: target.GetMesh(), NodeRid: target.GetNodeRid(),
-			NodeGeneration: target.GetNodeGeneration(), LeaseId: target.GetLeaseId()},
-		StableType:     c.stableType,
-		SpotKind:       messages.SpotKind_SPOT_KIND_USER,
-		CreationIntent: intent,
+		Owner:                    location.OwnerOf(target),
+		StableType:               c.stableType,
+		SpotKind:                 messages.SpotKind_SPOT_KIND_USER,
+		CreationIntent:           intent,
 	}
 	intent.ReservationFence = reserved.ObjectGeneration
 	// The reservation takes a pending capacity slot of the target in the

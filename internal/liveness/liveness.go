@@ -91,17 +91,20 @@ func (w *Watch) Revoked(id string, now time.Duration) {
 
 // Missing records that lifecycle id's descriptor is gone at now and judges
 // it: Ended when this node revoked its lease, or has seen it gone for a
-// TTL; else Ending, with how long it has been seen gone. That this node
-// last saw a version stand still for a TTL proves nothing here: the holder
-// may have renewed after that look, unseen, and the store ended its lease
-// early since.
-func (w *Watch) Missing(id string, now time.Duration) (Verdict, time.Duration) {
+// TTL; else Ending, with how long it has been seen gone. The TTL is the
+// longest of ttl (what a record says of the owner's lease; 0 if nothing),
+// the one its descriptor said when seen, and Watch.TTL: a node that never
+// saw the descriptor must not judge a longer lease by its own. That this
+// node last saw a version stand still for a TTL proves nothing here: the
+// holder may have renewed after that look, unseen, and the store ended its
+// lease early since.
+func (w *Watch) Missing(id string, ttl, now time.Duration) (Verdict, time.Duration) {
 	first, ok := w.gone[id]
 	if !ok {
 		first = now
 		w.gone[id] = now
 	}
-	if now-first >= w.ttlOf(id) {
+	if now-first >= max(ttl, w.ttlOf(id)) {
 		return Ended, now - first
 	}
 	return Ending, now - first

@@ -45,6 +45,30 @@ func TestTheLongerTTLCounts(t *testing.T) {
 	}
 }
 
+// A lifecycle this node never saw present is judged by the TTL its records
+// name when that is longer than this node's own: a node with a shorter
+// lease must not end a longer one early.
+func TestNeverSeenOwnerIsJudgedByItsOwnTTL(t *testing.T) {
+	w := New(ttl)
+	long := 3 * ttl
+	if v, _ := w.Missing("x/l", long, 0); v != Ending {
+		t.Fatalf("at first sight: %s", v)
+	}
+	if v, _ := w.Missing("x/l", long, 2*ttl); v != Ending {
+		t.Fatalf("after the watcher's TTL twice, of a lease three times longer: %s", v)
+	}
+	if v, _ := w.Missing("x/l", long, long); v != Ended {
+		t.Fatalf("after the owner's TTL: %s", v)
+	}
+	w.Missing("y/l", ttl/2, 0)
+	if v, _ := w.Missing("y/l", ttl/2, ttl/2); v != Ending {
+		t.Fatalf("a shorter TTL than the watcher's does not shorten the wait below its own: %s", v)
+	}
+	if v, _ := w.Missing("y/l", ttl/2, ttl); v != Ended {
+		t.Fatalf("after the watcher's own TTL: %s", v)
+	}
+}
+
 // A descriptor that went is Ended only a TTL after this node first saw it
 // gone — even when the version it last saw had stood still for a TTL (the
 // holder may have renewed after that look, unseen, before the store ended
@@ -52,13 +76,13 @@ func TestTheLongerTTLCounts(t *testing.T) {
 func TestMissingWaitsATTLUnlessRevokedHere(t *testing.T) {
 	w := New(ttl)
 	w.Seen("n/l", 1, 0, 0)
-	if v, _ := w.Missing("n/l", 12*time.Second); v != Ending {
+	if v, _ := w.Missing("n/l", 0, 12*time.Second); v != Ending {
 		t.Fatalf("first seen gone at 12 s: %s", v)
 	}
-	if v, _ := w.Missing("n/l", 21*time.Second); v != Ending {
+	if v, _ := w.Missing("n/l", 0, 21*time.Second); v != Ending {
 		t.Fatalf("seen gone for 9 s: %s", v)
 	}
-	if v, _ := w.Missing("n/l", 22*time.Second); v != Ended {
+	if v, _ := w.Missing("n/l", 0, 22*time.Second); v != Ended {
 		t.Fatalf("seen gone for 10 s: %s", v)
 	}
 
@@ -67,7 +91,7 @@ func TestMissingWaitsATTLUnlessRevokedHere(t *testing.T) {
 		t.Fatal("not silent")
 	}
 	w.Revoked("m/l", ttl)
-	if v, _ := w.Missing("m/l", ttl); v != Ended {
+	if v, _ := w.Missing("m/l", 0, ttl); v != Ended {
 		t.Fatalf("revoked here: %s", v)
 	}
 }
@@ -76,9 +100,9 @@ func TestMissingWaitsATTLUnlessRevokedHere(t *testing.T) {
 // drops what was seen before a time.
 func TestSeenAgainAndForget(t *testing.T) {
 	w := New(ttl)
-	w.Missing("n/l", 0)
+	w.Missing("n/l", 0, 0)
 	w.Seen("n/l", 4, 0, time.Second)
-	if v, _ := w.Missing("n/l", 2*time.Second); v != Ending {
+	if v, _ := w.Missing("n/l", 0, 2*time.Second); v != Ending {
 		t.Fatalf("gone again: %s", v)
 	}
 	w.Forget(time.Hour)

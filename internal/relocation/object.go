@@ -726,12 +726,7 @@ type Closing interface {
 }
 
 func (d *Driver) owner() *messages.Owner {
-	return &messages.Owner{
-		Mesh:           d.desc.GetMesh(),
-		NodeRid:        d.desc.GetNodeRid(),
-		NodeGeneration: d.desc.GetNodeGeneration(),
-		LeaseId:        d.desc.GetLeaseId(),
-	}
+	return location.OwnerOf(d.desc)
 }
 
 // Resolve reads the owner of key from the store (consistently) and returns

@@ -179,7 +179,7 @@ func (d *Driver) revoke(ctx context.Context, n location.VersionedNode) (ended bo
 	case errors.Is(err, location.ErrLeaseRevoked):
 		return true, nil
 	case errors.Is(err, location.ErrNotFound):
-		return false, d.missing(&messages.Owner{NodeRid: n.Node.GetNodeRid(), LeaseId: n.Node.GetLeaseId()})
+		return false, d.missing(location.OwnerOf(n.Node))
 	}
 	return false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+n.Node.GetNodeRid(), err)
 }
@@ -188,13 +188,14 @@ func (d *Driver) revoke(ctx context.Context, n location.VersionedNode) (ended bo
 // this node has seen it gone for a lease TTL, else ErrOwnerEnding.
 func (d *Driver) missing(o *messages.Owner) error {
 	d.goneMu.Lock()
-	v, gone := d.watch.Missing(lifecycleID(o.GetNodeRid(), o.GetLeaseId()), d.monotonic())
+	ttl := time.Duration(o.GetLeaseTtlSeconds()) * time.Second
+	v, gone := d.watch.Missing(lifecycleID(o.GetNodeRid(), o.GetLeaseId()), ttl, d.monotonic())
 	d.goneMu.Unlock()
 	if v == liveness.Ended {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: node %s seen gone for %s; its objects are taken over once it has been gone for the lease TTL (%s)",
-		roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid(), gone.Round(time.Millisecond), d.node.LeaseTTL())
+	return fmt.Errorf("%w: %w: node %s seen gone for %s; its objects are taken over once it has been gone for its lease TTL (%s)",
+		roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid(), gone.Round(time.Millisecond), max(ttl, d.node.LeaseTTL()))
 }
 
 func lifecycleID(rid, lease string) string { return rid + "/" + lease }

@@ -461,7 +461,7 @@ func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(b
 	}
 	id := o.GetNodeRid() + "/" + o.GetLeaseId()
 	missing := func() {
-		v, gone := l.liveness.Missing(id, w.now)
+		v, gone := l.liveness.Missing(id, 0, w.now)
 		if v != liveness.Ended {
 			done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone)))
 			return
