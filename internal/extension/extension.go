@@ -310,22 +310,25 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	return l, nil
 }
 
-// sweepPasses bounds the passes over the Instance Spots after a node
-// lifecycle disappeared (or this one started): enough for the grace a
-// lease TTL long before an ended owner is taken over, and for a share
-// whose recoverer ended too to fall to another node.
+// sweepPasses bounds the passes over the ended owners' objects after a
+// node lifecycle disappeared or was revoked (or this one started), beyond
+// the three lease TTLs they always last: enough for a share whose
+// recoverer ended too to fall to another node.
 const sweepPasses = 10
 
-// forOperatorEvery is how many sweep ticks apart the objects waiting for
-// an operator are counted again while there are any.
+// forOperatorEvery is how many sweep ticks apart, past that budget, a pass
+// runs again while objects wait: those waiting for an operator are
+// counted again, and those no node could take are tried again.
 const forOperatorEvery = 20
 
-// sweepEnded recovers, for the lifecycle's life, the stateful Instance
-// Spots of ended owners without waiting for a call (spot.RecoverEnded,
-// docs/FAULTS.md "Checkpoints and recovery"): it watches the Mesh's node
-// descriptors every half lease TTL, and after a lifecycle disappeared (and
-// once at start) passes over the Spots every half TTL until none waits or
-// sweepPasses passes are done.
+// sweepEnded recovers, for the lifecycle's life, the objects of ended
+// owners without waiting for a call (spot.RecoverEnded, docs/FAULTS.md
+// "Checkpoints and recovery"): every tick (a quarter lease TTL, at most a
+// second) it lists the Mesh's node descriptors and revokes the lease of a
+// lifecycle whose heartbeat stood still for its TTL (WatchNodes); after a
+// lifecycle disappeared or was revoked (and once at start) it passes over
+// the Instance Spots, User Spots and Actors every tick until none waits or
+// the budget is spent, then every forOperatorEvery ticks while any waits.
 func (e *Extension) sweepEnded(l *life) {
 	period := min(max(l.node.LeaseTTL()/4, 250*time.Millisecond), time.Second)
 	t := time.NewTicker(period)
@@ -335,6 +338,11 @@ func (e *Extension) sweepEnded(l *life) {
 	// Enough passes to outlast the TTL a gone owner waits (liveness).
 	budget := sweepPasses + int(3*l.node.LeaseTTL()/period)
 	passes, ticks := budget, 0
+	// waiting: the last pass left objects of ended owners waiting (or did
+	// not finish). Past the budget they are looked at again now and then:
+	// an object no node could take (every candidate full, or failing) is
+	// taken once one can, without a new node event to start a pass.
+	waiting := false
 	for {
 		select {
 		case <-l.node.Stopping():
@@ -365,12 +373,13 @@ func (e *Extension) sweepEnded(l *life) {
 			known = cur
 		}
 		ticks++
-		if passes == 0 && l.spots.ForOperator() > 0 && ticks%forOperatorEvery == 0 {
+		if passes == 0 && (waiting || l.spots.ForOperator() > 0) && ticks%forOperatorEvery == 0 {
 			passes = 1 // count them again: an operator may have released some
 		}
 		if passes > 0 && l.node.Valid() {
 			passes--
 			sw, err := l.spots.RecoverEnded(ctx)
+			waiting = err != nil || sw.Waiting > 0
 			switch {
 			case err != nil:
 				log := e.logger()
