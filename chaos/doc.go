@@ -62,6 +62,13 @@
 //     address), so node-3 is cut off from both peers; its own outbound
 //     connections are direct, so its one-way sends still leave. Its link
 //     to Consul is not cut.
+//   - node-isolate-25s: node-3's remote and its Consul link both behind
+//     proxies (as net-cut), both cut for 25 s: it fences itself, the
+//     others revoke its lease a TTL after its last heartbeat and recover
+//     its objects while it is still cut off; after the heal it rejoins as
+//     a new lifecycle.
+//   - consul-down-past-ttl: SIGKILL Consul and keep it down 2×TTL+3 s
+//     (every node fences), then start it on its data directory.
 //   - rolling-restart: a deploy, not a fault: each node in turn gets
 //     SIGTERM, drains its objects to the others, stops and starts again.
 //     No lifecycle ends abnormally, so nothing may be lost at all.

@@ -60,7 +60,9 @@ type node struct {
 	name                  string
 	httpAddr, listen      string
 	advertise, consulAddr string
-	proxy                 *proxy
+	// proxy is in front of the node's remote (peers dial it), storeProxy
+	// in front of its Consul (with Scenario.Proxy, node-3 only).
+	proxy, storeProxy *proxy
 	starts                int
 	mu                    sync.Mutex
 	cmd                   *exec.Cmd
@@ -151,6 +153,13 @@ func newEnv(set Settings, name string, consuls int, withProxy bool) (*env, error
 				return nil, err
 			}
 			n.proxy, n.advertise = p, p.Addr()
+			sp, err := newProxy("127.0.0.1:0", n.consulAddr)
+			if err != nil {
+				p.Close()
+				e.close()
+				return nil, err
+			}
+			n.storeProxy, n.consulAddr = sp, sp.Addr()
 		}
 		e.nodes = append(e.nodes, n)
 	}
@@ -318,6 +327,7 @@ func (e *env) close() {
 	for _, n := range e.nodes {
 		if n.proxy != nil {
 			n.proxy.Close()
+			n.storeProxy.Close()
 		}
 	}
 	for _, s := range e.consul {

@@ -30,6 +30,8 @@ func Scenarios() []Scenario {
 		{Name: "consul-restart", Desc: "SIGKILL Consul and start it again on its data directory", Consuls: 1, Inject: consulRestart},
 		{Name: "consul-leader-kill", Desc: "three Consul servers; SIGKILL the leader as a move's target has its cutover, restart it 10 s later", Consuls: 3, Inject: leaderKill},
 		{Name: "net-cut", Desc: "partition node-3's remote (a proxy it advertises stops every byte) for 10 s", Consuls: 1, Proxy: true, Inject: netCut},
+		{Name: "node-isolate-25s", Desc: "isolate node-3 for 25 s: its remote and its Consul link (proxies) stop every byte", Consuls: 1, Proxy: true, Inject: nodeIsolate},
+		{Name: "consul-down-past-ttl", Desc: "SIGKILL Consul, keep it down for 2×TTL+3 s, start it again on its data directory", Consuls: 1, Inject: consulDownPastTTL},
 		{Name: "rolling-restart", Desc: "SIGTERM each node in turn (it drains, then stops) and start it again: a deploy, which loses nothing", Consuls: 1, Inject: rollingRestart},
 		{Name: "kill-mid-drain", Desc: "SIGTERM node-2 (it starts draining) and SIGKILL it 300 ms later, then start it again", Consuls: 1, Inject: killMidDrain},
 	}
@@ -220,6 +222,48 @@ func leaderKill(e *env, d *driver) error {
 	}
 	e.heal()
 	e.logf("%s restarted and rejoined: healed", lead.name)
+	return nil
+}
+
+// nodeIsolate cuts node-3 off from its peers and from Consul: it fences
+// itself, the others revoke its lease a TTL after its last heartbeat and
+// recover its objects; after the heal it learns its lease ended and
+// rejoins as a new lifecycle.
+func nodeIsolate(e *env, d *driver) error {
+	n := e.nodes[2]
+	n.proxy.Cut()
+	n.storeProxy.Cut()
+	e.fault()
+	e.logf("isolated %s (remote and Consul link cut)", n.name)
+	time.Sleep(25 * time.Second) // the fault's length
+	n.storeProxy.Heal()
+	n.proxy.Heal()
+	e.heal()
+	e.logf("healed the isolation")
+	return nil
+}
+
+// consulDownPastTTL keeps the store away longer than every lease: every
+// node fences itself. Whether a lease outlives the restart is Consul's
+// (a new leader starts the sessions' TTL timers again): a node whose lease
+// did unfences at its next renewal, one whose lease ended rejoins as a new
+// lifecycle and its objects are recovered; either way every object serves
+// again.
+func consulDownPastTTL(e *env, d *driver) error {
+	s := e.consul[0]
+	down := 2*e.set.LeaseTTL + 3*time.Second
+	s.Kill()
+	e.fault()
+	e.logf("SIGKILLed Consul; down for %s (lease TTL %s)", down, e.set.LeaseTTL)
+	time.Sleep(down) // the fault's length
+	if err := s.Start(); err != nil {
+		return err
+	}
+	if err := s.WaitReady(2 * time.Minute); err != nil {
+		return err
+	}
+	e.heal()
+	e.logf("Consul restarted on its data directory and has a leader: healed")
 	return nil
 }
 
