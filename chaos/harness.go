@@ -63,14 +63,14 @@ type node struct {
 	// proxy is in front of the node's remote (peers dial it), storeProxy
 	// in front of its Consul (with Scenario.Proxy, node-3 only).
 	proxy, storeProxy *proxy
-	starts                int
-	mu                    sync.Mutex
-	cmd                   *exec.Cmd
-	exited                chan struct{}
-	proc                  string
-	up                    bool // usable as an entry by the driver
-	stopped               bool // SIGSTOPped
-	ready                 chan string
+	starts            int
+	mu                sync.Mutex
+	cmd               *exec.Cmd
+	exited            chan struct{}
+	proc              string
+	up                bool // usable as an entry by the driver
+	stopped           bool // SIGSTOPped
+	ready             chan string
 }
 
 type env struct {
