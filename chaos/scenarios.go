@@ -171,11 +171,16 @@ func consulStop(length time.Duration) func(e *env, d *driver) error {
 	}
 }
 
-func consulRestart(e *env, d *driver) error {
+func consulRestart(e *env, d *driver) error { return restartConsul(e, 0) }
+
+// restartConsul SIGKILLs the Consul server, keeps it down for down, and
+// starts it again on its data directory.
+func restartConsul(e *env, down time.Duration) error {
 	s := e.consul[0]
 	s.Kill()
 	e.fault()
-	e.logf("SIGKILLed Consul")
+	e.logf("SIGKILLed Consul; down for %s (lease TTL %s)", down, e.set.LeaseTTL)
+	time.Sleep(down) // the fault's length, not a wait for an outcome
 	if err := s.Start(); err != nil {
 		return err
 	}
@@ -250,21 +255,7 @@ func nodeIsolate(e *env, d *driver) error {
 // lifecycle and its objects are recovered; either way every object serves
 // again.
 func consulDownPastTTL(e *env, d *driver) error {
-	s := e.consul[0]
-	down := 2*e.set.LeaseTTL + 3*time.Second
-	s.Kill()
-	e.fault()
-	e.logf("SIGKILLed Consul; down for %s (lease TTL %s)", down, e.set.LeaseTTL)
-	time.Sleep(down) // the fault's length
-	if err := s.Start(); err != nil {
-		return err
-	}
-	if err := s.WaitReady(2 * time.Minute); err != nil {
-		return err
-	}
-	e.heal()
-	e.logf("Consul restarted on its data directory and has a leader: healed")
-	return nil
+	return restartConsul(e, 2*e.set.LeaseTTL+3*time.Second)
 }
 
 func netCut(e *env, d *driver) error {
