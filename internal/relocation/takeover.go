@@ -209,6 +209,9 @@ var errTakeOverUnsettled = errors.New("the takeover's record write is unsettled"
 // within ctx is errTakeOverUnsettled, for settleTakeOver.
 func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *location.Record) error {
 	key := v.Key
+	// unknown: an earlier attempt's outcome is unknown (it may land yet),
+	// so a later failure proves nothing (a full node may be full of it).
+	unknown := false
 	for attempt := 1; ; attempt++ {
 		_, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
 			WithSlot(next, slots, 0)
@@ -217,6 +220,8 @@ func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *
 		switch {
 		case err == nil:
 			return nil
+		case unknown && !errors.Is(err, location.ErrIndeterminate) && !errors.Is(err, location.ErrConflict):
+			return errTakeOverUnsettled
 		case errors.Is(err, roamerr.ErrCapacityExceeded):
 			return err
 		case !errors.Is(err, location.ErrIndeterminate) && !errors.Is(err, location.ErrConflict):
@@ -227,6 +232,7 @@ func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *
 		case landed:
 			return nil
 		case again && attempt < 5:
+			unknown = true
 			continue
 		case again || rerr != nil:
 			return errTakeOverUnsettled
@@ -268,12 +274,29 @@ func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) err
 		if !d.pauseUnlessStopped(storePause(try)) {
 			return fmt.Errorf("%w: the node stopped", roamerr.ErrUnavailable)
 		}
+		// Read first: the write may have landed, and a write sent again
+		// over it would find the slots taken by it.
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
-		err := d.writeTakeOver(ctx, v, next)
-		cancel()
-		if !errors.Is(err, errTakeOverUnsettled) {
-			return err
+		landed, again, rerr := d.takeOverLanded(ctx, v, next, location.ErrIndeterminate)
+		var err error
+		switch {
+		case landed:
+			cancel()
+			return nil
+		case rerr != nil:
+			cancel()
+			continue // the store is away: whatever landed is still unknown
+		case !again:
+			cancel()
+			return fmt.Errorf("%w: %s changed while it was being taken over", roamerr.ErrConflict, v.Key)
 		}
+		err = d.writeTakeOver(ctx, v, next)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		// Any failure here leaves the outcome of the earlier write
+		// unknown while the record is still at v's version: look again.
 	}
 }
 
