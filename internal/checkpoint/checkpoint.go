@@ -87,6 +87,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // lengths or checksum). Nothing of them is restored.
 var ErrCorrupt = fmt.Errorf("%w: corrupt checkpoint", roamerr.ErrInvalidOperation)
 
+// ErrNewerFormat: an intact checkpoint of a later format than this node
+// reads, written by a newer node. It is neither restored nor replaced.
+var ErrNewerFormat = fmt.Errorf("%w: checkpoint of a newer format", roamerr.ErrUnavailable)
+
 // Encode returns c's bytes.
 func Encode(c Checkpoint) ([]byte, error) {
 	switch {
@@ -130,7 +134,11 @@ func Decode(b []byte) (Checkpoint, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return c, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
-	if string(body[:4]) != magic || body[4] != version || body[5]&^flagNo != 0 {
+	if string(body[:4]) == magic && (body[4] > version || body[5]&^flagNo != 0) {
+		// Intact, of a later format: a newer node's (a rolling upgrade).
+		return c, fmt.Errorf("%w: format %d, flags %#x (this node reads format %d)", ErrNewerFormat, body[4], body[5], version)
+	}
+	if string(body[:4]) != magic || body[4] != version {
 		return c, fmt.Errorf("%w: not a version %d checkpoint", ErrCorrupt, version)
 	}
 	c.NoState = body[5]&flagNo != 0

@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -233,4 +235,23 @@ func waitIdle(t *testing.T, w *Writer, what string) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A checkpoint of a newer format (a newer node's, in a rolling upgrade) is
+// intact: a claim neither restores nor replaces it.
+func TestClaimLeavesANewerFormatAlone(t *testing.T) {
+	s := memstore.New()
+	w := newWriter(t, s)
+	b, err := Encode(Checkpoint{Fence: Fence{1, 1, 1}, StableType: "room", State: []byte("x")})
+	require.NoError(t, err)
+	b[4] = version + 1
+	b = binary.BigEndian.AppendUint32(b[:len(b)-4], crc32.Checksum(b[:len(b)-4], castagnoli))
+	newer := location.Key(location.KindActor, "newer")
+	_, err = s.PutCheckpoint(context.Background(), newer, 0, b)
+	require.NoError(t, err)
+	_, err = w.Claim(context.Background(), newer, Fence{1, 2, 0}, "room", "")
+	require.ErrorIs(t, err, ErrNewerFormat)
+	data, _, err := s.GetCheckpoint(context.Background(), newer)
+	require.NoError(t, err)
+	require.Equal(t, b, data, "left as the newer node wrote it")
 }

@@ -252,8 +252,10 @@ func (w *Writer) forgetVersion(key location.AuthorityKey) {
 // and returns what it claimed — with NoState when nothing was stored (a
 // marker is then created, with the same effect). A checkpoint of another
 // stable type is not this object's state: it is replaced by a NoState
-// marker and logged (checkpoint_type_mismatch). A corrupt one is an
-// ErrCorrupt error: nothing is claimed.
+// marker and logged (checkpoint_type_mismatch); so is a corrupt one
+// (checkpoint_corrupt, error): unreadable bytes must not keep the object
+// from serving. One of a newer format (ErrNewerFormat) is left alone and
+// the claim fails: a newer node reads it.
 func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fence, stableType, appVersion string) (Checkpoint, error) {
 	w.mu.Lock()
 	if c, ok := w.pending[key]; ok && c.Fence.Less(fence) {
@@ -277,6 +279,9 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 		default:
 			stored, derr := Decode(data)
 			switch {
+			case errors.Is(derr, ErrNewerFormat):
+				// A newer node's: only a node that reads it may claim it.
+				return Checkpoint{}, fmt.Errorf("claim the checkpoint of %s (version %d): %w", key, v, derr)
 			case derr != nil:
 				// Bytes nobody can read stop no recovery: the object starts
 				// without them, said loudly (no claim could ever succeed).
