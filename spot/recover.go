@@ -61,25 +61,34 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 		owners[id] = ownerState{alive, err}
 		return alive, err
 	}
-	// spotWaits reports whether v is a member Actor whose User Spot, of
-	// an ended owner, waits for an operator (one look per Spot and pass).
-	waiting := map[string]bool{}
-	spotWaits := func(v location.Versioned) bool {
+	// spotState says of v, a member Actor, whether its User Spot (of an
+	// ended owner) waits for an operator, or whether that is not known
+	// this pass (the Spot's record unreadable, its owner still ending): the
+	// member then waits too rather than be recovered alone. One look per
+	// Spot and pass.
+	type spotState struct{ waits, unsure bool }
+	spots := map[string]spotState{}
+	spotOf := func(v location.Versioned) spotState {
 		ms := v.Record.GetMembership()
 		if v.Key.Kind != location.KindActor || ms.GetSpotId() == "" || meshnode.IsEntrySpotID(ms.GetSpotId()) {
-			return false
+			return spotState{}
 		}
-		w, ok := waiting[ms.GetSpotId()]
+		st, ok := spots[ms.GetSpotId()]
 		if !ok {
 			sv, err := m.store.Read(ctx, location.Key(location.KindUserSpot, ms.GetSpotId()))
-			if err == nil && sv.Record.GetObjectGeneration() == ms.GetSpotGeneration() &&
-				m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator {
+			switch {
+			case errors.Is(err, location.ErrNotFound):
+			case err != nil:
+				st.unsure = true
+			case sv.Record.GetObjectGeneration() == ms.GetSpotGeneration() &&
+				m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator:
 				alive, aerr := ownerOf(sv.Record.GetOwner())
-				w = aerr == nil && !alive
+				st.waits = aerr == nil && !alive
+				st.unsure = aerr != nil
 			}
-			waiting[ms.GetSpotId()] = w
+			spots[ms.GetSpotId()] = st
 		}
-		return w
+		return st
 	}
 	var errs []error
 	seen := map[location.AuthorityKey]int{}
@@ -112,7 +121,12 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 				case alive:
 					continue
 				}
-				if policy == activation.EndedOperator || spotWaits(v) {
+				st := spotOf(v)
+				if st.unsure {
+					sw.Waiting++
+					continue
+				}
+				if policy == activation.EndedOperator || st.waits {
 					// A member of a Spot that waits for an operator waits
 					// with it: ReleaseEnded of the Spot releases its
 					// members, which it could not do to a member serving
