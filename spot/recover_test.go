@@ -12,6 +12,7 @@ import (
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/spot"
 )
 
 // askPID sends a request to pid and returns the handler's count.
@@ -24,6 +25,21 @@ func askPID(t *testing.T, e *extension.Extension, pid *actor.PID, value string) 
 	return reply.(*wrapperspb.Int64Value).Value, nil
 }
 
+// clubOnADoomedNode creates the User Spot "club" of a room kind
+// checkpointed every turn on doomed, the only node that hosts the kind;
+// caller hosts another kind.
+func clubOnADoomedNode(t *testing.T, w *world) (club extension.Kind, caller, doomed *extension.Extension, res spot.CreateResult) {
+	t.Helper()
+	club = w.roomKind()
+	club.CheckpointEvery = 1
+	caller = w.start(withKinds(w.cartKind("cart")))
+	doomed = w.start(withKinds(club))
+	res, err := caller.Spots().GetOrCreate("club", "room").Do(ctx)
+	require.NoError(t, err)
+	require.Equal(t, doomed.NodeRid(), res.Ref.NodeRid)
+	return club, caller, doomed, res
+}
+
 // A User Spot with members whose owner ended comes back by itself, without
 // a call, on one live node together with its member Actors, each from its
 // last checkpoint: the same incarnations (ObjectGeneration) under the next
@@ -33,13 +49,7 @@ func askPID(t *testing.T, e *extension.Extension, pid *actor.PID, value string) 
 func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
-		club := w.roomKind()
-		club.CheckpointEvery = 1
-		caller := w.start(withKinds(w.cartKind("cart")))
-		doomed := w.start(withKinds(club))
-		res, err := caller.Spots().GetOrCreate("club", "room").Do(ctx)
-		require.NoError(t, err)
-		require.Equal(t, doomed.NodeRid(), res.Ref.NodeRid)
+		club, caller, doomed, res := clubOnADoomedNode(t, w)
 		members := map[string]*actor.PID{}
 		for _, id := range []string{"m1", "m2"} {
 			pid, err := doomed.Spots().SpawnMember(ctx, res.Ref, "room", id)
@@ -134,13 +144,7 @@ func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
 func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	club := w.roomKind()
-	club.CheckpointEvery = 1
-	caller := w.start(withKinds(w.cartKind("cart")))
-	doomed := w.start(withKinds(club))
-	res, err := caller.Spots().GetOrCreate("club", "room").Do(ctx)
-	require.NoError(t, err)
-	require.Equal(t, doomed.NodeRid(), res.Ref.NodeRid)
+	club, caller, doomed, _ := clubOnADoomedNode(t, w)
 	for _, v := range []string{"1", "2"} {
 		_, err := request(t, caller, "club", v)
 		require.NoError(t, err)

@@ -860,6 +860,15 @@ func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
 	})
 }
 
+// everyTurnVault is a stateful Instance Spot kind checkpointed after every
+// message, recovered from its checkpoints (not ReactivateEmpty).
+func (w *world) everyTurnVault() extension.Kind {
+	vault := w.cartKind("vault")
+	vault.ReactivateEmpty = false
+	vault.CheckpointEvery = 1
+	return vault
+}
+
 // A per-turn checkpoint policy holds the first message's state too: its
 // capture, held back while the cold activation's recovery pointer is in
 // the store, is taken once the pointer is gone, without a second message.
@@ -867,10 +876,7 @@ func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
 func TestEveryTurnCheckpointHoldsTheFirstMessage(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
-		vault := w.cartKind("vault")
-		vault.ReactivateEmpty = false
-		vault.CheckpointEvery = 1
-		caller := w.start(withKinds(vault))
+		caller := w.start(withKinds(w.everyTurnVault()))
 		_, err := request(t, caller, "coin", "1", "vault")
 		require.NoError(t, err)
 		eventually(t, "the first message's checkpoint", func() bool { return storedCount(t, store, "coin") == 1 })
@@ -884,10 +890,7 @@ func TestEveryTurnCheckpointHoldsTheFirstMessage(t *testing.T) {
 func TestClosedSpotLeavesNoCheckpoint(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
-		vault := w.cartKind("vault")
-		vault.ReactivateEmpty = false
-		vault.CheckpointEvery = 1
-		caller := w.start(withKinds(vault))
+		caller := w.start(withKinds(w.everyTurnVault()))
 		for _, v := range []string{"1", "2"} {
 			_, err := request(t, caller, "drawer", v, "vault")
 			require.NoError(t, err)
