@@ -565,11 +565,14 @@ func (r *Roam) started() (*extension.Extension, error) {
 	return r.ext, nil
 }
 
-// Stop drains the node (Drain; unless WithDrainOnStop(false)), bounded by
-// ctx, then releases the node's claim in the store and stops roam's actors
-// and the remote roam started; the actor system and a Proto.Actor cluster
-// are the application's. What the drain did not move is recovered by
-// other nodes like an ended owner's objects.
+// Stop drains the node (Drain; unless WithDrainOnStop(false)), tells the
+// other nodes it is leaving and lets the messages still sent to it follow
+// to the new owners, then releases the node's claim in the store and stops
+// roam's actors and the remote roam started; the actor system and a
+// Proto.Actor cluster are the application's. All of it is bounded by ctx:
+// the drain takes at most two thirds of the time ctx leaves, so that the
+// release still happens. What the drain did not move is recovered by other
+// nodes like an ended owner's objects.
 func (r *Roam) Stop(ctx context.Context) error { return r.stop(ctx, true) }
 
 func (r *Roam) stop(ctx context.Context, drain bool) error {

@@ -1646,12 +1646,15 @@ func (x *RelocationAbort) GetActorId() string {
 
 // SessionRoute is where a Session's binding delivers the client's messages:
 // the node running the bound Actor's incarnation, its owner generation and
-// ObjectGeneration (docs/SESSIONS.md §1).
+// ObjectGeneration (docs/SESSIONS.md §1), and that node's lifecycle (RID):
+// another lifecycle under the same address (a node started again) is
+// another node.
 type SessionRoute struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Address          string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	OwnerGeneration  uint64                 `protobuf:"varint,2,opt,name=owner_generation,json=ownerGeneration,proto3" json:"owner_generation,omitempty"`
 	ObjectGeneration uint64                 `protobuf:"varint,3,opt,name=object_generation,json=objectGeneration,proto3" json:"object_generation,omitempty"`
+	NodeRid          string                 `protobuf:"bytes,4,opt,name=node_rid,json=nodeRid,proto3" json:"node_rid,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1705,6 +1708,13 @@ func (x *SessionRoute) GetObjectGeneration() uint64 {
 		return x.ObjectGeneration
 	}
 	return 0
+}
+
+func (x *SessionRoute) GetNodeRid() string {
+	if x != nil {
+		return x.NodeRid
+	}
+	return ""
 }
 
 // SessionBinding names the client Session an Actor is bound to and its
@@ -2864,11 +2874,12 @@ const file_relocation_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\x0e2\x1c.roam.messages.FailureReasonR\x06reason\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x19\n" +
-	"\bactor_id\x18\x04 \x01(\tR\aactorId\"\x80\x01\n" +
+	"\bactor_id\x18\x04 \x01(\tR\aactorId\"\x9b\x01\n" +
 	"\fSessionRoute\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12)\n" +
 	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x12+\n" +
-	"\x11object_generation\x18\x03 \x01(\x04R\x10objectGeneration\"T\n" +
+	"\x11object_generation\x18\x03 \x01(\x04R\x10objectGeneration\x12\x19\n" +
+	"\bnode_rid\x18\x04 \x01(\tR\anodeRid\"T\n" +
 	"\x0eSessionBinding\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +

@@ -352,11 +352,11 @@ func (m *Manager) endpointLost(address string) {
 // Ready on another node. Checked only after a connection ended, so a
 // route in use costs no store read.
 func (m *Manager) departed(ctx context.Context, a authority) bool {
+	if m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid()) {
+		return true // a drained node about to stop: the store names where its objects went
+	}
 	if !m.d.ConnectionEnded(a.address) {
 		return false
-	}
-	if m.d.PeerLeaving(a.address) {
-		return true // a drained node about to stop: the store names where its objects went
 	}
 	_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
 	return ownerLeft(alive, err)

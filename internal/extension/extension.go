@@ -1026,8 +1026,9 @@ func (h *drainHost) Targets(ctx context.Context) ([]drain.Target, error) {
 }
 
 // Stop drains the node (unless Config.StopWithoutDrain), bounded by ctx,
-// lets Message Follow fall quiet if it drained, then releases the node's
-// claim and stops it; no new lifecycle starts.
+// tells its peers it is leaving and lets Message Follow fall quiet if it
+// drained, then releases the node's claim and stops it; no new lifecycle
+// starts.
 // What the drain did not move is then an ended owner's, recovered as such
 // (docs/FAULTS.md).
 func (e *Extension) Stop(ctx context.Context) error {
@@ -1037,13 +1038,23 @@ func (e *Extension) Stop(ctx context.Context) error {
 	if l := e.cur.Load(); !stopped && l.node.Valid() {
 		if !e.cfg.StopWithoutDrain {
 			// A drain error (the store cannot be reached) leaves the stop to
-			// go on: Drain logged it.
-			_, _ = e.Drain(ctx, drain.Options{})
+			// go on: Drain logged it. The drain takes at most two thirds of
+			// what ctx leaves: the peers must still be told and the claim
+			// released, or what did not move waits a lease TTL.
+			dctx, cancel := shareOf(ctx, 2, 3)
+			_, _ = e.Drain(dctx, drain.Options{})
+			cancel()
 		}
 		if l.node.Draining() {
-			e.followQuiet(ctx, l)
+			// Peers first stop sending here by their cached routes, then
+			// what they had sent follows to the new owners. The wait for
+			// it takes at most half of what is left of ctx: the rest is
+			// the stop's own (moves in, last checkpoints, the release of
+			// the node's claim), which a busy follow must not eat.
 			e.flushPeers(ctx, l)
-			e.followQuiet(ctx, l)
+			qctx, cancel := shareOf(ctx, 1, 2)
+			e.followQuiet(qctx, l)
+			cancel()
 		}
 	}
 	return e.StopNow(ctx)
@@ -1067,9 +1078,13 @@ func (e *Extension) Stop(ctx context.Context) error {
 // it lets them.
 func (e *Extension) flushPeers(ctx context.Context, l *life) {
 	self := l.node.Descriptor()
+	log := e.logger()
 	nodes, err := l.node.Store().ListNodes(ctx, self.GetMesh())
 	if err != nil {
-		return // the follow-quiet wait is all there is
+		// The follow-quiet wait is all there is.
+		log.Warn().Str("event", "stop_peers_not_told").Err(err).
+			Msg("stopping without telling the peers: a send on a route they cached here may be lost when the node stops")
+		return
 	}
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -1080,10 +1095,23 @@ func (e *Extension) flushPeers(ctx context.Context, l *life) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = l.driver.Leaving(ctx, d.GetAddress())
+			if err := l.driver.Leaving(ctx, d.GetAddress()); err != nil {
+				log.Warn().Str("event", "stop_peers_not_told").Str("peer_node_rid", d.GetNodeRid()).Str("address", d.GetAddress()).Err(err).
+					Msg("stopping without the peer's answer: a send on a route it cached here may be lost when the node stops")
+			}
 		}()
 	}
 	wg.Wait()
+}
+
+// shareOf is ctx bounded by num/den of the time left to its deadline (ctx
+// itself without one).
+func shareOf(ctx context.Context, num, den time.Duration) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, time.Until(dl)*num/den)
 }
 
 // followQuietFor is how long Message Follow must have been idle before a

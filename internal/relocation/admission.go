@@ -203,7 +203,7 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 			// A drained node about to stop: no route of this node
 			// sends there from now on (peers.go); this answer comes
 			// back behind everything sent there before.
-			d.peers.leaving(to.Address)
+			d.peers.leaving(to.Address, src.GetNodeRid())
 			d.log.Info().Str("event", "peer_leaving").Str("address", to.Address).Str("peer_node_rid", src.GetNodeRid()).
 				Msg("a drained node is stopping: routes to it read the store from now on")
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/testwait"
@@ -389,4 +392,84 @@ func TestAStoppedNodeStopsItsMoveTimers(t *testing.T) {
 	require.Positive(t, relocation.RunningTimers(a.driver), "the source follows the moved object for a while")
 	require.NoError(t, a.node.Stop(ctx))
 	testwait.For(t, func() bool { return relocation.RunningTimers(a.driver) == 0 }, "timers still run on a stopped node")
+}
+
+// A rolling restart on fixed ports: b drained, said it is leaving, stopped,
+// and started again under the same address as a new lifecycle. a's Message
+// Follow to the new b goes straight there (b's Leaving named the old
+// lifecycle), and whichever way a followed message goes, its sender's node
+// is told (OnFollow), so that a route cached to a's old incarnation is
+// dropped and a's follow falls quiet. Before, every message to the old
+// route went by the store for a minute, no sender was told, and a drained
+// a waited for a quiet follow until its stop's deadline ran out.
+// Reference: docs/FAULTS.md, "Routes to a node that has left".
+func TestFollowToANodeRestartedUnderTheSameAddress(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	var followed atomic.Int64
+	cfg := relocation.Config{Logger: logs.logger(), OnFollow: func(location.AuthorityKey, *actor.MessageEnvelope) { followed.Add(1) }}
+	a := startNodeConfig(t, store, cfg, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	ctx := context.Background()
+	addr := b.node.Address()
+	oldRid := b.node.Descriptor().GetNodeRid()
+	require.NoError(t, b.driver.Leaving(ctx, a.node.Address()))
+	require.True(t, a.driver.PeerLeaving(addr, oldRid))
+	require.NoError(t, b.node.Stop(ctx))
+	testwait.For(t, func() bool { return a.driver.ConnectionEnded(addr) }, "a never saw its connection to the old b end")
+
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	b2 := startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Host: host, Port: p}, relocation.Config{Logger: testLogger()}, counterKind)
+	require.Equal(t, addr, b2.node.Address())
+	newRid := b2.node.Descriptor().GetNodeRid()
+	require.False(t, a.driver.PeerLeaving(addr, newRid), "the new lifecycle under the address is not leaving")
+
+	key := location.Key(location.KindActor, "restarted-target")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	sys := a.node.System()
+	for i := int64(1); i <= 5; i++ {
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	_, err = a.driver.Relocate(ctx, key, newRid)
+	require.NoError(t, err)
+	for i := int64(6); i <= 10; i++ {
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	require.Equal(t, int64(10), get(t, sys, old), "answered by the new b's incarnation, every send once and in order")
+	require.False(t, logs.has("follow_reresolved"), "followed through the store, not straight to the new lifecycle")
+	require.GreaterOrEqual(t, followed.Load(), int64(6), "every followed message tells its sender's node")
+}
+
+// A next hop that is gone is followed through the store, and its sender's
+// node is told all the same (OnFollow): else a route cached to the old
+// incarnation keeps every later message coming through it.
+func TestFollowThroughTheStoreTellsTheSender(t *testing.T) {
+	store := newStore(t)
+	var followed atomic.Int64
+	cfg := relocation.Config{Logger: testLogger(), OnFollow: func(location.AuthorityKey, *actor.MessageEnvelope) { followed.Add(1) }}
+	a := startNodeConfig(t, store, cfg, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	c := startNodeWith(t, store, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "via-store-hint")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	gone := b.node.Address()
+	require.NoError(t, b.node.Stop(ctx))
+	testwait.For(t, func() bool { return a.driver.ConnectionEnded(gone) }, "a never saw its connection to b end")
+	before := followed.Load()
+	sys := a.node.System()
+	for i := int64(1); i <= 5; i++ {
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	require.Equal(t, int64(5), get(t, sys, old), "answered by c's incarnation")
+	require.GreaterOrEqual(t, followed.Load()-before, int64(6), "each message followed through the store told its sender's node")
 }

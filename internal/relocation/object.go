@@ -805,23 +805,27 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 // caller's deadline. The message goes to the owner the store names
 // instead (redeliver), and so does every later one of this incarnation,
 // so that they stay in order behind it.
-func (d *Driver) followSink(obj *object, next *actor.PID) mailbox.Sink {
+//
+// Whichever way a message goes on, its sender's node is told (OnFollow) that
+// its route is followed: a route left cached to this incarnation would keep
+// every later message of that sender coming here, the Message Follow would
+// never fall quiet, and a drained node's stop would wait for it in vain.
+func (d *Driver) followSink(obj *object, next *actor.PID, nextRid string) mailbox.Sink {
 	var viaStore atomic.Bool
 	return func(msg any) {
 		d.lastFollow.Store(time.Now().UnixNano())
 		env, hops := withFollowHeaders(msg, obj.generation)
-		if hops > MaxFollowHops {
+		switch {
+		case hops > MaxFollowHops:
 			// The hops cannot take it further: look the owner up in the
 			// store and deliver directly (never a silent drop).
 			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
-			return
-		}
-		if viaStore.Load() || d.peers.isEnded(next.Address) {
+		case viaStore.Load() || d.Departed(next.Address, nextRid):
 			viaStore.Store(true)
 			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env, peerDown: next.Address})
-			return
+		default:
+			d.sys.Root.Send(next, env)
 		}
-		d.sys.Root.Send(next, env)
 		if d.cfg.OnFollow != nil {
 			d.cfg.OnFollow(obj.key, env)
 		}

@@ -18,9 +18,17 @@ type peerLinks struct {
 	ended sync.Map // address → struct{}
 	n     atomic.Int64
 	// leavingAt: peers that said they are about to stop (a drained node's
-	// Leaving), address → time.Time; a connection made again does not
-	// clear it (answering the peer makes one), only leavingFor does.
+	// Leaving), address → leavingMark; a connection made again does not
+	// clear it (answering the peer makes one), only leavingFor does. It
+	// names the leaving node's lifecycle: a node started again under the
+	// same address (a rolling restart on fixed ports) is not leaving.
 	leavingAt sync.Map
+}
+
+// leavingMark is a peer's Leaving: which lifecycle (node RID) said it, when.
+type leavingMark struct {
+	rid string
+	at  time.Time
 }
 
 // leavingFor is how long a peer that said it is leaving is not sent to by
@@ -28,18 +36,23 @@ type peerLinks struct {
 // which routes see anyway.
 const leavingFor = time.Minute
 
-func (p *peerLinks) leaving(address string) { p.leavingAt.Store(address, time.Now()) }
+func (p *peerLinks) leaving(address, rid string) {
+	p.leavingAt.Store(address, leavingMark{rid: rid, at: time.Now()})
+}
 
-func (p *peerLinks) isLeaving(address string) bool {
-	t, ok := p.leavingAt.Load(address)
+// isLeaving: the lifecycle rid at address said it is leaving. A caller
+// that does not know which lifecycle it sends to passes "": any.
+func (p *peerLinks) isLeaving(address, rid string) bool {
+	v, ok := p.leavingAt.Load(address)
 	if !ok {
 		return false
 	}
-	if time.Since(t.(time.Time)) > leavingFor {
-		p.leavingAt.Delete(address)
+	m := v.(leavingMark)
+	if time.Since(m.at) > leavingFor {
+		p.leavingAt.CompareAndDelete(address, v)
 		return false
 	}
-	return true
+	return rid == "" || m.rid == rid
 }
 
 // maxEndedPeers bounds the addresses remembered (every restart of a peer
@@ -67,10 +80,8 @@ func (p *peerLinks) connected(address string) {
 }
 
 func (p *peerLinks) isEnded(address string) bool {
-	if _, ok := p.ended.Load(address); ok {
-		return true
-	}
-	return p.isLeaving(address)
+	_, ok := p.ended.Load(address)
+	return ok
 }
 
 // ConnectionEnded reports whether this node's connection to the peer at
@@ -78,7 +89,14 @@ func (p *peerLinks) isEnded(address string) bool {
 // is likely lost after seconds of redialling (peerLinks).
 func (d *Driver) ConnectionEnded(address string) bool { return d.peers.isEnded(address) }
 
-// PeerLeaving reports whether the node at address said it is about to
-// stop (a drained node's Leaving): a route cached to it is read from the
-// store again, whatever its descriptor says.
-func (d *Driver) PeerLeaving(address string) bool { return d.peers.isLeaving(address) }
+// PeerLeaving reports whether the node lifecycle rid at address said it is
+// about to stop (a drained node's Leaving): a route cached to it is read
+// from the store again, whatever its descriptor says. rid "" asks about
+// whichever lifecycle is at address.
+func (d *Driver) PeerLeaving(address, rid string) bool { return d.peers.isLeaving(address, rid) }
+
+// Departed is ConnectionEnded or PeerLeaving: nothing should be sent to
+// the lifecycle rid at address now without a look at the store first.
+func (d *Driver) Departed(address, rid string) bool {
+	return d.peers.isEnded(address) || d.peers.isLeaving(address, rid)
+}

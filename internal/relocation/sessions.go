@@ -104,7 +104,7 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 
 // routeOf is the binding route of obj's incarnation here.
 func (d *Driver) routeOf(obj *object) *messages.SessionRoute {
-	return &messages.SessionRoute{Address: d.desc.GetAddress(), OwnerGeneration: obj.ownerGeneration, ObjectGeneration: obj.generation}
+	return &messages.SessionRoute{Address: d.desc.GetAddress(), OwnerGeneration: obj.ownerGeneration, ObjectGeneration: obj.generation, NodeRid: d.desc.GetNodeRid()}
 }
 
 // onSessionSealReply takes a Session owner's answer to command 42, only
@@ -210,27 +210,29 @@ func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messa
 	return pid, route, nil
 }
 
-// BoundRoute is where the store says the Actor id serves: its owner's
-// address and its generations, and whether that owner's lifecycle is alive
-// and reachable (an owner seen gone only just now is not yet alive nor
-// ended, and one whose connection ended is alive only if it answers now:
-// false otherwise).
+// BoundRoute is where the store says the Actor id serves (its owner's
+// address, lifecycle and generations), and whether that owner's lifecycle
+// is alive and reachable (an owner seen gone only just now is not yet
+// alive nor ended, and one whose connection ended or that said it is
+// leaving is alive only if it answers now: false otherwise).
 // The Session owner's look for a bound Actor whose route went down.
-func (d *Driver) BoundRoute(ctx context.Context, id string) (address string, generation, ownerGeneration uint64, alive bool, err error) {
+func (d *Driver) BoundRoute(ctx context.Context, id string) (route *messages.SessionRoute, alive bool, err error) {
 	v, err := d.store.Read(ctx, location.Key(location.KindActor, id))
 	if err != nil {
-		return "", 0, 0, false, err
+		return nil, false, err
 	}
-	address, alive, err = d.OwnerNode(ctx, v.Record.GetOwner())
+	owner := v.Record.GetOwner()
+	address, alive, err := d.OwnerNode(ctx, owner)
 	if err != nil {
 		alive = false
 	}
-	if alive && address != d.sys.Address() && d.ConnectionEnded(address) {
+	if alive && address != d.sys.Address() && d.Departed(address, owner.GetNodeRid()) {
 		// A killed node's descriptor stays until its lease is revoked:
 		// alive only if it answers (which makes the connection again),
 		// else what the Session releases there would be dropped.
 		_, perr := d.Load(ctx, address, "")
 		alive = perr == nil
 	}
-	return address, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration(), alive, nil
+	return &messages.SessionRoute{Address: address, OwnerGeneration: v.Record.GetAuthorityOwnerGeneration(),
+		ObjectGeneration: v.Record.GetObjectGeneration(), NodeRid: owner.GetNodeRid()}, alive, nil
 }

@@ -84,6 +84,7 @@ type sourcePart struct {
 	obj      *object
 	newOwner uint64     // AuthorityOwnerGeneration the target will write
 	next     *actor.PID // the incarnation on the target
+	nextRid  string     // the target's node RID (its lifecycle: PeerLeaving)
 	sealed   bool       // its mailbox was sealed (Unseal reopens only those)
 	captured bool       // its capture came (a seal still pending is undone when it does)
 	saved    []any      // the saved-work prefix, for Unseal
@@ -374,6 +375,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	}
 	for _, p := range r.parts {
 		p.next = actor.NewPID(addr, objectPIDName(p.obj.key, p.obj.generation, p.newOwner))
+		p.nextRid = targetRid
 		p.obj.out = r
 	}
 	d.sources[id.RelocationID] = r
@@ -720,7 +722,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 // later message.
 func (d *Driver) startFollow(p *sourcePart, held *parkedSink, failEvent string) {
 	p.obj.state, p.obj.next = following, p.next
-	follow := d.followSink(p.obj, p.next)
+	follow := d.followSink(p.obj, p.next, p.nextRid)
 	if held != nil {
 		held.release(follow)
 	}

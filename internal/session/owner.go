@@ -24,6 +24,15 @@ type Route struct {
 	Address          string
 	OwnerGeneration  uint64
 	ObjectGeneration uint64
+	// NodeRid is the lifecycle at Address ("" when unknown): a Leaving
+	// of an earlier lifecycle there does not take this route down.
+	NodeRid string
+}
+
+// sameIncarnation: both name one incarnation (address and generations; a
+// route from a node that does not send NodeRid has none).
+func (r Route) sameIncarnation(o Route) bool {
+	return r.Address == o.Address && r.OwnerGeneration == o.OwnerGeneration && r.ObjectGeneration == o.ObjectGeneration
 }
 
 func (r Route) String() string {
@@ -339,7 +348,7 @@ func (o *Owner) resolved(ev Resolved) []Effect {
 		return effects
 	case !held:
 		return nil
-	case ev.Route == b.route && ev.Alive:
+	case ev.Route.sameIncarnation(b.route) && ev.Alive:
 		return o.release(ev.Session, ev.Actor, b)
 	}
 	return []Effect{Resolve{Session: ev.Session, Actor: ev.Actor, After: resolveAgain}}

@@ -221,7 +221,7 @@ func (s *Service) resolve(e Resolve) {
 			time.Sleep(e.After)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		addr, gen, owner, alive, err := s.driver.BoundRoute(ctx, e.Actor)
+		r, alive, err := s.driver.BoundRoute(ctx, e.Actor)
 		cancel()
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -233,12 +233,12 @@ func (s *Service) resolve(e Resolve) {
 			s.step(Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
 			return
 		}
-		s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: Route{Address: addr, OwnerGeneration: owner, ObjectGeneration: gen}, Alive: alive})
+		s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
 	}()
 }
 
 func routeFrom(r *messages.SessionRoute) Route {
-	return Route{Address: r.GetAddress(), OwnerGeneration: r.GetOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration()}
+	return Route{Address: r.GetAddress(), OwnerGeneration: r.GetOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), NodeRid: r.GetNodeRid()}
 }
 
 // Options configure one Session.
@@ -417,7 +417,7 @@ func (c *Session) submit(actorID string, o *outbound, size int) error {
 	s := c.svc
 	s.mu.Lock()
 	route, _, _ := s.owner.BindingOf(c.id, actorID)
-	down := route.Address != "" && route.Address != s.address && s.driver.ConnectionEnded(route.Address)
+	down := route.Address != "" && route.Address != s.address && s.driver.Departed(route.Address, route.NodeRid)
 	effects := s.step(Client{Session: c.id, Actor: actorID, Item: Item{Msg: o, Bytes: size}, RouteDown: down})
 	s.mu.Unlock()
 	for _, e := range effects {
