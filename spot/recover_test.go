@@ -12,6 +12,7 @@ import (
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/roamerr"
 	"github.com/roamactors/roam/spot"
 )
 
@@ -177,4 +178,59 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 	st := f.Stats()
 	require.GreaterOrEqual(t, st.IndeterminateLost, 7, "the lost writes were made")
 	require.GreaterOrEqual(t, st.Unavailable, 3, "the checkpoint store failed")
+}
+
+// An Actor whose takeover has written its record but not yet opened its
+// incarnation (its checkpoint is still being read) is not deleted under
+// it: the delete is refused Unavailable, and once the takeover is done the
+// Actor serves with its state and its record. Before, the delete took the
+// record away and the takeover then opened an incarnation no record named.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	vault := w.cartKind("vault")
+	vault.ReactivateEmpty = false
+	vault.CheckpointEvery = 1
+	caller := w.start(withKinds(w.roomKind()))
+	doomed := w.start(withKinds(vault))
+	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
+	require.NoError(t, err)
+	n, err := askPID(t, caller, pid, "1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	key := location.Key(location.KindActor, "a1")
+	eventually(t, "the checkpoint of the first message", func() bool { return storedCountOf(t, store, key) == 1 })
+
+	f, err := faulty.New(store, faulty.Config{})
+	require.NoError(t, err)
+	rescuer := w.start(withStore(f), withKinds(vault))
+	var failures []faulty.Fault
+	for range 12 {
+		failures = append(failures, faulty.Unavailable)
+	}
+	f.InjectOn("get checkpoint", failures...) // the takeover waits for its checkpoint
+	require.NoError(t, doomed.StopNow(ctx))
+	eventually(t, "the record names the rescuer", func() bool {
+		v, err := store.Read(ctx, key)
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
+	})
+	_, err = caller.DeleteActor(ctx, extension.ActorRef("a1"))
+	require.ErrorIs(t, err, roamerr.ErrUnavailable, "deleted while its takeover waited for its checkpoint")
+
+	eventually(t, "the taken-over Actor serves", func() bool {
+		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
+		if err != nil {
+			return false
+		}
+		n, err = askPID(t, caller, p, "2")
+		return err == nil
+	})
+	require.EqualValues(t, 2, n, "with its checkpoint's state")
+	_, err = store.Read(ctx, key)
+	require.NoError(t, err, "its record stays")
+	done, err := caller.DeleteActor(ctx, extension.ActorRef("a1"))
+	require.NoError(t, err)
+	require.True(t, done, "deleted once it serves")
 }

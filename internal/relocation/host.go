@@ -234,11 +234,16 @@ func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalInc
 // accepted, which still run; timers stop; the application hears
 // OnClosing(Closed); then the actor stops, and later messages end as dead
 // letters (a stale route for their callers). NotFound when no such
-// incarnation serves here; Unavailable while it is moving.
+// incarnation serves here; Unavailable while it is moving or being taken
+// over here.
 func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, generation uint64) error {
 	obj, err := call(context.Background(), d, func() (*object, error) {
 		obj := d.objects[key]
 		switch {
+		case obj == nil && d.takeovers.has(key):
+			// Its record may name this node already; closed now, the
+			// takeover would then open an incarnation with no record.
+			return nil, fmt.Errorf("%w: %s is being recovered here", roamerr.ErrUnavailable, key)
 		case obj == nil || obj.generation != generation || obj.state == following || obj.state == ended:
 			return nil, fmt.Errorf("%w: %s generation %d does not serve here", roamerr.ErrNotFound, key, generation)
 		case obj.state != serving || obj.out != nil:
@@ -385,7 +390,9 @@ func (d *Driver) IncarnationOf(ctx context.Context, pid *actor.PID) (location.Au
 
 // Hosts reports whether this node has an incarnation of key with
 // generation that serves, is moving out (also past its cutover), or is
-// arriving (a move in that may already have committed this node as owner).
+// arriving (a move in that may already have committed this node as owner,
+// or a takeover whose record may name this node before its incarnation
+// opens).
 func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
 	ok, _ := call(context.Background(), d, func() (bool, error) { return d.hosts(key, generation), nil })
 	return ok
@@ -394,6 +401,9 @@ func (d *Driver) Hosts(key location.AuthorityKey, generation uint64) bool {
 // hosts is Hosts on the driver goroutine.
 func (d *Driver) hosts(key location.AuthorityKey, generation uint64) bool {
 	if obj := d.objects[key]; obj != nil && obj.generation == generation && (obj.state == serving || obj.state == leaving) {
+		return true
+	}
+	if d.takeovers.has(key) {
 		return true
 	}
 	for _, t := range d.targets {

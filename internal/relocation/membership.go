@@ -141,9 +141,10 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 		switch {
 		case obj == nil && d.hosts(key, v.Record.GetObjectGeneration()):
 			// Arriving (alone, or as a SpotWide Spot's member: the
-			// commit may have named this node before it opens), or
+			// commit may have named this node before it opens), taken
+			// over (the record names this node before it opens), or
 			// moving out past its cutover.
-			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+			return nil, fmt.Errorf("%w: %s is moving or being recovered", roamerr.ErrUnavailable, key)
 		case d.stopping:
 			return nil, fmt.Errorf("%w: node %s is stopping", roamerr.ErrUnavailable, d.desc.GetNodeRid())
 		case obj == nil:

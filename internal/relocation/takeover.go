@@ -193,6 +193,15 @@ func (t *takeovers) start(key location.AuthorityKey) bool {
 	return true
 }
 
+// has: key's takeover is under way here (its record may name this node
+// already, its incarnation not open yet).
+func (t *takeovers) has(key location.AuthorityKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.keys[key]
+	return ok
+}
+
 func (t *takeovers) end(key location.AuthorityKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
