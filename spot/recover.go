@@ -7,6 +7,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -140,8 +141,10 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					continue
 				}
 				if err := m.recoverEndedOne(ctx, v, policy); err != nil {
+					// Under way (an earlier pass's takeover, a write being
+					// settled): neither recovered nor failed; it waits.
 					sw.Waiting++
-					if !errors.Is(err, roamerr.ErrConflict) {
+					if !errors.Is(err, roamerr.ErrConflict) && !errors.Is(err, relocation.ErrTakeOverUnderWay) {
 						errs = append(errs, err)
 					}
 					continue

@@ -163,6 +163,13 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 	f.InjectOn("apply", append(lost, faulty.IndeterminateApplied)...)
 	f.InjectOn("put checkpoint", faulty.Unavailable, faulty.Unavailable, faulty.Unavailable)
 	require.NoError(t, doomed.StopNow(ctx))
+	eventually(t, "a takeover write lost its answer", func() bool { return f.Stats().IndeterminateLost > 0 })
+	// A pass while that takeover is under way (or after it) recovers
+	// nothing itself: it must not count the object a second time, nor stop
+	// looking while the write may still not land.
+	sw, err := rescuer.Spots().RecoverEnded(ctx)
+	require.NoError(t, err)
+	require.Zero(t, sw.Recovered, "a takeover under way counted as recovered")
 
 	eventually(t, "the Spot recovered on the rescuer", func() bool {
 		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "club"))

@@ -28,7 +28,8 @@ import (
 // for an Actor that was a member of the ended owner's): a node that loses
 // the race to another recoverer, a call or an operator gets Conflict and
 // leaves it. Once the record is this node's — or its write's outcome is
-// unknown — TakeOver returns and the rest runs on a goroutine of its own
+// unknown (ErrTakeOverUnderWay) — TakeOver returns and the rest runs on a
+// goroutine of its own
 // (finishTakeOver), for as long as this lifecycle lasts: a recovery pass
 // never waits on one object's store trouble, and a record naming this
 // live node always gets its incarnation.
@@ -48,7 +49,7 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		return fmt.Errorf("%w: %s is not Ready", roamerr.ErrInvalidOperation, key)
 	}
 	if !d.takeovers.start(key) {
-		return nil // this node's takeover of it is under way
+		return ErrTakeOverUnderWay
 	}
 	next := proto.Clone(rec).(*location.Record)
 	next.Owner = d.owner()
@@ -70,20 +71,32 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		d.takeovers.end(key)
 		return err
 	}
+	unsettled := err != nil
 	go func() {
 		defer d.takeovers.end(key)
-		if err != nil { // the write's outcome is unknown: settle it first
-			if err = d.settleTakeOver(v, next); err != nil {
+		if unsettled { // the write's outcome is unknown: settle it first
+			if err := d.settleTakeOver(v, next); err != nil {
 				staged.Discard()
 				d.log.Info().Str("event", "takeover_lost").Str("object_id", key.ID).Err(err).
 					Msg("the takeover's record write did not land; the object is left to its owner")
 				return
 			}
+			d.log.Info().Str("event", "takeover_settled").Str("object_id", key.ID).
+				Msg("the takeover's record write landed after all; the object serves once its checkpoint is restored")
 		}
 		d.finishTakeOver(staged, next, fromCheckpoint)
 	}()
+	if unsettled {
+		return ErrTakeOverUnderWay
+	}
 	return nil
 }
+
+// ErrTakeOverUnderWay: TakeOver of this object is already running on this
+// node, or its record write's outcome is not known yet and is being
+// settled. Not a failure: the object is neither recovered yet nor left, and
+// a later pass looks at it again.
+var ErrTakeOverUnderWay = errors.New("relocation: the takeover of the object is under way")
 
 // finishTakeOver brings staged, whose record next this node now holds, to
 // serving: claims the checkpoint under the new owner generation (no
