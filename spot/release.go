@@ -44,7 +44,7 @@ func (m *Manager) ReleaseEnded(ctx context.Context, spotID string) (bool, error)
 	case a.v.Record.GetActivationRecovery() != nil:
 		return false, fmt.Errorf("%w: Spot %q has an activation in progress; it resumes by itself", roamerr.ErrInvalidOperation, spotID)
 	}
-	if err := m.d.ReleasableEnded(a.v.Record.GetStableType(), a.v.Key); err != nil {
+	if err := m.d.ReleasableEnded(ctx, a.v.Record.GetStableType(), a.v.Key); err != nil {
 		return false, err
 	}
 	// The loss is accepted: the checkpoint must not come back either.

@@ -13,11 +13,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // The source resends the whole boundary batch and the cutover — every
@@ -206,4 +208,33 @@ func TestLeavingNodeIsNoLongerSentTo(t *testing.T) {
 	require.False(t, b.driver.PeerLeaving(addr, "another-lifecycle"), "a later lifecycle at the address is not leaving")
 	require.False(t, b.driver.Departed(addr, "another-lifecycle"))
 	require.False(t, a.driver.Departed(b.node.Address(), b.node.Descriptor().GetNodeRid()), "only the leaving node is left")
+}
+
+// An operator's release of an ended owner's object on a node that does
+// not host its stable type is judged by the live nodes that do: refused
+// (InvalidOperation) when one of them recovers such objects by itself —
+// the release would forget the state that recovery is about to restore —
+// allowed when none hosts the type.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestReleasableEndedIsJudgedByTheNodesThatHostTheKind(t *testing.T) {
+	store := newStore(t)
+	hosting := func(kinds ...relocation.Kind) *testNode {
+		var types []string
+		for _, k := range kinds {
+			types = append(types, k.StableType)
+		}
+		return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), StableTypes: types}, relocation.Config{Logger: testLogger()}, kinds...)
+	}
+	host := hosting(relayKind, counterKind)
+	bystander := hosting()
+	key := location.Key(location.KindActor, "ended-one")
+	ctx := context.Background()
+
+	require.ErrorIs(t, host.driver.ReleasableEnded(ctx, "relay", key), roamerr.ErrInvalidOperation, "a stateless kind comes back by itself")
+	require.ErrorIs(t, bystander.driver.ReleasableEnded(ctx, "relay", key), roamerr.ErrInvalidOperation,
+		"judged by the node that hosts the kind, not by the bystander's lack of it")
+	local := host.driver.ReleasableEnded(ctx, "counter", key)
+	remote := bystander.driver.ReleasableEnded(ctx, "counter", key)
+	require.Equal(t, local == nil, remote == nil, "the bystander judges as the host does (host: %v, bystander: %v)", local, remote)
+	require.NoError(t, bystander.driver.ReleasableEnded(ctx, "hosted-nowhere", key), "no live node would recover it")
 }

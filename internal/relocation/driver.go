@@ -577,6 +577,7 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.ChunkLink = d.link.Address()
 	}
 	k, ok := d.kind(q.GetStableType())
+	reply.RecoversEnded = ok && d.recoversByItself(q.GetStableType(), location.Kind(q.GetKind()))
 	var hosting, arriving int
 	if q.GetWantLoad() || d.desc.GetCapacity() > 0 {
 		hosting, arriving = d.load()

@@ -93,13 +93,16 @@ type NodeLoad struct {
 	// Refused is why the node would take no move now (draining, full,
 	// fenced), nil if it would.
 	Refused error
+	// RecoversEnded: the node recovers an ended owner's object of the
+	// asked kind and stable type by itself.
+	RecoversEnded bool
 }
 
 // Load asks the node at address (RID rid) for its load: a capability
 // query for stableType, which the node answers with its serving count and
 // capacity, and whether it would take a move of that type.
 func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad, error) {
-	return d.askLoad(ctx, address, stableType, false)
+	return d.askLoad(ctx, address, location.KindActor, stableType, false)
 }
 
 // Leaving tells the node at address that this drained node is about to
@@ -108,12 +111,12 @@ func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad
 // it sent before has arrived (the answer comes back on the same
 // connection, behind it).
 func (d *Driver) Leaving(ctx context.Context, address string) error {
-	_, err := d.askLoad(ctx, address, "", true)
+	_, err := d.askLoad(ctx, address, location.KindActor, "", true)
 	return err
 }
 
-func (d *Driver) askLoad(ctx context.Context, address, stableType string, leaving bool) (NodeLoad, error) {
-	q := &messages.CapabilityQuery{Kind: location.KindActor, StableType: stableType, Source: d.selfRef(), WantLoad: true, Leaving: leaving}
+func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind, stableType string, leaving bool) (NodeLoad, error) {
+	q := &messages.CapabilityQuery{Kind: kind, StableType: stableType, Source: d.selfRef(), WantLoad: true, Leaving: leaving}
 	if k, ok := d.kind(stableType); ok {
 		q.ApplicationVersion = k.ApplicationVersion
 	}
@@ -132,7 +135,7 @@ func (d *Driver) askLoad(ctx context.Context, address, stableType string, leavin
 	if !ok {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: answered %T", roamerr.ErrUnavailable, address, res)
 	}
-	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity())}
+	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity()), RecoversEnded: reply.GetRecoversEnded()}
 	switch {
 	case reply.GetSupported():
 	case reply.GetCode() != "":

@@ -227,13 +227,13 @@ func (k *Kind) Activation() activation.Kind {
 // registration of the kind: releasing it would race that recovery.
 // An Instance Spot of a kind without checkpoints is not recovered: it
 // comes back on its next call, and its release races nothing.
-func (d *Driver) recoversByItself(st string, key location.AuthorityKey) bool {
+func (d *Driver) recoversByItself(st string, kind location.Kind) bool {
 	k, ok := d.kind(st)
 	if !ok {
 		return false
 	}
 	p := k.Activation().EndedPolicy()
-	if key.Kind == location.KindInstanceSpot {
+	if kind == location.KindInstanceSpot {
 		return p == activation.EndedFromCheckpoint
 	}
 	return p == activation.EndedFromCheckpoint || p == activation.EndedEmpty

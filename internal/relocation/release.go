@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/liveness"
@@ -34,7 +35,7 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	if alive {
 		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
 	}
-	if err := d.ReleasableEnded(v.Record.GetStableType(), key); err != nil {
+	if err := d.ReleasableEnded(ctx, v.Record.GetStableType(), key); err != nil {
 		return false, err
 	}
 	// The loss is accepted: its checkpoint must not come back either.
@@ -63,11 +64,41 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 // kind a live node recovers by itself (docs/FAULTS.md, "Checkpoints and
 // recovery"): its state would be forgotten while a recovery takes it over,
 // which then serves it without its state, and the operator is told the
-// release lost the race.
-func (d *Driver) ReleasableEnded(stableType string, key location.AuthorityKey) error {
-	if d.recoversByItself(stableType, key) {
-		return fmt.Errorf("%w: %s of stable type %q is recovered by a live node by itself; there is no loss to accept",
-			roamerr.ErrInvalidOperation, key, stableType)
+// release lost the race. A node that does not host the stable type asks
+// the live nodes that do (a capability query); one it cannot ask makes
+// the release Unavailable, as it cannot be told safe.
+func (d *Driver) ReleasableEnded(ctx context.Context, stableType string, key location.AuthorityKey) error {
+	refuse := func(where string) error {
+		return fmt.Errorf("%w: %s of stable type %q is recovered by a live node (%s) by itself; there is no loss to accept",
+			roamerr.ErrInvalidOperation, key, stableType, where)
+	}
+	if _, ok := d.kind(stableType); ok {
+		if d.recoversByItself(stableType, key.Kind) {
+			return refuse("this one")
+		}
+		return nil
+	}
+	nodes, err := d.store.ListNodes(ctx, d.desc.GetMesh())
+	if err != nil {
+		return roamerr.Keep(roamerr.ErrUnavailable, "list the nodes that host "+stableType, err)
+	}
+	for _, n := range nodes {
+		desc := n.Node
+		types := desc.GetStableTypes()
+		if key.Kind == location.KindInstanceSpot {
+			types = desc.GetInstanceTypes()
+		}
+		if desc.GetNodeRid() == d.desc.GetNodeRid() || !slices.Contains(types, stableType) {
+			continue
+		}
+		l, err := d.askLoad(ctx, desc.GetAddress(), key.Kind, stableType, false)
+		if err != nil {
+			return fmt.Errorf("%w: cannot tell whether node %s, which hosts %q, recovers %s by itself: %w",
+				roamerr.ErrUnavailable, desc.GetNodeRid(), stableType, key, err)
+		}
+		if l.RecoversEnded {
+			return refuse("node " + desc.GetNodeRid())
+		}
 	}
 	return nil
 }
