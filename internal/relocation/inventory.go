@@ -96,6 +96,9 @@ type NodeLoad struct {
 	// RecoversEnded: the node recovers an ended owner's object of the
 	// asked kind and stable type by itself.
 	RecoversEnded bool
+	// Node is the lifecycle that answered (another one may have started
+	// under the address asked).
+	Node *messages.NodeRef
 }
 
 // Load asks the node at address (RID rid) for its load: a capability
@@ -135,7 +138,7 @@ func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind
 	if !ok {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: answered %T", roamerr.ErrUnavailable, address, res)
 	}
-	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity()), RecoversEnded: reply.GetRecoversEnded()}
+	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity()), RecoversEnded: reply.GetRecoversEnded(), Node: reply.GetNode()}
 	switch {
 	case reply.GetSupported():
 	case reply.GetCode() != "":

@@ -229,9 +229,11 @@ func (d *Driver) BoundRoute(ctx context.Context, id string) (route *messages.Ses
 	if alive && address != d.sys.Address() && d.Departed(address, owner.GetNodeRid()) {
 		// A killed node's descriptor stays until its lease is revoked:
 		// alive only if it answers (which makes the connection again),
-		// else what the Session releases there would be dropped.
-		_, perr := d.Load(ctx, address, "")
-		alive = perr == nil
+		// and as the owner's lifecycle (a node started again under the
+		// address has no incarnation of it), else what the Session
+		// releases there would be dropped.
+		l, perr := d.Load(ctx, address, "")
+		alive = perr == nil && l.Node.GetNodeRid() == owner.GetNodeRid() && l.Node.GetNodeGeneration() == owner.GetNodeGeneration()
 	}
 	return &messages.SessionRoute{Address: address, OwnerGeneration: v.Record.GetAuthorityOwnerGeneration(),
 		ObjectGeneration: v.Record.GetObjectGeneration(), NodeRid: owner.GetNodeRid()}, alive, nil
