@@ -36,7 +36,7 @@ type Service struct {
 	closed bool
 	// resolving: the bindings whose Actor is being looked up in the store
 	// (resolve), one look at a time however many notices ask for it.
-	resolving map[bindingKey]struct{}
+	resolving map[bindingKey]*look
 
 	cfg     Config
 	driver  *relocation.Driver
@@ -205,21 +205,50 @@ func (c *commands) Receive(ctx actor.Context) {
 	}
 }
 
+// look is a binding's store look in progress (resolve).
+type look struct {
+	// wake cuts the look's wait (Resolve.After) short: a notice came that
+	// the Actor may serve again.
+	wake           chan struct{}
+	woken, reading bool
+	// again: a notice came while the store was read; what it announces may
+	// be newer than that read, so another look follows at once.
+	again bool
+}
+
 // resolve looks the bound Actor up in the store, after e.After, and steps
-// Resolved; the caller holds s.mu. A look that fails is tried again.
+// Resolved; the caller holds s.mu. A look that fails is tried again. A
+// Resolve while a look is under way is not lost: it cuts that look's wait
+// short, or, if the store is being read, makes another look follow.
 func (s *Service) resolve(e Resolve) {
 	key := bindingKey{e.Session, e.Actor}
-	if _, ok := s.resolving[key]; ok {
-		return // its answer is stepped as this one's would be
+	if l, ok := s.resolving[key]; ok {
+		switch {
+		case l.reading:
+			l.again = true
+		case e.After == 0 && !l.woken:
+			l.woken = true
+			close(l.wake)
+		}
+		return
 	}
 	if s.resolving == nil {
-		s.resolving = map[bindingKey]struct{}{}
+		s.resolving = map[bindingKey]*look{}
 	}
-	s.resolving[key] = struct{}{}
+	l := &look{wake: make(chan struct{})}
+	s.resolving[key] = l
 	go func() {
 		if e.After > 0 {
-			time.Sleep(e.After)
+			t := time.NewTimer(e.After)
+			select {
+			case <-t.C:
+			case <-l.wake:
+				t.Stop()
+			}
 		}
+		s.mu.Lock()
+		l.reading = true
+		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		r, alive, err := s.driver.BoundRoute(ctx, e.Actor)
 		cancel()
@@ -231,9 +260,12 @@ func (s *Service) resolve(e Resolve) {
 		}
 		if err != nil {
 			s.step(Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
-			return
+		} else {
+			s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
 		}
-		s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
+		if l.again {
+			s.resolve(Resolve{Session: e.Session, Actor: e.Actor})
+		}
 	}()
 }
 
