@@ -62,12 +62,17 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 		owners[id] = ownerState{alive, err}
 		return alive, err
 	}
-	// spotState says of v, a member Actor, whether its User Spot (of an
-	// ended owner) waits for an operator, or whether that is not known
-	// this pass (the Spot's record unreadable, its owner still ending): the
-	// member then waits too rather than be recovered alone. One look per
-	// Spot and pass.
-	type spotState struct{ waits, unsure bool }
+	// spotState says of v, a member Actor, where its User Spot stands: it
+	// waits for an operator (the member waits with it), it serves on a live
+	// node (the member is recovered there, so a Spot and its members stay
+	// together even when a recovery fell to another candidate), it is an
+	// ended owner's still (recovered first; the member follows it), or that
+	// is not known this pass (the Spot's record unreadable, its owner still
+	// ending). One look per Spot and pass.
+	type spotState struct {
+		waits, unsure, first bool
+		at                   string // the Spot's live owner's node RID
+	}
 	spots := map[string]spotState{}
 	spotOf := func(v location.Versioned) spotState {
 		ms := v.Record.GetMembership()
@@ -81,11 +86,20 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 			case errors.Is(err, location.ErrNotFound):
 			case err != nil:
 				st.unsure = true
-			case sv.Record.GetObjectGeneration() == ms.GetSpotGeneration() &&
-				m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator:
+			case sv.Record.GetObjectGeneration() == ms.GetSpotGeneration():
 				alive, aerr := ownerOf(sv.Record.GetOwner())
-				st.waits = aerr == nil && !alive
-				st.unsure = aerr != nil
+				switch {
+				case aerr != nil:
+					st.unsure = true
+				case alive:
+					st.at = sv.Record.GetOwner().GetNodeRid()
+				case m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator:
+					st.waits = true
+				default:
+					// Recovered first where a live node hosts its kind;
+					// hosted nowhere, its members do not wait for it.
+					st.first = len(candidates(nodes, sv.Record.GetStableType(), false, "")) > 0
+				}
 			}
 			spots[ms.GetSpotId()] = st
 		}
@@ -123,7 +137,7 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					continue
 				}
 				st := spotOf(v)
-				if st.unsure {
+				if st.unsure || st.first {
 					sw.Waiting++
 					continue
 				}
@@ -136,6 +150,9 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					continue
 				}
 				c := candidates(nodes, v.Record.GetStableType(), kind == location.KindInstanceSpot, recoveryPlace(v))
+				if st.at != "" {
+					c = spotNodeFirst(c, st.at)
+				}
 				if !m.recoversNow(c, v.Key, seen) {
 					sw.Waiting++ // another live node's share
 					continue
@@ -181,6 +198,20 @@ func (m *Manager) recoversNow(c []location.VersionedNode, key location.Authority
 		}
 	}
 	return false
+}
+
+// spotNodeFirst puts the candidate rid — a member's User Spot's node —
+// first: the member is recovered with its Spot, unless that node cannot
+// take it (then the others in turn, recoversNow). A node that is no
+// candidate (not serving, or not hosting the member's kind) is not added.
+func spotNodeFirst(c []location.VersionedNode, rid string) []location.VersionedNode {
+	for i, n := range c {
+		if n.Node.GetNodeRid() == rid {
+			out := append([]location.VersionedNode{n}, c[:i]...)
+			return append(out, c[i+1:]...)
+		}
+	}
+	return c
 }
 
 // recoverAfter is how many passes an ended owner's object waits for each

@@ -241,3 +241,41 @@ func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, done, "deleted once it serves")
 }
+
+// A member Actor is recovered on the node its User Spot serves on when
+// that node hosts the member's kind, not on whichever node its own
+// candidates name first: here the Spots' kind lives on one survivor only,
+// the members' kind on both, and every member comes back with its Spot.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestMembersAreRecoveredWithTheirSpot(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	room := w.roomKind()
+	room.CheckpointEvery = 1
+	journal := w.roomKind()
+	journal.StableType = "journal"
+	journal.CheckpointEvery = 1
+	doomed := w.start(withKinds(room, journal))
+	clubs := []string{"club1", "club2", "club3", "club4", "club5", "club6"}
+	for _, id := range clubs {
+		res, err := doomed.Spots().GetOrCreate(id, "room").Do(ctx)
+		require.NoError(t, err)
+		_, err = doomed.Spots().SpawnMember(ctx, res.Ref, "journal", id+"-scribe")
+		require.NoError(t, err)
+	}
+	both := w.start(withKinds(room, journal))
+	w.start(withKinds(journal)) // the members' kind only
+	require.NoError(t, doomed.StopNow(ctx))
+	for _, id := range clubs {
+		eventually(t, id+" and its member recovered", func() bool {
+			s, err := store.Read(ctx, location.Key(location.KindUserSpot, id))
+			require.NoError(t, err)
+			m, err := store.Read(ctx, location.Key(location.KindActor, id+"-scribe"))
+			require.NoError(t, err)
+			return s.Record.GetOwner().GetNodeRid() == both.NodeRid() && m.Record.GetOwner().GetNodeRid() != doomed.NodeRid()
+		})
+		m, err := store.Read(ctx, location.Key(location.KindActor, id+"-scribe"))
+		require.NoError(t, err)
+		require.Equal(t, both.NodeRid(), m.Record.GetOwner().GetNodeRid(), "%s's member recovered away from its Spot", id)
+	}
+}
