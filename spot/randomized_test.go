@@ -152,19 +152,32 @@ func TestRandomizedSpotOperations(t *testing.T) {
 			if key.ID == "" {
 				continue // Missing
 			}
-			v, err := store.Read(ctx, key)
-			require.NoError(t, err)
-			serving := 0
-			for _, n := range w.nodes {
-				ok, err := n.Serving(ctx, key)
+			// A node whose lease a loaded machine let lapse has its objects
+			// taken over: the record may name the new owner a moment before
+			// its incarnation opens (never two serving meanwhile).
+			eventually(t, id+" has exactly one serving incarnation, where the store says", func() bool {
+				v, err := store.Read(ctx, key)
 				require.NoError(t, err)
-				if ok {
-					serving++
-					require.Equal(t, v.Record.GetOwner().GetNodeRid(), n.NodeRid(), "%s serves where the store says", id)
+				serving := 0
+				for _, n := range w.nodes {
+					ok, err := n.Serving(ctx, key)
+					require.NoError(t, err)
+					if ok {
+						serving++
+						if v.Record.GetOwner().GetNodeRid() != n.NodeRid() {
+							return false // moved on since the read: look again
+						}
+					}
 				}
-			}
-			require.Equal(t, 1, serving, "%s has exactly one serving incarnation", id)
+				require.LessOrEqual(t, serving, 1, "%s has two serving incarnations", id)
+				return serving == 1
+			})
 		}
+		w.mu.Lock()
+		if len(w.fences) > 0 {
+			t.Logf("lease changes: %v", w.fences)
+		}
+		w.mu.Unlock()
 	})
 }
 
