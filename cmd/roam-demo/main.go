@@ -858,12 +858,13 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 type crashOutcome struct {
 	addr        string          // the restarted node's gateway
 	rooms       map[string]bool // the rooms the crashed node owned
-	servedAfter time.Duration   // from the crash until every room answered
+	servedAfter time.Duration   // from the crash until every hit room answered and its users' Actors were taken over
 }
 
 // crashAndRecover crashes node i, waits until every room answers again
 // (the crashed node's ones recovered by live nodes, without a call but
-// these probes), then starts node i again as a new lifecycle.
+// these probes) and its users' Actors were taken over, then starts node i
+// again as a new lifecycle once its descriptor is gone.
 func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int, members map[string]string, i int) (crashOutcome, error) {
 	out := crashOutcome{rooms: map[string]bool{}}
 	ctx := context.Background()
@@ -913,7 +914,37 @@ func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// Its users' Actors come back once the live nodes took the dead
+	// lifecycle for ended (its lease revoked): the rooms they talk in
+	// were hit until then, and only then is the node's name free again.
+	for user, room := range members {
+		key := location.Key(location.KindActor, chat.UserActor(user))
+		for {
+			v, err := c.store().Read(ctx, key)
+			if err != nil || v.Record.GetOwner().GetNodeRid() != rid {
+				break // taken over (or gone)
+			}
+			if time.Since(began) > 2*time.Minute {
+				return out, fmt.Errorf("%s's Actor (room %s) was not recovered within 2 minutes of the crash", user, room)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	out.servedAfter = time.Since(began)
+	for {
+		nodes, err := c.store().ListNodes(ctx, "default")
+		held := err != nil
+		for _, n := range nodes {
+			held = held || n.Node.GetNodeRid() == rid
+		}
+		if !held {
+			break
+		}
+		if time.Since(began) > 2*time.Minute {
+			return out, fmt.Errorf("%s's descriptor was still there 2 minutes after the crash", nodeNames[i])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	addr, err := c.startAgain(i)
 	if err != nil {
 		return out, err
