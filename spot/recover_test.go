@@ -108,9 +108,7 @@ func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	vault := w.cartKind("vault")
-	vault.ReactivateEmpty = false
-	vault.CheckpointEvery = 1
+	vault := w.everyTurnVault()
 	caller := w.start(withKinds(w.roomKind()))
 	doomed := w.start(withKinds(vault))
 	ids := []string{"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10"}
@@ -196,9 +194,7 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	vault := w.cartKind("vault")
-	vault.ReactivateEmpty = false
-	vault.CheckpointEvery = 1
+	vault := w.everyTurnVault()
 	caller := w.start(withKinds(w.roomKind()))
 	doomed := w.start(withKinds(vault))
 	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
