@@ -555,8 +555,9 @@ type CapabilityReply struct {
 	ChunkLink string `protobuf:"bytes,10,opt,name=chunk_link,json=chunkLink,proto3" json:"chunk_link,omitempty"`
 	// recovers_ended: the node hosts the query's stable type and recovers an
 	// ended owner's object of the query's kind of that type by itself (an
-	// operator's release of one would race that recovery).
-	RecoversEnded bool `protobuf:"varint,11,opt,name=recovers_ended,json=recoversEnded,proto3" json:"recovers_ended,omitempty"`
+	// operator's release of one would race that recovery). Unset: a node
+	// that does not say (an older version).
+	RecoversEnded *bool `protobuf:"varint,11,opt,name=recovers_ended,json=recoversEnded,proto3,oneof" json:"recovers_ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,8 +663,8 @@ func (x *CapabilityReply) GetChunkLink() string {
 }
 
 func (x *CapabilityReply) GetRecoversEnded() bool {
-	if x != nil {
-		return x.RecoversEnded
+	if x != nil && x.RecoversEnded != nil {
+		return *x.RecoversEnded
 	}
 	return false
 }
@@ -2796,7 +2797,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
 	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\x12)\n" +
 	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\x12\x18\n" +
-	"\aleaving\x18\b \x01(\bR\aleaving\"\x8d\x03\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\"\xa5\x03\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
@@ -2810,8 +2811,9 @@ const file_relocation_proto_rawDesc = "" +
 	"\x12spare_move_tickets\x18\t \x03(\fR\x10spareMoveTickets\x12\x1d\n" +
 	"\n" +
 	"chunk_link\x18\n" +
-	" \x01(\tR\tchunkLink\x12%\n" +
-	"\x0erecovers_ended\x18\v \x01(\bR\rrecoversEnded\"\xab\x01\n" +
+	" \x01(\tR\tchunkLink\x12*\n" +
+	"\x0erecovers_ended\x18\v \x01(\bH\x00R\rrecoversEnded\x88\x01\x01B\x11\n" +
+	"\x0f_recovers_ended\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
@@ -3105,6 +3107,7 @@ func file_relocation_proto_init() {
 		return
 	}
 	file_location_proto_init()
+	file_relocation_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

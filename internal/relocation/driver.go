@@ -577,7 +577,8 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		reply.ChunkLink = d.link.Address()
 	}
 	k, ok := d.kind(q.GetStableType())
-	reply.RecoversEnded = ok && d.recoversByItself(q.GetStableType(), location.Kind(q.GetKind()))
+	recovers := ok && d.recoversByItself(q.GetStableType(), location.Kind(q.GetKind()))
+	reply.RecoversEnded = &recovers
 	var hosting, arriving int
 	if q.GetWantLoad() || d.desc.GetCapacity() > 0 {
 		hosting, arriving = d.load()

@@ -93,9 +93,10 @@ type NodeLoad struct {
 	// Refused is why the node would take no move now (draining, full,
 	// fenced), nil if it would.
 	Refused error
-	// RecoversEnded: the node recovers an ended owner's object of the
-	// asked kind and stable type by itself.
-	RecoversEnded bool
+	// RecoversEnded: whether the node recovers an ended owner's object of
+	// the asked kind and stable type by itself; nil when it does not say
+	// (a node of an older version).
+	RecoversEnded *bool
 	// Node is the lifecycle that answered (another one may have started
 	// under the address asked).
 	Node *messages.NodeRef
@@ -114,7 +115,13 @@ func (d *Driver) Load(ctx context.Context, address, stableType string) (NodeLoad
 // it sent before has arrived (the answer comes back on the same
 // connection, behind it).
 func (d *Driver) Leaving(ctx context.Context, address string) error {
-	_, err := d.askLoad(ctx, address, location.KindActor, "", true)
+	l, err := d.askLoad(ctx, address, location.KindActor, "", true)
+	if err == nil && l.Node == nil {
+		// Only a refusal to answer at all (the asker not verified as a
+		// live member) lacks the answering node: the peer did not mark
+		// this node leaving.
+		return fmt.Errorf("%w: %s did not take the Leaving: %w", roamerr.ErrUnavailable, address, l.Refused)
+	}
 	return err
 }
 
@@ -138,7 +145,7 @@ func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind
 	if !ok {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: answered %T", roamerr.ErrUnavailable, address, res)
 	}
-	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity()), RecoversEnded: reply.GetRecoversEnded(), Node: reply.GetNode()}
+	l := NodeLoad{Serving: int(reply.GetServingCount()), Capacity: int(reply.GetCapacity()), RecoversEnded: reply.RecoversEnded, Node: reply.GetNode()}
 	switch {
 	case reply.GetSupported():
 	case reply.GetCode() != "":

@@ -96,7 +96,11 @@ func (d *Driver) ReleasableEnded(ctx context.Context, stableType string, key loc
 			return fmt.Errorf("%w: cannot tell whether node %s, which hosts %q, recovers %s by itself: %w",
 				roamerr.ErrUnavailable, desc.GetNodeRid(), stableType, key, err)
 		}
-		if l.RecoversEnded {
+		switch {
+		case l.RecoversEnded == nil:
+			return fmt.Errorf("%w: node %s, which hosts %q, does not say whether it recovers %s by itself (an older version)",
+				roamerr.ErrUnavailable, desc.GetNodeRid(), stableType, key)
+		case *l.RecoversEnded:
 			return refuse("node " + desc.GetNodeRid())
 		}
 	}

@@ -280,7 +280,7 @@ func (o *Owner) sealRequest(ev SealRequest) []Effect {
 	if b == nil {
 		return reply(fmt.Errorf("%w: no Actor %q is bound to session %s", roamerr.ErrNotFound, ev.Actor, ev.Session))
 	}
-	if b.route != ev.Source {
+	if !b.route.sameIncarnation(ev.Source) {
 		return reply(fmt.Errorf("%w: the binding's route is not the declared source route", roamerr.ErrStale))
 	}
 	if b.seal != nil {
