@@ -200,10 +200,21 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a authority, cached bool, sent func(), err error) {
 	for {
 		a, cached, drained, sent := m.cache.use(id)
-		if cached && m.departed(ctx, a) {
-			// Nothing was sent on it: the store names the owner now.
+		if cached && m.routeLost(ctx, a) {
+			// Nothing sent on it can still arrive by it: the store names
+			// the owner now.
 			sent()
 			m.cache.drop(id)
+			continue
+		}
+		if cached && m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid()) {
+			// A drained node about to stop, still connected: the store
+			// names where its objects went, but what this node sent on the
+			// route may still be on its way through that node's Message
+			// Follow, so the route is drained like a followed one
+			// (PROTOCOL.md §7.8) before the store is read.
+			sent()
+			m.onHint(id)
 			continue
 		}
 		if cached {

@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,5 +72,47 @@ func TestCallOnARouteToANodeThatLeftReachesTheNewOwner(t *testing.T) {
 		require.NoError(t, err, "a route to a node that left is re-read before the send")
 		require.EqualValues(t, int64(len(w.handledOf("x"))), n)
 		require.Equal(t, "after", w.handledOf("x")[len(w.handledOf("x"))-1])
+	})
+}
+
+// A caller's cached route names a node that moved the Spot away and then
+// says it is leaving, while still connected: the calls the caller already
+// sent on the route are still on their way through that node's Message
+// Follow, so the route is drained (a barrier down it) before the caller
+// reads the new owner; every send is handled once and in the caller's
+// order.
+// Reference: docs/PROTOCOL.md §7.8.
+func TestARouteToALeavingNodeIsDrainedBeforeTheNewOwner(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		w.startN(3)
+		ctx := context.Background()
+		caller, owner, third := w.nodes[0], w.nodes[1], w.nodes[2]
+		_, err := owner.SpawnInstanceSpot(ctx, "cart", "y")
+		require.NoError(t, err)
+		_, err = caller.Spots().Request("y", wrapperspb.String("0")).InstanceSpot("cart").Timeout(time.Minute).Do(ctx)
+		require.NoError(t, err)
+		cached, ok := spot.CachedOwner(caller.Spots(), "y")
+		require.True(t, ok)
+		require.Equal(t, owner.NodeRid(), cached)
+		_, err = owner.Relocate(ctx, extension.InstanceSpotRef("y"), third.NodeRid())
+		require.NoError(t, err)
+
+		const n = 400
+		for i := 1; i <= n; i++ {
+			if i == n/2 {
+				// Before the caller hears that its route is followed.
+				require.NoError(t, spot.SayLeaving(ctx, owner.Spots(), caller.Node().Address()))
+			}
+			_, err := caller.Spots().Send("y", wrapperspb.String(strconv.Itoa(i))).InstanceSpot("cart").Do(ctx)
+			require.NoError(t, err)
+		}
+		_, err = caller.Spots().Request("y", wrapperspb.String("last")).InstanceSpot("cart").Timeout(time.Minute).Do(ctx)
+		require.NoError(t, err)
+		got := w.handledOf("y")
+		require.Len(t, got, n+2, "every send handled once")
+		for i := 1; i <= n; i++ {
+			require.Equal(t, strconv.Itoa(i), got[i], "handled in the caller's order")
+		}
 	})
 }

@@ -57,3 +57,9 @@ func (m *Manager) Refused() int64 { return m.refusedN.Load() }
 func ConnectionEnded(m *Manager, address string) bool {
 	return m.d.ConnectionEnded(address)
 }
+
+// SayLeaving makes m's node tell the node at address that it is leaving,
+// as its Stop does after its drain.
+func SayLeaving(ctx context.Context, m *Manager, address string) error {
+	return m.d.Leaving(ctx, address)
+}

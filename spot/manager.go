@@ -343,18 +343,16 @@ func (m *Manager) endpointLost(address string) {
 	}
 }
 
-// departed reports whether a cached route's owner has left: this node saw
+// routeLost reports whether a cached route's owner has left: this node saw
 // the connection to its address end and the store no longer has its
-// lifecycle alive (or has no descriptor of it at all). A call must not be
-// sent on such a route: Proto.Actor would dial the dead address again for
-// seconds and then drop the message, so the call could only end at its
-// deadline with its outcome unknown, while the Spot is, after a drain,
-// Ready on another node. Checked only after a connection ended, so a
-// route in use costs no store read.
-func (m *Manager) departed(ctx context.Context, a authority) bool {
-	if m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid()) {
-		return true // a drained node about to stop: the store names where its objects went
-	}
+// lifecycle alive (or has no descriptor of it at all). Nothing sent on the
+// route can still arrive by it, and no barrier down it would be answered.
+// A call must not be sent on such a route: Proto.Actor would dial the dead
+// address again for seconds and then drop the message, so the call could
+// only end at its deadline with its outcome unknown, while the Spot is,
+// after a drain, Ready on another node. Checked only after a connection
+// ended, so a route in use costs no store read.
+func (m *Manager) routeLost(ctx context.Context, a authority) bool {
 	if !m.d.ConnectionEnded(a.address) {
 		return false
 	}
@@ -659,7 +657,7 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 // answer (or barrierTimeout, or ctx): everything this node sent on that
 // route has then reached the Spot.
 func (m *Manager) drainRoute(ctx context.Context, old authority) {
-	if m.departed(ctx, old) {
+	if m.routeLost(ctx, old) {
 		return // nothing this node sent on it can still arrive by it
 	}
 	done := m.barrier(old)

@@ -473,3 +473,37 @@ func TestFollowThroughTheStoreTellsTheSender(t *testing.T) {
 	require.Equal(t, int64(5), get(t, sys, old), "answered by c's incarnation")
 	require.GreaterOrEqual(t, followed.Load()-before, int64(6), "each message followed through the store told its sender's node")
 }
+
+// A Message Follow hop that says it is leaving while still connected is
+// drained before the store's owner gets anything: the messages this
+// incarnation forwarded to it are still on their way through it, and the
+// first message sent by the store's record would overtake them. Every
+// send is handled once and in order (the counter counts disorder).
+// Reference: docs/PROTOCOL.md §7.8, docs/FAULTS.md "Routes to a node that
+// has left".
+func TestFollowDrainsALeavingHopBeforeTheStore(t *testing.T) {
+	store := newStore(t)
+	a := startNodeWith(t, store, counterKind)
+	b := startNodeWith(t, store, counterKind)
+	c := startNodeWith(t, store, counterKind)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "leaving-hop")
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	sys := a.node.System()
+	const n = 3000
+	left := make(chan error, 1)
+	for i := int64(1); i <= n; i++ {
+		if i == n/3 {
+			go func() { left <- b.driver.Leaving(ctx, a.node.Address()) }()
+		}
+		sys.Root.Send(old, wrapperspb.Int64(i))
+	}
+	require.NoError(t, <-left)
+	require.True(t, a.driver.PeerLeaving(b.node.Address(), b.node.Descriptor().GetNodeRid()))
+	require.Equal(t, int64(n), get(t, sys, old), "every send handled once and in order (negative: out of order)")
+}

@@ -804,7 +804,10 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 // seconds and then drop what it held, so a request could only end at its
 // caller's deadline. The message goes to the owner the store names
 // instead (redeliver), and so does every later one of this incarnation,
-// so that they stay in order behind it.
+// so that they stay in order behind it. A next hop that said it is
+// leaving but is still connected is drained first: a RouteBarrier down it
+// is answered before the store's owner gets anything, so nothing
+// forwarded earlier is overtaken.
 //
 // Whichever way a message goes on, its sender's node is told (OnFollow) that
 // its route is followed: a route left cached to this incarnation would keep
@@ -821,8 +824,15 @@ func (d *Driver) followSink(obj *object, next *actor.PID, nextRid string) mailbo
 			// store and deliver directly (never a silent drop).
 			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
 		case viaStore.Load() || d.Departed(next.Address, nextRid):
-			viaStore.Store(true)
-			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env, peerDown: next.Address})
+			r := &redeliver{key: obj.key, env: env, peerDown: next.Address}
+			if viaStore.CompareAndSwap(false, true) && !d.ConnectionEnded(next.Address) {
+				// The next hop said it is leaving but is still connected:
+				// what this incarnation already forwarded there may still
+				// be on its way on, so the first message from the store
+				// waits for a barrier down that hop (PROTOCOL.md §7.8).
+				r.drainFirst = next
+			}
+			d.sys.Root.Send(d.self, r)
 		default:
 			d.sys.Root.Send(next, env)
 		}

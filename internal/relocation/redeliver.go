@@ -28,8 +28,14 @@ type redeliver struct {
 	// past the hop limit; only the log line differs.
 	deadLetter bool
 	// peerDown: Message Follow's next hop, at this address, had its
-	// connection ended (followSink); only the log line differs.
+	// connection ended or said it is leaving (followSink); only the log
+	// line differs.
 	peerDown string
+	// drainFirst, if set, is the next hop this incarnation followed to
+	// until now, still connected: the worker sends a RouteBarrier down it
+	// and waits for its answer before it delivers this message, so what
+	// was forwarded there arrives first (followSink).
+	drainFirst *actor.PID
 }
 
 // redeliveryWindow bounds how long a message waits for the store to name
@@ -100,6 +106,11 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 		if len(batch) == 0 {
 			return
 		}
+		for _, m := range batch {
+			if m.drainFirst != nil {
+				d.drainHop(m.drainFirst)
+			}
+		}
 		pid, err := d.resolveWithin(key, redeliveryWindow)
 		ended := d.Usable() != nil
 		for _, m := range batch {
@@ -113,6 +124,33 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 				out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
 				out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
 				d.sys.Root.Send(pid, out)
+			}
+		}
+	}
+}
+
+// drainHop sends a RouteBarrier down a Message Follow hop and waits until
+// it is answered (everything sent there before it has reached the owner),
+// failed, the hop's connection ended (what it held is gone with it), or
+// the follow period passed (an old incarnation answers Unavailable by
+// then).
+func (d *Driver) drainHop(hop *actor.PID) {
+	window := d.cfg.Handoff.FollowDuration
+	if window <= 0 || window > redeliveryWindow {
+		window = redeliveryWindow
+	}
+	f := d.sys.Root.RequestFuture(hop, &messages.RouteBarrier{}, window)
+	answered := make(chan struct{})
+	go func() { _, _ = f.Result(); close(answered) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-answered:
+			return
+		case <-tick.C:
+			if d.peers.isEnded(hop.Address) || d.Usable() != nil {
+				return
 			}
 		}
 	}
