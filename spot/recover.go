@@ -95,10 +95,22 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					st.at = sv.Record.GetOwner().GetNodeRid()
 				case m.kindOf(sv.Record.GetStableType()).EndedPolicy() == activation.EndedOperator:
 					st.waits = true
+				case len(candidates(nodes, sv.Record.GetStableType(), false, "")) == 0:
+					// Hosted nowhere: its members do not wait for it.
+				case m.kindOf(sv.Record.GetStableType()).EndedPolicy() != activation.EndedNotHosted:
+					st.first = true // recovered first; this node hosts its kind
 				default:
-					// Recovered first where a live node hosts its kind;
-					// hosted nowhere, its members do not wait for it.
-					st.first = len(candidates(nodes, sv.Record.GetStableType(), false, "")) > 0
+					// Judged by the live nodes that host its kind: recovered
+					// first where one recovers such Spots by itself, else it
+					// waits for an operator there, and its members with it.
+					switch err := m.d.ReleasableEnded(ctx, sv.Record.GetStableType(), sv.Key); {
+					case err == nil:
+						st.waits = true
+					case errors.Is(err, roamerr.ErrInvalidOperation):
+						st.first = true
+					default:
+						st.unsure = true
+					}
 				}
 			}
 			spots[ms.GetSpotId()] = st

@@ -1,6 +1,7 @@
 package spot_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -274,4 +275,35 @@ func TestMembersAreRecoveredWithTheirSpot(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, both.NodeRid(), m.Record.GetOwner().GetNodeRid(), "%s's member recovered away from its Spot", id)
 	}
+}
+
+// A member Actor whose User Spot waits for an operator waits with it, and
+// is reported so, also on a node that does not host the Spot's kind: that
+// node asks the live nodes that do. Before, it counted the member as
+// waiting for its Spot's recovery, which never came, and no operator
+// listing on that node named it.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestMembersOfASpotThatWaitsForAnOperatorWaitWithIt(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	room := w.operatorRoom()
+	journal := w.roomKind()
+	journal.StableType = "journal"
+	journal.CheckpointEvery = 1
+	doomed := w.start(withKinds(room, journal))
+	res, err := doomed.Spots().GetOrCreate("club", "room").Do(ctx)
+	require.NoError(t, err)
+	_, err = doomed.Spots().SpawnMember(ctx, res.Ref, "journal", "scribe")
+	require.NoError(t, err)
+	w.start(withKinds(room))               // the Spot's kind only
+	members := w.start(withKinds(journal)) // the member's kind only
+	require.NoError(t, doomed.StopNow(ctx))
+	member := location.Key(location.KindActor, "scribe")
+	eventually(t, "the member reported as waiting for an operator", func() bool {
+		sw, err := members.Spots().RecoverEnded(ctx)
+		return err == nil && slices.Contains(sw.ForOperator, member)
+	})
+	v, err := store.Read(ctx, member)
+	require.NoError(t, err)
+	require.Equal(t, doomed.NodeRid(), v.Record.GetOwner().GetNodeRid(), "nothing recovered it away from its Spot")
 }
