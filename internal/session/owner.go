@@ -334,6 +334,12 @@ func (o *Owner) resolved(ev Resolved) []Effect {
 	if b.seal != nil && !b.seal.recovery {
 		return nil // a move's seal: its route update or abort decides
 	}
+	if b.route.NodeRid == "" && ev.Route.sameIncarnation(b.route) {
+		// A route an older node gave without its lifecycle: the store's
+		// names it, so a Leaving of another lifecycle at the address no
+		// longer takes this route down.
+		b.route.NodeRid = ev.Route.NodeRid
+	}
 	newer := ev.Route.ObjectGeneration == b.route.ObjectGeneration && ev.Route.OwnerGeneration > b.route.OwnerGeneration
 	held := b.seal != nil
 	switch {

@@ -560,3 +560,20 @@ func TestRecoveryWaitClosesTheSession(t *testing.T) {
 	require.ErrorIs(t, closed[0].Err, roamerr.ErrUnavailable)
 	require.False(t, o.Open(sid))
 }
+
+// A route given without its node lifecycle (by a node of an older
+// version) takes the store's once a look names the same incarnation: a
+// Leaving of another lifecycle at the address does not take it down again.
+func TestALookGivesARouteItsNodeLifecycle(t *testing.T) {
+	o := openBound(t, Config{SealTimeout: sealTimeout})
+	require.Empty(t, srcRoute.NodeRid, "bound by a node that does not send its lifecycle")
+	o.Step(Client{Session: sid, Actor: "alice", Item: testItem(1), RouteDown: true})
+	named := srcRoute
+	named.NodeRid = "rid-of-the-owner"
+	effs := o.Step(Resolved{Session: sid, Actor: "alice", Route: named, Alive: true})
+	require.Len(t, deliveries(effs), 1)
+	r, sealed, ok := o.BindingOf(sid, "alice")
+	require.True(t, ok)
+	require.False(t, sealed)
+	require.Equal(t, named, r)
+}
