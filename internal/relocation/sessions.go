@@ -2,11 +2,13 @@ package relocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -92,14 +94,65 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 	}
 	wait := d.cfg.CapabilityTimeout
 	r.sessionTimer = time.AfterFunc(wait, func() {
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			if cur := d.sources[id.RelocationID]; cur == r && r.sessionsAwaiting > 0 {
-				r.sessionsAwaiting = 0
-				d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v", roamerr.ErrDeadlineExceeded, wait)})
+		// Silence from a Session owner whose node is no live member any
+		// more is a binding with no Session behind it (a node's Sessions
+		// end with its lifecycle): it is dropped, not waited for. Asked
+		// off the driver's goroutine: the look may read the store.
+		gone := map[string]bool{}
+		for _, p := range r.parts {
+			if b := p.obj.session; b != nil && p.session == sessionAsked {
+				gone[b.GetOwnerAddress()] = false
 			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		for address := range gone {
+			_, err := d.node.PeerAt(ctx, address)
+			gone[address] = errors.Is(err, meshnode.ErrNotMember)
+		}
+		cancel()
+		d.sys.Root.Send(d.self, &localCall{fn: func() {
+			if cur := d.sources[id.RelocationID]; cur != r || r.sessionsAwaiting == 0 {
+				return
+			}
+			for _, p := range r.parts {
+				if b := p.obj.session; b != nil && p.session == sessionAsked && gone[b.GetOwnerAddress()] {
+					d.dropBinding(r, p, "its Session owner's node is no live member of the mesh")
+				}
+			}
+			if r.sessionsAwaiting == 0 {
+				d.stepSource(r, handoff.SessionsSealed{})
+				return
+			}
+			r.sessionsAwaiting = 0
+			d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v", roamerr.ErrDeadlineExceeded, wait)})
 		}})
 	})
 	return nil
+}
+
+// dropBinding forgets participant p's Session binding during the move r:
+// its Session is gone (closed, or ended with its owner node's lifecycle),
+// so nothing holds or sends the client's messages for it, and a binding
+// kept would make every later move of the Actor ask it in vain — an Actor
+// that could never be moved or drained again. The move goes on unbound;
+// its target's record carries no binding (docs/SESSIONS.md §2).
+func (d *Driver) dropBinding(r *sourceRun, p *sourcePart, why string) {
+	b := p.obj.session
+	d.log.Info().Str("event", "session_binding_dropped").Str("object_id", p.obj.key.ID).Str("session_id", b.GetSessionId()).
+		Str("session_owner", b.GetOwnerAddress()).Uint64("relocation_id", r.m.Identity().RelocationID).
+		Msg("the Actor's Session is gone (" + why + "); it moves unbound")
+	p.obj.session = nil
+	p.session = sessionUnasked
+	r.sessionsAwaiting--
+}
+
+// unbindDropped clears the Session binding of a moved participant's next
+// record when the source sent none: the source dropped it, its Session
+// being gone (dropBinding).
+func unbindDropped(next *location.Record, sent *messages.SessionBinding) {
+	if sent == nil {
+		next.SessionId, next.SessionOwnerAddress = "", ""
+	}
 }
 
 // routeOf is the binding route of obj's incarnation here.
@@ -126,6 +179,18 @@ func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealRepl
 	}
 	if s := c.Sender(); s == nil || s.Address != part.obj.session.GetOwnerAddress() {
 		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("seal reply ignored: not from the binding's Session owner")
+		return
+	}
+	if m.GetCode() == roamerr.CodeNotFound {
+		// The Session owner has no such Session binding the Actor: closed,
+		// or its node started again since.
+		d.dropBinding(r, part, "the Session owner answered: "+m.GetDetail())
+		if r.sessionsAwaiting == 0 {
+			if r.sessionTimer != nil {
+				r.sessionTimer.Stop()
+			}
+			d.stepSource(r, handoff.SessionsSealed{})
+		}
 		return
 	}
 	r.sessionsAwaiting--

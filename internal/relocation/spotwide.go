@@ -220,6 +220,7 @@ func (d *Driver) memberOps(ctx context.Context, t *targetRun) ([]location.Op, ha
 		next.Owner = d.owner()
 		next.AuthorityOwnerGeneration = m.p.GetNewOwnerGeneration()
 		next.RelocationId = t.m.Identity().RelocationID
+		unbindDropped(next, m.p.GetSession())
 		slotOps := d.commitSlotOps(t, i+1, v.Record, next)
 		ops = append(append(ops, location.UpdateOp(m.key, v.Version, next)), slotOps...)
 	}

@@ -581,6 +581,7 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	next.Owner = d.owner()
 	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
 	next.RelocationId = id.RelocationID
+	unbindDropped(next, t.prepare.GetSession())
 	// The slot taken ahead turns active, the source's is freed, in the
 	// commit itself (PROTOCOL.md §7.12).
 	joinOps := d.commitSlotOps(t, 0, v.Record, next)

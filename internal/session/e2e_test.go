@@ -119,6 +119,8 @@ type cluster struct {
 	fail  *sync.Map
 	logs  *logBuffer
 	gw, b *roam.Roam
+	// node starts one more node of the cluster.
+	node func(name string) *roam.Roam
 }
 
 func newCluster(t *testing.T, cfg session.Config) *cluster {
@@ -138,6 +140,7 @@ func newCluster(t *testing.T, cfg session.Config) *cluster {
 		return r
 	}
 	cl.gw, cl.b = node("gw"), node("b")
+	cl.node = node
 	return cl
 }
 
@@ -296,4 +299,67 @@ func TestAbortReleasesTheSealOnlyAfterTheSourceRestored(t *testing.T) {
 	require.False(t, s.Sealed("alice"))
 	require.False(t, cl.logs.has("session_abort_ignored"))
 	require.NoError(t, s.Err())
+}
+
+// logOf is alice's journal, asked by her PID (no Session needed).
+func (cl *cluster) logOf(t *testing.T, from *roam.Roam) string {
+	t.Helper()
+	ctx := context.Background()
+	pid, err := from.Resolve(ctx, roam.ActorRef("alice"))
+	require.NoError(t, err)
+	res, err := from.System().Root.RequestFuture(pid, wrapperspb.String("log"), 10*time.Second).Result()
+	require.NoError(t, err)
+	return res.(*wrapperspb.StringValue).GetValue()
+}
+
+// An Actor whose Session was closed (its bindings go, the Actor serves on)
+// still moves: the Session owner answers it binds no such Actor, and the
+// move goes on unbound (session_binding_dropped), its record without the
+// binding. Before, every move of it was refused for good, so a drain
+// could never empty its node.
+func TestAnActorOfAClosedSessionStillMoves(t *testing.T) {
+	cl := newCluster(t, session.Config{})
+	ctx := context.Background()
+	s, err := cl.gw.OpenSession(roam.SessionOptions{})
+	require.NoError(t, err)
+	_, err = s.SpawnActor(ctx, "journal", "alice")
+	require.NoError(t, err)
+	require.NoError(t, s.Send("alice", wrapperspb.String("one")))
+	before := journalOf(t, s)
+	require.Contains(t, before, "one")
+	s.Close()
+
+	_, err = cl.gw.Relocate(ctx, roam.ActorRef("alice"), "b")
+	require.NoError(t, err, "moved although its Session is closed")
+	require.True(t, cl.logs.has("session_binding_dropped"))
+	v, err := cl.store.Read(ctx, location.Key(location.KindActor, "alice"))
+	require.NoError(t, err)
+	require.Empty(t, v.Record.GetSessionId(), "the record keeps no binding to a closed Session")
+	require.Equal(t, before, cl.logOf(t, cl.gw), "with its state")
+	_, err = cl.b.Relocate(ctx, roam.ActorRef("alice"), "gw")
+	require.NoError(t, err, "and moves again")
+}
+
+// An Actor whose Session owner's node has stopped (its Sessions ended with
+// it) still moves: the seal request gets no answer, the node is no live
+// member any more, and the move goes on unbound.
+func TestAnActorWhoseSessionOwnerLeftStillMoves(t *testing.T) {
+	cl := newCluster(t, session.Config{})
+	ctx := context.Background()
+	c := cl.node("c")
+	s, err := cl.b.OpenSession(roam.SessionOptions{})
+	require.NoError(t, err)
+	_, err = s.SpawnActor(ctx, "journal", "alice")
+	require.NoError(t, err)
+	require.NoError(t, s.Send("alice", wrapperspb.String("one")))
+	before := journalOf(t, s)
+	require.Contains(t, before, "one")
+	_, err = cl.b.Relocate(ctx, roam.ActorRef("alice"), "gw")
+	require.NoError(t, err)
+	require.NoError(t, cl.b.Stop(ctx))
+
+	_, err = cl.gw.Relocate(ctx, roam.ActorRef("alice"), "c")
+	require.NoError(t, err, "moved although its Session owner's node is gone")
+	require.True(t, cl.logs.has("session_binding_dropped"))
+	require.Equal(t, before, cl.logOf(t, c), "with its state")
 }
