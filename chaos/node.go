@@ -170,13 +170,19 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 	if bytes.Contains(p, sendEvent) {
 		// roam logged (and counted) a one-way send it could not deliver.
+		// A line may stand for more sends than one: an ended incarnation
+		// logs the first, then one line a second with how many more.
 		var ev struct {
-			Event    string `json:"event"`
-			ObjectID string `json:"object_id"`
-			SpotID   string `json:"spot_id"`
+			Event     string `json:"event"`
+			ObjectID  string `json:"object_id"`
+			SpotID    string `json:"spot_id"`
+			MoreSends int    `json:"more_sends"`
 		}
 		if json.Unmarshal(p, &ev) == nil && strings.HasPrefix(ev.Event, "send_") {
-			w.rec.write(Line{K: LineUndelivered, T: time.Now().UnixNano(), Obj: ev.ObjectID + ev.SpotID, Why: ev.Event})
+			now := time.Now().UnixNano()
+			for range max(1, ev.MoreSends) {
+				w.rec.write(Line{K: LineUndelivered, T: now, Obj: ev.ObjectID + ev.SpotID, Why: ev.Event})
+			}
 		}
 	}
 	w.mu.Lock()

@@ -91,3 +91,9 @@ func Leaving(d *Driver, key location.AuthorityKey) bool {
 	})
 	return v
 }
+
+// EndSinkFor is what an ended incarnation of key on d does with what
+// reaches it: fail a request, count and log a send (event).
+func EndSinkFor(d *Driver, key location.AuthorityKey, event string) func(msg any) {
+	return d.endSink(&object{key: key}, "unavailable", event, "ended in a test")
+}

@@ -64,6 +64,19 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// lines are the log lines with the event.
+func (l *logBuffer) lines(event string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"event":"`+event+`"`)) {
+			out = append(out, string(line))
+		}
+	}
+	return out
+}
+
 func (l *logBuffer) logger() *zerolog.Logger {
 	lg := zerolog.New(l)
 	return &lg
