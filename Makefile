@@ -159,8 +159,10 @@ $(TOOLS_BIN)/benchstat:
 ## past the TTL, the leader of a three-server Consul killed mid-move, a
 ## network cut, a node isolated 25 s), about 13 minutes; prints a table and
 ## fails on a non-zero safety figure. Then the chat itself on Consul (four
-## chat-node processes, one SIGKILLed under load; as `make demo-consul`),
-## failing on any loss or duplicate the crash does not account for.
+## chat-node processes, one SIGKILLed under load, as `make demo-consul`; then
+## again with Consul paused 25 s instead, past every node's lease, the clients
+## connecting again when told), failing on any loss or duplicate the fault
+## does not account for.
 ## chaos-short: node SIGKILL, node SIGSTOP past the TTL, Consul restart and a rolling restart, about
 ## 2 min, with the same verdict (for `make test`), with the placement director on every node (its idle
 ## moves join the test's own). DIRECTOR=1 runs `make chaos` with it too.
@@ -170,6 +172,7 @@ chaos: consul
 	$(TOOLS_BIN)/roam-chaos run $(if $(DIRECTOR),-director)
 	$(GO) build -o $(TOOLS_BIN)/chat-node ./examples/chat/cmd/chat-node
 	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node $(if $(DIRECTOR),--director)
+	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node --fault=consul-pause $(if $(DIRECTOR),--director)
 
 chaos-short: consul
 	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos

@@ -58,7 +58,17 @@ func main() {
 	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk")
 	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, node.pem and node-key.pem (make certs)")
 	flag.DurationVar(&postEvery, "post-every", 0, "how often each bot posts (default 2ms; 25ms with --director, so that users' Actors are idle between posts and the director's idle-only moves find them so)")
+	flag.StringVar(&fault, "fault", "kill", "the fault in the middle of the run: kill (SIGKILL node-2, or stop it without a word in this process) | consul-pause (SIGSTOP the Consul this demo started, for --pause)")
+	flag.DurationVar(&storePause, "pause", 25*time.Second, "how long --fault consul-pause pauses Consul (past the nodes' lease TTL: every lifecycle ends)")
 	flag.Parse()
+	if fault != "kill" && fault != "consul-pause" {
+		fmt.Fprintf(os.Stderr, "unknown --fault %q (kill | consul-pause)\n", fault)
+		os.Exit(2)
+	}
+	if fault == "consul-pause" && (*storeKind != "consul" || *consulAddr != "") {
+		fmt.Fprintln(os.Stderr, "--fault consul-pause needs --store consul and the Consul this demo starts (no --consul)")
+		os.Exit(2)
+	}
 	if postEvery == 0 {
 		postEvery = 2 * time.Millisecond
 		if director {
@@ -84,6 +94,14 @@ var director bool
 
 // postEvery is --post-every.
 var postEvery time.Duration
+
+// fault is --fault, storePause --pause; pauseStore pauses the Consul this
+// demo started (--fault consul-pause) for that long.
+var (
+	fault      string
+	storePause time.Duration
+	pauseStore func(time.Duration) error
+)
 
 // directed counts the director's attempts by outcome (--director).
 var directed struct {
@@ -128,6 +146,13 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 			}
 			defer srv.Stop()
 			consulAddr = srv.Addr
+			pauseStore = func(d time.Duration) error {
+				if err := srv.Signal(syscall.SIGSTOP); err != nil {
+					return err
+				}
+				time.Sleep(d)
+				return srv.Signal(syscall.SIGCONT)
+			}
 			fmt.Printf("started Consul %s at %s\n", consultest.Version, consulAddr)
 		}
 		prefix := fmt.Sprintf("roam-demo/%d", time.Now().UnixNano())
@@ -503,8 +528,25 @@ type inbox struct {
 	misorder  uint64 // the room handled a poster's seq N+1 before N
 	refused   uint64 // own posts refused (they reach nobody)
 	refusals  []string
-	recovered uint64 // told its Actor came back after its node ended
-	gone      string // why the Session ended ("": connected)
+	recovered  uint64 // told its Actor came back after its node ended
+	gone       string // why the Session ended ("": connected)
+	reconnects uint64 // connected again after its Session ended
+}
+
+// disconnected reports whether the bot's Session ended and it has not
+// connected again.
+func (in *inbox) disconnected() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.gone != ""
+}
+
+// connectedAgain clears gone once the bot connected again.
+func (in *inbox) connectedAgain() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.gone = ""
+	in.reconnects++
 }
 
 func (in *inbox) receive(c actor.Context) {
@@ -571,26 +613,35 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	type bot struct {
 		room, name string
 		in         *inbox
+		pid        *actor.PID // its inbox
 		sent       uint64
 	}
 	var bots []*bot
+	// connect connects a bot and joins it to its room, as a chat client
+	// does at first and again once it was told its Session ended.
+	connect := func(bt *bot) error {
+		res, err := sys.Root.RequestFuture(gw, &chatpb.Connect{Name: bt.name, Inbox: &messages.PID{Address: bt.pid.Address, Id: bt.pid.Id}}, 10*time.Second).Result()
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", bt.name, err)
+		}
+		if a, ok := res.(*chatpb.Ack); ok {
+			return fmt.Errorf("connect %s: %s", bt.name, a.GetError())
+		}
+		res, err = sys.Root.RequestFuture(gw, &chatpb.Join{Room: bt.room, Member: &chatpb.Member{Name: bt.name}}, 20*time.Second).Result()
+		if err != nil {
+			return fmt.Errorf("join %s: %w", bt.room, err)
+		}
+		if a, ok := res.(*chatpb.Ack); ok {
+			return fmt.Errorf("join %s: %s", bt.room, a.GetError())
+		}
+		return nil
+	}
 	for r := 0; r < rooms; r++ {
 		for b := 0; b < botsPerRoom; b++ {
 			bt := &bot{room: fmt.Sprintf("room-%d", r), name: fmt.Sprintf("r%d-bot-%d", r, b), in: &inbox{seen: map[string][]bool{}, index: map[string][]uint64{}, highest: map[string]uint64{}}}
-			pid := sys.Root.Spawn(actor.PropsFromFunc(bt.in.receive))
-			res, err := sys.Root.RequestFuture(gw, &chatpb.Connect{Name: bt.name, Inbox: &messages.PID{Address: pid.Address, Id: pid.Id}}, 10*time.Second).Result()
-			if err != nil {
-				return fmt.Errorf("connect %s: %w", bt.name, err)
-			}
-			if a, ok := res.(*chatpb.Ack); ok {
-				return fmt.Errorf("connect %s: %s", bt.name, a.GetError())
-			}
-			res, err = sys.Root.RequestFuture(gw, &chatpb.Join{Room: bt.room, Member: &chatpb.Member{Name: bt.name}}, 20*time.Second).Result()
-			if err != nil {
-				return fmt.Errorf("join %s: %w", bt.room, err)
-			}
-			if a, ok := res.(*chatpb.Ack); ok {
-				return fmt.Errorf("join %s: %s", bt.room, a.GetError())
+			bt.pid = sys.Root.Spawn(actor.PropsFromFunc(bt.in.receive))
+			if err := connect(bt); err != nil {
+				return err
 			}
 			bots = append(bots, bt)
 		}
@@ -604,11 +655,24 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var tried time.Time
 			for {
 				select {
 				case <-stop:
 					return
 				case <-time.After(postEvery):
+				}
+				if bt.in.disconnected() {
+					// Told its Session ended (its gateway's node lifecycle
+					// ended): connect again, as a chat client would.
+					if time.Since(tried) < 500*time.Millisecond {
+						continue
+					}
+					tried = time.Now()
+					if connect(bt) != nil {
+						continue
+					}
+					bt.in.connectedAgain()
 				}
 				bt.sent++
 				sys.Root.Send(gw, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
@@ -704,13 +768,29 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	for _, bt := range bots {
 		members[bt.name] = bt.room
 	}
-	crashed, err := crashAndRecover(c, sys, gw, rooms, members, 2)
+	var crashed crashOutcome
+	switch fault {
+	case "consul-pause":
+		crashed, err = pauseAndRecover(sys, gw, rooms, func() int {
+			n := 0
+			for _, bt := range bots {
+				if bt.in.disconnected() {
+					n++
+				}
+			}
+			return n
+		})
+	default:
+		crashed, err = crashAndRecover(c, sys, gw, rooms, members, 2)
+	}
 	if err != nil {
 		close(stop)
 		wg.Wait()
 		return err
 	}
-	gateways[2] = crashed.addr
+	if crashed.addr != "" {
+		gateways[2] = crashed.addr
+	}
 
 	// A rolling deploy while the bots chat: each node but the gateway in
 	// turn is drained (its rooms and users' Actors move to the others with
@@ -814,10 +894,16 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		}
 		bt.in.mu.Unlock()
 	}
-	fmt.Printf("crash of %s: %d clients were told their Actor came back from its checkpoint\n", nodeNames[2], told)
-	fmt.Printf("crash of %s: the %d rooms it hit (theirs or a member's Actor there) served again %s after it, recovered from their checkpoints; in them %d of %d deliveries arrived, %d lost to the crash\n"+
-		"  (posts the rooms handled after their last checkpoint, and posts on their way in the dead process; nothing was lost elsewhere)\n",
-		nodeNames[2], len(crashed.rooms), crashed.servedAfter.Round(time.Millisecond), crashDelivered, crashExpected, crashLost)
+	reconnects := uint64(0)
+	for _, bt := range bots {
+		bt.in.mu.Lock()
+		reconnects += bt.in.reconnects
+		bt.in.mu.Unlock()
+	}
+	fmt.Printf("%s: %d clients were told their Actor came back from its checkpoint; %d were told their Session ended and connected again\n", crashed.what, told, reconnects)
+	fmt.Printf("%s: the %d rooms it hit (theirs or a member's Actor there) served again %s after %s, recovered from their checkpoints; in them %d of %d deliveries arrived, %d lost to it\n"+
+		"  (posts the rooms handled after their last checkpoint, posts on their way in an ended lifecycle, posts refused while a client was disconnected; nothing was lost elsewhere)\n",
+		crashed.what, len(crashed.rooms), crashed.servedAfter.Round(time.Millisecond), crashed.since, crashDelivered, crashExpected, crashLost)
 	if refused > 0 {
 		for _, bt := range bots {
 			if len(bt.in.refusals) > 0 {
@@ -850,15 +936,60 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	if len(pauses) == 0 {
 		return errors.New("no room moved")
 	}
-	fmt.Printf("result: lost=0 duplicated=0 disconnected=0 after %d moves, a crash (%d deliveries lost to it, said above) and a rolling restart of every node\n", len(pauses), crashLost)
+	fmt.Printf("result: lost=0 duplicated=0 disconnected=0 after %d moves, %s (%d deliveries lost to it, said above) and a rolling restart of every node\n", len(pauses), crashed.what, crashLost)
 	return nil
 }
 
-// crashOutcome is what crashAndRecover saw.
+// crashOutcome is what crashAndRecover or pauseAndRecover saw.
 type crashOutcome struct {
-	addr        string          // the restarted node's gateway
-	rooms       map[string]bool // the rooms the crashed node owned
-	servedAfter time.Duration   // from the crash until every hit room answered and its users' Actors were taken over
+	what        string          // the fault, for the summary
+	since       string          // what servedAfter counts from
+	addr        string          // the restarted node's gateway ("": none restarted)
+	rooms       map[string]bool // the rooms the fault hit
+	servedAfter time.Duration   // until every hit room answered (and its users' Actors were taken over, or their clients connected again)
+}
+
+// pauseAndRecover pauses the demo's Consul past every node's lease TTL:
+// every node lifecycle ends (its objects fail what they held, loudly; the
+// gateway's clients are told their Session ended) and each node rejoins as
+// a new lifecycle once Consul answers again. Live nodes then recover every
+// room and user's Actor from its last checkpoint by themselves, and the
+// bots connect again. It returns once every room answers and every bot is
+// connected again; every room counts as hit.
+func pauseAndRecover(sys *actor.ActorSystem, gw *actor.PID, rooms int, disconnected func() int) (crashOutcome, error) {
+	out := crashOutcome{what: fmt.Sprintf("Consul paused %s", storePause), since: "it answered again", rooms: map[string]bool{}}
+	for r := 0; r < rooms; r++ {
+		out.rooms[fmt.Sprintf("room-%d", r)] = true
+	}
+	fmt.Printf("\nstore outage: Consul paused (SIGSTOP) for %s, past every node's lease: each node's lifecycle ends and it rejoins as a new one;\n"+
+		"live nodes then recover every room and user's Actor from its checkpoint by themselves, and told clients connect again\n", storePause)
+	if err := pauseStore(storePause); err != nil {
+		return out, err
+	}
+	healed := time.Now()
+	fmt.Printf("Consul resumed\n")
+	for r := range out.rooms {
+		for {
+			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, 2*time.Second).Result()
+			if _, ok := res.(*chatpb.Joined); ok && err == nil {
+				fmt.Printf("  %s serves again %s after Consul answered again\n", r, time.Since(healed).Round(time.Millisecond))
+				break
+			}
+			if time.Since(healed) > 2*time.Minute {
+				return out, fmt.Errorf("%s did not serve again within 2 minutes of the store's return", r)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for n := disconnected(); n > 0; n = disconnected() {
+		if time.Since(healed) > 2*time.Minute {
+			return out, fmt.Errorf("%d clients were not connected again within 2 minutes of the store's return", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out.servedAfter = time.Since(healed)
+	fmt.Printf("every room serves and every client is connected again %s after Consul answered again\n", out.servedAfter.Round(time.Millisecond))
+	return out, nil
 }
 
 // crashAndRecover crashes node i, waits until every room answers again
@@ -866,7 +997,7 @@ type crashOutcome struct {
 // these probes) and its users' Actors were taken over, then starts node i
 // again as a new lifecycle once its descriptor is gone.
 func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int, members map[string]string, i int) (crashOutcome, error) {
-	out := crashOutcome{rooms: map[string]bool{}}
+	out := crashOutcome{what: "crash of " + nodeNames[i], since: "the crash", rooms: map[string]bool{}}
 	ctx := context.Background()
 	nodes, err := c.store().ListNodes(ctx, "default")
 	if err != nil {

@@ -337,11 +337,14 @@ func (g *Gateway) connect(m *chatpb.Connect) proto.Message {
 		},
 		OnClose: func(err error) {
 			g.mu.Lock()
-			if g.clients[name] == cl {
+			registered := g.clients[name] == cl
+			if registered {
 				delete(g.clients, name)
 			}
 			g.mu.Unlock()
-			if err != nil {
+			// A connect that failed closes its Session itself: its client
+			// got the error as the answer, not a disconnect.
+			if err != nil && registered {
 				g.log.Warn().Str("event", "client_disconnected").Str("name", name).Err(err).Msg("a client's session ended")
 				g.r.System().Root.Send(inbox, &chatpb.Disconnected{Reason: err.Error()})
 			}

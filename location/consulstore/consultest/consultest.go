@@ -328,6 +328,10 @@ func (s *Server) waitToken(limit time.Duration) error {
 	return fmt.Errorf("consul at %s did not accept its management token within %s", s.Addr, limit)
 }
 
+// Signal sends sig to the agent's process group: SIGSTOP and SIGCONT pause
+// and resume it, a store outage that leaves its data in place.
+func (s *Server) Signal(sig syscall.Signal) error { return syscall.Kill(-s.cmd.Process.Pid, sig) }
+
 // Stop kills the server by its PID and waits for it to exit.
 func (s *Server) Stop() {
 	s.once.Do(func() {
