@@ -518,16 +518,16 @@ func (p *processes) stop() {
 // a move leave on two connections; nothing orders them, docs/PROTOCOL.md §10);
 // its own posts that were refused, and whether its Session ended.
 type inbox struct {
-	mu        sync.Mutex
-	seen      map[string][]bool   // poster → seq → arrived
-	index     map[string][]uint64 // poster → seq → the room's index for it (its handling order)
-	highest   map[string]uint64
-	delivered uint64
-	dupes     uint64
-	late      uint64
-	misorder  uint64 // the room handled a poster's seq N+1 before N
-	refused   uint64 // own posts refused (they reach nobody)
-	refusals  []string
+	mu         sync.Mutex
+	seen       map[string][]bool   // poster → seq → arrived
+	index      map[string][]uint64 // poster → seq → the room's index for it (its handling order)
+	highest    map[string]uint64
+	delivered  uint64
+	dupes      uint64
+	late       uint64
+	misorder   uint64 // the room handled a poster's seq N+1 before N
+	refused    uint64 // own posts refused (they reach nobody)
+	refusals   []string
 	recovered  uint64 // told its Actor came back after its node ended
 	gone       string // why the Session ended ("": connected)
 	reconnects uint64 // connected again after its Session ended
