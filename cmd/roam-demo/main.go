@@ -940,6 +940,10 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	return nil
 }
 
+// probeTimeout bounds one probe of a room that may not serve yet: short,
+// so that the time it serves again is measured within a probe's length.
+const probeTimeout = 500 * time.Millisecond
+
 // crashOutcome is what crashAndRecover or pauseAndRecover saw.
 type crashOutcome struct {
 	what        string          // the fault, for the summary
@@ -970,7 +974,7 @@ func pauseAndRecover(sys *actor.ActorSystem, gw *actor.PID, rooms int, disconnec
 	fmt.Printf("Consul resumed\n")
 	for r := range out.rooms {
 		for {
-			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, 2*time.Second).Result()
+			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, probeTimeout).Result()
 			if _, ok := res.(*chatpb.Joined); ok && err == nil {
 				fmt.Printf("  %s serves again %s after Consul answered again\n", r, time.Since(healed).Round(time.Millisecond))
 				break
@@ -1034,7 +1038,7 @@ func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int
 	}
 	for r := range out.rooms {
 		for {
-			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, 2*time.Second).Result()
+			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, probeTimeout).Result()
 			if _, ok := res.(*chatpb.Joined); ok && err == nil {
 				fmt.Printf("  %s serves again after %s\n", r, time.Since(began).Round(time.Millisecond))
 				break
