@@ -1,7 +1,9 @@
 package spot_test
 
 import (
+	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,4 +308,60 @@ func TestMembersOfASpotThatWaitsForAnOperatorWaitWithIt(t *testing.T) {
 	v, err := store.Read(ctx, member)
 	require.NoError(t, err)
 	require.Equal(t, doomed.NodeRid(), v.Record.GetOwner().GetNodeRid(), "nothing recovered it away from its Spot")
+}
+
+// flakyRestore is countState whose first fails restores fail.
+type flakyRestore struct {
+	countState
+	fails *atomic.Int32
+}
+
+func (f flakyRestore) Restore(a actor.Actor, b []byte) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("the state adapter cannot read this checkpoint yet")
+	}
+	return f.countState.Restore(a, b)
+}
+
+// A taken-over Actor whose checkpoint the kind's state adapter fails to
+// restore does not serve from its producer instead — that would be the
+// object re-created empty, its next capture replacing the state for good
+// — but is restored again until it works, and then serves with its state.
+// Before, the first failure made it serve empty.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	vault := w.everyTurnVault()
+	caller := w.start(withKinds(w.roomKind()))
+	doomed := w.start(withKinds(vault))
+	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
+	require.NoError(t, err)
+	for _, v := range []string{"1", "2"} {
+		_, err := askPID(t, caller, pid, v)
+		require.NoError(t, err)
+	}
+	key := location.Key(location.KindActor, "a1")
+	eventually(t, "the checkpoint of the second message", func() bool { return storedCountOf(t, store, key) == 2 })
+
+	fails := &atomic.Int32{}
+	fails.Store(2)
+	flaky := vault
+	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
+	rescuer := w.start(withKinds(flaky))
+	require.NoError(t, doomed.StopNow(ctx))
+	var n int64
+	eventually(t, "the taken-over Actor serves", func() bool {
+		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
+		if err != nil {
+			return false
+		}
+		n, err = askPID(t, caller, p, "3")
+		return err == nil
+	})
+	require.Less(t, fails.Load(), int32(0), "both failing restores were made")
+	require.EqualValues(t, 3, n, "with its checkpoint's state, not from its producer")
+	v, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, rescuer.NodeRid(), v.Record.GetOwner().GetNodeRid())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -92,6 +93,47 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 	return nil
 }
 
+// restoreUntil restores a taken-over object's checkpoint, trying again
+// while the kind's state adapter fails or does not finish within the
+// restore timeout, for as long as this lifecycle lasts (false once it
+// ended). A stateful object never serves from its producer in place of
+// its checkpoint: that would be the object re-created empty, its next
+// capture replacing the state for good — what no PreserveStateWith kind
+// allows (docs/FAULTS.md, "Checkpoints and recovery"). Meanwhile it does
+// not serve (calls to it wait, and end at their deadlines) and the
+// failure is logged at every try (checkpoint_restore_failed, error), as a
+// cold activation of an Instance Spot refuses its call when its
+// checkpoint cannot be restored. The adapter's RestoreState runs again on
+// the same instance, which it replaces the state of.
+func (d *Driver) restoreUntil(staged *Staged, state []byte, stableType string) bool {
+	key := staged.obj.key
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		err := staged.Restore(ctx, state)
+		cancel()
+		if err == nil {
+			if try > 1 {
+				d.log.Info().Str("event", "checkpoint_restored").Str("object_id", key.ID).Int("tries", try).
+					Msg("the recovered object's checkpoint was restored after all; it serves")
+			}
+			return true
+		}
+		wait := restoreRetry(try)
+		d.log.Error().Str("event", "checkpoint_restore_failed").Str("object_id", key.ID).Str("stable_type", stableType).
+			Int("try", try).Dur("next_try_in", wait).Err(err).
+			Msg("the recovered object's checkpoint could not be restored; it does not serve without its state, and is tried again")
+		if d.Usable() != nil || !d.pauseUnlessStopped(wait) {
+			return false
+		}
+	}
+}
+
+// restoreRetry is the pause before a failed checkpoint restore is tried
+// again: doubling from a second up to half a minute.
+func restoreRetry(try int) time.Duration {
+	return min(30*time.Second, time.Second<<min(try-1, 5))
+}
+
 // ErrTakeOverUnderWay: TakeOver of this object is already running on this
 // node, or its record write's outcome is not known yet and is being
 // settled. Not a failure: the object is neither recovered yet nor left, and
@@ -119,17 +161,11 @@ func (d *Driver) finishTakeOver(staged *Staged, next *location.Record, fromCheck
 			return
 		}
 	}
-	if restore {
-		rctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
-		err := staged.Restore(rctx, state)
-		cancel()
-		if err != nil {
-			// The checkpoint is unusable to the application: it serves
-			// from its producer, said loudly (its next capture replaces
-			// the checkpoint).
-			d.log.Error().Str("event", "checkpoint_restore_failed").Str("object_id", key.ID).Str("stable_type", next.GetStableType()).Err(err).
-				Msg("the recovered object's checkpoint could not be restored; it serves from its producer, without its state")
-		}
+	if restore && !d.restoreUntil(staged, state, next.GetStableType()) {
+		staged.Discard()
+		d.log.Warn().Str("event", "takeover_abandoned").Str("object_id", key.ID).
+			Msg("this lifecycle ended before the recovered object's checkpoint was restored; it is left to a live owner")
+		return
 	}
 	var membership *messages.Membership
 	if m := next.GetMembership(); m != nil && !meshnode.IsEntrySpotID(m.GetSpotId()) {
