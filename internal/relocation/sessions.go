@@ -75,11 +75,13 @@ func prepareBound(p *messages.RelocationPrepare) bool {
 // capability timeout ends the wait with DeadlineExceeded.
 func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 	id := r.m.Identity()
+	asked := map[string]bool{} // Session owner address → its node is no live member (the timer's look)
 	for _, p := range r.parts {
 		b := p.obj.session
 		if b == nil {
 			continue
 		}
+		asked[b.GetOwnerAddress()] = false
 		p.session = sessionAsked
 		r.sessionsAwaiting++
 		d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.SessionSeal{
@@ -97,13 +99,9 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 		// Silence from a Session owner whose node is no live member any
 		// more is a binding with no Session behind it (a node's Sessions
 		// end with its lifecycle): it is dropped, not waited for. Asked
-		// off the driver's goroutine: the look may read the store.
-		gone := map[string]bool{}
-		for _, p := range r.parts {
-			if b := p.obj.session; b != nil && p.session == sessionAsked {
-				gone[b.GetOwnerAddress()] = false
-			}
-		}
+		// off the driver's goroutine (the look may read the store), about
+		// the addresses the driver asked: the parts are the driver's.
+		gone := asked
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		for address := range gone {
 			_, err := d.node.PeerAt(ctx, address)

@@ -37,6 +37,11 @@ type Service struct {
 	// resolving: the bindings whose Actor is being looked up in the store
 	// (resolve), one look at a time however many notices ask for it.
 	resolving map[bindingKey]*look
+	// binding: the Actors being spawned bound to a Session (SpawnActor),
+	// until the Session owner holds their binding. A seal request for one
+	// of them meanwhile is answered Unavailable (try again), not NotFound,
+	// which would make its mover drop the binding.
+	binding map[bindingKey]int
 
 	cfg     Config
 	driver  *relocation.Driver
@@ -171,9 +176,13 @@ func (c *commands) Receive(ctx actor.Context) {
 	case *messages.SessionSeal:
 		s.mu.Lock()
 		effects := s.step(SealRequest{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
+		spawning := s.binding[bindingKey{ID(m.GetSessionId()), m.GetActorId()}] > 0
 		s.mu.Unlock()
 		for _, e := range effects {
 			if r, ok := e.(ReplySeal); ok && ctx.Sender() != nil {
+				if spawning && errors.Is(r.Err, roamerr.ErrNotFound) {
+					r.Err = fmt.Errorf("%w: Actor %q is being bound to session %s", roamerr.ErrUnavailable, m.GetActorId(), m.GetSessionId())
+				}
 				reply := &messages.SessionSealReply{Identity: m.GetIdentity(), SessionId: m.GetSessionId(), ActorId: m.GetActorId()}
 				if r.Err != nil {
 					reply.Code, reply.Detail = roamerr.Code(r.Err), r.Err.Error()
@@ -375,12 +384,28 @@ func (c *Session) SpawnActor(ctx context.Context, stableType, id string) (*actor
 	if c.Err() != nil || isDone(c.done) {
 		return nil, fmt.Errorf("%w: session %s is closed", roamerr.ErrUnavailable, c.id)
 	}
+	k := bindingKey{c.id, id}
+	s.mu.Lock()
+	if s.binding == nil {
+		s.binding = map[bindingKey]int{}
+	}
+	s.binding[k]++
+	s.mu.Unlock()
+	unmark := func() {
+		if s.binding[k]--; s.binding[k] <= 0 {
+			delete(s.binding, k)
+		}
+	}
 	pid, route, err := s.driver.SpawnBound(ctx, stableType, id, &messages.SessionBinding{SessionId: string(c.id), OwnerAddress: s.address}, c.pid)
 	if err != nil {
+		s.mu.Lock()
+		unmark()
+		s.mu.Unlock()
 		return nil, err
 	}
 	s.mu.Lock()
 	effects := s.step(Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
+	unmark()
 	s.mu.Unlock()
 	if r, ok := firstReject(effects); ok {
 		// The Session closed meanwhile: the Actor serves on unbound; its
