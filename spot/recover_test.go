@@ -1,6 +1,7 @@
 package spot_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
@@ -364,4 +366,53 @@ func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 	v, err := store.Read(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, rescuer.NodeRid(), v.Record.GetOwner().GetNodeRid())
+}
+
+// While a taken-over Actor's checkpoint cannot be restored, a drain of its
+// node does not wait for it for ever: it is reported unmovable, with why.
+// Once the state adapter restores it, it serves with its state.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	vault := w.everyTurnVault()
+	caller := w.start(withKinds(w.roomKind()))
+	doomed := w.start(withKinds(vault))
+	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
+	require.NoError(t, err)
+	_, err = askPID(t, caller, pid, "1")
+	require.NoError(t, err)
+	key := location.Key(location.KindActor, "a1")
+	eventually(t, "the checkpoint of the first message", func() bool { return storedCountOf(t, store, key) == 1 })
+
+	fails := &atomic.Int32{}
+	fails.Store(1 << 20)
+	flaky := vault
+	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
+	rescuer := w.start(withKinds(flaky))
+	w.start(withKinds(vault)) // somewhere a drain could move it to
+	require.NoError(t, doomed.StopNow(ctx))
+	eventually(t, "a restore tried and failed", func() bool { return fails.Load() < 1<<20 })
+
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := rescuer.Drain(dctx, drain.Options{})
+	require.NoError(t, err)
+	require.NoError(t, dctx.Err(), "the drain waited for the takeover")
+	require.Len(t, res.Failed, 1)
+	require.Equal(t, key, res.Failed[0].Key)
+	require.ErrorIs(t, res.Failed[0].Err, roamerr.ErrUnavailable)
+	require.ErrorContains(t, res.Failed[0].Err, "could not be restored")
+
+	fails.Store(0)
+	var n int64
+	eventually(t, "the taken-over Actor serves", func() bool {
+		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
+		if err != nil {
+			return false
+		}
+		n, err = askPID(t, caller, p, "2")
+		return err == nil
+	})
+	require.EqualValues(t, 2, n, "with its checkpoint's state")
 }

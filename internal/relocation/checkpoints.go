@@ -273,6 +273,21 @@ func (s *Staged) Restore(ctx context.Context, state []byte) error {
 	return s.Do(ctx, func(actor.Actor) error { return s.obj.restoreState(p, state) })
 }
 
+// restoreAsync queues the restore of state on the staged actor's goroutine
+// and returns where its outcome comes; an error when the queue is gone.
+func (s *Staged) restoreAsync(state []byte) (<-chan error, error) {
+	done := make(chan error, 1)
+	p, ok := s.obj.kind.Policy.(preserveStateWith)
+	if !ok {
+		done <- nil
+		return done, nil
+	}
+	if err := s.obj.mb.Do(func() { done <- s.obj.restoreState(p, state) }); err != nil {
+		return nil, fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
+	}
+	return done, nil
+}
+
 // forgetCheckpoint replaces a closed object's checkpoint with a tombstone
 // (checkpoint.Writer.Forget), a few times if the store fails; a checkpoint
 // that stays would be restored by a later activation of the same ID

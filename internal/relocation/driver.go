@@ -239,6 +239,9 @@ type Driver struct {
 	// and dead-lettered sends awaiting their owner's lookup; a key is
 	// present while its worker runs.
 	redeliveries map[location.AuthorityKey][]*redeliver
+	// unrestored: taken-over objects whose checkpoints could not be
+	// restored yet (restoreUntil), reported unmovable by Inventory.
+	unrestored map[location.AuthorityKey]unrestored
 	// deadLetters is, per copy of a dead-lettered send this driver
 	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
 	deadLetters    map[any]*deadLetterSend
@@ -329,6 +332,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		}(),
 
 		redeliveries:       map[location.AuthorityKey][]*redeliver{},
+		unrestored:         map[location.AuthorityKey]unrestored{},
 		deadLetters:        map[any]*deadLetterSend{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
 		deletions:          map[location.AuthorityKey]*deletion{},

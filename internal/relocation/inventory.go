@@ -76,6 +76,12 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 				inv.Movable = append(inv.Movable, u)
 			}
 		}
+		// Taken over, their checkpoints not restorable yet (restoreUntil):
+		// they cannot move, and waiting for them could take for ever.
+		for key, u := range d.unrestored {
+			inv.Unmovable = append(inv.Unmovable, UnitRefusal{Unit{Key: key, StableType: u.stableType},
+				fmt.Errorf("%w: its checkpoint could not be restored yet: %w", roamerr.ErrUnavailable, u.err)})
+		}
 		// Moves into this node admitted before it drained: each becomes a
 		// unit to move on once it opens (or nothing, if it fails).
 		for key, t := range d.arrivals {

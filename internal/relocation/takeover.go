@@ -94,38 +94,77 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 }
 
 // restoreUntil restores a taken-over object's checkpoint, trying again
-// while the kind's state adapter fails or does not finish within the
-// restore timeout, for as long as this lifecycle lasts (false once it
-// ended). A stateful object never serves from its producer in place of
-// its checkpoint: that would be the object re-created empty, its next
-// capture replacing the state for good — what no PreserveStateWith kind
-// allows (docs/FAULTS.md, "Checkpoints and recovery"). Meanwhile it does
-// not serve (calls to it wait, and end at their deadlines) and the
-// failure is logged at every try (checkpoint_restore_failed, error), as a
-// cold activation of an Instance Spot refuses its call when its
-// checkpoint cannot be restored. The adapter's RestoreState runs again on
-// the same instance, which it replaces the state of.
+// while the kind's state adapter fails, for as long as this lifecycle
+// lasts (false once it ended). A stateful object never serves from its
+// producer in place of its checkpoint: that would be the object re-created
+// empty, its next capture replacing the state for good — what no
+// PreserveStateWith kind allows (docs/FAULTS.md, "Checkpoints and
+// recovery"). Meanwhile it does not serve (calls to it wait, and end at
+// their deadlines), a drain reports it unmovable, and the failure is
+// logged at every try (checkpoint_restore_failed, error), as a cold
+// activation of an Instance Spot refuses its call when its checkpoint
+// cannot be restored. A restore slower than the restore timeout is logged
+// and waited for, not queued again behind itself. The adapter's
+// RestoreState runs again on the same instance, which it replaces the
+// state of.
 func (d *Driver) restoreUntil(staged *Staged, state []byte, stableType string) bool {
 	key := staged.obj.key
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
-		err := staged.Restore(ctx, state)
-		cancel()
-		if err == nil {
-			if try > 1 {
-				d.log.Info().Str("event", "checkpoint_restored").Str("object_id", key.ID).Int("tries", try).
-					Msg("the recovered object's checkpoint was restored after all; it serves")
-			}
-			return true
+		done, err := staged.restoreAsync(state)
+		if err != nil {
+			d.markRestoreFailed(staged.obj, nil)
+			return false // the incarnation's queue is gone: the lifecycle ended
 		}
+		for waited := d.cfg.RestoreTimeout; err == nil; waited += d.cfg.RestoreTimeout {
+			select {
+			case err = <-done:
+				if err == nil {
+					if try > 1 {
+						d.markRestoreFailed(staged.obj, nil)
+						d.log.Info().Str("event", "checkpoint_restored").Str("object_id", key.ID).Int("tries", try).
+							Msg("the recovered object's checkpoint was restored after all; it serves")
+					}
+					return true
+				}
+			case <-time.After(d.cfg.RestoreTimeout):
+				d.log.Error().Str("event", "checkpoint_restore_slow").Str("object_id", key.ID).Str("stable_type", stableType).
+					Dur("waited", waited).Msg("the kind's state adapter has not restored the recovered object's checkpoint yet; still waiting")
+				if d.Usable() != nil || isClosed(d.node.Stopped()) {
+					d.markRestoreFailed(staged.obj, nil)
+					return false
+				}
+			}
+		}
+		d.markRestoreFailed(staged.obj, err)
 		wait := restoreRetry(try)
 		d.log.Error().Str("event", "checkpoint_restore_failed").Str("object_id", key.ID).Str("stable_type", stableType).
 			Int("try", try).Dur("next_try_in", wait).Err(err).
 			Msg("the recovered object's checkpoint could not be restored; it does not serve without its state, and is tried again")
 		if d.Usable() != nil || !d.pauseUnlessStopped(wait) {
+			d.markRestoreFailed(staged.obj, nil)
 			return false
 		}
 	}
+}
+
+// unrestored is a taken-over object whose checkpoint could not be
+// restored yet (Driver.unrestored), for Inventory.
+type unrestored struct {
+	stableType string
+	err        error
+}
+
+// markRestoreFailed records on the driver's goroutine why obj's restore
+// failed (nil: it no longer does, or it was given up), for Inventory.
+func (d *Driver) markRestoreFailed(obj *object, err error) {
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		if err == nil {
+			delete(d.unrestored, obj.key)
+		} else {
+			d.unrestored[obj.key] = unrestored{stableType: obj.kind.StableType, err: err}
+		}
+		return struct{}{}, nil
+	})
 }
 
 // restoreRetry is the pause before a failed checkpoint restore is tried
