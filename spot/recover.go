@@ -74,6 +74,9 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 		at                   string // the Spot's live owner's node RID
 	}
 	spots := map[string]spotState{}
+	// hostsJudge: per stable type, what the live nodes hosting it say of an
+	// ended owner's Spot of it (ReleasableEnded), asked once a pass.
+	hostsJudge := map[string]error{}
 	spotOf := func(v location.Versioned) spotState {
 		ms := v.Record.GetMembership()
 		if v.Key.Kind != location.KindActor || ms.GetSpotId() == "" || meshnode.IsEntrySpotID(ms.GetSpotId()) {
@@ -103,7 +106,12 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 					// Judged by the live nodes that host its kind: recovered
 					// first where one recovers such Spots by itself, else it
 					// waits for an operator there, and its members with it.
-					switch err := m.d.ReleasableEnded(ctx, sv.Record.GetStableType(), sv.Key); {
+					err, asked := hostsJudge[sv.Record.GetStableType()]
+					if !asked {
+						err = m.d.ReleasableEnded(ctx, sv.Record.GetStableType(), sv.Key)
+						hostsJudge[sv.Record.GetStableType()] = err
+					}
+					switch {
 					case err == nil:
 						st.waits = true
 					case errors.Is(err, roamerr.ErrInvalidOperation):
