@@ -207,7 +207,7 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 			m.cache.drop(id)
 			continue
 		}
-		if cached && m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid()) {
+		if cached && !a.leavingRead && m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid()) {
 			// A drained node about to stop, still connected: the store
 			// names where its objects went, but what this node sent on the
 			// route may still be on its way through that node's Message
@@ -241,6 +241,9 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 		// drain the old route before the new one is used.
 		m.drainRoute(ctx, old)
 	}
+	// A Spot still on a node that said it is leaving (its drain left it
+	// there): this route is new, so later calls on it need no drain.
+	a.leavingRead = m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid())
 	m.cache.put(id, a)
 	return a, false, func() {}, nil
 }

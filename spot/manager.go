@@ -686,6 +686,10 @@ type authority struct {
 	// (routeCache.put): calls on the route share it, and with it the
 	// process Proto.Actor resolves and caches in a PID on its first send.
 	owner *actor.PID
+	// leavingRead: read from the store once its owner's node had said it
+	// is leaving: nothing was sent on it before that, so it needs no
+	// drain (takeRoute).
+	leavingRead bool
 }
 
 func (a authority) missing() bool { return !a.v.Present() }
