@@ -55,6 +55,10 @@ type object struct {
 	// its record last written here says (nil: none, or an Entry Spot);
 	// the driver goroutine only. A SpotWide move finds its members by it.
 	member *messages.Membership
+	// closedSink answers what reaches the incarnation once removed before
+	// it opened (Closed), made once.
+	closedOnce sync.Once
+	closedSink mailbox.Sink
 	// session is the client Session this Actor is bound to (nil: none):
 	// set at its spawn, carried by every move (docs/SESSIONS.md); the
 	// driver goroutine only.
@@ -351,11 +355,16 @@ func (o *object) GateOpen() bool { return !o.pointerHeld.Load() && o.d.node.Vali
 // PROTOCOL.md §6.3, §5.14): Unavailable, for as long as messages may still
 // follow to it.
 func (o *object) Closed(msg any) {
-	why := "the incarnation was removed before it opened"
-	if o.arrived {
-		why = "the relocation target was removed before it opened"
-	}
-	o.d.endSink(o, roamerr.CodeUnavailable, "send_unavailable", why)(msg)
+	o.closedOnce.Do(func() {
+		why := "the incarnation was removed before it opened"
+		if o.arrived {
+			why = "the relocation target was removed before it opened"
+		}
+		// One sink for all: its log says the first send, then a line a
+		// second (endSink).
+		o.closedSink = o.d.endSink(o, roamerr.CodeUnavailable, "send_unavailable", why)
+	})
+	o.closedSink(msg)
 }
 
 // StopAllowed (mailbox.Hooks): only the driver ends an incarnation
