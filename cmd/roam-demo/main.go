@@ -518,19 +518,21 @@ func (p *processes) stop() {
 // a move leave on two connections; nothing orders them, docs/PROTOCOL.md §10);
 // its own posts that were refused, and whether its Session ended.
 type inbox struct {
-	mu         sync.Mutex
-	seen       map[string][]bool   // poster → seq → arrived
-	index      map[string][]uint64 // poster → seq → the room's index for it (its handling order)
-	highest    map[string]uint64
-	delivered  uint64
-	dupes      uint64
-	late       uint64
-	misorder   uint64 // the room handled a poster's seq N+1 before N
-	refused    uint64 // own posts refused (they reach nobody)
-	refusals   []string
-	recovered  uint64 // told its Actor came back after its node ended
-	gone       string // why the Session ended ("": connected)
-	reconnects uint64 // connected again after its Session ended
+	mu        sync.Mutex
+	seen      map[string][]bool   // poster → seq → arrived
+	index     map[string][]uint64 // poster → seq → the room's index for it (its handling order)
+	highest   map[string]uint64
+	delivered uint64
+	dupes     uint64
+	late      uint64
+	misorder  uint64 // the room handled a poster's seq N+1 before N
+	refused   uint64 // own posts refused (they reach nobody)
+	// refusedSeqs are the seqs of those posts.
+	refusedSeqs []uint64
+	refusals    []string
+	recovered   uint64 // told its Actor came back after its node ended
+	gone        string // why the Session ended ("": connected)
+	reconnects  uint64 // connected again after its Session ended
 }
 
 // disconnected reports whether the bot's Session ended and it has not
@@ -555,6 +557,7 @@ func (in *inbox) receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *chatpb.PostRefused:
 		in.refused++
+		in.refusedSeqs = append(in.refusedSeqs, m.GetSeq())
 		if len(in.refusals) < 3 {
 			in.refusals = append(in.refusals, m.GetError())
 		}
@@ -614,7 +617,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		room, name string
 		in         *inbox
 		pid        *actor.PID // its inbox
-		sent       uint64
+		sent       atomic.Uint64
 	}
 	var bots []*bot
 	// connect connects a bot and joins it to its room, as a chat client
@@ -674,8 +677,8 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 					}
 					bt.in.connectedAgain()
 				}
-				bt.sent++
-				sys.Root.Send(gw, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: bt.sent, Text: fmt.Sprintf("message %d", bt.sent)})
+				n := bt.sent.Add(1)
+				sys.Root.Send(gw, &chatpb.Post{Room: bt.room, Name: bt.name, Seq: n, Text: fmt.Sprintf("message %d", n)})
 				sent.Add(1)
 			}
 		}()
@@ -791,6 +794,17 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	if crashed.addr != "" {
 		gateways[2] = crashed.addr
 	}
+	// A fault that hit every room (the store outage) leaves nothing to
+	// check the rest of the run on but what comes after it: from here on
+	// (the epoch) every post must reach every member of its room once and
+	// in its room's order, as anywhere else.
+	var epoch map[string]uint64 // bot → its last post before the epoch
+	if len(crashed.rooms) == rooms {
+		epoch = map[string]uint64{}
+		for _, bt := range bots {
+			epoch[bt.name] = bt.sent.Load()
+		}
+	}
 
 	// A rolling deploy while the bots chat: each node but the gateway in
 	// turn is drained (its rooms and users' Actors move to the others with
@@ -827,7 +841,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			bt.in.mu.Lock()
 			if crashed.rooms[bt.room] {
 				// Its room was on the crashed node: counted apart.
-				crashExpected += (bt.sent - bt.in.refused) * botsPerRoom
+				crashExpected += (bt.sent.Load() - bt.in.refused) * botsPerRoom
 				crashDelivered += bt.in.delivered
 				dupes += bt.in.dupes
 				refused += bt.in.refused
@@ -837,7 +851,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 				bt.in.mu.Unlock()
 				continue
 			}
-			expected += (bt.sent - bt.in.refused) * botsPerRoom
+			expected += (bt.sent.Load() - bt.in.refused) * botsPerRoom
 			delivered += bt.in.delivered
 			dupes += bt.in.dupes
 			early += bt.in.late
@@ -849,11 +863,56 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 			bt.in.mu.Unlock()
 		}
 	}
+	// afterEpoch counts the posts after the epoch: expected deliveries,
+	// those that arrived, and those the room handled out of its poster's
+	// order.
+	afterEpoch := func() (expected, delivered, misorder uint64) {
+		byRoom := map[string][]*bot{}
+		for _, bt := range bots {
+			byRoom[bt.room] = append(byRoom[bt.room], bt)
+		}
+		for _, p := range bots {
+			e, sent := epoch[p.name], p.sent.Load()
+			p.in.mu.Lock()
+			refusedAfter := uint64(0)
+			for _, q := range p.in.refusedSeqs {
+				if q > e {
+					refusedAfter++
+				}
+			}
+			p.in.mu.Unlock()
+			expected += (sent - e - refusedAfter) * botsPerRoom
+			for _, member := range byRoom[p.room] {
+				member.in.mu.Lock()
+				seen, index := member.in.seen[p.name], member.in.index[p.name]
+				for q := e + 1; q < uint64(len(seen)); q++ {
+					if !seen[q] {
+						continue
+					}
+					delivered++
+					if q-1 > e && seen[q-1] && index[q-1] > index[q] {
+						misorder++
+					}
+				}
+				member.in.mu.Unlock()
+			}
+		}
+		return expected, delivered, misorder
+	}
+	var epochExpected, epochDelivered, epochMisorder uint64
 	for wait := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		tally()
+		if epoch != nil {
+			epochExpected, epochDelivered, epochMisorder = afterEpoch()
+			expected, delivered, misorder = epochExpected, epochDelivered, epochMisorder
+		}
 		if delivered >= expected || time.Now().After(wait) {
 			break
 		}
+	}
+	if epoch != nil {
+		fmt.Printf("\nafter %s and its recovery (every room hit): %d of %d deliveries arrived, %d handled out of order\n",
+			crashed.what, epochDelivered, epochExpected, epochMisorder)
 	}
 	lost := expected - min(delivered, expected)
 	crashLost := crashExpected - min(crashDelivered, crashExpected)
@@ -862,7 +921,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	perRoom := map[string]uint64{}
 	for _, bt := range bots {
 		bt.in.mu.Lock()
-		perRoom[bt.room] += bt.sent - bt.in.refused
+		perRoom[bt.room] += bt.sent.Load() - bt.in.refused
 		bt.in.mu.Unlock()
 	}
 	historyLost := 0

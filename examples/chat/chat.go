@@ -371,6 +371,15 @@ func (g *Gateway) connect(m *chatpb.Connect) proto.Message {
 	g.mu.Lock()
 	g.clients[name] = cl
 	g.mu.Unlock()
+	if err := s.Err(); err != nil {
+		// It ended before it was registered: its OnClose told nobody.
+		g.mu.Lock()
+		if g.clients[name] == cl {
+			delete(g.clients, name)
+		}
+		g.mu.Unlock()
+		return &chatpb.Ack{Error: err.Error()}
+	}
 	return &chatpb.Connected{SessionId: string(s.ID()), Node: g.r.NodeName()}
 }
 
