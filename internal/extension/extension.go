@@ -1178,6 +1178,9 @@ func (e *Extension) StopNow(ctx context.Context) error {
 // application's actor system, which outlives it; a node's own system
 // stopped all of it already.
 func (l *life) shutdown() {
+	// What its ended incarnations held back of their log (a line a second)
+	// is written now: the process may exit before the next.
+	l.driver.FlushSendLogs()
 	if l.node.Attached() {
 		l.spots.Shutdown()
 		l.driver.Shutdown()

@@ -242,6 +242,10 @@ type Driver struct {
 	// unrestored: taken-over objects whose checkpoints could not be
 	// restored yet (restoreUntil), reported unmovable by Inventory.
 	unrestored map[location.AuthorityKey]unrestored
+	// sendLogs: the endSinks holding back a summary line, *sendLog → its
+	// flush; Shutdown writes them (the process may exit before their
+	// timers).
+	sendLogs sync.Map
 	// deadLetters is, per copy of a dead-lettered send this driver
 	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
 	deadLetters    map[any]*deadLetterSend
@@ -831,6 +835,7 @@ func (d *Driver) stop(obj *object) {
 // of it: the system's shutdown stops them all.
 func (d *Driver) Shutdown() {
 	d.sys.EventStream.Unsubscribe(d.events)
+	d.FlushSendLogs()
 	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
 		d.liveMu.Lock()
 		objs := make([]*object, 0, len(d.live))

@@ -870,18 +870,28 @@ func (d *Driver) unavailableSink(obj *object, why string) mailbox.Sink {
 // thousands of sends a second, and a line for each buried everything else
 // (a 25 s Consul pause under the chat wrote 267,759 of them).
 func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
-	var lg struct {
-		sync.Mutex
-		at    time.Time
-		more  int
-		flush *time.Timer
-	}
+	lg := &sendLog{}
 	logged := func(more int, m any) {
 		ev := d.log.Warn().Str("event", event).Str("object_id", obj.key.ID)
 		if m != nil {
 			ev = ev.Str("message_type", typeName(m))
 		}
 		ev.Int("more_sends", more).Msg(why)
+	}
+	// flush writes the summary line of the sends held back, if any; the
+	// timer's, or Shutdown's (the process may exit before the timer).
+	flush := func() {
+		lg.Lock()
+		more := lg.more
+		if lg.flush != nil {
+			lg.flush.Stop()
+		}
+		lg.more, lg.flush, lg.at = 0, nil, time.Now()
+		lg.Unlock()
+		d.sendLogs.Delete(lg)
+		if more > 0 {
+			logged(more, nil)
+		}
 	}
 	return func(msg any) {
 		_, m, sender := actor.UnwrapEnvelope(msg)
@@ -903,15 +913,28 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 		}
 		lg.more++
 		if lg.flush == nil {
-			lg.flush = time.AfterFunc(time.Until(lg.at.Add(time.Second)), func() {
-				lg.Lock()
-				more := lg.more
-				lg.more, lg.flush, lg.at = 0, nil, time.Now()
-				lg.Unlock()
-				logged(more, nil)
-			})
+			lg.flush = time.AfterFunc(time.Until(lg.at.Add(time.Second)), flush)
+			d.sendLogs.Store(lg, flush)
 		}
 	}
+}
+
+// sendLog is one endSink's log summary: when its last line was written,
+// and how many sends it holds back for the next.
+type sendLog struct {
+	sync.Mutex
+	at    time.Time
+	more  int
+	flush *time.Timer
+}
+
+// FlushSendLogs writes every summary line held back now (endSink): before
+// the process may exit.
+func (d *Driver) FlushSendLogs() {
+	d.sendLogs.Range(func(_, f any) bool {
+		f.(func())()
+		return true
+	})
 }
 
 // noticeOf is the dispatch notice route of a posted send that went with a
