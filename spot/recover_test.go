@@ -389,10 +389,10 @@ func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
 	fails.Store(1 << 20)
 	flaky := vault
 	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
-	rescuer := w.start(withKinds(flaky))
-	w.start(withKinds(vault)) // somewhere a drain could move it to
+	rescuer := w.start(withKinds(flaky)) // the only node that can recover it
 	require.NoError(t, doomed.StopNow(ctx))
 	eventually(t, "a restore tried and failed", func() bool { return fails.Load() < 1<<20 })
+	w.start(withKinds(vault)) // somewhere a drain could move it to
 
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
