@@ -1012,6 +1012,26 @@ type crashOutcome struct {
 	servedAfter time.Duration   // until every hit room answered (and its users' Actors were taken over, or their clients connected again)
 }
 
+// roomsServe probes each room through the gateway until it answers,
+// printing how long after since (the moment named what) it served again;
+// an error for one that does not within 2 minutes.
+func roomsServe(sys *actor.ActorSystem, gw *actor.PID, rooms map[string]bool, since time.Time, what string) error {
+	for r := range rooms {
+		for {
+			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, probeTimeout).Result()
+			if _, ok := res.(*chatpb.Joined); ok && err == nil {
+				fmt.Printf("  %s serves again %s after %s\n", r, time.Since(since).Round(time.Millisecond), what)
+				break
+			}
+			if time.Since(since) > 2*time.Minute {
+				return fmt.Errorf("%s did not serve again within 2 minutes of %s", r, what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // pauseAndRecover pauses the demo's Consul past every node's lease TTL:
 // every node lifecycle ends (its objects fail what they held, loudly; the
 // gateway's clients are told their Session ended) and each node rejoins as
@@ -1031,18 +1051,8 @@ func pauseAndRecover(sys *actor.ActorSystem, gw *actor.PID, rooms int, disconnec
 	}
 	healed := time.Now()
 	fmt.Printf("Consul resumed\n")
-	for r := range out.rooms {
-		for {
-			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, probeTimeout).Result()
-			if _, ok := res.(*chatpb.Joined); ok && err == nil {
-				fmt.Printf("  %s serves again %s after Consul answered again\n", r, time.Since(healed).Round(time.Millisecond))
-				break
-			}
-			if time.Since(healed) > 2*time.Minute {
-				return out, fmt.Errorf("%s did not serve again within 2 minutes of the store's return", r)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if err := roomsServe(sys, gw, out.rooms, healed, "Consul answered again"); err != nil {
+		return out, err
 	}
 	for n := disconnected(); n > 0; n = disconnected() {
 		if time.Since(healed) > 2*time.Minute {
@@ -1095,18 +1105,8 @@ func crashAndRecover(c cluster, sys *actor.ActorSystem, gw *actor.PID, rooms int
 	if err := c.crash(i); err != nil {
 		return out, err
 	}
-	for r := range out.rooms {
-		for {
-			res, err := sys.Root.RequestFuture(gw, &chatpb.History{Room: r}, probeTimeout).Result()
-			if _, ok := res.(*chatpb.Joined); ok && err == nil {
-				fmt.Printf("  %s serves again after %s\n", r, time.Since(began).Round(time.Millisecond))
-				break
-			}
-			if time.Since(began) > 2*time.Minute {
-				return out, fmt.Errorf("%s did not serve again within 2 minutes of the crash", r)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if err := roomsServe(sys, gw, out.rooms, began, "the crash"); err != nil {
+		return out, err
 	}
 	// Its users' Actors come back once the live nodes took the dead
 	// lifecycle for ended (its lease revoked): the rooms they talk in
