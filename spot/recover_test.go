@@ -199,16 +199,7 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	vault := w.everyTurnVault()
-	caller := w.start(withKinds(w.roomKind()))
-	doomed := w.start(withKinds(vault))
-	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
-	require.NoError(t, err)
-	n, err := askPID(t, caller, pid, "1")
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n)
-	key := location.Key(location.KindActor, "a1")
-	eventually(t, "the checkpoint of the first message", func() bool { return storedCountOf(t, store, key) == 1 })
+	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1")
 
 	f, err := faulty.New(store, faulty.Config{})
 	require.NoError(t, err)
@@ -227,15 +218,7 @@ func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	_, err = caller.DeleteActor(ctx, extension.ActorRef("a1"))
 	require.ErrorIs(t, err, roamerr.ErrUnavailable, "deleted while its takeover waited for its checkpoint")
 
-	eventually(t, "the taken-over Actor serves", func() bool {
-		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
-		if err != nil {
-			return false
-		}
-		n, err = askPID(t, caller, p, "2")
-		return err == nil
-	})
-	require.EqualValues(t, 2, n, "with its checkpoint's state")
+	require.EqualValues(t, 2, askTakenOver(t, caller, "2"), "with its checkpoint's state")
 	_, err = store.Read(ctx, key)
 	require.NoError(t, err, "its record stays")
 	done, err := caller.DeleteActor(ctx, extension.ActorRef("a1"))
@@ -312,6 +295,42 @@ func TestMembersOfASpotThatWaitsForAnOperatorWaitWithIt(t *testing.T) {
 	require.Equal(t, doomed.NodeRid(), v.Record.GetOwner().GetNodeRid(), "nothing recovered it away from its Spot")
 }
 
+// vaultActorOnADoomedNode spawns the every-turn vault Actor "a1" on a node
+// of its own (doomed), asks it each of values in turn through caller (a
+// node without the vault kind), and waits for the checkpoint of the last.
+func vaultActorOnADoomedNode(t *testing.T, w *world, store location.Store, values ...string) (vault extension.Kind, caller, doomed *extension.Extension, key location.AuthorityKey) {
+	t.Helper()
+	vault = w.everyTurnVault()
+	caller = w.start(withKinds(w.roomKind()))
+	doomed = w.start(withKinds(vault))
+	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
+	require.NoError(t, err)
+	for i, v := range values {
+		n, err := askPID(t, caller, pid, v)
+		require.NoError(t, err)
+		require.EqualValues(t, i+1, n)
+	}
+	key = location.Key(location.KindActor, "a1")
+	eventually(t, "the checkpoint of the last message", func() bool { return storedCountOf(t, store, key) == int64(len(values)) })
+	return vault, caller, doomed, key
+}
+
+// askTakenOver asks the vault Actor "a1" value through caller once it
+// serves again after its takeover, and returns its count.
+func askTakenOver(t *testing.T, caller *extension.Extension, value string) int64 {
+	t.Helper()
+	var n int64
+	eventually(t, "the taken-over Actor serves", func() bool {
+		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
+		if err != nil {
+			return false
+		}
+		n, err = askPID(t, caller, p, value)
+		return err == nil
+	})
+	return n
+}
+
 // flakyRestore is countState whose first fails restores fail.
 type flakyRestore struct {
 	countState
@@ -334,17 +353,7 @@ func (f flakyRestore) Restore(a actor.Actor, b []byte) error {
 func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	vault := w.everyTurnVault()
-	caller := w.start(withKinds(w.roomKind()))
-	doomed := w.start(withKinds(vault))
-	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
-	require.NoError(t, err)
-	for _, v := range []string{"1", "2"} {
-		_, err := askPID(t, caller, pid, v)
-		require.NoError(t, err)
-	}
-	key := location.Key(location.KindActor, "a1")
-	eventually(t, "the checkpoint of the second message", func() bool { return storedCountOf(t, store, key) == 2 })
+	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1", "2")
 
 	fails := &atomic.Int32{}
 	fails.Store(2)
@@ -352,15 +361,7 @@ func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
 	rescuer := w.start(withKinds(flaky))
 	require.NoError(t, doomed.StopNow(ctx))
-	var n int64
-	eventually(t, "the taken-over Actor serves", func() bool {
-		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
-		if err != nil {
-			return false
-		}
-		n, err = askPID(t, caller, p, "3")
-		return err == nil
-	})
+	n := askTakenOver(t, caller, "3")
 	require.Less(t, fails.Load(), int32(0), "both failing restores were made")
 	require.EqualValues(t, 3, n, "with its checkpoint's state, not from its producer")
 	v, err := store.Read(ctx, key)
@@ -375,15 +376,7 @@ func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
 	store := memstore.New()
 	w := newWorld(t, store)
-	vault := w.everyTurnVault()
-	caller := w.start(withKinds(w.roomKind()))
-	doomed := w.start(withKinds(vault))
-	pid, err := doomed.SpawnActor(ctx, "vault", "a1")
-	require.NoError(t, err)
-	_, err = askPID(t, caller, pid, "1")
-	require.NoError(t, err)
-	key := location.Key(location.KindActor, "a1")
-	eventually(t, "the checkpoint of the first message", func() bool { return storedCountOf(t, store, key) == 1 })
+	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1")
 
 	fails := &atomic.Int32{}
 	fails.Store(1 << 20)
@@ -405,14 +398,5 @@ func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
 	require.ErrorContains(t, res.Failed[0].Err, "could not be restored")
 
 	fails.Store(0)
-	var n int64
-	eventually(t, "the taken-over Actor serves", func() bool {
-		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
-		if err != nil {
-			return false
-		}
-		n, err = askPID(t, caller, p, "2")
-		return err == nil
-	})
-	require.EqualValues(t, 2, n, "with its checkpoint's state")
+	require.EqualValues(t, 2, askTakenOver(t, caller, "2"), "with its checkpoint's state")
 }
