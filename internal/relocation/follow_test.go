@@ -455,13 +455,7 @@ func TestFollowThroughTheStoreTellsTheSender(t *testing.T) {
 	b := startNodeWith(t, store, counterKind)
 	c := startNodeWith(t, store, counterKind)
 	ctx := context.Background()
-	key := location.Key(location.KindActor, "via-store-hint")
-	old, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
-	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-	require.NoError(t, err)
-	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
-	require.NoError(t, err)
+	old := spawnMovedTwice(t, "via-store-hint", a, b, c)
 	gone := b.node.Address()
 	require.NoError(t, b.node.Stop(ctx))
 	testwait.For(t, func() bool { return a.driver.ConnectionEnded(gone) }, "a never saw its connection to b end")
@@ -487,13 +481,7 @@ func TestFollowDrainsALeavingHopBeforeTheStore(t *testing.T) {
 	b := startNodeWith(t, store, counterKind)
 	c := startNodeWith(t, store, counterKind)
 	ctx := context.Background()
-	key := location.Key(location.KindActor, "leaving-hop")
-	old, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
-	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-	require.NoError(t, err)
-	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
-	require.NoError(t, err)
+	old := spawnMovedTwice(t, "leaving-hop", a, b, c)
 	sys := a.node.System()
 	const n = 3000
 	left := make(chan error, 1)
@@ -506,4 +494,19 @@ func TestFollowDrainsALeavingHopBeforeTheStore(t *testing.T) {
 	require.NoError(t, <-left)
 	require.True(t, a.driver.PeerLeaving(b.node.Address(), b.node.Descriptor().GetNodeRid()))
 	require.Equal(t, int64(n), get(t, sys, old), "every send handled once and in order (negative: out of order)")
+}
+
+// spawnMovedTwice spawns the counter Actor id on a and moves it to b, then
+// to c: a's incarnation follows to b's, b's to c's. It returns a's PID.
+func spawnMovedTwice(t *testing.T, id string, a, b, c *testNode) *actor.PID {
+	t.Helper()
+	ctx := context.Background()
+	key := location.Key(location.KindActor, id)
+	old, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	_, err = b.driver.Relocate(ctx, key, c.node.Descriptor().GetNodeRid())
+	require.NoError(t, err)
+	return old
 }
