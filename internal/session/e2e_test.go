@@ -301,6 +301,20 @@ func TestAbortReleasesTheSealOnlyAfterTheSourceRestored(t *testing.T) {
 	require.NoError(t, s.Err())
 }
 
+// boundAliceWithAJournal opens a Session on node, spawns alice bound to it
+// and has her journal one message; it returns the Session and her journal.
+func boundAliceWithAJournal(t *testing.T, node *roam.Roam) (*roam.Session, string) {
+	t.Helper()
+	s, err := node.OpenSession(roam.SessionOptions{})
+	require.NoError(t, err)
+	_, err = s.SpawnActor(context.Background(), "journal", "alice")
+	require.NoError(t, err)
+	require.NoError(t, s.Send("alice", wrapperspb.String("one")))
+	journal := journalOf(t, s)
+	require.Contains(t, journal, "one")
+	return s, journal
+}
+
 // logOf is alice's journal, asked by her PID (no Session needed).
 func (cl *cluster) logOf(t *testing.T, from *roam.Roam) string {
 	t.Helper()
@@ -320,16 +334,10 @@ func (cl *cluster) logOf(t *testing.T, from *roam.Roam) string {
 func TestAnActorOfAClosedSessionStillMoves(t *testing.T) {
 	cl := newCluster(t, session.Config{})
 	ctx := context.Background()
-	s, err := cl.gw.OpenSession(roam.SessionOptions{})
-	require.NoError(t, err)
-	_, err = s.SpawnActor(ctx, "journal", "alice")
-	require.NoError(t, err)
-	require.NoError(t, s.Send("alice", wrapperspb.String("one")))
-	before := journalOf(t, s)
-	require.Contains(t, before, "one")
+	s, before := boundAliceWithAJournal(t, cl.gw)
 	s.Close()
 
-	_, err = cl.gw.Relocate(ctx, roam.ActorRef("alice"), "b")
+	_, err := cl.gw.Relocate(ctx, roam.ActorRef("alice"), "b")
 	require.NoError(t, err, "moved although its Session is closed")
 	require.True(t, cl.logs.has("session_binding_dropped"))
 	v, err := cl.store.Read(ctx, location.Key(location.KindActor, "alice"))
@@ -347,14 +355,8 @@ func TestAnActorWhoseSessionOwnerLeftStillMoves(t *testing.T) {
 	cl := newCluster(t, session.Config{})
 	ctx := context.Background()
 	c := cl.node("c")
-	s, err := cl.b.OpenSession(roam.SessionOptions{})
-	require.NoError(t, err)
-	_, err = s.SpawnActor(ctx, "journal", "alice")
-	require.NoError(t, err)
-	require.NoError(t, s.Send("alice", wrapperspb.String("one")))
-	before := journalOf(t, s)
-	require.Contains(t, before, "one")
-	_, err = cl.b.Relocate(ctx, roam.ActorRef("alice"), "gw")
+	_, before := boundAliceWithAJournal(t, cl.b)
+	_, err := cl.b.Relocate(ctx, roam.ActorRef("alice"), "gw")
 	require.NoError(t, err)
 	require.NoError(t, cl.b.Stop(ctx))
 
