@@ -97,7 +97,8 @@ var (
 	KeepState = relocation.KeepState
 	// Timers gives a relocatable actor timers that move with it.
 	Timers = relocation.Timers
-	// TLSFromDir loads ca.pem, node.pem and node-key.pem from a directory.
+	// TLSFromDir loads ca.pem, <name>.pem and <name>-key.pem from a
+	// directory, as `make certs` writes them.
 	TLSFromDir = meshnode.TLSFromDir
 	// ClientRemoteOptions are the remote options of a process that is no
 	// roam node (a client) talking to nodes that use TLS.
@@ -210,6 +211,7 @@ type options struct {
 	port       int
 	advertised string
 	tls        *TLS
+	plainTCP   bool
 	remoteOpts []remote.ConfigOption
 	logger     *zerolog.Logger
 	leaseTTL   time.Duration
@@ -281,9 +283,16 @@ func WithAdvertisedHost(hostPort string) Option { return func(o *options) { o.ad
 func WithChunkLinkPort(port int) Option { return func(o *options) { o.chunkLinkPort = &port } }
 
 // WithTLS makes every connection between nodes mutual TLS 1.3 with the
-// cluster CA's certificates. Default: plain TCP, where anyone who reaches
-// a node's port is trusted as a peer.
+// cluster CA's certificates, each node's naming the node. Default: plain
+// TCP, where anyone who reaches a node's port is trusted as a peer, which
+// a node accepts on loopback only unless WithPlainTCP says otherwise.
 func WithTLS(t *TLS) Option { return func(o *options) { o.tls = t } }
+
+// WithPlainTCP lets the node listen on an address other than loopback
+// without TLS. Any process that reaches its port is then taken for a
+// member, as with plain Proto.Actor: use it only on a network that only
+// your own processes reach. Without it, such a node does not start.
+func WithPlainTCP() Option { return func(o *options) { o.plainTCP = true } }
 
 // WithRemoteOptions are passed to Proto.Actor's remote.Configure.
 func WithRemoteOptions(opts ...remote.ConfigOption) Option {
@@ -462,7 +471,7 @@ func DefaultLogger(w io.Writer) zerolog.Logger {
 // remote was configured otherwise.
 func (r *Roam) RemoteConfig(host string, port int, opts ...remote.ConfigOption) (*remote.Config, error) {
 	return meshnode.RemoteConfig(r.system, host, port, meshnode.RemoteOptions{
-		Logger: r.log, TLS: r.o.tls, AdvertisedHost: r.o.advertised, Options: append(slices.Clone(r.o.remoteOpts), opts...),
+		Logger: r.log, TLS: r.o.tls, PlainTCP: r.o.plainTCP, AdvertisedHost: r.o.advertised, Options: append(slices.Clone(r.o.remoteOpts), opts...),
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation"
@@ -411,7 +412,9 @@ func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op s
 	}
 	if err != nil {
 		m.refused("Spot command", to.Address, err.Error())
-		m.sys.Root.Send(to, failure(peerRefusal("the command's source", err)))
+		out := failure(peerRefusal("the command's source", err))
+		out.OperationId = op
+		m.sys.Root.Send(to, out)
 		return
 	}
 	m.reply(to, op, run)
@@ -425,12 +428,16 @@ func (m *Manager) confirm(ctx context.Context, address, op string) error {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	dl, _ := ctx.Deadline()
-	res, err := m.sys.Root.RequestFuture(servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, time.Until(dl)).Result()
+	res, err := ask.Ask(ctx, m.sys, servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, time.Until(dl), ask.Question{
+		From: address, What: "command confirmation", Accept: func(msg any) bool {
+			c, ok := msg.(*messages.CommandConfirm)
+			return ok && c.GetOperationId() == op && bytes.Equal(c.GetNonce(), nonce)
+		}})
 	if err != nil {
 		return fmt.Errorf("%w: confirm the command with its source: %w", roamerr.ErrUnavailable, err)
 	}
 	c, ok := res.(*messages.CommandConfirm)
-	if !ok || c.GetOperationId() != op || !bytes.Equal(c.GetNonce(), nonce) || !c.GetPending() {
+	if !ok || !c.GetPending() {
 		return fmt.Errorf("%w: the named source did not send this command", meshnode.ErrNotMember)
 	}
 	return nil
@@ -638,10 +645,14 @@ func (m *Manager) onHint(id string) {
 // barrier queues behind them, and a loaded node may take seconds.
 func (m *Manager) barrier(a authority) <-chan struct{} {
 	pid := a.pid()
-	f := m.sys.Root.RequestFuture(pid, &messages.RouteBarrier{}, barrierTimeout)
 	lost := m.lostSignal(pid.Address)
 	answered := make(chan struct{})
-	go func() { _, _ = f.Result(); close(answered) }()
+	go func() {
+		// The answer comes from wherever the route ends (Message Follow),
+		// so from any node.
+		_, _ = ask.Ask(context.Background(), m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{What: "route barrier", Accept: isBarrier})
+		close(answered)
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -652,6 +663,9 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 	}()
 	return done
 }
+
+// isBarrier: a route barrier is answered with itself.
+func isBarrier(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }
 
 // drainRoute sends a RouteBarrier down an old route and waits for its
 // answer (or barrierTimeout, or ctx): everything this node sent on that

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -327,8 +328,13 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 	// (CommandConfirm): it is pending while this call waits.
 	m.pendingOps.Store(op, struct{}{})
 	defer m.pendingOps.Delete(op)
-	res, err := m.sys.Root.RequestFuture(servicePID(address), cmd, time.Until(dl)).Result()
+	res, err := ask.Ask(ctx, m.sys, servicePID(address), cmd, time.Until(dl), ask.Question{From: address, What: "Spot command", Accept: func(msg any) bool {
+		r, ok := msg.(*messages.SpotReply)
+		return ok && r.GetOperationId() == op
+	}})
 	switch {
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, fmt.Errorf("%w: no command 20 from %s: %w", roamerr.ErrDeadlineExceeded, address, err)
 	case errors.Is(err, actor.ErrTimeout):
 		return nil, fmt.Errorf("%w: no command 20 from %s", roamerr.ErrDeadlineExceeded, address)
 	case err != nil:

@@ -56,7 +56,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
 	rooms := flag.Int("rooms", 10, "rooms")
 	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk")
-	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, node.pem and node-key.pem (make certs)")
+	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, a certificate per node (<name>.pem) and client.pem (make certs)")
 	flag.DurationVar(&postEvery, "post-every", 0, "how often each bot posts (default 2ms; 25ms with --director, so that users' Actors are idle between posts and the director's idle-only moves find them so)")
 	flag.StringVar(&fault, "fault", "kill", "the fault in the middle of the run: kill (SIGKILL node-2, or stop it without a word in this process) | consul-pause (SIGSTOP the Consul this demo started, for --pause)")
 	flag.DurationVar(&storePause, "pause", 25*time.Second, "how long --fault consul-pause pauses Consul (past the nodes' lease TTL: every lifecycle ends)")
@@ -232,7 +232,7 @@ func (c *inProcess) startNode(ctx context.Context, name string) (*roam.Roam, err
 	// The demo's end stops every node at once: nowhere to drain to.
 	// restart drains explicitly.
 	opts := []roam.Option{roam.WithStore(c.locs), roam.WithNodeName(name), roam.WithKinds(chat.Kinds()...),
-		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, "node")), roam.WithDrainOnStop(false)}
+		roam.WithLogger(c.log), roam.WithTLS(roam.TLSFromDir(tlsDir, name)), roam.WithDrainOnStop(false)}
 	if director {
 		opts = append(opts, roam.WithPlacement(placementConfig(c.nodeName)))
 	}
@@ -602,7 +602,7 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	gateways := c.gateways()
 	silent := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return silent }))
-	opts, err := roam.ClientRemoteOptions(roam.TLSFromDir(tlsDir, "node"), "127.0.0.1")
+	opts, err := roam.ClientRemoteOptions(roam.TLSFromDir(tlsDir, "client"), "127.0.0.1")
 	if err != nil {
 		return err
 	}

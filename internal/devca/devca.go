@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -51,10 +52,24 @@ func New(name string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
-// Issue makes a certificate for a node (server and client
-// authentication) naming hosts (IPs or DNS names); it returns the
-// certificate and key in PEM.
+// NodeURI is the subject alternative name (a URI) by which a certificate
+// names the roam node it is for.
+func NodeURI(node string) string { return "urn:roam:node:" + node }
+
+// Issue makes a certificate (server and client authentication) naming
+// hosts (IPs or DNS names) and no roam node: a client's, or another
+// service's; it returns the certificate and key in PEM.
 func (ca *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(name, "", hosts)
+}
+
+// IssueNode makes the certificate of roam node node, naming it (NodeURI)
+// and hosts.
+func (ca *CA) IssueNode(node string, hosts ...string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(node, node, hosts)
+}
+
+func (ca *CA) issue(name, node string, hosts []string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -66,6 +81,13 @@ func (ca *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err e
 		NotAfter:     time.Now().Add(10 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if node != "" {
+		u, err := url.Parse(NodeURI(node))
+		if err != nil {
+			return nil, nil, fmt.Errorf("node name %q: %w", node, err)
+		}
+		tmpl.URIs = []*url.URL{u}
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -89,12 +111,22 @@ func (ca *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err e
 type Files struct{ CA, Cert, Key string }
 
 // WriteNode writes ca.pem and <name>.pem / <name>-key.pem into dir (made
-// if missing) for a node certificate naming hosts.
+// if missing): the certificate of roam node name, naming hosts.
 func (ca *CA) WriteNode(dir, name string, hosts ...string) (Files, error) {
+	return ca.write(dir, name, name, hosts)
+}
+
+// WriteClient writes ca.pem and <name>.pem / <name>-key.pem into dir (made
+// if missing): a certificate naming hosts and no roam node.
+func (ca *CA) WriteClient(dir, name string, hosts ...string) (Files, error) {
+	return ca.write(dir, name, "", hosts)
+}
+
+func (ca *CA) write(dir, name, node string, hosts []string) (Files, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Files{}, err
 	}
-	cert, key, err := ca.Issue(name, hosts...)
+	cert, key, err := ca.issue(name, node, hosts)
 	if err != nil {
 		return Files{}, err
 	}

@@ -3,10 +3,13 @@ package meshnode
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -36,15 +40,15 @@ var ControlActors = []string{"roam/relocation", "roam/spot", "roam/session"}
 // server guards first, so the application's options add to them instead
 // of dropping them (an option given later wins); with TLS, the transport
 // credentials last, so nothing an application passes can turn them off.
-func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSystem, limitOf func(string) int, server, client credentials.TransportCredentials) {
+func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSystem, hooks *remoteHooks, server, client credentials.TransportCredentials) {
 	tlsOn := server != nil
 	rcfg.ServerOptions = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
-		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys)),
+		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys, hooks)),
 	}, rcfg.ServerOptions...)
 	rcfg.DialOptions = append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
-		grpc.WithChainStreamInterceptor(splitFrames(log, sys, limitOf)),
+		grpc.WithChainStreamInterceptor(splitFrames(log, sys, hooks.limitOf)),
 	}, rcfg.DialOptions...)
 	rcfg.CallOptions = append([]grpc.CallOption{grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)}, rcfg.CallOptions...)
 	if tlsOn {
@@ -80,16 +84,18 @@ func guardUnary(log zerolog.Logger) grpc.UnaryServerInterceptor {
 // guardStream checks every frame a peer sends before Proto.Actor decodes
 // it (CheckRemoteMessage) and ends the stream on the first bad one; with
 // TLS it also requires the connection's certificate to name the host of
-// every address the peer speaks for. A handler that panics anyway ends
-// its stream with Internal, logged, instead of the process.
-func guardStream(log zerolog.Logger, tlsOn bool, sys *actor.ActorSystem) grpc.StreamServerInterceptor {
+// the address the peer connects as, and the node the store has there
+// before the peer may speak to a control actor or answer a question. A
+// handler that panics anyway ends its stream with Internal, logged,
+// instead of the process.
+func guardStream(log zerolog.Logger, tlsOn bool, sys *actor.ActorSystem, hooks *remoteHooks) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
 				err = panicked(log, info.FullMethod, r)
 			}
 		}()
-		g := &guardedStream{ServerStream: ss, log: log, self: sys.Address}
+		g := &guardedStream{ServerStream: ss, log: log, self: sys.Address, hooks: hooks}
 		if tlsOn {
 			g.leaf = peerCertificate(ss.Context())
 			if g.leaf == nil {
@@ -119,9 +125,16 @@ var frameRefusedLog ratelog.Limiter
 
 type guardedStream struct {
 	grpc.ServerStream
-	log  zerolog.Logger
-	leaf *x509.Certificate // the peer's certificate, with TLS
-	self func() string     // this node's address
+	log   zerolog.Logger
+	leaf  *x509.Certificate // the peer's certificate, with TLS
+	self  func() string     // this node's address
+	hooks *remoteHooks
+	// declared is the address the peer connected as (its connect
+	// request's), "" before it said; with TLS, one its certificate names.
+	declared string
+	// identified: with TLS, the certificate names the node the store has
+	// at declared (checked once per stream, when it first matters).
+	identified bool
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
@@ -134,9 +147,22 @@ func (g *guardedStream) RecvMsg(m any) error {
 	}
 	err := CheckRemoteMessage(rm)
 	if err == nil && g.leaf != nil {
-		err = g.certified(rm)
+		if err = g.certified(rm); err != nil {
+			// Answers to this node's questions in the frame are refused
+			// with it, and counted as such.
+			b := rm.GetMessageBatch()
+			for _, e := range b.GetEnvelopes() {
+				if id := b.Targets[e.Target].GetId(); ask.IsRoute(id) {
+					_, what, _ := ask.Expected(id)
+					ask.Refuse(what, "its connection does not speak for the node asked")
+				}
+			}
+		}
 	}
 	if err == nil {
+		if sc := rm.GetConnectRequest().GetServerConnection(); sc != nil {
+			g.declared = sc.GetAddress()
+		}
 		g.dropRefused(rm.GetMessageBatch())
 	}
 	if err != nil {
@@ -158,7 +184,10 @@ func (g *guardedStream) RecvMsg(m any) error {
 //     stop, and the next send to a new peer panics the process;
 //   - a message for another node's actor: Proto.Actor would pass it on
 //     from this node, so a peer could speak through it to a third node
-//     (whose certificate check would then end this node's stream there).
+//     (whose certificate check would then end this node's stream there);
+//   - an answer to a question this node asked (package ask) that no
+//     question waits for, or that comes from a connection of another
+//     node than the one asked: forged, replayed or misdirected.
 func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 	if b == nil {
 		return
@@ -172,6 +201,10 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			why = "a stop from a peer"
 		case target.GetAddress() != g.self():
 			why = "a message for another node, to pass on"
+		case ask.IsRoute(target.GetId()):
+			if why = g.answerRefused(target.GetId()); why != "" {
+				continue // counted and logged by ask
+			}
 		}
 		if why == "" {
 			kept = append(kept, e)
@@ -183,27 +216,92 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 	b.Envelopes = kept
 }
 
+// answerRefused says why an answer to the question at reply route id may
+// not come over this stream, "" if it may: a question waits there, and
+// the stream is a connection of the node asked.
+func (g *guardedStream) answerRefused(id string) string {
+	from, what, waiting := ask.Expected(id)
+	why := ""
+	switch {
+	case !waiting:
+		what, why = "unknown", "no question waits for it (late, repeated or forged)"
+	case from != "" && g.declared != from:
+		why = "it came from another node than the one asked"
+	}
+	if why != "" {
+		ask.Refuse(what, why)
+	}
+	return why
+}
+
 // messageRefusedLog limits remote_message_refused lines.
 var messageRefusedLog ratelog.Limiter
 
 // certified checks, with TLS, the addresses a frame speaks for: the one a
-// connect request declares, and the sender of every message to a control
-// actor.
+// connect request declares must be on a host the certificate names; a
+// message to a control actor must be sent from that address, and it, like
+// an answer to a question, needs the certificate to name the node the
+// store has there (identify).
 func (g *guardedStream) certified(rm *remote.RemoteMessage) error {
 	if sc := rm.GetConnectRequest().GetServerConnection(); sc != nil && !certifiedFor(g.leaf, sc.GetAddress()) {
 		return fmt.Errorf("the peer's certificate does not name the host of %s, the address it connects as", sc.GetAddress())
 	}
 	b := rm.GetMessageBatch()
 	for _, e := range b.GetEnvelopes() {
-		if !isControlActor(b.Targets[e.Target].GetId()) || e.Sender == 0 {
+		target := b.Targets[e.Target].GetId()
+		control := isControlActor(target) && e.Sender != 0
+		if !control && !ask.IsRoute(target) {
 			continue
 		}
-		if s := b.Senders[e.Sender-1]; !certifiedFor(g.leaf, s.GetAddress()) {
-			return fmt.Errorf("the peer's certificate does not name the host of %s, the sender of a control message", s.GetAddress())
+		if control {
+			if s := b.Senders[e.Sender-1]; s.GetAddress() != g.declared {
+				return fmt.Errorf("a control message's sender %s is not the address the peer connects as", s.GetAddress())
+			}
+		}
+		if err := g.identify(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
+
+// identify checks, once per stream, that the peer's certificate names the
+// node the Location Store has at the address the peer connects as. When
+// the store cannot answer, the last descriptor read for that address
+// decides: a store outage must not cut the members off each other.
+func (g *guardedStream) identify() error {
+	if g.identified {
+		return nil
+	}
+	if g.declared == "" {
+		return errors.New("the peer spoke for a node before it connected as one")
+	}
+	named := certNodes(g.leaf)
+	if len(named) == 0 {
+		return errors.New("the peer's certificate names no roam node")
+	}
+	n := g.hooks.node.Load()
+	if n == nil {
+		return errors.New("this node is not started")
+	}
+	ctx, cancel := context.WithTimeout(g.Context(), identifyTimeout)
+	defer cancel()
+	d, err := n.PeerAt(ctx, g.declared)
+	if err != nil && !errors.Is(err, ErrNotMember) {
+		d = n.members.lastKnown(g.declared)
+	}
+	switch {
+	case d == nil && err != nil:
+		return fmt.Errorf("the node at %s could not be checked: %w", g.declared, err)
+	case !slices.Contains(named, d.GetName()):
+		return fmt.Errorf("the peer's certificate names node(s) %q, the node at %s is %q", named, g.declared, d.GetName())
+	}
+	g.identified = true
+	return nil
+}
+
+// identifyTimeout bounds the store read that identifies a peer.
+const identifyTimeout = 5 * time.Second
 
 func isControlActor(id string) bool {
 	for _, n := range ControlActors {

@@ -268,3 +268,11 @@ func (n *Node) peerFrameBytes(address string) int {
 	}
 	return MaxFrameBytes
 }
+
+// lastKnown is the descriptor last read for address, however old; nil if
+// none was.
+func (m *members) lastKnown(address string) *location.NodeDescriptor {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seen[address].desc
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -55,7 +56,8 @@ type Config struct {
 	// roamerr.ErrAlreadyExists; a crashed node's name is free once the
 	// store ended its lease) and kept across restarts, unlike its RID:
 	// Relocate takes it as the target. Default: none (Relocate then takes
-	// the node's RID or address).
+	// the node's RID or address). With TLS the certificate must name it
+	// (TLS), and a node without one takes the name its certificate names.
 	Name string
 	// Host and Port the remote listens on. Default 127.0.0.1, port 0 (a
 	// free port, chosen by the OS).
@@ -90,6 +92,10 @@ type Config struct {
 	// Without it any process that reaches the node's port is trusted as a
 	// peer (docs/SECURITY.md). Default: nil (plain TCP).
 	TLS *TLS
+	// PlainTCP lets the node listen on an address other than loopback
+	// without TLS, where any process that reaches its port is taken for a
+	// member (docs/SECURITY.md). Without it, such a node does not start.
+	PlainTCP bool
 	// RemoteOptions are passed to Proto.Actor's remote. roam's frame
 	// limits, guards and TLS credentials apply whatever they set.
 	RemoteOptions []remote.ConfigOption
@@ -159,6 +165,17 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: entry prefix %q", location.ErrInvalid, c.EntryPrefix)
 	}
 	return nil
+}
+
+// tlsName settles, with TLS, the name the node runs under: a node's TLS
+// identity is its name, which its certificate must name.
+func (c *Config) tlsName(link LinkSettings) error {
+	if link.Server == nil {
+		return nil
+	}
+	name, err := tlsNodeName(c.Name, link.Nodes)
+	c.Name = name
+	return err
 }
 
 func containsEntryMarker(s string) bool {
@@ -236,16 +253,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	)
 	if t := cfg.Attach; t != nil {
 		system, r, pc, node, link = t.system, t.remote, t.pc, &t.hooks.node, t.hooks.link
+		if err := cfg.tlsName(link); err != nil {
+			return nil, err
+		}
 	} else {
 		system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(&zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel})
 		}))
-		rcfg, err := RemoteConfig(system, cfg.Host, cfg.Port, RemoteOptions{Logger: *cfg.Logger, TLS: cfg.TLS, AdvertisedHost: cfg.AdvertisedHost, Options: cfg.RemoteOptions})
+		rcfg, err := RemoteConfig(system, cfg.Host, cfg.Port, RemoteOptions{Logger: *cfg.Logger, TLS: cfg.TLS, PlainTCP: cfg.PlainTCP, AdvertisedHost: cfg.AdvertisedHost, Options: cfg.RemoteOptions})
 		if err != nil {
 			return nil, err
 		}
 		hooks, _ := guardedConfigs.LoadAndDelete(rcfg) // the node's own: nobody else attaches to it
 		node, link = &hooks.(*remoteHooks).node, hooks.(*remoteHooks).link
+		if err := cfg.tlsName(link); err != nil {
+			return nil, err
+		}
 		if p := cfg.ProtoCluster; p != nil {
 			name := p.Name
 			if name == "" {
@@ -293,10 +316,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		LeaseTtlSeconds: uint32(cfg.LeaseTTL / time.Second),
 	}
 	n.members = newMembers(cfg.Store)
+	ask.SetLogger(*cfg.Logger)
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
 	n.base = time.Now()
 	claimSent := n.base
-	ls, err := cfg.Store.ClaimNode(ctx, n.desc, cfg.LeaseTTL)
+	ls, err := n.claim(ctx, &claimSent)
 	if err != nil {
 		if !n.attached {
 			n.shutdownTransport()
@@ -325,6 +349,56 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go n.leaseLoop()
 	return n, nil
 }
+
+// claim claims the node's descriptor and Entry Spot, retrying within ctx
+// while the store is unavailable or the outcome is indeterminate (a Consul
+// agent refuses sessions for a moment after a leader election: "Missing
+// node registration"). Each retry claims under a new identity (RID,
+// generation, Entry Spot), since an indeterminate claim may have written
+// the last one; for the same reason, the node's name, which such a claim
+// would hold until its lease ended, is retried for one lease TTL after an
+// indeterminate attempt. *sent is when the claim that succeeded was sent.
+func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// A store that stays unavailable (a wrong address) fails the
+		// start after a while rather than never.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, claimPatience)
+		defer cancel()
+	}
+	var unsure time.Time // the last indeterminate attempt
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		*sent = time.Now()
+		ls, err := n.cfg.Store.ClaimNode(ctx, n.desc, n.cfg.LeaseTTL)
+		retry := errors.Is(err, location.ErrUnavailable) || errors.Is(err, location.ErrIndeterminate) ||
+			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && time.Since(unsure) < n.cfg.LeaseTTL+time.Second
+		if err == nil || !retry || ctx.Err() != nil {
+			return ls, err
+		}
+		if errors.Is(err, location.ErrIndeterminate) {
+			// The claim may hold the name: give it back if it does.
+			unsure = time.Now()
+			if v, rerr := n.cfg.Store.ReadNode(ctx, location.NodeKeyOf(n.desc)); rerr == nil && v.Node.GetNodeGeneration() == n.desc.NodeGeneration {
+				_ = n.cfg.Store.ReleaseNode(ctx, v.Node)
+			}
+		}
+		n.log.Warn().Str("event", "node_claim_retry").Err(err).Dur("retry_in", wait).
+			Msg("the Location Store did not take the node's claim; retrying under a new identity")
+		select {
+		case <-ctx.Done():
+			return location.Lease{}, err
+		case <-time.After(wait):
+		}
+		n.desc.NodeRid, n.desc.NodeGeneration = uuid.NewString(), uint64(time.Now().UnixNano())
+		n.desc.EntrySpotId = NewEntrySpotID(n.cfg.EntryPrefix)
+		n.log = n.cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
+	}
+}
+
+// claimPatience is how long Start retries its claim when its context has
+// no deadline: past a Consul leader election, whose agents refuse new
+// sessions for a few seconds.
+const claimPatience = 30 * time.Second
 
 // MaxFrameBytes is the largest gRPC message a node sends or accepts. The
 // endpoint writer batches up to 1,000 messages into one frame and gRPC drops

@@ -1,6 +1,7 @@
 package meshnode_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/meshnode"
@@ -193,9 +195,16 @@ func TestStartFailsWhenClaimFails(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	require.NoError(t, l.Close())
 
-	f.Inject(faulty.Unavailable)
-	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: f, Port: port})
+	// A store that stays unavailable for the start's context.
+	for range 1000 {
+		f.Inject(faulty.Unavailable)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = meshnode.Start(short, meshnode.Config{Store: f, Port: port})
 	require.ErrorIs(t, err, location.ErrUnavailable)
+	f, err = faulty.New(memstore.New(), faulty.Config{})
+	require.NoError(t, err)
 	// The failed start released its port: the next start binds it.
 	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, Port: port})
 	require.NoError(t, err)
@@ -208,4 +217,53 @@ func TestStartFailsWhenClaimFails(t *testing.T) {
 	require.ErrorIs(t, err, location.ErrInvalid)
 	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), LeaseTTL: 1500 * time.Millisecond})
 	require.True(t, errors.Is(err, location.ErrInvalid))
+}
+
+// A claim the store refuses for a moment, or whose outcome it cannot
+// tell (a Consul agent just after a leader election), is retried within
+// the start's context, under a new identity each time; a claim that was
+// applied after all gives its name back, so the node keeps it.
+func TestStartRetriesATransientlyRefusedClaim(t *testing.T) {
+	f, err := faulty.New(memstore.New(), faulty.Config{})
+	require.NoError(t, err)
+	f.InjectOn("claim node", faulty.Unavailable, faulty.IndeterminateApplied, faulty.IndeterminateLost)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, Name: "n1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	require.Equal(t, "n1", n.Name())
+	nodes, err := f.ListNodes(context.Background(), meshnode.DefaultMesh)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1, "the applied claim was given back")
+	require.Equal(t, n.Descriptor().GetNodeRid(), nodes[0].Node.GetNodeRid())
+}
+
+// A node started with a Consul server that is still electing its leader
+// (and then does not yet take sessions) starts once it does.
+func TestStartDuringAConsulElection(t *testing.T) {
+	fresh := consultest.StartWith(t, consultest.Options{Unready: true})
+	s, err := consulstore.New(consulstore.Config{Address: fresh.Addr, Prefix: "roam-election-test"})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	log := zerolog.New(&out)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: s, Logger: &log})
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), "node_claim_retry", "the claim met the election")
+	require.NoError(t, n.Stop(context.Background()))
+}
+
+// A node that would listen beyond loopback without TLS does not start
+// unless the application accepts plain TCP; on loopback it needs nothing.
+func TestPlainTCPBeyondLoopbackNeedsConsent(t *testing.T) {
+	_, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), Host: "0.0.0.0"})
+	require.ErrorIs(t, err, location.ErrInvalid)
+	require.ErrorContains(t, err, "WithTLS")
+	require.ErrorContains(t, err, "WithPlainTCP")
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), Host: "0.0.0.0", PlainTCP: true})
+	require.NoError(t, err)
+	require.NoError(t, n.Stop(context.Background()))
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		n, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), Host: host})
+		require.NoError(t, err, host)
+		require.NoError(t, n.Stop(context.Background()))
+	}
 }

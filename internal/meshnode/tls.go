@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
@@ -20,17 +22,20 @@ import (
 // connection only from a peer whose certificate the cluster CA signed, and
 // dials only peers whose certificate the CA signed for the host it dials.
 //
-// A node's identity is the host in its certificate (an IP or DNS subject
-// alternative name): a control message is accepted only when the sender
-// address it declares is on a host the connection's certificate names, so
-// one member cannot speak for a member on another host. Without TLS, any
-// process that can reach a node's port is trusted as far as the Location
-// Store allows (docs/SECURITY.md).
+// A node's identity is its name, which its certificate names (a URI
+// subject alternative name, NodeURI): a control message, or an answer to
+// a question the node asked, is accepted only over a connection whose
+// certificate names the node that the Location Store has at the address
+// the connection speaks for. So two nodes on one host cannot speak for
+// each other, and a client's certificate (naming no node) speaks for none.
+// Without TLS, any process that can reach a node's port is trusted as far
+// as the Location Store allows (docs/SECURITY.md).
 type TLS struct {
 	// CertFile and KeyFile are this node's certificate (PEM; its chain may
 	// follow it) and private key. The certificate must name the host peers
-	// dial (AdvertisedHost, else Host) and allow both server and client
-	// authentication.
+	// dial (AdvertisedHost, else Host) and the node (NodeURI of its name;
+	// a node without a name of its own takes the one its certificate
+	// names), and allow both server and client authentication.
 	CertFile, KeyFile string
 	// CAFile holds the PEM certificates of the cluster CA(s) that sign
 	// every member's certificate.
@@ -45,6 +50,43 @@ func (t *TLS) credentials(host string) (server, client credentials.TransportCred
 		return nil, nil, err
 	}
 	return credentials.NewTLS(sc), credentials.NewTLS(cc), nil
+}
+
+// NodeURI is the URI subject alternative name by which a certificate
+// names roam node name: "urn:roam:node:<name>".
+func NodeURI(name string) string { return nodeURIPrefix + name }
+
+const nodeURIPrefix = "urn:roam:node:"
+
+// certNodes are the roam nodes a certificate names.
+func certNodes(leaf *x509.Certificate) []string {
+	var out []string
+	for _, u := range leaf.URIs {
+		if s := u.String(); strings.HasPrefix(s, nodeURIPrefix) && len(s) > len(nodeURIPrefix) {
+			out = append(out, s[len(nodeURIPrefix):])
+		}
+	}
+	return out
+}
+
+// tlsNodeName is the name a node with TLS runs under: the one configured,
+// which its certificate must name, else the one its certificate names.
+func tlsNodeName(configured string, named []string) (string, error) {
+	how := "issue the node a certificate with the URI subject alternative name " + NodeURI("<name>") +
+		" (`make certs` writes one per demo node)"
+	switch {
+	case configured != "" && slices.Contains(named, configured):
+		return configured, nil
+	case configured != "" && len(named) == 0:
+		return "", fmt.Errorf("%w: cluster: the TLS certificate names no roam node, so it cannot speak for node %q: %s", location.ErrInvalid, configured, how)
+	case configured != "":
+		return "", fmt.Errorf("%w: cluster: the TLS certificate names node(s) %q, not %q", location.ErrInvalid, named, configured)
+	case len(named) == 1:
+		return named[0], nil
+	case len(named) == 0:
+		return "", fmt.Errorf("%w: cluster: the TLS certificate names no roam node: %s", location.ErrInvalid, how)
+	}
+	return "", fmt.Errorf("%w: cluster: the TLS certificate names several nodes (%q): give the node one of them as its name", location.ErrInvalid, named)
 }
 
 // configs are credentials' TLS configurations, which the chunk link uses

@@ -76,14 +76,18 @@ func TestMutualTLSServesOnlyTheClusterCA(t *testing.T) {
 	require.True(t, n.Valid())
 }
 
-// With TLS a control message's declared sender must be on a host the
-// connection's certificate names: a member certified for "localhost" may
-// speak as localhost:port, not as 127.0.0.1:port.
-func TestMutualTLSBindsControlSendersToTheCertificate(t *testing.T) {
+// With TLS a node's identity is its name, which its certificate names: a
+// peer may speak to a control actor only as the address it connected as,
+// and only if its certificate names the node the store has there. A
+// member's certificate on the same host does not speak for another
+// member; a client's (naming no node) speaks for none.
+func TestMutualTLSIdentityIsTheNodeNotTheHost(t *testing.T) {
 	ca, err := devca.New("cluster")
 	require.NoError(t, err)
-	n := tlsNode(t, ca)
-	client := dial(t, n.Address(), clientCreds(t, ca, ca, "localhost"))
+	store := memstore.New()
+	n := tlsNodeIn(t, ca, store, "n")
+	m := tlsNodeIn(t, ca, store, "m")
+	require.Equal(t, "m", m.Name(), "the name comes from the certificate")
 	batch := func(sender string) *remote.RemoteMessage {
 		return &remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{
 			TypeNames: []string{"roam.messages.RouteBarrier"},
@@ -92,26 +96,65 @@ func TestMutualTLSBindsControlSendersToTheCertificate(t *testing.T) {
 			Envelopes: []*remote.MessageEnvelope{{TypeId: 0, Target: 0, Sender: 1}},
 		}}}
 	}
+	connect := func(address string) *remote.RemoteMessage {
+		return &remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+			ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "x", Address: address}}}}}
+	}
+	// speak opens a stream with creds, connects as declared (unless
+	// empty) and sends a control message from sender; it returns how the
+	// stream ended.
+	speak := func(creds credentials.TransportCredentials, declared, sender string) error {
+		s, err := dial(t, n.Address(), creds).Receive(context.Background())
+		require.NoError(t, err)
+		if declared != "" {
+			require.NoError(t, s.Send(connect(declared)))
+		}
+		require.NoError(t, s.Send(batch(sender)))
+		require.NoError(t, s.CloseSend())
+		for {
+			if _, err := s.Recv(); err != nil {
+				return err
+			}
+		}
+	}
+	mallory := nodeCreds(t, ca, ca, "mallory", "127.0.0.1")
+	refused := func(err error, what string) {
+		t.Helper()
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", what, err)
+	}
+	refused(speak(mallory, "", m.Address()), "a control message before connecting")
+	refused(speak(mallory, "10.9.9.9:1", m.Address()), "connecting as a host the certificate does not name")
+	refused(speak(mallory, m.Address(), m.Address()), "another node's certificate on the same host")
+	refused(speak(clientCreds(t, ca, ca, "127.0.0.1"), m.Address(), m.Address()), "a client's certificate")
+	own := nodeCreds(t, ca, ca, "m", "127.0.0.1")
+	refused(speak(own, m.Address(), "127.0.0.1:1"), "a sender other than the address connected as")
+	require.ErrorIs(t, speak(own, m.Address(), m.Address()), io.EOF, "the node's own certificate speaks for it")
+}
 
-	forged, err := client.Receive(context.Background())
+// tlsNodeIn starts node name with mutual TLS under ca on store, its name
+// taken from its certificate.
+func tlsNodeIn(t *testing.T, ca *devca.CA, store location.Store, name string) *meshnode.Node {
+	t.Helper()
+	f, err := ca.WriteNode(t.TempDir(), name, "127.0.0.1")
 	require.NoError(t, err)
-	require.NoError(t, forged.Send(batch("127.0.0.1:1")))
-	_, err = forged.Recv()
-	require.Equal(t, codes.InvalidArgument, status.Code(err), "a sender the certificate does not name: %v", err)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: store,
+		TLS: &meshnode.TLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	return n
+}
 
-	connect, err := client.Receive(context.Background())
+// nodeCreds are the credentials of node name's certificate from issuer,
+// trusting the cluster CA for the server.
+func nodeCreds(t *testing.T, cluster, issuer *devca.CA, name string, hosts ...string) credentials.TransportCredentials {
+	t.Helper()
+	certPEM, keyPEM, err := issuer.IssueNode(name, hosts...)
 	require.NoError(t, err)
-	require.NoError(t, connect.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
-		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "x", Address: "127.0.0.1:1"}}}}}))
-	_, err = connect.Recv()
-	require.Equal(t, codes.InvalidArgument, status.Code(err), "connecting as an address the certificate does not name: %v", err)
-
-	own, err := client.Receive(context.Background())
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	require.NoError(t, own.Send(batch("localhost:1")))
-	require.NoError(t, own.CloseSend())
-	_, err = own.Recv()
-	require.ErrorIs(t, err, io.EOF, "its own host is accepted: %v", err)
+	pool := x509.NewCertPool()
+	pool.AddCert(cluster.Cert)
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13})
 }
 
 // A node refuses to start with a certificate its peers would refuse: one
@@ -134,4 +177,15 @@ func TestTLSConfigIsCheckedAtStart(t *testing.T) {
 	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(),
 		TLS: &meshnode.TLS{CertFile: foreign.Cert, KeyFile: foreign.Key, CAFile: own.CA}})
 	require.ErrorIs(t, err, location.ErrInvalid)
+
+	// The certificate must name the node: not another name, not none.
+	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), Name: "other",
+		TLS: &meshnode.TLS{CertFile: own.Cert, KeyFile: own.Key, CAFile: own.CA}})
+	require.ErrorIs(t, err, location.ErrInvalid)
+	client, err := ca.WriteClient(t.TempDir(), "client", "127.0.0.1")
+	require.NoError(t, err)
+	_, err = meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(),
+		TLS: &meshnode.TLS{CertFile: client.Cert, KeyFile: client.Key, CAFile: client.CA}})
+	require.ErrorIs(t, err, location.ErrInvalid)
+	require.ErrorContains(t, err, "names no roam node")
 }

@@ -1,10 +1,12 @@
 package meshnode
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -12,8 +14,10 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -48,12 +52,20 @@ type LinkSettings struct {
 	Host string
 	// Server and Client are the cluster's mutual TLS, nil without TLS.
 	Server, Client *tls.Config
+	// Nodes are the roam nodes this node's certificate names, with TLS.
+	Nodes []string
+	hooks *remoteHooks
 }
 
 // Certified reports whether a peer's verified certificate names the host
-// of the address it declares (as for every control message, with TLS).
-func (LinkSettings) Certified(leaf *x509.Certificate, address string) bool {
-	return certifiedFor(leaf, address)
+// of the address it declares and the node the Location Store has there
+// (as for every control message, with TLS).
+func (l LinkSettings) Certified(leaf *x509.Certificate, address string) bool {
+	if !certifiedFor(leaf, address) || l.hooks == nil {
+		return false
+	}
+	g := &guardedStream{ServerStream: nopStream{}, leaf: leaf, hooks: l.hooks, declared: address}
+	return g.identify() == nil
 }
 
 func (h *remoteHooks) limitOf(address string) int {
@@ -76,6 +88,9 @@ type RemoteOptions struct {
 	Logger zerolog.Logger
 	// TLS, if set, makes every connection mutual TLS (Config.TLS).
 	TLS *TLS
+	// PlainTCP accepts listening on an address other than loopback
+	// without TLS (Config.PlainTCP).
+	PlainTCP bool
 	// AdvertisedHost, if set, is the host:port peers dial.
 	AdvertisedHost string
 	// Options are passed to Proto.Actor's remote.Configure.
@@ -88,8 +103,14 @@ type RemoteOptions struct {
 // a Proto.Actor cluster passes it to cluster.Configure; Attach refuses a
 // cluster whose remote was configured otherwise.
 func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOptions) (*remote.Config, error) {
+	if o.TLS == nil && !o.PlainTCP && !loopback(host) {
+		return nil, fmt.Errorf("%w: cluster: a node listening on %q without TLS would take any process that reaches its port "+
+			"for a member; give it TLS (roam.WithTLS; `make certs` writes a test CA), or, on a network only your own processes "+
+			"reach, accept plain TCP (roam.WithPlainTCP)", location.ErrInvalid, net.JoinHostPort(host, strconv.Itoa(port)))
+	}
 	var serverCreds, clientCreds credentials.TransportCredentials
-	hooks := &remoteHooks{link: LinkSettings{Host: host}}
+	hooks := &remoteHooks{}
+	hooks.link = LinkSettings{Host: host, hooks: hooks}
 	if o.TLS != nil {
 		h := host
 		if o.AdvertisedHost != "" {
@@ -101,6 +122,7 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 		if hooks.link.Server, hooks.link.Client, err = o.TLS.configs(h); err != nil {
 			return nil, err
 		}
+		hooks.link.Nodes = certNodes(hooks.link.Server.Certificates[0].Leaf)
 		serverCreds, clientCreds = credentials.NewTLS(hooks.link.Server), credentials.NewTLS(hooks.link.Client)
 	}
 	// Proto.Actor sizes each peer connection's outgoing queue for a
@@ -109,7 +131,7 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 	// options come after and may set it back.
 	opts := append([]remote.ConfigOption{remote.WithEndpointWriterQueueSize(endpointWriterQueueSize)}, o.Options...)
 	rcfg := remote.Configure(host, port, opts...)
-	remoteOptions(rcfg, o.Logger, system, hooks.limitOf, serverCreds, clientCreds)
+	remoteOptions(rcfg, o.Logger, system, hooks, serverCreds, clientCreds)
 	if o.AdvertisedHost != "" {
 		rcfg.AdvertisedHost = o.AdvertisedHost
 	}
@@ -208,4 +230,35 @@ func (t *Transport) stop(unused bool) {
 			t.stopped.Store(unused)
 		}
 	})
+}
+
+// nopStream is the stream of an identity check made outside a gRPC
+// stream (the chunk link's).
+type nopStream struct{ grpc.ServerStream }
+
+func (nopStream) Context() context.Context { return context.Background() }
+
+// loopback reports whether host is reached only from this machine: a
+// loopback IP, or a name that resolves to loopback IPs only. An empty
+// host, or 0.0.0.0, listens on every interface.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	if host == "" {
+		return false
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }

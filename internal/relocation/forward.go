@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -90,16 +91,9 @@ func (d *Driver) askOwner(ctx context.Context, ownerAddress string, key location
 	}
 	req.Kind, req.Id = messages.AuthorityKind(key.Kind), key.ID
 	req.Requester, req.DeadlineUnixMillis = d.selfRef(), time.Now().Add(timeout).UnixMilli()
-	f := d.sys.Root.RequestFuture(PID(ownerAddress), req, timeout)
-	done := make(chan struct{})
-	var (
-		res any
-		err error
-	)
-	go func() { res, err = f.Result(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	res, err := ask.Ask(ctx, d.sys, PID(ownerAddress), req, timeout, ask.Question{From: ownerAddress, What: "forwarded move",
+		Accept: func(msg any) bool { _, ok := msg.(*messages.RelocateReply); return ok }})
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, fmt.Errorf("%w: %s %s at its owner %s: %w", roamerr.ErrDeadlineExceeded, what, key, ownerAddress, ctx.Err())
 	}
 	if err != nil {

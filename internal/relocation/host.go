@@ -10,6 +10,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
@@ -63,8 +64,11 @@ func ReplyRoute(first *messages.Envelope) *actor.PID {
 }
 
 // replyRoutePrefix starts the ID of a Spot request's reply route, which
-// names the request's deadline and operation id:
-// "future$roam-call.<deadline, Unix ms>.<operation id>". A request by Spot
+// names the request's deadline and operation id after 128 random bits:
+// "future$roam-call.<deadline, Unix ms>.<token>.<operation id>". The token
+// makes the route unguessable: operation ids are a per-process prefix and
+// a counter, so whoever saw one could name the next call's reply route
+// and answer it first (docs/SECURITY.md). A request by Spot
 // ID then travels without headers: Proto.Actor sends a header map with its
 // message and builds one on receipt, which made a call by Spot ID about 10
 // µs slower than the same call by PID on a 2-core machine (PROTOCOL.md
@@ -74,7 +78,7 @@ const replyRoutePrefix = "future$roam-call."
 // ReplyRouteID is the reply route ID of a request with this operation id
 // and deadline.
 func ReplyRouteID(operation string, deadline time.Time) string {
-	return replyRoutePrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + "." + operation
+	return replyRoutePrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + "." + ask.Token() + "." + operation
 }
 
 // requestOf is what a request says of its operation id and deadline: its
@@ -92,9 +96,10 @@ func requestOf(header actor.ReadonlyMessageHeader, sender *actor.PID) (operation
 	if sender == nil || !strings.HasPrefix(sender.Id, replyRoutePrefix) {
 		return operation, 0, false
 	}
-	d, op, found := strings.Cut(sender.Id[len(replyRoutePrefix):], ".")
+	d, rest, found := strings.Cut(sender.Id[len(replyRoutePrefix):], ".")
+	_, op, tokened := strings.Cut(rest, ".")
 	ms, err := strconv.ParseInt(d, 10, 64)
-	if !found || err != nil || op == "" {
+	if !found || !tokened || err != nil || op == "" {
 		return operation, 0, false
 	}
 	if operation == "" {

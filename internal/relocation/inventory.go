@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -143,7 +144,7 @@ func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind
 	if timeout <= 0 {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
 	}
-	res, err := d.sys.Root.RequestFuture(actor.NewPID(address, DriverName), q, timeout).Result()
+	res, err := ask.Ask(ctx, d.sys, actor.NewPID(address, DriverName), q, timeout, ask.Question{From: address, What: "load query", Accept: isCapabilityReply})
 	if err != nil {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: %v", roamerr.ErrUnavailable, address, err)
 	}

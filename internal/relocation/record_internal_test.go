@@ -60,7 +60,8 @@ func TestAReplyRouteNamesItsRequest(t *testing.T) {
 	require.Equal(t, route.Id, got.Sender.Id)
 	require.Equal(t, strconv.FormatInt(deadline.UnixMilli(), 10), got.GetHeader(HeaderDeadline))
 
-	for _, id := range []string{"future$12", "future$roam-call.", "future$roam-call.x.op", "future$roam-call.123", "future$roam-call.123.", "roam-call.123.op"} {
+	require.NotEqual(t, route.Id, ReplyRouteID("0a1b2c-3d", deadline), "a route is unguessable even to whoever saw its operation id")
+	for _, id := range []string{"future$12", "future$roam-call.", "future$roam-call.x.op", "future$roam-call.123", "future$roam-call.123.", "future$roam-call.123.op", "roam-call.123.op"} {
 		_, _, ok := requestOf(nil, actor.NewPID("127.0.0.1:1", id))
 		require.False(t, ok, id)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -139,9 +140,13 @@ func (d *Driver) drainHop(hop *actor.PID) {
 	if window <= 0 || window > redeliveryWindow {
 		window = redeliveryWindow
 	}
-	f := d.sys.Root.RequestFuture(hop, &messages.RouteBarrier{}, window)
 	answered := make(chan struct{})
-	go func() { _, _ = f.Result(); close(answered) }()
+	go func() {
+		// Answered where the route ends, on any node.
+		_, _ = ask.Ask(context.Background(), d.sys, hop, &messages.RouteBarrier{}, window, ask.Question{What: "route barrier",
+			Accept: func(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }})
+		close(answered)
+	}()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/ctxext"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -171,7 +172,8 @@ func (d *Driver) Edges(ctx context.Context, address string, max int) (placement.
 	if timeout <= 0 {
 		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
 	}
-	res, err := d.sys.Root.RequestFuture(PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout).Result()
+	res, err := ask.Ask(ctx, d.sys, PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout, ask.Question{From: address, What: "edge query",
+		Accept: func(msg any) bool { _, ok := msg.(*messages.EdgeReply); return ok }})
 	if err != nil {
 		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %v", roamerr.ErrUnavailable, address, err)
 	}

@@ -1,11 +1,13 @@
 package relocation
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -90,6 +92,10 @@ func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.Cap
 	return handoff.CapabilityAnswered{}, 0, nil, false
 }
 
+// isCapabilityReply: a capability or load query is answered with a
+// CapabilityReply.
+func isCapabilityReply(msg any) bool { _, ok := msg.(*messages.CapabilityReply); return ok }
+
 // askCapability sends one capability query for key. Its answer goes to
 // alone, or, when alone is nil, to every move waiting in asking[key].
 func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabilityWaiter) {
@@ -97,7 +103,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 		Source: d.selfRef(), WantTickets: 1 + spareTickets, ReturnedTickets: d.returning[key.address]}
 	delete(d.returning, key.address)
 	go func() {
-		res, err := d.sys.Root.RequestFuture(to, q, d.cfg.CapabilityTimeout).Result()
+		res, err := ask.Ask(context.Background(), d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{From: to.Address, What: "capability query", Accept: isCapabilityReply})
 		a := capabilityAnswer{at: time.Now()}
 		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,11 +25,14 @@ import (
 	"github.com/roamactors/roam/messages"
 )
 
+var tlsNodes atomic.Int64
+
 // startTLSNode starts a node with mutual TLS under ca and the given
 // remote options (an application's own, which must not undo roam's).
 func startTLSNode(t *testing.T, store location.Store, ca *devca.CA, kinds []relocation.Kind, opts ...remote.ConfigOption) *testNode {
 	t.Helper()
-	f, err := ca.WriteNode(t.TempDir(), "node", "127.0.0.1")
+	// A node's TLS identity is its name: each its own certificate.
+	f, err := ca.WriteNode(t.TempDir(), fmt.Sprintf("node-%d", tlsNodes.Add(1)), "127.0.0.1")
 	require.NoError(t, err)
 	return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), RemoteOptions: opts,
 		TLS: &meshnode.TLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}}, relocation.Config{Logger: testLogger()}, kinds...)

@@ -88,6 +88,11 @@ type Options struct {
 	// TLS, if set, makes the agent serve its HTTP API over HTTPS only
 	// (no plain HTTP port).
 	TLS *TLS
+	// Unready returns the server as soon as its process started, before
+	// it serves or has a leader: a client meets what it meets during a
+	// leader election (refused connections, "No cluster leader", then
+	// "Missing node registration" for a new session).
+	Unready bool
 }
 
 // TLS are the PEM files of an HTTPS-only agent (see NewPKI).
@@ -242,6 +247,9 @@ func launch(bin string, o Options, probe *http.Client) (*Server, error) {
 	s.Node, s.probe, s.token = node, probe, o.ManagementToken
 	if o.TLS != nil {
 		s.scheme = "https"
+	}
+	if o.Unready {
+		return s, nil
 	}
 	if err := s.waitLeader(60 * time.Second); err != nil {
 		s.Stop()

@@ -53,11 +53,11 @@ func newPKI(dir string) (PKI, error) {
 	if err != nil {
 		return PKI{}, err
 	}
-	server, err := ca.WriteNode(dir, "server", ServerName, "localhost", "127.0.0.1", "::1")
+	server, err := ca.WriteClient(dir, "server", ServerName, "localhost", "127.0.0.1", "::1")
 	if err != nil {
 		return PKI{}, fmt.Errorf("server certificate: %w", err)
 	}
-	client, err := ca.WriteNode(dir, "client")
+	client, err := ca.WriteClient(dir, "client")
 	if err != nil {
 		return PKI{}, fmt.Errorf("client certificate: %w", err)
 	}
