@@ -2,6 +2,8 @@ package spot_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/testwait"
@@ -92,4 +95,51 @@ func TestOutsiderSpotCommandsAreRefused(t *testing.T) {
 	closed, err := a.Spots().Close(ctx, res.Ref)
 	require.NoError(t, err)
 	require.True(t, closed)
+}
+
+// A flood of cold activations from one sender is held to the Spot
+// service's in-flight limit: past it each is answered capacity_exceeded
+// at once (not queued with its first message), the rest are judged — and
+// an outsider's refused — and the node serves on.
+func TestAnActivationFloodIsHeldToTheInFlightLimit(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	a := w.start(withKinds(w.cartKind("cart")), func(c *extension.Config) { c.Spot.InFlight = spot.InFlightLimits{PerPeer: 8} })
+	outsider, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = outsider.Stop(context.Background()) })
+
+	const flood = 300
+	futures := make([]*actor.Future, flood)
+	for i := range futures {
+		futures[i] = actor.NewFuture(outsider.System(), testwait.Patience(t))
+		env := &actor.MessageEnvelope{Message: wrapperspb.String("1"), Sender: futures[i].PID(),
+			Header: map[string]string{relocation.HeaderOperation: uuid.NewString()}}
+		first, err := relocation.ToWire("c", env)
+		require.NoError(t, err)
+		outsider.System().Root.RequestWithCustomSender(actor.NewPID(a.Node().Address(), spot.ServiceName), &messages.SpotActivation{
+			OperationId: env.Header.Get(relocation.HeaderOperation), RouteKind: 2, SpotId: fmt.Sprintf("crate-%d", i), StableType: "cart",
+			TargetNodeRid: a.NodeRid(), TargetNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
+			SourceNodeRid: a.NodeRid(), SourceNodeGeneration: a.Node().Descriptor().GetNodeGeneration(),
+			DeadlineUnixNanos: time.Now().Add(time.Minute).UnixNano(), First: first,
+		}, actor.NewPID(outsider.Address(), spot.ServiceName))
+	}
+	var full, denied int
+	for _, f := range futures {
+		reply, err := f.Result()
+		require.NoError(t, err)
+		switch err := relocation.DeliveryError(reply); {
+		case errors.Is(err, roamerr.ErrCapacityExceeded):
+			full++
+		case errors.Is(err, roamerr.ErrPermissionDenied):
+			denied++
+		default:
+			t.Fatalf("an outsider's activation answered %v", err)
+		}
+	}
+	require.Positive(t, full, "the flood went past the limit")
+	require.Positive(t, denied, "activations within the limit were judged")
+	require.Zero(t, w.count("cart").Load(), "no factory ran")
+	_, err = request(t, a, "crate-0", "1", "cart")
+	require.NoError(t, err, "the node serves on")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/ask"
@@ -51,6 +52,36 @@ type Config struct {
 	// MeterProvider receives roam.spot.calls, .operations and .activation.
 	// Default: OpenTelemetry's global provider.
 	MeterProvider metric.MeterProvider
+	// InFlight bounds the cold activations and Spot commands (create,
+	// close) the node's Spot service holds at once.
+	InFlight InFlightLimits
+}
+
+// InFlightLimits bound what other nodes — or a process claiming to be one
+// — can make a node's Spot service hold at once: each cold activation
+// carries its first message, each command a goroutine. One past a limit
+// is answered capacity_exceeded (a caller may retry) and counted as
+// refused.
+type InFlightLimits struct {
+	// PerPeer bounds those of one sender address. Default 256.
+	PerPeer int
+	// Total bounds them all. Default 4,096.
+	Total int
+	// Bytes bounds the activations' first messages in all. Default 256 MiB.
+	Bytes int64
+}
+
+func (l InFlightLimits) withDefaults() InFlightLimits {
+	if l.PerPeer <= 0 {
+		l.PerPeer = 256
+	}
+	if l.Total <= 0 {
+		l.Total = 4096
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = 256 << 20
+	}
+	return l
 }
 
 func (c *Config) setDefaults() error {
@@ -71,6 +102,7 @@ func (c *Config) setDefaults() error {
 		nop := zerolog.Nop()
 		c.Logger = &nop
 	}
+	c.InFlight = c.InFlight.withDefaults()
 	return nil
 }
 
@@ -127,6 +159,7 @@ type Manager struct {
 	resultsSwept time.Time
 	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
 	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
+	inFlight     inFlight                      // activations and commands held, by sender
 	watches      map[watchKey]*sharedWatch
 	// recovering counts, per ended owner's object, the recovery passes
 	// that found it waiting (RecoverEnded, recoversNow).
@@ -206,21 +239,22 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		return nil, err
 	}
 	m := &Manager{
-		met:     met,
-		d:       d,
-		store:   d.Store(),
-		roots:   roots,
-		sys:     d.System(),
-		desc:    d.Descriptor(),
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
-		cache:   newRouteCache(cfg.Routes.RouteCacheMaxAge),
-		results: map[string]*retained{},
-		keyLock: map[string]*keyLock{},
-		queues:  map[string][]queuedActivation{},
-		watches: map[watchKey]*sharedWatch{},
-		lost:    map[string]chan struct{}{},
-		stop:    make(chan struct{}),
+		met:      met,
+		d:        d,
+		store:    d.Store(),
+		roots:    roots,
+		sys:      d.System(),
+		desc:     d.Descriptor(),
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:    newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results:  map[string]*retained{},
+		keyLock:  map[string]*keyLock{},
+		queues:   map[string][]queuedActivation{},
+		inFlight: inFlight{limits: cfg.InFlight, perPeer: map[string]int{}},
+		watches:  map[watchKey]*sharedWatch{},
+		lost:     map[string]chan struct{}{},
+		stop:     make(chan struct{}),
 	}
 	// The node's own store: m.store is its lease-fenced view, which does
 	// not say.
@@ -378,14 +412,18 @@ func servicePID(address string) *actor.PID { return actor.NewPID(address, Servic
 func (m *Manager) receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *messages.SpotActivation:
-		m.enqueueActivation(msg, c.Sender())
+		size := int64(proto.Size(msg))
+		if !m.inFlight.admit(c.Sender().GetAddress(), size) {
+			m.refused("Spot activation", c.Sender().GetAddress(), "past the node's in-flight limit")
+			relocation.RespondFailure(m.sys, relocation.ReplyRoute(msg.GetFirst()), msg.GetSpotId(), errInFlight)
+			return
+		}
+		m.enqueueActivation(msg, c.Sender(), size)
 	case *messages.UserSpotCreate:
-		sender := c.Sender()
-		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+		m.runCommand(c.Sender(), msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
 			func() *messages.SpotReply { return m.onCreate(msg) })
 	case *messages.UserSpotClose:
-		sender := c.Sender()
-		go m.replyMember(sender, msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
+		m.runCommand(c.Sender(), msg.GetSourceNodeRid(), msg.GetSourceNodeGeneration(), msg.GetOperationId(),
 			func() *messages.SpotReply { return m.onClose(msg) })
 	case *messages.RouteHint:
 		m.onHint(msg.GetSpotId())
@@ -536,14 +574,36 @@ func (m *Manager) lockKey(id string) func() {
 	}
 }
 
+// errInFlight answers an activation or command past InFlightLimits.
+var errInFlight = fmt.Errorf("%w: the node holds as many activations and commands from its peers as it takes; retry", roamerr.ErrCapacityExceeded)
+
+// runCommand runs a Spot command from another node on a goroutine of its
+// own, within the in-flight limits.
+func (m *Manager) runCommand(sender *actor.PID, rid string, generation uint64, op string, run func() *messages.SpotReply) {
+	if !m.inFlight.admit(sender.GetAddress(), 0) {
+		m.refused("Spot command", sender.GetAddress(), "past the node's in-flight limit")
+		if sender != nil {
+			out := failure(errInFlight)
+			out.OperationId = op
+			m.sys.Root.Send(sender, out)
+		}
+		return
+	}
+	go func() {
+		defer m.inFlight.release(sender.GetAddress(), 0)
+		m.replyMember(sender, rid, generation, op, run)
+	}()
+}
+
 // enqueueActivation queues a SpotActivation behind the earlier ones for the
 // same Spot ID: one goroutine per ID handles them in arrival order, so a
-// caller's messages to a Spot being activated keep their order.
-func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID) {
+// caller's messages to a Spot being activated keep their order. It holds
+// size bytes of the in-flight limits until handled.
+func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID, size int64) {
 	id := a.GetSpotId()
 	m.mu.Lock()
 	q, running := m.queues[id]
-	m.queues[id] = append(q, queuedActivation{a, from})
+	m.queues[id] = append(q, queuedActivation{a, from, size})
 	m.mu.Unlock()
 	if running {
 		return
@@ -565,9 +625,11 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID)
 				// The caller learns it at once, typed (a node whose lease
 				// ended, say), instead of waiting out its deadline.
 				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id, peerRefusal("the activation's sender", err))
+				m.inFlight.release(next.from.GetAddress(), next.size)
 				continue
 			}
 			m.onActivation(next.a)
+			m.inFlight.release(next.from.GetAddress(), next.size)
 		}
 	}()
 }
@@ -577,6 +639,39 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID)
 type queuedActivation struct {
 	a    *messages.SpotActivation
 	from *actor.PID
+	size int64 // held of the in-flight limits
+}
+
+// inFlight counts the activations and commands the Spot service holds,
+// by sender address (InFlightLimits).
+type inFlight struct {
+	limits  InFlightLimits
+	mu      sync.Mutex
+	perPeer map[string]int
+	total   int
+	bytes   int64
+}
+
+func (f *inFlight) admit(peer string, size int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.perPeer[peer] >= f.limits.PerPeer || f.total >= f.limits.Total || f.bytes > 0 && f.bytes+size > f.limits.Bytes {
+		return false
+	}
+	f.perPeer[peer]++
+	f.total++
+	f.bytes += size
+	return true
+}
+
+func (f *inFlight) release(peer string, size int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.perPeer[peer]--; f.perPeer[peer] <= 0 {
+		delete(f.perPeer, peer)
+	}
+	f.total--
+	f.bytes -= size
 }
 
 // fromMember accepts a SpotActivation only from a live node of the mesh: the

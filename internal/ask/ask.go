@@ -33,6 +33,7 @@ import (
 
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // RoutePrefix starts the ID of every question's reply route. It starts
@@ -63,6 +64,12 @@ type Question struct {
 // actor.ErrDeadLetter when the target does not exist; ctx's error when
 // ctx ended first.
 func Ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, timeout time.Duration, q Question) (any, error) {
+	if waitingN.Add(1) > MaxWaiting {
+		waitingN.Add(-1)
+		Refuse(q.What, "past the process's limit of questions waiting")
+		return nil, fmt.Errorf("%w: %d questions already wait for their answers", roamerr.ErrCapacityExceeded, MaxWaiting)
+	}
+	defer waitingN.Add(-1)
 	p := &route{q: q, ch: make(chan any, 1)}
 	id := RoutePrefix + Token()
 	pid, ok := sys.ProcessRegistry.Add(p, id)
@@ -104,11 +111,11 @@ type route struct {
 func (p *route) SendUserMessage(_ *actor.PID, message any) {
 	_, msg, _ := actor.UnwrapEnvelope(message)
 	if !p.answers(msg) {
-		refuse(p.q.What, "not an answer to the question asked")
+		Refuse(p.q.What, "not an answer to the question asked")
 		return
 	}
 	if !p.done.CompareAndSwap(false, true) {
-		refuse(p.q.What, "a second answer")
+		Refuse(p.q.What, "a second answer")
 		return
 	}
 	p.ch <- msg
@@ -124,9 +131,16 @@ func (p *route) answers(msg any) bool {
 
 // SendSystemMessage: a reply route watches nothing and is watched by
 // nobody; a system message to it is refused.
-func (p *route) SendSystemMessage(*actor.PID, any) { refuse(p.q.What, "a system message") }
+func (p *route) SendSystemMessage(*actor.PID, any) { Refuse(p.q.What, "a system message") }
 
 func (p *route) Stop(*actor.PID) {}
+
+// MaxWaiting bounds the questions a process waits answers for at once:
+// a peer's command can make a node ask a question (a command's
+// confirmation), so a flood of them must not grow without bound.
+const MaxWaiting = 65536
+
+var waitingN atomic.Int64
 
 // pending are the questions waiting for an answer, by reply route ID,
 // for the transport guard (Expected). IDs are random, so one map serves
@@ -215,9 +229,7 @@ var refusedCounter = sync.OnceValue(func() metric.Int64Counter {
 // Refuse drops an answer to a question (what) for why: counted, and
 // logged at most ten times a second. The transport guard calls it for an
 // answer that came from elsewhere than the node asked.
-func Refuse(what, why string) { refuse(what, why) }
-
-func refuse(what, why string) {
+func Refuse(what, why string) {
 	refused.Add(1)
 	if c := refusedCounter(); c != nil {
 		c.Add(context.Background(), 1, metric.WithAttributes(attribute.String("question", what)))

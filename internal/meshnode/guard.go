@@ -42,17 +42,23 @@ var ControlActors = []string{"roam/relocation", "roam/spot", "roam/session"}
 // credentials last, so nothing an application passes can turn them off.
 func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSystem, hooks *remoteHooks, server, client credentials.TransportCredentials) {
 	tlsOn := server != nil
-	rcfg.ServerOptions = append([]grpc.ServerOption{
+	own := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
 		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys, hooks)),
-	}, rcfg.ServerOptions...)
+	}
+	if !tlsOn {
+		// Plain TCP: the limits come first, so an application's own
+		// transport credentials (its own TLS) still win.
+		own = append(own, serverLimits(hooks.limits, nil, &hooks.counts, log)...)
+	}
+	rcfg.ServerOptions = append(own, rcfg.ServerOptions...)
 	rcfg.DialOptions = append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
 		grpc.WithChainStreamInterceptor(splitFrames(log, sys, hooks.limitOf)),
 	}, rcfg.DialOptions...)
 	rcfg.CallOptions = append([]grpc.CallOption{grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)}, rcfg.CallOptions...)
 	if tlsOn {
-		rcfg.ServerOptions = append(rcfg.ServerOptions, grpc.Creds(server))
+		rcfg.ServerOptions = append(rcfg.ServerOptions, serverLimits(hooks.limits, server, &hooks.counts, log)...)
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(client))
 	}
 }
@@ -135,10 +141,20 @@ type guardedStream struct {
 	// identified: with TLS, the certificate names the node the store has
 	// at declared (checked once per stream, when it first matters).
 	identified bool
+	started    bool // the first frame arrived
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
-	if err := g.ServerStream.RecvMsg(m); err != nil {
+	if !g.started {
+		g.started = true
+		if err := firstFrame(g.Context(), g.ServerStream, m, g.hooks.limits.FirstFrameTimeout); err != nil {
+			if errors.Is(err, errNoFirstFrame) {
+				g.hooks.counts.streams.Add(1)
+				return status.Error(codes.DeadlineExceeded, "no first frame in time")
+			}
+			return err
+		}
+	} else if err := g.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
 	rm, ok := m.(*remote.RemoteMessage)
@@ -199,6 +215,8 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 		switch {
 		case typeName == "actor.Stop" || typeName == "actor.PoisonPill":
 			why = "a stop from a peer"
+		case typeName == "actor.Watch" || typeName == "actor.Unwatch":
+			why = g.watchRefused(target.GetId(), typeName == "actor.Watch", e.MessageData)
 		case target.GetAddress() != g.self():
 			why = "a message for another node, to pass on"
 		case ask.IsRoute(target.GetId()):
@@ -214,6 +232,36 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			Str("message_type", ratelog.Clip(typeName)).Msg("a peer's message was dropped; its stream goes on")
 	}
 	b.Envelopes = kept
+}
+
+// watchRefused says why a peer's watch (or unwatch) of the actor id may
+// not go on, "" if it may: roam's own actors are never watched from
+// outside (nothing of roam's needs it), and other actors' watches are
+// bounded by the node's watch ledger.
+func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string {
+	if strings.HasPrefix(id, "roam/") {
+		if watch {
+			g.hooks.counts.watches.Add(1)
+		}
+		return "a watch of one of roam's own actors"
+	}
+	var watcher *actor.PID
+	if watch {
+		var m actor.Watch
+		if proto.Unmarshal(data, &m) != nil || m.Watcher == nil {
+			return "a malformed watch"
+		}
+		watcher = m.Watcher
+		if !g.hooks.watches.admit(g.declared, id, watcher) {
+			return "past the node's watch limit"
+		}
+		return ""
+	}
+	var m actor.Unwatch
+	if proto.Unmarshal(data, &m) == nil && m.Watcher != nil {
+		g.hooks.watches.release(id, m.Watcher)
+	}
+	return ""
 }
 
 // answerRefused says why an answer to the question at reply route id may

@@ -92,6 +92,8 @@ type Config struct {
 	// Without it any process that reaches the node's port is trusted as a
 	// peer (docs/SECURITY.md). Default: nil (plain TCP).
 	TLS *TLS
+	// Limits bound what peers can make the node hold through its port.
+	Limits Limits
 	// PlainTCP lets the node listen on an address other than loopback
 	// without TLS, where any process that reaches its port is taken for a
 	// member (docs/SECURITY.md). Without it, such a node does not start.
@@ -260,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 			return slog.New(&zerologHandler{log: *cfg.Logger, min: *cfg.ProtoActorLogLevel})
 		}))
-		rcfg, err := RemoteConfig(system, cfg.Host, cfg.Port, RemoteOptions{Logger: *cfg.Logger, TLS: cfg.TLS, PlainTCP: cfg.PlainTCP, AdvertisedHost: cfg.AdvertisedHost, Options: cfg.RemoteOptions})
+		rcfg, err := RemoteConfig(system, cfg.Host, cfg.Port, RemoteOptions{Logger: *cfg.Logger, TLS: cfg.TLS, PlainTCP: cfg.PlainTCP, Limits: cfg.Limits, AdvertisedHost: cfg.AdvertisedHost, Options: cfg.RemoteOptions})
 		if err != nil {
 			return nil, err
 		}

@@ -41,8 +41,12 @@ type Transport struct {
 // remoteHooks connects a remote configuration's guards to the node
 // lifecycle that runs on it now.
 type remoteHooks struct {
-	node atomic.Pointer[Node]
-	link LinkSettings
+	node   atomic.Pointer[Node]
+	link   LinkSettings
+	limits Limits
+	counts refusals
+	// watches are the watches peers hold on this node's actors.
+	watches *watchLedger
 }
 
 // LinkSettings are what a node's chunk link takes from its remote
@@ -91,6 +95,8 @@ type RemoteOptions struct {
 	// PlainTCP accepts listening on an address other than loopback
 	// without TLS (Config.PlainTCP).
 	PlainTCP bool
+	// Limits bound what peers can make the node hold (Config.Limits).
+	Limits Limits
 	// AdvertisedHost, if set, is the host:port peers dial.
 	AdvertisedHost string
 	// Options are passed to Proto.Actor's remote.Configure.
@@ -109,8 +115,9 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 			"reach, accept plain TCP (roam.WithPlainTCP)", location.ErrInvalid, net.JoinHostPort(host, strconv.Itoa(port)))
 	}
 	var serverCreds, clientCreds credentials.TransportCredentials
-	hooks := &remoteHooks{}
+	hooks := &remoteHooks{limits: o.Limits.withDefaults()}
 	hooks.link = LinkSettings{Host: host, hooks: hooks}
+	hooks.watches = newWatchLedger(system, hooks.limits, &hooks.counts)
 	if o.TLS != nil {
 		h := host
 		if o.AdvertisedHost != "" {

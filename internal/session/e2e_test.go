@@ -365,3 +365,21 @@ func TestAnActorWhoseSessionOwnerLeftStillMoves(t *testing.T) {
 	require.True(t, cl.logs.has("session_binding_dropped"))
 	require.Equal(t, before, cl.logOf(t, c), "with its state")
 }
+
+// Sessions open on a node are bounded: one past MaxSessions is refused
+// CapacityExceeded; closing one makes room.
+func TestSessionsPerNodeAreBounded(t *testing.T) {
+	cl := newCluster(t, session.Config{MaxSessions: 3})
+	var open []*roam.Session
+	for range 3 {
+		s, err := cl.gw.OpenSession(roam.SessionOptions{})
+		require.NoError(t, err)
+		open = append(open, s)
+	}
+	_, err := cl.gw.OpenSession(roam.SessionOptions{})
+	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded)
+	open[0].Close()
+	s, err := cl.gw.OpenSession(roam.SessionOptions{})
+	require.NoError(t, err, "a closed Session makes room")
+	s.Close()
+}

@@ -62,11 +62,16 @@ type Config struct {
 	// past it the Session is closed, and the client told (default 60 s:
 	// more than an ended owner's takeover needs, docs/FAULTS.md).
 	RecoveryWait time.Duration
+	// MaxSessions bounds the Sessions open on the node at once (default
+	// 65,536): one more is refused CapacityExceeded. Each holds a
+	// process, a push buffer and a goroutine; an application opening one
+	// per client connection must not let clients open them without bound.
+	MaxSessions int
 }
 
 // DefaultConfig is the configuration docs/SESSIONS.md names.
 func DefaultConfig() Config {
-	return Config{HoldLimit: 1024, HoldBytes: 1 << 20, SealTimeout: 3 * time.Second, RecoveryWait: time.Minute}
+	return Config{HoldLimit: 1024, HoldBytes: 1 << 20, SealTimeout: 3 * time.Second, RecoveryWait: time.Minute, MaxSessions: 65536}
 }
 
 // WithDefaults fills zero fields from DefaultConfig.
@@ -84,13 +89,16 @@ func (c Config) WithDefaults() Config {
 	if c.RecoveryWait == 0 {
 		c.RecoveryWait = d.RecoveryWait
 	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = d.MaxSessions
+	}
 	return c
 }
 
 // Validate rejects negative limits.
 func (c Config) Validate() error {
-	if c.HoldLimit < 0 || c.HoldBytes < 0 || c.SealTimeout < 0 || c.RecoveryWait < 0 {
-		return fmt.Errorf("%w: session hold limits, seal timeout and recovery wait must not be negative", roamerr.ErrInvalidOperation)
+	if c.HoldLimit < 0 || c.HoldBytes < 0 || c.SealTimeout < 0 || c.RecoveryWait < 0 || c.MaxSessions < 0 {
+		return fmt.Errorf("%w: session hold limits, seal timeout, recovery wait and session limit must not be negative", roamerr.ErrInvalidOperation)
 	}
 	return nil
 }

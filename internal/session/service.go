@@ -329,6 +329,9 @@ func (s *Service) Open(opts Options) (*Session, error) {
 	if s.closed {
 		return nil, fmt.Errorf("%w: the node is stopping", roamerr.ErrUnavailable)
 	}
+	if max := s.cfg.WithDefaults().MaxSessions; len(s.open) >= max {
+		return nil, fmt.Errorf("%w: %d Sessions are open on this node, its limit (SessionConfig.MaxSessions)", roamerr.ErrCapacityExceeded, max)
+	}
 	if r, ok := firstReject(s.step(OpenSession{Session: id})); ok {
 		return nil, r
 	}

@@ -1,0 +1,170 @@
+package meshnode
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/roamactors/roam/internal/ratelog"
+)
+
+// Limits bound what peers, members or not, can make a node hold through
+// its remote port (docs/SECURITY.md). A zero field takes its default.
+type Limits struct {
+	// MaxConnections bounds the peer connections a node holds at once;
+	// one past it is closed as it arrives (remote_connection_refused).
+	// Default 1,024: a node has one connection from each peer node and
+	// each client.
+	MaxConnections int
+	// MaxStreamsPerConnection bounds the streams a peer may open on one
+	// connection (Proto.Actor opens one). Default 16.
+	MaxStreamsPerConnection uint32
+	// FirstFrameTimeout is how long a new connection may take for its
+	// handshake, and a new stream for its first frame, before it is
+	// closed. Default 10 s.
+	FirstFrameTimeout time.Duration
+	// IdleConnection closes a connection that has had no stream for this
+	// long. Default 2 minutes.
+	IdleConnection time.Duration
+	// MaxRemoteWatches bounds the watches peers hold on this node's
+	// actors (actor.Watch from another process), and
+	// MaxRemoteWatchesPerPeer those of one peer address; a watch past
+	// either is dropped (remote_message_refused). Defaults 16,384 and
+	// 1,024.
+	MaxRemoteWatches, MaxRemoteWatchesPerPeer int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = 1024
+	}
+	if l.MaxStreamsPerConnection == 0 {
+		l.MaxStreamsPerConnection = 16
+	}
+	if l.FirstFrameTimeout <= 0 {
+		l.FirstFrameTimeout = 10 * time.Second
+	}
+	if l.IdleConnection <= 0 {
+		l.IdleConnection = 2 * time.Minute
+	}
+	if l.MaxRemoteWatches <= 0 {
+		l.MaxRemoteWatches = 16384
+	}
+	if l.MaxRemoteWatchesPerPeer <= 0 {
+		l.MaxRemoteWatchesPerPeer = 1024
+	}
+	return l
+}
+
+// serverLimits are the gRPC server options that hold Limits: the
+// connection count (in the transport credentials' handshake, the one
+// place gRPC shows a node each new connection), the handshake timeout,
+// streams per connection and idle connections.
+func serverLimits(l Limits, creds credentials.TransportCredentials, counts *refusals, log zerolog.Logger) []grpc.ServerOption {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return []grpc.ServerOption{
+		grpc.Creds(&countedCreds{TransportCredentials: creds, max: int64(l.MaxConnections), counts: counts, log: log}),
+		grpc.ConnectionTimeout(l.FirstFrameTimeout),
+		grpc.MaxConcurrentStreams(l.MaxStreamsPerConnection),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleConnection}),
+	}
+}
+
+// refusals counts what the transport refused, by cause, for tests and
+// Refusals.
+type refusals struct {
+	connections, streams, watches atomic.Int64
+}
+
+// Refusals are the transport's refusals so far.
+type Refusals struct {
+	// Connections refused past MaxConnections; Streams ended without a
+	// first frame in time; Watches dropped.
+	Connections, Streams, Watches int64
+}
+
+// ErrTooManyConnections is the handshake error of a connection past
+// Limits.MaxConnections.
+var ErrTooManyConnections = errors.New("the node holds as many connections as it takes")
+
+var connectionRefusedLog ratelog.Limiter
+
+// countedCreds are a server's transport credentials that also count its
+// connections, refusing one past max.
+type countedCreds struct {
+	credentials.TransportCredentials
+	max    int64
+	open   atomic.Int64
+	counts *refusals
+	log    zerolog.Logger
+}
+
+func (c *countedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if c.open.Add(1) > c.max {
+		c.open.Add(-1)
+		c.counts.connections.Add(1)
+		connectionRefusedLog.Warn(&c.log).Str("event", "remote_connection_refused").Str("peer", raw.RemoteAddr().String()).
+			Int64("limit", c.max).Msg("a connection past the node's limit was closed")
+		_ = raw.Close()
+		return nil, nil, ErrTooManyConnections
+	}
+	conn, auth, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		c.open.Add(-1)
+		return nil, nil, err
+	}
+	return &countedConn{Conn: conn, creds: c}, auth, nil
+}
+
+func (c *countedCreds) Clone() credentials.TransportCredentials {
+	return &countedCreds{TransportCredentials: c.TransportCredentials.Clone(), max: c.max, counts: c.counts, log: c.log}
+}
+
+type countedConn struct {
+	net.Conn
+	creds *countedCreds
+	once  sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.creds.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// firstFrame reads a stream's first frame within timeout: a stream a
+// peer opens and never sends on would otherwise hold its goroutines and
+// buffers for as long as the connection lives. Ending the handler ends
+// the stream, which ends the read left behind.
+func firstFrame(ctx context.Context, ss grpc.ServerStream, m any, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- ss.RecvMsg(m) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errNoFirstFrame
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var errNoFirstFrame = errors.New("no first frame in time")
+
+// TransportRefusals are what the node's transport refused so far.
+func (n *Node) TransportRefusals() Refusals {
+	c := &n.link.hooks.counts
+	return Refusals{Connections: c.connections.Load(), Streams: c.streams.Load(), Watches: c.watches.Load()}
+}
