@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
@@ -142,4 +146,94 @@ func TestAnActivationFloodIsHeldToTheInFlightLimit(t *testing.T) {
 	require.Zero(t, w.count("cart").Load(), "no factory ran")
 	_, err = request(t, a, "crate-0", "1", "cart")
 	require.NoError(t, err, "the node serves on")
+}
+
+// forgery is what an attacker who learnt a question's reply route answers
+// it with: the answer a success would be, echoing what the question
+// carries; nil for a question it leaves alone.
+func forgery(q ask.Asked) proto.Message {
+	switch m := q.Message.(type) {
+	case *messages.CapabilityQuery:
+		return &messages.CapabilityReply{Supported: true, MoveTicket: []byte("forged")}
+	case *messages.RelocateRequest:
+		return &messages.RelocateReply{}
+	case *messages.UserSpotCreate:
+		return &messages.SpotReply{OperationId: m.GetOperationId(), Result: messages.CreateResult_CREATE_RESULT_CREATED}
+	case *messages.UserSpotClose:
+		return &messages.SpotReply{OperationId: m.GetOperationId(), Closed: true}
+	case *messages.CommandConfirm:
+		return &messages.CommandConfirm{OperationId: m.GetOperationId(), Nonce: m.GetNonce(), Pending: true}
+	case *messages.EdgeQuery:
+		return &messages.EdgeReply{}
+	}
+	return nil
+}
+
+// Every question a node asks another is answered only by the node asked:
+// an outsider that learnt each question's reply route (here from the
+// test's observer; on a network, by watching it) answers it at once with
+// what a success would be, and sprays Proto.Actor's numbered futures as
+// well. Every forged answer is refused and counted, and each operation
+// has its real outcome: the Spot is created where the store says, and
+// moved where the move said.
+func TestForgedAnswersToEveryQuestionAreRefused(t *testing.T) {
+	store := memstore.New()
+	w := newWorld(t, store)
+	a := w.start()
+	b := w.start()
+	outsider, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = outsider.Stop(context.Background()) })
+
+	var mu sync.Mutex
+	asked := map[string]int{}
+	var forged atomic.Int64
+	ask.Observe(func(q ask.Asked) {
+		msg := forgery(q)
+		if msg == nil {
+			return
+		}
+		mu.Lock()
+		asked[fmt.Sprintf("%T", q.Message)]++
+		mu.Unlock()
+		forged.Add(1)
+		outsider.System().Root.Send(q.Route, msg)
+		for i := 1; i <= 20; i++ {
+			outsider.System().Root.Send(actor.NewPID(q.Route.Address, "future$"+strconv.Itoa(i)), msg)
+		}
+	})
+	t.Cleanup(func() { ask.Observe(nil) })
+	before := ask.Refused()
+
+	res, err := a.Spots().GetOrCreate("den", "room").Do(ctx)
+	require.NoError(t, err)
+	v, err := store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+	require.Equal(t, res.Ref.NodeRid, v.Record.GetOwner().GetNodeRid(), "created where the store says")
+	other := a
+	if res.Ref.NodeRid == a.NodeRid() {
+		other = b
+	}
+	// A move asked of the node that does not own the Spot is forwarded to
+	// its owner, which asks the target's capability.
+	out, err := other.Relocate(ctx, location.Key(location.KindUserSpot, "den"), other.NodeRid())
+	require.NoError(t, err)
+	require.Equal(t, other.NodeRid(), out.To)
+	v, err = store.Read(ctx, location.Key(location.KindUserSpot, "den"))
+	require.NoError(t, err)
+	require.Equal(t, other.NodeRid(), v.Record.GetOwner().GetNodeRid(), "moved where the move said")
+	// The Spot's creator closes it on its new owner.
+	ref := res.Ref
+	ref.NodeRid = other.NodeRid()
+	closed, err := a.Spots().Close(ctx, ref)
+	require.NoError(t, err)
+	require.True(t, closed)
+
+	mu.Lock()
+	t.Logf("questions forged: %v", asked)
+	for _, kind := range []string{"*messages.UserSpotCreate", "*messages.CommandConfirm", "*messages.RelocateRequest", "*messages.CapabilityQuery"} {
+		require.Positive(t, asked[kind], "no %s was asked", kind)
+	}
+	mu.Unlock()
+	testwait.For(t, func() bool { return ask.Refused()-before >= forged.Load() }, "a forged answer was not refused")
 }
