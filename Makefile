@@ -128,7 +128,8 @@ certs:
 ## the window on a busy machine (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 200000x
 FUZZ_TARGETS := ./internal/meshnode:FuzzRemoteFrame ./internal/meshnode:FuzzSplitBatch ./internal/relocation:FuzzTargetControl ./internal/extension:FuzzControlMessages \
-	./internal/relocation/envelope:FuzzDecode ./location/consulstore:FuzzEscapeRoundTrip
+	./internal/relocation/envelope:FuzzDecode ./location/consulstore:FuzzEscapeRoundTrip \
+	./examples/chat:FuzzGateway
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \

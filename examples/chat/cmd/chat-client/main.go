@@ -31,9 +31,9 @@ func main() {
 	room := flag.String("room", "lobby", "room to join")
 	name := flag.String("name", "", "your name in the room")
 	moveTo := flag.String("move-to", "", "relocate the room to this node and exit (admin)")
-	tlsDir := flag.String("tls-dir", "", "mutual TLS: a directory with ca.pem, node.pem and node-key.pem (make certs), as the nodes use")
+	tlsDir := flag.String("tls-dir", "", "mutual TLS: a directory with ca.pem, client.pem and client-key.pem (make certs)")
 	flag.Parse()
-	if err := run(*node, *room, *name, *moveTo, roam.TLSFromDir(*tlsDir, "node")); err != nil {
+	if err := run(*node, *room, *name, *moveTo, roam.TLSFromDir(*tlsDir, "client")); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-client:", err)
 		os.Exit(1)
 	}

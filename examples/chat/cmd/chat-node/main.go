@@ -39,9 +39,20 @@ func main() {
 	verbose := flag.Bool("v", false, "log roam's info events to stderr")
 	rooms := flag.Int("rooms", 0, "open this many idle rooms from each node at start (named <node>-room-<i>, placed by load), to try a drain with many units")
 	flag.BoolVar(&director, "director", false, "run the placement director with co-location: users' Actors follow their rooms (give every node the flag)")
-	tlsDir := flag.String("tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem, node.pem and node-key.pem (make certs)")
+	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between nodes and clients: a directory with ca.pem and each node's <name>.pem and <name>-key.pem (make certs)")
+	flag.BoolVar(&plainTCP, "plain-tcp", false, "listen beyond loopback without TLS: any process that reaches the port is then taken for a node")
+	flag.IntVar(&gateway.MaxClients, "max-clients", chat.DefaultMaxClients, "most clients connected to each node's gateway at once; a Connect past it is refused")
+	idle := flag.Duration("idle-timeout", chat.DefaultIdleTimeout, "disconnect a client that sent nothing for this long and is in no room or whose inbox is gone (0: never)")
 	flag.Parse()
-	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *rooms, *verbose, roam.TLSFromDir(*tlsDir, "node")); err != nil {
+	if gateway.MaxClients <= 0 {
+		fmt.Fprintln(os.Stderr, "chat-node: --max-clients must be positive")
+		os.Exit(2)
+	}
+	gateway.IdleTimeout = *idle
+	if *idle <= 0 {
+		gateway.IdleTimeout = -1 // GatewayOptions' never; its zero is the default
+	}
+	if err := run(*storeKind, *consulAddr, *prefix, *listen, *name, *nodes, *rooms, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "chat-node:", err)
 		os.Exit(1)
 	}
@@ -50,7 +61,16 @@ func main() {
 // director is --director.
 var director bool
 
-func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, verbose bool, tls *roam.TLS) error {
+// tlsDir is --tls-dir, plainTCP --plain-tcp.
+var (
+	tlsDir   string
+	plainTCP bool
+)
+
+// gateway is --max-clients and --idle-timeout.
+var gateway chat.GatewayOptions
+
+func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, verbose bool) error {
 	level, protoActor := zerolog.WarnLevel, slog.LevelError+4 // Proto.Actor logs a client leaving as an error
 	if verbose {
 		level, protoActor = zerolog.InfoLevel, slog.LevelWarn
@@ -96,7 +116,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 			return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: protoActor}))
 		}))
 		opts := []roam.Option{roam.WithStore(store), roam.WithNodeName(nodeName), roam.WithAddress(host, nodePort),
-			roam.WithKinds(chat.Kinds()...), roam.WithLogger(log), roam.WithTLS(tls),
+			roam.WithKinds(chat.Kinds()...), roam.WithLogger(log), roam.WithTLS(roam.TLSFromDir(tlsDir, nodeName)),
 			roam.WithOnEvent(func(e roam.Event) {
 				if e.Err == nil && rooms == 0 {
 					fmt.Printf("moved %-12s -> %s  pause %.2f ms  %d bytes\n", e.Key.ID, nodeName, float64(e.Pause.Microseconds())/1000, e.Bytes)
@@ -104,6 +124,9 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 			})}
 		if director {
 			opts = append(opts, roam.WithPlacement(chat.DirectorConfig()))
+		}
+		if plainTCP {
+			opts = append(opts, roam.WithPlainTCP())
 		}
 		r, err := roam.New(system, opts...)
 		if err != nil {
@@ -114,7 +137,7 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 		}
 		defer system.Shutdown()
 		defer r.Stop(context.Background())
-		if _, err := chat.StartGateway(r, log); err != nil {
+		if _, _, err := chat.StartGatewayWith(r, log, gateway); err != nil {
 			return err
 		}
 		if err := openRooms(ctx, r, nodeName, rooms); err != nil {
