@@ -212,6 +212,7 @@ type options struct {
 	advertised string
 	tls        *TLS
 	plainTCP   bool
+	limits     TransportLimits
 	remoteOpts []remote.ConfigOption
 	logger     *zerolog.Logger
 	leaseTTL   time.Duration
@@ -293,6 +294,32 @@ func WithTLS(t *TLS) Option { return func(o *options) { o.tls = t } }
 // member, as with plain Proto.Actor: use it only on a network that only
 // your own processes reach. Without it, such a node does not start.
 func WithPlainTCP() Option { return func(o *options) { o.plainTCP = true } }
+
+// TransportLimits bound what other processes, members or not, can make a
+// node hold through its port (docs/SECURITY.md). A zero field keeps its
+// default.
+type TransportLimits struct {
+	// MaxConnections bounds the peer connections held at once; one more
+	// is closed as it arrives. Default 1,024.
+	MaxConnections int
+	// MaxStreamsPerConnection bounds the streams one connection may open.
+	// Default 16.
+	MaxStreamsPerConnection uint32
+	// FirstFrameTimeout bounds a connection's handshake and a stream's
+	// wait for its first frame. Default 10 s.
+	FirstFrameTimeout time.Duration
+	// IdleConnection closes a connection without a stream for this long.
+	// Default 2 minutes.
+	IdleConnection time.Duration
+	// MaxRemoteWatches and MaxRemoteWatchesPerPeer bound the watches other
+	// processes hold on this node's actors, in all and per peer address.
+	// Defaults 16,384 and 1,024.
+	MaxRemoteWatches, MaxRemoteWatchesPerPeer int
+}
+
+// WithTransportLimits sets the node's TransportLimits. Negative values
+// are refused by New.
+func WithTransportLimits(l TransportLimits) Option { return func(o *options) { o.limits = l } }
 
 // WithRemoteOptions are passed to Proto.Actor's remote.Configure.
 func WithRemoteOptions(opts ...remote.ConfigOption) Option {
@@ -430,6 +457,9 @@ func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
 	if o.store == nil {
 		return nil, fmt.Errorf("%w: roam.New: WithStore is required", roamerr.ErrNotConfigured)
 	}
+	if l := o.limits; l.MaxConnections < 0 || l.FirstFrameTimeout < 0 || l.IdleConnection < 0 || l.MaxRemoteWatches < 0 || l.MaxRemoteWatchesPerPeer < 0 {
+		return nil, fmt.Errorf("%w: roam.New: TransportLimits must not be negative: %+v", roamerr.ErrInvalidOperation, l)
+	}
 	for i, k := range o.kinds {
 		if err := relocation.ValidateKind(k); err != nil {
 			return nil, err
@@ -471,7 +501,8 @@ func DefaultLogger(w io.Writer) zerolog.Logger {
 // remote was configured otherwise.
 func (r *Roam) RemoteConfig(host string, port int, opts ...remote.ConfigOption) (*remote.Config, error) {
 	return meshnode.RemoteConfig(r.system, host, port, meshnode.RemoteOptions{
-		Logger: r.log, TLS: r.o.tls, PlainTCP: r.o.plainTCP, AdvertisedHost: r.o.advertised, Options: append(slices.Clone(r.o.remoteOpts), opts...),
+		Logger: r.log, TLS: r.o.tls, PlainTCP: r.o.plainTCP, Limits: meshnode.Limits(r.o.limits), AdvertisedHost: r.o.advertised,
+		Options: append(slices.Clone(r.o.remoteOpts), opts...),
 	})
 }
 

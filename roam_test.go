@@ -170,3 +170,9 @@ func leaseOf(t *testing.T, store location.Store, rid string) string {
 	}
 	return ""
 }
+
+// Transport limits are checked where they are given.
+func TestNegativeTransportLimitsAreRefused(t *testing.T) {
+	_, err := roam.New(actor.NewActorSystem(), roam.WithStore(memstore.New()), roam.WithTransportLimits(roam.TransportLimits{MaxConnections: -1}))
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
+}
