@@ -506,7 +506,8 @@ func (g *Gateway) Receive(c actor.Context) {
 			g.scheduleSweep(m.gen)
 		}
 	case *chatpb.Connect:
-		g.serve(c, "connect", g.opts.Timeout, ackError, func(ctx context.Context) proto.Message { return g.connect(ctx, m) })
+		from := c.Sender().GetAddress()
+		g.serve(c, "connect", g.opts.Timeout, ackError, func(ctx context.Context) proto.Message { return g.connect(ctx, m, from) })
 	case *chatpb.Join:
 		cl := g.client(m.GetMember().GetName())
 		g.working(cl, +1) // not idle while its join is under way
@@ -727,13 +728,19 @@ func (g *Gateway) working(cl *client, d int) {
 
 // connect opens the client's Session and spawns its Actor here, bound to
 // it. A name connected before gets a new Actor: the old one is deleted.
-func (g *Gateway) connect(ctx context.Context, m *chatpb.Connect) proto.Message {
+func (g *Gateway) connect(ctx context.Context, m *chatpb.Connect, from string) proto.Message {
 	name := m.GetName()
 	if err := checkName(name); err != nil {
 		return ackError(err)
 	}
 	if err := checkInbox(m.GetInbox()); err != nil {
 		return ackError(err)
+	}
+	if m.GetInbox().GetAddress() != from {
+		// The gateway sends to the inbox for as long as the client is
+		// connected: an inbox elsewhere than the client's own process
+		// would make the node dial wherever a client says.
+		return ackError(fmt.Errorf("%w: the inbox must be in the connecting process (%s), not at %s", ErrInvalidRequest, clip(from), clip(m.GetInbox().GetAddress())))
 	}
 	g.mu.Lock()
 	if g.clients[name] == nil && len(g.clients)+g.inFlight >= g.opts.MaxClients {

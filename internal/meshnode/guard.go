@@ -2,13 +2,16 @@ package meshnode
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -162,6 +165,11 @@ func (g *guardedStream) RecvMsg(m any) error {
 		return nil
 	}
 	err := CheckRemoteMessage(rm)
+	if err == nil && g.declared != "" && rm.GetConnectRequest() != nil {
+		// A stream speaks for one address: a second connect request
+		// would make it speak for another after it was checked.
+		err = errors.New("a second connect request on one stream")
+	}
 	if err == nil && g.leaf != nil {
 		if err = g.certified(rm); err != nil {
 			// Answers to this node's questions in the frame are refused
@@ -217,6 +225,8 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			why = "a stop from a peer"
 		case typeName == "actor.Watch" || typeName == "actor.Unwatch":
 			why = g.watchRefused(target.GetId(), typeName == "actor.Watch", e.MessageData)
+		case typeName == "actor.Terminated":
+			why = g.terminatedRefused(e.MessageData)
 		case target.GetAddress() != g.self():
 			why = "a message for another node, to pass on"
 		case ask.IsRoute(target.GetId()):
@@ -228,10 +238,27 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			kept = append(kept, e)
 			continue
 		}
+		g.hooks.counts.messages.Add(1)
 		messageRefusedLog.Warn(&g.log).Str("event", "remote_message_refused").Str("reason", why).Str("target", ratelog.Clip(target.GetId())).
 			Str("message_type", ratelog.Clip(typeName)).Msg("a peer's message was dropped; its stream goes on")
 	}
 	b.Envelopes = kept
+}
+
+// terminatedRefused says why a peer's Terminated may not go on, "" if it
+// may: it tells that an actor of the peer's own process stopped, so the
+// actor must be at the address the peer connected as. Proto.Actor connects
+// to the stopped actor's address to deliver it, so a Terminated naming
+// any other address would make the node dial wherever a peer says.
+func (g *guardedStream) terminatedRefused(data []byte) string {
+	var m actor.Terminated
+	if proto.Unmarshal(data, &m) != nil || m.Who == nil {
+		return "a malformed termination"
+	}
+	if g.declared == "" || m.Who.GetAddress() != g.declared {
+		return "a termination of an actor not at the peer's address"
+	}
+	return ""
 }
 
 // watchRefused says why a peer's watch (or unwatch) of the actor id may
@@ -252,7 +279,7 @@ func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string 
 			return "a malformed watch"
 		}
 		watcher = m.Watcher
-		if !g.hooks.watches.admit(g.declared, id, watcher) {
+		if !g.hooks.watches.admit(g.watchBudget(), id, watcher) {
 			return "past the node's watch limit"
 		}
 		return ""
@@ -262,6 +289,17 @@ func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string 
 		g.hooks.watches.release(id, m.Watcher)
 	}
 	return ""
+}
+
+// watchBudget names whose share of the watch limit a peer's watch takes:
+// with TLS its certificate's (a peer cannot spend another's by claiming its
+// address), else the address it connected as.
+func (g *guardedStream) watchBudget() string {
+	if g.leaf != nil {
+		sum := sha256.Sum256(g.leaf.Raw)
+		return "cert:" + hex.EncodeToString(sum[:12])
+	}
+	return g.declared
 }
 
 // answerRefused says why an answer to the question at reply route id may
@@ -287,9 +325,10 @@ var messageRefusedLog ratelog.Limiter
 
 // certified checks, with TLS, the addresses a frame speaks for: the one a
 // connect request declares must be on a host the certificate names; a
-// message to a control actor must be sent from that address, and it, like
-// an answer to a question, needs the certificate to name the node the
-// store has there (identify).
+// message to a control actor, with or without a sender, must be sent from
+// that address (if it names a sender), and it, like an answer to a
+// question, needs the certificate to name the node the store has there
+// (identify).
 func (g *guardedStream) certified(rm *remote.RemoteMessage) error {
 	if sc := rm.GetConnectRequest().GetServerConnection(); sc != nil && !certifiedFor(g.leaf, sc.GetAddress()) {
 		return fmt.Errorf("the peer's certificate does not name the host of %s, the address it connects as", sc.GetAddress())
@@ -297,11 +336,11 @@ func (g *guardedStream) certified(rm *remote.RemoteMessage) error {
 	b := rm.GetMessageBatch()
 	for _, e := range b.GetEnvelopes() {
 		target := b.Targets[e.Target].GetId()
-		control := isControlActor(target) && e.Sender != 0
+		control := isControlActor(target)
 		if !control && !ask.IsRoute(target) {
 			continue
 		}
-		if control {
+		if control && e.Sender != 0 {
 			if s := b.Senders[e.Sender-1]; s.GetAddress() != g.declared {
 				return fmt.Errorf("a control message's sender %s is not the address the peer connects as", s.GetAddress())
 			}
@@ -464,9 +503,28 @@ func splitFrames(log zerolog.Logger, sys *actor.ActorSystem, limitOf func(addres
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
+			closeFailed(cc, method)
 			return cs, err
 		}
-		return &splitStream{ClientStream: cs, log: log, sys: sys, peer: cc.Target(), limitOf: limitOf}, nil
+		s := &splitStream{ClientStream: cs, log: log, sys: sys, peer: cc.Target(), limitOf: limitOf, cc: cc, method: method}
+		s.connecting.Store(true)
+		return s, nil
+	}
+}
+
+// receiveMethod is the stream Proto.Actor's endpoint writer opens to a
+// peer.
+const receiveMethod = "/remote.Remoting/Receive"
+
+// closeFailed closes the connection of a peer stream that failed before
+// it was connected. Proto.Actor's endpoint writer dials anew on each of
+// its retries without closing the connection it failed on, and gRPC
+// keeps such a connection reconnecting for ever: every unreachable
+// address a node is made to send to (a peer can name any) would leave
+// four of them behind, with their goroutines (docs/SECURITY.md).
+func closeFailed(cc *grpc.ClientConn, method string) {
+	if method == receiveMethod {
+		_ = cc.Close()
 	}
 }
 
@@ -477,9 +535,33 @@ type splitStream struct {
 	peer    string
 	limitOf func(string) int
 	limit   int // the peer's limit, once asked
+	cc      *grpc.ClientConn
+	method  string
+	// connecting: the peer has not answered the stream's connect request
+	// yet; a failure now ends the connection too (closeFailed).
+	connecting atomic.Bool
+}
+
+func (s *splitStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if s.connecting.Load() {
+		if err != nil {
+			closeFailed(s.cc, s.method)
+		}
+		s.connecting.Store(false)
+	}
+	return err
 }
 
 func (s *splitStream) SendMsg(m any) error {
+	err := s.sendMsg(m)
+	if err != nil && s.connecting.Load() {
+		closeFailed(s.cc, s.method)
+	}
+	return err
+}
+
+func (s *splitStream) sendMsg(m any) error {
 	rm, ok := m.(*remote.RemoteMessage)
 	if !ok || rm.GetMessageBatch() == nil || proto.Size(rm) <= frameTarget {
 		return s.ClientStream.SendMsg(m)

@@ -23,7 +23,9 @@ type Limits struct {
 	// MaxConnections bounds the peer connections a node holds at once;
 	// one past it is closed as it arrives (remote_connection_refused).
 	// Default 1,024: a node has one connection from each peer node and
-	// each client.
+	// each client. With TLS, connections whose certificate names a roam
+	// node and those whose certificate names none (clients) have a limit
+	// each, so clients cannot take the nodes' connections.
 	MaxConnections int
 	// MaxStreamsPerConnection bounds the streams a peer may open on one
 	// connection (Proto.Actor opens one). Default 16.
@@ -84,14 +86,15 @@ func serverLimits(l Limits, creds credentials.TransportCredentials, counts *refu
 // refusals counts what the transport refused, by cause, for tests and
 // Refusals.
 type refusals struct {
-	connections, streams, watches atomic.Int64
+	connections, streams, watches, messages atomic.Int64
 }
 
 // Refusals are the transport's refusals so far.
 type Refusals struct {
 	// Connections refused past MaxConnections; Streams ended without a
-	// first frame in time; Watches dropped.
-	Connections, Streams, Watches int64
+	// first frame in time; Watches dropped; Messages dropped from a
+	// stream that goes on (remote_message_refused, watches among them).
+	Connections, Streams, Watches, Messages int64
 }
 
 // ErrTooManyConnections is the handshake error of a connection past
@@ -101,30 +104,47 @@ var ErrTooManyConnections = errors.New("the node holds as many connections as it
 var connectionRefusedLog ratelog.Limiter
 
 // countedCreds are a server's transport credentials that also count its
-// connections, refusing one past max.
+// connections, refusing one past max: with TLS, max for connections whose
+// certificate names a roam node and max for the others (and twice max
+// handshakes at once in all).
 type countedCreds struct {
 	credentials.TransportCredentials
 	max    int64
-	open   atomic.Int64
+	open   atomic.Int64 // connections, handshaking or established
+	nodes  atomic.Int64 // established, with a certificate naming a node
+	others atomic.Int64 // established, any other
 	counts *refusals
 	log    zerolog.Logger
 }
 
 func (c *countedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	if c.open.Add(1) > c.max {
+	if c.open.Add(1) > 2*c.max {
 		c.open.Add(-1)
-		c.counts.connections.Add(1)
-		connectionRefusedLog.Warn(&c.log).Str("event", "remote_connection_refused").Str("peer", raw.RemoteAddr().String()).
-			Int64("limit", c.max).Msg("a connection past the node's limit was closed")
-		_ = raw.Close()
-		return nil, nil, ErrTooManyConnections
+		return nil, nil, c.refuse(raw, "")
 	}
 	conn, auth, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		c.open.Add(-1)
 		return nil, nil, err
 	}
-	return &countedConn{Conn: conn, creds: c}, auth, nil
+	class := &c.others
+	if info, ok := auth.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 && len(certNodes(info.State.PeerCertificates[0])) > 0 {
+		class = &c.nodes
+	}
+	if class.Add(1) > c.max {
+		class.Add(-1)
+		c.open.Add(-1)
+		return nil, nil, c.refuse(conn, map[bool]string{true: "nodes", false: "others"}[class == &c.nodes])
+	}
+	return &countedConn{Conn: conn, creds: c, class: class}, auth, nil
+}
+
+func (c *countedCreds) refuse(conn net.Conn, class string) error {
+	c.counts.connections.Add(1)
+	connectionRefusedLog.Warn(&c.log).Str("event", "remote_connection_refused").Str("peer", conn.RemoteAddr().String()).
+		Str("class", class).Int64("limit", c.max).Msg("a connection past the node's limit was closed")
+	_ = conn.Close()
+	return ErrTooManyConnections
 }
 
 func (c *countedCreds) Clone() credentials.TransportCredentials {
@@ -134,11 +154,15 @@ func (c *countedCreds) Clone() credentials.TransportCredentials {
 type countedConn struct {
 	net.Conn
 	creds *countedCreds
+	class *atomic.Int64
 	once  sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.creds.open.Add(-1) })
+	c.once.Do(func() {
+		c.class.Add(-1)
+		c.creds.open.Add(-1)
+	})
 	return c.Conn.Close()
 }
 
@@ -166,5 +190,5 @@ var errNoFirstFrame = errors.New("no first frame in time")
 // TransportRefusals are what the node's transport refused so far.
 func (n *Node) TransportRefusals() Refusals {
 	c := &n.link.hooks.counts
-	return Refusals{Connections: c.connections.Load(), Streams: c.streams.Load(), Watches: c.watches.Load()}
+	return Refusals{Connections: c.connections.Load(), Streams: c.streams.Load(), Watches: c.watches.Load(), Messages: c.messages.Load()}
 }

@@ -127,3 +127,48 @@ func TestAConnectionFloodIsBounded(t *testing.T) {
 	testwait.For(t, func() bool { return runtime.NumGoroutine() <= goroutines+20 }, "the flood's goroutines did not end")
 	require.True(t, n.Valid())
 }
+
+// A Terminated from a peer names an actor of its own process: one naming
+// any other address is dropped (Proto.Actor would dial that address to
+// deliver it, so a peer could make the node dial anywhere).
+func TestForgedTerminationsAreDropped(t *testing.T) {
+	n := limitedNode(t, meshnode.Limits{})
+	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "t", Address: "127.0.0.1:9"}}}}}))
+	goroutines := runtime.NumGoroutine()
+	before := n.TransportRefusals().Messages
+	const forged = 200
+	b := &remote.MessageBatch{TypeNames: []string{"actor.Terminated"}, Targets: []*actor.PID{{Address: n.Address(), Id: "anyone"}}}
+	for i := range forged {
+		data, _ := proto.Marshal(&actor.Terminated{Who: &actor.PID{Address: "127.0.0.1:" + strconv.Itoa(20000+i), Id: "x"}})
+		b.Envelopes = append(b.Envelopes, &remote.MessageEnvelope{TypeId: 0, Target: 0, MessageData: data})
+	}
+	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: b}}))
+	testwait.For(t, func() bool { return n.TransportRefusals().Messages-before == forged }, "the forged terminations were not all dropped")
+	require.LessOrEqual(t, runtime.NumGoroutine(), goroutines+20, "the node dialled the forged addresses")
+}
+
+// A node made to send to addresses where nothing listens leaves no
+// connection behind once it gives them up: Proto.Actor dials anew on each
+// retry without closing the connection it failed on, and gRPC would keep
+// each reconnecting for ever.
+func TestUnreachablePeersLeaveNothingBehind(t *testing.T) {
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(),
+		RemoteOptions: []remote.ConfigOption{func(c *remote.Config) { c.MaxRetryCount = 2 }}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	goroutines := runtime.NumGoroutine()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		address := l.Addr().String()
+		require.NoError(t, l.Close())
+		n.System().Root.Send(actor.NewPID(address, "nobody"), &actor.Watch{})
+	}
+	testwait.For(t, func() bool { return runtime.NumGoroutine() <= goroutines+10 }, "connections to unreachable peers were left behind")
+}

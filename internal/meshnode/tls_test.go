@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"strconv"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -15,9 +16,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/devca"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 )
@@ -129,6 +132,93 @@ func TestMutualTLSIdentityIsTheNodeNotTheHost(t *testing.T) {
 	own := nodeCreds(t, ca, ca, "m", "127.0.0.1")
 	refused(speak(own, m.Address(), "127.0.0.1:1"), "a sender other than the address connected as")
 	require.ErrorIs(t, speak(own, m.Address(), m.Address()), io.EOF, "the node's own certificate speaks for it")
+
+	// A control message without a sender needs the node's identity too.
+	senderless := func(creds credentials.TransportCredentials, declared string) error {
+		s, err := dial(t, n.Address(), creds).Receive(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, s.Send(connect(declared)))
+		b := batch(declared)
+		b.GetMessageBatch().Senders, b.GetMessageBatch().Envelopes[0].Sender = nil, 0
+		require.NoError(t, s.Send(b))
+		require.NoError(t, s.CloseSend())
+		for {
+			if _, err := s.Recv(); err != nil {
+				return err
+			}
+		}
+	}
+	refused(senderless(clientCreds(t, ca, ca, "127.0.0.1"), "127.0.0.1:1"), "a senderless control message from a client")
+	require.ErrorIs(t, senderless(own, m.Address()), io.EOF, "and from the node itself")
+
+	// A stream speaks for the one address it connected as: connecting
+	// again as another node after the check is refused.
+	s, err := dial(t, n.Address(), own).Receive(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, s.Send(connect(m.Address())))
+	require.NoError(t, s.Send(batch(m.Address())))
+	require.NoError(t, s.Send(connect(n.Address())))
+	require.NoError(t, s.Send(batch(n.Address())))
+	require.NoError(t, s.CloseSend())
+	for {
+		if _, err = s.Recv(); err != nil {
+			break
+		}
+	}
+	refused(err, "a second connect request")
+}
+
+// With TLS, clients (certificates naming no node) have a connection limit
+// of their own and spend a watch budget of their own certificate's: they
+// cannot take the nodes' connections, nor spend a node's watches by
+// claiming its address.
+func TestWithTLSClientsCannotTakeTheNodesShare(t *testing.T) {
+	ca, err := devca.New("cluster")
+	require.NoError(t, err)
+	f, err := ca.WriteNode(t.TempDir(), "n", "127.0.0.1")
+	require.NoError(t, err)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: memstore.New(), Limits: meshnode.Limits{MaxConnections: 4, MaxRemoteWatchesPerPeer: 10},
+		TLS: &meshnode.TLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	_, err = n.System().Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), "app")
+	require.NoError(t, err)
+
+	client := clientCreds(t, ca, ca, "127.0.0.1")
+	open := func(creds credentials.TransportCredentials, declared string) (remote.Remoting_ReceiveClient, error) {
+		s, err := dial(t, n.Address(), creds).Receive(context.Background())
+		if err == nil {
+			err = s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+				ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "x", Address: declared}}}}})
+		}
+		if err == nil {
+			_, err = s.Recv() // the connect response
+		}
+		return s, err
+	}
+	// Watches: three streams of one client certificate, each claiming
+	// another address, share one budget of 10.
+	for i := range 3 {
+		s, err := open(client, "127.0.0.1:"+strconv.Itoa(i+1))
+		require.NoError(t, err)
+		b := &remote.MessageBatch{TypeNames: []string{"actor.Watch"}, Targets: []*actor.PID{{Address: n.Address(), Id: "app"}}}
+		for j := range 10 {
+			data, _ := proto.Marshal(&actor.Watch{Watcher: &actor.PID{Address: "127.0.0.1:1", Id: "w" + strconv.Itoa(i*10+j)}})
+			b.Envelopes = append(b.Envelopes, &remote.MessageEnvelope{TypeId: 0, Target: 0, MessageData: data})
+		}
+		require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: b}}))
+	}
+	testwait.For(t, func() bool { return n.TransportRefusals().Watches == 20 }, "the client's watches past its budget were not refused")
+
+	// Connections: clients fill theirs (3 streams above on 3
+	// connections, one more fits) and are refused past it...
+	_, err = open(client, "127.0.0.1:4")
+	require.NoError(t, err)
+	_, err = open(client, "127.0.0.1:5")
+	require.Error(t, err, "a client connection past the clients' limit")
+	// ...while a node still connects.
+	_, err = open(nodeCreds(t, ca, ca, "m", "127.0.0.1"), "127.0.0.1:6")
+	require.NoError(t, err, "a node's connection")
 }
 
 // tlsNodeIn starts node name with mutual TLS under ca on store, its name

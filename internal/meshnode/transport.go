@@ -47,6 +47,25 @@ type remoteHooks struct {
 	counts refusals
 	// watches are the watches peers hold on this node's actors.
 	watches *watchLedger
+	// plainTCP: the application accepted plain TCP beyond loopback.
+	plainTCP bool
+}
+
+// checkHost refuses a configuration changed, after RemoteConfig made it,
+// to listen beyond loopback without TLS.
+func (h *remoteHooks) checkHost(rcfg *remote.Config) error {
+	return plainBeyondLoopback(rcfg.Host, rcfg.Port, h.link.Server != nil, h.plainTCP)
+}
+
+// plainBeyondLoopback refuses a node that would listen beyond loopback
+// without TLS, unless the application accepted plain TCP.
+func plainBeyondLoopback(host string, port int, tlsOn, plainTCP bool) error {
+	if tlsOn || plainTCP || loopback(host) {
+		return nil
+	}
+	return fmt.Errorf("%w: cluster: a node listening on %q without TLS would take any process that reaches its port "+
+		"for a member; give it TLS (roam.WithTLS; `make certs` writes a test CA), or, on a network only your own processes "+
+		"reach, accept plain TCP (roam.WithPlainTCP)", location.ErrInvalid, net.JoinHostPort(host, strconv.Itoa(port)))
 }
 
 // LinkSettings are what a node's chunk link takes from its remote
@@ -109,13 +128,11 @@ type RemoteOptions struct {
 // a Proto.Actor cluster passes it to cluster.Configure; Attach refuses a
 // cluster whose remote was configured otherwise.
 func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOptions) (*remote.Config, error) {
-	if o.TLS == nil && !o.PlainTCP && !loopback(host) {
-		return nil, fmt.Errorf("%w: cluster: a node listening on %q without TLS would take any process that reaches its port "+
-			"for a member; give it TLS (roam.WithTLS; `make certs` writes a test CA), or, on a network only your own processes "+
-			"reach, accept plain TCP (roam.WithPlainTCP)", location.ErrInvalid, net.JoinHostPort(host, strconv.Itoa(port)))
+	if err := plainBeyondLoopback(host, port, o.TLS != nil, o.PlainTCP); err != nil {
+		return nil, err
 	}
 	var serverCreds, clientCreds credentials.TransportCredentials
-	hooks := &remoteHooks{limits: o.Limits.withDefaults()}
+	hooks := &remoteHooks{limits: o.Limits.withDefaults(), plainTCP: o.PlainTCP}
 	hooks.link = LinkSettings{Host: host, hooks: hooks}
 	hooks.watches = newWatchLedger(system, hooks.limits, &hooks.counts)
 	if o.TLS != nil {
@@ -187,6 +204,9 @@ func Attach(system *actor.ActorSystem, own func() (*remote.Config, error)) (*Tra
 		if pc.Remote == nil {
 			return nil, fmt.Errorf("%w: start the Proto.Actor cluster member (StartMember) before roam", roamerr.ErrInvalidOperation)
 		}
+		if err := v.(*remoteHooks).checkHost(pc.Config.RemoteConfig); err != nil {
+			return nil, err
+		}
 		return &Transport{system: system, remote: pc.Remote, pc: pc, hooks: v.(*remoteHooks)}, nil
 	}
 	if prev, ok := ownRemotes.Load(system); hasRemote(system) && !(ok && prev.(*Transport).stopped.Load()) {
@@ -199,6 +219,9 @@ func Attach(system *actor.ActorSystem, own func() (*remote.Config, error)) (*Tra
 	v, ok := guardedConfigs.Load(rcfg)
 	if !ok {
 		return nil, fmt.Errorf("%w: the remote configuration was not made by RemoteConfig", roamerr.ErrNotConfigured)
+	}
+	if err := v.(*remoteHooks).checkHost(rcfg); err != nil {
+		return nil, err
 	}
 	r := remote.NewRemote(system, rcfg)
 	if err := startRemote(r); err != nil {
