@@ -873,3 +873,19 @@ func TestBreakClusterShutdownWithoutRoamStop(t *testing.T) {
 		return true
 	}, "node a, whose remote and system are shut, still holds its lease")
 }
+
+// A remote configuration changed, after RemoteConfig made it, to listen
+// beyond loopback without TLS is refused at Start, as it would have been
+// at RemoteConfig.
+func TestBreakARemoteConfigWidenedAfterwardsIsRefused(t *testing.T) {
+	system := actor.NewActorSystem()
+	r, err := roam.New(system, roam.WithStore(memstore.New()))
+	require.NoError(t, err)
+	rc, err := r.RemoteConfig("127.0.0.1", 0)
+	require.NoError(t, err)
+	rc.Host = "0.0.0.0"
+	c := pcluster.New(system, pcluster.Configure("widened", test.NewTestProvider(test.NewInMemAgent()), r.IdentityLookup(), rc))
+	c.StartMember()
+	t.Cleanup(func() { c.Shutdown(true) })
+	require.ErrorIs(t, r.Start(context.Background()), location.ErrInvalid)
+}
