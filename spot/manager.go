@@ -58,16 +58,20 @@ type Config struct {
 }
 
 // InFlightLimits bound what other nodes — or a process claiming to be one
-// — can make a node's Spot service hold at once: each cold activation
-// carries its first message, each command a goroutine. One past a limit
-// is answered capacity_exceeded (a caller may retry) and counted as
-// refused.
+// — can make a node's Spot service hold at once. Cold activations queue
+// per Spot ID (each with its first message, one goroutine per Spot) and
+// each command takes a goroutine: the limits count a sender's Spots being
+// activated and its commands, and the bytes of the messages queued. One
+// past a limit is answered capacity_exceeded (a caller may retry) and
+// counted as refused. The node's own calls count only toward Bytes.
 type InFlightLimits struct {
-	// PerPeer bounds those of one sender address. Default 256.
+	// PerPeer bounds the Spots one sender address has activations queued
+	// for, plus its commands. Default 256.
 	PerPeer int
-	// Total bounds them all. Default 4,096.
+	// Total bounds them for all senders. Default 4,096.
 	Total int
-	// Bytes bounds the activations' first messages in all. Default 256 MiB.
+	// Bytes bounds the activations' messages queued in all. Default 256
+	// MiB.
 	Bytes int64
 }
 
@@ -251,7 +255,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		results:  map[string]*retained{},
 		keyLock:  map[string]*keyLock{},
 		queues:   map[string][]queuedActivation{},
-		inFlight: inFlight{limits: cfg.InFlight, perPeer: map[string]int{}},
+		inFlight: inFlight{limits: cfg.InFlight, held: map[flightKey]int{}, perPeer: map[string]int{}},
 		watches:  map[watchKey]*sharedWatch{},
 		lost:     map[string]chan struct{}{},
 		stop:     make(chan struct{}),
@@ -413,7 +417,7 @@ func (m *Manager) receive(c actor.Context) {
 	switch msg := c.Message().(type) {
 	case *messages.SpotActivation:
 		size := int64(proto.Size(msg))
-		if !m.inFlight.admit(c.Sender().GetAddress(), size) {
+		if !m.inFlight.admit(m.flightKey(c.Sender(), msg.GetSpotId()), size) {
 			m.refused("Spot activation", c.Sender().GetAddress(), "past the node's in-flight limit")
 			relocation.RespondFailure(m.sys, relocation.ReplyRoute(msg.GetFirst()), msg.GetSpotId(), errInFlight)
 			return
@@ -580,7 +584,8 @@ var errInFlight = fmt.Errorf("%w: the node holds as many activations and command
 // runCommand runs a Spot command from another node on a goroutine of its
 // own, within the in-flight limits.
 func (m *Manager) runCommand(sender *actor.PID, rid string, generation uint64, op string, run func() *messages.SpotReply) {
-	if !m.inFlight.admit(sender.GetAddress(), 0) {
+	key := m.flightKey(sender, "command "+op)
+	if !m.inFlight.admit(key, 0) {
 		m.refused("Spot command", sender.GetAddress(), "past the node's in-flight limit")
 		if sender != nil {
 			out := failure(errInFlight)
@@ -590,7 +595,7 @@ func (m *Manager) runCommand(sender *actor.PID, rid string, generation uint64, o
 		return
 	}
 	go func() {
-		defer m.inFlight.release(sender.GetAddress(), 0)
+		defer m.inFlight.release(key, 0)
 		m.replyMember(sender, rid, generation, op, run)
 	}()
 }
@@ -625,11 +630,11 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID,
 				// The caller learns it at once, typed (a node whose lease
 				// ended, say), instead of waiting out its deadline.
 				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id, peerRefusal("the activation's sender", err))
-				m.inFlight.release(next.from.GetAddress(), next.size)
+				m.inFlight.release(m.flightKey(next.from, id), next.size)
 				continue
 			}
 			m.onActivation(next.a)
-			m.inFlight.release(next.from.GetAddress(), next.size)
+			m.inFlight.release(m.flightKey(next.from, id), next.size)
 		}
 	}()
 }
@@ -642,36 +647,62 @@ type queuedActivation struct {
 	size int64 // held of the in-flight limits
 }
 
-// inFlight counts the activations and commands the Spot service holds,
-// by sender address (InFlightLimits).
+// flightKey is what a message from sender for what (a Spot ID, or a
+// command) holds of the in-flight limits.
+func (m *Manager) flightKey(sender *actor.PID, what string) flightKey {
+	return flightKey{peer: sender.GetAddress(), what: what, own: sender.GetAddress() == m.desc.GetAddress()}
+}
+
+type flightKey struct {
+	peer, what string
+	own        bool // the node's own: counts toward Bytes only
+}
+
+// inFlight counts what the Spot service holds (InFlightLimits): messages
+// per (sender, Spot ID or command), and those keys per sender and in all.
 type inFlight struct {
 	limits  InFlightLimits
 	mu      sync.Mutex
+	held    map[flightKey]int
 	perPeer map[string]int
 	total   int
 	bytes   int64
 }
 
-func (f *inFlight) admit(peer string, size int64) bool {
+func (f *inFlight) admit(k flightKey, size int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.perPeer[peer] >= f.limits.PerPeer || f.total >= f.limits.Total || f.bytes > 0 && f.bytes+size > f.limits.Bytes {
+	first := f.held[k] == 0
+	if first && !k.own && (f.perPeer[k.peer] >= f.limits.PerPeer || f.total >= f.limits.Total) {
 		return false
 	}
-	f.perPeer[peer]++
-	f.total++
+	if f.bytes > 0 && f.bytes+size > f.limits.Bytes {
+		return false
+	}
+	f.held[k]++
 	f.bytes += size
+	if first && !k.own {
+		f.perPeer[k.peer]++
+		f.total++
+	}
 	return true
 }
 
-func (f *inFlight) release(peer string, size int64) {
+func (f *inFlight) release(k flightKey, size int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.perPeer[peer]--; f.perPeer[peer] <= 0 {
-		delete(f.perPeer, peer)
+	f.bytes -= size
+	if f.held[k]--; f.held[k] > 0 {
+		return
+	}
+	delete(f.held, k)
+	if k.own {
+		return
+	}
+	if f.perPeer[k.peer]--; f.perPeer[k.peer] <= 0 {
+		delete(f.perPeer, k.peer)
 	}
 	f.total--
-	f.bytes -= size
 }
 
 // fromMember accepts a SpotActivation only from a live node of the mesh: the

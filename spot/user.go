@@ -300,6 +300,10 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 	if reply.GetFailureCode() != "" {
 		ferr := roamerr.FromCode(reply.GetFailureCode(), reply.GetFailureDetail())
 		if errors.Is(ferr, roamerr.ErrCapacityExceeded) || errors.Is(ferr, roamerr.ErrNodeDraining) {
+			// A full target aborts the reservation itself; one that refused
+			// the command before running it (its in-flight limit) did not:
+			// the next attempt must not find this one's reservation.
+			m.abortReservation(key, version, reserved)
 			skip[target.GetNodeRid()] = true
 			return CreateResult{}, errRetry
 		}

@@ -743,6 +743,12 @@ func (g *Gateway) connect(ctx context.Context, m *chatpb.Connect, from string) p
 		return ackError(fmt.Errorf("%w: the inbox must be in the connecting process (%s), not at %s", ErrInvalidRequest, clip(from), clip(m.GetInbox().GetAddress())))
 	}
 	g.mu.Lock()
+	if g.connecting[name] > 0 {
+		// Two connects under one name at once would each open a Session
+		// and the later would orphan the earlier's.
+		g.mu.Unlock()
+		return ackError(fmt.Errorf("%w: a connect as %q is in progress", ErrInvalidRequest, clip(name)))
+	}
 	if g.clients[name] == nil && len(g.clients)+g.inFlight >= g.opts.MaxClients {
 		g.mu.Unlock()
 		g.refused.Add(1)

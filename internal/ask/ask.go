@@ -80,6 +80,7 @@ func Ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, ti
 	defer func() {
 		pending.Delete(id)
 		sys.ProcessRegistry.Remove(pid)
+		finish(id, q.From)
 	}()
 	if o := observer.Load(); o != nil {
 		(*o)(Asked{Route: pid, To: to, Message: msg})
@@ -157,6 +158,50 @@ func Expected(id string) (from, what string, waiting bool) {
 	}
 	q := v.(*route).q
 	return q.From, q.What, true
+}
+
+// Late reports whether an answer to id that came from address from is
+// late: its question ended in the last minute (it timed out, or was
+// answered already) and from is the node it asked. Such an answer is not
+// forged: it is dropped and counted as late, not refused.
+func Late(id, from string) bool {
+	v, ok := finished.Load(id)
+	if !ok || v.(ended).from != "" && v.(ended).from != from {
+		return false
+	}
+	late.Add(1)
+	return true
+}
+
+type ended struct {
+	at   time.Time
+	from string // the node asked
+}
+
+// LateAnswers is how many answers came after their question ended.
+func LateAnswers() int64 { return late.Load() }
+
+var (
+	// finished are the routes of questions that ended, for a minute.
+	finished sync.Map // string → ended
+	late     atomic.Int64
+	swept    atomic.Int64 // unix nanos of the last sweep
+)
+
+// finish records that the question at id ended, and forgets those that
+// ended more than a minute ago (swept at most once a second).
+func finish(id, from string) {
+	now := time.Now()
+	finished.Store(id, ended{at: now, from: from})
+	if last := swept.Load(); now.UnixNano()-last < int64(time.Second) || !swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	finished.Range(func(k, v any) bool {
+		if now.Sub(v.(ended).at) > time.Minute {
+			finished.Delete(k)
+		}
+		return true
+	})
 }
 
 // IsRoute reports whether id names a question's reply route.

@@ -91,7 +91,7 @@ type Config struct {
 	// must be set together (the cluster's certificates and CA).
 	Server, Client *tls.Config
 	// Certified reports whether a TLS peer's certificate names the host of
-	// the address it declares. Required with TLS.
+	// the address it declares, and the node there. Required with TLS.
 	Certified func(leaf *x509.Certificate, address string) bool
 	// MaxData is the largest chunk accepted (the node's receive chunk
 	// limit). Default 4 MiB.
@@ -379,7 +379,7 @@ func (l *Link) serve(c net.Conn) error {
 	if l.cfg.Server != nil {
 		st := conn.(*tls.Conn).ConnectionState()
 		if len(st.PeerCertificates) == 0 || !l.cfg.Certified(st.PeerCertificates[0], from) {
-			return fmt.Errorf("the certificate does not name the host of %q", from)
+			return fmt.Errorf("the certificate does not name the host of %q, or the node there", from)
 		}
 	}
 	_ = c.SetReadDeadline(time.Time{})

@@ -107,9 +107,13 @@ func TestOnlyTheNodeAskedAnswersItsQuestion(t *testing.T) {
 	r := <-answered
 	require.NoError(t, r.err)
 	require.Equal(t, "op-1", r.msg.(*wrapperspb.StringValue).Value)
-	// Its replay finds no question.
-	before = ask.Refused()
+	// Its repetition by the node asked finds no question: late, dropped.
+	late := ask.LateAnswers()
 	b.System().Root.Send(route, wrapperspb.String("op-1"))
+	testwait.For(t, func() bool { return ask.LateAnswers() > late }, "the repeated answer was not dropped as late")
+	// Repeated from elsewhere it is refused.
+	before = ask.Refused()
+	forge(t, insecure.NewCredentials(), route, "127.0.0.1:9", wrapperspb.String("op-1"))
 	testwait.For(t, func() bool { return ask.Refused() > before }, "the replayed answer was not refused")
 }
 

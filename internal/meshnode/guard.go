@@ -49,10 +49,12 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
 		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys, hooks)),
 	}
+	// The limits come first, so that an application's own options win;
+	// without TLS the counting credentials too, so that its own
+	// credentials (its own TLS) still win.
+	own = append(own, serverLimits(hooks.limits)...)
 	if !tlsOn {
-		// Plain TCP: the limits come first, so an application's own
-		// transport credentials (its own TLS) still win.
-		own = append(own, serverLimits(hooks.limits, nil, &hooks.counts, log)...)
+		own = append(own, countingCreds(hooks.limits, nil, &hooks.counts, log))
 	}
 	rcfg.ServerOptions = append(own, rcfg.ServerOptions...)
 	rcfg.DialOptions = append([]grpc.DialOption{
@@ -61,7 +63,7 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 	}, rcfg.DialOptions...)
 	rcfg.CallOptions = append([]grpc.CallOption{grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)}, rcfg.CallOptions...)
 	if tlsOn {
-		rcfg.ServerOptions = append(rcfg.ServerOptions, serverLimits(hooks.limits, server, &hooks.counts, log)...)
+		rcfg.ServerOptions = append(rcfg.ServerOptions, countingCreds(hooks.limits, server, &hooks.counts, log))
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(client))
 	}
 }
@@ -105,6 +107,7 @@ func guardStream(log zerolog.Logger, tlsOn bool, sys *actor.ActorSystem, hooks *
 			}
 		}()
 		g := &guardedStream{ServerStream: ss, log: log, self: sys.Address, hooks: hooks}
+		defer hooks.watches.ended(g)
 		if tlsOn {
 			g.leaf = peerCertificate(ss.Context())
 			if g.leaf == nil {
@@ -144,7 +147,12 @@ type guardedStream struct {
 	// identified: with TLS, the certificate names the node the store has
 	// at declared (checked once per stream, when it first matters).
 	identified bool
-	started    bool // the first frame arrived
+	// unidentified: the frame being checked speaks for a node whose
+	// identity could not be told yet (errNotYet); retryAt is when to ask
+	// the store again.
+	unidentified bool
+	retryAt      time.Time
+	started      bool // the first frame arrived
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
@@ -170,6 +178,7 @@ func (g *guardedStream) RecvMsg(m any) error {
 		// would make it speak for another after it was checked.
 		err = errors.New("a second connect request on one stream")
 	}
+	g.unidentified = false
 	if err == nil && g.leaf != nil {
 		if err = g.certified(rm); err != nil {
 			// Answers to this node's questions in the frame are refused
@@ -229,6 +238,12 @@ func (g *guardedStream) dropRefused(b *remote.MessageBatch) {
 			why = g.terminatedRefused(e.MessageData)
 		case target.GetAddress() != g.self():
 			why = "a message for another node, to pass on"
+		case g.unidentified && (isControlActor(target.GetId()) || ask.IsRoute(target.GetId())):
+			why = "the peer's identity cannot be checked now"
+			if ask.IsRoute(target.GetId()) {
+				_, what, _ := ask.Expected(target.GetId())
+				ask.Refuse(what, why)
+			}
 		case ask.IsRoute(target.GetId()):
 			if why = g.answerRefused(target.GetId()); why != "" {
 				continue // counted and logged by ask
@@ -262,15 +277,17 @@ func (g *guardedStream) terminatedRefused(data []byte) string {
 }
 
 // watchRefused says why a peer's watch (or unwatch) of the actor id may
-// not go on, "" if it may: roam's own actors are never watched from
-// outside (nothing of roam's needs it), and other actors' watches are
+// not go on, "" if it may: roam's service actors and Sessions are never
+// watched from outside (nothing of roam's needs it); the watcher must be
+// an actor of the peer's own process (the node would tell another address
+// when the actor stops, so dial where a peer says); and watches are
 // bounded by the node's watch ledger.
 func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string {
-	if strings.HasPrefix(id, "roam/") {
+	if isControlActor(id) || strings.HasPrefix(id, sessionPrefix) {
 		if watch {
 			g.hooks.counts.watches.Add(1)
 		}
-		return "a watch of one of roam's own actors"
+		return "a watch of one of roam's service actors"
 	}
 	var watcher *actor.PID
 	if watch {
@@ -279,17 +296,28 @@ func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string 
 			return "a malformed watch"
 		}
 		watcher = m.Watcher
-		if !g.hooks.watches.admit(g.watchBudget(), id, watcher) {
-			return "past the node's watch limit"
+	} else {
+		var m actor.Unwatch
+		if proto.Unmarshal(data, &m) != nil || m.Watcher == nil {
+			return "a malformed unwatch"
 		}
+		watcher = m.Watcher
+	}
+	if g.declared == "" || watcher.GetAddress() != g.declared {
+		return "a watcher not at the peer's address"
+	}
+	if !watch {
+		g.hooks.watches.release(id, watcher)
 		return ""
 	}
-	var m actor.Unwatch
-	if proto.Unmarshal(data, &m) == nil && m.Watcher != nil {
-		g.hooks.watches.release(id, m.Watcher)
+	if !g.hooks.watches.admit(g, g.watchBudget(), id, watcher) {
+		return "past the node's watch limit"
 	}
 	return ""
 }
+
+// sessionPrefix starts the PID ids of Sessions (session.PIDName).
+const sessionPrefix = "roam/session/"
 
 // watchBudget names whose share of the watch limit a peer's watch takes:
 // with TLS its certificate's (a peer cannot spend another's by claiming its
@@ -309,8 +337,10 @@ func (g *guardedStream) answerRefused(id string) string {
 	from, what, waiting := ask.Expected(id)
 	why := ""
 	switch {
+	case !waiting && ask.Late(id, g.declared):
+		return "late" // counted by ask, not refused: nothing forged
 	case !waiting:
-		what, why = "unknown", "no question waits for it (late, repeated or forged)"
+		what, why = "unknown", "no question waits for it, from this node (forged or misdirected)"
 	case from != "" && g.declared != from:
 		why = "it came from another node than the one asked"
 	}
@@ -345,12 +375,21 @@ func (g *guardedStream) certified(rm *remote.RemoteMessage) error {
 				return fmt.Errorf("a control message's sender %s is not the address the peer connects as", s.GetAddress())
 			}
 		}
-		if err := g.identify(); err != nil {
+		if err := g.identify(); errors.Is(err, errNotYet) {
+			g.unidentified = true // its control messages and answers are dropped
+		} else if err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// errNotYet: the peer's identity cannot be told now (this node is not
+// started, or the store cannot answer about an address it never read).
+// Its control messages and answers are dropped, counted, while the stream
+// goes on: ending it would cut the peer's other traffic over a store
+// outage or a start.
+var errNotYet = errors.New("the peer's identity cannot be checked now")
 
 // identify checks, once per stream, that the peer's certificate names the
 // node the Location Store has at the address the peer connects as. When
@@ -368,8 +407,8 @@ func (g *guardedStream) identify() error {
 		return errors.New("the peer's certificate names no roam node")
 	}
 	n := g.hooks.node.Load()
-	if n == nil {
-		return errors.New("this node is not started")
+	if n == nil || time.Now().Before(g.retryAt) {
+		return errNotYet
 	}
 	ctx, cancel := context.WithTimeout(g.Context(), identifyTimeout)
 	defer cancel()
@@ -378,8 +417,12 @@ func (g *guardedStream) identify() error {
 		d = n.members.lastKnown(g.declared)
 	}
 	switch {
+	case d == nil && errors.Is(err, ErrNotMember):
+		return fmt.Errorf("the peer connects as %s, where no live node is: %w", g.declared, err)
 	case d == nil && err != nil:
-		return fmt.Errorf("the node at %s could not be checked: %w", g.declared, err)
+		// Not asked again for a moment: each try holds the stream.
+		g.retryAt = time.Now().Add(time.Second)
+		return errNotYet
 	case !slices.Contains(named, d.GetName()):
 		return fmt.Errorf("the peer's certificate names node(s) %q, the node at %s is %q", named, g.declared, d.GetName())
 	}
@@ -387,8 +430,9 @@ func (g *guardedStream) identify() error {
 	return nil
 }
 
-// identifyTimeout bounds the store read that identifies a peer.
-const identifyTimeout = 5 * time.Second
+// identifyTimeout bounds the store read that identifies a peer: the
+// stream waits for it.
+const identifyTimeout = 2 * time.Second
 
 func isControlActor(id string) bool {
 	for _, n := range ControlActors {

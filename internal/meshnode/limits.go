@@ -39,9 +39,10 @@ type Limits struct {
 	IdleConnection time.Duration
 	// MaxRemoteWatches bounds the watches peers hold on this node's
 	// actors (actor.Watch from another process), and
-	// MaxRemoteWatchesPerPeer those of one peer address; a watch past
-	// either is dropped (remote_message_refused). Defaults 16,384 and
-	// 1,024.
+	// MaxRemoteWatchesPerPeer those of one peer (its certificate with
+	// TLS, else the address it connects as); a watch past either is
+	// dropped (remote_message_refused). A watch lasts as long as the
+	// connection that brought it. Defaults 16,384 and 1,024.
 	MaxRemoteWatches, MaxRemoteWatchesPerPeer int
 }
 
@@ -68,19 +69,25 @@ func (l Limits) withDefaults() Limits {
 }
 
 // serverLimits are the gRPC server options that hold Limits: the
-// connection count (in the transport credentials' handshake, the one
-// place gRPC shows a node each new connection), the handshake timeout,
-// streams per connection and idle connections.
-func serverLimits(l Limits, creds credentials.TransportCredentials, counts *refusals, log zerolog.Logger) []grpc.ServerOption {
+// handshake timeout, streams per connection, idle connections, and pings
+// that find a peer gone without a word (a crash, a cut: its connection
+// would otherwise count for hours).
+func serverLimits(l Limits) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(l.FirstFrameTimeout),
+		grpc.MaxConcurrentStreams(l.MaxStreamsPerConnection),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleConnection, Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
+}
+
+// countingCreds are creds (plain TCP for nil) that also count the
+// connections (Limits.MaxConnections): the handshake is the one place
+// gRPC shows a node each new connection.
+func countingCreds(l Limits, creds credentials.TransportCredentials, counts *refusals, log zerolog.Logger) grpc.ServerOption {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return []grpc.ServerOption{
-		grpc.Creds(&countedCreds{TransportCredentials: creds, max: int64(l.MaxConnections), counts: counts, log: log}),
-		grpc.ConnectionTimeout(l.FirstFrameTimeout),
-		grpc.MaxConcurrentStreams(l.MaxStreamsPerConnection),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.IdleConnection}),
-	}
+	return grpc.Creds(&countedCreds{TransportCredentials: creds, max: int64(l.MaxConnections), counts: counts, log: log, handshaking: map[string]int{}})
 }
 
 // refusals counts what the transport refused, by cause, for tests and
@@ -105,8 +112,10 @@ var connectionRefusedLog ratelog.Limiter
 
 // countedCreds are a server's transport credentials that also count its
 // connections, refusing one past max: with TLS, max for connections whose
-// certificate names a roam node and max for the others (and twice max
-// handshakes at once in all).
+// certificate names a roam node and max for the others; and at most
+// maxHandshakesPerHost handshakes at once from one host, so that a process
+// without a certificate, stalling its handshakes, cannot take the nodes'
+// connections either.
 type countedCreds struct {
 	credentials.TransportCredentials
 	max    int64
@@ -115,9 +124,32 @@ type countedCreds struct {
 	others atomic.Int64 // established, any other
 	counts *refusals
 	log    zerolog.Logger
+
+	mu          sync.Mutex
+	handshaking map[string]int // by the peer's host
 }
 
+// maxHandshakesPerHost bounds the handshakes in progress from one host.
+const maxHandshakesPerHost = 64
+
 func (c *countedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	host, _, _ := net.SplitHostPort(raw.RemoteAddr().String())
+	c.mu.Lock()
+	busy := c.handshaking[host] >= maxHandshakesPerHost
+	if !busy {
+		c.handshaking[host]++
+	}
+	c.mu.Unlock()
+	if busy {
+		return nil, nil, c.refuse(raw, "handshakes")
+	}
+	defer func() {
+		c.mu.Lock()
+		if c.handshaking[host]--; c.handshaking[host] <= 0 {
+			delete(c.handshaking, host)
+		}
+		c.mu.Unlock()
+	}()
 	if c.open.Add(1) > 2*c.max {
 		c.open.Add(-1)
 		return nil, nil, c.refuse(raw, "")
@@ -148,7 +180,7 @@ func (c *countedCreds) refuse(conn net.Conn, class string) error {
 }
 
 func (c *countedCreds) Clone() credentials.TransportCredentials {
-	return &countedCreds{TransportCredentials: c.TransportCredentials.Clone(), max: c.max, counts: c.counts, log: c.log}
+	return &countedCreds{TransportCredentials: c.TransportCredentials.Clone(), max: c.max, counts: c.counts, log: c.log, handshaking: map[string]int{}}
 }
 
 type countedConn struct {
@@ -192,3 +224,7 @@ func (n *Node) TransportRefusals() Refusals {
 	c := &n.link.hooks.counts
 	return Refusals{Connections: c.connections.Load(), Streams: c.streams.Load(), Watches: c.watches.Load(), Messages: c.messages.Load()}
 }
+
+// RemoteWatches is how many watches other processes hold on this node's
+// actors.
+func (n *Node) RemoteWatches() int { return n.link.hooks.watches.count() }

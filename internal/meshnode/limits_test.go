@@ -172,3 +172,46 @@ func TestUnreachablePeersLeaveNothingBehind(t *testing.T) {
 	}
 	testwait.For(t, func() bool { return runtime.NumGoroutine() <= goroutines+10 }, "connections to unreachable peers were left behind")
 }
+
+// A peer's watch must name a watcher of its own process (the node tells
+// the watcher when the actor stops, so it would dial where the peer
+// says), and lasts as long as the stream that brought it: a peer's
+// budget is free again once its stream ended.
+func TestWatchesAreThePeersOwnAndLastAsLongAsTheirStream(t *testing.T) {
+	n := limitedNode(t, meshnode.Limits{MaxRemoteWatchesPerPeer: 10})
+	_, err := n.System().Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), "app")
+	require.NoError(t, err)
+	const peer = "127.0.0.1:9"
+	open := func() (remote.Remoting_ReceiveClient, func()) {
+		conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		s, err := remote.NewRemotingClient(conn).Receive(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+			ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "w", Address: peer}}}}}))
+		return s, func() { conn.Close() }
+	}
+	watch := func(s remote.Remoting_ReceiveClient, watcher string, from, to int) {
+		b := &remote.MessageBatch{TypeNames: []string{"actor.Watch"}, Targets: []*actor.PID{{Address: n.Address(), Id: "app"}}}
+		for i := from; i < to; i++ {
+			data, _ := proto.Marshal(&actor.Watch{Watcher: &actor.PID{Address: watcher, Id: "w" + strconv.Itoa(i)}})
+			b.Envelopes = append(b.Envelopes, &remote.MessageEnvelope{TypeId: 0, Target: 0, MessageData: data})
+		}
+		require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: b}}))
+	}
+	s, closeFirst := open()
+	messages := n.TransportRefusals().Messages
+	watch(s, "198.51.100.7:80", 0, 1)
+	testwait.For(t, func() bool { return n.TransportRefusals().Messages == messages+1 }, "a watcher elsewhere was not refused")
+	watch(s, peer, 0, 11)
+	testwait.For(t, func() bool { return n.TransportRefusals().Watches == 1 }, "the watch past the budget was not refused")
+	closeFirst()
+
+	testwait.For(t, func() bool { return n.RemoteWatches() == 0 }, "the ended stream's watches were not forgotten")
+	s, closeSecond := open()
+	defer closeSecond()
+	// Its budget is free again: ten fit, the eleventh does not.
+	watch(s, peer, 100, 111)
+	testwait.For(t, func() bool { return n.TransportRefusals().Watches == 2 }, "the budget was not free again")
+	require.Equal(t, 10, n.RemoteWatches())
+}

@@ -357,9 +357,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // agent refuses sessions for a moment after a leader election: "Missing
 // node registration"). Each retry claims under a new identity (RID,
 // generation, Entry Spot), since an indeterminate claim may have written
-// the last one; for the same reason, the node's name, which such a claim
-// would hold until its lease ended, is retried for one lease TTL after an
-// indeterminate attempt. *sent is when the claim that succeeded was sent.
+// the last one. Such a claim (an orphan) is released as soon as the store
+// answers — it would hold the node's name, and be a second descriptor at
+// the node's address, until its lease ended — and the name is retried for
+// as long as Consul may keep an orphan's lease (twice its TTL). *sent is
+// when the claim that succeeded was sent.
 func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		// A store that stays unavailable (a wrong address) fails the
@@ -368,21 +370,23 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 		ctx, cancel = context.WithTimeout(ctx, claimPatience)
 		defer cancel()
 	}
+	var orphans []*location.NodeDescriptor
 	var unsure time.Time // the last indeterminate attempt
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		*sent = time.Now()
 		ls, err := n.cfg.Store.ClaimNode(ctx, n.desc, n.cfg.LeaseTTL)
-		retry := errors.Is(err, location.ErrUnavailable) || errors.Is(err, location.ErrIndeterminate) ||
-			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && time.Since(unsure) < n.cfg.LeaseTTL+time.Second
-		if err == nil || !retry || ctx.Err() != nil {
-			return ls, err
-		}
 		if errors.Is(err, location.ErrIndeterminate) {
-			// The claim may hold the name: give it back if it does.
 			unsure = time.Now()
-			if v, rerr := n.cfg.Store.ReadNode(ctx, location.NodeKeyOf(n.desc)); rerr == nil && v.Node.GetNodeGeneration() == n.desc.NodeGeneration {
-				_ = n.cfg.Store.ReleaseNode(ctx, v.Node)
+			orphans = append(orphans, proto.Clone(n.desc).(*location.NodeDescriptor))
+		}
+		orphans = n.releaseOrphans(ctx, orphans)
+		retry := errors.Is(err, location.ErrUnavailable) || errors.Is(err, location.ErrIndeterminate) ||
+			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && time.Since(unsure) < 2*n.cfg.LeaseTTL+time.Second
+		if err == nil || !retry || ctx.Err() != nil {
+			if err == nil && len(orphans) > 0 {
+				go n.releaseOrphansLater(orphans)
 			}
+			return ls, err
 		}
 		n.log.Warn().Str("event", "node_claim_retry").Err(err).Dur("retry_in", wait).
 			Msg("the Location Store did not take the node's claim; retrying under a new identity")
@@ -394,6 +398,40 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 		n.desc.NodeRid, n.desc.NodeGeneration = uuid.NewString(), uint64(time.Now().UnixNano())
 		n.desc.EntrySpotId = NewEntrySpotID(n.cfg.EntryPrefix)
 		n.log = n.cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
+	}
+}
+
+// releaseOrphans releases the claims of orphans the store holds and
+// returns those it could not tell about.
+func (n *Node) releaseOrphans(ctx context.Context, orphans []*location.NodeDescriptor) []*location.NodeDescriptor {
+	left := orphans[:0]
+	for _, o := range orphans {
+		v, err := n.cfg.Store.ReadNode(ctx, location.NodeKeyOf(o))
+		switch {
+		case errors.Is(err, location.ErrNotFound):
+		case err != nil:
+			left = append(left, o)
+		case v.Node.GetNodeGeneration() == o.GetNodeGeneration():
+			if err := n.cfg.Store.ReleaseNode(ctx, v.Node); err != nil && !errors.Is(err, location.ErrNotFound) {
+				left = append(left, o)
+			}
+		}
+	}
+	return left
+}
+
+// releaseOrphansLater goes on releasing orphans the node started without,
+// until the store has none of them or their leases must have ended.
+func (n *Node) releaseOrphansLater(orphans []*location.NodeDescriptor) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.LeaseTTL+time.Second)
+	defer cancel()
+	for len(orphans) > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		orphans = n.releaseOrphans(ctx, orphans)
 	}
 }
 

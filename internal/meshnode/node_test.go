@@ -267,3 +267,20 @@ func TestPlainTCPBeyondLoopbackNeedsConsent(t *testing.T) {
 		require.NoError(t, n.Stop(context.Background()))
 	}
 }
+
+// A claim applied although the store said it could not tell, which the
+// store then cannot release at once either, holds the node's name: the
+// start releases it when the store answers again and keeps the name.
+func TestStartReleasesItsOwnOrphanedClaim(t *testing.T) {
+	f, err := faulty.New(memstore.New(), faulty.Config{})
+	require.NoError(t, err)
+	f.InjectOn("claim node", faulty.IndeterminateApplied)
+	f.InjectOn("read node", faulty.Unavailable)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, Name: "n1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	nodes, err := f.ListNodes(context.Background(), meshnode.DefaultMesh)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1, "the orphaned claim was released")
+	require.Equal(t, n.Descriptor().GetNodeRid(), nodes[0].Node.GetNodeRid())
+}

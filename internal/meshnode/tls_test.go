@@ -199,11 +199,12 @@ func TestWithTLSClientsCannotTakeTheNodesShare(t *testing.T) {
 	// Watches: three streams of one client certificate, each claiming
 	// another address, share one budget of 10.
 	for i := range 3 {
-		s, err := open(client, "127.0.0.1:"+strconv.Itoa(i+1))
+		declared := "127.0.0.1:" + strconv.Itoa(i+1)
+		s, err := open(client, declared)
 		require.NoError(t, err)
 		b := &remote.MessageBatch{TypeNames: []string{"actor.Watch"}, Targets: []*actor.PID{{Address: n.Address(), Id: "app"}}}
 		for j := range 10 {
-			data, _ := proto.Marshal(&actor.Watch{Watcher: &actor.PID{Address: "127.0.0.1:1", Id: "w" + strconv.Itoa(i*10+j)}})
+			data, _ := proto.Marshal(&actor.Watch{Watcher: &actor.PID{Address: declared, Id: "w" + strconv.Itoa(j)}})
 			b.Envelopes = append(b.Envelopes, &remote.MessageEnvelope{TypeId: 0, Target: 0, MessageData: data})
 		}
 		require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: b}}))

@@ -146,7 +146,11 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 		if hooks.link.Server, hooks.link.Client, err = o.TLS.configs(h); err != nil {
 			return nil, err
 		}
-		hooks.link.Nodes = certNodes(hooks.link.Server.Certificates[0].Leaf)
+		leaf := hooks.link.Server.Certificates[0].Leaf
+		if leaf == nil { // GODEBUG=x509keypairleaf=0; configs checked it parses
+			leaf, _ = x509.ParseCertificate(hooks.link.Server.Certificates[0].Certificate[0])
+		}
+		hooks.link.Nodes = certNodes(leaf)
 		serverCreds, clientCreds = credentials.NewTLS(hooks.link.Server), credentials.NewTLS(hooks.link.Client)
 	}
 	// Proto.Actor sizes each peer connection's outgoing queue for a

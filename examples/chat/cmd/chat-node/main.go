@@ -128,6 +128,9 @@ func run(storeKind, consulAddr, prefix, listen, name string, count, rooms int, v
 		if plainTCP {
 			opts = append(opts, roam.WithPlainTCP())
 		}
+		// Each client is a connection of its own: room for them all
+		// beside the nodes'.
+		opts = append(opts, roam.WithTransportLimits(roam.TransportLimits{MaxConnections: max(1024, gateway.MaxClients+1024)}))
 		r, err := roam.New(system, opts...)
 		if err != nil {
 			return err
