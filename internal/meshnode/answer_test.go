@@ -35,17 +35,26 @@ func askedNode(t *testing.T, n *meshnode.Node) <-chan *actor.PID {
 	return routes
 }
 
+// connectAs opens a raw peer stream to address with creds on a connection
+// of its own, connected as the node at declared, as Proto.Actor's endpoint
+// writer does; close ends the connection (also at the test's end).
+func connectAs(t *testing.T, address string, creds credentials.TransportCredentials, declared string) (s remote.Remoting_ReceiveClient, close func()) {
+	t.Helper()
+	conn, err := grpc.Dial(address, grpc.WithTransportCredentials(creds))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	s, err = remote.NewRemotingClient(conn).Receive(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
+		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "peer", Address: declared}}}}}))
+	return s, func() { conn.Close() }
+}
+
 // forge sends msg to route over a raw stream to route's node that
 // declares itself as the node at declared.
 func forge(t *testing.T, creds credentials.TransportCredentials, route *actor.PID, declared string, msg proto.Message) {
 	t.Helper()
-	conn, err := grpc.Dial(route.Address, grpc.WithTransportCredentials(creds))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
-		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "forger", Address: declared}}}}}))
+	stream, _ := connectAs(t, route.Address, creds, declared)
 	data, err := proto.Marshal(msg)
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_MessageBatch{MessageBatch: &remote.MessageBatch{

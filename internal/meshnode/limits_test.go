@@ -49,13 +49,7 @@ func TestAWatchFloodIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.System().Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), "roam/spot")
 	require.NoError(t, err)
-	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
-		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "flood", Address: "127.0.0.1:9"}}}}}))
+	stream, _ := connectAs(t, n.Address(), insecure.NewCredentials(), "127.0.0.1:9")
 	before := heapInUse()
 	const flood, batch = 100_000, 1000
 	for i := 0; i < flood; i += batch {
@@ -133,13 +127,7 @@ func TestAConnectionFloodIsBounded(t *testing.T) {
 // deliver it, so a peer could make the node dial anywhere).
 func TestForgedTerminationsAreDropped(t *testing.T) {
 	n := limitedNode(t, meshnode.Limits{})
-	conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	stream, err := remote.NewRemotingClient(conn).Receive(context.Background())
-	require.NoError(t, err)
-	require.NoError(t, stream.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
-		ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "t", Address: "127.0.0.1:9"}}}}}))
+	stream, _ := connectAs(t, n.Address(), insecure.NewCredentials(), "127.0.0.1:9")
 	goroutines := runtime.NumGoroutine()
 	before := n.TransportRefusals().Messages
 	const forged = 200
@@ -183,13 +171,7 @@ func TestWatchesAreThePeersOwnAndLastAsLongAsTheirStream(t *testing.T) {
 	require.NoError(t, err)
 	const peer = "127.0.0.1:9"
 	open := func() (remote.Remoting_ReceiveClient, func()) {
-		conn, err := grpc.Dial(n.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		require.NoError(t, err)
-		s, err := remote.NewRemotingClient(conn).Receive(context.Background())
-		require.NoError(t, err)
-		require.NoError(t, s.Send(&remote.RemoteMessage{MessageType: &remote.RemoteMessage_ConnectRequest{ConnectRequest: &remote.ConnectRequest{
-			ConnectionType: &remote.ConnectRequest_ServerConnection{ServerConnection: &remote.ServerConnection{SystemId: "w", Address: peer}}}}}))
-		return s, func() { conn.Close() }
+		return connectAs(t, n.Address(), insecure.NewCredentials(), peer)
 	}
 	watch := func(s remote.Remoting_ReceiveClient, watcher string, from, to int) {
 		b := &remote.MessageBatch{TypeNames: []string{"actor.Watch"}, Targets: []*actor.PID{{Address: n.Address(), Id: "app"}}}
