@@ -250,6 +250,63 @@ func TestSpotWideFaultRelocationReadyPanics(t *testing.T) {
 	require.NoError(t, roam.DeliveryError(res))
 }
 
+// gatedTeam is a SpotWide Spot whose RelocationReady, once armed, waits
+// for gate to close: the members that came with it open only then.
+type gatedTeam struct {
+	team
+	armed   *atomic.Bool
+	entered chan<- struct{}
+	gate    <-chan struct{}
+}
+
+func (g *gatedTeam) OnRelocationReady(members []location.AuthorityKey) {
+	g.team.OnRelocationReady(members)
+	if g.armed.Load() {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+}
+
+// A member's LeaveSpot right after its SpotWide Spot's Relocate returned
+// waits for the member to open on the target (it opens only after the
+// Spot's RelocationReady callback), instead of failing Unavailable.
+func TestSpotWideMemberLeavesRightAfterTheMove(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	var armed atomic.Bool
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	gk := roam.NewKind("gteam", actor.PropsFromProducer(func() actor.Actor {
+		return &gatedTeam{armed: &armed, entered: entered, gate: gate}
+	}), roam.PreserveState(), roam.SpotWide())
+	kinds := roam.WithKinds(j, gk)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	crew := spotOnNode(t, "crew", "gteam", a, b)
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the nodes stop, when the test failed
+	_, err := a.Spots().SpawnMember(ctx, crew, "journal", "m1")
+	require.NoError(t, err)
+	armed.Store(true)
+	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("the Spot's RelocationReady callback never ran on the target")
+	}
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = b.LeaveSpot(short, roam.ActorRef("m1"))
+	cancel()
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded, "the member is still opening: the leave waits")
+	release()
+	require.NoError(t, a.LeaveSpot(ctx, roam.ActorRef("m1")))
+	require.NotEqual(t, "crew", membershipOf(t, store, "m1").GetSpotId())
+	countsExact(t, store)
+}
+
 var _ = fmt.Sprintf
 var _ = strings.Join
 var _ = relocation.MaxSpotWideMembers

@@ -488,12 +488,19 @@ func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, members
 
 // arrived waits, within ctx, until no move of key into this node is
 // under way: a Spot whose move here committed opens just after (a join
-// right after its Relocate returned must not find it missing).
+// right after its Relocate returned must not find it missing), and no
+// member of a SpotWide Spot that arrived here is still waiting to open.
 func (d *Driver) arrived(ctx context.Context, key location.AuthorityKey) error {
 	for {
 		done, err := call(ctx, d, func() (chan struct{}, error) {
 			t := d.arriving(key)
 			if t == nil {
+				// A SpotWide move's member serves only once the Spot's
+				// RelocationReady callback ran (openMembers), just after
+				// the run ended.
+				if o := d.objects[key]; o != nil && o.opening != nil {
+					return o.opening, nil
+				}
 				return nil, nil
 			}
 			ch := make(chan struct{})
