@@ -89,11 +89,13 @@ $(TOOLS_BIN)/protoc-gen-go-grain: go.mod
 $(TOOLS_BIN)/protoc-gen-go:
 	GOBIN=$(TOOLS_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 
-## lint: formatting and vet.
+## lint: formatting, vet, and the public API's own check.
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	# No public package names an internal type in its exported API.
+	$(GO) test -count=1 ./internal/apicheck
 
 ## demo: the main job, on the embedded store; DIRECTOR=1 runs the placement
 ## director with co-location on every node (users' Actors follow their rooms).

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
@@ -32,7 +33,6 @@ import (
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // logBuf is a zerolog sink tests can search.
@@ -206,7 +206,7 @@ func TestBreakUserMiddlewareSwallowsCloseMarker(t *testing.T) {
 	room := roam.NewKind("room", actor.PropsFromProducer(func() actor.Actor { return &counter{} },
 		actor.WithReceiverMiddleware(onlyProto)), roam.RecreateOnRelocation())
 	r := start(t, memstore.New(), roam.WithKinds(room))
-	res, err := r.Spots().GetOrCreate("lobby", "room").Do(ctx)
+	res, err := r.Spots().GetOrCreate(ctx, "lobby", "room")
 	require.NoError(t, err)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -217,7 +217,7 @@ func TestBreakUserMiddlewareSwallowsCloseMarker(t *testing.T) {
 		// What is left: the record, and whether the ID can be used again.
 		f, rerr := r.Spots().Find(ctx, "lobby")
 		t.Logf("after the failed Close: Find = %+v, %v", f, rerr)
-		again, gerr := r.Spots().GetOrCreate("lobby", "room").Do(ctx)
+		again, gerr := r.Spots().GetOrCreate(ctx, "lobby", "room")
 		t.Logf("after the failed Close: GetOrCreate = %+v, %v", again.State, gerr)
 	}
 	require.NoError(t, err)
@@ -439,9 +439,9 @@ func TestBreakForwardedRelocateRequests(t *testing.T) {
 
 	// A User Spot moves by roam's own API (to b), and back by a member's
 	// forwarded request (a asks b, its owner now).
-	var club spot.SpotRef
+	var club roam.SpotRef
 	for i := 0; ; i++ {
-		res, err := a.Spots().GetOrCreate("club"+string(rune('a'+i)), "counter").Do(ctx)
+		res, err := a.Spots().GetOrCreate(ctx, "club"+string(rune('a'+i)), "counter")
 		require.NoError(t, err)
 		if res.Ref.NodeRid == a.NodeRid() {
 			club = res.Ref
@@ -609,9 +609,10 @@ func TestBreakLifecycleMisuse(t *testing.T) {
 	err = r.Start(ctx)
 	t.Logf("Start after Stop: %v", err)
 	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
-	require.Nil(t, r.Spots())
+	_, err = r.Spots().Request(ctx, "x", wrapperspb.String("hi"))
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
 	_, err = r.Relocate(ctx, roam.ActorRef("x"), "y")
-	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.ErrorIs(t, err, roamerr.ErrInvalidOperation)
 	require.Equal(t, "", r.NodeName())
 
 	// A system whose remote the application started with roam's own
@@ -755,9 +756,9 @@ func TestBreakForwardedUserSpotMoveClass(t *testing.T) {
 	store := memstore.New()
 	a := start(t, store, roam.WithNodeName("a"))
 	b := start(t, store, roam.WithNodeName("b"))
-	var club spot.SpotRef
+	var club roam.SpotRef
 	for i := 0; ; i++ {
-		res, err := a.Spots().GetOrCreate(fmt.Sprintf("club%d", i), "counter").Do(ctx)
+		res, err := a.Spots().GetOrCreate(ctx, fmt.Sprintf("club%d", i), "counter")
 		require.NoError(t, err)
 		if res.Ref.NodeRid == a.NodeRid() {
 			club = res.Ref

@@ -35,7 +35,7 @@ func (s *talker) Receive(c actor.Context) {
 		s.count++
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := roam.Get(c.ActorSystem()).Spots().Send(strings.TrimPrefix(v, "ping:"), wrapperspb.String("pong")).InstanceSpot("talker").From(c).Do(ctx); err != nil {
+		if err := roam.Get(c.ActorSystem()).Spots().Send(ctx, strings.TrimPrefix(v, "ping:"), wrapperspb.String("pong"), roam.InstanceSpot("talker"), roam.From(c)); err != nil {
 			s.failed++
 		}
 	case v == "pong":
@@ -77,7 +77,7 @@ func TestDirectorCoLocatesObjectsThatTalk(t *testing.T) {
 		}
 		a := nodes[0]
 		get := func(id string) (count, failed int64) {
-			reply, err := a.Spots().Request(id, wrapperspb.String("get")).InstanceSpot("talker").Timeout(20 * time.Second).Do(ctx)
+			reply, err := a.Spots().Request(ctx, id, wrapperspb.String("get"), roam.InstanceSpot("talker"), roam.Timeout(20*time.Second))
 			require.NoError(t, err)
 			_, err = fmt.Sscanf(reply.(*wrapperspb.StringValue).GetValue(), "%d %d", &count, &failed)
 			require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestDirectorCoLocatesObjectsThatTalk(t *testing.T) {
 						return
 					case <-tick.C:
 					}
-					if _, err := a.Spots().Send(p.from, wrapperspb.String("ping:"+p.to)).InstanceSpot("talker").Do(ctx); err == nil {
+					if err := a.Spots().Send(ctx, p.from, wrapperspb.String("ping:"+p.to), roam.InstanceSpot("talker")); err == nil {
 						n, _ := sent.Load(p.from)
 						n.(*atomic.Int64).Add(1)
 					}
@@ -224,7 +224,7 @@ func TestDirectorBalancesByLoad(t *testing.T) {
 		return v.Record.GetOwner().GetNodeRid()
 	}
 	get := func(id string) int64 {
-		reply, err := a.Spots().Request(id, wrapperspb.String("get")).InstanceSpot("talker").Timeout(20 * time.Second).Do(ctx)
+		reply, err := a.Spots().Request(ctx, id, wrapperspb.String("get"), roam.InstanceSpot("talker"), roam.Timeout(20*time.Second))
 		require.NoError(t, err)
 		var count, failed int64
 		_, err = fmt.Sscanf(reply.(*wrapperspb.StringValue).GetValue(), "%d %d", &count, &failed)
@@ -249,7 +249,7 @@ func TestDirectorBalancesByLoad(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				if _, err := a.Spots().Send(id, wrapperspb.String("pong")).InstanceSpot("talker").Do(ctx); err == nil {
+				if err := a.Spots().Send(ctx, id, wrapperspb.String("pong"), roam.InstanceSpot("talker")); err == nil {
 					sent[i].Add(1)
 				}
 			}

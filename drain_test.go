@@ -57,7 +57,7 @@ func unitOwners(t *testing.T, store location.Store) map[location.AuthorityKey]st
 // its ID) to count once and returns the count.
 func tick(ctx context.Context, r *roam.Roam, ref roam.Ref) (int64, error) {
 	if ref.Kind == location.KindInstanceSpot {
-		res, err := r.Spots().Request(ref.ID, wrapperspb.String("tick")).InstanceSpot("counter").Do(ctx)
+		res, err := r.Spots().Request(ctx, ref.ID, wrapperspb.String("tick"), roam.InstanceSpot("counter"))
 		if err != nil {
 			return 0, err
 		}

@@ -31,7 +31,7 @@ func Example() {
 		defer r.Stop(ctx)
 	}
 	call := func(r *roam.Roam) int64 {
-		reply, err := r.Spots().Request("c1", wrapperspb.String("tick")).InstanceSpot("counter").Do(ctx)
+		reply, err := r.Spots().Request(ctx, "c1", wrapperspb.String("tick"), roam.InstanceSpot("counter"))
 		if err != nil {
 			panic(err)
 		}

@@ -78,7 +78,7 @@ func TestManyConcurrentJoinsKeepTheCount(t *testing.T) {
 		j := journalKind(store)
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 		const n = 24
@@ -131,11 +131,11 @@ func TestConcurrentJoinsToDifferentSpots(t *testing.T) {
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, den))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, house))
 		c := start(t, store, roam.WithNodeName("node-c"), roam.WithKinds(j, hall))
-		s1, err := a.Spots().GetOrCreate("s1", "house").Do(ctx)
+		s1, err := a.Spots().GetOrCreate(ctx, "s1", "house")
 		require.NoError(t, err)
-		s2, err := a.Spots().GetOrCreate("s2", "hall").Do(ctx)
+		s2, err := a.Spots().GetOrCreate(ctx, "s2", "hall")
 		require.NoError(t, err)
-		s3, err := b.Spots().GetOrCreate("s3", "den").Do(ctx)
+		s3, err := b.Spots().GetOrCreate(ctx, "s3", "den")
 		require.NoError(t, err)
 		refs := []roam.SpotRef{s1.Ref, s2.Ref, s3.Ref}
 		nodes := []*roam.Roam{a, b, c}
@@ -195,7 +195,7 @@ func TestJoinRacesSpotRelocation(t *testing.T) {
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
 		c := start(t, store, roam.WithNodeName("node-c"), roam.WithKinds(j, clubhouse))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		const n = 12
 		for i := range n {
@@ -255,7 +255,7 @@ func TestJoinRacesClose(t *testing.T) {
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
 		for round := range 6 {
-			club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+			club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 			require.NoError(t, err)
 			id := fmt.Sprintf("r%d", round)
 			on := a
@@ -298,7 +298,7 @@ func TestJoinWithForgedSpotRefs(t *testing.T) {
 	j := journalKind(store)
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	ask(t, a, "inst") // an Instance Spot "inst"
 	_, err = a.SpawnActor(ctx, "journal", "x")
@@ -335,7 +335,7 @@ func TestJoinIntoADrainingNode(t *testing.T) {
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
 		_ = start(t, store, roam.WithNodeName("node-c"), roam.WithKinds(j, clubhouse))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		if club.Ref.NodeRid != b.NodeRid() {
 			_, err = a.Relocate(ctx, roam.UserSpotRef("club"), "node-b")
@@ -385,7 +385,7 @@ func TestJoinRacesLeaveAndDelete(t *testing.T) {
 		j := journalKind(store)
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		const n = 10
 		for i := range n {
@@ -464,7 +464,7 @@ func TestFormerOwnerNeverDeletesAMovedActor(t *testing.T) {
 	j := journalKind(inner)
 	a := start(t, hs, roam.WithNodeName("node-a"), roam.WithKinds(j))
 	b := start(t, inner, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 	for try := 0; try < 3; try++ {
@@ -532,7 +532,7 @@ func TestDrainWaitsForAJoinArriving(t *testing.T) {
 	j := journalKind(store)
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 	c := start(t, store, roam.WithNodeName("node-c"), roam.WithKinds(j, clubhouse))
@@ -620,10 +620,10 @@ func TestJoinCallbacksFollowTheMemberships(t *testing.T) {
 	den := roam.NewKind("den", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState())
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, den))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-	s1, err := a.Spots().GetOrCreate("s1", "den").Do(ctx)
+	s1, err := a.Spots().GetOrCreate(ctx, "s1", "den")
 	require.NoError(t, err)
 	require.Equal(t, a.NodeRid(), s1.Ref.NodeRid)
-	s2, err := a.Spots().GetOrCreate("s2", "clubhouse").Do(ctx)
+	s2, err := a.Spots().GetOrCreate(ctx, "s2", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), s2.Ref.NodeRid)
 	_, err = a.SpawnActor(ctx, "journal", "x")
@@ -656,7 +656,7 @@ func TestSpotNodeStoppingMidJoinKeepsTheActor(t *testing.T) {
 	j := journalKind(store)
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, clubhouse))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 	c := start(t, store, roam.WithNodeName("node-c"), roam.WithKinds(j, clubhouse))

@@ -127,10 +127,10 @@ func TestActorJoinsAUserSpotAcrossNodes(t *testing.T) {
 		// The club lives on b (only b hosts its kind), the lounge on a.
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, lounge))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, house))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
-		hall, err := b.Spots().GetOrCreate("hall", "lounge").Do(ctx)
+		hall, err := b.Spots().GetOrCreate(ctx, "hall", "lounge")
 		require.NoError(t, err)
 		require.Equal(t, a.NodeRid(), hall.Ref.NodeRid)
 
@@ -231,7 +231,7 @@ func TestJoinWhoseSpotClosesBeforeTheCommitMovesWithoutJoining(t *testing.T) {
 	house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState())
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, house))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 	pid, err := a.SpawnActor(ctx, "journal", "j1")

@@ -37,7 +37,7 @@ func TestActorLifecycleKeepsTheMemberCount(t *testing.T) {
 		ctx := context.Background()
 		a := start(t, store, roam.WithNodeName("node-a"))
 		b := start(t, store, roam.WithNodeName("node-b"))
-		club, err := a.Spots().GetOrCreate("club", "counter").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "counter")
 		require.NoError(t, err)
 		_, err = a.Spots().SpawnMember(ctx, club.Ref, "counter", "m1")
 		require.NoError(t, err)
@@ -453,7 +453,7 @@ func TestASpawnWriteLandingLateIsRemoved(t *testing.T) {
 	inner := memstore.New()
 	store := &lateStore{Store: inner, key: roam.ActorRef("late"), delayed: make(chan []location.Op, 1), landed: make(chan error, 1)}
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithRoots(inner))
-	club, err := a.Spots().GetOrCreate("club", "counter").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "counter")
 	require.NoError(t, err)
 	store.armed.Store(true)
 	_, err = a.Spots().SpawnMember(ctx, club.Ref, "counter", "late")
@@ -488,7 +488,7 @@ func TestReleasedMemberLeavesTheCount(t *testing.T) {
 	ledger := roam.NewKind("ledger", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState(), roam.RecoverByOperator())
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithDrainOnStop(false), roam.WithKinds(ledger))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house, ledger)) // with counter, start's kind
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	require.Equal(t, b.NodeRid(), club.Ref.NodeRid)
 	_, err = a.Spots().SpawnMember(ctx, club.Ref, "ledger", "x")
@@ -515,14 +515,14 @@ func TestUserSpotMovesWithoutItsMembers(t *testing.T) {
 		house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState())
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(house))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house))
-		club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+		club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 		require.NoError(t, err)
 		if club.Ref.NodeRid != a.NodeRid() {
 			_, err = b.Relocate(ctx, roam.UserSpotRef("club"), "node-a")
 			require.NoError(t, err)
 		}
 		visit := func(via *roam.Roam) int64 {
-			res, err := via.Spots().Request("club", wrapperspb.String("visit")).Do(ctx)
+			res, err := via.Spots().Request(ctx, "club", wrapperspb.String("visit"))
 			require.NoError(t, err)
 			return res.(*wrapperspb.Int64Value).GetValue()
 		}
@@ -577,7 +577,7 @@ func TestCloseOfAMovingUserSpotIsUnavailable(t *testing.T) {
 	house := roam.NewKind("clubhouse", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveStateWith(held))
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(house))
 	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(house))
-	club, err := a.Spots().GetOrCreate("club", "clubhouse").Do(ctx)
+	club, err := a.Spots().GetOrCreate(ctx, "club", "clubhouse")
 	require.NoError(t, err)
 	other := map[string]string{a.NodeRid(): "node-b", b.NodeRid(): "node-a"}[club.Ref.NodeRid]
 	moved := make(chan error, 1)

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -41,68 +42,10 @@ import (
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
-)
-
-// Kinds, policies, references, outcomes and events.
-type (
-	// Kind is a relocatable stable type; make one with NewKind or
-	// FromClusterKind.
-	Kind = relocation.Kind
-	// Policy says what a move does with an object's state.
-	Policy = relocation.Policy
-	// StateAdapter captures and restores an actor's state as bytes.
-	StateAdapter = relocation.StateAdapter
-	// Stateful is state that captures and restores itself (PreserveState).
-	Stateful = relocation.Stateful
-	// Outcome is what a Relocate observed: phases, pause, bytes.
-	Outcome = relocation.Outcome
-	// Event is one move's report (WithOnEvent).
-	Event = relocation.Event
-	// Ref names a relocatable object: ActorRef, InstanceSpotRef or
-	// UserSpotRef.
-	Ref = location.AuthorityKey
-	// TLS is the node's mutual TLS configuration (WithTLS).
-	TLS = meshnode.TLS
-	// Spots is the API of Spots by ID: Create, GetOrCreate, Find, Query,
-	// Close and calls by Spot ID.
-	Spots = spot.Manager
-	// SpotRef names one incarnation of a User Spot (Spots().Create).
-	SpotRef = spot.SpotRef
-	// RelocationReady is implemented by a SpotWide User Spot's actor that
-	// wants to know, on the target, that it and its members moved: after
-	// the commit, before any of them handles a message.
-	RelocationReady = relocation.RelocationReady
-	// JoinedSpot is the Join callback: the first message an Actor handles
-	// after it joined a User Spot (JoinSpot).
-	JoinedSpot = messages.JoinedSpot
-)
-
-// Policies.
-var (
-	// DisableRelocation: objects of the kind never move.
-	DisableRelocation = relocation.DisableRelocation
-	// RecreateOnRelocation: an object moves with its queue and timers; the
-	// target starts a fresh actor.
-	RecreateOnRelocation = relocation.RecreateOnRelocation
-	// PreserveStateWith: the adapter carries the actor's state across.
-	PreserveStateWith = relocation.PreserveStateWith
-	// PreserveState: the state is what the actor registered with KeepState
-	// (a generated grain does so in Init), else the actor, as a Stateful.
-	PreserveState = relocation.PreserveState
-	// KeepState registers the Stateful a PreserveState kind carries.
-	KeepState = relocation.KeepState
-	// Timers gives a relocatable actor timers that move with it.
-	Timers = relocation.Timers
-	// TLSFromDir loads ca.pem, <name>.pem and <name>-key.pem from a
-	// directory, as `make certs` writes them.
-	TLSFromDir = meshnode.TLSFromDir
-	// ClientRemoteOptions are the remote options of a process that is no
-	// roam node (a client) talking to nodes that use TLS.
-	ClientRemoteOptions = meshnode.ClientRemoteOptions
 )
 
 // ActorRef names the Actor id.
@@ -110,6 +53,17 @@ func ActorRef(id string) Ref { return extension.ActorRef(id) }
 
 // InstanceSpotRef names the Instance Spot id.
 func InstanceSpotRef(id string) Ref { return extension.InstanceSpotRef(id) }
+
+// GrainID is the Spot ID of the Proto.Actor grain (kind, identity): the
+// grain a generated client's cluster.Request(identity, kind, ...) reaches
+// is the Instance Spot of that ID, and its kind is the proto service's
+// name (service Cart in the .proto: kind "Cart"). Call it by
+// Spot ID with Spots().Request(ctx, GrainID(kind, identity), msg), or move
+// it with Relocate(ctx, GrainRef(kind, identity), node).
+func GrainID(kind, identity string) string { return spot.GrainSpotID(kind, identity) }
+
+// GrainRef names the Proto.Actor grain (kind, identity) (GrainID).
+func GrainRef(kind, identity string) Ref { return InstanceSpotRef(GrainID(kind, identity)) }
 
 // UserSpotRef names the User Spot id. Relocate moves the Spot's own
 // incarnation; its member Actors stay where they are and move one by one
@@ -120,46 +74,46 @@ func UserSpotRef(id string) Ref { return extension.UserSpotRef(id) }
 type KindOption func(*Kind)
 
 // Instance lets a first message cold-activate the kind as an Instance Spot
-// (a grain: Proto.Actor's meshnode.Request, or a call by Spot ID).
-func Instance() KindOption { return func(k *Kind) { k.Instance = true } }
+// (a grain: Proto.Actor's cluster.Request, or a call by Spot ID).
+func Instance() KindOption { return func(k *Kind) { k.k.Instance = true } }
 
 // ApplicationVersion is carried with a moved object; a node that hosts the
 // kind at another version refuses the move before anything is sealed.
 // Default "".
-func ApplicationVersion(v string) KindOption { return func(k *Kind) { k.ApplicationVersion = v } }
+func ApplicationVersion(v string) KindOption { return func(k *Kind) { k.k.ApplicationVersion = v } }
 
 // ReactivateEmpty lets an Instance Spot whose owner ended (crashed, cut
 // off) be activated again, empty, by its next call. Default: it answers
 // Unavailable until an operator accepts the loss (ReleaseEnded).
-func ReactivateEmpty() KindOption { return func(k *Kind) { k.ReactivateEmpty = true } }
+func ReactivateEmpty() KindOption { return func(k *Kind) { k.k.ReactivateEmpty = true } }
 
 // CheckpointEvery makes the owner of an object of a PreserveStateWith kind
 // capture its state into a checkpoint after every n handled messages (1:
 // after each). Checkpoints bound what a crash of the owner loses: an
 // object whose owner ended is recovered from its last checkpoint
 // (docs/FAULTS.md, "Checkpoints and recovery").
-func CheckpointEvery(n int) KindOption { return func(k *Kind) { k.CheckpointEvery = n } }
+func CheckpointEvery(n int) KindOption { return func(k *Kind) { k.k.CheckpointEvery = n } }
 
 // CheckpointInterval captures an object's state at most d after the first
 // message it handled since its last capture (at least 10 ms). Default for
 // a PreserveStateWith kind that sets no checkpoint option: 1 s.
 func CheckpointInterval(d time.Duration) KindOption {
-	return func(k *Kind) { k.CheckpointInterval = d }
+	return func(k *Kind) { k.k.CheckpointInterval = d }
 }
 
 // CheckpointWhenIdle captures an object's state once it has handled no
 // message for d after one (at least 10 ms).
-func CheckpointWhenIdle(d time.Duration) KindOption { return func(k *Kind) { k.CheckpointIdle = d } }
+func CheckpointWhenIdle(d time.Duration) KindOption { return func(k *Kind) { k.k.CheckpointIdle = d } }
 
 // NoCheckpoints turns a PreserveStateWith kind's checkpoints off: its
 // objects' state ends with an owner that crashes, and such an object waits
 // for an operator (ReleaseEnded) unless the kind is ReactivateEmpty.
-func NoCheckpoints() KindOption { return func(k *Kind) { k.NoCheckpoints = true } }
+func NoCheckpoints() KindOption { return func(k *Kind) { k.k.NoCheckpoints = true } }
 
 // RecoverByOperator: an object of the kind whose owner ended is not
 // recovered by itself; it answers Unavailable (logged reactivation_refused)
 // until an operator accepts the loss with ReleaseEnded.
-func RecoverByOperator() KindOption { return func(k *Kind) { k.RecoverByOperator = true } }
+func RecoverByOperator() KindOption { return func(k *Kind) { k.k.RecoverByOperator = true } }
 
 // SpotWide makes a User Spot of the kind move together with its members
 // (which then live on its node): one seal of them all, one payload, and one
@@ -168,7 +122,7 @@ func RecoverByOperator() KindOption { return func(k *Kind) { k.RecoverByOperator
 // its own. A SpotWide Spot's actor that implements RelocationReady is
 // called on the target after the commit, before any of them handles a
 // message.
-func SpotWide() KindOption { return func(k *Kind) { k.SpotWide = true } }
+func SpotWide() KindOption { return func(k *Kind) { k.k.SpotWide = true } }
 
 // MaxSpotWideMembers is the most members a SpotWide User Spot moves with.
 const MaxSpotWideMembers = relocation.MaxSpotWideMembers
@@ -182,19 +136,24 @@ const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 // props. policy is required (DisableRelocation,
 // RecreateOnRelocation, PreserveStateWith or PreserveState).
 func NewKind(name string, props *actor.Props, policy Policy, opts ...KindOption) Kind {
-	k := Kind{StableType: name, Props: props, Policy: policy}
+	k := Kind{relocation.Kind{StableType: name, Props: props, Policy: policy.p}}
 	for _, o := range opts {
-		o(&k)
+		if o != nil {
+			o(&k)
+		}
 	}
 	return k
 }
 
 // FromClusterKind makes a relocatable kind of a Proto.Actor cluster kind
-// (meshnode.NewKind): its middleware delivers ClusterInit itself. Don't
-// also register it with meshnode.WithKinds.
+// (cluster.NewKind): its middleware delivers ClusterInit itself. Don't
+// also register it with cluster.WithKinds.
 func FromClusterKind(ck *pcluster.Kind, policy Policy, opts ...KindOption) Kind {
+	if ck == nil {
+		return Kind{} // refused by New: a kind needs a name and props
+	}
 	k := NewKind(ck.Kind, ck.Props, policy, opts...)
-	k.ClusterKind = true
+	k.k.ClusterKind = true
 	return k
 }
 
@@ -205,12 +164,12 @@ type options struct {
 	store      location.Store
 	roots      location.RootStore
 	name       string
-	kinds      []Kind
+	kinds      []relocation.Kind
 	mesh       string
 	host       string
 	port       int
 	advertised string
-	tls        *TLS
+	tls        *meshnode.TLS
 	plainTCP   bool
 	limits     TransportLimits
 	remoteOpts []remote.ConfigOption
@@ -218,7 +177,7 @@ type options struct {
 	leaseTTL   time.Duration
 	capacity   uint32
 	weight     uint32
-	onEvent    func(Event)
+	onEvent    func(relocation.Event)
 	inner      pcluster.IdentityLookup
 	relocation relocation.Config
 	// chunkLinkPort, if set, is WithChunkLinkPort's.
@@ -230,6 +189,10 @@ type options struct {
 	drainOnStop bool
 	// checkpoints: WithCheckpointStore's.
 	checkpoints location.CheckpointStore
+	// errs are the options' own refusals, returned by New.
+	errs []error
+	// protoActorLevel: WithProtoActorLogLevel's.
+	protoActorLevel *slog.Level
 }
 
 // WithCheckpointStore sets where the owners of stateful objects write
@@ -246,11 +209,18 @@ func WithCheckpointStore(s location.CheckpointStore) Option {
 // process, consulstore.New(...) across processes.
 func WithStore(s location.Store) Option { return func(o *options) { o.store = s } }
 
+// refuse makes New return err (an option given a value out of range).
+func refuse(err error) Option { return func(o *options) { o.errs = append(o.errs, err) } }
+
 // WithKinds registers relocatable kinds. Every node that may host a kind
 // registers it, at the same ApplicationVersion. Kinds are fixed at New:
 // other nodes learn them from the store when the node starts.
 func WithKinds(kinds ...Kind) Option {
-	return func(o *options) { o.kinds = append(o.kinds, kinds...) }
+	return func(o *options) {
+		for _, k := range kinds {
+			o.kinds = append(o.kinds, k.k)
+		}
+	}
 }
 
 // WithNodeName sets the node's stable name: unique among the mesh's live
@@ -287,7 +257,7 @@ func WithChunkLinkPort(port int) Option { return func(o *options) { o.chunkLinkP
 // cluster CA's certificates, each node's naming the node. Default: plain
 // TCP, where anyone who reaches a node's port is trusted as a peer, which
 // a node accepts on loopback only unless WithPlainTCP says otherwise.
-func WithTLS(t *TLS) Option { return func(o *options) { o.tls = t } }
+func WithTLS(t *TLS) Option { return func(o *options) { o.tls = t.internal() } }
 
 // WithPlainTCP lets the node listen on an address other than loopback
 // without TLS. Any process that reaches its port is then taken for a
@@ -330,6 +300,14 @@ func WithRemoteOptions(opts ...remote.ConfigOption) Option {
 // as JSON unless stderr is a terminal.
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = &l } }
 
+// WithProtoActorLogLevel sets the least level of Proto.Actor's own log
+// records that roam writes through its logger (WithLogger). Default
+// slog.LevelWarn. It applies when the actor system logs through
+// Proto.Actor's default logger (coloured text at info level to stderr):
+// roam.New then replaces it, so that one output carries both. An actor
+// system made with actor.WithLoggerFactory keeps the application's logger.
+func WithProtoActorLogLevel(l slog.Level) Option { return func(o *options) { o.protoActorLevel = &l } }
+
 // WithLeaseTTL sets the owner lease's TTL, whole seconds. Default 10 s.
 func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
 
@@ -346,7 +324,14 @@ func WithCapacity(capacity, weight uint32) Option {
 func WithDrainOnStop(on bool) Option { return func(o *options) { o.drainOnStop = on } }
 
 // WithOnEvent reports every move (started, committed, failed, …).
-func WithOnEvent(f func(Event)) Option { return func(o *options) { o.onEvent = f } }
+func WithOnEvent(f func(Event)) Option {
+	return func(o *options) {
+		o.onEvent = nil
+		if f != nil {
+			o.onEvent = func(e relocation.Event) { f(Event(e)) }
+		}
+	}
+}
 
 // WithInnerLookup sets the identity lookup of the kinds that are not
 // roam's. Default: Proto.Actor's disthash.
@@ -354,17 +339,21 @@ func WithInnerLookup(l pcluster.IdentityLookup) Option { return func(o *options)
 
 // WithRelocationConfig tunes the hand-off (budgets, timeouts); zero fields
 // keep their defaults.
-func WithRelocationConfig(c relocation.Config) Option { return func(o *options) { o.relocation = c } }
+func WithRelocationConfig(c RelocationConfig) Option {
+	return func(o *options) { o.relocation = c.internal() }
+}
 
 // WithSpotConfig tunes Spots (route cache, limits); zero fields keep
 // their defaults.
-func WithSpotConfig(c spot.Config) Option { return func(o *options) { o.spot = c } }
+func WithSpotConfig(c SpotConfig) Option { return func(o *options) { o.spot = c.internal() } }
 
 // WithSessionConfig bounds what a client Session holds while an Actor
 // bound to it moves (default 1,024 messages and 1 MiB) and how long its
 // seal lasts (SessionRelocationSealTimeout, default 3 s); zero fields keep
 // the defaults (docs/SESSIONS.md).
-func WithSessionConfig(c SessionConfig) Option { return func(o *options) { o.session = c } }
+func WithSessionConfig(c SessionConfig) Option {
+	return func(o *options) { o.session = session.Config(c) }
+}
 
 // WithPlacement runs the placement director on the node (it directs only
 // while it is the elected one, docs/PLACEMENT.md): it moves idle Actors
@@ -375,41 +364,18 @@ func WithSessionConfig(c SessionConfig) Option { return func(o *options) { o.ses
 // by this option; zero fields keep the defaults. Give every node the same
 // configuration.
 func WithPlacement(c PlacementConfig) Option {
-	return func(o *options) { c.Enabled = true; o.placement = c }
+	return func(o *options) { o.placement = c.internal() }
 }
-
-// PlacementConfig configures the director (WithPlacement).
-type PlacementConfig = placement.Config
-
-// PlacementLimits are the global limits of the director's attempts.
-type PlacementLimits = placement.Limits
-
-// PlacementDirector is a node's director (Roam.Placement): its counts by
-// outcome, and Pause and Resume.
-type PlacementDirector = placement.Director
 
 // Placement is the node's director while the node runs with
 // WithPlacement, else nil. It directs only while elected.
 func (r *Roam) Placement() *PlacementDirector {
 	e, err := r.started()
-	if err != nil {
+	if err != nil || e.Placement() == nil {
 		return nil
 	}
-	return e.Placement()
+	return &PlacementDirector{e.Placement()}
 }
-
-// PlacementCoLocation configures communication-aware co-location: each
-// node samples who sends to whom (a Spot call counts when made with
-// Call.From), and the director moves objects that talk onto one node.
-type PlacementCoLocation = placement.CoLocation
-
-// PlacementAttempt is one of the director's attempts, as
-// PlacementConfig.OnAttempt reports it with its PlacementOutcome (busy,
-// committed, deferred, stale).
-type (
-	PlacementAttempt = placement.Attempt
-	PlacementOutcome = placement.Outcome
-)
 
 // WithRoots sets the store of creation requests and activation recovery
 // roots. Default: the Location Store (memstore and consulstore are one).
@@ -452,6 +418,9 @@ func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
 	}
 	o := options{host: meshnode.DefaultHost, drainOnStop: true}
 	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: roam.New: nil Option", roamerr.ErrInvalidOperation)
+		}
 		opt(&o)
 	}
 	if o.store == nil {
@@ -460,23 +429,44 @@ func New(system *actor.ActorSystem, opts ...Option) (*Roam, error) {
 	if l := o.limits; l.MaxConnections < 0 || l.FirstFrameTimeout < 0 || l.IdleConnection < 0 || l.MaxRemoteWatches < 0 || l.MaxRemoteWatchesPerPeer < 0 {
 		return nil, fmt.Errorf("%w: roam.New: TransportLimits must not be negative: %+v", roamerr.ErrInvalidOperation, l)
 	}
+	if o.port < 0 || o.port > 65535 {
+		return nil, fmt.Errorf("%w: roam.New: WithAddress port %d outside 0..65535", roamerr.ErrInvalidOperation, o.port)
+	}
+	if o.host == "" {
+		return nil, fmt.Errorf("%w: roam.New: WithAddress needs a host (127.0.0.1 for loopback, 0.0.0.0 for every interface)", roamerr.ErrInvalidOperation)
+	}
+	if p := o.chunkLinkPort; p != nil && (*p < -1 || *p > 65535) {
+		return nil, fmt.Errorf("%w: roam.New: WithChunkLinkPort %d outside -1..65535", roamerr.ErrInvalidOperation, *p)
+	}
+	for _, err := range o.errs {
+		return nil, err
+	}
 	for i, k := range o.kinds {
-		if err := relocation.ValidateKind(k); err != nil {
-			return nil, err
-		}
-		if slices.ContainsFunc(o.kinds[:i], func(p Kind) bool { return p.StableType == k.StableType }) {
+		if slices.ContainsFunc(o.kinds[:i], func(p relocation.Kind) bool { return p.StableType == k.StableType }) {
 			return nil, fmt.Errorf("%w: kind %q registered twice", roamerr.ErrInvalidOperation, k.StableType)
 		}
 	}
 	r := &Roam{system: system, o: o}
+	if err := extension.Validate(r.extensionConfig(nil)); err != nil {
+		return nil, fmt.Errorf("roam.New: %w", err)
+	}
 	if o.logger != nil {
 		r.log = *o.logger
 	} else {
 		r.log = DefaultLogger(os.Stderr)
 	}
+	if meshnode.HasDefaultLogger(system) {
+		min := slog.LevelWarn
+		if o.protoActorLevel != nil {
+			min = *o.protoActorLevel
+		}
+		// The system's components look its logger up as they log: the
+		// logger they share changes in place.
+		*system.Logger() = *meshnode.ProtoActorLogger(r.log, min).With("system", system.ID)
+	}
 	kinds := slices.Clone(o.kinds)
 	r.lookup = spot.NewIdentityLookup(o.inner, func(kind string) bool {
-		return slices.ContainsFunc(kinds, func(k Kind) bool { return k.StableType == kind && k.Instance })
+		return slices.ContainsFunc(kinds, func(k relocation.Kind) bool { return k.StableType == kind && k.Instance })
 	})
 	system.Extensions.Register(r)
 	return r, nil
@@ -495,7 +485,7 @@ func DefaultLogger(w io.Writer) zerolog.Logger {
 }
 
 // RemoteConfig is the Proto.Actor remote configuration for an application
-// that runs a Proto.Actor cluster: pass it to meshnode.Configure. It carries
+// that runs a Proto.Actor cluster: pass it to cluster.Configure. It carries
 // roam's guards (every frame checked before Proto.Actor decodes it, frame
 // limits) and the WithTLS credentials; Start refuses a cluster whose
 // remote was configured otherwise.
@@ -507,7 +497,7 @@ func (r *Roam) RemoteConfig(host string, port int, opts ...remote.ConfigOption) 
 }
 
 // IdentityLookup is the identity lookup for the application's Proto.Actor
-// cluster (meshnode.Configure): roam's kinds are resolved through the
+// cluster (cluster.Configure): roam's kinds are resolved through the
 // Location Store and follow their moves; every other kind goes to the
 // inner lookup (WithInnerLookup; Proto.Actor's disthash by default).
 func (r *Roam) IdentityLookup() pcluster.IdentityLookup { return r.lookup }
@@ -537,6 +527,19 @@ func (r *Roam) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ext, err := extension.Start(ctx, r.extensionConfig(t))
+	if err != nil {
+		t.StopUnused()
+		return err
+	}
+	r.ext, r.transport = ext, t
+	go r.watchSystem()
+	return nil
+}
+
+// extensionConfig is the configuration Start starts the node with (t nil:
+// for New's validation).
+func (r *Roam) extensionConfig(t *meshnode.Transport) extension.Config {
 	rel := r.o.relocation
 	if r.o.checkpoints != nil {
 		rel.Checkpoints = r.o.checkpoints
@@ -547,7 +550,7 @@ func (r *Roam) Start(ctx context.Context) error {
 	if r.o.onEvent != nil {
 		rel.OnEvent = r.o.onEvent
 	}
-	ext, err := extension.Start(ctx, extension.Config{
+	return extension.Config{
 		Node: meshnode.Config{
 			Store: r.o.store, Mesh: r.o.mesh, Name: r.o.name, LeaseTTL: r.o.leaseTTL, Capacity: r.o.capacity, Weight: r.o.weight,
 			Logger: &r.log, Attach: t,
@@ -560,14 +563,7 @@ func (r *Roam) Start(ctx context.Context) error {
 		Placement:        r.o.placement,
 		Roots:            r.o.roots,
 		Lookup:           r.lookup,
-	})
-	if err != nil {
-		t.StopUnused()
-		return err
 	}
-	r.ext, r.transport = ext, t
-	go r.watchSystem()
-	return nil
 }
 
 // watchSystem stops roam when the application shuts its actor system down
@@ -595,12 +591,20 @@ func (r *Roam) watchSystem() {
 	}
 }
 
-// started returns the running extension, or Unavailable.
+// started returns the running extension. InvalidOperation before Start
+// and after Stop: no retry helps (between two of the node's lifecycles
+// the extension itself answers Unavailable).
 func (r *Roam) started() (*extension.Extension, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil *roam.Roam (roam.New makes one)", roamerr.ErrInvalidOperation)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ext == nil {
-		return nil, fmt.Errorf("%w: roam is not started (Start)", roamerr.ErrUnavailable)
+	switch {
+	case r.stopped:
+		return nil, fmt.Errorf("%w: roam was stopped (Stop); attach a new one to a new actor system", roamerr.ErrInvalidOperation)
+	case r.ext == nil:
+		return nil, fmt.Errorf("%w: roam is not started: call Start first", roamerr.ErrInvalidOperation)
 	}
 	return r.ext, nil
 }
@@ -633,17 +637,6 @@ func (r *Roam) stop(ctx context.Context, drain bool) error {
 	return err
 }
 
-// DrainOptions tune Drain: Concurrency (default 64, at most 256) and an OnProgress
-// callback called after each unit.
-type DrainOptions = drain.Options
-
-// DrainProgress is a drain's count after one unit (OnProgress).
-type DrainProgress = drain.Progress
-
-// DrainResult is a finished drain: units found, moved, and each one that
-// could not move with why.
-type DrainResult = drain.Result
-
 // Drain empties this node for a rolling deploy: the node takes no new
 // object, activation or move any more (its descriptor says DRAINING), and
 // every Actor and Spot it serves moves, with its state, queue and
@@ -657,17 +650,16 @@ func (r *Roam) Drain(ctx context.Context, opts DrainOptions) (DrainResult, error
 	if err != nil {
 		return DrainResult{}, err
 	}
-	return ext.Drain(ctx, opts)
+	if opts.Concurrency < 0 || opts.Concurrency > drain.MaxConcurrency {
+		return DrainResult{}, fmt.Errorf("%w: DrainOptions.Concurrency %d outside 1..%d (0: the default, 64)", roamerr.ErrInvalidOperation, opts.Concurrency, drain.MaxConcurrency)
+	}
+	res, err := ext.Drain(ctx, opts.internal())
+	return drainResult(res), err
 }
 
-// Spots is the node's API of Spots by ID. Nil before Start.
-func (r *Roam) Spots() *Spots {
-	ext, err := r.started()
-	if err != nil {
-		return nil
-	}
-	return ext.Spots()
-}
+// Spots is the node's API of Spots by ID. Before Start and after Stop
+// its calls answer roamerr.ErrInvalidOperation.
+func (r *Roam) Spots() *Spots { return &Spots{r} }
 
 // SpawnActor creates the relocatable Actor id of a registered kind on this
 // node.
@@ -679,18 +671,6 @@ func (r *Roam) SpawnActor(ctx context.Context, kind, id string) (*actor.PID, err
 	return ext.SpawnActor(ctx, kind, id)
 }
 
-// Session is a client connection held by this node, its Session owner:
-// Actors spawned bound to it (SpawnActor) get the client's messages
-// (Send, Request) wherever they move, and their pushes to the Session's
-// PID reach the client (Options.OnPush). See docs/SESSIONS.md.
-type Session = session.Session
-
-// SessionOptions configure a Session: OnPush, OnClose and the push buffer.
-type SessionOptions = session.Options
-
-// SessionConfig bounds Sessions on a node (WithSessionConfig).
-type SessionConfig = session.Config
-
 // OpenSession opens a client Session on this node. The Session stays here
 // while the Actors bound to it move; it ends with Close, when this node
 // stops, or — Unavailable — when a move of a bound Actor is not confirmed
@@ -700,7 +680,11 @@ func (r *Roam) OpenSession(opts SessionOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ext.OpenSession(opts)
+	s, err := ext.OpenSession(session.Options(opts))
+	if err != nil {
+		return nil, err
+	}
+	return &Session{s}, nil
 }
 
 // Resolve returns the current PID of ref from the store.
@@ -723,7 +707,8 @@ func (r *Roam) Relocate(ctx context.Context, ref Ref, target string) (Outcome, e
 	if err != nil {
 		return Outcome{}, err
 	}
-	return ext.Relocate(ctx, ref, target)
+	out, err := ext.Relocate(ctx, ref, target)
+	return Outcome(out), err
 }
 
 // RelocateIfIdle is Relocate for a move that the owner admits only if the
@@ -737,7 +722,8 @@ func (r *Roam) RelocateIfIdle(ctx context.Context, ref Ref, target string, windo
 	if err != nil {
 		return Outcome{}, err
 	}
-	return ext.RelocateIfIdle(ctx, ref, target, window)
+	out, err := ext.RelocateIfIdle(ctx, ref, target, window)
+	return Outcome(out), err
 }
 
 // NodeName is the node's stable name ("" before Start).
@@ -844,12 +830,13 @@ func (r *Roam) LeaveSpot(ctx context.Context, ref Ref) error {
 // *JoinedSpot, its Join callback. Already a member: nothing happens. Stale
 // when the Spot is not Ready at that generation (or changed before the
 // commit: the Actor then serves on where it landed, in its old Spot).
-func (r *Roam) JoinSpot(ctx context.Context, ref Ref, spot SpotRef) (Outcome, error) {
+func (r *Roam) JoinSpot(ctx context.Context, ref Ref, s SpotRef) (Outcome, error) {
 	ext, err := r.started()
 	if err != nil {
 		return Outcome{}, err
 	}
-	return ext.JoinSpot(ctx, ref, spot)
+	out, err := ext.JoinSpot(ctx, ref, spot.SpotRef(s))
+	return Outcome(out), err
 }
 
 // DeliveryError is the error a reply stands for when roam answered a

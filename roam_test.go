@@ -57,7 +57,7 @@ func start(t *testing.T, store location.Store, opts ...roam.Option) *roam.Roam {
 
 func ask(t *testing.T, r *roam.Roam, id string) int64 {
 	t.Helper()
-	res, err := r.Spots().Request(id, wrapperspb.String("tick")).InstanceSpot("counter").Do(context.Background())
+	res, err := r.Spots().Request(context.Background(), id, wrapperspb.String("tick"), roam.InstanceSpot("counter"))
 	require.NoError(t, err)
 	return res.(*wrapperspb.Int64Value).GetValue()
 }

@@ -165,7 +165,7 @@ func TestBoundMembersMoveWithTheirSpotAndInADrain(t *testing.T) {
 		c := start(t, store, roam.WithNodeName("c"), roam.WithKinds(userKind, teamKind))
 		byRid := map[string]*roam.Roam{gw.NodeRid(): gw, b.NodeRid(): b, c.NodeRid(): c}
 
-		res, err := b.Spots().GetOrCreate("crew", "team").Do(ctx)
+		res, err := b.Spots().GetOrCreate(ctx, "crew", "team")
 		require.NoError(t, err)
 		type client struct {
 			s    *roam.Session

@@ -29,7 +29,7 @@ import (
 func spotOnNode(t *testing.T, id, kind string, want, other *roam.Roam) roam.SpotRef {
 	t.Helper()
 	ctx := context.Background()
-	res, err := want.Spots().GetOrCreate(id, kind).Do(ctx)
+	res, err := want.Spots().GetOrCreate(ctx, id, kind)
 	require.NoError(t, err)
 	if res.Ref.NodeRid != want.NodeRid() {
 		_, err := other.Relocate(ctx, roam.UserSpotRef(id), want.NodeName())
@@ -244,7 +244,7 @@ func TestSpotWideFaultRelocationReadyPanics(t *testing.T) {
 	for _, id := range []string{"m1", "m2"} {
 		require.Equal(t, 10, count(journalOf(t, a, roam.ActorRef(id)), "tick"), id)
 	}
-	res, err := a.Spots().Request("crew", wrapperspb.String("visit")).Do(ctx)
+	res, err := a.Spots().Request(ctx, "crew", wrapperspb.String("visit"))
 	require.NoError(t, err)
 	t.Logf("spot visit after panic: %v", res)
 	require.NoError(t, roam.DeliveryError(res))
@@ -395,7 +395,7 @@ func TestSpotWideFaultBackAndForthUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				res, err := b.Spots().Request("crew", wrapperspb.String("visit")).Do(ctx)
+				res, err := b.Spots().Request(ctx, "crew", wrapperspb.String("visit"))
 				if err == nil && roam.DeliveryError(res) == nil {
 					visitsOK.Add(1)
 				} else {
@@ -586,7 +586,7 @@ func TestSpotWideFaultTargetKilledAfterRelayReady(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
 	j := journalKind(store)
-	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	fast := roam.WithRelocationConfig(roam.RelocationConfig{RestoreTimeout: 2 * time.Second})
 	kinds := roam.WithKinds(j, teamKind)
 	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
 	crew := spotOnNode(t, "crew", "team", a, a)
@@ -652,7 +652,7 @@ func TestSpotWideFaultTargetKilledAfterRelayReadyPlainActor(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
 	j := journalKind(store)
-	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	fast := roam.WithRelocationConfig(roam.RelocationConfig{RestoreTimeout: 2 * time.Second})
 	kinds := roam.WithKinds(j, teamKind)
 	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
 	bs := &blockApply{Store: store, entered: make(chan struct{}), release: make(chan struct{})}
@@ -818,7 +818,7 @@ func TestSpotWideMemberInALongTurnDoesNotHoldTheOthers(t *testing.T) {
 	j := journalKind(store)
 	slow := &slowJournal{journal: journal{store: store}, release: make(chan struct{}), entered: make(chan struct{})}
 	slowKind := roam.NewKind("slow", actor.PropsFromProducer(func() actor.Actor { return slow }), roam.PreserveStateWith(relayJournal{}))
-	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	fast := roam.WithRelocationConfig(roam.RelocationConfig{RestoreTimeout: 2 * time.Second})
 	kinds := roam.WithKinds(j, teamKind, slowKind)
 	a := start(t, store, roam.WithNodeName("node-a"), kinds, fast)
 	b := start(t, store, roam.WithNodeName("node-b"), kinds, fast)

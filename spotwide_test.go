@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
-	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
@@ -72,7 +71,7 @@ var teamKind = roam.NewKind("team", actor.PropsFromProducer(func() actor.Actor {
 
 func spotCall(t *testing.T, r *roam.Roam, id, what string) proto.Message {
 	t.Helper()
-	res, err := r.Spots().Request(id, wrapperspb.String(what)).Do(context.Background())
+	res, err := r.Spots().Request(context.Background(), id, wrapperspb.String(what))
 	require.NoError(t, err)
 	return res
 }
@@ -90,7 +89,7 @@ func TestSpotWideUserSpotMovesWithItsMembers(t *testing.T) {
 		j := journalKind(store)
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, teamKind))
-		res, err := a.Spots().GetOrCreate("crew", "team").Do(ctx)
+		res, err := a.Spots().GetOrCreate(ctx, "crew", "team")
 		require.NoError(t, err)
 		home, away := a, b
 		if res.Ref.NodeRid != a.NodeRid() {
@@ -293,7 +292,7 @@ func TestDrainMovesASpotWideSpotAsOneUnit(t *testing.T) {
 		j := journalKind(store)
 		a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind))
 		b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(j, teamKind))
-		res, err := a.Spots().GetOrCreate("crew", "team").Do(ctx)
+		res, err := a.Spots().GetOrCreate(ctx, "crew", "team")
 		require.NoError(t, err)
 		home, other := a, b
 		if res.Ref.NodeRid != a.NodeRid() {
@@ -341,9 +340,9 @@ func TestSpotWideMoveThatNeverCommitsIsFencedOutWhole(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
 	j := journalKind(store)
-	fast := roam.WithRelocationConfig(relocation.Config{RestoreTimeout: 2 * time.Second})
+	fast := roam.WithRelocationConfig(roam.RelocationConfig{RestoreTimeout: 2 * time.Second})
 	a := start(t, store, roam.WithNodeName("node-a"), roam.WithKinds(j, teamKind), fast)
-	res, err := a.Spots().GetOrCreate("crew", "team").Do(ctx)
+	res, err := a.Spots().GetOrCreate(ctx, "crew", "team")
 	require.NoError(t, err)
 	require.Equal(t, a.NodeRid(), res.Ref.NodeRid)
 	broken := &failingApply{Store: store, fail: func(ops []location.Op) bool {

@@ -87,7 +87,7 @@ func TestAgainstRealNodes(t *testing.T) {
 	moved := uint64(0) // the set-up's moves; a Spot placed on node-a is not moved
 	for i := range 3 {
 		id := fmt.Sprintf("spot-%d", i)
-		_, err := b.Spots().Request(id, wrapperspb.String("tick")).InstanceSpot("counter").Do(ctx)
+		_, err := b.Spots().Request(ctx, id, wrapperspb.String("tick"), roam.InstanceSpot("counter"))
 		require.NoError(t, err)
 		o, err := b.Relocate(ctx, roam.InstanceSpotRef(id), "node-a")
 		require.NoError(t, err)

@@ -292,17 +292,14 @@ func (u *User) call(c actor.Context, room string, msg proto.Message) (proto.Mess
 	if err := checkRoom(room); err != nil {
 		return nil, err
 	}
-	var spots *roam.Spots
-	if r := roam.Get(c.ActorSystem()); r != nil {
-		spots = r.Spots() // nil between two of the node's lifecycles
-	}
-	if spots == nil {
+	r := roam.Get(c.ActorSystem())
+	if r == nil {
 		return nil, fmt.Errorf("%w: roam is not running on this node", roamerr.ErrUnavailable)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	// From: the placement director (when on) sees who talks to which room.
-	reply, err := spots.Request(room, msg).From(c).Do(ctx)
+	reply, err := r.Spots().Request(ctx, room, msg, roam.From(c))
 	if err != nil {
 		return nil, err
 	}
@@ -852,7 +849,7 @@ func (g *Gateway) join(ctx context.Context, m *chatpb.Join) proto.Message {
 	if err != nil {
 		return ackError(err)
 	}
-	res, err := spots.GetOrCreate(m.GetRoom(), StableType).Do(ctx)
+	res, err := spots.GetOrCreate(ctx, m.GetRoom(), StableType)
 	if err != nil {
 		return ackError(err)
 	}
@@ -880,7 +877,7 @@ func (g *Gateway) history(ctx context.Context, m *chatpb.History) proto.Message 
 	if err != nil {
 		return ackError(err)
 	}
-	reply, err := spots.Request(m.GetRoom(), &chatpb.History{Room: m.GetRoom()}).Do(ctx)
+	reply, err := spots.Request(ctx, m.GetRoom(), &chatpb.History{Room: m.GetRoom()})
 	if err != nil {
 		return ackError(err)
 	}

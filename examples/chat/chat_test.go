@@ -74,7 +74,7 @@ func TestRoomKeepsChattingWhileItMoves(t *testing.T) {
 	connect("ann")
 	// The hall is created on the other node: ann's Actor moves there to
 	// join it, her Session stays on north.
-	_, err := nodes[1].Spots().GetOrCreate("hall", chat.StableType).Do(ctx)
+	_, err := nodes[1].Spots().GetOrCreate(ctx, "hall", chat.StableType)
 	require.NoError(t, err)
 	res, err := client.Root.RequestFuture(gateway, &chatpb.Join{Room: "hall", Member: &chatpb.Member{Name: "ann"}}, 10*time.Second).Result()
 	require.NoError(t, err)

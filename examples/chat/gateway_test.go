@@ -377,7 +377,7 @@ func FuzzGateway(f *testing.F) {
 	h := newHarness(f, &chat.GatewayOptions{MaxClients: 8, IdleTimeout: 50 * time.Millisecond, Timeout: 2 * time.Second})
 	// The lobby, which every input's check reads. Clients come and go with
 	// the inputs (those naming "ann" connect, join and leave as one).
-	_, err := h.node.Spots().GetOrCreate("lobby", chat.StableType).Do(context.Background())
+	_, err := h.node.Spots().GetOrCreate(context.Background(), "lobby", chat.StableType)
 	require.NoError(f, err)
 	inbox := h.inbox(nil)
 	for kind := uint8(0); kind < 16; kind++ {

@@ -17,7 +17,6 @@ import (
 	"github.com/roamactors/roam/examples/grains/shoppb"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // A generated grain (Cart) and a hand-written relocatable kind (ticker)
@@ -65,7 +64,7 @@ func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
 	require.EqualValues(t, 1, tick())
 
 	// Move both relocatable grains to another node, from their owners.
-	for _, id := range []string{spot.GrainSpotID(grains.CartKind, "alice"), spot.GrainSpotID(grains.TickerKind, "t1")} {
+	for _, id := range []string{roam.GrainID(grains.CartKind, "alice"), roam.GrainID(grains.TickerKind, "t1")} {
 		ref, err := a.Roam.Spots().Find(ctx, id)
 		require.NoError(t, err)
 		var owner, target *grains.Node
@@ -93,7 +92,7 @@ func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
 	greet("g1")
 
 	// The plain kind is Proto.Actor's: roam holds no record of it.
-	_, err = a.Roam.Spots().Find(ctx, spot.GrainSpotID(grains.GreeterKind, "g1"))
+	_, err = a.Roam.Spots().Find(ctx, roam.GrainID(grains.GreeterKind, "g1"))
 	require.True(t, errors.Is(err, roamerr.ErrNotFound), "got %v", err)
 }
 

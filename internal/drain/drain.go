@@ -264,7 +264,9 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 			if !p.hosts(u.StableType) {
 				// Nobody to ask again (the last node of a kind stopping):
 				// no point in waiting.
-				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other serving node hosts %q", roamerr.ErrCapacityExceeded, u.StableType)}, false)
+				// NotFound, not CapacityExceeded: no node is full, there
+				// is none to go to (start one that registers the kind).
+				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: no other live node serves kind %q: start one that registers it, or Stop without a drain", roamerr.ErrNotFound, u.StableType)}, false)
 				continue
 			}
 			r.retry(u, UnitResult{Key: u.Key, Err: err})

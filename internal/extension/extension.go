@@ -33,10 +33,10 @@ import (
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // Kind, policies, outcomes and events, as the relocation package defines them.
@@ -136,6 +136,41 @@ type life struct {
 	spots    *spot.Manager
 	sessions *session.Service
 	director *placement.Director // nil unless Config.Placement.Enabled
+}
+
+// Validate refuses what Start would refuse of cfg's settings, without
+// touching the network or the store: roam.New calls it so that a bad
+// option is refused where it is given.
+func Validate(cfg Config) error {
+	if err := meshnode.ValidateConfig(cfg.Node); err != nil {
+		return err
+	}
+	if err := relocation.ValidateConfig(cfg.Relocation); err != nil {
+		return err
+	}
+	if cfg.Spot.Routes.MessageFollowDuration == 0 {
+		cfg.Spot.Routes.MessageFollowDuration = cfg.Relocation.Handoff.FollowDuration
+		if cfg.Spot.Routes.MessageFollowDuration == 0 {
+			cfg.Spot.Routes.MessageFollowDuration = handoff.DefaultConfig().FollowDuration
+		}
+	}
+	if err := spot.ValidateConfig(cfg.Spot); err != nil {
+		return err
+	}
+	if err := cfg.Session.Validate(); err != nil {
+		return err
+	}
+	if cfg.Placement.Enabled {
+		if err := cfg.Placement.WithDefaults().Validate(); err != nil {
+			return err
+		}
+	}
+	for _, k := range cfg.Kinds {
+		if err := relocation.ValidateKind(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Start starts the node, claims it in the store, starts its relocation

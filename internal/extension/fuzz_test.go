@@ -12,9 +12,9 @@ import (
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/spot"
 )
 
 // controlTypes are every message roam's actors take from a peer.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 )
 
@@ -75,4 +76,17 @@ func zerologLevel(l slog.Level) zerolog.Level {
 		return zerolog.InfoLevel
 	}
 	return zerolog.DebugLevel
+}
+
+// ProtoActorLogger is a Proto.Actor logger that writes through l the
+// records at min and above.
+func ProtoActorLogger(l zerolog.Logger, min slog.Level) *slog.Logger {
+	return slog.New(&zerologHandler{log: l, min: min})
+}
+
+// HasDefaultLogger reports whether system logs through Proto.Actor's
+// default logger (coloured text at info level to stderr), which the
+// application did not choose.
+func HasDefaultLogger(system *actor.ActorSystem) bool {
+	return fmt.Sprintf("%T", system.Logger().Handler()) == "*tint.handler"
 }

@@ -16,6 +16,7 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,6 +127,11 @@ type ProtoCluster struct {
 	// Options are passed to Proto.Actor's cluster.Configure.
 	Options []pcluster.ConfigOption
 }
+
+// ValidateConfig refuses what Start would refuse of c, without starting
+// anything, so that an application hears of a bad option where it gives
+// it.
+func ValidateConfig(c Config) error { return c.setDefaults() }
 
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
@@ -469,7 +475,11 @@ func waitReleased(address string) {
 func startMember(c *pcluster.Cluster) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: cluster: start Proto.Actor cluster member: %v", location.ErrUnavailable, p)
+			class := location.ErrUnavailable
+			if strings.Contains(fmt.Sprint(p), "listen") {
+				class = roamerr.ErrInvalidOperation // as in startRemote
+			}
+			err = fmt.Errorf("%w: cluster: start Proto.Actor cluster member: %v", class, p)
 		}
 	}()
 	c.StartMember()
@@ -480,10 +490,13 @@ func startMember(c *pcluster.Cluster) (err error) {
 // Config.ProtoCluster was set.
 func (n *Node) ProtoActorCluster() *pcluster.Cluster { return n.pcluster }
 
+// A listen that fails is the application's to fix (a port in use, an
+// address not of this host), not a fault that a retry of the same call
+// outlives: InvalidOperation, with what to change.
 func startRemote(r *remote.Remote) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: cluster: start remote: %v", location.ErrUnavailable, p)
+			err = fmt.Errorf("%w: cluster: start remote: %v (give the node a free port, or 0 for any, on an address of this host: roam.WithAddress)", roamerr.ErrInvalidOperation, p)
 		}
 	}()
 	r.Start()

@@ -112,7 +112,14 @@ type Config struct {
 	Checkpoints location.CheckpointStore
 }
 
+// ValidateConfig refuses what NewDriver would refuse of c.
+func ValidateConfig(c Config) error { return c.setDefaults() }
+
 func (c *Config) setDefaults() error {
+	if c.RestoreTimeout < 0 || c.CapabilityTimeout < 0 || c.NodeInFlightPayloadBudget < 0 || c.SampleEvery < 0 {
+		return fmt.Errorf("%w: RestoreTimeout (%s), CapabilityTimeout (%s), NodeInFlightPayloadBudget (%d) and SampleEvery (%d) must not be negative",
+			roamerr.ErrInvalidOperation, c.RestoreTimeout, c.CapabilityTimeout, c.NodeInFlightPayloadBudget, c.SampleEvery)
+	}
 	if c.Handoff == (handoff.Config{}) {
 		c.Handoff = handoff.DefaultConfig()
 	}

@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
@@ -74,6 +76,12 @@ func heldWhileRecovered(t *testing.T, crash string) {
 	require.NoError(t, err)
 	require.NoError(t, s.Send("alice", wrapperspb.String("before")))
 	require.Equal(t, "bound,before", journalOf(t, s))
+	// The checkpoint is written off the dispatch path: a crash before it
+	// lands would lose "before" by design.
+	testwait.For(t, func() bool {
+		data, _, err := mem.GetCheckpoint(ctx, roam.ActorRef("alice"))
+		return err == nil && bytes.Contains(data, []byte("before"))
+	}, "alice's checkpoint after \"before\" in the store")
 
 	// b crashes: no drain, and its connections end with its actor system.
 	if crash == "stopped" {
@@ -84,11 +92,11 @@ func heldWhileRecovered(t *testing.T, crash string) {
 	}
 	shutdowns[1].Do(bSystem.Shutdown)
 	testwait.For(t, func() bool {
-		return s.Send("alice", wrapperspb.String("after")) == nil && s.Held("alice") > 0
+		return s.Send("alice", wrapperspb.String("after")) == nil && session.Unwrap(s).Held("alice") > 0
 	}, "a message after the crash is held, not sent into the lost connection")
 	require.True(t, logs.has("session_route_down"))
 
-	testwait.For(t, func() bool { return !s.Sealed("alice") }, "alice recovered and the held message released")
+	testwait.For(t, func() bool { return !session.Unwrap(s).Sealed("alice") }, "alice recovered and the held message released")
 	require.True(t, logs.has("object_recovered"))
 	pid, err := gw.Resolve(ctx, roam.ActorRef("alice"))
 	require.NoError(t, err)

@@ -191,11 +191,11 @@ func openRooms(ctx context.Context, r *roam.Roam, node string, n int) error {
 		go func() {
 			defer func() { <-sem }()
 			room := fmt.Sprintf("%s-room-%d", node, i)
-			if _, err := r.Spots().GetOrCreate(room, chat.StableType).Do(ctx); err != nil {
+			if _, err := r.Spots().GetOrCreate(ctx, room, chat.StableType); err != nil {
 				errs <- err
 				return
 			}
-			_, err := r.Spots().Request(room, &chatpb.Post{Room: room, Name: node, Text: "opened"}).Do(ctx)
+			_, err := r.Spots().Request(ctx, room, &chatpb.Post{Room: room, Name: node, Text: "opened"})
 			errs <- err
 		}()
 	}

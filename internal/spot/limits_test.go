@@ -11,11 +11,11 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 func withCapacity(n uint32) nodeOpt { return func(c *extension.Config) { c.Node.Capacity = n } }

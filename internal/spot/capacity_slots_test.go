@@ -10,10 +10,10 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // slotsAgree checks a node's capacity slots against the records: every

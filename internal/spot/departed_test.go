@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/spot"
 )
 
 // A caller's cached route names a node that has since moved the Spot away

@@ -14,11 +14,11 @@ import (
 
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // askPID sends a request to pid and returns the handler's count.

@@ -12,10 +12,10 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // Proto.Actor's meshnode.Request(identity, kind, msg) reaches a relocatable

@@ -88,7 +88,13 @@ func (l InFlightLimits) withDefaults() InFlightLimits {
 	return l
 }
 
+// ValidateConfig refuses what New would refuse of c.
+func ValidateConfig(c Config) error { return c.setDefaults() }
+
 func (c *Config) setDefaults() error {
+	if c.ResultRetention < 0 || c.InFlight.PerPeer < 0 || c.InFlight.Total < 0 || c.InFlight.Bytes < 0 {
+		return fmt.Errorf("%w: ResultRetention (%s) and the in-flight limits (%+v) must not be negative", roamerr.ErrInvalidOperation, c.ResultRetention, c.InFlight)
+	}
 	c.Routes = c.Routes.WithDefaults()
 	if err := c.Routes.Validate(); err != nil {
 		return err

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/spot"
 )
 
 // Three nodes, fifty goroutines each, call GetOrCreate on one Spot ID at

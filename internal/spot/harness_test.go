@@ -20,13 +20,13 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/consulstore"
 	"github.com/roamactors/roam/location/consulstore/consultest"
 	"github.com/roamactors/roam/location/memstore"
-	"github.com/roamactors/roam/spot"
 )
 
 // consul is one real Consul server (built by tools/consul) for the

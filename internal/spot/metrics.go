@@ -42,7 +42,7 @@ func newMetrics(p metric.MeterProvider) (*metrics, error) {
 	if p == nil {
 		p = otel.GetMeterProvider() // a no-op until the application sets one
 	}
-	m := p.Meter("github.com/roamactors/roam/spot")
+	m := p.Meter("github.com/roamactors/roam/internal/spot")
 	calls, err1 := m.Int64Counter("roam.spot.calls", metric.WithDescription("direct calls by Spot ID, by route (cache, store) and outcome"))
 	ops, err2 := m.Int64Counter("roam.spot.operations", metric.WithDescription("creates, cold activations and closes, by operation and outcome"))
 	act, err3 := m.Float64Histogram("roam.spot.activation", metric.WithUnit("ms"),

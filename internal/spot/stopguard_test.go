@@ -9,8 +9,8 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location/memstore"
-	"github.com/roamactors/roam/spot"
 )
 
 // A stop roam did not decide — actor.Stop or a PoisonPill from another

@@ -20,12 +20,12 @@ import (
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 var ctx = context.Background()

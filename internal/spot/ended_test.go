@@ -6,11 +6,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // operatorRoom is the room kind waiting for an operator after its owner

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/roamerr"
-	"github.com/roamactors/roam/spot"
 )
 
 // Spot IDs are UTF-8 of 1..255 bytes, byte-exact and case-sensitive;
