@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/consulstore"
@@ -240,6 +242,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c := newCtl(store, board, stdout)
 	c.errOut = stderr
 	c.mesh = g.mesh
+	c.prefix = g.prefix
+	c.prefixes = g.livePrefixes
 	c.json = g.json
 	c.timeout = g.timeout
 	c.tty = isTerminal(stdout)
@@ -395,6 +399,64 @@ func (g *globals) open() (location.Store, location.Board, error) {
 		return nil, nil, err
 	}
 	return s, s, nil
+}
+
+// maxPrefixes bounds the top-level folders of the KV store livePrefixes
+// looks into: it is a hint, not a census.
+const maxPrefixes = 32
+
+// livePrefixes lists the top-level folders of Consul's KV store that are
+// a roam prefix with live nodes: one listing of the top level, then each
+// folder's nodes as a store with that prefix reads them.
+func (g *globals) livePrefixes(ctx context.Context) ([]string, error) {
+	cfg := api.DefaultConfig()
+	if addrs := consulstore.ParseAddresses(g.httpAddr); addrs[0] != "" {
+		cfg.Address = addrs[0]
+	}
+	if g.token != "" {
+		cfg.Token = g.token
+	}
+	if g.tokenFile != "" {
+		cfg.TokenFile = g.tokenFile
+	}
+	for _, set := range []struct {
+		dst *string
+		v   string
+	}{
+		{&cfg.TLSConfig.CAFile, g.caFile}, {&cfg.TLSConfig.CAPath, g.caPath}, {&cfg.TLSConfig.CertFile, g.clientCert},
+		{&cfg.TLSConfig.KeyFile, g.clientKey}, {&cfg.TLSConfig.Address, g.tlsServerName},
+	} {
+		if set.v != "" {
+			*set.dst = set.v
+		}
+	}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	keys, _, err := client.KV().Keys("", "/", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for i, k := range keys {
+		p, folder := strings.CutSuffix(k, "/")
+		if !folder || p == "" || i >= maxPrefixes {
+			continue
+		}
+		other := *g
+		other.prefix = p
+		s, _, err := other.open()
+		if err != nil {
+			continue
+		}
+		nodes, err := s.ListNodes(ctx, "")
+		_ = s.Close()
+		if err == nil && len(nodes) > 0 {
+			found = append(found, p)
+		}
+	}
+	return found, nil
 }
 
 // requestedBy is user@host, for a request's log line on the node.

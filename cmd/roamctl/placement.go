@@ -38,11 +38,12 @@ func (c *ctl) Placement(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		return writeJSON(c.out, map[string]any{"placement": out})
+		if err := writeJSON(c.out, map[string]any{"placement": out}); err != nil || len(dir.nodes) > 0 {
+			return err
+		}
 	}
-	if len(out) == 0 {
-		fmt.Fprintln(c.out, "no live nodes")
-		return nil
+	if len(dir.nodes) == 0 {
+		return c.noLiveNodes(ctx)
 	}
 	names := map[string]string{}
 	for _, n := range dir.nodes {
