@@ -36,6 +36,9 @@ type ctl struct {
 	// node is still live; discoverEvery how often watch lists the nodes;
 	// tick how often the progress of a drain is printed.
 	liveEvery, discoverEvery, tick time.Duration
+	// webTimeout bounds one read of the store by the web view (0:
+	// webReadTimeout).
+	webTimeout time.Duration
 	// grace is how long past a request's deadline roamctl still waits for
 	// the node's final status.
 	grace time.Duration
