@@ -20,17 +20,25 @@ type ctl struct {
 	out    io.Writer
 	errOut io.Writer
 
-	mesh    string        // "" = every mesh
-	json    bool          // machine output
-	tty     bool          // out is a terminal: live progress bar
-	timeout time.Duration // 0 = none
-	who     string        // requested_by
+	mesh   string // "" = every mesh
+	prefix string // the store's key prefix, for messages ("" unknown)
+	// prefixes lists the other key prefixes of the store that have live
+	// nodes (nil: the store cannot tell), for the hint of a look that
+	// found none.
+	prefixes func(ctx context.Context) ([]string, error)
+	json     bool          // machine output
+	tty      bool          // out is a terminal: live progress bar
+	timeout  time.Duration // 0 = none
+	who      string        // requested_by
 
 	now func() time.Time
 	// liveEvery is how often a wait for a node's status checks that the
 	// node is still live; discoverEvery how often watch lists the nodes;
 	// tick how often the progress of a drain is printed.
 	liveEvery, discoverEvery, tick time.Duration
+	// webTimeout bounds one read of the store by the web view (0:
+	// webReadTimeout).
+	webTimeout time.Duration
 	// grace is how long past a request's deadline roamctl still waits for
 	// the node's final status.
 	grace time.Duration

@@ -43,11 +43,11 @@ func (c *counter) RestoreState(b []byte) error {
 var counterKind = roam.NewKind("counter", actor.PropsFromProducer(func() actor.Actor { return &counter{} }), roam.PreserveState(), roam.Instance())
 
 // startNode runs a roam node named name on store, on an actor system of its own.
-func startNode(t *testing.T, store location.Store, name string) *roam.Roam {
+func startNode(t *testing.T, store location.Store, name string, opts ...roam.Option) *roam.Roam {
 	t.Helper()
 	system := actor.NewActorSystem()
-	r, err := roam.New(system, roam.WithStore(store), roam.WithKinds(counterKind), roam.WithNodeName(name),
-		roam.WithLogger(*testlog.Logger()), roam.WithLeaseTTL(2e9), roam.WithDrainOnStop(false))
+	r, err := roam.New(system, append([]roam.Option{roam.WithStore(store), roam.WithKinds(counterKind), roam.WithNodeName(name),
+		roam.WithLogger(*testlog.Logger()), roam.WithLeaseTTL(2e9), roam.WithDrainOnStop(false)}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(func() {
@@ -162,4 +162,34 @@ func TestAgainstRealNodes(t *testing.T) {
 	require.Len(t, seen, actors+3)
 	require.True(t, seen["actor/actor-0"])
 	require.True(t, seen["instance_spot/spot-2"])
+}
+
+// placement against real nodes: the elected node (the oldest) runs no
+// director, so none is shown; once it stops, the next oldest, which runs
+// one, is shown, paused and then not.
+func TestPlacementShowsTheDirectorOfRealNodes(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	a := startNode(t, store, "node-a")
+	b := startNode(t, store, "node-b", roam.WithPlacement(roam.PlacementConfig{Enabled: true, Paused: true}))
+	startNode(t, store, "node-c")
+	placementNow := func() placementJSON {
+		c, out, _ := testCtl(store)
+		c.json = true
+		require.NoError(t, c.Placement(ctx))
+		var got struct{ Placement []placementJSON }
+		require.NoError(t, json.Unmarshal([]byte(out.String()), &got))
+		require.Len(t, got.Placement, 1)
+		return got.Placement[0]
+	}
+	p := placementNow()
+	require.Equal(t, "node-a", p.Elected)
+	require.Empty(t, p.Director, "node-a is elected and runs no director")
+
+	require.NoError(t, a.Stop(ctx))
+	testwait.For(t, func() bool { p = placementNow(); return p.Director == "node-b" && p.DirectorPaused },
+		"node-b, elected once node-a stopped, is shown as the director, paused")
+	b.Placement().Resume()
+	testwait.For(t, func() bool { p = placementNow(); return p.Director == "node-b" && !p.DirectorPaused },
+		"and running once resumed")
 }

@@ -44,11 +44,12 @@ func (c *ctl) Nodes(ctx context.Context) error {
 		if out == nil {
 			out = []nodeJSON{}
 		}
-		return writeJSON(c.out, map[string]any{"nodes": out})
+		if err := writeJSON(c.out, map[string]any{"nodes": out}); err != nil || len(out) > 0 {
+			return err
+		}
 	}
 	if len(out) == 0 {
-		fmt.Fprintln(c.out, "no live nodes")
-		return nil
+		return c.noLiveNodes(ctx)
 	}
 	withMesh := len(meshes) > 1
 	header := []string{"NAME", "RID", "STATE", "GEN", "LEASE", "ADDRESS", "LOAD/CAP"}
@@ -298,9 +299,14 @@ func (c *ctl) Ls(ctx context.Context, node string) error {
 func (c *ctl) Ended(ctx context.Context) error {
 	ctx, cancel := c.readCtx(ctx)
 	defer cancel()
-	_, _, ended, err := c.nodeLoads(ctx)
+	nodes, _, ended, err := c.nodeLoads(ctx)
 	if err != nil {
 		return err
+	}
+	if len(nodes) == 0 && len(ended) == 0 {
+		// Nothing at all: more likely the wrong -prefix or -mesh than a
+		// store whose every object is served.
+		return c.noLiveNodes(ctx)
 	}
 	if c.json {
 		return writeJSON(c.out, map[string]any{"objects": ended})

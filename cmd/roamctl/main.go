@@ -16,10 +16,14 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/consulstore"
 )
@@ -83,14 +87,66 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.prefix, "prefix", envOr("ROAM_PREFIX", "roam"), "Consul KV `prefix` of roam's keys [$ROAM_PREFIX]")
 	fs.StringVar(&g.mesh, "mesh", "", "the `mesh` to look at (default: every mesh in the store)")
 	fs.BoolVar(&g.json, "json", false, "machine output: one JSON document, or one JSON object per line (drain, watch)")
-	fs.DurationVar(&g.timeout, "timeout", 0, "give up after this `duration`; for move and drain also the request's deadline on the node (default: none)")
+	fs.Var(&durationIn{p: &g.timeout, max: maxTimeout}, "timeout", "give up after this `duration`, 0s to "+maxTimeout.String()+"; for move and drain also the request's deadline on the node (default: none)")
+}
+
+// maxTimeout bounds -timeout: a request's deadline must stay a sane
+// Unix time on the node.
+const maxTimeout = 365 * 24 * time.Hour
+
+// maxCount bounds watch -count.
+const maxCount = 1 << 30
+
+// intIn is an int flag refused at parse time outside [min, max], with the
+// range in the message (the flag package prints it with the flag's name).
+type intIn struct {
+	p        *int
+	min, max int
+}
+
+func (v *intIn) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v *intIn) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, 64)
+	if err != nil || n < int64(v.min) || n > int64(v.max) {
+		return fmt.Errorf("want a whole number from %d to %d", v.min, v.max)
+	}
+	*v.p = int(n)
+	return nil
+}
+
+// durationIn is a duration flag refused at parse time outside [0, max].
+type durationIn struct {
+	p   *time.Duration
+	max time.Duration
+}
+
+func (v *durationIn) String() string {
+	if v.p == nil {
+		return "0s"
+	}
+	return v.p.String()
+}
+
+func (v *durationIn) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > v.max {
+		return fmt.Errorf("want a duration from 0s to %s (such as 30s or 5m)", v.max)
+	}
+	*v.p = d
+	return nil
 }
 
 // cmdFlags are the flags of single commands.
 type cmdFlags struct {
 	node        string
 	kind        string
-	concurrency uint
+	concurrency int
 	count       int
 	listen      string
 }
@@ -130,10 +186,11 @@ var commands = []*command{
 		}},
 	{name: "drain", args: "NODE", nargs: 1, summary: "ask NODE to move everything it serves to other nodes; follow its progress",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
-			fs.UintVar(&f.concurrency, "concurrency", 0, "units moved at once (default: the node's)")
+			fs.Var(&intIn{p: &f.concurrency, min: 0, max: drain.MaxConcurrency}, "concurrency",
+				fmt.Sprintf("`N` units moved at once, 0 to %d (default 0: the node's)", drain.MaxConcurrency))
 		},
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, a []string) error {
-			return c.Drain(ctx, a[0], uint32(f.concurrency))
+			return c.Drain(ctx, a[0], uint32(f.concurrency)) // at most drain.MaxConcurrency: parse checked it
 		}},
 	{name: "placement", summary: "the placement director of each mesh: the elected node, attempts in flight, recent outcomes",
 		run: func(ctx context.Context, c *ctl, _ *cmdFlags, _ []string) error { return c.Placement(ctx) }},
@@ -144,7 +201,8 @@ var commands = []*command{
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, _ []string) error { return c.Web(ctx, f.listen) }},
 	{name: "watch", summary: "print the moves the live nodes commit, as they happen",
 		flags: func(fs *flag.FlagSet, f *cmdFlags) {
-			fs.IntVar(&f.count, "count", 0, "stop after this many moves (default: run until interrupted)")
+			fs.Var(&intIn{p: &f.count, min: 0, max: maxCount}, "count",
+				fmt.Sprintf("stop after `N` moves, 0 to %d (default 0: run until interrupted)", maxCount))
 		},
 		run: func(ctx context.Context, c *ctl, f *cmdFlags, _ []string) error { return c.Watch(ctx, f.count) }},
 }
@@ -184,6 +242,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c := newCtl(store, board, stdout)
 	c.errOut = stderr
 	c.mesh = g.mesh
+	c.prefix = g.prefix
+	c.prefixes = g.livePrefixes
 	c.json = g.json
 	c.timeout = g.timeout
 	c.tty = isTerminal(stdout)
@@ -339,6 +399,64 @@ func (g *globals) open() (location.Store, location.Board, error) {
 		return nil, nil, err
 	}
 	return s, s, nil
+}
+
+// maxPrefixes bounds the top-level folders of the KV store livePrefixes
+// looks into: it is a hint, not a census.
+const maxPrefixes = 32
+
+// livePrefixes lists the top-level folders of Consul's KV store that are
+// a roam prefix with live nodes: one listing of the top level, then each
+// folder's nodes as a store with that prefix reads them.
+func (g *globals) livePrefixes(ctx context.Context) ([]string, error) {
+	cfg := api.DefaultConfig()
+	if addrs := consulstore.ParseAddresses(g.httpAddr); addrs[0] != "" {
+		cfg.Address = addrs[0]
+	}
+	if g.token != "" {
+		cfg.Token = g.token
+	}
+	if g.tokenFile != "" {
+		cfg.TokenFile = g.tokenFile
+	}
+	for _, set := range []struct {
+		dst *string
+		v   string
+	}{
+		{&cfg.TLSConfig.CAFile, g.caFile}, {&cfg.TLSConfig.CAPath, g.caPath}, {&cfg.TLSConfig.CertFile, g.clientCert},
+		{&cfg.TLSConfig.KeyFile, g.clientKey}, {&cfg.TLSConfig.Address, g.tlsServerName},
+	} {
+		if set.v != "" {
+			*set.dst = set.v
+		}
+	}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	keys, _, err := client.KV().Keys("", "/", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for i, k := range keys {
+		p, folder := strings.CutSuffix(k, "/")
+		if !folder || p == "" || i >= maxPrefixes {
+			continue
+		}
+		other := *g
+		other.prefix = p
+		s, _, err := other.open()
+		if err != nil {
+			continue
+		}
+		nodes, err := s.ListNodes(ctx, "")
+		_ = s.Close()
+		if err == nil && len(nodes) > 0 {
+			found = append(found, p)
+		}
+	}
+	return found, nil
 }
 
 // requestedBy is user@host, for a request's log line on the node.

@@ -15,8 +15,15 @@ import (
 
 // placementJSON is one mesh of `placement --json`.
 type placementJSON struct {
-	Mesh     string                    `json:"mesh"`
-	Director string                    `json:"director"` // the elected node's name, "" with no live node
+	Mesh string `json:"mesh"`
+	// Director is the name of the node that directs: the elected one,
+	// when it runs a director; "" when none runs.
+	Director string `json:"director"`
+	// DirectorPaused: the director runs, paused (it plans no moves).
+	DirectorPaused bool `json:"director_paused,omitempty"`
+	// Elected is the node the election picks (the oldest live lifecycle),
+	// whether it runs a director or not; "" with no live node.
+	Elected  string                    `json:"elected"`
 	InFlight []placement.Attempt       `json:"in_flight"`
 	Recent   map[placement.Outcome]int `json:"recent"` // the ledger's last outcomes, by outcome
 	Cooling  int                       `json:"cooling"`
@@ -38,11 +45,12 @@ func (c *ctl) Placement(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		return writeJSON(c.out, map[string]any{"placement": out})
+		if err := writeJSON(c.out, map[string]any{"placement": out}); err != nil || len(dir.nodes) > 0 {
+			return err
+		}
 	}
-	if len(out) == 0 {
-		fmt.Fprintln(c.out, "no live nodes")
-		return nil
+	if len(dir.nodes) == 0 {
+		return c.noLiveNodes(ctx)
 	}
 	names := map[string]string{}
 	for _, n := range dir.nodes {
@@ -51,8 +59,11 @@ func (c *ctl) Placement(ctx context.Context) error {
 	rows := [][]string{{"MESH", "DIRECTOR", "IN FLIGHT", "RECENT COMMITTED", "BUSY", "DEFERRED", "STALE", "COOLING"}}
 	for _, p := range out {
 		director := p.Director
-		if director == "" {
+		switch {
+		case director == "":
 			director = "-"
+		case p.DirectorPaused:
+			director += " (paused)"
 		}
 		rows = append(rows, []string{p.Mesh, director, strconv.Itoa(len(p.InFlight)),
 			strconv.Itoa(p.Recent[placement.Committed]), strconv.Itoa(p.Recent[placement.Busy]),
@@ -60,6 +71,11 @@ func (c *ctl) Placement(ctx context.Context) error {
 	}
 	if err := table(c.out, rows); err != nil {
 		return err
+	}
+	for _, p := range out {
+		if p.Director == "" && p.Elected != "" {
+			fmt.Fprintf(c.out, "%s: no director runs: the elected node, %s (the oldest), runs none (nodes run one with roam.WithPlacement)\n", p.Mesh, p.Elected)
+		}
 	}
 	for _, p := range out {
 		slices.SortFunc(p.InFlight, func(a, b placement.Attempt) int { return int(a.DeadlineMs - b.DeadlineMs) })
@@ -71,14 +87,14 @@ func (c *ctl) Placement(ctx context.Context) error {
 	return nil
 }
 
-// placementOf reads, for each mesh of dir (and c.mesh), the elected
-// director and its ledger.
+// placementOf reads, for each mesh of dir (and c.mesh), the elected node,
+// whether it runs a director, and the ledger.
 func (c *ctl) placementOf(ctx context.Context, dir *directory) ([]placementJSON, error) {
 	byMesh := map[string][]placement.Elector{}
-	names := map[string]string{}
+	byRid := map[string]*location.NodeDescriptor{}
 	for _, n := range dir.nodes {
 		byMesh[n.Node.GetMesh()] = append(byMesh[n.Node.GetMesh()], placement.Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
-		names[n.Node.GetNodeRid()] = nodeName(n.Node)
+		byRid[n.Node.GetNodeRid()] = n.Node
 	}
 	if c.mesh != "" {
 		byMesh[c.mesh] = byMesh[c.mesh]
@@ -92,7 +108,20 @@ func (c *ctl) placementOf(ctx context.Context, dir *directory) ([]placementJSON,
 	for _, mesh := range meshes {
 		p := placementJSON{Mesh: mesh, Recent: map[placement.Outcome]int{}, InFlight: []placement.Attempt{}}
 		if rid := placement.Elect(byMesh[mesh]); rid != "" {
-			p.Director = names[rid]
+			// The elected node directs only if it runs a director: its
+			// announcement says so (placement.AnnouncementNote).
+			n := byRid[rid]
+			p.Elected = nodeName(n)
+			note, err := c.board.ReadNote(ctx, placement.AnnouncementKey(mesh, rid))
+			switch {
+			case errors.Is(err, location.ErrNotFound):
+			case err != nil:
+				return nil, fmt.Errorf("read the director announcement of %s: %w", p.Elected, err)
+			default:
+				if a, err := placement.DecodeAnnouncement(note.Value); err == nil && a.Runs(n) {
+					p.Director, p.DirectorPaused = p.Elected, a.Paused
+				}
+			}
 		}
 		note, err := c.board.ReadNote(ctx, placement.LedgerKey(mesh))
 		switch {

@@ -65,7 +65,7 @@ func (c *ctl) Watch(ctx context.Context, count int) error {
 		}
 		wg.Wait()
 	}()
-	announced := false
+	announced, hinted := false, false
 	for {
 		nodes, err := c.store.ListNodes(ctx, c.mesh)
 		switch {
@@ -95,6 +95,10 @@ func (c *ctl) Watch(ctx context.Context, count int) error {
 					cancel()
 					delete(following, key)
 				}
+			}
+			if len(nodes) == 0 && !hinted {
+				fmt.Fprintf(c.errOut, "roamctl: %s; waiting for nodes to start\n", c.noNodesHint(ctx))
+				hinted = true
 			}
 			if !announced && !c.json && c.tty {
 				fmt.Fprintf(c.errOut, "watching the moves of %d node(s); Ctrl-C to stop\n", len(following))

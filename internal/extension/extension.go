@@ -443,7 +443,7 @@ func (e *Extension) serveOperators(l *life, board location.Board, feed *operator
 	desc := l.node.Descriptor()
 	log := e.logger()
 	go operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log)
-	go feed.Run(ctx)
+	go feed.Run(ctx, log)
 	go func() {
 		sctx, scancel := context.WithTimeout(ctx, time.Minute)
 		defer scancel()

@@ -155,6 +155,7 @@ type Director struct {
 	pass    map[string]int // units per owner RID seen in the pass under way
 	census  map[string]int // the last complete pass's
 	cooling map[string]time.Time
+	ann     announcer
 }
 
 // New checks cfg and builds a director; Start runs it.
@@ -192,6 +193,9 @@ func (d *Director) Resume() { d.paused.Store(false) }
 func (d *Director) Start() {
 	go func() {
 		defer close(d.done)
+		defer d.withdraw()
+		d.ann.started = time.Now()
+		d.announce()
 		t := time.NewTicker(d.cfg.Period)
 		defer t.Stop()
 		for {
@@ -200,6 +204,7 @@ func (d *Director) Start() {
 				return
 			case <-t.C:
 			}
+			d.announce()
 			if !d.paused.Load() {
 				d.round()
 			}

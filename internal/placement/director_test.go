@@ -282,6 +282,7 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 type watched struct {
 	*memstore.Store
 	lists, records, ledger, otherNotes atomic.Int64
+	announcement                       atomic.Int64 // writes and deletes of the director's announcement
 }
 
 func (w *watched) List(ctx context.Context, k location.Kind, p location.PageRequest) (location.Page, error) {
@@ -305,22 +306,31 @@ func (w *watched) UpdateNode(ctx context.Context, n *location.NodeDescriptor, v 
 }
 
 func (w *watched) WriteNote(ctx context.Context, key location.NoteKey, v location.StoreVersion, value []byte) (location.StoreVersion, error) {
-	if key == LedgerKey("m") {
+	switch {
+	case key == LedgerKey("m"):
 		w.ledger.Add(1)
-	} else {
+	case key.Name == AnnouncementNote:
+		w.announcement.Add(1)
+	default:
 		w.otherNotes.Add(1)
 	}
 	return w.Store.WriteNote(ctx, key, v, value)
 }
 
 func (w *watched) DeleteNote(ctx context.Context, key location.NoteKey, v location.StoreVersion) error {
-	w.otherNotes.Add(1)
+	if key.Name == AnnouncementNote {
+		w.announcement.Add(1)
+	} else {
+		w.otherNotes.Add(1)
+	}
 	return w.Store.DeleteNote(ctx, key, v)
 }
 
 // Selection is read-only: a director over 300 records writes nothing while
 // it plans no move (nodes within the margin), and when every unit it asks
-// for answers busy, it writes only its ledger note, never a record.
+// for answers busy, it writes only its ledger note, never a record; its
+// announcement is written once as it starts and deleted as it stops, not
+// a round.
 // Reference: docs/PLACEMENT.md §2 (read-only selection), §4.
 func TestSelectionIsReadOnly(t *testing.T) {
 	for _, tc := range []struct {
@@ -348,6 +358,7 @@ func TestSelectionIsReadOnly(t *testing.T) {
 			d.Stop()
 			require.Zero(t, w.records.Load(), "no record or node written")
 			require.Zero(t, w.otherNotes.Load(), "no note but the ledger written")
+			require.Equal(t, int64(2), w.announcement.Load(), "the announcement written once and deleted once")
 			if tc.margin == 1000 {
 				require.Zero(t, w.ledger.Load()+asked.Load(), "nothing planned, nothing reserved or asked")
 			} else {
