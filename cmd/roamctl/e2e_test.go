@@ -171,7 +171,7 @@ func TestPlacementShowsTheDirectorOfRealNodes(t *testing.T) {
 	ctx := context.Background()
 	store := memstore.New()
 	a := startNode(t, store, "node-a")
-	b := startNode(t, store, "node-b", roam.WithPlacement(roam.PlacementConfig{Enabled: true, Paused: true}))
+	b := startNode(t, store, "node-b", roam.WithPlacement(roam.PlacementConfig{Paused: true}))
 	startNode(t, store, "node-c")
 	placementNow := func() placementJSON {
 		c, out, _ := testCtl(store)
