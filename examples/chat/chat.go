@@ -195,12 +195,12 @@ func (r *Room) Receive(c actor.Context) {
 			return
 		}
 		r.state.Members = append(r.state.Members, &chatpb.Member{Name: mem.GetName(), Inbox: mem.GetInbox()})
-		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members))})
+		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members)), Node: nodeName(c)})
 	case *chatpb.Leave:
 		r.leave(m.GetName())
 		respond(c, &chatpb.Ack{})
 	case *chatpb.History:
-		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members))})
+		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members)), Node: nodeName(c)})
 	case *chatpb.Post:
 		if n := len(m.GetText()) + len(m.GetName()); n > MaxPostBytes {
 			respond(c, ackError(fmt.Errorf("%w: a post may have at most %d bytes, this one has %d", ErrInvalidRequest, MaxPostBytes, n)))
@@ -221,6 +221,15 @@ func (r *Room) Receive(c actor.Context) {
 		}
 		respond(c, &chatpb.Ack{})
 	}
+}
+
+// nodeName names the node the actor runs on, for a client that wants to
+// move it elsewhere ("" between two of roam's lifecycles).
+func nodeName(c actor.Context) string {
+	if r := roam.Get(c.ActorSystem()); r != nil {
+		return r.NodeName()
+	}
+	return ""
 }
 
 func (r *Room) leave(name string) {

@@ -42,7 +42,9 @@ func main() {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chat-client:", err)
+		if !errors.As(err, new(parseError)) {
+			fmt.Fprintln(os.Stderr, "chat-client:", err)
+		}
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -78,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	tlsDir := fs.String("tls-dir", "", "mutual TLS: a directory with ca.pem, client.pem and client-key.pem (make certs)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", chatclient.DefaultDialTimeout, "how long to try reaching the node before giving up")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, parseError{err} // printed by the flag package, with the flags
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: every option is a flag (-h lists them)", fs.Arg(0))
@@ -164,8 +166,10 @@ func run(ctx context.Context, o options, in io.Reader, stdout io.Writer) error {
 	for _, p := range j.GetHistory() {
 		show(out, p)
 	}
-	out.printf("joined %s on node %s (%d members); /move NODE relocates the room, /moveme NODE relocates you, /help, /quit leaves\n",
-		o.room, cl.Node(), j.GetMembers())
+	// Where the room is, so that a /move or /moveme names another node:
+	// joining took the user's Actor to the room's node.
+	out.printf("joined %s (%d members), on %s with your Actor; you are connected to %s. /move NODE moves the room, /moveme NODE moves your Actor, /help, /quit\n",
+		o.room, j.GetMembers(), j.GetNode(), cl.Node())
 
 	lines := make(chan string)
 	stop := make(chan struct{})
@@ -254,3 +258,9 @@ func relocate(ctx context.Context, cl *chatclient.Client, out *syncWriter, m *ch
 	out.printf("moved %s: %s -> %s, pause %.2f ms, %d bytes\n", r.GetRoom(), r.GetFrom(), r.GetTo(), float64(r.GetPauseMicros())/1000, r.GetBytes())
 	return nil
 }
+
+// parseError is a flag the flag package could not parse: it has printed
+// the error and the flags already.
+type parseError struct{ error }
+
+func (e parseError) Unwrap() error { return e.error }

@@ -141,6 +141,7 @@ func TestCommandsAreParsedNotPosted(t *testing.T) {
 	require.NoError(t, ended(t, done))
 
 	printed := out.String()
+	require.Contains(t, printed, "on solo with your Actor; you are connected to solo", "where the room is, to move it elsewhere")
 	require.Contains(t, printed, "unknown command /foo; "+chatclient.Usage)
 	require.Contains(t, printed, "usage: /move NODE (")
 	require.Contains(t, printed, "usage: /moveme NODE (")
