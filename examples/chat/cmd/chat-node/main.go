@@ -1,5 +1,6 @@
 // Command chat-node runs chat rooms on a roam node and serves chat clients
-// through its gateway.
+// through its gateway. SIGTERM drains the node and stops it, SIGUSR1
+// drains it and serves on; a wrong flag exits 2, naming what it accepts.
 //
 //	chat-node --store consul --consul 127.0.0.1:8500 --listen 127.0.0.1:7001 --name node-a
 //	chat-node --store consul --consul 10.0.0.1:8500,10.0.0.2:8500 ...  # outlives either agent
@@ -39,7 +40,9 @@ func main() {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "chat-node:", err)
+		if !errors.As(err, new(parseError)) {
+			fmt.Fprintln(os.Stderr, "chat-node:", err)
+		}
 		os.Exit(2)
 	}
 	if err := run(c); err != nil {
@@ -89,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.gateway.MaxClients, "max-clients", chat.DefaultMaxClients, fmt.Sprintf("most clients connected to each node's gateway at once (1 to %d); a Connect past it is refused", maxMaxClients))
 	idle := fs.Duration("idle-timeout", chat.DefaultIdleTimeout, "disconnect a client that sent nothing for this long and is in no room or whose inbox is gone (0: never)")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, parseError{err} // printed by the flag package, with the flags
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q: every option is a flag (-h lists them)", fs.Arg(0))
@@ -279,3 +282,9 @@ func openRooms(ctx context.Context, r *roam.Roam, node string, n int) error {
 	}
 	return nil
 }
+
+// parseError is a flag the flag package could not parse: it has printed
+// the error and the flags already.
+type parseError struct{ error }
+
+func (e parseError) Unwrap() error { return e.error }
