@@ -7,7 +7,8 @@
 // not work: a dead address fails Dial within DialTimeout, naming the
 // address; every post is answered by the gateway (accepted, or why not),
 // and one the room refuses later arrives as a PostRefused; once the node
-// goes away (stopped, killed, cut off) or ends the client's Session, Done
+// goes away (stopped or killed: the connection ends; cut off: a request
+// goes unanswered for Config.Timeout) or ends the client's Session, Done
 // is closed, Err says why, and every later call fails with that error at
 // once instead of vanishing into a connection that no longer exists.
 package chatclient
@@ -219,9 +220,9 @@ func (c *Client) request(ctx context.Context, what string, msg proto.Message) (p
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	timeout := c.cfg.Timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
+	timeout, cut := c.cfg.Timeout, false
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout, cut = time.Until(dl), true // the caller's deadline comes first
 	}
 	if timeout <= 0 {
 		return nil, fmt.Errorf("%s: %w", what, context.DeadlineExceeded)
@@ -249,6 +250,19 @@ func (c *Client) request(ctx context.Context, what string, msg proto.Message) (p
 	case errors.Is(r.err, actor.ErrTimeout):
 		if err := c.Err(); err != nil {
 			return nil, err // it went away meanwhile: that is the news
+		}
+		if cut {
+			return nil, fmt.Errorf("%s: %w", what, context.DeadlineExceeded)
+		}
+		if name, _ := c.connectedName(); name != "" {
+			// The gateway answers every request within its own bounds, a
+			// post at once: no answer at all is a node cut off or stopped
+			// in a way no connection's end reported (a network cut shows
+			// only so). Waiting on would leave the client posting into
+			// nothing.
+			c.end(fmt.Errorf("%w: %s at %s did not answer the %s within %s: it stopped, or is cut off or overloaded; connect again, to it once it answers or to another node",
+				ErrNodeGone, c.nodeName(), c.cfg.Node, what, timeout))
+			return nil, c.Err()
 		}
 		return nil, fmt.Errorf("%w: no answer to the %s from a chat gateway at %s within %s: check that the address is a chat node's and that TLS is on at both ends or at neither",
 			ErrUnreachable, what, c.cfg.Node, timeout)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,11 +123,16 @@ func (e *events) posted(text string) bool {
 
 // connected dials addr, connects as name and joins room.
 func connected(t *testing.T, addr, name, room string) (*chatclient.Client, *events) {
+	return connectedWith(t, chatclient.Config{Node: addr}, name, room)
+}
+
+func connectedWith(t *testing.T, cfg chatclient.Config, name, room string) (*chatclient.Client, *events) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*chatclient.DefaultTimeout)
 	defer cancel()
 	ev := &events{}
-	cl, err := chatclient.Dial(ctx, chatclient.Config{Node: addr, OnEvent: ev.add})
+	cfg.OnEvent = ev.add
+	cl, err := chatclient.Dial(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 3*chatclient.DefaultTimeout)
@@ -174,9 +180,10 @@ func TestClientIsToldItsNodeStopped(t *testing.T) {
 	toldGone(t, cl, "lobby")
 }
 
-// A client whose node is killed (SIGKILL: not a word sent) learns it from
-// the connection's end, and a post after fails.
-func TestClientIsToldItsNodeWasKilled(t *testing.T) {
+// nodeProcess starts a chat node in a process of its own and returns it
+// with its address.
+func nodeProcess(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), nodeEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -192,12 +199,37 @@ func TestClientIsToldItsNodeWasKilled(t *testing.T) {
 	addr, ok := strings.CutPrefix(lines.Text(), "serving ")
 	require.True(t, ok, "%s", lines.Text())
 	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return cmd, addr
+}
 
+// A client whose node is killed (SIGKILL: not a word sent) learns it from
+// the connection's end, and a post after fails.
+func TestClientIsToldItsNodeWasKilled(t *testing.T) {
+	cmd, addr := nodeProcess(t)
 	cl, _ := connected(t, addr, "bo", "lobby")
 	require.NoError(t, cmd.Process.Kill())
 	toldGone(t, cl, "lobby")
 	require.ErrorIs(t, cl.Err(), chatclient.ErrNodeGone, "nobody was there to say anything else")
 	require.Contains(t, cl.Err().Error(), addr, "the news names the node's address")
+}
+
+// A node that stops answering without its connections ending (paused
+// here, as a network cut would look) fails the client's next post once
+// the request's timeout passes, and the client counts it gone.
+func TestClientGivesUpOnANodeThatDoesNotAnswer(t *testing.T) {
+	cmd, addr := nodeProcess(t)
+	// Long enough for the connect and the join on a busy machine; the
+	// post's answer would take microseconds.
+	const timeout = 3 * time.Second
+	cl, _ := connectedWith(t, chatclient.Config{Node: addr, Timeout: timeout}, "eve", "lobby")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
+	defer cancel()
+	_, err := cl.Post(ctx, "lobby", "hello?")
+	require.ErrorIs(t, err, chatclient.ErrNodeGone)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the request's own timeout ended it, not the caller's")
+	require.Contains(t, err.Error(), "did not answer the post")
+	toldGone(t, cl, "lobby")
 }
 
 // deadAddress is an address nothing listens on.
