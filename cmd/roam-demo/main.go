@@ -1,20 +1,21 @@
 // Command roam-demo is `make demo`: chat rooms keep working while they and
-// their users' Actors are relocated between nodes. Four nodes serve ten
-// rooms; bots connect as chat clients to the gateway node, where each has
-// a Session and the Actor that speaks for it in its room (it moved to the
-// room's node when it joined), and post numbered messages while rooms and
-// users' Actors are moved continuously for about 20 s; then node-2 crashes
-// (SIGKILL for a process) and its rooms come back on live nodes from their
-// checkpoints by themselves; then the three other nodes are drained and
-// restarted in turn and the gateway node is drained, with every client
-// still connected. It prints a line per move
-// and a summary (moves, messages sent and delivered, lost, duplicated,
-// clients disconnected, pause p50/p99/max), and exits non-zero if a
-// message was lost or duplicated or a client was disconnected.
+// their users' Actors are relocated between nodes. Four nodes (gateway,
+// node-1, node-2, node-3) serve ten rooms; bots connect as chat clients to
+// the gateway node, where each has a Session and the Actor that speaks for
+// it in its room (it moved to the room's node when it joined), and post
+// numbered messages while rooms and users' Actors are moved continuously
+// for about 20 s; then node-2 crashes (SIGKILL for a process) and its rooms
+// come back on live nodes from their checkpoints by themselves; then the
+// three other nodes are drained and restarted in turn and the gateway node
+// is drained, with every client still connected; then the bots leave and
+// the nodes stop. It prints a line per move and a summary (moves, messages
+// sent and delivered, lost, duplicated, clients disconnected, pause
+// p50/p99/max), and exits non-zero if a message was lost or duplicated or
+// a client was disconnected, and 2 on a wrong flag.
 //
-// --store memory runs the three nodes in this process on the embedded
+// --store memory runs the four nodes in this process on the embedded
 // store. --store consul starts a real Consul (built by `make consul`); with
-// --chat-node BIN the nodes are three separate chat-node processes (`make
+// --chat-node BIN the nodes are four separate chat-node processes (`make
 // demo-consul`), otherwise they run in this process.
 package main
 
@@ -53,20 +54,16 @@ func main() {
 	storeKind := flag.String("store", "memory", "location store: memory | consul")
 	consulAddr := flag.String("consul", "", "a running Consul's HTTP address, or several agents' separated by commas (--store consul); empty starts one")
 	chatNode := flag.String("chat-node", "", "chat-node binary: run the nodes as separate processes (--store consul)")
-	duration := flag.Duration("duration", 20*time.Second, "how long rooms are moved while bots chat")
-	rooms := flag.Int("rooms", 10, "rooms")
+	duration := flag.Duration("duration", 20*time.Second, fmt.Sprintf("how long rooms are moved while bots chat (more than 0, at most %s)", maxDuration))
+	rooms := flag.Int("rooms", 10, fmt.Sprintf("rooms, %d bots in each (1 to %d)", botsPerRoom, maxRooms))
 	flag.BoolVar(&director, "director", false, "run the placement director with co-location on every node: users' Actors follow their rooms as they talk")
 	flag.StringVar(&tlsDir, "tls-dir", "", "mutual TLS between every process: a directory with ca.pem, a certificate per node (<name>.pem) and client.pem (make certs)")
 	flag.DurationVar(&postEvery, "post-every", 0, "how often each bot posts (default 2ms; 25ms with --director, so that users' Actors are idle between posts and the director's idle-only moves find them so)")
 	flag.StringVar(&fault, "fault", "kill", "the fault in the middle of the run: kill (SIGKILL node-2, or stop it without a word in this process) | consul-pause (SIGSTOP the Consul this demo started, for --pause)")
 	flag.DurationVar(&storePause, "pause", 25*time.Second, "how long --fault consul-pause pauses Consul (past the nodes' lease TTL: every lifecycle ends)")
 	flag.Parse()
-	if fault != "kill" && fault != "consul-pause" {
-		fmt.Fprintf(os.Stderr, "unknown --fault %q (kill | consul-pause)\n", fault)
-		os.Exit(2)
-	}
-	if fault == "consul-pause" && (*storeKind != "consul" || *consulAddr != "") {
-		fmt.Fprintln(os.Stderr, "--fault consul-pause needs --store consul and the Consul this demo starts (no --consul)")
+	if err := checkFlags(flag.Args(), *storeKind, *consulAddr, *chatNode, *duration, *rooms); err != nil {
+		fmt.Fprintln(os.Stderr, "roam-demo:", err)
 		os.Exit(2)
 	}
 	if postEvery == 0 {
@@ -80,6 +77,56 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// The flags' bounds: the demo is one machine's; past them it would not
+// end, or not say anything useful.
+const (
+	maxRooms     = 1_000 // each with botsPerRoom bots connected to one gateway
+	maxDuration  = time.Hour
+	maxPostEvery = time.Minute
+	maxPause     = 10 * time.Minute
+)
+
+// checkFlags checks every flag before anything starts, saying what each
+// accepts.
+func checkFlags(args []string, storeKind, consulAddr, chatNode string, duration time.Duration, rooms int) error {
+	switch {
+	case len(args) > 0:
+		return fmt.Errorf("unexpected argument %q: every option is a flag (-h lists them)", args[0])
+	case storeKind != "memory" && storeKind != "consul":
+		return fmt.Errorf("--store must be memory or consul, got %q", storeKind)
+	case chatNode != "" && storeKind != "consul":
+		return errors.New("--chat-node needs --store consul: separate processes share no embedded store")
+	case consulAddr != "" && storeKind != "consul":
+		return errors.New("--consul needs --store consul")
+	case rooms < 1 || rooms > maxRooms:
+		return fmt.Errorf("--rooms must be from 1 to %d, got %d", maxRooms, rooms)
+	case duration <= 0 || duration > maxDuration:
+		return fmt.Errorf("--duration must be more than 0 and at most %s, got %s", maxDuration, duration)
+	case postEvery < 0 || postEvery > maxPostEvery:
+		return fmt.Errorf("--post-every must be from 0 (the default) to %s, got %s", maxPostEvery, postEvery)
+	case fault != "kill" && fault != "consul-pause":
+		return fmt.Errorf("--fault must be kill or consul-pause, got %q", fault)
+	case fault == "consul-pause" && (storeKind != "consul" || consulAddr != ""):
+		return errors.New("--fault consul-pause needs --store consul and the Consul this demo starts (no --consul)")
+	case storePause <= 0 || storePause > maxPause:
+		return fmt.Errorf("--pause must be more than 0 and at most %s, got %s", maxPause, storePause)
+	}
+	if chatNode != "" {
+		if st, err := os.Stat(chatNode); err != nil || st.IsDir() {
+			return fmt.Errorf("--chat-node must be the chat-node binary (go build ./examples/chat/cmd/chat-node), got %q", chatNode)
+		}
+	}
+	if tlsDir != "" {
+		if st, err := os.Stat(tlsDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--tls-dir must be a directory with ca.pem, a certificate per node and client.pem (make certs), got %q", tlsDir)
+		}
+	}
+	return nil
+}
+
+// botsPerRoom is how many bots chat in each room.
+const botsPerRoom = 3
 
 // nodeNames are the demo's nodes; the first is the gateway the bots
 // connect to, drained at the end but never restarted (a restart would
@@ -182,7 +229,7 @@ func run(storeKind, consulAddr, chatNode string, duration time.Duration, rooms i
 	return chatAndMove(c, duration, rooms)
 }
 
-// cluster is the demo's three chat nodes.
+// cluster is the demo's four chat nodes.
 type cluster interface {
 	// gateways are the nodes' chat gateway addresses, in nodeNames order.
 	gateways() []string
@@ -203,7 +250,7 @@ type cluster interface {
 	stop()
 }
 
-// inProcess runs the three nodes in this process, each roam attached to an
+// inProcess runs the four nodes in this process, each roam attached to an
 // actor system of its own, with the chat gateway on it.
 type inProcess struct {
 	locs  location.Store
@@ -375,7 +422,7 @@ func (c *inProcess) stop() {
 	}
 }
 
-// processes runs the three nodes as chat-node processes on Consul.
+// processes runs the four nodes as chat-node processes on Consul.
 type processes struct {
 	bin, consul, prefix string
 	locs                location.Store // a client of the nodes' store
@@ -612,7 +659,6 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 	// Every bot connects to the gateway node; commands go to it as well.
 	gw := actor.NewPID(gateways[0], chat.GatewayName)
 
-	const botsPerRoom = 3
 	type bot struct {
 		room, name string
 		in         *inbox
@@ -639,6 +685,47 @@ func chatAndMove(c cluster, duration time.Duration, rooms int) error {
 		}
 		return nil
 	}
+	// However the demo ends, its bots leave before the nodes stop (run's
+	// deferred stop): a node that stops under a connected client ends its
+	// Session, and its gateway rightly reports a disconnection nobody
+	// asked for. The gateway answers a leave once the client's Session and
+	// Actor are gone.
+	defer func() {
+		var mu sync.Mutex
+		var left, failed int
+		var why string
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, bt := range bots {
+			if bt.in.disconnected() {
+				continue // nothing of it left on the gateway
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				res, err := sys.Root.RequestFuture(gw, &chatpb.Leave{Name: bt.name}, 10*time.Second).Result()
+				if a, ok := res.(*chatpb.Ack); err == nil && ok && a.GetError() != "" {
+					err = errors.New(a.GetError())
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed++
+					why = fmt.Sprintf("%s: %v", bt.name, err)
+					return
+				}
+				left++
+			}()
+		}
+		wg.Wait()
+		fmt.Printf("%d clients left the gateway before the nodes stop", left)
+		if failed > 0 {
+			fmt.Printf("; %d could not (e.g. %s)", failed, why)
+		}
+		fmt.Println()
+	}()
 	for r := 0; r < rooms; r++ {
 		for b := 0; b < botsPerRoom; b++ {
 			bt := &bot{room: fmt.Sprintf("room-%d", r), name: fmt.Sprintf("r%d-bot-%d", r, b), in: &inbox{seen: map[string][]bool{}, index: map[string][]uint64{}, highest: map[string]uint64{}}}

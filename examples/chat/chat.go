@@ -195,12 +195,12 @@ func (r *Room) Receive(c actor.Context) {
 			return
 		}
 		r.state.Members = append(r.state.Members, &chatpb.Member{Name: mem.GetName(), Inbox: mem.GetInbox()})
-		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members))})
+		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members)), Node: nodeName(c)})
 	case *chatpb.Leave:
 		r.leave(m.GetName())
 		respond(c, &chatpb.Ack{})
 	case *chatpb.History:
-		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members))})
+		respond(c, &chatpb.Joined{Room: m.GetRoom(), History: r.state.History, Members: uint32(len(r.state.Members)), Node: nodeName(c)})
 	case *chatpb.Post:
 		if n := len(m.GetText()) + len(m.GetName()); n > MaxPostBytes {
 			respond(c, ackError(fmt.Errorf("%w: a post may have at most %d bytes, this one has %d", ErrInvalidRequest, MaxPostBytes, n)))
@@ -221,6 +221,15 @@ func (r *Room) Receive(c actor.Context) {
 		}
 		respond(c, &chatpb.Ack{})
 	}
+}
+
+// nodeName names the node the actor runs on, for a client that wants to
+// move it elsewhere ("" between two of roam's lifecycles).
+func nodeName(c actor.Context) string {
+	if r := roam.Get(c.ActorSystem()); r != nil {
+		return r.NodeName()
+	}
+	return ""
 }
 
 func (r *Room) leave(name string) {
@@ -419,11 +428,12 @@ type client struct {
 	s     *roam.Session
 
 	// Under Gateway.mu.
-	seen    time.Time // when the client last sent something
-	room    string    // the room it joined, "" when none
-	gone    bool      // its inbox was reported terminated since it last sent
-	leaving bool      // being disconnected
-	busy    int       // its requests under way: it is not idle meanwhile
+	seen    time.Time     // when the client last sent something
+	room    string        // the room it joined, "" when none
+	gone    bool          // its inbox was reported terminated since it last sent
+	leaving bool          // being disconnected
+	left    chan struct{} // closed once disconnected: its Session and Actor released
+	busy    int           // its requests under way: it is not idle meanwhile
 }
 
 // StartGateway spawns the node's gateway actor on roam's actor system with
@@ -473,7 +483,8 @@ type (
 // Session in the order they arrive, so one client's posts reach its room
 // in order; Connect, Join, Relocate and History are requests answered
 // from their own goroutine, and dropped when they come without a sender
-// to answer. Whatever a message holds, nothing here may panic: a panic on
+// to answer, as is the answer to a Leave without a room (the client goes),
+// which comes once the client's Session and Actor are released. Whatever a message holds, nothing here may panic: a panic on
 // a goroutine would end the node.
 func (g *Gateway) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
@@ -670,9 +681,19 @@ func (g *Gateway) leave(c actor.Context, m *chatpb.Leave) {
 	}
 	g.touch(c, cl)
 	if m.GetRoom() == "" {
-		// Leaving without a room: the client goes.
+		// Leaving without a room: the client goes. The answer waits until
+		// its Session and Actor are released: a client that then stops, or
+		// a program that then stops the node, leaves nothing behind that
+		// would end later as a disconnection nobody asked for.
 		g.disconnectOnce(cl)
-		respond(c, &chatpb.Ack{})
+		g.serve(c, "leave", 2*g.opts.Timeout, ackError, func(ctx context.Context) proto.Message {
+			select {
+			case <-cl.left:
+				return &chatpb.Ack{}
+			case <-ctx.Done():
+				return ackError(fmt.Errorf("%w: the client's Session and Actor were not released in time", roamerr.ErrUnavailable))
+			}
+		})
 		return
 	}
 	err := checkRoom(m.GetRoom())
@@ -766,7 +787,7 @@ func (g *Gateway) connect(ctx context.Context, m *chatpb.Connect, from string) p
 		g.mu.Unlock()
 	}()
 	inbox := inboxPID(m.GetInbox())
-	cl := &client{name: name, inbox: inbox}
+	cl := &client{name: name, inbox: inbox, left: make(chan struct{})}
 	s, err := g.r.OpenSession(roam.SessionOptions{
 		OnPush: func(msg any) { g.r.System().Root.Send(inbox, msg) },
 		OnRecovered: func(string) {
@@ -781,12 +802,17 @@ func (g *Gateway) connect(ctx context.Context, m *chatpb.Connect, from string) p
 			if registered {
 				delete(g.clients, name)
 			}
+			// Closed by the gateway as the client left or was reaped: roam
+			// reports even that Close as an error ("closed by its client"),
+			// but nothing ended that the client did not ask for or was not
+			// told of already.
+			leaving := cl.leaving
 			g.mu.Unlock()
 			// No more watching an inbox no client of this gateway has.
 			g.tellSelf(unwatchInbox{inbox})
 			// A connect that failed closes its Session itself: its client
 			// got the error as the answer, not a disconnect.
-			if err != nil && registered {
+			if err != nil && registered && !leaving {
 				g.log.Warn().Str("event", "client_disconnected").Str("name", name).Err(err).Msg("a client's session ended")
 				g.r.System().Root.Send(inbox, &chatpb.Disconnected{Reason: err.Error()})
 			}
@@ -896,7 +922,9 @@ func (g *Gateway) disconnectOnce(cl *client) {
 }
 
 // disconnect releases what a client holds: its Session, then its Actor.
+// It runs once per client (under its leaving flag).
 func (g *Gateway) disconnect(cl *client) {
+	defer close(cl.left)
 	ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
 	defer cancel()
 	cl.s.Close()

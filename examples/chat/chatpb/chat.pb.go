@@ -132,10 +132,13 @@ func (x *Join) GetMember() *Member {
 }
 
 type Joined struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
-	History       []*Posted              `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
-	Members       uint32                 `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Room    string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	History []*Posted              `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	Members uint32                 `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	// node is the name of the node the room was on when it answered: where
+	// a /move or /moveme to it would find it already.
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +192,13 @@ func (x *Joined) GetMembers() uint32 {
 		return x.Members
 	}
 	return 0
+}
+
+func (x *Joined) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
 }
 
 type Leave struct {
@@ -1039,11 +1049,12 @@ const file_chat_proto_rawDesc = "" +
 	"\x05inbox\x18\x02 \x01(\v2\x12.roam.messages.PIDR\x05inbox\"N\n" +
 	"\x04Join\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x122\n" +
-	"\x06member\x18\x02 \x01(\v2\x1a.roam.examples.chat.MemberR\x06member\"l\n" +
+	"\x06member\x18\x02 \x01(\v2\x1a.roam.examples.chat.MemberR\x06member\"\x80\x01\n" +
 	"\x06Joined\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x124\n" +
 	"\ahistory\x18\x02 \x03(\v2\x1a.roam.examples.chat.PostedR\ahistory\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\rR\amembers\"/\n" +
+	"\amembers\x18\x03 \x01(\rR\amembers\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\"/\n" +
 	"\x05Leave\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"T\n" +
