@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -255,4 +256,23 @@ func assertNoError(t *testing.T, err error, format string, args ...any) bool {
 		return false
 	}
 	return true
+}
+
+// A Session closed by the application reports no error: OnClose gets nil
+// and Err stays nil (the bound Actors serve on).
+func TestSessionCloseReportsNil(t *testing.T) {
+	r := start(t, memstore.New())
+	closed := make(chan error, 1)
+	s, err := r.OpenSession(roam.SessionOptions{OnClose: func(err error) { closed <- err }})
+	require.NoError(t, err)
+	_, err = s.SpawnActor(context.Background(), "counter", "bound")
+	require.NoError(t, err)
+	s.Close()
+	select {
+	case err := <-closed:
+		require.NoError(t, err, "OnClose after Close")
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("OnClose was not called after Close")
+	}
+	require.NoError(t, s.Err())
 }

@@ -608,13 +608,10 @@ func (g *Gateway) recoverPanic(what string) {
 	}
 }
 
-func (g *Gateway) spots() (*roam.Spots, error) {
-	if s := g.r.Spots(); s != nil {
-		return s, nil
-	}
-	// Between two of the node's lifecycles: the gateway outlives them.
-	return nil, fmt.Errorf("%w: roam is not running on this node", roamerr.ErrUnavailable)
-}
+// spots is the node's Spots API; its calls answer typed errors while roam
+// is not running (between two of the node's lifecycles the gateway
+// outlives).
+func (g *Gateway) spots() (*roam.Spots, error) { return g.r.Spots(), nil }
 
 func notConnected(name string) error {
 	return fmt.Errorf("%w: %q is not connected to this node", roamerr.ErrNotFound, clip(name))

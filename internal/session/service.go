@@ -495,11 +495,13 @@ func (c *Session) nextOp() string {
 // Close ends the Session: its bindings go (the Actors serve on), held
 // messages are refused, OnClose gets nil.
 func (c *Session) Close() {
+	// Ended first: the step below ends the Session too, with the error its
+	// held messages are refused with, which is not why it closed.
+	c.endWith(nil)
 	s := c.svc
 	s.mu.Lock()
 	s.step(CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
 	s.mu.Unlock()
-	c.endWith(nil)
 }
 
 // end is the Owner's Closed: err is why.

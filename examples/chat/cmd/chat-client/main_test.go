@@ -148,7 +148,7 @@ func TestCommandsAreParsedNotPosted(t *testing.T) {
 	require.Contains(t, printed, "usage: /quit (/quit takes no argument)")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*chat.DefaultTimeout)
 	defer cancel()
-	res, err := node.Spots().Request("lobby", &chatpb.History{Room: "lobby"}).Do(ctx)
+	res, err := node.Spots().Request(ctx, "lobby", &chatpb.History{Room: "lobby"})
 	require.NoError(t, err)
 	var posts []string
 	for _, p := range res.(*chatpb.Joined).GetHistory() {
