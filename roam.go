@@ -12,7 +12,7 @@
 //	r, err := roam.New(system, roam.WithStore(store), roam.WithKinds(
 //		roam.NewKind("cart", actor.PropsFromProducer(newCart), roam.PreserveState(), roam.Instance())))
 //	err = r.Start(ctx) // starts the remote and claims the node in the store
-//	reply, err := r.Spots().Request("cart-42", &shop.Add{Sku: "tea"}).InstanceSpot("cart").Do(ctx)
+//	reply, err := r.Spots().Request(ctx, "cart-42", &shop.Add{Sku: "tea"}, roam.InstanceSpot("cart"))
 //
 // With a Proto.Actor cluster, build its remote configuration with
 // RemoteConfig and its identity lookup with IdentityLookup, start the member,
@@ -125,7 +125,7 @@ func RecoverByOperator() KindOption { return func(k *Kind) { k.k.RecoverByOperat
 func SpotWide() KindOption { return func(k *Kind) { k.k.SpotWide = true } }
 
 // MaxSpotWideMembers is the most members a SpotWide User Spot moves with.
-const MaxSpotWideMembers = relocation.MaxSpotWideMembers
+const MaxSpotWideMembers = 120
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox

@@ -69,11 +69,11 @@ type CreateState int
 // The ways a Create or GetOrCreate ends.
 const (
 	// Existing: a Ready incarnation of the same kind was there already.
-	Existing CreateState = CreateState(spot.Existing)
+	Existing CreateState = 1
 	// Created: a new incarnation was committed Ready.
-	Created CreateState = CreateState(spot.Created)
+	Created CreateState = 2
 	// Rejected: the create callback declined; nothing was created.
-	Rejected CreateState = CreateState(spot.Rejected)
+	Rejected CreateState = 3
 )
 
 func (s CreateState) String() string { return spot.CreateState(s).String() }
@@ -464,10 +464,10 @@ type PlacementOutcome string
 
 // How a placement attempt ends.
 const (
-	PlacementBusy      = PlacementOutcome(placement.Busy)
-	PlacementCommitted = PlacementOutcome(placement.Committed)
-	PlacementDeferred  = PlacementOutcome(placement.Deferred)
-	PlacementStale     = PlacementOutcome(placement.Stale)
+	PlacementBusy      PlacementOutcome = "busy"
+	PlacementCommitted PlacementOutcome = "committed"
+	PlacementDeferred  PlacementOutcome = "deferred"
+	PlacementStale     PlacementOutcome = "stale"
 )
 
 func (c PlacementConfig) internal() placement.Config {
