@@ -23,6 +23,14 @@
 // ErrOwnerEnding (code owner_ending), ErrNodeDraining (code
 // node_draining) and ErrBusy (code busy) always come with ErrUnavailable.
 //
+// A grain call through a generated Proto.Actor grain client (or
+// cluster.Request with a cluster.GrainRequest) that roam answers in the
+// grain's place returns a *cluster.GrainErrorResponse: errors.Is matches
+// it with its class too, since each class presents itself to errors.As as
+// such a response with a Reason of its own ("ROAM_" and the code in
+// capitals). A refinement is only in the response's metadata:
+// roam.DeliveryError turns the response into the full error.
+//
 // The Location Store's errors (location) are in these classes
 // too: location.ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
 // ErrUnavailable; ErrNotFound is ErrNotFound; ErrConflict (and
