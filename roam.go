@@ -841,7 +841,10 @@ func (r *Roam) JoinSpot(ctx context.Context, ref Ref, s SpotRef) (Outcome, error
 
 // DeliveryError is the error a reply stands for when roam answered a
 // request in place of the object (a *messages.DeliveryFailed: the object
-// is unavailable, gone, or moved past the follow window), typed like every
-// roam error; nil for an application's own reply. Spots' Request does
-// this itself; use it on replies to requests sent to an Actor's PID.
+// is unavailable, gone, or moved past the follow window, or the request or
+// its reply is over the size limit; for a grain request a
+// *cluster.GrainErrorResponse with a class's Reason), typed like every
+// roam error, with its refinement; nil for an application's own reply.
+// Spots' Request does this itself; use it on replies to requests sent to
+// an Actor's PID or through cluster.Request.
 func DeliveryError(reply any) error { return relocation.DeliveryError(reply) }

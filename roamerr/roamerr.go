@@ -23,6 +23,14 @@
 // ErrOwnerEnding (code owner_ending), ErrNodeDraining (code
 // node_draining) and ErrBusy (code busy) always come with ErrUnavailable.
 //
+// A grain call through a generated Proto.Actor grain client (or
+// cluster.Request with a cluster.GrainRequest) that roam answers in the
+// grain's place returns a *cluster.GrainErrorResponse: errors.Is matches
+// it with its class too, since each class presents itself to errors.As as
+// such a response with a Reason of its own ("ROAM_" and the code in
+// capitals). A refinement is only in the response's metadata:
+// roam.DeliveryError turns the response into the full error.
+//
 // The Location Store's errors (location) are in these classes
 // too: location.ErrUnavailable, ErrIndeterminate and ErrLeaseEnded are
 // ErrUnavailable; ErrNotFound is ErrNotFound; ErrConflict (and
@@ -47,57 +55,57 @@ var (
 	// ErrNotFound: the Spot, Actor, node or kind does not exist (for a
 	// node: the store has no descriptor under its RID, as for a Relocate
 	// target that never existed or has stopped).
-	ErrNotFound = errors.New("roam: not found")
+	ErrNotFound error = &class{"roam: not found", CodeNotFound}
 	// ErrInvalidOperation: the call is not allowed in the current state or
 	// with these arguments (reserved IDs, wrong generation, bad config, a
 	// request the Location Store refuses as malformed or cannot serve as
 	// configured, such as a failed TLS handshake).
-	ErrInvalidOperation = errors.New("roam: invalid operation")
+	ErrInvalidOperation error = &class{"roam: invalid operation", CodeInvalidOperation}
 	// ErrTypeMismatch: a message or state is not of the expected type (a
 	// message that cannot cross nodes, a stable type that differs).
-	ErrTypeMismatch = errors.New("roam: type mismatch")
+	ErrTypeMismatch error = &class{"roam: type mismatch", CodeTypeMismatch}
 	// ErrUnavailable: the object or a node it needs cannot serve now, or
 	// the Location Store could not be reached; retrying later may succeed.
 	// It does not say by itself that nothing happened: an error of the
 	// store may be location.ErrIndeterminate (a write whose outcome is
 	// unknown), which roam settles by reading again wherever it matters.
-	ErrUnavailable = errors.New("roam: unavailable")
+	ErrUnavailable error = &class{"roam: unavailable", CodeUnavailable}
 	// ErrOwnerEnding, always with ErrUnavailable: the object's owner lost
 	// its lease moments ago. Other nodes take an ended owner's objects over
 	// only a lease TTL after they first see it gone (the store may end a
 	// lease early, while the owner still serves); retry after that.
-	ErrOwnerEnding = errors.New("roam: the owner's lease ended moments ago")
+	ErrOwnerEnding error = &class{"roam: the owner's lease ended moments ago", CodeOwnerEnding}
 	// ErrNodeDraining, always with ErrUnavailable: the node asked to host
 	// the object is draining (or stopping) and takes no new object, move or
 	// activation; another node may.
-	ErrNodeDraining = errors.New("roam: the node is draining")
+	ErrNodeDraining error = &class{"roam: the node is draining", CodeNodeDraining}
 	// ErrBusy, always with ErrUnavailable: a move that only an idle
 	// object admits (RelocateIfIdle) found it busy — messages queued, or a
 	// timer due soon — and did not start; nothing was moved. Retry when
 	// the object is idle.
-	ErrBusy = errors.New("roam: the object is busy")
+	ErrBusy error = &class{"roam: the object is busy", CodeBusy}
 	// ErrDeadlineExceeded: the operation's deadline passed (or its context
 	// ended) before its outcome was known: it may or may not have happened.
-	ErrDeadlineExceeded = errors.New("roam: deadline exceeded")
+	ErrDeadlineExceeded error = &class{"roam: deadline exceeded", CodeDeadlineExceeded}
 	// ErrCapacityExceeded: no node has room, or a message, record or
 	// transaction is over a size limit (retrying the same one fails the
 	// same way).
-	ErrCapacityExceeded = errors.New("roam: capacity exceeded")
+	ErrCapacityExceeded error = &class{"roam: capacity exceeded", CodeCapacityExceeded}
 	// ErrStale: a route, generation or relocation is no longer current.
-	ErrStale = errors.New("roam: stale")
+	ErrStale error = &class{"roam: stale", CodeStale}
 	// ErrConflict: a concurrent change won, or two declarations of the same
 	// identity disagree.
-	ErrConflict = errors.New("roam: conflict")
+	ErrConflict error = &class{"roam: conflict", CodeConflict}
 	// ErrAlreadyExists: a create found the ID taken.
-	ErrAlreadyExists = errors.New("roam: already exists")
+	ErrAlreadyExists error = &class{"roam: already exists", CodeAlreadyExists}
 	// ErrNotConfigured: a mesh, kind or policy the call needs is not set up.
-	ErrNotConfigured = errors.New("roam: not configured")
+	ErrNotConfigured error = &class{"roam: not configured", CodeNotConfigured}
 	// ErrPermissionDenied: a backing service refused roam's credentials
 	// (the Location Store's Consul ACL token lacks a rule, or is unknown),
 	// or a node refused a peer that is not a live member of its mesh at the
 	// address it speaks from. Retrying with the same credentials fails the
 	// same way.
-	ErrPermissionDenied = errors.New("roam: permission denied")
+	ErrPermissionDenied error = &class{"roam: permission denied", CodePermissionDenied}
 )
 
 // classes are the classes, in the order of the table above.

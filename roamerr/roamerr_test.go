@@ -3,7 +3,11 @@ package roamerr_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
+
+	"github.com/asynkron/protoactor-go/cluster"
 
 	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/roamerr"
@@ -134,5 +138,65 @@ func TestWrapAndKeep(t *testing.T) {
 	assertOneClass(t, roamerr.Keep(roamerr.ErrNotFound, "x", ending), roamerr.ErrOwnerEnding)
 	if roamerr.Wrap(roamerr.ErrStale, "x", nil) != nil || roamerr.Keep(roamerr.ErrStale, "x", nil) != nil {
 		t.Fatal("nil stays nil")
+	}
+}
+
+// A class presents itself as Proto.Actor's grain error response, so
+// that errors.Is matches the response roam answers a grain call with (a
+// generated client returns it as the error): each class has a Reason of
+// its own, matches that class only, and no Reason of Proto.Actor's own
+// (an application's grain error) matches a class. The refinements have
+// no Reason: an ending owner's response is Unavailable.
+func TestGrainErrorResponsesMatchTheirClass(t *testing.T) {
+	reasons := map[string]error{}
+	for _, c := range roamerr.Classes() {
+		var ge *cluster.GrainErrorResponse
+		if !errors.As(c, &ge) {
+			t.Fatalf("%v is not presented as a grain error response", c)
+		}
+		if !strings.HasPrefix(ge.Reason, "ROAM_") || ge.Message != c.Error() {
+			t.Fatalf("%v: reason %q, message %q", c, ge.Reason, ge.Message)
+		}
+		if other, dup := reasons[ge.Reason]; dup {
+			t.Fatalf("%v and %v share the reason %q", c, other, ge.Reason)
+		}
+		reasons[ge.Reason] = c
+		answer := cluster.NewGrainErrorResponse(ge.Reason, "detail")
+		for _, err := range []error{answer, fmt.Errorf("error request: %w", answer)} {
+			assertOneClass(t, err, c)
+			if got := roamerr.Code(err); got != roamerr.Code(c) {
+				t.Fatalf("Code(%q) = %q", err, got)
+			}
+		}
+		for _, r := range []error{roamerr.ErrOwnerEnding, roamerr.ErrNodeDraining, roamerr.ErrBusy} {
+			if errors.Is(answer, r) {
+				t.Fatalf("%q matches the refinement %v", answer, r)
+			}
+		}
+		// cluster.FromError of an error of a class, as a generated
+		// grain answers its method's error, keeps the class.
+		assertOneClass(t, cluster.FromError(fmt.Errorf("own: %w", c)), c)
+	}
+	for _, r := range []error{roamerr.ErrOwnerEnding, roamerr.ErrNodeDraining, roamerr.ErrBusy} {
+		var ge *cluster.GrainErrorResponse
+		if errors.As(r, &ge) {
+			t.Fatalf("the refinement %v has the reason %q", r, ge.Reason)
+		}
+	}
+	for _, reason := range []string{
+		cluster.ErrorReason_OK, cluster.ErrorReason_CANCELLED, cluster.ErrorReason_UNKNOWN, cluster.ErrorReason_INVALID_ARGUMENT,
+		cluster.ErrorReason_DEADLINE_EXCEEDED, cluster.ErrorReason_NOT_FOUND, cluster.ErrorReason_ALREADY_EXISTS,
+		cluster.ErrorReason_PERMISSION_DENIED, cluster.ErrorReason_RESOURCE_EXHAUSTED, cluster.ErrorReason_FAILED_PRECONDITION,
+		cluster.ErrorReason_ABORTED, cluster.ErrorReason_OUT_OF_RANGE, cluster.ErrorReason_UNIMPLEMENTED, cluster.ErrorReason_INTERNAL,
+		cluster.ErrorReason_UNAVAILABLE, cluster.ErrorReason_DATA_LOSS, cluster.ErrorReason_UNAUTHENTICATED,
+	} {
+		if c := roamerr.Class(cluster.NewGrainErrorResponse(reason, "application")); c != nil {
+			t.Fatalf("Proto.Actor's reason %s matches %v", reason, c)
+		}
+	}
+	// Other targets of errors.As are left alone.
+	var plain *os.PathError
+	if errors.As(roamerr.ErrNotFound, &plain) {
+		t.Fatal("a class is not a *os.PathError")
 	}
 }

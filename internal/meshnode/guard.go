@@ -27,9 +27,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/failure"
 	"github.com/roamactors/roam/internal/ratelog"
-	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // ControlActors are the names of roam's per-node service actors, the
@@ -57,6 +56,7 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 		own = append(own, countingCreds(hooks.limits, nil, &hooks.counts, log))
 	}
 	rcfg.ServerOptions = append(own, rcfg.ServerOptions...)
+	checkRequestSizes(sys, log)
 	rcfg.DialOptions = append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
 		grpc.WithChainStreamInterceptor(splitFrames(log, sys, hooks.limitOf)),
@@ -622,24 +622,15 @@ func (s *splitStream) sendMsg(m any) error {
 }
 
 func (s *splitStream) tooLarge(b *remote.MessageBatch, e *remote.MessageEnvelope, size int) {
-	target := b.Targets[e.Target]
-	s.log.Error().Str("event", "message_too_large").Str("peer", s.peer).Str("target", target.GetId()).
-		Str("message_type", b.TypeNames[e.TypeId]).Int("bytes", size).Int("limit", s.limit).
-		Msg("a message larger than a frame may be was not sent; the stream and the other messages go on")
-	failed := &messages.DeliveryFailed{Code: roamerr.CodeCapacityExceeded, TargetId: target.GetId(),
-		Detail: fmt.Sprintf("the message (%d bytes) is larger than the peer accepts (%d bytes); not sent", size, s.limit)}
-	if strings.HasPrefix(target.GetId(), "future") {
-		// A reply to the peer's request: its caller is told, not left to
-		// time out.
-		s.sys.Root.Send(&actor.PID{Address: target.Address, Id: target.Id, RequestId: e.TargetRequestId}, failed)
-		return
+	t := b.Targets[e.Target]
+	target := &actor.PID{Address: t.Address, Id: t.Id, RequestId: e.TargetRequestId}
+	var sender *actor.PID
+	if e.Sender > 0 {
+		sn := b.Senders[e.Sender-1]
+		sender = &actor.PID{Address: sn.Address, Id: sn.Id, RequestId: e.SenderRequestId}
 	}
-	if e.Sender == 0 {
-		return
-	}
-	if sender := b.Senders[e.Sender-1]; sender.GetAddress() == s.sys.Address() {
-		s.sys.Root.Send(&actor.PID{Address: sender.Address, Id: sender.Id, RequestId: e.SenderRequestId}, failed)
-	}
+	typeName := b.TypeNames[e.TypeId]
+	refuseTooLarge(s.log, s.sys, s.peer, target, sender, typeName, typeName == failure.GrainRequestType, size, s.limit)
 }
 
 // SplitBatch splits b into batches of whole messages, in order, each at

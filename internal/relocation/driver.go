@@ -242,6 +242,7 @@ type Driver struct {
 	// refusedLog and prepareRefusedLog limit control_message_refused and
 	// relocation_refused lines (admission.go, target_run.go).
 	refusedLog, prepareRefusedLog ratelog.Limiter
+	replyTooLargeLog              ratelog.Limiter
 	// redeliveries queues, per object, messages past the follow hop limit
 	// and dead-lettered sends awaiting their owner's lookup; a key is
 	// present while its worker runs.
@@ -751,11 +752,11 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	// the spawn call, on the driver goroutine: a spawner of the kind's
 	// Props could make them elsewhere or later, bound to whatever object
 	// is spawning then.
-	var sampling []actor.PropsOption
+	senders := []actor.PropsOption{actor.WithSenderMiddleware(d.limitReplies)}
 	if d.cfg.SampleEvery > 0 {
-		sampling = append(sampling, actor.WithSenderMiddleware(d.sample))
+		senders = append(senders, actor.WithSenderMiddleware(d.sample))
 	}
-	return props.Clone(append(sampling, actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
+	return props.Clone(append(senders, actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
 		actor.WithOnInit(func(c actor.Context) {
 			obj := d.spawning.Load()
 			if obj == nil {
@@ -1034,7 +1035,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 				if to == nil {
 					to = noticeOf(msg) // a send whose caller waits for its dispatch
 				}
-				respondFailure(d.sys, to, roamerr.CodeDeadlineExceeded, obj.key.ID,
+				respondFailure(d.sys, to, msg, roamerr.CodeDeadlineExceeded, obj.key.ID,
 					"the owner's lease ended before the first message ran; it runs where the activation is resumed")
 				continue
 			}

@@ -24,6 +24,9 @@ type metrics struct {
 	// refusedN counts control messages refused for their sender, by
 	// message (the log lines are rate-limited; the count is not).
 	refusedN metric.Int64Counter
+	// repliesTooLarge counts replies over the size limit that were
+	// answered CapacityExceeded in their place (limitReplies).
+	repliesTooLarge metric.Int64Counter
 }
 
 func newMetrics(p metric.MeterProvider) (*metrics, error) {
@@ -39,10 +42,12 @@ func newMetrics(p metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("accepted one-way sends that ended undelivered because their object is gone, by reason"))
 	refused, err5 := m.Int64Counter("roam.relocation.control_refused",
 		metric.WithDescription("control messages refused because their sender is not entitled to them, by message"))
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	tooLarge, err6 := m.Int64Counter("roam.relocation.replies_too_large",
+		metric.WithDescription("replies over the size limit, not sent; their callers were answered CapacityExceeded"))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return nil, errors.Join(roamerr.ErrInvalidOperation, err)
 	}
-	return &metrics{moves: moves, pause: pause, bytes: bytes, undelivered: undelivered, refusedN: refused}, nil
+	return &metrics{moves: moves, pause: pause, bytes: bytes, undelivered: undelivered, refusedN: refused, repliesTooLarge: tooLarge}, nil
 }
 
 // outcome names an Event's result for the metric attribute.
@@ -69,6 +74,8 @@ func (m *metrics) record(e Event) {
 }
 
 func (m *metrics) sendUndelivered(reason string) { m.sendsUndeliveredN(reason, 1) }
+
+func (m *metrics) replyTooLarge() { m.repliesTooLarge.Add(context.Background(), 1) }
 
 func (m *metrics) refused(message string) {
 	m.refusedN.Add(context.Background(), 1, metric.WithAttributes(attribute.String("message", message)))

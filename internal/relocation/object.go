@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/failure"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -252,7 +253,7 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 	}
 	if env.Sender != nil {
 		if _, ms, ok := requestOf(env.Header, env.Sender); ok && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-			respondFailure(c.ActorSystem(), env.Sender, roamerr.CodeDeadlineExceeded, o.key.ID,
+			respondFailure(c.ActorSystem(), env.Sender, env.Message, roamerr.CodeDeadlineExceeded, o.key.ID,
 				"the request's deadline passed before it was dispatched; not run")
 			return
 		}
@@ -439,30 +440,26 @@ func KeepState(c actor.Context, s Stateful) error {
 	return nil
 }
 
-// RespondFailure answers a request roam could not deliver with a
-// DeliveryFailed of the error's class.
-func RespondFailure(sys *actor.ActorSystem, to *actor.PID, target string, err error) {
-	respondFailure(sys, to, roamerr.Code(err), target, err.Error())
+// RespondFailure answers request, which roam could not deliver, with the
+// error's class (failure.Answer).
+func RespondFailure(sys *actor.ActorSystem, to *actor.PID, request any, target string, err error) {
+	respondFailure(sys, to, request, roamerr.Code(err), target, err.Error())
 }
 
-// respondFailure answers a request roam could not deliver; a one-way send
-// has nobody to answer and is reported by the caller's log line.
-func respondFailure(sys *actor.ActorSystem, to *actor.PID, code, target, detail string) {
+// respondFailure answers request, which roam could not deliver, in its
+// object's place: a grain request as a generated grain client reads a
+// failure (failure.Answer); a one-way send has nobody to answer and is
+// reported by the caller's log line.
+func respondFailure(sys *actor.ActorSystem, to *actor.PID, request any, code, target, detail string) {
 	if to == nil {
 		return
 	}
-	sys.Root.Send(to, &messages.DeliveryFailed{Code: code, Detail: detail, TargetId: target})
+	sys.Root.Send(to, failure.Answer(request, code, target, detail))
 }
 
-// DeliveryError turns a DeliveryFailed reply into a typed error, nil for
-// any other reply.
-func DeliveryError(reply any) error {
-	f, ok := reply.(*messages.DeliveryFailed)
-	if !ok {
-		return nil
-	}
-	return roamerr.FromCode(f.GetCode(), f.GetTargetId()+": "+f.GetDetail())
-}
+// DeliveryError turns the reply roam answered in an object's place into
+// a typed error, nil for any other reply (failure.Error).
+func DeliveryError(reply any) error { return failure.Error(reply) }
 
 // Spawn creates a relocatable Actor of a registered kind on this node: it
 // claims the Actor's record (Ready, owned here, member of this node's
@@ -903,14 +900,14 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 	return func(msg any) {
 		_, m, sender := actor.UnwrapEnvelope(msg)
 		if sender != nil {
-			respondFailure(d.sys, sender, code, obj.key.ID, why)
+			respondFailure(d.sys, sender, m, code, obj.key.ID, why)
 			return
 		}
 		if _, ok := m.(*messages.TimerTick); ok {
 			return // the incarnation's own timer, not a caller's send
 		}
 		d.metrics.sendUndelivered(event)
-		respondFailure(d.sys, noticeOf(msg), code, obj.key.ID, why)
+		respondFailure(d.sys, noticeOf(msg), nil, code, obj.key.ID, why)
 		lg.Lock()
 		defer lg.Unlock()
 		if now := time.Now(); now.Sub(lg.at) >= time.Second {

@@ -36,14 +36,14 @@ func (p *parkedSink) sink(msg any) {
 	}
 	_, m, sender := actor.UnwrapEnvelope(msg)
 	if sender != nil && !p.holdRequests {
-		respondFailure(p.d.sys, sender, roamerr.CodeUnavailable, p.obj.key.ID, "the object is moving and its outcome is being reconciled")
+		respondFailure(p.d.sys, sender, m, roamerr.CodeUnavailable, p.obj.key.ID, "the object is moving and its outcome is being reconciled")
 		return
 	}
 	if len(p.sends) >= maxParkedSends {
 		// Bounded: past the bound a message fails loudly instead of
 		// growing the node's memory while the store cannot answer.
 		if sender != nil {
-			respondFailure(p.d.sys, sender, roamerr.CodeUnavailable, p.obj.key.ID, "the object is moving and too many messages wait for its outcome")
+			respondFailure(p.d.sys, sender, m, roamerr.CodeUnavailable, p.obj.key.ID, "the object is moving and too many messages wait for its outcome")
 			return
 		}
 		p.d.metrics.sendUndelivered("send_parked_overflow")

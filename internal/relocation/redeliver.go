@@ -181,13 +181,13 @@ func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) 
 
 func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnvelope, reason string, err error) {
 	if env.Sender != nil {
-		RespondFailure(d.sys, env.Sender, key.ID, err)
+		RespondFailure(d.sys, env.Sender, env.Message, key.ID, err)
 		return
 	}
 	d.metrics.sendUndelivered("send_redelivery_failed")
 	d.log.Warn().Str("event", "send_redelivery_failed").Str("object_id", key.ID).Str("message_type", typeName(env.Message)).
 		Str("reason", reason).Err(err).Msg("a send past the Message Follow hop limit was not redelivered")
-	respondFailure(d.sys, noticeOf(env), roamerr.Code(err), key.ID, err.Error())
+	respondFailure(d.sys, noticeOf(env), nil, roamerr.Code(err), key.ID, err.Error())
 }
 
 // The reasons a redelivery ends undelivered when the lifecycle ends.
@@ -413,7 +413,7 @@ func (d *Driver) onActivationDeadLetter(a *messages.SpotActivation) {
 	const why = "the cold activation's target node is gone; the message was not delivered and did not run"
 	// The request's caller, or the send's caller waiting for its dispatch
 	// notice, learns it; a send is also logged and counted.
-	respondFailure(d.sys, ReplyRoute(a.GetFirst()), roamerr.CodeUnavailable, a.GetSpotId(), why)
+	respondFailure(d.sys, ReplyRoute(a.GetFirst()), a.GetFirst(), roamerr.CodeUnavailable, a.GetSpotId(), why)
 	if a.GetFirst().GetSender() != nil {
 		return
 	}

@@ -871,8 +871,8 @@ func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
 		relay := func(msg any) {
 			env, err := toWire(targetName, msg)
 			if err != nil {
-				_, _, sender := actor.UnwrapEnvelope(msg)
-				respondFailure(d.sys, sender, roamerr.CodeInvalidOperation, p.obj.key.ID, err.Error())
+				_, m, sender := actor.UnwrapEnvelope(msg)
+				respondFailure(d.sys, sender, m, roamerr.CodeInvalidOperation, p.obj.key.ID, err.Error())
 				d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", p.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
 				return
 			}

@@ -481,7 +481,7 @@ func (c *Call) sendActivation(ctx context.Context, op, address string, owner *me
 	send := func(env *actor.MessageEnvelope) {
 		first, err := relocation.ToWire(c.spotID, env)
 		if err != nil {
-			relocation.RespondFailure(m.sys, env.Sender, c.spotID, err)
+			relocation.RespondFailure(m.sys, env.Sender, c.msg, c.spotID, err)
 			return
 		}
 		act.First = first

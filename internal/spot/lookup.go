@@ -11,7 +11,9 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
+	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // IdentityLookup is a Proto.Actor cluster.IdentityLookup backed by the
@@ -46,8 +48,9 @@ type IdentityLookup struct {
 	clashLogged atomic.Bool
 
 	mu           sync.Mutex
-	clusterKinds map[string]bool // the kinds of this node's Proto.Actor cluster (Setup)
-	remote       map[string]bool // Instance types of the mesh's live nodes, as last read
+	clusterKinds map[string]bool   // the kinds of this node's Proto.Actor cluster (Setup)
+	cluster      *pcluster.Cluster // this node's Proto.Actor cluster (Setup)
+	remote       map[string]bool   // Instance types of the mesh's live nodes, as last read
 }
 
 var _ pcluster.IdentityLookup = (*IdentityLookup)(nil)
@@ -121,7 +124,9 @@ func (l *IdentityLookup) remoteKinds(m *Manager) map[string]bool {
 func GrainSpotID(kind, identity string) string { return kind + "/" + identity }
 
 // Get returns the PID of the grain's current incarnation, activating it if
-// Missing; nil when it cannot (Proto.Actor retries).
+// Missing. When roam cannot resolve it, a PID that answers the call with
+// roam's typed failure (failedLookup); nil only before roam started here
+// (Proto.Actor retries).
 func (l *IdentityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
 	if !l.relocatable(ci.Kind) {
 		return l.inner.Get(ci)
@@ -135,9 +140,72 @@ func (l *IdentityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
 	pid, err := m.grainPID(ctx, ci.Kind, ci.Identity)
 	if err != nil {
 		m.log.Warn().Str("event", "grain_lookup_failed").Str("spot_id", GrainSpotID(ci.Kind, ci.Identity)).Err(err).Msg("the grain could not be resolved")
-		return nil
+		return l.failed(m, ci, err)
 	}
 	return pid
+}
+
+// failed returns the PID of a failedLookup for the grain ci and err.
+func (l *IdentityLookup) failed(m *Manager, ci *pcluster.ClusterIdentity, err error) *actor.PID {
+	l.mu.Lock()
+	pc := l.cluster
+	l.mu.Unlock()
+	f := &failedLookup{sys: m.sys, pc: pc, ci: ci, err: err}
+	pid, ok := m.sys.ProcessRegistry.Add(f, "roam/grain-lookup-failed/"+m.sys.ProcessRegistry.NextId())
+	if !ok {
+		return nil // an ID NextId gave twice: never
+	}
+	f.pid = pid
+	f.expiry = time.AfterFunc(failedLookupFor, f.remove)
+	return pid
+}
+
+// failedLookupFor bounds how long a failedLookup waits for the call it
+// answers: Proto.Actor sends it right after Get returns, on the same
+// goroutine, so only a PID asked for and never used waits this long.
+const failedLookupFor = time.Minute
+
+// failedLookup answers the call a grain lookup failed for with roam's
+// typed failure: a grain request as its generated client reads an error
+// (failure.Answer). Get cannot return an error, and a nil PID makes
+// Proto.Actor ask again at once, three times, and end the call with an
+// untyped "have reached max retries". It answers one call, then leaves
+// the registry and Proto.Actor's PID cache, so that the next call looks
+// the grain up again; a message that still comes to it is a dead letter.
+type failedLookup struct {
+	sys    *actor.ActorSystem
+	pc     *pcluster.Cluster // nil before Setup
+	ci     *pcluster.ClusterIdentity
+	err    error
+	pid    *actor.PID
+	expiry *time.Timer
+	used   atomic.Bool
+}
+
+func (f *failedLookup) SendUserMessage(pid *actor.PID, message any) {
+	if f.used.Swap(true) {
+		f.sys.DeadLetter.SendUserMessage(pid, message)
+		return
+	}
+	f.remove()
+	_, msg, sender := actor.UnwrapEnvelope(message)
+	relocation.RespondFailure(f.sys, sender, msg, GrainSpotID(f.ci.Kind, f.ci.Identity), f.err)
+}
+
+func (f *failedLookup) SendSystemMessage(pid *actor.PID, message any) {
+	f.sys.DeadLetter.SendSystemMessage(pid, message)
+}
+
+func (f *failedLookup) Stop(*actor.PID) { f.remove() }
+
+func (f *failedLookup) remove() {
+	if f.expiry != nil {
+		f.expiry.Stop()
+	}
+	f.sys.ProcessRegistry.Remove(f.pid)
+	if f.pc != nil {
+		f.pc.PidCache.RemoveByValue(f.ci.Identity, f.ci.Kind, f.pid)
+	}
 }
 
 // RemovePid forgets the cached route of a grain whose PID failed.
@@ -155,6 +223,7 @@ func (l *IdentityLookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID)
 // lookup is set up with the cluster's own kinds.
 func (l *IdentityLookup) Setup(c *pcluster.Cluster, kinds []string, isClient bool) {
 	l.mu.Lock()
+	l.cluster = c
 	l.clusterKinds = map[string]bool{}
 	for _, k := range kinds {
 		l.clusterKinds[k] = true
@@ -193,5 +262,5 @@ func (m *Manager) grainPID(ctx context.Context, kind, identity string) (*actor.P
 			}
 		}
 	}
-	return nil, fmt.Errorf("spot: grain %q did not become Ready", id)
+	return nil, fmt.Errorf("%w: grain %q did not become Ready", roamerr.ErrUnavailable, id)
 }

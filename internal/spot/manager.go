@@ -425,7 +425,7 @@ func (m *Manager) receive(c actor.Context) {
 		size := int64(proto.Size(msg))
 		if !m.inFlight.admit(m.flightKey(c.Sender(), msg.GetSpotId()), size) {
 			m.refused("Spot activation", c.Sender().GetAddress(), "past the node's in-flight limit")
-			relocation.RespondFailure(m.sys, relocation.ReplyRoute(msg.GetFirst()), msg.GetSpotId(), errInFlight)
+			relocation.RespondFailure(m.sys, relocation.ReplyRoute(msg.GetFirst()), msg.GetFirst(), msg.GetSpotId(), errInFlight)
 			return
 		}
 		m.enqueueActivation(msg, c.Sender(), size)
@@ -635,7 +635,7 @@ func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID,
 				m.refused("Spot activation", next.from.GetAddress(), err.Error())
 				// The caller learns it at once, typed (a node whose lease
 				// ended, say), instead of waiting out its deadline.
-				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), id, peerRefusal("the activation's sender", err))
+				relocation.RespondFailure(m.sys, relocation.ReplyRoute(next.a.GetFirst()), next.a.GetFirst(), id, peerRefusal("the activation's sender", err))
 				m.inFlight.release(m.flightKey(next.from, id), next.size)
 				continue
 			}

@@ -240,7 +240,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		return activation.PassedOn{OK: m.passOn(r.ctx, r.env)}
 	case activation.RespondFailure:
 		if to := relocation.ReplyRoute(r.env.GetFirst()); to != nil {
-			relocation.RespondFailure(m.sys, to, r.env.GetSpotId(), e.Err)
+			relocation.RespondFailure(m.sys, to, r.env.GetFirst(), r.env.GetSpotId(), e.Err)
 		}
 	case activation.CloseLocal:
 		return activation.LocalClosed{Err: m.d.CloseLocal(r.ctx, e.Key, e.Generation)}

@@ -15,12 +15,15 @@ type guardHooks struct {
 	allowed atomic.Bool
 	mu      sync.Mutex
 	refused []any
+	// refuse, if set, is Refuse (set before the actor is spawned).
+	refuse func(msg any) bool
 }
 
-func (g *guardHooks) GateOpen() bool     { return true }
-func (g *guardHooks) Intercept(any) bool { return false }
-func (g *guardHooks) Closed(any)         {}
-func (g *guardHooks) StopAllowed() bool  { return g.allowed.Load() }
+func (g *guardHooks) GateOpen() bool      { return true }
+func (g *guardHooks) Intercept(any) bool  { return false }
+func (g *guardHooks) Closed(any)          {}
+func (g *guardHooks) StopAllowed() bool   { return g.allowed.Load() }
+func (g *guardHooks) Refuse(msg any) bool { return g.refuse != nil && g.refuse(msg) }
 func (g *guardHooks) StopRefused(msg any) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -71,4 +74,34 @@ func TestHooksRefuseStopsTheyDoNotAllow(t *testing.T) {
 	system.Root.Stop(pid)
 	rec.waitFor(t, "the allowed stop", countOf(1, stopped))
 	require.Equal(t, 4, g.refusals())
+}
+
+// A message the hooks refuse as it is posted is neither dispatched nor
+// held — while open, or sealed and then unsealed — in whatever form it
+// comes; the others keep their order.
+func TestHooksRefuseMessagesAsTheyArePosted(t *testing.T) {
+	system := newSystem(t)
+	rec := &recorder{}
+	var refusedN atomic.Int64
+	g := &guardHooks{refuse: func(msg any) bool {
+		if n, ok := actor.UnwrapEnvelopeMessage(msg).(int); ok && n < 0 {
+			refusedN.Add(1)
+			return true
+		}
+		return false
+	}}
+	pid, mb := spawn(t, system, recordingActor(rec), WithHooks(g))
+
+	system.Root.Send(pid, 1)
+	system.Root.Send(pid, -1)
+	system.Root.Send(pid, &actor.MessageEnvelope{Message: -2})
+	system.Root.Send(pid, &testBatch{msgs: []any{2, -3, 3}})
+	rec.waitFor(t, "the messages not refused", countOf(3, isInt))
+	saved := sealSync(t, mb)
+	system.Root.Send(pid, -4)
+	system.Root.Send(pid, 4)
+	require.NoError(t, mb.Unseal(saved))
+	got := rec.waitFor(t, "the message posted while sealed", countOf(4, isInt))
+	require.Equal(t, []int{1, 2, 3, 4}, ints(only(got, isInt)))
+	require.EqualValues(t, 4, refusedN.Load())
 }

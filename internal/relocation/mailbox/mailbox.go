@@ -170,6 +170,11 @@ type Hooks interface {
 	// serves the object.
 	StopAllowed() bool
 	StopRefused(msg any)
+	// Refuse gets every user message as it is posted, in every mode, on
+	// the posting goroutine and without the mailbox lock; one it reports
+	// as refused (it answered it) is neither queued nor handed on. It
+	// must be cheap.
+	Refuse(msg any) bool
 }
 
 // WithHooks connects the mailbox to h from its creation (before its PID is
@@ -203,6 +208,7 @@ func (f *funcHooks) Closed(msg any) {
 }
 func (f *funcHooks) StopAllowed() bool   { return true }
 func (f *funcHooks) StopRefused(msg any) {}
+func (f *funcHooks) Refuse(msg any) bool { return false }
 func (m *Mailbox) funcHooks() *funcHooks {
 	if f, ok := m.hooks.(*funcHooks); ok {
 		return f
@@ -338,6 +344,9 @@ func (m *Mailbox) post(msg any) {
 	if m.hooks != nil {
 		if _, pill := actor.UnwrapEnvelopeMessage(msg).(*actor.PoisonPill); pill && !m.hooks.StopAllowed() {
 			m.hooks.StopRefused(msg)
+			return
+		}
+		if m.hooks.Refuse(msg) {
 			return
 		}
 	}
