@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
@@ -25,14 +26,19 @@ import (
 const overLimit = 64 << 20
 
 // startNodes starts n members sharing one store; they do not drain on
-// Stop (the carts of these tests are large).
+// Stop (the carts of these tests are large). Their leases last a minute:
+// a 63 MiB message under the race detector on a busy machine can starve a
+// node's renewals for longer than the default 10 s, and a node whose lease
+// ended answers Unavailable, rightly, instead of the class these tests
+// are about.
 func startNodes(t *testing.T, n int) []*grains.Node {
 	t.Helper()
 	store := memstore.New()
 	agent := test.NewInMemAgent()
 	var nodes []*grains.Node
 	for range n {
-		node, err := grains.StartNode(context.Background(), test.NewTestProvider(agent), store, roam.WithDrainOnStop(false))
+		node, err := grains.StartNode(context.Background(), test.NewTestProvider(agent), store, roam.WithDrainOnStop(false),
+			roam.WithLeaseTTL(time.Minute))
 		require.NoError(t, err)
 		nodes = append(nodes, node)
 	}
@@ -47,8 +53,7 @@ func startNodes(t *testing.T, n int) []*grains.Node {
 // place activates a cart on the node at and returns its identity, so
 // that calls from at are local and calls from the other nodes cross
 // nodes. roam places a cold activation itself: place tries identities
-// until one lands on at, rather than moving one there — a node that
-// resolved a grain before a move may not reach it after (reported apart).
+// until one lands on at, rather than moving one there.
 func place(t *testing.T, at *grains.Node, prefix string) string {
 	t.Helper()
 	for i := range 64 {
