@@ -2,6 +2,7 @@ package chatclient_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -223,6 +224,14 @@ func TestClientGivesUpOnANodeThatDoesNotAnswer(t *testing.T) {
 	const timeout = 3 * time.Second
 	cl, _ := connectedWith(t, chatclient.Config{Node: addr, Timeout: timeout}, "eve", "lobby")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+	// kill returns before the node's threads stop: on a busy machine one
+	// may still answer a post that arrives meanwhile.
+	stat := fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid)
+	testwait.For(t, func() bool {
+		b, err := os.ReadFile(stat)
+		// The state follows the command name in parentheses.
+		return err == nil && strings.HasPrefix(string(b[bytes.LastIndexByte(b, ')')+1:]), " T")
+	}, "the node process stopped after SIGSTOP")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
 	defer cancel()
 	_, err := cl.Post(ctx, "lobby", "hello?")
