@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/examples/grains"
 	"github.com/roamactors/roam/examples/grains/shoppb"
 	"github.com/roamactors/roam/internal/testwait"
-	"github.com/roamactors/roam/location/memstore"
 )
 
 // A node that called a grain before it moved (and so has its route
@@ -28,19 +26,7 @@ func TestGrainCallAfterAMoveFromANodeThatCalledBefore(t *testing.T) {
 
 func callAfterMove(t *testing.T, toCaller, fromCaller bool) {
 	ctx := context.Background()
-	store := memstore.New()
-	agent := test.NewInMemAgent()
-	var nodes []*grains.Node
-	for range 3 {
-		n, err := grains.StartNode(ctx, test.NewTestProvider(agent), store)
-		require.NoError(t, err)
-		nodes = append(nodes, n)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			_ = n.Stop(context.Background())
-		}
-	})
+	nodes := startNodes(t, 3)
 	timeout := cluster.WithTimeout(min(testwait.Patience(t), time.Minute))
 	caller := nodes[0]
 	// A cart activated on another node than the caller's (fromCaller: on
