@@ -43,6 +43,7 @@ var counterKind = roam.NewKind("counter", actor.PropsFromProducer(func() actor.A
 // start runs roam on a new actor system of its own.
 func start(t *testing.T, store location.Store, opts ...roam.Option) *roam.Roam {
 	t.Helper()
+	testwait.NoLeaks(t)
 	system := actor.NewActorSystem()
 	r, err := roam.New(system, append([]roam.Option{roam.WithStore(store), roam.WithKinds(counterKind),
 		roam.WithLogger(*testlog.Logger()), roam.WithLeaseTTL(2e9)}, opts...)...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
@@ -28,6 +29,8 @@ type Config struct {
 	Concurrency int
 	// Timeout bounds one store call (default 5 s).
 	Timeout time.Duration
+	// Clock stamps checkpoints and times tombstones. Default machine.Real.
+	Clock machine.Clock
 }
 
 // Stats counts a Writer's outcomes.
@@ -148,7 +151,7 @@ func (w *Writer) run(key location.AuthorityKey, c Checkpoint) {
 			break // a newer capture replaces it; or it can never be written
 		}
 		select {
-		case <-time.After(min(50*time.Millisecond<<min(attempt, 5), time.Second)):
+		case <-machine.After(machine.Real, min(50*time.Millisecond<<min(attempt, 5), time.Second)): // pacing
 		case <-w.stop:
 		}
 	}
@@ -270,7 +273,7 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 		data, v, err := w.cfg.Store.GetCheckpoint(rctx, key)
 		cancel()
-		claimed := Checkpoint{Fence: fence, StableType: stableType, ApplicationVersion: appVersion, NoState: true, TakenUnixNanos: time.Now().UnixNano()}
+		claimed := Checkpoint{Fence: fence, StableType: stableType, ApplicationVersion: appVersion, NoState: true, TakenUnixNanos: machine.Or(w.cfg.Clock).Now().UnixNano()}
 		switch {
 		case errors.Is(err, location.ErrNotFound):
 			v = 0
@@ -413,13 +416,13 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 // passed (best effort: a stopped writer leaves it; a new object's
 // checkpoint at another version is never deleted).
 func (w *Writer) sweepLater(key location.AuthorityKey, v location.StoreVersion) {
-	t := time.NewTimer(TombstoneFor)
+	fire, t := machine.NewTimer(machine.Or(w.cfg.Clock), TombstoneFor)
 	go func() {
 		defer t.Stop()
 		select {
 		case <-w.stop:
 			return
-		case <-t.C:
+		case <-fire:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 		defer cancel()

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
@@ -56,6 +57,9 @@ type Options struct {
 	// OnProgress, if set, is called after each unit moved or failed, one
 	// call at a time; keep it quick.
 	OnProgress func(Progress)
+	// Clock times the drain and its patience with a unit left pending.
+	// Default machine.Real; the extension passes the node's.
+	Clock machine.Clock
 }
 
 // MaxConcurrency bounds Options.Concurrency.
@@ -121,9 +125,9 @@ func Run(ctx context.Context, h Host, opts Options) (Result, error) {
 	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
 	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, lastErr: map[location.AuthorityKey]error{}, exhausted: map[location.AuthorityKey]bool{},
 		pendingSince: map[location.AuthorityKey]time.Time{}, done: map[location.AuthorityKey]bool{},
-		seen: map[location.AuthorityKey]bool{}, res: Result{Started: time.Now()}}
+		seen: map[location.AuthorityKey]bool{}, res: Result{Started: machine.Or(opts.Clock).Now()}, clock: machine.Or(opts.Clock)}
 	err := r.loop(ctx)
-	r.res.Finished = time.Now()
+	r.res.Finished = r.clock.Now()
 	r.res.PauseP50, r.res.PauseP99 = percentile(r.pauses, 50), percentile(r.pauses, 99)
 	sort.Slice(r.res.Failed, func(i, j int) bool { return r.res.Failed[i].Key.String() < r.res.Failed[j].Key.String() })
 	return r.res, err
@@ -146,6 +150,7 @@ type run struct {
 	// pendingSince: when a unit was first seen gone from the node while the
 	// store still named it (settleLeft).
 	pendingSince map[location.AuthorityKey]time.Time
+	clock        machine.Clock
 	done         map[location.AuthorityKey]bool
 	seen         map[location.AuthorityKey]bool
 	goneN        int
@@ -211,7 +216,7 @@ func (r *run) loop(ctx context.Context) error {
 			// Moves in or out are under way: an arrival is a unit to move on.
 			select {
 			case <-ctx.Done():
-			case <-time.After(wait):
+			case <-machine.After(machine.Real, wait): // pacing
 			}
 			wait = min(2*wait, 100*time.Millisecond)
 			continue
@@ -229,7 +234,7 @@ func (r *run) loop(ctx context.Context) error {
 			// a short outage uses up time rather than every unit's tries.
 			select {
 			case <-ctx.Done():
-			case <-time.After(idle):
+			case <-machine.After(machine.Real, idle): // pacing
 			}
 			idle = min(2*idle, time.Second)
 		} else {
@@ -347,7 +352,7 @@ func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending
 		// again rather than the unit counted unknown.
 		owner, err := r.h.Owner(ctx, k)
 		for wait := 5 * time.Millisecond; err != nil && ctx.Err() == nil && wait < time.Second; wait *= 2 {
-			time.Sleep(wait)
+			<-machine.After(machine.Real, wait) // pacing
 			owner, err = r.h.Owner(ctx, k)
 		}
 		switch {
@@ -361,11 +366,11 @@ func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending
 			r.mu.Lock()
 			since, ok := r.pendingSince[k]
 			if !ok {
-				since = time.Now()
+				since = r.clock.Now()
 				r.pendingSince[k] = since
 			}
 			r.mu.Unlock()
-			if time.Since(since) < pendingPatience {
+			if machine.Since(r.clock, since) < pendingPatience {
 				pending++
 				continue
 			}

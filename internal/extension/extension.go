@@ -978,6 +978,7 @@ func (e *Extension) Drain(ctx context.Context, opts drain.Options) (drain.Result
 	}
 	log := e.logger()
 	log.Info().Str("event", "drain_started").Msg("draining the node")
+	opts.Clock = l.node.Clock()
 	res, err := drain.Run(ctx, &drainHost{l: l}, opts)
 	ev := log.Info()
 	if err != nil || !res.Complete() {

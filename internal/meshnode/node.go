@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -111,6 +112,10 @@ type Config struct {
 	// ProtoActorLogLevel are then the transport's, and Stop leaves the
 	// system and remote running.
 	Attach *Transport
+	// Clock is the time every driver on the node reads and arms its timers
+	// on. Default machine.Real; tests run a node in logical time with a
+	// machine.Manual.
+	Clock machine.Clock
 }
 
 // ProtoCluster joins the node to a Proto.Actor cluster. Proto.Actor's
@@ -611,6 +616,9 @@ func (n *Node) Valid() bool { return n.LeaseStatus() == lease.Valid }
 
 // LeaseTTL is the TTL of this node's owner lease.
 func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
+
+// Clock is the node's clock (Config.Clock).
+func (n *Node) Clock() machine.Clock { return machine.Or(n.cfg.Clock) }
 
 // WriteLease returns what a store write of this node must check in its own
 // transaction (location.CheckLeaseOp), or why the node must not write now:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -216,7 +217,7 @@ func (d *Driver) onCapability(c actor.Context, q *messages.CapabilityQuery) {
 		// would displace the tickets of moves under way (at most
 		// ticketsPerSource per source).
 		if reply.Supported && !q.GetWantLoad() {
-			now := time.Now()
+			now := d.clock.Now()
 			reply.MoveTicket = d.tickets.issue(src.GetNodeRid(), src.GetNodeGeneration(), to.Address, now)
 			// Spare tickets only where the answer holds for the next
 			// moves too: a node with a capacity answers each move by
@@ -300,7 +301,7 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 		case <-ctx.Done():
 			d.laterTarget(id, handoff.SourceVerified{Err: err})
 			return
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing a retry, not a protocol window
 		}
 	}
 }

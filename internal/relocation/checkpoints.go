@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/internal/checkpoint"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
@@ -21,7 +22,8 @@ import (
 // is checkpoint.Policy's decision; which capture wins is the Writer's
 // (checkpoint.Judge).
 type checkpointer struct {
-	w *checkpoint.Writer
+	w     *checkpoint.Writer
+	clock machine.Clock
 	// tick is the clock's period: the shortest any registered kind needs
 	// (nanoseconds; 0 while no kind captures by time).
 	tick atomic.Int64
@@ -47,7 +49,8 @@ type cpState struct {
 
 func newCheckpointer(store location.CheckpointStore, lease func() error, d *Driver) *checkpointer {
 	c := &checkpointer{
-		w:     checkpoint.NewWriter(checkpoint.Config{Store: store, Lease: lease, Log: d.log}),
+		clock: d.clock,
+		w:     checkpoint.NewWriter(checkpoint.Config{Store: store, Lease: lease, Log: d.log, Clock: d.clock}),
 		dirty: map[*object]struct{}{},
 		wake:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
@@ -76,15 +79,15 @@ func (c *checkpointer) register(p checkpoint.Policy) {
 // run is the clock: every tick, the objects whose captures fell due are
 // asked to capture between their turns.
 func (c *checkpointer) run() {
-	t := time.NewTimer(time.Duration(c.tick.Load()))
-	defer t.Stop()
+	fire, t := machine.NewTimer(c.clock, time.Duration(c.tick.Load()))
+	defer func() { t.Stop() }()
 	for {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
+		case <-fire:
 		}
-		now := time.Now()
+		now := c.clock.Now()
 		var due []*object
 		c.mu.Lock()
 		for o := range c.dirty {
@@ -109,7 +112,7 @@ func (c *checkpointer) run() {
 				o.cp.mu.Unlock()
 			}
 		}
-		t.Reset(time.Duration(c.tick.Load()))
+		fire, t = machine.NewTimer(c.clock, time.Duration(c.tick.Load()))
 	}
 }
 
@@ -133,7 +136,7 @@ func (o *object) turnEnded() {
 	}
 	p := o.kind.checkpoints
 	cs.mu.Lock()
-	now := time.Now()
+	now := o.d.clock.Now()
 	captureNow := p.AfterTurn(&cs.dirty, now)
 	enqueue := !captureNow && p.Timed() && !cs.queued
 	if enqueue {
@@ -235,7 +238,7 @@ func (o *object) capture() {
 	cps.w.Submit(o.key, checkpoint.Checkpoint{
 		Fence:      checkpoint.Fence{ObjectGeneration: o.generation, OwnerGeneration: o.ownerGeneration, Sequence: seq},
 		StableType: o.kind.StableType, ApplicationVersion: o.kind.ApplicationVersion,
-		TakenUnixNanos: time.Now().UnixNano(), State: state,
+		TakenUnixNanos: o.d.clock.Now().UnixNano(), State: state,
 	})
 }
 
@@ -357,11 +360,9 @@ func (d *Driver) FlushCheckpoints(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: capturing the objects' last state: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 	}
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
 	for !d.cps.w.Idle() {
 		select {
-		case <-t.C:
+		case <-machine.After(machine.Real, 5*time.Millisecond): // polling
 		case <-ctx.Done():
 			return fmt.Errorf("%w: writing the objects' last checkpoints: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/chunklink"
 	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/placement"
@@ -181,9 +182,13 @@ type Event struct {
 // Driver is a node's relocation actor and the registry of the relocatable
 // objects it hosts.
 type Driver struct {
-	cfg   Config
-	node  *meshnode.Node
-	store location.Store
+	cfg  Config
+	node *meshnode.Node
+	// clock is the node's: every protocol timer and time reading here.
+	clock machine.Clock
+	// lastGeneration is the last ObjectGeneration newGeneration issued.
+	lastGeneration atomic.Uint64
+	store          location.Store
 	// slots are this node's capacity slots in the store (PROTOCOL.md §7.12).
 	slots *Slots
 	log   zerolog.Logger
@@ -234,7 +239,7 @@ type Driver struct {
 	returning    map[string][][]byte
 	spareFresh   time.Duration
 	timerMu      sync.Mutex
-	timers       map[timerKey]*time.Timer
+	timers       map[timerKey]machine.Timer
 	timersClosed bool
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
@@ -331,7 +336,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		sources:    map[uint64]*sourceRun{},
 		targets:    map[handoff.Identity]*targetRun{},
 		arrivals:   map[location.AuthorityKey]*targetRun{},
-		timers:     map[timerKey]*time.Timer{},
+		timers:     map[timerKey]machine.Timer{},
 		tickets:    newTickets(),
 		spares:     map[capabilityKey]*capabilityAnswer{},
 		asking:     map[capabilityKey][]capabilityWaiter{},
@@ -350,7 +355,8 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		deletions:          map[location.AuthorityKey]*deletion{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},
 		watch:              liveness.New(node.LeaseTTL()),
-		started:            time.Now(),
+		started:            node.Clock().Now(),
+		clock:              node.Clock(),
 		deadLetterPatience: deadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 		chunkLinks:         map[string]string{},
@@ -358,7 +364,8 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		linkFailures:       map[string]int{},
 		early:              earlyChunks{limit: cfg.InFlightPayloadBudget},
 	}
-	d.slots = newSlots(d.store, d.desc)
+	d.peers.clock = d.clock
+	d.slots = newSlots(d.store, d.desc, d.clock)
 	if cfg.Checkpoints == nil {
 		cfg.Checkpoints, _ = store.(location.CheckpointStore)
 	}
@@ -669,9 +676,9 @@ func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
 	}
 	after := t.After
 	if !t.At.IsZero() {
-		after = time.Until(t.At)
+		after = machine.Until(d.clock, t.At)
 	}
-	d.timers[k] = time.AfterFunc(max(after, 0), func() { d.sys.Root.Send(d.self, &timerFired{key: k}) })
+	d.timers[k] = d.clock.AfterFunc(max(after, 0), func() { d.sys.Root.Send(d.self, &timerFired{key: k}) })
 }
 
 func (d *Driver) stopTimer(k timerKey) {
@@ -832,6 +839,9 @@ func (d *Driver) stop(obj *object) {
 	d.sys.Root.Stop(obj.pid)
 }
 
+// Clock is the node's clock, which the driver reads and arms timers on.
+func (d *Driver) Clock() machine.Clock { return d.clock }
+
 // Shutdown stops, once the node has stopped, what the driver runs on an
 // actor system that outlives the node (meshnode.Node.Attached): the
 // relocation actor now, so that a next lifecycle on the same system can
@@ -844,7 +854,7 @@ func (d *Driver) stop(obj *object) {
 func (d *Driver) Shutdown() {
 	d.sys.EventStream.Unsubscribe(d.events)
 	d.FlushSendLogs()
-	time.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
+	d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() {
 		d.liveMu.Lock()
 		objs := make([]*object, 0, len(d.live))
 		for obj := range d.live {
@@ -920,7 +930,7 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %d moves into node %s or Actor deletions on it did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
-		case <-time.After(20 * time.Millisecond):
+		case <-machine.After(machine.Real, 20*time.Millisecond): // polling
 		}
 	}
 }
@@ -956,7 +966,7 @@ func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
 		if err != nil {
 			return fmt.Errorf("%w: Message Follow still busy: %w", roamerr.ErrDeadlineExceeded, err)
 		}
-		idle := time.Since(time.Unix(0, d.lastFollow.Load()))
+		idle := machine.Since(d.clock, time.Unix(0, d.lastFollow.Load()))
 		if idle >= quiet && !holding {
 			return nil
 		}
@@ -967,7 +977,7 @@ func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: Message Follow still busy: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
-		case <-time.After(max(wait, time.Millisecond)):
+		case <-machine.After(d.clock, max(wait, time.Millisecond)):
 		}
 	}
 }
@@ -1042,7 +1052,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 			sink(msg)
 		}
 		_, _ = obj.mb.Redirect(sink)
-		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+		d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 		done()
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -83,14 +84,14 @@ func (d *Driver) askOwner(ctx context.Context, ownerAddress string, key location
 	}
 	timeout := maxForwardedMove
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(time.Until(dl), timeout)
+		timeout = min(machine.Until(d.clock, dl), timeout)
 	}
 	what := strings.ToLower(strings.TrimPrefix(req.GetAction().String(), "OWNER_ACTION_"))
 	if timeout <= 0 {
 		return nil, fmt.Errorf("%w: %s %s: %w", roamerr.ErrDeadlineExceeded, what, key, context.DeadlineExceeded)
 	}
 	req.Kind, req.Id = messages.AuthorityKind(key.Kind), key.ID
-	req.Requester, req.DeadlineUnixMillis = d.selfRef(), time.Now().Add(timeout).UnixMilli()
+	req.Requester, req.DeadlineUnixMillis = d.selfRef(), d.clock.Now().Add(timeout).UnixMilli()
 	res, err := ask.Ask(ctx, d.sys, PID(ownerAddress), req, timeout, ask.Question{From: ownerAddress, What: "forwarded move",
 		Accept: func(msg any) bool { _, ok := msg.(*messages.RelocateReply); return ok }})
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -136,7 +137,7 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 	}
 	go func() {
 		deadline := time.UnixMilli(m.GetDeadlineUnixMillis())
-		if limit := time.Now().Add(maxForwardedMove); m.GetDeadlineUnixMillis() <= 0 || deadline.After(limit) {
+		if limit := d.clock.Now().Add(maxForwardedMove); m.GetDeadlineUnixMillis() <= 0 || deadline.After(limit) {
 			deadline = limit
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)

@@ -3,11 +3,11 @@ package relocation
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -139,7 +139,7 @@ func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind
 	}
 	timeout := d.cfg.CapabilityTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
+		timeout = min(timeout, machine.Until(d.clock, dl))
 	}
 	if timeout <= 0 {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/chunklink"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -72,7 +73,7 @@ func (d *Driver) startLink(node *meshnode.Node) error {
 		// The driver's PID by name: the link listens before it is spawned,
 		// and a chunk that comes sooner is dead-lettered.
 		Deliver: func(from string, m *messages.RelocationState, whole []byte) {
-			d.sys.Root.Send(self, &linkedChunk{from: from, m: m, whole: whole, at: time.Now()})
+			d.sys.Root.Send(self, &linkedChunk{from: from, m: m, whole: whole, at: d.clock.Now()})
 		},
 		Lost:   func(peer string) { d.sys.Root.Send(self, &chunkLinkLost{peer: peer}) },
 		Logger: *d.cfg.Logger,
@@ -83,8 +84,9 @@ func (d *Driver) startLink(node *meshnode.Node) error {
 	if err != nil && d.cfg.ChunkLinkPort > 0 {
 		d.log.Warn().Str("event", "chunk_link_port_in_use").Int("port", d.cfg.ChunkLinkPort).Err(err).
 			Msg("the chunk link's port is in use; trying again for a few seconds")
-		for wait := time.Now().Add(linkPortWait); err != nil && time.Now().Before(wait); {
-			time.Sleep(50 * time.Millisecond)
+		// Pacing on real time: the port is the OS's, not the protocol's.
+		for wait := machine.Real.Now().Add(linkPortWait); err != nil && machine.Real.Now().Before(wait); {
+			<-machine.After(machine.Real, 50*time.Millisecond)
 			l, err = chunklink.Listen(cfg)
 		}
 	}
@@ -102,7 +104,7 @@ func (d *Driver) linkTo(peer string) string {
 		return ""
 	}
 	if until, down := d.linkDown[peer]; down {
-		if time.Now().Before(until) {
+		if d.clock.Now().Before(until) {
 			return ""
 		}
 		delete(d.linkDown, peer)
@@ -207,7 +209,7 @@ func (d *Driver) onChunkLinkLost(peer string) {
 	}
 	d.linkFailures[peer]++
 	down := linkDownFor << min(d.linkFailures[peer]-1, 5)
-	d.linkDown[peer] = time.Now().Add(min(down, linkDownMax))
+	d.linkDown[peer] = d.clock.Now().Add(min(down, linkDownMax))
 	d.connectionLost(peer)
 }
 

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -75,7 +76,7 @@ func membershipRetry(ctx context.Context, what string, try int, err error) error
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, ctx.Err())
-	case <-time.After(racePause(try)):
+	case <-machine.After(machine.Real, racePause(try)): // pacing
 		return nil
 	}
 }
@@ -97,7 +98,7 @@ func (d *Driver) pauseUnlessStopped(pause time.Duration) bool {
 	select {
 	case <-d.node.Stopped():
 		return false
-	case <-time.After(pause):
+	case <-machine.After(machine.Real, pause): // pacing
 		return true
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/failure"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -252,7 +253,7 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 		}
 	}
 	if env.Sender != nil {
-		if _, ms, ok := requestOf(env.Header, env.Sender); ok && time.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
+		if _, ms, ok := requestOf(env.Header, env.Sender); ok && o.d.clock.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
 			respondFailure(c.ActorSystem(), env.Sender, env.Message, roamerr.CodeDeadlineExceeded, o.key.ID,
 				"the request's deadline passed before it was dispatched; not run")
 			return
@@ -572,6 +573,20 @@ func (d *Driver) spawn(ctx context.Context, key location.AuthorityKey, stableTyp
 // right after the incarnation started, before it is registered: what it
 // sends the incarnation comes before anything a caller that learns the
 // PID afterwards sends.
+// newGeneration is a new incarnation's ObjectGeneration: the clock's
+// nanoseconds, and above every generation this driver issued before, so
+// two spawns within one tick of the clock (a logical clock stands still)
+// never share one.
+func (d *Driver) newGeneration() uint64 {
+	for {
+		last := d.lastGeneration.Load()
+		g := activation.NewGeneration(last, d.clock.Now())
+		if d.lastGeneration.CompareAndSwap(last, g) {
+			return g
+		}
+	}
+}
+
 func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf, session *messages.SessionBinding, incarnated func(*object)) (*actor.PID, error) {
 	if err := d.serving(); err != nil {
 		return nil, err
@@ -586,7 +601,7 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 	// A new incarnation: an ID spawned again after a delete must not
 	// reuse a generation, or its PIDs would reach the new one and collide
 	// with the old one's forwarders (PROTOCOL.md §2.3).
-	generation := activation.NewGeneration(0, time.Now())
+	generation := d.newGeneration()
 	rec := &location.Record{
 		ObjectGeneration:         generation,
 		AuthorityOwnerGeneration: 1,
@@ -702,8 +717,8 @@ const lateSpawnWatch = time.Minute
 // serves it, so it is deleted again, with its place in a User Spot's count
 // and its slot, and logged.
 func (d *Driver) removeLateSpawn(key location.AuthorityKey, rec *location.Record) {
-	until := time.Now().Add(lateSpawnWatch)
-	for pause := 50 * time.Millisecond; time.Now().Before(until); pause = min(2*pause, 5*time.Second) {
+	until := d.clock.Now().Add(lateSpawnWatch)
+	for pause := 50 * time.Millisecond; d.clock.Now().Before(until); pause = min(2*pause, 5*time.Second) {
 		if !d.pauseUnlessStopped(pause) {
 			return
 		}
@@ -795,13 +810,13 @@ func (d *Driver) nodeDescriptor(ctx context.Context, mesh, rid string) (*locatio
 // cannot take anyway (its capability answer), so a descriptor a moment old
 // decides nothing the target does not check again.
 func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
-	n, ok := d.targetCache.get(rid, time.Now())
+	n, ok := d.targetCache.get(rid, d.clock.Now())
 	if !ok {
 		var err error
 		if n, err = d.nodeDescriptor(ctx, d.desc.GetMesh(), rid); err != nil {
 			return "", err
 		}
-		d.targetCache.put(rid, n, time.Now())
+		d.targetCache.put(rid, n, d.clock.Now())
 	}
 	if n.GetStatus() == messages.NodeStatus_NODE_STATUS_DRAINING {
 		return "", fmt.Errorf("%w: %w: node %s", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, rid)
@@ -829,7 +844,7 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 func (d *Driver) followSink(obj *object, next *actor.PID, nextRid string) mailbox.Sink {
 	var viaStore atomic.Bool
 	return func(msg any) {
-		d.lastFollow.Store(time.Now().UnixNano())
+		d.lastFollow.Store(d.clock.Now().UnixNano())
 		env, hops := withFollowHeaders(msg, obj.generation)
 		switch {
 		case hops > MaxFollowHops:
@@ -890,7 +905,7 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 		if lg.flush != nil {
 			lg.flush.Stop()
 		}
-		lg.more, lg.flush, lg.at = 0, nil, time.Now()
+		lg.more, lg.flush, lg.at = 0, nil, machine.Real.Now() // log pacing: real time
 		lg.Unlock()
 		d.sendLogs.Delete(lg)
 		if more > 0 {
@@ -910,14 +925,14 @@ func (d *Driver) endSink(obj *object, code, event, why string) mailbox.Sink {
 		respondFailure(d.sys, noticeOf(msg), nil, code, obj.key.ID, why)
 		lg.Lock()
 		defer lg.Unlock()
-		if now := time.Now(); now.Sub(lg.at) >= time.Second {
+		if now := machine.Real.Now(); now.Sub(lg.at) >= time.Second {
 			lg.at = now
 			logged(0, m)
 			return
 		}
 		lg.more++
 		if lg.flush == nil {
-			lg.flush = time.AfterFunc(time.Until(lg.at.Add(time.Second)), flush)
+			lg.flush = machine.Real.AfterFunc(machine.Until(machine.Real, lg.at.Add(time.Second)), flush)
 			d.sendLogs.Store(lg, flush)
 		}
 	}
@@ -929,7 +944,7 @@ type sendLog struct {
 	sync.Mutex
 	at    time.Time
 	more  int
-	flush *time.Timer
+	flush machine.Timer
 }
 
 // FlushSendLogs writes every summary line held back now (endSink): before

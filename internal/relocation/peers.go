@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/roamactors/roam/internal/machine"
 )
 
 // peerLinks remembers the peer addresses whose Proto.Actor connection
@@ -15,6 +17,7 @@ import (
 // instead when its connection ended. The check is on the call path, so
 // it takes no lock (a sync.Map read).
 type peerLinks struct {
+	clock machine.Clock
 	ended sync.Map // address → struct{}
 	n     atomic.Int64
 	// leavingAt: peers that said they are about to stop (a drained node's
@@ -37,7 +40,7 @@ type leavingMark struct {
 const leavingFor = time.Minute
 
 func (p *peerLinks) leaving(address, rid string) {
-	p.leavingAt.Store(address, leavingMark{rid: rid, at: time.Now()})
+	p.leavingAt.Store(address, leavingMark{rid: rid, at: p.clock.Now()})
 }
 
 // isLeaving: the lifecycle rid at address said it is leaving. A caller
@@ -48,7 +51,7 @@ func (p *peerLinks) isLeaving(address, rid string) bool {
 		return false
 	}
 	m := v.(leavingMark)
-	if time.Since(m.at) > leavingFor {
+	if machine.Since(p.clock, m.at) > leavingFor {
 		p.leavingAt.CompareAndDelete(address, v)
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -57,8 +58,8 @@ func (d *Driver) onRedeliver(m *redeliver) {
 		if m.deadLetter {
 			// At most one line per object per follow period: a stale route
 			// used under steady traffic restarts the worker per batch.
-			if last, ok := d.deadLetterLogged[m.key]; !ok || time.Since(last) > d.cfg.Handoff.FollowDuration {
-				d.deadLetterLogged[m.key] = time.Now()
+			if last, ok := d.deadLetterLogged[m.key]; !ok || machine.Since(machine.Real, last) > d.cfg.Handoff.FollowDuration { // log pacing: real time
+				d.deadLetterLogged[m.key] = machine.Real.Now()
 				d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
 					Msg("sends to an incarnation that is gone are delivered from the store's owner record")
 			}
@@ -147,13 +148,11 @@ func (d *Driver) drainHop(hop *actor.PID) {
 			Accept: func(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }})
 		close(answered)
 	}()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		select {
 		case <-answered:
 			return
-		case <-tick.C:
+		case <-machine.After(machine.Real, 20*time.Millisecond): // polling
 			if d.peers.isEnded(hop.Address) || d.Usable() != nil {
 				return
 			}
@@ -174,7 +173,7 @@ func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) 
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing
 		}
 	}
 }
@@ -311,7 +310,7 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 // back-off that grows with each time the same send dead-lettered again,
 // and fails it loudly past the dead-letter patience.
 func (d *Driver) onDeadLettered(m *deadLettered) {
-	now := time.Now()
+	now := d.clock.Now()
 	if now.Sub(d.deadLetterSwept) > d.deadLetterPatience {
 		for k, s := range d.deadLetters {
 			if now.Sub(s.first) > 2*d.deadLetterPatience {
@@ -375,7 +374,7 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 		held.timer = true
 		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
 		key := m.key
-		time.AfterFunc(wait, func() {
+		d.clock.AfterFunc(wait, func() {
 			d.sys.Root.Send(d.self, &localCall{fn: func() {
 				h := d.deadLetterHeld[key]
 				if h == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -237,7 +238,7 @@ func lifecycleID(rid, lease string) string { return rid + "/" + lease }
 
 // monotonic is the driver's clock for the liveness watch: time since the
 // driver started, on the monotonic clock.
-func (d *Driver) monotonic() time.Duration { return time.Since(d.started) }
+func (d *Driver) monotonic() time.Duration { return machine.Since(d.clock, d.started) }
 
 // goneForget is how long what was seen of a lifecycle is remembered; long
 // past any lease TTL (forgetting only makes the next look wait a TTL

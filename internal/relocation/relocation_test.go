@@ -123,6 +123,7 @@ func startNodeConfig(t testing.TB, store location.Store, cfg relocation.Config, 
 // kinds; both stop with the test.
 func startMeshNode(t testing.TB, nodeCfg meshnode.Config, cfg relocation.Config, kinds ...relocation.Kind) *testNode {
 	t.Helper()
+	testwait.NoLeaks(t)
 	store := nodeCfg.Store
 	if _, ok := store.(location.CheckpointStore); !ok && cfg.Checkpoints == nil {
 		// A test's wrapper of the store (faults on records): the nodes of

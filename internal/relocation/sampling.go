@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/ctxext"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -96,14 +96,14 @@ func (o *object) recordEdge(tag string) {
 	if from.Validate() != nil || from == o.key {
 		return
 	}
-	o.d.cfg.Edges.Record(from, node, o.key, time.Now())
+	o.d.cfg.Edges.Record(from, node, o.key, o.d.clock.Now())
 }
 
 // sampleLoad counts one application message in SampleEvery into o's load
 // (placement's balance by load).
 func (o *object) sampleLoad() {
 	if rand.IntN(o.d.cfg.SampleEvery) == 0 {
-		o.d.cfg.Edges.RecordLoad(o.key, time.Now())
+		o.d.cfg.Edges.RecordLoad(o.key, o.d.clock.Now())
 	}
 }
 
@@ -126,7 +126,7 @@ func (d *Driver) onEdgeQuery(c actor.Context, q *messages.EdgeQuery) {
 			o := d.objects[k]
 			return o != nil && o.state == serving
 		}
-		now := time.Now()
+		now := d.clock.Now()
 		edges, loads := d.cfg.Edges.Snapshot(here, now), d.cfg.Edges.Loads(here, now)
 		go func() {
 			edges = placement.Heaviest(edges, int(min(q.GetMax(), maxEdgeReply)))
@@ -167,7 +167,7 @@ const (
 func (d *Driver) Edges(ctx context.Context, address string, max int) (placement.Sample, error) {
 	timeout := d.cfg.CapabilityTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
+		timeout = min(timeout, machine.Until(d.clock, dl))
 	}
 	if timeout <= 0 {
 		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)

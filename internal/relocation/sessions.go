@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -95,7 +94,7 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 		return handoff.SessionsSealed{}
 	}
 	wait := d.cfg.CapabilityTimeout
-	r.sessionTimer = time.AfterFunc(wait, func() {
+	r.sessionTimer = d.clock.AfterFunc(wait, func() {
 		// Silence from a Session owner whose node is no live member any
 		// more is a binding with no Session behind it (a node's Sessions
 		// end with its lifecycle): it is dropped, not waited for. Asked

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -33,6 +34,7 @@ const maxSlotAttempts = 8
 // knows held, and which a transaction of its own is taking. The store
 // decides; the view only picks indexes likely to be free.
 type Slots struct {
+	clock    machine.Clock
 	store    location.Store
 	capacity uint32
 	node     location.NodeKey
@@ -71,8 +73,9 @@ func (s *Slots) OnFull(reclaim func(ctx context.Context)) {
 // transaction, a read that raced a free), and a full node must notice.
 const fullReadEvery = 100 * time.Millisecond
 
-func newSlots(store location.Store, desc *location.NodeDescriptor) *Slots {
+func newSlots(store location.Store, desc *location.NodeDescriptor, clock machine.Clock) *Slots {
 	return &Slots{
+		clock: clock,
 		store: store, capacity: desc.GetCapacity(),
 		node:  location.NodeKey{Mesh: desc.GetMesh(), NodeRid: desc.GetNodeRid()},
 		lease: location.LeaseID(desc.GetLeaseId()),
@@ -222,10 +225,10 @@ func (s *Slots) dropLocked(i uint32) {
 func (s *Slots) readAgain() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if time.Since(s.lastRead) < fullReadEvery {
+	if machine.Since(s.clock, s.lastRead) < fullReadEvery {
 		return false
 	}
-	s.lastRead = time.Now()
+	s.lastRead = s.clock.Now()
 	return true
 }
 
@@ -243,7 +246,7 @@ func (s *Slots) refresh(ctx context.Context) error {
 		s.holdLocked(sl.Index, sl.Holder)
 	}
 	s.read = true
-	s.lastRead = time.Now()
+	s.lastRead = s.clock.Now()
 	return nil
 }
 
@@ -340,7 +343,7 @@ func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -76,7 +77,7 @@ type sourceRun struct {
 	// sessionsAwaiting counts the seal requests not answered yet;
 	// sessionTimer ends the wait (sessions.go).
 	sessionsAwaiting int
-	sessionTimer     *time.Timer
+	sessionTimer     machine.Timer
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -211,14 +212,14 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		// reaches this goroutine.
 		return d.awaitCommit(ctx, res.outcome, until)
 	}
-	patience := time.NewTimer(time.Until(until.Add(d.cfg.Handoff.CutoverWaitTimeout + d.cfg.RestoreTimeout)))
+	patienceC, patience := machine.NewTimer(d.clock, machine.Until(d.clock, until.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout)))
 	defer patience.Stop()
 	var shown commitShown
 	got := false
 	select {
 	case shown = <-res.decided:
 		got = true
-	case <-patience.C:
+	case <-patienceC:
 	case <-ctx.Done():
 	}
 	if !got {
@@ -238,7 +239,7 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		o.Pause = o.Committed.Sub(o.Sealed)
 		return o, nil
 	case got: // the run ended with no read that decided it
-		return d.awaitCommit(ctx, res.outcome, later(until, time.Now()))
+		return d.awaitCommit(ctx, res.outcome, later(until, d.clock.Now()))
 	case ctx.Err() != nil:
 		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrDeadlineExceeded, res.outcome.RelocationID, ctx.Err())
 	}
@@ -271,7 +272,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 		}
 		if done, err := showsCommit(o, d.desc.GetNodeRid(), v); done {
 			if err == nil {
-				o.Committed = time.Now()
+				o.Committed = d.clock.Now()
 				o.Pause = o.Committed.Sub(o.Sealed)
 			}
 			return o, err
@@ -337,7 +338,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			}
 		}
 	}
-	now := time.Now()
+	now := d.clock.Now()
 	// Each attempt offers a new owner generation, never one an earlier
 	// attempt of this incarnation offered: the target incarnation's PID is
 	// named by it (objectPIDName), and a target removed by a failed or
@@ -509,7 +510,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			idleOnly, idleFor := r.idleOnly, r.idleFor
 			err := obj.mb.Seal(func(saved []any) {
 				// On the object's goroutine, between turns: exclusive access.
-				sealedAt := time.Now()
+				sealedAt := d.clock.Now()
 				var c capturedPart
 				err := busyAtSeal(obj, saved, idleOnly, idleFor, sealedAt)
 				if err == nil {
@@ -542,7 +543,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			// unseals those captured, and undoes the rest as their seals
 			// come.
 			patience := d.cfg.RestoreTimeout / 2
-			time.AfterFunc(patience, func() {
+			d.clock.AfterFunc(patience, func() {
 				d.sys.Root.Send(d.self, &localCall{fn: func() {
 					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
 						r.awaiting = 0
@@ -602,7 +603,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.abortSessions(r)
 
 	case handoff.RelayThenCutover:
-		r.outcome.RelayReady = time.Now()
+		r.outcome.RelayReady = d.clock.Now()
 		return d.relayThenCutover(r, e.Epoch)
 
 	case handoff.ResendBoundary:
@@ -628,7 +629,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		r.batch = nil
 
 	case handoff.StartFollow:
-		d.lastFollow.Store(time.Now().UnixNano()) // FollowQuiet counts from here too
+		d.lastFollow.Store(d.clock.Now().UnixNano()) // FollowQuiet counts from here too
 		for _, p := range r.parts {
 			d.startFollow(p, p.held, "follow_failed")
 			p.held = nil
@@ -666,7 +667,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			}
 			// Answer Unavailable for one more follow period, then let the
 			// incarnation go so stubs do not pile up.
-			time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+			d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 		}
 
 	case handoff.Reconcile:
@@ -707,7 +708,7 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 
 	case handoff.Complete:
 		if e.Err == nil {
-			r.outcome.CutoverSent = time.Now()
+			r.outcome.CutoverSent = d.clock.Now()
 		}
 		select {
 		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err, decided: r.decided}:
@@ -779,7 +780,7 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 				// Before the step, which may end the run: a read that
 				// decides the move is Relocate's answer too.
 				if done, err := showsCommit(r.outcome, d.desc.GetNodeRid(), v); done {
-					r.show(commitShown{known: true, at: time.Now(), err: err})
+					r.show(commitShown{known: true, at: d.clock.Now(), err: err})
 				}
 			}
 			d.stepSource(r, ev)
@@ -1205,12 +1206,12 @@ func (d *Driver) firstConfirm(r *sourceRun, id handoff.Identity, hint uint64, co
 		d.confirmWatch(r, id, hint, until)
 		return
 	}
-	t := time.NewTimer(d.noticePatience())
+	fire, t := machine.NewTimer(d.clock, d.noticePatience())
 	defer t.Stop()
 	select {
 	case <-committed:
 		d.reconcileRead(r, id)
-	case <-t.C:
+	case <-fire:
 		d.confirmWatch(r, id, hint, until)
 	case <-d.node.Stopped():
 		d.confirmWatch(r, id, hint, until) // ends with the node

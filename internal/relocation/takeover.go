@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -126,7 +127,7 @@ func (d *Driver) restoreUntil(staged *Staged, state []byte, stableType string) b
 					}
 					return true
 				}
-			case <-time.After(d.cfg.RestoreTimeout):
+			case <-machine.After(d.clock, d.cfg.RestoreTimeout):
 				d.log.Error().Str("event", "checkpoint_restore_slow").Str("object_id", key.ID).Str("stable_type", stableType).
 					Dur("waited", waited).Msg("the kind's state adapter has not restored the recovered object's checkpoint yet; still waiting")
 				if d.Usable() != nil || isClosed(d.node.Stopped()) {

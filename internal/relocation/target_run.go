@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -124,7 +125,7 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	case from == nil || from.Address != p.GetSource().GetAddress():
 		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
 		return
-	case !d.tickets.take(p, from.Address, time.Now()):
+	case !d.tickets.take(p, from.Address, d.clock.Now()):
 		// Not admitted by a capability answer to this source (admission.go).
 		d.refused("Restore request", from.Address, "no valid move ticket for its source")
 		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")
@@ -423,7 +424,7 @@ func (d *Driver) removeStaged(t *targetRun, obj *object) {
 		// the name the real next move needs).
 		d.stop(obj)
 	} else {
-		time.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+		d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
 	}
 }
 
@@ -540,7 +541,7 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool) handoff.Event {
 	deadline := t.deadline
 	if settleOnly {
-		deadline = time.Now().Add(d.cfg.RestoreTimeout)
+		deadline = d.clock.Now().Add(d.cfg.RestoreTimeout)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -763,7 +764,7 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 		Fallback: t.m.FellBack(), Err: err,
 	}
 	if err == nil {
-		ev.Pause = time.Since(time.Unix(0, t.prepare.GetSealedAtUnixNanos()))
+		ev.Pause = machine.Since(d.clock, time.Unix(0, t.prepare.GetSealedAtUnixNanos()))
 		d.log.Info().Str("event", "relocation_committed").Str("object_id", t.key.ID).Uint64("relocation_id", id.RelocationID).
 			Str("from", ev.From).Dur("pause", ev.Pause).Uint64("bytes", ev.Bytes).Uint32("chunks", ev.Chunks).Bool("fallback", ev.Fallback).Msg("relocation committed; dispatch open")
 	} else {
@@ -797,7 +798,7 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	if err == nil && !t.m.Acknowledged() {
 		keep = max(keep, d.cfg.Handoff.AckPatience()+d.cfg.Handoff.CutoverWaitTimeout)
 	}
-	time.AfterFunc(keep, func() {
+	d.clock.AfterFunc(keep, func() {
 		d.sys.Root.Send(d.self, &localCall{fn: func() {
 			for _, tm := range []handoff.Timer{handoff.TimerCutoverWait, handoff.TimerRestoreDeadline, handoff.TimerStoreRetry} {
 				d.stopTimer(timerKey{target: id, isTarget: true, timer: tm})

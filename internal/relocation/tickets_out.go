@@ -64,7 +64,7 @@ type capabilityWaiter = func(ev handoff.CapabilityAnswered, gen uint64, ticket [
 // parallel, as before any sharing.
 func (d *Driver) capabilityFor(r *sourceRun, done capabilityWaiter) (handoff.CapabilityAnswered, uint64, []byte, bool) {
 	key := capabilityKey{address: r.target.GetAddress(), kind: r.obj.key.Kind, stableType: r.obj.kind.StableType, appVersion: r.obj.kind.ApplicationVersion}
-	now := time.Now()
+	now := d.clock.Now()
 	if a := d.spares[key]; a != nil {
 		if now.Sub(a.at) < d.spareFresh && len(a.tickets) > 0 {
 			t := a.tickets[0]
@@ -104,7 +104,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 	delete(d.returning, key.address)
 	go func() {
 		res, err := ask.Ask(context.Background(), d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{From: to.Address, What: "capability query", Accept: isCapabilityReply})
-		a := capabilityAnswer{at: time.Now()}
+		a := capabilityAnswer{at: d.clock.Now()}
 		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
 			a.gen = reply.GetNode().GetNodeGeneration()

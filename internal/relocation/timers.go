@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -55,12 +56,12 @@ func (s TimerSet) Every(name string, period time.Duration, opts ...TimerOption) 
 	if period <= 0 {
 		return fmt.Errorf("%w: timer %q: period must be positive", roamerr.ErrInvalidOperation, name)
 	}
-	return s.t.register(&timerReg{name: name, period: period}, time.Now().Add(period), opts)
+	return s.t.register(&timerReg{name: name, period: period}, s.t.clock.Now().Add(period), opts)
 }
 
 // After delivers one TimerTick named name after delay.
 func (s TimerSet) After(name string, delay time.Duration) error {
-	return s.t.register(&timerReg{name: name}, time.Now().Add(max(delay, 0)), nil)
+	return s.t.register(&timerReg{name: name}, s.t.clock.Now().Add(max(delay, 0)), nil)
 }
 
 // Cancel removes a timer; a tick already on its way is not delivered.
@@ -85,9 +86,10 @@ func (s TimerSet) Names() []string {
 // goroutine (turns, the seal capture, restore and Unseal Do items); the
 // AfterFunc callbacks only post a tick fixed when the timer was armed.
 type timers struct {
-	sys  *actor.ActorSystem
-	self *actor.PID
-	regs map[string]*timerReg
+	sys   *actor.ActorSystem
+	self  *actor.PID
+	regs  map[string]*timerReg
+	clock machine.Clock
 }
 
 // timerReg is one registration. A periodic timer has one slot armed at a
@@ -101,10 +103,10 @@ type timerReg struct {
 	delivered uint64 // completed delivery index
 	scheduled uint64 // completed schedule index (slots posted or skipped)
 	skipped   uint32
-	armedAt   time.Time   // the slot of the armed tick
-	armedIdx  uint64      // its schedule index
-	handle    *time.Timer // the armed tick's timer; nil once it is handled
-	paused    bool        // stopped by a capture before its tick fired
+	armedAt   time.Time     // the slot of the armed tick
+	armedIdx  uint64        // its schedule index
+	handle    machine.Timer // the armed tick's timer; nil once it is handled
+	paused    bool          // stopped by a capture before its tick fired
 }
 
 // dueWithin reports a timer whose armed tick is due before now+window
@@ -120,7 +122,7 @@ func (t *timers) dueWithin(now time.Time, window time.Duration) (string, bool) {
 
 func (o *object) timers() *timers {
 	if o.tm == nil {
-		o.tm = &timers{regs: map[string]*timerReg{}}
+		o.tm = &timers{regs: map[string]*timerReg{}, clock: o.d.clock}
 	}
 	return o.tm
 }
@@ -145,7 +147,7 @@ func (t *timers) arm(r *timerReg, at time.Time, index uint64) {
 	tick := &messages.TimerTick{Name: r.name, ScheduleIndex: index, ScheduledUnixMillis: at.UnixMilli(), Skipped: r.skipped}
 	sys, self := t.sys, t.self
 	r.armedAt, r.armedIdx = at, index
-	r.handle = time.AfterFunc(max(time.Until(at), 0), func() { sys.Root.Send(self, tick) })
+	r.handle = t.clock.AfterFunc(max(machine.Until(t.clock, at), 0), func() { sys.Root.Send(self, tick) })
 }
 
 // stop cancels the armed slot; it reports false if the tick already fired.
@@ -180,7 +182,7 @@ func (t *timers) onTick(tick *messages.TimerTick) bool {
 	// Slots whose time has passed are missed: caught up (delivered at
 	// once, up to the limit, handled before the next armed slot) or skipped.
 	next, index := time.UnixMilli(tick.GetScheduledUnixMillis()).Add(r.period), r.scheduled+1
-	if now := time.Now(); next.Before(now) {
+	if now := t.clock.Now(); next.Before(now) {
 		missed := uint64(now.Sub(next)/r.period) + 1
 		burst := uint64(0)
 		if r.overrun == OverrunCatchUp {

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 )
@@ -23,14 +24,14 @@ func TestTimerWithATickInFlightKeepsTicking(t *testing.T) {
 			ticks <- tk
 		}
 	}))
-	src := &timers{sys: sys, self: self, regs: map[string]*timerReg{}}
+	src := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: machine.Real}
 	require.NoError(t, src.register(&timerReg{name: "beat", period: 5 * time.Millisecond}, time.Now(), nil))
 	first := <-ticks // fired, not handled: in flight
 	regs := src.capture()
 	require.Len(t, regs, 1)
 	require.Zero(t, regs[0].NextScheduleUnixMillis, "in flight: no cursor")
 
-	dst := &timers{sys: sys, self: self, regs: map[string]*timerReg{}}
+	dst := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: machine.Real}
 	dst.restore(regs)
 	require.True(t, dst.onTick(first), "the in-flight tick is live on the target")
 	require.EqualValues(t, 1, first.GetDeliveryIndex())
@@ -54,7 +55,7 @@ func TestPausedTimerResumes(t *testing.T) {
 			ticks <- tk
 		}
 	}))
-	tm := &timers{sys: sys, self: self, regs: map[string]*timerReg{}}
+	tm := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: machine.Real}
 	require.NoError(t, tm.register(&timerReg{name: "later", period: 5 * time.Millisecond}, time.Now().Add(time.Hour), nil))
 	regs := tm.capture()
 	require.NotZero(t, regs[0].NextScheduleUnixMillis, "armed, not fired: paused with its cursor")

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
@@ -32,7 +33,7 @@ type Service struct {
 	mu     sync.Mutex
 	owner  *Owner
 	open   map[ID]*Session
-	timers map[timerKey]*time.Timer
+	timers *machine.Timers[timerKey] // seal timers, on the node's clock
 	closed bool
 	// resolving: the bindings whose Actor is being looked up in the store
 	// (resolve), one look at a time however many notices ask for it.
@@ -72,7 +73,7 @@ func Start(d *relocation.Driver, cfg Config, log zerolog.Logger) (*Service, erro
 	}
 	cfg = cfg.WithDefaults()
 	s := &Service{
-		owner: New(cfg), open: map[ID]*Session{}, timers: map[timerKey]*time.Timer{},
+		owner: New(cfg), open: map[ID]*Session{}, timers: machine.NewTimers[timerKey](d.Clock()),
 		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
 	}
 	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
@@ -97,6 +98,7 @@ func (s *Service) Stop() {
 		effects = append(effects, s.owner.Step(CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
 	}
 	s.run(effects)
+	s.timers.Close() // the seal waits end with the lifecycle
 	s.mu.Unlock()
 	// Wait for the actor's end: a next lifecycle on the same actor
 	// system spawns its own under the same name.
@@ -120,18 +122,14 @@ func (s *Service) run(effects []Effect) {
 			e.Item.Msg.(*outbound).refuse(e.Err)
 		case StartSealTimer:
 			k := timerKey{e.Session, e.Actor, e.Move}
-			s.timers[k] = time.AfterFunc(e.After, func() {
+			s.timers.Arm(k, e.After, func() {
 				s.mu.Lock()
 				defer s.mu.Unlock()
-				delete(s.timers, k)
 				s.step(SealExpired{Session: k.session, Actor: k.actor, Move: k.move})
 			})
 		case StopSealTimer:
 			k := timerKey{e.Session, e.Actor, e.Move}
-			if t := s.timers[k]; t != nil {
-				t.Stop()
-				delete(s.timers, k)
-			}
+			s.timers.Cancel(k)
 		case Resolve:
 			s.resolve(e)
 		case Recovered:
@@ -248,9 +246,9 @@ func (s *Service) resolve(e Resolve) {
 	s.resolving[key] = l
 	go func() {
 		if e.After > 0 {
-			t := time.NewTimer(e.After)
+			fire, t := machine.NewTimer(s.driver.Clock(), e.After)
 			select {
-			case <-t.C:
+			case <-fire:
 			case <-l.wake:
 				t.Stop()
 			}

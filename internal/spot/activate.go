@@ -39,7 +39,7 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 func (m *Manager) onActivation(a *messages.SpotActivation) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, a.GetDeadlineUnixNanos()))
 	defer cancel()
-	s := activation.Start{Envelope: a, IDErr: ValidateID(a.GetSpotId()), Kind: m.kindOf(a.GetStableType()), Now: time.Now()}
+	s := activation.Start{Envelope: a, IDErr: ValidateID(a.GetSpotId()), Kind: m.kindOf(a.GetStableType()), Now: m.clock.Now()}
 	if a.GetFirst() != nil {
 		s.First, s.FirstErr = relocation.FromWire(a.GetFirst())
 	}
@@ -106,7 +106,7 @@ func oneFailure(errs []error) error {
 // recoverOne runs the recovery machine for one scanned record.
 func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 	dl, _ := ctx.Deadline()
-	mc, effects := activation.NewRecovery(m.acfg, activation.Recover{Scanned: v, Kind: m.kindOf(v.Record.GetStableType()), Deadline: dl, Now: time.Now()})
+	mc, effects := activation.NewRecovery(m.acfg, activation.Recover{Scanned: v, Kind: m.kindOf(v.Record.GetStableType()), Deadline: dl, Now: m.clock.Now()})
 	return m.newRunner(ctx, mc.Step).run(effects)
 }
 
@@ -116,7 +116,7 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string, committed location.Versioned) activation.Phase {
 	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ClearFor)
 	defer cancel()
-	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, committed, time.Now())
+	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, committed, m.clock.Now())
 	_ = m.newRunner(ctx, mc.Step).run(effects)
 	return mc.Phase()
 }
@@ -146,7 +146,7 @@ func withoutNotice(first any) any {
 func (m *Manager) closeAndRelease(key location.AuthorityKey, gen uint64, closingAt location.StoreVersion, wasReady *location.Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ReleaseFor)
 	defer cancel()
-	mc, effects := activation.NewRelease(m.acfg, key, gen, closingAt, wasReady, time.Now())
+	mc, effects := activation.NewRelease(m.acfg, key, gen, closingAt, wasReady, m.clock.Now())
 	return m.newRunner(ctx, mc.Step).run(effects)
 }
 

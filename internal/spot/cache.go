@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/roamactors/roam/internal/machine"
 )
 
 // routeCache is the positive route cache (docs/PROTOCOL.md §7.8): only a Ready
@@ -22,7 +24,8 @@ import (
 // replacing and leaving the cache, and the hint, take mu: they are rare.
 type routeCache struct {
 	maxAge time.Duration
-	routes sync.Map // Spot ID → *cachedRoute; written only under mu
+	clock  machine.Clock // the node's; routes age on it
+	routes sync.Map      // Spot ID → *cachedRoute; written only under mu
 
 	mu      sync.Mutex
 	n       int                  // routes cached
@@ -80,7 +83,7 @@ func (r *cachedRoute) leave() {
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, expired: map[string]authority{}, owners: map[routeOwner]int{}}
+	return &routeCache{maxAge: maxAge, clock: machine.Real, expired: map[string]authority{}, owners: map[routeOwner]int{}}
 }
 
 func (c *routeCache) load(id string) *cachedRoute {
@@ -113,7 +116,7 @@ func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct
 		switch {
 		case s&hintedBit != 0:
 			return authority{}, false, r.drained, noop
-		case time.Since(r.at) >= c.maxAge:
+		case machine.Since(c.clock, r.at) >= c.maxAge:
 			c.expire(id, r)
 			return authority{}, false, nil, noop
 		}
@@ -137,7 +140,7 @@ func (c *routeCache) get(id string) (authority, bool, <-chan struct{}) {
 		return authority{}, false, nil
 	case r.state.Load()&hintedBit != 0:
 		return authority{}, false, r.drained
-	case time.Since(r.at) >= c.maxAge:
+	case machine.Since(c.clock, r.at) >= c.maxAge:
 		c.expire(id, r)
 		return authority{}, false, nil
 	}
@@ -189,7 +192,7 @@ func (c *routeCache) put(id string, a authority) {
 		return
 	}
 	a.owner = a.pid()
-	r := &cachedRoute{a: a, at: time.Now()}
+	r := &cachedRoute{a: a, at: c.clock.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.load(id); old != nil && old.state.Load()&hintedBit != 0 {

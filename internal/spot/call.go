@@ -162,7 +162,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
 		}
 		return c.activate(ctx, ahead, op, c.mesh, c.instanceType, false)
-	case a.ended || activation.Abandoned(a.v.Record, time.Now()):
+	case a.ended || activation.Abandoned(a.v.Record, c.m.clock.Now()):
 		// An Instance Spot whose owner ended (or whose activation was
 		// abandoned) is reactivated on a live node of its stored Mesh with
 		// its stored type (PROTOCOL.md §7.10); a User Spot is not.

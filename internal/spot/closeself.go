@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/extensions"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -136,7 +137,7 @@ func (m *Manager) settleClosing(key location.AuthorityKey, gen uint64, version l
 			m.log.Error().Str("event", "spot_close_unsettled").Str("spot_id", key.ID).Err(err).
 				Msg("an Instance Spot's Closing write stays unsettled; the record may be Closing while the incarnation serves")
 			return 0, storeError("settle the Closing write of "+key.String(), err)
-		case <-time.After(50 * time.Millisecond):
+		case <-machine.After(machine.Real, 50*time.Millisecond): // pacing
 		}
 	}
 }

@@ -110,6 +110,7 @@ func withStore(s location.Store) nodeOpt { return func(c *extension.Config) { c.
 // Spot) kinds unless opts say otherwise.
 func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	w.t.Helper()
+	testwait.NoLeaks(w.t)
 	cfg := extension.Config{
 		// 5 s: a node fences itself when no renewal proves its lease for
 		// TTL minus the margin, and a loaded 2-core machine under -race can

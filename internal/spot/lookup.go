@@ -11,6 +11,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -156,7 +157,7 @@ func (l *IdentityLookup) failed(m *Manager, ci *pcluster.ClusterIdentity, err er
 		return nil // an ID NextId gave twice: never
 	}
 	f.pid = pid
-	f.expiry = time.AfterFunc(failedLookupFor, f.remove)
+	f.expiry = machine.Real.AfterFunc(failedLookupFor, f.remove) // clean-up, not protocol
 	return pid
 }
 
@@ -178,7 +179,7 @@ type failedLookup struct {
 	ci     *pcluster.ClusterIdentity
 	err    error
 	pid    *actor.PID
-	expiry *time.Timer
+	expiry machine.Timer
 	used   atomic.Bool
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation"
@@ -122,16 +123,19 @@ func (c *Config) setDefaults() error {
 // driver, so a Spot moves like any relocatable object.
 type Manager struct {
 	d     *relocation.Driver
-	store location.Store
-	roots location.RootStore
-	sys   *actor.ActorSystem
-	desc  *location.NodeDescriptor
-	cfg   Config
-	acfg  activation.Config // the activation machines' settings
-	log   zerolog.Logger
-	self  *actor.PID
-	cache *routeCache
-	met   *metrics
+	clock machine.Clock // the node's (relocation.Driver.Clock)
+	// lastGeneration is the last ObjectGeneration newGeneration issued.
+	lastGeneration atomic.Uint64
+	store          location.Store
+	roots          location.RootStore
+	sys            *actor.ActorSystem
+	desc           *location.NodeDescriptor
+	cfg            Config
+	acfg           activation.Config // the activation machines' settings
+	log            zerolog.Logger
+	self           *actor.PID
+	cache          *routeCache
+	met            *metrics
 	// inProcess: the store answers in the process (memstore), so
 	// concurrent reads gain nothing.
 	inProcess bool
@@ -251,6 +255,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	m := &Manager{
 		met:      met,
 		d:        d,
+		clock:    d.Clock(),
 		store:    d.Store(),
 		roots:    roots,
 		sys:      d.System(),
@@ -266,6 +271,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		lost:     map[string]chan struct{}{},
 		stop:     make(chan struct{}),
 	}
+	m.cache.clock = m.clock
 	// The node's own store: m.store is its lease-fenced view, which does
 	// not say.
 	if s, ok := d.Node().Store().(location.InProcess); ok {
@@ -320,13 +326,13 @@ func (m *Manager) Shutdown() {
 // wakes the calls waiting for a reply to check their owner's liveness,
 // then sweeps the route cache. It ends at Stop.
 func (m *Manager) everySecond() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	for {
+		fire, t := machine.NewTimer(m.clock, time.Second)
 		select {
 		case <-m.stop:
+			t.Stop()
 			return
-		case <-t.C:
+		case <-fire:
 		}
 		m.tickMu.Lock()
 		close(m.tick)
@@ -476,7 +482,7 @@ func (m *Manager) confirm(ctx context.Context, address, op string) error {
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
 	dl, _ := ctx.Deadline()
-	res, err := ask.Ask(ctx, m.sys, servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, time.Until(dl), ask.Question{
+	res, err := ask.Ask(ctx, m.sys, servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, machine.Until(m.clock, dl), ask.Question{
 		From: address, What: "command confirmation", Accept: func(msg any) bool {
 			c, ok := msg.(*messages.CommandConfirm)
 			return ok && c.GetOperationId() == op && bytes.Equal(c.GetNonce(), nonce)
@@ -524,7 +530,7 @@ func (m *Manager) reply(to *actor.PID, op string, run func() *messages.SpotReply
 // concurrent redelivery waits for the first run, a later one gets the
 // retained result.
 func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.SpotReply {
-	now := time.Now()
+	now := m.clock.Now()
 	m.mu.Lock()
 	if now.Sub(m.resultsSwept) >= time.Second { // not a scan of every retained result per command
 		m.resultsSwept = now
@@ -547,7 +553,7 @@ func (m *Manager) once(op string, run func() *messages.SpotReply) *messages.Spot
 	out := run()
 	out.OperationId = op
 	m.mu.Lock()
-	r.reply, r.until = out, time.Now().Add(m.cfg.ResultRetention)
+	r.reply, r.until = out, m.clock.Now().Add(m.cfg.ResultRetention)
 	m.mu.Unlock()
 	close(r.done)
 	return out
@@ -930,9 +936,18 @@ func samePointer(a, b any) bool {
 // unreachable store is Unavailable to the caller.
 func storeError(what string, err error) error { return activation.StoreError(what, err) }
 
-// newGeneration issues the ObjectGeneration of a new incarnation
-// (activation.NewGeneration at the time now).
-func newGeneration(prev uint64) uint64 { return activation.NewGeneration(prev, time.Now()) }
+// newGeneration issues the ObjectGeneration of a new incarnation: above
+// prev and every generation this manager issued before, so two within one
+// tick of the clock (a logical clock stands still) never share one.
+func (m *Manager) newGeneration(prev uint64) uint64 {
+	for {
+		last := m.lastGeneration.Load()
+		g := activation.NewGeneration(max(prev, last), m.clock.Now())
+		if m.lastGeneration.CompareAndSwap(last, g) {
+			return g
+		}
+	}
+}
 
 // self is this node as an owner.
 func (m *Manager) owner() *messages.Owner {

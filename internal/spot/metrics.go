@@ -82,6 +82,7 @@ func (m *metrics) operation(op, outcome string) {
 	m.operations.Add(context.Background(), 1, metric.WithAttributes(attribute.String("operation", op), attribute.String("outcome", outcome)))
 }
 
-func (m *metrics) activated(since time.Time) {
-	m.activation.Record(context.Background(), float64(time.Since(since).Microseconds())/1000)
+// activated records an activation that took took.
+func (m *metrics) activated(took time.Duration) {
+	m.activation.Record(context.Background(), float64(took.Microseconds())/1000)
 }

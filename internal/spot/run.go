@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -49,7 +50,7 @@ type runner struct {
 }
 
 func (m *Manager) newRunner(ctx context.Context, step func(activation.Event) []activation.Effect) *runner {
-	return &runner{m: m, ctx: ctx, step: step, timers: newTimerSet()}
+	return &runner{m: m, ctx: ctx, step: step, timers: newTimerSet(m.clock)}
 }
 
 // run runs effects and everything they lead to until the machine emits
@@ -73,7 +74,7 @@ func (r *runner) run(effects []activation.Effect) error {
 				r.m.log.Error().Str("event", "spot_machine_stalled").Msg("a Spot machine waits for nothing")
 				return fmt.Errorf("%w: spot: a machine waits for nothing", roamerr.ErrUnavailable)
 			}
-			queue = append(queue, activation.TimerFired{Timer: t, Now: time.Now()})
+			queue = append(queue, activation.TimerFired{Timer: t, Now: r.m.clock.Now()})
 		}
 		ev := queue[0]
 		queue = queue[1:]
@@ -110,7 +111,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	switch e := e.(type) {
 	case activation.LockKey:
 		r.unlock = m.lockKey(e.SpotID)
-		return activation.KeyLocked{Now: time.Now()}
+		return activation.KeyLocked{Now: m.clock.Now()}
 	case activation.UnlockKey:
 		if r.unlock != nil {
 			r.unlock()
@@ -122,10 +123,10 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
 			auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
 		}
-		return activation.AuthorityRead{Authority: auth, Err: err, Now: time.Now()}
+		return activation.AuthorityRead{Authority: auth, Err: err, Now: m.clock.Now()}
 	case activation.Watch:
 		err := m.watch(r.ctx, e.Key, e.After)
-		return activation.Watched{Err: err, Now: time.Now()}
+		return activation.Watched{Err: err, Now: m.clock.Now()}
 	case activation.AdmitCapacity:
 		release, err := m.admitCapacity(r.ctx)
 		if err == nil {
@@ -166,7 +167,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		return got
 	case activation.Reserve:
 		vers, err := r.reserve(e)
-		ans := activation.WriteAnswered{Err: err, Now: time.Now()}
+		ans := activation.WriteAnswered{Err: err, Now: m.clock.Now()}
 		if err == nil {
 			ans.Version = vers[0]
 		}
@@ -179,18 +180,18 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		if err == nil {
 			v = vers[0]
 		}
-		return activation.WriteAnswered{Version: v, Err: err, Now: time.Now()}
+		return activation.WriteAnswered{Version: v, Err: err, Now: m.clock.Now()}
 	case activation.ReadRecord:
 		ctx, cancel := r.storeCtx(e.Settle)
 		defer cancel()
 		v, err := m.store.Read(ctx, e.Key)
-		return activation.RecordRead{Record: v, Err: err, Now: time.Now()}
+		return activation.RecordRead{Record: v, Err: err, Now: m.clock.Now()}
 	case activation.AbortReservation:
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
 		defer cancel()
 		return activation.AbortAnswered{Err: m.deleteRecord(ctx, e.Key, e.Version, e.Record)}
 	case activation.Delete:
-		return activation.Deleted{Err: m.deleteRecord(r.ctx, e.Key, e.Version, e.Record), Now: time.Now()}
+		return activation.Deleted{Err: m.deleteRecord(r.ctx, e.Key, e.Version, e.Record), Now: m.clock.Now()}
 	case activation.DeleteRoot:
 		if e.RootKey == r.unstoredRoot {
 			r.unstoredRoot = ""
@@ -204,7 +205,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		state, restore, err := m.d.ClaimCheckpoint(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
 		return activation.CheckpointClaimed{State: state, Restore: restore, Err: err}
 	case activation.Stage:
-		r.stagedAt = time.Now()
+		r.stagedAt = m.clock.Now()
 		staged, err := m.d.Stage(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
 		r.staged = staged
 		if err == nil && e.Restore {
@@ -249,14 +250,14 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 	case activation.Measure:
 		m.met.operation("activate", e.Outcome)
 		if e.Activated {
-			m.met.activated(r.stagedAt)
+			m.met.activated(machine.Since(m.clock, r.stagedAt))
 		}
 	case activation.Log:
 		m.logEffect(e)
 	case activation.StartTimer:
 		d := e.After
 		if !e.At.IsZero() {
-			d = time.Until(e.At)
+			d = machine.Until(m.clock, e.At)
 		}
 		r.timers.start(e.Timer, d)
 	case activation.StopTimer:
@@ -299,29 +300,36 @@ func (m *Manager) logEffect(l activation.Log) {
 // timer's fire that is already on its way is dropped, so the machine only
 // sees fires of the timers it is waiting for.
 type timerSet struct {
-	mu     sync.Mutex
-	seq    map[activation.Timer]uint64
-	timers map[activation.Timer]*time.Timer
-	fired  []activation.Timer
-	wake   chan struct{}
+	armed *machine.Timers[activation.Timer]
+	mu    sync.Mutex
+	// live are the timers started and not yet fired or stopped, by the
+	// arming's sequence number: a fire counts only for the arming it was
+	// made for, and moves from live to fired under one lock, so next never
+	// sees a timer in neither.
+	live  map[activation.Timer]uint64
+	seq   uint64
+	fired []activation.Timer
+	wake  chan struct{}
 }
 
-func newTimerSet() *timerSet {
-	return &timerSet{seq: map[activation.Timer]uint64{}, timers: map[activation.Timer]*time.Timer{}, wake: make(chan struct{}, 1)}
+func newTimerSet(c machine.Clock) *timerSet {
+	return &timerSet{armed: machine.NewTimers[activation.Timer](c), live: map[activation.Timer]uint64{}, wake: make(chan struct{}, 1)}
 }
 
 func (s *timerSet) start(t activation.Timer, d time.Duration) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.stopLocked(t)
-	n := s.seq[t]
-	s.timers[t] = time.AfterFunc(d, func() {
+	s.seq++
+	n := s.seq
+	s.live[t] = n
+	s.mu.Unlock()
+	s.armed.Arm(t, d, func() {
 		s.mu.Lock()
-		if s.seq[t] != n {
+		if s.live[t] != n {
 			s.mu.Unlock()
 			return
 		}
-		delete(s.timers, t)
+		delete(s.live, t)
 		s.fired = append(s.fired, t)
 		s.mu.Unlock()
 		select {
@@ -337,12 +345,10 @@ func (s *timerSet) stop(t activation.Timer) {
 	s.stopLocked(t)
 }
 
+// stopLocked cancels t, a fire of it not yet taken by next included.
 func (s *timerSet) stopLocked(t activation.Timer) {
-	s.seq[t]++
-	if old := s.timers[t]; old != nil {
-		old.Stop()
-		delete(s.timers, t)
-	}
+	s.armed.Cancel(t)
+	delete(s.live, t)
 	for i, f := range s.fired {
 		if f == t {
 			s.fired = append(s.fired[:i], s.fired[i+1:]...)
@@ -352,11 +358,10 @@ func (s *timerSet) stopLocked(t activation.Timer) {
 }
 
 func (s *timerSet) stopAll() {
+	s.armed.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for t := range s.timers {
-		s.stopLocked(t)
-	}
+	clear(s.live)
 	s.fired = nil
 }
 
@@ -370,7 +375,7 @@ func (s *timerSet) next() (activation.Timer, bool) {
 			s.mu.Unlock()
 			return t, true
 		}
-		running := len(s.timers) > 0
+		running := len(s.live) > 0
 		s.mu.Unlock()
 		if !running {
 			return 0, false
@@ -507,7 +512,7 @@ func (m *Manager) reclaimAbandoned(ctx context.Context) {
 		}
 		rec := v.Record
 		if slot, ok := relocation.RecordSlot(rec); !ok || slot != sl.Index || rec.GetOwner().GetNodeRid() != m.desc.GetNodeRid() ||
-			!activation.AbandonedCreation(rec, time.Now()) {
+			!activation.AbandonedCreation(rec, m.clock.Now()) {
 			continue
 		}
 		if err := m.deleteRecord(ctx, v.Key, v.Version, rec); err != nil {

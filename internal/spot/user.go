@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -199,7 +200,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		switch {
 		case auth.ready() && !auth.ended:
 			return CreateResult{State: Existing, Ref: refFrom(auth.ref())}, nil
-		case abandoned(rec):
+		case m.abandoned(rec):
 			// Its operation gave up long ago (a lost UserSpotCreate): release
 			// it with its fence in the reserving transaction below.
 		case !auth.ended:
@@ -253,7 +254,7 @@ func (c *CreateCall) attempt(ctx context.Context, op string, create bool, conten
 		intent.RequestType = string(c.request.ProtoReflect().Descriptor().FullName())
 	}
 	reserved := &location.Record{
-		ObjectGeneration:         newGeneration(rec.GetObjectGeneration()),
+		ObjectGeneration:         m.newGeneration(rec.GetObjectGeneration()),
 		AuthorityOwnerGeneration: 1,
 		State:                    messages.LifecycleState_LIFECYCLE_STATE_CREATING,
 		Owner:                    location.OwnerOf(target),
@@ -332,7 +333,7 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 	// (CommandConfirm): it is pending while this call waits.
 	m.pendingOps.Store(op, struct{}{})
 	defer m.pendingOps.Delete(op)
-	res, err := ask.Ask(ctx, m.sys, servicePID(address), cmd, time.Until(dl), ask.Question{From: address, What: "Spot command", Accept: func(msg any) bool {
+	res, err := ask.Ask(ctx, m.sys, servicePID(address), cmd, machine.Until(m.clock, dl), ask.Question{From: address, What: "Spot command", Accept: func(msg any) bool {
 		r, ok := msg.(*messages.SpotReply)
 		return ok && r.GetOperationId() == op
 	}})
@@ -730,7 +731,9 @@ func replyOutcome(reply *messages.SpotReply, err error) string {
 
 // abandoned reports whether a User Spot reservation outlived its creating
 // operation's deadline by activation.AbandonGrace.
-func abandoned(rec *location.Record) bool { return activation.AbandonedCreation(rec, time.Now()) }
+func (m *Manager) abandoned(rec *location.Record) bool {
+	return activation.AbandonedCreation(rec, m.clock.Now())
+}
 
 // endedOwnerError is the Unavailable a call to an ended owner's User Spot
 // gets while it is not served: by its kind's policy, a live node recovers

@@ -1,0 +1,144 @@
+package machine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/machine"
+)
+
+// Timers fire in due order, arming order among equals, and only when the
+// clock is advanced past them; a timer armed by a firing one fires within
+// the same advance if due.
+func TestManualFiresInDueOrder(t *testing.T) {
+	c := machine.NewManual()
+	start := c.Now()
+	var got []string
+	at := map[string]time.Duration{}
+	arm := func(name string, d time.Duration) {
+		c.AfterFunc(d, func() { got = append(got, name); at[name] = c.Now().Sub(start) })
+	}
+	arm("b", 2*time.Second)
+	arm("a", time.Second)
+	arm("b2", 2*time.Second)
+	c.AfterFunc(1500*time.Millisecond, func() { arm("chained", 100*time.Millisecond) })
+	require.Equal(t, 0, c.Advance(999*time.Millisecond))
+	require.Empty(t, got)
+	require.Equal(t, 5, c.Advance(1001*time.Millisecond))
+	require.Equal(t, []string{"a", "chained", "b", "b2"}, got)
+	require.Equal(t, 1600*time.Millisecond, at["chained"], "a timer runs at its own due time")
+	require.Equal(t, 2*time.Second, c.Now().Sub(start))
+	require.Zero(t, c.Armed())
+}
+
+// A stopped timer never runs, and Stop says whether it stopped one.
+func TestManualStop(t *testing.T) {
+	c := machine.NewManual()
+	ran := false
+	tm := c.AfterFunc(time.Second, func() { ran = true })
+	require.True(t, tm.Stop())
+	require.False(t, tm.Stop())
+	c.Advance(time.Hour)
+	require.False(t, ran)
+	tm = c.AfterFunc(0, func() { ran = true })
+	require.True(t, c.AdvanceToNext())
+	require.True(t, ran)
+	require.False(t, tm.Stop(), "fired already")
+	require.False(t, c.AdvanceToNext())
+}
+
+// A re-armed, cancelled or closed named timer does not run, even when its
+// clock fired the old arming; the newest arming does.
+func TestTimersKeepOnlyTheNewestArming(t *testing.T) {
+	c := machine.NewManual()
+	s := machine.NewTimers[string](c)
+	var got []string
+	s.Arm("x", time.Second, func() { got = append(got, "x1") })
+	s.Arm("x", 2*time.Second, func() { got = append(got, "x2") })
+	s.Arm("y", time.Second, func() { got = append(got, "y") })
+	require.True(t, s.Cancel("y"))
+	require.False(t, s.Cancel("y"))
+	require.Equal(t, 1, s.Len())
+	c.Advance(3 * time.Second)
+	require.Equal(t, []string{"x2"}, got)
+	require.False(t, s.Armed("x"), "a fired timer is no longer armed")
+
+	s.Arm("z", time.Second, func() { got = append(got, "z") })
+	s.Close()
+	s.Arm("w", time.Second, func() { got = append(got, "w") })
+	c.Advance(time.Hour)
+	require.Equal(t, []string{"x2"}, got, "closed: nothing armed before or after runs")
+	require.Zero(t, s.Len())
+}
+
+// A fired arming that lost a race with Cancel does not run: the real
+// clock's AfterFunc may already be on its way when Cancel is called.
+func TestTimersCancelWinsOverAFiredArming(t *testing.T) {
+	c := &heldClock{Manual: machine.NewManual()}
+	s := machine.NewTimers[int](c)
+	ran := false
+	s.Arm(1, time.Second, func() { ran = true })
+	fire := c.take() // the clock fired; the function has not started
+	s.Cancel(1)
+	fire()
+	require.False(t, ran)
+}
+
+// heldClock records AfterFunc functions instead of arming them.
+type heldClock struct {
+	*machine.Manual
+	held []func()
+}
+
+func (c *heldClock) AfterFunc(_ time.Duration, f func()) machine.Timer {
+	c.held = append(c.held, f)
+	return c.Manual.AfterFunc(time.Hour, func() {})
+}
+
+func (c *heldClock) take() func() {
+	f := c.held[0]
+	c.held = c.held[1:]
+	return f
+}
+
+// A Manual deadline ends the context when the clock passes it, as
+// DeadlineExceeded; cancelling first says Canceled.
+func TestWithTimeoutOnManual(t *testing.T) {
+	c := machine.NewManual()
+	ctx, cancel := machine.WithTimeout(context.Background(), c, time.Second)
+	defer cancel()
+	dl, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.Equal(t, c.Now().Add(time.Second), dl)
+	require.NoError(t, ctx.Err())
+	c.Advance(time.Second)
+	<-ctx.Done()
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+
+	ctx2, cancel2 := machine.WithTimeout(context.Background(), c, time.Second)
+	cancel2()
+	require.ErrorIs(t, ctx2.Err(), context.Canceled)
+	require.Zero(t, c.Armed(), "cancel stops the deadline's timer")
+}
+
+// Sleep returns when the clock passes d, or with the context's error.
+func TestSleep(t *testing.T) {
+	c := machine.NewManual()
+	done := make(chan error, 1)
+	go func() { done <- machine.Sleep(context.Background(), c, time.Minute) }()
+	for c.Armed() == 0 { // the sleeper has armed its timer
+		time.Sleep(time.Millisecond)
+	}
+	c.Advance(time.Minute)
+	require.NoError(t, <-done)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := machine.Sleep(ctx, c, time.Minute)
+	require.True(t, errors.Is(err, context.Canceled))
+	require.Zero(t, c.Armed())
+}

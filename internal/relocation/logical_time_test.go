@@ -1,0 +1,120 @@
+package relocation_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// hourly registers an hourly framework timer and counts its ticks, and
+// the ticks that broke the schedule: a delivery index that is not the
+// next, or a slot that is not a whole number of hours after the first.
+type hourly struct {
+	ticks, broken uint64
+	first, last   int64 // scheduled Unix ms of the first and the last tick
+}
+
+func (h *hourly) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *wrapperspb.StringValue:
+		if m.Value == "start" {
+			ts, err := relocation.Timers(c)
+			if err != nil {
+				panic(err)
+			}
+			if err := ts.Every("hour", time.Hour); err != nil {
+				panic(err)
+			}
+		}
+		c.Respond(wrapperspb.UInt64(h.ticks<<32 | h.broken))
+	case *messages.TimerTick:
+		at := m.GetScheduledUnixMillis()
+		if h.ticks == 0 {
+			h.first = at
+		}
+		if m.GetDeliveryIndex() != h.ticks+1 || at != h.first+int64(h.ticks)*time.Hour.Milliseconds() {
+			h.broken++
+		}
+		h.ticks++
+		h.last = at
+	}
+}
+
+type hourlyState struct{}
+
+func (hourlyState) Capture(a actor.Actor) ([]byte, error) {
+	h := a.(*hourly)
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(
+		binary.BigEndian.AppendUint64(nil, h.ticks), h.broken), uint64(h.first)), uint64(h.last)), nil
+}
+
+func (hourlyState) Restore(a actor.Actor, b []byte) error {
+	h := a.(*hourly)
+	h.ticks, h.broken = binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:])
+	h.first, h.last = int64(binary.BigEndian.Uint64(b[16:])), int64(binary.BigEndian.Uint64(b[24:]))
+	return nil
+}
+
+// A framework timer keeps its schedule across moves in logical time: with
+// both nodes on one manual clock, an hourly timer ticks exactly once per
+// hour the test advances, never before its hour, on its slot, and its
+// indexes go on after each move. On the real clock this takes hours; it can
+// be checked because a node's time is an input (machine.Clock).
+// Reference: docs/PROTOCOL.md §5.5 (framework timers that move).
+func TestTimersKeepTheirScheduleInLogicalTime(t *testing.T) {
+	clock := machine.NewManualAt(time.Now())
+	store := newStore(t)
+	kind := relocation.Kind{StableType: "hourly", Producer: func() actor.Actor { return &hourly{} },
+		Policy: relocation.PreserveStateWith(hourlyState{})}
+	start := func() *testNode {
+		return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Clock: clock}, relocation.Config{Logger: testLogger()}, kind)
+	}
+	nodes := []*testNode{start(), start()}
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "hourly")
+	pid, err := nodes[0].driver.Spawn(ctx, "hourly", key.ID)
+	require.NoError(t, err)
+	sys := nodes[0].node.System()
+	ask(t, sys, pid, "start")
+	stats := func() (ticks, broken uint64) {
+		p, err := nodes[0].driver.Resolve(ctx, key)
+		require.NoError(t, err)
+		v := ask(t, sys, p, "stats").(*wrapperspb.UInt64Value).Value
+		return v >> 32, v & 0xffffffff
+	}
+
+	var want uint64
+	hour := func() {
+		t.Helper()
+		clock.Advance(59 * time.Minute)
+		ticks, _ := stats()
+		require.Equal(t, want, ticks, "a tick came before its hour")
+		clock.Advance(time.Minute)
+		want++
+		testwait.Within(t, 10*time.Second, func() bool { n, _ := stats(); return n >= want }, "the tick of the hour")
+		ticks, broken := stats()
+		require.Equal(t, want, ticks, "one tick per hour")
+		require.Zero(t, broken, "every tick on its slot, delivery indexes contiguous")
+	}
+	for i := 0; i < 4; i++ {
+		hour()
+		hour()
+		_, err := nodes[i%2].driver.Relocate(ctx, key, nodes[(i+1)%2].node.Descriptor().GetNodeRid())
+		require.NoError(t, err)
+	}
+	hour()
+	require.Equal(t, uint64(9), want)
+}
