@@ -189,6 +189,27 @@ func TestCensusCountsEachUnitOnce(t *testing.T) {
 	require.Equal(t, 28, got, "every unit counted once: %v", d.census)
 }
 
+// A director that stops being the elected one drops the pass under way
+// with its place in the listings: elected again, it starts a pass from
+// the beginning, so its first census counts every unit, not only those
+// after where it had stopped.
+// Reference: docs/PLACEMENT.md §2 (election, rotating pages, the census).
+func TestAPassStartsAnewAfterTheElectionWasLost(t *testing.T) {
+	store, nodes := storm(t, 25) // 25 Actors on rid-0: 3 pages of 10
+	self := nodes[0]
+	d, err := New(Config{PageSize: 10, Margin: 1000}, Env{Store: store, Board: store, Mesh: "m",
+		Self: func() *location.NodeDescriptor { return self }, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	d.round() // the first page of Actors, and every Instance Spot (none)
+	self = nodes[1]
+	d.round() // rid-0 is elected: this director directs nothing
+	self = nodes[0]
+	for range 3 {
+		d.round()
+	}
+	require.Equal(t, 25, d.census[nodes[0].NodeRid], "every unit counted: %v", d.census)
+}
+
 // An unreadable ledger note does not stop the director for good: it is
 // started anew at the version read, with an error line.
 func TestAnUnreadableLedgerIsStartedAnew(t *testing.T) {
