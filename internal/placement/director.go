@@ -257,7 +257,12 @@ func (d *Director) round() {
 		electors = append(electors, Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
 	}
 	if Elect(electors) != self.GetNodeRid() {
+		// The pass under way ends here with its place in the listings:
+		// elected again, a pass resumed where it stopped would make a
+		// census of only the units after that place.
 		d.census, d.pass = nil, map[string]int{}
+		clear(d.cursor)
+		clear(d.wrapped)
 		return
 	}
 	live := map[string]*location.NodeDescriptor{}

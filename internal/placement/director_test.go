@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,17 +20,31 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
+// leaseTTL is the leases of the nodes storm claims.
+const leaseTTL = 30 * time.Second
+
 // storm is a store with three claimed nodes and n Actors on the first.
+// The leases are measured on a clock of the test's own, which moves only
+// when a test says so: on the system clock they ended leaseTTL after the
+// claim, however far the test had come, and a director whose own node is
+// no longer listed rightly directs nothing, so a test slowed past leaseTTL
+// by a busy machine waited for rounds that read nothing until its deadline.
 func storm(t *testing.T, n int) (*memstore.Store, []*location.NodeDescriptor) {
 	t.Helper()
+	return stormOn(t, n, memstore.NewManualClock())
+}
+
+// stormOn is storm with its leases measured on clock.
+func stormOn(t *testing.T, n int, clock memstore.Clock) (*memstore.Store, []*location.NodeDescriptor) {
+	t.Helper()
 	ctx := context.Background()
-	s := memstore.New()
+	s := memstore.New(memstore.WithClock(clock))
 	var nodes []*location.NodeDescriptor
 	for i := range 3 {
 		d := &location.NodeDescriptor{Mesh: "m", NodeRid: fmt.Sprintf("rid-%d", i), NodeGeneration: uint64(10 + i),
 			EntrySpotId: fmt.Sprintf("entry-%d", i), Address: fmt.Sprintf("127.0.0.1:%d", 9000+i), StableTypes: []string{"t"},
 			Status: messages.NodeStatus_NODE_STATUS_SERVING, ProtocolVersion: 1}
-		l, err := s.ClaimNode(ctx, d, 30*time.Second)
+		l, err := s.ClaimNode(ctx, d, leaseTTL)
 		require.NoError(t, err)
 		d.LeaseId = string(l.ID)
 		nodes = append(nodes, d)
@@ -174,6 +189,27 @@ func TestCensusCountsEachUnitOnce(t *testing.T) {
 	require.Equal(t, 28, got, "every unit counted once: %v", d.census)
 }
 
+// A director that stops being the elected one drops the pass under way
+// with its place in the listings: elected again, it starts a pass from
+// the beginning, so its first census counts every unit, not only those
+// after where it had stopped.
+// Reference: docs/PLACEMENT.md §2 (election, rotating pages, the census).
+func TestAPassStartsAnewAfterTheElectionWasLost(t *testing.T) {
+	store, nodes := storm(t, 25) // 25 Actors on rid-0: 3 pages of 10
+	self := nodes[0]
+	d, err := New(Config{PageSize: 10, Margin: 1000}, Env{Store: store, Board: store, Mesh: "m",
+		Self: func() *location.NodeDescriptor { return self }, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	d.round() // the first page of Actors, and every Instance Spot (none)
+	self = nodes[1]
+	d.round() // rid-0 is elected: this director directs nothing
+	self = nodes[0]
+	for range 3 {
+		d.round()
+	}
+	require.Equal(t, 25, d.census[nodes[0].NodeRid], "every unit counted: %v", d.census)
+}
+
 // An unreadable ledger note does not stop the director for good: it is
 // started anew at the version read, with an error line.
 func TestAnUnreadableLedgerIsStartedAnew(t *testing.T) {
@@ -278,16 +314,49 @@ func TestDirectorCoLocatesPairsFromTheTables(t *testing.T) {
 	}
 }
 
-// watched counts the writes that go through it, by kind.
+// watched counts the writes that go through it, by kind, and the
+// director's progress: the listings it read to their end, by kind, and
+// the rounds that read no page.
 type watched struct {
 	*memstore.Store
 	lists, records, ledger, otherNotes atomic.Int64
-	announcement                       atomic.Int64 // writes and deletes of the director's announcement
+	announcement                       atomic.Int64    // writes and deletes of the director's announcement
+	wrapped                            [2]atomic.Int64 // by kinds' index
+	// A round lists the nodes, then reads a page of each kind it has not
+	// read to the end in this pass, and of every kind when the pass ended
+	// the round before: a round of the elected director always reads one.
+	unread, idle atomic.Int64
+}
+
+func (w *watched) ListNodes(ctx context.Context, mesh string) ([]location.VersionedNode, error) {
+	if w.unread.Swap(1) == 1 {
+		w.idle.Add(1)
+	}
+	return w.Store.ListNodes(ctx, mesh)
 }
 
 func (w *watched) List(ctx context.Context, k location.Kind, p location.PageRequest) (location.Page, error) {
 	w.lists.Add(1)
-	return w.Store.List(ctx, k, p)
+	w.unread.Store(0)
+	page, err := w.Store.List(ctx, k, p)
+	if i := slices.Index(kinds, k); err == nil && page.Next == "" && i >= 0 {
+		w.wrapped[i].Add(1)
+	}
+	return page, err
+}
+
+// passes is how many passes over every record the director completed.
+func (w *watched) passes() int64 { return min(w.wrapped[0].Load(), w.wrapped[1].Load()) }
+
+// waitFor waits for cond, failing as soon as a round of the director read
+// no page: every round of the elected director makes progress through its
+// pass, so one that does not would leave cond waiting forever.
+func (w *watched) waitFor(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	testwait.For(t, func() bool {
+		require.Zero(t, w.idle.Load(), "rounds that read no page while waiting for %s (%d pages read)", msg, w.lists.Load())
+		return cond()
+	}, msg)
 }
 
 func (w *watched) CompareAndSet(ctx context.Context, key location.AuthorityKey, v location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
@@ -351,9 +420,9 @@ func TestSelectionIsReadOnly(t *testing.T) {
 					Samples: func(context.Context, *location.NodeDescriptor) (Sample, error) { return Sample{}, nil }, Logger: zerolog.Nop()})
 			require.NoError(t, err)
 			d.Start()
-			testwait.For(t, func() bool { return w.lists.Load() >= 3*2*(300/50+1) }, "three passes over every record")
+			w.waitFor(t, func() bool { return w.passes() >= 3 }, "three passes over every record")
 			if tc.margin == 1 {
-				testwait.For(t, func() bool { return asked.Load() >= 20 }, "units asked for and found busy")
+				w.waitFor(t, func() bool { return asked.Load() >= 20 }, "units asked for and found busy")
 			}
 			d.Stop()
 			require.Zero(t, w.records.Load(), "no record or node written")
@@ -367,6 +436,50 @@ func TestSelectionIsReadOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lapse is a store whose every page read takes two of the nodes' lease
+// TTLs on the store's clock, as on a machine too busy to read a page
+// within a lease; the nodes stay live all the same, renewing their leases
+// every third of a TTL as a node's runtime does.
+type lapse struct {
+	*watched
+	clock *memstore.ManualClock
+	nodes []*location.NodeDescriptor
+}
+
+func (l *lapse) List(ctx context.Context, k location.Kind, p location.PageRequest) (location.Page, error) {
+	for range 6 {
+		l.clock.Advance(leaseTTL / 3)
+		for _, n := range l.nodes {
+			if err := l.RenewLease(ctx, location.LeaseID(n.LeaseId)); err != nil {
+				return location.Page{}, err // a round that reads no page: the test fails
+			}
+		}
+	}
+	return l.watched.List(ctx, k, p)
+}
+
+// Every pass over the records completes however long its page reads
+// take, as long as the nodes are live: here each page takes two lease
+// TTLs, and every round still reads a page until three passes are done.
+// The nodes of the director tests are live for the whole test only if
+// their leases are measured on a clock the test drives and renewed as it
+// moves: a make test run on a busy machine saw a test's nodes' leases end
+// on the system clock, its director then rightly reading nothing, and the
+// test waited for a pass until its deadline.
+// Reference: docs/PLACEMENT.md §2 (rotating pages, the census).
+func TestEveryPassCompletesHoweverLongPagesTake(t *testing.T) {
+	clock := memstore.NewManualClock()
+	store, nodes := stormOn(t, 30, clock)
+	w := &watched{Store: store}
+	slow := &lapse{watched: w, clock: clock, nodes: nodes}
+	d, err := New(Config{Period: time.Millisecond, PageSize: 10, Margin: 1000}, Env{Store: slow, Board: slow, Mesh: "m",
+		Self: func() *location.NodeDescriptor { return nodes[0] }, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	d.Start()
+	defer d.Stop()
+	w.waitFor(t, func() bool { return w.passes() >= 3 }, "three passes over every record")
 }
 
 // A planned co-location move is asked only if, with its partners where the
