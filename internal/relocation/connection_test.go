@@ -43,13 +43,14 @@ func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 		}
 	})
 	var acks atomic.Int32
-	relocation.DropInbound(a.driver, func(m any) bool {
+	onInbound(t, a.driver, func(m any) bool {
 		_, ok := m.(*messages.BoundaryAck)
 		return ok && acks.Add(1) == 1
 	})
 	key := location.Key(location.KindActor, "cut")
 	const total = 3000
-	require.NoError(t, moveAmidSends(t, a, b, key, total))
+	batch, err := moveAmidSends(t, a, b, key, total)
+	require.NoError(t, err)
 	// The sends after the move reach b by Message Follow, one hop behind
 	// the direct stats request: wait for the last of them before the cut
 	// (a one-way send on its way in a connection that is cut is lost by
@@ -62,7 +63,9 @@ func TestUnacknowledgedBoundaryBatchIsResent(t *testing.T) {
 	testwait.For(t, func() bool { return logs.has("late_cutover") && acks.Load() >= 2 }, "the resent batch was never acknowledged")
 	l = ledgerStats(t, b, key)
 	require.Zero(t, l.DupSends, "a resent record was taken twice")
+	require.Zero(t, l.Disorder)
 	require.EqualValues(t, total, l.Count[0])
+	require.Equal(t, total/2, batch.records(), "the second half travelled in the boundary batch")
 }
 
 // A link cut across the cutover for longer than Message Follow: the target
@@ -88,7 +91,7 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	var cut atomic.Bool
 	cut.Store(true)
 	var resentLost atomic.Int32
-	relocation.DropInbound(b.driver, func(m any) bool {
+	onInbound(t, b.driver, func(m any) bool {
 		if !cut.Load() {
 			return false
 		}
@@ -105,7 +108,8 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	})
 	key := location.Key(location.KindActor, "long-cut")
 	const total = 2000
-	require.NoError(t, moveAmidSends(t, a, b, key, total))
+	batch, err := moveAmidSends(t, a, b, key, total)
+	require.NoError(t, err)
 	testwait.For(t, func() bool { return resentLost.Load() > 0 }, "no resend went into the cut")
 	require.True(t, logs.has("cutover_timeout"), "the target committed by its fallback")
 	cut.Store(false)
@@ -113,15 +117,20 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	testwait.For(t, func() bool { return ledgerStats(t, b, key).Count[0] == total }, "the boundary batch never reached the target")
 	l := ledgerStats(t, b, key)
 	require.Zero(t, l.DupSends, "a record was taken twice")
+	require.Equal(t, total/2, batch.records(), "the second half travelled in the boundary batch, after the cut healed")
 }
 
 // moveAmidSends spawns a ledger as key on a and moves it to b while total
-// numbered sends go to it: those queued behind a held turn become saved
-// work, those sent while it is sealed the boundary batch. Nothing is sent
-// after the cutover, so every send is in the payload or the batch. It
-// returns Relocate's error.
-func moveAmidSends(t *testing.T, a, b *testNode, key location.AuthorityKey, total int) error {
+// numbered sends go to it: the first half before the move (handled on a,
+// or saved work), the second half while the move is held at b's Restore
+// request, sealed, so that they can only travel in the boundary batch. Nothing is
+// sent after the cutover, so every send is in the payload or the batch.
+// It returns Relocate's error and a count of the boundary records that
+// reach b (behind the hooks a test added to b before).
+func moveAmidSends(t *testing.T, a, b *testNode, key location.AuthorityKey, total int) (*batchWatch, error) {
 	t.Helper()
+	sealed := holdAtPrepare(t, b)
+	batch := watchBatch(t, b)
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "ledger", key.ID)
 	require.NoError(t, err)
@@ -134,10 +143,12 @@ func moveAmidSends(t *testing.T, a, b *testNode, key location.AuthorityKey, tota
 		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 		moved <- err
 	}()
+	sealed.wait(t)
 	for i := total/2 + 1; i <= total; i++ {
 		root.Send(pid, wrapperspb.Int64(int64(i)))
 	}
-	return <-moved
+	sealed.release()
+	return batch, <-moved
 }
 
 // ledgerStats asks the ledger behind key, through its owner b.

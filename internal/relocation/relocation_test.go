@@ -173,28 +173,53 @@ func get(t *testing.T, sys *actor.ActorSystem, pid *actor.PID) int64 {
 
 // An Actor moves with its state and its queue while sends keep arriving at
 // its old address: every send is handled once, in order, and the store
-// names the target with the move's RelocationId.
+// names the target with the move's RelocationId. Sends arrive before the
+// seal (handled on the source or saved work), while sealed (the move is
+// held at its target's Restore request meanwhile, so they travel in the
+// boundary batch, which the test checks is not empty) and after that
+// (the batch's tail, or held until the commit shows, then Message
+// Follow).
 // Reference: docs/PROTOCOL.md §5.4–§5.14.
 func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
 	a, b := c.nodes[0], c.nodes[1]
+	sealed := holdAtPrepare(t, b)
+	batch := watchBatch(t, b)
 	pid, err := a.driver.Spawn(ctx, "counter", "c1")
 	require.NoError(t, err)
 	spawned, err := c.store.Read(ctx, location.Key(location.KindActor, "c1"))
 	require.NoError(t, err)
 
 	const total = 2000
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		for i := int64(1); i <= total; i++ {
+	send := func(from, to int64) {
+		for i := from; i <= to; i++ {
 			a.node.System().Root.Send(pid, wrapperspb.Int64(i))
 		}
+	}
+	early := make(chan struct{})
+	go func() {
+		defer close(early)
+		send(1, total/2)
 	}()
-	out, err := a.driver.Relocate(ctx, location.Key(location.KindActor, "c1"), c.rid(1))
+	type moved struct {
+		out relocation.Outcome
+		err error
+	}
+	done := make(chan moved, 1)
+	go func() {
+		out, err := a.driver.Relocate(ctx, location.Key(location.KindActor, "c1"), c.rid(1))
+		done <- moved{out, err}
+	}()
+	sealed.wait(t)
+	<-early
+	const whileSealed = total / 4
+	send(total/2+1, total/2+whileSealed)
+	sealed.release()
+	send(total/2+whileSealed+1, total)
+	m := <-done
+	out, err := m.out, m.err
 	require.NoError(t, err)
-	<-sent
 	require.Equal(t, c.rid(1), out.To)
 	require.NotZero(t, out.Bytes)
 
@@ -213,6 +238,7 @@ func TestActorMovesWithStateAndQueueWhileReceiving(t *testing.T) {
 	// is exactly the number sent, with no order violation.
 	require.Equal(t, int64(total), get(t, a.node.System(), pid))
 	require.Equal(t, int64(total), get(t, a.node.System(), newPID))
+	require.GreaterOrEqual(t, batch.records(), whileSealed, "the sends posted while sealed travel in the boundary batch")
 
 	// The target reports its Event once it has opened dispatch, on its
 	// driver goroutine: it may come just after the first answers.

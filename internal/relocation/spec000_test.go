@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/roamerr"
@@ -142,7 +143,10 @@ func (gateState) Restore(a actor.Actor, b []byte) error {
 }
 
 // Work queued before the seal (saved work) runs on the target before the
-// messages that arrived while sealed (the relay), each exactly once.
+// messages that arrived while sealed (the relay), each exactly once. The
+// move is held at its target's Restore request while the second hundred
+// is sent, so those can only travel in the boundary batch, and the test
+// checks they did.
 // Reference: docs/PROTOCOL.md §5.5, §5.12, §12.1 items 4 and 22 (saved work
 // before relay; not relayed again).
 func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
@@ -150,26 +154,34 @@ func TestSavedWorkRunsBeforeRelayExactlyOnce(t *testing.T) {
 	kind := relocation.Kind{StableType: "gate", Producer: func() actor.Actor { return &gate{hold: hold} }, Policy: relocation.PreserveStateWith(gateState{})}
 	store := newStore(t)
 	a, b := startNodeWith(t, store, kind), startNodeWith(t, store, kind)
+	sealed := holdAtPrepare(t, b)
+	batch := watchBatch(t, b)
 	ctx := context.Background()
-	pid, err := a.driver.Spawn(ctx, "gate", "g1")
+	key := location.Key(location.KindActor, "g1")
+	pid, err := a.driver.Spawn(ctx, "gate", key.ID)
 	require.NoError(t, err)
 	root := a.node.System().Root
 	root.Send(pid, wrapperspb.String("hold")) // the turn in progress
 	for i := int64(1); i <= 100; i++ {
-		root.Send(pid, wrapperspb.Int64(i)) // queued: becomes saved work
+		root.Send(pid, wrapperspb.Int64(i)) // queued behind the turn
 	}
 	moved := make(chan error, 1)
 	go func() {
-		_, err := a.driver.Relocate(ctx, location.Key(location.KindActor, "g1"), b.node.Descriptor().GetNodeRid())
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 		moved <- err
 	}()
-	// The seal waits for the turn; these arrive while sealed or after.
-	for i := int64(101); i <= 200; i++ {
-		root.Send(pid, wrapperspb.Int64(i))
-	}
+	// The seal is asked for while the turn runs, so it lands right after
+	// it, ahead of the queued hundred: they become saved work.
+	testwait.For(t, func() bool { return relocation.Leaving(a.driver, key) }, "the move never began to seal")
 	close(hold)
+	sealed.wait(t)
+	for i := int64(101); i <= 200; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // sealed: the ingress hold
+	}
+	sealed.release()
 	require.NoError(t, <-moved)
-	require.Equal(t, int64(200), get(t, root.ActorSystem(), pid))
+	require.Equal(t, int64(200), get(t, root.ActorSystem(), pid), "each handled once, in order (negative: out of order)")
+	require.Equal(t, 100, batch.records(), "the sends posted while sealed travel in the boundary batch")
 }
 
 // A target that fails the Restore replies an explicit failure; the source

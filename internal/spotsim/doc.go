@@ -113,12 +113,13 @@
 // host; payload sizes, the factory and the application's state (an
 // incarnation's state is the list of messages it handled).
 //
-// The invariants are listed in check.go. A violation that is an instance
-// of a defect the simulation found and that is still present in the tree
-// is marked Known (known.go) and counted, not failed, so that the tree
-// stays green; each has a seed in TestKnownDefectSeeds that turns into a
-// pass once the defect is fixed; the machines' defects are probed on the
-// machines themselves.
+// The invariants are listed in check.go. The defects the simulation
+// found are listed in known.go, each with a seed in TestKnownDefectSeeds.
+// A fixed defect's seed must run clean and its probe of the machines must
+// find it absent, so a regression fails; a defect still open is marked
+// Known and counted by the random test while TestOpenDefects fails naming
+// it; the repeated first message is the protocol's documented behaviour
+// and is marked Known.
 //
 // Tests: TestRandomSchedules runs -sim.schedules random schedules
 // (default 2,000; env SIM_SCHEDULES; make sim-check runs 100,000) from

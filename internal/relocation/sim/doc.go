@@ -53,11 +53,12 @@
 //     (ConnectionLost), and a send on a cut link tells it again (a failed
 //     reconnect); slow packets.
 //
-// The invariants are listed in check.go. A violation that is an instance
-// of a protocol defect the simulation found and that is still present in
-// the tree is marked Known (known.go) and counted, not failed, so that the
-// tree stays green; each has a seed in TestKnownDefectSeeds that turns into
-// a pass once the defect is fixed.
+// The invariants are listed in check.go. The protocol defects the
+// simulation found are listed in known.go, each with a seed in
+// TestKnownDefectSeeds. A fixed defect's seed must run clean and its
+// probe of the machine must find it absent, so a regression fails; a
+// defect still open is marked Known and counted by the random test (which
+// goes on finding others) while TestOpenDefects fails naming it.
 //
 // To model a new effect of the machines, add its case to sourceEffect
 // (source.go) or targetEffect (target.go): an effect the model does not

@@ -133,7 +133,7 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 			total.SessionRefused, total.SessionsClosed)
 	}
 	for k, c := range known {
-		t.Logf("sim: known defect %q: %d violations (not failures while the handoff in the tree has it)", k, c)
+		t.Logf("sim: OPEN DEFECT %q: %d violations (counted here; TestOpenDefects fails while it is open)", k, c)
 	}
 	if len(failed) == 0 {
 		return total
