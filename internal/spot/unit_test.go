@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -185,7 +186,7 @@ func TestRouteBarrierWaitsForEveryCallUnderContention(t *testing.T) {
 // Reference: PROTOCOL.md §7.2 (a redelivery of the same operation gets
 // the retained terminal result; nothing runs twice).
 func TestOperationRunsOnce(t *testing.T) {
-	m := &Manager{results: map[string]*retained{}, cfg: Config{ResultRetention: time.Minute}}
+	m := &Manager{results: map[string]*retained{}, cfg: Config{ResultRetention: time.Minute}, clock: machine.Real}
 	var runs atomic.Int64
 	var wg sync.WaitGroup
 	replies := make([]*messages.SpotReply, 20)

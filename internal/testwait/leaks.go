@@ -64,6 +64,12 @@ func ignoredGoroutine(stack string) bool {
 		"google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run",
 		"net/http.(*persistConn).", // idle keep-alive connections of a shared HTTP client
 		"created by go.opentelemetry.io/otel",
+		// Proto.Actor's endpoint writer dials a stopped peer again for its
+		// retry count, sleeping 2 s between tries, and neither its remote's
+		// Shutdown nor the actor system's interrupts it; gRPC's connection
+		// attempts under it end with it.
+		"remote.(*endpointWriter).initialize",
+		"google.golang.org/grpc.(*addrConn).resetTransport",
 	} {
 		if strings.Contains(stack, s) {
 			return true
