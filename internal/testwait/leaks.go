@@ -70,6 +70,9 @@ func ignoredGoroutine(stack string) bool {
 		// attempts under it end with it.
 		"remote.(*endpointWriter).initialize",
 		"google.golang.org/grpc.(*addrConn).resetTransport",
+		// Proto.Actor's cluster: its log throttles run for the process,
+		// and the in-memory test provider's TTL reports outlive Shutdown.
+		"NewThrottle", "clusterproviders/test.(*Provider).startTtlReport",
 	} {
 		if strings.Contains(stack, s) {
 			return true
