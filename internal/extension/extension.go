@@ -126,11 +126,24 @@ type Extension struct {
 	stopped bool
 	retired []*life // ended lifecycles still answering late arrivals
 	stopCh  chan struct{}
-	done    chan struct{} // closed when the rejoin goroutine ends
+	// quit is cancelled when StopNow begins: a rejoin under way (a claim
+	// the store does not take, the wait for the old lifecycle's end) and
+	// every lifecycle's background work end then, rather than when their
+	// own timeouts run out.
+	quit       context.Context
+	cancelQuit context.CancelFunc
+	// background counts the lifecycles' goroutines (sweeps, scans,
+	// operators), which StopNow waits for once the rejoin goroutine ended
+	// (only it starts lifecycles after Start, so none is added then).
+	background sync.WaitGroup
+	done       chan struct{} // closed when the rejoin goroutine ends
 }
 
 // life is one node lifecycle.
 type life struct {
+	// ctx ends when the node stops, its lease ends, or the Extension
+	// stops: the lifecycle's background work ends with it.
+	ctx      context.Context
 	node     *meshnode.Node
 	driver   *relocation.Driver
 	spots    *spot.Manager
@@ -197,8 +210,10 @@ func Start(ctx context.Context, cfg Config) (*Extension, error) {
 	}
 
 	e := &Extension{cfg: cfg, kinds: append([]Kind(nil), cfg.Kinds...), stopCh: make(chan struct{}), done: make(chan struct{})}
+	e.quit, e.cancelQuit = context.WithCancel(context.Background())
 	l, err := e.startLife(ctx)
 	if err != nil {
+		e.cancelQuit()
 		return nil, err
 	}
 	e.cur.Store(l)
@@ -235,6 +250,15 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if err != nil {
 		return nil, err
 	}
+	lctx, cancel := context.WithCancel(e.quit)
+	e.goLife(func() {
+		select {
+		case <-node.Stopping():
+		case <-node.LeaseLost():
+		case <-lctx.Done():
+		}
+		cancel()
+	})
 	if cfg.Relocation.Logger == nil {
 		cfg.Relocation.Logger = cfg.Node.Logger
 	}
@@ -306,7 +330,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 		m.Stop()
 		return nil, failed(err)
 	}
-	l := &life{node: node, driver: d, spots: m, sessions: sessions}
+	l := &life{ctx: lctx, node: node, driver: d, spots: m, sessions: sessions}
 	if hasBoard {
 		e.serveOperators(l, board, feed)
 	}
@@ -317,16 +341,16 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			return nil, failed(err)
 		}
 	}
-	go e.sweepEnded(l)
-	go func() {
+	e.goLife(func() { e.sweepEnded(l) })
+	e.goLife(func() {
 		// An owner seen gone only just now is not taken over for a lease
 		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
 		// times, so such activations resume without waiting for a call.
 		for attempt := 0; ; attempt++ {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			rctx, cancel := context.WithTimeout(lctx, time.Minute)
 			err := m.Recover(rctx)
 			cancel()
-			if err == nil {
+			if err == nil || lctx.Err() != nil {
 				return
 			}
 			if !errors.Is(err, roamerr.ErrOwnerEnding) || attempt == 4 {
@@ -336,13 +360,23 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 				return
 			}
 			select {
-			case <-node.Stopping():
+			case <-lctx.Done():
 				return
 			case <-time.After(node.LeaseTTL()):
 			}
 		}
-	}()
+	})
 	return l, nil
+}
+
+// goLife runs f, a lifecycle's background work that ends with its ctx,
+// on a goroutine StopNow waits for.
+func (e *Extension) goLife(f func()) {
+	e.background.Add(1)
+	go func() {
+		defer e.background.Done()
+		f()
+	}()
 }
 
 // sweepPasses bounds the passes over the ended owners' objects after a
@@ -380,13 +414,11 @@ func (e *Extension) sweepEnded(l *life) {
 	waiting := false
 	for {
 		select {
-		case <-l.node.Stopping():
-			return
-		case <-l.node.LeaseLost():
+		case <-l.ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 		if nodes, err := l.node.Store().ListNodes(ctx, mesh); err == nil {
 			// A lifecycle whose heartbeat stood still for its TTL is
 			// revoked here, and its objects recovered by the next pass.
@@ -416,6 +448,7 @@ func (e *Extension) sweepEnded(l *life) {
 			sw, err := l.spots.RecoverEnded(ctx)
 			waiting = err != nil || sw.Waiting > 0
 			switch {
+			case err != nil && l.ctx.Err() != nil: // the lifecycle ended meanwhile
 			case err != nil:
 				log := e.logger()
 				log.Warn().Str("event", "spot_recovery_failed").Err(err).Int("recovered", sw.Recovered).Int("waiting", sw.Waiting).
@@ -432,25 +465,18 @@ func (e *Extension) sweepEnded(l *life) {
 // (roamctl drain, move) and its moves note; it first clears the notes that
 // ended lifecycles left behind.
 func (e *Extension) serveOperators(l *life, board location.Board, feed *operator.MoveFeed) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-l.node.Stopping():
-		case <-l.node.LeaseLost():
-		}
-		cancel()
-	}()
+	ctx := l.ctx
 	desc := l.node.Descriptor()
 	log := e.logger()
-	go operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log)
-	go feed.Run(ctx, log)
-	go func() {
+	e.goLife(func() { operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log) })
+	e.goLife(func() { feed.Run(ctx, log) })
+	e.goLife(func() {
 		sctx, scancel := context.WithTimeout(ctx, time.Minute)
 		defer scancel()
 		if _, err := location.SweepNotes(sctx, l.node.Store(), board, desc.GetMesh()); err != nil && ctx.Err() == nil {
 			log.Debug().Str("event", "note_sweep_failed").Err(err).Msg("notes of ended node lifecycles were not all removed")
 		}
-	}()
+	})
 }
 
 // direct runs the placement director for the lifecycle's life
@@ -477,13 +503,10 @@ func (e *Extension) direct(l *life, board location.Board, hasBoard bool) error {
 	}
 	l.director = d
 	d.Start()
-	go func() {
-		select {
-		case <-l.node.Stopping():
-		case <-l.node.LeaseLost():
-		}
+	e.goLife(func() {
+		<-l.ctx.Done()
 		d.Stop()
-	}()
+	})
 	return nil
 }
 
@@ -542,8 +565,8 @@ func (e *Extension) rejoinLoop() {
 		// with a typed failure; a fixed port must be freed for the new one.
 		l.sessions.Stop()
 		l.spots.Stop()
-		wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := l.driver.WaitEnded(wctx); err != nil && log != nil {
+		wctx, cancel := context.WithTimeout(e.quit, 10*time.Second)
+		if err := l.driver.WaitEnded(wctx); err != nil && e.quit.Err() == nil && log != nil {
 			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
 		}
 		cancel()
@@ -563,7 +586,10 @@ func (e *Extension) rejoinLoop() {
 			stopNode(l.node)
 		}
 		for attempt := 0; ; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if e.quit.Err() != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(e.quit, 30*time.Second)
 			next, err := e.startLife(ctx)
 			cancel()
 			if err == nil {
@@ -589,11 +615,14 @@ func (e *Extension) rejoinLoop() {
 				}
 				break
 			}
+			if e.quit.Err() != nil {
+				return // Stop cancelled the attempt
+			}
 			if log != nil {
 				log.Warn().Str("event", "node_rejoin_failed").Int("attempt", attempt).Err(err).Msg("starting a new node lifecycle failed; retrying")
 			}
 			select {
-			case <-e.stopCh:
+			case <-e.quit.Done():
 				return
 			case <-time.After(min(time.Duration(attempt+1)*time.Second, 10*time.Second)):
 			}
@@ -1174,12 +1203,24 @@ func (e *Extension) StopNow(ctx context.Context) error {
 	e.mu.Lock()
 	first := !e.stopped
 	e.stopped = true
+	e.mu.Unlock()
+	if first {
+		e.cancelQuit()
+		close(e.stopCh)
+	}
+	// A rejoin under way ends first (its attempt is cancelled; a lifecycle
+	// it had just started it stops itself): from here on the lifecycle in
+	// e.cur is the last one, and only this goroutine ends it.
+	rejoinEnded := false
+	select {
+	case <-e.done:
+		rejoinEnded = true
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
 	retired := e.retired
 	e.retired = nil
 	e.mu.Unlock()
-	if first {
-		close(e.stopCh)
-	}
 	for _, r := range retired {
 		stopNode(r.node)
 	}
@@ -1203,9 +1244,18 @@ func (e *Extension) StopNow(ctx context.Context) error {
 	l.spots.Stop()
 	err := l.node.Stop(ctx)
 	l.shutdown()
-	select { // a rejoin in progress stops what it started
-	case <-e.done:
-	case <-ctx.Done():
+	if rejoinEnded {
+		// Every lifecycle's background work was cancelled above (quit);
+		// none of it outlives the Extension.
+		waited := make(chan struct{})
+		go func() {
+			e.background.Wait()
+			close(waited)
+		}()
+		select {
+		case <-waited:
+		case <-ctx.Done():
+		}
 	}
 	return err
 }

@@ -245,8 +245,15 @@ type Node struct {
 	stopped   chan struct{} // closed when Stop has shut the actor system down
 	stopRenew chan struct{}
 	renewDone chan struct{}
-	stopOnce  sync.Once
-	stopErr   error
+	// life is cancelled when Stop begins: a renewal or orphan release in
+	// flight then ends at once instead of outliving the node by its own
+	// timeout. background counts the goroutines Stop waits for besides
+	// the lease loop.
+	life       context.Context
+	endLife    context.CancelFunc
+	background sync.WaitGroup
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Start starts the actor system and remote, then claims the node's
@@ -313,6 +320,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		stopRenew: make(chan struct{}),
 		renewDone: make(chan struct{}),
 	}
+	n.life, n.endLife = context.WithCancel(context.Background())
 	n.desc = &location.NodeDescriptor{
 		Mesh:            cfg.Mesh,
 		Name:            cfg.Name,
@@ -335,6 +343,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	claimSent := n.base
 	ls, err := n.claim(ctx, &claimSent)
 	if err != nil {
+		n.endLife()
 		if !n.attached {
 			n.shutdownTransport()
 			waitReleased(n.desc.Address)
@@ -349,6 +358,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.desc.LeaseId = string(ls.ID)
 	keeper, err := lease.New(lease.Config{TTL: cfg.LeaseTTL, Margin: cfg.LeaseMargin}, claimSent)
 	if err != nil { // checked by setDefaults; a claim is never left behind
+		n.endLife()
+		n.background.Wait() // the orphans' release, if the claim left one
 		_ = cfg.Store.ReleaseNode(ctx, n.desc)
 		if !n.attached {
 			n.shutdownTransport()
@@ -395,6 +406,7 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && time.Since(unsure) < 2*n.cfg.LeaseTTL+time.Second
 		if err == nil || !retry || ctx.Err() != nil {
 			if err == nil && len(orphans) > 0 {
+				n.background.Add(1)
 				go n.releaseOrphansLater(orphans)
 			}
 			return ls, err
@@ -432,9 +444,11 @@ func (n *Node) releaseOrphans(ctx context.Context, orphans []*location.NodeDescr
 }
 
 // releaseOrphansLater goes on releasing orphans the node started without,
-// until the store has none of them or their leases must have ended.
+// until the store has none of them, their leases must have ended, or the
+// node stops (they then end with their leases, as they would have).
 func (n *Node) releaseOrphansLater(orphans []*location.NodeDescriptor) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.LeaseTTL+time.Second)
+	defer n.background.Done()
+	ctx, cancel := context.WithTimeout(n.life, 2*n.cfg.LeaseTTL+time.Second)
 	defer cancel()
 	for len(orphans) > 0 {
 		select {
@@ -514,6 +528,11 @@ func startRemote(r *remote.Remote) (err error) {
 // that Valid turns false no later than the keeper decides to fence.
 func (n *Node) leaseLoop() {
 	defer close(n.renewDone)
+	// A renewal still in flight when the loop ends (Stop) is cancelled
+	// (n.life) and waited for: renewDone then means no goroutine of the
+	// lease is left.
+	var renewals sync.WaitGroup
+	defer renewals.Wait()
 	answers := make(chan lease.RenewAnswered, 1)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -528,7 +547,11 @@ func (n *Node) leaseLoop() {
 			return
 		}
 		if eff.Renew {
-			go n.renew(answers)
+			renewals.Add(1)
+			go func() {
+				defer renewals.Done()
+				n.renew(answers)
+			}()
 		}
 		timer.Reset(max(time.Until(eff.WakeAt), 0))
 		select {
@@ -550,9 +573,16 @@ func (n *Node) leaseLoop() {
 // renew sends one renewal and reports its answer with its send time.
 func (n *Node) renew(answers chan<- lease.RenewAnswered) {
 	sent := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), n.keeper.RequestTimeout())
+	ctx, cancel := context.WithTimeout(n.life, n.keeper.RequestTimeout())
 	err := n.cfg.Store.RenewLease(ctx, n.lease.ID)
 	cancel()
+	if n.life.Err() != nil {
+		// Stop cancelled it, so it proves nothing; the loop may have
+		// ended already (answers has room for the one renewal in flight,
+		// so this never blocks), and no failure is logged for a stop.
+		answers <- lease.RenewAnswered{SentAt: sent, Now: time.Now(), Answer: lease.NoAnswer}
+		return
+	}
 	a := lease.RenewAnswered{SentAt: sent, Now: time.Now(), Answer: lease.Renewed}
 	switch {
 	case err == nil:
@@ -759,7 +789,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		// End the lease's verdict first: from here nothing of this node
 		// dispatches or writes, before the claim is released.
 		close(n.stopRenew)
+		n.endLife()
 		<-n.renewDone
+		n.background.Wait()
 		// Bounded even under a context without a deadline: a store that
 		// does not answer must not keep the node from stopping, and the
 		// lease ends by itself within its TTL anyway.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,4 +284,46 @@ func TestStartReleasesItsOwnOrphanedClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, nodes, 1, "the orphaned claim was released")
 	require.Equal(t, n.Descriptor().GetNodeRid(), nodes[0].Node.GetNodeRid())
+}
+
+// stuckRenewals is a store whose renewals wait until their context ends,
+// as a store that does not answer; it records how each one ended.
+type stuckRenewals struct {
+	location.Store
+	inFlight atomic.Int32
+	mu       sync.Mutex
+	ended    []error
+}
+
+func (s *stuckRenewals) RenewLease(ctx context.Context, id location.LeaseID) error {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	<-ctx.Done()
+	s.mu.Lock()
+	s.ended = append(s.ended, ctx.Err())
+	s.mu.Unlock()
+	return fmt.Errorf("%w: renew %s: %w", location.ErrUnavailable, id, ctx.Err())
+}
+
+func (s *stuckRenewals) lastEnded() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ended) == 0 {
+		return nil
+	}
+	return s.ended[len(s.ended)-1]
+}
+
+// Stop ends the renewal in flight and returns once it has: no goroutine
+// of the node goes on waiting on the store under the renewal's own
+// timeout after the node stopped.
+func TestStopEndsTheRenewalInFlight(t *testing.T) {
+	s := &stuckRenewals{Store: memstore.New()}
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: s, LeaseTTL: 6 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	testwait.For(t, func() bool { return s.inFlight.Load() > 0 }, "the node never renewed its lease")
+	require.NoError(t, n.Stop(context.Background()))
+	require.Zero(t, s.inFlight.Load(), "a renewal is still waiting on the store after Stop returned")
+	require.ErrorIs(t, s.lastEnded(), context.Canceled, "the renewal ran to its own timeout instead of ending with the node")
 }
