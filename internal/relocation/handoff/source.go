@@ -202,11 +202,12 @@ func (s *Source) Step(ev Event) []Effect {
 	panic(fmt.Sprintf("handoff: a source in %s", s.phase))
 }
 
-// ignore is where every event a phase does not expect ends: a late or
-// duplicate answer, a timer of an earlier stretch that was not stopped, or
-// an event of a step the move is past. None changes anything, and none
-// is worth a log (a failure reply after relay-ready, the one that is, is
-// handled by the phases that can receive it).
+// ignore is where every event a phase of either machine does not expect
+// ends: a late or duplicate answer, a timer of an earlier stretch that was
+// not stopped, or an event of a step the move is past. None changes
+// anything and none is worth a log; the late events that are (a failure
+// reply after relay-ready, a conflicting Restore request, a late cutover)
+// are handled by the phases that receive them.
 func ignore(Event) []Effect { return nil }
 
 // stepRunning: before the seal (prep), and after a move that ended with
