@@ -11,53 +11,136 @@ import (
 )
 
 // Source is the hand-off of one relocation unit on the node it leaves.
+//
+// It is state-major, the way etcd's raft steps a node: the phase selects
+// one step function (stepRunning, stepPaused, stepRelayReady,
+// stepFollowing), and a phase with a life of its own keeps it in a
+// sub-phase that only that phase reads (prep, paused, follow). Three lives
+// cross phases and have their own fields: the payload copy, the boundary
+// batch and the question put to the store while the outcome is unknown.
 type Source struct {
 	cfg      Config
 	id       Identity
 	phase    Phase
 	deadline time.Time
 
-	started, admitting, sealing bool
+	// prep is SourceRunning's sub-phase: how far the move got before the
+	// seal. It is prepOver from the capture on, so a source that serves
+	// again after a move ignores everything.
+	prep prepStage
+	// paused is SourcePaused's sub-phase: waiting for the target's reply,
+	// or reconciling with the store after none came by the restore
+	// deadline (PROTOCOL.md §6.4).
+	paused pausedStage
+	// follow is FollowOnly's sub-phase: whether the move is confirmed and
+	// whether Message Follow ended.
+	follow followStage
+
+	payload  payloadStage
+	boundary boundaryStage
+
 	// sessionBound: a participant is bound to a client Session; its
 	// Session owner seals the binding before this source seals, and is told
-	// when the source serves again (docs/SESSIONS.md §2).
-	sessionBound    bool
-	sealingSessions bool // SealSessions was emitted, SessionsSealed not yet in
-	chunkLimit      int
-	manifest        envelope.Manifest
-	chunks          []envelope.Chunk
+	// when the source serves again (docs/SESSIONS.md §2). Set by Start.
+	sessionBound bool
+	// done: Complete was emitted. Always true in FollowOnly and once the
+	// source serves again after a move; in SourcePaused and RelayReady it
+	// is true when a reconciliation already answered "outcome unknown".
+	done       bool
+	chunkLimit int
+	manifest   envelope.Manifest
+	chunks     []envelope.Chunk // the payload's chunks while payload is held
+	epoch      uint32           // the boundary batch's resend epoch
 
-	epoch       uint32
-	cutoverSent bool
-	payloadHeld bool
-	reconciling bool
-	done        bool // Complete emitted
-	followEnded bool
-
-	// After the cutover (FollowOnly) the source holds the payload, the
-	// boundary batch and the application instance until the move is
-	// decided: confirmed once the store shows the target's commit (or the
-	// object is no longer this source's); until then a fence-out can still
-	// put the object back here (docs/FAULTS.md, "A target lost after
-	// relay-ready").
-	confirmed    bool
-	windowPassed bool // the resend window after the cutover is over
-	followDue    bool // the follow period ended before the move was confirmed
-
-	// While the outcome is unknown (reconciling, or after the cutover until
-	// confirmed) the source asks the store one question at a time.
-	asking      bool // a Reconcile, ConfirmCommit or FenceOut is unanswered
-	fenceOutDue bool // TimerFenceOut fired: the target's deadline is over
-	fencing     bool // the open question is a FenceOut
-	heldFailed  bool // FailHeld was emitted
-
-	// The boundary batch's wire copy is resent every cutover wait after
-	// the cutover (and at once on a connection loss) until the target
-	// acknowledges it, the batch goes back into this source's queue
-	// (Reinstate), or BoundaryAckPatience passes with the move confirmed.
-	boundaryDone bool // ReleaseBoundary was emitted
-	giveUpDue    bool // the patience ran out before the move was confirmed
+	// The store question, while the outcome is unknown (reconciling in
+	// SourcePaused, or unconfirmed in FollowOnly): one question at a time.
+	// It is not reset when the phase changes: a question put while
+	// reconciling is still answered after relay-ready, and that answer is
+	// judged after the cutover.
+	//
+	// asking: a Reconcile, ConfirmCommit or FenceOut is unanswered; no new
+	// question is put. Cleared by any answer (a read answers it even when
+	// a FenceOut is also out).
+	asking bool
+	// fencing: a FenceOut is unanswered; only then is FenceOutAnswered
+	// judged. Cleared by its answer or by a judged outcome.
+	fencing bool
+	// fenceOutDue: TimerFenceOut fired (the target's deadline is over): a
+	// record still at the source's fence is fenced out. Never cleared.
+	fenceOutDue bool
+	// heldFailed: FailHeld was emitted (once, at the first "outcome
+	// unknown" while reconciling in SourcePaused).
+	heldFailed bool
 }
+
+// prepStage is how far a move is before the seal (SourceRunning).
+type prepStage int
+
+const (
+	prepIdle            prepStage = iota // Start not yet in
+	prepQuerying                         // QueryCapability emitted
+	prepAdmitting                        // AwaitAdmission emitted
+	prepSealingSessions                  // SealSessions emitted (sessionBound)
+	prepSealing                          // Seal emitted: capture awaited
+	prepOver                             // captured, or the move ended before
+)
+
+// pausedStage is SourcePaused's sub-phase.
+type pausedStage int
+
+const (
+	pausedAwaitingReply pausedStage = iota // relay-ready or a failure may still come
+	pausedReconciling                      // the restore deadline passed without a reply
+)
+
+// followStage is FollowOnly's sub-phase. After the cutover the source
+// holds the payload, the boundary batch and the application instance
+// until the move is decided: confirmed once the store shows the target's
+// commit (or the object is no longer this source's); until then a
+// fence-out can still put the object back here (docs/FAULTS.md, "A target
+// lost after relay-ready"). A source that adopted the target's route while
+// reconciling starts confirmed.
+type followStage int
+
+const (
+	followUnconfirmed followStage = iota
+	// followUnconfirmedExpired: the follow period ended before the move
+	// was confirmed; Message Follow ends at the confirmation.
+	followUnconfirmedExpired
+	followConfirmed
+	followEnded // EndFollow was emitted
+)
+
+// payloadStage is the payload copy's life: held from the capture until
+// ReleasePayload. Before the cutover it is the only copy; after it, until
+// the move is confirmed, it is what a fence-out would serve from.
+type payloadStage int
+
+const (
+	payloadNone payloadStage = iota // not captured yet, or released
+	payloadHeld
+	// payloadKept: the resend window after the cutover is over; the copy
+	// goes once the move is confirmed.
+	payloadKept
+)
+
+// boundaryStage is the boundary batch's life after the cutover. Its wire
+// copy is resent every cutover wait (and at once on a connection loss)
+// until the target acknowledges it, the batch goes back into this
+// source's queue (Reinstate), or BoundaryAckPatience passes with the move
+// confirmed. Resending or overdue only in FollowOnly.
+type boundaryStage int
+
+const (
+	boundaryNone boundaryStage = iota // no cutover sent
+	boundaryResending
+	// boundaryOverdue: the patience ran out before the move was confirmed;
+	// the batch is dropped, unacknowledged, at the confirmation.
+	boundaryOverdue
+	boundaryReleased // ReleaseBoundary was emitted
+)
+
+func (b boundaryStage) held() bool { return b == boundaryResending || b == boundaryOverdue }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
 // absolute deadline of the Restore operation (docs/PROTOCOL.md §5.11).
@@ -74,7 +157,7 @@ func (s *Source) Identity() Identity { return s.id }
 // Finished reports whether nothing is left to do: decided, payload
 // released and Message Follow ended (or never started).
 func (s *Source) Finished() bool {
-	return s.done && !s.payloadHeld && (s.phase != FollowOnly || s.followEnded) && (!s.cutoverSent || s.boundaryDone)
+	return s.done && s.payload == payloadNone && (s.phase != FollowOnly || s.follow == followEnded) && !s.boundary.held()
 }
 
 func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
@@ -94,140 +177,295 @@ func (s *Source) completeOnce(effects []Effect, err error) []Effect {
 	return append(effects, s.complete(err))
 }
 
-// Step feeds one event and returns the effects to run, in order. Events
-// that do not apply to the current phase change nothing (a late or
-// duplicate answer); those worth knowing about come back as a Log effect.
+// serveAgain takes a backward edge to SourceRunning. The payload copy is
+// gone after it: the effects that follow restore the queue from it
+// (Unseal, Reinstate) before their ReleasePayload.
+func (s *Source) serveAgain() {
+	s.moveTo(SourceRunning)
+	s.payload, s.chunks = payloadNone, nil
+}
+
+// Step feeds one event and returns the effects to run, in order. The
+// phase's step function handles what the phase expects; everything else
+// goes to ignore.
 func (s *Source) Step(ev Event) []Effect {
+	switch s.phase {
+	case SourceRunning:
+		return s.stepRunning(ev)
+	case SourcePaused:
+		return s.stepPaused(ev)
+	case RelayReady:
+		return s.stepRelayReady(ev)
+	case FollowOnly:
+		return s.stepFollowing(ev)
+	}
+	panic(fmt.Sprintf("handoff: a source in %s", s.phase))
+}
+
+// ignore is where every event a phase of either machine does not expect
+// ends: a late or duplicate answer, a timer of an earlier stretch that was
+// not stopped, or an event of a step the move is past. None changes
+// anything and none is worth a log; the late events that are (a failure
+// reply after relay-ready, a conflicting Restore request, a late cutover)
+// are handled by the phases that receive them.
+func ignore(Event) []Effect { return nil }
+
+// stepRunning: before the seal (prep), and after a move that ended with
+// the source serving again (prepOver: everything is ignored).
+func (s *Source) stepRunning(ev Event) []Effect {
 	switch ev := ev.(type) {
 	case Start:
-		if s.started {
-			return nil
+		if s.prep == prepIdle {
+			s.prep = prepQuerying
+			s.sessionBound = ev.SessionBound
+			return []Effect{QueryCapability{}}
 		}
-		s.started = true
-		s.sessionBound = ev.SessionBound
-		return []Effect{QueryCapability{}}
-
 	case CapabilityAnswered:
-		if !s.started || s.admitting || s.done {
-			return nil
+		if s.prep == prepQuerying {
+			return s.capabilityAnswered(ev)
 		}
-		if !ev.Supported {
-			// An unusable target never blocks the source (PROTOCOL.md §5.2).
-			if ev.Code != "" {
-				return []Effect{s.complete(roamerr.FromCode(ev.Code, "target cannot host the object: "+ev.Reason))}
-			}
-			return []Effect{s.complete(fmt.Errorf("%w: target cannot host the object: %s", roamerr.ErrUnavailable, ev.Reason))}
-		}
-		s.chunkLimit = s.cfg.ChunkLimit
-		switch {
-		case ev.ReceiveChunkLimit == 0:
-			s.chunkLimit = min(s.chunkLimit, s.cfg.UnnegotiatedChunkLimit)
-		case int(ev.ReceiveChunkLimit) < s.chunkLimit:
-			s.chunkLimit = int(ev.ReceiveChunkLimit)
-		}
-		s.admitting = true
-		return []Effect{AwaitAdmission{}}
-
 	case Admitted:
-		if !s.admitting || s.sealing || s.sealingSessions || s.done {
-			return nil
+		if s.prep == prepAdmitting {
+			return s.admitted()
 		}
-		if s.sessionBound {
-			// The Session owner seals first: from then on it holds the
-			// client's messages, so none reaches a sealed source.
-			s.sealingSessions = true
-			return []Effect{SealSessions{}}
-		}
-		s.sealing = true
-		return []Effect{Seal{}}
-
 	case SessionsSealed:
-		if !s.sealingSessions || s.sealing || s.done {
-			return nil
+		if s.prep == prepSealingSessions {
+			return s.sessionsSealed(ev)
 		}
-		s.sealingSessions = false
-		if ev.Err != nil {
-			// Nothing sealed here: the object serves on. A seal whose
-			// reply was lost is released by the abort.
-			return []Effect{AbortSessions{}, s.complete(ev.Err)}
-		}
-		s.sealing = true
-		return []Effect{Seal{}}
-
 	case CaptureFailed:
-		if !s.sealing || s.phase != SourceRunning || s.done {
-			return nil
+		if s.prep == prepSealing {
+			return s.captureFailed(ev)
 		}
-		// Sealed but nothing left the node: restore and report. A capture
-		// that failed is the state's type; one that never came in time (a
-		// participant in a long turn) keeps its DeadlineExceeded.
-		s.moveTo(SourcePaused)
-		s.moveTo(SourceRunning)
-		err := roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err)
-		switch {
-		case errors.Is(ev.Err, roamerr.ErrDeadlineExceeded):
-			err = roamerr.Keep(roamerr.ErrDeadlineExceeded, "capture", ev.Err)
-		case errors.Is(ev.Err, roamerr.ErrBusy):
-			// An idle-only move found the object busy at its seal: it
-			// serves on, nothing captured (RelocateIfIdle).
-			err = roamerr.Keep(roamerr.ErrUnavailable, "capture", ev.Err)
-		}
-		return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
-
 	case Captured:
-		if !s.sealing || s.phase != SourceRunning || s.done {
-			return nil
+		if s.prep == prepSealing {
+			return s.captured(ev)
 		}
-		m, chunks, err := envelope.SplitStream(ev.Stream, s.chunkLimit)
-		if err != nil {
-			s.moveTo(SourcePaused)
-			s.moveTo(SourceRunning)
-			return s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))})
+	}
+	return ignore(ev)
+}
+
+func (s *Source) capabilityAnswered(ev CapabilityAnswered) []Effect {
+	if !ev.Supported {
+		// An unusable target never blocks the source (PROTOCOL.md §5.2).
+		s.prep = prepOver
+		if ev.Code != "" {
+			return []Effect{s.complete(roamerr.FromCode(ev.Code, "target cannot host the object: "+ev.Reason))}
 		}
+		return []Effect{s.complete(fmt.Errorf("%w: target cannot host the object: %s", roamerr.ErrUnavailable, ev.Reason))}
+	}
+	s.chunkLimit = s.cfg.ChunkLimit
+	switch {
+	case ev.ReceiveChunkLimit == 0:
+		s.chunkLimit = min(s.chunkLimit, s.cfg.UnnegotiatedChunkLimit)
+	case int(ev.ReceiveChunkLimit) < s.chunkLimit:
+		s.chunkLimit = int(ev.ReceiveChunkLimit)
+	}
+	s.prep = prepAdmitting
+	return []Effect{AwaitAdmission{}}
+}
+
+func (s *Source) admitted() []Effect {
+	if s.sessionBound {
+		// The Session owner seals first: from then on it holds the
+		// client's messages, so none reaches a sealed source.
+		s.prep = prepSealingSessions
+		return []Effect{SealSessions{}}
+	}
+	s.prep = prepSealing
+	return []Effect{Seal{}}
+}
+
+func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {
+	if ev.Err != nil {
+		// Nothing sealed here: the object serves on. A seal whose
+		// reply was lost is released by the abort.
+		s.prep = prepOver
+		return []Effect{AbortSessions{}, s.complete(ev.Err)}
+	}
+	s.prep = prepSealing
+	return []Effect{Seal{}}
+}
+
+func (s *Source) captureFailed(ev CaptureFailed) []Effect {
+	// Sealed but nothing left the node: restore and report. A capture
+	// that failed is the state's type; one that never came in time (a
+	// participant in a long turn) keeps its DeadlineExceeded.
+	s.prep = prepOver
+	s.moveTo(SourcePaused)
+	s.moveTo(SourceRunning)
+	err := roamerr.Wrap(roamerr.ErrTypeMismatch, "capture", ev.Err)
+	switch {
+	case errors.Is(ev.Err, roamerr.ErrDeadlineExceeded):
+		err = roamerr.Keep(roamerr.ErrDeadlineExceeded, "capture", ev.Err)
+	case errors.Is(ev.Err, roamerr.ErrBusy):
+		// An idle-only move found the object busy at its seal: it
+		// serves on, nothing captured (RelocateIfIdle).
+		err = roamerr.Keep(roamerr.ErrUnavailable, "capture", ev.Err)
+	}
+	return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
+}
+
+func (s *Source) captured(ev Captured) []Effect {
+	s.prep = prepOver
+	m, chunks, err := envelope.SplitStream(ev.Stream, s.chunkLimit)
+	if err != nil {
 		s.moveTo(SourcePaused)
-		s.manifest, s.chunks, s.payloadHeld = m, chunks, true
-		return []Effect{
-			SendPrepare{Manifest: m, ChunkLimit: s.chunkLimit},
-			SendChunks{Chunks: chunks},
-			StartTimer{Timer: TimerRestoreDeadline, At: s.deadline},
-		}
-
-	case FailedReceived:
-		// Also while reconciling: an explicit failure before relay-ready is
-		// accepted is exactly the condition for restoring the source.
-		if s.phase != SourcePaused {
-			if s.phase == RelayReady || s.phase == FollowOnly {
-				return []Effect{Log{Level: LevelWarn, Event: "failure_after_relay_ready", Msg: "explicit failure after relay-ready ignored: the boundary is irreversible"}}
-			}
-			return nil
-		}
-		// Restore the source queue from memory first, then send the
-		// RelocationAbort, one-way (PROTOCOL.md §6.2).
 		s.moveTo(SourceRunning)
-		s.payloadHeld, s.chunks, s.reconciling = false, nil, false
-		return s.completeOnce(s.withSessionAbort([]Effect{
-			StopTimer{Timer: TimerRestoreDeadline},
-			StopTimer{Timer: TimerReconcile},
-			Unseal{},
-			SendAbort{Reason: ev.Reason},
-			ReleasePayload{},
-		}), failureError(ev.Reason, ev.Detail))
+		return s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))})
+	}
+	s.moveTo(SourcePaused)
+	s.paused = pausedAwaitingReply
+	s.manifest, s.chunks, s.payload = m, chunks, payloadHeld
+	return []Effect{
+		SendPrepare{Manifest: m, ChunkLimit: s.chunkLimit},
+		SendChunks{Chunks: chunks},
+		StartTimer{Timer: TimerRestoreDeadline, At: s.deadline},
+	}
+}
 
+// stepPaused: sealed, the payload on its way. The target's reply decides
+// the move whether or not the source is reconciling: an explicit failure
+// before relay-ready is accepted is exactly the condition for restoring
+// the source, and a relay-ready that arrives while reconciling proceeds
+// normally (PROTOCOL.md §6.4).
+func (s *Source) stepPaused(ev Event) []Effect {
+	switch ev := ev.(type) {
+	case FailedReceived:
+		return s.failedBeforeRelayReady(ev)
 	case RelayReadyReceived:
-		if s.phase != SourcePaused {
-			return nil // duplicate reply
-		}
-		// A reply that arrives while reconciling still proceeds normally.
-		s.reconciling = false
 		s.moveTo(RelayReady)
 		return []Effect{StopTimer{Timer: TimerRestoreDeadline}, StopTimer{Timer: TimerReconcile}, RelayThenCutover{Epoch: s.epoch}}
-
-	case CutoverSent:
-		if s.phase != RelayReady || s.cutoverSent {
-			return nil
+	}
+	if s.paused == pausedReconciling {
+		return s.stepUndecided(ev, s.reconciled)
+	}
+	switch ev := ev.(type) {
+	case ConnectionLost:
+		// Prepare or chunks may be lost; the target keeps progress for a
+		// repeated Restore request of the same identity (PROTOCOL.md §5.6).
+		return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
+	case TimerFired:
+		if ev.Timer == TimerRestoreDeadline {
+			// No reply: the target may have committed after a lost
+			// relay-ready. Never reopen on a guess (PROTOCOL.md §6.4).
+			s.paused = pausedReconciling
+			s.asking = true
+			return []Effect{
+				Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"},
+				StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
+				Reconcile{},
+			}
 		}
-		s.cutoverSent = true
+	}
+	return ignore(ev)
+}
+
+// failedBeforeRelayReady restores the source queue from memory first,
+// then sends the RelocationAbort, one-way (PROTOCOL.md §6.2).
+func (s *Source) failedBeforeRelayReady(ev FailedReceived) []Effect {
+	s.serveAgain()
+	return s.completeOnce(s.withSessionAbort([]Effect{
+		StopTimer{Timer: TimerRestoreDeadline},
+		StopTimer{Timer: TimerReconcile},
+		Unseal{},
+		SendAbort{Reason: ev.Reason},
+		ReleasePayload{},
+	}), failureError(ev.Reason, ev.Detail))
+}
+
+// failureAfterRelayReady: accepting relay-ready ended the source's
+// ability to restore itself on the target's word (PROTOCOL.md §6.1).
+func failureAfterRelayReady() []Effect {
+	return []Effect{Log{Level: LevelWarn, Event: "failure_after_relay_ready", Msg: "explicit failure after relay-ready ignored: the boundary is irreversible"}}
+}
+
+// stepUndecided is the store question's life, shared by reconciling
+// (SourcePaused) and the unconfirmed stretch after the cutover
+// (FollowOnly): the answers to the questions put to the store, and the
+// timers that put the next one. decide takes a judged outcome.
+func (s *Source) stepUndecided(ev Event, decide func(ReconcileAnswered) []Effect) []Effect {
+	switch ev := ev.(type) {
+	case ReconcileRead:
+		s.asking = false
+		return s.judge(ev)
+	case FenceOutAnswered:
+		if !s.fencing {
+			break
+		}
+		s.asking, s.fencing = false, false
+		if ev.Err == nil {
+			return s.Step(ReconcileAnswered{FencedOut: true})
+		}
+		return s.Step(ReconcileAnswered{}) // conflict or unknown: the next read decides
+	case ReconcileAnswered:
+		s.asking, s.fencing = false, false
+		return decide(ev)
+	case TimerFired:
+		switch ev.Timer {
+		case TimerReconcile:
+			return s.ask()
+		case TimerFenceOut:
+			if !s.fenceOutDue {
+				s.fenceOutDue = true
+				return s.ask()
+			}
+		}
+	}
+	return ignore(ev)
+}
+
+// reconciled decides a move whose target did not reply by the restore
+// deadline from a judged outcome (PROTOCOL.md §6.4).
+func (s *Source) reconciled(ev ReconcileAnswered) []Effect {
+	switch {
+	case ev.SourceEnded:
+		// This node's lifecycle ended while the outcome was unknown:
+		// nothing here can decide it any more (the store no longer
+		// takes this node's writes). The held work goes back into the
+		// incarnation, which the ended lifecycle then fails loudly.
+		s.serveAgain()
+		return s.completeOnce([]Effect{StopTimer{Timer: TimerReconcile}, Unseal{}, ReleasePayload{}},
+			fmt.Errorf("%w: the source's owner lease ended while the move's outcome was unknown", roamerr.ErrUnavailable))
+	case ev.TargetOwns:
+		// The commit is known: the move is confirmed here (the payload
+		// goes after the resend window, follow ends after its period).
 		s.moveTo(FollowOnly)
+		s.follow = followConfirmed
+		return s.completeOnce([]Effect{
+			AdoptTargetRoute{},
+			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
+			StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
+		}, nil)
+	case ev.FencedOut:
+		// The target never committed and now never can (the store
+		// fences its CAS out): like an explicit failure, the source
+		// queue is restored, parked sends first, and the object serves
+		// again (PROTOCOL.md §6.4).
+		s.serveAgain()
+		return s.completeOnce(s.withSessionAbort([]Effect{
+			StopTimer{Timer: TimerReconcile},
+			Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit by its restore deadline and is fenced out; the source serves again"},
+			Unseal{},
+			ReleasePayload{},
+		}), fmt.Errorf("%w: the target did not commit by its restore deadline", roamerr.ErrUnavailable))
+	}
+	var effects []Effect
+	if !s.heldFailed {
+		s.heldFailed = true
+		effects = append(effects, FailHeld{Err: fmt.Errorf("%w: relocation outcome unknown; the object is unavailable until reconciled", roamerr.ErrUnavailable)})
+	}
+	effects = s.completeOnce(effects, fmt.Errorf("%w: relocation outcome unknown (no reply before the restore deadline)", roamerr.ErrUnavailable))
+	return append(effects, StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout})
+}
+
+// stepRelayReady: relay-ready accepted, the relay and the cutover going
+// out.
+func (s *Source) stepRelayReady(ev Event) []Effect {
+	switch ev.(type) {
+	case CutoverSent:
+		s.moveTo(FollowOnly)
+		s.follow = followUnconfirmed
+		s.boundary = boundaryResending
 		s.asking = true
 		return s.completeOnce([]Effect{
 			StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
@@ -237,20 +475,31 @@ func (s *Source) Step(ev Event) []Effect {
 			StartTimer{Timer: TimerBoundaryGiveUp, After: s.cfg.ackPatience()},
 			ConfirmCommit{Until: s.fenceOutAt()},
 		}, nil)
+	case FailedReceived:
+		return failureAfterRelayReady()
+	case ReconcileAnswered:
+		// The answer to a question put while reconciling closes it; the
+		// move itself goes on from relay-ready.
+		s.asking, s.fencing = false, false
+	}
+	return ignore(ev)
+}
 
+// stepFollowing: after the cutover (or the reconciliation that found the
+// target committed). The payload, the boundary batch and Message Follow
+// each end on their own timer, and, while the move is unconfirmed, the
+// store question goes on.
+func (s *Source) stepFollowing(ev Event) []Effect {
+	switch ev := ev.(type) {
+	case FailedReceived:
+		return failureAfterRelayReady()
 	case BoundaryAcked:
-		if !s.cutoverSent || s.boundaryDone {
-			return nil
+		if s.boundary.held() {
+			return s.releaseBoundary(false)
 		}
-		return s.releaseBoundary(false)
-
+		return ignore(ev)
 	case ConnectionLost:
-		switch {
-		case s.phase == SourcePaused && !s.reconciling:
-			// Prepare or chunks may be lost; the target keeps progress for a
-			// repeated Restore request of the same identity (PROTOCOL.md §5.6).
-			return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
-		case s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone:
+		if s.boundary.held() {
 			// The boundary batch may not have reached the target: resend
 			// it whole now (TimerBoundaryResend goes on repeating it until
 			// the target acknowledges it). The target keeps what it
@@ -258,148 +507,65 @@ func (s *Source) Step(ev Event) []Effect {
 			s.epoch++
 			return []Effect{ResendBoundary{Epoch: s.epoch}}
 		}
-		return nil
-
-	case ReconcileRead:
-		if !s.undecided() {
-			return nil
-		}
-		s.asking = false
-		return s.judge(ev)
-
-	case FenceOutAnswered:
-		if !s.undecided() || !s.fencing {
-			return nil
-		}
-		s.asking, s.fencing = false, false
-		if ev.Err == nil {
-			return s.Step(ReconcileAnswered{FencedOut: true})
-		}
-		return s.Step(ReconcileAnswered{}) // conflict or unknown: the next read decides
-
-	case ReconcileAnswered:
-		s.asking, s.fencing = false, false
-		if s.phase == FollowOnly && s.cutoverSent {
-			return s.confirm(ev)
-		}
-		if !s.reconciling || s.phase != SourcePaused {
-			return nil
-		}
-		if ev.SourceEnded {
-			// This node's lifecycle ended while the outcome was unknown:
-			// nothing here can decide it any more (the store no longer
-			// takes this node's writes). The held work goes back into the
-			// incarnation, which the ended lifecycle then fails loudly.
-			s.moveTo(SourceRunning)
-			s.payloadHeld, s.chunks, s.reconciling = false, nil, false
-			effects := []Effect{StopTimer{Timer: TimerReconcile}, Unseal{}, ReleasePayload{}}
-			if !s.done {
-				effects = append(effects, s.complete(fmt.Errorf("%w: the source's owner lease ended while the move's outcome was unknown", roamerr.ErrUnavailable)))
-			}
-			return effects
-		}
-		if ev.TargetOwns {
-			// The commit is known: the move is confirmed here (the payload
-			// goes after the resend window, follow ends after its period).
-			s.reconciling = false
-			s.confirmed = true
-			s.moveTo(FollowOnly)
-			effects := []Effect{
-				AdoptTargetRoute{},
-				StartTimer{Timer: TimerResendWindow, After: s.cfg.CutoverWaitTimeout},
-				StartTimer{Timer: TimerFollow, After: s.cfg.FollowDuration},
-			}
-			if !s.done {
-				effects = append(effects, s.complete(nil))
-			}
-			return effects
-		}
-		if ev.FencedOut {
-			// The target never committed and now never can (the store
-			// fences its CAS out): like an explicit failure, the source
-			// queue is restored, parked sends first, and the object serves
-			// again (PROTOCOL.md §6.4).
-			s.moveTo(SourceRunning)
-			s.payloadHeld, s.chunks, s.reconciling = false, nil, false
-			effects := []Effect{
-				StopTimer{Timer: TimerReconcile},
-				Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit by its restore deadline and is fenced out; the source serves again"},
-				Unseal{},
-				ReleasePayload{},
-			}
-			effects = s.withSessionAbort(effects)
-			if !s.done {
-				effects = append(effects, s.complete(fmt.Errorf("%w: the target did not commit by its restore deadline", roamerr.ErrUnavailable)))
-			}
-			return effects
-		}
-		var effects []Effect
-		if !s.heldFailed {
-			s.heldFailed = true
-			effects = append(effects, FailHeld{Err: fmt.Errorf("%w: relocation outcome unknown; the object is unavailable until reconciled", roamerr.ErrUnavailable)})
-		}
-		if !s.done {
-			effects = append(effects, s.complete(fmt.Errorf("%w: relocation outcome unknown (no reply before the restore deadline)", roamerr.ErrUnavailable)))
-		}
-		return append(effects, StartTimer{Timer: TimerReconcile, After: s.cfg.CutoverWaitTimeout})
-
+		return ignore(ev)
 	case TimerFired:
 		switch ev.Timer {
-		case TimerRestoreDeadline:
-			if s.phase == SourcePaused && !s.reconciling {
-				// No reply: the target may have committed after a lost
-				// relay-ready. Never reopen on a guess (PROTOCOL.md §6.4).
-				s.reconciling = true
-				s.asking = true
-				return []Effect{
-					Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"},
-					StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
-					Reconcile{},
-				}
-			}
-		case TimerReconcile:
-			return s.ask()
-		case TimerFenceOut:
-			if s.undecided() && !s.fenceOutDue {
-				s.fenceOutDue = true
-				return s.ask()
-			}
-		case TimerResendWindow:
-			// Only after the cutover: before it the payload is the only
-			// copy. Until the move is confirmed it is also what a fence-out
-			// would serve from.
-			if s.phase == FollowOnly && !s.windowPassed {
-				s.windowPassed = true
-				return s.releaseIfDecided()
-			}
-		case TimerBoundaryResend:
-			if s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone {
-				s.epoch++
-				return []Effect{ResendBoundary{Epoch: s.epoch}, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout}}
-			}
-		case TimerBoundaryGiveUp:
-			if s.phase == FollowOnly && s.cutoverSent && !s.boundaryDone {
-				if !s.confirmed {
-					// A fence-out may still put the batch back into this
-					// source's queue: decide at the confirmation.
-					s.giveUpDue = true
-					return nil
-				}
-				return s.releaseBoundary(true)
-			}
-		case TimerFollow:
-			if s.phase == FollowOnly && !s.followEnded {
-				if s.cutoverSent && !s.confirmed {
-					s.followDue = true // the move may still come back here
-					return nil
-				}
-				s.followEnded = true
-				return []Effect{EndFollow{}}
-			}
+		case TimerResendWindow, TimerFollow:
+			return s.followTimer(ev.Timer)
+		case TimerBoundaryResend, TimerBoundaryGiveUp:
+			return s.boundaryTimer(ev.Timer)
 		}
-		return nil
+	}
+	if s.unconfirmed() {
+		return s.stepUndecided(ev, s.confirm)
+	}
+	return ignore(ev)
+}
+
+func (s *Source) unconfirmed() bool {
+	return s.follow == followUnconfirmed || s.follow == followUnconfirmedExpired
+}
+
+// followTimer: the resend window and the follow period, after the cutover
+// (or the adoption of the target's route).
+func (s *Source) followTimer(tm Timer) []Effect {
+	switch tm {
+	case TimerResendWindow:
+		// Only after the cutover: before it the payload is the only
+		// copy. Until the move is confirmed it is also what a fence-out
+		// would serve from.
+		if s.payload == payloadHeld {
+			s.payload = payloadKept
+			return s.releaseIfDecided()
+		}
+	case TimerFollow:
+		switch s.follow {
+		case followUnconfirmed:
+			s.follow = followUnconfirmedExpired // the move may still come back here
+		case followConfirmed:
+			s.follow = followEnded
+			return []Effect{EndFollow{}}
+		}
 	}
 	return nil
+}
+
+// boundaryTimer: the boundary batch's resends after the cutover, until
+// the target acknowledges it or the patience runs out.
+func (s *Source) boundaryTimer(tm Timer) []Effect {
+	switch {
+	case !s.boundary.held():
+		return nil
+	case tm == TimerBoundaryResend:
+		s.epoch++
+		return []Effect{ResendBoundary{Epoch: s.epoch}, StartTimer{Timer: TimerBoundaryResend, After: s.cfg.CutoverWaitTimeout}}
+	case s.unconfirmed():
+		// A fence-out may still put the batch back into this source's
+		// queue: decide at the confirmation.
+		s.boundary = boundaryOverdue
+		return nil
+	}
+	return s.releaseBoundary(true)
 }
 
 // fenceOutAt is when a move still undecided may be fenced out: the
@@ -408,16 +574,10 @@ func (s *Source) Step(ev Event) []Effect {
 // one cutover wait for its last answer.
 func (s *Source) fenceOutAt() time.Time { return s.deadline.Add(s.cfg.CutoverWaitTimeout) }
 
-// undecided reports whether the move's outcome is unknown to the source:
-// reconciling before relay-ready, or after the cutover until confirmed.
-func (s *Source) undecided() bool {
-	return (s.phase == SourcePaused && s.reconciling) || (s.phase == FollowOnly && s.cutoverSent && !s.confirmed)
-}
-
 // ask puts the next question to the store, if none is open: a read while
 // reconciling, a read (then watches) after the cutover.
 func (s *Source) ask() []Effect {
-	if !s.undecided() || s.asking {
+	if s.asking {
 		return nil
 	}
 	s.asking = true
@@ -483,12 +643,10 @@ func (s *Source) judge(ev ReconcileRead) []Effect {
 // (PROTOCOL.md §6.1); the fence-out is what makes it safe
 // (PROTOCOL.md §6.5; docs/FAULTS.md, "A target lost after relay-ready").
 func (s *Source) confirm(ev ReconcileAnswered) []Effect {
-	if s.confirmed {
-		return nil
-	}
 	switch {
 	case ev.TargetOwns || ev.SourceEnded:
-		s.confirmed = true
+		followDue := s.follow == followUnconfirmedExpired
+		s.follow = followConfirmed
 		effects := []Effect{StopTimer{Timer: TimerReconcile}, StartFollow{}, CloseOut{}}
 		if ev.SourceEnded {
 			// Undecided, and this lifecycle can no longer fence the move
@@ -500,17 +658,16 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 				Msg: "this node's owner lease ended before the move's commit showed: the saved work and boundary batch are the target's if its commit lands, otherwise lost with this ended owner"}}, effects...)
 		}
 		effects = append(effects, s.releaseIfDecided()...)
-		if s.giveUpDue && !s.boundaryDone {
+		if s.boundary == boundaryOverdue {
 			effects = append(effects, s.releaseBoundary(true)...)
 		}
-		if s.followDue && !s.followEnded {
-			s.followEnded = true
+		if followDue {
+			s.follow = followEnded
 			effects = append(effects, EndFollow{})
 		}
 		return effects
 	case ev.FencedOut:
-		s.moveTo(SourceRunning)
-		s.payloadHeld, s.chunks = false, nil
+		s.serveAgain()
 		effects := []Effect{
 			StopTimer{Timer: TimerReconcile},
 			StopTimer{Timer: TimerFenceOut},
@@ -521,7 +678,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			ReleasePayload{},
 		}
 		effects = s.withSessionAbort(effects)
-		if !s.boundaryDone {
+		if s.boundary.held() {
 			// The batch is back in this source's queue: no resends.
 			effects = append(effects, s.releaseBoundary(false)...)
 		}
@@ -554,17 +711,17 @@ func (s *Source) withSessionAbort(effects []Effect) []Effect {
 // releaseBoundary stops the boundary batch's resends and drops its wire
 // copy, once.
 func (s *Source) releaseBoundary(unacknowledged bool) []Effect {
-	s.boundaryDone = true
+	s.boundary = boundaryReleased
 	return []Effect{StopTimer{Timer: TimerBoundaryResend}, StopTimer{Timer: TimerBoundaryGiveUp}, ReleaseBoundary{Unacknowledged: unacknowledged}}
 }
 
-// releaseIfDecided drops payload and boundary batch once the resend window
-// is over and the move is confirmed.
+// releaseIfDecided drops the payload copy once the resend window is over
+// and the move is confirmed.
 func (s *Source) releaseIfDecided() []Effect {
-	if !s.windowPassed || !s.confirmed || !s.payloadHeld {
+	if s.payload != payloadKept || s.unconfirmed() {
 		return nil
 	}
-	s.payloadHeld, s.chunks = false, nil
+	s.payload, s.chunks = payloadNone, nil
 	return []Effect{ReleasePayload{}}
 }
 
