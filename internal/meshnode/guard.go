@@ -28,6 +28,7 @@ import (
 
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/failure"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 )
 
@@ -407,7 +408,7 @@ func (g *guardedStream) identify() error {
 		return errors.New("the peer's certificate names no roam node")
 	}
 	n := g.hooks.node.Load()
-	if n == nil || time.Now().Before(g.retryAt) {
+	if n == nil || machine.Real.Now().Before(g.retryAt) { // pacing
 		return errNotYet
 	}
 	ctx, cancel := context.WithTimeout(g.Context(), identifyTimeout)
@@ -421,7 +422,7 @@ func (g *guardedStream) identify() error {
 		return fmt.Errorf("the peer connects as %s, where no live node is: %w", g.declared, err)
 	case d == nil && err != nil:
 		// Not asked again for a moment: each try holds the stream.
-		g.retryAt = time.Now().Add(time.Second)
+		g.retryAt = machine.Real.Now().Add(time.Second)
 		return errNotYet
 	case !slices.Contains(named, d.GetName()):
 		return fmt.Errorf("the peer's certificate names node(s) %q, the node at %s is %q", named, g.declared, d.GetName())

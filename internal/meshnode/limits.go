@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 )
 
@@ -205,12 +206,12 @@ func (c *countedConn) Close() error {
 func firstFrame(ctx context.Context, ss grpc.ServerStream, m any, timeout time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- ss.RecvMsg(m) }()
-	t := time.NewTimer(timeout)
+	fire, t := machine.NewTimer(machine.Real, timeout) // a socket's timeout: real time
 	defer t.Stop()
 	select {
 	case err := <-done:
 		return err
-	case <-t.C:
+	case <-fire:
 		return errNoFirstFrame
 	case <-ctx.Done():
 		return ctx.Err()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -64,9 +65,11 @@ func newMembers(store location.Store) *members {
 // when the store cannot tell (or ctx ends first; a store that refuses
 // roam's token: roamerr.ErrPermissionDenied).
 func (m *members) at(ctx context.Context, address string) (*location.NodeDescriptor, error) {
-	arrived := time.Now()
+	// The membership cache paces store reads: real time, whatever the
+	// node's clock, so a node joining in a logical-time test is seen.
+	arrived := machine.Real.Now()
 	for {
-		now := time.Now()
+		now := machine.Real.Now()
 		m.mu.Lock()
 		s, known := m.seen[address]
 		switch {
@@ -145,7 +148,7 @@ func (m *members) listLocked(ctx context.Context, now time.Time) error {
 // listing them (once for every caller waiting) otherwise.
 func (m *members) live(ctx context.Context, maxAge time.Duration) ([]*location.NodeDescriptor, error) {
 	for {
-		now := time.Now()
+		now := machine.Real.Now()
 		m.mu.Lock()
 		switch {
 		case m.listing != nil:
@@ -171,9 +174,9 @@ func (m *members) live(ctx context.Context, maxAge time.Duration) ([]*location.N
 func sleepOn(ctx context.Context, ch <-chan struct{}, d time.Duration) error {
 	var after <-chan time.Time
 	if d > 0 {
-		t := time.NewTimer(d)
+		fire, t := machine.NewTimer(machine.Real, d)
 		defer t.Stop()
-		after = t.C
+		after = fire
 	}
 	select {
 	case <-ch:
@@ -225,7 +228,7 @@ func (m *members) read(ctx context.Context, mesh, rid string, generation uint64,
 		return nil, fmt.Errorf("%w: node %s is not that lifecycle at %s", ErrNotMember, rid, address)
 	}
 	m.mu.Lock()
-	m.seen[address] = memberSeen{desc: d, at: time.Now()}
+	m.seen[address] = memberSeen{desc: d, at: machine.Real.Now()}
 	m.mu.Unlock()
 	return d, nil
 }

@@ -241,6 +241,11 @@ type Node struct {
 	watchMu    sync.Mutex
 	watchers   []func(lease.Status)
 
+	// unsettled counts what the lease loop has yet to take: fired Ticks
+	// and renewals sent whose answers the keeper has not stepped
+	// (Settled). The first Tick counts as pending from Start.
+	unsettled atomic.Int32
+
 	leaseLost chan struct{}
 	stopped   chan struct{} // closed when Stop has shut the actor system down
 	stopRenew chan struct{}
@@ -325,7 +330,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		Mesh:            cfg.Mesh,
 		Name:            cfg.Name,
 		NodeRid:         uuid.NewString(),
-		NodeGeneration:  uint64(time.Now().UnixNano()),
+		NodeGeneration:  newNodeGeneration(),
 		EntrySpotId:     NewEntrySpotID(cfg.EntryPrefix),
 		Address:         system.Address(),
 		StableTypes:     append([]string(nil), cfg.StableTypes...),
@@ -339,7 +344,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.members = newMembers(cfg.Store)
 	ask.SetLogger(*cfg.Logger)
 	n.log = cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
-	n.base = time.Now()
+	n.base = n.Clock().Now()
 	claimSent := n.base
 	ls, err := n.claim(ctx, &claimSent)
 	if err != nil {
@@ -369,6 +374,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.keeper = keeper
 	node.Store(n)
 	n.publish()
+	n.unsettled.Store(1) // the loop's first Tick
 	n.log.Info().Str("event", "node_started").Str("entry_spot_id", n.desc.EntrySpotId).Str("lease_id", string(ls.ID)).Msg("node claimed")
 	go n.leaseLoop()
 	return n, nil
@@ -395,15 +401,15 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 	var orphans []*location.NodeDescriptor
 	var unsure time.Time // the last indeterminate attempt
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		*sent = time.Now()
+		*sent = n.Clock().Now()
 		ls, err := n.cfg.Store.ClaimNode(ctx, n.desc, n.cfg.LeaseTTL)
 		if errors.Is(err, location.ErrIndeterminate) {
-			unsure = time.Now()
+			unsure = n.Clock().Now()
 			orphans = append(orphans, proto.Clone(n.desc).(*location.NodeDescriptor))
 		}
 		orphans = n.releaseOrphans(ctx, orphans)
 		retry := errors.Is(err, location.ErrUnavailable) || errors.Is(err, location.ErrIndeterminate) ||
-			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && time.Since(unsure) < 2*n.cfg.LeaseTTL+time.Second
+			errors.Is(err, location.ErrNodeNameTaken) && !unsure.IsZero() && machine.Since(n.Clock(), unsure) < 2*n.cfg.LeaseTTL+time.Second
 		if err == nil || !retry || ctx.Err() != nil {
 			if err == nil && len(orphans) > 0 {
 				n.background.Add(1)
@@ -416,9 +422,9 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 		select {
 		case <-ctx.Done():
 			return location.Lease{}, err
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing
 		}
-		n.desc.NodeRid, n.desc.NodeGeneration = uuid.NewString(), uint64(time.Now().UnixNano())
+		n.desc.NodeRid, n.desc.NodeGeneration = uuid.NewString(), newNodeGeneration()
 		n.desc.EntrySpotId = NewEntrySpotID(n.cfg.EntryPrefix)
 		n.log = n.cfg.Logger.With().Str("node_rid", n.desc.NodeRid).Str("address", n.desc.Address).Logger()
 	}
@@ -448,13 +454,13 @@ func (n *Node) releaseOrphans(ctx context.Context, orphans []*location.NodeDescr
 // node stops (they then end with their leases, as they would have).
 func (n *Node) releaseOrphansLater(orphans []*location.NodeDescriptor) {
 	defer n.background.Done()
-	ctx, cancel := context.WithTimeout(n.life, 2*n.cfg.LeaseTTL+time.Second)
+	ctx, cancel := machine.WithTimeout(n.life, n.Clock(), 2*n.cfg.LeaseTTL+time.Second)
 	defer cancel()
 	for len(orphans) > 0 {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-machine.After(machine.Real, time.Second): // pacing
 		}
 		orphans = n.releaseOrphans(ctx, orphans)
 	}
@@ -477,14 +483,14 @@ const MaxFrameBytes = 64 << 20
 // Proto.Actor starts gRPC's Serve on a goroutine, so a Stop that comes
 // first leaves the listener open until that goroutine runs.
 func waitReleased(address string) {
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	deadline := machine.Real.Now().Add(2 * time.Second) // the OS's socket, real time
+	for machine.Real.Now().Before(deadline) {
 		l, err := net.Listen("tcp", address)
 		if err == nil {
 			l.Close()
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		<-machine.After(machine.Real, 5*time.Millisecond)
 	}
 }
 
@@ -534,9 +540,13 @@ func (n *Node) leaseLoop() {
 	var renewals sync.WaitGroup
 	defer renewals.Wait()
 	answers := make(chan lease.RenewAnswered, 1)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var ev lease.Event = lease.Tick{Now: time.Now()}
+	clock := n.Clock()
+	// fire outlives each arming: a timer stopped too late to keep its
+	// Tick still delivers it, and a Tick is only a look at the clock.
+	fire := make(chan time.Time, 4)
+	var timer machine.Timer = stoppedTimer{}
+	defer func() { timer.Stop() }()
+	var ev lease.Event = lease.Tick{Now: clock.Now()}
 	for {
 		eff := n.keeper.Step(ev)
 		n.publish() // every proof moves validUntil, not only a change of status
@@ -544,19 +554,34 @@ func (n *Node) leaseLoop() {
 			n.changed(eff.Reason)
 		}
 		if n.keeper.Status() == lease.Ended {
+			n.unsettled.Add(-n.unsettled.Load())
 			return
 		}
 		if eff.Renew {
+			n.unsettled.Add(1) // until the keeper took its answer
 			renewals.Add(1)
 			go func() {
 				defer renewals.Done()
 				n.renew(answers)
 			}()
 		}
-		timer.Reset(max(time.Until(eff.WakeAt), 0))
+		if _, tick := ev.(lease.Tick); tick {
+			n.unsettled.Add(-1)
+		} else if _, answered := ev.(lease.RenewAnswered); answered {
+			n.unsettled.Add(-1)
+		}
+		timer.Stop()
+		timer = clock.AfterFunc(max(machine.Until(clock, eff.WakeAt), 0), func() {
+			n.unsettled.Add(1) // until the keeper stepped this Tick
+			select {
+			case fire <- clock.Now():
+			default:
+				n.unsettled.Add(-1) // Ticks are pending already: one look suffices
+			}
+		})
 		select {
 		case <-n.stopRenew:
-			eff := n.keeper.Step(lease.Stopped{Now: time.Now()})
+			eff := n.keeper.Step(lease.Stopped{Now: clock.Now()})
 			n.publish()
 			if eff.Changed {
 				n.changed(eff.Reason)
@@ -564,7 +589,7 @@ func (n *Node) leaseLoop() {
 			return
 		case a := <-answers:
 			ev = a
-		case now := <-timer.C:
+		case now := <-fire:
 			ev = lease.Tick{Now: now}
 		}
 	}
@@ -572,18 +597,19 @@ func (n *Node) leaseLoop() {
 
 // renew sends one renewal and reports its answer with its send time.
 func (n *Node) renew(answers chan<- lease.RenewAnswered) {
-	sent := time.Now()
-	ctx, cancel := context.WithTimeout(n.life, n.keeper.RequestTimeout())
+	clock := n.Clock()
+	sent := clock.Now()
+	ctx, cancel := machine.WithTimeout(n.life, clock, n.keeper.RequestTimeout())
 	err := n.cfg.Store.RenewLease(ctx, n.lease.ID)
 	cancel()
 	if n.life.Err() != nil {
 		// Stop cancelled it, so it proves nothing; the loop may have
 		// ended already (answers has room for the one renewal in flight,
 		// so this never blocks), and no failure is logged for a stop.
-		answers <- lease.RenewAnswered{SentAt: sent, Now: time.Now(), Answer: lease.NoAnswer}
+		answers <- lease.RenewAnswered{SentAt: sent, Now: clock.Now(), Answer: lease.NoAnswer}
 		return
 	}
-	a := lease.RenewAnswered{SentAt: sent, Now: time.Now(), Answer: lease.Renewed}
+	a := lease.RenewAnswered{SentAt: sent, Now: clock.Now(), Answer: lease.Renewed}
 	switch {
 	case err == nil:
 	case errors.Is(err, location.ErrNotFound):
@@ -594,6 +620,17 @@ func (n *Node) renew(answers chan<- lease.RenewAnswered) {
 	}
 	answers <- a
 }
+
+// stoppedTimer is the lease loop's timer before its first arming.
+type stoppedTimer struct{}
+
+func (stoppedTimer) Stop() bool { return false }
+
+// newNodeGeneration is a new node lifecycle's generation: wall-clock
+// nanoseconds on the real clock whatever the node's clock, since it must
+// differ from every earlier lifecycle's, those of earlier processes
+// included.
+func newNodeGeneration() uint64 { return uint64(machine.Real.Now().UnixNano()) }
 
 // publish makes the keeper's verdict visible to Valid.
 func (n *Node) publish() {
@@ -634,7 +671,7 @@ func (n *Node) changed(reason string) {
 // still covers this instant.
 func (n *Node) LeaseStatus() lease.Status {
 	st := lease.Status(n.status.Load())
-	if st == lease.Valid && time.Since(n.base) >= time.Duration(n.validUntil.Load()) {
+	if st == lease.Valid && machine.Since(n.Clock(), n.base) >= time.Duration(n.validUntil.Load()) {
 		return lease.Fenced // the keeper's timer has not fired yet; the clock has
 	}
 	return st
@@ -646,6 +683,13 @@ func (n *Node) Valid() bool { return n.LeaseStatus() == lease.Valid }
 
 // LeaseTTL is the TTL of this node's owner lease.
 func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
+
+// Settled reports that the lease loop has taken every Tick its clock
+// fired and every renewal answer that arrived, and has no renewal in
+// flight. A test that runs nodes in logical time waits for it between
+// steps of its clock, as real time would have let the loop run and the
+// store answer before the next renewal was due.
+func (n *Node) Settled() bool { return n.unsettled.Load() == 0 }
 
 // Clock is the node's clock (Config.Clock).
 func (n *Node) Clock() machine.Clock { return machine.Or(n.cfg.Clock) }
@@ -726,7 +770,7 @@ func (n *Node) SetDraining(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return roamerr.Keep(roamerr.ErrUnavailable, "mark node draining", err)
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing
 		}
 		wait = min(2*wait, 500*time.Millisecond)
 	}

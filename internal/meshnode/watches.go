@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/roamactors/roam/internal/machine"
 )
 
 // watchLedger bounds the watches peers hold on a node's actors. A watch
@@ -50,7 +52,7 @@ func (w *watchLedger) admit(stream *guardedStream, budget, watchee string, watch
 		w.held[k] = h
 		return true
 	}
-	if w.full(budget) && time.Since(w.pruned) >= time.Second {
+	if w.full(budget) && machine.Since(machine.Real, w.pruned) >= time.Second {
 		w.prune()
 	}
 	if w.full(budget) {
@@ -106,7 +108,7 @@ func (w *watchLedger) ended(stream *guardedStream) {
 // went with them). At most once a second: a flood at the limit must not
 // cost a scan per message.
 func (w *watchLedger) prune() {
-	w.pruned = time.Now()
+	w.pruned = machine.Real.Now()
 	for k := range w.held {
 		if _, alive := w.sys.ProcessRegistry.GetLocal(k.watchee); !alive {
 			w.forget(k)
