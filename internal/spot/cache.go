@@ -183,19 +183,30 @@ func (c *routeCache) takeExpired(id string) (authority, bool) {
 	return a, ok
 }
 
-// put keeps a only when it is Ready with a live owner.
-func (c *routeCache) put(id string, a authority) {
+// put keeps a only when it is Ready with a live owner. It reports
+// undrained when another incarnation's route is cached and not being
+// drained: that route stays, and the caller must drain it (onHint).
+// Another call may have sent on it since this call read the store (two
+// calls that found no route read the store at once, and the other one
+// cached an older owner): replaced at once, the next call would go
+// straight to the newer owner, ahead of what the other call sent.
+func (c *routeCache) put(id string, a authority) (undrained bool) {
 	if c.maxAge <= 0 || !a.ready() || a.ended {
-		return
+		return false
 	}
 	a.owner = a.pid()
 	r := &cachedRoute{a: a, at: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.load(id); old != nil && old.state.Load()&hintedBit != 0 {
-		// Being drained: its barrier and its waiting callers own the
-		// entry until drop; the next call reads the store again.
-		return
+	if old := c.load(id); old != nil {
+		if old.state.Load()&hintedBit != 0 {
+			// Being drained: its barrier and its waiting callers own the
+			// entry until drop; the next call reads the store again.
+			return false
+		}
+		if !old.a.owner.Equal(a.owner) {
+			return true
+		}
 	}
 	delete(c.expired, id)
 	c.removeLocked(id, nil)
@@ -209,6 +220,7 @@ func (c *routeCache) put(id string, a authority) {
 	c.routes.Store(id, r)
 	c.n++
 	c.owners[ownerOf(r)]++
+	return false
 }
 
 // hinted marks id's route as followed and reports the route to drain, if

@@ -244,7 +244,12 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 	// A Spot still on a node that said it is leaving (its drain left it
 	// there): this route is new, so later calls on it need no drain.
 	a.leavingRead = m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid())
-	m.cache.put(id, a)
+	if m.cache.put(id, a) {
+		// Another call cached another owner meanwhile and may have sent on
+		// it: later calls wait for its drain. This call sends on what it
+		// read: nothing it sent before can be on that route.
+		m.onHint(id)
+	}
 	return a, false, func() {}, nil
 }
 
