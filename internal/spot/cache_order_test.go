@@ -36,3 +36,39 @@ func TestAStoreReadDoesNotReplaceAnUndrainedRoute(t *testing.T) {
 	require.False(t, c.put("r", again), "the same incarnation needs no drain")
 	require.Equal(t, 1, c.len())
 }
+
+// A call that read its route from the store holds back that route's
+// barrier until it has sent, as a call that took the route from the cache
+// does: a hint between the read and the send (a loaded node descheduled
+// the caller) would otherwise send the barrier first, let it come back and
+// drop the route, and the call's next message, on the new owner's route,
+// would overtake this one, still following. A call that reads while the
+// route is being drained waits for the drain and reads again: a route it
+// sent on uncached would never be drained.
+// Reference: docs/PROTOCOL.md §7.8 (a caller's order holds across a move).
+func TestARouteReadFromTheStoreHoldsItsBarrierUntilTheCallSent(t *testing.T) {
+	c := newRouteCache(time.Minute)
+	sent, wait, undrained := c.putUse("r", readyAt("r"))
+	require.Nil(t, wait)
+	require.False(t, undrained)
+	_, idle, hinted := c.hinted("r")
+	require.True(t, hinted)
+	select {
+	case <-idle:
+		t.Fatal("the barrier may not go out before the call that read the route has sent")
+	default:
+	}
+	sent()
+	<-idle
+
+	sentAgain, wait, _ := c.putUse("r", readyAt("r"))
+	require.NotNil(t, wait, "a route being drained is waited for, not bypassed")
+	sentAgain()
+	select {
+	case <-wait:
+		t.Fatal("drained before the drop")
+	default:
+	}
+	c.drop("r")
+	<-wait
+}
