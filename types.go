@@ -560,7 +560,8 @@ type SpotConfig struct {
 	DefaultTimeout time.Duration
 	// RouteCacheMaxAge is how long a node trusts a Spot's cached route
 	// before it reads the store again. Default 15 s; at least 5 s shorter
-	// than RelocationConfig.FollowDuration; -1: no cache.
+	// than RelocationConfig.FollowDuration; -1: no cache, and then one
+	// caller's order is not kept across a move (docs/PROTOCOL.md §7.8).
 	RouteCacheMaxAge time.Duration
 	// ResultRetention is how long a node keeps a create's or close's result
 	// for a repeat of the same operation. Default 1 min.

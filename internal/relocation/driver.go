@@ -248,10 +248,18 @@ type Driver struct {
 	// relocation_refused lines (admission.go, target_run.go).
 	refusedLog, prepareRefusedLog ratelog.Limiter
 	replyTooLargeLog              ratelog.Limiter
-	// redeliveries queues, per object, messages past the follow hop limit
-	// and dead-lettered sends awaiting their owner's lookup; a key is
-	// present while its worker runs.
-	redeliveries map[location.AuthorityKey][]*redeliver
+	// redeliveries queues messages awaiting their owner's lookup: per
+	// moved-away incarnation, those Message Follow hands to the store
+	// (followSink); per object, dead-lettered sends. A queue is present
+	// while its worker runs.
+	redeliveries map[redeliveryQueue][]*redeliver
+	// redelivered: where each queue's last worker delivered last, until
+	// the queue's next worker takes it (redeliverWorker).
+	redelivered      map[redeliveryQueue]lastDelivery
+	redeliveredSwept time.Time
+	// draining counts the redelivery workers waiting for a route barrier
+	// (drainHop).
+	draining atomic.Int64
 	// unrestored: taken-over objects whose checkpoints could not be
 	// restored yet (restoreUntil), reported unmovable by Inventory.
 	unrestored map[location.AuthorityKey]unrestored
@@ -348,7 +356,8 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 			return ok && s.InProcess()
 		}(),
 
-		redeliveries:       map[location.AuthorityKey][]*redeliver{},
+		redeliveries:       map[redeliveryQueue][]*redeliver{},
+		redelivered:        map[redeliveryQueue]lastDelivery{},
 		unrestored:         map[location.AuthorityKey]unrestored{},
 		deadLetters:        map[any]*deadLetterSend{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},

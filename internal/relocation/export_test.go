@@ -97,3 +97,7 @@ func Leaving(d *Driver, key location.AuthorityKey) bool {
 func EndSinkFor(d *Driver, key location.AuthorityKey, event string) func(msg any) {
 	return d.endSink(&object{key: key}, "unavailable", event, "ended in a test")
 }
+
+// Draining is how many of d's redelivery workers wait for a route barrier
+// down a Message Follow hop (drainHop).
+func Draining(d *Driver) int64 { return d.draining.Load() }

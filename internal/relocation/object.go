@@ -827,42 +827,49 @@ func (d *Driver) moveTarget(ctx context.Context, rid string) (string, error) {
 // followSink forwards a message that reached an incarnation which has moved
 // away, keeping sender and headers, with one more hop (PROTOCOL.md §5.14).
 //
-// A next hop whose connection ended (its node stopped after a drain, or
-// was cut off) is not sent to: Proto.Actor would dial it again for
-// seconds and then drop what it held, so a request could only end at its
-// caller's deadline. The message goes to the owner the store names
-// instead (redeliver), and so does every later one of this incarnation,
-// so that they stay in order behind it. A next hop that said it is
-// leaving but is still connected is drained first: a RouteBarrier down it
-// is answered before the store's owner gets anything, so nothing
-// forwarded earlier is overtaken.
+// A message past the hop limit is not sent on: it goes to the owner the
+// store names (redeliver). Neither is a message whose next hop's
+// connection ended (its node stopped after a drain, or was cut off):
+// Proto.Actor would dial it again for seconds and then drop what it held,
+// so a request could only end at its caller's deadline. Once one message
+// went through the store, every later one of this incarnation does too,
+// behind it: one sent on directly could overtake it. The first one waits
+// for a RouteBarrier down the next hop, if still connected, so nothing
+// forwarded earlier is overtaken either. Hop counts of one caller's
+// messages differ (the saved work and the relay of a move do not count
+// one), so a later message can reach the limit where an earlier one still
+// follows: without the barrier it would be delivered first.
 //
 // Whichever way a message goes on, its sender's node is told (OnFollow) that
 // its route is followed: a route left cached to this incarnation would keep
 // every later message of that sender coming here, the Message Follow would
 // never fall quiet, and a drained node's stop would wait for it in vain.
 func (d *Driver) followSink(obj *object, next *actor.PID, nextRid string) mailbox.Sink {
-	var viaStore atomic.Bool
+	// viaStore: the store path began; hopLeft: because the next hop left
+	// (only the log line differs).
+	var viaStore, hopLeft atomic.Bool
 	return func(msg any) {
 		d.lastFollow.Store(d.clock.Now().UnixNano())
 		env, hops := withFollowHeaders(msg, obj.generation)
+		direct := false
 		switch {
+		case viaStore.Load():
 		case hops > MaxFollowHops:
-			// The hops cannot take it further: look the owner up in the
-			// store and deliver directly (never a silent drop).
-			d.sys.Root.Send(d.self, &redeliver{key: obj.key, env: env})
-		case viaStore.Load() || d.Departed(next.Address, nextRid):
-			r := &redeliver{key: obj.key, env: env, peerDown: next.Address}
+		case d.Departed(next.Address, nextRid):
+			hopLeft.Store(true)
+		default:
+			direct = true
+			d.sys.Root.Send(next, env)
+		}
+		if !direct {
+			r := &redeliver{key: obj.key, from: obj.ownerGeneration, env: env}
+			if hopLeft.Load() {
+				r.peerDown = next.Address
+			}
 			if viaStore.CompareAndSwap(false, true) && !d.ConnectionEnded(next.Address) {
-				// The next hop said it is leaving but is still connected:
-				// what this incarnation already forwarded there may still
-				// be on its way on, so the first message from the store
-				// waits for a barrier down that hop (PROTOCOL.md §7.8).
 				r.drainFirst = next
 			}
 			d.sys.Root.Send(d.self, r)
-		default:
-			d.sys.Root.Send(next, env)
 		}
 		if d.cfg.OnFollow != nil {
 			d.cfg.OnFollow(obj.key, env)

@@ -20,14 +20,22 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// redeliver hands the driver a message that Message Follow cannot take
-// further (its hop limit): the driver re-resolves the object's owner from
-// the store and delivers it there directly, in arrival order per object.
+// redeliver hands the driver a message that Message Follow does not take
+// further (its hop limit, a next hop that left; followSink) or a send that
+// dead-lettered: the driver re-resolves the object's owner from the store
+// and delivers it there directly, in arrival order per queue.
 type redeliver struct {
 	key location.AuthorityKey
-	env *actor.MessageEnvelope
+	// from is the AuthorityOwnerGeneration of the moved-away incarnation
+	// whose Message Follow handed the message over (not for a dead
+	// letter). Each incarnation has a queue and a worker of its own: a
+	// worker waits for what its incarnation forwarded earlier
+	// (drainFirst), which may wait in a later incarnation's queue, so one
+	// queue per object could wait on itself.
+	from uint64
+	env  *actor.MessageEnvelope
 	// deadLetter: the message was dead-lettered (onDeadLettered), not
-	// past the hop limit; only the log line differs.
+	// handed over by Message Follow; only the log line differs.
 	deadLetter bool
 	// peerDown: Message Follow's next hop, at this address, had its
 	// connection ended or said it is leaving (followSink); only the log
@@ -40,20 +48,37 @@ type redeliver struct {
 	drainFirst *actor.PID
 }
 
+// redeliveryQueue names a redelivery queue: an object's dead letters, or
+// what one incarnation's Message Follow handed over (from).
+type redeliveryQueue struct {
+	key        location.AuthorityKey
+	from       uint64
+	deadLetter bool
+}
+
+func (m *redeliver) queue() redeliveryQueue { return redeliveryQueue{m.key, m.from, m.deadLetter} }
+
+// lastDelivery is the incarnation a queue's worker delivered to last, and
+// when it ended.
+type lastDelivery struct {
+	pid *actor.PID
+	at  time.Time
+}
+
 // redeliveryWindow bounds how long a message waits for the store to name
 // a reachable owner before it fails loudly.
 const redeliveryWindow = 10 * time.Second
 
-// onRedeliver queues m behind the object's earlier redeliveries and starts
-// the object's redelivery worker if none runs. Once the lifecycle has
+// onRedeliver queues m behind its queue's earlier redeliveries and starts
+// the queue's redelivery worker if none runs. Once the lifecycle has
 // ended nothing is redelivered any more: m fails at once.
 func (d *Driver) onRedeliver(m *redeliver) {
 	if d.Usable() != nil {
 		d.abandon(m, d.endReason())
 		return
 	}
-	q, running := d.redeliveries[m.key]
-	d.redeliveries[m.key] = append(q, m)
+	q, running := d.redeliveries[m.queue()]
+	d.redeliveries[m.queue()] = append(q, m)
 	if !running {
 		if m.deadLetter {
 			// At most one line per object per follow period: a stale route
@@ -70,41 +95,77 @@ func (d *Driver) onRedeliver(m *redeliver) {
 			d.log.Info().Str("event", "follow_reresolved").Str("object_id", m.key.ID).
 				Msg("Message Follow reached its hop limit; delivering from the store's owner record")
 		}
-		go d.redeliverWorker(m.key)
+		last := d.redelivered[m.queue()]
+		delete(d.redelivered, m.queue())
+		if machine.Since(d.clock, last.at) > d.drainWindow() {
+			// Whatever went there long ago has been handled or failed.
+			last.pid = nil
+		}
+		go d.redeliverWorker(m.queue(), last.pid)
 	}
 }
 
-// takeRedeliveries pops the object's queued messages on the driver's
-// goroutine; an empty queue ends the worker (the key is removed, so the
-// next redelivery starts a new one). So does an ended lifecycle: what is
-// still queued then fails loudly here. The worker may have stopped
-// waiting for this call already (the node stopped), so nothing it would
-// return may be left to it.
-func (d *Driver) takeRedeliveries(key location.AuthorityKey) []*redeliver {
+// drainWindow bounds how long drainHop waits for its barrier: the follow
+// period, at most redeliveryWindow. A delivery made longer ago than that
+// is not drained either.
+func (d *Driver) drainWindow() time.Duration {
+	window := d.cfg.Handoff.FollowDuration
+	if window <= 0 || window > redeliveryWindow {
+		window = redeliveryWindow
+	}
+	return window
+}
+
+// takeRedeliveries pops the queue's messages on the driver's goroutine;
+// an empty queue ends the worker (the queue is removed, so the next
+// redelivery starts a new one, which learns where this one delivered
+// last). So does an ended lifecycle: what is still queued then fails
+// loudly here. The worker may have stopped waiting for this call already
+// (the node stopped), so nothing it would return may be left to it.
+func (d *Driver) takeRedeliveries(queue redeliveryQueue, last *actor.PID) []*redeliver {
 	out, _ := call(context.Background(), d, func() ([]*redeliver, error) {
-		q := d.redeliveries[key]
+		q := d.redeliveries[queue]
 		if len(q) == 0 || d.Usable() != nil {
-			delete(d.redeliveries, key)
+			delete(d.redeliveries, queue)
 			for _, m := range q {
 				d.abandon(m, d.endReason())
 			}
+			if last != nil && d.Usable() == nil {
+				now := d.clock.Now()
+				if now.Sub(d.redeliveredSwept) > d.drainWindow() {
+					for k, l := range d.redelivered {
+						if now.Sub(l.at) > d.drainWindow() {
+							delete(d.redelivered, k)
+						}
+					}
+					d.redeliveredSwept = now
+				}
+				d.redelivered[queue] = lastDelivery{pid: last, at: now}
+			}
 			return nil, nil
 		}
-		d.redeliveries[key] = q[:0:0]
+		d.redeliveries[queue] = q[:0:0]
 		return q, nil
 	})
 	return out
 }
 
-// redeliverWorker delivers an object's queued messages to the owner the
-// store names, batch by batch, in order, with a fresh hop budget. If the
-// object is gone, or no owner is reachable within redeliveryWindow, each
-// message fails loudly: a request with a typed DeliveryFailed, a send
-// logged and counted. So does a batch whose lifecycle ended while it
-// looked the owner up.
-func (d *Driver) redeliverWorker(key location.AuthorityKey) {
+// redeliverWorker delivers a queue's messages to the owner the store
+// names, batch by batch, in order, with a fresh hop budget. If the object
+// is gone, or no owner is reachable within redeliveryWindow, each message
+// fails loudly: a request with a typed DeliveryFailed, a send logged and
+// counted. So does a batch whose lifecycle ended while it looked the
+// owner up.
+//
+// A message that leaves its route here must not overtake one that went
+// on before it. So the worker first drains the hop its incarnation
+// followed to (drainFirst), and before it delivers to another incarnation
+// than the one it delivered to last (the object moved on meanwhile), it
+// drains that one: what it sent there may still be following.
+func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
+	key := queue.key
 	for {
-		batch := d.takeRedeliveries(key)
+		batch := d.takeRedeliveries(queue, last)
 		if len(batch) == 0 {
 			return
 		}
@@ -114,6 +175,9 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 			}
 		}
 		pid, err := d.resolveWithin(key, redeliveryWindow)
+		if err == nil && last != nil && !last.Equal(pid) {
+			d.drainHop(last)
+		}
 		ended := d.Usable() != nil
 		for _, m := range batch {
 			switch {
@@ -126,6 +190,7 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 				out := &actor.MessageEnvelope{Header: maps.Clone(env.Header), Message: env.Message, Sender: env.Sender}
 				out.SetHeader(HeaderHops, "0") // a direct delivery; the generation header stays
 				d.sys.Root.Send(pid, out)
+				last = pid
 			}
 		}
 	}
@@ -137,10 +202,9 @@ func (d *Driver) redeliverWorker(key location.AuthorityKey) {
 // the follow period passed (an old incarnation answers Unavailable by
 // then).
 func (d *Driver) drainHop(hop *actor.PID) {
-	window := d.cfg.Handoff.FollowDuration
-	if window <= 0 || window > redeliveryWindow {
-		window = redeliveryWindow
-	}
+	d.draining.Add(1)
+	defer d.draining.Add(-1)
+	window := d.drainWindow()
 	answered := make(chan struct{})
 	go func() {
 		// Answered where the route ends, on any node.
@@ -229,11 +293,11 @@ func (d *Driver) abandonRedeliveries() {
 		}
 		delete(d.deadLetterHeld, key)
 	}
-	for key, q := range d.redeliveries {
+	for queue, q := range d.redeliveries {
 		for _, m := range q {
 			d.abandon(m, why)
 		}
-		delete(d.redeliveries, key) // a running worker finds nothing and ends
+		delete(d.redeliveries, queue) // a running worker finds nothing and ends
 	}
 }
 

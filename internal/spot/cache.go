@@ -186,22 +186,49 @@ func (c *routeCache) takeExpired(id string) (authority, bool) {
 	return a, ok
 }
 
-// put keeps a only when it is Ready with a live owner.
-func (c *routeCache) put(id string, a authority) {
+// put caches a as putUse does, for a call that does not send on it.
+func (c *routeCache) put(id string, a authority) (undrained bool) {
+	sent, _, undrained := c.putUse(id, a)
+	sent()
+	return undrained
+}
+
+// putUse keeps a, read from the store, only when it is Ready with a live
+// owner, and counts the call that read it as a use of the route, as use
+// does: sent must be called once it has sent. Between the read and the
+// send a hint may come, and the route's barrier must not overtake the
+// call's message.
+//
+// A route that is being drained stays: the call waits on wait and reads
+// again (a route it sent on uncached would never be drained). So does a
+// cached route of another incarnation (undrained; another call may have
+// sent on it since this one read the store: two calls that found no
+// route read at once, and the other cached an older owner): the call
+// drains it (onHint) and reads again. Replaced at once, the next call
+// would go straight to the newer owner, ahead of what the other call
+// sent.
+func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan struct{}, undrained bool) {
+	noop := func() {}
 	if c.maxAge <= 0 || !a.ready() || a.ended {
-		return
+		return noop, nil, false
 	}
 	a.owner = a.pid()
-	r := &cachedRoute{a: a, at: c.clock.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.load(id); old != nil && old.state.Load()&hintedBit != 0 {
-		// Being drained: its barrier and its waiting callers own the
-		// entry until drop; the next call reads the store again.
-		return
+	if old := c.load(id); old != nil {
+		switch {
+		case old.state.Load()&hintedBit != 0:
+			return noop, old.drained, false
+		case !old.a.owner.Equal(a.owner):
+			return noop, nil, true
+		}
+		// The same incarnation: the route cached stays, one more use. A
+		// hint takes mu, so none comes between the look and the count.
+		old.state.Add(1)
+		var once sync.Once
+		return func() { once.Do(old.release) }, nil, false
 	}
 	delete(c.expired, id)
-	c.removeLocked(id, nil)
 	if c.n >= maxCachedRoutes {
 		c.routes.Range(func(k, v any) bool { // drop an arbitrary entry: the cache only saves reads
 			v.(*cachedRoute).leave()
@@ -209,9 +236,13 @@ func (c *routeCache) put(id string, a authority) {
 			return false
 		})
 	}
+	r := &cachedRoute{a: a, at: c.clock.Now()}
+	r.state.Store(1)
 	c.routes.Store(id, r)
 	c.n++
 	c.owners[ownerOf(r)]++
+	var once sync.Once
+	return func() { once.Do(r.release) }, nil, false
 }
 
 // hinted marks id's route as followed and reports the route to drain, if

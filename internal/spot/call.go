@@ -221,7 +221,10 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 			return a, true, sent, nil
 		}
 		if drained == nil {
-			break
+			a, sent, drained, err = m.readRoute(ctx, id, onMiss)
+			if err != nil || drained == nil {
+				return a, false, sent, err
+			}
 		}
 		select {
 		case <-drained:
@@ -229,12 +232,26 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 			return authority{}, false, sent, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, id, ctx.Err())
 		}
 	}
+}
+
+// readAgain is closed: a call that waits on it reads the store again.
+var readAgain = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// readRoute reads the Spot id's owner from the store for a call about to
+// send to it, and caches the route counted as the call's use
+// (routeCache.putUse). If another route must drain first, it returns the
+// channel to wait on, and the call reads again once it is closed.
+func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a authority, sent func(), drained <-chan struct{}, err error) {
 	old, aged := m.cache.takeExpired(id)
 	if onMiss != nil {
 		onMiss()
 	}
 	if a, err = m.readAuthority(ctx, id); err != nil {
-		return authority{}, false, func() {}, err
+		return authority{}, func() {}, nil, err
 	}
 	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
 		// The Spot moved while the route aged out, with no hint yet:
@@ -244,8 +261,16 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 	// A Spot still on a node that said it is leaving (its drain left it
 	// there): this route is new, so later calls on it need no drain.
 	a.leavingRead = m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid())
-	m.cache.put(id, a)
-	return a, false, func() {}, nil
+	sent, drained, undrained := m.cache.putUse(id, a)
+	if undrained {
+		// Another call cached another owner meanwhile and may have sent
+		// on it: drained like a followed route before anyone goes on.
+		m.onHint(id)
+		if _, _, drained = m.cache.get(id); drained == nil {
+			drained = readAgain // dropped already
+		}
+	}
+	return a, sent, drained, nil
 }
 
 // checkExisting: Instance intent to a User Spot, or naming another stable

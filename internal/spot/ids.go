@@ -112,6 +112,11 @@ const (
 // Disabled, as RouteCacheMaxAge, turns the route cache off: every call
 // reads the store (PROTOCOL.md §7.8; in Go the zero value means the
 // default, so off is spelled Disabled).
+//
+// Without the cache one caller's order is not kept across a move: no
+// route is remembered, so none is drained before the next call goes
+// straight to the new owner, and a send still following the old route
+// can be handled after the caller's next send or request.
 const Disabled time.Duration = -1
 
 // RouteConfig holds the route cache age and the follow duration.

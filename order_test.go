@@ -1,0 +1,145 @@
+package roam_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/location/memstore"
+)
+
+// handledLog is what a sequenced Spot handled, in handling order, over
+// all its incarnations (one dispatches at a time).
+type handledLog struct {
+	mu   sync.Mutex
+	vals []string
+}
+
+func (l *handledLog) add(v string) {
+	l.mu.Lock()
+	l.vals = append(l.vals, v)
+	l.mu.Unlock()
+}
+
+func (l *handledLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.vals...)
+}
+
+// sequenced records every string it is sent and answers it.
+type sequenced struct{ log *handledLog }
+
+func (s *sequenced) Receive(c actor.Context) {
+	if v, ok := c.Message().(*wrapperspb.StringValue); ok {
+		s.log.add(v.GetValue())
+		c.Respond(v)
+	}
+}
+
+func (s *sequenced) CaptureState() ([]byte, error) { return nil, nil }
+func (s *sequenced) RestoreState([]byte) error     { return nil }
+
+// One Spot moves back and forth between two nodes as fast as two movers
+// can move it, while two callers on a third node number their messages:
+// four sends, then a request. Every message a caller saw accepted is
+// handled once, and each caller's messages in the order it sent them:
+// its sends before its next request too, whether they followed the old
+// route, went past the follow hop limit, or waited for a route's drain.
+// Bounded by the number of messages, not by time.
+// Reference: docs/PROTOCOL.md §7.8, §5.14 (order per sender).
+func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
+	const callers, perCaller = 2, 3000
+	ctx := context.Background()
+	store := memstore.New()
+	log := &handledLog{}
+	kind := roam.NewKind("sequenced", actor.PropsFromProducer(func() actor.Actor { return &sequenced{log: log} }),
+		roam.PreserveState(), roam.Instance())
+	a, b := start(t, store, roam.WithKinds(kind)), start(t, store, roam.WithKinds(kind))
+	c := start(t, store, roam.WithKinds(kind))
+	const id = "ordered"
+	ref := roam.InstanceSpotRef(id)
+	_, err := a.Spots().Request(ctx, id, wrapperspb.String("first"), roam.InstanceSpot("sequenced"))
+	require.NoError(t, err)
+	if pid, err := c.Resolve(ctx, ref); err == nil && pid.Address == c.System().Address() {
+		_, err = c.Relocate(ctx, ref, a.NodeRid())
+		require.NoError(t, err)
+	}
+
+	stop := make(chan struct{})
+	var moves atomic.Int64
+	var movers sync.WaitGroup
+	for _, to := range []*roam.Roam{a, b} {
+		movers.Add(1)
+		go func() {
+			defer movers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if out, err := c.Relocate(ctx, ref, to.NodeRid()); err == nil && out.From != out.To {
+					moves.Add(1)
+				}
+			}
+		}()
+	}
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for k := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 1; seq <= perCaller; seq++ {
+				v := wrapperspb.String(fmt.Sprintf("c%d:%d", k, seq))
+				var err error
+				if seq%5 == 0 || seq == perCaller {
+					_, err = c.Spots().Request(ctx, id, v)
+				} else {
+					err = c.Spots().Send(ctx, id, v)
+				}
+				if err != nil {
+					errs[k] = fmt.Errorf("caller %d, message %d: %w", k, seq, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	movers.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	t.Logf("%d moves", moves.Load())
+
+	// Each caller's last message was a request, answered: everything it
+	// sent before has been handled.
+	next := make([]int, callers)
+	for k := range next {
+		next[k] = 1
+	}
+	for _, h := range log.all() {
+		kk, seq, ok := strings.Cut(strings.TrimPrefix(h, "c"), ":")
+		if !ok {
+			continue
+		}
+		k, _ := strconv.Atoi(kk)
+		n, _ := strconv.Atoi(seq)
+		require.Equal(t, next[k], n, "caller %d: message %d handled when %d was due (moves: %d)", k, n, next[k], moves.Load())
+		next[k]++
+	}
+	for k := range next {
+		require.Equal(t, perCaller+1, next[k], "caller %d: every message handled", k)
+	}
+}
