@@ -27,6 +27,7 @@ import (
 
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/drain"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/placement"
@@ -362,7 +363,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 			select {
 			case <-lctx.Done():
 				return
-			case <-time.After(node.LeaseTTL()):
+			case <-machine.After(node.Clock(), node.LeaseTTL()):
 			}
 		}
 	})
@@ -400,8 +401,7 @@ const forOperatorEvery = 20
 // the budget is spent, then every forOperatorEvery ticks while any waits.
 func (e *Extension) sweepEnded(l *life) {
 	period := min(max(l.node.LeaseTTL()/4, 250*time.Millisecond), time.Second)
-	t := time.NewTicker(period)
-	defer t.Stop()
+	clock := l.node.Clock()
 	mesh := l.node.Descriptor().GetMesh()
 	known := map[string]bool{}
 	// Enough passes to outlast the TTL a gone owner waits (liveness).
@@ -413,10 +413,12 @@ func (e *Extension) sweepEnded(l *life) {
 	// taken once one can, without a new node event to start a pass.
 	waiting := false
 	for {
+		fire, t := machine.NewTimer(clock, period)
 		select {
 		case <-l.ctx.Done():
+			t.Stop()
 			return
-		case <-t.C:
+		case <-fire:
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 		if nodes, err := l.node.Store().ListNodes(ctx, mesh); err == nil {
@@ -488,7 +490,7 @@ func (e *Extension) direct(l *life, board location.Board, hasBoard bool) error {
 	}
 	desc := l.node.Descriptor()
 	d, err := placement.New(e.cfg.Placement, placement.Env{
-		Store: l.node.Store(), Board: board, Mesh: desc.GetMesh(), Self: l.node.Descriptor,
+		Store: l.node.Store(), Board: board, Mesh: desc.GetMesh(), Self: l.node.Descriptor, Clock: l.node.Clock(),
 		Move: func(ctx context.Context, key location.AuthorityKey, targetRid string, window time.Duration) error {
 			_, err := e.RelocateIfIdle(ctx, key, targetRid, window)
 			return err
@@ -581,7 +583,7 @@ func (e *Extension) rejoinLoop() {
 			e.mu.Lock()
 			e.retired = append(e.retired, l)
 			e.mu.Unlock()
-			time.AfterFunc(e.cfg.Spot.Routes.MessageFollowDuration, func() { e.stopRetired(l) })
+			l.node.Clock().AfterFunc(e.cfg.Spot.Routes.MessageFollowDuration, func() { e.stopRetired(l) })
 		default:
 			stopNode(l.node)
 		}
@@ -624,7 +626,7 @@ func (e *Extension) rejoinLoop() {
 			select {
 			case <-e.quit.Done():
 				return
-			case <-time.After(min(time.Duration(attempt+1)*time.Second, 10*time.Second)):
+			case <-machine.After(machine.Real, min(time.Duration(attempt+1)*time.Second, 10*time.Second)): // pacing
 			}
 		}
 	}
@@ -1176,7 +1178,7 @@ func shareOf(ctx context.Context, num, den time.Duration) (context.Context, cont
 	if !ok {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, time.Until(dl)*num/den)
+	return context.WithTimeout(ctx, machine.Until(machine.Real, dl)*num/den) // the caller's deadline: real time
 }
 
 // followQuietFor is how long Message Follow must have been idle before a

@@ -20,7 +20,7 @@ var timeReaders = map[string]bool{
 // non-test code reads no clock but a machine.Clock (machine.Real where
 // the time is not a protocol decision, named so at the call).
 var drivers = []string{
-	"../relocation", "../spot", "../session", "../drain", "../checkpoint", "../meshnode",
+	"../relocation", "../spot", "../session", "../drain", "../checkpoint", "../meshnode", "../extension", "../placement",
 }
 
 // The drivers read time only through a machine.Clock, so a node runs in

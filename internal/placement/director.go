@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -122,6 +123,9 @@ type Env struct {
 	// (co-location and balance by load only).
 	Samples func(ctx context.Context, node *location.NodeDescriptor) (Sample, error)
 	Logger  zerolog.Logger
+	// Clock is the node's: rounds, cooldowns and the ledger's times.
+	// Default machine.Real.
+	Clock machine.Clock
 }
 
 // LedgerKey is the placement ledger's note of mesh.
@@ -189,20 +193,23 @@ func (d *Director) Pause() { d.paused.Store(true) }
 // Resume ends a Pause.
 func (d *Director) Resume() { d.paused.Store(false) }
 
+// clock is the director's clock (Env.Clock).
+func (d *Director) clock() machine.Clock { return machine.Or(d.env.Clock) }
+
 // Start runs rounds every Period until Stop.
 func (d *Director) Start() {
 	go func() {
 		defer close(d.done)
 		defer d.withdraw()
-		d.ann.started = time.Now()
+		d.ann.started = d.clock().Now()
 		d.announce()
-		t := time.NewTicker(d.cfg.Period)
-		defer t.Stop()
 		for {
+			fire, t := machine.NewTimer(d.clock(), d.cfg.Period)
 			select {
 			case <-d.stop:
+				t.Stop()
 				return
-			case <-t.C:
+			case <-fire:
 			}
 			d.announce()
 			if !d.paused.Load() {
@@ -306,7 +313,7 @@ func (d *Director) round() {
 	// A unit whose last attempt ended lately waits out its cooldown here
 	// too (the ledger has the final say): the next units of its node are
 	// tried meanwhile, so a busy one does not starve the rest.
-	now := time.Now()
+	now := d.clock().Now()
 	for k, until := range d.cooling {
 		if !until.After(now) {
 			delete(d.cooling, k)
@@ -396,7 +403,7 @@ func (d *Director) round() {
 	// deferred (rate, concurrency) is tried again next round.
 	cool := max(d.cfg.Limits.Cooldown, d.cfg.Period)
 	for _, m := range tried {
-		d.cooling[m.Unit.Key] = time.Now().Add(cool)
+		d.cooling[m.Unit.Key] = d.clock().Now().Add(cool)
 	}
 	// The census counted the moved units at their old owners: until the
 	// next pass recounts, the committed moves are applied to it.
@@ -542,7 +549,7 @@ func hosts(n *location.NodeDescriptor) func(string) bool {
 // outcome (docs/PLACEMENT.md §4); "" when it stays unknown. asked: the
 // source was asked (the ledger reserved the attempt).
 func (d *Director) attempt(m Move) (o Outcome, asked bool) {
-	now := time.Now()
+	now := d.clock().Now()
 	a := Attempt{Op: uuid.NewString(), Key: m.Unit.Key, SourceRid: m.Unit.Owner, SourceGen: m.Unit.SourceGen,
 		ObjectGen: m.Unit.ObjectGen, OwnerGen: m.Unit.OwnerGen, TargetRid: m.Target, DeadlineMs: now.Add(d.cfg.AttemptTimeout).UnixMilli()}
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.cfg.AttemptTimeout))
@@ -620,11 +627,11 @@ func (d *Director) reconcile(u Unit, a Attempt) Outcome {
 			}
 			return Stale
 		}
-		if time.Now().Add(wait).After(deadline) {
+		if d.clock().Now().Add(wait).After(deadline) {
 			return ""
 		}
 		select {
-		case <-time.After(wait):
+		case <-machine.After(machine.Real, wait): // pacing
 		case <-d.stop:
 			return ""
 		}
@@ -637,7 +644,7 @@ func (d *Director) reserve(ctx context.Context, a Attempt) (Verdict, error) {
 	err := d.update(ctx, func(l *Ledger) (bool, error) {
 		var changed bool
 		var err error
-		v, changed, err = l.Reserve(a, d.cfg.Limits, time.Now())
+		v, changed, err = l.Reserve(a, d.cfg.Limits, d.clock().Now())
 		return changed, err
 	})
 	return v, err
@@ -647,7 +654,7 @@ func (d *Director) reserve(ctx context.Context, a Attempt) (Verdict, error) {
 func (d *Director) finish(a Attempt, o Outcome) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return d.update(ctx, func(l *Ledger) (bool, error) { return l.Finish(a, o, d.cfg.Limits, time.Now()), nil })
+	return d.update(ctx, func(l *Ledger) (bool, error) { return l.Finish(a, o, d.cfg.Limits, d.clock().Now()), nil })
 }
 
 // update reads the ledger, applies change and writes it back if changed,

@@ -72,17 +72,24 @@ func (hourlyState) Restore(a actor.Actor, b []byte) error {
 // both nodes on one manual clock, an hourly timer ticks exactly once per
 // hour the test advances, never before its hour, on its slot, and its
 // indexes go on after each move. On the real clock this takes hours; it can
-// be checked because a node's time is an input (machine.Clock).
+// be checked because a node's time is an input (machine.Clock): the
+// nodes' leases run on the same clock.
 // Reference: docs/PROTOCOL.md §5.5 (framework timers that move).
 func TestTimersKeepTheirScheduleInLogicalTime(t *testing.T) {
 	clock := machine.NewManualAt(time.Now())
 	store := newStore(t)
 	kind := relocation.Kind{StableType: "hourly", Producer: func() actor.Actor { return &hourly{} },
 		Policy: relocation.PreserveStateWith(hourlyState{})}
+	// An hour-long lease, renewed every 20 minutes of the clock, which the
+	// test advances 5 minutes at a time, letting the nodes settle.
 	start := func() *testNode {
-		return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Clock: clock}, relocation.Config{Logger: testLogger()}, kind)
+		return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour},
+			relocation.Config{Logger: testLogger()}, kind)
 	}
 	nodes := []*testNode{start(), start()}
+	advance := func(d time.Duration) {
+		testwait.Advance(t, clock, d, 5*time.Minute, nodes[0].node.Settled, nodes[1].node.Settled)
+	}
 	ctx := context.Background()
 	key := location.Key(location.KindActor, "hourly")
 	pid, err := nodes[0].driver.Spawn(ctx, "hourly", key.ID)
@@ -99,10 +106,10 @@ func TestTimersKeepTheirScheduleInLogicalTime(t *testing.T) {
 	var want uint64
 	hour := func() {
 		t.Helper()
-		clock.Advance(59 * time.Minute)
+		advance(59 * time.Minute)
 		ticks, _ := stats()
 		require.Equal(t, want, ticks, "a tick came before its hour")
-		clock.Advance(time.Minute)
+		advance(time.Minute)
 		want++
 		testwait.Within(t, 10*time.Second, func() bool { n, _ := stats(); return n >= want }, "the tick of the hour")
 		ticks, broken := stats()
