@@ -250,6 +250,7 @@ const (
 type ctlItem struct {
 	do   func()
 	seal func(saved []any)
+	end  bool // a SealEnded: runs even while the actor is suspended
 }
 
 // Mailbox is a relocatable actor.Mailbox. Create it with New or Producer.
@@ -263,6 +264,7 @@ type Mailbox struct {
 	status    atomic.Int32 // idle or running
 	started   atomic.Bool  // Start was called; nothing is scheduled before
 	suspended atomic.Bool  // SuspendMailbox seen and no ResumeMailbox since
+	endSeals  atomic.Int32 // SealEnded items queued (they run while suspended)
 	sys       sysQueue
 	sysCount  atomic.Int32
 
@@ -450,7 +452,20 @@ func (m *Mailbox) Dropped() uint64 {
 // Seal returns ErrMode if the mode is not Open or a seal is already pending.
 // If captured panics the failure is escalated like a failing turn; the
 // mailbox stays Sealed and saved has already been handed over.
-func (m *Mailbox) Seal(captured func(saved []any)) error {
+func (m *Mailbox) Seal(captured func(saved []any)) error { return m.seal("Seal", captured, false) }
+
+// SealEnded is Seal for an incarnation whose node lifecycle ended, which
+// only fails what it holds: it runs even while the actor is suspended (a
+// failure awaiting its restart), with the control items before it. An
+// actor that fails at every start is suspended again before its mailbox
+// would run a control item, so a plain Seal would wait for it forever and
+// the lifecycle would never finish ending; there is no turn to wait for
+// and no state is captured.
+func (m *Mailbox) SealEnded(captured func(saved []any)) error {
+	return m.seal("SealEnded", captured, true)
+}
+
+func (m *Mailbox) seal(op string, captured func(saved []any), end bool) error {
 	if captured == nil {
 		return fmt.Errorf("%w: Seal", errNilCallback)
 	}
@@ -459,10 +474,13 @@ func (m *Mailbox) Seal(captured func(saved []any)) error {
 	if mode != Open || m.sealPending {
 		pending := m.sealPending
 		m.mu.Unlock()
-		return modeError("Seal", mode, pending)
+		return modeError(op, mode, pending)
 	}
 	m.sealPending = true
-	m.pushCtlLocked(ctlItem{seal: captured})
+	if end {
+		m.endSeals.Add(1)
+	}
+	m.pushCtlLocked(ctlItem{seal: captured, end: end})
 	m.mu.Unlock()
 	m.schedule()
 	return nil
@@ -640,7 +658,7 @@ process:
 	// Set the mailbox idle, then re-check for work published after run's
 	// last look (its producer's CAS may have failed while we were running).
 	m.status.Store(idle)
-	if m.sysCount.Load() > 0 || (!m.suspended.Load() && m.hasWork()) {
+	if m.sysCount.Load() > 0 || m.endSeals.Load() > 0 || (!m.suspended.Load() && m.hasWork()) {
 		if m.status.CompareAndSwap(idle, running) {
 			goto process
 		}
@@ -682,8 +700,9 @@ func (m *Mailbox) run() {
 			continue
 		}
 
-		// Suspended: no control items and no user messages until resumed.
-		if m.suspended.Load() {
+		// Suspended: no control items and no user messages until resumed,
+		// but for the control items up to a SealEnded.
+		if m.suspended.Load() && m.endSeals.Load() == 0 {
 			return
 		}
 
@@ -694,6 +713,9 @@ func (m *Mailbox) run() {
 			msg = nil
 			m.mu.Lock()
 			it := m.popCtlLocked()
+			if it.end {
+				m.endSeals.Add(-1)
+			}
 			if it.seal != nil {
 				// No turn is running (we are the run goroutine, between
 				// turns): switch, and take the saved-work prefix — the

@@ -953,3 +953,58 @@ func TestGateHoldsUserMessagesUntilWake(t *testing.T) {
 	got = rec.waitFor(t, "five numbers after Wake", countOf(5, isInt))
 	require.Equal(t, seq(0, 5), ints(only(got, isInt)))
 }
+
+// TestSealEndedRunsWhileSuspended: an incarnation of an ended lifecycle is
+// sealed even while its actor is suspended (a failure awaiting a restart
+// that fails again, for ever): the Do items before it and the seal run,
+// with the queued user messages as its saved work, and no user message is
+// dispatched. A plain Seal waits for the resume, as a move must (it
+// captures the actor's state).
+// Reference: PROTOCOL.md §3.4 (an ended lifecycle fails what it holds).
+func TestSealEndedRunsWhileSuspended(t *testing.T) {
+	system := newSystem(t)
+	rec := &recorder{}
+	pid, mb := spawn(t, system, recordingActor(rec))
+	g := newGate()
+	system.Root.Send(pid, g)
+	recv(t, g.entered, "handler to enter its turn")
+	mb.PostSystemMessage(&actor.SuspendMailbox{})
+	for i := range 3 {
+		system.Root.Send(pid, i)
+	}
+	require.NoError(t, mb.Do(func() { rec.add("do") }))
+	sealed := make(chan []any, 1)
+	require.NoError(t, mb.SealEnded(func(saved []any) { sealed <- saved }))
+	close(g.release)
+
+	var saved []any
+	select {
+	case saved = <-sealed:
+	case <-time.After(patience(t)):
+		t.Fatal("the ended seal waited for the suspended actor's resume")
+	}
+	require.Len(t, saved, 3, "the queued user messages are the saved work")
+	require.Equal(t, Sealed, mb.Mode())
+	got := rec.waitFor(t, "the Do item before the seal", func(v []any) bool { return slices.Contains(v, "do") })
+	require.Empty(t, only(got, isInt), "no user message dispatched")
+
+	// A plain Seal of a suspended actor waits for its resume.
+	rec2 := &recorder{}
+	pid2, mb2 := spawn(t, system, recordingActor(rec2))
+	g2 := newGate()
+	system.Root.Send(pid2, g2)
+	recv(t, g2.entered, "second handler to enter its turn")
+	mb2.PostSystemMessage(&actor.SuspendMailbox{})
+	sealed2 := make(chan []any, 1)
+	require.NoError(t, mb2.Seal(func(saved []any) { sealed2 <- saved }))
+	close(g2.release)
+	// The run loop goes round (a system message runs while suspended) and
+	// leaves the seal queued.
+	isTerm := func(v any) bool { _, ok := v.(*actor.Terminated); return ok }
+	mb2.PostSystemMessage(&actor.Terminated{Who: system.NewLocalPID("not-a-child")})
+	rec2.waitFor(t, "Terminated while suspended", countOf(1, isTerm))
+	require.Empty(t, sealed2, "a plain Seal ran while the actor was suspended")
+	require.Equal(t, Open, mb2.Mode())
+	mb2.PostSystemMessage(&actor.ResumeMailbox{})
+	<-sealed2
+}
