@@ -80,14 +80,25 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 
 // WithTimeout is context.WithTimeout with the deadline on c: with Manual
 // the context ends when the clock is advanced past it. Its Deadline is
-// c's time, which is what roam compares deadlines with.
+// c's time, which is what roam compares deadlines with. One difference
+// with Manual: a context derived from it reports Canceled, not
+// DeadlineExceeded, when the deadline passes (context.Cause says
+// DeadlineExceeded).
 func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := c.(realClock); ok {
 		return context.WithTimeout(parent, d)
 	}
+	at := c.Now().Add(d)
+	if pd, ok := parent.Deadline(); ok && pd.Before(at) {
+		at = pd // the parent ends first, as with context.WithTimeout
+	}
 	ctx, cancel := context.WithCancelCause(parent)
+	if d <= 0 {
+		cancel(context.DeadlineExceeded) // already past, as context.WithTimeout
+		return &manualDeadline{Context: ctx, at: at}, func() {}
+	}
 	t := c.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
-	return &manualDeadline{Context: ctx, at: c.Now().Add(d)}, func() {
+	return &manualDeadline{Context: ctx, at: at}, func() {
 		t.Stop()
 		cancel(context.Canceled)
 	}

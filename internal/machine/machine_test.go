@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // Timers fire in due order, arming order among equals, and only when the
@@ -130,9 +131,7 @@ func TestSleep(t *testing.T) {
 	c := machine.NewManual()
 	done := make(chan error, 1)
 	go func() { done <- machine.Sleep(context.Background(), c, time.Minute) }()
-	for c.Armed() == 0 { // the sleeper has armed its timer
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, func() bool { return c.Armed() > 0 }, "the sleeper arming its timer")
 	c.Advance(time.Minute)
 	require.NoError(t, <-done)
 
@@ -141,4 +140,30 @@ func TestSleep(t *testing.T) {
 	err := machine.Sleep(ctx, c, time.Minute)
 	require.True(t, errors.Is(err, context.Canceled))
 	require.Zero(t, c.Armed())
+}
+
+// Time never goes back: a timer's function that advances the clock
+// further is not undone when the outer Advance ends.
+func TestManualNeverGoesBack(t *testing.T) {
+	c := machine.NewManual()
+	start := c.Now()
+	c.AfterFunc(0, func() { c.Advance(time.Hour) })
+	c.Advance(time.Second)
+	require.Equal(t, time.Hour, c.Now().Sub(start))
+}
+
+// A past deadline ends the context at once, and a parent's earlier
+// deadline is the context's, as with context.WithTimeout.
+func TestWithTimeoutPastAndParentDeadlines(t *testing.T) {
+	c := machine.NewManual()
+	ctx, cancel := machine.WithTimeout(context.Background(), c, 0)
+	defer cancel()
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+
+	parent, cancelParent := machine.WithTimeout(context.Background(), c, time.Second)
+	defer cancelParent()
+	child, cancelChild := machine.WithTimeout(parent, c, time.Hour)
+	defer cancelChild()
+	dl, _ := child.Deadline()
+	require.Equal(t, c.Now().Add(time.Second), dl)
 }

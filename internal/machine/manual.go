@@ -10,7 +10,8 @@ import (
 // and a timer fires only then, in the order of its due time (arming order
 // among equal ones), on the advancing goroutine. A node run on Manual makes
 // no decision because the machine was slow: a lease, a cutover wait or a
-// follow window ends exactly when the test says.
+// follow window ends exactly when the test says. One goroutine advances
+// it: with two advancing at once, timers would no longer run in due order.
 type Manual struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -60,7 +61,11 @@ func (m *Manual) Advance(d time.Duration) int {
 		n++
 		m.mu.Lock()
 	}
-	m.now = end
+	// A timer's function may have advanced the clock further: time never
+	// goes back.
+	if end.After(m.now) {
+		m.now = end
+	}
 	m.mu.Unlock()
 	return n
 }

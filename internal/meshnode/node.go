@@ -547,15 +547,26 @@ func (n *Node) leaseLoop() {
 	var timer machine.Timer = stoppedTimer{}
 	defer func() { timer.Stop() }()
 	var ev lease.Event = lease.Tick{Now: clock.Now()}
+	var last time.Time // the latest time the keeper was given
 	for {
+		// The keeper sees time only go forward: an answer made before a
+		// Tick the loop took first must not step it back (it would lift
+		// a fence the clock already passed).
+		switch e := ev.(type) {
+		case lease.Tick:
+			e.Now = later(e.Now, last)
+			last, ev = e.Now, e
+		case lease.RenewAnswered:
+			e.Now = later(e.Now, last)
+			last, ev = e.Now, e
+		}
 		eff := n.keeper.Step(ev)
 		n.publish() // every proof moves validUntil, not only a change of status
 		if eff.Changed {
 			n.changed(eff.Reason)
 		}
 		if n.keeper.Status() == lease.Ended {
-			n.unsettled.Add(-n.unsettled.Load())
-			return
+			return // Settled holds from now on, whatever was counted
 		}
 		if eff.Renew {
 			n.unsettled.Add(1) // until the keeper took its answer
@@ -564,11 +575,6 @@ func (n *Node) leaseLoop() {
 				defer renewals.Done()
 				n.renew(answers)
 			}()
-		}
-		if _, tick := ev.(lease.Tick); tick {
-			n.unsettled.Add(-1)
-		} else if _, answered := ev.(lease.RenewAnswered); answered {
-			n.unsettled.Add(-1)
 		}
 		timer.Stop()
 		timer = clock.AfterFunc(max(machine.Until(clock, eff.WakeAt), 0), func() {
@@ -579,9 +585,15 @@ func (n *Node) leaseLoop() {
 				n.unsettled.Add(-1) // Ticks are pending already: one look suffices
 			}
 		})
+		// Settled only now: the next wake-up is armed, so a step of a
+		// logical clock cannot pass it unseen.
+		switch ev.(type) {
+		case lease.Tick, lease.RenewAnswered:
+			n.unsettled.Add(-1)
+		}
 		select {
 		case <-n.stopRenew:
-			eff := n.keeper.Step(lease.Stopped{Now: clock.Now()})
+			eff := n.keeper.Step(lease.Stopped{Now: later(clock.Now(), last)})
 			n.publish()
 			if eff.Changed {
 				n.changed(eff.Reason)
@@ -589,10 +601,20 @@ func (n *Node) leaseLoop() {
 			return
 		case a := <-answers:
 			ev = a
-		case now := <-fire:
-			ev = lease.Tick{Now: now}
+		case <-fire:
+			// A Tick is a look at the clock now: a stale one from a timer
+			// stopped too late looks at the same time as a fresh one.
+			ev = lease.Tick{Now: clock.Now()}
 		}
 	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 // renew sends one renewal and reports its answer with its send time.
@@ -685,11 +707,16 @@ func (n *Node) Valid() bool { return n.LeaseStatus() == lease.Valid }
 func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
 
 // Settled reports that the lease loop has taken every Tick its clock
-// fired and every renewal answer that arrived, and has no renewal in
-// flight. A test that runs nodes in logical time waits for it between
-// steps of its clock, as real time would have let the loop run and the
-// store answer before the next renewal was due.
-func (n *Node) Settled() bool { return n.unsettled.Load() == 0 }
+// fired and every renewal answer that arrived, has armed its next
+// wake-up, and has no renewal in flight; or that the lease ended. A node
+// whose store does not answer (cut off) is not settled until its
+// renewal's timeout passes on the clock: leave it out of the wait. A
+// test that runs nodes in logical time waits for it between steps of its
+// clock, as real time would have let the loop run and the store answer
+// before the next renewal was due.
+func (n *Node) Settled() bool {
+	return n.unsettled.Load() == 0 || n.LeaseStatus() == lease.Ended
+}
 
 // Clock is the node's clock (Config.Clock).
 func (n *Node) Clock() machine.Clock { return machine.Or(n.cfg.Clock) }

@@ -12,7 +12,8 @@ import (
 // loop has taken its Ticks and answers: meshnode.Node.Settled). A step
 // must be short against what the nodes time on the clock (a fraction of
 // their lease's renewal period), as real time is: a node's renewal is
-// sent and answered before the next is due.
+// sent and answered before the next is due. Leave out a node whose store
+// does not answer (cut off): it settles only when its renewal times out.
 func Advance(t testing.TB, clock *machine.Manual, d, step time.Duration, settled ...func() bool) {
 	t.Helper()
 	for d > 0 {

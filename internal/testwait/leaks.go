@@ -16,7 +16,9 @@ import (
 // test, which then waits on it or races it (make test on a busy machine saw
 // goroutines of earlier tests still alive while a later one was stuck).
 // Call it at the start of a test or from the helper that starts its first
-// node; later calls in the same test do nothing.
+// node, before anything whose clean-up ends goroutines is registered
+// (clean-ups registered earlier run after the check); later calls in the
+// same test do nothing.
 func NoLeaks(t testing.TB) {
 	t.Helper()
 	if _, dup := leakChecked.LoadOrStore(t, true); dup {

@@ -168,10 +168,12 @@ func TestTheStoreOutlivesItsConsulAgent(t *testing.T) {
 
 	// Once gossip has marked the dead agent's node failed, its session
 	// still stands.
-	for !nodeFailed(others[0].Addr, first.Node) {
-		require.True(t, time.Now().Before(deadline), "the cluster never marked %s failed", first.Node)
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Serf marks a stopped agent failed after its probes and suspicion
+	// time out (seconds in a 3-node cluster; many more on a busy machine
+	// under the race detector): its own bound, not what the leader
+	// election left of the first.
+	testwait.Within(t, 3*time.Minute, func() bool { return nodeFailed(others[0].Addr, first.Node) },
+		"the cluster marking "+first.Node+" failed")
 	require.NoError(t, s.RenewLease(ctx, lease.ID))
 	alive, err := s.LeaseAlive(ctx, lease.ID)
 	require.NoError(t, err)

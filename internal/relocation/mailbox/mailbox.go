@@ -477,10 +477,10 @@ func (m *Mailbox) seal(op string, captured func(saved []any), end bool) error {
 		return modeError(op, mode, pending)
 	}
 	m.sealPending = true
-	if end {
+	m.pushCtlLocked(ctlItem{seal: captured, end: end})
+	if end { // after the item: a suspended run loop that sees the count finds it
 		m.endSeals.Add(1)
 	}
-	m.pushCtlLocked(ctlItem{seal: captured, end: end})
 	m.mu.Unlock()
 	m.schedule()
 	return nil
@@ -702,8 +702,8 @@ func (m *Mailbox) run() {
 
 		// Suspended: no control items and no user messages until resumed,
 		// but for the control items up to a SealEnded.
-		if m.suspended.Load() && m.endSeals.Load() == 0 {
-			return
+		if m.suspended.Load() && (m.endSeals.Load() == 0 || m.ctlCount.Load() == 0) {
+			return // never past the control items while suspended
 		}
 
 		// Control items (Do, seal) before the next user message. ctlCount
