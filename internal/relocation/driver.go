@@ -1037,7 +1037,7 @@ func (d *Driver) endOwned(obj *object, done func()) {
 			obj.tm.stopAll()
 		}
 	})
-	err := obj.mb.SealEnded(func(saved []any) {
+	err := obj.mb.SealFinal(func(saved []any) {
 		for _, msg := range saved {
 			if cm, ok := msg.(*closeMarker); ok {
 				// Its close ends here: what was behind it is failed below.

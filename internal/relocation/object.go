@@ -331,8 +331,10 @@ func (o *object) Intercept(msg any) bool {
 	}
 	// Seal after this turn: what was queued behind the marker, and what
 	// comes later, is answered by the closed sink, never dropped; then
-	// the actor stops.
-	if err := o.mb.Seal(func(saved []any) {
+	// the actor stops. A final seal: a control item queued before it that
+	// fails (a capture) suspends the actor, and the close must still end
+	// it, as an ended lifecycle's seal would be refused behind this one.
+	if err := o.mb.SealFinal(func(saved []any) {
 		for _, msg := range saved {
 			m.closed(msg)
 		}

@@ -250,7 +250,7 @@ const (
 type ctlItem struct {
 	do   func()
 	seal func(saved []any)
-	end  bool // a SealEnded: runs even while the actor is suspended
+	end  bool // a SealFinal: runs even while the actor is suspended
 }
 
 // Mailbox is a relocatable actor.Mailbox. Create it with New or Producer.
@@ -264,7 +264,7 @@ type Mailbox struct {
 	status    atomic.Int32 // idle or running
 	started   atomic.Bool  // Start was called; nothing is scheduled before
 	suspended atomic.Bool  // SuspendMailbox seen and no ResumeMailbox since
-	endSeals  atomic.Int32 // SealEnded items queued (they run while suspended)
+	endSeals  atomic.Int32 // SealFinal items queued (they run while suspended)
 	sys       sysQueue
 	sysCount  atomic.Int32
 
@@ -454,15 +454,16 @@ func (m *Mailbox) Dropped() uint64 {
 // mailbox stays Sealed and saved has already been handed over.
 func (m *Mailbox) Seal(captured func(saved []any)) error { return m.seal("Seal", captured, false) }
 
-// SealEnded is Seal for an incarnation whose node lifecycle ended, which
-// only fails what it holds: it runs even while the actor is suspended (a
-// failure awaiting its restart), with the control items before it. An
-// actor that fails at every start is suspended again before its mailbox
-// would run a control item, so a plain Seal would wait for it forever and
-// the lifecycle would never finish ending; there is no turn to wait for
-// and no state is captured.
-func (m *Mailbox) SealEnded(captured func(saved []any)) error {
-	return m.seal("SealEnded", captured, true)
+// SealFinal is Seal for the end of an incarnation that captures nothing:
+// its node lifecycle ended, or it closes. It runs even while the actor is
+// suspended (a failure awaiting its restart), with the control items
+// before it. An actor that fails at every start is suspended again before
+// its mailbox would run a control item, so a plain Seal would wait for it
+// forever, and the incarnation would never end; there is no turn to wait
+// for and no state to capture. A move's Seal, which captures the actor's
+// state, waits for the resume.
+func (m *Mailbox) SealFinal(captured func(saved []any)) error {
+	return m.seal("SealFinal", captured, true)
 }
 
 func (m *Mailbox) seal(op string, captured func(saved []any), end bool) error {
@@ -701,7 +702,7 @@ func (m *Mailbox) run() {
 		}
 
 		// Suspended: no control items and no user messages until resumed,
-		// but for the control items up to a SealEnded.
+		// but for the control items up to a SealFinal.
 		if m.suspended.Load() && (m.endSeals.Load() == 0 || m.ctlCount.Load() == 0) {
 			return // never past the control items while suspended
 		}

@@ -954,14 +954,14 @@ func TestGateHoldsUserMessagesUntilWake(t *testing.T) {
 	require.Equal(t, seq(0, 5), ints(only(got, isInt)))
 }
 
-// TestSealEndedRunsWhileSuspended: an incarnation of an ended lifecycle is
-// sealed even while its actor is suspended (a failure awaiting a restart
+// TestSealFinalRunsWhileSuspended: an incarnation that ends (its lifecycle
+// ended, or it closes) is sealed even while its actor is suspended (a failure awaiting a restart
 // that fails again, for ever): the Do items before it and the seal run,
 // with the queued user messages as its saved work, and no user message is
 // dispatched. A plain Seal waits for the resume, as a move must (it
 // captures the actor's state).
 // Reference: PROTOCOL.md §3.4 (an ended lifecycle fails what it holds).
-func TestSealEndedRunsWhileSuspended(t *testing.T) {
+func TestSealFinalRunsWhileSuspended(t *testing.T) {
 	system := newSystem(t)
 	rec := &recorder{}
 	pid, mb := spawn(t, system, recordingActor(rec))
@@ -974,7 +974,7 @@ func TestSealEndedRunsWhileSuspended(t *testing.T) {
 	}
 	require.NoError(t, mb.Do(func() { rec.add("do") }))
 	sealed := make(chan []any, 1)
-	require.NoError(t, mb.SealEnded(func(saved []any) { sealed <- saved }))
+	require.NoError(t, mb.SealFinal(func(saved []any) { sealed <- saved }))
 	close(g.release)
 
 	var saved []any
