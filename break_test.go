@@ -511,6 +511,21 @@ func cutUntilLeaseEnds(t *testing.T, f *faulty.Store, store location.Store, rid 
 	}, "the store never ended the lease")
 }
 
+// rejoinAfterLeaseEnds cuts a's store off until its lease ends, heals the
+// cut, and waits for a to serve again as a new lifecycle (a new RID, its
+// relocation actor running).
+func rejoinAfterLeaseEnds(t *testing.T, a *roam.Roam, f *faulty.Store, store location.Store) {
+	t.Helper()
+	old := a.NodeRid()
+	cutUntilLeaseEnds(t, f, store, old)
+	f.Partition(false)
+	testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+	testwait.For(t, func() bool {
+		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
+		return ok
+	}, "no relocation actor after the rejoin")
+}
+
 // Stop while the rejoin cannot claim (store still cut): how long?
 func TestBreakStopDuringRejoin(t *testing.T) {
 	store := memstore.New()
@@ -553,14 +568,7 @@ func TestBreakSecondRejoin(t *testing.T) {
 	a := start(t, f, roam.WithNodeName("a"))
 	b := start(t, store, roam.WithNodeName("b"))
 	for round := 0; round < 2; round++ {
-		old := a.NodeRid()
-		cutUntilLeaseEnds(t, f, store, old)
-		f.Partition(false)
-		testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
-		testwait.For(t, func() bool {
-			_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
-			return ok
-		}, "no relocation actor after the rejoin")
+		rejoinAfterLeaseEnds(t, a, f, store)
 		id := "r" + string(rune('0'+round))
 		_, err := a.SpawnActor(ctx, "counter", id)
 		require.NoError(t, err, "round %d", round)
@@ -682,10 +690,7 @@ func TestBreakRejoinOfAClusterMember(t *testing.T) {
 		}
 		require.Less(t, i, 30)
 	}
-	old := a.NodeRid()
-	cutUntilLeaseEnds(t, f, store, old)
-	f.Partition(false)
-	testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
+	rejoinAfterLeaseEnds(t, a, f, store)
 
 	// New grains from both nodes.
 	for i := 0; i < 6; i++ {

@@ -134,14 +134,7 @@ func TestStopAfterRejoinLeavesNoGoroutine(t *testing.T) {
 	require.NoError(t, err)
 	w := &watchedStore{Store: f}
 	a := start(t, w, roam.WithNodeName("a"), roam.WithDrainOnStop(false))
-	old := a.NodeRid()
-	cutUntilLeaseEnds(t, f, store, old)
-	f.Partition(false)
-	testwait.For(t, func() bool { return a.NodeRid() != old && a.NodeRid() != "" }, "no rejoin")
-	testwait.For(t, func() bool {
-		_, ok := a.System().ProcessRegistry.GetLocal("roam/relocation")
-		return ok
-	}, "no relocation actor after the rejoin")
+	rejoinAfterLeaseEnds(t, a, f, store)
 	_, err = a.SpawnActor(ctx, "counter", "x")
 	require.NoError(t, err)
 
