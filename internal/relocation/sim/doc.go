@@ -64,7 +64,10 @@
 // (source.go) or targetEffect (target.go): an effect the model does not
 // know panics with its type name.
 //
-// Tests: TestRandomSchedules runs -sim.schedules random schedules (default
+// Tests: the scenarios are scripts, testdata/*.txt, each a scripted world
+// with one fault and the outcome it must print (TestScripts; the commands
+// are in script_test.go and docs/ARCHITECTURE.md, "Writing a scenario
+// script"). TestRandomSchedules runs -sim.schedules random schedules (default
 // 2,000; env SIM_SCHEDULES) from -sim.seed0 and prints each failing seed
 // with the command that replays it. The simulation has no goroutines, no
 // real clock and no sleeps; the test spreads schedules over GOMAXPROCS

@@ -1,0 +1,765 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/simscript"
+)
+
+// TestScripts runs every scenario script under testdata (one world per
+// file). go test ./internal/relocation/sim -run TestScripts -rewrite
+// writes the actual outputs into the scripts; review the diff.
+func TestScripts(t *testing.T) {
+	simscript.RunDir(t, "testdata", func(t *testing.T) func(*simscript.Cmd) string {
+		return (&scriptEnv{}).handle
+	})
+}
+
+// scriptEnv is the interaction environment of the scenario scripts: its
+// commands build one world, schedule its traffic, moves and faults, run it
+// and print what came of it. The vocabulary is in docs/ARCHITECTURE.md
+// ("Writing a scenario script").
+type scriptEnv struct {
+	w *World
+	// log is what the script's own actions did while the world ran (a move
+	// started, a fault fired), printed by run.
+	log      []string
+	triggers []*trigger
+	drops    []*drop
+	faults   []*storeFault
+}
+
+// trigger is an action the script set off at a protocol effect ("on=").
+type trigger struct {
+	desc   string
+	effect string
+	move   uint64 // 0: any move
+	after  time.Duration
+	fired  bool
+	action func()
+}
+
+// drop loses (or duplicates) packets of a kind.
+type drop struct {
+	desc      string
+	kind      pktKind
+	from, to  int // -1: any
+	left      int // -1: every one
+	duplicate bool
+	after     time.Duration
+	seen      int
+}
+
+// storeFault forces the answer of matching store calls.
+type storeFault struct {
+	desc    string
+	call    storeCall
+	mode    storeMode
+	node    string
+	skip    int
+	left    int // -1: every one
+	until   time.Duration
+	latency time.Duration
+	seen    int
+	// answered counts the calls it answered; logAt is its line in the run
+	// log, which says how many and until when rather than repeat itself.
+	answered  int
+	logAt     int
+	firstLine string
+}
+
+func (e *scriptEnv) handle(c *simscript.Cmd) string {
+	if c.Name != "world" && e.w == nil {
+		c.Fatalf("no world yet: start the script with world")
+	}
+	switch c.Name {
+	case "world":
+		return e.world(c)
+	case "sends":
+		return e.sends(c)
+	case "move":
+		return e.move(c)
+	case "cut", "store-outage", "crash", "stop":
+		return e.fault(c)
+	case "drop", "duplicate":
+		return e.drop(c)
+	case "fault":
+		return e.storeFault(c)
+	case "run":
+		return e.run()
+	case "status":
+		return e.status()
+	case "violations":
+		return e.violations()
+	case "trace":
+		return e.trace(c)
+	}
+	c.Fatalf("unknown command %q", c.Name)
+	return ""
+}
+
+// ---- argument helpers ----
+
+func durArg(c *simscript.Cmd, key string, def time.Duration) time.Duration {
+	v := c.Val(key, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.Fatalf("%s=%s: %v", key, v, err)
+	}
+	return d
+}
+
+func intArg(c *simscript.Cmd, key string, def int) int {
+	v := c.Val(key, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.Fatalf("%s=%s: %v", key, v, err)
+	}
+	return n
+}
+
+// countArg reads count=N or count=all (-1).
+func countArg(c *simscript.Cmd, def int) int {
+	if c.Val("count", "") == "all" {
+		return -1
+	}
+	return intArg(c, "count", def)
+}
+
+func boolArg(c *simscript.Cmd, key string, def bool) bool {
+	v := c.Val(key, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		c.Fatalf("%s=%s: %v", key, v, err)
+	}
+	return b
+}
+
+func (e *scriptEnv) nodeArg(c *simscript.Cmd, name string) *Node {
+	n := e.w.node(name)
+	if n == nil {
+		c.Fatalf("no node %q", name)
+	}
+	return n
+}
+
+func ms3(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
+
+func (e *scriptEnv) logf(format string, args ...any) {
+	e.log = append(e.log, fmt.Sprintf("%10s  ", ms3(e.w.now))+fmt.Sprintf(format, args...))
+}
+
+// ---- world ----
+
+var sabotages = map[string]Sabotage{
+	"none":                SabotageNone,
+	"skip-fence-out":      SabotageSkipFenceOut,
+	"open-without-commit": SabotageOpenWithoutCommit,
+	"skip-session-seal":   SabotageSkipSessionSeal,
+}
+
+// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none
+func (e *scriptEnv) world(c *simscript.Cmd) string {
+	if e.w != nil {
+		c.Fatalf("one world per script")
+	}
+	cfg := DefaultConfig()
+	if boolArg(c, "sessions", false) {
+		cfg = SessionsConfig()
+	}
+	cfg.Nodes, cfg.Objects, cfg.Clients = intArg(c, "nodes", 3), intArg(c, "objects", 1), intArg(c, "clients", 2)
+	s, ok := sabotages[c.Val("sabotage", "none")]
+	if !ok {
+		c.Fatalf("sabotage=%s: not one of none, skip-fence-out, open-without-commit, skip-session-seal", c.Val("sabotage", ""))
+	}
+	cfg.Sabotage = s
+	e.w = NewWorld(cfg, uint64(intArg(c, "seed", 1)), nil)
+	e.w.SetTracing(true)
+	e.w.hooks = Hooks{SourceEffect: e.onSourceEffect, TargetEffect: e.onTargetEffect, Packet: e.onPacket, StoreMode: e.onStoreCall}
+	var objs []string
+	for _, o := range e.w.objs {
+		objs = append(objs, fmt.Sprintf("o%d on %s", o.id, e.w.store.recs[o.id].OwnerNode))
+	}
+	var names []string
+	for _, n := range e.w.nodes {
+		names = append(names, n.name)
+	}
+	out := strings.Join(names, " ") + "; " + strings.Join(objs, ", ")
+	if cfg.Sessions {
+		var bound []string
+		for _, o := range e.w.objs {
+			cl := e.w.clients[e.w.boundTo(o.id)]
+			bound = append(bound, fmt.Sprintf("o%d bound to %s of c%d", o.id, cl.gw.sid, cl.id+1))
+		}
+		out += "\n" + strings.Join(bound, ", ")
+	}
+	return out
+}
+
+// sends clients=(1,2) obj=0 from=10ms every=20ms count=120 requests=every3
+//
+// Message i goes from clients[i mod len(clients)] at from+i*every; it is a
+// request when i is a multiple of N (requests=everyN), always
+// (requests=all) or never (requests=none).
+func (e *scriptEnv) sends(c *simscript.Cmd) string {
+	w := e.w
+	var clients []*Client
+	names, ok := c.Vals("clients")
+	if !ok {
+		names = []string{c.Val("client", "1")}
+	}
+	for _, s := range names {
+		k, err := strconv.Atoi(s)
+		if err != nil || k < 1 || k > len(w.clients) {
+			c.Fatalf("no client %q (clients are 1..%d)", s, len(w.clients))
+		}
+		clients = append(clients, w.clients[k-1])
+	}
+	o := intArg(c, "obj", 0)
+	if o < 0 || o >= len(w.objs) {
+		c.Fatalf("no object %d", o)
+	}
+	from, every, count := durArg(c, "from", 10*time.Millisecond), durArg(c, "every", 20*time.Millisecond), intArg(c, "count", 1)
+	isRequest := func(int) bool { return false }
+	switch r := c.Val("requests", "none"); {
+	case r == "none":
+	case r == "all":
+		isRequest = func(int) bool { return true }
+	case strings.HasPrefix(r, "every"):
+		k, err := strconv.Atoi(strings.TrimPrefix(r, "every"))
+		if err != nil || k < 1 {
+			c.Fatalf("requests=%s: want none, all or everyN", r)
+		}
+		isRequest = func(i int) bool { return i%k == 0 }
+	default:
+		c.Fatalf("requests=%s: want none, all or everyN", r)
+	}
+	requests := 0
+	for i := 0; i < count; i++ {
+		req := isRequest(i)
+		if req {
+			requests++
+		}
+		w.scheduleSend(from+time.Duration(i)*every, clients[i%len(clients)], ObjID(o), req, false)
+	}
+	var cs []string
+	for _, cl := range clients {
+		cs = append(cs, fmt.Sprintf("c%d", cl.id+1))
+	}
+	return fmt.Sprintf("%d messages (%d requests) from %s to o%d, %s to %s", count, requests, strings.Join(cs, ","), o, from, from+time.Duration(count-1)*every)
+}
+
+// move obj=0 to=n2 at=50ms
+func (e *scriptEnv) move(c *simscript.Cmd) string {
+	w := e.w
+	o, dst, at := ObjID(intArg(c, "obj", 0)), e.nodeArg(c, c.Val("to", "")), durArg(c, "at", 0)
+	w.at(at, "move", func() {
+		if !w.StartMove(o, dst) {
+			e.logf("move of o%d to %s refused", o, dst.name)
+			return
+		}
+		e.logf("%s started", w.moves[len(w.moves)-1])
+	})
+	return ""
+}
+
+// cut n1 n2 for=20ms [oneway] (at=T | on=<effect> [move=N] [after=D])
+// store-outage [node=n1] for=D (at=T | on=...)
+// crash n2 (at=T | on=...)
+// stop n2 (at=T | on=...)
+func (e *scriptEnv) fault(c *simscript.Cmd) string {
+	w := e.w
+	var desc string
+	var action func()
+	words := c.Words()
+	switch c.Name {
+	case "cut":
+		if len(words) != 2 {
+			c.Fatalf("cut wants two nodes")
+		}
+		a, b, d := e.nodeArg(c, words[0]), e.nodeArg(c, words[1]), durArg(c, "for", 0)
+		both := !c.Has("oneway")
+		desc = fmt.Sprintf("cut %s→%s for %s", a.name, b.name, d)
+		if both {
+			desc = fmt.Sprintf("cut %s⇄%s for %s", a.name, b.name, d)
+		}
+		action = func() { w.net.cut(a.idx, b.idx, both, d) }
+	case "store-outage":
+		d := durArg(c, "for", 0)
+		if name := c.Val("node", ""); name != "" {
+			n := e.nodeArg(c, name)
+			desc = fmt.Sprintf("%s cut from the store for %s", n.name, d)
+			action = func() { w.storeCutFor(n, d) }
+			break
+		}
+		desc = fmt.Sprintf("store down for %s", d)
+		action = func() {
+			w.stats.StoreOutages++
+			w.store.down = true
+			w.tracef("store DOWN for %s (script)", d)
+			w.after(d, "store-up", func() { w.store.down = false; w.tracef("store up") })
+		}
+	case "crash", "stop":
+		if len(words) != 1 {
+			c.Fatalf("%s wants one node", c.Name)
+		}
+		n := e.nodeArg(c, words[0])
+		desc = c.Name + " " + n.name
+		action = n.crash
+		if c.Name == "stop" {
+			action = n.stop
+		}
+	}
+	if on := c.Val("on", ""); on != "" {
+		if !slices.Contains(effectNames, on) {
+			c.Fatalf("on=%s: no such effect (one of %s)", on, strings.Join(effectNames, ", "))
+		}
+		t := &trigger{desc: desc, effect: on, move: uint64(intArg(c, "move", 0)), after: durArg(c, "after", 0)}
+		t.action = func() { e.logf("%s (on %s)", desc, on); action() }
+		e.triggers = append(e.triggers, t)
+		return ""
+	}
+	at := durArg(c, "at", -1)
+	if at < 0 {
+		c.Fatalf("%s wants at=<time> or on=<effect>", c.Name)
+	}
+	w.at(at, c.Name, func() { e.logf("%s", desc); action() })
+	return ""
+}
+
+// effectNames are the protocol effects a fault can be set off at: each
+// handoff effect's type name in kebab case.
+var effectNames = func() []string {
+	var out []string
+	for _, e := range []handoff.Effect{
+		handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
+		handoff.UpdateSessionRoutes{}, handoff.SendPrepare{}, handoff.SendChunks{}, handoff.Unseal{}, handoff.SendAbort{},
+		handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.StartFollow{},
+		handoff.ReleaseBoundary{}, handoff.AckBoundary{}, handoff.EndFollow{}, handoff.Reconcile{}, handoff.AdoptTargetRoute{},
+		handoff.FailHeld{}, handoff.ConfirmCommit{}, handoff.FenceOut{}, handoff.CloseOut{}, handoff.Reinstate{},
+		handoff.InstallStaging{}, handoff.VerifySource{}, handoff.SendCredit{}, handoff.RestorePayload{}, handoff.SendFailed{},
+		handoff.SendRelayReady{}, handoff.CommitOwner{}, handoff.OpenDispatch{}, handoff.DeliverLate{}, handoff.RemoveTarget{},
+	} {
+		out = append(out, effectName(e))
+	}
+	return out
+}()
+
+// effectName is e's type name in kebab case: RelayThenCutover is
+// relay-then-cutover.
+func effectName(e handoff.Effect) string {
+	name := strings.TrimPrefix(fmt.Sprintf("%T", e), "handoff.")
+	var b strings.Builder
+	for i, r := range name {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (e *scriptEnv) onEffect(mv *Move, eff handoff.Effect) {
+	if len(e.triggers) == 0 {
+		return
+	}
+	name := effectName(eff)
+	for _, t := range e.triggers {
+		if t.fired || t.effect != name || (t.move != 0 && t.move != mv.id) {
+			continue
+		}
+		t.fired = true
+		if t.after == 0 {
+			t.action()
+			continue
+		}
+		e.w.after(t.after, "script", t.action)
+	}
+}
+
+func (e *scriptEnv) onSourceEffect(_ *World, r *SourceRun, eff handoff.Effect) { e.onEffect(r.mv, eff) }
+
+func (e *scriptEnv) onTargetEffect(_ *World, t *TargetRun, eff handoff.Effect) { e.onEffect(t.mv, eff) }
+
+// drop relay-ready [from=n2] [to=n1] [count=1|all]
+// duplicate cutover [from=n1] [to=n2] [count=1|all] [after=D]
+func (e *scriptEnv) drop(c *simscript.Cmd) string {
+	words := c.Words()
+	if len(words) != 1 {
+		c.Fatalf("%s wants one packet kind", c.Name)
+	}
+	k := slices.Index(pktNames[:], words[0])
+	if k < 0 {
+		c.Fatalf("no packet kind %q (one of %s)", words[0], strings.Join(pktNames[:], ", "))
+	}
+	d := &drop{desc: c.Line, kind: pktKind(k), from: -1, to: -1, left: countArg(c, 1), duplicate: c.Name == "duplicate",
+		after: durArg(c, "after", time.Millisecond)}
+	if n := c.Val("from", ""); n != "" {
+		d.from = e.nodeArg(c, n).idx
+	}
+	if n := c.Val("to", ""); n != "" {
+		d.to = e.nodeArg(c, n).idx
+	}
+	e.drops = append(e.drops, d)
+	return ""
+}
+
+func (e *scriptEnv) onPacket(w *World, p *packet) bool {
+	for _, d := range e.drops {
+		if d.left == 0 || p.kind != d.kind || (d.from >= 0 && p.from != d.from) || (d.to >= 0 && p.to != d.to) {
+			continue
+		}
+		if d.left > 0 {
+			d.left--
+		}
+		d.seen++
+		if !d.duplicate {
+			e.logf("dropped %s %s→%s %s", p.kind, w.endpointName(p.from), w.endpointName(p.to), idString(p.id))
+			return true
+		}
+		e.logf("duplicated %s %s→%s %s (the copy %s later)", p.kind, w.endpointName(p.from), w.endpointName(p.to), idString(p.id), d.after)
+		cp := *p
+		w.after(d.after, "duplicate", func() {
+			if w.nodes[cp.from].alive {
+				w.net.send(&cp)
+			}
+		})
+		return false
+	}
+	return false
+}
+
+// storeCall names the store calls of the hand-off a fault can answer.
+type storeCall struct {
+	name string
+	kind opKind
+	why  string // the prefix of storeOp.why; empty: any
+}
+
+var storeCalls = []storeCall{
+	{"commit-read", opRead, "commit #"},
+	{"commit-cas", opCAS, "commit #"},
+	{"settle-cas", opCAS, "settle fence-out #"},
+	{"verify-read", opRead, "verify source #"},
+	{"reconcile-read", opRead, "reconcile #"},
+	{"confirm-watch", opWatch, "confirm #"},
+	{"fence-out-cas", opCAS, "fence-out #"},
+	{"renew", opRenew, ""},
+	{"read", opRead, ""},
+	{"cas", opCAS, ""},
+}
+
+// fault <store-call> <answer> [node=n2] [skip=N] [count=1|all] [until=T] [latency=D]
+//
+// The first count calls of that kind (after skipping skip of them), by
+// node if given, before until if given, are answered so; latency is the
+// delay of a late write.
+func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
+	words := c.Words()
+	if len(words) != 2 {
+		c.Fatalf("fault wants a store call and an answer")
+	}
+	var names []string
+	f := &storeFault{desc: c.Line, skip: intArg(c, "skip", 0), left: countArg(c, 1), until: durArg(c, "until", 0),
+		latency: durArg(c, "latency", 0), node: c.Val("node", "")}
+	found := false
+	for _, sc := range storeCalls {
+		names = append(names, sc.name)
+		if sc.name == words[0] {
+			f.call, found = sc, true
+		}
+	}
+	if !found {
+		c.Fatalf("no store call %q (one of %s)", words[0], strings.Join(names, ", "))
+	}
+	m := slices.Index(modeNames[:], words[1])
+	if m < 0 {
+		c.Fatalf("no answer %q (one of %s)", words[1], strings.Join(modeNames[:], ", "))
+	}
+	f.mode = storeMode(m)
+	if f.mode == modeLate && f.latency <= 0 {
+		c.Fatalf("a late answer wants latency=<duration>")
+	}
+	if f.node != "" {
+		e.nodeArg(c, f.node)
+	}
+	e.faults = append(e.faults, f)
+	return ""
+}
+
+func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time.Duration, bool) {
+	for _, f := range e.faults {
+		if f.left == 0 || op.kind != f.call.kind || !strings.HasPrefix(op.why, f.call.why) ||
+			(f.node != "" && n.name != f.node) || (f.until > 0 && w.now >= f.until) {
+			continue
+		}
+		f.seen++
+		if f.seen <= f.skip {
+			continue
+		}
+		if f.left > 0 {
+			f.left--
+		}
+		f.answered++
+		if f.answered == 1 {
+			e.logf("%s %s (%s) answered %s", n.name, f.call.name, op.why, f.mode)
+			f.logAt, f.firstLine = len(e.log)-1, e.log[len(e.log)-1]
+		} else {
+			e.log[f.logAt] = fmt.Sprintf("%s, %d calls to %s", f.firstLine, f.answered, ms3(w.now))
+		}
+		return f.mode, f.latency, true
+	}
+	return modeOK, 0, false
+}
+
+// ---- running and reporting ----
+
+// run runs the world to its end and prints what the script's own actions
+// did, and any that never happened.
+func (e *scriptEnv) run() string {
+	e.w.Run()
+	out := e.log
+	for _, t := range e.triggers {
+		if !t.fired {
+			out = append(out, fmt.Sprintf("never: %s (on %s)", t.desc, t.effect))
+		}
+	}
+	for _, d := range e.drops {
+		if d.seen == 0 {
+			out = append(out, "never: "+d.desc)
+		}
+	}
+	for _, f := range e.faults {
+		if f.seen <= f.skip {
+			out = append(out, "never: "+f.desc)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// status prints each object's store record and serving incarnation, each
+// move's outcome on both sides, and what became of the messages.
+func (e *scriptEnv) status() string {
+	w := e.w
+	var out []string
+	for _, o := range w.objs {
+		rec := w.store.recs[o.id]
+		var serving []string
+		for _, inc := range w.serving(o.id) {
+			serving = append(serving, fmt.Sprintf("%s (version %d)", inc, inc.version))
+		}
+		if len(serving) == 0 {
+			serving = []string{"none"}
+		}
+		out = append(out, fmt.Sprintf("o%d: store %s; serving %s; history %d", o.id, rec, strings.Join(serving, ", "), o.head))
+		if w.cfg.Sessions {
+			cl := w.clients[w.boundTo(o.id)]
+			if route, sealed, ok := cl.gw.owner.BindingOf(cl.gw.sid, actorName(o.id)); ok {
+				s := ""
+				if sealed {
+					s = ", sealed"
+				}
+				out = append(out, fmt.Sprintf("  %s routes o%d to %s%s", cl.gw.sid, o.id, route, s))
+			} else {
+				out = append(out, fmt.Sprintf("  %s closed", cl.gw.sid))
+			}
+		}
+	}
+	for _, mv := range w.moves {
+		out = append(out, mv.String())
+		r := mv.src
+		out = append(out, "  source "+mv.from.name+": "+runState(r.m.Phase(), r.m.Finished(), r.dead, map[string]bool{
+			"cutover sent": mv.cutoverSent, "fenced out": mv.fencedOut, "serves again": mv.reinstated,
+		}))
+		if t := mv.tgt; t != nil {
+			out = append(out, "  target "+mv.to.name+": "+runState(t.m.Phase(), t.m.Finished(), t.dead, map[string]bool{
+				"relay-ready sent": mv.relayReadySent, "committed in store": mv.committedInStore, "opened": mv.opened, "removed": mv.targetRemoved,
+			}))
+		} else {
+			out = append(out, "  target "+mv.to.name+": never prepared")
+		}
+	}
+	var handled, failed, lostNode, lostFollow, unaccepted, other int
+	for _, m := range w.msgs {
+		switch {
+		case m.handled > 0:
+			handled++
+		case m.failed > 0:
+			failed++
+		case !m.accepted:
+			unaccepted++
+		case m.loss == lossCrash || m.loss == lossEnded:
+			lostNode++
+		case m.loss == lossFollow:
+			lostFollow++
+		default:
+			other++
+		}
+	}
+	out = append(out, fmt.Sprintf("messages: %d sent: %d handled, %d failed loudly, %d lost with a node, %d lost following, %d not accepted, %d otherwise",
+		len(w.msgs), handled, failed, lostNode, lostFollow, unaccepted, other))
+	return strings.Join(out, "\n")
+}
+
+func runState(ph handoff.Phase, finished, dead bool, flags map[string]bool) string {
+	s := ph.String()
+	switch {
+	case dead:
+		s += " (its node went down)"
+	case finished:
+		s += " (finished)"
+	default:
+		s += " (not finished)"
+	}
+	var set []string
+	for k, v := range flags {
+		if v {
+			set = append(set, k)
+		}
+	}
+	slices.Sort(set)
+	if len(set) > 0 {
+		s += "; " + strings.Join(set, ", ")
+	}
+	return s
+}
+
+func (e *scriptEnv) violations() string {
+	if len(e.w.violations) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, v := range e.w.violations {
+		out = append(out, v.String())
+	}
+	return strings.Join(out, "\n")
+}
+
+// trace [raw] [word ...]
+//
+// Without raw, the protocol steps of the moves: each machine step that
+// changed a phase or had effects other than timers, the owner writes,
+// faults, nodes going down, violations. With raw, every line of the
+// world's trace. Words keep only the lines that contain each of them as a
+// whole token (m1 does not match m17).
+func (e *scriptEnv) trace(c *simscript.Cmd) string {
+	raw := c.Has("raw")
+	var words []string
+	for _, wd := range c.Words() {
+		if wd != "raw" {
+			words = append(words, wd)
+		}
+	}
+	phase := map[string]string{}
+	var out []string
+	for _, l := range e.w.trace {
+		if !raw {
+			var ok bool
+			if l, ok = protocolStep(l, phase); !ok {
+				continue
+			}
+		}
+		if containsTokens(l, words) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// stepMarkers are the lines of the world's trace that are protocol steps
+// or faults, besides the machines' steps.
+var stepMarkers = []string{" starts move ", "store: o", " DOWN", "VIOLATION", "net: cut", " lifecycle ended", "store up",
+	" cut from the store", " refuses ", "dropped (scenario)", " finished (phase", " store cas ", " session-"}
+
+// protocolStep condenses a trace line of a machine step ("n1 src #1 Event →
+// Phase [effects]") to its event, phase and effects without timers, and
+// keeps it if the phase changed or an effect is left; phase remembers
+// each machine's phase. Other lines are kept if they are faults or owner
+// writes.
+func protocolStep(l string, phase map[string]string) (string, bool) {
+	i := strings.Index(l, " src #")
+	if i < 0 {
+		i = strings.Index(l, " tgt #")
+	}
+	if i < 0 {
+		for _, m := range stepMarkers {
+			if m == " store cas " {
+				if !strings.Contains(l, " answered ") {
+					continue
+				}
+				// A failed answer carries no record.
+				l = strings.TrimSuffix(l, " "+Record{}.String())
+			}
+			if strings.Contains(l, m) {
+				return l, true
+			}
+		}
+		return "", false
+	}
+	arrow := strings.Index(l, " → ")
+	open := strings.LastIndex(l, " [")
+	if arrow < 0 || open < arrow || !strings.HasSuffix(l, "]") {
+		return l, true // "created", "finished": keep as is
+	}
+	// The machine: "<time> <node> src #N <event> → ...".
+	f := strings.Fields(l)
+	machine := strings.Join(f[1:4], " ")
+	ph := l[arrow+len(" → ") : open]
+	var effects []string
+	for _, e := range strings.Fields(l[open+2 : len(l)-1]) {
+		if !strings.HasPrefix(e, "StartTimer(") && !strings.HasPrefix(e, "StopTimer(") {
+			effects = append(effects, e)
+		}
+	}
+	changed := phase[machine] != ph
+	phase[machine] = ph
+	if !changed && len(effects) == 0 {
+		return "", false
+	}
+	return l[:open] + " [" + strings.Join(effects, " ") + "]", true
+}
+
+func containsTokens(l string, words []string) bool {
+	for _, wd := range words {
+		if !containsToken(l, wd) {
+			return false
+		}
+	}
+	return true
+}
+
+func containsToken(l, wd string) bool {
+	isWord := func(b byte) bool {
+		return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+	}
+	for i := 0; ; {
+		j := strings.Index(l[i:], wd)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(wd)
+		if (j == 0 || !isWord(l[j-1]) || !isWord(wd[0])) && (end == len(l) || !isWord(l[end]) || !isWord(wd[len(wd)-1])) {
+			return true
+		}
+		i = j + 1
+	}
+}
