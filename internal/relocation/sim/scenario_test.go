@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 const ms = time.Millisecond
@@ -52,9 +53,9 @@ func expectClean(t *testing.T, w *World, vs []Violation) {
 		b.WriteString("  " + v.String() + "\n")
 	}
 	if u := Unknown(vs); len(u) == 0 {
-		t.Skipf("OPEN DEFECT (TestOpenDefects fails while it is open); this scenario fails:\n%s\ntrace tail:\n%s", b.String(), tail(w.Trace(), 40))
+		t.Skipf("OPEN DEFECT (TestOpenDefects fails while it is open); this scenario fails:\n%s\ntrace tail:\n%s", b.String(), simkit.Tail(w.Trace(), 40))
 	}
-	t.Fatalf("violations:\n%s\ntrace tail:\n%s", b.String(), tail(w.Trace(), 80))
+	t.Fatalf("violations:\n%s\ntrace tail:\n%s", b.String(), simkit.Tail(w.Trace(), 80))
 }
 
 func storeOwner(w *World) string { return w.store.Record(0).OwnerNode }
@@ -76,7 +77,7 @@ func TestTargetCrashBetweenRelayReadyAndCommit(t *testing.T) {
 	}
 	expectClean(t, w, vs)
 	if !mv.reinstated || storeOwner(w) != "n1" {
-		t.Fatalf("the source does not serve again: reinstated %v, store names %s\n%s", mv.reinstated, storeOwner(w), tail(w.Trace(), 60))
+		t.Fatalf("the source does not serve again: reinstated %v, store names %s\n%s", mv.reinstated, storeOwner(w), simkit.Tail(w.Trace(), 60))
 	}
 	if w.stats.LostCrash == 0 {
 		t.Log("no message was lost with the crashed target")
@@ -216,7 +217,7 @@ func lateCommit(cfg Config) *World {
 		case op.kind == opCAS && !sent:
 			sent = true
 			return modeLate, 800 * ms, true
-		case op.kind == opRead && sent && w.now < 900*ms:
+		case op.kind == opRead && sent && w.Now() < 900*ms:
 			return modeUnavailable, 0, true
 		}
 		return modeOK, 0, false
@@ -229,7 +230,7 @@ func TestLateCommitIsFencedOut(t *testing.T) {
 	vs, mv := run(t, w)
 	expectClean(t, w, vs)
 	if !mv.reinstated || storeOwner(w) != "n1" {
-		t.Fatalf("want the source serving again after the fence-out: reinstated %v store %s\n%s", mv.reinstated, storeOwner(w), tail(w.Trace(), 60))
+		t.Fatalf("want the source serving again after the fence-out: reinstated %v store %s\n%s", mv.reinstated, storeOwner(w), simkit.Tail(w.Trace(), 60))
 	}
 }
 
@@ -260,7 +261,7 @@ func TestCheckerCatchesOpenWithoutCommit(t *testing.T) {
 	w, _ := scenario(9, cfg, Hooks{})
 	vs, _ := run(t, w)
 	if !hasInvariant(vs, "two-serving") {
-		t.Fatalf("the checker missed a target opened without its commit: %v\n%s", vs, tail(w.Trace(), 60))
+		t.Fatalf("the checker missed a target opened without its commit: %v\n%s", vs, simkit.Tail(w.Trace(), 60))
 	}
 	// Random schedules catch it too.
 	failing := 0
@@ -303,65 +304,21 @@ func hasInvariant(vs []Violation, inv string) bool {
 	return false
 }
 
-// Seeds the random schedules found, one per protocol defect (see
-// known.go). A fixed defect's seed must run clean: a violation there is
-// the defect back (or another one), and fails. An open defect's seed must
-// still show it (else it is fixed: take it out of open). Seeds are tied
-// to the sim's draws: a change of the sim may move them (then search again
-// with SIM_SCHEDULES and the known-defect counts the random test prints).
+// Seeds the random schedules found, one per protocol defect (the
+// defects table, known.go): a fixed defect's seed must run clean, an open
+// one's must still show it and nothing else.
 func TestKnownDefectSeeds(t *testing.T) {
-	for _, c := range []struct {
-		seed   uint64
-		defect string
-	}{
-		{16, KnownAdoptNeverReleases},
-		{80, KnownCompleteTwice},
-		{396, KnownSettleRace},
-		{257, KnownReconcileForever},
-		{345, KnownFollowPastStub},
-		{528, KnownBatchLost},
-		{4161, KnownRedeliveryOrder},
-	} {
-		t.Run(c.defect[:2], func(t *testing.T) {
-			w := Random(DefaultConfig(), c.seed)
-			w.SetTracing(true)
-			vs := w.Run()
-			if !Open(c.defect) {
-				if len(vs) > 0 {
-					t.Fatalf("seed %d of the fixed defect %q has violations (replay: %s): %v\ntrace tail:\n%s",
-						c.seed, c.defect, replay(c.seed, false), vs, tail(w.Trace(), 60))
-				}
-				return
-			}
-			if u := Unknown(vs); len(u) > 0 {
-				t.Fatalf("seed %d (%s): %v", c.seed, replay(c.seed, false), u)
-			}
-			for _, v := range vs {
-				if v.Known == c.defect {
-					return // TestOpenDefects reports it
-				}
-			}
-			t.Errorf("seed %d no longer shows the open defect %q: fixed? take it out of open (known.go)", c.seed, c.defect)
-		})
-	}
+	defects.CheckSeeds(t, func(seed uint64) string { return replay(seed, false) }, func(seed uint64) ([]Violation, string) {
+		r := runSeed(DefaultConfig(), seed, true)
+		return r.Violations, r.Trace
+	})
 }
 
 // Every fixed defect the Source machine can be probed for stays fixed:
 // its probe (known.go) finds it absent in the tree, whatever a random
 // schedule happens to draw.
-func TestFixedDefectsStayFixed(t *testing.T) {
-	for _, d := range []string{KnownTargetLoss, KnownAdoptNeverReleases, KnownCompleteTwice, KnownSettleRace,
-		KnownReconcileForever, KnownFollowPastStub, KnownBatchLost, KnownRedeliveryOrder} {
-		if !Open(d) && Present(d) {
-			t.Errorf("the fixed defect %q is back: the probe of the machine finds it", d)
-		}
-	}
-}
+func TestFixedDefectsStayFixed(t *testing.T) { defects.CheckFixed(t) }
 
 // An open defect is a failure for as long as it is listed, not a count in
 // a log nobody reads.
-func TestOpenDefects(t *testing.T) {
-	for d := range open {
-		t.Errorf("OPEN DEFECT in the tree: %q (known.go); its violations are counted, not failed, by the random test", d)
-	}
-}
+func TestOpenDefects(t *testing.T) { defects.CheckOpen(t) }
