@@ -64,39 +64,47 @@ func (ds Defects) Present(name string) bool {
 	return d != nil && d.Probe != nil && d.Probe()
 }
 
-// CheckSeeds runs every defect's seeds, with the trace on (run gives a
-// seed's violations and trace). A fixed defect's seed must run clean: a
-// violation there is the defect back, or another one. An accepted
-// defect's seed may show it and nothing else; an open one's must still
-// show it, or it is fixed and must leave the open list.
+// CheckSeeds runs every defect's seeds, each in a subtest, with the trace
+// on (run gives a seed's violations and trace), and fails a seed on what
+// SeedProblem finds.
 func (ds Defects) CheckSeeds(t *testing.T, replay func(seed uint64) string, run func(seed uint64) ([]Violation, string)) {
 	t.Helper()
 	for _, d := range ds {
 		for _, seed := range d.Seeds {
 			t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 				vs, trace := run(seed)
-				if !ds.Accepted(d.Name) {
-					if len(vs) > 0 {
-						t.Fatalf("seed %d of the fixed defect %q has violations (replay: %s): %v\ntrace tail:\n%s",
-							seed, d.Name, replay(seed), vs, Tail(trace, 60))
-					}
-					return
+				if p := ds.SeedProblem(d.Name, seed, vs, replay); p != "" {
+					t.Fatalf("%s\ntrace tail:\n%s", p, Tail(trace, 60))
 				}
-				if u := Unknown(vs); len(u) > 0 {
-					t.Fatalf("seed %d (%s): %v\ntrace tail:\n%s", seed, replay(seed), u, Tail(trace, 60))
-				}
-				if !d.Open {
-					return
-				}
-				for _, v := range vs {
-					if v.Known == d.Name {
-						return // CheckOpen reports it
-					}
-				}
-				t.Errorf("seed %d no longer shows the open defect %q: fixed? take it out of the open ones", seed, d.Name)
 			})
 		}
 	}
+}
+
+// SeedProblem says what is wrong with the violations vs of a seed of the
+// defect ("" if nothing). A fixed defect's seed must run clean: a
+// violation there is the defect back, or another one. An accepted
+// defect's seed may show it and nothing else; an open one's must still
+// show it, or it is fixed and must leave the open ones.
+func (ds Defects) SeedProblem(defect string, seed uint64, vs []Violation, replay func(seed uint64) string) string {
+	if !ds.Accepted(defect) {
+		if len(vs) > 0 {
+			return fmt.Sprintf("seed %d of the fixed defect %q has violations (replay: %s): %v", seed, defect, replay(seed), vs)
+		}
+		return ""
+	}
+	if u := Unknown(vs); len(u) > 0 {
+		return fmt.Sprintf("seed %d (%s): %v", seed, replay(seed), u)
+	}
+	if !ds.Open(defect) {
+		return ""
+	}
+	for _, v := range vs {
+		if v.Known == defect {
+			return "" // CheckOpen reports it
+		}
+	}
+	return fmt.Sprintf("seed %d no longer shows the open defect %q: fixed? take it out of the open ones", seed, defect)
 }
 
 // CheckFixed fails for every fixed defect whose probe finds it in the tree
