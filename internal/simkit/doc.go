@@ -22,7 +22,7 @@
 // A simulation supplies its model: nodes, store, clients and the machines
 // they drive; the invariants, checked as the schedule runs and at its end
 // (Harness.Violate); the effects of delivering and losing a packet; its
-// fault mix; and which violations are instances of a known defect. Nothing
-// here reads the wall clock or starts a goroutine except RunSeeds, which
+// fault mix; and which violations are instances of a known defect. Only
+// RunSeeds reads the wall clock (to log its rate) or starts goroutines: it
 // runs whole schedules, one World per goroutine.
 package simkit

@@ -158,8 +158,8 @@ func (w *World) wall(d time.Duration) time.Time { return simkit.Wall(d) }
 
 func (w *World) logical(t time.Time) time.Duration { return simkit.Logical(t) }
 
-// after schedules fn d from now; name says what fn is where it is
-// scheduled (the trace shows what it does).
+// after schedules fn d from now. name labels the event for the reader of
+// the call; nothing reads it.
 func (w *World) after(d time.Duration, _ string, fn func()) { w.After(d, fn) }
 
 func (w *World) at(t time.Duration, _ string, fn func()) { w.At(t, fn) }
