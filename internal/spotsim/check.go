@@ -59,7 +59,7 @@ import (
 // handle is one handled message: the application ran it on inc.
 func (w *World) handle(inc *Inc, m *Msg) {
 	s := m.spot
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s HANDLES m%d (c%d seq %d)", inc, m.id, m.client.id+1, m.seq)
 	}
 	w.checkServing(s, inc)
@@ -67,17 +67,17 @@ func (w *World) handle(inc *Inc, m *Msg) {
 		prev := m.handled[len(m.handled)-1]
 		if w.repeatedFirst(prev, inc, m) {
 			v := w.violate("duplicate", "m%d (first message of %s) handled again by %s after %s handled it; %s ended before the recovery pointer's removal landed", m.id, m.op, inc, prev, prev.life)
-			v.Spot, v.Msg, v.Known = s.id, m.id, KnownRepeatedFirst
+			v.Obj, v.Msg, v.Known = s.id, m.id, KnownRepeatedFirst
 			w.stats.Replayed++
 		} else {
 			v := w.violate("duplicate", "m%d (c%d seq %d to %s) handled again by %s after %s", m.id, m.client.id+1, m.seq, s.id, inc, prev)
-			v.Spot, v.Msg = s.id, m.id
+			v.Obj, v.Msg = s.id, m.id
 		}
 	}
 	for _, f := range m.failures {
 		if f.definite {
 			v := w.violate("failed-after-handled", "m%d (c%d seq %d to %s) failed loudly as not run (%s: %s) and is now handled by %s", m.id, m.client.id+1, m.seq, s.id, f.code, f.why, inc)
-			v.Spot, v.Msg = s.id, m.id
+			v.Obj, v.Msg = s.id, m.id
 			break
 		}
 	}
@@ -100,7 +100,7 @@ func (w *World) handle(inc *Inc, m *Msg) {
 			w.stats.LateAfterMaybe++
 		default:
 			v := w.violate("order", "m%d (c%d seq %d to %s through %s) handled by %s after seq %d", m.id, c.id+1, m.seq, s.id, w.lifeByAddr(m.key.life), inc, last)
-			v.Spot, v.Msg = s.id, m.id
+			v.Obj, v.Msg = s.id, m.id
 			if x := c.lastMsg[m.key]; cmd39Overtaken(m, x) {
 				v.Known = KnownCmd39Overtaken
 				v.Detail += fmt.Sprintf(" (m%d went in a command 39 to %s at %s and had not reached the incarnation when m%d took another route, to %s, at %s)", m.id, m.target, ms(m.sentAt), x.id, x.target, ms(x.sentAt))
@@ -108,7 +108,7 @@ func (w *World) handle(inc *Inc, m *Msg) {
 		}
 	}
 	m.handled = append(m.handled, inc)
-	m.handledAt = append(m.handledAt, w.now)
+	m.handledAt = append(m.handledAt, w.Now())
 	inc.handled = append(inc.handled, m)
 	w.stats.Handled++
 }
@@ -138,7 +138,7 @@ func (w *World) ownerEnd(l *Life) (time.Duration, bool) {
 	if l.ended {
 		take(l.endedAt)
 	}
-	if sl := w.store.leases[l.lease]; sl != nil && (sl.gone || w.now >= sl.expiresAt) {
+	if sl := w.store.leases[l.lease]; sl != nil && (sl.gone || w.Now() >= sl.expiresAt) {
 		take(sl.expiresAt)
 	}
 	return end, ended
@@ -163,7 +163,7 @@ func (w *World) checkServing(s *Spot, inc *Inc) {
 			names[i] = x.String()
 		}
 		v := w.violate("two-serving", "Spot %s has %d serving incarnations on lifecycles with valid leases: %s (store %s)", s.id, len(serving), strings.Join(names, ", "), recString(w.store.Read(s.key())))
-		v.Spot = s.id
+		v.Obj = s.id
 	}
 }
 
@@ -183,7 +183,7 @@ func (w *World) incOpened(inc *Inc) {
 		if len(lost) > 0 {
 			v := w.violate("reactivated-empty", "PreserveStateWith Spot %s (no ReactivateEmpty) opens empty as %s over %s's state (it handled %s; %s replays %s)",
 				s.id, inc, prev, msgList(prev.handled), inc, msgList(inc.firsts))
-			v.Spot = s.id
+			v.Obj = s.id
 			if inc.resumedFrom != "" {
 				v.Known = KnownResumeStartsEmpty
 				v.Detail += " — resumed from the recovery root of " + inc.resumedFrom
@@ -206,7 +206,7 @@ func (w *World) checkRestored(inc, prev *Inc) {
 	if prev == nil || s.released {
 		if len(restored) > 0 {
 			v := w.violate("checkpoint-revived", "Spot %s opens as %s with %s, but its last incarnation was closed (or it never served)", s.id, inc, msgList(restored))
-			v.Spot = s.id
+			v.Obj = s.id
 		}
 		return
 	}
@@ -216,7 +216,7 @@ func (w *World) checkRestored(inc, prev *Inc) {
 	hist := prev.state()
 	if len(restored) > len(hist) || !slices.Equal(restored, hist[:len(restored)]) {
 		v := w.violate("checkpoint-fork", "Spot %s opens as %s with %s, not a prefix of %s's history %s", s.id, inc, msgList(restored), prev, msgList(hist))
-		v.Spot = s.id
+		v.Obj = s.id
 		return
 	}
 	for _, m := range hist[len(restored):] {
@@ -255,7 +255,7 @@ func (w *World) probes() {
 					w.after(100*time.Millisecond, func() { try(n + 1) })
 				} else {
 					v := w.violate("probe-failed", "no serving lifecycle on %s to probe %s from", c.node.name, s.id)
-					v.Spot = s.id
+					v.Obj = s.id
 				}
 				return
 			}
@@ -281,7 +281,7 @@ func (w *World) probeEnded(m *Msg, outcome string) {
 	}
 	w.stats.ProbesFail++
 	x := w.violate("probe-failed", "the probe m%d of %s %s (store %s)", m.id, s.id, outcome, recString(v))
-	x.Spot, x.Msg = s.id, m.id
+	x.Obj, x.Msg = s.id, m.id
 }
 
 // ownerLive: the owner's lifecycle runs and holds its lease.
@@ -298,7 +298,7 @@ func (w *World) checkEnd() {
 		}
 		if w.pendingReplay(m) {
 			v := w.violate("stuck", "m%d (c%d seq %d to %s) waits in its recovery root, never resumed (store %s)", m.id, m.client.id+1, m.seq, m.spot.id, recString(w.store.Read(m.spot.key())))
-			v.Spot, v.Msg = m.spot.id, m.id
+			v.Obj, v.Msg = m.spot.id, m.id
 			continue
 		}
 		switch m.loss {
@@ -309,16 +309,16 @@ func (w *World) checkEnd() {
 		case lossTransit:
 			if m.cmd39DeadLetter && !m.request {
 				v := w.violate("lost", "m%d (c%d seq %d, a send to %s) lost: %s", m.id, m.client.id+1, m.seq, m.spot.id, m.lossWhy)
-				v.Spot, v.Msg, v.Known = m.spot.id, m.id, KnownCmd39DeadLetter
+				v.Obj, v.Msg, v.Known = m.spot.id, m.id, KnownCmd39DeadLetter
 				continue
 			}
 			w.stats.LostTransit++
 		case lossNone:
 			v := w.violate("stuck", "m%d (c%d seq %d to %s) accepted but never handled nor failed; held at %s", m.id, m.client.id+1, m.seq, m.spot.id, w.where(m))
-			v.Spot, v.Msg = m.spot.id, m.id
+			v.Obj, v.Msg = m.spot.id, m.id
 		default:
 			v := w.violate("lost", "m%d (c%d seq %d to %s) lost (%s): %s", m.id, m.client.id+1, m.seq, m.spot.id, lossNames[m.loss], m.lossWhy)
-			v.Spot, v.Msg = m.spot.id, m.id
+			v.Obj, v.Msg = m.spot.id, m.id
 		}
 	}
 	for _, r := range w.runners {
@@ -326,7 +326,7 @@ func (w *World) checkEnd() {
 			continue
 		}
 		v := w.violate("not-ended", "%s still runs %s after faults stopped (%s)", r, w.cfg.End-w.cfg.Horizon, r.phase())
-		v.Spot = r.spot.id
+		v.Obj = r.spot.id
 	}
 	for _, l := range w.lives {
 		if l.gone {
@@ -335,11 +335,11 @@ func (w *World) checkEnd() {
 		for _, s := range w.spots {
 			if ls := l.locks[s.idx]; ls.held {
 				v := w.violate("lock-held", "%s still holds the lock of %s (%d waiting)", l, s.id, len(ls.waiters))
-				v.Spot = s.id
+				v.Obj = s.id
 			}
 			if len(l.queues[s.idx]) > 0 || l.working[s.idx] {
 				v := w.violate("queue-left", "%s still has %d command 39s queued for %s", l, len(l.queues[s.idx]), s.id)
-				v.Spot = s.id
+				v.Obj = s.id
 			}
 		}
 		if l.pending != 0 {
@@ -348,7 +348,7 @@ func (w *World) checkEnd() {
 		for _, inc := range l.incs {
 			if inc.mode == mStaged {
 				v := w.violate("staged-left", "%s is still staged", inc)
-				v.Spot = inc.spot.id
+				v.Obj = inc.spot.id
 			}
 		}
 	}
@@ -365,19 +365,19 @@ func (w *World) checkEnd() {
 		switch rec.GetState() {
 		case messages.LifecycleState_LIFECYCLE_STATE_CREATING:
 			x := w.violate("creating-left", "%s is Creating under the live owner %s: %s", s.id, l, recString(v))
-			x.Spot = s.id
+			x.Obj = s.id
 		case messages.LifecycleState_LIFECYCLE_STATE_CLOSING:
 			x := w.violate("closing-left", "%s is Closing under the live owner %s: %s", s.id, l, recString(v))
-			x.Spot = s.id
+			x.Obj = s.id
 		case messages.LifecycleState_LIFECYCLE_STATE_READY:
 			if !l.hosts(s, rec.GetObjectGeneration()) {
 				x := w.violate("unserved", "%s is Ready under the live owner %s, which serves no incarnation of it: %s", s.id, l, recString(v))
-				x.Spot = s.id
+				x.Obj = s.id
 				continue
 			}
 			if rr := rec.GetActivationRecovery(); rr != nil {
 				x := w.violate("pointer-left", "%s is Ready under %s with its recovery pointer of %s still set: %s", s.id, l, rr.GetOperationId(), recString(v))
-				x.Spot = s.id
+				x.Obj = s.id
 				if inc := l.objects[s.idx]; inc != nil && inc.firstOp == rr.GetOperationId() && inc.firstExpired {
 					x.Known = KnownExpiredFirstKeepsPointer
 					x.Detail += " — its first message was answered DeadlineExceeded at dispatch, not run"

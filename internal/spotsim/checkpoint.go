@@ -66,7 +66,7 @@ func (w *World) landCheckpoint(s *Spot, fence checkpoint.Fence, state []*Msg, no
 	}
 	w.cps[s.idx] = &simCheckpoint{fence: fence, state: state, noState: noState}
 	w.stats.CheckpointsWritten++
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("checkpoint of %s at %s: %s", s.id, fence, msgList(state))
 	}
 }

@@ -100,14 +100,14 @@ func (c *Client) call(l *Life, s *Spot, request, probe bool, done func()) *Call 
 	c.seq++
 	w.nextOp++
 	m := &Msg{id: len(w.msgs) + 1, client: c, spot: s, seq: c.seq, request: request, op: "op" + strconv.Itoa(w.nextOp),
-		deadline: w.now + w.cfg.CallTimeout, key: orderKey{client: c.id, life: l.addr, spot: s.idx}, probe: probe}
+		deadline: w.Now() + w.cfg.CallTimeout, key: orderKey{client: c.id, life: l.addr, spot: s.idx}, probe: probe}
 	w.msgs = append(w.msgs, m)
 	w.stats.Calls++
 	w.stats.Messages++
 	call := &Call{c: c, life: l, m: m, deadline: m.deadline, done: done}
 	m.call = call
 	l.calls = append(l.calls, call)
-	if w.tracing {
+	if w.Tracing() {
 		kind := "send"
 		if request {
 			kind = "request"
@@ -137,7 +137,7 @@ func (call *Call) end(outcome string) {
 		l.calls = slices.Delete(l.calls, i, i+1)
 	}
 	w := call.c.w
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("c%d m%d returns: %s", call.c.id+1, call.m.id, outcome)
 	}
 	if call.m.probe {
@@ -243,7 +243,7 @@ func (call *Call) route(a authority, via string) {
 		call.deliver(a, via)
 	case !a.v.Present():
 		call.activate(false)
-	case a.ended || activation.Abandoned(rec, w.wall(w.now)):
+	case a.ended || activation.Abandoned(rec, w.wall(w.Now())):
 		// Reactivation on a live node of the stored Mesh (PROTOCOL.md §7.10).
 		call.activate(true)
 	default:
@@ -265,10 +265,10 @@ func (call *Call) deliver(a authority, via string) {
 	l, m := call.life, call.m
 	rec := a.v.Record
 	pid := pidKey{spot: m.spot.id, gen: rec.GetObjectGeneration(), ownerGen: rec.GetAuthorityOwnerGeneration()}
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("c%d m%d → %s on %s (route from %s)", call.c.id+1, m.id, pid, a.address, via)
 	}
-	m.sentAt, m.target = w.now, a.address
+	m.sentAt, m.target = w.Now(), a.address
 	l.send(a.address, &packet{kind: pApp, msg: m, pid: pid})
 	if !m.request {
 		call.sent()
@@ -322,10 +322,10 @@ func (call *Call) sendActivation(to *Life, owner *messages.Owner, readMissing bo
 		DeadlineUnixNanos: w.wall(call.deadline).UnixNano(), SourceNodeRid: l.rid, SourceNodeGeneration: l.gen,
 		HasMetadata: true, First: &messages.Envelope{}, SourceReadMissing: readMissing,
 	}
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("c%d m%d → command 39 %s to %s", call.c.id+1, m.id, m.op, to)
 	}
-	m.viaCmd39, m.sentAt, m.target = true, w.now, to
+	m.viaCmd39, m.sentAt, m.target = true, w.Now(), to
 	m.notice = !m.request
 	l.send(to, &packet{kind: pCmd39, msg: m, env: env})
 	call.awaitReply(to, owner)
@@ -461,7 +461,7 @@ func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(b
 	}
 	id := o.GetNodeRid() + "/" + o.GetLeaseId()
 	missing := func() {
-		v, gone := l.liveness.Missing(id, 0, w.now)
+		v, gone := l.liveness.Missing(id, 0, w.Now())
 		if v != liveness.Ended {
 			done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone)))
 			return
@@ -475,16 +475,16 @@ func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(b
 		case res.err == nil:
 			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
 				// Revokes what it merely saw once, at once: no TTL of watching.
-				l.liveness.Seen(id, res.beat, 0, w.now-w.cfg.LeaseTTL)
+				l.liveness.Seen(id, res.beat, 0, w.Now()-w.cfg.LeaseTTL)
 			}
-			if l.liveness.Seen(id, res.beat, 0, w.now) != liveness.Silent {
+			if l.liveness.Seen(id, res.beat, 0, w.Now()) != liveness.Silent {
 				done(true, nil)
 				return
 			}
 			w.store.call(l, storeOp{kind: opRevoke, owner: o, beat: res.beat, why: "silent " + o.GetNodeRid()}, deadline, func(rv storeRes) {
 				switch {
 				case rv.err == nil:
-					l.liveness.Revoked(id, w.now)
+					l.liveness.Revoked(id, w.Now())
 					done(false, nil)
 				case errors.Is(rv.err, location.ErrConflict):
 					done(true, nil)
@@ -516,7 +516,7 @@ func (l *Life) routeFor(s *Spot) *cachedRoute {
 	if r == nil {
 		return nil
 	}
-	if l.w.now-r.at >= l.w.cfg.RouteCacheMaxAge {
+	if l.w.Now()-r.at >= l.w.cfg.RouteCacheMaxAge {
 		l.cache[s.idx] = nil
 		return nil
 	}
@@ -527,7 +527,7 @@ func (l *Life) putRoute(s *Spot, a authority) {
 	if !a.ready() || a.ended || a.address == nil {
 		return
 	}
-	l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.now}
+	l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.Now()}
 	if !l.sweep {
 		l.sweep = true
 		l.w.after(sweepEvery, l.sweepRoutes)
@@ -548,7 +548,7 @@ func (l *Life) sweepRoutes() {
 	}
 	any := false
 	for i, r := range l.cache {
-		if r != nil && w.now-r.at >= w.cfg.RouteCacheMaxAge {
+		if r != nil && w.Now()-r.at >= w.cfg.RouteCacheMaxAge {
 			l.cache[i] = nil // aged out: never used again
 			r = nil
 		}
@@ -558,7 +558,7 @@ func (l *Life) sweepRoutes() {
 		l.sweep = false
 		return
 	}
-	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.now+sweepEvery, func(res storeRes) {
+	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.Now()+sweepEvery, func(res storeRes) {
 		if res.err == nil {
 			for i, r := range l.cache {
 				if r == nil {

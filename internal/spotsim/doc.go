@@ -114,12 +114,17 @@
 // incarnation's state is the list of messages it handled).
 //
 // The invariants are listed in check.go. The defects the simulation
-// found are listed in known.go, each with a seed in TestKnownDefectSeeds.
+// found are listed in known.go's defects table, each with its seed.
 // A fixed defect's seed must run clean and its probe of the machines must
 // find it absent, so a regression fails; a defect still open is marked
 // Known and counted by the random test while TestOpenDefects fails naming
 // it; the repeated first message is the protocol's documented behaviour
 // and is marked Known.
+//
+// The harness is internal/simkit's: the logical clock and event queue,
+// the random source, the trace, the violations, the network's streams and
+// cuts, the schedule runner and the known-defect checks. This package is
+// the model.
 //
 // Tests: TestRandomSchedules runs -sim.schedules random schedules
 // (default 2,000; env SIM_SCHEDULES; make sim-check runs 100,000) from

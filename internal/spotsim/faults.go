@@ -89,7 +89,7 @@ func (w *World) beforeEffect(r *Runner, e activation.Effect) {
 // drawn from the world's one random source, so the seed replays it.
 func Random(cfg Config, seed uint64) *World {
 	w := NewWorld(cfg, seed, nil)
-	rng := w.rng
+	rng := w.Rand
 	h := cfg.Horizon
 	for _, s := range w.spots {
 		switch rng.IntN(3) {
@@ -148,45 +148,34 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	// Link cuts at random times.
 	if profile >= 2 {
-		for k := rng.IntN(3); k > 0; k-- {
-			at, a, b, both, d := w.randDur(0, h), rng.IntN(cfg.Nodes), rng.IntN(cfg.Nodes-1), rng.IntN(2) == 0, w.randDur(time.Millisecond, f.CutFor)
-			b = (a + 1 + b) % cfg.Nodes
-			w.at(at, func() {
-				if !w.over {
-					w.net.cut(a, b, both, d)
-				}
-			})
-		}
+		w.RandomCuts(cfg.Nodes, h, f.CutFor, func(a, b int, both bool, d time.Duration) {
+			if !w.over {
+				w.net.cut(a, b, both, d)
+			}
+		})
 	}
-	// Store outages: for everyone, or one node cut from the store.
+	// Store outages: for everyone, or one node cut from the store; rarely,
+	// one past the lease TTL: every lifecycle ends.
 	if profile == 1 || profile >= 4 {
-		for k := rng.IntN(3); k > 0; k-- {
-			at, d, who := w.randDur(0, h), w.randDur(5*time.Millisecond, 1500*time.Millisecond), rng.IntN(cfg.Nodes+1)
-			w.at(at, func() {
-				if w.over {
-					return
-				}
-				if who == cfg.Nodes {
-					w.stats.StoreOutages++
-					w.store.down = true
-					w.tracef("store DOWN for %s", ms(d))
-					w.after(d, func() { w.store.down = false; w.tracef("store up") })
-					return
-				}
-				w.storeCutFor(w.nodes[who], d)
-			})
-		}
-		if rng.IntN(10) == 0 {
-			// Rarely, an outage past the lease TTL: every lifecycle ends.
-			at := w.randDur(0, h/2)
-			w.at(at, func() {
-				if !w.over {
-					w.stats.StoreOutages++
-					w.store.down = true
-					w.tracef("store DOWN (until the horizon)")
-				}
-			})
-		}
+		w.RandomOutages(cfg.Nodes, h, 1500*time.Millisecond, 10, func(who int, d time.Duration) {
+			if w.over {
+				return
+			}
+			if who == cfg.Nodes {
+				w.stats.StoreOutages++
+				w.store.down = true
+				w.tracef("store DOWN for %s", ms(d))
+				w.after(d, func() { w.store.down = false; w.tracef("store up") })
+				return
+			}
+			w.storeCutFor(w.nodes[who], d)
+		}, func() {
+			if !w.over {
+				w.stats.StoreOutages++
+				w.store.down = true
+				w.tracef("store DOWN (until the horizon)")
+			}
+		})
 	}
 	// A lease that ends while the node lives: one node cut from the store
 	// for longer than the TTL, early enough for its lease to end before

@@ -100,13 +100,13 @@ func (w *World) open(inc *Inc, first []*Msg, firstOp string, afterFirst func(set
 		inc.queue = append(inc.queue, item{m: m})
 		w.place(m, l)
 		if m.deliveredAt == 0 {
-			m.deliveredAt = w.now
+			m.deliveredAt = w.Now()
 		}
 	}
 	inc.queue = append(inc.queue, held...)
 	inc.firsts, inc.firstOp, inc.afterFirst = first, firstOp, afterFirst
 	inc.mode = mOpen
-	inc.openedAt = w.now
+	inc.openedAt = w.Now()
 	l.objects[inc.spot.idx] = inc
 	w.tracef("%s OPENS with %s first (%d waited)", inc, msgList(first), len(held))
 	w.incOpened(inc)
@@ -142,10 +142,10 @@ func (w *World) discard(inc *Inc) {
 func (w *World) post(inc *Inc, m *Msg) {
 	m.accepted = true
 	if m.deliveredAt == 0 {
-		m.deliveredAt = w.now
+		m.deliveredAt = w.Now()
 	}
 	w.place(m, inc.life)
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s m%d → %s (%s)", inc.life, m.id, inc, incModeNames[inc.mode])
 	}
 	switch inc.mode {
@@ -223,10 +223,10 @@ func (w *World) runTurn(inc *Inc) {
 		return
 	}
 	m := it.m
-	if m.request && w.now > m.deadline+deadlineGrace {
+	if m.request && w.Now() > m.deadline+deadlineGrace {
 		// Answered DeadlineExceeded and not run; the turn is over, so the
 		// afterFirst hook runs all the same (host.Receive).
-		w.tracef("%s m%d: deadline passed %s ago: answered DeadlineExceeded, not run", inc, m.id, ms(w.now-m.deadline))
+		w.tracef("%s m%d: deadline passed %s ago: answered DeadlineExceeded, not run", inc, m.id, ms(w.Now()-m.deadline))
 		w.answerFailure(l, m, failure{code: roamerr.CodeDeadlineExceeded, why: "the request's deadline passed before it was dispatched; not run"})
 		if inc.afterFirst != nil && m.op == inc.firstOp {
 			w.afterFirst(inc)

@@ -4,17 +4,17 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
-// Known defects the simulation found. Each is fixed, listed in open, or
-// (the repeated first message) listed in documented: behaviour the
+// Known defects the simulation found. Each is fixed, marked Open in
+// defects, or (the repeated first message) Documented there: behaviour the
 // protocol states. A violation is marked Known only while its defect is
 // open or documented: a fixed defect that comes back is an unknown
 // violation, which fails the random test and the defect's seed in
@@ -130,32 +130,60 @@ const (
 	KnownPointerlessCreating = "an interrupted reservation whose root is gone becomes a Creating record without pointer: stranded while its owner lives, refused for a PreserveStateWith kind"
 )
 
-// open lists the known defects still present in the tree. Their
-// violations are marked Known and counted by the random test, so that it
-// still finds other defects, and TestOpenDefects fails naming each one
-// for as long as it is listed: an open defect is never quiet. None is.
-var open = map[string]bool{}
-
-// documented lists what the protocol states as its behaviour, with where:
-// its violations are marked Known and are not failures.
-var documented = map[string]string{
-	KnownRepeatedFirst: "docs/FAULTS.md, \"Repeated first message\"; PROTOCOL.md §7.7",
+// defects lists every known defect with the seeds of the random
+// schedules that showed it and, where it lived in a pure machine, its
+// probe. An open one (Open: true) is still in the tree: its violations are
+// marked Known and counted by the random test, so that it still finds
+// other defects, and TestOpenDefects fails naming it for as long as it is
+// listed: an open defect is never quiet. None is. A documented one is
+// what the protocol states as its behaviour, with where: its violations
+// are marked Known and are not failures.
+var defects = simkit.Defects{
+	// No completion record but the pointer removal.
+	{Name: KnownRepeatedFirst, Seeds: []uint64{9}, Documented: "docs/FAULTS.md, \"Repeated first message\"; PROTOCOL.md §7.7",
+		Probe: func() bool { return true }},
+	// A send in a SpotActivation returns once dispatched (client.go
+	// sendActivation).
+	{Name: KnownCmd39Overtaken, Seeds: []uint64{53}},
+	// redeliver.go fails a dead-lettered SpotActivation loudly (net.go
+	// deadLetterAtSender).
+	{Name: KnownCmd39DeadLetter, Seeds: []uint64{12}},
+	// Staged.Discard fails sends loudly now (modelled in inc.go).
+	{Name: KnownDiscardDropsSends, Seeds: []uint64{411}},
+	// host.Receive runs afterFirst after a refusal too (inc.go runTurn).
+	{Name: KnownExpiredFirstKeepsPointer, Seeds: []uint64{3}},
+	// A commit cut short by the deadline is taken for not applied.
+	{Name: KnownUnsettledCommitDiscarded, Seeds: []uint64{72}, Probe: func() bool {
+		a, _ := probeCommitting()
+		_, discards := has[activation.DiscardStaged](a.Step(activation.WriteAnswered{Err: context.DeadlineExceeded, Now: probeT0.Add(time.Second)}))
+		return discards
+	}},
+	// closeself.go settles an unsettled Closing write (service.go
+	// settleClosing).
+	{Name: KnownCloseUnsettled, Seeds: []uint64{235}},
+	// A Ready record with a pointer under an ended owner is resumed
+	// (PROTOCOL.md §7.7), also for a kind that preserves state; that loses
+	// nothing while the incarnation runs no second message before the
+	// pointer is gone: the host's gate (relocation Staged.Open, modelled in
+	// inc.go afterFirst). A probe of the host would need a node; the model
+	// is it.
+	{Name: KnownResumeStartsEmpty, Seeds: []uint64{123}},
+	// Found by seeds 95, 114 and 166 of the schedules before the horizon
+	// moved to 5 s; the probe guards it.
+	{Name: KnownFailedThenResumed, Probe: probeFailedThenResumed},
+	{Name: KnownTakeoverReleased, Seeds: []uint64{862}, Probe: probeTakeoverReleased},
+	{Name: KnownPointerlessCreating, Seeds: []uint64{72924}, Probe: probePointerlessCreating},
 }
 
 // Accepted reports whether violations of a known defect are marked Known:
 // it is open or documented.
-func Accepted(defect string) bool { return open[defect] || documented[defect] != "" }
-
-var (
-	probeOnce sync.Once
-	probes    map[string]bool
-)
+func Accepted(defect string) bool { return defects.Accepted(defect) }
 
 var (
 	probeSelf  = &messages.Owner{Mesh: "default", NodeRid: "p1", NodeGeneration: 1, LeaseId: "L-p1"}
 	probeOther = &messages.Owner{Mesh: "default", NodeRid: "p2", NodeGeneration: 1, LeaseId: "L-p2"}
 	probeKey   = location.Key(location.KindInstanceSpot, "probe")
-	probeT0    = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	probeT0    = simkit.Base
 )
 
 func probeActivation(kind activation.Kind) (*activation.Activation, []activation.Effect) {
@@ -195,34 +223,15 @@ func has[T activation.Effect](effects []activation.Effect) (T, bool) {
 	return zero, false
 }
 
-func runProbes() {
-	probes = map[string]bool{
-		KnownRepeatedFirst:            true,  // documented; no completion record but the pointer removal
-		KnownCmd39Overtaken:           false, // a send in a SpotActivation returns once dispatched (client.go sendActivation)
-		KnownCmd39DeadLetter:          false, // redeliver.go fails a dead-lettered SpotActivation loudly (net.go deadLetterAtSender)
-		KnownDiscardDropsSends:        false, // Staged.Discard fails sends loudly now (modelled in inc.go)
-		KnownExpiredFirstKeepsPointer: false, // host.Receive runs afterFirst after a refusal too (inc.go runTurn)
-	}
-	// A commit cut short by the deadline is taken for not applied.
-	a, _ := probeCommitting()
-	eff := a.Step(activation.WriteAnswered{Err: context.DeadlineExceeded, Now: probeT0.Add(time.Second)})
-	_, discards := has[activation.DiscardStaged](eff)
-	probes[KnownUnsettledCommitDiscarded] = discards
-	probes[KnownCloseUnsettled] = false // closeself.go settles an unsettled Closing write (service.go settleClosing)
-	// A Ready record with a pointer under an ended owner is resumed
-	// (PROTOCOL.md §7.7), also for a kind that preserves state; that loses nothing
-	// while the incarnation runs no second message before the pointer is
-	// gone: the host's gate (relocation Staged.Open, modelled in inc.go
-	// afterFirst). A probe of the host would need a node; the model is it.
-	probes[KnownResumeStartsEmpty] = false
-	// A failed abort, or a lost commit followed by a failed read, ends
-	// with a failure that says the first message was not delivered while
-	// the reservation with its root stays.
+// probeFailedThenResumed: a failed abort, or a lost commit followed by a
+// failed read, ends with a failure that says the first message was not
+// delivered while the reservation with its root stays.
+func probeFailedThenResumed() bool {
 	failsPlain := func(eff []activation.Effect) bool {
 		f, ok := has[activation.RespondFailure](eff)
 		return ok && code(f.Err) != roamerr.CodeDeadlineExceeded
 	}
-	a, _ = probeCommitting()
+	a, _ := probeCommitting()
 	a.Step(activation.WriteAnswered{Err: location.ErrUnavailable, Now: probeT0})
 	abortFailed := failsPlain(a.Step(activation.AbortAnswered{Err: location.ErrUnavailable}))
 	a, _ = probeCommitting()
@@ -230,25 +239,33 @@ func runProbes() {
 	reservation := &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_CREATING, Owner: probeSelf}
 	a.Step(activation.RecordRead{Record: location.Versioned{Key: probeKey, Version: 5, Record: reservation}, Now: probeT0})
 	lostThenFailed := failsPlain(a.Step(activation.AuthorityRead{Err: location.ErrUnavailable, Now: probeT0}))
-	probes[KnownFailedThenResumed] = abortFailed || lostThenFailed
-	// A resume whose stage fails releases what it took over.
+	return abortFailed || lostThenFailed
+}
+
+// probeTakeoverReleased: a resume whose stage fails releases what it took
+// over.
+func probeTakeoverReleased() bool {
 	ref := location.RootRef{Key: "activation-old", Size: 1}
 	resumable := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_READY,
 		Owner: probeOther, StableType: "counter", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE,
 		ActivationRecovery: &messages.ActivationRecovery{RecoveryKey: ref.Key, OperationId: "old", RootSha256: ref.SHA256[:], RootSize: ref.Size}}
-	a, _ = probeActivation(activation.Kind{Registered: true})
+	a, _ := probeActivation(activation.Kind{Registered: true})
 	a.Step(activation.AuthorityRead{Authority: activation.Authority{Versioned: location.Versioned{Key: probeKey, Version: 3, Record: resumable}, OwnerEnded: true}, Now: probeT0})
 	a.Step(activation.RootGot{Ref: ref, Operation: "old", First: "old first"})
 	a.Step(activation.WriteAnswered{Version: 4, Now: probeT0})
 	_, releases := has[activation.AbortReservation](a.Step(activation.Staged{Err: location.ErrUnavailable}))
-	probes[KnownTakeoverReleased] = releases
-	// A Creating record without pointer under an ended owner, for a kind
-	// PROTOCOL.md §7.10 refuses after a loss of state; and the resume of an
-	// abandoned reservation whose root is gone, which drops its pointer.
-	a, _ = probeActivation(activation.Kind{Registered: true, PreservesState: true})
+	return releases
+}
+
+// probePointerlessCreating: a Creating record without pointer under an
+// ended owner, for a kind PROTOCOL.md §7.10 refuses after a loss of state;
+// and the resume of an abandoned reservation whose root is gone, which
+// drops its pointer (by an activation, or by the start-up scan).
+func probePointerlessCreating() bool {
+	a, _ := probeActivation(activation.Kind{Registered: true, PreservesState: true})
 	creating := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_CREATING,
 		Owner: probeOther, StableType: "counter", SpotKind: messages.SpotKind_SPOT_KIND_INSTANCE}
-	eff = a.Step(activation.AuthorityRead{Authority: activation.Authority{Versioned: location.Versioned{Key: probeKey, Version: 3, Record: creating}, OwnerEnded: true}, Now: probeT0})
+	eff := a.Step(activation.AuthorityRead{Authority: activation.Authority{Versioned: location.Versioned{Key: probeKey, Version: 3, Record: creating}, OwnerEnded: true}, Now: probeT0})
 	_, refused := has[activation.RespondFailure](eff)
 	a, _ = probeActivation(activation.Kind{Registered: true})
 	withPointer := &location.Record{ObjectGeneration: 7, AuthorityOwnerGeneration: 1, State: messages.LifecycleState_LIFECYCLE_STATE_CREATING,
@@ -258,7 +275,6 @@ func runProbes() {
 	eff = a.Step(activation.RootGot{Err: location.ErrNotFound})
 	cas, dropsPointer := has[activation.CompareAndSet](eff)
 	dropsPointer = dropsPointer && cas.Record.GetActivationRecovery() == nil && cas.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING
-	// The start-up scan's resume of such a reservation.
 	r, _ := activation.NewRecovery(activation.DefaultConfig(probeSelf), activation.Recover{
 		Scanned: location.Versioned{Key: probeKey, Version: 3, Record: withPointer}, Kind: activation.Kind{Registered: true}, Now: probeT0})
 	r.Step(activation.OwnerRead{})
@@ -266,22 +282,20 @@ func runProbes() {
 	r.Step(activation.RecordRead{Record: location.Versioned{Key: probeKey, Version: 3, Record: withPointer}, Now: probeT0})
 	cas, scanDrops := has[activation.CompareAndSet](r.Step(activation.RootGot{Err: location.ErrNotFound}))
 	scanDrops = scanDrops && cas.Record.GetActivationRecovery() == nil && cas.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CREATING
-	probes[KnownPointerlessCreating] = refused || dropsPointer || scanDrops
+	return refused || dropsPointer || scanDrops
 }
 
 // Present reports whether a probe of the machines in the tree finds the
 // defect (a defect that lived in a driver rule: as the model has it).
-func Present(defect string) bool {
-	probeOnce.Do(runProbes)
-	return probes[defect]
-}
+func Present(defect string) bool { return defects.Present(defect) }
 
 // classify marks the violations that are instances of an open or a
 // documented defect. Some are marked where they are found (handle,
 // checkEnd); the rest here, from what the schedule recorded.
 func (w *World) classify() {
-	for i := range w.violations {
-		v := &w.violations[i]
+	vs := w.Violations()
+	for i := range vs {
+		v := &vs[i]
 		if v.Known == "" {
 			v.Known = w.knownFor(v)
 		}
@@ -295,7 +309,7 @@ func (w *World) classify() {
 }
 
 func (w *World) knownFor(v *Violation) string {
-	s := w.spotByID(v.Spot)
+	s := w.spotByID(v.Obj)
 	var m *Msg
 	if v.Msg > 0 {
 		m = w.msgs[v.Msg-1]
@@ -375,12 +389,4 @@ func cmd39Overtaken(m, x *Msg) bool {
 }
 
 // Unknown returns the violations that are not instances of a known defect.
-func Unknown(vs []Violation) []Violation {
-	var out []Violation
-	for _, v := range vs {
-		if v.Known == "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func Unknown(vs []Violation) []Violation { return simkit.Unknown(vs) }

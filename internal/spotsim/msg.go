@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -113,7 +114,7 @@ func (w *World) lostMsg(m *Msg, kind lossKind, why string) {
 	if m.at != nil && m.at.gone {
 		m.at = nil
 	}
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("m%d copy lost (%s): %s", m.id, lossNames[kind], why)
 	}
 }
@@ -128,7 +129,7 @@ func (w *World) failLoud(m *Msg, l *Life, f failure) {
 	} else {
 		w.stats.FailedMaybe++
 	}
-	if w.tracing {
+	if w.Tracing() {
 		kind := "send"
 		if m.request {
 			kind = "request"
@@ -137,7 +138,7 @@ func (w *World) failLoud(m *Msg, l *Life, f failure) {
 	}
 	if len(m.handled) > 0 && f.definite {
 		v := w.violate("failed-after-handled", "m%d (c%d seq %d to %s) was handled by %s and then failed at %s as not run: %s", m.id, m.client.id+1, m.seq, m.spot.id, m.handled[0], l, f.why)
-		v.Spot, v.Msg = m.spot.id, m.id
+		v.Obj, v.Msg = m.spot.id, m.id
 	}
 }
 
@@ -145,7 +146,7 @@ func (w *World) failLoud(m *Msg, l *Life, f failure) {
 func (w *World) silentDrop(m *Msg, inc *Inc, why string) {
 	m.silent = true
 	v := w.violate("silent-drop", "m%d (c%d seq %d, a send to %s) was dropped silently at %s: %s", m.id, m.client.id+1, m.seq, m.spot.id, inc, why)
-	v.Spot, v.Msg = m.spot.id, m.id
+	v.Obj, v.Msg = m.spot.id, m.id
 }
 
 // code is the roamerr code of err.
@@ -159,5 +160,5 @@ func genString(g uint64) string {
 	if g == 0 {
 		return "g0"
 	}
-	return fmt.Sprintf("g%d", (int64(g)-base.UnixNano())/int64(time.Microsecond))
+	return fmt.Sprintf("g%d", (int64(g)-simkit.Base.UnixNano())/int64(time.Microsecond))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -28,7 +29,6 @@ type packet struct {
 	env      *messages.SpotActivation // pCmd39
 	pid      pidKey                   // pApp
 	fail     failure                  // pFailure
-	epoch    uint64
 }
 
 // failure is a typed failure as a caller sees it: its class (roamerr
@@ -41,29 +41,21 @@ type failure struct {
 	why      string
 }
 
-type stream struct{ last time.Duration }
-
-type link struct {
-	epoch     uint64
-	downUntil time.Duration
-}
-
-// Net carries packets between lifecycles: each direction of each pair is
-// a FIFO stream with random delays (streams reorder against each other);
-// the link between two nodes can be cut in one or both directions (what
-// is in flight is lost, sends meanwhile are dropped, the sending side
-// learns it: remote.EndpointTerminatedEvent); packets can be slow.
+// Net carries packets between lifecycles on the harness's net: each
+// direction of each pair of lifecycles is a FIFO stream with random delays
+// (streams reorder against each other); the link between two nodes can be
+// cut in one or both directions (what is in flight is lost, sends
+// meanwhile are dropped, the sending side learns it:
+// remote.EndpointTerminatedEvent); packets can be slow. Lifecycles on one
+// node talk without a link and without delay.
 type Net struct {
-	w       *World
-	streams map[[2]int]*stream
-	links   [][]link
+	w *World
+	k *simkit.Net[*packet]
 }
 
 func newNet(w *World) *Net {
-	nt := &Net{w: w, streams: map[[2]int]*stream{}, links: make([][]link, w.cfg.Nodes)}
-	for i := range nt.links {
-		nt.links[i] = make([]link, w.cfg.Nodes)
-	}
+	nt := &Net{w: w}
+	nt.k = simkit.NewNet(&w.Sched, w.Rand, w.cfg.Nodes, nt.deliver, nt.lost)
 	return nt
 }
 
@@ -74,54 +66,48 @@ const detectDelay = 10 * time.Millisecond
 func (nt *Net) send(p *packet) {
 	w := nt.w
 	from, to := p.from, p.to
-	k := [2]int{from.addr, to.addr}
-	s := nt.streams[k]
-	if s == nil {
-		s = &stream{}
-		nt.streams[k] = s
-	}
-	if to.gone && w.now >= to.goneAt+detectDelay {
+	if to.gone && w.Now() >= to.goneAt+detectDelay {
 		// The peer's endpoint is known terminated: Proto.Actor hands the
 		// message to the sender's dead letters.
 		nt.deadLetterAtSender(p, "its node is gone")
 		return
 	}
 	var d time.Duration
-	lk := &nt.links[from.node.idx][to.node.idx]
 	if from.node != to.node {
-		if w.now < lk.downUntil {
-			if w.tracing {
+		if nt.k.Down(from.node.idx, to.node.idx) {
+			if w.Tracing() {
 				w.tracef("net %s→%s %s dropped (link down)", from, to, p.kind)
 			}
 			nt.dropped(p, "sent on a cut link")
 			return
 		}
-		d = w.randDur(200*time.Microsecond, 3*time.Millisecond)
-		if !w.over && w.chance(w.faults.PSlowPacket) {
-			d += w.randDur(0, w.faults.SlowPacket)
+		pSlow := w.faults.PSlowPacket
+		if w.over {
+			pSlow = 0
 		}
+		d = nt.k.Delay(pSlow, w.faults.SlowPacket)
 		if p.kind == pCmd39 && !w.over && w.chance(w.faults.PDropCmd39) {
 			// The connection resets with the envelope in flight.
-			nt.cut(from.node.idx, to.node.idx, w.rng.IntN(2) == 0, w.randDur(time.Millisecond, w.faults.CutFor))
+			nt.cut(from.node.idx, to.node.idx, w.Rand.IntN(2) == 0, w.randDur(time.Millisecond, w.faults.CutFor))
 		}
 	}
-	p.epoch = lk.epoch
-	at := max(w.now+d, s.last)
-	s.last = at
-	w.at(at, func() {
-		if from.node != to.node && lk.epoch != p.epoch {
-			if w.tracing {
-				w.tracef("net %s→%s %s lost in the cut", from, to, p.kind)
-			}
-			nt.dropped(p, "in flight on a cut link")
-			return
-		}
-		if to.gone {
-			nt.dropped(p, "sent to a node that is down")
-			return
-		}
-		to.receive(p)
-	})
+	nt.k.Send(simkit.End{ID: from.addr, Place: from.node.idx}, simkit.End{ID: to.addr, Place: to.node.idx}, d, p)
+}
+
+func (nt *Net) deliver(p *packet) {
+	if p.to.gone {
+		nt.dropped(p, "sent to a node that is down")
+		return
+	}
+	p.to.receive(p)
+}
+
+// lost: p was in flight on a link that was cut.
+func (nt *Net) lost(p *packet) {
+	if w := nt.w; w.Tracing() {
+		w.tracef("net %s→%s %s lost in the cut", p.from, p.to, p.kind)
+	}
+	nt.dropped(p, "in flight on a cut link")
 }
 
 func (k pktKind) String() string { return pktNames[k] }
@@ -145,7 +131,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 	switch p.kind {
 	case pApp:
 		if m.request {
-			if w.tracing {
+			if w.Tracing() {
 				w.tracef("%s dead letter: m%d for %s (%s)", p.from, m.id, p.pid, why)
 			}
 			w.answerFailure(p.from, m, failure{code: roamerr.CodeStale, definite: true, why: "dead letter: " + why})
@@ -153,7 +139,7 @@ func (nt *Net) deadLetterAtSender(p *packet, why string) {
 		}
 		p.from.deadLettered(m, p.pid)
 	case pCmd39:
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s dead letter: command 39 %s for %s (%s): Proto.Actor only logs it", p.from, p.env.GetOperationId(), m.spot.id, why)
 		}
 		m.cmd39DeadLetter = true
@@ -168,32 +154,19 @@ func (nt *Net) cut(a, b int, both bool, d time.Duration) {
 	w := nt.w
 	w.stats.Cuts++
 	w.tracef("net: cut %s→%s%s for %s", w.nodes[a].name, w.nodes[b].name, map[bool]string{true: " and back", false: ""}[both], ms(d))
-	dirs := [][2]int{{a, b}}
-	if both {
-		dirs = append(dirs, [2]int{b, a})
-	}
-	for _, dir := range dirs {
-		lk := &nt.links[dir[0]][dir[1]]
-		lk.epoch++
-		lk.downUntil = max(lk.downUntil, w.now+d)
-		from, to := w.nodes[dir[0]], w.nodes[dir[1]]
-		w.after(w.randDur(time.Millisecond, 30*time.Millisecond), func() {
-			for _, l := range from.lives {
+	nt.k.Cut(a, b, both, d, func(from, to int) func() {
+		n, peer := w.nodes[from], w.nodes[to]
+		return func() {
+			for _, l := range n.lives {
 				if !l.gone {
-					l.endpointLost(to)
+					l.endpointLost(peer)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
-func (nt *Net) healAll() {
-	for i := range nt.links {
-		for j := range nt.links[i] {
-			nt.links[i][j].downUntil = 0
-		}
-	}
-}
+func (nt *Net) healAll() { nt.k.HealAll() }
 
 func (p pidKey) String() string {
 	return fmt.Sprintf("%s@%s.%d", p.spot, genString(p.gen), p.ownerGen)

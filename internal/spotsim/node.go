@@ -88,11 +88,11 @@ func (l *Life) String() string { return l.rid }
 // valid: the lease is provably in force (cluster.Node.Valid; the mailbox
 // gate).
 func (l *Life) valid() bool {
-	return !l.gone && l.claimed && !l.ended && (l.w.now < l.validUntil || l.w.cfg.Sabotage == SabotageNoFence)
+	return !l.gone && l.claimed && !l.ended && (l.w.Now() < l.validUntil || l.w.cfg.Sabotage == SabotageNoFence)
 }
 
 func (l *Life) fenced() bool {
-	return l.claimed && !l.ended && l.w.now >= l.validUntil && l.w.cfg.Sabotage != SabotageNoFence
+	return l.claimed && !l.ended && l.w.Now() >= l.validUntil && l.w.cfg.Sabotage != SabotageNoFence
 }
 
 // usable: its handle may be used (Driver.Usable).
@@ -130,7 +130,7 @@ func (l *Life) claim() {
 	if l.gone {
 		return
 	}
-	sent := w.now
+	sent := w.Now()
 	w.store.call(l, storeOp{kind: opClaim, why: "claim"}, 0, func(res storeRes) {
 		if res.err != nil {
 			w.after(w.cfg.RetryEvery, l.claim)
@@ -155,8 +155,8 @@ func (l *Life) renew() {
 	if l.gone || l.ended {
 		return
 	}
-	sent := w.now
-	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, w.now+w.cfg.RenewEvery, func(res storeRes) {
+	sent := w.Now()
+	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, w.Now()+w.cfg.RenewEvery, func(res storeRes) {
 		if l.ended {
 			return
 		}
@@ -190,7 +190,7 @@ func (l *Life) watchNodes() {
 	if l.gone || l.ended {
 		return
 	}
-	w.store.call(l, storeOp{kind: opListNodes, why: "watch heartbeats", quiet: true}, w.now+watchEvery, func(res storeRes) {
+	w.store.call(l, storeOp{kind: opListNodes, why: "watch heartbeats", quiet: true}, w.Now()+watchEvery, func(res storeRes) {
 		defer w.after(watchEvery, l.watchNodes)
 		if res.err != nil || l.ended {
 			return
@@ -200,17 +200,17 @@ func (l *Life) watchNodes() {
 				continue
 			}
 			id := o.rid + "/" + o.lease
-			seenAt := w.now
+			seenAt := w.Now()
 			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
-				l.liveness.Seen(id, res.beats[i], 0, w.now-w.cfg.LeaseTTL)
+				l.liveness.Seen(id, res.beats[i], 0, w.Now()-w.cfg.LeaseTTL)
 			}
 			if l.liveness.Seen(id, res.beats[i], 0, seenAt) != liveness.Silent || l.fenced() {
 				continue
 			}
 			owner := &messages.Owner{NodeRid: o.rid, LeaseId: o.lease, NodeGeneration: o.gen}
-			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.now+watchEvery, func(rv storeRes) {
+			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.Now()+watchEvery, func(rv storeRes) {
 				if rv.err == nil {
-					l.liveness.Revoked(id, w.now)
+					l.liveness.Revoked(id, w.Now())
 				}
 			})
 		}
@@ -239,7 +239,7 @@ func (l *Life) endLifecycle(why string) {
 		return
 	}
 	l.ended = true
-	l.endedAt = w.now
+	l.endedAt = w.Now()
 	w.stats.LeaseEnds++
 	w.tracef("%s lifecycle ended: %s", l, why)
 	for _, inc := range l.incs {
@@ -290,10 +290,10 @@ func (l *Life) goDown(kind lossKind, why string) {
 	w := l.w
 	w.tracef("%s DOWN: %s", l, why)
 	if !l.ended {
-		l.endedAt = w.now
+		l.endedAt = w.Now()
 	}
 	l.gone = true
-	l.goneAt = w.now
+	l.goneAt = w.Now()
 	for _, m := range w.msgs {
 		if m.at == l && m.open() {
 			w.lostMsg(m, kind, why)
@@ -356,7 +356,7 @@ func (l *Life) receive(p *packet) {
 		m := p.msg
 		m.accepted = true // the activation envelope reached its target (an owner)
 		w.place(m, l)
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s ← command 39 %s for %s (m%d)", l, p.env.GetOperationId(), p.env.GetSpotId(), m.id)
 		}
 		l.enqueueActivation(p.env, m)
@@ -382,7 +382,7 @@ func (l *Life) deliverApp(pid pidKey, m *Msg) {
 	if inc == nil || inc.mode == mClosed {
 		w.stats.DeadLetters++
 		if m.request {
-			if w.tracing {
+			if w.Tracing() {
 				w.tracef("%s dead letter: m%d for %s (request: ErrStale)", l, m.id, pid)
 			}
 			w.answerFailure(l, m, failure{code: roamerr.CodeStale, definite: true, why: "dead letter"})
@@ -415,17 +415,17 @@ func (w *World) answerFailure(l *Life, m *Msg, f failure) {
 // fails loudly.
 func (l *Life) deadLettered(m *Msg, pid pidKey) {
 	w := l.w
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s dead letter: m%d for %s (send: redelivered from the store)", l, m.id, pid)
 	}
 	m.accepted = true
 	m.notice = false // Proto.Actor's DeadLetterEvent carries no headers: the dispatch notice is gone
 	w.place(m, l)
 	if m.dlCount == 0 {
-		m.dlFirst = w.now
+		m.dlFirst = w.Now()
 	}
 	m.dlCount++
-	if l.ended || w.now-m.dlFirst > w.cfg.DeadLetterPatience {
+	if l.ended || w.Now()-m.dlFirst > w.cfg.DeadLetterPatience {
 		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
 		return
 	}
@@ -454,7 +454,7 @@ func (l *Life) redeliverWork(s *Spot) {
 	if len(batch) == 0 {
 		return
 	}
-	start := w.now
+	start := w.Now()
 	wait := 50 * time.Millisecond
 	var try func()
 	try = func() {
@@ -462,12 +462,12 @@ func (l *Life) redeliverWork(s *Spot) {
 			switch {
 			case err == nil:
 				for _, m := range batch {
-					if w.tracing {
+					if w.Tracing() {
 						w.tracef("%s redelivers m%d → %s on %s", l, m.id, pid, owner)
 					}
 					l.send(owner, &packet{kind: pApp, msg: m, pid: pid})
 				}
-			case isNotFound(err) || w.now+wait >= start+w.cfg.RedeliveryWindow:
+			case isNotFound(err) || w.Now()+wait >= start+w.cfg.RedeliveryWindow:
 				for _, m := range batch {
 					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_redelivery_failed: " + errString(err)})
 				}

@@ -84,7 +84,7 @@ func (r *Runner) String() string {
 }
 
 func (r *Runner) run(effects []activation.Effect) {
-	if r.w.tracing {
+	if r.w.Tracing() {
 		r.w.tracef("%s starts %s", r, effectsString(effects))
 	}
 	r.effects, r.idx = effects, 0
@@ -125,12 +125,12 @@ func (r *Runner) advance() {
 		case len(r.fired) > 0:
 			t := r.fired[0]
 			r.fired = r.fired[1:]
-			ev = activation.TimerFired{Timer: t, Now: w.wall(w.now)}
+			ev = activation.TimerFired{Timer: t, Now: w.wall(w.Now())}
 		default:
 			if !r.timerRunning() {
 				// A machine defect: no answer and no timer to wait for.
 				v := w.violate("machine-stalled", "%s waits for nothing", r)
-				v.Spot = r.spot.id
+				v.Obj = r.spot.id
 				r.close()
 				return
 			}
@@ -138,7 +138,7 @@ func (r *Runner) advance() {
 			return
 		}
 		r.effects, r.idx = r.step(ev), 0
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s ← %s → %s", r, eventString(ev), effectsString(r.effects))
 		}
 	}
@@ -222,7 +222,7 @@ func (r *Runner) close() {
 			r.w.lostMsg(m, lossRoot, "the resume of its activation by "+r.String()+" ended without opening, and its root is gone")
 		}
 	}
-	if r.w.tracing {
+	if r.w.Tracing() {
 		r.w.tracef("%s ends: %s", r, errString(r.err))
 	}
 	if r.onDone != nil {
@@ -244,7 +244,7 @@ func (w *World) lifeByAddress(a string) *Life {
 // completion (then resume continues).
 func (r *Runner) exec(e activation.Effect) bool {
 	w, l, s := r.w, r.life, r.spot
-	now := w.wall(w.now)
+	now := w.wall(w.Now())
 	switch e := e.(type) {
 	case activation.LockKey:
 		if w.cfg.Sabotage == SabotageNoIDQueue {
@@ -253,7 +253,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 		}
 		l.lock(s, func() {
 			r.locked = true
-			r.resume(activation.KeyLocked{Now: w.wall(w.now)})
+			r.resume(activation.KeyLocked{Now: w.wall(w.Now())})
 		})
 		return true
 	case activation.UnlockKey:
@@ -270,12 +270,12 @@ func (r *Runner) exec(e activation.Effect) bool {
 			if err == nil && a.v.Present() && !a.ended && activation.SameOwner(a.v.Record.GetOwner(), l.owner) {
 				auth.Hosted = l.hosts(s, a.v.Record.GetObjectGeneration())
 			}
-			r.resume(activation.AuthorityRead{Authority: auth, Err: err, Now: w.wall(w.now)})
+			r.resume(activation.AuthorityRead{Authority: auth, Err: err, Now: w.wall(w.Now())})
 		})
 		return true
 	case activation.Watch:
 		l.watch(e.Key, e.After, r.deadline, func(err error) {
-			r.resume(activation.Watched{Err: err, Now: w.wall(w.now)})
+			r.resume(activation.Watched{Err: err, Now: w.wall(w.Now())})
 		})
 		return true
 	case activation.AdmitCapacity:
@@ -312,7 +312,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 			op = location.UpdateOp(e.Key, e.Expected, e.Record)
 		}
 		r.apply([]location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}, "reserve", r.deadline, func(res storeRes) {
-			ans := activation.WriteAnswered{Err: res.err, Now: w.wall(w.now)}
+			ans := activation.WriteAnswered{Err: res.err, Now: w.wall(w.Now())}
 			if res.err == nil {
 				ans.Version = res.versions[0]
 			}
@@ -329,10 +329,10 @@ func (r *Runner) exec(e activation.Effect) bool {
 		}
 		dl := r.deadline
 		if e.Settle {
-			dl = w.now + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
+			dl = w.Now() + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
 		}
 		r.apply([]location.Op{op}, "cas "+stateName(e.Record), dl, func(res storeRes) {
-			ans := activation.WriteAnswered{Err: res.err, Now: w.wall(w.now)}
+			ans := activation.WriteAnswered{Err: res.err, Now: w.wall(w.Now())}
 			if res.err == nil {
 				ans.Version = res.versions[0]
 			}
@@ -342,31 +342,31 @@ func (r *Runner) exec(e activation.Effect) bool {
 	case activation.ReadRecord:
 		dl := r.deadline
 		if e.Settle {
-			dl = w.now + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
+			dl = w.Now() + w.cfg.CallTimeout // run.go storeCtx: a timeout of its own
 		}
 		w.store.call(l, storeOp{kind: opRead, key: e.Key, why: "record " + e.Key.ID}, dl, func(res storeRes) {
 			v := res.v
 			if res.err != nil {
 				v = location.Versioned{Key: e.Key}
 			}
-			r.resume(activation.RecordRead{Record: v, Err: res.err, Now: w.wall(w.now)})
+			r.resume(activation.RecordRead{Record: v, Err: res.err, Now: w.wall(w.Now())})
 		})
 		return true
 	case activation.AbortReservation:
 		if r.resumed != "" {
 			w.takeoversReleased = append(w.takeoversReleased, s)
 		}
-		r.apply([]location.Op{location.DeleteOp(e.Key, e.Version)}, "abort", w.now+w.cfg.CallTimeout, func(res storeRes) {
+		r.apply([]location.Op{location.DeleteOp(e.Key, e.Version)}, "abort", w.Now()+w.cfg.CallTimeout, func(res storeRes) {
 			r.resume(activation.AbortAnswered{Err: res.err})
 		})
 		return true
 	case activation.Delete:
 		r.apply([]location.Op{location.DeleteOp(e.Key, e.Version)}, "delete", r.deadline, func(res storeRes) {
-			r.resume(activation.Deleted{Err: res.err, Now: w.wall(w.now)})
+			r.resume(activation.Deleted{Err: res.err, Now: w.wall(w.Now())})
 		})
 		return true
 	case activation.DeleteRoot:
-		w.store.call(l, storeOp{kind: opDeleteRoot, rootKey: e.RootKey, holder: r.first, why: e.RootKey}, w.now+w.cfg.CallTimeout, func(storeRes) {
+		w.store.call(l, storeOp{kind: opDeleteRoot, rootKey: e.RootKey, holder: r.first, why: e.RootKey}, w.Now()+w.cfg.CallTimeout, func(storeRes) {
 			r.resume(nil)
 		})
 		return true
@@ -423,7 +423,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 	case activation.Forward:
 		to := w.lifeByAddress(e.Address)
 		pid := pidKey{spot: s.id, gen: e.Record.GetObjectGeneration(), ownerGen: e.Record.GetAuthorityOwnerGeneration()}
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s forwards m%d → %s on %s", r, r.first.id, pid, to)
 		}
 		if to == nil {
@@ -458,7 +458,7 @@ func (r *Runner) exec(e activation.Effect) bool {
 	case activation.DropRoute:
 		l.dropRoute(s)
 	case activation.StartTimer:
-		at := w.now + e.After
+		at := w.Now() + e.After
 		if !e.At.IsZero() {
 			at = w.logical(e.At)
 		}
@@ -512,7 +512,7 @@ func (w *World) logged(r *Runner, l activation.Log) {
 			// are its loud failure (RespondFailure above recorded it).
 		}
 	}
-	if w.tracing {
+	if w.Tracing() {
 		msg := l.Event
 		if l.Err != nil {
 			msg += ": " + l.Err.Error()

@@ -62,7 +62,7 @@ func (l *Life) nextActivation(s *Spot) {
 func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	w := l.w
 	w.stats.Activations++
-	st := activation.Start{Envelope: env, First: m, Kind: m.spot.kind, Now: w.wall(w.now)}
+	st := activation.Start{Envelope: env, First: m, Kind: m.spot.kind, Now: w.wall(w.Now())}
 	mc, effects := activation.NewActivation(l.acfg, st)
 	r := l.newRunner("activation", m.spot, w.logical(time.Unix(0, env.GetDeadlineUnixNanos())), mc.Step, func(error) {
 		w.after(0, next)
@@ -77,7 +77,7 @@ func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 // other, within a minute. A failed listing ends the scan (logged).
 func (l *Life) recoverScan() {
 	w := l.w
-	deadline := w.now + time.Minute
+	deadline := w.Now() + time.Minute
 	w.store.call(l, storeOp{kind: opList, why: "start-up scan"}, deadline, func(res storeRes) {
 		if res.err != nil {
 			w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
@@ -91,7 +91,7 @@ func (l *Life) recoverScan() {
 			v := res.list[i]
 			s := w.spotByID(v.Key.ID)
 			w.stats.Recoveries++
-			mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.now)})
+			mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
 			r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
 			r.label = "rec"
 			r.act = mc
@@ -108,8 +108,8 @@ func (l *Life) recoverScan() {
 func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey string, committed location.Versioned, settled func()) {
 	w := l.w
 	w.stats.Clears++
-	mc, effects := activation.NewClear(l.acfg, key, op, rootKey, committed, w.wall(w.now))
-	r := l.newRunner("clear", s, w.now+l.acfg.ClearFor, mc.Step, func(error) { settled() })
+	mc, effects := activation.NewClear(l.acfg, key, op, rootKey, committed, w.wall(w.Now()))
+	r := l.newRunner("clear", s, w.Now()+l.acfg.ClearFor, mc.Step, func(error) { settled() })
 	r.label, r.op = "clear", op
 	r.run(effects)
 }
@@ -220,7 +220,7 @@ func (l *Life) watch(key location.AuthorityKey, after location.StoreVersion, dea
 	if sw == nil {
 		sw = &sharedWatch{}
 		l.watches[wk] = sw
-		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.now+sharedWatchTimeout, func(res storeRes) {
+		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.Now()+sharedWatchTimeout, func(res storeRes) {
 			err := res.err
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = nil // timed out: the waiters read again
@@ -251,7 +251,7 @@ func (l *Life) closeInstance(inc *Inc) {
 	s := inc.spot
 	w.stats.Closes++
 	w.tracef("%s asks to close itself", inc)
-	deadline := w.now + w.cfg.CallTimeout
+	deadline := w.Now() + w.cfg.CallTimeout
 	gen := inc.pid.gen
 	if l.objects[s.idx] != inc || inc.closing {
 		return
@@ -284,7 +284,7 @@ func (l *Life) closeInstance(inc *Inc) {
 					default:
 						if errors.Is(err, roamerr.ErrDeadlineExceeded) {
 							// Unknown outcome: settle it (closeself.go settleClosing).
-							l.settleClosing(inc, s, gen, res.v.Version, rec, w.now+closeSettleFor, unlock)
+							l.settleClosing(inc, s, gen, res.v.Version, rec, w.Now()+closeSettleFor, unlock)
 							return
 						}
 						w.tracef("%s instance_close_failed: %s", inc, errString(err))
@@ -310,7 +310,7 @@ const closeSettleFor = 30 * time.Second
 func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.StoreVersion, ready *location.Record, deadline time.Duration, unlock func()) {
 	w := l.w
 	retry := func() {
-		if w.now >= deadline {
+		if w.Now() >= deadline {
 			w.tracef("%s spot_close_unsettled", inc)
 			w.closesGivenUp = append(w.closesGivenUp, incName{spot: s, gen: gen})
 			unlock()
@@ -352,8 +352,8 @@ func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.Sto
 // closeAndRelease runs the Release machine after the Closing write.
 func (l *Life) closeAndRelease(s *Spot, gen uint64, closingAt location.StoreVersion, wasReady *location.Record, unlock func()) {
 	w := l.w
-	mc, effects := activation.NewRelease(l.acfg, s.key(), gen, closingAt, wasReady, w.wall(w.now))
-	r := l.newRunner("release", s, w.now+l.acfg.ReleaseFor, mc.Step, func(err error) {
+	mc, effects := activation.NewRelease(l.acfg, s.key(), gen, closingAt, wasReady, w.wall(w.Now()))
+	r := l.newRunner("release", s, w.Now()+l.acfg.ReleaseFor, mc.Step, func(err error) {
 		if err == nil {
 			w.stats.Released++
 		}

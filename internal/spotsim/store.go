@@ -156,7 +156,7 @@ func (s *Store) leaseLive(l *Life) bool {
 	if sl == nil {
 		return false
 	}
-	if !sl.gone && s.w.now >= sl.expiresAt {
+	if !sl.gone && s.w.Now() >= sl.expiresAt {
 		sl.gone = true
 		s.w.stats.LeasesExpired++
 		s.w.tracef("store: lease of %s ended (expired)", l)
@@ -181,7 +181,7 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 		if l.gone {
 			return
 		}
-		if w.tracing && !op.quiet {
+		if w.Tracing() && !op.quiet {
 			w.tracef("%s store %s %s → %s", l, opNames[op.kind], op.why, resString(op, res))
 		}
 		done(res)
@@ -198,7 +198,7 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 	}
-	if deadline > 0 && deadline <= w.now {
+	if deadline > 0 && deadline <= w.Now() {
 		w.after(0, func() { deliver(storeRes{err: context.DeadlineExceeded}) })
 		return
 	}
@@ -212,17 +212,17 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 		l1 += w.randDur(0, w.faults.SlowFor)
 		l2 += w.randDur(0, w.faults.SlowFor)
 	}
-	if w.tracing && (mode != modeOK || late > 0) {
+	if w.Tracing() && (mode != modeOK || late > 0) {
 		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", l, opNames[op.kind], op.why, mode, ms(l1))
 	}
-	if deadline > 0 && (op.kind == opWatch || w.now+l1+l2 > deadline) {
+	if deadline > 0 && (op.kind == opWatch || w.Now()+l1+l2 > deadline) {
 		// The answer may come after the caller's context ended.
 		w.at(deadline, func() { deliver(storeRes{err: context.DeadlineExceeded}) })
 	}
 	w.after(l1, func() {
 		if s.down || l.node.storeCut {
 			err := location.ErrUnavailable
-			if op.kind.write() && w.rng.IntN(2) == 0 {
+			if op.kind.write() && w.Rand.IntN(2) == 0 {
 				err = location.ErrIndeterminate
 			}
 			w.after(l2, func() { deliver(storeRes{err: err}) })
@@ -327,7 +327,7 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 			return storeRes{err: &location.ConflictError{Op: "revoke lease"}}
 		}
 		sl := s.leases[o.lease]
-		sl.gone, sl.revoked, sl.expiresAt = true, true, w.now
+		sl.gone, sl.revoked, sl.expiresAt = true, true, w.Now()
 		w.stats.LeasesRevoked++
 		w.tracef("store: lease of %s revoked at its heartbeat %d", o, op.beat)
 		return storeRes{}
@@ -353,11 +353,11 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 		if !s.leaseLive(l) {
 			return storeRes{err: location.ErrNotFound}
 		}
-		s.leases[l.lease].expiresAt = w.now + w.cfg.StoreExpiry
+		s.leases[l.lease].expiresAt = w.Now() + w.cfg.StoreExpiry
 		s.leases[l.lease].beat++
 		return storeRes{}
 	case opClaim:
-		s.leases[l.lease] = &storeLease{life: l, expiresAt: w.now + w.cfg.StoreExpiry, beat: 1}
+		s.leases[l.lease] = &storeLease{life: l, expiresAt: w.Now() + w.cfg.StoreExpiry, beat: 1}
 		return storeRes{}
 	case opPutRoot:
 		s.roots[op.rootKey] = op.root
@@ -426,12 +426,12 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 func (s *Store) changed(key location.AuthorityKey, before entry, by *Life, why string) {
 	w := s.w
 	after := s.Read(key)
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("store: %s %s → %s (%s by %s)", key.ID, recString(location.Versioned{Key: key, Version: before.version, Record: before.rec}), recString(after), why, by)
 	}
 	if op := before.rec.GetActivationRecovery().GetOperationId(); op != "" && after.Record.GetActivationRecovery().GetOperationId() != op {
 		if _, seen := s.pointerGone[op]; !seen {
-			s.pointerGone[op] = w.now
+			s.pointerGone[op] = w.Now()
 		}
 	}
 	if sp := w.spotByID(key.ID); sp != nil && key.Kind == location.KindInstanceSpot {
@@ -477,7 +477,7 @@ func (w *World) storeMode(l *Life, op *storeOp) (storeMode, time.Duration) {
 		return modeOK, 0
 	}
 	f := w.faults
-	x := w.rng.Float64()
+	x := w.Rand.Float64()
 	switch {
 	case x < f.PIndetApplied && op.kind.write():
 		return modeIndetApplied, 0

@@ -2,12 +2,15 @@ package spotsim
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/simkit"
 )
+
+// randStream is this simulation's stream of the random source (another
+// simulation with the same seed draws differently).
+const randStream = 0x5b07_51a1_c0ff_ee00
 
 // Sabotage breaks one rule of the composed lifecycle on purpose, so a test
 // can show that the checker catches what it is meant to catch.
@@ -108,27 +111,15 @@ func DefaultConfig() Config {
 	return c
 }
 
-// base is the wall-clock instant of logical time 0 (the machines take
-// absolute times).
-var base = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-
-type event struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-}
-
 // World is one simulation: nodes and their lifecycles, the store, the
 // network, clients and Spots, driven by one seeded random source on one
 // logical clock. Not safe for concurrent use; run one World per goroutine.
 type World struct {
-	cfg   Config
-	seed  uint64
-	rng   *rand.Rand
-	now   time.Duration
-	seq   uint64
-	queue []event
-	steps int
+	// The harness: clock and event queue, random source, trace and
+	// violations.
+	simkit.Harness
+	cfg  Config
+	seed uint64
 
 	store   *Store
 	net     *Net
@@ -144,12 +135,8 @@ type World struct {
 	faults *Faults
 	hooks  Hooks
 
-	tracing bool
-	trace   []string
-
-	violations []Violation
-	stats      Stats
-	over       bool
+	stats Stats
+	over  bool
 	// discardedCommits: Ready commits sent by activations that then
 	// discarded their staged incarnation; closesGivenUp: Instance Spot
 	// closes that gave up on their Closing write (known.go).
@@ -179,7 +166,7 @@ type Hooks struct {
 
 // NewWorld builds a world from cfg and seed; faults may be nil (none).
 func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
-	w := &World{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5b07_51a1_c0ff_ee00)), faults: faults, cps: map[int]*simCheckpoint{}}
+	w := &World{Harness: simkit.NewHarness(seed, randStream), cfg: cfg, seed: seed, faults: faults, cps: map[int]*simCheckpoint{}}
 	if w.faults == nil {
 		w.faults = &Faults{}
 	}
@@ -211,70 +198,13 @@ func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
 // Seed is the world's seed.
 func (w *World) Seed() uint64 { return w.seed }
 
-// Now is the logical time since the start.
-func (w *World) Now() time.Duration { return w.now }
+func (w *World) wall(d time.Duration) time.Time { return simkit.Wall(d) }
 
-func (w *World) wall(d time.Duration) time.Time { return base.Add(d) }
+func (w *World) logical(t time.Time) time.Duration { return simkit.Logical(t) }
 
-func (w *World) logical(t time.Time) time.Duration { return t.Sub(base) }
+func (w *World) after(d time.Duration, fn func()) { w.After(d, fn) }
 
-func (w *World) after(d time.Duration, fn func()) { w.at(w.now+max(d, 0), fn) }
-
-func (w *World) at(t time.Duration, fn func()) {
-	if t < w.now {
-		t = w.now
-	}
-	w.seq++
-	w.queue = append(w.queue, event{at: t, seq: w.seq, fn: fn})
-	w.up(len(w.queue) - 1)
-}
-
-func (w *World) less(i, j int) bool {
-	a, b := &w.queue[i], &w.queue[j]
-	return a.at < b.at || (a.at == b.at && a.seq < b.seq)
-}
-
-func (w *World) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !w.less(i, p) {
-			break
-		}
-		w.queue[i], w.queue[p] = w.queue[p], w.queue[i]
-		i = p
-	}
-}
-
-func (w *World) down(i int) {
-	n := len(w.queue)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && w.less(r, l) {
-			m = r
-		}
-		if !w.less(m, i) {
-			return
-		}
-		w.queue[i], w.queue[m] = w.queue[m], w.queue[i]
-		i = m
-	}
-}
-
-func (w *World) pop() event {
-	e := w.queue[0]
-	last := len(w.queue) - 1
-	w.queue[0] = w.queue[last]
-	w.queue[last] = event{}
-	w.queue = w.queue[:last]
-	if last > 0 {
-		w.down(0)
-	}
-	return e
-}
+func (w *World) at(t time.Duration, fn func()) { w.At(t, fn) }
 
 // maxSteps bounds one schedule: a livelock is a failure, not a hang.
 const maxSteps = 200000
@@ -282,69 +212,22 @@ const maxSteps = 200000
 // Run runs the schedule to its end and checks the end-state invariants.
 // It returns the violations found.
 func (w *World) Run() []Violation {
-	for len(w.queue) > 0 && len(w.violations) < 20 {
-		if w.queue[0].at > w.cfg.End {
-			break
-		}
-		e := w.pop()
-		w.now = e.at
-		e.fn()
-		w.steps++
-		if w.steps > maxSteps {
-			w.violate("livelock", "more than %d steps before %s", maxSteps, w.cfg.End)
-			break
-		}
-	}
-	if w.now < w.cfg.End {
-		w.now = w.cfg.End
-	}
+	w.RunTo(w.cfg.End, maxSteps)
 	w.checkEnd()
 	w.classify()
-	return w.violations
+	return w.Violations()
 }
 
-// tracef adds a line to the trace when tracing. Hot paths check w.tracing
-// first so that nothing is formatted otherwise.
-func (w *World) tracef(format string, args ...any) {
-	if !w.tracing {
-		return
-	}
-	w.trace = append(w.trace, fmt.Sprintf("%10.3fms  ", float64(w.now)/float64(time.Millisecond))+fmt.Sprintf(format, args...))
-}
+// tracef adds a line to the trace when tracing. Hot paths check
+// w.Tracing() first so that nothing is formatted otherwise.
+func (w *World) tracef(format string, args ...any) { w.Tracef(format, args...) }
 
-// Trace returns the trace (empty unless tracing was on).
-func (w *World) Trace() string { return strings.Join(w.trace, "\n") }
-
-// SetTracing turns the trace on or off; call before Run.
-func (w *World) SetTracing(on bool) { w.tracing = on }
-
-// Violation is one broken invariant.
-type Violation struct {
-	At        time.Duration
-	Invariant string
-	Detail    string
-	// Spot is the Spot ID concerned ("" if none); Msg the message (0 if
-	// none).
-	Spot string
-	Msg  int
-	// Known names the known defect this violation is an instance of
-	// (empty: none). See known.go.
-	Known string
-}
-
-func (v Violation) String() string {
-	s := fmt.Sprintf("%.3fms %s: %s", float64(v.At)/float64(time.Millisecond), v.Invariant, v.Detail)
-	if v.Known != "" {
-		s += " [known: " + v.Known + "]"
-	}
-	return s
-}
+// Violation is one broken invariant; Obj names the Spot (its ID), Msg
+// the message's id.
+type Violation = simkit.Violation
 
 func (w *World) violate(invariant, format string, args ...any) *Violation {
-	v := Violation{At: w.now, Invariant: invariant, Detail: fmt.Sprintf(format, args...)}
-	w.violations = append(w.violations, v)
-	w.tracef("VIOLATION %s", v)
-	return &w.violations[len(w.violations)-1]
+	return w.Violate(invariant, format, args...)
 }
 
 // Stats counts what a schedule did.
@@ -371,7 +254,7 @@ type Stats struct {
 // Stats returns the schedule's figures (after Run).
 func (w *World) Stats() Stats {
 	s := w.stats
-	s.Steps = w.steps
+	s.Steps = w.Steps()
 	return s
 }
 
@@ -385,14 +268,8 @@ func (w *World) horizon() {
 	w.store.down = false
 }
 
-// randDur returns a uniform duration in [lo, hi].
-func (w *World) randDur(lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)+1))
-}
+func (w *World) randDur(lo, hi time.Duration) time.Duration { return w.Rand.Dur(lo, hi) }
 
-func (w *World) chance(p float64) bool { return p > 0 && w.rng.Float64() < p }
+func (w *World) chance(p float64) bool { return w.Rand.Chance(p) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }

@@ -43,7 +43,7 @@ import (
 // handle dispatches m on inc: the application handles it (the turn).
 func (w *World) handle(inc *Inc, m *Msg) {
 	o := w.objs[m.obj]
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s HANDLES m%d (c%d seq %d) at version %d", inc, m.id, m.client+1, m.seq, inc.version)
 	}
 	if !inc.inst {
@@ -64,8 +64,7 @@ func (w *World) handle(inc *Inc, m *Msg) {
 		c := w.clients[m.client]
 		if last, ok := c.last[m.first]; ok && m.seq < last {
 			w.violateO(m.obj, "order", "m%d (c%d seq %d, sent to %s o%d.%d) handled by %s after seq %d", m.id, m.client+1, m.seq,
-				w.nodes[m.first.node].name, m.first.inc.obj, m.first.inc.ownerGen, inc, last)
-			w.violations[len(w.violations)-1].Msg = m.id
+				w.nodes[m.first.node].name, m.first.inc.obj, m.first.inc.ownerGen, inc, last).Msg = int(m.id)
 		}
 		c.last[m.first] = max(c.last[m.first], m.seq)
 	}
@@ -127,8 +126,7 @@ func (w *World) checkEnd() {
 		case lossNone:
 			w.violateO(m.obj, "stuck", "m%d (c%d seq %d to o%d) accepted but never handled nor failed; held at %s", m.id, m.client+1, m.seq, m.obj, w.where(m))
 		default:
-			w.violateO(m.obj, "lost", "m%d (c%d seq %d to o%d) lost (%s): %s", m.id, m.client+1, m.seq, m.obj, lossNames[m.loss], m.lossWhy)
-			w.violations[len(w.violations)-1].Msg = m.id
+			w.violateO(m.obj, "lost", "m%d (c%d seq %d to o%d) lost (%s): %s", m.id, m.client+1, m.seq, m.obj, lossNames[m.loss], m.lossWhy).Msg = int(m.id)
 		}
 	}
 	for _, mv := range w.moves {

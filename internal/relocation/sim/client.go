@@ -1,11 +1,20 @@
 package sim
 
 import (
+	"strconv"
 	"time"
 )
 
 // ObjID names an object (an Actor or Instance Spot key).
 type ObjID int
+
+// name is how a violation names the object ("" for none, -1).
+func (o ObjID) name() string {
+	if o < 0 {
+		return ""
+	}
+	return "o" + strconv.Itoa(int(o))
+}
 
 // Object is the truth about one object across nodes: the length of its
 // history (messages handled by whichever incarnation served it).
@@ -119,7 +128,7 @@ func (c *Client) send(o ObjID, request bool) {
 		m := &Msg{id: uint64(len(w.msgs) + 1), client: c.id, obj: o, seq: c.seq, request: request}
 		w.msgs = append(w.msgs, m)
 		w.stats.Messages++
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("c%d via %s m%d (seq %d, request %v) for o%d", c.id+1, c.gw.sid, m.id, m.seq, request, o)
 		}
 		c.sendViaSession(m)
@@ -131,7 +140,7 @@ func (c *Client) send(o ObjID, request bool) {
 		first: orderKey{client: c.id, node: r.node, inc: incKey{obj: o, ownerGen: r.ownerGen}}}
 	w.msgs = append(w.msgs, m)
 	w.stats.Messages++
-	if w.tracing {
+	if w.Tracing() {
 		kind := "send"
 		if request {
 			kind = "request"
@@ -173,14 +182,14 @@ func (w *World) lostMsg(m *Msg, kind lossKind, why string) {
 		return
 	}
 	m.loss, m.lossWhy = kind, why
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("m%d copy lost (%s): %s", m.id, lossNames[kind], why)
 	}
 }
 
 func (w *World) unaccepted(m *Msg, why string) {
 	w.stats.Unaccepted++
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("m%d not accepted: %s", m.id, why)
 	}
 	if m.request {
@@ -193,7 +202,7 @@ func (w *World) unaccepted(m *Msg, why string) {
 func (w *World) failLoud(m *Msg, inc *Inc, why string) {
 	m.failed++
 	w.stats.FailedLoud++
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s m%d failed loudly: %s", inc, m.id, why)
 	}
 	if m.handled > 0 {

@@ -54,8 +54,8 @@
 //     reconnect); slow packets.
 //
 // The invariants are listed in check.go. The protocol defects the
-// simulation found are listed in known.go, each with a seed in
-// TestKnownDefectSeeds. A fixed defect's seed must run clean and its
+// simulation found are listed in known.go's defects table, each with its
+// seed. A fixed defect's seed must run clean and its
 // probe of the machine must find it absent, so a regression fails; a
 // defect still open is marked Known and counted by the random test (which
 // goes on finding others) while TestOpenDefects fails naming it.
@@ -63,6 +63,11 @@
 // To model a new effect of the machines, add its case to sourceEffect
 // (source.go) or targetEffect (target.go): an effect the model does not
 // know panics with its type name.
+//
+// The harness is internal/simkit's: the logical clock and event queue,
+// the random source, the trace, the violations, the network's streams and
+// cuts, the schedule runner and the known-defect checks. This package is
+// the model.
 //
 // Tests: the scenarios are scripts, testdata/*.txt, each a scripted world
 // with one fault and the outcome it must print (TestScripts; the commands

@@ -46,7 +46,7 @@ func (w *World) crashWithin(n *Node, d time.Duration) {
 
 func (w *World) cutAround(a, b *Node) {
 	d := w.randDur(time.Millisecond, w.faults.CutFor)
-	switch w.rng.IntN(3) {
+	switch w.Rand.IntN(3) {
 	case 0:
 		w.net.cut(a.idx, b.idx, true, d)
 	case 1:
@@ -126,7 +126,7 @@ func (w *World) beforeTargetEffect(t *TargetRun, e handoff.Effect) {
 // from the world's one random source, so the seed replays it exactly.
 func Random(cfg Config, seed uint64) *World {
 	w := NewWorld(cfg, seed, nil)
-	rng := w.rng
+	rng := w.Rand
 	h := cfg.Horizon
 	f := &Faults{SlowPacket: 250 * time.Millisecond, CutFor: 1500 * time.Millisecond}
 	profile := rng.IntN(6)
@@ -179,45 +179,34 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	// Link cuts at random times.
 	if profile >= 2 {
-		for k := rng.IntN(3); k > 0; k-- {
-			at, a, b, both, d := w.randDur(0, h), rng.IntN(cfg.Nodes), rng.IntN(cfg.Nodes-1), rng.IntN(2) == 0, w.randDur(time.Millisecond, f.CutFor)
-			b = (a + 1 + b) % cfg.Nodes
-			w.at(at, "cut", func() {
-				if !w.over {
-					w.net.cut(a, b, both, d)
-				}
-			})
-		}
+		w.RandomCuts(cfg.Nodes, h, f.CutFor, func(a, b int, both bool, d time.Duration) {
+			if !w.over {
+				w.net.cut(a, b, both, d)
+			}
+		})
 	}
-	// Store outages: for everyone, or one node cut from the store.
+	// Store outages: for everyone, or one node cut from the store; rarely,
+	// one past the lease TTL: every lifecycle ends.
 	if profile == 1 || profile >= 4 {
-		for k := rng.IntN(3); k > 0; k-- {
-			at, d, who := w.randDur(0, h), w.randDur(5*time.Millisecond, 2*cfg.RestoreTimeout+200*time.Millisecond), rng.IntN(cfg.Nodes+1)
-			w.at(at, "store-outage", func() {
-				if w.over {
-					return
-				}
-				if who == cfg.Nodes {
-					w.stats.StoreOutages++
-					w.store.down = true
-					w.tracef("store DOWN for %s", d)
-					w.after(d, "store-up", func() { w.store.down = false; w.tracef("store up") })
-					return
-				}
-				w.storeCutFor(w.nodes[who], d)
-			})
-		}
-		if rng.IntN(20) == 0 {
-			// Rarely, an outage past the lease TTL: every lifecycle ends.
-			at := w.randDur(0, h/2)
-			w.at(at, "long-outage", func() {
-				if !w.over {
-					w.stats.StoreOutages++
-					w.store.down = true
-					w.tracef("store DOWN (long)")
-				}
-			})
-		}
+		w.RandomOutages(cfg.Nodes, h, 2*cfg.RestoreTimeout+200*time.Millisecond, 20, func(who int, d time.Duration) {
+			if w.over {
+				return
+			}
+			if who == cfg.Nodes {
+				w.stats.StoreOutages++
+				w.store.down = true
+				w.tracef("store DOWN for %s", d)
+				w.after(d, "store-up", func() { w.store.down = false; w.tracef("store up") })
+				return
+			}
+			w.storeCutFor(w.nodes[who], d)
+		}, func() {
+			if !w.over {
+				w.stats.StoreOutages++
+				w.store.down = true
+				w.tracef("store DOWN (long)")
+			}
+		})
 	}
 	// A crash or a stop at a random time.
 	if profile >= 3 {

@@ -2,15 +2,15 @@ package sim
 
 import (
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // Known protocol defects the simulation found. Each is either fixed or
-// listed in open. A violation is marked Known only while its defect is
+// marked Open in defects. A violation is marked Known only while its defect is
 // open: a fixed defect that comes back is an unknown violation, which
 // fails the random test and the defect's seed in TestKnownDefectSeeds,
 // and where the defect lives in the pure machine, its probe fails
@@ -61,24 +61,69 @@ const (
 	KnownRedeliveryOrder = "D7 redelivered dead letters overtaken by later sends: per-sender order broken"
 )
 
-// open lists the known defects still present in the tree. Their
+// defects lists every known defect with the seeds of the random
+// schedules that showed it and, where the defect lived in the Source
+// machine, its probe. An open one (Open: true) is still in the tree: its
 // violations are marked Known and counted by the random test, so that it
-// still finds other defects, and TestOpenDefects fails naming each one
-// for as long as it is listed: an open defect is never quiet. None is.
-var open = map[string]bool{}
+// still finds other defects, and TestOpenDefects fails naming it for as
+// long as it is listed: an open defect is never quiet. None is.
+var defects = simkit.Defects{
+	// The resend window after the cutover releases the payload with
+	// nothing confirmed.
+	{Name: KnownTargetLoss, Probe: func() bool {
+		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.TimerFired{Timer: handoff.TimerResendWindow})
+		return count[handoff.ReleasePayload](eff) > 0
+	}},
+	// Adopt after reconciling, then both timers: still not Finished.
+	{Name: KnownAdoptNeverReleases, Seeds: []uint64{16}, Probe: func() bool {
+		s, _ := probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline}, handoff.ReconcileAnswered{TargetOwns: true},
+			handoff.TimerFired{Timer: handoff.TimerResendWindow}, handoff.TimerFired{Timer: handoff.TimerFollow})
+		return !s.Finished()
+	}},
+	// Unknown, then TargetOwns: two Completes.
+	{Name: KnownCompleteTwice, Seeds: []uint64{80}, Probe: func() bool {
+		_, eff := probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline}, handoff.ReconcileAnswered{},
+			handoff.TimerFired{Timer: handoff.TimerReconcile}, handoff.ReconcileAnswered{TargetOwns: true})
+		return count[handoff.Complete](eff) > 1
+	}},
+	// A driver rule (settle by a read); the driver now fences the move out
+	// when it settles (commitOwner, modelled by the store), so a late CAS
+	// cannot apply.
+	{Name: KnownSettleRace, Seeds: []uint64{396}},
+	// Before the cutover, a record that moved on (neither at the source's
+	// fence nor naming the target with this move) decides nothing.
+	{Name: KnownReconcileForever, Seeds: []uint64{257}, Probe: func() bool {
+		s, _ := probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline},
+			handoff.ReconcileRead{Record: handoff.RecordView{Present: true, Version: 9, OwnerNodeRid: "c", OwnerNodeGeneration: 1, OwnerGeneration: 3, ObjectGeneration: 1, RelocationID: 2},
+				Target: "b", ObjectGeneration: 1},
+			handoff.TimerFired{Timer: handoff.TimerFenceOut})
+		return s.Phase() == handoff.SourcePaused
+	}},
+	// Gone since the driver redelivers dead-lettered sends from the store
+	// (redeliver.go, modelled by World.deadLettered).
+	{Name: KnownFollowPastStub, Seeds: []uint64{345}},
+	// After the cutover the source resends the boundary batch until the
+	// target acknowledges it, past Message Follow too.
+	{Name: KnownBatchLost, Seeds: []uint64{528}, Probe: func() bool {
+		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true},
+			handoff.TimerFired{Timer: handoff.TimerFollow}, handoff.TimerFired{Timer: handoff.TimerBoundaryResend})
+		return count[handoff.ResendBoundary](eff) == 0
+	}},
+	// Messages after the cutover are held until the commit shows
+	// (StartFollow), so none follows to a target that is then fenced out.
+	{Name: KnownRedeliveryOrder, Seeds: []uint64{4161}, Probe: func() bool {
+		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
+		return count[handoff.StartFollow](eff) == 0
+	}},
+}
 
 // Open reports whether a known defect is listed as still present in the
 // tree.
-func Open(defect string) bool { return open[defect] }
-
-var (
-	probeOnce sync.Once
-	probes    map[string]bool // defect → present in the machine in the tree
-)
+func Open(defect string) bool { return defects.Open(defect) }
 
 func probeSource(steps ...handoff.Event) (*handoff.Source, []handoff.Effect) {
 	id := handoff.Identity{RelocationID: 1, TargetAttemptGeneration: 1, Fence: handoff.Fence{NodeRid: "a", NodeGeneration: 1, OwnerGeneration: 1}}
-	s := handoff.NewSource(id, DefaultConfig().Handoff, base.Add(time.Second))
+	s := handoff.NewSource(id, DefaultConfig().Handoff, simkit.Wall(time.Second))
 	var all []handoff.Effect
 	for _, ev := range append([]handoff.Event{handoff.Start{}, handoff.CapabilityAnswered{Supported: true}, handoff.Admitted{},
 		handoff.Captured{Stream: envelope.Whole(make([]byte, 100))}}, steps...) {
@@ -97,58 +142,16 @@ func count[T handoff.Effect](effects []handoff.Effect) int {
 	return n
 }
 
-func runProbes() {
-	probes = map[string]bool{}
-	// D0: the resend window after the cutover releases the payload with
-	// nothing confirmed.
-	_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.TimerFired{Timer: handoff.TimerResendWindow})
-	probes[KnownTargetLoss] = count[handoff.ReleasePayload](eff) > 0
-	// D1: adopt after reconciling, then both timers: still not Finished.
-	s, _ := probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline}, handoff.ReconcileAnswered{TargetOwns: true},
-		handoff.TimerFired{Timer: handoff.TimerResendWindow}, handoff.TimerFired{Timer: handoff.TimerFollow})
-	probes[KnownAdoptNeverReleases] = !s.Finished()
-	// D2: unknown, then TargetOwns: two Completes.
-	_, eff = probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline}, handoff.ReconcileAnswered{},
-		handoff.TimerFired{Timer: handoff.TimerReconcile}, handoff.ReconcileAnswered{TargetOwns: true})
-	probes[KnownCompleteTwice] = count[handoff.Complete](eff) > 1
-	// D3 was a driver rule (settle by a read); the driver now fences the
-	// move out when it settles (commitOwner, modelled above), so a late
-	// CAS cannot apply.
-	probes[KnownSettleRace] = false
-	// D4: before the cutover, a record that moved on (neither at the
-	// source's fence nor naming the target with this move) decides nothing.
-	s, _ = probeSource(handoff.TimerFired{Timer: handoff.TimerRestoreDeadline},
-		handoff.ReconcileRead{Record: handoff.RecordView{Present: true, Version: 9, OwnerNodeRid: "c", OwnerNodeGeneration: 1, OwnerGeneration: 3, ObjectGeneration: 1, RelocationID: 2},
-			Target: "b", ObjectGeneration: 1},
-		handoff.TimerFired{Timer: handoff.TimerFenceOut})
-	probes[KnownReconcileForever] = s.Phase() == handoff.SourcePaused
-	// D5 is gone since the driver redelivers dead-lettered sends from the
-	// store (redeliver.go, modelled by World.deadLettered).
-	probes[KnownFollowPastStub] = false
-	// D6: after the cutover the source resends the boundary batch until
-	// the target acknowledges it, past Message Follow too.
-	_, eff = probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true},
-		handoff.TimerFired{Timer: handoff.TimerFollow}, handoff.TimerFired{Timer: handoff.TimerBoundaryResend})
-	probes[KnownBatchLost] = count[handoff.ResendBoundary](eff) == 0
-	// D7: messages after the cutover are held until the commit shows
-	// (StartFollow), so none follows to a target that is then fenced out.
-	_, eff = probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
-	probes[KnownRedeliveryOrder] = count[handoff.StartFollow](eff) == 0
-}
-
 // Present reports whether a probe of the machine in the tree finds the
 // defect (always false for a defect that lived in a driver rule).
-func Present(defect string) bool {
-	probeOnce.Do(runProbes)
-	return probes[defect]
-}
+func Present(defect string) bool { return defects.Present(defect) }
 
 // classify marks the violations that are instances of an open defect.
 func (w *World) classify() {
-	objDefect := map[ObjID]string{}
+	objDefect := map[string]string{} // by the object's name
 	mark := func(o ObjID, d string) {
-		if Open(d) && objDefect[o] == "" {
-			objDefect[o] = d
+		if Open(d) && objDefect[o.name()] == "" {
+			objDefect[o.name()] = d
 		}
 	}
 	for _, mv := range w.moves {
@@ -166,8 +169,9 @@ func (w *World) classify() {
 			mark(mv.obj, KnownSettleRace)
 		}
 	}
-	for i := range w.violations {
-		v := &w.violations[i]
+	vs := w.Violations()
+	for i := range vs {
+		v := &vs[i]
 		switch v.Invariant {
 		case "order":
 			if v.Msg > 0 && w.msgs[v.Msg-1].dlCount > 0 && Open(KnownRedeliveryOrder) {
@@ -184,7 +188,7 @@ func (w *World) classify() {
 			}
 			fallthrough
 		case "unserved", "stuck", "move-not-ended":
-			if v.Obj >= 0 && objDefect[v.Obj] != "" {
+			if v.Obj != "" && objDefect[v.Obj] != "" {
 				v.Known = objDefect[v.Obj]
 			}
 		}
@@ -228,12 +232,4 @@ func (n *Node) incFor(k incKey) *Inc {
 }
 
 // Unknown returns the violations that are not instances of a known defect.
-func Unknown(vs []Violation) []Violation {
-	var out []Violation
-	for _, v := range vs {
-		if v.Known == "" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func Unknown(vs []Violation) []Violation { return simkit.Unknown(vs) }

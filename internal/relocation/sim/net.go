@@ -7,6 +7,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -74,32 +75,27 @@ type prepare struct {
 	source   int
 }
 
-// stream is one direction of a connection: FIFO, with an epoch that a cut
-// bumps (packets of an older epoch still in flight are lost).
-type stream struct {
-	epoch     uint64
-	last      time.Duration
-	downUntil time.Duration
-	notifying bool // a failed reconnect will be reported
-}
-
-// Net carries packets between nodes and clients: each direction of each
-// pair is an ordered stream with its own random delays (so streams reorder
+// Net carries packets between nodes and clients (endpoints: node
+// indexes, then clients) on the harness's net: each direction of each pair
+// is an ordered stream with its own random delays (so streams reorder
 // against each other), and node links can be cut in one or both
 // directions; a cut loses what is in flight and tells the sending side
 // (remote.EndpointTerminatedEvent → ConnectionLost).
 type Net struct {
-	w       *World
-	n       int
-	streams []stream
+	w *World
+	k *simkit.Net[*packet]
+	n int
+	// notifying: a send on the cut link from→to (index from*n+to) will be
+	// reported as a failed reconnect.
+	notifying []bool
 }
 
 func newNet(w *World) *Net {
 	n := w.cfg.Nodes + w.cfg.Clients
-	return &Net{w: w, n: n, streams: make([]stream, n*n)}
+	nt := &Net{w: w, n: n, notifying: make([]bool, n*n)}
+	nt.k = simkit.NewNet(&w.Sched, w.Rand, n, nt.deliver, nt.lost)
+	return nt
 }
-
-func (nt *Net) stream(from, to int) *stream { return &nt.streams[from*nt.n+to] }
 
 func (w *World) endpointName(e int) string {
 	if e < w.cfg.Nodes {
@@ -110,24 +106,23 @@ func (w *World) endpointName(e int) string {
 
 func (nt *Net) send(p *packet) {
 	w := nt.w
-	s := nt.stream(p.from, p.to)
 	if w.hooks.Packet != nil && w.hooks.Packet(w, p) {
 		w.tracef("net %s→%s %s dropped (scenario)", w.endpointName(p.from), w.endpointName(p.to), p.kind)
 		nt.dropped(p, "dropped by the scenario")
 		return
 	}
-	if w.now < s.downUntil {
-		if w.tracing {
+	if nt.k.Down(p.from, p.to) {
+		if w.Tracing() {
 			w.tracef("net %s→%s %s dropped (link down)", w.endpointName(p.from), w.endpointName(p.to), p.kind)
 		}
 		nt.dropped(p, "sent on a cut link")
-		if p.from < w.cfg.Nodes && p.to < w.cfg.Nodes && !s.notifying {
+		if i := p.from*nt.n + p.to; p.from < w.cfg.Nodes && p.to < w.cfg.Nodes && !nt.notifying[i] {
 			// The send opens a new endpoint whose connection fails: the
 			// sender learns it again (remote.EndpointTerminatedEvent).
-			s.notifying = true
+			nt.notifying[i] = true
 			from, to, life := w.nodes[p.from], p.to, w.nodes[p.from].life
 			w.after(w.randDur(5*time.Millisecond, 50*time.Millisecond), "endpoint-terminated", func() {
-				s.notifying = false
+				nt.notifying[i] = false
 				if from.alive && from.life == life {
 					from.endpointTerminated(to)
 				}
@@ -135,23 +130,21 @@ func (nt *Net) send(p *packet) {
 		}
 		return
 	}
-	d := w.randDur(200*time.Microsecond, 3*time.Millisecond)
-	if !w.over && w.chance(w.faults.PSlowPacket) {
-		d += w.randDur(0, w.faults.SlowPacket)
+	pSlow := w.faults.PSlowPacket
+	if w.over {
+		pSlow = 0
 	}
-	at := max(w.now+d, s.last)
-	s.last = at
-	epoch := s.epoch
-	w.at(at, "deliver", func() {
-		if s.epoch != epoch {
-			if w.tracing {
-				w.tracef("net %s→%s %s lost in the cut", w.endpointName(p.from), w.endpointName(p.to), p.kind)
-			}
-			nt.dropped(p, "in flight on a cut link")
-			return
-		}
-		nt.deliver(p)
-	})
+	d := nt.k.Delay(pSlow, w.faults.SlowPacket)
+	nt.k.Send(simkit.End{ID: p.from, Place: p.from}, simkit.End{ID: p.to, Place: p.to}, d, p)
+}
+
+// lost: p was in flight on a link that was cut.
+func (nt *Net) lost(p *packet) {
+	w := nt.w
+	if w.Tracing() {
+		w.tracef("net %s→%s %s lost in the cut", w.endpointName(p.from), w.endpointName(p.to), p.kind)
+	}
+	nt.dropped(p, "in flight on a cut link")
 }
 
 func (nt *Net) deliver(p *packet) {
@@ -203,26 +196,15 @@ func (nt *Net) cut(a, b int, both bool, d time.Duration) {
 	w := nt.w
 	w.stats.Cuts++
 	w.tracef("net: cut %s→%s%s for %s", w.endpointName(a), w.endpointName(b), map[bool]string{true: " and back", false: ""}[both], d)
-	dirs := [][2]int{{a, b}}
-	if both {
-		dirs = append(dirs, [2]int{b, a})
-	}
-	for _, dir := range dirs {
-		s := nt.stream(dir[0], dir[1])
-		s.epoch++
-		s.downUntil = max(s.downUntil, w.now+d)
-		from, to := w.nodes[dir[0]], dir[1]
-		life := from.life
-		w.after(w.randDur(time.Millisecond, 30*time.Millisecond), "endpoint-terminated", func() {
-			if from.alive && from.life == life {
-				from.endpointTerminated(to)
+	nt.k.Cut(a, b, both, d, func(from, to int) func() {
+		n := w.nodes[from]
+		life := n.life
+		return func() {
+			if n.alive && n.life == life {
+				n.endpointTerminated(to)
 			}
-		})
-	}
+		}
+	})
 }
 
-func (nt *Net) healAll() {
-	for i := range nt.streams {
-		nt.streams[i].downUntil = 0
-	}
-}
+func (nt *Net) healAll() { nt.k.HealAll() }

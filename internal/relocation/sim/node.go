@@ -104,9 +104,9 @@ func newNode(w *World, i int) *Node {
 }
 
 // valid: the lease is provably in force (cluster.Node.Valid).
-func (n *Node) valid() bool { return n.alive && !n.ended && n.w.now < n.validUntil }
+func (n *Node) valid() bool { return n.alive && !n.ended && n.w.Now() < n.validUntil }
 
-func (n *Node) fenced() bool { return !n.ended && n.w.now >= n.validUntil }
+func (n *Node) fenced() bool { return !n.ended && n.w.Now() >= n.validUntil }
 
 func (n *Node) newInc(key incKey, mode incMode, state incState) *Inc {
 	n.w.nextIncID++
@@ -140,8 +140,8 @@ func (n *Node) renew() {
 	if !n.alive || n.ended {
 		return
 	}
-	sent, life := w.now, n.life
-	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, w.now+w.cfg.RenewEvery, func(res storeRes) {
+	sent, life := w.Now(), n.life
+	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, w.Now()+w.cfg.RenewEvery, func(res storeRes) {
 		if n.life != life || n.ended {
 			return
 		}
@@ -270,7 +270,7 @@ func (n *Node) stop() {
 	w.stats.Stops++
 	w.tracef("%s stopping", n.name)
 	n.stopping = true
-	deadline := w.now + w.cfg.RestoreTimeout
+	deadline := w.Now() + w.cfg.RestoreTimeout
 	var poll func()
 	poll = func() {
 		if !n.alive {
@@ -285,7 +285,7 @@ func (n *Node) stop() {
 				busy++
 			}
 		}
-		if busy > 0 && w.now < deadline {
+		if busy > 0 && w.Now() < deadline {
 			w.after(20*time.Millisecond, "stop-poll", poll)
 			return
 		}
@@ -321,7 +321,7 @@ func (n *Node) send(to int, p *packet) {
 
 func (n *Node) receive(p *packet) {
 	w := n.w
-	if w.tracing && p.kind != pClient && p.kind != pFollow {
+	if w.Tracing() && p.kind != pClient && p.kind != pFollow {
 		w.tracef("%s ← %s %s %s", n.name, w.endpointName(p.from), p.kind, idString(p.id))
 	}
 	switch p.kind {
@@ -408,7 +408,7 @@ func (n *Node) deliverApp(p *packet) {
 	m := p.msg
 	inc := n.incs[p.inc]
 	if inc == nil || inc.stopped {
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s dead letter: m%d for o%d.%d", n.name, m.id, p.inc.obj, p.inc.ownerGen)
 		}
 		if m.request {
@@ -437,7 +437,7 @@ func (w *World) post(inc *Inc, m *Msg) {
 		m.accepted = true
 	}
 	w.place(m, inc.node)
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s m%d → %s (%s)", inc.node.name, m.id, inc, incModeNames[inc.mode])
 	}
 	switch inc.mode {
@@ -518,17 +518,17 @@ const deadLetterPatience = 30 * time.Second
 // growing back-off; past the patience, or once the lifecycle ended, it
 // fails loudly.
 func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s dead letter: m%d for o%d.%d (send: redelivered from the store)", n.name, m.id, key.obj, key.ownerGen)
 	}
 	m.accepted = true
 	w.place(m, n)
 	m.deadAt = &deadLetter{node: n, key: key, inc: n.incFor(key)}
 	if m.dlCount == 0 {
-		m.dlFirst = w.now
+		m.dlFirst = w.Now()
 	}
 	m.dlCount++
-	if n.ended || w.now-m.dlFirst > deadLetterPatience {
+	if n.ended || w.Now()-m.dlFirst > deadLetterPatience {
 		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter")
 		return
 	}
@@ -566,7 +566,7 @@ func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
 		n.redeliver[o] = nil
 		n.redelivering[o] = false
 		for _, x := range batch {
-			if w.tracing {
+			if w.Tracing() {
 				w.tracef("%s redelivers m%d → %s o%d.%d", n.name, x.id, owner.name, o, rec.OwnerGen)
 			}
 			n.send(owner.idx, &packet{kind: pFollow, msg: x, inc: incKey{obj: o, ownerGen: rec.OwnerGen}})

@@ -49,65 +49,21 @@ func hasInvariant(vs []Violation, inv string) bool {
 	return false
 }
 
-// Seeds the random schedules found, one per protocol defect (see
-// known.go). A fixed defect's seed must run clean: a violation there is
-// the defect back (or another one), and fails. An open defect's seed must
-// still show it (else it is fixed: take it out of open). Seeds are tied
-// to the sim's draws: a change of the sim may move them (then search again
-// with SIM_SCHEDULES and the known-defect counts the random test prints).
+// Seeds the random schedules found, one per protocol defect (the
+// defects table, known.go): a fixed defect's seed must run clean, an open
+// one's must still show it and nothing else.
 func TestKnownDefectSeeds(t *testing.T) {
-	for _, c := range []struct {
-		seed   uint64
-		defect string
-	}{
-		{16, KnownAdoptNeverReleases},
-		{80, KnownCompleteTwice},
-		{396, KnownSettleRace},
-		{257, KnownReconcileForever},
-		{345, KnownFollowPastStub},
-		{528, KnownBatchLost},
-		{4161, KnownRedeliveryOrder},
-	} {
-		t.Run(c.defect[:2], func(t *testing.T) {
-			w := Random(DefaultConfig(), c.seed)
-			w.SetTracing(true)
-			vs := w.Run()
-			if !Open(c.defect) {
-				if len(vs) > 0 {
-					t.Fatalf("seed %d of the fixed defect %q has violations (replay: %s): %v\ntrace tail:\n%s",
-						c.seed, c.defect, replay(c.seed, false), vs, tail(w.Trace(), 60))
-				}
-				return
-			}
-			if u := Unknown(vs); len(u) > 0 {
-				t.Fatalf("seed %d (%s): %v", c.seed, replay(c.seed, false), u)
-			}
-			for _, v := range vs {
-				if v.Known == c.defect {
-					return // TestOpenDefects reports it
-				}
-			}
-			t.Errorf("seed %d no longer shows the open defect %q: fixed? take it out of open (known.go)", c.seed, c.defect)
-		})
-	}
+	defects.CheckSeeds(t, func(seed uint64) string { return replay(seed, false) }, func(seed uint64) ([]Violation, string) {
+		r := runSeed(DefaultConfig(), seed, true)
+		return r.Violations, r.Trace
+	})
 }
 
 // Every fixed defect the Source machine can be probed for stays fixed:
 // its probe (known.go) finds it absent in the tree, whatever a random
 // schedule happens to draw.
-func TestFixedDefectsStayFixed(t *testing.T) {
-	for _, d := range []string{KnownTargetLoss, KnownAdoptNeverReleases, KnownCompleteTwice, KnownSettleRace,
-		KnownReconcileForever, KnownFollowPastStub, KnownBatchLost, KnownRedeliveryOrder} {
-		if !Open(d) && Present(d) {
-			t.Errorf("the fixed defect %q is back: the probe of the machine finds it", d)
-		}
-	}
-}
+func TestFixedDefectsStayFixed(t *testing.T) { defects.CheckFixed(t) }
 
 // An open defect is a failure for as long as it is listed, not a count in
 // a log nobody reads.
-func TestOpenDefects(t *testing.T) {
-	for d := range open {
-		t.Errorf("OPEN DEFECT in the tree: %q (known.go); its violations are counted, not failed, by the random test", d)
-	}
-}
+func TestOpenDefects(t *testing.T) { defects.CheckOpen(t) }

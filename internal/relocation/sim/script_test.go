@@ -161,7 +161,7 @@ func (e *scriptEnv) nodeArg(c *simscript.Cmd, name string) *Node {
 func ms3(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
 
 func (e *scriptEnv) logf(format string, args ...any) {
-	e.log = append(e.log, fmt.Sprintf("%10s  ", ms3(e.w.now))+fmt.Sprintf(format, args...))
+	e.log = append(e.log, fmt.Sprintf("%10s  ", ms3(e.w.Now()))+fmt.Sprintf(format, args...))
 }
 
 // ---- world ----
@@ -508,7 +508,7 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time.Duration, bool) {
 	for _, f := range e.faults {
 		if f.left == 0 || op.kind != f.call.kind || !strings.HasPrefix(op.why, f.call.why) ||
-			(f.node != "" && n.name != f.node) || (f.until > 0 && w.now >= f.until) {
+			(f.node != "" && n.name != f.node) || (f.until > 0 && w.Now() >= f.until) {
 			continue
 		}
 		f.seen++
@@ -523,7 +523,7 @@ func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time
 			e.logf("%s %s (%s) answered %s", n.name, f.call.name, op.why, f.mode)
 			f.logAt, f.firstLine = len(e.log)-1, e.log[len(e.log)-1]
 		} else {
-			e.log[f.logAt] = fmt.Sprintf("%s, %d calls to %s", f.firstLine, f.answered, ms3(w.now))
+			e.log[f.logAt] = fmt.Sprintf("%s, %d calls to %s", f.firstLine, f.answered, ms3(w.Now()))
 		}
 		return f.mode, f.latency, true
 	}
@@ -643,11 +643,11 @@ func runState(ph handoff.Phase, finished, dead bool, flags map[string]bool) stri
 }
 
 func (e *scriptEnv) violations() string {
-	if len(e.w.violations) == 0 {
+	if len(e.w.Violations()) == 0 {
 		return "none"
 	}
 	var out []string
-	for _, v := range e.w.violations {
+	for _, v := range e.w.Violations() {
 		out = append(out, v.String())
 	}
 	return strings.Join(out, "\n")
@@ -670,7 +670,10 @@ func (e *scriptEnv) trace(c *simscript.Cmd) string {
 	}
 	phase := map[string]string{}
 	var out []string
-	for _, l := range e.w.trace {
+	for _, l := range strings.Split(e.w.Trace(), "\n") {
+		if l == "" {
+			continue
+		}
 		if !raw {
 			var ok bool
 			if l, ok = protocolStep(l, phase); !ok {

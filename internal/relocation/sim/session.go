@@ -92,7 +92,7 @@ func (c *Client) runSession(effs []session.Effect) {
 			n := w.node(e.Route.Address)
 			key := incKey{obj: m.obj, ownerGen: e.Route.OwnerGeneration}
 			m.first = orderKey{client: c.id, node: n.idx, inc: key}
-			if w.tracing {
+			if w.Tracing() {
 				w.tracef("%s delivers m%d (seq %d) → %s o%d.%d", c.gw.sid, m.id, m.seq, n.name, m.obj, key.ownerGen)
 			}
 			w.net.send(&packet{from: c.endpoint(), to: n.idx, kind: pClient, msg: m, inc: key})
@@ -111,8 +111,8 @@ func (c *Client) runSession(effs []session.Effect) {
 			}
 			w.net.send(&packet{from: c.endpoint(), to: n.idx, kind: pSessionSealReply, id: e.Move, serr: e.Err})
 		case session.StartSealTimer:
-			w.seq++
-			tok := w.seq
+			w.tok++
+			tok := w.tok
 			k := sealKey{e.Actor, e.Move}
 			c.gw.timers[k] = tok
 			w.after(e.After, "session-seal-timer", func() {

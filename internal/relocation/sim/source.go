@@ -113,11 +113,11 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	w.nextRelocID++
 	id := handoff.Identity{RelocationID: w.nextRelocID, TargetAttemptGeneration: 1,
 		Fence: handoff.Fence{NodeRid: src.name, NodeGeneration: src.gen, OwnerGeneration: inc.key.ownerGen}}
-	deadline := w.now + w.cfg.RestoreTimeout
+	deadline := w.Now() + w.cfg.RestoreTimeout
 	inc.offered = max(inc.key.ownerGen, inc.offered) + 1
 	r := &SourceRun{w: w, node: src, inc: inc, target: dst, newOwner: inc.offered, deadline: deadline,
 		m: handoff.NewSource(id, w.cfg.Handoff, w.wall(deadline)), timers: map[handoff.Timer]uint64{}}
-	mv := &Move{id: id.RelocationID, obj: o, from: src, to: dst, started: w.now, src: r}
+	mv := &Move{id: id.RelocationID, obj: o, from: src, to: dst, started: w.Now(), src: r}
 	r.mv = mv
 	w.moves = append(w.moves, mv)
 	w.stats.Moves++
@@ -138,7 +138,7 @@ func (w *World) stepSource(r *SourceRun, ev handoff.Event) {
 	for len(queue) > 0 {
 		ev, queue = queue[0], queue[1:]
 		effects := r.m.Step(ev)
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s src #%d %s → %s %s", r.node.name, r.mv.id, eventString(ev), r.m.Phase(), effectsString(effects))
 		}
 		for _, e := range effects {
@@ -176,12 +176,12 @@ func (w *World) endSource(r *SourceRun) {
 }
 
 func (w *World) startSourceTimer(r *SourceRun, st handoff.StartTimer) {
-	at := w.now + st.After
+	at := w.Now() + st.After
 	if !st.At.IsZero() {
 		at = w.logical(st.At)
 	}
-	w.seq++
-	tok := w.seq
+	w.tok++
+	tok := w.tok
 	r.timers[st.Timer] = tok
 	w.at(at, "timer", func() {
 		if r.dead || r.ended || r.timers[st.Timer] != tok {
@@ -217,8 +217,8 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 	id := r.m.Identity()
 	switch e := e.(type) {
 	case handoff.QueryCapability:
-		w.seq++
-		req := w.seq
+		w.tok++
+		req := w.tok
 		n.capWait[req] = r
 		n.send(r.target.idx, &packet{kind: pCapQuery, capReq: req})
 		w.after(w.cfg.CapabilityTimeout, "capability-timeout", func() {
@@ -433,7 +433,7 @@ func (w *World) relayThenCutover(r *SourceRun, epoch uint32) handoff.Event {
 func (w *World) followSink(r *SourceRun) func(*Msg) {
 	next := incKey{obj: r.inc.key.obj, ownerGen: r.newOwner}
 	return func(m *Msg) {
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s follow m%d → %s", r.node.name, m.id, r.target.name)
 		}
 		r.node.send(r.target.idx, &packet{kind: pFollow, msg: m, inc: next})
@@ -505,7 +505,7 @@ func (w *World) redirect(inc *Inc, sink func(*Msg)) error {
 // judges it (handoff/record.go).
 func (w *World) reconcileRead(r *SourceRun) {
 	n := r.node
-	w.store.call(n, storeOp{kind: opRead, obj: r.inc.key.obj, why: fmt.Sprintf("reconcile #%d", r.mv.id)}, w.now+w.cfg.Handoff.CutoverWaitTimeout,
+	w.store.call(n, storeOp{kind: opRead, obj: r.inc.key.obj, why: fmt.Sprintf("reconcile #%d", r.mv.id)}, w.Now()+w.cfg.Handoff.CutoverWaitTimeout,
 		func(res storeRes) { w.answerRead(r, res) })
 }
 
@@ -550,7 +550,7 @@ func (w *World) fenceOut(r *SourceRun, id handoff.Identity, version uint64) {
 	next := r.lastRead
 	next.RelocID = id.RelocationID
 	w.store.call(r.node, storeOp{kind: opCAS, obj: r.inc.key.obj, expected: version, next: next, why: fmt.Sprintf("fence-out #%d", id.RelocationID)},
-		w.now+w.cfg.Handoff.CutoverWaitTimeout, func(res storeRes) {
+		w.Now()+w.cfg.Handoff.CutoverWaitTimeout, func(res storeRes) {
 			var err error
 			if res.err != errNone {
 				err = fmt.Errorf("%w: %s", errSim, res.err)

@@ -126,7 +126,7 @@ func (s *Store) Record(o ObjID) Record { return s.recs[o] }
 
 func (s *Store) leaseLive(n *Node) bool {
 	l := &s.leases[n.idx]
-	if !l.gone && s.w.now >= l.expiresAt {
+	if !l.gone && s.w.Now() >= l.expiresAt {
 		l.gone = true
 		s.w.tracef("store: lease of %s ended (expired)", n.name)
 	}
@@ -151,7 +151,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		if !n.alive || n.life != life {
 			return
 		}
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("%s store %s %s answered %s %s", n.name, opNames[op.kind], op.why, res.err, res.rec)
 		}
 		done(res)
@@ -166,7 +166,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 	}
-	if deadline <= w.now {
+	if deadline <= w.Now() {
 		w.after(0, "ctx-expired", func() { deliver(storeRes{err: errDeadline}) })
 		return
 	}
@@ -179,7 +179,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		l1 += w.randDur(0, 400*time.Millisecond)
 		l2 += w.randDur(0, 600*time.Millisecond)
 	}
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[op.kind], op.why, mode, l1)
 	}
 	w.at(deadline, "store-deadline", func() { deliver(storeRes{err: errDeadline}) })
@@ -187,7 +187,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		if s.down || n.storeCut {
 			if mode != modeHang {
 				err := errUnavailable
-				if op.kind == opCAS && w.rng.IntN(2) == 0 {
+				if op.kind == opCAS && w.Rand.IntN(2) == 0 {
 					err = errIndeterminate
 				}
 				w.after(l2, "store-answer", func() { deliver(storeRes{err: err}) })
@@ -231,7 +231,7 @@ func (s *Store) apply(n *Node, op storeOp) storeRes {
 		if !s.leaseLive(n) {
 			return storeRes{err: errNoLease}
 		}
-		s.leases[n.idx].expiresAt = w.now + w.cfg.LeaseTTL
+		s.leases[n.idx].expiresAt = w.Now() + w.cfg.LeaseTTL
 		return storeRes{}
 	case opCAS:
 		if !s.leaseLive(n) {
@@ -246,7 +246,7 @@ func (s *Store) apply(n *Node, op storeOp) storeRes {
 		next := op.next
 		next.Version = s.version
 		s.recs[op.obj] = next
-		if w.tracing {
+		if w.Tracing() {
 			w.tracef("store: o%d %s → %s (%s by %s)", op.obj, cur, next, op.why, n.name)
 		}
 		if next.RelocID != cur.RelocID && next.OwnerNode != cur.OwnerNode {
@@ -297,7 +297,7 @@ func (w *World) storeMode(n *Node, op *storeOp) (storeMode, time.Duration) {
 		return modeOK, 0
 	}
 	f := w.faults
-	x := w.rng.Float64()
+	x := w.Rand.Float64()
 	switch {
 	case x < f.PIndetApplied && op.kind == opCAS:
 		return modeIndetApplied, 0

@@ -80,7 +80,7 @@ func (w *World) onPrepare(n *Node, p *packet) {
 		mv.tgt = t
 	}
 	n.targets = append(n.targets, t)
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s tgt #%d created → %s %s", n.name, id.RelocationID, m.Phase(), effectsString(effects))
 	}
 	w.runTarget(t, effects)
@@ -97,7 +97,7 @@ func (w *World) stepTarget(t *TargetRun, ev handoff.Event) {
 		return
 	}
 	effects := t.m.Step(ev)
-	if w.tracing {
+	if w.Tracing() {
 		w.tracef("%s tgt #%d %s → %s %s", t.node.name, t.mv.id, eventString(ev), t.m.Phase(), effectsString(effects))
 	}
 	w.runTarget(t, effects)
@@ -119,7 +119,7 @@ func (w *World) runTarget(t *TargetRun, effects []handoff.Effect) {
 		effects = nil
 		for _, ev := range next {
 			more := t.m.Step(ev)
-			if w.tracing {
+			if w.Tracing() {
 				w.tracef("%s tgt #%d %s → %s %s", t.node.name, t.mv.id, eventString(ev), t.m.Phase(), effectsString(more))
 			}
 			effects = append(effects, more...)
@@ -128,12 +128,12 @@ func (w *World) runTarget(t *TargetRun, effects []handoff.Effect) {
 }
 
 func (w *World) startTargetTimer(t *TargetRun, st handoff.StartTimer) {
-	at := w.now + st.After
+	at := w.Now() + st.After
 	if !st.At.IsZero() {
 		at = w.logical(st.At)
 	}
-	w.seq++
-	tok := w.seq
+	w.tok++
+	tok := w.tok
 	t.timers[st.Timer] = tok
 	w.at(at, "timer", func() {
 		if t.dead || t.timers[st.Timer] != tok {
@@ -330,7 +330,7 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 	n := t.node
 	ctx := t.deadline
 	if settleOnly {
-		ctx = w.now + w.cfg.RestoreTimeout
+		ctx = w.Now() + w.cfg.RestoreTimeout
 	}
 	if w.cfg.Sabotage == SabotageOpenWithoutCommit && !settleOnly {
 		w.after(time.Millisecond, "sabotage", func() { done(handoff.StoreCommitted{}) })
@@ -372,7 +372,7 @@ func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 			return
 		}
 		if res.err != errNone {
-			if w.now < t.deadline {
+			if w.Now() < t.deadline {
 				w.after(w.randDur(time.Millisecond, 20*time.Millisecond), "verify retry", func() {
 					if !t.dead {
 						w.verifySource(t, id)
