@@ -34,8 +34,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Rewrite is the -rewrite test flag: scripts are rewritten with the actual
@@ -119,6 +121,41 @@ func (c *Cmd) Val(key, def string) string {
 		c.Fatalf("%s wants one value, has %d", key, len(vs))
 	}
 	return vs[0]
+}
+
+// Dur returns key's value as a duration (10ms, 4s), or def if key is
+// absent.
+func (c *Cmd) Dur(key string, def time.Duration) time.Duration {
+	v := c.Val(key, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.Fatalf("%s=%s: %v", key, v, err)
+	}
+	return d
+}
+
+// Int returns key's value as an integer, or def if key is absent.
+func (c *Cmd) Int(key string, def int) int {
+	v := c.Val(key, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.Fatalf("%s=%s: %v", key, v, err)
+	}
+	return n
+}
+
+// Count returns count=N, or -1 for count=all (every one), or def.
+func (c *Cmd) Count(def int) int {
+	if c.Val("count", "") == "all" {
+		return -1
+	}
+	return c.Int("count", def)
 }
 
 func (c *Cmd) mark(i int) {
@@ -403,6 +440,40 @@ func RunDir(t *testing.T, dir string, newHandler func(t *testing.T) func(*Cmd) s
 		t.Run(strings.TrimSuffix(filepath.Base(p), ".txt"), func(t *testing.T) {
 			RunFile(t, p, newHandler(t))
 		})
+	}
+}
+
+// HasTokens reports whether line contains each of words as a whole
+// token: where a word starts or ends with a letter or digit, the line
+// must not have another one there, so m1 does not match m17 while n1
+// matches n1.2 (a dot ends a token).
+func HasTokens(line string, words []string) bool {
+	for _, wd := range words {
+		if !hasToken(line, wd) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasToken(l, wd string) bool {
+	isWord := func(b byte) bool {
+		return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+	}
+	if wd == "" {
+		return true
+	}
+	for i := 0; ; {
+		j := strings.Index(l[i:], wd)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(wd)
+		if (j == 0 || !isWord(l[j-1]) || !isWord(wd[0])) && (end == len(l) || !isWord(l[end]) || !isWord(wd[len(wd)-1])) {
+			return true
+		}
+		i = j + 1
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 const script = `# a comment
@@ -247,5 +249,38 @@ func TestRunFileRewrites(t *testing.T) {
 	}
 	if string(b) != "echo a\n----\na\n" {
 		t.Fatalf("file after -rewrite:\n%s", b)
+	}
+}
+
+func TestHasTokens(t *testing.T) {
+	for _, c := range []struct {
+		line  string
+		words []string
+		want  bool
+	}{
+		{"c1 send m1 (seq 1) to s1 via n1.1", []string{"m1"}, true},
+		{"c1 send m17 (seq 1) to s1 via n1.1", []string{"m1"}, false},
+		{"c1 send m17 to s1 via n1.1", []string{"n1", "s1"}, true},
+		{"c1 send m17 to s1 via n1.1", []string{"s1", "s2"}, false},
+		{"n1.1:act:s1:op1 starts", []string{"act:s1"}, true},
+		{"n1.1:act:s12:op1 starts", []string{"act:s1"}, false},
+		{"anything", nil, true},
+	} {
+		if got := HasTokens(c.line, c.words); got != c.want {
+			t.Errorf("HasTokens(%q, %q) = %v, want %v", c.line, c.words, got, c.want)
+		}
+	}
+}
+
+func TestNumberArgs(t *testing.T) {
+	s, err := Parse("t", "args at=20ms n=3 count=all\n----\n20ms 3 -1\n\nargs\n----\n1s 7 1\n\nargs at=soon\n----\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := s.Run(func(c *Cmd) string {
+		return c.Dur("at", time.Second).String() + " " + strconv.Itoa(c.Int("n", 7)) + " " + strconv.Itoa(c.Count(1))
+	})
+	if len(ms) != 1 || !strings.Contains(ms[0].Err, `at=soon`) {
+		t.Fatalf("want one script error for at=soon, got %v", ms)
 	}
 }

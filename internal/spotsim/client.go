@@ -92,7 +92,10 @@ type Call struct {
 	// failedFirst: the call ended with a failure (or its caller went)
 	// before its message was handled: the caller moved on not knowing.
 	failedFirst bool
-	done        func()
+	// outcome is what its Do returned with, once it ended (the scripts'
+	// status prints it).
+	outcome string
+	done    func()
 }
 
 func (c *Client) call(l *Life, s *Spot, request, probe bool, done func()) *Call {
@@ -132,6 +135,7 @@ func (call *Call) end(outcome string) {
 		return
 	}
 	call.ended = true
+	call.outcome = outcome
 	l := call.life
 	if i := slices.Index(l.calls, call); i >= 0 {
 		l.calls = slices.Delete(l.calls, i, i+1)
@@ -168,6 +172,7 @@ func (call *Call) abandon(why string) {
 		return
 	}
 	call.ended = true
+	call.outcome = "abandoned: " + why
 	call.failedFirst = len(call.m.handled) == 0
 	if !call.m.accepted {
 		call.c.w.stats.Unaccepted++

@@ -129,8 +129,9 @@
 // Tests: TestRandomSchedules runs -sim.schedules random schedules
 // (default 2,000; env SIM_SCHEDULES; make sim-check runs 100,000) from
 // -sim.seed0 and prints each failing seed with the command that replays
-// it; the scenario tests compare named cases with golden traces in
-// testdata (-update rewrites them). The simulation has no goroutines, no
+// it; TestScripts runs the scenario scripts in testdata (script_test.go,
+// docs/ARCHITECTURE.md "Writing a scenario script"; -rewrite rewrites
+// their expected outputs). The simulation has no goroutines, no
 // real clock and no network; the test spreads schedules over GOMAXPROCS
 // workers.
 package spotsim

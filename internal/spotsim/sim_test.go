@@ -110,3 +110,22 @@ func TestFixedDefectsStayFixed(t *testing.T) { defects.CheckFixed(t) }
 // An open defect is a failure for as long as it is listed, not a count in
 // a log nobody reads.
 func TestOpenDefects(t *testing.T) { defects.CheckOpen(t) }
+
+// The checker catches SpotActivations run without the per-ID queue and the
+// Spot ID's lock in random schedules too (sabotage_no_id_queue.txt shows
+// one such race step by step): activations of one ID on one node race.
+func TestCheckerCatchesNoIDQueue(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sabotage = SabotageNoIDQueue
+	caught := map[string]int{}
+	for seed := uint64(1); seed <= 2000; seed++ {
+		w := Random(cfg, seed)
+		for _, v := range Unknown(w.Run()) {
+			caught[v.Invariant]++
+		}
+	}
+	if caught["two-serving"]+caught["duplicate"] == 0 {
+		t.Fatalf("no random schedule caught the missing per-ID queue and lock: %v", caught)
+	}
+	t.Logf("caught: %v", caught)
+}
