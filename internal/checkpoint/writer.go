@@ -29,7 +29,8 @@ type Config struct {
 	Concurrency int
 	// Timeout bounds one store call (default 5 s).
 	Timeout time.Duration
-	// Clock stamps checkpoints and times tombstones. Default machine.Real.
+	// Clock stamps checkpoints, times tombstones and bounds store calls
+	// (Timeout). Default machine.Real.
 	Clock machine.Clock
 }
 
@@ -199,7 +200,7 @@ func (w *Writer) write(key location.AuthorityKey, c Checkpoint) error {
 					Msg("the stored checkpoint is corrupt; the owner's current capture replaces it")
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		nv, err := w.cfg.Store.PutCheckpoint(ctx, key, v, data)
 		cancel()
 		var ce *location.ConflictError
@@ -220,7 +221,7 @@ func (w *Writer) write(key location.AuthorityKey, c Checkpoint) error {
 
 // read returns the decoded stored checkpoint (nil: none) and its version.
 func (w *Writer) read(key location.AuthorityKey) (*Checkpoint, location.StoreVersion, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), machine.Or(w.cfg.Clock), w.cfg.Timeout)
 	defer cancel()
 	data, v, err := w.cfg.Store.GetCheckpoint(ctx, key)
 	if errors.Is(err, location.ErrNotFound) {
@@ -270,7 +271,7 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 		if err := ctx.Err(); err != nil {
 			return Checkpoint{}, fmt.Errorf("%w: claim the checkpoint of %s: %w", roamerr.ErrDeadlineExceeded, key, err)
 		}
-		rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		rctx, cancel := machine.WithTimeout(ctx, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		data, v, err := w.cfg.Store.GetCheckpoint(rctx, key)
 		cancel()
 		claimed := Checkpoint{Fence: fence, StableType: stableType, ApplicationVersion: appVersion, NoState: true, TakenUnixNanos: machine.Or(w.cfg.Clock).Now().UnixNano()}
@@ -316,7 +317,7 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 		if err != nil {
 			return Checkpoint{}, err
 		}
-		wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		wctx, cancel := machine.WithTimeout(ctx, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		nv, err := w.cfg.Store.PutCheckpoint(wctx, key, v, enc)
 		cancel()
 		var ce *location.ConflictError
@@ -333,7 +334,7 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 			if !errors.Is(err, location.ErrIndeterminate) {
 				return Checkpoint{}, fmt.Errorf("claim the checkpoint of %s: %w", key, err)
 			}
-			rctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+			rctx, cancel := machine.WithTimeout(ctx, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 			data, v2, rerr := w.cfg.Store.GetCheckpoint(rctx, key)
 			cancel()
 			if rerr == nil {
@@ -395,7 +396,7 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 		if Judge(tomb.Fence, stored, err) == Superseded {
 			return nil // a later object's checkpoint already
 		}
-		wctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+		wctx, cancel := machine.WithTimeout(ctx, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		nv, err := w.cfg.Store.PutCheckpoint(wctx, key, v, data)
 		cancel()
 		var ce *location.ConflictError
@@ -424,7 +425,7 @@ func (w *Writer) sweepLater(key location.AuthorityKey, v location.StoreVersion) 
 			return
 		case <-fire:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		defer cancel()
 		_ = w.cfg.Store.DeleteCheckpoint(ctx, key, v)
 	}()

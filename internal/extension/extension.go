@@ -348,7 +348,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 		// TTL (roamerr.ErrOwnerEnding): scan again after one, a few
 		// times, so such activations resume without waiting for a call.
 		for attempt := 0; ; attempt++ {
-			rctx, cancel := context.WithTimeout(lctx, time.Minute)
+			rctx, cancel := machine.WithTimeout(lctx, l.node.Clock(), time.Minute)
 			err := m.Recover(rctx)
 			cancel()
 			if err == nil || lctx.Err() != nil {
@@ -420,7 +420,7 @@ func (e *Extension) sweepEnded(l *life) {
 			return
 		case <-fire:
 		}
-		ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+		ctx, cancel := machine.WithTimeout(l.ctx, clock, time.Minute)
 		if nodes, err := l.node.Store().ListNodes(ctx, mesh); err == nil {
 			// A lifecycle whose heartbeat stood still for its TTL is
 			// revoked here, and its objects recovered by the next pass.
@@ -473,7 +473,7 @@ func (e *Extension) serveOperators(l *life, board location.Board, feed *operator
 	e.goLife(func() { operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log) })
 	e.goLife(func() { feed.Run(ctx, log) })
 	e.goLife(func() {
-		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		sctx, scancel := machine.WithTimeout(ctx, l.node.Clock(), time.Minute)
 		defer scancel()
 		if _, err := location.SweepNotes(sctx, l.node.Store(), board, desc.GetMesh()); err != nil && ctx.Err() == nil {
 			log.Debug().Str("event", "note_sweep_failed").Err(err).Msg("notes of ended node lifecycles were not all removed")
@@ -567,7 +567,9 @@ func (e *Extension) rejoinLoop() {
 		// with a typed failure; a fixed port must be freed for the new one.
 		l.sessions.Stop()
 		l.spots.Stop()
-		wctx, cancel := context.WithTimeout(e.quit, 10*time.Second)
+		// Real time: this bounds goroutines failing what they hold, not a
+		// protocol wait, and must end whatever the node's clock does.
+		wctx, cancel := machine.WithTimeout(e.quit, machine.Real, 10*time.Second)
 		if err := l.driver.WaitEnded(wctx); err != nil && e.quit.Err() == nil && log != nil {
 			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
 		}
@@ -591,7 +593,7 @@ func (e *Extension) rejoinLoop() {
 			if e.quit.Err() != nil {
 				return
 			}
-			ctx, cancel := context.WithTimeout(e.quit, 30*time.Second)
+			ctx, cancel := machine.WithTimeout(e.quit, machine.Or(e.cfg.Node.Clock), 30*time.Second)
 			next, err := e.startLife(ctx)
 			cancel()
 			if err == nil {
@@ -975,8 +977,10 @@ func (e *Extension) restoreTimeout() time.Duration {
 	return 10 * time.Second
 }
 
+// stopNode stops n within 10 s of real time: stopping ends in bounded
+// real time whatever the node's clock does.
 func stopNode(n *meshnode.Node) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), machine.Real, 10*time.Second)
 	defer cancel()
 	_ = n.Stop(ctx)
 }
@@ -1178,7 +1182,7 @@ func shareOf(ctx context.Context, num, den time.Duration) (context.Context, cont
 	if !ok {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, machine.Until(machine.Real, dl)*num/den) // the caller's deadline: real time
+	return machine.WithTimeout(ctx, machine.Real, machine.Until(machine.Real, dl)*num/den) // the caller's deadline: real time
 }
 
 // followQuietFor is how long Message Follow must have been idle before a
@@ -1188,7 +1192,8 @@ const followQuietFor = 300 * time.Millisecond
 // followQuiet keeps a drained lifecycle following until its old routes
 // fall silent (Driver.FollowQuiet), within ctx and the follow duration.
 func (e *Extension) followQuiet(ctx context.Context, l *life) {
-	fctx, cancel := context.WithTimeout(ctx, e.cfg.Spot.Routes.MessageFollowDuration)
+	// Stopping is bounded in real time (see stopNode).
+	fctx, cancel := machine.WithTimeout(ctx, machine.Real, e.cfg.Spot.Routes.MessageFollowDuration)
 	defer cancel()
 	if err := l.driver.FollowQuiet(fctx, followQuietFor); err != nil {
 		log := e.logger()
@@ -1229,14 +1234,14 @@ func (e *Extension) StopNow(ctx context.Context) error {
 	l := e.cur.Load()
 	// Moves into this node that passed relay-ready commit first (bounded by
 	// ctx and the restore timeout); then the lease ends and the node stops.
-	fctx, cancel := context.WithTimeout(ctx, e.restoreTimeout())
+	fctx, cancel := machine.WithTimeout(ctx, machine.Real, e.restoreTimeout()) // stopping: real time (stopNode)
 	if err := l.driver.FinishIncoming(fctx); err != nil && e.cfg.Node.Logger != nil {
 		e.cfg.Node.Logger.Warn().Str("event", "stop_incoming_unfinished").Err(err).Msg("stopping with moves into the node or Actor deletions on it unfinished")
 	}
 	cancel()
 	// What still serves here ends with the node: its latest state goes to
 	// its checkpoint first, for its recovery elsewhere.
-	cctx, cancel := context.WithTimeout(ctx, checkpointFlushFor)
+	cctx, cancel := machine.WithTimeout(ctx, machine.Real, checkpointFlushFor) // stopping: real time (stopNode)
 	if err := l.driver.FlushCheckpoints(cctx); err != nil {
 		log := e.logger()
 		log.Warn().Str("event", "checkpoint_flush_incomplete").Err(err).Msg("stopping before every serving object's last state was checkpointed; what it handled since its last checkpoint is lost")

@@ -80,17 +80,33 @@ func Sleep(ctx context.Context, c Clock, d time.Duration) error {
 
 // WithTimeout is context.WithTimeout with the deadline on c: with Manual
 // the context ends when the clock is advanced past it. Its Deadline is
-// c's time, which is what roam compares deadlines with. One difference
-// with Manual: a context derived from it reports Canceled, not
+// c's time, which is what roam compares deadlines with. Differences with
+// Manual: a context derived from it reports Canceled, not
 // DeadlineExceeded, when the deadline passes (context.Cause says
-// DeadlineExceeded).
+// DeadlineExceeded); and a parent's deadline counts for Deadline only if
+// it is on a Manual clock too (a real-time deadline is of another time
+// line: the parent still ends the context when it ends).
 func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Context, context.CancelFunc) {
 	if _, ok := c.(realClock); ok {
 		return context.WithTimeout(parent, d)
 	}
-	at := c.Now().Add(d)
-	if pd, ok := parent.Deadline(); ok && pd.Before(at) {
-		at = pd // the parent ends first, as with context.WithTimeout
+	return withManualDeadline(parent, c, c.Now().Add(d), d)
+}
+
+// WithDeadline is context.WithDeadline with the deadline on c (see
+// WithTimeout).
+func WithDeadline(parent context.Context, c Clock, at time.Time) (context.Context, context.CancelFunc) {
+	if _, ok := c.(realClock); ok {
+		return context.WithDeadline(parent, at)
+	}
+	return withManualDeadline(parent, c, at, at.Sub(c.Now()))
+}
+
+func withManualDeadline(parent context.Context, c Clock, at time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+	// The nearest parent on a Manual clock (a derived context hides the
+	// type; its Value finds it).
+	if pd, ok := parent.Value(manualDeadlineKey{}).(*manualDeadline); ok && pd.at.Before(at) {
+		at = pd.at // the parent ends first, as with context.WithTimeout
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	if d <= 0 {
@@ -104,6 +120,8 @@ func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Cont
 	}
 }
 
+type manualDeadlineKey struct{}
+
 // manualDeadline is a context ended by a Manual clock's timer: Err says
 // DeadlineExceeded, as a context.WithTimeout would.
 type manualDeadline struct {
@@ -112,6 +130,13 @@ type manualDeadline struct {
 }
 
 func (c *manualDeadline) Deadline() (time.Time, bool) { return c.at, true }
+
+func (c *manualDeadline) Value(key any) any {
+	if _, ok := key.(manualDeadlineKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
 
 func (c *manualDeadline) Err() error {
 	if c.Context.Err() == nil {

@@ -167,3 +167,28 @@ func TestWithTimeoutPastAndParentDeadlines(t *testing.T) {
 	dl, _ := child.Deadline()
 	require.Equal(t, c.Now().Add(time.Second), dl)
 }
+
+// A deadline on a Manual clock takes its parent's only when the parent's
+// is on a Manual clock too: a real-time deadline is another time line.
+func TestWithDeadlineTakesOnlyAManualParentsDeadline(t *testing.T) {
+	c := machine.NewManualAt(time.Now().Add(24 * time.Hour)) // ahead of the real time, as a test advances it
+	parent, cancelParent := machine.WithTimeout(context.Background(), c, time.Second)
+	defer cancelParent()
+	ctx, cancel := context.WithCancel(parent) // a derived context hides the type
+	defer cancel()
+	child, cancelChild := machine.WithDeadline(ctx, c, c.Now().Add(time.Minute))
+	defer cancelChild()
+	dl, _ := child.Deadline()
+	require.Equal(t, c.Now().Add(time.Second), dl, "the Manual parent's deadline comes first")
+	realParent, cancelReal := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelReal()
+	other, cancelOther := machine.WithTimeout(realParent, c, time.Minute)
+	defer cancelOther()
+	dl, _ = other.Deadline()
+	require.Equal(t, c.Now().Add(time.Minute), dl, "a real-time parent's deadline is not on this clock")
+	c.Advance(time.Second)
+	require.Error(t, child.Err(), "the child outlived its parent's deadline")
+	require.NoError(t, other.Err())
+	c.Advance(time.Minute)
+	require.ErrorIs(t, other.Err(), context.DeadlineExceeded)
+}

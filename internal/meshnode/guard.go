@@ -411,7 +411,7 @@ func (g *guardedStream) identify() error {
 	if n == nil || machine.Real.Now().Before(g.retryAt) { // pacing
 		return errNotYet
 	}
-	ctx, cancel := context.WithTimeout(g.Context(), identifyTimeout)
+	ctx, cancel := machine.WithTimeout(g.Context(), machine.Real, identifyTimeout) // a handshake on a socket: real time
 	defer cancel()
 	d, err := n.PeerAt(ctx, g.declared)
 	if err != nil && !errors.Is(err, ErrNotMember) {

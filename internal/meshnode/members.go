@@ -264,7 +264,9 @@ func (n *Node) VerifyPeer(ctx context.Context, rid string, generation uint64, ad
 // gRPC's default receive limit. When the store cannot tell, the peer is
 // taken for a node (roam's own traffic must not shrink in a store outage).
 func (n *Node) peerFrameBytes(address string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Real time: the transport's path waits for it, and the transport runs
+	// on real time whatever the node's clock does.
+	ctx, cancel := machine.WithTimeout(context.Background(), machine.Real, time.Second)
 	defer cancel()
 	if _, err := n.PeerAt(ctx, address); errors.Is(err, ErrNotMember) {
 		return defaultFrameBytes

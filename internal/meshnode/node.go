@@ -395,7 +395,7 @@ func (n *Node) claim(ctx context.Context, sent *time.Time) (location.Lease, erro
 		// A store that stays unavailable (a wrong address) fails the
 		// start after a while rather than never.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, claimPatience)
+		ctx, cancel = machine.WithTimeout(ctx, n.Clock(), claimPatience)
 		defer cancel()
 	}
 	var orphans []*location.NodeDescriptor
@@ -866,7 +866,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		// Bounded even under a context without a deadline: a store that
 		// does not answer must not keep the node from stopping, and the
 		// lease ends by itself within its TTL anyway.
-		rctx, cancel := context.WithTimeout(ctx, n.cfg.LeaseTTL)
+		rctx, cancel := machine.WithTimeout(ctx, machine.Real, n.cfg.LeaseTTL) // stopping: real time
 		err := n.cfg.Store.ReleaseNode(rctx, n.desc)
 		cancel()
 		if err != nil && !errors.Is(err, location.ErrNotFound) {

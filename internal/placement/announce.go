@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -70,7 +71,7 @@ func (d *Director) announce() {
 		return
 	}
 	b, _ := json.Marshal(want) // plain data: cannot fail
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
 	defer cancel()
 	key := AnnouncementKey(d.env.Mesh, want.Rid)
 	v, err := d.env.Board.WriteNote(ctx, key, d.ann.version, b)
@@ -95,7 +96,7 @@ func (d *Director) withdraw() {
 	if d.ann.written == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
 	defer cancel()
 	_ = d.env.Board.DeleteNote(ctx, AnnouncementKey(d.env.Mesh, d.ann.written.Rid), 0)
 }

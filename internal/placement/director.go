@@ -252,7 +252,7 @@ func (d *Director) count(a Attempt, o Outcome) {
 // round: if this node is the director, read the next page of each kind,
 // plan moves from the last census, and run the attempts.
 func (d *Director) round() {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.AttemptTimeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), d.cfg.AttemptTimeout)
 	defer cancel()
 	self := d.env.Self()
 	nodes, err := d.env.Store.ListNodes(ctx, d.env.Mesh)
@@ -552,7 +552,7 @@ func (d *Director) attempt(m Move) (o Outcome, asked bool) {
 	now := d.clock().Now()
 	a := Attempt{Op: uuid.NewString(), Key: m.Unit.Key, SourceRid: m.Unit.Owner, SourceGen: m.Unit.SourceGen,
 		ObjectGen: m.Unit.ObjectGen, OwnerGen: m.Unit.OwnerGen, TargetRid: m.Target, DeadlineMs: now.Add(d.cfg.AttemptTimeout).UnixMilli()}
-	ctx, cancel := context.WithDeadline(context.Background(), now.Add(d.cfg.AttemptTimeout))
+	ctx, cancel := machine.WithDeadline(context.Background(), d.clock(), now.Add(d.cfg.AttemptTimeout))
 	defer cancel()
 	v, err := d.reserve(ctx, a)
 	if err != nil {
@@ -611,7 +611,7 @@ func classify(err error) (Outcome, bool) {
 func (d *Director) reconcile(u Unit, a Attempt) Outcome {
 	deadline := time.UnixMilli(a.DeadlineMs)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
 		v, err := d.env.Store.Read(ctx, u.Ref)
 		cancel()
 		switch {
@@ -652,7 +652,7 @@ func (d *Director) reserve(ctx context.Context, a Attempt) (Verdict, error) {
 
 // finish runs Ledger.Finish against the stored ledger, by CAS.
 func (d *Director) finish(a Attempt, o Outcome) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 10*time.Second)
 	defer cancel()
 	return d.update(ctx, func(l *Ledger) (bool, error) { return l.Finish(a, o, d.cfg.Limits, d.clock().Now()), nil })
 }

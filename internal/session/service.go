@@ -256,7 +256,7 @@ func (s *Service) resolve(e Resolve) {
 		s.mu.Lock()
 		l.reading = true
 		s.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := machine.WithTimeout(context.Background(), s.driver.Clock(), 5*time.Second)
 		r, alive, err := s.driver.BoundRoute(ctx, e.Actor)
 		cancel()
 		s.mu.Lock()
@@ -431,7 +431,7 @@ func (c *Session) Request(ctx context.Context, actorID string, msg proto.Message
 	dl, ok := ctx.Deadline()
 	if !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		ctx, cancel = machine.WithTimeout(ctx, c.svc.driver.Clock(), 30*time.Second) // the deadline travels: the node's clock
 		defer cancel()
 		dl, _ = ctx.Deadline()
 	}
