@@ -817,6 +817,7 @@ func recordView(v location.Versioned) handoff.RecordView {
 		Present: true, Version: uint64(v.Version),
 		OwnerNodeRid: r.GetOwner().GetNodeRid(), OwnerNodeGeneration: r.GetOwner().GetNodeGeneration(),
 		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
+		State: r.GetState(),
 	}
 }
 

@@ -572,11 +572,8 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
 		return d.casAnswer(t, id, err, handoff.StoreNotCommitted{})
 	}
-	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-		// A Close wrote Closing after the seal; it finds the object moving,
-		// puts the record back to Ready, and the move commits then. Never
-		// commit an owner over a Closing record.
-		return handoff.StoreRetryable{Err: fmt.Errorf("%s is %s", t.key, v.Record.GetState())}
+	if ev := id.JudgeOwnerChange(recordView(v)); ev != nil {
+		return ev
 	}
 	next := proto.Clone(v.Record).(*location.Record)
 	next.Owner = d.owner()

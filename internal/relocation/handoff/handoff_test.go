@@ -1236,3 +1236,15 @@ func TestJudgeCommit(t *testing.T) {
 	require.IsType(t, StoreStale{}, testID.JudgeCommit(base, "me", 9, 2), "another object generation")
 	require.IsType(t, StoreStale{}, testID.JudgeCommit(RecordView{}, "me", 9, 1))
 }
+
+// The owner CAS waits for a Closing record to be Ready again; a Ready one
+// goes on.
+func TestJudgeOwnerChange(t *testing.T) {
+	v := RecordView{Present: true, Version: 3, State: messages.LifecycleState_LIFECYCLE_STATE_CLOSING}
+	ev := testID.JudgeOwnerChange(v)
+	require.IsType(t, StoreRetryable{}, ev, "never an owner over a Closing record")
+	require.False(t, ev.(StoreRetryable).Unknown, "nothing was written")
+	require.IsType(t, StoreRetryable{}, testID.JudgeOwnerChange(RecordView{Present: true}), "no state is not Ready")
+	v.State = messages.LifecycleState_LIFECYCLE_STATE_READY
+	require.Nil(t, testID.JudgeOwnerChange(v))
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/messages"
 )
 
 // Move is one relocation the sim started, with both sides' runs.
@@ -562,5 +563,6 @@ func (w *World) fenceOut(r *SourceRun, id handoff.Identity, version uint64) {
 // recordView is what the machines judge of a record.
 func recordView(rec Record) handoff.RecordView {
 	return handoff.RecordView{Present: true, Version: rec.Version, OwnerNodeRid: rec.OwnerNode, OwnerNodeGeneration: rec.OwnerNodeGen,
-		OwnerGeneration: rec.OwnerGen, ObjectGeneration: rec.ObjectGen, RelocationID: rec.RelocID}
+		OwnerGeneration: rec.OwnerGen, ObjectGeneration: rec.ObjectGen, RelocationID: rec.RelocID,
+		State: messages.LifecycleState_LIFECYCLE_STATE_READY} // the sim models no Close
 }

@@ -355,6 +355,10 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 			})
 			return
 		}
+		if ev := id.JudgeOwnerChange(recordView(res.rec)); ev != nil {
+			done(ev)
+			return
+		}
 		next := res.rec
 		next.OwnerNode, next.OwnerNodeGen, next.OwnerGen, next.RelocID = n.name, n.gen, t.newOwner, id.RelocationID
 		w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: next, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
