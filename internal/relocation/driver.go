@@ -154,6 +154,9 @@ func (c *Config) setDefaults() error {
 	if c.CapabilityTimeout == 0 {
 		c.CapabilityTimeout = 5 * time.Second
 	}
+	if c.Handoff.SealPatience == 0 {
+		c.Handoff.SealPatience = c.RestoreTimeout / 2
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -696,6 +699,19 @@ func (d *Driver) stopTimer(k timerKey) {
 	if t := d.timers[k]; t != nil {
 		t.Stop()
 		delete(d.timers, k)
+	}
+}
+
+// stopTimers stops the running timers whose keys match: every timer of
+// a run that ended, whichever of its timers the machine left running.
+func (d *Driver) stopTimers(match func(timerKey) bool) {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	for k, t := range d.timers {
+		if match(k) {
+			t.Stop()
+			delete(d.timers, k)
+		}
 	}
 }
 

@@ -380,7 +380,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		p.obj.out = r
 	}
 	d.sources[id.RelocationID] = r
-	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound()})
+	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound(), Participants: len(r.parts)})
 	return r.waiter, nil
 }
 
@@ -436,9 +436,7 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 
 func (d *Driver) endSource(r *sourceRun) {
 	id := r.m.Identity().RelocationID
-	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend, handoff.TimerBoundaryGiveUp} {
-		d.stopTimer(timerKey{source: id, timer: t})
-	}
+	d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id })
 	d.returnBudget(r)
 	if r.ticket != nil && !r.prepareSent {
 		// Given and never used (the move ended before its seal): the
@@ -537,21 +535,6 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			}
 			p.sealed = true
 		}
-		if len(r.parts) > 1 && r.awaiting > 0 {
-			// One participant in a long turn must not keep the others
-			// sealed: past half the restore timeout the move gives up,
-			// unseals those captured, and undoes the rest as their seals
-			// come.
-			patience := d.cfg.RestoreTimeout / 2
-			d.clock.AfterFunc(patience, func() {
-				d.sys.Root.Send(d.self, &localCall{fn: func() {
-					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
-						r.awaiting = 0
-						d.stepSource(r, handoff.CaptureFailed{Err: fmt.Errorf("%w: a participant of the move did not finish its turn within %v", roamerr.ErrDeadlineExceeded, patience)})
-					}
-				}})
-			})
-		}
 
 	case handoff.SendPrepare:
 		r.prepareSent = true
@@ -580,6 +563,9 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
 
 	case handoff.Unseal:
+		// No capture is awaited any more: a seal still pending is undone
+		// when it takes effect (unsealLate).
+		r.awaiting = 0
 		for _, p := range r.parts {
 			if !p.sealed {
 				p.obj.state = serving

@@ -39,6 +39,14 @@ const (
 	// TimerBoundaryGiveUp: BoundaryAckPatience after the cutover (source):
 	// an unacknowledged boundary batch is dropped loudly.
 	TimerBoundaryGiveUp
+	// TimerSealPatience: SealPatience after the seal of a move of more
+	// than one participant (source): captures still outstanding then fail
+	// the move.
+	TimerSealPatience
+	// TimerForget: how long a finished target run is kept (target): it
+	// takes the source's late resends until then, and a removed
+	// incarnation the source may know of answers Unavailable until then.
+	TimerForget
 )
 
 func (t Timer) String() string {
@@ -61,6 +69,10 @@ func (t Timer) String() string {
 		return "boundary-resend"
 	case TimerBoundaryGiveUp:
 		return "boundary-give-up"
+	case TimerSealPatience:
+		return "seal-patience"
+	case TimerForget:
+		return "forget"
 	}
 	return "timer?"
 }
@@ -216,8 +228,17 @@ type (
 	// the Session owner of every bound participant its new route (command
 	// 43, one-way), so the held client messages come here.
 	UpdateSessionRoutes struct{}
-	// RemoveTarget: remove the prepared object, temporary queue and state.
+	// RemoveTarget: remove the prepared object, temporary queue and state;
+	// its incarnations answer Unavailable until StopIncarnation.
 	RemoveTarget struct{}
+	// StopIncarnation: stop the removed target's incarnations (their
+	// actors end; what still reaches them is a dead letter). At once when
+	// no source learned of them (no relay-ready went out), else once
+	// nothing follows to them any more.
+	StopIncarnation struct{}
+	// Forget: drop the finished run and its timers; nothing the source
+	// still sends for the move is answered any more.
+	Forget struct{}
 )
 
 // Shared effects.
@@ -276,6 +297,8 @@ func (CommitOwner) isEffect()         {}
 func (OpenDispatch) isEffect()        {}
 func (DeliverLate) isEffect()         {}
 func (RemoveTarget) isEffect()        {}
+func (StopIncarnation) isEffect()     {}
+func (Forget) isEffect()              {}
 func (StartTimer) isEffect()          {}
 func (StopTimer) isEffect()           {}
 func (Log) isEffect()                 {}

@@ -15,7 +15,12 @@ type (
 	// Start: Relocate was called. SessionBound: a participant of the unit
 	// is an Actor bound to a client Session, whose Session owner seals the
 	// binding before the source seals (docs/SESSIONS.md §2).
-	Start struct{ SessionBound bool }
+	// Participants is how many objects the unit seals (a SpotWide User
+	// Spot and its members, PROTOCOL.md §5.15); 0 counts as one.
+	Start struct {
+		SessionBound bool
+		Participants int
+	}
 	// SessionsSealed: every Session owner asked answered its seal request
 	// (SealSessions). Err, when set, is the first refusal or the lack of an
 	// answer in time: the move ends before the source seals.

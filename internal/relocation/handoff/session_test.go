@@ -152,7 +152,7 @@ func TestSessionRouteUpdateOnlyAfterCommitAndOpen(t *testing.T) {
 	before = append(before, tg.Step(StoreCommitted{})...)
 	require.False(t, has[UpdateSessionRoutes](before), "not before the open")
 	effects := tg.Step(DispatchOpened{})
-	require.Equal(t, []string{"UpdateSessionRoutes", "Complete"}, kinds(effects))
+	require.Equal(t, []string{"UpdateSessionRoutes", "Complete", "StartTimer"}, kinds(effects))
 	require.Empty(t, tg.Step(DispatchOpened{}), "once")
 
 	for name, fail := range map[string]func(*Target) []Effect{

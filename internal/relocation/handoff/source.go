@@ -43,6 +43,10 @@ type Source struct {
 	// Session owner seals the binding before this source seals, and is told
 	// when the source serves again (docs/SESSIONS.md §2). Set by Start.
 	sessionBound bool
+	// several: the unit has more than one participant, whose captures
+	// come one by one; TimerSealPatience bounds the wait for them. Set by
+	// Start.
+	several bool
 	// done: Complete was emitted. Always true in FollowOnly and once the
 	// source serves again after a move; in SourcePaused and RelayReady it
 	// is true when a reconciliation already answered "outcome unknown".
@@ -218,6 +222,7 @@ func (s *Source) stepRunning(ev Event) []Effect {
 		if s.prep == prepIdle {
 			s.prep = prepQuerying
 			s.sessionBound = ev.SessionBound
+			s.several = ev.Participants > 1
 			return []Effect{QueryCapability{}}
 		}
 	case CapabilityAnswered:
@@ -235,6 +240,13 @@ func (s *Source) stepRunning(ev Event) []Effect {
 	case CaptureFailed:
 		if s.prep == prepSealing {
 			return s.captureFailed(ev)
+		}
+	case TimerFired:
+		if ev.Timer == TimerSealPatience && s.prep == prepSealing {
+			// The captures that did come are unsealed; the seals still
+			// pending are undone as they take effect.
+			return s.captureFailed(CaptureFailed{Err: fmt.Errorf("%w: a participant of the move did not finish its turn within %v",
+				roamerr.ErrDeadlineExceeded, s.cfg.sealPatience())})
 		}
 	case Captured:
 		if s.prep == prepSealing {
@@ -271,8 +283,25 @@ func (s *Source) admitted() []Effect {
 		s.prep = prepSealingSessions
 		return []Effect{SealSessions{}}
 	}
+	return s.seal()
+}
+
+// seal stops dispatch on every participant; with more than one, their
+// captures are awaited for SealPatience at most.
+func (s *Source) seal() []Effect {
 	s.prep = prepSealing
+	if s.several {
+		return []Effect{Seal{}, StartTimer{Timer: TimerSealPatience, After: s.cfg.sealPatience()}}
+	}
 	return []Effect{Seal{}}
+}
+
+// sealed ends the wait for the captures.
+func (s *Source) sealed(effects []Effect) []Effect {
+	if s.several {
+		return append([]Effect{StopTimer{Timer: TimerSealPatience}}, effects...)
+	}
+	return effects
 }
 
 func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {
@@ -282,8 +311,7 @@ func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {
 		s.prep = prepOver
 		return []Effect{AbortSessions{}, s.complete(ev.Err)}
 	}
-	s.prep = prepSealing
-	return []Effect{Seal{}}
+	return s.seal()
 }
 
 func (s *Source) captureFailed(ev CaptureFailed) []Effect {
@@ -302,7 +330,7 @@ func (s *Source) captureFailed(ev CaptureFailed) []Effect {
 		// serves on, nothing captured (RelocateIfIdle).
 		err = roamerr.Keep(roamerr.ErrUnavailable, "capture", ev.Err)
 	}
-	return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
+	return s.sealed(s.withSessionAbort([]Effect{Unseal{}, s.complete(err)}))
 }
 
 func (s *Source) captured(ev Captured) []Effect {
@@ -311,16 +339,16 @@ func (s *Source) captured(ev Captured) []Effect {
 	if err != nil {
 		s.moveTo(SourcePaused)
 		s.moveTo(SourceRunning)
-		return s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))})
+		return s.sealed(s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))}))
 	}
 	s.moveTo(SourcePaused)
 	s.paused = pausedAwaitingReply
 	s.manifest, s.chunks, s.payload = m, chunks, payloadHeld
-	return []Effect{
+	return s.sealed([]Effect{
 		SendPrepare{Manifest: m, ChunkLimit: s.chunkLimit},
 		SendChunks{Chunks: chunks},
 		StartTimer{Timer: TimerRestoreDeadline, At: s.deadline},
-	}
+	})
 }
 
 // stepPaused: sealed, the payload on its way. The target's reply decides

@@ -489,12 +489,17 @@ func (w *World) stopLater(inc *Inc, d time.Duration) {
 	life := inc.node.life
 	w.after(d, "actor-stop", func() {
 		if inc.node.life == life {
-			inc.stopped = true
-			if inc.node.incs[inc.key] == inc {
-				delete(inc.node.incs, inc.key)
-			}
+			w.stopInc(inc)
 		}
 	})
+}
+
+// stopInc stops inc's actor now (Driver.stop).
+func (w *World) stopInc(inc *Inc) {
+	inc.stopped = true
+	if inc.node.incs[inc.key] == inc {
+		delete(inc.node.incs, inc.key)
+	}
 }
 
 func idString(id handoff.Identity) string {
