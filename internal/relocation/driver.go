@@ -157,6 +157,9 @@ func (c *Config) setDefaults() error {
 	if c.Handoff.SealPatience == 0 {
 		c.Handoff.SealPatience = c.RestoreTimeout / 2
 	}
+	if c.Handoff.SessionSealWait == 0 {
+		c.Handoff.SessionSealWait = c.CapabilityTimeout
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop

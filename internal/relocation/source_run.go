@@ -74,10 +74,9 @@ type sourceRun struct {
 	committed chan struct{}
 	outcome   Outcome
 	deadline  time.Time
-	// sessionsAwaiting counts the seal requests not answered yet;
-	// sessionTimer ends the wait (sessions.go).
+	// sessionsAwaiting counts the seal requests not answered yet
+	// (sessions.go).
 	sessionsAwaiting int
-	sessionTimer     machine.Timer
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -444,9 +443,6 @@ func (d *Driver) endSource(r *sourceRun) {
 		d.giveBack(r.target.GetAddress(), [][]byte{r.ticket})
 	}
 	delete(d.sources, id)
-	if r.sessionTimer != nil {
-		r.sessionTimer.Stop()
-	}
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
 		if p.obj.out == r {
@@ -585,7 +581,12 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	case handoff.SealSessions:
 		return d.sealSessions(r)
 
+	case handoff.LookUpSessionOwners:
+		d.lookUpSessionOwners(r)
+
 	case handoff.AbortSessions:
+		// No seal reply is awaited once the owners are told to release.
+		r.sessionsAwaiting = 0
 		d.abortSessions(r)
 
 	case handoff.RelayThenCutover:

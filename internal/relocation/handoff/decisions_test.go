@@ -71,7 +71,7 @@ func TestSealPatienceAfterTheSessionSeal(t *testing.T) {
 	s.Step(Start{SessionBound: true, Participants: 2})
 	s.Step(CapabilityAnswered{Supported: true})
 	require.Equal(t, "SealSessions", kinds(s.Step(Admitted{}))[0])
-	require.Equal(t, []string{"Seal", "StartTimer"}, kinds(s.Step(SessionsSealed{})))
+	require.Equal(t, []string{"StopTimer", "Seal", "StartTimer"}, kinds(s.Step(SessionsSealed{})))
 	effects := s.Step(TimerFired{Timer: TimerSealPatience})
 	require.Equal(t, []string{"StopTimer", "Unseal", "AbortSessions", "Complete"}, kinds(effects))
 }
@@ -139,4 +139,47 @@ func TestRefusedManifestIsForgotten(t *testing.T) {
 	tg, effects := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 10})
 	require.Equal(t, []string{"SendFailed", "Complete", "StartTimer"}, kinds(effects))
 	require.Equal(t, []Effect{Forget{}}, tg.Step(TimerFired{Timer: TimerForget}))
+}
+
+// The seal wait runs out: the Session owners still silent are looked up;
+// when the silent ones' nodes were gone (their bindings dropped) the move
+// seals, else it ends DeadlineExceeded before the source seals and the
+// Session owners are told to release what they may have sealed.
+func TestSessionSealWaitEndsInALookUp(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SessionSealWait = 2 * time.Second
+	for _, silent := range []bool{false, true} {
+		s := NewSource(testID, cfg, deadline)
+		s.Step(Start{SessionBound: true})
+		s.Step(CapabilityAnswered{Supported: true})
+		require.Equal(t, []Effect{SealSessions{}, StartTimer{Timer: TimerSessionSeal, After: 2 * time.Second}}, s.Step(Admitted{}))
+		require.Empty(t, s.Step(TimerFired{Timer: TimerSealPatience}), "not this stretch's timer")
+		require.Equal(t, []Effect{LookUpSessionOwners{}}, s.Step(TimerFired{Timer: TimerSessionSeal}))
+		effects := s.Step(SessionOwnersLooked{Silent: silent})
+		if !silent {
+			require.Equal(t, []Effect{Seal{}}, effects)
+			require.Empty(t, s.Step(SessionOwnersLooked{}), "once")
+			continue
+		}
+		require.Equal(t, []string{"AbortSessions", "Complete"}, kinds(effects))
+		err := effects[1].(Complete).Err
+		require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+		require.Contains(t, err.Error(), "within 2s")
+		require.True(t, s.Finished())
+		require.Empty(t, s.Step(SessionsSealed{}), "a late reply changes nothing")
+	}
+}
+
+// A reply that completes the seal while the look-up is out wins; the
+// look-up's answer is then ignored.
+func TestSessionSealedWhileLookingUp(t *testing.T) {
+	s := NewSource(testID, DefaultConfig(), deadline)
+	s.Step(Start{SessionBound: true})
+	s.Step(CapabilityAnswered{Supported: true})
+	s.Step(Admitted{})
+	s.Step(TimerFired{Timer: TimerSessionSeal})
+	require.Equal(t, []string{"StopTimer", "Seal"}, kinds(s.Step(SessionsSealed{})))
+	require.Empty(t, s.Step(SessionOwnersLooked{Silent: true}))
+	require.Equal(t, SourceRunning, s.Phase())
+	require.False(t, s.Finished())
 }

@@ -47,6 +47,9 @@ const (
 	// takes the source's late resends until then, and a removed
 	// incarnation the source may know of answers Unavailable until then.
 	TimerForget
+	// TimerSessionSeal: SessionSealWait after SealSessions (source): the
+	// Session owners still silent then are looked up.
+	TimerSessionSeal
 )
 
 func (t Timer) String() string {
@@ -73,6 +76,8 @@ func (t Timer) String() string {
 		return "seal-patience"
 	case TimerForget:
 		return "forget"
+	case TimerSessionSeal:
+		return "session-seal"
 	}
 	return "timer?"
 }
@@ -99,6 +104,11 @@ type (
 	// seal its binding (command 42) and report SessionsSealed
 	// (docs/SESSIONS.md §2).
 	SealSessions struct{}
+	// LookUpSessionOwners: the seal wait ran out: drop the binding of
+	// every participant whose Session owner is still silent and whose
+	// node is no live member of the mesh (a node's Sessions end with its
+	// lifecycle), and report SessionOwnersLooked.
+	LookUpSessionOwners struct{}
 	// AbortSessions: the source serves again after a failure before
 	// relay-ready: tell the Session owners whose seal may be installed to
 	// release it and submit what they held to the source route (command
@@ -268,6 +278,7 @@ func (AwaitAdmission) isEffect()      {}
 func (Seal) isEffect()                {}
 func (SealSessions) isEffect()        {}
 func (AbortSessions) isEffect()       {}
+func (LookUpSessionOwners) isEffect() {}
 func (UpdateSessionRoutes) isEffect() {}
 func (SendPrepare) isEffect()         {}
 func (SendChunks) isEffect()          {}

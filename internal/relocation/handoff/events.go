@@ -25,6 +25,10 @@ type (
 	// (SealSessions). Err, when set, is the first refusal or the lack of an
 	// answer in time: the move ends before the source seals.
 	SessionsSealed struct{ Err error }
+	// SessionOwnersLooked answers LookUpSessionOwners: Silent is set when
+	// a seal request is still unanswered by a Session owner that may be
+	// alive.
+	SessionOwnersLooked struct{ Silent bool }
 	// CapabilityAnswered: the target's answer to QueryCapability.
 	// ReceiveChunkLimit 0 means the target announced none.
 	CapabilityAnswered struct {
@@ -167,6 +171,7 @@ func (Start) isEvent()                {}
 func (CapabilityAnswered) isEvent()   {}
 func (Admitted) isEvent()             {}
 func (SessionsSealed) isEvent()       {}
+func (SessionOwnersLooked) isEvent()  {}
 func (Captured) isEvent()             {}
 func (CaptureFailed) isEvent()        {}
 func (RelayReadyReceived) isEvent()   {}

@@ -235,13 +235,20 @@ func (s *Source) stepRunning(ev Event) []Effect {
 		}
 	case SessionsSealed:
 		if s.prep == prepSealingSessions {
-			return s.sessionsSealed(ev)
+			return append([]Effect{StopTimer{Timer: TimerSessionSeal}}, s.sessionsSealed(ev)...)
+		}
+	case SessionOwnersLooked:
+		if s.prep == prepSealingSessions {
+			return s.sessionsSealed(s.sessionOwnersLooked(ev))
 		}
 	case CaptureFailed:
 		if s.prep == prepSealing {
 			return s.captureFailed(ev)
 		}
 	case TimerFired:
+		if ev.Timer == TimerSessionSeal && s.prep == prepSealingSessions {
+			return []Effect{LookUpSessionOwners{}}
+		}
 		if ev.Timer == TimerSealPatience && s.prep == prepSealing {
 			// The captures that did come are unsealed; the seals still
 			// pending are undone as they take effect.
@@ -281,7 +288,7 @@ func (s *Source) admitted() []Effect {
 		// The Session owner seals first: from then on it holds the
 		// client's messages, so none reaches a sealed source.
 		s.prep = prepSealingSessions
-		return []Effect{SealSessions{}}
+		return []Effect{SealSessions{}, StartTimer{Timer: TimerSessionSeal, After: s.cfg.sessionSealWait()}}
 	}
 	return s.seal()
 }
@@ -302,6 +309,17 @@ func (s *Source) sealed(effects []Effect) []Effect {
 		return append([]Effect{StopTimer{Timer: TimerSealPatience}}, effects...)
 	}
 	return effects
+}
+
+// sessionOwnersLooked: past the seal wait, a Session owner whose node is
+// gone had its binding dropped (the move goes on unbound); one that may be
+// alive and stays silent ends the move before the source seals.
+func (s *Source) sessionOwnersLooked(ev SessionOwnersLooked) SessionsSealed {
+	if !ev.Silent {
+		return SessionsSealed{}
+	}
+	return SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v",
+		roamerr.ErrDeadlineExceeded, s.cfg.sessionSealWait())}
 }
 
 func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {

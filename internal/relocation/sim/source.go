@@ -238,7 +238,11 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		}
 		w.sealSessions(r)
 
+	case handoff.LookUpSessionOwners:
+		return w.lookUpSessionOwners(r)
+
 	case handoff.AbortSessions:
+		r.sealWait = nil // no seal reply is awaited once the owner is told to release
 		w.abortSessions(r)
 
 	case handoff.Seal:
