@@ -83,6 +83,20 @@ type Config struct {
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
 	CapabilityTimeout time.Duration
+	// RedeliveryWindow bounds how long a message that Message Follow or a
+	// dead letter hands to the store waits for the store to name a
+	// reachable owner before it fails loudly; it also bounds the drain
+	// barrier (with FollowDuration). Default 10 s.
+	RedeliveryWindow time.Duration
+	// DeadLetterPatience bounds how long a dead-lettered send keeps being
+	// redelivered: longer than a restore deadline plus a cutover wait (a
+	// move whose target died is fenced out by then) and than an owner
+	// lease. Default 30 s.
+	DeadLetterPatience time.Duration
+	// DeadLetterBackoff is the first pause before a send that dead-letters
+	// again is redelivered; it doubles with each try up to
+	// DeadLetterBackoffMax. Defaults 50 ms and 2 s.
+	DeadLetterBackoff, DeadLetterBackoffMax time.Duration
 	// Logger receives the hand-off's warnings and errors (cutover_timeout,
 	// late_cutover, location_update_failed, …). Default zerolog.Nop;
 	// extension.Start passes the node's logger.
@@ -153,6 +167,21 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CapabilityTimeout == 0 {
 		c.CapabilityTimeout = 5 * time.Second
+	}
+	if c.RedeliveryWindow < 0 || c.DeadLetterPatience < 0 || c.DeadLetterBackoff < 0 || c.DeadLetterBackoffMax < 0 {
+		return fmt.Errorf("%w: redelivery windows must not be negative", roamerr.ErrInvalidOperation)
+	}
+	if c.RedeliveryWindow == 0 {
+		c.RedeliveryWindow = 10 * time.Second
+	}
+	if c.DeadLetterPatience == 0 {
+		c.DeadLetterPatience = 30 * time.Second
+	}
+	if c.DeadLetterBackoff == 0 {
+		c.DeadLetterBackoff = 50 * time.Millisecond
+	}
+	if c.DeadLetterBackoffMax == 0 {
+		c.DeadLetterBackoffMax = 2 * time.Second
 	}
 	if c.Handoff.SealPatience == 0 {
 		c.Handoff.SealPatience = c.RestoreTimeout / 2
@@ -285,7 +314,7 @@ type Driver struct {
 	// logged (rate limit).
 	deadLetterLogged map[location.AuthorityKey]time.Time
 	deadLetterSwept  time.Time
-	// deadLetterPatience is deadLetterPatience (tests shorten it).
+	// deadLetterPatience is Config.DeadLetterPatience (tests shorten it).
 	deadLetterPatience time.Duration
 	// stopping is set by FinishIncoming: no new move lands here.
 	stopping bool
@@ -372,7 +401,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		watch:              liveness.New(node.LeaseTTL()),
 		started:            node.Clock().Now(),
 		clock:              node.Clock(),
-		deadLetterPatience: deadLetterPatience,
+		deadLetterPatience: cfg.DeadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 		chunkLinks:         map[string]string{},
 		linkDown:           map[string]time.Time{},

@@ -65,10 +65,6 @@ type lastDelivery struct {
 	at  time.Time
 }
 
-// redeliveryWindow bounds how long a message waits for the store to name
-// a reachable owner before it fails loudly.
-const redeliveryWindow = 10 * time.Second
-
 // onRedeliver queues m behind its queue's earlier redeliveries and starts
 // the queue's redelivery worker if none runs. Once the lifecycle has
 // ended nothing is redelivered any more: m fails at once.
@@ -106,12 +102,12 @@ func (d *Driver) onRedeliver(m *redeliver) {
 }
 
 // drainWindow bounds how long drainHop waits for its barrier: the follow
-// period, at most redeliveryWindow. A delivery made longer ago than that
+// period, at most Config.RedeliveryWindow. A delivery made longer ago than that
 // is not drained either.
 func (d *Driver) drainWindow() time.Duration {
 	window := d.cfg.Handoff.FollowDuration
-	if window <= 0 || window > redeliveryWindow {
-		window = redeliveryWindow
+	if window <= 0 || window > d.cfg.RedeliveryWindow {
+		window = d.cfg.RedeliveryWindow
 	}
 	return window
 }
@@ -152,7 +148,7 @@ func (d *Driver) takeRedeliveries(queue redeliveryQueue, last *actor.PID) []*red
 
 // redeliverWorker delivers a queue's messages to the owner the store
 // names, batch by batch, in order, with a fresh hop budget. If the object
-// is gone, or no owner is reachable within redeliveryWindow, each message
+// is gone, or no owner is reachable within Config.RedeliveryWindow, each message
 // fails loudly: a request with a typed DeliveryFailed, a send logged and
 // counted. So does a batch whose lifecycle ended while it looked the
 // owner up.
@@ -174,7 +170,7 @@ func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
 				d.drainHop(m.drainFirst)
 			}
 		}
-		pid, err := d.resolveWithin(key, redeliveryWindow)
+		pid, err := d.resolveWithin(key, d.cfg.RedeliveryWindow)
 		if err == nil && last != nil && !last.Equal(pid) {
 			d.drainHop(last)
 		}
@@ -334,11 +330,6 @@ type deadLetterSend struct {
 	first time.Time
 }
 
-// deadLetterPatience bounds how long a dead-lettered send keeps being
-// redelivered: longer than a restore deadline plus a cutover wait (a move
-// whose target died is fenced out by then) and than an owner lease.
-const deadLetterPatience = 30 * time.Second
-
 // onDeadLetterEvent runs on the publisher's goroutine: it only picks the
 // sends to incarnation PIDs and hands them to the driver.
 func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
@@ -436,7 +427,7 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	held.msgs = append(held.msgs, env)
 	if !held.timer {
 		held.timer = true
-		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
+		wait := min(d.cfg.DeadLetterBackoff<<min(s.n-1, 6), d.cfg.DeadLetterBackoffMax)
 		key := m.key
 		d.clock.AfterFunc(wait, func() {
 			d.sys.Root.Send(d.self, &localCall{fn: func() {
