@@ -77,6 +77,9 @@ type sourceRun struct {
 	// sessionsAwaiting counts the seal requests not answered yet
 	// (sessions.go).
 	sessionsAwaiting int
+	// ended: the move is over (endSource ran); the run stays registered
+	// until its machine is Forgettable, for the stub's timer.
+	ended bool
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -428,21 +431,31 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 			}
 		}
 	}
-	if r.m.Finished() {
+	if r.m.Finished() && !r.ended {
 		d.endSource(r)
+	}
+	if r.m.Forgettable() {
+		id := r.m.Identity().RelocationID
+		d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id })
+		if d.sources[id] == r {
+			delete(d.sources, id)
+		}
 	}
 }
 
+// endSource settles a move that is over: its budget, its unused ticket,
+// Relocate's wait and the objects' claim on it. Only TimerStub may still
+// run (Forgettable then drops the run).
 func (d *Driver) endSource(r *sourceRun) {
+	r.ended = true
 	id := r.m.Identity().RelocationID
-	d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id })
+	d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id && k.timer != handoff.TimerStub })
 	d.returnBudget(r)
 	if r.ticket != nil && !r.prepareSent {
 		// Given and never used (the move ended before its seal): the
 		// target need not keep it (tickets_out.go).
 		d.giveBack(r.target.GetAddress(), [][]byte{r.ticket})
 	}
-	delete(d.sources, id)
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
 		if p.obj.out == r {
@@ -652,9 +665,11 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			if _, err := obj.mb.Redirect(d.unavailableSink(obj, "the object moved away and Message Follow has ended")); err != nil {
 				d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
 			}
-			// Answer Unavailable for one more follow period, then let the
-			// incarnation go so stubs do not pile up.
-			d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+		}
+
+	case handoff.StopIncarnation:
+		for _, p := range r.parts {
+			d.stop(p.obj)
 		}
 
 	case handoff.Reconcile:

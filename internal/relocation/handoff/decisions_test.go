@@ -183,3 +183,31 @@ func TestSessionSealedWhileLookingUp(t *testing.T) {
 	require.Equal(t, SourceRunning, s.Phase())
 	require.False(t, s.Finished())
 }
+
+// After Message Follow ends, the incarnation that moved away answers
+// Unavailable for one more follow period, then the machine stops it: the
+// move is Finished at EndFollow, Forgettable only after StopIncarnation.
+func TestStubStopsOneFollowPeriodAfterEndFollow(t *testing.T) {
+	s, _ := pausedSource(t, stream(100))
+	s.Step(RelayReadyReceived{})
+	s.Step(CutoverSent{})
+	s.Step(BoundaryAcked{})
+	s.Step(ReconcileAnswered{TargetOwns: true})
+	s.Step(TimerFired{Timer: TimerResendWindow})
+	require.Empty(t, s.Step(TimerFired{Timer: TimerStub}), "no stub before Message Follow ended")
+	effects := s.Step(TimerFired{Timer: TimerFollow})
+	require.Equal(t, []Effect{EndFollow{}, StartTimer{Timer: TimerStub, After: DefaultConfig().FollowDuration}}, effects)
+	require.True(t, s.Finished())
+	require.False(t, s.Forgettable(), "the stub still answers")
+	require.Equal(t, []Effect{StopIncarnation{}}, s.Step(TimerFired{Timer: TimerStub}))
+	require.True(t, s.Forgettable())
+	require.Empty(t, s.Step(TimerFired{Timer: TimerStub}), "once")
+}
+
+// A source that serves again keeps its incarnation: nothing to stop.
+func TestServingAgainLeavesNoStub(t *testing.T) {
+	s, _ := pausedSource(t, stream(100))
+	effects := s.Step(FailedReceived{})
+	require.False(t, has[StopIncarnation](effects))
+	require.True(t, s.Forgettable())
+}

@@ -50,6 +50,9 @@ const (
 	// TimerSessionSeal: SessionSealWait after SealSessions (source): the
 	// Session owners still silent then are looked up.
 	TimerSessionSeal
+	// TimerStub: FollowDuration after EndFollow (source): the incarnation
+	// that moved away has answered Unavailable long enough and stops.
+	TimerStub
 )
 
 func (t Timer) String() string {
@@ -78,6 +81,8 @@ func (t Timer) String() string {
 		return "forget"
 	case TimerSessionSeal:
 		return "session-seal"
+	case TimerStub:
+		return "stub"
 	}
 	return "timer?"
 }
@@ -155,7 +160,8 @@ type (
 	// BoundaryAckPatience: the batch's messages may be lost, which the
 	// driver reports loudly.
 	ReleaseBoundary struct{ Unacknowledged bool }
-	// EndFollow: stop Message Follow (later messages end Unavailable).
+	// EndFollow: stop Message Follow (later messages end Unavailable,
+	// until StopIncarnation).
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
 	// store once and report ReconcileRead (PROTOCOL.md §6.4).
@@ -241,15 +247,17 @@ type (
 	// RemoveTarget: remove the prepared object, temporary queue and state;
 	// its incarnations answer Unavailable until StopIncarnation.
 	RemoveTarget struct{}
-	// StopIncarnation: stop the removed target's incarnations (their
-	// actors end; what still reaches them is a dead letter). At once when
-	// no source learned of them (no relay-ready went out), else once
-	// nothing follows to them any more.
-	StopIncarnation struct{}
 	// Forget: drop the finished run and its timers; nothing the source
 	// still sends for the move is answered any more.
 	Forget struct{}
 )
+
+// StopIncarnation stops the move's incarnations on this side: their
+// actors end, and what still reaches them is a dead letter. On the
+// source, one follow period after EndFollow (stubs do not pile up); on a
+// removed target, at once when no source learned of it (no relay-ready
+// went out), else once nothing follows to it any more (TimerForget).
+type StopIncarnation struct{}
 
 // Shared effects.
 type (

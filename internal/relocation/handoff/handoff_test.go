@@ -211,7 +211,7 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 		}
 		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
 		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
-		require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+		require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 		require.False(t, s.Finished(), "the boundary batch is not acknowledged yet")
 		require.Equal(t, []string{"StopTimer", "StopTimer", "ReleaseBoundary"}, kinds(s.Step(BoundaryAcked{})))
 		require.True(t, s.Finished())
@@ -245,7 +245,7 @@ func TestBoundaryBatchIsResentUntilAcknowledged(t *testing.T) {
 	s.Step(ReconcileAnswered{TargetOwns: true})
 	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
 	require.EqualValues(t, 2, r.Epoch)
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 	r, ok = find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
 	require.True(t, ok, "resends go on after Message Follow ended")
 	require.EqualValues(t, 3, r.Epoch)
@@ -1180,7 +1180,7 @@ func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 	require.True(t, has[AdoptTargetRoute](effects))
 	require.Equal(t, FollowOnly, s.Phase())
 	require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})), "confirmed: released after the window")
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 	require.True(t, s.Finished())
 
 	// An unknown answer completes the move with an error; a later commit

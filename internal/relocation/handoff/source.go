@@ -112,7 +112,10 @@ const (
 	// was confirmed; Message Follow ends at the confirmation.
 	followUnconfirmedExpired
 	followConfirmed
-	followEnded // EndFollow was emitted
+	followEnded // EndFollow was emitted; TimerStub runs
+	// followStopped: StopIncarnation was emitted, one follow period
+	// after EndFollow.
+	followStopped
 )
 
 // payloadStage is the payload copy's life: held from the capture until
@@ -158,10 +161,24 @@ func (s *Source) Phase() Phase { return s.phase }
 // Identity is the move's identity.
 func (s *Source) Identity() Identity { return s.id }
 
-// Finished reports whether nothing is left to do: decided, payload
-// released and Message Follow ended (or never started).
+// Finished reports whether the move is over: decided, payload released
+// and Message Follow ended (or never started). The incarnation that
+// moved away may still answer Unavailable until Forgettable.
 func (s *Source) Finished() bool {
-	return s.done && s.payload == payloadNone && (s.phase != FollowOnly || s.follow == followEnded) && !s.boundary.held()
+	return s.done && s.payload == payloadNone && (s.phase != FollowOnly || s.follow >= followEnded) && !s.boundary.held()
+}
+
+// Forgettable reports whether nothing at all is left: Finished, and no
+// incarnation waits for its StopIncarnation.
+func (s *Source) Forgettable() bool {
+	return s.Finished() && (s.phase != FollowOnly || s.follow == followStopped)
+}
+
+// endFollow ends Message Follow; the incarnation answers Unavailable for
+// one more follow period, then stops.
+func (s *Source) endFollow() []Effect {
+	s.follow = followEnded
+	return []Effect{EndFollow{}, StartTimer{Timer: TimerStub, After: s.cfg.FollowDuration}}
 }
 
 func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
@@ -560,6 +577,12 @@ func (s *Source) stepFollowing(ev Event) []Effect {
 			return s.followTimer(ev.Timer)
 		case TimerBoundaryResend, TimerBoundaryGiveUp:
 			return s.boundaryTimer(ev.Timer)
+		case TimerStub:
+			if s.follow == followEnded {
+				s.follow = followStopped
+				return []Effect{StopIncarnation{}}
+			}
+			return ignore(ev)
 		}
 	}
 	if s.unconfirmed() {
@@ -589,8 +612,7 @@ func (s *Source) followTimer(tm Timer) []Effect {
 		case followUnconfirmed:
 			s.follow = followUnconfirmedExpired // the move may still come back here
 		case followConfirmed:
-			s.follow = followEnded
-			return []Effect{EndFollow{}}
+			return s.endFollow()
 		}
 	}
 	return nil
@@ -708,8 +730,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			effects = append(effects, s.releaseBoundary(true)...)
 		}
 		if followDue {
-			s.follow = followEnded
-			effects = append(effects, EndFollow{})
+			effects = append(effects, s.endFollow()...)
 		}
 		return effects
 	case ev.FencedOut:

@@ -55,6 +55,7 @@ type SourceRun struct {
 
 	dead      bool // its node went down
 	ended     bool // endSource ran
+	forgotten bool // the machine is Forgettable: the run is dropped
 	releases  int
 	completes int
 }
@@ -132,7 +133,7 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 // stepSource feeds ev and runs the effects; events the effects produce at
 // once are fed after the current effects, in order (Driver.stepSource).
 func (w *World) stepSource(r *SourceRun, ev handoff.Event) {
-	if r.dead || r.ended {
+	if r.dead || r.forgotten {
 		return
 	}
 	queue := []handoff.Event{ev}
@@ -155,14 +156,24 @@ func (w *World) stepSource(r *SourceRun, ev handoff.Event) {
 	if r.m.Finished() {
 		w.endSource(r)
 	}
+	if r.m.Forgettable() {
+		r.forgotten = true
+		clear(r.timers)
+	}
 }
 
+// endSource is Driver.endSource: the move is over; only TimerStub may
+// still run.
 func (w *World) endSource(r *SourceRun) {
 	if r.ended {
 		return
 	}
 	r.ended = true
-	clear(r.timers)
+	for tm := range r.timers {
+		if tm != handoff.TimerStub {
+			delete(r.timers, tm)
+		}
+	}
 	n := r.node
 	for i, s := range n.sources {
 		if s == r {
@@ -185,7 +196,7 @@ func (w *World) startSourceTimer(r *SourceRun, st handoff.StartTimer) {
 	tok := w.tok
 	r.timers[st.Timer] = tok
 	w.at(at, "timer", func() {
-		if r.dead || r.ended || r.timers[st.Timer] != tok {
+		if r.dead || r.forgotten || r.timers[st.Timer] != tok {
 			return
 		}
 		delete(r.timers, st.Timer)
@@ -345,7 +356,9 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		if err := w.redirect(inc, w.unavailableSink(inc, "the object moved away and Message Follow has ended")); err != nil {
 			w.tracef("%s DRIVER ERROR end_follow_failed: %v", n.name, err)
 		}
-		w.stopLater(inc, w.cfg.Handoff.FollowDuration)
+
+	case handoff.StopIncarnation:
+		w.stopInc(inc)
 
 	case handoff.Reconcile:
 		w.reconcileRead(r)
