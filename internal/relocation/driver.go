@@ -699,12 +699,14 @@ func newRelocationID() uint64 {
 	}
 }
 
-// timerKey names one running timer of one move.
+// timerKey names one running timer of one move, or (deadLetter set) the
+// pause before an object's held dead letters are redelivered.
 type timerKey struct {
-	source   uint64
-	target   handoff.Identity
-	isTarget bool
-	timer    handoff.Timer
+	source     uint64
+	target     handoff.Identity
+	isTarget   bool
+	timer      handoff.Timer
+	deadLetter location.AuthorityKey
 }
 
 type timerFired struct{ key timerKey }
@@ -766,6 +768,10 @@ func (d *Driver) onTimer(m *timerFired) {
 	d.timerMu.Unlock()
 	if !running {
 		return // stopped after it fired
+	}
+	if m.key.deadLetter != (location.AuthorityKey{}) {
+		d.releaseDeadLetters(m.key.deadLetter)
+		return
 	}
 	if m.key.isTarget {
 		if t := d.targets[m.key.target]; t != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -428,19 +429,20 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	if !held.timer {
 		held.timer = true
 		wait := min(d.cfg.DeadLetterBackoff<<min(s.n-1, 6), d.cfg.DeadLetterBackoffMax)
-		key := m.key
-		d.clock.AfterFunc(wait, func() {
-			d.sys.Root.Send(d.self, &localCall{fn: func() {
-				h := d.deadLetterHeld[key]
-				if h == nil {
-					return // failed when the lifecycle ended (abandonRedeliveries)
-				}
-				delete(d.deadLetterHeld, key)
-				for _, env := range h.msgs {
-					d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
-				}
-			}})
-		})
+		d.startTimer(timerKey{deadLetter: m.key}, handoff.StartTimer{After: wait})
+	}
+}
+
+// releaseDeadLetters redelivers key's held dead letters, in order, once
+// their pause is over.
+func (d *Driver) releaseDeadLetters(key location.AuthorityKey) {
+	h := d.deadLetterHeld[key]
+	if h == nil {
+		return // failed when the lifecycle ended (abandonRedeliveries)
+	}
+	delete(d.deadLetterHeld, key)
+	for _, env := range h.msgs {
+		d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
 	}
 }
 
