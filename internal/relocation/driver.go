@@ -83,6 +83,20 @@ type Config struct {
 	MaxPayloadLength uint64
 	// CapabilityTimeout bounds the capability query. Default 5 s.
 	CapabilityTimeout time.Duration
+	// RedeliveryWindow bounds how long a message that Message Follow or a
+	// dead letter hands to the store waits for the store to name a
+	// reachable owner before it fails loudly; it also bounds the drain
+	// barrier (with FollowDuration). Default 10 s.
+	RedeliveryWindow time.Duration
+	// DeadLetterPatience bounds how long a dead-lettered send keeps being
+	// redelivered: longer than a restore deadline plus a cutover wait (a
+	// move whose target died is fenced out by then) and than an owner
+	// lease. Default 30 s.
+	DeadLetterPatience time.Duration
+	// DeadLetterBackoff is the first pause before a send that dead-letters
+	// again is redelivered; it doubles with each try up to
+	// DeadLetterBackoffMax. Defaults 50 ms and 2 s.
+	DeadLetterBackoff, DeadLetterBackoffMax time.Duration
 	// Logger receives the hand-off's warnings and errors (cutover_timeout,
 	// late_cutover, location_update_failed, …). Default zerolog.Nop;
 	// extension.Start passes the node's logger.
@@ -153,6 +167,27 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CapabilityTimeout == 0 {
 		c.CapabilityTimeout = 5 * time.Second
+	}
+	if c.RedeliveryWindow < 0 || c.DeadLetterPatience < 0 || c.DeadLetterBackoff < 0 || c.DeadLetterBackoffMax < 0 {
+		return fmt.Errorf("%w: redelivery windows must not be negative", roamerr.ErrInvalidOperation)
+	}
+	if c.RedeliveryWindow == 0 {
+		c.RedeliveryWindow = 10 * time.Second
+	}
+	if c.DeadLetterPatience == 0 {
+		c.DeadLetterPatience = 30 * time.Second
+	}
+	if c.DeadLetterBackoff == 0 {
+		c.DeadLetterBackoff = 50 * time.Millisecond
+	}
+	if c.DeadLetterBackoffMax == 0 {
+		c.DeadLetterBackoffMax = 2 * time.Second
+	}
+	if c.Handoff.SealPatience == 0 {
+		c.Handoff.SealPatience = c.RestoreTimeout / 2
+	}
+	if c.Handoff.SessionSealWait == 0 {
+		c.Handoff.SessionSealWait = c.CapabilityTimeout
 	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
@@ -279,7 +314,7 @@ type Driver struct {
 	// logged (rate limit).
 	deadLetterLogged map[location.AuthorityKey]time.Time
 	deadLetterSwept  time.Time
-	// deadLetterPatience is deadLetterPatience (tests shorten it).
+	// deadLetterPatience is Config.DeadLetterPatience (tests shorten it).
 	deadLetterPatience time.Duration
 	// stopping is set by FinishIncoming: no new move lands here.
 	stopping bool
@@ -366,7 +401,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		watch:              liveness.New(node.LeaseTTL()),
 		started:            node.Clock().Now(),
 		clock:              node.Clock(),
-		deadLetterPatience: deadLetterPatience,
+		deadLetterPatience: cfg.DeadLetterPatience,
 		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 		chunkLinks:         map[string]string{},
 		linkDown:           map[string]time.Time{},
@@ -664,12 +699,14 @@ func newRelocationID() uint64 {
 	}
 }
 
-// timerKey names one running timer of one move.
+// timerKey names one running timer of one move, or (deadLetter set) the
+// pause before an object's held dead letters are redelivered.
 type timerKey struct {
-	source   uint64
-	target   handoff.Identity
-	isTarget bool
-	timer    handoff.Timer
+	source     uint64
+	target     handoff.Identity
+	isTarget   bool
+	timer      handoff.Timer
+	deadLetter location.AuthorityKey
 }
 
 type timerFired struct{ key timerKey }
@@ -699,6 +736,19 @@ func (d *Driver) stopTimer(k timerKey) {
 	}
 }
 
+// stopTimers stops the running timers whose keys match: every timer of
+// a run that ended, whichever of its timers the machine left running.
+func (d *Driver) stopTimers(match func(timerKey) bool) {
+	d.timerMu.Lock()
+	defer d.timerMu.Unlock()
+	for k, t := range d.timers {
+		if match(k) {
+			t.Stop()
+			delete(d.timers, k)
+		}
+	}
+}
+
 // closeTimers stops every timer once the node has stopped: nothing would
 // take their events, and each holds the driver.
 func (d *Driver) closeTimers() {
@@ -718,6 +768,10 @@ func (d *Driver) onTimer(m *timerFired) {
 	d.timerMu.Unlock()
 	if !running {
 		return // stopped after it fired
+	}
+	if m.key.deadLetter != (location.AuthorityKey{}) {
+		d.releaseDeadLetters(m.key.deadLetter)
+		return
 	}
 	if m.key.isTarget {
 		if t := d.targets[m.key.target]; t != nil {

@@ -101,3 +101,13 @@ func EndSinkFor(d *Driver, key location.AuthorityKey, event string) func(msg any
 // Draining is how many of d's redelivery workers wait for a route barrier
 // down a Message Follow hop (drainHop).
 func Draining(d *Driver) int64 { return d.draining.Load() }
+
+// Runs is how many moves out of (sources) and into (targets) d's node it
+// still keeps, and how many incarnations it has not stopped (live).
+func Runs(d *Driver) (sources, targets, live int) {
+	type runs struct{ s, t int }
+	v, _ := call(context.Background(), d, func() (runs, error) { return runs{len(d.sources), len(d.targets)}, nil })
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	return v.s, v.t, len(d.live)
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -65,10 +66,6 @@ type lastDelivery struct {
 	at  time.Time
 }
 
-// redeliveryWindow bounds how long a message waits for the store to name
-// a reachable owner before it fails loudly.
-const redeliveryWindow = 10 * time.Second
-
 // onRedeliver queues m behind its queue's earlier redeliveries and starts
 // the queue's redelivery worker if none runs. Once the lifecycle has
 // ended nothing is redelivered any more: m fails at once.
@@ -106,12 +103,12 @@ func (d *Driver) onRedeliver(m *redeliver) {
 }
 
 // drainWindow bounds how long drainHop waits for its barrier: the follow
-// period, at most redeliveryWindow. A delivery made longer ago than that
+// period, at most Config.RedeliveryWindow. A delivery made longer ago than that
 // is not drained either.
 func (d *Driver) drainWindow() time.Duration {
 	window := d.cfg.Handoff.FollowDuration
-	if window <= 0 || window > redeliveryWindow {
-		window = redeliveryWindow
+	if window <= 0 || window > d.cfg.RedeliveryWindow {
+		window = d.cfg.RedeliveryWindow
 	}
 	return window
 }
@@ -152,7 +149,7 @@ func (d *Driver) takeRedeliveries(queue redeliveryQueue, last *actor.PID) []*red
 
 // redeliverWorker delivers a queue's messages to the owner the store
 // names, batch by batch, in order, with a fresh hop budget. If the object
-// is gone, or no owner is reachable within redeliveryWindow, each message
+// is gone, or no owner is reachable within Config.RedeliveryWindow, each message
 // fails loudly: a request with a typed DeliveryFailed, a send logged and
 // counted. So does a batch whose lifecycle ended while it looked the
 // owner up.
@@ -174,7 +171,7 @@ func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
 				d.drainHop(m.drainFirst)
 			}
 		}
-		pid, err := d.resolveWithin(key, redeliveryWindow)
+		pid, err := d.resolveWithin(key, d.cfg.RedeliveryWindow)
 		if err == nil && last != nil && !last.Equal(pid) {
 			d.drainHop(last)
 		}
@@ -334,11 +331,6 @@ type deadLetterSend struct {
 	first time.Time
 }
 
-// deadLetterPatience bounds how long a dead-lettered send keeps being
-// redelivered: longer than a restore deadline plus a cutover wait (a move
-// whose target died is fenced out by then) and than an owner lease.
-const deadLetterPatience = 30 * time.Second
-
 // onDeadLetterEvent runs on the publisher's goroutine: it only picks the
 // sends to incarnation PIDs and hands them to the driver.
 func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
@@ -436,20 +428,21 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	held.msgs = append(held.msgs, env)
 	if !held.timer {
 		held.timer = true
-		wait := min(50*time.Millisecond<<min(s.n-1, 6), 2*time.Second)
-		key := m.key
-		d.clock.AfterFunc(wait, func() {
-			d.sys.Root.Send(d.self, &localCall{fn: func() {
-				h := d.deadLetterHeld[key]
-				if h == nil {
-					return // failed when the lifecycle ended (abandonRedeliveries)
-				}
-				delete(d.deadLetterHeld, key)
-				for _, env := range h.msgs {
-					d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
-				}
-			}})
-		})
+		wait := min(d.cfg.DeadLetterBackoff<<min(s.n-1, 6), d.cfg.DeadLetterBackoffMax)
+		d.startTimer(timerKey{deadLetter: m.key}, handoff.StartTimer{After: wait})
+	}
+}
+
+// releaseDeadLetters redelivers key's held dead letters, in order, once
+// their pause is over.
+func (d *Driver) releaseDeadLetters(key location.AuthorityKey) {
+	h := d.deadLetterHeld[key]
+	if h == nil {
+		return // failed when the lifecycle ended (abandonRedeliveries)
+	}
+	delete(d.deadLetterHeld, key)
+	for _, env := range h.msgs {
+		d.onRedeliver(&redeliver{key: key, env: env, deadLetter: true})
 	}
 }
 

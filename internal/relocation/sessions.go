@@ -70,8 +70,8 @@ func prepareBound(p *messages.RelocationPrepare) bool {
 }
 
 // sealSessions sends command 42 for every bound participant; the answers
-// come to the driver (onSessionSealReply). No answer from all within the
-// capability timeout ends the wait with DeadlineExceeded.
+// come to the driver (onSessionSealReply). The machine bounds the wait
+// (TimerSessionSeal, then LookUpSessionOwners).
 func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 	id := r.m.Identity()
 	asked := map[string]bool{} // Session owner address → its node is no live member (the timer's look)
@@ -93,14 +93,25 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 	if r.sessionsAwaiting == 0 {
 		return handoff.SessionsSealed{}
 	}
-	wait := d.cfg.CapabilityTimeout
-	r.sessionTimer = d.clock.AfterFunc(wait, func() {
-		// Silence from a Session owner whose node is no live member any
-		// more is a binding with no Session behind it (a node's Sessions
-		// end with its lifecycle): it is dropped, not waited for. Asked
-		// off the driver's goroutine (the look may read the store), about
-		// the addresses the driver asked: the parts are the driver's.
-		gone := asked
+	return nil
+}
+
+// lookUpSessionOwners answers the machine's LookUpSessionOwners once its
+// seal wait ran out: silence from a Session owner whose node is no live
+// member any more is a binding with no Session behind it (a node's
+// Sessions end with its lifecycle), so the binding is dropped, not waited
+// for. Asked off the driver's goroutine (the look may read the store),
+// about the addresses still silent: the parts are the driver's.
+func (d *Driver) lookUpSessionOwners(r *sourceRun) {
+	id := r.m.Identity()
+	gone := map[string]bool{}
+	for _, p := range r.parts {
+		if b := p.obj.session; b != nil && p.session == sessionAsked {
+			gone[b.GetOwnerAddress()] = false
+		}
+	}
+	wait := d.cfg.Handoff.SessionSealWait
+	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		for address := range gone {
 			_, err := d.node.PeerAt(ctx, address)
@@ -116,15 +127,9 @@ func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
 					d.dropBinding(r, p, "its Session owner's node is no live member of the mesh")
 				}
 			}
-			if r.sessionsAwaiting == 0 {
-				d.stepSource(r, handoff.SessionsSealed{})
-				return
-			}
-			r.sessionsAwaiting = 0
-			d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v", roamerr.ErrDeadlineExceeded, wait)})
+			d.stepSource(r, handoff.SessionOwnersLooked{Silent: r.sessionsAwaiting > 0})
 		}})
-	})
-	return nil
+	}()
 }
 
 // dropBinding forgets participant p's Session binding during the move r:
@@ -183,9 +188,6 @@ func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealRepl
 		// or its node started again since.
 		d.dropBinding(r, part, "the Session owner answered: "+m.GetDetail())
 		if r.sessionsAwaiting == 0 {
-			if r.sessionTimer != nil {
-				r.sessionTimer.Stop()
-			}
 			d.stepSource(r, handoff.SessionsSealed{})
 		}
 		return
@@ -194,18 +196,12 @@ func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealRepl
 	if m.GetCode() != "" {
 		part.session = sessionRefused
 		r.sessionsAwaiting = 0
-		if r.sessionTimer != nil {
-			r.sessionTimer.Stop()
-		}
 		d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("the Session owner refused to seal the binding of Actor %q: %w",
 			part.obj.key.ID, roamerr.FromCode(m.GetCode(), m.GetDetail()))})
 		return
 	}
 	part.session = sessionSealed
 	if r.sessionsAwaiting == 0 {
-		if r.sessionTimer != nil {
-			r.sessionTimer.Stop()
-		}
 		d.stepSource(r, handoff.SessionsSealed{})
 	}
 }

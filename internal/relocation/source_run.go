@@ -74,10 +74,12 @@ type sourceRun struct {
 	committed chan struct{}
 	outcome   Outcome
 	deadline  time.Time
-	// sessionsAwaiting counts the seal requests not answered yet;
-	// sessionTimer ends the wait (sessions.go).
+	// sessionsAwaiting counts the seal requests not answered yet
+	// (sessions.go).
 	sessionsAwaiting int
-	sessionTimer     machine.Timer
+	// ended: the move is over (endSource ran); the run stays registered
+	// until its machine is Forgettable, for the stub's timer.
+	ended bool
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -380,7 +382,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		p.obj.out = r
 	}
 	d.sources[id.RelocationID] = r
-	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound()})
+	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound(), Participants: len(r.parts)})
 	return r.waiter, nil
 }
 
@@ -429,25 +431,30 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
 			}
 		}
 	}
-	if r.m.Finished() {
+	if r.m.Finished() && !r.ended {
 		d.endSource(r)
+	}
+	if r.m.Forgettable() {
+		id := r.m.Identity().RelocationID
+		d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id })
+		if d.sources[id] == r {
+			delete(d.sources, id)
+		}
 	}
 }
 
+// endSource settles a move that is over: its budget, its unused ticket,
+// Relocate's wait and the objects' claim on it. Only TimerStub may still
+// run (Forgettable then drops the run).
 func (d *Driver) endSource(r *sourceRun) {
+	r.ended = true
 	id := r.m.Identity().RelocationID
-	for _, t := range []handoff.Timer{handoff.TimerRestoreDeadline, handoff.TimerResendWindow, handoff.TimerFollow, handoff.TimerReconcile, handoff.TimerFenceOut, handoff.TimerBoundaryResend, handoff.TimerBoundaryGiveUp} {
-		d.stopTimer(timerKey{source: id, timer: t})
-	}
+	d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id && k.timer != handoff.TimerStub })
 	d.returnBudget(r)
 	if r.ticket != nil && !r.prepareSent {
 		// Given and never used (the move ended before its seal): the
 		// target need not keep it (tickets_out.go).
 		d.giveBack(r.target.GetAddress(), [][]byte{r.ticket})
-	}
-	delete(d.sources, id)
-	if r.sessionTimer != nil {
-		r.sessionTimer.Stop()
 	}
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
@@ -537,21 +544,6 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			}
 			p.sealed = true
 		}
-		if len(r.parts) > 1 && r.awaiting > 0 {
-			// One participant in a long turn must not keep the others
-			// sealed: past half the restore timeout the move gives up,
-			// unseals those captured, and undoes the rest as their seals
-			// come.
-			patience := d.cfg.RestoreTimeout / 2
-			d.clock.AfterFunc(patience, func() {
-				d.sys.Root.Send(d.self, &localCall{fn: func() {
-					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
-						r.awaiting = 0
-						d.stepSource(r, handoff.CaptureFailed{Err: fmt.Errorf("%w: a participant of the move did not finish its turn within %v", roamerr.ErrDeadlineExceeded, patience)})
-					}
-				}})
-			})
-		}
 
 	case handoff.SendPrepare:
 		r.prepareSent = true
@@ -580,6 +572,9 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
 
 	case handoff.Unseal:
+		// No capture is awaited any more: a seal still pending is undone
+		// when it takes effect (unsealLate).
+		r.awaiting = 0
 		for _, p := range r.parts {
 			if !p.sealed {
 				p.obj.state = serving
@@ -599,7 +594,12 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 	case handoff.SealSessions:
 		return d.sealSessions(r)
 
+	case handoff.LookUpSessionOwners:
+		d.lookUpSessionOwners(r)
+
 	case handoff.AbortSessions:
+		// No seal reply is awaited once the owners are told to release.
+		r.sessionsAwaiting = 0
 		d.abortSessions(r)
 
 	case handoff.RelayThenCutover:
@@ -665,9 +665,11 @@ func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
 			if _, err := obj.mb.Redirect(d.unavailableSink(obj, "the object moved away and Message Follow has ended")); err != nil {
 				d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
 			}
-			// Answer Unavailable for one more follow period, then let the
-			// incarnation go so stubs do not pile up.
-			d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
+		}
+
+	case handoff.StopIncarnation:
+		for _, p := range r.parts {
+			d.stop(p.obj)
 		}
 
 	case handoff.Reconcile:
@@ -817,6 +819,7 @@ func recordView(v location.Versioned) handoff.RecordView {
 		Present: true, Version: uint64(v.Version),
 		OwnerNodeRid: r.GetOwner().GetNodeRid(), OwnerNodeGeneration: r.GetOwner().GetNodeGeneration(),
 		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
+		State: r.GetState(),
 	}
 }
 

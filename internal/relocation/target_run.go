@@ -36,9 +36,6 @@ type targetRun struct {
 	members  []*targetMember
 	deadline time.Time
 	onDone   []func() // Relocate calls waiting for this arrival to end
-	// relayReadySent: the source may know this incarnation (and forward
-	// to it after a commit it saw).
-	relayReadySent bool
 	// verified is the record VerifySource read, for the first owner CAS
 	// (taken once; later attempts read again).
 	verified atomic.Pointer[location.Versioned]
@@ -319,7 +316,6 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.send(t.sourcePID, &messages.RelocationFailed{Identity: id.ToProto(), Reason: e.Reason, Detail: e.Detail})
 
 	case handoff.SendRelayReady:
-		t.relayReadySent = true
 		ready := &messages.RelayReady{Identity: id.ToProto()}
 		if v := t.verified.Load(); v != nil {
 			ready.RecordVersionHint = uint64(v.Version)
@@ -382,9 +378,20 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.send(t.sourcePID, &messages.BoundaryAck{Identity: id.ToProto()})
 
 	case handoff.RemoveTarget:
-		d.removeStaged(t, t.obj)
+		d.removeStaged(t.obj)
 		for _, m := range t.members {
-			d.removeStaged(t, m.obj)
+			d.removeStaged(m.obj)
+		}
+
+	case handoff.StopIncarnation:
+		for _, obj := range t.incarnations() {
+			d.stop(obj)
+		}
+
+	case handoff.Forget:
+		d.stopTimers(func(k timerKey) bool { return k.isTarget && k.target == id })
+		if d.targets[id] == t {
+			delete(d.targets, id)
 		}
 
 	case handoff.StartTimer:
@@ -402,8 +409,23 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 	return nil
 }
 
-// removeStaged ends one staged incarnation of a removed move.
-func (d *Driver) removeStaged(t *targetRun, obj *object) {
+// incarnations are the run's staged incarnations, the object's first.
+func (t *targetRun) incarnations() []*object {
+	var out []*object
+	if t.obj != nil && t.obj.mb != nil {
+		out = append(out, t.obj)
+	}
+	for _, m := range t.members {
+		if m.obj != nil && m.obj.mb != nil {
+			out = append(out, m.obj)
+		}
+	}
+	return out
+}
+
+// removeStaged ends one staged incarnation of a removed move: it answers
+// Unavailable until the machine stops it (StopIncarnation).
+func (d *Driver) removeStaged(obj *object) {
 	if obj == nil || obj.mb == nil {
 		return
 	}
@@ -418,14 +440,6 @@ func (d *Driver) removeStaged(t *targetRun, obj *object) {
 		removed(msg) // a request fails typed, a send is counted and logged
 	}
 	obj.state = ended
-	if !t.relayReadySent {
-		// No source ever learned of this incarnation, so nothing follows
-		// to it: free its name at once (a refused prepare must not keep
-		// the name the real next move needs).
-		d.stop(obj)
-	} else {
-		d.clock.AfterFunc(d.cfg.Handoff.FollowDuration, func() { d.stop(obj) })
-	}
 }
 
 // restore decodes the verified stream and restores state on the object's
@@ -572,11 +586,8 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
 		return d.casAnswer(t, id, err, handoff.StoreNotCommitted{})
 	}
-	if v.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-		// A Close wrote Closing after the seal; it finds the object moving,
-		// puts the record back to Ready, and the move commits then. Never
-		// commit an owner over a Closing record.
-		return handoff.StoreRetryable{Err: fmt.Errorf("%s is %s", t.key, v.Record.GetState())}
+	if ev := id.JudgeOwnerChange(recordView(v)); ev != nil {
+		return ev
 	}
 	next := proto.Clone(v.Record).(*location.Record)
 	next.Owner = d.owner()
@@ -791,19 +802,6 @@ func (d *Driver) completeTarget(t *targetRun, err error) {
 	for _, f := range waiting {
 		f()
 	}
-	// Keep the run for late relay records and cutovers (fallback path) —
-	// while the batch is unacknowledged, as long as the source may resend
-	// it — then forget it.
-	keep := d.cfg.Handoff.FollowDuration
-	if err == nil && !t.m.Acknowledged() {
-		keep = max(keep, d.cfg.Handoff.AckPatience()+d.cfg.Handoff.CutoverWaitTimeout)
-	}
-	d.clock.AfterFunc(keep, func() {
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			for _, tm := range []handoff.Timer{handoff.TimerCutoverWait, handoff.TimerRestoreDeadline, handoff.TimerStoreRetry} {
-				d.stopTimer(timerKey{target: id, isTarget: true, timer: tm})
-			}
-			delete(d.targets, id)
-		}})
-	})
+	// The machine keeps the run for the source's late resends, then
+	// forgets it (handoff.Forget).
 }

@@ -33,6 +33,17 @@ type Config struct {
 	// credits them back. Default 1: every chunk is credited, so a budget
 	// smaller than a chunk still flows.
 	CreditStep uint64
+	// SealPatience is how long a move of more than one participant waits,
+	// from its seal, for every participant's capture: one participant in
+	// a long turn must not keep the others sealed. Zero means 5 s; the
+	// driver sets half its restore timeout.
+	SealPatience time.Duration
+	// SessionSealWait is how long a move of Session-bound participants
+	// waits for their Session owners to answer the seal request. Past it,
+	// the driver drops the bindings of owners whose node is no live
+	// member; any other silence ends the move unsealed. Zero means 5 s;
+	// the driver sets its capability timeout.
+	SessionSealWait time.Duration
 }
 
 // DefaultConfig returns roam's defaults (PROTOCOL.md §9).
@@ -55,6 +66,22 @@ func (c Config) ackPatience() time.Duration {
 	return 4 * c.FollowDuration
 }
 
+// sealPatience is SealPatience with its default.
+func (c Config) sealPatience() time.Duration {
+	if c.SealPatience > 0 {
+		return c.SealPatience
+	}
+	return 5 * time.Second
+}
+
+// sessionSealWait is SessionSealWait with its default.
+func (c Config) sessionSealWait() time.Duration {
+	if c.SessionSealWait > 0 {
+		return c.SessionSealWait
+	}
+	return 5 * time.Second
+}
+
 // AckPatience is how long a source resends an unacknowledged boundary
 // batch (BoundaryAckPatience with its default).
 func (c Config) AckPatience() time.Duration { return c.ackPatience() }
@@ -64,7 +91,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.ChunkLimit < 1 || c.UnnegotiatedChunkLimit < 1:
 		return fmt.Errorf("%w: chunk limits must be positive", roamerr.ErrInvalidOperation)
-	case c.CutoverWaitTimeout <= 0 || c.FollowDuration <= 0 || c.StoreRetryBackoff <= 0 || c.BoundaryAckPatience < 0:
+	case c.CutoverWaitTimeout <= 0 || c.FollowDuration <= 0 || c.StoreRetryBackoff <= 0 || c.BoundaryAckPatience < 0 || c.SealPatience < 0 || c.SessionSealWait < 0:
 		return fmt.Errorf("%w: relocation timeouts must be positive", roamerr.ErrInvalidOperation)
 	case c.CreditStep == 0:
 		return fmt.Errorf("%w: credit step must be positive", roamerr.ErrInvalidOperation)

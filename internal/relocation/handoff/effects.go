@@ -39,6 +39,20 @@ const (
 	// TimerBoundaryGiveUp: BoundaryAckPatience after the cutover (source):
 	// an unacknowledged boundary batch is dropped loudly.
 	TimerBoundaryGiveUp
+	// TimerSealPatience: SealPatience after the seal of a move of more
+	// than one participant (source): captures still outstanding then fail
+	// the move.
+	TimerSealPatience
+	// TimerForget: how long a finished target run is kept (target): it
+	// takes the source's late resends until then, and a removed
+	// incarnation the source may know of answers Unavailable until then.
+	TimerForget
+	// TimerSessionSeal: SessionSealWait after SealSessions (source): the
+	// Session owners still silent then are looked up.
+	TimerSessionSeal
+	// TimerStub: FollowDuration after EndFollow (source): the incarnation
+	// that moved away has answered Unavailable long enough and stops.
+	TimerStub
 )
 
 func (t Timer) String() string {
@@ -61,6 +75,14 @@ func (t Timer) String() string {
 		return "boundary-resend"
 	case TimerBoundaryGiveUp:
 		return "boundary-give-up"
+	case TimerSealPatience:
+		return "seal-patience"
+	case TimerForget:
+		return "forget"
+	case TimerSessionSeal:
+		return "session-seal"
+	case TimerStub:
+		return "stub"
 	}
 	return "timer?"
 }
@@ -87,6 +109,11 @@ type (
 	// seal its binding (command 42) and report SessionsSealed
 	// (docs/SESSIONS.md §2).
 	SealSessions struct{}
+	// LookUpSessionOwners: the seal wait ran out: drop the binding of
+	// every participant whose Session owner is still silent and whose
+	// node is no live member of the mesh (a node's Sessions end with its
+	// lifecycle), and report SessionOwnersLooked.
+	LookUpSessionOwners struct{}
 	// AbortSessions: the source serves again after a failure before
 	// relay-ready: tell the Session owners whose seal may be installed to
 	// release it and submit what they held to the source route (command
@@ -133,7 +160,8 @@ type (
 	// BoundaryAckPatience: the batch's messages may be lost, which the
 	// driver reports loudly.
 	ReleaseBoundary struct{ Unacknowledged bool }
-	// EndFollow: stop Message Follow (later messages end Unavailable).
+	// EndFollow: stop Message Follow (later messages end Unavailable,
+	// until StopIncarnation).
 	EndFollow struct{}
 	// Reconcile: the outcome of the move is unknown to the source; read the
 	// store once and report ReconcileRead (PROTOCOL.md §6.4).
@@ -216,9 +244,20 @@ type (
 	// the Session owner of every bound participant its new route (command
 	// 43, one-way), so the held client messages come here.
 	UpdateSessionRoutes struct{}
-	// RemoveTarget: remove the prepared object, temporary queue and state.
+	// RemoveTarget: remove the prepared object, temporary queue and state;
+	// its incarnations answer Unavailable until StopIncarnation.
 	RemoveTarget struct{}
+	// Forget: drop the finished run and its timers; nothing the source
+	// still sends for the move is answered any more.
+	Forget struct{}
 )
+
+// StopIncarnation stops the move's incarnations on this side: their
+// actors end, and what still reaches them is a dead letter. On the
+// source, one follow period after EndFollow (stubs do not pile up); on a
+// removed target, at once when no source learned of it (no relay-ready
+// went out), else once nothing follows to it any more (TimerForget).
+type StopIncarnation struct{}
 
 // Shared effects.
 type (
@@ -247,6 +286,7 @@ func (AwaitAdmission) isEffect()      {}
 func (Seal) isEffect()                {}
 func (SealSessions) isEffect()        {}
 func (AbortSessions) isEffect()       {}
+func (LookUpSessionOwners) isEffect() {}
 func (UpdateSessionRoutes) isEffect() {}
 func (SendPrepare) isEffect()         {}
 func (SendChunks) isEffect()          {}
@@ -276,6 +316,8 @@ func (CommitOwner) isEffect()         {}
 func (OpenDispatch) isEffect()        {}
 func (DeliverLate) isEffect()         {}
 func (RemoveTarget) isEffect()        {}
+func (StopIncarnation) isEffect()     {}
+func (Forget) isEffect()              {}
 func (StartTimer) isEffect()          {}
 func (StopTimer) isEffect()           {}
 func (Log) isEffect()                 {}

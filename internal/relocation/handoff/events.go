@@ -15,11 +15,20 @@ type (
 	// Start: Relocate was called. SessionBound: a participant of the unit
 	// is an Actor bound to a client Session, whose Session owner seals the
 	// binding before the source seals (docs/SESSIONS.md §2).
-	Start struct{ SessionBound bool }
+	// Participants is how many objects the unit seals (a SpotWide User
+	// Spot and its members, PROTOCOL.md §5.15); 0 counts as one.
+	Start struct {
+		SessionBound bool
+		Participants int
+	}
 	// SessionsSealed: every Session owner asked answered its seal request
 	// (SealSessions). Err, when set, is the first refusal or the lack of an
 	// answer in time: the move ends before the source seals.
 	SessionsSealed struct{ Err error }
+	// SessionOwnersLooked answers LookUpSessionOwners: Silent is set when
+	// a seal request is still unanswered by a Session owner that may be
+	// alive.
+	SessionOwnersLooked struct{ Silent bool }
 	// CapabilityAnswered: the target's answer to QueryCapability.
 	// ReceiveChunkLimit 0 means the target announced none.
 	CapabilityAnswered struct {
@@ -162,6 +171,7 @@ func (Start) isEvent()                {}
 func (CapabilityAnswered) isEvent()   {}
 func (Admitted) isEvent()             {}
 func (SessionsSealed) isEvent()       {}
+func (SessionOwnersLooked) isEvent()  {}
 func (Captured) isEvent()             {}
 func (CaptureFailed) isEvent()        {}
 func (RelayReadyReceived) isEvent()   {}

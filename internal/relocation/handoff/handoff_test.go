@@ -211,7 +211,7 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 		}
 		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
 		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
-		require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+		require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 		require.False(t, s.Finished(), "the boundary batch is not acknowledged yet")
 		require.Equal(t, []string{"StopTimer", "StopTimer", "ReleaseBoundary"}, kinds(s.Step(BoundaryAcked{})))
 		require.True(t, s.Finished())
@@ -245,7 +245,7 @@ func TestBoundaryBatchIsResentUntilAcknowledged(t *testing.T) {
 	s.Step(ReconcileAnswered{TargetOwns: true})
 	r, _ = find[ResendBoundary](s.Step(ConnectionLost{}))
 	require.EqualValues(t, 2, r.Epoch)
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 	r, ok = find[ResendBoundary](s.Step(TimerFired{Timer: TimerBoundaryResend}))
 	require.True(t, ok, "resends go on after Message Follow ended")
 	require.EqualValues(t, 3, r.Epoch)
@@ -1180,7 +1180,7 @@ func TestReconcileReadsAreJudgedInTheMachine(t *testing.T) {
 	require.True(t, has[AdoptTargetRoute](effects))
 	require.Equal(t, FollowOnly, s.Phase())
 	require.Equal(t, []string{"ReleasePayload"}, kinds(s.Step(TimerFired{Timer: TimerResendWindow})), "confirmed: released after the window")
-	require.Equal(t, []string{"EndFollow"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+	require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
 	require.True(t, s.Finished())
 
 	// An unknown answer completes the move with an error; a later commit
@@ -1235,4 +1235,16 @@ func TestJudgeCommit(t *testing.T) {
 	require.IsType(t, StoreStale{}, testID.JudgeCommit(other, "me", 9, 1))
 	require.IsType(t, StoreStale{}, testID.JudgeCommit(base, "me", 9, 2), "another object generation")
 	require.IsType(t, StoreStale{}, testID.JudgeCommit(RecordView{}, "me", 9, 1))
+}
+
+// The owner CAS waits for a Closing record to be Ready again; a Ready one
+// goes on.
+func TestJudgeOwnerChange(t *testing.T) {
+	v := RecordView{Present: true, Version: 3, State: messages.LifecycleState_LIFECYCLE_STATE_CLOSING}
+	ev := testID.JudgeOwnerChange(v)
+	require.IsType(t, StoreRetryable{}, ev, "never an owner over a Closing record")
+	require.False(t, ev.(StoreRetryable).Unknown, "nothing was written")
+	require.IsType(t, StoreRetryable{}, testID.JudgeOwnerChange(RecordView{Present: true}), "no state is not Ready")
+	v.State = messages.LifecycleState_LIFECYCLE_STATE_READY
+	require.Nil(t, testID.JudgeOwnerChange(v))
 }

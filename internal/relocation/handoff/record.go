@@ -1,6 +1,10 @@
 package handoff
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/roamactors/roam/messages"
+)
 
 // RecordView is what the machines judge of an object's owner record read
 // from the Location Store. Present is false when there is no record.
@@ -12,6 +16,8 @@ type RecordView struct {
 	OwnerGeneration     uint64 // AuthorityOwnerGeneration
 	ObjectGeneration    uint64
 	RelocationID        uint64
+	// State is the record's lifecycle state (a Close writes Closing).
+	State messages.LifecycleState
 }
 
 // atFence reports whether the record still names the move's source at the
@@ -40,6 +46,20 @@ func (id Identity) JudgeCommit(v RecordView, self string, newOwnerGeneration, ob
 	case !id.atFence(v, objectGeneration):
 		return StoreStale{Err: fmt.Errorf("the object is owned by %s at owner generation %d, %s expected %s at %d",
 			v.OwnerNodeRid, v.OwnerGeneration, id, id.Fence.NodeRid, id.Fence.OwnerGeneration)}
+	}
+	return nil
+}
+
+// JudgeOwnerChange is the target's last look at a record JudgeCommit let
+// its owner CAS go on with: StoreRetryable when the record is not Ready.
+// A Close that wrote Closing after the seal finds the object moving and
+// puts the record back to Ready; the move commits then. An owner is never
+// committed over a Closing record: the Close would end an incarnation the
+// record no longer names. The settling fence-out does not ask: it leaves
+// the owner as it is.
+func (id Identity) JudgeOwnerChange(v RecordView) Event {
+	if v.State != messages.LifecycleState_LIFECYCLE_STATE_READY {
+		return StoreRetryable{Err: fmt.Errorf("the object of %s is %s", id, v.State)}
 	}
 	return nil
 }

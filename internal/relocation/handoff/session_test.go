@@ -27,8 +27,8 @@ func boundSource(t *testing.T) *Source {
 // pausedBoundSource drives a bound source to SourcePaused.
 func pausedBoundSource(t *testing.T) *Source {
 	s := boundSource(t)
-	require.Equal(t, []string{"SealSessions"}, kinds(s.Step(Admitted{})))
-	require.Equal(t, []string{"Seal"}, kinds(s.Step(SessionsSealed{})))
+	require.Equal(t, []string{"SealSessions", "StartTimer"}, kinds(s.Step(Admitted{})))
+	require.Equal(t, []string{"StopTimer", "Seal"}, kinds(s.Step(SessionsSealed{})))
 	s.Step(Captured{Stream: envelope.Whole(stream(1000))})
 	require.Equal(t, SourcePaused, s.Phase())
 	return s
@@ -41,11 +41,11 @@ func pausedBoundSource(t *testing.T) *Source {
 func TestSessionSealComesBeforeTheSourceSeal(t *testing.T) {
 	s := boundSource(t)
 	effects := s.Step(Admitted{})
-	require.Equal(t, []string{"SealSessions"}, kinds(effects))
+	require.Equal(t, []string{"SealSessions", "StartTimer"}, kinds(effects))
 	require.Equal(t, SourceRunning, s.Phase())
 	require.Empty(t, s.Step(Admitted{}), "one seal request")
 	require.Empty(t, s.Step(Captured{Stream: envelope.Whole(stream(10))}), "no capture before the Sessions sealed")
-	require.Equal(t, []string{"Seal"}, kinds(s.Step(SessionsSealed{})))
+	require.Equal(t, []string{"StopTimer", "Seal"}, kinds(s.Step(SessionsSealed{})))
 	require.Empty(t, s.Step(SessionsSealed{}), "a second answer changes nothing")
 
 	u := NewSource(testID, DefaultConfig(), deadline)
@@ -62,8 +62,8 @@ func TestSessionSealRefusedEndsTheMoveBeforeTheSeal(t *testing.T) {
 	s := boundSource(t)
 	s.Step(Admitted{})
 	effects := s.Step(SessionsSealed{Err: roamerr.Wrap(roamerr.ErrConflict, "seal", errors.New("sealed by another move"))})
-	require.Equal(t, []string{"AbortSessions", "Complete"}, kinds(effects))
-	require.ErrorIs(t, effects[1].(Complete).Err, roamerr.ErrConflict)
+	require.Equal(t, []string{"StopTimer", "AbortSessions", "Complete"}, kinds(effects))
+	require.ErrorIs(t, effects[2].(Complete).Err, roamerr.ErrConflict)
 	require.Equal(t, SourceRunning, s.Phase())
 	require.False(t, has[Seal](effects))
 	require.Empty(t, s.Step(Captured{Stream: envelope.Whole(stream(10))}))
@@ -152,7 +152,7 @@ func TestSessionRouteUpdateOnlyAfterCommitAndOpen(t *testing.T) {
 	before = append(before, tg.Step(StoreCommitted{})...)
 	require.False(t, has[UpdateSessionRoutes](before), "not before the open")
 	effects := tg.Step(DispatchOpened{})
-	require.Equal(t, []string{"UpdateSessionRoutes", "Complete"}, kinds(effects))
+	require.Equal(t, []string{"UpdateSessionRoutes", "Complete", "StartTimer"}, kinds(effects))
 	require.Empty(t, tg.Step(DispatchOpened{}), "once")
 
 	for name, fail := range map[string]func(*Target) []Effect{

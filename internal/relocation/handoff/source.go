@@ -43,6 +43,10 @@ type Source struct {
 	// Session owner seals the binding before this source seals, and is told
 	// when the source serves again (docs/SESSIONS.md §2). Set by Start.
 	sessionBound bool
+	// several: the unit has more than one participant, whose captures
+	// come one by one; TimerSealPatience bounds the wait for them. Set by
+	// Start.
+	several bool
 	// done: Complete was emitted. Always true in FollowOnly and once the
 	// source serves again after a move; in SourcePaused and RelayReady it
 	// is true when a reconciliation already answered "outcome unknown".
@@ -108,7 +112,10 @@ const (
 	// was confirmed; Message Follow ends at the confirmation.
 	followUnconfirmedExpired
 	followConfirmed
-	followEnded // EndFollow was emitted
+	followEnded // EndFollow was emitted; TimerStub runs
+	// followStopped: StopIncarnation was emitted, one follow period
+	// after EndFollow.
+	followStopped
 )
 
 // payloadStage is the payload copy's life: held from the capture until
@@ -154,10 +161,24 @@ func (s *Source) Phase() Phase { return s.phase }
 // Identity is the move's identity.
 func (s *Source) Identity() Identity { return s.id }
 
-// Finished reports whether nothing is left to do: decided, payload
-// released and Message Follow ended (or never started).
+// Finished reports whether the move is over: decided, payload released
+// and Message Follow ended (or never started). The incarnation that
+// moved away may still answer Unavailable until Forgettable.
 func (s *Source) Finished() bool {
-	return s.done && s.payload == payloadNone && (s.phase != FollowOnly || s.follow == followEnded) && !s.boundary.held()
+	return s.done && s.payload == payloadNone && (s.phase != FollowOnly || s.follow >= followEnded) && !s.boundary.held()
+}
+
+// Forgettable reports whether nothing at all is left: Finished, and no
+// incarnation waits for its StopIncarnation.
+func (s *Source) Forgettable() bool {
+	return s.Finished() && (s.phase != FollowOnly || s.follow == followStopped)
+}
+
+// endFollow ends Message Follow; the incarnation answers Unavailable for
+// one more follow period, then stops.
+func (s *Source) endFollow() []Effect {
+	s.follow = followEnded
+	return []Effect{EndFollow{}, StartTimer{Timer: TimerStub, After: s.cfg.FollowDuration}}
 }
 
 func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
@@ -218,6 +239,7 @@ func (s *Source) stepRunning(ev Event) []Effect {
 		if s.prep == prepIdle {
 			s.prep = prepQuerying
 			s.sessionBound = ev.SessionBound
+			s.several = ev.Participants > 1
 			return []Effect{QueryCapability{}}
 		}
 	case CapabilityAnswered:
@@ -230,11 +252,25 @@ func (s *Source) stepRunning(ev Event) []Effect {
 		}
 	case SessionsSealed:
 		if s.prep == prepSealingSessions {
-			return s.sessionsSealed(ev)
+			return append([]Effect{StopTimer{Timer: TimerSessionSeal}}, s.sessionsSealed(ev)...)
+		}
+	case SessionOwnersLooked:
+		if s.prep == prepSealingSessions {
+			return s.sessionsSealed(s.sessionOwnersLooked(ev))
 		}
 	case CaptureFailed:
 		if s.prep == prepSealing {
 			return s.captureFailed(ev)
+		}
+	case TimerFired:
+		if ev.Timer == TimerSessionSeal && s.prep == prepSealingSessions {
+			return []Effect{LookUpSessionOwners{}}
+		}
+		if ev.Timer == TimerSealPatience && s.prep == prepSealing {
+			// The captures that did come are unsealed; the seals still
+			// pending are undone as they take effect.
+			return s.captureFailed(CaptureFailed{Err: fmt.Errorf("%w: a participant of the move did not finish its turn within %v",
+				roamerr.ErrDeadlineExceeded, s.cfg.sealPatience())})
 		}
 	case Captured:
 		if s.prep == prepSealing {
@@ -269,10 +305,38 @@ func (s *Source) admitted() []Effect {
 		// The Session owner seals first: from then on it holds the
 		// client's messages, so none reaches a sealed source.
 		s.prep = prepSealingSessions
-		return []Effect{SealSessions{}}
+		return []Effect{SealSessions{}, StartTimer{Timer: TimerSessionSeal, After: s.cfg.sessionSealWait()}}
 	}
+	return s.seal()
+}
+
+// seal stops dispatch on every participant; with more than one, their
+// captures are awaited for SealPatience at most.
+func (s *Source) seal() []Effect {
 	s.prep = prepSealing
+	if s.several {
+		return []Effect{Seal{}, StartTimer{Timer: TimerSealPatience, After: s.cfg.sealPatience()}}
+	}
 	return []Effect{Seal{}}
+}
+
+// sealed ends the wait for the captures.
+func (s *Source) sealed(effects []Effect) []Effect {
+	if s.several {
+		return append([]Effect{StopTimer{Timer: TimerSealPatience}}, effects...)
+	}
+	return effects
+}
+
+// sessionOwnersLooked: past the seal wait, a Session owner whose node is
+// gone had its binding dropped (the move goes on unbound); one that may be
+// alive and stays silent ends the move before the source seals.
+func (s *Source) sessionOwnersLooked(ev SessionOwnersLooked) SessionsSealed {
+	if !ev.Silent {
+		return SessionsSealed{}
+	}
+	return SessionsSealed{Err: fmt.Errorf("%w: a Session owner did not answer the seal request within %v",
+		roamerr.ErrDeadlineExceeded, s.cfg.sessionSealWait())}
 }
 
 func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {
@@ -282,8 +346,7 @@ func (s *Source) sessionsSealed(ev SessionsSealed) []Effect {
 		s.prep = prepOver
 		return []Effect{AbortSessions{}, s.complete(ev.Err)}
 	}
-	s.prep = prepSealing
-	return []Effect{Seal{}}
+	return s.seal()
 }
 
 func (s *Source) captureFailed(ev CaptureFailed) []Effect {
@@ -302,7 +365,7 @@ func (s *Source) captureFailed(ev CaptureFailed) []Effect {
 		// serves on, nothing captured (RelocateIfIdle).
 		err = roamerr.Keep(roamerr.ErrUnavailable, "capture", ev.Err)
 	}
-	return s.withSessionAbort([]Effect{Unseal{}, s.complete(err)})
+	return s.sealed(s.withSessionAbort([]Effect{Unseal{}, s.complete(err)}))
 }
 
 func (s *Source) captured(ev Captured) []Effect {
@@ -311,16 +374,16 @@ func (s *Source) captured(ev Captured) []Effect {
 	if err != nil {
 		s.moveTo(SourcePaused)
 		s.moveTo(SourceRunning)
-		return s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))})
+		return s.sealed(s.withSessionAbort([]Effect{Unseal{}, s.complete(fmt.Errorf("%w: payload: %w", roamerr.ErrInvalidOperation, err))}))
 	}
 	s.moveTo(SourcePaused)
 	s.paused = pausedAwaitingReply
 	s.manifest, s.chunks, s.payload = m, chunks, payloadHeld
-	return []Effect{
+	return s.sealed([]Effect{
 		SendPrepare{Manifest: m, ChunkLimit: s.chunkLimit},
 		SendChunks{Chunks: chunks},
 		StartTimer{Timer: TimerRestoreDeadline, At: s.deadline},
-	}
+	})
 }
 
 // stepPaused: sealed, the payload on its way. The target's reply decides
@@ -514,6 +577,12 @@ func (s *Source) stepFollowing(ev Event) []Effect {
 			return s.followTimer(ev.Timer)
 		case TimerBoundaryResend, TimerBoundaryGiveUp:
 			return s.boundaryTimer(ev.Timer)
+		case TimerStub:
+			if s.follow == followEnded {
+				s.follow = followStopped
+				return []Effect{StopIncarnation{}}
+			}
+			return ignore(ev)
 		}
 	}
 	if s.unconfirmed() {
@@ -543,8 +612,7 @@ func (s *Source) followTimer(tm Timer) []Effect {
 		case followUnconfirmed:
 			s.follow = followUnconfirmedExpired // the move may still come back here
 		case followConfirmed:
-			s.follow = followEnded
-			return []Effect{EndFollow{}}
+			return s.endFollow()
 		}
 	}
 	return nil
@@ -662,8 +730,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			effects = append(effects, s.releaseBoundary(true)...)
 		}
 		if followDue {
-			s.follow = followEnded
-			effects = append(effects, EndFollow{})
+			effects = append(effects, s.endFollow()...)
 		}
 		return effects
 	case ev.FencedOut:

@@ -62,6 +62,10 @@ type Target struct {
 	// Restore request says so); its Session owner learns the new route
 	// once this target opened, never before its commit.
 	sessionBound bool
+	// announced: relay-ready went out, so the source may follow messages
+	// to this incarnation; removed, it answers Unavailable until
+	// TimerForget.
+	announced bool
 }
 
 // restoreStage is TargetRestoring's sub-phase.
@@ -121,6 +125,7 @@ func NewTarget(id Identity, cfg Config, p PrepareReceived) (*Target, []Effect) {
 		return t, []Effect{
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_LENGTH_MISMATCH, Detail: err.Error()},
 			Complete{Err: fmt.Errorf("%w: manifest: %w", roamerr.ErrInvalidOperation, err)},
+			t.keep(),
 		}
 	}
 	t.asm = asm
@@ -155,8 +160,35 @@ func (t *Target) moveTo(p Phase) { t.phase = mustMove(t.phase, p) }
 func (t *Target) remove(err error, before ...Effect) []Effect {
 	t.moveTo(TargetRemoved)
 	t.relay = nil
-	return append(before, StopTimer{Timer: TimerCutoverWait}, StopTimer{Timer: TimerStoreRetry},
-		StopTimer{Timer: TimerRestoreDeadline}, RemoveTarget{}, Complete{Err: err})
+	effects := append(before, StopTimer{Timer: TimerCutoverWait}, StopTimer{Timer: TimerStoreRetry},
+		StopTimer{Timer: TimerRestoreDeadline}, RemoveTarget{})
+	if !t.announced {
+		// No source learned of the incarnation, so nothing follows to
+		// it: its name is free at once for the next move.
+		effects = append(effects, StopIncarnation{})
+	}
+	return append(effects, Complete{Err: err}, t.keep())
+}
+
+// keep starts the finished run's last stretch: FollowDuration, the time
+// Message Follow may still send to a removed incarnation; after a commit
+// whose boundary batch is not acknowledged yet, as long as the source
+// resends it (BoundaryAckPatience, then one resend window), so that a
+// resend still finds the run.
+func (t *Target) keep() Effect {
+	keep := t.cfg.FollowDuration
+	if t.phase == TargetOpen && !t.Acknowledged() {
+		keep = max(keep, t.cfg.ackPatience()+t.cfg.CutoverWaitTimeout)
+	}
+	return StartTimer{Timer: TimerForget, After: keep}
+}
+
+// forget ends the run's last stretch.
+func (t *Target) forget() []Effect {
+	if t.phase == TargetRemoved && t.announced {
+		return []Effect{StopIncarnation{}, Forget{}}
+	}
+	return []Effect{Forget{}}
 }
 
 func (t *Target) commit() []Effect {
@@ -184,6 +216,7 @@ func (t *Target) relayReady() []Effect {
 		return nil
 	}
 	t.moveTo(RelayReady)
+	t.announced = true
 	return []Effect{SendRelayReady{}, StartTimer{Timer: TimerCutoverWait, After: t.cfg.CutoverWaitTimeout}}
 }
 
@@ -203,6 +236,10 @@ func (t *Target) Step(ev Event) []Effect {
 		return t.stepCommitted(ev)
 	case TargetOpen:
 		return t.stepOpen(ev)
+	case TargetRemoved:
+		if ev == (TimerFired{Timer: TimerForget}) {
+			return t.forget()
+		}
 	}
 	return ignore(ev)
 }
@@ -514,9 +551,9 @@ func (t *Target) stepCommitted(ev Event) []Effect {
 		// One-way, after the commit and the open: the Session owner
 		// submits what it held to this target, then releases the seal
 		// (docs/SESSIONS.md §2, command 43).
-		return []Effect{UpdateSessionRoutes{}, Complete{}}
+		return []Effect{UpdateSessionRoutes{}, Complete{}, t.keep()}
 	}
-	return []Effect{Complete{}}
+	return []Effect{Complete{}, t.keep()}
 }
 
 // stepOpen: the move is done; the source may still resend the boundary
@@ -527,6 +564,10 @@ func (t *Target) stepOpen(ev Event) []Effect {
 		return t.lateRecord(ev)
 	case CutoverReceivedEvent:
 		return t.lateCutover(ev)
+	case TimerFired:
+		if ev.Timer == TimerForget {
+			return t.forget()
+		}
 	}
 	return ignore(ev)
 }

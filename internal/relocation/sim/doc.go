@@ -42,10 +42,11 @@
 //   - Bound Sessions (Config.Sessions, session.go): each client is also
 //     its Session's owner (the gateway), running the pure session.Owner;
 //     every object is bound to one client's Session. A bound move asks
-//     for the seal (command 42, given up after CapabilityTimeout), the
-//     source releases it once it serves again (44), the target sends the
-//     route update after it opened (43); held messages, hold limits and
-//     the seal timeout are the Session owner's own. Replay a schedule of
+//     for the seal (command 42, given up after the machine's
+//     SessionSealWait), the source releases it once it serves again (44),
+//     the target sends the route update after it opened (43); held
+//     messages, hold limits and the seal timeout are the Session owner's
+//     own. Replay a schedule of
 //     TestRandomSchedulesWithSessions with make sim SEED=<n> SESSIONS=1.
 //   - Network: each direction of each pair is a FIFO stream with random
 //     delays (streams reorder against each other); cuts in one or both

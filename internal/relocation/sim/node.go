@@ -484,17 +484,12 @@ func (w *World) unavailableSink(inc *Inc, why string) func(*Msg) {
 	return func(m *Msg) { w.failLoud(m, inc, why) }
 }
 
-// stopLater stops inc's actor after d: later messages are dead letters.
-func (w *World) stopLater(inc *Inc, d time.Duration) {
-	life := inc.node.life
-	w.after(d, "actor-stop", func() {
-		if inc.node.life == life {
-			inc.stopped = true
-			if inc.node.incs[inc.key] == inc {
-				delete(inc.node.incs, inc.key)
-			}
-		}
-	})
+// stopInc stops inc's actor now (Driver.stop).
+func (w *World) stopInc(inc *Inc) {
+	inc.stopped = true
+	if inc.node.incs[inc.key] == inc {
+		delete(inc.node.incs, inc.key)
+	}
 }
 
 func idString(id handoff.Identity) string {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // Bound Sessions (Config.Sessions; docs/SESSIONS.md): each client is also
@@ -20,7 +19,7 @@ import (
 // delivered in order on the update or the abort, refused loudly past the
 // hold limits, or refused when the seal timer closes the Session. The
 // driver's side follows internal/relocation/sessions.go: a seal request
-// unanswered for CapabilityTimeout ends the move unsealed.
+// unanswered for the machine's SessionSealWait ends the move unsealed.
 
 // gateway is one client's Session owner.
 type gateway struct {
@@ -151,20 +150,20 @@ func (c *Client) receiveSession(p *packet) {
 }
 
 // sealSessions is the source's SealSessions (Driver.sealSessions): ask
-// the Session owner, and give up after CapabilityTimeout.
+// the Session owner; the machine bounds the wait (TimerSessionSeal).
 func (w *World) sealSessions(r *SourceRun) {
 	n, inc := r.node, r.inc
 	gw := w.boundTo(inc.key.obj)
 	id := r.m.Identity()
-	wait := &sealWait{id: id}
-	r.sealWait = wait
+	r.sealWait = &sealWait{id: id}
 	n.send(w.cfg.Nodes+gw, &packet{kind: pSessionSeal, id: id, obj: inc.key.obj, route: w.routeOf(n, inc.key.ownerGen)})
-	w.after(w.cfg.CapabilityTimeout, "session-seal-timeout", func() {
-		if r.sealWait == wait {
-			r.sealWait = nil
-			w.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("%w: the Session owner did not answer the seal request", roamerr.ErrUnavailable)})
-		}
-	})
+}
+
+// lookUpSessionOwners is Driver.lookUpSessionOwners: a client's Session
+// owner never leaves the mesh here, so a seal request still unanswered
+// stays silent.
+func (w *World) lookUpSessionOwners(r *SourceRun) handoff.Event {
+	return handoff.SessionOwnersLooked{Silent: r.sealWait != nil}
 }
 
 // onSealReply is command 42's answer at the source (onSessionSealReply:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/messages"
 )
 
 // Move is one relocation the sim started, with both sides' runs.
@@ -54,6 +55,7 @@ type SourceRun struct {
 
 	dead      bool // its node went down
 	ended     bool // endSource ran
+	forgotten bool // the machine is Forgettable: the run is dropped
 	releases  int
 	completes int
 }
@@ -131,7 +133,7 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 // stepSource feeds ev and runs the effects; events the effects produce at
 // once are fed after the current effects, in order (Driver.stepSource).
 func (w *World) stepSource(r *SourceRun, ev handoff.Event) {
-	if r.dead || r.ended {
+	if r.dead || r.forgotten {
 		return
 	}
 	queue := []handoff.Event{ev}
@@ -154,14 +156,24 @@ func (w *World) stepSource(r *SourceRun, ev handoff.Event) {
 	if r.m.Finished() {
 		w.endSource(r)
 	}
+	if r.m.Forgettable() {
+		r.forgotten = true
+		clear(r.timers)
+	}
 }
 
+// endSource is Driver.endSource: the move is over; only TimerStub may
+// still run.
 func (w *World) endSource(r *SourceRun) {
 	if r.ended {
 		return
 	}
 	r.ended = true
-	clear(r.timers)
+	for tm := range r.timers {
+		if tm != handoff.TimerStub {
+			delete(r.timers, tm)
+		}
+	}
 	n := r.node
 	for i, s := range n.sources {
 		if s == r {
@@ -184,7 +196,7 @@ func (w *World) startSourceTimer(r *SourceRun, st handoff.StartTimer) {
 	tok := w.tok
 	r.timers[st.Timer] = tok
 	w.at(at, "timer", func() {
-		if r.dead || r.ended || r.timers[st.Timer] != tok {
+		if r.dead || r.forgotten || r.timers[st.Timer] != tok {
 			return
 		}
 		delete(r.timers, st.Timer)
@@ -237,7 +249,11 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		}
 		w.sealSessions(r)
 
+	case handoff.LookUpSessionOwners:
+		return w.lookUpSessionOwners(r)
+
 	case handoff.AbortSessions:
+		r.sealWait = nil // no seal reply is awaited once the owner is told to release
 		w.abortSessions(r)
 
 	case handoff.Seal:
@@ -340,7 +356,9 @@ func (w *World) sourceEffect(r *SourceRun, e handoff.Effect) handoff.Event {
 		if err := w.redirect(inc, w.unavailableSink(inc, "the object moved away and Message Follow has ended")); err != nil {
 			w.tracef("%s DRIVER ERROR end_follow_failed: %v", n.name, err)
 		}
-		w.stopLater(inc, w.cfg.Handoff.FollowDuration)
+
+	case handoff.StopIncarnation:
+		w.stopInc(inc)
 
 	case handoff.Reconcile:
 		w.reconcileRead(r)
@@ -562,5 +580,6 @@ func (w *World) fenceOut(r *SourceRun, id handoff.Identity, version uint64) {
 // recordView is what the machines judge of a record.
 func recordView(rec Record) handoff.RecordView {
 	return handoff.RecordView{Present: true, Version: rec.Version, OwnerNodeRid: rec.OwnerNode, OwnerNodeGeneration: rec.OwnerNodeGen,
-		OwnerGeneration: rec.OwnerGen, ObjectGeneration: rec.ObjectGen, RelocationID: rec.RelocID}
+		OwnerGeneration: rec.OwnerGen, ObjectGeneration: rec.ObjectGen, RelocationID: rec.RelocID,
+		State: messages.LifecycleState_LIFECYCLE_STATE_READY} // the sim models no Close
 }

@@ -277,7 +277,20 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 				removed(m)
 			}
 			inc.state = sEnded
-			w.stopLater(inc, w.cfg.Handoff.FollowDuration)
+		}
+
+	case handoff.StopIncarnation:
+		if inc := t.inc; inc != nil {
+			w.stopInc(inc)
+		}
+
+	case handoff.Forget:
+		clear(t.timers)
+		for i, x := range n.targets {
+			if x == t {
+				n.targets = append(n.targets[:i:i], n.targets[i+1:]...)
+				break
+			}
 		}
 
 	case handoff.StartTimer:
@@ -297,23 +310,6 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 		if e.Err == nil {
 			t.mv.committed = true
 		}
-		life := n.life
-		keep := w.cfg.Handoff.FollowDuration
-		if e.Err == nil && !t.m.Acknowledged() {
-			keep = max(keep, w.cfg.Handoff.AckPatience()+w.cfg.Handoff.CutoverWaitTimeout)
-		}
-		w.after(keep, "forget-target", func() {
-			if n.life != life {
-				return
-			}
-			clear(t.timers)
-			for i, x := range n.targets {
-				if x == t {
-					n.targets = append(n.targets[:i:i], n.targets[i+1:]...)
-					break
-				}
-			}
-		})
 
 	default:
 		panic(fmt.Sprintf("sim: the driver model does not run target effect %T; add it to targetEffect (target.go)", e))
@@ -353,6 +349,10 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 			w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: fence, why: fmt.Sprintf("settle fence-out #%d", id.RelocationID)}, ctx, func(res storeRes) {
 				done(casAnswer(t, id, res, handoff.StoreNotCommitted{}))
 			})
+			return
+		}
+		if ev := id.JudgeOwnerChange(recordView(res.rec)); ev != nil {
+			done(ev)
 			return
 		}
 		next := res.rec

@@ -128,6 +128,13 @@ type Hooks struct {
 
 // NewWorld builds a world from cfg and seed; faults may be nil (no faults).
 func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
+	// The driver's derived hand-off settings (relocation.Config).
+	if cfg.Handoff.SealPatience == 0 {
+		cfg.Handoff.SealPatience = cfg.RestoreTimeout / 2
+	}
+	if cfg.Handoff.SessionSealWait == 0 {
+		cfg.Handoff.SessionSealWait = cfg.CapabilityTimeout
+	}
 	w := &World{Harness: simkit.NewHarness(seed, randStream), cfg: cfg, seed: seed, faults: faults}
 	if w.faults == nil {
 		w.faults = &Faults{}
