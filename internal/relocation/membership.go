@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -210,13 +211,23 @@ func (d *Driver) runDeletion(del *deletion, key location.AuthorityKey, obj *obje
 	if r.err == nil {
 		r = d.deleteRecord(key, v)
 	}
-	finish := func() {
-		delete(d.deletions, key)
-		del.result = r
-		close(del.done)
+	// The result is delivered once: on the driver's goroutine, or here
+	// when the node stopped. call returns its error on a stopped node even
+	// while the driver still runs fn, so both may try (a second close of
+	// done panicked); only the driver's goroutine touches the map.
+	var once sync.Once
+	deliver := func() {
+		once.Do(func() {
+			del.result = r
+			close(del.done)
+		})
 	}
-	if _, err := call(context.Background(), d, func() (struct{}, error) { finish(); return struct{}{}, nil }); err != nil {
-		finish() // the driver has stopped: nothing else touches the map
+	if _, err := call(context.Background(), d, func() (struct{}, error) {
+		delete(d.deletions, key)
+		deliver()
+		return struct{}{}, nil
+	}); err != nil {
+		deliver() // the driver has stopped; its entry goes with it
 	}
 }
 
