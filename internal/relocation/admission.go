@@ -247,7 +247,7 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.CapabilityTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.CapabilityTimeout)
 		defer cancel()
 		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
 		d.sys.Root.Send(d.self, &localCall{fn: func() {
@@ -269,7 +269,7 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 // live member, and the record must name it at the move's fence. Store
 // errors are retried until the restore deadline.
 func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
-	ctx, cancel := context.WithDeadline(context.Background(), t.deadline)
+	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, t.deadline)
 	defer cancel()
 	src := t.prepare.GetSource()
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {

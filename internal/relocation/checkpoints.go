@@ -301,7 +301,7 @@ func (d *Driver) forgetCheckpoint(key location.AuthorityKey, gen, owner uint64, 
 	}
 	var err error
 	for try := 0; try < 3; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, 5*time.Second)
 		err = d.cps.w.Forget(ctx, key, gen, owner, stableType)
 		cancel()
 		if err == nil {

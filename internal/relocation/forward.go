@@ -140,7 +140,7 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 		if limit := d.clock.Now().Add(maxForwardedMove); m.GetDeadlineUnixMillis() <= 0 || deadline.After(limit) {
 			deadline = limit
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		ctx, cancel := machine.WithDeadline(context.Background(), d.clock, deadline)
 		defer cancel()
 		reply := &messages.RelocateReply{}
 		if err := d.node.VerifyPeer(ctx, req.GetNodeRid(), req.GetNodeGeneration(), to.Address); err != nil {

@@ -245,7 +245,7 @@ type deleteResult struct {
 func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleteResult {
 	indeterminate := false // a try that may have landed
 	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		err := d.tryDelete(ctx, key, v)
 		if errors.Is(err, location.ErrConflict) {
 			// The Spot's count moved (another member joined or left), or

@@ -689,7 +689,7 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, cause error) ([]location.StoreVersion, error) {
 	// Until a read answers: a record that landed must be served.
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		v, err := d.store.Read(ctx, key)
 		cancel()
 		switch {
@@ -724,7 +724,7 @@ func (d *Driver) removeLateSpawn(key location.AuthorityKey, rec *location.Record
 		if !d.pauseUnlessStopped(pause) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		v, err := d.store.Read(ctx, key)
 		cancel()
 		switch {

@@ -224,7 +224,7 @@ func (d *Driver) drainHop(hop *actor.PID) {
 // resolveWithin resolves key's current owner, retrying while the store or
 // the owner's node is unavailable, for at most window.
 func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) (*actor.PID, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), window)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock, window)
 	defer cancel()
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		pid, err := d.Resolve(ctx, key)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
@@ -112,7 +113,7 @@ func (d *Driver) lookUpSessionOwners(r *sourceRun) {
 	}
 	wait := d.cfg.Handoff.SessionSealWait
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, wait)
 		for address := range gone {
 			_, err := d.node.PeerAt(ctx, address)
 			gone[address] = errors.Is(err, meshnode.ErrNotMember)

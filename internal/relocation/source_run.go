@@ -264,7 +264,7 @@ func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time)
 	// The fence-out of a target that never commits is written only after
 	// its restore deadline plus a cutover wait (and one more read); keep
 	// watching well past that so the caller learns which way it went.
-	wctx, cancel := context.WithDeadline(ctx, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout))
+	wctx, cancel := machine.WithDeadline(ctx, d.clock, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout))
 	defer cancel()
 	var after location.StoreVersion
 	for {
@@ -741,7 +741,7 @@ func (d *Driver) startFollow(p *sourcePart, held *parkedSink, failEvent string) 
 
 // reconcileRead reads the record once.
 func (d *Driver) reconcileRead(r *sourceRun, id handoff.Identity) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.Handoff.CutoverWaitTimeout)
 	defer cancel()
 	v, err := d.store.Read(ctx, r.obj.key)
 	d.answerRead(r, id, v, err)
@@ -754,7 +754,7 @@ func (d *Driver) confirmWatch(r *sourceRun, id handoff.Identity, after uint64, u
 		d.reconcileRead(r, id)
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), until)
+	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, until)
 	defer cancel()
 	go func() {
 		select {
@@ -800,7 +800,7 @@ func (d *Driver) fenceOut(r *sourceRun, id handoff.Identity, read location.Versi
 	if !read.Present() || uint64(read.Version) != version {
 		err = fmt.Errorf("%w: no record read at version %d", location.ErrConflict, version)
 	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Handoff.CutoverWaitTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.Handoff.CutoverWaitTimeout)
 		defer cancel()
 		next := proto.Clone(read.Record).(*location.Record)
 		next.RelocationId = id.RelocationID

@@ -243,7 +243,7 @@ func (d *Driver) finishTakeOver(staged *Staged, next *location.Record, fromCheck
 // overtaken).
 func (d *Driver) claimUntil(key location.AuthorityKey, stableType string, generation, owner uint64) ([]byte, bool, error) {
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		state, restore, err := d.ClaimCheckpoint(ctx, key, stableType, generation, owner)
 		cancel()
 		if err == nil || errors.Is(err, roamerr.ErrStale) {
@@ -374,7 +374,7 @@ func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) err
 		}
 		// Read first: the write may have landed, and a write sent again
 		// over it would find the slots taken by it.
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RestoreTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		landed, again, rerr := d.takeOverLanded(ctx, v, next, location.ErrIndeterminate)
 		var err error
 		switch {
@@ -402,7 +402,7 @@ func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) err
 // within ctx.
 func (d *Driver) settleRead(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
 	for try := 1; ; try++ {
-		rctx, cancel := context.WithTimeout(ctx, d.cfg.RestoreTimeout)
+		rctx, cancel := machine.WithTimeout(ctx, d.clock, d.cfg.RestoreTimeout)
 		v, err := d.store.Read(rctx, key)
 		cancel()
 		if err == nil || errors.Is(err, location.ErrNotFound) || ctx.Err() != nil {

@@ -557,7 +557,7 @@ func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool)
 	if settleOnly {
 		deadline = d.clock.Now().Add(d.cfg.RestoreTimeout)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, deadline)
 	defer cancel()
 	var v location.Versioned
 	if read := t.verified.Swap(nil); read != nil && !settleOnly {
@@ -749,7 +749,7 @@ func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d.node.LeaseTTL())
+		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.node.LeaseTTL())
 		defer cancel()
 		if err := d.slots.Free(ctx, slots...); err != nil && !errors.Is(err, location.ErrLeaseEnded) {
 			d.log.Warn().Str("event", "capacity_slot_free_failed").Str("object_id", t.key.ID).Err(err).
