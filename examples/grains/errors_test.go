@@ -172,6 +172,7 @@ func TestAGrainReplyOverTheSizeLimitIsCapacityExceeded(t *testing.T) {
 // drains), so the cold activation is Unavailable. Before, Proto.Actor
 // retried the lookup and gave "have reached max retries: 3".
 func TestAGrainCallRoamCannotServeIsTyped(t *testing.T) {
+	t.Parallel() // as TestGrainsMoveWithStateWhileAPlainKindAnswers
 	nodes := startNodes(t, 1)
 	a := nodes[0]
 	_, err := a.Roam.Drain(t.Context(), roam.DrainOptions{})

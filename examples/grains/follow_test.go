@@ -19,9 +19,10 @@ import (
 // cached) reaches it after the move, to a third node or to the caller's
 // own: its next call follows the grain.
 func TestGrainCallAfterAMoveFromANodeThatCalledBefore(t *testing.T) {
-	t.Run("to a third node", func(t *testing.T) { callAfterMove(t, false, false) })
-	t.Run("to the caller's node", func(t *testing.T) { callAfterMove(t, true, false) })
-	t.Run("from the caller's node", func(t *testing.T) { callAfterMove(t, false, true) })
+	t.Parallel() // as TestGrainsMoveWithStateWhileAPlainKindAnswers, and so are its cases
+	t.Run("to a third node", func(t *testing.T) { t.Parallel(); callAfterMove(t, false, false) })
+	t.Run("to the caller's node", func(t *testing.T) { t.Parallel(); callAfterMove(t, true, false) })
+	t.Run("from the caller's node", func(t *testing.T) { t.Parallel(); callAfterMove(t, false, true) })
 }
 
 func callAfterMove(t *testing.T, toCaller, fromCaller bool) {

@@ -24,6 +24,12 @@ import (
 // through their usual clients, while the plain Proto.Actor kind (greeter)
 // keeps answering through Proto.Actor's own lookup.
 func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
+	// Parallel: a cluster of its own, and most of the time in Proto.Actor's
+	// fixed sleeps (StartMember 1 s after joining, a graceful Shutdown
+	// 2 s), not on the CPU. Parallel tests run after the serial ones, so
+	// never beside the 63 MiB messages of errors_test.go, which could
+	// starve the renewals of this cluster's default 10 s leases.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	store := memstore.New()
@@ -100,6 +106,7 @@ func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
 // remote roam did not configure is refused at Start: it would lack roam's
 // frame checks and limits.
 func TestAttachRefusals(t *testing.T) {
+	t.Parallel() // as TestGrainsMoveWithStateWhileAPlainKindAnswers
 	ctx := context.Background()
 	n, err := grains.StartNode(ctx, test.NewTestProvider(test.NewInMemAgent()), memstore.New())
 	require.NoError(t, err)
