@@ -458,7 +458,8 @@ func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op s
 		m.refused("Spot command", "", "no sender")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	// On the node's clock: confirm gives the source what is left of it.
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 	defer cancel()
 	err := m.d.Node().VerifyPeer(ctx, rid, generation, to.Address)
 	if err == nil {
