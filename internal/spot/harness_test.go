@@ -176,10 +176,10 @@ func (w *world) advance(t testing.TB, d time.Duration) {
 // eventually waits until cond holds. In logical time it looks at cond
 // after each logicalStep of the clock, for at most logicalPatience of it
 // (and the test's real patience); on real time it polls (eventually).
-func (w *world) eventually(t *testing.T, what string, cond func() bool) {
+func (w *world) eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	if w.clock == nil {
-		eventually(t, what, cond)
+		testwait.For(t, cond, what)
 		return
 	}
 	start := w.clock.Now()
@@ -195,7 +195,7 @@ func (w *world) eventually(t *testing.T, what string, cond func() bool) {
 // past is testwait.Past in the world's time: it retries do while its
 // error matches transient and returns its first other answer, advancing a
 // logical clock a step between attempts.
-func past[T any](t *testing.T, w *world, transient error, do func() (T, error)) (T, error) {
+func past[T any](t testing.TB, w *world, transient error, do func() (T, error)) (T, error) {
 	t.Helper()
 	if w.clock == nil {
 		return testwait.Past(t, transient, do)
@@ -213,7 +213,7 @@ func past[T any](t *testing.T, w *world, transient error, do func() (T, error)) 
 // time passes (a node's lease ends, a deadline on its clock): it runs do
 // on its own goroutine and, in logical time, advances the clock until do
 // has returned.
-func await[T any](t *testing.T, w *world, what string, do func() T) T {
+func await[T any](t testing.TB, w *world, what string, do func() T) T {
 	t.Helper()
 	done := make(chan T, 1)
 	go func() { done <- do() }()
@@ -280,7 +280,15 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 		w.fences = append(w.fences, fmt.Sprintf("%s %s at %s", rid, s, w.now().Format("15:04:05.000")))
 		w.mu.Unlock()
 	})
-	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	w.t.Cleanup(func() {
+		if w.clock == nil {
+			_ = e.Stop(context.Background())
+			return
+		}
+		// A stopping node waits on its clock (for Message Follow to fall
+		// quiet after its drain): time passes while it stops.
+		await(w.t, w, "the node stopped", func() error { return e.Stop(context.Background()) })
+	})
 	w.mu.Lock()
 	w.nodes = append(w.nodes, e)
 	w.nodeStores = append(w.nodeStores, cfg.Node.Store)
