@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
-	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
@@ -293,8 +293,10 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 // Reference: docs/FAULTS.md, "Lease fencing" (other nodes take over a TTL
 // after the last heartbeat).
 func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
+	// The nodes in logical time; the store's leases on a clock of its
+	// own, which never moves.
 	store := memstore.New(memstore.WithClock(memstore.NewManualClock()))
-	w := newWorld(t, store)
+	w := newLogicalWorldOn(t, machine.NewManualAt(time.Now()), store)
 	vault := w.cartKind("vault")
 	vault.ReactivateEmpty = false
 	vault.CheckpointEvery = 1
@@ -307,11 +309,11 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 		require.NoError(t, err)
 	}
 	rescuer := w.start(withKinds(vault))
-	eventually(t, "both captures checkpointed", func() bool { return storedCount(t, store, "safe") == 2 })
+	w.eventually(t, "both captures checkpointed", func() bool { return storedCount(t, store, "safe") == 2 })
 	require.Equal(t, cut.NodeRid(), ownerRid(t, store, "safe"))
 
-	f.Partition(true)
-	eventually(t, "the cut-off node's lease revoked and its Spot recovered on the live node", func() bool {
+	w.partition(f, true)
+	w.eventually(t, "the cut-off node's lease revoked and its Spot recovered on the live node", func() bool {
 		return ownerRid(t, store, "safe") == rescuer.NodeRid()
 	})
 	_, err = store.ReadNode(ctx, location.NodeKey{Mesh: cut.Node().Descriptor().GetMesh(), NodeRid: cut.NodeRid()})
@@ -320,8 +322,8 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 	// first try there, where it is not run (the node is fenced, and fails
 	// what it holds once it learns its lease ended): Unavailable, retried.
 	var n int64
-	eventually(t, "the call served by the recovered Spot", func() bool {
-		n, err = request(t, live, "safe", "3", "vault")
+	w.eventually(t, "the call served by the recovered Spot", func() bool {
+		n, err = await(t, w, "a call", func() result[int64] { return resultOf(request(t, live, "safe", "3", "vault")) }).get()
 		if err != nil {
 			require.ErrorIs(t, err, roamerr.ErrUnavailable)
 			return false
@@ -329,12 +331,8 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 		return true
 	})
 	require.EqualValues(t, 3, n, "from its checkpoint")
-	f.Partition(false)
-	select {
-	case <-cut.Node().LeaseLost():
-	case <-time.After(testwait.Patience(t)):
-		t.Fatal("the cut-off node never learned its lease was revoked")
-	}
+	w.partition(f, false)
+	w.eventually(t, "the cut-off node learns its lease was revoked", received(cut.Node().LeaseLost()))
 	require.Equal(t, []string{"1", "2", "3"}, w.handledOf("safe"), "nothing handled twice, nothing by the cut-off node after the cut")
 }
 

@@ -81,9 +81,37 @@ func onBothStoresInLogicalTime(t *testing.T, body func(t *testing.T, w *world)) 
 // comparable with the nodes'.
 func newLogicalWorld(t testing.TB) *world {
 	clock := machine.NewManualAt(time.Now())
-	w := newWorld(t, memstore.New(memstore.WithClock(clock)))
+	return newLogicalWorldOn(t, clock, memstore.New(memstore.WithClock(clock)))
+}
+
+// newLogicalWorldOn is a world whose nodes run on clock, on store (whose
+// leases may be measured on a clock of their own).
+func newLogicalWorldOn(t testing.TB, clock *machine.Manual, store location.Store) *world {
+	w := newWorld(t, store)
 	w.clock = clock
 	return w
+}
+
+// result is a call's two answers, to come back from await as one.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func resultOf[T any](v T, err error) result[T] { return result[T]{v, err} }
+
+func (r result[T]) get() (T, error) { return r.v, r.err }
+
+// received says whether ch has delivered or is closed, without waiting.
+func received[T any](ch <-chan T) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 func testLogger() *zerolog.Logger { return testlog.Logger() }
@@ -209,25 +237,44 @@ func past[T any](t testing.TB, w *world, transient error, do func() (T, error)) 
 	return v, err
 }
 
-// await waits for the result of a call that ends only once the world's
-// time passes (a node's lease ends, a deadline on its clock): it runs do
-// on its own goroutine and, in logical time, advances the clock until do
-// has returned.
+// await waits for the result of an operation that ends once its work is
+// done or the world's time passes (a node's lease ends, a deadline on its
+// clock, a wait for Message Follow to fall quiet): it runs do on its own
+// goroutine and, in logical time, moves the clock a step whenever do has
+// not returned within awaitGrace of real time. The grace lets the work do
+// started run before the clock moves again: moved at once, the clock
+// would run past do's timers while its messages and store writes are
+// still on their way, which no real clock does.
 func await[T any](t testing.TB, w *world, what string, do func() T) T {
 	t.Helper()
 	done := make(chan T, 1)
 	go func() { done <- do() }()
-	var v T
-	w.eventually(t, what, func() bool {
+	if w.clock == nil {
 		select {
-		case v = <-done:
-			return true
-		default:
-			return false
+		case v := <-done:
+			return v
+		case <-time.After(testwait.Patience(t)):
+			t.Fatalf("timed out waiting for %s", what)
 		}
-	})
-	return v
+	}
+	start := w.clock.Now()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(awaitGrace):
+		}
+		if passed := w.clock.Now().Sub(start); passed >= logicalPatience || time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
+		}
+		w.advance(t, logicalStep)
+	}
 }
+
+// awaitGrace is how long await lets an operation work in real time
+// before it moves the logical clock a step.
+const awaitGrace = 20 * time.Millisecond
 
 // handling is one handled cart message: which incarnation (node address
 // and PID id) handled which value.
