@@ -206,6 +206,13 @@ func (w *world) advance(t testing.TB, d time.Duration) {
 // (and the test's real patience); on real time it polls (eventually).
 func (w *world) eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
+	w.eventuallyWithin(t, logicalPatience, what, cond)
+}
+
+// eventuallyWithin is eventually for a condition that may take up to
+// patience of logical time.
+func (w *world) eventuallyWithin(t testing.TB, patience time.Duration, what string, cond func() bool) {
+	t.Helper()
 	if w.clock == nil {
 		testwait.For(t, cond, what)
 		return
@@ -213,7 +220,7 @@ func (w *world) eventually(t testing.TB, what string, cond func() bool) {
 	start := w.clock.Now()
 	deadline := time.Now().Add(testwait.Patience(t))
 	for !cond() {
-		if passed := w.clock.Now().Sub(start); passed >= logicalPatience || time.Now().After(deadline) {
+		if passed := w.clock.Now().Sub(start); passed >= patience || time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
 		}
 		w.advance(t, logicalStep)
@@ -240,8 +247,8 @@ func past[T any](t testing.TB, w *world, transient error, do func() (T, error)) 
 // await waits for the result of an operation that ends once its work is
 // done or the world's time passes (a node's lease ends, a deadline on its
 // clock, a wait for Message Follow to fall quiet): it runs do on its own
-// goroutine and, in logical time, moves the clock a step whenever do has
-// not returned within awaitGrace of real time. The grace lets the work do
+// goroutine and, in logical time, moves the clock awaitStep whenever do
+// has not returned within awaitGrace of real time. The grace lets the work do
 // started run before the clock moves again: moved at once, the clock
 // would run past do's timers while its messages and store writes are
 // still on their way, which no real clock does.
@@ -273,8 +280,13 @@ func await[T any](t testing.TB, w *world, what string, do func() T) T {
 }
 
 // awaitGrace is how long await lets an operation work in real time
-// before it moves the logical clock a step.
-const awaitGrace = 20 * time.Millisecond
+// before it moves the logical clock awaitStep, in logicalSteps the nodes
+// settle after: what an operation waits for on the clock (a restore's
+// retries, a drain's timeouts) takes tens of seconds of it.
+const (
+	awaitGrace = 20 * time.Millisecond
+	awaitStep  = logicalStep
+)
 
 // handling is one handled cart message: which incarnation (node address
 // and PID id) handled which value.
