@@ -1,11 +1,14 @@
 package spot_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/roamactors/roam/internal/extension"
 )
 
 // A call's deadline is on the node's clock, the clock its owner compares
@@ -35,4 +38,24 @@ func TestACallsDeadlineIsOnTheNodesClock(t *testing.T) {
 	_, err = b.Spots().Close(ctx, res.Ref, 5*time.Second)
 	require.NoError(t, err)
 	require.Len(t, w.handledOf("ahead"), 2)
+}
+
+// The pauses between the tries of a taken-over Actor's failing restore
+// are on its node's clock: they double from a second (1+2+4+8+16+30 s for
+// six failures), and once that much of the node's time has passed the
+// Actor serves with its state. They used to be on the real clock, so a
+// node in logical time waited them out in real seconds, whatever its
+// clock said.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestARestoresRetriesArePacedOnTheNodesClock(t *testing.T) {
+	w := newLogicalWorld(t)
+	vault, caller, doomed, _ := vaultActorOnADoomedNode(t, w, w.store, "1")
+	fails := &atomic.Int32{}
+	fails.Store(6)
+	flaky := vault
+	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
+	w.start(withKinds(flaky))
+	require.NoError(t, doomed.StopNow(ctx))
+	w.eventuallyWithin(t, 3*time.Minute, "the six failing restores tried, and the seventh", func() bool { return fails.Load() < 0 })
+	require.EqualValues(t, 2, askTakenOver(t, w, caller, "2"), "with its checkpoint's state")
 }
