@@ -92,6 +92,21 @@ func newLogicalWorldOn(t testing.TB, clock *machine.Manual, store location.Store
 	return w
 }
 
+// request is request run while the world's time passes: in logical time
+// a call may wait for what only the clock ends (its deadline, an owner's
+// lease, a retry's pause).
+func (w *world) request(t *testing.T, e *extension.Extension, id, value string, intent ...string) (int64, error) {
+	t.Helper()
+	return await(t, w, "a call to "+id, func() result[int64] { return resultOf(request(t, e, id, value, intent...)) }).get()
+}
+
+// stop stops e (Extension.Stop) while the world's time passes: a
+// stopping node waits on its clock for Message Follow to fall quiet.
+func (w *world) stop(t testing.TB, e *extension.Extension) error {
+	t.Helper()
+	return await(t, w, "the node stopped", func() error { return e.Stop(context.Background()) })
+}
+
 // result is a call's two answers, to come back from await as one.
 type result[T any] struct {
 	v   T
@@ -344,9 +359,7 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 			_ = e.Stop(context.Background())
 			return
 		}
-		// A stopping node waits on its clock (for Message Follow to fall
-		// quiet after its drain): time passes while it stops.
-		await(w.t, w, "the node stopped", func() error { return e.Stop(context.Background()) })
+		_ = w.stop(w.t, e)
 	})
 	w.mu.Lock()
 	w.nodes = append(w.nodes, e)
