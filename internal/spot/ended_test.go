@@ -137,6 +137,11 @@ func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
 			_, err := request(t, other, "lounge", v)
 			require.NoError(t, err)
 		}
+		// Written off the dispatch path: a stop without a drain loses what
+		// was not written yet.
+		w.eventually(t, "the checkpoint of the second message", func() bool {
+			return storedCountOf(t, w.store, location.Key(location.KindUserSpot, "lounge")) == 2
+		})
 		require.NoError(t, owner.StopNow(ctx))
 		var again spot.CreateResult
 		w.eventually(t, "GetOrCreate finds the recovered Spot", func() bool {

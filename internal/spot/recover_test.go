@@ -71,6 +71,11 @@ func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 			require.EqualValues(t, i+1, n)
 		}
 		spotKey := location.Key(location.KindUserSpot, "club")
+		// Written off the dispatch path: a stop without a drain loses what
+		// was not written yet.
+		w.eventually(t, "the checkpoints of the last messages", func() bool {
+			return storedCountOf(t, store, spotKey) == 2 && storedCountOf(t, store, location.Key(location.KindActor, "m1")) == 3
+		})
 		before, err := store.Read(ctx, spotKey)
 		require.NoError(t, err)
 		require.NoError(t, doomed.StopNow(ctx)) // no drain: its objects are an ended owner's
