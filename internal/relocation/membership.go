@@ -94,12 +94,17 @@ func storePause(try int) time.Duration {
 	return min(time.Second, time.Duration(try)*50*time.Millisecond)
 }
 
-// pauseUnlessStopped waits for pause: false when the node stopped first.
+// pauseUnlessStopped waits for pause on the node's clock: false when the
+// node stopped first. The pause is part of what a recovery takes (a
+// restore tried again a second, then two, … later), which a node whose
+// time is not the real one measures on its own clock like the rest.
 func (d *Driver) pauseUnlessStopped(pause time.Duration) bool {
+	fire, t := machine.NewTimer(d.clock, pause)
+	defer t.Stop()
 	select {
 	case <-d.node.Stopped():
 		return false
-	case <-machine.After(machine.Real, pause): // pacing
+	case <-fire:
 		return true
 	}
 }

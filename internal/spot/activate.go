@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +36,7 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 // (docs/PROTOCOL.md §7.5 steps 8–12, §7.6): the Activation machine
 // decides, this runs its effects. Failures are answered to the caller's reply route.
 func (m *Manager) onActivation(a *messages.SpotActivation) {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, a.GetDeadlineUnixNanos()))
+	ctx, cancel := m.wireDeadlineCtx(a.GetDeadlineUnixNanos())
 	defer cancel()
 	s := activation.Start{Envelope: a, IDErr: ValidateID(a.GetSpotId()), Kind: m.kindOf(a.GetStableType()), Now: m.clock.Now()}
 	if a.GetFirst() != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
@@ -161,7 +162,8 @@ func TestRemoteCreationsFindFreeSlots(t *testing.T) {
 // with its fence and its slot serves again. Reference: docs/PROTOCOL.md
 // §7.12, §7.2 (abandoned reservations).
 func TestAbandonedRemoteReservationReleasesTheTargetsSlot(t *testing.T) {
-	base := memstore.New()
+	clock := machine.NewManualAt(time.Now())
+	base := memstore.New(memstore.WithClock(clock))
 	var failReads atomic.Bool
 	s := &lossyStore{Store: base, apply: true}
 	s.match = func(ops []location.Op) bool {
@@ -179,16 +181,19 @@ func TestAbandonedRemoteReservationReleasesTheTargetsSlot(t *testing.T) {
 		}
 		return nil
 	}
-	w := newWorld(t, base)
+	w := newLogicalWorldOn(t, clock, base)
 	a := w.start(withCapacity(1)) // the only node hosting rooms
 	b := w.start(withKinds(w.cartKind("cart")), withStore(s))
-	_, err := b.Spots().GetOrCreate("lost", "room").Timeout(time.Second).Do(ctx)
+	err := await(t, w, "the creation", func() error {
+		_, err := b.Spots().GetOrCreate("lost", "room").Timeout(time.Second).Do(ctx)
+		return err
+	})
 	require.Error(t, err, "the creator never learned its reservation landed")
 	failReads.Store(false)
 	_, err = a.SpawnActor(ctx, "cart", "first-try")
 	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded, "the abandoned reservation holds a's only slot until it is abandoned")
 	i := 0
-	_, err = testwait.Past(t, roamerr.ErrCapacityExceeded, func() (any, error) {
+	_, err = past(t, w, roamerr.ErrCapacityExceeded, func() (any, error) {
 		i++
 		return a.SpawnActor(ctx, "cart", fmt.Sprintf("anything-%d", i))
 	})

@@ -7,9 +7,7 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/spot"
-	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -31,8 +29,8 @@ func (w *world) operatorRoom() extension.Kind {
 // makes ReleaseEnded Unavailable, releasing nothing. Then the Spot is
 // created anew and the members' IDs can be spawned again.
 func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		a, b := w.start(withKinds(w.operatorRoom())), w.start(withKinds(w.operatorRoom()))
 		res, err := a.Spots().GetOrCreate("club", "room").Do(ctx)
 		require.NoError(t, err)
@@ -49,7 +47,7 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		require.NoError(t, owner.StopNow(ctx)) // no drain: its objects are an ended owner's
 
 		// An owner seen gone is taken for ended a lease TTL later.
-		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
+		_, err = past(t, w, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
 			return other.Spots().GetOrCreate("club", "room").Do(ctx)
 		})
 		require.ErrorIs(t, err, roamerr.ErrUnavailable)
@@ -59,14 +57,14 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 		require.ErrorIs(t, err, roamerr.ErrUnavailable, "a member on a live node must leave first")
 		_, err = store.Read(ctx, location.Key(location.KindActor, "m1"))
 		require.NoError(t, err, "nothing released")
-		eventually(t, "the Spot and its two ended members counted as waiting for an operator", func() bool {
+		w.eventually(t, "the Spot and its two ended members counted as waiting for an operator", func() bool {
 			return other.Spots().ForOperator() == 3
 		})
 
 		// The live member's node ends too: now every member has an ended owner.
 		third := w.start(withKinds(w.operatorRoom()))
 		require.NoError(t, other.StopNow(ctx))
-		released, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (bool, error) {
+		released, err := past(t, w, roamerr.ErrOwnerEnding, func() (bool, error) {
 			return third.ReleaseEnded(ctx, extension.UserSpotRef("club"))
 		})
 		require.NoError(t, err)
@@ -91,8 +89,8 @@ func TestEndedOwnersUserSpotWithMembersIsReleasedByTheOperator(t *testing.T) {
 // anew.
 // Reference: docs/FAULTS.md, End states (an ended owner's User Spot).
 func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		a, b := w.start(withKinds(w.operatorRoom())), w.start(withKinds(w.operatorRoom()))
 		res, err := a.Spots().GetOrCreate("lounge", "room").Do(ctx)
 		require.NoError(t, err)
@@ -105,7 +103,7 @@ func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
 		require.True(t, rec.Record.GetPreservesState(), "the owner that committed it hosts the kind and says so")
 		require.NoError(t, owner.StopNow(ctx))
 
-		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
+		_, err = past(t, w, roamerr.ErrOwnerEnding, func() (spot.CreateResult, error) {
 			return other.Spots().GetOrCreate("lounge", "room").Do(ctx)
 		})
 		require.ErrorIs(t, err, roamerr.ErrUnavailable)
@@ -125,8 +123,7 @@ func TestEndedOwnersStatefulUserSpotIsNotCreatedAnewEmpty(t *testing.T) {
 // GetOrCreate finds it Existing with its state, never Created anew empty.
 // Reference: docs/FAULTS.md, End states (an ended owner's User Spot).
 func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
 		lounge := w.roomKind()
 		lounge.CheckpointEvery = 1
 		a, b := w.start(withKinds(lounge)), w.start(withKinds(lounge))
@@ -140,9 +137,14 @@ func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
 			_, err := request(t, other, "lounge", v)
 			require.NoError(t, err)
 		}
+		// Written off the dispatch path: a stop without a drain loses what
+		// was not written yet.
+		w.eventually(t, "the checkpoint of the second message", func() bool {
+			return storedCountOf(t, w.store, location.Key(location.KindUserSpot, "lounge")) == 2
+		})
 		require.NoError(t, owner.StopNow(ctx))
 		var again spot.CreateResult
-		eventually(t, "GetOrCreate finds the recovered Spot", func() bool {
+		w.eventually(t, "GetOrCreate finds the recovered Spot", func() bool {
 			again, err = other.Spots().GetOrCreate("lounge", "room").Do(ctx)
 			if err != nil {
 				require.ErrorIs(t, err, roamerr.ErrUnavailable, "until it is recovered")
@@ -165,8 +167,8 @@ func TestEndedOwnersStatefulUserSpotComesBackFromItsCheckpoint(t *testing.T) {
 // ReleaseEnded refuses it.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestMembersOfASpotWaitingForAnOperatorWaitWithIt(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	journal := w.roomKind()
 	journal.StableType = "journal"
 	journal.CheckpointEvery = 1
@@ -180,12 +182,12 @@ func TestMembersOfASpotWaitingForAnOperatorWaitWithIt(t *testing.T) {
 	rescuer := w.start(withKinds(w.operatorRoom(), journal))
 	require.NoError(t, owner.StopNow(ctx))
 
-	eventually(t, "the loner, of a kind that recovers by itself, recovered", func() bool {
+	w.eventually(t, "the loner, of a kind that recovers by itself, recovered", func() bool {
 		v, err := store.Read(ctx, location.Key(location.KindActor, "loner"))
 		require.NoError(t, err)
 		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
 	})
-	eventually(t, "the Spot and its member counted as waiting for an operator", func() bool {
+	w.eventually(t, "the Spot and its member counted as waiting for an operator", func() bool {
 		return rescuer.Spots().ForOperator() == 2
 	})
 	member, err := store.Read(ctx, location.Key(location.KindActor, "scribe"))

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
-	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
@@ -32,8 +32,8 @@ import (
 // Reference: docs/PROTOCOL.md §3.4 (ended owners), §7.10 (reactivation),
 // and PROTOCOL.md §10 (one owner at a time).
 func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		f, err := faulty.New(store, faulty.Config{})
 		require.NoError(t, err)
 		a := w.start(withStore(f))
@@ -48,19 +48,48 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		oldSpots, oldNode := a.Spots(), a.Node()
 		// The instant the store is first seen to have ended a's lease: from
 		// then on another node may own a's objects, so a must have handled
-		// nothing after it.
-		leaseEnded := make(chan time.Time, 1)
-		go func() {
-			for {
-				alive, err := store.LeaseAlive(ctx, oldNode.Lease().ID)
-				if err == nil && !alive {
-					leaseEnded <- time.Now()
-					return
+		// nothing after it. On real time a watcher polls; in logical time
+		// the lease ends only as the clock moves, so the store is asked
+		// after every step, and the last instant it was seen to hold the
+		// lease is the bound (the clock passes instants within a step).
+		var (
+			aliveMu            sync.Mutex
+			lastAlive, endedAt time.Time
+			ended              bool
+		)
+		leaseSeen := func() {
+			now := w.now()
+			alive, err := store.LeaseAlive(ctx, oldNode.Lease().ID)
+			aliveMu.Lock()
+			defer aliveMu.Unlock()
+			if err == nil && !ended {
+				if alive {
+					lastAlive = now
+				} else {
+					ended, endedAt = true, w.now()
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
-		}()
-		f.Partition(true)
+		}
+		watched := make(chan struct{})
+		if w.clock == nil {
+			go func() {
+				defer close(watched)
+				for {
+					leaseSeen()
+					aliveMu.Lock()
+					done := ended
+					aliveMu.Unlock()
+					if done {
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		} else {
+			close(watched)
+		}
+		leaseSeen()
+		w.partition(f, true)
 		var (
 			mu      sync.Mutex
 			untyped []error
@@ -82,21 +111,31 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		}
 		// Calls through b go on until the Spot is served again, by b: the
 		// store ends a's lease, and the next Instance-intent call
-		// reactivates the Spot on the live node.
+		// reactivates the Spot on the live node. In logical time the
+		// clock moves a step after each call, on real time the calls
+		// wait for time to pass.
 		servedByB := func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			return len(w.trace) > 0 && strings.HasPrefix(w.trace[len(w.trace)-1].incarnation, b.Node().Address())
 		}
-		deadline := time.Now().Add(testwait.Patience(t))
-		for i := 0; !servedByB(); i++ {
-			if call(b, fmt.Sprintf("during-%d", i)) != nil {
+		i := 0
+		w.eventually(t, "the Spot served again", func() bool {
+			if w.clock != nil {
+				leaseSeen()
+			}
+			if servedByB() {
+				return true
+			}
+			v := fmt.Sprintf("during-%d", i)
+			// A call the fenced node holds ends at its deadline, on the
+			// world's clock.
+			if await(t, w, "the call "+v, func() error { return call(b, v) }) != nil && w.clock == nil {
 				time.Sleep(10 * time.Millisecond) // the client's retry pace
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("the Spot was never served again")
-			}
-		}
+			i++
+			return servedByB()
+		})
 		// A caller that still holds a route to the old incarnation (a
 		// stale cache, a message in flight) reaches the cut-off node: it
 		// must not handle it, and once the node learns its lease ended the
@@ -106,15 +145,25 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 		w.mu.Unlock()
 		slash := strings.Index(old, "/")
 		stale := b.System().Root.RequestFuture(actor.NewPID(old[:slash], old[slash+1:]), wrapperspb.String("stale-route"), time.Minute)
-		f.Partition(false)
-		res, err := stale.Result()
-		require.NoError(t, err)
-		require.ErrorIs(t, relocation.DeliveryError(res), roamerr.ErrUnavailable, "the old incarnation answered %v", res)
-		select {
-		case <-oldNode.LeaseLost():
-		case <-time.After(testwait.Patience(t)):
-			t.Fatal("the cut-off node never learned its lease ended")
+		w.partition(f, false)
+		type result struct {
+			res any
+			err error
 		}
+		r := await(t, w, "the stale route's answer", func() result {
+			res, err := stale.Result()
+			return result{res, err}
+		})
+		require.NoError(t, r.err)
+		require.ErrorIs(t, relocation.DeliveryError(r.res), roamerr.ErrUnavailable, "the old incarnation answered %v", r.res)
+		w.eventually(t, "the cut-off node learns its lease ended", func() bool {
+			select {
+			case <-oldNode.LeaseLost():
+				return true
+			default:
+				return false
+			}
+		})
 		for i := 0; i < 20; i++ {
 			require.NoError(t, call(b, fmt.Sprintf("after-%d", i)))
 		}
@@ -138,10 +187,18 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 			}
 		}
 		require.Len(t, incarnations, 2, "the cut-off incarnation, then the reactivated one")
-		ended := <-leaseEnded
+		<-watched
+		aliveMu.Lock()
+		defer aliveMu.Unlock()
+		require.True(t, ended, "the store never ended the cut-off node's lease")
 		for _, h := range trace {
-			if h.incarnation == incarnations[0] {
-				require.True(t, h.at.Before(ended), "the cut-off node handled %s %s after the store ended its lease", h.value, h.at.Sub(ended))
+			if h.incarnation != incarnations[0] {
+				continue
+			}
+			if w.clock != nil {
+				require.False(t, h.at.After(lastAlive), "the cut-off node handled %s %s after the store was last seen to hold its lease", h.value, h.at.Sub(lastAlive))
+			} else {
+				require.True(t, h.at.Before(endedAt), "the cut-off node handled %s %s after the store ended its lease", h.value, h.at.Sub(endedAt))
 			}
 		}
 		for v := range served {
@@ -156,8 +213,8 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 // while its former objects were recovered elsewhere.
 // Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §7.10.
 func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		f, err := faulty.New(store, faulty.Config{})
 		require.NoError(t, err)
 		rejoined := make(chan struct{}, 1)
@@ -170,8 +227,8 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 		_, err = a.SpawnInstanceSpot(ctx, "cart", "wanderer")
 		require.NoError(t, err)
 
-		f.Partition(true)
-		waitUntil(t, "the store ends the cut-off node's lease", func() bool {
+		w.partition(f, true)
+		w.eventually(t, "the store ends the cut-off node's lease", func() bool {
 			alive, err := store.LeaseAlive(ctx, location.LeaseID(old.GetLeaseId()))
 			return err == nil && !alive
 		})
@@ -181,20 +238,28 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 		// owner's descriptor gone for a lease TTL (the store may end a
 		// lease early); until then calls answer Unavailable.
 		_, rerr := store.ReadNode(ctx, location.NodeKeyOf(old))
-		_, err = b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+		// A call the fenced node holds ends at its deadline, on the world's
+		// clock.
+		callElsewhere := func() error {
+			return await(t, w, "a call to the Spot", func() error {
+				_, err := b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
+				return err
+			})
+		}
+		err = callElsewhere()
 		if !errors.Is(rerr, location.ErrLeaseRevoked) {
 			require.ErrorIs(t, err, roamerr.ErrUnavailable, "taken over as soon as the descriptor was seen gone")
 		}
-		waitUntil(t, "the Spot is reactivated on the live node", func() bool {
-			_, err := b.Spots().Request("wanderer", wrapperspb.String("elsewhere")).InstanceSpot().Do(ctx)
-			return err == nil
+		w.eventually(t, "the Spot is reactivated on the live node", func() bool { return callElsewhere() == nil })
+		w.partition(f, false)
+		w.eventually(t, "the node rejoined", func() bool {
+			select {
+			case <-rejoined:
+				return true
+			default:
+				return false
+			}
 		})
-		f.Partition(false)
-		select {
-		case <-rejoined:
-		case <-time.After(testwait.Patience(t)):
-			t.Fatal("the node never rejoined")
-		}
 		now := a.Node().Descriptor()
 		require.NotEqual(t, old.GetNodeRid(), now.GetNodeRid())
 		require.NotEqual(t, old.GetEntrySpotId(), now.GetEntrySpotId())
@@ -217,18 +282,6 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 	})
 }
 
-// waitUntil polls cond until it holds, bounded by the test's deadline.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testwait.Patience(t))
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: never happened", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // A node cut off from the store is taken for ended by the others a lease
 // TTL after its heartbeat stood still, whenever the store itself would end
 // its lease (here never: the store's clock does not move, as a Consul that
@@ -240,8 +293,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // Reference: docs/FAULTS.md, "Lease fencing" (other nodes take over a TTL
 // after the last heartbeat).
 func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
+	// The nodes in logical time; the store's leases on a clock of its
+	// own, which never moves.
 	store := memstore.New(memstore.WithClock(memstore.NewManualClock()))
-	w := newWorld(t, store)
+	w := newLogicalWorldOn(t, machine.NewManualAt(time.Now()), store)
 	vault := w.cartKind("vault")
 	vault.ReactivateEmpty = false
 	vault.CheckpointEvery = 1
@@ -254,11 +309,11 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 		require.NoError(t, err)
 	}
 	rescuer := w.start(withKinds(vault))
-	eventually(t, "both captures checkpointed", func() bool { return storedCount(t, store, "safe") == 2 })
+	w.eventually(t, "both captures checkpointed", func() bool { return storedCount(t, store, "safe") == 2 })
 	require.Equal(t, cut.NodeRid(), ownerRid(t, store, "safe"))
 
-	f.Partition(true)
-	eventually(t, "the cut-off node's lease revoked and its Spot recovered on the live node", func() bool {
+	w.partition(f, true)
+	w.eventually(t, "the cut-off node's lease revoked and its Spot recovered on the live node", func() bool {
 		return ownerRid(t, store, "safe") == rescuer.NodeRid()
 	})
 	_, err = store.ReadNode(ctx, location.NodeKey{Mesh: cut.Node().Descriptor().GetMesh(), NodeRid: cut.NodeRid()})
@@ -267,8 +322,8 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 	// first try there, where it is not run (the node is fenced, and fails
 	// what it holds once it learns its lease ended): Unavailable, retried.
 	var n int64
-	eventually(t, "the call served by the recovered Spot", func() bool {
-		n, err = request(t, live, "safe", "3", "vault")
+	w.eventually(t, "the call served by the recovered Spot", func() bool {
+		n, err = await(t, w, "a call", func() result[int64] { return resultOf(request(t, live, "safe", "3", "vault")) }).get()
 		if err != nil {
 			require.ErrorIs(t, err, roamerr.ErrUnavailable)
 			return false
@@ -276,12 +331,8 @@ func TestSilentNodesLeaseIsRevokedAndItsObjectsRecovered(t *testing.T) {
 		return true
 	})
 	require.EqualValues(t, 3, n, "from its checkpoint")
-	f.Partition(false)
-	select {
-	case <-cut.Node().LeaseLost():
-	case <-time.After(testwait.Patience(t)):
-		t.Fatal("the cut-off node never learned its lease was revoked")
-	}
+	w.partition(f, false)
+	w.eventually(t, "the cut-off node learns its lease was revoked", received(cut.Node().LeaseLost()))
 	require.Equal(t, []string{"1", "2", "3"}, w.handledOf("safe"), "nothing handled twice, nothing by the cut-off node after the cut")
 }
 

@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation"
@@ -26,6 +28,7 @@ import (
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/consulstore"
 	"github.com/roamactors/roam/location/consulstore/consultest"
+	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 )
 
@@ -60,6 +63,72 @@ func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
 	}
 }
 
+// onBothStoresInLogicalTime runs body once per store, as onBothStores,
+// for a test that waits for owner leases to be fenced, ended or revoked:
+// on the memstore the world runs in logical time (its nodes and the store
+// on one machine.Manual, which the test advances), so a lease ends when
+// the test says and not after the seconds a busy machine takes; on Consul,
+// whose sessions only end on real time, the world stays on real time, for
+// what only Consul can show.
+func onBothStoresInLogicalTime(t *testing.T, body func(t *testing.T, w *world)) {
+	t.Run("memstore", func(t *testing.T) { body(t, newLogicalWorld(t)) })
+	t.Run("consul", func(t *testing.T) { body(t, newWorld(t, stores[1].new(t))) })
+}
+
+// newLogicalWorld is a world on a memstore in logical time: the store's
+// leases and every node started in it run on one machine.Manual, started
+// at the real time so deadlines callers take from the real clock stay
+// comparable with the nodes'.
+func newLogicalWorld(t testing.TB) *world {
+	clock := machine.NewManualAt(time.Now())
+	return newLogicalWorldOn(t, clock, memstore.New(memstore.WithClock(clock)))
+}
+
+// newLogicalWorldOn is a world whose nodes run on clock, on store (whose
+// leases may be measured on a clock of their own).
+func newLogicalWorldOn(t testing.TB, clock *machine.Manual, store location.Store) *world {
+	w := newWorld(t, store)
+	w.clock = clock
+	return w
+}
+
+// request is request run while the world's time passes: in logical time
+// a call may wait for what only the clock ends (its deadline, an owner's
+// lease, a retry's pause).
+func (w *world) request(t *testing.T, e *extension.Extension, id, value string, intent ...string) (int64, error) {
+	t.Helper()
+	return await(t, w, "a call to "+id, func() result[int64] { return resultOf(request(t, e, id, value, intent...)) }).get()
+}
+
+// stop stops e (Extension.Stop) while the world's time passes: a
+// stopping node waits on its clock for Message Follow to fall quiet.
+func (w *world) stop(t testing.TB, e *extension.Extension) error {
+	t.Helper()
+	return await(t, w, "the node stopped", func() error { return e.Stop(context.Background()) })
+}
+
+// result is a call's two answers, to come back from await as one.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func resultOf[T any](v T, err error) result[T] { return result[T]{v, err} }
+
+func (r result[T]) get() (T, error) { return r.v, r.err }
+
+// received says whether ch has delivered or is closed, without waiting.
+func received[T any](ch <-chan T) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
 func testLogger() *zerolog.Logger { return testlog.Logger() }
 
 // world is a set of nodes on one store, with what their Spots did.
@@ -76,14 +145,170 @@ type world struct {
 	headers   map[string][2]string // cart message value → (operation, follow hops) as handled
 	trace     []handling           // every cart message handled, in one global order
 	fences    []string             // the nodes' lease status changes, for diagnosis
+
+	// clock is the logical clock of a world in logical time
+	// (newLogicalWorld), nil on real time.
+	clock *machine.Manual
+	// nodeStores are the stores nodes[i] was started on, and cut the
+	// faulty ones partitioned away (partition): a node cut off from its
+	// store settles only when its renewal times out, so the steps of the
+	// clock do not wait for it.
+	nodeStores []location.Store
+	cut        map[*faulty.Store]bool
 }
+
+// logicalStep is how far the logical clock moves between two looks at a
+// condition: a twentieth of the nodes' lease TTL, short against their
+// renewal period (TTL/3) as testwait.Advance asks.
+const logicalStep = testLeaseTTL / 20
+
+// logicalPatience is how much logical time a condition may take: every
+// wait here is for a lease to be fenced, ended or revoked and then acted
+// on, a few TTLs; one not met by then is not coming.
+const logicalPatience = 12 * testLeaseTTL
+
+// testLeaseTTL is the nodes' owner lease TTL. 5 s: a node fences itself
+// when no renewal proves its lease for TTL minus the margin, and on real
+// time a loaded 2-core machine under -race can delay a renewal by seconds.
+const testLeaseTTL = 5 * time.Second
+
+// now is the world's time: the logical clock's, or the real one.
+func (w *world) now() time.Time {
+	if w.clock != nil {
+		return w.clock.Now()
+	}
+	return time.Now()
+}
+
+// partition cuts f, the store of some of the world's nodes, off (on) or
+// heals it.
+func (w *world) partition(f *faulty.Store, on bool) {
+	w.mu.Lock()
+	if w.cut == nil {
+		w.cut = map[*faulty.Store]bool{}
+	}
+	w.cut[f] = on
+	w.mu.Unlock()
+	f.Partition(on)
+}
+
+// settled says every node that reaches its store has taken the Ticks the
+// logical clock fired and the answers to its renewals (meshnode's
+// Node.Settled); a stopped node's lease has ended, which settles it.
+func (w *world) settled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, e := range w.nodes {
+		if f, ok := w.nodeStores[i].(*faulty.Store); ok && w.cut[f] {
+			continue
+		}
+		if !e.Node().Settled() {
+			return false
+		}
+	}
+	return true
+}
+
+// advance moves the world's logical clock d forward in logicalSteps,
+// letting every node that reaches its store settle after each.
+func (w *world) advance(t testing.TB, d time.Duration) {
+	t.Helper()
+	testwait.Advance(t, w.clock, d, logicalStep, w.settled)
+}
+
+// eventually waits until cond holds. In logical time it looks at cond
+// after each logicalStep of the clock, for at most logicalPatience of it
+// (and the test's real patience); on real time it polls (eventually).
+func (w *world) eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	w.eventuallyWithin(t, logicalPatience, what, cond)
+}
+
+// eventuallyWithin is eventually for a condition that may take up to
+// patience of logical time.
+func (w *world) eventuallyWithin(t testing.TB, patience time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if w.clock == nil {
+		testwait.For(t, cond, what)
+		return
+	}
+	start := w.clock.Now()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for !cond() {
+		if passed := w.clock.Now().Sub(start); passed >= patience || time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
+		}
+		w.advance(t, logicalStep)
+	}
+}
+
+// past is testwait.Past in the world's time: it retries do while its
+// error matches transient and returns its first other answer, advancing a
+// logical clock a step between attempts.
+func past[T any](t testing.TB, w *world, transient error, do func() (T, error)) (T, error) {
+	t.Helper()
+	if w.clock == nil {
+		return testwait.Past(t, transient, do)
+	}
+	var v T
+	var err error
+	w.eventually(t, fmt.Sprintf("an answer other than %v", transient), func() bool {
+		v, err = do()
+		return !errors.Is(err, transient)
+	})
+	return v, err
+}
+
+// await waits for the result of an operation that ends once its work is
+// done or the world's time passes (a node's lease ends, a deadline on its
+// clock, a wait for Message Follow to fall quiet): it runs do on its own
+// goroutine and, in logical time, moves the clock awaitStep whenever do
+// has not returned within awaitGrace of real time. The grace lets the work do
+// started run before the clock moves again: moved at once, the clock
+// would run past do's timers while its messages and store writes are
+// still on their way, which no real clock does.
+func await[T any](t testing.TB, w *world, what string, do func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- do() }()
+	if w.clock == nil {
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(testwait.Patience(t)):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	start := w.clock.Now()
+	deadline := time.Now().Add(testwait.Patience(t))
+	for {
+		select {
+		case v := <-done:
+			return v
+		case <-time.After(awaitGrace):
+		}
+		if passed := w.clock.Now().Sub(start); passed >= logicalPatience || time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
+		}
+		w.advance(t, logicalStep)
+	}
+}
+
+// awaitGrace is how long await lets an operation work in real time
+// before it moves the logical clock awaitStep, in logicalSteps the nodes
+// settle after: what an operation waits for on the clock (a restore's
+// retries, a drain's timeouts) takes tens of seconds of it.
+const (
+	awaitGrace = 20 * time.Millisecond
+	awaitStep  = logicalStep
+)
 
 // handling is one handled cart message: which incarnation (node address
 // and PID id) handled which value.
 type handling struct {
 	incarnation string
 	value       string
-	at          time.Time
+	at          time.Time // the world's time (world.now)
 }
 
 func newWorld(t testing.TB, store location.Store) *world {
@@ -112,11 +337,11 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	w.t.Helper()
 	testwait.NoLeaks(w.t)
 	cfg := extension.Config{
-		// 5 s: a node fences itself when no renewal proves its lease for
-		// TTL minus the margin, and a loaded 2-core machine under -race can
-		// delay a renewal by seconds.
-		Node:  meshnode.Config{Store: w.store, Logger: testLogger(), LeaseTTL: 5 * time.Second},
+		Node:  meshnode.Config{Store: w.store, Logger: testLogger(), LeaseTTL: testLeaseTTL},
 		Kinds: []extension.Kind{w.roomKind(), w.cartKind("cart")},
+	}
+	if w.clock != nil {
+		cfg.Node.Clock = w.clock
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -126,11 +351,20 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	rid := e.NodeRid()
 	e.Node().OnLeaseChange(func(s lease.Status) {
 		w.mu.Lock()
-		w.fences = append(w.fences, fmt.Sprintf("%s %s at %s", rid, s, time.Now().Format("15:04:05.000")))
+		w.fences = append(w.fences, fmt.Sprintf("%s %s at %s", rid, s, w.now().Format("15:04:05.000")))
 		w.mu.Unlock()
 	})
-	w.t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	w.t.Cleanup(func() {
+		if w.clock == nil {
+			_ = e.Stop(context.Background())
+			return
+		}
+		_ = w.stop(w.t, e)
+	})
+	w.mu.Lock()
 	w.nodes = append(w.nodes, e)
+	w.nodeStores = append(w.nodeStores, cfg.Node.Store)
+	w.mu.Unlock()
 	return e
 }
 
@@ -229,7 +463,7 @@ func (k *cart) Receive(c actor.Context) {
 	k.count++
 	k.w.record(id, s.Value)
 	k.w.mu.Lock()
-	k.w.trace = append(k.w.trace, handling{incarnation: c.Self().GetAddress() + "/" + c.Self().GetId(), value: s.Value, at: time.Now()})
+	k.w.trace = append(k.w.trace, handling{incarnation: c.Self().GetAddress() + "/" + c.Self().GetId(), value: s.Value, at: k.w.now()})
 	k.w.mu.Unlock()
 	if h := c.MessageHeader(); h != nil {
 		k.w.mu.Lock()

@@ -458,7 +458,8 @@ func (m *Manager) replyMember(to *actor.PID, rid string, generation uint64, op s
 		m.refused("Spot command", "", "no sender")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	// On the node's clock: confirm gives the source what is left of it.
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 	defer cancel()
 	err := m.d.Node().VerifyPeer(ctx, rid, generation, to.Address)
 	if err == nil {
@@ -957,10 +958,18 @@ func (m *Manager) owner() *messages.Owner {
 func sameOwner(a, b *messages.Owner) bool { return activation.SameOwner(a, b) }
 
 // deadlineCtx fixes one end-to-end deadline: the call's timeout (or the
-// default), never later than ctx's own.
+// default), never later than ctx's own. It is on the node's clock: the
+// owner compares it with its own clock and arms it as a timer there.
 func (m *Manager) deadlineCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if timeout == 0 {
 		timeout = m.cfg.DefaultTimeout
 	}
-	return context.WithTimeout(ctx, timeout)
+	return machine.WithTimeout(ctx, m.clock, timeout)
+}
+
+// wireDeadlineCtx is the context of a command that carries its caller's
+// deadline (Unix nanoseconds on the caller's clock, which is the
+// mesh's time as this node's clock is).
+func (m *Manager) wireDeadlineCtx(unixNanos int64) (context.Context, context.CancelFunc) {
+	return machine.WithTimeout(context.Background(), m.clock, machine.Until(m.clock, time.Unix(0, unixNanos)))
 }

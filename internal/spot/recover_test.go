@@ -17,7 +17,6 @@ import (
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
-	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -53,8 +52,8 @@ func clubOnADoomedNode(t *testing.T, w *world) (club extension.Kind, caller, doo
 // member count is exact. Nothing waits for an operator.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		club, caller, doomed, res := clubOnADoomedNode(t, w)
 		members := map[string]*actor.PID{}
 		for _, id := range []string{"m1", "m2"} {
@@ -72,13 +71,18 @@ func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 			require.EqualValues(t, i+1, n)
 		}
 		spotKey := location.Key(location.KindUserSpot, "club")
+		// Written off the dispatch path: a stop without a drain loses what
+		// was not written yet.
+		w.eventually(t, "the checkpoints of the last messages", func() bool {
+			return storedCountOf(t, store, spotKey) == 2 && storedCountOf(t, store, location.Key(location.KindActor, "m1")) == 3
+		})
 		before, err := store.Read(ctx, spotKey)
 		require.NoError(t, err)
 		require.NoError(t, doomed.StopNow(ctx)) // no drain: its objects are an ended owner's
 		rescuer := w.start(withKinds(club))
 
 		for _, key := range []location.AuthorityKey{spotKey, location.Key(location.KindActor, "m1"), location.Key(location.KindActor, "m2")} {
-			eventually(t, key.String()+" recovered on the live node without a call", func() bool {
+			w.eventually(t, key.String()+" recovered on the live node without a call", func() bool {
 				v, err := store.Read(ctx, key)
 				require.NoError(t, err)
 				return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
@@ -111,8 +115,8 @@ func TestUserSpotWithMembersComesBackWithoutACall(t *testing.T) {
 // per candidate ahead, the next candidate recovers it.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	vault := w.everyTurnVault()
 	caller := w.start(withKinds(w.roomKind()))
 	doomed := w.start(withKinds(vault))
@@ -126,11 +130,11 @@ func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
 	require.NoError(t, err)
 	free := w.start(withKinds(vault))
 	for _, id := range ids {
-		eventually(t, "checkpoint of "+id, func() bool { return storedCount(t, store, id) == 1 })
+		w.eventually(t, "checkpoint of "+id, func() bool { return storedCount(t, store, id) == 1 })
 	}
 	require.NoError(t, doomed.StopNow(ctx))
 	for _, id := range ids {
-		eventually(t, id+" recovered on the node with room", func() bool { return ownerRid(t, store, id) == free.NodeRid() })
+		w.eventually(t, id+" recovered on the node with room", func() bool { return ownerRid(t, store, id) == free.NodeRid() })
 	}
 	for _, id := range ids {
 		n, err := request(t, caller, id, "2", "vault")
@@ -146,14 +150,14 @@ func TestRecoveryFallsToTheNextCandidateWhenTheFirstIsFull(t *testing.T) {
 // the record perhaps naming a live node without an incarnation.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	club, caller, doomed, _ := clubOnADoomedNode(t, w)
 	for _, v := range []string{"1", "2"} {
 		_, err := request(t, caller, "club", v)
 		require.NoError(t, err)
 	}
-	eventually(t, "the checkpoint of the second message", func() bool {
+	w.eventually(t, "the checkpoint of the second message", func() bool {
 		return storedCountOf(t, store, location.Key(location.KindUserSpot, "club")) == 2
 	})
 	f, err := faulty.New(store, faulty.Config{})
@@ -166,7 +170,7 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 	f.InjectOn("apply", append(lost, faulty.IndeterminateApplied)...)
 	f.InjectOn("put checkpoint", faulty.Unavailable, faulty.Unavailable, faulty.Unavailable)
 	require.NoError(t, doomed.StopNow(ctx))
-	eventually(t, "a takeover write lost its answer", func() bool { return f.Stats().IndeterminateLost > 0 })
+	w.eventually(t, "a takeover write lost its answer", func() bool { return f.Stats().IndeterminateLost > 0 })
 	// A pass while that takeover is under way (or after it) recovers
 	// nothing itself: it must not count the object a second time, nor stop
 	// looking while the write may still not land.
@@ -174,14 +178,14 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, sw.Recovered, "a takeover under way counted as recovered")
 
-	eventually(t, "the Spot recovered on the rescuer", func() bool {
+	w.eventually(t, "the Spot recovered on the rescuer", func() bool {
 		v, err := store.Read(ctx, location.Key(location.KindUserSpot, "club"))
 		require.NoError(t, err)
 		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
 	})
 	var n int64
-	eventually(t, "the recovered Spot serves", func() bool {
-		n, err = request(t, caller, "club", "3")
+	w.eventually(t, "the recovered Spot serves", func() bool {
+		n, err = await(t, w, "a call", func() result[int64] { return resultOf(request(t, caller, "club", "3")) }).get()
 		return err == nil
 	})
 	require.EqualValues(t, 3, n, "with its checkpoint's state")
@@ -197,8 +201,8 @@ func TestTakeOverSettlesLostWritesAndStoreFailures(t *testing.T) {
 // record away and the takeover then opened an incarnation no record named.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1")
 
 	f, err := faulty.New(store, faulty.Config{})
@@ -210,7 +214,7 @@ func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	}
 	f.InjectOn("get checkpoint", failures...) // the takeover waits for its checkpoint
 	require.NoError(t, doomed.StopNow(ctx))
-	eventually(t, "the record names the rescuer", func() bool {
+	w.eventually(t, "the record names the rescuer", func() bool {
 		v, err := store.Read(ctx, key)
 		require.NoError(t, err)
 		return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid()
@@ -218,7 +222,7 @@ func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 	_, err = caller.DeleteActor(ctx, extension.ActorRef("a1"))
 	require.ErrorIs(t, err, roamerr.ErrUnavailable, "deleted while its takeover waited for its checkpoint")
 
-	require.EqualValues(t, 2, askTakenOver(t, caller, "2"), "with its checkpoint's state")
+	require.EqualValues(t, 2, askTakenOver(t, w, caller, "2"), "with its checkpoint's state")
 	_, err = store.Read(ctx, key)
 	require.NoError(t, err, "its record stays")
 	done, err := caller.DeleteActor(ctx, extension.ActorRef("a1"))
@@ -232,8 +236,8 @@ func TestDeleteIsRefusedWhileTheActorIsTakenOver(t *testing.T) {
 // the members' kind on both, and every member comes back with its Spot.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestMembersAreRecoveredWithTheirSpot(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	room := w.roomKind()
 	room.CheckpointEvery = 1
 	journal := w.roomKind()
@@ -251,7 +255,7 @@ func TestMembersAreRecoveredWithTheirSpot(t *testing.T) {
 	w.start(withKinds(journal)) // the members' kind only
 	require.NoError(t, doomed.StopNow(ctx))
 	for _, id := range clubs {
-		eventually(t, id+" and its member recovered", func() bool {
+		w.eventually(t, id+" and its member recovered", func() bool {
 			s, err := store.Read(ctx, location.Key(location.KindUserSpot, id))
 			require.NoError(t, err)
 			m, err := store.Read(ctx, location.Key(location.KindActor, id+"-scribe"))
@@ -271,8 +275,8 @@ func TestMembersAreRecoveredWithTheirSpot(t *testing.T) {
 // listing on that node named it.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestMembersOfASpotThatWaitsForAnOperatorWaitWithIt(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	room := w.operatorRoom()
 	journal := w.roomKind()
 	journal.StableType = "journal"
@@ -286,7 +290,7 @@ func TestMembersOfASpotThatWaitsForAnOperatorWaitWithIt(t *testing.T) {
 	members := w.start(withKinds(journal)) // the member's kind only
 	require.NoError(t, doomed.StopNow(ctx))
 	member := location.Key(location.KindActor, "scribe")
-	eventually(t, "the member reported as waiting for an operator", func() bool {
+	w.eventually(t, "the member reported as waiting for an operator", func() bool {
 		sw, err := members.Spots().RecoverEnded(ctx)
 		return err == nil && slices.Contains(sw.ForOperator, member)
 	})
@@ -311,21 +315,21 @@ func vaultActorOnADoomedNode(t *testing.T, w *world, store location.Store, value
 		require.EqualValues(t, i+1, n)
 	}
 	key = location.Key(location.KindActor, "a1")
-	eventually(t, "the checkpoint of the last message", func() bool { return storedCountOf(t, store, key) == int64(len(values)) })
+	w.eventually(t, "the checkpoint of the last message", func() bool { return storedCountOf(t, store, key) == int64(len(values)) })
 	return vault, caller, doomed, key
 }
 
 // askTakenOver asks the vault Actor "a1" value through caller once it
 // serves again after its takeover, and returns its count.
-func askTakenOver(t *testing.T, caller *extension.Extension, value string) int64 {
+func askTakenOver(t *testing.T, w *world, caller *extension.Extension, value string) int64 {
 	t.Helper()
 	var n int64
-	eventually(t, "the taken-over Actor serves", func() bool {
+	w.eventually(t, "the taken-over Actor serves", func() bool {
 		p, err := caller.Resolve(ctx, extension.ActorRef("a1"))
 		if err != nil {
 			return false
 		}
-		n, err = askPID(t, caller, p, value)
+		n, err = await(t, w, "a call", func() result[int64] { return resultOf(askPID(t, caller, p, value)) }).get()
 		return err == nil
 	})
 	return n
@@ -351,8 +355,8 @@ func (f flakyRestore) Restore(a actor.Actor, b []byte) error {
 // Before, the first failure made it serve empty.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1", "2")
 
 	fails := &atomic.Int32{}
@@ -361,7 +365,7 @@ func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
 	rescuer := w.start(withKinds(flaky))
 	require.NoError(t, doomed.StopNow(ctx))
-	n := askTakenOver(t, caller, "3")
+	n := askTakenOver(t, w, caller, "3")
 	require.Less(t, fails.Load(), int32(0), "both failing restores were made")
 	require.EqualValues(t, 3, n, "with its checkpoint's state, not from its producer")
 	v, err := store.Read(ctx, key)
@@ -374,8 +378,8 @@ func TestATakeoverWhoseRestoreFailsIsRestoredAgain(t *testing.T) {
 // Once the state adapter restores it, it serves with its state.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
-	store := memstore.New()
-	w := newWorld(t, store)
+	w := newLogicalWorld(t)
+	store := w.store
 	vault, caller, doomed, key := vaultActorOnADoomedNode(t, w, store, "1")
 
 	fails := &atomic.Int32{}
@@ -384,12 +388,13 @@ func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
 	flaky.Policy = extension.PreserveStateWith(flakyRestore{fails: fails})
 	rescuer := w.start(withKinds(flaky)) // the only node that can recover it
 	require.NoError(t, doomed.StopNow(ctx))
-	eventually(t, "a restore tried and failed", func() bool { return fails.Load() < 1<<20 })
+	w.eventually(t, "a restore tried and failed", func() bool { return fails.Load() < 1<<20 })
 	w.start(withKinds(vault)) // somewhere a drain could move it to
 
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	res, err := rescuer.Drain(dctx, drain.Options{})
+	d := await(t, w, "the drain", func() result[drain.Result] { return resultOf(rescuer.Drain(dctx, drain.Options{})) })
+	res, err := d.get()
 	require.NoError(t, err)
 	require.NoError(t, dctx.Err(), "the drain waited for the takeover")
 	require.Len(t, res.Failed, 1)
@@ -398,5 +403,5 @@ func TestADrainDoesNotWaitForAnUnrestorableTakeover(t *testing.T) {
 	require.ErrorContains(t, res.Failed[0].Err, "could not be restored")
 
 	fails.Store(0)
-	require.EqualValues(t, 2, askTakenOver(t, caller, "2"), "with its checkpoint's state")
+	require.EqualValues(t, 2, askTakenOver(t, w, caller, "2"), "with its checkpoint's state")
 }

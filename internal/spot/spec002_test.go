@@ -21,7 +21,6 @@ import (
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/spot"
-	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
@@ -676,8 +675,8 @@ func TestRemoteCloseGoesToTheOwner(t *testing.T) {
 // activates it empty. ReleaseEnded refuses a live owner.
 // Reference: PROTOCOL.md §7.10 (automatic release only where no state is lost).
 func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		vault := w.cartKind("vault")
 		vault.ReactivateEmpty, vault.RecoverByOperator = false, true
 		caller := w.start(withKinds(w.roomKind()))
@@ -687,15 +686,15 @@ func TestStatefulSpotOfAnEndedOwnerWaitsForTheOperator(t *testing.T) {
 		require.EqualValues(t, 1, n)
 		_, err = caller.Spots().ReleaseEnded(ctx, "strongbox")
 		require.ErrorIs(t, err, roamerr.ErrInvalidOperation, "the owner is alive")
-		eventually(t, "the activation's recovery pointer removed", func() bool {
+		w.eventually(t, "the activation's recovery pointer removed", func() bool {
 			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "strongbox"))
 			require.NoError(t, err)
 			return v.Record.GetActivationRecovery() == nil
 		})
-		require.NoError(t, doomed.Stop(ctx))
+		require.NoError(t, w.stop(t, doomed))
 		w.start(withKinds(vault))
 
-		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "strongbox", "2", "vault") })
+		_, err = past(t, w, roamerr.ErrOwnerEnding, func() (int64, error) { return w.request(t, caller, "strongbox", "2", "vault") })
 		require.ErrorIs(t, err, roamerr.ErrUnavailable)
 		require.Contains(t, err.Error(), "ReleaseEnded")
 
@@ -745,8 +744,8 @@ func storedCountOf(t *testing.T, store location.Store, key location.AuthorityKey
 // incarnation can replace it later.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestStatefulSpotOfAnEndedOwnerComesBackFromItsCheckpoint(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		vault := w.cartKind("vault")
 		vault.ReactivateEmpty = false
 		vault.CheckpointIdle = 20 * time.Millisecond
@@ -759,16 +758,16 @@ func TestStatefulSpotOfAnEndedOwnerComesBackFromItsCheckpoint(t *testing.T) {
 		}
 		before, err := caller.Spots().Find(ctx, "safe")
 		require.NoError(t, err)
-		eventually(t, "the checkpoint of the third message", func() bool { return storedCount(t, store, "safe") == 3 })
-		require.NoError(t, doomed.Stop(ctx))
+		w.eventually(t, "the checkpoint of the third message", func() bool { return storedCount(t, store, "safe") == 3 })
+		require.NoError(t, w.stop(t, doomed))
 		w.start(withKinds(vault))
 
 		// The caller may still hold its route to the stopped node (a lost
 		// connection: the call did not run there), and the ended owner is
 		// taken over a lease TTL after it is first seen gone.
 		var n int64
-		eventually(t, "the Spot recovered", func() bool {
-			n, err = request(t, caller, "safe", "4", "vault")
+		w.eventually(t, "the Spot recovered", func() bool {
+			n, err = w.request(t, caller, "safe", "4", "vault")
 			if errors.Is(err, roamerr.ErrOwnerEnding) || (err != nil && strings.Contains(err.Error(), "was lost")) {
 				return false
 			}
@@ -795,8 +794,8 @@ func TestStatefulSpotOfAnEndedOwnerComesBackFromItsCheckpoint(t *testing.T) {
 // it serving there with its state.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestStatefulSpotOfAnEndedOwnerComesBackWithoutACall(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		vault := w.cartKind("vault")
 		vault.ReactivateEmpty = false
 		vault.CheckpointIdle = 20 * time.Millisecond
@@ -806,12 +805,12 @@ func TestStatefulSpotOfAnEndedOwnerComesBackWithoutACall(t *testing.T) {
 			_, err := request(t, caller, "locker", v, "vault")
 			require.NoError(t, err)
 		}
-		eventually(t, "the checkpoint of the second message", func() bool { return storedCount(t, store, "locker") == 2 })
-		require.NoError(t, doomed.Stop(ctx))
+		w.eventually(t, "the checkpoint of the second message", func() bool { return storedCount(t, store, "locker") == 2 })
+		require.NoError(t, w.stop(t, doomed))
 		rescuer := w.start(withKinds(vault))
 
 		key := location.Key(location.KindInstanceSpot, "locker")
-		eventually(t, "the Spot recovered on the live node without a call", func() bool {
+		w.eventually(t, "the Spot recovered on the live node without a call", func() bool {
 			v, err := store.Read(ctx, key)
 			require.NoError(t, err)
 			return v.Record.GetOwner().GetNodeRid() == rescuer.NodeRid() &&
@@ -831,8 +830,8 @@ func TestStatefulSpotOfAnEndedOwnerComesBackWithoutACall(t *testing.T) {
 // hour).
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		vault := w.cartKind("vault")
 		vault.ReactivateEmpty = false
 		vault.CheckpointInterval = time.Hour
@@ -843,13 +842,13 @@ func TestStoppingNodeCheckpointsItsObjectsFirst(t *testing.T) {
 			require.NoError(t, err)
 		}
 		require.Equal(t, int64(-1), storedCount(t, store, "till"), "nothing captured yet")
-		require.NoError(t, doomed.Stop(ctx))
+		require.NoError(t, w.stop(t, doomed))
 		require.Equal(t, int64(3), storedCount(t, store, "till"), "captured at the stop")
 		w.start(withKinds(vault))
 		var n int64
 		var err error
-		eventually(t, "the Spot recovered", func() bool {
-			n, err = request(t, caller, "till", "4", "vault")
+		w.eventually(t, "the Spot recovered", func() bool {
+			n, err = w.request(t, caller, "till", "4", "vault")
 			if errors.Is(err, roamerr.ErrOwnerEnding) || (err != nil && strings.Contains(err.Error(), "was lost")) {
 				return false
 			}
@@ -914,8 +913,8 @@ func TestClosedSpotLeavesNoCheckpoint(t *testing.T) {
 // Reference: PROTOCOL.md §3.4 (ended owners), §12.2 item 22, §7.10 (an
 // Instance Spot of an ended owner is reactivated on a live node).
 func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
-	onBothStores(t, func(t *testing.T, store location.Store) {
-		w := newWorld(t, store)
+	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+		store := w.store
 		caller := w.start(withKinds(w.roomKind()))
 		doomed := w.start()
 		_, err := request(t, caller, "phoenix", "1", "cart")
@@ -927,19 +926,19 @@ func TestInstanceSpotIsReactivatedAfterItsOwnerEnded(t *testing.T) {
 		// pointer is gone once the first handler returned (an owner that
 		// ends before that is resumed from the root instead; the stored
 		// first message then runs again, see docs/FAULTS.md).
-		eventually(t, "the activation's recovery pointer removed", func() bool {
+		w.eventually(t, "the activation's recovery pointer removed", func() bool {
 			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "phoenix"))
 			require.NoError(t, err)
 			return v.Record.GetActivationRecovery() == nil
 		})
-		require.NoError(t, doomed.Stop(ctx))
-		_, err = request(t, caller, "phoenix", "2")
+		require.NoError(t, w.stop(t, doomed))
+		_, err = w.request(t, caller, "phoenix", "2")
 		require.True(t, errors.Is(err, roamerr.ErrUnavailable) || errors.Is(err, roamerr.ErrStale), "%v", err)
-		_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "phoenix", "3", "cart") })
+		_, err = past(t, w, roamerr.ErrOwnerEnding, func() (int64, error) { return w.request(t, caller, "phoenix", "3", "cart") })
 		require.ErrorIs(t, err, roamerr.ErrUnavailable, "no live node hosts the type")
 		require.NotErrorIs(t, err, roamerr.ErrOwnerEnding)
 		heir := w.start() // a node that has not seen the owner gone yet
-		n, err := testwait.Past(t, roamerr.ErrOwnerEnding, func() (int64, error) { return request(t, caller, "phoenix", "4", "") })
+		n, err := past(t, w, roamerr.ErrOwnerEnding, func() (int64, error) { return w.request(t, caller, "phoenix", "4", "") })
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a new incarnation")
 		after, err := caller.Spots().Find(ctx, "phoenix")
@@ -1022,8 +1021,8 @@ func TestMembershipNeedsTheActiveGeneration(t *testing.T) {
 func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 	for _, state := range []messages.LifecycleState{messages.LifecycleState_LIFECYCLE_STATE_CREATING, messages.LifecycleState_LIFECYCLE_STATE_READY} {
 		t.Run(state.String(), func(t *testing.T) {
-			onBothStores(t, func(t *testing.T, store location.Store) {
-				w := newWorld(t, store)
+			onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
+				store := w.store
 				key := location.Key(location.KindInstanceSpot, "lazarus")
 				op := uuid.NewString()
 				first, err := relocation.ToWire("lazarus", &actor.MessageEnvelope{Message: wrapperspb.String("first"),
@@ -1044,9 +1043,9 @@ func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 				})
 				require.NoError(t, err)
 				a := w.start()
-				_, err = testwait.Past(t, roamerr.ErrOwnerEnding, func() (struct{}, error) { return struct{}{}, a.Spots().Recover(ctx) })
+				_, err = past(t, w, roamerr.ErrOwnerEnding, func() (struct{}, error) { return struct{}{}, a.Spots().Recover(ctx) })
 				require.NoError(t, err)
-				eventually(t, "the first message is handled", func() bool { return len(w.handledOf("lazarus")) == 1 })
+				w.eventually(t, "the first message is handled", func() bool { return len(w.handledOf("lazarus")) == 1 })
 				n, err := request(t, a, "lazarus", "second")
 				require.NoError(t, err)
 				require.EqualValues(t, 2, n)
@@ -1055,7 +1054,7 @@ func TestStartUpScanResumesAnInterruptedActivation(t *testing.T) {
 				require.NoError(t, err)
 				require.EqualValues(t, 77, v.Record.GetObjectGeneration(), "the same generation")
 				require.Equal(t, a.NodeRid(), v.Record.GetOwner().GetNodeRid())
-				eventually(t, "pointer and root are gone", func() bool {
+				w.eventually(t, "pointer and root are gone", func() bool {
 					v, err := store.Read(ctx, key)
 					_, _, rerr := roots.GetRoot(ctx, ref.Key)
 					return err == nil && v.Record.GetActivationRecovery() == nil && errors.Is(rerr, location.ErrNotFound)

@@ -358,7 +358,7 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 // callback with the Spot staged, and commits Ready — or, on Rejected or a
 // failure, releases the reservation with the same fence.
 func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, cmd.GetDeadlineUnixNanos()))
+	ctx, cancel := m.wireDeadlineCtx(cmd.GetDeadlineUnixNanos())
 	defer cancel()
 	f := cmd.GetFence()
 	if f.GetTargetNodeRid() != m.desc.GetNodeRid() || f.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
@@ -624,7 +624,7 @@ func (m *Manager) Close(ctx context.Context, ref SpotRef, timeout ...time.Durati
 // Closing, seals and closes the local incarnation, and releases the
 // authority with the same fence.
 func (m *Manager) onClose(cmd *messages.UserSpotClose) *messages.SpotReply {
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, cmd.GetDeadlineUnixNanos()))
+	ctx, cancel := m.wireDeadlineCtx(cmd.GetDeadlineUnixNanos())
 	defer cancel()
 	if cmd.GetTargetNodeRid() != m.desc.GetNodeRid() || cmd.GetTargetNodeGeneration() != m.desc.GetNodeGeneration() {
 		return failure(fmt.Errorf("%w: command 48 for node %s reached another node", roamerr.ErrUnavailable, cmd.GetTargetNodeRid()))
