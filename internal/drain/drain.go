@@ -216,7 +216,7 @@ func (r *run) loop(ctx context.Context) error {
 			// Moves in or out are under way: an arrival is a unit to move on.
 			select {
 			case <-ctx.Done():
-			case <-machine.After(machine.Real, wait): // pacing
+			case <-machine.After(r.clock, wait): // pacing, on the node's clock
 			}
 			wait = min(2*wait, 100*time.Millisecond)
 			continue
@@ -234,7 +234,7 @@ func (r *run) loop(ctx context.Context) error {
 			// a short outage uses up time rather than every unit's tries.
 			select {
 			case <-ctx.Done():
-			case <-machine.After(machine.Real, idle): // pacing
+			case <-machine.After(r.clock, idle): // pacing, on the node's clock
 			}
 			idle = min(2*idle, time.Second)
 		} else {
@@ -352,7 +352,7 @@ func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending
 		// again rather than the unit counted unknown.
 		owner, err := r.h.Owner(ctx, k)
 		for wait := 5 * time.Millisecond; err != nil && ctx.Err() == nil && wait < time.Second; wait *= 2 {
-			<-machine.After(machine.Real, wait) // pacing
+			<-machine.After(r.clock, wait) // pacing, on the node's clock
 			owner, err = r.h.Owner(ctx, k)
 		}
 		switch {

@@ -16,6 +16,12 @@ var timeReaders = map[string]bool{
 	"NewTicker": true, "After": true, "Tick": true, "Sleep": true,
 }
 
+// contextTimers are package context's functions that arm a timer on the
+// system clock: a deadline of a driver is on its machine.Clock
+// (machine.WithTimeout, machine.WithDeadline), or it would end on the
+// real clock while the node runs in logical time.
+var contextTimers = map[string]bool{"WithTimeout": true, "WithDeadline": true, "WithTimeoutCause": true, "WithDeadlineCause": true}
+
 // drivers are the packages whose time is the node's clock: their
 // non-test code reads no clock but a machine.Clock (machine.Real where
 // the time is not a protocol decision, named so at the call).
@@ -40,16 +46,20 @@ func TestDriversReadTimeThroughTheClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			timeName := ""
+			timeName, contextName := "", ""
 			for _, imp := range f.Imports {
-				if imp.Path.Value == `"time"` {
-					timeName = "time"
-					if imp.Name != nil {
-						timeName = imp.Name.Name
-					}
+				name := ""
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+				switch imp.Path.Value {
+				case `"time"`:
+					timeName = or(name, "time")
+				case `"context"`:
+					contextName = or(name, "context")
 				}
 			}
-			if timeName == "" {
+			if timeName == "" && contextName == "" {
 				continue
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
@@ -57,11 +67,23 @@ func TestDriversReadTimeThroughTheClock(t *testing.T) {
 				if !ok {
 					return true
 				}
-				if x, ok := sel.X.(*ast.Ident); ok && x.Name == timeName && timeReaders[sel.Sel.Name] {
+				x, ok := sel.X.(*ast.Ident)
+				switch {
+				case !ok:
+				case x.Name == timeName && timeReaders[sel.Sel.Name]:
 					t.Errorf("%s: time.%s: read the driver's machine.Clock", fset.Position(sel.Pos()), sel.Sel.Name)
+				case x.Name == contextName && contextTimers[sel.Sel.Name]:
+					t.Errorf("%s: context.%s: a deadline on the driver's machine.Clock (machine.%s)", fset.Position(sel.Pos()), sel.Sel.Name, strings.TrimSuffix(sel.Sel.Name, "Cause"))
 				}
 				return true
 			})
 		}
 	}
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

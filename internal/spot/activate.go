@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -113,7 +114,7 @@ func (m *Manager) recoverOne(ctx context.Context, v location.Versioned) error {
 // handler has completed, then deletes its root (the Clear machine); it
 // returns how the machine ended.
 func (m *Manager) clearRecovery(key location.AuthorityKey, op, rootKey string, committed location.Versioned) activation.Phase {
-	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ClearFor)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.acfg.ClearFor)
 	defer cancel()
 	mc, effects := activation.NewClear(m.acfg, key, op, rootKey, committed, m.clock.Now())
 	_ = m.newRunner(ctx, mc.Step).run(effects)
@@ -143,7 +144,7 @@ func withoutNotice(first any) any {
 // that turned out to be moving is put back to Ready and the close ends
 // Unavailable.
 func (m *Manager) closeAndRelease(key location.AuthorityKey, gen uint64, closingAt location.StoreVersion, wasReady *location.Record) error {
-	ctx, cancel := context.WithTimeout(context.Background(), m.acfg.ReleaseFor)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.acfg.ReleaseFor)
 	defer cancel()
 	mc, effects := activation.NewRelease(m.acfg, key, gen, closingAt, wasReady, m.clock.Now())
 	return m.newRunner(ctx, mc.Step).run(effects)
@@ -186,7 +187,7 @@ func (m *Manager) runWrite(ctx context.Context, w *activation.Write) (location.S
 // will not complete).
 func (m *Manager) abortReservation(key location.AuthorityKey, version location.StoreVersion, rec *location.Record) {
 	rootKey := rec.GetCreationIntent().GetContentRef()
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 	defer cancel()
 	if err := m.deleteRecord(ctx, key, version, rec); err != nil && !errors.Is(err, location.ErrConflict) {
 		m.log.Warn().Str("event", "reservation_abort_failed").Str("spot_id", key.ID).Err(err).Msg("the reservation stays until its owner's lease ends")
@@ -199,7 +200,7 @@ func (m *Manager) deleteRoot(rootKey string) {
 	if rootKey == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 	defer cancel()
 	if err := m.roots.DeleteRoot(ctx, rootKey); err != nil {
 		m.log.Warn().Str("event", "root_delete_failed").Str("root", rootKey).Err(err).Msg("a root was left in the Relocation Store")

@@ -112,7 +112,7 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 // is Stale. Without this a landed write left the record Closing for good
 // under a live owner while the incarnation served on.
 func (m *Manager) settleClosing(key location.AuthorityKey, gen uint64, version location.StoreVersion, ready *location.Record) (location.StoreVersion, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), closeSettleFor)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, closeSettleFor)
 	defer cancel()
 	for {
 		v, err := m.store.Read(ctx, key)

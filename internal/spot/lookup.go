@@ -101,7 +101,7 @@ func (l *IdentityLookup) relocatable(kind string) bool {
 // the node's shared list of the nodes (at most one a second); the last
 // answer stays in use while the store does not answer.
 func (l *IdentityLookup) remoteKinds(m *Manager) map[string]bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, 2*time.Second)
 	nodes, err := m.d.Node().LiveNodes(ctx, time.Second)
 	cancel()
 	l.mu.Lock()

@@ -208,7 +208,7 @@ func (m *Manager) watch(ctx context.Context, key location.AuthorityKey, after lo
 		w = &sharedWatch{done: make(chan struct{})}
 		m.watches[wk] = w
 		go func() {
-			wctx, cancel := context.WithTimeout(context.Background(), sharedWatchTimeout)
+			wctx, cancel := machine.WithTimeout(context.Background(), m.clock, sharedWatchTimeout)
 			defer cancel()
 			_, err := m.store.Watch(wctx, key, after)
 			if wctx.Err() != nil {
@@ -350,7 +350,7 @@ func (m *Manager) sweepRoutes() {
 	if m.cfg.Routes.RouteCacheMaxAge <= 0 || m.cache.len() == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, time.Second)
 	nodes, err := m.store.ListNodes(ctx, "")
 	cancel()
 	if err != nil {
@@ -725,7 +725,7 @@ func (m *Manager) fromMember(a *messages.SpotActivation, from *actor.PID) error 
 	if from == nil {
 		return fmt.Errorf("%w: no sender", meshnode.ErrNotMember)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 	defer cancel()
 	// From the caller's node itself it names its lifecycle, checked by one
 	// descriptor read; a full node passing it on is looked up by address.

@@ -87,7 +87,7 @@ func (r *runner) run(effects []activation.Effect) error {
 // own (the machine bounds the settling itself).
 func (r *runner) storeCtx(settle bool) (context.Context, context.CancelFunc) {
 	if settle {
-		return context.WithTimeout(context.Background(), r.m.cfg.DefaultTimeout)
+		return machine.WithTimeout(context.Background(), r.m.clock, r.m.cfg.DefaultTimeout)
 	}
 	return r.ctx, func() {}
 }
@@ -187,7 +187,7 @@ func (r *runner) exec(e activation.Effect) activation.Event {
 		v, err := m.store.Read(ctx, e.Key)
 		return activation.RecordRead{Record: v, Err: err, Now: m.clock.Now()}
 	case activation.AbortReservation:
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+		ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 		defer cancel()
 		return activation.AbortAnswered{Err: m.deleteRecord(ctx, e.Key, e.Version, e.Record)}
 	case activation.Delete:

@@ -373,7 +373,7 @@ func (m *Manager) onCreate(cmd *messages.UserSpotCreate) *messages.SpotReply {
 	readCtx := ctx
 	if late {
 		var cancelRead context.CancelFunc
-		readCtx, cancelRead = context.WithTimeout(context.Background(), m.cfg.DefaultTimeout)
+		readCtx, cancelRead = machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
 		defer cancelRead()
 	}
 	v, err := m.store.Read(readCtx, key)
