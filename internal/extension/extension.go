@@ -127,6 +127,9 @@ type Extension struct {
 	stopped bool
 	retired []*life // ended lifecycles still answering late arrivals
 	stopCh  chan struct{}
+	// rejoining: the current lifecycle's lease ended and the next one is
+	// not serving yet (Settled).
+	rejoining atomic.Bool
 	// quit is cancelled when StopNow begins: a rejoin under way (a claim
 	// the store does not take, the wait for the old lifecycle's end) and
 	// every lifecycle's background work end then, rather than when their
@@ -539,6 +542,7 @@ func (h *operatorHost) Relocate(ctx context.Context, key location.AuthorityKey, 
 // be restarted in place): it logs node_rejoin_unsupported and stays ended.
 func (e *Extension) rejoinLoop() {
 	defer close(e.done)
+	defer e.rejoining.Store(false)
 	log := e.cfg.Node.Logger
 	for {
 		l := e.cur.Load()
@@ -547,6 +551,7 @@ func (e *Extension) rejoinLoop() {
 			return
 		case <-l.node.LeaseLost():
 		}
+		e.rejoining.Store(true)
 		e.mu.Lock()
 		stopped := e.stopped
 		e.mu.Unlock()
@@ -567,9 +572,10 @@ func (e *Extension) rejoinLoop() {
 		// with a typed failure; a fixed port must be freed for the new one.
 		l.sessions.Stop()
 		l.spots.Stop()
-		// Real time: this bounds goroutines failing what they hold, not a
-		// protocol wait, and must end whatever the node's clock does.
-		wctx, cancel := machine.WithTimeout(e.quit, machine.Real, 10*time.Second)
+		// On the node's clock: ending the lifecycle may wait for store
+		// calls bounded on it (a rejoin is not a Stop, which is bounded in
+		// real time).
+		wctx, cancel := machine.WithTimeout(e.quit, l.node.Clock(), 10*time.Second)
 		if err := l.driver.WaitEnded(wctx); err != nil && e.quit.Err() == nil && log != nil {
 			log.Warn().Str("event", "lifecycle_end_incomplete").Err(err).Msg("not every incarnation of the ended lifecycle failed what it held in time")
 		}
@@ -601,6 +607,7 @@ func (e *Extension) rejoinLoop() {
 				stopped := e.stopped
 				if !stopped {
 					e.cur.Store(next)
+					e.rejoining.Store(false)
 				}
 				e.mu.Unlock()
 				if stopped {
@@ -965,6 +972,15 @@ func (e *Extension) CheckpointStats() (captures uint64, st checkpoint.Stats) {
 
 // System is the node's actor system.
 func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.System() }
+
+// Settled reports that the node has no work of its own under way that
+// only needs the CPU: its lease loop has taken its Ticks and answers
+// (meshnode.Node.Settled) and no rejoin is starting the next lifecycle. A
+// test that runs nodes in logical time waits for it between steps of the
+// clock, as real time would let a rejoin finish before the next renewal.
+func (e *Extension) Settled() bool {
+	return !e.rejoining.Load() && e.cur.Load().node.Settled()
+}
 
 // NodeRid is this node lifecycle's RID, the target name Relocate takes.
 func (e *Extension) NodeRid() string { return e.cur.Load().node.Descriptor().GetNodeRid() }
