@@ -24,12 +24,17 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 
-.PHONY: test test-race sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
+.PHONY: test test-race test-race-all test-race-consul test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
-## then 100,000 schedules of the deterministic simulation and the short chaos
-## test on real processes.
-test: consul browser lint test-race fuzz-short sim-check chaos-short
+## then 100,000 schedules of each deterministic simulation, the fuzz targets
+## briefly and the short chaos test on real processes. The parts run side
+## by side (TEST_JOBS of them, default 3): most of their time is tests
+## waiting on sockets, processes and Consul, not the CPU.
+TEST_JOBS ?= 3
+TEST_PARTS := test-race-all chaos-short test-race-consul lint test-plain sim-check fuzz-short
+test: consul browser race-mod
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 
 ## browser: Debian's Chromium, for the web view's browser test (roamctl web).
 browser:
@@ -42,6 +47,12 @@ sim-check:
 	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
 	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
 
+## nodesim: the real drivers under N seeded fault schedules (default 50;
+## internal/nodesim, of which make test runs 3): make nodesim [N=200] [SEED=1].
+.PHONY: nodesim
+nodesim:
+	set -o pipefail; NODESIM_SCHEDULES=$(or $(N),50) NODESIM_SEED=$(or $(SEED),1) $(GO) test -count=1 -run '^TestFaultSchedulesOnRealNodes$$' -v ./internal/nodesim | grep -E '^(---|    ---|ok|FAIL)|seed [0-9]+:'
+
 race-mod:
 	GO=$(GO) tools/race/prepare.sh $(RACE_MOD)
 
@@ -49,17 +60,27 @@ race-mod:
 # lookup) run under -race too: the race copy of Proto.Actor has its known
 # internal races patched (tools/race/prepare.sh).
 test-race: race-mod
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-all test-race-consul test-plain
+
+# The parts leave preparing the race copy to test and test-race (once, not
+# once per part side by side).
+test-race-all:
+	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	ROAM_REQUIRE_BROWSER=1 $(RACE) $$($(GO) list ./... | grep -v /bench/baseline)
-	$(GO) test -count=1 ./bench/baseline
-	# The hand-off tests again on a real Consul (the randomized ones already
-	# have a Consul variant).
+
+# The hand-off tests again on a real Consul (the randomized ones already
+# have a Consul variant).
+test-race-consul:
+	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	ROAM_TEST_STORE=consul $(RACE) -skip TestRandomized ./internal/relocation
-	# The root package's end-to-end tests once more against Proto.Actor as
-	# applications build it (no -modfile), so that none passes only because
-	# of the race copy's patches. Without -race: these tests start two or
-	# more remotes in one process, which race inside the unpatched
-	# Proto.Actor (remote.Start's gRPC logger, see above).
-	$(GO) test -count=1 .
+
+# The root package's end-to-end tests once more against Proto.Actor as
+# applications build it (no -modfile), so that none passes only because
+# of the race copy's patches. Without -race: these tests start two or
+# more remotes in one process, which race inside the unpatched
+# Proto.Actor (remote.Start's gRPC logger, see above).
+test-plain:
+	$(GO) test -count=1 ./bench/baseline .
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
