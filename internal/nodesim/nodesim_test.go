@@ -10,8 +10,10 @@ import (
 // Real nodes under random store cuts, store outages and moves, in
 // logical time: once the faults stop, every node serves again (rejoined
 // when its lease ended) and every Spot answers through every node within
-// four TTLs; nothing is handled twice, every answered call was handled
-// once, every error is typed. NODESIM_SCHEDULES sets the number of seeds
+// four TTLs; nothing is handled twice (but a cold activation's first
+// message when its owner ended before its recovery pointer went,
+// docs/FAULTS.md), every answered call was handled once, every error is
+// typed. NODESIM_SCHEDULES sets the number of seeds
 // (default 3), NODESIM_SEED the first.
 // Reference: docs/PROTOCOL.md §3.4 (owner leases), §7.10 (reactivation),
 // §10 (one owner at a time); docs/FAULTS.md.

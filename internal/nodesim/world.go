@@ -1,7 +1,8 @@
 // Package nodesim runs real roam nodes — the relocation driver, the Spot
-// manager, the owner lease, rejoin, the director — against a simulated
-// Location Store and a logical clock, under a fault schedule drawn from
-// one seed, and checks safety and liveness: nothing handled twice, every
+// manager, the owner lease, rejoin — against a simulated Location Store
+// and a logical clock, under a fault schedule drawn from one seed, and
+// checks safety and liveness: nothing handled twice (but the documented
+// repeated first message of a cold activation, counted apart), every
 // error typed, and once the faults stop every node serves again (a lease
 // that ended is rejoined) and every Spot answers within a stated bound of
 // logical time.
@@ -115,8 +116,10 @@ type World struct {
 	start time.Time
 
 	mu sync.Mutex
-	// handled counts each call's value as the Spots handled it.
+	// handled counts each call's value as the Spots handled it; asFirst
+	// counts the handlings that were their incarnation's first message.
 	handled map[string]int
+	asFirst map[string]int
 	// answered is every value whose call returned success.
 	answered map[string]bool
 	// untyped are the errors that fall in no roamerr class.
@@ -144,7 +147,7 @@ func New(t testing.TB, seed uint64, cfg Config) *World {
 	w := &World{
 		t: t, cfg: cfg, seed: seed, rng: simkit.NewRand(seed, 0x6e6f6465),
 		Clock: clock, Store: memstore.New(memstore.WithClock(clock)), start: clock.Now(),
-		handled: map[string]int{}, answered: map[string]bool{}, ticked: make(chan struct{}),
+		handled: map[string]int{}, asFirst: map[string]int{}, answered: map[string]bool{}, ticked: make(chan struct{}),
 	}
 	for i := 0; i < cfg.Nodes; i++ {
 		w.Nodes = append(w.Nodes, w.startNode(fmt.Sprintf("n%d", i+1)))
@@ -227,10 +230,13 @@ type counter struct {
 
 func (c *counter) Receive(ctx actor.Context) {
 	if s, ok := ctx.Message().(*wrapperspb.StringValue); ok {
-		c.n++
 		c.w.mu.Lock()
 		c.w.handled[s.Value]++
+		if c.n == 0 {
+			c.w.asFirst[s.Value]++
+		}
 		c.w.mu.Unlock()
+		c.n++
 		ctx.Respond(wrapperspb.Int64(c.n))
 	}
 }
@@ -564,12 +570,19 @@ func (w *World) checkSafe() {
 	defer w.mu.Unlock()
 	var bad []string
 	for v, n := range w.handled {
-		if n > 1 {
+		switch {
+		case n == 2 && w.asFirst[v] == 2:
+			// A cold activation's first message runs again when its owner
+			// ended after the handler returned and before the recovery
+			// pointer's removal landed: documented and warned
+			// (docs/FAULTS.md, "Repeated first message"); counted apart.
+			w.log = append(w.log, fmt.Sprintf("%s ran twice as a first message (repeated first message, docs/FAULTS.md)", v))
+		case n > 1:
 			bad = append(bad, fmt.Sprintf("%s handled %d times", v, n))
 		}
 	}
 	for v := range w.answered {
-		if w.handled[v] != 1 {
+		if w.handled[v] != 1 && !(w.handled[v] == 2 && w.asFirst[v] == 2) {
 			bad = append(bad, fmt.Sprintf("%s answered but handled %d times", v, w.handled[v]))
 		}
 	}
