@@ -106,38 +106,6 @@ func (e *scriptEnv) handle(c *simscript.Cmd) string {
 
 // ---- argument helpers ----
 
-func durArg(c *simscript.Cmd, key string, def time.Duration) time.Duration {
-	v := c.Val(key, "")
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		c.Fatalf("%s=%s: %v", key, v, err)
-	}
-	return d
-}
-
-func intArg(c *simscript.Cmd, key string, def int) int {
-	v := c.Val(key, "")
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		c.Fatalf("%s=%s: %v", key, v, err)
-	}
-	return n
-}
-
-// countArg reads count=N or count=all (-1).
-func countArg(c *simscript.Cmd, def int) int {
-	if c.Val("count", "") == "all" {
-		return -1
-	}
-	return intArg(c, "count", def)
-}
-
 func boolArg(c *simscript.Cmd, key string, def bool) bool {
 	v := c.Val(key, "")
 	if v == "" {
@@ -182,13 +150,13 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 	if boolArg(c, "sessions", false) {
 		cfg = SessionsConfig()
 	}
-	cfg.Nodes, cfg.Objects, cfg.Clients = intArg(c, "nodes", 3), intArg(c, "objects", 1), intArg(c, "clients", 2)
+	cfg.Nodes, cfg.Objects, cfg.Clients = c.Int("nodes", 3), c.Int("objects", 1), c.Int("clients", 2)
 	s, ok := sabotages[c.Val("sabotage", "none")]
 	if !ok {
 		c.Fatalf("sabotage=%s: not one of none, skip-fence-out, open-without-commit, skip-session-seal", c.Val("sabotage", ""))
 	}
 	cfg.Sabotage = s
-	e.w = NewWorld(cfg, uint64(intArg(c, "seed", 1)), nil)
+	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
 	e.w.SetTracing(true)
 	e.w.hooks = Hooks{SourceEffect: e.onSourceEffect, TargetEffect: e.onTargetEffect, Packet: e.onPacket, StoreMode: e.onStoreCall}
 	var objs []string
@@ -230,11 +198,11 @@ func (e *scriptEnv) sends(c *simscript.Cmd) string {
 		}
 		clients = append(clients, w.clients[k-1])
 	}
-	o := intArg(c, "obj", 0)
+	o := c.Int("obj", 0)
 	if o < 0 || o >= len(w.objs) {
 		c.Fatalf("no object %d", o)
 	}
-	from, every, count := durArg(c, "from", 10*time.Millisecond), durArg(c, "every", 20*time.Millisecond), intArg(c, "count", 1)
+	from, every, count := c.Dur("from", 10*time.Millisecond), c.Dur("every", 20*time.Millisecond), c.Int("count", 1)
 	isRequest := func(int) bool { return false }
 	switch r := c.Val("requests", "none"); {
 	case r == "none":
@@ -267,7 +235,7 @@ func (e *scriptEnv) sends(c *simscript.Cmd) string {
 // move obj=0 to=n2 at=50ms
 func (e *scriptEnv) move(c *simscript.Cmd) string {
 	w := e.w
-	o, dst, at := ObjID(intArg(c, "obj", 0)), e.nodeArg(c, c.Val("to", "")), durArg(c, "at", 0)
+	o, dst, at := ObjID(c.Int("obj", 0)), e.nodeArg(c, c.Val("to", "")), c.Dur("at", 0)
 	w.at(at, "move", func() {
 		if !w.StartMove(o, dst) {
 			e.logf("move of o%d to %s refused", o, dst.name)
@@ -292,7 +260,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		if len(words) != 2 {
 			c.Fatalf("cut wants two nodes")
 		}
-		a, b, d := e.nodeArg(c, words[0]), e.nodeArg(c, words[1]), durArg(c, "for", 0)
+		a, b, d := e.nodeArg(c, words[0]), e.nodeArg(c, words[1]), c.Dur("for", 0)
 		both := !c.Has("oneway")
 		desc = fmt.Sprintf("cut %s→%s for %s", a.name, b.name, d)
 		if both {
@@ -300,7 +268,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		}
 		action = func() { w.net.cut(a.idx, b.idx, both, d) }
 	case "store-outage":
-		d := durArg(c, "for", 0)
+		d := c.Dur("for", 0)
 		if name := c.Val("node", ""); name != "" {
 			n := e.nodeArg(c, name)
 			desc = fmt.Sprintf("%s cut from the store for %s", n.name, d)
@@ -329,12 +297,12 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		if !slices.Contains(effectNames, on) {
 			c.Fatalf("on=%s: no such effect (one of %s)", on, strings.Join(effectNames, ", "))
 		}
-		t := &trigger{desc: desc, effect: on, move: uint64(intArg(c, "move", 0)), after: durArg(c, "after", 0)}
+		t := &trigger{desc: desc, effect: on, move: uint64(c.Int("move", 0)), after: c.Dur("after", 0)}
 		t.action = func() { e.logf("%s (on %s)", desc, on); action() }
 		e.triggers = append(e.triggers, t)
 		return ""
 	}
-	at := durArg(c, "at", -1)
+	at := c.Dur("at", -1)
 	if at < 0 {
 		c.Fatalf("%s wants at=<time> or on=<effect>", c.Name)
 	}
@@ -410,8 +378,8 @@ func (e *scriptEnv) drop(c *simscript.Cmd) string {
 	if k < 0 {
 		c.Fatalf("no packet kind %q (one of %s)", words[0], strings.Join(pktNames[:], ", "))
 	}
-	d := &drop{desc: c.Line, kind: pktKind(k), from: -1, to: -1, left: countArg(c, 1), duplicate: c.Name == "duplicate",
-		after: durArg(c, "after", time.Millisecond)}
+	d := &drop{desc: c.Line, kind: pktKind(k), from: -1, to: -1, left: c.Count(1), duplicate: c.Name == "duplicate",
+		after: c.Dur("after", time.Millisecond)}
 	if n := c.Val("from", ""); n != "" {
 		d.from = e.nodeArg(c, n).idx
 	}
@@ -478,8 +446,8 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 		c.Fatalf("fault wants a store call and an answer")
 	}
 	var names []string
-	f := &storeFault{desc: c.Line, skip: intArg(c, "skip", 0), left: countArg(c, 1), until: durArg(c, "until", 0),
-		latency: durArg(c, "latency", 0), node: c.Val("node", "")}
+	f := &storeFault{desc: c.Line, skip: c.Int("skip", 0), left: c.Count(1), until: c.Dur("until", 0),
+		latency: c.Dur("latency", 0), node: c.Val("node", "")}
 	found := false
 	for _, sc := range storeCalls {
 		names = append(names, sc.name)
@@ -680,7 +648,7 @@ func (e *scriptEnv) trace(c *simscript.Cmd) string {
 				continue
 			}
 		}
-		if containsTokens(l, words) {
+		if simscript.HasTokens(l, words) {
 			out = append(out, l)
 		}
 	}
@@ -738,31 +706,4 @@ func protocolStep(l string, phase map[string]string) (string, bool) {
 		return "", false
 	}
 	return l[:open] + " [" + strings.Join(effects, " ") + "]", true
-}
-
-func containsTokens(l string, words []string) bool {
-	for _, wd := range words {
-		if !containsToken(l, wd) {
-			return false
-		}
-	}
-	return true
-}
-
-func containsToken(l, wd string) bool {
-	isWord := func(b byte) bool {
-		return b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
-	}
-	for i := 0; ; {
-		j := strings.Index(l[i:], wd)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(wd)
-		if (j == 0 || !isWord(l[j-1]) || !isWord(wd[0])) && (end == len(l) || !isWord(l[end]) || !isWord(wd[len(wd)-1])) {
-			return true
-		}
-		i = j + 1
-	}
 }
