@@ -42,6 +42,7 @@ import (
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -680,7 +681,7 @@ func (r *Roam) OpenSession(opts SessionOptions) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := ext.OpenSession(session.Options(opts))
+	s, err := ext.OpenSession(sessionhost.Options(opts))
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
-	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -284,7 +284,7 @@ type SessionOptions struct {
 // spawned bound to it get the client's messages wherever they move, in
 // order, and their pushes to the Session's PID reach OnPush
 // (docs/SESSIONS.md).
-type Session struct{ s *session.Session }
+type Session struct{ s *sessionhost.Session }
 
 // ID is the Session's ID.
 func (s *Session) ID() string { return string(s.s.ID()) }
@@ -595,4 +595,4 @@ func (r DrainResult) Err() error {
 	return roamerr.Keep(roamerr.ErrUnavailable, fmt.Sprintf("drain: %d of %d units did not move (first: %s)", len(r.Failed), r.Total, f.Key), f.Err)
 }
 
-func init() { session.Unwrap = func(s any) *session.Session { return s.(*Session).s } }
+func init() { sessionhost.Unwrap = func(s any) *sessionhost.Session { return s.(*Session).s } }

@@ -18,6 +18,7 @@ import (
 	"github.com/roamactors/roam/examples/chat"
 	"github.com/roamactors/roam/examples/chat/chatpb"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location/memstore"
@@ -203,7 +204,7 @@ func TestGatewayRefusesClientsPastMaxClients(t *testing.T) {
 func (h *harness) released(t testing.TB, name, sessionID string) {
 	t.Helper()
 	testwait.For(t, func() bool {
-		_, open := h.node.System().ProcessRegistry.GetLocal(session.PIDName(session.ID(sessionID)))
+		_, open := h.node.System().ProcessRegistry.GetLocal(sessionhost.PIDName(session.ID(sessionID)))
 		return !open
 	}, name+"'s Session was not closed")
 	testwait.For(t, func() bool {

@@ -34,6 +34,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -151,7 +152,7 @@ type life struct {
 	node     *meshnode.Node
 	driver   *relocation.Driver
 	spots    *spot.Manager
-	sessions *session.Service
+	sessions *sessionhost.Service
 	director *placement.Director // nil unless Config.Placement.Enabled
 }
 
@@ -329,7 +330,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	if lookup != nil {
 		lookup.Attach(m)
 	}
-	sessions, err := session.Start(d, cfg.Session, sessionLogger(cfg.Node.Logger))
+	sessions, err := sessionhost.Start(d, cfg.Session, sessionLogger(cfg.Node.Logger))
 	if err != nil {
 		m.Stop()
 		return nil, failed(err)
@@ -682,7 +683,7 @@ func sessionLogger(l *zerolog.Logger) zerolog.Logger {
 }
 
 // OpenSession opens a client Session on this node (docs/SESSIONS.md).
-func (e *Extension) OpenSession(opts session.Options) (*session.Session, error) {
+func (e *Extension) OpenSession(opts sessionhost.Options) (*sessionhost.Session, error) {
 	return e.cur.Load().sessions.Open(opts)
 }
 

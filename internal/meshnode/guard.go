@@ -317,7 +317,7 @@ func (g *guardedStream) watchRefused(id string, watch bool, data []byte) string 
 	return ""
 }
 
-// sessionPrefix starts the PID ids of Sessions (session.PIDName).
+// sessionPrefix starts the PID ids of Sessions (sessionhost.PIDName).
 const sessionPrefix = "roam/session/"
 
 // watchBudget names whose share of the watch limit a peer's watch takes:

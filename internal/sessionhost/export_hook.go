@@ -1,4 +1,4 @@
-package session
+package sessionhost
 
 // Unwrap is the Session a public *roam.Session wraps; package roam sets
 // it, for this package's tests that drive Sessions through roam's API.

@@ -1,4 +1,9 @@
-package session
+// Package sessionhost is the Session owner's driver on one node: it runs
+// the pure session.Owner (internal/session) in the roam/session actor,
+// arms its seal timers on the node's clock, looks bound Actors up through
+// the relocation driver and is the client side of a Session (Open, Spawn,
+// Send, Request). docs/SESSIONS.md is the protocol.
+package sessionhost
 
 import (
 	"context"
@@ -18,6 +23,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -31,8 +37,8 @@ import (
 // transport sees; user callbacks never run under it.
 type Service struct {
 	mu     sync.Mutex
-	owner  *Owner
-	open   map[ID]*Session
+	owner  *session.Owner
+	open   map[session.ID]*Session
 	timers *machine.Timers[timerKey] // seal timers, on the node's clock
 	closed bool
 	// resolving: the bindings whose Actor is being looked up in the store
@@ -44,7 +50,7 @@ type Service struct {
 	// which would make its mover drop the binding.
 	binding map[bindingKey]int
 
-	cfg     Config
+	cfg     session.Config
 	driver  *relocation.Driver
 	sys     *actor.ActorSystem
 	address string
@@ -56,24 +62,24 @@ type Service struct {
 }
 
 type bindingKey struct {
-	session ID
+	session session.ID
 	actor   string
 }
 
 type timerKey struct {
-	session ID
+	session session.ID
 	actor   string
 	move    handoff.Identity
 }
 
 // Start spawns the node's Session owner actor on the driver's system.
-func Start(d *relocation.Driver, cfg Config, log zerolog.Logger) (*Service, error) {
+func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
 	s := &Service{
-		owner: New(cfg), open: map[ID]*Session{}, timers: machine.NewTimers[timerKey](d.Clock()),
+		owner: session.New(cfg), open: map[session.ID]*Session{}, timers: machine.NewTimers[timerKey](d.Clock()),
 		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
 	}
 	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
@@ -93,9 +99,9 @@ func (s *Service) Stop() {
 		return
 	}
 	s.closed = true
-	var effects []Effect
+	var effects []session.Effect
 	for id := range s.open {
-		effects = append(effects, s.owner.Step(CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
+		effects = append(effects, s.owner.Step(session.CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
 	}
 	s.run(effects)
 	s.timers.Close() // the seal waits end with the lifecycle
@@ -106,42 +112,42 @@ func (s *Service) Stop() {
 }
 
 // step feeds ev and runs its effects; the caller holds s.mu.
-func (s *Service) step(ev Event) []Effect {
+func (s *Service) step(ev session.Event) []session.Effect {
 	effects := s.owner.Step(ev)
 	s.run(effects)
 	return effects
 }
 
 // run executes effects in order; the caller holds s.mu.
-func (s *Service) run(effects []Effect) {
+func (s *Service) run(effects []session.Effect) {
 	for _, e := range effects {
 		switch e := e.(type) {
-		case Deliver:
+		case session.Deliver:
 			e.Item.Msg.(*outbound).deliver(s, e.Actor, e.Route)
-		case Refuse:
+		case session.Refuse:
 			e.Item.Msg.(*outbound).refuse(e.Err)
-		case StartSealTimer:
+		case session.StartSealTimer:
 			k := timerKey{e.Session, e.Actor, e.Move}
 			s.timers.Arm(k, e.After, func() {
 				s.mu.Lock()
 				defer s.mu.Unlock()
-				s.step(SealExpired{Session: k.session, Actor: k.actor, Move: k.move})
+				s.step(session.SealExpired{Session: k.session, Actor: k.actor, Move: k.move})
 			})
-		case StopSealTimer:
+		case session.StopSealTimer:
 			k := timerKey{e.Session, e.Actor, e.Move}
 			s.timers.Cancel(k)
-		case Resolve:
+		case session.Resolve:
 			s.resolve(e)
-		case Recovered:
+		case session.Recovered:
 			if c := s.open[e.Session]; c != nil && c.opts.OnRecovered != nil {
 				go c.opts.OnRecovered(e.Actor) // never under the lock
 			}
-		case Closed:
+		case session.Closed:
 			if c := s.open[e.Session]; c != nil {
 				delete(s.open, e.Session)
 				c.end(e.Err)
 			}
-		case Log:
+		case session.Log:
 			ev := s.log.Info()
 			switch e.Level {
 			case handoff.LevelWarn:
@@ -173,11 +179,11 @@ func (c *commands) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *messages.SessionSeal:
 		s.mu.Lock()
-		effects := s.step(SealRequest{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
-		spawning := s.binding[bindingKey{ID(m.GetSessionId()), m.GetActorId()}] > 0
+		effects := s.step(session.SealRequest{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
+		spawning := s.binding[bindingKey{session.ID(m.GetSessionId()), m.GetActorId()}] > 0
 		s.mu.Unlock()
 		for _, e := range effects {
-			if r, ok := e.(ReplySeal); ok && ctx.Sender() != nil {
+			if r, ok := e.(session.ReplySeal); ok && ctx.Sender() != nil {
 				if spawning && errors.Is(r.Err, roamerr.ErrNotFound) {
 					r.Err = fmt.Errorf("%w: Actor %q is being bound to session %s", roamerr.ErrUnavailable, m.GetActorId(), m.GetSessionId())
 				}
@@ -193,21 +199,21 @@ func (c *commands) Receive(ctx actor.Context) {
 			// A recovering node's word, no move's: the store says where
 			// the Actor serves, not the sender.
 			s.mu.Lock()
-			if s.owner.binding(ID(m.GetSessionId()), m.GetActorId()) != nil {
-				s.resolve(Resolve{Session: ID(m.GetSessionId()), Actor: m.GetActorId()})
+			if _, _, bound := s.owner.BindingOf(session.ID(m.GetSessionId()), m.GetActorId()); bound {
+				s.resolve(session.Resolve{Session: session.ID(m.GetSessionId()), Actor: m.GetActorId()})
 			}
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Lock()
-		s.step(RouteUpdate{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
+		s.step(session.RouteUpdate{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
 		s.mu.Unlock()
 	case *messages.RelocationAbort:
 		if m.GetSessionId() == "" {
 			return
 		}
 		s.mu.Lock()
-		s.step(Abort{From: from, Session: ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
+		s.step(session.Abort{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
 		s.mu.Unlock()
 	}
 }
@@ -227,7 +233,7 @@ type look struct {
 // Resolved; the caller holds s.mu. A look that fails is tried again. A
 // Resolve while a look is under way is not lost: it cuts that look's wait
 // short, or, if the store is being read, makes another look follow.
-func (s *Service) resolve(e Resolve) {
+func (s *Service) resolve(e session.Resolve) {
 	key := bindingKey{e.Session, e.Actor}
 	if l, ok := s.resolving[key]; ok {
 		switch {
@@ -266,18 +272,18 @@ func (s *Service) resolve(e Resolve) {
 			return
 		}
 		if err != nil {
-			s.step(Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
+			s.step(session.Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
 		} else {
-			s.step(Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
+			s.step(session.Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
 		}
 		if l.again {
-			s.resolve(Resolve{Session: e.Session, Actor: e.Actor})
+			s.resolve(session.Resolve{Session: e.Session, Actor: e.Actor})
 		}
 	}()
 }
 
-func routeFrom(r *messages.SessionRoute) Route {
-	return Route{Address: r.GetAddress(), OwnerGeneration: r.GetOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), NodeRid: r.GetNodeRid()}
+func routeFrom(r *messages.SessionRoute) session.Route {
+	return session.Route{Address: r.GetAddress(), OwnerGeneration: r.GetOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), NodeRid: r.GetNodeRid()}
 }
 
 // Options configure one Session.
@@ -305,7 +311,7 @@ type Options struct {
 // Session is one client connection on this node.
 type Session struct {
 	svc    *Service
-	id     ID
+	id     session.ID
 	pid    *actor.PID
 	opts   Options
 	pushes chan any
@@ -330,12 +336,12 @@ func (s *Service) Open(opts Options) (*Session, error) {
 	if max := s.cfg.WithDefaults().MaxSessions; len(s.open) >= max {
 		return nil, fmt.Errorf("%w: %d Sessions are open on this node, its limit (SessionConfig.MaxSessions)", roamerr.ErrCapacityExceeded, max)
 	}
-	if r, ok := firstReject(s.step(OpenSession{Session: id})); ok {
+	if r, ok := firstReject(s.step(session.OpenSession{Session: id})); ok {
 		return nil, r
 	}
 	pid, ok := s.sys.ProcessRegistry.Add(&pushProcess{c: c}, PIDName(id))
 	if !ok {
-		s.step(CloseSession{Session: id})
+		s.step(session.CloseSession{Session: id})
 		return nil, fmt.Errorf("%w: session PID %s is taken", roamerr.ErrConflict, pid.Id)
 	}
 	c.pid = pid
@@ -346,11 +352,11 @@ func (s *Service) Open(opts Options) (*Session, error) {
 
 // PIDName is the PID id of Session id on its node: where the bound
 // Actors' pushes go. It never moves.
-func PIDName(id ID) string { return relocation.SessionOwnerName + "/" + string(id) }
+func PIDName(id session.ID) string { return relocation.SessionOwnerName + "/" + string(id) }
 
-func firstReject(effects []Effect) (error, bool) {
+func firstReject(effects []session.Effect) (error, bool) {
 	for _, e := range effects {
-		if r, ok := e.(Reject); ok {
+		if r, ok := e.(session.Reject); ok {
 			return r.Err, true
 		}
 	}
@@ -358,7 +364,7 @@ func firstReject(effects []Effect) (error, bool) {
 }
 
 // ID is the Session's ID.
-func (c *Session) ID() ID { return c.id }
+func (c *Session) ID() session.ID { return c.id }
 
 // PID is where the bound Actors' pushes to this client go.
 func (c *Session) PID() *actor.PID { return c.pid }
@@ -405,7 +411,7 @@ func (c *Session) SpawnActor(ctx context.Context, stableType, id string) (*actor
 		return nil, err
 	}
 	s.mu.Lock()
-	effects := s.step(Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
+	effects := s.step(session.Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
 	unmark()
 	s.mu.Unlock()
 	if r, ok := firstReject(effects); ok {
@@ -476,10 +482,10 @@ func (c *Session) submit(actorID string, o *outbound, size int) error {
 	s.mu.Lock()
 	route, _, _ := s.owner.BindingOf(c.id, actorID)
 	down := route.Address != "" && route.Address != s.address && s.driver.Departed(route.Address, route.NodeRid)
-	effects := s.step(Client{Session: c.id, Actor: actorID, Item: Item{Msg: o, Bytes: size}, RouteDown: down})
+	effects := s.step(session.Client{Session: c.id, Actor: actorID, Item: session.Item{Msg: o, Bytes: size}, RouteDown: down})
 	s.mu.Unlock()
 	for _, e := range effects {
-		if r, ok := e.(Refuse); ok && r.Item.Msg == o {
+		if r, ok := e.(session.Refuse); ok && r.Item.Msg == o {
 			return r.Err
 		}
 	}
@@ -498,7 +504,7 @@ func (c *Session) Close() {
 	c.endWith(nil)
 	s := c.svc
 	s.mu.Lock()
-	s.step(CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
+	s.step(session.CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
 	s.mu.Unlock()
 }
 
@@ -567,7 +573,7 @@ func (p *pushProcess) SendUserMessage(_ *actor.PID, message any) {
 		go func() {
 			s := c.svc
 			s.mu.Lock()
-			s.step(CloseSession{Session: c.id, Err: fmt.Errorf("%w: session closed: more than %d pushes waited for the client", roamerr.ErrCapacityExceeded, c.opts.PushBuffer)})
+			s.step(session.CloseSession{Session: c.id, Err: fmt.Errorf("%w: session closed: more than %d pushes waited for the client", roamerr.ErrCapacityExceeded, c.opts.PushBuffer)})
 			s.mu.Unlock()
 		}()
 	}
@@ -584,7 +590,7 @@ type outbound struct {
 	replyTo *actor.PID
 }
 
-func (o *outbound) deliver(s *Service, actorID string, r Route) {
+func (o *outbound) deliver(s *Service, actorID string, r session.Route) {
 	to := relocation.IncarnationPID(r.Address, location.Key(location.KindActor, actorID), r.ObjectGeneration, r.OwnerGeneration)
 	env := &actor.MessageEnvelope{Message: o.msg}
 	if o.reply != nil {
@@ -626,7 +632,7 @@ func (p *replyProcess) Stop(*actor.PID)                             {}
 
 var opPrefix = "s" + newHex(6) + "-"
 
-func newID() ID { return ID(newHex(16)) }
+func newID() session.ID { return session.ID(newHex(16)) }
 
 func newHex(n int) string {
 	b := make([]byte, n)

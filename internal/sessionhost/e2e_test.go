@@ -1,4 +1,4 @@
-package session_test
+package sessionhost_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
@@ -163,7 +164,7 @@ func (cl *cluster) sealedWhileBlocked(t *testing.T, opts roam.SessionOptions) (*
 		_, err := cl.gw.Relocate(ctx, roam.ActorRef("alice"), "b")
 		moved <- err
 	}()
-	testwait.For(t, func() bool { return session.Unwrap(s).Sealed("alice") }, "the Session owner seals before the source")
+	testwait.For(t, func() bool { return sessionhost.Unwrap(s).Sealed("alice") }, "the Session owner seals before the source")
 	return s, moved
 }
 
@@ -191,7 +192,7 @@ func TestHeldMessagesGoToTheTargetAfterTheRouteUpdate(t *testing.T) {
 		_, err := s.Request(ctx, "alice", wrapperspb.String("h2"))
 		reply <- err
 	}()
-	testwait.For(t, func() bool { return session.Unwrap(s).Held("alice") == 2 }, "both held while sealed")
+	testwait.For(t, func() bool { return sessionhost.Unwrap(s).Held("alice") == 2 }, "both held while sealed")
 	res, err := s.Request(ctx, "bob", wrapperspb.String("other"))
 	require.NoError(t, err, "another binding of the Session is not sealed")
 	require.Equal(t, "other", res.(*wrapperspb.StringValue).GetValue())
@@ -201,8 +202,8 @@ func TestHeldMessagesGoToTheTargetAfterTheRouteUpdate(t *testing.T) {
 	require.NoError(t, <-reply)
 	require.NoError(t, s.Send("alice", wrapperspb.String("after")))
 	require.Equal(t, "bound,block,queued,h1,h2,after", journalOf(t, s), "held after what moved, before what came next")
-	require.False(t, session.Unwrap(s).Sealed("alice"))
-	require.Zero(t, session.Unwrap(s).Held("alice"))
+	require.False(t, sessionhost.Unwrap(s).Sealed("alice"))
+	require.Zero(t, sessionhost.Unwrap(s).Held("alice"))
 	pid, err := cl.gw.Resolve(ctx, roam.ActorRef("alice"))
 	require.NoError(t, err)
 	require.Equal(t, cl.b.System().Address(), pid.Address)
@@ -224,7 +225,7 @@ func TestHoldLimitRefusesWithCapacityExceeded(t *testing.T) {
 	require.NoError(t, <-moved)
 	// Relocate returns once the commit is in the store; the route update
 	// follows the target's open.
-	testwait.For(t, func() bool { return !session.Unwrap(s).Sealed("alice") }, "the route update releases the seal")
+	testwait.For(t, func() bool { return !sessionhost.Unwrap(s).Sealed("alice") }, "the route update releases the seal")
 	require.Equal(t, "bound,block,queued,h1,h2", journalOf(t, s))
 	require.NoError(t, s.Err())
 }
@@ -241,7 +242,7 @@ func TestSealTimeoutClosesTheSessionAndALateUpdateIsIgnored(t *testing.T) {
 		sync.Mutex
 		m *messages.SessionRouteUpdate
 	}
-	session.Unwrap(s).DropCommands(func(m any) bool {
+	sessionhost.Unwrap(s).DropCommands(func(m any) bool {
 		u, ok := m.(*messages.SessionRouteUpdate)
 		if ok {
 			late.Lock()
@@ -255,7 +256,7 @@ func TestSealTimeoutClosesTheSessionAndALateUpdateIsIgnored(t *testing.T) {
 		_, err := s.Request(context.Background(), "alice", wrapperspb.String("h1"))
 		held <- err
 	}()
-	testwait.For(t, func() bool { return session.Unwrap(s).Held("alice") == 1 }, "held")
+	testwait.For(t, func() bool { return sessionhost.Unwrap(s).Held("alice") == 1 }, "held")
 	cl.g.open()
 	require.NoError(t, <-moved, "the move itself succeeds: only its route update is lost")
 
@@ -267,13 +268,13 @@ func TestSealTimeoutClosesTheSessionAndALateUpdateIsIgnored(t *testing.T) {
 	require.ErrorIs(t, s.Send("alice", wrapperspb.String("x")), roamerr.ErrUnavailable, "cleared")
 
 	// The route update arrives late, from the target's address.
-	session.Unwrap(s).DropCommands(nil)
+	sessionhost.Unwrap(s).DropCommands(nil)
 	late.Lock()
 	u := late.m
 	late.Unlock()
 	require.NotNil(t, u)
 	from := actor.NewPID(cl.b.System().Address(), "roam/relocation")
-	cl.gw.System().Root.RequestWithCustomSender(session.Unwrap(s).Self().(*actor.PID), u, from)
+	cl.gw.System().Root.RequestWithCustomSender(sessionhost.Unwrap(s).Self().(*actor.PID), u, from)
 	testwait.For(t, func() bool { return cl.logs.has("session_route_update_ignored") }, "a late route update only warns")
 	require.ErrorIs(t, s.Send("alice", wrapperspb.String("x")), roamerr.ErrUnavailable, "and changes nothing")
 }
@@ -289,14 +290,14 @@ func TestAbortReleasesTheSealOnlyAfterTheSourceRestored(t *testing.T) {
 	cl.fail.Store("restore", true)
 	require.NoError(t, s.Send("alice", wrapperspb.String("h1")))
 	require.NoError(t, s.Send("alice", wrapperspb.String("h2")))
-	testwait.For(t, func() bool { return session.Unwrap(s).Held("alice") == 2 }, "held")
+	testwait.For(t, func() bool { return sessionhost.Unwrap(s).Held("alice") == 2 }, "held")
 	cl.g.open()
 	require.Error(t, <-moved, "the target failed the move")
 	require.Equal(t, "bound,block,queued,h1,h2", journalOf(t, s), "the restored queue first, then what was held")
 	pid, err := cl.gw.Resolve(context.Background(), roam.ActorRef("alice"))
 	require.NoError(t, err)
 	require.Equal(t, cl.gw.System().Address(), pid.Address, "alice serves on at the source")
-	require.False(t, session.Unwrap(s).Sealed("alice"))
+	require.False(t, sessionhost.Unwrap(s).Sealed("alice"))
 	require.False(t, cl.logs.has("session_abort_ignored"))
 	require.NoError(t, s.Err())
 }

@@ -1,4 +1,4 @@
-package session
+package sessionhost
 
 // Held is how many client messages the Session holds for actor.
 func (c *Session) Held(actor string) int {

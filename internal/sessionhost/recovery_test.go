@@ -1,4 +1,4 @@
-package session_test
+package sessionhost_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
-	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/sessionhost"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
@@ -92,11 +92,11 @@ func heldWhileRecovered(t *testing.T, crash string) {
 	}
 	shutdowns[1].Do(bSystem.Shutdown)
 	testwait.For(t, func() bool {
-		return s.Send("alice", wrapperspb.String("after")) == nil && session.Unwrap(s).Held("alice") > 0
+		return s.Send("alice", wrapperspb.String("after")) == nil && sessionhost.Unwrap(s).Held("alice") > 0
 	}, "a message after the crash is held, not sent into the lost connection")
 	require.True(t, logs.has("session_route_down"))
 
-	testwait.For(t, func() bool { return !session.Unwrap(s).Sealed("alice") }, "alice recovered and the held message released")
+	testwait.For(t, func() bool { return !sessionhost.Unwrap(s).Sealed("alice") }, "alice recovered and the held message released")
 	require.True(t, logs.has("object_recovered"))
 	pid, err := gw.Resolve(ctx, roam.ActorRef("alice"))
 	require.NoError(t, err)
