@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -56,6 +57,10 @@ type Question struct {
 	// What names the question in the refusal log and count
 	// ("capability query", "route barrier", …).
 	What string
+	// Clock is the asking node's clock, which the timeout runs on (Real
+	// when nil): a node in logical time gives up on a question when its
+	// clock says so, not after real seconds.
+	Clock machine.Clock
 }
 
 // Ask sends msg to to with a reply route of its own and waits for the
@@ -86,7 +91,8 @@ func Ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, ti
 		(*o)(Asked{Route: pid, To: to, Message: msg})
 	}
 	sys.Root.RequestWithCustomSender(to, msg, pid)
-	t := time.NewTimer(timeout)
+	expired := make(chan struct{})
+	t := machine.Or(q.Clock).AfterFunc(timeout, func() { close(expired) })
 	defer t.Stop()
 	select {
 	case r := <-p.ch:
@@ -94,7 +100,7 @@ func Ask(ctx context.Context, sys *actor.ActorSystem, to *actor.PID, msg any, ti
 			return nil, actor.ErrDeadLetter
 		}
 		return r, nil
-	case <-t.C:
+	case <-expired:
 		return nil, actor.ErrTimeout
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -191,7 +197,7 @@ var (
 // finish records that the question at id ended, and forgets those that
 // ended more than a minute ago (swept at most once a second).
 func finish(id, from string) {
-	now := time.Now()
+	now := machine.Real.Now() // process-wide bookkeeping, not a node's protocol time
 	finished.Store(id, ended{at: now, from: from})
 	if last := swept.Load(); now.UnixNano()-last < int64(time.Second) || !swept.CompareAndSwap(last, now.UnixNano()) {
 		return

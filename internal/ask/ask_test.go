@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // A question takes only its answer: what Accept refuses is counted and
@@ -59,5 +61,32 @@ func TestTokensDoNotRepeat(t *testing.T) {
 		require.Len(t, tok, 32)
 		require.False(t, seen[tok])
 		seen[tok] = true
+	}
+}
+
+// A question's timeout runs on the asking node's clock: under a logical
+// clock it ends when that clock passes it, however long real time waits.
+func TestAQuestionTimesOutOnTheAskersClock(t *testing.T) {
+	sys := actor.NewActorSystem()
+	asked, err := sys.Root.SpawnNamed(actor.PropsFromFunc(func(actor.Context) {}), "silent")
+	require.NoError(t, err)
+	clock := machine.NewManual()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ask.Ask(context.Background(), sys, asked, wrapperspb.String("?"), time.Hour, ask.Question{What: "t", Clock: clock})
+		done <- err
+	}()
+	testwait.Within(t, 10*time.Second, func() bool { return clock.Armed() == 1 }, "the question's timer armed on the manual clock")
+	select {
+	case err := <-done:
+		t.Fatalf("the question ended before its clock passed the timeout: %v", err)
+	default:
+	}
+	clock.Advance(time.Hour)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, actor.ErrTimeout)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the question did not time out when its clock passed the timeout")
 	}
 }

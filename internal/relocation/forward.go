@@ -92,7 +92,7 @@ func (d *Driver) askOwner(ctx context.Context, ownerAddress string, key location
 	}
 	req.Kind, req.Id = messages.AuthorityKind(key.Kind), key.ID
 	req.Requester, req.DeadlineUnixMillis = d.selfRef(), d.clock.Now().Add(timeout).UnixMilli()
-	res, err := ask.Ask(ctx, d.sys, PID(ownerAddress), req, timeout, ask.Question{From: ownerAddress, What: "forwarded move",
+	res, err := ask.Ask(ctx, d.sys, PID(ownerAddress), req, timeout, ask.Question{Clock: d.clock, From: ownerAddress, What: "forwarded move",
 		Accept: func(msg any) bool { _, ok := msg.(*messages.RelocateReply); return ok }})
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil, fmt.Errorf("%w: %s %s at its owner %s: %w", roamerr.ErrDeadlineExceeded, what, key, ownerAddress, ctx.Err())

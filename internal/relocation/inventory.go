@@ -144,7 +144,7 @@ func (d *Driver) askLoad(ctx context.Context, address string, kind location.Kind
 	if timeout <= 0 {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
 	}
-	res, err := ask.Ask(ctx, d.sys, actor.NewPID(address, DriverName), q, timeout, ask.Question{From: address, What: "load query", Accept: isCapabilityReply})
+	res, err := ask.Ask(ctx, d.sys, actor.NewPID(address, DriverName), q, timeout, ask.Question{Clock: d.clock, From: address, What: "load query", Accept: isCapabilityReply})
 	if err != nil {
 		return NodeLoad{}, fmt.Errorf("%w: load of %s: %v", roamerr.ErrUnavailable, address, err)
 	}

@@ -172,7 +172,7 @@ func (d *Driver) Edges(ctx context.Context, address string, max int) (placement.
 	if timeout <= 0 {
 		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %w", roamerr.ErrDeadlineExceeded, address, context.DeadlineExceeded)
 	}
-	res, err := ask.Ask(ctx, d.sys, PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout, ask.Question{From: address, What: "edge query",
+	res, err := ask.Ask(ctx, d.sys, PID(address), &messages.EdgeQuery{Source: d.selfRef(), Max: uint32(max)}, timeout, ask.Question{Clock: d.clock, From: address, What: "edge query",
 		Accept: func(msg any) bool { _, ok := msg.(*messages.EdgeReply); return ok }})
 	if err != nil {
 		return placement.Sample{}, fmt.Errorf("%w: edges of %s: %v", roamerr.ErrUnavailable, address, err)

@@ -484,7 +484,7 @@ func (m *Manager) confirm(ctx context.Context, address, op string) error {
 	_, _ = rand.Read(nonce)
 	dl, _ := ctx.Deadline()
 	res, err := ask.Ask(ctx, m.sys, servicePID(address), &messages.CommandConfirm{OperationId: op, Nonce: nonce}, machine.Until(m.clock, dl), ask.Question{
-		From: address, What: "command confirmation", Accept: func(msg any) bool {
+		Clock: m.clock, From: address, What: "command confirmation", Accept: func(msg any) bool {
 			c, ok := msg.(*messages.CommandConfirm)
 			return ok && c.GetOperationId() == op && bytes.Equal(c.GetNonce(), nonce)
 		}})
@@ -789,7 +789,7 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 	go func() {
 		// The answer comes from wherever the route ends (Message Follow),
 		// so from any node.
-		_, _ = ask.Ask(context.Background(), m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{What: "route barrier", Accept: isBarrier})
+		_, _ = ask.Ask(context.Background(), m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{Clock: m.clock, What: "route barrier", Accept: isBarrier})
 		close(answered)
 	}()
 	done := make(chan struct{})

@@ -333,7 +333,7 @@ func (m *Manager) command(ctx context.Context, address, op string, cmd proto.Mes
 	// (CommandConfirm): it is pending while this call waits.
 	m.pendingOps.Store(op, struct{}{})
 	defer m.pendingOps.Delete(op)
-	res, err := ask.Ask(ctx, m.sys, servicePID(address), cmd, machine.Until(m.clock, dl), ask.Question{From: address, What: "Spot command", Accept: func(msg any) bool {
+	res, err := ask.Ask(ctx, m.sys, servicePID(address), cmd, machine.Until(m.clock, dl), ask.Question{Clock: m.clock, From: address, What: "Spot command", Accept: func(msg any) bool {
 		r, ok := msg.(*messages.SpotReply)
 		return ok && r.GetOperationId() == op
 	}})
