@@ -25,7 +25,7 @@ func TestWatchSeesEveryMoveWithLongIDs(t *testing.T) {
 	store := manualStore()
 	a := claim(t, store, "default", "node-a", 0)
 	b := claim(t, store, "default", "node-b", 0)
-	feed := operator.NewMoveFeed(store, "default", b.NodeRid)
+	feed := operator.NewMoveFeed(store, "default", b.NodeRid, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go feed.Run(ctx, zerolog.Nop())

@@ -280,7 +280,7 @@ func (e *Extension) startLife(ctx context.Context) (*life, error) {
 	board, hasBoard := cfg.Node.Store.(location.Board)
 	var feed *operator.MoveFeed
 	if hasBoard {
-		feed = operator.NewMoveFeed(board, node.Descriptor().GetMesh(), node.Descriptor().GetNodeRid())
+		feed = operator.NewMoveFeed(board, node.Descriptor().GetMesh(), node.Descriptor().GetNodeRid(), node.Clock())
 		onEvent := cfg.Relocation.OnEvent
 		cfg.Relocation.OnEvent = func(ev relocation.Event) {
 			feed.Add(ev)
@@ -474,7 +474,7 @@ func (e *Extension) serveOperators(l *life, board location.Board, feed *operator
 	ctx := l.ctx
 	desc := l.node.Descriptor()
 	log := e.logger()
-	e.goLife(func() { operator.Serve(ctx, board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log) })
+	e.goLife(func() { operator.Serve(ctx, l.node.Clock(), board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log) })
 	e.goLife(func() { feed.Run(ctx, log) })
 	e.goLife(func() {
 		sctx, scancel := machine.WithTimeout(ctx, l.node.Clock(), time.Minute)

@@ -26,7 +26,7 @@ var contextTimers = map[string]bool{"WithTimeout": true, "WithDeadline": true, "
 // non-test code reads no clock but a machine.Clock (machine.Real where
 // the time is not a protocol decision, named so at the call).
 var drivers = []string{
-	"../relocation", "../spot", "../session", "../sessionhost", "../drain", "../checkpoint", "../meshnode", "../extension", "../placement", "../ask",
+	"../relocation", "../spot", "../session", "../sessionhost", "../drain", "../checkpoint", "../meshnode", "../extension", "../placement", "../ask", "../operator",
 }
 
 // The drivers read time only through a machine.Clock, so a node runs in

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
@@ -54,12 +55,14 @@ type MoveFeed struct {
 
 	failures  atomic.Int64
 	failedLog ratelog.Limiter
+	clock     machine.Clock
 }
 
-// NewMoveFeed is the moves note of the node lifecycle (mesh, rid).
-func NewMoveFeed(board location.Board, mesh, rid string) *MoveFeed {
+// NewMoveFeed is the moves note of the node lifecycle (mesh, rid), stamped
+// and paced on the node's clock (Real when nil).
+func NewMoveFeed(board location.Board, mesh, rid string, clock machine.Clock) *MoveFeed {
 	return &MoveFeed{board: board, key: location.NoteKey{Mesh: mesh, NodeRid: rid, Name: MovesNote},
-		failedLog: ratelog.Limiter{Every: feedFailuresLogged}}
+		failedLog: ratelog.Limiter{Every: feedFailuresLogged}, clock: machine.Or(clock)}
 }
 
 // WriteFailures is how many writes of the moves note failed so far.
@@ -76,7 +79,7 @@ func (f *MoveFeed) Add(e relocation.Event) {
 	f.feed.Seq++
 	f.feed.Moves = append(f.feed.Moves, &messages.MoveRecord{
 		Seq: f.feed.Seq, Kind: e.Key.Kind, Id: feedID(e.Key.ID), FromRid: e.From, ToRid: e.To,
-		PauseNanos: int64(e.Pause), Bytes: e.Bytes, AtUnixNanos: time.Now().UnixNano(), Fallback: e.Fallback,
+		PauseNanos: int64(e.Pause), Bytes: e.Bytes, AtUnixNanos: f.clock.Now().UnixNano(), Fallback: e.Fallback,
 	})
 	if over := len(f.feed.Moves) - FeedLength; over > 0 {
 		f.feed.Moves = append(f.feed.Moves[:0], f.feed.Moves[over:]...)
@@ -120,15 +123,11 @@ var feedFailureCounter = sync.OnceValue(func() metric.Int64Counter {
 // ends. A write that fails is counted, logged (at most once every
 // feedFailuresLogged) and tried again at the next tick.
 func (f *MoveFeed) Run(ctx context.Context, log zerolog.Logger) {
-	t := time.NewTicker(feedEvery)
-	defer t.Stop()
 	var version location.StoreVersion
 	limit := FeedBytes
 	for {
-		select {
-		case <-ctx.Done():
+		if machine.Sleep(ctx, f.clock, feedEvery) != nil {
 			return
-		case <-t.C:
 		}
 		f.mu.Lock()
 		if !f.dirty {

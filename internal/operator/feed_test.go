@@ -23,7 +23,7 @@ import (
 
 // runFeed runs a MoveFeed of (m, rid) on board until the test ends.
 func runFeed(t *testing.T, board location.Board, log zerolog.Logger) *MoveFeed {
-	f := NewMoveFeed(board, "m", "rid-1")
+	f := NewMoveFeed(board, "m", "rid-1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx, log) }()

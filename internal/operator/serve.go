@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/roamactors/roam/internal/drain"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -32,7 +33,7 @@ const maxFailures = 100
 // requests note of the node lifecycle (mesh, rid): each once, with its
 // status note kept up to date, removed from the requests note once its
 // final status is written. Store errors are retried.
-func Serve(ctx context.Context, board location.Board, mesh, rid string, h Handler, log zerolog.Logger) {
+func Serve(ctx context.Context, clock machine.Clock, board location.Board, mesh, rid string, h Handler, log zerolog.Logger) {
 	key := location.NoteKey{Mesh: mesh, NodeRid: rid, Name: RequestsNote}
 	started := map[string]bool{}
 	statuses := &kept{board: board, mesh: mesh, rid: rid}
@@ -45,10 +46,7 @@ func Serve(ctx context.Context, board location.Board, mesh, rid string, h Handle
 				return
 			}
 			log.Warn().Str("event", "operator_requests_unreadable").Err(err).Msg("cannot read the operators' requests; retrying")
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
+			_ = machine.Sleep(ctx, clock, wait)
 			wait = min(2*wait, 5*time.Second)
 			continue
 		}
@@ -69,7 +67,7 @@ func Serve(ctx context.Context, board location.Board, mesh, rid string, h Handle
 			}
 			started[req.GetId()] = true
 			statuses.add(ctx, req.GetId())
-			go run(ctx, board, mesh, rid, req, h, log)
+			go run(ctx, clock, board, mesh, rid, req, h, log)
 		}
 	}
 }
@@ -96,9 +94,9 @@ func (k *kept) add(ctx context.Context, id string) {
 }
 
 // run runs one request and reports it.
-func run(ctx context.Context, board location.Board, mesh, rid string, req *messages.OperatorRequest, h Handler, log zerolog.Logger) {
-	st := &status{board: board, key: location.NoteKey{Mesh: mesh, NodeRid: rid, Name: StatusNote(req.GetId())}}
-	st.s = &messages.OperatorStatus{RequestId: req.GetId(), State: messages.OperatorState_OPERATOR_STATE_RUNNING, StartedUnixNanos: time.Now().UnixNano()}
+func run(ctx context.Context, clock machine.Clock, board location.Board, mesh, rid string, req *messages.OperatorRequest, h Handler, log zerolog.Logger) {
+	st := &status{clock: clock, board: board, key: location.NoteKey{Mesh: mesh, NodeRid: rid, Name: StatusNote(req.GetId())}}
+	st.s = &messages.OperatorStatus{RequestId: req.GetId(), State: messages.OperatorState_OPERATOR_STATE_RUNNING, StartedUnixNanos: clock.Now().UnixNano()}
 	if !st.claim(ctx) {
 		return // another run of this lifecycle took it, or the store is gone
 	}
@@ -107,7 +105,7 @@ func run(ctx context.Context, board location.Board, mesh, rid string, req *messa
 	rctx := ctx
 	if dl := req.GetDeadlineUnixNanos(); dl > 0 {
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(ctx, time.Unix(0, dl))
+		rctx, cancel = machine.WithDeadline(ctx, clock, time.Unix(0, dl))
 		defer cancel()
 	}
 	var err error
@@ -134,7 +132,7 @@ func run(ctx context.Context, board location.Board, mesh, rid string, req *messa
 		if err != nil {
 			s.State, s.Error, s.Code = messages.OperatorState_OPERATOR_STATE_FAILED, err.Error(), roamerr.Code(err)
 		}
-		s.FinishedUnixNanos = time.Now().UnixNano()
+		s.FinishedUnixNanos = st.clock.Now().UnixNano()
 	})
 	st.flush(context.WithoutCancel(ctx))
 	removeRequest(context.WithoutCancel(ctx), board, mesh, rid, req.GetId())
@@ -160,6 +158,7 @@ func removeRequest(ctx context.Context, board location.Board, mesh, rid, id stri
 
 // status is a request's status note, written by its run alone.
 type status struct {
+	clock   machine.Clock
 	board   location.Board
 	key     location.NoteKey
 	mu      sync.Mutex
@@ -186,7 +185,7 @@ func (st *status) update(f func(*messages.OperatorStatus)) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	f(st.s)
-	st.s.UpdatedUnixNanos = time.Now().UnixNano()
+	st.s.UpdatedUnixNanos = st.clock.Now().UnixNano()
 	st.dirty = true
 }
 
@@ -228,13 +227,13 @@ func (st *status) drain(ctx context.Context, h Handler, concurrency int) error {
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
-		t := time.NewTicker(statusEvery)
-		defer t.Stop()
 		for {
+			tick, t := machine.NewTimer(st.clock, statusEvery)
 			select {
 			case <-done:
+				t.Stop()
 				return
-			case <-t.C:
+			case <-tick:
 				st.flush(ctx)
 			}
 		}
