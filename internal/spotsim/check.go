@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -55,6 +56,20 @@ import (
 //     another branch, such as an ended incarnation's late capture landing
 //     over a recovery's claim), and empty after its close (no late
 //     capture of the closed incarnation brings its state back).
+//   - checkpoint-older-restored, checkpoint-holds-replayed (8): an
+//     incarnation that claimed its Spot's checkpoint starts from the last
+//     one the store had accepted when it claimed, not an older one, nor
+//     none (a claim that failed starts nothing); one that replays a first
+//     message from a recovery root never starts from a state that already
+//     holds that message (no capture while a recovery pointer may be in
+//     the store).
+//   - checkpoint-stale-write, checkpoint-unleased-write (9): the store
+//     never accepts a capture of an incarnation that a later claim of the
+//     checkpoint, or its own close, fenced out; a node's checkpoint writer
+//     never writes while its lease is not provably in force.
+//   - handled-after-seal (10): an incarnation whose close sealed its
+//     admission handles only what it had accepted before the seal;
+//     whatever reaches it later gets a stale answer.
 
 // handle is one handled message: the application ran it on inc.
 func (w *World) handle(inc *Inc, m *Msg) {
@@ -73,6 +88,10 @@ func (w *World) handle(inc *Inc, m *Msg) {
 			v := w.violate("duplicate", "m%d (c%d seq %d to %s) handled again by %s after %s", m.id, m.client.id+1, m.seq, s.id, inc, prev)
 			v.Obj, v.Msg = s.id, m.id
 		}
+	}
+	if inc.sealed && !slices.Contains(inc.beforeSeal, m) {
+		v := w.violate("handled-after-seal", "m%d (c%d seq %d to %s) handled by %s after its close sealed admission behind %s", m.id, m.client.id+1, m.seq, s.id, inc, msgList(inc.beforeSeal))
+		v.Obj, v.Msg = s.id, m.id
 	}
 	for _, f := range m.failures {
 		if f.definite {
@@ -203,6 +222,18 @@ func (w *World) incOpened(inc *Inc) {
 func (w *World) checkRestored(inc, prev *Inc) {
 	s := inc.spot
 	restored := inc.restored
+	if inc.cpAsked && len(restored) < len(inc.cpExpected) {
+		v := w.violate("checkpoint-older-restored", "Spot %s opens as %s with %s, but the last checkpoint the store had accepted when its activation claimed it held %s", s.id, inc, msgList(restored), msgList(inc.cpExpected))
+		v.Obj = s.id
+	}
+	if inc.resumedFrom != "" {
+		for _, m := range inc.firsts {
+			if slices.Contains(restored, m) {
+				v := w.violate("checkpoint-holds-replayed", "Spot %s opens as %s replaying m%d from the recovery root of %s, on a restored state %s that already holds it", s.id, inc, m.id, inc.resumedFrom, msgList(restored))
+				v.Obj, v.Msg = s.id, m.id
+			}
+		}
+	}
 	if prev == nil || s.released {
 		if len(restored) > 0 {
 			v := w.violate("checkpoint-revived", "Spot %s opens as %s with %s, but its last incarnation was closed (or it never served)", s.id, inc, msgList(restored))
@@ -448,4 +479,58 @@ func (w *World) checkClass(where string, err error) {
 	if in := roamerrtest.ClassesOf(err); len(in) != 1 {
 		w.violate("error-class", "%s: %q is in %d roamerr classes %v", where, err, len(in), in)
 	}
+}
+
+// lastCheckpointState is the state of the last checkpoint the store
+// accepted for s (nil: none, or a tombstone).
+func (w *World) lastCheckpointState(s *Spot) []*Msg {
+	if cp := w.cps[s.idx]; cp != nil && !cp.noState {
+		return cp.state
+	}
+	return nil
+}
+
+// claimed notes a claim of s's checkpoint: every incarnation staged
+// before it is fenced out.
+func (w *World) claimed(s *Spot) { s.cpClaims++ }
+
+// closedCheckpoints notes inc's close: its captures are fenced out.
+func (w *World) closedCheckpoints(inc *Inc) { inc.cpClosed = true }
+
+// checkWriterFence checks invariant (9) as the store accepts a write of
+// by: no claim since by was staged, and by not closed (its own tombstone
+// aside).
+func (w *World) checkWriterFence(s *Spot, by *Inc, fence checkpoint.Fence, state []*Msg) {
+	var why string
+	switch {
+	case s.cpClaims > by.cpClaimNo:
+		why = fmt.Sprintf("%d later claim(s) of the checkpoint fenced it out", s.cpClaims-by.cpClaimNo)
+	case by.cpClosed:
+		why = "its close fenced it out"
+	default:
+		return
+	}
+	v := w.violate("checkpoint-stale-write", "the store accepted a checkpoint of %s at %s holding %s over %s, but %s", by, fence, msgList(state), cpString(w.cps[s.idx]), why)
+	v.Obj = s.id
+}
+
+// checkWriterLease checks invariant (9) as l's checkpoint writer sends a
+// capture of inc: its lease must be provably in force, whatever a
+// sabotage lets the lifecycle believe.
+func (w *World) checkWriterLease(l *Life, inc *Inc, fence checkpoint.Fence) {
+	if !l.gone && l.claimed && !l.ended && w.Now() < l.validUntil {
+		return
+	}
+	v := w.violate("checkpoint-unleased-write", "%s writes a checkpoint of %s at %s with its lease not provably in force (fenced at %s)", l, inc, fence, ms(l.validUntil))
+	v.Obj = inc.spot.id
+}
+
+func cpString(cp *simCheckpoint) string {
+	switch {
+	case cp == nil:
+		return "none"
+	case cp.noState:
+		return fmt.Sprintf("%s (no state)", cp.fence)
+	}
+	return fmt.Sprintf("%s %s", cp.fence, msgList(cp.state))
 }

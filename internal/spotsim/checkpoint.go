@@ -31,43 +31,78 @@ type simCheckpoint struct {
 // capture is the capture after inc's turn (object.turnEnded with
 // CheckpointEvery 1).
 func (w *World) capture(inc *Inc) {
-	if !inc.spot.kind.Checkpointed || inc.afterFirst != nil || inc.pointerHeld || inc.mode != mOpen {
+	if !inc.spot.kind.Checkpointed || inc.mode != mOpen {
+		return
+	}
+	if (inc.afterFirst != nil || inc.pointerHeld) && w.cfg.Sabotage != SabotageCaptureUnderPointer {
 		return
 	}
 	inc.seq++
 	fence := checkpoint.Fence{ObjectGeneration: inc.pid.gen, OwnerGeneration: inc.pid.ownerGen, Sequence: inc.seq}
 	state := append([]*Msg(nil), inc.state()...)
-	l := inc.life
+	l, s := inc.life, inc.spot
 	// The writer's queue and its lease check, then the store call, which
-	// a slow or cut network may deliver late.
-	w.after(w.randDur(0, 2*time.Millisecond), func() {
-		if !l.valid() {
+	// a slow or cut network may deliver late. A script's fault replaces a
+	// drawn delay after the draw, so it changes no other draw.
+	queued := w.randDur(0, 2*time.Millisecond)
+	if _, late, ok := w.checkpointFault(l, opCapture, s); ok && late > 0 {
+		queued = late
+	}
+	w.after(queued, func() {
+		if !l.valid() && w.cfg.Sabotage != SabotageCheckpointNoLease {
 			w.stats.CheckpointsFenced++
+			if w.Tracing() {
+				w.tracef("checkpoint of %s at %s dropped: %s is fenced", s.id, fence, l)
+			}
 			return
 		}
+		w.checkWriterLease(l, inc, fence)
 		delay := w.randDur(100*time.Microsecond, 2*time.Millisecond)
 		if !w.over && w.chance(w.faults.PSlow) {
 			delay = w.randDur(0, w.faults.SlowFor)
 		}
-		w.after(delay, func() { w.landCheckpoint(inc.spot, fence, state, false) })
+		if mode, late, ok := w.checkpointFault(l, opCheckpoint, s); ok {
+			if mode == modeUnavailable {
+				w.tracef("checkpoint of %s at %s lost on its way to the store", s.id, fence)
+				return // the writer's next capture carries the state
+			}
+			if late > 0 {
+				delay = late
+			}
+		}
+		w.after(delay, func() { w.landCheckpoint(s, inc, fence, state, false) })
 	})
 }
 
-// landCheckpoint applies one write at the store: only above the stored
-// fence (checkpoint.Judge).
-func (w *World) landCheckpoint(s *Spot, fence checkpoint.Fence, state []*Msg, noState bool) {
+// checkpointFault is a script's answer to a checkpoint call, if one of its
+// faults matches (Hooks.StoreMode).
+func (w *World) checkpointFault(l *Life, kind opKind, s *Spot) (storeMode, time.Duration, bool) {
+	if w.hooks.StoreMode == nil {
+		return modeOK, 0, false
+	}
+	return w.hooks.StoreMode(w, l, &storeOp{kind: kind, key: s.key(), why: opNames[kind] + " " + s.id})
+}
+
+// landCheckpoint applies one write of by at the store: only above the
+// stored fence (checkpoint.Judge).
+func (w *World) landCheckpoint(s *Spot, by *Inc, fence checkpoint.Fence, state []*Msg, noState bool) {
 	var stored *checkpoint.Checkpoint
 	if cp := w.cps[s.idx]; cp != nil {
 		stored = &checkpoint.Checkpoint{Fence: cp.fence}
 	}
-	if checkpoint.Judge(fence, stored, nil) == checkpoint.Superseded {
+	if checkpoint.Judge(fence, stored, nil) == checkpoint.Superseded && w.cfg.Sabotage != SabotageCheckpointNoJudge {
 		w.stats.CheckpointsSuperseded++
+		if w.Tracing() {
+			w.tracef("checkpoint of %s at %s by %s superseded by %s", s.id, fence, by, cpString(w.cps[s.idx]))
+		}
 		return
 	}
+	w.checkWriterFence(s, by, fence, state)
+	w.cpsPrev[s.idx] = w.cps[s.idx]
 	w.cps[s.idx] = &simCheckpoint{fence: fence, state: state, noState: noState}
 	w.stats.CheckpointsWritten++
 	if w.Tracing() {
-		w.tracef("checkpoint of %s at %s: %s", s.id, fence, msgList(state))
+		w.tracef("checkpoint of %s at %s by %s: %s", s.id, fence, by, msgList(state))
 	}
 }
 
@@ -75,12 +110,22 @@ func (w *World) landCheckpoint(s *Spot, fence checkpoint.Fence, state []*Msg, no
 // the answer's State names a snapshot (restore false: none stored).
 func (w *World) claim(s *Spot, gen, ownerGen uint64) (state []byte, restore bool) {
 	w.stats.Claims++
+	w.claimed(s)
 	cp := w.cps[s.idx]
+	if w.cfg.Sabotage == SabotageClaimOlder {
+		cp = w.cpsPrev[s.idx]
+	}
 	fence := checkpoint.Fence{ObjectGeneration: gen, OwnerGeneration: ownerGen}
+	if w.Tracing() {
+		w.tracef("checkpoint of %s claimed at %s: %s", s.id, fence, cpString(cp))
+	}
 	if cp == nil {
 		return nil, false
 	}
-	w.cps[s.idx] = &simCheckpoint{fence: fence, state: cp.state, noState: cp.noState}
+	if w.cfg.Sabotage != SabotageClaimNoFence {
+		w.cpsPrev[s.idx] = w.cps[s.idx]
+		w.cps[s.idx] = &simCheckpoint{fence: fence, state: cp.state, noState: cp.noState}
+	}
 	if cp.noState {
 		return nil, false
 	}
@@ -101,10 +146,15 @@ func (w *World) restore(inc *Inc, state []byte) {
 
 // forget is the close's tombstone (Writer.Forget).
 func (w *World) forget(inc *Inc) {
-	if inc.spot.kind.Checkpointed {
-		t := checkpoint.Tombstone(inc.pid.gen, inc.pid.ownerGen, inc.spot.stableType)
-		w.landCheckpoint(inc.spot, t.Fence, nil, true)
+	s := inc.spot
+	if !s.kind.Checkpointed {
+		return
 	}
+	if w.cfg.Sabotage != SabotageNoTombstone {
+		t := checkpoint.Tombstone(inc.pid.gen, inc.pid.ownerGen, s.stableType)
+		w.landCheckpoint(s, inc, t.Fence, nil, true)
+	}
+	w.closedCheckpoints(inc)
 }
 
 // state is what inc's state holds: what it restored, then what it handled.

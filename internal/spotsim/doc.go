@@ -121,6 +121,40 @@
 // it; the repeated first message is the protocol's documented behaviour
 // and is marked Known.
 //
+// Sabotages (Config.Sabotage; the world command's sabotage= in a script)
+// break one rule each, in the model of a driver or in what a machine is
+// told, never in the checker; each has a script in testdata whose expected
+// violations are the assertion (a checker that stops catching the rule
+// fails it, and so does the script with sabotage=none). The checkpoint
+// and seal rules of docs/FAULTS.md ("Checkpoints and recovery"),
+// docs/PROTOCOL.md §5.4, §7.9 and docs/SESSIONS.md, and what exercises
+// each, in this simulation or the hand-off's (internal/relocation/sim):
+//
+//	rule                                                 sabotage                 script (sabotage_*.txt)   caught as
+//	a write lands only above the stored fence (Judge)    checkpoint-no-judge      checkpoint_no_judge       checkpoint-stale-write
+//	a claim rewrites the checkpoint under its own fence  claim-no-fence           claim_no_fence            checkpoint-stale-write
+//	a writer whose lease is not provably valid writes    checkpoint-no-lease      checkpoint_no_lease       checkpoint-unleased-write
+//	  none
+//	an activation starts from the last checkpoint        claim-older              claim_older               checkpoint-older-restored
+//	a claim that fails starts nothing                    claim-fail-starts-empty  claim_fail_starts_empty   checkpoint-older-restored
+//	no capture while a recovery pointer may be stored    capture-under-pointer    capture_under_pointer     checkpoint-holds-replayed
+//	a close leaves a tombstone before its release        no-tombstone             no_tombstone              checkpoint-revived
+//	a close seals admission behind what it accepted      close-no-seal            close_no_seal             handled-after-seal
+//	a node past its lease proof serves nothing           no-fence                 no_fence                  two-serving
+//	a Session seals a bound object before its source     (relocation/sim) skip-session-seal (its testdata)   session-route
+//	  seals
+//	a source fenced out serves no more                   (relocation/sim) skip-fence-out    (its testdata)   two-serving
+//
+// Not covered by any sabotage: the hand-off source's own seal (nothing is
+// handled on the source after it seals, PROTOCOL.md §5.4) has no knob in
+// internal/relocation/sim (its fork invariant is the one that would see
+// it); and what this model leaves out — a claim refused as Stale when an
+// owner as new or newer holds the checkpoint (the model's claim takes any
+// stored checkpoint), corrupt, newer-format or other-type checkpoints,
+// the capture policy's timing, ReleaseEnded's tombstone, the stop's
+// flush, and moves. TestCheckerCatchesCheckpointSabotages shows random
+// schedules catching the sabotages their faults reach.
+//
 // The harness is internal/simkit's: the logical clock and event queue,
 // the random source, the trace, the violations, the network's streams and
 // cuts, the schedule runner and the known-defect checks. This package is

@@ -63,6 +63,19 @@ type Inc struct {
 	// capture's sequence (checkpoint.go).
 	restored []*Msg
 	seq      uint64
+	// cpAsked and cpExpected: its activation claimed the checkpoint when
+	// the store's last accepted one held cpExpected (the checker's).
+	cpAsked    bool
+	cpExpected []*Msg
+	// cpClaimNo: how many claims of the checkpoint there had been when it
+	// was staged; cpClosed: its close ended its checkpoints. A later
+	// claim or the close fences its captures out (the checker's).
+	cpClaimNo int
+	cpClosed  bool
+	// sealed: a close sealed its admission behind beforeSeal, the
+	// messages it had accepted then (the checker's).
+	sealed     bool
+	beforeSeal []*Msg
 }
 
 // item is a queued message, or a close marker (CloseLocal).
@@ -267,7 +280,19 @@ func (w *World) closeLocal(l *Life, s *Spot, gen uint64, done func(error)) {
 		return
 	}
 	inc.closing = true
-	inc.queue = append(inc.queue, item{marker: func() {
+	inc.sealed = true
+	for _, it := range inc.queue {
+		if it.m != nil {
+			inc.beforeSeal = append(inc.beforeSeal, it.m)
+		}
+	}
+	var marker func()
+	marker = func() {
+		if w.cfg.Sabotage == SabotageCloseNoSeal && len(inc.queue) > 0 {
+			inc.queue = append(inc.queue, item{marker: marker})
+			w.schedTurn(inc)
+			return
+		}
 		rest := inc.queue
 		inc.queue = nil
 		for _, it := range rest {
@@ -282,7 +307,8 @@ func (w *World) closeLocal(l *Life, s *Spot, gen uint64, done func(error)) {
 		w.forget(inc)
 		w.tracef("%s closed", inc)
 		done(nil)
-	}})
+	}
+	inc.queue = append(inc.queue, item{marker: marker})
 	w.schedTurn(inc)
 }
 

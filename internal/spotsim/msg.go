@@ -22,6 +22,9 @@ type Spot struct {
 	stableType string
 	live       *Inc
 	released   bool
+	// cpClaims counts the claims of its checkpoint: each fences out every
+	// incarnation staged before it (the checker's, check.go).
+	cpClaims int
 }
 
 func (s *Spot) key() location.AuthorityKey { return location.Key(location.KindInstanceSpot, s.id) }

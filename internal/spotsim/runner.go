@@ -53,6 +53,13 @@ type Runner struct {
 	opened                    bool
 	capacity                  bool
 	locked                    bool
+	// cpAsked: it claimed the Spot's checkpoint; cpExpected is the state
+	// of the last checkpoint the store had accepted then (what the
+	// incarnation must start from), cpClaimNo the claims counted after
+	// its own (the checker's, check.go).
+	cpAsked    bool
+	cpExpected []*Msg
+	cpClaimNo  int
 
 	done, dead bool
 	err        error
@@ -376,11 +383,22 @@ func (r *Runner) exec(e activation.Effect) bool {
 		})
 		return true
 	case activation.ClaimCheckpoint:
-		if !w.over && w.chance(w.faults.PStageFail) {
+		r.cpAsked, r.cpExpected = true, w.lastCheckpointState(s)
+		failed := !w.over && w.chance(w.faults.PStageFail)
+		if mode, _, ok := w.checkpointFault(l, opCheckpointClaim, s); ok && mode != modeOK {
+			failed = true
+		}
+		if failed && w.cfg.Sabotage == SabotageClaimFailStartsEmpty {
+			r.cpClaimNo = s.cpClaims
+			r.queue = append(r.queue, activation.CheckpointClaimed{})
+			break
+		}
+		if failed {
 			r.queue = append(r.queue, activation.CheckpointClaimed{Err: fmt.Errorf("%w: claim: the store did not answer", roamerr.ErrUnavailable)})
 			break
 		}
 		state, restore := w.claim(s, e.Generation, e.OwnerGeneration)
+		r.cpClaimNo = s.cpClaims
 		r.queue = append(r.queue, activation.CheckpointClaimed{State: state, Restore: restore})
 	case activation.Stage:
 		var err error
@@ -391,8 +409,11 @@ func (r *Runner) exec(e activation.Effect) bool {
 			r.commitGen, r.commitOwnerGen, r.commitSent = e.Generation, e.OwnerGeneration, false
 			if err != nil {
 				err = fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
-			} else if e.Restore {
-				w.restore(r.staged, e.State)
+			} else {
+				r.staged.cpAsked, r.staged.cpExpected, r.staged.cpClaimNo = r.cpAsked, r.cpExpected, r.cpClaimNo
+				if e.Restore {
+					w.restore(r.staged, e.State)
+				}
 			}
 		}
 		r.queue = append(r.queue, activation.Staged{Err: err})

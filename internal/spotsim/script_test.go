@@ -2,6 +2,7 @@ package spotsim
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -153,9 +154,18 @@ var sabotages = map[string]Sabotage{
 	"no-fence":     SabotageNoFence,
 	"no-id-queue":  SabotageNoIDQueue,
 	"revoke-early": SabotageRevokeEarly,
+	// The checkpoint and seal rules (doc.go's table).
+	"checkpoint-no-judge":     SabotageCheckpointNoJudge,
+	"claim-no-fence":          SabotageClaimNoFence,
+	"no-tombstone":            SabotageNoTombstone,
+	"checkpoint-no-lease":     SabotageCheckpointNoLease,
+	"claim-older":             SabotageClaimOlder,
+	"claim-fail-starts-empty": SabotageClaimFailStartsEmpty,
+	"capture-under-pointer":   SabotageCaptureUnderPointer,
+	"close-no-seal":           SabotageCloseNoSeal,
 }
 
-// world [seed=1] [nodes=3] [spots=3] [clients=3] [sabotage=none|no-fence|no-id-queue|revoke-early]
+// world [seed=1] [nodes=3] [spots=3] [clients=3] [sabotage=none|<one of sabotages>]
 func (e *scriptEnv) world(c *simscript.Cmd) string {
 	if e.w != nil {
 		c.Fatalf("one world per script")
@@ -164,7 +174,7 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 	cfg.Nodes, cfg.Spots, cfg.Clients = c.Int("nodes", cfg.Nodes), c.Int("spots", cfg.Spots), c.Int("clients", cfg.Clients)
 	s, ok := sabotages[c.Val("sabotage", "none")]
 	if !ok {
-		c.Fatalf("sabotage=%s: not one of none, no-fence, no-id-queue, revoke-early", c.Val("sabotage", ""))
+		c.Fatalf("sabotage=%s: not one of %s", c.Val("sabotage", ""), strings.Join(slices.Sorted(maps.Keys(sabotages)), ", "))
 	}
 	cfg.Sabotage = s
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
@@ -511,6 +521,9 @@ var storeCalls = []storeCall{
 	{"get-root", opGetRoot, nil},
 	{"delete-root", opDeleteRoot, nil},
 	{"revoke", opRevoke, nil},
+	{"capture", opCapture, nil},
+	{"checkpoint", opCheckpoint, nil},
+	{"checkpoint-claim", opCheckpointClaim, nil},
 }
 
 // fault <call> <answer> [node=n1|n1.1] [spot=s1] [skip=N] [count=1|all] [until=T] [latency=D] [following=<call>]
@@ -519,7 +532,11 @@ var storeCalls = []storeCall{
 // that node or lifecycle, for that Spot, before until, and once the fault
 // on the following call answered, are answered so; latency is how late
 // the call reaches the store (and applies). The authority call is the
-// Instance key's read of a resolve (not the User key's).
+// Instance key's read of a resolve (not the User key's). The checkpoint
+// calls (checkpoint.go) take latency (capture: in the node's writer,
+// before its lease check; checkpoint: on the write's way to the store)
+// or unavailable (checkpoint: the write is lost; checkpoint-claim: the
+// claim fails).
 func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 	words := c.Words()
 	if len(words) != 2 {

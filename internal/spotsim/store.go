@@ -47,9 +47,16 @@ const (
 	opGetRoot                  // Relocation Store: get a root
 	opDeleteRoot               // Relocation Store: delete a root
 	opRevoke                   // revoke another lifecycle's lease at a descriptor version
+	// Checkpoint calls (checkpoint.go): they do not go through call; a
+	// script's faults name them. opCapture is a capture's wait in the
+	// node's checkpoint writer before its lease check, opCheckpoint its
+	// write's way to the store, opCheckpointClaim an activation's claim.
+	opCapture
+	opCheckpoint
+	opCheckpointClaim
 )
 
-var opNames = [...]string{"read", "read-node", "list-nodes", "list", "apply", "watch", "renew", "claim", "put-root", "get-root", "delete-root", "revoke"}
+var opNames = [...]string{"read", "read-node", "list-nodes", "list", "apply", "watch", "renew", "claim", "put-root", "get-root", "delete-root", "revoke", "capture", "checkpoint", "checkpoint-claim"}
 
 func (k opKind) write() bool {
 	return k == opApply || k == opPutRoot || k == opDeleteRoot || k == opRevoke

@@ -33,6 +33,38 @@ const (
 	// watching its heartbeat stand still for a TTL: the holder may still
 	// count itself the owner.
 	SabotageRevokeEarly
+	// SabotageCheckpointNoJudge lands every checkpoint write, last writer
+	// wins, instead of only one above the stored fence (checkpoint.Judge):
+	// a late capture of an ended incarnation replaces the checkpoint its
+	// successor claimed.
+	SabotageCheckpointNoJudge
+	// SabotageClaimNoFence makes a claim read the stored checkpoint
+	// without rewriting it under the new incarnation's fence, so a late
+	// capture of the incarnation it replaces still lands above it.
+	SabotageClaimNoFence
+	// SabotageNoTombstone closes an incarnation without replacing its
+	// checkpoint by a tombstone (Writer.Forget): the next activation of
+	// the ID claims the closed incarnation's state.
+	SabotageNoTombstone
+	// SabotageCheckpointNoLease lets the node's checkpoint writer write a
+	// capture without checking that its lease is provably in force.
+	SabotageCheckpointNoLease
+	// SabotageClaimOlder makes a claim hand back the checkpoint stored
+	// before the last one accepted (a claim reading a stale copy), not the
+	// last.
+	SabotageClaimOlder
+	// SabotageClaimFailStartsEmpty answers a claim that failed to the
+	// activation machine as a claim that found nothing stored, so the
+	// incarnation starts without the state it should have.
+	SabotageClaimFailStartsEmpty
+	// SabotageCaptureUnderPointer captures after every handled message,
+	// also while a cold activation's recovery pointer may still be in the
+	// store (the first message's turn ran, its removal has not landed).
+	SabotageCaptureUnderPointer
+	// SabotageCloseNoSeal makes a close drain its incarnation's queue
+	// instead of sealing admission behind what it had accepted: the close
+	// marker steps back behind whatever arrived meanwhile, which runs.
+	SabotageCloseNoSeal
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
@@ -147,6 +179,9 @@ type World struct {
 	// snapshots are the states claims hand to Stage effects, by index.
 	cps       map[int]*simCheckpoint
 	snapshots [][]*Msg
+	// cpsPrev is what each Spot's checkpoint was before its last write
+	// (what SabotageClaimOlder claims).
+	cpsPrev map[int]*simCheckpoint
 }
 
 // Hooks let a scenario act at chosen moments. Each may be nil.
@@ -166,7 +201,7 @@ type Hooks struct {
 
 // NewWorld builds a world from cfg and seed; faults may be nil (none).
 func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
-	w := &World{Harness: simkit.NewHarness(seed, randStream), cfg: cfg, seed: seed, faults: faults, cps: map[int]*simCheckpoint{}}
+	w := &World{Harness: simkit.NewHarness(seed, randStream), cfg: cfg, seed: seed, faults: faults, cps: map[int]*simCheckpoint{}, cpsPrev: map[int]*simCheckpoint{}}
 	if w.faults == nil {
 		w.faults = &Faults{}
 	}
