@@ -474,7 +474,9 @@ func (e *Extension) serveOperators(l *life, board location.Board, feed *operator
 	ctx := l.ctx
 	desc := l.node.Descriptor()
 	log := e.logger()
-	e.goLife(func() { operator.Serve(ctx, l.node.Clock(), board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log) })
+	e.goLife(func() {
+		operator.Serve(ctx, l.node.Clock(), board, desc.GetMesh(), desc.GetNodeRid(), &operatorHost{e: e, l: l}, log)
+	})
 	e.goLife(func() { feed.Run(ctx, log) })
 	e.goLife(func() {
 		sctx, scancel := machine.WithTimeout(ctx, l.node.Clock(), time.Minute)
