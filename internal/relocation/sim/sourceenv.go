@@ -170,7 +170,7 @@ func (e sourceEnv) EncodeRelay(_ int, m *Msg) ([]byte, any, error) {
 
 func (e sourceEnv) RelayRefused(int, *Msg, error) {} // every simulated message crosses nodes
 
-func (e sourceEnv) SendRelay(b sourcerun.Relayed[*Msg], epoch uint32) {
+func (e sourceEnv) SendRelay(b sourcerun.Relayed[*Msg], epoch uint32, _ bool) {
 	r := e.r
 	r.node.send(r.target.idx, &packet{kind: pRelay, id: r.m.Identity(), epoch: epoch, index: b.Index, msg: b.Msg, record: b.Record})
 }

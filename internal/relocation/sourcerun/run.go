@@ -75,7 +75,9 @@ type Env[M, R any] interface {
 	// sends. An error: the message cannot cross nodes (RelayRefused).
 	EncodeRelay(i int, m M) (record []byte, wire any, err error)
 	RelayRefused(i int, m M, err error)
-	SendRelay(r Relayed[M], epoch uint32)
+	// SendRelay sends a record of the boundary batch; again: a resend of
+	// one sent before (the first copy may be the receiver's now).
+	SendRelay(r Relayed[M], epoch uint32, again bool)
 	SendCutover(epoch uint32, sum handoff.RelaySum)
 
 	SealSessions() handoff.Event        // nil: the answer comes later
@@ -312,7 +314,7 @@ func (r *Run[M, R]) effect(e handoff.Effect) handoff.Event {
 
 	case handoff.ResendBoundary:
 		for _, b := range r.batch {
-			env.SendRelay(b, e.Epoch)
+			env.SendRelay(b, e.Epoch, true)
 		}
 		env.SendCutover(e.Epoch, r.sum)
 
@@ -439,8 +441,8 @@ func (r *Run[M, R]) unsealPart(i int, saved []M) error {
 	} else {
 		err = r.env.Unseal(i, saved)
 	}
-	r.env.Unsealed(i)
 	p.Saved, p.Sealed = nil, false
+	r.env.Unsealed(i)
 	return err
 }
 
@@ -489,7 +491,7 @@ func (r *Run[M, R]) relay(i int, epoch uint32, m M) {
 	b := Relayed[M]{Part: i, Index: len(r.batch), Msg: m, Record: rec, Wire: wire}
 	r.batch = append(r.batch, b)
 	r.Parts[i].Relayed = append(r.Parts[i].Relayed, m)
-	r.env.SendRelay(b, epoch)
+	r.env.SendRelay(b, epoch, false)
 }
 
 // startFollow switches participant i to Message Follow: what held kept (if
