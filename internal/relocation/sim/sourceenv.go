@@ -31,9 +31,13 @@ func (e sourceEnv) Stepped(ev handoff.Event, effects []handoff.Effect) {
 func (e sourceEnv) Before(eff handoff.Effect) { e.r.w.beforeSourceEffect(e.r, eff) }
 
 // Seal takes effect after the turn in progress, on the object's
-// goroutine; the capture comes back to the driver later.
+// goroutine; the capture comes back to the driver later. Like
+// mailbox.Seal, it is refused at once unless the mailbox is Open.
 func (e sourceEnv) Seal(int) error {
 	r, w, inc := e.r, e.r.w, e.r.inc
+	if inc.mode != mOpen {
+		return fmt.Errorf("%w: seal in mode %s", errSim, incModeNames[inc.mode])
+	}
 	w.after(w.randDur(50*time.Microsecond, 2*time.Millisecond), "seal", func() {
 		if r.dead {
 			return
