@@ -1019,7 +1019,7 @@ func (d *Driver) FollowQuiet(ctx context.Context, quiet time.Duration) error {
 		holding, err := call(ctx, d, func() (bool, error) {
 			for _, r := range d.sources {
 				for _, p := range r.parts {
-					if p.held != nil || p.parked != nil {
+					if p.Held != nil || p.Parked != nil {
 						return true, nil
 					}
 				}

@@ -216,7 +216,7 @@ func (d *Driver) abortSessions(r *sourceRun) {
 		if p.obj.session == nil || p.session == sessionUnasked || p.session == sessionRefused {
 			continue
 		}
-		if p.sealed && !p.captured {
+		if p.Sealed && !p.Captured {
 			p.abortLater = r.m.Identity()
 			continue
 		}

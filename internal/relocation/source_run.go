@@ -13,6 +13,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/sourcerun"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -36,7 +37,8 @@ type Outcome struct {
 // sourceRun is one move out of this node.
 type sourceRun struct {
 	m   *handoff.Source
-	obj *object // the object the move names: parts[0].obj
+	run *sourcerun.Run[any, location.Versioned] // the effect interpreter
+	obj *object                                 // the object the move names: parts[0].obj
 	// parts are the move's participants, the named object first; a
 	// SpotWide move of a User Spot has its members after it (PROTOCOL.md
 	// §5.15), every other move one part.
@@ -51,17 +53,12 @@ type sourceRun struct {
 	ticket   []byte // the move ticket of the target's capability answer
 	// prepareSent: the Restore request (with the ticket) went out.
 	prepareSent bool
-	batch       []*messages.RelayedRecord // the boundary batch's wire copy, for resends until ReleaseBoundary
-	sum         handoff.RelaySum
-	lastRead    location.Versioned // the record the last reconcile read saw
-	// captures: the parts' captures after the seal, until every part's
-	// has come (awaiting 0); captureErr is the first that failed.
-	captures   []capturedPart
-	awaiting   int
-	captureErr error
-	sent       uint64 // chunk bytes submitted
-	credited   uint64
-	waiter     chan sourceResult
+	// captures: the parts' captures after the seal, until the payload is
+	// encoded.
+	captures []capturedPart
+	sent     uint64 // chunk bytes submitted
+	credited uint64
+	waiter   chan sourceResult
 	// decided carries what the move's own confirmation reads showed
 	// after the cutover (one value; Relocate waits on it rather than
 	// watching the record a second time).
@@ -77,28 +74,22 @@ type sourceRun struct {
 	// sessionsAwaiting counts the seal requests not answered yet
 	// (sessions.go).
 	sessionsAwaiting int
-	// ended: the move is over (endSource ran); the run stays registered
-	// until its machine is Forgettable, for the stub's timer.
-	ended bool
 }
 
 // sourcePart is one participant of a move out of this node.
 type sourcePart struct {
+	// Part is its share the interpreter keeps: sealed, captured, the
+	// saved work, the relayed messages and the holds.
+	sourcerun.Part[any]
 	obj      *object
 	newOwner uint64     // AuthorityOwnerGeneration the target will write
 	next     *actor.PID // the incarnation on the target
 	nextRid  string     // the target's node RID (its lifecycle: PeerLeaving)
-	sealed   bool       // its mailbox was sealed (Unseal reopens only those)
-	captured bool       // its capture came (a seal still pending is undone when it does)
-	saved    []any      // the saved-work prefix, for Unseal
 	// session is where the seal request of a bound participant stands
 	// (sessions.go); abortLater, when valid, is the move whose Session
 	// abort waits for this participant's late seal to be undone.
 	session    sessionSealState
 	abortLater handoff.Identity
-	relayed    []any // its share of the boundary batch as posted, for Reinstate
-	parked     *parkedSink
-	held       *parkedSink // the hold after the cutover, until StartFollow or Reinstate
 }
 
 type sourceResult struct {
@@ -381,6 +372,11 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		p.nextRid = targetRid
 		p.obj.out = r
 	}
+	parts := make([]*sourcerun.Part[any], len(r.parts))
+	for i, p := range r.parts {
+		parts[i] = &p.Part
+	}
+	r.run = sourcerun.New[any, location.Versioned](r.m, sourceEnv{d: d, r: r}, parts)
 	d.sources[id.RelocationID] = r
 	d.stepSource(r, handoff.Start{SessionBound: r.sessionBound(), Participants: len(r.parts)})
 	return r.waiter, nil
@@ -414,42 +410,12 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 	}
 }
 
-// stepSource feeds ev and runs the effects; events the effects produce at
-// once are fed after the current effects, in order.
-func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) {
-	queue := []handoff.Event{ev}
-	for len(queue) > 0 {
-		ev, queue = queue[0], queue[1:]
-		effects := r.m.Step(ev)
-		if e := d.log.Debug(); e.Enabled() { // the type name costs, even unlogged
-			e.Str("side", "source").Uint64("relocation_id", r.m.Identity().RelocationID).Str("event", fmt.Sprintf("%T", ev)).
-				Str("phase", r.m.Phase().String()).Int("effects", len(effects)).Msg("step")
-		}
-		for _, e := range effects {
-			if next := d.sourceEffect(r, e); next != nil {
-				queue = append(queue, next)
-			}
-		}
-	}
-	if r.m.Finished() && !r.ended {
-		d.endSource(r)
-	}
-	if r.m.Forgettable() {
-		id := r.m.Identity().RelocationID
-		d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id })
-		if d.sources[id] == r {
-			delete(d.sources, id)
-		}
-	}
-}
+// stepSource feeds ev to r's interpreter (sourcerun.Run.Step).
+func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) { r.run.Step(ev) }
 
 // endSource settles a move that is over: its budget, its unused ticket,
-// Relocate's wait and the objects' claim on it. Only TimerStub may still
-// run (Forgettable then drops the run).
+// Relocate's wait and the objects' claim on it.
 func (d *Driver) endSource(r *sourceRun) {
-	r.ended = true
-	id := r.m.Identity().RelocationID
-	d.stopTimers(func(k timerKey) bool { return !k.isTarget && k.source == id && k.timer != handoff.TimerStub })
 	d.returnBudget(r)
 	if r.ticket != nil && !r.prepareSent {
 		// Given and never used (the move ended before its seal): the
@@ -471,267 +437,6 @@ func (d *Driver) later(id uint64, ev handoff.Event) {
 			d.stepSource(r, ev)
 		}
 	}})
-}
-
-func (d *Driver) sourceEffect(r *sourceRun, e handoff.Effect) handoff.Event {
-	id := r.m.Identity()
-	key := r.obj.key
-	switch e := e.(type) {
-	case handoff.QueryCapability:
-		ev, gen, ticket, now := d.capabilityFor(r, func(ev handoff.CapabilityAnswered, gen uint64, ticket []byte) bool {
-			if cur := d.sources[id.RelocationID]; cur != r {
-				return false
-			}
-			r.target.NodeGeneration, r.ticket = gen, ticket
-			d.stepSource(r, ev)
-			return true
-		})
-		if now {
-			r.target.NodeGeneration, r.ticket = gen, ticket
-			return ev
-		}
-
-	case handoff.AwaitAdmission:
-		var now bool
-		sync := true
-		d.budget.admit(r.target.GetAddress(), func() {
-			if sync {
-				now = true
-				return
-			}
-			d.stepSource(r, handoff.Admitted{})
-		})
-		sync = false
-		if now {
-			return handoff.Admitted{}
-		}
-
-	case handoff.Seal:
-		// Every participant seals after its current turn and captures on
-		// its own goroutine; the payload is built once all have (one seal
-		// of the unit, one payload: PROTOCOL.md §5.4, §5.15).
-		r.captures, r.awaiting, r.captureErr = make([]capturedPart, len(r.parts)), len(r.parts), nil
-		for i, p := range r.parts {
-			p.obj.state = leaving
-			obj, participant, part := p.obj, uint32(i+1), p
-			idleOnly, idleFor := r.idleOnly, r.idleFor
-			err := obj.mb.Seal(func(saved []any) {
-				// On the object's goroutine, between turns: exclusive access.
-				sealedAt := d.clock.Now()
-				var c capturedPart
-				err := busyAtSeal(obj, saved, idleOnly, idleFor, sealedAt)
-				if err == nil {
-					c, err = safeCapture(obj, saved, participant)
-				}
-				d.sys.Root.Send(d.self, &localCall{fn: func() {
-					if cur := d.sources[id.RelocationID]; cur == r && r.awaiting > 0 {
-						d.partCaptured(r, int(participant-1), saved, sealedAt, c, err)
-						return
-					}
-					// The move gave up waiting for this seal: undo it.
-					d.unsealLate(part, saved)
-				}})
-			})
-			if err != nil {
-				// The parts before it are sealed: their captures still
-				// come, then the move unseals them.
-				r.captureErr = err
-				r.awaiting -= len(r.parts) - i
-				if r.awaiting == 0 {
-					return handoff.CaptureFailed{Err: err}
-				}
-				break
-			}
-			p.sealed = true
-		}
-
-	case handoff.SendPrepare:
-		r.prepareSent = true
-		r.outcome.Bytes, r.outcome.Chunks = e.Manifest.TotalLength, e.Manifest.ChunkCount
-		d.send(r.targetPID, &messages.RelocationPrepare{
-			Identity: id.ToProto(),
-			Object:   &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: r.obj.generation, StableType: r.obj.kind.StableType},
-			Manifest: &messages.PayloadManifest{
-				PayloadTotalLength: e.Manifest.TotalLength, PayloadChunkCount: e.Manifest.ChunkCount, PayloadChecksumCrc32C: e.Manifest.ChecksumCRC32C,
-			},
-			ChunkLimit:                uint32(e.ChunkLimit),
-			Source:                    d.selfRef(),
-			RestoreDeadlineUnixMillis: r.deadline.UnixMilli(),
-			NewOwnerGeneration:        r.parts[0].newOwner,
-			SealedAtUnixNanos:         r.outcome.Sealed.UnixNano(),
-			MoveTicket:                r.ticket,
-			Join:                      r.join,
-			Members:                   r.members(),
-			Session:                   r.obj.session,
-		})
-
-	case handoff.SendChunks:
-		for _, c := range e.Chunks {
-			r.sent += uint64(len(c.Data))
-		}
-		d.sendChunks(d.budget.submit(r.target.GetAddress(), id.RelocationID, e.Chunks))
-
-	case handoff.Unseal:
-		// No capture is awaited any more: a seal still pending is undone
-		// when it takes effect (unsealLate).
-		r.awaiting = 0
-		for _, p := range r.parts {
-			if !p.sealed {
-				p.obj.state = serving
-				continue
-			}
-			if !p.captured {
-				continue // its seal is still pending: undone when it comes (unsealLate)
-			}
-			if err := d.unsealPart(p, p.saved); err != nil {
-				d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue failed")
-			}
-		}
-
-	case handoff.SendAbort:
-		d.send(r.targetPID, &messages.RelocationAbort{Identity: id.ToProto(), Reason: e.Reason})
-
-	case handoff.SealSessions:
-		return d.sealSessions(r)
-
-	case handoff.LookUpSessionOwners:
-		d.lookUpSessionOwners(r)
-
-	case handoff.AbortSessions:
-		// No seal reply is awaited once the owners are told to release.
-		r.sessionsAwaiting = 0
-		d.abortSessions(r)
-
-	case handoff.RelayThenCutover:
-		r.outcome.RelayReady = d.clock.Now()
-		return d.relayThenCutover(r, e.Epoch)
-
-	case handoff.ResendBoundary:
-		for _, rec := range r.batch {
-			again := proto.Clone(rec).(*messages.RelayedRecord)
-			again.ResendEpoch = e.Epoch
-			d.send(r.targetPID, again)
-		}
-		d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: e.Epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
-
-	case handoff.ReleasePayload:
-		for _, p := range r.parts {
-			p.saved, p.relayed = nil, nil // the batch's wire copy stays for resends until ReleaseBoundary
-		}
-
-	case handoff.ReleaseBoundary:
-		if e.Unacknowledged && len(r.batch) > 0 {
-			d.metrics.sendsUndeliveredN("boundary_batch_unacknowledged", len(r.batch))
-			d.log.Error().Str("event", "boundary_batch_unacknowledged").Str("object_id", key.ID).Uint64("relocation_id", id.RelocationID).
-				Str("target_node_rid", r.target.GetNodeRid()).Int("records", len(r.batch)).Dur("patience", d.cfg.Handoff.AckPatience()).
-				Msg("the target never acknowledged the boundary batch; its messages may be lost (the target's node is gone or unreachable)")
-		}
-		r.batch = nil
-
-	case handoff.StartFollow:
-		d.lastFollow.Store(d.clock.Now().UnixNano()) // FollowQuiet counts from here too
-		for _, p := range r.parts {
-			d.startFollow(p, p.held, "follow_failed")
-			p.held = nil
-		}
-
-	case handoff.ConfirmCommit:
-		if e.After == 0 && r.versionHint != 0 {
-			// The first confirmation (once only: a later one after an
-			// error reads at once).
-			hint := r.versionHint
-			r.versionHint = 0
-			r.committed = make(chan struct{})
-			go d.firstConfirm(r, id, hint, r.committed, e.Until)
-			break
-		}
-		go d.confirmWatch(r, id, e.After, e.Until)
-
-	case handoff.FenceOut:
-		go d.fenceOut(r, id, r.lastRead, e.Version)
-
-	case handoff.CloseOut:
-		for _, p := range r.parts {
-			d.closeOut(p.obj)
-		}
-
-	case handoff.Reinstate:
-		d.reinstate(r)
-
-	case handoff.EndFollow:
-		for _, p := range r.parts {
-			obj := p.obj
-			obj.state = ended
-			if _, err := obj.mb.Redirect(d.unavailableSink(obj, "the object moved away and Message Follow has ended")); err != nil {
-				d.log.Error().Str("event", "end_follow_failed").Err(err).Msg("")
-			}
-		}
-
-	case handoff.StopIncarnation:
-		for _, p := range r.parts {
-			d.stop(p.obj)
-		}
-
-	case handoff.Reconcile:
-		go d.reconcileRead(r, id)
-
-	case handoff.AdoptTargetRoute:
-		for _, p := range r.parts {
-			d.startFollow(p, p.parked, "adopt_route_failed")
-			p.parked = nil
-			// Only this run's incarnation: the object may have moved back
-			// here meanwhile, and its new incarnation is registered under
-			// the same key (the simulation found that schedule).
-			if d.objects[p.obj.key] == p.obj {
-				delete(d.objects, p.obj.key)
-			}
-			d.closeOut(p.obj)
-		}
-
-	case handoff.FailHeld:
-		for _, p := range r.parts {
-			if p.parked == nil {
-				p.parked = &parkedSink{d: d, obj: p.obj}
-				if _, err := p.obj.mb.Redirect(p.parked.sink); err != nil {
-					d.log.Error().Str("event", "park_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("")
-				}
-			}
-		}
-		d.log.Warn().Str("event", "relocation_unavailable").Str("object_id", key.ID).Err(e.Err).Msg("object unavailable until reconciled: requests fail, sends wait")
-
-	case handoff.StartTimer:
-		d.startTimer(timerKey{source: id.RelocationID, timer: e.Timer}, e)
-
-	case handoff.StopTimer:
-		d.stopTimer(timerKey{source: id.RelocationID, timer: e.Timer})
-
-	case handoff.Log:
-		d.logEffect(e, key, id)
-
-	case handoff.Complete:
-		if e.Err == nil {
-			r.outcome.CutoverSent = d.clock.Now()
-		}
-		select {
-		case r.waiter <- sourceResult{outcome: r.outcome, err: e.Err, decided: r.decided}:
-		default: // decided once; the machine completes once (never block the driver)
-		}
-	}
-	return nil
-}
-
-// startFollow switches the source's incarnation to Message Follow: what
-// held kept (if anything) goes to the target first, in order, then every
-// later message.
-func (d *Driver) startFollow(p *sourcePart, held *parkedSink, failEvent string) {
-	p.obj.state, p.obj.next = following, p.next
-	follow := d.followSink(p.obj, p.next, p.nextRid)
-	if held != nil {
-		held.release(follow)
-	}
-	if _, err := p.obj.mb.Redirect(follow); err != nil {
-		d.log.Error().Str("event", failEvent).Str("object_id", p.obj.key.ID).Err(err).Msg("")
-	}
 }
 
 // The source's questions to the store while its move's outcome is
@@ -778,14 +483,13 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 	d.sys.Root.Send(d.self, &localCall{fn: func() {
 		if cur := d.sources[id.RelocationID]; cur == r {
 			if err == nil {
-				r.lastRead = v
 				// Before the step, which may end the run: a read that
 				// decides the move is Relocate's answer too.
 				if done, err := showsCommit(r.outcome, d.desc.GetNodeRid(), v); done {
 					r.show(commitShown{known: true, at: d.clock.Now(), err: err})
 				}
 			}
-			d.stepSource(r, ev)
+			r.run.Read(ev, v)
 		}
 	}})
 }
@@ -821,98 +525,6 @@ func recordView(v location.Versioned) handoff.RecordView {
 		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
 		State: r.GetState(),
 	}
-}
-
-// reinstate serves a move's object on the source again after a fence-out
-// following the cutover: the saved work, then the boundary batch, ahead of
-// everything posted later, in one critical section of the mailbox (it
-// leaves Message Follow for Open), and the timers re-armed. The
-// application instance was kept until the move was decided.
-func (d *Driver) reinstate(r *sourceRun) {
-	for _, p := range r.parts {
-		d.reinstatePart(p)
-	}
-}
-
-func (d *Driver) reinstatePart(p *sourcePart) {
-	obj := p.obj
-	if cur := d.objects[obj.key]; cur != nil && cur != obj {
-		d.log.Error().Str("event", "reinstate_conflict").Str("object_id", obj.key.ID).Msg("another incarnation is registered here; the fenced-out move's object is not reinstated")
-		return
-	}
-	backlog := append(append([]any(nil), p.saved...), p.relayed...)
-	held := p.held
-	p.held = nil
-	if err := obj.mb.Reopen(func() []any {
-		if held != nil {
-			return append(backlog, held.take()...)
-		}
-		return backlog
-	}); err != nil {
-		d.log.Error().Str("event", "reinstate_failed").Str("object_id", obj.key.ID).Err(err).Msg("serving the fenced-out move's object again failed")
-		return
-	}
-	_ = obj.mb.Do(func() {
-		if obj.tm != nil {
-			obj.tm.resume()
-		}
-	})
-	obj.next = nil
-	d.objects[obj.key] = obj
-	d.nowServing(obj)
-}
-
-// relayThenCutover relays the ingress hold in order, holds later messages
-// (requests included) until the target's commit shows in the store, when
-// they go on by Message Follow, and sends the cutover after the last
-// relayed record (PROTOCOL.md §5.8, §5.9). Both switches happen under the
-// mailbox's lock, so every message is either in the batch or held, never
-// both.
-func (d *Driver) relayThenCutover(r *sourceRun, epoch uint32) handoff.Event {
-	id := r.m.Identity()
-	for i, p := range r.parts {
-		targetName, participant := p.next.Id, uint32(i+1)
-		relay := func(msg any) {
-			env, err := toWire(targetName, msg)
-			if err != nil {
-				_, m, sender := actor.UnwrapEnvelope(msg)
-				respondFailure(d.sys, sender, m, roamerr.CodeInvalidOperation, p.obj.key.ID, err.Error())
-				d.log.Error().Str("event", "relay_type_mismatch").Str("object_id", p.obj.key.ID).Err(err).Msg("message cannot cross nodes; not relayed")
-				return
-			}
-			b, _ := deterministic.Marshal(env)
-			r.sum = r.sum.Add(b)
-			rec := &messages.RelayedRecord{Identity: id.ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(len(r.batch))}
-			if participant > 1 {
-				rec.Participant = participant
-			}
-			r.batch = append(r.batch, rec)
-			p.relayed = append(p.relayed, msg)
-			d.send(r.targetPID, rec)
-		}
-		if p.parked != nil {
-			// A relay-ready that arrived while reconciling: the parked
-			// sends are the head of the ingress hold.
-			p.parked.release(relay)
-			p.parked = nil
-		}
-		if _, err := p.obj.mb.Redirect(relay); err != nil {
-			d.log.Error().Str("event", "relay_failed").Err(err).Msg("")
-		}
-		// Later messages wait here, requests too, in order, until the move
-		// is decided: StartFollow forwards them once the commit shows; a
-		// fence-out puts them back into this incarnation's queue
-		// (Reinstate). Nothing reaches the target before its commit, so
-		// nothing is stranded at a removed one.
-		p.obj.state, p.obj.next = following, p.next
-		p.held = &parkedSink{d: d, obj: p.obj, holdRequests: true}
-		if _, err := p.obj.mb.Redirect(p.held.sink); err != nil {
-			d.log.Error().Str("event", "hold_failed").Err(err).Msg("")
-		}
-		delete(d.objects, p.obj.key)
-	}
-	d.send(r.targetPID, &messages.Cutover{Identity: id.ToProto(), ResendEpoch: epoch, RelayRecordCount: r.sum.Count, RelayCrc32C: r.sum.CRC})
-	return handoff.CutoverSent{Sum: r.sum}
 }
 
 // closeOut tells the application its source incarnation closed by moving
@@ -1057,77 +669,6 @@ func capture(obj *object, saved []any, participant uint32) (capturedPart, error)
 		c.saved = append(c.saved, envelope.SavedWork{ParticipantID: participant, Order: uint64(i + 1), Record: rec})
 	}
 	return c, nil
-}
-
-// partCaptured takes participant i's capture; once every participant's has
-// come, the payload is encoded and the move goes on (or unseals on a
-// failure).
-func (d *Driver) partCaptured(r *sourceRun, i int, saved []any, sealedAt time.Time, c capturedPart, err error) {
-	if r.awaiting == 0 {
-		return
-	}
-	r.parts[i].saved, r.parts[i].captured = saved, true
-	if r.outcome.Sealed.IsZero() || sealedAt.Before(r.outcome.Sealed) {
-		r.outcome.Sealed = sealedAt
-	}
-	r.captures[i] = c
-	if err != nil && r.captureErr == nil {
-		r.captureErr = err
-	}
-	if r.awaiting--; r.awaiting > 0 {
-		return
-	}
-	if r.captureErr != nil {
-		d.stepSource(r, handoff.CaptureFailed{Err: r.captureErr})
-		return
-	}
-	stream, err := d.encodePayload(r)
-	r.captures = nil
-	if err != nil {
-		d.stepSource(r, handoff.CaptureFailed{Err: err})
-		return
-	}
-	d.stepSource(r, handoff.Captured{Stream: stream})
-}
-
-// unsealLate undoes a participant's seal that took effect after its move
-// gave up on it (or ended): the participant serves again with what it
-// held, in order.
-func (d *Driver) unsealLate(p *sourcePart, saved []any) {
-	err := d.unsealPart(p, saved)
-	if id := p.abortLater; id.Valid() {
-		// Its queue is back (or as back as it will get): the Session
-		// owner may submit what it held.
-		p.abortLater = handoff.Identity{}
-		d.sendSessionAbort(p, id)
-	}
-	if err != nil {
-		d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
-		return
-	}
-	d.log.Warn().Str("event", "late_seal_undone").Str("object_id", p.obj.key.ID).Msg("a participant sealed after its move gave up waiting; it serves again")
-}
-
-// unsealPart gives a sealed participant its queue back — saved first, then
-// what was parked while reconciling, then later posts — re-arms its
-// timers, and marks it serving.
-func (d *Driver) unsealPart(p *sourcePart, saved []any) error {
-	obj := p.obj
-	var err error
-	if held := p.parked; held != nil {
-		err = obj.mb.Reopen(func() []any { return append(saved, held.take()...) })
-		p.parked = nil
-	} else {
-		err = obj.mb.Unseal(saved)
-	}
-	_ = obj.mb.Do(func() {
-		if obj.tm != nil {
-			obj.tm.resume()
-		}
-	})
-	p.saved, p.sealed = nil, false
-	d.nowServing(obj)
-	return err
 }
 
 // encodePayload builds the move's one relocation-envelope-v1 stream from

@@ -130,7 +130,7 @@ func (w *World) checkEnd() {
 		}
 	}
 	for _, mv := range w.moves {
-		if r := mv.src; !r.dead && r.node.alive && !r.ended {
+		if r := mv.src; !r.dead && r.node.alive && !r.run.Ended() {
 			w.violateO(mv.obj, "move-not-ended", "%s: the source is still in %s (finished %v) %s after the horizon", mv, r.m.Phase(), r.m.Finished(), w.cfg.Settle)
 		}
 		if t := mv.tgt; t != nil && !t.dead && t.node.alive && !t.m.Finished() {
@@ -169,8 +169,8 @@ func (w *World) where(m *Msg) string {
 			}
 		}
 		for _, r := range n.sources {
-			if r.parked != nil {
-				for _, x := range r.parked.sends {
+			if pk := r.part().Parked; pk != nil {
+				for _, x := range pk.Waiting() {
 					if x == m {
 						at = append(at, fmt.Sprintf("%s parked by move #%d", n.name, r.mv.id))
 					}

@@ -24,14 +24,16 @@
 //     Discard with its ordering rules, the application instance (dropped by
 //     CloseOut; a dispatch without it is a silent drop) and its state: the
 //     length of the object's history it has handled.
-//   - The driver's side of the decisions: reconcileRead, confirmWatch,
-//     answerRead and fenceOut (source_run.go; the Source machine judges
-//     each ReconcileRead itself); commitOwner with Identity.JudgeCommit
-//     (target_run.go);
-//     parked sends (parked.go); Message Follow and the routes clients drop
-//     on a follow (Config.OnFollow); dead-lettered sends redelivered from the
-//     store (redeliver.go); a removed target's stub answering Unavailable for
-//     one follow period, then gone (dead letters).
+//   - The source side is not modelled: each move out of a node runs the
+//     driver's own interpreter (internal/relocation/sourcerun) over this
+//     world's primitives (sourceenv.go: the incarnation's mailbox modes,
+//     packets, store calls, scheduler timers; the checks at effects live
+//     there). The rest of the driver is a model: commitOwner with
+//     Identity.JudgeCommit (target_run.go); Message Follow and the routes
+//     clients drop on a follow (Config.OnFollow); dead-lettered sends
+//     redelivered from the store (redeliver.go); a removed target's stub
+//     answering Unavailable for one follow period, then gone (dead
+//     letters).
 //   - Store: one record per object (version, owner node and generation,
 //     owner generation, object generation, RelocationId), CAS on the version,
 //     every write carrying the writer's lease check (location.Leased), a
@@ -61,9 +63,10 @@
 // defect still open is marked Known and counted by the random test (which
 // goes on finding others) while TestOpenDefects fails naming it.
 //
-// To model a new effect of the machines, add its case to sourceEffect
-// (source.go) or targetEffect (target.go): an effect the model does not
-// know panics with its type name.
+// A new effect of the Source machine is interpreted in sourcerun, with
+// whatever primitive it needs added to sourcerun.Env (the driver's and
+// sourceEnv); a new target effect is modelled in targetEffect
+// (target.go). Either panics with its type name while unknown.
 //
 // The harness is internal/simkit's: the logical clock and event queue,
 // the random source, the trace, the violations, the network's streams and

@@ -159,9 +159,9 @@ func (w *World) classify() {
 		switch {
 		case mv.cutoverSent && !mv.opened && Open(KnownTargetLoss):
 			mark(mv.obj, KnownTargetLoss)
-		case !r.dead && !r.ended && r.m.Phase() == handoff.FollowOnly && !mv.cutoverSent:
+		case !r.dead && !r.run.Ended() && r.m.Phase() == handoff.FollowOnly && !mv.cutoverSent:
 			mark(mv.obj, KnownAdoptNeverReleases)
-		case !r.dead && !r.ended && r.m.Phase() == handoff.SourcePaused && mv.committed:
+		case !r.dead && !r.run.Ended() && r.m.Phase() == handoff.SourcePaused && mv.committed:
 			mark(mv.obj, KnownReconcileForever)
 		}
 		rec := w.store.recs[mv.obj]

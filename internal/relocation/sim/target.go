@@ -254,7 +254,7 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 			}
 			r := t.mv.src
 			switch {
-			case r != nil && !r.dead && (containsMsg(r.relayed, m) || containsMsg(r.saved, m)):
+			case r != nil && !r.dead && (containsMsg(r.part().Relayed, m) || containsMsg(r.part().Saved, m)):
 				m.at = r.node
 			case r != nil && r.dead:
 				w.lostMsg(m, r.node.downKind, "its source went down with its copy; the removed target discarded its own")
