@@ -385,22 +385,30 @@ func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 	})
 }
 
-// casAnswer is Driver.casAnswer (target_run.go).
+// casAnswer judges a CAS's answer with the driver's judgement
+// (handoff.Identity.JudgeWrite): res.err classed as the driver classes a
+// Location Store error (handoff.WriteOutcomeOf).
 func casAnswer(t *TargetRun, id handoff.Identity, res storeRes, applied handoff.Event) handoff.Event {
+	o, cur := handoff.WriteFailed, handoff.RecordView{}
 	switch res.err {
 	case errNone:
-		return applied
+		o = handoff.WriteApplied
 	case errConflict:
-		if ev := judge(t, id, res.rec); ev != nil {
-			return ev
-		}
-		return handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim), Conflict: true}
+		o, cur = handoff.WriteConflict, recordView(res.rec)
 	case errLeaseEnded:
-		return handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)}
+		o = handoff.WriteLeaseEnded
 	case errIndeterminate, errDeadline:
-		return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true}
+		o = handoff.WriteUnknown
 	}
-	return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err)}
+	var err error
+	switch o {
+	case handoff.WriteLeaseEnded:
+		err = fmt.Errorf("%w: lease ended", errSim)
+	case handoff.WriteApplied:
+	default:
+		err = fmt.Errorf("%w: %s", errSim, res.err)
+	}
+	return id.JudgeWrite(o, err, cur, t.node.name, t.newOwner, 1, applied)
 }
 
 // judge is Driver.judge: handoff.Identity.JudgeCommit on the record.
