@@ -48,14 +48,11 @@ type targetRun struct {
 	// joinHold is the SpotWide User Spot this Join holds in place until
 	// the move ends (object.joining).
 	joinHold *object
-	// slots are the capacity slots of this node taken ahead of the
-	// commit, one per participant in participant order (PROTOCOL.md
-	// §7.12); strays are those a take with an unknown outcome may hold.
-	// Both are freed if the move ends without a commit. slotMu guards
-	// them: VerifySource may still run when the move is removed.
-	slotMu        sync.Mutex
-	slots, strays []uint32
-	slotsDone     bool // completed: a take still running frees what it took
+	// slots are the capacity slots of this node the move takes ahead of
+	// the commit. slotMu guards them: VerifySource may still run when the
+	// move is removed.
+	slotMu sync.Mutex
+	slots  handoff.ArrivalSlots
 }
 
 // targetMember is a member Actor arriving with its SpotWide User Spot.
@@ -542,7 +539,7 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 // it (handoff.Commit).
 func (d *Driver) commitPlan(t *targetRun, settleOnly bool) *handoff.Commit {
 	t.slotMu.Lock()
-	slots := t.slots
+	slots := t.slots.Slots
 	t.slotMu.Unlock()
 	c := &handoff.Commit{
 		ID: t.m.Identity(), Key: t.key, Owner: d.owner(),
@@ -637,9 +634,9 @@ func (t *targetRun) keep(ev handoff.Event, c handoff.Committed) {
 // when they are held, which fails the move before anything commits.
 func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	t.slotMu.Lock()
-	taken := t.slots != nil
+	wanted := t.slots.Wanted()
 	t.slotMu.Unlock()
-	if !d.slots.Bounded() || taken {
+	if !d.slots.Bounded() || !wanted {
 		return nil
 	}
 	holders := []location.AuthorityKey{t.key}
@@ -648,22 +645,9 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	}
 	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
 	t.slotMu.Lock()
-	done := t.slotsDone
-	switch {
-	case done:
-	case err == nil:
-		t.slots = slots
-		// A slot taken again was free when read: an earlier take of it
-		// whose answer was lost did not apply, and it is this move's now.
-		t.strays = slices.DeleteFunc(t.strays, func(s uint32) bool { return slices.Contains(slots, s) })
-	case errors.Is(err, location.ErrIndeterminate):
-		t.strays = append(t.strays, slots...)
-	}
+	free, err := t.slots.Taken(slots, err)
 	t.slotMu.Unlock()
-	if done && (err == nil || errors.Is(err, location.ErrIndeterminate)) {
-		d.freeSlots(t, slots)
-		return fmt.Errorf("%w: the move ended", roamerr.ErrUnavailable)
-	}
+	d.freeSlots(t, free)
 	return err
 }
 
@@ -686,11 +670,7 @@ func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 func (d *Driver) completeTarget(t *targetRun, err error) {
 	d.forgetChunks(t)
 	t.slotMu.Lock()
-	slots := t.strays
-	if err != nil {
-		slots = append(slots, t.slots...)
-	}
-	t.strays, t.slotsDone = nil, true
+	slots := t.slots.Complete(err == nil)
 	t.slotMu.Unlock()
 	d.freeSlots(t, slots)
 	id := t.m.Identity()
