@@ -26,7 +26,7 @@
 //     length of the object's history it has handled.
 //   - The driver's side of the decisions: reconcileRead, confirmWatch,
 //     answerRead and fenceOut (source_run.go; the Source machine judges
-//     each ReconcileRead itself); commitOwner with Identity.JudgeCommit
+//     each ReconcileRead itself); commitOwner on the core's handoff.Commit
 //     (target_run.go);
 //     parked sends (parked.go); Message Follow and the routes clients drop
 //     on a follow (Config.OnFollow); dead-lettered sends redelivered from the
