@@ -1,6 +1,7 @@
 package handoff
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,4 +54,31 @@ func BusyAtSeal(key location.AuthorityKey, idleOnly bool, queued int, window tim
 // BusyError is an idle-only move's refusal of key, for why.
 func BusyError(key location.AuthorityKey, why string) error {
 	return fmt.Errorf("%w: %w: %s is not idle (%s); nothing moved", roamerr.ErrUnavailable, roamerr.ErrBusy, key, why)
+}
+
+// Verify pacing: the first pause before VerifySource tries again, and the
+// most it grows to.
+const (
+	FirstVerifyWait = 5 * time.Millisecond
+	MaxVerifyWait   = 500 * time.Millisecond
+)
+
+// VerifyAgain decides after one try of VerifySource ended with err
+// (nil: verified): whether to try again, after how long (prev: the last
+// pause, 0 for none), or answer SourceVerified{Err: err}. Only an answer
+// that says nothing of the source is tried again — the source's node not
+// reachable (peer: the membership check failed), the store unavailable or
+// its answer unknown; the restore deadline ends the tries.
+func VerifyAgain(err error, peer bool, prev time.Duration) (again bool, after time.Duration) {
+	switch {
+	case err == nil:
+		return false, 0
+	case peer && !errors.Is(err, roamerr.ErrUnavailable):
+		return false, 0
+	case !peer && !errors.Is(err, location.ErrUnavailable) && !errors.Is(err, location.ErrIndeterminate):
+		return false, 0
+	case prev <= 0:
+		return true, FirstVerifyWait
+	}
+	return true, min(2*prev, MaxVerifyWait)
 }

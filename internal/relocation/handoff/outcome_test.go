@@ -1,11 +1,13 @@
 package handoff
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -71,4 +73,42 @@ func TestBusyAtSeal(t *testing.T) {
 	require.ErrorIs(t, err, roamerr.ErrBusy)
 	require.Contains(t, err.Error(), `timer "tick" is due within 1s`)
 	require.NoError(t, BusyAtSeal(objKey, true, 0, time.Second, due("", false)))
+}
+
+// VerifySource tries again only while nothing is known of the source: its
+// node unreachable, the store unavailable or its answer unknown — paced
+// 5 ms doubling to 500 ms. A verdict (verified, a record not at the
+// fence, capacity exceeded, the source's node gone) is answered at once.
+func TestVerifyAgain(t *testing.T) {
+	unreachable := fmt.Errorf("%w: source node not connected", roamerr.ErrUnavailable)
+	for _, tc := range []struct {
+		name  string
+		err   error
+		peer  bool
+		again bool
+	}{
+		{"verified", nil, false, false},
+		{"the source's node unreachable", unreachable, true, true},
+		{"the source's node gone", fmt.Errorf("%w: no such member", roamerr.ErrStale), true, false},
+		{"the store unavailable", fmt.Errorf("read: %w", location.ErrUnavailable), false, true},
+		{"the store's answer unknown", location.ErrIndeterminate, false, true},
+		{"not at the fence", testID.JudgeSource(RecordView{}, 1), false, false},
+		{"capacity exceeded", roamerr.ErrCapacityExceeded, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			again, after := VerifyAgain(tc.err, tc.peer, 0)
+			require.Equal(t, tc.again, again)
+			if again {
+				require.Equal(t, FirstVerifyWait, after)
+			}
+		})
+	}
+	var waits []time.Duration
+	wait := time.Duration(0)
+	for range 9 {
+		_, wait = VerifyAgain(location.ErrIndeterminate, false, wait)
+		waits = append(waits, wait)
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 500 * ms, 500 * ms}, waits)
 }
