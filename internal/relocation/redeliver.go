@@ -101,7 +101,7 @@ func (d *Driver) onRedeliver(m *redeliver) {
 	}
 }
 
-// redelivery is the node's redelivery policy.
+// redelivery is the node's redelivery policy, on the driver's goroutine.
 func (d *Driver) redelivery() redelivery.Policy {
 	return redelivery.Policy{
 		FollowDuration: d.cfg.Handoff.FollowDuration, Window: d.cfg.RedeliveryWindow, Patience: d.deadLetterPatience,
@@ -197,7 +197,9 @@ func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
 func (d *Driver) drainHop(hop *actor.PID) {
 	d.draining.Add(1)
 	defer d.draining.Add(-1)
-	window := d.redelivery().DrainWindow()
+	// On a worker's goroutine: only the fixed configuration is read here
+	// (the patience is the driver goroutine's).
+	window := redelivery.Policy{FollowDuration: d.cfg.Handoff.FollowDuration, Window: d.cfg.RedeliveryWindow}.DrainWindow()
 	answered := make(chan struct{})
 	go func() {
 		// Answered where the route ends, on any node.

@@ -586,7 +586,9 @@ func (d *Driver) commitOwner(t *targetRun, settleOnly bool) handoff.Event {
 	if settleOnly {
 		op := c.FenceOut(v)
 		_, err := d.store.CompareAndSet(ctx, op.Key, op.Version, op.Record)
-		ev, _ := c.Answer(err, handoff.StoreNotCommitted{}, handoff.Committed{})
+		// A conflict may show the earlier CAS applied after the read.
+		ev, got := c.Answer(err, handoff.StoreNotCommitted{}, handoff.Committed{})
+		t.keep(ev, got)
 		return ev
 	}
 	txn := c.Txn(v)
@@ -621,9 +623,7 @@ func (t *targetRun) keep(ev handoff.Event, c handoff.Committed) {
 	if _, ok := ev.(handoff.StoreCommitted); !ok {
 		return
 	}
-	if t.prepare.GetJoin() != nil {
-		t.joined.Store(c.Joined)
-	}
+	t.joined.Store(c.Joined)
 	if c.Member != nil {
 		t.committedMember.Store(c.Member)
 	}

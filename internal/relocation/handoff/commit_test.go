@@ -216,6 +216,17 @@ func TestCommitJudgesTheStoresAnswer(t *testing.T) {
 	}
 	ev, _ := commitOf().Answer(nil, StoreNotCommitted{}, Committed{})
 	require.Equal(t, StoreNotCommitted{}, ev, "a settling fence-out that applied")
+
+	// Settling, the fence-out's conflict shows an earlier CAS of this move
+	// applied after the read: committed, with the Join that CAS carried.
+	c := commitOf()
+	c.SettleOnly = true
+	c.Join = &messages.Membership{SpotId: "s1", SpotGeneration: 2}
+	cur := with(committedRecord(), 7, func(r *location.Record) { r.Membership = c.Join })
+	ev, got := c.Answer(conflict(cur), StoreNotCommitted{}, Committed{})
+	require.Equal(t, StoreCommitted{}, ev)
+	require.True(t, got.Joined)
+	require.True(t, proto.Equal(c.Join, got.Member))
 }
 
 // A cross-node Join: the joined Spot's count one more and the left
