@@ -15,7 +15,6 @@ import (
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // Who may move an object onto this node. Anyone who reaches the node's
@@ -272,9 +271,10 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, t.deadline)
 	defer cancel()
 	src := t.prepare.GetSource()
-	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for wait := time.Duration(0); ; {
 		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), t.sourcePID.Address)
-		if err == nil {
+		peer := err != nil
+		if !peer {
 			var v location.Versioned
 			v, err = d.store.Read(ctx, t.key)
 			switch {
@@ -289,14 +289,13 @@ func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
 					}
 				}
 			}
-			if err == nil || !errors.Is(err, location.ErrUnavailable) && !errors.Is(err, location.ErrIndeterminate) {
-				d.laterTarget(id, handoff.SourceVerified{Err: err})
-				return
-			}
-		} else if !errors.Is(err, roamerr.ErrUnavailable) {
+		}
+		again, after := handoff.VerifyAgain(err, peer, wait)
+		if !again {
 			d.laterTarget(id, handoff.SourceVerified{Err: err})
 			return
 		}
+		wait = after
 		select {
 		case <-ctx.Done():
 			d.laterTarget(id, handoff.SourceVerified{Err: err})

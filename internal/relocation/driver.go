@@ -36,6 +36,7 @@ import (
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -304,7 +305,7 @@ type Driver struct {
 	sendLogs sync.Map
 	// deadLetters is, per copy of a dead-lettered send this driver
 	// redelivered, that send's bookkeeping (redeliver.go); swept by age.
-	deadLetters    map[any]*deadLetterSend
+	deadLetters    map[any]*redelivery.Send
 	deadLetterHeld map[location.AuthorityKey]*deadLetterHold
 	// deletions are the Actors this node is deleting (DeleteActor), from
 	// the close of their incarnation until their record is gone: a second
@@ -394,7 +395,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		redeliveries:       map[redeliveryQueue][]*redeliver{},
 		redelivered:        map[redeliveryQueue]lastDelivery{},
 		unrestored:         map[location.AuthorityKey]unrestored{},
-		deadLetters:        map[any]*deadLetterSend{},
+		deadLetters:        map[any]*redelivery.Send{},
 		deadLetterHeld:     map[location.AuthorityKey]*deadLetterHold{},
 		deletions:          map[location.AuthorityKey]*deletion{},
 		deadLetterLogged:   map[location.AuthorityKey]time.Time{},

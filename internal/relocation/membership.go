@@ -394,38 +394,6 @@ func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership)
 	return nil
 }
 
-// joinOps are what the target's commit of a cross-node Join adds to the
-// Actor's owner change (PROTOCOL.md §7.10): the joined Spot's count, one
-// more, at the version read — only while this node owns that incarnation
-// Ready — and one less on a User Spot the Actor leaves. admitted false:
-// the Spot no longer takes it (closed, moved, or a new generation since
-// the prepare); the move, past relay-ready, then commits without the Join.
-func (d *Driver) joinOps(ctx context.Context, rec *location.Record, join *messages.Membership) (ops []location.Op, admitted bool, err error) {
-	if sameMembership(memberUserSpot(rec), join) {
-		return nil, true, nil
-	}
-	key := location.Key(location.KindUserSpot, join.GetSpotId())
-	v, err := d.store.Read(ctx, key)
-	if errors.Is(err, location.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	r := v.Record
-	if r.GetObjectGeneration() != join.GetSpotGeneration() || r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY ||
-		r.GetOwner().GetNodeRid() != d.desc.GetNodeRid() {
-		return nil, false, nil
-	}
-	leave, err := d.leaveOps(ctx, rec)
-	if err != nil {
-		return nil, false, err
-	}
-	next := proto.Clone(r).(*location.Record)
-	next.MemberCount++
-	return append(leave, location.UpdateOp(key, v.Version, next)), true, nil
-}
-
 // JoinSpot makes the Actor key, owned by this node, a member of the User
 // Spot incarnation join (PROTOCOL.md §7.10). When this node serves that
 // Spot, one transaction changes both memberships. Otherwise the Actor moves

@@ -2,7 +2,6 @@ package relocation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -80,7 +80,7 @@ func (d *Driver) onRedeliver(m *redeliver) {
 		if m.deadLetter {
 			// At most one line per object per follow period: a stale route
 			// used under steady traffic restarts the worker per batch.
-			if last, ok := d.deadLetterLogged[m.key]; !ok || machine.Since(machine.Real, last) > d.cfg.Handoff.FollowDuration { // log pacing: real time
+			if last, ok := d.deadLetterLogged[m.key]; d.redelivery().LogDue(last, ok, machine.Real.Now()) { // log pacing: real time
 				d.deadLetterLogged[m.key] = machine.Real.Now()
 				d.log.Info().Str("event", "dead_letter_reresolved").Str("object_id", m.key.ID).
 					Msg("sends to an incarnation that is gone are delivered from the store's owner record")
@@ -94,23 +94,19 @@ func (d *Driver) onRedeliver(m *redeliver) {
 		}
 		last := d.redelivered[m.queue()]
 		delete(d.redelivered, m.queue())
-		if machine.Since(d.clock, last.at) > d.drainWindow() {
-			// Whatever went there long ago has been handled or failed.
+		if !d.redelivery().Drains(last.at, d.clock.Now()) {
 			last.pid = nil
 		}
 		go d.redeliverWorker(m.queue(), last.pid)
 	}
 }
 
-// drainWindow bounds how long drainHop waits for its barrier: the follow
-// period, at most Config.RedeliveryWindow. A delivery made longer ago than that
-// is not drained either.
-func (d *Driver) drainWindow() time.Duration {
-	window := d.cfg.Handoff.FollowDuration
-	if window <= 0 || window > d.cfg.RedeliveryWindow {
-		window = d.cfg.RedeliveryWindow
+// redelivery is the node's redelivery policy, on the driver's goroutine.
+func (d *Driver) redelivery() redelivery.Policy {
+	return redelivery.Policy{
+		FollowDuration: d.cfg.Handoff.FollowDuration, Window: d.cfg.RedeliveryWindow, Patience: d.deadLetterPatience,
+		Backoff: d.cfg.DeadLetterBackoff, BackoffMax: d.cfg.DeadLetterBackoffMax,
 	}
-	return window
 }
 
 // takeRedeliveries pops the queue's messages on the driver's goroutine;
@@ -128,10 +124,10 @@ func (d *Driver) takeRedeliveries(queue redeliveryQueue, last *actor.PID) []*red
 				d.abandon(m, d.endReason())
 			}
 			if last != nil && d.Usable() == nil {
-				now := d.clock.Now()
-				if now.Sub(d.redeliveredSwept) > d.drainWindow() {
+				now, p := d.clock.Now(), d.redelivery()
+				if !p.Drains(d.redeliveredSwept, now) {
 					for k, l := range d.redelivered {
-						if now.Sub(l.at) > d.drainWindow() {
+						if !p.Drains(l.at, now) {
 							delete(d.redelivered, k)
 						}
 					}
@@ -175,12 +171,12 @@ func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
 		if err == nil && last != nil && !last.Equal(pid) {
 			d.drainHop(last)
 		}
-		ended := d.Usable() != nil
+		outcome := redelivery.Batch(d.Usable() != nil, err)
 		for _, m := range batch {
-			switch {
-			case ended:
+			switch outcome {
+			case redelivery.Abandon:
 				d.abandon(m, d.endReason())
-			case err != nil:
+			case redelivery.FailNoOwner:
 				d.failRedelivery(key, m.env, "no owner to deliver to", err)
 			default:
 				env := m.env
@@ -201,7 +197,9 @@ func (d *Driver) redeliverWorker(queue redeliveryQueue, last *actor.PID) {
 func (d *Driver) drainHop(hop *actor.PID) {
 	d.draining.Add(1)
 	defer d.draining.Add(-1)
-	window := d.drainWindow()
+	// On a worker's goroutine: only the fixed configuration is read here
+	// (the patience is the driver goroutine's).
+	window := redelivery.Policy{FollowDuration: d.cfg.Handoff.FollowDuration, Window: d.cfg.RedeliveryWindow}.DrainWindow()
 	answered := make(chan struct{})
 	go func() {
 		// Answered where the route ends, on any node.
@@ -226,11 +224,13 @@ func (d *Driver) drainHop(hop *actor.PID) {
 func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) (*actor.PID, error) {
 	ctx, cancel := machine.WithTimeout(context.Background(), d.clock, window)
 	defer cancel()
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for wait := time.Duration(0); ; {
 		pid, err := d.Resolve(ctx, key)
-		if err == nil || errors.Is(err, roamerr.ErrNotFound) {
+		again, after := redelivery.ResolveAgain(err, wait)
+		if !again {
 			return pid, err
 		}
+		wait = after
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -324,13 +324,6 @@ type deadLettered struct {
 	generation string
 }
 
-// deadLetterSend is one dead-lettered send's redelivery bookkeeping: how
-// often it was redelivered, and since when.
-type deadLetterSend struct {
-	n     int
-	first time.Time
-}
-
 // onDeadLetterEvent runs on the publisher's goroutine: it only picks the
 // sends to incarnation PIDs and hands them to the driver.
 func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
@@ -362,19 +355,19 @@ func (d *Driver) onDeadLetterEvent(e *actor.DeadLetterEvent) {
 	d.sys.Root.Send(d.self, dl)
 }
 
-// onDeadLettered redelivers a dead-lettered send through the store after a
-// back-off that grows with each time the same send dead-lettered again,
-// and fails it loudly past the dead-letter patience.
+// onDeadLettered redelivers a dead-lettered send through the store, at
+// once or after a pause, or fails it loudly, as the redelivery policy
+// decides (redelivery.Policy.DeadLettered).
 func (d *Driver) onDeadLettered(m *deadLettered) {
-	now := d.clock.Now()
-	if now.Sub(d.deadLetterSwept) > d.deadLetterPatience {
+	now, p := d.clock.Now(), d.redelivery()
+	if p.SweepDue(d.deadLetterSwept, now) {
 		for k, s := range d.deadLetters {
-			if now.Sub(s.first) > 2*d.deadLetterPatience {
+			if p.Forgotten(s.First, now) {
 				delete(d.deadLetters, k)
 			}
 		}
 		for k, at := range d.deadLetterLogged {
-			if now.Sub(at) > d.cfg.Handoff.FollowDuration {
+			if p.LogDue(at, true, now) {
 				delete(d.deadLetterLogged, k)
 			}
 		}
@@ -390,15 +383,17 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	// an application may send one value (one pointer) many times, and
 	// each send has its own count and patience.
 	tracked := reflect.TypeOf(m.msg).Comparable()
-	s := &deadLetterSend{first: now}
+	s := &redelivery.Send{First: now}
 	if tracked {
 		if seen := d.deadLetters[m.msg]; seen != nil {
 			s = seen
 			delete(d.deadLetters, m.msg)
 		}
 	}
-	s.n++
-	if now.Sub(s.first) > d.deadLetterPatience {
+	s.N++
+	held := d.deadLetterHeld[m.key]
+	decision := p.DeadLettered(*s, now, held != nil, held != nil && held.timer)
+	if decision.Verdict == redelivery.Fail {
 		d.failDeadLetter(m.key, m.msg, "redelivery patience exhausted", "no incarnation took the send within the redelivery patience")
 		return
 	}
@@ -413,23 +408,18 @@ func (d *Driver) onDeadLettered(m *deadLettered) {
 	if m.generation != "" {
 		env.SetHeader(HeaderGeneration, m.generation)
 	}
-	held := d.deadLetterHeld[m.key]
-	if held == nil && s.n == 1 {
+	if decision.Verdict == redelivery.Now {
 		d.onRedeliver(&redeliver{key: m.key, env: env, deadLetter: true}) // in arrival order
 		return
 	}
-	// A send that dead-lettered again (its owner's node is unreachable, or
-	// the route still leads to a gone incarnation): wait before the next
-	// try, and keep the object's later dead letters behind it, in order.
 	if held == nil {
 		held = &deadLetterHold{}
 		d.deadLetterHeld[m.key] = held
 	}
 	held.msgs = append(held.msgs, env)
-	if !held.timer {
+	if decision.Arm {
 		held.timer = true
-		wait := min(d.cfg.DeadLetterBackoff<<min(s.n-1, 6), d.cfg.DeadLetterBackoffMax)
-		d.startTimer(timerKey{deadLetter: m.key}, handoff.StartTimer{After: wait})
+		d.startTimer(timerKey{deadLetter: m.key}, handoff.StartTimer{After: decision.After})
 	}
 }
 

@@ -149,15 +149,6 @@ func (d *Driver) dropBinding(r *sourceRun, p *sourcePart, why string) {
 	r.sessionsAwaiting--
 }
 
-// unbindDropped clears the Session binding of a moved participant's next
-// record when the source sent none: the source dropped it, its Session
-// being gone (dropBinding).
-func unbindDropped(next *location.Record, sent *messages.SessionBinding) {
-	if sent == nil {
-		next.SessionId, next.SessionOwnerAddress = "", ""
-	}
-}
-
 // routeOf is the binding route of obj's incarnation here.
 func (d *Driver) routeOf(obj *object) *messages.SessionRoute {
 	return &messages.SessionRoute{Address: d.desc.GetAddress(), OwnerGeneration: obj.ownerGeneration, ObjectGeneration: obj.generation, NodeRid: d.desc.GetNodeRid()}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -349,33 +350,32 @@ func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
 }
 
 // RecordSlot is the capacity slot rec's owner holds for it, if any.
-func RecordSlot(rec *location.Record) (uint32, bool) {
-	if n := rec.GetCapacitySlot(); n > 0 {
-		return n - 1, true
-	}
-	return 0, false
-}
+func RecordSlot(rec *location.Record) (uint32, bool) { return handoff.RecordSlot(rec) }
 
 // FreeRecordSlotOps are the ops that free the slot rec's owner holds for
 // it: for the transaction that takes the object off that node.
-func FreeRecordSlotOps(rec *location.Record) []location.Op {
-	slot, ok := RecordSlot(rec)
-	if !ok {
-		return nil
-	}
-	o := rec.GetOwner()
-	return []location.Op{location.FreeSlotOp(location.NodeKey{Mesh: o.GetMesh(), NodeRid: o.GetNodeRid()}, slot)}
+func FreeRecordSlotOps(rec *location.Record) []location.Op { return handoff.FreeRecordSlotOps(rec) }
+
+// WithSlot is rec naming slots[i] as its owner's capacity slot (none
+// past the end of slots).
+func WithSlot(rec *location.Record, slots []uint32, i int) *location.Record {
+	return handoff.WithSlot(rec, slots, i)
 }
 
-// WithSlot is rec naming slot as its owner's capacity slot (none for
-// slots empty).
-func WithSlot(rec *location.Record, slots []uint32, i int) *location.Record {
-	if i < len(slots) {
-		rec.CapacitySlot = slots[i] + 1
-	} else {
-		rec.CapacitySlot = 0
+// nodeKey and leaseID are what this node's slot ops name (zero when the
+// node has no slots).
+func (s *Slots) nodeKey() location.NodeKey {
+	if s == nil {
+		return location.NodeKey{}
 	}
-	return rec
+	return s.node
+}
+
+func (s *Slots) leaseID() location.LeaseID {
+	if s == nil {
+		return ""
+	}
+	return s.lease
 }
 
 // freedRecordSlot forgets the slot rec named if it is this node's: the

@@ -108,19 +108,9 @@ type commitShown struct {
 }
 
 // showsCommit judges a record read after the cutover for Relocate's
-// answer: the target's commit (done, nil), the move fenced out or the
-// object gone elsewhere (done, an error), or not yet (false).
+// answer (handoff.CommitShown).
 func showsCommit(o Outcome, self string, v location.Versioned) (bool, error) {
-	r := v.Record
-	switch {
-	case r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == o.To:
-		return true, nil
-	case r.GetRelocationId() == o.RelocationID && r.GetOwner().GetNodeRid() == self:
-		return true, fmt.Errorf("%w: the target did not commit relocation %d by its restore deadline; the move was fenced out and %s serves on this node", roamerr.ErrUnavailable, o.RelocationID, o.Key)
-	case v.Present() && r.GetOwner().GetNodeRid() != self:
-		return true, fmt.Errorf("%w: %s is owned by %s, not the target", roamerr.ErrStale, o.Key, r.GetOwner().GetNodeRid())
-	}
-	return false, nil
+	return handoff.CommitShown(o.RelocationID, o.Key, o.To, self, recordView(v))
 }
 
 // Relocate moves the Actor or Instance Spot key, owned by this node, to the
@@ -205,7 +195,7 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		// reaches this goroutine.
 		return d.awaitCommit(ctx, res.outcome, until)
 	}
-	patienceC, patience := machine.NewTimer(d.clock, machine.Until(d.clock, until.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout)))
+	patienceC, patience := machine.NewTimer(d.clock, machine.Until(d.clock, d.cfg.Handoff.CommitPatience(until, d.cfg.RestoreTimeout)))
 	defer patience.Stop()
 	var shown commitShown
 	got := false
@@ -252,10 +242,7 @@ func (e *settlingError) Error() string {
 // this move's RelocationId, or the restore deadline passes (the target
 // stops trying then, PROTOCOL.md §5.11).
 func (d *Driver) awaitCommit(ctx context.Context, o Outcome, deadline time.Time) (Outcome, error) {
-	// The fence-out of a target that never commits is written only after
-	// its restore deadline plus a cutover wait (and one more read); keep
-	// watching well past that so the caller learns which way it went.
-	wctx, cancel := machine.WithDeadline(ctx, d.clock, deadline.Add(d.cfg.Handoff.CutoverWaitTimeout+d.cfg.RestoreTimeout))
+	wctx, cancel := machine.WithDeadline(ctx, d.clock, d.cfg.Handoff.CommitPatience(deadline, d.cfg.RestoreTimeout))
 	defer cancel()
 	var after location.StoreVersion
 	for {
@@ -327,7 +314,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		// owner; the seal decides (busyAtSeal).
 		for _, o := range append([]*object{obj}, memberObjs...) {
 			if n := o.mb.UserMessageCount(); n > 0 {
-				return nil, busyError(o.key, fmt.Sprintf("%d messages queued", n))
+				return nil, handoff.BusyError(o.key, fmt.Sprintf("%d messages queued", n))
 			}
 		}
 	}
@@ -514,18 +501,7 @@ func (d *Driver) fenceOut(r *sourceRun, id handoff.Identity, read location.Versi
 }
 
 // recordView is what the hand-off machines judge of a record.
-func recordView(v location.Versioned) handoff.RecordView {
-	if !v.Present() {
-		return handoff.RecordView{}
-	}
-	r := v.Record
-	return handoff.RecordView{
-		Present: true, Version: uint64(v.Version),
-		OwnerNodeRid: r.GetOwner().GetNodeRid(), OwnerNodeGeneration: r.GetOwner().GetNodeGeneration(),
-		OwnerGeneration: r.GetAuthorityOwnerGeneration(), ObjectGeneration: r.GetObjectGeneration(), RelocationID: r.GetRelocationId(),
-		State: r.GetState(),
-	}
-}
+func recordView(v location.Versioned) handoff.RecordView { return handoff.ViewOf(v) }
 
 // closeOut tells the application its source incarnation closed by moving
 // out (PROTOCOL.md §5.13: OnClosing(RelocationOut)), once the move is confirmed.
@@ -778,24 +754,12 @@ func (d *Driver) onOwnerCommitted(c actor.Context, m *messages.OwnerCommitted) {
 }
 
 // busyAtSeal is an idle-only move's check at the seal, on the object's
-// goroutine between turns: a message queued (the saved-work prefix) or a
-// timer due within window makes it busy (ErrBusy); the move then unseals
-// with everything in place and nothing captured.
+// goroutine between turns (handoff.BusyAtSeal decides).
 func busyAtSeal(obj *object, saved []any, idleOnly bool, window time.Duration, now time.Time) error {
-	if !idleOnly {
-		return nil
-	}
-	if len(saved) > 0 {
-		return busyError(obj.key, fmt.Sprintf("%d messages queued at the seal", len(saved)))
-	}
-	if obj.tm != nil {
-		if name, due := obj.tm.dueWithin(now, window); due {
-			return busyError(obj.key, fmt.Sprintf("timer %q is due within %v", name, window))
+	return handoff.BusyAtSeal(obj.key, idleOnly, len(saved), window, func(window time.Duration) (string, bool) {
+		if obj.tm == nil {
+			return "", false
 		}
-	}
-	return nil
-}
-
-func busyError(key location.AuthorityKey, why string) error {
-	return fmt.Errorf("%w: %w: %s is not idle (%s); nothing moved", roamerr.ErrUnavailable, roamerr.ErrBusy, key, why)
+		return obj.tm.dueWithin(now, window)
+	})
 }

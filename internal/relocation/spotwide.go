@@ -7,9 +7,6 @@ import (
 	"sort"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -124,35 +121,18 @@ func (d *Driver) admitMembers(key location.AuthorityKey, k *Kind, p *messages.Re
 	return members, 0, nil
 }
 
-// memberAtFence checks a member's record against the move: owned by the
-// source at the member's fence, at its generation, still a member of the
-// Spot incarnation that moves.
-func (d *Driver) memberAtFence(t *targetRun, m *targetMember, v location.Versioned) error {
-	src, r := t.prepare.GetSource(), v.Record
-	switch {
-	case !v.Present():
-		return fmt.Errorf("%w: member %s has no record", roamerr.ErrStale, m.key)
-	case r.GetOwner().GetNodeRid() != src.GetNodeRid() || r.GetOwner().GetNodeGeneration() != src.GetNodeGeneration() ||
-		r.GetAuthorityOwnerGeneration() != m.p.GetOwnerGeneration() || r.GetObjectGeneration() != m.p.GetObject().GetObjectGeneration():
-		return fmt.Errorf("%w: member %s is not at the move's fence", roamerr.ErrStale, m.key)
-	case r.GetMembership().GetSpotId() != t.key.ID || r.GetMembership().GetSpotGeneration() != t.prepare.GetObject().GetObjectGeneration():
-		return fmt.Errorf("%w: %s is no longer a member of User Spot %q", roamerr.ErrStale, m.key, t.key.ID)
-	}
-	return nil
-}
-
-// readMembers reads every member's record at once (a store client that
+// readAll reads the records of keys at once (a store client that
 // batches, like consulstore's, sends them together); a missing record
 // reads as absent.
-func (d *Driver) readMembers(ctx context.Context, t *targetRun) ([]location.Versioned, error) {
-	out := make([]location.Versioned, len(t.members))
-	errs := make([]error, len(t.members))
+func (d *Driver) readAll(ctx context.Context, keys []location.AuthorityKey) ([]location.Versioned, error) {
+	out := make([]location.Versioned, len(keys))
+	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
-	for i, m := range t.members {
+	for i, key := range keys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := d.store.Read(ctx, m.key)
+			v, err := d.store.Read(ctx, key)
 			if errors.Is(err, location.ErrNotFound) {
 				v, err = location.Versioned{}, nil
 			}
@@ -163,68 +143,19 @@ func (d *Driver) readMembers(ctx context.Context, t *targetRun) ([]location.Vers
 	return out, errors.Join(errs...)
 }
 
-// verifyMembers reads each member's record for VerifySource, and checks
-// that the commit's transaction fits in the store's (PROTOCOL.md §5.15):
-// per participant its owner change, plus, on a node bounded by capacity
-// slots, the slot's activation, plus the freeing of the slot its source
-// holds. spot is the Spot's own record.
+// verifyMembers reads each member's record for VerifySource
+// (handoff.Commit.VerifyMembers judges them). spot is the Spot's own
+// record.
 func (d *Driver) verifyMembers(ctx context.Context, t *targetRun, spot *location.Record) error {
 	if len(t.members) == 0 {
 		return nil
 	}
-	vs, err := d.readMembers(ctx, t)
+	c := d.commitPlan(t, false)
+	vs, err := d.readAll(ctx, c.MemberKeys())
 	if err != nil {
 		return err
 	}
-	ops := 1 // the lease check
-	perParticipant := func(rec *location.Record) int {
-		n := 1
-		if d.slots.Bounded() {
-			n++
-		}
-		if _, ok := RecordSlot(rec); ok {
-			n++
-		}
-		return n
-	}
-	ops += perParticipant(spot)
-	for i, m := range t.members {
-		if err := d.memberAtFence(t, m, vs[i]); err != nil {
-			return err
-		}
-		ops += perParticipant(vs[i].Record)
-	}
-	if ops > location.MaxApplyOps {
-		return fmt.Errorf("%w: a SpotWide move of %d members into node %s takes %d store operations in its commit, at most %d fit in one transaction",
-			roamerr.ErrCapacityExceeded, len(t.members), d.desc.GetNodeRid(), ops, location.MaxApplyOps)
-	}
-	return nil
-}
-
-// memberOps are the members' owner changes for the target's one commit of
-// a SpotWide move, each at the version read. A member whose record left
-// the fence makes the move stale: nothing of it commits, and its source,
-// which still holds everything, serves again after the fence-out.
-func (d *Driver) memberOps(ctx context.Context, t *targetRun) ([]location.Op, handoff.Event) {
-	vs, err := d.readMembers(ctx, t)
-	if err != nil {
-		return nil, handoff.StoreRetryable{Err: err}
-	}
-	ops := make([]location.Op, 0, len(t.members))
-	for i, m := range t.members {
-		v := vs[i]
-		if err := d.memberAtFence(t, m, v); err != nil {
-			return nil, handoff.StoreStale{Err: err}
-		}
-		next := proto.Clone(v.Record).(*location.Record)
-		next.Owner = d.owner()
-		next.AuthorityOwnerGeneration = m.p.GetNewOwnerGeneration()
-		next.RelocationId = t.m.Identity().RelocationID
-		unbindDropped(next, m.p.GetSession())
-		slotOps := d.commitSlotOps(t, i+1, v.Record, next)
-		ops = append(append(ops, location.UpdateOp(m.key, v.Version, next)), slotOps...)
-	}
-	return ops, nil
+	return c.VerifyMembers(spot, vs, d.slots.Bounded())
 }
 
 // openMembers splits a SpotWide move's relay by participant, gives each

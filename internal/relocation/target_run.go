@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
@@ -49,14 +48,11 @@ type targetRun struct {
 	// joinHold is the SpotWide User Spot this Join holds in place until
 	// the move ends (object.joining).
 	joinHold *object
-	// slots are the capacity slots of this node taken ahead of the
-	// commit, one per participant in participant order (PROTOCOL.md
-	// §7.12); strays are those a take with an unknown outcome may hold.
-	// Both are freed if the move ends without a commit. slotMu guards
-	// them: VerifySource may still run when the move is removed.
-	slotMu        sync.Mutex
-	slots, strays []uint32
-	slotsDone     bool // completed: a take still running frees what it took
+	// slots are the capacity slots of this node the move takes ahead of
+	// the commit. slotMu guards them: VerifySource may still run when the
+	// move is removed.
+	slotMu sync.Mutex
+	slots  handoff.ArrivalSlots
 }
 
 // targetMember is a member Actor arriving with its SpotWide User Spot.
@@ -323,7 +319,7 @@ func (d *Driver) targetEffect(t *targetRun, e handoff.Effect) handoff.Event {
 		d.send(t.sourcePID, ready)
 
 	case handoff.CommitOwner:
-		go func() { d.laterTarget(id, d.commitOwner(t, id, e.SettleOnly)) }()
+		go func() { d.laterTarget(id, d.commitOwner(t, e.SettleOnly)) }()
 
 	case handoff.OpenDispatch:
 		relay := e.Relay
@@ -539,172 +535,98 @@ func (d *Driver) restore(t *targetRun, stream []byte) handoff.Event {
 	return nil
 }
 
-// commitOwner is one attempt of the target-only CAS (PROTOCOL.md §5.11):
-// a consistent read, the fence check, and a CAS naming this target with the
-// move's RelocationId. A record that already names this target with this
-// RelocationId is a success (an earlier attempt's indeterminate write).
-//
-// With settleOnly (the restore deadline passed while an earlier CAS's
-// outcome was unknown) it makes no new owner CAS: a record still at the
-// source's fence is fenced out — the move's RelocationId written with the
-// owner unchanged — and then StoreNotCommitted. A read alone would not do:
-// the earlier CAS may still be on its way and apply after the read, naming
-// a target that has removed itself (the simulation found that schedule);
-// after the fence-out it fails on the version. Its store calls are bounded
-// by the restore timeout, not the passed deadline.
-func (d *Driver) commitOwner(t *targetRun, id handoff.Identity, settleOnly bool) handoff.Event {
-	deadline := t.deadline
-	if settleOnly {
-		deadline = d.clock.Now().Add(d.cfg.RestoreTimeout)
+// commitPlan is the move's owner commit as the core composes and judges
+// it (handoff.Commit).
+func (d *Driver) commitPlan(t *targetRun, settleOnly bool) *handoff.Commit {
+	t.slotMu.Lock()
+	slots := t.slots.Slots
+	t.slotMu.Unlock()
+	c := &handoff.Commit{
+		ID: t.m.Identity(), Key: t.key, Owner: d.owner(),
+		NewOwnerGeneration: t.prepare.GetNewOwnerGeneration(), ObjectGeneration: t.prepare.GetObject().GetObjectGeneration(),
+		Session: t.prepare.GetSession(), SettleOnly: settleOnly, RestoreDeadline: t.deadline,
+		Join: t.prepare.GetJoin(), EntrySpotID: d.desc.GetEntrySpotId(), IsEntrySpot: meshnode.IsEntrySpotID,
+		SourceNodeRid: t.prepare.GetSource().GetNodeRid(), SourceNodeGeneration: t.prepare.GetSource().GetNodeGeneration(),
+		Slots: slots, Node: d.slots.nodeKey(), Lease: d.slots.leaseID(),
 	}
-	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, deadline)
+	for _, m := range t.members {
+		c.Members = append(c.Members, handoff.CommitMember{
+			Key: m.key, OwnerGeneration: m.p.GetOwnerGeneration(), NewOwnerGeneration: m.p.GetNewOwnerGeneration(),
+			ObjectGeneration: m.p.GetObject().GetObjectGeneration(), Session: m.p.GetSession(),
+		})
+	}
+	return c
+}
+
+// commitOwner runs one attempt of the target-only CAS (PROTOCOL.md
+// §5.11; handoff.Commit decides): a consistent read, the fence check, and
+// a CAS naming this target with the move's RelocationId — or, settling,
+// the fence-out of the move.
+func (d *Driver) commitOwner(t *targetRun, settleOnly bool) handoff.Event {
+	c := d.commitPlan(t, settleOnly)
+	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, c.Deadline(d.clock.Now(), d.cfg.RestoreTimeout))
 	defer cancel()
 	var v location.Versioned
-	if read := t.verified.Swap(nil); read != nil && !settleOnly {
-		// The record VerifySource read: while the source stays sealed
-		// nothing else writes it, so the CAS at its version usually
-		// applies; if it changed, the conflict answer carries the current
-		// record and the next attempt reads. One store round trip less
-		// per move (a drain's rate is the store's round trips).
-		v = *read
+	if read := t.verified.Swap(nil); read != nil && c.ReusesVerified() {
+		v = *read // one store round trip less per move
 	} else {
 		var err error
 		v, err = d.store.Read(ctx, t.key)
 		if err != nil {
 			if errors.Is(err, location.ErrNotFound) {
-				return handoff.StoreStale{Err: fmt.Errorf("%s no longer exists", t.key)}
+				return c.ReadMissing()
 			}
 			return handoff.StoreRetryable{Err: err}
 		}
 	}
-	if ev := d.judge(t, id, v); ev != nil {
+	if ev, got := c.Read(v); ev != nil {
+		t.keep(ev, got)
 		return ev
 	}
 	if settleOnly {
-		fence := proto.Clone(v.Record).(*location.Record)
-		fence.RelocationId = id.RelocationID
-		_, err := d.store.CompareAndSet(ctx, t.key, v.Version, fence)
-		return d.casAnswer(t, id, err, handoff.StoreNotCommitted{})
-	}
-	if ev := id.JudgeOwnerChange(recordView(v)); ev != nil {
+		op := c.FenceOut(v)
+		_, err := d.store.CompareAndSet(ctx, op.Key, op.Version, op.Record)
+		// A conflict may show the earlier CAS applied after the read.
+		ev, got := c.Answer(err, handoff.StoreNotCommitted{}, handoff.Committed{})
+		t.keep(ev, got)
 		return ev
 	}
-	next := proto.Clone(v.Record).(*location.Record)
-	next.Owner = d.owner()
-	next.AuthorityOwnerGeneration = t.prepare.GetNewOwnerGeneration()
-	next.RelocationId = id.RelocationID
-	unbindDropped(next, t.prepare.GetSession())
-	// The slot taken ahead turns active, the source's is freed, in the
-	// commit itself (PROTOCOL.md §7.12).
-	joinOps := d.commitSlotOps(t, 0, v.Record, next)
-	joined := false
-	if join := t.prepare.GetJoin(); join != nil {
-		// A cross-node Join: owner and both memberships in one
-		// transaction (PROTOCOL.md §7.10).
-		var err error
-		var ops []location.Op
-		if ops, joined, err = d.joinOps(ctx, v.Record, join); err != nil {
-			return handoff.StoreRetryable{Err: err}
+	txn := c.Txn(v)
+	for keys := txn.Needs(); len(keys) > 0; keys = txn.Needs() {
+		vs, err := d.readAll(ctx, keys)
+		if err != nil {
+			return txn.ReadFailed(err)
 		}
-		joinOps = append(joinOps, ops...)
-		if joined {
-			next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
-		} else {
-			d.log.Warn().Str("event", "join_not_admitted").Str("object_id", t.key.ID).Str("spot_id", join.GetSpotId()).
-				Uint64("relocation_id", id.RelocationID).Msg("the User Spot no longer takes the joining Actor (closed, moved or recreated); the move commits without the Join")
-		}
-	}
-	if !joined && t.key.Kind == location.KindActor && meshnode.IsEntrySpotID(next.GetMembership().GetSpotId()) {
-		// An Entry Spot Actor joins the target's Entry Spot; a User Spot's
-		// member keeps its membership (PROTOCOL.md §5.11).
-		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
-	}
-	if len(t.members) > 0 {
-		// SpotWide: every member's owner changes in the same transaction
-		// (PROTOCOL.md §5.15).
-		ops, ev := d.memberOps(ctx, t)
-		if ev != nil {
+		if ev := txn.Read(vs); ev != nil {
 			return ev
 		}
-		joinOps = append(joinOps, ops...)
 	}
+	if txn.JoinRefused() {
+		d.log.Warn().Str("event", "join_not_admitted").Str("object_id", t.key.ID).Str("spot_id", c.Join.GetSpotId()).
+			Uint64("relocation_id", c.ID.RelocationID).Msg("the User Spot no longer takes the joining Actor (closed, moved or recreated); the move commits without the Join")
+	}
+	ops, wrote := txn.Ops()
 	var err error
-	if len(joinOps) > 0 {
-		_, err = d.store.Apply(ctx, append([]location.Op{location.UpdateOp(t.key, v.Version, next)}, joinOps...))
+	if len(ops) == 1 {
+		_, err = d.store.CompareAndSet(ctx, ops[0].Key, ops[0].Version, ops[0].Record)
 	} else {
-		_, err = d.store.CompareAndSet(ctx, t.key, v.Version, next)
+		_, err = d.store.Apply(ctx, ops)
 	}
-	ev := d.casAnswer(t, id, err, handoff.StoreCommitted{})
-	if _, ok := ev.(handoff.StoreCommitted); ok && err == nil {
-		t.joined.Store(joined)
-		if m := memberUserSpot(next); m != nil {
-			t.committedMember.Store(m)
-		}
-	}
+	ev, got := c.Answer(err, handoff.StoreCommitted{}, wrote)
+	t.keep(ev, got)
 	return ev
 }
 
-// casAnswer turns the answer to the target's compare-and-set (its owner
-// commit, or the fence-out of its own move when settling) into the
-// machine's event: applied when it applied; on a conflict, what the
-// current record says (this move committed, a fence-out, another owner),
-// else retry; never again under an ended lease (nothing was written);
-// retry with the outcome unknown when it was sent and may have applied.
-func (d *Driver) casAnswer(t *targetRun, id handoff.Identity, err error, applied handoff.Event) handoff.Event {
-	var conflict *location.ConflictError
-	switch {
-	case err == nil:
-		return applied
-	case errors.As(err, &conflict):
-		if cur, ok := conflict.CurrentOf(t.key); ok && cur.Present() {
-			if ev := d.judge(t, id, cur); ev != nil {
-				return ev
-			}
-		}
-		return handoff.StoreRetryable{Err: err, Conflict: true}
-	case errors.Is(err, location.ErrLeaseEnded):
-		return handoff.StoreStale{Err: err}
-	case errors.Is(err, location.ErrIndeterminate), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return handoff.StoreRetryable{Err: err, Unknown: true}
+// keep records, once ev says this move committed, what its commit wrote,
+// for the open.
+func (t *targetRun) keep(ev handoff.Event, c handoff.Committed) {
+	if _, ok := ev.(handoff.StoreCommitted); !ok {
+		return
 	}
-	return handoff.StoreRetryable{Err: err}
-}
-
-// judge compares a record read from the store with the move
-// (handoff.Identity.JudgeCommit): committed by this move, stale, or nil to
-// go on.
-func (d *Driver) judge(t *targetRun, id handoff.Identity, v location.Versioned) handoff.Event {
-	ev := id.JudgeCommit(recordView(v), d.desc.GetNodeRid(), t.prepare.GetNewOwnerGeneration(), t.obj.generation)
-	if _, ok := ev.(handoff.StoreCommitted); ok {
-		// Committed by an earlier attempt whose answer was lost: the
-		// record says whether that commit carried the Join.
-		if t.prepare.GetJoin() != nil {
-			t.joined.Store(sameMembership(v.Record.GetMembership(), t.prepare.GetJoin()))
-		}
-		if m := memberUserSpot(v.Record); m != nil {
-			t.committedMember.Store(m)
-		}
+	t.joined.Store(c.Joined)
+	if c.Member != nil {
+		t.committedMember.Store(c.Member)
 	}
-	return ev
-}
-
-// commitSlotOps are the capacity slot ops of participant i's commit
-// (0: the moving object): its slot here, taken ahead, turns active and
-// next names it; the slot its source holds (named by prev) is freed.
-func (d *Driver) commitSlotOps(t *targetRun, i int, prev, next *location.Record) []location.Op {
-	ops := FreeRecordSlotOps(prev)
-	t.slotMu.Lock()
-	slots := t.slots
-	t.slotMu.Unlock()
-	WithSlot(next, slots, i)
-	if i < len(slots) {
-		key := t.key
-		if i > 0 {
-			key = t.members[i-1].key
-		}
-		ops = append(ops, d.slots.SetOp(slots[i], key, false))
-	}
-	return ops
 }
 
 // takeArrivalSlots takes, before relay-ready, a capacity slot of this node
@@ -712,9 +634,9 @@ func (d *Driver) commitSlotOps(t *targetRun, i int, prev, next *location.Record)
 // when they are held, which fails the move before anything commits.
 func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	t.slotMu.Lock()
-	taken := t.slots != nil
+	wanted := t.slots.Wanted()
 	t.slotMu.Unlock()
-	if !d.slots.Bounded() || taken {
+	if !d.slots.Bounded() || !wanted {
 		return nil
 	}
 	holders := []location.AuthorityKey{t.key}
@@ -723,22 +645,9 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	}
 	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
 	t.slotMu.Lock()
-	done := t.slotsDone
-	switch {
-	case done:
-	case err == nil:
-		t.slots = slots
-		// A slot taken again was free when read: an earlier take of it
-		// whose answer was lost did not apply, and it is this move's now.
-		t.strays = slices.DeleteFunc(t.strays, func(s uint32) bool { return slices.Contains(slots, s) })
-	case errors.Is(err, location.ErrIndeterminate):
-		t.strays = append(t.strays, slots...)
-	}
+	free, err := t.slots.Taken(slots, err)
 	t.slotMu.Unlock()
-	if done && (err == nil || errors.Is(err, location.ErrIndeterminate)) {
-		d.freeSlots(t, slots)
-		return fmt.Errorf("%w: the move ended", roamerr.ErrUnavailable)
-	}
+	d.freeSlots(t, free)
 	return err
 }
 
@@ -761,11 +670,7 @@ func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 func (d *Driver) completeTarget(t *targetRun, err error) {
 	d.forgetChunks(t)
 	t.slotMu.Lock()
-	slots := t.strays
-	if err != nil {
-		slots = append(slots, t.slots...)
-	}
-	t.strays, t.slotsDone = nil, true
+	slots := t.slots.Complete(err == nil)
 	t.slotMu.Unlock()
 	d.freeSlots(t, slots)
 	id := t.m.Identity()

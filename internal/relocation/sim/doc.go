@@ -28,12 +28,12 @@
 //     driver's own interpreter (internal/relocation/sourcerun) over this
 //     world's primitives (sourceenv.go: the incarnation's mailbox modes,
 //     packets, store calls, scheduler timers; the checks at effects live
-//     there). The rest of the driver is a model: commitOwner with
-//     Identity.JudgeCommit (target_run.go); Message Follow and the routes
-//     clients drop on a follow (Config.OnFollow); dead-lettered sends
-//     redelivered from the store (redeliver.go); a removed target's stub
-//     answering Unavailable for one follow period, then gone (dead
-//     letters).
+//     there). The target's owner commit is the core's handoff.Commit, as in
+//     the driver. The rest of the driver is a model: the target's effects
+//     (target.go); Message Follow and the routes clients drop on a follow
+//     (Config.OnFollow); dead-lettered sends redelivered from the store
+//     (redeliver.go); a removed target's stub answering Unavailable for one
+//     follow period, then gone (dead letters).
 //   - Store: one record per object (version, owner node and generation,
 //     owner generation, object generation, RelocationId), CAS on the version,
 //     every write carrying the writer's lease check (location.Leased), a

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -317,11 +318,13 @@ func (w *World) targetEffect(t *TargetRun, e handoff.Effect) handoff.Event {
 	return nil
 }
 
-// commitOwner is Driver.commitOwner (target_run.go): a consistent read,
-// judge, and the target-only CAS naming this target with the move's
-// RelocationId; with settleOnly a fence-out CAS instead (the move's
-// RelocationId, owner unchanged). Its context ends at the
-// restore deadline (settling: a restore timeout from now).
+// commitOwner runs one attempt of the owner commit as the driver does
+// (Driver.commitOwner, target_run.go), on the core's decisions
+// (handoff.Commit): a consistent read judged, and the CAS it composes —
+// the target-only owner change naming this target with the move's
+// RelocationId, or with settleOnly the fence-out (the move's RelocationId,
+// owner unchanged). Its context ends at the restore deadline (settling: a
+// restore timeout from now).
 func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, done func(handoff.Event)) {
 	n := t.node
 	ctx := t.deadline
@@ -332,35 +335,46 @@ func (w *World) commitOwner(t *TargetRun, id handoff.Identity, settleOnly bool, 
 		w.after(time.Millisecond, "sabotage", func() { done(handoff.StoreCommitted{}) })
 		return
 	}
+	c := &handoff.Commit{
+		ID: id, Key: location.Key(location.KindActor, t.obj.name()), Owner: &messages.Owner{NodeRid: n.name, NodeGeneration: n.gen},
+		NewOwnerGeneration: t.newOwner, ObjectGeneration: 1, SettleOnly: settleOnly,
+		Session: &messages.SessionBinding{}, IsEntrySpot: func(string) bool { return false }, // the sim models neither
+	}
 	w.store.call(n, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
 		if res.err != errNone {
 			done(handoff.StoreRetryable{Err: fmt.Errorf("%w: read: %s", errSim, res.err)})
 			return
 		}
-		if ev := judge(t, id, res.rec); ev != nil {
+		read := versionedOf(c.Key, res.rec)
+		if ev, _ := c.Read(read); ev != nil {
 			done(ev)
 			return
 		}
-		if settleOnly {
-			// The driver fences the move out instead of trusting a read
-			// (an unknown CAS may still apply after it).
-			fence := res.rec
-			fence.RelocID = id.RelocationID
-			w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: fence, why: fmt.Sprintf("settle fence-out #%d", id.RelocationID)}, ctx, func(res storeRes) {
-				done(casAnswer(t, id, res, handoff.StoreNotCommitted{}))
-			})
-			return
+		op, why, applied := c.FenceOut(read), "settle fence-out", handoff.Event(handoff.StoreNotCommitted{})
+		if !settleOnly {
+			ops, _ := c.Txn(read).Ops()
+			op, why, applied = ops[0], "commit", handoff.StoreCommitted{}
 		}
-		if ev := id.JudgeOwnerChange(recordView(res.rec)); ev != nil {
-			done(ev)
-			return
-		}
-		next := res.rec
-		next.OwnerNode, next.OwnerNodeGen, next.OwnerGen, next.RelocID = n.name, n.gen, t.newOwner, id.RelocationID
-		w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: res.rec.Version, next: next, why: fmt.Sprintf("commit #%d", id.RelocationID)}, ctx, func(res storeRes) {
-			done(casAnswer(t, id, res, handoff.StoreCommitted{}))
+		next := recordOf(op.Record, uint64(op.Version))
+		w.store.call(n, storeOp{kind: opCAS, obj: t.obj, expected: uint64(op.Version), next: next, why: fmt.Sprintf("%s #%d", why, id.RelocationID)}, ctx, func(res storeRes) {
+			done(casAnswer(t, id, res, applied))
 		})
 	})
+}
+
+// versionedOf is the sim's record as the Location Store holds it.
+func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
+	return location.Versioned{Key: key, Version: location.StoreVersion(r.Version), Record: &location.Record{
+		Owner: &messages.Owner{NodeRid: r.OwnerNode, NodeGeneration: r.OwnerNodeGen}, AuthorityOwnerGeneration: r.OwnerGen,
+		ObjectGeneration: r.ObjectGen, RelocationId: r.RelocID,
+		State: messages.LifecycleState_LIFECYCLE_STATE_READY, // the sim models no Close
+	}}
+}
+
+// recordOf is a Location Store record as the sim holds it, at version.
+func recordOf(r *location.Record, version uint64) Record {
+	return Record{Version: version, OwnerNode: r.GetOwner().GetNodeRid(), OwnerNodeGen: r.GetOwner().GetNodeGeneration(),
+		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId()}
 }
 
 // verifySource is Driver.verifySource (target_run.go): the record must
@@ -385,25 +399,28 @@ func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 	})
 }
 
-// casAnswer is Driver.casAnswer (target_run.go).
+// casAnswer judges a CAS's answer with the driver's judgement
+// (handoff.Identity.JudgeWrite): res.err classed as the driver classes a
+// Location Store error (handoff.WriteOutcomeOf).
 func casAnswer(t *TargetRun, id handoff.Identity, res storeRes, applied handoff.Event) handoff.Event {
+	o, cur := handoff.WriteFailed, handoff.RecordView{}
 	switch res.err {
 	case errNone:
-		return applied
+		o = handoff.WriteApplied
 	case errConflict:
-		if ev := judge(t, id, res.rec); ev != nil {
-			return ev
-		}
-		return handoff.StoreRetryable{Err: fmt.Errorf("%w: conflict", errSim), Conflict: true}
+		o, cur = handoff.WriteConflict, recordView(res.rec)
 	case errLeaseEnded:
-		return handoff.StoreStale{Err: fmt.Errorf("%w: lease ended", errSim)}
+		o = handoff.WriteLeaseEnded
 	case errIndeterminate, errDeadline:
-		return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err), Unknown: true}
+		o = handoff.WriteUnknown
 	}
-	return handoff.StoreRetryable{Err: fmt.Errorf("%w: %s", errSim, res.err)}
-}
-
-// judge is Driver.judge: handoff.Identity.JudgeCommit on the record.
-func judge(t *TargetRun, id handoff.Identity, r Record) handoff.Event {
-	return id.JudgeCommit(recordView(r), t.node.name, t.newOwner, 1)
+	var err error
+	switch o {
+	case handoff.WriteLeaseEnded:
+		err = fmt.Errorf("%w: lease ended", errSim)
+	case handoff.WriteApplied:
+	default:
+		err = fmt.Errorf("%w: %s", errSim, res.err)
+	}
+	return id.JudgeWrite(o, err, cur, t.node.name, t.newOwner, 1, applied)
 }
