@@ -159,6 +159,9 @@ type Director struct {
 	attempts metric.Int64Counter
 	counts   [4]atomic.Int64 // by outcome: busy, committed, deferred, stale
 	paused   atomic.Bool
+	// passes counts the passes completed and counted the units the last
+	// one found, for Progress.
+	passes, counted atomic.Int64
 
 	// The round's goroutine only:
 	cursor  map[location.Kind]string
@@ -239,6 +242,13 @@ func (d *Director) Stop() {
 	<-d.done
 }
 
+// Progress is how many passes over every record this director completed
+// and how many units the last one counted (on live owners, ready): a
+// director that is elected makes progress through its pass every round.
+func (d *Director) Progress() (passes int64, units int) {
+	return d.passes.Load(), int(d.counted.Load())
+}
+
 // Outcomes are the counts of the attempts this director finished, by
 // outcome.
 func (d *Director) Outcomes() map[Outcome]int64 {
@@ -310,6 +320,12 @@ func (d *Director) round() {
 	if d.wrapped[kinds[0]] && d.wrapped[kinds[1]] {
 		d.census, d.pass = d.pass, map[string]int{}
 		clear(d.wrapped)
+		units := 0
+		for _, n := range d.census {
+			units += n
+		}
+		d.counted.Store(int64(units))
+		d.passes.Add(1)
 	}
 	if d.census == nil {
 		return // no complete census yet
