@@ -27,6 +27,7 @@ import (
 
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/drain"
+	"github.com/roamactors/roam/internal/failpoint"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/operator"
@@ -602,7 +603,11 @@ func (e *Extension) rejoinLoop() {
 			if e.quit.Err() != nil {
 				return
 			}
-			ctx, cancel := machine.WithTimeout(e.quit, machine.Or(e.cfg.Node.Clock), 30*time.Second)
+			parent := e.quit
+			if failpoint.StopCancelsRejoin.Broken() {
+				parent = context.Background()
+			}
+			ctx, cancel := machine.WithTimeout(parent, machine.Or(e.cfg.Node.Clock), 30*time.Second)
 			next, err := e.startLife(ctx)
 			cancel()
 			if err == nil {
@@ -738,6 +743,9 @@ func (e *Extension) move(ctx context.Context, ref Ref, target string, idle idleS
 		if rid, _, rerr := l.targetRid(ctx, target, 0); rerr == nil && rid != used {
 			out, _, err = l.relocate(ctx, ref, target, 0, idle)
 		}
+	}
+	if err != nil && failpoint.RefusedMoveIsTyped.Broken() {
+		err = errors.New(err.Error())
 	}
 	return out, err
 }

@@ -64,7 +64,8 @@ type Config struct {
 	// LeaseTTL is every node's owner lease TTL, in logical time (default
 	// 10 s).
 	LeaseTTL time.Duration
-	// Faults is the number of faults the schedule draws (default 4): a
+	// Faults is the number of faults the schedule draws (default 4;
+	// negative: none, as for Moves, StopsInRejoin and Drains): a
 	// node cut from the store for a fraction of a TTL up to three TTLs (its
 	// lease then ends and it rejoins), or the store out for everyone.
 	Faults int

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/failpoint"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -215,7 +216,11 @@ func (d *Director) Start() {
 		d.ann.started = d.clock().Now()
 		d.announce()
 		for {
-			fire, t := machine.NewTimer(d.clock(), d.cfg.Period)
+			clock := d.clock()
+			if failpoint.DirectorRoundsOnNodeClock.Broken() {
+				clock = machine.Real
+			}
+			fire, t := machine.NewTimer(clock, d.cfg.Period)
 			select {
 			case <-d.stop:
 				t.Stop()
