@@ -27,6 +27,7 @@ import (
 
 	"github.com/roamactors/roam/internal/checkpoint"
 	"github.com/roamactors/roam/internal/drain"
+	"github.com/roamactors/roam/internal/failpoint"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/operator"
@@ -141,7 +142,10 @@ type Extension struct {
 	// operators), which StopNow waits for once the rejoin goroutine ended
 	// (only it starts lifecycles after Start, so none is added then).
 	background sync.WaitGroup
-	done       chan struct{} // closed when the rejoin goroutine ends
+	// retiring counts the stops of retired lifecycles under way
+	// (stopRetired), which StopNow waits for.
+	retiring sync.WaitGroup
+	done     chan struct{} // closed when the rejoin goroutine ends
 }
 
 // life is one node lifecycle.
@@ -602,7 +606,11 @@ func (e *Extension) rejoinLoop() {
 			if e.quit.Err() != nil {
 				return
 			}
-			ctx, cancel := machine.WithTimeout(e.quit, machine.Or(e.cfg.Node.Clock), 30*time.Second)
+			parent := e.quit
+			if failpoint.StopCancelsRejoin.Broken() {
+				parent = context.Background()
+			}
+			ctx, cancel := machine.WithTimeout(parent, machine.Or(e.cfg.Node.Clock), 30*time.Second)
 			next, err := e.startLife(ctx)
 			cancel()
 			if err == nil {
@@ -738,6 +746,9 @@ func (e *Extension) move(ctx context.Context, ref Ref, target string, idle idleS
 		if rid, _, rerr := l.targetRid(ctx, target, 0); rerr == nil && rid != used {
 			out, _, err = l.relocate(ctx, ref, target, 0, idle)
 		}
+	}
+	if err != nil && failpoint.RefusedMoveIsTyped.Broken() {
+		err = errors.New(err.Error())
 	}
 	return out, err
 }
@@ -1004,16 +1015,25 @@ func stopNode(n *meshnode.Node) {
 	_ = n.Stop(ctx)
 }
 
-// stopRetired stops an ended lifecycle kept up after a rejoin.
+// stopRetired stops an ended lifecycle kept up after a rejoin. It runs
+// from a timer of the node's clock, so the stop goes on a goroutine of its
+// own: it may wait up to stopNode's bound for a store that does not answer
+// the claim's release, and a logical clock runs its timers inside Advance,
+// where that wait would hold every timer of every node on that clock.
 func (e *Extension) stopRetired(l *life) {
 	e.mu.Lock()
 	i := slices.Index(e.retired, l)
 	if i >= 0 {
 		e.retired = slices.Delete(e.retired, i, i+1)
+		// Under mu, before StopNow takes the retired: it waits for these.
+		e.retiring.Add(1)
 	}
 	e.mu.Unlock()
 	if i >= 0 {
-		stopNode(l.node)
+		go func() {
+			defer e.retiring.Done()
+			stopNode(l.node)
+		}()
 	}
 }
 
@@ -1276,6 +1296,7 @@ func (e *Extension) StopNow(ctx context.Context) error {
 		waited := make(chan struct{})
 		go func() {
 			e.background.Wait()
+			e.retiring.Wait()
 			close(waited)
 		}()
 		select {

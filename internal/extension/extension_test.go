@@ -2,6 +2,7 @@ package extension_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/extension"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -122,4 +125,69 @@ func TestEndedOwnersActorIsReleasedByTheOperator(t *testing.T) {
 	released, err = b.ReleaseEnded(ctx, extension.ActorRef("missing"))
 	require.NoError(t, err)
 	require.False(t, released)
+}
+
+// A lifecycle retired by a rejoin stops off its clock's timer: the
+// release of its claim may wait 10 s of real time on a store that does
+// not answer, and a logical clock runs its timers inside
+// Advance, where that wait held every timer of every node on the clock.
+// The node is cut off past its lease, hears it ended once the store
+// answers again, and rejoins, keeping the old lifecycle up for the follow
+// period; it is cut off again before that ends, and the clock's steps
+// must go on past the old lifecycle's stop.
+func TestARetiredLifecycleStopsOffTheClock(t *testing.T) {
+	clock := machine.NewManualAt(time.Now())
+	path, err := faulty.New(memstore.New(memstore.WithClock(clock)), faulty.Config{})
+	require.NoError(t, err)
+	const ttl = time.Hour
+	e, err := extension.Start(context.Background(), extension.Config{
+		Node: meshnode.Config{Store: path, LeaseTTL: ttl, Clock: clock}, StopWithoutDrain: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		path.Partition(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
+	old := e.Node()
+	path.Partition(true)
+	clock.Advance(2 * ttl) // the store ends the lease
+	path.Partition(false)
+	testwait.For(t, func() bool {
+		select {
+		case <-old.LeaseLost():
+			return e.Node() != old // rejoined; old is retired
+		default:
+		}
+		clock.Advance(time.Second) // renewals, the old lifecycle's end
+		return false
+	}, "the rejoin after the lease ended")
+	path.Partition(true)
+	// One step at a time, each on a goroutine: a step that never returns
+	// leaves stepping set.
+	var stepping atomic.Bool
+	testwait.For(t, func() bool {
+		if stepping.Load() {
+			return false
+		}
+		select {
+		case <-old.Stopping():
+			// Its stop began, and the step that began it returned: with
+			// the store cut off, the release it waits for cannot have
+			// ended.
+			select {
+			case <-old.Stopped():
+				t.Fatal("the clock's step returned only once the retired lifecycle's release had ended")
+			default:
+			}
+			return true
+		default:
+		}
+		stepping.Store(true)
+		go func() {
+			defer stepping.Store(false)
+			clock.Advance(time.Second)
+		}()
+		return false
+	}, "the clock's steps to go on past the retired lifecycle's stop")
 }

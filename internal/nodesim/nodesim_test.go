@@ -7,10 +7,13 @@ import (
 	"testing"
 )
 
-// Real nodes under random store cuts, store outages and moves, in
-// logical time: once the faults stop, every node serves again (rejoined
-// when its lease ended) and every Spot answers through every node within
-// four TTLs; nothing is handled twice (but a cold activation's first
+// Real nodes, each running the placement director, under random store
+// cuts, store outages, moves, a stop in a rejoin and a drain with a
+// restart, in logical time: every Stop ends within 15 s of real time with
+// the rejoin it cut short; once the faults stop, every node serves again
+// (rejoined when its lease ended), every Spot answers through every node
+// and the elected director completes two passes, one counting every Spot,
+// within four TTLs; nothing is handled twice (but a cold activation's first
 // message when its owner ended before its recovery pointer went,
 // docs/FAULTS.md), every answered call was handled once, every error is
 // typed. NODESIM_SCHEDULES sets the number of seeds

@@ -1,11 +1,19 @@
 // Package nodesim runs real roam nodes — the relocation driver, the Spot
-// manager, the owner lease, rejoin — against a simulated Location Store
-// and a logical clock, under a fault schedule drawn from one seed, and
-// checks safety and liveness: nothing handled twice (but the documented
-// repeated first message of a cold activation, counted apart), every
-// error typed, and once the faults stop every node serves again (a lease
-// that ended is rejoined) and every Spot answers within a stated bound of
-// logical time.
+// manager, the owner lease, rejoin, the placement director — against a
+// simulated Location Store and a logical clock, under a fault schedule
+// drawn from one seed, and checks safety and liveness: nothing handled
+// twice (but the documented repeated first message of a cold activation,
+// counted apart), every error typed (of calls, moves, drains, stops and
+// starts), and once the faults stop every node serves again (a lease that
+// ended is rejoined), every Spot answers and the elected director's passes
+// cover every record, all within a stated bound of logical time; every
+// Stop ends, with what it started, within a bound of real time.
+//
+// Besides store cuts, store outages and moves, a schedule stops a node in
+// its rejoin (cut past its lease, its next claim held until Stop) and
+// starts it again, and drains a node and restarts it. A move refused or
+// failed (a fenced target, an owner gone) is an outcome, not a failure:
+// its error must be typed and its Spot must answer again within the bound.
 //
 // It is the node-level counterpart of the deterministic simulations
 // (internal/relocation/sim, internal/spotsim), which run the pure
@@ -33,13 +41,16 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/drain"
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 )
@@ -53,7 +64,8 @@ type Config struct {
 	// LeaseTTL is every node's owner lease TTL, in logical time (default
 	// 10 s).
 	LeaseTTL time.Duration
-	// Faults is the number of faults the schedule draws (default 4): a
+	// Faults is the number of faults the schedule draws (default 4;
+	// negative: none, as for Moves, StopsInRejoin and Drains): a
 	// node cut from the store for a fraction of a TTL up to three TTLs (its
 	// lease then ends and it rejoins), or the store out for everyone.
 	Faults int
@@ -67,6 +79,22 @@ type Config struct {
 	// node must serve again and every Spot answer (default 4 TTLs: the
 	// lease that ends last, the rejoin, the reactivation).
 	Bound time.Duration
+	// StopsInRejoin is the number of nodes the schedule stops while they
+	// rejoin (cut from the store past their lease), each started again
+	// when its cut heals (default 1; negative: none).
+	StopsInRejoin int
+	// Drains is the number of drains the schedule draws, each followed a
+	// TTL later by a restart of the drained node (default 1; negative:
+	// none).
+	Drains int
+	// StopBound is the real time a node's Stop may take (default 15 s):
+	// stopping is bounded in real time whatever the node's clock does.
+	StopBound time.Duration
+	// Director is the placement director every node runs (it directs
+	// while elected); zero fields take the world's defaults: rounds every
+	// tenth of a TTL, pages of two records, so that a pass takes rounds,
+	// and attempts bounded by a TTL.
+	Director placement.Config
 }
 
 func (c *Config) defaults() {
@@ -91,16 +119,95 @@ func (c *Config) defaults() {
 	if c.Bound == 0 {
 		c.Bound = 4 * c.LeaseTTL
 	}
+	if c.StopsInRejoin == 0 {
+		c.StopsInRejoin = 1
+	}
+	if c.Drains == 0 {
+		c.Drains = 1
+	}
+	if c.StopBound == 0 {
+		c.StopBound = 15 * time.Second
+	}
+	c.Director.Enabled = true
+	if c.Director.Period == 0 {
+		c.Director.Period = c.LeaseTTL / 10
+	}
+	if c.Director.PageSize == 0 {
+		c.Director.PageSize = 2
+	}
+	if c.Director.AttemptTimeout == 0 {
+		c.Director.AttemptTimeout = c.LeaseTTL
+	}
 }
 
 // Node is one node of the world: the extension and its path to the store.
+// A node stopped by the schedule is started again under its name, as a new
+// Extension on a new path.
 type Node struct {
 	Name string
-	Ext  *extension.Extension
+	ext  atomic.Pointer[extension.Extension]
+	// stopped: the schedule stopped it and has not started it again;
+	// callers leave it alone meanwhile.
+	stopped atomic.Bool
+	// The world's goroutine only:
 	// path is this node's way to the store; a cut partitions it.
-	path *faulty.Store
+	path *path
 	// cutUntil is the logical time its cut heals (zero: not cut).
 	cutUntil time.Time
+	// restartOnHeal: stopped, it starts again once it reaches the store;
+	// refused: a start was refused since.
+	restartOnHeal, refused bool
+	// restartAfterDrain: it stops and starts again once it reaches the
+	// store.
+	restartAfterDrain bool
+	// stopInRejoin: once it reaches the store, has heard its lease ended
+	// and its rejoin's claim waits, it is stopped and started again;
+	// stopInRejoinBy is when it is stopped all the same.
+	stopInRejoin   bool
+	stopInRejoinBy time.Time
+}
+
+// Ext is the node's Extension now.
+func (n *Node) Ext() *extension.Extension { return n.ext.Load() }
+
+// path is a node's way to the store: a faulty.Store whose node claims can
+// also be held, as by a store that answers everything but a claim, so that
+// a rejoin's claim is certain to be under way when the node is stopped.
+type path struct {
+	*faulty.Store
+	mu      sync.Mutex
+	held    chan struct{} // non-nil: claims wait until it closes or their context ends
+	waiting atomic.Int32  // claims waiting now
+}
+
+// HoldClaims holds (on) or lets through (off) the node's claims.
+func (p *path) HoldClaims(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.held == nil:
+		p.held = make(chan struct{})
+	case !on && p.held != nil:
+		close(p.held)
+		p.held = nil
+	}
+}
+
+func (p *path) ClaimNode(ctx context.Context, node *location.NodeDescriptor, ttl time.Duration) (location.Lease, error) {
+	p.mu.Lock()
+	held := p.held
+	p.mu.Unlock()
+	if held != nil {
+		p.waiting.Add(1)
+		select {
+		case <-held:
+			p.waiting.Add(-1)
+		case <-ctx.Done():
+			p.waiting.Add(-1)
+			return location.Lease{}, fmt.Errorf("%w: claim held: %w", location.ErrUnavailable, ctx.Err())
+		}
+	}
+	return p.Store.ClaimNode(ctx, node, ttl)
 }
 
 // World is a run: the nodes, the store, the clock, the schedule and what
@@ -150,72 +257,107 @@ func New(t testing.TB, seed uint64, cfg Config) *World {
 		handled: map[string]int{}, asFirst: map[string]int{}, answered: map[string]bool{}, ticked: make(chan struct{}),
 	}
 	for i := 0; i < cfg.Nodes; i++ {
-		w.Nodes = append(w.Nodes, w.startNode(fmt.Sprintf("n%d", i+1)))
+		n := &Node{Name: fmt.Sprintf("n%d", i+1)}
+		if err := w.startNode(n); err != nil {
+			t.Fatalf("seed %d: start %s: %v", seed, n.Name, err)
+		}
+		w.t.Cleanup(func() {
+			if !n.stopped.Load() {
+				w.stopNode(n)
+			}
+		})
+		w.Nodes = append(w.Nodes, n)
 	}
 	return w
 }
 
-func (w *World) startNode(name string) *Node {
+// startNode starts n's Extension on a new path to the store, cut as n is.
+func (w *World) startNode(n *Node) error {
 	w.t.Helper()
-	path, err := faulty.New(w.Store, faulty.Config{})
+	fs, err := faulty.New(w.Store, faulty.Config{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	n := &Node{Name: name, path: path}
+	n.path = &path{Store: fs}
+	if !w.reaching(n) {
+		n.path.Partition(true)
+	}
 	cfg := extension.Config{
-		Node: meshnode.Config{Name: name, Store: path, Logger: testlog.Logger(), LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock},
+		Node: meshnode.Config{Name: n.Name, Store: n.path, Logger: testlog.Logger(), LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock},
 		Kinds: []extension.Kind{{StableType: "counter", Instance: true, ReactivateEmpty: true, Policy: extension.PreserveStateWith(counterState{}),
 			Producer: func() actor.Actor { return &counter{w: w} }}},
 		StopWithoutDrain: true,
+		Placement:        w.cfg.Director,
 	}
-	n.Ext, err = extension.Start(context.Background(), cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
+	defer cancel()
+	ext, err := extension.Start(ctx, cfg)
 	if err != nil {
-		w.t.Fatalf("start %s: %v", name, err)
+		return err
 	}
-	w.t.Cleanup(func() { w.stopNode(n) })
-	return n
+	n.ext.Store(ext)
+	n.stopped.Store(false)
+	return nil
 }
 
-// stopBound is the real time a node's Stop may take: stopping is bounded
-// in real time whatever the node's clock does (nobody advances it now).
-const stopBound = 15 * time.Second
-
-// stopNode stops n; a Stop that outlasts stopBound fails the run with
-// the goroutines still in roam's code, since a node that cannot stop is
-// a liveness failure of its own.
+// stopNode stops n, giving Stop two thirds of the stop bound as its
+// context (a Stop may spend all of it on a store that does not answer):
+// a Stop that outlasts the bound fails the run with the goroutines still
+// in roam's code, since a node that cannot stop is a liveness failure of
+// its own; so does a rejoin's claim still waiting on the store once Stop
+// returned, since all that a node started ends with its Stop. Nobody
+// advances the clock meanwhile.
 func (w *World) stopNode(n *Node) {
-	ctx, cancel := context.WithTimeout(context.Background(), stopBound)
+	bound := w.cfg.StopBound
+	ctx, cancel := context.WithTimeout(context.Background(), bound*2/3)
 	defer cancel()
 	stopped := make(chan error, 1)
-	go func() { stopped <- n.Ext.Stop(ctx) }()
+	ext, p := n.Ext(), n.path
+	end := time.Now().Add(bound)
+	go func() { stopped <- ext.Stop(ctx) }()
 	select {
 	case err := <-stopped:
-		if err != nil {
-			w.t.Errorf("seed %d: stop %s: %v", w.seed, n.Name, err)
+		if err != nil && !typed(err) {
+			w.mu.Lock()
+			w.untyped = append(w.untyped, fmt.Sprintf("stop %s: %v", n.Name, err))
+			w.mu.Unlock()
+		}
+		for p.waiting.Load() > 0 && time.Now().Before(end) {
+			time.Sleep(time.Millisecond)
+		}
+		if p.waiting.Load() > 0 {
+			w.t.Errorf("seed %d: liveness: %s's Stop returned (%v) with its rejoin's claim still waiting on the store %v later; schedule:\n%s\ngoroutines in roam:\n%s",
+				w.seed, n.Name, err, bound, w.Log(), roamStacks())
 		}
 		return
-	case <-time.After(stopBound - time.Second):
+	case <-time.After(bound):
 	}
+	w.t.Errorf("seed %d: liveness: %s did not stop within %v; schedule:\n%s\ngoroutines in roam:\n%s", w.seed, n.Name, bound, w.Log(), roamStacks())
+	<-stopped
+}
+
+// roamStacks are the stacks of the goroutines in roam's code but the
+// world's own, for a liveness failure's report.
+func roamStacks() string {
 	var b strings.Builder
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
 	var roam []string
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "roamactors/roam/internal") && !strings.Contains(g, "nodesim.(*World).stopNode") {
+		if strings.Contains(g, "roamactors/roam/internal") && !strings.Contains(g, "nodesim.(*World).stopNode(") {
 			roam = append(roam, g)
 		}
 	}
-	w.t.Errorf("seed %d: %s did not stop within %v; goroutines in roam:\n%s", w.seed, n.Name, stopBound-time.Second, strings.Join(roam, "\n\n"))
-	<-stopped
+	return strings.Join(roam, "\n\n")
 }
 
-// callStacks are the stacks of the calls under way, for a liveness
-// failure's report.
+// callStacks are the stacks of the calls under way and of the placement
+// directors, for a liveness failure's report.
 func callStacks() string {
 	var b strings.Builder
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
 	var out []string
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "nodesim.(*World).call(") {
+		if strings.Contains(g, "nodesim.(*World).call(") || strings.Contains(g, "placement.(*Director).Start.func") {
 			out = append(out, g)
 		}
 	}
@@ -291,13 +433,14 @@ func (w *World) step(d time.Duration) {
 		w.mu.Unlock()
 		w.quiesce()
 		for _, n := range w.Nodes {
-			if w.reaching(n) {
-				testwait.Within(w.t, 10*time.Second, func() bool { return n.Ext.Node().Settled() },
+			if w.reaching(n) && !n.stopped.Load() {
+				testwait.Within(w.t, 10*time.Second, func() bool { return n.Ext().Node().Settled() },
 					fmt.Sprintf("%s's lease loop settled after a step of the logical clock", n.Name))
 				// A rejoin's real work (a new actor system, the claim) goes
 				// before the clock moves on, within reason: a rejoin that
-				// waits on the clock itself must not hold it.
-				for end := time.Now().Add(2 * time.Second); !n.Ext.Settled() && time.Now().Before(end); {
+				// waits on the clock itself, or on a held claim, must not
+				// hold it.
+				for end := time.Now().Add(2 * time.Second); !n.Ext().Settled() && n.path.waiting.Load() == 0 && time.Now().Before(end); {
 					time.Sleep(time.Millisecond)
 				}
 			}
@@ -334,6 +477,50 @@ func (w *World) heal() {
 		w.outage = time.Time{}
 		w.logf("the store is back")
 	}
+	for _, n := range w.Nodes {
+		if n.stopInRejoin && w.reaching(n) {
+			// The lease is heard ended only through the store, by a
+			// renewal on the node's clock, and the claim comes after the
+			// old lifecycle's end: a few steps. A node cut again meanwhile
+			// waits for its next heal.
+			if n.stopInRejoinBy.IsZero() {
+				n.stopInRejoinBy = now.Add(w.cfg.LeaseTTL)
+			}
+			if n.path.waiting.Load() > 0 || now.After(n.stopInRejoinBy) {
+				n.stopInRejoin = false
+				w.stopInRejoin(n)
+			}
+		}
+		if n.restartAfterDrain && w.reaching(n) && !n.stopInRejoin {
+			// Put off while it was cut: its Stop would spend its time on
+			// the release of its claim, which is not the drain's concern.
+			n.restartAfterDrain = false
+			if !n.stopped.Load() {
+				w.logf("%s stops after its drain", n.Name)
+				n.stopped.Store(true)
+				w.stopNode(n)
+				n.restartOnHeal = true
+			}
+		}
+		if n.restartOnHeal && w.reaching(n) {
+			// A claim the stopped node could not release holds its name
+			// until its lease ends: a start is refused, typed, until then.
+			if err := w.startNode(n); err != nil {
+				if !typed(err) {
+					w.mu.Lock()
+					w.untyped = append(w.untyped, fmt.Sprintf("start %s: %v", n.Name, err))
+					w.mu.Unlock()
+				}
+				if !n.refused {
+					w.logf("%s not started again yet: %v", n.Name, err)
+				}
+				n.refused = true
+				continue
+			}
+			n.restartOnHeal, n.refused = false, false
+			w.logf("%s started again (%s)", n.Name, n.Ext().NodeRid())
+		}
+	}
 }
 
 // nextStep returns a channel closed at the clock's next step.
@@ -353,7 +540,7 @@ func (w *World) call(n *Node, i int, value string) error {
 	defer w.inflight.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
 	defer cancel()
-	_, err := n.Ext.Spots().Request(spotID(i), wrapperspb.String(value)).InstanceSpot().Timeout(3 * w.cfg.LeaseTTL).Do(ctx)
+	_, err := n.Ext().Spots().Request(spotID(i), wrapperspb.String(value)).InstanceSpot().Timeout(3 * w.cfg.LeaseTTL).Do(ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -412,16 +599,109 @@ func (w *World) schedule() []event {
 			}()
 		}})
 	}
+	for i := 0; i < w.cfg.StopsInRejoin; i++ {
+		// Cut past its lease, so that its lease ends and, once it hears
+		// so, it rejoins; its claims are held from the cut on, so the
+		// rejoin's claim is under way when Stop comes.
+		at := w.rng.Dur(0, w.cfg.Span-2*ttl)
+		n := w.Nodes[w.rng.IntN(len(w.Nodes))]
+		d := w.rng.Dur(3*ttl/2, 2*ttl)
+		evs = append(evs, event{at, fmt.Sprintf("%s cut from the store for %v, its claims held, to be stopped in its rejoin", n.Name, d), func() {
+			until := w.Clock.Now().Add(d)
+			if until.After(n.cutUntil) {
+				n.cutUntil = until
+			}
+			n.path.Partition(true)
+			n.path.HoldClaims(true)
+		}})
+		evs = append(evs, event{at + d, fmt.Sprintf("stop %s in its rejoin, then start it again (once its claim waits)", n.Name), func() {
+			n.stopInRejoin, n.stopInRejoinBy = true, time.Time{}
+			w.heal()
+		}})
+	}
+	for i := 0; i < w.cfg.Drains; i++ {
+		at := w.rng.Dur(0, w.cfg.Span-ttl)
+		n := w.Nodes[w.rng.IntN(len(w.Nodes))]
+		evs = append(evs, event{at, fmt.Sprintf("drain %s", n.Name), func() {
+			w.inflight.Add(1)
+			go func() {
+				defer w.inflight.Add(-1)
+				w.drain(n)
+			}()
+		}})
+		evs = append(evs, event{at + ttl, fmt.Sprintf("restart %s after its drain (once it reaches the store)", n.Name), func() {
+			n.restartAfterDrain = true
+			w.heal()
+		}})
+	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	return evs
+}
+
+// stopInRejoin stops n, which should be rejoining (its lease ended while
+// cut off, the claim of its next lifecycle waiting on the store): Stop must
+// end the rejoin and every goroutine of the node within the stop bound,
+// with nobody moving the clock. The node starts again once it reaches the
+// store.
+func (w *World) stopInRejoin(n *Node) {
+	p := n.path
+	defer p.HoldClaims(false)
+	if n.stopped.Load() {
+		return
+	}
+	if p.waiting.Load() == 0 {
+		w.logf("%s: no rejoin claim under way (lease ended: %v); stopped all the same", n.Name, ended(n))
+	} else {
+		w.logf("%s is rejoining: its claim waits on the store", n.Name)
+	}
+	n.stopped.Store(true)
+	w.stopNode(n)
+	n.restartOnHeal = true
+}
+
+// ended reports whether n's lifecycle heard its lease end.
+func ended(n *Node) bool {
+	select {
+	case <-n.Ext().Node().LeaseLost():
+		return true
+	default:
+		return false
+	}
+}
+
+// drain drains n as a rolling deploy does; a drain that could not start,
+// or a unit that did not move, must say why with a typed error, and what
+// did not move serves on.
+func (w *World) drain(n *Node) {
+	if n.stopped.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
+	defer cancel()
+	res, err := n.Ext().Drain(ctx, drain.Options{})
+	w.mu.Lock()
+	if err != nil && !typed(err) {
+		w.untyped = append(w.untyped, fmt.Sprintf("drain %s: %v", n.Name, err))
+	}
+	for _, f := range res.Failed {
+		if !typed(f.Err) {
+			w.untyped = append(w.untyped, fmt.Sprintf("drain %s: unit %s: %v", n.Name, f.Key, f.Err))
+		}
+	}
+	w.mu.Unlock()
+	w.logf("drain %s: %d of %d moved, %d failed: %v", n.Name, res.Moved, res.Total, len(res.Failed), err)
 }
 
 // move asks from to move Spot s to to; any typed outcome is fine (the
 // Spot may be cut off, moving, or not yet activated).
 func (w *World) move(from *Node, s int, to *Node) {
+	if from.stopped.Load() {
+		w.logf("move %s to %s: not asked, %s is stopped", spotID(s), to.Name, from.Name)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
 	defer cancel()
-	_, err := from.Ext.Relocate(ctx, extension.InstanceSpotRef(spotID(s)), to.Ext.NodeRid())
+	_, err := from.Ext().Relocate(ctx, extension.InstanceSpotRef(spotID(s)), to.Ext().NodeRid())
 	if err != nil && !typed(err) {
 		w.mu.Lock()
 		w.untyped = append(w.untyped, fmt.Sprintf("move %s: %v", spotID(s), err))
@@ -454,7 +734,7 @@ func (w *World) Run() {
 				}
 				n := w.Nodes[(c+k)%len(w.Nodes)]
 				next := w.nextStep()
-				if w.call(n, (c*7+k)%w.cfg.Spots, fmt.Sprintf("c%d-%d", c, k)) != nil {
+				if n.stopped.Load() || w.call(n, (c*7+k)%w.cfg.Spots, fmt.Sprintf("c%d-%d", c, k)) != nil {
 					select {
 					case <-next:
 					case <-stop:
@@ -476,10 +756,31 @@ func (w *World) Run() {
 		n.path.Partition(false)
 	}
 	w.outage = time.Time{}
+	w.heal()
 	w.logf("every fault healed")
 	close(stop)
-	callers.Wait()
+	// A caller's last call may wait on the clock (its timeout is on it):
+	// the clock moves on meanwhile, in checkLive and after it, and every
+	// call returns by its timeout.
 	w.checkLive()
+	done := make(chan struct{})
+	go func() {
+		callers.Wait()
+		close(done)
+	}()
+	for waited := time.Duration(0); ; waited += w.cfg.LeaseTTL / 20 {
+		select {
+		case <-done:
+		default:
+			if waited > 4*w.cfg.LeaseTTL {
+				w.t.Fatalf("seed %d: liveness: a caller's call did not return within its timeout (%v) and more;\nschedule:\n%s\ncalls under way and directors:\n%s",
+					w.seed, 3*w.cfg.LeaseTTL, w.Log(), callStacks())
+			}
+			w.step(w.cfg.LeaseTTL / 20)
+			continue
+		}
+		break
+	}
 	w.checkSafe()
 }
 
@@ -528,13 +829,46 @@ func (w *World) checkLive() {
 			}()
 		}
 	}
+	// The elected director's rounds make progress: two passes over every
+	// record complete after the heal, and a pass counts every Spot (one
+	// pass may have read a record while it moved). A director counts its
+	// passes from zero, so a lifecycle's director started after the heal
+	// counts from there.
+	director := &goal{what: "the placement director completes two passes after the heal, one counting every Spot"}
+	base := map[*placement.Director]int64{}
+	for _, n := range w.Nodes {
+		if d := n.Ext().Placement(); d != nil {
+			base[d], _ = d.Progress()
+		}
+	}
+	directed := func() (bool, string) {
+		var seen []string
+		for _, n := range w.Nodes {
+			d := n.Ext().Placement()
+			if d == nil {
+				continue
+			}
+			passes, units := d.Progress()
+			passes -= base[d]
+			seen = append(seen, fmt.Sprintf("%s: %d passes, the last counting %d", n.Name, passes, units))
+			if passes >= 2 && units == w.cfg.Spots {
+				return true, ""
+			}
+		}
+		return false, strings.Join(seen, "; ")
+	}
 	left := func() []string {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		var out []string
+		var progress string
+		director.done, progress = directed()
+		if !director.done {
+			out = append(out, director.what+" ("+progress+")")
+		}
 		for k, g := range goals {
 			if k < len(w.Nodes) {
-				g.done = w.Nodes[k].Ext.Node().Valid()
+				g.done = w.Nodes[k].Ext().Node().Valid()
 			}
 			if !g.done {
 				what := g.what
@@ -553,7 +887,7 @@ func (w *World) checkLive() {
 		}
 		if w.Clock.Now().Sub(healed) > w.cfg.Bound {
 			close(quit)
-			w.t.Fatalf("seed %d: %v after every fault healed, still not:\n  %s\nschedule:\n%s\ncalls under way:\n%s", w.seed, w.cfg.Bound, strings.Join(pending, "\n  "), w.Log(), callStacks())
+			w.t.Fatalf("seed %d: liveness: %v after every fault healed, still not:\n  %s\nschedule:\n%s\ncalls under way and directors:\n%s", w.seed, w.cfg.Bound, strings.Join(pending, "\n  "), w.Log(), callStacks())
 		}
 		w.step(w.cfg.LeaseTTL / 20)
 	}

@@ -71,7 +71,7 @@ func (d *Director) announce() {
 		return
 	}
 	b, _ := json.Marshal(want) // plain data: cannot fail
-	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
+	ctx, cancel := machine.WithTimeout(d.quit, d.clock(), 5*time.Second)
 	defer cancel()
 	key := AnnouncementKey(d.env.Mesh, want.Rid)
 	v, err := d.env.Board.WriteNote(ctx, key, d.ann.version, b)
@@ -96,7 +96,10 @@ func (d *Director) withdraw() {
 	if d.ann.written == nil {
 		return
 	}
-	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
+	// After Stop, so not under quit; stopping is bounded in real time
+	// (the node's clock may stand still), and the note sweep removes an
+	// announcement left behind with its lifecycle.
+	ctx, cancel := machine.WithTimeout(context.Background(), machine.Real, 5*time.Second)
 	defer cancel()
 	_ = d.env.Board.DeleteNote(ctx, AnnouncementKey(d.env.Mesh, d.ann.written.Rid), 0)
 }

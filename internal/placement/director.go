@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/roamactors/roam/internal/failpoint"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -148,10 +149,20 @@ type Director struct {
 	log  zerolog.Logger
 	stop chan struct{}
 	done chan struct{}
+	// quit ends with Stop: every store call and attempt of the director
+	// is under it, so that a store that does not answer (the node cut
+	// off) holds Stop no longer than the call under way takes to see it.
+	// Their own timeouts are on the node's clock, which a stopping node
+	// cannot count on to move.
+	quit     context.Context
+	stopCall context.CancelFunc
 
 	attempts metric.Int64Counter
 	counts   [4]atomic.Int64 // by outcome: busy, committed, deferred, stale
 	paused   atomic.Bool
+	// passes counts the passes completed and counted the units the last
+	// one found, for Progress.
+	passes, counted atomic.Int64
 
 	// The round's goroutine only:
 	cursor  map[location.Kind]string
@@ -182,6 +193,7 @@ func New(cfg Config, env Env) (*Director, error) {
 	}
 	d := &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
 		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}
+	d.quit, d.stopCall = context.WithCancel(context.Background())
 	d.paused.Store(cfg.Paused)
 	return d, nil
 }
@@ -204,7 +216,11 @@ func (d *Director) Start() {
 		d.ann.started = d.clock().Now()
 		d.announce()
 		for {
-			fire, t := machine.NewTimer(d.clock(), d.cfg.Period)
+			clock := d.clock()
+			if failpoint.DirectorRoundsOnNodeClock.Broken() {
+				clock = machine.Real
+			}
+			fire, t := machine.NewTimer(clock, d.cfg.Period)
 			select {
 			case <-d.stop:
 				t.Stop()
@@ -225,9 +241,17 @@ func (d *Director) Stop() {
 	select {
 	case <-d.stop:
 	default:
+		d.stopCall()
 		close(d.stop)
 	}
 	<-d.done
+}
+
+// Progress is how many passes over every record this director completed
+// and how many units the last one counted (on live owners, ready): a
+// director that is elected makes progress through its pass every round.
+func (d *Director) Progress() (passes int64, units int) {
+	return d.passes.Load(), int(d.counted.Load())
 }
 
 // Outcomes are the counts of the attempts this director finished, by
@@ -252,7 +276,7 @@ func (d *Director) count(a Attempt, o Outcome) {
 // round: if this node is the director, read the next page of each kind,
 // plan moves from the last census, and run the attempts.
 func (d *Director) round() {
-	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), d.cfg.AttemptTimeout)
+	ctx, cancel := machine.WithTimeout(d.quit, d.clock(), d.cfg.AttemptTimeout)
 	defer cancel()
 	self := d.env.Self()
 	nodes, err := d.env.Store.ListNodes(ctx, d.env.Mesh)
@@ -301,6 +325,12 @@ func (d *Director) round() {
 	if d.wrapped[kinds[0]] && d.wrapped[kinds[1]] {
 		d.census, d.pass = d.pass, map[string]int{}
 		clear(d.wrapped)
+		units := 0
+		for _, n := range d.census {
+			units += n
+		}
+		d.counted.Store(int64(units))
+		d.passes.Add(1)
 	}
 	if d.census == nil {
 		return // no complete census yet
@@ -552,7 +582,7 @@ func (d *Director) attempt(m Move) (o Outcome, asked bool) {
 	now := d.clock().Now()
 	a := Attempt{Op: uuid.NewString(), Key: m.Unit.Key, SourceRid: m.Unit.Owner, SourceGen: m.Unit.SourceGen,
 		ObjectGen: m.Unit.ObjectGen, OwnerGen: m.Unit.OwnerGen, TargetRid: m.Target, DeadlineMs: now.Add(d.cfg.AttemptTimeout).UnixMilli()}
-	ctx, cancel := machine.WithDeadline(context.Background(), d.clock(), now.Add(d.cfg.AttemptTimeout))
+	ctx, cancel := machine.WithDeadline(d.quit, d.clock(), now.Add(d.cfg.AttemptTimeout))
 	defer cancel()
 	v, err := d.reserve(ctx, a)
 	if err != nil {
@@ -611,7 +641,7 @@ func classify(err error) (Outcome, bool) {
 func (d *Director) reconcile(u Unit, a Attempt) Outcome {
 	deadline := time.UnixMilli(a.DeadlineMs)
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 5*time.Second)
+		ctx, cancel := machine.WithTimeout(d.quit, d.clock(), 5*time.Second)
 		v, err := d.env.Store.Read(ctx, u.Ref)
 		cancel()
 		switch {
@@ -652,7 +682,7 @@ func (d *Director) reserve(ctx context.Context, a Attempt) (Verdict, error) {
 
 // finish runs Ledger.Finish against the stored ledger, by CAS.
 func (d *Director) finish(a Attempt, o Outcome) error {
-	ctx, cancel := machine.WithTimeout(context.Background(), d.clock(), 10*time.Second)
+	ctx, cancel := machine.WithTimeout(d.quit, d.clock(), 10*time.Second)
 	defer cancel()
 	return d.update(ctx, func(l *Ledger) (bool, error) { return l.Finish(a, o, d.cfg.Limits, d.clock().Now()), nil })
 }

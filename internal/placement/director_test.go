@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
@@ -513,4 +514,58 @@ func TestResolveChecksWherePartnersAreNow(t *testing.T) {
 	moves := d.resolve(ctx, plan, hostsOf)
 	require.Len(t, moves, 1, "g-0 really is elsewhere: g-2 joins g-1")
 	require.Equal(t, "rid-1", moves[0].Target)
+}
+
+// unanswered is a store cut off from its node: a listing of the nodes
+// waits for its caller's context, as a call does while the store does not
+// answer.
+type unanswered struct {
+	*memstore.Store
+	listing chan struct{}
+}
+
+func (u *unanswered) ListNodes(ctx context.Context, _ string) ([]location.VersionedNode, error) {
+	select {
+	case u.listing <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A node cut off from the store stops in bounded real time: Stop ends the
+// round under way, whose store call waits on a timeout of the node's
+// clock, which nothing moves while the node stops. (Stop used to wait for
+// the round, so a node's Stop waited for its clock.)
+func TestStopEndsARoundTheStoreDoesNotAnswer(t *testing.T) {
+	store, nodes := storm(t, 1)
+	clock := machine.NewManualAt(time.Now())
+	u := &unanswered{Store: store, listing: make(chan struct{}, 1)}
+	d, err := New(Config{Period: time.Second}, Env{Store: u, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] },
+		Logger: zerolog.Nop(), Clock: clock})
+	require.NoError(t, err)
+	d.Start()
+	listing := false
+	testwait.For(t, func() bool {
+		select {
+		case <-u.listing:
+			listing = true
+		default:
+			clock.Advance(time.Second) // until a round starts
+		}
+		return listing
+	}, "a round listing the nodes")
+	stopped := make(chan struct{})
+	go func() {
+		d.Stop()
+		close(stopped)
+	}()
+	testwait.For(t, func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	}, "Stop to end the round the store does not answer")
 }
