@@ -48,7 +48,7 @@ type Config struct {
 	// end state (the liveness bound).
 	Settle   time.Duration
 	Sabotage Sabotage
-	// Sessions binds every object to a client's Session (session.go);
+	// Sessions binds every object to a client's Session (gateway.go);
 	// SessionSealTimeout and SessionHoldLimit are its Session owners'.
 	Sessions           bool
 	SessionSealTimeout time.Duration
