@@ -42,8 +42,8 @@ type Env interface {
 	// Reject: a local call (OpenSession, Bind) failed.
 	Reject(err error)
 	// Arm arms t to call Runner.Fire(t) after d, replacing any timer armed
-	// under t; Stop stops it (a fire already on its way may still come:
-	// the runner ignores a timer it did not arm).
+	// under t; Stop stops it. A timer stopped or re-armed never fires its
+	// earlier arming (machine.Timers' rule).
 	Arm(t Timer, d time.Duration)
 	Stop(t Timer)
 	// Look reads where the store says the bound Actor serves and answers
@@ -63,10 +63,9 @@ type binding struct {
 	actor   string
 }
 
-// look is a binding's store look in progress.
+// look is a binding's store look in progress: paused (its timer armed)
+// or reading the store.
 type look struct {
-	// reading: the store is being read (else the look waits for its
-	// pause to end).
 	reading bool
 	// again: a notice came while the store was read; what it announces
 	// may be newer than that read, so another look follows at once.
@@ -75,18 +74,15 @@ type look struct {
 
 // Runner runs one node's Session owner.
 type Runner struct {
-	owner *session.Owner
-	env   Env
-	// armed: the timers the runner armed and has not stopped; a Fire of
-	// any other is late and ignored.
-	armed  map[Timer]bool
+	owner  *session.Owner
+	env    Env
 	looks  map[binding]*look
 	closed bool
 }
 
 // New runs owner's effects on env.
 func New(owner *session.Owner, env Env) *Runner {
-	return &Runner{owner: owner, env: env, armed: map[Timer]bool{}, looks: map[binding]*look{}}
+	return &Runner{owner: owner, env: env, looks: map[binding]*look{}}
 }
 
 // Owner is the runner's Session owner (for reads: BindingOf).
@@ -115,13 +111,9 @@ func (r *Runner) Run(effects []session.Effect) {
 		case session.Reject:
 			env.Reject(e.Err)
 		case session.StartSealTimer:
-			t := Timer{Session: e.Session, Actor: e.Actor, Move: e.Move}
-			r.armed[t] = true
-			env.Arm(t, e.After)
+			env.Arm(Timer{Session: e.Session, Actor: e.Actor, Move: e.Move}, e.After)
 		case session.StopSealTimer:
-			t := Timer{Session: e.Session, Actor: e.Actor, Move: e.Move}
-			delete(r.armed, t)
-			env.Stop(t)
+			env.Stop(Timer{Session: e.Session, Actor: e.Actor, Move: e.Move})
 		case session.Resolve:
 			r.resolve(e.Session, e.Actor, e.After)
 		case session.Recovered:
@@ -136,16 +128,16 @@ func (r *Runner) Run(effects []session.Effect) {
 	}
 }
 
-// Fire is timer t's expiry. A timer stopped or re-armed since does not
-// step the owner.
+// Fire is timer t's expiry: a seal timer steps SealExpired (the owner
+// ignores one of a seal released meanwhile), a look's pause reads the
+// store.
 func (r *Runner) Fire(t Timer) {
-	if !r.armed[t] || r.closed {
+	if r.closed {
 		return
 	}
-	delete(r.armed, t)
 	if t.Look {
 		if l := r.looks[binding{t.Session, t.Actor}]; l != nil && !l.reading {
-			r.read(t.Session, t.Actor, l)
+			r.startRead(t.Session, t.Actor, l)
 		}
 		return
 	}
@@ -175,27 +167,21 @@ func (r *Runner) resolve(s session.ID, actor string, after time.Duration) {
 		case l.reading:
 			l.again = true
 		case after == 0:
-			r.read(s, actor, l)
+			r.env.Stop(Timer{Session: s, Actor: actor, Look: true}) // the pause ends early
+			r.startRead(s, actor, l)
 		}
 		return
 	}
 	l := &look{}
 	r.looks[key] = l
 	if after > 0 {
-		t := Timer{Session: s, Actor: actor, Look: true}
-		r.armed[t] = true
-		r.env.Arm(t, after)
+		r.env.Arm(Timer{Session: s, Actor: actor, Look: true}, after)
 		return
 	}
-	r.read(s, actor, l)
+	r.startRead(s, actor, l)
 }
 
-func (r *Runner) read(s session.ID, actor string, l *look) {
-	t := Timer{Session: s, Actor: actor, Look: true}
-	if r.armed[t] {
-		delete(r.armed, t)
-		r.env.Stop(t)
-	}
+func (r *Runner) startRead(s session.ID, actor string, l *look) {
 	l.reading = true
 	r.env.Look(s, actor)
 }
@@ -223,13 +209,8 @@ func (r *Runner) Looked(s session.ID, actor string, route session.Route, alive b
 	}
 }
 
-// Close ends the runner with its node's lifecycle: no timer fires into
-// the owner any more and no look's answer is stepped. Closing the
-// Sessions themselves is the caller's (CloseSession), before.
-func (r *Runner) Close() {
-	r.closed = true
-	for t := range r.armed {
-		r.env.Stop(t)
-	}
-	r.armed = map[Timer]bool{}
-}
+// Close ends the runner with its node's lifecycle: no timer's fire
+// reaches the owner any more and no look's answer is stepped. Closing the
+// Sessions themselves (CloseSession) and the host's timers is the
+// host's.
+func (r *Runner) Close() { r.closed = true }
