@@ -36,16 +36,6 @@ func IncarnationPID(address string, key location.AuthorityKey, generation, owner
 	return actor.NewPID(address, objectPIDName(key, generation, ownerGeneration))
 }
 
-// sessionSealState is where one bound participant's seal request stands.
-type sessionSealState uint8
-
-const (
-	sessionUnasked sessionSealState = iota
-	sessionAsked                    // 42 sent, no answer yet (a seal may be installed)
-	sessionSealed                   // answered sealed
-	sessionRefused                  // answered with a refusal: nothing installed
-)
-
 // sessionBound reports whether a participant of the move is bound to a
 // Session.
 func (r *sourceRun) sessionBound() bool {
@@ -70,83 +60,69 @@ func prepareBound(p *messages.RelocationPrepare) bool {
 	return false
 }
 
-// sealSessions sends command 42 for every bound participant; the answers
-// come to the driver (onSessionSealReply). The machine bounds the wait
-// (TimerSessionSeal, then LookUpSessionOwners).
-func (d *Driver) sealSessions(r *sourceRun) handoff.Event {
-	id := r.m.Identity()
-	asked := map[string]bool{} // Session owner address → its node is no live member (the timer's look)
-	for _, p := range r.parts {
-		b := p.obj.session
-		if b == nil {
-			continue
-		}
-		asked[b.GetOwnerAddress()] = false
-		p.session = sessionAsked
-		r.sessionsAwaiting++
-		d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.SessionSeal{
-			Identity:    id.ToProto(),
-			SessionId:   b.GetSessionId(),
-			ActorId:     p.obj.key.ID,
-			SourceRoute: d.routeOf(p.obj),
-		})
+// The source's Session calls are decided by its interpreter
+// (sourcerun/sessions.go: who is asked, what a missing owner, a refusal or
+// silence means, when the abort goes); these are its primitives.
+
+func (e sourceEnv) BoundTo(i int) (owner, actor string) {
+	obj := e.obj(i)
+	if obj.session == nil {
+		return "", obj.key.ID
 	}
-	if r.sessionsAwaiting == 0 {
-		return handoff.SessionsSealed{}
-	}
-	return nil
+	return obj.session.GetOwnerAddress(), obj.key.ID
 }
 
-// lookUpSessionOwners answers the machine's LookUpSessionOwners once its
-// seal wait ran out: silence from a Session owner whose node is no live
-// member any more is a binding with no Session behind it (a node's
-// Sessions end with its lifecycle), so the binding is dropped, not waited
-// for. Asked off the driver's goroutine (the look may read the store),
-// about the addresses still silent: the parts are the driver's.
-func (d *Driver) lookUpSessionOwners(r *sourceRun) {
+func (e sourceEnv) SendSessionSeal(i int) {
+	obj := e.obj(i)
+	b := obj.session
+	e.d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.SessionSeal{
+		Identity:    e.r.m.Identity().ToProto(),
+		SessionId:   b.GetSessionId(),
+		ActorId:     obj.key.ID,
+		SourceRoute: e.d.routeOf(obj),
+	})
+}
+
+func (e sourceEnv) SendSessionAbort(i int) {
+	obj := e.obj(i)
+	b := obj.session
+	e.d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.RelocationAbort{
+		Identity: e.r.m.Identity().ToProto(), SessionId: b.GetSessionId(), ActorId: obj.key.ID,
+	})
+}
+
+// DropBinding forgets the participant's Session binding: its target's
+// record carries none (docs/SESSIONS.md §2).
+func (e sourceEnv) DropBinding(i int, why string) {
+	obj := e.obj(i)
+	b := obj.session
+	e.d.log.Info().Str("event", "session_binding_dropped").Str("object_id", obj.key.ID).Str("session_id", b.GetSessionId()).
+		Str("session_owner", b.GetOwnerAddress()).Uint64("relocation_id", e.r.m.Identity().RelocationID).
+		Msg("the Actor's Session is gone (" + why + "); it moves unbound")
+	obj.session = nil
+}
+
+// SessionOwnersGone asks the mesh off the driver's goroutine (the look
+// may read the store) and answers on it.
+func (e sourceEnv) SessionOwnersGone(owners []string) (map[string]bool, bool) {
+	d, r := e.d, e.r
 	id := r.m.Identity()
-	gone := map[string]bool{}
-	for _, p := range r.parts {
-		if b := p.obj.session; b != nil && p.session == sessionAsked {
-			gone[b.GetOwnerAddress()] = false
-		}
-	}
 	wait := d.cfg.Handoff.SessionSealWait
 	go func() {
+		gone := map[string]bool{}
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, wait)
-		for address := range gone {
+		for _, address := range owners {
 			_, err := d.node.PeerAt(ctx, address)
 			gone[address] = errors.Is(err, meshnode.ErrNotMember)
 		}
 		cancel()
 		d.sys.Root.Send(d.self, &localCall{fn: func() {
-			if cur := d.sources[id.RelocationID]; cur != r || r.sessionsAwaiting == 0 {
-				return
+			if cur := d.sources[id.RelocationID]; cur == r {
+				r.run.SessionOwnersLooked(gone)
 			}
-			for _, p := range r.parts {
-				if b := p.obj.session; b != nil && p.session == sessionAsked && gone[b.GetOwnerAddress()] {
-					d.dropBinding(r, p, "its Session owner's node is no live member of the mesh")
-				}
-			}
-			d.stepSource(r, handoff.SessionOwnersLooked{Silent: r.sessionsAwaiting > 0})
 		}})
 	}()
-}
-
-// dropBinding forgets participant p's Session binding during the move r:
-// its Session is gone (closed, or ended with its owner node's lifecycle),
-// so nothing holds or sends the client's messages for it, and a binding
-// kept would make every later move of the Actor ask it in vain — an Actor
-// that could never be moved or drained again. The move goes on unbound;
-// its target's record carries no binding (docs/SESSIONS.md §2).
-func (d *Driver) dropBinding(r *sourceRun, p *sourcePart, why string) {
-	b := p.obj.session
-	d.log.Info().Str("event", "session_binding_dropped").Str("object_id", p.obj.key.ID).Str("session_id", b.GetSessionId()).
-		Str("session_owner", b.GetOwnerAddress()).Uint64("relocation_id", r.m.Identity().RelocationID).
-		Msg("the Actor's Session is gone (" + why + "); it moves unbound")
-	p.obj.session = nil
-	p.session = sessionUnasked
-	r.sessionsAwaiting--
+	return nil, false
 }
 
 // routeOf is the binding route of obj's incarnation here.
@@ -154,72 +130,28 @@ func (d *Driver) routeOf(obj *object) *messages.SessionRoute {
 	return &messages.SessionRoute{Address: d.desc.GetAddress(), OwnerGeneration: obj.ownerGeneration, ObjectGeneration: obj.generation, NodeRid: d.desc.GetNodeRid()}
 }
 
-// onSessionSealReply takes a Session owner's answer to command 42, only
-// from the Session owner the participant's binding names.
+// onSessionSealReply takes a Session owner's answer to command 42 to the
+// participant it names; the sender is what the transport vouches for.
 func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealReply) {
 	id := handoff.IdentityFromProto(m.GetIdentity())
 	r := d.sources[id.RelocationID]
-	if r == nil || r.m.Identity() != id || r.sessionsAwaiting == 0 {
-		return // late, or a duplicate
+	if r == nil || r.m.Identity() != id {
+		return // late
 	}
-	var part *sourcePart
-	for _, p := range r.parts {
+	for i, p := range r.parts {
 		if b := p.obj.session; b != nil && p.obj.key.ID == m.GetActorId() && b.GetSessionId() == m.GetSessionId() {
-			part = p
+			from := ""
+			if s := c.Sender(); s != nil {
+				from = s.Address
+			}
+			var err error
+			if m.GetCode() != "" {
+				err = roamerr.FromCode(m.GetCode(), m.GetDetail())
+			}
+			r.run.SessionSealReply(i, from, err)
+			return
 		}
 	}
-	if part == nil || part.session != sessionAsked {
-		return
-	}
-	if s := c.Sender(); s == nil || s.Address != part.obj.session.GetOwnerAddress() {
-		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("seal reply ignored: not from the binding's Session owner")
-		return
-	}
-	if m.GetCode() == roamerr.CodeNotFound {
-		// The Session owner has no such Session binding the Actor: closed,
-		// or its node started again since.
-		d.dropBinding(r, part, "the Session owner answered: "+m.GetDetail())
-		if r.sessionsAwaiting == 0 {
-			d.stepSource(r, handoff.SessionsSealed{})
-		}
-		return
-	}
-	r.sessionsAwaiting--
-	if m.GetCode() != "" {
-		part.session = sessionRefused
-		r.sessionsAwaiting = 0
-		d.stepSource(r, handoff.SessionsSealed{Err: fmt.Errorf("the Session owner refused to seal the binding of Actor %q: %w",
-			part.obj.key.ID, roamerr.FromCode(m.GetCode(), m.GetDetail()))})
-		return
-	}
-	part.session = sessionSealed
-	if r.sessionsAwaiting == 0 {
-		d.stepSource(r, handoff.SessionsSealed{})
-	}
-}
-
-// abortSessions sends command 44 to the Session owner of every
-// participant whose seal may be installed, once that participant's queue
-// is restored (a participant whose seal is still pending sends it when the
-// seal is undone: unsealLate).
-func (d *Driver) abortSessions(r *sourceRun) {
-	for _, p := range r.parts {
-		if p.obj.session == nil || p.session == sessionUnasked || p.session == sessionRefused {
-			continue
-		}
-		if p.Sealed && !p.Captured {
-			p.abortLater = r.m.Identity()
-			continue
-		}
-		d.sendSessionAbort(p, r.m.Identity())
-	}
-}
-
-func (d *Driver) sendSessionAbort(p *sourcePart, id handoff.Identity) {
-	b := p.obj.session
-	d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.RelocationAbort{
-		Identity: id.ToProto(), SessionId: b.GetSessionId(), ActorId: p.obj.key.ID,
-	})
 }
 
 // updateSessionRoutes sends command 43 for every bound participant that

@@ -157,13 +157,9 @@ func (e sourceEnv) CloseOut(i int)        { e.d.closeOut(e.obj(i)) }
 func (e sourceEnv) StopIncarnation(i int) { e.d.stop(e.obj(i)) }
 
 // LateSealUndone: the participant's queue is back (or as back as it will
-// get), so the Session owner may submit what it held.
+// get) and its held Session abort sent.
 func (e sourceEnv) LateSealUndone(i int, err error) {
 	p := e.r.parts[i]
-	if id := p.abortLater; id.Valid() {
-		p.abortLater = handoff.Identity{}
-		e.d.sendSessionAbort(p, id)
-	}
 	if err != nil {
 		e.d.log.Error().Str("event", "unseal_failed").Str("object_id", p.obj.key.ID).Err(err).Msg("restoring the source queue after a late seal failed")
 		return
@@ -303,19 +299,6 @@ func (e sourceEnv) SendRelay(b sourcerun.Relayed[any], epoch uint32, again bool)
 
 func (e sourceEnv) SendCutover(epoch uint32, sum handoff.RelaySum) {
 	e.d.send(e.r.targetPID, &messages.Cutover{Identity: e.r.m.Identity().ToProto(), ResendEpoch: epoch, RelayRecordCount: sum.Count, RelayCrc32C: sum.CRC})
-}
-
-func (e sourceEnv) SealSessions() handoff.Event { return e.d.sealSessions(e.r) }
-
-func (e sourceEnv) LookUpSessionOwners() handoff.Event {
-	e.d.lookUpSessionOwners(e.r)
-	return nil
-}
-
-func (e sourceEnv) AbortSessions() {
-	// No seal reply is awaited once the owners are told to release.
-	e.r.sessionsAwaiting = 0
-	e.d.abortSessions(e.r)
 }
 
 func (e sourceEnv) Reconcile() { go e.d.reconcileRead(e.r, e.r.m.Identity()) }

@@ -71,9 +71,6 @@ type sourceRun struct {
 	committed chan struct{}
 	outcome   Outcome
 	deadline  time.Time
-	// sessionsAwaiting counts the seal requests not answered yet
-	// (sessions.go).
-	sessionsAwaiting int
 }
 
 // sourcePart is one participant of a move out of this node.
@@ -85,11 +82,6 @@ type sourcePart struct {
 	newOwner uint64     // AuthorityOwnerGeneration the target will write
 	next     *actor.PID // the incarnation on the target
 	nextRid  string     // the target's node RID (its lifecycle: PeerLeaving)
-	// session is where the seal request of a bound participant stands
-	// (sessions.go); abortLater, when valid, is the move whose Session
-	// abort waits for this participant's late seal to be undone.
-	session    sessionSealState
-	abortLater handoff.Identity
 }
 
 type sourceResult struct {

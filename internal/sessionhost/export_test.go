@@ -4,14 +4,14 @@ package sessionhost
 func (c *Session) Held(actor string) int {
 	c.svc.mu.Lock()
 	defer c.svc.mu.Unlock()
-	return c.svc.owner.Held(c.id, actor)
+	return c.svc.runner.Owner().Held(c.id, actor)
 }
 
 // Sealed reports whether actor's binding is sealed.
 func (c *Session) Sealed(actor string) bool {
 	c.svc.mu.Lock()
 	defer c.svc.mu.Unlock()
-	_, sealed, _ := c.svc.owner.BindingOf(c.id, actor)
+	_, sealed, _ := c.svc.runner.Owner().BindingOf(c.id, actor)
 	return sealed
 }
 

@@ -24,26 +24,25 @@ import (
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
+	"github.com/roamactors/roam/internal/session/sessionrun"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
 // Service is the Session owner of one node lifecycle: the Owner's rules
-// run under one lock, the commands of other nodes' hand-offs arrive at the
-// roam/session actor, the client side calls Session's methods, and seal
-// timers fire into the same lock. Effects that send (Deliver, ReplySeal)
-// run under the lock, so the order the Owner decided is the order the
-// transport sees; user callbacks never run under it.
+// and their effects (sessionrun) run under one lock, the commands of
+// other nodes' hand-offs arrive at the roam/session actor, the client
+// side calls Session's methods, and timers and store looks answer into
+// the same lock.
 type Service struct {
-	mu     sync.Mutex
-	owner  *session.Owner
+	mu sync.Mutex
+	// runner runs the Owner's rules and effects (sessionrun), on this
+	// Service's primitives (host).
+	runner *sessionrun.Runner
 	open   map[session.ID]*Session
-	timers *machine.Timers[timerKey] // seal timers, on the node's clock
+	timers *machine.Timers[sessionrun.Timer] // seal timers and looks' pauses, on the node's clock
 	closed bool
-	// resolving: the bindings whose Actor is being looked up in the store
-	// (resolve), one look at a time however many notices ask for it.
-	resolving map[bindingKey]*look
 	// binding: the Actors being spawned bound to a Session (SpawnActor),
 	// until the Session owner holds their binding. A seal request for one
 	// of them meanwhile is answered Unavailable (try again), not NotFound,
@@ -66,12 +65,6 @@ type bindingKey struct {
 	actor   string
 }
 
-type timerKey struct {
-	session session.ID
-	actor   string
-	move    handoff.Identity
-}
-
 // Start spawns the node's Session owner actor on the driver's system.
 func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
@@ -79,9 +72,10 @@ func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Servi
 	}
 	cfg = cfg.WithDefaults()
 	s := &Service{
-		owner: session.New(cfg), open: map[session.ID]*Session{}, timers: machine.NewTimers[timerKey](d.Clock()),
+		open: map[session.ID]*Session{}, timers: machine.NewTimers[sessionrun.Timer](d.Clock()),
 		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
 	}
+	s.runner = sessionrun.New(session.New(cfg), (*host)(s))
 	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: session owner: %w", roamerr.ErrUnavailable, err)
@@ -101,9 +95,10 @@ func (s *Service) Stop() {
 	s.closed = true
 	var effects []session.Effect
 	for id := range s.open {
-		effects = append(effects, s.owner.Step(session.CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
+		effects = append(effects, s.runner.Owner().Step(session.CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
 	}
-	s.run(effects)
+	s.runner.Run(effects)
+	s.runner.Close()
 	s.timers.Close() // the seal waits end with the lifecycle
 	s.mu.Unlock()
 	// Wait for the actor's end: a next lifecycle on the same actor
@@ -112,53 +107,76 @@ func (s *Service) Stop() {
 }
 
 // step feeds ev and runs its effects; the caller holds s.mu.
-func (s *Service) step(ev session.Event) []session.Effect {
-	effects := s.owner.Step(ev)
-	s.run(effects)
-	return effects
+func (s *Service) step(ev session.Event) []session.Effect { return s.runner.Step(ev) }
+
+// host is the Service as the runner's primitives (sessionrun.Env); every
+// call comes under s.mu. Effects that send (Deliver) run under the lock,
+// so the order the Owner decided is the order the transport sees; user
+// callbacks never run under it.
+type host Service
+
+var _ sessionrun.Env = (*host)(nil)
+
+func (h *host) Deliver(actorID string, r session.Route, item session.Item) {
+	item.Msg.(*outbound).deliver((*Service)(h), actorID, r)
 }
 
-// run executes effects in order; the caller holds s.mu.
-func (s *Service) run(effects []session.Effect) {
-	for _, e := range effects {
-		switch e := e.(type) {
-		case session.Deliver:
-			e.Item.Msg.(*outbound).deliver(s, e.Actor, e.Route)
-		case session.Refuse:
-			e.Item.Msg.(*outbound).refuse(e.Err)
-		case session.StartSealTimer:
-			k := timerKey{e.Session, e.Actor, e.Move}
-			s.timers.Arm(k, e.After, func() {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				s.step(session.SealExpired{Session: k.session, Actor: k.actor, Move: k.move})
-			})
-		case session.StopSealTimer:
-			k := timerKey{e.Session, e.Actor, e.Move}
-			s.timers.Cancel(k)
-		case session.Resolve:
-			s.resolve(e)
-		case session.Recovered:
-			if c := s.open[e.Session]; c != nil && c.opts.OnRecovered != nil {
-				go c.opts.OnRecovered(e.Actor) // never under the lock
-			}
-		case session.Closed:
-			if c := s.open[e.Session]; c != nil {
-				delete(s.open, e.Session)
-				c.end(e.Err)
-			}
-		case session.Log:
-			ev := s.log.Info()
-			switch e.Level {
-			case handoff.LevelWarn:
-				ev = s.log.Warn()
-			case handoff.LevelError:
-				ev = s.log.Error()
-			}
-			ev.Str("event", e.Event).Str("session_id", string(e.Session)).Str("object_id", e.Actor).
-				Uint64("relocation_id", e.Move.RelocationID).Uint64("target_attempt", e.Move.TargetAttemptGeneration).Msg(e.Msg)
-		}
+func (h *host) Refuse(item session.Item, err error) { item.Msg.(*outbound).refuse(err) }
+
+// ReplySeal is answered by the commands actor from the step's effects:
+// the reply goes to the sender of its context.
+func (h *host) ReplySeal(session.ReplySeal) {}
+
+// Reject is returned to the local call from the step's effects.
+func (h *host) Reject(error) {}
+
+func (h *host) Arm(t sessionrun.Timer, d time.Duration) {
+	s := (*Service)(h)
+	s.timers.Arm(t, d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.runner.Fire(t)
+	})
+}
+
+func (h *host) Stop(t sessionrun.Timer) { h.timers.Cancel(t) }
+
+// Look reads the store off the lock and answers under it.
+func (h *host) Look(id session.ID, actorID string) {
+	s := (*Service)(h)
+	go func() {
+		ctx, cancel := machine.WithTimeout(context.Background(), s.driver.Clock(), 5*time.Second)
+		r, alive, err := s.driver.BoundRoute(ctx, actorID)
+		cancel()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.runner.Looked(id, actorID, routeFrom(r), alive, err)
+	}()
+}
+
+func (h *host) Recovered(id session.ID, actorID string) {
+	if c := h.open[id]; c != nil && c.opts.OnRecovered != nil {
+		go c.opts.OnRecovered(actorID) // never under the lock
 	}
+}
+
+func (h *host) Closed(id session.ID, err error) {
+	if c := h.open[id]; c != nil {
+		delete(h.open, id)
+		c.end(err)
+	}
+}
+
+func (h *host) Log(e session.Log) {
+	ev := h.log.Info()
+	switch e.Level {
+	case handoff.LevelWarn:
+		ev = h.log.Warn()
+	case handoff.LevelError:
+		ev = h.log.Error()
+	}
+	ev.Str("event", e.Event).Str("session_id", string(e.Session)).Str("object_id", e.Actor).
+		Uint64("relocation_id", e.Move.RelocationID).Uint64("target_attempt", e.Move.TargetAttemptGeneration).Msg(e.Msg)
 }
 
 // commands is the roam/session actor: commands 42, 43 and 44 from the
@@ -199,9 +217,7 @@ func (c *commands) Receive(ctx actor.Context) {
 			// A recovering node's word, no move's: the store says where
 			// the Actor serves, not the sender.
 			s.mu.Lock()
-			if _, _, bound := s.owner.BindingOf(session.ID(m.GetSessionId()), m.GetActorId()); bound {
-				s.resolve(session.Resolve{Session: session.ID(m.GetSessionId()), Actor: m.GetActorId()})
-			}
+			s.runner.Resolve(session.ID(m.GetSessionId()), m.GetActorId())
 			s.mu.Unlock()
 			return
 		}
@@ -216,70 +232,6 @@ func (c *commands) Receive(ctx actor.Context) {
 		s.step(session.Abort{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
 		s.mu.Unlock()
 	}
-}
-
-// look is a binding's store look in progress (resolve).
-type look struct {
-	// wake cuts the look's wait (Resolve.After) short: a notice came that
-	// the Actor may serve again.
-	wake           chan struct{}
-	woken, reading bool
-	// again: a notice came while the store was read; what it announces may
-	// be newer than that read, so another look follows at once.
-	again bool
-}
-
-// resolve looks the bound Actor up in the store, after e.After, and steps
-// Resolved; the caller holds s.mu. A look that fails is tried again. A
-// Resolve while a look is under way is not lost: it cuts that look's wait
-// short, or, if the store is being read, makes another look follow.
-func (s *Service) resolve(e session.Resolve) {
-	key := bindingKey{e.Session, e.Actor}
-	if l, ok := s.resolving[key]; ok {
-		switch {
-		case l.reading:
-			l.again = true
-		case e.After == 0 && !l.woken:
-			l.woken = true
-			close(l.wake)
-		}
-		return
-	}
-	if s.resolving == nil {
-		s.resolving = map[bindingKey]*look{}
-	}
-	l := &look{wake: make(chan struct{})}
-	s.resolving[key] = l
-	go func() {
-		if e.After > 0 {
-			fire, t := machine.NewTimer(s.driver.Clock(), e.After)
-			select {
-			case <-fire:
-			case <-l.wake:
-				t.Stop()
-			}
-		}
-		s.mu.Lock()
-		l.reading = true
-		s.mu.Unlock()
-		ctx, cancel := machine.WithTimeout(context.Background(), s.driver.Clock(), 5*time.Second)
-		r, alive, err := s.driver.BoundRoute(ctx, e.Actor)
-		cancel()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.resolving, key)
-		if s.closed {
-			return
-		}
-		if err != nil {
-			s.step(session.Resolved{Session: e.Session, Actor: e.Actor}) // not alive: looked for again
-		} else {
-			s.step(session.Resolved{Session: e.Session, Actor: e.Actor, Route: routeFrom(r), Alive: alive})
-		}
-		if l.again {
-			s.resolve(session.Resolve{Session: e.Session, Actor: e.Actor})
-		}
-	}()
 }
 
 func routeFrom(r *messages.SessionRoute) session.Route {
@@ -480,7 +432,7 @@ func (c *Session) Request(ctx context.Context, actorID string, msg proto.Message
 func (c *Session) submit(actorID string, o *outbound, size int) error {
 	s := c.svc
 	s.mu.Lock()
-	route, _, _ := s.owner.BindingOf(c.id, actorID)
+	route, _, _ := s.runner.Owner().BindingOf(c.id, actorID)
 	down := route.Address != "" && route.Address != s.address && s.driver.Departed(route.Address, route.NodeRid)
 	effects := s.step(session.Client{Session: c.id, Actor: actorID, Item: session.Item{Msg: o, Bytes: size}, RouteDown: down})
 	s.mu.Unlock()

@@ -34,7 +34,7 @@ import (
 //   - unserved: at the end every object whose store owner is a live node
 //     has exactly one serving incarnation there, at the owner generation
 //     the store names, with its application instance.
-//   - With Config.Sessions (session.go): session-held — nothing is left
+//   - With Config.Sessions (gateway.go): session-held — nothing is left
 //     held at a Session owner (every client message it took is delivered
 //     or refused); session-sealed — no binding of an open Session stays
 //     sealed; session-route — each binding of an open Session routes to

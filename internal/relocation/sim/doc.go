@@ -41,14 +41,15 @@
 //     conflict, unavailable, indeterminate after applying, indeterminate
 //     without applying, slow (applies and answers late, maybe after the
 //     caller's context ended), hang, and a late write for scenarios.
-//   - Bound Sessions (Config.Sessions, session.go): each client is also
-//     its Session's owner (the gateway), running the pure session.Owner;
-//     every object is bound to one client's Session. A bound move asks
-//     for the seal (command 42, given up after the machine's
-//     SessionSealWait), the source releases it once it serves again (44),
-//     the target sends the route update after it opened (43); held
-//     messages, hold limits and the seal timeout are the Session owner's
-//     own. Replay a schedule of
+//   - Bound Sessions (Config.Sessions, gateway.go): each client is also
+//     its Session's owner (the gateway), running the driver's own Session
+//     owner interpreter (internal/session/sessionrun) over packets and
+//     scheduler timers; every object is bound to one client's Session. A
+//     bound move asks for the seal (command 42, given up after the
+//     machine's SessionSealWait), the source releases it once it serves
+//     again (44), the target sends the route update after it opened (43);
+//     held messages, hold limits and the seal timeout are the Session
+//     owner's own, and the source's side of 42 and 44 is sourcerun's. Replay a schedule of
 //     TestRandomSchedulesWithSessions with make sim SEED=<n> SESSIONS=1.
 //   - Network: each direction of each pair is a FIFO stream with random
 //     delays (streams reorder against each other); cuts in one or both

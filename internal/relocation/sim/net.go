@@ -28,7 +28,7 @@ const (
 	pFollow // an application message forwarded by Message Follow
 	pClient // an application message from a client
 	pAnswer // a failure answer to a client's request
-	// Bound Sessions (session.go): commands 42 (and its reply), 43, 44.
+	// Bound Sessions (gateway.go): commands 42 (and its reply), 43, 44.
 	pSessionSeal
 	pSessionSealReply
 	pSessionRoute

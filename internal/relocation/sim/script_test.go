@@ -540,7 +540,7 @@ func (e *scriptEnv) status() string {
 		out = append(out, fmt.Sprintf("o%d: store %s; serving %s; history %d", o.id, rec, strings.Join(serving, ", "), o.head))
 		if w.cfg.Sessions {
 			cl := w.clients[w.boundTo(o.id)]
-			if route, sealed, ok := cl.gw.owner.BindingOf(cl.gw.sid, actorName(o.id)); ok {
+			if route, sealed, ok := cl.gw.run.Owner().BindingOf(cl.gw.sid, actorName(o.id)); ok {
 				s := ""
 				if sealed {
 					s = ", sealed"

@@ -35,7 +35,7 @@ func SessionsConfig() Config {
 func TestRandomSchedules(t *testing.T) { runRandom(t, DefaultConfig()) }
 
 // TestRandomSchedulesWithSessions runs the random schedules with every
-// object bound to a client's Session (session.go): a quarter as many, the
+// object bound to a client's Session (gateway.go): a quarter as many, the
 // same invariants, and nothing left held or sealed at a Session owner.
 func TestRandomSchedulesWithSessions(t *testing.T) {
 	st := runRandomN(t, SessionsConfig(), max(1, simkit.Schedules()/4))

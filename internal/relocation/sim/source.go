@@ -44,7 +44,9 @@ type SourceRun struct {
 	newOwner uint64
 	deadline time.Duration
 	timers   map[handoff.Timer]uint64
-	sealWait *sealWait // SealSessions asked, not answered yet
+	// unbound: the move dropped its object's Session binding (the Session
+	// owner has none); it goes on unbound.
+	unbound bool
 
 	dead      bool // its node went down
 	releases  int

@@ -185,22 +185,44 @@ func (e sourceEnv) SendCutover(epoch uint32, sum handoff.RelaySum) {
 	r.node.send(r.target.idx, &packet{kind: pCutover, id: r.m.Identity(), epoch: epoch, sum: sum})
 }
 
-// SealSessions asks the Session owner; SabotageSkipSessionSeal is a
-// faulty primitive that answers sealed without asking.
-func (e sourceEnv) SealSessions() handoff.Event {
-	if e.r.w.cfg.Sabotage == SabotageSkipSessionSeal {
-		return handoff.SessionsSealed{}
+// BoundTo: the object is bound to its client's Session; the client's
+// endpoint is its Session owner.
+func (e sourceEnv) BoundTo(int) (owner, actor string) {
+	r, w := e.r, e.r.w
+	o := r.inc.key.obj
+	if c := w.boundTo(o); c >= 0 && !r.unbound {
+		return w.endpointName(w.cfg.Nodes + c), actorName(o)
 	}
-	e.r.w.sealSessions(e.r)
-	return nil
+	return "", actorName(o)
 }
 
-func (e sourceEnv) LookUpSessionOwners() handoff.Event { return e.r.w.lookUpSessionOwners(e.r) }
-
-func (e sourceEnv) AbortSessions() {
-	e.r.sealWait = nil // no seal reply is awaited once the owner is told to release
-	e.r.w.abortSessions(e.r)
+// SendSessionSeal sends command 42; SabotageSkipSessionSeal is a faulty
+// Session owner that answers sealed without sealing.
+func (e sourceEnv) SendSessionSeal(int) {
+	r, w := e.r, e.r.w
+	id, o := r.m.Identity(), r.inc.key.obj
+	gw := w.cfg.Nodes + w.boundTo(o)
+	if w.cfg.Sabotage == SabotageSkipSessionSeal {
+		w.net.send(&packet{from: gw, to: r.node.idx, kind: pSessionSealReply, id: id, obj: o})
+		return
+	}
+	r.node.send(gw, &packet{kind: pSessionSeal, id: id, obj: o, route: w.routeOf(r.node, r.inc.key.ownerGen)})
 }
+
+// SendSessionAbort sends command 44, one-way.
+func (e sourceEnv) SendSessionAbort(int) {
+	r, w := e.r, e.r.w
+	o := r.inc.key.obj
+	r.node.send(w.cfg.Nodes+w.boundTo(o), &packet{kind: pSessionAbort, id: r.m.Identity(), obj: o})
+}
+
+func (e sourceEnv) DropBinding(_ int, why string) {
+	e.r.unbound = true
+	e.r.w.tracef("%s session_binding_dropped: o%d moves unbound (%s)", e.r.node.name, e.r.inc.key.obj, why)
+}
+
+// SessionOwnersGone: a client's Session owner never leaves the mesh here.
+func (e sourceEnv) SessionOwnersGone([]string) (map[string]bool, bool) { return nil, true }
 
 // Reconcile is one read with a context of a cutover wait.
 func (e sourceEnv) Reconcile() {

@@ -27,7 +27,8 @@ const (
 	// while the store still names the source.
 	SabotageOpenWithoutCommit
 	// SabotageSkipSessionSeal seals a bound object's source without asking
-	// its Session owner (SealSessions answered at once): the Session keeps
+	// its Session owner (command 42 is not sent; a forged "sealed" answer
+	// comes from the owner's address instead): the Session keeps
 	// routing to the source, and ignores the route update of a seal it
 	// never made.
 	SabotageSkipSessionSeal
@@ -48,7 +49,7 @@ type Config struct {
 	// end state (the liveness bound).
 	Settle   time.Duration
 	Sabotage Sabotage
-	// Sessions binds every object to a client's Session (session.go);
+	// Sessions binds every object to a client's Session (gateway.go);
 	// SessionSealTimeout and SessionHoldLimit are its Session owners'.
 	Sessions           bool
 	SessionSealTimeout time.Duration

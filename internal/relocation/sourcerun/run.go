@@ -80,9 +80,21 @@ type Env[M, R any] interface {
 	SendRelay(r Relayed[M], epoch uint32, again bool)
 	SendCutover(epoch uint32, sum handoff.RelaySum)
 
-	SealSessions() handoff.Event        // nil: the answer comes later
-	LookUpSessionOwners() handoff.Event // nil: the answer comes later
-	AbortSessions()
+	// BoundTo names the Session owner participant i is bound to and its
+	// Actor's ID (owner "": not bound, or its binding was dropped).
+	BoundTo(i int) (owner, actor string)
+	// SendSessionSeal sends command 42 for participant i to its Session
+	// owner; the answer comes by Run.SessionSealReply.
+	SendSessionSeal(i int)
+	// SendSessionAbort sends command 44 for participant i, one-way.
+	SendSessionAbort(i int)
+	// DropBinding forgets participant i's Session binding: the move goes
+	// on unbound, its target's record carries none.
+	DropBinding(i int, why string)
+	// SessionOwnersGone reports which of the Session owners' nodes are no
+	// live member of the mesh; now false: the answer comes later by
+	// Run.SessionOwnersLooked.
+	SessionOwnersGone(owners []string) (gone map[string]bool, now bool)
 
 	// Store calls; each answers by Run.Read or a FenceOutAnswered step.
 	Reconcile()
@@ -132,6 +144,10 @@ type Part[M any] struct {
 	Relayed  []M  // its share of the boundary batch as posted, for Reinstate
 	Parked   *Parked[M]
 	Held     *Parked[M] // the hold after the cutover, until StartFollow or Reinstate
+	// Session is where a bound participant's seal request stands;
+	// abortLater: its Session abort waits for its late seal to be undone.
+	Session    SessionSeal
+	abortLater bool
 }
 
 // Relayed is one record of the boundary batch.
@@ -158,8 +174,11 @@ type Run[M, R any] struct {
 	// captureErr is the first that failed.
 	awaiting   int
 	captureErr error
-	ended      bool
-	forgotten  bool
+	// sessionsAwaiting counts the seal requests to Session owners not
+	// answered yet.
+	sessionsAwaiting int
+	ended            bool
+	forgotten        bool
 }
 
 // New builds the run of machine m over parts (one per participant).
@@ -245,9 +264,15 @@ func (r *Run[M, R]) Captured(i int, saved []M, err error) {
 }
 
 // UnsealLate undoes participant i's seal that took effect after its move
-// gave up on it: it serves again with what it held, in order.
+// gave up on it: it serves again with what it held, in order. Its Session
+// abort, held back until now, goes once its queue is back.
 func (r *Run[M, R]) UnsealLate(i int, saved []M) {
-	r.env.LateSealUndone(i, r.unsealPart(i, saved))
+	err := r.unsealPart(i, saved)
+	if p := r.Parts[i]; p.abortLater {
+		p.abortLater = false
+		r.env.SendSessionAbort(i)
+	}
+	r.env.LateSealUndone(i, err)
 }
 
 // Read feeds a store read to the move (ev.Err nil: rec is what it read),
@@ -272,13 +297,13 @@ func (r *Run[M, R]) effect(e handoff.Effect) handoff.Event {
 		return env.Admit()
 
 	case handoff.SealSessions:
-		return env.SealSessions()
+		return r.sealSessions()
 
 	case handoff.LookUpSessionOwners:
-		return env.LookUpSessionOwners()
+		return r.lookUpSessionOwners()
 
 	case handoff.AbortSessions:
-		env.AbortSessions()
+		r.abortSessions()
 
 	case handoff.Seal:
 		return r.seal()

@@ -33,6 +33,10 @@ type fakeEnv struct {
 	sink  func(string)
 	out   []string // sends, refusals and follows, in order
 	calls []string // everything else of note
+	// owner is the participant's Session owner ("": not bound); gone: the
+	// owners the mesh says are no members.
+	owner string
+	gone  map[string]bool
 }
 
 func newRun(t *testing.T) (*Run[string, string], *fakeEnv) {
@@ -148,11 +152,19 @@ func (f *fakeEnv) SendCutover(epoch uint32, sum handoff.RelaySum) {
 	f.out = append(f.out, fmt.Sprintf("cutover epoch %d count %d crc %d", epoch, sum.Count, sum.CRC))
 }
 
-func (f *fakeEnv) SealSessions() handoff.Event        { return handoff.SessionsSealed{} }
-func (f *fakeEnv) LookUpSessionOwners() handoff.Event { return handoff.SessionOwnersLooked{} }
-func (f *fakeEnv) AbortSessions()                     {}
-func (f *fakeEnv) Reconcile()                         {}
-func (f *fakeEnv) ConfirmCommit(uint64, time.Time)    {}
+func (f *fakeEnv) BoundTo(int) (string, string) { return f.owner, "a" }
+func (f *fakeEnv) SendSessionSeal(int)          { f.calls = append(f.calls, "session seal") }
+func (f *fakeEnv) SendSessionAbort(int)         { f.calls = append(f.calls, "session abort") }
+func (f *fakeEnv) DropBinding(int, string) {
+	f.owner = ""
+	f.calls = append(f.calls, "binding dropped")
+}
+func (f *fakeEnv) SessionOwnersGone(owners []string) (map[string]bool, bool) {
+	f.calls = append(f.calls, "owners looked up: "+strings.Join(owners, ","))
+	return f.gone, true
+}
+func (f *fakeEnv) Reconcile()                      {}
+func (f *fakeEnv) ConfirmCommit(uint64, time.Time) {}
 
 func (f *fakeEnv) FenceOut(read string, version uint64) {
 	f.calls = append(f.calls, fmt.Sprintf("fence-out %s at %d", read, version))
