@@ -23,6 +23,8 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 # else is changed, and builds, the demo and benchmarks use the module as is.
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: test test-race test-race-all test-race-consul test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
@@ -64,12 +66,16 @@ test-race: race-mod
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
-# The hand-off's randomized moves on Consul run in test-race-consul instead:
-# 1,000 moves one after another, each waiting on Consul, the longest test
-# of this part, which runs beside it.
+# Three tests run in another part instead: the hand-off's randomized moves
+# on Consul in test-race-consul (1,000 moves one after another, each
+# waiting on Consul, the longest test of this part, which runs beside it);
+# the README's programs in test-plain (each builds and runs a program of its
+# own, without the race detector whatever this run's flags: here they would
+# only repeat what test-plain does).
+RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 $(RACE) -skip '^TestRandomizedMovesKeepEveryMessageOnceOnConsul$$' $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
 
 # The hand-off tests whose outcome depends on what the Location Store does,
 # again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
@@ -116,8 +122,6 @@ RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFail
 	TestLeavingNodeIsNoLongerSentTo TestPendingRedeliveryFailsLoudlyWhenTheNodeStops \
 	TestASendToADeletedActorDoesNotReachItsNextIncarnation TestReleasableEndedIsJudgedByTheNodesThatHostTheKind \
 	TestRandomizedMovesKeepEveryMessageOnceOnConsul
-empty :=
-space := $(empty) $(empty)
 test-race-consul:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
@@ -128,9 +132,12 @@ test-race-consul:
 # applications build it (no -modfile), so that none passes only because
 # of the race copy's patches. Without -race: these tests start two or
 # more remotes in one process, which race inside the unpatched
-# Proto.Actor (remote.Start's gRPC logger, see above).
+# Proto.Actor (remote.Start's gRPC logger, see above). The README's
+# programs run only here (TestREADMEExampleRuns in the root package, and
+# examples/grains' outside module): they build programs without -race.
 test-plain:
 	$(GO) test -count=1 ./bench/baseline .
+	$(GO) test -count=1 -run '^TestOutsideModuleFromTheREADME$$' ./examples/grains
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
