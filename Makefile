@@ -66,16 +66,18 @@ test-race: race-mod
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
-# Three tests run in another part instead: the hand-off's randomized moves
-# on Consul in test-race-consul (1,000 moves one after another, each
-# waiting on Consul, the longest test of this part, which runs beside it);
-# the README's programs in test-plain (each builds and runs a program of its
-# own, without the race detector whatever this run's flags: here they would
-# only repeat what test-plain does).
+# Some tests run in another part instead. In test-race-consul, which runs
+# beside this one: the hand-off's randomized moves on Consul (1,000 moves one
+# after another, each waiting on Consul, the longest test of this part), and
+# internal/spot's Consul variants (ROAM_TEST_STORE=memstore here runs only
+# its memstore ones; the Consul ones wait on Consul's sessions in real time,
+# most of that package's time). In test-plain: the README's programs (each
+# builds and runs a program of its own, without the race detector whatever
+# this run's flags: here they would only repeat what test-plain does).
 RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
 
 # The hand-off tests whose outcome depends on what the Location Store does,
 # again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
@@ -106,6 +108,8 @@ test-race-all:
 #     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
 #   and the randomized moves on Consul (TestRandomizedMovesKeepEveryMessageOnceOnConsul,
 #     on Consul whatever ROAM_TEST_STORE says).
+# Then internal/spot's Consul variants, which test-race-all leaves out (its
+# tests without store variants run there and again here).
 RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
 	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
 	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
@@ -127,6 +131,7 @@ test-race-consul:
 	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
 		{ echo "RELOCATION_ON_CONSUL names $$n, which internal/relocation does not have"; exit 1; }; done
 	ROAM_TEST_STORE=consul $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
+	ROAM_TEST_STORE=consul $(RACE) ./internal/spot
 
 # The root package's end-to-end tests once more against Proto.Actor as
 # applications build it (no -modfile), so that none passes only because
