@@ -23,6 +23,8 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 # else is changed, and builds, the demo and benchmarks use the module as is.
 RACE_MOD := $(ROAM_CACHE)/race-mod
 RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: test test-race test-race-all test-race-consul test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
@@ -64,23 +66,83 @@ test-race: race-mod
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
+# Some tests run in another part instead. In test-race-consul, which runs
+# beside this one: the hand-off's randomized moves on Consul (1,000 moves one
+# after another, each waiting on Consul, the longest test of this part), and
+# internal/spot's Consul variants (ROAM_TEST_STORE=memstore here runs only
+# its memstore ones; the Consul ones wait on Consul's sessions in real time,
+# most of that package's time). In test-plain: the README's programs (each
+# builds and runs a program of its own, without the race detector whatever
+# this run's flags: here they would only repeat what test-plain does).
+RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 $(RACE) $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
 
-# The hand-off tests again on a real Consul (the randomized ones already
-# have a Consul variant).
+# The hand-off tests whose outcome depends on what the Location Store does,
+# again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
+# watches and reads on the delivery path, leases ending on its own clock,
+# outages, indeterminate writes. The others of the package (the transport:
+# chunk link, TLS, budget and tickets, batches and cutover; timers, metrics,
+# sampling, policies, supervision) pass the same on either store, or never
+# open one, and run once, on memstore, in test-race-all.
+#   the hand-off (spec 000) and its CAS: TestSavedWorkRunsBeforeRelayExactlyOnce,
+#     TestExplicitFailureRestoresTheSource, TestCapabilityRefusalNeverSeals,
+#     TestOnlyTheTargetWritesTheOwner, TestAnotherOwnerMakesTheMoveStale,
+#     TestInstanceSpotMovesThroughTheSameCAS, TestActorMovesWithStateAndQueueWhileReceiving
+#   indeterminate and failed writes: TestCASRetriesConvergeOnIndeterminateOutcomes,
+#     TestLocationUpdateFailedRemovesTheTarget, TestCommitConfirmedWithoutTheTargetsNotice
+#   reconciling through the store, fencing, leases: TestNoReplyReconcilesThenExplicitFailureRestores,
+#     TestReconcileAdoptsACommittedTarget, TestSilentTargetIsFencedOutAndTheSourceServesAgain,
+#     TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain,
+#     TestAMoveRetriedAtOnceAfterAFenceOutIsMade, TestAnOwnerSeenGoneIsEndedOnlyAfterALeaseTTL
+#   a store outage: TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline
+#   delivery that reads the owner, node and generation from the store:
+#     TestFollowPastEightHopsIsDeliveredFromTheStore, TestFollowPastTheLimitToAGoneObjectFailsTyped,
+#     TestFollowPastTheLimitDoesNotOvertakeEarlierSends, TestFollowThroughTheStoreTellsTheSender,
+#     TestFollowToANodeWhoseConnectionEndedIsDeliveredFromTheStore,
+#     TestFollowToANodeRestartedUnderTheSameAddress, TestFollowDrainsALeavingHopBeforeTheStore,
+#     TestSendsThroughAGoneNodeOrIncarnationAreRedelivered, TestLeavingNodeIsNoLongerSentTo,
+#     TestPendingRedeliveryFailsLoudlyWhenTheNodeStops,
+#     TestASendToADeletedActorDoesNotReachItsNextIncarnation,
+#     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
+#   and the randomized moves on Consul (TestRandomizedMovesKeepEveryMessageOnceOnConsul,
+#     on Consul whatever ROAM_TEST_STORE says).
+# Then internal/spot's Consul variants, which test-race-all leaves out (its
+# tests without store variants run there and again here).
+RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
+	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
+	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
+	TestCASRetriesConvergeOnIndeterminateOutcomes TestLocationUpdateFailedRemovesTheTarget \
+	TestCommitConfirmedWithoutTheTargetsNotice \
+	TestNoReplyReconcilesThenExplicitFailureRestores TestReconcileAdoptsACommittedTarget \
+	TestSilentTargetIsFencedOutAndTheSourceServesAgain TestTargetLostAfterRelayReadyIsFencedOutAndTheSourceServesAgain \
+	TestAMoveRetriedAtOnceAfterAFenceOutIsMade TestAnOwnerSeenGoneIsEndedOnlyAfterALeaseTTL \
+	TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline \
+	TestFollowPastEightHopsIsDeliveredFromTheStore TestFollowPastTheLimitToAGoneObjectFailsTyped \
+	TestFollowPastTheLimitDoesNotOvertakeEarlierSends TestFollowThroughTheStoreTellsTheSender \
+	TestFollowToANodeWhoseConnectionEndedIsDeliveredFromTheStore TestFollowToANodeRestartedUnderTheSameAddress \
+	TestFollowDrainsALeavingHopBeforeTheStore TestSendsThroughAGoneNodeOrIncarnationAreRedelivered \
+	TestLeavingNodeIsNoLongerSentTo TestPendingRedeliveryFailsLoudlyWhenTheNodeStops \
+	TestASendToADeletedActorDoesNotReachItsNextIncarnation TestReleasableEndedIsJudgedByTheNodesThatHostTheKind \
+	TestRandomizedMovesKeepEveryMessageOnceOnConsul
 test-race-consul:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_TEST_STORE=consul $(RACE) -skip TestRandomized ./internal/relocation
+	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
+		{ echo "RELOCATION_ON_CONSUL names $$n, which internal/relocation does not have"; exit 1; }; done
+	ROAM_TEST_STORE=consul $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
+	ROAM_TEST_STORE=consul $(RACE) ./internal/spot
 
 # The root package's end-to-end tests once more against Proto.Actor as
 # applications build it (no -modfile), so that none passes only because
 # of the race copy's patches. Without -race: these tests start two or
 # more remotes in one process, which race inside the unpatched
-# Proto.Actor (remote.Start's gRPC logger, see above).
+# Proto.Actor (remote.Start's gRPC logger, see above). The README's
+# programs run only here (TestREADMEExampleRuns in the root package, and
+# examples/grains' outside module): they build programs without -race.
 test-plain:
 	$(GO) test -count=1 ./bench/baseline .
+	$(GO) test -count=1 -run '^TestOutsideModuleFromTheREADME$$' ./examples/grains
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)

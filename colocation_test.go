@@ -148,7 +148,7 @@ func TestDirectorCoLocatesObjectsThatTalk(t *testing.T) {
 		}
 		testwait.For(t, colocated, "every pair and the group end on one node each")
 		close(stop)
-		<-done
+		testwait.Recv(t, done, "the senders ended")
 		for _, n := range nodes {
 			n.Placement().Pause()
 		}
@@ -262,7 +262,7 @@ func TestDirectorBalancesByLoad(t *testing.T) {
 		return len(map[string]bool{owner(hot[0]): true, owner(hot[1]): true, owner(hot[2]): true}) == 3
 	}, "one hot Spot per node")
 	close(stop)
-	<-done
+	testwait.Recv(t, done, "the senders ended")
 	for _, n := range nodes {
 		n.Placement().Pause()
 		t.Logf("%s: %v", n.NodeName(), n.Placement().Outcomes())

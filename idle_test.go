@@ -74,7 +74,7 @@ func TestRelocateIfIdleFromAnotherNode(t *testing.T) {
 		require.NoError(t, err)
 		ref := roam.ActorRef("sit")
 		a.System().Root.Send(pid, wrapperspb.String("hold"))
-		<-g.entered
+		testwait.Recv(t, g.entered, "the sitter entered its turn")
 		for i := int64(1); i <= 3; i++ {
 			a.System().Root.Send(pid, wrapperspb.Int64(i))
 		}

@@ -494,7 +494,7 @@ func TestFormerOwnerNeverDeletesAMovedActor(t *testing.T) {
 			return err == nil && pid.Address == b.System().Address()
 		}, "a does not route to b")
 		close(h.release)
-		r := <-deleted
+		r := testwait.Recv(t, deleted, "the deletion returned")
 		t.Logf("try %d: delete by former owner a: %v, %v", try, r.ok, r.err)
 		if r.err != nil {
 			require.True(t, errors.Is(r.err, roamerr.ErrUnavailable) || errors.Is(r.err, roamerr.ErrNotFound), "%v", r.err)
@@ -567,7 +567,7 @@ func TestDrainWaitsForAJoinArriving(t *testing.T) {
 	store.hook.Store(&hook)
 	out, err := a.JoinSpot(ctx, roam.ActorRef("j1"), club.Ref)
 	t.Logf("join: %+v %v", out, err)
-	<-drainDone
+	testwait.Recv(t, drainDone, "the drain returned")
 	require.NoError(t, drainErr)
 	t.Logf("drain: complete %v, moved %d, failed %v", drained.Complete(), drained.Moved, drained.Failed)
 	countsExact(t, store)

@@ -368,12 +368,12 @@ func TestDeleteOfASlowStoppingActor(t *testing.T) {
 		ok, err := a.DeleteActor(ctx, roam.ActorRef("x"))
 		deleted <- res{ok, err}
 	}()
-	<-g.entered
+	testwait.Recv(t, g.entered, "the actor entered its stop")
 	// The scenario, not a timing assertion: the stop outlasts the 10 s
 	// after which Proto.Actor's stop future gives up.
 	time.Sleep(11 * time.Second)
 	g.open()
-	r := <-deleted
+	r := testwait.Recv(t, deleted, "the deletion returned")
 	require.NoError(t, r.err)
 	require.True(t, r.ok)
 	_, err = store.Read(ctx, roam.ActorRef("x"))

@@ -88,7 +88,7 @@ func TestDirectorSpreadsIdleActorsAndLeavesABusyOneAlone(t *testing.T) {
 		busyPID, err := a.SpawnActor(ctx, "sitter", "busy")
 		require.NoError(t, err)
 		a.System().Root.Send(busyPID, wrapperspb.String("hold"))
-		<-g.entered
+		testwait.Recv(t, g.entered, "the busy actor entered its turn")
 		a.System().Root.Send(busyPID, wrapperspb.Int64(1)) // queued behind the turn
 		for i := range 29 {
 			pid, err := a.SpawnActor(ctx, "sitter", fmt.Sprintf("idle-%d", i))

@@ -221,7 +221,7 @@ func TestBoundMembersMoveWithTheirSpotAndInADrain(t *testing.T) {
 			_, err := gw.Relocate(ctx, roam.UserSpotRef("crew"), to)
 			require.NoError(t, err)
 		}
-		<-done
+		testwait.Recv(t, done, "the callers ended")
 
 		done = make(chan struct{})
 		go func() { defer close(done); talk(150) }()
@@ -230,7 +230,7 @@ func TestBoundMembersMoveWithTheirSpotAndInADrain(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, dr.Complete(), "%v", dr.Err())
 		require.NotEqual(t, host, owner())
-		<-done
+		testwait.Recv(t, done, "the callers ended")
 		testwait.For(t, func() bool {
 			for _, cl := range clients {
 				p, _ := cl.log.snapshot()

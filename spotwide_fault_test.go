@@ -545,7 +545,7 @@ func TestSpotWideFaultSourceStopsDuringMove(t *testing.T) {
 		_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
 		moved <- err
 	}()
-	<-held.sealed
+	testwait.Recv(t, held.sealed, "the move sealed")
 	for range 10 {
 		for _, pid := range pids {
 			a.System().Root.Send(pid, wrapperspb.String("tick"))
@@ -639,10 +639,10 @@ func TestSpotWideFaultTargetKilledAfterRelayReady(t *testing.T) {
 		_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
 		moved <- err
 	}()
-	<-bs.entered
+	testwait.Recv(t, bs.entered, "the target's commit reached the store")
 	kill()
 	close(bs.release)
-	err := <-moved
+	err := testwait.Recv(t, moved, "the move returned")
 	t.Logf("relocate: %v", err)
 	time.Sleep(200 * time.Millisecond) // more sends while it settles (not for correctness)
 	stop.Store(true)
@@ -696,7 +696,7 @@ func TestSpotWideFaultTargetKilledAfterRelayReadyPlainActor(t *testing.T) {
 		_, err := a.Relocate(ctx, roam.ActorRef("solo"), "node-b")
 		moved <- err
 	}()
-	<-bs.entered
+	testwait.Recv(t, bs.entered, "the target's commit reached the store")
 	kill()
 	close(bs.release)
 	t.Logf("relocate: %v", <-moved)
@@ -855,7 +855,7 @@ func TestSpotWideMemberInALongTurnDoesNotHoldTheOthers(t *testing.T) {
 	stuck, err := a.Spots().SpawnMember(ctx, crew, "slow", "stuck")
 	require.NoError(t, err)
 	a.System().Root.Send(stuck, wrapperspb.String("block"))
-	<-slow.entered
+	testwait.Recv(t, slow.entered, "the stuck member entered its turn")
 	for range 5 {
 		a.System().Root.Send(quick, wrapperspb.String("tick"))
 		a.System().Root.Send(stuck, wrapperspb.String("tick"))

@@ -373,7 +373,7 @@ func TestSpotWideMoveThatNeverCommitsIsFencedOutWhole(t *testing.T) {
 	}()
 	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
 	require.ErrorIs(t, err, roamerr.ErrUnavailable, "fenced out")
-	<-done
+	testwait.Recv(t, done, "the senders ended")
 	v, err := store.Read(ctx, roam.UserSpotRef("crew"))
 	require.NoError(t, err)
 	require.Equal(t, a.NodeRid(), v.Record.GetOwner().GetNodeRid())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,20 @@ var stores = []struct {
 // onBothStores runs body once per store.
 func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
 	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) { body(t, s.new(t)) })
+		t.Run(s.name, func(t *testing.T) {
+			onlyOnChosenStore(t, s.name)
+			body(t, s.new(t))
+		})
+	}
+}
+
+// onlyOnChosenStore skips a variant on the store ROAM_TEST_STORE does not
+// name (memstore or consul; unset: both run). make test runs the Consul
+// variants in a part of their own beside the rest: they wait on Consul's
+// sessions in real time, most of this package's time.
+func onlyOnChosenStore(t *testing.T, name string) {
+	if chosen := os.Getenv("ROAM_TEST_STORE"); chosen != "" && chosen != name {
+		t.Skipf("ROAM_TEST_STORE=%s", chosen)
 	}
 }
 
@@ -71,8 +85,14 @@ func onBothStores(t *testing.T, body func(t *testing.T, store location.Store)) {
 // whose sessions only end on real time, the world stays on real time, for
 // what only Consul can show.
 func onBothStoresInLogicalTime(t *testing.T, body func(t *testing.T, w *world)) {
-	t.Run("memstore", func(t *testing.T) { body(t, newLogicalWorld(t)) })
-	t.Run("consul", func(t *testing.T) { body(t, newWorld(t, stores[1].new(t))) })
+	t.Run("memstore", func(t *testing.T) {
+		onlyOnChosenStore(t, "memstore")
+		body(t, newLogicalWorld(t))
+	})
+	t.Run("consul", func(t *testing.T) {
+		onlyOnChosenStore(t, "consul")
+		body(t, newWorld(t, stores[1].new(t)))
+	})
 }
 
 // newLogicalWorld is a world on a memstore in logical time: the store's

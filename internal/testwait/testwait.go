@@ -79,3 +79,20 @@ func Past[T any](t testing.TB, transient error, do func() (T, error)) (T, error)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Recv waits for a value from ch (or its close) for at most t's Patience,
+// and fails t naming msg: a bare receive whose sender is stuck would hold
+// the package until go test's own timeout, and every later test with it.
+func Recv[T any](t testing.TB, ch <-chan T, msg string) T {
+	t.Helper()
+	d := Patience(t)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("waited %v for: %s", d, msg)
+		panic("unreachable: Fatalf ends the test")
+	}
+}

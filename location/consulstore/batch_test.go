@@ -132,7 +132,7 @@ func TestBatchedWriteLeftBeforeSendingNeverApplies(t *testing.T) {
 	}()
 	testwait.For(t, func() bool { return queued() == 1 }, "the write never queued")
 	cancel()
-	err = <-done
+	err = testwait.Recv(t, done, "the cancelled write returned")
 	require.ErrorIs(t, err, location.ErrUnavailable)
 	require.NotErrorIs(t, err, location.ErrIndeterminate)
 	release()
@@ -260,7 +260,7 @@ func TestManyWatchesEachSeeTheirChange(t *testing.T) {
 		written[i] = v
 	}
 	for range n / 2 {
-		r := <-results
+		r := testwait.Recv(t, results, "a watch of a written key ended")
 		require.NoError(t, r.err)
 		require.Contains(t, written, r.i, "the watch of an unchanged key ended")
 		require.Equal(t, written[r.i], r.v.Version)
@@ -268,7 +268,7 @@ func TestManyWatchesEachSeeTheirChange(t *testing.T) {
 	}
 	cancel()
 	for range n / 2 {
-		r := <-results
+		r := testwait.Recv(t, results, "a watch of an unchanged key ended with its context")
 		require.NotContains(t, written, r.i)
 		require.ErrorIs(t, r.err, location.ErrUnavailable)
 	}

@@ -108,10 +108,30 @@ func init() {
 // Count is the number of contract tests Run runs.
 func Count() int { return len(testNames) }
 
+// waitsOnLeaseTime are the contract tests that spend their time letting
+// lease time pass: on a real store (Consul) a test sleeps a TTL and more,
+// so they run side by side, after the others. Each has an instance of its
+// own; they stay apart from the watch tests, which look for their watch's
+// goroutine among all of the process's.
+var waitsOnLeaseTime = map[string]bool{
+	"RenewKeepsLease":                    true,
+	"LeaseExpiryFreesNodeClaim":          true,
+	"StaleReleaseLeavesReplacementAlone": true,
+	"LeaseCheckFailsOnceTheLeaseExpired": true,
+	"UpdateNodeFailsOnceTheLeaseEnded":   true,
+	"UpdatedNodeStillEndsWithItsLease":   true,
+	"SlotsEndWithTheirLease":             true,
+}
+
 // Run runs the whole contract suite against h.
 func Run(t *testing.T, h Harness) {
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+		t.Run(tc.name, func(t *testing.T) {
+			if waitsOnLeaseTime[tc.name] {
+				t.Parallel()
+			}
+			tc.run(t, h)
+		})
 	}
 }
 
