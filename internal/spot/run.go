@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/activationrun"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
@@ -19,16 +20,22 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// runner drives one machine of package activation on the calling
-// goroutine: it runs each effect, feeds its answer back, and when nothing
-// is left to run waits for the machine's next timer. It decides nothing;
-// every choice is the machine's. Store and node calls run under ctx
-// (except those documented with a timeout of their own).
+// runner hosts one machine of package activation on the calling
+// goroutine: activationrun decides the order of its effects, their
+// deadlines and its timers' turns; runner supplies the primitives. Every
+// primitive answers before it returns, so between effects the machine
+// only ever waits for a timer, which run waits for.
 type runner struct {
 	m      *Manager
 	ctx    context.Context
-	step   func(activation.Event) []activation.Effect
-	timers *timerSet
+	ar     *activationrun.Runner
+	timers *machine.Timers[activation.Timer]
+
+	// fires are the timers fired and not yet given to the interpreter,
+	// which drops those of an arming that no longer counts.
+	mu    sync.Mutex
+	fires []activationrun.Arming
+	wake  chan struct{}
 
 	// What a SpotActivation brings, for the effects that use it.
 	env   *messages.SpotActivation
@@ -44,57 +51,43 @@ type runner struct {
 	// unstoredRoot is the key of an inline root whose transaction was
 	// rolled back: nothing to delete.
 	unstoredRoot string
-
-	done bool
-	err  error
 }
 
+var _ activationrun.Env = (*runner)(nil)
+
 func (m *Manager) newRunner(ctx context.Context, step func(activation.Event) []activation.Effect) *runner {
-	return &runner{m: m, ctx: ctx, step: step, timers: newTimerSet(m.clock)}
+	r := &runner{m: m, ctx: ctx, timers: machine.NewTimers[activation.Timer](m.clock), wake: make(chan struct{}, 1)}
+	r.ar = activationrun.New(step, r)
+	return r
 }
 
 // run runs effects and everything they lead to until the machine emits
 // Finish, and returns its error.
 func (r *runner) run(effects []activation.Effect) error {
 	defer r.close()
-	var queue []activation.Event
-	for {
-		for _, e := range effects {
-			if ev := r.exec(e); ev != nil {
-				queue = append(queue, ev)
-			}
+	r.ar.Start(effects)
+	for !r.ar.Done() {
+		if !r.ar.Idle() {
+			panic("spot: a primitive of the activation runner did not answer")
 		}
-		if r.done {
-			return r.err
+		r.mu.Lock()
+		fires := r.fires
+		r.fires = nil
+		r.mu.Unlock()
+		if len(fires) == 0 {
+			<-r.wake
+			continue
 		}
-		if len(queue) == 0 {
-			t, ok := r.timers.next()
-			if !ok {
-				// A machine defect: no answer and no timer to wait for.
-				r.m.log.Error().Str("event", "spot_machine_stalled").Msg("a Spot machine waits for nothing")
-				return fmt.Errorf("%w: spot: a machine waits for nothing", roamerr.ErrUnavailable)
-			}
-			queue = append(queue, activation.TimerFired{Timer: t, Now: r.m.clock.Now()})
+		for _, a := range fires {
+			r.ar.Fire(a)
 		}
-		ev := queue[0]
-		queue = queue[1:]
-		effects = r.step(ev)
 	}
+	return r.ar.Err()
 }
 
-// storeCtx is the context of a store call: the machine's, or — for a call
-// that settles past the operation's deadline — one with a timeout of its
-// own (the machine bounds the settling itself).
-func (r *runner) storeCtx(settle bool) (context.Context, context.CancelFunc) {
-	if settle {
-		return machine.WithTimeout(context.Background(), r.m.clock, r.m.cfg.DefaultTimeout)
-	}
-	return r.ctx, func() {}
-}
-
-// close gives back what a machine that ended early still held.
+// close gives back what a machine that ended early (a panic) still held.
 func (r *runner) close() {
-	r.timers.stopAll()
+	r.timers.Close()
 	if r.releaseCapacity != nil {
 		r.releaseCapacity()
 		r.releaseCapacity = nil
@@ -105,170 +98,273 @@ func (r *runner) close() {
 	}
 }
 
-// exec runs one effect and returns its answer, if it has one.
-func (r *runner) exec(e activation.Effect) activation.Event {
-	m := r.m
-	switch e := e.(type) {
-	case activation.LockKey:
-		r.unlock = m.lockKey(e.SpotID)
-		return activation.KeyLocked{Now: m.clock.Now()}
-	case activation.UnlockKey:
-		if r.unlock != nil {
-			r.unlock()
-			r.unlock = nil
-		}
-	case activation.ReadAuthority:
-		a, err := m.readAuthority(r.ctx, e.SpotID)
-		auth := activation.Authority{Versioned: a.v, Address: a.address, OwnerEnded: a.ended}
-		if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
-			auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
-		}
-		return activation.AuthorityRead{Authority: auth, Err: err, Now: m.clock.Now()}
-	case activation.Watch:
-		err := m.watch(r.ctx, e.Key, e.After)
-		return activation.Watched{Err: err, Now: m.clock.Now()}
-	case activation.AdmitCapacity:
-		release, err := m.admitCapacity(r.ctx)
-		if err == nil {
-			r.releaseCapacity = release
-		}
-		return activation.CapacityAdmitted{Err: err}
-	case activation.ReleaseCapacity:
-		if r.releaseCapacity != nil {
-			r.releaseCapacity()
-			r.releaseCapacity = nil
-		}
-	case activation.PutRoot:
-		data, err := deterministic.Marshal(r.env)
-		if err != nil {
-			return activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)}
-		}
-		if m.rootsInline && len(data) <= location.MaxInlineRootBytes {
-			// The reservation's transaction stores it (Reserve): the
-			// machine's next effect, and the only one that needs it.
-			r.inlineRoot = &inlineRoot{key: e.RootKey, data: data}
-			return activation.RootPut{Ref: location.NewRootRef(e.RootKey, data)}
-		}
-		ref, err := m.roots.PutRoot(r.ctx, e.RootKey, data)
-		return activation.RootPut{Ref: ref, Err: err}
-	case activation.GetRoot:
-		data, ref, err := m.roots.GetRoot(r.ctx, e.RootKey)
-		got := activation.RootGot{Ref: ref, Err: err}
-		if err == nil {
-			orig := &messages.SpotActivation{}
-			if err := proto.Unmarshal(data, orig); err != nil {
-				got.DecodeErr = err
-			} else {
-				got.Operation = orig.GetOperationId()
-				got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
-				got.First = withoutNotice(got.First)
-			}
-		}
-		return got
-	case activation.Reserve:
-		vers, err := r.reserve(e)
-		ans := activation.WriteAnswered{Err: err, Now: m.clock.Now()}
-		if err == nil {
-			ans.Version = vers[0]
-		}
-		return ans
-	case activation.CompareAndSet:
-		ctx, cancel := r.storeCtx(e.Settle)
-		defer cancel()
-		var v location.StoreVersion
-		vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
-		if err == nil {
-			v = vers[0]
-		}
-		return activation.WriteAnswered{Version: v, Err: err, Now: m.clock.Now()}
-	case activation.ReadRecord:
-		ctx, cancel := r.storeCtx(e.Settle)
-		defer cancel()
-		v, err := m.store.Read(ctx, e.Key)
-		return activation.RecordRead{Record: v, Err: err, Now: m.clock.Now()}
-	case activation.AbortReservation:
-		ctx, cancel := machine.WithTimeout(context.Background(), m.clock, m.cfg.DefaultTimeout)
-		defer cancel()
-		return activation.AbortAnswered{Err: m.deleteRecord(ctx, e.Key, e.Version, e.Record)}
-	case activation.Delete:
-		return activation.Deleted{Err: m.deleteRecord(r.ctx, e.Key, e.Version, e.Record), Now: m.clock.Now()}
-	case activation.DeleteRoot:
-		if e.RootKey == r.unstoredRoot {
-			r.unstoredRoot = ""
-			break
-		}
-		m.deleteRoot(e.RootKey)
-	case activation.ReadOwner:
-		_, alive, err := m.ownerAddress(r.ctx, e.Owner)
-		return activation.OwnerRead{Alive: alive, Err: err}
-	case activation.ClaimCheckpoint:
-		state, restore, err := m.d.ClaimCheckpoint(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
-		return activation.CheckpointClaimed{State: state, Restore: restore, Err: err}
-	case activation.Stage:
-		r.stagedAt = m.clock.Now()
-		staged, err := m.d.Stage(r.ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
-		r.staged = staged
-		if err == nil && e.Restore {
-			if err = staged.Restore(r.ctx, e.State); err != nil {
-				m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
-					Msg("the kind's state adapter refused the Spot's last checkpoint; the Spot does not start without it")
-				err = fmt.Errorf("%w: restore the Spot's last checkpoint: %w", roamerr.ErrUnavailable, err)
-			}
-		}
-		return activation.Staged{Err: err}
-	case activation.DiscardStaged:
-		if r.staged != nil {
-			r.staged.Discard()
-			r.staged = nil
-		}
-	case activation.Open:
-		key, op, rootKey, committed := e.Key, e.FirstOperation, e.RootKey, e.Committed
-		var afterFirst func(settled func(pointerGone bool))
-		if op != "" { // a recovery from a checkpoint has no first message, and no pointer
-			afterFirst = func(settled func(pointerGone bool)) {
-				go func() {
-					// The incarnation dispatches again; a move may start unless
-					// a close is releasing the record with its pointer.
-					settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
-				}()
-			}
-		}
-		err := r.staged.Open(r.ctx, e.Messages, op, afterFirst)
-		return activation.Opened{Err: err}
-	case activation.Forward:
-		m.sys.Root.Send(relocation.ObjectPID(e.Address, e.Key, e.Record), r.first)
-	case activation.PassOn:
-		return activation.PassedOn{OK: m.passOn(r.ctx, r.env)}
-	case activation.RespondFailure:
-		if to := relocation.ReplyRoute(r.env.GetFirst()); to != nil {
-			relocation.RespondFailure(m.sys, to, r.env.GetFirst(), r.env.GetSpotId(), e.Err)
-		}
-	case activation.CloseLocal:
-		return activation.LocalClosed{Err: m.d.CloseLocal(r.ctx, e.Key, e.Generation)}
-	case activation.DropRoute:
-		m.cache.drop(e.SpotID)
-	case activation.Measure:
-		m.met.operation("activate", e.Outcome)
-		if e.Activated {
-			m.met.activated(machine.Since(m.clock, r.stagedAt))
-		}
-	case activation.Log:
-		m.logEffect(e)
-	case activation.StartTimer:
-		d := e.After
-		if !e.At.IsZero() {
-			d = machine.Until(m.clock, e.At)
-		}
-		r.timers.start(e.Timer, d)
-	case activation.StopTimer:
-		r.timers.stop(e.Timer)
-	case activation.Finish:
-		r.done, r.err = true, e.Err
-	default:
-		panic(fmt.Sprintf("spot: no driver for effect %T", e))
+// ctxFor is the context of a store call: the machine's, or — for a call
+// that settles past the operation's deadline — one with a timeout of its
+// own (the machine bounds the settling itself).
+func (r *runner) ctxFor(d activationrun.Deadline) (context.Context, context.CancelFunc) {
+	if d == activationrun.OwnTimeout {
+		return machine.WithTimeout(context.Background(), r.m.clock, r.m.cfg.DefaultTimeout)
 	}
-	return nil
+	return r.ctx, func() {}
 }
+
+func (r *runner) answer(ev activation.Event) { r.ar.Answer(ev) }
+
+func (r *runner) Gone() bool                                    { return false }
+func (r *runner) Stepped(activation.Event, []activation.Effect) {}
+func (r *runner) Before(activation.Effect)                      {}
+func (r *runner) Now() time.Time                                { return r.m.clock.Now() }
+
+func (r *runner) Lock(spotID string) {
+	r.unlock = r.m.lockKey(spotID)
+	r.answer(activation.KeyLocked{Now: r.m.clock.Now()})
+}
+
+func (r *runner) Unlock() {
+	if r.unlock != nil {
+		r.unlock()
+		r.unlock = nil
+	}
+}
+
+func (r *runner) ReadAuthority(spotID string, d activationrun.Deadline) {
+	m := r.m
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	a, err := m.readAuthority(ctx, spotID)
+	auth := activation.Authority{Versioned: a.v, Address: a.address, OwnerEnded: a.ended}
+	if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
+		auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
+	}
+	r.answer(activation.AuthorityRead{Authority: auth, Err: err, Now: m.clock.Now()})
+}
+
+func (r *runner) Watch(key location.AuthorityKey, after location.StoreVersion, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	err := r.m.watch(ctx, key, after)
+	r.answer(activation.Watched{Err: err, Now: r.m.clock.Now()})
+}
+
+func (r *runner) AdmitCapacity(d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	release, err := r.m.admitCapacity(ctx)
+	if err == nil {
+		r.releaseCapacity = release
+	}
+	r.answer(activation.CapacityAdmitted{Err: err})
+}
+
+func (r *runner) ReleaseCapacity() {
+	if r.releaseCapacity != nil {
+		r.releaseCapacity()
+		r.releaseCapacity = nil
+	}
+}
+
+func (r *runner) PutRoot(rootKey string, d activationrun.Deadline) {
+	m := r.m
+	data, err := deterministic.Marshal(r.env)
+	if err != nil {
+		r.answer(activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)})
+		return
+	}
+	if m.rootsInline && len(data) <= location.MaxInlineRootBytes {
+		// The reservation's transaction stores it (Reserve): the
+		// machine's next effect, and the only one that needs it.
+		r.inlineRoot = &inlineRoot{key: rootKey, data: data}
+		r.answer(activation.RootPut{Ref: location.NewRootRef(rootKey, data)})
+		return
+	}
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	ref, err := m.roots.PutRoot(ctx, rootKey, data)
+	r.answer(activation.RootPut{Ref: ref, Err: err})
+}
+
+func (r *runner) GetRoot(rootKey string, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	data, ref, err := r.m.roots.GetRoot(ctx, rootKey)
+	got := activation.RootGot{Ref: ref, Err: err}
+	if err == nil {
+		orig := &messages.SpotActivation{}
+		if err := proto.Unmarshal(data, orig); err != nil {
+			got.DecodeErr = err
+		} else {
+			got.Operation = orig.GetOperationId()
+			got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
+			got.First = withoutNotice(got.First)
+		}
+	}
+	r.answer(got)
+}
+
+func (r *runner) Reserve(e activation.Reserve, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	vers, err := r.reserve(ctx, e)
+	ans := activation.WriteAnswered{Err: err, Now: r.m.clock.Now()}
+	if err == nil {
+		ans.Version = vers[0]
+	}
+	r.answer(ans)
+}
+
+func (r *runner) CompareAndSet(e activation.CompareAndSet, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	var v location.StoreVersion
+	vers, err := r.m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
+	if err == nil {
+		v = vers[0]
+	}
+	r.answer(activation.WriteAnswered{Version: v, Err: err, Now: r.m.clock.Now()})
+}
+
+func (r *runner) ReadRecord(key location.AuthorityKey, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	v, err := r.m.store.Read(ctx, key)
+	r.answer(activation.RecordRead{Record: v, Err: err, Now: r.m.clock.Now()})
+}
+
+func (r *runner) AbortReservation(e activation.AbortReservation, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	r.answer(activation.AbortAnswered{Err: r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)})
+}
+
+func (r *runner) Delete(e activation.Delete, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	err := r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)
+	r.answer(activation.Deleted{Err: err, Now: r.m.clock.Now()})
+}
+
+// DeleteRoot runs under deleteRoot's own timeout, whatever d says.
+func (r *runner) DeleteRoot(rootKey string, _ activationrun.Deadline) {
+	if rootKey == r.unstoredRoot {
+		r.unstoredRoot = ""
+	} else {
+		r.m.deleteRoot(rootKey)
+	}
+	r.answer(nil)
+}
+
+func (r *runner) ReadOwner(owner *messages.Owner, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	_, alive, err := r.m.ownerAddress(ctx, owner)
+	r.answer(activation.OwnerRead{Alive: alive, Err: err})
+}
+
+func (r *runner) ClaimCheckpoint(e activation.ClaimCheckpoint, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	state, restore, err := r.m.d.ClaimCheckpoint(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+	r.answer(activation.CheckpointClaimed{State: state, Restore: restore, Err: err})
+}
+
+func (r *runner) Stage(e activation.Stage, d activationrun.Deadline) {
+	m := r.m
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	r.stagedAt = m.clock.Now()
+	staged, err := m.d.Stage(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+	r.staged = staged
+	if err == nil && e.Restore {
+		if err = staged.Restore(ctx, e.State); err != nil {
+			m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
+				Msg("the kind's state adapter refused the Spot's last checkpoint; the Spot does not start without it")
+			err = fmt.Errorf("%w: restore the Spot's last checkpoint: %w", roamerr.ErrUnavailable, err)
+		}
+	}
+	r.answer(activation.Staged{Err: err})
+}
+
+func (r *runner) DiscardStaged() {
+	if r.staged != nil {
+		r.staged.Discard()
+		r.staged = nil
+	}
+}
+
+func (r *runner) Open(e activation.Open, d activationrun.Deadline) {
+	m := r.m
+	key, op, rootKey, committed := e.Key, e.FirstOperation, e.RootKey, e.Committed
+	var afterFirst func(settled func(pointerGone bool))
+	if op != "" { // a recovery from a checkpoint has no first message, and no pointer
+		afterFirst = func(settled func(pointerGone bool)) {
+			go func() {
+				// The incarnation dispatches again; a move may start unless
+				// a close is releasing the record with its pointer.
+				settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
+			}()
+		}
+	}
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	err := r.staged.Open(ctx, e.Messages, op, afterFirst)
+	r.answer(activation.Opened{Err: err})
+}
+
+func (r *runner) PassOn(d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	r.answer(activation.PassedOn{OK: r.m.passOn(ctx, r.env)})
+}
+
+func (r *runner) CloseLocal(e activation.CloseLocal, d activationrun.Deadline) {
+	ctx, cancel := r.ctxFor(d)
+	defer cancel()
+	r.answer(activation.LocalClosed{Err: r.m.d.CloseLocal(ctx, e.Key, e.Generation)})
+}
+
+func (r *runner) Forward(e activation.Forward) {
+	r.m.sys.Root.Send(relocation.ObjectPID(e.Address, e.Key, e.Record), r.first)
+}
+
+func (r *runner) RespondFailure(err error) {
+	if to := relocation.ReplyRoute(r.env.GetFirst()); to != nil {
+		relocation.RespondFailure(r.m.sys, to, r.env.GetFirst(), r.env.GetSpotId(), err)
+	}
+}
+
+func (r *runner) DropRoute(spotID string) { r.m.cache.drop(spotID) }
+
+func (r *runner) Measure(e activation.Measure) {
+	r.m.met.operation("activate", e.Outcome)
+	if e.Activated {
+		r.m.met.activated(machine.Since(r.m.clock, r.stagedAt))
+	}
+}
+
+func (r *runner) Log(l activation.Log) { r.m.logEffect(l) }
+
+func (r *runner) Arm(a activationrun.Arming, after time.Duration, at time.Time) {
+	if !at.IsZero() {
+		after = machine.Until(r.m.clock, at)
+	}
+	r.timers.Arm(a.Timer, after, func() {
+		r.mu.Lock()
+		r.fires = append(r.fires, a)
+		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (r *runner) Stop(t activation.Timer) { r.timers.Cancel(t) }
+
+func (r *runner) Stalled() {
+	r.m.log.Error().Str("event", "spot_machine_stalled").Msg("a Spot machine waits for nothing")
+}
+
+func (r *runner) Done(error) {}
 
 // logEffect writes a machine's Log effect, leaving out empty fields.
 func (m *Manager) logEffect(l activation.Log) {
@@ -296,98 +392,10 @@ func (m *Manager) logEffect(l activation.Log) {
 	ev.Msg(l.Msg)
 }
 
-// timerSet runs one machine's named timers. A restarted or stopped
-// timer's fire that is already on its way is dropped, so the machine only
-// sees fires of the timers it is waiting for.
-type timerSet struct {
-	armed *machine.Timers[activation.Timer]
-	mu    sync.Mutex
-	// live are the timers started and not yet fired or stopped, by the
-	// arming's sequence number: a fire counts only for the arming it was
-	// made for, and moves from live to fired under one lock, so next never
-	// sees a timer in neither.
-	live  map[activation.Timer]uint64
-	seq   uint64
-	fired []activation.Timer
-	wake  chan struct{}
-}
-
-func newTimerSet(c machine.Clock) *timerSet {
-	return &timerSet{armed: machine.NewTimers[activation.Timer](c), live: map[activation.Timer]uint64{}, wake: make(chan struct{}, 1)}
-}
-
-func (s *timerSet) start(t activation.Timer, d time.Duration) {
-	s.mu.Lock()
-	s.stopLocked(t)
-	s.seq++
-	n := s.seq
-	s.live[t] = n
-	s.mu.Unlock()
-	s.armed.Arm(t, d, func() {
-		s.mu.Lock()
-		if s.live[t] != n {
-			s.mu.Unlock()
-			return
-		}
-		delete(s.live, t)
-		s.fired = append(s.fired, t)
-		s.mu.Unlock()
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	})
-}
-
-func (s *timerSet) stop(t activation.Timer) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopLocked(t)
-}
-
-// stopLocked cancels t, a fire of it not yet taken by next included.
-func (s *timerSet) stopLocked(t activation.Timer) {
-	s.armed.Cancel(t)
-	delete(s.live, t)
-	for i, f := range s.fired {
-		if f == t {
-			s.fired = append(s.fired[:i], s.fired[i+1:]...)
-			break
-		}
-	}
-}
-
-func (s *timerSet) stopAll() {
-	s.armed.Close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.live)
-	s.fired = nil
-}
-
-// next waits for the next fire; false if no timer runs.
-func (s *timerSet) next() (activation.Timer, bool) {
-	for {
-		s.mu.Lock()
-		if len(s.fired) > 0 {
-			t := s.fired[0]
-			s.fired = s.fired[1:]
-			s.mu.Unlock()
-			return t, true
-		}
-		running := len(s.live) > 0
-		s.mu.Unlock()
-		if !running {
-			return 0, false
-		}
-		<-s.wake
-	}
-}
-
 // reserve writes a reservation in one transaction with its check that
 // the ID is no User Spot, and with the recovery root the PutRoot before
 // it left to this transaction (docs/PROTOCOL.md §7.5 step 9).
-func (r *runner) reserve(e activation.Reserve) ([]location.StoreVersion, error) {
+func (r *runner) reserve(ctx context.Context, e activation.Reserve) ([]location.StoreVersion, error) {
 	m := r.m
 	op := location.CreateOp(e.Key, e.Record)
 	if e.Expected != 0 {
@@ -397,10 +405,10 @@ func (r *runner) reserve(e activation.Reserve) ([]location.StoreVersion, error) 
 	root := r.inlineRoot
 	r.inlineRoot = nil
 	if root == nil {
-		return m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+		return m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
 	}
 	slot := e.Record.GetCapacitySlot()
-	vers, err := m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
+	vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
 	var c *location.ConflictError
 	if !errors.As(err, &c) || !slices.Contains(c.FailedOps, len(ops)) {
 		if c != nil {
@@ -414,11 +422,11 @@ func (r *runner) reserve(e activation.Reserve) ([]location.StoreVersion, error) 
 	// A root under the key already: an earlier attempt's, whose delete
 	// failed. PutRoot takes identical bytes as stored; then the
 	// reservation alone, as the conflict left it (nothing was applied).
-	if _, err := m.roots.PutRoot(r.ctx, root.key, root.data); err != nil {
+	if _, err := m.roots.PutRoot(ctx, root.key, root.data); err != nil {
 		return nil, err
 	}
 	e.Record.CapacitySlot = slot
-	return m.applyHolding(r.ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+	return m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
 }
 
 // inlineRoot is a recovery root waiting for the reservation's

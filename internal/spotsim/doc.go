@@ -2,7 +2,7 @@
 // lifecycle per Spot ID as roam composes it: the pure machines of
 // internal/activation (Activation with its recovery and resumption,
 // the Write that settles an indeterminate answer, Clear, Release) driven
-// the way spot's runner drives them, on three nodes, against a
+// by spot's own effect interpreter, on three nodes, against a
 // store model of the Spot authority records, with clients that call Spots
 // by ID — all on one logical clock, every choice drawn from one PCG seed,
 // so a seed replays a schedule step for step (make sim-spot SEED=<n>
@@ -11,15 +11,13 @@
 //
 // What it models, and where each rule comes from:
 //
-//   - The runner (run.go): each effect of a step runs to its end (a store
-//     call, a lock wait) before the next; answers are fed back in order;
-//     the machine's next timer is only waited for when no answer is left,
-//     and a timer that fires meanwhile waits its turn; store calls run
-//     under the runner's context deadline (the activation's deadline, a
-//     Clear's ClearFor, a Release's ReleaseFor, the scan's minute), except
-//     an abort and a root deletion, which have a timeout of their own
-//     (Manager DefaultTimeout); on Finish the runner gives back what the
-//     machine still holds. An effect the model does not know panics.
+//   - The runner: not modelled. Each machine runs on the driver's own
+//     interpreter, internal/activation/activationrun (the order of its
+//     effects, its answers and timers, each call's deadline, what it gives
+//     back on Finish); machineenv.go supplies this world's primitives,
+//     with the operation's deadline being the activation's deadline, a
+//     Clear's ClearFor, a Release's ReleaseFor or the scan's minute, and a
+//     timeout of its own being Config.CallTimeout.
 //   - The Spot service (manager.go, activate.go): SpotActivations (number
 //     39 in docs/PROTOCOL.md §8, hence cmd39 in the names here) queue per
 //     Spot ID and run one at a time in arrival order (enqueueActivation);
