@@ -117,6 +117,7 @@ func TestBoundaryBatchReachesATargetThatFellBackDuringALongCut(t *testing.T) {
 	testwait.For(t, func() bool { return ledgerStats(t, b, key).Count[0] == total }, "the boundary batch never reached the target")
 	l := ledgerStats(t, b, key)
 	require.Zero(t, l.DupSends, "a record was taken twice")
+	require.Empty(t, l.Gaps[0], "a record was never taken")
 	require.Equal(t, total/2, batch.records(), "the second half travelled in the boundary batch, after the cut healed")
 }
 

@@ -25,34 +25,63 @@ import (
 )
 
 // ledger records what it handled: per sender the last sequence number and
-// the count, order violations, and request ids seen twice.
+// the count, order violations, sends and request ids seen twice. A send
+// that comes after a later one of its sender is out of order, not twice:
+// Gaps keeps the numbers skipped so far, so that one arriving late is told
+// from one handled again (the cutover-timeout path may deliver late
+// records out of order, never twice: PROTOCOL.md §5.10).
 type ledger struct {
-	Last     map[uint32]uint32 `json:"last"`
-	Count    map[uint32]uint32 `json:"count"`
-	Disorder int               `json:"disorder"`
-	DupSends int               `json:"dup_sends"`
-	Requests map[uint64]bool   `json:"requests"`
-	DupReqs  int               `json:"dup_reqs"`
+	Last     map[uint32]uint32   `json:"last"`
+	Count    map[uint32]uint32   `json:"count"`
+	Gaps     map[uint32][]uint32 `json:"gaps,omitempty"`
+	Disorder int                 `json:"disorder"`
+	DupSends int                 `json:"dup_sends"`
+	Requests map[uint64]bool     `json:"requests"`
+	DupReqs  int                 `json:"dup_reqs"`
 }
 
 func newLedger() *ledger {
-	return &ledger{Last: map[uint32]uint32{}, Count: map[uint32]uint32{}, Requests: map[uint64]bool{}}
+	return &ledger{Last: map[uint32]uint32{}, Count: map[uint32]uint32{}, Gaps: map[uint32][]uint32{}, Requests: map[uint64]bool{}}
+}
+
+// send counts one numbered send of sender.
+func (l *ledger) send(sender, seq uint32) {
+	switch last := l.Last[sender]; {
+	case seq <= last && l.late(sender, seq):
+		l.Disorder++
+	case seq <= last:
+		l.DupSends++
+	case seq != last+1:
+		l.Disorder++
+		if l.Gaps == nil {
+			l.Gaps = map[uint32][]uint32{}
+		}
+		for g := last + 1; g < seq; g++ {
+			l.Gaps[sender] = append(l.Gaps[sender], g)
+		}
+	}
+	if seq > l.Last[sender] {
+		l.Last[sender] = seq
+	}
+	l.Count[sender]++
+}
+
+// late reports whether seq was skipped before (and is no longer).
+func (l *ledger) late(sender, seq uint32) bool {
+	gaps := l.Gaps[sender]
+	for i, g := range gaps {
+		if g == seq {
+			l.Gaps[sender] = append(gaps[:i:i], gaps[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 func (l *ledger) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *wrapperspb.Int64Value: // a numbered send: sender<<32 | seq
-		sender, seq := uint32(uint64(m.Value)>>32), uint32(m.Value)
-		switch {
-		case seq <= l.Last[sender]:
-			l.DupSends++
-		case seq != l.Last[sender]+1:
-			l.Disorder++
-		}
-		if seq > l.Last[sender] {
-			l.Last[sender] = seq
-		}
-		l.Count[sender]++
+		l.send(uint32(uint64(m.Value)>>32), uint32(m.Value))
 	case *wrapperspb.UInt64Value: // a numbered request
 		if l.Requests[m.Value] {
 			l.DupReqs++
@@ -265,4 +294,18 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 		}
 	}
 	t.Logf("%d moves, %d requests", done, requests.Load())
+}
+
+// The ledger tells a send handled again from one that came late.
+func TestLedgerTellsLateFromTwice(t *testing.T) {
+	l := newLedger()
+	for _, seq := range []uint32{1, 2, 4, 3} {
+		l.send(0, seq)
+	}
+	require.Equal(t, 2, l.Disorder, "4 skipped 3, and 3 came late")
+	require.Zero(t, l.DupSends)
+	require.Empty(t, l.Gaps[0])
+	l.send(0, 3)
+	l.send(0, 4)
+	require.Equal(t, 2, l.DupSends, "3 and 4 were handled twice")
 }
