@@ -2,6 +2,7 @@ package roam_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/roamactors/roam"
 	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // handledLog is what a sequenced Spot handled, in handling order, over
@@ -55,7 +57,12 @@ func (s *sequenced) RestoreState([]byte) error     { return nil }
 // handled once, and each caller's messages in the order it sent them:
 // its sends before its next request too, whether they followed the old
 // route, went past the follow hop limit, or waited for a route's drain.
-// Bounded by the number of messages, not by time.
+// Bounded by the number of messages, not by time. On a machine starved of
+// CPU a node's 2 s lease may end meanwhile: its lifecycle ends, and with it
+// what the Spot held there (docs/FAULTS.md). A caller then gets a typed
+// Unavailable and stops; what it sent up to its last answered request was
+// still handled once and in order, and nothing after what it sent last.
+// An Unavailable while every lifecycle lasted fails the test.
 // Reference: docs/PROTOCOL.md §7.8, §5.14 (order per sender).
 func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 	const callers, perCaller = 2, 3000
@@ -75,6 +82,10 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	rids := []string{a.NodeRid(), b.NodeRid(), c.NodeRid()}
+	lifecyclesLasted := func() bool {
+		return a.NodeRid() == rids[0] && b.NodeRid() == rids[1] && c.NodeRid() == rids[2]
+	}
 	stop := make(chan struct{})
 	var moves atomic.Int64
 	var movers sync.WaitGroup
@@ -95,6 +106,8 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 		}()
 	}
 	errs := make([]error, callers)
+	answered := make([]int, callers) // the last request answered
+	sent := make([]int, callers)     // the last message sent, answered or not
 	var wg sync.WaitGroup
 	for k := range callers {
 		wg.Add(1)
@@ -102,8 +115,10 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			defer wg.Done()
 			for seq := 1; seq <= perCaller; seq++ {
 				v := wrapperspb.String(fmt.Sprintf("c%d:%d", k, seq))
+				sent[k] = seq
 				var err error
-				if seq%5 == 0 || seq == perCaller {
+				request := seq%5 == 0 || seq == perCaller
+				if request {
 					_, err = c.Spots().Request(ctx, id, v)
 				} else {
 					err = c.Spots().Send(ctx, id, v)
@@ -112,6 +127,9 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 					errs[k] = fmt.Errorf("caller %d, message %d: %w", k, seq, err)
 					return
 				}
+				if request {
+					answered[k] = seq
+				}
 			}
 		}()
 	}
@@ -119,7 +137,12 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 	close(stop)
 	movers.Wait()
 	for _, err := range errs {
-		require.NoError(t, err)
+		if err != nil && (!errors.Is(err, roamerr.ErrUnavailable) || lifecyclesLasted()) {
+			require.NoError(t, err, "every lifecycle lasted")
+		}
+		if err != nil {
+			t.Logf("a lifecycle ended under load: %v", err)
+		}
 	}
 	t.Logf("%d moves", moves.Load())
 
@@ -136,10 +159,21 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 		}
 		k, _ := strconv.Atoi(kk)
 		n, _ := strconv.Atoi(seq)
-		require.Equal(t, next[k], n, "caller %d: message %d handled when %d was due (moves: %d)", k, n, next[k], moves.Load())
-		next[k]++
+		if next[k] <= answered[k] {
+			require.Equal(t, next[k], n, "caller %d: message %d handled when %d was due (moves: %d)", k, n, next[k], moves.Load())
+		} else {
+			// Past its last answered request, a caller whose Spot's
+			// lifecycle ended may have lost what that lifecycle held, but
+			// nothing comes twice or out of order.
+			require.GreaterOrEqual(t, n, next[k], "caller %d: message %d handled again or out of order (moves: %d)", k, n, moves.Load())
+			require.LessOrEqual(t, n, sent[k], "caller %d: message %d handled but never sent", k, n)
+		}
+		next[k] = n + 1
 	}
 	for k := range next {
-		require.Equal(t, perCaller+1, next[k], "caller %d: every message handled", k)
+		require.Greater(t, next[k], answered[k], "caller %d: every message up to its last answered request handled", k)
+		if errs[k] == nil {
+			require.Equal(t, perCaller+1, next[k], "caller %d: every message handled", k)
+		}
 	}
 }
