@@ -10,9 +10,9 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -151,41 +151,18 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		*route = "store"
 	}
 	op := newOperationID()
-	switch {
-	case a.ready() && !a.ended:
-		if err := c.checkExisting(a); err != nil {
-			return nil, err
-		}
+	in := spotcall.Intent{SpotID: c.spotID, Instance: c.instance, StableType: c.instanceType, Mesh: c.mesh}
+	p, err := spotcall.Route(in, spotcall.Found{V: a.v, Ended: a.ended}, c.m.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	switch p.Way {
+	case spotcall.Deliver:
 		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op, sent)
-	case a.missing():
-		if !c.instance {
-			return nil, fmt.Errorf("%w: Spot %q has no Ready authority", roamerr.ErrNotFound, c.spotID)
-		}
-		return c.activate(ctx, ahead, op, c.mesh, c.instanceType, false)
-	case a.ended || activation.Abandoned(a.v.Record, c.m.clock.Now()):
-		// An Instance Spot whose owner ended (or whose activation was
-		// abandoned) is reactivated on a live node of its stored Mesh with
-		// its stored type (PROTOCOL.md §7.10); a User Spot is not.
-		if !c.instance {
-			return nil, fmt.Errorf("%w: the owner of Spot %q has ended", roamerr.ErrUnavailable, c.spotID)
-		}
-		if err := c.checkExisting(a); err != nil {
-			return nil, err
-		}
-		return c.activate(ctx, ahead, op, a.v.Record.GetOwner().GetMesh(), a.v.Record.GetStableType(), true)
-	default: // Creating or Closing with a live owner
-		if !c.instance {
-			return nil, fmt.Errorf("%w: Spot %q has no Ready authority (%s)", roamerr.ErrNotFound, c.spotID, a.v.Record.GetState())
-		}
-		if err := c.checkExisting(a); err != nil {
-			return nil, err
-		}
-		// The owner finishing the activation (or close) decides; it waits
-		// for the outcome and delivers the first message exactly once.
-		return c.sendActivation(ctx, op, a.address, a.v.Record.GetOwner(), &messages.SpotActivation{
-			TargetMesh: a.v.Record.GetOwner().GetMesh(), TargetNodeRid: a.v.Record.GetOwner().GetNodeRid(),
-			TargetNodeGeneration: a.v.Record.GetOwner().GetNodeGeneration(), StableType: a.v.Record.GetStableType(),
-		})
+	case spotcall.Place, spotcall.Reactivate:
+		return c.activate(ctx, ahead, op, p)
+	default: // spotcall.ToOwner
+		return c.sendActivation(ctx, op, a.address, a.v.Record.GetOwner(), spotcall.OwnersActivation(a.v.Record))
 	}
 }
 
@@ -273,22 +250,6 @@ func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a au
 	return a, sent, drained, nil
 }
 
-// checkExisting: Instance intent to a User Spot, or naming another stable
-// type than the stored one, is a TypeMismatch (PROTOCOL.md §7.5 step 2).
-func (c *Call) checkExisting(a authority) error {
-	if !c.instance {
-		return nil
-	}
-	r := a.v.Record
-	if a.v.Key.Kind != location.KindInstanceSpot {
-		return fmt.Errorf("%w: Spot %q is a %s, not an Instance Spot", roamerr.ErrTypeMismatch, c.spotID, r.GetSpotKind())
-	}
-	if c.instanceType != "" && c.instanceType != r.GetStableType() {
-		return fmt.Errorf("%w: Spot %q has stable type %q, the call names %q", roamerr.ErrTypeMismatch, c.spotID, r.GetStableType(), c.instanceType)
-	}
-	return nil
-}
-
 // headers stamps the operation identity; a send's calling node (a
 // request's is its reply route's, Manager.OnFollow); and a request's
 // deadline: a request still queued when its caller has given up is
@@ -368,8 +329,7 @@ wait:
 		case <-tick:
 			tick = m.livenessTick()
 			if _, alive, lerr := m.ownerAddress(ctx, owner); ownerLeft(alive, lerr) {
-				m.cache.drop(c.spotID)
-				return nil, fmt.Errorf("%w: the owner of Spot %q left; the call may or may not have run", roamerr.ErrUnavailable, c.spotID)
+				return nil, c.ended(spotcall.OwnerLeft, notice, address, nil)
 			}
 			continue
 		case <-ctx.Done():
@@ -379,29 +339,25 @@ wait:
 			}
 			// The caller cancelled: the call ends now, its outcome
 			// unknown.
-			return nil, fmt.Errorf("%w: the call to Spot %q ended before its answer (%w); it may or may not have run", roamerr.ErrDeadlineExceeded, c.spotID, ctx.Err())
+			return nil, c.ended(spotcall.Cancelled, notice, address, ctx.Err())
 		case <-lost:
 			// Proto.Actor drops what was in flight on a lost connection
 			// (PROTOCOL.md §4.1); the call may or may not have run, and is
 			// not resent (PROTOCOL.md §7.4). It ends now instead of at its
 			// deadline.
-			m.cache.drop(c.spotID)
-			return nil, fmt.Errorf("%w: the connection to %s was lost; the call to Spot %q may or may not have run", roamerr.ErrUnavailable, address, c.spotID)
+			return nil, c.ended(spotcall.ConnectionLost, notice, address, nil)
 		}
 	}
 	switch {
 	case errors.Is(err, actor.ErrDeadLetter):
-		m.cache.drop(c.spotID)
-		return nil, fmt.Errorf("%w: the route to Spot %q is stale", roamerr.ErrStale, c.spotID)
-	case errors.Is(err, actor.ErrTimeout) && notice:
-		return nil, fmt.Errorf("%w: the send to Spot %q was not confirmed dispatched by its deadline; it may or may not run", roamerr.ErrDeadlineExceeded, c.spotID)
+		return nil, c.ended(spotcall.DeadLetter, notice, address, nil)
 	case errors.Is(err, actor.ErrTimeout):
-		return nil, fmt.Errorf("%w: no reply from Spot %q", roamerr.ErrDeadlineExceeded, c.spotID)
+		return nil, c.ended(spotcall.TimedOut, notice, address, nil)
 	case err != nil:
 		return nil, fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
 	}
 	if derr := relocation.DeliveryError(reply); derr != nil {
-		if errors.Is(derr, roamerr.ErrStale) || errors.Is(derr, roamerr.ErrUnavailable) || errors.Is(derr, roamerr.ErrTypeMismatch) {
+		if spotcall.Refused(derr) {
 			m.cache.drop(c.spotID)
 		}
 		return nil, derr
@@ -414,6 +370,16 @@ wait:
 		return nil, fmt.Errorf("%w: reply %T is not a protobuf message", roamerr.ErrTypeMismatch, reply)
 	}
 	return pm, nil
+}
+
+// ended is the error of a call whose wait ended by e, its route dropped
+// if that says the route is wrong.
+func (c *Call) ended(e spotcall.End, notice bool, address string, cause error) error {
+	err, drop := spotcall.Ended(c.spotID, e, notice, address, cause)
+	if drop {
+		c.m.cache.drop(c.spotID)
+	}
+	return err
 }
 
 // replyProcess is a call's reply address: the first message to it is the
@@ -458,37 +424,16 @@ func (m *Manager) livenessTick() <-chan struct{} {
 }
 
 // activate selects the target of a cold activation (PROTOCOL.md §7.5
-// steps 4–7) and sends it the activation envelope. The source writes nothing to
-// the store: only the target reserves.
-// ahead is the node listing started beside the authority read, if any.
-func (c *Call) activate(ctx context.Context, ahead *nodeList, op, mesh, stableType string, reactivation bool) (proto.Message, error) {
-	m := c.m
-	mesh, nodes, err := pickMesh(mesh, m.nodesOf(ctx, ahead, mesh))
+// steps 4–7) and sends it the activation envelope. The source writes
+// nothing to the store: only the target reserves. ahead is the node
+// listing started beside the authority read, if any.
+func (c *Call) activate(ctx context.Context, ahead *nodeList, op string, p spotcall.Plan) (proto.Message, error) {
+	l := c.m.nodesOf(ctx, ahead, p.Mesh)
+	target, act, err := spotcall.Target(p, c.spotID, l.nodes, l.err)
 	if err != nil {
-		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
-			// The Spot's stored Mesh has no live node right now (every
-			// lease ended, say, after a store outage; the nodes rejoin):
-			// transient, unlike a Mesh a caller named that nobody serves.
-			return nil, fmt.Errorf("%w: no live node of mesh %q to reactivate Spot %q (%v)", roamerr.ErrUnavailable, mesh, c.spotID, err)
-		}
 		return nil, err
 	}
-	if stableType, err = instanceType(nodes, stableType); err != nil {
-		if reactivation && errors.Is(err, roamerr.ErrNotFound) {
-			return nil, fmt.Errorf("%w: no live node hosts %q to reactivate Spot %q", roamerr.ErrUnavailable, stableType, c.spotID)
-		}
-		return nil, err
-	}
-	cands := candidates(nodes, stableType, true, c.spotID)
-	if len(cands) == 0 {
-		return nil, fmt.Errorf("%w: no serving node hosts Instance Spot type %q", roamerr.ErrUnavailable, stableType)
-	}
-	target := cands[0].Node
-	owner := location.OwnerOf(target)
-	return c.sendActivation(ctx, op, target.GetAddress(), owner, &messages.SpotActivation{
-		TargetMesh: mesh, TargetNodeRid: target.GetNodeRid(), TargetNodeGeneration: target.GetNodeGeneration(),
-		DescriptorVersion: uint64(cands[0].Version), StableType: stableType, SourceReadMissing: !reactivation,
-	})
+	return c.sendActivation(ctx, op, target.Node.GetAddress(), location.OwnerOf(target.Node), act)
 }
 
 // sendActivation completes and sends a SpotActivation (route kind 2) with the
@@ -496,13 +441,7 @@ func (c *Call) activate(ctx context.Context, ahead *nodeList, op, mesh, stableTy
 func (c *Call) sendActivation(ctx context.Context, op, address string, owner *messages.Owner, act *messages.SpotActivation) (proto.Message, error) {
 	m := c.m
 	dl, _ := ctx.Deadline()
-	act.OperationId = op
-	act.RouteKind = 2
-	act.SpotId = c.spotID
-	act.DeadlineUnixNanos = dl.UnixNano()
-	act.SourceNodeRid = m.desc.GetNodeRid()
-	act.SourceNodeGeneration = m.desc.GetNodeGeneration()
-	act.HasMetadata = true
+	spotcall.Complete(act, op, c.spotID, dl, m.desc.GetNodeRid(), m.desc.GetNodeGeneration())
 	send := func(env *actor.MessageEnvelope) {
 		first, err := relocation.ToWire(c.spotID, env)
 		if err != nil {

