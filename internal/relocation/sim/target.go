@@ -25,7 +25,8 @@ type TargetRun struct {
 	inc      *Inc
 	version  int
 	timers   map[handoff.Timer]uint64
-	relayed  []*Msg // relay records received (the machine's relay buffer, over-approximated)
+	verified *location.Versioned // the record VerifySource read, until a commit takes it
+	relayed  []*Msg              // relay records received (the machine's relay buffer, over-approximated)
 
 	dead      bool
 	completes int
@@ -112,9 +113,10 @@ func recordOf(r *location.Record, version uint64) Record {
 		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId()}
 }
 
-// verifySource is Driver.verifySource (target_run.go): the record must
+// verifySource is Driver.verifySource (admission.go): the record must
 // name the move's source at its fence; a read that fails is retried until
-// the restore deadline.
+// the restore deadline. A record that backs the move is kept for the
+// first commit attempt, as the driver keeps it.
 func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 	w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", id.RelocationID)}, t.deadline, func(res storeRes) {
 		if t.dead {
@@ -130,6 +132,11 @@ func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
 			}
 			return
 		}
-		w.stepTarget(t, handoff.SourceVerified{Err: id.JudgeSource(recordView(res.rec), 1)})
+		err := id.JudgeSource(recordView(res.rec), 1)
+		if err == nil {
+			v := versionedOf(location.Key(location.KindActor, t.obj.name()), res.rec)
+			t.verified = &v
+		}
+		w.stepTarget(t, handoff.SourceVerified{Err: err})
 	})
 }

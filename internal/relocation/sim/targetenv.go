@@ -204,9 +204,14 @@ func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
 	}
 }
 
-// TakeVerified: the sim's VerifySource keeps no record, so every commit
-// reads.
-func (e targetEnv) TakeVerified() (location.Versioned, bool) { return location.Versioned{}, false }
+func (e targetEnv) TakeVerified() (location.Versioned, bool) {
+	v := e.t.verified
+	if v == nil {
+		return location.Versioned{}, false
+	}
+	e.t.verified = nil
+	return *v, true
+}
 
 // Commit runs the attempt against the simulated store, its calls ending
 // at the restore deadline (settling: a restore timeout from now).
