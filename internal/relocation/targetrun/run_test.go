@@ -38,6 +38,7 @@ type fakeEnv struct {
 	join    bool // the commit carries a Join
 	answers []func()
 	removed [][]string
+	failAt  int // Install of this participant fails (-1: none)
 }
 
 func (f *fakeEnv) call(format string, args ...any) {
@@ -47,27 +48,33 @@ func (f *fakeEnv) call(format string, args ...any) {
 func (f *fakeEnv) Gone() bool                              { return false }
 func (f *fakeEnv) Stepped(handoff.Event, []handoff.Effect) {}
 func (f *fakeEnv) Before(handoff.Effect)                   {}
-func (f *fakeEnv) Install(i int) error                     { f.call("install %d", i); return nil }
-func (f *fakeEnv) VerifySource()                           { f.call("verify") }
-func (f *fakeEnv) SendCredit(uint64)                       {}
-func (f *fakeEnv) SendFailed(e handoff.SendFailed)         { f.call("failed %s", e.Reason) }
-func (f *fakeEnv) SendRelayReady()                         { f.call("relay-ready") }
-func (f *fakeEnv) AckBoundary()                            { f.call("ack") }
-func (f *fakeEnv) SendOwnerCommitted()                     { f.call("owner-committed") }
-func (f *fakeEnv) UpdateSessionRoutes()                    { f.call("routes") }
-func (f *fakeEnv) Decode([]byte) ([]Work[string], error)   { f.call("decode"); return f.work, nil }
-func (f *fakeEnv) Restore(i int) error                     { f.call("restore %d", i); return nil }
-func (f *fakeEnv) IsJoinCallback(m string) bool            { return strings.HasPrefix(m, "join") }
-func (f *fakeEnv) Serving()                                { f.call("serving") }
-func (f *fakeEnv) Deliver(i int, m string)                 { f.call("deliver %d %s", i, m) }
-func (f *fakeEnv) StopIncarnation(i int)                   { f.call("stop %d", i) }
-func (f *fakeEnv) JoinRefused(*handoff.Commit)             { f.call("join refused") }
-func (f *fakeEnv) StartTimer(handoff.StartTimer)           {}
-func (f *fakeEnv) StopTimer(handoff.Timer)                 {}
-func (f *fakeEnv) StopTimers()                             { f.call("stop timers") }
-func (f *fakeEnv) Log(handoff.Log)                         {}
-func (f *fakeEnv) Complete(err error)                      { f.call("complete %v", err) }
-func (f *fakeEnv) Forgotten()                              { f.call("forgotten") }
+func (f *fakeEnv) Install(i int) error {
+	f.call("install %d", i)
+	if i == f.failAt {
+		return errors.New("no room")
+	}
+	return nil
+}
+func (f *fakeEnv) VerifySource()                         { f.call("verify") }
+func (f *fakeEnv) SendCredit(uint64)                     {}
+func (f *fakeEnv) SendFailed(e handoff.SendFailed)       { f.call("failed %s", e.Reason) }
+func (f *fakeEnv) SendRelayReady()                       { f.call("relay-ready") }
+func (f *fakeEnv) AckBoundary()                          { f.call("ack") }
+func (f *fakeEnv) SendOwnerCommitted()                   { f.call("owner-committed") }
+func (f *fakeEnv) UpdateSessionRoutes()                  { f.call("routes") }
+func (f *fakeEnv) Decode([]byte) ([]Work[string], error) { f.call("decode"); return f.work, nil }
+func (f *fakeEnv) Restore(i int) error                   { f.call("restore %d", i); return nil }
+func (f *fakeEnv) IsJoinCallback(m string) bool          { return strings.HasPrefix(m, "join") }
+func (f *fakeEnv) Serving()                              { f.call("serving") }
+func (f *fakeEnv) Deliver(i int, m string)               { f.call("deliver %d %s", i, m) }
+func (f *fakeEnv) StopIncarnation(i int)                 { f.call("stop %d", i) }
+func (f *fakeEnv) JoinRefused(*handoff.Commit)           { f.call("join refused") }
+func (f *fakeEnv) StartTimer(handoff.StartTimer)         {}
+func (f *fakeEnv) StopTimer(handoff.Timer)               {}
+func (f *fakeEnv) StopTimers()                           { f.call("stop timers") }
+func (f *fakeEnv) Log(handoff.Log)                       {}
+func (f *fakeEnv) Complete(err error)                    { f.call("complete %v", err) }
+func (f *fakeEnv) Forgotten()                            { f.call("forgotten") }
 
 func (f *fakeEnv) Problem(i int, event string, err error, _ string) {
 	f.call("problem %d %s %v", i, event, err)
@@ -180,7 +187,7 @@ func newRun(t *testing.T, parts int) (*Run[string], *fakeEnv, []envelope.Chunk) 
 	t.Helper()
 	m, chunks, err := envelope.Split(make([]byte, 300), 100)
 	require.NoError(t, err)
-	f := &fakeEnv{rec: atSource()}
+	f := &fakeEnv{rec: atSource(), failAt: -1}
 	tg, effects := handoff.NewTarget(testID, handoff.DefaultConfig(), handoff.PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
 	f.run = New[string](tg, f, parts)
 	f.run.Run(effects)
@@ -399,4 +406,19 @@ func TestLateRecordGoesToItsParticipant(t *testing.T) {
 	f.calls = nil
 	r.Step(handoff.RelayRecordReceived{Index: 1, Record: []byte("x"), Item: "1:x"})
 	require.Equal(t, []string{"deliver 1 x"}, f.calls)
+}
+
+// The events effects produce are fed after every effect of their round:
+// an install that fails removes the move only after the rest of the
+// prepare's effects ran (VerifySource among them), and stops at the first
+// participant that failed.
+func TestEffectsOfARoundRunBeforeItsEvents(t *testing.T) {
+	m, _, err := envelope.Split(make([]byte, 300), 100)
+	require.NoError(t, err)
+	f := &fakeEnv{rec: atSource(), failAt: 1}
+	tg, effects := handoff.NewTarget(testID, handoff.DefaultConfig(), handoff.PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
+	f.run = New[string](tg, f, 3)
+	f.run.Run(effects)
+	require.Equal(t, []string{"install 0", "install 1", "verify", "failed FAILURE_REASON_RESTORE_FAILED", "remove 0", "remove 1", "remove 2"}, f.calls[:7])
+	require.Equal(t, handoff.TargetRemoved, tg.Phase())
 }
