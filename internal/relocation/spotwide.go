@@ -158,21 +158,12 @@ func (d *Driver) verifyMembers(ctx context.Context, t *targetRun, spot *location
 	return c.VerifyMembers(spot, vs, d.slots.Bounded())
 }
 
-// openMembers splits a SpotWide move's relay by participant, gives each
-// member its backlog, and opens the members' queues only once the Spot's
+// openMembers gives each member its backlog (backlogs, in participant
+// order), and opens the members' queues only once the Spot's
 // RelocationReady callback, if it has one, ran on its goroutine — which it
 // does before any message of the Spot's own backlog (PROTOCOL.md §5.15,
-// ApplicationSignaled). It returns the Spot's own share of the relay.
-func (d *Driver) openMembers(t *targetRun, relay []any) []any {
-	own := relay[:0:0]
-	for _, item := range relay {
-		if pi, ok := item.(partItem); ok {
-			m := t.members[pi.participant-2]
-			m.saved = append(m.saved, pi.msg)
-			continue
-		}
-		own = append(own, item)
-	}
+// ApplicationSignaled).
+func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 	keys := make([]location.AuthorityKey, len(t.members))
 	opening := make(chan struct{})
 	for i, m := range t.members {
@@ -184,11 +175,11 @@ func (d *Driver) openMembers(t *targetRun, relay []any) []any {
 		m.obj.opening = opening
 	}
 	open := func() {
-		for _, m := range t.members {
-			if err := m.obj.mb.OpenWith(m.saved); err != nil {
+		for i, m := range t.members {
+			if err := m.obj.mb.OpenWith(backlogs[i]); err != nil {
 				d.log.Error().Str("event", "open_failed").Str("object_id", m.key.ID).Err(err).Msg("opening dispatch failed")
 			}
-			m.saved, m.obj.opening = nil, nil
+			m.obj.opening = nil
 			d.nowServing(m.obj)
 			if m.obj.cp != nil {
 				_ = m.obj.mb.Do(m.obj.markDirty)
@@ -206,5 +197,4 @@ func (d *Driver) openMembers(t *targetRun, relay []any) []any {
 	if err != nil {
 		open()
 	}
-	return own
 }

@@ -24,16 +24,17 @@
 //     Discard with its ordering rules, the application instance (dropped by
 //     CloseOut; a dispatch without it is a silent drop) and its state: the
 //     length of the object's history it has handled.
-//   - The source side is not modelled: each move out of a node runs the
-//     driver's own interpreter (internal/relocation/sourcerun) over this
-//     world's primitives (sourceenv.go: the incarnation's mailbox modes,
+//   - Neither side of a move is modelled: each move out of a node runs the
+//     driver's own interpreter (internal/relocation/sourcerun), each move
+//     into one the driver's target interpreter
+//     (internal/relocation/targetrun), over this world's primitives
+//     (sourceenv.go, targetenv.go: the incarnation's mailbox modes,
 //     packets, store calls, scheduler timers; the checks at effects live
-//     there). The target's owner commit is the core's handoff.Commit, as in
-//     the driver. The rest of the driver is a model: the target's effects
-//     (target.go); Message Follow and the routes clients drop on a follow
-//     (Config.OnFollow); dead-lettered sends redelivered from the store
-//     (redeliver.go); a removed target's stub answering Unavailable for one
-//     follow period, then gone (dead letters).
+//     there). The rest of the driver is a model: admitting a prepare and
+//     VerifySource (target.go); Message Follow and the routes clients
+//     drop on a follow (Config.OnFollow); dead-lettered sends redelivered
+//     from the store (redeliver.go); a removed target's stub answering
+//     Unavailable for one follow period, then gone (dead letters).
 //   - Store: one record per object (version, owner node and generation,
 //     owner generation, object generation, RelocationId), CAS on the version,
 //     every write carrying the writer's lease check (location.Leased), a
@@ -64,10 +65,10 @@
 // defect still open is marked Known and counted by the random test (which
 // goes on finding others) while TestOpenDefects fails naming it.
 //
-// A new effect of the Source machine is interpreted in sourcerun, with
-// whatever primitive it needs added to sourcerun.Env (the driver's and
-// sourceEnv); a new target effect is modelled in targetEffect
-// (target.go). Either panics with its type name while unknown.
+// A new effect of either machine is interpreted in sourcerun or
+// targetrun, with whatever primitive it needs added to its Env (the
+// driver's and this world's). Either panics with its type name while
+// unknown.
 //
 // The harness is internal/simkit's: the logical clock and event queue,
 // the random source, the trace, the violations, the network's streams and

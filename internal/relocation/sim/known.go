@@ -87,7 +87,7 @@ var defects = simkit.Defects{
 		return count[handoff.Complete](eff) > 1
 	}},
 	// A driver rule (settle by a read); the driver now fences the move out
-	// when it settles (commitOwner, modelled by the store), so a late CAS
+	// when it settles (targetrun's settling commit), so a late CAS
 	// cannot apply.
 	{Name: KnownSettleRace, Seeds: []uint64{396}},
 	// Before the cutover, a record that moved on (neither at the source's

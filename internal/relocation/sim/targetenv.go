@@ -1,0 +1,355 @@
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/targetrun"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
+)
+
+// targetEnv is this world's primitives for a move's target interpreter
+// (targetrun.Env): the staged incarnation's mailbox modes, the network's
+// packets, the simulated store and the scheduler's timers. The
+// interpreter's choreography is the driver's own; the checks at effects
+// (completed-twice, fallback accounting, what a removed target drops)
+// live here, where the primitives see them. The sim moves one
+// participant, and models neither Joins nor capacity slots.
+type targetEnv struct{ t *TargetRun }
+
+var _ targetrun.Env[*Msg] = targetEnv{}
+
+func (e targetEnv) Gone() bool { return e.t.dead }
+
+func (e targetEnv) Stepped(ev handoff.Event, effects []handoff.Effect) {
+	t := e.t
+	if t.w.Tracing() {
+		t.w.tracef("%s tgt #%d %s → %s %s", t.node.name, t.mv.id, eventString(ev), t.m.Phase(), effectsString(effects))
+	}
+}
+
+func (e targetEnv) Before(eff handoff.Effect) { e.t.w.beforeTargetEffect(e.t, eff) }
+
+func (e targetEnv) Install(int) error {
+	t, n, w := e.t, e.t.node, e.t.w
+	key := incKey{obj: t.obj, ownerGen: t.newOwner}
+	if cur := n.incs[key]; cur != nil && !cur.stopped {
+		return fmt.Errorf("%w: install temporary queue: %s exists", errSim, cur)
+	}
+	inc := n.newInc(key, mStaging, sStaging)
+	inc.target = t
+	inc.closed = w.unavailableSink(inc, "the relocation target was removed before it opened")
+	t.inc = inc
+	return nil
+}
+
+func (e targetEnv) VerifySource() { e.t.w.verifySource(e.t, e.t.m.Identity()) }
+
+// SendCredit: the in-flight budget is not modelled; chunks are sent at
+// once.
+func (e targetEnv) SendCredit(uint64) {}
+
+func (e targetEnv) SendFailed(f handoff.SendFailed) {
+	t := e.t
+	t.node.send(t.source.idx, &packet{kind: pFailed, id: t.m.Identity(), reason: f.Reason, detail: f.Detail})
+}
+
+func (e targetEnv) SendRelayReady() {
+	t := e.t
+	t.mv.relayReadySent = true
+	t.node.send(t.source.idx, &packet{kind: pRelayReady, id: t.m.Identity()})
+}
+
+func (e targetEnv) AckBoundary() {
+	t := e.t
+	t.node.send(t.source.idx, &packet{kind: pBoundaryAck, id: t.m.Identity()})
+}
+
+// SendOwnerCommitted: the sim's sources watch the store.
+func (e targetEnv) SendOwnerCommitted() {}
+
+func (e targetEnv) UpdateSessionRoutes() { e.t.w.updateSessionRoutes(e.t) }
+
+// Decode reads the sim's payload: the move's RelocationId, the state's
+// version, and the saved work's message ids, in order.
+func (e targetEnv) Decode(b []byte) ([]targetrun.Work[*Msg], error) {
+	t, w := e.t, e.t.w
+	if len(b) < 20 || binary.BigEndian.Uint64(b) != t.m.Identity().RelocationID {
+		return nil, fmt.Errorf("%w: payload describes another move", errSim)
+	}
+	t.version = int(binary.BigEndian.Uint64(b[8:]))
+	k := int(binary.BigEndian.Uint32(b[16:]))
+	work := make([]targetrun.Work[*Msg], 0, k)
+	for i := 0; i < k; i++ {
+		m := w.msgs[binary.BigEndian.Uint64(b[20+8*i:])-1]
+		w.place(m, t.node)
+		work = append(work, targetrun.Work[*Msg]{Participant: 1, Order: uint64(i + 1), Msg: m, What: "saved work"})
+	}
+	return work, nil
+}
+
+// Restore: the state is restored on the object's goroutine; the answer
+// comes back to the driver later.
+func (e targetEnv) Restore(int) error {
+	t, w := e.t, e.t.w
+	if t.inc.mode == mClosed {
+		return fmt.Errorf("%w: restore: mailbox closed", errSim)
+	}
+	w.after(w.randDur(50*time.Microsecond, 2*time.Millisecond), "restored", func() { t.run.Restored(0, nil) })
+	return nil
+}
+
+func (e targetEnv) PartOf(item any) (int, *Msg) { return 0, item.(*Msg) }
+
+func (e targetEnv) JoinCallback(handoff.Committed) (*Msg, bool) { return nil, false }
+func (e targetEnv) IsJoinCallback(*Msg) bool                    { return false }
+func (e targetEnv) OpenMembers([][]*Msg)                        {}
+
+// Open switches the staged incarnation to dispatch. A fallback's relayed
+// messages, and what waits behind them, are exempt from the order checks
+// (they may be handled after later messages that took Message Follow).
+func (e targetEnv) Open(backlog []*Msg, relayed int, _ handoff.Committed) error {
+	t, w := e.t, e.t.w
+	inc := t.inc
+	if t.m.FellBack() {
+		w.stats.Fallbacks++
+		inc.fellBack = true
+		for _, m := range backlog[len(backlog)-relayed:] {
+			m.exempt = true
+		}
+		for _, m := range inc.queue {
+			m.exempt = true
+		}
+	}
+	if inc.mode != mStaging {
+		return fmt.Errorf("mode %s", incModeNames[inc.mode])
+	}
+	inc.inst, inc.version = true, t.version
+	return w.reopen(inc, mStaging, backlog)
+}
+
+func (e targetEnv) Serving() {
+	t, w := e.t, e.t.w
+	t.node.objects[t.obj] = t.inc
+	t.mv.opened = true
+	w.stats.Committed++
+	w.nowServing(t.inc)
+}
+
+func (e targetEnv) Deliver(_ int, m *Msg) {
+	t, w := e.t, e.t.w
+	m.exempt = true
+	if t.inc.stopped {
+		w.lostMsg(m, lossDeadLetter, "late relay record to a stopped incarnation")
+		return
+	}
+	w.post(t.inc, m)
+}
+
+// Remove closes the staged incarnation. The machine drops its relay
+// buffer and the restored saved work silently: the source's payload and
+// batch are the copies left, if it still holds them.
+func (e targetEnv) Remove(_ int, saved []*Msg) {
+	t, w, n := e.t, e.t.w, e.t.node
+	t.mv.targetRemoved = true
+	for _, m := range append(append([]*Msg(nil), saved...), t.relayed...) {
+		if m.at != n || m.handled > 0 || m.failed > 0 {
+			continue
+		}
+		r := t.mv.src
+		switch {
+		case r != nil && !r.dead && (containsMsg(r.part().Relayed, m) || containsMsg(r.part().Saved, m)):
+			m.at = r.node
+		case r != nil && r.dead:
+			w.lostMsg(m, r.node.downKind, "its source went down with its copy; the removed target discarded its own")
+		default:
+			w.lostMsg(m, lossTransit, "discarded by the removed target")
+		}
+	}
+	if inc := t.inc; inc != nil {
+		var held []*Msg
+		switch inc.mode {
+		case mStaging, mSealed, mRedirect:
+			held = inc.queue
+			inc.queue = nil
+			inc.sink = nil
+			w.setMode(inc, mClosed)
+		}
+		removed := w.unavailableSink(inc, "the relocation target was removed")
+		for _, m := range held {
+			removed(m)
+		}
+		inc.state = sEnded
+	}
+}
+
+func (e targetEnv) StopIncarnation(int) {
+	if inc := e.t.inc; inc != nil {
+		e.t.w.stopInc(inc)
+	}
+}
+
+// CommitPlan is the move's owner commit as the sim composes it: an Actor,
+// at object generation 1, with no Session binding, Join or slots.
+func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
+	t, n := e.t, e.t.node
+	return &handoff.Commit{
+		ID: t.m.Identity(), Key: location.Key(location.KindActor, t.obj.name()), Owner: &messages.Owner{NodeRid: n.name, NodeGeneration: n.gen},
+		NewOwnerGeneration: t.newOwner, ObjectGeneration: 1, SettleOnly: settleOnly, RestoreDeadline: t.w.wall(t.deadline),
+		Session: &messages.SessionBinding{}, IsEntrySpot: func(string) bool { return false },
+	}
+}
+
+func (e targetEnv) TakeVerified() (location.Versioned, bool) {
+	v := e.t.verified
+	if v == nil {
+		return location.Versioned{}, false
+	}
+	e.t.verified = nil
+	return *v, true
+}
+
+// Commit runs the attempt against the simulated store, its calls ending
+// at the restore deadline (settling: a restore timeout from now).
+// SabotageOpenWithoutCommit is a faulty store that answers the owner
+// change committed without writing it.
+func (e targetEnv) Commit(c *handoff.Commit, attempt func(targetrun.Store, func(handoff.Event, handoff.Committed))) {
+	t, w := e.t, e.t.w
+	done := func(ev handoff.Event, got handoff.Committed) { t.run.Answered(ev, got) }
+	if w.cfg.Sabotage == SabotageOpenWithoutCommit && !c.SettleOnly {
+		w.after(time.Millisecond, "sabotage", func() { done(handoff.StoreCommitted{}, handoff.Committed{}) })
+		return
+	}
+	why := "commit"
+	ctx := t.deadline
+	if c.SettleOnly {
+		why, ctx = "settle fence-out", w.Now()+w.cfg.RestoreTimeout
+	}
+	attempt(simStore{t: t, ctx: ctx, why: why}, done)
+}
+
+func (e targetEnv) JoinRefused(*handoff.Commit) {}
+
+func (e targetEnv) StartTimer(st handoff.StartTimer) {
+	t, w := e.t, e.t.w
+	at := w.Now() + st.After
+	if !st.At.IsZero() {
+		at = w.logical(st.At)
+	}
+	w.tok++
+	tok := w.tok
+	t.timers[st.Timer] = tok
+	w.at(at, "timer", func() {
+		if t.dead || t.timers[st.Timer] != tok {
+			return
+		}
+		delete(t.timers, st.Timer)
+		w.stepTarget(t, handoff.TimerFired{Timer: st.Timer})
+	})
+}
+
+func (e targetEnv) StopTimer(tm handoff.Timer) { delete(e.t.timers, tm) }
+func (e targetEnv) StopTimers()                { clear(e.t.timers) }
+func (e targetEnv) Log(handoff.Log)            {}
+
+func (e targetEnv) Problem(_ int, event string, err error, _ string) {
+	e.t.w.tracef("%s DRIVER ERROR %s: %v", e.t.node.name, event, err)
+}
+
+func (e targetEnv) Complete(err error) {
+	t := e.t
+	t.w.checkClass(t.mv.obj, t.mv.String()+" target", err)
+	t.completes++
+	if t.completes > 1 {
+		t.w.violateO(t.mv.obj, "completed-twice", "%s target completed %d times", t.mv, t.completes)
+	}
+	if err == nil {
+		t.mv.committed = true
+	}
+}
+
+func (e targetEnv) Forgotten() {
+	t, n := e.t, e.t.node
+	for i, x := range n.targets {
+		if x == t {
+			n.targets = append(n.targets[:i:i], n.targets[i+1:]...)
+			break
+		}
+	}
+}
+
+// simStore is a commit attempt's view of the simulated store: one record
+// per object, answers scheduled, errors classed as the driver's store
+// classes them (location's errors).
+type simStore struct {
+	t   *TargetRun
+	ctx time.Duration
+	why string
+}
+
+func (s simStore) Read(key location.AuthorityKey, answer func(location.Versioned, error)) {
+	t := s.t
+	t.w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("commit #%d", t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+		if res.err != errNone {
+			answer(location.Versioned{}, fmt.Errorf("%w: read: %s", errSim, res.err))
+			return
+		}
+		answer(versionedOf(key, res.rec), nil)
+	})
+}
+
+func (s simStore) ReadAll([]location.AuthorityKey, func([]location.Versioned, error)) {
+	panic("sim: the simulation's commits read no other records")
+}
+
+func (s simStore) CAS(op location.Op, answer func(error)) {
+	t := s.t
+	next := recordOf(op.Record, uint64(op.Version))
+	t.w.store.call(t.node, storeOp{kind: opCAS, obj: t.obj, expected: uint64(op.Version), next: next, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+		answer(writeError(op.Key, res))
+	})
+}
+
+func (s simStore) Apply([]location.Op, func(error)) {
+	panic("sim: the simulation's commits write one record")
+}
+
+// writeError is a simulated CAS answer as the Location Store classes it
+// (location's errors), worded as the sim's trace words it.
+func writeError(key location.AuthorityKey, res storeRes) error {
+	var class error
+	text := res.err.String()
+	switch res.err {
+	case errNone:
+		return nil
+	case errConflict:
+		class = &location.ConflictError{Op: "cas", Current: []location.Versioned{versionedOf(key, res.rec)}}
+	case errLeaseEnded:
+		class, text = location.ErrLeaseEnded, "lease ended"
+	case errIndeterminate:
+		class = location.ErrIndeterminate
+	case errDeadline:
+		class = context.DeadlineExceeded
+	}
+	return simWriteError{text: text, class: class}
+}
+
+// simWriteError is errSim, of class class (nil: none, the store was
+// unavailable).
+type simWriteError struct {
+	text  string
+	class error
+}
+
+func (e simWriteError) Error() string { return errSim.Error() + ": " + e.text }
+
+func (e simWriteError) Unwrap() []error {
+	if e.class == nil {
+		return []error{errSim}
+	}
+	return []error{errSim, e.class}
+}
