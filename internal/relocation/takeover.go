@@ -11,6 +11,7 @@ import (
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -256,7 +257,7 @@ func (d *Driver) claimUntil(key location.AuthorityKey, stableType string, genera
 		if err := d.Usable(); err != nil {
 			return nil, false, err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return nil, false, fmt.Errorf("%w: the node stopped while %s waited for its checkpoint", roamerr.ErrUnavailable, key)
 		}
 	}
@@ -369,7 +370,7 @@ func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) err
 		if err := d.Usable(); err != nil {
 			return err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return fmt.Errorf("%w: the node stopped", roamerr.ErrUnavailable)
 		}
 		// Read first: the write may have landed, and a write sent again
@@ -408,7 +409,7 @@ func (d *Driver) settleRead(ctx context.Context, key location.AuthorityKey) (loc
 		if err == nil || errors.Is(err, location.ErrNotFound) || ctx.Err() != nil {
 			return v, err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return v, err
 		}
 	}
