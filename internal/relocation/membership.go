@@ -13,6 +13,7 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -336,25 +337,16 @@ func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (loca
 	return v, true, nil
 }
 
-// admitJoin is the target User Spot's admission of a cross-node Join
-// (PROTOCOL.md §7.10), on the driver's goroutine before anything of the
-// move is installed: only an Actor joins, and only a User Spot
-// incarnation this node serves, at the generation named, not moving.
+// admitJoin runs admit.Join on the driver's goroutine, before anything of
+// the move is installed, with the User Spot as this node sees it.
 func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership) error {
-	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())
-	if key.Kind != location.KindActor || spotKey.Validate() != nil || meshnode.IsEntrySpotID(join.GetSpotId()) {
-		return fmt.Errorf("%w: only an Actor joins, and only a User Spot", roamerr.ErrInvalidOperation)
+	spot := admit.Spot{}
+	if obj := d.objects[location.Key(location.KindUserSpot, join.GetSpotId())]; obj != nil {
+		spot = admit.Spot{Here: true, Serving: obj.state == serving, Generation: obj.generation, Moving: obj.out != nil}
+	} else {
+		spot.Arriving = d.arriving(location.Key(location.KindUserSpot, join.GetSpotId())) != nil
 	}
-	obj := d.objects[spotKey]
-	switch {
-	case obj == nil && d.arriving(spotKey) != nil:
-		return fmt.Errorf("%w: User Spot %q is arriving on this node", roamerr.ErrUnavailable, join.GetSpotId())
-	case obj == nil || obj.state != serving || obj.generation != join.GetSpotGeneration():
-		return fmt.Errorf("%w: User Spot %q is not served on this node at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
-	case obj.out != nil:
-		return fmt.Errorf("%w: User Spot %q is moving", roamerr.ErrUnavailable, join.GetSpotId())
-	}
-	return nil
+	return admit.Join(key, join, spot, meshnode.IsEntrySpotID)
 }
 
 // JoinSpot makes the Actor key, owned by this node, a member of the User
