@@ -225,16 +225,17 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 			// The Spot's count moved (another member joined or left), or
 			// the record did: read both again.
 			cur, found, rerr := d.readActor(ctx, key)
-			switch {
-			case rerr != nil:
+			if rerr != nil {
 				err = rerr
-			case !found || cur.Record.GetObjectGeneration() != v.Record.GetObjectGeneration():
-				cancel()
-				return deleteResult{done: indeterminate}
-			case !activation.SameOwner(cur.Record.GetOwner(), d.owner()):
-				cancel()
-				return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
-			default:
+			} else {
+				switch handoff.DeleteReread(v, cur, found, d.owner()) {
+				case handoff.DeleteGone:
+					cancel()
+					return deleteResult{done: indeterminate}
+				case handoff.DeleteNotOurs:
+					cancel()
+					return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
+				}
 				v = cur
 			}
 		}
@@ -245,11 +246,10 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 			return deleteResult{done: true}
 		}
 		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
-		pause := handoff.RacePause(try, rand.IntN)
-		if !errors.Is(err, location.ErrConflict) {
+		pause, store := handoff.DeletePause(try, err, rand.IntN)
+		if store {
 			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
 				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
-			pause = handoff.StorePause(try + 1)
 		}
 		if !d.pauseUnlessStopped(pause) {
 			return deleteResult{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
@@ -383,13 +383,8 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 			return out, nil
 		}
 		sv, err := d.store.Read(ctx, spotKey)
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			return out, fmt.Errorf("%w: User Spot %q is gone", roamerr.ErrStale, join.GetSpotId())
-		case err != nil:
-			return out, roamerr.Keep(roamerr.ErrUnavailable, "read "+spotKey.String(), err)
-		case sv.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || sv.Record.GetObjectGeneration() != join.GetSpotGeneration():
-			return out, fmt.Errorf("%w: User Spot %q is not Ready at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
+		if err := handoff.JoinTarget(join, sv, err); err != nil {
+			return out, err
 		}
 		if owner := sv.Record.GetOwner().GetNodeRid(); owner != self {
 			return d.joinAcross(ctx, key, owner, join)
@@ -420,11 +415,8 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 			release()
 			return out, err
 		}
-		next := proto.Clone(v.Record).(*location.Record)
-		next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
-		spot := proto.Clone(sv.Record).(*location.Record)
-		spot.MemberCount++
-		_, err = d.store.Apply(ctx, append(leave, location.UpdateOp(key, v.Version, next), location.UpdateOp(spotKey, sv.Version, spot)))
+		ops, next := handoff.JoinOps(key, v, join, sv, leave)
+		_, err = d.store.Apply(ctx, ops)
 		if err == nil {
 			d.setMember(obj, next.Membership)
 			// After the commit, on the Actor's own queue, while no move of

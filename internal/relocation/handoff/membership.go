@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -81,4 +82,72 @@ func RacePause(try int, intN func(n int) int) time.Duration {
 // failed: 50 ms more each time, at most a second.
 func StorePause(try int) time.Duration {
 	return min(time.Second, time.Duration(try)*50*time.Millisecond)
+}
+
+// JoinTarget judges the record of the User Spot a Join names, read as sv
+// (err: the read's error): the Spot must be Ready at the generation join
+// names. Stale when it is gone or changed, Unavailable when the store
+// could not say.
+func JoinTarget(join *messages.Membership, sv location.Versioned, err error) error {
+	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())
+	switch {
+	case errors.Is(err, location.ErrNotFound):
+		return fmt.Errorf("%w: User Spot %q is gone", roamerr.ErrStale, join.GetSpotId())
+	case err != nil:
+		return roamerr.Keep(roamerr.ErrUnavailable, "read "+spotKey.String(), err)
+	case sv.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || sv.Record.GetObjectGeneration() != join.GetSpotGeneration():
+		return fmt.Errorf("%w: User Spot %q is not Ready at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
+	}
+	return nil
+}
+
+// JoinOps are the ops of a Join on the Spot's own node: the Actor key,
+// read as v, leaves what leave takes it off (LeaveOps) and becomes a
+// member of join, whose Spot's record, read as sv, counts one more; all
+// at the versions read. next is the Actor's record as written.
+func JoinOps(key location.AuthorityKey, v location.Versioned, join *messages.Membership, sv location.Versioned, leave []location.Op) (ops []location.Op, next *location.Record) {
+	next = proto.Clone(v.Record).(*location.Record)
+	next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
+	spot := proto.Clone(sv.Record).(*location.Record)
+	spot.MemberCount++
+	ops = append(append(ops, leave...), location.UpdateOp(key, v.Version, next),
+		location.UpdateOp(location.Key(location.KindUserSpot, join.GetSpotId()), sv.Version, spot))
+	return ops, next
+}
+
+// Reread is what a member's delete that lost a race does after reading
+// the Actor's record again.
+type Reread int
+
+const (
+	// DeleteAgain: the record is still this incarnation's, at a new
+	// version (its Spot's count or the record moved): delete it there.
+	DeleteAgain Reread = iota
+	// DeleteGone: no record, or another incarnation's (the ID spawned
+	// again): nothing of this one is left to delete.
+	DeleteGone
+	// DeleteNotOurs: another owner holds it now.
+	DeleteNotOurs
+)
+
+// DeleteReread judges the Actor's record read again as cur (found: there
+// is one) after the delete of v by owner lost a race.
+func DeleteReread(v, cur location.Versioned, found bool, owner *messages.Owner) Reread {
+	switch {
+	case !found || cur.Record.GetObjectGeneration() != v.Record.GetObjectGeneration():
+		return DeleteGone
+	case !activation.SameOwner(cur.Record.GetOwner(), owner):
+		return DeleteNotOurs
+	}
+	return DeleteAgain
+}
+
+// DeletePause is the pause before try (from 0) again of a member's delete
+// that failed with err: a lost race's (RacePause, drawn from intN), or a
+// failed store call's (StorePause; store is then true: worth a warning).
+func DeletePause(try int, err error, intN func(n int) int) (pause time.Duration, store bool) {
+	if errors.Is(err, location.ErrConflict) {
+		return RacePause(try, intN), false
+	}
+	return StorePause(try + 1), true
 }

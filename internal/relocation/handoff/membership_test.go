@@ -101,3 +101,67 @@ func TestRetryPauses(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, StorePause(10))
 	require.Equal(t, time.Second, StorePause(100), "at most a second")
 }
+
+// A Join needs its Spot Ready at the generation named; a Spot gone or
+// changed is Stale, a store that cannot say Unavailable.
+func TestJoinTarget(t *testing.T) {
+	join := &messages.Membership{SpotId: "room", SpotGeneration: 3}
+	ready := messages.LifecycleState_LIFECYCLE_STATE_READY
+	spot := func(state messages.LifecycleState, gen uint64) location.Versioned {
+		return location.Versioned{Version: 4, Record: &location.Record{State: state, ObjectGeneration: gen}}
+	}
+	require.NoError(t, JoinTarget(join, spot(ready, 3), nil))
+	require.ErrorIs(t, JoinTarget(join, location.Versioned{}, fmt.Errorf("read: %w", location.ErrNotFound)), roamerr.ErrStale, "gone")
+	require.ErrorIs(t, JoinTarget(join, spot(ready, 4), nil), roamerr.ErrStale, "created anew")
+	require.ErrorIs(t, JoinTarget(join, spot(messages.LifecycleState_LIFECYCLE_STATE_CLOSING, 3), nil), roamerr.ErrStale, "closing")
+	err := JoinTarget(join, location.Versioned{}, fmt.Errorf("read: %w", location.ErrIndeterminate))
+	require.ErrorIs(t, err, roamerr.ErrUnavailable)
+	require.NotErrorIs(t, err, roamerr.ErrStale)
+}
+
+// A Join on the Spot's node: the old Spot's count one less, the Actor's
+// membership and the new Spot's count one more, at the versions read.
+func TestJoinOps(t *testing.T) {
+	key := location.Key(location.KindActor, "a")
+	join := &messages.Membership{SpotId: "room", SpotGeneration: 3}
+	v := location.Versioned{Version: 7, Record: &location.Record{ObjectGeneration: 1, Membership: &messages.Membership{SpotId: "old", SpotGeneration: 1}}}
+	sv := location.Versioned{Version: 4, Record: &location.Record{ObjectGeneration: 3, MemberCount: 2}}
+	leave := LeaveOps(v.Record.GetMembership(), location.Versioned{Version: 9, Record: &location.Record{ObjectGeneration: 1, MemberCount: 1}})
+	ops, next := JoinOps(key, v, join, sv, leave)
+	require.Len(t, ops, 3)
+	require.Equal(t, leave[0].Key, ops[0].Key, "the leave first")
+	require.Equal(t, []any{key, location.StoreVersion(7)}, []any{ops[1].Key, ops[1].Version})
+	require.Same(t, next, ops[1].Record)
+	require.True(t, SameMembership(join, next.GetMembership()))
+	require.Equal(t, []any{location.Key(location.KindUserSpot, "room"), location.StoreVersion(4)}, []any{ops[2].Key, ops[2].Version})
+	require.Equal(t, uint32(3), ops[2].Record.GetMemberCount(), "one more")
+	require.Equal(t, uint32(2), sv.Record.GetMemberCount(), "the record read is not changed")
+	require.Equal(t, "old", v.Record.GetMembership().GetSpotId(), "the record read is not changed")
+}
+
+// A member's delete that lost a race goes on at the record's new version
+// while it is still this incarnation's, here; it ends when the record is
+// gone or another incarnation's, and is not ours under another owner.
+func TestDeleteReread(t *testing.T) {
+	owner := &messages.Owner{NodeRid: "n1", NodeGeneration: 2, LeaseId: "l"}
+	v := location.Versioned{Version: 3, Record: &location.Record{Owner: owner, ObjectGeneration: 5}}
+	at := func(o *messages.Owner, gen uint64) location.Versioned {
+		return location.Versioned{Version: 4, Record: &location.Record{Owner: o, ObjectGeneration: gen}}
+	}
+	require.Equal(t, DeleteAgain, DeleteReread(v, at(owner, 5), true, owner))
+	require.Equal(t, DeleteGone, DeleteReread(v, location.Versioned{}, false, owner))
+	require.Equal(t, DeleteGone, DeleteReread(v, at(owner, 6), true, owner), "spawned again")
+	require.Equal(t, DeleteNotOurs, DeleteReread(v, at(&messages.Owner{NodeRid: "n2", NodeGeneration: 1, LeaseId: "m"}, 5), true, owner))
+	require.Equal(t, DeleteNotOurs, DeleteReread(v, at(&messages.Owner{NodeRid: "n1", NodeGeneration: 3, LeaseId: "l"}, 5), true, owner), "a later lifecycle of this node")
+}
+
+// A lost race pauses a race's pause; a store failure a store call's.
+func TestDeletePause(t *testing.T) {
+	top := func(n int) int { return n - 1 }
+	pause, store := DeletePause(3, fmt.Errorf("apply: %w", location.ErrConflict), top)
+	require.Equal(t, RacePause(3, top), pause)
+	require.False(t, store)
+	pause, store = DeletePause(3, fmt.Errorf("apply: %w", location.ErrIndeterminate), top)
+	require.Equal(t, StorePause(4), pause)
+	require.True(t, store)
+}
