@@ -34,6 +34,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/ratelog"
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
@@ -652,22 +653,16 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		hosting, arriving = d.load()
 	}
 	reply.ServingCount, reply.Capacity = uint32(hosting), d.desc.GetCapacity()
-	switch {
-	case !d.node.Valid():
-		reply.Reason = "the node's owner lease is not in force"
-	case d.stopping || d.node.Draining():
-		reply.Reason, reply.Code = "the node is draining or stopping", roamerr.CodeNodeDraining
-	case d.desc.GetCapacity() > 0 && hosting+arriving >= int(d.desc.GetCapacity()):
-		reply.Reason, reply.Code = fmt.Sprintf("the node hosts %d and receives %d of its capacity %d", hosting, arriving, d.desc.GetCapacity()), roamerr.CodeCapacityExceeded
-	case !ok:
-		reply.Reason = fmt.Sprintf("stable type %q is not registered here", q.GetStableType())
-	case k.ApplicationVersion != q.GetApplicationVersion():
-		reply.Reason = fmt.Sprintf("application version %q, the move carries %q", k.ApplicationVersion, q.GetApplicationVersion())
-	case !Movable(q.GetKind()):
-		reply.Reason = fmt.Sprintf("kind %s does not move", q.GetKind())
-	default:
-		reply.Supported = true
+	var version string
+	if ok {
+		version = k.ApplicationVersion
 	}
+	v := admit.Capability(admit.Target{
+		LeaseValid: d.node.Valid(), Leaving: d.stopping || d.node.Draining(),
+		Capacity: d.desc.GetCapacity(), Hosting: hosting, Arriving: arriving,
+		Registered: ok, ApplicationVersion: version, Movable: Movable(q.GetKind()),
+	}, q)
+	reply.Supported, reply.Reason, reply.Code = v.Supported, v.Reason, v.Code
 	return reply
 }
 

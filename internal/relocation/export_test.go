@@ -56,7 +56,7 @@ func SetSpareFresh(d *Driver, fresh time.Duration) {
 // SpareTicketsHeld is how many spare tickets d, as a target, keeps for the
 // source at address.
 func SpareTicketsHeld(d *Driver, address string) int {
-	v, _ := call(context.Background(), d, func() (int, error) { return d.tickets.spares[address], nil })
+	v, _ := call(context.Background(), d, func() (int, error) { return d.tickets.Spares(address), nil })
 	return v
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/admit"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -26,17 +28,10 @@ import (
 // memberUserSpot is the User Spot rec is a member of, or nil for an Entry
 // Spot member (or none).
 func memberUserSpot(rec *location.Record) *messages.Membership {
-	ms := rec.GetMembership()
-	if ms.GetSpotId() == "" || meshnode.IsEntrySpotID(ms.GetSpotId()) {
-		return nil
-	}
-	return ms
+	return handoff.UserSpotOf(rec, meshnode.IsEntrySpotID)
 }
 
-// leaveOps are the operations that take one member off the User Spot
-// incarnation rec is a member of: its count, one less, at the version
-// read. None when rec is no User Spot's member, or that incarnation is
-// gone (a Spot released with its members, or created anew).
+// leaveOps reads the User Spot rec is a member of for handoff.LeaveOps.
 func (d *Driver) leaveOps(ctx context.Context, rec *location.Record) ([]location.Op, error) {
 	ms := memberUserSpot(rec)
 	if ms == nil {
@@ -50,48 +45,22 @@ func (d *Driver) leaveOps(ctx context.Context, rec *location.Record) ([]location
 	if err != nil {
 		return nil, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
 	}
-	if v.Record.GetObjectGeneration() != ms.GetSpotGeneration() || v.Record.GetMemberCount() == 0 {
-		return nil, nil
-	}
-	next := proto.Clone(v.Record).(*location.Record)
-	next.MemberCount--
-	return []location.Op{location.UpdateOp(key, v.Version, next)}, nil
+	return handoff.LeaveOps(ms, v), nil
 }
 
-// maxMembershipTries bounds the retries of a membership change that lost
-// a race with another change of the same records.
-const maxMembershipTries = 16
-
-// membershipRetry decides after a failed membership write: nil to read
-// again and retry (a conflict, after a short pause that grows and is
-// jittered so that racing joins to one Spot spread out), else the error to
-// return. Conflicts until the last try end Unavailable: the caller may try
-// again later.
+// membershipRetry runs handoff.MembershipRetry's answer: nil after its
+// pause to read again and retry, else the error to return.
 func membershipRetry(ctx context.Context, what string, try int, err error) error {
-	if !errors.Is(err, location.ErrConflict) {
-		return roamerr.Keep(roamerr.ErrUnavailable, what, err)
-	}
-	if try >= maxMembershipTries {
-		return fmt.Errorf("%w: %s: lost %d races with other changes of the same records: %v", roamerr.ErrUnavailable, what, try+1, err)
+	pause, fail := handoff.MembershipRetry(what, try, err, rand.IntN)
+	if fail != nil {
+		return fail
 	}
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, what, ctx.Err())
-	case <-machine.After(machine.Real, racePause(try)): // pacing
+	case <-machine.After(machine.Real, pause): // pacing
 		return nil
 	}
-}
-
-// racePause is the pause before try again of a write that lost a race:
-// short, growing and jittered, so that racing writers spread out.
-func racePause(try int) time.Duration {
-	return time.Duration(1+rand.IntN(1<<min(try, 6))) * time.Millisecond
-}
-
-// storePause is the pause before try (from 1) again of a store call that
-// failed: 50 ms more each time, at most a second.
-func storePause(try int) time.Duration {
-	return min(time.Second, time.Duration(try)*50*time.Millisecond)
 }
 
 // pauseUnlessStopped waits for pause on the node's clock: false when the
@@ -256,16 +225,17 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 			// The Spot's count moved (another member joined or left), or
 			// the record did: read both again.
 			cur, found, rerr := d.readActor(ctx, key)
-			switch {
-			case rerr != nil:
+			if rerr != nil {
 				err = rerr
-			case !found || cur.Record.GetObjectGeneration() != v.Record.GetObjectGeneration():
-				cancel()
-				return deleteResult{done: indeterminate}
-			case !activation.SameOwner(cur.Record.GetOwner(), d.owner()):
-				cancel()
-				return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
-			default:
+			} else {
+				switch handoff.DeleteReread(v, cur, found, d.owner()) {
+				case handoff.DeleteGone:
+					cancel()
+					return deleteResult{done: indeterminate}
+				case handoff.DeleteNotOurs:
+					cancel()
+					return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
+				}
 				v = cur
 			}
 		}
@@ -276,11 +246,10 @@ func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) d
 			return deleteResult{done: true}
 		}
 		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
-		pause := racePause(try)
-		if !errors.Is(err, location.ErrConflict) {
+		pause, store := handoff.DeletePause(try, err, rand.IntN)
+		if store {
 			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
 				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
-			pause = storePause(try + 1)
 		}
 		if !d.pauseUnlessStopped(pause) {
 			return deleteResult{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
@@ -368,30 +337,16 @@ func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (loca
 	return v, true, nil
 }
 
-// sameMembership reports whether a and b name the same Spot incarnation.
-func sameMembership(a, b *messages.Membership) bool {
-	return a.GetSpotId() == b.GetSpotId() && a.GetSpotGeneration() == b.GetSpotGeneration()
-}
-
-// admitJoin is the target User Spot's admission of a cross-node Join
-// (PROTOCOL.md §7.10), on the driver's goroutine before anything of the
-// move is installed: only an Actor joins, and only a User Spot
-// incarnation this node serves, at the generation named, not moving.
+// admitJoin runs admit.Join on the driver's goroutine, before anything of
+// the move is installed, with the User Spot as this node sees it.
 func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership) error {
-	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())
-	if key.Kind != location.KindActor || spotKey.Validate() != nil || meshnode.IsEntrySpotID(join.GetSpotId()) {
-		return fmt.Errorf("%w: only an Actor joins, and only a User Spot", roamerr.ErrInvalidOperation)
+	spot := admit.Spot{}
+	if obj := d.objects[location.Key(location.KindUserSpot, join.GetSpotId())]; obj != nil {
+		spot = admit.Spot{Here: true, Serving: obj.state == serving, Generation: obj.generation, Moving: obj.out != nil}
+	} else {
+		spot.Arriving = d.arriving(location.Key(location.KindUserSpot, join.GetSpotId())) != nil
 	}
-	obj := d.objects[spotKey]
-	switch {
-	case obj == nil && d.arriving(spotKey) != nil:
-		return fmt.Errorf("%w: User Spot %q is arriving on this node", roamerr.ErrUnavailable, join.GetSpotId())
-	case obj == nil || obj.state != serving || obj.generation != join.GetSpotGeneration():
-		return fmt.Errorf("%w: User Spot %q is not served on this node at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
-	case obj.out != nil:
-		return fmt.Errorf("%w: User Spot %q is moving", roamerr.ErrUnavailable, join.GetSpotId())
-	}
-	return nil
+	return admit.Join(key, join, spot, meshnode.IsEntrySpotID)
 }
 
 // JoinSpot makes the Actor key, owned by this node, a member of the User
@@ -424,17 +379,12 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 			return Outcome{}, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 		}
 		out := Outcome{Key: key, From: self, To: self}
-		if sameMembership(memberUserSpot(v.Record), join) {
+		if handoff.SameMembership(memberUserSpot(v.Record), join) {
 			return out, nil
 		}
 		sv, err := d.store.Read(ctx, spotKey)
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			return out, fmt.Errorf("%w: User Spot %q is gone", roamerr.ErrStale, join.GetSpotId())
-		case err != nil:
-			return out, roamerr.Keep(roamerr.ErrUnavailable, "read "+spotKey.String(), err)
-		case sv.Record.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || sv.Record.GetObjectGeneration() != join.GetSpotGeneration():
-			return out, fmt.Errorf("%w: User Spot %q is not Ready at generation %d", roamerr.ErrStale, join.GetSpotId(), join.GetSpotGeneration())
+		if err := handoff.JoinTarget(join, sv, err); err != nil {
+			return out, err
 		}
 		if owner := sv.Record.GetOwner().GetNodeRid(); owner != self {
 			return d.joinAcross(ctx, key, owner, join)
@@ -465,11 +415,8 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 			release()
 			return out, err
 		}
-		next := proto.Clone(v.Record).(*location.Record)
-		next.Membership = &messages.Membership{SpotId: join.GetSpotId(), SpotGeneration: join.GetSpotGeneration()}
-		spot := proto.Clone(sv.Record).(*location.Record)
-		spot.MemberCount++
-		_, err = d.store.Apply(ctx, append(leave, location.UpdateOp(key, v.Version, next), location.UpdateOp(spotKey, sv.Version, spot)))
+		ops, next := handoff.JoinOps(key, v, join, sv, leave)
+		_, err = d.store.Apply(ctx, ops)
 		if err == nil {
 			d.setMember(obj, next.Membership)
 			// After the commit, on the Actor's own queue, while no move of
@@ -501,7 +448,7 @@ func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owne
 	switch {
 	case err != nil:
 		return out, err
-	case !found || !sameMembership(after.Record.GetMembership(), join):
+	case !found || !handoff.SameMembership(after.Record.GetMembership(), join):
 		return out, fmt.Errorf("%w: %s moved to node %s, but User Spot %q changed before the commit; it did not join", roamerr.ErrStale, key, out.To, join.GetSpotId())
 	}
 	return out, nil

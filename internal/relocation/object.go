@@ -18,6 +18,7 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/failure"
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -703,7 +704,7 @@ func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, ca
 		case err == nil:
 			return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return nil, errors.Join(cause, err)
 		}
 	}

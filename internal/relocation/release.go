@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/liveness"
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/release"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -30,11 +30,8 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 		return false, err
 	}
 	_, alive, err := d.OwnerNode(ctx, v.Record.GetOwner())
-	if err != nil {
-		return false, roamerr.Keep(roamerr.ErrUnavailable, "read owner node "+v.Record.GetOwner().GetNodeRid(), err)
-	}
-	if alive {
-		return false, fmt.Errorf("%w: %s has a live owner (node %s)", roamerr.ErrInvalidOperation, key, v.Record.GetOwner().GetNodeRid())
+	if err := release.Owner(key, v.Record.GetOwner().GetNodeRid(), alive, err); err != nil {
+		return false, err
 	}
 	if err := d.ReleasableEnded(ctx, v.Record.GetStableType(), key); err != nil {
 		return false, err
@@ -51,10 +48,7 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 	// No capacity slot to free: the ended owner's went with its lease
 	// (PROTOCOL.md §7.12).
 	if _, err := d.store.Apply(ctx, append(ops, location.DeleteOp(key, v.Version))); err != nil {
-		if errors.Is(err, location.ErrConflict) {
-			return false, fmt.Errorf("%w: %s or its User Spot changed while it was being released", roamerr.ErrConflict, key)
-		}
-		return false, roamerr.Keep(roamerr.ErrUnavailable, "release "+key.String(), err)
+		return false, release.Deleted(key, err)
 	}
 	d.log.Warn().Str("event", "ended_owner_released").Str("object_id", key.ID).Str("owner_node_rid", v.Record.GetOwner().GetNodeRid()).
 		Msg("an operator accepted the loss of an ended owner's Actor state")
@@ -69,13 +63,9 @@ func (d *Driver) ReleaseEnded(ctx context.Context, key location.AuthorityKey) (b
 // the live nodes that do (a capability query); one it cannot ask makes
 // the release Unavailable, as it cannot be told safe.
 func (d *Driver) ReleasableEnded(ctx context.Context, stableType string, key location.AuthorityKey) error {
-	refuse := func(where string) error {
-		return fmt.Errorf("%w: %s of stable type %q is recovered by a live node (%s) by itself; there is no loss to accept",
-			roamerr.ErrInvalidOperation, key, stableType, where)
-	}
 	if _, ok := d.kind(stableType); ok {
 		if d.recoversByItself(stableType, key.Kind) {
-			return refuse("this one")
+			return release.Recovered(key, stableType, "this one")
 		}
 		return nil
 	}
@@ -85,24 +75,12 @@ func (d *Driver) ReleasableEnded(ctx context.Context, stableType string, key loc
 	}
 	for _, n := range nodes {
 		desc := n.Node
-		types := desc.GetStableTypes()
-		if key.Kind == location.KindInstanceSpot {
-			types = desc.GetInstanceTypes()
-		}
-		if desc.GetNodeRid() == d.desc.GetNodeRid() || !slices.Contains(types, stableType) {
+		if !release.Asks(desc, d.desc.GetNodeRid(), key, stableType) {
 			continue
 		}
 		l, err := d.askLoad(ctx, desc.GetAddress(), key.Kind, stableType, false)
-		if err != nil {
-			return fmt.Errorf("%w: cannot tell whether node %s, which hosts %q, recovers %s by itself: %w",
-				roamerr.ErrUnavailable, desc.GetNodeRid(), stableType, key, err)
-		}
-		switch {
-		case l.RecoversEnded == nil:
-			return fmt.Errorf("%w: node %s, which hosts %q, does not say whether it recovers %s by itself (an older version)",
-				roamerr.ErrUnavailable, desc.GetNodeRid(), stableType, key)
-		case *l.RecoversEnded:
-			return refuse("node " + desc.GetNodeRid())
+		if err := release.Answered(key, stableType, desc.GetNodeRid(), l.RecoversEnded, err); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -202,19 +180,20 @@ func (d *Driver) revoke(ctx context.Context, n location.VersionedNode) (ended bo
 			roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, n.Node.GetNodeRid(), err)
 	}
 	err = d.store.RevokeLease(ctx, location.NodeKeyOf(n.Node), n.Version)
-	switch {
-	case err == nil:
+	switch release.Revoked(err) {
+	case release.Ended:
+		if err != nil {
+			return true, nil // another node revoked it first, and said so
+		}
 		d.goneMu.Lock()
 		d.watch.Revoked(id, d.monotonic())
 		d.goneMu.Unlock()
 		d.log.Warn().Str("event", "owner_lease_revoked").Str("owner_node_rid", n.Node.GetNodeRid()).Str("lease_id", n.Node.GetLeaseId()).
 			Msg("another node's descriptor stood still for its lease TTL: its holder has fenced itself, and its lease is revoked; its objects are recovered")
 		return true, nil
-	case errors.Is(err, location.ErrConflict):
-		return false, nil // renewed meanwhile: alive
-	case errors.Is(err, location.ErrLeaseRevoked):
-		return true, nil
-	case errors.Is(err, location.ErrNotFound):
+	case release.Renewed:
+		return false, nil
+	case release.Missing:
 		return false, d.missing(location.OwnerOf(n.Node))
 	}
 	return false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+n.Node.GetNodeRid(), err)

@@ -2,13 +2,12 @@ package relocation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
@@ -26,14 +25,8 @@ import (
 // activations, creations and moves, from any number of nodes, puts more
 // than C objects on a node. A node of capacity 0 takes no slots.
 
-// maxSlotAttempts bounds how often a take retries after finding a slot
-// it thought free already held (another node's reservation for this one,
-// or a stale view): each retry first reads the node's slots again.
-const maxSlotAttempts = 8
-
-// Slots is a node lifecycle's view of its own capacity slots: which it
-// knows held, and which a transaction of its own is taking. The store
-// decides; the view only picks indexes likely to be free.
+// Slots is a node lifecycle's capacity slots: capslots.View decides, Slots
+// reads and writes the store, under its lock.
 type Slots struct {
 	clock    machine.Clock
 	store    location.Store
@@ -41,20 +34,8 @@ type Slots struct {
 	node     location.NodeKey
 	lease    location.LeaseID
 
-	mu sync.Mutex
-	// held are the slots the store holds, as last read or written here;
-	// byHolder indexes them by holder (holdLocked, dropLocked keep both).
-	held     map[uint32]location.AuthorityKey
-	byHolder map[location.AuthorityKey]uint32
-	// taking are the indexes a transaction of this node is taking now.
-	taking map[uint32]bool
-	// freeing are the indexes a Free is freeing now: not picked, whatever
-	// a read says, until the Free ends (an earlier try of it may have
-	// applied, and its retry must not free a slot taken since).
-	freeing map[uint32]bool
-	// read: held has been read from the store since the node started.
-	read     bool
-	lastRead time.Time
+	mu   sync.Mutex
+	view *capslots.View
 	// reclaim, if set, releases abandoned reservations holding slots of
 	// this node (the Spot manager's); asked when no slot looks free.
 	reclaim func(ctx context.Context)
@@ -62,17 +43,12 @@ type Slots struct {
 
 // OnFull sets what releases abandoned reservations that hold this node's
 // slots, asked when a take finds none free (at most once per
-// fullReadEvery).
+// capslots.FullReadEvery).
 func (s *Slots) OnFull(reclaim func(ctx context.Context)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reclaim = reclaim
 }
-
-// fullReadEvery bounds how often a node that looks full reads its slots
-// again: a view can over-count (a slot freed by another node's
-// transaction, a read that raced a free), and a full node must notice.
-const fullReadEvery = 100 * time.Millisecond
 
 func newSlots(store location.Store, desc *location.NodeDescriptor, clock machine.Clock) *Slots {
 	return &Slots{
@@ -80,8 +56,7 @@ func newSlots(store location.Store, desc *location.NodeDescriptor, clock machine
 		store: store, capacity: desc.GetCapacity(),
 		node:  location.NodeKey{Mesh: desc.GetMesh(), NodeRid: desc.GetNodeRid()},
 		lease: location.LeaseID(desc.GetLeaseId()),
-		held:  map[uint32]location.AuthorityKey{}, byHolder: map[location.AuthorityKey]uint32{},
-		taking: map[uint32]bool{}, freeing: map[uint32]bool{},
+		view:  capslots.NewView(desc.GetNodeRid(), desc.GetCapacity()),
 	}
 }
 
@@ -100,7 +75,7 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 		return v, nil, err
 	}
 	s.mu.Lock()
-	read := s.read
+	read := s.view.Read()
 	s.mu.Unlock()
 	if !read {
 		if err := s.refresh(ctx); err != nil {
@@ -108,20 +83,23 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		slots, err := s.pick(len(holders))
-		if err != nil && s.readAgain() {
+		s.mu.Lock()
+		slots, err := s.view.Pick(len(holders))
+		again := err != nil && s.view.ReadAgain(s.clock.Now())
+		reclaim := s.reclaim
+		s.mu.Unlock()
+		if again {
 			// It looks full: read again (and release abandoned
 			// reservations) before saying so.
-			s.mu.Lock()
-			reclaim := s.reclaim
-			s.mu.Unlock()
 			if reclaim != nil {
 				reclaim(ctx)
 			}
 			if rerr := s.refresh(ctx); rerr != nil {
 				return nil, nil, rerr
 			}
-			slots, err = s.pick(len(holders))
+			s.mu.Lock()
+			slots, err = s.view.Pick(len(holders))
+			s.mu.Unlock()
 		}
 		if err != nil {
 			return nil, nil, err
@@ -132,105 +110,26 @@ func (s *Slots) Take(ctx context.Context, holders []location.AuthorityKey, pendi
 			ops = append(ops, location.TakeSlotOp(s.node, s.lease, slots[i], h, pending))
 		}
 		vers, err := s.store.Apply(ctx, ops)
-		var ce *location.ConflictError
-		switch {
-		case err == nil:
-			s.settle(slots, holders, true)
+		o := capslots.Answer(err, first, attempt, capslots.MaxAttempts)
+		s.mu.Lock()
+		s.view.Took(slots, holders, o)
+		s.mu.Unlock()
+		switch o {
+		case capslots.Took:
 			return vers[:first], slots, nil
-		case errors.As(err, &ce) && slotConflict(ce, first) && attempt < maxSlotAttempts:
-			s.settle(slots, nil, false)
+		case capslots.Retry:
 			if rerr := s.refresh(ctx); rerr != nil {
 				return nil, nil, rerr
 			}
-		case errors.As(err, &ce) && slotConflict(ce, first):
-			s.settle(slots, nil, false)
+		case capslots.Exhausted:
 			return nil, nil, fmt.Errorf("%w: node %s found its free capacity slots taken %d times", roamerr.ErrCapacityExceeded, s.node.NodeRid, attempt)
-		case errors.Is(err, location.ErrIndeterminate):
-			// The slots may be held now: count them until a read says,
-			// and give them to the caller, whose transaction may need
-			// them freed.
-			s.settle(slots, holders, true)
-			s.mu.Lock()
-			s.read = false
-			s.mu.Unlock()
+		case capslots.Unknown:
+			// The caller's transaction may need them freed.
 			return nil, slots, err
 		default:
-			s.settle(slots, nil, false)
 			return nil, nil, err
 		}
 	}
-}
-
-// slotConflict reports whether a failed op of ce is a slot take (at index
-// first or later), not a record's compare-and-set.
-func slotConflict(ce *location.ConflictError, first int) bool {
-	for _, i := range ce.FailedOps {
-		if i >= first {
-			return true
-		}
-	}
-	return false
-}
-
-// pick reserves n indexes neither held nor being taken.
-func (s *Slots) pick(n int) ([]uint32, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]uint32, 0, n)
-	for i := uint32(0); i < s.capacity && len(out) < n; i++ {
-		if _, ok := s.held[i]; !ok && !s.taking[i] && !s.freeing[i] {
-			out = append(out, i)
-		}
-	}
-	if len(out) < n {
-		return nil, fmt.Errorf("%w: node %s holds %d of its %d capacity slots, %d more are needed", roamerr.ErrCapacityExceeded,
-			s.node.NodeRid, len(s.held)+len(s.taking), s.capacity, n)
-	}
-	for _, i := range out {
-		s.taking[i] = true
-	}
-	return out, nil
-}
-
-// settle ends the taking of slots: held by holders if took.
-func (s *Slots) settle(slots []uint32, holders []location.AuthorityKey, took bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for j, i := range slots {
-		delete(s.taking, i)
-		if took {
-			s.holdLocked(i, holders[j])
-		}
-	}
-}
-
-// holdLocked records slot i held by h.
-func (s *Slots) holdLocked(i uint32, h location.AuthorityKey) {
-	s.dropLocked(i)
-	s.held[i] = h
-	s.byHolder[h] = i
-}
-
-// dropLocked forgets slot i.
-func (s *Slots) dropLocked(i uint32) {
-	if h, ok := s.held[i]; ok {
-		delete(s.held, i)
-		if s.byHolder[h] == i {
-			delete(s.byHolder, h)
-		}
-	}
-}
-
-// readAgain reports whether a read of the slots is due for a node that
-// looks full (at most once per fullReadEvery), and counts it done.
-func (s *Slots) readAgain() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if machine.Since(s.clock, s.lastRead) < fullReadEvery {
-		return false
-	}
-	s.lastRead = s.clock.Now()
-	return true
 }
 
 // refresh reads the node's slots from the store.
@@ -241,13 +140,7 @@ func (s *Slots) refresh(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held = make(map[uint32]location.AuthorityKey, len(list))
-	s.byHolder = make(map[location.AuthorityKey]uint32, len(list))
-	for _, sl := range list {
-		s.holdLocked(sl.Index, sl.Holder)
-	}
-	s.read = true
-	s.lastRead = s.clock.Now()
+	s.view.Refreshed(list, s.clock.Now())
 	return nil
 }
 
@@ -260,7 +153,7 @@ func (s *Slots) freed(slots ...uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, i := range slots {
-		s.dropLocked(i)
+		s.view.Drop(i)
 	}
 }
 
@@ -272,9 +165,7 @@ func (s *Slots) ReleaseHolder(holder location.AuthorityKey) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.byHolder[holder]; ok {
-		s.dropLocked(i)
-	}
+	s.view.DropHolder(holder)
 }
 
 // SetOp turns slot of this node to holder, active or pending, in a
@@ -287,56 +178,30 @@ func (s *Slots) SetOp(slot uint32, holder location.AuthorityKey, pending bool) l
 func (s *Slots) FreeOp(slot uint32) location.Op { return location.FreeSlotOp(s.node, slot) }
 
 // Free frees, in a transaction of their own, slots of this node that no
-// record names (taken ahead of a move that did not commit here). It tries
-// until the store answers or the node's lease ends (which frees them too):
-// a slot kept would hold capacity for nothing.
+// record names (taken ahead of a move that did not commit here), as
+// capslots.Free decides. It tries until the store answers or the node's
+// lease ends (which frees them too).
 func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
 	if !s.Bounded() || len(slots) == 0 {
 		return nil
 	}
 	s.mu.Lock()
-	holders := make(map[uint32]location.AuthorityKey, len(slots))
-	for _, i := range slots {
-		holders[i] = s.held[i]
-		s.freeing[i] = true
-	}
+	f := s.view.BeginFree(slots)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		for i := range holders {
-			delete(s.freeing, i)
-		}
+		s.view.EndFree(f)
 		s.mu.Unlock()
 	}()
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		// Free only what the store shows held by the object this node
-		// took it for: a take whose answer was lost may not have applied
-		// (and another node may hold the slot now), and an earlier try of
-		// this free may have applied. While the free runs this node takes
-		// none of these slots, and no record names them, so nobody else
-		// frees and takes one in between.
+	for wait := capslots.FreePause(0); ; wait = capslots.FreePause(wait) {
 		list, err := s.store.ListSlots(ctx, s.node)
 		if err == nil {
-			still := slots[:0:0]
-			for _, sl := range list {
-				if h, ok := holders[sl.Index]; ok && h == sl.Holder {
-					still = append(still, sl.Index)
-				}
-			}
-			ops := make([]location.Op, len(still))
-			for i, sl := range still {
-				ops[i] = s.FreeOp(sl)
-			}
-			if len(ops) > 0 {
+			if ops := f.Ops(list, s.FreeOp); len(ops) > 0 {
 				_, err = s.store.Apply(ctx, ops)
 			}
-			if err == nil || errors.Is(err, location.ErrLeaseEnded) {
+			if f.Ends(err) {
 				s.mu.Lock()
-				for i, h := range holders {
-					if s.held[i] == h {
-						s.dropLocked(i)
-					}
-				}
+				s.view.Freed(f)
 				s.mu.Unlock()
 				return err
 			}
@@ -399,35 +264,18 @@ func TakeSlotOn(ctx context.Context, store location.Store, node location.NodeKey
 		if err != nil {
 			return nil, err
 		}
-		held := make(map[uint32]bool, len(list))
-		for _, sl := range list {
-			held[sl.Index] = true
-		}
-		if len(held) >= int(capacity) {
-			return nil, fmt.Errorf("%w: node %s holds all %d of its capacity slots", roamerr.ErrCapacityExceeded, node.NodeRid, capacity)
-		}
-		// A random free slot, not the lowest: creators racing for the
-		// same node then rarely pick the same one (the node itself picks
-		// from the lowest).
-		nth := rand.IntN(int(capacity) - len(held))
-		slot := uint32(0)
-		for ; ; slot++ {
-			if !held[slot] {
-				if nth == 0 {
-					break
-				}
-				nth--
-			}
+		slot, err := capslots.PickOn(node.NodeRid, capacity, list, rand.IntN)
+		if err != nil {
+			return nil, err
 		}
 		ops := build(slot)
 		first := len(ops)
 		vers, err := store.Apply(ctx, append(ops, location.TakeSlotOp(node, lease, slot, holder, pending)))
-		var ce *location.ConflictError
-		switch {
-		case err == nil:
+		switch capslots.Answer(err, first, attempt, 2*capslots.MaxAttempts) {
+		case capslots.Took:
 			return vers[:first], nil
-		case errors.As(err, &ce) && slotConflict(ce, first) && attempt < 2*maxSlotAttempts:
-		case errors.As(err, &ce) && slotConflict(ce, first):
+		case capslots.Retry:
+		case capslots.Exhausted:
 			return nil, fmt.Errorf("%w: node %s's free capacity slots were taken %d times", roamerr.ErrCapacityExceeded, node.NodeRid, attempt)
 		default:
 			return nil, err
@@ -443,7 +291,7 @@ func (s *Slots) Mark(slot uint32, holder location.AuthorityKey) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.holdLocked(slot, holder)
+	s.view.Hold(slot, holder)
 }
 
 // FreedRecordSlot forgets the slot rec named if it is this node's: a

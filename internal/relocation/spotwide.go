@@ -3,13 +3,11 @@ package relocation
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sort"
 	"sync"
 
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // SpotWide relocation (PROTOCOL.md §5.15): a User Spot of a SpotWide kind
@@ -48,75 +46,55 @@ func (d *Driver) spotWideOf(obj *object) *object {
 }
 
 // spotWideMembers are the members of the SpotWide User Spot spot that move
-// with it: every one its record counts (want) must serve on this node,
-// none of them moving, and no join on its way.
+// with it (want: the members its record counts), as admit.SpotWide
+// decides from the incarnations here that name it.
 func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
-	if spot.joining > 0 {
-		return nil, fmt.Errorf("%w: an Actor is joining User Spot %q", roamerr.ErrUnavailable, spot.key.ID)
-	}
-	var members []*object
+	var objs []*object
+	var cands []admit.Member
 	for _, o := range d.objects {
 		m := o.member
 		if m == nil || m.GetSpotId() != spot.key.ID || m.GetSpotGeneration() != spot.generation {
 			continue
 		}
-		switch {
-		case o.opening != nil:
-			// It arrived with the Spot, whose RelocationReady has not
-			// returned yet: start again once its queue is open.
-			return nil, &settlingError{done: o.opening}
-		case o.state != serving || o.out != nil || o.activating.Load() || o.changing > 0:
-			return nil, fmt.Errorf("%w: member %s of User Spot %q is moving", roamerr.ErrUnavailable, o.key, spot.key.ID)
-		case isDisabled(o.kind.Policy):
-			return nil, fmt.Errorf("%w: member %s of User Spot %q has DisableRelocation", roamerr.ErrInvalidOperation, o.key, spot.key.ID)
-		}
-		members = append(members, o)
+		objs = append(objs, o)
+		cands = append(cands, admit.Member{Key: o.key, Opening: o.opening != nil,
+			Busy:     o.state != serving || o.out != nil || o.activating.Load() || o.changing > 0,
+			Disabled: isDisabled(o.kind.Policy)})
 	}
+	picked, settling, err := admit.SpotWide(spot.key, int(spot.joining), want, cands, MaxSpotWideMembers)
 	switch {
-	case want >= 0 && len(members) != want:
-		return nil, fmt.Errorf("%w: User Spot %q counts %d members, %d of them serve on this node; a SpotWide Spot moves with all of them", roamerr.ErrUnavailable, spot.key.ID, want, len(members))
-	case len(members) > MaxSpotWideMembers:
-		return nil, fmt.Errorf("%w: User Spot %q has %d members, a SpotWide move takes at most %d", roamerr.ErrCapacityExceeded, spot.key.ID, len(members), MaxSpotWideMembers)
+	case settling >= 0:
+		return nil, &settlingError{done: objs[settling].opening}
+	case err != nil:
+		return nil, err
 	}
-	sort.Slice(members, func(i, j int) bool { return members[i].key.ID < members[j].key.ID })
+	members := make([]*object, len(picked))
+	for i, j := range picked {
+		members[i] = objs[j]
+	}
 	return members, nil
 }
 
-// admitMembers checks the members a SpotWide Restore request names, before
-// anything of the move is installed: only a SpotWide User Spot brings
-// members, each a distinct Actor of a kind this node hosts at the same
-// application version, none of them already here.
+// admitMembers runs admit.Members for a SpotWide Restore request, with the
+// kinds and objects of this node.
 func (d *Driver) admitMembers(key location.AuthorityKey, k *Kind, p *messages.RelocationPrepare) ([]*targetMember, messages.FailureReason, error) {
 	ps := p.GetMembers()
-	if len(ps) == 0 {
-		return nil, 0, nil
+	keys, reason, err := admit.Members(key, k.SpotWide, ps, MaxSpotWideMembers,
+		func(stableType string) admit.MemberKind {
+			mk, ok := d.kind(stableType)
+			if !ok {
+				return admit.MemberKind{}
+			}
+			return admit.MemberKind{Registered: true, ApplicationVersion: mk.ApplicationVersion}
+		},
+		func(mk location.AuthorityKey) bool { return d.objects[mk] != nil || d.arriving(mk) != nil })
+	if err != nil || len(keys) == 0 {
+		return nil, reason, err
 	}
-	stale := messages.FailureReason_FAILURE_REASON_STALE
-	unsupported := messages.FailureReason_FAILURE_REASON_UNSUPPORTED
-	switch {
-	case key.Kind != location.KindUserSpot || !k.SpotWide:
-		return nil, unsupported, fmt.Errorf("%w: only a SpotWide User Spot moves with members", roamerr.ErrInvalidOperation)
-	case len(ps) > MaxSpotWideMembers:
-		return nil, unsupported, fmt.Errorf("%w: %d members, at most %d", roamerr.ErrCapacityExceeded, len(ps), MaxSpotWideMembers)
-	}
-	seen := make(map[location.AuthorityKey]bool, len(ps))
-	members := make([]*targetMember, 0, len(ps))
-	for _, mp := range ps {
-		o := mp.GetObject()
-		mk := location.Key(o.GetKind(), o.GetId())
-		mkind, ok := d.kind(o.GetStableType())
-		switch {
-		case mk.Kind != location.KindActor || mk.Validate() != nil || seen[mk]:
-			return nil, unsupported, fmt.Errorf("%w: a member is not a distinct Actor", roamerr.ErrInvalidOperation)
-		case !ok:
-			return nil, unsupported, fmt.Errorf("%w: member stable type %q not registered here", roamerr.ErrNotFound, o.GetStableType())
-		case mkind.ApplicationVersion != mp.GetApplicationVersion():
-			return nil, unsupported, fmt.Errorf("%w: member %s at application version %q, hosting %q", roamerr.ErrTypeMismatch, mk, mp.GetApplicationVersion(), mkind.ApplicationVersion)
-		case d.objects[mk] != nil || d.arriving(mk) != nil:
-			return nil, stale, fmt.Errorf("%w: member %s is already here", roamerr.ErrConflict, mk)
-		}
-		seen[mk] = true
-		members = append(members, &targetMember{key: mk, kind: mkind, p: mp})
+	members := make([]*targetMember, len(keys))
+	for i, mk := range keys {
+		mkind, _ := d.kind(ps[i].GetObject().GetStableType())
+		members[i] = &targetMember{key: mk, kind: mkind, p: ps[i]}
 	}
 	return members, 0, nil
 }

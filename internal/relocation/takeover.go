@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/takeover"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -40,27 +41,16 @@ func (d *Driver) TakeOver(ctx context.Context, v location.Versioned, fromCheckpo
 		return err
 	}
 	key, rec := v.Key, v.Record
-	if key.Kind != location.KindActor && key.Kind != location.KindUserSpot {
-		return fmt.Errorf("%w: %s: only Actors and User Spots are taken over here", roamerr.ErrInvalidOperation, key)
+	tk := takeover.Kind{}
+	if k, ok := d.kind(rec.GetStableType()); ok {
+		tk = takeover.Kind{Registered: true, PreservesState: PreservesState(k.Policy)}
 	}
-	k, ok := d.kind(rec.GetStableType())
-	if !ok {
-		return fmt.Errorf("%w: stable type %q is not registered here", roamerr.ErrNotFound, rec.GetStableType())
-	}
-	if rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-		return fmt.Errorf("%w: %s is not Ready", roamerr.ErrInvalidOperation, key)
+	next, err := takeover.Claim(key, rec, tk, d.owner(), d.desc.GetEntrySpotId(), meshnode.IsEntrySpotID)
+	if err != nil {
+		return err
 	}
 	if !d.takeovers.start(key) {
 		return ErrTakeOverUnderWay
-	}
-	next := proto.Clone(rec).(*location.Record)
-	next.Owner = d.owner()
-	next.AuthorityOwnerGeneration = rec.GetAuthorityOwnerGeneration() + 1
-	next.RelocationId = 0
-	next.PreservesState = PreservesState(k.Policy)
-	if key.Kind == location.KindActor && meshnode.IsEntrySpotID(rec.GetMembership().GetSpotId()) {
-		// The ended owner's Entry Spot went with it.
-		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
 	}
 	staged, err := d.Stage(context.Background(), key, next.GetStableType(), next.GetObjectGeneration(), next.GetAuthorityOwnerGeneration())
 	if err != nil {
@@ -137,7 +127,7 @@ func (d *Driver) restoreUntil(staged *Staged, state []byte, stableType string) b
 			}
 		}
 		d.markRestoreFailed(staged.obj, err)
-		wait := restoreRetry(try)
+		wait := takeover.RestorePause(try)
 		d.log.Error().Str("event", "checkpoint_restore_failed").Str("object_id", key.ID).Str("stable_type", stableType).
 			Int("try", try).Dur("next_try_in", wait).Err(err).
 			Msg("the recovered object's checkpoint could not be restored; it does not serve without its state, and is tried again")
@@ -166,12 +156,6 @@ func (d *Driver) markRestoreFailed(obj *object, err error) {
 		}
 		return struct{}{}, nil
 	})
-}
-
-// restoreRetry is the pause before a failed checkpoint restore is tried
-// again: doubling from a second up to half a minute.
-func restoreRetry(try int) time.Duration {
-	return min(30*time.Second, time.Second<<min(try-1, 5))
 }
 
 // ErrTakeOverUnderWay: TakeOver of this object is already running on this
@@ -256,7 +240,7 @@ func (d *Driver) claimUntil(key location.AuthorityKey, stableType string, genera
 		if err := d.Usable(); err != nil {
 			return nil, false, err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return nil, false, fmt.Errorf("%w: the node stopped while %s waited for its checkpoint", roamerr.ErrUnavailable, key)
 		}
 	}
@@ -306,36 +290,25 @@ var errTakeOverUnsettled = errors.New("the takeover's record write is unsettled"
 // settled by consistent reads (takeOverLanded); one it cannot settle
 // within ctx is errTakeOverUnsettled, for settleTakeOver.
 func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *location.Record) error {
-	key := v.Key
-	// unknown: an earlier attempt's outcome is unknown (it may land yet),
-	// so a later failure proves nothing (a full node may be full of it).
-	unknown := false
-	for attempt := 1; ; attempt++ {
-		_, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
+	w := takeover.Write{Key: v.Key}
+	for {
+		_, _, err := d.slots.Take(ctx, []location.AuthorityKey{v.Key}, false, func(slots []uint32) []location.Op {
 			WithSlot(next, slots, 0)
-			return []location.Op{location.UpdateOp(key, v.Version, next)}
+			return []location.Op{location.UpdateOp(v.Key, v.Version, next)}
 		})
-		switch {
-		case err == nil:
-			return nil
-		case unknown && !errors.Is(err, location.ErrIndeterminate) && !errors.Is(err, location.ErrConflict):
-			return errTakeOverUnsettled
-		case errors.Is(err, roamerr.ErrCapacityExceeded):
-			return err
-		case !errors.Is(err, location.ErrIndeterminate) && !errors.Is(err, location.ErrConflict):
-			return roamerr.Keep(roamerr.ErrUnavailable, "take over "+key.String(), err)
+		step, ferr := w.Wrote(err)
+		if step == takeover.ReadBack {
+			landed, again, rerr := d.takeOverLanded(ctx, v, next, err)
+			step, ferr = w.Read(landed, again, rerr, err)
 		}
-		landed, again, rerr := d.takeOverLanded(ctx, v, next, err)
-		switch {
-		case landed:
+		switch step {
+		case takeover.Done:
 			return nil
-		case again && attempt < 5:
-			unknown = true
-			continue
-		case again || rerr != nil:
+		case takeover.Unsettled:
 			return errTakeOverUnsettled
+		case takeover.Fail:
+			return ferr
 		}
-		return roamerr.Wrap(roamerr.ErrConflict, key.String()+" changed while it was being taken over", err)
 	}
 }
 
@@ -347,18 +320,12 @@ func (d *Driver) writeTakeOver(ctx context.Context, v location.Versioned, next *
 // write won.
 func (d *Driver) takeOverLanded(ctx context.Context, v location.Versioned, next *location.Record, werr error) (landed, again bool, rerr error) {
 	cur, rerr := d.settleRead(ctx, v.Key)
-	switch {
-	case rerr == nil && activationSameOwner(cur.Record.GetOwner(), next.GetOwner()) &&
-		cur.Record.GetAuthorityOwnerGeneration() == next.GetAuthorityOwnerGeneration() && cur.Record.GetObjectGeneration() == next.GetObjectGeneration():
+	landed, again, rerr = takeover.Landed(cur, rerr, v, next, werr)
+	if landed {
 		proto.Reset(next)
 		proto.Merge(next, cur.Record)
-		return true, false, nil
-	case rerr == nil && cur.Version == v.Version && errors.Is(werr, location.ErrIndeterminate):
-		return false, true, nil
-	case rerr != nil && !errors.Is(rerr, location.ErrNotFound):
-		return false, false, rerr
 	}
-	return false, false, nil
+	return landed, again, rerr
 }
 
 // settleTakeOver goes on with a takeover whose write is unsettled, for as
@@ -369,26 +336,25 @@ func (d *Driver) settleTakeOver(v location.Versioned, next *location.Record) err
 		if err := d.Usable(); err != nil {
 			return err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return fmt.Errorf("%w: the node stopped", roamerr.ErrUnavailable)
 		}
 		// Read first: the write may have landed, and a write sent again
 		// over it would find the slots taken by it.
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		landed, again, rerr := d.takeOverLanded(ctx, v, next, location.ErrIndeterminate)
-		var err error
-		switch {
-		case landed:
+		switch step, err := takeover.Settle(landed, again, rerr, v.Key); step {
+		case takeover.Done:
 			cancel()
 			return nil
-		case rerr != nil:
+		case takeover.ReadBack:
 			cancel()
 			continue // the store is away: whatever landed is still unknown
-		case !again:
+		case takeover.Fail:
 			cancel()
-			return fmt.Errorf("%w: %s changed while it was being taken over", roamerr.ErrConflict, v.Key)
+			return err
 		}
-		err = d.writeTakeOver(ctx, v, next)
+		err := d.writeTakeOver(ctx, v, next)
 		cancel()
 		if err == nil {
 			return nil
@@ -408,13 +374,8 @@ func (d *Driver) settleRead(ctx context.Context, key location.AuthorityKey) (loc
 		if err == nil || errors.Is(err, location.ErrNotFound) || ctx.Err() != nil {
 			return v, err
 		}
-		if !d.pauseUnlessStopped(storePause(try)) {
+		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return v, err
 		}
 	}
-}
-
-// activationSameOwner reports whether a and b are one owner lifecycle.
-func activationSameOwner(a, b *messages.Owner) bool {
-	return a.GetNodeRid() == b.GetNodeRid() && a.GetNodeGeneration() == b.GetNodeGeneration() && a.GetLeaseId() == b.GetLeaseId()
 }

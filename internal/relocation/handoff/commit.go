@@ -104,7 +104,7 @@ func (c *Commit) Judge(v location.Versioned) (Event, Committed) {
 	ev := c.ID.JudgeCommit(ViewOf(v), c.Owner.GetNodeRid(), c.NewOwnerGeneration, c.ObjectGeneration)
 	if _, ok := ev.(StoreCommitted); ok {
 		// The record says whether that commit carried the Join.
-		return ev, Committed{Joined: c.Join != nil && sameMembership(v.Record.GetMembership(), c.Join), Member: c.userSpotOf(v.Record)}
+		return ev, Committed{Joined: c.Join != nil && SameMembership(v.Record.GetMembership(), c.Join), Member: c.userSpotOf(v.Record)}
 	}
 	return ev, Committed{}
 }
@@ -217,7 +217,7 @@ func (c *Commit) Txn(v location.Versioned) *CommitTxn {
 	switch {
 	case c.Join == nil:
 		x.stage = readingMembers
-	case sameMembership(c.userSpotOf(v.Record), c.Join):
+	case SameMembership(c.userSpotOf(v.Record), c.Join):
 		// Already a member (an earlier Join of this incarnation).
 		x.joined = true
 		x.stage = readingMembers
@@ -461,15 +461,7 @@ func (c *Commit) memberAtFence(m CommitMember, v location.Versioned) error {
 // userSpotOf is the User Spot membership rec names, or nil (none, or an
 // Entry Spot's).
 func (c *Commit) userSpotOf(rec *location.Record) *messages.Membership {
-	ms := rec.GetMembership()
-	if ms.GetSpotId() == "" || c.IsEntrySpot(ms.GetSpotId()) {
-		return nil
-	}
-	return ms
-}
-
-func sameMembership(a, b *messages.Membership) bool {
-	return a.GetSpotId() == b.GetSpotId() && a.GetSpotGeneration() == b.GetSpotGeneration()
+	return UserSpotOf(rec, c.IsEntrySpot)
 }
 
 // ViewOf is what the machines judge of a record read from the store.

@@ -1,0 +1,285 @@
+// Package capslots is the pure policy of a node's capacity slots in the
+// Location Store (docs/PROTOCOL.md §7.12): which indexes a take picks, when
+// a take is tried again, when a node that looks full reads its slots
+// again, and which slots a free may free. The store decides who holds a
+// slot; a View only picks indexes likely to be free. Time and randomness
+// are inputs; nothing here reads or writes the store, and a View is not
+// safe for concurrent use (its driver locks it).
+package capslots
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// MaxAttempts bounds how often a take retries after finding a slot it
+// thought free already held (another node's reservation for this one, or
+// a stale view): each retry first reads the node's slots again. A take of
+// another node's slot (TakeOn) tries twice as often: it reads the slots
+// every time and races that node's own takes.
+const MaxAttempts = 8
+
+// FullReadEvery bounds how often a node that looks full reads its slots
+// again: a view can over-count (a slot freed by another node's
+// transaction, a read that raced a free), and a full node must notice.
+const FullReadEvery = 100 * time.Millisecond
+
+// View is a node lifecycle's view of its own capacity slots: which it
+// knows held, and which a transaction of its own is taking or freeing.
+type View struct {
+	node     string
+	capacity uint32
+	// held are the slots the store holds, as last read or written here;
+	// byHolder indexes them by holder.
+	held     map[uint32]location.AuthorityKey
+	byHolder map[location.AuthorityKey]uint32
+	// taking are the indexes a transaction of this node is taking now.
+	taking map[uint32]bool
+	// freeing are the indexes a free is freeing now: not picked, whatever
+	// a read says, until the free ends (an earlier try of it may have
+	// applied, and its retry must not free a slot taken since).
+	freeing map[uint32]bool
+	// read: held has been read from the store since the node started
+	// (or since a take's outcome was unknown).
+	read     bool
+	lastRead time.Time
+}
+
+// NewView is the view of node (its node RID, for errors) of capacity
+// capacity, before any read.
+func NewView(node string, capacity uint32) *View {
+	return &View{
+		node: node, capacity: capacity,
+		held: map[uint32]location.AuthorityKey{}, byHolder: map[location.AuthorityKey]uint32{},
+		taking: map[uint32]bool{}, freeing: map[uint32]bool{},
+	}
+}
+
+// Bounded reports whether the node counts its objects in slots.
+func (v *View) Bounded() bool { return v.capacity > 0 }
+
+// Read reports whether the view holds a read of the store's slots that
+// no take with an unknown outcome has overtaken.
+func (v *View) Read() bool { return v.read }
+
+// Pick reserves the n lowest indexes neither held nor being taken or
+// freed; ErrCapacityExceeded when fewer are free.
+func (v *View) Pick(n int) ([]uint32, error) {
+	out := make([]uint32, 0, n)
+	for i := uint32(0); i < v.capacity && len(out) < n; i++ {
+		if _, ok := v.held[i]; !ok && !v.taking[i] && !v.freeing[i] {
+			out = append(out, i)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("%w: node %s holds %d of its %d capacity slots, %d more are needed", roamerr.ErrCapacityExceeded,
+			v.node, len(v.held)+len(v.taking), v.capacity, n)
+	}
+	for _, i := range out {
+		v.taking[i] = true
+	}
+	return out, nil
+}
+
+// ReadAgain reports whether a read of the slots is due for a node that
+// looks full at now (at most once per FullReadEvery since the last read),
+// and counts it done.
+func (v *View) ReadAgain(now time.Time) bool {
+	if now.Sub(v.lastRead) < FullReadEvery {
+		return false
+	}
+	v.lastRead = now
+	return true
+}
+
+// Refreshed replaces what the view holds by list, read from the store at
+// now.
+func (v *View) Refreshed(list []location.Slot, now time.Time) {
+	v.held = make(map[uint32]location.AuthorityKey, len(list))
+	v.byHolder = make(map[location.AuthorityKey]uint32, len(list))
+	for _, sl := range list {
+		v.Hold(sl.Index, sl.Holder)
+	}
+	v.read, v.lastRead = true, now
+}
+
+// Outcome is what becomes of a take after the store's answer.
+type Outcome int
+
+const (
+	// Took: the transaction applied; the slots are held.
+	Took Outcome = iota
+	// Retry: a slot thought free was held; read the slots again and
+	// take others.
+	Retry
+	// Exhausted: slots thought free were found held too often.
+	Exhausted
+	// Unknown: the transaction may have applied; the slots may be held.
+	Unknown
+	// Failed: it did not apply, for another reason (the caller's ops'
+	// own compare-and-set, a store fault).
+	Failed
+)
+
+// Answer judges the store's answer err to a take's attempt (from 1)
+// whose slot ops start at index first of its transaction, of at most max
+// attempts.
+func Answer(err error, first, attempt, max int) Outcome {
+	var ce *location.ConflictError
+	switch {
+	case err == nil:
+		return Took
+	case errors.As(err, &ce) && slotConflict(ce, first) && attempt < max:
+		return Retry
+	case errors.As(err, &ce) && slotConflict(ce, first):
+		return Exhausted
+	case errors.Is(err, location.ErrIndeterminate):
+		return Unknown
+	}
+	return Failed
+}
+
+// slotConflict reports whether a failed op of ce is a slot take (at index
+// first or later), not a record's compare-and-set.
+func slotConflict(ce *location.ConflictError, first int) bool {
+	for _, i := range ce.FailedOps {
+		if i >= first {
+			return true
+		}
+	}
+	return false
+}
+
+// Took ends a take of slots, for holders in order, judged o: slots taken
+// (or that may be: Unknown) are counted held, and an unknown outcome
+// makes the view read again before its next pick.
+func (v *View) Took(slots []uint32, holders []location.AuthorityKey, o Outcome) {
+	took := o == Took || o == Unknown
+	for j, i := range slots {
+		delete(v.taking, i)
+		if took {
+			v.Hold(i, holders[j])
+		}
+	}
+	if o == Unknown {
+		v.read = false
+	}
+}
+
+// Hold records slot i held by h.
+func (v *View) Hold(i uint32, h location.AuthorityKey) {
+	v.Drop(i)
+	v.held[i] = h
+	v.byHolder[h] = i
+}
+
+// Drop forgets slot i.
+func (v *View) Drop(i uint32) {
+	if h, ok := v.held[i]; ok {
+		delete(v.held, i)
+		if v.byHolder[h] == i {
+			delete(v.byHolder, h)
+		}
+	}
+}
+
+// DropHolder forgets the slot h holds here, if any.
+func (v *View) DropHolder(h location.AuthorityKey) {
+	if i, ok := v.byHolder[h]; ok {
+		v.Drop(i)
+	}
+}
+
+// Free is one free of slots no record names, in progress: whom the view
+// saw holding each when it began.
+type Free struct {
+	holders map[uint32]location.AuthorityKey
+}
+
+// BeginFree starts freeing slots: none of them is picked until EndFree.
+func (v *View) BeginFree(slots []uint32) Free {
+	f := Free{holders: make(map[uint32]location.AuthorityKey, len(slots))}
+	for _, i := range slots {
+		f.holders[i] = v.held[i]
+		v.freeing[i] = true
+	}
+	return f
+}
+
+// Ops are the ops of one try of f, given the node's slots as read now
+// (list), each freeing a slot with op: only those the store shows held
+// by the object this node took it for. A take whose answer was lost may
+// not have applied (and another node may hold the slot now), and an
+// earlier try of this free may have applied. While the free runs this
+// node takes none of these slots, and no record names them, so nobody
+// else frees and takes one in between.
+func (f Free) Ops(list []location.Slot, op func(slot uint32) location.Op) []location.Op {
+	var ops []location.Op
+	for _, sl := range list {
+		if h, ok := f.holders[sl.Index]; ok && h == sl.Holder {
+			ops = append(ops, op(sl.Index))
+		}
+	}
+	return ops
+}
+
+// Ends reports whether the store's answer err to a try of a free ends
+// it: applied, or the node's lease ended (which frees them too).
+func (f Free) Ends(err error) bool { return err == nil || errors.Is(err, location.ErrLeaseEnded) }
+
+// Freed forgets, once f applied, the slots that the view still saw held
+// by whom f freed them for.
+func (v *View) Freed(f Free) {
+	for i, h := range f.holders {
+		if v.held[i] == h {
+			v.Drop(i)
+		}
+	}
+}
+
+// EndFree ends f: its slots may be picked again.
+func (v *View) EndFree(f Free) {
+	for i := range f.holders {
+		delete(v.freeing, i)
+	}
+}
+
+// FreePause is the pause before the next try of a free whose last try
+// paused prev (0: none yet): 10 ms first, doubling up to a second. A slot
+// kept would hold capacity for nothing, so a free tries until it ends.
+func FreePause(prev time.Duration) time.Duration {
+	if prev <= 0 {
+		return 10 * time.Millisecond
+	}
+	return min(2*prev, time.Second)
+}
+
+// PickOn picks a slot of another node of capacity capacity whose slots
+// read as list, for a reservation this node makes there: a random free
+// one (intN(n) draws from [0, n), as math/rand's IntN), not the lowest,
+// so that creators racing for the same node rarely pick the same one
+// (the node itself picks from the lowest). ErrCapacityExceeded when none
+// is free.
+func PickOn(node string, capacity uint32, list []location.Slot, intN func(n int) int) (uint32, error) {
+	held := make(map[uint32]bool, len(list))
+	for _, sl := range list {
+		held[sl.Index] = true
+	}
+	if len(held) >= int(capacity) {
+		return 0, fmt.Errorf("%w: node %s holds all %d of its capacity slots", roamerr.ErrCapacityExceeded, node, capacity)
+	}
+	nth := intN(int(capacity) - len(held))
+	slot := uint32(0)
+	for ; ; slot++ {
+		if !held[slot] {
+			if nth == 0 {
+				return slot, nil
+			}
+			nth--
+		}
+	}
+}
