@@ -145,11 +145,9 @@
 //	a Session seals a bound object before its source     (relocation/sim) skip-session-seal (its testdata)   session-route
 //	  seals
 //	a source fenced out serves no more                   (relocation/sim) skip-fence-out    (its testdata)   two-serving
+//	a sealed source handles nothing (PROTOCOL.md §5.4)   (relocation/sim) handle-after-seal (its testdata)   duplicate, fork
 //
-// Not covered by any sabotage: the hand-off source's own seal (nothing is
-// handled on the source after it seals, PROTOCOL.md §5.4) has no knob in
-// internal/relocation/sim (its fork invariant is the one that would see
-// it); and what this model leaves out — a claim refused as Stale when an
+// Not covered by any sabotage: what this model leaves out — a claim refused as Stale when an
 // owner as new or newer holds the checkpoint (the model's claim takes any
 // stored checkpoint), corrupt, newer-format or other-type checkpoints,
 // the capture policy's timing, ReleaseEnded's tombstone, the stop's

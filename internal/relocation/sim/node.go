@@ -446,6 +446,9 @@ func (w *World) post(inc *Inc, m *Msg) {
 		w.schedTurn(inc)
 	case mSealed, mStaging:
 		inc.queue = append(inc.queue, m)
+		if inc.mode == mSealed && w.cfg.Sabotage == SabotageHandleAfterSeal && inc.node.alive {
+			w.handle(inc, m)
+		}
 	case mRedirect:
 		inc.sink(m)
 	case mClosed:

@@ -139,6 +139,7 @@ var sabotages = map[string]Sabotage{
 	"skip-fence-out":      SabotageSkipFenceOut,
 	"open-without-commit": SabotageOpenWithoutCommit,
 	"skip-session-seal":   SabotageSkipSessionSeal,
+	"handle-after-seal":   SabotageHandleAfterSeal,
 }
 
 // world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none
@@ -153,7 +154,7 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 	cfg.Nodes, cfg.Objects, cfg.Clients = c.Int("nodes", 3), c.Int("objects", 1), c.Int("clients", 2)
 	s, ok := sabotages[c.Val("sabotage", "none")]
 	if !ok {
-		c.Fatalf("sabotage=%s: not one of none, skip-fence-out, open-without-commit, skip-session-seal", c.Val("sabotage", ""))
+		c.Fatalf("sabotage=%s: not one of none, skip-fence-out, open-without-commit, skip-session-seal, handle-after-seal", c.Val("sabotage", ""))
 	}
 	cfg.Sabotage = s
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)

@@ -32,6 +32,11 @@ const (
 	// routing to the source, and ignores the route update of a seal it
 	// never made.
 	SabotageSkipSessionSeal
+	// SabotageHandleAfterSeal is a mailbox whose seal does not stop its
+	// dispatch: a message that arrives while it is sealed is handled on
+	// the source and still held for the target (docs/PROTOCOL.md §5.4:
+	// after the seal the source handles nothing).
+	SabotageHandleAfterSeal
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
