@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
@@ -213,21 +214,19 @@ func (m *Manager) deleteRoot(rootKey string) {
 // activation; it ends CapacityExceeded only once every candidate is full
 // (PROTOCOL.md §7.5 step 9).
 func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
-	full := append(a.GetFullNodeRids(), m.desc.GetNodeRid())
 	nodes, err := m.store.ListNodes(ctx, a.GetTargetMesh())
 	if err != nil {
 		return false
 	}
-	for _, n := range candidates(nodes, a.GetStableType(), true, a.GetSpotId()) {
-		if slices.Contains(full, n.Node.GetNodeRid()) {
-			continue
-		}
-		next := proto.Clone(a).(*messages.SpotActivation)
-		next.FullNodeRids = full
-		next.TargetNodeRid, next.TargetNodeGeneration = n.Node.GetNodeRid(), n.Node.GetNodeGeneration()
-		next.DescriptorVersion = uint64(n.Version)
-		m.sys.Root.RequestWithCustomSender(servicePID(n.Node.GetAddress()), next, m.self)
-		return true
+	found := candidates(nodes, a.GetStableType(), true, a.GetSpotId())
+	cs := make([]spotservice.Candidate, len(found))
+	for i, n := range found {
+		cs[i] = spotservice.Candidate{RID: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration(), DescriptorVersion: uint64(n.Version)}
 	}
-	return false
+	next, i := spotservice.PassOn(a, m.desc.GetNodeRid(), cs)
+	if i < 0 {
+		return false
+	}
+	m.sys.Root.RequestWithCustomSender(servicePID(found[i].Node.GetAddress()), next, m.self)
+	return true
 }

@@ -8,11 +8,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/extensions"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -68,12 +67,11 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 			return storeError("read "+key.String(), err)
 		}
 		rec := v.Record
-		if rec.GetObjectGeneration() != gen || !sameOwner(rec.GetOwner(), m.owner()) || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+		closing := spotservice.Closing(rec, gen, m.owner())
+		if closing == nil {
 			return fmt.Errorf("%w: %s is not Ready here at generation %d", roamerr.ErrStale, key, gen)
 		}
 		ready = rec
-		closing := proto.Clone(rec).(*location.Record)
-		closing.State = messages.LifecycleState_LIFECYCLE_STATE_CLOSING
 		cv, err = m.commit(ctx, key, v.Version, closing)
 		if err == nil {
 			break
@@ -117,19 +115,17 @@ func (m *Manager) settleClosing(key location.AuthorityKey, gen uint64, version l
 	for {
 		v, err := m.store.Read(ctx, key)
 		if err == nil {
-			rec := v.Record
-			mine := rec.GetObjectGeneration() == gen && sameOwner(rec.GetOwner(), m.owner())
-			switch {
-			case !mine:
+			switch spotservice.SettleClosing(v, version, gen, m.owner()) {
+			case spotservice.SettleChanged:
 				return 0, fmt.Errorf("%w: %s changed while its Closing write was unsettled", roamerr.ErrStale, key)
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CLOSING && v.Version != version:
+			case spotservice.SettleLanded:
 				return v.Version, nil
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && v.Version == version:
+			case spotservice.SettleFence:
 				if _, err = m.store.CompareAndSet(ctx, key, version, ready); err == nil {
 					return 0, nil // fenced: the Closing write cannot land any more
 				}
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY:
-				return 0, nil // moved past the write's version without it
+			case spotservice.SettleMovedPast:
+				return 0, nil
 			}
 		}
 		select {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -34,26 +32,19 @@ func (l *Life) enqueueActivation(env *messages.SpotActivation, m *Msg) {
 		l.onActivation(env, m, func() {})
 		return
 	}
-	i := m.spot.idx
-	l.queues[i] = append(l.queues[i], cmd39{env: env, m: m})
-	if l.working[i] {
-		return
+	if l.queues.Push(m.spot.idx, cmd39{env: env, m: m}) {
+		w.after(0, func() { l.nextActivation(m.spot) })
 	}
-	l.working[i] = true
-	w.after(0, func() { l.nextActivation(m.spot) })
 }
 
 func (l *Life) nextActivation(s *Spot) {
 	if l.gone {
 		return
 	}
-	i := s.idx
-	if len(l.queues[i]) == 0 {
-		l.working[i] = false
+	c, ok := l.queues.Next(s.idx)
+	if !ok {
 		return
 	}
-	c := l.queues[i][0]
-	l.queues[i] = l.queues[i][1:]
 	l.onActivation(c.env, c.m, func() { l.nextActivation(s) })
 }
 
@@ -139,49 +130,41 @@ func (l *Life) admitCapacity() error {
 // envelope gets it.
 func (l *Life) passOn(env *messages.SpotActivation, m *Msg, deadline time.Duration, done func(bool)) {
 	w := l.w
-	full := append(slices.Clone(env.GetFullNodeRids()), l.rid)
 	w.store.call(l, storeOp{kind: opListNodes, why: "pass on"}, deadline, func(res storeRes) {
 		if res.err != nil {
 			done(false)
 			return
 		}
-		for _, n := range candidates(res.nodes, env.GetSpotId()) {
-			if slices.Contains(full, n.rid) {
-				continue
-			}
-			next := proto.Clone(env).(*messages.SpotActivation)
-			next.FullNodeRids = full
-			next.TargetNodeRid, next.TargetNodeGeneration = n.rid, n.gen
-			m.passedOn = true
-			w.stats.PassedOn++
-			l.send(n, &packet{kind: pCmd39, msg: m, env: next})
-			done(true)
+		found := candidates(res.nodes, env.GetSpotId())
+		cs := make([]spotservice.Candidate, len(found))
+		for i, n := range found {
+			cs[i] = spotservice.Candidate{RID: n.rid, Generation: n.gen}
+		}
+		next, i := spotservice.PassOn(env, l.rid, cs)
+		if i < 0 {
+			done(false)
 			return
 		}
-		done(false)
+		m.passedOn = true
+		w.stats.PassedOn++
+		l.send(found[i], &packet{kind: pCmd39, msg: m, env: next})
+		done(true)
 	})
 }
 
 // lock serialises this lifecycle's own work on one Spot ID (lockKey):
 // granted runs when the caller holds it.
 func (l *Life) lock(s *Spot, granted func()) {
-	ls := l.locks[s.idx]
-	if !ls.held {
-		ls.held = true
+	if l.locks.Acquire(s.idx, granted) {
 		granted()
-		return
 	}
-	ls.waiters = append(ls.waiters, granted)
 }
 
 func (l *Life) unlock(s *Spot) {
-	ls := l.locks[s.idx]
-	if len(ls.waiters) == 0 {
-		ls.held = false
+	next := l.locks.Release(s.idx)
+	if next == nil {
 		return
 	}
-	next := ls.waiters[0]
-	ls.waiters = ls.waiters[1:]
 	l.w.after(0, func() {
 		if !l.gone {
 			next()
@@ -190,15 +173,6 @@ func (l *Life) unlock(s *Spot) {
 }
 
 // ---- shared watches (manager.go watch) ----
-
-type watchKey struct {
-	key   location.AuthorityKey
-	after location.StoreVersion
-}
-
-type sharedWatch struct {
-	waiters []func(error)
-}
 
 // sharedWatchTimeout bounds one shared store watch; waiters re-read after.
 const sharedWatchTimeout = 10 * time.Second
@@ -215,29 +189,17 @@ func (l *Life) watch(key location.AuthorityKey, after location.StoreVersion, dea
 			done(err)
 		}
 	}
-	wk := watchKey{key, after}
-	sw := l.watches[wk]
-	if sw == nil {
-		sw = &sharedWatch{}
-		l.watches[wk] = sw
+	wk := spotservice.WatchKey{Key: key, After: after}
+	if l.watches.Join(wk, answer) {
 		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.Now()+sharedWatchTimeout, func(res storeRes) {
-			err := res.err
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = nil // timed out: the waiters read again
-			} else if err != nil {
-				err = activation.StoreError("watch "+key.String(), err)
-			}
-			delete(l.watches, wk)
-			for _, f := range sw.waiters {
-				f(err)
+			waiters, result := l.watches.Finish(wk, res.err, errors.Is(res.err, context.DeadlineExceeded))
+			for _, f := range waiters {
+				f(result)
 			}
 		})
 	}
-	sw.waiters = append(sw.waiters, answer)
 	if deadline > 0 {
-		w.at(deadline, func() {
-			answer(fmt.Errorf("%w: waiting for %s", roamerr.ErrDeadlineExceeded, key))
-		})
+		w.at(deadline, func() { answer(spotservice.WaitExpired(key, nil)) })
 	}
 }
 
@@ -267,13 +229,12 @@ func (l *Life) closeInstance(inc *Inc) {
 					return
 				}
 				rec := res.v.Record
-				if rec.GetObjectGeneration() != gen || !activation.SameOwner(rec.GetOwner(), l.owner) || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
+				closing := spotservice.Closing(rec, gen, l.owner)
+				if closing == nil {
 					w.tracef("%s instance_close_failed: not Ready here", inc)
 					unlock()
 					return
 				}
-				closing := proto.Clone(rec).(*location.Record)
-				closing.State = messages.LifecycleState_LIFECYCLE_STATE_CLOSING
 				wm := activation.NewCompareAndSet(l.acfg, s.key(), res.v.Version, closing, w.wall(deadline)).Alone()
 				r := l.newRunner("write", s, deadline, wm.Step, func(error) {
 					switch outcome, cv, err := wm.Result(); outcome {
@@ -323,15 +284,13 @@ func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.Sto
 			retry()
 			return
 		}
-		rec := res.v.Record
-		mine := rec.GetObjectGeneration() == gen && activation.SameOwner(rec.GetOwner(), l.owner)
-		switch {
-		case !mine:
+		switch spotservice.SettleClosing(res.v, version, gen, l.owner) {
+		case spotservice.SettleChanged:
 			w.tracef("%s instance_close_failed: changed while unsettled", inc)
 			unlock()
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CLOSING && res.v.Version != version:
+		case spotservice.SettleLanded:
 			l.closeAndRelease(s, gen, res.v.Version, ready, unlock)
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && res.v.Version == version:
+		case spotservice.SettleFence:
 			w.store.call(l, storeOp{kind: opApply, key: s.key(), ops: []location.Op{location.UpdateOp(s.key(), version, ready)}, why: "fence closing " + s.id}, deadline, func(res storeRes) {
 				if res.err == nil {
 					w.tracef("%s instance_close_failed: Closing write fenced out", inc)
@@ -340,10 +299,10 @@ func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.Sto
 				}
 				retry()
 			})
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY:
+		case spotservice.SettleMovedPast:
 			w.tracef("%s instance_close_failed: moved past the Closing write", inc)
 			unlock()
-		default:
+		case spotservice.SettleRetry:
 			retry()
 		}
 	})
