@@ -60,28 +60,22 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 // finish it), with the others' text.
 func (m *Manager) Recover(ctx context.Context) error {
 	var errs []error
-	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
-		after := ""
-		for {
-			page, err := m.store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize, After: after})
-			if err != nil {
-				return storeError("scan", err)
+	var scan spotservice.Scan
+	for {
+		kind, req, ok := scan.Next()
+		if !ok {
+			return oneFailure(errs)
+		}
+		page, err := m.store.List(ctx, kind, req)
+		if err != nil {
+			return storeError("scan", err)
+		}
+		for _, v := range scan.Page(page) {
+			if err := m.recoverOne(ctx, v); err != nil {
+				errs = append(errs, err)
 			}
-			for _, v := range page.Items {
-				if !activation.Recoverable(v) {
-					continue // the common case, at no cost: most records need nothing
-				}
-				if err := m.recoverOne(ctx, v); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if page.Next == "" {
-				break
-			}
-			after = page.Next
 		}
 	}
-	return oneFailure(errs)
 }
 
 // oneFailure is Recover's error for the failures errs: the first one (or

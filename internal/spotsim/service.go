@@ -14,9 +14,11 @@ import (
 )
 
 // The Spot service of one lifecycle (manager.go, activate.go,
-// closeself.go): SpotActivations run one at a time per Spot ID in arrival
-// order, each an Activation machine to its end; the start-up scan; the
-// recovery pointer's removal; an Instance Spot's own close.
+// closeself.go), hosting the driver's own decisions and orderings
+// (spotservice) on the simulated store, network and clock:
+// SpotActivations run one at a time per Spot ID in arrival order, each an
+// Activation machine to its end; the start-up scan; the recovery
+// pointer's removal; an Instance Spot's own close.
 
 // cmd39 is a queued SpotActivation and its first message.
 type cmd39 struct {
@@ -63,33 +65,48 @@ func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	r.run(effects)
 }
 
-// recoverScan is Manager.Recover, run once when a lifecycle starts: every
-// Instance Spot record goes through the recovery machine, one after the
-// other, within a minute. A failed listing ends the scan (logged).
+// recoverScan is Manager.Recover, run once when a lifecycle starts: the
+// scan's walk (spotservice.Scan) lists each kind in one page, and every
+// record it picks goes through the recovery machine, one after the other,
+// all within a minute. A failed listing ends the scan (logged).
 func (l *Life) recoverScan() {
 	w := l.w
 	deadline := w.Now() + time.Minute
-	w.store.call(l, storeOp{kind: opList, why: "start-up scan"}, deadline, func(res storeRes) {
-		if res.err != nil {
-			w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
+	var scan spotservice.Scan
+	var list func()
+	list = func() {
+		kind, _, ok := scan.Next()
+		if !ok || l.gone {
 			return
 		}
-		var next func(i int)
-		next = func(i int) {
-			if i >= len(res.list) || l.gone {
+		w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, deadline, func(res storeRes) {
+			if res.err != nil {
+				w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
 				return
 			}
-			v := res.list[i]
-			s := w.spotByID(v.Key.ID)
-			w.stats.Recoveries++
-			mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
-			r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
-			r.label = "rec"
-			r.act = mc
-			r.run(effects)
-		}
-		next(0)
-	})
+			todo := scan.Page(location.Page{Items: res.list})
+			var next func(i int)
+			next = func(i int) {
+				if l.gone {
+					return
+				}
+				if i >= len(todo) {
+					list()
+					return
+				}
+				v := todo[i]
+				s := w.spotByID(v.Key.ID)
+				w.stats.Recoveries++
+				mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
+				r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
+				r.label = "rec"
+				r.act = mc
+				r.run(effects)
+			}
+			next(0)
+		})
+	}
+	list()
 }
 
 // clearRecovery removes an activation's recovery pointer once its first

@@ -240,3 +240,41 @@ func SettleClosing(v location.Versioned, version location.StoreVersion, gen uint
 	}
 	return SettleRetry
 }
+
+// scanKinds are the kinds the start-up scan lists, in this order.
+var scanKinds = [...]location.Kind{location.KindInstanceSpot, location.KindUserSpot}
+
+// Scan is the start-up authority scan's walk (PROTOCOL.md §7.7): every
+// page of Instance Spot records, then of User Spot records; of each page
+// only the records that need recovery (activation.Recoverable), so the
+// common case costs nothing but the listing. Its zero value starts a
+// scan.
+type Scan struct {
+	kind  int
+	after string
+}
+
+// Next is the page to list next; ok false when the scan is done.
+func (s *Scan) Next() (kind location.Kind, page location.PageRequest, ok bool) {
+	if s.kind >= len(scanKinds) {
+		return 0, location.PageRequest{}, false
+	}
+	return scanKinds[s.kind], location.PageRequest{Size: location.MaxPageSize, After: s.after}, true
+}
+
+// Page takes the page Next asked for and returns its records to recover,
+// in the listing's order.
+func (s *Scan) Page(p location.Page) []location.Versioned {
+	if p.Next == "" {
+		s.kind, s.after = s.kind+1, ""
+	} else {
+		s.after = p.Next
+	}
+	var out []location.Versioned
+	for _, v := range p.Items {
+		if activation.Recoverable(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package spotservice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -252,5 +253,59 @@ func TestSettleClosing(t *testing.T) {
 		if got := SettleClosing(c.read, at, 5, me); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The start-up scan lists every page of Instance Spot records, then of
+// User Spot records, and picks only what needs recovery: a recovery
+// pointer, or a User Spot still Creating.
+func TestScanWalksBothKindsPageByPage(t *testing.T) {
+	withPointer := func(kind location.Kind, id string) location.Versioned {
+		return location.Versioned{Key: location.Key(kind, id), Version: 1, Record: &location.Record{
+			State: messages.LifecycleState_LIFECYCLE_STATE_READY, ActivationRecovery: &messages.ActivationRecovery{}}}
+	}
+	plain := func(kind location.Kind, id string, st messages.LifecycleState) location.Versioned {
+		return location.Versioned{Key: location.Key(kind, id), Version: 1, Record: &location.Record{State: st}}
+	}
+	pages := map[location.Kind][]location.Page{
+		location.KindInstanceSpot: {
+			{Items: []location.Versioned{withPointer(location.KindInstanceSpot, "a"), plain(location.KindInstanceSpot, "b", messages.LifecycleState_LIFECYCLE_STATE_READY)}, Next: "b"},
+			{Items: []location.Versioned{withPointer(location.KindInstanceSpot, "c")}},
+		},
+		location.KindUserSpot: {
+			{Items: []location.Versioned{plain(location.KindUserSpot, "u", messages.LifecycleState_LIFECYCLE_STATE_CREATING), plain(location.KindUserSpot, "v", messages.LifecycleState_LIFECYCLE_STATE_READY)}},
+		},
+	}
+	var s Scan
+	var asked []string
+	var picked []string
+	for range 10 {
+		kind, req, ok := s.Next()
+		if !ok {
+			break
+		}
+		if req.Size != location.MaxPageSize {
+			t.Fatalf("page size %d, want %d", req.Size, location.MaxPageSize)
+		}
+		asked = append(asked, fmt.Sprintf("%v after %q", kind, req.After))
+		p := pages[kind][0]
+		pages[kind] = pages[kind][1:]
+		for _, v := range s.Page(p) {
+			picked = append(picked, v.Key.ID)
+		}
+	}
+	want := []string{
+		fmt.Sprintf("%v after %q", location.KindInstanceSpot, ""),
+		fmt.Sprintf("%v after %q", location.KindInstanceSpot, "b"),
+		fmt.Sprintf("%v after %q", location.KindUserSpot, ""),
+	}
+	if !slices.Equal(asked, want) {
+		t.Fatalf("listed %q, want %q", asked, want)
+	}
+	if !slices.Equal(picked, []string{"a", "c", "u"}) {
+		t.Fatalf("picked %v, want [a c u]", picked)
+	}
+	if _, _, ok := s.Next(); ok {
+		t.Fatal("the scan goes on after the last page of the last kind")
 	}
 }
