@@ -28,7 +28,7 @@
 //     per key and version with a 10 s store watch (Watches); the
 //     start-up scan (Scan: each kind's records, in one page here, and of
 //     them only those needing recovery) when a lifecycle starts; an
-//     Instance Spot's own close (Closing, SettleClosing: under the Spot
+//     Instance Spot's own close (CloseSelf: under the Spot
 //     ID's lock, the Closing write by a Write machine alone, read again
 //     on a lost race, then the Release machine). Modelled here still: the
 //     creation slots (admitCapacity: serving incarnations plus creations

@@ -223,8 +223,8 @@ func (l *Life) watch(key location.AuthorityKey, after location.StoreVersion, dea
 // ---- an Instance Spot's own close (closeself.go) ----
 
 // closeInstance is CloseSelf after the handler's turn: under the Spot
-// ID's lock, the Closing write on the incarnation being closed (a Write
-// machine alone, read again on a lost race), then the Release machine.
+// ID's lock, the driver's own close (spotservice.CloseSelf) on the
+// simulated store.
 func (l *Life) closeInstance(inc *Inc) {
 	w := l.w
 	s := inc.spot
@@ -236,105 +236,95 @@ func (l *Life) closeInstance(inc *Inc) {
 		return
 	}
 	l.lock(s, func() {
-		unlock := func() { l.unlock(s) }
-		var attempt func()
-		attempt = func() {
-			w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "close " + s.id}, deadline, func(res storeRes) {
-				if res.err != nil {
-					w.tracef("%s instance_close_failed: %s", inc, errString(res.err))
-					unlock()
-					return
-				}
-				rec := res.v.Record
-				closing := spotservice.Closing(rec, gen, l.owner)
-				if closing == nil {
-					w.tracef("%s instance_close_failed: not Ready here", inc)
-					unlock()
-					return
-				}
-				wm := activation.NewCompareAndSet(l.acfg, s.key(), res.v.Version, closing, w.wall(deadline)).Alone()
-				r := l.newRunner("write", s, deadline, wm.Step, func(error) {
-					switch outcome, cv, err := wm.Result(); outcome {
-					case activation.Applied:
-						w.after(0, func() { l.closeAndRelease(s, gen, cv, rec, unlock) })
-					case activation.Lost:
-						w.after(0, attempt)
-					default:
-						if errors.Is(err, roamerr.ErrDeadlineExceeded) {
-							// Unknown outcome: settle it (closeself.go settleClosing).
-							l.settleClosing(inc, s, gen, res.v.Version, rec, w.Now()+closeSettleFor, unlock)
-							return
-						}
-						w.tracef("%s instance_close_failed: %s", inc, errString(err))
-						unlock()
-					}
-				})
-				r.label = "closing"
-				r.run(wm.Start())
-			})
-		}
-		attempt()
+		spotservice.CloseSelf(&closeHost{l: l, inc: inc, s: s, gen: gen, deadline: deadline}, s.key(), gen, l.owner)
 	})
 }
 
 // closeSettleFor is closeself.go's bound on settling a Closing write.
 const closeSettleFor = 30 * time.Second
 
-// settleClosing is Manager.settleClosing: re-read until the Closing write
-// (expected at version) is known to have landed — then release — or the
-// record is still Ready at version, which a compare-and-set of the same
-// record fences; a record that moved past version while Ready also ends
-// it. Gives up loudly at its deadline (closesGivenUp).
-func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.StoreVersion, ready *location.Record, deadline time.Duration, unlock func()) {
-	w := l.w
-	retry := func() {
-		if w.Now() >= deadline {
-			w.tracef("%s spot_close_unsettled", inc)
-			w.closesGivenUp = append(w.closesGivenUp, incName{spot: s, gen: gen})
-			unlock()
-			return
-		}
-		w.after(50*time.Millisecond, func() { l.settleClosing(inc, s, gen, version, ready, deadline, unlock) })
-	}
-	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "settle closing " + s.id}, deadline, func(res storeRes) {
-		if res.err != nil {
-			retry()
-			return
-		}
-		switch spotservice.SettleClosing(res.v, version, gen, l.owner) {
-		case spotservice.SettleChanged:
-			w.tracef("%s instance_close_failed: changed while unsettled", inc)
-			unlock()
-		case spotservice.SettleLanded:
-			l.closeAndRelease(s, gen, res.v.Version, ready, unlock)
-		case spotservice.SettleFence:
-			w.store.call(l, storeOp{kind: opApply, key: s.key(), ops: []location.Op{location.UpdateOp(s.key(), version, ready)}, why: "fence closing " + s.id}, deadline, func(res storeRes) {
-				if res.err == nil {
-					w.tracef("%s instance_close_failed: Closing write fenced out", inc)
-					unlock()
-					return
-				}
-				retry()
-			})
-		case spotservice.SettleMovedPast:
-			w.tracef("%s instance_close_failed: moved past the Closing write", inc)
-			unlock()
-		case spotservice.SettleRetry:
-			retry()
-		}
-	})
+// closeHost is spotservice.CloseEnv on the simulated store and clock.
+type closeHost struct {
+	l         *Life
+	inc       *Inc
+	s         *Spot
+	gen       uint64
+	deadline  time.Duration
+	settleBy  time.Duration // from the first settling read
+	unsettled bool
 }
 
-// closeAndRelease runs the Release machine after the Closing write.
-func (l *Life) closeAndRelease(s *Spot, gen uint64, closingAt location.StoreVersion, wasReady *location.Record, unlock func()) {
-	w := l.w
-	mc, effects := activation.NewRelease(l.acfg, s.key(), gen, closingAt, wasReady, w.wall(w.Now()))
-	r := l.newRunner("release", s, w.Now()+l.acfg.ReleaseFor, mc.Step, func(err error) {
+func (h *closeHost) Read(done func(location.Versioned, error)) {
+	h.l.w.store.call(h.l, storeOp{kind: opRead, key: h.s.key(), why: "close " + h.s.id}, h.deadline, func(res storeRes) { done(res.v, res.err) })
+}
+
+func (h *closeHost) WriteClosing(version location.StoreVersion, closing *location.Record, done func(activation.Outcome, location.StoreVersion, error)) {
+	w, l := h.l.w, h.l
+	wm := activation.NewCompareAndSet(l.acfg, h.s.key(), version, closing, w.wall(h.deadline)).Alone()
+	r := l.newRunner("write", h.s, h.deadline, wm.Step, func(runErr error) {
+		outcome, cv, err := wm.Result()
+		switch outcome {
+		case activation.Applied, activation.Lost:
+			w.after(0, func() { done(outcome, cv, err) })
+			return
+		case activation.Pending:
+			err = runErr
+		}
+		done(outcome, cv, err)
+	})
+	r.label = "closing"
+	r.run(wm.Start())
+}
+
+func (h *closeHost) settling() time.Duration {
+	if h.settleBy == 0 {
+		h.settleBy = h.l.w.Now() + closeSettleFor
+	}
+	return h.settleBy
+}
+
+func (h *closeHost) SettleRead(done func(location.Versioned, error)) {
+	h.l.w.store.call(h.l, storeOp{kind: opRead, key: h.s.key(), why: "settle closing " + h.s.id}, h.settling(), func(res storeRes) { done(res.v, res.err) })
+}
+
+func (h *closeHost) Fence(version location.StoreVersion, ready *location.Record, done func(error)) {
+	key := h.s.key()
+	h.l.w.store.call(h.l, storeOp{kind: opApply, key: key, ops: []location.Op{location.UpdateOp(key, version, ready)}, why: "fence closing " + h.s.id}, h.settling(), func(res storeRes) { done(res.err) })
+}
+
+func (h *closeHost) Pace(again func()) bool {
+	w := h.l.w
+	if w.Now() >= h.settling() {
+		return false
+	}
+	w.after(50*time.Millisecond, again)
+	return true
+}
+
+func (h *closeHost) Unsettled(error) {
+	w := h.l.w
+	h.unsettled = true
+	w.tracef("%s spot_close_unsettled", h.inc)
+	w.closesGivenUp = append(w.closesGivenUp, incName{spot: h.s, gen: h.gen})
+}
+
+// Release runs the Release machine after the Closing write.
+func (h *closeHost) Release(closingAt location.StoreVersion, ready *location.Record, done func(error)) {
+	w, l := h.l.w, h.l
+	mc, effects := activation.NewRelease(l.acfg, h.s.key(), h.gen, closingAt, ready, w.wall(w.Now()))
+	r := l.newRunner("release", h.s, w.Now()+l.acfg.ReleaseFor, mc.Step, func(err error) {
 		if err == nil {
 			w.stats.Released++
 		}
-		unlock()
+		done(err)
 	})
 	r.label = "release"
 	r.run(effects)
+}
+
+func (h *closeHost) Done(err error) {
+	if err != nil && !h.unsettled {
+		h.l.w.tracef("%s instance_close_failed: %s", h.inc, err)
+	}
+	h.l.unlock(h.s)
 }

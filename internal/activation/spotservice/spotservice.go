@@ -2,11 +2,11 @@
 // service around the activation machines: the per-Spot-ID queue of
 // SpotActivations, the Spot ID lock's first-in-first-out hand-over, the
 // shared store watches, the choice of a node to pass a full node's
-// activation on to, and the decisions of an Instance Spot's own close. It
-// does no I/O and starts nothing: the Spot driver (internal/spot) hosts it
-// under its mutex with goroutines and the Location Store, the
-// deterministic simulation hosts it on its scheduler, so both run the
-// same decisions.
+// activation on to, the start-up scan's walk, and an Instance Spot's own
+// close (CloseSelf, callback-style on a CloseEnv). It does no I/O and
+// starts nothing: the Spot driver (internal/spot) hosts it under its
+// mutex with goroutines and the Location Store, the deterministic
+// simulation hosts it on its scheduler, so both run the same decisions.
 //
 // Nothing here is safe for concurrent use; the host serialises calls.
 package spotservice
