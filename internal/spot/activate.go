@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
@@ -59,28 +60,22 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 // finish it), with the others' text.
 func (m *Manager) Recover(ctx context.Context) error {
 	var errs []error
-	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
-		after := ""
-		for {
-			page, err := m.store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize, After: after})
-			if err != nil {
-				return storeError("scan", err)
+	var scan spotservice.Scan
+	for {
+		kind, req, ok := scan.Next()
+		if !ok {
+			return oneFailure(errs)
+		}
+		page, err := m.store.List(ctx, kind, req)
+		if err != nil {
+			return storeError("scan", err)
+		}
+		for _, v := range scan.Page(page) {
+			if err := m.recoverOne(ctx, v); err != nil {
+				errs = append(errs, err)
 			}
-			for _, v := range page.Items {
-				if !activation.Recoverable(v) {
-					continue // the common case, at no cost: most records need nothing
-				}
-				if err := m.recoverOne(ctx, v); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if page.Next == "" {
-				break
-			}
-			after = page.Next
 		}
 	}
-	return oneFailure(errs)
 }
 
 // oneFailure is Recover's error for the failures errs: the first one (or
@@ -213,21 +208,19 @@ func (m *Manager) deleteRoot(rootKey string) {
 // activation; it ends CapacityExceeded only once every candidate is full
 // (PROTOCOL.md §7.5 step 9).
 func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
-	full := append(a.GetFullNodeRids(), m.desc.GetNodeRid())
 	nodes, err := m.store.ListNodes(ctx, a.GetTargetMesh())
 	if err != nil {
 		return false
 	}
-	for _, n := range candidates(nodes, a.GetStableType(), true, a.GetSpotId()) {
-		if slices.Contains(full, n.Node.GetNodeRid()) {
-			continue
-		}
-		next := proto.Clone(a).(*messages.SpotActivation)
-		next.FullNodeRids = full
-		next.TargetNodeRid, next.TargetNodeGeneration = n.Node.GetNodeRid(), n.Node.GetNodeGeneration()
-		next.DescriptorVersion = uint64(n.Version)
-		m.sys.Root.RequestWithCustomSender(servicePID(n.Node.GetAddress()), next, m.self)
-		return true
+	found := candidates(nodes, a.GetStableType(), true, a.GetSpotId())
+	cs := make([]spotservice.Candidate, len(found))
+	for i, n := range found {
+		cs[i] = spotservice.Candidate{RID: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration(), DescriptorVersion: uint64(n.Version)}
 	}
-	return false
+	next, i := spotservice.PassOn(a, m.desc.GetNodeRid(), cs)
+	if i < 0 {
+		return false
+	}
+	m.sys.Root.RequestWithCustomSender(servicePID(found[i].Node.GetAddress()), next, m.self)
+	return true
 }

@@ -2,17 +2,16 @@ package spot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/extensions"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -55,92 +54,86 @@ func (m *Manager) closeInstance(pid *actor.PID) error {
 	}
 	unlock := m.lockKey(key.ID)
 	defer unlock()
-	// The record may change under us for reasons that keep this
-	// incarnation (its recovery pointer going): read again until the
-	// Closing write lands on the incarnation we close.
-	var (
-		cv    location.StoreVersion
-		ready *location.Record
-	)
-	for {
-		v, err := m.store.Read(ctx, key)
-		if err != nil {
-			return storeError("read "+key.String(), err)
+	h := &closeHost{m: m, ctx: ctx, key: key, gen: gen}
+	defer func() {
+		if h.cancelSettle != nil {
+			h.cancelSettle()
 		}
-		rec := v.Record
-		if rec.GetObjectGeneration() != gen || !sameOwner(rec.GetOwner(), m.owner()) || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-			return fmt.Errorf("%w: %s is not Ready here at generation %d", roamerr.ErrStale, key, gen)
-		}
-		ready = rec
-		closing := proto.Clone(rec).(*location.Record)
-		closing.State = messages.LifecycleState_LIFECYCLE_STATE_CLOSING
-		cv, err = m.commit(ctx, key, v.Version, closing)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, roamerr.ErrDeadlineExceeded) {
-			// The Closing write's outcome is unknown: it may have landed
-			// while this incarnation serves on. Settle it, past the call's
-			// deadline, before giving up.
-			landed, serr := m.settleClosing(key, gen, v.Version, rec)
-			if serr != nil {
-				return serr
-			}
-			if landed == 0 {
-				return err
-			}
-			cv = landed
-			break
-		}
-		if !errors.Is(err, errRetry) {
-			return err
-		}
-	}
-	if err := m.closeAndRelease(key, gen, cv, ready); err != nil {
-		return err
+	}()
+	spotservice.CloseSelf(h, key, gen, m.owner())
+	if h.err != nil {
+		return h.err
 	}
 	m.log.Info().Str("event", "instance_spot_closed").Str("spot_id", key.ID).Uint64("object_generation", gen).Msg("Instance Spot closed itself")
 	return nil
 }
 
-// settleClosing decides a Closing write to key (expected at version, from
-// the Ready record ready at generation gen) whose answer never came. It
-// re-reads, on its own deadline: the write landed (the record is Closing
-// at gen under this owner, past version) — its version; or the record is
-// still Ready at version, and a compare-and-set of the same record bumps
-// the version, so the write in flight can never land — 0. Anything else
-// is Stale. Without this a landed write left the record Closing for good
-// under a live owner while the incarnation served on.
-func (m *Manager) settleClosing(key location.AuthorityKey, gen uint64, version location.StoreVersion, ready *location.Record) (location.StoreVersion, error) {
-	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, closeSettleFor)
-	defer cancel()
-	for {
-		v, err := m.store.Read(ctx, key)
-		if err == nil {
-			rec := v.Record
-			mine := rec.GetObjectGeneration() == gen && sameOwner(rec.GetOwner(), m.owner())
-			switch {
-			case !mine:
-				return 0, fmt.Errorf("%w: %s changed while its Closing write was unsettled", roamerr.ErrStale, key)
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CLOSING && v.Version != version:
-				return v.Version, nil
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && v.Version == version:
-				if _, err = m.store.CompareAndSet(ctx, key, version, ready); err == nil {
-					return 0, nil // fenced: the Closing write cannot land any more
-				}
-			case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY:
-				return 0, nil // moved past the write's version without it
-			}
-		}
-		select {
-		case <-ctx.Done():
-			m.log.Error().Str("event", "spot_close_unsettled").Str("spot_id", key.ID).Err(err).
-				Msg("an Instance Spot's Closing write stays unsettled; the record may be Closing while the incarnation serves")
-			return 0, storeError("settle the Closing write of "+key.String(), err)
-		case <-machine.After(machine.Real, 50*time.Millisecond): // pacing
-		}
-	}
+// closeHost runs an own close (spotservice.CloseSelf) on the Location
+// Store and this node's clock. Every primitive answers before it returns,
+// so the close has ended when CloseSelf returns.
+type closeHost struct {
+	m   *Manager
+	ctx context.Context
+	key location.AuthorityKey
+	gen uint64
+	err error
+	// settleCtx bounds the settling of an unknown Closing write, from its
+	// first re-read (closeSettleFor).
+	settleCtx    context.Context
+	cancelSettle context.CancelFunc
 }
+
+func (h *closeHost) Read(done func(location.Versioned, error)) { done(h.m.store.Read(h.ctx, h.key)) }
+
+func (h *closeHost) WriteClosing(version location.StoreVersion, closing *location.Record, done func(activation.Outcome, location.StoreVersion, error)) {
+	dl, _ := h.ctx.Deadline()
+	w := activation.NewCompareAndSet(h.m.acfg, h.key, version, closing, dl).Alone()
+	runErr := h.m.newRunner(h.ctx, w.Step).run(w.Start())
+	outcome, v, err := w.Result()
+	if outcome == activation.Pending {
+		err = runErr
+	}
+	done(outcome, v, err)
+}
+
+func (h *closeHost) settling() context.Context {
+	if h.settleCtx == nil {
+		h.settleCtx, h.cancelSettle = machine.WithTimeout(context.Background(), h.m.clock, closeSettleFor)
+	}
+	return h.settleCtx
+}
+
+func (h *closeHost) SettleRead(done func(location.Versioned, error)) {
+	done(h.m.store.Read(h.settling(), h.key))
+}
+
+func (h *closeHost) Fence(version location.StoreVersion, ready *location.Record, done func(error)) {
+	_, err := h.m.store.CompareAndSet(h.settling(), h.key, version, ready)
+	done(err)
+}
+
+// Pace runs again on this goroutine: the settling recurses once per
+// re-read, at most closeSettleFor / 50 ms deep.
+func (h *closeHost) Pace(again func()) bool {
+	select {
+	case <-h.settling().Done():
+		return false
+	case <-machine.After(machine.Real, 50*time.Millisecond):
+	}
+	again()
+	return true
+}
+
+func (h *closeHost) Unsettled(err error) {
+	h.m.log.Error().Str("event", "spot_close_unsettled").Str("spot_id", h.key.ID).Err(err).
+		Msg("an Instance Spot's Closing write stays unsettled; the record may be Closing while the incarnation serves")
+}
+
+func (h *closeHost) Release(closingAt location.StoreVersion, ready *location.Record, done func(error)) {
+	done(h.m.closeAndRelease(h.key, h.gen, closingAt, ready))
+}
+
+func (h *closeHost) Done(err error) { h.err = err }
 
 // closeSettleFor bounds how long an own close settles its Closing write.
 const closeSettleFor = 30 * time.Second

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
@@ -171,26 +172,16 @@ type Manager struct {
 	results map[string]*retained
 	// resultsSwept is when expired results were last dropped.
 	resultsSwept time.Time
-	keyLock      map[string]*keyLock           // this node's work on one Spot ID, one at a time
-	queues       map[string][]queuedActivation // SpotActivations per Spot ID, in arrival order
-	inFlight     inFlight                      // activations and commands held, by sender
-	watches      map[watchKey]*sharedWatch
+	keyLock      spotservice.Locks[string]                    // this node's work on one Spot ID, one at a time
+	queues       spotservice.Queues[string, queuedActivation] // SpotActivations per Spot ID, in arrival order
+	inFlight     inFlight                                     // activations and commands held, by sender
+	watches      spotservice.Watches
 	// recovering counts, per ended owner's object, the recovery passes
 	// that found it waiting (RecoverEnded, recoversNow).
 	recovering struct {
 		sync.Mutex
 		passes map[location.AuthorityKey]int
 	}
-}
-
-type watchKey struct {
-	key   location.AuthorityKey
-	after location.StoreVersion
-}
-
-type sharedWatch struct {
-	done chan struct{}
-	err  error
 }
 
 // sharedWatchTimeout bounds one shared store watch; waiters re-read after.
@@ -201,35 +192,29 @@ const sharedWatchTimeout = 10 * time.Second
 // fifty callers waiting for one creation hold one Consul blocking query,
 // not fifty connections.
 func (m *Manager) watch(ctx context.Context, key location.AuthorityKey, after location.StoreVersion) error {
-	wk := watchKey{key, after}
+	wk := spotservice.WatchKey{Key: key, After: after}
+	answer := make(chan error, 1) // a waiter gone at its deadline is not waited for
 	m.mu.Lock()
-	w := m.watches[wk]
-	if w == nil {
-		w = &sharedWatch{done: make(chan struct{})}
-		m.watches[wk] = w
+	start := m.watches.Join(wk, func(err error) { answer <- err })
+	m.mu.Unlock()
+	if start {
 		go func() {
 			wctx, cancel := machine.WithTimeout(context.Background(), m.clock, sharedWatchTimeout)
 			defer cancel()
 			_, err := m.store.Watch(wctx, key, after)
-			if wctx.Err() != nil {
-				err = nil // timed out: the waiters read again
-			}
 			m.mu.Lock()
-			w.err = err
-			delete(m.watches, wk)
+			waiters, result := m.watches.Finish(wk, err, wctx.Err() != nil)
 			m.mu.Unlock()
-			close(w.done)
+			for _, f := range waiters {
+				f(result)
+			}
 		}()
 	}
-	m.mu.Unlock()
 	select {
-	case <-w.done:
-		if w.err != nil {
-			return storeError("watch "+key.String(), w.err)
-		}
-		return nil
+	case err := <-answer:
+		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for %s: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		return spotservice.WaitExpired(key, ctx.Err())
 	}
 }
 
@@ -264,10 +249,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		log:      cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
 		cache:    newRouteCache(cfg.Routes.RouteCacheMaxAge),
 		results:  map[string]*retained{},
-		keyLock:  map[string]*keyLock{},
-		queues:   map[string][]queuedActivation{},
 		inFlight: inFlight{limits: cfg.InFlight, held: map[flightKey]int{}, perPeer: map[string]int{}},
-		watches:  map[watchKey]*sharedWatch{},
 		lost:     map[string]chan struct{}{},
 		stop:     make(chan struct{}),
 	}
@@ -565,29 +547,22 @@ func failure(err error) *messages.SpotReply {
 	return &messages.SpotReply{FailureCode: roamerr.Code(err), FailureDetail: err.Error()}
 }
 
-type keyLock struct {
-	mu   sync.Mutex
-	refs int // holders and waiters; the entry goes at 0
-}
-
 // lockKey serialises this node's own work on one Spot ID.
 func (m *Manager) lockKey(id string) func() {
+	granted := make(chan struct{})
 	m.mu.Lock()
-	l := m.keyLock[id]
-	if l == nil {
-		l = &keyLock{}
-		m.keyLock[id] = l
-	}
-	l.refs++
+	now := m.keyLock.Acquire(id, func() { close(granted) })
 	m.mu.Unlock()
-	l.mu.Lock()
+	if !now {
+		<-granted
+	}
 	return func() {
-		l.mu.Unlock()
 		m.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(m.keyLock, id)
-		}
+		next := m.keyLock.Release(id)
 		m.mu.Unlock()
+		if next != nil {
+			next()
+		}
 	}
 }
 
@@ -620,24 +595,19 @@ func (m *Manager) runCommand(sender *actor.PID, rid string, generation uint64, o
 func (m *Manager) enqueueActivation(a *messages.SpotActivation, from *actor.PID, size int64) {
 	id := a.GetSpotId()
 	m.mu.Lock()
-	q, running := m.queues[id]
-	m.queues[id] = append(q, queuedActivation{a, from, size})
+	start := m.queues.Push(id, queuedActivation{a, from, size})
 	m.mu.Unlock()
-	if running {
+	if !start {
 		return
 	}
 	go func() {
 		for {
 			m.mu.Lock()
-			q := m.queues[id]
-			if len(q) == 0 {
-				delete(m.queues, id)
-				m.mu.Unlock()
+			next, ok := m.queues.Next(id)
+			m.mu.Unlock()
+			if !ok {
 				return
 			}
-			next := q[0]
-			m.queues[id] = q[1:]
-			m.mu.Unlock()
 			if err := m.fromMember(next.a, next.from); err != nil {
 				m.refused("Spot activation", next.from.GetAddress(), err.Error())
 				// The caller learns it at once, typed (a node whose lease

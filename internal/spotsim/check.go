@@ -364,12 +364,12 @@ func (w *World) checkEnd() {
 			continue
 		}
 		for _, s := range w.spots {
-			if ls := l.locks[s.idx]; ls.held {
-				v := w.violate("lock-held", "%s still holds the lock of %s (%d waiting)", l, s.id, len(ls.waiters))
+			if held, waiting := l.locks.Held(s.idx); held {
+				v := w.violate("lock-held", "%s still holds the lock of %s (%d waiting)", l, s.id, waiting)
 				v.Obj = s.id
 			}
-			if len(l.queues[s.idx]) > 0 || l.working[s.idx] {
-				v := w.violate("queue-left", "%s still has %d command 39s queued for %s", l, len(l.queues[s.idx]), s.id)
+			if l.queues.Working(s.idx) {
+				v := w.violate("queue-left", "%s still has %d command 39s queued for %s", l, len(l.queues.Queued(s.idx)), s.id)
 				v.Obj = s.id
 			}
 		}
@@ -439,8 +439,8 @@ func (w *World) where(m *Msg) string {
 				}
 			}
 		}
-		for _, q := range l.queues {
-			for _, c := range q {
+		for _, s := range w.spots {
+			for _, c := range l.queues.Queued(s.idx) {
 				if c.m == m {
 					at = append(at, l.rid+" command 39 queue")
 				}

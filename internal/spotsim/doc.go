@@ -18,19 +18,23 @@
 //     with the operation's deadline being the activation's deadline, a
 //     Clear's ClearFor, a Release's ReleaseFor or the scan's minute, and a
 //     timeout of its own being Config.CallTimeout.
-//   - The Spot service (manager.go, activate.go): SpotActivations (number
-//     39 in docs/PROTOCOL.md §8, hence cmd39 in the names here) queue per
-//     Spot ID and run one at a time in arrival order (enqueueActivation);
-//     the Spot ID's lock (lockKey) is FIFO; the creation slots
-//     (admitCapacity: serving incarnations plus creations in progress
-//     within a node's capacity; a full node passes the envelope on,
-//     passOn); shared watches per key and version with a 10 s store watch;
-//     the start-up scan of every Instance Spot record (Recover) when a
-//     lifecycle starts; the recovery pointer's removal started by the
-//     first handler's return (Staged.Open's afterFirst); an Instance
-//     Spot's own close (closeself.go: under the Spot ID's lock, the
-//     Closing write by a Write machine alone, read again on a lost race,
-//     then the Release machine); readAuthority (the Instance key, then the
+//   - The Spot service (manager.go, activate.go, closeself.go), whose
+//     decisions and orderings are the driver's own code
+//     (internal/activation/spotservice): SpotActivations (number 39 in
+//     docs/PROTOCOL.md §8, hence cmd39 in the names here) queue per Spot
+//     ID and run one at a time in arrival order (Queues); the Spot ID's
+//     lock is FIFO (Locks); a full node passes the envelope on to the
+//     first candidate that has not refused it (PassOn); shared watches
+//     per key and version with a 10 s store watch (Watches); the
+//     start-up scan (Scan: each kind's records, in one page here, and of
+//     them only those needing recovery) when a lifecycle starts; an
+//     Instance Spot's own close (CloseSelf: under the Spot
+//     ID's lock, the Closing write by a Write machine alone, read again
+//     on a lost race, then the Release machine). Modelled here still: the
+//     creation slots (admitCapacity: serving incarnations plus creations
+//     in progress within a node's capacity); the recovery pointer's
+//     removal started by the first handler's return (Staged.Open's
+//     afterFirst); readAuthority (the Instance key, then the
 //     User key, then the owner's liveness: Driver.OwnerNode, a lifecycle's
 //     own records by its own state).
 //   - Callers: not modelled where call.go decides. The way a call goes

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -55,13 +56,12 @@ type Life struct {
 	pids    map[pidKey]*Inc
 	objects map[int]*Inc // the driver's registry, by Spot index
 
-	queues  [][]cmd39 // SpotActivations per Spot, in arrival order
-	working []bool
-	locks   []*lockState
-	pending int // creations in progress (admitCapacity)
+	queues  spotservice.Queues[int, cmd39] // SpotActivations per Spot index, in arrival order
+	locks   spotservice.Locks[int]         // by Spot index
+	pending int                            // creations in progress (admitCapacity)
 	cache   []*cachedRoute
 	sweep   bool
-	watches map[watchKey]*sharedWatch
+	watches spotservice.Watches
 	// liveness is what this lifecycle saw of the others' descriptors
 	// (Driver.OwnerNode's rule, internal/liveness).
 	liveness *liveness.Watch
@@ -77,11 +77,6 @@ type pidKey struct {
 	spot     string
 	gen      uint64
 	ownerGen uint64
-}
-
-type lockState struct {
-	held    bool
-	waiters []func()
 }
 
 func (l *Life) String() string { return l.rid }
@@ -106,16 +101,12 @@ func (n *Node) start(first bool) {
 	k := len(n.lives) + 1
 	w.nextAddr++
 	l := &Life{w: w, node: n, n: k, gen: uint64(k), rid: fmt.Sprintf("%s.%d", n.name, k), addr: w.nextAddr,
-		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, watches: map[watchKey]*sharedWatch{}, liveness: liveness.New(w.cfg.LeaseTTL),
-		queues: make([][]cmd39, len(w.spots)), working: make([]bool, len(w.spots)), locks: make([]*lockState, len(w.spots)),
+		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, liveness: liveness.New(w.cfg.LeaseTTL),
 		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
 	l.lease = "L-" + l.rid
 	l.owner = &messages.Owner{Mesh: "default", NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease}
 	l.acfg = w.cfg.Activation
 	l.acfg.Self = l.owner
-	for i := range l.locks {
-		l.locks[i] = &lockState{}
-	}
 	n.lives = append(n.lives, l)
 	n.cur = l
 	w.lives = append(w.lives, l)

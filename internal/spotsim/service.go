@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
 // The Spot service of one lifecycle (manager.go, activate.go,
-// closeself.go): SpotActivations run one at a time per Spot ID in arrival
-// order, each an Activation machine to its end; the start-up scan; the
-// recovery pointer's removal; an Instance Spot's own close.
+// closeself.go), hosting the driver's own decisions and orderings
+// (spotservice) on the simulated store, network and clock:
+// SpotActivations run one at a time per Spot ID in arrival order, each an
+// Activation machine to its end; the start-up scan; the recovery
+// pointer's removal; an Instance Spot's own close.
 
 // cmd39 is a queued SpotActivation and its first message.
 type cmd39 struct {
@@ -34,26 +34,19 @@ func (l *Life) enqueueActivation(env *messages.SpotActivation, m *Msg) {
 		l.onActivation(env, m, func() {})
 		return
 	}
-	i := m.spot.idx
-	l.queues[i] = append(l.queues[i], cmd39{env: env, m: m})
-	if l.working[i] {
-		return
+	if l.queues.Push(m.spot.idx, cmd39{env: env, m: m}) {
+		w.after(0, func() { l.nextActivation(m.spot) })
 	}
-	l.working[i] = true
-	w.after(0, func() { l.nextActivation(m.spot) })
 }
 
 func (l *Life) nextActivation(s *Spot) {
 	if l.gone {
 		return
 	}
-	i := s.idx
-	if len(l.queues[i]) == 0 {
-		l.working[i] = false
+	c, ok := l.queues.Next(s.idx)
+	if !ok {
 		return
 	}
-	c := l.queues[i][0]
-	l.queues[i] = l.queues[i][1:]
 	l.onActivation(c.env, c.m, func() { l.nextActivation(s) })
 }
 
@@ -72,33 +65,48 @@ func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	r.run(effects)
 }
 
-// recoverScan is Manager.Recover, run once when a lifecycle starts: every
-// Instance Spot record goes through the recovery machine, one after the
-// other, within a minute. A failed listing ends the scan (logged).
+// recoverScan is Manager.Recover, run once when a lifecycle starts: the
+// scan's walk (spotservice.Scan) lists each kind in one page, and every
+// record it picks goes through the recovery machine, one after the other,
+// all within a minute. A failed listing ends the scan (logged).
 func (l *Life) recoverScan() {
 	w := l.w
 	deadline := w.Now() + time.Minute
-	w.store.call(l, storeOp{kind: opList, why: "start-up scan"}, deadline, func(res storeRes) {
-		if res.err != nil {
-			w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
+	var scan spotservice.Scan
+	var list func()
+	list = func() {
+		kind, _, ok := scan.Next()
+		if !ok || l.gone {
 			return
 		}
-		var next func(i int)
-		next = func(i int) {
-			if i >= len(res.list) || l.gone {
+		w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, deadline, func(res storeRes) {
+			if res.err != nil {
+				w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
 				return
 			}
-			v := res.list[i]
-			s := w.spotByID(v.Key.ID)
-			w.stats.Recoveries++
-			mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
-			r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
-			r.label = "rec"
-			r.act = mc
-			r.run(effects)
-		}
-		next(0)
-	})
+			todo := scan.Page(location.Page{Items: res.list})
+			var next func(i int)
+			next = func(i int) {
+				if l.gone {
+					return
+				}
+				if i >= len(todo) {
+					list()
+					return
+				}
+				v := todo[i]
+				s := w.spotByID(v.Key.ID)
+				w.stats.Recoveries++
+				mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
+				r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
+				r.label = "rec"
+				r.act = mc
+				r.run(effects)
+			}
+			next(0)
+		})
+	}
+	list()
 }
 
 // clearRecovery removes an activation's recovery pointer once its first
@@ -139,49 +147,41 @@ func (l *Life) admitCapacity() error {
 // envelope gets it.
 func (l *Life) passOn(env *messages.SpotActivation, m *Msg, deadline time.Duration, done func(bool)) {
 	w := l.w
-	full := append(slices.Clone(env.GetFullNodeRids()), l.rid)
 	w.store.call(l, storeOp{kind: opListNodes, why: "pass on"}, deadline, func(res storeRes) {
 		if res.err != nil {
 			done(false)
 			return
 		}
-		for _, n := range candidates(res.nodes, env.GetSpotId()) {
-			if slices.Contains(full, n.rid) {
-				continue
-			}
-			next := proto.Clone(env).(*messages.SpotActivation)
-			next.FullNodeRids = full
-			next.TargetNodeRid, next.TargetNodeGeneration = n.rid, n.gen
-			m.passedOn = true
-			w.stats.PassedOn++
-			l.send(n, &packet{kind: pCmd39, msg: m, env: next})
-			done(true)
+		found := candidates(res.nodes, env.GetSpotId())
+		cs := make([]spotservice.Candidate, len(found))
+		for i, n := range found {
+			cs[i] = spotservice.Candidate{RID: n.rid, Generation: n.gen}
+		}
+		next, i := spotservice.PassOn(env, l.rid, cs)
+		if i < 0 {
+			done(false)
 			return
 		}
-		done(false)
+		m.passedOn = true
+		w.stats.PassedOn++
+		l.send(found[i], &packet{kind: pCmd39, msg: m, env: next})
+		done(true)
 	})
 }
 
 // lock serialises this lifecycle's own work on one Spot ID (lockKey):
 // granted runs when the caller holds it.
 func (l *Life) lock(s *Spot, granted func()) {
-	ls := l.locks[s.idx]
-	if !ls.held {
-		ls.held = true
+	if l.locks.Acquire(s.idx, granted) {
 		granted()
-		return
 	}
-	ls.waiters = append(ls.waiters, granted)
 }
 
 func (l *Life) unlock(s *Spot) {
-	ls := l.locks[s.idx]
-	if len(ls.waiters) == 0 {
-		ls.held = false
+	next := l.locks.Release(s.idx)
+	if next == nil {
 		return
 	}
-	next := ls.waiters[0]
-	ls.waiters = ls.waiters[1:]
 	l.w.after(0, func() {
 		if !l.gone {
 			next()
@@ -190,15 +190,6 @@ func (l *Life) unlock(s *Spot) {
 }
 
 // ---- shared watches (manager.go watch) ----
-
-type watchKey struct {
-	key   location.AuthorityKey
-	after location.StoreVersion
-}
-
-type sharedWatch struct {
-	waiters []func(error)
-}
 
 // sharedWatchTimeout bounds one shared store watch; waiters re-read after.
 const sharedWatchTimeout = 10 * time.Second
@@ -215,37 +206,25 @@ func (l *Life) watch(key location.AuthorityKey, after location.StoreVersion, dea
 			done(err)
 		}
 	}
-	wk := watchKey{key, after}
-	sw := l.watches[wk]
-	if sw == nil {
-		sw = &sharedWatch{}
-		l.watches[wk] = sw
+	wk := spotservice.WatchKey{Key: key, After: after}
+	if l.watches.Join(wk, answer) {
 		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.Now()+sharedWatchTimeout, func(res storeRes) {
-			err := res.err
-			if errors.Is(err, context.DeadlineExceeded) {
-				err = nil // timed out: the waiters read again
-			} else if err != nil {
-				err = activation.StoreError("watch "+key.String(), err)
-			}
-			delete(l.watches, wk)
-			for _, f := range sw.waiters {
-				f(err)
+			waiters, result := l.watches.Finish(wk, res.err, errors.Is(res.err, context.DeadlineExceeded))
+			for _, f := range waiters {
+				f(result)
 			}
 		})
 	}
-	sw.waiters = append(sw.waiters, answer)
 	if deadline > 0 {
-		w.at(deadline, func() {
-			answer(fmt.Errorf("%w: waiting for %s", roamerr.ErrDeadlineExceeded, key))
-		})
+		w.at(deadline, func() { answer(spotservice.WaitExpired(key, nil)) })
 	}
 }
 
 // ---- an Instance Spot's own close (closeself.go) ----
 
 // closeInstance is CloseSelf after the handler's turn: under the Spot
-// ID's lock, the Closing write on the incarnation being closed (a Write
-// machine alone, read again on a lost race), then the Release machine.
+// ID's lock, the driver's own close (spotservice.CloseSelf) on the
+// simulated store.
 func (l *Life) closeInstance(inc *Inc) {
 	w := l.w
 	s := inc.spot
@@ -257,108 +236,95 @@ func (l *Life) closeInstance(inc *Inc) {
 		return
 	}
 	l.lock(s, func() {
-		unlock := func() { l.unlock(s) }
-		var attempt func()
-		attempt = func() {
-			w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "close " + s.id}, deadline, func(res storeRes) {
-				if res.err != nil {
-					w.tracef("%s instance_close_failed: %s", inc, errString(res.err))
-					unlock()
-					return
-				}
-				rec := res.v.Record
-				if rec.GetObjectGeneration() != gen || !activation.SameOwner(rec.GetOwner(), l.owner) || rec.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY {
-					w.tracef("%s instance_close_failed: not Ready here", inc)
-					unlock()
-					return
-				}
-				closing := proto.Clone(rec).(*location.Record)
-				closing.State = messages.LifecycleState_LIFECYCLE_STATE_CLOSING
-				wm := activation.NewCompareAndSet(l.acfg, s.key(), res.v.Version, closing, w.wall(deadline)).Alone()
-				r := l.newRunner("write", s, deadline, wm.Step, func(error) {
-					switch outcome, cv, err := wm.Result(); outcome {
-					case activation.Applied:
-						w.after(0, func() { l.closeAndRelease(s, gen, cv, rec, unlock) })
-					case activation.Lost:
-						w.after(0, attempt)
-					default:
-						if errors.Is(err, roamerr.ErrDeadlineExceeded) {
-							// Unknown outcome: settle it (closeself.go settleClosing).
-							l.settleClosing(inc, s, gen, res.v.Version, rec, w.Now()+closeSettleFor, unlock)
-							return
-						}
-						w.tracef("%s instance_close_failed: %s", inc, errString(err))
-						unlock()
-					}
-				})
-				r.label = "closing"
-				r.run(wm.Start())
-			})
-		}
-		attempt()
+		spotservice.CloseSelf(&closeHost{l: l, inc: inc, s: s, gen: gen, deadline: deadline}, s.key(), gen, l.owner)
 	})
 }
 
 // closeSettleFor is closeself.go's bound on settling a Closing write.
 const closeSettleFor = 30 * time.Second
 
-// settleClosing is Manager.settleClosing: re-read until the Closing write
-// (expected at version) is known to have landed — then release — or the
-// record is still Ready at version, which a compare-and-set of the same
-// record fences; a record that moved past version while Ready also ends
-// it. Gives up loudly at its deadline (closesGivenUp).
-func (l *Life) settleClosing(inc *Inc, s *Spot, gen uint64, version location.StoreVersion, ready *location.Record, deadline time.Duration, unlock func()) {
-	w := l.w
-	retry := func() {
-		if w.Now() >= deadline {
-			w.tracef("%s spot_close_unsettled", inc)
-			w.closesGivenUp = append(w.closesGivenUp, incName{spot: s, gen: gen})
-			unlock()
-			return
-		}
-		w.after(50*time.Millisecond, func() { l.settleClosing(inc, s, gen, version, ready, deadline, unlock) })
-	}
-	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "settle closing " + s.id}, deadline, func(res storeRes) {
-		if res.err != nil {
-			retry()
-			return
-		}
-		rec := res.v.Record
-		mine := rec.GetObjectGeneration() == gen && activation.SameOwner(rec.GetOwner(), l.owner)
-		switch {
-		case !mine:
-			w.tracef("%s instance_close_failed: changed while unsettled", inc)
-			unlock()
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_CLOSING && res.v.Version != version:
-			l.closeAndRelease(s, gen, res.v.Version, ready, unlock)
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY && res.v.Version == version:
-			w.store.call(l, storeOp{kind: opApply, key: s.key(), ops: []location.Op{location.UpdateOp(s.key(), version, ready)}, why: "fence closing " + s.id}, deadline, func(res storeRes) {
-				if res.err == nil {
-					w.tracef("%s instance_close_failed: Closing write fenced out", inc)
-					unlock()
-					return
-				}
-				retry()
-			})
-		case rec.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY:
-			w.tracef("%s instance_close_failed: moved past the Closing write", inc)
-			unlock()
-		default:
-			retry()
-		}
-	})
+// closeHost is spotservice.CloseEnv on the simulated store and clock.
+type closeHost struct {
+	l         *Life
+	inc       *Inc
+	s         *Spot
+	gen       uint64
+	deadline  time.Duration
+	settleBy  time.Duration // from the first settling read
+	unsettled bool
 }
 
-// closeAndRelease runs the Release machine after the Closing write.
-func (l *Life) closeAndRelease(s *Spot, gen uint64, closingAt location.StoreVersion, wasReady *location.Record, unlock func()) {
-	w := l.w
-	mc, effects := activation.NewRelease(l.acfg, s.key(), gen, closingAt, wasReady, w.wall(w.Now()))
-	r := l.newRunner("release", s, w.Now()+l.acfg.ReleaseFor, mc.Step, func(err error) {
+func (h *closeHost) Read(done func(location.Versioned, error)) {
+	h.l.w.store.call(h.l, storeOp{kind: opRead, key: h.s.key(), why: "close " + h.s.id}, h.deadline, func(res storeRes) { done(res.v, res.err) })
+}
+
+func (h *closeHost) WriteClosing(version location.StoreVersion, closing *location.Record, done func(activation.Outcome, location.StoreVersion, error)) {
+	w, l := h.l.w, h.l
+	wm := activation.NewCompareAndSet(l.acfg, h.s.key(), version, closing, w.wall(h.deadline)).Alone()
+	r := l.newRunner("write", h.s, h.deadline, wm.Step, func(runErr error) {
+		outcome, cv, err := wm.Result()
+		switch outcome {
+		case activation.Applied, activation.Lost:
+			w.after(0, func() { done(outcome, cv, err) })
+			return
+		case activation.Pending:
+			err = runErr
+		}
+		done(outcome, cv, err)
+	})
+	r.label = "closing"
+	r.run(wm.Start())
+}
+
+func (h *closeHost) settling() time.Duration {
+	if h.settleBy == 0 {
+		h.settleBy = h.l.w.Now() + closeSettleFor
+	}
+	return h.settleBy
+}
+
+func (h *closeHost) SettleRead(done func(location.Versioned, error)) {
+	h.l.w.store.call(h.l, storeOp{kind: opRead, key: h.s.key(), why: "settle closing " + h.s.id}, h.settling(), func(res storeRes) { done(res.v, res.err) })
+}
+
+func (h *closeHost) Fence(version location.StoreVersion, ready *location.Record, done func(error)) {
+	key := h.s.key()
+	h.l.w.store.call(h.l, storeOp{kind: opApply, key: key, ops: []location.Op{location.UpdateOp(key, version, ready)}, why: "fence closing " + h.s.id}, h.settling(), func(res storeRes) { done(res.err) })
+}
+
+func (h *closeHost) Pace(again func()) bool {
+	w := h.l.w
+	if w.Now() >= h.settling() {
+		return false
+	}
+	w.after(50*time.Millisecond, again)
+	return true
+}
+
+func (h *closeHost) Unsettled(error) {
+	w := h.l.w
+	h.unsettled = true
+	w.tracef("%s spot_close_unsettled", h.inc)
+	w.closesGivenUp = append(w.closesGivenUp, incName{spot: h.s, gen: h.gen})
+}
+
+// Release runs the Release machine after the Closing write.
+func (h *closeHost) Release(closingAt location.StoreVersion, ready *location.Record, done func(error)) {
+	w, l := h.l.w, h.l
+	mc, effects := activation.NewRelease(l.acfg, h.s.key(), h.gen, closingAt, ready, w.wall(w.Now()))
+	r := l.newRunner("release", h.s, w.Now()+l.acfg.ReleaseFor, mc.Step, func(err error) {
 		if err == nil {
 			w.stats.Released++
 		}
-		unlock()
+		done(err)
 	})
 	r.label = "release"
 	r.run(effects)
+}
+
+func (h *closeHost) Done(err error) {
+	if err != nil && !h.unsettled {
+		h.l.w.tracef("%s instance_close_failed: %s", h.inc, err)
+	}
+	h.l.unlock(h.s)
 }

@@ -38,7 +38,7 @@ const (
 	opRead       opKind = iota // a consistent read of one key
 	opReadNode                 // a node descriptor (OwnerNode, nodeAddress)
 	opListNodes                // the live node descriptors (selectMesh, passOn, the route sweep)
-	opList                     // the Instance Spot records (the start-up scan)
+	opList                     // the records of one kind, in one page (the start-up scan)
 	opApply                    // a transaction; a node's writes carry its lease check
 	opWatch                    // wait until a key is no longer at a version
 	opRenew                    // renew a lease
@@ -351,7 +351,7 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 	case opList:
 		var out []location.Versioned
 		for _, sp := range w.spots {
-			if v := s.Read(sp.key()); v.Present() {
+			if v := s.Read(location.Key(op.key.Kind, sp.id)); v.Present() {
 				out = append(out, v)
 			}
 		}
