@@ -166,6 +166,11 @@ func (e targetEnv) Remove(_ int, saved []*Msg) {
 			m.at = r.node
 		case r != nil && r.dead:
 			w.lostMsg(m, r.node.downKind, "its source went down with its copy; the removed target discarded its own")
+		case r != nil && r.node.ended:
+			// The source's lease ended with the move undecided: it gave its
+			// copy up with the lifecycle (relocation_undecided_at_lease_end),
+			// whose objects' state and queues are lost (docs/FAULTS.md).
+			w.lostMsg(m, lossEnded, "its source's lifecycle ended with the move undecided; the removed target discarded its own")
 		default:
 			w.lostMsg(m, lossTransit, "discarded by the removed target")
 		}
