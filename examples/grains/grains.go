@@ -7,6 +7,7 @@ package grains
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
@@ -94,6 +95,20 @@ type Node struct {
 	Roam    *roam.Roam
 }
 
+// setCartFactory registers the Cart factory with the generated code once
+// per process: shoppb.NewCartKind writes it to a package variable that
+// every Cart grain reads, so a process starting several nodes at once (the
+// tests) must not write it again while grains run.
+var setCartFactory sync.Once
+
+// cartKind is what shoppb.NewCartKind(newCart, 0) returns, without
+// writing the factory again: the cluster kind of the Cart grain, no
+// receive timeout.
+func cartKind() *cluster.Kind {
+	setCartFactory.Do(func() { shoppb.NewCartKind(newCart, 0) })
+	return cluster.NewKind("Cart", actor.PropsFromProducer(func() actor.Actor { return &shoppb.CartActor{} }))
+}
+
 // StartNode starts a node the way a Proto.Actor application does, with
 // roam added: roam.New on the actor system, roam's remote configuration
 // and identity lookup in the cluster's configuration, the member started,
@@ -104,7 +119,7 @@ func StartNode(ctx context.Context, provider cluster.ClusterProvider, store loca
 	r, err := roam.New(system, append([]roam.Option{
 		roam.WithStore(store),
 		roam.WithKinds(
-			roam.FromClusterKind(shoppb.NewCartKind(newCart, 0), roam.PreserveState(), roam.Instance()),
+			roam.FromClusterKind(cartKind(), roam.PreserveState(), roam.Instance()),
 			roam.NewKind(TickerKind, actor.PropsFromProducer(func() actor.Actor { return &ticker{} }), roam.PreserveState(), roam.Instance()),
 		),
 	}, opts...)...)
