@@ -89,6 +89,45 @@ func TestTimersCancelWinsOverAFiredArming(t *testing.T) {
 	require.False(t, ran)
 }
 
+// A posted firing is stepped only while it is the timer's current arming:
+// one cancelled, re-armed or closed after it fired but before its machine
+// took it from the mailbox is dropped, and Take disarms, so a firing is
+// taken at most once.
+func TestTimersPostedFiringIsTakenOnlyWhileCurrent(t *testing.T) {
+	c := machine.NewManual()
+	s := machine.NewTimers[string](c)
+	var mailbox []machine.Fired[string]
+	post := func(f machine.Fired[string]) { mailbox = append(mailbox, f) }
+
+	s.Post("a", time.Second, post)
+	s.Post("b", time.Second, post)
+	s.Post("c", time.Second, post)
+	s.Post("d", time.Second, post)
+	c.Advance(time.Second)
+	require.Len(t, mailbox, 4)
+	require.Equal(t, 4, s.Len(), "a posted firing stays armed until its machine takes it")
+
+	s.Cancel("b")                  // cancelled after it fired
+	s.Post("c", time.Minute, post) // re-armed after it fired
+	s.CancelIf(func(k string) bool { return k == "d" })
+	took := map[string]bool{}
+	for _, f := range mailbox {
+		took[f.Key] = s.Take(f)
+	}
+	require.Equal(t, map[string]bool{"a": true, "b": false, "c": false, "d": false}, took)
+	require.False(t, s.Take(mailbox[0]), "a firing is taken once")
+	require.True(t, s.Armed("c"))
+
+	mailbox = nil
+	c.Advance(time.Minute)
+	require.Len(t, mailbox, 1)
+	s.Close()
+	require.False(t, s.Take(mailbox[0]), "closing drops a firing not taken yet")
+	s.Post("e", 0, post)
+	c.Advance(time.Second)
+	require.Len(t, mailbox, 1, "a closed set arms nothing")
+}
+
 // heldClock records AfterFunc functions instead of arming them.
 type heldClock struct {
 	*machine.Manual

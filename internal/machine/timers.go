@@ -60,6 +60,61 @@ func (s *Timers[K]) Arm(k K, d time.Duration, f func()) {
 	})
 }
 
+// Fired is one arming of a timer posted into its machine's mailbox (Post):
+// the machine takes it with Take, on its own goroutine.
+type Fired[K comparable] struct {
+	Key K
+	gen uint64
+}
+
+// Post is Arm for a machine that takes its events on its own goroutine:
+// once d has passed, post hands the firing to that goroutine (to its
+// mailbox), and the machine steps it only if Take says it is still the
+// current arming. A timer cancelled or re-armed after it fired but before
+// the machine took it is so still dropped: the core never sees the event
+// of a timer it stopped.
+func (s *Timers[K]) Post(k K, d time.Duration, post func(Fired[K])) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if old := s.armed[k]; old != nil {
+		old.timer.Stop()
+	}
+	s.gen++
+	f := Fired[K]{Key: k, gen: s.gen}
+	n := &namedTimer{gen: f.gen}
+	s.armed[k] = n
+	n.timer = s.clock.AfterFunc(d, func() { post(f) })
+}
+
+// Take reports whether f is still the current arming of its timer, and
+// if so disarms it: the machine steps the timer's event only then.
+func (s *Timers[K]) Take(f Fired[K]) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.armed[f.Key]
+	if cur == nil || cur.gen != f.gen {
+		return false
+	}
+	delete(s.armed, f.Key)
+	return true
+}
+
+// CancelIf cancels every armed timer whose name matches: the timers a run
+// that ended left armed, whichever they are.
+func (s *Timers[K]) CancelIf(match func(K) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range s.armed {
+		if match(k) {
+			n.timer.Stop()
+			delete(s.armed, k)
+		}
+	}
+}
+
 // ArmAt is Arm with an absolute due time on the set's clock.
 func (s *Timers[K]) ArmAt(k K, at time.Time, f func()) { s.Arm(k, Until(s.clock, at), f) }
 

@@ -260,10 +260,9 @@ type Driver struct {
 	// arrivals: the unfinished move into this node of each object, at most
 	// one (newest prepare wins, onPrepare).
 	arrivals map[location.AuthorityKey]*targetRun
-	// timers: the running timers of moves, under timerMu only because a
-	// stopped node's watcher stops them all (closeTimers): a follow timer
-	// would otherwise keep the whole stopped driver in memory for its
-	// FollowDuration.
+	// timers: the running timers of moves; a stopped node's watcher
+	// closes them all: a follow timer would otherwise keep the whole
+	// stopped driver in memory for its FollowDuration.
 	// spares: fresh capability answers with spare move tickets; asking:
 	// the moves waiting for the capability query in flight for their key
 	// (tickets_out.go); oneByOne: until when the moves to a target that
@@ -273,11 +272,9 @@ type Driver struct {
 	oneByOne map[capabilityKey]time.Time
 	// returning: spare tickets per target address to give back with the
 	// next query there.
-	returning    map[string][][]byte
-	spareFresh   time.Duration
-	timerMu      sync.Mutex
-	timers       map[timerKey]machine.Timer
-	timersClosed bool
+	returning  map[string][][]byte
+	spareFresh time.Duration
+	timers     *machine.Timers[timerKey]
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
 	tickets *tickets
@@ -381,7 +378,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		sources:    map[uint64]*sourceRun{},
 		targets:    map[handoff.Identity]*targetRun{},
 		arrivals:   map[location.AuthorityKey]*targetRun{},
-		timers:     map[timerKey]machine.Timer{},
+		timers:     machine.NewTimers[timerKey](node.Clock()),
 		tickets:    newTickets(),
 		spares:     map[capabilityKey]*capabilityAnswer{},
 		asking:     map[capabilityKey][]capabilityWaiter{},
@@ -453,7 +450,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
 	go func() {
 		<-node.Stopped()
-		d.closeTimers()
+		d.timers.Close()
 		if d.cps != nil {
 			d.cps.shutdown()
 		}
@@ -705,78 +702,38 @@ type timerKey struct {
 	deadLetter location.AuthorityKey
 }
 
-type timerFired struct{ key timerKey }
+type timerFired struct{ machine.Fired[timerKey] }
 
 func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
-	d.timerMu.Lock()
-	defer d.timerMu.Unlock()
-	if d.timersClosed {
-		return
-	}
-	if old := d.timers[k]; old != nil {
-		old.Stop()
-	}
 	after := t.After
 	if !t.At.IsZero() {
 		after = machine.Until(d.clock, t.At)
 	}
-	d.timers[k] = d.clock.AfterFunc(max(after, 0), func() { d.sys.Root.Send(d.self, &timerFired{key: k}) })
+	d.timers.Post(k, max(after, 0), func(f machine.Fired[timerKey]) { d.sys.Root.Send(d.self, &timerFired{f}) })
 }
 
-func (d *Driver) stopTimer(k timerKey) {
-	d.timerMu.Lock()
-	defer d.timerMu.Unlock()
-	if t := d.timers[k]; t != nil {
-		t.Stop()
-		delete(d.timers, k)
-	}
-}
+func (d *Driver) stopTimer(k timerKey) { d.timers.Cancel(k) }
 
 // stopTimers stops the running timers whose keys match: every timer of
 // a run that ended, whichever of its timers the machine left running.
-func (d *Driver) stopTimers(match func(timerKey) bool) {
-	d.timerMu.Lock()
-	defer d.timerMu.Unlock()
-	for k, t := range d.timers {
-		if match(k) {
-			t.Stop()
-			delete(d.timers, k)
-		}
-	}
-}
-
-// closeTimers stops every timer once the node has stopped: nothing would
-// take their events, and each holds the driver.
-func (d *Driver) closeTimers() {
-	d.timerMu.Lock()
-	defer d.timerMu.Unlock()
-	for k, t := range d.timers {
-		t.Stop()
-		delete(d.timers, k)
-	}
-	d.timersClosed = true
-}
+func (d *Driver) stopTimers(match func(timerKey) bool) { d.timers.CancelIf(match) }
 
 func (d *Driver) onTimer(m *timerFired) {
-	d.timerMu.Lock()
-	_, running := d.timers[m.key]
-	delete(d.timers, m.key)
-	d.timerMu.Unlock()
-	if !running {
+	if !d.timers.Take(m.Fired) {
 		return // stopped after it fired
 	}
-	if m.key.deadLetter != (location.AuthorityKey{}) {
-		d.releaseDeadLetters(m.key.deadLetter)
+	if m.Key.deadLetter != (location.AuthorityKey{}) {
+		d.releaseDeadLetters(m.Key.deadLetter)
 		return
 	}
-	if m.key.isTarget {
-		if t := d.targets[m.key.target]; t != nil {
-			d.stepTarget(t, handoff.TimerFired{Timer: m.key.timer})
+	if m.Key.isTarget {
+		if t := d.targets[m.Key.target]; t != nil {
+			d.stepTarget(t, handoff.TimerFired{Timer: m.Key.timer})
 		}
 		return
 	}
-	if s := d.sources[m.key.source]; s != nil {
-		d.stepSource(s, handoff.TimerFired{Timer: m.key.timer})
+	if s := d.sources[m.Key.source]; s != nil {
+		d.stepSource(s, handoff.TimerFired{Timer: m.Key.timer})
 	}
 }
 

@@ -34,9 +34,7 @@ func Arriving(d *Driver, key location.AuthorityKey) bool {
 
 // RunningTimers is how many move timers d has running.
 func RunningTimers(d *Driver) int {
-	d.timerMu.Lock()
-	defer d.timerMu.Unlock()
-	return len(d.timers)
+	return d.timers.Len()
 }
 
 // InFlight is how many payload bytes d counts in flight to peer.
