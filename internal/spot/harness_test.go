@@ -245,12 +245,15 @@ func (w *world) unsettled() string {
 const settleBound = 30 * time.Second
 
 // advance moves the world's logical clock d forward in logicalSteps,
-// letting every node that reaches its store settle after each: the clock
-// moves only when what is left for the nodes is to wait on it, however
-// slowly their goroutines get the CPU.
+// letting every node that reaches its store settle before and after each:
+// the clock moves only when what is left for the nodes is to wait on it,
+// however slowly their goroutines get the CPU. Before, too: what the test
+// did since the last step (a partition healed, a node started) may have
+// set work going.
 func (w *world) advance(t testing.TB, d time.Duration) {
 	t.Helper()
 	for d > 0 {
+		testwait.Quiet(t, settleBound, w.unsettled, "the nodes settled before a step of the logical clock")
 		s := min(d, logicalStep)
 		w.clock.Advance(s)
 		d -= s
