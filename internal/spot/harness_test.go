@@ -406,6 +406,14 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 			_ = e.Stop(context.Background())
 			return
 		}
+		if w.t.Failed() {
+			// A node stuck in what failed the test would hold the clock's
+			// steps again here, for another settleBound: end it at once.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.StopNow(ctx)
+			return
+		}
 		_ = w.stop(w.t, e)
 	})
 	w.mu.Lock()
