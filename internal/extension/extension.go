@@ -30,6 +30,7 @@ import (
 	"github.com/roamactors/roam/internal/failpoint"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/operator"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/relocation"
@@ -989,11 +990,27 @@ func (e *Extension) System() *actor.ActorSystem { return e.cur.Load().node.Syste
 
 // Settled reports that the node has no work of its own under way that
 // only needs the CPU: its lease loop has taken its Ticks and answers
-// (meshnode.Node.Settled) and no rejoin is starting the next lifecycle. A
-// test that runs nodes in logical time waits for it between steps of the
-// clock, as real time would let a rejoin finish before the next renewal.
+// (meshnode.Node.Settled) and no rejoin is due or starting the next
+// lifecycle. A test that runs nodes in logical time waits for it between
+// steps of the clock, as real time would let a rejoin finish before the
+// next renewal.
 func (e *Extension) Settled() bool {
-	return !e.rejoining.Load() && e.cur.Load().node.Settled()
+	l := e.cur.Load()
+	if l.node.LeaseStatus() == lease.Ended {
+		// An ended lease settles its node, but the rejoin it starts has
+		// only begun: until the next lifecycle is current, or the rejoin
+		// loop has ended (Stop, or a cluster member, which does not
+		// rejoin), the node has CPU work due. rejoining alone would leave
+		// a gap before the loop's goroutine runs, in which a starved rejoin
+		// sees the clock move past the bounds of its claim.
+		select {
+		case <-e.done:
+			return true
+		default:
+			return false
+		}
+	}
+	return !e.rejoining.Load() && l.node.Settled()
 }
 
 // NodeRid is this node lifecycle's RID, the target name Relocate takes.

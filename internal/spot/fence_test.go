@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/faulty"
@@ -210,16 +211,36 @@ func TestCutOffNodeStopsServingBeforeItsSpotIsReactivated(t *testing.T) {
 // A node whose lease ended while it was cut off from the store serves
 // again by itself once the store is back: a new lifecycle (new node RID
 // and generation, its own descriptor and Entry Spot) that takes new work,
-// while its former objects were recovered elsewhere.
+// while its former objects were recovered elsewhere. In logical time the
+// rejoin is work the node does at once, as on real time: the world's
+// clock does not move from the old lease's end to the new lifecycle's
+// claim. It used to move on while the rejoin's goroutine waited for the
+// CPU, until the claim's own deadline on the clock had passed and the
+// test gave up before the rejoin's retry.
 // Reference: PROTOCOL.md §2.2 (every start is a new lifecycle), §7.10.
 func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 	onBothStoresInLogicalTime(t, func(t *testing.T, w *world) {
 		store := w.store
-		f, err := faulty.New(store, faulty.Config{})
+		var inner location.Store = store
+		var claims *claimTimes
+		if ms, ok := store.(*memstore.Store); ok && w.clock != nil {
+			claims = &claimTimes{Store: ms, now: w.now}
+			inner = claims
+		}
+		f, err := faulty.New(inner, faulty.Config{})
 		require.NoError(t, err)
 		rejoined := make(chan struct{}, 1)
 		a := w.start(withStore(f), func(c *extension.Config) {
 			c.OnRejoin = func(*extension.Extension) { rejoined <- struct{}{} }
+		})
+		var endedMu sync.Mutex
+		var endedAt time.Time
+		a.Node().OnLeaseChange(func(s lease.Status) {
+			if s == lease.Ended {
+				endedMu.Lock()
+				endedAt = w.now()
+				endedMu.Unlock()
+			}
 		})
 		b := w.start()
 		ctx := context.Background()
@@ -260,6 +281,16 @@ func TestCutOffNodeRejoinsAsANewLifecycle(t *testing.T) {
 				return false
 			}
 		})
+		if claims != nil {
+			endedMu.Lock()
+			ended := endedAt
+			endedMu.Unlock()
+			rejoinClaims := claims.since(1) // the first is the old lifecycle's
+			require.NotEmpty(t, rejoinClaims)
+			for _, at := range rejoinClaims {
+				require.True(t, at.Equal(ended), "the world's clock moved %v while the node rejoined, from its old lease's end to its claim", at.Sub(ended))
+			}
+		}
 		now := a.Node().Descriptor()
 		require.NotEqual(t, old.GetNodeRid(), now.GetNodeRid())
 		require.NotEqual(t, old.GetEntrySpotId(), now.GetEntrySpotId())
@@ -342,4 +373,30 @@ func ownerRid(t *testing.T, store location.Store, id string) string {
 	v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, id))
 	require.NoError(t, err)
 	return v.Record.GetOwner().GetNodeRid()
+}
+
+// claimTimes is a memstore that notes the world's time of every node
+// claim made through it.
+type claimTimes struct {
+	*memstore.Store
+	now func() time.Time
+	mu  sync.Mutex
+	at  []time.Time
+}
+
+func (c *claimTimes) ClaimNode(ctx context.Context, node *location.NodeDescriptor, ttl time.Duration) (location.Lease, error) {
+	c.mu.Lock()
+	c.at = append(c.at, c.now())
+	c.mu.Unlock()
+	return c.Store.ClaimNode(ctx, node, ttl)
+}
+
+// since is the times of the claims after the first n.
+func (c *claimTimes) since(n int) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.at) <= n {
+		return nil
+	}
+	return append([]time.Time(nil), c.at[n:]...)
 }

@@ -179,7 +179,8 @@ type world struct {
 
 // logicalStep is how far the logical clock moves between two looks at a
 // condition: a twentieth of the nodes' lease TTL, short against their
-// renewal period (TTL/3) as testwait.Advance asks.
+// renewal period (TTL/3), as real time is: a node's renewal is sent and
+// answered before the next is due.
 const logicalStep = testLeaseTTL / 20
 
 // logicalPatience is how much logical time a condition may take: every
@@ -212,28 +213,52 @@ func (w *world) partition(f *faulty.Store, on bool) {
 	f.Partition(on)
 }
 
-// settled says every node that reaches its store has taken the Ticks the
-// logical clock fired and the answers to its renewals (meshnode's
-// Node.Settled); a stopped node's lease has ended, which settles it.
-func (w *world) settled() bool {
+// unsettled names a node that reaches its store and still has work under
+// way that only needs the CPU (extension.Extension.Settled): Ticks the
+// logical clock fired or renewal answers its lease loop has yet to take,
+// or a rejoin, from its lease's end until the next lifecycle is current.
+// "" when there is none. A stopped node's lease has ended, and no rejoin
+// follows, which settles it.
+func (w *world) unsettled() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, e := range w.nodes {
 		if f, ok := w.nodeStores[i].(*faulty.Store); ok && w.cut[f] {
 			continue
 		}
-		if !e.Node().Settled() {
-			return false
+		if e.Settled() {
+			continue
 		}
+		if e.Node().LeaseStatus() == lease.Ended {
+			return fmt.Sprintf("node %d (%s) rejoins: its lease ended and the next lifecycle is not current yet", i, e.NodeRid())
+		}
+		return fmt.Sprintf("node %d (%s): its lease loop has Ticks or renewal answers to take", i, e.NodeRid())
 	}
-	return true
+	return ""
 }
 
+// settleBound is how long, in real time, the nodes may take to settle
+// after a step of the logical clock: a rejoin (a new actor system and
+// remote, the claim) under the race detector on a loaded 2-core machine
+// takes seconds. A node not settled by then is stuck on something other
+// than the clock.
+const settleBound = 30 * time.Second
+
 // advance moves the world's logical clock d forward in logicalSteps,
-// letting every node that reaches its store settle after each.
+// letting every node that reaches its store settle before and after each:
+// the clock moves only when what is left for the nodes is to wait on it,
+// however slowly their goroutines get the CPU. Before, too: what the test
+// did since the last step (a partition healed, a node started) may have
+// set work going.
 func (w *world) advance(t testing.TB, d time.Duration) {
 	t.Helper()
-	testwait.Advance(t, w.clock, d, logicalStep, w.settled)
+	for d > 0 {
+		testwait.Quiet(t, settleBound, w.unsettled, "the nodes settled before a step of the logical clock")
+		s := min(d, logicalStep)
+		w.clock.Advance(s)
+		d -= s
+		testwait.Quiet(t, settleBound, w.unsettled, "the nodes settled after a step of the logical clock")
+	}
 }
 
 // eventually waits until cond holds. In logical time it looks at cond
@@ -252,11 +277,12 @@ func (w *world) eventuallyWithin(t testing.TB, patience time.Duration, what stri
 		testwait.For(t, cond, what)
 		return
 	}
-	start := w.clock.Now()
-	deadline := time.Now().Add(testwait.Patience(t))
+	start, realStart := w.clock.Now(), time.Now()
+	realPatience := testwait.Patience(t)
 	for !cond() {
-		if passed := w.clock.Now().Sub(start); passed >= patience || time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
+		if passed, took := w.clock.Now().Sub(start), time.Since(realStart); passed >= patience || took > realPatience {
+			t.Fatalf("timed out waiting for %s: %v of logical time passed (bound %v), %v of real time (bound %v)",
+				what, passed, patience, took.Round(time.Millisecond), realPatience)
 		}
 		w.advance(t, logicalStep)
 	}
@@ -291,24 +317,25 @@ func await[T any](t testing.TB, w *world, what string, do func() T) T {
 	t.Helper()
 	done := make(chan T, 1)
 	go func() { done <- do() }()
+	realPatience := testwait.Patience(t)
 	if w.clock == nil {
 		select {
 		case v := <-done:
 			return v
-		case <-time.After(testwait.Patience(t)):
-			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(realPatience):
+			t.Fatalf("timed out waiting for %s (bound %v of real time)", what, realPatience)
 		}
 	}
-	start := w.clock.Now()
-	deadline := time.Now().Add(testwait.Patience(t))
+	start, realStart := w.clock.Now(), time.Now()
 	for {
 		select {
 		case v := <-done:
 			return v
 		case <-time.After(awaitGrace):
 		}
-		if passed := w.clock.Now().Sub(start); passed >= logicalPatience || time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%v of logical time)", what, passed)
+		if passed, took := w.clock.Now().Sub(start), time.Since(realStart); passed >= logicalPatience || took > realPatience {
+			t.Fatalf("timed out waiting for %s: %v of logical time passed (bound %v), %v of real time (bound %v)",
+				what, passed, logicalPatience, took.Round(time.Millisecond), realPatience)
 		}
 		w.advance(t, logicalStep)
 	}
@@ -377,6 +404,14 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	w.t.Cleanup(func() {
 		if w.clock == nil {
 			_ = e.Stop(context.Background())
+			return
+		}
+		if w.t.Failed() {
+			// A node stuck in what failed the test would hold the clock's
+			// steps again here, for another settleBound: end it at once.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.StopNow(ctx)
 			return
 		}
 		_ = w.stop(w.t, e)

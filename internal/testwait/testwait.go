@@ -60,6 +60,26 @@ func Within(t testing.TB, d time.Duration, cond func() bool, msg string) {
 	}
 }
 
+// Quiet waits until busy reports nothing under way (""), checking every
+// 10 ms, for at most d, and fails t naming msg, d and what was still
+// under way: the wait between two steps of a logical clock, for work that
+// only needs the CPU.
+func Quiet(t testing.TB, d time.Duration, busy func() string, msg string) {
+	t.Helper()
+	d = capped(t, d)
+	deadline := time.Now().Add(d)
+	for {
+		what := busy()
+		if what == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for: %s; still under way: %s", d, msg, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Past retries do while its error matches transient (errors.Is) and
 // returns its first other answer, failing t once its Patience is spent.
 // For a condition that ends by itself, such as an ended owner that other
