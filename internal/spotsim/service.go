@@ -3,14 +3,12 @@ package spotsim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // The Spot service of one lifecycle (manager.go, activate.go,
@@ -122,23 +120,22 @@ func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey str
 	r.run(effects)
 }
 
-// admitCapacity is Manager.admitCapacity: the incarnations served here
-// plus the creations in progress must stay within the node's capacity.
+// admitCapacity admits one creation as spotservice.AdmitCapacity
+// decides, the driver's own; on a bounded node the admitted creation
+// holds a slot (pending) until it ends. Nodes here never drain.
 func (l *Life) admitCapacity() error {
 	c := l.node.capacity
-	if c == 0 {
-		return nil
-	}
-	l.pending++
 	n := 0
 	for _, inc := range l.incs {
 		if inc.mode == mOpen && !inc.closing {
 			n++
 		}
 	}
-	if n+l.pending > c {
-		l.pending--
-		return fmt.Errorf("%w: node %s hosts %d and creates %d of %d", roamerr.ErrCapacityExceeded, l.rid, n, l.pending, c)
+	if err := spotservice.AdmitCapacity(l.rid, false, uint32(c), n, l.pending); err != nil {
+		return err
+	}
+	if c != 0 {
+		l.pending++
 	}
 	return nil
 }
