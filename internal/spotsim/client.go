@@ -370,17 +370,6 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 	w.after(livenessEvery, tick)
 }
 
-// candidates are the live nodes in placement order of spotID
-// (spotcall.Candidates: every caller sends the cold activations of one
-// ID to the same first target).
-func candidates(nodes []*Life, spotID string) []*Life {
-	var out []*Life
-	for _, n := range spotcall.Candidates(descriptors(nodes), simStableType, true, spotID) {
-		out = append(out, lifeOf(nodes, n))
-	}
-	return out
-}
-
 // simStableType is the one Instance type every Spot of the simulation
 // has and every node hosts.
 const simStableType = "counter"

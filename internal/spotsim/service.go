@@ -7,6 +7,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -140,30 +141,35 @@ func (l *Life) admitCapacity() error {
 	return nil
 }
 
-// passOn is Manager.passOn: another serving node that has not refused the
-// envelope gets it.
+// passOn passes an activation this full lifecycle refused on, by the
+// driver's spotservice.RunPassOn.
 func (l *Life) passOn(env *messages.SpotActivation, m *Msg, deadline time.Duration, done func(bool)) {
-	w := l.w
-	w.store.call(l, storeOp{kind: opListNodes, why: "pass on"}, deadline, func(res storeRes) {
-		if res.err != nil {
-			done(false)
-			return
-		}
-		found := candidates(res.nodes, env.GetSpotId())
-		cs := make([]spotservice.Candidate, len(found))
-		for i, n := range found {
-			cs[i] = spotservice.Candidate{RID: n.rid, Generation: n.gen}
-		}
-		next, i := spotservice.PassOn(env, l.rid, cs)
-		if i < 0 {
-			done(false)
-			return
-		}
-		m.passedOn = true
-		w.stats.PassedOn++
-		l.send(found[i], &packet{kind: pCmd39, msg: m, env: next})
-		done(true)
+	spotservice.RunPassOn(passOnEnv{l: l, m: m, deadline: deadline}, env, l.rid, done)
+}
+
+// passOnEnv is spotservice.RunPassOn's host: the store model's listing
+// and this world's packets.
+type passOnEnv struct {
+	l        *Life
+	m        *Msg
+	deadline time.Duration
+}
+
+func (e passOnEnv) ListNodes(_ string, done func([]location.VersionedNode, error)) {
+	e.l.w.store.call(e.l, storeOp{kind: opListNodes, why: "pass on"}, e.deadline, func(res storeRes) {
+		done(descriptors(res.nodes), res.err)
 	})
+}
+
+func (e passOnEnv) Candidates(nodes []location.VersionedNode, a *messages.SpotActivation) []location.VersionedNode {
+	return spotcall.Candidates(nodes, a.GetStableType(), true, a.GetSpotId())
+}
+
+func (e passOnEnv) Send(n location.VersionedNode, next *messages.SpotActivation) {
+	w := e.l.w
+	e.m.passedOn = true
+	w.stats.PassedOn++
+	e.l.send(w.lifeByRid(n.Node.GetNodeRid()), &packet{kind: pCmd39, msg: e.m, env: next})
 }
 
 // lock serialises this lifecycle's own work on one Spot ID (lockKey):
