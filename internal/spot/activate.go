@@ -59,24 +59,29 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 // preferring one that is ErrOwnerEnding (a scan a lease TTL later may
 // finish it), with the others' text.
 func (m *Manager) Recover(ctx context.Context) error {
-	var errs []error
-	var scan spotservice.Scan
-	for {
-		kind, req, ok := scan.Next()
-		if !ok {
-			return oneFailure(errs)
+	var err error
+	spotservice.RunScan(scanEnv{m: m, ctx: ctx}, func(listErr error, failed []error) {
+		if listErr != nil {
+			err = storeError("scan", listErr)
+			return
 		}
-		page, err := m.store.List(ctx, kind, req)
-		if err != nil {
-			return storeError("scan", err)
-		}
-		for _, v := range scan.Page(page) {
-			if err := m.recoverOne(ctx, v); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+		err = oneFailure(failed)
+	})
+	return err
 }
+
+// scanEnv is spotservice.RunScan's host (the walk the simulation runs
+// too): every answer comes before the call returns.
+type scanEnv struct {
+	m   *Manager
+	ctx context.Context
+}
+
+func (e scanEnv) List(kind location.Kind, req location.PageRequest, done func(location.Page, error)) {
+	done(e.m.store.List(e.ctx, kind, req))
+}
+
+func (e scanEnv) Recover(v location.Versioned, done func(error)) { done(e.m.recoverOne(e.ctx, v)) }
 
 // oneFailure is Recover's error for the failures errs: the first one (or
 // the first ErrOwnerEnding one) with its class, and the others' text only,

@@ -64,48 +64,49 @@ func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	r.run(effects)
 }
 
-// recoverScan is Manager.Recover, run once when a lifecycle starts: the
-// scan's walk (spotservice.Scan) lists each kind in one page, and every
-// record it picks goes through the recovery machine, one after the other,
-// all within a minute. A failed listing ends the scan (logged).
+// recoverScan runs the driver's start-up scan (spotservice.RunScan) once
+// when a lifecycle starts: here each kind is listed in one page, and
+// every record it picks goes through the recovery machine, one after the
+// other, all within a minute. A failed listing ends the scan (logged);
+// a lifecycle gone drops it.
 func (l *Life) recoverScan() {
-	w := l.w
-	deadline := w.Now() + time.Minute
-	var scan spotservice.Scan
-	var list func()
-	list = func() {
-		kind, _, ok := scan.Next()
-		if !ok || l.gone {
-			return
+	deadline := l.w.Now() + time.Minute
+	spotservice.RunScan(scanEnv{l: l, deadline: deadline}, func(listErr error, _ []error) {
+		if listErr != nil {
+			l.w.tracef("%s spot_recovery_failed: %s", l, errString(listErr))
 		}
-		w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, deadline, func(res storeRes) {
-			if res.err != nil {
-				w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
-				return
-			}
-			todo := scan.Page(location.Page{Items: res.list})
-			var next func(i int)
-			next = func(i int) {
-				if l.gone {
-					return
-				}
-				if i >= len(todo) {
-					list()
-					return
-				}
-				v := todo[i]
-				s := w.spotByID(v.Key.ID)
-				w.stats.Recoveries++
-				mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
-				r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
-				r.label = "rec"
-				r.act = mc
-				r.run(effects)
-			}
-			next(0)
-		})
+	})
+}
+
+// scanEnv is spotservice.RunScan's host: the store model's listing and
+// the recovery machine on its runner.
+type scanEnv struct {
+	l        *Life
+	deadline time.Duration
+}
+
+func (e scanEnv) List(kind location.Kind, _ location.PageRequest, done func(location.Page, error)) {
+	l := e.l
+	if l.gone {
+		return
 	}
-	list()
+	l.w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, e.deadline, func(res storeRes) {
+		done(location.Page{Items: res.list}, res.err)
+	})
+}
+
+func (e scanEnv) Recover(v location.Versioned, done func(error)) {
+	l, w := e.l, e.l.w
+	if l.gone {
+		return
+	}
+	s := w.spotByID(v.Key.ID)
+	w.stats.Recoveries++
+	mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(e.deadline), Now: w.wall(w.Now())})
+	r := l.newRunner("recovery", s, e.deadline, mc.Step, func(err error) { w.after(0, func() { done(err) }) })
+	r.label = "rec"
+	r.act = mc
+	r.run(effects)
 }
 
 // clearRecovery removes an activation's recovery pointer once its first
