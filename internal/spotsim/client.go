@@ -456,8 +456,8 @@ func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error))
 	})
 }
 
-// ownerAlive is an owner's liveness as Manager.ownerAddress answers it,
-// its error classified.
+// ownerAlive is ownerNode's liveness with its error classified by
+// spotcall.OwnerError, the class every Spot caller of OwnerNode gives it.
 func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
 	l.ownerNode(o, deadline, func(_ *Life, alive bool, err error) {
 		if err != nil {
