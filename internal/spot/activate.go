@@ -59,24 +59,29 @@ func (m *Manager) onActivation(a *messages.SpotActivation) {
 // preferring one that is ErrOwnerEnding (a scan a lease TTL later may
 // finish it), with the others' text.
 func (m *Manager) Recover(ctx context.Context) error {
-	var errs []error
-	var scan spotservice.Scan
-	for {
-		kind, req, ok := scan.Next()
-		if !ok {
-			return oneFailure(errs)
+	var err error
+	spotservice.RunScan(scanEnv{m: m, ctx: ctx}, func(listErr error, failed []error) {
+		if listErr != nil {
+			err = storeError("scan", listErr)
+			return
 		}
-		page, err := m.store.List(ctx, kind, req)
-		if err != nil {
-			return storeError("scan", err)
-		}
-		for _, v := range scan.Page(page) {
-			if err := m.recoverOne(ctx, v); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+		err = oneFailure(failed)
+	})
+	return err
 }
+
+// scanEnv is spotservice.RunScan's host (the walk the simulation runs
+// too): every answer comes before the call returns.
+type scanEnv struct {
+	m   *Manager
+	ctx context.Context
+}
+
+func (e scanEnv) List(kind location.Kind, req location.PageRequest, done func(location.Page, error)) {
+	done(e.m.store.List(e.ctx, kind, req))
+}
+
+func (e scanEnv) Recover(v location.Versioned, done func(error)) { done(e.m.recoverOne(e.ctx, v)) }
 
 // oneFailure is Recover's error for the failures errs: the first one (or
 // the first ErrOwnerEnding one) with its class, and the others' text only,
@@ -203,24 +208,31 @@ func (m *Manager) deleteRoot(rootKey string) {
 }
 
 // passOn hands an activation this node is too full for to another serving
-// node of the same Mesh that hosts the type and has not refused it yet.
-// Nothing was reserved or queued here, so the caller still sees one
-// activation; it ends CapacityExceeded only once every candidate is full
-// (PROTOCOL.md §7.5 step 9).
-func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) bool {
-	nodes, err := m.store.ListNodes(ctx, a.GetTargetMesh())
-	if err != nil {
-		return false
-	}
-	found := candidates(nodes, a.GetStableType(), true, a.GetSpotId())
-	cs := make([]spotservice.Candidate, len(found))
-	for i, n := range found {
-		cs[i] = spotservice.Candidate{RID: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration(), DescriptorVersion: uint64(n.Version)}
-	}
-	next, i := spotservice.PassOn(a, m.desc.GetNodeRid(), cs)
-	if i < 0 {
-		return false
-	}
-	m.sys.Root.RequestWithCustomSender(servicePID(found[i].Node.GetAddress()), next, m.self)
-	return true
+// node of the same Mesh that hosts the type and has not refused it yet
+// (spotservice.RunPassOn, which the simulation runs too). Nothing was
+// reserved or queued here, so the caller still sees one activation; it
+// ends CapacityExceeded only once every candidate is full (PROTOCOL.md
+// §7.5 step 9).
+func (m *Manager) passOn(ctx context.Context, a *messages.SpotActivation) (passed bool) {
+	spotservice.RunPassOn(passOnEnv{m: m, ctx: ctx}, a, m.desc.GetNodeRid(), func(p bool) { passed = p })
+	return passed
+}
+
+// passOnEnv is spotservice.RunPassOn's host: every answer comes before
+// the call returns.
+type passOnEnv struct {
+	m   *Manager
+	ctx context.Context
+}
+
+func (e passOnEnv) ListNodes(mesh string, done func([]location.VersionedNode, error)) {
+	done(e.m.store.ListNodes(e.ctx, mesh))
+}
+
+func (e passOnEnv) Candidates(nodes []location.VersionedNode, a *messages.SpotActivation) []location.VersionedNode {
+	return candidates(nodes, a.GetStableType(), true, a.GetSpotId())
+}
+
+func (e passOnEnv) Send(n location.VersionedNode, next *messages.SpotActivation) {
+	e.m.sys.Root.RequestWithCustomSender(servicePID(n.Node.GetAddress()), next, e.m.self)
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/spot/spotcall"
+	"github.com/roamactors/roam/messages"
 )
 
 // routeCache is the positive route cache (docs/PROTOCOL.md §7.8): only a Ready
@@ -24,8 +26,9 @@ import (
 // replacing and leaving the cache, and the hint, take mu: they are rare.
 type routeCache struct {
 	maxAge time.Duration
-	clock  machine.Clock // the node's; routes age on it
-	routes sync.Map      // Spot ID → *cachedRoute; written only under mu
+	policy spotcall.RoutePolicy // what is kept and for how long, shared with the simulation
+	clock  machine.Clock        // the node's; routes age on it
+	routes sync.Map             // Spot ID → *cachedRoute; written only under mu
 
 	mu      sync.Mutex
 	n       int                  // routes cached
@@ -38,6 +41,10 @@ type routeCache struct {
 }
 
 type routeOwner struct{ rid, lease string }
+
+func (o routeOwner) listed(live map[string]string) bool {
+	return spotcall.OwnerListed(&messages.Owner{NodeRid: o.rid, LeaseId: o.lease}, live)
+}
 
 func ownerOf(r *cachedRoute) routeOwner {
 	o := r.a.v.Record.GetOwner()
@@ -83,7 +90,7 @@ func (r *cachedRoute) leave() {
 }
 
 func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, clock: machine.Real, expired: map[string]authority{}, owners: map[routeOwner]int{}}
+	return &routeCache{maxAge: maxAge, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real, expired: map[string]authority{}, owners: map[routeOwner]int{}}
 }
 
 func (c *routeCache) load(id string) *cachedRoute {
@@ -116,7 +123,7 @@ func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct
 		switch {
 		case s&hintedBit != 0:
 			return authority{}, false, r.drained, noop
-		case machine.Since(c.clock, r.at) >= c.maxAge:
+		case c.policy.Aged(machine.Since(c.clock, r.at)):
 			c.expire(id, r)
 			return authority{}, false, nil, noop
 		}
@@ -140,7 +147,7 @@ func (c *routeCache) get(id string) (authority, bool, <-chan struct{}) {
 		return authority{}, false, nil
 	case r.state.Load()&hintedBit != 0:
 		return authority{}, false, r.drained
-	case machine.Since(c.clock, r.at) >= c.maxAge:
+	case c.policy.Aged(machine.Since(c.clock, r.at)):
 		c.expire(id, r)
 		return authority{}, false, nil
 	}
@@ -209,7 +216,7 @@ func (c *routeCache) put(id string, a authority) (undrained bool) {
 // sent.
 func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan struct{}, undrained bool) {
 	noop := func() {}
-	if c.maxAge <= 0 || !a.ready() || a.ended {
+	if !c.policy.Keeps(spotcall.Resolved{V: a.v, Ended: a.ended}) {
 		return noop, nil, false
 	}
 	a.owner = a.pid()
@@ -271,7 +278,7 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	defer c.mu.Unlock()
 	gone := false
 	for o := range c.owners {
-		if lease, ok := live[o.rid]; !ok || lease != o.lease {
+		if !o.listed(live) {
 			gone = true
 			break
 		}
@@ -281,8 +288,7 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	}
 	c.routes.Range(func(k, v any) bool {
 		r := v.(*cachedRoute)
-		o := ownerOf(r)
-		if lease, ok := live[o.rid]; !ok || lease != o.lease {
+		if !ownerOf(r).listed(live) {
 			r.leave()
 			c.removeLocked(k.(string), r)
 		}

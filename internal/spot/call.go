@@ -328,7 +328,7 @@ wait:
 			break wait
 		case <-tick:
 			tick = m.livenessTick()
-			if _, alive, lerr := m.ownerAddress(ctx, owner); ownerLeft(alive, lerr) {
+			if _, alive, lerr := m.ownerAddress(ctx, owner); spotcall.OwnerGone(alive, lerr) {
 				return nil, c.ended(spotcall.OwnerLeft, notice, address, nil)
 			}
 			continue

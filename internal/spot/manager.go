@@ -25,6 +25,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -390,15 +391,7 @@ func (m *Manager) routeLost(ctx context.Context, a authority) bool {
 		return false
 	}
 	_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
-	return ownerLeft(alive, err)
-}
-
-// ownerLeft reads an ownerAddress answer as "the owner's lifecycle is
-// over": not alive, or its descriptor gone (ErrOwnerEnding: gone for less
-// than the lease TTL, which holds back a takeover of its objects, but a
-// call to it may only end with its outcome unknown).
-func ownerLeft(alive bool, err error) bool {
-	return (err == nil && !alive) || errors.Is(err, roamerr.ErrOwnerEnding)
+	return spotcall.OwnerGone(alive, err)
 }
 
 // servicePID is a node's Spot service.
@@ -842,47 +835,45 @@ func (a authority) pid() *actor.PID {
 	return relocation.ObjectPID(a.address, a.v.Key, a.v.Record)
 }
 
-// readAuthority reads a Spot ID's authority: the User and the Instance Spot
-// keys share one namespace (PROTOCOL.md §3.1), so the ID is looked up under
-// both; at most one exists, because every reservation checks the other is
-// absent in the same transaction. The two reads go at once (one round trip
-// to a remote store; an in-process one answers before a goroutine starts).
+// readAuthority reads a Spot ID's authority (spotcall.Resolve, which the
+// simulation runs too). The two reads go at once (one round trip to a
+// remote store; an in-process one answers before a goroutine starts).
 func (m *Manager) readAuthority(ctx context.Context, id string) (authority, error) {
-	instance, user := location.Key(location.KindInstanceSpot, id), location.Key(location.KindUserSpot, id)
+	var found authority
+	var ferr error
+	spotcall.Resolve(resolveEnv{m: m, ctx: ctx}, id, func(r spotcall.Resolved, err error) {
+		found, ferr = authority{v: r.V, address: r.Address, ended: r.Ended}, err
+	})
+	return found, ferr
+}
+
+// resolveEnv is spotcall.Resolve's host: every answer comes before the
+// call returns.
+type resolveEnv struct {
+	m   *Manager
+	ctx context.Context
+}
+
+func (e resolveEnv) ReadKeys(instance, user location.AuthorityKey, done func(location.Versioned, error, location.Versioned, error)) {
 	var uv location.Versioned
 	var uerr error
 	var wg sync.WaitGroup
-	if m.inProcess {
-		uv, uerr = m.store.Read(ctx, user)
+	if e.m.inProcess {
+		uv, uerr = e.m.store.Read(e.ctx, user)
 	} else {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			uv, uerr = m.store.Read(ctx, user)
+			uv, uerr = e.m.store.Read(e.ctx, user)
 		}()
 	}
-	iv, ierr := m.store.Read(ctx, instance)
+	iv, ierr := e.m.store.Read(e.ctx, instance)
 	wg.Wait()
-	var found authority
-	switch {
-	case ierr == nil:
-		found.v = iv
-	case !errors.Is(ierr, location.ErrNotFound):
-		return authority{}, storeError("resolve "+instance.String(), ierr)
-	case uerr == nil:
-		found.v = uv
-	case !errors.Is(uerr, location.ErrNotFound):
-		return authority{}, storeError("resolve "+user.String(), uerr)
-	default:
-		found.v = location.Versioned{Key: instance}
-		return found, nil
-	}
-	addr, alive, err := m.ownerAddress(ctx, found.v.Record.GetOwner())
-	if err != nil {
-		return authority{}, err
-	}
-	found.address, found.ended = addr, !alive
-	return found, nil
+	done(iv, ierr, uv, uerr)
+}
+
+func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error)) {
+	done(e.m.d.OwnerNode(e.ctx, o))
 }
 
 // ownerAddress finds an owner's remote address and whether its lifecycle
@@ -890,7 +881,7 @@ func (m *Manager) readAuthority(ctx context.Context, id string) (authority, erro
 func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
 	addr, alive, err := m.d.OwnerNode(ctx, o)
 	if err != nil {
-		return "", false, storeError("read owner node", err)
+		return "", false, spotcall.OwnerError(err)
 	}
 	return addr, alive, nil
 }

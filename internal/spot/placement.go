@@ -2,11 +2,10 @@ package spot
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // selectMesh picks the Mesh a new Spot is first placed on
@@ -86,32 +85,28 @@ func candidates(nodes []location.VersionedNode, stableType string, instance bool
 	return spotcall.Candidates(nodes, stableType, instance, spotID)
 }
 
-// admitCapacity admits one new incarnation on this node unless it is
-// draining (ErrNodeDraining) or its
-// Capacity (0: unbounded) is used up by the incarnations it serves plus
-// the creations in progress here (PROTOCOL.md §7.2, placement). An
-// admitted creation holds its pending slot until the
-// returned release is called, so concurrent creations cannot overshoot.
+// admitCapacity admits one new incarnation on this node as
+// spotservice.AdmitCapacity decides (the simulation runs it too). An
+// admitted creation on a bounded node holds its pending slot until the
+// returned release is called; the slot is taken before the serving
+// incarnations are counted, so concurrent creations cannot overshoot.
 func (m *Manager) admitCapacity(ctx context.Context) (release func(), err error) {
-	if m.d.Node().Draining() {
-		// Other nodes' placement skips a DRAINING descriptor; this is for
-		// what was sent before they saw it (passed on like a full node's).
-		return nil, fmt.Errorf("%w: %w: node %s takes no new Spots", roamerr.ErrUnavailable, roamerr.ErrNodeDraining, m.desc.GetNodeRid())
-	}
-	c := m.desc.GetCapacity()
-	if c == 0 {
+	draining, c := m.d.Node().Draining(), m.desc.GetCapacity()
+	if draining || c == 0 {
+		if err := spotservice.AdmitCapacity(m.desc.GetNodeRid(), draining, c, 0, 0); err != nil {
+			return nil, err
+		}
 		return func() {}, nil
 	}
 	pending := m.pending.Add(1)
 	release = func() { m.pending.Add(-1) }
 	n, err := m.d.ServingCount(ctx)
+	if err == nil {
+		err = spotservice.AdmitCapacity(m.desc.GetNodeRid(), false, c, n, int(pending)-1)
+	}
 	if err != nil {
 		release()
 		return nil, err
-	}
-	if n+int(pending) > int(c) {
-		release()
-		return nil, fmt.Errorf("%w: node %s hosts %d and creates %d of %d", roamerr.ErrCapacityExceeded, m.desc.GetNodeRid(), n, pending-1, c)
 	}
 	return release, nil
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -168,11 +167,7 @@ func (call *Call) fail(f failure) {
 // address names the node asked.
 func (call *Call) endedBy(e spotcall.End, address string) {
 	err, drop := spotcall.Ended(call.m.spot.id, e, call.m.notice, address, nil)
-	// A lost connection keeps the route here, unlike call.go: dropping it
-	// changes the schedules, and pinned seed 123 of a fixed defect then
-	// shows a documented repeated first message instead of running clean.
-	// The seed must be found again before the simulation drops it too.
-	if drop && e != spotcall.ConnectionLost {
+	if drop {
 		call.life.dropRoute(call.m.spot)
 	}
 	call.fail(failureOf(err, false))
@@ -365,7 +360,7 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 			if call.ended {
 				return
 			}
-			if err == nil && !alive {
+			if spotcall.OwnerGone(alive, err) {
 				call.endedBy(spotcall.OwnerLeft, owner.GetNodeRid())
 				return
 			}
@@ -373,17 +368,6 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 		})
 	}
 	w.after(livenessEvery, tick)
-}
-
-// candidates are the live nodes in placement order of spotID
-// (spotcall.Candidates: every caller sends the cold activations of one
-// ID to the same first target).
-func candidates(nodes []*Life, spotID string) []*Life {
-	var out []*Life
-	for _, n := range spotcall.Candidates(descriptors(nodes), simStableType, true, spotID) {
-		out = append(out, lifeOf(nodes, n))
-	}
-	return out
 }
 
 // simStableType is the one Instance type every Spot of the simulation
@@ -422,112 +406,135 @@ type authority struct {
 	ended   bool
 }
 
-func (a authority) ready() bool {
-	return a.v.Present() && a.v.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
-}
-
-// readAuthority is Manager.readAuthority: the Instance key, then the User
-// key, then the owner's liveness.
+// readAuthority resolves s's authority by spotcall.Resolve, the driver's
+// own: both keys read at once, then the owner's liveness (ownerNode).
 func (l *Life) readAuthority(s *Spot, deadline time.Duration, done func(authority, error)) {
-	w := l.w
-	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "authority " + s.id}, deadline, func(res storeRes) {
-		if res.err == nil {
-			l.withOwner(res.v, deadline, done)
+	spotcall.Resolve(resolveEnv{l: l, s: s, deadline: deadline}, s.id, func(r spotcall.Resolved, err error) {
+		if err != nil {
+			done(authority{}, err)
 			return
 		}
-		if !isNotFound(res.err) {
-			done(authority{}, activation.StoreError("resolve "+s.id, res.err))
-			return
-		}
-		w.store.call(l, storeOp{kind: opRead, key: s.userKey(), why: "authority (user) " + s.id}, deadline, func(res storeRes) {
-			switch {
-			case res.err == nil:
-				l.withOwner(res.v, deadline, done)
-			case isNotFound(res.err):
-				done(authority{v: location.Versioned{Key: s.key()}}, nil)
-			default:
-				done(authority{}, activation.StoreError("resolve "+s.id, res.err))
-			}
-		})
+		done(authority{v: r.V, address: l.w.lifeByAddress(r.Address), ended: r.Ended}, nil)
 	})
 }
 
-func (l *Life) withOwner(v location.Versioned, deadline time.Duration, done func(authority, error)) {
-	w := l.w
-	o := v.Record.GetOwner()
-	if o.GetNodeRid() == l.rid {
-		done(authority{v: v, address: l, ended: !(o.GetNodeGeneration() == l.gen && !l.ended)}, nil)
-		return
+// resolveEnv is spotcall.Resolve's host: the store model's reads, at once
+// as the driver reads them from a remote store.
+type resolveEnv struct {
+	l        *Life
+	s        *Spot
+	deadline time.Duration
+}
+
+func (e resolveEnv) ReadKeys(instance, user location.AuthorityKey, done func(location.Versioned, error, location.Versioned, error)) {
+	w := e.l.w
+	var iv, uv location.Versioned
+	var ierr, uerr error
+	left := 2
+	answered := func() {
+		if left--; left == 0 {
+			done(iv, ierr, uv, uerr)
+		}
 	}
-	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner of " + v.Key.ID}, deadline, func(res storeRes) {
-		switch {
-		case res.err == nil:
-			done(authority{v: v, address: w.lifeByAddr(res.addr), ended: !res.alive}, nil)
-		case isNotFound(res.err):
-			done(authority{v: v, ended: true}, nil)
-		default:
-			done(authority{}, activation.StoreError("read owner node", res.err))
-		}
+	w.store.call(e.l, storeOp{kind: opRead, key: user, why: "authority (user) " + e.s.id}, e.deadline, func(res storeRes) {
+		uv, uerr = res.v, res.err
+		answered()
+	})
+	w.store.call(e.l, storeOp{kind: opRead, key: instance, why: "authority " + e.s.id}, e.deadline, func(res storeRes) {
+		iv, ierr = res.v, res.err
+		answered()
 	})
 }
 
-// ownerAlive is Manager.ownerAddress's liveness (Driver.OwnerNode and
-// internal/liveness): a descriptor watched standing still for a TTL is
-// revoked at its version, then the owner ended; one gone is ended at once
-// if revoked, else a TTL after this lifecycle first saw it gone.
+func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error)) {
+	e.l.ownerNode(o, e.deadline, func(addr *Life, alive bool, err error) {
+		a := ""
+		if addr != nil {
+			a = addrOf(addr)
+		}
+		done(a, alive, err)
+	})
+}
+
+// ownerAlive is ownerNode's liveness with its error classified by
+// spotcall.OwnerError, the class every Spot caller of OwnerNode gives it.
 func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
+	l.ownerNode(o, deadline, func(_ *Life, alive bool, err error) {
+		if err != nil {
+			err = spotcall.OwnerError(err)
+		}
+		done(alive, err)
+	})
+}
+
+// ownerNode is relocation.Driver.OwnerNode over this world's store: an
+// owner's node and whether its lifecycle holds its lease. A descriptor
+// watched standing still for a TTL is revoked at its version, then the
+// owner ended; one gone is ended at once if revoked, else a TTL after this
+// lifecycle first saw it gone. Errors are unclassified, as the driver's.
+// It stays a model because the driver's code is relocation's (release.go),
+// not yet a shared interpreter.
+func (l *Life) ownerNode(o *messages.Owner, deadline time.Duration, done func(*Life, bool, error)) {
 	w := l.w
 	if o.GetNodeRid() == l.rid {
-		done(o.GetNodeGeneration() == l.gen && !l.ended, nil)
+		done(l, o.GetNodeGeneration() == l.gen && !l.ended, nil)
 		return
 	}
 	id := o.GetNodeRid() + "/" + o.GetLeaseId()
-	missing := func() {
+	missing := func(addr *Life) {
 		v, gone := l.liveness.Missing(id, 0, w.Now())
 		if v != liveness.Ended {
-			done(false, activation.StoreError("read owner node", fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone)))
+			done(addr, false, fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone))
 			return
 		}
-		done(false, nil)
+		done(addr, false, nil)
 	}
 	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner alive"}, deadline, func(res storeRes) {
+		addr := w.lifeByAddr(res.addr)
 		switch {
 		case res.err == nil && !res.alive:
-			done(false, nil) // a later lifecycle of the node
+			done(addr, false, nil) // a later lifecycle of the node
 		case res.err == nil:
 			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
 				// Revokes what it merely saw once, at once: no TTL of watching.
 				l.liveness.Seen(id, res.beat, 0, w.Now()-w.cfg.LeaseTTL)
 			}
 			if l.liveness.Seen(id, res.beat, 0, w.Now()) != liveness.Silent {
-				done(true, nil)
+				done(addr, true, nil)
+				return
+			}
+			if !l.valid() {
+				// Driver.revoke: a node that may not write now revokes
+				// nothing (its own view may be old); the owner is ending.
+				done(addr, false, fmt.Errorf("%w: %w: node %s stood still for its lease TTL; this node may not revoke it now",
+					roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid()))
 				return
 			}
 			w.store.call(l, storeOp{kind: opRevoke, owner: o, beat: res.beat, why: "silent " + o.GetNodeRid()}, deadline, func(rv storeRes) {
 				switch {
 				case rv.err == nil:
 					l.liveness.Revoked(id, w.Now())
-					done(false, nil)
+					done(addr, false, nil)
 				case errors.Is(rv.err, location.ErrConflict):
-					done(true, nil)
+					done(addr, true, nil)
 				case isNotFound(rv.err):
-					missing()
+					missing(addr)
 				default:
-					done(false, activation.StoreError("revoke the lease of "+o.GetNodeRid(), rv.err))
+					done(addr, false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+o.GetNodeRid(), rv.err))
 				}
 			})
 		case isNotFound(res.err) && res.revoked:
-			done(false, nil)
+			done(nil, false, nil)
 		case isNotFound(res.err):
-			missing()
+			missing(nil)
 		default:
-			done(false, activation.StoreError("read owner node", res.err))
+			done(nil, false, res.err)
 		}
 	})
 }
 
-// cachedRoute is a positive route (cache.go): a Ready authority with a
-// live owner, kept for at most RouteCacheMaxAge.
+// cachedRoute is a positive route, kept and aged as the driver's cache
+// keeps them (spotcall.RoutePolicy).
 type cachedRoute struct {
 	auth authority
 	at   time.Duration
@@ -538,15 +545,19 @@ func (l *Life) routeFor(s *Spot) *cachedRoute {
 	if r == nil {
 		return nil
 	}
-	if l.w.Now()-r.at >= l.w.cfg.RouteCacheMaxAge {
+	if l.w.routes().Aged(l.w.Now() - r.at) {
 		l.cache[s.idx] = nil
 		return nil
 	}
 	return r
 }
 
+func (w *World) routes() spotcall.RoutePolicy {
+	return spotcall.RoutePolicy{MaxAge: w.cfg.RouteCacheMaxAge}
+}
+
 func (l *Life) putRoute(s *Spot, a authority) {
-	if !a.ready() || a.ended || a.address == nil {
+	if !l.w.routes().Keeps(spotcall.Resolved{V: a.v, Ended: a.ended}) {
 		return
 	}
 	l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.Now()}
@@ -561,8 +572,11 @@ func (l *Life) dropRoute(s *Spot) { l.cache[s.idx] = nil }
 // sweepEvery is how often cached routes are checked against live nodes.
 const sweepEvery = time.Second
 
-// sweepRoutes drops the cached routes whose owner's descriptor is gone
-// (Manager.sweepRoutes); it runs while the cache holds routes.
+// sweepRoutes drops, every second, the cached routes whose owner's
+// descriptor is gone or names another lease (spotcall.OwnerListed). The
+// driver sweeps on its one every-second loop; here the sweep runs while
+// the cache holds routes, and drops the aged ones to know when to stop
+// (the driver's stay until their next use, which drops them).
 func (l *Life) sweepRoutes() {
 	w := l.w
 	if l.gone {
@@ -570,7 +584,7 @@ func (l *Life) sweepRoutes() {
 	}
 	any := false
 	for i, r := range l.cache {
-		if r != nil && w.Now()-r.at >= w.cfg.RouteCacheMaxAge {
+		if r != nil && w.routes().Aged(w.Now()-r.at) {
 			l.cache[i] = nil // aged out: never used again
 			r = nil
 		}
@@ -582,17 +596,12 @@ func (l *Life) sweepRoutes() {
 	}
 	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.Now()+sweepEvery, func(res storeRes) {
 		if res.err == nil {
+			live := make(map[string]string, len(res.nodes))
+			for _, o := range res.nodes {
+				live[o.rid] = o.lease
+			}
 			for i, r := range l.cache {
-				if r == nil {
-					continue
-				}
-				live := false
-				for _, o := range res.nodes {
-					if o.rid == r.auth.v.Record.GetOwner().GetNodeRid() {
-						live = true
-					}
-				}
-				if !live {
+				if r != nil && !spotcall.OwnerListed(r.auth.v.Record.GetOwner(), live) {
 					l.cache[i] = nil
 				}
 			}

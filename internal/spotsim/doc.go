@@ -30,13 +30,17 @@
 //     them only those needing recovery) when a lifecycle starts; an
 //     Instance Spot's own close (CloseSelf: under the Spot
 //     ID's lock, the Closing write by a Write machine alone, read again
-//     on a lost race, then the Release machine). Modelled here still: the
-//     creation slots (admitCapacity: serving incarnations plus creations
-//     in progress within a node's capacity); the recovery pointer's
-//     removal started by the first handler's return (Staged.Open's
-//     afterFirst); readAuthority (the Instance key, then the
-//     User key, then the owner's liveness: Driver.OwnerNode, a lifecycle's
-//     own records by its own state).
+//     on a lost race, then the Release machine); whether a creation is
+//     admitted (AdmitCapacity: serving incarnations plus creations in
+//     progress within a node's capacity). A Spot ID's authority is
+//     resolved by the driver's own spotcall.Resolve (both Spot keys read
+//     at once, then the owner's liveness). Modelled here still: the
+//     recovery pointer's removal started by the first handler's return
+//     (Staged.Open's afterFirst); the owner's liveness (ownerNode:
+//     relocation's Driver.OwnerNode over internal/liveness, a lifecycle's
+//     own records by its own state); the liveness looks of the
+//     extension's recovery passes (ownerLooks: at start and after a
+//     lifecycle left the listing; their recoveries are not modelled).
 //   - Callers: not modelled where call.go decides. The way a call goes
 //     (a Ready owner directly, a Missing Spot placed, an ended owner's or
 //     abandoned record reactivated, a Creating or Closing record to its
@@ -47,9 +51,13 @@
 //     lives on a node and calls through its node's current lifecycle,
 //     one call after the other (a send returns at outbound admission, or,
 //     sent in a command 39, on its dispatch notice or a failure; a
-//     request with its reply or a failure); the positive route cache
-//     (Ready with a live owner, RouteCacheMaxAge, swept every second
-//     against the live descriptors; without cache.go's drain barrier);
+//     request with its reply or a failure); the positive route cache's
+//     storage, its policy being the driver's (spotcall.RoutePolicy: Ready
+//     with a live owner, RouteCacheMaxAge, swept every second against
+//     the live descriptors' leases; dropped as spotcall.Ended and Refused
+//     say, a lost connection included); not cache.go's drain barrier
+//     (a RouteBarrier down an old route: no moves or drains here) nor its
+//     check of a cached route whose connection ended (routeLost);
 //     the events a request's wait ends on (its deadline, the connection to
 //     the node it went to, the owner's liveness every second).
 //   - Nodes: a node is a sequence of lifecycles (cluster.Node, new node
@@ -111,7 +119,8 @@
 //
 // Not modelled: moves (the hand-off is internal/relocation/sim's), so no
 // Message Follow, route hints or barriers; User Spots (only their key,
-// which every reservation checks absent); ReleaseEnded; a graceful Stop;
+// which every reservation checks absent); ReleaseEnded; RecoverEnded's
+// recoveries (only its looks at owners, ownerLooks); a graceful Stop;
 // the two renewals in a row that lift a fence (one suffices against this
 // store, which never answers a renewal while ending the lease); clock
 // skew between nodes; a node with several Meshes or kinds it does not

@@ -1,12 +1,13 @@
 package spotsim
 
 import (
+	"errors"
 	"fmt"
-	"github.com/roamactors/roam/internal/liveness"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
+	"github.com/roamactors/roam/internal/liveness"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -65,6 +66,11 @@ type Life struct {
 	// liveness is what this lifecycle saw of the others' descriptors
 	// (Driver.OwnerNode's rule, internal/liveness).
 	liveness *liveness.Watch
+	// listed: the other lifecycles the last heartbeat listing named;
+	// look: a recovery pass's look at the records' owners is due
+	// (ownerLooks).
+	listed map[string]bool
+	look   bool
 
 	redeliver    [][]*Msg
 	redelivering []bool
@@ -104,6 +110,7 @@ func (n *Node) start(first bool) {
 		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, liveness: liveness.New(w.cfg.LeaseTTL),
 		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
 	l.lease = "L-" + l.rid
+	l.look = true // the extension's first recovery pass, at start
 	l.owner = &messages.Owner{Mesh: "default", NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease}
 	l.acfg = w.cfg.Activation
 	l.acfg.Self = l.owner
@@ -187,6 +194,8 @@ func (l *Life) watchNodes() {
 		if res.err != nil || l.ended {
 			return
 		}
+		l.departed(res.nodes)
+		l.ownerLooks()
 		for i, o := range res.nodes {
 			if o == l {
 				continue
@@ -203,6 +212,59 @@ func (l *Life) watchNodes() {
 			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.Now()+watchEvery, func(rv storeRes) {
 				if rv.err == nil {
 					l.liveness.Revoked(id, w.Now())
+				}
+			})
+		}
+	})
+}
+
+// departed notes that a lifecycle left the listing: the extension's
+// recovery passes (sweepEnded) then look at the records' owners again.
+func (l *Life) departed(nodes []*Life) {
+	cur := make(map[string]bool, len(nodes))
+	for _, o := range nodes {
+		if o != l {
+			cur[o.rid+"/"+o.lease] = true
+		}
+	}
+	for id := range l.listed {
+		if !cur[id] {
+			l.look = true
+		}
+	}
+	l.listed = cur
+}
+
+// ownerLooks models what the extension's recovery passes
+// (extension sweepEnded: once at start, and after a lifecycle left the
+// listing) do to this lifecycle's liveness watch: Manager.RecoverEnded
+// asks OwnerNode about every record's owner, so an owner whose descriptor
+// went without a revocation is counted gone from then on, not from the
+// first call that names it (docs/PROTOCOL.md §3.4). A pass runs only
+// while the lease is valid, and again until one has looked at every owner.
+// The passes' recoveries are not modelled (doc.go).
+func (l *Life) ownerLooks() {
+	w := l.w
+	if !l.look || !l.valid() {
+		return
+	}
+	l.look = false
+	w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: location.KindInstanceSpot}, why: "owner looks", quiet: true}, w.Now()+watchEvery, func(res storeRes) {
+		if res.err != nil {
+			l.look = true
+			return
+		}
+		seen := map[string]bool{}
+		for _, v := range res.list {
+			o := v.Record.GetOwner()
+			id := o.GetNodeRid() + "/" + o.GetLeaseId()
+			if o.GetNodeRid() == l.rid || seen[id] {
+				continue
+			}
+			seen[id] = true
+			l.ownerNode(o, w.Now()+watchEvery, func(_ *Life, _ bool, err error) {
+				if err != nil && !errors.Is(err, roamerr.ErrOwnerEnding) {
+					l.look = true // not looked at: the next pass looks again
 				}
 			})
 		}

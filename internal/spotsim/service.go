@@ -3,14 +3,13 @@ package spotsim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
+	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
-	"github.com/roamactors/roam/roamerr"
 )
 
 // The Spot service of one lifecycle (manager.go, activate.go,
@@ -65,48 +64,49 @@ func (l *Life) onActivation(env *messages.SpotActivation, m *Msg, next func()) {
 	r.run(effects)
 }
 
-// recoverScan is Manager.Recover, run once when a lifecycle starts: the
-// scan's walk (spotservice.Scan) lists each kind in one page, and every
-// record it picks goes through the recovery machine, one after the other,
-// all within a minute. A failed listing ends the scan (logged).
+// recoverScan runs the driver's start-up scan (spotservice.RunScan) once
+// when a lifecycle starts: here each kind is listed in one page, and
+// every record it picks goes through the recovery machine, one after the
+// other, all within a minute. A failed listing ends the scan (logged);
+// a lifecycle gone drops it.
 func (l *Life) recoverScan() {
-	w := l.w
-	deadline := w.Now() + time.Minute
-	var scan spotservice.Scan
-	var list func()
-	list = func() {
-		kind, _, ok := scan.Next()
-		if !ok || l.gone {
-			return
+	deadline := l.w.Now() + time.Minute
+	spotservice.RunScan(scanEnv{l: l, deadline: deadline}, func(listErr error, _ []error) {
+		if listErr != nil {
+			l.w.tracef("%s spot_recovery_failed: %s", l, errString(listErr))
 		}
-		w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, deadline, func(res storeRes) {
-			if res.err != nil {
-				w.tracef("%s spot_recovery_failed: %s", l, errString(res.err))
-				return
-			}
-			todo := scan.Page(location.Page{Items: res.list})
-			var next func(i int)
-			next = func(i int) {
-				if l.gone {
-					return
-				}
-				if i >= len(todo) {
-					list()
-					return
-				}
-				v := todo[i]
-				s := w.spotByID(v.Key.ID)
-				w.stats.Recoveries++
-				mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(deadline), Now: w.wall(w.Now())})
-				r := l.newRunner("recovery", s, deadline, mc.Step, func(error) { w.after(0, func() { next(i + 1) }) })
-				r.label = "rec"
-				r.act = mc
-				r.run(effects)
-			}
-			next(0)
-		})
+	})
+}
+
+// scanEnv is spotservice.RunScan's host: the store model's listing and
+// the recovery machine on its runner.
+type scanEnv struct {
+	l        *Life
+	deadline time.Duration
+}
+
+func (e scanEnv) List(kind location.Kind, _ location.PageRequest, done func(location.Page, error)) {
+	l := e.l
+	if l.gone {
+		return
 	}
-	list()
+	l.w.store.call(l, storeOp{kind: opList, key: location.AuthorityKey{Kind: kind}, why: "start-up scan"}, e.deadline, func(res storeRes) {
+		done(location.Page{Items: res.list}, res.err)
+	})
+}
+
+func (e scanEnv) Recover(v location.Versioned, done func(error)) {
+	l, w := e.l, e.l.w
+	if l.gone {
+		return
+	}
+	s := w.spotByID(v.Key.ID)
+	w.stats.Recoveries++
+	mc, effects := activation.NewRecovery(l.acfg, activation.Recover{Scanned: v, Kind: s.kind, Deadline: w.wall(e.deadline), Now: w.wall(w.Now())})
+	r := l.newRunner("recovery", s, e.deadline, mc.Step, func(err error) { w.after(0, func() { done(err) }) })
+	r.label = "rec"
+	r.act = mc
+	r.run(effects)
 }
 
 // clearRecovery removes an activation's recovery pointer once its first
@@ -122,51 +122,55 @@ func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey str
 	r.run(effects)
 }
 
-// admitCapacity is Manager.admitCapacity: the incarnations served here
-// plus the creations in progress must stay within the node's capacity.
+// admitCapacity admits one creation as spotservice.AdmitCapacity
+// decides, the driver's own; on a bounded node the admitted creation
+// holds a slot (pending) until it ends. Nodes here never drain.
 func (l *Life) admitCapacity() error {
 	c := l.node.capacity
-	if c == 0 {
-		return nil
-	}
-	l.pending++
 	n := 0
 	for _, inc := range l.incs {
 		if inc.mode == mOpen && !inc.closing {
 			n++
 		}
 	}
-	if n+l.pending > c {
-		l.pending--
-		return fmt.Errorf("%w: node %s hosts %d and creates %d of %d", roamerr.ErrCapacityExceeded, l.rid, n, l.pending, c)
+	if err := spotservice.AdmitCapacity(l.rid, false, uint32(c), n, l.pending); err != nil {
+		return err
+	}
+	if c != 0 {
+		l.pending++
 	}
 	return nil
 }
 
-// passOn is Manager.passOn: another serving node that has not refused the
-// envelope gets it.
+// passOn passes an activation this full lifecycle refused on, by the
+// driver's spotservice.RunPassOn.
 func (l *Life) passOn(env *messages.SpotActivation, m *Msg, deadline time.Duration, done func(bool)) {
-	w := l.w
-	w.store.call(l, storeOp{kind: opListNodes, why: "pass on"}, deadline, func(res storeRes) {
-		if res.err != nil {
-			done(false)
-			return
-		}
-		found := candidates(res.nodes, env.GetSpotId())
-		cs := make([]spotservice.Candidate, len(found))
-		for i, n := range found {
-			cs[i] = spotservice.Candidate{RID: n.rid, Generation: n.gen}
-		}
-		next, i := spotservice.PassOn(env, l.rid, cs)
-		if i < 0 {
-			done(false)
-			return
-		}
-		m.passedOn = true
-		w.stats.PassedOn++
-		l.send(found[i], &packet{kind: pCmd39, msg: m, env: next})
-		done(true)
+	spotservice.RunPassOn(passOnEnv{l: l, m: m, deadline: deadline}, env, l.rid, done)
+}
+
+// passOnEnv is spotservice.RunPassOn's host: the store model's listing
+// and this world's packets.
+type passOnEnv struct {
+	l        *Life
+	m        *Msg
+	deadline time.Duration
+}
+
+func (e passOnEnv) ListNodes(_ string, done func([]location.VersionedNode, error)) {
+	e.l.w.store.call(e.l, storeOp{kind: opListNodes, why: "pass on"}, e.deadline, func(res storeRes) {
+		done(descriptors(res.nodes), res.err)
 	})
+}
+
+func (e passOnEnv) Candidates(nodes []location.VersionedNode, a *messages.SpotActivation) []location.VersionedNode {
+	return spotcall.Candidates(nodes, a.GetStableType(), true, a.GetSpotId())
+}
+
+func (e passOnEnv) Send(n location.VersionedNode, next *messages.SpotActivation) {
+	w := e.l.w
+	e.m.passedOn = true
+	w.stats.PassedOn++
+	e.l.send(w.lifeByRid(n.Node.GetNodeRid()), &packet{kind: pCmd39, msg: e.m, env: next})
 }
 
 // lock serialises this lifecycle's own work on one Spot ID (lockKey):

@@ -278,3 +278,39 @@ func (s *Scan) Page(p location.Page) []location.Versioned {
 	}
 	return out
 }
+
+// PassOnEnv is what passing an activation on needs from its host.
+type PassOnEnv interface {
+	// ListNodes lists the Mesh's node descriptors (the store's answer).
+	ListNodes(mesh string, done func([]location.VersionedNode, error))
+	// Candidates orders nodes as the placement does for the activation
+	// (spotcall.Candidates: serving, hosting its type, rendezvous order).
+	Candidates(nodes []location.VersionedNode, a *messages.SpotActivation) []location.VersionedNode
+	// Send sends next to the Spot service of node.
+	Send(node location.VersionedNode, next *messages.SpotActivation)
+}
+
+// RunPassOn hands an activation a node (self, by node RID) is too full
+// for to the first candidate of its Mesh that has not refused it yet
+// (PassOn), and reports whether it did; a failed listing passes nothing
+// on. The driver and the simulation both run it.
+func RunPassOn(env PassOnEnv, a *messages.SpotActivation, self string, done func(passed bool)) {
+	env.ListNodes(a.GetTargetMesh(), func(nodes []location.VersionedNode, err error) {
+		if err != nil {
+			done(false)
+			return
+		}
+		found := env.Candidates(nodes, a)
+		cs := make([]Candidate, len(found))
+		for i, n := range found {
+			cs[i] = Candidate{RID: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration(), DescriptorVersion: uint64(n.Version)}
+		}
+		next, i := PassOn(a, self, cs)
+		if i < 0 {
+			done(false)
+			return
+		}
+		env.Send(found[i], next)
+		done(true)
+	})
+}

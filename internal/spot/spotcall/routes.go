@@ -1,0 +1,37 @@
+package spotcall
+
+import (
+	"time"
+
+	"github.com/roamactors/roam/messages"
+)
+
+// RoutePolicy is the positive route cache's policy (PROTOCOL.md §7.8):
+// which resolves are kept, for how long, and which a sweep drops. The
+// Spot driver's cache (internal/spot/cache.go) keeps its routes lock-free
+// and the simulation's in its lifecycles; both keep and drop by this.
+// A route is also dropped when a call on it ends as Ended or Refused
+// say, and (the driver's) while a move or drain drains it.
+type RoutePolicy struct {
+	// MaxAge is how long a route is used (0: no cache).
+	MaxAge time.Duration
+}
+
+// Keeps reports whether a resolve is cached: only a Ready authority whose
+// owner is alive. Missing, Creating, Closing, an ended owner and store
+// failures are never cached, so the next call reads the store again.
+func (p RoutePolicy) Keeps(r Resolved) bool {
+	return p.MaxAge > 0 && !r.Ended && r.V.Present() && r.V.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
+}
+
+// Aged reports whether a route cached age ago is past its use: the next
+// call reads the store.
+func (p RoutePolicy) Aged(age time.Duration) bool { return age >= p.MaxAge }
+
+// OwnerListed reports whether a cached route's owner is among the live
+// node descriptors (node RID → lease): a route whose owner's node left,
+// or came back as another lifecycle, is dropped by the sweep.
+func OwnerListed(o *messages.Owner, live map[string]string) bool {
+	lease, ok := live[o.GetNodeRid()]
+	return ok && lease == o.GetLeaseId()
+}
