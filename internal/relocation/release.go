@@ -194,7 +194,10 @@ func (d *Driver) revoke(ctx context.Context, n location.VersionedNode) (ended bo
 	case release.Renewed:
 		return false, nil
 	case release.Missing:
-		return false, d.missing(location.OwnerOf(n.Node))
+		// Gone between the read and the revoke: ended once it has been
+		// seen gone for its TTL, like any missing owner.
+		err := d.missing(location.OwnerOf(n.Node))
+		return err == nil, err
 	}
 	return false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+n.Node.GetNodeRid(), err)
 }
