@@ -70,6 +70,15 @@ type moveResult struct {
 	err error
 }
 
+func (w *forwardWorld) relocateAt(ctx context.Context) <-chan moveResult {
+	done := make(chan moveResult, 1)
+	go func() {
+		out, err := w.asker.driver.RelocateAt(ctx, w.owner.node.Address(), w.key, w.target.node.Descriptor().GetNodeRid())
+		done <- moveResult{out, err}
+	}()
+	return done
+}
+
 // A Relocate waiting for its move ends with Unavailable when its node
 // stops meanwhile: the move's timers stop with the node, so nothing else
 // would ever end it, and a caller without a deadline (an owner running a
@@ -91,4 +100,57 @@ func TestRelocateEndsUnavailableWhenItsNodeStopsMidMove(t *testing.T) {
 	// The stopped node's capability question ends at its timeout on the
 	// clock (5 s), which only the test moves.
 	w.advance(t, 6*time.Second, w.asker, w.target)
+}
+
+// A forwarded move whose owner never answers (its request lost) ends with
+// DeadlineExceeded once the owner's own bound for a move and a margin have
+// passed on the asker's clock, not minutes later; the owner's lifecycle
+// lasts, so only the time ends it.
+// Reference: docs/PROTOCOL.md §7.10 (operations asked of the owner).
+func TestAForwardedMoveNeverAnsweredEndsAtTheOwnersBound(t *testing.T) {
+	w := newForwardWorld(t)
+	requests := dropCounted[*messages.RelocateRequest](w.owner)
+	done := w.relocateAt(context.Background())
+	testwait.For(t, func() bool { return requests.Load() > 0 }, "the forwarded request at the owner")
+	patience := relocation.ForwardedPatience(w.asker.driver)
+	require.Less(t, patience, time.Minute, "a forwarded move's bound is the owner's own, not minutes")
+
+	w.advance(t, patience-time.Second, w.asker, w.owner, w.target)
+	select {
+	case r := <-done:
+		t.Fatalf("the forwarded move ended before its bound (%v): %v", patience, r.err)
+	default:
+	}
+	w.advance(t, 2*time.Second, w.asker, w.owner, w.target)
+	r := testwait.Recv(t, done, "the forwarded move to end once its bound passed")
+	require.ErrorIs(t, r.err, roamerr.ErrDeadlineExceeded)
+}
+
+// A forwarded move ends with Unavailable as soon as the asker sees the
+// owner's lifecycle end (its descriptor gone from the store), well before
+// the bound: the answer of an ended lifecycle never comes.
+// Reference: docs/PROTOCOL.md §7.10 (operations asked of the owner).
+func TestAForwardedMoveEndsWhenTheOwnersLifecycleEnds(t *testing.T) {
+	w := newForwardWorld(t)
+	requests := dropCounted[*messages.RelocateRequest](w.owner)
+	done := w.relocateAt(context.Background())
+	testwait.For(t, func() bool { return requests.Load() > 0 }, "the forwarded request at the owner")
+	require.NoError(t, w.owner.node.Stop(context.Background()))
+	// Two looks at the owner's descriptor, at most a second apart.
+	w.advance(t, 2*time.Second, w.asker, w.target)
+	r := testwait.Recv(t, done, "the forwarded move to end once its owner's lifecycle ended")
+	require.ErrorIs(t, r.err, roamerr.ErrUnavailable)
+}
+
+// A forwarded move ends with Unavailable when the asking node stops while
+// it waits: its reply route goes with it.
+// Reference: docs/PROTOCOL.md §7.10 (operations asked of the owner).
+func TestAForwardedMoveEndsWhenTheAskersNodeStops(t *testing.T) {
+	w := newForwardWorld(t)
+	requests := dropCounted[*messages.RelocateRequest](w.owner)
+	done := w.relocateAt(context.Background())
+	testwait.For(t, func() bool { return requests.Load() > 0 }, "the forwarded request at the owner")
+	require.NoError(t, w.asker.node.Stop(context.Background()))
+	r := testwait.Recv(t, done, "the forwarded move to end once the asking node stopped")
+	require.ErrorIs(t, r.err, roamerr.ErrUnavailable)
 }
