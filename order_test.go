@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -57,15 +59,18 @@ func (s *sequenced) RestoreState([]byte) error     { return nil }
 // handled once, and each caller's messages in the order it sent them:
 // its sends before its next request too, whether they followed the old
 // route, went past the follow hop limit, or waited for a route's drain.
-// Bounded by the number of messages, not by time. On a machine starved of
-// CPU a node's 2 s lease may end meanwhile: its lifecycle ends, and with it
-// what the Spot held there (docs/FAULTS.md). A caller then gets a typed
+// Bounded by the number of messages, not by time; a caller that stops
+// progressing or a mover whose last Relocate does not end fails it within
+// testwait's bound, naming what it waited for, with the stacks of the
+// calls and moves. On a machine starved of CPU a node's 2 s lease may end
+// meanwhile: its lifecycle ends, and with it what the Spot held there
+// (docs/FAULTS.md). A caller then gets a typed
 // Unavailable and stops; what it sent up to its last answered request was
 // still handled once and in order, and nothing after what it sent last.
 // An Unavailable while every lifecycle lasted fails the test.
 // Reference: docs/PROTOCOL.md §7.8, §5.14 (order per sender).
 func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
-	const callers, perCaller = 2, 3000
+	const callers, perCaller = 2, 1000
 	ctx := context.Background()
 	store := memstore.New()
 	log := &handledLog{}
@@ -81,6 +86,12 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 		_, err = c.Relocate(ctx, ref, a.NodeRid())
 		require.NoError(t, err)
 	}
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the moves' and calls' goroutines when it failed:\n%s", roamStacks())
+		}
+	})
 
 	rids := []string{a.NodeRid(), b.NodeRid(), c.NodeRid()}
 	lifecyclesLasted := func() bool {
@@ -106,8 +117,8 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 		}()
 	}
 	errs := make([]error, callers)
-	answered := make([]int, callers) // the last request answered
-	sent := make([]int, callers)     // the last message sent, answered or not
+	answered := make([]int, callers)      // the last request answered
+	sent := make([]atomic.Int64, callers) // the last message sent, answered or not
 	var wg sync.WaitGroup
 	for k := range callers {
 		wg.Add(1)
@@ -115,7 +126,7 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			defer wg.Done()
 			for seq := 1; seq <= perCaller; seq++ {
 				v := wrapperspb.String(fmt.Sprintf("c%d:%d", k, seq))
-				sent[k] = seq
+				sent[k].Store(int64(seq))
 				var err error
 				request := seq%5 == 0 || seq == perCaller
 				if request {
@@ -133,9 +144,18 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	// Every call and every move ends within its own bound, so the callers
+	// fail here naming where they stand once they stop progressing, and
+	// the movers once their last Relocate does not end.
+	callersDone := doneWhen(&wg)
+	for !closed(callersDone) {
+		at := fmt.Sprint(sentSoFar(sent))
+		testwait.For(t, func() bool { return closed(callersDone) || fmt.Sprint(sentSoFar(sent)) != at },
+			"the callers to progress past the messages they sent so far, "+at)
+	}
 	close(stop)
-	movers.Wait()
+	moversDone := doneWhen(&movers)
+	testwait.For(t, func() bool { return closed(moversDone) }, "the movers' last Relocate calls to end")
 	for _, err := range errs {
 		if err != nil && (!errors.Is(err, roamerr.ErrUnavailable) || lifecyclesLasted()) {
 			require.NoError(t, err, "every lifecycle lasted")
@@ -166,7 +186,7 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			// lifecycle ended may have lost what that lifecycle held, but
 			// nothing comes twice or out of order.
 			require.GreaterOrEqual(t, n, next[k], "caller %d: message %d handled again or out of order (moves: %d)", k, n, moves.Load())
-			require.LessOrEqual(t, n, sent[k], "caller %d: message %d handled but never sent", k, n)
+			require.LessOrEqual(t, int64(n), sent[k].Load(), "caller %d: message %d handled but never sent", k, n)
 		}
 		next[k] = n + 1
 	}
@@ -176,4 +196,43 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			require.Equal(t, perCaller+1, next[k], "caller %d: every message handled", k)
 		}
 	}
+}
+
+// doneWhen is closed once wg's goroutines have all ended.
+func doneWhen(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// sentSoFar is the last message each caller sent.
+func sentSoFar(sent []atomic.Int64) []int64 {
+	at := make([]int64, len(sent))
+	for k := range sent {
+		at[k] = sent[k].Load()
+	}
+	return at
+}
+
+// roamStacks is the stacks of the goroutines in this test or in a move:
+// which call a stuck mover or caller waits in, and what its owner does.
+func roamStacks() string {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "order_test.go") || strings.Contains(g, "internal/relocation.(*Driver)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }

@@ -165,6 +165,8 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		case <-settling.done: // start again
 		case <-ctx.Done():
 			return Outcome{}, fmt.Errorf("%w: %s is settling (a cold activation whose recovery pointer is not removed yet, or a SpotWide arrival whose members' queues are not open yet): %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
+		case <-d.node.Stopped():
+			return Outcome{}, d.stoppedMoving(key)
 		}
 	}
 	if err != nil {
@@ -176,6 +178,11 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	case <-ctx.Done():
 		// Only this waiter ends; the move keeps its phase rules (PROTOCOL.md §6.6).
 		return Outcome{}, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	case <-d.node.Stopped():
+		// The move's timers went with the node (closeTimers): nothing
+		// would complete it, so a caller without a deadline would wait
+		// for ever.
+		return Outcome{}, d.stoppedMoving(key)
 	}
 	if res.err != nil {
 		return res.outcome, res.err
@@ -191,11 +198,14 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 	defer patience.Stop()
 	var shown commitShown
 	got := false
+	stopped := false
 	select {
 	case shown = <-res.decided:
 		got = true
 	case <-patienceC:
 	case <-ctx.Done():
+	case <-d.node.Stopped():
+		stopped = true
 	}
 	if !got {
 		select { // a decisive read that came with the deadline still counts
@@ -213,12 +223,21 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		o.Committed = shown.at
 		o.Pause = o.Committed.Sub(o.Sealed)
 		return o, nil
+	case stopped:
+		return res.outcome, d.stoppedMoving(key)
 	case got: // the run ended with no read that decided it
 		return d.awaitCommit(ctx, res.outcome, later(until, d.clock.Now()))
 	case ctx.Err() != nil:
 		return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: %w", roamerr.ErrDeadlineExceeded, res.outcome.RelocationID, ctx.Err())
 	}
 	return res.outcome, fmt.Errorf("%w: commit of relocation %d not confirmed: no read of the record decided it", roamerr.ErrUnavailable, res.outcome.RelocationID)
+}
+
+// stoppedMoving is Relocate's answer when this node stopped while it
+// waited for its move of key: the target may still commit it, so the
+// outcome is not known here.
+func (d *Driver) stoppedMoving(key location.AuthorityKey) error {
+	return fmt.Errorf("%w: node %s stopped before its move of %s ended; whether the target committed it is not known here", roamerr.ErrUnavailable, d.desc.GetNodeRid(), key)
 }
 
 // settlingError: the object cannot move before its cold activation's
