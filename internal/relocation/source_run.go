@@ -399,12 +399,19 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 				d.sys.Root.Send(d.self, &localCall{fn: func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) }})
 			case <-ctx.Done():
 				w <- sourceResult{err: fmt.Errorf("%w: %s is settling: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())}
+			case <-d.node.Stopped(): // Relocate's own wait ends on the stop too
 			}
 		}()
 	case err != nil:
 		w <- sourceResult{err: err}
 	default:
-		go func() { w <- <-inner }()
+		go func() {
+			select {
+			case r := <-inner:
+				w <- r
+			case <-d.node.Stopped(): // a stopped driver completes no move
+			}
+		}()
 	}
 }
 
