@@ -269,17 +269,16 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			return w, nil
 		}
 	}
+	// The lease again, on the driver goroutine: a start that waited for an
+	// arrival may come after the lifecycle ended.
+	facts := handoff.StartFacts{Lease: d.serving(), Owned: obj != nil, TargetIsSelf: targetRid == d.desc.GetNodeRid()}
+	if obj != nil {
+		facts.Serving, facts.Moving, facts.Changing = obj.state == serving, obj.out != nil, obj.changing > 0
+	}
+	if err := handoff.RefuseStart(facts, key, targetRid); err != nil {
+		return nil, err
+	}
 	switch {
-	case obj == nil:
-		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
-	case obj.state != serving || obj.out != nil:
-		// obj.out: a move that has not sealed yet (capability check, budget)
-		// still leaves the object serving; a second one must not start.
-		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
-	case targetRid == d.desc.GetNodeRid():
-		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
-	case obj.changing > 0:
-		return nil, fmt.Errorf("%w: %s is changing its membership", roamerr.ErrUnavailable, key)
 	case obj.activating.Load():
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).

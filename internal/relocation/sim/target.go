@@ -50,8 +50,11 @@ func (w *World) moveByID(id uint64) *Move {
 	return nil
 }
 
-// onPrepare is Driver.onPrepare: a known identity steps its run (only
-// from its source); a new one is checked and gets a Target machine.
+// onPrepare takes a Restore request: a known identity steps its run (only
+// from its source); a new one is judged by handoff.AdmitPrepare on this
+// world's facts and gets a Target machine. Tickets, kinds, Joins and
+// SpotWide members are not modelled: every prepare has its ticket and
+// names a registered, movable kind and no members.
 func (w *World) onPrepare(n *Node, p *packet) {
 	id := p.id
 	for _, t := range n.targets {
@@ -62,17 +65,21 @@ func (w *World) onPrepare(n *Node, p *packet) {
 			return
 		}
 	}
-	fail := func(reason messages.FailureReason, detail string) {
-		w.tracef("%s refuses %s: %s", n.name, idString(id), detail)
-		n.send(p.from, &packet{kind: pFailed, id: id, reason: reason, detail: detail})
+	earlier := n.arriving(p.prep.obj)
+	facts := handoff.PrepareFacts{LeaseValid: n.valid(), Leaving: n.stopping, IdentityValid: id.Valid(),
+		FromSource: p.prep.source == p.from, Movable: true, Registered: true}
+	if earlier != nil {
+		facts.Earlier = earlier.m.Phase()
 	}
-	switch {
-	case !n.valid() || n.stopping:
-		fail(reasonStale, "the target node's owner lease is not in force, or it is stopping")
+	v := handoff.AdmitPrepare(facts)
+	if v.Refuse {
+		w.tracef("%s refuses %s: %s", n.name, idString(id), v.Detail)
+		n.send(p.from, &packet{kind: pFailed, id: id, reason: v.Reason, detail: v.Detail})
 		return
-	case !id.Valid():
-		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
-		return
+	}
+	if v.Supersede {
+		w.tracef("%s supersedes tgt #%d", n.name, earlier.m.Identity().RelocationID)
+		w.stepTarget(earlier, handoff.Superseded{})
 	}
 	mv := w.moveByID(id.RelocationID)
 	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner,
@@ -88,6 +95,16 @@ func (w *World) onPrepare(n *Node, p *packet) {
 		w.tracef("%s tgt #%d created → %s %s", n.name, id.RelocationID, m.Phase(), effectsString(effects))
 	}
 	t.run.Run(effects)
+}
+
+// arriving is the unfinished move of o into n, if any.
+func (n *Node) arriving(o ObjID) *TargetRun {
+	for _, t := range n.targets {
+		if t.obj == o && !t.dead && !t.m.Finished() {
+			return t
+		}
+	}
+	return nil
 }
 
 func (w *World) prepareEvent(p *packet) handoff.PrepareReceived {
