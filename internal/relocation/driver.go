@@ -703,6 +703,8 @@ type timerKey struct {
 	isTarget   bool
 	timer      handoff.Timer
 	deadLetter location.AuthorityKey
+	// verify: a target run's VerifySource pause (targetEnv.After).
+	verify bool
 }
 
 type timerFired struct{ key timerKey }
@@ -767,6 +769,14 @@ func (d *Driver) onTimer(m *timerFired) {
 	}
 	if m.key.deadLetter != (location.AuthorityKey{}) {
 		d.releaseDeadLetters(m.key.deadLetter)
+		return
+	}
+	if m.key.verify {
+		if t := d.targets[m.key.target]; t != nil && t.verifyNext != nil {
+			next := t.verifyNext
+			t.verifyNext = nil
+			next()
+		}
 		return
 	}
 	if m.key.isTarget {

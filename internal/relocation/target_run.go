@@ -38,6 +38,8 @@ type targetRun struct {
 	// verified is the record VerifySource read, for the first owner CAS
 	// (taken once; later attempts read again).
 	verified atomic.Pointer[location.Versioned]
+	// verifyNext is VerifySource's next try, when its pause ends.
+	verifyNext func()
 	// joinHold is the SpotWide User Spot this Join holds in place until
 	// the move ends (object.joining).
 	joinHold *object

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -128,32 +127,4 @@ func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
 func recordOf(r *location.Record, version uint64) Record {
 	return Record{Version: version, OwnerNode: r.GetOwner().GetNodeRid(), OwnerNodeGen: r.GetOwner().GetNodeGeneration(),
 		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId()}
-}
-
-// verifySource is Driver.verifySource (admission.go): the record must
-// name the move's source at its fence; a read that fails is retried until
-// the restore deadline. A record that backs the move is kept for the
-// first commit attempt, as the driver keeps it.
-func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
-	w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", id.RelocationID)}, t.deadline, func(res storeRes) {
-		if t.dead {
-			return
-		}
-		if res.err != errNone {
-			if w.Now() < t.deadline {
-				w.after(w.randDur(time.Millisecond, 20*time.Millisecond), "verify retry", func() {
-					if !t.dead {
-						w.verifySource(t, id)
-					}
-				})
-			}
-			return
-		}
-		err := id.JudgeSource(recordView(res.rec), 1)
-		if err == nil {
-			v := versionedOf(location.Key(location.KindActor, t.obj.name()), res.rec)
-			t.verified = &v
-		}
-		w.stepTarget(t, handoff.SourceVerified{Err: err})
-	})
 }
