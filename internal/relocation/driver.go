@@ -174,16 +174,16 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: redelivery windows must not be negative", roamerr.ErrInvalidOperation)
 	}
 	if c.RedeliveryWindow == 0 {
-		c.RedeliveryWindow = 10 * time.Second
+		c.RedeliveryWindow = redelivery.DefaultWindow
 	}
 	if c.DeadLetterPatience == 0 {
-		c.DeadLetterPatience = 30 * time.Second
+		c.DeadLetterPatience = redelivery.DefaultPatience
 	}
 	if c.DeadLetterBackoff == 0 {
-		c.DeadLetterBackoff = 50 * time.Millisecond
+		c.DeadLetterBackoff = redelivery.DefaultBackoff
 	}
 	if c.DeadLetterBackoffMax == 0 {
-		c.DeadLetterBackoffMax = 2 * time.Second
+		c.DeadLetterBackoffMax = redelivery.DefaultBackoffMax
 	}
 	if c.Handoff.SealPatience == 0 {
 		c.Handoff.SealPatience = c.RestoreTimeout / 2
