@@ -564,10 +564,13 @@ func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
 func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event, before ...func(*sourceRun)) {
 	id := handoff.IdentityFromProto(pid)
 	r := d.sources[id.RelocationID]
-	if r == nil || r.m.Identity() != id {
+	if r == nil {
 		return
 	}
-	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
+	switch handoff.Attribute(r.m.Identity(), r.target.GetAddress(), id, c.Sender().GetAddress()) {
+	case handoff.OtherRun:
+		return
+	case handoff.WrongPeer:
 		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("reply ignored: not from the move's target")
 		return
 	}

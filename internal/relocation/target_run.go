@@ -77,10 +77,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	id := handoff.IdentityFromProto(p.GetIdentity())
 	from := c.Sender()
 	if t := d.targets[id]; t != nil {
-		if from == nil || from.Address != t.sourcePID.Address {
-			return // attributed by identity and connection only (docs/PROTOCOL.md §5.7)
+		if handoff.Attribute(t.m.Identity(), t.sourcePID.Address, id, from.GetAddress()) == handoff.ThisRun {
+			d.stepTarget(t, d.prepareEvent(p))
 		}
-		d.stepTarget(t, d.prepareEvent(p))
 		return
 	}
 	fail := func(reason messages.FailureReason, detail string) {
@@ -174,11 +173,9 @@ func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareRece
 // target finds the run of a control message's identity, only if it came
 // from that run's source node.
 func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targetRun {
-	t := d.targets[handoff.IdentityFromProto(pid)]
-	if t == nil {
-		return nil
-	}
-	if s := c.Sender(); s == nil || s.Address != t.sourcePID.Address {
+	id := handoff.IdentityFromProto(pid)
+	t := d.targets[id]
+	if t == nil || handoff.Attribute(t.m.Identity(), t.sourcePID.Address, id, c.Sender().GetAddress()) != handoff.ThisRun {
 		return nil
 	}
 	return t

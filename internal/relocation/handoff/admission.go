@@ -128,3 +128,30 @@ func RefuseStart(f StartFacts, key location.AuthorityKey, target string) error {
 	}
 	return nil
 }
+
+// Attribution is whose a control message of a move is.
+type Attribution int
+
+const (
+	// OtherRun: it names another move; the run ignores it.
+	OtherRun Attribution = iota
+	// ThisRun: the run steps it.
+	ThisRun
+	// WrongPeer: it names the run but came from another node than the
+	// move's other side (or from no node); it is refused.
+	WrongPeer
+)
+
+// Attribute attributes a control message naming identity got, sent from
+// address from ("" when it has no sender), to the run of identity id
+// whose other side is at peer: by identity and connection only
+// (PROTOCOL.md §5.7), never by what else the message claims.
+func Attribute(id Identity, peer string, got Identity, from string) Attribution {
+	switch {
+	case got != id:
+		return OtherRun
+	case from == "" || from != peer:
+		return WrongPeer
+	}
+	return ThisRun
+}

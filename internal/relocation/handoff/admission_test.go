@@ -112,3 +112,30 @@ func TestRefuseStartInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A control message belongs to a run by its identity and the node it came
+// from only: another identity is another run's; the run's identity from
+// another node, or from no node, is refused.
+// Reference: PROTOCOL.md §5.7
+func TestAttributeByIdentityAndConnection(t *testing.T) {
+	id := handoff.Identity{RelocationID: 3, TargetAttemptGeneration: 1, Fence: handoff.Fence{NodeRid: "a", NodeGeneration: 1, OwnerGeneration: 2}}
+	other := id
+	other.TargetAttemptGeneration = 2
+	for _, tc := range []struct {
+		got  handoff.Identity
+		from string
+		want handoff.Attribution
+	}{
+		{id, "b:1", handoff.ThisRun},
+		{other, "b:1", handoff.OtherRun},
+		{id, "c:1", handoff.WrongPeer},
+		{id, "", handoff.WrongPeer},
+	} {
+		if got := handoff.Attribute(id, "b:1", tc.got, tc.from); got != tc.want {
+			t.Errorf("attempt %d from %q: %d, want %d", tc.got.TargetAttemptGeneration, tc.from, got, tc.want)
+		}
+	}
+	if got := handoff.Attribute(id, "", id, ""); got != handoff.WrongPeer {
+		t.Errorf("no sender, no peer address: %d, want refused", got)
+	}
+}

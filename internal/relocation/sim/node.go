@@ -379,12 +379,12 @@ func (n *Node) receive(p *packet) {
 	}
 }
 
-// onSourceEvent routes a target's reply to the source run of its identity,
-// only if it came from that run's target node.
+// onSourceEvent routes a target's reply to the source run handoff.Attribute
+// gives it.
 func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
 	for _, r := range n.sources {
 		if r.m.Identity() == p.id && !r.dead {
-			if r.target.idx == p.from {
+			if handoff.Attribute(r.m.Identity(), r.target.name, p.id, n.w.endpointName(p.from)) == handoff.ThisRun {
 				n.w.stepSource(r, ev)
 			}
 			return
@@ -392,16 +392,10 @@ func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
 	}
 }
 
-// target finds the run of a control message's identity, only if it came
-// from that run's source node.
+// target finds the target run handoff.Attribute gives a control message.
 func (n *Node) target(p *packet) *TargetRun {
-	for _, t := range n.targets {
-		if t.m.Identity() == p.id && !t.dead {
-			if t.source.idx != p.from {
-				return nil
-			}
-			return t
-		}
+	if t := n.targetOf(p.id); t != nil && handoff.Attribute(t.m.Identity(), t.source.name, p.id, n.w.endpointName(p.from)) == handoff.ThisRun {
+		return t
 	}
 	return nil
 }

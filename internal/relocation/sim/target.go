@@ -56,13 +56,11 @@ func (w *World) moveByID(id uint64) *Move {
 // names a registered, movable kind and no members.
 func (w *World) onPrepare(n *Node, p *packet) {
 	id := p.id
-	for _, t := range n.targets {
-		if t.m.Identity() == id && !t.dead {
-			if t.source.idx == p.from {
-				w.stepTarget(t, w.prepareEvent(p))
-			}
-			return
+	if t := n.targetOf(id); t != nil {
+		if handoff.Attribute(id, t.source.name, id, w.endpointName(p.from)) == handoff.ThisRun {
+			w.stepTarget(t, w.prepareEvent(p))
 		}
+		return
 	}
 	earlier := n.arriving(p.prep.obj)
 	facts := handoff.PrepareFacts{LeaseValid: n.valid(), Leaving: n.stopping, IdentityValid: id.Valid(),
@@ -94,6 +92,16 @@ func (w *World) onPrepare(n *Node, p *packet) {
 		w.tracef("%s tgt #%d created → %s %s", n.name, id.RelocationID, m.Phase(), effectsString(effects))
 	}
 	t.run.Run(effects)
+}
+
+// targetOf is n's live target run of identity id, if any.
+func (n *Node) targetOf(id handoff.Identity) *TargetRun {
+	for _, t := range n.targets {
+		if t.m.Identity() == id && !t.dead {
+			return t
+		}
+	}
+	return nil
 }
 
 // arriving is the unfinished move of o into n, if any.
