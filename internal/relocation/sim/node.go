@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/location"
@@ -331,11 +332,13 @@ func (n *Node) receive(p *packet) {
 	}
 	switch p.kind {
 	case pCapQuery:
-		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: n.valid() && !n.stopping})
+		// Capacity is not modelled; every node hosts the one kind.
+		v := admit.Capability(admit.Target{LeaseValid: n.valid(), Leaving: n.stopping, Registered: true, Movable: true}, capabilityQuery)
+		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: v.Supported, detail: v.Reason, code: v.Code})
 	case pCapReply:
 		if r := n.capWait[p.capReq]; r != nil {
 			delete(n.capWait, p.capReq)
-			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: "refused"})
+			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: p.detail, Code: p.code})
 		}
 	case pPrepare:
 		w.onPrepare(n, p)
@@ -500,6 +503,10 @@ func idString(id handoff.Identity) string {
 	}
 	return fmt.Sprintf("#%d", id.RelocationID)
 }
+
+// capabilityQuery is what every capability query of the sim asks: a
+// move of its one kind.
+var capabilityQuery = &messages.CapabilityQuery{Kind: messages.AuthorityKind_AUTHORITY_KIND_ACTOR}
 
 // failure reason shorthand
 var reasonStale = messages.FailureReason_FAILURE_REASON_STALE
