@@ -119,7 +119,7 @@ func (w *World) prepareEvent(p *packet) handoff.PrepareReceived {
 		SessionBound: w.boundTo(p.prep.obj) >= 0}
 }
 
-// stepTarget feeds ev to the run (Driver.stepTarget).
+// stepTarget feeds ev to the run.
 func (w *World) stepTarget(t *TargetRun, ev handoff.Event) { t.run.Step(ev) }
 
 // versionedOf is the sim's record as the Location Store holds it.
