@@ -12,8 +12,6 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/admit"
-	"github.com/roamactors/roam/internal/relocation/handoff"
-	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -88,47 +86,6 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 			answer(to, "")
 		}})
 	}()
-}
-
-// verifySource runs VerifySource: the prepare's source must still be a
-// live member, and the record must name it at the move's fence. Store
-// errors are retried until the restore deadline.
-func (d *Driver) verifySource(t *targetRun, id handoff.Identity) {
-	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, t.deadline)
-	defer cancel()
-	src := t.prepare.GetSource()
-	for wait := time.Duration(0); ; {
-		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), t.sourcePID.Address)
-		peer := err != nil
-		if !peer {
-			var v location.Versioned
-			v, err = d.store.Read(ctx, t.key)
-			switch {
-			case errors.Is(err, location.ErrNotFound):
-				err = id.JudgeSource(handoff.RecordView{}, t.prepare.GetObject().GetObjectGeneration())
-			case err == nil:
-				if err = id.JudgeSource(recordView(v), t.prepare.GetObject().GetObjectGeneration()); err == nil {
-					if err = d.verifyMembers(ctx, t, v.Record); err == nil {
-						if err = d.takeArrivalSlots(ctx, t); err == nil {
-							t.verified.Store(&v)
-						}
-					}
-				}
-			}
-		}
-		again, after := handoff.VerifyAgain(err, peer, wait)
-		if !again {
-			d.laterTarget(id, handoff.SourceVerified{Err: err})
-			return
-		}
-		wait = after
-		select {
-		case <-ctx.Done():
-			d.laterTarget(id, handoff.SourceVerified{Err: err})
-			return
-		case <-machine.After(machine.Real, wait): // pacing a retry, not a protocol window
-		}
-	}
 }
 
 // refused logs a control message refused for its sender.

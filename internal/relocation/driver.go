@@ -174,16 +174,16 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: redelivery windows must not be negative", roamerr.ErrInvalidOperation)
 	}
 	if c.RedeliveryWindow == 0 {
-		c.RedeliveryWindow = 10 * time.Second
+		c.RedeliveryWindow = redelivery.DefaultWindow
 	}
 	if c.DeadLetterPatience == 0 {
-		c.DeadLetterPatience = 30 * time.Second
+		c.DeadLetterPatience = redelivery.DefaultPatience
 	}
 	if c.DeadLetterBackoff == 0 {
-		c.DeadLetterBackoff = 50 * time.Millisecond
+		c.DeadLetterBackoff = redelivery.DefaultBackoff
 	}
 	if c.DeadLetterBackoffMax == 0 {
-		c.DeadLetterBackoffMax = 2 * time.Second
+		c.DeadLetterBackoffMax = redelivery.DefaultBackoffMax
 	}
 	if c.Handoff.SealPatience == 0 {
 		c.Handoff.SealPatience = c.RestoreTimeout / 2
@@ -700,6 +700,8 @@ type timerKey struct {
 	isTarget   bool
 	timer      handoff.Timer
 	deadLetter location.AuthorityKey
+	// verify: a target run's VerifySource pause (targetEnv.After).
+	verify bool
 }
 
 type timerFired struct{ machine.Fired[timerKey] }
@@ -724,6 +726,14 @@ func (d *Driver) onTimer(m *timerFired) {
 	}
 	if m.Key.deadLetter != (location.AuthorityKey{}) {
 		d.releaseDeadLetters(m.Key.deadLetter)
+		return
+	}
+	if m.Key.verify {
+		if t := d.targets[m.Key.target]; t != nil && t.verifyNext != nil {
+			next := t.verifyNext
+			t.verifyNext = nil
+			next()
+		}
 		return
 	}
 	if m.Key.isTarget {

@@ -3,6 +3,7 @@ package relocation_test
 import (
 	"context"
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -124,4 +126,49 @@ func TestTimersKeepTheirScheduleInLogicalTime(t *testing.T) {
 	}
 	hour()
 	require.Equal(t, uint64(9), want)
+}
+
+// firstReadFails answers the first read of one object's record
+// Unavailable, and counts the reads of it.
+type firstReadFails struct {
+	location.Store
+	key   location.AuthorityKey
+	reads atomic.Int32
+}
+
+func (s *firstReadFails) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
+	if key == s.key && s.reads.Add(1) == 1 {
+		return location.Versioned{}, location.ErrUnavailable
+	}
+	return s.Store.Read(ctx, key)
+}
+
+// A target's VerifySource that met an unavailable store tries again after
+// handoff.FirstVerifyWait of the node's clock: in logical time the retry
+// waits for the test to advance the clock by that pause, and comes then.
+// Reference: docs/PROTOCOL.md §5.7 (VerifySource).
+func TestVerifySourceRetriesOnTheNodesClock(t *testing.T) {
+	clock := machine.NewManualAt(time.Now())
+	shared := newStore(t)
+	key := location.Key(location.KindActor, "verified")
+	st := &firstReadFails{Store: shared, key: key}
+	cfg := relocation.Config{Logger: testLogger()}
+	a := startMeshNode(t, meshnode.Config{Store: shared, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
+	b := startMeshNode(t, meshnode.Config{Store: st, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
+	ctx := context.Background()
+	_, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	start := clock.Now()
+	testwait.For(t, func() bool {
+		next, ok := clock.Next()
+		return st.reads.Load() == 1 && ok && next.Equal(start.Add(handoff.FirstVerifyWait))
+	}, "VerifySource's first read failed and its retry waits on the node's clock")
+	clock.Advance(handoff.FirstVerifyWait)
+	testwait.For(t, func() bool { return st.reads.Load() >= 2 }, "VerifySource read again once its pause passed on the clock")
+	require.NoError(t, testwait.Recv(t, moved, "the move committed"))
 }

@@ -288,17 +288,16 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 			return w, nil
 		}
 	}
+	// The lease again, on the driver goroutine: a start that waited for an
+	// arrival may come after the lifecycle ended.
+	facts := handoff.StartFacts{Lease: d.serving(), Owned: obj != nil, TargetIsSelf: targetRid == d.desc.GetNodeRid()}
+	if obj != nil {
+		facts.Serving, facts.Moving, facts.Changing = obj.state == serving, obj.out != nil, obj.changing > 0
+	}
+	if err := handoff.RefuseStart(facts, key, targetRid); err != nil {
+		return nil, err
+	}
 	switch {
-	case obj == nil:
-		return nil, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
-	case obj.state != serving || obj.out != nil:
-		// obj.out: a move that has not sealed yet (capability check, budget)
-		// still leaves the object serving; a second one must not start.
-		return nil, fmt.Errorf("%w: %s is already moving", roamerr.ErrUnavailable, key)
-	case targetRid == d.desc.GetNodeRid():
-		return nil, fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, targetRid)
-	case obj.changing > 0:
-		return nil, fmt.Errorf("%w: %s is changing its membership", roamerr.ErrUnavailable, key)
 	case obj.activating.Load():
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).
@@ -591,10 +590,13 @@ func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
 func (d *Driver) onSourceEvent(pid *messages.RelocationIdentity, c actor.Context, ev handoff.Event, before ...func(*sourceRun)) {
 	id := handoff.IdentityFromProto(pid)
 	r := d.sources[id.RelocationID]
-	if r == nil || r.m.Identity() != id {
+	if r == nil {
 		return
 	}
-	if s := c.Sender(); s == nil || s.Address != r.target.GetAddress() {
+	switch handoff.Attribute(r.m.Identity(), r.target.GetAddress(), id, c.Sender().GetAddress()) {
+	case handoff.OtherRun:
+		return
+	case handoff.WrongPeer:
 		d.log.Warn().Str("event", "reply_from_wrong_peer").Uint64("relocation_id", id.RelocationID).Msg("reply ignored: not from the move's target")
 		return
 	}

@@ -77,7 +77,67 @@ func (e targetEnv) Install(i int) error {
 	return nil
 }
 
-func (e targetEnv) VerifySource() { go e.d.verifySource(e.t, e.id()) }
+// verifyCall runs a blocking call of VerifySource on its own goroutine,
+// bounded by the restore deadline, and answers on the driver's, if the
+// run is still known.
+func (e targetEnv) verifyCall(call func(ctx context.Context) func()) {
+	d, t, id := e.d, e.t, e.id()
+	go func() {
+		ctx, cancel := machine.WithDeadline(context.Background(), d.clock, t.deadline)
+		defer cancel()
+		answer := call(ctx)
+		d.laterRun(id, func(*targetrun.Run[any]) { answer() })
+	}()
+}
+
+func (e targetEnv) VerifyPeer(answer func(error)) {
+	src, addr := e.t.prepare.GetSource(), e.t.sourcePID.Address
+	e.verifyCall(func(ctx context.Context) func() {
+		err := e.d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), addr)
+		return func() { answer(err) }
+	})
+}
+
+func (e targetEnv) ReadSource(answer func(location.Versioned, error)) {
+	e.verifyCall(func(ctx context.Context) func() {
+		v, err := e.d.store.Read(ctx, e.t.key)
+		return func() { answer(v, err) }
+	})
+}
+
+func (e targetEnv) ObjectGeneration() uint64 { return e.t.prepare.GetObject().GetObjectGeneration() }
+
+func (e targetEnv) VerifyMembers(v location.Versioned, answer func(error)) {
+	if len(e.t.members) == 0 {
+		answer(nil)
+		return
+	}
+	e.verifyCall(func(ctx context.Context) func() {
+		err := e.d.verifyMembers(ctx, e.t, v.Record)
+		return func() { answer(err) }
+	})
+}
+
+func (e targetEnv) TakeSlots(answer func(error)) {
+	e.verifyCall(func(ctx context.Context) func() {
+		err := e.d.takeArrivalSlots(ctx, e.t)
+		return func() { answer(err) }
+	})
+}
+
+func (e targetEnv) KeepVerified(v location.Versioned) { e.t.verified.Store(&v) }
+
+// After paces VerifySource on the driver's clock (a named timer of the
+// run, stopped with the others when it ends).
+func (e targetEnv) After(wait time.Duration, fn func(expired bool)) {
+	d, t := e.d, e.t
+	expired := !d.clock.Now().Add(wait).Before(t.deadline)
+	if expired {
+		wait = machine.Until(d.clock, t.deadline)
+	}
+	t.verifyNext = func() { fn(expired) }
+	d.startTimer(timerKey{target: e.id(), isTarget: true, verify: true}, handoff.StartTimer{After: wait})
+}
 
 func (e targetEnv) SendCredit(n uint64) {
 	e.d.send(e.t.sourcePID, &messages.RelocationStateCredit{Identity: e.id().ToProto(), ReceivedBytes: n})

@@ -38,6 +38,8 @@ type targetRun struct {
 	// verified is the record VerifySource read, for the first owner CAS
 	// (taken once; later attempts read again).
 	verified atomic.Pointer[location.Versioned]
+	// verifyNext is VerifySource's next try, when its pause ends.
+	verifyNext func()
 	// joinHold is the SpotWide User Spot this Join holds in place until
 	// the move ends (object.joining).
 	joinHold *object
@@ -75,10 +77,9 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	id := handoff.IdentityFromProto(p.GetIdentity())
 	from := c.Sender()
 	if t := d.targets[id]; t != nil {
-		if from == nil || from.Address != t.sourcePID.Address {
-			return // attributed by identity and connection only (docs/PROTOCOL.md §5.7)
+		if handoff.Attribute(t.m.Identity(), t.sourcePID.Address, id, from.GetAddress()) == handoff.ThisRun {
+			d.stepTarget(t, d.prepareEvent(p))
 		}
-		d.stepTarget(t, d.prepareEvent(p))
 		return
 	}
 	fail := func(reason messages.FailureReason, detail string) {
@@ -94,57 +95,41 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	}
 	key := location.Key(p.GetObject().GetKind(), p.GetObject().GetId())
 	k, ok := d.kind(p.GetObject().GetStableType())
-	switch {
-	case !d.node.Valid():
-		// Fenced: a new move here could never commit.
-		fail(messages.FailureReason_FAILURE_REASON_STALE, "the target node's owner lease is not in force")
-		return
-	case d.stopping || d.node.Draining():
-		// It would have to leave again at once. The source's capability
-		// answer may predate the drain (PROTOCOL.md §5.2).
-		fail(messages.FailureReason_FAILURE_REASON_NODE_DRAINING, "the target node is draining or stopping")
-		return
-	case !id.Valid():
-		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
-		return
-	case from == nil || from.Address != p.GetSource().GetAddress():
-		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "Restore request not sent by its source node")
-		return
-	case !d.tickets.take(p, from.Address, d.clock.Now()):
+	var joinSpot *object
+	var members []*targetMember
+	earlier := d.arriving(key)
+	facts := handoff.PrepareFacts{
+		LeaseValid: d.node.Valid(), Leaving: d.stopping || d.node.Draining(), IdentityValid: id.Valid(),
+		FromSource: from != nil && from.Address == p.GetSource().GetAddress(),
+		Ticket:     func() bool { return d.tickets.take(p, from.Address, d.clock.Now()) },
+		Movable:    key.Validate() == nil && Movable(key.Kind), Registered: ok,
+		Admit: func() (messages.FailureReason, error) {
+			if p.GetJoin() != nil {
+				if err := d.admitJoin(key, p.GetJoin()); err != nil {
+					return messages.FailureReason_FAILURE_REASON_STALE, err
+				}
+				joinSpot = d.objects[location.Key(location.KindUserSpot, p.GetJoin().GetSpotId())]
+			}
+			var reason messages.FailureReason
+			var err error
+			members, reason, err = d.admitMembers(key, k, p)
+			return reason, err
+		},
+	}
+	if earlier != nil {
+		facts.Earlier = earlier.m.Phase()
+	}
+	v := handoff.AdmitPrepare(facts)
+	if v.NoTicket {
 		// Not admitted by a capability answer to this source (admission.go).
 		d.refused("Restore request", from.Address, "no valid move ticket for its source")
-		fail(messages.FailureReason_FAILURE_REASON_STALE, "Restore request not admitted: no valid move ticket")
-		return
-	case key.Validate() != nil || !Movable(key.Kind):
-		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "object is not an Actor, Instance Spot or User Spot")
-		return
-	case !ok:
-		fail(messages.FailureReason_FAILURE_REASON_UNSUPPORTED, "stable type not registered here")
+	}
+	if v.Refuse {
+		fail(v.Reason, v.Detail)
 		return
 	}
-	var joinSpot *object
-	if p.GetJoin() != nil {
-		if err := d.admitJoin(key, p.GetJoin()); err != nil {
-			fail(messages.FailureReason_FAILURE_REASON_STALE, err.Error())
-			return
-		}
-		joinSpot = d.objects[location.Key(location.KindUserSpot, p.GetJoin().GetSpotId())]
-	}
-	members, reason, err := d.admitMembers(key, k, p)
-	if err != nil {
-		fail(reason, err.Error())
-		return
-	}
-	if old := d.arriving(key); old != nil {
-		// Newest prepare wins (PROTOCOL.md §5.7): two prepares never share
-		// the object's temporary queue. One still restoring is removed with
-		// an explicit failure (its source serves again); one past
-		// relay-ready is irreversible, so the newer is refused.
-		if old.m.Phase() != handoff.TargetRestoring {
-			fail(messages.FailureReason_FAILURE_REASON_STALE, "an earlier move of this object into this node is past relay-ready")
-			return
-		}
-		d.stepTarget(old, handoff.Superseded{})
+	if v.Supersede {
+		d.stepTarget(earlier, handoff.Superseded{})
 	}
 	t := &targetRun{
 		prepare:   p,
@@ -188,11 +173,9 @@ func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareRece
 // target finds the run of a control message's identity, only if it came
 // from that run's source node.
 func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targetRun {
-	t := d.targets[handoff.IdentityFromProto(pid)]
-	if t == nil {
-		return nil
-	}
-	if s := c.Sender(); s == nil || s.Address != t.sourcePID.Address {
+	id := handoff.IdentityFromProto(pid)
+	t := d.targets[id]
+	if t == nil || handoff.Attribute(t.m.Identity(), t.sourcePID.Address, id, c.Sender().GetAddress()) != handoff.ThisRun {
 		return nil
 	}
 	return t

@@ -28,6 +28,15 @@ type Policy struct {
 	Backoff, BackoffMax time.Duration
 }
 
+// The policy's defaults (Config.RedeliveryWindow, DeadLetterPatience,
+// DeadLetterBackoff, DeadLetterBackoffMax).
+const (
+	DefaultWindow     = 10 * time.Second
+	DefaultPatience   = 30 * time.Second
+	DefaultBackoff    = 50 * time.Millisecond
+	DefaultBackoffMax = 2 * time.Second
+)
+
 // DrainWindow bounds how long a redelivery waits for a hop's route
 // barrier: the follow period (an old incarnation answers Unavailable by
 // then), at most Window.

@@ -1,6 +1,6 @@
 // Package sim is the deterministic simulation of the hand-off
 // (docs/PROTOCOL.md §5) as roam composes it: the pure handoff.Source and handoff.Target
-// machines, driven the way internal/relocation's driver drives them, on
+// machines, run by the driver's own interpreters, on
 // nodes that exchange packets over lossy links, against a Location Store
 // with CAS, per-node owner leases and faulty answers, with clients sending
 // requests and one-way sends to the objects — all on one logical clock,
@@ -30,11 +30,17 @@
 //     (internal/relocation/targetrun), over this world's primitives
 //     (sourceenv.go, targetenv.go: the incarnation's mailbox modes,
 //     packets, store calls, scheduler timers; the checks at effects live
-//     there). The rest of the driver is a model: admitting a prepare and
-//     VerifySource (target.go); Message Follow and the routes clients
-//     drop on a follow (Config.OnFollow); dead-lettered sends redelivered
-//     from the store (redeliver.go); a removed target's stub answering
-//     Unavailable for one follow period, then gone (dead letters).
+//     there), VerifySource included. The driver's decisions around the
+//     runs are the shared pure ones, asked on this world's facts: a
+//     prepare's admission (handoff.AdmitPrepare), a move's refusals
+//     (handoff.RefuseStart), a capability answer (admit.Capability), whose
+//     a control message is (handoff.Attribute), and what becomes of a
+//     dead-lettered send (package redelivery). The rest of the driver is a
+//     model: Message Follow and the routes clients drop on a follow
+//     (Config.OnFollow); the redelivery worker's store look-up; a removed
+//     target's stub answering Unavailable for one follow period, then gone
+//     (dead letters). Not modelled: tickets, Joins, SpotWide members,
+//     capacity slots, membership checks (every source is a member).
 //   - Store: one record per object (version, owner node and generation,
 //     owner generation, object generation, RelocationId), CAS on the version,
 //     every write carrying the writer's lease check (location.Leased), a

@@ -58,6 +58,7 @@ type packet struct {
 	reason    messages.FailureReason
 	detail    string
 	supported bool
+	code      string // a capability refusal's roamerr code
 	capReq    uint64
 	inc       incKey // follow/client: the incarnation addressed
 	// Session commands: the bound object, the route named, a refusal.

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/redelivery"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -91,16 +94,19 @@ type Node struct {
 	sources []*SourceRun
 	targets []*TargetRun
 	capWait map[uint64]*SourceRun
-	// redelivery: dead-lettered sends per object, in dead-letter order
-	// (Driver.onDeadLetterEvent, redeliver.go)
+	// redeliver: sends per object queued for redelivery from the store,
+	// in order, and whether its worker runs; dlHeld: dead-lettered sends
+	// held for a pause, and whether it runs (redeliver.go).
 	redeliver    map[ObjID][]*Msg
 	redelivering map[ObjID]bool
+	dlHeld       map[ObjID][]*Msg
+	dlPaused     map[ObjID]bool
 }
 
 func newNode(w *World, i int) *Node {
 	return &Node{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), gen: 1, alive: true,
 		incs: map[incKey]*Inc{}, objects: map[ObjID]*Inc{}, capWait: map[uint64]*SourceRun{},
-		redeliver: map[ObjID][]*Msg{}, redelivering: map[ObjID]bool{}}
+		redeliver: map[ObjID][]*Msg{}, redelivering: map[ObjID]bool{}, dlHeld: map[ObjID][]*Msg{}, dlPaused: map[ObjID]bool{}}
 }
 
 // valid: the lease is provably in force (cluster.Node.Valid).
@@ -326,11 +332,13 @@ func (n *Node) receive(p *packet) {
 	}
 	switch p.kind {
 	case pCapQuery:
-		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: n.valid() && !n.stopping})
+		// Capacity is not modelled; every node hosts the one kind.
+		v := admit.Capability(admit.Target{LeaseValid: n.valid(), Leaving: n.stopping, Registered: true, Movable: true}, capabilityQuery)
+		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: v.Supported, detail: v.Reason, code: v.Code})
 	case pCapReply:
 		if r := n.capWait[p.capReq]; r != nil {
 			delete(n.capWait, p.capReq)
-			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: "refused"})
+			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: p.detail, Code: p.code})
 		}
 	case pPrepare:
 		w.onPrepare(n, p)
@@ -374,12 +382,12 @@ func (n *Node) receive(p *packet) {
 	}
 }
 
-// onSourceEvent routes a target's reply to the source run of its identity,
-// only if it came from that run's target node.
+// onSourceEvent routes a target's reply to the source run handoff.Attribute
+// gives it.
 func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
 	for _, r := range n.sources {
 		if r.m.Identity() == p.id && !r.dead {
-			if r.target.idx == p.from {
+			if handoff.Attribute(r.m.Identity(), r.target.name, p.id, n.w.endpointName(p.from)) == handoff.ThisRun {
 				n.w.stepSource(r, ev)
 			}
 			return
@@ -387,16 +395,10 @@ func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
 	}
 }
 
-// target finds the run of a control message's identity, only if it came
-// from that run's source node.
+// target finds the target run handoff.Attribute gives a control message.
 func (n *Node) target(p *packet) *TargetRun {
-	for _, t := range n.targets {
-		if t.m.Identity() == p.id && !t.dead {
-			if t.source.idx != p.from {
-				return nil
-			}
-			return t
-		}
+	if t := n.targetOf(p.id); t != nil && handoff.Attribute(t.m.Identity(), t.source.name, p.id, n.w.endpointName(p.from)) == handoff.ThisRun {
+		return t
 	}
 	return nil
 }
@@ -502,19 +504,24 @@ func idString(id handoff.Identity) string {
 	return fmt.Sprintf("#%d", id.RelocationID)
 }
 
+// capabilityQuery is what every capability query of the sim asks: a
+// move of its one kind.
+var capabilityQuery = &messages.CapabilityQuery{Kind: messages.AuthorityKind_AUTHORITY_KIND_ACTOR}
+
 // failure reason shorthand
 var reasonStale = messages.FailureReason_FAILURE_REASON_STALE
 
-// deadLetterPatience: how long a send may keep dead-lettering before it
-// fails loudly (redeliver.go).
-const deadLetterPatience = 30 * time.Second
+// redelivery is the driver's redelivery policy at its defaults, with the
+// world's follow period.
+func (w *World) redelivery() redelivery.Policy {
+	return redelivery.Policy{FollowDuration: w.cfg.Handoff.FollowDuration, Window: redelivery.DefaultWindow,
+		Patience: redelivery.DefaultPatience, Backoff: redelivery.DefaultBackoff, BackoffMax: redelivery.DefaultBackoffMax}
+}
 
-// deadLettered is Driver.onDeadLetterEvent/onDeadLettered: a one-way send
-// to an incarnation PID with no actor is taken by the node's driver,
-// re-resolved from the store and delivered to the current owner, in
-// dead-letter order per object; one that dead-letters again waits with a
-// growing back-off; past the patience, or once the lifecycle ended, it
-// fails loudly.
+// deadLettered takes a one-way send to an incarnation PID with no actor:
+// the node redelivers it from the store's owner record, at once or after
+// a pause, or fails it loudly, as redelivery.Policy.DeadLettered decides;
+// once the lifecycle ended it fails loudly.
 func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
 	if w.Tracing() {
 		w.tracef("%s dead letter: m%d for o%d.%d (send: redelivered from the store)", n.name, m.id, key.obj, key.ownerGen)
@@ -526,49 +533,88 @@ func (w *World) deadLettered(n *Node, m *Msg, key incKey) {
 		m.dlFirst = w.Now()
 	}
 	m.dlCount++
-	if n.ended || w.Now()-m.dlFirst > deadLetterPatience {
-		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter")
+	if n.ended {
+		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter: the lifecycle ended")
 		return
 	}
 	o := key.obj
+	d := w.redelivery().DeadLettered(redelivery.Send{N: m.dlCount, First: w.wall(m.dlFirst)}, w.wall(w.Now()),
+		len(n.dlHeld[o]) > 0, n.dlPaused[o])
+	switch d.Verdict {
+	case redelivery.Fail:
+		w.failLoud(m, &Inc{node: n, key: key}, "send_dead_letter: redelivery patience exhausted")
+		return
+	case redelivery.Now:
+		w.redeliverNow(n, o, m)
+		return
+	}
+	n.dlHeld[o] = append(n.dlHeld[o], m)
+	if !d.Arm {
+		return
+	}
+	n.dlPaused[o] = true
+	life := n.life
+	w.after(d.After, "dead-letter pause", func() {
+		if !n.alive || n.life != life {
+			return
+		}
+		held := n.dlHeld[o]
+		n.dlHeld[o], n.dlPaused[o] = nil, false
+		for _, x := range held {
+			if n.ended {
+				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_dead_letter: the lifecycle ended")
+				continue
+			}
+			w.redeliverNow(n, o, x)
+		}
+	})
+}
+
+// redeliverNow queues m for o's redelivery worker, which looks the owner
+// up in the store (paced by redelivery.ResolveAgain within the policy's
+// window) and sends what is queued there, in order.
+func (w *World) redeliverNow(n *Node, o ObjID, m *Msg) {
 	n.redeliver[o] = append(n.redeliver[o], m)
 	if n.redelivering[o] {
 		return
 	}
 	n.redelivering[o] = true
-	backoff := min(50*time.Millisecond<<min(m.dlCount-1, 5), time.Second)
-	if m.dlCount == 1 {
-		backoff = 0
-	}
-	life := n.life
-	var work func()
-	work = func() {
+	life, started := n.life, w.Now()
+	var work func(prev time.Duration)
+	work = func(prev time.Duration) {
 		if !n.alive || n.life != life {
 			return
 		}
-		if n.ended {
-			n.redelivering[o] = false
-			for _, x := range n.redeliver[o] {
-				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_dead_letter: the lifecycle ended")
-			}
-			n.redeliver[o] = nil
-			return
-		}
+		var err error
 		if w.store.down || n.storeCut {
-			w.after(50*time.Millisecond, "redeliver-retry", work)
-			return
+			err = location.ErrUnavailable
+			if again, after := redelivery.ResolveAgain(err, prev); again && w.Now()+after-started < w.redelivery().Window {
+				w.after(after, "redeliver-retry", func() { work(after) })
+				return
+			}
 		}
-		rec := w.store.Record(o)
-		owner := w.node(rec.OwnerNode)
 		batch := n.redeliver[o]
 		n.redeliver[o] = nil
 		n.redelivering[o] = false
-		for _, x := range batch {
-			if w.Tracing() {
-				w.tracef("%s redelivers m%d → %s o%d.%d", n.name, x.id, owner.name, o, rec.OwnerGen)
+		switch redelivery.Batch(n.ended, err) {
+		case redelivery.Abandon:
+			for _, x := range batch {
+				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_dead_letter: the lifecycle ended")
 			}
-			n.send(owner.idx, &packet{kind: pFollow, msg: x, inc: incKey{obj: o, ownerGen: rec.OwnerGen}})
+		case redelivery.FailNoOwner:
+			for _, x := range batch {
+				w.failLoud(x, &Inc{node: n, key: incKey{obj: o}}, "send_redelivery_failed: no owner to deliver to")
+			}
+		default:
+			rec := w.store.Record(o)
+			owner := w.node(rec.OwnerNode)
+			for _, x := range batch {
+				if w.Tracing() {
+					w.tracef("%s redelivers m%d → %s o%d.%d", n.name, x.id, owner.name, o, rec.OwnerGen)
+				}
+				n.send(owner.idx, &packet{kind: pFollow, msg: x, inc: incKey{obj: o, ownerGen: rec.OwnerGen}})
+			}
 		}
 	}
-	w.after(backoff+w.randDur(time.Millisecond, 5*time.Millisecond), "redeliver", work)
+	w.after(w.randDur(time.Millisecond, 5*time.Millisecond), "redeliver", func() { work(0) })
 }

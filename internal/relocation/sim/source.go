@@ -8,7 +8,9 @@ import (
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Move is one relocation the sim started, with both sides' runs.
@@ -56,8 +58,9 @@ type SourceRun struct {
 // part is the move's one participant.
 func (r *SourceRun) part() *sourcerun.Part[*Msg] { return r.run.Parts[0] }
 
-// StartMove starts a move of o from the node serving it to dst, as
-// Driver.Relocate does; it reports false when the driver would refuse.
+// StartMove starts a move of o from the node serving it to dst; it
+// reports false when handoff.RefuseStart refuses it on this world's facts
+// (an incarnation whose mailbox is not open does not serve here).
 func (w *World) StartMove(o ObjID, dst *Node) bool {
 	var src *Node
 	for _, n := range w.nodes {
@@ -65,11 +68,16 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 			src = n
 		}
 	}
-	if src == nil || !src.valid() || dst == src {
+	if src == nil {
 		return false
 	}
 	inc := src.objects[o]
-	if inc.state != sServing || inc.out != nil || inc.mode != mOpen {
+	facts := handoff.StartFacts{Owned: true, Serving: inc.state == sServing && inc.mode == mOpen, Moving: inc.out != nil,
+		TargetIsSelf: dst == src}
+	if !src.valid() {
+		facts.Lease = errLeaseNotValid
+	}
+	if handoff.RefuseStart(facts, location.Key(location.KindActor, o.name()), dst.name) != nil {
 		return false
 	}
 	w.nextRelocID++
@@ -110,6 +118,8 @@ func payload(relocID uint64, version int, saved []*Msg) []byte {
 func msgRecord(m *Msg) []byte { return binary.BigEndian.AppendUint64(nil, m.id) }
 
 var errSim = errors.New("sim")
+
+var errLeaseNotValid = fmt.Errorf("%w: the node's owner lease is not in force", roamerr.ErrUnavailable)
 
 // followSink forwards a message to the target incarnation (Message Follow);
 // the sender's node drops its cached route (Config.OnFollow).

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -50,29 +49,34 @@ func (w *World) moveByID(id uint64) *Move {
 	return nil
 }
 
-// onPrepare is Driver.onPrepare: a known identity steps its run (only
-// from its source); a new one is checked and gets a Target machine.
+// onPrepare takes a Restore request: a known identity steps its run (only
+// from its source); a new one is judged by handoff.AdmitPrepare on this
+// world's facts and gets a Target machine. Tickets, kinds, Joins and
+// SpotWide members are not modelled: every prepare has its ticket and
+// names a registered, movable kind and no members.
 func (w *World) onPrepare(n *Node, p *packet) {
 	id := p.id
-	for _, t := range n.targets {
-		if t.m.Identity() == id && !t.dead {
-			if t.source.idx == p.from {
-				w.stepTarget(t, w.prepareEvent(p))
-			}
-			return
+	if t := n.targetOf(id); t != nil {
+		if handoff.Attribute(id, t.source.name, id, w.endpointName(p.from)) == handoff.ThisRun {
+			w.stepTarget(t, w.prepareEvent(p))
 		}
-	}
-	fail := func(reason messages.FailureReason, detail string) {
-		w.tracef("%s refuses %s: %s", n.name, idString(id), detail)
-		n.send(p.from, &packet{kind: pFailed, id: id, reason: reason, detail: detail})
-	}
-	switch {
-	case !n.valid() || n.stopping:
-		fail(reasonStale, "the target node's owner lease is not in force, or it is stopping")
 		return
-	case !id.Valid():
-		fail(messages.FailureReason_FAILURE_REASON_CONFLICT, "relocation identity has a zero id or attempt")
+	}
+	earlier := n.arriving(p.prep.obj)
+	facts := handoff.PrepareFacts{LeaseValid: n.valid(), Leaving: n.stopping, IdentityValid: id.Valid(),
+		FromSource: p.prep.source == p.from, Movable: true, Registered: true}
+	if earlier != nil {
+		facts.Earlier = earlier.m.Phase()
+	}
+	v := handoff.AdmitPrepare(facts)
+	if v.Refuse {
+		w.tracef("%s refuses %s: %s", n.name, idString(id), v.Detail)
+		n.send(p.from, &packet{kind: pFailed, id: id, reason: v.Reason, detail: v.Detail})
 		return
+	}
+	if v.Supersede {
+		w.tracef("%s supersedes tgt #%d", n.name, earlier.m.Identity().RelocationID)
+		w.stepTarget(earlier, handoff.Superseded{})
 	}
 	mv := w.moveByID(id.RelocationID)
 	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner,
@@ -90,12 +94,32 @@ func (w *World) onPrepare(n *Node, p *packet) {
 	t.run.Run(effects)
 }
 
+// targetOf is n's live target run of identity id, if any.
+func (n *Node) targetOf(id handoff.Identity) *TargetRun {
+	for _, t := range n.targets {
+		if t.m.Identity() == id && !t.dead {
+			return t
+		}
+	}
+	return nil
+}
+
+// arriving is the unfinished move of o into n, if any.
+func (n *Node) arriving(o ObjID) *TargetRun {
+	for _, t := range n.targets {
+		if t.obj == o && !t.dead && !t.m.Finished() {
+			return t
+		}
+	}
+	return nil
+}
+
 func (w *World) prepareEvent(p *packet) handoff.PrepareReceived {
 	return handoff.PrepareReceived{Manifest: p.prep.manifest, RestoreDeadline: w.wall(p.prep.deadline), MaxPayloadLength: 1 << 20,
 		SessionBound: w.boundTo(p.prep.obj) >= 0}
 }
 
-// stepTarget feeds ev to the run (Driver.stepTarget).
+// stepTarget feeds ev to the run.
 func (w *World) stepTarget(t *TargetRun, ev handoff.Event) { t.run.Step(ev) }
 
 // versionedOf is the sim's record as the Location Store holds it.
@@ -111,32 +135,4 @@ func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
 func recordOf(r *location.Record, version uint64) Record {
 	return Record{Version: version, OwnerNode: r.GetOwner().GetNodeRid(), OwnerNodeGen: r.GetOwner().GetNodeGeneration(),
 		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId()}
-}
-
-// verifySource is Driver.verifySource (admission.go): the record must
-// name the move's source at its fence; a read that fails is retried until
-// the restore deadline. A record that backs the move is kept for the
-// first commit attempt, as the driver keeps it.
-func (w *World) verifySource(t *TargetRun, id handoff.Identity) {
-	w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", id.RelocationID)}, t.deadline, func(res storeRes) {
-		if t.dead {
-			return
-		}
-		if res.err != errNone {
-			if w.Now() < t.deadline {
-				w.after(w.randDur(time.Millisecond, 20*time.Millisecond), "verify retry", func() {
-					if !t.dead {
-						w.verifySource(t, id)
-					}
-				})
-			}
-			return
-		}
-		err := id.JudgeSource(recordView(res.rec), 1)
-		if err == nil {
-			v := versionedOf(location.Key(location.KindActor, t.obj.name()), res.rec)
-			t.verified = &v
-		}
-		w.stepTarget(t, handoff.SourceVerified{Err: err})
-	})
 }

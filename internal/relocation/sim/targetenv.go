@@ -47,7 +47,46 @@ func (e targetEnv) Install(int) error {
 	return nil
 }
 
-func (e targetEnv) VerifySource() { e.t.w.verifySource(e.t, e.t.m.Identity()) }
+// VerifyPeer: membership is not modelled; a move's source is a member.
+func (e targetEnv) VerifyPeer(answer func(error)) { answer(nil) }
+
+func (e targetEnv) ReadSource(answer func(location.Versioned, error)) {
+	t := e.t
+	t.w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("verify source #%d", t.m.Identity().RelocationID)}, t.deadline, func(res storeRes) {
+		if t.dead {
+			return
+		}
+		if res.err != errNone {
+			answer(location.Versioned{}, readError(res.err))
+			return
+		}
+		answer(versionedOf(location.Key(location.KindActor, t.obj.name()), res.rec), nil)
+	})
+}
+
+// ObjectGeneration: the sim's objects are never recreated.
+func (e targetEnv) ObjectGeneration() uint64 { return 1 }
+
+// VerifyMembers: the sim moves no SpotWide members.
+func (e targetEnv) VerifyMembers(_ location.Versioned, answer func(error)) { answer(nil) }
+
+// TakeSlots: capacity slots are not modelled.
+func (e targetEnv) TakeSlots(answer func(error)) { answer(nil) }
+
+func (e targetEnv) KeepVerified(v location.Versioned) { e.t.verified = &v }
+
+func (e targetEnv) After(d time.Duration, fn func(expired bool)) {
+	t := e.t
+	expired := t.w.Now()+d >= t.deadline
+	if expired {
+		d = max(t.deadline-t.w.Now(), 0)
+	}
+	t.w.after(d, "verify retry", func() {
+		if !t.dead {
+			fn(expired)
+		}
+	})
+}
 
 // SendCredit: the in-flight budget is not modelled; chunks are sent at
 // once.
@@ -321,6 +360,21 @@ func (s simStore) CAS(op location.Op, answer func(error)) {
 
 func (s simStore) Apply([]location.Op, func(error)) {
 	panic("sim: the simulation's commits write one record")
+}
+
+// readError is a simulated read's failure as the Location Store classes
+// it (location's errors).
+func readError(e storeErr) error {
+	var class error
+	switch e {
+	case errUnavailable:
+		class = location.ErrUnavailable
+	case errIndeterminate:
+		class = location.ErrIndeterminate
+	case errDeadline:
+		class = context.DeadlineExceeded
+	}
+	return simWriteError{text: "read: " + e.String(), class: class}
 }
 
 // writeError is a simulated CAS answer as the Location Store classes it

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
@@ -42,7 +43,32 @@ type Env[M any] interface {
 	// Install stages participant i's incarnation with a temporary queue
 	// that dispatches nothing (an error says why it could not).
 	Install(i int) error
-	VerifySource()
+
+	// VerifySource's primitives (Run.verify decides). ReadSource and
+	// After answer later, never within the call; the others may answer
+	// at once.
+	//
+	// VerifyPeer checks that the prepare's source is still a live member
+	// at the address the prepare came from.
+	VerifyPeer(answer func(error))
+	// ReadSource reads the object's record (location.ErrNotFound: none).
+	ReadSource(answer func(location.Versioned, error))
+	// ObjectGeneration is the object generation the prepare names.
+	ObjectGeneration() uint64
+	// VerifyMembers judges the SpotWide members' records against the
+	// Spot's record v (nil at once for a move without members).
+	VerifyMembers(v location.Versioned, answer func(error))
+	// TakeSlots takes the move's capacity slots on this node (nil at once
+	// where slots are not bounded, or already taken).
+	TakeSlots(answer func(error))
+	// KeepVerified keeps the record that backs the move for the first
+	// commit attempt (TakeVerified).
+	KeepVerified(v location.Versioned)
+	// After calls fn after d of the host's clock, with expired false; or,
+	// if the move's restore deadline comes first, at the deadline with
+	// expired true.
+	After(d time.Duration, fn func(expired bool))
+
 	SendCredit(receivedBytes uint64)
 	SendFailed(e handoff.SendFailed)
 	SendRelayReady()
@@ -230,7 +256,7 @@ func (r *Run[M]) effect(e handoff.Effect) handoff.Event {
 		}
 
 	case handoff.VerifySource:
-		env.VerifySource()
+		r.verify(0)
 
 	case handoff.SendCredit:
 		env.SendCredit(e.ReceivedBytes)
@@ -295,6 +321,74 @@ func (r *Run[M]) effect(e handoff.Effect) handoff.Event {
 		panic(fmt.Sprintf("targetrun: unknown target effect %T", e))
 	}
 	return nil
+}
+
+// verify runs one try of VerifySource (PROTOCOL.md §5.7): the prepare's
+// source must still be a live member, the object's record must name it at
+// the move's fence (and the SpotWide members' records their Spot), and
+// the move's capacity slots are taken before relay-ready. A try that
+// learned nothing of the source is tried again as handoff.VerifyAgain
+// paces it (prev: the last pause), until the restore deadline; a run
+// that ended stops trying.
+func (r *Run[M]) verify(prev time.Duration) {
+	env, id := r.env, r.m.Identity()
+	ended := func() bool { return r.forgotten || env.Gone() || r.m.Finished() }
+	answer := func(err error, peer bool) {
+		again, wait := handoff.VerifyAgain(err, peer, prev)
+		if !again {
+			r.Step(handoff.SourceVerified{Err: err})
+			return
+		}
+		env.After(wait, func(expired bool) {
+			switch {
+			case ended():
+			case expired:
+				r.Step(handoff.SourceVerified{Err: err})
+			default:
+				r.verify(wait)
+			}
+		})
+	}
+	env.VerifyPeer(func(err error) {
+		switch {
+		case ended():
+		case err != nil:
+			answer(err, true)
+		default:
+			env.ReadSource(func(v location.Versioned, err error) {
+				switch {
+				case ended():
+				case errors.Is(err, location.ErrNotFound):
+					answer(id.JudgeSource(handoff.RecordView{}, env.ObjectGeneration()), false)
+				case err != nil:
+					answer(err, false)
+				default:
+					r.verified(v, answer)
+				}
+			})
+		}
+	})
+}
+
+// verified goes on with the record v read for VerifySource.
+func (r *Run[M]) verified(v location.Versioned, answer func(err error, peer bool)) {
+	env, id := r.env, r.m.Identity()
+	if err := id.JudgeSource(handoff.ViewOf(v), env.ObjectGeneration()); err != nil {
+		answer(err, false)
+		return
+	}
+	env.VerifyMembers(v, func(err error) {
+		if err != nil {
+			answer(err, false)
+			return
+		}
+		env.TakeSlots(func(err error) {
+			if err == nil {
+				env.KeepVerified(v)
+			}
+			answer(err, false)
+		})
+	})
 }
 
 // restore decodes the verified payload, gives each participant its saved

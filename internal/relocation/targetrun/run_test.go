@@ -3,6 +3,7 @@ package targetrun
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 var (
@@ -39,6 +41,12 @@ type fakeEnv struct {
 	answers []func()
 	removed [][]string
 	failAt  int // Install of this participant fails (-1: none)
+	// VerifySource: the pending answers of the peer check and reads, the
+	// slots' answer, the pending pause.
+	peer     func(error)
+	reads    []func(location.Versioned, error)
+	slotsErr error
+	later    func(expired bool)
 }
 
 func (f *fakeEnv) call(format string, args ...any) {
@@ -55,7 +63,25 @@ func (f *fakeEnv) Install(i int) error {
 	}
 	return nil
 }
-func (f *fakeEnv) VerifySource()                         { f.call("verify") }
+
+// VerifyPeer logs "verify" and keeps the answer: the tests step
+// SourceVerified themselves, but for TestVerifySource's.
+func (f *fakeEnv) VerifyPeer(answer func(error)) { f.call("verify"); f.peer = answer }
+func (f *fakeEnv) ReadSource(answer func(location.Versioned, error)) {
+	f.call("read")
+	f.reads = append(f.reads, answer)
+}
+func (f *fakeEnv) ObjectGeneration() uint64 { return 1 }
+func (f *fakeEnv) VerifyMembers(_ location.Versioned, answer func(error)) {
+	f.call("members")
+	answer(nil)
+}
+func (f *fakeEnv) TakeSlots(answer func(error))      { f.call("slots"); answer(f.slotsErr) }
+func (f *fakeEnv) KeepVerified(v location.Versioned) { f.call("keep"); f.verif = &v }
+func (f *fakeEnv) After(d time.Duration, fn func(expired bool)) {
+	f.call("after %s", d)
+	f.later = fn
+}
 func (f *fakeEnv) SendCredit(uint64)                     {}
 func (f *fakeEnv) SendFailed(e handoff.SendFailed)       { f.call("failed %s", e.Reason) }
 func (f *fakeEnv) SendRelayReady()                       { f.call("relay-ready") }
@@ -421,4 +447,48 @@ func TestEffectsOfARoundRunBeforeItsEvents(t *testing.T) {
 	f.run.Run(effects)
 	require.Equal(t, []string{"install 0", "install 1", "verify", "failed FAILURE_REASON_RESTORE_FAILED", "remove 0", "remove 1", "remove 2"}, f.calls[:7])
 	require.Equal(t, handoff.TargetRemoved, tg.Phase())
+}
+
+// VerifySource tries again, paced by handoff.VerifyAgain, only while the
+// answers say nothing of the source (an unreachable peer, an unavailable
+// store); a record at the fence takes the slots and is kept for the
+// commit before relay-ready; a pause that reaches the restore deadline
+// answers with the last error.
+// Reference: PROTOCOL.md §5.7
+func TestVerifySource(t *testing.T) {
+	r, f, _ := newRun(t, 1)
+	require.Contains(t, f.calls, "verify")
+	f.calls = nil
+	f.peer(fmt.Errorf("%w: peer", roamerr.ErrUnavailable))
+	require.Equal(t, []string{"after " + handoff.FirstVerifyWait.String()}, f.calls)
+	f.later(false)
+	f.peer(nil)
+	f.reads[0](location.Versioned{}, fmt.Errorf("%w: store", location.ErrUnavailable))
+	require.Equal(t, []string{"after 5ms", "verify", "read", "after 10ms"}, f.calls)
+	require.Equal(t, handoff.TargetRestoring, r.Machine().Phase())
+
+	f.calls = nil
+	f.later(false)
+	f.peer(nil)
+	f.reads[1](atSource(), nil)
+	require.Equal(t, []string{"verify", "read", "members", "slots", "keep"}, f.calls)
+	v, ok := f.TakeVerified()
+	require.True(t, ok)
+	require.Equal(t, atSource().Version, v.Version)
+
+	// A record naming another owner ends the tries at once.
+	r, f, _ = newRun(t, 1)
+	f.peer(nil)
+	moved := atSource()
+	moved.Record.Owner.NodeRid = "other"
+	f.calls = nil
+	f.reads[0](moved, nil)
+	require.Empty(t, f.calls[:slices.Index(f.calls, "failed FAILURE_REASON_STALE")])
+	require.Equal(t, handoff.TargetRemoved, r.Machine().Phase())
+
+	// The deadline ends a pause: the last error answers.
+	r, f, _ = newRun(t, 1)
+	f.peer(fmt.Errorf("%w: peer", roamerr.ErrUnavailable))
+	f.later(true)
+	require.Equal(t, handoff.TargetRemoved, r.Machine().Phase())
 }
