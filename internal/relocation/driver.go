@@ -133,70 +133,23 @@ type Config struct {
 func ValidateConfig(c Config) error { return c.setDefaults() }
 
 func (c *Config) setDefaults() error {
-	if c.RestoreTimeout < 0 || c.CapabilityTimeout < 0 || c.NodeInFlightPayloadBudget < 0 || c.SampleEvery < 0 {
-		return fmt.Errorf("%w: RestoreTimeout (%s), CapabilityTimeout (%s), NodeInFlightPayloadBudget (%d) and SampleEvery (%d) must not be negative",
-			roamerr.ErrInvalidOperation, c.RestoreTimeout, c.CapabilityTimeout, c.NodeInFlightPayloadBudget, c.SampleEvery)
+	l := handoff.Limits{
+		Handoff: c.Handoff, RestoreTimeout: c.RestoreTimeout, CapabilityTimeout: c.CapabilityTimeout,
+		InFlightPayloadBudget: c.InFlightPayloadBudget, NodeInFlightPayloadBudget: c.NodeInFlightPayloadBudget,
+		ChunkWindow: c.ChunkWindow, ChunkLinkPort: c.ChunkLinkPort, MaxPayloadLength: c.MaxPayloadLength,
+		RedeliveryWindow: c.RedeliveryWindow, DeadLetterPatience: c.DeadLetterPatience,
+		DeadLetterBackoff: c.DeadLetterBackoff, DeadLetterBackoffMax: c.DeadLetterBackoffMax, SampleEvery: c.SampleEvery,
 	}
-	if c.Handoff == (handoff.Config{}) {
-		c.Handoff = handoff.DefaultConfig()
-	}
-	if err := c.Handoff.Validate(); err != nil {
+	if err := l.Settle(meshnode.MaxFrameBytes); err != nil {
 		return err
 	}
-	if c.RestoreTimeout == 0 {
-		c.RestoreTimeout = 10 * time.Second
-	}
-	if c.InFlightPayloadBudget == 0 {
-		c.InFlightPayloadBudget = 16 << 20
-	}
-	if c.InFlightPayloadBudget < 0 || c.InFlightPayloadBudget > meshnode.MaxFrameBytes/2 {
-		return fmt.Errorf("%w: InFlightPayloadBudget %d outside 1..%d", roamerr.ErrInvalidOperation, c.InFlightPayloadBudget, meshnode.MaxFrameBytes/2)
-	}
-	if c.ChunkWindow == 0 {
-		c.ChunkWindow = min(1<<20, c.InFlightPayloadBudget)
-	}
-	if c.ChunkWindow < 0 || c.ChunkWindow > c.InFlightPayloadBudget {
-		return fmt.Errorf("%w: ChunkWindow %d outside 1..InFlightPayloadBudget (%d)", roamerr.ErrInvalidOperation, c.ChunkWindow, c.InFlightPayloadBudget)
-	}
-	if c.Handoff.ChunkLimit > 4<<20 {
-		return fmt.Errorf("%w: chunk limit %d over 4 MiB", roamerr.ErrInvalidOperation, c.Handoff.ChunkLimit)
-	}
-	if c.ChunkLinkPort < -1 || c.ChunkLinkPort > 65535 {
-		return fmt.Errorf("%w: ChunkLinkPort %d outside -1..65535", roamerr.ErrInvalidOperation, c.ChunkLinkPort)
-	}
-	if c.MaxPayloadLength == 0 {
-		c.MaxPayloadLength = 1 << 30
-	}
-	if c.CapabilityTimeout == 0 {
-		c.CapabilityTimeout = 5 * time.Second
-	}
-	if c.RedeliveryWindow < 0 || c.DeadLetterPatience < 0 || c.DeadLetterBackoff < 0 || c.DeadLetterBackoffMax < 0 {
-		return fmt.Errorf("%w: redelivery windows must not be negative", roamerr.ErrInvalidOperation)
-	}
-	if c.RedeliveryWindow == 0 {
-		c.RedeliveryWindow = redelivery.DefaultWindow
-	}
-	if c.DeadLetterPatience == 0 {
-		c.DeadLetterPatience = redelivery.DefaultPatience
-	}
-	if c.DeadLetterBackoff == 0 {
-		c.DeadLetterBackoff = redelivery.DefaultBackoff
-	}
-	if c.DeadLetterBackoffMax == 0 {
-		c.DeadLetterBackoffMax = redelivery.DefaultBackoffMax
-	}
-	if c.Handoff.SealPatience == 0 {
-		c.Handoff.SealPatience = c.RestoreTimeout / 2
-	}
-	if c.Handoff.SessionSealWait == 0 {
-		c.Handoff.SessionSealWait = c.CapabilityTimeout
-	}
+	c.Handoff, c.RestoreTimeout, c.CapabilityTimeout = l.Handoff, l.RestoreTimeout, l.CapabilityTimeout
+	c.InFlightPayloadBudget, c.ChunkWindow, c.MaxPayloadLength = l.InFlightPayloadBudget, l.ChunkWindow, l.MaxPayloadLength
+	c.RedeliveryWindow, c.DeadLetterPatience = l.RedeliveryWindow, l.DeadLetterPatience
+	c.DeadLetterBackoff, c.DeadLetterBackoffMax = l.DeadLetterBackoff, l.DeadLetterBackoffMax
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
-	}
-	if c.RestoreTimeout <= c.Handoff.CutoverWaitTimeout {
-		return fmt.Errorf("%w: RestoreTimeout %s must exceed the cutover wait %s", roamerr.ErrInvalidOperation, c.RestoreTimeout, c.Handoff.CutoverWaitTimeout)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/internal/relocation/spawn"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -243,17 +244,10 @@ func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalInc
 // over here.
 func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, generation uint64) error {
 	obj, err := call(context.Background(), d, func() (*object, error) {
-		obj := d.objects[key]
-		switch {
-		case obj == nil && d.takeovers.has(key):
-			// Its record may name this node already; closed now, the
-			// takeover would then open an incarnation with no record.
-			return nil, fmt.Errorf("%w: %s is being recovered here", roamerr.ErrUnavailable, key)
-		case obj == nil || obj.generation != generation || obj.state == following || obj.state == ended:
-			return nil, fmt.Errorf("%w: %s generation %d does not serve here", roamerr.ErrNotFound, key, generation)
-		case obj.state != serving || obj.out != nil:
-			return nil, fmt.Errorf("%w: %s is moving", roamerr.ErrUnavailable, key)
+		if err := spawn.AdmitClose(key, generation, d.here(key, func() bool { return d.takeovers.has(key) })); err != nil {
+			return nil, err
 		}
+		obj := d.objects[key]
 		obj.state = ended
 		obj.closing = true
 		return obj, nil
@@ -262,6 +256,21 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 		return err
 	}
 	return d.closeEnded(ctx, obj)
+}
+
+// here is what the driver goroutine knows of key's incarnation on this
+// node, for spawn's admissions; pending, asked only when none is
+// registered, says whether one is on its way to serving here.
+func (d *Driver) here(key location.AuthorityKey, pending func() bool) spawn.Here {
+	obj := d.objects[key]
+	if obj == nil {
+		return spawn.Here{Pending: pending()}
+	}
+	return spawn.Here{
+		Present: true, Generation: obj.generation,
+		Serving: obj.state == serving, Ended: obj.state == following || obj.state == ended,
+		Moving: obj.out != nil, Activating: obj.activating.Load(), Changing: obj.changing > 0,
+	}
 }
 
 // closeEnded runs the close of obj, marked ended and closing on the

@@ -2,19 +2,16 @@ package relocation
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/spawn"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -39,11 +36,8 @@ func (d *Driver) leaveOps(ctx context.Context, rec *location.Record) ([]location
 	}
 	key := location.Key(location.KindUserSpot, ms.GetSpotId())
 	v, err := d.store.Read(ctx, key)
-	if errors.Is(err, location.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+	if found, err := handoff.RecordRead(key, err); !found {
+		return nil, err
 	}
 	return handoff.LeaveOps(ms, v), nil
 }
@@ -103,37 +97,29 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 		return false, err
 	}
 	v, found, err := d.readActor(ctx, key)
-	switch {
-	case err != nil || !found:
+	if err != nil || !found {
 		return false, err
-	case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
-		return false, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+	}
+	if err := handoff.OwnedHere(key, v, found, d.owner()); err != nil {
+		return false, err
 	}
 	del, err := call(ctx, d, func() (*deletion, error) {
 		if del := d.deletions[key]; del != nil {
 			return del, nil
 		}
 		obj := d.objects[key]
-		switch {
-		case obj == nil && d.hosts(key, v.Record.GetObjectGeneration()):
-			// Arriving (alone, or as a SpotWide Spot's member: the
-			// commit may have named this node before it opens), taken
-			// over (the record names this node before it opens), or
-			// moving out past its cutover.
-			return nil, fmt.Errorf("%w: %s is moving or being recovered", roamerr.ErrUnavailable, key)
-		case d.stopping:
-			return nil, fmt.Errorf("%w: node %s is stopping", roamerr.ErrUnavailable, d.desc.GetNodeRid())
-		case obj == nil:
-			// Nothing serves the record here: only the record goes.
-		case obj.generation != v.Record.GetObjectGeneration():
-			return nil, fmt.Errorf("%w: %s changed while it was read; try again", roamerr.ErrUnavailable, key)
-		case obj.state != serving || obj.out != nil || obj.activating.Load() || obj.changing > 0:
-			return nil, fmt.Errorf("%w: %s is moving, or its membership is changing", roamerr.ErrUnavailable, key)
-		default:
+		closeIt, err := spawn.AdmitDelete(key, v.Record.GetObjectGeneration(), d.here(key, func() bool { return d.hosts(key, v.Record.GetObjectGeneration()) }),
+			d.desc.GetNodeRid(), d.stopping)
+		if err != nil {
+			return nil, err
+		}
+		if closeIt {
 			// Closed from here on, in the same step that registers the
 			// deletion: no move, join or second delete starts on it.
 			obj.state = ended
 			obj.closing = true
+		} else {
+			obj = nil // nothing serves the record here: only the record goes
 		}
 		del := &deletion{done: make(chan struct{}), spot: memberUserSpot(v.Record).GetSpotId()}
 		d.deletions[key] = del
@@ -217,42 +203,31 @@ type deleteResult struct {
 // owned by another lifecycle, or this node has stopped (the record is
 // then an ended owner's object, released as such).
 func (d *Driver) deleteRecord(key location.AuthorityKey, v location.Versioned) deleteResult {
-	indeterminate := false // a try that may have landed
+	x := &spawn.Delete{Key: key, Owner: d.owner(), At: v}
 	for try := 0; ; try++ {
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
-		err := d.tryDelete(ctx, key, v)
-		if errors.Is(err, location.ErrConflict) {
-			// The Spot's count moved (another member joined or left), or
-			// the record did: read both again.
+		step := x.Wrote(d.tryDelete(ctx, key, x.At))
+		if step == spawn.Reread {
 			cur, found, rerr := d.readActor(ctx, key)
-			if rerr != nil {
-				err = rerr
-			} else {
-				switch handoff.DeleteReread(v, cur, found, d.owner()) {
-				case handoff.DeleteGone:
-					cancel()
-					return deleteResult{done: indeterminate}
-				case handoff.DeleteNotOurs:
-					cancel()
-					return deleteResult{err: fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)}
-				}
-				v = cur
-			}
+			step = x.Reread(cur, found, rerr)
 		}
 		cancel()
-		if err == nil {
-			d.freedRecordSlot(v.Record)
+		switch step {
+		case spawn.Deleted:
+			d.freedRecordSlot(x.At.Record)
 			d.log.Info().Str("event", "actor_deleted").Str("object_id", key.ID).Msg("Actor deleted")
 			return deleteResult{done: true}
+		case spawn.Over:
+			done, err := x.Result()
+			return deleteResult{done: done, err: err}
 		}
-		indeterminate = indeterminate || errors.Is(err, location.ErrIndeterminate)
-		pause, store := handoff.DeletePause(try, err, rand.IntN)
-		if store {
-			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(err).
+		pause, warn := x.Pause(try, rand.IntN)
+		if warn {
+			d.log.Warn().Str("event", "actor_delete_retry").Str("object_id", key.ID).Int("try", try+1).Err(x.Err()).
 				Msg("the Actor's incarnation has closed; deleting its record failed, trying again")
 		}
 		if !d.pauseUnlessStopped(pause) {
-			return deleteResult{err: fmt.Errorf("%w: delete %s: node %s has stopped: %v", roamerr.ErrUnavailable, key, d.desc.GetNodeRid(), err)}
+			return deleteResult{err: x.Stopped(d.desc.GetNodeRid())}
 		}
 	}
 }
@@ -278,15 +253,14 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 	}
 	for try := 0; ; try++ {
 		v, found, err := d.readActor(ctx, key)
-		switch {
-		case err != nil:
+		if err == nil {
+			err = handoff.OwnedHere(key, v, found, d.owner())
+		}
+		if err == nil {
+			err = handoff.Member(key, v, meshnode.IsEntrySpotID)
+		}
+		if err != nil {
 			return err
-		case !found:
-			return fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
-		case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
-			return fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
-		case memberUserSpot(v.Record) == nil:
-			return fmt.Errorf("%w: %s is no User Spot's member", roamerr.ErrInvalidOperation, key)
 		}
 		if err := d.arrived(ctx, key); err != nil {
 			return err
@@ -300,9 +274,7 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 			release()
 			return err
 		}
-		next := proto.Clone(v.Record).(*location.Record)
-		next.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
-		_, err = d.store.Apply(ctx, append(ops, location.UpdateOp(key, v.Version, next)))
+		_, err = d.store.Apply(ctx, handoff.LeaveTxn(key, v, d.desc.GetEntrySpotId(), ops))
 		if err == nil {
 			d.setMember(obj, nil)
 		}
@@ -321,20 +293,12 @@ func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error
 // readActor reads the record of the Actor key: found false when there is
 // none; InvalidOperation when key names no Actor.
 func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (location.Versioned, bool, error) {
-	if key.Kind != location.KindActor {
-		return location.Versioned{}, false, fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
-	}
-	if err := key.Validate(); err != nil {
-		return location.Versioned{}, false, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	if err := handoff.ActorKey(key); err != nil {
+		return location.Versioned{}, false, err
 	}
 	v, err := d.store.Read(ctx, key)
-	switch {
-	case errors.Is(err, location.ErrNotFound):
-		return v, false, nil
-	case err != nil:
-		return v, false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
-	}
-	return v, true, nil
+	found, err := handoff.RecordRead(key, err)
+	return v, found, err
 }
 
 // admitJoin runs admit.Join on the driver's goroutine, before anything of
@@ -370,13 +334,11 @@ func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *
 	self := d.desc.GetNodeRid()
 	for try := 0; ; try++ {
 		v, found, err := d.readActor(ctx, key)
-		switch {
-		case err != nil:
+		if err == nil {
+			err = handoff.OwnedHere(key, v, found, d.owner())
+		}
+		if err != nil {
 			return Outcome{}, err
-		case !found:
-			return Outcome{}, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
-		case !activation.SameOwner(v.Record.GetOwner(), d.owner()):
-			return Outcome{}, fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
 		}
 		out := Outcome{Key: key, From: self, To: self}
 		if handoff.SameMembership(memberUserSpot(v.Record), join) {

@@ -20,6 +20,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
+	"github.com/roamactors/roam/internal/relocation/spawn"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -595,67 +596,33 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 		return nil, err
 	}
 	k, ok := d.kind(stableType)
-	if !ok {
-		return nil, fmt.Errorf("%w: stable type %q is not registered", roamerr.ErrNotFound, stableType)
-	}
-	if err := key.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	if err := spawn.Admit(key, stableType, ok); err != nil {
+		return nil, err
 	}
 	// A new incarnation: an ID spawned again after a delete must not
 	// reuse a generation, or its PIDs would reach the new one and collide
 	// with the old one's forwarders (PROTOCOL.md §2.3).
 	generation := d.newGeneration()
-	rec := &location.Record{
-		ObjectGeneration:         generation,
-		AuthorityOwnerGeneration: 1,
-		State:                    messages.LifecycleState_LIFECYCLE_STATE_READY,
-		StableType:               stableType,
-		Owner:                    d.owner(),
-		PreservesState:           PreservesState(k.Policy),
-		SessionId:                session.GetSessionId(),
-		SessionOwnerAddress:      session.GetOwnerAddress(),
+	sp := spawn.Spec{Key: key, StableType: stableType, Generation: generation, Owner: d.owner(),
+		PreservesState: PreservesState(k.Policy), Session: session, EntrySpotID: d.desc.GetEntrySpotId()}
+	if member != nil {
+		sp.Member, sp.SpotAt = member.membership, member.spotAt
 	}
-	ops := []location.Op{location.CreateOp(key, rec)}
-	switch {
-	case member != nil:
-		rec.Membership = member.membership
-		// The Spot's member count goes up in the same transaction, at the
-		// version the join read: a Close or re-reservation that read the
-		// count before this join conflicts and reads again (PROTOCOL.md
-		// §7.9, §7.10).
-		spot := proto.Clone(member.spotAt.Record).(*location.Record)
-		spot.MemberCount++
-		ops = append(ops, location.UpdateOp(member.spotAt.Key, member.spotAt.Version, spot))
-	case key.Kind == location.KindActor:
-		rec.Membership = &messages.Membership{SpotId: d.desc.GetEntrySpotId(), SpotGeneration: 1}
-	default:
-		rec.SpotKind = messages.SpotKind_SPOT_KIND_INSTANCE
-	}
+	rec, ops := sp.Create()
 	// The Actor holds a capacity slot of this node from its first record
 	// on (PROTOCOL.md §7.12).
-	vers, _, err := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
+	vers, _, werr := d.slots.Take(ctx, []location.AuthorityKey{key}, false, func(slots []uint32) []location.Op {
 		WithSlot(rec, slots, 0)
 		return ops
 	})
-	if errors.Is(err, location.ErrIndeterminate) {
-		// It may have landed: a record with nothing serving it would be
-		// stuck, so read what the store has.
-		vers, err = d.spawnLanded(key, rec, err)
+	step, err := sp.Wrote(werr)
+	if step == spawn.ReadBack {
+		if vers, err = d.spawnLanded(sp, rec, werr); err != nil {
+			err = sp.Failure(err)
+		}
 	}
 	if err != nil {
-		if errors.Is(err, roamerr.ErrCapacityExceeded) {
-			return nil, err
-		}
-		var ce *location.ConflictError
-		if errors.As(err, &ce) && member != nil {
-			if cur, ok := ce.CurrentOf(member.spotAt.Key); ok && cur.Version != member.spotAt.Version {
-				return nil, roamerr.Wrap(roamerr.ErrStale, fmt.Sprintf("User Spot %q changed before %s joined", member.spotAt.Key.ID, key), err)
-			}
-		}
-		if errors.Is(err, location.ErrConflict) {
-			return nil, roamerr.Wrap(roamerr.ErrAlreadyExists, key.String(), err)
-		}
-		return nil, roamerr.Keep(roamerr.ErrUnavailable, "spawn "+key.String(), err)
+		return nil, err
 	}
 	// The record is committed: from here the incarnation starts whatever
 	// the caller's context does (a localCall runs once sent).
@@ -687,22 +654,20 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 // spawnLanded is a spawn's record write after an indeterminate answer
 // (cause): the version it has when the store holds exactly rec, else the
 // error to return.
-func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, cause error) ([]location.StoreVersion, error) {
+func (d *Driver) spawnLanded(sp spawn.Spec, rec *location.Record, cause error) ([]location.StoreVersion, error) {
 	// Until a read answers: a record that landed must be served.
 	for try := 1; ; try++ {
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
-		v, err := d.store.Read(ctx, key)
+		v, err := d.store.Read(ctx, sp.Key)
 		cancel()
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			// Not yet: a write whose answer was lost may still be on its
-			// way to the store and land after this read.
-			go d.removeLateSpawn(key, rec)
+		switch spawn.Read(v, err, rec) {
+		case spawn.Absent:
+			go d.removeLateSpawn(sp.Key, rec)
 			return nil, cause
-		case err == nil && proto.Equal(v.Record, rec):
+		case spawn.Landed:
 			return []location.StoreVersion{v.Version}, nil
-		case err == nil:
-			return nil, fmt.Errorf("%w: %s exists", location.ErrConflict, key)
+		case spawn.Taken:
+			return nil, sp.Exists()
 		}
 		if !d.pauseUnlessStopped(handoff.StorePause(try)) {
 			return nil, errors.Join(cause, err)
@@ -710,34 +675,27 @@ func (d *Driver) spawnLanded(key location.AuthorityKey, rec *location.Record, ca
 	}
 }
 
-// lateSpawnWatch is how long a spawn given up after an indeterminate
-// write keeps looking for its record: longer than a store request can stay
-// on its way (the store's own request timeouts are seconds).
-const lateSpawnWatch = time.Minute
-
 // removeLateSpawn watches for the record rec of a spawn that was given up
-// (its write indeterminate, then not found): should it land late, nothing
-// serves it, so it is deleted again, with its place in a User Spot's count
-// and its slot, and logged.
+// (spawn.Watch) and deletes it should it land late, loudly.
 func (d *Driver) removeLateSpawn(key location.AuthorityKey, rec *location.Record) {
-	until := d.clock.Now().Add(lateSpawnWatch)
-	for pause := 50 * time.Millisecond; d.clock.Now().Before(until); pause = min(2*pause, 5*time.Second) {
-		if !d.pauseUnlessStopped(pause) {
+	w := spawn.NewWatch(d.clock.Now())
+	for {
+		pause, ok := w.Next(d.clock.Now())
+		if !ok || !d.pauseUnlessStopped(pause) {
 			return
 		}
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.RestoreTimeout)
 		v, err := d.store.Read(ctx, key)
 		cancel()
-		switch {
-		case errors.Is(err, location.ErrNotFound), err != nil:
-			continue
-		case !proto.Equal(v.Record, rec):
-			return // another spawn's, or already changed: not this one's
+		switch spawn.LateRead(v, err, rec) {
+		case spawn.Leave:
+			return
+		case spawn.Remove:
+			d.log.Warn().Str("event", "late_spawn_removed").Str("object_id", key.ID).
+				Msg("a spawn given up after an indeterminate store write landed late; its record, which nothing serves, is deleted")
+			d.deleteRecord(key, v)
+			return
 		}
-		d.log.Warn().Str("event", "late_spawn_removed").Str("object_id", key.ID).
-			Msg("a spawn given up after an indeterminate store write landed late; its record, which nothing serves, is deleted")
-		d.deleteRecord(key, v)
-		return
 	}
 }
 

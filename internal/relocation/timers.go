@@ -9,19 +9,19 @@ import (
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/envelope"
-	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/internal/relocation/timersched"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
 // Overrun says what a periodic timer does when its ticks fall behind.
-type Overrun uint8
+type Overrun = timersched.Overrun
 
 const (
 	// OverrunSkip drops the missed slots and counts them (the default).
-	OverrunSkip Overrun = iota
+	OverrunSkip = timersched.Skip
 	// OverrunCatchUp delivers missed slots at once, up to a limit.
-	OverrunCatchUp
+	OverrunCatchUp = timersched.CatchUp
 )
 
 // TimerOption configures Every.
@@ -29,7 +29,7 @@ type TimerOption func(*timerReg)
 
 // CatchUp makes a periodic timer deliver up to limit missed slots at once.
 func CatchUp(limit uint32) TimerOption {
-	return func(r *timerReg) { r.overrun, r.catchUp = OverrunCatchUp, limit }
+	return func(r *timerReg) { r.Overrun, r.CatchUpLimit = OverrunCatchUp, limit }
 }
 
 // TimerSet is the framework timers of one relocatable actor. Use it only
@@ -53,15 +53,18 @@ func Timers(c actor.Context) (TimerSet, error) {
 
 // Every delivers a TimerTick named name every period, from now.
 func (s TimerSet) Every(name string, period time.Duration, opts ...TimerOption) error {
-	if period <= 0 {
-		return fmt.Errorf("%w: timer %q: period must be positive", roamerr.ErrInvalidOperation, name)
+	if err := timersched.Valid(name, true, period); err != nil {
+		return err
 	}
-	return s.t.register(&timerReg{name: name, period: period}, s.t.clock.Now().Add(period), opts)
+	return s.t.register(&timerReg{Reg: timersched.Reg{Name: name, Period: period}}, s.t.clock.Now().Add(period), opts)
 }
 
 // After delivers one TimerTick named name after delay.
 func (s TimerSet) After(name string, delay time.Duration) error {
-	return s.t.register(&timerReg{name: name}, s.t.clock.Now().Add(max(delay, 0)), nil)
+	if err := timersched.Valid(name, false, 0); err != nil {
+		return err
+	}
+	return s.t.register(&timerReg{Reg: timersched.Reg{Name: name}}, s.t.clock.Now().Add(max(delay, 0)), nil)
 }
 
 // Cancel removes a timer; a tick already on its way is not delivered.
@@ -92,28 +95,18 @@ type timers struct {
 	clock machine.Clock
 }
 
-// timerReg is one registration. A periodic timer has one slot armed at a
-// time; the tick of that slot, once handled, arms the next, so a timer
-// never piles ticks up in the mailbox.
+// timerReg is one registration: its schedule (timersched.Reg) and the
+// clock timer of its armed tick.
 type timerReg struct {
-	name      string
-	period    time.Duration // 0: a one-shot After timer
-	overrun   Overrun
-	catchUp   uint32
-	delivered uint64 // completed delivery index
-	scheduled uint64 // completed schedule index (slots posted or skipped)
-	skipped   uint32
-	armedAt   time.Time     // the slot of the armed tick
-	armedIdx  uint64        // its schedule index
-	handle    machine.Timer // the armed tick's timer; nil once it is handled
-	paused    bool          // stopped by a capture before its tick fired
+	timersched.Reg
+	handle machine.Timer // the armed tick's timer; nil once it is handled
 }
 
 // dueWithin reports a timer whose armed tick is due before now+window
 // (or overdue), by name; the object's goroutine only.
 func (t *timers) dueWithin(now time.Time, window time.Duration) (string, bool) {
 	for name, r := range t.regs {
-		if r.handle != nil && !r.paused && r.armedAt.Before(now.Add(window)) {
+		if r.Due(r.handle != nil, now, window) {
 			return name, true
 		}
 	}
@@ -127,27 +120,24 @@ func (o *object) timers() *timers {
 	return o.tm
 }
 
+// register starts r, whose name and period timersched.Valid accepted,
+// in place of a registration of the same name.
 func (t *timers) register(r *timerReg, first time.Time, opts []TimerOption) error {
-	if err := location.ValidateID("timer name", r.name); err != nil {
-		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
-	}
 	for _, o := range opts {
 		o(r)
 	}
-	if old := t.regs[r.name]; old != nil {
+	if old := t.regs[r.Name]; old != nil {
 		old.stop()
 	}
-	t.regs[r.name] = r
-	t.arm(r, first, r.scheduled+1)
+	t.regs[r.Name] = r
+	t.arm(r, r.Start(first))
 	return nil
 }
 
-// arm schedules the tick of slot index at at.
-func (t *timers) arm(r *timerReg, at time.Time, index uint64) {
-	tick := &messages.TimerTick{Name: r.name, ScheduleIndex: index, ScheduledUnixMillis: at.UnixMilli(), Skipped: r.skipped}
+// arm posts tick, the schedule's armed slot, at its time.
+func (t *timers) arm(r *timerReg, tick *messages.TimerTick) {
 	sys, self := t.sys, t.self
-	r.armedAt, r.armedIdx = at, index
-	r.handle = t.clock.AfterFunc(max(machine.Until(t.clock, at), 0), func() { sys.Root.Send(self, tick) })
+	r.handle = t.clock.AfterFunc(max(machine.Until(t.clock, r.ArmedAt()), 0), func() { sys.Root.Send(self, tick) })
 }
 
 // stop cancels the armed slot; it reports false if the tick already fired.
@@ -160,64 +150,33 @@ func (r *timerReg) stop() bool {
 	return stopped
 }
 
-// onTick handles a TimerTick before the application sees it: it reports
-// whether the tick is live and arms the next slot.
+// onTick handles a TimerTick before the application sees it
+// (timersched.Reg.Tick): it reports whether the tick is live, and posts
+// and arms what its schedule says.
 func (t *timers) onTick(tick *messages.TimerTick) bool {
 	r := t.regs[tick.GetName()]
-	if r == nil || tick.GetScheduleIndex() <= r.scheduled {
-		return false // cancelled (or re-registered) while on its way
+	if r == nil {
+		return false // cancelled while on its way
 	}
-	r.delivered++
-	r.scheduled = tick.GetScheduleIndex()
-	tick.DeliveryIndex = r.delivered
-	tick.Skipped = r.skipped
-	if r.period == 0 {
-		delete(t.regs, r.name)
-		return true
+	h := r.Tick(tick, t.clock.Now())
+	if h.Done {
+		delete(t.regs, r.Name)
 	}
-	if tick.GetScheduleIndex() != r.armedIdx {
-		return true // a catch-up tick: the schedule is already armed
-	}
-	r.handle = nil
-	// Slots whose time has passed are missed: caught up (delivered at
-	// once, up to the limit, handled before the next armed slot) or skipped.
-	next, index := time.UnixMilli(tick.GetScheduledUnixMillis()).Add(r.period), r.scheduled+1
-	if now := t.clock.Now(); next.Before(now) {
-		missed := uint64(now.Sub(next)/r.period) + 1
-		burst := uint64(0)
-		if r.overrun == OverrunCatchUp {
-			burst = min(missed, uint64(r.catchUp))
+	if h.Next != nil {
+		r.handle = nil
+		for _, c := range h.CatchUp {
+			t.sys.Root.Send(t.self, c)
 		}
-		for i := uint64(0); i < burst; i++ {
-			t.sys.Root.Send(t.self, &messages.TimerTick{Name: r.name, ScheduleIndex: index + i,
-				ScheduledUnixMillis: next.Add(time.Duration(i) * r.period).UnixMilli()})
-		}
-		r.skipped += uint32(missed - burst)
-		next, index = next.Add(time.Duration(missed)*r.period), index+missed
+		t.arm(r, h.Next)
 	}
-	t.arm(r, next, index)
-	return true
+	return h.Live
 }
 
-// capture stops every timer and describes it for the payload. A timer
-// whose tick already fired has a zero cursor: that tick — in the saved
-// work, the relay or Message Follow — re-arms it where it is handled.
+// capture stops every timer and describes it for the payload.
 func (t *timers) capture() []envelope.TimerRegistration {
 	out := make([]envelope.TimerRegistration, 0, len(t.regs))
 	for _, r := range t.regs {
-		var cursor uint64
-		if r.stop() {
-			cursor, r.paused = uint64(r.armedAt.UnixMilli()), true
-		}
-		// Every slot before the armed one is completed (handled or
-		// skipped), so the armed slot is CompletedScheduleIndex+1 on the
-		// target, whether it is re-armed there or its tick is on its way.
-		out = append(out, envelope.TimerRegistration{
-			ParticipantID: 1, Name: r.name, HandlerType: "roam.messages.TimerTick",
-			PeriodMillis: uint64(r.period / time.Millisecond), OverrunPolicy: uint8(r.overrun), CatchUpLimit: r.catchUp,
-			CompletedDeliveryIndex: r.delivered, CompletedScheduleIndex: max(r.scheduled, r.armedIdx-min(r.armedIdx, 1)),
-			NextScheduleUnixMillis: cursor,
-		})
+		out = append(out, r.Capture(r.stop()))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -234,9 +193,8 @@ func (t *timers) stopAll() {
 // and the source runs on (PROTOCOL.md §6.2).
 func (t *timers) resume() {
 	for _, r := range t.regs {
-		if r.paused {
-			r.paused = false
-			t.arm(r, r.armedAt, r.armedIdx)
+		if tick := r.Resume(); tick != nil {
+			t.arm(r, tick)
 		}
 	}
 }
@@ -245,19 +203,14 @@ func (t *timers) resume() {
 // tick was not on its way.
 func (t *timers) restore(regs []envelope.TimerRegistration) {
 	for _, e := range regs {
-		r := &timerReg{
-			name: e.Name, period: time.Duration(e.PeriodMillis) * time.Millisecond,
-			overrun: Overrun(e.OverrunPolicy), catchUp: e.CatchUpLimit,
-			delivered: e.CompletedDeliveryIndex, scheduled: e.CompletedScheduleIndex,
-		}
-		if old := t.regs[r.name]; old != nil {
+		reg, tick := timersched.Restore(e)
+		r := &timerReg{Reg: *reg}
+		if old := t.regs[r.Name]; old != nil {
 			old.stop() // registered again by the new instance's Started
 		}
-		t.regs[r.name] = r
-		if e.NextScheduleUnixMillis != 0 {
-			t.arm(r, time.UnixMilli(int64(e.NextScheduleUnixMillis)), r.scheduled+1)
-		} else {
-			r.armedIdx = r.scheduled + 1 // its tick is on its way and re-arms here
+		t.regs[r.Name] = r
+		if tick != nil {
+			t.arm(r, tick)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/relocation/timersched"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/messages"
 )
@@ -25,7 +26,7 @@ func TestTimerWithATickInFlightKeepsTicking(t *testing.T) {
 		}
 	}))
 	src := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: machine.Real}
-	require.NoError(t, src.register(&timerReg{name: "beat", period: 5 * time.Millisecond}, time.Now(), nil))
+	require.NoError(t, src.register(&timerReg{Reg: timersched.Reg{Name: "beat", Period: 5 * time.Millisecond}}, time.Now(), nil))
 	first := <-ticks // fired, not handled: in flight
 	regs := src.capture()
 	require.Len(t, regs, 1)
@@ -55,12 +56,13 @@ func TestPausedTimerResumes(t *testing.T) {
 			ticks <- tk
 		}
 	}))
-	tm := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: machine.Real}
-	require.NoError(t, tm.register(&timerReg{name: "later", period: 5 * time.Millisecond}, time.Now().Add(time.Hour), nil))
+	clock := machine.NewManual()
+	tm := &timers{sys: sys, self: self, regs: map[string]*timerReg{}, clock: clock}
+	require.NoError(t, tm.register(&timerReg{Reg: timersched.Reg{Name: "later", Period: 5 * time.Millisecond}}, clock.Now().Add(time.Hour), nil))
 	regs := tm.capture()
 	require.NotZero(t, regs[0].NextScheduleUnixMillis, "armed, not fired: paused with its cursor")
-	tm.regs["later"].armedAt = time.Now()
 	tm.resume()
+	clock.Advance(time.Hour)
 	select {
 	case tk := <-ticks:
 		require.True(t, tm.onTick(tk))

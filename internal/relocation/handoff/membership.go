@@ -151,3 +151,59 @@ func DeletePause(try int, err error, intN func(n int) int) (pause time.Duration,
 	}
 	return StorePause(try + 1), true
 }
+
+// ActorKey refuses a key that names no Actor: only an Actor is deleted,
+// joins or leaves a User Spot.
+func ActorKey(key location.AuthorityKey) error {
+	if key.Kind != location.KindActor {
+		return fmt.Errorf("%w: %s is not an Actor", roamerr.ErrInvalidOperation, key)
+	}
+	if err := key.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", roamerr.ErrInvalidOperation, err)
+	}
+	return nil
+}
+
+// RecordRead judges the answer err to a read of key's record (an Actor's,
+// or the User Spot's it is a member of): found false when there is none, Unavailable (keeping its cause) when
+// the store could not say.
+func RecordRead(key location.AuthorityKey, err error) (found bool, _ error) {
+	switch {
+	case errors.Is(err, location.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, roamerr.Keep(roamerr.ErrUnavailable, "read "+key.String(), err)
+	}
+	return true, nil
+}
+
+// OwnedHere refuses a membership change of the Actor key, read as v
+// (found: it has a record), unless owner (this node's lifecycle) owns it:
+// only its owner's serving incarnation changes its membership.
+func OwnedHere(key location.AuthorityKey, v location.Versioned, found bool, owner *messages.Owner) error {
+	switch {
+	case !found:
+		return fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
+	case !activation.SameOwner(v.Record.GetOwner(), owner):
+		return fmt.Errorf("%w: %s is not owned by this node", roamerr.ErrNotFound, key)
+	}
+	return nil
+}
+
+// Member refuses a Leave of the Actor key, read as v, that is no User
+// Spot's member (isEntry tells an Entry Spot's ID from a User Spot's).
+func Member(key location.AuthorityKey, v location.Versioned, isEntry func(spotID string) bool) error {
+	if UserSpotOf(v.Record, isEntry) == nil {
+		return fmt.Errorf("%w: %s is no User Spot's member", roamerr.ErrInvalidOperation, key)
+	}
+	return nil
+}
+
+// LeaveTxn is the transaction of a Leave: the Actor key, read as v, is
+// taken off its User Spot's count by leave (LeaveOps) and becomes a
+// member of this node's Entry Spot entrySpotID, at the version read.
+func LeaveTxn(key location.AuthorityKey, v location.Versioned, entrySpotID string, leave []location.Op) []location.Op {
+	next := proto.Clone(v.Record).(*location.Record)
+	next.Membership = &messages.Membership{SpotId: entrySpotID, SpotGeneration: 1}
+	return append(leave, location.UpdateOp(key, v.Version, next))
+}

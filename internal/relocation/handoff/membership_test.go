@@ -165,3 +165,81 @@ func TestDeletePause(t *testing.T) {
 	require.Equal(t, StorePause(4), pause)
 	require.True(t, store)
 }
+
+// Only a valid Actor key is deleted, joins or leaves.
+func TestActorKey(t *testing.T) {
+	require.NoError(t, ActorKey(location.Key(location.KindActor, "a")))
+	for _, key := range []location.AuthorityKey{
+		location.Key(location.KindUserSpot, "room"),
+		location.Key(location.KindInstanceSpot, "i"),
+		location.Key(location.KindActor, ""),
+	} {
+		require.ErrorIs(t, ActorKey(key), roamerr.ErrInvalidOperation, "%s", key)
+	}
+}
+
+// A missing record is no error; a failed read is Unavailable with its
+// cause kept.
+func TestRecordRead(t *testing.T) {
+	key := location.Key(location.KindActor, "a")
+	for _, c := range []struct {
+		name  string
+		err   error
+		found bool
+		want  error
+	}{
+		{"read", nil, true, nil},
+		{"none", fmt.Errorf("read: %w", location.ErrNotFound), false, nil},
+		{"store down", fmt.Errorf("read: %w", location.ErrUnavailable), false, roamerr.ErrUnavailable},
+		{"a typed failure keeps its class", fmt.Errorf("read: %w", roamerr.ErrDeadlineExceeded), false, roamerr.ErrDeadlineExceeded},
+	} {
+		found, err := RecordRead(key, c.err)
+		require.Equal(t, c.found, found, c.name)
+		if c.want == nil {
+			require.NoError(t, err, c.name)
+			continue
+		}
+		require.ErrorIs(t, err, c.want, c.name)
+		require.ErrorIs(t, err, c.err, "%s: the cause is kept", c.name)
+	}
+}
+
+// A membership changes only under the Actor's owner lifecycle.
+func TestOwnedHere(t *testing.T) {
+	key := location.Key(location.KindActor, "a")
+	owner := &messages.Owner{NodeRid: "n1", NodeGeneration: 2, LeaseId: "l"}
+	at := func(o *messages.Owner) location.Versioned {
+		return location.Versioned{Version: 4, Record: &location.Record{Owner: o}}
+	}
+	require.NoError(t, OwnedHere(key, at(owner), true, owner))
+	require.ErrorIs(t, OwnedHere(key, location.Versioned{}, false, owner), roamerr.ErrNotFound)
+	require.ErrorIs(t, OwnedHere(key, at(&messages.Owner{NodeRid: "n2", NodeGeneration: 2, LeaseId: "l"}), true, owner), roamerr.ErrNotFound)
+	err := OwnedHere(key, at(&messages.Owner{NodeRid: "n1", NodeGeneration: 3, LeaseId: "l2"}), true, owner)
+	require.ErrorIs(t, err, roamerr.ErrNotFound, "a later lifecycle of this node")
+	require.Contains(t, err.Error(), "not owned by this node")
+}
+
+// A Leave takes a User Spot's member to this node's Entry Spot at the
+// version read, after the ops that take it off its Spot's count; an Entry
+// Spot's member, or no member, is refused.
+func TestLeave(t *testing.T) {
+	key := location.Key(location.KindActor, "a")
+	room := &messages.Membership{SpotId: "room", SpotGeneration: 3}
+	v := location.Versioned{Key: key, Version: 9, Record: &location.Record{ObjectGeneration: 5, Membership: room}}
+	require.NoError(t, Member(key, v, isEntry))
+	for _, m := range []*messages.Membership{nil, {SpotId: "entry-n1", SpotGeneration: 1}} {
+		nv := location.Versioned{Key: key, Version: 9, Record: &location.Record{Membership: m}}
+		require.ErrorIs(t, Member(key, nv, isEntry), roamerr.ErrInvalidOperation, "%v", m)
+	}
+
+	leave := []location.Op{location.UpdateOp(location.Key(location.KindUserSpot, "room"), 2, &location.Record{})}
+	ops := LeaveTxn(key, v, "entry-n1", leave)
+	require.Len(t, ops, 2)
+	require.Equal(t, leave[0], ops[0], "the Spot's count first, at the version read")
+	require.Equal(t, key, ops[1].Key)
+	require.Equal(t, location.StoreVersion(9), ops[1].Version)
+	require.Equal(t, "entry-n1", ops[1].Record.GetMembership().GetSpotId())
+	require.Equal(t, uint64(1), ops[1].Record.GetMembership().GetSpotGeneration())
+	require.Equal(t, uint64(5), ops[1].Record.GetObjectGeneration())
+	require.Equal(t, "room", v.Record.GetMembership().GetSpotId(), "the record read is not changed")
+}
