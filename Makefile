@@ -115,8 +115,8 @@ test-race-all:
 #     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
 #   and the randomized moves on Consul (TestRandomizedMovesKeepEveryMessageOnceOnConsul,
 #     on Consul whatever ROAM_TEST_STORE says).
-# Then internal/spot's Consul variants, which test-race-all leaves out (its
-# tests without store variants run there and again here).
+# Then internal/spot's Consul variants, which test-race-all leaves out; its
+# tests without a Consul variant skip here (they run in test-race-all).
 RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
 	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
 	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
