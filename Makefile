@@ -148,16 +148,37 @@ test-race-consul:
 	ROAM_TEST_STORE=consul $(call timed,internal/relocation) $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
 	ROAM_TEST_STORE=consul $(call timed,internal/spot) $(RACE) ./internal/spot
 
-# The root package's end-to-end tests once more against Proto.Actor as
-# applications build it (no -modfile), so that none passes only because
-# of the race copy's patches. Without -race: these tests start two or
-# more remotes in one process, which race inside the unpatched
-# Proto.Actor (remote.Start's gRPC logger, see above). The README's
-# programs run only here (TestREADMEExampleRuns in the root package, and
-# examples/grains' outside module): they build programs without -race.
+# The tests that run Proto.Actor's own cluster or stop remotes beside
+# running peers once more against Proto.Actor as applications build it
+# (no -modfile), so that none passes only because of the race copy's
+# patches: those patch the cluster's gossip, member list, informer and
+# block list, and a remote's shutdown while peers still talk to it
+# (tools/race/prepare.sh); a test that exercises none of that runs the
+# same code either way, and runs once, in test-race-all. PLAIN_TESTS are
+# the root package's: a Proto.Actor cluster under roam (its lookup, its
+# kinds, its ClusterInit, its shutdown without roam's Stop), and rejoins
+# and stops of a node whose peers keep running; then the grain example's
+# moves on a cluster of members (examples/grains). Without -race: these
+# tests start two or more remotes in one process, which race inside the
+# unpatched Proto.Actor (remote.Start's gRPC logger, see above). The
+# README's programs run only here (TestREADMEExampleRuns in the root
+# package, and examples/grains' outside module): they build programs
+# without -race; so does bench/baseline, which runs only here.
+PLAIN_TESTS := TestBreakFromClusterKindWithoutProtoCluster TestBreakClusterInitTwiceWithClusterProps \
+	TestBreakKindNameClashSwitchesLookupSilently TestBreakRejoinOfAClusterMember TestBreakClusterShutdownWithoutRoamStop \
+	TestBreakARemoteConfigWidenedAfterwardsIsRefused ExampleRoam_IdentityLookup \
+	TestBreakRejoinWindowDropsSendsSilently TestBreakStopDuringRejoin TestBreakSecondRejoin \
+	TestBreakCrashedFixedPortNodeCannotRestart TestStopEndsTheRejoinsClaim TestStopAfterRejoinLeavesNoGoroutine \
+	TestRejoinOnTheApplicationsSystem TestREADMEExampleRuns
+PLAIN_GRAINS_TESTS := TestGrainsMoveWithStateWhileAPlainKindAnswers TestOutsideModuleFromTheREADME
 test-plain:
-	$(call timed,root package) $(GO) test -count=1 ./bench/baseline .
-	$(call timed,examples/grains) $(GO) test -count=1 -run '^TestOutsideModuleFromTheREADME$$' ./examples/grains
+	@for n in $(PLAIN_TESTS); do grep -q "^func $$n(t \*testing.T)\|^func $$n()" *_test.go || \
+		{ echo "PLAIN_TESTS names $$n, which the root package does not have"; exit 1; }; done
+	@for n in $(PLAIN_GRAINS_TESTS); do grep -q "^func $$n(t \*testing.T)" examples/grains/*_test.go || \
+		{ echo "PLAIN_GRAINS_TESTS names $$n, which examples/grains does not have"; exit 1; }; done
+	$(call timed,bench/baseline) $(GO) test -count=1 ./bench/baseline
+	$(call timed,root package) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_TESTS))))$$' .
+	$(call timed,examples/grains) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_GRAINS_TESTS))))$$' ./examples/grains
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
