@@ -26,6 +26,13 @@ RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
 empty :=
 space := $(empty) $(empty)
 
+# $(call timed,WHAT) prefixes a step of make test's parts: it prints the
+# step's wall time and the CPU time of everything it ran (test binaries
+# included), so that a slow run says which part and step took the time. On
+# 2 cores the CPU total of all parts, more than any part's wall time,
+# bounds the run.
+timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wall; %U s user; %S s sys")
+
 .PHONY: test test-race test-race-all test-race-consul test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
@@ -44,10 +51,10 @@ browser:
 
 ## sim-check: 100,000 random schedules of the hand-off's deterministic
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
-## 2,000 of each).
+## 400 of each, RACE_SIM_SCHEDULES).
 sim-check:
-	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
-	SIM_SCHEDULES=100000 $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
+	SIM_SCHEDULES=100000 $(call timed,relocation/sim) $(GO) test -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(call timed,spotsim) $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
 
 ## nodesim: the real drivers under N seeded fault schedules (default 50;
 ## internal/nodesim, of which make test runs 3): make nodesim [N=200] [SEED=1].
@@ -74,10 +81,18 @@ test-race: race-mod
 # most of that package's time). In test-plain: the README's programs (each
 # builds and runs a program of its own, without the race detector whatever
 # this run's flags: here they would only repeat what test-plain does).
+# The two simulations run RACE_SIM_SCHEDULES random schedules here instead
+# of their default 2,000: sim-check runs seeds 1 to 100,000 of the same
+# simulations without the race detector, so what this run adds is only the
+# race detector on the workers that run schedules side by side, which a few
+# hundred schedules exercise as well as 2,000 (at four to six times the CPU
+# per schedule). 400 keeps the check that the Session simulation's hold
+# limit and seal timeout were exercised, which needs 400 or more.
+RACE_SIM_SCHEDULES := 400
 RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) $(call timed,all packages) $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
 
 # The hand-off tests whose outcome depends on what the Location Store does,
 # again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
@@ -108,8 +123,8 @@ test-race-all:
 #     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
 #   and the randomized moves on Consul (TestRandomizedMovesKeepEveryMessageOnceOnConsul,
 #     on Consul whatever ROAM_TEST_STORE says).
-# Then internal/spot's Consul variants, which test-race-all leaves out (its
-# tests without store variants run there and again here).
+# Then internal/spot's Consul variants, which test-race-all leaves out; its
+# tests without a Consul variant skip here (they run in test-race-all).
 RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
 	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
 	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
@@ -130,19 +145,40 @@ test-race-consul:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
 		{ echo "RELOCATION_ON_CONSUL names $$n, which internal/relocation does not have"; exit 1; }; done
-	ROAM_TEST_STORE=consul $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
-	ROAM_TEST_STORE=consul $(RACE) ./internal/spot
+	ROAM_TEST_STORE=consul $(call timed,internal/relocation) $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
+	ROAM_TEST_STORE=consul $(call timed,internal/spot) $(RACE) ./internal/spot
 
-# The root package's end-to-end tests once more against Proto.Actor as
-# applications build it (no -modfile), so that none passes only because
-# of the race copy's patches. Without -race: these tests start two or
-# more remotes in one process, which race inside the unpatched
-# Proto.Actor (remote.Start's gRPC logger, see above). The README's
-# programs run only here (TestREADMEExampleRuns in the root package, and
-# examples/grains' outside module): they build programs without -race.
+# The tests that run Proto.Actor's own cluster or stop remotes beside
+# running peers once more against Proto.Actor as applications build it
+# (no -modfile), so that none passes only because of the race copy's
+# patches: those patch the cluster's gossip, member list, informer and
+# block list, and a remote's shutdown while peers still talk to it
+# (tools/race/prepare.sh); a test that exercises none of that runs the
+# same code either way, and runs once, in test-race-all. PLAIN_TESTS are
+# the root package's: a Proto.Actor cluster under roam (its lookup, its
+# kinds, its ClusterInit, its shutdown without roam's Stop), and rejoins
+# and stops of a node whose peers keep running; then the grain example's
+# moves on a cluster of members (examples/grains). Without -race: these
+# tests start two or more remotes in one process, which race inside the
+# unpatched Proto.Actor (remote.Start's gRPC logger, see above). The
+# README's programs run only here (TestREADMEExampleRuns in the root
+# package, and examples/grains' outside module): they build programs
+# without -race; so does bench/baseline, which runs only here.
+PLAIN_TESTS := TestBreakFromClusterKindWithoutProtoCluster TestBreakClusterInitTwiceWithClusterProps \
+	TestBreakKindNameClashSwitchesLookupSilently TestBreakRejoinOfAClusterMember TestBreakClusterShutdownWithoutRoamStop \
+	TestBreakARemoteConfigWidenedAfterwardsIsRefused ExampleRoam_IdentityLookup \
+	TestBreakRejoinWindowDropsSendsSilently TestBreakStopDuringRejoin TestBreakSecondRejoin \
+	TestBreakCrashedFixedPortNodeCannotRestart TestStopEndsTheRejoinsClaim TestStopAfterRejoinLeavesNoGoroutine \
+	TestRejoinOnTheApplicationsSystem TestREADMEExampleRuns
+PLAIN_GRAINS_TESTS := TestGrainsMoveWithStateWhileAPlainKindAnswers TestOutsideModuleFromTheREADME
 test-plain:
-	$(GO) test -count=1 ./bench/baseline .
-	$(GO) test -count=1 -run '^TestOutsideModuleFromTheREADME$$' ./examples/grains
+	@for n in $(PLAIN_TESTS); do grep -q "^func $$n(t \*testing.T)\|^func $$n()" *_test.go || \
+		{ echo "PLAIN_TESTS names $$n, which the root package does not have"; exit 1; }; done
+	@for n in $(PLAIN_GRAINS_TESTS); do grep -q "^func $$n(t \*testing.T)" examples/grains/*_test.go || \
+		{ echo "PLAIN_GRAINS_TESTS names $$n, which examples/grains does not have"; exit 1; }; done
+	$(call timed,bench/baseline) $(GO) test -count=1 ./bench/baseline
+	$(call timed,root package) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_TESTS))))$$' .
+	$(call timed,examples/grains) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_GRAINS_TESTS))))$$' ./examples/grains
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
@@ -182,9 +218,9 @@ $(TOOLS_BIN)/protoc-gen-go:
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
+	$(call timed,vet) $(GO) vet ./...
 	# No public package names an internal type in its exported API.
-	$(GO) test -count=1 ./internal/apicheck
+	$(call timed,apicheck) $(GO) test -count=1 ./internal/apicheck
 
 ## demo: the main job, on the embedded store; DIRECTOR=1 runs the placement
 ## director with co-location on every node (users' Actors follow their rooms).
@@ -224,7 +260,7 @@ FUZZ_TARGETS := ./internal/meshnode:FuzzRemoteFrame ./internal/meshnode:FuzzSpli
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+		$(call timed,$$name) $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZTIME=10000x
@@ -267,8 +303,8 @@ chaos: consul
 	$(GO) run ./cmd/roam-demo --store=consul --chat-node=$(TOOLS_BIN)/chat-node --fault=consul-pause $(if $(DIRECTOR),--director)
 
 chaos-short: consul
-	$(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
-	$(TOOLS_BIN)/roam-chaos run -short -director
+	$(call timed,build) $(GO) build -o $(TOOLS_BIN)/roam-chaos ./cmd/roam-chaos
+	$(call timed,run) $(TOOLS_BIN)/roam-chaos run -short -director
 
 ## sim: replay one schedule of the hand-off's deterministic simulation
 ## (internal/relocation/sim) and print its trace: make sim SEED=<n>.

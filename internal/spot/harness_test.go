@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,18 @@ func onlyOnChosenStore(t *testing.T, name string) {
 	if chosen := os.Getenv("ROAM_TEST_STORE"); chosen != "" && chosen != name {
 		t.Skipf("ROAM_TEST_STORE=%s", chosen)
 	}
+}
+
+// skipWithoutAConsulVariant skips, when ROAM_TEST_STORE=consul, a test
+// that starts a node outside a "consul" store variant: it has no Consul
+// variant, and the memstore run make test runs beside this one runs it
+// already; running it again here only repeats it.
+func skipWithoutAConsulVariant(t testing.TB) {
+	t.Helper()
+	if os.Getenv("ROAM_TEST_STORE") != "consul" || slices.Contains(strings.Split(t.Name(), "/")[1:], "consul") {
+		return
+	}
+	t.Skip("no Consul variant: it runs with ROAM_TEST_STORE=memstore")
 }
 
 // onBothStoresInLogicalTime runs body once per store, as onBothStores,
@@ -382,6 +395,7 @@ func withStore(s location.Store) nodeOpt { return func(c *extension.Config) { c.
 // Spot) kinds unless opts say otherwise.
 func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	w.t.Helper()
+	skipWithoutAConsulVariant(w.t)
 	testwait.NoLeaks(w.t)
 	cfg := extension.Config{
 		Node:  meshnode.Config{Store: w.store, Logger: testLogger(), LeaseTTL: testLeaseTTL},
