@@ -16,6 +16,23 @@ out="$1"
 go="${GO:-go}"
 mod=github.com/asynkron/protoactor-go
 src=$("$go" list -m -f '{{.Dir}}' "$mod")
+# The copy is shared by every checkout on the machine (two make test runs
+# side by side, or a CI job beside a developer's): it is rebuilt only when
+# this script, go.mod, go.sum or the module's source path changed, under a
+# lock, and put in place by a rename, so a run never reads a half-written
+# copy and never deletes another's.
+mkdir -p "$(dirname "$out")"
+stamp=$(cat "$0" go.mod go.sum <(echo "$src") | sha256sum | cut -d' ' -f1)
+if command -v flock >/dev/null; then
+	exec 9>"$out.lock"
+	flock 9
+fi
+if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ]; then
+	exit 0
+fi
+final="$out"
+out="$final.tmp.$$"
+trap 'rm -rf "$out"' EXIT
 rm -rf "$out"
 mkdir -p "$out"
 cp -r "$src" "$out/protoactor-go"
@@ -80,4 +97,9 @@ grep -q '^	em\.connections = nil$' "$manager"
 sed -i 's|^	em\.connections = nil$|	// em.connections = nil: kept (race run), read by endpoint events still in flight|' "$manager"
 cp go.mod "$out/go.mod"
 cp go.sum "$out/go.sum"
-"$go" mod edit -modfile="$out/go.mod" -replace "$mod=$out/protoactor-go"
+"$go" mod edit -modfile="$out/go.mod" -replace "$mod=$final/protoactor-go"
+echo "$stamp" >"$out/stamp"
+rm -rf "$final.old.$$"
+if [ -d "$final" ]; then mv "$final" "$final.old.$$"; fi
+mv "$out" "$final"
+rm -rf "$final.old.$$"
