@@ -8,6 +8,7 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/relocation/releaserun"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -181,8 +182,9 @@ func (l *Life) renew() {
 // TTL).
 const watchEvery = 300 * time.Millisecond
 
-// watchNodes is Driver.WatchNodes: every descriptor listed feeds the
-// liveness watch, and one that stood still for a TTL is revoked at the
+// watchNodes lists the descriptors and hands them to the driver's own
+// releaserun.WatchNodes (Driver.WatchNodes): every descriptor listed feeds
+// the liveness watch, and one that stood still for a TTL is revoked at the
 // version seen (a write: refused while this lifecycle is fenced).
 func (l *Life) watchNodes() {
 	w := l.w
@@ -196,25 +198,12 @@ func (l *Life) watchNodes() {
 		}
 		l.departed(res.nodes)
 		l.ownerLooks()
+		nodes := make([]location.VersionedNode, len(res.nodes))
 		for i, o := range res.nodes {
-			if o == l {
-				continue
-			}
-			id := o.rid + "/" + o.lease
-			seenAt := w.Now()
-			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
-				l.liveness.Seen(id, res.beats[i], 0, w.Now()-w.cfg.LeaseTTL)
-			}
-			if l.liveness.Seen(id, res.beats[i], 0, seenAt) != liveness.Silent || l.fenced() {
-				continue
-			}
-			owner := &messages.Owner{NodeRid: o.rid, LeaseId: o.lease, NodeGeneration: o.gen}
-			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.Now()+watchEvery, func(rv storeRes) {
-				if rv.err == nil {
-					l.liveness.Revoked(id, w.Now())
-				}
-			})
+			nodes[i] = location.VersionedNode{Node: o.descriptor(), Version: location.StoreVersion(res.beats[i])}
+			l.sabotageRevokeEarly(nodes[i])
 		}
+		releaserun.WatchNodes(ownerEnv{l, w.Now() + watchEvery}, nodes, func(int, error) {})
 	})
 }
 
