@@ -66,7 +66,7 @@ type Life struct {
 	sweep   bool
 	watches spotservice.Watches
 	// liveness is what this lifecycle saw of the others' descriptors
-	// (Driver.OwnerNode's rule, internal/liveness).
+	// (releaserun.Observe and its revocations and gone owners).
 	liveness *liveness.Watch
 	// listed: the other lifecycles the last heartbeat listing named;
 	// look: a recovery pass's look at the records' owners is due
