@@ -211,3 +211,16 @@ func TestWatchNodes(t *testing.T) {
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)
 	require.Zero(t, n)
 }
+
+// An owner whose descriptor is missing at the revoke and who has been
+// seen gone for its TTL already is ended, not alive. Only a zero TTL
+// reaches it here (every read that finds the descriptor restarts its
+// time gone), so the watch has none.
+func TestOwnerNodeGoneForATTLAtRevokeIsEnded(t *testing.T) {
+	e := newEnv()
+	e.watch = liveness.New(0)
+	require.True(t, ownerNode(e, owner).alive, "first sight")
+	e.revoke = location.ErrNotFound
+	require.Equal(t, answer{"a2", false, nil}, ownerNode(e, owner))
+	require.Equal(t, []location.StoreVersion{7}, e.revokeAt)
+}
