@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
+	"github.com/roamactors/roam/internal/relocation/targetrun"
 	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -889,15 +891,7 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 	for {
 		busy, err := call(ctx, d, func() (int, error) {
 			d.stopping = true
-			n := 0
-			for _, t := range d.targets {
-				if !t.m.Finished() {
-					d.stepTarget(t, handoff.NodeStopping{})
-				}
-				if !t.m.Finished() {
-					n++
-				}
-			}
+			n := targetrun.Stopping(maps.Values(d.targets), func(t *targetRun) *handoff.Target { return t.m }, d.stepTarget)
 			// An Actor deletion under way ends too: its incarnation has
 			// closed, and its record must not stay behind as an ended
 			// owner's object.

@@ -2,6 +2,7 @@ package relocation
 
 import (
 	"crypto/x509"
+	"maps"
 	"net"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/relocation/sourcerun"
 	"github.com/roamactors/roam/messages"
 )
 
@@ -219,19 +221,17 @@ func (d *Driver) onChunkLinkLost(peer string) {
 // (its credits count every chunk it gets, resent ones too). Without this,
 // a window's worth of lost chunks would keep the resent ones from going.
 func (d *Driver) connectionLost(peer string) {
-	for _, r := range d.sources {
-		if r.target.GetAddress() != peer {
-			continue
-		}
-		if r.m.Phase() == handoff.SourcePaused {
-			r.sent -= uint64(d.budget.drop(peer, r.m.Identity().RelocationID))
-			if r.sent > r.credited {
-				d.releaseBudget(peer, int64(r.sent-r.credited))
-				r.sent = r.credited
+	sourcerun.ConnectionLost(maps.Values(d.sources), func(r *sourceRun) bool { return r.target.GetAddress() == peer },
+		func(r *sourceRun, ev handoff.Event) {
+			if r.m.Phase() == handoff.SourcePaused {
+				r.sent -= uint64(d.budget.drop(peer, r.m.Identity().RelocationID))
+				if r.sent > r.credited {
+					d.releaseBudget(peer, int64(r.sent-r.credited))
+					r.sent = r.credited
+				}
 			}
-		}
-		d.stepSource(r, handoff.ConnectionLost{})
-	}
+			d.stepSource(r, ev)
+		})
 }
 
 // earlyChunks keeps chunks that came on the link before their Restore

@@ -225,7 +225,7 @@ func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) 
 	ctx, cancel := machine.WithTimeout(context.Background(), d.clock, window)
 	defer cancel()
 	for wait := time.Duration(0); ; {
-		pid, err := d.Resolve(ctx, key)
+		pid, err := d.lookup(ctx, key)
 		again, after := redelivery.ResolveAgain(err, wait)
 		if !again {
 			return pid, err
@@ -237,6 +237,35 @@ func (d *Driver) resolveWithin(key location.AuthorityKey, window time.Duration) 
 		case <-machine.After(machine.Real, wait): // pacing
 		}
 	}
+}
+
+// lookup is the incarnation a redelivery goes to: the owner record and
+// its node's address as redelivery.Lookup finds them, the rule the Spot
+// simulation runs too. (Driver.Resolve reads the same.)
+func (d *Driver) lookup(ctx context.Context, key location.AuthorityKey) (pid *actor.PID, err error) {
+	redelivery.Lookup(lookupEnv{d, ctx}, key, func(v location.Versioned, addr string, e error) {
+		if err = e; e == nil {
+			pid = actor.NewPID(addr, objectPIDName(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration()))
+		}
+	})
+	return pid, err
+}
+
+// lookupEnv is redelivery.Lookup's host on the driver: each primitive
+// blocks and calls back before it returns.
+type lookupEnv struct {
+	d   *Driver
+	ctx context.Context
+}
+
+func (e lookupEnv) Self() *location.NodeDescriptor { return e.d.desc }
+
+func (e lookupEnv) Read(key location.AuthorityKey, done func(location.Versioned, error)) {
+	done(e.d.store.Read(e.ctx, key))
+}
+
+func (e lookupEnv) ReadNode(key location.NodeKey, done func(location.VersionedNode, error)) {
+	done(e.d.store.ReadNode(e.ctx, key))
 }
 
 func (d *Driver) failRedelivery(key location.AuthorityKey, env *actor.MessageEnvelope, reason string, err error) {

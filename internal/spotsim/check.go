@@ -446,8 +446,8 @@ func (w *World) where(m *Msg) string {
 				}
 			}
 		}
-		for _, q := range l.redeliver {
-			if slices.Contains(q, m) {
+		for i, q := range l.redeliver {
+			if slices.Contains(q, m) || slices.Contains(l.inFlight[i], m) || slices.Contains(l.dlHeld[i], m) {
 				at = append(at, l.rid+" redelivery")
 			}
 		}

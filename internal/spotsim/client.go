@@ -1,13 +1,13 @@
 package spotsim
 
 import (
-	"errors"
 	"fmt"
-	"github.com/roamactors/roam/internal/liveness"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/relocation/releaserun"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -457,80 +457,92 @@ func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error))
 }
 
 // ownerAlive is ownerNode's liveness with its error classified by
-// spotcall.OwnerError, the class every Spot caller of OwnerNode gives it.
+// spotcall.OwnerError, the class every Spot caller of OwnerNode gives it
+// (no liveness with an error: the Spot manager's ownerAddress).
 func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
 	l.ownerNode(o, deadline, func(_ *Life, alive bool, err error) {
 		if err != nil {
-			err = spotcall.OwnerError(err)
+			done(false, spotcall.OwnerError(err))
+			return
 		}
-		done(alive, err)
+		done(alive, nil)
 	})
 }
 
-// ownerNode is relocation.Driver.OwnerNode over this world's store: an
-// owner's node and whether its lifecycle holds its lease. A descriptor
-// watched standing still for a TTL is revoked at its version, then the
-// owner ended; one gone is ended at once if revoked, else a TTL after this
-// lifecycle first saw it gone. Errors are unclassified, as the driver's.
-// It stays a model because the driver's code is relocation's (release.go),
-// not yet a shared interpreter.
+// ownerNode is an owner's node and whether its lifecycle holds its lease,
+// judged by the driver's own releaserun.OwnerNode (Driver.OwnerNode) over
+// this lifecycle's store calls and liveness watch. Errors are
+// unclassified, as the driver's.
 func (l *Life) ownerNode(o *messages.Owner, deadline time.Duration, done func(*Life, bool, error)) {
-	w := l.w
-	if o.GetNodeRid() == l.rid {
-		done(l, o.GetNodeGeneration() == l.gen && !l.ended, nil)
-		return
-	}
-	id := o.GetNodeRid() + "/" + o.GetLeaseId()
-	missing := func(addr *Life) {
-		v, gone := l.liveness.Missing(id, 0, w.Now())
-		if v != liveness.Ended {
-			done(addr, false, fmt.Errorf("%w: %w: seen gone for %s", roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, gone))
-			return
-		}
-		done(addr, false, nil)
-	}
-	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner alive"}, deadline, func(res storeRes) {
-		addr := w.lifeByAddr(res.addr)
+	releaserun.OwnerNode(ownerEnv{l, deadline}, o, func(addr string, alive bool, err error) {
+		done(l.w.lifeByAddress(addr), alive, err)
+	})
+}
+
+// ownerEnv is releaserun's host: this world's store calls, each within
+// deadline, and the lifecycle's liveness watch on the logical clock.
+type ownerEnv struct {
+	l        *Life
+	deadline time.Duration
+}
+
+func (e ownerEnv) Self() (*location.NodeDescriptor, bool) { return e.l.descriptor(), !e.l.ended }
+
+func (e ownerEnv) ReadNode(o *messages.Owner, done func(location.VersionedNode, error)) {
+	l, w := e.l, e.l.w
+	w.store.call(l, storeOp{kind: opReadNode, owner: o, why: "owner alive"}, e.deadline, func(res storeRes) {
 		switch {
-		case res.err == nil && !res.alive:
-			done(addr, false, nil) // a later lifecycle of the node
-		case res.err == nil:
-			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
-				// Revokes what it merely saw once, at once: no TTL of watching.
-				l.liveness.Seen(id, res.beat, 0, w.Now()-w.cfg.LeaseTTL)
-			}
-			if l.liveness.Seen(id, res.beat, 0, w.Now()) != liveness.Silent {
-				done(addr, true, nil)
-				return
-			}
-			if !l.valid() {
-				// Driver.revoke: a node that may not write now revokes
-				// nothing (its own view may be old); the owner is ending.
-				done(addr, false, fmt.Errorf("%w: %w: node %s stood still for its lease TTL; this node may not revoke it now",
-					roamerr.ErrUnavailable, roamerr.ErrOwnerEnding, o.GetNodeRid()))
-				return
-			}
-			w.store.call(l, storeOp{kind: opRevoke, owner: o, beat: res.beat, why: "silent " + o.GetNodeRid()}, deadline, func(rv storeRes) {
-				switch {
-				case rv.err == nil:
-					l.liveness.Revoked(id, w.Now())
-					done(addr, false, nil)
-				case errors.Is(rv.err, location.ErrConflict):
-					done(addr, true, nil)
-				case isNotFound(rv.err):
-					missing(addr)
-				default:
-					done(addr, false, roamerr.Keep(roamerr.ErrUnavailable, "revoke the lease of node "+o.GetNodeRid(), rv.err))
-				}
-			})
 		case isNotFound(res.err) && res.revoked:
-			done(nil, false, nil)
-		case isNotFound(res.err):
-			missing(nil)
+			done(location.VersionedNode{}, location.ErrLeaseRevoked)
+		case res.err != nil:
+			done(location.VersionedNode{}, res.err)
 		default:
-			done(nil, false, res.err)
+			n := location.VersionedNode{Node: res.node.descriptor(), Version: location.StoreVersion(res.beat)}
+			if res.alive {
+				l.sabotageRevokeEarly(n)
+			}
+			done(n, nil)
 		}
 	})
+}
+
+func (e ownerEnv) RevokeLease(n location.VersionedNode, done func(error)) {
+	l, w := e.l, e.l.w
+	op := storeOp{kind: opRevoke, owner: location.OwnerOf(n.Node), beat: uint64(n.Version), why: "silent " + n.Node.GetNodeRid()}
+	w.store.call(l, op, e.deadline, func(res storeRes) { done(res.err) })
+}
+
+func (e ownerEnv) Watch(f func(*liveness.Watch, time.Duration)) { f(e.l.liveness, e.l.w.Now()) }
+
+// Serving is the driver's serving check: the lifecycle has not ended,
+// and its lease is provably valid (meshnode's WriteLease).
+func (e ownerEnv) Serving() error {
+	switch l := e.l; {
+	case l.ended:
+		return fmt.Errorf("%w: node %s has stopped or its owner lease ended", roamerr.ErrUnavailable, l.rid)
+	case !l.valid():
+		return fmt.Errorf("%w: %w: node %s is fenced: its owner lease is not provably in force", roamerr.ErrUnavailable, location.ErrUnavailable, l.rid)
+	}
+	return nil
+}
+
+func (e ownerEnv) LeaseRevoked(location.VersionedNode) {}
+
+// sabotageRevokeEarly is SabotageRevokeEarly: the second node's liveness
+// watch takes a descriptor it sees for the first time as seen a TTL ago,
+// so it revokes what it merely saw once.
+func (l *Life) sabotageRevokeEarly(n location.VersionedNode) {
+	w := l.w
+	if w.cfg.Sabotage != SabotageRevokeEarly || l.node != w.nodes[1] || n.Node.GetNodeRid() == l.rid {
+		return
+	}
+	l.liveness.Seen(n.Node.GetNodeRid()+"/"+n.Node.GetLeaseId(), uint64(n.Version), 0, w.Now()-w.cfg.LeaseTTL)
+}
+
+// descriptor is l's node descriptor, as the store holds it.
+func (l *Life) descriptor() *location.NodeDescriptor {
+	return &messages.NodeDescriptor{NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease, Mesh: l.owner.GetMesh(),
+		Address: addrOf(l), Status: messages.NodeStatus_NODE_STATUS_SERVING, InstanceTypes: []string{simStableType}}
 }
 
 // cachedRoute is a positive route, kept and aged as the driver's cache

@@ -34,13 +34,18 @@
 //     admitted (AdmitCapacity: serving incarnations plus creations in
 //     progress within a node's capacity). A Spot ID's authority is
 //     resolved by the driver's own spotcall.Resolve (both Spot keys read
-//     at once, then the owner's liveness). Modelled here still: the
-//     recovery pointer's removal started by the first handler's return
-//     (Staged.Open's afterFirst); the owner's liveness (ownerNode:
-//     relocation's Driver.OwnerNode over internal/liveness, a lifecycle's
-//     own records by its own state); the liveness looks of the
-//     extension's recovery passes (ownerLooks: at start and after a
-//     lifecycle left the listing; their recoveries are not modelled).
+//     at once, then the owner's liveness). The owner's liveness and the
+//     heartbeat watch are the relocation driver's own interpreter,
+//     internal/relocation/releaserun (Driver.OwnerNode, WatchNodes: a
+//     descriptor watched standing still for a TTL is revoked at its
+//     version, one gone is ended once revoked or once seen gone for a
+//     TTL), over this lifecycle's store calls and liveness watch
+//     (client.go ownerEnv). Modelled here still: the recovery pointer's
+//     removal started by the first handler's return (Staged.Open's
+//     afterFirst); the listing every watchEvery that feeds the watch; the
+//     liveness looks of the extension's recovery passes (ownerLooks: at
+//     start and after a lifecycle left the listing; their recoveries are
+//     not modelled).
 //   - Callers: not modelled where call.go decides. The way a call goes
 //     (a Ready owner directly, a Missing Spot placed, an ended owner's or
 //     abandoned record reactivated, a Creating or Closing record to its
@@ -84,10 +89,15 @@
 //     requests answered Unavailable, waiting sends failed loudly), closed
 //     (Driver.CloseLocal: a marker behind what it accepted, a stale answer
 //     for what is behind it, then dead letters); each records what it
-//     handled. Dead letters (redeliver.go): a request gets ErrStale; a
-//     send is re-resolved from the store (whatever the record's state) and
-//     delivered again, with a growing back-off, failing loudly past 30 s or
-//     once the lifecycle ended.
+//     handled. Dead letters (redeliver.go): a request gets ErrStale; what
+//     becomes of a send is the driver's redelivery policy
+//     (redelivery.Policy.DeadLettered: at once, held behind a growing
+//     pause, or failed loudly past the patience), its owner looked up by
+//     the driver's redelivery.Lookup (the record whatever its state, its
+//     owner's node), looked up again as redelivery.ResolveAgain paces it
+//     within the window, and a batch delivered, failed or abandoned as
+//     redelivery.Batch says; what waits fails loudly once the lifecycle
+//     ended. Modelled: the per-Spot queue and its one worker.
 //   - Store (location.Store, location.RootStore): records under the
 //     Instance and User Spot keys with one store-wide version; Apply with
 //     create-if-absent, update and delete on a version, and the check that
@@ -113,7 +123,8 @@
 // the same multiples of the TTL as in roam (30 s, 10 s and 30 s against a
 // 10 s TTL), ClearFor beyond any fault of a schedule (roam's 10 min is
 // beyond any store trouble a lease survives), and the machines'
-// AbandonGrace (5 s) as it is. Faults and traffic stop at the
+// AbandonGrace (5 s) as it is; the dead-letter back-off is roam's
+// (50 ms doubling to 2 s). Faults and traffic stop at the
 // horizon; after every deadline plus AbandonGrace one probe request per
 // Spot ID checks that the Spot serves again (PROTOCOL.md §7.7, §7.10).
 //

@@ -8,6 +8,8 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/relocation/redelivery"
+	"github.com/roamactors/roam/internal/relocation/releaserun"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -64,7 +66,7 @@ type Life struct {
 	sweep   bool
 	watches spotservice.Watches
 	// liveness is what this lifecycle saw of the others' descriptors
-	// (Driver.OwnerNode's rule, internal/liveness).
+	// (releaserun.Observe and its revocations and gone owners).
 	liveness *liveness.Watch
 	// listed: the other lifecycles the last heartbeat listing named;
 	// look: a recovery pass's look at the records' owners is due
@@ -72,8 +74,14 @@ type Life struct {
 	listed map[string]bool
 	look   bool
 
+	// Dead letters per Spot index (Driver.onDeadLettered, onRedeliver):
+	// queued for the Spot's redelivery worker, taken by it and being
+	// looked up, held for a pause, the pause running.
 	redeliver    [][]*Msg
 	redelivering []bool
+	inFlight     [][]*Msg
+	dlHeld       [][]*Msg
+	dlPaused     []bool
 
 	runners []*Runner
 	calls   []*Call // calls of clients running on this lifecycle, not ended
@@ -108,7 +116,8 @@ func (n *Node) start(first bool) {
 	w.nextAddr++
 	l := &Life{w: w, node: n, n: k, gen: uint64(k), rid: fmt.Sprintf("%s.%d", n.name, k), addr: w.nextAddr,
 		pids: map[pidKey]*Inc{}, objects: map[int]*Inc{}, liveness: liveness.New(w.cfg.LeaseTTL),
-		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots))}
+		cache: make([]*cachedRoute, len(w.spots)), redeliver: make([][]*Msg, len(w.spots)), redelivering: make([]bool, len(w.spots)),
+		inFlight: make([][]*Msg, len(w.spots)), dlHeld: make([][]*Msg, len(w.spots)), dlPaused: make([]bool, len(w.spots))}
 	l.lease = "L-" + l.rid
 	l.look = true // the extension's first recovery pass, at start
 	l.owner = &messages.Owner{Mesh: "default", NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease}
@@ -181,8 +190,9 @@ func (l *Life) renew() {
 // TTL).
 const watchEvery = 300 * time.Millisecond
 
-// watchNodes is Driver.WatchNodes: every descriptor listed feeds the
-// liveness watch, and one that stood still for a TTL is revoked at the
+// watchNodes lists the descriptors and hands them to the driver's own
+// releaserun.WatchNodes (Driver.WatchNodes): every descriptor listed feeds
+// the liveness watch, and one that stood still for a TTL is revoked at the
 // version seen (a write: refused while this lifecycle is fenced).
 func (l *Life) watchNodes() {
 	w := l.w
@@ -196,25 +206,12 @@ func (l *Life) watchNodes() {
 		}
 		l.departed(res.nodes)
 		l.ownerLooks()
+		nodes := make([]location.VersionedNode, len(res.nodes))
 		for i, o := range res.nodes {
-			if o == l {
-				continue
-			}
-			id := o.rid + "/" + o.lease
-			seenAt := w.Now()
-			if w.cfg.Sabotage == SabotageRevokeEarly && l.node == w.nodes[1] {
-				l.liveness.Seen(id, res.beats[i], 0, w.Now()-w.cfg.LeaseTTL)
-			}
-			if l.liveness.Seen(id, res.beats[i], 0, seenAt) != liveness.Silent || l.fenced() {
-				continue
-			}
-			owner := &messages.Owner{NodeRid: o.rid, LeaseId: o.lease, NodeGeneration: o.gen}
-			w.store.call(l, storeOp{kind: opRevoke, owner: owner, beat: res.beats[i], why: "silent " + o.rid}, w.Now()+watchEvery, func(rv storeRes) {
-				if rv.err == nil {
-					l.liveness.Revoked(id, w.Now())
-				}
-			})
+			nodes[i] = location.VersionedNode{Node: o.descriptor(), Version: location.StoreVersion(res.beats[i])}
+			l.sabotageRevokeEarly(nodes[i])
 		}
+		releaserun.WatchNodes(ownerEnv{l, w.Now() + watchEvery}, nodes, func(int, error) {})
 	})
 }
 
@@ -301,6 +298,7 @@ func (l *Life) endLifecycle(why string) {
 			w.endOwned(inc)
 		}
 	}
+	l.abandonRedeliveries()
 	w.after(w.cfg.Linger, func() {
 		if !l.gone {
 			l.goDown(lossEnded, "its lifecycle ended")
@@ -461,11 +459,18 @@ func (w *World) answerFailure(l *Life, m *Msg, f failure) {
 
 // ---- dead letters (relocation/redeliver.go) ----
 
-// deadLettered is Driver.onDeadLettered: a one-way send to an incarnation
-// PID with no actor is re-resolved from the store (record and owner node,
-// whatever the record's state) and delivered to the PID it names, in
-// dead-letter order per Spot; one that dead-letters again waits with a
-// growing back-off; past the patience, or once the lifecycle ended, it
+// redelivery is the driver's redelivery policy with this world's window
+// and patience (Config.RedeliveryWindow, DeadLetterPatience); there are no
+// moves here, so no follow period.
+func (w *World) redelivery() redelivery.Policy {
+	return redelivery.Policy{Window: w.cfg.RedeliveryWindow, Patience: w.cfg.DeadLetterPatience,
+		Backoff: redelivery.DefaultBackoff, BackoffMax: redelivery.DefaultBackoffMax}
+}
+
+// deadLettered takes a one-way send to an incarnation PID with no actor
+// (Driver.onDeadLettered): it is redelivered from the store's owner
+// record at once or after a pause, or fails loudly, as
+// redelivery.Policy.DeadLettered decides; once the lifecycle ended it
 // fails loudly.
 func (l *Life) deadLettered(m *Msg, pid pidKey) {
 	w := l.w
@@ -479,7 +484,44 @@ func (l *Life) deadLettered(m *Msg, pid pidKey) {
 		m.dlFirst = w.Now()
 	}
 	m.dlCount++
-	if l.ended || w.Now()-m.dlFirst > w.cfg.DeadLetterPatience {
+	if l.ended {
+		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+		return
+	}
+	i := m.spot.idx
+	d := w.redelivery().DeadLettered(redelivery.Send{N: m.dlCount, First: w.wall(m.dlFirst)}, w.wall(w.Now()),
+		len(l.dlHeld[i]) > 0, l.dlPaused[i])
+	switch d.Verdict {
+	case redelivery.Fail:
+		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+		return
+	case redelivery.Now:
+		l.redeliverNow(m)
+		return
+	}
+	l.dlHeld[i] = append(l.dlHeld[i], m)
+	if !d.Arm {
+		return
+	}
+	l.dlPaused[i] = true
+	w.after(d.After, func() {
+		if l.gone {
+			return
+		}
+		held := l.dlHeld[i]
+		l.dlHeld[i], l.dlPaused[i] = nil, false
+		for _, x := range held {
+			l.redeliverNow(x)
+		}
+	})
+}
+
+// redeliverNow queues m behind its Spot's earlier redeliveries and starts
+// the Spot's redelivery worker if none runs (Driver.onRedeliver); once
+// the lifecycle ended, m fails loudly at once.
+func (l *Life) redeliverNow(m *Msg) {
+	w := l.w
+	if l.ended {
 		w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
 		return
 	}
@@ -489,13 +531,26 @@ func (l *Life) deadLettered(m *Msg, pid pidKey) {
 		return
 	}
 	l.redelivering[i] = true
-	backoff := time.Duration(0)
-	if m.dlCount > 1 {
-		backoff = min(50*time.Millisecond<<min(m.dlCount-2, 5), time.Second)
-	}
-	w.after(backoff+w.randDur(time.Millisecond, 3*time.Millisecond), func() { l.redeliverWork(m.spot) })
+	w.after(w.randDur(time.Millisecond, 3*time.Millisecond), func() { l.redeliverWork(m.spot) })
 }
 
+// abandonRedeliveries fails loudly every dead letter still waiting for
+// its redelivery when the lifecycle ends (Driver.abandonRedeliveries):
+// held for a pause or queued for a worker; a batch being looked up ends
+// as redelivery.Batch says.
+func (l *Life) abandonRedeliveries() {
+	for i := range l.redeliver {
+		for _, m := range append(l.dlHeld[i], l.redeliver[i]...) {
+			l.w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+		}
+		l.dlHeld[i], l.redeliver[i] = nil, nil
+	}
+}
+
+// redeliverWork is a Spot's redelivery worker (Driver.redeliverWorker):
+// batch by batch, in order, it looks the owner up (redelivery.Lookup, the
+// driver's, paced by redelivery.ResolveAgain within the policy's window)
+// and does with the batch what redelivery.Batch says.
 func (l *Life) redeliverWork(s *Spot) {
 	w := l.w
 	if l.gone {
@@ -504,61 +559,74 @@ func (l *Life) redeliverWork(s *Spot) {
 	i := s.idx
 	batch := l.redeliver[i]
 	l.redeliver[i] = nil
-	l.redelivering[i] = false
-	if len(batch) == 0 {
+	if len(batch) == 0 || l.ended {
+		l.redelivering[i] = false
+		for _, m := range batch {
+			w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+		}
 		return
 	}
+	l.inFlight[i] = batch
 	start := w.Now()
-	wait := 50 * time.Millisecond
-	var try func()
-	try = func() {
-		l.resolve(s, start+w.cfg.RedeliveryWindow, func(pid pidKey, owner *Life, err error) {
-			switch {
-			case err == nil:
+	var try func(prev time.Duration)
+	try = func(prev time.Duration) {
+		redelivery.Lookup(lookupEnv{l, start + w.redelivery().Window, s.id}, s.key(), func(v location.Versioned, addr string, err error) {
+			if l.gone {
+				return
+			}
+			if again, after := redelivery.ResolveAgain(err, prev); again && w.Now()+after < start+w.redelivery().Window {
+				w.after(after, func() { try(after) })
+				return
+			}
+			l.inFlight[i] = nil
+			switch redelivery.Batch(l.ended, err) {
+			case redelivery.Abandon:
+				for _, m := range batch {
+					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_dead_letter"})
+				}
+			case redelivery.FailNoOwner:
+				for _, m := range batch {
+					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_redelivery_failed: " + errString(err)})
+				}
+			default:
+				rec := v.Record
+				pid := pidKey{spot: s.id, gen: rec.GetObjectGeneration(), ownerGen: rec.GetAuthorityOwnerGeneration()}
+				owner := w.lifeByAddress(addr)
 				for _, m := range batch {
 					if w.Tracing() {
 						w.tracef("%s redelivers m%d → %s on %s", l, m.id, pid, owner)
 					}
 					l.send(owner, &packet{kind: pApp, msg: m, pid: pid})
 				}
-			case isNotFound(err) || w.Now()+wait >= start+w.cfg.RedeliveryWindow:
-				for _, m := range batch {
-					w.answerFailure(l, m, failure{code: roamerr.CodeUnavailable, definite: true, why: "send_redelivery_failed: " + errString(err)})
-				}
-			default:
-				w.after(wait, try)
-				wait = min(2*wait, time.Second)
 			}
+			l.redeliverWork(s)
 		})
 	}
-	try()
+	try(0)
 }
 
-// resolve is Driver.Resolve: the record (any state) and its owner node's
-// address.
-func (l *Life) resolve(s *Spot, deadline time.Duration, done func(pidKey, *Life, error)) {
-	w := l.w
-	w.store.call(l, storeOp{kind: opRead, key: s.key(), why: "resolve " + s.id}, deadline, func(res storeRes) {
+// lookupEnv is redelivery.Lookup's host: this world's store reads, within
+// deadline.
+type lookupEnv struct {
+	l        *Life
+	deadline time.Duration
+	spot     string // for the trace
+}
+
+func (e lookupEnv) Self() *location.NodeDescriptor { return e.l.descriptor() }
+
+func (e lookupEnv) Read(key location.AuthorityKey, done func(location.Versioned, error)) {
+	e.l.w.store.call(e.l, storeOp{kind: opRead, key: key, why: "resolve " + e.spot}, e.deadline, func(res storeRes) { done(res.v, res.err) })
+}
+
+func (e lookupEnv) ReadNode(key location.NodeKey, done func(location.VersionedNode, error)) {
+	o := &messages.Owner{Mesh: key.Mesh, NodeRid: key.NodeRid}
+	e.l.w.store.call(e.l, storeOp{kind: opReadNode, owner: o, why: "node of " + e.spot}, e.deadline, func(res storeRes) {
 		if res.err != nil {
-			done(pidKey{}, nil, res.err)
+			done(location.VersionedNode{}, res.err)
 			return
 		}
-		rec := res.v.Record
-		pid := pidKey{spot: s.id, gen: rec.GetObjectGeneration(), ownerGen: rec.GetAuthorityOwnerGeneration()}
-		if rec.GetOwner().GetNodeRid() == l.rid {
-			done(pid, l, nil)
-			return
-		}
-		w.store.call(l, storeOp{kind: opReadNode, owner: rec.GetOwner(), why: "node of " + s.id}, deadline, func(res storeRes) {
-			if res.err != nil {
-				if isNotFound(res.err) {
-					res.err = location.ErrUnavailable // node gone: retried within the window
-				}
-				done(pidKey{}, nil, res.err)
-				return
-			}
-			done(pid, w.lifeByAddr(res.addr), nil)
-		})
+		done(location.VersionedNode{Node: res.node.descriptor(), Version: location.StoreVersion(res.beat)}, nil)
 	})
 }
 

@@ -88,6 +88,7 @@ type storeRes struct {
 	beat     uint64   // opReadNode: the descriptor's version (its heartbeat)
 	beats    []uint64 // opListNodes: each node's heartbeat
 	revoked  bool     // opReadNode: not found because its lease was revoked
+	node     *Life    // opReadNode: the lifecycle the descriptor found is
 	addr     int
 	nodes    []*Life
 	list     []location.Versioned
@@ -324,7 +325,7 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 			revoked := o != nil && s.leases[o.lease] != nil && s.leases[o.lease].revoked
 			return storeRes{err: location.ErrNotFound, revoked: revoked}
 		}
-		return storeRes{alive: o.lease == op.owner.GetLeaseId() && o.gen == op.owner.GetNodeGeneration(), addr: o.addr, beat: s.leases[o.lease].beat}
+		return storeRes{alive: o.lease == op.owner.GetLeaseId() && o.gen == op.owner.GetNodeGeneration(), addr: o.addr, beat: s.leases[o.lease].beat, node: o}
 	case opRevoke:
 		o := w.lifeByRid(op.owner.GetNodeRid())
 		switch {

@@ -11,8 +11,9 @@
 //
 //   - Nodes: the driver's registry of incarnations, its source and target
 //     runs, their timers (source_run.go, target_run.go, driver.go), node
-//     crash (everything held is lost), graceful stop (Extension.Stop /
-//     FinishIncoming: NodeStopping, bounded wait), and the owner lease
+//     crash (everything held is lost), graceful stop (Extension.Stop: the
+//     moves in told and counted by the driver's own targetrun.Stopping,
+//     as FinishIncoming does, polled within a bound), and the owner lease
 //     (internal/meshnode/lease): renewals every RenewEvery, a node fenced at its last
 //     good renewal's send time + TTL − margin (no dispatch, no write), a
 //     lifecycle that ends when a renewal finds the lease gone (its serving
@@ -61,8 +62,9 @@
 //   - Network: each direction of each pair is a FIFO stream with random
 //     delays (streams reorder against each other); cuts in one or both
 //     directions lose what is in flight and tell the sending side
-//     (ConnectionLost), and a send on a cut link tells it again (a failed
-//     reconnect); slow packets.
+//     (ConnectionLost, routed to the moves out to that peer by the driver's
+//     own sourcerun.ConnectionLost), and a send on a cut link tells it
+//     again (a failed reconnect); slow packets.
 //
 // The invariants are listed in check.go. The protocol defects the
 // simulation found are listed in known.go's defects table, each with its

@@ -2,11 +2,14 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
+	"github.com/roamactors/roam/internal/relocation/sourcerun"
+	"github.com/roamactors/roam/internal/relocation/targetrun"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -265,9 +268,10 @@ func (n *Node) down(kind lossKind, why string) {
 	}
 }
 
-// stop is Extension.Stop: no new move lands, moves still restoring are
-// refused, moves past relay-ready are waited for (bounded by the restore
-// timeout), then the lease is given up and the process ends.
+// stop is Extension.Stop: no new move lands; the moves in are asked and
+// waited for as the driver's FinishIncoming does (targetrun.Stopping),
+// polled every 20 ms within the restore timeout; then the lease is given
+// up and the process ends.
 func (n *Node) stop() {
 	w := n.w
 	if !n.alive || n.ended || n.stopping {
@@ -282,15 +286,8 @@ func (n *Node) stop() {
 		if !n.alive {
 			return
 		}
-		busy := 0
-		for _, t := range append([]*TargetRun(nil), n.targets...) {
-			if !t.m.Finished() {
-				w.stepTarget(t, handoff.NodeStopping{})
-			}
-			if !t.m.Finished() {
-				busy++
-			}
-		}
+		// A run that finishes leaves n.targets: step a copy.
+		busy := targetrun.Stopping(slices.Values(slices.Clone(n.targets)), func(t *TargetRun) *handoff.Target { return t.m }, w.stepTarget)
 		if busy > 0 && w.Now() < deadline {
 			w.after(20*time.Millisecond, "stop-poll", poll)
 			return
@@ -307,15 +304,14 @@ func (n *Node) stop() {
 	poll()
 }
 
-// endpointTerminated: the connection to peer ended (Driver.onEndpointTerminated).
+// endpointTerminated: the connection to peer ended; the moves it concerns
+// are told as the driver tells them (sourcerun.ConnectionLost).
 func (n *Node) endpointTerminated(peer int) {
 	w := n.w
 	w.tracef("%s endpoint terminated: %s", n.name, w.endpointName(peer))
-	for _, r := range append([]*SourceRun(nil), n.sources...) {
-		if r.target.idx == peer && !r.dead {
-			w.stepSource(r, handoff.ConnectionLost{})
-		}
-	}
+	// A run that ends leaves n.sources: step a copy.
+	sourcerun.ConnectionLost(slices.Values(slices.Clone(n.sources)), func(r *SourceRun) bool { return r.target.idx == peer && !r.dead },
+		w.stepSource)
 }
 
 // ---- packets ----
