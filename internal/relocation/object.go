@@ -721,24 +721,7 @@ func (d *Driver) owner() *messages.Owner {
 // Resolve reads the owner of key from the store (consistently) and returns
 // the PID of its current incarnation.
 func (d *Driver) Resolve(ctx context.Context, key location.AuthorityKey) (*actor.PID, error) {
-	v, err := d.store.Read(ctx, key)
-	if err != nil {
-		if errors.Is(err, location.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s", roamerr.ErrNotFound, key)
-		}
-		return nil, roamerr.Keep(roamerr.ErrUnavailable, "resolve "+key.String(), err)
-	}
-	owner := v.Record.GetOwner()
-	addr, err := d.nodeAddress(ctx, owner.GetMesh(), owner.GetNodeRid())
-	if errors.Is(err, roamerr.ErrNotFound) {
-		// The object exists; its owner's node is gone, and another node
-		// takes it over (docs/PROTOCOL.md §7.10).
-		return nil, fmt.Errorf("%w: node %s, the owner of %s, is gone", roamerr.ErrUnavailable, owner.GetNodeRid(), key)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return actor.NewPID(addr, objectPIDName(key, v.Record.GetObjectGeneration(), v.Record.GetAuthorityOwnerGeneration())), nil
+	return d.lookup(ctx, key) // the look-up a redelivery makes (redelivery.Lookup)
 }
 
 // nodeAddress finds a node's remote address through its descriptor:
