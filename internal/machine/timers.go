@@ -35,28 +35,10 @@ func (s *Timers[K]) Clock() Clock { return s.clock }
 // Arm runs f once d has passed, replacing any timer armed under k. It does
 // nothing once the set is closed.
 func (s *Timers[K]) Arm(k K, d time.Duration, f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	if old := s.armed[k]; old != nil {
-		old.timer.Stop()
-	}
-	s.gen++
-	gen := s.gen
-	n := &namedTimer{gen: gen}
-	s.armed[k] = n
-	n.timer = s.clock.AfterFunc(d, func() {
-		s.mu.Lock()
-		cur := s.armed[k]
-		if cur == nil || cur.gen != gen {
-			s.mu.Unlock()
-			return
+	s.arm(k, d, func(fired Fired[K]) {
+		if s.Take(fired) {
+			f()
 		}
-		delete(s.armed, k)
-		s.mu.Unlock()
-		f()
 	})
 }
 
@@ -73,7 +55,11 @@ type Fired[K comparable] struct {
 // current arming. A timer cancelled or re-armed after it fired but before
 // the machine took it is so still dropped: the core never sees the event
 // of a timer it stopped.
-func (s *Timers[K]) Post(k K, d time.Duration, post func(Fired[K])) {
+func (s *Timers[K]) Post(k K, d time.Duration, post func(Fired[K])) { s.arm(k, d, post) }
+
+// arm replaces the timer under k by a new arming, whose firing goes to
+// fire.
+func (s *Timers[K]) arm(k K, d time.Duration, fire func(Fired[K])) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -86,7 +72,7 @@ func (s *Timers[K]) Post(k K, d time.Duration, post func(Fired[K])) {
 	f := Fired[K]{Key: k, gen: s.gen}
 	n := &namedTimer{gen: f.gen}
 	s.armed[k] = n
-	n.timer = s.clock.AfterFunc(d, func() { post(f) })
+	n.timer = s.clock.AfterFunc(d, func() { fire(f) })
 }
 
 // Take reports whether f is still the current arming of its timer, and
