@@ -30,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -613,6 +614,18 @@ func (w *World) schedule() []event {
 			}
 			n.path.Partition(true)
 			n.path.HoldClaims(true)
+		}})
+		// A move to it once its lease has ended (a TTL into the cut, well
+		// before the cut heals): a fenced target, so the move must end
+		// with a typed refusal. No draw, so the rest of the schedule is
+		// the seed's as before.
+		s, from := i%w.cfg.Spots, w.Nodes[(slices.Index(w.Nodes, n)+1)%len(w.Nodes)]
+		evs = append(evs, event{at + 5*ttl/4, fmt.Sprintf("move %s to %s, fenced (asked at %s)", spotID(s), n.Name, from.Name), func() {
+			w.inflight.Add(1)
+			go func() {
+				defer w.inflight.Add(-1)
+				w.move(from, s, n)
+			}()
 		}})
 		evs = append(evs, event{at + d, fmt.Sprintf("stop %s in its rejoin, then start it again (once its claim waits)", n.Name), func() {
 			n.stopInRejoin, n.stopInRejoinBy = true, time.Time{}
