@@ -539,10 +539,15 @@ func (l *Life) sabotageRevokeEarly(n location.VersionedNode) {
 	l.liveness.Seen(n.Node.GetNodeRid()+"/"+n.Node.GetLeaseId(), uint64(n.Version), 0, w.Now()-w.cfg.LeaseTTL)
 }
 
-// descriptor is l's node descriptor, as the store holds it.
+// descriptor is l's node descriptor, as the store holds it: made once,
+// since a lifecycle's descriptor never changes, and only read (the
+// heartbeat watch lists every descriptor every watchEvery).
 func (l *Life) descriptor() *location.NodeDescriptor {
-	return &messages.NodeDescriptor{NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease, Mesh: l.owner.GetMesh(),
-		Address: addrOf(l), Status: messages.NodeStatus_NODE_STATUS_SERVING, InstanceTypes: []string{simStableType}}
+	if l.desc == nil {
+		l.desc = &messages.NodeDescriptor{NodeRid: l.rid, NodeGeneration: l.gen, LeaseId: l.lease, Mesh: l.owner.GetMesh(),
+			Address: addrOf(l), Status: messages.NodeStatus_NODE_STATUS_SERVING, InstanceTypes: []string{simStableType}}
+	}
+	return l.desc
 }
 
 // cachedRoute is a positive route, kept and aged as the driver's cache

@@ -46,6 +46,7 @@ type Life struct {
 	lease string
 	addr  int
 	owner *messages.Owner
+	desc  *location.NodeDescriptor // descriptor's, made on first use
 	acfg  activation.Config
 
 	claimed    bool
@@ -71,7 +72,7 @@ type Life struct {
 	// listed: the other lifecycles the last heartbeat listing named;
 	// look: a recovery pass's look at the records' owners is due
 	// (ownerLooks).
-	listed map[string]bool
+	listed map[*Life]bool
 	look   bool
 
 	// Dead letters per Spot index (Driver.onDeadLettered, onRedeliver):
@@ -218,10 +219,10 @@ func (l *Life) watchNodes() {
 // departed notes that a lifecycle left the listing: the extension's
 // recovery passes (sweepEnded) then look at the records' owners again.
 func (l *Life) departed(nodes []*Life) {
-	cur := make(map[string]bool, len(nodes))
+	cur := make(map[*Life]bool, len(nodes))
 	for _, o := range nodes {
 		if o != l {
-			cur[o.rid+"/"+o.lease] = true
+			cur[o] = true
 		}
 	}
 	for id := range l.listed {
