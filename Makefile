@@ -33,15 +33,16 @@ space := $(empty) $(empty)
 # bounds the run.
 timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wall; %U s user; %S s sys")
 
-.PHONY: test test-race test-race-all test-race-consul test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
+.PHONY: test test-race test-race-all test-race-consul test-race-consul-relocation test-race-consul-spot test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
 ## then 100,000 schedules of each deterministic simulation, the fuzz targets
 ## briefly and the short chaos test on real processes. The parts run side
-## by side (TEST_JOBS of them, default 3): most of their time is tests
-## waiting on sockets, processes and Consul, not the CPU.
-TEST_JOBS ?= 3
-TEST_PARTS := test-race-all chaos-short test-race-consul lint test-plain sim-check fuzz-short
+## by side (TEST_JOBS of them, default 4): most of their time is tests
+## waiting on sockets, processes and Consul, not the CPU. The longest
+## part (test-race-all) starts first, the short CPU-bound ones last.
+TEST_JOBS ?= 4
+TEST_PARTS := test-race-all test-race-consul-spot test-race-consul-relocation chaos-short fuzz-short sim-check test-plain lint
 test: consul browser race-mod
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 
@@ -69,16 +70,16 @@ race-mod:
 # lookup) run under -race too: the race copy of Proto.Actor has its known
 # internal races patched (tools/race/prepare.sh).
 test-race: race-mod
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-all test-race-consul test-plain
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-all test-race-consul-spot test-race-consul-relocation test-plain
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
-# Some tests run in another part instead. In test-race-consul, which runs
-# beside this one: the hand-off's randomized moves on Consul (1,000 moves one
-# after another, each waiting on Consul, the longest test of this part), and
-# internal/spot's Consul variants (ROAM_TEST_STORE=memstore here runs only
+# Some tests run in another part instead. In test-race-consul-spot, which
+# runs beside this one: internal/spot's Consul variants (ROAM_TEST_STORE=memstore here runs only
 # its memstore ones; the Consul ones wait on Consul's sessions in real time,
-# most of that package's time). In test-plain: the README's programs (each
+# most of that package's time). In test-plain: the hand-off's randomized
+# moves on Consul (1,000 moves; the same driver code runs them on memstore
+# here, under -race), and the README's programs (each
 # builds and runs a program of its own, without the race detector whatever
 # this run's flags: here they would only repeat what test-plain does).
 # The two simulations run RACE_SIM_SCHEDULES random schedules here instead
@@ -89,10 +90,14 @@ test-race: race-mod
 # per schedule). 400 keeps the check that the Session simulation's hold
 # limit and seal timeout were exercised, which needs 400 or more.
 RACE_SIM_SCHEDULES := 400
+# Test binaries run RACE_P at a time (go test's -p; its default is the
+# number of cores): most of them wait on sockets, leases and child
+# processes, so two at a time left a core idle for most of this part.
 RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME
+RACE_P ?= 3
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) $(call timed,all packages) $(RACE) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
+	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) $(call timed,all packages) $(RACE) -p $(RACE_P) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
 
 # The hand-off tests whose outcome depends on what the Location Store does,
 # again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
@@ -121,10 +126,11 @@ test-race-all:
 #     TestPendingRedeliveryFailsLoudlyWhenTheNodeStops,
 #     TestASendToADeletedActorDoesNotReachItsNextIncarnation,
 #     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
-#   and the randomized moves on Consul (TestRandomizedMovesKeepEveryMessageOnceOnConsul,
-#     on Consul whatever ROAM_TEST_STORE says).
-# Then internal/spot's Consul variants, which test-race-all leaves out; its
-# tests without a Consul variant skip here (they run in test-race-all).
+# (The randomized moves on Consul run in test-plain.)
+# test-race-consul-spot runs internal/spot's Consul variants, which
+# test-race-all leaves out; its tests without a Consul variant skip there
+# (they run in test-race-all). The two are parts of their own, side by
+# side: both mostly wait on Consul's sessions in real time.
 RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
 	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
 	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
@@ -139,13 +145,15 @@ RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFail
 	TestFollowToANodeWhoseConnectionEndedIsDeliveredFromTheStore TestFollowToANodeRestartedUnderTheSameAddress \
 	TestFollowDrainsALeavingHopBeforeTheStore TestSendsThroughAGoneNodeOrIncarnationAreRedelivered \
 	TestLeavingNodeIsNoLongerSentTo TestPendingRedeliveryFailsLoudlyWhenTheNodeStops \
-	TestASendToADeletedActorDoesNotReachItsNextIncarnation TestReleasableEndedIsJudgedByTheNodesThatHostTheKind \
-	TestRandomizedMovesKeepEveryMessageOnceOnConsul
-test-race-consul:
+	TestASendToADeletedActorDoesNotReachItsNextIncarnation TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
+test-race-consul: test-race-consul-relocation test-race-consul-spot
+test-race-consul-relocation:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
 		{ echo "RELOCATION_ON_CONSUL names $$n, which internal/relocation does not have"; exit 1; }; done
 	ROAM_TEST_STORE=consul $(call timed,internal/relocation) $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
+test-race-consul-spot:
+	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
 	ROAM_TEST_STORE=consul $(call timed,internal/spot) $(RACE) ./internal/spot
 
 # The tests that run Proto.Actor's own cluster or stop remotes beside
@@ -163,7 +171,10 @@ test-race-consul:
 # unpatched Proto.Actor (remote.Start's gRPC logger, see above). The
 # README's programs run only here (TestREADMEExampleRuns in the root
 # package, and examples/grains' outside module): they build programs
-# without -race; so does bench/baseline, which runs only here.
+# without -race; so does bench/baseline, which runs only here. Last, the
+# hand-off's 1,000 randomized moves on a real Consul: on memstore they run
+# under -race in test-race-all, and what Consul adds is its answers'
+# timing, which the race detector's fourfold CPU would only slow.
 PLAIN_TESTS := TestBreakFromClusterKindWithoutProtoCluster TestBreakClusterInitTwiceWithClusterProps \
 	TestBreakKindNameClashSwitchesLookupSilently TestBreakRejoinOfAClusterMember TestBreakClusterShutdownWithoutRoamStop \
 	TestBreakARemoteConfigWidenedAfterwardsIsRefused ExampleRoam_IdentityLookup \
@@ -179,6 +190,7 @@ test-plain:
 	$(call timed,bench/baseline) $(GO) test -count=1 ./bench/baseline
 	$(call timed,root package) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_TESTS))))$$' .
 	$(call timed,examples/grains) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_GRAINS_TESTS))))$$' ./examples/grains
+	$(call timed,randomized moves on Consul) $(GO) test -count=1 -run '^TestRandomizedMovesKeepEveryMessageOnceOnConsul$$' ./internal/relocation
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
@@ -249,7 +261,8 @@ certs:
 ## fuzz: every fuzz target for FUZZTIME each (default 200,000 runs): the
 ## remote frame check, frame splitting, a target's control messages, every
 ## control message delivered to a running node, the payload decoder, Consul
-## key escaping. fuzz-short (in `make test`): 10,000 runs each. Budgets are
+## key escaping. fuzz-short (in `make test`): 3,000 runs each (most of its
+## time is building the instrumented test binaries). Budgets are
 ## run counts, not durations: with a duration, Go 1.26's fuzz coordinator
 ## can fail a target with a bare "context deadline exceeded" at the end of
 ## the window on a busy machine (golang/go#75804, fixed in Go 1.27).
@@ -263,7 +276,7 @@ fuzz:
 		$(call timed,$$name) $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 fuzz-short:
-	$(MAKE) --no-print-directory fuzz FUZZTIME=10000x
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3000x
 
 ## bench: relocation pauses, throughput, many moves, drains, cold activation,
 ## a million idle Spots and baselines, medians of several runs, into
