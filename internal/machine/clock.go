@@ -1,6 +1,7 @@
 // Package machine is what roam's drivers share to run their pure protocol
-// cores: the clock they read time from and arm timers on, and the named
-// timers a driver owns and cancels as one set.
+// cores: the clock they read time from and arm timers on, the named
+// timers a driver owns and cancels as one set, and the Loop that steps a
+// machine's events one turn at a time.
 //
 // Time is an input. A core takes the time it decides with in its events;
 // a driver reads it from a Clock and never from package time, so a test can

@@ -1,17 +1,18 @@
 package sessionhost
 
+import "context"
+
 // Held is how many client messages the Session holds for actor.
 func (c *Session) Held(actor string) int {
-	c.svc.mu.Lock()
-	defer c.svc.mu.Unlock()
-	return c.svc.runner.Owner().Held(c.id, actor)
+	n := 0
+	_ = c.svc.do(context.Background(), func() { n = c.svc.runner.Owner().Held(c.id, actor) })
+	return n
 }
 
 // Sealed reports whether actor's binding is sealed.
 func (c *Session) Sealed(actor string) bool {
-	c.svc.mu.Lock()
-	defer c.svc.mu.Unlock()
-	_, sealed, _ := c.svc.runner.Owner().BindingOf(c.id, actor)
+	sealed := false
+	_ = c.svc.do(context.Background(), func() { _, sealed, _ = c.svc.runner.Owner().BindingOf(c.id, actor) })
 	return sealed
 }
 

@@ -31,17 +31,20 @@ import (
 )
 
 // Service is the Session owner of one node lifecycle: the Owner's rules
-// and their effects (sessionrun) run under one lock, the commands of
-// other nodes' hand-offs arrive at the roam/session actor, the client
-// side calls Session's methods, and timers and store looks answer into
-// the same lock.
+// and their effects (sessionrun) run in turns of one machine.Loop, which
+// the commands of other nodes' hand-offs (at the roam/session actor), the
+// client side's calls (Session's methods), the seal timers and the store
+// looks' answers all post to. The fields below it are the loop's: read
+// and written only in its turns.
 type Service struct {
-	mu sync.Mutex
+	// loop runs the turns and owns the seal timers and looks' pauses, on
+	// the node's clock; it closes with the lifecycle (Stop).
+	loop     *machine.Loop[sessionrun.Timer]
+	stopOnce sync.Once
 	// runner runs the Owner's rules and effects (sessionrun), on this
 	// Service's primitives (host).
 	runner *sessionrun.Runner
 	open   map[session.ID]*Session
-	timers *machine.Timers[sessionrun.Timer] // seal timers and looks' pauses, on the node's clock
 	closed bool
 	// binding: the Actors being spawned bound to a Session (SpawnActor),
 	// until the Session owner holds their binding. A seal request for one
@@ -72,7 +75,7 @@ func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Servi
 	}
 	cfg = cfg.WithDefaults()
 	s := &Service{
-		open: map[session.ID]*Session{}, timers: machine.NewTimers[sessionrun.Timer](d.Clock()),
+		open: map[session.ID]*Session{}, loop: machine.NewLoop[sessionrun.Timer](d.Clock()),
 		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
 	}
 	s.runner = sessionrun.New(session.New(cfg), (*host)(s))
@@ -84,35 +87,40 @@ func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Servi
 	return s, nil
 }
 
-// Stop closes every Session (their clients see ErrUnavailable) and stops
-// the actor.
+// Stop closes every Session (their clients see ErrUnavailable), ends the
+// loop (the seal waits end with the lifecycle) and stops the actor.
 func (s *Service) Stop() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.closed = true
-	var effects []session.Effect
-	for id := range s.open {
-		effects = append(effects, s.runner.Owner().Step(session.CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
-	}
-	s.runner.Run(effects)
-	s.runner.Close()
-	s.timers.Close() // the seal waits end with the lifecycle
-	s.mu.Unlock()
-	// Wait for the actor's end: a next lifecycle on the same actor
-	// system spawns its own under the same name.
-	_ = s.sys.Root.StopFuture(s.self).Wait()
+	s.stopOnce.Do(func() {
+		// Turns never block, so the loop gets to this one.
+		_ = s.loop.Do(context.Background(), func() {
+			s.closed = true
+			var effects []session.Effect
+			for id := range s.open {
+				effects = append(effects, s.runner.Owner().Step(session.CloseSession{Session: id, Err: fmt.Errorf("%w: session closed: the node is stopping", roamerr.ErrUnavailable)})...)
+			}
+			s.runner.Run(effects)
+			s.runner.Close()
+		})
+		s.loop.Close()
+		<-s.loop.Done()
+		// Wait for the actor's end: a next lifecycle on the same actor
+		// system spawns its own under the same name.
+		_ = s.sys.Root.StopFuture(s.self).Wait()
+	})
 }
 
-// step feeds ev and runs its effects; the caller holds s.mu.
+// do runs f as a turn of the loop and waits for it; ErrClosed
+// (Unavailable) once the lifecycle stopped. Turns never block, so the
+// wait is short; callers without a context of their own pass Background.
+func (s *Service) do(ctx context.Context, f func()) error { return s.loop.Do(ctx, f) }
+
+// step feeds ev and runs its effects; in a turn.
 func (s *Service) step(ev session.Event) []session.Effect { return s.runner.Step(ev) }
 
 // host is the Service as the runner's primitives (sessionrun.Env); every
-// call comes under s.mu. Effects that send (Deliver) run under the lock,
-// so the order the Owner decided is the order the transport sees; user
-// callbacks never run under it.
+// call comes in a turn. Effects that send (Deliver) run in the turn, so
+// the order the Owner decided is the order the transport sees; user
+// callbacks never run in a turn.
 type host Service
 
 var _ sessionrun.Env = (*host)(nil)
@@ -132,25 +140,20 @@ func (h *host) Reject(error) {}
 
 func (h *host) Arm(t sessionrun.Timer, d time.Duration) {
 	s := (*Service)(h)
-	s.timers.Arm(t, d, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.runner.Fire(t)
-	})
+	s.loop.Arm(t, d, func() { s.runner.Fire(t) })
 }
 
-func (h *host) Stop(t sessionrun.Timer) { h.timers.Cancel(t) }
+func (h *host) Stop(t sessionrun.Timer) { h.loop.Cancel(t) }
 
-// Look reads the store off the lock and answers under it.
+// Look reads the store off the loop and posts the answer as a turn
+// (dropped if the lifecycle stopped meanwhile: the runner is closed).
 func (h *host) Look(id session.ID, actorID string) {
 	s := (*Service)(h)
 	go func() {
 		ctx, cancel := machine.WithTimeout(context.Background(), s.driver.Clock(), 5*time.Second)
 		r, alive, err := s.driver.BoundRoute(ctx, actorID)
 		cancel()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.runner.Looked(id, actorID, routeFrom(r), alive, err)
+		s.loop.Post(func() { s.runner.Looked(id, actorID, routeFrom(r), alive, err) })
 	}()
 }
 
@@ -196,10 +199,16 @@ func (c *commands) Receive(ctx actor.Context) {
 	}
 	switch m := ctx.Message().(type) {
 	case *messages.SessionSeal:
-		s.mu.Lock()
-		effects := s.step(session.SealRequest{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
-		spawning := s.binding[bindingKey{session.ID(m.GetSessionId()), m.GetActorId()}] > 0
-		s.mu.Unlock()
+		var effects []session.Effect
+		spawning := false
+		if err := s.do(context.Background(), func() {
+			effects = s.step(session.SealRequest{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Source: routeFrom(m.GetSourceRoute())})
+			spawning = s.binding[bindingKey{session.ID(m.GetSessionId()), m.GetActorId()}] > 0
+		}); err != nil {
+			// The lifecycle stopped: the mover tries again (Unavailable),
+			// as with any Session owner it cannot reach.
+			effects = []session.Effect{session.ReplySeal{Err: err}}
+		}
 		for _, e := range effects {
 			if r, ok := e.(session.ReplySeal); ok && ctx.Sender() != nil {
 				if spawning && errors.Is(r.Err, roamerr.ErrNotFound) {
@@ -216,21 +225,19 @@ func (c *commands) Receive(ctx actor.Context) {
 		if m.GetIdentity() == nil {
 			// A recovering node's word, no move's: the store says where
 			// the Actor serves, not the sender.
-			s.mu.Lock()
-			s.runner.Resolve(session.ID(m.GetSessionId()), m.GetActorId())
-			s.mu.Unlock()
+			s.loop.Post(func() { s.runner.Resolve(session.ID(m.GetSessionId()), m.GetActorId()) })
 			return
 		}
-		s.mu.Lock()
-		s.step(session.RouteUpdate{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
-		s.mu.Unlock()
+		s.loop.Post(func() {
+			s.step(session.RouteUpdate{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity()), Target: routeFrom(m.GetTargetRoute())})
+		})
 	case *messages.RelocationAbort:
 		if m.GetSessionId() == "" {
 			return
 		}
-		s.mu.Lock()
-		s.step(session.Abort{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
-		s.mu.Unlock()
+		s.loop.Post(func() {
+			s.step(session.Abort{From: from, Session: session.ID(m.GetSessionId()), Actor: m.GetActorId(), Move: handoff.IdentityFromProto(m.GetIdentity())})
+		})
 	}
 }
 
@@ -280,26 +287,36 @@ func (s *Service) Open(opts Options) (*Session, error) {
 	}
 	id := newID()
 	c := &Session{svc: s, id: id, opts: opts, pushes: make(chan any, opts.PushBuffer), done: make(chan struct{})}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	var err error
+	if derr := s.do(context.Background(), func() { err = s.open1(c) }); derr != nil {
 		return nil, fmt.Errorf("%w: the node is stopping", roamerr.ErrUnavailable)
 	}
-	if max := s.cfg.WithDefaults().MaxSessions; len(s.open) >= max {
-		return nil, fmt.Errorf("%w: %d Sessions are open on this node, its limit (SessionConfig.MaxSessions)", roamerr.ErrCapacityExceeded, max)
+	if err != nil {
+		return nil, err
 	}
-	if r, ok := firstReject(s.step(session.OpenSession{Session: id})); ok {
-		return nil, r
-	}
-	pid, ok := s.sys.ProcessRegistry.Add(&pushProcess{c: c}, PIDName(id))
-	if !ok {
-		s.step(session.CloseSession{Session: id})
-		return nil, fmt.Errorf("%w: session PID %s is taken", roamerr.ErrConflict, pid.Id)
-	}
-	c.pid = pid
-	s.open[id] = c
 	go c.deliverPushes()
 	return c, nil
+}
+
+// open1 is Open's turn.
+func (s *Service) open1(c *Session) error {
+	if s.closed {
+		return fmt.Errorf("%w: the node is stopping", roamerr.ErrUnavailable)
+	}
+	if max := s.cfg.WithDefaults().MaxSessions; len(s.open) >= max {
+		return fmt.Errorf("%w: %d Sessions are open on this node, its limit (SessionConfig.MaxSessions)", roamerr.ErrCapacityExceeded, max)
+	}
+	if r, ok := firstReject(s.step(session.OpenSession{Session: c.id})); ok {
+		return r
+	}
+	pid, ok := s.sys.ProcessRegistry.Add(&pushProcess{c: c}, PIDName(c.id))
+	if !ok {
+		s.step(session.CloseSession{Session: c.id})
+		return fmt.Errorf("%w: session PID %s is taken", roamerr.ErrConflict, pid.Id)
+	}
+	c.pid = pid
+	s.open[c.id] = c
+	return nil
 }
 
 // PIDName is the PID id of Session id on its node: where the bound
@@ -344,12 +361,16 @@ func (c *Session) SpawnActor(ctx context.Context, stableType, id string) (*actor
 		return nil, fmt.Errorf("%w: session %s is closed", roamerr.ErrUnavailable, c.id)
 	}
 	k := bindingKey{c.id, id}
-	s.mu.Lock()
-	if s.binding == nil {
-		s.binding = map[bindingKey]int{}
+	// Not ctx: a mark whose turn ran after its caller gave up would never
+	// be taken back.
+	if err := s.do(context.Background(), func() {
+		if s.binding == nil {
+			s.binding = map[bindingKey]int{}
+		}
+		s.binding[k]++
+	}); err != nil {
+		return nil, err
 	}
-	s.binding[k]++
-	s.mu.Unlock()
 	unmark := func() {
 		if s.binding[k]--; s.binding[k] <= 0 {
 			delete(s.binding, k)
@@ -357,15 +378,17 @@ func (c *Session) SpawnActor(ctx context.Context, stableType, id string) (*actor
 	}
 	pid, route, err := s.driver.SpawnBound(ctx, stableType, id, &messages.SessionBinding{SessionId: string(c.id), OwnerAddress: s.address}, c.pid)
 	if err != nil {
-		s.mu.Lock()
-		unmark()
-		s.mu.Unlock()
+		s.loop.Post(unmark)
 		return nil, err
 	}
-	s.mu.Lock()
-	effects := s.step(session.Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
-	unmark()
-	s.mu.Unlock()
+	var effects []session.Effect
+	if err := s.do(context.Background(), func() {
+		effects = s.step(session.Bind{Session: c.id, Actor: id, Route: routeFrom(route)})
+		unmark()
+	}); err != nil {
+		// The lifecycle stopped meanwhile: as below.
+		return pid, err
+	}
 	if r, ok := firstReject(effects); ok {
 		// The Session closed meanwhile: the Actor serves on unbound; its
 		// spawner decides (it may delete it).
@@ -431,11 +454,14 @@ func (c *Session) Request(ctx context.Context, actorID string, msg proto.Message
 
 func (c *Session) submit(actorID string, o *outbound, size int) error {
 	s := c.svc
-	s.mu.Lock()
-	route, _, _ := s.runner.Owner().BindingOf(c.id, actorID)
-	down := route.Address != "" && route.Address != s.address && s.driver.Departed(route.Address, route.NodeRid)
-	effects := s.step(session.Client{Session: c.id, Actor: actorID, Item: session.Item{Msg: o, Bytes: size}, RouteDown: down})
-	s.mu.Unlock()
+	var effects []session.Effect
+	if err := s.do(context.Background(), func() {
+		route, _, _ := s.runner.Owner().BindingOf(c.id, actorID)
+		down := route.Address != "" && route.Address != s.address && s.driver.Departed(route.Address, route.NodeRid)
+		effects = s.step(session.Client{Session: c.id, Actor: actorID, Item: session.Item{Msg: o, Bytes: size}, RouteDown: down})
+	}); err != nil {
+		return fmt.Errorf("session %s: %w", c.id, err)
+	}
 	for _, e := range effects {
 		if r, ok := e.(session.Refuse); ok && r.Item.Msg == o {
 			return r.Err
@@ -455,9 +481,10 @@ func (c *Session) Close() {
 	// held messages are refused with, which is not why it closed.
 	c.endWith(nil)
 	s := c.svc
-	s.mu.Lock()
-	s.step(session.CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
-	s.mu.Unlock()
+	// Closed with the lifecycle if the loop is (Stop closed every Session).
+	_ = s.do(context.Background(), func() {
+		s.step(session.CloseSession{Session: c.id, Err: fmt.Errorf("%w: session %s was closed by its client", roamerr.ErrUnavailable, c.id)})
+	})
 }
 
 // end is the Owner's Closed: err is why.
@@ -522,12 +549,10 @@ func (p *pushProcess) SendUserMessage(_ *actor.PID, message any) {
 		c := p.c
 		c.svc.log.Warn().Str("event", "session_push_overflow").Str("session_id", string(c.id)).Int("buffer", c.opts.PushBuffer).
 			Msg("the client does not take its pushes; the session is closed")
-		go func() {
-			s := c.svc
-			s.mu.Lock()
+		s := c.svc
+		s.loop.Post(func() {
 			s.step(session.CloseSession{Session: c.id, Err: fmt.Errorf("%w: session closed: more than %d pushes waited for the client", roamerr.ErrCapacityExceeded, c.opts.PushBuffer)})
-			s.mu.Unlock()
-		}()
+		})
 	}
 }
 
