@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -252,7 +253,7 @@ func (a *Activation) Step(ev Event) []Effect {
 			if ev.Err == nil || errors.Is(ev.Err, location.ErrConflict) {
 				effects = append(effects, DeleteRoot{RootKey: a.rootKey})
 			} else {
-				effects = append(effects, Log{Level: LevelWarn, Event: "reservation_abort_failed", SpotID: a.spotID, Err: ev.Err,
+				effects = append(effects, Log{Level: loglevel.Warn, Event: "reservation_abort_failed", SpotID: a.spotID, Err: ev.Err,
 					Msg: "the reservation stays until its owner's lease ends"})
 				if a.rootKey == a.ownRoot() {
 					a.leftReservation = true // with its root: it is resumed later
@@ -300,7 +301,7 @@ func (a *Activation) Step(ev Event) []Effect {
 				if a.scanned.Key.Kind == location.KindInstanceSpot {
 					msg = "an interrupted Instance Spot reservation whose recovery root is gone was released"
 				}
-				effects = append(effects, Log{Level: LevelInfo, Event: "reservation_released", SpotID: a.spotID, Msg: msg})
+				effects = append(effects, Log{Level: loglevel.Info, Event: "reservation_released", SpotID: a.spotID, Msg: msg})
 				return a.finish(ReservationReleased, effects...)
 			case errors.Is(ev.Err, location.ErrConflict):
 				return a.finish(Untouched)
@@ -406,7 +407,7 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 		if a.kind.Registered && a.kind.PreservesState && a.kind.Checkpointed && !a.kind.RecoverByOperator {
 			// Recovered from its last checkpoint: the reservation below,
 			// then the claim before staging (open).
-			return append([]Effect{Log{Level: LevelWarn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
+			return append([]Effect{Log{Level: loglevel.Warn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
 				OwnerNodeRid: rec.GetOwner().GetNodeRid(),
 				Msg:          "the owner of an Instance Spot ended; it is recovered here from its last checkpoint (what it handled after that is lost)"}},
 				a.coldActivate(v)...)
@@ -417,10 +418,10 @@ func (a *Activation) decide(ev AuthorityRead) []Effect {
 				// operator (or a kind that opted in) may accept the loss.
 				return a.fail(fmt.Errorf("%w: Spot %q: its owner node %s ended and its in-memory state with it; Spots().ReleaseEnded accepts the loss and lets it start empty",
 					roamerr.ErrUnavailable, a.spotID, rec.GetOwner().GetNodeRid()),
-					Log{Level: LevelWarn, Event: "reactivation_refused", SpotID: a.spotID, OwnerNodeRid: rec.GetOwner().GetNodeRid(),
+					Log{Level: loglevel.Warn, Event: "reactivation_refused", SpotID: a.spotID, OwnerNodeRid: rec.GetOwner().GetNodeRid(),
 						Msg: "the owner of an Instance Spot ended with its in-memory state; it stays unavailable until ReleaseEnded accepts the loss"})
 			}
-			return append([]Effect{Log{Level: LevelWarn, Event: "spot_reactivated", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
+			return append([]Effect{Log{Level: loglevel.Warn, Event: "spot_reactivated", SpotID: a.spotID, ObjectGeneration: rec.GetObjectGeneration(),
 				Msg: "the owner of an Instance Spot ended; a new incarnation starts without the old one's in-memory state"}},
 				a.coldActivate(v)...) // reactivation (PROTOCOL.md §7.10)
 		}
@@ -509,7 +510,7 @@ func (a *Activation) writing(ev Event) []Effect {
 			if a.resumed.Record.GetActivationRecovery() == nil {
 				// A Ready Spot of an ended owner, recovered from its
 				// checkpoint by a live node without waiting for a call.
-				effects = append(effects, Log{Level: LevelWarn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
+				effects = append(effects, Log{Level: loglevel.Warn, Event: "spot_recovering", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
 					OwnerNodeRid: a.resumed.Record.GetOwner().GetNodeRid(),
 					Msg:          "the owner of an Instance Spot ended; it is recovered here from its last checkpoint (what it handled after that is lost)"})
 				return append(effects, a.open(version, a.rec, nil, "")...)
@@ -523,7 +524,7 @@ func (a *Activation) writing(ev Event) []Effect {
 			// removal landed; the replay is then a second run
 			// (docs/FAULTS.md, repeated first message). Nothing else in the
 			// store can tell the two apart.
-			effects = append(effects, Log{Level: LevelWarn, Event: "activation_resumed", SpotID: a.spotID, OperationID: a.origOp,
+			effects = append(effects, Log{Level: loglevel.Warn, Event: "activation_resumed", SpotID: a.spotID, OperationID: a.origOp,
 				Msg: "an activation whose owner ended is resumed here from its recovery root; its first message runs here, a second time if the ended owner had already handled it"})
 			return append(effects, a.open(version, a.rec, firsts, a.resumed.Record.GetActivationRecovery().GetRecoveryKey())...)
 		case Lost:
@@ -591,7 +592,7 @@ func (a *Activation) stage(state []byte, restore bool) []Effect {
 // have.
 func (a *Activation) claimed(ev CheckpointClaimed) []Effect {
 	if ev.Err != nil {
-		return a.abort(StoreError("claim the Spot's checkpoint", ev.Err), Log{Level: LevelWarn, Event: "checkpoint_claim_failed", SpotID: a.spotID, Err: ev.Err,
+		return a.abort(StoreError("claim the Spot's checkpoint", ev.Err), Log{Level: loglevel.Warn, Event: "checkpoint_claim_failed", SpotID: a.spotID, Err: ev.Err,
 			Msg: "the Spot's last checkpoint could not be taken over; it does not start without it"})
 	}
 	return a.stage(ev.State, ev.Restore)
@@ -674,7 +675,7 @@ func (a *Activation) settlingCommit(ev Event) []Effect {
 // bound: loudly, since a commit that landed leaves the Spot unserved.
 func (a *Activation) settleAgain(err error) []Effect {
 	if passed(a.settleUntil, a.now) {
-		return a.fail(a.settleErr, DiscardStaged{}, Log{Level: LevelError, Event: "spot_commit_unsettled", SpotID: a.spotID, Err: err,
+		return a.fail(a.settleErr, DiscardStaged{}, Log{Level: loglevel.Error, Event: "spot_commit_unsettled", SpotID: a.spotID, Err: err,
 			Msg: "an Instance Spot's Ready commit stayed unsettled; if it landed, the Spot answers Stale until this node's lease ends"})
 	}
 	return []Effect{StartTimer{Timer: TimerSettle, After: a.cfg.SettleBackoff}}
@@ -690,11 +691,11 @@ func (a *Activation) opened(ev Opened) []Effect {
 	}
 	if len(a.firsts) == 0 {
 		return a.finish(Activated, Measure{Outcome: "recovered", Activated: true},
-			Log{Level: LevelInfo, Event: "spot_recovered", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
+			Log{Level: loglevel.Info, Event: "spot_recovered", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
 				StableType: a.rec.GetStableType(), Msg: "Instance Spot of an ended owner recovered from its last checkpoint without waiting for a call"})
 	}
 	return a.finish(Activated, Measure{Outcome: "ok", Activated: true},
-		Log{Level: LevelInfo, Event: "spot_activated", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
+		Log{Level: loglevel.Info, Event: "spot_activated", SpotID: a.spotID, ObjectGeneration: a.rec.GetObjectGeneration(),
 			OperationID: a.firsts[0].op, StableType: a.rec.GetStableType(), Msg: "Instance Spot activated by its first message"})
 }
 
@@ -716,7 +717,7 @@ func (a *Activation) abort(err error, before ...Effect) []Effect {
 		if a.rootKey == a.ownRoot() {
 			a.leftReservation = true
 		}
-		return a.fail(err, append(before, Log{Level: LevelWarn, Event: "activation_resume_failed", SpotID: a.spotID, OperationID: a.origOp, Err: err,
+		return a.fail(err, append(before, Log{Level: loglevel.Warn, Event: "activation_resume_failed", SpotID: a.spotID, OperationID: a.origOp, Err: err,
 			Msg: "a resumed activation failed before its Ready commit; the record keeps its recovery pointer and is resumed again"})...)
 	}
 	a.pending = err
@@ -855,7 +856,7 @@ func (a *Activation) failed() []Effect {
 	return []Effect{
 		Measure{Outcome: roamerr.Code(a.err)},
 		RespondFailure{Err: a.err},
-		Log{Level: LevelWarn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err, Msg: msg},
+		Log{Level: loglevel.Warn, Event: "activation_failed", SpotID: a.spotID, OperationID: a.op, Err: a.err, Msg: msg},
 		Finish{Err: a.err},
 	}
 }

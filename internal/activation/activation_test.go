@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -234,7 +235,7 @@ func TestEndedOwnerWithRecoveryPointerIsResumed(t *testing.T) {
 			effects = step(t, a, WriteAnswered{Version: 31, Now: t0}, "Log", "Stage")
 			l := effects[0].(Log)
 			require.Equal(t, "activation_resumed", l.Event)
-			require.Equal(t, LevelWarn, l.Level)
+			require.Equal(t, loglevel.Warn, l.Level)
 			require.Equal(t, storedOp, l.OperationID)
 			require.EqualValues(t, 3, effects[1].(Stage).OwnerGeneration)
 

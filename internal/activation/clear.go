@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -95,7 +96,7 @@ func (c *Clear) Step(ev Event) []Effect {
 		case ev.Err == nil, errors.Is(ev.Err, location.ErrConflict), errors.Is(ev.Err, location.ErrIndeterminate):
 			return c.read() // done when a read shows the pointer gone
 		case errors.Is(ev.Err, location.ErrLeaseEnded):
-			return c.finish(ClearGaveUp, Log{Level: LevelWarn, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
+			return c.finish(ClearGaveUp, Log{Level: loglevel.Warn, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
 				Msg: "this node's lease ended before the recovery pointer was removed: the node that resumes the activation runs its first message again"})
 		}
 		return c.wait()
@@ -156,7 +157,7 @@ func (c *Clear) cleared() []Effect {
 // so from here a resume after this owner's end would lose what later
 // messages did: an error.
 func (c *Clear) giveUp() []Effect {
-	return c.finish(ClearGaveUp, Log{Level: LevelError, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
+	return c.finish(ClearGaveUp, Log{Level: loglevel.Error, Event: "activation_recovery_clear_failed", SpotID: c.key.ID,
 		Msg: "the recovery pointer stays and the Spot serves on: if this owner ends, the Spot is resumed from its first message alone, without what later messages did"})
 }
 

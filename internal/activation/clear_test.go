@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -108,7 +109,7 @@ func TestClearBacksOffThenGivesUp(t *testing.T) {
 	effects = step(t, c, TimerFired{Timer: TimerDeadline, Now: t0.Add(10 * time.Minute)}, "Log", "Finish")
 	l := effects[0].(Log)
 	require.Equal(t, "activation_recovery_clear_failed", l.Event)
-	require.Equal(t, LevelError, l.Level)
+	require.Equal(t, loglevel.Error, l.Level)
 	require.Equal(t, cartKey.ID, l.SpotID)
 	require.Equal(t, ClearGaveUp, c.Phase())
 	require.Empty(t, c.Step(TimerFired{Timer: TimerRetry, Now: t0.Add(11 * time.Minute)}))
@@ -129,6 +130,6 @@ func TestClearGivesUpWhenTheLeaseEnded(t *testing.T) {
 	step(t, c, RecordRead{Record: withPointer(40), Now: t0}, "CompareAndSet")
 	effects := step(t, c, WriteAnswered{Err: location.ErrLeaseEnded, Now: t0}, "Log", "Finish")
 	require.Equal(t, "activation_recovery_clear_failed", effects[0].(Log).Event)
-	require.Equal(t, LevelWarn, effects[0].(Log).Level, "nothing runs on an ended lifecycle: only the replay is to come")
+	require.Equal(t, loglevel.Warn, effects[0].(Log).Level, "nothing runs on an ended lifecycle: only the replay is to come")
 	require.Equal(t, ClearGaveUp, c.Phase())
 }

@@ -3,6 +3,7 @@ package activation
 import (
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -39,16 +40,6 @@ func (t Timer) String() string {
 	}
 	return "timer?"
 }
-
-// Level of a Log effect.
-type Level int
-
-// Log levels.
-const (
-	LevelInfo Level = iota
-	LevelWarn
-	LevelError
-)
 
 // Store and Relocation Store effects.
 type (
@@ -215,7 +206,7 @@ type (
 	StopTimer struct{ Timer Timer }
 	// Log: a structured log line named Event; empty fields are left out.
 	Log struct {
-		Level            Level
+		Level            loglevel.Level
 		Event            string
 		Msg              string
 		SpotID           string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -83,7 +84,7 @@ func (r *Release) Step(ev Event) []Effect {
 			if ev.Err != nil && !errors.Is(ev.Err, roamerr.ErrNotFound) {
 				// The incarnation is ended and stops itself after its
 				// accepted turns; nothing new reaches it.
-				effects = append(effects, Log{Level: LevelWarn, Event: "close_local_slow", SpotID: r.key.ID, Err: ev.Err,
+				effects = append(effects, Log{Level: loglevel.Warn, Event: "close_local_slow", SpotID: r.key.ID, Err: ev.Err,
 					Msg: "the closed incarnation is still finishing accepted turns"})
 			}
 			return append(effects, r.read()...)
@@ -146,7 +147,7 @@ func (r *Release) Step(ev Event) []Effect {
 }
 
 func (r *Release) revertFailed(err error) Effect {
-	return Log{Level: LevelError, Event: "spot_close_revert_failed", SpotID: r.key.ID, Err: err, Msg: "a moving Spot stays Closing"}
+	return Log{Level: loglevel.Error, Event: "spot_close_revert_failed", SpotID: r.key.ID, Err: err, Msg: "a moving Spot stays Closing"}
 }
 
 func (r *Release) read() []Effect {
@@ -164,7 +165,7 @@ func (r *Release) wait() []Effect {
 
 func (r *Release) giveUp() []Effect {
 	return r.finish(ReleaseFailed, StoreError("release "+r.key.String(), r.lastErr),
-		Log{Level: LevelError, Event: "spot_release_failed", SpotID: r.key.ID, Err: r.lastErr, Msg: "a closed Spot's authority stays Closing"})
+		Log{Level: loglevel.Error, Event: "spot_release_failed", SpotID: r.key.ID, Err: r.lastErr, Msg: "a closed Spot's authority stays Closing"})
 }
 
 func (r *Release) finish(p Phase, err error, before ...Effect) []Effect {

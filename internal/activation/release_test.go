@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -81,7 +82,7 @@ func TestReleaseBacksOffThenGivesUp(t *testing.T) {
 	step(t, r, RecordRead{Err: errStore, Now: at(21 * time.Millisecond)}, "StartTimer")
 	effects = step(t, r, TimerFired{Timer: TimerDeadline, Now: t0.Add(30 * time.Second)}, "Log", "Finish")
 	require.Equal(t, "spot_release_failed", effects[0].(Log).Event)
-	require.Equal(t, LevelError, effects[0].(Log).Level)
+	require.Equal(t, loglevel.Error, effects[0].(Log).Level)
 	err := effects[1].(Finish).Err
 	require.ErrorIs(t, err, roamerr.ErrUnavailable)
 	require.ErrorIs(t, err, errStore)

@@ -703,16 +703,7 @@ func (d *Driver) onTimer(m *timerFired) {
 }
 
 func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.Identity) {
-	var ev *zerolog.Event
-	switch l.Level {
-	case handoff.LevelError:
-		ev = d.log.Error()
-	case handoff.LevelWarn:
-		ev = d.log.Warn()
-	default:
-		ev = d.log.Info()
-	}
-	ev.Str("event", l.Event).Str("object_kind", key.Kind.String()).Str("object_id", key.ID).
+	machine.LogEvent(d.log, l.Level).Str("event", l.Event).Str("object_kind", key.Kind.String()).Str("object_id", key.ID).
 		Uint64("relocation_id", id.RelocationID).Uint64("target_attempt", id.TargetAttemptGeneration).Msg(l.Msg)
 }
 

@@ -3,6 +3,7 @@ package session
 import (
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 )
 
@@ -163,7 +164,7 @@ type (
 	}
 	// Log: a structured log line with its event name.
 	Log struct {
-		Level   handoff.Level
+		Level   loglevel.Level
 		Event   string
 		Msg     string
 		Session ID

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -215,7 +216,7 @@ func (o *Owner) Step(ev Event) []Effect {
 			// where the Actor serves (docs/SESSIONS.md §5).
 			b.seal = &seal{recovery: true}
 			effects = append(effects,
-				Log{Level: handoff.LevelWarn, Event: "session_route_down", Session: ev.Session, Actor: ev.Actor,
+				Log{Level: loglevel.Warn, Event: "session_route_down", Session: ev.Session, Actor: ev.Actor,
 					Msg: "the bound Actor's node is unreachable; the client's messages are held until the Actor serves again"},
 				StartSealTimer{Session: ev.Session, Actor: ev.Actor, After: o.cfg.RecoveryWait},
 				Resolve{Session: ev.Session, Actor: ev.Actor})
@@ -251,7 +252,7 @@ func (o *Owner) Step(ev Event) []Effect {
 			return nil // released meanwhile: a timer that fired late
 		}
 		if b.seal.recovery {
-			effects := []Effect{Log{Level: handoff.LevelWarn, Event: "session_recovery_timeout", Session: ev.Session, Actor: ev.Actor,
+			effects := []Effect{Log{Level: loglevel.Warn, Event: "session_recovery_timeout", Session: ev.Session, Actor: ev.Actor,
 				Msg: "the bound Actor did not serve again within the recovery wait; the session is closed"}}
 			return append(effects, o.close(ev.Session, fmt.Errorf("%w: session closed: Actor %q did not serve again within %v after its node became unreachable",
 				roamerr.ErrUnavailable, ev.Actor, o.cfg.RecoveryWait))...)
@@ -259,7 +260,7 @@ func (o *Owner) Step(ev Event) []Effect {
 		// No route update and no abort in time: the move's outcome is not
 		// this node's to guess. The connection ends, with everything the
 		// Session held (docs/SESSIONS.md §4).
-		effects := []Effect{Log{Level: handoff.LevelWarn, Event: "session_seal_timeout", Session: ev.Session, Actor: ev.Actor, Move: ev.Move,
+		effects := []Effect{Log{Level: loglevel.Warn, Event: "session_seal_timeout", Session: ev.Session, Actor: ev.Actor, Move: ev.Move,
 			Msg: "no route update or abort within the seal timeout; the session is closed"}}
 		return append(effects, o.close(ev.Session, fmt.Errorf("%w: session closed: the relocation of Actor %q was not confirmed within %v", roamerr.ErrUnavailable, ev.Actor, o.cfg.SealTimeout))...)
 	}
@@ -319,7 +320,7 @@ func (o *Owner) routeUpdate(ev RouteUpdate) []Effect {
 		why = "the binding is sealed by another move"
 	}
 	if why != "" {
-		return []Effect{Log{Level: handoff.LevelWarn, Event: "session_route_update_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "route update ignored: " + why}}
+		return []Effect{Log{Level: loglevel.Warn, Event: "session_route_update_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "route update ignored: " + why}}
 	}
 	b.route = ev.Target
 	return o.release(ev.Session, ev.Actor, b)
@@ -353,7 +354,7 @@ func (o *Owner) resolved(ev Resolved) []Effect {
 	switch {
 	case newer && ev.Alive:
 		b.route = ev.Route
-		effects := []Effect{Log{Level: handoff.LevelInfo, Event: "session_route_recovered", Session: ev.Session, Actor: ev.Actor,
+		effects := []Effect{Log{Level: loglevel.Info, Event: "session_route_recovered", Session: ev.Session, Actor: ev.Actor,
 			Msg: "the bound Actor serves at a new route; the client's messages go there"},
 			Recovered{Session: ev.Session, Actor: ev.Actor, Route: ev.Route}}
 		if held {
@@ -385,7 +386,7 @@ func (o *Owner) abort(ev Abort) []Effect {
 		why = "the binding is sealed by another move"
 	}
 	if why != "" {
-		return []Effect{Log{Level: handoff.LevelWarn, Event: "session_abort_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "abort ignored: " + why}}
+		return []Effect{Log{Level: loglevel.Warn, Event: "session_abort_ignored", Session: ev.Session, Actor: ev.Actor, Move: ev.Move, Msg: "abort ignored: " + why}}
 	}
 	return o.release(ev.Session, ev.Actor, b)
 }

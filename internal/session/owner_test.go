@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -78,7 +79,7 @@ func requireOnlyLog(t *testing.T, effs []Effect, event string) {
 	l, ok := effs[0].(Log)
 	require.True(t, ok, "want Log, got %#v", effs[0])
 	require.Equal(t, event, l.Event)
-	require.Equal(t, handoff.LevelWarn, l.Level)
+	require.Equal(t, loglevel.Warn, l.Level)
 }
 
 type bindingState struct {

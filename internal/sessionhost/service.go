@@ -171,14 +171,7 @@ func (h *host) Closed(id session.ID, err error) {
 }
 
 func (h *host) Log(e session.Log) {
-	ev := h.log.Info()
-	switch e.Level {
-	case handoff.LevelWarn:
-		ev = h.log.Warn()
-	case handoff.LevelError:
-		ev = h.log.Error()
-	}
-	ev.Str("event", e.Event).Str("session_id", string(e.Session)).Str("object_id", e.Actor).
+	machine.LogEvent(h.log, e.Level).Str("event", e.Event).Str("session_id", string(e.Session)).Str("object_id", e.Actor).
 		Uint64("relocation_id", e.Move.RelocationID).Uint64("target_attempt", e.Move.TargetAttemptGeneration).Msg(e.Msg)
 }
 

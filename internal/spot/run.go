@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -368,16 +367,7 @@ func (r *runner) Done(error) {}
 
 // logEffect writes a machine's Log effect, leaving out empty fields.
 func (m *Manager) logEffect(l activation.Log) {
-	var ev *zerolog.Event
-	switch l.Level {
-	case activation.LevelInfo:
-		ev = m.log.Info()
-	case activation.LevelWarn:
-		ev = m.log.Warn()
-	default:
-		ev = m.log.Error()
-	}
-	ev = ev.Str("event", l.Event)
+	ev := machine.LogEvent(m.log, l.Level).Str("event", l.Event)
 	for _, f := range [][2]string{{"spot_id", l.SpotID}, {"operation_id", l.OperationID}, {"stable_type", l.StableType}, {"owner_node_rid", l.OwnerNodeRid}} {
 		if f[1] != "" {
 			ev = ev.Str(f[0], f[1])

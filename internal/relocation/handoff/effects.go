@@ -3,6 +3,7 @@ package handoff
 import (
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/messages"
 )
@@ -86,16 +87,6 @@ func (t Timer) String() string {
 	}
 	return "timer?"
 }
-
-// Level of a Log effect.
-type Level int
-
-// Log levels.
-const (
-	LevelInfo Level = iota
-	LevelWarn
-	LevelError
-)
 
 // Source effects.
 type (
@@ -273,7 +264,7 @@ type (
 	// Log: a structured log line with its event name (the names PROTOCOL.md
 	// uses, such as cutover_timeout).
 	Log struct {
-		Level Level
+		Level loglevel.Level
 		Event string
 		Msg   string
 	}

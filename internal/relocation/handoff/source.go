@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -414,7 +415,7 @@ func (s *Source) stepPaused(ev Event) []Effect {
 			s.paused = pausedReconciling
 			s.asking = true
 			return []Effect{
-				Log{Level: LevelWarn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"},
+				Log{Level: loglevel.Warn, Event: "relocation_reconcile", Msg: "no reply from the target before the restore deadline; reconciling with the store"},
 				StartTimer{Timer: TimerFenceOut, At: s.fenceOutAt()},
 				Reconcile{},
 			}
@@ -439,7 +440,7 @@ func (s *Source) failedBeforeRelayReady(ev FailedReceived) []Effect {
 // failureAfterRelayReady: accepting relay-ready ended the source's
 // ability to restore itself on the target's word (PROTOCOL.md §6.1).
 func failureAfterRelayReady() []Effect {
-	return []Effect{Log{Level: LevelWarn, Event: "failure_after_relay_ready", Msg: "explicit failure after relay-ready ignored: the boundary is irreversible"}}
+	return []Effect{Log{Level: loglevel.Warn, Event: "failure_after_relay_ready", Msg: "explicit failure after relay-ready ignored: the boundary is irreversible"}}
 }
 
 // stepUndecided is the store question's life, shared by reconciling
@@ -507,7 +508,7 @@ func (s *Source) reconciled(ev ReconcileAnswered) []Effect {
 		s.serveAgain()
 		return s.completeOnce(s.withSessionAbort([]Effect{
 			StopTimer{Timer: TimerReconcile},
-			Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit by its restore deadline and is fenced out; the source serves again"},
+			Log{Level: loglevel.Warn, Event: "relocation_fenced_out", Msg: "the target did not commit by its restore deadline and is fenced out; the source serves again"},
 			Unseal{},
 			ReleasePayload{},
 		}), fmt.Errorf("%w: the target did not commit by its restore deadline", roamerr.ErrUnavailable))
@@ -722,7 +723,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			// this node's lease) and then has everything; if it never
 			// does, the object ended with this owner, and the saved work
 			// and boundary batch with it. Say so: it cannot be told here.
-			effects = append([]Effect{Log{Level: LevelError, Event: "relocation_undecided_at_lease_end",
+			effects = append([]Effect{Log{Level: loglevel.Error, Event: "relocation_undecided_at_lease_end",
 				Msg: "this node's owner lease ended before the move's commit showed: the saved work and boundary batch are the target's if its commit lands, otherwise lost with this ended owner"}}, effects...)
 		}
 		effects = append(effects, s.releaseIfDecided()...)
@@ -740,7 +741,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 			StopTimer{Timer: TimerFenceOut},
 			StopTimer{Timer: TimerResendWindow},
 			StopTimer{Timer: TimerFollow},
-			Log{Level: LevelWarn, Event: "relocation_fenced_out", Msg: "the target did not commit after relay-ready by its restore deadline and is fenced out; the source serves again from what it held"},
+			Log{Level: loglevel.Warn, Event: "relocation_fenced_out", Msg: "the target did not commit after relay-ready by its restore deadline and is fenced out; the source serves again from what it held"},
 			Reinstate{},
 			ReleasePayload{},
 		}

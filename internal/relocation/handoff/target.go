@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -206,7 +207,7 @@ func (t *Target) settle(last error) []Effect {
 	if last != nil {
 		msg += ": " + last.Error()
 	}
-	return append([]Effect{Log{Level: LevelWarn, Event: "commit_outcome_unknown", Msg: msg}}, t.commit()...)
+	return append([]Effect{Log{Level: loglevel.Warn, Event: "commit_outcome_unknown", Msg: msg}}, t.commit()...)
 }
 
 // relayReady crosses to RelayReady once the payload is restored and the
@@ -332,7 +333,7 @@ func (t *Target) sourceVerified(ev SourceVerified) []Effect {
 	if ev.Err != nil {
 		return t.remove(roamerr.Wrap(roamerr.ErrStale, "the store does not back the Restore request", ev.Err),
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the source is not the object's owner at the move's fence"},
-			Log{Level: LevelWarn, Event: "stale_relocation", Msg: "the Restore request's source is not the owner the store names: " + ev.Err.Error() + "; target removed"})
+			Log{Level: loglevel.Warn, Event: "stale_relocation", Msg: "the Restore request's source is not the owner the store names: " + ev.Err.Error() + "; target removed"})
 	}
 	t.verified = true
 	return t.relayReady()
@@ -350,7 +351,7 @@ func (t *Target) refuse(ev Event) []Effect {
 	case Superseded:
 		return t.remove(fmt.Errorf("%w: a newer Restore request of the same object arrived", roamerr.ErrConflict),
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "superseded by a newer Restore request of the same object"},
-			Log{Level: LevelWarn, Event: "prepare_superseded", Msg: "a newer Restore request of the same object arrived; this one is removed"})
+			Log{Level: loglevel.Warn, Event: "prepare_superseded", Msg: "a newer Restore request of the same object arrived; this one is removed"})
 	case AbortReceived:
 		return t.remove(fmt.Errorf("%w: aborted by the source (%s)", roamerr.ErrUnavailable, ev.Reason))
 	}
@@ -390,7 +391,7 @@ func (t *Target) stepRelayReady(ev Event) []Effect {
 // prepareConflict: a Restore request with this identity but another
 // manifest, after relay-ready. The move goes on.
 func prepareConflict() []Effect {
-	return []Effect{Log{Level: LevelWarn, Event: "prepare_conflict", Msg: "a Restore request with another manifest after relay-ready; ignored"}}
+	return []Effect{Log{Level: loglevel.Warn, Event: "prepare_conflict", Msg: "a Restore request with another manifest after relay-ready; ignored"}}
 }
 
 // newEpoch: a resent batch replaces the partial one whole (PROTOCOL.md
@@ -411,7 +412,7 @@ func (t *Target) collect(ev RelayRecordReceived) {
 func (t *Target) cutover(ev CutoverReceivedEvent) []Effect {
 	t.newEpoch(ev.Epoch)
 	if ev.Sum != t.sum {
-		return []Effect{Log{Level: LevelError, Event: "cutover_mismatch",
+		return []Effect{Log{Level: loglevel.Error, Event: "cutover_mismatch",
 			Msg: fmt.Sprintf("cutover declares %d records/crc %08x, received %d/%08x: implementation defect; waiting for a resend or the fallback", ev.Sum.Count, ev.Sum.CRC, t.sum.Count, t.sum.CRC)}}
 	}
 	t.relayEnd = relayMatched
@@ -426,7 +427,7 @@ func (t *Target) fallBack() []Effect {
 	for _, i := range t.relayIdx {
 		t.known[i] = true
 	}
-	return append([]Effect{Log{Level: LevelWarn, Event: "cutover_timeout",
+	return append([]Effect{Log{Level: loglevel.Warn, Event: "cutover_timeout",
 		Msg: "no cutover within RelocationCutoverWaitTimeout; committing without the ordering guarantee"}}, t.commit()...)
 }
 
@@ -488,7 +489,7 @@ func (t *Target) casAnswered(ev Event) []Effect {
 		return t.backOff()
 	case StoreStale:
 		return t.remove(roamerr.Wrap(roamerr.ErrStale, "another owner or generation is current", ev.Err),
-			Log{Level: LevelWarn, Event: "stale_relocation", Msg: "another owner or generation is current; target removed"})
+			Log{Level: loglevel.Warn, Event: "stale_relocation", Msg: "another owner or generation is current; target removed"})
 	}
 	return ignore(ev)
 }
@@ -598,7 +599,7 @@ func (t *Target) lateRecord(ev RelayRecordReceived) []Effect {
 // source asks again for the acknowledgement: a target that holds the whole
 // batch acknowledges every time, since an acknowledgement can be lost too.
 func (t *Target) lateCutover(ev CutoverReceivedEvent) []Effect {
-	effects := []Effect{Log{Level: LevelWarn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
+	effects := []Effect{Log{Level: loglevel.Warn, Event: "late_cutover", Msg: "late or duplicate cutover; owner and queue unchanged"}}
 	switch t.relayEnd {
 	case relayMatched:
 		return append(effects, AckBoundary{})
@@ -631,5 +632,5 @@ func (t *Target) locationUpdateFailed(last error) []Effect {
 		msg += ": " + last.Error()
 	}
 	return t.remove(fmt.Errorf("%w: owner change not confirmed before the restore deadline", roamerr.ErrDeadlineExceeded),
-		Log{Level: LevelError, Event: "location_update_failed", Msg: msg})
+		Log{Level: loglevel.Error, Event: "location_update_failed", Msg: msg})
 }

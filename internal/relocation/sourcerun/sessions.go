@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/roamactors/roam/internal/machine/loglevel"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -59,7 +60,7 @@ func (r *Run[M, R]) SessionSealReply(i int, from string, err error) {
 		return
 	}
 	if from != owner {
-		r.env.Log(handoff.Log{Level: handoff.LevelWarn, Event: "reply_from_wrong_peer", Msg: "seal reply ignored: not from the binding's Session owner"})
+		r.env.Log(handoff.Log{Level: loglevel.Warn, Event: "reply_from_wrong_peer", Msg: "seal reply ignored: not from the binding's Session owner"})
 		return
 	}
 	switch {
