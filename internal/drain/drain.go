@@ -352,7 +352,11 @@ func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending
 		// again rather than the unit counted unknown.
 		owner, err := r.h.Owner(ctx, k)
 		for wait := 5 * time.Millisecond; err != nil && ctx.Err() == nil && wait < time.Second; wait *= 2 {
-			<-machine.After(r.clock, wait) // pacing, on the node's clock
+			// The pause ends with ctx too: on a node whose clock stands
+			// still (logical time, a stopping node) it would never end.
+			if machine.Sleep(ctx, r.clock, wait) != nil { // pacing, on the node's clock
+				break
+			}
 			owner, err = r.h.Owner(ctx, k)
 		}
 		switch {

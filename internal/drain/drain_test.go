@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -46,6 +49,10 @@ type fakeHost struct {
 	moved      map[location.AuthorityKey]string
 	tries      map[location.AuthorityKey]int
 	fixed      []relocation.UnitRefusal
+	// ownerErr: Owner fails with it (the store failing); owners counts
+	// the calls.
+	ownerErr error
+	owners   int
 }
 
 func (h *fakeHost) Inventory(context.Context) (relocation.Inventory, error) {
@@ -62,6 +69,10 @@ func (h *fakeHost) Inventory(context.Context) (relocation.Inventory, error) {
 func (h *fakeHost) Owner(_ context.Context, key location.AuthorityKey) (string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.owners++
+	if h.ownerErr != nil {
+		return "", h.ownerErr
+	}
 	if rid, ok := h.moved[key]; ok {
 		return rid, nil
 	}
@@ -147,4 +158,46 @@ func TestRunStopsAtItsContext(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Failed, 1)
 	require.ErrorIs(t, res.Failed[0].Err, roamerr.ErrDeadlineExceeded)
+}
+
+// A unit that left the node while the store fails to say where is asked
+// about again after pauses on the node's clock; a drain whose context ends
+// meanwhile ends even when that clock stands still (logical time, a node
+// stopping), with the unit failed. The pause once ignored the context.
+func TestRunEndsAtItsContextInAPauseOnAStoppedClock(t *testing.T) {
+	key := location.Key(location.KindActor, "a")
+	h := &fakeHost{units: map[location.AuthorityKey]string{key: "x"}, moved: map[location.AuthorityKey]string{}, tries: map[location.AuthorityKey]int{},
+		targets:  []Target{{Rid: "b", StableTypes: []string{"x"}}},
+		failUnit: map[location.AuthorityKey]error{key: fmt.Errorf("%w: closed", roamerr.ErrNotFound)},
+		ownerErr: fmt.Errorf("%w: store down", roamerr.ErrUnavailable)}
+	clock := machine.NewManual()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type ended struct {
+		res Result
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		res, err := Run(ctx, h, Options{Clock: clock})
+		done <- ended{res, err}
+	}()
+	owners := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.owners }
+	// Let the drain's own pauses pass until the store has been asked once
+	// and the drain waits to ask again.
+	testwait.Within(t, 30*time.Second, func() bool {
+		if clock.Armed() == 0 {
+			return false
+		}
+		if owners() > 0 {
+			return true
+		}
+		clock.Advance(time.Second)
+		return false
+	}, "the drain to ask the store where the unit went, then pause")
+	cancel()
+	e := testwait.Recv(t, done, "the drain to end at its context while its clock stands still")
+	require.NoError(t, e.err)
+	require.Len(t, e.res.Failed, 1)
+	require.ErrorIs(t, e.res.Failed[0].Err, roamerr.ErrUnavailable)
 }
