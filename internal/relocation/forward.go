@@ -221,6 +221,22 @@ func (d *Driver) onRelocateRequest(c actor.Context, m *messages.RelocateRequest)
 // ended while a forwarded operation waited for its answer.
 var errLifecycleEnded = errors.New("a node lifecycle ended")
 
+// untilStopped is a context that ends when this node stops: a question
+// whose timeout runs on the node's clock (ask.Ask) must not outlive its
+// node, whose clock may never move again (a stopped node in logical time
+// left a capability query waiting for good). cancel ends it earlier.
+func (d *Driver) untilStopped() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-d.node.Stopped():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // whileLifecyclesLast is ctx, ended with a cause wrapping
 // errLifecycleEnded once this node's lifecycle ends (its lease lost, or
 // the node stopped) or the store shows that owner's has: its descriptor

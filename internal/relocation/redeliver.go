@@ -203,7 +203,9 @@ func (d *Driver) drainHop(hop *actor.PID) {
 	answered := make(chan struct{})
 	go func() {
 		// Answered where the route ends, on any node.
-		_, _ = ask.Ask(context.Background(), d.sys, hop, &messages.RouteBarrier{}, window, ask.Question{Clock: d.clock, What: "route barrier",
+		ctx, cancel := d.untilStopped()
+		defer cancel()
+		_, _ = ask.Ask(ctx, d.sys, hop, &messages.RouteBarrier{}, window, ask.Question{Clock: d.clock, What: "route barrier",
 			Accept: func(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }})
 		close(answered)
 	}()

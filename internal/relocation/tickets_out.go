@@ -1,7 +1,6 @@
 package relocation
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -103,7 +102,9 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 		Source: d.selfRef(), WantTickets: 1 + spareTickets, ReturnedTickets: d.returning[key.address]}
 	delete(d.returning, key.address)
 	go func() {
-		res, err := ask.Ask(context.Background(), d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{Clock: d.clock, From: to.Address, What: "capability query", Accept: isCapabilityReply})
+		ctx, cancel := d.untilStopped()
+		defer cancel()
+		res, err := ask.Ask(ctx, d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{Clock: d.clock, From: to.Address, What: "capability query", Accept: isCapabilityReply})
 		a := capabilityAnswer{at: d.clock.Now()}
 		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
 			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
