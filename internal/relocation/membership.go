@@ -154,14 +154,7 @@ func (d *Driver) runDeletion(del *deletion, key location.AuthorityKey, obj *obje
 	if obj != nil {
 		// Its accepted turns may take long; only the node's end cuts
 		// the wait (the incarnation then goes with the actor system).
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-d.node.Stopped():
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := d.untilStopped()
 		r.err = d.closeEnded(ctx, obj)
 		cancel()
 	} else if k, ok := d.kind(v.Record.GetStableType()); ok && k.Checkpointed() {
