@@ -751,8 +751,19 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 	answered := make(chan struct{})
 	go func() {
 		// The answer comes from wherever the route ends (Message Follow),
-		// so from any node.
-		_, _ = ask.Ask(context.Background(), m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{Clock: m.clock, What: "route barrier", Accept: isBarrier})
+		// so from any node. The question ends with the manager: its
+		// timeout is on the node's clock, which after a stop may never
+		// move again, and its waiters end with the node anyway.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-m.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_, _ = ask.Ask(ctx, m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{Clock: m.clock, What: "route barrier", Accept: isBarrier})
 		close(answered)
 	}()
 	done := make(chan struct{})
@@ -761,6 +772,7 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 		select {
 		case <-answered:
 		case <-lost:
+		case <-m.stop:
 		}
 	}()
 	return done
