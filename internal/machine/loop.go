@@ -179,3 +179,19 @@ func (l *Loop[K]) Close() {
 
 // Done closes once the loop is closed and its last turn has returned.
 func (l *Loop[K]) Done() <-chan struct{} { return l.done }
+
+// UntilClosed is a context that ends when done closes (a node's or a
+// manager's stop): a question whose timeout runs on a node's clock must
+// not outlive its node, whose clock may never move again. cancel ends it
+// earlier.
+func UntilClosed(done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -226,15 +226,7 @@ var errLifecycleEnded = errors.New("a node lifecycle ended")
 // node, whose clock may never move again (a stopped node in logical time
 // left a capability query waiting for good). cancel ends it earlier.
 func (d *Driver) untilStopped() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-d.node.Stopped():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	return machine.UntilClosed(d.node.Stopped())
 }
 
 // whileLifecyclesLast is ctx, ended with a cause wrapping

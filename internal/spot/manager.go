@@ -754,15 +754,8 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 		// so from any node. The question ends with the manager: its
 		// timeout is on the node's clock, which after a stop may never
 		// move again, and its waiters end with the node anyway.
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := machine.UntilClosed(m.stop)
 		defer cancel()
-		go func() {
-			select {
-			case <-m.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		_, _ = ask.Ask(ctx, m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{Clock: m.clock, What: "route barrier", Accept: isBarrier})
 		close(answered)
 	}()
