@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 )
@@ -224,17 +225,10 @@ func TestFencedWriterWritesNothing(t *testing.T) {
 	require.Equal(t, uint64(1), w.Stats().Fenced)
 }
 
-// waitIdle waits for w's writes to end, bounded by many times a memstore
-// write, and names what it waited for.
+// waitIdle waits for w's writes to end and names what it waited for.
 func waitIdle(t *testing.T, w *Writer, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !w.Idle() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, w.Idle, what)
 }
 
 // A checkpoint of a newer format (a newer node's, in a rolling upgrade) is

@@ -50,24 +50,57 @@ type Stats struct {
 // object at a time, each a compare-and-set judged by Judge against what
 // is stored. A failed write is retried with a growing pause while no
 // newer capture of the object waits.
+//
+// The Writer runs on a machine.Loop: its bookkeeping below is owned by the
+// loop's turns and has no lock. The store calls of a write run on a
+// goroutine that posts the outcome back as a turn; Claim and Forget make
+// theirs on their caller's goroutine and step the bookkeeping in turns.
+// The tombstone sweeps are the loop's timers, on the node's clock.
 type Writer struct {
-	cfg Config
+	cfg  Config
+	loop *machine.Loop[sweep]
+	// pace holds the pauses before a failed write is tried again, each
+	// firing as a turn. They only spare a failing store and decide
+	// nothing, so they stay on the real clock: a node in logical time
+	// retries without the test moving its clock.
+	pace *machine.Timers[location.AuthorityKey]
+	// calls counts the goroutines making a write's or a sweep's store
+	// calls; Stop waits for them.
+	calls sync.WaitGroup
+	// drained closes in the turn in which a stopped Writer's last write
+	// ended.
+	drained chan struct{}
 
-	mu      sync.Mutex
-	cond    *sync.Cond
+	// Owned by the loop's turns.
 	pending map[location.AuthorityKey]Checkpoint
 	queue   []location.AuthorityKey
-	writing map[location.AuthorityKey]bool
+	writing map[location.AuthorityKey]*inflight
 	// versions: the version this node last wrote or read for an object,
 	// so a steady owner's write is one compare-and-set, no read.
 	versions   map[location.AuthorityKey]location.StoreVersion
 	forgetting map[location.AuthorityKey]bool
-	running    int
 	stopped    bool
-	stop       chan struct{}
+	failLog    ratelog.Limiter
 
+	// Counted by the turns; atomic so that Stats reads them from any
+	// goroutine, after Stop too.
 	written, superseded, coalesced, failed, fenced atomic.Uint64
-	failLog                                        ratelog.Limiter
+}
+
+// sweep names the timer that deletes key's tombstone stored at version v
+// (one per tombstone: a key forgotten twice has two).
+type sweep struct {
+	key location.AuthorityKey
+	v   location.StoreVersion
+}
+
+// inflight is the write of one object under way: its store calls, or the
+// pause before they are made again.
+type inflight struct {
+	c       Checkpoint
+	attempt int
+	// ended: the Forget calls waiting for this write to end.
+	ended []chan struct{}
 }
 
 // NewWriter returns a Writer; Stop ends it.
@@ -81,13 +114,12 @@ func NewWriter(cfg Config) *Writer {
 	if cfg.Lease == nil {
 		cfg.Lease = func() error { return nil }
 	}
-	w := &Writer{
-		cfg: cfg, pending: map[location.AuthorityKey]Checkpoint{}, writing: map[location.AuthorityKey]bool{},
+	return &Writer{
+		cfg: cfg, loop: machine.NewLoop[sweep](machine.Or(cfg.Clock)), pace: machine.NewTimers[location.AuthorityKey](machine.Real),
+		drained: make(chan struct{}), pending: map[location.AuthorityKey]Checkpoint{}, writing: map[location.AuthorityKey]*inflight{},
 		versions: map[location.AuthorityKey]location.StoreVersion{}, forgetting: map[location.AuthorityKey]bool{},
-		stop: make(chan struct{}), failLog: ratelog.Limiter{Every: time.Second},
+		failLog: ratelog.Limiter{Every: time.Second},
 	}
-	w.cond = sync.NewCond(&w.mu)
-	return w
 }
 
 // Stats returns the counts so far.
@@ -98,102 +130,158 @@ func (w *Writer) Stats() Stats {
 
 // Submit queues c, the newest capture of key. It returns at once.
 func (w *Writer) Submit(key location.AuthorityKey, c Checkpoint) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.loop.Post(func() { w.submit(key, c) }) // refused once stopped: dropped, as Stop drops what waits
+}
+
+func (w *Writer) submit(key location.AuthorityKey, c Checkpoint) {
 	if w.stopped || w.forgetting[key] {
 		return
 	}
 	if old, ok := w.pending[key]; ok {
-		if c.Fence.Less(old.Fence) {
-			w.coalesced.Add(1)
-			return
+		if !c.Fence.Less(old.Fence) {
+			w.pending[key] = c
 		}
-		w.pending[key] = c
 		w.coalesced.Add(1)
 		return
 	}
 	w.pending[key] = c
 	w.queue = append(w.queue, key)
-	w.startLocked()
+	w.start()
 }
 
-// startLocked starts writes while there is room.
-func (w *Writer) startLocked() {
-	for w.running < w.cfg.Concurrency && len(w.queue) > 0 {
+// start starts writes while there is room.
+func (w *Writer) start() {
+	for len(w.writing) < w.cfg.Concurrency && len(w.queue) > 0 {
 		key := w.queue[0]
 		w.queue = w.queue[1:]
 		c, ok := w.pending[key]
-		if !ok || w.writing[key] {
+		if !ok || w.writing[key] != nil {
 			continue // written meanwhile, or re-queued once its write ends
 		}
 		delete(w.pending, key)
-		w.writing[key] = true
-		w.running++
-		go w.run(key, c)
+		wr := &inflight{c: c}
+		w.writing[key] = wr
+		w.attempt(key, wr)
 	}
 }
 
-func (w *Writer) run(key location.AuthorityKey, c Checkpoint) {
-	for attempt := 0; ; attempt++ {
-		err := w.write(key, c)
-		if err == nil {
-			break
-		}
+// attempt makes wr's store calls on a goroutine, which posts their
+// outcome back.
+func (w *Writer) attempt(key location.AuthorityKey, wr *inflight) {
+	v, known := w.versions[key]
+	w.calls.Add(1)
+	go func() {
+		defer w.calls.Done()
+		out := w.write(key, wr.c, v, known)
+		// Not refused: the loop closes only once every write has ended.
+		w.loop.Post(func() { w.attempted(key, wr, out) })
+	}()
+}
+
+// outcome is what one attempt of a write did.
+type outcome struct {
+	err error
+	// version: what the attempt learned of the stored version (setV: v is
+	// it; forgetV: it is unknown now; neither: unchanged).
+	v             location.StoreVersion
+	setV, forgetV bool
+	count         *atomic.Uint64 // the Stats field it adds to, if any
+}
+
+// attempted steps the outcome of one attempt of key's write: it ends, or
+// is tried again after a pause.
+func (w *Writer) attempted(key location.AuthorityKey, wr *inflight, out outcome) {
+	switch {
+	case out.setV:
+		w.versions[key] = out.v
+	case out.forgetV:
+		delete(w.versions, key)
+	}
+	if out.count != nil {
+		out.count.Add(1)
+	}
+	if err := out.err; err != nil {
 		w.failed.Add(1)
 		if ev := w.failLog.Warn(&w.cfg.Log); ev != nil {
 			ev.Str("event", "checkpoint_write_failed").Str("object_id", key.ID).Str("object_kind", location.KindName(key.Kind)).
-				Str("fence", c.Fence.String()).Err(err).Msg("a checkpoint could not be written; retried while no newer capture waits")
+				Str("fence", wr.c.Fence.String()).Err(err).Msg("a checkpoint could not be written; retried while no newer capture waits")
 		}
-		w.mu.Lock()
 		_, newer := w.pending[key]
 		gone := w.stopped || w.forgetting[key]
-		w.mu.Unlock()
-		if newer || gone || errors.Is(err, roamerr.ErrInvalidOperation) || errors.Is(err, roamerr.ErrCapacityExceeded) {
-			break // a newer capture replaces it; or it can never be written
+		if !newer && !gone && !errors.Is(err, roamerr.ErrInvalidOperation) && !errors.Is(err, roamerr.ErrCapacityExceeded) {
+			pause := min(50*time.Millisecond<<min(wr.attempt, 5), time.Second)
+			wr.attempt++
+			w.pace.Post(key, pause, func(f machine.Fired[location.AuthorityKey]) {
+				w.loop.Post(func() {
+					if w.pace.Take(f) {
+						w.attempt(key, wr)
+					}
+				})
+			})
+			return
 		}
-		select {
-		case <-machine.After(machine.Real, min(50*time.Millisecond<<min(attempt, 5), time.Second)): // pacing
-		case <-w.stop:
-		}
+		// A newer capture replaces it; or it can never be written.
 	}
-	w.mu.Lock()
+	w.ended(key)
+}
+
+// ended ends key's write: the Forget calls waiting for it go on, a
+// capture that came meanwhile is queued, and a stopped Writer whose last
+// write this was is drained.
+func (w *Writer) ended(key location.AuthorityKey) {
+	for _, ch := range w.writing[key].ended {
+		close(ch)
+	}
 	delete(w.writing, key)
-	w.running--
 	if _, ok := w.pending[key]; ok {
 		w.queue = append(w.queue, key)
 	}
-	w.startLocked()
-	w.cond.Broadcast()
-	w.mu.Unlock()
+	w.start()
+	w.drain()
 }
 
-// write stores c unless the store holds the same or a later checkpoint.
-func (w *Writer) write(key location.AuthorityKey, c Checkpoint) error {
+// drain closes drained once the Writer is stopped and no write is left.
+func (w *Writer) drain() {
+	if !w.stopped || len(w.writing) > 0 {
+		return
+	}
+	select {
+	case <-w.drained:
+	default:
+		close(w.drained)
+	}
+}
+
+// endPause ends key's write if it is pausing before its next attempt (a
+// write whose store calls are under way ends with their outcome).
+func (w *Writer) endPause(key location.AuthorityKey) {
+	if w.writing[key] != nil && w.pace.Cancel(key) {
+		w.ended(key)
+	}
+}
+
+// write stores c unless the store holds the same or a later checkpoint;
+// v is the stored version as last known (known).
+func (w *Writer) write(key location.AuthorityKey, c Checkpoint, v location.StoreVersion, known bool) outcome {
 	if err := w.cfg.Lease(); err != nil {
-		w.fenced.Add(1)
-		return nil
+		return outcome{count: &w.fenced}
 	}
 	data, err := Encode(c)
 	if err != nil {
-		return err
+		return outcome{err: err}
 	}
 	if len(data) > location.MaxCheckpointBytes {
-		return fmt.Errorf("%w: the state of %s is %d bytes, over the checkpoint limit %d", roamerr.ErrCapacityExceeded, key, len(c.State), location.MaxCheckpointBytes)
+		return outcome{err: fmt.Errorf("%w: the state of %s is %d bytes, over the checkpoint limit %d", roamerr.ErrCapacityExceeded, key, len(c.State), location.MaxCheckpointBytes)}
 	}
-	w.mu.Lock()
-	v, known := w.versions[key]
-	w.mu.Unlock()
 	for try := 0; try < 4; try++ {
 		if !known {
 			stored, sv, err := w.read(key)
 			if err != nil && !IsCorrupt(err) {
-				return err
+				return outcome{err: err}
 			}
 			v = sv
 			if Judge(c.Fence, stored, err) == Superseded {
-				w.setVersion(key, v)
-				w.superseded.Add(1)
-				return nil
+				return outcome{v: v, setV: true, count: &w.superseded}
 			}
 			if err != nil {
 				w.cfg.Log.Warn().Str("event", "checkpoint_corrupt").Str("object_id", key.ID).Err(err).
@@ -206,17 +294,14 @@ func (w *Writer) write(key location.AuthorityKey, c Checkpoint) error {
 		var ce *location.ConflictError
 		switch {
 		case err == nil:
-			w.setVersion(key, nv)
-			w.written.Add(1)
-			return nil
+			return outcome{v: nv, setV: true, count: &w.written}
 		case errors.As(err, &ce):
 			known = false // read, and judge again
 		default:
-			w.forgetVersion(key)
-			return err
+			return outcome{err: err, forgetV: true}
 		}
 	}
-	return fmt.Errorf("%w: the checkpoint of %s kept changing under its write", roamerr.ErrConflict, key)
+	return outcome{err: fmt.Errorf("%w: the checkpoint of %s kept changing under its write", roamerr.ErrConflict, key)}
 }
 
 // read returns the decoded stored checkpoint (nil: none) and its version.
@@ -237,16 +322,28 @@ func (w *Writer) read(key location.AuthorityKey) (*Checkpoint, location.StoreVer
 	return &c, v, nil
 }
 
+// setVersion and forgetVersion record, from a caller's goroutine, what a
+// Claim or Forget learned of the stored version. Posted, not waited for:
+// the caller's later calls are turns after it.
 func (w *Writer) setVersion(key location.AuthorityKey, v location.StoreVersion) {
-	w.mu.Lock()
-	w.versions[key] = v
-	w.mu.Unlock()
+	w.loop.Post(func() { w.versions[key] = v })
 }
 
 func (w *Writer) forgetVersion(key location.AuthorityKey) {
-	w.mu.Lock()
-	delete(w.versions, key)
-	w.mu.Unlock()
+	w.loop.Post(func() { delete(w.versions, key) })
+}
+
+// do runs f as a turn for a caller of op and waits for it; its error says
+// why f did not run (the caller's ctx ended, or the Writer stopped).
+func (w *Writer) do(ctx context.Context, op string, f func()) error {
+	err := w.loop.Do(ctx, f)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && !errors.Is(err, machine.ErrClosed):
+		return fmt.Errorf("%w: %s: %w", roamerr.ErrDeadlineExceeded, op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // Claim takes key's checkpoint over for a new incarnation with fence (a
@@ -259,14 +356,18 @@ func (w *Writer) forgetVersion(key location.AuthorityKey) {
 // marker and logged (checkpoint_type_mismatch); so is a corrupt one
 // (checkpoint_corrupt, error): unreadable bytes must not keep the object
 // from serving. One of a newer format (ErrNewerFormat) is left alone and
-// the claim fails: a newer node reads it.
+// the claim fails: a newer node reads it. A stopped Writer claims and
+// forgets nothing (machine.ErrClosed, Unavailable): its lifecycle ended.
 func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fence, stableType, appVersion string) (Checkpoint, error) {
-	w.mu.Lock()
-	if c, ok := w.pending[key]; ok && c.Fence.Less(fence) {
-		delete(w.pending, key) // an earlier incarnation's capture here
-		w.coalesced.Add(1)
+	err := w.do(ctx, "claim the checkpoint of "+key.String(), func() {
+		if c, ok := w.pending[key]; ok && c.Fence.Less(fence) {
+			delete(w.pending, key) // an earlier incarnation's capture here
+			w.coalesced.Add(1)
+		}
+	})
+	if err != nil {
+		return Checkpoint{}, err
 	}
-	w.mu.Unlock()
 	for {
 		if err := ctx.Err(); err != nil {
 			return Checkpoint{}, fmt.Errorf("%w: claim the checkpoint of %s: %w", roamerr.ErrDeadlineExceeded, key, err)
@@ -361,26 +462,46 @@ func Tombstone(gen, owner uint64, stableType string) Checkpoint {
 }
 
 // Forget ends key's checkpoints (its object, incarnation gen/owner,
-// closed): a waiting capture is dropped, a write in flight finishes, then
+// closed): a waiting capture is dropped, a write in flight finishes (a
+// retry's pause ends it; Forget waits for it no longer than ctx), then
 // a tombstone replaces the stored checkpoint (a plain delete would let a
 // late write of the closed incarnation bring its state back to a new
 // object of the same ID), deleted TombstoneFor later at its version
 // unless a new object's checkpoint replaced it. Captures submitted
 // meanwhile are dropped.
 func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, owner uint64, stableType string) error {
-	w.mu.Lock()
-	w.forgetting[key] = true
-	delete(w.pending, key)
-	for w.writing[key] {
-		w.cond.Wait()
-	}
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
+	op := "forget the checkpoint of " + key.String()
+	var writing chan struct{}
+	err := w.do(ctx, op, func() {
+		w.forgetting[key] = true
+		delete(w.pending, key)
+		w.endPause(key) // its next attempt would only be fenced out
+		if wr := w.writing[key]; wr != nil {
+			writing = make(chan struct{})
+			wr.ended = append(wr.ended, writing)
+		}
+	})
+	// Posted, so that it follows the turn above even when that turn ran
+	// after do gave up on it; and the caller's later calls follow it.
+	var swept location.StoreVersion
+	tombstoned := false
+	defer w.loop.Post(func() {
 		delete(w.forgetting, key)
 		delete(w.versions, key)
-		w.mu.Unlock()
-	}()
+		if tombstoned && !w.stopped {
+			w.loop.Arm(sweep{key, swept}, TombstoneFor, func() { w.sweep(key, swept) })
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if writing != nil {
+		select {
+		case <-writing: // the write in flight finished
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s: the write in flight did not end: %w", roamerr.ErrDeadlineExceeded, op, ctx.Err())
+		}
+	}
 	tomb := Tombstone(gen, owner, stableType)
 	data, err := Encode(tomb)
 	if err != nil {
@@ -402,7 +523,7 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 		var ce *location.ConflictError
 		switch {
 		case err == nil:
-			w.sweepLater(key, nv)
+			swept, tombstoned = nv, true
 			return nil
 		case errors.As(err, &ce):
 			continue
@@ -413,18 +534,13 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 	return fmt.Errorf("%w: forget the checkpoint of %s: it kept changing", roamerr.ErrConflict, key)
 }
 
-// sweepLater deletes key's tombstone at version v once TombstoneFor has
-// passed (best effort: a stopped writer leaves it; a new object's
+// sweep deletes key's tombstone at version v, TombstoneFor after it was
+// written (best effort: a stopped writer leaves it; a new object's
 // checkpoint at another version is never deleted).
-func (w *Writer) sweepLater(key location.AuthorityKey, v location.StoreVersion) {
-	fire, t := machine.NewTimer(machine.Or(w.cfg.Clock), TombstoneFor)
+func (w *Writer) sweep(key location.AuthorityKey, v location.StoreVersion) {
+	w.calls.Add(1)
 	go func() {
-		defer t.Stop()
-		select {
-		case <-w.stop:
-			return
-		case <-fire:
-		}
+		defer w.calls.Done()
 		ctx, cancel := machine.WithTimeout(context.Background(), machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		defer cancel()
 		_ = w.cfg.Store.DeleteCheckpoint(ctx, key, v)
@@ -433,23 +549,33 @@ func (w *Writer) sweepLater(key location.AuthorityKey, v location.StoreVersion) 
 
 // Idle reports whether nothing waits or is being written.
 func (w *Writer) Idle() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.pending) == 0 && w.running == 0
+	idle := true
+	if err := w.loop.Do(context.Background(), func() { idle = len(w.pending) == 0 && len(w.writing) == 0 }); err != nil {
+		return true // closed: Stop dropped what waited, and every write ended
+	}
+	return idle
 }
 
 // Stop drops what waits and lets writes in flight end (their retries
-// stop).
+// stop), then ends the loop with its timers and waits for the store calls
+// it started.
 func (w *Writer) Stop() {
-	w.mu.Lock()
-	if !w.stopped {
+	_ = w.loop.Do(context.Background(), func() { // ErrClosed: stopped already
+		if w.stopped {
+			return
+		}
 		w.stopped = true
-		close(w.stop)
 		w.pending = map[location.AuthorityKey]Checkpoint{}
 		w.queue = nil
-	}
-	for w.running > 0 {
-		w.cond.Wait()
-	}
-	w.mu.Unlock()
+		w.loop.CancelIf(func(sweep) bool { return true })
+		for key := range w.writing {
+			w.endPause(key)
+		}
+		w.drain()
+	})
+	<-w.drained
+	w.loop.Close()
+	<-w.loop.Done()
+	w.pace.Close()
+	w.calls.Wait()
 }

@@ -1,0 +1,110 @@
+package checkpoint
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/machine"
+	"github.com/roamactors/roam/internal/testwait"
+	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/roamerr"
+)
+
+// heldStore holds each PutCheckpoint until the test releases it.
+type heldStore struct {
+	location.CheckpointStore
+	entered  chan struct{} // a put has started and waits
+	release  chan struct{} // closed: every put goes on
+	released sync.Once
+	returned atomic.Bool // a held put has returned
+}
+
+// letGo releases the held puts and every later one.
+func (s *heldStore) letGo() { s.released.Do(func() { close(s.release) }) }
+
+func newHeldStore() *heldStore {
+	return &heldStore{CheckpointStore: memstore.New(), entered: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (s *heldStore) PutCheckpoint(ctx context.Context, key location.AuthorityKey, v location.StoreVersion, data []byte) (location.StoreVersion, error) {
+	s.entered <- struct{}{}
+	<-s.release
+	defer s.returned.Store(true)
+	return s.CheckpointStore.PutCheckpoint(ctx, key, v, data)
+}
+
+// Stop returns only once the store call of a write under way has
+// returned: nothing of the Writer is left running against the store.
+func TestStopWaitsForTheWriteUnderWay(t *testing.T) {
+	s := newHeldStore()
+	w := NewWriter(Config{Store: s})
+	w.Submit(key, cp(1, 1, 1, "a"))
+	testwait.Recv(t, s.entered, "the write to reach the store")
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	require.False(t, w.Idle(), "a write is under way")
+	s.letGo()
+	testwait.Recv(t, stopped, "Stop to return")
+	require.True(t, s.returned.Load(), "Stop returned while its write's store call was under way")
+	require.True(t, w.Idle())
+	w.Submit(key, cp(1, 1, 2, "b")) // dropped: the Writer stopped
+	require.True(t, w.Idle())
+}
+
+// Forget waits for the write in flight of its object, but no longer than
+// its caller's context: a deadline the caller set is kept even when the
+// store call under way is slow. The object is not left forgotten: once
+// that write ends, a Forget goes through.
+func TestForgetKeepsItsContextWhileAWriteIsInFlight(t *testing.T) {
+	s := newHeldStore()
+	w := NewWriter(Config{Store: s})
+	t.Cleanup(w.Stop)
+	t.Cleanup(s.letGo) // before Stop, which waits for the held write
+	w.Submit(key, cp(1, 1, 1, "a"))
+	testwait.Recv(t, s.entered, "the write to reach the store")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	forgot := make(chan error, 1)
+	go func() { forgot <- w.Forget(ctx, key, 1, 1, "room") }()
+	err := testwait.Recv(t, forgot, "Forget to give up with its context")
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded)
+	require.ErrorIs(t, err, context.Canceled)
+
+	s.letGo()
+	testwait.For(t, w.Idle, "the write to end")
+	require.NoError(t, w.Forget(context.Background(), key, 1, 1, "room"))
+	require.True(t, stored(t, s, key).NoState, "the tombstone replaced the write")
+}
+
+// A tombstone is deleted TombstoneFor later on the node's clock, and no
+// timer of the Writer outlives Stop: a stopped writer leaves a tombstone
+// where it is.
+func TestTombstoneSweepRunsOnTheNodeClockAndEndsWithStop(t *testing.T) {
+	clock := machine.NewManual()
+	s := memstore.New(memstore.WithClock(clock))
+	w := NewWriter(Config{Store: s, Clock: clock})
+	require.NoError(t, w.Forget(context.Background(), key, 1, 1, "room"))
+	testwait.For(t, func() bool { return clock.Armed() == 1 }, "the tombstone's sweep to be armed")
+	clock.Advance(TombstoneFor)
+	testwait.For(t, func() bool {
+		_, _, err := s.GetCheckpoint(context.Background(), key)
+		return err != nil
+	}, "the tombstone to be deleted")
+	_, _, err := s.GetCheckpoint(context.Background(), key)
+	require.ErrorIs(t, err, location.ErrNotFound)
+
+	other := location.Key(location.KindActor, "closed")
+	require.NoError(t, w.Forget(context.Background(), other, 1, 1, "room"))
+	testwait.For(t, func() bool { return clock.Armed() == 1 }, "the second tombstone's sweep to be armed")
+	w.Stop()
+	require.Zero(t, clock.Armed(), "a timer of the writer outlived Stop")
+	clock.Advance(2 * TombstoneFor)
+	require.True(t, stored(t, s, other).NoState, "a stopped writer leaves its tombstone")
+	_, err = w.Claim(context.Background(), other, Fence{2, 1, 0}, "room", "")
+	require.ErrorIs(t, err, roamerr.ErrUnavailable, "a stopped writer claims nothing")
+}
