@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -123,20 +122,58 @@ func Run(ctx context.Context, h Host, opts Options) (Result, error) {
 		opts.Concurrency = 64
 	}
 	opts.Concurrency = min(opts.Concurrency, MaxConcurrency)
-	r := &run{h: h, opts: opts, tries: map[location.AuthorityKey]int{}, lastErr: map[location.AuthorityKey]error{}, exhausted: map[location.AuthorityKey]bool{},
+	clock := machine.Or(opts.Clock)
+	r := &run{h: h, opts: opts, ctx: ctx, clock: clock, loop: machine.NewLoop[pause](clock), ended: make(chan struct{}),
+		tries: map[location.AuthorityKey]int{}, lastErr: map[location.AuthorityKey]error{}, exhausted: map[location.AuthorityKey]bool{},
 		pendingSince: map[location.AuthorityKey]time.Time{}, done: map[location.AuthorityKey]bool{},
-		seen: map[location.AuthorityKey]bool{}, res: Result{Started: machine.Or(opts.Clock).Now()}, clock: machine.Or(opts.Clock)}
-	err := r.loop(ctx)
+		seen: map[location.AuthorityKey]bool{}, res: Result{Started: clock.Now()},
+		wait: time.Millisecond, idle: 50 * time.Millisecond}
+	// A pause the drain is in ends with ctx, whichever clock it is on (one
+	// that stands still: logical time, a stopping node).
+	woke := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { defer close(woke); r.loop.Post(r.wake) })
+	r.loop.Post(r.next)
+	<-r.ended
+	if !stop() {
+		<-woke
+	}
+	// Nothing of the drain runs past here: no timer (Close cancels them),
+	// no turn, no goroutine that was asking the host.
+	r.loop.Close()
+	<-r.loop.Done()
+	r.calls.Wait()
 	r.res.Finished = r.clock.Now()
 	r.res.PauseP50, r.res.PauseP99 = percentile(r.pauses, 50), percentile(r.pauses, 99)
 	sort.Slice(r.res.Failed, func(i, j int) bool { return r.res.Failed[i].Key.String() < r.res.Failed[j].Key.String() })
-	return r.res, err
+	return r.res, r.err
 }
 
+// pause names the drain's timers: one pause at a time, between passes
+// (round) or before asking the store again where a unit went (owner).
+type pause string
+
+const (
+	roundPause pause = "round"
+	ownerPause pause = "owner"
+)
+
+// run is one drain. It runs as a sequence of passes in the turns of loop:
+// each pass reads the inventory, settles the units that left the node, and
+// moves the rest in a round; the Host's calls run on goroutines of their
+// own (calls) that post their answers back as turns. The fields from err
+// on are owned by the loop's turns: no lock; Run reads them once the loop
+// is done.
 type run struct {
-	h      Host
-	opts   Options
-	mu     sync.Mutex // guards everything below (the workers report here)
+	h     Host
+	opts  Options
+	ctx   context.Context
+	clock machine.Clock
+	loop  *machine.Loop[pause]
+	calls sync.WaitGroup
+	// ended closes when the drain has its outcome (err).
+	ended chan struct{}
+	err   error
+
 	res    Result
 	pauses []time.Duration
 	// tries per unit; done: units finished (moved, failed, or gone);
@@ -150,123 +187,193 @@ type run struct {
 	// pendingSince: when a unit was first seen gone from the node while the
 	// store still named it (settleLeft).
 	pendingSince map[location.AuthorityKey]time.Time
-	clock        machine.Clock
 	done         map[location.AuthorityKey]bool
 	seen         map[location.AuthorityKey]bool
 	goneN        int
 	// refused: targets that refused a move as draining (for the rest of the
 	// drain) — full ones are asked again each round.
 	refused map[string]bool
+	// wait: the pause while only moves in or out are under way; idle: the
+	// pause after a round in which nothing moved.
+	wait, idle time.Duration
+	// resume continues the drain after the pause armed as pausing; it is
+	// told whether ctx ended the pause.
+	resume  func(ctxEnded bool)
+	pausing pause
+	// inFlight: moves asked of the host and not answered; round: the round
+	// under way (nil between rounds).
+	inFlight int
+	round    *round
 }
 
-func (r *run) loop(ctx context.Context) error {
-	wait, idle := time.Millisecond, 50*time.Millisecond
-	for {
-		inv, err := r.h.Inventory(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		for _, u := range inv.Unmovable {
-			r.finish(UnitResult{Key: u.Key, Err: u.Err}, false)
-		}
-		pending := r.settleLeft(ctx, inv)
-		var todo, spent []relocation.Unit
-		r.mu.Lock()
-		for _, u := range inv.Movable {
-			switch {
-			case r.done[u.Key]:
-			case r.exhausted[u.Key]:
-				spent = append(spent, u)
-			default:
-				todo = append(todo, u)
-			}
-		}
-		r.mu.Unlock()
-		if ctx.Err() != nil {
-			for _, u := range append(todo, spent...) {
-				r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: drain ended before %s moved: %w", roamerr.ErrDeadlineExceeded, u.Key, ctx.Err())}, false)
-			}
-			// Units still moving, or gone without the store saying where.
-			r.mu.Lock()
-			var open []location.AuthorityKey
-			for k := range r.seen {
-				if !r.done[k] {
-					open = append(open, k)
-				}
-			}
-			r.mu.Unlock()
-			for _, k := range open {
-				r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: drain ended while %s was moving: %w", roamerr.ErrDeadlineExceeded, k, ctx.Err())}, false)
-			}
-			return nil
-		}
-		if len(todo) == 0 {
-			if len(inv.Busy) == 0 && pending == 0 {
-				for _, u := range spent {
-					r.mu.Lock()
-					err := r.lastErr[u.Key]
-					r.mu.Unlock()
-					r.finish(UnitResult{Key: u.Key, Err: err}, false)
-				}
-				return nil
-			}
-			// Moves in or out are under way: an arrival is a unit to move on.
-			select {
-			case <-ctx.Done():
-			case <-machine.After(r.clock, wait): // pacing, on the node's clock
-			}
-			wait = min(2*wait, 100*time.Millisecond)
-			continue
-		}
-		wait = time.Millisecond
-		r.mu.Lock()
-		before := r.res.Moved
-		r.mu.Unlock()
-		r.round(ctx, todo)
-		r.mu.Lock()
-		stuck := r.res.Moved == before
-		r.mu.Unlock()
-		if stuck {
-			// Nothing moved: targets or the store are failing. Back off so
-			// a short outage uses up time rather than every unit's tries.
-			select {
-			case <-ctx.Done():
-			case <-machine.After(r.clock, idle): // pacing, on the node's clock
-			}
-			idle = min(2*idle, time.Second)
-		} else {
-			idle = 50 * time.Millisecond
-		}
+// call runs ask on a goroutine of its own (the host's calls block on the
+// store and the network, a turn must not) and posts the turn it returns.
+func (r *run) call(ask func() (answer func())) {
+	r.calls.Add(1)
+	go func() {
+		defer r.calls.Done()
+		r.loop.Post(ask())
+	}()
+}
+
+// end gives Run its outcome. Nothing is under way then: no call, no pause.
+func (r *run) end(err error) {
+	r.err = err
+	close(r.ended)
+}
+
+// pauseFor continues with then once d has passed on the drain's clock, or
+// at once when ctx has ended.
+func (r *run) pauseFor(k pause, d time.Duration, then func(ctxEnded bool)) {
+	if r.ctx.Err() != nil {
+		then(true)
+		return
+	}
+	r.resume, r.pausing = then, k
+	r.loop.Arm(k, d, func() { r.resumeAfter(false) })
+}
+
+// wake ends the pause under way, if any, as ctx ended.
+func (r *run) wake() {
+	if r.resume != nil && r.loop.Cancel(r.pausing) {
+		r.resumeAfter(true)
 	}
 }
 
-// round moves todo with at most Concurrency moves at a time.
-func (r *run) round(ctx context.Context, todo []relocation.Unit) {
-	r.mu.Lock()
+func (r *run) resumeAfter(ctxEnded bool) {
+	then := r.resume
+	r.resume = nil
+	then(ctxEnded)
+}
+
+// next starts a pass: it reads the inventory.
+func (r *run) next() {
+	r.call(func() func() {
+		inv, err := r.h.Inventory(r.ctx)
+		return func() { r.inventoried(inv, err) }
+	})
+}
+
+func (r *run) inventoried(inv relocation.Inventory, err error) {
+	if err != nil {
+		if r.ctx.Err() != nil {
+			r.end(nil)
+			return
+		}
+		r.end(err)
+		return
+	}
+	for _, u := range inv.Unmovable {
+		r.finish(UnitResult{Key: u.Key, Err: u.Err}, false)
+	}
+	r.settleLeft(inv)
+}
+
+// settled goes on with the pass once the units that left the node are
+// settled, pending of them still named here by the store.
+func (r *run) settled(inv relocation.Inventory, pending int) {
+	var todo, spent []relocation.Unit
+	for _, u := range inv.Movable {
+		switch {
+		case r.done[u.Key]:
+		case r.exhausted[u.Key]:
+			spent = append(spent, u)
+		default:
+			todo = append(todo, u)
+		}
+	}
+	if err := r.ctx.Err(); err != nil {
+		for _, u := range append(todo, spent...) {
+			r.finish(UnitResult{Key: u.Key, Err: fmt.Errorf("%w: drain ended before %s moved: %w", roamerr.ErrDeadlineExceeded, u.Key, err)}, false)
+		}
+		// Units still moving, or gone without the store saying where.
+		var open []location.AuthorityKey
+		for k := range r.seen {
+			if !r.done[k] {
+				open = append(open, k)
+			}
+		}
+		for _, k := range open {
+			r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: drain ended while %s was moving: %w", roamerr.ErrDeadlineExceeded, k, err)}, false)
+		}
+		r.end(nil)
+		return
+	}
+	if len(todo) == 0 {
+		if len(inv.Busy) == 0 && pending == 0 {
+			for _, u := range spent {
+				r.finish(UnitResult{Key: u.Key, Err: r.lastErr[u.Key]}, false)
+			}
+			r.end(nil)
+			return
+		}
+		// Moves in or out are under way: an arrival is a unit to move on.
+		r.pauseFor(roundPause, r.wait, func(bool) { r.next() })
+		r.wait = min(2*r.wait, 100*time.Millisecond)
+		return
+	}
+	r.wait = time.Millisecond
+	before := r.res.Moved
+	r.startRound(todo, func() {
+		if r.res.Moved == before {
+			// Nothing moved: targets or the store are failing. Back off so
+			// a short outage uses up time rather than every unit's tries.
+			r.pauseFor(roundPause, r.idle, func(bool) { r.next() })
+			r.idle = min(2*r.idle, time.Second)
+			return
+		}
+		r.idle = 50 * time.Millisecond
+		r.next()
+	})
+}
+
+// round is one pass's moves: todo in order, at most Concurrency at a time.
+type round struct {
+	todo []relocation.Unit
+	p    *placer
+	// next: the first unit of todo not yet placed; held: the target picked
+	// for todo[next], waiting for a move to end.
+	next int
+	held *Target
+	then func()
+}
+
+// startRound moves todo with at most Concurrency moves at a time, then
+// continues with then once every move it started has answered.
+func (r *run) startRound(todo []relocation.Unit, then func()) {
 	for _, u := range todo {
 		r.see(u.Key)
 	}
-	r.mu.Unlock()
-	targets, err := r.h.Targets(ctx)
-	if err != nil {
-		for _, u := range todo {
-			r.retry(u, UnitResult{Key: u.Key, Err: err})
+	r.call(func() func() {
+		targets, err := r.h.Targets(r.ctx)
+		return func() {
+			if err != nil {
+				for _, u := range todo {
+					r.retry(u, UnitResult{Key: u.Key, Err: err})
+				}
+				then()
+				return
+			}
+			r.round = &round{todo: todo, p: newPlacer(targets), then: then}
+			r.dispatch()
 		}
-		return
-	}
-	p := newPlacer(targets)
-	sem := make(chan struct{}, r.opts.Concurrency)
-	var wg sync.WaitGroup
-	for _, u := range todo {
-		r.mu.Lock()
-		t := p.pick(u.StableType, r.refused)
-		r.mu.Unlock()
-		if t == nil {
+	})
+}
+
+// dispatch starts the round's next moves while fewer than Concurrency are
+// under way, and ends the round once all of its moves have answered. A
+// drain whose ctx ended starts no more.
+func (r *run) dispatch() {
+	rd := r.round
+	for rd.next < len(rd.todo) {
+		u := rd.todo[rd.next]
+		if rd.held == nil {
+			rd.held = rd.p.pick(u.StableType, r.refused)
+		}
+		if rd.held == nil {
+			rd.next++
 			err := fmt.Errorf("%w: every other node that serves %q is full or draining", roamerr.ErrCapacityExceeded, u.StableType)
-			if !p.hosts(u.StableType) {
+			if !rd.p.hosts(u.StableType) {
 				// Nobody to ask again (the last node of a kind stopping):
 				// no point in waiting.
 				// NotFound, not CapacityExceeded: no node is full, there
@@ -277,47 +384,51 @@ func (r *run) round(ctx context.Context, todo []relocation.Unit) {
 			r.retry(u, UnitResult{Key: u.Key, Err: err})
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
+		if r.ctx.Err() != nil {
+			rd.next, rd.held = len(rd.todo), nil
+			break
 		}
-		wg.Add(1)
-		go func(u relocation.Unit, t *Target) {
-			defer func() { <-sem; wg.Done() }()
-			out, err := r.h.Move(ctx, u.Key, t.Rid)
-			res := UnitResult{Key: u.Key, To: t.Rid, Pause: out.Pause, Bytes: out.Bytes, Err: err}
-			switch {
-			case err == nil:
-				r.finish(res, true)
-			case errors.Is(err, roamerr.ErrNotFound):
-				// It left the node (moved by an earlier try whose answer was
-				// lost, by someone else, or closed): settleLeft asks the store
-				// once the inventory no longer lists it.
-				r.retry(u, res)
-			case errors.Is(err, roamerr.ErrNodeDraining):
-				r.mu.Lock()
-				if r.refused == nil {
-					r.refused = map[string]bool{}
-				}
-				r.refused[t.Rid] = true
-				r.mu.Unlock()
-				r.retry(u, res)
-			case errors.Is(err, roamerr.ErrInvalidOperation), errors.Is(err, roamerr.ErrTypeMismatch):
-				r.finish(res, false)
-			default:
-				r.retry(u, res)
-			}
-		}(u, t)
+		if r.inFlight == r.opts.Concurrency {
+			return // a move's answer dispatches again
+		}
+		t := rd.held
+		rd.next, rd.held = rd.next+1, nil
+		r.inFlight++
+		r.call(func() func() {
+			out, err := r.h.Move(r.ctx, u.Key, t.Rid)
+			return func() { r.moved(u, t, out, err) }
+		})
 	}
-	wg.Wait()
+	if r.inFlight == 0 {
+		r.round = nil
+		rd.then()
+	}
 }
 
-func (r *run) isDone(key location.AuthorityKey) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.done[key]
+// moved takes a move's answer.
+func (r *run) moved(u relocation.Unit, t *Target, out relocation.Outcome, err error) {
+	r.inFlight--
+	res := UnitResult{Key: u.Key, To: t.Rid, Pause: out.Pause, Bytes: out.Bytes, Err: err}
+	switch {
+	case err == nil:
+		r.finish(res, true)
+	case errors.Is(err, roamerr.ErrNotFound):
+		// It left the node (moved by an earlier try whose answer was
+		// lost, by someone else, or closed): settleLeft asks the store
+		// once the inventory no longer lists it.
+		r.retry(u, res)
+	case errors.Is(err, roamerr.ErrNodeDraining):
+		if r.refused == nil {
+			r.refused = map[string]bool{}
+		}
+		r.refused[t.Rid] = true
+		r.retry(u, res)
+	case errors.Is(err, roamerr.ErrInvalidOperation), errors.Is(err, roamerr.ErrTypeMismatch):
+		r.finish(res, false)
+	default:
+		r.retry(u, res)
+	}
+	r.dispatch()
 }
 
 // settleLeft finishes the units found earlier that are no longer on the
@@ -326,8 +437,9 @@ func (r *run) isDone(key location.AuthorityKey) bool {
 // was lost); a unit can also be closed meanwhile. A unit the store still
 // names this node for is pending: its source follows from the cutover on,
 // before the target commits (or, by its restore deadline, gives up and the
-// source serves it again). It returns how many are pending.
-func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending int) {
+// source serves it again). It asks about one unit at a time, then goes on
+// with settled and how many are pending.
+func (r *run) settleLeft(inv relocation.Inventory) {
 	here := map[location.AuthorityKey]bool{}
 	for _, u := range inv.Movable {
 		here[u.Key] = true
@@ -338,54 +450,78 @@ func (r *run) settleLeft(ctx context.Context, inv relocation.Inventory) (pending
 	for _, k := range inv.Busy {
 		here[k] = true
 	}
-	r.mu.Lock()
 	var left []location.AuthorityKey
 	for k := range r.seen {
 		if !r.done[k] && !here[k] {
 			left = append(left, k)
 		}
 	}
-	last := maps.Clone(r.lastErr)
-	r.mu.Unlock()
-	for _, k := range left {
-		// The read decides, so a store that fails now and then is asked
-		// again rather than the unit counted unknown.
-		owner, err := r.h.Owner(ctx, k)
-		for wait := 5 * time.Millisecond; err != nil && ctx.Err() == nil && wait < time.Second; wait *= 2 {
-			// The pause ends with ctx too: on a node whose clock stands
-			// still (logical time, a stopping node) it would never end.
-			if machine.Sleep(ctx, r.clock, wait) != nil { // pacing, on the node's clock
-				break
-			}
-			owner, err = r.h.Owner(ctx, k)
-		}
-		switch {
-		case err != nil:
-			r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: %s left the node, where to is unknown: %v", roamerr.ErrUnavailable, k, err)}, false)
-		case owner == "":
-			r.gone(k)
-		case owner != r.h.Self():
-			r.finish(UnitResult{Key: k, To: owner}, true)
-		default:
-			r.mu.Lock()
-			since, ok := r.pendingSince[k]
-			if !ok {
-				since = r.clock.Now()
-				r.pendingSince[k] = since
-			}
-			r.mu.Unlock()
-			if machine.Since(r.clock, since) < pendingPatience {
-				pending++
-				continue
-			}
-			err := last[k]
-			if err == nil {
-				err = fmt.Errorf("%w: %s is owned here but no longer served", roamerr.ErrUnavailable, k)
-			}
-			r.finish(UnitResult{Key: k, Err: err}, false)
-		}
+	r.settleNext(inv, left, 0)
+}
+
+func (r *run) settleNext(inv relocation.Inventory, left []location.AuthorityKey, pending int) {
+	if len(left) == 0 {
+		r.settled(inv, pending)
+		return
 	}
-	return pending
+	k := left[0]
+	r.askOwner(k, 5*time.Millisecond, func(owner string, err error) {
+		if r.settle(k, owner, err) {
+			pending++
+		}
+		r.settleNext(inv, left[1:], pending)
+	})
+}
+
+// askOwner reads k's owner from the store and gives then the answer. The
+// read decides, so a store that fails now and then is asked again after
+// wait (doubling, while under a second) rather than the unit counted
+// unknown; the pause ends with ctx too.
+func (r *run) askOwner(k location.AuthorityKey, wait time.Duration, then func(owner string, err error)) {
+	r.call(func() func() {
+		owner, err := r.h.Owner(r.ctx, k)
+		return func() {
+			if err == nil || r.ctx.Err() != nil || wait >= time.Second {
+				then(owner, err)
+				return
+			}
+			r.pauseFor(ownerPause, wait, func(ctxEnded bool) {
+				if ctxEnded {
+					then(owner, err)
+					return
+				}
+				r.askOwner(k, 2*wait, then)
+			})
+		}
+	})
+}
+
+// settle finishes k, which left the node, by what the store answered, and
+// reports whether it is still pending.
+func (r *run) settle(k location.AuthorityKey, owner string, err error) (pending bool) {
+	switch {
+	case err != nil:
+		r.finish(UnitResult{Key: k, Err: fmt.Errorf("%w: %s left the node, where to is unknown: %v", roamerr.ErrUnavailable, k, err)}, false)
+	case owner == "":
+		r.gone(k)
+	case owner != r.h.Self():
+		r.finish(UnitResult{Key: k, To: owner}, true)
+	default:
+		since, ok := r.pendingSince[k]
+		if !ok {
+			since = r.clock.Now()
+			r.pendingSince[k] = since
+		}
+		if machine.Since(r.clock, since) < pendingPatience {
+			return true
+		}
+		err := r.lastErr[k]
+		if err == nil {
+			err = fmt.Errorf("%w: %s is owned here but no longer served", roamerr.ErrUnavailable, k)
+		}
+		r.finish(UnitResult{Key: k, Err: err}, false)
+	}
+	return false
 }
 
 // pendingPatience bounds how long a unit may be neither served here nor
@@ -394,19 +530,15 @@ const pendingPatience = time.Minute
 
 // retry counts a failed try; after attempts the unit is not tried again.
 func (r *run) retry(u relocation.Unit, res UnitResult) {
-	r.mu.Lock()
 	r.tries[u.Key]++
 	r.lastErr[u.Key] = res.Err
 	if r.tries[u.Key] >= attempts {
 		r.exhausted[u.Key] = true
 	}
-	r.mu.Unlock()
 }
 
 // gone forgets a unit that is no longer this node's to move.
 func (r *run) gone(key location.AuthorityKey) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.done[key] {
 		r.done[key] = true
 		r.goneN++
@@ -414,15 +546,13 @@ func (r *run) gone(key location.AuthorityKey) {
 	}
 }
 
-// see counts a unit found (under mu).
+// see counts a unit found.
 func (r *run) see(key location.AuthorityKey) {
 	r.seen[key] = true
 	r.res.Total = len(r.seen) - r.goneN
 }
 
 func (r *run) finish(res UnitResult, moved bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.done[res.Key] {
 		return
 	}

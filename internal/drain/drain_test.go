@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/internal/machine"
@@ -53,6 +54,12 @@ type fakeHost struct {
 	// the calls.
 	ownerErr error
 	owners   int
+	// busy: units moving in or out, listed as such by every inventory.
+	busy []location.AuthorityKey
+	// holdMoves: Move waits for its context to end and answers its error;
+	// moving counts the moves under way, started the moves asked for.
+	holdMoves       bool
+	moving, started int
 }
 
 func (h *fakeHost) Inventory(context.Context) (relocation.Inventory, error) {
@@ -63,6 +70,7 @@ func (h *fakeHost) Inventory(context.Context) (relocation.Inventory, error) {
 		inv.Movable = append(inv.Movable, relocation.Unit{Key: k, StableType: st})
 	}
 	inv.Unmovable = h.fixed
+	inv.Busy = h.busy
 	return inv, nil
 }
 
@@ -88,9 +96,18 @@ func (h *fakeHost) Targets(context.Context) ([]Target, error) {
 	return append([]Target(nil), h.targets...), nil
 }
 
-func (h *fakeHost) Move(_ context.Context, key location.AuthorityKey, rid string) (relocation.Outcome, error) {
+func (h *fakeHost) Move(ctx context.Context, key location.AuthorityKey, rid string) (relocation.Outcome, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.holdMoves {
+		h.moving++
+		h.started++
+		h.mu.Unlock()
+		<-ctx.Done()
+		h.mu.Lock()
+		h.moving--
+		return relocation.Outcome{}, fmt.Errorf("%w: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
 	h.tries[key]++
 	if err := h.failUnit[key]; errors.Is(err, roamerr.ErrNotFound) {
 		delete(h.units, key) // closed meanwhile
@@ -200,4 +217,63 @@ func TestRunEndsAtItsContextInAPauseOnAStoppedClock(t *testing.T) {
 	require.NoError(t, e.err)
 	require.Len(t, e.res.Failed, 1)
 	require.ErrorIs(t, e.res.Failed[0].Err, roamerr.ErrUnavailable)
+}
+
+// A drain that ends at its context while it waits for moves under way
+// elsewhere leaves no timer behind on the node's clock: its pause was
+// armed on the drain's loop, which Run closes before it returns. The
+// pause once stayed armed on the clock after Run returned.
+func TestRunLeavesNoTimerArmedWhenItsContextEndsInAPause(t *testing.T) {
+	testwait.NoLeaks(t)
+	h := &fakeHost{units: map[location.AuthorityKey]string{}, moved: map[location.AuthorityKey]string{}, tries: map[location.AuthorityKey]int{},
+		busy: []location.AuthorityKey{location.Key(location.KindActor, "arriving")}}
+	clock := machine.NewManual()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan Result, 1)
+	go func() {
+		res, err := Run(ctx, h, Options{Clock: clock})
+		assert.NoError(t, err)
+		done <- res
+	}()
+	testwait.For(t, func() bool { return clock.Armed() > 0 }, "the drain to pause while a unit is busy")
+	cancel()
+	res := testwait.Recv(t, done, "the drain to end at its context in its pause")
+	require.Zero(t, res.Total, "a busy unit is not the drain's to move")
+	require.Zero(t, clock.Armed(), "a timer of the drain outlived it")
+}
+
+// A drain whose context ends while moves are under way returns only once
+// every move it asked for has answered, with each unit failed by the
+// context: nothing it started runs on after it.
+func TestRunReturnsAfterTheMovesItStartedAtItsContext(t *testing.T) {
+	testwait.NoLeaks(t)
+	h := &fakeHost{units: map[location.AuthorityKey]string{}, moved: map[location.AuthorityKey]string{}, tries: map[location.AuthorityKey]int{},
+		targets: []Target{{Rid: "b", StableTypes: []string{"x"}}}, holdMoves: true}
+	for i := range 5 {
+		h.units[location.Key(location.KindActor, fmt.Sprint(i))] = "x"
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type ended struct {
+		res    Result
+		moving int
+	}
+	done := make(chan ended, 1)
+	go func() {
+		res, err := Run(ctx, h, Options{Concurrency: 2})
+		assert.NoError(t, err)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		done <- ended{res, h.moving}
+	}()
+	testwait.For(t, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.moving == 2 }, "two moves under way")
+	cancel()
+	e := testwait.Recv(t, done, "the drain to end at its context")
+	require.Zero(t, e.moving, "Run returned with moves still under way")
+	require.Equal(t, 2, h.started, "at most Concurrency moves at once, none started after the context ended")
+	require.Len(t, e.res.Failed, 5)
+	for _, f := range e.res.Failed {
+		require.ErrorIs(t, f.Err, roamerr.ErrDeadlineExceeded, "%s", f.Key)
+	}
 }
