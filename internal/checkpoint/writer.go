@@ -81,6 +81,8 @@ type Writer struct {
 	forgetting map[location.AuthorityKey]bool
 	stopped    bool
 	failLog    ratelog.Limiter
+	// idle: the WaitIdle calls waiting for nothing to wait or be written.
+	idle []chan struct{}
 
 	// Counted by the turns; atomic so that Stats reads them from any
 	// goroutine, after Stop too.
@@ -238,6 +240,19 @@ func (w *Writer) ended(key location.AuthorityKey) {
 	}
 	w.start()
 	w.drain()
+	w.wakeIdle()
+}
+
+// wakeIdle lets the WaitIdle calls go on once nothing waits or is being
+// written. Every turn that empties pending or writing calls it.
+func (w *Writer) wakeIdle() {
+	if len(w.pending) > 0 || len(w.writing) > 0 {
+		return
+	}
+	for _, ch := range w.idle {
+		close(ch)
+	}
+	w.idle = nil
 }
 
 // drain closes drained once the Writer is stopped and no write is left.
@@ -363,6 +378,7 @@ func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fen
 		if c, ok := w.pending[key]; ok && c.Fence.Less(fence) {
 			delete(w.pending, key) // an earlier incarnation's capture here
 			w.coalesced.Add(1)
+			w.wakeIdle()
 		}
 	})
 	if err != nil {
@@ -476,6 +492,7 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 		w.forgetting[key] = true
 		delete(w.pending, key)
 		w.endPause(key) // its next attempt would only be fenced out
+		w.wakeIdle()
 		if wr := w.writing[key]; wr != nil {
 			writing = make(chan struct{})
 			wr.ended = append(wr.ended, writing)
@@ -556,6 +573,33 @@ func (w *Writer) Idle() bool {
 	return idle
 }
 
+// WaitIdle waits until nothing waits or is being written — the end of a
+// flush — or ctx ends (DeadlineExceeded). A stopped Writer is idle: Stop
+// dropped what waited, and its writes ended.
+func (w *Writer) WaitIdle(ctx context.Context) error {
+	var idle chan struct{}
+	err := w.do(ctx, "wait for the checkpoint writes", func() {
+		if len(w.pending) > 0 || len(w.writing) > 0 {
+			idle = make(chan struct{})
+			w.idle = append(w.idle, idle)
+		}
+	})
+	switch {
+	case errors.Is(err, machine.ErrClosed):
+		return nil
+	case err != nil:
+		return err
+	case idle == nil:
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: wait for the checkpoint writes: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
+	}
+}
+
 // Stop drops what waits and lets writes in flight end (their retries
 // stop), then ends the loop with its timers and waits for the store calls
 // it started.
@@ -572,6 +616,7 @@ func (w *Writer) Stop() {
 			w.endPause(key)
 		}
 		w.drain()
+		w.wakeIdle()
 	})
 	<-w.drained
 	w.loop.Close()

@@ -108,3 +108,42 @@ func TestTombstoneSweepRunsOnTheNodeClockAndEndsWithStop(t *testing.T) {
 	_, err = w.Claim(context.Background(), other, Fence{2, 1, 0}, "room", "")
 	require.ErrorIs(t, err, roamerr.ErrUnavailable, "a stopped writer claims nothing")
 }
+
+// WaitIdle returns when the last write ends — not before, and not later
+// than its caller's context — and at once on a Writer with nothing to do.
+func TestWaitIdleReturnsWhenTheLastWriteEnds(t *testing.T) {
+	s := newHeldStore()
+	w := NewWriter(Config{Store: s})
+	defer w.Stop()
+	require.NoError(t, w.WaitIdle(context.Background()), "nothing to write")
+	w.Submit(key, cp(1, 1, 1, "a"))
+	testwait.Recv(t, s.entered, "the write to reach the store")
+
+	waiting := func(n int) func() bool {
+		return func() bool {
+			got := 0
+			_ = w.loop.Do(context.Background(), func() { got = len(w.idle) })
+			return got == n
+		}
+	}
+	short, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- w.WaitIdle(short) }()
+	testwait.For(t, waiting(1), "WaitIdle to wait for the write")
+	cancel()
+	require.ErrorIs(t, testwait.Recv(t, gaveUp, "WaitIdle to end with its caller's context"), roamerr.ErrDeadlineExceeded,
+		"a write is under way and the caller gave up")
+
+	waited := make(chan error, 1)
+	go func() { waited <- w.WaitIdle(context.Background()) }()
+	testwait.For(t, waiting(2), "WaitIdle to wait for the write") // the first call's channel stays until idle
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitIdle returned (%v) while the write was held in the store", err)
+	default:
+	}
+	s.letGo()
+	require.NoError(t, testwait.Recv(t, waited, "WaitIdle to return once the write ended"))
+	require.True(t, s.returned.Load(), "WaitIdle returned before the write's store call did")
+	require.True(t, w.Idle())
+}

@@ -360,12 +360,8 @@ func (d *Driver) FlushCheckpoints(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("%w: capturing the objects' last state: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 	}
-	for !d.cps.w.Idle() {
-		select {
-		case <-machine.After(machine.Real, 5*time.Millisecond): // polling
-		case <-ctx.Done():
-			return fmt.Errorf("%w: writing the objects' last checkpoints: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
-		}
+	if err := d.cps.w.WaitIdle(ctx); err != nil {
+		return fmt.Errorf("writing the objects' last checkpoints: %w", err)
 	}
 	return nil
 }
