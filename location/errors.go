@@ -64,6 +64,12 @@ var (
 	// the write under that lease. It is also ErrUnavailable for callers
 	// that only tell "retry later" apart. roamerr.ErrUnavailable.
 	ErrLeaseEnded error = &storeError{"location: owner lease ended", roamerr.ErrUnavailable, ErrUnavailable}
+	// ErrFenced: the writer's node did not write because it cannot prove
+	// its owner lease in force at this instant (a renewal is late); the
+	// lease has not ended, and the same lifecycle writes again once a
+	// renewal proves it. Nothing was sent to the store. It is also
+	// ErrUnavailable: retry later. roamerr.ErrUnavailable.
+	ErrFenced error = &storeError{"location: owner lease not provably in force", roamerr.ErrUnavailable, ErrUnavailable}
 	// ErrLeaseRevoked, always with ErrNotFound: ReadNode found no
 	// descriptor because another node revoked the lifecycle's lease
 	// (RevokeLease) after watching it stand still for a lease TTL — proof

@@ -30,9 +30,10 @@ func TestStoreErrorsAreInOneRoamClass(t *testing.T) {
 	}{
 		{location.ErrConflict, roamerr.ErrConflict, nil, nil},
 		{conflict, roamerr.ErrConflict, []error{location.ErrConflict}, nil},
-		{location.ErrUnavailable, roamerr.ErrUnavailable, nil, []error{location.ErrIndeterminate, location.ErrLeaseEnded}},
+		{location.ErrUnavailable, roamerr.ErrUnavailable, nil, []error{location.ErrIndeterminate, location.ErrLeaseEnded, location.ErrFenced}},
 		{location.ErrIndeterminate, roamerr.ErrUnavailable, nil, []error{location.ErrUnavailable}},
-		{location.ErrLeaseEnded, roamerr.ErrUnavailable, []error{location.ErrUnavailable}, []error{location.ErrIndeterminate}},
+		{location.ErrLeaseEnded, roamerr.ErrUnavailable, []error{location.ErrUnavailable}, []error{location.ErrIndeterminate, location.ErrFenced}},
+		{location.ErrFenced, roamerr.ErrUnavailable, []error{location.ErrUnavailable}, []error{location.ErrIndeterminate, location.ErrLeaseEnded}},
 		{location.ErrNotFound, roamerr.ErrNotFound, nil, nil},
 		{location.ErrInvalid, roamerr.ErrInvalidOperation, nil, []error{location.ErrPermissionDenied}},
 		{location.ErrPermissionDenied, roamerr.ErrPermissionDenied, []error{location.ErrInvalid}, []error{location.ErrUnavailable, location.ErrIndeterminate}},

@@ -723,7 +723,8 @@ func (n *Node) Clock() machine.Clock { return machine.Or(n.cfg.Clock) }
 
 // WriteLease returns what a store write of this node must check in its own
 // transaction (location.CheckLeaseOp), or why the node must not write now:
-// ErrLeaseEnded once the lifecycle is over, ErrUnavailable while fenced.
+// ErrLeaseEnded once the lifecycle is over, ErrFenced (an ErrUnavailable)
+// while fenced.
 func (n *Node) WriteLease() (location.NodeKey, location.LeaseID, error) {
 	switch n.LeaseStatus() {
 	case lease.Valid:
@@ -731,7 +732,7 @@ func (n *Node) WriteLease() (location.NodeKey, location.LeaseID, error) {
 	case lease.Ended:
 		return location.NodeKey{}, "", fmt.Errorf("%w: node %s", location.ErrLeaseEnded, n.desc.GetNodeRid())
 	}
-	return location.NodeKey{}, "", fmt.Errorf("%w: node %s is fenced: its owner lease is not provably in force", location.ErrUnavailable, n.desc.GetNodeRid())
+	return location.NodeKey{}, "", fmt.Errorf("%w: node %s is fenced", location.ErrFenced, n.desc.GetNodeRid())
 }
 
 // OnLeaseChange registers w to be told every change of the lease status,

@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // Three nodes, fifty goroutines each, call GetOrCreate on one Spot ID at
@@ -89,39 +91,81 @@ func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 	onBothStores(t, func(t *testing.T, store location.Store) {
 		w := newWorld(t, store)
 		w.startN(3)
+		var rids []string
+		for _, n := range w.nodes {
+			rids = append(rids, n.NodeRid())
+		}
+		// lifecyclesLasted: no node's owner lease ended during the calls.
+		// One that ended (under the race detector on a busy machine, a 5 s
+		// lease on Consul's clock can) takes with it what its lifecycle
+		// held: its calls answer Unavailable ("may or may not have run"),
+		// and the Spot may be activated again elsewhere. What must still
+		// hold is that nothing is handled twice and every answered call
+		// was handled.
+		lifecyclesLasted := func() bool {
+			for i, n := range w.nodes {
+				if n.NodeRid() != rids[i] {
+					return false
+				}
+			}
+			return true
+		}
 		const perNode = 50
 		var wg sync.WaitGroup
 		errs := make(chan error, 3*perNode)
+		var answered sync.Map
 		for ni, n := range w.nodes {
 			for i := 0; i < perNode; i++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := n.Spots().Request("cart-1", wrapperspb.String(fmt.Sprintf("n%d-%d", ni, i))).
+					v := fmt.Sprintf("n%d-%d", ni, i)
+					_, err := n.Spots().Request("cart-1", wrapperspb.String(v)).
 						InstanceSpot("cart").Timeout(20 * time.Second).Do(context.Background())
 					if err != nil {
 						errs <- err
+						return
 					}
+					answered.Store(v, true)
 				}()
 			}
 		}
 		wg.Wait()
 		close(errs)
+		lasted, fenced := lifecyclesLasted(), false
 		for err := range errs {
-			t.Errorf("request: %v", err)
+			// A node fenced by a late renewal refuses to write (ErrFenced)
+			// and serves again in the same lifecycle.
+			if !errors.Is(err, location.ErrFenced) && (lasted || !errors.Is(err, roamerr.ErrUnavailable)) {
+				t.Errorf("request (every lifecycle lasted: %v): %v", lasted, err)
+			}
+			if errors.Is(err, location.ErrFenced) {
+				fenced = true
+			}
 		}
-		require.EqualValues(t, 1, w.count("cart").Load(), "one instance")
 		got := w.handledOf("cart-1")
-		require.Len(t, got, 3*perNode)
 		seen := map[string]int{}
 		for _, v := range got {
 			seen[v]++
 		}
 		for ni := range w.nodes {
 			for i := 0; i < perNode; i++ {
-				require.Equal(t, 1, seen[fmt.Sprintf("n%d-%d", ni, i)], "n%d-%d handled once", ni, i)
+				v := fmt.Sprintf("n%d-%d", ni, i)
+				_, ok := answered.Load(v)
+				switch {
+				case seen[v] > 1:
+					t.Errorf("%s handled %d times", v, seen[v])
+				case ok && seen[v] == 0:
+					t.Errorf("%s answered but never handled", v)
+				}
 			}
 		}
+		if !lasted || fenced {
+			t.Logf("a node's lifecycle ended or was fenced under load (lifecycles at the start: %v; fenced: %v): checked only that nothing was handled twice and every answer was handled", rids, fenced)
+			return
+		}
+		require.EqualValues(t, 1, w.count("cart").Load(), "one instance")
+		require.Len(t, got, 3*perNode)
 		w.mu.Lock()
 		require.Empty(t, w.firstBad)
 		require.Len(t, w.firstOps, 1)
