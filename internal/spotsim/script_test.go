@@ -3,13 +3,13 @@ package spotsim
 import (
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/internal/simscript"
 )
 
@@ -17,9 +17,7 @@ import (
 // file). go test ./internal/spotsim -run TestScripts -rewrite writes the
 // actual outputs into the scripts; review the diff.
 func TestScripts(t *testing.T) {
-	simscript.RunDir(t, "testdata", func(t *testing.T) func(*simscript.Cmd) string {
-		return (&scriptEnv{}).handle
-	})
+	simkit.RunScripts(t, "testdata", func() simkit.Commands { return (&scriptEnv{}).commands() })
 }
 
 // scriptEnv is the interaction environment of the Spot lifecycle's
@@ -28,10 +26,8 @@ func TestScripts(t *testing.T) {
 // it and print what came of it. The vocabulary is in docs/ARCHITECTURE.md
 // ("Writing a scenario script").
 type scriptEnv struct {
-	w *World
-	// log is what the script's own actions did while the world ran, which
-	// run prints.
-	log []string
+	w   *World
+	log simkit.ScriptLog
 	// targets picks the target node of a client's cold activations of a
 	// Spot, by client and Spot index.
 	targets  map[[2]int]int
@@ -53,54 +49,24 @@ type trigger struct {
 
 // storeFault forces the answer of matching store calls.
 type storeFault struct {
-	desc      string
+	*simkit.CallFault
 	call      storeCall
 	mode      storeMode
 	node      string // a node (n1) or a lifecycle (n1.1); "" any
 	spot      string
-	skip      int
-	left      int // -1: every one
-	until     time.Duration
-	latency   time.Duration
 	following *storeFault
-	seen      int
-	// answered counts the calls it answered; logAt is its line in the run
-	// log, which says how many and until when rather than repeat itself.
-	answered  int
-	logAt     int
-	firstLine string
 }
 
-func (e *scriptEnv) handle(c *simscript.Cmd) string {
-	if c.Name != "world" && e.w == nil {
-		c.Fatalf("no world yet: start the script with world")
+func (e *scriptEnv) commands() simkit.Commands {
+	return simkit.Commands{
+		"world": e.world, "spot": e.spot, "call": e.call, "calls": e.calls, "close": e.close,
+		"crash": e.fault, "lease-cut": e.fault, "cut": e.fault, "store-outage": e.fault, "rejoin": e.fault,
+		"fault":      e.storeFault,
+		"run":        func(*simscript.Cmd) string { return e.run() },
+		"status":     func(*simscript.Cmd) string { return e.status() },
+		"violations": func(*simscript.Cmd) string { return simkit.ListViolations(e.w.Violations()) },
+		"trace":      e.trace,
 	}
-	switch c.Name {
-	case "world":
-		return e.world(c)
-	case "spot":
-		return e.spot(c)
-	case "call":
-		return e.call(c)
-	case "calls":
-		return e.calls(c)
-	case "close":
-		return e.close(c)
-	case "crash", "lease-cut", "cut", "store-outage", "rejoin":
-		return e.fault(c)
-	case "fault":
-		return e.storeFault(c)
-	case "run":
-		return e.run()
-	case "status":
-		return e.status()
-	case "violations":
-		return e.violations()
-	case "trace":
-		return e.trace(c)
-	}
-	c.Fatalf("unknown command %q", c.Name)
-	return ""
 }
 
 // ---- argument helpers ----
@@ -143,9 +109,7 @@ func atArg(c *simscript.Cmd) time.Duration {
 	return at
 }
 
-func (e *scriptEnv) logf(format string, args ...any) {
-	e.log = append(e.log, fmt.Sprintf("%10s  ", ms(e.w.Now()))+fmt.Sprintf(format, args...))
-}
+func (e *scriptEnv) logf(format string, args ...any) { e.log.Logf(e.w.Now(), format, args...) }
 
 // ---- world ----
 
@@ -167,9 +131,6 @@ var sabotages = map[string]Sabotage{
 
 // world [seed=1] [nodes=3] [spots=3] [clients=3] [sabotage=none|<one of sabotages>]
 func (e *scriptEnv) world(c *simscript.Cmd) string {
-	if e.w != nil {
-		c.Fatalf("one world per script")
-	}
 	cfg := DefaultConfig()
 	cfg.Nodes, cfg.Spots, cfg.Clients = c.Int("nodes", cfg.Nodes), c.Int("spots", cfg.Spots), c.Int("clients", cfg.Clients)
 	s, ok := sabotages[c.Val("sabotage", "none")]
@@ -356,7 +317,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 			nodes = append(nodes, e.nodeArg(c, wd))
 		}
 	}
-	on := c.Val("on", "")
+	on := simkit.EffectArg(c, effectNames)
 	want := map[string]int{"crash": 1, "lease-cut": 1, "rejoin": 1, "cut": 2, "store-outage": 0}[c.Name]
 	if len(nodes) != want && !(on != "" && want == 1 && len(nodes) == 0) {
 		c.Fatalf("%s wants %d node(s)", c.Name, want)
@@ -419,9 +380,6 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		}
 	}
 	if on != "" {
-		if !slices.Contains(effectNames, on) {
-			c.Fatalf("on=%s: no such effect (one of %s)", on, strings.Join(effectNames, ", "))
-		}
 		t := &trigger{desc: c.Line, effect: on, machine: c.Val("machine", ""), spot: c.Val("spot", "")}
 		if len(nodes) > 0 && c.Name != "cut" {
 			t.node = nodes[0]
@@ -443,42 +401,20 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 
 // effectNames are the activation effects a fault can be set off at: each
 // effect's type name in kebab case.
-var effectNames = func() []string {
-	var out []string
-	for _, e := range []activation.Effect{
-		activation.ReadAuthority{}, activation.Watch{}, activation.PutRoot{}, activation.GetRoot{}, activation.Reserve{},
-		activation.CompareAndSet{}, activation.ReadRecord{}, activation.AbortReservation{}, activation.Delete{},
-		activation.DeleteRoot{}, activation.ReadOwner{}, activation.LockKey{}, activation.UnlockKey{}, activation.AdmitCapacity{},
-		activation.ReleaseCapacity{}, activation.Stage{}, activation.DiscardStaged{}, activation.Open{}, activation.Forward{},
-		activation.PassOn{}, activation.RespondFailure{}, activation.CloseLocal{}, activation.DropRoute{}, activation.Log{},
-		activation.Finish{}, activation.ClaimCheckpoint{},
-	} {
-		out = append(out, effectName(e))
-	}
-	return out
-}()
-
-// effectName is e's type name in kebab case: CompareAndSet is
-// compare-and-set.
-func effectName(e activation.Effect) string {
-	var b strings.Builder
-	for i, r := range reflect.TypeOf(e).Name() {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('-')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+var effectNames = simkit.KebabNames([]activation.Effect{
+	activation.ReadAuthority{}, activation.Watch{}, activation.PutRoot{}, activation.GetRoot{}, activation.Reserve{},
+	activation.CompareAndSet{}, activation.ReadRecord{}, activation.AbortReservation{}, activation.Delete{},
+	activation.DeleteRoot{}, activation.ReadOwner{}, activation.LockKey{}, activation.UnlockKey{}, activation.AdmitCapacity{},
+	activation.ReleaseCapacity{}, activation.Stage{}, activation.DiscardStaged{}, activation.Open{}, activation.Forward{},
+	activation.PassOn{}, activation.RespondFailure{}, activation.CloseLocal{}, activation.DropRoute{}, activation.Log{},
+	activation.Finish{}, activation.ClaimCheckpoint{},
+})
 
 func (e *scriptEnv) onEffect(w *World, r *Runner, eff activation.Effect) {
 	if len(e.triggers) == 0 {
 		return
 	}
-	name := effectName(eff)
+	name := simkit.KebabName(eff)
 	for _, t := range e.triggers {
 		if t.fired || t.effect != name || (t.machine != "" && t.machine != r.label) ||
 			(t.spot != "" && t.spot != r.spot.id) || (t.node != nil && t.node != r.life.node) {
@@ -538,22 +474,8 @@ var storeCalls = []storeCall{
 // or unavailable (checkpoint: the write is lost; checkpoint-claim: the
 // claim fails).
 func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
-	words := c.Words()
-	if len(words) != 2 {
-		c.Fatalf("fault wants a store call and an answer")
-	}
-	f := &storeFault{desc: c.Line, skip: c.Int("skip", 0), left: c.Count(1), until: c.Dur("until", 0),
-		latency: c.Dur("latency", 0), node: c.Val("node", ""), spot: c.Val("spot", "")}
-	call, ok := findCall(words[0])
-	if !ok {
-		c.Fatalf("no store call %q (one of %s)", words[0], strings.Join(callNames(), ", "))
-	}
-	f.call = call
-	m := slices.Index(modeNames[:], words[1])
-	if m < 0 {
-		c.Fatalf("no answer %q (one of %s)", words[1], strings.Join(modeNames[:], ", "))
-	}
-	f.mode = storeMode(m)
+	cf, call, mode := simkit.ParseCallFault(c, callNames(), modeNames[:])
+	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: storeMode(mode), node: c.Val("node", ""), spot: c.Val("spot", "")}
 	if f.node != "" {
 		e.nodeArg(c, strings.Split(f.node, ".")[0])
 	}
@@ -575,15 +497,6 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 	return ""
 }
 
-func findCall(name string) (storeCall, bool) {
-	for _, sc := range storeCalls {
-		if sc.name == name {
-			return sc, true
-		}
-	}
-	return storeCall{}, false
-}
-
 func callNames() []string {
 	var out []string
 	for _, sc := range storeCalls {
@@ -597,30 +510,18 @@ func callNames() []string {
 // script's faults change no other draw.
 func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (storeMode, time.Duration, bool) {
 	for _, f := range e.faults {
-		if f.left == 0 || op.kind != f.call.kind || (f.call.match != nil && !f.call.match(op.why)) ||
+		if !f.Open(w.Now()) || op.kind != f.call.kind || (f.call.match != nil && !f.call.match(op.why)) ||
 			(f.node != "" && f.node != l.node.name && f.node != l.rid) || (f.spot != "" && !simscript.HasTokens(op.why, []string{f.spot})) ||
-			(f.until > 0 && w.Now() >= f.until) || (f.following != nil && f.following.answered == 0) {
+			(f.following != nil && f.following.Answered() == 0) {
 			continue
 		}
-		f.seen++
-		if f.seen <= f.skip {
-			continue
-		}
-		if f.left > 0 {
-			f.left--
-		}
-		f.answered++
 		answer := f.mode.String()
-		if f.latency > 0 {
-			answer += fmt.Sprintf(" %s late", f.latency)
+		if f.Latency > 0 {
+			answer += fmt.Sprintf(" %s late", f.Latency)
 		}
-		if f.answered == 1 {
-			e.logf("%s %s (%s) answered %s", l, f.call.name, op.why, answer)
-			f.logAt, f.firstLine = len(e.log)-1, e.log[len(e.log)-1]
-		} else {
-			e.log[f.logAt] = fmt.Sprintf("%s, %d calls to %s", f.firstLine, f.answered, ms(w.Now()))
+		if f.Take(&e.log, w.Now(), "%s %s (%s) answered %s", l, f.call.name, op.why, answer) {
+			return f.mode, f.Latency, true
 		}
-		return f.mode, f.latency, true
 	}
 	return modeOK, 0, false
 }
@@ -631,18 +532,18 @@ func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (storeMode, time
 // did, and any that never happened.
 func (e *scriptEnv) run() string {
 	e.w.Run()
-	out := e.log
+	var never []string
 	for _, t := range e.triggers {
 		if !t.fired {
-			out = append(out, "never: "+t.desc)
+			never = append(never, t.desc)
 		}
 	}
 	for _, f := range e.faults {
-		if f.seen <= f.skip {
-			out = append(out, "never: "+f.desc)
+		if !f.Reached() {
+			never = append(never, f.Desc)
 		}
 	}
-	return strings.Join(out, "\n")
+	return e.log.Report(never)
 }
 
 // status prints the nodes' lifecycles; per Spot its store record and
@@ -773,18 +674,6 @@ func msgState(m *Msg) string {
 	return s + ": " + strings.Join(parts, "; ")
 }
 
-func (e *scriptEnv) violations() string {
-	vs := e.w.Violations()
-	if len(vs) == 0 {
-		return "none"
-	}
-	var out []string
-	for _, v := range vs {
-		out = append(out, v.String())
-	}
-	return strings.Join(out, "\n")
-}
-
 // trace [raw] [word …]
 //
 // Without raw, the protocol steps: calls and where they went, the steps
@@ -794,24 +683,7 @@ func (e *scriptEnv) violations() string {
 // world's trace. Words keep only the lines that contain each of them as a
 // whole token (m1 does not match m17).
 func (e *scriptEnv) trace(c *simscript.Cmd) string {
-	raw := c.Has("raw")
-	words := slices.DeleteFunc(c.Words(), func(s string) bool { return s == "raw" })
-	var out []string
-	for _, l := range strings.Split(e.w.Trace(), "\n") {
-		if l == "" {
-			continue
-		}
-		if !raw {
-			var ok bool
-			if l, ok = protocolStep(l); !ok {
-				continue
-			}
-		}
-		if simscript.HasTokens(l, words) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
+	return simkit.ScriptTrace(c, e.w.Trace(), protocolStep)
 }
 
 // stepMarkers are the trace lines, besides the machines' steps, that are

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/internal/simscript"
 )
 
@@ -16,9 +17,7 @@ import (
 // file). go test ./internal/relocation/sim -run TestScripts -rewrite
 // writes the actual outputs into the scripts; review the diff.
 func TestScripts(t *testing.T) {
-	simscript.RunDir(t, "testdata", func(t *testing.T) func(*simscript.Cmd) string {
-		return (&scriptEnv{}).handle
-	})
+	simkit.RunScripts(t, "testdata", func() simkit.Commands { return (&scriptEnv{}).commands() })
 }
 
 // scriptEnv is the interaction environment of the scenario scripts: its
@@ -26,10 +25,8 @@ func TestScripts(t *testing.T) {
 // and print what came of it. The vocabulary is in docs/ARCHITECTURE.md
 // ("Writing a scenario script").
 type scriptEnv struct {
-	w *World
-	// log is what the script's own actions did while the world ran (a move
-	// started, a fault fired), printed by run.
-	log      []string
+	w        *World
+	log      simkit.ScriptLog
 	triggers []*trigger
 	drops    []*drop
 	faults   []*storeFault
@@ -58,50 +55,22 @@ type drop struct {
 
 // storeFault forces the answer of matching store calls.
 type storeFault struct {
-	desc    string
-	call    storeCall
-	mode    storeMode
-	node    string
-	skip    int
-	left    int // -1: every one
-	until   time.Duration
-	latency time.Duration
-	seen    int
-	// answered counts the calls it answered; logAt is its line in the run
-	// log, which says how many and until when rather than repeat itself.
-	answered  int
-	logAt     int
-	firstLine string
+	*simkit.CallFault
+	call storeCall
+	mode storeMode
+	node string
 }
 
-func (e *scriptEnv) handle(c *simscript.Cmd) string {
-	if c.Name != "world" && e.w == nil {
-		c.Fatalf("no world yet: start the script with world")
+func (e *scriptEnv) commands() simkit.Commands {
+	return simkit.Commands{
+		"world": e.world, "sends": e.sends, "move": e.move,
+		"cut": e.fault, "store-outage": e.fault, "crash": e.fault, "stop": e.fault,
+		"drop": e.drop, "duplicate": e.drop, "fault": e.storeFault,
+		"run":        func(*simscript.Cmd) string { return e.run() },
+		"status":     func(*simscript.Cmd) string { return e.status() },
+		"violations": func(*simscript.Cmd) string { return simkit.ListViolations(e.w.Violations()) },
+		"trace":      e.trace,
 	}
-	switch c.Name {
-	case "world":
-		return e.world(c)
-	case "sends":
-		return e.sends(c)
-	case "move":
-		return e.move(c)
-	case "cut", "store-outage", "crash", "stop":
-		return e.fault(c)
-	case "drop", "duplicate":
-		return e.drop(c)
-	case "fault":
-		return e.storeFault(c)
-	case "run":
-		return e.run()
-	case "status":
-		return e.status()
-	case "violations":
-		return e.violations()
-	case "trace":
-		return e.trace(c)
-	}
-	c.Fatalf("unknown command %q", c.Name)
-	return ""
 }
 
 // ---- argument helpers ----
@@ -126,11 +95,7 @@ func (e *scriptEnv) nodeArg(c *simscript.Cmd, name string) *Node {
 	return n
 }
 
-func ms3(d time.Duration) string { return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond)) }
-
-func (e *scriptEnv) logf(format string, args ...any) {
-	e.log = append(e.log, fmt.Sprintf("%10s  ", ms3(e.w.Now()))+fmt.Sprintf(format, args...))
-}
+func (e *scriptEnv) logf(format string, args ...any) { e.log.Logf(e.w.Now(), format, args...) }
 
 // ---- world ----
 
@@ -144,9 +109,6 @@ var sabotages = map[string]Sabotage{
 
 // world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none
 func (e *scriptEnv) world(c *simscript.Cmd) string {
-	if e.w != nil {
-		c.Fatalf("one world per script")
-	}
 	cfg := DefaultConfig()
 	if boolArg(c, "sessions", false) {
 		cfg = SessionsConfig()
@@ -294,10 +256,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 			action = n.stop
 		}
 	}
-	if on := c.Val("on", ""); on != "" {
-		if !slices.Contains(effectNames, on) {
-			c.Fatalf("on=%s: no such effect (one of %s)", on, strings.Join(effectNames, ", "))
-		}
+	if on := simkit.EffectArg(c, effectNames); on != "" {
 		t := &trigger{desc: desc, effect: on, move: uint64(c.Int("move", 0)), after: c.Dur("after", 0)}
 		t.action = func() { e.logf("%s (on %s)", desc, on); action() }
 		e.triggers = append(e.triggers, t)
@@ -313,44 +272,21 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 
 // effectNames are the protocol effects a fault can be set off at: each
 // handoff effect's type name in kebab case.
-var effectNames = func() []string {
-	var out []string
-	for _, e := range []handoff.Effect{
-		handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
-		handoff.UpdateSessionRoutes{}, handoff.SendPrepare{}, handoff.SendChunks{}, handoff.Unseal{}, handoff.SendAbort{},
-		handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.StartFollow{},
-		handoff.ReleaseBoundary{}, handoff.AckBoundary{}, handoff.EndFollow{}, handoff.Reconcile{}, handoff.AdoptTargetRoute{},
-		handoff.FailHeld{}, handoff.ConfirmCommit{}, handoff.FenceOut{}, handoff.CloseOut{}, handoff.Reinstate{},
-		handoff.InstallStaging{}, handoff.VerifySource{}, handoff.SendCredit{}, handoff.RestorePayload{}, handoff.SendFailed{},
-		handoff.SendRelayReady{}, handoff.CommitOwner{}, handoff.OpenDispatch{}, handoff.DeliverLate{}, handoff.RemoveTarget{},
-	} {
-		out = append(out, effectName(e))
-	}
-	return out
-}()
-
-// effectName is e's type name in kebab case: RelayThenCutover is
-// relay-then-cutover.
-func effectName(e handoff.Effect) string {
-	name := strings.TrimPrefix(fmt.Sprintf("%T", e), "handoff.")
-	var b strings.Builder
-	for i, r := range name {
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('-')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+var effectNames = simkit.KebabNames([]handoff.Effect{
+	handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
+	handoff.UpdateSessionRoutes{}, handoff.SendPrepare{}, handoff.SendChunks{}, handoff.Unseal{}, handoff.SendAbort{},
+	handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.StartFollow{},
+	handoff.ReleaseBoundary{}, handoff.AckBoundary{}, handoff.EndFollow{}, handoff.Reconcile{}, handoff.AdoptTargetRoute{},
+	handoff.FailHeld{}, handoff.ConfirmCommit{}, handoff.FenceOut{}, handoff.CloseOut{}, handoff.Reinstate{},
+	handoff.InstallStaging{}, handoff.VerifySource{}, handoff.SendCredit{}, handoff.RestorePayload{}, handoff.SendFailed{},
+	handoff.SendRelayReady{}, handoff.CommitOwner{}, handoff.OpenDispatch{}, handoff.DeliverLate{}, handoff.RemoveTarget{},
+})
 
 func (e *scriptEnv) onEffect(mv *Move, eff handoff.Effect) {
 	if len(e.triggers) == 0 {
 		return
 	}
-	name := effectName(eff)
+	name := simkit.KebabName(eff)
 	for _, t := range e.triggers {
 		if t.fired || t.effect != name || (t.move != 0 && t.move != mv.id) {
 			continue
@@ -442,29 +378,13 @@ var storeCalls = []storeCall{
 // node if given, before until if given, are answered so; latency is the
 // delay of a late write.
 func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
-	words := c.Words()
-	if len(words) != 2 {
-		c.Fatalf("fault wants a store call and an answer")
-	}
 	var names []string
-	f := &storeFault{desc: c.Line, skip: c.Int("skip", 0), left: c.Count(1), until: c.Dur("until", 0),
-		latency: c.Dur("latency", 0), node: c.Val("node", "")}
-	found := false
 	for _, sc := range storeCalls {
 		names = append(names, sc.name)
-		if sc.name == words[0] {
-			f.call, found = sc, true
-		}
 	}
-	if !found {
-		c.Fatalf("no store call %q (one of %s)", words[0], strings.Join(names, ", "))
-	}
-	m := slices.Index(modeNames[:], words[1])
-	if m < 0 {
-		c.Fatalf("no answer %q (one of %s)", words[1], strings.Join(modeNames[:], ", "))
-	}
-	f.mode = storeMode(m)
-	if f.mode == modeLate && f.latency <= 0 {
+	cf, call, mode := simkit.ParseCallFault(c, names, modeNames[:])
+	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: storeMode(mode), node: c.Val("node", "")}
+	if f.mode == modeLate && f.Latency <= 0 {
 		c.Fatalf("a late answer wants latency=<duration>")
 	}
 	if f.node != "" {
@@ -476,25 +396,13 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 
 func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time.Duration, bool) {
 	for _, f := range e.faults {
-		if f.left == 0 || op.kind != f.call.kind || !strings.HasPrefix(op.why, f.call.why) ||
-			(f.node != "" && n.name != f.node) || (f.until > 0 && w.Now() >= f.until) {
+		if !f.Open(w.Now()) || op.kind != f.call.kind || !strings.HasPrefix(op.why, f.call.why) ||
+			(f.node != "" && n.name != f.node) {
 			continue
 		}
-		f.seen++
-		if f.seen <= f.skip {
-			continue
+		if f.Take(&e.log, w.Now(), "%s %s (%s) answered %s", n.name, f.call.name, op.why, f.mode) {
+			return f.mode, f.Latency, true
 		}
-		if f.left > 0 {
-			f.left--
-		}
-		f.answered++
-		if f.answered == 1 {
-			e.logf("%s %s (%s) answered %s", n.name, f.call.name, op.why, f.mode)
-			f.logAt, f.firstLine = len(e.log)-1, e.log[len(e.log)-1]
-		} else {
-			e.log[f.logAt] = fmt.Sprintf("%s, %d calls to %s", f.firstLine, f.answered, ms3(w.Now()))
-		}
-		return f.mode, f.latency, true
 	}
 	return modeOK, 0, false
 }
@@ -505,23 +413,23 @@ func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time
 // did, and any that never happened.
 func (e *scriptEnv) run() string {
 	e.w.Run()
-	out := e.log
+	var never []string
 	for _, t := range e.triggers {
 		if !t.fired {
-			out = append(out, fmt.Sprintf("never: %s (on %s)", t.desc, t.effect))
+			never = append(never, fmt.Sprintf("%s (on %s)", t.desc, t.effect))
 		}
 	}
 	for _, d := range e.drops {
 		if d.seen == 0 {
-			out = append(out, "never: "+d.desc)
+			never = append(never, d.desc)
 		}
 	}
 	for _, f := range e.faults {
-		if f.seen <= f.skip {
-			out = append(out, "never: "+f.desc)
+		if !f.Reached() {
+			never = append(never, f.Desc)
 		}
 	}
-	return strings.Join(out, "\n")
+	return e.log.Report(never)
 }
 
 // status prints each object's store record and serving incarnation, each
@@ -611,17 +519,6 @@ func runState(ph handoff.Phase, finished, dead bool, flags map[string]bool) stri
 	return s
 }
 
-func (e *scriptEnv) violations() string {
-	if len(e.w.Violations()) == 0 {
-		return "none"
-	}
-	var out []string
-	for _, v := range e.w.Violations() {
-		out = append(out, v.String())
-	}
-	return strings.Join(out, "\n")
-}
-
 // trace [raw] [word ...]
 //
 // Without raw, the protocol steps of the moves: each machine step that
@@ -630,30 +527,8 @@ func (e *scriptEnv) violations() string {
 // world's trace. Words keep only the lines that contain each of them as a
 // whole token (m1 does not match m17).
 func (e *scriptEnv) trace(c *simscript.Cmd) string {
-	raw := c.Has("raw")
-	var words []string
-	for _, wd := range c.Words() {
-		if wd != "raw" {
-			words = append(words, wd)
-		}
-	}
 	phase := map[string]string{}
-	var out []string
-	for _, l := range strings.Split(e.w.Trace(), "\n") {
-		if l == "" {
-			continue
-		}
-		if !raw {
-			var ok bool
-			if l, ok = protocolStep(l, phase); !ok {
-				continue
-			}
-		}
-		if simscript.HasTokens(l, words) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
+	return simkit.ScriptTrace(c, e.w.Trace(), func(l string) (string, bool) { return protocolStep(l, phase) })
 }
 
 // stepMarkers are the lines of the world's trace that are protocol steps

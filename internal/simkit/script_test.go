@@ -1,0 +1,137 @@
+package simkit
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roamactors/roam/internal/simscript"
+)
+
+// runScript runs text through cmds and returns the mismatches' errors and
+// the script as -rewrite would write it.
+func runScript(t *testing.T, cmds Commands, text string) (errs []string, rewritten string) {
+	t.Helper()
+	s, err := simscript.Parse("test.txt", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, rewritten := s.Run(handler(cmds))
+	for _, m := range ms {
+		if m.Err != "" {
+			errs = append(errs, m.Err)
+		}
+	}
+	return errs, rewritten
+}
+
+// A script starts with world, has one, and uses only the table's
+// commands; the others reach their handlers.
+func TestScriptCommandTable(t *testing.T) {
+	worlds, pings := 0, 0
+	cmds := Commands{
+		"world": func(*simscript.Cmd) string { worlds++; return "built" },
+		"ping":  func(*simscript.Cmd) string { pings++; return "pong" },
+	}
+	for script, want := range map[string]string{
+		"ping\n----\n":                             "no world yet: start the script with world",
+		"world\n----\nbuilt\n\nworld\n----\n":      "one world per script",
+		"world\n----\nbuilt\n\nbogus\n----\n":      `unknown command "bogus"`,
+		"world\n----\nbuilt\n\nping\n----\npong\n": "",
+	} {
+		worlds, pings = 0, 0
+		errs, _ := runScript(t, cmds, script)
+		if want == "" && len(errs) > 0 || want != "" && !slices.Equal(errs, []string{want}) {
+			t.Errorf("%q: errors %q, want %q", script, errs, want)
+		}
+		if worlds > 1 || pings > 0 && worlds != 1 {
+			t.Errorf("%q: world ran %d times, ping %d", script, worlds, pings)
+		}
+	}
+}
+
+// A store-call fault skips, answers its count, stops at until, and keeps
+// one log line for all it answered.
+func TestCallFault(t *testing.T) {
+	var f *CallFault
+	var call, answer int
+	cmds := Commands{"world": func(c *simscript.Cmd) string {
+		f, call, answer = ParseCallFault(c, []string{"read", "cas"}, []string{"ok", "late"})
+		return ""
+	}}
+	if errs, _ := runScript(t, cmds, "world cas late skip=1 count=2 until=50ms latency=3ms\n----\n"); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if call != 1 || answer != 1 || f.Skip != 1 || f.Left != 2 || f.Until != 50*time.Millisecond || f.Latency != 3*time.Millisecond {
+		t.Fatalf("parsed call %d answer %d fault %+v", call, answer, *f)
+	}
+	var log ScriptLog
+	var taken []bool
+	for _, at := range []time.Duration{10, 20, 30, 40} {
+		now := at * time.Millisecond
+		if !f.Open(now) {
+			taken = append(taken, false)
+			continue
+		}
+		taken = append(taken, f.Take(&log, now, "n1 cas answered %s", "late"))
+	}
+	if want := []bool{false, true, true, false}; !slices.Equal(taken, want) {
+		t.Errorf("answered %v, want %v (skip one, answer two)", taken, want)
+	}
+	if got, want := log.Report(nil), "  20.000ms  n1 cas answered late, 2 calls to 30.000ms"; got != want {
+		t.Errorf("log %q, want %q", got, want)
+	}
+	if !f.Reached() || f.Answered() != 2 {
+		t.Errorf("reached %v, answered %d", f.Reached(), f.Answered())
+	}
+	g := &CallFault{Left: -1, Until: 50 * time.Millisecond}
+	if !g.Open(49*time.Millisecond) || g.Open(50*time.Millisecond) {
+		t.Errorf("a fault with until=50ms must answer before 50ms and not from it")
+	}
+	if g.Reached() {
+		t.Errorf("a fault no call reached counts as reached")
+	}
+	if got, want := log.Report([]string{"fault x"}), "  20.000ms  n1 cas answered late, 2 calls to 30.000ms\nnever: fault x"; got != want {
+		t.Errorf("report %q, want %q", got, want)
+	}
+}
+
+type RelayThenCutover struct{}
+type Seal struct{}
+
+func TestKebabNames(t *testing.T) {
+	got := KebabNames([]any{RelayThenCutover{}, Seal{}})
+	if want := []string{"relay-then-cutover", "seal"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// The trace command keeps what step keeps unless raw, then the lines with
+// every word as a whole token.
+func TestScriptTrace(t *testing.T) {
+	trace := "a m1 x\nb m17 x\n\nc m1 y"
+	step := func(l string) (string, bool) { return strings.ToUpper(l), !strings.HasPrefix(l, "c") }
+	var got []string
+	cmds := Commands{"world": func(*simscript.Cmd) string { return "" }, "trace": func(c *simscript.Cmd) string {
+		got = append(got, ScriptTrace(c, trace, step))
+		return ""
+	}}
+	if errs, _ := runScript(t, cmds, "world\n----\n\ntrace\n----\n\ntrace raw m1\n----\n\ntrace M1\n----\n"); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := []string{"A M1 X\nB M17 X", "a m1 x\nc m1 y", "A M1 X"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestListViolations(t *testing.T) {
+	if got := ListViolations(nil); got != "none" {
+		t.Errorf("no violations: %q", got)
+	}
+	vs := []Violation{{At: time.Millisecond, Invariant: "a", Detail: "x"}, {Invariant: "b", Detail: "y", Known: "K"}}
+	if got, want := ListViolations(vs), "1.000ms a: x\n0.000ms b: y [known: K]"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
