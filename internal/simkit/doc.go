@@ -14,7 +14,9 @@
 //     the same way.
 //   - RunSeeds: the parallel runner of random schedules, with the -sim.*
 //     flags, that reports each failing seed with its replay command and the
-//     end of its trace.
+//     end of its trace; RunWorld, Replay and CheckSameSeedSameTrace run a
+//     simulation's World (its one schedule) for the tests every
+//     simulation has.
 //   - Defects: the table of defects a simulation found (fixed, open or
 //     documented; their seeds and probes) and the checks its three
 //     known-defect tests run.

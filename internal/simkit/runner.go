@@ -190,3 +190,69 @@ func Tail(trace string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// World is what the test helpers need of a simulation's World: one
+// schedule, run once.
+type World[S any] interface {
+	SetTracing(on bool)
+	// Run runs the schedule to its end and returns its violations,
+	// classified.
+	Run() []Violation
+	Trace() string
+	TraceLines() int
+	Steps() int
+	// Stats are the schedule's counts (see Result.Stats).
+	Stats() S
+}
+
+// RunWorld runs w with the trace on or off and gives the runner its
+// result.
+func RunWorld[S any](w World[S], tracing bool) Result[S] {
+	w.SetTracing(tracing)
+	vs := w.Run()
+	return Result[S]{Violations: vs, Stats: w.Stats(), Steps: w.Steps(), Trace: w.Trace()}
+}
+
+// Replay runs the random schedule of -sim.seed (random builds it) with
+// its trace and prints the trace, a line summary writes from its counts,
+// and its violations; it fails t on a violation not marked Known. Without
+// -sim.seed it skips, naming how to pass one (the make command).
+func Replay[S any](t *testing.T, how string, random func(seed uint64) World[S], summary func(S) string) {
+	seed, ok := ReplaySeed()
+	if !ok {
+		t.Skipf("replay: pass -sim.seed=N (%s)", how)
+	}
+	w := random(seed)
+	w.SetTracing(true)
+	vs := w.Run()
+	fmt.Println(w.Trace())
+	fmt.Printf("\nseed %d: %s\n", seed, summary(w.Stats()))
+	for _, v := range vs {
+		fmt.Println("VIOLATION", v)
+	}
+	if len(Unknown(vs)) > 0 {
+		t.Fail()
+	}
+}
+
+// CheckSameSeedSameTrace fails unless each seed's schedule, run twice,
+// traces the same lines, and enough of them to mean anything: a seed
+// replays step for step.
+func CheckSameSeedSameTrace[S any](t testing.TB, random func(seed uint64) World[S], seeds ...uint64) {
+	t.Helper()
+	for _, seed := range seeds {
+		a, b := random(seed), random(seed)
+		a.SetTracing(true)
+		b.SetTracing(true)
+		a.Run()
+		b.Run()
+		if a.Trace() != b.Trace() {
+			t.Errorf("seed %d: two runs differ", seed)
+			return
+		}
+		if a.TraceLines() < 50 {
+			t.Errorf("seed %d: a trace of %d lines is too short to mean anything", seed, a.TraceLines())
+			return
+		}
+	}
+}

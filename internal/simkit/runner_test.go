@@ -125,3 +125,57 @@ func TestDefects(t *testing.T) {
 		}
 	}
 }
+
+// fakeWorld traces lines lines; with drift, each run of the same seed
+// traces something else.
+type fakeWorld struct {
+	Harness
+	lines int
+	drift *int
+}
+
+func (w *fakeWorld) Run() []Violation {
+	for i := range w.lines {
+		w.Tracef("step %d", i)
+	}
+	if w.drift != nil {
+		*w.drift++
+		w.Tracef("run %d", *w.drift)
+	}
+	return w.Violations()
+}
+
+func (w *fakeWorld) Stats() counts { return counts{Runs: 1, Steps: w.Steps()} }
+
+func TestCheckSameSeedSameTrace(t *testing.T) {
+	drift := 0
+	for _, tc := range []struct {
+		name  string
+		w     func() *fakeWorld
+		fails string
+	}{
+		{"replays", func() *fakeWorld { return &fakeWorld{lines: 60} }, ""},
+		{"differs", func() *fakeWorld { return &fakeWorld{lines: 60, drift: &drift} }, "two runs differ"},
+		{"short", func() *fakeWorld { return &fakeWorld{lines: 10} }, "too short"},
+	} {
+		r := &recTB{}
+		CheckSameSeedSameTrace(r, func(uint64) World[counts] { return tc.w() }, 1, 2)
+		switch {
+		case tc.fails == "" && len(r.errs) > 0:
+			t.Errorf("%s: %v", tc.name, r.errs)
+		case tc.fails != "" && (len(r.errs) != 1 || !strings.Contains(r.errs[0], tc.fails)):
+			t.Errorf("%s: errors %q, want one with %q", tc.name, r.errs, tc.fails)
+		}
+	}
+}
+
+func TestLogKnown(t *testing.T) {
+	ds := Defects{{Name: "b open", Open: true}, {Name: "a documented", Documented: "docs/X.md"}}
+	r := &recTB{}
+	ds.LogKnown(r, "sim", map[string]int{"b open": 2, "a documented": 3})
+	want := []string{`sim: documented behaviour "a documented" (docs/X.md): 3 violations`,
+		`sim: OPEN DEFECT "b open": 2 violations (counted here; TestOpenDefects fails while it is open)`}
+	if strings.Join(r.logs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("logged %q, want %q", r.logs, want)
+	}
+}

@@ -2,9 +2,7 @@ package spotsim
 
 import (
 	"fmt"
-	"maps"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"testing"
 
@@ -35,62 +33,27 @@ func TestRandomSchedules(t *testing.T) {
 		t.Logf("spot sim: checkpoints written %d, superseded %d, fenced %d; claims %d, restores %d; handled messages a recovery lost past the last checkpoint %d",
 			total.CheckpointsWritten, total.CheckpointsSuperseded, total.CheckpointsFenced, total.Claims, total.Restores, total.LostAfterCheckpoint)
 		t.Logf("spot sim: leases revoked after a TTL of silent heartbeat %d, ended by the store (2×TTL) %d", total.LeasesRevoked, total.LeasesExpired)
-		for _, k := range slices.Sorted(maps.Keys(known)) {
-			if d := defects.Find(k); d != nil && d.Open {
-				t.Logf("spot sim: OPEN DEFECT %q: %d violations (counted here; TestOpenDefects fails while it is open)", k, known[k])
-			} else if d != nil {
-				t.Logf("spot sim: documented behaviour %q (%s): %d violations", k, d.Documented, known[k])
-			}
-		}
+		defects.LogKnown(t, "spot sim", known)
 	}}, func(seed uint64, tracing bool) simkit.Result[Stats] { return runSeed(cfg, seed, tracing) })
 }
 
 // runSeed runs the random schedule of seed.
 func runSeed(cfg Config, seed uint64, tracing bool) simkit.Result[Stats] {
-	w := Random(cfg, seed)
-	w.SetTracing(tracing)
-	vs := w.Run()
-	st := w.Stats()
-	return simkit.Result[Stats]{Violations: vs, Stats: st, Steps: st.Steps, Trace: w.Trace()}
+	return simkit.RunWorld[Stats](Random(cfg, seed), tracing)
 }
 
 // TestReplay replays one random schedule with its trace: make sim-spot
 // SEED=n.
 func TestReplay(t *testing.T) {
-	seed, ok := simkit.ReplaySeed()
-	if !ok {
-		t.Skip("replay: pass -sim.seed=N (make sim-spot SEED=N)")
-	}
-	w := Random(DefaultConfig(), seed)
-	w.SetTracing(true)
-	vs := w.Run()
-	fmt.Println(w.Trace())
-	st := w.Stats()
-	fmt.Printf("\nseed %d: %d steps, %d calls (%d handled, %d failed loudly, %d may have run, %d not accepted, %d lost with a crash), %d command 39s (%d activated, %d forwarded, %d resumed), %d crashes, %d lease ends\n",
-		seed, st.Steps, st.Calls, st.Handled, st.FailedLoud, st.FailedMaybe, st.Unaccepted, st.LostCrash, st.Activations, st.Activated, st.Forwarded, st.Resumed, st.Crashes, st.LeaseEnds)
-	for _, v := range vs {
-		fmt.Println("VIOLATION", v)
-	}
-	if len(Unknown(vs)) > 0 {
-		t.Fail()
-	}
+	simkit.Replay(t, "make sim-spot SEED=N", func(seed uint64) simkit.World[Stats] { return Random(DefaultConfig(), seed) }, func(st Stats) string {
+		return fmt.Sprintf("%d steps, %d calls (%d handled, %d failed loudly, %d may have run, %d not accepted, %d lost with a crash), %d command 39s (%d activated, %d forwarded, %d resumed), %d crashes, %d lease ends",
+			st.Steps, st.Calls, st.Handled, st.FailedLoud, st.FailedMaybe, st.Unaccepted, st.LostCrash, st.Activations, st.Activated, st.Forwarded, st.Resumed, st.Crashes, st.LeaseEnds)
+	})
 }
 
 // The same seed gives the same schedule, step for step.
 func TestSameSeedSameTrace(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 4242} {
-		a, b := Random(DefaultConfig(), seed), Random(DefaultConfig(), seed)
-		a.SetTracing(true)
-		b.SetTracing(true)
-		a.Run()
-		b.Run()
-		if a.Trace() != b.Trace() {
-			t.Fatalf("seed %d: two runs differ", seed)
-		}
-		if a.TraceLines() < 50 {
-			t.Fatalf("seed %d: a trace of %d lines is too short to mean anything", seed, a.TraceLines())
-		}
-	}
+	simkit.CheckSameSeedSameTrace(t, func(seed uint64) simkit.World[Stats] { return Random(DefaultConfig(), seed) }, 3, 17, 4242)
 }
 
 // Seeds the random schedules found, one per known defect (the defects

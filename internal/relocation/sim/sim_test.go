@@ -60,60 +60,29 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 				t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
 					total.SessionRefused, total.SessionsClosed)
 			}
-			for k, c := range known {
-				t.Logf("sim: OPEN DEFECT %q: %d violations (counted here; TestOpenDefects fails while it is open)", k, c)
-			}
+			defects.LogKnown(t, "sim", known)
 		}}, func(seed uint64, tracing bool) simkit.Result[Stats] { return runSeed(cfg, seed, tracing) })
 	return sum.Stats
 }
 
 // runSeed runs the random schedule of seed.
 func runSeed(cfg Config, seed uint64, tracing bool) simkit.Result[Stats] {
-	w := Random(cfg, seed)
-	w.SetTracing(tracing)
-	vs := w.Run()
-	st := w.Stats()
-	return simkit.Result[Stats]{Violations: vs, Stats: st, Steps: st.Steps, Trace: w.Trace()}
+	return simkit.RunWorld[Stats](Random(cfg, seed), tracing)
 }
 
 // TestReplay replays one random schedule with its trace: make sim SEED=n.
 func TestReplay(t *testing.T) {
-	seed, ok := simkit.ReplaySeed()
-	if !ok {
-		t.Skip("replay: pass -sim.seed=N (make sim SEED=N)")
-	}
 	cfg := DefaultConfig()
 	if *flagSessions {
 		cfg = SessionsConfig()
 	}
-	w := Random(cfg, seed)
-	w.SetTracing(true)
-	vs := w.Run()
-	fmt.Println(w.Trace())
-	st := w.Stats()
-	fmt.Printf("\nseed %d: %d steps, %d moves (%d committed, %d fenced out, %d reinstated), %d messages (%d handled, %d failed loudly, %d lost with a crashed node)\n",
-		seed, st.Steps, st.Moves, st.Committed, st.FencedOut, st.Reinstated, st.Messages, st.Handled, st.FailedLoud, st.LostCrash)
-	for _, v := range vs {
-		fmt.Println("VIOLATION", v)
-	}
-	if len(Unknown(vs)) > 0 {
-		t.Fail()
-	}
+	simkit.Replay(t, "make sim SEED=N", func(seed uint64) simkit.World[Stats] { return Random(cfg, seed) }, func(st Stats) string {
+		return fmt.Sprintf("%d steps, %d moves (%d committed, %d fenced out, %d reinstated), %d messages (%d handled, %d failed loudly, %d lost with a crashed node)",
+			st.Steps, st.Moves, st.Committed, st.FencedOut, st.Reinstated, st.Messages, st.Handled, st.FailedLoud, st.LostCrash)
+	})
 }
 
 // The same seed gives the same schedule, step for step.
 func TestSameSeedSameTrace(t *testing.T) {
-	for _, seed := range []uint64{3, 17, 4242} {
-		a, b := Random(DefaultConfig(), seed), Random(DefaultConfig(), seed)
-		a.SetTracing(true)
-		b.SetTracing(true)
-		a.Run()
-		b.Run()
-		if a.Trace() != b.Trace() {
-			t.Fatalf("seed %d: two runs differ", seed)
-		}
-		if a.TraceLines() < 50 {
-			t.Fatalf("seed %d: a trace of %d lines is too short to mean anything", seed, a.TraceLines())
-		}
-	}
+	simkit.CheckSameSeedSameTrace(t, func(seed uint64) simkit.World[Stats] { return Random(DefaultConfig(), seed) }, 3, 17, 4242)
 }
