@@ -12,6 +12,8 @@
 //     cut one or both ways (what is in flight is lost, the sender is told).
 //   - RandomCuts, RandomOutages: the fault draws both fault generators make
 //     the same way.
+//   - StoreMode, StoreFaults: how a store model answers a call, and the
+//     draw of that answer from a schedule's per-call chances.
 //   - RunSeeds: the parallel runner of random schedules, with the -sim.*
 //     flags, that reports each failing seed with its replay command and the
 //     end of its trace; RunWorld, Replay and CheckSameSeedSameTrace run a

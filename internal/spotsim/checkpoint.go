@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/checkpoint"
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // The checkpoints of the stateful Spots (docs/FAULTS.md, "Checkpoints and
@@ -62,7 +63,7 @@ func (w *World) capture(inc *Inc) {
 			delay = w.randDur(0, w.faults.SlowFor)
 		}
 		if mode, late, ok := w.checkpointFault(l, opCheckpoint, s); ok {
-			if mode == modeUnavailable {
+			if mode == simkit.ModeUnavailable {
 				w.tracef("checkpoint of %s at %s lost on its way to the store", s.id, fence)
 				return // the writer's next capture carries the state
 			}
@@ -76,9 +77,9 @@ func (w *World) capture(inc *Inc) {
 
 // checkpointFault is a script's answer to a checkpoint call, if one of its
 // faults matches (Hooks.StoreMode).
-func (w *World) checkpointFault(l *Life, kind opKind, s *Spot) (storeMode, time.Duration, bool) {
+func (w *World) checkpointFault(l *Life, kind opKind, s *Spot) (simkit.StoreMode, time.Duration, bool) {
 	if w.hooks.StoreMode == nil {
-		return modeOK, 0, false
+		return simkit.ModeOK, 0, false
 	}
 	return w.hooks.StoreMode(w, l, &storeOp{kind: kind, key: s.key(), why: opNames[kind] + " " + s.id})
 }

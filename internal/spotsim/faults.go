@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // Faults is a schedule's fault mix. The store and packet probabilities
@@ -11,11 +12,10 @@ import (
 // tried at moments of the machines (before the named effects run), which
 // is how random schedules reach the narrow windows of an activation.
 type Faults struct {
-	// Store answers (per call): indeterminate after applying (writes
-	// only), indeterminate or unavailable without applying, slow (applies
-	// and answers up to SlowFor late).
-	PIndetApplied, PIndetNotApplied, PUnavailable, PSlow float64
-	SlowFor                                              time.Duration
+	// Store answers (per call; no hang): slow applies and answers up to
+	// SlowFor late.
+	simkit.StoreFaults
+	SlowFor time.Duration
 	// PSlowPacket delays a packet by up to SlowPacket (streams stay FIFO).
 	PSlowPacket float64
 	SlowPacket  time.Duration

@@ -7,6 +7,7 @@ import (
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/activationrun"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -263,7 +264,7 @@ func (r *Runner) ClaimCheckpoint(e activation.ClaimCheckpoint, _ activationrun.D
 	w, l, s := r.w, r.life, r.spot
 	r.cpAsked, r.cpExpected = true, w.lastCheckpointState(s)
 	failed := !w.over && w.chance(w.faults.PStageFail)
-	if mode, _, ok := w.checkpointFault(l, opCheckpointClaim, s); ok && mode != modeOK {
+	if mode, _, ok := w.checkpointFault(l, opCheckpointClaim, s); ok && mode != simkit.ModeOK {
 		failed = true
 	}
 	if failed && w.cfg.Sabotage == SabotageClaimFailStartsEmpty {

@@ -51,7 +51,7 @@ type trigger struct {
 type storeFault struct {
 	*simkit.CallFault
 	call      storeCall
-	mode      storeMode
+	mode      simkit.StoreMode
 	node      string // a node (n1) or a lifecycle (n1.1); "" any
 	spot      string
 	following *storeFault
@@ -474,8 +474,8 @@ var storeCalls = []storeCall{
 // or unavailable (checkpoint: the write is lost; checkpoint-claim: the
 // claim fails).
 func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
-	cf, call, mode := simkit.ParseCallFault(c, callNames(), modeNames[:])
-	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: storeMode(mode), node: c.Val("node", ""), spot: c.Val("spot", "")}
+	cf, call, mode := simkit.ParseCallFault(c, callNames(), simkit.StoreModeNames(simkit.ModeSlow))
+	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: simkit.StoreMode(mode), node: c.Val("node", ""), spot: c.Val("spot", "")}
 	if f.node != "" {
 		e.nodeArg(c, strings.Split(f.node, ".")[0])
 	}
@@ -508,7 +508,7 @@ func callNames() []string {
 // onStoreCall decides a call only when a fault matches it: an undecided
 // call draws its answer from the world's random source as before, so a
 // script's faults change no other draw.
-func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (storeMode, time.Duration, bool) {
+func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (simkit.StoreMode, time.Duration, bool) {
 	for _, f := range e.faults {
 		if !f.Open(w.Now()) || op.kind != f.call.kind || (f.call.match != nil && !f.call.match(op.why)) ||
 			(f.node != "" && f.node != l.node.name && f.node != l.rid) || (f.spot != "" && !simscript.HasTokens(op.why, []string{f.spot})) ||
@@ -523,7 +523,7 @@ func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (storeMode, time
 			return f.mode, f.Latency, true
 		}
 	}
-	return modeOK, 0, false
+	return simkit.ModeOK, 0, false
 }
 
 // ---- running and reporting ----

@@ -6,31 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
-
-// storeMode is how the store answers one call.
-type storeMode int
-
-const (
-	modeOK storeMode = iota
-	// modeIndetApplied: the write applied; the answer is indeterminate.
-	modeIndetApplied
-	// modeIndetNotApplied: nothing applied; the answer is indeterminate
-	// (a read: unavailable).
-	modeIndetNotApplied
-	// modeUnavailable: nothing applied, and the answer says so.
-	modeUnavailable
-	// modeSlow: applied late and answered late, possibly after the
-	// caller's context ended (the caller then sees DeadlineExceeded while
-	// the write still lands).
-	modeSlow
-)
-
-var modeNames = [...]string{"ok", "indeterminate-applied", "indeterminate-not-applied", "unavailable", "slow"}
-
-func (m storeMode) String() string { return modeNames[m] }
 
 type opKind int
 
@@ -215,12 +194,12 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 	if late > 0 {
 		l1 = late
 	}
-	if mode == modeSlow {
+	if mode == simkit.ModeSlow {
 		w.stats.SlowWrites++
 		l1 += w.randDur(0, w.faults.SlowFor)
 		l2 += w.randDur(0, w.faults.SlowFor)
 	}
-	if w.Tracing() && (mode != modeOK || late > 0) {
+	if w.Tracing() && (mode != simkit.ModeOK || late > 0) {
 		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", l, opNames[op.kind], op.why, mode, ms(l1))
 	}
 	if deadline > 0 && (op.kind == opWatch || w.Now()+l1+l2 > deadline) {
@@ -237,10 +216,10 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 		switch mode {
-		case modeUnavailable:
+		case simkit.ModeUnavailable:
 			w.after(l2, func() { deliver(storeRes{err: location.ErrUnavailable}) })
 			return
-		case modeIndetNotApplied:
+		case simkit.ModeIndetNotApplied:
 			err := location.ErrIndeterminate
 			if !op.kind.write() {
 				err = location.ErrUnavailable
@@ -253,7 +232,7 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 		res := s.apply(l, op)
-		if mode == modeIndetApplied {
+		if mode == simkit.ModeIndetApplied {
 			w.stats.IndeterminateWrites++
 			res = storeRes{err: location.ErrIndeterminate}
 		}
@@ -475,28 +454,16 @@ func (s *Store) watch(op storeOp, fire func(location.Versioned)) *watcher {
 
 // storeMode picks how the store answers a call: a scenario's hook first,
 // then the schedule's fault mix; after the horizon always ok.
-func (w *World) storeMode(l *Life, op *storeOp) (storeMode, time.Duration) {
+func (w *World) storeMode(l *Life, op *storeOp) (simkit.StoreMode, time.Duration) {
 	if w.hooks.StoreMode != nil {
 		if m, late, ok := w.hooks.StoreMode(w, l, op); ok {
 			return m, late
 		}
 	}
 	if w.over || op.kind == opClaim {
-		return modeOK, 0
+		return simkit.ModeOK, 0
 	}
-	f := w.faults
-	x := w.Rand.Float64()
-	switch {
-	case x < f.PIndetApplied && op.kind.write():
-		return modeIndetApplied, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied:
-		return modeIndetNotApplied, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable:
-		return modeUnavailable, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable+f.PSlow:
-		return modeSlow, 0
-	}
-	return modeOK, 0
+	return w.faults.Draw(w.Rand, op.kind.write()), 0
 }
 
 // recString is a short form of a record for the trace.

@@ -190,7 +190,7 @@ type Hooks struct {
 	Effect func(w *World, r *Runner, e activation.Effect)
 	// StoreMode may force the answer mode of a store call and, if late is
 	// positive, its latency to the store (ok reports whether it decided).
-	StoreMode func(w *World, l *Life, op *storeOp) (mode storeMode, late time.Duration, ok bool)
+	StoreMode func(w *World, l *Life, op *storeOp) (mode simkit.StoreMode, late time.Duration, ok bool)
 	// Target may pick a cold activation's target node for a call (as a
 	// caller with another view of the live nodes would); -1 keeps
 	// call.go's choice.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // Faults is a schedule's fault mix. The store and packet probabilities
@@ -11,10 +12,9 @@ import (
 // tried at protocol moments (before the named effects run), which is how
 // random schedules reach the narrow windows of the hand-off.
 type Faults struct {
-	// Store answers (per call): indeterminate after applying (writes only),
-	// indeterminate or unavailable without applying, slow (applies and
-	// answers late, maybe after the caller gave up), hang (no answer).
-	PIndetApplied, PIndetNotApplied, PUnavailable, PSlow, PHang float64
+	// Store answers (per call): slow applies and answers late, maybe
+	// after the caller gave up.
+	simkit.StoreFaults
 	// PSlowPacket delays a packet by up to SlowPacket (streams stay FIFO).
 	PSlowPacket float64
 	SlowPacket  time.Duration

@@ -57,7 +57,7 @@ type drop struct {
 type storeFault struct {
 	*simkit.CallFault
 	call storeCall
-	mode storeMode
+	mode simkit.StoreMode
 	node string
 }
 
@@ -382,9 +382,9 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 	for _, sc := range storeCalls {
 		names = append(names, sc.name)
 	}
-	cf, call, mode := simkit.ParseCallFault(c, names, modeNames[:])
-	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: storeMode(mode), node: c.Val("node", "")}
-	if f.mode == modeLate && f.Latency <= 0 {
+	cf, call, mode := simkit.ParseCallFault(c, names, simkit.StoreModeNames(simkit.ModeLate))
+	f := &storeFault{CallFault: cf, call: storeCalls[call], mode: simkit.StoreMode(mode), node: c.Val("node", "")}
+	if f.mode == simkit.ModeLate && f.Latency <= 0 {
 		c.Fatalf("a late answer wants latency=<duration>")
 	}
 	if f.node != "" {
@@ -394,7 +394,7 @@ func (e *scriptEnv) storeFault(c *simscript.Cmd) string {
 	return ""
 }
 
-func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time.Duration, bool) {
+func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (simkit.StoreMode, time.Duration, bool) {
 	for _, f := range e.faults {
 		if !f.Open(w.Now()) || op.kind != f.call.kind || !strings.HasPrefix(op.why, f.call.why) ||
 			(f.node != "" && n.name != f.node) {
@@ -404,7 +404,7 @@ func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (storeMode, time
 			return f.mode, f.Latency, true
 		}
 	}
-	return modeOK, 0, false
+	return simkit.ModeOK, 0, false
 }
 
 // ---- running and reporting ----

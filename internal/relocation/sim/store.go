@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // Record is the sim's Location Store record of one object: the fields the
@@ -20,31 +22,6 @@ type Record struct {
 func (r Record) String() string {
 	return fmt.Sprintf("{v%d owner %s/%d og%d reloc %d}", r.Version, r.OwnerNode, r.OwnerNodeGen, r.OwnerGen, r.RelocID)
 }
-
-// storeMode is how the store answers one call.
-type storeMode int
-
-const (
-	modeOK storeMode = iota
-	// modeIndetApplied: the write applied, the answer is indeterminate.
-	modeIndetApplied
-	// modeIndetNotApplied: nothing applied, the answer is indeterminate.
-	modeIndetNotApplied
-	// modeUnavailable: nothing applied, the answer says so.
-	modeUnavailable
-	// modeSlow: applied (late, possibly after the caller gave up) and
-	// answered late.
-	modeSlow
-	// modeHang: nothing applied, no answer: the caller's deadline ends it.
-	modeHang
-	// modeLate: a delayed write: it applies after the latency a scenario
-	// sets and is never answered (the caller's deadline ends the call).
-	modeLate
-)
-
-var modeNames = [...]string{"ok", "indeterminate-applied", "indeterminate-not-applied", "unavailable", "slow", "hang", "late"}
-
-func (m storeMode) String() string { return modeNames[m] }
 
 type opKind int
 
@@ -175,7 +152,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 	if late > 0 {
 		l1 = late
 	}
-	if mode == modeSlow {
+	if mode == simkit.ModeSlow {
 		l1 += w.randDur(0, 400*time.Millisecond)
 		l2 += w.randDur(0, 600*time.Millisecond)
 	}
@@ -185,7 +162,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 	w.at(deadline, "store-deadline", func() { deliver(storeRes{err: errDeadline}) })
 	w.after(l1, "store-apply", func() {
 		if s.down || n.storeCut {
-			if mode != modeHang {
+			if mode != simkit.ModeHang {
 				err := errUnavailable
 				if op.kind == opCAS && w.Rand.IntN(2) == 0 {
 					err = errIndeterminate
@@ -195,13 +172,13 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 		switch mode {
-		case modeUnavailable:
+		case simkit.ModeUnavailable:
 			w.after(l2, "store-answer", func() { deliver(storeRes{err: errUnavailable}) })
 			return
-		case modeIndetNotApplied:
+		case simkit.ModeIndetNotApplied:
 			w.after(l2, "store-answer", func() { deliver(storeRes{err: errIndeterminate}) })
 			return
-		case modeHang:
+		case simkit.ModeHang:
 			return
 		}
 		if op.kind == opWatch {
@@ -209,10 +186,10 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 		res := s.apply(n, op)
-		if mode == modeLate {
+		if mode == simkit.ModeLate {
 			return
 		}
-		if mode == modeIndetApplied {
+		if mode == simkit.ModeIndetApplied {
 			if op.kind == opCAS {
 				w.stats.IndeterminateCAS++
 			}
@@ -287,28 +264,14 @@ func (s *Store) changed(o ObjID) {
 // storeMode picks how the store answers a call (and, from a scenario, the
 // latency to the store if positive): a scenario's hook first, then the
 // schedule's fault mix; after the horizon always ok.
-func (w *World) storeMode(n *Node, op *storeOp) (storeMode, time.Duration) {
+func (w *World) storeMode(n *Node, op *storeOp) (simkit.StoreMode, time.Duration) {
 	if w.hooks.StoreMode != nil {
 		if m, late, ok := w.hooks.StoreMode(w, n, op); ok {
 			return m, late
 		}
 	}
 	if w.over {
-		return modeOK, 0
+		return simkit.ModeOK, 0
 	}
-	f := w.faults
-	x := w.Rand.Float64()
-	switch {
-	case x < f.PIndetApplied && op.kind == opCAS:
-		return modeIndetApplied, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied:
-		return modeIndetNotApplied, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable:
-		return modeUnavailable, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable+f.PSlow:
-		return modeSlow, 0
-	case x < f.PIndetApplied+f.PIndetNotApplied+f.PUnavailable+f.PSlow+f.PHang:
-		return modeHang, 0
-	}
-	return modeOK, 0
+	return w.faults.Draw(w.Rand, op.kind == opCAS), 0
 }

@@ -129,7 +129,7 @@ type Hooks struct {
 	Packet func(w *World, p *packet) bool
 	// StoreMode may force the answer mode of a store call and, if late is
 	// positive, its latency to the store (ok reports whether it decided).
-	StoreMode func(w *World, n *Node, op *storeOp) (mode storeMode, late time.Duration, ok bool)
+	StoreMode func(w *World, n *Node, op *storeOp) (mode simkit.StoreMode, late time.Duration, ok bool)
 }
 
 // NewWorld builds a world from cfg and seed; faults may be nil (no faults).

@@ -1,0 +1,37 @@
+package simkit
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestStoreFaultsDraw(t *testing.T) {
+	for _, tc := range []struct {
+		f     StoreFaults
+		write bool
+		want  StoreMode
+	}{
+		{StoreFaults{}, true, ModeOK},
+		{StoreFaults{PIndetApplied: 1}, true, ModeIndetApplied},
+		// A read cannot apply: its share goes to the next answer.
+		{StoreFaults{PIndetApplied: 1}, false, ModeIndetNotApplied},
+		{StoreFaults{PIndetNotApplied: 1}, false, ModeIndetNotApplied},
+		{StoreFaults{PUnavailable: 1}, true, ModeUnavailable},
+		{StoreFaults{PSlow: 1}, false, ModeSlow},
+		{StoreFaults{PHang: 1}, true, ModeHang},
+	} {
+		r, ref := NewRand(7, 1), NewRand(7, 1)
+		if got := tc.f.Draw(r, tc.write); got != tc.want {
+			t.Errorf("%+v write=%v: %s, want %s", tc.f, tc.write, got, tc.want)
+		}
+		// One draw whatever the answer: a schedule's later draws do not
+		// depend on which answer a call got.
+		ref.Float64()
+		if r.Float64() != ref.Float64() {
+			t.Errorf("%+v: Draw took other than one draw", tc.f)
+		}
+	}
+	if got, want := StoreModeNames(ModeSlow), []string{"ok", "indeterminate-applied", "indeterminate-not-applied", "unavailable", "slow"}; !slices.Equal(got, want) {
+		t.Errorf("names up to slow: %q, want %q", got, want)
+	}
+}
