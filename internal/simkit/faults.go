@@ -30,3 +30,36 @@ func (h *Harness) RandomOutages(nodes int, horizon, longest time.Duration, longO
 		h.At(r.Dur(0, horizon/2), long)
 	}
 }
+
+// Profile is a random schedule's fault profile: which kinds of fault its
+// generator draws chances and times for. A schedule draws one (DrawProfile)
+// before any other fault, so that every kind alone, all of them and
+// none are each a sixth of the schedules.
+type Profile int
+
+// DrawProfile draws the schedule's profile.
+func (h *Harness) DrawProfile() Profile { return Profile(h.Rand.IntN(6)) }
+
+// StoreAnswers: per-call store faults (indeterminate, unavailable, slow
+// answers) at drawn chances.
+func (p Profile) StoreAnswers() bool { return p == 1 || p == 5 }
+
+// Packets: slow packets and links cut at protocol moments, at drawn
+// chances.
+func (p Profile) Packets() bool { return p == 2 || p == 5 }
+
+// Crashes: crashes (and the like) at protocol moments, at drawn chances.
+func (p Profile) Crashes() bool { return p == 3 || p == 5 }
+
+// Thin: every kind of fault, each at a small fixed chance.
+func (p Profile) Thin() bool { return p == 4 }
+
+// LinkCuts: link cuts at random times (RandomCuts).
+func (p Profile) LinkCuts() bool { return p >= 2 }
+
+// StoreOutages: store outages at random times (RandomOutages).
+func (p Profile) StoreOutages() bool { return p == 1 || p >= 4 }
+
+// NodeFaults: a node fault (a crash, a stop, a lease cut) at a random
+// time, as the simulation draws it.
+func (p Profile) NodeFaults() bool { return p >= 3 }

@@ -104,22 +104,22 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	f := &Faults{SlowFor: 1500 * time.Millisecond, SlowPacket: 300 * time.Millisecond, CutFor: 800 * time.Millisecond,
 		StoreCutFor: 4 * time.Second}
-	profile := rng.IntN(6)
-	if profile == 1 || profile == 5 {
+	profile := w.DrawProfile()
+	if profile.StoreAnswers() {
 		f.PIndetApplied = 0.03 + rng.Float64()*0.12
 		f.PIndetNotApplied = rng.Float64() * 0.1
 		f.PUnavailable = rng.Float64() * 0.1
 		f.PSlow = rng.Float64() * 0.1
 	}
-	if profile == 2 || profile == 5 {
+	if profile.Packets() {
 		f.PSlowPacket = rng.Float64() * 0.2
 		f.PDropCmd39 = rng.Float64() * 0.2
 	}
-	if profile == 3 || profile == 5 {
+	if profile.Crashes() {
 		f.PCrashAt = rng.Float64() * 0.15
 		f.PStoreCutAt = rng.Float64() * 0.1
 	}
-	if profile == 4 {
+	if profile.Thin() {
 		f.PIndetApplied, f.PIndetNotApplied, f.PUnavailable, f.PSlow = 0.03, 0.02, 0.02, 0.02
 		f.PSlowPacket, f.PDropCmd39 = 0.03, 0.03
 		f.PCrashAt, f.PStoreCutAt = 0.03, 0.02
@@ -147,7 +147,7 @@ func Random(cfg Config, seed uint64) *World {
 		w.at(w.randDur(0, h/2), c.issue)
 	}
 	// Link cuts at random times.
-	if profile >= 2 {
+	if profile.LinkCuts() {
 		w.RandomCuts(cfg.Nodes, h, f.CutFor, func(a, b int, both bool, d time.Duration) {
 			if !w.over {
 				w.net.cut(a, b, both, d)
@@ -156,7 +156,7 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	// Store outages: for everyone, or one node cut from the store; rarely,
 	// one past the lease TTL: every lifecycle ends.
-	if profile == 1 || profile >= 4 {
+	if profile.StoreOutages() {
 		w.RandomOutages(cfg.Nodes, h, 1500*time.Millisecond, 10, func(who int, d time.Duration) {
 			if w.over {
 				return
@@ -180,7 +180,7 @@ func Random(cfg Config, seed uint64) *World {
 	// A lease that ends while the node lives: one node cut from the store
 	// for longer than the TTL, early enough for its lease to end before
 	// the horizon, while the others still call its Spots.
-	if profile >= 3 && rng.IntN(3) == 0 {
+	if profile.NodeFaults() && rng.IntN(3) == 0 {
 		at, who, d := w.randDur(0, h/3), rng.IntN(cfg.Nodes), w.randDur(cfg.LeaseTTL+200*time.Millisecond, cfg.LeaseTTL+1500*time.Millisecond)
 		w.at(at, func() {
 			if !w.over {
@@ -189,7 +189,7 @@ func Random(cfg Config, seed uint64) *World {
 		})
 	}
 	// A crash at a random time.
-	if profile >= 3 && rng.IntN(3) == 0 {
+	if profile.NodeFaults() && rng.IntN(3) == 0 {
 		at, who := w.randDur(0, h), rng.IntN(cfg.Nodes)
 		w.at(at, func() {
 			if !w.over {

@@ -129,8 +129,8 @@ func Random(cfg Config, seed uint64) *World {
 	rng := w.Rand
 	h := cfg.Horizon
 	f := &Faults{SlowPacket: 250 * time.Millisecond, CutFor: 1500 * time.Millisecond}
-	profile := rng.IntN(6)
-	if profile == 1 || profile == 5 {
+	profile := w.DrawProfile()
+	if profile.StoreAnswers() {
 		f.PIndetApplied = 0.05 + rng.Float64()*0.15
 		f.PIndetNotApplied = rng.Float64() * 0.15
 		f.PUnavailable = rng.Float64() * 0.15
@@ -138,16 +138,16 @@ func Random(cfg Config, seed uint64) *World {
 		f.PHang = rng.Float64() * 0.05
 		f.PStoreCutAtCommit = rng.Float64() * 0.3
 	}
-	if profile == 2 || profile == 5 {
+	if profile.Packets() {
 		f.PSlowPacket = rng.Float64() * 0.1
 		f.PCutAtBoundary = rng.Float64() * 0.4
 	}
-	if profile == 3 || profile == 5 {
+	if profile.Crashes() {
 		f.PCrashTarget = rng.Float64() * 0.3
 		f.PCrashSource = rng.Float64() * 0.15
 		f.PStopTarget = rng.Float64() * 0.1
 	}
-	if profile == 4 {
+	if profile.Thin() {
 		// everything, thinly
 		f.PIndetApplied, f.PIndetNotApplied, f.PUnavailable, f.PSlow = 0.03, 0.03, 0.03, 0.03
 		f.PSlowPacket, f.PCutAtBoundary = 0.02, 0.1
@@ -178,7 +178,7 @@ func Random(cfg Config, seed uint64) *World {
 		})
 	}
 	// Link cuts at random times.
-	if profile >= 2 {
+	if profile.LinkCuts() {
 		w.RandomCuts(cfg.Nodes, h, f.CutFor, func(a, b int, both bool, d time.Duration) {
 			if !w.over {
 				w.net.cut(a, b, both, d)
@@ -187,7 +187,7 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	// Store outages: for everyone, or one node cut from the store; rarely,
 	// one past the lease TTL: every lifecycle ends.
-	if profile == 1 || profile >= 4 {
+	if profile.StoreOutages() {
 		w.RandomOutages(cfg.Nodes, h, 2*cfg.RestoreTimeout+200*time.Millisecond, 20, func(who int, d time.Duration) {
 			if w.over {
 				return
@@ -209,7 +209,7 @@ func Random(cfg Config, seed uint64) *World {
 		})
 	}
 	// A crash or a stop at a random time.
-	if profile >= 3 {
+	if profile.NodeFaults() {
 		if rng.IntN(4) == 0 {
 			at, who := w.randDur(0, h), rng.IntN(cfg.Nodes)
 			w.at(at, "crash", func() {
