@@ -22,6 +22,20 @@ type Harness struct {
 // stream.
 func NewHarness(seed, stream uint64) Harness { return Harness{Rand: NewRand(seed, stream)} }
 
+// MaxSteps bounds one schedule: a livelock is a failure, not a hang.
+const MaxSteps = 200000
+
+// RunSchedule runs the schedule's events up to end with at most MaxSteps
+// of them (see RunTo), then the end-state checks in order, and returns
+// the violations found.
+func (h *Harness) RunSchedule(end time.Duration, checks ...func()) []Violation {
+	h.RunTo(end, MaxSteps)
+	for _, check := range checks {
+		check()
+	}
+	return h.violations
+}
+
 // MaxViolations stops a schedule: past it the first violations have long
 // said what broke.
 const MaxViolations = 20

@@ -2,6 +2,7 @@ package simkit
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -160,5 +161,22 @@ func TestHarnessRunTo(t *testing.T) {
 	}
 	if g.TraceLines() != 0 {
 		t.Fatalf("%d lines traced with tracing off", g.TraceLines())
+	}
+}
+
+// RunSchedule runs the events to the end, then the checks in order, and
+// returns what they found.
+func TestRunSchedule(t *testing.T) {
+	h := NewHarness(1, 1)
+	var order []string
+	h.At(5*time.Millisecond, func() { order = append(order, "event") })
+	vs := h.RunSchedule(10*time.Millisecond,
+		func() { order = append(order, "a"); h.Violate("end", "at %s", h.Now()) },
+		func() { order = append(order, "b") })
+	if got := strings.Join(order, " "); got != "event a b" {
+		t.Errorf("ran %q, want the event, then the checks in order", got)
+	}
+	if len(vs) != 1 || vs[0].Invariant != "end" || vs[0].At != 10*time.Millisecond {
+		t.Errorf("violations %v, want the check's at the end time", vs)
 	}
 }

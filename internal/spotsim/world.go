@@ -241,16 +241,10 @@ func (w *World) after(d time.Duration, fn func()) { w.After(d, fn) }
 
 func (w *World) at(t time.Duration, fn func()) { w.At(t, fn) }
 
-// maxSteps bounds one schedule: a livelock is a failure, not a hang.
-const maxSteps = 200000
-
 // Run runs the schedule to its end and checks the end-state invariants.
 // It returns the violations found.
 func (w *World) Run() []Violation {
-	w.RunTo(w.cfg.End, maxSteps)
-	w.checkEnd()
-	w.classify()
-	return w.Violations()
+	return w.RunSchedule(w.cfg.End, w.checkEnd, w.classify)
 }
 
 // tracef adds a line to the trace when tracing. Hot paths check

@@ -177,17 +177,10 @@ func (w *World) after(d time.Duration, _ string, fn func()) { w.After(d, fn) }
 
 func (w *World) at(t time.Duration, _ string, fn func()) { w.At(t, fn) }
 
-// maxSteps bounds one schedule: a livelock is a failure, not a hang.
-const maxSteps = 200000
-
 // Run runs the schedule to its end (horizon plus settle) and checks the
 // end-state invariants. It returns the violations found.
 func (w *World) Run() []Violation {
-	w.RunTo(w.cfg.Horizon+w.cfg.Settle, maxSteps)
-	w.checkEnd()
-	w.checkSessions()
-	w.classify()
-	return w.Violations()
+	return w.RunSchedule(w.cfg.Horizon+w.cfg.Settle, w.checkEnd, w.checkSessions, w.classify)
 }
 
 // tracef adds a line to the trace when tracing. Callers on hot paths check
