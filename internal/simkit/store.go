@@ -56,3 +56,22 @@ func (f StoreFaults) Draw(r *Rand, write bool) StoreMode {
 	}
 	return ModeOK
 }
+
+// DrawStoreFaults draws a schedule's per-call store chances: each chance
+// uniformly up to its value in most, the indeterminate-applied one above
+// least; a chance most leaves at 0 stays 0 and takes no draw.
+func (r *Rand) DrawStoreFaults(least float64, most StoreFaults) StoreFaults {
+	draw := func(max float64) float64 {
+		if max == 0 {
+			return 0
+		}
+		return r.Float64() * max
+	}
+	var f StoreFaults
+	f.PIndetApplied = least + draw(most.PIndetApplied)
+	f.PIndetNotApplied = draw(most.PIndetNotApplied)
+	f.PUnavailable = draw(most.PUnavailable)
+	f.PSlow = draw(most.PSlow)
+	f.PHang = draw(most.PHang)
+	return f
+}

@@ -35,3 +35,20 @@ func TestStoreFaultsDraw(t *testing.T) {
 		t.Errorf("names up to slow: %q, want %q", got, want)
 	}
 }
+
+// Each chance is drawn in field order from the schedule's source; one
+// without a most takes no draw, so a store model without hangs draws as
+// it did before hangs had a field.
+func TestDrawStoreFaults(t *testing.T) {
+	r, ref := NewRand(5, 2), NewRand(5, 2)
+	got := r.DrawStoreFaults(0.05, StoreFaults{PIndetApplied: 0.15, PUnavailable: 0.1, PSlow: 0.2})
+	want := StoreFaults{PIndetApplied: 0.05 + ref.Float64()*0.15}
+	want.PUnavailable = ref.Float64() * 0.1
+	want.PSlow = ref.Float64() * 0.2
+	if got != want {
+		t.Errorf("drew %+v, want %+v", got, want)
+	}
+	if r.Float64() != ref.Float64() {
+		t.Errorf("drew a chance that has no most")
+	}
+}

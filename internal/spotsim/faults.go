@@ -106,10 +106,7 @@ func Random(cfg Config, seed uint64) *World {
 		StoreCutFor: 4 * time.Second}
 	profile := w.DrawProfile()
 	if profile.StoreAnswers() {
-		f.PIndetApplied = 0.03 + rng.Float64()*0.12
-		f.PIndetNotApplied = rng.Float64() * 0.1
-		f.PUnavailable = rng.Float64() * 0.1
-		f.PSlow = rng.Float64() * 0.1
+		f.StoreFaults = rng.DrawStoreFaults(0.03, simkit.StoreFaults{PIndetApplied: 0.12, PIndetNotApplied: 0.1, PUnavailable: 0.1, PSlow: 0.1})
 	}
 	if profile.Packets() {
 		f.PSlowPacket = rng.Float64() * 0.2

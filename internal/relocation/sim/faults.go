@@ -131,11 +131,7 @@ func Random(cfg Config, seed uint64) *World {
 	f := &Faults{SlowPacket: 250 * time.Millisecond, CutFor: 1500 * time.Millisecond}
 	profile := w.DrawProfile()
 	if profile.StoreAnswers() {
-		f.PIndetApplied = 0.05 + rng.Float64()*0.15
-		f.PIndetNotApplied = rng.Float64() * 0.15
-		f.PUnavailable = rng.Float64() * 0.15
-		f.PSlow = rng.Float64() * 0.15
-		f.PHang = rng.Float64() * 0.05
+		f.StoreFaults = rng.DrawStoreFaults(0.05, simkit.StoreFaults{PIndetApplied: 0.15, PIndetNotApplied: 0.15, PUnavailable: 0.15, PSlow: 0.15, PHang: 0.05})
 		f.PStoreCutAtCommit = rng.Float64() * 0.3
 	}
 	if profile.Packets() {
