@@ -2,9 +2,9 @@ package nodesim
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
+
+	"github.com/roamactors/roam/internal/simkit"
 )
 
 // Real nodes, each running the placement director, under random store
@@ -21,7 +21,7 @@ import (
 // Reference: docs/PROTOCOL.md §3.4 (owner leases), §7.10 (reactivation),
 // §10 (one owner at a time); docs/FAULTS.md.
 func TestFaultSchedulesOnRealNodes(t *testing.T) {
-	n, seed0 := envInt("NODESIM_SCHEDULES", 3), envInt("NODESIM_SEED", 1)
+	n, seed0 := simkit.EnvInt("NODESIM_SCHEDULES", 3), simkit.EnvInt("NODESIM_SEED", 1)
 	for seed := seed0; seed < seed0+n; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			w := New(t, uint64(seed), Config{})
@@ -29,11 +29,4 @@ func TestFaultSchedulesOnRealNodes(t *testing.T) {
 			t.Logf("schedule:\n%s", w.Log())
 		})
 	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
 }

@@ -15,7 +15,9 @@ import (
 	"time"
 )
 
-func envInt(name string, def int) int {
+// EnvInt is the integer in the environment variable name, or def if it
+// is unset or not an integer.
+func EnvInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
 	}
@@ -24,8 +26,8 @@ func envInt(name string, def int) int {
 
 // The flags every simulation's tests take, registered once here.
 var (
-	flagSchedules = flag.Int("sim.schedules", envInt("SIM_SCHEDULES", 2000), "random schedules TestRandomSchedules runs (env SIM_SCHEDULES)")
-	flagSeed0     = flag.Uint64("sim.seed0", uint64(envInt("SIM_SEED0", 1)), "first seed of TestRandomSchedules (env SIM_SEED0)")
+	flagSchedules = flag.Int("sim.schedules", EnvInt("SIM_SCHEDULES", 2000), "random schedules TestRandomSchedules runs (env SIM_SCHEDULES)")
+	flagSeed0     = flag.Uint64("sim.seed0", uint64(EnvInt("SIM_SEED0", 1)), "first seed of TestRandomSchedules (env SIM_SEED0)")
 	flagSeed      = flag.Int64("sim.seed", -1, "TestReplay: the seed to replay with its trace (make sim SEED=n, make sim-spot SEED=n)")
 )
 
@@ -162,7 +164,7 @@ func RunSeeds[S any](t testing.TB, o Options[S], run func(seed uint64, tracing b
 		b.WriteString(Tail(run(f.seed, true).Trace, 60))
 		t.Error(b.String())
 	}
-	for _, f := range failed[:min(len(failed), envInt("SIM_LIST", 30))] {
+	for _, f := range failed[:min(len(failed), EnvInt("SIM_LIST", 30))] {
 		t.Logf("failing seed %d: %s (%s)", f.seed, f.vs[0], o.Replay(f.seed))
 	}
 	return sum
