@@ -22,11 +22,11 @@
 //   - Defects: the table of defects a simulation found (fixed, open or
 //     documented; their seeds and probes) and the checks its three
 //     known-defect tests run.
-//   - RunScripts, Commands, ScriptLog, CallFault, ScriptTrace: what every
-//     scenario-script environment (internal/simscript) has around its own
-//     commands: world first and once, the run log with its "never:"
-//     lines, store-call faults that skip, count and stop, the trace and
-//     violations commands.
+//   - RunScripts, Commands, ScriptLog, CallFault, Triggers, ScriptTrace:
+//     what every scenario-script environment (internal/simscript) has
+//     around its own commands: world first and once, the run log with its
+//     "never:" lines, store-call faults that skip, count and stop, actions
+//     set off at a machine's effect, the trace and violations commands.
 //
 // A simulation supplies its model: nodes, store, clients and the machines
 // they drive; the invariants, checked as the schedule runs and at its end

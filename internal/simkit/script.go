@@ -168,6 +168,48 @@ func KebabName(v any) string {
 	return b.String()
 }
 
+// Trigger is a script's action set off the first time a machine is
+// about to run an effect (on=<effect>). C is what the simulation knows of
+// that machine: Match (nil: any machine) filters on it, Fire acts on it.
+type Trigger[C any] struct {
+	// Desc is what the run command prints if it never fired.
+	Desc   string
+	Effect string // the effect's kebab name (EffectArg)
+	Match  func(C) bool
+	Fire   func(C)
+	fired  bool
+}
+
+// Triggers are a script's triggers, in the order it set them.
+type Triggers[C any] []*Trigger[C]
+
+// Effect fires, in order, every trigger not fired yet on eff that
+// matches c: a machine of c is about to run eff.
+func (ts Triggers[C]) Effect(eff any, c C) {
+	if len(ts) == 0 {
+		return // no name to work out on a script without triggers
+	}
+	name := KebabName(eff)
+	for _, t := range ts {
+		if t.fired || t.Effect != name || (t.Match != nil && !t.Match(c)) {
+			continue
+		}
+		t.fired = true
+		t.Fire(c)
+	}
+}
+
+// Never returns the descriptions of the triggers that never fired.
+func (ts Triggers[C]) Never() []string {
+	var out []string
+	for _, t := range ts {
+		if !t.fired {
+			out = append(out, t.Desc)
+		}
+	}
+	return out
+}
+
 // EffectArg is the effect a fault is set off at (on=; "" if at a time),
 // one of names.
 func EffectArg(c *simscript.Cmd, names []string) string {

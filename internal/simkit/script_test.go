@@ -1,6 +1,7 @@
 package simkit
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -133,5 +134,25 @@ func TestListViolations(t *testing.T) {
 	vs := []Violation{{At: time.Millisecond, Invariant: "a", Detail: "x"}, {Invariant: "b", Detail: "y", Known: "K"}}
 	if got, want := ListViolations(vs), "1.000ms a: x\n0.000ms b: y [known: K]"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// A trigger fires once, at its effect, on a machine it matches; the ones
+// that never fired are the run's never: lines.
+func TestTriggers(t *testing.T) {
+	var fired []string
+	ts := Triggers[int]{
+		{Desc: "seal on 2", Effect: "seal", Match: func(m int) bool { return m == 2 }, Fire: func(m int) { fired = append(fired, fmt.Sprint("a", m)) }},
+		{Desc: "seal on any", Effect: "seal", Fire: func(m int) { fired = append(fired, fmt.Sprint("b", m)) }},
+		{Desc: "relay", Effect: "relay-then-cutover", Fire: func(m int) { fired = append(fired, fmt.Sprint("c", m)) }},
+	}
+	ts.Effect(Seal{}, 1)
+	ts.Effect(Seal{}, 2)
+	ts.Effect(Seal{}, 2)
+	if got, want := strings.Join(fired, " "), "b1 a2"; got != want {
+		t.Errorf("fired %q, want %q", got, want)
+	}
+	if got, want := ts.Never(), []string{"relay"}; !slices.Equal(got, want) {
+		t.Errorf("never %q, want %q", got, want)
 	}
 }

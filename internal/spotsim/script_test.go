@@ -31,20 +31,8 @@ type scriptEnv struct {
 	// targets picks the target node of a client's cold activations of a
 	// Spot, by client and Spot index.
 	targets  map[[2]int]int
-	triggers []*trigger
+	triggers simkit.Triggers[*Runner]
 	faults   []*storeFault
-}
-
-// trigger is an action the script set off before a machine runs an
-// effect ("on=").
-type trigger struct {
-	desc    string
-	effect  string
-	machine string // the runner's label (act, rec, clear, release, closing); "" any
-	spot    string // "" any
-	node    *Node  // the machine's node must be this one; nil any
-	fired   bool
-	action  func(r *Runner)
 }
 
 // storeFault forces the answer of matching store calls.
@@ -380,15 +368,21 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		}
 	}
 	if on != "" {
-		t := &trigger{desc: c.Line, effect: on, machine: c.Val("machine", ""), spot: c.Val("spot", "")}
+		// The machine's label (act, rec, clear, release, closing), Spot
+		// and node, where given, pick the machines it fires at.
+		machine, spot := c.Val("machine", ""), c.Val("spot", "")
+		var node *Node
 		if len(nodes) > 0 && c.Name != "cut" {
-			t.node = nodes[0]
+			node = nodes[0]
 		}
-		if t.spot != "" {
-			e.spotArg(c, t.spot)
+		if spot != "" {
+			e.spotArg(c, spot)
 		}
-		t.action = func(r *Runner) { e.logf("%s (on %s of %s)", action(r), on, r) }
-		e.triggers = append(e.triggers, t)
+		e.triggers = append(e.triggers, &simkit.Trigger[*Runner]{Desc: c.Line, Effect: on,
+			Match: func(r *Runner) bool {
+				return (machine == "" || machine == r.label) && (spot == "" || spot == r.spot.id) && (node == nil || node == r.life.node)
+			},
+			Fire: func(r *Runner) { e.logf("%s (on %s of %s)", action(r), on, r) }})
 		return ""
 	}
 	if len(nodes) == 0 && want == 1 {
@@ -410,20 +404,7 @@ var effectNames = simkit.KebabNames([]activation.Effect{
 	activation.Finish{}, activation.ClaimCheckpoint{},
 })
 
-func (e *scriptEnv) onEffect(w *World, r *Runner, eff activation.Effect) {
-	if len(e.triggers) == 0 {
-		return
-	}
-	name := simkit.KebabName(eff)
-	for _, t := range e.triggers {
-		if t.fired || t.effect != name || (t.machine != "" && t.machine != r.label) ||
-			(t.spot != "" && t.spot != r.spot.id) || (t.node != nil && t.node != r.life.node) {
-			continue
-		}
-		t.fired = true
-		t.action(r)
-	}
-}
+func (e *scriptEnv) onEffect(_ *World, r *Runner, eff activation.Effect) { e.triggers.Effect(eff, r) }
 
 // storeCall names a kind of store call a fault can answer.
 type storeCall struct {
@@ -532,12 +513,7 @@ func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (simkit.StoreMod
 // did, and any that never happened.
 func (e *scriptEnv) run() string {
 	e.w.Run()
-	var never []string
-	for _, t := range e.triggers {
-		if !t.fired {
-			never = append(never, t.desc)
-		}
-	}
+	never := e.triggers.Never()
 	for _, f := range e.faults {
 		if !f.Reached() {
 			never = append(never, f.Desc)

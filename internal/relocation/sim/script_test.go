@@ -27,19 +27,9 @@ func TestScripts(t *testing.T) {
 type scriptEnv struct {
 	w        *World
 	log      simkit.ScriptLog
-	triggers []*trigger
+	triggers simkit.Triggers[*Move]
 	drops    []*drop
 	faults   []*storeFault
-}
-
-// trigger is an action the script set off at a protocol effect ("on=").
-type trigger struct {
-	desc   string
-	effect string
-	move   uint64 // 0: any move
-	after  time.Duration
-	fired  bool
-	action func()
 }
 
 // drop loses (or duplicates) packets of a kind.
@@ -257,8 +247,17 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 		}
 	}
 	if on := simkit.EffectArg(c, effectNames); on != "" {
-		t := &trigger{desc: desc, effect: on, move: uint64(c.Int("move", 0)), after: c.Dur("after", 0)}
-		t.action = func() { e.logf("%s (on %s)", desc, on); action() }
+		move, after := uint64(c.Int("move", 0)), c.Dur("after", 0)
+		t := &simkit.Trigger[*Move]{Desc: fmt.Sprintf("%s (on %s)", desc, on), Effect: on,
+			Match: func(mv *Move) bool { return move == 0 || move == mv.id }}
+		fire := func() { e.logf("%s", t.Desc); action() }
+		t.Fire = func(*Move) {
+			if after == 0 {
+				fire()
+				return
+			}
+			w.after(after, "script", fire)
+		}
 		e.triggers = append(e.triggers, t)
 		return ""
 	}
@@ -282,27 +281,13 @@ var effectNames = simkit.KebabNames([]handoff.Effect{
 	handoff.SendRelayReady{}, handoff.CommitOwner{}, handoff.OpenDispatch{}, handoff.DeliverLate{}, handoff.RemoveTarget{},
 })
 
-func (e *scriptEnv) onEffect(mv *Move, eff handoff.Effect) {
-	if len(e.triggers) == 0 {
-		return
-	}
-	name := simkit.KebabName(eff)
-	for _, t := range e.triggers {
-		if t.fired || t.effect != name || (t.move != 0 && t.move != mv.id) {
-			continue
-		}
-		t.fired = true
-		if t.after == 0 {
-			t.action()
-			continue
-		}
-		e.w.after(t.after, "script", t.action)
-	}
+func (e *scriptEnv) onSourceEffect(_ *World, r *SourceRun, eff handoff.Effect) {
+	e.triggers.Effect(eff, r.mv)
 }
 
-func (e *scriptEnv) onSourceEffect(_ *World, r *SourceRun, eff handoff.Effect) { e.onEffect(r.mv, eff) }
-
-func (e *scriptEnv) onTargetEffect(_ *World, t *TargetRun, eff handoff.Effect) { e.onEffect(t.mv, eff) }
+func (e *scriptEnv) onTargetEffect(_ *World, t *TargetRun, eff handoff.Effect) {
+	e.triggers.Effect(eff, t.mv)
+}
 
 // drop relay-ready [from=n2] [to=n1] [count=1|all]
 // duplicate cutover [from=n1] [to=n2] [count=1|all] [after=D]
@@ -413,12 +398,7 @@ func (e *scriptEnv) onStoreCall(w *World, n *Node, op *storeOp) (simkit.StoreMod
 // did, and any that never happened.
 func (e *scriptEnv) run() string {
 	e.w.Run()
-	var never []string
-	for _, t := range e.triggers {
-		if !t.fired {
-			never = append(never, fmt.Sprintf("%s (on %s)", t.desc, t.effect))
-		}
-	}
+	never := e.triggers.Never()
 	for _, d := range e.drops {
 		if d.seen == 0 {
 			never = append(never, d.desc)
