@@ -135,6 +135,22 @@ func (f *CallFault) Take(log *ScriptLog, now time.Duration, format string, args 
 	return true
 }
 
+// Unreached returns the descriptions of the faults that no call got past
+// the skipped ones of: steps of the script that never happened.
+func Unreached[F interface{ Fault() *CallFault }](fs []F) []string {
+	var out []string
+	for _, f := range fs {
+		if cf := f.Fault(); !cf.Reached() {
+			out = append(out, cf.Desc)
+		}
+	}
+	return out
+}
+
+// Fault returns f: a simulation's fault that embeds a CallFault is one
+// for Unreached.
+func (f *CallFault) Fault() *CallFault { return f }
+
 // Answered is the number of calls the fault answered.
 func (f *CallFault) Answered() int { return f.answered }
 

@@ -93,6 +93,10 @@ func TestCallFault(t *testing.T) {
 	if g.Reached() {
 		t.Errorf("a fault no call reached counts as reached")
 	}
+	g.Desc = "fault read ok"
+	if got, want := Unreached([]*CallFault{f, g}), []string{"fault read ok"}; !slices.Equal(got, want) {
+		t.Errorf("unreached %q, want %q", got, want)
+	}
 	if got, want := log.Report([]string{"fault x"}), "  20.000ms  n1 cas answered late, 2 calls to 30.000ms\nnever: fault x"; got != want {
 		t.Errorf("report %q, want %q", got, want)
 	}

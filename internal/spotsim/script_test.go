@@ -513,13 +513,7 @@ func (e *scriptEnv) onStoreCall(w *World, l *Life, op *storeOp) (simkit.StoreMod
 // did, and any that never happened.
 func (e *scriptEnv) run() string {
 	e.w.Run()
-	never := e.triggers.Never()
-	for _, f := range e.faults {
-		if !f.Reached() {
-			never = append(never, f.Desc)
-		}
-	}
-	return e.log.Report(never)
+	return e.log.Report(append(e.triggers.Never(), simkit.Unreached(e.faults)...))
 }
 
 // status prints the nodes' lifecycles; per Spot its store record and

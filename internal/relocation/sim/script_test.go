@@ -404,12 +404,7 @@ func (e *scriptEnv) run() string {
 			never = append(never, d.desc)
 		}
 	}
-	for _, f := range e.faults {
-		if !f.Reached() {
-			never = append(never, f.Desc)
-		}
-	}
-	return e.log.Report(never)
+	return e.log.Report(append(never, simkit.Unreached(e.faults)...))
 }
 
 // status prints each object's store record and serving incarnation, each
