@@ -2,6 +2,7 @@ package simkit
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -224,6 +225,16 @@ func (ts Triggers[C]) Never() []string {
 		}
 	}
 	return out
+}
+
+// ChoiceArg is the value choices has for key= (def if the command has no
+// key=); a value it does not have stops the script, naming those it has.
+func ChoiceArg[V any](c *simscript.Cmd, key, def string, choices map[string]V) V {
+	v, ok := choices[c.Val(key, def)]
+	if !ok {
+		c.Fatalf("%s=%s: not one of %s", key, c.Val(key, def), strings.Join(slices.Sorted(maps.Keys(choices)), ", "))
+	}
+	return v
 }
 
 // EffectArg is the effect a fault is set off at (on=; "" if at a time),

@@ -160,3 +160,24 @@ func TestTriggers(t *testing.T) {
 		t.Errorf("never %q, want %q", got, want)
 	}
 }
+
+func TestChoiceArg(t *testing.T) {
+	choices := map[string]int{"none": 0, "b": 2, "a": 1}
+	var got []int
+	cmds := Commands{"world": func(c *simscript.Cmd) string {
+		got = append(got, ChoiceArg(c, "sabotage", "none", choices))
+		return ""
+	}}
+	for _, tc := range []struct{ script, err string }{
+		{"world\n----\n", ""},
+		{"world sabotage=b\n----\n", ""},
+		{"world sabotage=x\n----\n", "sabotage=x: not one of a, b, none"},
+	} {
+		if errs, _ := runScript(t, cmds, tc.script); tc.err == "" && len(errs) > 0 || tc.err != "" && !slices.Equal(errs, []string{tc.err}) {
+			t.Errorf("%q: errors %q, want %q", tc.script, errs, tc.err)
+		}
+	}
+	if !slices.Equal(got, []int{0, 2}) {
+		t.Errorf("chose %v, want [0 2]", got)
+	}
+}

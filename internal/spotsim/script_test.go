@@ -2,7 +2,6 @@ package spotsim
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -121,11 +120,7 @@ var sabotages = map[string]Sabotage{
 func (e *scriptEnv) world(c *simscript.Cmd) string {
 	cfg := DefaultConfig()
 	cfg.Nodes, cfg.Spots, cfg.Clients = c.Int("nodes", cfg.Nodes), c.Int("spots", cfg.Spots), c.Int("clients", cfg.Clients)
-	s, ok := sabotages[c.Val("sabotage", "none")]
-	if !ok {
-		c.Fatalf("sabotage=%s: not one of %s", c.Val("sabotage", ""), strings.Join(slices.Sorted(maps.Keys(sabotages)), ", "))
-	}
-	cfg.Sabotage = s
+	cfg.Sabotage = simkit.ChoiceArg(c, "sabotage", "none", sabotages)
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
 	e.w.SetTracing(true)
 	e.targets = map[[2]int]int{}

@@ -104,11 +104,7 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 		cfg = SessionsConfig()
 	}
 	cfg.Nodes, cfg.Objects, cfg.Clients = c.Int("nodes", 3), c.Int("objects", 1), c.Int("clients", 2)
-	s, ok := sabotages[c.Val("sabotage", "none")]
-	if !ok {
-		c.Fatalf("sabotage=%s: not one of none, skip-fence-out, open-without-commit, skip-session-seal, handle-after-seal", c.Val("sabotage", ""))
-	}
-	cfg.Sabotage = s
+	cfg.Sabotage = simkit.ChoiceArg(c, "sabotage", "none", sabotages)
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
 	e.w.SetTracing(true)
 	e.w.hooks = Hooks{SourceEffect: e.onSourceEffect, TargetEffect: e.onTargetEffect, Packet: e.onPacket, StoreMode: e.onStoreCall}
