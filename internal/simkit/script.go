@@ -272,6 +272,19 @@ func ScriptTrace(c *simscript.Cmd, trace string, step func(line string) (string,
 	return strings.Join(out, "\n")
 }
 
+// WithoutTimers returns the words of a machine step's effects as its
+// trace line lists them (separated by spaces) but the timers' starts and
+// stops: a script's protocol trace leaves timers out.
+func WithoutTimers(effects string) []string {
+	var out []string
+	for _, e := range strings.Fields(effects) {
+		if !strings.HasPrefix(e, "StartTimer(") && !strings.HasPrefix(e, "StopTimer(") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // ListViolations is the violations command's output: one violation a
 // line, or "none".
 func ListViolations(vs []Violation) string {

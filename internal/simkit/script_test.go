@@ -181,3 +181,13 @@ func TestChoiceArg(t *testing.T) {
 		t.Errorf("chose %v, want [0 2]", got)
 	}
 }
+
+func TestWithoutTimers(t *testing.T) {
+	got := WithoutTimers("StartTimer(restore) Seal StopTimer(seal) CommitOwner(1 settle=false)")
+	if want := []string{"Seal", "CommitOwner(1", "settle=false)"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := WithoutTimers("StartTimer(x)"); len(got) != 0 {
+		t.Errorf("timers only: got %q, want none", got)
+	}
+}

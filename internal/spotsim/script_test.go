@@ -680,12 +680,7 @@ func protocolStep(l string) (string, bool) {
 		if open < 0 || !strings.HasSuffix(l, "]") {
 			return l, true // ends, log, forwards
 		}
-		var effects []string
-		for _, eff := range strings.Fields(l[open+1 : len(l)-1]) {
-			if !strings.HasPrefix(eff, "StartTimer(") && !strings.HasPrefix(eff, "StopTimer(") {
-				effects = append(effects, eff)
-			}
-		}
+		effects := simkit.WithoutTimers(l[open+1 : len(l)-1])
 		if len(effects) == 0 && !strings.Contains(l, " starts [") {
 			return "", false
 		}

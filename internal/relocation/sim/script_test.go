@@ -541,12 +541,7 @@ func protocolStep(l string, phase map[string]string) (string, bool) {
 	f := strings.Fields(l)
 	machine := strings.Join(f[1:4], " ")
 	ph := l[arrow+len(" → ") : open]
-	var effects []string
-	for _, e := range strings.Fields(l[open+2 : len(l)-1]) {
-		if !strings.HasPrefix(e, "StartTimer(") && !strings.HasPrefix(e, "StopTimer(") {
-			effects = append(effects, e)
-		}
-	}
+	effects := simkit.WithoutTimers(l[open+2 : len(l)-1])
 	changed := phase[machine] != ph
 	phase[machine] = ph
 	if !changed && len(effects) == 0 {
