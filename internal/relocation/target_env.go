@@ -131,12 +131,9 @@ func (e targetEnv) KeepVerified(v location.Versioned) { e.t.verified.Store(&v) }
 // run, stopped with the others when it ends).
 func (e targetEnv) After(wait time.Duration, fn func(expired bool)) {
 	d, t := e.d, e.t
-	expired := !d.clock.Now().Add(wait).Before(t.deadline)
-	if expired {
-		wait = machine.Until(d.clock, t.deadline)
-	}
+	pause, expired := handoff.VerifyPause(d.clock.Now(), t.deadline, wait)
 	t.verifyNext = func() { fn(expired) }
-	d.startTimer(timerKey{target: e.id(), isTarget: true, verify: true}, handoff.StartTimer{After: wait})
+	d.startTimer(timerKey{target: e.id(), isTarget: true, verify: true}, handoff.StartTimer{After: pause})
 }
 
 func (e targetEnv) SendCredit(n uint64) {

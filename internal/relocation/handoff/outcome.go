@@ -82,3 +82,14 @@ func VerifyAgain(err error, peer bool, prev time.Duration) (again bool, after ti
 	}
 	return true, min(2*prev, MaxVerifyWait)
 }
+
+// VerifyPause is the pause of wait (VerifyAgain's) that VerifySource
+// takes at now before its next try, cut at the restore deadline: a pause
+// that reaches the deadline ends the tries (expired), and the last try's
+// error is the answer, since no try could now verify in time.
+func VerifyPause(now, deadline time.Time, wait time.Duration) (pause time.Duration, expired bool) {
+	if now.Add(wait).Before(deadline) {
+		return wait, false
+	}
+	return max(deadline.Sub(now), 0), true
+}

@@ -112,3 +112,29 @@ func TestVerifyAgain(t *testing.T) {
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 500 * ms, 500 * ms}, waits)
 }
+
+// A pause that ends before the restore deadline is taken whole; one that
+// reaches it ends at the deadline and ends the tries, and a deadline
+// already past ends them at once.
+func TestVerifyPause(t *testing.T) {
+	now := time.Unix(100, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+		wait     time.Duration
+		pause    time.Duration
+		expired  bool
+	}{
+		{"before the deadline", now.Add(50 * ms), 40 * ms, 40 * ms, false},
+		{"ends at the deadline", now.Add(40 * ms), 40 * ms, 40 * ms, true},
+		{"past the deadline", now.Add(30 * ms), 40 * ms, 30 * ms, true},
+		{"the deadline passed", now.Add(-ms), 40 * ms, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pause, expired := VerifyPause(now, tc.deadline, tc.wait)
+			require.Equal(t, tc.pause, pause)
+			require.Equal(t, tc.expired, expired)
+		})
+	}
+}

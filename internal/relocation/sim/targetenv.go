@@ -76,12 +76,9 @@ func (e targetEnv) TakeSlots(answer func(error)) { answer(nil) }
 func (e targetEnv) KeepVerified(v location.Versioned) { e.t.verified = &v }
 
 func (e targetEnv) After(d time.Duration, fn func(expired bool)) {
-	t := e.t
-	expired := t.w.Now()+d >= t.deadline
-	if expired {
-		d = max(t.deadline-t.w.Now(), 0)
-	}
-	t.w.after(d, "verify retry", func() {
+	t, w := e.t, e.t.w
+	pause, expired := handoff.VerifyPause(w.wall(w.Now()), w.wall(t.deadline), d)
+	w.after(pause, "verify retry", func() {
 		if !t.dead {
 			fn(expired)
 		}

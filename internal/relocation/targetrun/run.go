@@ -66,7 +66,7 @@ type Env[M any] interface {
 	KeepVerified(v location.Versioned)
 	// After calls fn after d of the host's clock, with expired false; or,
 	// if the move's restore deadline comes first, at the deadline with
-	// expired true.
+	// expired true (handoff.VerifyPause decides which).
 	After(d time.Duration, fn func(expired bool))
 
 	SendCredit(receivedBytes uint64)
