@@ -386,12 +386,12 @@ func (m *Manager) endpointLost(address string) {
 // only end at its deadline with its outcome unknown, while the Spot is,
 // after a drain, Ready on another node. Checked only after a connection
 // ended, so a route in use costs no store read.
-func (m *Manager) routeLost(ctx context.Context, a authority) bool {
-	if !m.d.ConnectionEnded(a.address) {
-		return false
-	}
-	_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
-	return spotcall.OwnerGone(alive, err)
+func (m *Manager) routeLost(ctx context.Context, a authority) (lost bool) {
+	spotcall.RouteLost(m.d.ConnectionEnded(a.address), func(answer func(bool, error)) {
+		_, alive, err := m.ownerAddress(ctx, a.v.Record.GetOwner())
+		answer(alive, err)
+	}, func(l bool) { lost = l })
+	return lost
 }
 
 // servicePID is a node's Spot service.
@@ -884,11 +884,7 @@ func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error))
 // ownerAddress finds an owner's remote address and whether its lifecycle
 // is alive (relocation.Driver.OwnerNode: the one liveness rule).
 func (m *Manager) ownerAddress(ctx context.Context, o *messages.Owner) (string, bool, error) {
-	addr, alive, err := m.d.OwnerNode(ctx, o)
-	if err != nil {
-		return "", false, spotcall.OwnerError(err)
-	}
-	return addr, alive, nil
+	return spotcall.OwnerAnswer(m.d.OwnerNode(ctx, o))
 }
 
 // samePointer reports whether a and b are one pointer. Comparing two

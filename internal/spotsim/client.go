@@ -224,7 +224,8 @@ func (call *Call) sent() {
 	call.end("sent")
 }
 
-// start is call.go's do, its decisions spotcall's: the route cache, else the store's authority;
+// start is call.go's do, its decisions spotcall's: the route cache
+// (unless spotcall.RouteLost drops the route), else the store's authority;
 // then a direct delivery to a Ready owner, or a SpotActivation (a Missing
 // Spot to the rendezvous target, an ended owner's or abandoned one to a
 // live node of its Mesh, a Creating or Closing one to its owner).
@@ -232,7 +233,21 @@ func (call *Call) start() {
 	w := call.c.w
 	l, s := call.life, call.m.spot
 	if r := l.routeFor(s); r != nil {
-		call.route(r.auth, "cache")
+		spotcall.RouteLost(l.connectionEnded(r.auth.address), func(answer func(bool, error)) {
+			l.ownerAlive(r.auth.v.Record.GetOwner(), call.deadline, answer)
+		}, func(lost bool) {
+			switch {
+			case call.ended:
+			case lost:
+				if w.Tracing() {
+					w.tracef("c%d m%d finds its cached route to %s lost: its owner is gone", call.c.id+1, call.m.id, r.auth.address)
+				}
+				l.dropRoute(s)
+				call.start()
+			default:
+				call.route(r.auth, "cache")
+			}
+		})
 		return
 	}
 	l.readAuthority(s, call.deadline, func(a authority, err error) {
@@ -247,7 +262,6 @@ func (call *Call) start() {
 		l.putRoute(s, a)
 		call.route(a, "store")
 	})
-	_ = w
 }
 
 func (call *Call) route(a authority, via string) {
@@ -456,16 +470,12 @@ func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error))
 	})
 }
 
-// ownerAlive is ownerNode's liveness with its error classified by
-// spotcall.OwnerError, the class every Spot caller of OwnerNode gives it
-// (no liveness with an error: the Spot manager's ownerAddress).
+// ownerAlive is ownerNode's liveness as every Spot caller of OwnerNode
+// takes it (spotcall.OwnerAnswer, the Spot manager's ownerAddress).
 func (l *Life) ownerAlive(o *messages.Owner, deadline time.Duration, done func(bool, error)) {
-	l.ownerNode(o, deadline, func(_ *Life, alive bool, err error) {
-		if err != nil {
-			done(false, spotcall.OwnerError(err))
-			return
-		}
-		done(alive, nil)
+	releaserun.OwnerNode(ownerEnv{l, deadline}, o, func(addr string, alive bool, err error) {
+		_, alive, err = spotcall.OwnerAnswer(addr, alive, err)
+		done(alive, err)
 	})
 }
 

@@ -60,9 +60,10 @@
 //     storage, its policy being the driver's (spotcall.RoutePolicy: Ready
 //     with a live owner, RouteCacheMaxAge, swept every second against
 //     the live descriptors' leases; dropped as spotcall.Ended and Refused
-//     say, a lost connection included); not cache.go's drain barrier
-//     (a RouteBarrier down an old route: no moves or drains here) nor its
-//     check of a cached route whose connection ended (routeLost);
+//     say, a lost connection included; a route whose connection ended
+//     checked as spotcall.RouteLost says, the connection ended only by a
+//     gone process); not cache.go's drain barrier (a RouteBarrier down an
+//     old route: no moves or drains here);
 //     the events a request's wait ends on (its deadline, the connection to
 //     the node it went to, the owner's liveness every second).
 //   - Nodes: a node is a sequence of lifecycles (cluster.Node, new node

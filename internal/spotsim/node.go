@@ -375,6 +375,14 @@ func (l *Life) goDown(kind lossKind, why string) {
 	}
 }
 
+// connectionEnded reports whether l knows its connection to peer ended
+// (Driver.ConnectionEnded): peer's process is gone and its endpoint's end
+// has reached l. Only a gone process counts: a connection ended by a cut
+// link, which the driver also counts until it reconnects, is not modelled.
+func (l *Life) connectionEnded(peer *Life) bool {
+	return peer != nil && peer != l && peer.gone && l.w.Now() >= peer.goneAt+detectDelay
+}
+
 // endpointLost: the connection to node peer ended (a cut): every call of
 // this lifecycle awaiting a reply over it ends Unavailable (call.go
 // watchEndpoint).

@@ -74,6 +74,16 @@ func Resolve(env ResolveEnv, id string, done func(Resolved, error)) {
 // its lease TTL (roamerr.ErrOwnerEnding kept), is Unavailable.
 func OwnerError(err error) error { return activation.StoreError("read owner node", err) }
 
+// OwnerAnswer is an owner-liveness look-up's answer (Driver.OwnerNode's
+// node address, liveness and error) as every Spot caller takes it: an
+// error classed by OwnerError says nothing of liveness.
+func OwnerAnswer(address string, alive bool, err error) (string, bool, error) {
+	if err != nil {
+		return "", false, OwnerError(err)
+	}
+	return address, alive, nil
+}
+
 // OwnerGone reads an owner-liveness answer (err classified by OwnerError)
 // as "the owner's lifecycle is over" for a call waiting on it: not alive,
 // or its descriptor gone (ErrOwnerEnding: gone for less than the lease

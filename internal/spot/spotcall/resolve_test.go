@@ -107,3 +107,50 @@ func TestOwnerGone(t *testing.T) {
 		}
 	}
 }
+
+// An owner look-up's error says nothing of liveness and is classed as
+// every Spot caller classes it; without one, the address and liveness
+// stand. Reference: docs/PROTOCOL.md §3.4.
+func TestOwnerAnswer(t *testing.T) {
+	addr, alive, err := OwnerAnswer("n1:1", true, nil)
+	if addr != "n1:1" || !alive || err != nil {
+		t.Fatalf("OwnerAnswer(ok) = %q, %v, %v", addr, alive, err)
+	}
+	addr, alive, err = OwnerAnswer("n1:1", true, fmt.Errorf("read: %w", location.ErrIndeterminate))
+	if addr != "" || alive || !errors.Is(err, roamerr.ErrUnavailable) {
+		t.Fatalf("OwnerAnswer(indeterminate) = %q, %v, %v: want no address, not alive, Unavailable", addr, alive, err)
+	}
+}
+
+// A cached route is checked only once its connection ended, and is lost
+// only when its owner is gone: a live owner, or a look-up that failed,
+// keeps it. Reference: docs/PROTOCOL.md §7.8.
+func TestRouteLost(t *testing.T) {
+	down := OwnerError(fmt.Errorf("%w: down", location.ErrUnavailable))
+	for _, tc := range []struct {
+		name   string
+		ended  bool
+		alive  bool
+		err    error
+		looked bool
+		lost   bool
+	}{
+		{"connection up", false, false, nil, false, false},
+		{"owner alive", true, true, nil, true, false},
+		{"owner not alive", true, false, nil, true, true},
+		{"owner's descriptor gone", true, false, OwnerError(roamerr.ErrOwnerEnding), true, true},
+		{"look-up failed", true, false, down, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			looked, answers := false, 0
+			var lost bool
+			RouteLost(tc.ended, func(answer func(bool, error)) {
+				looked = true
+				answer(tc.alive, tc.err)
+			}, func(l bool) { lost, answers = l, answers+1 })
+			if looked != tc.looked || lost != tc.lost || answers != 1 {
+				t.Fatalf("looked %v, lost %v, %d answers: want looked %v, lost %v, one answer", looked, lost, answers, tc.looked, tc.lost)
+			}
+		})
+	}
+}

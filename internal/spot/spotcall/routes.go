@@ -35,3 +35,19 @@ func OwnerListed(o *messages.Owner, live map[string]string) bool {
 	lease, ok := live[o.GetNodeRid()]
 	return ok && lease == o.GetLeaseId()
 }
+
+// RouteLost decides whether a cached route must be dropped and the store
+// read again before a call is sent on it: a route whose owner's lifecycle
+// is over, with the connection to its node ended, can carry nothing, and
+// a call sent on it could only end at its deadline with its outcome
+// unknown. Only a route whose connection ended (connectionEnded) is
+// checked, so a route in use costs no store read; then owner reads the
+// owner's liveness (its answer classed by OwnerError) and OwnerGone
+// decides. done is called once, from owner's answer or at once.
+func RouteLost(connectionEnded bool, owner func(answer func(alive bool, err error)), done func(lost bool)) {
+	if !connectionEnded {
+		done(false)
+		return
+	}
+	owner(func(alive bool, err error) { done(OwnerGone(alive, err)) })
+}
