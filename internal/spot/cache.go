@@ -216,21 +216,26 @@ func (c *routeCache) put(id string, a authority) (undrained bool) {
 // sent.
 func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan struct{}, undrained bool) {
 	noop := func() {}
-	if !c.policy.Keeps(spotcall.Resolved{V: a.v, Ended: a.ended}) {
+	res := spotcall.Resolved{V: a.v, Ended: a.ended}
+	if !c.policy.Keeps(res) {
 		return noop, nil, false
 	}
 	a.owner = a.pid()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.load(id); old != nil {
-		switch {
-		case old.state.Load()&hintedBit != 0:
-			return noop, old.drained, false
-		case !old.a.owner.Equal(a.owner):
-			return noop, nil, true
-		}
-		// The same incarnation: the route cached stays, one more use. A
-		// hint takes mu, so none comes between the look and the count.
+	old := c.load(id)
+	var draining, same bool
+	if old != nil {
+		draining, same = old.state.Load()&hintedBit != 0, old.a.owner.Equal(a.owner)
+	}
+	switch c.policy.Put(res, old != nil, draining, same) {
+	case spotcall.PutWait:
+		return noop, old.drained, false
+	case spotcall.PutDrain:
+		return noop, nil, true
+	case spotcall.PutSame:
+		// One more use. A hint takes mu, so none comes between the look
+		// and the count.
 		old.state.Add(1)
 		var once sync.Once
 		return func() { once.Do(old.release) }, nil, false

@@ -259,7 +259,17 @@ func (call *Call) start() {
 			call.fail(failure{code: code(err), definite: true, why: "resolve: " + errString(err)})
 			return
 		}
-		l.putRoute(s, a)
+		if !l.putRoute(s, a) {
+			// The drain of the other incarnation's route is not
+			// modelled (no RouteBarrier here): it is dropped, and the
+			// call reads again, as it does once a drain ended.
+			if w.Tracing() {
+				w.tracef("c%d m%d finds another incarnation's route cached: dropped, read again", call.c.id+1, call.m.id)
+			}
+			l.dropRoute(s)
+			call.start()
+			return
+		}
 		call.route(a, "store")
 	})
 }
@@ -583,15 +593,31 @@ func (w *World) routes() spotcall.RoutePolicy {
 	return spotcall.RoutePolicy{MaxAge: w.cfg.RouteCacheMaxAge}
 }
 
-func (l *Life) putRoute(s *Spot, a authority) {
-	if !l.w.routes().Keeps(spotcall.Resolved{V: a.v, Ended: a.ended}) {
-		return
+// putRoute caches a resolve of s as spotcall.RoutePolicy.Put decides; false
+// when a route of another incarnation is cached (PutDrain). No route is
+// ever being drained here (PutWait).
+func (l *Life) putRoute(s *Spot, a authority) bool {
+	old := l.cache[s.idx]
+	same := old != nil && sameIncarnation(old.auth, a)
+	switch l.w.routes().Put(spotcall.Resolved{V: a.v, Ended: a.ended}, old != nil, false, same) {
+	case spotcall.PutDrain:
+		return false
+	case spotcall.PutNew:
+		l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.Now()}
+		if !l.sweep {
+			l.sweep = true
+			l.w.after(sweepEvery, l.sweepRoutes)
+		}
 	}
-	l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.Now()}
-	if !l.sweep {
-		l.sweep = true
-		l.w.after(sweepEvery, l.sweepRoutes)
-	}
+	return true
+}
+
+// sameIncarnation: a and b name one incarnation's PID (its node's
+// address, object and owner generations).
+func sameIncarnation(a, b authority) bool {
+	ra, rb := a.v.Record, b.v.Record
+	return a.address == b.address && ra.GetObjectGeneration() == rb.GetObjectGeneration() &&
+		ra.GetAuthorityOwnerGeneration() == rb.GetAuthorityOwnerGeneration()
 }
 
 func (l *Life) dropRoute(s *Spot) { l.cache[s.idx] = nil }

@@ -62,8 +62,10 @@
 //     the live descriptors' leases; dropped as spotcall.Ended and Refused
 //     say, a lost connection included; a route whose connection ended
 //     checked as spotcall.RouteLost says, the connection ended only by a
-//     gone process); not cache.go's drain barrier (a RouteBarrier down an
-//     old route: no moves or drains here);
+//     gone process; a resolve put as spotcall.RoutePolicy.Put says); not
+//     cache.go's drain barrier (a RouteBarrier down an old route: no moves
+//     or drains here; a resolve that would drain another incarnation's
+//     route drops it and reads again);
 //     the events a request's wait ends on (its deadline, the connection to
 //     the node it went to, the owner's liveness every second).
 //   - Nodes: a node is a sequence of lifecycles (cluster.Node, new node

@@ -24,6 +24,44 @@ func (p RoutePolicy) Keeps(r Resolved) bool {
 	return p.MaxAge > 0 && !r.Ended && r.V.Present() && r.V.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
 }
 
+// RoutePut is what a resolve does to the route cache of its Spot ID.
+type RoutePut int
+
+const (
+	// PutNone: the resolve is not kept (Keeps).
+	PutNone RoutePut = iota
+	// PutNew: no route is cached; the resolve is.
+	PutNew
+	// PutSame: the cached route names the resolve's incarnation: it
+	// stays, with its age, and the call uses it.
+	PutSame
+	// PutWait: the cached route is being drained: the call waits for the
+	// drain, then reads again.
+	PutWait
+	// PutDrain: the cached route names another incarnation, and another
+	// call may have sent on it since this one read the store: it is
+	// drained like a followed route, then the call reads again. Replaced
+	// at once, the next call would overtake what the other call sent.
+	PutDrain
+)
+
+// Put decides what resolve r does to the route cached for its Spot ID
+// (cached: one is, aged or not; draining: it is being drained; same: it
+// names r's incarnation, the same PID).
+func (p RoutePolicy) Put(r Resolved, cached, draining, same bool) RoutePut {
+	switch {
+	case !p.Keeps(r):
+		return PutNone
+	case !cached:
+		return PutNew
+	case draining:
+		return PutWait
+	case !same:
+		return PutDrain
+	}
+	return PutSame
+}
+
 // Aged reports whether a route cached age ago is past its use: the next
 // call reads the store.
 func (p RoutePolicy) Aged(age time.Duration) bool { return age >= p.MaxAge }

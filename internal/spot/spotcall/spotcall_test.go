@@ -212,3 +212,35 @@ func TestComplete(t *testing.T) {
 		t.Fatalf("envelope %v", act)
 	}
 }
+
+// A resolve that is kept goes into an empty cache; one of the incarnation
+// cached leaves the cached route (and its age) alone; one of another
+// incarnation drains the cached route first, and one that meets a route
+// being drained waits for it. What is not kept leaves the cache alone.
+// Reference: docs/PROTOCOL.md §7.8.
+func TestRoutePolicyPut(t *testing.T) {
+	p := RoutePolicy{MaxAge: time.Second}
+	live := Resolved{V: found(location.KindInstanceSpot, ready, false).V}
+	gone := Resolved{V: live.V, Ended: true}
+	for _, tc := range []struct {
+		name                   string
+		r                      Resolved
+		cached, draining, same bool
+		want                   RoutePut
+	}{
+		{"not kept", gone, true, false, false, PutNone},
+		{"nothing cached", live, false, false, false, PutNew},
+		{"the same incarnation", live, true, false, true, PutSame},
+		{"another incarnation", live, true, false, false, PutDrain},
+		{"a route being drained", live, true, true, true, PutWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.Put(tc.r, tc.cached, tc.draining, tc.same); got != tc.want {
+				t.Fatalf("Put = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if got := (RoutePolicy{}).Put(live, false, false, false); got != PutNone {
+		t.Fatalf("Put with the cache off = %d, want PutNone", got)
+	}
+}
