@@ -92,7 +92,7 @@ func candidates(nodes []location.VersionedNode, stableType string, instance bool
 // incarnations are counted, so concurrent creations cannot overshoot.
 func (m *Manager) admitCapacity(ctx context.Context) (release func(), err error) {
 	draining, c := m.d.Node().Draining(), m.desc.GetCapacity()
-	if draining || c == 0 {
+	if !spotservice.HoldsSlot(draining, c) {
 		if err := spotservice.AdmitCapacity(m.desc.GetNodeRid(), draining, c, 0, 0); err != nil {
 			return nil, err
 		}

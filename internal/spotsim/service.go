@@ -123,8 +123,8 @@ func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey str
 }
 
 // admitCapacity admits one creation as spotservice.AdmitCapacity
-// decides, the driver's own; on a bounded node the admitted creation
-// holds a slot (pending) until it ends. Nodes here never drain.
+// decides, the driver's own; the admitted creation holds a slot (pending)
+// until it ends as spotservice.HoldsSlot says. Nodes here never drain.
 func (l *Life) admitCapacity() error {
 	c := l.node.capacity
 	n := 0
@@ -136,7 +136,7 @@ func (l *Life) admitCapacity() error {
 	if err := spotservice.AdmitCapacity(l.rid, false, uint32(c), n, l.pending); err != nil {
 		return err
 	}
-	if c != 0 {
+	if spotservice.HoldsSlot(false, uint32(c)) {
 		l.pending++
 	}
 	return nil

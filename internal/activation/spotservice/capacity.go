@@ -23,3 +23,8 @@ func AdmitCapacity(rid string, draining bool, capacity uint32, serving, creating
 	}
 	return nil
 }
+
+// HoldsSlot reports whether a creation this node admits holds a creation
+// slot until it ends: only on a bounded node that is not draining (a
+// draining one admits none; an unbounded one has nothing to share).
+func HoldsSlot(draining bool, capacity uint32) bool { return !draining && capacity != 0 }

@@ -36,3 +36,17 @@ func TestAdmitCapacity(t *testing.T) {
 		})
 	}
 }
+
+// Only a bounded node that is not draining counts its creations in
+// progress. Reference: docs/PROTOCOL.md §7.2.
+func TestHoldsSlot(t *testing.T) {
+	for _, tc := range []struct {
+		draining bool
+		capacity uint32
+		want     bool
+	}{{false, 0, false}, {false, 3, true}, {true, 3, false}, {true, 0, false}} {
+		if got := HoldsSlot(tc.draining, tc.capacity); got != tc.want {
+			t.Errorf("HoldsSlot(%v, %d) = %v, want %v", tc.draining, tc.capacity, got, tc.want)
+		}
+	}
+}
