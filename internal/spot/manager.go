@@ -185,9 +185,6 @@ type Manager struct {
 	}
 }
 
-// sharedWatchTimeout bounds one shared store watch; waiters re-read after.
-const sharedWatchTimeout = 10 * time.Second
-
 // watch waits until key moves past version after, or ctx ends. All of this
 // node's waiters on the same key and version share one store watch, so
 // fifty callers waiting for one creation hold one Consul blocking query,
@@ -200,7 +197,7 @@ func (m *Manager) watch(ctx context.Context, key location.AuthorityKey, after lo
 	m.mu.Unlock()
 	if start {
 		go func() {
-			wctx, cancel := machine.WithTimeout(context.Background(), m.clock, sharedWatchTimeout)
+			wctx, cancel := machine.WithTimeout(context.Background(), m.clock, spotservice.SharedWatchTimeout)
 			defer cancel()
 			_, err := m.store.Watch(wctx, key, after)
 			m.mu.Lock()
@@ -310,7 +307,7 @@ func (m *Manager) Shutdown() {
 // then sweeps the route cache. It ends at Stop.
 func (m *Manager) everySecond() {
 	for {
-		fire, t := machine.NewTimer(m.clock, time.Second)
+		fire, t := machine.NewTimer(m.clock, spotcall.TickEvery)
 		select {
 		case <-m.stop:
 			t.Stop()
@@ -333,7 +330,7 @@ func (m *Manager) sweepRoutes() {
 	if m.cfg.Routes.RouteCacheMaxAge <= 0 || m.cache.len() == 0 {
 		return
 	}
-	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, time.Second)
+	ctx, cancel := machine.WithTimeout(context.Background(), m.clock, spotcall.TickEvery)
 	nodes, err := m.store.ListNodes(ctx, "")
 	cancel()
 	if err != nil {

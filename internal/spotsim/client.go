@@ -362,12 +362,9 @@ func (call *Call) sendActivation(to *Life, owner *messages.Owner, act *messages.
 	call.awaitReply(to, owner)
 }
 
-// livenessEvery is how often a call waiting for its reply checks that the
-// owner it was sent to is still alive (call.go await).
-const livenessEvery = time.Second
-
 // awaitReply waits for the reply, a failure, the loss of the connection
-// to to, the owner's end (checked every livenessEvery) or the deadline.
+// to to, the owner's end (checked every spotcall.TickEvery) or the
+// deadline.
 func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 	w := call.c.w
 	call.await, call.owner = to, owner
@@ -388,10 +385,10 @@ func (call *Call) awaitReply(to *Life, owner *messages.Owner) {
 				call.endedBy(spotcall.OwnerLeft, owner.GetNodeRid())
 				return
 			}
-			w.after(livenessEvery, tick)
+			w.after(spotcall.TickEvery, tick)
 		})
 	}
-	w.after(livenessEvery, tick)
+	w.after(spotcall.TickEvery, tick)
 }
 
 // simStableType is the one Instance type every Spot of the simulation
@@ -606,7 +603,7 @@ func (l *Life) putRoute(s *Spot, a authority) bool {
 		l.cache[s.idx] = &cachedRoute{auth: a, at: l.w.Now()}
 		if !l.sweep {
 			l.sweep = true
-			l.w.after(sweepEvery, l.sweepRoutes)
+			l.w.after(spotcall.TickEvery, l.sweepRoutes)
 		}
 	}
 	return true
@@ -621,9 +618,6 @@ func sameIncarnation(a, b authority) bool {
 }
 
 func (l *Life) dropRoute(s *Spot) { l.cache[s.idx] = nil }
-
-// sweepEvery is how often cached routes are checked against live nodes.
-const sweepEvery = time.Second
 
 // sweepRoutes drops, every second, the cached routes whose owner's
 // descriptor is gone or names another lease (spotcall.OwnerListed). The
@@ -647,7 +641,7 @@ func (l *Life) sweepRoutes() {
 		l.sweep = false
 		return
 	}
-	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.Now()+sweepEvery, func(res storeRes) {
+	w.store.call(l, storeOp{kind: opListNodes, why: "route sweep"}, w.Now()+spotcall.TickEvery, func(res storeRes) {
 		if res.err == nil {
 			live := make(map[string]string, len(res.nodes))
 			for _, o := range res.nodes {
@@ -659,6 +653,6 @@ func (l *Life) sweepRoutes() {
 				}
 			}
 		}
-		w.after(sweepEvery, l.sweepRoutes)
+		w.after(spotcall.TickEvery, l.sweepRoutes)
 	})
 }

@@ -195,9 +195,6 @@ func (l *Life) unlock(s *Spot) {
 
 // ---- shared watches (manager.go watch) ----
 
-// sharedWatchTimeout bounds one shared store watch; waiters re-read after.
-const sharedWatchTimeout = 10 * time.Second
-
 // watch waits until key moves past after, the shared watch times out
 // (nil), or deadline (DeadlineExceeded). All of this lifecycle's waiters
 // on the same key and version share one store watch.
@@ -212,7 +209,7 @@ func (l *Life) watch(key location.AuthorityKey, after location.StoreVersion, dea
 	}
 	wk := spotservice.WatchKey{Key: key, After: after}
 	if l.watches.Join(wk, answer) {
-		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.Now()+sharedWatchTimeout, func(res storeRes) {
+		w.store.call(l, storeOp{kind: opWatch, key: key, after: after, why: "watch " + key.ID}, w.Now()+spotservice.SharedWatchTimeout, func(res storeRes) {
 			waiters, result := l.watches.Finish(wk, res.err, errors.Is(res.err, context.DeadlineExceeded))
 			for _, f := range waiters {
 				f(result)

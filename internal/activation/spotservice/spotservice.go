@@ -14,6 +14,7 @@ package spotservice
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -104,6 +105,10 @@ func (ls *Locks[K]) Held(id K) (bool, int) {
 	w, held := ls.m[id]
 	return held, len(w)
 }
+
+// SharedWatchTimeout bounds one shared store watch: its waiters read
+// again after it, so a watch the store never answers holds nobody.
+const SharedWatchTimeout = 10 * time.Second
 
 // WatchKey is what one shared store watch waits on: the key moving past
 // the version After.

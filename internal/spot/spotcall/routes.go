@@ -24,6 +24,12 @@ func (p RoutePolicy) Keeps(r Resolved) bool {
 	return p.MaxAge > 0 && !r.Ended && r.V.Present() && r.V.Record.GetState() == messages.LifecycleState_LIFECYCLE_STATE_READY
 }
 
+// TickEvery is a Spot node's one period for its callers: on each tick
+// the calls waiting for a reply check their owner's liveness (OwnerGone)
+// and the route cache is swept against the live node descriptors
+// (OwnerListed), the sweep's listing bounded by one period.
+const TickEvery = time.Second
+
 // RoutePut is what a resolve does to the route cache of its Spot ID.
 type RoutePut int
 
