@@ -3,7 +3,6 @@ package spot
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/extensions"
@@ -78,7 +77,7 @@ type closeHost struct {
 	gen uint64
 	err error
 	// settleCtx bounds the settling of an unknown Closing write, from its
-	// first re-read (closeSettleFor).
+	// first re-read (spotservice.CloseSettleFor).
 	settleCtx    context.Context
 	cancelSettle context.CancelFunc
 }
@@ -98,7 +97,7 @@ func (h *closeHost) WriteClosing(version location.StoreVersion, closing *locatio
 
 func (h *closeHost) settling() context.Context {
 	if h.settleCtx == nil {
-		h.settleCtx, h.cancelSettle = machine.WithTimeout(context.Background(), h.m.clock, closeSettleFor)
+		h.settleCtx, h.cancelSettle = machine.WithTimeout(context.Background(), h.m.clock, spotservice.CloseSettleFor)
 	}
 	return h.settleCtx
 }
@@ -113,12 +112,12 @@ func (h *closeHost) Fence(version location.StoreVersion, ready *location.Record,
 }
 
 // Pace runs again on this goroutine: the settling recurses once per
-// re-read, at most closeSettleFor / 50 ms deep.
+// re-read, at most CloseSettleFor / CloseSettlePace deep.
 func (h *closeHost) Pace(again func()) bool {
 	select {
 	case <-h.settling().Done():
 		return false
-	case <-machine.After(machine.Real, 50*time.Millisecond):
+	case <-machine.After(machine.Real, spotservice.CloseSettlePace):
 	}
 	again()
 	return true
@@ -134,6 +133,3 @@ func (h *closeHost) Release(closingAt location.StoreVersion, ready *location.Rec
 }
 
 func (h *closeHost) Done(err error) { h.err = err }
-
-// closeSettleFor bounds how long an own close settles its Closing write.
-const closeSettleFor = 30 * time.Second

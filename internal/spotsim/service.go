@@ -241,9 +241,6 @@ func (l *Life) closeInstance(inc *Inc) {
 	})
 }
 
-// closeSettleFor is closeself.go's bound on settling a Closing write.
-const closeSettleFor = 30 * time.Second
-
 // closeHost is spotservice.CloseEnv on the simulated store and clock.
 type closeHost struct {
 	l         *Life
@@ -279,7 +276,7 @@ func (h *closeHost) WriteClosing(version location.StoreVersion, closing *locatio
 
 func (h *closeHost) settling() time.Duration {
 	if h.settleBy == 0 {
-		h.settleBy = h.l.w.Now() + closeSettleFor
+		h.settleBy = h.l.w.Now() + spotservice.CloseSettleFor
 	}
 	return h.settleBy
 }
@@ -298,7 +295,7 @@ func (h *closeHost) Pace(again func()) bool {
 	if w.Now() >= h.settling() {
 		return false
 	}
-	w.after(50*time.Millisecond, again)
+	w.after(spotservice.CloseSettlePace, again)
 	return true
 }
 

@@ -3,6 +3,7 @@ package spotservice
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/location"
@@ -27,8 +28,9 @@ type CloseEnv interface {
 	// Fence writes ready over itself at version, within the settling's
 	// bound.
 	Fence(version location.StoreVersion, ready *location.Record, done func(error))
-	// Pace calls again after a pause, or reports false once the
-	// settling's bound has passed.
+	// Pace calls again after a pause of CloseSettlePace, or reports
+	// false once the settling's bound (CloseSettleFor from its first
+	// re-read) has passed.
 	Pace(again func()) bool
 	// Unsettled: the settling gave up; err is its last failure, if any.
 	// The record may be Closing while the incarnation serves: the host
@@ -126,3 +128,12 @@ func (c *closeRun) settle(version location.StoreVersion, ready *location.Record,
 func (c *closeRun) release(closingAt location.StoreVersion, ready *location.Record) {
 	c.env.Release(closingAt, ready, c.env.Done)
 }
+
+// An own close settles a Closing write of unknown outcome for at most
+// CloseSettleFor from its first re-read, reading again every
+// CloseSettlePace: a close must neither give up on a write that may still
+// land nor hold the Spot ID's lock for long.
+const (
+	CloseSettleFor  = 30 * time.Second
+	CloseSettlePace = 50 * time.Millisecond
+)
