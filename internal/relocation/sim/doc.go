@@ -33,7 +33,8 @@
 //     packets, store calls, scheduler timers; the checks at effects live
 //     there), VerifySource included. The driver's decisions around the
 //     runs are the shared pure ones, asked on this world's facts: a
-//     prepare's admission (handoff.AdmitPrepare), a move's refusals
+//     prepare's admission (handoff.AdmitPrepare), VerifySource's pause at
+//     the restore deadline (handoff.VerifyPause), a move's refusals
 //     (handoff.RefuseStart), a capability answer (admit.Capability), whose
 //     a control message is (handoff.Attribute), and what becomes of a
 //     dead-lettered send (package redelivery). The rest of the driver is a
