@@ -159,10 +159,8 @@ func (r *Runner) Watch(key location.AuthorityKey, after location.StoreVersion, d
 
 func (r *Runner) AdmitCapacity(activationrun.Deadline) {
 	l := r.life
-	err := l.admitCapacity()
-	if err == nil && l.node.capacity != 0 {
-		r.capacity = true // a bounded node holds a pending slot until released
-	}
+	holds, err := l.admitCapacity()
+	r.capacity = r.capacity || holds
 	r.answer(activation.CapacityAdmitted{Err: err})
 }
 

@@ -125,7 +125,7 @@ func (l *Life) clearRecovery(s *Spot, key location.AuthorityKey, op, rootKey str
 // admitCapacity admits one creation as spotservice.AdmitCapacity
 // decides, the driver's own; the admitted creation holds a slot (pending)
 // until it ends as spotservice.HoldsSlot says. Nodes here never drain.
-func (l *Life) admitCapacity() error {
+func (l *Life) admitCapacity() (holds bool, err error) {
 	c := l.node.capacity
 	n := 0
 	for _, inc := range l.incs {
@@ -134,12 +134,13 @@ func (l *Life) admitCapacity() error {
 		}
 	}
 	if err := spotservice.AdmitCapacity(l.rid, false, uint32(c), n, l.pending); err != nil {
-		return err
+		return false, err
 	}
-	if spotservice.HoldsSlot(false, uint32(c)) {
-		l.pending++
+	if !spotservice.HoldsSlot(false, uint32(c)) {
+		return false, nil
 	}
-	return nil
+	l.pending++ // released by the runner's ReleaseCapacity
+	return true, nil
 }
 
 // passOn passes an activation this full lifecycle refused on, by the
