@@ -46,7 +46,7 @@ func start(t *testing.T, store location.Store, opts ...roam.Option) *roam.Roam {
 	testwait.NoLeaks(t)
 	system := actor.NewActorSystem()
 	r, err := roam.New(system, append([]roam.Option{roam.WithStore(store), roam.WithKinds(counterKind),
-		roam.WithLogger(*testlog.Logger()), roam.WithLeaseTTL(2e9)}, opts...)...)
+		roam.WithLogger(*testlog.For(t)), roam.WithLeaseTTL(2e9)}, opts...)...)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	t.Cleanup(func() {

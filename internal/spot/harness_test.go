@@ -398,7 +398,7 @@ func (w *world) start(opts ...nodeOpt) *extension.Extension {
 	skipWithoutAConsulVariant(w.t)
 	testwait.NoLeaks(w.t)
 	cfg := extension.Config{
-		Node:  meshnode.Config{Store: w.store, Logger: testLogger(), LeaseTTL: testLeaseTTL},
+		Node:  meshnode.Config{Store: w.store, Logger: testlog.For(w.t), LeaseTTL: testLeaseTTL},
 		Kinds: []extension.Kind{w.roomKind(), w.cartKind("cart")},
 	}
 	if w.clock != nil {
