@@ -7,8 +7,8 @@ import (
 // LeaseHolder is a node whose writes must carry its owner lease.
 type LeaseHolder interface {
 	// WriteLease returns the node's descriptor key and live lease, or why
-	// it must not write now (ErrLeaseEnded, or ErrUnavailable while its
-	// lease is not provably in force).
+	// it must not write now (ErrLeaseEnded, or ErrFenced — an
+	// ErrUnavailable — while its lease is not provably in force).
 	WriteLease() (NodeKey, LeaseID, error)
 }
 

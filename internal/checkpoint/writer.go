@@ -101,8 +101,6 @@ type sweep struct {
 type inflight struct {
 	c       Checkpoint
 	attempt int
-	// ended: the Forget calls waiting for this write to end.
-	ended []chan struct{}
 }
 
 // NewWriter returns a Writer; Stop ends it.
@@ -227,13 +225,9 @@ func (w *Writer) attempted(key location.AuthorityKey, wr *inflight, out outcome)
 	w.ended(key)
 }
 
-// ended ends key's write: the Forget calls waiting for it go on, a
-// capture that came meanwhile is queued, and a stopped Writer whose last
-// write this was is drained.
+// ended ends key's write: a capture that came meanwhile is queued, and a
+// stopped Writer whose last write this was is drained.
 func (w *Writer) ended(key location.AuthorityKey) {
-	for _, ch := range w.writing[key].ended {
-		close(ch)
-	}
 	delete(w.writing, key)
 	if _, ok := w.pending[key]; ok {
 		w.queue = append(w.queue, key)
@@ -478,25 +472,25 @@ func Tombstone(gen, owner uint64, stableType string) Checkpoint {
 }
 
 // Forget ends key's checkpoints (its object, incarnation gen/owner,
-// closed): a waiting capture is dropped, a write in flight finishes (a
-// retry's pause ends it; Forget waits for it no longer than ctx), then
-// a tombstone replaces the stored checkpoint (a plain delete would let a
-// late write of the closed incarnation bring its state back to a new
-// object of the same ID), deleted TombstoneFor later at its version
-// unless a new object's checkpoint replaced it. Captures submitted
-// meanwhile are dropped.
+// closed): a waiting capture is dropped, a retry's pause ends the write
+// pausing, and a tombstone replaces the stored checkpoint (a plain delete
+// would let a late write of the closed incarnation bring its state back
+// to a new object of the same ID), deleted TombstoneFor later at its
+// version unless a new object's checkpoint replaced it. Captures
+// submitted meanwhile are dropped. A write whose store calls are under
+// way is not waited for: the store orders its compare-and-set and the
+// tombstone's, and whichever comes second conflicts and is judged again —
+// the write is superseded by the tombstone, which ranks above every
+// capture of the incarnation; the tombstone goes over the write. Waiting
+// for it instead would let a slow store keep the tombstone from being
+// written at all within the caller's deadline.
 func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, owner uint64, stableType string) error {
 	op := "forget the checkpoint of " + key.String()
-	var writing chan struct{}
 	err := w.do(ctx, op, func() {
 		w.forgetting[key] = true
 		delete(w.pending, key)
 		w.endPause(key) // its next attempt would only be fenced out
 		w.wakeIdle()
-		if wr := w.writing[key]; wr != nil {
-			writing = make(chan struct{})
-			wr.ended = append(wr.ended, writing)
-		}
 	})
 	// Posted, so that it follows the turn above even when that turn ran
 	// after do gave up on it; and the caller's later calls follow it.
@@ -511,13 +505,6 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 	})
 	if err != nil {
 		return err
-	}
-	if writing != nil {
-		select {
-		case <-writing: // the write in flight finished
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %s: the write in flight did not end: %w", roamerr.ErrDeadlineExceeded, op, ctx.Err())
-		}
 	}
 	tomb := Tombstone(gen, owner, stableType)
 	data, err := Encode(tomb)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -101,7 +103,17 @@ func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 		// held: its calls answer Unavailable ("may or may not have run"),
 		// and the Spot may be activated again elsewhere. What must still
 		// hold is that nothing is handled twice and every answered call
-		// was handled.
+		// was handled. A node fenced by a late renewal (its lease not
+		// ended) refuses and answers Unavailable, here or in a reply
+		// that carries only the class, but no second instance may start.
+		var fenced atomic.Bool
+		for _, n := range w.nodes {
+			n.Node().OnLeaseChange(func(st lease.Status) {
+				if st != lease.Valid {
+					fenced.Store(true)
+				}
+			})
+		}
 		lifecyclesLasted := func() bool {
 			for i, n := range w.nodes {
 				if n.NodeRid() != rids[i] {
@@ -132,15 +144,17 @@ func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 		}
 		wg.Wait()
 		close(errs)
-		lasted, fenced := lifecyclesLasted(), false
+		lasted := lifecyclesLasted()
+		var failed []error
 		for err := range errs {
-			// A node fenced by a late renewal refuses to write (ErrFenced)
-			// and serves again in the same lifecycle.
-			if !errors.Is(err, location.ErrFenced) && (lasted || !errors.Is(err, roamerr.ErrUnavailable)) {
-				t.Errorf("request (every lifecycle lasted: %v): %v", lasted, err)
-			}
 			if errors.Is(err, location.ErrFenced) {
-				fenced = true
+				fenced.Store(true) // a fence the lease watch did not see
+			}
+			failed = append(failed, err)
+		}
+		for _, err := range failed {
+			if !errors.Is(err, roamerr.ErrUnavailable) || (lasted && !fenced.Load()) {
+				t.Errorf("request (every lifecycle lasted: %v, a node fenced: %v): %v", lasted, fenced.Load(), err)
 			}
 		}
 		got := w.handledOf("cart-1")
@@ -160,16 +174,21 @@ func TestConcurrentFirstMessagesActivateOneInstance(t *testing.T) {
 				}
 			}
 		}
-		if !lasted || fenced {
-			t.Logf("a node's lifecycle ended or was fenced under load (lifecycles at the start: %v; fenced: %v): checked only that nothing was handled twice and every answer was handled", rids, fenced)
+		if !lasted {
+			t.Logf("a node's lifecycle ended under load (lifecycles at the start: %v): checked only that nothing was handled twice and every answer was handled", rids)
 			return
 		}
+		// Every lifecycle lasted: one instance, whatever a fence refused.
 		require.EqualValues(t, 1, w.count("cart").Load(), "one instance")
-		require.Len(t, got, 3*perNode)
 		w.mu.Lock()
 		require.Empty(t, w.firstBad)
 		require.Len(t, w.firstOps, 1)
 		w.mu.Unlock()
+		if len(failed) == 0 {
+			require.Len(t, got, 3*perNode)
+		} else {
+			t.Logf("%d calls refused while a node was fenced under load", len(failed))
+		}
 		// The recovery pointer goes once the first handler completed, and
 		// its root with it (PROTOCOL.md §7.5 step 12).
 		eventually(t, "the recovery pointer is removed", func() bool {
