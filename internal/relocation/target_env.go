@@ -279,6 +279,15 @@ func (e targetEnv) Serving() {
 	d, obj := e.d, e.t.obj
 	d.objects[e.t.key] = obj
 	d.nowServing(obj)
+	// A joining Actor that serves here is a member of its Spot now: the
+	// Spot may move again (with it; admit.SpotWide waits while it is
+	// still opening). Held until the run ended, the hold outlived the
+	// Join its caller saw answered, and a Relocate of the Spot right
+	// after JoinSpot returned was refused "an Actor is joining".
+	if t := e.t; t.joinHold != nil {
+		t.joinHold.joining--
+		t.joinHold = nil
+	}
 	if obj.cp != nil {
 		// The state it arrived with is in no checkpoint yet.
 		_ = obj.mb.Do(obj.markDirty)
