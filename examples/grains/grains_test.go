@@ -53,6 +53,7 @@ func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
 		t.Helper()
 		res, err := a.Cluster.Request(name, grains.GreeterKind, &shoppb.Greet{Name: name}, timeout)
 		require.NoError(t, err)
+		require.NoError(t, roam.DeliveryError(res), "greet %s", name) // a typed failure, not a panic on its type
 		require.Equal(t, "hello "+name, res.(*shoppb.Greeting).GetText())
 	}
 	greet("g1")
@@ -65,6 +66,7 @@ func TestGrainsMoveWithStateWhileAPlainKindAnswers(t *testing.T) {
 		t.Helper()
 		res, err := a.Cluster.Request("t1", grains.TickerKind, &shoppb.Tick{}, timeout)
 		require.NoError(t, err)
+		require.NoError(t, roam.DeliveryError(res), "tick") // a typed failure, not a panic on its type
 		return res.(*shoppb.Ticks).GetValue()
 	}
 	require.EqualValues(t, 1, tick())
