@@ -539,20 +539,28 @@ func failure(err error) *messages.SpotReply {
 
 // lockKey serialises this node's own work on one Spot ID.
 func (m *Manager) lockKey(id string) func() {
-	granted := make(chan struct{})
-	m.mu.Lock()
-	now := m.keyLock.Acquire(id, func() { close(granted) })
-	m.mu.Unlock()
-	if !now {
-		<-granted
-	}
-	return func() {
+	granted := make(chan func(), 1)
+	m.lockKeyThen(id, func(unlock func()) { granted <- unlock })
+	return <-granted
+}
+
+// lockKeyThen queues for id's lock and calls granted with its unlock once
+// it is this caller's: at once, or on the goroutine of the unlock before
+// it (so granted must not block).
+func (m *Manager) lockKeyThen(id string, granted func(unlock func())) {
+	unlock := func() {
 		m.mu.Lock()
 		next := m.keyLock.Release(id)
 		m.mu.Unlock()
 		if next != nil {
 			next()
 		}
+	}
+	m.mu.Lock()
+	now := m.keyLock.Acquire(id, func() { granted(unlock) })
+	m.mu.Unlock()
+	if now {
+		granted(unlock)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -19,27 +18,27 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
-// runner hosts one machine of package activation on the calling
-// goroutine: activationrun decides the order of its effects, their
-// deadlines and its timers' turns; runner supplies the primitives. Every
-// primitive answers before it returns, so between effects the machine
-// only ever waits for a timer, which run waits for.
+// runner hosts one machine of package activation on a machine.Loop of
+// its own: activationrun decides the order of its effects, their
+// deadlines and its timers' turns, and runs as the loop's turns; runner
+// supplies the primitives. A primitive that waits (for the Spot ID's lock,
+// the store, a staged incarnation) does it off the loop and posts its
+// answer back as a turn, so no turn blocks and the machine's timers stay
+// the loop's. The caller of run only waits for the run's end.
 type runner struct {
-	m      *Manager
-	ctx    context.Context
-	ar     *activationrun.Runner
-	timers *machine.Timers[activation.Timer]
-
-	// fires are the timers fired and not yet given to the interpreter,
-	// which drops those of an arming that no longer counts.
-	mu    sync.Mutex
-	fires []activationrun.Arming
-	wake  chan struct{}
+	m    *Manager
+	ctx  context.Context
+	ar   *activationrun.Runner
+	loop *machine.Loop[activation.Timer]
+	// ended closes when the machine has finished (Done).
+	ended chan struct{}
 
 	// What a SpotActivation brings, for the effects that use it.
 	env   *messages.SpotActivation
 	first any
 
+	// Set by the answers' turns; given back by close if the run ends
+	// holding them.
 	staged          *relocation.Staged
 	stagedAt        time.Time
 	releaseCapacity func()
@@ -55,7 +54,7 @@ type runner struct {
 var _ activationrun.Env = (*runner)(nil)
 
 func (m *Manager) newRunner(ctx context.Context, step func(activation.Event) []activation.Effect) *runner {
-	r := &runner{m: m, ctx: ctx, timers: machine.NewTimers[activation.Timer](m.clock), wake: make(chan struct{}, 1)}
+	r := &runner{m: m, ctx: ctx, loop: machine.NewLoop[activation.Timer](m.clock), ended: make(chan struct{})}
 	r.ar = activationrun.New(step, r)
 	return r
 }
@@ -64,29 +63,16 @@ func (m *Manager) newRunner(ctx context.Context, step func(activation.Event) []a
 // Finish, and returns its error.
 func (r *runner) run(effects []activation.Effect) error {
 	defer r.close()
-	r.ar.Start(effects)
-	for !r.ar.Done() {
-		if !r.ar.Idle() {
-			panic("spot: a primitive of the activation runner did not answer")
-		}
-		r.mu.Lock()
-		fires := r.fires
-		r.fires = nil
-		r.mu.Unlock()
-		if len(fires) == 0 {
-			<-r.wake
-			continue
-		}
-		for _, a := range fires {
-			r.ar.Fire(a)
-		}
-	}
+	r.loop.Post(func() { r.ar.Start(effects) })
+	<-r.ended
 	return r.ar.Err()
 }
 
-// close gives back what a machine that ended early (a panic) still held.
+// close ends the loop and, once its last turn has returned, gives back
+// what a machine that ended early still held.
 func (r *runner) close() {
-	r.timers.Close()
+	r.loop.Close()
+	<-r.loop.Done()
 	if r.releaseCapacity != nil {
 		r.releaseCapacity()
 		r.releaseCapacity = nil
@@ -95,6 +81,28 @@ func (r *runner) close() {
 		r.unlock()
 		r.unlock = nil
 	}
+}
+
+// off runs wait off the loop — it may block on the store or a staged
+// incarnation, bounded by its context — and then, as a turn, what it
+// returns. Only one effect runs at a time (activationrun waits for each
+// answer), so the fields the continuation sets are the loop's alone; and
+// the loop closes only once the machine has ended, which it never does
+// while it waits for an answer, so the continuation's turn is never
+// refused.
+func (r *runner) off(wait func() (then func())) {
+	go func() {
+		then := wait()
+		r.loop.Post(then)
+	}()
+}
+
+// call is off for a primitive whose whole answer is an event.
+func (r *runner) call(wait func() activation.Event) {
+	r.off(func() func() {
+		ev := wait()
+		return func() { r.ar.Answer(ev) }
+	})
 }
 
 // ctxFor is the context of a store call: the machine's, or — for a call
@@ -107,16 +115,22 @@ func (r *runner) ctxFor(d activationrun.Deadline) (context.Context, context.Canc
 	return r.ctx, func() {}
 }
 
-func (r *runner) answer(ev activation.Event) { r.ar.Answer(ev) }
-
 func (r *runner) Gone() bool                                    { return false }
 func (r *runner) Stepped(activation.Event, []activation.Effect) {}
 func (r *runner) Before(activation.Effect)                      {}
 func (r *runner) Now() time.Time                                { return r.m.clock.Now() }
 
+// Lock waits in the manager's key lock's queue, not on a goroutine: the
+// grant posts the answer.
 func (r *runner) Lock(spotID string) {
-	r.unlock = r.m.lockKey(spotID)
-	r.answer(activation.KeyLocked{Now: r.m.clock.Now()})
+	r.m.lockKeyThen(spotID, func(unlock func()) {
+		if !r.loop.Post(func() {
+			r.unlock = unlock
+			r.ar.Answer(activation.KeyLocked{Now: r.m.clock.Now()})
+		}) {
+			unlock() // cannot be: the machine waits for this answer
+		}
+	})
 }
 
 func (r *runner) Unlock() {
@@ -128,31 +142,39 @@ func (r *runner) Unlock() {
 
 func (r *runner) ReadAuthority(spotID string, d activationrun.Deadline) {
 	m := r.m
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	a, err := m.readAuthority(ctx, spotID)
-	auth := activation.Authority{Versioned: a.v, Address: a.address, OwnerEnded: a.ended}
-	if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
-		auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
-	}
-	r.answer(activation.AuthorityRead{Authority: auth, Err: err, Now: m.clock.Now()})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		a, err := m.readAuthority(ctx, spotID)
+		auth := activation.Authority{Versioned: a.v, Address: a.address, OwnerEnded: a.ended}
+		if err == nil && a.v.Present() && !a.ended && sameOwner(a.v.Record.GetOwner(), m.owner()) {
+			auth.Hosted = m.d.Hosts(a.v.Key, a.v.Record.GetObjectGeneration())
+		}
+		return activation.AuthorityRead{Authority: auth, Err: err, Now: m.clock.Now()}
+	})
 }
 
 func (r *runner) Watch(key location.AuthorityKey, after location.StoreVersion, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	err := r.m.watch(ctx, key, after)
-	r.answer(activation.Watched{Err: err, Now: r.m.clock.Now()})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		err := r.m.watch(ctx, key, after)
+		return activation.Watched{Err: err, Now: r.m.clock.Now()}
+	})
 }
 
 func (r *runner) AdmitCapacity(d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	release, err := r.m.admitCapacity(ctx)
-	if err == nil {
-		r.releaseCapacity = release
-	}
-	r.answer(activation.CapacityAdmitted{Err: err})
+	r.off(func() func() {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		release, err := r.m.admitCapacity(ctx)
+		return func() {
+			if err == nil {
+				r.releaseCapacity = release
+			}
+			r.ar.Answer(activation.CapacityAdmitted{Err: err})
+		}
+	})
 }
 
 func (r *runner) ReleaseCapacity() {
@@ -166,121 +188,156 @@ func (r *runner) PutRoot(rootKey string, d activationrun.Deadline) {
 	m := r.m
 	data, err := deterministic.Marshal(r.env)
 	if err != nil {
-		r.answer(activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)})
+		r.ar.Answer(activation.RootPut{Err: fmt.Errorf("%w: %w", location.ErrInvalid, err)})
 		return
 	}
 	if m.rootsInline && len(data) <= location.MaxInlineRootBytes {
 		// The reservation's transaction stores it (Reserve): the
 		// machine's next effect, and the only one that needs it.
 		r.inlineRoot = &inlineRoot{key: rootKey, data: data}
-		r.answer(activation.RootPut{Ref: location.NewRootRef(rootKey, data)})
+		r.ar.Answer(activation.RootPut{Ref: location.NewRootRef(rootKey, data)})
 		return
 	}
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	ref, err := m.roots.PutRoot(ctx, rootKey, data)
-	r.answer(activation.RootPut{Ref: ref, Err: err})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		ref, err := m.roots.PutRoot(ctx, rootKey, data)
+		return activation.RootPut{Ref: ref, Err: err}
+	})
 }
 
 func (r *runner) GetRoot(rootKey string, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	data, ref, err := r.m.roots.GetRoot(ctx, rootKey)
-	got := activation.RootGot{Ref: ref, Err: err}
-	if err == nil {
-		orig := &messages.SpotActivation{}
-		if err := proto.Unmarshal(data, orig); err != nil {
-			got.DecodeErr = err
-		} else {
-			got.Operation = orig.GetOperationId()
-			got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
-			got.First = withoutNotice(got.First)
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		data, ref, err := r.m.roots.GetRoot(ctx, rootKey)
+		got := activation.RootGot{Ref: ref, Err: err}
+		if err == nil {
+			orig := &messages.SpotActivation{}
+			if err := proto.Unmarshal(data, orig); err != nil {
+				got.DecodeErr = err
+			} else {
+				got.Operation = orig.GetOperationId()
+				got.First, got.FirstErr = relocation.FromWire(orig.GetFirst())
+				got.First = withoutNotice(got.First)
+			}
 		}
-	}
-	r.answer(got)
+		return got
+	})
 }
 
 func (r *runner) Reserve(e activation.Reserve, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	vers, err := r.reserve(ctx, e)
-	ans := activation.WriteAnswered{Err: err, Now: r.m.clock.Now()}
-	if err == nil {
-		ans.Version = vers[0]
-	}
-	r.answer(ans)
+	root := r.inlineRoot
+	r.inlineRoot = nil
+	r.off(func() func() {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		vers, unstored, err := r.m.applyReservation(ctx, e, root)
+		ans := activation.WriteAnswered{Err: err, Now: r.m.clock.Now()}
+		if err == nil {
+			ans.Version = vers[0]
+		}
+		return func() {
+			if unstored {
+				r.unstoredRoot = root.key
+			}
+			r.ar.Answer(ans)
+		}
+	})
 }
 
 func (r *runner) CompareAndSet(e activation.CompareAndSet, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	var v location.StoreVersion
-	vers, err := r.m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
-	if err == nil {
-		v = vers[0]
-	}
-	r.answer(activation.WriteAnswered{Version: v, Err: err, Now: r.m.clock.Now()})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		var v location.StoreVersion
+		vers, err := r.m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
+		if err == nil {
+			v = vers[0]
+		}
+		return activation.WriteAnswered{Version: v, Err: err, Now: r.m.clock.Now()}
+	})
 }
 
 func (r *runner) ReadRecord(key location.AuthorityKey, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	v, err := r.m.store.Read(ctx, key)
-	r.answer(activation.RecordRead{Record: v, Err: err, Now: r.m.clock.Now()})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		v, err := r.m.store.Read(ctx, key)
+		return activation.RecordRead{Record: v, Err: err, Now: r.m.clock.Now()}
+	})
 }
 
 func (r *runner) AbortReservation(e activation.AbortReservation, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	r.answer(activation.AbortAnswered{Err: r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		return activation.AbortAnswered{Err: r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)}
+	})
 }
 
 func (r *runner) Delete(e activation.Delete, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	err := r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)
-	r.answer(activation.Deleted{Err: err, Now: r.m.clock.Now()})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		err := r.m.deleteRecord(ctx, e.Key, e.Version, e.Record)
+		return activation.Deleted{Err: err, Now: r.m.clock.Now()}
+	})
 }
 
 // DeleteRoot runs under deleteRoot's own timeout, whatever d says.
 func (r *runner) DeleteRoot(rootKey string, _ activationrun.Deadline) {
 	if rootKey == r.unstoredRoot {
 		r.unstoredRoot = ""
-	} else {
-		r.m.deleteRoot(rootKey)
+		r.ar.Answer(nil)
+		return
 	}
-	r.answer(nil)
+	r.call(func() activation.Event {
+		r.m.deleteRoot(rootKey)
+		return nil
+	})
 }
 
 func (r *runner) ReadOwner(owner *messages.Owner, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	_, alive, err := r.m.ownerAddress(ctx, owner)
-	r.answer(activation.OwnerRead{Alive: alive, Err: err})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		_, alive, err := r.m.ownerAddress(ctx, owner)
+		return activation.OwnerRead{Alive: alive, Err: err}
+	})
 }
 
 func (r *runner) ClaimCheckpoint(e activation.ClaimCheckpoint, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	state, restore, err := r.m.d.ClaimCheckpoint(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
-	r.answer(activation.CheckpointClaimed{State: state, Restore: restore, Err: err})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		state, restore, err := r.m.d.ClaimCheckpoint(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+		return activation.CheckpointClaimed{State: state, Restore: restore, Err: err}
+	})
 }
 
+// Stage stages the incarnation and restores its checkpoint: the
+// application's state adapter runs on the staged actor's own goroutine,
+// under its supervision (relocation.Staged.Restore), never on the loop.
 func (r *runner) Stage(e activation.Stage, d activationrun.Deadline) {
 	m := r.m
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
 	r.stagedAt = m.clock.Now()
-	staged, err := m.d.Stage(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
-	r.staged = staged
-	if err == nil && e.Restore {
-		if err = staged.Restore(ctx, e.State); err != nil {
-			m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
-				Msg("the kind's state adapter refused the Spot's last checkpoint; the Spot does not start without it")
-			err = fmt.Errorf("%w: restore the Spot's last checkpoint: %w", roamerr.ErrUnavailable, err)
+	r.off(func() func() {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		staged, err := m.d.Stage(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+		if err == nil && e.Restore {
+			if err = staged.Restore(ctx, e.State); err != nil {
+				m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
+					Msg("the kind's state adapter refused the Spot's last checkpoint; the Spot does not start without it")
+				err = fmt.Errorf("%w: restore the Spot's last checkpoint: %w", roamerr.ErrUnavailable, err)
+			}
 		}
-	}
-	r.answer(activation.Staged{Err: err})
+		return func() {
+			r.staged = staged
+			r.ar.Answer(activation.Staged{Err: err})
+		}
+	})
 }
 
 func (r *runner) DiscardStaged() {
@@ -303,22 +360,28 @@ func (r *runner) Open(e activation.Open, d activationrun.Deadline) {
 			}()
 		}
 	}
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	err := r.staged.Open(ctx, e.Messages, op, afterFirst)
-	r.answer(activation.Opened{Err: err})
+	staged := r.staged
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		return activation.Opened{Err: staged.Open(ctx, e.Messages, op, afterFirst)}
+	})
 }
 
 func (r *runner) PassOn(d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	r.answer(activation.PassedOn{OK: r.m.passOn(ctx, r.env)})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		return activation.PassedOn{OK: r.m.passOn(ctx, r.env)}
+	})
 }
 
 func (r *runner) CloseLocal(e activation.CloseLocal, d activationrun.Deadline) {
-	ctx, cancel := r.ctxFor(d)
-	defer cancel()
-	r.answer(activation.LocalClosed{Err: r.m.d.CloseLocal(ctx, e.Key, e.Generation)})
+	r.call(func() activation.Event {
+		ctx, cancel := r.ctxFor(d)
+		defer cancel()
+		return activation.LocalClosed{Err: r.m.d.CloseLocal(ctx, e.Key, e.Generation)}
+	})
 }
 
 func (r *runner) Forward(e activation.Forward) {
@@ -346,24 +409,17 @@ func (r *runner) Arm(a activationrun.Arming, after time.Duration, at time.Time) 
 	if !at.IsZero() {
 		after = machine.Until(r.m.clock, at)
 	}
-	r.timers.Arm(a.Timer, after, func() {
-		r.mu.Lock()
-		r.fires = append(r.fires, a)
-		r.mu.Unlock()
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
-	})
+	r.loop.Arm(a.Timer, max(after, 0), func() { r.ar.Fire(a) })
 }
 
-func (r *runner) Stop(t activation.Timer) { r.timers.Cancel(t) }
+func (r *runner) Stop(t activation.Timer) { r.loop.Cancel(t) }
 
 func (r *runner) Stalled() {
 	r.m.log.Error().Str("event", "spot_machine_stalled").Msg("a Spot machine waits for nothing")
 }
 
-func (r *runner) Done(error) {}
+// Done is the machine's end, stepped in a turn: run's caller may go on.
+func (r *runner) Done(error) { close(r.ended) }
 
 // logEffect writes a machine's Log effect, leaving out empty fields.
 func (m *Manager) logEffect(l activation.Log) {
@@ -382,41 +438,38 @@ func (m *Manager) logEffect(l activation.Log) {
 	ev.Msg(l.Msg)
 }
 
-// reserve writes a reservation in one transaction with its check that
-// the ID is no User Spot, and with the recovery root the PutRoot before
-// it left to this transaction (docs/PROTOCOL.md §7.5 step 9).
-func (r *runner) reserve(ctx context.Context, e activation.Reserve) ([]location.StoreVersion, error) {
-	m := r.m
+// applyReservation writes a reservation in one transaction with its check that
+// the ID is no User Spot, and with root, the recovery root the PutRoot
+// before it left to this transaction (docs/PROTOCOL.md §7.5 step 9).
+// unstored: root was given and rolled back with the transaction, so the
+// machine's later delete of it has nothing to do.
+func (m *Manager) applyReservation(ctx context.Context, e activation.Reserve, root *inlineRoot) (_ []location.StoreVersion, unstored bool, _ error) {
 	op := location.CreateOp(e.Key, e.Record)
 	if e.Expected != 0 {
 		op = location.UpdateOp(e.Key, e.Expected, e.Record)
 	}
 	ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
-	root := r.inlineRoot
-	r.inlineRoot = nil
 	if root == nil {
-		return m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+		vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+		return vers, false, err
 	}
 	slot := e.Record.GetCapacitySlot()
 	vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
 	var c *location.ConflictError
 	if !errors.As(err, &c) || !slices.Contains(c.FailedOps, len(ops)) {
-		if c != nil {
-			// Rolled back whole: the root was not stored, and the
-			// machine's delete of it after a lost reservation has
-			// nothing to do.
-			r.unstoredRoot = root.key
-		}
-		return vers, err
+		// A conflict elsewhere rolled it back whole: the root was not
+		// stored.
+		return vers, c != nil, err
 	}
 	// A root under the key already: an earlier attempt's, whose delete
 	// failed. PutRoot takes identical bytes as stored; then the
 	// reservation alone, as the conflict left it (nothing was applied).
 	if _, err := m.roots.PutRoot(ctx, root.key, root.data); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	e.Record.CapacitySlot = slot
-	return m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+	vers, err = m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
+	return vers, false, err
 }
 
 // inlineRoot is a recovery root waiting for the reservation's
