@@ -219,8 +219,15 @@ type LocalIncarnation struct {
 	OwnerGeneration uint64
 }
 
-// Local returns this node's serving incarnation of key, if any.
+// Local returns this node's serving incarnation of key, if any. A move of
+// key into this node that has not ended is waited for first (bounded by
+// ctx): Relocate returns once the commit is visible in the store, so a
+// caller that read the record naming this node may ask before the
+// arrival serves, and would otherwise be told the object is elsewhere.
 func (d *Driver) Local(ctx context.Context, key location.AuthorityKey) (LocalIncarnation, bool, error) {
+	if err := d.arrived(ctx, key); err != nil {
+		return LocalIncarnation{}, false, err
+	}
 	type res struct {
 		li LocalIncarnation
 		ok bool
