@@ -32,6 +32,9 @@ var ErrClosed = fmt.Errorf("%w: the machine has stopped", roamerr.ErrUnavailable
 // the turn under way (if any) has returned.
 type Loop[K comparable] struct {
 	timers *Timers[K]
+	// exec, when set, runs the turns instead of the loop's own goroutine
+	// (NewLoopOn).
+	exec func(turn func()) bool
 
 	mu sync.Mutex
 	// queue: turns posted and not yet run, in post order.
@@ -51,6 +54,19 @@ func NewLoop[K comparable](c Clock) *Loop[K] {
 	return &Loop[K]{timers: NewTimers[K](c), done: make(chan struct{})}
 }
 
+// NewLoopOn is a loop whose turns run on exec, a serial executor its host
+// already has: the mailbox of the Proto.Actor actor whose messages are the
+// machine's inbound events (the hand-off driver, a network endpoint), so
+// that posted turns, timer firings and those messages are one queue in one
+// order, with no hop between them. exec queues a turn behind everything
+// the executor holds and runs it after; it reports false when it will run
+// nothing more. Turns the executor runs of its own (the actor's messages)
+// are the host's: Close drops the loop's queued turns and cancels its
+// timers, and Done waits for the loop's turn under way, not theirs.
+func NewLoopOn[K comparable](c Clock, exec func(turn func()) bool) *Loop[K] {
+	return &Loop[K]{timers: NewTimers[K](c), exec: exec, done: make(chan struct{})}
+}
+
 // Clock is the clock the loop's timers run on.
 func (l *Loop[K]) Clock() Clock { return l.timers.Clock() }
 
@@ -58,6 +74,9 @@ func (l *Loop[K]) Clock() Clock { return l.timers.Clock() }
 // the loop is closed: the caller then answers its own caller, typically
 // with ErrClosed).
 func (l *Loop[K]) Post(f func()) bool {
+	if l.exec != nil {
+		return l.postOn(f)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -89,6 +108,35 @@ func (l *Loop[K]) run() {
 		l.mu.Unlock()
 		f()
 	}
+}
+
+// postOn queues f on the host's executor; it runs unless the loop closed
+// before its turn came.
+func (l *Loop[K]) postOn(f func()) bool {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return false
+	}
+	return l.exec(func() {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return
+		}
+		l.running = true
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			l.running = false
+			if l.closed {
+				close(l.done)
+			}
+			l.mu.Unlock()
+		}()
+		f()
+	})
 }
 
 // Do runs f as a turn and waits for it: nil once f has run, ErrClosed if
@@ -141,6 +189,9 @@ func (l *Loop[K]) CancelIf(match func(K) bool) { l.timers.CancelIf(match) }
 // Armed reports whether a timer is armed under k and has not run.
 func (l *Loop[K]) Armed(k K) bool { return l.timers.Armed(k) }
 
+// ArmedTimers is the number of timers armed and not yet run.
+func (l *Loop[K]) ArmedTimers() int { return l.timers.Len() }
+
 // Idle reports whether no turn is queued or running: what a logical-time
 // test waits for before it moves the clock.
 func (l *Loop[K]) Idle() bool {
@@ -176,6 +227,11 @@ func (l *Loop[K]) Close() {
 	l.mu.Unlock()
 	l.timers.Close()
 }
+
+// CloseTimers cancels every timer and makes later Arms do nothing, while
+// turns still run: a machine whose lifecycle ended and whose host still
+// answers what reaches it for a while.
+func (l *Loop[K]) CloseTimers() { l.timers.Close() }
 
 // Done closes once the loop is closed and its last turn has returned.
 func (l *Loop[K]) Done() <-chan struct{} { return l.done }

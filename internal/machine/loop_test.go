@@ -145,3 +145,67 @@ func ctx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+// mailbox is a serial executor of the host's own, as a Proto.Actor
+// actor's mailbox is: its messages and the loop's turns share one queue.
+type mailbox struct{ q chan func() }
+
+func newMailbox(t *testing.T) *mailbox {
+	m := &mailbox{q: make(chan func(), 64)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for f := range m.q {
+			f()
+		}
+	}()
+	t.Cleanup(func() { close(m.q); <-done })
+	return m
+}
+
+func (m *mailbox) exec(turn func()) bool { m.q <- turn; return true }
+
+// A loop on its host's executor runs its turns and timer firings in that
+// executor's one queue, in order with the host's own messages; Close
+// drops the turns queued there and cancels the timers, Done waits for
+// the turn under way; CloseTimers alone leaves turns running.
+func TestLoopOnAHostsExecutorSharesItsQueue(t *testing.T) {
+	c := machine.NewManual()
+	mb := newMailbox(t)
+	l := machine.NewLoopOn[string](c, mb.exec)
+	var got []string // written on the executor only
+	add := func(s string) func() { return func() { got = append(got, s) } }
+	l.Post(add("turn 1"))
+	mb.exec(add("message"))
+	l.Post(add("turn 2"))
+	l.Arm("t", time.Second, add("timer"))
+	c.Advance(time.Second)
+	require.NoError(t, l.Do(ctx(t), func() {}))
+	require.Equal(t, []string{"turn 1", "message", "turn 2", "timer"}, got)
+
+	l.CloseTimers()
+	l.Arm("t", time.Second, add("timer after CloseTimers"))
+	c.Advance(time.Hour)
+	require.NoError(t, l.Do(ctx(t), add("turn after CloseTimers")))
+	require.Equal(t, "turn after CloseTimers", got[len(got)-1], "turns still run, timers do not")
+
+	release := make(chan struct{})
+	holding := make(chan struct{})
+	l.Post(func() { close(holding); <-release })
+	<-holding
+	l.Post(add("dropped"))
+	l.Close()
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed while a turn was still running")
+	default:
+	}
+	close(release)
+	testwait.Recv(t, l.Done(), "the loop's last turn to return")
+	require.False(t, l.Post(add("refused")))
+	ran := make(chan struct{})
+	mb.exec(func() { close(ran) })
+	testwait.Recv(t, ran, "the executor's own message after the loop closed")
+	require.NotContains(t, got, "dropped")
+	require.NotContains(t, got, "timer after CloseTimers")
+}

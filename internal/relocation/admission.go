@@ -77,14 +77,14 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.CapabilityTimeout)
 		defer cancel()
 		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
+		d.loop.Post(func() {
 			if err != nil {
 				d.refused(what, to.Address, err.Error())
 				answer(to, admit.PeerRefusal(errors.Is(err, meshnode.ErrNotMember)))
 				return
 			}
 			answer(to, "")
-		}})
+		})
 	}()
 }
 

@@ -229,7 +229,10 @@ type Driver struct {
 	// next query there.
 	returning  map[string][][]byte
 	spareFresh time.Duration
-	timers     *machine.Timers[timerKey]
+	// loop runs the driver's own turns (calls, answers of its I/O, the
+	// moves' timers) on the relocation actor's mailbox, in one queue with
+	// the control messages it receives (machine.NewLoopOn).
+	loop *machine.Loop[timerKey]
 	// tickets: the move tickets this node issued and no Restore request
 	// has used yet (admission.go).
 	tickets *tickets
@@ -333,7 +336,6 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		sources:    map[uint64]*sourceRun{},
 		targets:    map[handoff.Identity]*targetRun{},
 		arrivals:   map[location.AuthorityKey]*targetRun{},
-		timers:     machine.NewTimers[timerKey](node.Clock()),
 		tickets:    newTickets(),
 		spares:     map[capabilityKey]*capabilityAnswer{},
 		asking:     map[capabilityKey][]capabilityWaiter{},
@@ -362,6 +364,10 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		linkFailures:       map[string]int{},
 		early:              earlyChunks{limit: cfg.InFlightPayloadBudget},
 	}
+	d.loop = machine.NewLoopOn[timerKey](node.Clock(), func(turn func()) bool {
+		d.sys.Root.Send(d.self, &localCall{fn: turn})
+		return true
+	})
 	d.peers.clock = d.clock
 	d.slots = newSlots(d.store, d.desc, d.clock)
 	if cfg.Checkpoints == nil {
@@ -405,7 +411,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
 	go func() {
 		<-node.Stopped()
-		d.timers.Close()
+		d.loop.CloseTimers()
 		if d.cps != nil {
 			d.cps.shutdown()
 		}
@@ -489,7 +495,7 @@ func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error
 	default:
 	}
 	done := make(chan result, 1)
-	d.sys.Root.Send(d.self, &localCall{fn: func() { v, err := fn(); done <- result{v, err} }})
+	d.loop.Post(func() { v, err := fn(); done <- result{v, err} })
 	select {
 	case r := <-done:
 		return r.v, r.err
@@ -509,7 +515,7 @@ func call[T any](ctx context.Context, d *Driver, fn func() (T, error)) (T, error
 	}
 }
 
-// localCall carries a closure to the driver's goroutine.
+// localCall carries a turn of the driver's loop to its actor.
 type localCall struct{ fn func() }
 
 // Receive is the driver actor: every move's state changes here, one
@@ -533,8 +539,6 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onRedeliver(m)
 	case *deadLettered:
 		d.onDeadLettered(m)
-	case *timerFired:
-		d.onTimer(m)
 	case *remote.EndpointTerminatedEvent:
 		d.onEndpointTerminated(m.Address)
 	case *linkedChunk:
@@ -659,46 +663,41 @@ type timerKey struct {
 	verify bool
 }
 
-type timerFired struct{ machine.Fired[timerKey] }
-
 func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
 	after := t.After
 	if !t.At.IsZero() {
 		after = machine.Until(d.clock, t.At)
 	}
-	d.timers.Post(k, max(after, 0), func(f machine.Fired[timerKey]) { d.sys.Root.Send(d.self, &timerFired{f}) })
+	d.loop.Arm(k, max(after, 0), func() { d.onTimer(k) })
 }
 
-func (d *Driver) stopTimer(k timerKey) { d.timers.Cancel(k) }
+func (d *Driver) stopTimer(k timerKey) { d.loop.Cancel(k) }
 
 // stopTimers stops the running timers whose keys match: every timer of
 // a run that ended, whichever of its timers the machine left running.
-func (d *Driver) stopTimers(match func(timerKey) bool) { d.timers.CancelIf(match) }
+func (d *Driver) stopTimers(match func(timerKey) bool) { d.loop.CancelIf(match) }
 
-func (d *Driver) onTimer(m *timerFired) {
-	if !d.timers.Take(m.Fired) {
-		return // stopped after it fired
-	}
-	if m.Key.deadLetter != (location.AuthorityKey{}) {
-		d.releaseDeadLetters(m.Key.deadLetter)
+func (d *Driver) onTimer(k timerKey) {
+	if k.deadLetter != (location.AuthorityKey{}) {
+		d.releaseDeadLetters(k.deadLetter)
 		return
 	}
-	if m.Key.verify {
-		if t := d.targets[m.Key.target]; t != nil && t.verifyNext != nil {
+	if k.verify {
+		if t := d.targets[k.target]; t != nil && t.verifyNext != nil {
 			next := t.verifyNext
 			t.verifyNext = nil
 			next()
 		}
 		return
 	}
-	if m.Key.isTarget {
-		if t := d.targets[m.Key.target]; t != nil {
-			d.stepTarget(t, handoff.TimerFired{Timer: m.Key.timer})
+	if k.isTarget {
+		if t := d.targets[k.target]; t != nil {
+			d.stepTarget(t, handoff.TimerFired{Timer: k.timer})
 		}
 		return
 	}
-	if s := d.sources[m.Key.source]; s != nil {
-		d.stepSource(s, handoff.TimerFired{Timer: m.Key.timer})
+	if s := d.sources[k.source]; s != nil {
+		d.stepSource(s, handoff.TimerFired{Timer: k.timer})
 	}
 }
 
@@ -839,6 +838,7 @@ func (d *Driver) Shutdown() {
 	})
 	if isClosed(d.node.Stopped()) {
 		_ = d.sys.Root.StopFuture(d.self).Wait()
+		d.loop.Close()
 	}
 }
 

@@ -34,7 +34,7 @@ func Arriving(d *Driver, key location.AuthorityKey) bool {
 
 // RunningTimers is how many move timers d has running.
 func RunningTimers(d *Driver) int {
-	return d.timers.Len()
+	return d.loop.ArmedTimers()
 }
 
 // InFlight is how many payload bytes d counts in flight to peer.

@@ -428,7 +428,7 @@ func (d *Driver) holdHere(ctx context.Context, key location.AuthorityKey) (obj *
 	if err != nil {
 		return nil, nil, err
 	}
-	return obj, func() { d.sys.Root.Send(d.self, &localCall{fn: func() { obj.changing-- }}) }, nil
+	return obj, func() { d.loop.Post(func() { obj.changing-- }) }, nil
 }
 
 // setMember records, on the driver goroutine, the User Spot membership
@@ -437,5 +437,5 @@ func (d *Driver) setMember(obj *object, m *messages.Membership) {
 	if m != nil && meshnode.IsEntrySpotID(m.GetSpotId()) {
 		m = nil
 	}
-	d.sys.Root.Send(d.self, &localCall{fn: func() { obj.member = m }})
+	d.loop.Post(func() { obj.member = m })
 }

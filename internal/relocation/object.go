@@ -553,7 +553,7 @@ func (d *Driver) joinBegins(ctx context.Context, m *messages.Membership, spotTyp
 		return nil, err
 	}
 	return func() {
-		d.sys.Root.Send(d.self, &localCall{fn: func() { spot.joining-- }})
+		d.loop.Post(func() { spot.joining-- })
 	}, nil
 }
 
@@ -625,7 +625,7 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 		return nil, err
 	}
 	// The record is committed: from here the incarnation starts whatever
-	// the caller's context does (a localCall runs once sent).
+	// the caller's context does (a posted turn runs once posted).
 	pid, err := call(context.Background(), d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: 1}
 		if member != nil {

@@ -116,11 +116,11 @@ func (e sourceEnv) SessionOwnersGone(owners []string) (map[string]bool, bool) {
 			gone[address] = errors.Is(err, meshnode.ErrNotMember)
 		}
 		cancel()
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
+		d.loop.Post(func() {
 			if cur := d.sources[id.RelocationID]; cur == r {
 				r.run.SessionOwnersLooked(gone)
 			}
-		}})
+		})
 	}()
 	return nil, false
 }

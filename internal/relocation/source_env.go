@@ -69,7 +69,7 @@ func (e sourceEnv) Seal(i int) error {
 		if err == nil {
 			c, err = safeCapture(obj, saved, participant)
 		}
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
+		d.loop.Post(func() {
 			if cur := d.sources[id.RelocationID]; cur == r && r.run.Awaiting() {
 				if r.outcome.Sealed.IsZero() || sealedAt.Before(r.outcome.Sealed) {
 					r.outcome.Sealed = sealedAt
@@ -80,7 +80,7 @@ func (e sourceEnv) Seal(i int) error {
 			}
 			// The move gave up waiting for this seal: undo it.
 			r.run.UnsealLate(i, saved)
-		}})
+		})
 	})
 }
 

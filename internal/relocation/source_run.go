@@ -395,7 +395,7 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 		go func() {
 			select {
 			case <-settling.done:
-				d.sys.Root.Send(d.self, &localCall{fn: func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) }})
+				d.loop.Post(func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) })
 			case <-ctx.Done():
 				w <- sourceResult{err: fmt.Errorf("%w: %s is settling: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())}
 			case <-d.node.Stopped(): // Relocate's own wait ends on the stop too
@@ -436,11 +436,11 @@ func (d *Driver) endSource(r *sourceRun) {
 
 // later feeds ev to the run of id on the driver goroutine, if it still runs.
 func (d *Driver) later(id uint64, ev handoff.Event) {
-	d.sys.Root.Send(d.self, &localCall{fn: func() {
+	d.loop.Post(func() {
 		if r := d.sources[id]; r != nil {
 			d.stepSource(r, ev)
 		}
-	}})
+	})
 }
 
 // The source's questions to the store while its move's outcome is
@@ -484,7 +484,7 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 	}
 	ev := handoff.ReconcileRead{Record: recordView(v), Target: r.target.GetNodeRid(), ObjectGeneration: r.obj.generation, Err: err,
 		SourceEnded: d.node.LeaseStatus() == lease.Ended}
-	d.sys.Root.Send(d.self, &localCall{fn: func() {
+	d.loop.Post(func() {
 		if cur := d.sources[id.RelocationID]; cur == r {
 			if err == nil {
 				// Before the step, which may end the run: a read that
@@ -495,7 +495,7 @@ func (d *Driver) answerRead(r *sourceRun, id handoff.Identity, v location.Versio
 			}
 			r.run.Read(ev, v)
 		}
-	}})
+	})
 }
 
 // fenceOut writes the move's RelocationId into the record read at version,

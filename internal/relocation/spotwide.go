@@ -167,7 +167,7 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 	}
 	spot := t.obj
 	err := spot.mb.Do(func() {
-		defer d.sys.Root.Send(d.self, &localCall{fn: open})
+		defer d.loop.Post(open)
 		if rr, ok := spot.inst.(RelocationReady); ok {
 			rr.OnRelocationReady(keys)
 		}

@@ -224,11 +224,11 @@ func (d *Driver) laterTarget(id handoff.Identity, ev handoff.Event) {
 // laterRun runs fn with the run of id on the driver goroutine, if the run
 // is still known.
 func (d *Driver) laterRun(id handoff.Identity, fn func(*targetrun.Run[any])) {
-	d.sys.Root.Send(d.self, &localCall{fn: func() {
+	d.loop.Post(func() {
 		if t := d.targets[id]; t != nil {
 			fn(t.run)
 		}
-	}})
+	})
 }
 
 // incarnations are the run's staged incarnations, the object's first.

@@ -116,7 +116,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 		} else {
 			a.ev.Reason = fmt.Sprintf("capability query: %v", err)
 		}
-		d.sys.Root.Send(d.self, &localCall{fn: func() {
+		d.loop.Post(func() {
 			if err == nil {
 				d.setChunkLink(key.address, a.link)
 			}
@@ -126,7 +126,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 				delete(d.asking, key)
 			}
 			d.answered(key, to, a, waiting)
-		}})
+		})
 	}()
 }
 
