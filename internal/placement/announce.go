@@ -54,44 +54,61 @@ func (a Announcement) Runs(n *location.NodeDescriptor) bool {
 }
 
 // announcer keeps the director's announcement in step with its state,
-// from the director's goroutine only.
+// from the director's turns only.
 type announcer struct {
 	version location.StoreVersion
 	written *Announcement // nil until written
 	started time.Time
 }
 
-// announce writes the announcement if it is missing or out of date. A
-// failure is tried again at the next round: the note is advisory.
-func (d *Director) announce() {
+// announce writes the announcement if it is missing or out of date, on a
+// call of its own, then goes on with then. A failure is tried again at
+// the next round: the note is advisory.
+func (d *Director) announce(then func()) {
 	self := d.env.Self()
 	want := Announcement{Rid: self.GetNodeRid(), Generation: self.GetNodeGeneration(),
 		StartedMs: d.ann.started.UnixMilli(), Paused: d.paused.Load()}
 	if d.ann.written != nil && *d.ann.written == want {
+		then()
 		return
 	}
+	version := d.ann.version
+	d.call(func() func() {
+		v, err := d.writeAnnouncement(want, version)
+		return func() {
+			if err != nil {
+				d.log.Debug().Str("event", "director_announcement_failed").Err(err).Msg("the director's announcement was not written; trying again")
+			} else {
+				d.ann.version, d.ann.written = v, &want
+			}
+			then()
+		}
+	})
+}
+
+// writeAnnouncement writes want over the note at version, or at the
+// version the note has now if that one is gone, and returns the version
+// written.
+func (d *Director) writeAnnouncement(want Announcement, version location.StoreVersion) (location.StoreVersion, error) {
 	b, _ := json.Marshal(want) // plain data: cannot fail
 	ctx, cancel := machine.WithTimeout(d.quit, d.clock(), 5*time.Second)
 	defer cancel()
 	key := AnnouncementKey(d.env.Mesh, want.Rid)
-	v, err := d.env.Board.WriteNote(ctx, key, d.ann.version, b)
+	v, err := d.env.Board.WriteNote(ctx, key, version, b)
 	if errors.Is(err, location.ErrConflict) {
 		// Written by an earlier director of this lifecycle, or swept:
 		// write over it at the version it has now.
-		d.ann.version = 0
+		version = 0
 		if n, rerr := d.env.Board.ReadNote(ctx, key); rerr == nil {
-			d.ann.version = n.Version
+			version = n.Version
 		}
-		v, err = d.env.Board.WriteNote(ctx, key, d.ann.version, b)
+		v, err = d.env.Board.WriteNote(ctx, key, version, b)
 	}
-	if err != nil {
-		d.log.Debug().Str("event", "director_announcement_failed").Err(err).Msg("the director's announcement was not written; trying again")
-		return
-	}
-	d.ann.version, d.ann.written = v, &want
+	return v, err
 }
 
-// withdraw deletes the announcement once the director has stopped.
+// withdraw deletes the announcement once the director has stopped (its
+// loop done: ann is Stop's to read).
 func (d *Director) withdraw() {
 	if d.ann.written == nil {
 		return

@@ -58,7 +58,8 @@ type Config struct {
 	// rounds). Default false.
 	Paused bool
 	// OnAttempt, if set, is called with each attempt's outcome (Deferred
-	// by the ledger included), from the director's goroutines.
+	// by the ledger included), from the director's turns, one at a time:
+	// it must not block, nor call Stop (which waits for the turns).
 	OnAttempt func(Attempt, Outcome)
 	// MeterProvider for the attempt counters; default the global one.
 	MeterProvider metric.MeterProvider
@@ -143,12 +144,26 @@ var kinds = []location.Kind{location.KindActor, location.KindInstanceSpot}
 
 // Director runs rounds of selection and attempts while its node is the
 // elected director.
+//
+// It runs in the turns of one machine.Loop: Start, each period, and every
+// answer of the store, the ledger, a node or a move is a turn, one at a
+// time, so the bookkeeping the turns own needs no lock. The calls that
+// block (store, board, Env.Move, Env.Samples) run on goroutines of their
+// own (calls) that post their answers back as turns; the period and the
+// pauses between a reconciliation's reads are loop timers on the
+// director's clock. Stop ends the round under way (its calls run under
+// quit, its pauses end), closes the loop and waits for the calls, so
+// nothing of the director runs after Stop returns.
 type Director struct {
 	cfg  Config
 	env  Env
 	log  zerolog.Logger
-	stop chan struct{}
-	done chan struct{}
+	loop *machine.Loop[string]
+	// onReal paces the rounds on real time while the failpoint
+	// DirectorRoundsOnNodeClock is broken; its firing posts the round's
+	// turn.
+	onReal *machine.Timers[string]
+	calls  sync.WaitGroup
 	// quit ends with Stop: every store call and attempt of the director
 	// is under it, so that a store that does not answer (the node cut
 	// off) holds Stop no longer than the call under way takes to see it.
@@ -156,6 +171,7 @@ type Director struct {
 	// cannot count on to move.
 	quit     context.Context
 	stopCall context.CancelFunc
+	stopped  sync.Once
 
 	attempts metric.Int64Counter
 	counts   [4]atomic.Int64 // by outcome: busy, committed, deferred, stale
@@ -164,14 +180,28 @@ type Director struct {
 	// one found, for Progress.
 	passes, counted atomic.Int64
 
-	// The round's goroutine only:
+	// Owned by the loop's turns (Stop reads them once the loop is done):
 	cursor  map[location.Kind]string
 	wrapped map[location.Kind]bool
 	pass    map[string]int // units per owner RID seen in the pass under way
 	census  map[string]int // the last complete pass's
 	cooling map[string]time.Time
 	ann     announcer
+	// active: an announcement or a round is under way (from a period's
+	// turn to the next arming); ended, once Stop's turn has run, closes
+	// when it is over.
+	active bool
+	ended  chan struct{}
+	// pauses are the reconciliations' pauses under way, by timer: each
+	// goes on as if its deadline had passed when Stop ends it.
+	pauses map[string]func()
 }
+
+// roundTimer names the period's timer; a reconciliation's pause is named
+// by its attempt's operation (reconcileTimer).
+const roundTimer = "round"
+
+func reconcileTimer(op string) string { return "reconcile " + op }
 
 // New checks cfg and builds a director; Start runs it.
 func New(cfg Config, env Env) (*Director, error) {
@@ -191,8 +221,9 @@ func New(cfg Config, env Env) (*Director, error) {
 	if cfg.Sampling() && env.Samples == nil {
 		return nil, fmt.Errorf("%w: co-location and balance by load need Env.Samples", roamerr.ErrNotConfigured)
 	}
-	d := &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts, stop: make(chan struct{}), done: make(chan struct{}),
-		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}}
+	d := &Director{cfg: cfg, env: env, log: env.Logger, attempts: attempts,
+		loop: machine.NewLoop[string](machine.Or(env.Clock)), onReal: machine.NewTimers[string](machine.Real),
+		cursor: map[location.Kind]string{}, wrapped: map[location.Kind]bool{}, pass: map[string]int{}, cooling: map[string]time.Time{}, pauses: map[string]func(){}}
 	d.quit, d.stopCall = context.WithCancel(context.Background())
 	d.paused.Store(cfg.Paused)
 	return d, nil
@@ -206,45 +237,102 @@ func (d *Director) Pause() { d.paused.Store(true) }
 func (d *Director) Resume() { d.paused.Store(false) }
 
 // clock is the director's clock (Env.Clock).
-func (d *Director) clock() machine.Clock { return machine.Or(d.env.Clock) }
+func (d *Director) clock() machine.Clock { return d.loop.Clock() }
 
 // Start runs rounds every Period until Stop.
 func (d *Director) Start() {
-	go func() {
-		defer close(d.done)
-		defer d.withdraw()
-		d.ann.started = d.clock().Now()
-		d.announce()
-		for {
-			clock := d.clock()
-			if failpoint.DirectorRoundsOnNodeClock.Broken() {
-				clock = machine.Real
-			}
-			fire, t := machine.NewTimer(clock, d.cfg.Period)
-			select {
-			case <-d.stop:
-				t.Stop()
-				return
-			case <-fire:
-			}
-			d.announce()
-			if !d.paused.Load() {
-				d.round()
-			}
+	d.loop.Post(func() {
+		if d.quit.Err() != nil {
+			return // stopped before it started
 		}
+		d.active = true
+		d.ann.started = d.clock().Now()
+		d.announce(d.arm)
+	})
+}
+
+// arm schedules the next round a Period from now, unless Stop is waiting
+// for the round that just ended.
+func (d *Director) arm() {
+	d.active = false
+	if d.ended != nil {
+		close(d.ended)
+		return
+	}
+	if failpoint.DirectorRoundsOnNodeClock.Broken() {
+		d.onReal.Arm(roundTimer, d.cfg.Period, func() { d.loop.Post(d.tick) })
+		return
+	}
+	d.loop.Arm(roundTimer, d.cfg.Period, d.tick)
+}
+
+// tick is a period's turn: announce, then a round unless paused, then
+// the next period.
+func (d *Director) tick() {
+	if d.quit.Err() != nil {
+		return // a firing on real time that Stop's turn did not catch
+	}
+	d.active = true
+	d.announce(func() {
+		if d.paused.Load() {
+			d.arm()
+			return
+		}
+		d.round(d.arm)
+	})
+}
+
+// call runs ask on a goroutine of its own (it blocks on the store or a
+// peer; a turn must not) and posts the turn it returns. Once the loop is
+// closed the answer is dropped.
+func (d *Director) call(ask func() (answer func())) {
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		d.loop.Post(ask())
 	}()
 }
 
-// Stop ends the rounds and waits for the one under way (its attempts
-// included).
+// Stop ends the round under way: its store calls, gathering and attempts
+// see quit end, its pauses end, and it starts no further attempt; the
+// attempts that were asked are still recorded and counted. Then it closes
+// the loop, waits for every call it started and withdraws the
+// announcement: nothing of the director runs after Stop returns. Calls
+// after the first wait for it and do nothing more.
 func (d *Director) Stop() {
-	select {
-	case <-d.stop:
-	default:
+	d.stopped.Do(func() {
 		d.stopCall()
-		close(d.stop)
+		ended := make(chan struct{})
+		d.loop.Post(func() { d.stopping(ended) }) // only Stop closes the loop
+		<-ended
+		d.loop.Close()
+		d.onReal.Close()
+		<-d.loop.Done()
+		d.calls.Wait()
+		d.withdraw() // the loop is done: ann is this goroutine's now
+	})
+}
+
+// stopping is Stop's turn: no next period; the round under way, if any,
+// ends with its pauses, and closes ended when it has.
+func (d *Director) stopping(ended chan struct{}) {
+	d.loop.Cancel(roundTimer)
+	d.onReal.Cancel(roundTimer)
+	if !d.active {
+		close(ended)
+		return
 	}
-	<-d.done
+	d.ended = ended
+	var resume []func()
+	for k, f := range d.pauses {
+		if d.loop.Cancel(k) {
+			resume = append(resume, f)
+		}
+		delete(d.pauses, k)
+	}
+	for _, f := range resume {
+		f()
+	}
 }
 
 // Progress is how many passes over every record this director completed
@@ -273,16 +361,60 @@ func (d *Director) count(a Attempt, o Outcome) {
 	}
 }
 
+// round is the round under way, from the listing of the nodes to the
+// last attempt's answer; owned by the turns.
+type round struct {
+	// ctx bounds the round's reads and gathering (not its attempts, each
+	// of which has a deadline of its own).
+	ctx    context.Context
+	cancel context.CancelFunc
+	then   func() // goes on once the round has ended
+	nodes  []location.VersionedNode
+	live   map[string]*location.NodeDescriptor
+	// kind is the index in kinds of the next listing to read; page the
+	// units read this round.
+	kind int
+	page []Unit
+	// candidates are the nodes with their census; hostsOf their kinds.
+	candidates []Node
+	hostsOf    map[string]func(string) bool
+	budget     int
+	// asking: nodes asked for their samples and not answered.
+	asking  int
+	samples samples
+	grouped map[location.AuthorityKey]bool
+	moves   []Move
+	// next is the first move not yet attempted; attempts are the cancels
+	// of the attempts under way, by operation.
+	next     int
+	attempts map[string]context.CancelFunc
+	moved    []Move
+	tried    []Move
+}
+
 // round: if this node is the director, read the next page of each kind,
-// plan moves from the last census, and run the attempts.
-func (d *Director) round() {
+// plan moves from the last census, and run the attempts; then goes on.
+func (d *Director) round(then func()) {
 	ctx, cancel := machine.WithTimeout(d.quit, d.clock(), d.cfg.AttemptTimeout)
-	defer cancel()
-	self := d.env.Self()
-	nodes, err := d.env.Store.ListNodes(ctx, d.env.Mesh)
+	rd := &round{ctx: ctx, cancel: cancel, then: then, attempts: map[string]context.CancelFunc{}}
+	d.call(func() func() {
+		nodes, err := d.env.Store.ListNodes(ctx, d.env.Mesh)
+		return func() { d.listed(rd, nodes, err) }
+	})
+}
+
+// endRound ends the round under way and goes on.
+func (d *Director) endRound(rd *round) {
+	rd.cancel()
+	rd.then()
+}
+
+func (d *Director) listed(rd *round, nodes []location.VersionedNode, err error) {
 	if err != nil {
-		return // the store will answer again; nothing was started
+		d.endRound(rd) // the store will answer again; nothing was started
+		return
 	}
+	self := d.env.Self()
 	electors := make([]Elector, 0, len(nodes))
 	for _, n := range nodes {
 		electors = append(electors, Elector{Rid: n.Node.GetNodeRid(), Generation: n.Node.GetNodeGeneration()})
@@ -294,34 +426,58 @@ func (d *Director) round() {
 		d.census, d.pass = nil, map[string]int{}
 		clear(d.cursor)
 		clear(d.wrapped)
+		d.endRound(rd)
 		return
 	}
-	live := map[string]*location.NodeDescriptor{}
+	rd.nodes = nodes
+	rd.live = map[string]*location.NodeDescriptor{}
 	for _, n := range nodes {
-		live[n.Node.GetNodeRid()] = n.Node
+		rd.live[n.Node.GetNodeRid()] = n.Node
 	}
-	var page []Unit
-	for _, k := range kinds {
-		if d.wrapped[k] {
-			continue // done for this pass: its units are counted once
-		}
-		p, err := d.env.Store.List(ctx, k, location.PageRequest{Size: d.cfg.PageSize, After: d.cursor[k]})
-		if err != nil {
-			return
-		}
-		for _, v := range p.Items {
-			r := v.Record
-			owner := r.GetOwner().GetNodeRid()
-			if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || live[owner] == nil {
-				continue
-			}
-			d.pass[owner]++
-			page = append(page, Unit{Ref: v.Key, Key: v.Key.String(), StableType: r.GetStableType(), Owner: owner,
-				OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()})
-		}
-		d.cursor[k] = p.Next
-		d.wrapped[k] = p.Next == ""
+	d.listNext(rd)
+}
+
+// listNext reads the next page of the next kind whose listing has not
+// wrapped in this pass, one kind after the other; then plans.
+func (d *Director) listNext(rd *round) {
+	for rd.kind < len(kinds) && d.wrapped[kinds[rd.kind]] {
+		rd.kind++ // done for this pass: its units are counted once
 	}
+	if rd.kind == len(kinds) {
+		d.plan(rd)
+		return
+	}
+	k, after := kinds[rd.kind], d.cursor[kinds[rd.kind]]
+	d.call(func() func() {
+		p, err := d.env.Store.List(rd.ctx, k, location.PageRequest{Size: d.cfg.PageSize, After: after})
+		return func() { d.paged(rd, k, p, err) }
+	})
+}
+
+func (d *Director) paged(rd *round, k location.Kind, p location.Page, err error) {
+	if err != nil {
+		d.endRound(rd)
+		return
+	}
+	for _, v := range p.Items {
+		r := v.Record
+		owner := r.GetOwner().GetNodeRid()
+		if r.GetState() != messages.LifecycleState_LIFECYCLE_STATE_READY || rd.live[owner] == nil {
+			continue
+		}
+		d.pass[owner]++
+		rd.page = append(rd.page, Unit{Ref: v.Key, Key: v.Key.String(), StableType: r.GetStableType(), Owner: owner,
+			OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), SourceGen: r.GetOwner().GetNodeGeneration()})
+	}
+	d.cursor[k] = p.Next
+	d.wrapped[k] = p.Next == ""
+	rd.kind++
+	d.listNext(rd)
+}
+
+// plan takes the census a completed pass makes and plans the round's
+// moves from the last one.
+func (d *Director) plan(rd *round) {
 	if d.wrapped[kinds[0]] && d.wrapped[kinds[1]] {
 		d.census, d.pass = d.pass, map[string]int{}
 		clear(d.wrapped)
@@ -333,12 +489,12 @@ func (d *Director) round() {
 		d.passes.Add(1)
 	}
 	if d.census == nil {
-		return // no complete census yet
+		d.endRound(rd) // no complete census yet
+		return
 	}
-	var candidates []Node
-	for _, n := range nodes {
+	for _, n := range rd.nodes {
 		desc := n.Node
-		candidates = append(candidates, Node{Rid: desc.GetNodeRid(), Units: d.census[desc.GetNodeRid()], Hosts: hosts(desc)})
+		rd.candidates = append(rd.candidates, Node{Rid: desc.GetNodeRid(), Units: d.census[desc.GetNodeRid()], Hosts: hosts(desc)})
 	}
 	// A unit whose last attempt ended lately waits out its cooldown here
 	// too (the ledger has the final say): the next units of its node are
@@ -349,98 +505,116 @@ func (d *Director) round() {
 			delete(d.cooling, k)
 		}
 	}
-	page = slices.DeleteFunc(page, func(u Unit) bool { _, cooling := d.cooling[u.Key]; return cooling })
-	budget := 4 * d.cfg.Limits.Concurrency
-	var (
-		moves   []Move
-		grouped map[location.AuthorityKey]bool
-	)
-	if d.cfg.Sampling() {
-		samples := d.gather(ctx, nodes)
-		hostsOf := map[string]func(string) bool{}
-		for _, n := range nodes {
-			hostsOf[n.Node.GetNodeRid()] = hosts(n.Node)
-		}
-		cooling := func(k location.AuthorityKey) bool { _, c := d.cooling[k.String()]; return c }
-		if d.cfg.CoLocation.Enabled {
-			var plan []Placed
-			plan, grouped = CoLocate(candidates, samples.edges, d.cfg.CoLocation, cooling, budget)
-			moves = d.resolve(ctx, plan, hostsOf)
-		}
-		if d.cfg.BalanceBy == BalanceByLoad {
-			planned := map[location.AuthorityKey]bool{}
-			for _, m := range moves {
-				planned[m.Unit.Ref] = true
-			}
-			// Objects that talk are co-location's; the others even out
-			// the load.
-			skip := func(k location.AuthorityKey) bool { return cooling(k) || grouped[k] || planned[k] }
-			plan := BalanceLoad(samples.nodes, samples.loads, d.cfg.LoadMargin, skip, budget-len(moves))
-			moves = append(moves, d.resolve(ctx, plan, hostsOf)...)
-		}
+	rd.page = slices.DeleteFunc(rd.page, func(u Unit) bool { _, cooling := d.cooling[u.Key]; return cooling })
+	rd.budget = 4 * d.cfg.Limits.Concurrency
+	if !d.cfg.Sampling() {
+		d.balanceByCount(rd)
+		return
 	}
+	rd.hostsOf = map[string]func(string) bool{}
+	for _, n := range rd.nodes {
+		rd.hostsOf[n.Node.GetNodeRid()] = hosts(n.Node)
+	}
+	d.gather(rd)
+}
+
+// isCooling reports whether k's last attempt ended within its cooldown.
+func (d *Director) isCooling(k location.AuthorityKey) bool { _, c := d.cooling[k.String()]; return c }
+
+// colocate plans co-location from the samples gathered, if enabled, and
+// resolves its plan; then balances by load.
+func (d *Director) colocate(rd *round) {
+	if !d.cfg.CoLocation.Enabled {
+		d.balanceByLoad(rd)
+		return
+	}
+	var plan []Placed
+	plan, rd.grouped = CoLocate(rd.candidates, rd.samples.edges, d.cfg.CoLocation, d.isCooling, rd.budget)
+	d.resolveThen(rd, plan, d.balanceByLoad)
+}
+
+// balanceByLoad evens out the load, if so configured, with the objects
+// co-location did not take.
+func (d *Director) balanceByLoad(rd *round) {
+	if d.cfg.BalanceBy != BalanceByLoad {
+		d.balanceByCount(rd)
+		return
+	}
+	planned := map[location.AuthorityKey]bool{}
+	for _, m := range rd.moves {
+		planned[m.Unit.Ref] = true
+	}
+	// Objects that talk are co-location's; the others even out the load.
+	skip := func(k location.AuthorityKey) bool { return d.isCooling(k) || rd.grouped[k] || planned[k] }
+	plan := BalanceLoad(rd.samples.nodes, rd.samples.loads, d.cfg.LoadMargin, skip, rd.budget-len(rd.moves))
+	d.resolveThen(rd, plan, d.balanceByCount)
+}
+
+// resolveThen resolves plan on a call of its own, adds its moves to the
+// round's and goes on with then.
+func (d *Director) resolveThen(rd *round, plan []Placed, then func(*round)) {
+	hostsOf := rd.hostsOf
+	d.call(func() func() {
+		moves := d.resolve(rd.ctx, plan, hostsOf)
+		return func() {
+			rd.moves = append(rd.moves, moves...)
+			then(rd)
+		}
+	})
+}
+
+// balanceByCount evens out the number of units, if so configured, then
+// starts the attempts.
+func (d *Director) balanceByCount(rd *round) {
 	if d.cfg.BalanceBy == BalanceByCount {
 		margin := d.cfg.Margin
+		page := rd.page
 		if d.cfg.CoLocation.Enabled {
 			// Objects that talk are co-location's: balance by count moves
 			// the others, and only off a node past co-location's own limit
 			// (the slack, at least two above the mean), so the two policies
 			// do not pull one object two ways.
-			page = slices.DeleteFunc(page, func(u Unit) bool { return grouped[u.Ref] })
+			page = slices.DeleteFunc(page, func(u Unit) bool { return rd.grouped[u.Ref] })
 			total := 0
-			for _, n := range candidates {
+			for _, n := range rd.candidates {
 				total += n.Units
 			}
-			mean := float64(total) / float64(max(1, len(candidates)))
+			mean := float64(total) / float64(max(1, len(rd.candidates)))
 			margin = max(margin, mean*d.cfg.CoLocation.Slack, 2)
 		}
-		moves = append(moves, Balance(candidates, page, margin, budget-len(moves))...)
+		rd.moves = append(rd.moves, Balance(rd.candidates, page, margin, rd.budget-len(rd.moves))...)
 	}
-	if len(moves) == 0 {
-		return
+	d.dispatch(rd)
+}
+
+// dispatch starts the round's next attempts while fewer than the
+// ledger's concurrency are under way, and ends the round once every
+// attempt has answered. A director that is stopping starts no more.
+func (d *Director) dispatch(rd *round) {
+	if d.quit.Err() != nil {
+		rd.moves = rd.moves[:rd.next]
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		moved []Move
-		tried []Move
-	)
-	sem := make(chan struct{}, d.cfg.Limits.Concurrency)
-	for _, m := range moves {
-		select {
-		case <-d.stop:
-			wg.Wait()
-			return
-		case sem <- struct{}{}:
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			o, asked := d.attempt(m)
-			mu.Lock()
-			defer mu.Unlock()
-			if asked {
-				tried = append(tried, m)
-			}
-			if o == Committed {
-				moved = append(moved, m)
-			}
-		}()
+	for rd.next < len(rd.moves) && len(rd.attempts) < d.cfg.Limits.Concurrency {
+		m := rd.moves[rd.next]
+		rd.next++
+		d.attempt(rd, m)
 	}
-	wg.Wait()
+	if rd.next < len(rd.moves) || len(rd.attempts) > 0 {
+		return // an attempt's end dispatches again
+	}
 	// Only a unit whose source was asked cools down here; one the ledger
 	// deferred (rate, concurrency) is tried again next round.
 	cool := max(d.cfg.Limits.Cooldown, d.cfg.Period)
-	for _, m := range tried {
+	for _, m := range rd.tried {
 		d.cooling[m.Unit.Key] = d.clock().Now().Add(cool)
 	}
 	// The census counted the moved units at their old owners: until the
 	// next pass recounts, the committed moves are applied to it.
-	for _, m := range moved {
+	for _, m := range rd.moved {
 		d.census[m.Unit.Owner]--
 		d.census[m.Target]++
 	}
+	d.endRound(rd)
 }
 
 // samples is a round's gathering of the nodes' tables.
@@ -450,41 +624,45 @@ type samples struct {
 	nodes []LoadNode // the nodes that answered, with their loads
 }
 
-// gather asks every live node for its table (docs/PLACEMENT.md §5); a
-// node that does not answer is left out of this round.
-func (d *Director) gather(ctx context.Context, nodes []location.VersionedNode) samples {
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		out samples
-	)
-	for _, n := range nodes {
-		wg.Add(1)
-		go func(desc *location.NodeDescriptor) {
-			defer wg.Done()
-			s, err := d.env.Samples(ctx, desc)
-			if err != nil {
-				// Its objects are planned without their own traffic this
-				// round; the next asks again.
-				d.log.Debug().Str("event", "placement_samples_unavailable").Str("node_rid", desc.GetNodeRid()).Err(err).Msg("a node's samples were not read")
-				return
-			}
-			rid := desc.GetNodeRid()
-			for i := range s.Edges {
-				s.Edges[i].ToNode = rid
-			}
-			for i := range s.Loads {
-				s.Loads[i].Node = rid
-			}
-			mu.Lock()
-			out.edges = append(out.edges, s.Edges...)
-			out.loads = append(out.loads, s.Loads...)
-			out.nodes = append(out.nodes, LoadNode{Rid: rid, Load: s.NodeLoad})
-			mu.Unlock()
-		}(n.Node)
+// gather asks every live node for its table (docs/PLACEMENT.md §5), all
+// at once; a node that does not answer is left out of this round. Once
+// every node has answered it plans from the samples.
+func (d *Director) gather(rd *round) {
+	rd.asking = len(rd.nodes)
+	if rd.asking == 0 {
+		d.colocate(rd)
+		return
 	}
-	wg.Wait()
-	return out
+	for _, n := range rd.nodes {
+		desc := n.Node
+		d.call(func() func() {
+			s, err := d.env.Samples(rd.ctx, desc)
+			return func() { d.sampled(rd, desc, s, err) }
+		})
+	}
+}
+
+func (d *Director) sampled(rd *round, desc *location.NodeDescriptor, s Sample, err error) {
+	rd.asking--
+	if err != nil {
+		// Its objects are planned without their own traffic this round;
+		// the next asks again.
+		d.log.Debug().Str("event", "placement_samples_unavailable").Str("node_rid", desc.GetNodeRid()).Err(err).Msg("a node's samples were not read")
+	} else {
+		rid := desc.GetNodeRid()
+		for i := range s.Edges {
+			s.Edges[i].ToNode = rid
+		}
+		for i := range s.Loads {
+			s.Loads[i].Node = rid
+		}
+		rd.samples.edges = append(rd.samples.edges, s.Edges...)
+		rd.samples.loads = append(rd.samples.loads, s.Loads...)
+		rd.samples.nodes = append(rd.samples.nodes, LoadNode{Rid: rid, Load: s.NodeLoad})
+	}
+	if rd.asking == 0 {
+		d.colocate(rd)
+	}
 }
 
 // resolve reads each planned object's record afresh for its attempt's
@@ -576,42 +754,82 @@ func hosts(n *location.NodeDescriptor) func(string) bool {
 }
 
 // attempt reserves m in the ledger, asks the source, and records the
-// outcome (docs/PLACEMENT.md §4); "" when it stays unknown. asked: the
-// source was asked (the ledger reserved the attempt).
-func (d *Director) attempt(m Move) (o Outcome, asked bool) {
+// outcome (docs/PLACEMENT.md §4), each step a call whose answer is a
+// turn; it ends with attempted.
+func (d *Director) attempt(rd *round, m Move) {
 	now := d.clock().Now()
 	a := Attempt{Op: uuid.NewString(), Key: m.Unit.Key, SourceRid: m.Unit.Owner, SourceGen: m.Unit.SourceGen,
 		ObjectGen: m.Unit.ObjectGen, OwnerGen: m.Unit.OwnerGen, TargetRid: m.Target, DeadlineMs: now.Add(d.cfg.AttemptTimeout).UnixMilli()}
 	ctx, cancel := machine.WithDeadline(d.quit, d.clock(), now.Add(d.cfg.AttemptTimeout))
-	defer cancel()
-	v, err := d.reserve(ctx, a)
+	rd.attempts[a.Op] = cancel
+	d.call(func() func() {
+		v, err := d.reserve(ctx, a)
+		return func() { d.reserved(rd, m, a, ctx, v, err) }
+	})
+}
+
+func (d *Director) reserved(rd *round, m Move, a Attempt, ctx context.Context, v Verdict, err error) {
 	if err != nil {
 		d.log.Warn().Str("event", "placement_reserve_failed").Str("object_id", m.Unit.Ref.ID).Err(err).Msg("the placement ledger could not be written; nothing was asked")
-		return "", false
+		d.attempted(rd, m, a, "", false)
+		return
 	}
 	if !v.Go {
 		d.count(a, v.Outcome)
-		return v.Outcome, false
+		d.attempted(rd, m, a, v.Outcome, false)
+		return
 	}
-	err = d.env.Move(ctx, m.Unit.Ref, m.Target, d.cfg.IdleWindow)
-	o, known := classify(err)
-	asked = true
-	if !known {
-		o = d.reconcile(m.Unit, a)
+	d.call(func() func() {
+		err := d.env.Move(ctx, m.Unit.Ref, m.Target, d.cfg.IdleWindow)
+		return func() { d.asked(rd, m, a, err) }
+	})
+}
+
+// asked takes the source's answer; an ambiguous one is reconciled from
+// the unit's record.
+func (d *Director) asked(rd *round, m Move, a Attempt, err error) {
+	if o, known := classify(err); known {
+		d.decided(rd, m, a, o, err)
+		return
 	}
+	d.reconcile(m.Unit, a, func(o Outcome) { d.decided(rd, m, a, o, err) })
+}
+
+// decided records a known outcome in the ledger; "" stays unknown.
+func (d *Director) decided(rd *round, m Move, a Attempt, o Outcome, moveErr error) {
 	if o == "" {
-		d.log.Warn().Str("event", "placement_outcome_unknown").Str("object_id", m.Unit.Ref.ID).Str("operation", a.Op).Err(err).
+		d.log.Warn().Str("event", "placement_outcome_unknown").Str("object_id", m.Unit.Ref.ID).Str("operation", a.Op).Err(moveErr).
 			Msg("an attempt's outcome stays unknown; its reservation counts until its deadline")
-		return "", true
+		d.attempted(rd, m, a, "", true)
+		return
 	}
-	if err := d.finish(a, o); err != nil {
-		d.log.Warn().Str("event", "placement_finish_failed").Str("object_id", m.Unit.Ref.ID).Err(err).Msg("the outcome was not recorded; the reservation expires at its deadline")
+	d.call(func() func() {
+		err := d.finish(a, o)
+		return func() {
+			if err != nil {
+				d.log.Warn().Str("event", "placement_finish_failed").Str("object_id", m.Unit.Ref.ID).Err(err).Msg("the outcome was not recorded; the reservation expires at its deadline")
+			}
+			d.count(a, o)
+			if o == Committed {
+				d.log.Info().Str("event", "placement_moved").Str("object_id", m.Unit.Ref.ID).Str("from", a.SourceRid).Str("to", a.TargetRid).Msg("an idle unit moved")
+			}
+			d.attempted(rd, m, a, o, true)
+		}
+	})
+}
+
+// attempted ends an attempt with its outcome ("" when it stays unknown);
+// asked: the source was asked (the ledger reserved the attempt).
+func (d *Director) attempted(rd *round, m Move, a Attempt, o Outcome, asked bool) {
+	rd.attempts[a.Op]()
+	delete(rd.attempts, a.Op)
+	if asked {
+		rd.tried = append(rd.tried, m)
 	}
-	d.count(a, o)
 	if o == Committed {
-		d.log.Info().Str("event", "placement_moved").Str("object_id", m.Unit.Ref.ID).Str("from", a.SourceRid).Str("to", a.TargetRid).Msg("an idle unit moved")
+		rd.moved = append(rd.moved, m)
 	}
-	return o, true
+	d.dispatch(rd)
 }
 
 // classify maps a move's error to an outcome; known false: the answer
@@ -633,39 +851,62 @@ func classify(err error) (Outcome, bool) {
 	return "", false // Unavailable, DeadlineExceeded: ambiguous
 }
 
-// reconcile decides an ambiguous attempt from the unit's record: owned by
-// the target → committed; still the source's at the selected generations
-// → not committed, source unchanged (deferred); anything else → stale. A
-// record not found is not proof that nothing happened: stale. A store
-// error is retried until the attempt's deadline; "" then (unknown).
-func (d *Director) reconcile(u Unit, a Attempt) Outcome {
-	deadline := time.UnixMilli(a.DeadlineMs)
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+// reconcile decides an ambiguous attempt from the unit's record (settle)
+// and goes on with then. A store error is asked again after a pause, until
+// the attempt's deadline; "" then (unknown). The pauses are on the
+// director's clock, as the deadline is: on real time, a node in logical
+// time whose clock stood still would ask its failing store again and
+// again and never reach the deadline. Stop ends a pause: unknown.
+func (d *Director) reconcile(u Unit, a Attempt, then func(Outcome)) {
+	d.reconcileAfter(u, a, 50*time.Millisecond, then)
+}
+
+// reconcileAfter reads u's record; if it does not decide, it reads again
+// after wait (doubling, up to a second).
+func (d *Director) reconcileAfter(u Unit, a Attempt, wait time.Duration, then func(Outcome)) {
+	d.call(func() func() {
 		ctx, cancel := machine.WithTimeout(d.quit, d.clock(), 5*time.Second)
 		v, err := d.env.Store.Read(ctx, u.Ref)
 		cancel()
-		switch {
-		case errors.Is(err, location.ErrNotFound):
-			return Stale
-		case err == nil:
-			r := v.Record
-			switch {
-			case r.GetOwner().GetNodeRid() == a.TargetRid:
-				return Committed
-			case r.GetOwner().GetNodeRid() == a.SourceRid && r.GetAuthorityOwnerGeneration() == a.OwnerGen && r.GetObjectGeneration() == a.ObjectGen:
-				return Deferred
+		return func() {
+			if o, decided := settle(a, v, err); decided {
+				then(o)
+				return
 			}
-			return Stale
+			if d.quit.Err() != nil || d.clock().Now().Add(wait).After(time.UnixMilli(a.DeadlineMs)) {
+				then("")
+				return
+			}
+			k := reconcileTimer(a.Op)
+			d.pauses[k] = func() { then("") }
+			d.loop.Arm(k, wait, func() {
+				delete(d.pauses, k)
+				d.reconcileAfter(u, a, min(2*wait, time.Second), then)
+			})
 		}
-		if d.clock().Now().Add(wait).After(deadline) {
-			return ""
-		}
-		select {
-		case <-machine.After(machine.Real, wait): // pacing
-		case <-d.stop:
-			return ""
-		}
+	})
+}
+
+// settle decides an ambiguous attempt from the unit's record read (v,
+// err): owned by the target → committed; still the source's at the
+// selected generations → not committed, source unchanged (deferred);
+// anything else → stale. A record not found is not proof that nothing
+// happened: stale. A store error decides nothing.
+func settle(a Attempt, v location.Versioned, err error) (o Outcome, decided bool) {
+	switch {
+	case errors.Is(err, location.ErrNotFound):
+		return Stale, true
+	case err != nil:
+		return "", false
 	}
+	r := v.Record
+	switch {
+	case r.GetOwner().GetNodeRid() == a.TargetRid:
+		return Committed, true
+	case r.GetOwner().GetNodeRid() == a.SourceRid && r.GetAuthorityOwnerGeneration() == a.OwnerGen && r.GetObjectGeneration() == a.ObjectGen:
+		return Deferred, true
+	}
+	return Stale, true
 }
 
 // reserve runs Ledger.Reserve against the stored ledger, by CAS.

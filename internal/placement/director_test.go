@@ -145,7 +145,7 @@ func TestReconcileReadsTheRecord(t *testing.T) {
 	u := Unit{Ref: key, Key: key.String(), Owner: nodes[0].NodeRid, OwnerGen: 1, ObjectGen: 1}
 	a := Attempt{Op: "op", Key: key.String(), SourceRid: nodes[0].NodeRid, OwnerGen: 1, ObjectGen: 1, TargetRid: nodes[1].NodeRid,
 		DeadlineMs: time.Now().Add(time.Minute).UnixMilli()}
-	require.Equal(t, Deferred, d.reconcile(u, a), "the source unchanged")
+	require.Equal(t, Deferred, reconcileNow(t, d, u, a), "the source unchanged")
 
 	setOwner := func(n *location.NodeDescriptor, ownerGen uint64) {
 		v, err := store.Read(context.Background(), key)
@@ -156,13 +156,31 @@ func TestReconcileReadsTheRecord(t *testing.T) {
 		require.NoError(t, err)
 	}
 	setOwner(nodes[1], 2)
-	require.Equal(t, Committed, d.reconcile(u, a))
+	require.Equal(t, Committed, reconcileNow(t, d, u, a))
 	setOwner(nodes[2], 3)
-	require.Equal(t, Stale, d.reconcile(u, a))
+	require.Equal(t, Stale, reconcileNow(t, d, u, a))
 	setOwner(nodes[0], 4)
-	require.Equal(t, Stale, d.reconcile(u, a), "back at the source but at another generation: not the selected tuple")
+	require.Equal(t, Stale, reconcileNow(t, d, u, a), "back at the source but at another generation: not the selected tuple")
 	gone := Unit{Ref: location.Key(location.KindActor, "nobody"), Key: "nobody"}
-	require.Equal(t, Stale, d.reconcile(gone, a), "a missing record is stale, never proof of no move")
+	require.Equal(t, Stale, reconcileNow(t, d, gone, a), "a missing record is stale, never proof of no move")
+}
+
+// roundNow runs one round of d, not started, in its loop and waits for
+// it to end: the round's bookkeeping is then the test's to read.
+func roundNow(t *testing.T, d *Director) {
+	t.Helper()
+	ended := make(chan struct{})
+	require.True(t, d.loop.Post(func() { d.round(func() { close(ended) }) }))
+	testwait.Recv(t, ended, "a round to end")
+}
+
+// reconcileNow reconciles the attempt a of u in d's loop and returns its
+// outcome.
+func reconcileNow(t *testing.T, d *Director, u Unit, a Attempt) Outcome {
+	t.Helper()
+	got := make(chan Outcome, 1)
+	require.True(t, d.loop.Post(func() { d.reconcile(u, a, func(o Outcome) { got <- o }) }))
+	return testwait.Recv(t, got, "the reconciliation's outcome")
 }
 
 // A census pass counts every unit once, however many pages each kind
@@ -182,7 +200,7 @@ func TestCensusCountsEachUnitOnce(t *testing.T) {
 		Move: func(context.Context, location.AuthorityKey, string, time.Duration) error { return nil }})
 	require.NoError(t, err)
 	for range 3 {
-		d.round()
+		roundNow(t, d)
 	}
 	// Moves the third round made change where units are counted, not
 	// how many.
@@ -201,12 +219,12 @@ func TestAPassStartsAnewAfterTheElectionWasLost(t *testing.T) {
 	d, err := New(Config{PageSize: 10, Margin: 1000}, Env{Store: store, Board: store, Mesh: "m",
 		Self: func() *location.NodeDescriptor { return self }, Logger: zerolog.Nop()})
 	require.NoError(t, err)
-	d.round() // the first page of Actors, and every Instance Spot (none)
+	roundNow(t, d) // the first page of Actors, and every Instance Spot (none)
 	self = nodes[1]
-	d.round() // rid-0 is elected: this director directs nothing
+	roundNow(t, d) // rid-0 is elected: this director directs nothing
 	self = nodes[0]
 	for range 3 {
-		d.round()
+		roundNow(t, d)
 	}
 	require.Equal(t, 25, d.census[nodes[0].NodeRid], "every unit counted: %v", d.census)
 }
@@ -568,4 +586,90 @@ func TestStopEndsARoundTheStoreDoesNotAnswer(t *testing.T) {
 			return false
 		}
 	}, "Stop to end the round the store does not answer")
+}
+
+// unreadable is a store whose records cannot be read (it answers
+// Unavailable), counting the reads.
+type unreadable struct {
+	*memstore.Store
+	reads atomic.Int64
+}
+
+func (u *unreadable) Read(context.Context, location.AuthorityKey) (location.Versioned, error) {
+	u.reads.Add(1)
+	return location.Versioned{}, fmt.Errorf("%w: the store does not answer", roamerr.ErrUnavailable)
+}
+
+// logBuffer is a log that the director's turns and calls write to at once.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// An attempt whose answer was lost, on a node in logical time whose store
+// cannot be read, asks the store again only as the node's clock passes
+// its pauses: those pauses are on the clock its deadline is on (paced on
+// real time, the reads went on while the clock stood still, and the
+// deadline that ends them never came). Stop ends the pause under way on a
+// clock nobody moves any more: the outcome stays unknown, and no timer or
+// goroutine of the director is left.
+// Reference: docs/PLACEMENT.md §4 (a lost reply is ambiguous).
+func TestAReconciliationPausesOnTheNodeClockAndEndsWithStop(t *testing.T) {
+	testwait.NoLeaks(t)
+	store, nodes := storm(t, 3)
+	u := &unreadable{Store: store}
+	clock := machine.NewManualAt(time.Now())
+	var logged logBuffer
+	var asked, outcomes atomic.Int64
+	lost := func(context.Context, location.AuthorityKey, string, time.Duration) error {
+		asked.Add(1)
+		return fmt.Errorf("%w: the answer was lost", roamerr.ErrUnavailable)
+	}
+	const period = time.Second
+	d, err := New(Config{Period: period, Limits: Limits{Rate: 1, Burst: 1, Concurrency: 1, Cooldown: time.Hour}, AttemptTimeout: time.Minute,
+		OnAttempt: func(Attempt, Outcome) { outcomes.Add(1) }},
+		Env{Store: u, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: lost,
+			Logger: zerolog.New(&logged), Clock: clock})
+	require.NoError(t, err)
+	start := clock.Now()
+	d.Start()
+	// pausing: the earliest timer on the node's clock is due after wait.
+	pausing := func(wait time.Duration) bool {
+		next, ok := clock.Next()
+		return ok && next.Equal(clock.Now().Add(wait))
+	}
+	testwait.For(t, func() bool { next, ok := clock.Next(); return ok && next.Equal(start.Add(period)) }, "the first period armed")
+	clock.Advance(period)
+	for i, wait := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		reads := int64(i + 1)
+		testwait.For(t, func() bool { return u.reads.Load() > reads+1 || (u.reads.Load() == reads && pausing(wait)) },
+			fmt.Sprintf("read %d of the record to fail and the pause of %v after it", reads, wait))
+		require.Equal(t, reads, u.reads.Load(), "the store was asked again while the node's clock stood still")
+		if i == 0 {
+			clock.Advance(wait)
+		}
+	}
+	require.Equal(t, int64(1), asked.Load(), "one source asked")
+	stopped := make(chan struct{})
+	go func() {
+		d.Stop()
+		close(stopped)
+	}()
+	testwait.Recv(t, stopped, "Stop to end the reconciliation's pause")
+	require.Zero(t, clock.Armed(), "a timer of the director outlived Stop")
+	require.Equal(t, int64(2), u.reads.Load(), "the record read after Stop")
+	require.Zero(t, outcomes.Load(), "an outcome decided without the record")
+	require.Contains(t, logged.String(), "placement_outcome_unknown")
 }
