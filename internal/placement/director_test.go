@@ -673,3 +673,24 @@ func TestAReconciliationPausesOnTheNodeClockAndEndsWithStop(t *testing.T) {
 	require.Zero(t, outcomes.Load(), "an outcome decided without the record")
 	require.Contains(t, logged.String(), "placement_outcome_unknown")
 }
+
+// Stop returns whether or not the director was started, and from two
+// callers at once. (A Stop before Start used to wait forever for a round
+// goroutine that never ran.)
+func TestStopReturnsStartedOrNot(t *testing.T) {
+	testwait.NoLeaks(t)
+	store, nodes := storm(t, 1)
+	w := &watched{Store: store}
+	d, err := New(Config{}, Env{Store: w, Board: w, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	stopped := make(chan struct{}, 2)
+	for range 2 {
+		go func() {
+			d.Stop()
+			stopped <- struct{}{}
+		}()
+	}
+	testwait.Recv(t, stopped, "the first Stop of a director never started")
+	testwait.Recv(t, stopped, "the second Stop")
+	require.Zero(t, w.lists.Load()+w.announcement.Load(), "a director never started read or wrote")
+}
