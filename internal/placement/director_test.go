@@ -534,6 +534,119 @@ func TestResolveChecksWherePartnersAreNow(t *testing.T) {
 	require.Equal(t, "rid-1", moves[0].Target)
 }
 
+// A group of three, one member per node, whose first mover fills the node
+// it joins to co-location's limit: the third member cannot follow there,
+// so the group converges on another node that has room. The member that
+// went first moves a second time to follow it, never back to the node it
+// left, and no node is ever filled past the limit. The nodes' tables are
+// real edge tables: a move restarts the count of the messages to the moved
+// object (its old node forgets them), so the pair g-0's move joined weighs
+// less than their traffic with g-1 for a while, and the group leaves the
+// full node for g-1's. In logical time, one round at a time.
+// Reference: docs/PLACEMENT.md §5 (planning, slack, hysteresis).
+func TestAGroupWhoseNodeIsFullConvergesElsewhereWithoutGoingBack(t *testing.T) {
+	ctx := context.Background()
+	store, nodes := storm(t, 0)
+	byRid := map[string]*location.NodeDescriptor{}
+	for _, n := range nodes {
+		byRid[n.NodeRid] = n
+	}
+	key := func(id string) location.AuthorityKey { return location.Key(location.KindActor, id) }
+	owner := func(id string) string {
+		v, err := store.Read(ctx, key(id))
+		require.NoError(t, err)
+		return v.Record.GetOwner().GetNodeRid()
+	}
+	// Ten units: the mean is 3.3, the limit 5 (two above the mean's
+	// floor). rid-2 holds g-2 and three idle units: 4, full once g-0
+	// joins.
+	for i, ids := range [][]string{{"g-0", "idle-0a", "idle-0b"}, {"g-1", "idle-1a", "idle-1b"}, {"g-2", "idle-2a", "idle-2b", "idle-2c"}} {
+		for _, id := range ids {
+			own(t, store, id, nodes[i])
+		}
+	}
+	const limit = 5
+	clock := machine.NewManualAt(time.Now())
+	tables := map[string]*EdgeTable{}
+	for _, n := range nodes {
+		tables[n.NodeRid] = NewEdgeTable(64, time.Minute)
+	}
+	// talk records n samples of each edge of the ring g-0 → g-1 → g-2 →
+	// g-0 in the receiver's node's table, as the receiver would.
+	talk := func(n01, n12, n20 int) {
+		for _, e := range []struct {
+			from, to string
+			n        int
+		}{{"g-0", "g-1", n01}, {"g-1", "g-2", n12}, {"g-2", "g-0", n20}} {
+			for range e.n {
+				tables[owner(e.to)].Record(key(e.from), owner(e.from), key(e.to), clock.Now())
+			}
+		}
+	}
+	samples := func(_ context.Context, n *location.NodeDescriptor) (Sample, error) {
+		here := func(k location.AuthorityKey) bool { return owner(k.ID) == n.NodeRid }
+		return Sample{Edges: tables[n.NodeRid].Snapshot(here, clock.Now())}, nil
+	}
+	var mu sync.Mutex
+	var moves []string
+	left := map[string]map[string]bool{}
+	move := func(ctx context.Context, k location.AuthorityKey, target string, _ time.Duration) error {
+		v, err := store.Read(ctx, k)
+		if err != nil {
+			return err
+		}
+		rec := v.Record
+		mu.Lock()
+		defer mu.Unlock()
+		source := rec.GetOwner().GetNodeRid()
+		if left[k.ID][target] {
+			t.Errorf("%s moved back to %s, a node it left", k.ID, target)
+		}
+		if left[k.ID] == nil {
+			left[k.ID] = map[string]bool{}
+		}
+		left[k.ID][source] = true
+		moves = append(moves, fmt.Sprintf("%s %s→%s", k.ID, source, target))
+		n := byRid[target]
+		rec.Owner = &messages.Owner{Mesh: "m", NodeRid: n.NodeRid, NodeGeneration: n.NodeGeneration, LeaseId: n.LeaseId}
+		rec.AuthorityOwnerGeneration++
+		_, err = store.CompareAndSet(ctx, k, v.Version, rec)
+		return err
+	}
+	const period = time.Second
+	d, err := New(Config{Period: period, CoLocation: CoLocation{Enabled: true, MinGain: 2},
+		Limits: Limits{Rate: 1000, Burst: 100, Concurrency: 4, Cooldown: period}},
+		Env{Store: store, Board: store, Mesh: "m", Self: func() *location.NodeDescriptor { return nodes[0] }, Move: move,
+			Samples: samples, Logger: zerolog.Nop(), Clock: clock})
+	require.NoError(t, err)
+	defer d.Stop()
+
+	together := func() bool { return owner("g-0") == owner("g-1") && owner("g-1") == owner("g-2") }
+	// g-0 talks a little more with g-2 than with g-1: it goes to rid-2,
+	// which g-1 then has no room to join.
+	talk(8, 8, 9)
+	for round := 0; round < 10 && !together(); round++ {
+		roundNow(t, d)
+		page, err := store.List(ctx, location.KindActor, location.PageRequest{Size: 100})
+		require.NoError(t, err)
+		units := map[string]int{}
+		for _, v := range page.Items {
+			units[v.Record.GetOwner().GetNodeRid()]++
+		}
+		for rid, n := range units {
+			require.LessOrEqual(t, n, limit, "%s filled past co-location's limit", rid)
+		}
+		talk(1, 1, 1)
+		clock.Advance(2 * period) // past every cooldown
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, together(), "the group on one node; moves: %v", moves)
+	require.NotEqual(t, "rid-2", owner("g-1"), "the group converged on the full node; moves: %v", moves)
+	require.Equal(t, "g-0 rid-0→rid-2", moves[0], "the first mover filled rid-2; moves: %v", moves)
+	t.Logf("moves: %v", moves)
+}
+
 // unanswered is a store cut off from its node: a listing of the nodes
 // waits for its caller's context, as a call does while the store does not
 // answer.
