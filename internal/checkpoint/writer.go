@@ -70,6 +70,11 @@ type Writer struct {
 	// drained closes in the turn in which a stopped Writer's last write
 	// ended.
 	drained chan struct{}
+	// sweeps bounds the tombstone sweeps' store calls: best effort, they
+	// end with Stop (stopSweeps) instead of holding it for their timeout,
+	// which on a node's logical clock may never come.
+	sweeps     context.Context
+	stopSweeps context.CancelFunc
 
 	// Owned by the loop's turns.
 	pending map[location.AuthorityKey]Checkpoint
@@ -114,7 +119,9 @@ func NewWriter(cfg Config) *Writer {
 	if cfg.Lease == nil {
 		cfg.Lease = func() error { return nil }
 	}
+	sweeps, stopSweeps := context.WithCancel(context.Background())
 	return &Writer{
+		sweeps: sweeps, stopSweeps: stopSweeps,
 		cfg: cfg, loop: machine.NewLoop[sweep](machine.Or(cfg.Clock)), pace: machine.NewTimers[location.AuthorityKey](machine.Real),
 		drained: make(chan struct{}), pending: map[location.AuthorityKey]Checkpoint{}, writing: map[location.AuthorityKey]*inflight{},
 		versions: map[location.AuthorityKey]location.StoreVersion{}, forgetting: map[location.AuthorityKey]bool{},
@@ -545,7 +552,7 @@ func (w *Writer) sweep(key location.AuthorityKey, v location.StoreVersion) {
 	w.calls.Add(1)
 	go func() {
 		defer w.calls.Done()
-		ctx, cancel := machine.WithTimeout(context.Background(), machine.Or(w.cfg.Clock), w.cfg.Timeout)
+		ctx, cancel := machine.WithTimeout(w.sweeps, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		defer cancel()
 		_ = w.cfg.Store.DeleteCheckpoint(ctx, key, v)
 	}()
@@ -609,5 +616,6 @@ func (w *Writer) Stop() {
 	w.loop.Close()
 	<-w.loop.Done()
 	w.pace.Close()
+	w.stopSweeps()
 	w.calls.Wait()
 }

@@ -119,6 +119,35 @@ func TestTombstoneSweepRunsOnTheNodeClockAndEndsWithStop(t *testing.T) {
 	require.ErrorIs(t, err, roamerr.ErrUnavailable, "a stopped writer claims nothing")
 }
 
+// deafDeletes never answers a DeleteCheckpoint before its context ends:
+// a store cut off, on a clock that does not move.
+type deafDeletes struct {
+	location.CheckpointStore
+	entered chan struct{}
+}
+
+func (s deafDeletes) DeleteCheckpoint(ctx context.Context, _ location.AuthorityKey, _ location.StoreVersion) error {
+	s.entered <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A tombstone's sweep is best effort: one waiting on a store that does not
+// answer ends with Stop, instead of holding it for its timeout — on a
+// node's logical clock, which nobody moves any more, that would be never.
+func TestStopEndsASweepTheStoreDoesNotAnswer(t *testing.T) {
+	clock := machine.NewManual()
+	s := deafDeletes{CheckpointStore: memstore.New(memstore.WithClock(clock)), entered: make(chan struct{}, 1)}
+	w := NewWriter(Config{Store: s, Clock: clock})
+	require.NoError(t, w.Forget(context.Background(), key, 1, 1, "room"))
+	testwait.For(t, func() bool { return clock.Armed() == 1 }, "the tombstone's sweep to be armed")
+	clock.Advance(TombstoneFor)
+	testwait.Recv(t, s.entered, "the sweep's delete to reach the store")
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	testwait.Recv(t, stopped, "Stop to return while the sweep's delete is unanswered")
+}
+
 // WaitIdle returns when the last write ends — not before, and not later
 // than its caller's context — and at once on a Writer with nothing to do.
 func TestWaitIdleReturnsWhenTheLastWriteEnds(t *testing.T) {
