@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -590,6 +591,13 @@ func (w *Writer) WaitIdle(ctx context.Context) error {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
+		// A caller that gives up takes its waiter away: a Writer that is
+		// never idle again (a failing store, retried) would keep every one.
+		w.loop.Post(func() {
+			if i := slices.Index(w.idle, idle); i >= 0 {
+				w.idle = slices.Delete(w.idle, i, i+1)
+			}
+		})
 		return fmt.Errorf("%w: wait for the checkpoint writes: %w", roamerr.ErrDeadlineExceeded, ctx.Err())
 	}
 }

@@ -172,10 +172,11 @@ func TestWaitIdleReturnsWhenTheLastWriteEnds(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, testwait.Recv(t, gaveUp, "WaitIdle to end with its caller's context"), roamerr.ErrDeadlineExceeded,
 		"a write is under way and the caller gave up")
+	testwait.For(t, waiting(0), "the waiter of the call that gave up to go")
 
 	waited := make(chan error, 1)
 	go func() { waited <- w.WaitIdle(context.Background()) }()
-	testwait.For(t, waiting(2), "WaitIdle to wait for the write") // the first call's channel stays until idle
+	testwait.For(t, waiting(1), "WaitIdle to wait for the write")
 	select {
 	case err := <-waited:
 		t.Fatalf("WaitIdle returned (%v) while the write was held in the store", err)
