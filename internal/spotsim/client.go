@@ -538,7 +538,7 @@ func (e ownerEnv) Serving() error {
 	case l.ended:
 		return fmt.Errorf("%w: node %s has stopped or its owner lease ended", roamerr.ErrUnavailable, l.rid)
 	case !l.valid():
-		return fmt.Errorf("%w: %w: node %s is fenced: its owner lease is not provably in force", roamerr.ErrUnavailable, location.ErrUnavailable, l.rid)
+		return fmt.Errorf("%w: node %s is fenced: its owner lease is not provably in force", location.ErrFenced, l.rid)
 	}
 	return nil
 }
