@@ -126,7 +126,7 @@ func RecoverByOperator() KindOption { return func(k *Kind) { k.k.RecoverByOperat
 func SpotWide() KindOption { return func(k *Kind) { k.k.SpotWide = true } }
 
 // MaxSpotWideMembers is the most members a SpotWide User Spot moves with.
-const MaxSpotWideMembers = 120
+const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox
