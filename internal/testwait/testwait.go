@@ -13,6 +13,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/roamactors/roam/location"
 )
 
 // Bound is the longest any one wait may take unless the test names a
@@ -83,14 +85,17 @@ func Quiet(t testing.TB, d time.Duration, busy func() string, msg string) {
 // Past retries do while its error matches transient (errors.Is) and
 // returns its first other answer, failing t once its Patience is spent.
 // For a condition that ends by itself, such as an ended owner that other
-// nodes take over only a lease TTL after they first see it gone.
+// nodes take over only a lease TTL after they first see it gone. A node's
+// refusal while it is fenced (location.ErrFenced: its lease renewal came
+// late, as on a starved machine) ends by itself too, at its next renewal,
+// and is retried whatever transient is.
 func Past[T any](t testing.TB, transient error, do func() (T, error)) (T, error) {
 	t.Helper()
 	d := Patience(t)
 	deadline := time.Now().Add(d)
 	for {
 		v, err := do()
-		if !errors.Is(err, transient) {
+		if !errors.Is(err, transient) && !errors.Is(err, location.ErrFenced) {
 			return v, err
 		}
 		if time.Now().After(deadline) {
