@@ -29,6 +29,12 @@ import (
 type journal struct {
 	store location.Store
 	log   []string
+	// ticks counts the "tick" entries, so that a tick's turn costs the
+	// same however long the journal grew: a fenced-out move gives its
+	// participants back every send it held (thousands, under senders
+	// that do not stop), and a turn that reread the whole journal made
+	// working them off quadratic, longer than a caller waits.
+	ticks int64
 }
 
 func (j *journal) Receive(c actor.Context) {
@@ -39,7 +45,8 @@ func (j *journal) Receive(c actor.Context) {
 			c.Respond(wrapperspb.String(strings.Join(j.log, ",")))
 		default:
 			j.log = append(j.log, "tick")
-			c.Respond(wrapperspb.Int64(int64(strings.Count(strings.Join(j.log, ","), "tick"))))
+			j.ticks++
+			c.Respond(wrapperspb.Int64(j.ticks))
 		}
 	case *roam.JoinedSpot:
 		entry := "joined " + m.GetSpotId()
@@ -70,6 +77,7 @@ func (j *journal) RestoreState(b []byte) error {
 	if v.GetValue() != "" {
 		j.log = strings.Split(v.GetValue(), ",")
 	}
+	j.ticks = int64(count(j.log, "tick"))
 	return nil
 }
 
