@@ -565,7 +565,7 @@ func TestSpotWideFaultSourceStopsDuringMove(t *testing.T) {
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.Stop(ctx) }()
-	time.Sleep(50 * time.Millisecond) // let the drain begin (not for correctness)
+	testwait.For(t, func() bool { return draining(b, "node-a") }, "node-a's Stop to begin its drain")
 	close(held.release)
 	require.NoError(t, <-moved)
 	require.NoError(t, <-stopped)
@@ -656,7 +656,9 @@ func TestSpotWideFaultTargetKilledAfterRelayReady(t *testing.T) {
 	close(bs.release)
 	err := testwait.Recv(t, moved, "the move returned")
 	t.Logf("relocate: %v", err)
-	time.Sleep(200 * time.Millisecond) // more sends while it settles (not for correctness)
+	for _, id := range members { // more sends while it settles
+		sentMore(t, sent[id], id)
+	}
 	stop.Store(true)
 	wg.Wait()
 	owners := unitOwners(t, store)
@@ -664,16 +666,8 @@ func TestSpotWideFaultTargetKilledAfterRelayReady(t *testing.T) {
 	for _, id := range members {
 		require.Equal(t, a.NodeRid(), owners[roam.ActorRef(id)], id)
 		want := int(sent[id].Load())
-		got := 0
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if got = count(journalOf(t, a, roam.ActorRef(id)), "tick"); got >= want {
-				break
-			}
-		}
-		t.Logf("%s: sent %d handled %d", id, want, got)
-		if got != want {
-			t.Errorf("%s: sent %d, handled %d", id, want, got)
-		}
+		testwait.For(t, func() bool { return count(journalOf(t, a, roam.ActorRef(id)), "tick") >= want }, id+" lost sends")
+		require.Equal(t, want, count(journalOf(t, a, roam.ActorRef(id)), "tick"), "%s exactly once", id)
 	}
 	require.EqualValues(t, 1, spotCall(t, a, "crew", "visit").(*wrapperspb.Int64Value).GetValue())
 	countsExact(t, store)
@@ -711,20 +705,35 @@ func TestSpotWideFaultTargetKilledAfterRelayReadyPlainActor(t *testing.T) {
 	testwait.Recv(t, bs.entered, "the target's commit reached the store")
 	kill()
 	close(bs.release)
-	t.Logf("relocate: %v", <-moved)
-	time.Sleep(200 * time.Millisecond)
+	t.Logf("relocate: %v", testwait.Recv(t, moved, "the move returned"))
+	sentMore(t, &sent, "solo") // more sends while it settles
 	stop.Store(true)
 	wg.Wait()
-	want, got := int(sent.Load()), 0
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if got = count(journalOf(t, a, roam.ActorRef("solo")), "tick"); got >= want {
-			break
+	want := int(sent.Load())
+	testwait.For(t, func() bool { return count(journalOf(t, a, roam.ActorRef("solo")), "tick") >= want }, "solo lost sends")
+	require.Equal(t, want, count(journalOf(t, a, roam.ActorRef("solo")), "tick"), "solo exactly once")
+}
+
+// sentMore waits until a sender has sent a few more messages than now.
+func sentMore(t *testing.T, sent *atomic.Int64, id string) {
+	t.Helper()
+	from := sent.Load()
+	testwait.For(t, func() bool { return sent.Load() >= from+5 }, "more sends to "+id)
+}
+
+// draining reports whether via's store lists the node named name as
+// draining.
+func draining(via *roam.Roam, name string) bool {
+	nodes, err := via.Nodes(context.Background())
+	if err != nil {
+		return false
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n.Draining
 		}
 	}
-	t.Logf("solo: sent %d handled %d", want, got)
-	if got != want {
-		t.Errorf("solo: sent %d, handled %d", want, got)
-	}
+	return false
 }
 
 // startKillable is start whose actor system can be shut down (without
@@ -818,13 +827,9 @@ func TestSpotWideFaultChurnWhileMoving(t *testing.T) {
 		// A Join that returned has committed; its member may open on
 		// the Spot's node a moment later, and until then the Spot does
 		// not move (Unavailable, a retryable answer).
-		var err error
-		for until := time.Now().Add(testwait.Patience(t)); ; time.Sleep(10 * time.Millisecond) {
-			_, err = home.Relocate(ctx, roam.UserSpotRef("crew"), away.NodeName())
-			if !errors.Is(err, roamerr.ErrUnavailable) || time.Now().After(until) {
-				break
-			}
-		}
+		_, err := testwait.Past(t, roamerr.ErrUnavailable, func() (roam.Outcome, error) {
+			return home.Relocate(ctx, roam.UserSpotRef("crew"), away.NodeName())
+		})
 		require.NoError(t, err, "the Spot still moves")
 		countsExact(t, store)
 	})
