@@ -879,22 +879,51 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 // Without this a stop between relay-ready and commit would leave the
 // object with a source that only forwards and a target that is gone.
 func (d *Driver) FinishIncoming(ctx context.Context) error {
+	gone := make(chan struct{}) // ends the deletions' watchers
+	defer close(gone)
+	type waiting struct {
+		busy int
+		next <-chan struct{} // closes when one of them ends
+	}
 	for {
-		busy, err := call(ctx, d, func() (int, error) {
+		w, err := call(ctx, d, func() (waiting, error) {
 			d.stopping = true
 			n := targetrun.Stopping(maps.Values(d.targets), func(t *targetRun) *handoff.Target { return t.m }, d.stepTarget)
 			// An Actor deletion under way ends too: its incarnation has
 			// closed, and its record must not stay behind as an ended
 			// owner's object.
-			return n + len(d.deletions), nil
+			w := waiting{busy: n + len(d.deletions)}
+			if w.busy == 0 {
+				return w, nil
+			}
+			next := make(chan struct{})
+			var once sync.Once
+			ended := func() { once.Do(func() { close(next) }) }
+			for _, t := range d.targets {
+				if !t.m.Finished() {
+					t.onDone = append(t.onDone, ended) // its Complete
+				}
+			}
+			for _, del := range d.deletions {
+				go func() {
+					select {
+					case <-del.done:
+						ended()
+					case <-next:
+					case <-gone:
+					}
+				}()
+			}
+			w.next = next
+			return w, nil
 		})
-		if err != nil || busy == 0 {
+		if err != nil || w.busy == 0 {
 			return err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %d moves into node %s or Actor deletions on it did not finish before it stopped", roamerr.ErrDeadlineExceeded, busy, d.desc.GetNodeRid())
-		case <-machine.After(machine.Real, 20*time.Millisecond): // polling
+			return fmt.Errorf("%w: %d moves into node %s or Actor deletions on it did not finish before it stopped", roamerr.ErrDeadlineExceeded, w.busy, d.desc.GetNodeRid())
+		case <-w.next:
 		}
 	}
 }

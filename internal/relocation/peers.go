@@ -26,6 +26,40 @@ type peerLinks struct {
 	// names the leaving node's lifecycle: a node started again under the
 	// same address (a rolling restart on fixed ports) is not leaving.
 	leavingAt sync.Map
+	// watchers: per address, the channels to close when its connection
+	// ends (whenEnded).
+	watchMu  sync.Mutex
+	watchers map[string]map[chan struct{}]struct{}
+}
+
+// whenEnded returns a channel closed once the connection to address ends
+// (at once if it has), and the call that stops watching.
+func (p *peerLinks) whenEnded(address string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	p.watchMu.Lock()
+	if p.isEnded(address) {
+		p.watchMu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
+	if p.watchers == nil {
+		p.watchers = map[string]map[chan struct{}]struct{}{}
+	}
+	if p.watchers[address] == nil {
+		p.watchers[address] = map[chan struct{}]struct{}{}
+	}
+	p.watchers[address][ch] = struct{}{}
+	p.watchMu.Unlock()
+	return ch, func() {
+		p.watchMu.Lock()
+		defer p.watchMu.Unlock()
+		if w := p.watchers[address]; w != nil {
+			delete(w, ch)
+			if len(w) == 0 {
+				delete(p.watchers, address)
+			}
+		}
+	}
 }
 
 // leavingMark is a peer's Leaving: which lifecycle (node RID) said it, when.
@@ -74,6 +108,12 @@ func (p *peerLinks) lost(address string) {
 	if _, had := p.ended.LoadOrStore(address, struct{}{}); !had {
 		p.n.Add(1)
 	}
+	p.watchMu.Lock()
+	for ch := range p.watchers[address] {
+		close(ch)
+	}
+	delete(p.watchers, address)
+	p.watchMu.Unlock()
 }
 
 func (p *peerLinks) connected(address string) {

@@ -209,15 +209,14 @@ func (d *Driver) drainHop(hop *actor.PID) {
 			Accept: func(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }})
 		close(answered)
 	}()
-	for {
-		select {
-		case <-answered:
-			return
-		case <-machine.After(machine.Real, 20*time.Millisecond): // polling
-			if d.peers.isEnded(hop.Address) || d.Usable() != nil {
-				return
-			}
-		}
+	// Nor past the hop's connection or this node's lifecycle: nothing
+	// answers then.
+	ended, forget := d.peers.whenEnded(hop.Address)
+	defer forget()
+	select {
+	case <-answered:
+	case <-ended:
+	case <-d.node.LeaseLost():
 	}
 }
 
