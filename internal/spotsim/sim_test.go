@@ -78,20 +78,23 @@ func TestOpenDefects(t *testing.T) { defects.CheckOpen(t) }
 // The checker catches SpotActivations run without the per-ID queue and the
 // Spot ID's lock in random schedules too (sabotage_no_id_queue.txt shows
 // one such race step by step): activations of one ID on one node race.
+// Within the first 2,000 seeds; the sweep stops at the first that catches
+// it, as the sweeps below do: the seeds after it can only add to a count
+// the test does not judge.
 func TestCheckerCatchesNoIDQueue(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Sabotage = SabotageNoIDQueue
-	caught := map[string]int{}
+	other := map[string]int{}
 	for seed := uint64(1); seed <= 2000; seed++ {
-		w := Random(cfg, seed)
-		for _, v := range Unknown(w.Run()) {
-			caught[v.Invariant]++
+		for _, v := range Unknown(Random(cfg, seed).Run()) {
+			if v.Invariant == "two-serving" || v.Invariant == "duplicate" {
+				t.Logf("seed %d: %s", seed, v)
+				return
+			}
+			other[v.Invariant]++
 		}
 	}
-	if caught["two-serving"]+caught["duplicate"] == 0 {
-		t.Fatalf("no random schedule caught the missing per-ID queue and lock: %v", caught)
-	}
-	t.Logf("caught: %v", caught)
+	t.Fatalf("no random schedule of 2,000 caught the missing per-ID queue and lock: %v", other)
 }
 
 // Random schedules catch the sabotages of the checkpoint and seal rules
