@@ -22,7 +22,13 @@ export ROAM_CONSUL := $(CONSUL_BIN)
 # tools/race/prepare.sh, that sets that logger once per process. Nothing
 # else is changed, and builds, the demo and benchmarks use the module as is.
 RACE_MOD := $(ROAM_CACHE)/race-mod
-RACE := $(GO) test -race -count=1 -modfile=$(RACE_MOD)/go.mod
+# The test runs below pass -vet=off: go test's own vet runs a subset of
+# go vet's analyzers on every package it tests, once per build variant
+# (race, race copy, plain, fuzz), none of which lint's `go vet ./...` (all
+# analyzers, test files included) can reuse from the cache. lint checks
+# the same sources once, so those runs only repeated its work.
+TEST := $(GO) test -vet=off
+RACE := $(TEST) -race -count=1 -modfile=$(RACE_MOD)/go.mod
 empty :=
 space := $(empty) $(empty)
 
@@ -54,8 +60,8 @@ browser:
 ## simulation and 100,000 of the Spot lifecycle's (the race run above runs
 ## 400 of each, RACE_SIM_SCHEDULES).
 sim-check:
-	SIM_SCHEDULES=100000 $(call timed,relocation/sim) $(GO) test -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
-	SIM_SCHEDULES=100000 $(call timed,spotsim) $(GO) test -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
+	SIM_SCHEDULES=100000 $(call timed,relocation/sim) $(TEST) -count=1 -run '^TestRandomSchedules(WithSessions)?$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(call timed,spotsim) $(TEST) -count=1 -run '^TestRandomSchedules$$' ./internal/spotsim
 
 ## nodesim: the real drivers under N seeded fault schedules (default 50;
 ## internal/nodesim, of which make test runs 3): make nodesim [N=200] [SEED=1].
@@ -187,10 +193,10 @@ test-plain:
 		{ echo "PLAIN_TESTS names $$n, which the root package does not have"; exit 1; }; done
 	@for n in $(PLAIN_GRAINS_TESTS); do grep -q "^func $$n(t \*testing.T)" examples/grains/*_test.go || \
 		{ echo "PLAIN_GRAINS_TESTS names $$n, which examples/grains does not have"; exit 1; }; done
-	$(call timed,bench/baseline) $(GO) test -count=1 ./bench/baseline
-	$(call timed,root package) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_TESTS))))$$' .
-	$(call timed,examples/grains) $(GO) test -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_GRAINS_TESTS))))$$' ./examples/grains
-	$(call timed,randomized moves on Consul) $(GO) test -count=1 -run '^TestRandomizedMovesKeepEveryMessageOnceOnConsul$$' ./internal/relocation
+	$(call timed,bench/baseline) $(TEST) -count=1 ./bench/baseline
+	$(call timed,root package) $(TEST) -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_TESTS))))$$' .
+	$(call timed,examples/grains) $(TEST) -count=1 -run '^($(subst $(space),|,$(strip $(PLAIN_GRAINS_TESTS))))$$' ./examples/grains
+	$(call timed,randomized moves on Consul) $(TEST) -count=1 -run '^TestRandomizedMovesKeepEveryMessageOnceOnConsul$$' ./internal/relocation
 
 ## consul: build Consul v$(CONSUL_VERSION) once into $(ROAM_CACHE) and reuse it.
 consul: $(CONSUL_BIN)
@@ -232,7 +238,7 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(call timed,vet) $(GO) vet ./...
 	# No public package names an internal type in its exported API.
-	$(call timed,apicheck) $(GO) test -count=1 ./internal/apicheck
+	$(call timed,apicheck) $(TEST) -count=1 ./internal/apicheck
 
 ## demo: the main job, on the embedded store; DIRECTOR=1 runs the placement
 ## director with co-location on every node (users' Actors follow their rooms).
@@ -273,7 +279,7 @@ FUZZ_TARGETS := ./internal/meshnode:FuzzRemoteFrame ./internal/meshnode:FuzzSpli
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-		$(call timed,$$name) $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+		$(call timed,$$name) $(TEST) -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 fuzz-short:
 	$(MAKE) --no-print-directory fuzz FUZZTIME=3000x
