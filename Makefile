@@ -39,7 +39,7 @@ space := $(empty) $(empty)
 # bounds the run.
 timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wall; %U s user; %S s sys")
 
-.PHONY: test test-race test-race-all test-race-consul test-race-consul-relocation test-race-consul-spot test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
+.PHONY: test test-race test-race-root test-race-all test-race-consul test-race-consul-relocation test-race-consul-spot test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
 ## test: everything CI runs, the real-Consul tests included, under -race;
 ## then 100,000 schedules of each deterministic simulation and the short
@@ -49,7 +49,7 @@ timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wa
 ## waiting on sockets, processes and Consul, not the CPU. The longest
 ## part (test-race-all) starts first, the short CPU-bound ones last.
 TEST_JOBS ?= 4
-TEST_PARTS := test-race-all test-race-consul-spot test-race-consul-relocation chaos-short sim-check test-plain lint
+TEST_PARTS := test-race-root test-race-all test-race-consul-spot test-race-consul-relocation chaos-short sim-check test-plain lint
 test: consul browser race-mod
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 
@@ -79,7 +79,7 @@ race-mod:
 # lookup) run under -race too: the race copy of Proto.Actor has its known
 # internal races patched (tools/race/prepare.sh).
 test-race: race-mod
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-all test-race-consul-spot test-race-consul-relocation test-plain
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-root test-race-all test-race-consul-spot test-race-consul-relocation test-plain
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
@@ -110,9 +110,31 @@ SIM_ONLY := TestCheckerCatchesCheckpointSabotages
 # processes, so two at a time left a core idle for most of this part.
 RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME $(SIM_ONLY)
 RACE_P ?= 3
+RACE_ALL_ENV := ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES)
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) $(call timed,all packages) $(RACE) -p $(RACE_P) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline)
+	$(RACE_ALL_ENV) $(call timed,all packages) $(RACE) -p $(RACE_P) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline | grep -vxF "$$($(GO) list -m)")
+
+# The root package's tests, under the same flags, as a part of its own.
+# They run one after another in one process and spend most of their time
+# waiting in real time (leases, Consul, stop futures, scenarios that
+# outlast a timeout): about 260 s of wall time for under 100 s of CPU, the
+# longest test binary of test-race-all, which it alone drew out. Here
+# ROOT_SHARDS processes of the same test binary each run every
+# ROOT_SHARDS-th test of the package's list, side by side, as go test
+# runs packages; each test still runs alone in its process, as before.
+ROOT_SHARDS ?= 2
+test-race-root:
+	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
+	@set -o pipefail; names=$$($(RACE) -list '.*' . | grep -E '^(Test|Example)' | \
+		grep -vxE '$(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE)))') || exit 1; \
+	out=$$(mktemp -d); pids=; \
+	for i in $$(seq 0 $$(($(ROOT_SHARDS) - 1))); do \
+		run=$$(echo "$$names" | awk -v n=$(ROOT_SHARDS) -v i=$$i 'NR % n == i' | paste -sd'|'); \
+		echo "root package, shard $$i: $$(echo "$$names" | awk -v n=$(ROOT_SHARDS) -v i=$$i 'NR % n == i' | wc -l) tests"; \
+		$(RACE_ALL_ENV) $(call timed,root package shard $$i) $(RACE) -run "^($$run)\$$" . >$$out/$$i 2>&1 & pids="$$pids $$!"; \
+	done; \
+	rc=0; for p in $$pids; do wait $$p || rc=1; done; cat $$out/*; rm -rf $$out; exit $$rc
 
 # The hand-off tests whose outcome depends on what the Location Store does,
 # again on a real Consul (ROAM_TEST_STORE=consul): its CAS and versions, its
