@@ -141,9 +141,9 @@ RACE_P ?= 3
 # detector, on memstore and on Consul, with the same checks (every message
 # once, order per sender, one owner serving). What this run adds is the
 # race detector on the drivers while senders and moves interleave, which
-# 250 moves among four senders exercise as 1,000 do (measured alone under
-# -race: 1,000 moves 63 s and 28 s of CPU; 250 moves 33 s and 12 s; the
-# 1,000 without -race 5 s and 7 s).
+# 250 moves among four senders exercise as 1,000 do (measured alone, one
+# after the other, under -race: 1,000 moves 30 s and 23 s of CPU, 250
+# moves 5 s and 6 s; the 1,000 without -race 5 s and 7 s).
 RACE_RANDOM_MOVES := 250
 RACE_ALL_ENV := ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) ROAM_RANDOM_MOVES=$(RACE_RANDOM_MOVES)
 test-race-all:
