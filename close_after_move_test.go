@@ -5,12 +5,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam"
+	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // heldAnswerStore is one node's view of a shared store: it applies the
@@ -73,4 +76,32 @@ func TestCloseRightAfterAMoveWaitsForTheArrival(t *testing.T) {
 	require.True(t, closed)
 	_, err = shared.Read(ctx, key)
 	require.ErrorIs(t, err, location.ErrNotFound, "the closed Spot's record is gone")
+}
+
+// A Relocate asked of the node a move is arriving at waits for the
+// arrival; past its caller's deadline it says DeadlineExceeded, not a
+// store failure of a context that ended.
+func TestRelocateDuringAnArrivalPastItsDeadlineIsDeadlineExceeded(t *testing.T) {
+	ctx := context.Background()
+	shared := memstore.New()
+	store := &heldAnswerStore{Store: shared, release: make(chan struct{})}
+	t.Cleanup(func() { store.once.Do(func() { close(store.release) }) })
+	a := start(t, shared, roam.WithNodeName("node-a"), roam.WithKinds(clubhouse))
+	b := start(t, store, roam.WithNodeName("node-b"), roam.WithKinds(clubhouse))
+	spotOnNode(t, "den", "clubhouse", a, b)
+	key := roam.UserSpotRef("den")
+	hold := func(ops []location.Op) bool {
+		return ops[0].Key == key && ops[0].Kind == location.OpUpdate && ops[0].Record.GetOwner().GetNodeRid() == b.NodeRid()
+	}
+	store.hold.Store(&hold)
+	_, err := a.Relocate(ctx, key, b.NodeName())
+	require.NoError(t, err)
+	require.NotNil(t, store.held.Load(), "the target's commit was not the write held")
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = b.Relocate(short, key, a.NodeName())
+	require.ErrorIs(t, err, roamerr.ErrDeadlineExceeded, "a move back asked while the first still arrives: %v", err)
+	store.once.Do(func() { close(store.release) })
+	_, err = testwait.Past(t, roamerr.ErrUnavailable, func() (roam.Outcome, error) { return b.Relocate(ctx, key, a.NodeName()) })
+	require.NoError(t, err, "once the arrival ended, the move back is made")
 }

@@ -777,7 +777,13 @@ func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes 
 		return l.driver.Relocate(ctx, ref, targetRid)
 	}
 	self := l.node.Descriptor().GetNodeRid()
-	if _, local, lerr := l.driver.Local(ctx, ref); lerr == nil && local {
+	_, local, lerr := l.driver.Local(ctx, ref)
+	if errors.Is(lerr, roamerr.ErrDeadlineExceeded) {
+		// A move of it into this node outlasted the caller's deadline:
+		// say so, rather than read the store with a context that ended.
+		return Outcome{}, lerr
+	}
+	if lerr == nil && local {
 		// Served here: no need to read who owns it.
 		if targetRid == self {
 			return Outcome{Key: ref, From: self, To: self}, nil

@@ -923,6 +923,10 @@ func (d *Driver) FinishIncoming(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %d moves into node %s or Actor deletions on it did not finish before it stopped", roamerr.ErrDeadlineExceeded, w.busy, d.desc.GetNodeRid())
+		case <-d.node.Stopped():
+			// The driver's actor is gone with the node: nothing it runs
+			// ends any more.
+			return fmt.Errorf("%w: node %s has stopped with %d moves into it or Actor deletions on it unfinished", roamerr.ErrUnavailable, d.desc.GetNodeRid(), w.busy)
 		case <-w.next:
 		}
 	}
