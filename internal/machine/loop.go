@@ -62,7 +62,10 @@ func NewLoop[K comparable](c Clock) *Loop[K] {
 // the executor holds and runs it after; it reports false when it will run
 // nothing more. Turns the executor runs of its own (the actor's messages)
 // are the host's: Close drops the loop's queued turns and cancels its
-// timers, and Done waits for the loop's turn under way, not theirs.
+// timers, and Done waits for the loop's turn under way, not theirs; Idle
+// and Pending do not see the turns waiting in the executor's queue, and
+// Do must not be called from the host's own messages either (the turn
+// would wait behind the message that waits for it).
 func NewLoopOn[K comparable](c Clock, exec func(turn func()) bool) *Loop[K] {
 	return &Loop[K]{timers: NewTimers[K](c), exec: exec, done: make(chan struct{})}
 }
