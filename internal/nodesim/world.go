@@ -11,7 +11,11 @@
 //
 // Besides store cuts, store outages and moves, a schedule stops a node in
 // its rejoin (cut past its lease, its next claim held until Stop) and
-// starts it again, and drains a node and restarts it. A move refused or
+// starts it again, and drains a node and restarts it. A SpotWide User Spot,
+// the crew, moves with its members, takes fresh Actors in by Joins and
+// lets a member leave (crew.go); the nodes have capacity slots, and once
+// the faults stop the crew must stand whole on one node with its member
+// count exact, and every node's slots must be its objects'. A move refused or
 // failed (a fenced target, an owner gone) is an outcome, not a failure:
 // its error must be typed and its Spot must answer again within the bound.
 //
@@ -49,6 +53,7 @@ import (
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/roamerrtest"
 	"github.com/roamactors/roam/internal/simkit"
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
@@ -91,6 +96,15 @@ type Config struct {
 	// StopBound is the real time a node's Stop may take (default 15 s):
 	// stopping is bounded in real time whatever the node's clock does.
 	StopBound time.Duration
+	// CrewMoves, Joins and Leaves are the numbers of moves of the crew
+	// (a SpotWide User Spot with its members), Joins of a fresh Actor into
+	// it and leaves of a member the schedule draws over the span (defaults
+	// 3, 2 and 1; negative: none).
+	CrewMoves, Joins, Leaves int
+	// Capacity is every node's number of capacity slots (default 12:
+	// room for every object of the world on two nodes, so that a node's
+	// objects find room when it ends; negative: unbounded, no slots).
+	Capacity int
 	// Director is the placement director every node runs (it directs
 	// while elected); zero fields take the world's defaults: rounds every
 	// tenth of a TTL, pages of two records, so that a pass takes rounds,
@@ -128,6 +142,18 @@ func (c *Config) defaults() {
 	}
 	if c.StopBound == 0 {
 		c.StopBound = 15 * time.Second
+	}
+	if c.CrewMoves == 0 {
+		c.CrewMoves = 3
+	}
+	if c.Joins == 0 {
+		c.Joins = 2
+	}
+	if c.Leaves == 0 {
+		c.Leaves = 1
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 12
 	}
 	c.Director.Enabled = true
 	if c.Director.Period == 0 {
@@ -222,12 +248,19 @@ type World struct {
 	Store *memstore.Store
 	Nodes []*Node
 	start time.Time
+	// crewRng draws the crew's part of the schedule.
+	crewRng *simkit.Rand
+	// crewRef is the crew's incarnation, which Joins name.
+	crewRef spot.SpotRef
 
 	mu sync.Mutex
 	// handled counts each call's value as the Spots handled it; asFirst
 	// counts the handlings that were their incarnation's first message.
 	handled map[string]int
 	asFirst map[string]int
+	// actors are the Actors spawned for the crew (its members, an Actor
+	// that left, one spawned to join whatever its Join's outcome).
+	actors []string
 	// answered is every value whose call returned success.
 	answered map[string]bool
 	// untyped are the errors that fall in no roamerr class.
@@ -244,6 +277,8 @@ type World struct {
 	// waits (a little) for them, so logical time does not run past work
 	// that only needs the CPU.
 	inflight atomic.Int64
+	// actorCalls counts the requests to Actors under way.
+	actorCalls atomic.Int64
 }
 
 // New starts cfg.Nodes nodes on one memstore and one logical clock.
@@ -253,7 +288,7 @@ func New(t testing.TB, seed uint64, cfg Config) *World {
 	cfg.defaults()
 	clock := machine.NewManualAt(time.Now())
 	w := &World{
-		t: t, cfg: cfg, seed: seed, rng: simkit.NewRand(seed, 0x6e6f6465),
+		t: t, cfg: cfg, seed: seed, rng: simkit.NewRand(seed, 0x6e6f6465), crewRng: simkit.NewRand(seed, crewStream),
 		Clock: clock, Store: memstore.New(memstore.WithClock(clock)), start: clock.Now(),
 		handled: map[string]int{}, asFirst: map[string]int{}, answered: map[string]bool{}, ticked: make(chan struct{}),
 	}
@@ -284,9 +319,10 @@ func (w *World) startNode(n *Node) error {
 		n.path.Partition(true)
 	}
 	cfg := extension.Config{
-		Node: meshnode.Config{Name: n.Name, Store: n.path, Logger: testlog.Logger(), LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock},
-		Kinds: []extension.Kind{{StableType: "counter", Instance: true, ReactivateEmpty: true, Policy: extension.PreserveStateWith(counterState{}),
-			Producer: func() actor.Actor { return &counter{w: w} }}},
+		Node: meshnode.Config{Name: n.Name, Store: n.path, Logger: testlog.Logger(), LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock,
+			Capacity: uint32(max(w.cfg.Capacity, 0))},
+		Kinds: append([]extension.Kind{{StableType: "counter", Instance: true, ReactivateEmpty: true, Policy: extension.PreserveStateWith(counterState{}),
+			Producer: func() actor.Actor { return &counter{w: w} }}}, w.crewKinds()...),
 		StopWithoutDrain: true,
 		Placement:        w.cfg.Director,
 	}
@@ -619,8 +655,12 @@ func (w *World) schedule() []event {
 		// before the cut heals): a fenced target, so the move must end
 		// with a typed refusal. No draw, so the rest of the schedule is
 		// the seed's as before.
+		// The Spot is one that n does not own then: a move to where the
+		// Spot is asks nothing of anyone (the director may have put any
+		// Spot on n).
 		s, from := i%w.cfg.Spots, w.Nodes[(slices.Index(w.Nodes, n)+1)%len(w.Nodes)]
-		evs = append(evs, event{at + 5*ttl/4, fmt.Sprintf("move %s to %s, fenced (asked at %s)", spotID(s), n.Name, from.Name), func() {
+		evs = append(evs, event{at + 5*ttl/4, fmt.Sprintf("move a Spot %s does not own to it, fenced (asked at %s)", n.Name, from.Name), func() {
+			s := w.spotAwayFrom(n, s)
 			w.inflight.Add(1)
 			go func() {
 				defer w.inflight.Add(-1)
@@ -649,6 +689,19 @@ func (w *World) schedule() []event {
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	return evs
+}
+
+// spotAwayFrom is the first Spot, from s on, whose record names an owner
+// other than n's lifecycle (s itself if none does).
+func (w *World) spotAwayFrom(n *Node, s int) int {
+	for k := 0; k < w.cfg.Spots; k++ {
+		i := (s + k) % w.cfg.Spots
+		v, err := w.Store.Read(context.Background(), extension.InstanceSpotRef(spotID(i)))
+		if err == nil && v.Record.GetOwner().GetNodeRid() != n.Ext().NodeRid() {
+			return i
+		}
+	}
+	return s
 }
 
 // stopInRejoin stops n, which should be rejoining (its lease ended while
@@ -708,19 +761,20 @@ func (w *World) drain(n *Node) {
 // move asks from to move Spot s to to; any typed outcome is fine (the
 // Spot may be cut off, moving, or not yet activated).
 func (w *World) move(from *Node, s int, to *Node) {
+	w.relocate(from, extension.InstanceSpotRef(spotID(s)), to)
+}
+
+// relocate asks from to move ref to to; any typed outcome is fine.
+func (w *World) relocate(from *Node, ref extension.Ref, to *Node) {
 	if from.stopped.Load() {
-		w.logf("move %s to %s: not asked, %s is stopped", spotID(s), to.Name, from.Name)
+		w.logf("move %s to %s: not asked, %s is stopped", ref.ID, to.Name, from.Name)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
 	defer cancel()
-	_, err := from.Ext().Relocate(ctx, extension.InstanceSpotRef(spotID(s)), to.Ext().NodeRid())
-	if err != nil && !typed(err) {
-		w.mu.Lock()
-		w.untyped = append(w.untyped, fmt.Sprintf("move %s: %v", spotID(s), err))
-		w.mu.Unlock()
-	}
-	w.logf("move %s to %s: %v", spotID(s), to.Name, err)
+	_, err := from.Ext().Relocate(ctx, ref, to.Ext().NodeRid())
+	w.noteErr("move "+ref.ID, err)
+	w.logf("move %s to %s: %v", ref.ID, to.Name, err)
 }
 
 // Run runs the schedule: every Spot is activated and called, the faults
@@ -733,8 +787,30 @@ func (w *World) Run() {
 			w.t.Fatalf("seed %d: activating %s: %v", w.seed, spotID(i), err)
 		}
 	}
+	w.startCrew()
 	stop := make(chan struct{})
 	var callers sync.WaitGroup
+	// The crew's caller: the Spot by its ID and its Actors by their PIDs,
+	// through every node in turn.
+	callers.Add(1)
+	go func() {
+		defer callers.Done()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := w.Nodes[k%len(w.Nodes)]
+			next := w.nextStep()
+			if n.stopped.Load() || w.crewCall(n, k) != nil {
+				select {
+				case <-next:
+				case <-stop:
+				}
+			}
+		}
+	}()
 	for c := 0; c < 2; c++ {
 		callers.Add(1)
 		go func() {
@@ -757,7 +833,9 @@ func (w *World) Run() {
 		}()
 	}
 	var at time.Duration
-	for _, ev := range w.schedule() {
+	evs := append(w.schedule(), w.crewSchedule()...)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	for _, ev := range evs {
 		w.step(ev.at - at)
 		at = ev.at
 		w.logf("%s", ev.what)
@@ -785,7 +863,9 @@ func (w *World) Run() {
 		select {
 		case <-done:
 		default:
-			if waited > 4*w.cfg.LeaseTTL {
+			// A request to an Actor waits in real time (memberPatience):
+			// the clock may pass the bound meanwhile.
+			if waited > 4*w.cfg.LeaseTTL && w.actorCalls.Load() == 0 {
 				w.t.Fatalf("seed %d: liveness: a caller's call did not return within its timeout (%v) and more;\nschedule:\n%s\ncalls under way and directors:\n%s",
 					w.seed, 3*w.cfg.LeaseTTL, w.Log(), callStacks())
 			}
@@ -842,6 +922,49 @@ func (w *World) checkLive() {
 			}()
 		}
 	}
+	// The crew through every node, and every Actor spawned for it
+	// (whatever its Join's outcome, or after it left) through every node.
+	actors, err := w.actorIDs()
+	if err != nil {
+		w.t.Fatalf("seed %d: listing the Actors: %v", w.seed, err)
+	}
+	for _, n := range w.Nodes {
+		g := &goal{what: fmt.Sprintf("%s answers through %s", crewID, n.Name)}
+		goals = append(goals, g)
+		ask := []func(k int) error{func(k int) error { return w.callCrew(n, fmt.Sprintf("live-%s-%s-%d", n.Name, crewID, k)) }}
+		for _, id := range actors {
+			g := &goal{what: fmt.Sprintf("Actor %s answers through %s", id, n.Name)}
+			goals = append(goals, g)
+			ask = append(ask, func(k int) error { return w.callActor(n, id, fmt.Sprintf("live-%s-%s-%d", n.Name, id, k)) })
+		}
+		for i, call := range ask {
+			g := goals[len(goals)-len(ask)+i]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; ; k++ {
+					next := w.nextStep()
+					err := call(k)
+					w.mu.Lock()
+					g.done, g.last = err == nil, err
+					w.mu.Unlock()
+					if err == nil {
+						return
+					}
+					select {
+					case <-next:
+					case <-quit:
+						return
+					}
+				}
+			}()
+		}
+	}
+	// The crew is one unit on one node, its count exact, and every node's
+	// slots are its objects' (a slot freed in the background goes a
+	// moment after its move).
+	whole := &goal{what: crewID + " is whole on its owner, its member count exact"}
+	slots := &goal{what: "every node's capacity slots agree with its records"}
 	// The elected director's rounds make progress: two passes over every
 	// record complete after the heal, and a pass counts every Spot (one
 	// pass may have read a record while it moved). A director counts its
@@ -855,16 +978,24 @@ func (w *World) checkLive() {
 		}
 	}
 	directed := func() (bool, string) {
+		// Its census counts the Actors too (the crew's members one by
+		// one), read again each time: a spawn asked before the heal may
+		// land after it.
+		ids, err := w.actorIDs()
+		if err != nil {
+			return false, err.Error()
+		}
+		units := w.cfg.Spots + len(ids)
 		var seen []string
 		for _, n := range w.Nodes {
 			d := n.Ext().Placement()
 			if d == nil {
 				continue
 			}
-			passes, units := d.Progress()
+			passes, counted := d.Progress()
 			passes -= base[d]
-			seen = append(seen, fmt.Sprintf("%s: %d passes, the last counting %d", n.Name, passes, units))
-			if passes >= 2 && units == w.cfg.Spots {
+			seen = append(seen, fmt.Sprintf("%s: %d passes, the last counting %d of %d", n.Name, passes, counted, units))
+			if passes >= 2 && counted == units {
 				return true, ""
 			}
 		}
@@ -878,6 +1009,22 @@ func (w *World) checkLive() {
 		director.done, progress = directed()
 		if !director.done {
 			out = append(out, director.what+" ("+progress+")")
+		}
+		if why := w.crewWhole(); why != "" {
+			out = append(out, whole.what+" ("+why+")")
+		}
+		if w.cfg.Capacity > 0 {
+			var why []string
+			for _, n := range w.Nodes {
+				if !n.stopped.Load() {
+					if s := w.slotsAgree(n); s != "" {
+						why = append(why, n.Name+": "+s)
+					}
+				}
+			}
+			if len(why) > 0 {
+				out = append(out, slots.what+" ("+strings.Join(why, "; ")+")")
+			}
 		}
 		for k, g := range goals {
 			if k < len(w.Nodes) {
