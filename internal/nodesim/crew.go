@@ -172,9 +172,13 @@ func (w *World) join(on, via *Node, id string) {
 	w.mu.Lock()
 	w.actors = append(w.actors, id)
 	w.mu.Unlock()
-	_, err := via.Ext().JoinSpot(ctx, extension.ActorRef(id), w.crewRef)
+	out, err := via.Ext().JoinSpot(ctx, extension.ActorRef(id), w.crewRef)
 	w.noteErr("join "+id, err)
-	w.logf("join %s to %s: %v", id, crewID, err)
+	how := ""
+	if err == nil && out.From != out.To {
+		how = " (moved to the crew's node)"
+	}
+	w.logf("join %s to %s: %v%s", id, crewID, err, how)
 }
 
 // leave asks via to take the Actor id out of the crew.
@@ -310,7 +314,7 @@ func (w *World) crewWhole() string {
 		}
 		members = append(members, a.Key.ID)
 		if o := a.Record.GetOwner().GetNodeRid(); o != owner {
-			away = append(away, fmt.Sprintf("%s on %s", a.Key.ID, o))
+			away = append(away, fmt.Sprintf("%s on %s", a.Key.ID, w.nameOf(o)))
 		}
 	}
 	var why []string
@@ -318,9 +322,17 @@ func (w *World) crewWhole() string {
 		why = append(why, fmt.Sprintf("member_count %d, but %d Actors name it: %v", c, len(members), members))
 	}
 	if len(away) > 0 {
-		why = append(why, fmt.Sprintf("members not on its owner %s: %v", owner, away))
+		why = append(why, fmt.Sprintf("members not on its owner %s: %v", w.nameOf(owner), away))
 	}
 	return strings.Join(why, "; ")
+}
+
+// nameOf names the node whose lifecycle has the RID rid, for a report.
+func (w *World) nameOf(rid string) string {
+	if n := w.nodeOf(rid); n != nil {
+		return n.Name + " (" + rid + ")"
+	}
+	return rid + " (no node's lifecycle now)"
 }
 
 // slotsAgree says where n's capacity slots disagree with the records ("" when

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/drain"
@@ -248,6 +249,9 @@ type World struct {
 	Store *memstore.Store
 	Nodes []*Node
 	start time.Time
+	// logger is every node's: a failed run's report ends with the nodes'
+	// last warnings and errors.
+	logger *zerolog.Logger
 	// crewRng draws the crew's part of the schedule.
 	crewRng *simkit.Rand
 	// crewRef is the crew's incarnation, which Joins name.
@@ -288,7 +292,7 @@ func New(t testing.TB, seed uint64, cfg Config) *World {
 	cfg.defaults()
 	clock := machine.NewManualAt(time.Now())
 	w := &World{
-		t: t, cfg: cfg, seed: seed, rng: simkit.NewRand(seed, 0x6e6f6465), crewRng: simkit.NewRand(seed, crewStream),
+		t: t, cfg: cfg, seed: seed, rng: simkit.NewRand(seed, 0x6e6f6465), crewRng: simkit.NewRand(seed, crewStream), logger: testlog.For(t),
 		Clock: clock, Store: memstore.New(memstore.WithClock(clock)), start: clock.Now(),
 		handled: map[string]int{}, asFirst: map[string]int{}, answered: map[string]bool{}, ticked: make(chan struct{}),
 	}
@@ -319,7 +323,7 @@ func (w *World) startNode(n *Node) error {
 		n.path.Partition(true)
 	}
 	cfg := extension.Config{
-		Node: meshnode.Config{Name: n.Name, Store: n.path, Logger: testlog.Logger(), LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock,
+		Node: meshnode.Config{Name: n.Name, Store: n.path, Logger: w.logger, LeaseTTL: w.cfg.LeaseTTL, Clock: w.Clock,
 			Capacity: uint32(max(w.cfg.Capacity, 0))},
 		Kinds: append([]extension.Kind{{StableType: "counter", Instance: true, ReactivateEmpty: true, Policy: extension.PreserveStateWith(counterState{}),
 			Producer: func() actor.Actor { return &counter{w: w} }}}, w.crewKinds()...),
