@@ -11,13 +11,14 @@
 //
 // Besides store cuts, store outages and moves, a schedule stops a node in
 // its rejoin (cut past its lease, its next claim held until Stop) and
-// starts it again, and drains a node and restarts it. A SpotWide User Spot,
-// the crew, moves with its members, takes fresh Actors in by Joins and
-// lets a member leave (crew.go); the nodes have capacity slots, and once
-// the faults stop the crew must stand whole on one node with its member
-// count exact, and every node's slots must be its objects'. A move refused or
-// failed (a fenced target, an owner gone) is an outcome, not a failure:
-// its error must be typed and its Spot must answer again within the bound.
+// starts it again, and drains a node and restarts it. A SpotWide User
+// Spot, the crew, moves with its members, takes fresh Actors in by Joins
+// and lets a member leave (crew.go); the nodes have capacity slots, and
+// once the faults stop the crew must stand whole on one node with its
+// member count exact, and every node's slots must be its objects'. A move
+// refused or failed (a fenced target, an owner gone) is an outcome, not a
+// failure: its error must be typed and its Spot must answer again within
+// the bound.
 //
 // It is the node-level counterpart of the deterministic simulations
 // (internal/relocation/sim, internal/spotsim), which run the pure
@@ -658,10 +659,9 @@ func (w *World) schedule() []event {
 		// A move to it once its lease has ended (a TTL into the cut, well
 		// before the cut heals): a fenced target, so the move must end
 		// with a typed refusal. No draw, so the rest of the schedule is
-		// the seed's as before.
-		// The Spot is one that n does not own then: a move to where the
-		// Spot is asks nothing of anyone (the director may have put any
-		// Spot on n).
+		// the seed's as before. The Spot is one that n does not own then:
+		// a move to where a Spot is asks nothing of anyone, and the
+		// director may have put any Spot on n.
 		s, from := i%w.cfg.Spots, w.Nodes[(slices.Index(w.Nodes, n)+1)%len(w.Nodes)]
 		evs = append(evs, event{at + 5*ttl/4, fmt.Sprintf("move a Spot %s does not own to it, fenced (asked at %s)", n.Name, from.Name), func() {
 			s := w.spotAwayFrom(n, s)
