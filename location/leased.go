@@ -2,6 +2,7 @@ package location
 
 import (
 	"context"
+	"errors"
 )
 
 // LeaseHolder is a node whose writes must carry its owner lease.
@@ -12,8 +13,16 @@ type LeaseHolder interface {
 	WriteLease() (NodeKey, LeaseID, error)
 }
 
+// FenceWaiter is a LeaseHolder that can wait for a fence to lift: until
+// WriteLease would answer anything but ErrFenced, or ctx ends.
+type FenceWaiter interface {
+	WaitWritable(ctx context.Context) error
+}
+
 // Leased wraps a store so that every write of holder (Apply and
-// CompareAndSet) is refused locally while holder may not write, and
+// CompareAndSet) is refused locally while holder may not write (a holder
+// that is a FenceWaiter first waits, within the write's context, for a
+// fence to lift), and
 // otherwise carries holder's lease check in the same transaction: a write
 // that reaches the store after the lease ended — however it was delayed —
 // changes nothing and fails with ErrLeaseEnded. Reads and the node-claim
@@ -27,6 +36,9 @@ type leased struct {
 
 func (l *leased) Apply(ctx context.Context, ops []Op) ([]StoreVersion, error) {
 	node, id, err := l.holder.WriteLease()
+	if w, ok := l.holder.(FenceWaiter); ok && errors.Is(err, ErrFenced) && w.WaitWritable(ctx) == nil {
+		node, id, err = l.holder.WriteLease()
+	}
 	if err != nil {
 		return nil, err
 	}

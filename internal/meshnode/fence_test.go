@@ -127,3 +127,44 @@ func TestRenewalsKeepTheNodeValidPastTheTTL(t *testing.T) {
 		return time.Since(start) > 6*time.Second
 	})
 }
+
+// A write refused only for a fence waits, within its context, for the
+// renewal that lifts it (location.Leased with the node as its holder):
+// a starved node's late renewal does not fail writes it could make a
+// moment later. One whose context ends first fails ErrFenced.
+func TestAWriteWaitsForItsFenceToLiftWithinItsContext(t *testing.T) {
+	inner := memstore.New(memstore.WithClock(memstore.NewManualClock()))
+	f, err := faulty.New(inner, faulty.Config{})
+	require.NoError(t, err)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, LeaseTTL: time.Second})
+	require.NoError(t, err)
+	defer n.Stop(context.Background())
+	changes := make(chan lease.Status, 8)
+	n.OnLeaseChange(func(s lease.Status) { changes <- s })
+	store := location.Leased(inner, n)
+	key := location.Key(location.KindActor, "a")
+	rec := &location.Record{ObjectGeneration: 1}
+
+	f.Partition(true)
+	require.Equal(t, lease.Fenced, testwait.Recv(t, changes, "the fence"))
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = store.Apply(short, []location.Op{location.CreateOp(key, rec)})
+	require.ErrorIs(t, err, location.ErrFenced, "a write whose context ended while fenced")
+
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := store.Apply(context.Background(), []location.Op{location.CreateOp(key, rec)})
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		t.Fatalf("the write answered (%v) while the node was fenced", err)
+	default:
+	}
+	f.Partition(false)
+	require.Equal(t, lease.Valid, testwait.Recv(t, changes, "the fence to lift"))
+	require.NoError(t, testwait.Recv(t, wrote, "the waiting write once the fence lifted"))
+	_, err = inner.Read(context.Background(), key)
+	require.NoError(t, err)
+}

@@ -240,6 +240,10 @@ type Node struct {
 	validUntil atomic.Int64
 	watchMu    sync.Mutex
 	watchers   []func(lease.Status)
+	// published closes, and is replaced, at every publish: a write waiting
+	// for its fence to lift (WaitWritable) looks again then. Under
+	// watchMu.
+	published chan struct{}
 
 	// unsettled counts what the lease loop has yet to take: fired Ticks
 	// and renewals sent whose answers the keeper has not stepped
@@ -658,6 +662,40 @@ func newNodeGeneration() uint64 { return uint64(machine.Real.Now().UnixNano()) }
 func (n *Node) publish() {
 	n.validUntil.Store(int64(n.keeper.ValidUntil().Sub(n.base)))
 	n.status.Store(int32(n.keeper.Status()))
+	n.watchMu.Lock()
+	if n.published != nil {
+		close(n.published)
+		n.published = nil
+	}
+	n.watchMu.Unlock()
+}
+
+// WaitWritable waits while the node is fenced — its lease not provably in
+// force, as when a renewal came late on a starved machine — until a
+// renewal proves it again (nil), the lease ends (location.ErrLeaseEnded)
+// or ctx ends (its error). A write refused only for a fence is so retried
+// within its caller's deadline instead of failing at once: the fence
+// lifts by itself at the node's next renewal, as a caller's own retry
+// would find (location.Leased).
+func (n *Node) WaitWritable(ctx context.Context) error {
+	for {
+		n.watchMu.Lock()
+		if n.published == nil {
+			n.published = make(chan struct{})
+		}
+		next := n.published
+		n.watchMu.Unlock()
+		_, _, err := n.WriteLease()
+		if !errors.Is(err, location.ErrFenced) {
+			return err
+		}
+		select {
+		case <-next:
+		case <-n.leaseLost:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // changed logs a new status (already published) and tells the watchers.

@@ -362,6 +362,19 @@ func (d *Driver) Usable() error {
 	return nil
 }
 
+// servingWithin is serving for a caller with a deadline, on the caller's
+// goroutine (never a driver turn: it may wait): a fence — a renewal came
+// late, the lease has not ended — is waited out within ctx, as a write
+// waits for it (location.Leased), and lifts by itself at the node's next
+// renewal; only a caller whose deadline comes first hears it.
+func (d *Driver) servingWithin(ctx context.Context) error {
+	err := d.serving()
+	if errors.Is(err, location.ErrFenced) && d.node.WaitWritable(ctx) == nil {
+		err = d.serving()
+	}
+	return err
+}
+
 // serving reports why this node may not start owner work (a spawn, a
 // move out) now: its lifecycle ended, or its lease is fenced.
 func (d *Driver) serving() error {

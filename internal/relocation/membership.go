@@ -88,7 +88,7 @@ func (d *Driver) pauseUnlessStopped(pause time.Duration) bool {
 // DeadlineExceeded while it goes on; a second delete meanwhile waits for
 // the first.
 func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bool, error) {
-	if err := d.serving(); err != nil {
+	if err := d.servingWithin(ctx); err != nil {
 		return false, err
 	}
 	// A move into this node that committed opens just after: its
@@ -241,7 +241,7 @@ func (d *Driver) tryDelete(ctx context.Context, key location.AuthorityKey, v loc
 // serves on. InvalidOperation when it is no User Spot's member; NotFound
 // when this node does not own it.
 func (d *Driver) LeaveSpot(ctx context.Context, key location.AuthorityKey) error {
-	if err := d.serving(); err != nil {
+	if err := d.servingWithin(ctx); err != nil {
 		return err
 	}
 	for try := 0; ; try++ {
@@ -317,7 +317,7 @@ func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership)
 // cross-node commit (the Actor then stays where it landed, in the Spot it
 // was in); NotFound when this node does not own the Actor.
 func (d *Driver) JoinSpot(ctx context.Context, key location.AuthorityKey, join *messages.Membership) (Outcome, error) {
-	if err := d.serving(); err != nil {
+	if err := d.servingWithin(ctx); err != nil {
 		return Outcome{}, err
 	}
 	spotKey := location.Key(location.KindUserSpot, join.GetSpotId())

@@ -592,7 +592,7 @@ func (d *Driver) newGeneration() uint64 {
 }
 
 func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stableType string, member *memberOf, session *messages.SessionBinding, incarnated func(*object)) (*actor.PID, error) {
-	if err := d.serving(); err != nil {
+	if err := d.servingWithin(ctx); err != nil {
 		return nil, err
 	}
 	k, ok := d.kind(stableType)

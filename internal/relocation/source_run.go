@@ -137,7 +137,7 @@ type moveSpec struct {
 
 // relocate is Relocate with spec.
 func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, targetRid string, spec moveSpec) (Outcome, error) {
-	if err := d.serving(); err != nil {
+	if err := d.servingWithin(ctx); err != nil {
 		return Outcome{}, err
 	}
 	addr, err := d.moveTarget(ctx, targetRid)
