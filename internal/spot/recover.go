@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/meshnode"
@@ -171,6 +172,15 @@ func (m *Manager) RecoverEnded(ctx context.Context) (Sweep, error) {
 				}
 				c := candidates(nodes, v.Record.GetStableType(), kind == location.KindInstanceSpot, recoveryPlace(v))
 				if st.at != "" {
+					if !slices.ContainsFunc(nodes, func(n location.VersionedNode) bool { return n.Node.GetNodeRid() == st.at }) {
+						// The Spot's live owner started after this pass
+						// listed the nodes (a lifecycle that recovered the
+						// Spot meanwhile): recovered here, the member would
+						// land away from its Spot, which a SpotWide Spot
+						// never undoes. The next pass lists it.
+						sw.Waiting++
+						continue
+					}
 					c = spotNodeFirst(c, st.at)
 				}
 				if !m.recoversNow(c, v.Key, seen) {
