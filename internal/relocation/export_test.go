@@ -109,3 +109,17 @@ func Runs(d *Driver) (sources, targets, live int) {
 	defer d.liveMu.Unlock()
 	return v.s, v.t, len(d.live)
 }
+
+// HeldAfterCutover is how many messages d's move of key holds since its
+// cutover, waiting to follow (0 when no move of key holds any).
+func HeldAfterCutover(d *Driver, key location.AuthorityKey) int {
+	v, _ := call(context.Background(), d, func() (int, error) {
+		for _, r := range d.sources {
+			if r.obj.key == key && r.run.Parts[0].Held != nil {
+				return len(r.run.Parts[0].Held.Waiting()), nil
+			}
+		}
+		return 0, nil
+	})
+	return v
+}

@@ -201,7 +201,8 @@ func TestFollowExpiresWithUnavailable(t *testing.T) {
 // sender is still handled exactly once. The source is held at relay-ready
 // until the target has fallen back, and sends go to the sealed object
 // meanwhile: the boundary batch is not empty and reaches the target only
-// after it opened, as late records.
+// after it opened, as late records, which the sends held at the source
+// since the cutover do not overtake.
 // Reference: PROTOCOL.md §5.10, §12.1 item 24.
 func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 	store := newStore(t)
@@ -259,22 +260,97 @@ func TestCutoverTimeoutFallbackLosesNothing(t *testing.T) {
 			require.Equal(t, 1, seen[q], "sender %d: send %d handled %d times", s, q, seen[q])
 		}
 		require.Len(t, seqs, 3*phase, "sender %d: a send that was never sent was handled", s)
-		// Order per sender holds within each way a send took: the state
-		// and saved work come first, and the batch's records and the held
-		// sends each keep their order. Between the late records and the
-		// held sends there is no order on this path: the target opened
-		// before the records arrived, and the held sends go by Message
-		// Follow straight to its mailbox while the records come through
-		// its relocation actor (PROTOCOL.md §5.10).
-		phaseOf := func(q uint32) uint32 { return (q - 1) / phase }
-		last := map[uint32]uint32{}
+		// Order per sender holds across every way a send took: the state
+		// and saved work first, then the batch's records, delivered late,
+		// then the held sends, which follow only once the target has
+		// acknowledged the batch (PROTOCOL.md §5.10, §5.13).
 		for i, q := range seqs {
-			require.Greater(t, q, last[phaseOf(q)], "sender %d: send %d after %d on the same way", s, q, last[phaseOf(q)])
-			last[phaseOf(q)] = q
-			require.Equal(t, i < phase, phaseOf(q) == 0, "sender %d: send %d handled at %d, not with the state and saved work", s, q, i)
+			require.EqualValues(t, i+1, q, "sender %d: send %d handled at %d", s, q, i)
 		}
 	}
 	testwait.For(t, func() bool { return logs.has("late_cutover") }, "late cutover not logged")
+}
+
+// After a cutover fallback the target delivers the relayed records it
+// lacked late, through its relocation actor, while a followed message goes
+// straight to the object's queue: the source holds what arrived after the
+// cutover until the target acknowledges the batch, not only until the
+// commit shows, so a caller's request after its sends counts them all.
+// Here the target falls back and commits while its source is held at
+// relay-ready, and its relocation actor is then held at the first late
+// record: the request, sent once the source has seen the commit (it closed
+// the instance), must wait at the source, and is answered only after the
+// records, with every send counted.
+// Reference: PROTOCOL.md §5.10, §5.13, §5.14 (order per sender).
+func TestHeldMessagesWaitForTheLateBoundaryRecords(t *testing.T) {
+	store := newStore(t)
+	logs := &logBuffer{}
+	hc := handoff.DefaultConfig()
+	hc.CutoverWaitTimeout = time.Nanosecond // the fallback fires as soon as the target is ready
+	closed := make(chan relocation.ClosingReason, 4)
+	kind := relocation.Kind{StableType: "closing-counter", Producer: func() actor.Actor { return &closingCounter{closed: closed} },
+		Policy: relocation.PreserveStateWith(closingState{})}
+	a := startNodeWith(t, store, kind)
+	b := startNodeConfig(t, store, relocation.Config{Handoff: hc, Logger: logs.logger()}, kind)
+	ready := holdAtRelayReady(t, a)
+	ctx := context.Background()
+	key := location.Key(location.KindActor, "late")
+	pid, err := a.driver.Spawn(ctx, "closing-counter", key.ID)
+	require.NoError(t, err)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	ready.wait(t)
+	testwait.For(t, func() bool {
+		v, err := store.Read(ctx, key)
+		return err == nil && v.Record.GetOwner().GetNodeRid() == b.node.Descriptor().GetNodeRid()
+	}, "the target never committed by its fallback")
+	require.True(t, logs.has("cutover_timeout"))
+	const sends = 50
+	root := a.node.System().Root
+	for i := int64(1); i <= sends; i++ {
+		root.Send(pid, wrapperspb.Int64(i)) // sealed: the boundary batch
+	}
+	records := holdAt(t, b, func(m any) bool { _, ok := m.(*messages.RelayedRecord); return ok })
+	ready.release()
+	require.NoError(t, <-moved)
+	records.wait(t)
+	select {
+	case r := <-closed: // the source saw the commit and dropped the instance
+		require.Equal(t, relocation.RelocationOut, r)
+	case <-time.After(testwait.Patience(t)):
+		t.Fatal("the source never closed the instance that moved")
+	}
+
+	answered := make(chan int64, 1)
+	go func() {
+		res, err := root.RequestFuture(pid, wrapperspb.String("get"), testwait.Patience(t)).Result()
+		if err != nil || relocation.DeliveryError(res) != nil {
+			answered <- -1
+			return
+		}
+		answered <- res.(*wrapperspb.Int64Value).Value
+	}()
+	// Either the request followed at once (answered while the records
+	// wait at the target), or it is held at the source.
+	var got int64
+	done := false
+	testwait.For(t, func() bool {
+		select {
+		case got = <-answered:
+			done = true
+			return true
+		default:
+		}
+		return relocation.HeldAfterCutover(a.driver, key) == 1
+	}, "the request neither followed nor waited at the source")
+	records.release()
+	if !done {
+		got = <-answered
+	}
+	require.EqualValues(t, sends, got, "the request was handled before the sends relayed ahead of it")
 }
 
 // perSender records, per sender, the sequence numbers of its numbered sends

@@ -207,11 +207,12 @@ func TestPayloadReleasedOnceAfterResendWindow(t *testing.T) {
 		} else {
 			require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}), "not released before the commit shows")
 			effects = s.Step(ReconcileAnswered{TargetOwns: true})
-			require.Equal(t, []string{"StopTimer", "StartFollow", "CloseOut", "ReleasePayload"}, kinds(effects))
+			require.Equal(t, []string{"StopTimer", "CloseOut", "ReleasePayload"}, kinds(effects))
 		}
 		require.Empty(t, s.Step(TimerFired{Timer: TimerResendWindow}))
 		require.Empty(t, s.Step(ReconcileAnswered{TargetOwns: true}), "decided once")
-		require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})))
+		require.Equal(t, []string{"StartFollow", "EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})),
+			"unacknowledged: what was held follows before follow ends")
 		require.False(t, s.Finished(), "the boundary batch is not acknowledged yet")
 		require.Equal(t, []string{"StopTimer", "StopTimer", "ReleaseBoundary"}, kinds(s.Step(BoundaryAcked{})))
 		require.True(t, s.Finished())
@@ -298,6 +299,59 @@ func TestFollowStartsOnlyOnceTheCommitShows(t *testing.T) {
 	require.False(t, has[StartFollow](s.Step(TimerFired{Timer: TimerFollow})))
 	k := kinds(s.Step(ReconcileAnswered{TargetOwns: true}))
 	require.Less(t, indexOf(k, "StartFollow"), indexOf(k, "EndFollow"), "held messages follow before follow ends")
+}
+
+// The held messages follow only once the commit shows and the target has
+// acknowledged the boundary batch: after its cutover fallback the target
+// delivers the records it lacked late, and a caller's message that
+// followed before them would be handled before its earlier relayed ones.
+// Without the acknowledgement they follow when the connection to the
+// target is lost, when the batch is given up on, or when the follow period
+// ends; a source whose lease ended cannot wait.
+// Reference: PROTOCOL.md §5.9, §5.10, §5.13.
+func TestFollowWaitsForTheBoundaryAcknowledgement(t *testing.T) {
+	cutover := func() *Source {
+		s, _ := pausedSource(t, stream(1000))
+		s.Step(RelayReadyReceived{})
+		s.Step(CutoverSent{Sum: RelaySum{Count: 2, CRC: 9}})
+		return s
+	}
+
+	s := cutover()
+	effects := s.Step(ReconcileAnswered{TargetOwns: true})
+	require.True(t, has[CloseOut](effects))
+	require.False(t, has[StartFollow](effects), "the target has not acknowledged the batch")
+	require.Equal(t, []string{"StopTimer", "StopTimer", "ReleaseBoundary", "StartFollow"}, kinds(s.Step(BoundaryAcked{})))
+	require.Equal(t, []string{"EndFollow", "StartTimer"}, kinds(s.Step(TimerFired{Timer: TimerFollow})), "followed once")
+
+	s = cutover()
+	s.Step(BoundaryAcked{})
+	require.True(t, has[StartFollow](s.Step(ReconcileAnswered{TargetOwns: true})), "acknowledged first: follow at the commit")
+
+	s = cutover()
+	s.Step(ReconcileAnswered{TargetOwns: true})
+	require.Equal(t, []string{"ResendBoundary", "StartFollow"}, kinds(s.Step(ConnectionLost{})))
+	require.False(t, has[StartFollow](s.Step(BoundaryAcked{})), "followed once")
+
+	s = cutover()
+	s.Step(ConnectionLost{})
+	require.True(t, has[StartFollow](s.Step(ReconcileAnswered{TargetOwns: true})), "the link was lost: no waiting")
+
+	s = cutover()
+	s.Step(ReconcileAnswered{TargetOwns: true})
+	effects = s.Step(TimerFired{Timer: TimerBoundaryGiveUp})
+	rb, ok := find[ReleaseBoundary](effects)
+	require.True(t, ok)
+	require.True(t, rb.Unacknowledged)
+	require.Less(t, indexOf(kinds(effects), "ReleaseBoundary"), indexOf(kinds(effects), "StartFollow"))
+
+	s = cutover()
+	s.Step(TimerFired{Timer: TimerBoundaryGiveUp})
+	k := kinds(s.Step(ReconcileAnswered{TargetOwns: true}))
+	require.Less(t, indexOf(k, "ReleaseBoundary"), indexOf(k, "StartFollow"), "overdue: released and followed at the commit")
+
+	s = cutover()
+	require.True(t, has[StartFollow](s.Step(ReconcileAnswered{SourceEnded: true})))
 }
 
 // A target lost between relay-ready and its commit (crashed, removed at

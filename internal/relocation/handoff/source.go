@@ -39,6 +39,18 @@ type Source struct {
 
 	payload  payloadStage
 	boundary boundaryStage
+	// followWaits: the move is confirmed, but StartFollow waits for the
+	// target to acknowledge the boundary batch. After a cutover fallback
+	// the target delivers the records it lacked late, through its driver,
+	// while followed messages go straight to the object's queue: followed
+	// before the acknowledgement, a caller's later messages could be
+	// handled before its earlier relayed ones.
+	followWaits bool
+	// linkLost: the connection to the target was lost after the cutover.
+	// The acknowledgement may then never come (a target gone after its
+	// commit): follow starts without it, and the follow sink finds the
+	// owner as on any lost route.
+	linkLost bool
 
 	// sessionBound: a participant is bound to a client Session; its
 	// Session owner seals the binding before this source seals, and is told
@@ -179,7 +191,26 @@ func (s *Source) Forgettable() bool {
 // one more follow period, then stops.
 func (s *Source) endFollow() []Effect {
 	s.follow = followEnded
-	return []Effect{EndFollow{}, StartTimer{Timer: TimerStub, After: s.cfg.FollowDuration}}
+	var effects []Effect
+	if s.followWaits {
+		// Still no acknowledgement a follow period after the commit: what
+		// was held follows before Message Follow ends, or it would be
+		// stranded in the hold.
+		s.followWaits = false
+		effects = append(effects, StartFollow{})
+	}
+	return append(effects, EndFollow{}, StartTimer{Timer: TimerStub, After: s.cfg.FollowDuration})
+}
+
+// followIfDue starts Message Follow once the move is confirmed and the
+// target holds the whole boundary batch (acknowledged, or given up on),
+// or the connection to it was lost.
+func (s *Source) followIfDue() []Effect {
+	if !s.followWaits || (s.boundary.held() && !s.linkLost) {
+		return nil
+	}
+	s.followWaits = false
+	return []Effect{StartFollow{}}
 }
 
 func (s *Source) moveTo(p Phase) { s.phase = mustMove(s.phase, p) }
@@ -559,7 +590,7 @@ func (s *Source) stepFollowing(ev Event) []Effect {
 		return failureAfterRelayReady()
 	case BoundaryAcked:
 		if s.boundary.held() {
-			return s.releaseBoundary(false)
+			return append(s.releaseBoundary(false), s.followIfDue()...)
 		}
 		return ignore(ev)
 	case ConnectionLost:
@@ -569,7 +600,8 @@ func (s *Source) stepFollowing(ev Event) []Effect {
 			// the target acknowledges it). The target keeps what it
 			// already has (by epoch and index), so repeats are harmless.
 			s.epoch++
-			return []Effect{ResendBoundary{Epoch: s.epoch}}
+			s.linkLost = true
+			return append([]Effect{ResendBoundary{Epoch: s.epoch}}, s.followIfDue()...)
 		}
 		return ignore(ev)
 	case TimerFired:
@@ -634,7 +666,7 @@ func (s *Source) boundaryTimer(tm Timer) []Effect {
 		s.boundary = boundaryOverdue
 		return nil
 	}
-	return s.releaseBoundary(true)
+	return append(s.releaseBoundary(true), s.followIfDue()...)
 }
 
 // fenceOutAt is when a move still undecided may be fenced out: the
@@ -700,8 +732,9 @@ func (s *Source) judge(ev ReconcileRead) []Effect {
 
 // confirm decides a move after its cutover from what the store shows
 // (ConfirmCommit's answer). The target committed, or the object is no
-// longer this source's: drop the instance, and release the payload once
-// the resend window is over. The move was fenced out — the target never
+// longer this source's: drop the instance, release the payload once the
+// resend window is over, and follow once the target acknowledged the
+// boundary batch. The move was fenced out — the target never
 // committed by its restore deadline and now never can, because the record
 // carries the move's RelocationId at the source's fence — so the source
 // serves again from what it held: saved work, then the boundary batch,
@@ -716,7 +749,15 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	case ev.TargetOwns || ev.SourceEnded:
 		followDue := s.follow == followUnconfirmedExpired
 		s.follow = followConfirmed
-		effects := []Effect{StopTimer{Timer: TimerReconcile}, StartFollow{}, CloseOut{}}
+		effects := []Effect{StopTimer{Timer: TimerReconcile}}
+		if ev.SourceEnded {
+			// Nothing here can wait for the target any more.
+			effects = append(effects, StartFollow{})
+		} else {
+			s.followWaits = true
+			effects = append(effects, s.followIfDue()...)
+		}
+		effects = append(effects, CloseOut{})
 		if ev.SourceEnded {
 			// Undecided, and this lifecycle can no longer fence the move
 			// out: the target may still commit (its CAS does not depend on
@@ -729,6 +770,7 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 		effects = append(effects, s.releaseIfDecided()...)
 		if s.boundary == boundaryOverdue {
 			effects = append(effects, s.releaseBoundary(true)...)
+			effects = append(effects, s.followIfDue()...)
 		}
 		if followDue {
 			effects = append(effects, s.endFollow()...)

@@ -59,6 +59,12 @@ const (
 	// back by redelivery from the store, behind the same sender's later
 	// sends on the same connection: per-sender order is broken.
 	KnownRedeliveryOrder = "D7 redelivered dead letters overtaken by later sends: per-sender order broken"
+	// KnownFollowBeforeBatch: a target that committed by its cutover
+	// fallback delivers the relayed records it lacked late, through its
+	// driver; the source's held messages followed at the commit, straight
+	// to the object's queue, and a sender's later messages (a request
+	// after its sends) were handled before its earlier relayed ones.
+	KnownFollowBeforeBatch = "D8 held messages followed before the target acknowledged the boundary batch: per-sender order broken"
 )
 
 // defects lists every known defect with the seeds of the random
@@ -112,8 +118,14 @@ var defects = simkit.Defects{
 	// Messages after the cutover are held until the commit shows
 	// (StartFollow), so none follows to a target that is then fenced out.
 	{Name: KnownRedeliveryOrder, Seeds: []uint64{4161}, Probe: func() bool {
-		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
+		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.BoundaryAcked{}, handoff.ReconcileAnswered{TargetOwns: true})
 		return count[handoff.StartFollow](eff) == 0
+	}},
+	// Held messages follow once the commit shows and the target has
+	// acknowledged the boundary batch, not at the commit alone.
+	{Name: KnownFollowBeforeBatch, Probe: func() bool {
+		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
+		return count[handoff.StartFollow](eff) > 0
 	}},
 }
 

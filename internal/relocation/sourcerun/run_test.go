@@ -282,17 +282,21 @@ func TestUnsealPutsParkedSendsBehindTheSavedWork(t *testing.T) {
 	require.Equal(t, 1, count(env.calls, fmt.Sprintf("stop timers but %d", handoff.TimerStub)), "only the stub timer survives the end")
 }
 
-// Once the commit shows, what the hold kept since the cutover follows to
-// the target first, in order, then every later message.
-// Reference: docs/PROTOCOL.md §5.9, §5.14.
+// Once the commit shows and the target has acknowledged the boundary
+// batch, what the hold kept since the cutover follows to the target first,
+// in order, then every later message.
+// Reference: docs/PROTOCOL.md §5.9, §5.13, §5.14.
 func TestHeldMessagesFollowBeforeLaterOnes(t *testing.T) {
 	r, env := paused(t)
 	r.Step(handoff.RelayReadyReceived{})
 	env.post("h1", "req-h2")
 	env.out = nil
 	r.Step(handoff.ReconcileAnswered{TargetOwns: true})
+	env.post("req-h3")
+	require.Empty(t, env.out, "held until the target acknowledges the batch")
+	r.Step(handoff.BoundaryAcked{})
 	env.post("later")
-	require.Equal(t, []string{"follow h1", "follow req-h2", "follow later"}, env.out)
+	require.Equal(t, []string{"follow h1", "follow req-h2", "follow req-h3", "follow later"}, env.out)
 	require.Nil(t, r.Parts[0].Held)
 }
 
