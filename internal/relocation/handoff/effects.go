@@ -137,9 +137,11 @@ type (
 	// the cutover, in order, then every later one, by Message Follow.
 	// Nothing follows to a target before its commit is known, so a
 	// fence-out never strands a message at a removed target; nor before
-	// it acknowledged the boundary batch (unless the connection to it was
-	// lost or the follow period ends), so nothing followed overtakes a
-	// relayed record it delivers late after its cutover fallback.
+	// it acknowledged the boundary batch, so nothing followed overtakes a
+	// relayed record it delivers late after its cutover fallback (unless
+	// the acknowledgement cannot be waited for: the connection to the
+	// target was lost, the batch was given up on, the follow period
+	// ended, or this node's lease did).
 	StartFollow struct{}
 	// ResendBoundary: send the whole boundary batch again with Epoch, then
 	// the cutover, on the new connection (PROTOCOL.md §5.9).
