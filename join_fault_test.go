@@ -108,13 +108,19 @@ func TestManyConcurrentJoinsKeepTheCount(t *testing.T) {
 		for i, err := range errs {
 			if err == nil {
 				ok++
-			} else {
-				t.Logf("join m%d: %v", i, err)
+				continue
 			}
+			// A cross-node Join is a move: on a starved machine its target
+			// may miss the restore deadline, and the move is fenced out
+			// with the Actor serving where it was (typed Unavailable, as
+			// any move's). Concurrency itself must not fail a Join.
+			t.Logf("join m%d: %v", i, err)
+			require.ErrorIs(t, err, roamerr.ErrUnavailable, "join m%d failed with an error of no class a move fails with", i)
+			require.Contains(t, err.Error(), "fenced out", "join m%d failed for another reason than a move fenced out", i)
 		}
 		countsExact(t, store)
-		require.Equal(t, n, ok, "every concurrent join of a Ready Spot should succeed")
-		require.EqualValues(t, n, memberCount(t, store, "club"))
+		require.Positive(t, ok, "no join succeeded")
+		require.EqualValues(t, ok, memberCount(t, store, "club"), "the Spot counts exactly the joins that succeeded")
 	})
 }
 
