@@ -384,41 +384,10 @@ func TestSpotWideFaultBackAndForthUnderLoad(t *testing.T) {
 		a := start(t, store, roam.WithNodeName("node-a"), kinds)
 		b := start(t, store, roam.WithNodeName("node-b"), kinds)
 		crew := spotOnNode(t, "crew", "team", a, b)
-		members := []string{"m1", "m2", "m3"}
-		for _, id := range members {
-			_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
-			require.NoError(t, err)
-		}
-		bpid, err := a.Spots().SpawnMember(ctx, crew, "beater", "hb")
-		require.NoError(t, err)
-		a.System().Root.Send(bpid, wrapperspb.String("start"))
-		members = append(members, "hb")
-		var stop atomic.Bool
-		var wg sync.WaitGroup
-		sent := map[string]*atomic.Int64{}
-		for _, id := range members {
-			sent[id] = &atomic.Int64{}
-			for _, via := range []*roam.Roam{a, b} {
-				wg.Add(1)
-				// Two senders at most 250 sends/s each: a fenced-out
-				// move (restore timeout 10 s) holds fewer than
-				// sourcerun.MaxParked of them.
-				go pacedSender(ctx, via, roam.ActorRef(id), 20*time.Millisecond, &stop, sent[id], &wg)
-			}
-		}
-		var visitsOK, visitsFail atomic.Int64
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				res, err := b.Spots().Request(ctx, "crew", wrapperspb.String("visit"))
-				if err == nil && roam.DeliveryError(res) == nil {
-					visitsOK.Add(1)
-				} else {
-					visitsFail.Add(1)
-				}
-			}
-		}()
+		// Two senders at most 250 sends/s each: a fenced-out move (restore
+		// timeout 10 s) holds fewer than sourcerun.MaxParked of them.
+		u := busyCrew(t, crew, a, b, 20*time.Millisecond)
+		members, sent, visitsOK, visitsFail := u.members, u.sent, &u.visitsOK, &u.visitsFail
 		nodes := []*roam.Roam{a, b}
 		moved := 0
 		for i := range 8 {
@@ -437,8 +406,7 @@ func TestSpotWideFaultBackAndForthUnderLoad(t *testing.T) {
 				"move %d failed with an error of no class a move fails with: %v", i, err)
 		}
 		require.Positive(t, moved, "no move succeeded")
-		stop.Store(true)
-		wg.Wait()
+		u.stop()
 		// A failed move's unit is put back whole on its source; wait for
 		// that, then every member is with the Spot.
 		var owners map[location.AuthorityKey]string
@@ -959,40 +927,10 @@ func TestSpotWideFaultFencedOutMovesBackAndForth(t *testing.T) {
 	b := start(t, vb, roam.WithNodeName("node-b"), kinds, fast, roam.WithRoots(store))
 	views := map[*roam.Roam]*faultyTarget{a: va, b: vb}
 	crew := spotOnNode(t, "crew", "team", a, b)
-	members := []string{"m1", "m2", "m3"}
-	for _, id := range members {
-		_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
-		require.NoError(t, err)
-	}
-	bpid, err := a.Spots().SpawnMember(ctx, crew, "beater", "hb")
-	require.NoError(t, err)
-	a.System().Root.Send(bpid, wrapperspb.String("start"))
-	members = append(members, "hb")
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	sent := map[string]*atomic.Int64{}
-	for _, id := range members {
-		sent[id] = &atomic.Int64{}
-		for _, via := range []*roam.Roam{a, b} {
-			wg.Add(1)
-			// Two senders at most 500 sends/s each: a fenced-out move
-			// (restore timeout 2 s) holds fewer than sourcerun.MaxParked.
-			go pacedSender(ctx, via, roam.ActorRef(id), 10*time.Millisecond, &stop, sent[id], &wg)
-		}
-	}
-	var visitsOK, visitsFail atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			res, err := b.Spots().Request(ctx, "crew", wrapperspb.String("visit"))
-			if err == nil && roam.DeliveryError(res) == nil {
-				visitsOK.Add(1)
-			} else {
-				visitsFail.Add(1)
-			}
-		}
-	}()
+	// Two senders at most 500 sends/s each: a fenced-out move (restore
+	// timeout 2 s) holds fewer than sourcerun.MaxParked.
+	u := busyCrew(t, crew, a, b, 10*time.Millisecond)
+	members, sent, visitsOK, visitsFail := u.members, u.sent, &u.visitsOK, &u.visitsFail
 	nodes := []*roam.Roam{a, b}
 	failed := 0
 	for i := range 9 {
@@ -1033,8 +971,7 @@ func TestSpotWideFaultFencedOutMovesBackAndForth(t *testing.T) {
 		}
 		require.Equal(t, from.NodeRid(), ownerOf(t, store, roam.UserSpotRef("crew")), "move %d was not made", i)
 	}
-	stop.Store(true)
-	wg.Wait()
+	u.stop()
 	final := ownerOf(t, store, roam.UserSpotRef("crew"))
 	owners := unitOwners(t, store)
 	for _, id := range members {
@@ -1050,4 +987,55 @@ func TestSpotWideFaultFencedOutMovesBackAndForth(t *testing.T) {
 	require.GreaterOrEqual(t, v, visitsOK.Load()+1)
 	require.LessOrEqual(t, v, visitsOK.Load()+visitsFail.Load()+1)
 	countsExact(t, store)
+}
+
+// crewUnderLoad is a SpotWide Spot's unit at work: three journal members
+// and a beating timer member, each sent to from both nodes at pace, and
+// the Spot asked for visits from b, until stop.
+type crewUnderLoad struct {
+	members              []string
+	sent                 map[string]*atomic.Int64
+	visitsOK, visitsFail atomic.Int64
+	halt                 atomic.Bool
+	wg                   sync.WaitGroup
+}
+
+// stop ends the senders and the visits and waits for them.
+func (u *crewUnderLoad) stop() { u.halt.Store(true); u.wg.Wait() }
+
+// busyCrew spawns the unit's members on a, the Spot's node, and starts its
+// load; the test's cleanup stops it if the test did not.
+func busyCrew(t *testing.T, crew roam.SpotRef, a, b *roam.Roam, pace time.Duration) *crewUnderLoad {
+	t.Helper()
+	ctx := context.Background()
+	u := &crewUnderLoad{members: []string{"m1", "m2", "m3"}, sent: map[string]*atomic.Int64{}}
+	for _, id := range u.members {
+		_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+	}
+	bpid, err := a.Spots().SpawnMember(ctx, crew, "beater", "hb")
+	require.NoError(t, err)
+	a.System().Root.Send(bpid, wrapperspb.String("start"))
+	u.members = append(u.members, "hb")
+	t.Cleanup(u.stop)
+	for _, id := range u.members {
+		u.sent[id] = &atomic.Int64{}
+		for _, via := range []*roam.Roam{a, b} {
+			u.wg.Add(1)
+			go pacedSender(ctx, via, roam.ActorRef(id), pace, &u.halt, u.sent[id], &u.wg)
+		}
+	}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		for !u.halt.Load() {
+			res, err := b.Spots().Request(ctx, "crew", wrapperspb.String("visit"))
+			if err == nil && roam.DeliveryError(res) == nil {
+				u.visitsOK.Add(1)
+			} else {
+				u.visitsFail.Add(1)
+			}
+		}
+	}()
+	return u
 }
