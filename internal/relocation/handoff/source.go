@@ -39,18 +39,6 @@ type Source struct {
 
 	payload  payloadStage
 	boundary boundaryStage
-	// followWaits: the move is confirmed, but StartFollow waits for the
-	// target to acknowledge the boundary batch. After a cutover fallback
-	// the target delivers the records it lacked late, through its driver,
-	// while followed messages go straight to the object's queue: followed
-	// before the acknowledgement, a caller's later messages could be
-	// handled before its earlier relayed ones.
-	followWaits bool
-	// linkLost: the connection to the target was lost after the cutover.
-	// The acknowledgement may then never come (a target gone after its
-	// commit): follow starts without it, and the follow sink finds the
-	// owner as on any lost route.
-	linkLost bool
 
 	// sessionBound: a participant is bound to a client Session; its
 	// Session owner seals the binding before this source seals, and is told
@@ -124,8 +112,18 @@ const (
 	// followUnconfirmedExpired: the follow period ended before the move
 	// was confirmed; Message Follow ends at the confirmation.
 	followUnconfirmedExpired
-	followConfirmed
-	followEnded // EndFollow was emitted; TimerStub runs
+	// followHolding: confirmed, but what was held since the cutover waits
+	// for the target to acknowledge the boundary batch before it follows
+	// (StartFollow). After a cutover fallback the target delivers the
+	// records it lacked late, through its driver, while followed messages
+	// go straight to the object's queue: followed before the
+	// acknowledgement, a caller's later messages could be handled before
+	// its earlier relayed ones. Left when the batch is acknowledged, given
+	// up on or no longer holds follow (boundaryStage.holdsFollow), or when
+	// the follow period ends.
+	followHolding
+	followConfirmed // confirmed and following
+	followEnded     // EndFollow was emitted; TimerStub runs
 	// followStopped: StopIncarnation was emitted, one follow period
 	// after EndFollow.
 	followStopped
@@ -154,13 +152,25 @@ type boundaryStage int
 const (
 	boundaryNone boundaryStage = iota // no cutover sent
 	boundaryResending
+	// boundaryUnlinked: resending, but the connection to the target was
+	// lost since the cutover. The acknowledgement may then never come (a
+	// target gone after its commit), so what was held follows without it,
+	// and the follow sink finds the owner as on any lost route.
+	boundaryUnlinked
 	// boundaryOverdue: the patience ran out before the move was confirmed;
 	// the batch is dropped, unacknowledged, at the confirmation.
 	boundaryOverdue
 	boundaryReleased // ReleaseBoundary was emitted
 )
 
-func (b boundaryStage) held() bool { return b == boundaryResending || b == boundaryOverdue }
+func (b boundaryStage) held() bool {
+	return b == boundaryResending || b == boundaryUnlinked || b == boundaryOverdue
+}
+
+// holdsFollow: what was held since the cutover waits for this batch (see
+// followHolding). An overdue batch holds it only until the confirmation,
+// which releases the batch.
+func (b boundaryStage) holdsFollow() bool { return b == boundaryResending || b == boundaryOverdue }
 
 // NewSource starts a machine in SourceRunning. restoreDeadline is the
 // absolute deadline of the Restore operation (docs/PROTOCOL.md §5.11).
@@ -190,26 +200,26 @@ func (s *Source) Forgettable() bool {
 // endFollow ends Message Follow; the incarnation answers Unavailable for
 // one more follow period, then stops.
 func (s *Source) endFollow() []Effect {
+	holding := s.follow == followHolding
 	s.follow = followEnded
 	var effects []Effect
-	if s.followWaits {
+	if holding {
 		// Still no acknowledgement a follow period after the commit: what
 		// was held follows before Message Follow ends, or it would be
 		// stranded in the hold.
-		s.followWaits = false
 		effects = append(effects, StartFollow{})
 	}
 	return append(effects, EndFollow{}, StartTimer{Timer: TimerStub, After: s.cfg.FollowDuration})
 }
 
-// followIfDue starts Message Follow once the move is confirmed and the
-// target holds the whole boundary batch (acknowledged, or given up on),
-// or the connection to it was lost.
+// followIfDue leaves followHolding once the boundary batch no longer
+// holds follow: acknowledged, given up on, or the connection to the
+// target lost.
 func (s *Source) followIfDue() []Effect {
-	if !s.followWaits || (s.boundary.held() && !s.linkLost) {
+	if s.follow != followHolding || s.boundary.holdsFollow() {
 		return nil
 	}
-	s.followWaits = false
+	s.follow = followConfirmed
 	return []Effect{StartFollow{}}
 }
 
@@ -600,7 +610,9 @@ func (s *Source) stepFollowing(ev Event) []Effect {
 			// the target acknowledges it). The target keeps what it
 			// already has (by epoch and index), so repeats are harmless.
 			s.epoch++
-			s.linkLost = true
+			if s.boundary == boundaryResending {
+				s.boundary = boundaryUnlinked
+			}
 			return append([]Effect{ResendBoundary{Epoch: s.epoch}}, s.followIfDue()...)
 		}
 		return ignore(ev)
@@ -644,7 +656,7 @@ func (s *Source) followTimer(tm Timer) []Effect {
 		switch s.follow {
 		case followUnconfirmed:
 			s.follow = followUnconfirmedExpired // the move may still come back here
-		case followConfirmed:
+		case followHolding, followConfirmed:
 			return s.endFollow()
 		}
 	}
@@ -748,13 +760,13 @@ func (s *Source) confirm(ev ReconcileAnswered) []Effect {
 	switch {
 	case ev.TargetOwns || ev.SourceEnded:
 		followDue := s.follow == followUnconfirmedExpired
-		s.follow = followConfirmed
 		effects := []Effect{StopTimer{Timer: TimerReconcile}}
 		if ev.SourceEnded {
 			// Nothing here can wait for the target any more.
+			s.follow = followConfirmed
 			effects = append(effects, StartFollow{})
 		} else {
-			s.followWaits = true
+			s.follow = followHolding
 			effects = append(effects, s.followIfDue()...)
 		}
 		effects = append(effects, CloseOut{})
