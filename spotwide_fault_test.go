@@ -307,6 +307,80 @@ func TestSpotWideMemberLeavesRightAfterTheMove(t *testing.T) {
 	countsExact(t, store)
 }
 
+// reentrantTeam is a SpotWide Spot whose RelocationReady, once armed,
+// hands its members to onReady, on the callback's goroutine.
+type reentrantTeam struct {
+	team
+	onReady *atomic.Pointer[func([]location.AuthorityKey)]
+}
+
+func (r *reentrantTeam) OnRelocationReady(members []location.AuthorityKey) {
+	r.team.OnRelocationReady(members)
+	if f := r.onReady.Load(); f != nil {
+		(*f)(members)
+	}
+}
+
+// A roam call that waits for a SpotWide arrival's members to open, made
+// from inside the Spot's own RelocationReady callback (which they open
+// after), fails at once with InvalidOperation instead of waiting for
+// itself: with no deadline it would hold the Spot and its members for
+// ever. Once the callback returned, the members serve and the same calls
+// work.
+func TestCallsFromInsideRelocationReadyDoNotWaitForThemselves(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	j := journalKind(store)
+	var onReady atomic.Pointer[func([]location.AuthorityKey)]
+	rk := roam.NewKind("rteam", actor.PropsFromProducer(func() actor.Actor {
+		return &reentrantTeam{onReady: &onReady}
+	}), roam.PreserveState(), roam.SpotWide())
+	kinds := roam.WithKinds(j, rk)
+	a := start(t, store, roam.WithNodeName("node-a"), kinds)
+	b := start(t, store, roam.WithNodeName("node-b"), kinds)
+	crew := spotOnNode(t, "crew", "rteam", a, b)
+	for _, id := range []string{"m1", "m2"} {
+		_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
+		require.NoError(t, err)
+	}
+	type result struct {
+		call string
+		err  error
+	}
+	results := make(chan []result, 1)
+	hook := func([]location.AuthorityKey) {
+		onReady.Store(nil) // once
+		// The answer comes at once; the deadline only keeps a wait for
+		// the members (which would never end) from hanging the test.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var rs []result
+		_, err := b.Relocate(cctx, roam.ActorRef("m1"), "node-a")
+		rs = append(rs, result{"Relocate(m1)", err})
+		_, err = b.Relocate(cctx, roam.UserSpotRef("crew"), "node-a")
+		rs = append(rs, result{"Relocate(crew)", err})
+		rs = append(rs, result{"LeaveSpot(m1)", b.LeaveSpot(cctx, roam.ActorRef("m1"))})
+		_, err = b.DeleteActor(cctx, roam.ActorRef("m2"))
+		rs = append(rs, result{"DeleteActor(m2)", err})
+		results <- rs
+	}
+	onReady.Store(&hook)
+	_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	require.NoError(t, err)
+	for _, r := range testwait.Recv(t, results, "the calls made from inside OnRelocationReady returned") {
+		require.ErrorIs(t, r.err, roamerr.ErrInvalidOperation, "%s from inside the callback", r.call)
+	}
+	// Nothing changed: both members moved with the Spot and serve there.
+	for _, id := range []string{"m1", "m2"} {
+		require.Equal(t, "crew", membershipOf(t, store, id).GetSpotId(), id)
+		require.Equal(t, b.NodeRid(), ownerOf(t, store, roam.ActorRef(id)), id)
+	}
+	require.NoError(t, b.LeaveSpot(ctx, roam.ActorRef("m1")))
+	_, err = b.DeleteActor(ctx, roam.ActorRef("m2"))
+	require.NoError(t, err)
+	countsExact(t, store)
+}
+
 var _ = fmt.Sprintf
 var _ = strings.Join
 var _ = relocation.MaxSpotWideMembers

@@ -778,9 +778,10 @@ func (l *life) relocateTo(ctx context.Context, ref Ref, targetRid string, nodes 
 	}
 	self := l.node.Descriptor().GetNodeRid()
 	_, local, lerr := l.driver.Local(ctx, ref)
-	if errors.Is(lerr, roamerr.ErrDeadlineExceeded) {
-		// A move of it into this node outlasted the caller's deadline:
-		// say so, rather than read the store with a context that ended.
+	if errors.Is(lerr, roamerr.ErrDeadlineExceeded) || errors.Is(lerr, roamerr.ErrInvalidOperation) {
+		// A move of it into this node outlasted the caller's deadline
+		// (say so, rather than read the store with a context that ended),
+		// or the caller is the callback that arrival waits for.
 		return Outcome{}, lerr
 	}
 	if lerr == nil && local {

@@ -69,7 +69,7 @@ type object struct {
 	session *messages.SessionBinding
 	// opening is set while this SpotWide member arrived and its queue is
 	// not open yet (closed then); the driver goroutine only.
-	opening chan struct{}
+	opening *memberOpening
 	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
 	// this incarnation has offered its target (Relocate); the driver
 	// goroutine only.
@@ -494,14 +494,16 @@ func (d *Driver) SpawnMember(ctx context.Context, stableType, id string, members
 // member of a SpotWide Spot that arrived here is still waiting to open.
 func (d *Driver) arrived(ctx context.Context, key location.AuthorityKey) error {
 	for {
-		done, err := call(ctx, d, func() (chan struct{}, error) {
+		var opening *memberOpening
+		done, err := call(ctx, d, func() (<-chan struct{}, error) {
 			t := d.arriving(key)
 			if t == nil {
 				// A SpotWide move's member serves only once the Spot's
 				// RelocationReady callback ran (openMembers), just after
 				// the run ended.
 				if o := d.objects[key]; o != nil && o.opening != nil {
-					return o.opening, nil
+					opening = o.opening
+					return o.opening.done, nil
 				}
 				return nil, nil
 			}
@@ -510,6 +512,9 @@ func (d *Driver) arrived(ctx context.Context, key location.AuthorityKey) error {
 			return ch, nil
 		})
 		if err != nil || done == nil {
+			return err
+		}
+		if err := opening.refuseReentry(key); err != nil {
 			return err
 		}
 		select {

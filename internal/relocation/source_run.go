@@ -161,6 +161,9 @@ func (d *Driver) relocate(ctx context.Context, key location.AuthorityKey, target
 		if !errors.As(err, &settling) {
 			break
 		}
+		if err := settling.opening.refuseReentry(key); err != nil {
+			return Outcome{}, err
+		}
 		select {
 		case <-settling.done: // start again
 		case <-ctx.Done():
@@ -243,7 +246,12 @@ func (d *Driver) stoppedMoving(key location.AuthorityKey) error {
 // settlingError: the object cannot move before its cold activation's
 // recovery pointer is gone, or before the members a SpotWide Spot brought
 // have their queues open; done is closed then.
-type settlingError struct{ done <-chan struct{} }
+// opening is set when it is a SpotWide arrival's (a move of the Spot made
+// from inside its RelocationReady callback is refused, not waited for).
+type settlingError struct {
+	done    <-chan struct{}
+	opening *memberOpening
+}
 
 func (e *settlingError) Error() string {
 	return "relocation: the object is settling (a cold activation, or a SpotWide arrival)"

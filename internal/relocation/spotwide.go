@@ -1,13 +1,19 @@
 package relocation
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // SpotWide relocation (PROTOCOL.md §5.15): a User Spot of a SpotWide kind
@@ -64,7 +70,7 @@ func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
 	picked, settling, err := admit.SpotWide(spot.key, int(spot.joining), want, cands, MaxSpotWideMembers)
 	switch {
 	case settling >= 0:
-		return nil, &settlingError{done: objs[settling].opening}
+		return nil, &settlingError{done: objs[settling].opening.done, opening: objs[settling].opening}
 	case err != nil:
 		return nil, err
 	}
@@ -143,7 +149,7 @@ func (d *Driver) verifyMembers(ctx context.Context, t *targetRun, spot *location
 // ApplicationSignaled).
 func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 	keys := make([]location.AuthorityKey, len(t.members))
-	opening := make(chan struct{})
+	opening := &memberOpening{done: make(chan struct{})}
 	for i, m := range t.members {
 		keys[i] = m.key
 		// Registered at once (calls find it), serving once its queue
@@ -163,16 +169,60 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 				_ = m.obj.mb.Do(m.obj.markDirty)
 			}
 		}
-		close(opening)
+		close(opening.done)
 	}
 	spot := t.obj
 	err := spot.mb.Do(func() {
 		defer d.loop.Post(open)
 		if rr, ok := spot.inst.(RelocationReady); ok {
+			opening.callback.Store(goroutineID())
+			defer opening.callback.Store(0)
 			rr.OnRelocationReady(keys)
 		}
 	})
 	if err != nil {
 		open()
 	}
+}
+
+// memberOpening is what the members a SpotWide Spot brought wait for:
+// their queues open once the Spot's RelocationReady callback returned
+// (openMembers). A roam call for one of them, or a move of the Spot, waits
+// for done; the same call made from inside that callback would wait for
+// itself until its deadline, and with none for ever, holding the Spot and
+// its members: a callback run while something it may need is held. Such a
+// call is refused at once instead (refuseReentry; PROTOCOL.md §5.15).
+type memberOpening struct {
+	done chan struct{}
+	// callback is the goroutine running the Spot's RelocationReady
+	// callback, 0 when it is not running. Set and cleared on that
+	// goroutine, read by the callers that would wait.
+	callback atomic.Uint64
+}
+
+// refuseReentry is InvalidOperation when the calling goroutine is the one
+// running the callback that opens o (nil o: nothing to wait for).
+func (o *memberOpening) refuseReentry(key location.AuthorityKey) error {
+	if o == nil {
+		return nil
+	}
+	if g := o.callback.Load(); g != 0 && g == goroutineID() {
+		return fmt.Errorf("%w: %s opens once its SpotWide Spot's OnRelocationReady returns, and this call was made from inside that callback: it cannot wait for itself", roamerr.ErrInvalidOperation, key)
+	}
+	return nil
+}
+
+// goroutineID is the calling goroutine's number, from its stack header
+// ("goroutine N [..."). It only recognises a call made from inside an
+// application callback roam waits for; nothing is scheduled by it.
+func goroutineID() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		if id, err := strconv.ParseUint(string(b[:i]), 10, 64); err == nil {
+			return id
+		}
+	}
+	return 0
 }
