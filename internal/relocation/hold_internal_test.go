@@ -46,15 +46,18 @@ func TestAMembershipChangeGivenUpReleasesTheActor(t *testing.T) {
 	_, err = d.SpawnMember(ctx, "plain", key.ID, &messages.Membership{SpotId: "club", SpotGeneration: 1}, spotV)
 	require.NoError(t, err)
 
-	// LeaveSpot: arrived's localCall passes, holdHere's waits until the
-	// caller's context has ended, then runs.
+	// LeaveSpot: arrived's localCall passes; every later one (holdHere's,
+	// and any timer firing that comes before it) waits until the caller's
+	// context has ended, then runs.
 	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	var calls atomic.Int32
 	DropInbound(d, func(m any) bool {
-		if _, ok := m.(*localCall); ok && calls.Add(1) == 2 {
+		if _, ok := m.(*localCall); ok && calls.Add(1) >= 2 {
 			<-lctx.Done()
-			time.Sleep(20 * time.Millisecond)
+			if calls.Load() == 2 {
+				time.Sleep(20 * time.Millisecond) // the caller returns first
+			}
 		}
 		return false
 	})
