@@ -27,7 +27,12 @@ RACE_MOD := $(ROAM_CACHE)/race-mod
 # (race with the race copy, plain, fuzz-instrumented), none of which lint's `go vet ./...` (all
 # analyzers, test files included) can reuse from the cache. lint checks
 # the same sources once, so those runs only repeated its work.
-TEST := $(GO) test -vet=off
+# -ldflags=-w links the test binaries without DWARF: no test reads it (a
+# panic's or a race report's stack comes from the symbol table, which is
+# kept), and a link then costs a quarter less CPU (internal/relocation's
+# race test binary: 3.4 s of CPU, 2.6 s with -w), for every test binary
+# of every part.
+TEST := $(GO) test -vet=off -ldflags=-w
 RACE := $(TEST) -race -count=1 -modfile=$(RACE_MOD)/go.mod
 empty :=
 space := $(empty) $(empty)
