@@ -44,9 +44,10 @@ space := $(empty) $(empty)
 # bounds the run.
 timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wall; %U s user; %S s sys")
 
-.PHONY: test test-race test-race-root test-race-all test-race-consul test-race-consul-relocation test-race-consul-spot test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
+.PHONY: test test-race test-race-root test-race-all test-consul test-consul-relocation test-consul-spot test-plain sim-check race-mod consul browser generate lint demo demo-consul bench bench-store clean-consul certs fuzz fuzz-short
 
-## test: everything CI runs, the real-Consul tests included, under -race;
+## test: everything CI runs: every package's tests under -race (their
+## real-Consul variants once more, without it);
 ## then 100,000 schedules of each deterministic simulation and the short
 ## chaos test on real processes (the fuzz targets' seed corpora run in the
 ## race run; make fuzz fuzzes them). The parts run side
@@ -59,7 +60,7 @@ timed = $(if $(wildcard /usr/bin/time),/usr/bin/time -f "[time] $@ $(1): %e s wa
 ## became a part of its own: with four, the chaos test would wait for a
 ## race part to end and then run its two minutes of faults at the end.
 TEST_JOBS ?= 5
-TEST_PARTS := test-race-root test-race-all test-race-consul-spot test-race-consul-relocation chaos-short sim-check test-plain lint
+TEST_PARTS := test-race-root test-race-all test-consul-spot test-consul-relocation chaos-short sim-check test-plain lint
 test: consul browser race-mod
 	$(MAKE) --no-print-directory prebuild
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
@@ -110,11 +111,11 @@ race-mod:
 # internal races patched (tools/race/prepare.sh).
 test-race: race-mod
 	$(MAKE) --no-print-directory prebuild
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-root test-race-all test-race-consul-spot test-race-consul-relocation test-plain
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-race-root test-race-all test-consul-spot test-consul-relocation test-plain
 
 # The parts leave preparing the race copy to test and test-race (once, not
 # once per part side by side).
-# Some tests run in another part instead. In test-race-consul-spot, which
+# Some tests run in another part instead. In test-consul-spot, which
 # runs beside this one: internal/spot's Consul variants (ROAM_TEST_STORE=memstore here runs only
 # its memstore ones; the Consul ones wait on Consul's sessions in real time,
 # most of that package's time). In test-plain: the hand-off's randomized
@@ -205,10 +206,16 @@ test-race-root:
 #     TestASendToADeletedActorDoesNotReachItsNextIncarnation,
 #     TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
 # (The randomized moves on Consul run in test-plain.)
-# test-race-consul-spot runs internal/spot's Consul variants, which
+# test-consul-spot runs internal/spot's Consul variants, which
 # test-race-all leaves out; its tests without a Consul variant skip there
 # (they run in test-race-all). The two are parts of their own, side by
 # side: both mostly wait on Consul's sessions in real time.
+# Neither runs under -race: the same tests run under it on memstore in
+# test-race-all, through the same driver and Spot manager code, and the
+# Consul client's own concurrency is raced in location/consulstore's
+# tests. Under -race these two cost 97 s of CPU on two cores, which the
+# whole of make test is bound by (internal/spot's alone: 73 s under -race,
+# 38 s without).
 RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFailureRestoresTheSource \
 	TestCapabilityRefusalNeverSeals TestOnlyTheTargetWritesTheOwner TestAnotherOwnerMakesTheMoveStale \
 	TestInstanceSpotMovesThroughTheSameCAS TestActorMovesWithStateAndQueueWhileReceiving \
@@ -224,15 +231,13 @@ RELOCATION_ON_CONSUL := TestSavedWorkRunsBeforeRelayExactlyOnce TestExplicitFail
 	TestFollowDrainsALeavingHopBeforeTheStore TestSendsThroughAGoneNodeOrIncarnationAreRedelivered \
 	TestLeavingNodeIsNoLongerSentTo TestPendingRedeliveryFailsLoudlyWhenTheNodeStops \
 	TestASendToADeletedActorDoesNotReachItsNextIncarnation TestReleasableEndedIsJudgedByTheNodesThatHostTheKind
-test-race-consul: test-race-consul-relocation test-race-consul-spot
-test-race-consul-relocation:
-	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
+test-consul: test-consul-relocation test-consul-spot
+test-consul-relocation:
 	@for n in $(RELOCATION_ON_CONSUL); do grep -q "^func $$n(t \*testing.T)" internal/relocation/*_test.go || \
 		{ echo "RELOCATION_ON_CONSUL names $$n, which internal/relocation does not have"; exit 1; }; done
-	ROAM_TEST_STORE=consul $(call timed,internal/relocation) $(RACE) -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
-test-race-consul-spot:
-	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	ROAM_TEST_STORE=consul $(call timed,internal/spot) $(RACE) ./internal/spot
+	ROAM_TEST_STORE=consul $(call timed,internal/relocation) $(TEST) -count=1 -run '^($(subst $(space),|,$(strip $(RELOCATION_ON_CONSUL))))$$' ./internal/relocation
+test-consul-spot:
+	ROAM_TEST_STORE=consul $(call timed,internal/spot) $(TEST) -count=1 ./internal/spot
 
 # The tests that run Proto.Actor's own cluster or stop remotes beside
 # running peers once more against Proto.Actor as applications build it
