@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,43 +33,12 @@ const memberType = "member"
 // crewStream seeds the crew's draws.
 const crewStream = 0x63726577
 
-// tally is a crew participant's actor: it records each value it
-// handles in the world (never as a first message: nothing of the crew is
-// cold-activated, so nothing of it may run twice) and answers its count.
-type tally struct {
-	w *World
-	n int64
-}
-
-func (r *tally) Receive(ctx actor.Context) {
-	if s, ok := ctx.Message().(*wrapperspb.StringValue); ok {
-		r.w.mu.Lock()
-		r.w.handled[s.Value]++
-		r.w.mu.Unlock()
-		r.n++
-		ctx.Respond(wrapperspb.Int64(r.n))
-	}
-}
-
-// tallyState moves and checkpoints a tally's count.
-type tallyState struct{}
-
-func (tallyState) Capture(a actor.Actor) ([]byte, error) {
-	return strconv.AppendInt(nil, a.(*tally).n, 10), nil
-}
-
-func (tallyState) Restore(a actor.Actor, b []byte) error {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	a.(*tally).n = n
-	return err
-}
-
 // crewKinds are the crew's kinds: the SpotWide Spot's and its members'.
 func (w *World) crewKinds() []extension.Kind {
-	producer := func() actor.Actor { return &tally{w: w} }
+	producer := func() actor.Actor { return &counter{w: w} }
 	return []extension.Kind{
-		{StableType: crewID, SpotWide: true, Policy: extension.PreserveStateWith(tallyState{}), Producer: producer},
-		{StableType: memberType, Policy: extension.PreserveStateWith(tallyState{}), Producer: producer},
+		{StableType: crewID, SpotWide: true, Policy: extension.PreserveStateWith(counterState{}), Producer: producer},
+		{StableType: memberType, Policy: extension.PreserveStateWith(counterState{}), Producer: producer},
 	}
 }
 
