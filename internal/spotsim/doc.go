@@ -69,10 +69,13 @@
 //     the events a request's wait ends on (its deadline, the connection to
 //     the node it went to, the owner's liveness every second).
 //   - Nodes: a node is a sequence of lifecycles (cluster.Node, new node
-//     RID, generation, lease and address each); the owner lease
-//     (internal/meshnode/lease): renewals every RenewEvery, retries every RetryEvery,
-//     a lifecycle fenced at its last good renewal's send time + TTL −
-//     margin (no dispatch, no write: location.Leased refuses locally), and
+//     RID, generation, lease and address each); the owner lease is the
+//     node's own keeper (internal/meshnode/lease), stepped with the
+//     world's renewal answers and clock as cluster.Node's lease loop steps
+//     it: renewals every RenewEvery, retries every RetryEvery, a lifecycle
+//     fenced at its last proven renewal's send time + TTL − margin (no
+//     dispatch, no write: location.Leased refuses locally), unfenced only
+//     by a confirmed renewal, and
 //     ended when a renewal finds the lease gone (its serving incarnations
 //     fail what they hold and what reaches them, Driver.endOwned; its
 //     machines finish on their own; its process goes after Linger); a

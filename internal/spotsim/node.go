@@ -8,6 +8,7 @@ import (
 	"github.com/roamactors/roam/internal/activation"
 	"github.com/roamactors/roam/internal/activation/spotservice"
 	"github.com/roamactors/roam/internal/liveness"
+	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/internal/relocation/releaserun"
 	"github.com/roamactors/roam/internal/spot/spotcall"
@@ -49,12 +50,20 @@ type Life struct {
 	desc  *location.NodeDescriptor // descriptor's, made on first use
 	acfg  activation.Config
 
-	claimed    bool
-	ended      bool // its lease ended (or it found out): nothing here may own any more
-	endedAt    time.Duration
-	gone       bool // its process (remote, memory) is gone
-	goneAt     time.Duration
-	validUntil time.Duration // the lease proof: the last good renewal's send time + TTL − margin
+	claimed bool
+	ended   bool // its lease ended (or it found out): nothing here may own any more
+	endedAt time.Duration
+	gone    bool // its process (remote, memory) is gone
+	goneAt  time.Duration
+	// keeper is the node's own owner-lease machine (internal/meshnode/lease),
+	// stepped here as cluster.Node's lease loop steps it; validUntil is
+	// its ValidUntil on the world's clock (the last proven renewal's send
+	// time + TTL − margin), which the mailbox gate and the writes read.
+	keeper     *lease.Keeper
+	validUntil time.Duration
+	// tickGen numbers the keeper's wake-ups: only the latest one armed
+	// steps it (a Tick is only a look at the clock).
+	tickGen int
 
 	incs    []*Inc
 	pids    map[pidKey]*Inc
@@ -145,10 +154,15 @@ func (l *Life) claim() {
 			w.after(w.cfg.RetryEvery, l.claim)
 			return
 		}
-		l.claimed = true
-		l.validUntil = sent + w.cfg.LeaseTTL - w.cfg.LeaseMargin
+		k, err := lease.New(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
+			Margin: w.cfg.LeaseMargin}, w.wall(sent))
+		if err != nil {
+			panic(fmt.Sprintf("spotsim: lease config: %v", err))
+		}
+		l.claimed, l.keeper = true, k
+		l.validUntil = w.logical(k.ValidUntil())
 		w.tracef("%s serves (lease until %s)", l, ms(l.validUntil))
-		w.after(w.cfg.RenewEvery, l.renew)
+		l.leaseStep(lease.Tick{Now: w.wall(w.Now())})
 		w.after(watchEvery, l.watchNodes)
 		l.recoverScan()
 		for _, c := range w.clients {
@@ -159,30 +173,52 @@ func (l *Life) claim() {
 	})
 }
 
-func (l *Life) renew() {
+// leaseStep feeds one event to the lease keeper and carries out its
+// effects, as cluster.Node's lease loop does: a renewal sent, the fence's
+// changes, the next wake-up.
+func (l *Life) leaseStep(ev lease.Event) {
 	w := l.w
 	if l.gone || l.ended {
 		return
 	}
-	sent := w.Now()
-	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, w.Now()+w.cfg.RenewEvery, func(res storeRes) {
-		if l.ended {
+	eff := l.keeper.Step(ev)
+	l.validUntil = w.logical(l.keeper.ValidUntil())
+	if eff.Changed {
+		switch l.keeper.Status() {
+		case lease.Ended:
+			l.endLifecycle(eff.Reason)
 			return
+		case lease.Valid:
+			w.tracef("%s lease renewed: unfenced", l)
+			l.wake()
 		}
+	}
+	if eff.Renew {
+		l.renew()
+	}
+	l.tickGen++
+	gen := l.tickGen
+	w.at(max(w.logical(eff.WakeAt), w.Now()), func() {
+		if gen == l.tickGen {
+			l.leaseStep(lease.Tick{Now: w.wall(w.Now())})
+		}
+	})
+}
+
+// renew sends one renewal and steps the keeper with its answer.
+func (l *Life) renew() {
+	w := l.w
+	sent := w.Now()
+	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, sent+l.keeper.RequestTimeout(), func(res storeRes) {
+		a := lease.RenewAnswered{SentAt: w.wall(sent), Now: w.wall(w.Now()), Answer: lease.Renewed}
 		switch {
 		case res.err == nil:
-			wasFenced := l.fenced()
-			l.validUntil = max(l.validUntil, sent+w.cfg.LeaseTTL-w.cfg.LeaseMargin)
-			if wasFenced && !l.fenced() {
-				w.tracef("%s lease renewed: unfenced", l)
-				l.wake()
-			}
-			w.after(w.cfg.RenewEvery, l.renew)
 		case isNotFound(res.err):
-			l.endLifecycle("the store ended its lease")
+			a.Answer = lease.Gone
 		default:
-			w.after(w.cfg.RetryEvery, l.renew)
+			a.Answer = lease.NoAnswer
 		}
+		l.leaseStep(a)
 	})
 }
 

@@ -74,9 +74,9 @@ type Config struct {
 	// the Manager's DefaultTimeout (an abort's or a root deletion's own
 	// timeout).
 	CallTimeout time.Duration
-	// The owner lease (internal/meshnode/lease): renewals every RenewEvery, retries
-	// every RetryEvery, a node fenced at its last good renewal's send time
-	// + LeaseTTL − LeaseMargin. Every renewal changes the descriptor's
+	// The owner lease's settings (internal/meshnode/lease's Config: TTL,
+	// Margin, RenewEvery, RetryEvery), which each lifecycle's keeper
+	// runs with. Every renewal changes the descriptor's
 	// version (the heartbeat); a lifecycle that watched it stand still for
 	// LeaseTTL revokes the lease (internal/liveness). The store itself ends
 	// a lease StoreExpiry after the last renewal it applied (Consul: 2×TTL;
