@@ -34,6 +34,10 @@ import (
 //   - unserved: at the end every object whose store owner is a live node
 //     has exactly one serving incarnation there, at the owner generation
 //     the store names, with its application instance.
+//   - unit-split / member-count: at the end every SpotWide member's
+//     record names its Spot's owner (node and lifecycle) and the Spot,
+//     and the Spot's record counts its members: a unit moves whole
+//     (docs/PROTOCOL.md §5.15).
 //   - With Config.Sessions (gateway.go): session-held — nothing is left
 //     held at a Session owner (every client message it took is delivered
 //     or refused); session-sealed — no binding of an open Session stays
@@ -102,9 +106,9 @@ func (w *World) checkServing(o ObjID) {
 }
 
 func (w *World) spawnObject(o ObjID, n *Node) {
-	w.objs = append(w.objs, &Object{id: o})
+	w.objs = append(w.objs, &Object{id: o, spot: -1})
 	w.store.version++
-	w.store.recs[o] = Record{Version: w.store.version, OwnerNode: n.name, OwnerNodeGen: n.gen, OwnerGen: 1, ObjectGen: 1}
+	w.store.recs = append(w.store.recs, Record{Version: w.store.version, OwnerNode: n.name, OwnerNodeGen: n.gen, OwnerGen: 1, ObjectGen: 1})
 	inc := n.newInc(incKey{obj: o, ownerGen: 1}, mOpen, sServing)
 	inc.inst = true
 	n.objects[o] = inc
@@ -137,6 +141,7 @@ func (w *World) checkEnd() {
 			w.violateO(mv.obj, "move-not-ended", "%s: the target is still in %s %s after the horizon", mv, t.m.Phase(), w.cfg.Settle)
 		}
 	}
+	w.checkUnits()
 	for _, o := range w.objs {
 		rec := w.store.recs[o.id]
 		owner := w.node(rec.OwnerNode)
@@ -169,7 +174,7 @@ func (w *World) where(m *Msg) string {
 			}
 		}
 		for _, r := range n.sources {
-			if pk := r.part().Parked; pk != nil {
+			if pk := r.part(max(0, r.partOf(m.obj))).Parked; pk != nil {
 				for _, x := range pk.Waiting() {
 					if x == m {
 						at = append(at, fmt.Sprintf("%s parked by move #%d", n.name, r.mv.id))

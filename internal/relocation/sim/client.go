@@ -21,6 +21,10 @@ func (o ObjID) name() string {
 type Object struct {
 	id   ObjID
 	head int
+	// spot is the SpotWide User Spot a member belongs to (-1: none);
+	// members are a Spot's, in ID order (its participants 2..).
+	spot    ObjID
+	members []ObjID
 }
 
 // lossKind says why the last copy of an accepted message is gone.

@@ -41,10 +41,23 @@
 //     model: Message Follow and the routes clients drop on a follow
 //     (Config.OnFollow); the redelivery worker's store look-up; a removed
 //     target's stub answering Unavailable for one follow period, then gone
-//     (dead letters). Not modelled: tickets, Joins, SpotWide members,
-//     capacity slots, membership checks (every source is a member).
+//     (dead letters). Not modelled: tickets, Joins, capacity slots,
+//     membership checks (every source is a member), a SpotWide Spot's
+//     RelocationReady callback, Session bindings of SpotWide members.
+//   - SpotWide units (Config.Members, unit.go): some objects are SpotWide
+//     User Spots whose members (Actors) live on the Spot's node; random
+//     schedules draw them, and the sends to members and the moves of a
+//     member alone, from a stream of their own. A move of a Spot takes
+//     its members as admit.SpotWide picks them (a member's own move is
+//     refused, as startSource refuses it); the target admits them by
+//     admit.Members, VerifySource judges their records by the commit's
+//     VerifyMembers, and the commit's transaction (handoff.Commit with
+//     its Members, as the driver's commitPlan composes it) changes every
+//     participant's record at once.
 //   - Store: one record per object (version, owner node and generation,
-//     owner generation, object generation, RelocationId), CAS on the version,
+//     owner generation, object generation, RelocationId, a member's Spot,
+//     a Spot's member count), CAS on the version, transactions of several
+//     records, reads of several at once,
 //     every write carrying the writer's lease check (location.Leased), a
 //     watch, outages for everyone or one node, and per-call answers: ok,
 //     conflict, unavailable, indeterminate after applying, indeterminate
@@ -53,7 +66,8 @@
 //   - Bound Sessions (Config.Sessions, gateway.go): each client is also
 //     its Session's owner (the gateway), running the driver's own Session
 //     owner interpreter (internal/session/sessionrun) over packets and
-//     scheduler timers; every object is bound to one client's Session. A
+//     scheduler timers; every object but a SpotWide member is bound to one
+//     client's Session. A
 //     bound move asks for the seal (command 42, given up after the
 //     machine's SessionSealWait), the source releases it once it serves
 //     again (44), the target sends the route update after it opened (43);

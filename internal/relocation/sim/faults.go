@@ -124,7 +124,16 @@ func (w *World) beforeTargetEffect(t *TargetRun, e handoff.Effect) {
 // Random builds the random schedule of seed: a fault profile, client
 // traffic, moves, link cuts, store outages, crashes and stops, all drawn
 // from the world's one random source, so the seed replays it exactly.
+//
+// Which objects are SpotWide Spots, their members, the sends to members
+// and the moves of a member alone are drawn from a stream of their own
+// (unitStream), after the rest: a seed draws its faults, traffic and
+// moves as it did before units were modelled.
 func Random(cfg Config, seed uint64) *World {
+	urng := simkit.NewRand(seed, unitStream)
+	if cfg.Members == nil {
+		drawUnits(&cfg, urng)
+	}
 	w := NewWorld(cfg, seed, nil)
 	rng := w.Rand
 	h := cfg.Horizon
@@ -204,6 +213,7 @@ func Random(cfg Config, seed uint64) *World {
 			}
 		})
 	}
+	w.unitTraffic(urng)
 	// A crash or a stop at a random time.
 	if profile.NodeFaults() {
 		if rng.IntN(4) == 0 {

@@ -33,7 +33,9 @@ func actorName(o ObjID) string { return fmt.Sprintf("o%d", o) }
 
 // boundTo is the client whose Session o is bound to, or -1.
 func (w *World) boundTo(o ObjID) int {
-	if !w.cfg.Sessions || w.cfg.Clients == 0 {
+	if !w.cfg.Sessions || w.cfg.Clients == 0 || w.objs[o].spot >= 0 {
+		// A SpotWide member is not bound: its seal would be one more
+		// Session seal of the unit, which the sim does not model.
 		return -1
 	}
 	return int(o) % w.cfg.Clients
@@ -55,6 +57,9 @@ func (w *World) openSessions() {
 		c.gw.run.Step(session.OpenSession{Session: c.gw.sid})
 	}
 	for _, o := range w.objs {
+		if w.boundTo(o.id) < 0 {
+			continue
+		}
 		c := w.clients[w.boundTo(o.id)]
 		rec := w.store.recs[o.id]
 		c.gw.run.Step(session.Bind{Session: c.gw.sid, Actor: actorName(o.id), Route: w.routeOf(w.node(rec.OwnerNode), rec.OwnerGen)})

@@ -74,6 +74,13 @@ type prepare struct {
 	deadline time.Duration
 	newOwner uint64
 	source   int
+	members  []prepMember // a SpotWide Spot's members, in participant order
+}
+
+// prepMember is one SpotWide member as a Restore request names it.
+type prepMember struct {
+	obj                ObjID
+	ownerGen, newOwner uint64
 }
 
 // Net carries packets between nodes and clients (endpoints: node

@@ -95,9 +95,13 @@ var sabotages = map[string]Sabotage{
 	"open-without-commit": SabotageOpenWithoutCommit,
 	"skip-session-seal":   SabotageSkipSessionSeal,
 	"handle-after-seal":   SabotageHandleAfterSeal,
+	"split-unit":          SabotageSplitUnit,
 }
 
-// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none
+// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...)
+//
+// members=(k0,...): object i is a SpotWide User Spot with ki members
+// (Config.Members), numbered after the objects.
 func (e *scriptEnv) world(c *simscript.Cmd) string {
 	cfg := DefaultConfig()
 	if boolArg(c, "sessions", false) {
@@ -105,6 +109,15 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 	}
 	cfg.Nodes, cfg.Objects, cfg.Clients = c.Int("nodes", 3), c.Int("objects", 1), c.Int("clients", 2)
 	cfg.Sabotage = simkit.ChoiceArg(c, "sabotage", "none", sabotages)
+	if ks, ok := c.Vals("members"); ok {
+		for _, k := range ks {
+			n, err := strconv.Atoi(k)
+			if err != nil {
+				c.Fatalf("members=%s: %v", k, err)
+			}
+			cfg.Members = append(cfg.Members, n)
+		}
+	}
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
 	e.w.SetTracing(true)
 	e.w.hooks = Hooks{SourceEffect: e.onSourceEffect, TargetEffect: e.onTargetEffect, Packet: e.onPacket, StoreMode: e.onStoreCall}
@@ -117,6 +130,15 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 		names = append(names, n.name)
 	}
 	out := strings.Join(names, " ") + "; " + strings.Join(objs, ", ")
+	for _, o := range e.w.objs {
+		if len(o.members) > 0 {
+			var ms []string
+			for _, m := range o.members {
+				ms = append(ms, fmt.Sprintf("o%d", m))
+			}
+			out += fmt.Sprintf("\no%d is a SpotWide User Spot; its members %s", o.id, strings.Join(ms, ", "))
+		}
+	}
 	if cfg.Sessions {
 		var bound []string
 		for _, o := range e.w.objs {
@@ -418,7 +440,7 @@ func (e *scriptEnv) status() string {
 			serving = []string{"none"}
 		}
 		out = append(out, fmt.Sprintf("o%d: store %s; serving %s; history %d", o.id, rec, strings.Join(serving, ", "), o.head))
-		if w.cfg.Sessions {
+		if w.cfg.Sessions && w.boundTo(o.id) >= 0 {
 			cl := w.clients[w.boundTo(o.id)]
 			if route, sealed, ok := cl.gw.run.Owner().BindingOf(cl.gw.sid, actorName(o.id)); ok {
 				s := ""
@@ -505,7 +527,7 @@ func (e *scriptEnv) trace(c *simscript.Cmd) string {
 // stepMarkers are the lines of the world's trace that are protocol steps
 // or faults, besides the machines' steps.
 var stepMarkers = []string{" starts move ", "store: o", " DOWN", "VIOLATION", "net: cut", " lifecycle ended", "store up",
-	" cut from the store", " refuses ", "dropped (scenario)", " finished (phase", " store cas ", " session-"}
+	" cut from the store", " refuses ", "dropped (scenario)", " finished (phase", " store cas ", " store apply ", " session-", " is SpotWide: "}
 
 // protocolStep condenses a trace line of a machine step ("n1 src #1 Event →
 // Phase [effects]") to its event, phase and effects without timers, and
@@ -519,7 +541,7 @@ func protocolStep(l string, phase map[string]string) (string, bool) {
 	}
 	if i < 0 {
 		for _, m := range stepMarkers {
-			if m == " store cas " {
+			if m == " store cas " || m == " store apply " {
 				if !strings.Contains(l, " answered ") {
 					continue
 				}

@@ -56,6 +56,8 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 				total.Messages, total.Handled, total.FailedLoud, total.Unaccepted, total.LostCrash, total.LostEnded, total.LostInTransitFollow)
 			t.Logf("sim: faults: crashes %d, stops %d, lease ends %d, link cuts %d, store outages %d, indeterminate CAS %d",
 				total.Crashes, total.Stops, total.LeaseEnds, total.Cuts, total.StoreOutages, total.IndeterminateCAS)
+			t.Logf("sim: SpotWide units moved %d (members with them %d); moves of a member alone refused %d",
+				total.Units, total.UnitMembersMoved, total.MemberMovesRefused)
 			if cfg.Sessions {
 				t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
 					total.SessionRefused, total.SessionsClosed)

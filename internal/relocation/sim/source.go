@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
-	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -44,6 +44,11 @@ type SourceRun struct {
 	inc      *Inc
 	target   *Node
 	newOwner uint64
+	// incs and owners are every participant's incarnation and offered
+	// owner generation (0: inc and newOwner; a SpotWide Spot's members
+	// follow in ID order).
+	incs     []*Inc
+	owners   []uint64
 	deadline time.Duration
 	timers   map[handoff.Timer]uint64
 	// unbound: the move dropped its object's Session binding (the Session
@@ -55,8 +60,18 @@ type SourceRun struct {
 	completes int
 }
 
-// part is the move's one participant.
-func (r *SourceRun) part() *sourcerun.Part[*Msg] { return r.run.Parts[0] }
+// part is the move's participant i.
+func (r *SourceRun) part(i int) *sourcerun.Part[*Msg] { return r.run.Parts[i] }
+
+// partOf is the participant of the move that o is, or -1.
+func (r *SourceRun) partOf(o ObjID) int {
+	for i, inc := range r.incs {
+		if inc.key.obj == o {
+			return i
+		}
+	}
+	return -1
+}
 
 // StartMove starts a move of o from the node serving it to dst; it
 // reports false when handoff.RefuseStart refuses it on this world's facts
@@ -77,7 +92,19 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	if !src.valid() {
 		facts.Lease = errLeaseNotValid
 	}
-	if handoff.RefuseStart(facts, location.Key(location.KindActor, o.name()), dst.name) != nil {
+	if handoff.RefuseStart(facts, w.keyOf(o), dst.name) != nil {
+		return false
+	}
+	if spot := w.objs[o].spot; spot >= 0 {
+		// startSource's refusal (InvalidOperation): a SpotWide member
+		// moves only with its Spot.
+		w.stats.MemberMovesRefused++
+		w.tracef("%s refuses to move o%d alone: a member of SpotWide Spot o%d", src.name, o, spot)
+		return false
+	}
+	members, err := w.unitOf(o, src)
+	if err != nil {
+		w.tracef("%s refuses to move o%d: %v", src.name, o, err)
 		return false
 	}
 	w.nextRelocID++
@@ -87,30 +114,53 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	inc.offered = max(inc.key.ownerGen, inc.offered) + 1
 	r := &SourceRun{w: w, node: src, inc: inc, target: dst, newOwner: inc.offered, deadline: deadline,
 		m: handoff.NewSource(id, w.cfg.Handoff, w.wall(deadline)), timers: map[handoff.Timer]uint64{}}
-	r.run = sourcerun.New(r.m, sourcerun.Env[*Msg, Record](sourceEnv{r}), []*sourcerun.Part[*Msg]{{}})
+	r.incs, r.owners = []*Inc{inc}, []uint64{r.newOwner}
+	parts := []*sourcerun.Part[*Msg]{{}}
+	for _, m := range members {
+		m.offered = max(m.key.ownerGen, m.offered) + 1
+		r.incs, r.owners = append(r.incs, m), append(r.owners, m.offered)
+		parts = append(parts, &sourcerun.Part[*Msg]{})
+	}
+	r.run = sourcerun.New(r.m, sourcerun.Env[*Msg, Record](sourceEnv{r}), parts)
 	mv := &Move{id: id.RelocationID, obj: o, from: src, to: dst, started: w.Now(), src: r}
 	r.mv = mv
 	w.moves = append(w.moves, mv)
 	w.stats.Moves++
 	src.sources = append(src.sources, r)
-	inc.out = r
+	for _, x := range r.incs {
+		x.out = r
+	}
 	w.tracef("%s starts %s (fence og%d, deadline %s)", src.name, mv, inc.key.ownerGen, deadline)
-	w.stepSource(r, handoff.Start{SessionBound: w.boundTo(o) >= 0})
+	if len(members) > 0 {
+		w.stats.Units++
+		w.stats.UnitMembersMoved += len(members)
+		if w.Tracing() {
+			var names []string
+			for i, m := range members {
+				names = append(names, fmt.Sprintf("o%d (og%d→%d)", m.key.obj, m.key.ownerGen, r.owners[i+1]))
+			}
+			w.tracef("%s move #%d is SpotWide: members %s", src.name, mv.id, strings.Join(names, ", "))
+		}
+	}
+	w.stepSource(r, handoff.Start{SessionBound: w.boundTo(o) >= 0, Participants: len(r.incs)})
 	return true
 }
 
 // stepSource feeds ev to r's run.
 func (w *World) stepSource(r *SourceRun, ev handoff.Event) { r.run.Step(ev) }
 
-// payload encodes what a capture carries here: the move, the state (the
-// history length) and the saved work, padded so that it spans chunks.
-func payload(relocID uint64, version int, saved []*Msg) []byte {
-	b := make([]byte, 0, 24+8*len(saved)+40)
+// payload encodes what a capture carries here: the move, then each
+// participant's state (the history length) and saved work, in participant
+// order, padded so that it spans chunks.
+func payload(relocID uint64, versions []int, saved [][]*Msg) []byte {
+	b := make([]byte, 0, 64+8*len(saved))
 	b = binary.BigEndian.AppendUint64(b, relocID)
-	b = binary.BigEndian.AppendUint64(b, uint64(version))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(saved)))
-	for _, m := range saved {
-		b = binary.BigEndian.AppendUint64(b, m.id)
+	for i, v := range versions {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(saved[i])))
+		for _, m := range saved[i] {
+			b = binary.BigEndian.AppendUint64(b, m.id)
+		}
 	}
 	return append(b, make([]byte, 40)...)
 }
@@ -121,10 +171,11 @@ var errSim = errors.New("sim")
 
 var errLeaseNotValid = fmt.Errorf("%w: the node's owner lease is not in force", roamerr.ErrUnavailable)
 
-// followSink forwards a message to the target incarnation (Message Follow);
-// the sender's node drops its cached route (Config.OnFollow).
-func (w *World) followSink(r *SourceRun) func(*Msg) {
-	next := incKey{obj: r.inc.key.obj, ownerGen: r.newOwner}
+// followSink forwards participant i's messages to its target incarnation
+// (Message Follow); the sender's node drops its cached route
+// (Config.OnFollow).
+func (w *World) followSink(r *SourceRun, i int) func(*Msg) {
+	next := incKey{obj: r.incs[i].key.obj, ownerGen: r.owners[i]}
 	return func(m *Msg) {
 		if w.Tracing() {
 			w.tracef("%s follow m%d → %s", r.node.name, m.id, r.target.name)

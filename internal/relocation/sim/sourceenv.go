@@ -33,8 +33,8 @@ func (e sourceEnv) Before(eff handoff.Effect) { e.r.w.beforeSourceEffect(e.r, ef
 // Seal takes effect after the turn in progress, on the object's
 // goroutine; the capture comes back to the driver later. Like
 // mailbox.Seal, it is refused at once unless the mailbox is Open.
-func (e sourceEnv) Seal(int) error {
-	r, w, inc := e.r, e.r.w, e.r.inc
+func (e sourceEnv) Seal(i int) error {
+	r, w, inc := e.r, e.r.w, e.r.incs[i]
 	if inc.mode != mOpen {
 		return fmt.Errorf("%w: seal in mode %s", errSim, incModeNames[inc.mode])
 	}
@@ -45,71 +45,77 @@ func (e sourceEnv) Seal(int) error {
 		if inc.mode != mOpen {
 			// The seal never took: nothing to undo if no capture is awaited.
 			if r.run.Awaiting() {
-				r.run.Captured(0, nil, fmt.Errorf("%w: seal in mode %s", errSim, incModeNames[inc.mode]))
+				r.run.Captured(i, nil, fmt.Errorf("%w: seal in mode %s", errSim, incModeNames[inc.mode]))
 			}
 			return
 		}
 		saved := inc.queue
 		inc.queue = nil
 		w.setMode(inc, mSealed)
-		r.run.Captured(0, saved, nil)
+		r.run.Captured(i, saved, nil)
 	})
 	return nil
 }
 
-func (e sourceEnv) Unseal(_ int, front []*Msg) error {
-	return e.r.w.reopen(e.r.inc, mSealed, front)
+func (e sourceEnv) Unseal(i int, front []*Msg) error {
+	return e.r.w.reopen(e.r.incs[i], mSealed, front)
 }
 
-func (e sourceEnv) Reopen(_ int, front func() []*Msg) error {
-	inc := e.r.inc
+func (e sourceEnv) Reopen(i int, front func() []*Msg) error {
+	inc := e.r.incs[i]
 	if inc.mode != mRedirect {
 		return fmt.Errorf("%w: reopen from %s in mode %s", errSim, incModeNames[mRedirect], incModeNames[inc.mode])
 	}
 	return e.r.w.reopen(inc, mRedirect, front())
 }
 
-func (e sourceEnv) Redirect(_ int, sink func(*Msg)) error { return e.r.w.redirect(e.r.inc, sink) }
+func (e sourceEnv) Redirect(i int, sink func(*Msg)) error { return e.r.w.redirect(e.r.incs[i], sink) }
 
-func (e sourceEnv) Leaving(int) { e.r.inc.state = sLeaving }
-func (e sourceEnv) Serving(int) { e.r.inc.state = sServing }
+func (e sourceEnv) Leaving(i int) { e.r.incs[i].state = sLeaving }
+func (e sourceEnv) Serving(i int) { e.r.incs[i].state = sServing }
 
-func (e sourceEnv) Unsealed(int) {
-	e.r.w.stats.SourceServesAgain++
-	e.r.w.nowServing(e.r.inc)
+func (e sourceEnv) Unsealed(i int) {
+	if i == 0 {
+		e.r.w.stats.SourceServesAgain++
+	}
+	e.r.w.nowServing(e.r.incs[i])
 }
 
-func (e sourceEnv) Following(int) { e.r.inc.state = sFollowing }
+func (e sourceEnv) Following(i int) { e.r.incs[i].state = sFollowing }
 
-func (e sourceEnv) Unregister(int) {
-	n, inc := e.r.node, e.r.inc
+func (e sourceEnv) Unregister(i int) {
+	n, inc := e.r.node, e.r.incs[i]
 	if n.objects[inc.key.obj] == inc {
 		delete(n.objects, inc.key.obj)
 	}
 }
 
-func (e sourceEnv) Conflict(int) bool {
-	cur := e.r.node.objects[e.r.inc.key.obj]
-	return cur != nil && cur != e.r.inc
+func (e sourceEnv) Conflict(i int) bool {
+	inc := e.r.incs[i]
+	cur := e.r.node.objects[inc.key.obj]
+	return cur != nil && cur != inc
 }
 
-func (e sourceEnv) Reinstated(int) {
-	r := e.r
-	r.mv.reinstated = true
-	r.w.stats.Reinstated++
-	r.node.objects[r.inc.key.obj] = r.inc
-	r.w.nowServing(r.inc)
+func (e sourceEnv) Reinstated(i int) {
+	r, inc := e.r, e.r.incs[i]
+	if i == 0 {
+		r.mv.reinstated = true
+		r.w.stats.Reinstated++
+	}
+	r.node.objects[inc.key.obj] = inc
+	r.w.nowServing(inc)
 }
 
-func (e sourceEnv) FollowSink(int) func(*Msg) { return e.r.w.followSink(e.r) }
+func (e sourceEnv) FollowSink(i int) func(*Msg) { return e.r.w.followSink(e.r, i) }
 
-func (e sourceEnv) EndFollow(int) func(*Msg) {
-	e.r.inc.state = sEnded
-	return e.r.w.unavailableSink(e.r.inc, "the object moved away and Message Follow has ended")
+func (e sourceEnv) EndFollow(i int) func(*Msg) {
+	inc := e.r.incs[i]
+	inc.state = sEnded
+	return e.r.w.unavailableSink(inc, "the object moved away and Message Follow has ended")
 }
 
-func (e sourceEnv) CloseOut(int)        { e.r.inc.inst = false }
-func (e sourceEnv) StopIncarnation(int) { e.r.w.stopInc(e.r.inc) }
+func (e sourceEnv) CloseOut(i int)        { e.r.incs[i].inst = false }
+func (e sourceEnv) StopIncarnation(i int) { e.r.w.stopInc(e.r.incs[i]) }
 
 func (e sourceEnv) LateSealUndone(i int, err error) {
 	if err != nil {
@@ -121,12 +127,12 @@ func (e sourceEnv) LateSealUndone(i int, err error) {
 
 func (e sourceEnv) IsRequest(m *Msg) bool { return m.request }
 
-func (e sourceEnv) Refuse(_ int, m *Msg, why sourcerun.Refusal) {
+func (e sourceEnv) Refuse(i int, m *Msg, why sourcerun.Refusal) {
 	reason := "the object is moving and its outcome is being reconciled"
 	if why == sourcerun.RefuseOverflow {
 		reason = "the object is moving and too many messages wait for its outcome"
 	}
-	e.r.w.failLoud(m, e.r.inc, reason)
+	e.r.w.failLoud(m, e.r.incs[i], reason)
 }
 
 func (e sourceEnv) QueryCapability() handoff.Event {
@@ -148,13 +154,21 @@ func (e sourceEnv) Admit() handoff.Event { return handoff.Admitted{} }
 
 func (e sourceEnv) EncodePayload() (envelope.Stream, error) {
 	r := e.r
-	return envelope.Whole(payload(r.m.Identity().RelocationID, r.inc.version, r.part().Saved)), nil
+	versions, saved := make([]int, len(r.incs)), make([][]*Msg, len(r.incs))
+	for i, inc := range r.incs {
+		versions[i], saved[i] = inc.version, r.part(i).Saved
+	}
+	return envelope.Whole(payload(r.m.Identity().RelocationID, versions, saved)), nil
 }
 
 func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 	r, inc := e.r, e.r.inc
+	var members []prepMember
+	for i, m := range r.incs[1:] {
+		members = append(members, prepMember{obj: m.key.obj, ownerGen: m.key.ownerGen, newOwner: r.owners[i+1]})
+	}
 	r.node.send(r.target.idx, &packet{kind: pPrepare, id: r.m.Identity(), prep: &prepare{obj: inc.key.obj, objGen: 1, manifest: p.Manifest,
-		deadline: r.deadline, newOwner: r.newOwner, source: r.node.idx}})
+		deadline: r.deadline, newOwner: r.newOwner, source: r.node.idx, members: members}})
 }
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {
@@ -186,11 +200,11 @@ func (e sourceEnv) SendCutover(epoch uint32, sum handoff.RelaySum) {
 }
 
 // BoundTo: the object is bound to its client's Session; the client's
-// endpoint is its Session owner.
-func (e sourceEnv) BoundTo(int) (owner, actor string) {
+// endpoint is its Session owner. A SpotWide member is not bound here.
+func (e sourceEnv) BoundTo(i int) (owner, actor string) {
 	r, w := e.r, e.r.w
-	o := r.inc.key.obj
-	if c := w.boundTo(o); c >= 0 && !r.unbound {
+	o := r.incs[i].key.obj
+	if c := w.boundTo(o); c >= 0 && !r.unbound && i == 0 {
 		return w.endpointName(w.cfg.Nodes + c), actorName(o)
 	}
 	return "", actorName(o)
@@ -323,7 +337,7 @@ func (e sourceEnv) PayloadReleased() {
 func (e sourceEnv) BoundaryUnacknowledged(batch []sourcerun.Relayed[*Msg]) {
 	for _, b := range batch {
 		if m := b.Msg; m.handled == 0 && m.failed == 0 {
-			e.r.w.failLoud(m, e.r.inc, "the target never acknowledged the boundary batch")
+			e.r.w.failLoud(m, e.r.incs[b.Part], "the target never acknowledged the boundary batch")
 		}
 	}
 }
@@ -357,8 +371,10 @@ func (e sourceEnv) Ended() {
 			break
 		}
 	}
-	if r.inc.out == r {
-		r.inc.out = nil
+	for _, inc := range r.incs {
+		if inc.out == r {
+			inc.out = nil
+		}
 	}
 	r.w.tracef("%s src #%d finished (phase %s)", n.name, r.mv.id, r.m.Phase())
 }

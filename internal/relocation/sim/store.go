@@ -17,10 +17,21 @@ type Record struct {
 	OwnerGen     uint64 // AuthorityOwnerGeneration
 	ObjectGen    uint64
 	RelocID      uint64
+	// Member: the SpotWide User Spot (its ID) a member's record names;
+	// MemberCount: the members a Spot's record counts.
+	Member      string
+	MemberCount uint32
 }
 
 func (r Record) String() string {
-	return fmt.Sprintf("{v%d owner %s/%d og%d reloc %d}", r.Version, r.OwnerNode, r.OwnerNodeGen, r.OwnerGen, r.RelocID)
+	s := fmt.Sprintf("{v%d owner %s/%d og%d reloc %d", r.Version, r.OwnerNode, r.OwnerNodeGen, r.OwnerGen, r.RelocID)
+	if r.Member != "" {
+		s += " member of " + r.Member
+	}
+	if r.MemberCount > 0 {
+		s += fmt.Sprintf(" members %d", r.MemberCount)
+	}
+	return s + "}"
 }
 
 type opKind int
@@ -30,17 +41,34 @@ const (
 	opCAS
 	opRenew
 	opWatch
+	// opReadAll reads objs' records at once; opApply writes every one of
+	// writes, each at its expected version, or none (a transaction: a
+	// SpotWide unit's commit).
+	opReadAll
+	opApply
 )
 
-var opNames = [...]string{"read", "cas", "renew", "watch"}
+var opNames = [...]string{"read", "cas", "renew", "watch", "read-all", "apply"}
+
+// isWrite: the op writes under the writer's lease.
+func (k opKind) isWrite() bool { return k == opCAS || k == opApply }
+
+// write is one record an opApply changes.
+type write struct {
+	obj      ObjID
+	expected uint64
+	next     Record
+}
 
 type storeOp struct {
 	kind     opKind
 	obj      ObjID
-	expected uint64 // CAS: expected version
-	next     Record // CAS: the record to write
-	after    uint64 // watch: answer once the version is above
-	why      string // for the trace
+	expected uint64  // CAS: expected version
+	next     Record  // CAS: the record to write
+	after    uint64  // watch: answer once the version is above
+	why      string  // for the trace
+	objs     []ObjID // read-all
+	writes   []write // apply
 }
 
 // storeErr is the class of a store answer, as the driver tells them apart.
@@ -63,6 +91,9 @@ func (e storeErr) String() string { return errNames[e] }
 type storeRes struct {
 	err storeErr
 	rec Record // read/watch: the record; CAS conflict: the current record
+	// recs: read-all's records, in its order; an apply's conflict: the
+	// current record of each write, in its order.
+	recs []Record
 }
 
 type storeLease struct {
@@ -90,7 +121,7 @@ type Store struct {
 }
 
 func newStore(w *World) *Store {
-	s := &Store{w: w, recs: make([]Record, w.cfg.Objects), leases: make([]storeLease, w.cfg.Nodes)}
+	s := &Store{w: w, leases: make([]storeLease, w.cfg.Nodes)}
 	for i := range s.leases {
 		s.leases[i].expiresAt = w.cfg.LeaseTTL
 	}
@@ -133,7 +164,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		}
 		done(res)
 	}
-	if op.kind == opCAS {
+	if op.kind.isWrite() {
 		switch {
 		case n.ended:
 			w.after(0, "local-refuse", func() { deliver(storeRes{err: errLeaseEnded}) })
@@ -164,7 +195,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		if s.down || n.storeCut {
 			if mode != simkit.ModeHang {
 				err := errUnavailable
-				if op.kind == opCAS && w.Rand.IntN(2) == 0 {
+				if op.kind.isWrite() && w.Rand.IntN(2) == 0 {
 					err = errIndeterminate
 				}
 				w.after(l2, "store-answer", func() { deliver(storeRes{err: err}) })
@@ -190,7 +221,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 			return
 		}
 		if mode == simkit.ModeIndetApplied {
-			if op.kind == opCAS {
+			if op.kind.isWrite() {
 				w.stats.IndeterminateCAS++
 			}
 			res = storeRes{err: errIndeterminate}
@@ -210,6 +241,12 @@ func (s *Store) apply(n *Node, op storeOp) storeRes {
 		}
 		s.leases[n.idx].expiresAt = w.Now() + w.cfg.LeaseTTL
 		return storeRes{}
+	case opReadAll:
+		recs := make([]Record, len(op.objs))
+		for i, o := range op.objs {
+			recs[i] = s.recs[o]
+		}
+		return storeRes{recs: recs}
 	case opCAS:
 		if !s.leaseLive(n) {
 			w.tracef("store: CAS of %s refused: its lease ended", n.name)
@@ -220,21 +257,51 @@ func (s *Store) apply(n *Node, op storeOp) storeRes {
 			return storeRes{err: errConflict, rec: cur}
 		}
 		s.version++
-		next := op.next
-		next.Version = s.version
-		s.recs[op.obj] = next
-		if w.Tracing() {
-			w.tracef("store: o%d %s → %s (%s by %s)", op.obj, cur, next, op.why, n.name)
-		}
-		if next.RelocID != cur.RelocID && next.OwnerNode != cur.OwnerNode {
-			if mv := w.moveByID(next.RelocID); mv != nil {
-				mv.committedInStore = true
-			}
-		}
+		next := s.put(n, op.obj, op.next, op.why)
 		s.changed(op.obj)
 		return storeRes{rec: next}
+	case opApply:
+		if !s.leaseLive(n) {
+			w.tracef("store: transaction of %s refused: its lease ended", n.name)
+			return storeRes{err: errLeaseEnded}
+		}
+		conflict := false
+		cur := make([]Record, len(op.writes))
+		for i, x := range op.writes {
+			cur[i] = s.recs[x.obj]
+			conflict = conflict || cur[i].Version != x.expected
+		}
+		if conflict {
+			return storeRes{err: errConflict, recs: cur}
+		}
+		s.version++
+		for _, x := range op.writes {
+			s.put(n, x.obj, x.next, op.why)
+		}
+		for _, x := range op.writes {
+			s.changed(x.obj)
+		}
+		return storeRes{}
 	}
 	panic("sim: store op")
+}
+
+// put writes o's record at the store's current version (one transaction
+// writes all its records at one version).
+func (s *Store) put(n *Node, o ObjID, next Record, why string) Record {
+	w := s.w
+	cur := s.recs[o]
+	next.Version = s.version
+	s.recs[o] = next
+	if w.Tracing() {
+		w.tracef("store: o%d %s → %s (%s by %s)", o, cur, next, why, n.name)
+	}
+	if next.RelocID != cur.RelocID && next.OwnerNode != cur.OwnerNode {
+		if mv := w.moveByID(next.RelocID); mv != nil {
+			mv.committedInStore = true
+		}
+	}
+	return next
 }
 
 func (s *Store) watch(op storeOp, fire func(Record)) {
@@ -273,5 +340,5 @@ func (w *World) storeMode(n *Node, op *storeOp) (simkit.StoreMode, time.Duration
 	if w.over {
 		return simkit.ModeOK, 0
 	}
-	return w.faults.Draw(w.Rand, op.kind == opCAS), 0
+	return w.faults.Draw(w.Rand, op.kind.isWrite()), 0
 }

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/targetrun"
 	"github.com/roamactors/roam/location"
@@ -26,6 +28,16 @@ type TargetRun struct {
 	timers   map[handoff.Timer]uint64
 	verified *location.Versioned // the record VerifySource read, until a commit takes it
 	relayed  []*Msg              // relay records received (the machine's relay buffer, over-approximated)
+	// Every participant's object, offered owner generation, staged
+	// incarnation, restored state and saved work (0: obj, newOwner, inc,
+	// version; a SpotWide Spot's members follow), and the members as the
+	// prepare named them.
+	objs     []ObjID
+	owners   []uint64
+	incs     []*Inc
+	versions []int
+	saved    [][]*Msg
+	members  []prepMember
 
 	dead      bool
 	completes int
@@ -51,9 +63,9 @@ func (w *World) moveByID(id uint64) *Move {
 
 // onPrepare takes a Restore request: a known identity steps its run (only
 // from its source); a new one is judged by handoff.AdmitPrepare on this
-// world's facts and gets a Target machine. Tickets, kinds, Joins and
-// SpotWide members are not modelled: every prepare has its ticket and
-// names a registered, movable kind and no members.
+// world's facts (a SpotWide Spot's members by admit.Members) and gets a
+// Target machine. Tickets, kinds and Joins are not modelled: every
+// prepare has its ticket and names a registered, movable kind.
 func (w *World) onPrepare(n *Node, p *packet) {
 	id := p.id
 	if t := n.targetOf(id); t != nil {
@@ -64,7 +76,16 @@ func (w *World) onPrepare(n *Node, p *packet) {
 	}
 	earlier := n.arriving(p.prep.obj)
 	facts := handoff.PrepareFacts{LeaseValid: n.valid(), Leaving: n.stopping, IdentityValid: id.Valid(),
-		FromSource: p.prep.source == p.from, Movable: true, Registered: true}
+		FromSource: p.prep.source == p.from, Movable: true, Registered: true,
+		Admit: func() (messages.FailureReason, error) {
+			_, reason, err := admit.Members(w.keyOf(p.prep.obj), w.isSpot(p.prep.obj), w.participants(p.prep.members), maxSpotWideMembers,
+				func(string) admit.MemberKind { return admit.MemberKind{Registered: true} },
+				func(k location.AuthorityKey) bool {
+					o := w.objOfKey(k)
+					return n.objects[o] != nil || n.arriving(o) != nil
+				})
+			return reason, err
+		}}
 	if earlier != nil {
 		facts.Earlier = earlier.m.Phase()
 	}
@@ -80,10 +101,15 @@ func (w *World) onPrepare(n *Node, p *packet) {
 	}
 	mv := w.moveByID(id.RelocationID)
 	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner,
-		deadline: p.prep.deadline, timers: map[handoff.Timer]uint64{}}
+		deadline: p.prep.deadline, timers: map[handoff.Timer]uint64{}, members: p.prep.members,
+		objs: []ObjID{p.prep.obj}, owners: []uint64{p.prep.newOwner}}
+	for _, pm := range p.prep.members {
+		t.objs, t.owners = append(t.objs, pm.obj), append(t.owners, pm.newOwner)
+	}
+	t.incs, t.versions, t.saved = make([]*Inc, len(t.objs)), make([]int, len(t.objs)), make([][]*Msg, len(t.objs))
 	m, effects := handoff.NewTarget(id, w.cfg.Handoff, w.prepareEvent(p))
 	t.m = m
-	t.run = targetrun.New[*Msg](m, targetEnv{t}, 1)
+	t.run = targetrun.New[*Msg](m, targetEnv{t}, len(t.objs))
 	if mv.tgt == nil {
 		mv.tgt = t
 	}
@@ -104,10 +130,11 @@ func (n *Node) targetOf(id handoff.Identity) *TargetRun {
 	return nil
 }
 
-// arriving is the unfinished move of o into n, if any.
+// arriving is the unfinished move of o into n (o one of its
+// participants), if any.
 func (n *Node) arriving(o ObjID) *TargetRun {
 	for _, t := range n.targets {
-		if t.obj == o && !t.dead && !t.m.Finished() {
+		if !t.dead && !t.m.Finished() && slices.Contains(t.objs, o) {
 			return t
 		}
 	}
@@ -124,15 +151,20 @@ func (w *World) stepTarget(t *TargetRun, ev handoff.Event) { t.run.Step(ev) }
 
 // versionedOf is the sim's record as the Location Store holds it.
 func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
-	return location.Versioned{Key: key, Version: location.StoreVersion(r.Version), Record: &location.Record{
+	v := location.Versioned{Key: key, Version: location.StoreVersion(r.Version), Record: &location.Record{
 		Owner: &messages.Owner{NodeRid: r.OwnerNode, NodeGeneration: r.OwnerNodeGen}, AuthorityOwnerGeneration: r.OwnerGen,
-		ObjectGeneration: r.ObjectGen, RelocationId: r.RelocID,
+		ObjectGeneration: r.ObjectGen, RelocationId: r.RelocID, MemberCount: r.MemberCount,
 		State: messages.LifecycleState_LIFECYCLE_STATE_READY, // the sim models no Close
 	}}
+	if r.Member != "" {
+		v.Record.Membership = &messages.Membership{SpotId: r.Member, SpotGeneration: 1}
+	}
+	return v
 }
 
 // recordOf is a Location Store record as the sim holds it, at version.
 func recordOf(r *location.Record, version uint64) Record {
 	return Record{Version: version, OwnerNode: r.GetOwner().GetNodeRid(), OwnerNodeGen: r.GetOwner().GetNodeGeneration(),
-		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId()}
+		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId(),
+		Member: r.GetMembership().GetSpotId(), MemberCount: r.GetMemberCount()}
 }

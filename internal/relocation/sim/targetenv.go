@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -17,8 +18,9 @@ import (
 // packets, the simulated store and the scheduler's timers. The
 // interpreter's choreography is the driver's own; the checks at effects
 // (completed-twice, fallback accounting, what a removed target drops)
-// live here, where the primitives see them. The sim moves one
-// participant, and models neither Joins nor capacity slots.
+// live here, where the primitives see them. A SpotWide Spot's move has
+// its members as participants 1..; the sim models neither Joins nor
+// capacity slots.
 type targetEnv struct{ t *TargetRun }
 
 var _ targetrun.Env[*Msg] = targetEnv{}
@@ -34,16 +36,19 @@ func (e targetEnv) Stepped(ev handoff.Event, effects []handoff.Effect) {
 
 func (e targetEnv) Before(eff handoff.Effect) { e.t.w.beforeTargetEffect(e.t, eff) }
 
-func (e targetEnv) Install(int) error {
+func (e targetEnv) Install(i int) error {
 	t, n, w := e.t, e.t.node, e.t.w
-	key := incKey{obj: t.obj, ownerGen: t.newOwner}
+	key := incKey{obj: t.objs[i], ownerGen: t.owners[i]}
 	if cur := n.incs[key]; cur != nil && !cur.stopped {
 		return fmt.Errorf("%w: install temporary queue: %s exists", errSim, cur)
 	}
 	inc := n.newInc(key, mStaging, sStaging)
 	inc.target = t
 	inc.closed = w.unavailableSink(inc, "the relocation target was removed before it opened")
-	t.inc = inc
+	t.incs[i] = inc
+	if i == 0 {
+		t.inc = inc
+	}
 	return nil
 }
 
@@ -60,15 +65,34 @@ func (e targetEnv) ReadSource(answer func(location.Versioned, error)) {
 			answer(location.Versioned{}, readError(res.err))
 			return
 		}
-		answer(versionedOf(location.Key(location.KindActor, t.obj.name()), res.rec), nil)
+		answer(versionedOf(t.w.keyOf(t.obj), res.rec), nil)
 	})
 }
 
 // ObjectGeneration: the sim's objects are never recreated.
 func (e targetEnv) ObjectGeneration() uint64 { return 1 }
 
-// VerifyMembers: the sim moves no SpotWide members.
-func (e targetEnv) VerifyMembers(_ location.Versioned, answer func(error)) { answer(nil) }
+// VerifyMembers reads the SpotWide members' records at once and judges
+// them with the commit's VerifyMembers, as the driver's verifyMembers
+// does (no capacity slots: unbounded).
+func (e targetEnv) VerifyMembers(v location.Versioned, answer func(error)) {
+	t := e.t
+	if len(t.members) == 0 {
+		answer(nil)
+		return
+	}
+	c := e.CommitPlan(false)
+	simStore{t: t, ctx: t.deadline, why: "verify members"}.ReadAll(c.MemberKeys(), func(vs []location.Versioned, err error) {
+		if t.dead {
+			return
+		}
+		if err != nil {
+			answer(err)
+			return
+		}
+		answer(c.VerifyMembers(v.Record, vs, false))
+	})
+}
 
 // TakeSlots: capacity slots are not modelled.
 func (e targetEnv) TakeSlots(answer func(error)) { answer(nil) }
@@ -117,42 +141,79 @@ func (e targetEnv) Decode(b []byte) ([]targetrun.Work[*Msg], error) {
 	if len(b) < 20 || binary.BigEndian.Uint64(b) != t.m.Identity().RelocationID {
 		return nil, fmt.Errorf("%w: payload describes another move", errSim)
 	}
-	t.version = int(binary.BigEndian.Uint64(b[8:]))
-	k := int(binary.BigEndian.Uint32(b[16:]))
-	work := make([]targetrun.Work[*Msg], 0, k)
-	for i := 0; i < k; i++ {
-		m := w.msgs[binary.BigEndian.Uint64(b[20+8*i:])-1]
-		w.place(m, t.node)
-		work = append(work, targetrun.Work[*Msg]{Participant: 1, Order: uint64(i + 1), Msg: m, What: "saved work"})
+	var work []targetrun.Work[*Msg]
+	at := 8
+	for p := range t.objs {
+		if len(b) < at+12 {
+			return nil, fmt.Errorf("%w: payload carries %d of %d participants", errSim, p, len(t.objs))
+		}
+		t.versions[p] = int(binary.BigEndian.Uint64(b[at:]))
+		k := int(binary.BigEndian.Uint32(b[at+8:]))
+		at += 12
+		t.saved[p] = nil
+		for i := 0; i < k; i++ {
+			m := w.msgs[binary.BigEndian.Uint64(b[at:])-1]
+			at += 8
+			w.place(m, t.node)
+			t.saved[p] = append(t.saved[p], m)
+			work = append(work, targetrun.Work[*Msg]{Participant: uint32(p + 1), Order: uint64(i + 1), Msg: m, What: "saved work"})
+		}
 	}
+	t.version = t.versions[0]
 	return work, nil
 }
 
 // Restore: the state is restored on the object's goroutine; the answer
 // comes back to the driver later.
-func (e targetEnv) Restore(int) error {
+func (e targetEnv) Restore(i int) error {
 	t, w := e.t, e.t.w
-	if t.inc.mode == mClosed {
+	if t.incs[i].mode == mClosed {
 		return fmt.Errorf("%w: restore: mailbox closed", errSim)
 	}
-	w.after(w.randDur(50*time.Microsecond, 2*time.Millisecond), "restored", func() { t.run.Restored(0, nil) })
+	w.after(w.randDur(50*time.Microsecond, 2*time.Millisecond), "restored", func() { t.run.Restored(i, nil) })
 	return nil
 }
 
-func (e targetEnv) PartOf(item any) (int, *Msg) { return 0, item.(*Msg) }
+// PartOf: a relayed record names its participant by the object its
+// message is for.
+func (e targetEnv) PartOf(item any) (int, *Msg) {
+	m := item.(*Msg)
+	return max(0, slices.Index(e.t.objs, m.obj)), m
+}
 
 func (e targetEnv) JoinCallback(handoff.Committed) (*Msg, bool) { return nil, false }
 func (e targetEnv) IsJoinCallback(*Msg) bool                    { return false }
-func (e targetEnv) OpenMembers([][]*Msg)                        {}
+
+// OpenMembers opens each member's staged incarnation with its backlog
+// and registers it serving, before the Spot opens (no RelocationReady
+// callback is modelled).
+func (e targetEnv) OpenMembers(backlogs [][]*Msg) {
+	for j, backlog := range backlogs {
+		i := j + 1
+		if err := e.openPart(i, backlog, len(backlog)-len(e.t.saved[i])); err != nil {
+			e.Problem(i, "open_failed", err, "opening dispatch failed")
+			continue
+		}
+		e.t.node.objects[e.t.objs[i]] = e.t.incs[i]
+		e.t.w.nowServing(e.t.incs[i])
+	}
+}
 
 // Open switches the staged incarnation to dispatch. A fallback's relayed
 // messages, and what waits behind them, are exempt from the order checks
 // (they may be handled after later messages that took Message Follow).
 func (e targetEnv) Open(backlog []*Msg, relayed int, _ handoff.Committed) error {
+	if e.t.m.FellBack() {
+		e.t.w.stats.Fallbacks++
+	}
+	return e.openPart(0, backlog, relayed)
+}
+
+// openPart opens participant i's staged incarnation, backlog first.
+func (e targetEnv) openPart(i int, backlog []*Msg, relayed int) error {
 	t, w := e.t, e.t.w
-	inc := t.inc
+	inc := t.incs[i]
 	if t.m.FellBack() {
-		w.stats.Fallbacks++
 		inc.fellBack = true
 		for _, m := range backlog[len(backlog)-relayed:] {
 			m.exempt = true
@@ -164,7 +225,7 @@ func (e targetEnv) Open(backlog []*Msg, relayed int, _ handoff.Committed) error 
 	if inc.mode != mStaging {
 		return fmt.Errorf("mode %s", incModeNames[inc.mode])
 	}
-	inc.inst, inc.version = true, t.version
+	inc.inst, inc.version = true, t.versions[i]
 	return w.reopen(inc, mStaging, backlog)
 }
 
@@ -176,29 +237,35 @@ func (e targetEnv) Serving() {
 	w.nowServing(t.inc)
 }
 
-func (e targetEnv) Deliver(_ int, m *Msg) {
+func (e targetEnv) Deliver(i int, m *Msg) {
 	t, w := e.t, e.t.w
 	m.exempt = true
-	if t.inc.stopped {
+	if t.incs[i].stopped {
 		w.lostMsg(m, lossDeadLetter, "late relay record to a stopped incarnation")
 		return
 	}
-	w.post(t.inc, m)
+	w.post(t.incs[i], m)
 }
 
 // Remove closes the staged incarnation. The machine drops its relay
 // buffer and the restored saved work silently: the source's payload and
 // batch are the copies left, if it still holds them.
-func (e targetEnv) Remove(_ int, saved []*Msg) {
+func (e targetEnv) Remove(i int, saved []*Msg) {
 	t, w, n := e.t, e.t.w, e.t.node
 	t.mv.targetRemoved = true
-	for _, m := range append(append([]*Msg(nil), saved...), t.relayed...) {
+	var relayed []*Msg
+	for _, m := range t.relayed {
+		if m.obj == t.objs[i] {
+			relayed = append(relayed, m)
+		}
+	}
+	for _, m := range append(append([]*Msg(nil), saved...), relayed...) {
 		if m.at != n || m.handled > 0 || m.failed > 0 {
 			continue
 		}
 		r := t.mv.src
 		switch {
-		case r != nil && !r.dead && (containsMsg(r.part().Relayed, m) || containsMsg(r.part().Saved, m)):
+		case r != nil && !r.dead && (containsMsg(r.part(i).Relayed, m) || containsMsg(r.part(i).Saved, m)):
 			m.at = r.node
 		case r != nil && r.dead:
 			w.lostMsg(m, r.node.downKind, "its source went down with its copy; the removed target discarded its own")
@@ -211,7 +278,7 @@ func (e targetEnv) Remove(_ int, saved []*Msg) {
 			w.lostMsg(m, lossTransit, "discarded by the removed target")
 		}
 	}
-	if inc := t.inc; inc != nil {
+	if inc := t.incs[i]; inc != nil {
 		var held []*Msg
 		switch inc.mode {
 		case mStaging, mSealed, mRedirect:
@@ -228,21 +295,30 @@ func (e targetEnv) Remove(_ int, saved []*Msg) {
 	}
 }
 
-func (e targetEnv) StopIncarnation(int) {
-	if inc := e.t.inc; inc != nil {
+func (e targetEnv) StopIncarnation(i int) {
+	if inc := e.t.incs[i]; inc != nil {
 		e.t.w.stopInc(inc)
 	}
 }
 
-// CommitPlan is the move's owner commit as the sim composes it: an Actor,
-// at object generation 1, with no Session binding, Join or slots.
+// CommitPlan is the move's owner commit as the sim composes it, as the
+// driver's commitPlan does: the object (an Actor, or a SpotWide User
+// Spot with its members, fenced at the source's node), at object
+// generation 1, with no Session binding, Join or slots.
 func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
 	t, n := e.t, e.t.node
-	return &handoff.Commit{
-		ID: t.m.Identity(), Key: location.Key(location.KindActor, t.obj.name()), Owner: &messages.Owner{NodeRid: n.name, NodeGeneration: n.gen},
+	id := t.m.Identity()
+	c := &handoff.Commit{
+		ID: id, Key: t.w.keyOf(t.obj), Owner: &messages.Owner{NodeRid: n.name, NodeGeneration: n.gen},
 		NewOwnerGeneration: t.newOwner, ObjectGeneration: 1, SettleOnly: settleOnly, RestoreDeadline: t.w.wall(t.deadline),
 		Session: &messages.SessionBinding{}, IsEntrySpot: func(string) bool { return false },
+		SourceNodeRid: id.Fence.NodeRid, SourceNodeGeneration: id.Fence.NodeGeneration,
 	}
+	for _, m := range t.members {
+		c.Members = append(c.Members, handoff.CommitMember{Key: t.w.keyOf(m.obj), OwnerGeneration: m.ownerGen, NewOwnerGeneration: m.newOwner,
+			ObjectGeneration: 1, Session: &messages.SessionBinding{}})
+	}
+	return c
 }
 
 func (e targetEnv) TakeVerified() (location.Versioned, bool) {
@@ -334,7 +410,7 @@ type simStore struct {
 
 func (s simStore) Read(key location.AuthorityKey, answer func(location.Versioned, error)) {
 	t := s.t
-	t.w.store.call(t.node, storeOp{kind: opRead, obj: t.obj, why: fmt.Sprintf("commit #%d", t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+	t.w.store.call(t.node, storeOp{kind: opRead, obj: t.w.objOfKey(key), why: fmt.Sprintf("commit #%d", t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
 		if res.err != errNone {
 			answer(location.Versioned{}, fmt.Errorf("%w: read: %s", errSim, res.err))
 			return
@@ -343,20 +419,62 @@ func (s simStore) Read(key location.AuthorityKey, answer func(location.Versioned
 	})
 }
 
-func (s simStore) ReadAll([]location.AuthorityKey, func([]location.Versioned, error)) {
-	panic("sim: the simulation's commits read no other records")
+// ReadAll reads the records of keys in one store call (as a store
+// client that batches sends them together).
+func (s simStore) ReadAll(keys []location.AuthorityKey, answer func([]location.Versioned, error)) {
+	t, w := s.t, s.t.w
+	objs := make([]ObjID, len(keys))
+	for i, k := range keys {
+		objs[i] = w.objOfKey(k)
+	}
+	w.store.call(t.node, storeOp{kind: opReadAll, obj: t.obj, objs: objs, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+		if res.err != errNone {
+			answer(nil, readError(res.err))
+			return
+		}
+		vs := make([]location.Versioned, len(keys))
+		for i, k := range keys {
+			vs[i] = versionedOf(k, res.recs[i])
+		}
+		answer(vs, nil)
+	})
 }
 
 func (s simStore) CAS(op location.Op, answer func(error)) {
 	t := s.t
 	next := recordOf(op.Record, uint64(op.Version))
-	t.w.store.call(t.node, storeOp{kind: opCAS, obj: t.obj, expected: uint64(op.Version), next: next, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+	t.w.store.call(t.node, storeOp{kind: opCAS, obj: t.w.objOfKey(op.Key), expected: uint64(op.Version), next: next, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
 		answer(writeError(op.Key, res))
 	})
 }
 
-func (s simStore) Apply([]location.Op, func(error)) {
-	panic("sim: the simulation's commits write one record")
+// Apply writes ops (record updates: the sim models no capacity slots)
+// in one transaction.
+func (s simStore) Apply(ops []location.Op, answer func(error)) {
+	t, w := s.t, s.t.w
+	writes := make([]write, len(ops))
+	keys := make([]location.AuthorityKey, len(ops))
+	for i, op := range ops {
+		if op.Kind != location.OpUpdate {
+			panic(fmt.Sprintf("sim: a commit's transaction with a %v op", op.Kind))
+		}
+		writes[i] = write{obj: w.objOfKey(op.Key), expected: uint64(op.Version), next: recordOf(op.Record, uint64(op.Version))}
+		keys[i] = op.Key
+	}
+	if w.cfg.Sabotage == SabotageSplitUnit {
+		writes, keys = writes[:1], keys[:1]
+	}
+	w.store.call(t.node, storeOp{kind: opApply, obj: t.obj, writes: writes, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
+		if res.err == errConflict {
+			c := &location.ConflictError{Op: "apply"}
+			for i, k := range keys {
+				c.Current = append(c.Current, versionedOf(k, res.recs[i]))
+			}
+			answer(simWriteError{text: res.err.String(), class: c})
+			return
+		}
+		answer(writeError(t.w.keyOf(t.obj), res))
+	})
 }
 
 // readError is a simulated read's failure as the Location Store classes

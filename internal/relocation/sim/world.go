@@ -11,6 +11,11 @@ import (
 // simulation with the same seed draws differently).
 const randStream = 0x9e3779b97f4a7c15
 
+// unitStream is the stream Random draws the SpotWide units and their
+// traffic from, so that what it drew from randStream before units were
+// modelled stays as it was for every seed.
+const unitStream = 0x5851f42d4c957f2d
+
 // Sabotage breaks one decision of the composed protocol on purpose, so a
 // test can show that the checker catches what it is meant to catch.
 type Sabotage int
@@ -37,6 +42,10 @@ const (
 	// the source and still held for the target (docs/PROTOCOL.md §5.4:
 	// after the seal the source handles nothing).
 	SabotageHandleAfterSeal
+	// SabotageSplitUnit is a store whose transaction is not atomic: of a
+	// SpotWide commit it applies the Spot's owner change and drops its
+	// members', so the Spot leaves its members behind.
+	SabotageSplitUnit
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
@@ -59,6 +68,12 @@ type Config struct {
 	Sessions           bool
 	SessionSealTimeout time.Duration
 	SessionHoldLimit   int
+	// Members makes object o (o < len(Members)) a SpotWide User Spot with
+	// Members[o] members (0: an Actor). The members are Actors, numbered
+	// after the Config.Objects objects in Spot order, spawned with their
+	// Spot; a move of the Spot moves them as one unit (docs/PROTOCOL.md
+	// §5.15), and none moves alone.
+	Members []int
 }
 
 // DefaultConfig is the configuration random schedules use: the hand-off's
@@ -156,6 +171,7 @@ func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
 	for i := 0; i < cfg.Objects; i++ {
 		w.spawnObject(ObjID(i), w.nodes[i%cfg.Nodes])
 	}
+	w.spawnMembers()
 	w.openSessions()
 	for _, n := range w.nodes {
 		n.startLease()
@@ -209,6 +225,9 @@ type Stats struct {
 	Crashes, Stops, LeaseEnds, Cuts, StoreOutages                     int
 	Fallbacks, IndeterminateCAS                                       int
 	SessionRefused, SessionsClosed                                    int
+	// Units: SpotWide moves started (members moved with them);
+	// MemberMovesRefused: moves of a member alone, refused.
+	Units, UnitMembersMoved, MemberMovesRefused int
 }
 
 // Stats returns the schedule's figures (after Run).
