@@ -38,6 +38,9 @@ import (
 //     record names its Spot's owner (node and lifecycle) and the Spot,
 //     and the Spot's record counts its members: a unit moves whole
 //     (docs/PROTOCOL.md §5.15).
+//   - slots: at the end every live node's capacity slots in the store are
+//     the objects whose records name it, each in its record's slot, none
+//     pending (Config.Capacity; docs/PROTOCOL.md §7.12).
 //   - With Config.Sessions (gateway.go): session-held — nothing is left
 //     held at a Session owner (every client message it took is delivered
 //     or refused); session-sealed — no binding of an open Session stays
@@ -109,6 +112,7 @@ func (w *World) spawnObject(o ObjID, n *Node) {
 	w.objs = append(w.objs, &Object{id: o, spot: -1})
 	w.store.version++
 	w.store.recs = append(w.store.recs, Record{Version: w.store.version, OwnerNode: n.name, OwnerNodeGen: n.gen, OwnerGen: 1, ObjectGen: 1})
+	w.spawnSlot(o, n)
 	inc := n.newInc(incKey{obj: o, ownerGen: 1}, mOpen, sServing)
 	inc.inst = true
 	n.objects[o] = inc
@@ -142,6 +146,7 @@ func (w *World) checkEnd() {
 		}
 	}
 	w.checkUnits()
+	w.checkSlots()
 	for _, o := range w.objs {
 		rec := w.store.recs[o.id]
 		owner := w.node(rec.OwnerNode)

@@ -41,9 +41,17 @@
 //     model: Message Follow and the routes clients drop on a follow
 //     (Config.OnFollow); the redelivery worker's store look-up; a removed
 //     target's stub answering Unavailable for one follow period, then gone
-//     (dead letters). Not modelled: tickets, Joins, capacity slots,
-//     membership checks (every source is a member), a SpotWide Spot's
-//     RelocationReady callback, Session bindings of SpotWide members.
+//     (dead letters). Not modelled: tickets, Joins, membership checks
+//     (every source is a member), a SpotWide Spot's RelocationReady
+//     callback, Session bindings of SpotWide members, the Spot manager's
+//     reclaim of abandoned reservations' capacity slots.
+//   - Capacity slots (Config.Capacity, slots.go; random schedules bound
+//     the nodes half the time): slots in the store under each node's
+//     lease, an object's record naming its slot; a move's target takes
+//     one per participant before relay-ready (handoff.ArrivalSlots), its
+//     commit activates them and frees the source's (handoff.Commit's slot
+//     ops), a move that did not commit frees what it took; the picks,
+//     the judging of answers and the frees are capslots'.
 //   - SpotWide units (Config.Members, unit.go): some objects are SpotWide
 //     User Spots whose members (Actors) live on the Spot's node; random
 //     schedules draw them, and the sends to members and the moves of a

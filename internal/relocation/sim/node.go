@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/relocation/admit"
+	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -104,12 +105,24 @@ type Node struct {
 	redelivering map[ObjID]bool
 	dlHeld       map[ObjID][]*Msg
 	dlPaused     map[ObjID]bool
+	// view is this lifecycle's view of its capacity slots (nil:
+	// unbounded).
+	view *capslots.View
 }
 
 func newNode(w *World, i int) *Node {
 	return &Node{w: w, idx: i, name: fmt.Sprintf("n%d", i+1), gen: 1, alive: true,
 		incs: map[incKey]*Inc{}, objects: map[ObjID]*Inc{}, capWait: map[uint64]*SourceRun{},
 		redeliver: map[ObjID][]*Msg{}, redelivering: map[ObjID]bool{}, dlHeld: map[ObjID][]*Msg{}, dlPaused: map[ObjID]bool{}}
+}
+
+// newNodeIn is node i of w, with its capacity slots' view when bounded.
+func newNodeIn(w *World, i int) *Node {
+	n := newNode(w, i)
+	if w.cfg.Capacity > 0 {
+		n.view = capslots.NewView(n.name, w.cfg.Capacity)
+	}
+	return n
 }
 
 // valid: the lease is provably in force (cluster.Node.Valid).
@@ -292,7 +305,7 @@ func (n *Node) stop() {
 			w.after(20*time.Millisecond, "stop-poll", poll)
 			return
 		}
-		w.store.leases[n.idx].gone = true
+		w.store.endLease(n)
 		n.endLifecycle("stopped")
 		life := n.life
 		w.after(10*time.Millisecond, "stopped", func() {

@@ -114,7 +114,15 @@ func (e sourceEnv) EndFollow(i int) func(*Msg) {
 	return e.r.w.unavailableSink(inc, "the object moved away and Message Follow has ended")
 }
 
-func (e sourceEnv) CloseOut(i int)        { e.r.incs[i].inst = false }
+// CloseOut: the target's commit freed the slot the object held here
+// (the driver's closeOut forgets it).
+func (e sourceEnv) CloseOut(i int) {
+	r := e.r
+	r.incs[i].inst = false
+	if r.node.bounded() {
+		r.node.view.DropHolder(r.w.keyOf(r.incs[i].key.obj))
+	}
+}
 func (e sourceEnv) StopIncarnation(i int) { e.r.w.stopInc(e.r.incs[i]) }
 
 func (e sourceEnv) LateSealUndone(i int, err error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/roamactors/roam/internal/simkit"
+	"github.com/roamactors/roam/location"
 )
 
 // Record is the sim's Location Store record of one object: the fields the
@@ -21,6 +22,9 @@ type Record struct {
 	// MemberCount: the members a Spot's record counts.
 	Member      string
 	MemberCount uint32
+	// Slot is the owner's capacity slot for the object, plus one (0:
+	// none): location.Record's capacity_slot.
+	Slot uint32
 }
 
 func (r Record) String() string {
@@ -30,6 +34,9 @@ func (r Record) String() string {
 	}
 	if r.MemberCount > 0 {
 		s += fmt.Sprintf(" members %d", r.MemberCount)
+	}
+	if r.Slot > 0 {
+		s += fmt.Sprintf(" slot %d", r.Slot-1)
 	}
 	return s + "}"
 }
@@ -46,18 +53,28 @@ const (
 	// SpotWide unit's commit).
 	opReadAll
 	opApply
+	// opListSlots reads the capacity slots of the node node.
+	opListSlots
 )
 
-var opNames = [...]string{"read", "cas", "renew", "watch", "read-all", "apply"}
+var opNames = [...]string{"read", "cas", "renew", "watch", "read-all", "apply", "list-slots"}
 
 // isWrite: the op writes under the writer's lease.
 func (k opKind) isWrite() bool { return k == opCAS || k == opApply }
 
-// write is one record an opApply changes.
+// write is one record an opApply changes, or one capacity slot op (slot
+// set: location's OpTakeSlot, OpSetSlot or OpFreeSlot).
 type write struct {
 	obj      ObjID
 	expected uint64
 	next     Record
+	slot     *location.Op
+}
+
+// slotHolder is one held capacity slot.
+type slotHolder struct {
+	obj     ObjID
+	pending bool
 }
 
 type storeOp struct {
@@ -69,6 +86,7 @@ type storeOp struct {
 	why      string  // for the trace
 	objs     []ObjID // read-all
 	writes   []write // apply
+	node     int     // list-slots
 }
 
 // storeErr is the class of a store answer, as the driver tells them apart.
@@ -94,6 +112,10 @@ type storeRes struct {
 	// recs: read-all's records, in its order; an apply's conflict: the
 	// current record of each write, in its order.
 	recs []Record
+	// failed: an apply's conflict, the indexes of the writes that failed;
+	// slots: list-slots' answer.
+	failed []int
+	slots  []location.Slot
 }
 
 type storeLease struct {
@@ -118,12 +140,16 @@ type Store struct {
 	leases   []storeLease
 	down     bool // an outage for every node
 	watchers []*watcher
+	// slots are each node lifecycle's capacity slots; they go with its
+	// lease.
+	slots []map[uint32]slotHolder
 }
 
 func newStore(w *World) *Store {
 	s := &Store{w: w, leases: make([]storeLease, w.cfg.Nodes)}
 	for i := range s.leases {
 		s.leases[i].expiresAt = w.cfg.LeaseTTL
+		s.slots = append(s.slots, map[uint32]slotHolder{})
 	}
 	return s
 }
@@ -135,10 +161,16 @@ func (s *Store) Record(o ObjID) Record { return s.recs[o] }
 func (s *Store) leaseLive(n *Node) bool {
 	l := &s.leases[n.idx]
 	if !l.gone && s.w.Now() >= l.expiresAt {
-		l.gone = true
+		s.endLease(n)
 		s.w.tracef("store: lease of %s ended (expired)", n.name)
 	}
 	return !l.gone
+}
+
+// endLease ends n's lease, and its capacity slots with it.
+func (s *Store) endLease(n *Node) {
+	s.leases[n.idx].gone = true
+	clear(s.slots[n.idx])
 }
 
 // call runs one store operation of node n: the request reaches the store
@@ -265,25 +297,77 @@ func (s *Store) apply(n *Node, op storeOp) storeRes {
 			w.tracef("store: transaction of %s refused: its lease ended", n.name)
 			return storeRes{err: errLeaseEnded}
 		}
-		conflict := false
+		var failed []int
 		cur := make([]Record, len(op.writes))
 		for i, x := range op.writes {
-			cur[i] = s.recs[x.obj]
-			conflict = conflict || cur[i].Version != x.expected
+			switch {
+			case x.slot == nil:
+				cur[i] = s.recs[x.obj]
+				if cur[i].Version != x.expected {
+					failed = append(failed, i)
+				}
+			case x.slot.Kind == location.OpTakeSlot:
+				if _, held := s.slots[w.node(x.slot.Node.NodeRid).idx][x.slot.Slot]; held {
+					failed = append(failed, i)
+				}
+			}
 		}
-		if conflict {
-			return storeRes{err: errConflict, recs: cur}
+		if failed != nil {
+			return storeRes{err: errConflict, recs: cur, failed: failed}
 		}
 		s.version++
 		for _, x := range op.writes {
-			s.put(n, x.obj, x.next, op.why)
+			if x.slot == nil {
+				s.put(n, x.obj, x.next, op.why)
+				continue
+			}
+			s.putSlot(n, *x.slot, op.why)
 		}
 		for _, x := range op.writes {
-			s.changed(x.obj)
+			if x.slot == nil {
+				s.changed(x.obj)
+			}
 		}
 		return storeRes{}
+	case opListSlots:
+		var list []location.Slot
+		for i, h := range s.slots[op.node] {
+			list = append(list, location.Slot{Index: i, Holder: w.keyOf(h.obj), Pending: h.pending})
+		}
+		location.SortSlots(list)
+		return storeRes{slots: list}
 	}
 	panic("sim: store op")
+}
+
+// putSlot applies a capacity slot op of a transaction n wrote. A slot of
+// another node is only ever freed (the object leaves it); a node's own
+// are taken and set under its lease, which the transaction checked.
+func (s *Store) putSlot(n *Node, op location.Op, why string) {
+	w := s.w
+	owner := w.node(op.Node.NodeRid)
+	slots := s.slots[owner.idx]
+	switch op.Kind {
+	case location.OpTakeSlot, location.OpSetSlot:
+		slots[op.Slot] = slotHolder{obj: w.objOfKey(op.Key), pending: op.Pending}
+	case location.OpFreeSlot:
+		delete(slots, op.Slot)
+	}
+	if w.Tracing() {
+		w.tracef("store: %s slot %d of %s %s (%s by %s)", opSlotNames[op.Kind], op.Slot, owner.name, slotHolderString(op), why, n.name)
+	}
+}
+
+var opSlotNames = map[location.OpKind]string{location.OpTakeSlot: "take", location.OpSetSlot: "set", location.OpFreeSlot: "free"}
+
+func slotHolderString(op location.Op) string {
+	switch {
+	case op.Kind == location.OpFreeSlot:
+		return ""
+	case op.Pending:
+		return "pending for " + op.Key.ID
+	}
+	return "for " + op.Key.ID
 }
 
 // put writes o's record at the store's current version (one transaction

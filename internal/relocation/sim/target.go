@@ -38,6 +38,8 @@ type TargetRun struct {
 	versions []int
 	saved    [][]*Msg
 	members  []prepMember
+	// slots: the capacity slots this move took here (a bounded node).
+	slots handoff.ArrivalSlots
 
 	dead      bool
 	completes int
@@ -153,7 +155,7 @@ func (w *World) stepTarget(t *TargetRun, ev handoff.Event) { t.run.Step(ev) }
 func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
 	v := location.Versioned{Key: key, Version: location.StoreVersion(r.Version), Record: &location.Record{
 		Owner: &messages.Owner{NodeRid: r.OwnerNode, NodeGeneration: r.OwnerNodeGen}, AuthorityOwnerGeneration: r.OwnerGen,
-		ObjectGeneration: r.ObjectGen, RelocationId: r.RelocID, MemberCount: r.MemberCount,
+		ObjectGeneration: r.ObjectGen, RelocationId: r.RelocID, MemberCount: r.MemberCount, CapacitySlot: r.Slot,
 		State: messages.LifecycleState_LIFECYCLE_STATE_READY, // the sim models no Close
 	}}
 	if r.Member != "" {
@@ -166,5 +168,5 @@ func versionedOf(key location.AuthorityKey, r Record) location.Versioned {
 func recordOf(r *location.Record, version uint64) Record {
 	return Record{Version: version, OwnerNode: r.GetOwner().GetNodeRid(), OwnerNodeGen: r.GetOwner().GetNodeGeneration(),
 		OwnerGen: r.GetAuthorityOwnerGeneration(), ObjectGen: r.GetObjectGeneration(), RelocID: r.GetRelocationId(),
-		Member: r.GetMembership().GetSpotId(), MemberCount: r.GetMemberCount()}
+		Member: r.GetMembership().GetSpotId(), MemberCount: r.GetMemberCount(), Slot: r.GetCapacitySlot()}
 }

@@ -94,8 +94,27 @@ func (e targetEnv) VerifyMembers(v location.Versioned, answer func(error)) {
 	})
 }
 
-// TakeSlots: capacity slots are not modelled.
-func (e targetEnv) TakeSlots(answer func(error)) { answer(nil) }
+// TakeSlots takes a slot of this node for every participant before
+// relay-ready, as the driver's takeArrivalSlots does; ArrivalSlots keeps
+// the account, and what a take that came too late may hold is freed.
+func (e targetEnv) TakeSlots(answer func(error)) {
+	t, n := e.t, e.t.node
+	if !n.bounded() || !t.slots.Wanted() {
+		answer(nil)
+		return
+	}
+	holders := make([]location.AuthorityKey, len(t.objs))
+	for i, o := range t.objs {
+		holders[i] = t.w.keyOf(o)
+	}
+	n.takeSlots(holders, t.deadline, func(slots []uint32, err error) {
+		free, err := t.slots.Taken(slots, err)
+		n.freeSlots(free)
+		if !t.dead {
+			answer(err)
+		}
+	})
+}
 
 func (e targetEnv) KeepVerified(v location.Versioned) { e.t.verified = &v }
 
@@ -313,6 +332,7 @@ func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
 		NewOwnerGeneration: t.newOwner, ObjectGeneration: 1, SettleOnly: settleOnly, RestoreDeadline: t.w.wall(t.deadline),
 		Session: &messages.SessionBinding{}, IsEntrySpot: func(string) bool { return false },
 		SourceNodeRid: id.Fence.NodeRid, SourceNodeGeneration: id.Fence.NodeGeneration,
+		Slots: t.slots.Slots, Node: n.nodeKey(), Lease: n.leaseID(),
 	}
 	for _, m := range t.members {
 		c.Members = append(c.Members, handoff.CommitMember{Key: t.w.keyOf(m.obj), OwnerGeneration: m.ownerGen, NewOwnerGeneration: m.newOwner,
@@ -379,6 +399,7 @@ func (e targetEnv) Problem(_ int, event string, err error, _ string) {
 
 func (e targetEnv) Complete(err error) {
 	t := e.t
+	t.node.freeSlots(t.slots.Complete(err == nil))
 	t.w.checkClass(t.mv.obj, t.mv.String()+" target", err)
 	t.completes++
 	if t.completes > 1 {
@@ -448,32 +469,29 @@ func (s simStore) CAS(op location.Op, answer func(error)) {
 	})
 }
 
-// Apply writes ops (record updates: the sim models no capacity slots)
-// in one transaction.
+// Apply writes ops (record updates and capacity slot ops) in one
+// transaction.
 func (s simStore) Apply(ops []location.Op, answer func(error)) {
 	t, w := s.t, s.t.w
-	writes := make([]write, len(ops))
-	keys := make([]location.AuthorityKey, len(ops))
-	for i, op := range ops {
-		if op.Kind != location.OpUpdate {
+	var writes []write
+	var keys []location.AuthorityKey
+	for _, op := range ops {
+		switch {
+		case op.Kind == location.OpUpdate:
+			if w.cfg.Sabotage == SabotageSplitUnit && w.objOfKey(op.Key) != t.obj {
+				continue
+			}
+			writes = append(writes, write{obj: w.objOfKey(op.Key), expected: uint64(op.Version), next: recordOf(op.Record, uint64(op.Version))})
+			keys = append(keys, op.Key)
+		case op.Kind.IsSlotOp():
+			writes = append(writes, write{slot: &op})
+			keys = append(keys, location.AuthorityKey{})
+		default:
 			panic(fmt.Sprintf("sim: a commit's transaction with a %v op", op.Kind))
 		}
-		writes[i] = write{obj: w.objOfKey(op.Key), expected: uint64(op.Version), next: recordOf(op.Record, uint64(op.Version))}
-		keys[i] = op.Key
-	}
-	if w.cfg.Sabotage == SabotageSplitUnit {
-		writes, keys = writes[:1], keys[:1]
 	}
 	w.store.call(t.node, storeOp{kind: opApply, obj: t.obj, writes: writes, why: fmt.Sprintf("%s #%d", s.why, t.m.Identity().RelocationID)}, s.ctx, func(res storeRes) {
-		if res.err == errConflict {
-			c := &location.ConflictError{Op: "apply"}
-			for i, k := range keys {
-				c.Current = append(c.Current, versionedOf(k, res.recs[i]))
-			}
-			answer(simWriteError{text: res.err.String(), class: c})
-			return
-		}
-		answer(writeError(t.w.keyOf(t.obj), res))
+		answer(applyError(keys, res))
 	})
 }
 

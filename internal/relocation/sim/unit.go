@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -100,13 +101,23 @@ func (w *World) participants(ms []prepMember) []*messages.Participant {
 }
 
 // drawUnits draws, from the unit stream, which of cfg's objects are
-// SpotWide Spots and how many members each has (1–3).
+// SpotWide Spots and how many members each has (1–3), and whether the
+// nodes count their objects in capacity slots: half the schedules, with
+// room for what each node starts with and at most all the objects.
 func drawUnits(cfg *Config, rng *simkit.Rand) {
 	cfg.Members = make([]int, cfg.Objects)
+	start := make([]int, cfg.Nodes)
+	total := 0
 	for o := range cfg.Members {
 		if rng.IntN(2) == 0 {
 			cfg.Members[o] = 1 + rng.IntN(3)
 		}
+		start[o%cfg.Nodes] += 1 + cfg.Members[o]
+		total += 1 + cfg.Members[o]
+	}
+	if rng.IntN(2) == 0 {
+		least := slices.Max(start)
+		cfg.Capacity = uint32(least + rng.IntN(total-least+1))
 	}
 }
 

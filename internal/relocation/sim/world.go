@@ -74,6 +74,9 @@ type Config struct {
 	// Spot; a move of the Spot moves them as one unit (docs/PROTOCOL.md
 	// §5.15), and none moves alone.
 	Members []int
+	// Capacity is every node's number of capacity slots (0: unbounded;
+	// slots.go).
+	Capacity uint32
 }
 
 // DefaultConfig is the configuration random schedules use: the hand-off's
@@ -163,7 +166,7 @@ func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
 	w.store = newStore(w)
 	w.net = newNet(w)
 	for i := 0; i < cfg.Nodes; i++ {
-		w.nodes = append(w.nodes, newNode(w, i))
+		w.nodes = append(w.nodes, newNodeIn(w, i))
 	}
 	for i := 0; i < cfg.Clients; i++ {
 		w.clients = append(w.clients, &Client{w: w, id: i, route: map[ObjID]route{}, last: map[orderKey]uint64{}})
