@@ -2,9 +2,11 @@ package relocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/capslots"
@@ -157,15 +159,18 @@ func (s *Slots) freed(slots ...uint32) {
 	}
 }
 
-// ReleaseHolder forgets the slot holder held here: the transaction that
-// took the object off this node (a move's commit by its target) freed it.
-func (s *Slots) ReleaseHolder(holder location.AuthorityKey) {
+// SlotFreedElsewhere makes the view read the store's slots again before
+// the next take: a move's commit on its target freed the slot an object
+// held here (PROTOCOL.md §7.12), and which index it was is the record's,
+// not the view's (the same object may hold another slot here by now, a
+// later arrival's).
+func (s *Slots) SlotFreedElsewhere() {
 	if !s.Bounded() {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.view.DropHolder(holder)
+	s.view.Unread()
 }
 
 // SetOp turns slot of this node to holder, active or pending, in a
@@ -177,39 +182,54 @@ func (s *Slots) SetOp(slot uint32, holder location.AuthorityKey, pending bool) l
 // FreeOp frees slot of this node.
 func (s *Slots) FreeOp(slot uint32) location.Op { return location.FreeSlotOp(s.node, slot) }
 
-// Free frees, in a transaction of their own, slots of this node that no
-// record names (taken ahead of a move that did not commit here), as
-// capslots.Free decides. It tries until the store answers or the node's
-// lease ends (which frees them too).
-func (s *Slots) Free(ctx context.Context, slots ...uint32) error {
+// Free frees, in a transaction of their own, the slots of this node that
+// a move's target took for holders (its participants) and no record names
+// (the move did not commit here), as capslots.Free decides: claimed says
+// which slots a move running here holds now. settleUntil is zero unless a
+// take of them had an unknown outcome (its transaction may still apply
+// until then). It tries until the store answers past settleUntil, the
+// node's lease ends (which frees them too) or ctx ends; each try is bounded
+// by tryFor (a store that never answers one is tried again).
+func (s *Slots) Free(ctx context.Context, tryFor time.Duration, holders []location.AuthorityKey, settleUntil time.Time, claimed func(slot uint32) bool, slots ...uint32) error {
 	if !s.Bounded() || len(slots) == 0 {
 		return nil
 	}
 	s.mu.Lock()
-	f := s.view.BeginFree(slots)
+	f := s.view.BeginFree(slots, holders, settleUntil)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
+		s.view.Freed(f)
 		s.view.EndFree(f)
 		s.mu.Unlock()
 	}()
-	for wait := capslots.FreePause(0); ; wait = capslots.FreePause(wait) {
-		list, err := s.store.ListSlots(ctx, s.node)
+	var pause time.Duration
+	for {
+		tctx, cancel := machine.WithTimeout(ctx, s.clock, tryFor)
+		list, err := s.store.ListSlots(tctx, s.node)
 		if err == nil {
-			if ops := f.Ops(list, s.FreeOp); len(ops) > 0 {
-				_, err = s.store.Apply(ctx, ops)
-			}
-			if f.Ends(err) {
-				s.mu.Lock()
-				s.view.Freed(f)
-				s.mu.Unlock()
-				return err
+			if ops := f.Ops(list, claimed, s.FreeOp); len(ops) > 0 {
+				_, err = s.store.Apply(tctx, ops)
 			}
 		}
+		cancel()
+		done, next := f.Next(err, s.clock.Now(), pause)
+		if done {
+			if errors.Is(err, location.ErrLeaseEnded) {
+				return nil
+			}
+			return err
+		}
+		pause = next
+		fire, t := machine.NewTimer(s.clock, pause)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			if err == nil {
+				err = ctx.Err()
+			}
 			return err
-		case <-machine.After(machine.Real, wait): // pacing
+		case <-fire:
 		}
 	}
 }

@@ -535,7 +535,7 @@ func recordView(v location.Versioned) handoff.RecordView { return handoff.ViewOf
 // alive.
 func (d *Driver) closeOut(obj *object) {
 	// The target's commit freed the slot obj held here (PROTOCOL.md §7.12).
-	d.slots.ReleaseHolder(obj.key)
+	d.slots.SlotFreedElsewhere()
 	_ = obj.mb.Do(func() {
 		if c, ok := obj.inst.(Closing); ok {
 			c.OnClosing(RelocationOut)

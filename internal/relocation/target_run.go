@@ -3,13 +3,13 @@ package relocation
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -48,6 +48,9 @@ type targetRun struct {
 	// move is removed.
 	slotMu sync.Mutex
 	slots  handoff.ArrivalSlots
+	// slotsSettle: a take of this move's slots had an unknown outcome; its
+	// transaction may still apply until then (capslots.Free).
+	slotsSettle time.Time
 }
 
 // targetMember is a member Actor arriving with its SpotWide User Spot.
@@ -303,6 +306,12 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	}
 	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
 	t.slotMu.Lock()
+	if errors.Is(err, location.ErrIndeterminate) {
+		// The store may still apply the take after this answer; a store
+		// applies a transaction within one lease TTL of its sending or
+		// never (the same bound the node's lease rests on).
+		t.slotsSettle = d.clock.Now().Add(d.node.LeaseTTL())
+	}
 	free, err := t.slots.Taken(slots, err)
 	t.slotMu.Unlock()
 	d.freeSlots(t, free)
@@ -310,17 +319,59 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 }
 
 // freeSlots frees, in the background, slots taken for the move t that did
-// not commit.
+// not commit. It tries until the node's lifecycle ends (its lease's end
+// frees them too, and a stopped node's lease ends): a slot kept would
+// hold capacity for nothing.
 func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 	if len(slots) == 0 {
 		return
 	}
+	holders := []location.AuthorityKey{t.key}
+	for _, m := range t.members {
+		holders = append(holders, m.key)
+	}
+	t.slotMu.Lock()
+	settle := t.slotsSettle
+	t.slotMu.Unlock()
 	go func() {
-		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.node.LeaseTTL())
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if err := d.slots.Free(ctx, slots...); err != nil && !errors.Is(err, location.ErrLeaseEnded) {
+		go func() {
+			select {
+			case <-d.node.LeaseLost():
+			case <-d.node.Stopped():
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		if err := d.slots.Free(ctx, d.node.LeaseTTL(), holders, settle, d.claimedBy(ctx, t), slots...); err != nil && ctx.Err() == nil {
 			d.log.Warn().Str("event", "capacity_slot_free_failed").Str("object_id", t.key.ID).Err(err).
 				Msg("capacity slots taken for a move that did not commit stay held until the node's lease ends")
 		}
 	}()
+}
+
+// claimedBy says whether a move into this node other than t holds slot
+// now: a later move of the same object may have taken an index t's take
+// also named (t's take did not apply, and the later one read it free).
+func (d *Driver) claimedBy(ctx context.Context, t *targetRun) func(slot uint32) bool {
+	return func(slot uint32) bool {
+		held, err := call(ctx, d, func() (bool, error) {
+			for _, o := range d.targets {
+				if o == t {
+					continue
+				}
+				o.slotMu.Lock()
+				has := slices.Contains(o.slots.Held(), slot)
+				o.slotMu.Unlock()
+				if has {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		// Unanswered (the node stopped): claimed, so nothing is freed
+		// on a guess.
+		return err != nil || held
+	}
 }

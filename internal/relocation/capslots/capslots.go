@@ -187,66 +187,98 @@ func (v *View) Drop(i uint32) {
 	}
 }
 
-// DropHolder forgets the slot h holds here, if any.
-func (v *View) DropHolder(h location.AuthorityKey) {
-	if i, ok := v.byHolder[h]; ok {
-		v.Drop(i)
-	}
-}
-
-// Free is one free of slots no record names, in progress: whom the view
-// saw holding each when it began.
+// Free is one free, in progress, of slots a move's target took for its
+// participants and no record names (the move did not commit here, or a
+// take of it whose answer was lost may have applied). It is judged on the
+// store's listing at each try, never on the view: the view may have
+// forgotten the slot (a late close-out of an earlier incarnation of the
+// same object drops it) or name another take's holder by then.
 type Free struct {
-	holders map[uint32]location.AuthorityKey
+	slots   map[uint32]bool
+	holders map[location.AuthorityKey]bool
+	// settleUntil: a take of these slots had an unknown outcome, and its
+	// transaction may still apply until then (it is in the store's hands
+	// after its caller gave up): until then a try that finds nothing to
+	// free, or frees what it found, looks again.
+	settleUntil time.Time
 }
 
-// BeginFree starts freeing slots: none of them is picked until EndFree.
-func (v *View) BeginFree(slots []uint32) Free {
-	f := Free{holders: make(map[uint32]location.AuthorityKey, len(slots))}
+// BeginFree starts freeing slots taken for holders (the move's
+// participants): none of them is picked until EndFree. settleUntil is
+// zero unless a take of them had an unknown outcome (see Free).
+func (v *View) BeginFree(slots []uint32, holders []location.AuthorityKey, settleUntil time.Time) *Free {
+	f := &Free{slots: make(map[uint32]bool, len(slots)), holders: make(map[location.AuthorityKey]bool, len(holders)), settleUntil: settleUntil}
 	for _, i := range slots {
-		f.holders[i] = v.held[i]
+		f.slots[i] = true
 		v.freeing[i] = true
+	}
+	for _, h := range holders {
+		f.holders[h] = true
 	}
 	return f
 }
 
 // Ops are the ops of one try of f, given the node's slots as read now
-// (list), each freeing a slot with op: only those the store shows held
-// by the object this node took it for. A take whose answer was lost may
-// not have applied (and another node may hold the slot now), and an
-// earlier try of this free may have applied. While the free runs this
-// node takes none of these slots, and no record names them, so nobody
-// else frees and takes one in between.
-func (f Free) Ops(list []location.Slot, op func(slot uint32) location.Op) []location.Op {
+// (list), each freeing a slot with op: only a slot of f's that the store
+// shows pending for one of f's holders, and that no move running here
+// claims (claimed: a later move of the same object took it since, its
+// take read it free). An active slot is never a stray: arrival slots are
+// taken pending, and only a commit, which names the slot in the record,
+// makes one active. A take whose answer was lost may not have applied
+// (and another holder may have the slot now), and an earlier try of this
+// free may have applied.
+func (f *Free) Ops(list []location.Slot, claimed func(slot uint32) bool, op func(slot uint32) location.Op) []location.Op {
 	var ops []location.Op
 	for _, sl := range list {
-		if h, ok := f.holders[sl.Index]; ok && h == sl.Holder {
+		if f.slots[sl.Index] && sl.Pending && f.holders[sl.Holder] && !claimed(sl.Index) {
 			ops = append(ops, op(sl.Index))
 		}
 	}
 	return ops
 }
 
-// Ends reports whether the store's answer err to a try of a free ends
-// it: applied, or the node's lease ended (which frees them too).
-func (f Free) Ends(err error) bool { return err == nil || errors.Is(err, location.ErrLeaseEnded) }
+// Next judges a try of f that ended at now with err (nil: it applied, or
+// found nothing to free): done, or try again after pause (prev: the last
+// pause, 0 for none yet). A free ends once a try succeeds past its
+// settling time, or once the node's lease ended (which frees them too);
+// it never gives up otherwise, since a slot kept would hold capacity for
+// nothing until the lease ends.
+func (f *Free) Next(err error, now time.Time, prev time.Duration) (done bool, pause time.Duration) {
+	switch {
+	case errors.Is(err, location.ErrLeaseEnded):
+		return true, 0
+	case err == nil && !now.Before(f.settleUntil):
+		return true, 0
+	case err == nil:
+		// Settling: look again at the pace of a retry, but never past
+		// the settling time by more than a pause.
+		return false, min(FreePause(prev), max(f.settleUntil.Sub(now), time.Millisecond))
+	}
+	return false, FreePause(prev)
+}
 
-// Freed forgets, once f applied, the slots that the view still saw held
-// by whom f freed them for.
-func (v *View) Freed(f Free) {
-	for i, h := range f.holders {
-		if v.held[i] == h {
+// Freed forgets, once f ended, the slots of f that the view still saw
+// held by one of f's holders.
+func (v *View) Freed(f *Free) {
+	for i := range f.slots {
+		if h, ok := v.held[i]; ok && f.holders[h] {
 			v.Drop(i)
 		}
 	}
 }
 
 // EndFree ends f: its slots may be picked again.
-func (v *View) EndFree(f Free) {
-	for i := range f.holders {
+func (v *View) EndFree(f *Free) {
+	for i := range f.slots {
 		delete(v.freeing, i)
 	}
 }
+
+// Unread makes the view read the store's slots again before its next
+// pick: a slot of this node was freed by another node's transaction (a
+// move's commit on its target frees the source's slot), and the view
+// cannot tell which index (the object may hold another slot here by now).
+func (v *View) Unread() { v.read = false }
 
 // FreePause is the pause before the next try of a free whose last try
 // paused prev (0: none yet): 10 ms first, doubling up to a second. A slot

@@ -23,7 +23,7 @@ func TestPickTakesTheLowestFree(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uint32{0, 2}, got)
 
-	f := v.BeginFree([]uint32{3})
+	f := v.BeginFree([]uint32{3}, nil, time.Time{})
 	_, err = v.Pick(1)
 	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded, "0 and 2 being taken, 1 held, 3 being freed")
 	v.EndFree(f)
@@ -99,36 +99,63 @@ func TestReadAgainIsPaced(t *testing.T) {
 	require.True(t, v.ReadAgain(t0.Add(2*FullReadEvery)))
 }
 
-// A free frees only the slots the store shows held by the object this
-// node took them for, and forgets only those the view still sees so.
-func TestFreeFreesOnlyItsOwnHolders(t *testing.T) {
-	v := NewView("n1", 4)
-	v.Refreshed([]location.Slot{{Index: 0, Holder: actor("a")}, {Index: 1, Holder: actor("b")}}, time.Unix(0, 0))
-	f := v.BeginFree([]uint32{0, 1, 2})
+// A free frees only its own slots that the store shows pending for one of
+// its move's participants and that no move running here claims: not an
+// active slot (a commit made it an object's), not another holder's, not
+// one a later move of the same object took. It forgets in the view only
+// those the view still sees held by its participants.
+func TestFreeFreesOnlyItsMovesPendingSlots(t *testing.T) {
+	v := NewView("n1", 5)
+	v.Refreshed([]location.Slot{{Index: 0, Holder: actor("a"), Pending: true}, {Index: 1, Holder: actor("b"), Pending: true}}, time.Unix(0, 0))
+	f := v.BeginFree([]uint32{0, 1, 2, 4}, []location.AuthorityKey{actor("a"), actor("m")}, time.Time{})
+	claimed := func(slot uint32) bool { return slot == 4 }
 	ops := f.Ops([]location.Slot{
-		{Index: 0, Holder: actor("a")}, // still ours: freed
-		{Index: 1, Holder: actor("x")}, // another's now: kept
-		{Index: 3, Holder: actor("c")}, // not freed here
-	}, func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, slot) })
+		{Index: 0, Holder: actor("a"), Pending: true}, // still the move's: freed
+		{Index: 1, Holder: actor("x"), Pending: true}, // another's now: kept
+		{Index: 2, Holder: actor("m")},                // active: a commit's, kept
+		{Index: 3, Holder: actor("a"), Pending: true}, // not this free's: kept
+		{Index: 4, Holder: actor("a"), Pending: true}, // a running move's: kept
+	}, claimed, func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, slot) })
 	require.Len(t, ops, 1)
 	require.Equal(t, uint32(0), ops[0].Slot)
 
 	v.Hold(1, actor("y")) // taken again meanwhile (a read)
 	v.Freed(f)
 	v.EndFree(f)
-	got, err := v.Pick(3)
+	got, err := v.Pick(4)
 	require.NoError(t, err)
-	require.Equal(t, []uint32{0, 2, 3}, got, "slot 1 is y's")
+	require.Equal(t, []uint32{0, 2, 3, 4}, got, "slot 1 is y's")
 }
 
-// A free ends when it applied or the lease ended; it pauses 10 ms, then
-// twice as long each time, up to a second.
+// A free ends when a try applied (or found nothing) past its settling
+// time, or when the lease ended; otherwise it pauses 10 ms, then twice as
+// long each time, up to a second, and while settling no later than the
+// settling time.
 func TestFreeEndsAndPauses(t *testing.T) {
-	var f Free
-	require.True(t, f.Ends(nil))
-	require.True(t, f.Ends(fmt.Errorf("apply: %w", location.ErrLeaseEnded)))
-	require.False(t, f.Ends(fmt.Errorf("apply: %w", location.ErrIndeterminate)))
-	require.False(t, f.Ends(&location.ConflictError{}))
+	t0 := time.Unix(100, 0)
+	v := NewView("n1", 2)
+	f := v.BeginFree([]uint32{0}, []location.AuthorityKey{actor("a")}, time.Time{})
+	for _, c := range []struct {
+		err  error
+		done bool
+	}{
+		{nil, true},
+		{fmt.Errorf("apply: %w", location.ErrLeaseEnded), true},
+		{fmt.Errorf("apply: %w", location.ErrIndeterminate), false},
+		{&location.ConflictError{}, false},
+	} {
+		done, _ := f.Next(c.err, t0, 0)
+		require.Equal(t, c.done, done, "%v", c.err)
+	}
+	settling := v.BeginFree([]uint32{1}, []location.AuthorityKey{actor("a")}, t0.Add(50*time.Millisecond))
+	done, pause := settling.Next(nil, t0, 0)
+	require.False(t, done, "a take of it may still apply: look again")
+	require.Equal(t, 10*time.Millisecond, pause)
+	done, pause = settling.Next(nil, t0.Add(45*time.Millisecond), 40*time.Millisecond)
+	require.False(t, done)
+	require.Equal(t, 5*time.Millisecond, pause, "not past the settling time")
+	done, _ = settling.Next(nil, t0.Add(50*time.Millisecond), pause)
+	require.True(t, done, "settled")
 
 	require.Equal(t, 10*time.Millisecond, FreePause(0))
 	require.Equal(t, 20*time.Millisecond, FreePause(10*time.Millisecond))
@@ -136,16 +163,14 @@ func TestFreeEndsAndPauses(t *testing.T) {
 	require.Equal(t, time.Second, FreePause(time.Second), "at most a second")
 }
 
-// Forgetting by holder drops only that holder's slot.
-func TestDropHolder(t *testing.T) {
+// A slot freed elsewhere (a move's commit on its target) makes the view
+// read the store again before its next pick.
+func TestUnreadMakesTheNextTakeRead(t *testing.T) {
 	v := NewView("n1", 2)
-	v.Refreshed([]location.Slot{{Index: 0, Holder: actor("a")}, {Index: 1, Holder: actor("b")}}, time.Unix(0, 0))
-	v.DropHolder(actor("a"))
-	got, err := v.Pick(1)
-	require.NoError(t, err)
-	require.Equal(t, []uint32{0}, got)
-	_, err = v.Pick(1)
-	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded, "b still holds 1")
+	v.Refreshed(nil, time.Unix(0, 0))
+	require.True(t, v.Read())
+	v.Unread()
+	require.False(t, v.Read())
 }
 
 // A reservation on another node picks the nth free slot, n drawn at

@@ -24,6 +24,15 @@ type ArrivalSlots struct {
 	done bool
 }
 
+// Held are the slots this move holds while it runs (none once it ended:
+// a commit made them its objects', or they are being freed).
+func (a *ArrivalSlots) Held() []uint32 {
+	if a.done {
+		return nil
+	}
+	return a.Slots
+}
+
 // Wanted reports whether a take is still to be made.
 func (a *ArrivalSlots) Wanted() bool { return a.Slots == nil }
 

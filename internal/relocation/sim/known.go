@@ -4,9 +4,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/simkit"
+	"github.com/roamactors/roam/location"
 )
 
 // Known protocol defects the simulation found. Each is either fixed or
@@ -75,7 +77,12 @@ const (
 	// (the driver's freeSlots context; seeds 286, 2355); and an earlier move's
 	// source forgets the object's slot by holder key at its late closeOut
 	// (Slots.ReleaseHolder), which drops the slot a new arrival of the
-	// same object took, so the free matches nothing (seed 348).
+	// same object took, so the free matches nothing (seed 348). Fixed:
+	// a free judges the store's listing by its move's participants, not
+	// the view's holders; a take with an unknown outcome makes it look
+	// again until one lease TTL after that take; it tries until the lease
+	// ends; the close-out makes the view read again instead of dropping
+	// by key.
 	KnownStraySlots = "D9 capacity slots taken for a move that no commit names stay held until the lease ends"
 	// KnownFreeOthersSlot: a move's take whose outcome is unknown did not
 	// apply; the node reads its slots and another move takes one of the
@@ -84,7 +91,8 @@ const (
 	// (capslots.View.BeginFree), which is the other object: its active
 	// slot is freed and its record names a slot the store does not hold,
 	// so the capacity bound no longer holds for it (docs/PROTOCOL.md §7.12;
-	// seed 12239).
+	// seed 12239). Fixed: a free frees only pending slots that no move
+	// running here holds (capslots.Free.Ops).
 	KnownFreeOthersSlot = "D10 freeing a failed move's stray slot frees another object's active slot"
 )
 
@@ -148,10 +156,21 @@ var defects = simkit.Defects{
 		_, eff := probeSource(handoff.RelayReadyReceived{}, handoff.CutoverSent{}, handoff.ReconcileAnswered{TargetOwns: true})
 		return count[handoff.StartFollow](eff) > 0
 	}},
-	// Driver rules around capslots (Slots.Free's bound, ReleaseHolder)
-	// and capslots.Free's one read: no machine to probe.
-	{Name: KnownStraySlots, Seeds: []uint64{1532, 286, 348, 2355}, Open: true},
-	{Name: KnownFreeOthersSlot, Seeds: []uint64{12239}, Open: true},
+	// A free of a take whose answer was lost looks again until it settled.
+	{Name: KnownStraySlots, Seeds: []uint64{1532, 286, 348, 2355}, Probe: func() bool {
+		a, t0 := location.Key(location.KindActor, "a"), time.Unix(100, 0)
+		f := capslots.NewView("n", 1).BeginFree([]uint32{0}, []location.AuthorityKey{a}, t0.Add(time.Second))
+		done, _ := f.Next(nil, t0, 0)
+		return done
+	}},
+	// A free never frees an active slot, nor one a running move holds.
+	{Name: KnownFreeOthersSlot, Seeds: []uint64{12239}, Probe: func() bool {
+		a := location.Key(location.KindActor, "a")
+		f := capslots.NewView("n", 2).BeginFree([]uint32{0, 1}, []location.AuthorityKey{a}, time.Time{})
+		ops := f.Ops([]location.Slot{{Index: 0, Holder: a}, {Index: 1, Holder: a, Pending: true}},
+			func(slot uint32) bool { return slot == 1 }, func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{}, slot) })
+		return len(ops) > 0
+	}},
 }
 
 // Open reports whether a known defect is listed as still present in the

@@ -137,55 +137,67 @@ func (n *Node) takeSlots(holders []location.AuthorityKey, deadline time.Duration
 	try()
 }
 
-// freeSlots frees slots of n that no record names (taken for a move that
-// did not commit here), as capslots.Free decides, trying until the store
-// answers or n's lease ends (Slots.Free, for one lease TTL).
-func (n *Node) freeSlots(slots []uint32) {
+// freeSlots frees the slots of n that the move t took and no record
+// names, as the driver's Slots.Free does: capslots.Free judges each try on
+// the store's listing (pending, one of t's participants, claimed by no
+// other move running here) and says when it ends; it tries until then or
+// until n's lease ends, each try bounded by a lease TTL.
+func (n *Node) freeSlots(t *TargetRun, slots []uint32) {
 	if !n.bounded() || len(slots) == 0 {
 		return
 	}
 	w := n.w
-	f := n.view.BeginFree(slots)
-	deadline := w.Now() + w.cfg.LeaseTTL
+	holders := make([]location.AuthorityKey, len(t.objs))
+	for i, o := range t.objs {
+		holders[i] = w.keyOf(o)
+	}
+	var settle time.Time
+	if t.slotsSettle > 0 {
+		settle = w.wall(t.slotsSettle)
+	}
+	f := n.view.BeginFree(slots, holders, settle)
+	claimed := func(slot uint32) bool {
+		for _, o := range n.targets {
+			if o != t && slices.Contains(o.slots.Held(), slot) {
+				return true
+			}
+		}
+		return false
+	}
 	life := n.life
-	end := func() { n.view.EndFree(f) }
-	var try func(wait time.Duration)
-	try = func(wait time.Duration) {
+	end := func() {
+		n.view.Freed(f)
+		n.view.EndFree(f)
+	}
+	var try func(prev time.Duration)
+	try = func(prev time.Duration) {
 		if !n.alive || n.life != life {
-			return
+			return // the lease ended with the lifecycle: it freed them
 		}
-		again := func(err error) {
-			if w.Now() >= deadline {
-				w.tracef("%s capacity_slot_free_failed: %v", n.name, err)
+		next := func(err error) {
+			done, pause := f.Next(err, w.wall(w.Now()), prev)
+			if done {
 				end()
 				return
 			}
-			next := capslots.FreePause(wait)
-			w.after(next, "free-retry", func() { try(next) })
+			w.after(pause, "free-retry", func() { try(pause) })
 		}
-		w.store.call(n, storeOp{kind: opListSlots, node: n.idx, why: "capacity slots to free"}, deadline, func(res storeRes) {
+		w.store.call(n, storeOp{kind: opListSlots, node: n.idx, why: "capacity slots to free"}, w.Now()+w.cfg.LeaseTTL, func(res storeRes) {
 			if res.err != errNone {
-				again(readError(res.err))
+				next(readError(res.err))
 				return
 			}
-			ops := f.Ops(res.slots, func(slot uint32) location.Op { return location.FreeSlotOp(n.nodeKey(), slot) })
+			ops := f.Ops(res.slots, claimed, func(slot uint32) location.Op { return location.FreeSlotOp(n.nodeKey(), slot) })
 			if len(ops) == 0 {
-				n.view.Freed(f)
-				end()
+				next(nil)
 				return
 			}
 			writes := make([]write, len(ops))
 			for i := range ops {
 				writes[i] = write{slot: &ops[i]}
 			}
-			w.store.call(n, storeOp{kind: opApply, writes: writes, why: "free slots"}, deadline, func(res storeRes) {
-				err := applyError(nil, res)
-				if f.Ends(err) {
-					n.view.Freed(f)
-					end()
-					return
-				}
-				again(err)
+			w.store.call(n, storeOp{kind: opApply, writes: writes, why: "free slots"}, w.Now()+w.cfg.LeaseTTL, func(res storeRes) {
+				next(applyError(nil, res))
 			})
 		})
 	}

@@ -115,12 +115,13 @@ func (e sourceEnv) EndFollow(i int) func(*Msg) {
 }
 
 // CloseOut: the target's commit freed the slot the object held here
-// (the driver's closeOut forgets it).
+// (the driver's closeOut: the view reads the slots again before its next
+// take).
 func (e sourceEnv) CloseOut(i int) {
 	r := e.r
 	r.incs[i].inst = false
 	if r.node.bounded() {
-		r.node.view.DropHolder(r.w.keyOf(r.incs[i].key.obj))
+		r.node.view.Unread()
 	}
 }
 func (e sourceEnv) StopIncarnation(i int) { e.r.w.stopInc(e.r.incs[i]) }

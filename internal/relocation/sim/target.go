@@ -40,6 +40,9 @@ type TargetRun struct {
 	members  []prepMember
 	// slots: the capacity slots this move took here (a bounded node).
 	slots handoff.ArrivalSlots
+	// slotsSettle: a take of them had an unknown outcome and may still
+	// apply until then (the driver's targetRun.slotsSettle).
+	slotsSettle time.Duration
 
 	dead      bool
 	completes int

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -108,8 +109,11 @@ func (e targetEnv) TakeSlots(answer func(error)) {
 		holders[i] = t.w.keyOf(o)
 	}
 	n.takeSlots(holders, t.deadline, func(slots []uint32, err error) {
+		if errors.Is(err, location.ErrIndeterminate) {
+			t.slotsSettle = t.w.Now() + t.w.cfg.LeaseTTL
+		}
 		free, err := t.slots.Taken(slots, err)
-		n.freeSlots(free)
+		n.freeSlots(t, free)
 		if !t.dead {
 			answer(err)
 		}
@@ -399,7 +403,7 @@ func (e targetEnv) Problem(_ int, event string, err error, _ string) {
 
 func (e targetEnv) Complete(err error) {
 	t := e.t
-	t.node.freeSlots(t.slots.Complete(err == nil))
+	t.node.freeSlots(t, t.slots.Complete(err == nil))
 	t.w.checkClass(t.mv.obj, t.mv.String()+" target", err)
 	t.completes++
 	if t.completes > 1 {
