@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/internal/meshnode"
+	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/targetrun"
@@ -307,10 +308,8 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
 	t.slotMu.Lock()
 	if errors.Is(err, location.ErrIndeterminate) {
-		// The store may still apply the take after this answer; a store
-		// applies a transaction within one lease TTL of its sending or
-		// never (the same bound the node's lease rests on).
-		t.slotsSettle = d.clock.Now().Add(d.node.LeaseTTL())
+		// The store may still apply the take after this answer.
+		t.slotsSettle = d.clock.Now().Add(capslots.SettleFor)
 	}
 	free, err := t.slots.Taken(slots, err)
 	t.slotMu.Unlock()

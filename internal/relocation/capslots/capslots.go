@@ -280,6 +280,14 @@ func (v *View) EndFree(f *Free) {
 // cannot tell which index (the object may hold another slot here by now).
 func (v *View) Unread() { v.read = false }
 
+// SettleFor is how long after a take whose answer was lost a free of its
+// slots keeps looking for it to apply. A write the store has in hand when
+// its caller gives up may still apply: Consul holds a request it cannot
+// forward at once for seconds (its RPC hold, 7 s by default) and queues a
+// Raft apply for up to 30 s. A minute is past both; a free that looks
+// costs one listing a second.
+const SettleFor = time.Minute
+
 // FreePause is the pause before the next try of a free whose last try
 // paused prev (0: none yet): 10 ms first, doubling up to a second. A slot
 // kept would hold capacity for nothing, so a free tries until it ends.

@@ -80,7 +80,7 @@ const (
 	// same object took, so the free matches nothing (seed 348). Fixed:
 	// a free judges the store's listing by its move's participants, not
 	// the view's holders; a take with an unknown outcome makes it look
-	// again until one lease TTL after that take; it tries until the lease
+	// again until capslots.SettleFor after that take; it tries until the lease
 	// ends; the close-out makes the view read again instead of dropping
 	// by key.
 	KnownStraySlots = "D9 capacity slots taken for a move that no commit names stay held until the lease ends"

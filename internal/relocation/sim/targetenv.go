@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/targetrun"
 	"github.com/roamactors/roam/location"
@@ -110,7 +111,7 @@ func (e targetEnv) TakeSlots(answer func(error)) {
 	}
 	n.takeSlots(holders, t.deadline, func(slots []uint32, err error) {
 		if errors.Is(err, location.ErrIndeterminate) {
-			t.slotsSettle = t.w.Now() + t.w.cfg.LeaseTTL
+			t.slotsSettle = t.w.Now() + capslots.SettleFor
 		}
 		free, err := t.slots.Taken(slots, err)
 		n.freeSlots(t, free)
