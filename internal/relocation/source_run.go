@@ -301,6 +301,9 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	facts := handoff.StartFacts{Lease: d.serving(), Owned: obj != nil, TargetIsSelf: targetRid == d.desc.GetNodeRid()}
 	if obj != nil {
 		facts.Serving, facts.Moving, facts.Changing = obj.state == serving, obj.out != nil, obj.changing > 0
+		if spot := d.spotWideOf(obj); spot != nil {
+			facts.SpotWideSpot = spot.key.ID
+		}
 	}
 	if err := handoff.RefuseStart(facts, key, targetRid); err != nil {
 		return nil, err
@@ -313,12 +316,6 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	}
 	if isDisabled(obj.kind.Policy) {
 		return nil, fmt.Errorf("%w: kind %q has DisableRelocation", roamerr.ErrInvalidOperation, obj.kind.StableType)
-	}
-	if spot := d.spotWideOf(obj); spot != nil {
-		// Also for a Join into another Spot: past relay-ready a Join the
-		// target no longer admits commits without it, which would leave
-		// a SpotWide member away from its Spot. It leaves first.
-		return nil, fmt.Errorf("%w: %s is a member of the SpotWide User Spot %q on this node and moves with it (LeaveSpot first to move it alone or join another Spot)", roamerr.ErrInvalidOperation, key, spot.key.ID)
 	}
 	var memberObjs []*object
 	if key.Kind == location.KindUserSpot && obj.kind.SpotWide {

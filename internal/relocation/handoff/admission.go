@@ -105,6 +105,9 @@ type StartFacts struct {
 	TargetIsSelf bool
 	// Changing: a membership change of the object is in flight.
 	Changing bool
+	// SpotWideSpot names the SpotWide User Spot, on this node, the object
+	// is a member of ("": none); such a member moves only with its Spot.
+	SpotWideSpot string
 }
 
 // RefuseStart is why a move of key to target must not start (nil: it
@@ -125,6 +128,11 @@ func RefuseStart(f StartFacts, key location.AuthorityKey, target string) error {
 		return fmt.Errorf("%w: %s is already on node %s", roamerr.ErrInvalidOperation, key, target)
 	case f.Changing:
 		return fmt.Errorf("%w: %s is changing its membership", roamerr.ErrUnavailable, key)
+	case f.SpotWideSpot != "":
+		// Also for a Join into another Spot: past relay-ready a Join the
+		// target no longer admits commits without it, which would leave
+		// a SpotWide member away from its Spot. It leaves first.
+		return fmt.Errorf("%w: %s is a member of the SpotWide User Spot %q on this node and moves with it (LeaveSpot first to move it alone or join another Spot)", roamerr.ErrInvalidOperation, key, f.SpotWideSpot)
 	}
 	return nil
 }

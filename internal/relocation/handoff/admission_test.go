@@ -97,7 +97,8 @@ func TestRefuseStartInOrder(t *testing.T) {
 		{"not serving", handoff.StartFacts{Owned: true, TargetIsSelf: true}, roamerr.ErrUnavailable},
 		{"moving", handoff.StartFacts{Owned: true, Serving: true, Moving: true, TargetIsSelf: true}, roamerr.ErrUnavailable},
 		{"to itself", handoff.StartFacts{Owned: true, Serving: true, TargetIsSelf: true, Changing: true}, roamerr.ErrInvalidOperation},
-		{"changing", handoff.StartFacts{Owned: true, Serving: true, Changing: true}, roamerr.ErrUnavailable},
+		{"changing", handoff.StartFacts{Owned: true, Serving: true, Changing: true, SpotWideSpot: "crew"}, roamerr.ErrUnavailable},
+		{"a SpotWide member alone", handoff.StartFacts{Owned: true, Serving: true, SpotWideSpot: "crew"}, roamerr.ErrInvalidOperation},
 		{"admitted", handoff.StartFacts{Owned: true, Serving: true}, nil},
 	} {
 		err := handoff.RefuseStart(tc.f, key, "n2")

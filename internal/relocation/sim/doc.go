@@ -13,10 +13,13 @@
 //     runs, their timers (source_run.go, target_run.go, driver.go), node
 //     crash (everything held is lost), graceful stop (Extension.Stop: the
 //     moves in told and counted by the driver's own targetrun.Stopping,
-//     as FinishIncoming does, polled within a bound), and the owner lease
-//     (internal/meshnode/lease): renewals every RenewEvery, a node fenced at its last
-//     good renewal's send time + TTL − margin (no dispatch, no write), a
-//     lifecycle that ends when a renewal finds the lease gone (its serving
+//     as FinishIncoming does, polled within a bound), and the owner lease:
+//     the node's own keeper (internal/meshnode/lease), stepped with the
+//     world's renewal answers and clock as cluster.Node's lease loop steps
+//     it (renewals every RenewEvery, a node fenced at its last proven
+//     renewal's send time + TTL − margin: no dispatch, no write; unfenced
+//     only by a confirmed renewal), a lifecycle that ends when a renewal
+//     finds the lease gone (its serving
 //     incarnations fail what they hold; the process goes one follow period
 //     later; rejoining is not modelled: its objects belong to an ended
 //     owner).

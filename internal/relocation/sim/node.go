@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/admit"
 	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -90,7 +91,15 @@ type Node struct {
 	storeCut bool // the node cannot reach the store
 	downKind lossKind
 
-	validUntil time.Duration // the lease proof: renewal sent + TTL - margin
+	// keeper is the node's own owner-lease machine (internal/meshnode/lease),
+	// stepped here as cluster.Node's lease loop steps it; validUntil is
+	// its ValidUntil on the world's clock (the last proven renewal's send
+	// time + TTL − margin), which the mailbox gate and the writes read.
+	keeper     *lease.Keeper
+	validUntil time.Duration
+	// tickGen numbers the keeper's wake-ups: only the latest one armed
+	// steps it (a Tick is only a look at the clock).
+	tickGen int
 
 	incs    map[incKey]*Inc
 	incList []*Inc
@@ -153,34 +162,66 @@ func (w *World) setMode(inc *Inc, m incMode) {
 // ---- lease ----
 
 func (n *Node) startLease() {
-	n.validUntil = n.w.cfg.LeaseTTL - n.w.cfg.LeaseMargin
-	n.w.after(n.w.cfg.RenewEvery, "renew", n.renew)
+	w := n.w
+	// The claim, sent at the world's start, is the first proof.
+	k, err := lease.New(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
+		Margin: w.cfg.LeaseMargin}, w.wall(0))
+	if err != nil {
+		panic(fmt.Sprintf("sim: lease config: %v", err))
+	}
+	n.keeper = k
+	n.leaseStep(lease.Tick{Now: w.wall(w.Now())})
 }
 
-func (n *Node) renew() {
+// leaseStep feeds one event to the lease keeper and carries out its
+// effects, as cluster.Node's lease loop does: a renewal sent, the fence's
+// changes, the next wake-up.
+func (n *Node) leaseStep(ev lease.Event) {
 	w := n.w
 	if !n.alive || n.ended {
 		return
 	}
+	eff := n.keeper.Step(ev)
+	n.validUntil = w.logical(n.keeper.ValidUntil())
+	if eff.Changed {
+		switch n.keeper.Status() {
+		case lease.Ended:
+			n.endLifecycle(eff.Reason)
+			return
+		case lease.Valid:
+			w.tracef("%s lease renewed: unfenced", n.name)
+			n.wake()
+		}
+	}
+	if eff.Renew {
+		n.renew()
+	}
+	n.tickGen++
+	gen, life := n.tickGen, n.life
+	w.at(max(w.logical(eff.WakeAt), w.Now()), "lease", func() {
+		if gen == n.tickGen && life == n.life {
+			n.leaseStep(lease.Tick{Now: w.wall(w.Now())})
+		}
+	})
+}
+
+// renew sends one renewal and steps the keeper with its answer.
+func (n *Node) renew() {
+	w := n.w
 	sent, life := w.Now(), n.life
-	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, w.Now()+w.cfg.RenewEvery, func(res storeRes) {
-		if n.life != life || n.ended {
+	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, sent+n.keeper.RequestTimeout(), func(res storeRes) {
+		if n.life != life {
 			return
 		}
+		a := lease.RenewAnswered{SentAt: w.wall(sent), Now: w.wall(w.Now()), Answer: lease.Renewed}
 		switch res.err {
 		case errNone:
-			wasFenced := n.fenced()
-			n.validUntil = max(n.validUntil, sent+w.cfg.LeaseTTL-w.cfg.LeaseMargin)
-			if wasFenced && !n.fenced() {
-				w.tracef("%s lease renewed: unfenced", n.name)
-				n.wake()
-			}
-			w.after(w.cfg.RenewEvery, "renew", n.renew)
 		case errNoLease:
-			n.endLifecycle("the store ended its lease")
+			a.Answer = lease.Gone
 		default:
-			w.after(w.cfg.RetryEvery, "renew", n.renew)
+			a.Answer = lease.NoAnswer
 		}
+		n.leaseStep(a)
 	})
 }
 

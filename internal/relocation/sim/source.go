@@ -92,14 +92,15 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	if !src.valid() {
 		facts.Lease = errLeaseNotValid
 	}
-	if handoff.RefuseStart(facts, w.keyOf(o), dst.name) != nil {
-		return false
+	spot := w.objs[o].spot
+	if spot >= 0 {
+		facts.SpotWideSpot = fmt.Sprintf("o%d", spot)
 	}
-	if spot := w.objs[o].spot; spot >= 0 {
-		// startSource's refusal (InvalidOperation): a SpotWide member
-		// moves only with its Spot.
-		w.stats.MemberMovesRefused++
-		w.tracef("%s refuses to move o%d alone: a member of SpotWide Spot o%d", src.name, o, spot)
+	if err := handoff.RefuseStart(facts, w.keyOf(o), dst.name); err != nil {
+		if spot >= 0 && errors.Is(err, roamerr.ErrInvalidOperation) {
+			w.stats.MemberMovesRefused++
+			w.tracef("%s refuses to move o%d alone: a member of SpotWide Spot o%d", src.name, o, spot)
+		}
 		return false
 	}
 	members, err := w.unitOf(o, src)
