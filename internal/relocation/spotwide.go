@@ -190,8 +190,10 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 // (openMembers). A roam call for one of them, or a move of the Spot, waits
 // for done; the same call made from inside that callback would wait for
 // itself until its deadline, and with none for ever, holding the Spot and
-// its members: a callback run while something it may need is held. Such a
-// call is refused at once instead (refuseReentry; PROTOCOL.md §5.15).
+// its members (the callback runs while they are held closed, and the call
+// needs them open). Such a call is refused at once instead (refuseReentry;
+// PROTOCOL.md §5.15). A call the callback makes on another goroutine and
+// waits for is not recognised: it waits until its deadline.
 type memberOpening struct {
 	done chan struct{}
 	// callback is the goroutine running the Spot's RelocationReady

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the module file the race-detector run of the multi-node tests
-# uses (make test-race-multi). It patches eight races inside Proto.Actor.
+# uses (make test-race-multi). It patches nine races inside Proto.Actor.
 #
 # Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
 # writes a gRPC global that the gRPC goroutines of remotes already running
@@ -50,12 +50,16 @@ grep -q '"sync"' "$server" || sed -i 's|^import (|import (\n\t"sync"|' "$server"
 members="$out/protoactor-go/cluster/member_list.go"
 grep -q '^	return ml.members.ContainsID(memberID)$' "$members"
 sed -i 's|^	return ml.members.ContainsID(memberID)$|	ml.mutex.RLock()\n	defer ml.mutex.RUnlock()\n	return ml.members.ContainsID(memberID)|' "$members"
-# Its remote's BlockList.IsBlocked reads the blocked set without the lock
-# Block writes it under (a member that left is blocked while a connection
-# request is checked): the copy takes the read lock there too.
+# Its remote's BlockList.IsBlocked and BlockedMembers read the blocked set
+# without the lock Block writes it under (a member that left is blocked by
+# the gossip while a connection request is checked, or while a cluster's
+# shutdown computes its last topology): the copy takes the read lock there
+# too.
 blocklist="$out/protoactor-go/remote/blocklist.go"
 grep -q '^	return bl.blockedMembers.Contains(memberID)$' "$blocklist"
 sed -i 's|^	return bl.blockedMembers.Contains(memberID)$|	bl.mu.RLock()\n	defer bl.mu.RUnlock()\n	return bl.blockedMembers.Contains(memberID)|' "$blocklist"
+grep -q '^	return bl.blockedMembers$' "$blocklist"
+sed -i 's|^	return bl.blockedMembers$|	bl.mu.RLock()\n	defer bl.mu.RUnlock()\n	return bl.blockedMembers|' "$blocklist"
 # Its gossip informer shuffles with one package-global math/rand.Rand,
 # which is not safe for concurrent use: several cluster members in one
 # process race on it. The copy uses math/rand's safe top-level functions.
