@@ -146,8 +146,7 @@ func (s *Slots) refresh(ctx context.Context) error {
 	return nil
 }
 
-// freed forgets slots this node's transaction freed (or that a move's
-// target freed at its commit).
+// freed forgets slots this node's transaction freed.
 func (s *Slots) freed(slots ...uint32) {
 	if !s.Bounded() {
 		return
@@ -182,20 +181,38 @@ func (s *Slots) SetOp(slot uint32, holder location.AuthorityKey, pending bool) l
 // FreeOp frees slot of this node.
 func (s *Slots) FreeOp(slot uint32) location.Op { return location.FreeSlotOp(s.node, slot) }
 
-// Free frees, in a transaction of their own, the slots of this node that
-// a move's target took for holders (its participants) and no record names
-// (the move did not commit here), as capslots.Free decides: claimed says
-// which slots a move running here holds now. settleUntil is zero unless a
-// take of them had an unknown outcome (its transaction may still apply
-// until then). It tries until the store answers past settleUntil, the
-// node's lease ends (which frees them too) or ctx ends; each try is bounded
-// by tryFor (a store that never answers one is tried again).
-func (s *Slots) Free(ctx context.Context, tryFor time.Duration, holders []location.AuthorityKey, settleUntil time.Time, claimed func(slot uint32) bool, slots ...uint32) error {
+// FreeRequest is what a free of a move's slots needs besides the slots.
+type FreeRequest struct {
+	// Holders are the move's participants, for whom its slots were taken.
+	Holders []location.AuthorityKey
+	// SettleUntil is zero unless a take of the slots had an unknown
+	// outcome: its transaction may still apply until then.
+	SettleUntil time.Time
+	// Claimed says which slots a move running here holds now.
+	Claimed func(slot uint32) bool
+	// TryFor bounds each try (a store that never answers one is tried
+	// again).
+	TryFor time.Duration
+	// Failing is told, once, that the free has failed this many tries in
+	// a row, with the last error; it goes on trying.
+	Failing func(tries int, err error)
+}
+
+// freeFailingAfter is how many tries in a row a free fails before it says
+// so (FreeRequest.Failing).
+const freeFailingAfter = 10
+
+// Free frees, in transactions of their own, the slots of this node that a
+// move's target took and no record names (the move did not commit here),
+// as capslots.Free decides on the store's listing and the holders'
+// records. It tries until a try succeeds past r.SettleUntil, the node's
+// lease ends (which frees them too) or ctx ends.
+func (s *Slots) Free(ctx context.Context, r FreeRequest, slots ...uint32) error {
 	if !s.Bounded() || len(slots) == 0 {
 		return nil
 	}
 	s.mu.Lock()
-	f := s.view.BeginFree(slots, holders, settleUntil)
+	f := s.view.BeginFree(slots, r.Holders, r.SettleUntil)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -204,21 +221,21 @@ func (s *Slots) Free(ctx context.Context, tryFor time.Duration, holders []locati
 		s.mu.Unlock()
 	}()
 	var pause time.Duration
-	for {
-		tctx, cancel := machine.WithTimeout(ctx, s.clock, tryFor)
-		list, err := s.store.ListSlots(tctx, s.node)
-		if err == nil {
-			if ops := f.Ops(list, claimed, s.FreeOp); len(ops) > 0 {
-				_, err = s.store.Apply(tctx, ops)
-			}
-		}
-		cancel()
+	for failed := 0; ; {
+		err := s.freeTry(ctx, r, f)
 		done, next := f.Next(err, s.clock.Now(), pause)
 		if done {
 			if errors.Is(err, location.ErrLeaseEnded) {
 				return nil
 			}
 			return err
+		}
+		if err != nil {
+			if failed++; failed == freeFailingAfter && r.Failing != nil {
+				r.Failing(failed, err)
+			}
+		} else {
+			failed = 0
 		}
 		pause = next
 		fire, t := machine.NewTimer(s.clock, pause)
@@ -232,6 +249,46 @@ func (s *Slots) Free(ctx context.Context, tryFor time.Duration, holders []locati
 		case <-fire:
 		}
 	}
+}
+
+// freeTry is one try of f: the node's slots listed, the candidates'
+// holders' records read, and the frees applied with their checks.
+func (s *Slots) freeTry(ctx context.Context, r FreeRequest, f *capslots.Free) error {
+	tctx, cancel := machine.WithTimeout(ctx, s.clock, r.TryFor)
+	defer cancel()
+	list, err := s.store.ListSlots(tctx, s.node)
+	if err != nil {
+		return err
+	}
+	cands := f.Candidates(list, func(slot uint32) bool {
+		s.mu.Lock()
+		taking := s.view.Taking(slot)
+		s.mu.Unlock()
+		return taking || r.Claimed(slot)
+	})
+	if len(cands) == 0 {
+		return nil
+	}
+	records := map[location.AuthorityKey]location.Versioned{}
+	for _, c := range cands {
+		if _, ok := records[c.Holder]; ok {
+			continue
+		}
+		v, err := s.store.Read(tctx, c.Holder)
+		if err != nil && !errors.Is(err, location.ErrNotFound) {
+			return err
+		}
+		records[c.Holder] = v // the zero Versioned when absent
+	}
+	ops := f.Ops(cands, s.node.NodeRid, func(k location.AuthorityKey) (location.Versioned, bool) {
+		v := records[k]
+		return v, v.Record != nil
+	}, s.FreeOp)
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err = s.store.Apply(tctx, ops)
+	return err
 }
 
 // RecordSlot is the capacity slot rec's owner holds for it, if any.

@@ -305,7 +305,14 @@ func (d *Driver) takeArrivalSlots(ctx context.Context, t *targetRun) error {
 	for _, m := range t.members {
 		holders = append(holders, m.key)
 	}
-	_, slots, err := d.slots.Take(ctx, holders, true, func([]uint32) []location.Op { return nil })
+	_, slots, err := d.slots.Take(ctx, holders, true, func(picked []uint32) []location.Op {
+		// Claimed from now on (claimedBy): another move's free of the
+		// same index must not free it once this take applies.
+		t.slotMu.Lock()
+		t.slots.Taking(picked)
+		t.slotMu.Unlock()
+		return nil
+	})
 	t.slotMu.Lock()
 	if errors.Is(err, location.ErrIndeterminate) {
 		// The store may still apply the take after this answer.
@@ -343,10 +350,11 @@ func (d *Driver) freeSlots(t *targetRun, slots []uint32) {
 			}
 			cancel()
 		}()
-		if err := d.slots.Free(ctx, d.node.LeaseTTL(), holders, settle, d.claimedBy(ctx, t), slots...); err != nil && ctx.Err() == nil {
-			d.log.Warn().Str("event", "capacity_slot_free_failed").Str("object_id", t.key.ID).Err(err).
-				Msg("capacity slots taken for a move that did not commit stay held until the node's lease ends")
-		}
+		_ = d.slots.Free(ctx, FreeRequest{Holders: holders, SettleUntil: settle, Claimed: d.claimedBy(ctx, t), TryFor: d.node.LeaseTTL(),
+			Failing: func(tries int, err error) {
+				d.log.Warn().Str("event", "capacity_slot_free_failed").Str("object_id", t.key.ID).Int("tries", tries).Err(err).
+					Msg("capacity slots taken for a move that did not commit are still held; trying until the node's lease ends")
+			}}, slots...)
 	}()
 }
 

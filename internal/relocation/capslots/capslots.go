@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/roamerr"
 )
@@ -39,12 +40,14 @@ type View struct {
 	byHolder map[location.AuthorityKey]uint32
 	// taking are the indexes a transaction of this node is taking now.
 	taking map[uint32]bool
-	// freeing are the indexes a free is freeing now: not picked, whatever
-	// a read says, until the free ends (an earlier try of it may have
-	// applied, and its retry must not free a slot taken since).
-	freeing map[uint32]bool
-	// read: held has been read from the store since the node started
-	// (or since a take's outcome was unknown).
+	// freeing counts the frees freeing each index now: not picked,
+	// whatever a read says, until every one of them ended (an earlier try
+	// of one may have applied, and its retry must not free a slot taken
+	// since; two failed moves may free the same index).
+	freeing map[uint32]int
+	// read: held has been read from the store since the node started,
+	// and since the last take with an unknown outcome and the last slot
+	// freed by another node's transaction (Unread).
 	read     bool
 	lastRead time.Time
 }
@@ -55,7 +58,7 @@ func NewView(node string, capacity uint32) *View {
 	return &View{
 		node: node, capacity: capacity,
 		held: map[uint32]location.AuthorityKey{}, byHolder: map[location.AuthorityKey]uint32{},
-		taking: map[uint32]bool{}, freeing: map[uint32]bool{},
+		taking: map[uint32]bool{}, freeing: map[uint32]int{},
 	}
 }
 
@@ -63,7 +66,8 @@ func NewView(node string, capacity uint32) *View {
 func (v *View) Bounded() bool { return v.capacity > 0 }
 
 // Read reports whether the view holds a read of the store's slots that
-// no take with an unknown outcome has overtaken.
+// no take with an unknown outcome, and no slot freed elsewhere, has
+// overtaken.
 func (v *View) Read() bool { return v.read }
 
 // Pick reserves the n lowest indexes neither held nor being taken or
@@ -71,7 +75,7 @@ func (v *View) Read() bool { return v.read }
 func (v *View) Pick(n int) ([]uint32, error) {
 	out := make([]uint32, 0, n)
 	for i := uint32(0); i < v.capacity && len(out) < n; i++ {
-		if _, ok := v.held[i]; !ok && !v.taking[i] && !v.freeing[i] {
+		if _, ok := v.held[i]; !ok && !v.taking[i] && v.freeing[i] == 0 {
 			out = append(out, i)
 		}
 	}
@@ -170,6 +174,9 @@ func (v *View) Took(slots []uint32, holders []location.AuthorityKey, o Outcome) 
 	}
 }
 
+// Taking reports whether a take of this node is taking slot i now.
+func (v *View) Taking(i uint32) bool { return v.taking[i] }
+
 // Hold records slot i held by h.
 func (v *View) Hold(i uint32, h location.AuthorityKey) {
 	v.Drop(i)
@@ -190,9 +197,8 @@ func (v *View) Drop(i uint32) {
 // Free is one free, in progress, of slots a move's target took for its
 // participants and no record names (the move did not commit here, or a
 // take of it whose answer was lost may have applied). It is judged on the
-// store's listing at each try, never on the view: the view may have
-// forgotten the slot (a late close-out of an earlier incarnation of the
-// same object drops it) or name another take's holder by then.
+// store's listing at each try, never on the view: the view may name
+// another take's holder by then, or none (a refresh).
 type Free struct {
 	slots   map[uint32]bool
 	holders map[location.AuthorityKey]bool
@@ -209,8 +215,10 @@ type Free struct {
 func (v *View) BeginFree(slots []uint32, holders []location.AuthorityKey, settleUntil time.Time) *Free {
 	f := &Free{slots: make(map[uint32]bool, len(slots)), holders: make(map[location.AuthorityKey]bool, len(holders)), settleUntil: settleUntil}
 	for _, i := range slots {
-		f.slots[i] = true
-		v.freeing[i] = true
+		if !f.slots[i] {
+			f.slots[i] = true
+			v.freeing[i]++
+		}
 	}
 	for _, h := range holders {
 		f.holders[h] = true
@@ -218,21 +226,60 @@ func (v *View) BeginFree(slots []uint32, holders []location.AuthorityKey, settle
 	return f
 }
 
-// Ops are the ops of one try of f, given the node's slots as read now
-// (list), each freeing a slot with op: only a slot of f's that the store
-// shows pending for one of f's holders, and that no move running here
-// claims (claimed: a later move of the same object took it since, its
-// take read it free). An active slot is never a stray: arrival slots are
-// taken pending, and only a commit, which names the slot in the record,
-// makes one active. A take whose answer was lost may not have applied
-// (and another holder may have the slot now), and an earlier try of this
-// free may have applied.
-func (f *Free) Ops(list []location.Slot, claimed func(slot uint32) bool, op func(slot uint32) location.Op) []location.Op {
-	var ops []location.Op
+// Candidates are the slots of the node's listing (list, read now) that a
+// try of f may free: a slot of f's that the store shows pending for one of
+// f's holders, and that no move running here claims (claimed: a later
+// move of the same object took it since, its take having read it free).
+// An active slot is never a stray: arrival slots are taken pending, and
+// only a commit, which names the slot in the record, makes one active. A
+// take whose answer was lost may not have applied (and another holder may
+// have the slot now), and an earlier try of this free may have applied.
+func (f *Free) Candidates(list []location.Slot, claimed func(slot uint32) bool) []location.Slot {
+	var out []location.Slot
 	for _, sl := range list {
 		if f.slots[sl.Index] && sl.Pending && f.holders[sl.Holder] && !claimed(sl.Index) {
+			out = append(out, sl)
+		}
+	}
+	return out
+}
+
+// Ops are the ops of one try of f over its candidates on node (its node
+// RID), given each candidate holder's record as read after the listing
+// (record: false when there is none). A slot its holder's record names on
+// node is the object's own: another node reserved it here for the same
+// object since (a User Spot deleted and created again), and it stays. Each
+// slot freed comes with a check that its holder's record is still as read,
+// so a reservation made between the read and the free fails the try
+// instead, and the next try reads again. A nil record is a world where no
+// other node reserves here (the hand-off simulation has no Spot manager):
+// no record is read and no check is made.
+func (f *Free) Ops(cands []location.Slot, node string, record func(location.AuthorityKey) (location.Versioned, bool),
+	op func(slot uint32) location.Op) []location.Op {
+	var ops []location.Op
+	if record == nil {
+		for _, sl := range cands {
 			ops = append(ops, op(sl.Index))
 		}
+		return ops
+	}
+	checked := map[location.AuthorityKey]bool{}
+	for _, sl := range cands {
+		v, ok := record(sl.Holder)
+		if ok && v.Record.GetOwner().GetNodeRid() == node {
+			if i, named := handoff.RecordSlot(v.Record); named && i == sl.Index {
+				continue
+			}
+		}
+		if !checked[sl.Holder] {
+			checked[sl.Holder] = true
+			var at location.StoreVersion // absent
+			if ok {
+				at = v.Version
+			}
+			ops = append(ops, location.CheckOp(sl.Holder, at))
+		}
+		ops = append(ops, op(sl.Index))
 	}
 	return ops
 }
@@ -270,7 +317,9 @@ func (v *View) Freed(f *Free) {
 // EndFree ends f: its slots may be picked again.
 func (v *View) EndFree(f *Free) {
 	for i := range f.slots {
-		delete(v.freeing, i)
+		if v.freeing[i]--; v.freeing[i] <= 0 {
+			delete(v.freeing, i)
+		}
 	}
 }
 

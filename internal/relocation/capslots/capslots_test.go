@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -109,15 +110,14 @@ func TestFreeFreesOnlyItsMovesPendingSlots(t *testing.T) {
 	v.Refreshed([]location.Slot{{Index: 0, Holder: actor("a"), Pending: true}, {Index: 1, Holder: actor("b"), Pending: true}}, time.Unix(0, 0))
 	f := v.BeginFree([]uint32{0, 1, 2, 4}, []location.AuthorityKey{actor("a"), actor("m")}, time.Time{})
 	claimed := func(slot uint32) bool { return slot == 4 }
-	ops := f.Ops([]location.Slot{
+	cands := f.Candidates([]location.Slot{
 		{Index: 0, Holder: actor("a"), Pending: true}, // still the move's: freed
 		{Index: 1, Holder: actor("x"), Pending: true}, // another's now: kept
 		{Index: 2, Holder: actor("m")},                // active: a commit's, kept
 		{Index: 3, Holder: actor("a"), Pending: true}, // not this free's: kept
 		{Index: 4, Holder: actor("a"), Pending: true}, // a running move's: kept
-	}, claimed, func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, slot) })
-	require.Len(t, ops, 1)
-	require.Equal(t, uint32(0), ops[0].Slot)
+	}, claimed)
+	require.Equal(t, []location.Slot{{Index: 0, Holder: actor("a"), Pending: true}}, cands)
 
 	v.Hold(1, actor("y")) // taken again meanwhile (a read)
 	v.Freed(f)
@@ -125,6 +125,43 @@ func TestFreeFreesOnlyItsMovesPendingSlots(t *testing.T) {
 	got, err := v.Pick(4)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{0, 2, 3, 4}, got, "slot 1 is y's")
+}
+
+// A candidate whose holder's record names it on this node is that
+// object's own (reserved here by another node since) and stays; each slot
+// freed goes with a check of its holder's record as read, absent or at
+// its version.
+func TestFreeKeepsASlotItsHoldersRecordNames(t *testing.T) {
+	v := NewView("n1", 4)
+	spot := location.Key(location.KindUserSpot, "s")
+	f := v.BeginFree([]uint32{0, 1, 2}, []location.AuthorityKey{spot, actor("m")}, time.Time{})
+	named := &location.Record{Owner: &messages.Owner{NodeRid: "n1"}, CapacitySlot: 1} // slot 0
+	records := map[location.AuthorityKey]location.Versioned{spot: {Key: spot, Record: named, Version: 7}}
+	ops := f.Ops([]location.Slot{
+		{Index: 0, Holder: spot, Pending: true}, // the record names it: kept
+		{Index: 1, Holder: spot, Pending: true}, // a stray of the same Spot: freed
+		{Index: 2, Holder: actor("m"), Pending: true},
+	}, "n1", func(k location.AuthorityKey) (location.Versioned, bool) { r, ok := records[k]; return r, ok },
+		func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, slot) })
+	require.Equal(t, []location.Op{
+		location.CheckOp(spot, 7), location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, 1),
+		location.CheckOp(actor("m"), 0), location.FreeSlotOp(location.NodeKey{NodeRid: "n1"}, 2),
+	}, ops)
+}
+
+// Two frees of one index keep it from being picked until both ended.
+func TestOverlappingFreesHoldTheirIndexUntilTheLastEnds(t *testing.T) {
+	v := NewView("n1", 1)
+	v.Refreshed(nil, time.Unix(0, 0))
+	a := v.BeginFree([]uint32{0}, []location.AuthorityKey{actor("a")}, time.Time{})
+	b := v.BeginFree([]uint32{0}, []location.AuthorityKey{actor("b")}, time.Time{})
+	v.EndFree(b)
+	_, err := v.Pick(1)
+	require.ErrorIs(t, err, roamerr.ErrCapacityExceeded, "a still frees 0")
+	v.EndFree(a)
+	got, err := v.Pick(1)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{0}, got)
 }
 
 // A free ends when a try applied (or found nothing) past its settling

@@ -18,20 +18,28 @@ type ArrivalSlots struct {
 	// Slots are those taken, in participant order; nil until a take
 	// applied.
 	Slots []uint32
+	// taking are those a take is taking now (picked, its transaction sent
+	// or about to be): the move's own already, for any free of another
+	// move that names them.
+	taking []uint32
 	// strays are those a take with an unknown outcome may hold.
 	strays []uint32
 	// done: the move ended; a take still running frees what it took.
 	done bool
 }
 
-// Held are the slots this move holds while it runs (none once it ended:
-// a commit made them its objects', or they are being freed).
+// Held are the slots this move holds, or is taking, while it runs (none
+// once it ended: a commit made them its objects', or they are being
+// freed).
 func (a *ArrivalSlots) Held() []uint32 {
 	if a.done {
 		return nil
 	}
-	return a.Slots
+	return append(slices.Clip(a.Slots), a.taking...)
 }
+
+// Taking notes the slots a take picked, before its transaction is sent.
+func (a *ArrivalSlots) Taking(slots []uint32) { a.taking = slices.Clone(slots) }
 
 // Wanted reports whether a take is still to be made.
 func (a *ArrivalSlots) Wanted() bool { return a.Slots == nil }
@@ -41,6 +49,7 @@ func (a *ArrivalSlots) Wanted() bool { return a.Slots == nil }
 // take that ended after the move did frees what it may hold, and fails
 // Unavailable.
 func (a *ArrivalSlots) Taken(slots []uint32, err error) (free []uint32, result error) {
+	a.taking = nil
 	unknown := errors.Is(err, location.ErrIndeterminate)
 	switch {
 	case a.done:

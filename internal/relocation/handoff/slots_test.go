@@ -75,3 +75,17 @@ func TestArrivalSlotsOfATakeAfterTheMoveEnded(t *testing.T) {
 	require.Empty(t, free)
 	require.ErrorIs(t, err, location.ErrLeaseEnded)
 }
+
+// A move holds the slots its take picked from before the take is sent
+// (another move's free must not free them once it applies), those taken
+// while it runs, and none once it ended.
+func TestArrivalSlotsHeldWhileTheMoveRuns(t *testing.T) {
+	var a ArrivalSlots
+	a.Taking([]uint32{3, 4})
+	require.ElementsMatch(t, []uint32{3, 4}, a.Held(), "picked, the take in flight")
+	_, err := a.Taken([]uint32{3, 4}, nil)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uint32{3, 4}, a.Held())
+	a.Complete(false)
+	require.Empty(t, a.Held(), "ended: being freed")
+}

@@ -167,9 +167,9 @@ var defects = simkit.Defects{
 	{Name: KnownFreeOthersSlot, Seeds: []uint64{12239}, Probe: func() bool {
 		a := location.Key(location.KindActor, "a")
 		f := capslots.NewView("n", 2).BeginFree([]uint32{0, 1}, []location.AuthorityKey{a}, time.Time{})
-		ops := f.Ops([]location.Slot{{Index: 0, Holder: a}, {Index: 1, Holder: a, Pending: true}},
-			func(slot uint32) bool { return slot == 1 }, func(slot uint32) location.Op { return location.FreeSlotOp(location.NodeKey{}, slot) })
-		return len(ops) > 0
+		cands := f.Candidates([]location.Slot{{Index: 0, Holder: a}, {Index: 1, Holder: a, Pending: true}},
+			func(slot uint32) bool { return slot == 1 })
+		return len(cands) > 0
 	}},
 }
 

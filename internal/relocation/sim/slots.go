@@ -64,12 +64,13 @@ func (n *Node) listSlots(deadline time.Duration, done func(error)) {
 // transaction (Slots.Take with nothing else to write): slots a conflict
 // shows held make it read n's slots and pick others, as capslots.Answer
 // judges; done gets the slots taken (or that an unknown outcome may
-// hold) and the error.
-func (n *Node) takeSlots(holders []location.AuthorityKey, deadline time.Duration, done func([]uint32, error)) {
+// hold) and the error; picked is told each pick before its transaction.
+func (n *Node) takeSlots(holders []location.AuthorityKey, deadline time.Duration, picked func([]uint32), done func([]uint32, error)) {
 	w := n.w
 	attempt := 1
 	var try func()
 	take := func(slots []uint32) {
+		picked(slots)
 		writes := make([]write, len(holders))
 		for i, h := range holders {
 			op := location.TakeSlotOp(n.nodeKey(), n.leaseID(), slots[i], h, true)
@@ -157,6 +158,9 @@ func (n *Node) freeSlots(t *TargetRun, slots []uint32) {
 	}
 	f := n.view.BeginFree(slots, holders, settle)
 	claimed := func(slot uint32) bool {
+		if n.view.Taking(slot) {
+			return true
+		}
 		for _, o := range n.targets {
 			if o != t && slices.Contains(o.slots.Held(), slot) {
 				return true
@@ -187,7 +191,9 @@ func (n *Node) freeSlots(t *TargetRun, slots []uint32) {
 				next(readError(res.err))
 				return
 			}
-			ops := f.Ops(res.slots, claimed, func(slot uint32) location.Op { return location.FreeSlotOp(n.nodeKey(), slot) })
+			// No Spot manager reserves here: no holder's record is read
+			// (capslots.Free.Ops with no records).
+			ops := f.Ops(f.Candidates(res.slots, claimed), n.name, nil, func(slot uint32) location.Op { return location.FreeSlotOp(n.nodeKey(), slot) })
 			if len(ops) == 0 {
 				next(nil)
 				return

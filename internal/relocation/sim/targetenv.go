@@ -109,7 +109,7 @@ func (e targetEnv) TakeSlots(answer func(error)) {
 	for i, o := range t.objs {
 		holders[i] = t.w.keyOf(o)
 	}
-	n.takeSlots(holders, t.deadline, func(slots []uint32, err error) {
+	n.takeSlots(holders, t.deadline, t.slots.Taking, func(slots []uint32, err error) {
 		if errors.Is(err, location.ErrIndeterminate) {
 			t.slotsSettle = t.w.Now() + capslots.SettleFor
 		}
