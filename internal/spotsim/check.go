@@ -518,10 +518,10 @@ func (w *World) checkWriterFence(s *Spot, by *Inc, fence checkpoint.Fence, state
 // capture of inc: its lease must be provably in force, whatever a
 // sabotage lets the lifecycle believe.
 func (w *World) checkWriterLease(l *Life, inc *Inc, fence checkpoint.Fence) {
-	if !l.gone && l.claimed && !l.ended && w.Now() < l.validUntil {
+	if !l.gone && l.claimed && !l.ended && w.Now() < l.validUntil() {
 		return
 	}
-	v := w.violate("checkpoint-unleased-write", "%s writes a checkpoint of %s at %s with its lease not provably in force (fenced at %s)", l, inc, fence, ms(l.validUntil))
+	v := w.violate("checkpoint-unleased-write", "%s writes a checkpoint of %s at %s with its lease not provably in force (fenced at %s)", l, inc, fence, ms(l.validUntil()))
 	v.Obj = inc.spot.id
 }
 

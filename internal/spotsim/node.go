@@ -11,6 +11,7 @@ import (
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/internal/relocation/releaserun"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -55,15 +56,9 @@ type Life struct {
 	endedAt time.Duration
 	gone    bool // its process (remote, memory) is gone
 	goneAt  time.Duration
-	// keeper is the node's own owner-lease machine (internal/meshnode/lease),
-	// stepped here as cluster.Node's lease loop steps it; validUntil is
-	// its ValidUntil on the world's clock (the last proven renewal's send
-	// time + TTL − margin), which the mailbox gate and the writes read.
-	keeper     *lease.Keeper
-	validUntil time.Duration
-	// tickGen numbers the keeper's wake-ups: only the latest one armed
-	// steps it (a Tick is only a look at the clock).
-	tickGen int
+	// keeper runs the lifecycle's owner lease on the node's own keeper
+	// (simkit.Lease); nil until its claim landed.
+	keeper *simkit.Lease
 
 	incs    []*Inc
 	pids    map[pidKey]*Inc
@@ -108,11 +103,11 @@ func (l *Life) String() string { return l.rid }
 // valid: the lease is provably in force (cluster.Node.Valid; the mailbox
 // gate).
 func (l *Life) valid() bool {
-	return !l.gone && l.claimed && !l.ended && (l.w.Now() < l.validUntil || l.w.cfg.Sabotage == SabotageNoFence)
+	return !l.gone && l.claimed && !l.ended && (l.w.Now() < l.validUntil() || l.w.cfg.Sabotage == SabotageNoFence)
 }
 
 func (l *Life) fenced() bool {
-	return l.claimed && !l.ended && l.w.Now() >= l.validUntil && l.w.cfg.Sabotage != SabotageNoFence
+	return l.claimed && !l.ended && l.w.Now() >= l.validUntil() && l.w.cfg.Sabotage != SabotageNoFence
 }
 
 // usable: its handle may be used (Driver.Usable).
@@ -154,15 +149,13 @@ func (l *Life) claim() {
 			w.after(w.cfg.RetryEvery, l.claim)
 			return
 		}
-		k, err := lease.New(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
-			Margin: w.cfg.LeaseMargin}, w.wall(sent))
+		ls, err := simkit.StartLease(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
+			Margin: w.cfg.LeaseMargin}, sent, &w.Sched, lifeLease{l})
 		if err != nil {
 			panic(fmt.Sprintf("spotsim: lease config: %v", err))
 		}
-		l.claimed, l.keeper = true, k
-		l.validUntil = w.logical(k.ValidUntil())
-		w.tracef("%s serves (lease until %s)", l, ms(l.validUntil))
-		l.leaseStep(lease.Tick{Now: w.wall(w.Now())})
+		l.claimed, l.keeper = true, ls
+		w.tracef("%s serves (lease until %s)", l, ms(l.validUntil()))
 		w.after(watchEvery, l.watchNodes)
 		l.recoverScan()
 		for _, c := range w.clients {
@@ -173,53 +166,42 @@ func (l *Life) claim() {
 	})
 }
 
-// leaseStep feeds one event to the lease keeper and carries out its
-// effects, as cluster.Node's lease loop does: a renewal sent, the fence's
-// changes, the next wake-up.
-func (l *Life) leaseStep(ev lease.Event) {
-	w := l.w
-	if l.gone || l.ended {
-		return
+// validUntil is when the lifecycle stops acting as the owner unless a
+// later renewal proves its lease (0 before its claim landed).
+func (l *Life) validUntil() time.Duration {
+	if l.keeper == nil {
+		return 0
 	}
-	eff := l.keeper.Step(ev)
-	l.validUntil = w.logical(l.keeper.ValidUntil())
-	if eff.Changed {
-		switch l.keeper.Status() {
-		case lease.Ended:
-			l.endLifecycle(eff.Reason)
-			return
-		case lease.Valid:
-			w.tracef("%s lease renewed: unfenced", l)
-			l.wake()
-		}
-	}
-	if eff.Renew {
-		l.renew()
-	}
-	l.tickGen++
-	gen := l.tickGen
-	w.at(max(w.logical(eff.WakeAt), w.Now()), func() {
-		if gen == l.tickGen {
-			l.leaseStep(lease.Tick{Now: w.wall(w.Now())})
+	return l.keeper.ValidUntil()
+}
+
+// lifeLease is l as its lease sees it (simkit.LeaseHost).
+type lifeLease struct{ l *Life }
+
+func (h lifeLease) LeaseLive() bool { return !h.l.gone && !h.l.ended }
+
+func (h lifeLease) Renew(timeout time.Duration, answer func(lease.Answer)) {
+	w := h.l.w
+	w.store.call(h.l, storeOp{kind: opRenew, why: "lease"}, w.Now()+timeout, func(res storeRes) {
+		switch {
+		case res.err == nil:
+			answer(lease.Renewed)
+		case isNotFound(res.err):
+			answer(lease.Gone)
+		default:
+			answer(lease.NoAnswer)
 		}
 	})
 }
 
-// renew sends one renewal and steps the keeper with its answer.
-func (l *Life) renew() {
-	w := l.w
-	sent := w.Now()
-	w.store.call(l, storeOp{kind: opRenew, why: "lease"}, sent+l.keeper.RequestTimeout(), func(res storeRes) {
-		a := lease.RenewAnswered{SentAt: w.wall(sent), Now: w.wall(w.Now()), Answer: lease.Renewed}
-		switch {
-		case res.err == nil:
-		case isNotFound(res.err):
-			a.Answer = lease.Gone
-		default:
-			a.Answer = lease.NoAnswer
-		}
-		l.leaseStep(a)
-	})
+func (h lifeLease) LeaseChanged(s lease.Status, reason string) {
+	switch s {
+	case lease.Ended:
+		h.l.endLifecycle(reason)
+	case lease.Valid:
+		h.l.w.tracef("%s lease renewed: unfenced", h.l)
+		h.l.wake()
+	}
 }
 
 // watchEvery is how often a lifecycle lists the descriptors to watch

@@ -12,6 +12,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation/redelivery"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
 	"github.com/roamactors/roam/internal/relocation/targetrun"
+	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 )
@@ -91,15 +92,9 @@ type Node struct {
 	storeCut bool // the node cannot reach the store
 	downKind lossKind
 
-	// keeper is the node's own owner-lease machine (internal/meshnode/lease),
-	// stepped here as cluster.Node's lease loop steps it; validUntil is
-	// its ValidUntil on the world's clock (the last proven renewal's send
-	// time + TTL − margin), which the mailbox gate and the writes read.
-	keeper     *lease.Keeper
-	validUntil time.Duration
-	// tickGen numbers the keeper's wake-ups: only the latest one armed
-	// steps it (a Tick is only a look at the clock).
-	tickGen int
+	// lease is the node's owner lease, run on the node's own keeper
+	// (simkit.Lease); nil before the world starts it.
+	lease *simkit.Lease
 
 	incs    map[incKey]*Inc
 	incList []*Inc
@@ -135,9 +130,9 @@ func newNodeIn(w *World, i int) *Node {
 }
 
 // valid: the lease is provably in force (cluster.Node.Valid).
-func (n *Node) valid() bool { return n.alive && !n.ended && n.w.Now() < n.validUntil }
+func (n *Node) valid() bool { return n.alive && !n.ended && n.w.Now() < n.validUntil() }
 
-func (n *Node) fenced() bool { return !n.ended && n.w.Now() >= n.validUntil }
+func (n *Node) fenced() bool { return !n.ended && n.w.Now() >= n.validUntil() }
 
 func (n *Node) newInc(key incKey, mode incMode, state incState) *Inc {
 	n.w.nextIncID++
@@ -164,65 +159,57 @@ func (w *World) setMode(inc *Inc, m incMode) {
 func (n *Node) startLease() {
 	w := n.w
 	// The claim, sent at the world's start, is the first proof.
-	k, err := lease.New(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
-		Margin: w.cfg.LeaseMargin}, w.wall(0))
+	l, err := simkit.StartLease(lease.Config{TTL: w.cfg.LeaseTTL, RenewEvery: w.cfg.RenewEvery, RetryEvery: w.cfg.RetryEvery,
+		Margin: w.cfg.LeaseMargin}, 0, &w.Sched, nodeLease{n, n.life})
 	if err != nil {
 		panic(fmt.Sprintf("sim: lease config: %v", err))
 	}
-	n.keeper = k
-	n.leaseStep(lease.Tick{Now: w.wall(w.Now())})
+	n.lease = l
 }
 
-// leaseStep feeds one event to the lease keeper and carries out its
-// effects, as cluster.Node's lease loop does: a renewal sent, the fence's
-// changes, the next wake-up.
-func (n *Node) leaseStep(ev lease.Event) {
-	w := n.w
-	if !n.alive || n.ended {
-		return
+// validUntil is when the node stops acting as the owner unless a later
+// renewal proves its lease.
+func (n *Node) validUntil() time.Duration {
+	if n.lease == nil {
+		return 0
 	}
-	eff := n.keeper.Step(ev)
-	n.validUntil = w.logical(n.keeper.ValidUntil())
-	if eff.Changed {
-		switch n.keeper.Status() {
-		case lease.Ended:
-			n.endLifecycle(eff.Reason)
-			return
-		case lease.Valid:
-			w.tracef("%s lease renewed: unfenced", n.name)
-			n.wake()
-		}
-	}
-	if eff.Renew {
-		n.renew()
-	}
-	n.tickGen++
-	gen, life := n.tickGen, n.life
-	w.at(max(w.logical(eff.WakeAt), w.Now()), "lease", func() {
-		if gen == n.tickGen && life == n.life {
-			n.leaseStep(lease.Tick{Now: w.wall(w.Now())})
-		}
-	})
+	return n.lease.ValidUntil()
 }
 
-// renew sends one renewal and steps the keeper with its answer.
-func (n *Node) renew() {
-	w := n.w
-	sent, life := w.Now(), n.life
-	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, sent+n.keeper.RequestTimeout(), func(res storeRes) {
-		if n.life != life {
+// nodeLease is lifecycle life of n, as its lease sees it
+// (simkit.LeaseHost).
+type nodeLease struct {
+	n    *Node
+	life int
+}
+
+func (h nodeLease) LeaseLive() bool { return h.n.alive && !h.n.ended && h.n.life == h.life }
+
+func (h nodeLease) Renew(timeout time.Duration, answer func(lease.Answer)) {
+	n, w := h.n, h.n.w
+	w.store.call(n, storeOp{kind: opRenew, why: "lease"}, w.Now()+timeout, func(res storeRes) {
+		if n.life != h.life {
 			return
 		}
-		a := lease.RenewAnswered{SentAt: w.wall(sent), Now: w.wall(w.Now()), Answer: lease.Renewed}
 		switch res.err {
 		case errNone:
+			answer(lease.Renewed)
 		case errNoLease:
-			a.Answer = lease.Gone
+			answer(lease.Gone)
 		default:
-			a.Answer = lease.NoAnswer
+			answer(lease.NoAnswer)
 		}
-		n.leaseStep(a)
 	})
+}
+
+func (h nodeLease) LeaseChanged(s lease.Status, reason string) {
+	switch s {
+	case lease.Ended:
+		h.n.endLifecycle(reason)
+	case lease.Valid:
+		h.n.w.tracef("%s lease renewed: unfenced", h.n.name)
+		h.n.wake()
+	}
 }
 
 // wake schedules a turn for every incarnation with work (mailbox.Wake on a
