@@ -12,6 +12,10 @@
 //     cut one or both ways (what is in flight is lost, the sender is told).
 //   - RandomCuts, RandomOutages: the fault draws both fault generators make
 //     the same way.
+//   - Lease: a node lifecycle's owner lease on the node's own keeper
+//     (internal/meshnode/lease), stepped as cluster.Node's lease loop
+//     steps it; the simulation supplies the renewal's store call and what
+//     a change of status does (LeaseHost).
 //   - StoreMode, StoreFaults: how a store model answers a call, and the
 //     draw of that answer from a schedule's per-call chances.
 //   - RunSeeds: the parallel runner of random schedules, with the -sim.*
