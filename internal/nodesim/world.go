@@ -588,14 +588,7 @@ func (w *World) call(n *Node, i int, value string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Patience(w.t))
 	defer cancel()
 	_, err := n.Ext().Spots().Request(spotID(i), wrapperspb.String(value)).InstanceSpot().Timeout(3 * w.cfg.LeaseTTL).Do(ctx)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case err == nil:
-		w.answered[value] = true
-	case !typed(err):
-		w.untyped = append(w.untyped, fmt.Sprintf("%s via %s: %v", value, n.Name, err))
-	}
+	w.answer(n, value, err)
 	return err
 }
 
@@ -906,29 +899,34 @@ func (w *World) checkLive() {
 	for _, n := range w.Nodes {
 		goals = append(goals, &goal{what: n.Name + " serves (its lease in force)"})
 	}
+	// pursue calls until a call succeeds (the goal is met) or quit, once
+	// per step of the world's clock.
+	pursue := func(g *goal, call func(k int) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				next := w.nextStep()
+				err := call(k)
+				w.mu.Lock()
+				g.done, g.last = err == nil, err
+				w.mu.Unlock()
+				if err == nil {
+					return
+				}
+				select {
+				case <-next:
+				case <-quit:
+					return
+				}
+			}
+		}()
+	}
 	for i := 0; i < w.cfg.Spots; i++ {
 		for _, n := range w.Nodes {
 			g := &goal{what: fmt.Sprintf("%s answers through %s", spotID(i), n.Name)}
 			goals = append(goals, g)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; ; k++ {
-					next := w.nextStep()
-					err := w.call(n, i, fmt.Sprintf("live-%s-%d-%d", n.Name, i, k))
-					w.mu.Lock()
-					g.done, g.last = err == nil, err
-					w.mu.Unlock()
-					if err == nil {
-						return
-					}
-					select {
-					case <-next:
-					case <-quit:
-						return
-					}
-				}
-			}()
+			pursue(g, func(k int) error { return w.call(n, i, fmt.Sprintf("live-%s-%d-%d", n.Name, i, k)) })
 		}
 	}
 	// The crew through every node, and every Actor spawned for it
@@ -947,26 +945,7 @@ func (w *World) checkLive() {
 			ask = append(ask, func(k int) error { return w.callActor(n, id, fmt.Sprintf("live-%s-%s-%d", n.Name, id, k)) })
 		}
 		for i, call := range ask {
-			g := goals[len(goals)-len(ask)+i]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := 0; ; k++ {
-					next := w.nextStep()
-					err := call(k)
-					w.mu.Lock()
-					g.done, g.last = err == nil, err
-					w.mu.Unlock()
-					if err == nil {
-						return
-					}
-					select {
-					case <-next:
-					case <-quit:
-						return
-					}
-				}
-			}()
+			pursue(goals[len(goals)-len(ask)+i], call)
 		}
 	}
 	// The crew is one unit on one node, its count exact, and every node's
