@@ -71,21 +71,14 @@ func TestNodeFencesBeforeItsLeaseCanEnd(t *testing.T) {
 // it: the node serves again with the same lifecycle. The store's lease
 // clock stands still here, so the lease cannot end whatever the timing.
 func TestFenceLiftsWhenARenewalProvesTheLease(t *testing.T) {
-	inner := memstore.New(memstore.WithClock(memstore.NewManualClock()))
-	f, err := faulty.New(inner, faulty.Config{})
-	require.NoError(t, err)
-	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, LeaseTTL: time.Second})
-	require.NoError(t, err)
-	defer n.Stop(context.Background())
+	inner, f, n, changes := fenceableNode(t)
 	var seen []lease.Status
-	changes := make(chan lease.Status, 8)
-	n.OnLeaseChange(func(s lease.Status) { changes <- s })
 
 	f.Partition(true)
-	seen = append(seen, <-changes)
+	seen = append(seen, testwait.Recv(t, changes, "the fence"))
 	require.False(t, n.Valid())
 	f.Partition(false)
-	seen = append(seen, <-changes)
+	seen = append(seen, testwait.Recv(t, changes, "the fence to lift"))
 	require.Equal(t, []lease.Status{lease.Fenced, lease.Valid}, seen)
 	require.True(t, n.Valid())
 	desc := n.Descriptor()
@@ -133,14 +126,7 @@ func TestRenewalsKeepTheNodeValidPastTheTTL(t *testing.T) {
 // a starved node's late renewal does not fail writes it could make a
 // moment later. One whose context ends first fails ErrFenced.
 func TestAWriteWaitsForItsFenceToLiftWithinItsContext(t *testing.T) {
-	inner := memstore.New(memstore.WithClock(memstore.NewManualClock()))
-	f, err := faulty.New(inner, faulty.Config{})
-	require.NoError(t, err)
-	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, LeaseTTL: time.Second})
-	require.NoError(t, err)
-	defer n.Stop(context.Background())
-	changes := make(chan lease.Status, 8)
-	n.OnLeaseChange(func(s lease.Status) { changes <- s })
+	inner, f, n, changes := fenceableNode(t)
 	store := location.Leased(inner, n)
 	key := location.Key(location.KindActor, "a")
 	rec := &location.Record{ObjectGeneration: 1}
@@ -149,7 +135,7 @@ func TestAWriteWaitsForItsFenceToLiftWithinItsContext(t *testing.T) {
 	require.Equal(t, lease.Fenced, testwait.Recv(t, changes, "the fence"))
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = store.Apply(short, []location.Op{location.CreateOp(key, rec)})
+	_, err := store.Apply(short, []location.Op{location.CreateOp(key, rec)})
 	require.ErrorIs(t, err, location.ErrFenced, "a write whose context ended while fenced")
 
 	wrote := make(chan error, 1)
@@ -167,4 +153,21 @@ func TestAWriteWaitsForItsFenceToLiftWithinItsContext(t *testing.T) {
 	require.NoError(t, testwait.Recv(t, wrote, "the waiting write once the fence lifted"))
 	_, err = inner.Read(context.Background(), key)
 	require.NoError(t, err)
+}
+
+// fenceableNode is a node with a 1 s lease whose path to the store the
+// test can cut (f), and the lease changes it reports. The store's lease
+// clock stands still, so the lease cannot end whatever the timing: a cut
+// only fences the node.
+func fenceableNode(t *testing.T) (*memstore.Store, *faulty.Store, *meshnode.Node, <-chan lease.Status) {
+	t.Helper()
+	inner := memstore.New(memstore.WithClock(memstore.NewManualClock()))
+	f, err := faulty.New(inner, faulty.Config{})
+	require.NoError(t, err)
+	n, err := meshnode.Start(context.Background(), meshnode.Config{Store: f, LeaseTTL: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	changes := make(chan lease.Status, 8)
+	n.OnLeaseChange(func(s lease.Status) { changes <- s })
+	return inner, f, n, changes
 }
