@@ -36,6 +36,7 @@ import (
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/admit"
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/mailbox"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
@@ -278,7 +279,7 @@ type Driver struct {
 	// lifecycleEnded is closed once every incarnation of an ended
 	// lifecycle has failed what it held (WaitEnded); nil before.
 	lifecycleEnded chan struct{}
-	budget         *budget
+	budget         *budget.Budget
 	metrics        *metrics
 	// watch is what this node saw of the other lifecycles' descriptors
 	// (OwnerNode's liveness rule); any goroutine, under goneMu.
@@ -358,7 +359,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		started:            node.Clock().Now(),
 		clock:              node.Clock(),
 		deadLetterPatience: cfg.DeadLetterPatience,
-		budget:             newBudget(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
+		budget:             budget.New(cfg.InFlightPayloadBudget, cfg.NodeInFlightPayloadBudget, cfg.ChunkWindow),
 		chunkLinks:         map[string]string{},
 		linkDown:           map[string]time.Time{},
 		linkFailures:       map[string]int{},
@@ -562,10 +563,6 @@ func (d *Driver) Receive(c actor.Context) {
 			if r.m.Phase() == handoff.SourcePaused { // not a duplicate's
 				r.versionHint = m.GetRecordVersionHint()
 			}
-			// Relay-ready says the target holds the whole payload: what
-			// it did not credit returns to the budget now, and a resent
-			// copy still queued is not sent.
-			d.returnBudget(r)
 		})
 	case *messages.RelocationFailed:
 		d.onSourceEvent(m.GetIdentity(), c, handoff.FailedReceived{Reason: m.GetReason(), Detail: m.GetDetail()}, func(r *sourceRun) {

@@ -39,7 +39,7 @@ func RunningTimers(d *Driver) int {
 
 // InFlight is how many payload bytes d counts in flight to peer.
 func InFlight(d *Driver, peer string) int64 {
-	v, _ := call(context.Background(), d, func() (int64, error) { return d.budget.inflight[peer], nil })
+	v, _ := call(context.Background(), d, func() (int64, error) { return d.budget.InFlight(peer), nil })
 	return v
 }
 

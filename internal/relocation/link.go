@@ -215,23 +215,12 @@ func (d *Driver) onChunkLinkLost(peer string) {
 	d.connectionLost(peer)
 }
 
-// connectionLost steps every move to peer with ConnectionLost, after
-// giving back the budget of what they sent and was not credited: it may
-// be lost, and the resend counts again from what the target credited
-// (its credits count every chunk it gets, resent ones too). Without this,
-// a window's worth of lost chunks would keep the resent ones from going.
+// connectionLost steps every move to peer with ConnectionLost. A paused
+// move gives back the budget of what it sent and was not credited
+// (handoff.ReturnBudget): without that, a window's worth of lost chunks
+// would keep the resent ones from going.
 func (d *Driver) connectionLost(peer string) {
-	sourcerun.ConnectionLost(maps.Values(d.sources), func(r *sourceRun) bool { return r.target.GetAddress() == peer },
-		func(r *sourceRun, ev handoff.Event) {
-			if r.m.Phase() == handoff.SourcePaused {
-				r.sent -= uint64(d.budget.drop(peer, r.m.Identity().RelocationID))
-				if r.sent > r.credited {
-					d.releaseBudget(peer, int64(r.sent-r.credited))
-					r.sent = r.credited
-				}
-			}
-			d.stepSource(r, ev)
-		})
+	sourcerun.ConnectionLost(maps.Values(d.sources), func(r *sourceRun) bool { return r.target.GetAddress() == peer }, d.stepSource)
 }
 
 // earlyChunks keeps chunks that came on the link before their Restore

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -209,17 +210,8 @@ func (e sourceEnv) QueryCapability() handoff.Event {
 
 func (e sourceEnv) Admit() handoff.Event {
 	d, r := e.d, e.r
-	var now bool
-	sync := true
-	d.budget.admit(r.target.GetAddress(), func() {
-		if sync {
-			now = true
-			return
-		}
-		d.stepSource(r, handoff.Admitted{})
-	})
-	sync = false
-	if now {
+	// Admitted later: budgetOut steps the move.
+	if d.budget.Admit(r.target.GetAddress(), r.m.Identity().RelocationID) {
 		return handoff.Admitted{}
 	}
 	return nil
@@ -256,10 +248,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {
 	d, r := e.d, e.r
-	for _, ch := range c.Chunks {
-		r.sent += uint64(len(ch.Data))
-	}
-	d.sendChunks(d.budget.submit(r.target.GetAddress(), r.m.Identity().RelocationID, c.Chunks))
+	d.budgetOut(budget.Out{Chunks: d.budget.Submit(r.target.GetAddress(), r.m.Identity().RelocationID, c.Chunks)})
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {
@@ -340,6 +329,15 @@ func (e sourceEnv) StopTimers(keep handoff.Timer) {
 }
 
 func (e sourceEnv) PayloadReleased() {}
+
+func (e sourceEnv) ReturnBudget(lost bool) {
+	id := e.r.m.Identity().RelocationID
+	if lost {
+		e.d.budgetOut(e.d.budget.Lost(id))
+		return
+	}
+	e.d.budgetOut(e.d.budget.Return(id))
+}
 
 func (e sourceEnv) BoundaryUnacknowledged(batch []sourcerun.Relayed[any]) {
 	d, r := e.d, e.r

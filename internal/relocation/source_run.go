@@ -11,6 +11,7 @@ import (
 
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -56,8 +57,6 @@ type sourceRun struct {
 	// captures: the parts' captures after the seal, until the payload is
 	// encoded.
 	captures []capturedPart
-	sent     uint64 // chunk bytes submitted
-	credited uint64
 	waiter   chan sourceResult
 	// decided carries what the move's own confirmation reads showed
 	// after the cutover (one value; Relocate waits on it rather than
@@ -425,7 +424,7 @@ func (d *Driver) stepSource(r *sourceRun, ev handoff.Event) { r.run.Step(ev) }
 // endSource settles a move that is over: its budget, its unused ticket,
 // Relocate's wait and the objects' claim on it.
 func (d *Driver) endSource(r *sourceRun) {
-	d.returnBudget(r)
+	d.budgetOut(d.budget.End(r.m.Identity().RelocationID))
 	if r.ticket != nil && !r.prepareSent {
 		// Given and never used (the move ended before its seal): the
 		// target need not keep it (tickets_out.go).
@@ -547,47 +546,27 @@ func (d *Driver) send(to *actor.PID, msg proto.Message) {
 	d.sys.Root.RequestWithCustomSender(to, msg, d.self)
 }
 
-func (d *Driver) sendChunks(chunks []queuedChunk) {
-	for _, q := range chunks {
-		r := d.sources[q.run]
-		if r == nil {
-			continue
+// budgetOut sends the chunks the budget lets go and steps the moves it
+// admits (any that ended meanwhile are gone from d.sources).
+func (d *Driver) budgetOut(out budget.Out) {
+	for _, q := range out.Chunks {
+		if r := d.sources[q.Run]; r != nil {
+			d.sendChunk(r, q.Chunk)
 		}
-		d.sendChunk(r, q.chunk)
 	}
-}
-
-// returnBudget returns what a run still holds of its target's budget, once
-// its target holds the whole payload (relay-ready) or the move ended: its
-// chunks still queued are dropped, and the bytes sent and not credited
-// are released. Bytes never sent were never in flight: releasing them
-// would take back other moves' budget.
-func (d *Driver) returnBudget(r *sourceRun) {
-	peer := r.target.GetAddress()
-	r.sent -= uint64(d.budget.drop(peer, r.m.Identity().RelocationID))
-	if r.sent > r.credited {
-		d.releaseBudget(peer, int64(r.sent-r.credited))
-	}
-	r.credited = r.sent
-}
-
-func (d *Driver) releaseBudget(peer string, n int64) {
-	chunks, admitted := d.budget.release(peer, n)
-	d.sendChunks(chunks)
-	for _, a := range admitted {
-		a()
+	for _, id := range out.Admitted {
+		if r := d.sources[id]; r != nil {
+			d.stepSource(r, handoff.Admitted{})
+		}
 	}
 }
 
 func (d *Driver) onCredit(c actor.Context, m *messages.RelocationStateCredit) {
 	id := handoff.IdentityFromProto(m.GetIdentity())
-	r := d.sources[id.RelocationID]
-	if r == nil || r.m.Identity() != id || m.GetReceivedBytes() <= r.credited {
+	if r := d.sources[id.RelocationID]; r == nil || r.m.Identity() != id {
 		return
 	}
-	n := min(m.GetReceivedBytes(), r.sent) - r.credited
-	r.credited += n
-	d.releaseBudget(r.target.GetAddress(), int64(n))
+	d.budgetOut(d.budget.Credit(id.RelocationID, m.GetReceivedBytes()))
 }
 
 // onSourceEvent routes a target's reply to the source run of its identity,

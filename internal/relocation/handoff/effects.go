@@ -146,6 +146,12 @@ type (
 	// ResendBoundary: send the whole boundary batch again with Epoch, then
 	// the cutover, on the new connection (PROTOCOL.md §5.9).
 	ResendBoundary struct{ Epoch uint32 }
+	// ReturnBudget: the move's chunk bytes in flight no longer count
+	// against the in-flight budget (PROTOCOL.md §5.3): its target holds
+	// the whole payload (relay-ready), or — Lost — its connection was lost,
+	// so what the target did not credit may never be, and a resend counts
+	// again from what it credited.
+	ReturnBudget struct{ Lost bool }
 	// ReleasePayload: drop the payload copy (state, saved work, what a
 	// Reinstate would need), once. The boundary batch's wire copy is kept
 	// for resends until ReleaseBoundary.
@@ -291,6 +297,7 @@ func (SendAbort) isEffect()           {}
 func (RelayThenCutover) isEffect()    {}
 func (ResendBoundary) isEffect()      {}
 func (ReleasePayload) isEffect()      {}
+func (ReturnBudget) isEffect()        {}
 func (StartFollow) isEffect()         {}
 func (ReleaseBoundary) isEffect()     {}
 func (AckBoundary) isEffect()         {}

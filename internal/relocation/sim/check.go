@@ -41,6 +41,10 @@ import (
 //   - slots: at the end every live node's capacity slots in the store are
 //     the objects whose records name it, each in its record's slot, none
 //     pending (Config.Capacity; docs/PROTOCOL.md §7.12).
+//   - budget-stall / budget: no chunk queues and no move waits for
+//     admission while its node's in-flight payload budget has room for
+//     it (checked at every change); at the end every live node's budget
+//     is idle (Config.Budget; docs/PROTOCOL.md §5.3).
 //   - With Config.Sessions (gateway.go): session-held — nothing is left
 //     held at a Session owner (every client message it took is delivered
 //     or refused); session-sealed — no binding of an open Session stays
@@ -147,6 +151,7 @@ func (w *World) checkEnd() {
 	}
 	w.checkUnits()
 	w.checkSlots()
+	w.checkBudget()
 	for _, o := range w.objs {
 		rec := w.store.recs[o.id]
 		owner := w.node(rec.OwnerNode)

@@ -55,6 +55,15 @@
 //     commit activates them and frees the source's (handoff.Commit's slot
 //     ops), a move that did not commit frees what it took; the picks,
 //     the judging of answers and the frees are capslots'.
+//   - The in-flight payload budget (Config.Budget, budget.go): each
+//     node's moves out ask the driver's own budget
+//     (internal/relocation/budget) for admission before the seal and
+//     send their chunks as it lets them go; targets credit what they
+//     received, and a move's budget returns at relay-ready, at a lost
+//     connection and at its end, as the Source's ReturnBudget effects
+//     and Ended say. TestRandomSchedulesWithBudget draws budgets smaller
+//     than a chunk and bursts of moves out of one node (make sim SEED=<n>
+//     BUDGET=1 replays one).
 //   - SpotWide units (Config.Members, unit.go): some objects are SpotWide
 //     User Spots whose members (Actors) live on the Spot's node; random
 //     schedules draw them, and the sends to members and the moves of a

@@ -134,6 +134,10 @@ func Random(cfg Config, seed uint64) *World {
 	if cfg.Members == nil {
 		drawUnits(&cfg, urng)
 	}
+	brng := simkit.NewRand(seed, budgetStream)
+	if cfg.RandomBudget {
+		drawBudget(&cfg, brng)
+	}
 	w := NewWorld(cfg, seed, nil)
 	rng := w.Rand
 	h := cfg.Horizon
@@ -214,6 +218,7 @@ func Random(cfg Config, seed uint64) *World {
 		})
 	}
 	w.unitTraffic(urng)
+	w.budgetTraffic(brng)
 	// A crash or a stop at a random time.
 	if profile.NodeFaults() {
 		if rng.IntN(4) == 0 {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
@@ -94,6 +95,25 @@ const (
 	// seed 12239). Fixed: a free frees only pending slots that no move
 	// running here holds (capslots.Free.Ops).
 	KnownFreeOthersSlot = "D10 freeing a failed move's stray slot frees another object's active slot"
+	// KnownBudgetStall: a chunk to a peer with nothing in flight waited
+	// while another peer had bytes in flight, if it did not fit the
+	// chunk window (the "a chunk always goes" rule counted the node's
+	// bytes even with no node budget); and with a node budget a release
+	// let only its own peer's chunks and moves go. Another peer's credit
+	// never pumped the waiting peer: its move stayed sealed until its
+	// restore deadline and failed (BudgetConfig seeds 42, 45, 79).
+	// Fixed: each bound counts only its own bytes, and a release on a
+	// node budget serves every peer in turn.
+	KnownBudgetStall = "D11 a chunk or move waits for a peer's budget that another peer's credit never frees"
+	// KnownBudgetDrift: after a lost connection a move's credit counted
+	// chunks that arrived before the loss (the target counts every chunk
+	// it gets), beyond what the move had handed over since: the budget
+	// released bytes still in flight, and at the move's end it kept the
+	// difference for good. The peer then counted bytes in flight that no
+	// move held, and with enough of them every later move to it waited
+	// for admission until its restore deadline (BudgetConfig seeds 657,
+	// 1449). Fixed: a credit never passes what the move handed over.
+	KnownBudgetDrift = "D12 credits after a lost connection leave the peer's budget counting bytes no move holds"
 )
 
 // defects lists every known defect with the seeds of the random
@@ -162,6 +182,32 @@ var defects = simkit.Defects{
 		f := capslots.NewView("n", 1).BeginFree([]uint32{0}, []location.AuthorityKey{a}, t0.Add(time.Second))
 		done, _ := f.Next(nil, t0, 0)
 		return done
+	}},
+	// A chunk to an idle peer goes though another peer's is in flight
+	// past the window; a node budget's release serves every peer.
+	{Name: KnownBudgetStall, Probe: func() bool {
+		b := budget.New(0, 0, 40)
+		b.Submit("p1", 1, []envelope.Chunk{{Data: make([]byte, 64)}})
+		if len(b.Submit("p2", 2, []envelope.Chunk{{Data: make([]byte, 64)}})) == 0 {
+			return true
+		}
+		b = budget.New(0, 64, 0)
+		b.Submit("p1", 1, []envelope.Chunk{{Data: make([]byte, 64)}})
+		b.Submit("p2", 2, []envelope.Chunk{{Data: make([]byte, 64)}})
+		return len(b.End(1).Chunks) == 0
+	}},
+	// A credit that counts a chunk from before the lost connection
+	// leaves nothing in flight once the move ends.
+	{Name: KnownBudgetDrift, Probe: func() bool {
+		b := budget.New(50, 0, 0)
+		two := []envelope.Chunk{{Data: make([]byte, 40)}, {Data: make([]byte, 40)}}
+		b.Submit("p", 1, two) // the first goes; its credit is lost with the connection
+		b.Lost(1)
+		b.Submit("p", 1, two) // the resend: the first goes again
+		b.Credit(1, 80)       // the target got the first chunk twice
+		b.Return(1)
+		b.End(1)
+		return !b.Idle()
 	}},
 	// A free never frees an active slot, nor one a running move holds.
 	{Name: KnownFreeOthersSlot, Seeds: []uint64{12239}, Probe: func() bool {

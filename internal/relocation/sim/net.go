@@ -19,6 +19,7 @@ const (
 	pCapReply
 	pPrepare
 	pChunk
+	pCredit
 	pRelayReady
 	pFailed
 	pAbort
@@ -35,7 +36,7 @@ const (
 	pSessionAbort
 )
 
-var pktNames = [...]string{"capability-query", "capability-reply", "prepare", "chunk", "relay-ready", "failed", "abort",
+var pktNames = [...]string{"capability-query", "capability-reply", "prepare", "chunk", "credit", "relay-ready", "failed", "abort",
 	"relay-record", "cutover", "boundary-ack", "follow", "client", "answer",
 	"session-seal", "session-seal-reply", "session-route-update", "session-abort"}
 
@@ -60,6 +61,7 @@ type packet struct {
 	supported bool
 	code      string // a capability refusal's roamerr code
 	capReq    uint64
+	bytes     uint64 // credit: the payload bytes the target received
 	inc       incKey // follow/client: the incarnation addressed
 	// Session commands: the bound object, the route named, a refusal.
 	obj   ObjID

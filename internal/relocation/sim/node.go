@@ -7,6 +7,7 @@ import (
 
 	"github.com/roamactors/roam/internal/meshnode/lease"
 	"github.com/roamactors/roam/internal/relocation/admit"
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/capslots"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/redelivery"
@@ -112,6 +113,8 @@ type Node struct {
 	// view is this lifecycle's view of its capacity slots (nil:
 	// unbounded).
 	view *capslots.View
+	// budget is the in-flight payload budget of its moves out (budget.go).
+	budget *budget.Budget
 }
 
 func newNode(w *World, i int) *Node {
@@ -123,6 +126,8 @@ func newNode(w *World, i int) *Node {
 // newNodeIn is node i of w, with its capacity slots' view when bounded.
 func newNodeIn(w *World, i int) *Node {
 	n := newNode(w, i)
+	b := w.cfg.Budget
+	n.budget = budget.New(b.PerPeer, b.PerNode, b.Window)
 	if w.cfg.Capacity > 0 {
 		n.view = capslots.NewView(n.name, w.cfg.Capacity)
 	}
@@ -406,6 +411,10 @@ func (n *Node) receive(p *packet) {
 		if t := n.target(p); t != nil {
 			w.stepTarget(t, handoff.AbortReceived{Reason: p.reason})
 		}
+	case pCredit:
+		if r := n.sourceOf(p); r != nil {
+			n.budgetOut(n.budget.Credit(p.id.RelocationID, p.bytes))
+		}
 	case pRelayReady:
 		n.onSourceEvent(p, handoff.RelayReadyReceived{})
 	case pBoundaryAck:
@@ -422,14 +431,22 @@ func (n *Node) receive(p *packet) {
 // onSourceEvent routes a target's reply to the source run handoff.Attribute
 // gives it.
 func (n *Node) onSourceEvent(p *packet, ev handoff.Event) {
+	if r := n.sourceOf(p); r != nil {
+		n.w.stepSource(r, ev)
+	}
+}
+
+// sourceOf is the source run handoff.Attribute gives a target's reply.
+func (n *Node) sourceOf(p *packet) *SourceRun {
 	for _, r := range n.sources {
 		if r.m.Identity() == p.id && !r.dead {
 			if handoff.Attribute(r.m.Identity(), r.target.name, p.id, n.w.endpointName(p.from)) == handoff.ThisRun {
-				n.w.stepSource(r, ev)
+				return r
 			}
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // target finds the target run handoff.Attribute gives a control message.

@@ -53,10 +53,20 @@ func hasInvariant(vs []Violation, inv string) bool {
 // defects table, known.go): a fixed defect's seed must run clean, an open
 // one's must still show it and nothing else.
 func TestKnownDefectSeeds(t *testing.T) {
-	defects.CheckSeeds(t, func(seed uint64) string { return replay(seed, false) }, func(seed uint64) ([]Violation, string) {
+	defects.CheckSeeds(t, func(seed uint64) string { return replay(seed, DefaultConfig()) }, func(seed uint64) ([]Violation, string) {
 		r := runSeed(DefaultConfig(), seed, true)
 		return r.Violations, r.Trace
 	})
+}
+
+// The seeds of BudgetConfig's schedules that showed D11 and D12
+// (known.go) run clean.
+func TestBudgetDefectSeeds(t *testing.T) {
+	for _, seed := range []uint64{42, 45, 79, 657, 1449} {
+		if r := runSeed(BudgetConfig(), seed, false); len(r.Violations) > 0 {
+			t.Errorf("seed %d (%s): %s", seed, replay(seed, BudgetConfig()), r.Violations[0])
+		}
+	}
 }
 
 // Every fixed defect the Source machine can be probed for stays fixed:

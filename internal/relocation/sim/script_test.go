@@ -292,7 +292,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 var effectNames = simkit.KebabNames([]handoff.Effect{
 	handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
 	handoff.UpdateSessionRoutes{}, handoff.SendPrepare{}, handoff.SendChunks{}, handoff.Unseal{}, handoff.SendAbort{},
-	handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.StartFollow{},
+	handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.ReturnBudget{}, handoff.StartFollow{},
 	handoff.ReleaseBoundary{}, handoff.AckBoundary{}, handoff.EndFollow{}, handoff.Reconcile{}, handoff.AdoptTargetRoute{},
 	handoff.FailHeld{}, handoff.ConfirmCommit{}, handoff.FenceOut{}, handoff.CloseOut{}, handoff.Reinstate{},
 	handoff.InstallStaging{}, handoff.VerifySource{}, handoff.SendCredit{}, handoff.RestorePayload{}, handoff.SendFailed{},

@@ -9,14 +9,28 @@ import (
 	"github.com/roamactors/roam/internal/simkit"
 )
 
-var flagSessions = flag.Bool("sim.sessions", false, "TestReplay: replay a schedule of TestRandomSchedulesWithSessions (make sim SEED=n SESSIONS=1)")
+var (
+	flagSessions = flag.Bool("sim.sessions", false, "TestReplay: replay a schedule of TestRandomSchedulesWithSessions (make sim SEED=n SESSIONS=1)")
+	flagBudget   = flag.Bool("sim.budget", false, "TestReplay: replay a schedule of TestRandomSchedulesWithBudget (make sim SEED=n BUDGET=1)")
+)
 
-// replay is the command that replays a random schedule.
-func replay(seed uint64, sessions bool) string {
-	if sessions {
+// replay is the command that replays a random schedule of cfg.
+func replay(seed uint64, cfg Config) string {
+	switch {
+	case cfg.Sessions:
 		return fmt.Sprintf("make sim SEED=%d SESSIONS=1", seed)
+	case cfg.RandomBudget:
+		return fmt.Sprintf("make sim SEED=%d BUDGET=1", seed)
 	}
 	return fmt.Sprintf("make sim SEED=%d", seed)
+}
+
+// BudgetConfig is DefaultConfig with five objects and a drawn in-flight
+// payload budget with bursts of moves out of one node (Config.RandomBudget).
+func BudgetConfig() Config {
+	c := DefaultConfig()
+	c.Objects, c.RandomBudget = 5, true
+	return c
 }
 
 // SessionsConfig is DefaultConfig with every object bound to a client's
@@ -44,11 +58,22 @@ func TestRandomSchedulesWithSessions(t *testing.T) {
 	}
 }
 
+// TestRandomSchedulesWithBudget runs a quarter as many random schedules
+// with a small in-flight payload budget and bursts of moves out of one
+// node (budget.go): the same invariants, no move or chunk waiting while
+// the budget has room, and every budget idle at the end.
+func TestRandomSchedulesWithBudget(t *testing.T) {
+	st := runRandomN(t, BudgetConfig(), max(1, simkit.Schedules()/4))
+	if st.BudgetWaits == 0 && simkit.Schedules() >= 400 {
+		t.Errorf("sim: no move ever waited for the in-flight payload budget: admission went unexercised")
+	}
+}
+
 func runRandom(t *testing.T, cfg Config) Stats { return runRandomN(t, cfg, simkit.Schedules()) }
 
 func runRandomN(t *testing.T, cfg Config, n int) Stats {
 	sum := simkit.RunSeeds(t, simkit.Options[Stats]{Name: "sim", Schedules: n,
-		Replay: func(seed uint64) string { return replay(seed, cfg.Sessions) },
+		Replay: func(seed uint64) string { return replay(seed, cfg) },
 		Report: func(total Stats, known map[string]int) {
 			t.Logf("sim: moves %d: committed %d, source serving again %d (fence-outs %d, reinstated after the cutover %d), cutover fallbacks %d",
 				total.Moves, total.Committed, total.SourceServesAgain+total.Reinstated, total.FencedOut, total.Reinstated, total.Fallbacks)
@@ -58,6 +83,7 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 				total.Crashes, total.Stops, total.LeaseEnds, total.Cuts, total.StoreOutages, total.IndeterminateCAS)
 			t.Logf("sim: SpotWide units moved %d (members with them %d); moves of a member alone refused %d",
 				total.Units, total.UnitMembersMoved, total.MemberMovesRefused)
+			t.Logf("sim: in-flight payload budget: moves that waited for admission %d, chunks that queued %d", total.BudgetWaits, total.ChunksQueued)
 			if cfg.Sessions {
 				t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
 					total.SessionRefused, total.SessionsClosed)
@@ -77,6 +103,9 @@ func TestReplay(t *testing.T) {
 	cfg := DefaultConfig()
 	if *flagSessions {
 		cfg = SessionsConfig()
+	}
+	if *flagBudget {
+		cfg = BudgetConfig()
 	}
 	simkit.Replay(t, "make sim SEED=N", func(seed uint64) simkit.World[Stats] { return Random(cfg, seed) }, func(st Stats) string {
 		return fmt.Sprintf("%d steps, %d moves (%d committed, %d fenced out, %d reinstated), %d messages (%d handled, %d failed loudly, %d lost with a crashed node)",

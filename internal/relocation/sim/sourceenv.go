@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -159,7 +160,13 @@ func (e sourceEnv) QueryCapability() handoff.Event {
 	return nil
 }
 
-func (e sourceEnv) Admit() handoff.Event { return handoff.Admitted{} }
+func (e sourceEnv) Admit() handoff.Event {
+	if e.r.node.budget.Admit(e.r.target.name, e.r.m.Identity().RelocationID) {
+		return handoff.Admitted{}
+	}
+	e.r.w.stats.BudgetWaits++
+	return nil // budgetOut steps it when admitted
+}
 
 func (e sourceEnv) EncodePayload() (envelope.Stream, error) {
 	r := e.r
@@ -181,9 +188,10 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 }
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {
-	for _, ch := range c.Chunks {
-		e.r.node.send(e.r.target.idx, &packet{kind: pChunk, id: e.r.m.Identity(), chunk: ch})
-	}
+	n := e.r.node
+	now := n.budget.Submit(e.r.target.name, e.r.m.Identity().RelocationID, c.Chunks)
+	e.r.w.stats.ChunksQueued += len(c.Chunks) - len(now)
+	n.budgetOut(budget.Out{Chunks: now})
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {
@@ -372,8 +380,18 @@ func (e sourceEnv) Complete(err error) {
 
 // Ended is Driver.endSource: the move is over; only TimerStub may still
 // run.
+func (e sourceEnv) ReturnBudget(lost bool) {
+	n, id := e.r.node, e.r.m.Identity().RelocationID
+	if lost {
+		n.budgetOut(n.budget.Lost(id))
+		return
+	}
+	n.budgetOut(n.budget.Return(id))
+}
+
 func (e sourceEnv) Ended() {
 	r, n := e.r, e.r.node
+	defer n.budgetOut(n.budget.End(r.m.Identity().RelocationID))
 	for i, s := range n.sources {
 		if s == r {
 			n.sources = append(n.sources[:i:i], n.sources[i+1:]...)

@@ -133,9 +133,10 @@ func (e targetEnv) After(d time.Duration, fn func(expired bool)) {
 	})
 }
 
-// SendCredit: the in-flight budget is not modelled; chunks are sent at
-// once.
-func (e targetEnv) SendCredit(uint64) {}
+func (e targetEnv) SendCredit(received uint64) {
+	t := e.t
+	t.node.send(t.source.idx, &packet{kind: pCredit, id: t.m.Identity(), bytes: received})
+}
 
 func (e targetEnv) SendFailed(f handoff.SendFailed) {
 	t := e.t

@@ -16,6 +16,9 @@ const randStream = 0x9e3779b97f4a7c15
 // modelled stays as it was for every seed.
 const unitStream = 0x5851f42d4c957f2d
 
+// budgetStream is the stream Random draws the payload budget from.
+const budgetStream = 0x2545f4914f6cdd1d
+
 // Sabotage breaks one decision of the composed protocol on purpose, so a
 // test can show that the checker catches what it is meant to catch.
 type Sabotage int
@@ -77,7 +80,18 @@ type Config struct {
 	// Capacity is every node's number of capacity slots (0: unbounded;
 	// slots.go).
 	Capacity uint32
+	// Budget is every node's in-flight payload budget for its moves out
+	// (budget.go; zero: unbounded).
+	Budget PayloadBudget
+	// RandomBudget: Random draws Budget, and bursts of moves out of one
+	// node that wait for it, from a stream of their own (budget.go).
+	RandomBudget bool
 }
+
+// PayloadBudget is a node's in-flight payload budget (docs/PROTOCOL.md
+// §5.3): bytes per peer and per node, and the chunk window; 0 is no
+// bound.
+type PayloadBudget struct{ PerPeer, PerNode, Window int64 }
 
 // DefaultConfig is the configuration random schedules use: the hand-off's
 // timings (docs/PROTOCOL.md §9) scaled down so a schedule spans a few
@@ -231,6 +245,9 @@ type Stats struct {
 	// Units: SpotWide moves started (members moved with them);
 	// MemberMovesRefused: moves of a member alone, refused.
 	Units, UnitMembersMoved, MemberMovesRefused int
+	// BudgetWaits: moves that waited for the in-flight payload budget
+	// before their seal; ChunksQueued: chunks that waited for it.
+	BudgetWaits, ChunksQueued int
 }
 
 // Stats returns the schedule's figures (after Run).

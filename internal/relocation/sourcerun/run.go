@@ -112,6 +112,9 @@ type Env[M, R any] interface {
 	StopTimers(keep handoff.Timer)
 
 	PayloadReleased()
+	// ReturnBudget gives back the move's in-flight budget
+	// (handoff.ReturnBudget).
+	ReturnBudget(lost bool)
 	// BoundaryUnacknowledged: the boundary batch is dropped without the
 	// target's acknowledgement; its messages may be lost (loudly).
 	BoundaryUnacknowledged(batch []Relayed[M])
@@ -349,6 +352,9 @@ func (r *Run[M, R]) effect(e handoff.Effect) handoff.Event {
 			p.Saved, p.Relayed = nil, nil
 		}
 		env.PayloadReleased()
+
+	case handoff.ReturnBudget:
+		env.ReturnBudget(e.Lost)
 
 	case handoff.ReleaseBoundary:
 		if e.Unacknowledged && len(r.batch) > 0 {

@@ -1,0 +1,321 @@
+// Package budget is the in-flight payload budget of a node's moves out
+// (docs/PROTOCOL.md §5.3): which move may seal, and which of its chunks
+// may go, while the chunk bytes handed to a peer and not yet credited
+// stay within the budget per peer, the budget of the node, and the chunk
+// window.
+//
+// It is pure: the driver and the hand-off simulation call it with what
+// happened (a move asks for admission, submits chunks, is credited, loses
+// its connection, no longer needs its budget, ends) and send what each
+// call lets go. Not safe for concurrent use.
+package budget
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/roamactors/roam/internal/relocation/envelope"
+)
+
+// Budget is one node's in-flight payload budget.
+type Budget struct {
+	// perPeer and perNode bound the bytes in flight to one peer and to all
+	// (0: no bound); window paces the chunks of admitted moves below
+	// perPeer without changing their admission (0: no pacing).
+	perPeer, perNode, window int64
+	// peers in the order first seen. When the node's budget is bounded, a
+	// release lets every peer's queue and waiting moves go, round-robin
+	// from the releasing peer, so no peer waits for a release of its own
+	// that may never come (nothing of it in flight).
+	peers  []*peer
+	byAddr map[string]*peer
+	// inflight is the bytes in flight to all peers: the sum of the peers'.
+	inflight int64
+	runs     map[uint64]*run
+}
+
+type peer struct {
+	addr string
+	// inflight is the bytes handed to the peer and not yet credited,
+	// returned or lost: the sum over its runs of handed − credited.
+	inflight int64
+	// queue holds the chunks of admitted moves not handed over yet, in
+	// submission order.
+	queue []Queued
+	// waiting holds the moves waiting for admission, oldest first; each
+	// is a run with waiting set.
+	waiting []uint64
+}
+
+type run struct {
+	id   uint64
+	peer *peer
+	// handed is the chunk bytes handed to the peer (since the last lost
+	// connection: what went before was given back); credited ≤ handed is
+	// what of them the target credited or was given back. A credit never
+	// passes handed: the target counts chunks that came before a lost
+	// connection too, and crediting them again would return other
+	// moves' bytes.
+	handed, credited uint64
+	waiting          bool
+}
+
+// Queued is a chunk of a move (its RelocationId) that may go now.
+type Queued struct {
+	Run   uint64
+	Chunk envelope.Chunk
+}
+
+// Out is what a call lets go: chunks to send now, in order, and the moves
+// admitted now, oldest first.
+type Out struct {
+	Chunks   []Queued
+	Admitted []uint64
+}
+
+// New is a budget of perPeer bytes per peer and perNode for the node
+// (0: unbounded), pacing chunks by window (0: unpaced).
+func New(perPeer, perNode, window int64) *Budget {
+	return &Budget{perPeer: perPeer, perNode: perNode, window: window, byAddr: map[string]*peer{}, runs: map[uint64]*run{}}
+}
+
+func (b *Budget) peer(addr string) *peer {
+	p := b.byAddr[addr]
+	if p == nil {
+		p = &peer{addr: addr}
+		b.byAddr[addr] = p
+		b.peers = append(b.peers, p)
+	}
+	return p
+}
+
+func (b *Budget) run(addr string, id uint64) *run {
+	r := b.runs[id]
+	if r == nil {
+		r = &run{id: id, peer: b.peer(addr)}
+		b.runs[id] = r
+	}
+	return r
+}
+
+func (b *Budget) full(p *peer) bool {
+	return (b.perPeer > 0 && p.inflight >= b.perPeer) || (b.perNode > 0 && b.inflight >= b.perNode)
+}
+
+// Admit asks for the move id to peer to seal: true when it may now;
+// otherwise it waits, before its seal (the object keeps serving), and a
+// later Out names it. A move waits while the peer's budget or the node's
+// is full, or chunks of moves admitted before it still queue.
+func (b *Budget) Admit(peer string, id uint64) bool {
+	r := b.run(peer, id)
+	if r.waiting {
+		return false
+	}
+	if !b.full(r.peer) && len(r.peer.queue) == 0 {
+		return true
+	}
+	r.waiting = true
+	r.peer.waiting = append(r.peer.waiting, id)
+	return false
+}
+
+// Submit queues chunks of the move id to peer and returns those that may
+// go now (a resend after a lost connection submits again).
+func (b *Budget) Submit(peer string, id uint64, chunks []envelope.Chunk) []Queued {
+	r := b.run(peer, id)
+	for _, c := range chunks {
+		r.peer.queue = append(r.peer.queue, Queued{Run: id, Chunk: c})
+	}
+	return b.pump(r.peer, nil)
+}
+
+// fits: n more bytes may go to p. Each bound lets a chunk go when nothing
+// it counts is in flight, so a payload larger than the budget or the
+// window still starts and completes; and only the node's bound counts
+// other peers' bytes (a chunk to an idle peer does not wait for another
+// peer's credit, which would not let it go).
+func (b *Budget) fits(p *peer, n int64) bool {
+	peerOK := p.inflight == 0 || (b.perPeer == 0 || p.inflight+n <= b.perPeer) && (b.window == 0 || p.inflight+n <= b.window)
+	nodeOK := b.perNode == 0 || b.inflight == 0 || b.inflight+n <= b.perNode
+	return peerOK && nodeOK
+}
+
+func (b *Budget) pump(p *peer, out []Queued) []Queued {
+	q := p.queue
+	for len(q) > 0 && b.fits(p, int64(len(q[0].Chunk.Data))) {
+		n := int64(len(q[0].Chunk.Data))
+		p.inflight += n
+		b.inflight += n
+		b.runs[q[0].Run].handed += uint64(n)
+		out = append(out, q[0])
+		q = q[1:]
+	}
+	p.queue = q
+	return out
+}
+
+// Credit takes the target's count of the move's bytes it has received
+// (it counts resent chunks too): what it credits anew returns to the
+// budget.
+func (b *Budget) Credit(id uint64, received uint64) Out {
+	r := b.runs[id]
+	if r == nil || received <= r.credited {
+		return Out{}
+	}
+	n := min(received, r.handed) - r.credited
+	r.credited += n
+	return b.release(r.peer, int64(n))
+}
+
+// Lost gives back what the move sent and the target did not credit: its
+// connection was lost, so it may never be credited, and the resend counts
+// again from what the target credited. Its queued chunks are dropped.
+func (b *Budget) Lost(id uint64) Out {
+	r := b.runs[id]
+	if r == nil {
+		return Out{}
+	}
+	n := b.drop(r)
+	r.handed = r.credited
+	return b.release(r.peer, n)
+}
+
+// Return gives back what the move still holds: its target holds the whole
+// payload (relay-ready), so nothing it sent will be credited, and a resent
+// copy still queued does not go.
+func (b *Budget) Return(id uint64) Out {
+	r := b.runs[id]
+	if r == nil {
+		return Out{}
+	}
+	n := b.drop(r)
+	r.credited = r.handed
+	return b.release(r.peer, n)
+}
+
+// End forgets the move: what it holds returns, and it no longer waits for
+// admission.
+func (b *Budget) End(id uint64) Out {
+	r := b.runs[id]
+	if r == nil {
+		return Out{}
+	}
+	out := b.Return(id)
+	if r.waiting {
+		p := r.peer
+		for i, w := range p.waiting {
+			if w == id {
+				p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
+				break
+			}
+		}
+	}
+	delete(b.runs, id)
+	return out
+}
+
+// drop removes r's queued chunks and returns the bytes it holds in
+// flight (handed over, not credited).
+func (b *Budget) drop(r *run) int64 {
+	q := r.peer.queue[:0]
+	for _, c := range r.peer.queue {
+		if c.Run != r.id {
+			q = append(q, c)
+		}
+	}
+	clear(r.peer.queue[len(q):])
+	r.peer.queue = q
+	return int64(r.handed - r.credited)
+}
+
+// release returns n bytes of p's budget: the chunks that fit go, and the
+// moves that may seal are admitted, p's first, then (the node's budget
+// being shared) every other peer's in turn.
+func (b *Budget) release(p *peer, n int64) Out {
+	n = min(n, p.inflight)
+	p.inflight -= n
+	b.inflight -= n
+	var out Out
+	order := []*peer{p}
+	if b.perNode > 0 {
+		order = b.peers
+		for i, q := range b.peers {
+			if q == p {
+				order = append(append([]*peer{}, b.peers[i:]...), b.peers[:i]...)
+				break
+			}
+		}
+	}
+	for _, q := range order {
+		out.Chunks = b.pump(q, out.Chunks)
+	}
+	for _, q := range order {
+		for len(q.waiting) > 0 && !b.full(q) && len(q.queue) == 0 {
+			id := q.waiting[0]
+			q.waiting = q.waiting[1:]
+			b.runs[id].waiting = false
+			out.Admitted = append(out.Admitted, id)
+		}
+	}
+	return out
+}
+
+// InFlight is the bytes handed to peer and not yet credited, returned or
+// lost.
+func (b *Budget) InFlight(peer string) int64 {
+	if p := b.byAddr[peer]; p != nil {
+		return p.inflight
+	}
+	return 0
+}
+
+// Stalled describes a chunk that queues, or a move that waits for
+// admission, though the budget would let it go now ("" when none): what a
+// release should have let go, and nothing else will (a check for tests
+// and the simulation; every call leaves none).
+func (b *Budget) Stalled() string {
+	for _, p := range b.peers {
+		if len(p.queue) > 0 && b.fits(p, int64(len(p.queue[0].Chunk.Data))) {
+			return fmt.Sprintf("a chunk of move %d queues for %s, which has room (%d of %d in flight, node %d of %d)",
+				p.queue[0].Run, p.addr, p.inflight, b.perPeer, b.inflight, b.perNode)
+		}
+		if len(p.waiting) > 0 && len(p.queue) == 0 && !b.full(p) {
+			return fmt.Sprintf("move %d waits for admission to %s, which has room (%d of %d in flight, node %d of %d)",
+				p.waiting[0], p.addr, p.inflight, b.perPeer, b.inflight, b.perNode)
+		}
+	}
+	return ""
+}
+
+// String lists what the budget holds: each peer's bytes in flight, queued
+// chunks and waiting moves, and the moves it knows, with their bytes handed
+// over and credited.
+func (b *Budget) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "in flight %d", b.inflight)
+	for _, p := range b.peers {
+		fmt.Fprintf(&sb, "; %s: in flight %d, queued %d, waiting %v", p.addr, p.inflight, len(p.queue), p.waiting)
+	}
+	ids := slices.Sorted(maps.Keys(b.runs))
+	for _, id := range ids {
+		r := b.runs[id]
+		fmt.Fprintf(&sb, "; move %d to %s: handed %d, credited %d", id, r.peer.addr, r.handed, r.credited)
+	}
+	return sb.String()
+}
+
+// Idle reports whether nothing is in flight, queued or waiting, and no
+// move is known: what a node's budget is once its moves out have ended.
+func (b *Budget) Idle() bool {
+	if b.inflight != 0 || len(b.runs) != 0 {
+		return false
+	}
+	for _, p := range b.peers {
+		if p.inflight != 0 || len(p.queue) != 0 || len(p.waiting) != 0 {
+			return false
+		}
+	}
+	return true
+}
