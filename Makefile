@@ -94,7 +94,7 @@ browser:
 sim-check:
 	@for n in $(SIM_ONLY); do grep -q "^func $$n(t \*testing.T)" internal/spotsim/*_test.go || \
 		{ echo "SIM_ONLY names $$n, which internal/spotsim does not have"; exit 1; }; done
-	SIM_SCHEDULES=100000 $(call timed,relocation/sim) $(TEST) -count=1 -run '^TestRandomSchedules(WithSessions|WithBudget)?$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(call timed,relocation/sim) $(TEST) -count=1 -run '^TestRandomSchedules(WithSessions|WithBudget|WithJoins)?$$' ./internal/relocation/sim
 	SIM_SCHEDULES=100000 $(call timed,spotsim) $(TEST) -count=1 -run '^(TestRandomSchedules|$(SIM_ONLY))$$' ./internal/spotsim
 
 ## nodesim: the real drivers under N seeded fault schedules (default 50;
@@ -413,7 +413,7 @@ chaos-short: consul
 .PHONY: sim
 sim:
 	@test -n "$(SEED)" || { echo "usage: make sim SEED=<n>"; exit 2; }
-	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/relocation/sim -args -sim.seed=$(SEED) -sim.sessions=$(if $(SESSIONS),true,false) -sim.budget=$(if $(BUDGET),true,false)
+	$(GO) test -count=1 -run '^TestReplay$$' -v ./internal/relocation/sim -args -sim.seed=$(SEED) -sim.sessions=$(if $(SESSIONS),true,false) -sim.budget=$(if $(BUDGET),true,false) -sim.joins=$(if $(JOINS),true,false)
 
 ## sim-spot: replay one schedule of the Spot lifecycle's deterministic
 ## simulation (internal/spotsim) and print its trace: make sim-spot SEED=<n>.

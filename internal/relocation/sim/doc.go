@@ -44,10 +44,11 @@
 //     model: Message Follow and the routes clients drop on a follow
 //     (Config.OnFollow); the redelivery worker's store look-up; a removed
 //     target's stub answering Unavailable for one follow period, then gone
-//     (dead letters). Not modelled: tickets, Joins, membership checks
+//     (dead letters). Not modelled: tickets, membership checks
 //     (every source is a member), a SpotWide Spot's RelocationReady
-//     callback, Session bindings of SpotWide members, the Spot manager's
-//     reclaim of abandoned reservations' capacity slots.
+//     callback and a Join's callback message, Session bindings of
+//     SpotWide members, a member's leave, the Spot manager's reclaim of
+//     abandoned reservations' capacity slots.
 //   - Capacity slots (Config.Capacity, slots.go; random schedules bound
 //     the nodes half the time): slots in the store under each node's
 //     lease, an object's record naming its slot; a move's target takes
@@ -64,6 +65,14 @@
 //     and Ended say. TestRandomSchedulesWithBudget draws budgets smaller
 //     than a chunk and bursts of moves out of one node (make sim SEED=<n>
 //     BUDGET=1 replays one).
+//   - Cross-node Joins (Config.Joins, join.go): an Actor joins a
+//     SpotWide Spot on another node as the driver's JoinSpot does it:
+//     the Spot's record must take it (handoff.JoinTarget), the Actor
+//     moves there with the Join, the target admits it (admit.Join) and
+//     holds the Spot in place until the Actor serves there, and the
+//     commit's transaction (handoff.Commit's Join) writes the Actor's
+//     owner and membership and the Spot's member count at once.
+//     TestRandomSchedulesWithJoins (make sim SEED=<n> JOINS=1).
 //   - SpotWide units (Config.Members, unit.go): some objects are SpotWide
 //     User Spots whose members (Actors) live on the Spot's node; random
 //     schedules draw them, and the sends to members and the moves of a

@@ -219,6 +219,7 @@ func Random(cfg Config, seed uint64) *World {
 	}
 	w.unitTraffic(urng)
 	w.budgetTraffic(brng)
+	w.joinTraffic(simkit.NewRand(seed, joinStream))
 	// A crash or a stop at a random time.
 	if profile.NodeFaults() {
 		if rng.IntN(4) == 0 {

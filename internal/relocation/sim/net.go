@@ -76,7 +76,8 @@ type prepare struct {
 	deadline time.Duration
 	newOwner uint64
 	source   int
-	members  []prepMember // a SpotWide Spot's members, in participant order
+	members  []prepMember         // a SpotWide Spot's members, in participant order
+	join     *messages.Membership // the User Spot a Join moves the Actor into, or nil
 }
 
 // prepMember is one SpotWide member as a Restore request names it.

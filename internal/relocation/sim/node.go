@@ -68,6 +68,10 @@ type Inc struct {
 	turn         bool
 	fellBack     bool       // opened by a move without its cutover: order not guaranteed
 	target       *TargetRun // set on an incarnation a move's target installed
+	// joining counts the Joins on their way into this SpotWide Spot's
+	// incarnation (the driver's object.joining): it does not move
+	// meanwhile.
+	joining int
 	// offered: the highest owner generation a move out of it offered
 	// (object.offeredOwner): a retry never offers one a removed target of
 	// an earlier attempt may still be named by.

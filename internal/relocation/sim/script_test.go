@@ -53,7 +53,7 @@ type storeFault struct {
 
 func (e *scriptEnv) commands() simkit.Commands {
 	return simkit.Commands{
-		"world": e.world, "sends": e.sends, "move": e.move,
+		"world": e.world, "sends": e.sends, "move": e.move, "join": e.join,
 		"cut": e.fault, "store-outage": e.fault, "crash": e.fault, "stop": e.fault,
 		"drop": e.drop, "duplicate": e.drop, "fault": e.storeFault,
 		"run":        func(*simscript.Cmd) string { return e.run() },
@@ -98,10 +98,11 @@ var sabotages = map[string]Sabotage{
 	"split-unit":          SabotageSplitUnit,
 }
 
-// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...)
+// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...) budget=(peer,node,window)
 //
 // members=(k0,...): object i is a SpotWide User Spot with ki members
-// (Config.Members), numbered after the objects.
+// (Config.Members), numbered after the objects. budget=(...): every
+// node's in-flight payload budget in bytes (Config.Budget; 0: none).
 func (e *scriptEnv) world(c *simscript.Cmd) string {
 	cfg := DefaultConfig()
 	if boolArg(c, "sessions", false) {
@@ -117,6 +118,17 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 			}
 			cfg.Members = append(cfg.Members, n)
 		}
+	}
+	if bs, ok := c.Vals("budget"); ok {
+		var v [3]int64
+		for i := range min(len(bs), 3) {
+			n, err := strconv.ParseInt(bs[i], 10, 64)
+			if err != nil {
+				c.Fatalf("budget=%s: %v", bs[i], err)
+			}
+			v[i] = n
+		}
+		cfg.Budget = PayloadBudget{PerPeer: v[0], PerNode: v[1], Window: v[2]}
 	}
 	e.w = NewWorld(cfg, uint64(c.Int("seed", 1)), nil)
 	e.w.SetTracing(true)
@@ -213,6 +225,21 @@ func (e *scriptEnv) move(c *simscript.Cmd) string {
 			return
 		}
 		e.logf("%s started", w.moves[len(w.moves)-1])
+	})
+	return ""
+}
+
+// join obj=1 spot=0 at=30ms: a JoinSpot of Actor obj into SpotWide
+// Spot spot, on another node (World.StartJoin).
+func (e *scriptEnv) join(c *simscript.Cmd) string {
+	w := e.w
+	o, spot, at := ObjID(c.Int("obj", 0)), ObjID(c.Int("spot", 0)), c.Dur("at", 0)
+	w.at(at, "join", func() {
+		if !w.StartJoin(o, spot) {
+			e.logf("join of o%d into o%d refused", o, spot)
+			return
+		}
+		e.logf("%s started, with a Join into o%d", w.moves[len(w.moves)-1], spot)
 	})
 	return ""
 }

@@ -12,6 +12,7 @@ import (
 var (
 	flagSessions = flag.Bool("sim.sessions", false, "TestReplay: replay a schedule of TestRandomSchedulesWithSessions (make sim SEED=n SESSIONS=1)")
 	flagBudget   = flag.Bool("sim.budget", false, "TestReplay: replay a schedule of TestRandomSchedulesWithBudget (make sim SEED=n BUDGET=1)")
+	flagJoins    = flag.Bool("sim.joins", false, "TestReplay: replay a schedule of TestRandomSchedulesWithJoins (make sim SEED=n JOINS=1)")
 )
 
 // replay is the command that replays a random schedule of cfg.
@@ -21,6 +22,8 @@ func replay(seed uint64, cfg Config) string {
 		return fmt.Sprintf("make sim SEED=%d SESSIONS=1", seed)
 	case cfg.RandomBudget:
 		return fmt.Sprintf("make sim SEED=%d BUDGET=1", seed)
+	case cfg.Joins:
+		return fmt.Sprintf("make sim SEED=%d JOINS=1", seed)
 	}
 	return fmt.Sprintf("make sim SEED=%d", seed)
 }
@@ -69,6 +72,24 @@ func TestRandomSchedulesWithBudget(t *testing.T) {
 	}
 }
 
+// JoinsConfig is DefaultConfig with four objects and cross-node Joins of
+// Actors into the SpotWide Spots (Config.Joins).
+func JoinsConfig() Config {
+	c := DefaultConfig()
+	c.Objects, c.Joins = 4, true
+	return c
+}
+
+// TestRandomSchedulesWithJoins runs a quarter as many random schedules
+// with cross-node Joins (join.go): the same invariants, and every unit
+// whole at the end with the Actors that joined it.
+func TestRandomSchedulesWithJoins(t *testing.T) {
+	st := runRandomN(t, JoinsConfig(), max(1, simkit.Schedules()/4))
+	if st.Joined == 0 && simkit.Schedules() >= 400 {
+		t.Errorf("sim: no Join ever committed: the Join went unexercised")
+	}
+}
+
 func runRandom(t *testing.T, cfg Config) Stats { return runRandomN(t, cfg, simkit.Schedules()) }
 
 func runRandomN(t *testing.T, cfg Config, n int) Stats {
@@ -84,6 +105,7 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 			t.Logf("sim: SpotWide units moved %d (members with them %d); moves of a member alone refused %d",
 				total.Units, total.UnitMembersMoved, total.MemberMovesRefused)
 			t.Logf("sim: in-flight payload budget: moves that waited for admission %d, chunks that queued %d", total.BudgetWaits, total.ChunksQueued)
+			t.Logf("sim: Joins across nodes %d: committed with the Join %d, without it %d", total.Joins, total.Joined, total.JoinsRefused)
 			if cfg.Sessions {
 				t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
 					total.SessionRefused, total.SessionsClosed)
@@ -106,6 +128,9 @@ func TestReplay(t *testing.T) {
 	}
 	if *flagBudget {
 		cfg = BudgetConfig()
+	}
+	if *flagJoins {
+		cfg = JoinsConfig()
 	}
 	simkit.Replay(t, "make sim SEED=N", func(seed uint64) simkit.World[Stats] { return Random(cfg, seed) }, func(st Stats) string {
 		return fmt.Sprintf("%d steps, %d moves (%d committed, %d fenced out, %d reinstated), %d messages (%d handled, %d failed loudly, %d lost with a crashed node)",

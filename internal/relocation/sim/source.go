@@ -54,6 +54,8 @@ type SourceRun struct {
 	// unbound: the move dropped its object's Session binding (the Session
 	// owner has none); it goes on unbound.
 	unbound bool
+	// join: the User Spot a Join moves the Actor into (join.go), or nil.
+	join *messages.Membership
 
 	dead      bool // its node went down
 	releases  int
@@ -76,7 +78,10 @@ func (r *SourceRun) partOf(o ObjID) int {
 // StartMove starts a move of o from the node serving it to dst; it
 // reports false when handoff.RefuseStart refuses it on this world's facts
 // (an incarnation whose mailbox is not open does not serve here).
-func (w *World) StartMove(o ObjID, dst *Node) bool {
+func (w *World) StartMove(o ObjID, dst *Node) bool { return w.startMove(o, dst, nil) }
+
+// startMove starts a move of o to dst that carries join (nil: none).
+func (w *World) startMove(o ObjID, dst *Node, join *messages.Membership) bool {
 	var src *Node
 	for _, n := range w.nodes {
 		if inc := n.objects[o]; inc != nil && n.alive {
@@ -114,7 +119,7 @@ func (w *World) StartMove(o ObjID, dst *Node) bool {
 	deadline := w.Now() + w.cfg.RestoreTimeout
 	inc.offered = max(inc.key.ownerGen, inc.offered) + 1
 	r := &SourceRun{w: w, node: src, inc: inc, target: dst, newOwner: inc.offered, deadline: deadline,
-		m: handoff.NewSource(id, w.cfg.Handoff, w.wall(deadline)), timers: map[handoff.Timer]uint64{}}
+		m: handoff.NewSource(id, w.cfg.Handoff, w.wall(deadline)), timers: map[handoff.Timer]uint64{}, join: join}
 	r.incs, r.owners = []*Inc{inc}, []uint64{r.newOwner}
 	parts := []*sourcerun.Part[*Msg]{{}}
 	for _, m := range members {

@@ -184,7 +184,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 		members = append(members, prepMember{obj: m.key.obj, ownerGen: m.key.ownerGen, newOwner: r.owners[i+1]})
 	}
 	r.node.send(r.target.idx, &packet{kind: pPrepare, id: r.m.Identity(), prep: &prepare{obj: inc.key.obj, objGen: 1, manifest: p.Manifest,
-		deadline: r.deadline, newOwner: r.newOwner, source: r.node.idx, members: members}})
+		deadline: r.deadline, newOwner: r.newOwner, source: r.node.idx, members: members, join: r.join}})
 }
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {

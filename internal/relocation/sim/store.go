@@ -380,6 +380,9 @@ func (s *Store) put(n *Node, o ObjID, next Record, why string) Record {
 	if w.Tracing() {
 		w.tracef("store: o%d %s → %s (%s by %s)", o, cur, next, why, n.name)
 	}
+	if next.Member != cur.Member {
+		w.joined(o, next.Member)
+	}
 	if next.RelocID != cur.RelocID && next.OwnerNode != cur.OwnerNode {
 		if mv := w.moveByID(next.RelocID); mv != nil {
 			mv.committedInStore = true

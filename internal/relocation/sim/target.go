@@ -38,6 +38,11 @@ type TargetRun struct {
 	versions []int
 	saved    [][]*Msg
 	members  []prepMember
+	// join: the User Spot the Actor joins (prepare.join); joinHold: that
+	// Spot's incarnation here, held in place until this Actor serves or
+	// the move ends (the driver's targetRun.joinHold).
+	join     *messages.Membership
+	joinHold *Inc
 	// slots: the capacity slots this move took here (a bounded node).
 	slots handoff.ArrivalSlots
 	// slotsSettle: a take of them had an unknown outcome and may still
@@ -83,6 +88,11 @@ func (w *World) onPrepare(n *Node, p *packet) {
 	facts := handoff.PrepareFacts{LeaseValid: n.valid(), Leaving: n.stopping, IdentityValid: id.Valid(),
 		FromSource: p.prep.source == p.from, Movable: true, Registered: true,
 		Admit: func() (messages.FailureReason, error) {
+			if p.prep.join != nil {
+				if err := admit.Join(w.keyOf(p.prep.obj), p.prep.join, n.spotFacts(p.prep.join), func(string) bool { return false }); err != nil {
+					return messages.FailureReason_FAILURE_REASON_STALE, err
+				}
+			}
 			_, reason, err := admit.Members(w.keyOf(p.prep.obj), w.isSpot(p.prep.obj), w.participants(p.prep.members), maxSpotWideMembers,
 				func(string) admit.MemberKind { return admit.MemberKind{Registered: true} },
 				func(k location.AuthorityKey) bool {
@@ -107,7 +117,12 @@ func (w *World) onPrepare(n *Node, p *packet) {
 	mv := w.moveByID(id.RelocationID)
 	t := &TargetRun{w: w, node: n, mv: mv, source: w.nodes[p.from], obj: p.prep.obj, newOwner: p.prep.newOwner,
 		deadline: p.prep.deadline, timers: map[handoff.Timer]uint64{}, members: p.prep.members,
-		objs: []ObjID{p.prep.obj}, owners: []uint64{p.prep.newOwner}}
+		objs: []ObjID{p.prep.obj}, owners: []uint64{p.prep.newOwner}, join: p.prep.join}
+	if p.prep.join != nil {
+		// A SpotWide Spot does not move while a member is on its way in.
+		t.joinHold = n.objects[w.objOfKey(location.Key(location.KindUserSpot, p.prep.join.GetSpotId()))]
+		t.joinHold.joining++
+	}
 	for _, pm := range p.prep.members {
 		t.objs, t.owners = append(t.objs, pm.obj), append(t.owners, pm.newOwner)
 	}

@@ -260,6 +260,7 @@ func (e targetEnv) Serving() {
 	t.mv.opened = true
 	w.stats.Committed++
 	w.nowServing(t.inc)
+	t.releaseJoinHold()
 }
 
 func (e targetEnv) Deliver(i int, m *Msg) {
@@ -329,7 +330,8 @@ func (e targetEnv) StopIncarnation(i int) {
 // CommitPlan is the move's owner commit as the sim composes it, as the
 // driver's commitPlan does: the object (an Actor, or a SpotWide User
 // Spot with its members, fenced at the source's node), at object
-// generation 1, with no Session binding, Join or slots.
+// generation 1, with no Session binding; the Join and the slots the
+// move carries.
 func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
 	t, n := e.t, e.t.node
 	id := t.m.Identity()
@@ -338,7 +340,7 @@ func (e targetEnv) CommitPlan(settleOnly bool) *handoff.Commit {
 		NewOwnerGeneration: t.newOwner, ObjectGeneration: 1, SettleOnly: settleOnly, RestoreDeadline: t.w.wall(t.deadline),
 		Session: &messages.SessionBinding{}, IsEntrySpot: func(string) bool { return false },
 		SourceNodeRid: id.Fence.NodeRid, SourceNodeGeneration: id.Fence.NodeGeneration,
-		Slots: t.slots.Slots, Node: n.nodeKey(), Lease: n.leaseID(),
+		Slots: t.slots.Slots, Node: n.nodeKey(), Lease: n.leaseID(), Join: t.join,
 	}
 	for _, m := range t.members {
 		c.Members = append(c.Members, handoff.CommitMember{Key: t.w.keyOf(m.obj), OwnerGeneration: m.ownerGen, NewOwnerGeneration: m.newOwner,
@@ -375,7 +377,10 @@ func (e targetEnv) Commit(c *handoff.Commit, attempt func(targetrun.Store, func(
 	attempt(simStore{t: t, ctx: ctx, why: why}, done)
 }
 
-func (e targetEnv) JoinRefused(*handoff.Commit) {}
+func (e targetEnv) JoinRefused(*handoff.Commit) {
+	e.t.w.stats.JoinsRefused++
+	e.t.w.tracef("%s tgt #%d: the User Spot no longer takes the joining Actor; the move commits without the Join", e.t.node.name, e.t.m.Identity().RelocationID)
+}
 
 func (e targetEnv) StartTimer(st handoff.StartTimer) {
 	t, w := e.t, e.t.w
@@ -407,6 +412,7 @@ func (e targetEnv) Complete(err error) {
 	t := e.t
 	t.node.freeSlots(t, t.slots.Complete(err == nil))
 	t.w.checkClass(t.mv.obj, t.mv.String()+" target", err)
+	t.releaseJoinHold()
 	t.completes++
 	if t.completes > 1 {
 		t.w.violateO(t.mv.obj, "completed-twice", "%s target completed %d times", t.mv, t.completes)

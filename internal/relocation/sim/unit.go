@@ -79,7 +79,7 @@ func (w *World) unitOf(o ObjID, src *Node) ([]*Inc, error) {
 		cands = append(cands, admit.Member{Key: w.keyOf(m),
 			Busy: inc.state != sServing || inc.mode != mOpen || inc.out != nil})
 	}
-	picked, _, err := admit.SpotWide(w.keyOf(o), 0, int(w.store.recs[o].MemberCount), cands, maxSpotWideMembers)
+	picked, _, err := admit.SpotWide(w.keyOf(o), src.objects[o].joining, int(w.store.recs[o].MemberCount), cands, maxSpotWideMembers)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,12 @@ const randStream = 0x9e3779b97f4a7c15
 // modelled stays as it was for every seed.
 const unitStream = 0x5851f42d4c957f2d
 
-// budgetStream is the stream Random draws the payload budget from.
-const budgetStream = 0x2545f4914f6cdd1d
+// budgetStream is the stream Random draws the payload budget from, and
+// joinStream the Joins.
+const (
+	budgetStream = 0x2545f4914f6cdd1d
+	joinStream   = 0x4cf5ad432745937f
+)
 
 // Sabotage breaks one decision of the composed protocol on purpose, so a
 // test can show that the checker catches what it is meant to catch.
@@ -86,6 +90,9 @@ type Config struct {
 	// RandomBudget: Random draws Budget, and bursts of moves out of one
 	// node that wait for it, from a stream of their own (budget.go).
 	RandomBudget bool
+	// Joins: Random schedules cross-node Joins of Actors into the
+	// SpotWide Spots, from a stream of their own (join.go).
+	Joins bool
 }
 
 // PayloadBudget is a node's in-flight payload budget (docs/PROTOCOL.md
@@ -248,6 +255,9 @@ type Stats struct {
 	// BudgetWaits: moves that waited for the in-flight payload budget
 	// before their seal; ChunksQueued: chunks that waited for it.
 	BudgetWaits, ChunksQueued int
+	// Joins: cross-node Joins started; Joined: committed with the Join;
+	// JoinsRefused: committed without it (the Spot no longer took it).
+	Joins, Joined, JoinsRefused int
 }
 
 // Stats returns the schedule's figures (after Run).
