@@ -294,6 +294,9 @@ type Driver struct {
 	// dropInbound, set only by tests (export_test.go), drops messages
 	// reaching the relocation actor, as a cut link would.
 	dropInbound atomic.Pointer[func(any) bool]
+	// beforeHold, set only by tests before the driver serves, runs on a
+	// membership change's goroutine just before holdHere asks for its hold.
+	beforeHold func()
 	// targetCache: descriptors of move targets, read a moment ago (any
 	// goroutine; moveTarget).
 	targetCache descriptorCache

@@ -2,9 +2,7 @@ package relocation
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -46,25 +44,16 @@ func TestAMembershipChangeGivenUpReleasesTheActor(t *testing.T) {
 	_, err = d.SpawnMember(ctx, "plain", key.ID, &messages.Membership{SpotId: "club", SpotGeneration: 1}, spotV)
 	require.NoError(t, err)
 
-	// LeaveSpot: arrived's localCall passes; every later one (holdHere's,
-	// and any timer firing that comes before it) waits until the caller's
-	// context has ended, then runs.
-	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	var calls atomic.Int32
-	DropInbound(d, func(m any) bool {
-		if _, ok := m.(*localCall); ok && calls.Add(1) >= 2 {
-			<-lctx.Done()
-			if calls.Load() == 2 {
-				time.Sleep(20 * time.Millisecond) // the caller returns first
-			}
-		}
-		return false
-	})
+	// LeaveSpot's caller gives up just as the hold is asked for: the
+	// hold is taken after its context ended.
+	lctx, cancel := context.WithCancel(ctx)
+	asked := false
+	d.beforeHold = func() { asked = true; cancel() }
 	err = d.LeaveSpot(lctx, key)
-	DropInbound(d, nil)
+	d.beforeHold = nil
 	t.Logf("LeaveSpot: %v", err)
-	require.Error(t, err)
+	require.True(t, asked, "LeaveSpot never asked for its hold")
+	require.ErrorIs(t, err, context.Canceled)
 
 	changing, _ := call(ctx, d, func() (int, error) { return int(d.objects[key].changing), nil })
 	require.Zero(t, changing, "a membership change given up still holds the Actor")

@@ -417,6 +417,9 @@ func (d *Driver) joinAcross(ctx context.Context, key location.AuthorityKey, owne
 func (d *Driver) holdHere(ctx context.Context, key location.AuthorityKey) (obj *object, release func(), err error) {
 	// Not bounded by ctx: a call given up would still run later and hold
 	// the object with no one to release it. The driver answers at once.
+	if d.beforeHold != nil {
+		d.beforeHold()
+	}
 	obj, err = call(context.Background(), d, func() (*object, error) {
 		obj := d.objects[key]
 		if obj == nil || obj.state != serving || obj.out != nil {
