@@ -376,7 +376,11 @@ func KeepState(c actor.Context, s Stateful) error { return relocation.KeepState(
 
 // RelocationReady is implemented by a SpotWide User Spot's actor that
 // wants to know, on the target, that it and its members moved: called after
-// the commit, before any of them handles a message.
+// the commit, before any of them handles a message. The members open only
+// once it returns: a LeaveSpot, DeleteActor or Relocate of a member, or a
+// Relocate of the Spot, made from inside it fails at once with
+// InvalidOperation; one it hands to another goroutine and waits for waits
+// until that call's deadline, so do not wait for one.
 type RelocationReady interface {
 	OnRelocationReady(members []Ref)
 }
