@@ -369,9 +369,13 @@ func TestDeleteOfASlowStoppingActor(t *testing.T) {
 		deleted <- res{ok, err}
 	}()
 	testwait.Recv(t, g.entered, "the actor entered its stop")
-	// The scenario, not a timing assertion: the stop outlasts the 10 s
-	// after which Proto.Actor's stop future gives up.
-	time.Sleep(11 * time.Second)
+	// The deletion waits for the actor's end, however long its stop takes
+	// (not Proto.Actor's stop future, which gives up after 10 s).
+	select {
+	case r := <-deleted:
+		t.Fatalf("the deletion returned (%v, %v) while the actor was still stopping", r.ok, r.err)
+	default:
+	}
 	g.open()
 	r := testwait.Recv(t, deleted, "the deletion returned")
 	require.NoError(t, r.err)

@@ -280,6 +280,26 @@ func (d *Driver) here(key location.AuthorityKey, pending func() bool) spawn.Here
 	}
 }
 
+// awaitStop stops the local actor pid and waits for its end, within ctx.
+// Not Proto.Actor's StopFuture: it gives up after 10 s of real time,
+// while an application's Stopping handler may take longer; the wait here
+// is the actor's Terminated alone, bounded by ctx.
+func (d *Driver) awaitStop(ctx context.Context, pid *actor.PID) error {
+	f := actor.NewFuture(d.sys, -1)           // no timeout of its own
+	proc, _ := d.sys.ProcessRegistry.Get(pid) // a dead PID's is the dead letter process, which answers Terminated
+	proc.SendSystemMessage(pid, &actor.Watch{Watcher: f.PID()})
+	d.sys.Root.Stop(pid)
+	ended := make(chan struct{})
+	go func() { _ = f.Wait(); close(ended) }()
+	select {
+	case <-ended:
+		return nil
+	case <-ctx.Done():
+		d.sys.Root.Stop(f.PID()) // ends the future, and the goroutine waiting on it
+		return ctx.Err()
+	}
+}
+
 // closeEnded runs the close of obj, marked ended and closing on the
 // driver goroutine: what it accepted runs, then it stops and leaves the
 // objects. DeadlineExceeded when ctx ends first (it stops itself later).
@@ -296,18 +316,8 @@ func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
 	select {
 	case <-marker.done:
 		obj.stopAllowed.Store(true)
-		// Proto.Actor's stop future gives up after 10 s, while the
-		// application's Stopping handler may take longer: wait for the
-		// actor's end itself, within ctx.
-		for {
-			err2 = d.sys.Root.StopFuture(obj.pid).Wait()
-			if !errors.Is(err2, actor.ErrTimeout) {
-				break
-			}
-			if ctx.Err() != nil {
-				err2 = fmt.Errorf("%w: %s is still stopping: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())
-				break
-			}
+		if err := d.awaitStop(ctx, obj.pid); err != nil {
+			err2 = fmt.Errorf("%w: %s is still stopping: %w", roamerr.ErrDeadlineExceeded, key, err)
 		}
 	case <-ctx.Done():
 		// The incarnation is ended and stops itself at the marker.
