@@ -172,26 +172,29 @@ func (b *Budget) Credit(id uint64, received uint64) Out {
 // Lost gives back what the move sent and the target did not credit: its
 // connection was lost, so it may never be credited, and the resend counts
 // again from what the target credited. Its queued chunks are dropped.
-func (b *Budget) Lost(id uint64) Out {
-	r := b.runs[id]
-	if r == nil {
-		return Out{}
-	}
-	n := b.drop(r)
-	r.handed = r.credited
-	return b.release(r.peer, n)
-}
+func (b *Budget) Lost(id uint64) Out { return b.giveBack(id, true) }
 
 // Return gives back what the move still holds: its target holds the whole
 // payload (relay-ready), so nothing it sent will be credited, and a resent
 // copy still queued does not go.
-func (b *Budget) Return(id uint64) Out {
+func (b *Budget) Return(id uint64) Out { return b.giveBack(id, false) }
+
+// giveBack drops the move's queued chunks and releases what it holds in
+// flight. After a lost connection what it handed over counts from what was
+// credited (the resend's credits are measured against it); after a return
+// everything it handed over counts as credited (a late credit changes
+// nothing).
+func (b *Budget) giveBack(id uint64, lost bool) Out {
 	r := b.runs[id]
 	if r == nil {
 		return Out{}
 	}
 	n := b.drop(r)
-	r.credited = r.handed
+	if lost {
+		r.handed = r.credited
+	} else {
+		r.credited = r.handed
+	}
 	return b.release(r.peer, n)
 }
 
