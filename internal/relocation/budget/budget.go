@@ -26,14 +26,17 @@ type Budget struct {
 	// perPeer without changing their admission (0: no pacing).
 	perPeer, perNode, window int64
 	// peers in the order first seen. When the node's budget is bounded, a
-	// release lets every peer's queue and waiting moves go, round-robin
-	// from the releasing peer, so no peer waits for a release of its own
-	// that may never come (nothing of it in flight).
+	// release lets every peer's queue and waiting moves go, so no peer
+	// waits for a release of its own that may never come (nothing of it
+	// in flight); the chunks take the node's budget in submission order
+	// (pumpNode).
 	peers  []*peer
 	byAddr map[string]*peer
 	// inflight is the bytes in flight to all peers: the sum of the peers'.
 	inflight int64
 	runs     map[uint64]*run
+	// seq numbers the chunks submitted, in order.
+	seq uint64
 }
 
 type peer struct {
@@ -43,7 +46,7 @@ type peer struct {
 	inflight int64
 	// queue holds the chunks of admitted moves not handed over yet, in
 	// submission order.
-	queue []Queued
+	queue []queued
 	// waiting holds the moves waiting for admission, oldest first; each
 	// is a run with waiting set.
 	waiting []uint64
@@ -67,6 +70,15 @@ type Queued struct {
 	Run   uint64
 	Chunk envelope.Chunk
 }
+
+// queued is a chunk in a peer's queue, numbered in submission order
+// across peers.
+type queued struct {
+	Queued
+	seq uint64
+}
+
+func (q queued) size() int64 { return int64(len(q.Chunk.Data)) }
 
 // Out is what a call lets go: chunks to send now, in order, and the moves
 // admitted now, oldest first.
@@ -107,13 +119,14 @@ func (b *Budget) full(p *peer) bool {
 // Admit asks for the move id to peer to seal: true when it may now;
 // otherwise it waits, before its seal (the object keeps serving), and a
 // later Out names it. A move waits while the peer's budget or the node's
-// is full, or chunks of moves admitted before it still queue.
+// is full, chunks of moves admitted before it to the peer still queue, or
+// a chunk to any peer waits for the node's budget.
 func (b *Budget) Admit(peer string, id uint64) bool {
 	r := b.run(peer, id)
 	if r.waiting {
 		return false
 	}
-	if !b.full(r.peer) && len(r.peer.queue) == 0 {
+	if b.admits(r.peer, b.nodeHeld()) {
 		return true
 	}
 	r.waiting = true
@@ -126,34 +139,91 @@ func (b *Budget) Admit(peer string, id uint64) bool {
 func (b *Budget) Submit(peer string, id uint64, chunks []envelope.Chunk) []Queued {
 	r := b.run(peer, id)
 	for _, c := range chunks {
-		r.peer.queue = append(r.peer.queue, Queued{Run: id, Chunk: c})
+		b.seq++
+		r.peer.queue = append(r.peer.queue, queued{Queued: Queued{Run: id, Chunk: c}, seq: b.seq})
+	}
+	if b.perNode > 0 {
+		return b.pumpNode(nil)
 	}
 	return b.pump(r.peer, nil)
 }
 
-// fits: n more bytes may go to p. Each bound lets a chunk go when nothing
-// it counts is in flight, so a payload larger than the budget or the
-// window still starts and completes; and only the node's bound counts
-// other peers' bytes (a chunk to an idle peer does not wait for another
-// peer's credit, which would not let it go).
-func (b *Budget) fits(p *peer, n int64) bool {
-	peerOK := p.inflight == 0 || (b.perPeer == 0 || p.inflight+n <= b.perPeer) && (b.window == 0 || p.inflight+n <= b.window)
-	nodeOK := b.perNode == 0 || b.inflight == 0 || b.inflight+n <= b.perNode
-	return peerOK && nodeOK
+// peerFits: n more bytes to p are within p's budget and the window;
+// nodeFits: within the node's. Each bound lets a chunk go when nothing it
+// counts is in flight, so a payload larger than the budget or the window
+// still starts and completes; and only the node's bound counts other
+// peers' bytes (a chunk to an idle peer does not wait for another peer's
+// credit, which would not let it go).
+func (b *Budget) peerFits(p *peer, n int64) bool {
+	return p.inflight == 0 || (b.perPeer == 0 || p.inflight+n <= b.perPeer) && (b.window == 0 || p.inflight+n <= b.window)
 }
 
+func (b *Budget) nodeFits(n int64) bool {
+	return b.perNode == 0 || b.inflight == 0 || b.inflight+n <= b.perNode
+}
+
+// pump hands over p's queued chunks that fit its bounds (no node budget).
 func (b *Budget) pump(p *peer, out []Queued) []Queued {
-	q := p.queue
-	for len(q) > 0 && b.fits(p, int64(len(q[0].Chunk.Data))) {
-		n := int64(len(q[0].Chunk.Data))
-		p.inflight += n
-		b.inflight += n
-		b.runs[q[0].Run].handed += uint64(n)
-		out = append(out, q[0])
-		q = q[1:]
+	for len(p.queue) > 0 && b.peerFits(p, p.queue[0].size()) {
+		out = b.hand(p, out)
 	}
-	p.queue = q
 	return out
+}
+
+// pumpNode hands over, under a node budget, the queued chunks that fit in
+// submission order across peers: of the peers' first chunks that their
+// own bounds let go, the oldest goes if the node's budget lets it, and
+// otherwise nothing goes past it. A chunk only the node's budget holds
+// back then waits for the bytes in flight to drain, not for a lull in
+// other peers' traffic (which a stream of moves to one peer may never
+// leave; its sealed move would wait until its restore deadline).
+func (b *Budget) pumpNode(out []Queued) []Queued {
+	for {
+		p := b.nextNode()
+		if p == nil || !b.nodeFits(p.queue[0].size()) {
+			return out
+		}
+		out = b.hand(p, out)
+	}
+}
+
+// nextNode is the peer whose first queued chunk is the oldest that its
+// peer's bounds let go (nil: none).
+func (b *Budget) nextNode() *peer {
+	var next *peer
+	for _, p := range b.peers {
+		if len(p.queue) > 0 && b.peerFits(p, p.queue[0].size()) && (next == nil || p.queue[0].seq < next.queue[0].seq) {
+			next = p
+		}
+	}
+	return next
+}
+
+// nodeHeld reports whether a chunk waits for the node's budget alone:
+// the node's budget is promised to it, so no move is admitted meanwhile.
+func (b *Budget) nodeHeld() bool {
+	if b.perNode == 0 {
+		return false
+	}
+	p := b.nextNode()
+	return p != nil && !b.nodeFits(p.queue[0].size())
+}
+
+// admits: a move to p may seal now (held: nodeHeld).
+func (b *Budget) admits(p *peer, held bool) bool {
+	return !b.full(p) && len(p.queue) == 0 && !held
+}
+
+// hand hands p's first queued chunk over.
+func (b *Budget) hand(p *peer, out []Queued) []Queued {
+	q := p.queue[0]
+	n := q.size()
+	p.inflight += n
+	b.inflight += n
+	b.runs[q.Run].handed += uint64(n)
+	clear(p.queue[:1])
+	p.queue = p.queue[1:]
+	return append(out, q.Queued)
 }
 
 // Credit takes the target's count of the move's bytes it has received
@@ -233,7 +303,8 @@ func (b *Budget) drop(r *run) int64 {
 	return int64(r.handed - r.credited)
 }
 
-// release returns n bytes of p's budget: the chunks that fit go, and the
+// release returns n bytes of p's budget: the chunks that fit go (every
+// peer's, in submission order, when the node's budget is shared), and the
 // moves that may seal are admitted, p's first, then (the node's budget
 // being shared) every other peer's in turn.
 func (b *Budget) release(p *peer, n int64) Out {
@@ -251,11 +322,14 @@ func (b *Budget) release(p *peer, n int64) Out {
 			}
 		}
 	}
-	for _, q := range order {
-		out.Chunks = b.pump(q, out.Chunks)
+	if b.perNode > 0 {
+		out.Chunks = b.pumpNode(out.Chunks)
+	} else {
+		out.Chunks = b.pump(p, out.Chunks)
 	}
+	held := b.nodeHeld()
 	for _, q := range order {
-		for len(q.waiting) > 0 && !b.full(q) && len(q.queue) == 0 {
+		for len(q.waiting) > 0 && b.admits(q, held) {
 			id := q.waiting[0]
 			q.waiting = q.waiting[1:]
 			b.runs[id].waiting = false
@@ -279,12 +353,13 @@ func (b *Budget) InFlight(peer string) int64 {
 // release should have let go, and nothing else will (a check for tests
 // and the simulation; every call leaves none).
 func (b *Budget) Stalled() string {
+	held := b.nodeHeld()
 	for _, p := range b.peers {
-		if len(p.queue) > 0 && b.fits(p, int64(len(p.queue[0].Chunk.Data))) {
+		if len(p.queue) > 0 && b.peerFits(p, p.queue[0].size()) && (b.perNode == 0 || p == b.nextNode() && !held) {
 			return fmt.Sprintf("a chunk of move %d queues for %s, which has room (%d of %d in flight, node %d of %d)",
 				p.queue[0].Run, p.addr, p.inflight, b.perPeer, b.inflight, b.perNode)
 		}
-		if len(p.waiting) > 0 && len(p.queue) == 0 && !b.full(p) {
+		if len(p.waiting) > 0 && b.admits(p, held) {
 			return fmt.Sprintf("move %d waits for admission to %s, which has room (%d of %d in flight, node %d of %d)",
 				p.waiting[0], p.addr, p.inflight, b.perPeer, b.inflight, b.perNode)
 		}

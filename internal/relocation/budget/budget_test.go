@@ -46,7 +46,9 @@ func TestAdmissionAndPacing(t *testing.T) {
 
 // The node-wide budget limits every peer together; a release on one peer
 // lets another peer's queued chunks and waiting moves go (nothing of that
-// peer is in flight to release them); 0 turns a budget off.
+// peer is in flight to release them); a chunk that waits for the node's
+// budget alone holds it, so no move is admitted past it; 0 turns a budget
+// off.
 // Reference: PROTOCOL.md §5.3 (RelocationNodeInFlightPayloadBudget).
 func TestNodeBudgetSpansPeers(t *testing.T) {
 	b := New(0, 100, 0)
@@ -54,14 +56,14 @@ func TestNodeBudgetSpansPeers(t *testing.T) {
 	require.Len(t, b.Submit("p1", 1, chunks(1, 80)), 1)
 	require.True(t, b.Admit("p2", 2), "p2's queue is empty and the node budget not full")
 	require.Empty(t, b.Submit("p2", 2, chunks(1, 80)), "the node budget is spent")
-	require.True(t, b.Admit("p3", 3))
-	require.Len(t, b.Submit("p3", 3, chunks(1, 20)), 1, "20 more bytes fit")
-	require.False(t, b.Admit("p3", 4), "the node budget is full")
+	require.False(t, b.Admit("p3", 3), "p2's chunk waits for the node budget")
 
 	out := b.Credit(1, 80)
 	require.Len(t, out.Chunks, 1, "p1's release lets p2's chunk go")
 	require.EqualValues(t, 2, out.Chunks[0].Run)
-	require.Empty(t, out.Admitted, "p2's chunk fills the node budget again")
+	require.Equal(t, []uint64{3}, out.Admitted, "then p3's move, with 20 bytes of room")
+	require.Len(t, b.Submit("p3", 3, chunks(1, 20)), 1, "20 more bytes fit")
+	require.False(t, b.Admit("p3", 4), "the node budget is full")
 	out = b.Return(2)
 	require.Equal(t, []uint64{4}, out.Admitted, "p2's return admits p3's waiting move")
 	for _, id := range []uint64{1, 2, 3, 4} {

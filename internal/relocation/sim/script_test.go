@@ -392,6 +392,7 @@ type storeCall struct {
 var storeCalls = []storeCall{
 	{"commit-read", opRead, "commit #"},
 	{"commit-cas", opCAS, "commit #"},
+	{"commit-apply", opApply, "commit #"},
 	{"settle-cas", opCAS, "settle fence-out #"},
 	{"verify-read", opRead, "verify source #"},
 	{"reconcile-read", opRead, "reconcile #"},
