@@ -7,7 +7,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -248,7 +247,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {
 	d, r := e.d, e.r
-	d.budgetOut(budget.Out{Chunks: d.budget.Submit(r.target.GetAddress(), r.m.Identity().RelocationID, c.Chunks)})
+	d.budgetOut(d.budget.Submit(r.target.GetAddress(), r.m.Identity().RelocationID, c.Chunks))
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {

@@ -50,6 +50,13 @@ type peer struct {
 	// waiting holds the moves waiting for admission, oldest first; each
 	// is a run with waiting set.
 	waiting []uint64
+	// sealing counts the moves admitted to p that have not submitted
+	// their chunks yet (their seals and captures are under way). Each
+	// holds a reserve of the peer's budget (Budget.reserve) until its
+	// chunks are known: admitted all at once, a burst would seal every
+	// object and then queue their chunks, each waiting inside its pause
+	// instead of before its seal.
+	sealing int
 }
 
 type run struct {
@@ -63,6 +70,39 @@ type run struct {
 	// moves' bytes.
 	handed, credited uint64
 	waiting          bool
+	// sealing: admitted, its chunks not submitted yet (peer.sealing).
+	sealing bool
+}
+
+// admit admits the waiting or new move r: it seals now, holding a reserve
+// of its peer's budget until it submits or ends.
+func (r *run) admit() {
+	r.waiting = false
+	r.sealing = true
+	r.peer.sealing++
+}
+
+// sealed: r submitted its chunks, or ended; its reserve returns.
+func (r *run) sealed() bool {
+	if !r.sealing {
+		return false
+	}
+	r.sealing = false
+	r.peer.sealing--
+	return true
+}
+
+// reserve is what of a peer's budget a sealing move holds: one chunk
+// window (a payload's first window goes at once), or the whole budget
+// without a window. So a burst of moves to one peer seals about
+// budget ÷ window at a time (16 by default), not one by one: a sealing
+// move waits for its object's current turn, and one slow turn must not
+// hold every later move to the peer.
+func (b *Budget) reserve() int64 {
+	if b.window > 0 && (b.perPeer == 0 || b.window < b.perPeer) {
+		return b.window
+	}
+	return b.perPeer
 }
 
 // Queued is a chunk of a move (its RelocationId) that may go now.
@@ -119,14 +159,15 @@ func (b *Budget) full(p *peer) bool {
 // Admit asks for the move id to peer to seal: true when it may now;
 // otherwise it waits, before its seal (the object keeps serving), and a
 // later Out names it. A move waits while the peer's budget or the node's
-// is full, chunks of moves admitted before it to the peer still queue, or
-// a chunk to any peer waits for the node's budget.
+// is full (sealing moves' reserves counted), chunks to the peer still
+// queue, or a chunk to any peer waits for the node's budget.
 func (b *Budget) Admit(peer string, id uint64) bool {
 	r := b.run(peer, id)
-	if r.waiting {
-		return false
+	if r.waiting || r.sealing {
+		return r.sealing
 	}
 	if b.admits(r.peer, b.nodeHeld()) {
+		r.admit()
 		return true
 	}
 	r.waiting = true
@@ -134,18 +175,25 @@ func (b *Budget) Admit(peer string, id uint64) bool {
 	return false
 }
 
-// Submit queues chunks of the move id to peer and returns those that may
-// go now (a resend after a lost connection submits again).
-func (b *Budget) Submit(peer string, id uint64, chunks []envelope.Chunk) []Queued {
+// Submit queues chunks of the move id to peer and says which may go now,
+// and which move to the peer is admitted next, now that this one's
+// chunks are known (a resend after a lost connection submits again).
+func (b *Budget) Submit(peer string, id uint64, chunks []envelope.Chunk) Out {
 	r := b.run(peer, id)
 	for _, c := range chunks {
 		b.seq++
 		r.peer.queue = append(r.peer.queue, queued{Queued: Queued{Run: id, Chunk: c}, seq: b.seq})
 	}
+	var out Out
 	if b.perNode > 0 {
-		return b.pumpNode(nil)
+		out.Chunks = b.pumpNode(nil)
+	} else {
+		out.Chunks = b.pump(r.peer, nil)
 	}
-	return b.pump(r.peer, nil)
+	if r.sealed() {
+		b.admitWaiting(r.peer, &out)
+	}
+	return out
 }
 
 // peerFits: n more bytes to p are within p's budget and the window;
@@ -211,7 +259,24 @@ func (b *Budget) nodeHeld() bool {
 
 // admits: a move to p may seal now (held: nodeHeld).
 func (b *Budget) admits(p *peer, held bool) bool {
-	return !b.full(p) && len(p.queue) == 0 && !held
+	return !b.full(p) && len(p.queue) == 0 && !held &&
+		(p.sealing == 0 || b.perPeer == 0 || p.inflight+int64(p.sealing)*b.reserve() < b.perPeer)
+}
+
+// admitWaiting admits p's waiting moves, oldest first, while they may
+// seal; admitEach does so for each peer of order.
+func (b *Budget) admitWaiting(p *peer, out *Out) { b.admitEach([]*peer{p}, out) }
+
+func (b *Budget) admitEach(order []*peer, out *Out) {
+	held := b.nodeHeld()
+	for _, q := range order {
+		for len(q.waiting) > 0 && b.admits(q, held) {
+			id := q.waiting[0]
+			q.waiting = q.waiting[1:]
+			b.runs[id].admit()
+			out.Admitted = append(out.Admitted, id)
+		}
+	}
 }
 
 // hand hands p's first queued chunk over.
@@ -275,9 +340,8 @@ func (b *Budget) End(id uint64) Out {
 	if r == nil {
 		return Out{}
 	}
-	out := b.Return(id)
+	p := r.peer
 	if r.waiting {
-		p := r.peer
 		for i, w := range p.waiting {
 			if w == id {
 				p.waiting = append(p.waiting[:i], p.waiting[i+1:]...)
@@ -285,6 +349,8 @@ func (b *Budget) End(id uint64) Out {
 			}
 		}
 	}
+	r.sealed() // it ended before its chunks: its reserve returns
+	out := b.Return(id)
 	delete(b.runs, id)
 	return out
 }
@@ -327,15 +393,7 @@ func (b *Budget) release(p *peer, n int64) Out {
 	} else {
 		out.Chunks = b.pump(p, out.Chunks)
 	}
-	held := b.nodeHeld()
-	for _, q := range order {
-		for len(q.waiting) > 0 && b.admits(q, held) {
-			id := q.waiting[0]
-			q.waiting = q.waiting[1:]
-			b.runs[id].waiting = false
-			out.Admitted = append(out.Admitted, id)
-		}
-	}
+	b.admitEach(order, &out)
 	return out
 }
 
@@ -374,7 +432,7 @@ func (b *Budget) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "in flight %d", b.inflight)
 	for _, p := range b.peers {
-		fmt.Fprintf(&sb, "; %s: in flight %d, queued %d, waiting %v", p.addr, p.inflight, len(p.queue), p.waiting)
+		fmt.Fprintf(&sb, "; %s: in flight %d, queued %d, sealing %d, waiting %v", p.addr, p.inflight, len(p.queue), p.sealing, p.waiting)
 	}
 	ids := slices.Sorted(maps.Keys(b.runs))
 	for _, id := range ids {
@@ -391,7 +449,7 @@ func (b *Budget) Idle() bool {
 		return false
 	}
 	for _, p := range b.peers {
-		if p.inflight != 0 || len(p.queue) != 0 || len(p.waiting) != 0 {
+		if p.inflight != 0 || len(p.queue) != 0 || len(p.waiting) != 0 || p.sealing != 0 {
 			return false
 		}
 	}

@@ -14,7 +14,7 @@ type rmove struct {
 	id      uint64
 	peer    string
 	payload []envelope.Chunk
-	state   int // rNew, rWaiting, rSending, rReturned, rEnded
+	state   int // rWaiting, rSealing, rSending, rReturned, rEnded
 	wire    []envelope.Chunk
 	credits []uint64 // credits on their way back
 	// the target's side
@@ -25,6 +25,7 @@ type rmove struct {
 
 const (
 	rWaiting = iota + 1
+	rSealing // admitted: its seal and capture are under way
 	rSending
 	rReturned
 	rEnded
@@ -67,9 +68,28 @@ func randomSequence(seed uint64) error {
 		return fmt.Errorf("bounds %d/%d/%d: %s\ntrace: %v\nbudget: %s", perPeer, perNode, window, fmt.Sprintf(format, args...), trace, b)
 	}
 
-	submit := func(m *rmove) []Queued {
+	submit := func(m *rmove) Out {
 		m.state = rSending
 		return b.Submit(m.peer, m.id, m.payload)
+	}
+	// At most budget ÷ window moves to a peer seal at once beyond the
+	// first (one at a time without a window): the rest wait, serving.
+	maxSealing := 1
+	if perPeer > 0 && window > 0 && window < perPeer {
+		maxSealing += int(perPeer / window)
+	}
+	admitted := func(m *rmove) error {
+		n := 1
+		for _, o := range moves {
+			if o.peer == m.peer && o.state == rSealing {
+				n++
+			}
+		}
+		if perPeer > 0 && n > maxSealing {
+			return fail("move %d admitted while %d moves to %s seal", m.id, n-1, m.peer)
+		}
+		m.state = rSealing
+		return nil
 	}
 	var apply func(out Out) error
 	apply = func(out Out) error {
@@ -85,7 +105,7 @@ func randomSequence(seed uint64) error {
 			if m.state != rWaiting {
 				return fail("move %d admitted in state %d", id, m.state)
 			}
-			if err := apply(Out{Chunks: submit(m)}); err != nil {
+			if err := admitted(m); err != nil {
 				return err
 			}
 		}
@@ -137,10 +157,16 @@ func randomSequence(seed uint64) error {
 					m.state = rWaiting
 					return nil
 				}
-				return apply(Out{Chunks: submit(m)})
+				return admitted(m)
 			})
 		}
 		for _, m := range moves {
+			if m.state == rSealing {
+				acts = append(acts, func() error { // sealed and captured: its chunks
+					trace = append(trace, fmt.Sprintf("submit %d", m.id))
+					return apply(submit(m))
+				})
+			}
 			if len(m.wire) > 0 {
 				acts = append(acts, func() error { // the next chunk arrives
 					c := m.wire[0]
@@ -207,7 +233,7 @@ func randomSequence(seed uint64) error {
 					if m.state != rSending { // ended meanwhile: not possible here
 						continue
 					}
-					if err := apply(Out{Chunks: b.Submit(m.peer, m.id, m.payload)}); err != nil {
+					if err := apply(b.Submit(m.peer, m.id, m.payload)); err != nil {
 						return err
 					}
 				}

@@ -188,7 +188,7 @@ var defects = simkit.Defects{
 	{Name: KnownBudgetStall, Probe: func() bool {
 		b := budget.New(0, 0, 40)
 		b.Submit("p1", 1, []envelope.Chunk{{Data: make([]byte, 64)}})
-		if len(b.Submit("p2", 2, []envelope.Chunk{{Data: make([]byte, 64)}})) == 0 {
+		if len(b.Submit("p2", 2, []envelope.Chunk{{Data: make([]byte, 64)}}).Chunks) == 0 {
 			return true
 		}
 		b = budget.New(0, 64, 0)

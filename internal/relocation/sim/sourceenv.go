@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/roamactors/roam/internal/relocation/budget"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -189,9 +188,9 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 
 func (e sourceEnv) SendChunks(c handoff.SendChunks) {
 	n := e.r.node
-	now := n.budget.Submit(e.r.target.name, e.r.m.Identity().RelocationID, c.Chunks)
-	e.r.w.stats.ChunksQueued += len(c.Chunks) - len(now)
-	n.budgetOut(budget.Out{Chunks: now})
+	out := n.budget.Submit(e.r.target.name, e.r.m.Identity().RelocationID, c.Chunks)
+	e.r.w.stats.ChunksQueued += len(c.Chunks) - len(out.Chunks)
+	n.budgetOut(out)
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {
