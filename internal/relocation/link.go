@@ -215,12 +215,13 @@ func (d *Driver) onChunkLinkLost(peer string) {
 	d.connectionLost(peer)
 }
 
-// connectionLost steps every move to peer with ConnectionLost. A paused
-// move gives back the budget of what it sent and was not credited
-// (handoff.ReturnBudget): without that, a window's worth of lost chunks
-// would keep the resent ones from going.
+// connectionLost steps every move to peer with ConnectionLost, after
+// giving back the budget of what they sent and was not credited: without
+// that, a window's worth of lost chunks would keep the resent ones from
+// going.
 func (d *Driver) connectionLost(peer string) {
-	sourcerun.ConnectionLost(maps.Values(d.sources), func(r *sourceRun) bool { return r.target.GetAddress() == peer }, d.stepSource)
+	sourcerun.ConnectionLost(maps.Values(d.sources), func(r *sourceRun) bool { return r.target.GetAddress() == peer },
+		func() { d.budgetOut(d.budget.LostPeer(peer)) }, d.stepSource)
 }
 
 // earlyChunks keeps chunks that came on the link before their Restore

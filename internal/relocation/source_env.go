@@ -329,14 +329,7 @@ func (e sourceEnv) StopTimers(keep handoff.Timer) {
 
 func (e sourceEnv) PayloadReleased() {}
 
-func (e sourceEnv) ReturnBudget(lost bool) {
-	id := e.r.m.Identity().RelocationID
-	if lost {
-		e.d.budgetOut(e.d.budget.Lost(id))
-		return
-	}
-	e.d.budgetOut(e.d.budget.Return(id))
-}
+func (e sourceEnv) ReturnBudget() { e.d.budgetOut(e.d.budget.Return(e.r.m.Identity().RelocationID)) }
 
 func (e sourceEnv) BoundaryUnacknowledged(batch []sourcerun.Relayed[any]) {
 	d, r := e.d, e.r

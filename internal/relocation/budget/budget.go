@@ -304,32 +304,38 @@ func (b *Budget) Credit(id uint64, received uint64) Out {
 	return b.release(r.peer, int64(n))
 }
 
-// Lost gives back what the move sent and the target did not credit: its
-// connection was lost, so it may never be credited, and the resend counts
-// again from what the target credited. Its queued chunks are dropped.
-func (b *Budget) Lost(id uint64) Out { return b.giveBack(id, true) }
+// LostPeer gives back what every move to peer sent and the target did
+// not credit: the connection was lost, so it may never be credited, and
+// each move's resend counts again from what its target credited. Their
+// queued chunks are dropped (each resends its own). All at once, before
+// any of them resends: one move's release would otherwise send another's
+// queued chunks on the new connection, only for that one's loss to count
+// them lost.
+func (b *Budget) LostPeer(peer string) Out {
+	p := b.byAddr[peer]
+	if p == nil {
+		return Out{}
+	}
+	clear(p.queue)
+	p.queue = p.queue[:0]
+	for _, r := range b.runs {
+		if r.peer == p {
+			r.handed = r.credited
+		}
+	}
+	return b.release(p, p.inflight)
+}
 
 // Return gives back what the move still holds: its target holds the whole
 // payload (relay-ready), so nothing it sent will be credited, and a resent
 // copy still queued does not go.
-func (b *Budget) Return(id uint64) Out { return b.giveBack(id, false) }
-
-// giveBack drops the move's queued chunks and releases what it holds in
-// flight. After a lost connection what it handed over counts from what was
-// credited (the resend's credits are measured against it); after a return
-// everything it handed over counts as credited (a late credit changes
-// nothing).
-func (b *Budget) giveBack(id uint64, lost bool) Out {
+func (b *Budget) Return(id uint64) Out {
 	r := b.runs[id]
 	if r == nil {
 		return Out{}
 	}
 	n := b.drop(r)
-	if lost {
-		r.handed = r.credited
-	} else {
-		r.credited = r.handed
-	}
+	r.credited = r.handed
 	return b.release(r.peer, n)
 }
 

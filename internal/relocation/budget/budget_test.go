@@ -102,7 +102,7 @@ func TestLostConnectionGivesBackTheUncredited(t *testing.T) {
 	require.Len(t, b.Submit("p", 1, chunks(4, 40)).Chunks, 2)
 	require.Len(t, b.Credit(1, 40).Chunks, 1)
 	require.False(t, b.Admit("p", 2), "a chunk of move 1 still queues")
-	out := b.Lost(1)
+	out := b.LostPeer("p")
 	require.Empty(t, out.Chunks, "the queued chunk is dropped")
 	require.Equal(t, []uint64{2}, out.Admitted, "nothing of move 1 is in flight or queued any more")
 	require.Len(t, b.Submit("p", 1, chunks(3, 40)).Chunks, 2, "the resend starts from an empty budget")
@@ -113,6 +113,21 @@ func TestLostConnectionGivesBackTheUncredited(t *testing.T) {
 	b.End(1)
 	b.End(2)
 	require.True(t, b.Idle())
+}
+
+// A lost connection gives back every move's budget to the peer before
+// any resends: one move's release does not send another's queued chunks,
+// which that one would then count lost and send twice.
+func TestALostConnectionSendsNoQueuedChunkBeforeTheResends(t *testing.T) {
+	b := New(1000, 0, 50)
+	require.Len(t, b.Submit("p", 1, chunks(1, 40)).Chunks, 1)
+	require.Empty(t, b.Submit("p", 2, chunks(2, 40)).Chunks, "the window holds move 2's chunks")
+	out := b.LostPeer("p")
+	require.Empty(t, out.Chunks, "move 2 resends its own")
+	require.Zero(t, b.InFlight("p"))
+	require.Len(t, b.Submit("p", 1, chunks(1, 40)).Chunks, 1)
+	require.Empty(t, b.Submit("p", 2, chunks(2, 40)).Chunks)
+	require.Empty(t, b.Stalled())
 }
 
 // The chunk window paces an admitted payload within a larger budget: no

@@ -224,17 +224,21 @@ func randomSequence(seed uint64) error {
 					if rng.IntN(2) == 0 {
 						m.credits = nil // or they arrive late
 					}
-					if m.state != rSending {
-						continue
+				}
+				out := b.LostPeer(p)
+				for _, q := range out.Chunks {
+					if byID[q.Run].peer == p {
+						return fail("a chunk of move %d to %s goes before its resend", q.Run, p)
 					}
-					if err := apply(b.Lost(m.id)); err != nil {
-						return err
-					}
-					if m.state != rSending { // ended meanwhile: not possible here
-						continue
-					}
-					if err := apply(b.Submit(m.peer, m.id, m.payload)); err != nil {
-						return err
+				}
+				if err := apply(out); err != nil {
+					return err
+				}
+				for _, m := range moves {
+					if m.peer == p && m.state == rSending {
+						if err := apply(b.Submit(m.peer, m.id, m.payload)); err != nil {
+							return err
+						}
 					}
 				}
 				return nil

@@ -148,10 +148,10 @@ type (
 	ResendBoundary struct{ Epoch uint32 }
 	// ReturnBudget: the move's chunk bytes in flight no longer count
 	// against the in-flight budget (PROTOCOL.md §5.3): its target holds
-	// the whole payload (relay-ready), or — Lost — its connection was lost,
-	// so what the target did not credit may never be, and a resend counts
-	// again from what it credited.
-	ReturnBudget struct{ Lost bool }
+	// the whole payload (relay-ready). A lost connection gives back the
+	// budget of every move to the peer at once, before any of them resends
+	// (sourcerun.ConnectionLost).
+	ReturnBudget struct{}
 	// ReleasePayload: drop the payload copy (state, saved work, what a
 	// Reinstate would need), once. The boundary batch's wire copy is kept
 	// for resends until ReleaseBoundary.

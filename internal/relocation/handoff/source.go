@@ -440,19 +440,17 @@ func (s *Source) stepPaused(ev Event) []Effect {
 	case RelayReadyReceived:
 		s.moveTo(RelayReady)
 		return []Effect{ReturnBudget{}, StopTimer{Timer: TimerRestoreDeadline}, StopTimer{Timer: TimerReconcile}, RelayThenCutover{Epoch: s.epoch}}
-	case ConnectionLost:
-		lost := ReturnBudget{Lost: true}
-		if s.paused == pausedReconciling {
-			return append([]Effect{lost}, s.stepUndecided(ev, s.reconciled)...)
-		}
-		// Prepare or chunks may be lost; the target keeps progress for a
-		// repeated Restore request of the same identity (PROTOCOL.md §5.6).
-		return []Effect{lost, SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
 	}
 	if s.paused == pausedReconciling {
 		return s.stepUndecided(ev, s.reconciled)
 	}
 	switch ev := ev.(type) {
+	case ConnectionLost:
+		// Prepare or chunks may be lost; the target keeps progress for a
+		// repeated Restore request of the same identity (PROTOCOL.md §5.6).
+		// What was in flight went back to the budget with the connection
+		// (sourcerun.ConnectionLost).
+		return []Effect{SendPrepare{Manifest: s.manifest, ChunkLimit: s.chunkLimit}, SendChunks{Chunks: s.chunks}}
 	case TimerFired:
 		if ev.Timer == TimerRestoreDeadline {
 			// No reply: the target may have committed after a lost

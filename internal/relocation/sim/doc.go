@@ -60,9 +60,9 @@
 //     node's moves out ask the driver's own budget
 //     (internal/relocation/budget) for admission before the seal and
 //     send their chunks as it lets them go; targets credit what they
-//     received, and a move's budget returns at relay-ready, at a lost
-//     connection and at its end, as the Source's ReturnBudget effects
-//     and Ended say. TestRandomSchedulesWithBudget draws budgets smaller
+//     received, and a move's budget returns at relay-ready (the Source's
+//     ReturnBudget), at its end (Ended), and with every other move's to
+//     its peer when the connection is lost (sourcerun.ConnectionLost). TestRandomSchedulesWithBudget draws budgets smaller
 //     than a chunk and bursts of moves out of one node (make sim SEED=<n>
 //     BUDGET=1 replays one).
 //   - Cross-node Joins (Config.Joins, join.go): an Actor joins a

@@ -202,7 +202,7 @@ var defects = simkit.Defects{
 		b := budget.New(50, 0, 0)
 		two := []envelope.Chunk{{Data: make([]byte, 40)}, {Data: make([]byte, 40)}}
 		b.Submit("p", 1, two) // the first goes; its credit is lost with the connection
-		b.Lost(1)
+		b.LostPeer("p")
 		b.Submit("p", 1, two) // the resend: the first goes again
 		b.Credit(1, 80)       // the target got the first chunk twice
 		b.Return(1)

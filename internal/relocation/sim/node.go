@@ -361,6 +361,7 @@ func (n *Node) endpointTerminated(peer int) {
 	w.tracef("%s endpoint terminated: %s", n.name, w.endpointName(peer))
 	// A run that ends leaves n.sources: step a copy.
 	sourcerun.ConnectionLost(slices.Values(slices.Clone(n.sources)), func(r *SourceRun) bool { return r.target.idx == peer && !r.dead },
+		func() { n.budgetOut(n.budget.LostPeer(w.endpointName(peer))) },
 		w.stepSource)
 }
 

@@ -379,13 +379,9 @@ func (e sourceEnv) Complete(err error) {
 
 // Ended is Driver.endSource: the move is over; only TimerStub may still
 // run.
-func (e sourceEnv) ReturnBudget(lost bool) {
-	n, id := e.r.node, e.r.m.Identity().RelocationID
-	if lost {
-		n.budgetOut(n.budget.Lost(id))
-		return
-	}
-	n.budgetOut(n.budget.Return(id))
+func (e sourceEnv) ReturnBudget() {
+	n := e.r.node
+	n.budgetOut(n.budget.Return(e.r.m.Identity().RelocationID))
 }
 
 func (e sourceEnv) Ended() {

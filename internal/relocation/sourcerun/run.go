@@ -114,7 +114,7 @@ type Env[M, R any] interface {
 	PayloadReleased()
 	// ReturnBudget gives back the move's in-flight budget
 	// (handoff.ReturnBudget).
-	ReturnBudget(lost bool)
+	ReturnBudget()
 	// BoundaryUnacknowledged: the boundary batch is dropped without the
 	// target's acknowledgement; its messages may be lost (loudly).
 	BoundaryUnacknowledged(batch []Relayed[M])
@@ -354,7 +354,7 @@ func (r *Run[M, R]) effect(e handoff.Effect) handoff.Event {
 		env.PayloadReleased()
 
 	case handoff.ReturnBudget:
-		env.ReturnBudget(e.Lost)
+		env.ReturnBudget()
 
 	case handoff.ReleaseBoundary:
 		if e.Unacknowledged && len(r.batch) > 0 {

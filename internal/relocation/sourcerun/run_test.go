@@ -180,9 +180,7 @@ func (f *fakeEnv) StopTimers(keep handoff.Timer) {
 	f.calls = append(f.calls, fmt.Sprintf("stop timers but %d", keep))
 }
 func (f *fakeEnv) PayloadReleased() { f.calls = append(f.calls, "payload released") }
-func (f *fakeEnv) ReturnBudget(lost bool) {
-	f.calls = append(f.calls, fmt.Sprintf("budget returned lost=%v", lost))
-}
+func (f *fakeEnv) ReturnBudget()    { f.calls = append(f.calls, "budget returned") }
 func (f *fakeEnv) BoundaryUnacknowledged(batch []Relayed[string]) {
 	f.calls = append(f.calls, fmt.Sprintf("unacknowledged %d", len(batch)))
 }
