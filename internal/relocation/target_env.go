@@ -275,19 +275,17 @@ func (e targetEnv) Open(backlog []any, _ int, c handoff.Committed) error {
 	return e.t.obj.mb.OpenWith(backlog)
 }
 
-func (e targetEnv) Serving() {
-	d, obj := e.d, e.t.obj
-	d.objects[e.t.key] = obj
-	d.nowServing(obj)
-	// A joining Actor that serves here is a member of its Spot now: the
-	// Spot may move again (with it; admit.SpotWide waits while it is
-	// still opening). Held until the run ended, the hold outlived the
-	// Join its caller saw answered, and a Relocate of the Spot right
-	// after JoinSpot returned was refused "an Actor is joining".
+func (e targetEnv) ReleaseJoin() {
 	if t := e.t; t.joinHold != nil {
 		t.joinHold.joining--
 		t.joinHold = nil
 	}
+}
+
+func (e targetEnv) Serving() {
+	d, obj := e.d, e.t.obj
+	d.objects[e.t.key] = obj
+	d.nowServing(obj)
 	if obj.cp != nil {
 		// The state it arrived with is in no checkpoint yet.
 		_ = obj.mb.Do(obj.markDirty)
@@ -390,10 +388,6 @@ func (e targetEnv) Complete(err error) {
 	d.metrics.record(ev)
 	if d.cfg.OnEvent != nil {
 		d.cfg.OnEvent(ev)
-	}
-	if t.joinHold != nil {
-		t.joinHold.joining--
-		t.joinHold = nil
 	}
 	if d.arrivals[t.key] == t {
 		delete(d.arrivals, t.key)

@@ -51,15 +51,6 @@ func (n *Node) spotFacts(join *messages.Membership) admit.Spot {
 	return admit.Spot{Here: true, Serving: inc.state == sServing, Generation: 1, Moving: inc.out != nil}
 }
 
-// releaseJoinHold lets the Spot a Join held move again: the Actor serves
-// here (a member now, it moves with its Spot), or its move ended.
-func (t *TargetRun) releaseJoinHold() {
-	if t.joinHold != nil {
-		t.joinHold.joining--
-		t.joinHold = nil
-	}
-}
-
 // joined keeps the world's units as the store has them: a record that
 // now names a Spot makes its object that Spot's member. (The sim models
 // no leave: a member stays one.)

@@ -260,7 +260,13 @@ func (e targetEnv) Serving() {
 	t.mv.opened = true
 	w.stats.Committed++
 	w.nowServing(t.inc)
-	t.releaseJoinHold()
+}
+
+func (e targetEnv) ReleaseJoin() {
+	if t := e.t; t.joinHold != nil {
+		t.joinHold.joining--
+		t.joinHold = nil
+	}
 }
 
 func (e targetEnv) Deliver(i int, m *Msg) {
@@ -412,7 +418,6 @@ func (e targetEnv) Complete(err error) {
 	t := e.t
 	t.node.freeSlots(t, t.slots.Complete(err == nil))
 	t.w.checkClass(t.mv.obj, t.mv.String()+" target", err)
-	t.releaseJoinHold()
 	t.completes++
 	if t.completes > 1 {
 		t.w.violateO(t.mv.obj, "completed-twice", "%s target completed %d times", t.mv, t.completes)

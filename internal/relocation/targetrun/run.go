@@ -103,6 +103,12 @@ type Env[M any] interface {
 	Open(backlog []M, relayed int, c handoff.Committed) error
 	// Serving registers the opened object as the node's and serving.
 	Serving()
+	// ReleaseJoin lets the SpotWide User Spot a Join holds in place move
+	// again (nothing when the move carries none, or it was released):
+	// the joining Actor serves here and moves with its Spot from now
+	// on, or the move ended. Held until the run ended, the hold would
+	// outlive the Join its caller saw answered.
+	ReleaseJoin()
 	// Deliver posts a late relayed record to participant i.
 	Deliver(i int, m M)
 	// Remove ends participant i's staged incarnation; saved is the
@@ -315,6 +321,7 @@ func (r *Run[M]) effect(e handoff.Effect) handoff.Event {
 		env.Log(e)
 
 	case handoff.Complete:
+		env.ReleaseJoin()
 		env.Complete(e.Err)
 
 	default:
@@ -462,6 +469,7 @@ func (r *Run[M]) open(relay []any) {
 		env.Problem(0, "open_failed", err, "opening dispatch failed")
 	}
 	env.Serving()
+	env.ReleaseJoin()
 	env.SendOwnerCommitted()
 }
 

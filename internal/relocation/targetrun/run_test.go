@@ -38,9 +38,11 @@ type fakeEnv struct {
 	casErr  error
 	verif   *location.Versioned
 	join    bool // the commit carries a Join
-	answers []func()
-	removed [][]string
-	failAt  int // Install of this participant fails (-1: none)
+	// released: ReleaseJoin's calls, and the calls recorded before each.
+	released []int
+	answers  []func()
+	removed  [][]string
+	failAt   int // Install of this participant fails (-1: none)
 	// VerifySource: the pending answers of the peer check and reads, the
 	// slots' answer, the pending pause.
 	peer     func(error)
@@ -92,6 +94,7 @@ func (f *fakeEnv) Decode([]byte) ([]Work[string], error) { f.call("decode"); ret
 func (f *fakeEnv) Restore(i int) error                   { f.call("restore %d", i); return nil }
 func (f *fakeEnv) IsJoinCallback(m string) bool          { return strings.HasPrefix(m, "join") }
 func (f *fakeEnv) Serving()                              { f.call("serving") }
+func (f *fakeEnv) ReleaseJoin()                          { f.released = append(f.released, len(f.calls)) }
 func (f *fakeEnv) Deliver(i int, m string)               { f.call("deliver %d %s", i, m) }
 func (f *fakeEnv) StopIncarnation(i int)                 { f.call("stop %d", i) }
 func (f *fakeEnv) JoinRefused(*handoff.Commit)           { f.call("join refused") }
@@ -260,6 +263,7 @@ func TestOpenBacklogIsSavedThenRelayed(t *testing.T) {
 	f.answer()
 	require.Equal(t, []string{"s1", "tick2", "s3", "r1", "r2"}, f.opened)
 	require.Equal(t, []string{"open members", "open (relayed 2, member )", "serving", "owner-committed", "complete <nil>"}, f.calls)
+	require.Equal(t, []int{3, 4}, f.released, "a Join's hold goes once the object serves, and again (idempotent) at the end")
 }
 
 // Restored comes once every participant's restore answered, not before.
