@@ -89,8 +89,8 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
 ## sim-check: 100,000 random schedules of the hand-off's deterministic
-## simulation (and a quarter as many with Sessions, with a small payload
-## budget, and with Joins) and 100,000 of the Spot lifecycle's (the race
+## simulation (and a quarter as many with Sessions, an eighth with a small
+## payload budget and with Joins) and 100,000 of the Spot lifecycle's (the race
 ## run above runs 400 of each, RACE_SIM_SCHEDULES); and SIM_ONLY. The
 ## hand-off's run allocates fast and little survives a schedule: GOGC=400
 ## halves its GC work (62 s of CPU to 37 s).

@@ -61,12 +61,13 @@ func TestRandomSchedulesWithSessions(t *testing.T) {
 	}
 }
 
-// TestRandomSchedulesWithBudget runs a quarter as many random schedules
+// TestRandomSchedulesWithBudget runs an eighth as many random schedules
 // with a small in-flight payload budget and bursts of moves out of one
 // node (budget.go): the same invariants, no move or chunk waiting while
-// the budget has room, and every budget idle at the end.
+// the budget has room, and every budget idle at the end. (Each of its
+// defects showed within the first hundred seeds.)
 func TestRandomSchedulesWithBudget(t *testing.T) {
-	st := runRandomN(t, BudgetConfig(), max(1, simkit.Schedules()/4))
+	st := runRandomN(t, BudgetConfig(), max(1, simkit.Schedules()/8))
 	if st.BudgetWaits == 0 && simkit.Schedules() >= 400 {
 		t.Errorf("sim: no move ever waited for the in-flight payload budget: admission went unexercised")
 	}
@@ -80,11 +81,11 @@ func JoinsConfig() Config {
 	return c
 }
 
-// TestRandomSchedulesWithJoins runs a quarter as many random schedules
+// TestRandomSchedulesWithJoins runs an eighth as many random schedules
 // with cross-node Joins (join.go): the same invariants, and every unit
 // whole at the end with the Actors that joined it.
 func TestRandomSchedulesWithJoins(t *testing.T) {
-	st := runRandomN(t, JoinsConfig(), max(1, simkit.Schedules()/4))
+	st := runRandomN(t, JoinsConfig(), max(1, simkit.Schedules()/8))
 	if st.Joined == 0 && simkit.Schedules() >= 400 {
 		t.Errorf("sim: no Join ever committed: the Join went unexercised")
 	}
