@@ -3,6 +3,7 @@ package spotsim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -76,7 +77,7 @@ type Life struct {
 	// listed: the other lifecycles the last heartbeat listing named;
 	// look: a recovery pass's look at the records' owners is due
 	// (ownerLooks).
-	listed map[*Life]bool
+	listed []*Life
 	look   bool
 
 	// Dead letters per Spot index (Driver.onDeadLettered, onRedeliver):
@@ -237,18 +238,12 @@ func (l *Life) watchNodes() {
 // departed notes that a lifecycle left the listing: the extension's
 // recovery passes (sweepEnded) then look at the records' owners again.
 func (l *Life) departed(nodes []*Life) {
-	cur := make(map[*Life]bool, len(nodes))
-	for _, o := range nodes {
-		if o != l {
-			cur[o] = true
-		}
-	}
-	for id := range l.listed {
-		if !cur[id] {
+	for _, o := range l.listed {
+		if !slices.Contains(nodes, o) {
 			l.look = true
 		}
 	}
-	l.listed = cur
+	l.listed = slices.DeleteFunc(append(l.listed[:0], nodes...), func(o *Life) bool { return o == l })
 }
 
 // ownerLooks models what the extension's recovery passes

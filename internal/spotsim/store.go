@@ -159,37 +159,26 @@ func (s *Store) leaseLive(l *Life) bool {
 // (location.Leased). done is not called once l's process is gone.
 func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(storeRes)) {
 	w := s.w
-	answered := false
-	deliver := func(res storeRes) {
-		if answered {
-			return
-		}
-		answered = true
-		if l.gone {
-			return
-		}
-		if w.Tracing() && !op.quiet {
-			w.tracef("%s store %s %s → %s", l, opNames[op.kind], op.why, resString(op, res))
-		}
-		done(res)
-	}
+	// One object per call carries the operation and its answer through
+	// its events: the schedules make millions of store calls, and closures
+	// capturing op and each answer by value were a fifth of the
+	// simulation's allocated bytes.
+	c := &inflight{s: s, l: l, op: op, done: done}
 	if op.kind == opApply {
 		switch {
 		case l.ended:
-			w.after(0, func() { deliver(storeRes{err: fmt.Errorf("%w: node %s", location.ErrLeaseEnded, l.rid)}) })
+			c.answerAfter(0, storeRes{err: fmt.Errorf("%w: node %s", location.ErrLeaseEnded, l.rid)})
 			return
 		case l.fenced():
-			w.after(0, func() {
-				deliver(storeRes{err: fmt.Errorf("%w: node %s is fenced", location.ErrUnavailable, l.rid)})
-			})
+			c.answerAfter(0, storeRes{err: fmt.Errorf("%w: node %s is fenced", location.ErrUnavailable, l.rid)})
 			return
 		}
 	}
 	if deadline > 0 && deadline <= w.Now() {
-		w.after(0, func() { deliver(storeRes{err: context.DeadlineExceeded}) })
+		c.answerAfter(0, storeRes{err: context.DeadlineExceeded})
 		return
 	}
-	mode, late := w.storeMode(l, &op)
+	mode, late := w.storeMode(l, &c.op)
 	l1, l2 := w.randDur(300*time.Microsecond, 3*time.Millisecond), w.randDur(300*time.Microsecond, 3*time.Millisecond)
 	if late > 0 {
 		l1 = late
@@ -199,45 +188,86 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 		l1 += w.randDur(0, w.faults.SlowFor)
 		l2 += w.randDur(0, w.faults.SlowFor)
 	}
+	c.mode, c.l2 = mode, l2
 	if w.Tracing() && (mode != simkit.ModeOK || late > 0) {
 		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", l, opNames[op.kind], op.why, mode, ms(l1))
 	}
 	if deadline > 0 && (op.kind == opWatch || w.Now()+l1+l2 > deadline) {
 		// The answer may come after the caller's context ended.
-		w.at(deadline, func() { deliver(storeRes{err: context.DeadlineExceeded}) })
+		w.at(deadline, c.deadlineExceeded)
 	}
-	w.after(l1, func() {
-		if s.down || l.node.storeCut {
-			err := location.ErrUnavailable
-			if op.kind.write() && w.Rand.IntN(2) == 0 {
-				err = location.ErrIndeterminate
-			}
-			w.after(l2, func() { deliver(storeRes{err: err}) })
-			return
+	w.after(l1, c.arrive)
+}
+
+// inflight is one store call on its way.
+type inflight struct {
+	s        *Store
+	l        *Life
+	op       storeOp
+	done     func(storeRes)
+	mode     simkit.StoreMode
+	l2       time.Duration // the answer's way back
+	res      storeRes      // the answer on its way back
+	answered bool
+}
+
+// answerAfter delivers res after d.
+func (c *inflight) answerAfter(d time.Duration, res storeRes) {
+	c.res = res
+	c.s.w.after(d, c.answer)
+}
+
+func (c *inflight) answer() { c.deliver(c.res) }
+
+func (c *inflight) deadlineExceeded() { c.deliver(storeRes{err: context.DeadlineExceeded}) }
+
+func (c *inflight) deliver(res storeRes) {
+	if c.answered {
+		return
+	}
+	c.answered = true
+	if c.l.gone {
+		return
+	}
+	if w := c.s.w; w.Tracing() && !c.op.quiet {
+		w.tracef("%s store %s %s → %s", c.l, opNames[c.op.kind], c.op.why, resString(c.op, res))
+	}
+	c.done(res)
+}
+
+// arrive is the call reaching the store.
+func (c *inflight) arrive() {
+	s, w, l, op := c.s, c.s.w, c.l, &c.op
+	if s.down || l.node.storeCut {
+		err := location.ErrUnavailable
+		if op.kind.write() && w.Rand.IntN(2) == 0 {
+			err = location.ErrIndeterminate
 		}
-		switch mode {
-		case simkit.ModeUnavailable:
-			w.after(l2, func() { deliver(storeRes{err: location.ErrUnavailable}) })
-			return
-		case simkit.ModeIndetNotApplied:
-			err := location.ErrIndeterminate
-			if !op.kind.write() {
-				err = location.ErrUnavailable
-			}
-			w.after(l2, func() { deliver(storeRes{err: err}) })
-			return
+		c.answerAfter(c.l2, storeRes{err: err})
+		return
+	}
+	switch c.mode {
+	case simkit.ModeUnavailable:
+		c.answerAfter(c.l2, storeRes{err: location.ErrUnavailable})
+		return
+	case simkit.ModeIndetNotApplied:
+		err := location.ErrIndeterminate
+		if !op.kind.write() {
+			err = location.ErrUnavailable
 		}
-		if op.kind == opWatch {
-			s.watch(op, func(v location.Versioned) { w.after(l2, func() { deliver(storeRes{v: v}) }) })
-			return
-		}
-		res := s.apply(l, op)
-		if mode == simkit.ModeIndetApplied {
-			w.stats.IndeterminateWrites++
-			res = storeRes{err: location.ErrIndeterminate}
-		}
-		w.after(l2, func() { deliver(res) })
-	})
+		c.answerAfter(c.l2, storeRes{err: err})
+		return
+	}
+	if op.kind == opWatch {
+		s.watch(*op, func(v location.Versioned) { c.answerAfter(c.l2, storeRes{v: v}) })
+		return
+	}
+	res := s.apply(l, *op)
+	if c.mode == simkit.ModeIndetApplied {
+		w.stats.IndeterminateWrites++
+		res = storeRes{err: location.ErrIndeterminate}
+	}
+	c.answerAfter(c.l2, res)
 }
 
 func resString(op storeOp, res storeRes) string {
@@ -319,8 +349,8 @@ func (s *Store) apply(l *Life, op storeOp) storeRes {
 		w.tracef("store: lease of %s revoked at its heartbeat %d", o, op.beat)
 		return storeRes{}
 	case opListNodes:
-		var out []*Life
-		var beats []uint64
+		out := make([]*Life, 0, len(w.lives))
+		beats := make([]uint64, 0, len(w.lives))
 		for _, o := range w.lives {
 			if s.leaseLive(o) {
 				out = append(out, o)
