@@ -15,7 +15,11 @@ set -euo pipefail
 out="$1"
 go="${GO:-go}"
 mod=github.com/asynkron/protoactor-go
+# go list names a module's directory only once it is in the module cache,
+# which on a fresh machine it is not until something downloads it.
+"$go" mod download "$mod"
 src=$("$go" list -m -f '{{.Dir}}' "$mod")
+test -n "$src" -a -d "$src" || { echo "prepare.sh: no directory for $mod in the module cache" >&2; exit 1; }
 # The copy is shared by every checkout on the machine (two make test runs
 # side by side, or a CI job beside a developer's): it is rebuilt only when
 # this script, go.mod, go.sum or the module's source path changed, under a
