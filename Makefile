@@ -64,20 +64,7 @@ TEST_JOBS ?= 5
 TEST_PARTS := test-race-root test-race-all test-consul-spot test-consul-relocation chaos-short sim-check test-plain lint
 test: consul browser race-mod
 	$(MAKE) --no-print-directory prebuild
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target BACKGROUND='$(BACKGROUND_NICE)' $(TEST_PARTS)
-
-# The parts ask for more CPU than two cores have (about 900 s of CPU in
-# all), so which of them waits for a core decides how long make test
-# takes. The race runs, the Consul parts and the chaos test are bound by
-# their slowest test, which waits on leases, sockets and processes in real
-# time and needs a core only now and then, but at once; the simulations
-# and vet only need CPU, any time, and run their work on both cores. Under
-# make test those run at the lowest priority (BACKGROUND), so they fill
-# the cores the waiting parts leave idle instead of taking half of every
-# core from the part that bounds the run. Run alone (make sim-check,
-# make lint) they are not lowered.
-BACKGROUND_NICE := $(if $(shell command -v nice),nice -n 19)
-BACKGROUND ?=
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 
 # prebuild compiles every package of the module once per variant the
 # parts use (race, against the race copy; and plain), before the parts
@@ -111,8 +98,8 @@ browser:
 sim-check:
 	@for n in $(SIM_ONLY); do grep -q "^func $$n(t \*testing.T)" internal/spotsim/*_test.go || \
 		{ echo "SIM_ONLY names $$n, which internal/spotsim does not have"; exit 1; }; done
-	SIM_SCHEDULES=100000 GOGC=400 $(call timed,relocation/sim) $(BACKGROUND) $(TEST) -count=1 -run '^TestRandomSchedules(WithSessions|WithBudget|WithJoins)?$$' ./internal/relocation/sim
-	SIM_SCHEDULES=100000 $(call timed,spotsim) $(BACKGROUND) $(TEST) -count=1 -run '^(TestRandomSchedules|$(SIM_ONLY))$$' ./internal/spotsim
+	SIM_SCHEDULES=100000 GOGC=400 $(call timed,relocation/sim) $(TEST) -count=1 -run '^TestRandomSchedules(WithSessions|WithBudget|WithJoins)?$$' ./internal/relocation/sim
+	SIM_SCHEDULES=100000 $(call timed,spotsim) $(TEST) -count=1 -run '^(TestRandomSchedules|$(SIM_ONLY))$$' ./internal/spotsim
 
 ## nodesim: the real drivers under N seeded fault schedules (default 50;
 ## internal/nodesim, of which make test runs 3): make nodesim [N=200] [SEED=1].
@@ -154,11 +141,20 @@ RACE_SIM_SCHEDULES := 400
 # lifecycle's checkpoint sabotages: until its invariant catches each one,
 # up to 3,000 schedules apiece (close-no-seal needs 1,165).
 SIM_ONLY := TestCheckerCatchesCheckpointSabotages
-# Test binaries run RACE_P at a time (go test's -p; its default is the
-# number of cores): most of them wait on sockets, leases and child
-# processes, so two at a time left a core idle for most of this part.
 RACE_ALL_ELSEWHERE := TestRandomizedMovesKeepEveryMessageOnceOnConsul TestREADMEExampleRuns TestOutsideModuleFromTheREADME $(SIM_ONLY)
-RACE_P ?= 3
+# go test builds and runs RACE_P things at a time (its -p; the default is
+# the number of cores), compiles and links and test binaries alike. Most
+# test binaries wait on sockets, leases and child processes, so a slot
+# they hold leaves its core idle: with 3 slots this part took 195 s alone
+# on a quiet machine, with 5 (and RACE_FIRST) 120 s, for less CPU.
+RACE_P ?= 5
+# go test starts packages in the order it is given them. The test binaries
+# that run longest (a minute each alone, 20 s to 40 s for the others
+# here) start first, so that none of them starts near the end, when
+# nothing else is left to run beside it: in the order of go list,
+# internal/relocation, internal/spot and location/consulstore ran last.
+RACE_FIRST := ./internal/relocation ./location/consulstore ./examples/grains ./internal/spot ./internal/meshnode \
+	./internal/extension ./internal/nodesim ./internal/sessionhost ./internal/relocation/mailbox
 # The hand-off's randomized moves on memstore make RACE_RANDOM_MOVES moves
 # here instead of 1,000: test-plain makes the 1,000 without the race
 # detector, on memstore and on Consul, with the same checks (every message
@@ -171,7 +167,8 @@ RACE_RANDOM_MOVES := 250
 RACE_ALL_ENV := ROAM_REQUIRE_BROWSER=1 ROAM_TEST_STORE=memstore SIM_SCHEDULES=$(RACE_SIM_SCHEDULES) ROAM_RANDOM_MOVES=$(RACE_RANDOM_MOVES)
 test-race-all:
 	@test -f $(RACE_MOD)/go.mod || $(MAKE) --no-print-directory race-mod
-	$(RACE_ALL_ENV) $(call timed,all packages) $(RACE) -p $(RACE_P) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$($(GO) list ./... | grep -v /bench/baseline | grep -vxF "$$($(GO) list -m)")
+	set -o pipefail; first=$$($(GO) list $(RACE_FIRST)) && all=$$($(GO) list ./... | grep -v /bench/baseline | grep -vxF "$$($(GO) list -m)") || exit 1; \
+	$(RACE_ALL_ENV) $(call timed,all packages) $(RACE) -p $(RACE_P) -skip '^($(subst $(space),|,$(strip $(RACE_ALL_ELSEWHERE))))$$' $$first $$(echo "$$all" | grep -vxF "$$first")
 
 # The root package's tests, under the same flags, as a part of its own.
 # They run one after another in one process and spend most of their time
@@ -331,7 +328,7 @@ $(TOOLS_BIN)/protoc-gen-go:
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	$(call timed,vet) $(BACKGROUND) $(GO) vet ./...
+	$(call timed,vet) $(GO) vet ./...
 	# No public package names an internal type in its exported API.
 	$(call timed,apicheck) $(TEST) -count=1 ./internal/apicheck
 
