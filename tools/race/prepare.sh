@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the module file the race-detector run of the multi-node tests
-# uses (make test-race-all and test-race-root). It patches ten races inside Proto.Actor.
+# uses (make test-race-all and test-race-root). It patches eleven races inside Proto.Actor.
 #
 # Proto.Actor's remote.Start calls grpclog.SetLoggerV2 on every start, which
 # writes a gRPC global that the gRPC goroutines of remotes already running
@@ -54,6 +54,11 @@ grep -q '"sync"' "$server" || sed -i 's|^import (|import (\n\t"sync"|' "$server"
 members="$out/protoactor-go/cluster/member_list.go"
 grep -q '^	return ml.members.ContainsID(memberID)$' "$members"
 sed -i 's|^	return ml.members.ContainsID(memberID)$|	ml.mutex.RLock()\n	defer ml.mutex.RUnlock()\n	return ml.members.ContainsID(memberID)|' "$members"
+# BroadcastEvent (disthash's notice that an activation ended) reads the
+# same set the same way: the copy takes the set under the read lock and
+# sends outside it, as a topology update only ever replaces the set.
+grep -q '^	for _, m := range ml.members.members {$' "$members"
+sed -i 's|^	for _, m := range ml.members.members {$|	ml.mutex.RLock()\n	current := ml.members\n	ml.mutex.RUnlock()\n	for _, m := range current.members {|' "$members"
 # Its remote's BlockList.IsBlocked and BlockedMembers read the blocked set
 # without the lock Block writes it under (a member that left is blocked by
 # the gossip while a connection request is checked, or while a cluster's
