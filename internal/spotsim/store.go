@@ -190,9 +190,9 @@ func (s *Store) call(l *Life, op storeOp, deadline time.Duration, done func(stor
 	}
 	c.mode, c.l2 = mode, l2
 	if w.Tracing() && (mode != simkit.ModeOK || late > 0) {
-		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", l, opNames[op.kind], op.why, mode, ms(l1))
+		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", l, opNames[c.op.kind], c.op.why, mode, ms(l1))
 	}
-	if deadline > 0 && (op.kind == opWatch || w.Now()+l1+l2 > deadline) {
+	if deadline > 0 && (c.op.kind == opWatch || w.Now()+l1+l2 > deadline) {
 		// The answer may come after the caller's context ended.
 		w.at(deadline, c.deadlineExceeded)
 	}

@@ -210,7 +210,7 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 	}
 	c.mode, c.l2 = mode, l2
 	if w.Tracing() {
-		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[op.kind], op.why, mode, l1)
+		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[c.op.kind], c.op.why, mode, l1)
 	}
 	w.at(deadline, "store-deadline", c.deadlineExceeded)
 	w.after(l1, "store-apply", c.arrive)
