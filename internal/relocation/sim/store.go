@@ -181,25 +181,36 @@ func (s *Store) endLease(n *Node) {
 // done is not called if n crashed or ended its process meanwhile.
 func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(storeRes)) {
 	w := s.w
-	// One object per call carries the operation and its answer through
-	// its events: closures capturing op and each answer by value were a
-	// fifth of the simulation's allocated bytes.
-	c := &inflight{s: s, n: n, life: n.life, op: op, done: done}
+	life := n.life
+	answered := false
+	deliver := func(res storeRes) {
+		if answered {
+			return
+		}
+		answered = true
+		if !n.alive || n.life != life {
+			return
+		}
+		if w.Tracing() {
+			w.tracef("%s store %s %s answered %s %s", n.name, opNames[op.kind], op.why, res.err, res.rec)
+		}
+		done(res)
+	}
 	if op.kind.isWrite() {
 		switch {
 		case n.ended:
-			c.answerAfter(0, storeRes{err: errLeaseEnded})
+			w.after(0, "local-refuse", func() { deliver(storeRes{err: errLeaseEnded}) })
 			return
 		case n.fenced():
-			c.answerAfter(0, storeRes{err: errUnavailable})
+			w.after(0, "local-refuse", func() { deliver(storeRes{err: errUnavailable}) })
 			return
 		}
 	}
 	if deadline <= w.Now() {
-		c.answerAfter(0, storeRes{err: errDeadline})
+		w.after(0, "ctx-expired", func() { deliver(storeRes{err: errDeadline}) })
 		return
 	}
-	mode, late := w.storeMode(n, &c.op)
+	mode, late := w.storeMode(n, &op)
 	l1, l2 := w.randDur(300*time.Microsecond, 3*time.Millisecond), w.randDur(300*time.Microsecond, 3*time.Millisecond)
 	if late > 0 {
 		l1 = late
@@ -208,89 +219,47 @@ func (s *Store) call(n *Node, op storeOp, deadline time.Duration, done func(stor
 		l1 += w.randDur(0, 400*time.Millisecond)
 		l2 += w.randDur(0, 600*time.Millisecond)
 	}
-	c.mode, c.l2 = mode, l2
 	if w.Tracing() {
-		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[c.op.kind], c.op.why, mode, l1)
+		w.tracef("%s store %s %s sent (mode %s, applies at +%s)", n.name, opNames[op.kind], op.why, mode, l1)
 	}
-	w.at(deadline, "store-deadline", c.deadlineExceeded)
-	w.after(l1, "store-apply", c.arrive)
-}
-
-// inflight is one store call on its way.
-type inflight struct {
-	s        *Store
-	n        *Node
-	life     int // n's life when it called
-	op       storeOp
-	done     func(storeRes)
-	mode     simkit.StoreMode
-	l2       time.Duration // the answer's way back
-	res      storeRes      // the answer on its way back
-	answered bool
-}
-
-// answerAfter delivers res after d.
-func (c *inflight) answerAfter(d time.Duration, res storeRes) {
-	c.res = res
-	c.s.w.after(d, "store-answer", c.answer)
-}
-
-func (c *inflight) answer() { c.deliver(c.res) }
-
-func (c *inflight) deadlineExceeded() { c.deliver(storeRes{err: errDeadline}) }
-
-func (c *inflight) deliver(res storeRes) {
-	if c.answered {
-		return
-	}
-	c.answered = true
-	if n := c.n; !n.alive || n.life != c.life {
-		return
-	}
-	if w := c.s.w; w.Tracing() {
-		w.tracef("%s store %s %s answered %s %s", c.n.name, opNames[c.op.kind], c.op.why, res.err, res.rec)
-	}
-	c.done(res)
-}
-
-// arrive is the call reaching the store.
-func (c *inflight) arrive() {
-	s, w, n, op := c.s, c.s.w, c.n, &c.op
-	if s.down || n.storeCut {
-		if c.mode != simkit.ModeHang {
-			err := errUnavailable
-			if op.kind.isWrite() && w.Rand.IntN(2) == 0 {
-				err = errIndeterminate
+	w.at(deadline, "store-deadline", func() { deliver(storeRes{err: errDeadline}) })
+	w.after(l1, "store-apply", func() {
+		if s.down || n.storeCut {
+			if mode != simkit.ModeHang {
+				err := errUnavailable
+				if op.kind.isWrite() && w.Rand.IntN(2) == 0 {
+					err = errIndeterminate
+				}
+				w.after(l2, "store-answer", func() { deliver(storeRes{err: err}) })
 			}
-			c.answerAfter(c.l2, storeRes{err: err})
+			return
 		}
-		return
-	}
-	switch c.mode {
-	case simkit.ModeUnavailable:
-		c.answerAfter(c.l2, storeRes{err: errUnavailable})
-		return
-	case simkit.ModeIndetNotApplied:
-		c.answerAfter(c.l2, storeRes{err: errIndeterminate})
-		return
-	case simkit.ModeHang:
-		return
-	}
-	if op.kind == opWatch {
-		s.watch(*op, func(r Record) { c.answerAfter(c.l2, storeRes{rec: r}) })
-		return
-	}
-	res := s.apply(n, *op)
-	if c.mode == simkit.ModeLate {
-		return
-	}
-	if c.mode == simkit.ModeIndetApplied {
-		if op.kind.isWrite() {
-			w.stats.IndeterminateCAS++
+		switch mode {
+		case simkit.ModeUnavailable:
+			w.after(l2, "store-answer", func() { deliver(storeRes{err: errUnavailable}) })
+			return
+		case simkit.ModeIndetNotApplied:
+			w.after(l2, "store-answer", func() { deliver(storeRes{err: errIndeterminate}) })
+			return
+		case simkit.ModeHang:
+			return
 		}
-		res = storeRes{err: errIndeterminate}
-	}
-	c.answerAfter(c.l2, res)
+		if op.kind == opWatch {
+			s.watch(op, func(r Record) { w.after(l2, "store-answer", func() { deliver(storeRes{rec: r}) }) })
+			return
+		}
+		res := s.apply(n, op)
+		if mode == simkit.ModeLate {
+			return
+		}
+		if mode == simkit.ModeIndetApplied {
+			if op.kind.isWrite() {
+				w.stats.IndeterminateCAS++
+			}
+			res = storeRes{err: errIndeterminate}
+		}
+		w.after(l2, "store-answer", func() { deliver(res) })
+	})
 }
 
 func (s *Store) apply(n *Node, op storeOp) storeRes {
