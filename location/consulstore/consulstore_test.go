@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/stretchr/testify/require"
 
 	"github.com/roamactors/roam/location"
@@ -105,4 +106,40 @@ func TestListContinuesFromTheKeysItKept(t *testing.T) {
 	require.Len(t, seen, n-2)
 	require.False(t, seen[id(1000)])
 	require.False(t, seen[id(2050)])
+}
+
+// BenchmarkRawTxnCAS is BenchmarkCAS's floor: the same check-and-set of
+// the same value on the same agent, as one Consul transaction sent with
+// Consul's own client, without roam's encoding, batching or checks.
+func BenchmarkRawTxnCAS(b *testing.B) {
+	prefix := fmt.Sprintf("roam-test/raw-%d", prefixes.Add(1))
+	s, err := consulstore.New(consulstore.Config{Address: server.Addr, Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	key := location.Key(location.KindInstanceSpot, "bench-cas")
+	if _, err := s.CompareAndSet(ctx, key, 0, record(1, 0)); err != nil {
+		b.Fatal(err)
+	}
+	client, err := api.NewClient(&api.Config{Address: server.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pairs, _, err := client.KV().List(prefix, nil)
+	if err != nil || len(pairs) != 1 {
+		b.Fatalf("the record roam wrote: %d pairs, %v", len(pairs), err)
+	}
+	kv := *pairs[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	// After ResetTimer, which drops metrics reported before it.
+	b.ReportMetric(float64(len(kv.Value)), "value-bytes")
+	for i := 0; i < b.N; i++ {
+		ok, resp, _, err := client.Txn().Txn(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: kv.Key, Value: kv.Value, Index: kv.ModifyIndex}}}, nil)
+		if err != nil || !ok {
+			b.Fatalf("raw CAS: ok %v, %v", ok, err)
+		}
+		kv.ModifyIndex = resp.Results[0].KV.ModifyIndex
+	}
 }
