@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -116,9 +117,26 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 	}
 	var b strings.Builder
 	header(&b, runs)
+	// Each section writes the results so far when it ends, and one that
+	// fails says so in the results and lets the others run: a failure late
+	// in a run of ten minutes must not lose what came before it.
+	var failed []error
+	section := func(letter string, measure func() error) {
+		if !want(letter) {
+			return
+		}
+		if err := measure(); err != nil {
+			failed = append(failed, fmt.Errorf("section (%s): %w", letter, err))
+			fmt.Fprintf(&b, "\n**Section (%s) did not finish:** %v\n\n", letter, err)
+			fmt.Fprintf(os.Stderr, "(%s) did not finish: %v\n", letter, err)
+		}
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			failed = append(failed, err)
+		}
+	}
 
 	pauseAt := map[string]map[int]pauseRow{}
-	if want("a") {
+	section("a", func() error {
 		fmt.Fprintln(os.Stderr, "(a) pause against state size")
 		b.WriteString("## (a) Pause against state size\n\n")
 		b.WriteString("One Spot moved back and forth between two nodes (20 ms apart) while a sender posts one-way messages to it by Spot ID in a loop (a 200 µs timer between sends). ")
@@ -144,9 +162,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			}
 		}
 
-	}
+		return nil
+	})
 
-	if want("b") {
+	section("b", func() error {
 		fmt.Fprintln(os.Stderr, "(b) throughput while moving")
 		b.WriteString("\n## (b) Throughput to one Spot relocated every 100 ms\n\n")
 		fmt.Fprintf(&b, "Four closed-loop requesters (two per node) call one Spot by Spot ID; in the same world, phases of %s with the Spot left alone (the baseline) alternate with phases of %s with it relocated every 100 ms, three of each. Ratio: the median over runs of each run's ratio.\n\n", window/2, window/2)
@@ -159,9 +178,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			fmt.Fprintf(&b, "| %s | %.0f req/s | %.0f req/s | %d | %.2f |\n", s.name, row.Static, row.Moving, row.Moves, row.Ratio)
 		}
 
-	}
+		return nil
+	})
 
-	if want("c") {
+	section("c", func() error {
 		fmt.Fprintln(os.Stderr, "(c) many Spots")
 		b.WriteString("\n## (c) Moving many Spots\n\n")
 		fmt.Fprintf(&b, "%d idle Spots (an 8-byte state each) moved from one node to the other one after another, then back 32 at a time.\n\n", spots)
@@ -174,9 +194,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			fmt.Fprintf(&b, "| %s | %d | %.0f moves/s | %.0f moves/s |\n", s.name, row.Spots, row.Sequential, row.Concurrent)
 		}
 
-	}
+		return nil
+	})
 
-	if want("f") {
+	section("f", func() error {
 		fmt.Fprintln(os.Stderr, "(f) SpotWide move against members")
 		b.WriteString("## (f) A SpotWide User Spot moved with its members\n\n")
 		b.WriteString("A SpotWide User Spot and its members (each with 1 KiB of state) moved back and forth between two nodes, one unit per move: one seal, one payload, one store transaction by the target. ")
@@ -197,9 +218,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			}
 		}
 		b.WriteString("\n")
-	}
+		return nil
+	})
 
-	if want("g") {
+	section("g", func() error {
 		fmt.Fprintln(os.Stderr, "(g) cost of one move")
 		b.WriteString("## (g) What one move costs\n\n")
 		b.WriteString("One Spot moved back and forth between two nodes on the embedded store, one move after another, after a warm-up of 5 moves; ")
@@ -225,9 +247,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		}
 		b.WriteString(tops.String())
 		b.WriteString("\n")
-	}
+		return nil
+	})
 
-	if want("h") {
+	section("h", func() error {
 		fmt.Fprintln(os.Stderr, "(h) cold activation")
 		n, total := 300, 10000
 		if quick {
@@ -246,9 +269,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			fmt.Fprintf(os.Stderr, "  %s: p50 %.2f ms p99 %.2f ms, round trip %.3f ms, %.1f calls, %.0f/s\n", s.name, row.P50, row.P99, row.RoundTrip, row.Calls, row.Rate)
 		}
 		b.WriteString("\n")
-	}
+		return nil
+	})
 
-	if want("e") {
+	section("e", func() error {
 		fmt.Fprintln(os.Stderr, "(e) drain")
 		if drainUnits <= 0 {
 			drainUnits = 10000
@@ -275,9 +299,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		}
 		b.WriteString(drains.String())
 
-	}
+		return nil
+	})
 
-	if want("d") {
+	section("d", func() error {
 		fmt.Fprintln(os.Stderr, "(d) baselines")
 		b.WriteString("\n## (d) Baselines\n\n### Proto.Actor's own way against roam, on Consul\n\n")
 		b.WriteString("Proto.Actor without roam: stop the actor on node A, persist its state to Consul KV, activate it on node B and load the state; ")
@@ -324,8 +349,9 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 				row.PlainRate, row.RoamRate, row.RoamRTT/row.PlainRTT, row.RoamRate/row.PlainRate)
 		}
 		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's; a request by Spot ID %.2f× one by PID (`go test -bench RequestInterleaved ./spot` interleaves the two in one loop).\n", median(rttRatios), median(rateRatios), median(idRatios))
-	}
-	if want("j") {
+		return nil
+	})
+	section("j", func() error {
 		n, window := talkers, 5*time.Second
 		if quick {
 			n, window = min(n, 500), 2*time.Second
@@ -359,9 +385,10 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		if row.Lost+row.Duplicated > 0 {
 			return fmt.Errorf("co-location: %d hops lost, %d duplicated", row.Lost, row.Duplicated)
 		}
-	}
+		return nil
+	})
 
-	if want("k") {
+	section("k", func() error {
 		d := 4500 * time.Millisecond
 		if quick {
 			d = 1500 * time.Millisecond
@@ -380,11 +407,12 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			fmt.Fprintf(os.Stderr, "  %s: never %.0f, turn %.0f (%.2f), 100ms %.0f (%.2f) req/s; put %v vs CAS %v\n", st.name, row.Never, row.Turn, row.TurnRatio, row.Interval, row.IntRatio, row.PutP50, row.CASP50)
 		}
 		b.WriteString("\n")
-	}
+		return nil
+	})
 
 	// Last: a million Spots leave the machine slow to hand out memory for a
 	// while (the large moves of (a) measured up to 4× slower right after).
-	if want("i") {
+	section("i", func() error {
 		n := scaleN
 		if quick {
 			n = min(n, 20000)
@@ -402,13 +430,11 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		fmt.Fprintf(&b, "| %d | %.0f B | %.0f B | %.2f | %.0f B | %.2f s | %.3f ms | %.3f ms | %.2f |\n\n", n, row.Plain, row.Spot, row.Spot/row.Plain, row.Store,
 			row.Start.Seconds(), row.P99Few, row.P99Many, row.P99Many/row.P99Few)
 		fmt.Fprintf(os.Stderr, "  %d: plain %.0f B, Spot %.0f B, record %.0f B, scan %v, p99 %.3f / %.3f ms\n", n, row.Plain, row.Spot, row.Store, row.Start, row.P99Few, row.P99Many)
-	}
+		return nil
+	})
 
-	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
 	fmt.Fprintln(os.Stderr, "wrote", out)
-	return nil
+	return errors.Join(failed...)
 }
 
 func header(b *strings.Builder, runs int) {
