@@ -111,8 +111,14 @@ type (
 	// RestoreFailed: RestorePayload failed (decode, adapter, type).
 	RestoreFailed struct{ Err error }
 	// SourceVerified answers VerifySource: Err is nil when the store backs
-	// the prepare, else why not.
-	SourceVerified struct{ Err error }
+	// the prepare, else why not. Unsettled: the tries ran out at the
+	// restore deadline with answers that said nothing of the source (the
+	// store or the source's node unavailable, VerifyAgain), so Err is no
+	// evidence that the source is stale.
+	SourceVerified struct {
+		Err       error
+		Unsettled bool
+	}
 	// RelayRecordReceived: one relayed record. Record is its canonical bytes
 	// (for the RelaySum), Item what OpenDispatch will post, Index its
 	// position in the boundary batch (the same in every resend).

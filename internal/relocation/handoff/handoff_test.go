@@ -548,6 +548,33 @@ func TestRelayReadyWaitsForTheSourceCheck(t *testing.T) {
 	}
 }
 
+// A source check whose tries ran out at the restore deadline with answers
+// that said nothing of the source (the store unavailable) fails the move
+// as a deadline, not as stale: the source is told DEADLINE, and its caller
+// gets DeadlineExceeded. Before, such a check answered STALE ("the source
+// is not the object's owner"), seen under load in the SpotWide fault test.
+// Reference: PROTOCOL.md §5.7.
+func TestAnUnsettledSourceCheckIsADeadlineNotStale(t *testing.T) {
+	payload := stream(100)
+	m, chunks, err := envelope.Split(payload, 100)
+	require.NoError(t, err)
+	tg, _ := NewTarget(testID, DefaultConfig(), PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
+	for _, c := range chunks {
+		tg.Step(ChunkReceived{Chunk: c})
+	}
+	require.Empty(t, tg.Step(Restored{}))
+	effects := tg.Step(SourceVerified{Err: fmt.Errorf("%w: read timed out", roamerr.ErrUnavailable), Unsettled: true})
+	f, ok := find[SendFailed](effects)
+	require.True(t, ok)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_DEADLINE, f.Reason)
+	c, _ := find[Complete](effects)
+	require.ErrorIs(t, c.Err, roamerr.ErrDeadlineExceeded)
+	require.False(t, errors.Is(c.Err, roamerr.ErrStale))
+	require.True(t, has[RemoveTarget](effects))
+	require.Equal(t, TargetRemoved, tg.Phase())
+	require.ErrorIs(t, failureError(f.Reason, f.Detail), roamerr.ErrDeadlineExceeded, "what the source's caller gets")
+}
+
 // Chunks are one-way: the target credits each chunk but the last (with
 // the default step of one byte), whose bytes relay-ready answers, so a
 // payload of one chunk costs no credit message.

@@ -330,6 +330,14 @@ func (t *Target) sourceVerified(ev SourceVerified) []Effect {
 		return t.remove(ev.Err,
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_CAPACITY_EXCEEDED, Detail: ev.Err.Error()})
 	}
+	if ev.Err != nil && ev.Unsettled {
+		// The restore deadline passed before the store or the source's
+		// node could answer: a deadline, as TimerRestoreDeadline's, not a
+		// verdict on the source (seen under load, when the last try's
+		// answer came before the deadline timer).
+		return t.remove(fmt.Errorf("%w: restore deadline passed before the source could be verified: %w", roamerr.ErrDeadlineExceeded, ev.Err),
+			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_DEADLINE, Detail: "restore deadline passed before the source could be verified"})
+	}
 	if ev.Err != nil {
 		return t.remove(roamerr.Wrap(roamerr.ErrStale, "the store does not back the Restore request", ev.Err),
 			SendFailed{Reason: messages.FailureReason_FAILURE_REASON_STALE, Detail: "the source is not the object's owner at the move's fence"},

@@ -350,7 +350,7 @@ func (r *Run[M]) verify(prev time.Duration) {
 			switch {
 			case ended():
 			case expired:
-				r.Step(handoff.SourceVerified{Err: err})
+				r.Step(handoff.SourceVerified{Err: err, Unsettled: true})
 			default:
 				r.verify(wait)
 			}
