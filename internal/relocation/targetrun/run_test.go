@@ -490,9 +490,13 @@ func TestVerifySource(t *testing.T) {
 	require.Empty(t, f.calls[:slices.Index(f.calls, "failed FAILURE_REASON_STALE")])
 	require.Equal(t, handoff.TargetRemoved, r.Machine().Phase())
 
-	// The deadline ends a pause: the last error answers.
+	// The deadline ends a pause: the last error answers, as a deadline
+	// (it said nothing of the source), never as stale.
 	r, f, _ = newRun(t, 1)
 	f.peer(fmt.Errorf("%w: peer", roamerr.ErrUnavailable))
+	f.calls = nil
 	f.later(true)
 	require.Equal(t, handoff.TargetRemoved, r.Machine().Phase())
+	require.Contains(t, f.calls, "failed FAILURE_REASON_DEADLINE")
+	require.NotContains(t, f.calls, "failed FAILURE_REASON_STALE")
 }
