@@ -558,6 +558,11 @@ type CapabilityReply struct {
 	// operator's release of one would race that recovery). Unset: a node
 	// that does not say (an older version).
 	RecoversEnded *bool `protobuf:"varint,11,opt,name=recovers_ended,json=recoversEnded,proto3,oneof" json:"recovers_ended,omitempty"`
+	// source_check: the node answers SourceCheck, so the source asks it to
+	// check the store before the seal (PROTOCOL.md §5.2). Unset: a node
+	// that does not (an older version), which checks after the Restore
+	// request; it must never be sent a SourceCheck.
+	SourceCheck   bool `protobuf:"varint,12,opt,name=source_check,json=sourceCheck,proto3" json:"source_check,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +674,159 @@ func (x *CapabilityReply) GetRecoversEnded() bool {
 	return false
 }
 
+func (x *CapabilityReply) GetSourceCheck() bool {
+	if x != nil {
+		return x.SourceCheck
+	}
+	return false
+}
+
+// SourceCheck asks a move's target, after the admission and before the
+// seal, to check against the Location Store that the source owns the
+// object at the move's fence (PROTOCOL.md §5.2, §5.7). It carries the
+// move ticket of the target's capability answer, which it does not use
+// up. The target keeps what it read for the move's Restore request,
+// which then needs no read of its own: the read is not part of the
+// pause.
+type SourceCheck struct {
+	state                     protoimpl.MessageState `protogen:"open.v1"`
+	Identity                  *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Object                    *ObjectRef             `protobuf:"bytes,2,opt,name=object,proto3" json:"object,omitempty"`
+	Source                    *NodeRef               `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	MoveTicket                []byte                 `protobuf:"bytes,4,opt,name=move_ticket,json=moveTicket,proto3" json:"move_ticket,omitempty"`
+	RestoreDeadlineUnixMillis int64                  `protobuf:"varint,5,opt,name=restore_deadline_unix_millis,json=restoreDeadlineUnixMillis,proto3" json:"restore_deadline_unix_millis,omitempty"` // the move's; the check ends there
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
+}
+
+func (x *SourceCheck) Reset() {
+	*x = SourceCheck{}
+	mi := &file_relocation_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceCheck) ProtoMessage() {}
+
+func (x *SourceCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceCheck.ProtoReflect.Descriptor instead.
+func (*SourceCheck) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SourceCheck) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SourceCheck) GetObject() *ObjectRef {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *SourceCheck) GetSource() *NodeRef {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *SourceCheck) GetMoveTicket() []byte {
+	if x != nil {
+		return x.MoveTicket
+	}
+	return nil
+}
+
+func (x *SourceCheck) GetRestoreDeadlineUnixMillis() int64 {
+	if x != nil {
+		return x.RestoreDeadlineUnixMillis
+	}
+	return 0
+}
+
+// SourceCheckReply answers SourceCheck.
+type SourceCheckReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Identity *RelocationIdentity    `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// code is empty when the store backs the source; otherwise the roamerr
+	// wire code of why not (stale, unavailable, deadline_exceeded, ...).
+	Code          string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceCheckReply) Reset() {
+	*x = SourceCheckReply{}
+	mi := &file_relocation_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceCheckReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceCheckReply) ProtoMessage() {}
+
+func (x *SourceCheckReply) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceCheckReply.ProtoReflect.Descriptor instead.
+func (*SourceCheckReply) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SourceCheckReply) GetIdentity() *RelocationIdentity {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *SourceCheckReply) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *SourceCheckReply) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // PayloadManifest describes the complete relocation-envelope-v1 stream.
 type PayloadManifest struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
@@ -681,7 +839,7 @@ type PayloadManifest struct {
 
 func (x *PayloadManifest) Reset() {
 	*x = PayloadManifest{}
-	mi := &file_relocation_proto_msgTypes[6]
+	mi := &file_relocation_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +851,7 @@ func (x *PayloadManifest) String() string {
 func (*PayloadManifest) ProtoMessage() {}
 
 func (x *PayloadManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[6]
+	mi := &file_relocation_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +864,7 @@ func (x *PayloadManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PayloadManifest.ProtoReflect.Descriptor instead.
 func (*PayloadManifest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{6}
+	return file_relocation_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PayloadManifest) GetPayloadTotalLength() uint64 {
@@ -767,7 +925,7 @@ type RelocationPrepare struct {
 
 func (x *RelocationPrepare) Reset() {
 	*x = RelocationPrepare{}
-	mi := &file_relocation_proto_msgTypes[7]
+	mi := &file_relocation_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +937,7 @@ func (x *RelocationPrepare) String() string {
 func (*RelocationPrepare) ProtoMessage() {}
 
 func (x *RelocationPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[7]
+	mi := &file_relocation_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +950,7 @@ func (x *RelocationPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationPrepare.ProtoReflect.Descriptor instead.
 func (*RelocationPrepare) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{7}
+	return file_relocation_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RelocationPrepare) GetIdentity() *RelocationIdentity {
@@ -896,7 +1054,7 @@ type Participant struct {
 
 func (x *Participant) Reset() {
 	*x = Participant{}
-	mi := &file_relocation_proto_msgTypes[8]
+	mi := &file_relocation_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1066,7 @@ func (x *Participant) String() string {
 func (*Participant) ProtoMessage() {}
 
 func (x *Participant) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[8]
+	mi := &file_relocation_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1079,7 @@ func (x *Participant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Participant.ProtoReflect.Descriptor instead.
 func (*Participant) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{8}
+	return file_relocation_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Participant) GetObject() *ObjectRef {
@@ -972,7 +1130,7 @@ type RelocationState struct {
 
 func (x *RelocationState) Reset() {
 	*x = RelocationState{}
-	mi := &file_relocation_proto_msgTypes[9]
+	mi := &file_relocation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1142,7 @@ func (x *RelocationState) String() string {
 func (*RelocationState) ProtoMessage() {}
 
 func (x *RelocationState) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[9]
+	mi := &file_relocation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1155,7 @@ func (x *RelocationState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationState.ProtoReflect.Descriptor instead.
 func (*RelocationState) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{9}
+	return file_relocation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RelocationState) GetIdentity() *RelocationIdentity {
@@ -1042,7 +1200,7 @@ type RelocationStateCredit struct {
 
 func (x *RelocationStateCredit) Reset() {
 	*x = RelocationStateCredit{}
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1212,7 @@ func (x *RelocationStateCredit) String() string {
 func (*RelocationStateCredit) ProtoMessage() {}
 
 func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1225,7 @@ func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStateCredit.ProtoReflect.Descriptor instead.
 func (*RelocationStateCredit) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{10}
+	return file_relocation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RelocationStateCredit) GetIdentity() *RelocationIdentity {
@@ -1101,7 +1259,7 @@ type RelayReady struct {
 
 func (x *RelayReady) Reset() {
 	*x = RelayReady{}
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1271,7 @@ func (x *RelayReady) String() string {
 func (*RelayReady) ProtoMessage() {}
 
 func (x *RelayReady) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1284,7 @@ func (x *RelayReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayReady.ProtoReflect.Descriptor instead.
 func (*RelayReady) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{11}
+	return file_relocation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RelayReady) GetIdentity() *RelocationIdentity {
@@ -1155,7 +1313,7 @@ type RelocationFailed struct {
 
 func (x *RelocationFailed) Reset() {
 	*x = RelocationFailed{}
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1325,7 @@ func (x *RelocationFailed) String() string {
 func (*RelocationFailed) ProtoMessage() {}
 
 func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1338,7 @@ func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationFailed.ProtoReflect.Descriptor instead.
 func (*RelocationFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{12}
+	return file_relocation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RelocationFailed) GetIdentity() *RelocationIdentity {
@@ -1215,7 +1373,7 @@ type PID struct {
 
 func (x *PID) Reset() {
 	*x = PID{}
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1385,7 @@ func (x *PID) String() string {
 func (*PID) ProtoMessage() {}
 
 func (x *PID) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1398,7 @@ func (x *PID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PID.ProtoReflect.Descriptor instead.
 func (*PID) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{13}
+	return file_relocation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PID) GetAddress() string {
@@ -1271,7 +1429,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1441,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1454,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{14}
+	return file_relocation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Envelope) GetTargetId() string {
@@ -1356,7 +1514,7 @@ type RelayedRecord struct {
 
 func (x *RelayedRecord) Reset() {
 	*x = RelayedRecord{}
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1526,7 @@ func (x *RelayedRecord) String() string {
 func (*RelayedRecord) ProtoMessage() {}
 
 func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1539,7 @@ func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedRecord.ProtoReflect.Descriptor instead.
 func (*RelayedRecord) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{15}
+	return file_relocation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RelayedRecord) GetIdentity() *RelocationIdentity {
@@ -1431,7 +1589,7 @@ type BoundaryAck struct {
 
 func (x *BoundaryAck) Reset() {
 	*x = BoundaryAck{}
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1601,7 @@ func (x *BoundaryAck) String() string {
 func (*BoundaryAck) ProtoMessage() {}
 
 func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1614,7 @@ func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryAck.ProtoReflect.Descriptor instead.
 func (*BoundaryAck) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{16}
+	return file_relocation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BoundaryAck) GetIdentity() *RelocationIdentity {
@@ -1479,7 +1637,7 @@ type OwnerCommitted struct {
 
 func (x *OwnerCommitted) Reset() {
 	*x = OwnerCommitted{}
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1649,7 @@ func (x *OwnerCommitted) String() string {
 func (*OwnerCommitted) ProtoMessage() {}
 
 func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1662,7 @@ func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerCommitted.ProtoReflect.Descriptor instead.
 func (*OwnerCommitted) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{17}
+	return file_relocation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OwnerCommitted) GetIdentity() *RelocationIdentity {
@@ -1527,7 +1685,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1697,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1710,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{18}
+	return file_relocation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Cutover) GetIdentity() *RelocationIdentity {
@@ -1600,7 +1758,7 @@ type RelocationAbort struct {
 
 func (x *RelocationAbort) Reset() {
 	*x = RelocationAbort{}
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1770,7 @@ func (x *RelocationAbort) String() string {
 func (*RelocationAbort) ProtoMessage() {}
 
 func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1783,7 @@ func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationAbort.ProtoReflect.Descriptor instead.
 func (*RelocationAbort) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{19}
+	return file_relocation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RelocationAbort) GetIdentity() *RelocationIdentity {
@@ -1673,7 +1831,7 @@ type SessionRoute struct {
 
 func (x *SessionRoute) Reset() {
 	*x = SessionRoute{}
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1843,7 @@ func (x *SessionRoute) String() string {
 func (*SessionRoute) ProtoMessage() {}
 
 func (x *SessionRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1856,7 @@ func (x *SessionRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRoute.ProtoReflect.Descriptor instead.
 func (*SessionRoute) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{20}
+	return file_relocation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionRoute) GetAddress() string {
@@ -1742,7 +1900,7 @@ type SessionBinding struct {
 
 func (x *SessionBinding) Reset() {
 	*x = SessionBinding{}
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1912,7 @@ func (x *SessionBinding) String() string {
 func (*SessionBinding) ProtoMessage() {}
 
 func (x *SessionBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1925,7 @@ func (x *SessionBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBinding.ProtoReflect.Descriptor instead.
 func (*SessionBinding) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{21}
+	return file_relocation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionBinding) GetSessionId() string {
@@ -1798,7 +1956,7 @@ type SessionSeal struct {
 
 func (x *SessionSeal) Reset() {
 	*x = SessionSeal{}
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1968,7 @@ func (x *SessionSeal) String() string {
 func (*SessionSeal) ProtoMessage() {}
 
 func (x *SessionSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1981,7 @@ func (x *SessionSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSeal.ProtoReflect.Descriptor instead.
 func (*SessionSeal) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{22}
+	return file_relocation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionSeal) GetIdentity() *RelocationIdentity {
@@ -1869,7 +2027,7 @@ type SessionSealReply struct {
 
 func (x *SessionSealReply) Reset() {
 	*x = SessionSealReply{}
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2039,7 @@ func (x *SessionSealReply) String() string {
 func (*SessionSealReply) ProtoMessage() {}
 
 func (x *SessionSealReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2052,7 @@ func (x *SessionSealReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSealReply.ProtoReflect.Descriptor instead.
 func (*SessionSealReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{23}
+	return file_relocation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionSealReply) GetIdentity() *RelocationIdentity {
@@ -1947,7 +2105,7 @@ type SessionRouteUpdate struct {
 
 func (x *SessionRouteUpdate) Reset() {
 	*x = SessionRouteUpdate{}
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2117,7 @@ func (x *SessionRouteUpdate) String() string {
 func (*SessionRouteUpdate) ProtoMessage() {}
 
 func (x *SessionRouteUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2130,7 @@ func (x *SessionRouteUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRouteUpdate.ProtoReflect.Descriptor instead.
 func (*SessionRouteUpdate) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{24}
+	return file_relocation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionRouteUpdate) GetIdentity() *RelocationIdentity {
@@ -2016,7 +2174,7 @@ type SessionBound struct {
 
 func (x *SessionBound) Reset() {
 	*x = SessionBound{}
-	mi := &file_relocation_proto_msgTypes[25]
+	mi := &file_relocation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2186,7 @@ func (x *SessionBound) String() string {
 func (*SessionBound) ProtoMessage() {}
 
 func (x *SessionBound) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[25]
+	mi := &file_relocation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2199,7 @@ func (x *SessionBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
 func (*SessionBound) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{25}
+	return file_relocation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionBound) GetSessionId() string {
@@ -2074,7 +2232,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[26]
+	mi := &file_relocation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2244,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[26]
+	mi := &file_relocation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2257,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{26}
+	return file_relocation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -2139,7 +2297,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[27]
+	mi := &file_relocation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2309,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[27]
+	mi := &file_relocation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2322,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{27}
+	return file_relocation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TimerTick) GetName() string {
@@ -2230,7 +2388,7 @@ type RelocateRequest struct {
 
 func (x *RelocateRequest) Reset() {
 	*x = RelocateRequest{}
-	mi := &file_relocation_proto_msgTypes[28]
+	mi := &file_relocation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2400,7 @@ func (x *RelocateRequest) String() string {
 func (*RelocateRequest) ProtoMessage() {}
 
 func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[28]
+	mi := &file_relocation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2413,7 @@ func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
 func (*RelocateRequest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{28}
+	return file_relocation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RelocateRequest) GetKind() AuthorityKind {
@@ -2335,7 +2493,7 @@ type JoinedSpot struct {
 
 func (x *JoinedSpot) Reset() {
 	*x = JoinedSpot{}
-	mi := &file_relocation_proto_msgTypes[29]
+	mi := &file_relocation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2505,7 @@ func (x *JoinedSpot) String() string {
 func (*JoinedSpot) ProtoMessage() {}
 
 func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[29]
+	mi := &file_relocation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2518,7 @@ func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedSpot.ProtoReflect.Descriptor instead.
 func (*JoinedSpot) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{29}
+	return file_relocation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JoinedSpot) GetSpotId() string {
@@ -2397,7 +2555,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[30]
+	mi := &file_relocation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2567,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[30]
+	mi := &file_relocation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2580,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{30}
+	return file_relocation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -2502,7 +2660,7 @@ type EdgeQuery struct {
 
 func (x *EdgeQuery) Reset() {
 	*x = EdgeQuery{}
-	mi := &file_relocation_proto_msgTypes[31]
+	mi := &file_relocation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2672,7 @@ func (x *EdgeQuery) String() string {
 func (*EdgeQuery) ProtoMessage() {}
 
 func (x *EdgeQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[31]
+	mi := &file_relocation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2685,7 @@ func (x *EdgeQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeQuery.ProtoReflect.Descriptor instead.
 func (*EdgeQuery) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{31}
+	return file_relocation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EdgeQuery) GetSource() *NodeRef {
@@ -2561,7 +2719,7 @@ type SampledEdge struct {
 
 func (x *SampledEdge) Reset() {
 	*x = SampledEdge{}
-	mi := &file_relocation_proto_msgTypes[32]
+	mi := &file_relocation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2731,7 @@ func (x *SampledEdge) String() string {
 func (*SampledEdge) ProtoMessage() {}
 
 func (x *SampledEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[32]
+	mi := &file_relocation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2744,7 @@ func (x *SampledEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampledEdge.ProtoReflect.Descriptor instead.
 func (*SampledEdge) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{32}
+	return file_relocation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SampledEdge) GetFromKind() AuthorityKind {
@@ -2644,7 +2802,7 @@ type SampledLoad struct {
 
 func (x *SampledLoad) Reset() {
 	*x = SampledLoad{}
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2814,7 @@ func (x *SampledLoad) String() string {
 func (*SampledLoad) ProtoMessage() {}
 
 func (x *SampledLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2827,7 @@ func (x *SampledLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampledLoad.ProtoReflect.Descriptor instead.
 func (*SampledLoad) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{33}
+	return file_relocation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SampledLoad) GetKind() AuthorityKind {
@@ -2709,7 +2867,7 @@ type EdgeReply struct {
 
 func (x *EdgeReply) Reset() {
 	*x = EdgeReply{}
-	mi := &file_relocation_proto_msgTypes[34]
+	mi := &file_relocation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2879,7 @@ func (x *EdgeReply) String() string {
 func (*EdgeReply) ProtoMessage() {}
 
 func (x *EdgeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[34]
+	mi := &file_relocation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2892,7 @@ func (x *EdgeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeReply.ProtoReflect.Descriptor instead.
 func (*EdgeReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{34}
+	return file_relocation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EdgeReply) GetEdges() []*SampledEdge {
@@ -2797,7 +2955,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\twant_load\x18\x05 \x01(\bR\bwantLoad\x12!\n" +
 	"\fwant_tickets\x18\x06 \x01(\rR\vwantTickets\x12)\n" +
 	"\x10returned_tickets\x18\a \x03(\fR\x0freturnedTickets\x12\x18\n" +
-	"\aleaving\x18\b \x01(\bR\aleaving\"\xa5\x03\n" +
+	"\aleaving\x18\b \x01(\bR\aleaving\"\xc8\x03\n" +
 	"\x0fCapabilityReply\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
@@ -2812,8 +2970,20 @@ const file_relocation_proto_rawDesc = "" +
 	"\n" +
 	"chunk_link\x18\n" +
 	" \x01(\tR\tchunkLink\x12*\n" +
-	"\x0erecovers_ended\x18\v \x01(\bH\x00R\rrecoversEnded\x88\x01\x01B\x11\n" +
-	"\x0f_recovers_ended\"\xab\x01\n" +
+	"\x0erecovers_ended\x18\v \x01(\bH\x00R\rrecoversEnded\x88\x01\x01\x12!\n" +
+	"\fsource_check\x18\f \x01(\bR\vsourceCheckB\x11\n" +
+	"\x0f_recovers_ended\"\x90\x02\n" +
+	"\vSourceCheck\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
+	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12.\n" +
+	"\x06source\x18\x03 \x01(\v2\x16.roam.messages.NodeRefR\x06source\x12\x1f\n" +
+	"\vmove_ticket\x18\x04 \x01(\fR\n" +
+	"moveTicket\x12?\n" +
+	"\x1crestore_deadline_unix_millis\x18\x05 \x01(\x03R\x19restoreDeadlineUnixMillis\"}\n" +
+	"\x10SourceCheckReply\x12=\n" +
+	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xab\x01\n" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
@@ -3006,7 +3176,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -3016,89 +3186,95 @@ var file_relocation_proto_goTypes = []any{
 	(*NodeRef)(nil),               // 5: roam.messages.NodeRef
 	(*CapabilityQuery)(nil),       // 6: roam.messages.CapabilityQuery
 	(*CapabilityReply)(nil),       // 7: roam.messages.CapabilityReply
-	(*PayloadManifest)(nil),       // 8: roam.messages.PayloadManifest
-	(*RelocationPrepare)(nil),     // 9: roam.messages.RelocationPrepare
-	(*Participant)(nil),           // 10: roam.messages.Participant
-	(*RelocationState)(nil),       // 11: roam.messages.RelocationState
-	(*RelocationStateCredit)(nil), // 12: roam.messages.RelocationStateCredit
-	(*RelayReady)(nil),            // 13: roam.messages.RelayReady
-	(*RelocationFailed)(nil),      // 14: roam.messages.RelocationFailed
-	(*PID)(nil),                   // 15: roam.messages.PID
-	(*Envelope)(nil),              // 16: roam.messages.Envelope
-	(*RelayedRecord)(nil),         // 17: roam.messages.RelayedRecord
-	(*BoundaryAck)(nil),           // 18: roam.messages.BoundaryAck
-	(*OwnerCommitted)(nil),        // 19: roam.messages.OwnerCommitted
-	(*Cutover)(nil),               // 20: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 21: roam.messages.RelocationAbort
-	(*SessionRoute)(nil),          // 22: roam.messages.SessionRoute
-	(*SessionBinding)(nil),        // 23: roam.messages.SessionBinding
-	(*SessionSeal)(nil),           // 24: roam.messages.SessionSeal
-	(*SessionSealReply)(nil),      // 25: roam.messages.SessionSealReply
-	(*SessionRouteUpdate)(nil),    // 26: roam.messages.SessionRouteUpdate
-	(*SessionBound)(nil),          // 27: roam.messages.SessionBound
-	(*DeliveryFailed)(nil),        // 28: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 29: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 30: roam.messages.RelocateRequest
-	(*JoinedSpot)(nil),            // 31: roam.messages.JoinedSpot
-	(*RelocateReply)(nil),         // 32: roam.messages.RelocateReply
-	(*EdgeQuery)(nil),             // 33: roam.messages.EdgeQuery
-	(*SampledEdge)(nil),           // 34: roam.messages.SampledEdge
-	(*SampledLoad)(nil),           // 35: roam.messages.SampledLoad
-	(*EdgeReply)(nil),             // 36: roam.messages.EdgeReply
-	nil,                           // 37: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 38: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 39: roam.messages.Membership
+	(*SourceCheck)(nil),           // 8: roam.messages.SourceCheck
+	(*SourceCheckReply)(nil),      // 9: roam.messages.SourceCheckReply
+	(*PayloadManifest)(nil),       // 10: roam.messages.PayloadManifest
+	(*RelocationPrepare)(nil),     // 11: roam.messages.RelocationPrepare
+	(*Participant)(nil),           // 12: roam.messages.Participant
+	(*RelocationState)(nil),       // 13: roam.messages.RelocationState
+	(*RelocationStateCredit)(nil), // 14: roam.messages.RelocationStateCredit
+	(*RelayReady)(nil),            // 15: roam.messages.RelayReady
+	(*RelocationFailed)(nil),      // 16: roam.messages.RelocationFailed
+	(*PID)(nil),                   // 17: roam.messages.PID
+	(*Envelope)(nil),              // 18: roam.messages.Envelope
+	(*RelayedRecord)(nil),         // 19: roam.messages.RelayedRecord
+	(*BoundaryAck)(nil),           // 20: roam.messages.BoundaryAck
+	(*OwnerCommitted)(nil),        // 21: roam.messages.OwnerCommitted
+	(*Cutover)(nil),               // 22: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 23: roam.messages.RelocationAbort
+	(*SessionRoute)(nil),          // 24: roam.messages.SessionRoute
+	(*SessionBinding)(nil),        // 25: roam.messages.SessionBinding
+	(*SessionSeal)(nil),           // 26: roam.messages.SessionSeal
+	(*SessionSealReply)(nil),      // 27: roam.messages.SessionSealReply
+	(*SessionRouteUpdate)(nil),    // 28: roam.messages.SessionRouteUpdate
+	(*SessionBound)(nil),          // 29: roam.messages.SessionBound
+	(*DeliveryFailed)(nil),        // 30: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 31: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 32: roam.messages.RelocateRequest
+	(*JoinedSpot)(nil),            // 33: roam.messages.JoinedSpot
+	(*RelocateReply)(nil),         // 34: roam.messages.RelocateReply
+	(*EdgeQuery)(nil),             // 35: roam.messages.EdgeQuery
+	(*SampledEdge)(nil),           // 36: roam.messages.SampledEdge
+	(*SampledLoad)(nil),           // 37: roam.messages.SampledLoad
+	(*EdgeReply)(nil),             // 38: roam.messages.EdgeReply
+	nil,                           // 39: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 40: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 41: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	38, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	38, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	40, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	40, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
-	3,  // 5: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
-	4,  // 6: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
-	8,  // 7: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
-	5,  // 8: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	39, // 9: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
-	10, // 10: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
-	23, // 11: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
-	4,  // 12: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
-	23, // 13: roam.messages.Participant.session:type_name -> roam.messages.SessionBinding
-	3,  // 14: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 15: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 16: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 17: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 18: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	15, // 19: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	37, // 20: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 21: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	16, // 22: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 23: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 24: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 25: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 26: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 27: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	3,  // 28: roam.messages.SessionSeal.identity:type_name -> roam.messages.RelocationIdentity
-	22, // 29: roam.messages.SessionSeal.source_route:type_name -> roam.messages.SessionRoute
-	3,  // 30: roam.messages.SessionSealReply.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 31: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
-	22, // 32: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
-	15, // 33: roam.messages.SessionBound.session:type_name -> roam.messages.PID
-	38, // 34: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 35: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 36: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	39, // 37: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	5,  // 38: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
-	38, // 39: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
-	38, // 40: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
-	38, // 41: roam.messages.SampledLoad.kind:type_name -> roam.messages.AuthorityKind
-	34, // 42: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
-	35, // 43: roam.messages.EdgeReply.loads:type_name -> roam.messages.SampledLoad
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	3,  // 5: roam.messages.SourceCheck.identity:type_name -> roam.messages.RelocationIdentity
+	4,  // 6: roam.messages.SourceCheck.object:type_name -> roam.messages.ObjectRef
+	5,  // 7: roam.messages.SourceCheck.source:type_name -> roam.messages.NodeRef
+	3,  // 8: roam.messages.SourceCheckReply.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 9: roam.messages.RelocationPrepare.identity:type_name -> roam.messages.RelocationIdentity
+	4,  // 10: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
+	10, // 11: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
+	5,  // 12: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
+	41, // 13: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	12, // 14: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
+	25, // 15: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
+	4,  // 16: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
+	25, // 17: roam.messages.Participant.session:type_name -> roam.messages.SessionBinding
+	3,  // 18: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 19: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 20: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 21: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 22: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	17, // 23: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	39, // 24: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 25: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	18, // 26: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 27: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 28: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 29: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 30: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 31: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	3,  // 32: roam.messages.SessionSeal.identity:type_name -> roam.messages.RelocationIdentity
+	24, // 33: roam.messages.SessionSeal.source_route:type_name -> roam.messages.SessionRoute
+	3,  // 34: roam.messages.SessionSealReply.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 35: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
+	24, // 36: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
+	17, // 37: roam.messages.SessionBound.session:type_name -> roam.messages.PID
+	40, // 38: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 39: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 40: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	41, // 41: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	5,  // 42: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
+	40, // 43: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
+	40, // 44: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
+	40, // 45: roam.messages.SampledLoad.kind:type_name -> roam.messages.AuthorityKind
+	36, // 46: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
+	37, // 47: roam.messages.EdgeReply.loads:type_name -> roam.messages.SampledLoad
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -3114,7 +3290,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

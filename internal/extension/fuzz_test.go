@@ -40,6 +40,8 @@ var controlTypes = []func() proto.Message{
 	func() proto.Message { return &messages.RouteBarrier{} },
 	func() proto.Message { return &messages.GrainActivate{} },
 	func() proto.Message { return &messages.TimerTick{} },
+	func() proto.Message { return &messages.SourceCheck{} },
+	func() proto.Message { return &messages.SourceCheckReply{} },
 }
 
 // Any control message, decoded from any bytes and delivered to the

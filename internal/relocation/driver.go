@@ -195,6 +195,15 @@ type Driver struct {
 	// events is the driver's event stream subscription; live holds every
 	// incarnation spawned and not stopped yet, for Shutdown (under liveMu).
 	events *eventstream.Subscription
+	// prechecks: what the source checks found, for the Restore requests
+	// to come (sourcecheck.go).
+	prechecks prechecks
+	// noSourceCheck: answer capability queries as a version without the
+	// source check does (tests of the check after the Restore request).
+	noSourceCheck bool
+	// checkNext: the next try of each source check that waits for its
+	// pause (timerKey.check).
+	checkNext map[handoff.Identity]func()
 	// peers: the addresses whose connection ended and was not made again
 	// (ConnectionEnded).
 	peers  peerLinks
@@ -555,6 +564,10 @@ func (d *Driver) Receive(c actor.Context) {
 		d.onEdgeQuery(c, m)
 	case *messages.RelocateRequest:
 		d.onRelocateRequest(c, m)
+	case *messages.SourceCheck:
+		d.onSourceCheck(c, m)
+	case *messages.SourceCheckReply:
+		d.onSourceEvent(m.GetIdentity(), c, sourceChecked(m))
 	case *messages.RelocationPrepare:
 		d.onPrepare(c, m)
 	case *messages.RelocationState:
@@ -619,6 +632,7 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 		Registered: ok, ApplicationVersion: version, Movable: Movable(q.GetKind()),
 	}, q)
 	reply.Supported, reply.Reason, reply.Code = v.Supported, v.Reason, v.Code
+	reply.SourceCheck = !d.noSourceCheck // sourcecheck.go
 	return reply
 }
 
@@ -661,6 +675,9 @@ type timerKey struct {
 	deadLetter location.AuthorityKey
 	// verify: a target run's VerifySource pause (targetEnv.After).
 	verify bool
+	// check: a source check's pause before its next try (target, keyed
+	// by the move's identity; sourcecheck.go).
+	check bool
 }
 
 func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
@@ -680,6 +697,13 @@ func (d *Driver) stopTimers(match func(timerKey) bool) { d.loop.CancelIf(match) 
 func (d *Driver) onTimer(k timerKey) {
 	if k.deadLetter != (location.AuthorityKey{}) {
 		d.releaseDeadLetters(k.deadLetter)
+		return
+	}
+	if k.check {
+		if next := d.checkNext[k.target]; next != nil {
+			delete(d.checkNext, k.target)
+			next()
+		}
 		return
 	}
 	if k.verify {

@@ -32,6 +32,23 @@ func Arriving(d *Driver, key location.AuthorityKey) bool {
 	return v
 }
 
+// WithoutSourceCheck makes d answer capability queries as a node of a
+// version without the source check before the seal: its moves in are
+// checked after their Restore request (PROTOCOL.md §5.2, §5.7).
+func WithoutSourceCheck(d *Driver) {
+	_, _ = call(context.Background(), d, func() (struct{}, error) {
+		d.noSourceCheck = true
+		return struct{}{}, nil
+	})
+}
+
+// PrecheckedRestores is how many Restore requests d took the record of
+// their source check for, instead of reading it.
+func PrecheckedRestores(d *Driver) int {
+	v, _ := call(context.Background(), d, func() (int, error) { return d.prechecks.taken, nil })
+	return v
+}
+
 // RunningTimers is how many move timers d has running.
 func RunningTimers(d *Driver) int {
 	return d.loop.ArmedTimers()

@@ -426,3 +426,57 @@ func startBoundedNode(t *testing.T, store location.Store, capacity uint32, kinds
 	t.Helper()
 	return startMeshNode(t, meshnode.Config{Store: store, Logger: testLogger(), Capacity: capacity}, relocation.Config{Logger: testLogger()}, kinds...)
 }
+
+// The source check before the seal (PROTOCOL.md §5.2) answers only a
+// ticket's holder, from the address the ticket was issued to, and backs
+// only the owner: a member of the mesh that asks about an object it does
+// not own hears Stale; one that asks without a ticket, or in another's
+// name, hears nothing; and the check uses no ticket up.
+func TestSourceCheckAnswersOnlyATicketHolderAndBacksOnlyTheOwner(t *testing.T) {
+	c := startNodes(t, 2)
+	ctx := context.Background()
+	a, b := c.nodes[0], c.nodes[1]
+	key := location.Key(location.KindActor, "checked")
+	_, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	rec, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+
+	member := newPeer(t, c.store)
+	md := member.node.Descriptor()
+	self := &messages.NodeRef{NodeRid: md.GetNodeRid(), NodeGeneration: md.GetNodeGeneration(), Address: member.node.Address()}
+	reply := askCapability(t, member.node.System(), b.node.Address(), self)
+	require.True(t, reply.GetSourceCheck(), "the target offers the check")
+	prepare, _, _ := forgedMove(t, key, md, rec.Record, member.node.Address(), make([]byte, 24))
+	check := &messages.SourceCheck{Identity: prepare.GetIdentity(), Object: prepare.GetObject(), Source: self,
+		MoveTicket: reply.GetMoveTicket(), RestoreDeadlineUnixMillis: prepare.GetRestoreDeadlineUnixMillis()}
+
+	// No ticket, or the ticket in the name of another address: unanswered.
+	forged := proto.Clone(check).(*messages.SourceCheck)
+	forged.MoveTicket = make([]byte, 16)
+	forged.Identity.RelocationId = 7801
+	member.send(b.node.Address(), member.self, forged)
+	elsewhere := proto.Clone(check).(*messages.SourceCheck)
+	elsewhere.Identity.RelocationId = 7802
+	elsewhere.Source = &messages.NodeRef{NodeRid: md.GetNodeRid(), NodeGeneration: md.GetNodeGeneration(), Address: a.node.Address()}
+	member.send(b.node.Address(), actor.NewPID(a.node.Address(), relocation.DriverName), elsewhere)
+
+	// The holder asks about an object it does not own: Stale, and that is
+	// the first answer to come back (the forged checks went first on the
+	// same connection).
+	member.send(b.node.Address(), member.self, check)
+	got := next[*messages.SourceCheckReply](t, member)
+	require.Equal(t, prepare.GetIdentity().GetRelocationId(), got.GetIdentity().GetRelocationId())
+	require.Equal(t, roamerr.CodeStale, got.GetCode(), got.GetDetail())
+
+	// The ticket is still good for the Restore request (refused Stale by
+	// the target's own read, not for want of a ticket).
+	prepare.MoveTicket = reply.GetMoveTicket()
+	member.send(b.node.Address(), member.self, prepare)
+	failed := next[*messages.RelocationFailed](t, member)
+	require.Equal(t, messages.FailureReason_FAILURE_REASON_STALE, failed.GetReason(), failed.GetDetail())
+
+	after, err := c.store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, rec.Version, after.Version, "the owner record is untouched")
+}

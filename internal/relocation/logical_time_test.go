@@ -3,6 +3,7 @@ package relocation_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,32 +144,46 @@ func (s *firstReadFails) Read(ctx context.Context, key location.AuthorityKey) (l
 	return s.Store.Read(ctx, key)
 }
 
-// A target's VerifySource that met an unavailable store tries again after
-// handoff.FirstVerifyWait of the node's clock: in logical time the retry
-// waits for the test to advance the clock by that pause, and comes then.
-// Reference: docs/PROTOCOL.md §5.7 (VerifySource).
+// A target's check of the source that met an unavailable store tries
+// again after handoff.FirstVerifyWait of the node's clock: in logical time
+// the retry waits for the test to advance the clock by that pause, and
+// comes then — the source check before the seal as VerifySource after the
+// Restore request (a target without the check).
+// Reference: docs/PROTOCOL.md §5.2, §5.7 (VerifySource).
 func TestVerifySourceRetriesOnTheNodesClock(t *testing.T) {
-	clock := machine.NewManualAt(time.Now())
-	shared := newStore(t)
-	key := location.Key(location.KindActor, "verified")
-	st := &firstReadFails{Store: shared, key: key}
-	cfg := relocation.Config{Logger: testLogger()}
-	a := startMeshNode(t, meshnode.Config{Store: shared, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
-	b := startMeshNode(t, meshnode.Config{Store: st, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
-	ctx := context.Background()
-	_, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
-	moved := make(chan error, 1)
-	go func() {
-		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-		moved <- err
-	}()
-	start := clock.Now()
-	testwait.For(t, func() bool {
-		next, ok := clock.Next()
-		return st.reads.Load() == 1 && ok && next.Equal(start.Add(handoff.FirstVerifyWait))
-	}, "VerifySource's first read failed and its retry waits on the node's clock")
-	clock.Advance(handoff.FirstVerifyWait)
-	testwait.For(t, func() bool { return st.reads.Load() >= 2 }, "VerifySource read again once its pause passed on the clock")
-	require.NoError(t, testwait.Recv(t, moved, "the move committed"))
+	for _, checkFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("source check before the seal %v", checkFirst), func(t *testing.T) {
+			clock := machine.NewManualAt(time.Now())
+			shared := newStore(t)
+			key := location.Key(location.KindActor, "verified")
+			st := &firstReadFails{Store: shared, key: key}
+			cfg := relocation.Config{Logger: testLogger()}
+			a := startMeshNode(t, meshnode.Config{Store: shared, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
+			b := startMeshNode(t, meshnode.Config{Store: st, Logger: testLogger(), Clock: clock, LeaseTTL: time.Hour}, cfg, counterKind)
+			if !checkFirst {
+				relocation.WithoutSourceCheck(b.driver)
+			}
+			ctx := context.Background()
+			_, err := a.driver.Spawn(ctx, "counter", key.ID)
+			require.NoError(t, err)
+			moved := make(chan error, 1)
+			go func() {
+				_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+				moved <- err
+			}()
+			start := clock.Now()
+			testwait.For(t, func() bool {
+				next, ok := clock.Next()
+				return st.reads.Load() == 1 && ok && next.Equal(start.Add(handoff.FirstVerifyWait))
+			}, "the check's first read failed and its retry waits on the node's clock")
+			clock.Advance(handoff.FirstVerifyWait)
+			testwait.For(t, func() bool { return st.reads.Load() >= 2 }, "the check read again once its pause passed on the clock")
+			require.NoError(t, testwait.Recv(t, moved, "the move committed"))
+			want := 0
+			if checkFirst {
+				want = 1
+			}
+			require.Equal(t, want, relocation.PrecheckedRestores(b.driver))
+		})
+	}
 }

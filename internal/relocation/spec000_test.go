@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -377,23 +378,37 @@ func (s *staleOnFirstRead) Read(ctx context.Context, key location.AuthorityKey) 
 // prepared; nothing dispatches on the target.
 // Reference: PROTOCOL.md §5.11 (another valid owner or generation: stale).
 func TestAnotherOwnerMakesTheMoveStale(t *testing.T) {
-	shared := newStore(t)
-	key := location.Key(location.KindActor, "s1")
-	logs := &logBuffer{}
-	events := make(chan relocation.Event, 1)
-	a := startNodeWith(t, shared, counterKind)
-	b := startNodeConfig(t, &staleOnFirstRead{Store: shared, key: key}, relocation.Config{Logger: logs.logger(), OnEvent: func(e relocation.Event) { events <- e }}, counterKind)
-	ctx := context.Background()
-	_, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
-	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
-	require.ErrorIs(t, err, roamerr.ErrStale)
-	e := <-events
-	require.ErrorIs(t, e.Err, roamerr.ErrStale, "ended as stale, not by the restore deadline")
-	require.True(t, logs.has("stale_relocation"))
-	ok, err := b.driver.Serving(ctx, key)
-	require.NoError(t, err)
-	require.False(t, ok)
+	for _, checkFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("source check before the seal %v", checkFirst), func(t *testing.T) {
+			shared := newStore(t)
+			key := location.Key(location.KindActor, "s1")
+			logs := &logBuffer{}
+			events := make(chan relocation.Event, 1)
+			a := startNodeWith(t, shared, counterKind)
+			b := startNodeConfig(t, &staleOnFirstRead{Store: shared, key: key}, relocation.Config{Logger: logs.logger(), OnEvent: func(e relocation.Event) { events <- e }}, counterKind)
+			if !checkFirst {
+				relocation.WithoutSourceCheck(b.driver)
+			}
+			ctx := context.Background()
+			pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+			require.NoError(t, err)
+			_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+			require.ErrorIs(t, err, roamerr.ErrStale)
+			if checkFirst {
+				// Refused before the seal: no Restore request, no target run.
+				require.Zero(t, relocation.PrecheckedRestores(b.driver))
+			} else {
+				e := testwait.Recv(t, events, "the target's report of the move")
+				require.ErrorIs(t, e.Err, roamerr.ErrStale, "ended as stale, not by the restore deadline")
+			}
+			require.True(t, logs.has("stale_relocation"))
+			ok, err := b.driver.Serving(ctx, key)
+			require.NoError(t, err)
+			require.False(t, ok)
+			a.node.System().Root.Send(pid, wrapperspb.Int64(1))
+			require.Equal(t, int64(1), get(t, a.node.System(), pid), "the source serves on")
+		})
+	}
 }
 
 // Chunks of a large payload share the connection with other objects'

@@ -62,12 +62,58 @@ func (s *keyOutage) Watch(ctx context.Context, key location.AuthorityKey, after 
 	return s.Store.Watch(ctx, key, after)
 }
 
+// A store that stops answering for an object's record as a move's target
+// is about to check the source (here: until the test ends) does not keep
+// the object unserved, nor seal it: the check says nothing of the source
+// until halfway to the restore deadline, the move ends Unavailable before
+// its seal, and the object answers throughout.
+// Reference: docs/PROTOCOL.md §5.2; docs/FAULTS.md.
+func TestAStoreOutageAtTheSourceCheckEndsTheMoveUnsealed(t *testing.T) {
+	shared := newStore(t)
+	key := location.Key(location.KindActor, "outage")
+	st := &keyOutage{Store: shared, key: key}
+	t.Cleanup(func() { st.down.Store(false) })
+	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
+	a, b := startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+	ctx := context.Background()
+	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
+	require.NoError(t, err)
+	relocation.DropInbound(b.driver, func(m any) bool {
+		if _, ok := m.(*messages.SourceCheck); ok {
+			st.down.Store(true)
+		}
+		return false
+	})
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+		moved <- err
+	}()
+	testwait.For(t, st.down.Load, "the target never got the source check")
+	for n := int64(1); ; n++ {
+		a.node.System().Root.Send(pid, wrapperspb.Int64(n))
+		require.Equal(t, n, get(t, a.node.System(), pid), "the object answers while its move waits for the check")
+		select {
+		case err := <-moved:
+			require.ErrorIs(t, err, roamerr.ErrUnavailable)
+			require.False(t, relocation.Arriving(b.driver, key), "nothing was prepared on the target")
+			return
+		default:
+		}
+	}
+}
+
 // A store that stops answering for an object's record just after a move
-// sealed it (here: until the test ends) does not keep the object unserved:
-// the target cannot check the source, the move fails before relay-ready at
-// its restore deadline, and the source serves again — while the store is
-// still out. A target that answered relay-ready without the store would
-// leave the object waiting for the store to come back.
+// sealed it (here: until the test ends) does not keep the object unserved
+// when the target checks the source after the Restore request (a target
+// without the check before the seal): it cannot check the source, the
+// move fails before relay-ready at its restore deadline, and the source
+// serves again — while the store is still out. A target that answered
+// relay-ready without the store would leave the object waiting for the
+// store to come back; with the check before the seal, that is what a
+// store outage that begins between the check and the commit does (as one
+// that begins between VerifySource's read and the commit always did):
+// docs/FAULTS.md.
 // Reference: docs/PROTOCOL.md §5.7, §6.2; docs/FAULTS.md.
 func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
 	shared := newStore(t)
@@ -76,6 +122,7 @@ func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
 	t.Cleanup(func() { st.down.Store(false) })
 	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
 	a, b := startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+	relocation.WithoutSourceCheck(b.driver)
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
 	require.NoError(t, err)

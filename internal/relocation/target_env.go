@@ -105,6 +105,15 @@ func (e targetEnv) ReadSource(answer func(location.Versioned, error)) {
 	})
 }
 
+func (e targetEnv) Prechecked(answer func(location.Versioned)) bool {
+	d, t := e.d, e.t
+	v, ok := d.prechecks.take(e.id(), t.prepare, t.sourcePID.Address, d.clock.Now())
+	if ok {
+		d.laterRun(e.id(), func(*targetrun.Run[any]) { answer(v) })
+	}
+	return ok
+}
+
 func (e targetEnv) ObjectGeneration() uint64 { return e.t.prepare.GetObject().GetObjectGeneration() }
 
 func (e targetEnv) VerifyMembers(v location.Versioned, answer func(error)) {
@@ -119,6 +128,10 @@ func (e targetEnv) VerifyMembers(v location.Versioned, answer func(error)) {
 }
 
 func (e targetEnv) TakeSlots(answer func(error)) {
+	if !e.d.slots.Bounded() {
+		answer(nil) // nothing to take: no goroutine, no turn
+		return
+	}
 	e.verifyCall(func(ctx context.Context) func() {
 		err := e.d.takeArrivalSlots(ctx, e.t)
 		return func() { answer(err) }

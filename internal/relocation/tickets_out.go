@@ -107,7 +107,8 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 		res, err := ask.Ask(ctx, d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{Clock: d.clock, From: to.Address, What: "capability query", Accept: isCapabilityReply})
 		a := capabilityAnswer{at: d.clock.Now()}
 		if reply, ok := res.(*messages.CapabilityReply); ok && err == nil {
-			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode()}
+			a.ev = handoff.CapabilityAnswered{Supported: reply.GetSupported(), Reason: reply.GetReason(), ReceiveChunkLimit: reply.GetReceiveChunkLimit(), Code: reply.GetCode(),
+				SourceCheck: reply.GetSourceCheck()}
 			a.gen = reply.GetNode().GetNodeGeneration()
 			a.link = reply.GetChunkLink()
 			if t := reply.GetMoveTicket(); len(t) > 0 {

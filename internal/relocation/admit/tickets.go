@@ -20,8 +20,9 @@
 //  2. A Restore request must carry an unexpired ticket issued to its source
 //     node and address, and before relay-ready the target reads the record:
 //     the source must be the object's owner at the move's fence
-//     (handoff.VerifySource). A refusal names nothing the sender did not
-//     send.
+//     (handoff.VerifySource) — or, before the seal, the source check that
+//     carried the same ticket (Holds, which does not use it up) read it.
+//     A refusal names nothing the sender did not send.
 package admit
 
 import (
@@ -204,15 +205,28 @@ func (ts *Tickets) remove(key string) {
 // fence.
 func (ts *Tickets) Take(p *messages.RelocationPrepare, address string, now time.Time) bool {
 	key := string(p.GetMoveTicket())
-	t, ok := ts.byKey[key]
-	if !ok || now.After(t.expires) {
-		return false
-	}
-	src, fence := p.GetSource(), p.GetIdentity().GetCoordinatorFence()
-	if t.address != address || t.rid != src.GetNodeRid() || t.generation != src.GetNodeGeneration() ||
-		fence.GetNodeRid() != t.rid || fence.GetNodeGeneration() != t.generation {
+	if !ts.admits(key, p.GetSource(), p.GetIdentity().GetCoordinatorFence(), address, now) {
 		return false
 	}
 	ts.remove(key)
 	return true
+}
+
+// Holds reports whether the source check q that came from address at now
+// carries an unexpired ticket issued to its source node and address, for
+// a move of that node's fence. It does not use the ticket up: the
+// Restore request that follows the check does.
+func (ts *Tickets) Holds(q *messages.SourceCheck, address string, now time.Time) bool {
+	return ts.admits(string(q.GetMoveTicket()), q.GetSource(), q.GetIdentity().GetCoordinatorFence(), address, now)
+}
+
+// admits: the ticket under key admits a move of src's, with fence, from
+// address, at now.
+func (ts *Tickets) admits(key string, src *messages.NodeRef, fence *messages.CoordinatorFence, address string, now time.Time) bool {
+	t, ok := ts.byKey[key]
+	if !ok || now.After(t.expires) {
+		return false
+	}
+	return t.address == address && t.rid == src.GetNodeRid() && t.generation == src.GetNodeGeneration() &&
+		fence.GetNodeRid() == t.rid && fence.GetNodeGeneration() == t.generation
 }

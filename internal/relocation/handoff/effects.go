@@ -54,6 +54,9 @@ const (
 	// TimerStub: FollowDuration after EndFollow (source): the incarnation
 	// that moved away has answered Unavailable long enough and stops.
 	TimerStub
+	// TimerSourceCheck: the restore deadline while the source waits for
+	// the target's source check, before the seal (source).
+	TimerSourceCheck
 )
 
 func (t Timer) String() string {
@@ -84,6 +87,8 @@ func (t Timer) String() string {
 		return "session-seal"
 	case TimerStub:
 		return "stub"
+	case TimerSourceCheck:
+		return "source-check"
 	}
 	return "timer?"
 }
@@ -96,6 +101,11 @@ type (
 	// AwaitAdmission: wait for in-flight budget room before sealing
 	// (PROTOCOL.md §5.3).
 	AwaitAdmission struct{}
+	// CheckSource: ask the target to check, against the Location Store,
+	// that this source owns the object at the move's fence, and report
+	// SourceChecked — before the seal, so that the target's read is not
+	// part of the pause (PROTOCOL.md §5.2).
+	CheckSource struct{}
 	// SealSessions: ask the Session owner of every bound participant to
 	// seal its binding (command 42) and report SessionsSealed
 	// (docs/SESSIONS.md §2).
@@ -285,6 +295,7 @@ type (
 
 func (QueryCapability) isEffect()     {}
 func (AwaitAdmission) isEffect()      {}
+func (CheckSource) isEffect()         {}
 func (Seal) isEffect()                {}
 func (SealSessions) isEffect()        {}
 func (AbortSessions) isEffect()       {}

@@ -37,9 +37,18 @@ type (
 		ReceiveChunkLimit uint32
 		// Code is a refusal's roamerr wire code ("" for unavailable).
 		Code string
+		// SourceCheck: the target checks the source before the seal
+		// (CheckSource); a target that does not say so (an older
+		// version) checks it only after the Restore request.
+		SourceCheck bool
 	}
 	// Admitted: the in-flight budget has room; seal may proceed.
 	Admitted struct{}
+	// SourceChecked answers CheckSource: Err is nil when the store backs
+	// this source at the move's fence; otherwise why the target will not
+	// take the object (roamerr-typed: Stale when the source is not the
+	// owner, Unavailable or DeadlineExceeded when it could not tell).
+	SourceChecked struct{ Err error }
 	// Captured: the mailbox sealed after the current turn and the driver
 	// encoded state, saved work and timers into Stream.
 	Captured struct{ Stream envelope.Stream }
@@ -176,6 +185,7 @@ type TimerFired struct{ Timer Timer }
 func (Start) isEvent()                {}
 func (CapabilityAnswered) isEvent()   {}
 func (Admitted) isEvent()             {}
+func (SourceChecked) isEvent()        {}
 func (SessionsSealed) isEvent()       {}
 func (SessionOwnersLooked) isEvent()  {}
 func (Captured) isEvent()             {}

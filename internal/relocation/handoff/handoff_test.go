@@ -104,6 +104,51 @@ func TestBudgetWaitedOnBeforeSeal(t *testing.T) {
 	require.Empty(t, s.Step(Admitted{}), "one seal only")
 }
 
+// A target that checks the source before the seal is asked after the
+// admission; only its answer that the store backs the source seals. An
+// answer that it does not, or could not tell, or none by the restore
+// deadline, ends the move with the object serving: nothing was sealed.
+// Reference: PROTOCOL.md §5.2.
+func TestSourceCheckedBeforeSeal(t *testing.T) {
+	checking := func() *Source {
+		s := NewSource(testID, DefaultConfig(), deadline)
+		s.Step(Start{})
+		require.Equal(t, []string{"AwaitAdmission"}, kinds(s.Step(CapabilityAnswered{Supported: true, ReceiveChunkLimit: 1 << 20, SourceCheck: true})))
+		effects := s.Step(Admitted{})
+		require.Equal(t, []string{"CheckSource", "StartTimer"}, kinds(effects))
+		require.Equal(t, StartTimer{Timer: TimerSourceCheck, At: deadline}, effects[1])
+		return s
+	}
+	s := checking()
+	require.Equal(t, []string{"StopTimer", "Seal"}, kinds(s.Step(SourceChecked{})))
+	require.Empty(t, s.Step(SourceChecked{}), "one seal only")
+
+	for _, tc := range []struct {
+		ev   Event
+		want error
+	}{
+		{SourceChecked{Err: fmt.Errorf("%w: not the owner", roamerr.ErrStale)}, roamerr.ErrStale},
+		{SourceChecked{Err: fmt.Errorf("%w: store", roamerr.ErrUnavailable)}, roamerr.ErrUnavailable},
+		{TimerFired{Timer: TimerSourceCheck}, roamerr.ErrDeadlineExceeded},
+	} {
+		s := checking()
+		effects := s.Step(tc.ev)
+		c, ok := find[Complete](effects)
+		require.True(t, ok, "%v", tc.ev)
+		require.ErrorIs(t, c.Err, tc.want)
+		require.NotContains(t, kinds(effects), "Seal")
+		require.Equal(t, SourceRunning, s.Phase())
+		require.Empty(t, s.Step(SourceChecked{}), "a late answer seals nothing")
+	}
+
+	// A Session-bound source checks first, then has its Sessions sealed.
+	s = NewSource(testID, DefaultConfig(), deadline)
+	s.Step(Start{SessionBound: true})
+	s.Step(CapabilityAnswered{Supported: true, SourceCheck: true})
+	require.Equal(t, []string{"CheckSource", "StartTimer"}, kinds(s.Step(Admitted{})))
+	require.Equal(t, []string{"StopTimer", "SealSessions", "StartTimer"}, kinds(s.Step(SourceChecked{})))
+}
+
 // The chunk size is the least of the configured limit and the target's
 // announced receive limit, or 32 KiB when none was announced.
 // Reference: PROTOCOL.md §5.6.

@@ -44,6 +44,10 @@ type Source struct {
 	// Session owner seals the binding before this source seals, and is told
 	// when the source serves again (docs/SESSIONS.md §2). Set by Start.
 	sessionBound bool
+	// checkFirst: the target checks this source before the seal
+	// (CapabilityAnswered.SourceCheck), so the store read that backs the
+	// move is off its pause. Set by CapabilityAnswered.
+	checkFirst bool
 	// several: the unit has more than one participant, whose captures
 	// come one by one; TimerSealPatience bounds the wait for them. Set by
 	// Start.
@@ -85,6 +89,7 @@ const (
 	prepIdle            prepStage = iota // Start not yet in
 	prepQuerying                         // QueryCapability emitted
 	prepAdmitting                        // AwaitAdmission emitted
+	prepChecking                         // CheckSource emitted (checkFirst)
 	prepSealingSessions                  // SealSessions emitted (sessionBound)
 	prepSealing                          // Seal emitted: capture awaited
 	prepOver                             // captured, or the move ended before
@@ -292,6 +297,10 @@ func (s *Source) stepRunning(ev Event) []Effect {
 		if s.prep == prepAdmitting {
 			return s.admitted()
 		}
+	case SourceChecked:
+		if s.prep == prepChecking {
+			return append([]Effect{StopTimer{Timer: TimerSourceCheck}}, s.sourceChecked(ev.Err)...)
+		}
 	case SessionsSealed:
 		if s.prep == prepSealingSessions {
 			return append([]Effect{StopTimer{Timer: TimerSessionSeal}}, s.sessionsSealed(ev)...)
@@ -307,6 +316,9 @@ func (s *Source) stepRunning(ev Event) []Effect {
 	case TimerFired:
 		if ev.Timer == TimerSessionSeal && s.prep == prepSealingSessions {
 			return []Effect{LookUpSessionOwners{}}
+		}
+		if ev.Timer == TimerSourceCheck && s.prep == prepChecking {
+			return s.sourceChecked(fmt.Errorf("%w: the target did not answer the source check before the restore deadline", roamerr.ErrDeadlineExceeded))
 		}
 		if ev.Timer == TimerSealPatience && s.prep == prepSealing {
 			// The captures that did come are unsealed; the seals still
@@ -338,11 +350,35 @@ func (s *Source) capabilityAnswered(ev CapabilityAnswered) []Effect {
 	case int(ev.ReceiveChunkLimit) < s.chunkLimit:
 		s.chunkLimit = int(ev.ReceiveChunkLimit)
 	}
+	s.checkFirst = ev.SourceCheck
 	s.prep = prepAdmitting
 	return []Effect{AwaitAdmission{}}
 }
 
 func (s *Source) admitted() []Effect {
+	if s.checkFirst {
+		// Checked after the admission, right before the seal: a move that
+		// waited long for budget is checked as it is when it seals.
+		s.prep = prepChecking
+		return []Effect{CheckSource{}, StartTimer{Timer: TimerSourceCheck, At: s.deadline}}
+	}
+	return s.sealSessionsFirst()
+}
+
+// sourceChecked: a target that does not back the source, or that could not
+// tell, ends the move before anything is sealed — the object serves on
+// and the caller sees why (PROTOCOL.md §5.2). A move that the store would
+// not let commit is never paused for.
+func (s *Source) sourceChecked(err error) []Effect {
+	if err != nil {
+		s.prep = prepOver
+		return []Effect{s.complete(err)}
+	}
+	return s.sealSessionsFirst()
+}
+
+// sealSessionsFirst seals the Session bindings, if any, then the source.
+func (s *Source) sealSessionsFirst() []Effect {
 	if s.sessionBound {
 		// The Session owner seals first: from then on it holds the
 		// client's messages, so none reaches a sealed source.

@@ -138,6 +138,9 @@ func Random(cfg Config, seed uint64) *World {
 	if cfg.RandomBudget {
 		drawBudget(&cfg, brng)
 	}
+	if simkit.NewRand(seed, checkStream).IntN(2) == 0 {
+		cfg.NoSourceCheck = true
+	}
 	w := NewWorld(cfg, seed, nil)
 	rng := w.Rand
 	h := cfg.Horizon

@@ -34,11 +34,15 @@ const (
 	pSessionSealReply
 	pSessionRoute
 	pSessionAbort
+	// The source check before the seal (PROTOCOL.md §5.2) and its answer.
+	pSourceCheck
+	pSourceCheckReply
 )
 
 var pktNames = [...]string{"capability-query", "capability-reply", "prepare", "chunk", "credit", "relay-ready", "failed", "abort",
 	"relay-record", "cutover", "boundary-ack", "follow", "client", "answer",
-	"session-seal", "session-seal-reply", "session-route-update", "session-abort"}
+	"session-seal", "session-seal-reply", "session-route-update", "session-abort",
+	"source-check", "source-check-reply"}
 
 func (k pktKind) String() string { return pktNames[k] }
 
@@ -59,6 +63,7 @@ type packet struct {
 	reason    messages.FailureReason
 	detail    string
 	supported bool
+	check     bool   // capability reply: the target answers source checks
 	code      string // a capability refusal's roamerr code
 	capReq    uint64
 	bytes     uint64 // credit: the payload bytes the target received

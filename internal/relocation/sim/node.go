@@ -16,6 +16,7 @@ import (
 	"github.com/roamactors/roam/internal/simkit"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 // incKey names one incarnation of an object on a node (the object PID's
@@ -107,6 +108,9 @@ type Node struct {
 	sources []*SourceRun
 	targets []*TargetRun
 	capWait map[uint64]*SourceRun
+	// prechecks: what the source checks this lifecycle answered found,
+	// for their Restore requests (the driver's prechecks); lost with it.
+	prechecks map[handoff.Identity]precheck
 	// redeliver: sends per object queued for redelivery from the store,
 	// in order, and whether its worker runs; dlHeld: dead-lettered sends
 	// held for a pause, and whether it runs (redeliver.go).
@@ -297,6 +301,7 @@ func (n *Node) down(kind lossKind, why string) {
 	n.alive = false
 	n.downKind = kind
 	n.life++
+	n.prechecks = nil
 	for _, m := range w.msgs {
 		if m.at == n && m.handled == 0 && m.failed == 0 {
 			w.lostMsg(m, kind, why)
@@ -381,12 +386,20 @@ func (n *Node) receive(p *packet) {
 	case pCapQuery:
 		// Capacity is not modelled; every node hosts the one kind.
 		v := admit.Capability(admit.Target{LeaseValid: n.valid(), Leaving: n.stopping, Registered: true, Movable: true}, capabilityQuery)
-		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: v.Supported, detail: v.Reason, code: v.Code})
+		n.send(p.from, &packet{kind: pCapReply, capReq: p.capReq, supported: v.Supported, detail: v.Reason, code: v.Code, check: !w.cfg.NoSourceCheck})
 	case pCapReply:
 		if r := n.capWait[p.capReq]; r != nil {
 			delete(n.capWait, p.capReq)
-			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: p.detail, Code: p.code})
+			w.stepSource(r, handoff.CapabilityAnswered{Supported: p.supported, ReceiveChunkLimit: 64, Reason: p.detail, Code: p.code, SourceCheck: p.check})
 		}
+	case pSourceCheck:
+		n.onSourceCheck(p)
+	case pSourceCheckReply:
+		ev := handoff.SourceChecked{}
+		if p.code != "" {
+			ev.Err = roamerr.FromCode(p.code, p.detail)
+		}
+		n.onSourceEvent(p, ev)
 	case pPrepare:
 		w.onPrepare(n, p)
 	case pChunk:

@@ -98,8 +98,10 @@ var sabotages = map[string]Sabotage{
 	"split-unit":          SabotageSplitUnit,
 }
 
-// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...) budget=(peer,node,window)
+// world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...) budget=(peer,node,window) source-check=true
 //
+// source-check=false: the nodes do not check a move's source before its
+// seal (Config.NoSourceCheck), as an older version's.
 // members=(k0,...): object i is a SpotWide User Spot with ki members
 // (Config.Members), numbered after the objects. budget=(...): every
 // node's in-flight payload budget in bytes (Config.Budget; 0: none).
@@ -110,6 +112,7 @@ func (e *scriptEnv) world(c *simscript.Cmd) string {
 	}
 	cfg.Nodes, cfg.Objects, cfg.Clients = c.Int("nodes", 3), c.Int("objects", 1), c.Int("clients", 2)
 	cfg.Sabotage = simkit.ChoiceArg(c, "sabotage", "none", sabotages)
+	cfg.NoSourceCheck = !boolArg(c, "source-check", true)
 	if ks, ok := c.Vals("members"); ok {
 		for _, k := range ks {
 			n, err := strconv.Atoi(k)
@@ -317,7 +320,7 @@ func (e *scriptEnv) fault(c *simscript.Cmd) string {
 // effectNames are the protocol effects a fault can be set off at: each
 // handoff effect's type name in kebab case.
 var effectNames = simkit.KebabNames([]handoff.Effect{
-	handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
+	handoff.QueryCapability{}, handoff.AwaitAdmission{}, handoff.CheckSource{}, handoff.Seal{}, handoff.SealSessions{}, handoff.AbortSessions{},
 	handoff.UpdateSessionRoutes{}, handoff.SendPrepare{}, handoff.SendChunks{}, handoff.Unseal{}, handoff.SendAbort{},
 	handoff.RelayThenCutover{}, handoff.ResendBoundary{}, handoff.ReleasePayload{}, handoff.ReturnBudget{}, handoff.StartFollow{},
 	handoff.ReleaseBoundary{}, handoff.AckBoundary{}, handoff.EndFollow{}, handoff.Reconcile{}, handoff.AdoptTargetRoute{},

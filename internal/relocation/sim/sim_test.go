@@ -49,7 +49,17 @@ func SessionsConfig() Config {
 // -sim.seed0 on) and fails on any violation that is not an instance of a
 // known defect of the handoff in the tree, printing each failing seed, the
 // command that replays it and the end of its trace.
-func TestRandomSchedules(t *testing.T) { runRandom(t, DefaultConfig()) }
+//
+// Half the seeds' nodes check a move's source before its seal
+// (docs/PROTOCOL.md §5.2), half only after its Restore request; both
+// paths must be taken.
+func TestRandomSchedules(t *testing.T) {
+	st := runRandom(t, DefaultConfig())
+	if simkit.Schedules() >= 400 && (st.Prechecked == 0 || st.SourceChecksRefused == 0 || st.SourceChecks == st.Moves) {
+		t.Errorf("sim: source checks %d (refused %d), taken by a Restore request %d, of %d moves: a path of the check went unexercised",
+			st.SourceChecks, st.SourceChecksRefused, st.Prechecked, st.Moves)
+	}
+}
 
 // TestRandomSchedulesWithSessions runs the random schedules with every
 // object bound to a client's Session (gateway.go): a quarter as many, the
@@ -107,6 +117,8 @@ func runRandomN(t *testing.T, cfg Config, n int) Stats {
 				total.Units, total.UnitMembersMoved, total.MemberMovesRefused)
 			t.Logf("sim: in-flight payload budget: moves that waited for admission %d, chunks that queued %d", total.BudgetWaits, total.ChunksQueued)
 			t.Logf("sim: Joins across nodes %d: committed with the Join %d, without it %d", total.Joins, total.Joined, total.JoinsRefused)
+			t.Logf("sim: source checks before the seal %d (refused or unknown %d); Restore requests that took their record %d",
+				total.SourceChecks, total.SourceChecksRefused, total.Prechecked)
 			if cfg.Sessions {
 				t.Logf("sim: Sessions: client messages refused by their Session owner %d, Sessions closed by the seal timeout %d",
 					total.SessionRefused, total.SessionsClosed)

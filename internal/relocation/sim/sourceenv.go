@@ -167,6 +167,11 @@ func (e sourceEnv) Admit() handoff.Event {
 	return nil // budgetOut steps it when admitted
 }
 
+func (e sourceEnv) CheckSource() {
+	r := e.r
+	r.node.send(r.target.idx, &packet{kind: pSourceCheck, id: r.m.Identity(), prep: &prepare{obj: r.inc.key.obj, objGen: 1, deadline: r.deadline, source: r.node.idx}})
+}
+
 func (e sourceEnv) EncodePayload() (envelope.Stream, error) {
 	r := e.r
 	versions, saved := make([]int, len(r.incs)), make([][]*Msg, len(r.incs))

@@ -21,6 +21,9 @@ const unitStream = 0x5851f42d4c957f2d
 const (
 	budgetStream = 0x2545f4914f6cdd1d
 	joinStream   = 0x4cf5ad432745937f
+	// checkStream draws whether the world's nodes check a move's source
+	// before its seal (Config.NoSourceCheck).
+	checkStream = 0x9e3779b97f4a7c15
 )
 
 // Sabotage breaks one decision of the composed protocol on purpose, so a
@@ -93,6 +96,11 @@ type Config struct {
 	// Joins: Random schedules cross-node Joins of Actors into the
 	// SpotWide Spots, from a stream of their own (join.go).
 	Joins bool
+	// NoSourceCheck: the nodes do not offer the source check before the
+	// seal (an older version's), so every target checks the source after
+	// the Restore request (PROTOCOL.md §5.2, §5.7). Random draws it for
+	// half the seeds, from a stream of its own.
+	NoSourceCheck bool
 }
 
 // PayloadBudget is a node's in-flight payload budget (docs/PROTOCOL.md
@@ -258,6 +266,11 @@ type Stats struct {
 	// Joins: cross-node Joins started; Joined: committed with the Join;
 	// JoinsRefused: committed without it (the Spot no longer took it).
 	Joins, Joined, JoinsRefused int
+	// SourceChecks: source checks before a seal a target answered
+	// (SourceChecksRefused of them with a no or an unknown answer);
+	// Prechecked: Restore requests that took a check's record instead of
+	// reading.
+	SourceChecks, SourceChecksRefused, Prechecked int
 }
 
 // Stats returns the schedule's figures (after Run).

@@ -66,6 +66,9 @@ type Env[M, R any] interface {
 
 	QueryCapability() handoff.Event // nil: the answer comes later
 	Admit() handoff.Event           // nil: admitted later
+	// CheckSource sends the target the source check; its answer comes
+	// later, as handoff.SourceChecked.
+	CheckSource()
 	EncodePayload() (envelope.Stream, error)
 	SendPrepare(e handoff.SendPrepare)
 	SendChunks(e handoff.SendChunks)
@@ -298,6 +301,9 @@ func (r *Run[M, R]) effect(e handoff.Effect) handoff.Event {
 
 	case handoff.AwaitAdmission:
 		return env.Admit()
+
+	case handoff.CheckSource:
+		env.CheckSource()
 
 	case handoff.SealSessions:
 		return r.sealSessions()

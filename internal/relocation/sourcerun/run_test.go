@@ -134,6 +134,7 @@ func (f *fakeEnv) QueryCapability() handoff.Event {
 	return handoff.CapabilityAnswered{Supported: true, ReceiveChunkLimit: 64 << 10}
 }
 func (f *fakeEnv) Admit() handoff.Event { return handoff.Admitted{} }
+func (f *fakeEnv) CheckSource()         { f.calls = append(f.calls, "check source") }
 func (f *fakeEnv) EncodePayload() (envelope.Stream, error) {
 	return envelope.Whole(make([]byte, 100)), nil
 }

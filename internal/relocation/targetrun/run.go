@@ -55,6 +55,11 @@ type Env[M any] interface {
 	ReadSource(answer func(location.Versioned, error))
 	// ObjectGeneration is the object generation the prepare names.
 	ObjectGeneration() uint64
+	// Prechecked reports whether the source check before the seal found
+	// the record that backs this move (PROTOCOL.md §5.2); if so it
+	// answers that record later (never within the call), and VerifySource
+	// neither checks the source's node nor reads again.
+	Prechecked(answer func(location.Versioned)) bool
 	// VerifyMembers judges the SpotWide members' records against the
 	// Spot's record v (nil at once for a move without members).
 	VerifyMembers(v location.Versioned, answer func(error))
@@ -355,6 +360,13 @@ func (r *Run[M]) verify(prev time.Duration) {
 				r.verify(wait)
 			}
 		})
+	}
+	if prev == 0 && env.Prechecked(func(v location.Versioned) {
+		if !ended() {
+			r.verified(v, answer)
+		}
+	}) {
+		return
 	}
 	env.VerifyPeer(func(err error) {
 		switch {

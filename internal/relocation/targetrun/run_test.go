@@ -49,6 +49,10 @@ type fakeEnv struct {
 	reads    []func(location.Versioned, error)
 	slotsErr error
 	later    func(expired bool)
+	// precheck: the record a source check before the seal found (nil:
+	// none), and its pending answer once Prechecked was asked.
+	precheck *location.Versioned
+	checked  func()
 }
 
 func (f *fakeEnv) call(format string, args ...any) {
@@ -74,6 +78,15 @@ func (f *fakeEnv) ReadSource(answer func(location.Versioned, error)) {
 	f.reads = append(f.reads, answer)
 }
 func (f *fakeEnv) ObjectGeneration() uint64 { return 1 }
+func (f *fakeEnv) Prechecked(answer func(location.Versioned)) bool {
+	if f.precheck == nil {
+		return false
+	}
+	f.call("prechecked")
+	v := *f.precheck
+	f.checked = func() { answer(v) }
+	return true
+}
 func (f *fakeEnv) VerifyMembers(_ location.Versioned, answer func(error)) {
 	f.call("members")
 	answer(nil)
@@ -499,4 +512,35 @@ func TestVerifySource(t *testing.T) {
 	require.Equal(t, handoff.TargetRemoved, r.Machine().Phase())
 	require.Contains(t, f.calls, "failed FAILURE_REASON_DEADLINE")
 	require.NotContains(t, f.calls, "failed FAILURE_REASON_STALE")
+}
+
+// A move whose source check before the seal passed neither checks the
+// source's node nor reads the record again: the record that check found
+// backs the move (its version is the first CAS's), answered in a later
+// turn, never within the VerifySource effect.
+func TestPrecheckedSourceIsNotReadAgain(t *testing.T) {
+	m, chunks, err := envelope.Split(make([]byte, 300), 100)
+	require.NoError(t, err)
+	rec := atSource()
+	f := &fakeEnv{rec: atSource(), failAt: -1, precheck: &rec}
+	tg, effects := handoff.NewTarget(testID, handoff.DefaultConfig(), handoff.PrepareReceived{Manifest: m, RestoreDeadline: deadline, MaxPayloadLength: 1 << 20})
+	f.run = New[string](tg, f, 1)
+	f.run.Run(effects)
+	require.Contains(t, f.calls, "prechecked")
+	require.NotContains(t, f.calls, "verify")
+	require.NotContains(t, f.calls, "read")
+	require.NotContains(t, f.calls, "keep", "answered within the effect")
+
+	for _, c := range chunks {
+		f.run.Step(handoff.ChunkReceived{Chunk: c})
+	}
+	f.run.Restored(0, nil)
+	require.Equal(t, handoff.TargetRestoring, f.run.Machine().Phase(), "relay-ready before the source is backed")
+	f.calls = nil
+	f.checked()
+	require.Equal(t, []string{"members", "slots", "keep", "relay-ready"}, f.calls[:4])
+	require.Equal(t, handoff.RelayReady, f.run.Machine().Phase())
+	v, ok := f.TakeVerified()
+	require.True(t, ok)
+	require.Equal(t, rec.Version, v.Version)
 }
