@@ -802,3 +802,22 @@ func ValidateNodeUpdate(cur, next *NodeDescriptor) error {
 type InProcess interface {
 	InProcess() bool
 }
+
+// Immediate is implemented by a store whose calls (but Watch) return at
+// once: they wait on no I/O and on no other caller beyond a short lock
+// (memstore). A caller may then make them on a goroutine that must not
+// wait, instead of handing each to a goroutine of its own and taking the
+// answer back — two scheduler wake-ups per call, which on a machine that
+// was idle cost more than the call. Immediate returns the store itself: a
+// wrapper that embeds such a store (and whose own methods may well wait)
+// returns the embedded one, so a caller compares the answer with the
+// store it holds (IsImmediate).
+type Immediate interface {
+	Immediate() Store
+}
+
+// IsImmediate reports whether s's own calls return at once (Immediate).
+func IsImmediate(s Store) bool {
+	im, ok := s.(Immediate)
+	return ok && im.Immediate() == s
+}

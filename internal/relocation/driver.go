@@ -311,6 +311,9 @@ type Driver struct {
 	targetCache descriptorCache
 	// inProcess: the store's calls stay in the process (location.InProcess).
 	inProcess bool
+	// immediate: the store's calls return at once (location.Immediate):
+	// the commit calls it on the driver goroutine.
+	immediate bool
 	// link is this node's chunk link (nil: off; link.go). chunkLinks: each
 	// peer's link address from its last capability answer; linkDown: until
 	// when a peer whose link failed gets its chunks on the Proto.Actor
@@ -359,6 +362,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 			s, ok := store.(location.InProcess)
 			return ok && s.InProcess()
 		}(),
+		immediate: location.IsImmediate(store),
 
 		redeliveries:       map[redeliveryQueue][]*redeliver{},
 		redelivered:        map[redeliveryQueue]lastDelivery{},

@@ -330,13 +330,22 @@ func (e targetEnv) TakeVerified() (location.Versioned, bool) {
 // store; the answer comes back to the driver's.
 func (e targetEnv) Commit(c *handoff.Commit, attempt func(targetrun.Store, func(handoff.Event, handoff.Committed))) {
 	d, id := e.d, e.id()
-	go func() {
+	run := func() {
 		ctx, cancel := machine.WithDeadline(context.Background(), d.clock, c.Deadline(d.clock.Now(), d.cfg.RestoreTimeout))
 		defer cancel()
 		attempt(blockingStore{ctx: ctx, d: d}, func(ev handoff.Event, got handoff.Committed) {
 			d.laterRun(id, func(r *targetrun.Run[any]) { r.Answered(ev, got) })
 		})
-	}()
+	}
+	if d.immediate {
+		// The commit is on the pause: an immediate store (memstore) is
+		// called here, not from a goroutine whose start and answer would
+		// cost two scheduler wake-ups. The answer still comes as a turn of
+		// its own (laterRun), as every store answer does.
+		run()
+		return
+	}
+	go run()
 }
 
 func (e targetEnv) JoinRefused(c *handoff.Commit) {

@@ -673,6 +673,10 @@ func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
 // InProcess implements location.InProcess: every call stays in the process.
 func (s *Store) InProcess() bool { return true }
 
+// Immediate implements location.Immediate: every call but Watch returns
+// at once, under the store's mutex at most.
+func (s *Store) Immediate() location.Store { return s }
+
 // putLocked sets the record of key.
 func (s *Store) putLocked(key location.AuthorityKey, e *recordEntry) {
 	if _, ok := s.records[key]; !ok {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/location/storetest"
 )
@@ -29,5 +30,18 @@ func BenchmarkApply2(b *testing.B) { storetest.BenchmarkApply2(b, memstore.New()
 func BenchmarkListAll(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) { storetest.BenchmarkListAll(b, memstore.New(), n) })
+	}
+}
+
+// A memstore is immediate; a wrapper that embeds one is not (its own
+// methods may wait).
+func TestImmediateOnlyItself(t *testing.T) {
+	s := memstore.New()
+	if !location.IsImmediate(s) {
+		t.Fatal("a memstore is not immediate")
+	}
+	type wrapper struct{ *memstore.Store }
+	if location.IsImmediate(wrapper{s}) {
+		t.Fatal("a wrapper of a memstore is immediate")
 	}
 }
