@@ -26,6 +26,10 @@ type pauseRow struct {
 	P50, P99, Max float64 // ms
 	Moves         int
 	Sent, Lost    uint64
+	// CAS is the median over runs of each run's p50 of one compare-and-set
+	// on the store as cheaply as it allows (newCASProbe: on Consul a raw
+	// transaction), probed between the moves (ms). Floor is Hops + CAS.
+	CAS, Floor float64
 	// Hops is the median over runs of each run's p50 of three one-way
 	// messages between the two nodes' plain Proto.Actor actors (ms),
 	// probed between the moves: the floor of a move's three one-way
@@ -73,7 +77,7 @@ func (p *pauseRuns) figures() (moves int, p50, p99, maxMs float64) {
 func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), size, runs, moves int) (pauseRow, error) {
 	row := pauseRow{Size: size}
 	var pr pauseRuns
-	var hopRuns, streamRuns, nMoving, nIdle, nStreaming []float64
+	var hopRuns, casRuns, streamRuns, nMoving, nIdle, nStreaming []float64
 	for r := 0; r < runs; r++ {
 		w, done, err := openWorld(ctx, newStore, 2)
 		if err != nil {
@@ -87,6 +91,10 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		// The baselines: three hops, the same bytes streamed, and other
 		// requests between the nodes throughout.
 		probe, err := newHopProbe(w)
+		var cas casProbe
+		if err == nil {
+			cas, err = newCASProbe(ctx, w.store, location.Key(location.KindInstanceSpot, id))
+		}
 		var streamer *streamProbe
 		if err == nil {
 			streamer, err = newStreamProbe(w)
@@ -99,7 +107,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			done()
 			return row, err
 		}
-		var hops, streams []time.Duration
+		var hops, cass, streams []time.Duration
 		var sent atomic.Uint64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -135,7 +143,10 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			time.Sleep(10 * time.Millisecond)
 			near.phase.Store(phaseProbing)
 			h, err := probe.threeHops(ctx)
-			var st time.Duration
+			var c, st time.Duration
+			if err == nil {
+				c, err = cas(ctx)
+			}
 			if err == nil {
 				near.phase.Store(phaseStreaming)
 				st, err = streamer.stream(ctx, size)
@@ -144,7 +155,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			if err != nil {
 				return fail(err)
 			}
-			hops, streams = append(hops, h), append(streams, st)
+			hops, cass, streams = append(hops, h), append(cass, c), append(streams, st)
 			time.Sleep(10 * time.Millisecond)
 		}
 		close(stop)
@@ -163,12 +174,15 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		}
 		pr.add(w.takePauses())
 		hopRuns = append(hopRuns, ms(percentile(hops, 0.5)))
+		casRuns = append(casRuns, ms(percentile(cass, 0.5)))
 		row.Sent += sent.Load()
 		row.Lost += sent.Load() - min(handled, sent.Load())
 		done()
 	}
 	row.Moves, row.P50, row.P99, row.Max = pr.figures()
 	row.Hops = median(hopRuns)
+	row.CAS = median(casRuns)
+	row.Floor = row.Hops + row.CAS
 	row.Stream = median(streamRuns)
 	row.NeighbourMoving, row.NeighbourIdle, row.NeighbourStreaming = median(nMoving), median(nIdle), median(nStreaming)
 	return row, nil

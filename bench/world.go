@@ -73,9 +73,13 @@ var crewKind = extension.Kind{StableType: "crew", SpotWide: true, Producer: func
 // world is two or three roam nodes on one store, with the pauses of the
 // moves that ended on them.
 type world struct {
-	nodes  []*extension.Extension
-	mu     sync.Mutex
-	pauses []time.Duration
+	store location.Store // the store the world was started on
+	// clients: the other nodes' own clients of store (clients.another),
+	// closed with the world so that no run leaves connections behind.
+	clients []location.Store
+	nodes   []*extension.Extension
+	mu      sync.Mutex
+	pauses  []time.Duration
 }
 
 // clients is a store each node of a world reaches through a client of its
@@ -87,7 +91,7 @@ type clients interface {
 }
 
 func startWorld(ctx context.Context, store location.Store, n int, opts ...func(*extension.Config)) (*world, error) {
-	w := &world{}
+	w := &world{store: store}
 	log := zerolog.Nop()
 	silent := slog.LevelError + 4
 	for i := 0; i < n; i++ {
@@ -98,6 +102,7 @@ func startWorld(ctx context.Context, store location.Store, n int, opts ...func(*
 				w.stop(ctx)
 				return nil, err
 			}
+			w.clients = append(w.clients, nodeStore)
 		}
 		cfg := extension.Config{
 			Node:  meshnode.Config{Store: nodeStore, Logger: &log, ProtoActorLogLevel: &silent},
@@ -144,6 +149,10 @@ func (w *world) stop(ctx context.Context) {
 	for _, n := range w.nodes {
 		_ = n.Stop(ctx)
 	}
+	for _, c := range w.clients {
+		_ = c.Close()
+	}
+	w.clients = nil
 }
 
 // takePauses returns and clears the recorded pauses.
