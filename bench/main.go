@@ -125,10 +125,20 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		if !want(letter) {
 			return
 		}
+		before := snapshot()
 		if err := measure(); err != nil {
 			failed = append(failed, fmt.Errorf("section (%s): %w", letter, err))
 			fmt.Fprintf(&b, "\n**Section (%s) did not finish:** %v\n\n", letter, err)
 			fmt.Fprintf(os.Stderr, "(%s) did not finish: %v\n", letter, err)
+		}
+		// Checked after every section: one that leaves nodes, clients or
+		// connections running makes every later figure depend on it.
+		if after, err := leftBehind(before); err != nil {
+			failed = append(failed, fmt.Errorf("section (%s): %w", letter, err))
+			fmt.Fprintf(&b, "\n**Section (%s) leaked:** %v\n\n", letter, err)
+			fmt.Fprintf(os.Stderr, "(%s) leaked: %v\n", letter, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "(%s) left nothing running: %s before, %s after\n", letter, before, after)
 		}
 		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 			failed = append(failed, err)

@@ -1397,6 +1397,13 @@ func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, erro
 	return entry != nil, nil
 }
 
-// Close implements location.Store. The HTTP client holds no long-lived
-// resources; leases are left to their TTL.
-func (s *Store) Close() error { return nil }
+// Close implements location.Store: it closes the connections the Store
+// keeps to its agents (a closed Store would otherwise hold them, and two
+// goroutines for each, until they had been idle for 90 s). Leases are
+// left to their TTL. A call made after Close connects afresh.
+func (s *Store) Close() error {
+	for _, t := range s.transports {
+		t.CloseIdleConnections()
+	}
+	return nil
+}
