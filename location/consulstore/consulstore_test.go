@@ -59,6 +59,7 @@ func harness() storetest.Harness {
 func TestContract(t *testing.T) { storetest.Run(t, harness()) }
 
 func BenchmarkCAS(b *testing.B)             { storetest.BenchmarkCAS(b, newStore(b)) }
+func BenchmarkRead(b *testing.B)            { storetest.BenchmarkRead(b, newStore(b)) }
 func BenchmarkApply2(b *testing.B)          { storetest.BenchmarkApply2(b, newStore(b)) }
 func BenchmarkReadCASParallel(b *testing.B) { storetest.BenchmarkReadCASParallel(b, newStore(b)) }
 
@@ -176,4 +177,34 @@ func TestCloseLetsGoOfItsConnections(t *testing.T) {
 	require.Greater(t, persistConns(), before, "the store kept no connection")
 	require.NoError(t, s.Close())
 	testwait.For(t, func() bool { return persistConns() <= before }, "the closed store's connections closing")
+}
+
+// BenchmarkRawGet is BenchmarkRead's floor: a consistent GET of the same
+// key on the same agent with Consul's own client, without roam's
+// decoding, batching or checks.
+func BenchmarkRawGet(b *testing.B) {
+	prefix := fmt.Sprintf("roam-test/rawget-%d", prefixes.Add(1))
+	s, err := consulstore.New(consulstore.Config{Address: server.Addr, Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.CompareAndSet(context.Background(), location.Key(location.KindInstanceSpot, "bench-read"), 0, record(1, 0)); err != nil {
+		b.Fatal(err)
+	}
+	client, err := api.NewClient(&api.Config{Address: server.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pairs, _, err := client.KV().List(prefix, nil)
+	if err != nil || len(pairs) != 1 {
+		b.Fatalf("the record roam wrote: %d pairs, %v", len(pairs), err)
+	}
+	key := pairs[0].Key
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if kv, _, err := client.KV().Get(key, &api.QueryOptions{RequireConsistent: true}); err != nil || kv == nil {
+			b.Fatalf("raw GET: %v, %v", kv, err)
+		}
+	}
 }

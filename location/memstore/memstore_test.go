@@ -25,6 +25,7 @@ func harness() storetest.Harness {
 func TestContract(t *testing.T) { storetest.Run(t, harness()) }
 
 func BenchmarkCAS(b *testing.B)    { storetest.BenchmarkCAS(b, memstore.New()) }
+func BenchmarkRead(b *testing.B)   { storetest.BenchmarkRead(b, memstore.New()) }
 func BenchmarkApply2(b *testing.B) { storetest.BenchmarkApply2(b, memstore.New()) }
 
 func BenchmarkListAll(b *testing.B) {

@@ -29,6 +29,23 @@ func BenchmarkCAS(b *testing.B, s location.Store) {
 	}
 }
 
+// BenchmarkRead measures one read of one key's record, consistent where
+// the store tells consistent reads apart (Consul).
+func BenchmarkRead(b *testing.B, s location.Store) {
+	ctx := context.Background()
+	key := location.Key(location.KindInstanceSpot, "bench-read")
+	if _, err := s.CompareAndSet(ctx, key, 0, rec("bench", 1)); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Read(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkApply2 measures one atomic transaction updating two keys, the
 // shape of a SpotWide relocation or an Actor Join commit.
 func BenchmarkApply2(b *testing.B, s location.Store) {
