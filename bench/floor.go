@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -14,8 +15,12 @@ import (
 
 // casProbe times one compare-and-set on a world's store done as cheaply
 // as that store allows: the store part of a move's floor (a move's pause
-// holds three one-way hops and the target's one owner CAS).
-type casProbe func(ctx context.Context) (time.Duration, error)
+// holds three one-way hops and the target's one owner CAS). close ends
+// what the probe holds (its own Consul client).
+type casProbe struct {
+	once  func(ctx context.Context) (time.Duration, error)
+	close func()
+}
 
 // newCASProbe is a probe of s beside the record of key (which it copies,
 // so the probe writes a value of the same size). On Consul it is a raw
@@ -28,33 +33,34 @@ func newCASProbe(ctx context.Context, s location.Store, key location.AuthorityKe
 	}
 	v, err := s.Read(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("floor probe: read %s: %w", key, err)
+		return casProbe{}, fmt.Errorf("floor probe: read %s: %w", key, err)
 	}
 	rec := proto.Clone(v.Record).(*location.Record)
 	probe := location.Key(key.Kind, key.ID+"-floor")
 	at, err := s.CompareAndSet(ctx, probe, 0, rec)
 	if err != nil {
-		return nil, fmt.Errorf("floor probe: create: %w", err)
+		return casProbe{}, fmt.Errorf("floor probe: create: %w", err)
 	}
-	return func(ctx context.Context) (time.Duration, error) {
+	return casProbe{once: func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
 		next, err := s.CompareAndSet(ctx, probe, at, rec)
 		d := time.Since(start)
 		at = next
 		return d, err
-	}, nil
+	}, close: func() {}}, nil
 }
 
 // rawConsulCAS is a check-and-set transaction on a copy of the record of
 // the object id under prefix, as BenchmarkRawTxnCAS sends it.
 func rawConsulCAS(address, prefix, id string) (casProbe, error) {
-	client, err := api.NewClient(&api.Config{Address: address})
+	transport := http.DefaultTransport.(*http.Transport).Clone() // its own, closed with the probe
+	client, err := api.NewClient(&api.Config{Address: address, Transport: transport})
 	if err != nil {
-		return nil, err
+		return casProbe{}, err
 	}
 	pairs, _, err := client.KV().List(prefix+"/loc/", nil)
 	if err != nil {
-		return nil, fmt.Errorf("floor probe: list: %w", err)
+		return casProbe{}, fmt.Errorf("floor probe: list: %w", err)
 	}
 	var value []byte
 	for _, p := range pairs {
@@ -63,18 +69,18 @@ func rawConsulCAS(address, prefix, id string) (casProbe, error) {
 		}
 	}
 	if value == nil {
-		return nil, fmt.Errorf("floor probe: no record of %s under %s", id, prefix)
+		return casProbe{}, fmt.Errorf("floor probe: no record of %s under %s", id, prefix)
 	}
 	key := prefix + "/floor/" + id
 	if _, err := client.KV().Put(&api.KVPair{Key: key, Value: value}, nil); err != nil {
-		return nil, fmt.Errorf("floor probe: create: %w", err)
+		return casProbe{}, fmt.Errorf("floor probe: create: %w", err)
 	}
 	kv, _, err := client.KV().Get(key, nil)
 	if err != nil || kv == nil {
-		return nil, fmt.Errorf("floor probe: read back: %v", err)
+		return casProbe{}, fmt.Errorf("floor probe: read back: %v", err)
 	}
 	index := kv.ModifyIndex
-	return func(ctx context.Context) (time.Duration, error) {
+	return casProbe{once: func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
 		ok, resp, _, err := client.Txn().Txn(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: value, Index: index}}}, (&api.QueryOptions{}).WithContext(ctx))
 		d := time.Since(start)
@@ -83,5 +89,5 @@ func rawConsulCAS(address, prefix, id string) (casProbe, error) {
 		}
 		index = resp.Results[0].KV.ModifyIndex
 		return d, nil
-	}, nil
+	}, close: transport.CloseIdleConnections}, nil
 }

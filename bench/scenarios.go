@@ -93,7 +93,10 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 		probe, err := newHopProbe(w)
 		var cas casProbe
 		if err == nil {
-			cas, err = newCASProbe(ctx, w.store, location.Key(location.KindInstanceSpot, id))
+			if cas, err = newCASProbe(ctx, w.store, location.Key(location.KindInstanceSpot, id)); err == nil {
+				closeWorld := done
+				done = func() { cas.close(); closeWorld() }
+			}
 		}
 		var streamer *streamProbe
 		if err == nil {
@@ -145,7 +148,7 @@ func pauseVsSize(ctx context.Context, newStore func() (location.Store, error), s
 			h, err := probe.threeHops(ctx)
 			var c, st time.Duration
 			if err == nil {
-				c, err = cas(ctx)
+				c, err = cas.once(ctx)
 			}
 			if err == nil {
 				near.phase.Store(phaseStreaming)
