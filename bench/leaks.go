@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -47,9 +49,33 @@ func leftBehind(before resources) (resources, error) {
 			return now, nil
 		}
 		if time.Now().After(deadline) {
-			return now, fmt.Errorf("left %d goroutines and %d descriptors more than before it (%s, then %s) after %v",
-				now.goroutines-before.goroutines, now.fds-before.fds, before, now, leakPatience)
+			return now, fmt.Errorf("left %d goroutines and %d descriptors more than before it (%s, then %s) after %v; goroutines by creator: %s",
+				now.goroutines-before.goroutines, now.fds-before.fds, before, now, leakPatience, creators())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// creators counts the process's goroutines by the function that created
+// them, most first: what a leak is made of.
+func creators() string {
+	buf := make([]byte, 1<<24)
+	counts := map[string]int{}
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if i := strings.Index(g, "created by "); i >= 0 {
+			name, _, _ := strings.Cut(g[i+len("created by "):], "\n")
+			name, _, _ = strings.Cut(name, " in goroutine")
+			counts[name]++
+		}
+	}
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return counts[names[i]] > counts[names[j]] })
+	var out []string
+	for _, n := range names[:min(len(names), 5)] {
+		out = append(out, fmt.Sprintf("%s ×%d", n, counts[n]))
+	}
+	return strings.Join(out, ", ")
 }
