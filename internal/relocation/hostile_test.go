@@ -430,8 +430,9 @@ func startBoundedNode(t *testing.T, store location.Store, capacity uint32, kinds
 // The source check before the seal (PROTOCOL.md §5.2) answers only a
 // ticket's holder, from the address the ticket was issued to, and backs
 // only the owner: a member of the mesh that asks about an object it does
-// not own hears Stale; one that asks without a ticket, or in another's
-// name, hears nothing; and the check uses no ticket up.
+// not own hears Stale; one that asks without a ticket, in another's
+// name, or a second time with one ticket, hears nothing; and the check
+// uses no ticket up.
 func TestSourceCheckAnswersOnlyATicketHolderAndBacksOnlyTheOwner(t *testing.T) {
 	c := startNodes(t, 2)
 	ctx := context.Background()
@@ -469,11 +470,18 @@ func TestSourceCheckAnswersOnlyATicketHolderAndBacksOnlyTheOwner(t *testing.T) {
 	require.Equal(t, prepare.GetIdentity().GetRelocationId(), got.GetIdentity().GetRelocationId())
 	require.Equal(t, roamerr.CodeStale, got.GetCode(), got.GetDetail())
 
-	// The ticket is still good for the Restore request (refused Stale by
-	// the target's own read, not for want of a ticket).
+	// One check per ticket: a second is refused unanswered (each reads
+	// the store). The ticket is still good for the Restore request,
+	// refused Stale by the target's own read, not for want of a ticket —
+	// and that answer is the next thing to come back.
+	again := proto.Clone(check).(*messages.SourceCheck)
+	again.Identity.RelocationId = 7803
+	member.send(b.node.Address(), member.self, again)
 	prepare.MoveTicket = reply.GetMoveTicket()
 	member.send(b.node.Address(), member.self, prepare)
-	failed := next[*messages.RelocationFailed](t, member)
+	got2 := testwait.Recv(t, member.got, "the answer to the Restore request")
+	failed, ok := got2.(*messages.RelocationFailed)
+	require.True(t, ok, "a second check with one ticket was answered: %v", got2)
 	require.Equal(t, messages.FailureReason_FAILURE_REASON_STALE, failed.GetReason(), failed.GetDetail())
 
 	after, err := c.store.Read(ctx, key)

@@ -90,12 +90,12 @@ func (d *Driver) onSourceCheck(c actor.Context, q *messages.SourceCheck) {
 	from := c.Sender()
 	id := handoff.IdentityFromProto(q.GetIdentity())
 	now := d.clock.Now()
-	if from == nil || !id.Valid() || from.Address != q.GetSource().GetAddress() || !d.tickets.Holds(q, from.Address, now) {
+	if from == nil || !id.Valid() || from.Address != q.GetSource().GetAddress() || !d.tickets.CheckOnce(q, from.Address, now) {
 		address := ""
 		if from != nil {
 			address = from.Address
 		}
-		d.refused("source check", address, "no valid move ticket for its source")
+		d.refused("source check", address, "no valid move ticket for its source, or one a check carried already")
 		return
 	}
 	reply := func(err error) {
@@ -107,7 +107,13 @@ func (d *Driver) onSourceCheck(c actor.Context, q *messages.SourceCheck) {
 	}
 	obj := q.GetObject()
 	key := location.Key(obj.GetKind(), obj.GetId())
+	// The source's deadline, but no later than one restore timeout of
+	// this node's from now: the sender chooses it, and the check's tries
+	// and the record kept last until it.
 	deadline := time.UnixMilli(q.GetRestoreDeadlineUnixMillis())
+	if limit := now.Add(d.cfg.RestoreTimeout); deadline.After(limit) {
+		deadline = limit
+	}
 	if _, ok := d.kind(obj.GetStableType()); !ok || key.Validate() != nil || !Movable(key.Kind) {
 		reply(fmt.Errorf("%w: this node does not host %s of type %q", roamerr.ErrInvalidOperation, key, obj.GetStableType()))
 		return

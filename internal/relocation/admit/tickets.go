@@ -21,7 +21,7 @@
 //     node and address, and before relay-ready the target reads the record:
 //     the source must be the object's owner at the move's fence
 //     (handoff.VerifySource) — or, before the seal, the source check that
-//     carried the same ticket (Holds, which does not use it up) read it.
+//     carried the same ticket (CheckOnce, which does not use it up) read it.
 //     A refusal names nothing the sender did not send.
 package admit
 
@@ -60,6 +60,9 @@ type ticket struct {
 	address    string
 	expires    time.Time
 	spare      bool // a spare ticket (counted in spares, not in bySource)
+	// checked: a source check carried it (CheckOnce): one per ticket, so
+	// a ticket cannot be made to read the store again and again.
+	checked bool
 }
 
 // Tickets are the move tickets a node issued and no Restore request has
@@ -212,12 +215,21 @@ func (ts *Tickets) Take(p *messages.RelocationPrepare, address string, now time.
 	return true
 }
 
-// Holds reports whether the source check q that came from address at now
-// carries an unexpired ticket issued to its source node and address, for
-// a move of that node's fence. It does not use the ticket up: the
-// Restore request that follows the check does.
-func (ts *Tickets) Holds(q *messages.SourceCheck, address string, now time.Time) bool {
-	return ts.admits(string(q.GetMoveTicket()), q.GetSource(), q.GetIdentity().GetCoordinatorFence(), address, now)
+// CheckOnce reports whether the source check q that came from address at
+// now carries an unexpired ticket issued to its source node and address,
+// for a move of that node's fence, that no source check carried before.
+// It does not use the ticket up (the Restore request that follows the
+// check does), but a second check with it is refused: each check reads
+// the store, and a ticket admits one move.
+func (ts *Tickets) CheckOnce(q *messages.SourceCheck, address string, now time.Time) bool {
+	key := string(q.GetMoveTicket())
+	if !ts.admits(key, q.GetSource(), q.GetIdentity().GetCoordinatorFence(), address, now) || ts.byKey[key].checked {
+		return false
+	}
+	t := ts.byKey[key]
+	t.checked = true
+	ts.byKey[key] = t
+	return true
 }
 
 // admits: the ticket under key admits a move of src's, with fence, from
