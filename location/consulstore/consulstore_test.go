@@ -114,18 +114,16 @@ func TestListContinuesFromTheKeysItKept(t *testing.T) {
 	require.False(t, seen[id(2050)])
 }
 
-// BenchmarkRawTxnCAS is BenchmarkCAS's floor: the same check-and-set of
-// the same value on the same agent, as one Consul transaction sent with
-// Consul's own client, without roam's encoding, batching or checks.
-func BenchmarkRawTxnCAS(b *testing.B) {
+// rawRecord has roam write the record of Instance Spot id under a prefix
+// of its own and returns Consul's own client on the same agent with that
+// record's pair as Consul holds it: the raw benchmarks' value.
+func rawRecord(b *testing.B, id string) (*api.Client, *api.KVPair) {
 	prefix := fmt.Sprintf("roam-test/raw-%d", prefixes.Add(1))
 	s, err := consulstore.New(consulstore.Config{Address: server.Addr, Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	key := location.Key(location.KindInstanceSpot, "bench-cas")
-	if _, err := s.CompareAndSet(ctx, key, 0, record(1, 0)); err != nil {
+	if _, err := s.CompareAndSet(context.Background(), location.Key(location.KindInstanceSpot, id), 0, record(1, 0)); err != nil {
 		b.Fatal(err)
 	}
 	client, err := api.NewClient(&api.Config{Address: server.Addr})
@@ -136,7 +134,15 @@ func BenchmarkRawTxnCAS(b *testing.B) {
 	if err != nil || len(pairs) != 1 {
 		b.Fatalf("the record roam wrote: %d pairs, %v", len(pairs), err)
 	}
-	kv := *pairs[0]
+	return client, pairs[0]
+}
+
+// BenchmarkRawTxnCAS is BenchmarkCAS's floor: the same check-and-set of
+// the same value on the same agent, as one Consul transaction sent with
+// Consul's own client, without roam's encoding, batching or checks.
+func BenchmarkRawTxnCAS(b *testing.B) {
+	client, pair := rawRecord(b, "bench-cas")
+	kv := *pair
 	b.ReportAllocs()
 	b.ResetTimer()
 	// After ResetTimer, which drops metrics reported before it.
@@ -183,23 +189,8 @@ func TestCloseLetsGoOfItsConnections(t *testing.T) {
 // key on the same agent with Consul's own client, without roam's
 // decoding, batching or checks.
 func BenchmarkRawGet(b *testing.B) {
-	prefix := fmt.Sprintf("roam-test/rawget-%d", prefixes.Add(1))
-	s, err := consulstore.New(consulstore.Config{Address: server.Addr, Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.CompareAndSet(context.Background(), location.Key(location.KindInstanceSpot, "bench-read"), 0, record(1, 0)); err != nil {
-		b.Fatal(err)
-	}
-	client, err := api.NewClient(&api.Config{Address: server.Addr})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pairs, _, err := client.KV().List(prefix, nil)
-	if err != nil || len(pairs) != 1 {
-		b.Fatalf("the record roam wrote: %d pairs, %v", len(pairs), err)
-	}
-	key := pairs[0].Key
+	client, pair := rawRecord(b, "bench-read")
+	key := pair.Key
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
