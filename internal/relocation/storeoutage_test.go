@@ -62,6 +62,15 @@ func (s *keyOutage) Watch(ctx context.Context, key location.AuthorityKey, after 
 	return s.Store.Watch(ctx, key, after)
 }
 
+// outageNodes are two nodes (2 s restore timeout) on a store whose
+// answers for one Actor's record ("outage") stop while st.down is set.
+func outageNodes(t *testing.T) (st *keyOutage, a, b *testNode) {
+	st = &keyOutage{Store: newStore(t), key: location.Key(location.KindActor, "outage")}
+	t.Cleanup(func() { st.down.Store(false) })
+	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
+	return st, startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+}
+
 // A store that stops answering for an object's record as a move's target
 // is about to check the source (here: until the test ends) does not keep
 // the object unserved, nor seal it: the check says nothing of the source
@@ -69,12 +78,8 @@ func (s *keyOutage) Watch(ctx context.Context, key location.AuthorityKey, after 
 // its seal, and the object answers throughout.
 // Reference: docs/PROTOCOL.md §5.2; docs/FAULTS.md.
 func TestAStoreOutageAtTheSourceCheckEndsTheMoveUnsealed(t *testing.T) {
-	shared := newStore(t)
-	key := location.Key(location.KindActor, "outage")
-	st := &keyOutage{Store: shared, key: key}
-	t.Cleanup(func() { st.down.Store(false) })
-	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
-	a, b := startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+	st, a, b := outageNodes(t)
+	key := st.key
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
 	require.NoError(t, err)
@@ -116,12 +121,8 @@ func TestAStoreOutageAtTheSourceCheckEndsTheMoveUnsealed(t *testing.T) {
 // docs/FAULTS.md.
 // Reference: docs/PROTOCOL.md §5.7, §6.2; docs/FAULTS.md.
 func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
-	shared := newStore(t)
-	key := location.Key(location.KindActor, "outage")
-	st := &keyOutage{Store: shared, key: key}
-	t.Cleanup(func() { st.down.Store(false) })
-	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
-	a, b := startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
+	st, a, b := outageNodes(t)
+	key := st.key
 	relocation.WithoutSourceCheck(b.driver)
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
