@@ -618,7 +618,9 @@ func joinsInto(ops []location.Op, id, spot string) bool {
 // changing) — it would seal the Actor before the s1 write lands and carry
 // JoinedSpot(s1) behind JoinedSpot(s2). Asked again, it moves the Actor:
 // its Join callbacks come in the order of the memberships, the last one
-// naming the Spot it is in.
+// naming the Spot it is in. (The test once demanded that JoinedSpot(s1)
+// run before the second move sealed the Actor, which nothing orders: a
+// run beside four CPU hogs handled it after, from the saved work.)
 func TestJoinCallbacksFollowTheMemberships(t *testing.T) {
 	ctx := context.Background()
 	store := &gateStore{Store: memstore.New()}
@@ -649,7 +651,13 @@ func TestJoinCallbacksFollowTheMemberships(t *testing.T) {
 	require.NoError(t, err)
 	countsExact(t, store.Store)
 	require.Equal(t, "s2", membershipOf(t, store.Store, "x").GetSpotId())
-	require.Equal(t, []string{"joined s1+committed", "joined s2+committed"}, filter(journalOf(t, a, roam.ActorRef("x")), "joined"))
+	joins := filter(journalOf(t, a, roam.ActorRef("x")), "joined")
+	require.Len(t, joins, 2, "one callback per Join: %v", joins)
+	// JoinedSpot(s1) runs before the move to s2 seals the Actor, or — a
+	// busy machine did so — after its commit, from the saved work that
+	// moved with it (PROTOCOL.md §7.10): before JoinedSpot(s2) either way.
+	require.Contains(t, []string{"joined s1+committed", "joined s1+now:s2"}, joins[0], "callbacks in their commits' order: %v", joins)
+	require.Equal(t, "joined s2+committed", joins[1])
 }
 
 // The Spot's node stops (drains, then ends) while a Join into it is past
