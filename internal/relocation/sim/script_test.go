@@ -90,12 +90,13 @@ func (e *scriptEnv) logf(format string, args ...any) { e.log.Logf(e.w.Now(), for
 // ---- world ----
 
 var sabotages = map[string]Sabotage{
-	"none":                SabotageNone,
-	"skip-fence-out":      SabotageSkipFenceOut,
-	"open-without-commit": SabotageOpenWithoutCommit,
-	"skip-session-seal":   SabotageSkipSessionSeal,
-	"handle-after-seal":   SabotageHandleAfterSeal,
-	"split-unit":          SabotageSplitUnit,
+	"none":                       SabotageNone,
+	"skip-fence-out":             SabotageSkipFenceOut,
+	"open-without-commit":        SabotageOpenWithoutCommit,
+	"skip-session-seal":          SabotageSkipSessionSeal,
+	"handle-after-seal":          SabotageHandleAfterSeal,
+	"split-unit":                 SabotageSplitUnit,
+	"cutover-before-relay-ready": SabotageCutoverBeforeRelayReady,
 }
 
 // world nodes=3 objects=1 clients=2 seed=1 sessions=false sabotage=none members=(k0,k1,...) budget=(peer,node,window) source-check=true

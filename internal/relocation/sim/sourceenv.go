@@ -196,6 +196,10 @@ func (e sourceEnv) SendChunks(c handoff.SendChunks) {
 	out := n.budget.Submit(e.r.target.name, e.r.m.Identity().RelocationID, c.Chunks)
 	e.r.w.stats.ChunksQueued += len(c.Chunks) - len(out.Chunks)
 	n.budgetOut(out)
+	if r := e.r; r.w.cfg.Sabotage == SabotageCutoverBeforeRelayReady {
+		// The source takes its own payload's departure for relay-ready.
+		r.w.after(0, "sabotage", func() { r.w.stepSource(r, handoff.RelayReadyReceived{}) })
+	}
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {

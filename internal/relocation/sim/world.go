@@ -56,6 +56,12 @@ const (
 	// SpotWide commit it applies the Spot's owner change and drops its
 	// members', so the Spot leaves its members behind.
 	SabotageSplitUnit
+	// SabotageCutoverBeforeRelayReady is a source that does not wait for
+	// the target's relay-ready: right after the payload it relays and
+	// sends the cutover, as if relay-ready had come (docs/PROTOCOL.md
+	// §5.9, "Why the cutover waits for relay-ready"). A target that then
+	// fails its restore can no longer give the object back.
+	SabotageCutoverBeforeRelayReady
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
