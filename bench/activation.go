@@ -15,22 +15,29 @@ import (
 
 // activationRow is scenario (h) on one store: cold activations (the first
 // request to a Missing Instance Spot, to its reply) one after another and
-// by 32 concurrent callers, beside the store's own round trip measured in
-// the same run; Calls is how many store calls one activation makes on all
-// nodes, its reply's critical path and the clean-up after it together.
+// by 32 concurrent callers, beside the store's own round trips and
+// Proto.Actor's own grain activation measured in the same run; Calls is
+// how many store calls one activation makes on all nodes, its reply's
+// critical path and the clean-up after it together.
 type activationRow struct {
 	P50, P99  float64 // ms, medians over runs
 	RoundTrip float64 // ms, p50 of one consistent read, median over runs
+	Txn       float64 // ms, p50 of one store transaction (the floor's CAS probe), median over runs
 	Rate      float64 // activations/s by 32 callers, median over runs
 	Calls     float64 // store calls per activation (sequential runs)
+	// Proto.Actor's grain activation in the same runs (grainActivations):
+	// its p50 and rate, and the median over runs of each run's roam rate
+	// divided by its grain rate.
+	GrainP50, GrainRate, RateRatio float64
 }
 
 // coldActivations activates n fresh Instance Spots one after another from
 // node 0 of two (placement picks either node), then total more by
-// callers concurrent callers; the store's round trip is measured in the
-// same run by consistent reads of a missing key.
+// callers concurrent callers; the store's round trips are measured in the
+// same run (consistent reads of a missing key, and the transaction the
+// floor of (a) uses), and so is Proto.Actor's grain activation.
 func coldActivations(ctx context.Context, newStore func() (location.Store, error), runs, n, total, callers int) (activationRow, error) {
-	var p50s, p99s, trips, rates, calls []float64
+	var p50s, p99s, trips, txns, rates, calls, grainP50s, grainRates, ratios []float64
 	for r := 0; r < runs; r++ {
 		store, err := newStore()
 		if err != nil {
@@ -48,9 +55,15 @@ func coldActivations(ctx context.Context, newStore func() (location.Store, error
 		if err != nil {
 			return activationRow{}, err
 		}
-		p50s, p99s, trips, rates, calls = append(p50s, row.P50), append(p99s, row.P99), append(trips, row.RoundTrip), append(rates, row.Rate), append(calls, row.Calls)
+		grain, err := grainActivations(ctx, r, n, total, callers)
+		if err != nil {
+			return activationRow{}, err
+		}
+		p50s, p99s, trips, txns, rates, calls = append(p50s, row.P50), append(p99s, row.P99), append(trips, row.RoundTrip), append(txns, row.Txn), append(rates, row.Rate), append(calls, row.Calls)
+		grainP50s, grainRates, ratios = append(grainP50s, ms(grain.P50)), append(grainRates, grain.Rate), append(ratios, row.Rate/grain.Rate)
 	}
-	return activationRow{P50: median(p50s), P99: median(p99s), RoundTrip: median(trips), Rate: median(rates), Calls: median(calls)}, nil
+	return activationRow{P50: median(p50s), P99: median(p99s), RoundTrip: median(trips), Txn: median(txns), Rate: median(rates), Calls: median(calls),
+		GrainP50: median(grainP50s), GrainRate: median(grainRates), RateRatio: median(ratios)}, nil
 }
 
 func coldActivationRun(ctx context.Context, w *world, counted *countingStore, run, n, total, callers int) (activationRow, error) {
@@ -71,6 +84,19 @@ func coldActivationRun(ctx context.Context, w *world, counted *countingStore, ru
 			return activationRow{}, err
 		}
 		trips = append(trips, time.Since(start))
+	}
+	probe, err := newCASProbe(ctx, counted.Store, location.AuthorityKey{Kind: location.KindInstanceSpot, ID: fmt.Sprintf("warm-%d-0", run)})
+	if err != nil {
+		return activationRow{}, err
+	}
+	defer probe.close()
+	var txns []time.Duration
+	for i := 0; i < n; i++ {
+		d, err := probe.once(ctx)
+		if err != nil {
+			return activationRow{}, fmt.Errorf("transaction probe: %w", err)
+		}
+		txns = append(txns, d)
 	}
 	// Let the warm-up's clean-up (pointer removal, root delete) finish
 	// before counting.
@@ -99,7 +125,7 @@ func coldActivationRun(ctx context.Context, w *world, counted *countingStore, ru
 	}
 	elapsed := time.Since(start)
 	return activationRow{P50: ms(percentile(lat, 0.5)), P99: ms(percentile(lat, 0.99)), RoundTrip: ms(percentile(trips, 0.5)),
-		Rate: float64(total) / elapsed.Seconds(), Calls: perActivation}, nil
+		Txn: ms(percentile(txns, 0.5)), Rate: float64(total) / elapsed.Seconds(), Calls: perActivation}, nil
 }
 
 // settleCalls waits until the store calls stop (a lease renewal aside):
