@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,9 +27,10 @@ import (
 // against 1,000.
 type scaleRow struct {
 	N                  int
-	Plain, Spot, Store float64 // bytes of live heap per actor / per Spot (the node's) / per record
-	Start              time.Duration
-	P99Few, P99Many    float64 // ms
+	Plain, Spot, Store float64       // bytes of live heap per actor / per Spot (the node's) / per record with its checkpoint
+	Start              time.Duration // the recovery scan
+	Listing            time.Duration // the store's own listing of the same records (listAll)
+	P99Few, P99Many    float64       // ms
 }
 
 // liveHeap is the live heap after two collections.
@@ -145,7 +147,7 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		w.stop(ctx)
 		return row, err
 	}
-	// The store's own share: its records of the Spots, copied into a
+	// The store's own share: its records and checkpoints of the Spots, copied into a
 	// store of their own.
 	row.Store, err = storeHeap(ctx, store, n-few)
 	if err != nil {
@@ -173,11 +175,34 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 	}
 	row.Start = time.Since(start)
 	w2.stop(ctx)
-	return row, nil
+	row.Listing, err = listAll(ctx, store)
+	return row, err
 }
 
-// storeHeap copies n records of the Instance Spot kind into a fresh store
-// and returns the live heap each costs there.
+// listAll is the store's own listing of what the recovery scan pages
+// through (every Instance Spot, User Spot and Actor record, in pages of
+// the same size), and nothing else: the scan's floor.
+func listAll(ctx context.Context, store location.Store) (time.Duration, error) {
+	start := time.Now()
+	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot, location.KindActor} {
+		after := ""
+		for {
+			page, err := store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize, After: after})
+			if err != nil {
+				return 0, fmt.Errorf("listing: %w", err)
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+	}
+	return time.Since(start), nil
+}
+
+// storeHeap copies n records of the Instance Spot kind, and their
+// checkpoints, into a fresh store and returns the live heap each costs
+// there.
 func storeHeap(ctx context.Context, from location.Store, n int) (float64, error) {
 	var recs []location.Versioned
 	after := ""
@@ -193,11 +218,30 @@ func storeHeap(ctx context.Context, from location.Store, n int) (float64, error)
 		after = page.Next
 	}
 	recs = recs[:min(n, len(recs))]
+	// A checkpointed kind's Spots keep their checkpoints in the store too
+	// (the blob kind checkpoints, as PreserveStateWith does by default).
+	cps, _ := from.(location.CheckpointStore)
+	var states [][]byte
+	if cps != nil {
+		states = make([][]byte, len(recs))
+		for i, v := range recs {
+			data, _, err := cps.GetCheckpoint(ctx, v.Key)
+			if err != nil && !errors.Is(err, location.ErrNotFound) {
+				return 0, err
+			}
+			states[i] = data
+		}
+	}
 	before := settledHeap()
 	to := memstore.New()
-	for _, v := range recs {
+	for i, v := range recs {
 		if _, err := to.CompareAndSet(ctx, v.Key, 0, v.Record); err != nil {
 			return 0, err
+		}
+		if states != nil && states[i] != nil {
+			if _, err := to.PutCheckpoint(ctx, v.Key, 0, states[i]); err != nil {
+				return 0, err
+			}
 		}
 	}
 	// recs (the listed copies) count in before and still do here: what
@@ -205,6 +249,7 @@ func storeHeap(ctx context.Context, from location.Store, n int) (float64, error)
 	per := float64(liveHeap()-before) / float64(n)
 	runtime.KeepAlive(to)
 	runtime.KeepAlive(recs)
+	runtime.KeepAlive(states)
 	return per, nil
 }
 
