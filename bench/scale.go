@@ -188,11 +188,11 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 }
 
 // listAll is the store's own listing of what the recovery scan pages
-// through (every Instance Spot, User Spot and Actor record, in pages of
+// through (every Instance Spot and User Spot record, in pages of
 // the same size), and nothing else: the scan's floor.
 func listAll(ctx context.Context, store location.Store) (time.Duration, error) {
 	start := time.Now()
-	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot, location.KindActor} {
+	for _, kind := range []location.Kind{location.KindInstanceSpot, location.KindUserSpot} {
 		after := ""
 		for {
 			page, err := store.List(ctx, kind, location.PageRequest{Size: location.MaxPageSize, After: after})
