@@ -227,7 +227,7 @@ func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a au
 	if onMiss != nil {
 		onMiss()
 	}
-	if a, err = m.readAuthority(ctx, id); err != nil {
+	if a, err = m.readRouteAuthority(ctx, id); err != nil {
 		return authority{}, func() {}, nil, err
 	}
 	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {

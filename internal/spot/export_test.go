@@ -63,3 +63,14 @@ func ConnectionEnded(m *Manager, address string) bool {
 func SayLeaving(ctx context.Context, m *Manager, address string) error {
 	return m.d.Leaving(ctx, address)
 }
+
+// RouteReadSharers is how many calls joined m's route read of id in
+// progress (0: none in progress).
+func RouteReadSharers(m *Manager, id string) int {
+	m.resolvingMu.Lock()
+	defer m.resolvingMu.Unlock()
+	if r := m.resolving[id]; r != nil {
+		return r.sharers
+	}
+	return 0
+}

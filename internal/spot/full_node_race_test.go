@@ -10,33 +10,29 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
 )
 
-// raceReadStore is a memstore whose first `n` reads of one Instance Spot
-// key wait for each other: n callers all read the ID Missing before any
-// activation reserves it (the concurrent first messages of §7.6).
+// raceReadStore is a memstore whose first read of one Instance Spot key
+// waits until the test lets it answer (all closed): callers that need the
+// ID's route meanwhile share that read (Manager.readRouteAuthority), so
+// they all read the ID Missing before any activation reserves it (the
+// concurrent first messages of §7.6).
 type raceReadStore struct {
 	*memstore.Store
 	key     location.AuthorityKey
-	n       int64
 	arrived atomic.Int64
-	once    sync.Once
 	all     chan struct{}
 }
 
 func (s *raceReadStore) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
-	if key == s.key {
-		if i := s.arrived.Add(1); i <= s.n {
-			if i == s.n {
-				s.once.Do(func() { close(s.all) })
-			}
-			select {
-			case <-s.all:
-			case <-ctx.Done():
-				return location.Versioned{}, ctx.Err()
-			}
+	if key == s.key && s.arrived.Add(1) == 1 {
+		select {
+		case <-s.all:
+		case <-ctx.Done():
+			return location.Versioned{}, ctx.Err()
 		}
 	}
 	return s.Store.Read(ctx, key)
@@ -50,7 +46,7 @@ func (s *raceReadStore) Read(ctx context.Context, key location.AuthorityKey) (lo
 // an existing Spot needs no slot.
 // Reference: docs/PROTOCOL.md §7.5 steps 8–9, §7.6.
 func TestAConcurrentFirstMessageOnAFullNodeIsForwarded(t *testing.T) {
-	store := &raceReadStore{Store: memstore.New(), key: location.Key(location.KindInstanceSpot, "race"), n: 2, all: make(chan struct{})}
+	store := &raceReadStore{Store: memstore.New(), key: location.Key(location.KindInstanceSpot, "race"), all: make(chan struct{})}
 	w := newWorld(t, store)
 	// Capacity 1: room for exactly the one Spot both callers want.
 	n := w.start(withCapacity(1))
@@ -65,6 +61,10 @@ func TestAConcurrentFirstMessageOnAFullNodeIsForwarded(t *testing.T) {
 				Timeout(10 * time.Second).Do(context.Background())
 		}(i)
 	}
+	w.eventually(t, "the second caller waiting on the first one's read", func() bool {
+		return spot.RouteReadSharers(n.Spots(), "race") == 1
+	})
+	close(store.all)
 	wg.Wait()
 	require.NoError(t, errs[0], "first caller")
 	require.NoError(t, errs[1], "second caller")

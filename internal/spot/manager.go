@@ -152,7 +152,12 @@ type Manager struct {
 	// on that peer share it.
 	lostMu sync.RWMutex
 	lost   map[string]chan struct{}
-	stop   chan struct{}
+	// resolving holds the route reads of calls in progress, per Spot ID
+	// (readRouteAuthority): the calls that need one ID's route at once
+	// share one read.
+	resolvingMu sync.Mutex
+	resolving   map[string]*routeRead
+	stop        chan struct{}
 	// tick is closed and replaced every second (everySecond): the calls
 	// waiting for a reply check their owner's liveness on it.
 	tickMu   sync.Mutex
@@ -236,20 +241,21 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		return nil, err
 	}
 	m := &Manager{
-		met:      met,
-		d:        d,
-		clock:    d.Clock(),
-		store:    d.Store(),
-		roots:    roots,
-		sys:      d.System(),
-		desc:     d.Descriptor(),
-		cfg:      cfg,
-		log:      cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
-		cache:    newRouteCache(cfg.Routes.RouteCacheMaxAge),
-		results:  map[string]*retained{},
-		inFlight: inFlight{limits: cfg.InFlight, held: map[flightKey]int{}, perPeer: map[string]int{}},
-		lost:     map[string]chan struct{}{},
-		stop:     make(chan struct{}),
+		met:       met,
+		d:         d,
+		clock:     d.Clock(),
+		store:     d.Store(),
+		roots:     roots,
+		sys:       d.System(),
+		desc:      d.Descriptor(),
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
+		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		results:   map[string]*retained{},
+		inFlight:  inFlight{limits: cfg.InFlight, held: map[flightKey]int{}, perPeer: map[string]int{}},
+		lost:      map[string]chan struct{}{},
+		resolving: map[string]*routeRead{},
+		stop:      make(chan struct{}),
 	}
 	m.cache.clock = m.clock
 	// The node's own store: m.store is its lease-fenced view, which does
@@ -855,6 +861,59 @@ func (m *Manager) readAuthority(ctx context.Context, id string) (authority, erro
 		found, ferr = authority{v: r.V, address: r.Address, ended: r.Ended}, err
 	})
 	return found, ferr
+}
+
+// routeRead is one store read of a Spot's route that the calls needing it
+// at the same moment share (readRouteAuthority).
+type routeRead struct {
+	done chan struct{}
+	a    authority
+	err  error
+	// cut: the read ended with its reader's own context (deadline or
+	// cancellation), which says nothing to another call's.
+	cut bool
+	// sharers counts the calls that joined the read (under resolvingMu).
+	sharers int
+}
+
+// readRouteAuthority is readAuthority for a call about to send
+// (readRoute): calls that need the route to one Spot ID while a read of
+// it is on its way take that read's answer instead of reading again. A
+// move of a busy Spot otherwise sends every caller of it on this node to
+// the store at once, when its route is dropped after the drain
+// (docs/PROTOCOL.md §7.8): two reads each (the Instance and the User key)
+// per caller, a load on the store that grows with the callers. The shared
+// answer is a read that started at most one store round trip before the
+// call asked, as fresh as a cached route and judged the same way: a route
+// that turns out old is followed, hinted and drained again.
+func (m *Manager) readRouteAuthority(ctx context.Context, id string) (authority, error) {
+	for {
+		m.resolvingMu.Lock()
+		r := m.resolving[id]
+		if r == nil {
+			r = &routeRead{done: make(chan struct{})}
+			m.resolving[id] = r
+			m.resolvingMu.Unlock()
+			r.a, r.err = m.readAuthority(ctx, id)
+			r.cut = r.err != nil && ctx.Err() != nil
+			m.resolvingMu.Lock()
+			delete(m.resolving, id)
+			m.resolvingMu.Unlock()
+			close(r.done)
+			return r.a, r.err
+		}
+		r.sharers++
+		m.resolvingMu.Unlock()
+		select {
+		case <-r.done:
+			if !r.cut {
+				return r.a, r.err
+			}
+			// The reader gave up for its own reasons: read again.
+		case <-ctx.Done():
+			return authority{}, storeError("resolve "+id, ctx.Err())
+		}
+	}
 }
 
 // resolveEnv is spotcall.Resolve's host: every answer comes before the
