@@ -73,13 +73,17 @@ func (c *ctl) Watch(ctx context.Context, count int) error {
 		case err != nil:
 			fmt.Fprintf(c.errOut, "roamctl: list nodes: %v (trying again)\n", err)
 		default:
+			// Every listed node's name first: a follower started below
+			// may print a move from a node later in the listing at once.
+			w.mu.Lock()
+			for _, vn := range nodes {
+				w.names[vn.Node.GetNodeRid()] = nodeName(vn.Node)
+			}
+			w.mu.Unlock()
 			live := map[location.NodeKey]bool{}
 			for _, vn := range nodes {
 				n, key := vn.Node, location.NodeKeyOf(vn.Node)
 				live[key] = true
-				w.mu.Lock()
-				w.names[n.GetNodeRid()] = nodeName(n)
-				w.mu.Unlock()
 				if following[key] == nil {
 					nctx, cancel := context.WithCancel(ctx)
 					following[key] = cancel
