@@ -35,8 +35,9 @@ type activationRow struct {
 // node 0 of two (placement picks either node), then total more by
 // callers concurrent callers; the store's round trips are measured in the
 // same run (consistent reads of a missing key, and the transaction the
-// floor of (a) uses), and so is Proto.Actor's grain activation.
-func coldActivations(ctx context.Context, newStore func() (location.Store, error), runs, n, total, callers int) (activationRow, error) {
+// floor of (a) uses), and grains(run) is Proto.Actor's grain activation
+// of the same run.
+func coldActivations(ctx context.Context, newStore func() (location.Store, error), runs, n, total, callers int, grains func(run int) (grainRow, error)) (activationRow, error) {
 	var p50s, p99s, trips, txns, rates, calls, grainP50s, grainRates, ratios []float64
 	for r := 0; r < runs; r++ {
 		store, err := newStore()
@@ -55,7 +56,7 @@ func coldActivations(ctx context.Context, newStore func() (location.Store, error
 		if err != nil {
 			return activationRow{}, err
 		}
-		grain, err := grainActivations(ctx, r, n, total, callers)
+		grain, err := grains(r)
 		if err != nil {
 			return activationRow{}, err
 		}
