@@ -323,6 +323,7 @@ func throughput(ctx context.Context, newStore func() (location.Store, error), ru
 type bulkRow struct {
 	Spots                  int
 	Sequential, Concurrent float64 // moves/s
+	CAS                    float64 // the store's own CAS rate, as many at a time (casRate)
 }
 
 // bulkMoves activates n Spots on node 0, moves them all to node 1 one
@@ -361,7 +362,42 @@ func bulkMoves(ctx context.Context, newStore func() (location.Store, error), n, 
 	}
 	row.Concurrent = float64(n) / time.Since(start).Seconds()
 	_ = w.takePauses()
-	return row, nil
+	row.CAS, err = casRate(ctx, w.store, ids[:parallel], n)
+	return row, err
+}
+
+// casRate is the store's own compare-and-set rate with one writer per
+// key of keys, all at once, n writes in all: each a CAS probe of (a)'s
+// floor on a copy of that Spot's record (on Consul a raw txn sent with
+// Consul's own client to the same agent).
+func casRate(ctx context.Context, store location.Store, ids []string, n int) (float64, error) {
+	probes := make([]casProbe, len(ids))
+	for i, id := range ids {
+		p, err := newCASProbe(ctx, store, location.AuthorityKey{Kind: location.KindInstanceSpot, ID: id})
+		if err != nil {
+			for _, q := range probes[:i] {
+				q.close()
+			}
+			return 0, err
+		}
+		probes[i] = p
+	}
+	defer func() {
+		for _, p := range probes {
+			p.close()
+		}
+	}()
+	var next atomic.Int64
+	start := time.Now()
+	err := forEach(len(probes), len(probes), func(i int) error {
+		for next.Add(1) <= int64(n) {
+			if _, err := probes[i].once(ctx); err != nil {
+				return fmt.Errorf("CAS probe: %w", err)
+			}
+		}
+		return nil
+	})
+	return float64(n) / time.Since(start).Seconds(), err
 }
 
 // each runs fn over ids with at most parallel at a time; the first
