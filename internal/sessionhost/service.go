@@ -25,6 +25,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/session"
 	"github.com/roamactors/roam/internal/session/sessionrun"
+	"github.com/roamactors/roam/internal/stopguard"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -79,7 +80,10 @@ func Start(d *relocation.Driver, cfg session.Config, log zerolog.Logger) (*Servi
 		cfg: cfg, driver: d, sys: d.System(), address: d.System().Address(), log: log,
 	}
 	s.runner = sessionrun.New(session.New(cfg), (*host)(s))
-	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
+	// The guard only for what peers send while it is being spawned
+	// (stopguard): its stops are not guarded.
+	mailbox := stopguard.Producer(actor.Unbounded(), func() bool { return true }, func(any) {})
+	pid, err := s.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return (*commands)(s) }, actor.WithMailbox(mailbox), actor.WithGuardian(relocation.RestartAlways)), relocation.SessionOwnerName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: session owner: %w", roamerr.ErrUnavailable, err)
 	}
