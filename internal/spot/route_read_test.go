@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/roamactors/roam/internal/extension"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/location/memstore"
@@ -43,24 +44,37 @@ func (h *heldReads) Read(ctx context.Context, key location.AuthorityKey) (locati
 	return h.Store.Read(ctx, key)
 }
 
+// heldRouteWorld is a world where the cart id is Ready on one node, and a
+// second node (caller, its route cache empty) is about to call it, with
+// the store holding every read of id until gate is closed (release does
+// that and lets later reads through); before is the reads of id so far.
+func heldRouteWorld(t *testing.T, id string) (w *world, store *heldReads, caller *extension.Extension, release func(), before int64) {
+	mem := memstore.New()
+	store = &heldReads{Store: mem, RootStore: mem, id: id}
+	w = newWorld(t, store)
+	_, err := request(t, w.start(), id, "1", "cart")
+	require.NoError(t, err)
+	caller = w.start()
+	gate := make(chan struct{})
+	store.mu.Lock()
+	store.gate = gate
+	store.mu.Unlock()
+	release = func() {
+		store.mu.Lock()
+		store.gate = nil
+		store.mu.Unlock()
+		close(gate)
+	}
+	return w, store, caller, release, store.reads.Load()
+}
+
 // Calls on one node that need a Spot's route while a store read of it is
 // on its way take that read's answer: the callers of a busy Spot whose
 // route was dropped (after a move's drain, or aged out) make one read
 // between them, not two each (the Instance and the User key).
 // Reference: docs/PROTOCOL.md §7.8.
 func TestCallsNeedingOneRouteShareOneStoreRead(t *testing.T) {
-	mem := memstore.New()
-	store := &heldReads{Store: mem, RootStore: mem, id: "shared-cart"}
-	w := newWorld(t, store)
-	a := w.start()
-	_, err := request(t, a, "shared-cart", "1", "cart")
-	require.NoError(t, err)
-	caller := w.start() // its route cache is empty
-	gate := make(chan struct{})
-	store.mu.Lock()
-	store.gate = gate
-	store.mu.Unlock()
-	before := store.reads.Load()
+	w, store, caller, release, before := heldRouteWorld(t, "shared-cart")
 
 	const callers = 8
 	errs := make(chan error, callers)
@@ -73,10 +87,7 @@ func TestCallsNeedingOneRouteShareOneStoreRead(t *testing.T) {
 	w.eventually(t, "seven calls waiting on the first one's read", func() bool {
 		return spot.RouteReadSharers(caller.Spots(), "shared-cart") == callers-1
 	})
-	store.mu.Lock()
-	store.gate = nil
-	store.mu.Unlock()
-	close(gate)
+	release()
 	for range callers {
 		require.NoError(t, <-errs)
 	}
@@ -89,18 +100,7 @@ func TestCallsNeedingOneRouteShareOneStoreRead(t *testing.T) {
 // A call whose read others joined, and that gives up (its caller
 // cancelled), does not end theirs: they read again for themselves.
 func TestARouteReadCutByItsCallerIsReadAgainByTheOthers(t *testing.T) {
-	mem := memstore.New()
-	store := &heldReads{Store: mem, RootStore: mem, id: "cut-cart"}
-	w := newWorld(t, store)
-	a := w.start()
-	_, err := request(t, a, "cut-cart", "1", "cart")
-	require.NoError(t, err)
-	caller := w.start()
-	gate := make(chan struct{})
-	store.mu.Lock()
-	store.gate = gate
-	store.mu.Unlock()
-	before := store.reads.Load()
+	w, store, caller, release, before := heldRouteWorld(t, "cut-cart")
 
 	first, cancel := context.WithCancel(ctx)
 	firstErr := make(chan error, 1)
@@ -120,10 +120,7 @@ func TestARouteReadCutByItsCallerIsReadAgainByTheOthers(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-firstErr, context.Canceled)
 	w.eventually(t, "the second call's own read at the store", func() bool { return store.reads.Load()-before == 4 })
-	store.mu.Lock()
-	store.gate = nil
-	store.mu.Unlock()
-	close(gate)
+	release()
 	require.NoError(t, <-secondErr)
 	got, err := request(t, caller, "cut-cart", "z")
 	require.NoError(t, err)
