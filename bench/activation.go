@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,8 +159,52 @@ func settleCalls(ctx context.Context, counted *countingStore) error {
 // processes would.
 type countingStore struct {
 	location.Store
-	calls *atomic.Int64 // shared by the clients of one store
-	trace bool
+	calls  *atomic.Int64 // shared by the clients of one store
+	trace  bool
+	byCall *callCounts // shared too; nil: not kept
+}
+
+// callCounts counts store calls by method.
+type callCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *callCounts) add(call string) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[call]++
+	c.mu.Unlock()
+}
+
+// snapshot returns the counts so far.
+func (c *callCounts) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// perUnit formats the counts since before, divided by units, largest
+// first: "CompareAndSet 1.00, Read 2.00".
+func perUnit(now, before map[string]int64, units int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range now {
+		if d := v - before[k]; d > 0 {
+			all = append(all, kv{k, float64(d) / float64(units)})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
+	parts := make([]string, len(all))
+	for i, e := range all {
+		parts[i] = fmt.Sprintf("%s %.2f", e.k, e.v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (c *countingStore) another() (location.Store, error) {
@@ -168,7 +216,7 @@ func (c *countingStore) another() (location.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingStore{Store: s, calls: c.calls, trace: c.trace}, nil
+	return &countingStore{Store: s, calls: c.calls, trace: c.trace, byCall: c.byCall}, nil
 }
 
 func (c *countingStore) Read(ctx context.Context, key location.AuthorityKey) (location.Versioned, error) {
@@ -211,6 +259,24 @@ func (c *countingStore) DeleteRoot(ctx context.Context, key string) error {
 	return c.Store.(location.RootStore).DeleteRoot(ctx, key)
 }
 
+// The checkpoint calls pass through, counted: a node finds the
+// checkpoint store by asserting it on its store, and would run without
+// checkpoints on a wrapper that hid them.
+func (c *countingStore) GetCheckpoint(ctx context.Context, key location.AuthorityKey) ([]byte, location.StoreVersion, error) {
+	defer c.count("GetCheckpoint")()
+	return c.Store.(location.CheckpointStore).GetCheckpoint(ctx, key)
+}
+
+func (c *countingStore) PutCheckpoint(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, data []byte) (location.StoreVersion, error) {
+	defer c.count("PutCheckpoint")()
+	return c.Store.(location.CheckpointStore).PutCheckpoint(ctx, key, expected, data)
+}
+
+func (c *countingStore) DeleteCheckpoint(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion) error {
+	defer c.count("DeleteCheckpoint")()
+	return c.Store.(location.CheckpointStore).DeleteCheckpoint(ctx, key, expected)
+}
+
 func (c *countingStore) InProcess() bool {
 	s, ok := c.Store.(location.InProcess)
 	return ok && s.InProcess()
@@ -234,6 +300,9 @@ func (c *countingStore) ListSlots(ctx context.Context, node location.NodeKey) ([
 // count counts a call; the function it returns marks the call's end.
 func (c *countingStore) count(call string) func() {
 	c.calls.Add(1)
+	if c.byCall != nil {
+		c.byCall.add(call)
+	}
 	c.mark("store " + call)
 	return func() { c.mark("store " + call + " answered") }
 }

@@ -313,9 +313,9 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		}
 		var drains strings.Builder
 		drains.WriteString("\n## (e) Draining a node\n\n")
-		fmt.Fprintf(&drains, "%d idle Spots (one message handled each) on one node of three; the node is drained (64 units at a time) and every Spot is asked afterwards whether it still counts its message; %d runs, each in a fresh cluster (rate and pauses: medians over runs; moved, failed and lost: sums). ", drainUnits, runs)
+		fmt.Fprintf(&drains, "%d idle Spots (one message handled each, and checkpointed: the drain starts once their checkpoint writes have stopped) on one node of three; the node is drained (64 units at a time) and every Spot is asked afterwards whether it still counts its message; %d runs, each in a fresh cluster (rate and pauses: medians over runs; moved, failed and lost: sums). ", drainUnits, runs)
 		drains.WriteString("Baseline: the same node simply stopped, its Spots then asked the same way.\n\n")
-		drains.WriteString("| store | units per run | moved | failed | units/s | pause p50 | pause p99 | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|\n")
+		drains.WriteString("| store | units per run | moved | failed | units/s | pause p50 | pause p99 | store calls per unit (first run, by method) | state lost | state lost when simply stopped |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range stores {
 			profile := ""
 			if drainProfile != "" {
@@ -325,8 +325,8 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			if err != nil {
 				return fmt.Errorf("drain %s: %w", s.name, err)
 			}
-			fmt.Fprintf(&drains, "| %s | %d | %d | %d | %.0f | %.2f ms | %.2f ms | %d | %d |\n", s.name, row.Units, row.Moved, row.Failed, row.Rate, row.P50, row.P99, row.Lost, row.StoppedLost)
-			fmt.Fprintf(os.Stderr, "  %s %d units: %.0f units/s, p50 %.2f ms, lost %d (stopped: %d)\n", s.name, row.Units, row.Rate, row.P50, row.Lost, row.StoppedLost)
+			fmt.Fprintf(&drains, "| %s | %d | %d | %d | %.0f | %.2f ms | %.2f ms | %.1f (%s) | %d | %d |\n", s.name, row.Units, row.Moved, row.Failed, row.Rate, row.P50, row.P99, row.Calls, row.CallsByMethod, row.Lost, row.StoppedLost)
+			fmt.Fprintf(os.Stderr, "  %s %d units: %.0f units/s, p50 %.2f ms, %.1f store calls per unit (%s), lost %d (stopped: %d)\n", s.name, row.Units, row.Rate, row.P50, row.Calls, row.CallsByMethod, row.Lost, row.StoppedLost)
 		}
 		b.WriteString(drains.String())
 

@@ -42,8 +42,30 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
+// quiesced waits until the goroutines stop ending (an actor system's
+// shutdown stops its actors in the background) and then collects once:
+// what is timed next neither shares the CPU with that shutdown nor meets
+// a collection of its garbage (the next collection is due when the heap
+// has grown by as much as is live). A collection per look would take
+// minutes with a million Spots live.
+func quiesced() {
+	last := runtime.NumGoroutine()
+	for steady := 0; steady < 3; {
+		time.Sleep(100 * time.Millisecond)
+		now := runtime.NumGoroutine()
+		if now < last {
+			steady = 0
+		} else {
+			steady++
+		}
+		last = now
+	}
+	runtime.GC()
+}
+
 // settledHeap waits until the live heap stops shrinking (memory freed in
-// the background, as by an actor system's shutdown) and returns it.
+// the background, as by an actor system's shutdown) and returns it. Each
+// look collects twice: for small heaps, or where the heap is measured.
 func settledHeap() uint64 {
 	last := liveHeap()
 	for steady := 0; steady < 3; {
@@ -98,12 +120,22 @@ func spotName(i int) string { return fmt.Sprintf("idle-%07d", i) }
 func scale(ctx context.Context, n int) (scaleRow, error) {
 	row := scaleRow{N: n}
 	var err error
+	// Each phase's wall time on stderr: the section is make bench's
+	// longest, and this says where its minutes go.
+	mark := time.Now()
+	phase := func(name string) {
+		fmt.Fprintf(os.Stderr, "  (i) %s: %v\n", name, time.Since(mark).Round(time.Millisecond))
+		mark = time.Now()
+	}
+	defer phase("stop")
 	if row.Plain, err = plainHeap(n); err != nil {
 		return row, fmt.Errorf("plain: %w", err)
 	}
+	phase("plain actors")
 	// The plain actors' system stops its actors in the background: what
 	// it frees after the node's baseline would count against the Spots.
 	settledHeap()
+	phase("plain actors freed")
 	store := memstore.New()
 	defer store.Close()
 	// Routes kept for the whole run, so that every one is cached (a
@@ -131,12 +163,16 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		w.stop(ctx)
 		return row, err
 	}
+	phase("first 1,000 and their p99")
 	before := settledHeap()
+	phase("settled before the rest")
 	if err := forEach(n-few, 32, func(i int) error { return request(spotName(few + i)) }); err != nil {
 		w.stop(ctx)
 		return row, err
 	}
+	phase("activation of the rest")
 	total := float64(liveHeap()-before) / float64(n-few)
+	phase("heap after the rest")
 	if path := os.Getenv("ROAM_BENCH_HEAP"); path != "" {
 		if f, err := os.Create(path); err == nil {
 			_ = pprof.Lookup("heap").WriteTo(f, 0)
@@ -147,6 +183,7 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		w.stop(ctx)
 		return row, err
 	}
+	phase("p99 over all")
 	// The store's own share: its records and checkpoints of the Spots, copied into a
 	// store of their own.
 	row.Store, err = storeHeap(ctx, store, n-few)
@@ -155,22 +192,28 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		return row, err
 	}
 	row.Spot = total - row.Store
+	phase("store's copy")
 	// The start-up recovery scan of a node restarted over the n records
 	// (every one an ended owner's, with nothing to resume).
 	w.stop(ctx)
+	phase("first node stopped")
 	w2, err := startWorld(ctx, store, 1)
 	if err != nil {
 		return row, err
 	}
+	phase("second node started")
 	// A node starts its scan in a fresh process; here the first node's
 	// incarnations are garbage by now, and a collection of them must not
 	// run inside either timing. The listing first, in the same conditions.
-	settledHeap()
+	quiesced()
+	phase("settled before the listing")
 	if row.Listing, err = listAll(ctx, store); err != nil {
 		w2.stop(ctx)
 		return row, err
 	}
-	settledHeap()
+	phase("listing")
+	quiesced()
+	phase("settled before the scan")
 	if path := os.Getenv("ROAM_BENCH_SCANPROF"); path != "" {
 		if f, err := os.Create(path); err == nil {
 			_ = pprof.StartCPUProfile(f)
@@ -183,6 +226,7 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		return row, err
 	}
 	row.Start = time.Since(start)
+	phase("scan")
 	w2.stop(ctx)
 	return row, nil
 }
@@ -240,7 +284,9 @@ func storeHeap(ctx context.Context, from location.Store, n int) (float64, error)
 			states[i] = data
 		}
 	}
-	before := settledHeap()
+	// The heap is steady here (the node serves on, idle): two
+	// collections measure it.
+	before := liveHeap()
 	to := memstore.New()
 	for i, v := range recs {
 		if _, err := to.CompareAndSet(ctx, v.Key, 0, v.Record); err != nil {

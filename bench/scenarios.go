@@ -537,6 +537,8 @@ type drainRow struct {
 	P50, P99      float64 // ms, per unit, medians over runs
 	Lost          int     // units whose state did not arrive, over all runs
 	StoppedLost   int     // the baseline: units lost when the node simply stops (once)
+	Calls         float64 // store calls of every node per unit moved, during the drain (medians over runs)
+	CallsByMethod string  // the first run's, per unit, by method
 }
 
 // drainNode activates n Spots on node 0 of three, sends each one numbered
@@ -550,8 +552,16 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n, 
 	for i := range ids {
 		ids[i] = fmt.Sprintf("drain-%d", i)
 	}
+	byCall := &callCounts{}
+	counting := func() (location.Store, error) {
+		st, err := newStore()
+		if err != nil {
+			return nil, err
+		}
+		return &countingStore{Store: st, calls: new(atomic.Int64), byCall: byCall}, nil
+	}
 	prepare := func() (*world, func(), error) {
-		w, done, err := openWorld(ctx, newStore, 3)
+		w, done, err := openWorld(ctx, counting, 3)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -565,6 +575,27 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n, 
 		if err != nil {
 			done()
 			return nil, nil, err
+		}
+		// Idle Spots, as a drain mostly finds them: the first checkpoint
+		// of each (the default policy's, up to a second after its message)
+		// written before the drain starts, not counted against it.
+		checkpointCalls := func() int64 {
+			n := byCall.snapshot()
+			return n["GetCheckpoint"] + n["PutCheckpoint"]
+		}
+		last := checkpointCalls()
+		for quiet := 0; quiet < 6; {
+			select {
+			case <-ctx.Done():
+				done()
+				return nil, nil, ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+			if now := checkpointCalls(); now == last {
+				quiet++
+			} else {
+				last, quiet = now, 0
+			}
 		}
 		return w, done, nil
 	}
@@ -581,7 +612,7 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n, 
 		})
 		return kept
 	}
-	var rates, p50s, p99s []float64
+	var rates, p50s, p99s, calls []float64
 	for r := 0; r < runs; r++ {
 		w, done, err := prepare()
 		if err != nil {
@@ -592,11 +623,21 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n, 
 			done()
 			return row, err
 		}
+		before := byCall.snapshot()
 		res, err := w.nodes[0].Drain(ctx, drain.Options{})
 		stopProfile()
 		if err != nil {
 			done()
 			return row, err
+		}
+		after := byCall.snapshot()
+		var total int64
+		for k, v := range after {
+			total += v - before[k]
+		}
+		calls = append(calls, float64(total)/float64(max(res.Moved, 1)))
+		if r == 0 {
+			row.CallsByMethod = perUnit(after, before, max(res.Moved, 1))
 		}
 		row.Moved += res.Moved
 		row.Failed += len(res.Failed)
@@ -605,7 +646,7 @@ func drainNode(ctx context.Context, newStore func() (location.Store, error), n, 
 		row.Lost += n - counted(w)
 		done()
 	}
-	row.Rate, row.P50, row.P99 = median(rates), median(p50s), median(p99s)
+	row.Rate, row.P50, row.P99, row.Calls = median(rates), median(p50s), median(p99s), median(calls)
 
 	w, done, err := prepare()
 	if err != nil {

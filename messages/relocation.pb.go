@@ -918,7 +918,10 @@ type RelocationPrepare struct {
 	// session is participant 1's Session binding, when it is a bound Actor
 	// (docs/SESSIONS.md): the target tells that Session owner its route
 	// once it opened.
-	Session       *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
+	Session *SessionBinding `protobuf:"bytes,12,opt,name=session,proto3" json:"session,omitempty"`
+	// checkpoint is what the source knew of participant 1's stored
+	// checkpoint at its seal; absent: nothing.
+	Checkpoint    *CheckpointAt `protobuf:"bytes,13,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1037,6 +1040,73 @@ func (x *RelocationPrepare) GetSession() *SessionBinding {
 	return nil
 }
 
+func (x *RelocationPrepare) GetCheckpoint() *CheckpointAt {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+// CheckpointAt is what a move's source knew of a participant's stored
+// checkpoint at the seal (docs/FAULTS.md, "Checkpoints and recovery"):
+// the version it last wrote or read, and whether the checkpoint there
+// holds exactly the state the payload carries (its capture landed and no
+// turn ran since). The target's first write of the participant compares
+// against that version with no read, and a state already stored is not
+// written again. A wrong version only costs the target a conflict and a
+// read.
+type CheckpointAt struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Current       bool                   `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointAt) Reset() {
+	*x = CheckpointAt{}
+	mi := &file_relocation_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointAt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointAt) ProtoMessage() {}
+
+func (x *CheckpointAt) ProtoReflect() protoreflect.Message {
+	mi := &file_relocation_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointAt.ProtoReflect.Descriptor instead.
+func (*CheckpointAt) Descriptor() ([]byte, []int) {
+	return file_relocation_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CheckpointAt) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CheckpointAt) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
 // Participant is one member Actor of a SpotWide move: what it is, the
 // owner generation its record must show (its fence), and the one the
 // target writes.
@@ -1047,14 +1117,16 @@ type Participant struct {
 	NewOwnerGeneration uint64                 `protobuf:"varint,3,opt,name=new_owner_generation,json=newOwnerGeneration,proto3" json:"new_owner_generation,omitempty"`
 	ApplicationVersion string                 `protobuf:"bytes,4,opt,name=application_version,json=applicationVersion,proto3" json:"application_version,omitempty"`
 	// session is the member's Session binding, if it is bound to one.
-	Session       *SessionBinding `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	Session *SessionBinding `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
+	// checkpoint: as RelocationPrepare's, for this member.
+	Checkpoint    *CheckpointAt `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Participant) Reset() {
 	*x = Participant{}
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1138,7 @@ func (x *Participant) String() string {
 func (*Participant) ProtoMessage() {}
 
 func (x *Participant) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[10]
+	mi := &file_relocation_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1151,7 @@ func (x *Participant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Participant.ProtoReflect.Descriptor instead.
 func (*Participant) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{10}
+	return file_relocation_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Participant) GetObject() *ObjectRef {
@@ -1117,6 +1189,13 @@ func (x *Participant) GetSession() *SessionBinding {
 	return nil
 }
 
+func (x *Participant) GetCheckpoint() *CheckpointAt {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 // RelocationState is one chunk of the stream (number 52 in PROTOCOL.md §8), one-way.
 type RelocationState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1130,7 +1209,7 @@ type RelocationState struct {
 
 func (x *RelocationState) Reset() {
 	*x = RelocationState{}
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1221,7 @@ func (x *RelocationState) String() string {
 func (*RelocationState) ProtoMessage() {}
 
 func (x *RelocationState) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[11]
+	mi := &file_relocation_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1234,7 @@ func (x *RelocationState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationState.ProtoReflect.Descriptor instead.
 func (*RelocationState) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{11}
+	return file_relocation_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RelocationState) GetIdentity() *RelocationIdentity {
@@ -1200,7 +1279,7 @@ type RelocationStateCredit struct {
 
 func (x *RelocationStateCredit) Reset() {
 	*x = RelocationStateCredit{}
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1291,7 @@ func (x *RelocationStateCredit) String() string {
 func (*RelocationStateCredit) ProtoMessage() {}
 
 func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[12]
+	mi := &file_relocation_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1304,7 @@ func (x *RelocationStateCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationStateCredit.ProtoReflect.Descriptor instead.
 func (*RelocationStateCredit) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{12}
+	return file_relocation_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RelocationStateCredit) GetIdentity() *RelocationIdentity {
@@ -1259,7 +1338,7 @@ type RelayReady struct {
 
 func (x *RelayReady) Reset() {
 	*x = RelayReady{}
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1350,7 @@ func (x *RelayReady) String() string {
 func (*RelayReady) ProtoMessage() {}
 
 func (x *RelayReady) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[13]
+	mi := &file_relocation_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1363,7 @@ func (x *RelayReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayReady.ProtoReflect.Descriptor instead.
 func (*RelayReady) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{13}
+	return file_relocation_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RelayReady) GetIdentity() *RelocationIdentity {
@@ -1313,7 +1392,7 @@ type RelocationFailed struct {
 
 func (x *RelocationFailed) Reset() {
 	*x = RelocationFailed{}
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1404,7 @@ func (x *RelocationFailed) String() string {
 func (*RelocationFailed) ProtoMessage() {}
 
 func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[14]
+	mi := &file_relocation_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1417,7 @@ func (x *RelocationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationFailed.ProtoReflect.Descriptor instead.
 func (*RelocationFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{14}
+	return file_relocation_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RelocationFailed) GetIdentity() *RelocationIdentity {
@@ -1373,7 +1452,7 @@ type PID struct {
 
 func (x *PID) Reset() {
 	*x = PID{}
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1464,7 @@ func (x *PID) String() string {
 func (*PID) ProtoMessage() {}
 
 func (x *PID) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[15]
+	mi := &file_relocation_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1477,7 @@ func (x *PID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PID.ProtoReflect.Descriptor instead.
 func (*PID) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{15}
+	return file_relocation_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PID) GetAddress() string {
@@ -1429,7 +1508,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1520,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[16]
+	mi := &file_relocation_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1533,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{16}
+	return file_relocation_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Envelope) GetTargetId() string {
@@ -1514,7 +1593,7 @@ type RelayedRecord struct {
 
 func (x *RelayedRecord) Reset() {
 	*x = RelayedRecord{}
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1605,7 @@ func (x *RelayedRecord) String() string {
 func (*RelayedRecord) ProtoMessage() {}
 
 func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[17]
+	mi := &file_relocation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1618,7 @@ func (x *RelayedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedRecord.ProtoReflect.Descriptor instead.
 func (*RelayedRecord) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{17}
+	return file_relocation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RelayedRecord) GetIdentity() *RelocationIdentity {
@@ -1589,7 +1668,7 @@ type BoundaryAck struct {
 
 func (x *BoundaryAck) Reset() {
 	*x = BoundaryAck{}
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1680,7 @@ func (x *BoundaryAck) String() string {
 func (*BoundaryAck) ProtoMessage() {}
 
 func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[18]
+	mi := &file_relocation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1693,7 @@ func (x *BoundaryAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoundaryAck.ProtoReflect.Descriptor instead.
 func (*BoundaryAck) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{18}
+	return file_relocation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BoundaryAck) GetIdentity() *RelocationIdentity {
@@ -1637,7 +1716,7 @@ type OwnerCommitted struct {
 
 func (x *OwnerCommitted) Reset() {
 	*x = OwnerCommitted{}
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1728,7 @@ func (x *OwnerCommitted) String() string {
 func (*OwnerCommitted) ProtoMessage() {}
 
 func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[19]
+	mi := &file_relocation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1741,7 @@ func (x *OwnerCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerCommitted.ProtoReflect.Descriptor instead.
 func (*OwnerCommitted) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{19}
+	return file_relocation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OwnerCommitted) GetIdentity() *RelocationIdentity {
@@ -1685,7 +1764,7 @@ type Cutover struct {
 
 func (x *Cutover) Reset() {
 	*x = Cutover{}
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1776,7 @@ func (x *Cutover) String() string {
 func (*Cutover) ProtoMessage() {}
 
 func (x *Cutover) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[20]
+	mi := &file_relocation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1789,7 @@ func (x *Cutover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cutover.ProtoReflect.Descriptor instead.
 func (*Cutover) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{20}
+	return file_relocation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Cutover) GetIdentity() *RelocationIdentity {
@@ -1758,7 +1837,7 @@ type RelocationAbort struct {
 
 func (x *RelocationAbort) Reset() {
 	*x = RelocationAbort{}
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1849,7 @@ func (x *RelocationAbort) String() string {
 func (*RelocationAbort) ProtoMessage() {}
 
 func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[21]
+	mi := &file_relocation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1862,7 @@ func (x *RelocationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocationAbort.ProtoReflect.Descriptor instead.
 func (*RelocationAbort) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{21}
+	return file_relocation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RelocationAbort) GetIdentity() *RelocationIdentity {
@@ -1831,7 +1910,7 @@ type SessionRoute struct {
 
 func (x *SessionRoute) Reset() {
 	*x = SessionRoute{}
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1922,7 @@ func (x *SessionRoute) String() string {
 func (*SessionRoute) ProtoMessage() {}
 
 func (x *SessionRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[22]
+	mi := &file_relocation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1935,7 @@ func (x *SessionRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRoute.ProtoReflect.Descriptor instead.
 func (*SessionRoute) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{22}
+	return file_relocation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionRoute) GetAddress() string {
@@ -1900,7 +1979,7 @@ type SessionBinding struct {
 
 func (x *SessionBinding) Reset() {
 	*x = SessionBinding{}
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +1991,7 @@ func (x *SessionBinding) String() string {
 func (*SessionBinding) ProtoMessage() {}
 
 func (x *SessionBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[23]
+	mi := &file_relocation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2004,7 @@ func (x *SessionBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBinding.ProtoReflect.Descriptor instead.
 func (*SessionBinding) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{23}
+	return file_relocation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SessionBinding) GetSessionId() string {
@@ -1956,7 +2035,7 @@ type SessionSeal struct {
 
 func (x *SessionSeal) Reset() {
 	*x = SessionSeal{}
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2047,7 @@ func (x *SessionSeal) String() string {
 func (*SessionSeal) ProtoMessage() {}
 
 func (x *SessionSeal) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[24]
+	mi := &file_relocation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2060,7 @@ func (x *SessionSeal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSeal.ProtoReflect.Descriptor instead.
 func (*SessionSeal) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{24}
+	return file_relocation_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SessionSeal) GetIdentity() *RelocationIdentity {
@@ -2027,7 +2106,7 @@ type SessionSealReply struct {
 
 func (x *SessionSealReply) Reset() {
 	*x = SessionSealReply{}
-	mi := &file_relocation_proto_msgTypes[25]
+	mi := &file_relocation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2118,7 @@ func (x *SessionSealReply) String() string {
 func (*SessionSealReply) ProtoMessage() {}
 
 func (x *SessionSealReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[25]
+	mi := &file_relocation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2131,7 @@ func (x *SessionSealReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSealReply.ProtoReflect.Descriptor instead.
 func (*SessionSealReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{25}
+	return file_relocation_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SessionSealReply) GetIdentity() *RelocationIdentity {
@@ -2105,7 +2184,7 @@ type SessionRouteUpdate struct {
 
 func (x *SessionRouteUpdate) Reset() {
 	*x = SessionRouteUpdate{}
-	mi := &file_relocation_proto_msgTypes[26]
+	mi := &file_relocation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2196,7 @@ func (x *SessionRouteUpdate) String() string {
 func (*SessionRouteUpdate) ProtoMessage() {}
 
 func (x *SessionRouteUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[26]
+	mi := &file_relocation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2209,7 @@ func (x *SessionRouteUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRouteUpdate.ProtoReflect.Descriptor instead.
 func (*SessionRouteUpdate) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{26}
+	return file_relocation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SessionRouteUpdate) GetIdentity() *RelocationIdentity {
@@ -2174,7 +2253,7 @@ type SessionBound struct {
 
 func (x *SessionBound) Reset() {
 	*x = SessionBound{}
-	mi := &file_relocation_proto_msgTypes[27]
+	mi := &file_relocation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2265,7 @@ func (x *SessionBound) String() string {
 func (*SessionBound) ProtoMessage() {}
 
 func (x *SessionBound) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[27]
+	mi := &file_relocation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2278,7 @@ func (x *SessionBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionBound.ProtoReflect.Descriptor instead.
 func (*SessionBound) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{27}
+	return file_relocation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SessionBound) GetSessionId() string {
@@ -2232,7 +2311,7 @@ type DeliveryFailed struct {
 
 func (x *DeliveryFailed) Reset() {
 	*x = DeliveryFailed{}
-	mi := &file_relocation_proto_msgTypes[28]
+	mi := &file_relocation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2323,7 @@ func (x *DeliveryFailed) String() string {
 func (*DeliveryFailed) ProtoMessage() {}
 
 func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[28]
+	mi := &file_relocation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2336,7 @@ func (x *DeliveryFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryFailed.ProtoReflect.Descriptor instead.
 func (*DeliveryFailed) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{28}
+	return file_relocation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeliveryFailed) GetCode() string {
@@ -2297,7 +2376,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_relocation_proto_msgTypes[29]
+	mi := &file_relocation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2388,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[29]
+	mi := &file_relocation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2401,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{29}
+	return file_relocation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TimerTick) GetName() string {
@@ -2388,7 +2467,7 @@ type RelocateRequest struct {
 
 func (x *RelocateRequest) Reset() {
 	*x = RelocateRequest{}
-	mi := &file_relocation_proto_msgTypes[30]
+	mi := &file_relocation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2479,7 @@ func (x *RelocateRequest) String() string {
 func (*RelocateRequest) ProtoMessage() {}
 
 func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[30]
+	mi := &file_relocation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2492,7 @@ func (x *RelocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateRequest.ProtoReflect.Descriptor instead.
 func (*RelocateRequest) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{30}
+	return file_relocation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RelocateRequest) GetKind() AuthorityKind {
@@ -2493,7 +2572,7 @@ type JoinedSpot struct {
 
 func (x *JoinedSpot) Reset() {
 	*x = JoinedSpot{}
-	mi := &file_relocation_proto_msgTypes[31]
+	mi := &file_relocation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2584,7 @@ func (x *JoinedSpot) String() string {
 func (*JoinedSpot) ProtoMessage() {}
 
 func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[31]
+	mi := &file_relocation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2597,7 @@ func (x *JoinedSpot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedSpot.ProtoReflect.Descriptor instead.
 func (*JoinedSpot) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{31}
+	return file_relocation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JoinedSpot) GetSpotId() string {
@@ -2555,7 +2634,7 @@ type RelocateReply struct {
 
 func (x *RelocateReply) Reset() {
 	*x = RelocateReply{}
-	mi := &file_relocation_proto_msgTypes[32]
+	mi := &file_relocation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2646,7 @@ func (x *RelocateReply) String() string {
 func (*RelocateReply) ProtoMessage() {}
 
 func (x *RelocateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[32]
+	mi := &file_relocation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2659,7 @@ func (x *RelocateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelocateReply.ProtoReflect.Descriptor instead.
 func (*RelocateReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{32}
+	return file_relocation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RelocateReply) GetCode() string {
@@ -2660,7 +2739,7 @@ type EdgeQuery struct {
 
 func (x *EdgeQuery) Reset() {
 	*x = EdgeQuery{}
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2751,7 @@ func (x *EdgeQuery) String() string {
 func (*EdgeQuery) ProtoMessage() {}
 
 func (x *EdgeQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[33]
+	mi := &file_relocation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2764,7 @@ func (x *EdgeQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeQuery.ProtoReflect.Descriptor instead.
 func (*EdgeQuery) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{33}
+	return file_relocation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EdgeQuery) GetSource() *NodeRef {
@@ -2719,7 +2798,7 @@ type SampledEdge struct {
 
 func (x *SampledEdge) Reset() {
 	*x = SampledEdge{}
-	mi := &file_relocation_proto_msgTypes[34]
+	mi := &file_relocation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2810,7 @@ func (x *SampledEdge) String() string {
 func (*SampledEdge) ProtoMessage() {}
 
 func (x *SampledEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[34]
+	mi := &file_relocation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2823,7 @@ func (x *SampledEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampledEdge.ProtoReflect.Descriptor instead.
 func (*SampledEdge) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{34}
+	return file_relocation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SampledEdge) GetFromKind() AuthorityKind {
@@ -2802,7 +2881,7 @@ type SampledLoad struct {
 
 func (x *SampledLoad) Reset() {
 	*x = SampledLoad{}
-	mi := &file_relocation_proto_msgTypes[35]
+	mi := &file_relocation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2893,7 @@ func (x *SampledLoad) String() string {
 func (*SampledLoad) ProtoMessage() {}
 
 func (x *SampledLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[35]
+	mi := &file_relocation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2906,7 @@ func (x *SampledLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampledLoad.ProtoReflect.Descriptor instead.
 func (*SampledLoad) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{35}
+	return file_relocation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SampledLoad) GetKind() AuthorityKind {
@@ -2867,7 +2946,7 @@ type EdgeReply struct {
 
 func (x *EdgeReply) Reset() {
 	*x = EdgeReply{}
-	mi := &file_relocation_proto_msgTypes[36]
+	mi := &file_relocation_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2958,7 @@ func (x *EdgeReply) String() string {
 func (*EdgeReply) ProtoMessage() {}
 
 func (x *EdgeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_relocation_proto_msgTypes[36]
+	mi := &file_relocation_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2971,7 @@ func (x *EdgeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EdgeReply.ProtoReflect.Descriptor instead.
 func (*EdgeReply) Descriptor() ([]byte, []int) {
-	return file_relocation_proto_rawDescGZIP(), []int{36}
+	return file_relocation_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EdgeReply) GetEdges() []*SampledEdge {
@@ -2987,7 +3066,7 @@ const file_relocation_proto_rawDesc = "" +
 	"\x0fPayloadManifest\x120\n" +
 	"\x14payload_total_length\x18\x01 \x01(\x04R\x12payloadTotalLength\x12.\n" +
 	"\x13payload_chunk_count\x18\x02 \x01(\rR\x11payloadChunkCount\x126\n" +
-	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xf4\x04\n" +
+	"\x17payload_checksum_crc32c\x18\x03 \x01(\aR\x15payloadChecksumCrc32c\"\xb1\x05\n" +
 	"\x11RelocationPrepare\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x120\n" +
 	"\x06object\x18\x02 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12:\n" +
@@ -3003,13 +3082,22 @@ const file_relocation_proto_rawDesc = "" +
 	"\x04join\x18\n" +
 	" \x01(\v2\x19.roam.messages.MembershipR\x04join\x124\n" +
 	"\amembers\x18\v \x03(\v2\x1a.roam.messages.ParticipantR\amembers\x127\n" +
-	"\asession\x18\f \x01(\v2\x1d.roam.messages.SessionBindingR\asession\"\x86\x02\n" +
+	"\asession\x18\f \x01(\v2\x1d.roam.messages.SessionBindingR\asession\x12;\n" +
+	"\n" +
+	"checkpoint\x18\r \x01(\v2\x1b.roam.messages.CheckpointAtR\n" +
+	"checkpoint\"B\n" +
+	"\fCheckpointAt\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\bR\acurrent\"\xc3\x02\n" +
 	"\vParticipant\x120\n" +
 	"\x06object\x18\x01 \x01(\v2\x18.roam.messages.ObjectRefR\x06object\x12)\n" +
 	"\x10owner_generation\x18\x02 \x01(\x04R\x0fownerGeneration\x120\n" +
 	"\x14new_owner_generation\x18\x03 \x01(\x04R\x12newOwnerGeneration\x12/\n" +
 	"\x13application_version\x18\x04 \x01(\tR\x12applicationVersion\x127\n" +
-	"\asession\x18\x05 \x01(\v2\x1d.roam.messages.SessionBindingR\asession\"\x92\x01\n" +
+	"\asession\x18\x05 \x01(\v2\x1d.roam.messages.SessionBindingR\asession\x12;\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\v2\x1b.roam.messages.CheckpointAtR\n" +
+	"checkpoint\"\x92\x01\n" +
 	"\x0fRelocationState\x12=\n" +
 	"\bidentity\x18\x01 \x01(\v2!.roam.messages.RelocationIdentityR\bidentity\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
@@ -3176,7 +3264,7 @@ func file_relocation_proto_rawDescGZIP() []byte {
 }
 
 var file_relocation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_relocation_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_relocation_proto_goTypes = []any{
 	(FailureReason)(0),            // 0: roam.messages.FailureReason
 	(OwnerAction)(0),              // 1: roam.messages.OwnerAction
@@ -3190,41 +3278,42 @@ var file_relocation_proto_goTypes = []any{
 	(*SourceCheckReply)(nil),      // 9: roam.messages.SourceCheckReply
 	(*PayloadManifest)(nil),       // 10: roam.messages.PayloadManifest
 	(*RelocationPrepare)(nil),     // 11: roam.messages.RelocationPrepare
-	(*Participant)(nil),           // 12: roam.messages.Participant
-	(*RelocationState)(nil),       // 13: roam.messages.RelocationState
-	(*RelocationStateCredit)(nil), // 14: roam.messages.RelocationStateCredit
-	(*RelayReady)(nil),            // 15: roam.messages.RelayReady
-	(*RelocationFailed)(nil),      // 16: roam.messages.RelocationFailed
-	(*PID)(nil),                   // 17: roam.messages.PID
-	(*Envelope)(nil),              // 18: roam.messages.Envelope
-	(*RelayedRecord)(nil),         // 19: roam.messages.RelayedRecord
-	(*BoundaryAck)(nil),           // 20: roam.messages.BoundaryAck
-	(*OwnerCommitted)(nil),        // 21: roam.messages.OwnerCommitted
-	(*Cutover)(nil),               // 22: roam.messages.Cutover
-	(*RelocationAbort)(nil),       // 23: roam.messages.RelocationAbort
-	(*SessionRoute)(nil),          // 24: roam.messages.SessionRoute
-	(*SessionBinding)(nil),        // 25: roam.messages.SessionBinding
-	(*SessionSeal)(nil),           // 26: roam.messages.SessionSeal
-	(*SessionSealReply)(nil),      // 27: roam.messages.SessionSealReply
-	(*SessionRouteUpdate)(nil),    // 28: roam.messages.SessionRouteUpdate
-	(*SessionBound)(nil),          // 29: roam.messages.SessionBound
-	(*DeliveryFailed)(nil),        // 30: roam.messages.DeliveryFailed
-	(*TimerTick)(nil),             // 31: roam.messages.TimerTick
-	(*RelocateRequest)(nil),       // 32: roam.messages.RelocateRequest
-	(*JoinedSpot)(nil),            // 33: roam.messages.JoinedSpot
-	(*RelocateReply)(nil),         // 34: roam.messages.RelocateReply
-	(*EdgeQuery)(nil),             // 35: roam.messages.EdgeQuery
-	(*SampledEdge)(nil),           // 36: roam.messages.SampledEdge
-	(*SampledLoad)(nil),           // 37: roam.messages.SampledLoad
-	(*EdgeReply)(nil),             // 38: roam.messages.EdgeReply
-	nil,                           // 39: roam.messages.Envelope.HeadersEntry
-	(AuthorityKind)(0),            // 40: roam.messages.AuthorityKind
-	(*Membership)(nil),            // 41: roam.messages.Membership
+	(*CheckpointAt)(nil),          // 12: roam.messages.CheckpointAt
+	(*Participant)(nil),           // 13: roam.messages.Participant
+	(*RelocationState)(nil),       // 14: roam.messages.RelocationState
+	(*RelocationStateCredit)(nil), // 15: roam.messages.RelocationStateCredit
+	(*RelayReady)(nil),            // 16: roam.messages.RelayReady
+	(*RelocationFailed)(nil),      // 17: roam.messages.RelocationFailed
+	(*PID)(nil),                   // 18: roam.messages.PID
+	(*Envelope)(nil),              // 19: roam.messages.Envelope
+	(*RelayedRecord)(nil),         // 20: roam.messages.RelayedRecord
+	(*BoundaryAck)(nil),           // 21: roam.messages.BoundaryAck
+	(*OwnerCommitted)(nil),        // 22: roam.messages.OwnerCommitted
+	(*Cutover)(nil),               // 23: roam.messages.Cutover
+	(*RelocationAbort)(nil),       // 24: roam.messages.RelocationAbort
+	(*SessionRoute)(nil),          // 25: roam.messages.SessionRoute
+	(*SessionBinding)(nil),        // 26: roam.messages.SessionBinding
+	(*SessionSeal)(nil),           // 27: roam.messages.SessionSeal
+	(*SessionSealReply)(nil),      // 28: roam.messages.SessionSealReply
+	(*SessionRouteUpdate)(nil),    // 29: roam.messages.SessionRouteUpdate
+	(*SessionBound)(nil),          // 30: roam.messages.SessionBound
+	(*DeliveryFailed)(nil),        // 31: roam.messages.DeliveryFailed
+	(*TimerTick)(nil),             // 32: roam.messages.TimerTick
+	(*RelocateRequest)(nil),       // 33: roam.messages.RelocateRequest
+	(*JoinedSpot)(nil),            // 34: roam.messages.JoinedSpot
+	(*RelocateReply)(nil),         // 35: roam.messages.RelocateReply
+	(*EdgeQuery)(nil),             // 36: roam.messages.EdgeQuery
+	(*SampledEdge)(nil),           // 37: roam.messages.SampledEdge
+	(*SampledLoad)(nil),           // 38: roam.messages.SampledLoad
+	(*EdgeReply)(nil),             // 39: roam.messages.EdgeReply
+	nil,                           // 40: roam.messages.Envelope.HeadersEntry
+	(AuthorityKind)(0),            // 41: roam.messages.AuthorityKind
+	(*Membership)(nil),            // 42: roam.messages.Membership
 }
 var file_relocation_proto_depIdxs = []int32{
 	2,  // 0: roam.messages.RelocationIdentity.coordinator_fence:type_name -> roam.messages.CoordinatorFence
-	40, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
-	40, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
+	41, // 1: roam.messages.ObjectRef.kind:type_name -> roam.messages.AuthorityKind
+	41, // 2: roam.messages.CapabilityQuery.kind:type_name -> roam.messages.AuthorityKind
 	5,  // 3: roam.messages.CapabilityQuery.source:type_name -> roam.messages.NodeRef
 	5,  // 4: roam.messages.CapabilityReply.node:type_name -> roam.messages.NodeRef
 	3,  // 5: roam.messages.SourceCheck.identity:type_name -> roam.messages.RelocationIdentity
@@ -3235,46 +3324,48 @@ var file_relocation_proto_depIdxs = []int32{
 	4,  // 10: roam.messages.RelocationPrepare.object:type_name -> roam.messages.ObjectRef
 	10, // 11: roam.messages.RelocationPrepare.manifest:type_name -> roam.messages.PayloadManifest
 	5,  // 12: roam.messages.RelocationPrepare.source:type_name -> roam.messages.NodeRef
-	41, // 13: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
-	12, // 14: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
-	25, // 15: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
-	4,  // 16: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
-	25, // 17: roam.messages.Participant.session:type_name -> roam.messages.SessionBinding
-	3,  // 18: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 19: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 20: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 21: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 22: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
-	17, // 23: roam.messages.Envelope.sender:type_name -> roam.messages.PID
-	39, // 24: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
-	3,  // 25: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
-	18, // 26: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
-	3,  // 27: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 28: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 29: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 30: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
-	0,  // 31: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
-	3,  // 32: roam.messages.SessionSeal.identity:type_name -> roam.messages.RelocationIdentity
-	24, // 33: roam.messages.SessionSeal.source_route:type_name -> roam.messages.SessionRoute
-	3,  // 34: roam.messages.SessionSealReply.identity:type_name -> roam.messages.RelocationIdentity
-	3,  // 35: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
-	24, // 36: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
-	17, // 37: roam.messages.SessionBound.session:type_name -> roam.messages.PID
-	40, // 38: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
-	5,  // 39: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
-	1,  // 40: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
-	41, // 41: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
-	5,  // 42: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
-	40, // 43: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
-	40, // 44: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
-	40, // 45: roam.messages.SampledLoad.kind:type_name -> roam.messages.AuthorityKind
-	36, // 46: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
-	37, // 47: roam.messages.EdgeReply.loads:type_name -> roam.messages.SampledLoad
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	42, // 13: roam.messages.RelocationPrepare.join:type_name -> roam.messages.Membership
+	13, // 14: roam.messages.RelocationPrepare.members:type_name -> roam.messages.Participant
+	26, // 15: roam.messages.RelocationPrepare.session:type_name -> roam.messages.SessionBinding
+	12, // 16: roam.messages.RelocationPrepare.checkpoint:type_name -> roam.messages.CheckpointAt
+	4,  // 17: roam.messages.Participant.object:type_name -> roam.messages.ObjectRef
+	26, // 18: roam.messages.Participant.session:type_name -> roam.messages.SessionBinding
+	12, // 19: roam.messages.Participant.checkpoint:type_name -> roam.messages.CheckpointAt
+	3,  // 20: roam.messages.RelocationState.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 21: roam.messages.RelocationStateCredit.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 22: roam.messages.RelayReady.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 23: roam.messages.RelocationFailed.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 24: roam.messages.RelocationFailed.reason:type_name -> roam.messages.FailureReason
+	18, // 25: roam.messages.Envelope.sender:type_name -> roam.messages.PID
+	40, // 26: roam.messages.Envelope.headers:type_name -> roam.messages.Envelope.HeadersEntry
+	3,  // 27: roam.messages.RelayedRecord.identity:type_name -> roam.messages.RelocationIdentity
+	19, // 28: roam.messages.RelayedRecord.envelope:type_name -> roam.messages.Envelope
+	3,  // 29: roam.messages.BoundaryAck.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 30: roam.messages.OwnerCommitted.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 31: roam.messages.Cutover.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 32: roam.messages.RelocationAbort.identity:type_name -> roam.messages.RelocationIdentity
+	0,  // 33: roam.messages.RelocationAbort.reason:type_name -> roam.messages.FailureReason
+	3,  // 34: roam.messages.SessionSeal.identity:type_name -> roam.messages.RelocationIdentity
+	25, // 35: roam.messages.SessionSeal.source_route:type_name -> roam.messages.SessionRoute
+	3,  // 36: roam.messages.SessionSealReply.identity:type_name -> roam.messages.RelocationIdentity
+	3,  // 37: roam.messages.SessionRouteUpdate.identity:type_name -> roam.messages.RelocationIdentity
+	25, // 38: roam.messages.SessionRouteUpdate.target_route:type_name -> roam.messages.SessionRoute
+	18, // 39: roam.messages.SessionBound.session:type_name -> roam.messages.PID
+	41, // 40: roam.messages.RelocateRequest.kind:type_name -> roam.messages.AuthorityKind
+	5,  // 41: roam.messages.RelocateRequest.requester:type_name -> roam.messages.NodeRef
+	1,  // 42: roam.messages.RelocateRequest.action:type_name -> roam.messages.OwnerAction
+	42, // 43: roam.messages.RelocateRequest.join:type_name -> roam.messages.Membership
+	5,  // 44: roam.messages.EdgeQuery.source:type_name -> roam.messages.NodeRef
+	41, // 45: roam.messages.SampledEdge.from_kind:type_name -> roam.messages.AuthorityKind
+	41, // 46: roam.messages.SampledEdge.to_kind:type_name -> roam.messages.AuthorityKind
+	41, // 47: roam.messages.SampledLoad.kind:type_name -> roam.messages.AuthorityKind
+	37, // 48: roam.messages.EdgeReply.edges:type_name -> roam.messages.SampledEdge
+	38, // 49: roam.messages.EdgeReply.loads:type_name -> roam.messages.SampledLoad
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_relocation_proto_init() }
@@ -3290,7 +3381,7 @@ func file_relocation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relocation_proto_rawDesc), len(file_relocation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

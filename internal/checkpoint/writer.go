@@ -78,7 +78,7 @@ type Writer struct {
 	stopSweeps context.CancelFunc
 
 	// Owned by the loop's turns.
-	pending map[location.AuthorityKey]Checkpoint
+	pending map[location.AuthorityKey]submitted
 	queue   []location.AuthorityKey
 	writing map[location.AuthorityKey]*inflight
 	// versions: the version this node last wrote or read for an object,
@@ -102,10 +102,17 @@ type sweep struct {
 	v   location.StoreVersion
 }
 
+// submitted is a capture waiting to be written, and what its submitter
+// is told once it landed (nil: nothing).
+type submitted struct {
+	c      Checkpoint
+	landed func(location.StoreVersion)
+}
+
 // inflight is the write of one object under way: its store calls, or the
 // pause before they are made again.
 type inflight struct {
-	c       Checkpoint
+	submitted
 	attempt int
 }
 
@@ -124,7 +131,7 @@ func NewWriter(cfg Config) *Writer {
 	return &Writer{
 		sweeps: sweeps, stopSweeps: stopSweeps,
 		cfg: cfg, loop: machine.NewLoop[sweep](machine.Or(cfg.Clock)), pace: machine.NewTimers[location.AuthorityKey](machine.Real),
-		drained: make(chan struct{}), pending: map[location.AuthorityKey]Checkpoint{}, writing: map[location.AuthorityKey]*inflight{},
+		drained: make(chan struct{}), pending: map[location.AuthorityKey]submitted{}, writing: map[location.AuthorityKey]*inflight{},
 		versions: map[location.AuthorityKey]location.StoreVersion{}, forgetting: map[location.AuthorityKey]bool{},
 		failLog: ratelog.Limiter{Every: time.Second},
 	}
@@ -138,15 +145,32 @@ func (w *Writer) Stats() Stats {
 
 // Submit queues c, the newest capture of key. It returns at once.
 func (w *Writer) Submit(key location.AuthorityKey, c Checkpoint) {
-	w.loop.Post(func() { w.submit(key, c) }) // refused once stopped: dropped, as Stop drops what waits
+	w.SubmitThen(key, c, nil)
 }
 
-func (w *Writer) submit(key location.AuthorityKey, c Checkpoint) {
+// SubmitThen is Submit, and calls landed with the stored version once c
+// itself is stored (not when it is superseded, replaced by a newer
+// capture, or dropped). landed runs on the Writer's loop: it must not
+// block.
+func (w *Writer) SubmitThen(key location.AuthorityKey, c Checkpoint, landed func(location.StoreVersion)) {
+	// Refused once stopped: dropped, as Stop drops what waits.
+	w.loop.Post(func() { w.submit(key, submitted{c: c, landed: landed}) })
+}
+
+// SetVersion records that key's stored checkpoint is at v, as an earlier
+// owner knew it (a move's source): the next write of key is then one
+// compare-and-set, no read. A version that is no longer stored costs that
+// write a conflict and a read, nothing else.
+func (w *Writer) SetVersion(key location.AuthorityKey, v location.StoreVersion) {
+	w.setVersion(key, v)
+}
+
+func (w *Writer) submit(key location.AuthorityKey, c submitted) {
 	if w.stopped || w.forgetting[key] {
 		return
 	}
 	if old, ok := w.pending[key]; ok {
-		if !c.Fence.Less(old.Fence) {
+		if !c.c.Fence.Less(old.c.Fence) {
 			w.pending[key] = c
 		}
 		w.coalesced.Add(1)
@@ -167,7 +191,7 @@ func (w *Writer) start() {
 			continue // written meanwhile, or re-queued once its write ends
 		}
 		delete(w.pending, key)
-		wr := &inflight{c: c}
+		wr := &inflight{submitted: c}
 		w.writing[key] = wr
 		w.attempt(key, wr)
 	}
@@ -207,6 +231,9 @@ func (w *Writer) attempted(key location.AuthorityKey, wr *inflight, out outcome)
 	}
 	if out.count != nil {
 		out.count.Add(1)
+	}
+	if out.count == &w.written && wr.landed != nil {
+		wr.landed(out.v)
 	}
 	if err := out.err; err != nil {
 		w.failed.Add(1)
@@ -377,7 +404,7 @@ func (w *Writer) do(ctx context.Context, op string, f func()) error {
 // forgets nothing (machine.ErrClosed, Unavailable): its lifecycle ended.
 func (w *Writer) Claim(ctx context.Context, key location.AuthorityKey, fence Fence, stableType, appVersion string) (Checkpoint, error) {
 	err := w.do(ctx, "claim the checkpoint of "+key.String(), func() {
-		if c, ok := w.pending[key]; ok && c.Fence.Less(fence) {
+		if c, ok := w.pending[key]; ok && c.c.Fence.Less(fence) {
 			delete(w.pending, key) // an earlier incarnation's capture here
 			w.coalesced.Add(1)
 			w.wakeIdle()
@@ -611,7 +638,7 @@ func (w *Writer) Stop() {
 			return
 		}
 		w.stopped = true
-		w.pending = map[location.AuthorityKey]Checkpoint{}
+		w.pending = map[location.AuthorityKey]submitted{}
 		w.queue = nil
 		w.loop.CancelIf(func(sweep) bool { return true })
 		for key := range w.writing {

@@ -13,6 +13,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
 )
 
@@ -45,6 +46,13 @@ type cpState struct {
 	dirty  checkpoint.Dirty
 	seq    uint64 // the incarnation's last capture's Sequence
 	queued bool   // in the clock's dirty set, or a capture is queued
+	// stored is the version of the stored checkpoint as this incarnation
+	// last learned it: its own writes' (landed), or its move's source's
+	// (0: unknown). current: the checkpoint there holds exactly the
+	// incarnation's state (its capture landed, no turn ran since, no
+	// later capture). A move carries both to its target (CheckpointAt).
+	stored  location.StoreVersion
+	current bool
 }
 
 func newCheckpointer(store location.CheckpointStore, lease func() error, d *Driver) *checkpointer {
@@ -136,6 +144,7 @@ func (o *object) turnEnded() {
 	}
 	p := o.kind.checkpoints
 	cs.mu.Lock()
+	cs.current = false
 	now := o.d.clock.Now()
 	captureNow := p.AfterTurn(&cs.dirty, now)
 	enqueue := !captureNow && p.Timed() && !cs.queued
@@ -161,6 +170,55 @@ func (o *object) markDirty() {
 		return
 	}
 	o.turnEnded()
+}
+
+// checkpointsOnArrival starts the checkpoints of an incarnation that a
+// move brought here, once it serves, from what its source knew of its
+// stored checkpoint (at; nil: nothing). A state the stored checkpoint
+// holds already is not written again: the source's capture landed and no
+// turn ran since, so a recovery from that checkpoint restores exactly what
+// arrived. Any other state is in no checkpoint yet and is due for a
+// capture by the kind's policy; its write compares against the version
+// the source knew, with no read.
+func (o *object) checkpointsOnArrival(at *messages.CheckpointAt) {
+	cs := o.cp
+	if cs == nil {
+		return
+	}
+	if v := location.StoreVersion(at.GetVersion()); v != 0 {
+		cs.mu.Lock()
+		// Not over what a capture of its own (a turn of the backlog may
+		// have run) learned already.
+		fresh := cs.seq == 0
+		if fresh {
+			cs.stored = v
+			cs.current = at.GetCurrent() && cs.dirty.Turns == 0
+		}
+		current := cs.current
+		cs.mu.Unlock()
+		if fresh {
+			o.d.cps.w.SetVersion(o.key, v)
+		}
+		if current {
+			return
+		}
+	}
+	_ = o.mb.Do(o.markDirty)
+}
+
+// checkpointAt is what the incarnation knows of its stored checkpoint, for
+// its move's target (nil: nothing). On its goroutine, sealed.
+func (o *object) checkpointAt() *messages.CheckpointAt {
+	cs := o.cp
+	if cs == nil {
+		return nil
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.stored == 0 {
+		return nil
+	}
+	return &messages.CheckpointAt{Version: uint64(cs.stored), Current: cs.current && cs.dirty.Turns == 0}
 }
 
 // captureQueued is the clock's capture, on o's goroutine.
@@ -224,6 +282,7 @@ func (o *object) capture() {
 	cs.mu.Lock()
 	cs.dirty = checkpoint.Dirty{}
 	cs.seq++
+	cs.current = false
 	seq := cs.seq
 	cs.mu.Unlock()
 	cps := o.d.cps
@@ -235,10 +294,16 @@ func (o *object) capture() {
 		return
 	}
 	cps.captures.Add(1)
-	cps.w.Submit(o.key, checkpoint.Checkpoint{
+	cps.w.SubmitThen(o.key, checkpoint.Checkpoint{
 		Fence:      checkpoint.Fence{ObjectGeneration: o.generation, OwnerGeneration: o.ownerGeneration, Sequence: seq},
 		StableType: o.kind.StableType, ApplicationVersion: o.kind.ApplicationVersion,
 		TakenUnixNanos: o.d.clock.Now().UnixNano(), State: state,
+	}, func(v location.StoreVersion) {
+		// Writes of one object land in capture order.
+		cs.mu.Lock()
+		cs.stored = v
+		cs.current = seq == cs.seq && cs.dirty.Turns == 0
+		cs.mu.Unlock()
 	})
 }
 

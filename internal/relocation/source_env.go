@@ -75,6 +75,7 @@ func (e sourceEnv) Seal(i int) error {
 					r.outcome.Sealed = sealedAt
 				}
 				r.captures[i] = c
+				r.parts[i].checkpoint = c.checkpoint
 				r.run.Captured(i, saved, err)
 				return
 			}
@@ -242,6 +243,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 		Join:                      r.join,
 		Members:                   r.members(),
 		Session:                   r.obj.session,
+		Checkpoint:                r.parts[0].checkpoint,
 	})
 }
 

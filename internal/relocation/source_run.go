@@ -81,6 +81,9 @@ type sourcePart struct {
 	newOwner uint64     // AuthorityOwnerGeneration the target will write
 	next     *actor.PID // the incarnation on the target
 	nextRid  string     // the target's node RID (its lifecycle: PeerLeaving)
+	// checkpoint is what the seal found of its stored checkpoint, for
+	// the Restore request (nil: nothing known).
+	checkpoint *messages.CheckpointAt
 }
 
 type sourceResult struct {
@@ -602,6 +605,8 @@ type capturedPart struct {
 	saved  []envelope.SavedWork
 	timers []envelope.TimerRegistration
 	ticks  []envelope.PendingTimerTick
+	// checkpoint: what the participant knew of its stored checkpoint.
+	checkpoint *messages.CheckpointAt
 }
 
 // safeCapture turns a panicking state adapter into a capture error, so the
@@ -619,7 +624,7 @@ func safeCapture(obj *object, saved []any, participant uint32) (c capturedPart, 
 // goroutine: state through the kind's adapter, timers, and the saved-work
 // prefix as frozen records (PROTOCOL.md §5.5, §5.6).
 func capture(obj *object, saved []any, participant uint32) (capturedPart, error) {
-	var c capturedPart
+	c := capturedPart{checkpoint: obj.checkpointAt()}
 	if p, ok := obj.kind.Policy.(preserveStateWith); ok {
 		state, err := obj.captureState(p)
 		if err != nil {
@@ -689,7 +694,7 @@ func (r *sourceRun) members() []*messages.Participant {
 		out = append(out, &messages.Participant{
 			Object:          &messages.ObjectRef{Kind: o.key.Kind, Id: o.key.ID, ObjectGeneration: o.generation, StableType: o.kind.StableType},
 			OwnerGeneration: o.ownerGeneration, NewOwnerGeneration: p.newOwner, ApplicationVersion: o.kind.ApplicationVersion,
-			Session: o.session,
+			Session: o.session, Checkpoint: p.checkpoint,
 		})
 	}
 	return out

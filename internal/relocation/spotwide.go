@@ -165,9 +165,7 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 			}
 			m.obj.opening = nil
 			d.nowServing(m.obj)
-			if m.obj.cp != nil {
-				_ = m.obj.mb.Do(m.obj.markDirty)
-			}
+			m.obj.checkpointsOnArrival(m.p.GetCheckpoint())
 		}
 		close(opening.done)
 	}

@@ -299,10 +299,7 @@ func (e targetEnv) Serving() {
 	d, obj := e.d, e.t.obj
 	d.objects[e.t.key] = obj
 	d.nowServing(obj)
-	if obj.cp != nil {
-		// The state it arrived with is in no checkpoint yet.
-		_ = obj.mb.Do(obj.markDirty)
-	}
+	obj.checkpointsOnArrival(e.t.prepare.GetCheckpoint())
 }
 
 func (e targetEnv) Deliver(i int, m any) { e.d.sys.Root.Send(e.obj(i).pid, m) }
