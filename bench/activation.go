@@ -277,6 +277,11 @@ func (c *countingStore) DeleteCheckpoint(ctx context.Context, key location.Autho
 	return c.Store.(location.CheckpointStore).DeleteCheckpoint(ctx, key, expected)
 }
 
+func (c *countingStore) CheckpointsInApply() bool {
+	s, ok := c.Store.(location.CheckpointsInApply)
+	return ok && s.CheckpointsInApply()
+}
+
 func (c *countingStore) InProcess() bool {
 	s, ok := c.Store.(location.InProcess)
 	return ok && s.InProcess()

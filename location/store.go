@@ -231,6 +231,15 @@ const (
 	// activation's reservation) saves the round trip of a PutRoot, and a
 	// transaction that fails leaves no root behind.
 	OpCreateRoot
+	// OpCheckNoCheckpoint changes nothing and fails the transaction as a
+	// *ConflictError naming this op if Key has a checkpoint in this store
+	// (the store's own CheckpointStore, whatever the checkpoint's bytes).
+	// It touches no record: Key may also be another op's. A cold
+	// activation's reservation carries it, so that a reservation that
+	// lands proves no checkpoint of the ID exists, and the new incarnation
+	// needs no read of one before it starts (docs/FAULTS.md, "Checkpoints
+	// and recovery").
+	OpCheckNoCheckpoint
 )
 
 // MaxInlineRootBytes bounds the root an OpCreateRoot stores.
@@ -256,6 +265,8 @@ func (k OpKind) String() string {
 		return "free-slot"
 	case OpCreateRoot:
 		return "create-root"
+	case OpCheckNoCheckpoint:
+		return "check-no-checkpoint"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
@@ -367,6 +378,9 @@ func (k OpKind) IsSlotOp() bool { return k == OpTakeSlot || k == OpSetSlot || k 
 func (k OpKind) OnRecord() bool {
 	return k == OpCreate || k == OpUpdate || k == OpDelete || k == OpCheck
 }
+
+// CheckNoCheckpointOp fails its transaction if key has a checkpoint.
+func CheckNoCheckpointOp(key AuthorityKey) Op { return Op{Kind: OpCheckNoCheckpoint, Key: key} }
 
 // CreateRootOp stores data as the root key only if no root is there.
 func CreateRootOp(key string, data []byte) Op {
@@ -572,6 +586,7 @@ func ValidateOps(ops []Op) error {
 	seen := make(map[AuthorityKey]bool, len(ops))
 	var slots map[slotOf]bool
 	var roots map[string]bool
+	var noCheckpoint map[AuthorityKey]bool
 	leaseChecks := 0
 	for i, op := range ops {
 		if op.Kind == OpCheckLease {
@@ -601,6 +616,20 @@ func ValidateOps(ops []Op) error {
 			}
 			roots[op.RootKey] = true
 			total += len(op.RootKey) + len(op.Data)
+			continue
+		}
+		if op.Kind == OpCheckNoCheckpoint {
+			if err := op.Key.Validate(); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			if noCheckpoint[op.Key] {
+				return fmt.Errorf("%w: op %d: checkpoint of %s checked twice", ErrInvalid, i, op.Key)
+			}
+			if noCheckpoint == nil {
+				noCheckpoint = map[AuthorityKey]bool{}
+			}
+			noCheckpoint[op.Key] = true
+			total += len(op.Key.ID)
 			continue
 		}
 		if op.Kind.IsSlotOp() {
@@ -657,6 +686,8 @@ func ValidateOps(ops []Op) error {
 		for _, op := range ops {
 			switch {
 			case op.Kind == OpCheckLease:
+			case op.Kind == OpCheckNoCheckpoint:
+				total += len(op.Key.ID)
 			case op.Kind == OpCreateRoot:
 				total += len(op.RootKey) + len(op.Data)
 			case op.Kind.IsSlotOp():
@@ -795,6 +826,14 @@ func ValidateNodeUpdate(cur, next *NodeDescriptor) error {
 		return fmt.Errorf("%w: an update of node %s changes a field fixed for its lifecycle", ErrInvalid, NodeKeyOf(next))
 	}
 	return nil
+}
+
+// CheckpointsInApply is implemented by a Location Store that keeps its own
+// checkpoints (CheckpointStore) and takes OpCheckNoCheckpoint in Apply
+// (storetest.RunCheckpointsInApply): memstore and consulstore. Without it
+// (or when it answers false) roam never sends that op.
+type CheckpointsInApply interface {
+	CheckpointsInApply() bool
 }
 
 // InProcess is implemented by a store whose calls stay in the process

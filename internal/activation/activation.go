@@ -71,20 +71,26 @@ type Activation struct {
 	// unread: the current attempt has not read the authority (it came
 	// from reserveFirst).
 	unread bool
+	// checkpointFound: a reservation's check found a checkpoint of the
+	// ID; the later ones do not check, and the incarnation claims it.
+	checkpointFound bool
 
 	// the current attempt
-	prev     location.Versioned // the record a reservation replaces
-	resumed  location.Versioned // the interrupted activation's record
-	origOp   string
-	origMsg  any
-	rootKey  string
-	rec      *location.Record // the reservation or taken-over record
-	version  location.StoreVersion
-	firsts   []first
-	write    *Write
-	pending  error // the failure an abort precedes
-	err      error
-	finished bool
+	prev    location.Versioned // the record a reservation replaces
+	resumed location.Versioned // the interrupted activation's record
+	origOp  string
+	origMsg any
+	rootKey string
+	rec     *location.Record // the reservation or taken-over record
+	version location.StoreVersion
+	firsts  []first
+	write   *Write
+	// noCheckpoint: the reservation landed with its check that the ID
+	// has no checkpoint, so there is none to claim.
+	noCheckpoint bool
+	pending      error // the failure an abort precedes
+	err          error
+	finished     bool
 	// leftReservation: a reservation (or takeover) holding this
 	// activation's own recovery root may remain in the store (a lost
 	// Ready commit, an abort that did not land): its first message may
@@ -481,9 +487,23 @@ func (a *Activation) rootStored(ev RootPut) []Effect {
 			DeadlineUnixNanos: a.env.GetDeadlineUnixNanos(), ReservationFence: gen,
 		},
 	}
+	return a.reserve()
+}
+
+// reserve sends the reservation a.rec. Over a Missing record of a kind
+// whose checkpoints the Location Store keeps, it also checks that the ID
+// has no checkpoint: most first messages are for new IDs, and one that
+// lands so proves there is nothing to claim (docs/FAULTS.md,
+// "Checkpoints and recovery"), which saves the claim's read and write
+// on the way to the first message.
+func (a *Activation) reserve() []Effect {
 	op := a.op
 	a.write = NewReserve(a.cfg, a.key(), a.prev.Version, a.rec, location.KindUserSpot,
 		func(r *location.Record) bool { return r.GetActivationRecovery().GetOperationId() == op }, a.deadline).Replacing(a.prev.Record, 0)
+	a.noCheckpoint = a.kind.Checkpointed && a.kind.CheckpointsInStore && a.prev.Version == 0 && !a.checkpointFound
+	if a.noCheckpoint {
+		a.write.CheckingNoCheckpoint()
+	}
 	a.phase = Reserving
 	return a.write.Start()
 }
@@ -500,6 +520,11 @@ func (a *Activation) writing(ev Event) []Effect {
 		switch outcome {
 		case Applied:
 			return append(effects, a.open(version, a.rec, []first{{a.op, a.first}}, a.rootKey)...)
+		case CheckpointFound:
+			// Nothing applied, the root included when it was to go in the
+			// same transaction: reserve again, and claim it once reserved.
+			a.checkpointFound = true
+			return append(effects, a.reserve()...)
 		case Lost:
 			return a.retry(append(effects, DeleteRoot{RootKey: a.rootKey})...)
 		}
@@ -568,6 +593,12 @@ func (a *Activation) writing(ev Event) []Effect {
 // reservation is released with the same fence.
 func (a *Activation) open(version location.StoreVersion, rec *location.Record, firsts []first, rootKey string) []Effect {
 	a.version, a.rec, a.firsts, a.rootKey = version, rec, firsts, rootKey
+	if a.kind.Checkpointed && a.phase == Reserving && a.noCheckpoint {
+		// The reservation landed with its check: no checkpoint is stored,
+		// and none of an earlier incarnation can land later (a closed or
+		// released one leaves a tombstone; a recovery, its claim).
+		return a.stageFresh()
+	}
 	if a.kind.Checkpointed {
 		// Every incarnation of a kind that checkpoints starts from the
 		// last checkpoint: after an ended owner, after a resumed or
@@ -584,6 +615,16 @@ func (a *Activation) stage(state []byte, restore bool) []Effect {
 	a.phase = Staging
 	return []Effect{Stage{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration(),
 		State: state, Restore: restore}}
+}
+
+// stageFresh stages an incarnation of an ID whose reservation proved no
+// checkpoint stored.
+func (a *Activation) stageFresh() []Effect {
+	effects := a.stage(nil, false)
+	st := effects[0].(Stage)
+	st.NoCheckpoint = true
+	effects[0] = st
+	return effects
 }
 
 // claimed stages the incarnation with the checkpoint's state; a claim

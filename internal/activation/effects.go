@@ -69,6 +69,9 @@ type (
 	// capacity of Record's owner node when that is another node (a
 	// remote creation's reservation takes a pending slot there;
 	// PROTOCOL.md §7.12).
+	// NoCheckpoint: the transaction also checks that Key has no
+	// checkpoint (location.OpCheckNoCheckpoint); a failure of that check
+	// alone is answered WriteAnswered.CheckpointStored.
 	Reserve struct {
 		Key           location.AuthorityKey
 		Expected      location.StoreVersion
@@ -76,6 +79,7 @@ type (
 		Other         location.Kind
 		Replaced      *location.Record
 		OwnerCapacity uint32
+		NoCheckpoint  bool
 	}
 	// CompareAndSet: write Record over Key at Expected; answer
 	// WriteAnswered.
@@ -146,7 +150,10 @@ type (
 	}
 	// Stage: spawn the incarnation with dispatch held (the activation
 	// barrier of PROTOCOL.md §7.5 steps 10–11), and give it State when
-	// Restore (a claimed checkpoint's); answer Staged.
+	// Restore (a claimed checkpoint's); answer Staged. NoCheckpoint: the
+	// reservation proved that no checkpoint of Key is stored (nothing was
+	// claimed), so the incarnation's first capture creates one without
+	// reading.
 	Stage struct {
 		Key             location.AuthorityKey
 		StableType      string
@@ -154,6 +161,7 @@ type (
 		OwnerGeneration uint64
 		State           []byte
 		Restore         bool
+		NoCheckpoint    bool
 	}
 	// DiscardStaged: remove the staged incarnation; what waited in its
 	// queue is answered Unavailable.

@@ -97,10 +97,13 @@ type (
 	}
 	// WriteAnswered answers Reserve and CompareAndSet: the new version, or
 	// the store's error (location.ErrConflict, ErrIndeterminate, …).
+	// CheckpointStored: a Reserve with NoCheckpoint was refused by that
+	// check alone (a *ConflictError naming it): nothing of it applied.
 	WriteAnswered struct {
-		Version location.StoreVersion
-		Err     error
-		Now     time.Time
+		Version          location.StoreVersion
+		Err              error
+		Now              time.Time
+		CheckpointStored bool
 	}
 	// RecordRead answers ReadRecord (a consistent read).
 	RecordRead struct {

@@ -60,6 +60,10 @@ type Kind struct {
 	// activation (cold, after an ended owner, resumed) starts from the
 	// last checkpoint, and an ended owner's object is recovered from it.
 	Checkpointed bool
+	// CheckpointsInStore: the kind's checkpoints are kept by the Location
+	// Store itself, so a reservation can check in its own transaction
+	// that none is stored (location.OpCheckNoCheckpoint).
+	CheckpointsInStore bool
 	// RecoverByOperator: an ended owner's object waits for an operator
 	// (ReleaseEnded) even when it could be recovered.
 	RecoverByOperator bool

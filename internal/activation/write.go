@@ -26,6 +26,9 @@ const (
 	// WriteFailed: the store failed, or the outcome stayed unknown until
 	// the deadline; Result's error says which.
 	WriteFailed
+	// CheckpointFound: a reservation checking that no checkpoint is
+	// stored (CheckingNoCheckpoint) found one; nothing of it applied.
+	CheckpointFound
 )
 
 type writeState int
@@ -101,6 +104,16 @@ func (w *Write) Replacing(replaced *location.Record, ownerCapacity uint32) *Writ
 	return w
 }
 
+// CheckingNoCheckpoint makes a reservation also check that its key has no
+// checkpoint (Reserve.NoCheckpoint).
+func (w *Write) CheckingNoCheckpoint() *Write {
+	if e, ok := w.effect.(Reserve); ok {
+		e.NoCheckpoint = true
+		w.effect = e
+	}
+	return w
+}
+
 // Alone makes w a machine of its own: it ends with Finish (its error is
 // Result's) and starts its own deadline timer.
 func (w *Write) Alone() *Write {
@@ -138,6 +151,8 @@ func (w *Write) Step(ev Event) []Effect {
 		switch {
 		case ev.Err == nil:
 			return w.end(Applied, ev.Version, nil)
+		case ev.CheckpointStored:
+			return w.end(CheckpointFound, 0, nil)
 		case errors.Is(ev.Err, location.ErrConflict):
 			return w.end(Lost, 0, nil)
 		case errors.Is(ev.Err, location.ErrIndeterminate):

@@ -341,6 +341,15 @@ func (s *Staged) Restore(ctx context.Context, state []byte) error {
 	return s.Do(ctx, func(actor.Actor) error { return s.obj.restoreState(p, state) })
 }
 
+// NoCheckpoint tells the node that no checkpoint of the staged object is
+// stored (its reservation proved it, location.OpCheckNoCheckpoint): its
+// first capture creates one without reading first.
+func (s *Staged) NoCheckpoint() {
+	if cps := s.obj.d.cps; cps != nil && s.obj.cp != nil {
+		cps.w.SetVersion(s.obj.key, 0)
+	}
+}
+
 // restoreAsync queues the restore of state on the staged actor's goroutine
 // and returns where its outcome comes; an error when the queue is gone.
 func (s *Staged) restoreAsync(state []byte) (<-chan error, error) {

@@ -330,6 +330,9 @@ type Driver struct {
 	linked, linkedInPlace atomic.Int64
 	// cps runs this node's checkpoints (nil: no checkpoint store).
 	cps *checkpointer
+	// checkpointsInStore: the checkpoints are the Location Store's own,
+	// and its Apply checks them (location.CheckpointsInApply).
+	checkpointsInStore bool
 }
 
 // New starts the relocation actor of node. Register kinds before objects
@@ -389,6 +392,8 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	d.slots = newSlots(d.store, d.desc, d.clock)
 	if cfg.Checkpoints == nil {
 		cfg.Checkpoints, _ = store.(location.CheckpointStore)
+		c, ok := store.(location.CheckpointsInApply)
+		d.checkpointsInStore = ok && c.CheckpointsInApply() && cfg.Checkpoints != nil
 	}
 	if cfg.Checkpoints != nil {
 		d.cps = newCheckpointer(cfg.Checkpoints, func() error { _, _, err := node.WriteLease(); return err }, d)

@@ -222,6 +222,14 @@ func (k *Kind) Activation() activation.Kind {
 		Checkpointed: k.Checkpointed(), RecoverByOperator: k.RecoverByOperator}
 }
 
+// ActivationKind is the kind as this node's activations see it: with
+// whether its checkpoints are the Location Store's own.
+func (d *Driver) ActivationKind(k *Kind) activation.Kind {
+	ak := k.Activation()
+	ak.CheckpointsInStore = ak.Checkpointed && d.checkpointsInStore
+	return ak
+}
+
 // recoversByItself reports whether an ended owner's object of stable type
 // st is brought back by a live node without an operator, by this node's
 // registration of the kind: releasing it would race that recovery.

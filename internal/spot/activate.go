@@ -31,7 +31,7 @@ func (m *Manager) kindOf(stableType string) activation.Kind {
 	if !ok {
 		return activation.Kind{}
 	}
-	return k.Activation()
+	return m.d.ActivationKind(k)
 }
 
 // onActivation is the target side of a SpotActivation, route kind 2

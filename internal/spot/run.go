@@ -232,13 +232,18 @@ func (r *runner) Reserve(e activation.Reserve, d activationrun.Deadline) {
 	r.off(func() func() {
 		ctx, cancel := r.ctxFor(d)
 		defer cancel()
-		vers, unstored, err := r.m.applyReservation(ctx, e, root)
-		ans := activation.WriteAnswered{Err: err, Now: r.m.clock.Now()}
+		vers, unstored, cpStored, err := r.m.applyReservation(ctx, e, root)
+		ans := activation.WriteAnswered{Err: err, Now: r.m.clock.Now(), CheckpointStored: cpStored}
 		if err == nil {
 			ans.Version = vers[0]
 		}
 		return func() {
-			if unstored {
+			switch {
+			case cpStored:
+				// The machine reserves again at once: the root goes in
+				// that transaction.
+				r.inlineRoot = root
+			case unstored:
 				r.unstoredRoot = root.key
 			}
 			r.ar.Answer(ans)
@@ -326,6 +331,9 @@ func (r *runner) Stage(e activation.Stage, d activationrun.Deadline) {
 		ctx, cancel := r.ctxFor(d)
 		defer cancel()
 		staged, err := m.d.Stage(ctx, e.Key, e.StableType, e.Generation, e.OwnerGeneration)
+		if err == nil && e.NoCheckpoint {
+			staged.NoCheckpoint()
+		}
 		if err == nil && e.Restore {
 			if err = staged.Restore(ctx, e.State); err != nil {
 				m.log.Error().Str("event", "checkpoint_restore_failed").Str("spot_id", e.Key.ID).Err(err).
@@ -443,33 +451,49 @@ func (m *Manager) logEffect(l activation.Log) {
 // before it left to this transaction (docs/PROTOCOL.md §7.5 step 9).
 // unstored: root was given and rolled back with the transaction, so the
 // machine's later delete of it has nothing to do.
-func (m *Manager) applyReservation(ctx context.Context, e activation.Reserve, root *inlineRoot) (_ []location.StoreVersion, unstored bool, _ error) {
+func (m *Manager) applyReservation(ctx context.Context, e activation.Reserve, root *inlineRoot) (_ []location.StoreVersion, unstored, checkpointStored bool, _ error) {
 	op := location.CreateOp(e.Key, e.Record)
 	if e.Expected != 0 {
 		op = location.UpdateOp(e.Key, e.Expected, e.Record)
 	}
 	ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
+	if e.NoCheckpoint {
+		ops = append(ops, location.CheckNoCheckpointOp(e.Key))
+	}
+	// stored: the check that no checkpoint is stored failed, and nothing
+	// else did (with the record's own op failing too, the reservation is
+	// simply lost).
+	slot := e.Record.GetCapacitySlot()
+	stored := func(err error) bool {
+		var c *location.ConflictError
+		if !e.NoCheckpoint || !errors.As(err, &c) || len(c.FailedOps) != 1 || c.FailedOps[0] != 2 {
+			return false
+		}
+		// The machine reserves this record again: as it was, without the
+		// slot this attempt named in it.
+		e.Record.CapacitySlot = slot
+		return true
+	}
 	if root == nil {
 		vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
-		return vers, false, err
+		return vers, false, stored(err), err
 	}
-	slot := e.Record.GetCapacitySlot()
 	vers, err := m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, append(slices.Clip(ops), location.CreateRootOp(root.key, root.data)))
 	var c *location.ConflictError
 	if !errors.As(err, &c) || !slices.Contains(c.FailedOps, len(ops)) {
 		// A conflict elsewhere rolled it back whole: the root was not
 		// stored.
-		return vers, c != nil, err
+		return vers, c != nil, stored(err), err
 	}
 	// A root under the key already: an earlier attempt's, whose delete
 	// failed. PutRoot takes identical bytes as stored; then the
 	// reservation alone, as the conflict left it (nothing was applied).
 	if _, err := m.roots.PutRoot(ctx, root.key, root.data); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	e.Record.CapacitySlot = slot
 	vers, err = m.applyHolding(ctx, e.Key, e.Record, e.Replaced, e.OwnerCapacity, ops)
-	return vers, false, err
+	return vers, false, stored(err), err
 }
 
 // inlineRoot is a recovery root waiting for the reservation's

@@ -22,6 +22,7 @@ import (
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/spot"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
 	"github.com/roamactors/roam/roamerr"
@@ -879,6 +880,52 @@ func TestEveryTurnCheckpointHoldsTheFirstMessage(t *testing.T) {
 		_, err := request(t, caller, "coin", "1", "vault")
 		require.NoError(t, err)
 		eventually(t, "the first message's checkpoint", func() bool { return storedCount(t, store, "coin") == 1 })
+	})
+}
+
+// A first message to a new ID of a kind that checkpoints reads no
+// checkpoint and claims none: its reservation checks, in its own
+// transaction, that none is stored (location.OpCheckNoCheckpoint), and the
+// first capture creates the checkpoint without a read. Before, the claim's
+// read and write stood between the reservation and the first message.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery"; docs/PROTOCOL.md
+// §7.5.
+func TestAColdActivationOfANewIDReadsNoCheckpoint(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		counted, err := faulty.New(store, faulty.Config{})
+		require.NoError(t, err)
+		w := newWorld(t, counted)
+		caller := w.start(withKinds(w.everyTurnVault()))
+		before := counted.Stats().ByOp
+		n, err := request(t, caller, "coin", "1", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		eventually(t, "the first message's checkpoint", func() bool { return storedCount(t, store, "coin") == 1 })
+		after := counted.Stats().ByOp
+		require.Equal(t, before["get checkpoint"], after["get checkpoint"], "no checkpoint read, by a claim or before the first write")
+		require.Equal(t, before["put checkpoint"]+1, after["put checkpoint"], "one write: the first capture's")
+	})
+}
+
+// A first message to a Missing ID whose checkpoint is stored (left by a
+// recovery that failed half-way, which released the record) starts from
+// that checkpoint: the reservation's check fails, the reservation is made
+// again without it, and the incarnation claims the checkpoint.
+// Reference: docs/FAULTS.md, "Checkpoints and recovery".
+func TestAColdActivationOverAStoredCheckpointStartsFromIt(t *testing.T) {
+	onBothStores(t, func(t *testing.T, store location.Store) {
+		w := newWorld(t, store)
+		caller := w.start(withKinds(w.everyTurnVault()))
+		key := location.Key(location.KindInstanceSpot, "jar")
+		data, err := checkpoint.Encode(checkpoint.Checkpoint{Fence: checkpoint.Fence{ObjectGeneration: 1, OwnerGeneration: 2},
+			StableType: "vault", State: []byte("5")})
+		require.NoError(t, err)
+		_, err = store.(location.CheckpointStore).PutCheckpoint(ctx, key, 0, data)
+		require.NoError(t, err)
+		n, err := request(t, caller, "jar", "6", "vault")
+		require.NoError(t, err)
+		require.EqualValues(t, 6, n, "the stored state, and the first message")
+		eventually(t, "the checkpoint of the first message", func() bool { return storedCount(t, store, "jar") == 6 })
 	})
 }
 

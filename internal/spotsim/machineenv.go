@@ -2,7 +2,9 @@ package spotsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -204,7 +206,18 @@ func (r *Runner) Reserve(e activation.Reserve, d activationrun.Deadline) {
 	if e.Expected != 0 {
 		op = location.UpdateOp(e.Key, e.Expected, e.Record)
 	}
-	r.apply([]location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}, "reserve", r.dl(d), r.writeAnswer)
+	ops := []location.Op{op, location.CheckOp(location.Key(e.Other, e.Key.ID), 0)}
+	if e.NoCheckpoint && r.w.cfg.Sabotage != SabotageReserveSkipsCheckpointCheck {
+		ops = append(ops, location.CheckNoCheckpointOp(e.Key))
+	}
+	r.apply(ops, "reserve", r.dl(d), func(res storeRes) {
+		var c *location.ConflictError
+		if e.NoCheckpoint && errors.As(res.err, &c) && slices.Equal(c.FailedOps, []int{2}) {
+			r.answer(activation.WriteAnswered{Err: res.err, Now: r.Now(), CheckpointStored: true})
+			return
+		}
+		r.writeAnswer(res)
+	})
 }
 
 func (r *Runner) CompareAndSet(e activation.CompareAndSet, d activationrun.Deadline) {
@@ -290,6 +303,15 @@ func (r *Runner) Stage(e activation.Stage, _ activationrun.Deadline) {
 		if err != nil {
 			err = fmt.Errorf("%w: %w", roamerr.ErrUnavailable, err)
 		} else {
+			if e.NoCheckpoint {
+				// The reservation's check stands for the claim: the
+				// incarnation must start from what the store holds now
+				// (nothing, unless the check was skipped), and no write
+				// of an earlier incarnation may land after it.
+				r.cpAsked, r.cpExpected = true, w.lastCheckpointState(s)
+				w.claimed(s)
+				r.cpClaimNo = s.cpClaims
+			}
 			r.staged.cpAsked, r.staged.cpExpected, r.staged.cpClaimNo = r.cpAsked, r.cpExpected, r.cpClaimNo
 			if e.Restore {
 				w.restore(r.staged, e.State)

@@ -106,14 +106,15 @@ var sabotages = map[string]Sabotage{
 	"no-id-queue":  SabotageNoIDQueue,
 	"revoke-early": SabotageRevokeEarly,
 	// The checkpoint and seal rules (doc.go's table).
-	"checkpoint-no-judge":     SabotageCheckpointNoJudge,
-	"claim-no-fence":          SabotageClaimNoFence,
-	"no-tombstone":            SabotageNoTombstone,
-	"checkpoint-no-lease":     SabotageCheckpointNoLease,
-	"claim-older":             SabotageClaimOlder,
-	"claim-fail-starts-empty": SabotageClaimFailStartsEmpty,
-	"capture-under-pointer":   SabotageCaptureUnderPointer,
-	"close-no-seal":           SabotageCloseNoSeal,
+	"checkpoint-no-judge":            SabotageCheckpointNoJudge,
+	"claim-no-fence":                 SabotageClaimNoFence,
+	"no-tombstone":                   SabotageNoTombstone,
+	"checkpoint-no-lease":            SabotageCheckpointNoLease,
+	"claim-older":                    SabotageClaimOlder,
+	"reserve-skips-checkpoint-check": SabotageReserveSkipsCheckpointCheck,
+	"claim-fail-starts-empty":        SabotageClaimFailStartsEmpty,
+	"capture-under-pointer":          SabotageCaptureUnderPointer,
+	"close-no-seal":                  SabotageCloseNoSeal,
 }
 
 // world [seed=1] [nodes=3] [spots=3] [clients=3] [sabotage=none|<one of sabotages>]

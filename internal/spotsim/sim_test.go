@@ -101,9 +101,11 @@ func TestCheckerCatchesNoIDQueue(t *testing.T) {
 // that their faults reach (the scripts sabotage_*.txt show each step by
 // step, these among them): each within the first 3,000 seeds, each by the
 // invariant of its rule. The claim without a fence, the writer without a
-// lease check and the failed claim that starts empty need a late write, a
-// writer wait across the fence or a failed claim over a stored state,
-// which random schedules draw too rarely; their scripts alone show them.
+// lease check, the failed claim that starts empty and the reservation that
+// skips its checkpoint check need a late write, a writer wait across the
+// fence, a failed claim over a stored state or a Missing record with a
+// stored checkpoint, which random schedules draw too rarely; their scripts
+// alone show them.
 func TestCheckerCatchesCheckpointSabotages(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

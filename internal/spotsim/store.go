@@ -406,7 +406,8 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 		w.tracef("store: %s's write refused: its lease ended", l)
 		return storeRes{err: fmt.Errorf("%w: node %s", location.ErrLeaseEnded, l.rid)}
 	}
-	for _, o := range op.ops {
+	var failed []int
+	for i, o := range op.ops {
 		cur := s.recs[o.Key].version
 		ok := true
 		switch o.Kind {
@@ -414,10 +415,17 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 			ok = cur == 0
 		case location.OpUpdate, location.OpDelete, location.OpCheck:
 			ok = cur == o.Version
+		case location.OpCheckNoCheckpoint:
+			// The world's checkpoints are the store's (checkpoint.go).
+			sp := w.spotByID(o.Key.ID)
+			ok = sp == nil || w.cps[sp.idx] == nil
 		}
 		if !ok {
-			return storeRes{err: &location.ConflictError{Op: "apply"}}
+			failed = append(failed, i)
 		}
+	}
+	if failed != nil {
+		return storeRes{err: &location.ConflictError{Op: "apply", FailedOps: failed}}
 	}
 	s.version++
 	versions := make([]location.StoreVersion, len(op.ops))
@@ -431,6 +439,8 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 			delete(s.recs, o.Key)
 		case location.OpCheck:
 			versions[i] = before.version
+			continue
+		case location.OpCheckNoCheckpoint:
 			continue
 		}
 		s.changed(o.Key, before, l, op.why)

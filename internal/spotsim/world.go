@@ -65,6 +65,11 @@ const (
 	// instead of sealing admission behind what it had accepted: the close
 	// marker steps back behind whatever arrived meanwhile, which runs.
 	SabotageCloseNoSeal
+	// SabotageReserveSkipsCheckpointCheck sends a cold activation's
+	// reservation without its check that no checkpoint is stored
+	// (location.OpCheckNoCheckpoint), yet answers it as if the check
+	// passed: the incarnation starts empty over a stored state.
+	SabotageReserveSkipsCheckpointCheck
 )
 
 // Config is one simulation's shape and timing. Durations are logical.
@@ -212,7 +217,7 @@ func NewWorld(cfg Config, seed uint64, faults *Faults) *World {
 		if i%2 == 1 {
 			// Every other Spot is of a stateful kind that checkpoints
 			// after every message (checkpoint.go).
-			kind = activation.Kind{Registered: true, PreservesState: true, Checkpointed: true}
+			kind = activation.Kind{Registered: true, PreservesState: true, Checkpointed: true, CheckpointsInStore: true}
 		}
 		w.spots = append(w.spots, &Spot{w: w, idx: i, id: fmt.Sprintf("s%d", i+1), kind: kind, stableType: "counter"})
 	}

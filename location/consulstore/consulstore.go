@@ -741,6 +741,15 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			add(i, false, &api.KVTxnOp{Verb: api.KVLock, Key: k, Value: val, Session: string(op.Lease)})
 			continue
 		}
+		if op.Kind == location.OpCheckNoCheckpoint {
+			// The manifest is what makes a checkpoint (checkpoints.go): its
+			// parts are written before it and go after it.
+			k := s.checkpointKey(op.Key)
+			keys = append(keys, k)
+			size += len(k)
+			add(i, false, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k})
+			continue
+		}
 		if op.Kind == location.OpCreateRoot {
 			// The root's part and its manifest, as PutRoot writes a root of
 			// one part (roots.go); the manifest's create is the op's check.
@@ -1401,6 +1410,10 @@ func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, erro
 // keeps to its agents (a closed Store would otherwise hold them, and two
 // goroutines for each, until they had been idle for 90 s). Leases are
 // left to their TTL. A call made after Close connects afresh.
+// CheckpointsInApply implements location.CheckpointsInApply: a
+// checkpoint's manifest is a key of the same KV (checkpoints.go).
+func (s *Store) CheckpointsInApply() bool { return true }
+
 func (s *Store) Close() error {
 	for _, t := range s.transports {
 		t.CloseIdleConnections()

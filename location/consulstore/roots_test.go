@@ -251,6 +251,9 @@ func TestRootTransportFailures(t *testing.T) {
 	require.ErrorIs(t, nobody.DeleteRoot(ctx, "r"), location.ErrUnavailable)
 }
 
+// TestCheckpointCheckInApply runs the OpCheckNoCheckpoint contract.
+func TestCheckpointCheckInApply(t *testing.T) { storetest.RunCheckpointsInApply(t, harness()) }
+
 // TestCheckpointContract runs the checkpoint store contract on a real
 // Consul: manifests, parts and the torn-read guard.
 func TestCheckpointContract(t *testing.T) {

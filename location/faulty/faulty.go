@@ -8,6 +8,7 @@ package faulty
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -61,7 +62,10 @@ type Config struct {
 
 // Stats counts the faults injected so far.
 type Stats struct {
-	Calls                int
+	Calls int
+	// ByOp counts the calls by operation, named as InjectOn names them
+	// ("apply", "get checkpoint", …).
+	ByOp                 map[string]int
 	Unavailable          int
 	IndeterminateApplied int
 	IndeterminateLost    int
@@ -158,7 +162,9 @@ func (s *Store) InjectOn(op string, faults ...Fault) {
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.ByOp = maps.Clone(s.stats.ByOp)
+	return st
 }
 
 // next draws the fault and delay of one call.
@@ -166,6 +172,10 @@ func (s *Store) next(write bool, what string) (Fault, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Calls++
+	if s.stats.ByOp == nil {
+		s.stats.ByOp = map[string]int{}
+	}
+	s.stats.ByOp[what]++
 	var delay time.Duration
 	if s.cfg.MaxLatency > 0 {
 		delay = time.Duration(s.rng.Int64N(int64(s.cfg.MaxLatency)))
@@ -330,3 +340,10 @@ func (s *Store) LeaseAlive(ctx context.Context, id location.LeaseID) (bool, erro
 
 // Close implements location.Store.
 func (s *Store) Close() error { return s.inner.Close() }
+
+// CheckpointsInApply implements location.CheckpointsInApply as the
+// wrapped store does.
+func (s *Store) CheckpointsInApply() bool {
+	c, ok := s.inner.(location.CheckpointsInApply)
+	return ok && c.CheckpointsInApply()
+}

@@ -338,6 +338,11 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 				failed = append(failed, i)
 			}
 			continue
+		case location.OpCheckNoCheckpoint:
+			if _, ok := s.checkpoints[op.Key]; ok {
+				failed = append(failed, i)
+			}
+			continue
 		}
 		cur := location.StoreVersion(0)
 		if e := s.records[op.Key]; e != nil {
@@ -401,7 +406,7 @@ func (s *Store) leaseHoldsLocked(node location.NodeKey, id location.LeaseID) boo
 
 func hasWrite(ops []location.Op) bool {
 	for _, op := range ops {
-		if op.Kind != location.OpCheck && op.Kind != location.OpCheckLease {
+		if op.Kind != location.OpCheck && op.Kind != location.OpCheckLease && op.Kind != location.OpCheckNoCheckpoint {
 			return true
 		}
 	}
@@ -672,6 +677,9 @@ func (s *Store) LeaseExpiry(id location.LeaseID) (time.Time, bool) {
 
 // InProcess implements location.InProcess: every call stays in the process.
 func (s *Store) InProcess() bool { return true }
+
+// CheckpointsInApply implements location.CheckpointsInApply.
+func (s *Store) CheckpointsInApply() bool { return true }
 
 // Immediate implements location.Immediate: every call but Watch returns
 // at once, under the store's mutex at most.

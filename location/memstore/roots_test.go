@@ -32,6 +32,9 @@ func TestRootCallsOnClosedStoreAreUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, location.ErrUnavailable, "the same class as the store's other calls")
 }
 
+// TestCheckpointCheckInApply runs the OpCheckNoCheckpoint contract.
+func TestCheckpointCheckInApply(t *testing.T) { storetest.RunCheckpointsInApply(t, harness()) }
+
 // TestCheckpointContract runs the checkpoint store contract on the
 // embedded store.
 func TestCheckpointContract(t *testing.T) {

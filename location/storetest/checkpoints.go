@@ -309,3 +309,69 @@ func BenchmarkCheckpointPut(b *testing.B, s location.CheckpointStore) {
 		})
 	}
 }
+
+// The contract of location.OpCheckNoCheckpoint, for a store that keeps its
+// own checkpoints (memstore, consulstore): run on the Location Store
+// suite's harness.
+var checkpointInApplyTests = []contractTest{
+	{"NoCheckpointCheckPassesWhenNoneIsStored", testNoCheckpointPasses},
+	{"NoCheckpointCheckFailsItsTransactionOverAStoredCheckpoint", testNoCheckpointFails},
+	{"NoCheckpointCheckTwiceIsInvalid", testNoCheckpointTwice},
+}
+
+// RunCheckpointsInApply runs the OpCheckNoCheckpoint contract against h,
+// whose stores must implement location.CheckpointStore.
+func RunCheckpointsInApply(t *testing.T, h Harness) {
+	for _, tc := range checkpointInApplyTests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+	}
+}
+
+func applyCheckpoints(t *testing.T, h Harness) (location.Store, location.CheckpointStore) {
+	t.Helper()
+	in := open(t, h)
+	c, ok := in.Store.(location.CheckpointStore)
+	require.True(t, ok, "%T does not implement location.CheckpointStore", in.Store)
+	return in.Store, c
+}
+
+// With no checkpoint of the key, the check passes: alone, and beside a
+// write of the key's record.
+func testNoCheckpointPasses(t *testing.T, h Harness) {
+	s, _ := applyCheckpoints(t, h)
+	k := location.Key(location.KindInstanceSpot, "fresh")
+	_, err := s.Apply(ctx(t), []location.Op{location.CheckNoCheckpointOp(k)})
+	require.NoError(t, err)
+	vs, err := s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CheckNoCheckpointOp(k)})
+	require.NoError(t, err)
+	got, err := s.Read(ctx(t), k)
+	require.NoError(t, err)
+	require.Equal(t, vs[0], got.Version)
+}
+
+// A stored checkpoint fails the check, whatever its bytes, and the
+// transaction applies nothing; once it is deleted the check passes.
+func testNoCheckpointFails(t *testing.T, h Harness) {
+	s, c := applyCheckpoints(t, h)
+	k := location.Key(location.KindInstanceSpot, "checkpointed")
+	other := location.Key(location.KindInstanceSpot, "other")
+	for _, data := range [][]byte{nil, []byte("state"), rootBytes(5, 300<<10)} {
+		v, err := c.PutCheckpoint(ctx(t), k, 0, data)
+		require.NoError(t, err)
+		_, err = s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CheckNoCheckpointOp(k), location.CreateOp(other, rec("a", 1))})
+		conflict := requireConflict(t, err)
+		require.Equal(t, []int{1}, conflict.FailedOps)
+		requireAbsent(t, s, k)
+		requireAbsent(t, s, other)
+		require.NoError(t, c.DeleteCheckpoint(ctx(t), k, v))
+	}
+	_, err := s.Apply(ctx(t), []location.Op{location.CreateOp(k, rec("a", 1)), location.CheckNoCheckpointOp(k)})
+	require.NoError(t, err)
+}
+
+func testNoCheckpointTwice(t *testing.T, h Harness) {
+	s, _ := applyCheckpoints(t, h)
+	k := location.Key(location.KindInstanceSpot, "twice")
+	_, err := s.Apply(ctx(t), []location.Op{location.CheckNoCheckpointOp(k), location.CheckNoCheckpointOp(k)})
+	require.ErrorIs(t, err, location.ErrInvalid)
+}
