@@ -49,6 +49,12 @@ func (s *heldAnswerStore) Read(ctx context.Context, key location.AuthorityKey) (
 	return s.Store.Read(ctx, key)
 }
 
+// ReadKeys reads each key through Read, so a read of several keys at
+// once (location.KeysReader, as the embedded store has) meets it too.
+func (s *heldAnswerStore) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	return location.ReadKeysByRead(ctx, s.Read, keys...)
+}
+
 // Relocate returns once the commit is visible in the store, before the
 // target may serve. A Close asked right after it, which reads that record
 // on the new owner, waits for the arrival there instead of answering

@@ -457,6 +457,12 @@ func (s *holdStore) Read(ctx context.Context, key location.AuthorityKey) (locati
 	return v, err
 }
 
+// ReadKeys reads each key through Read, so a read of several keys at
+// once (location.KeysReader, as the embedded store has) meets it too.
+func (s *holdStore) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	return location.ReadKeysByRead(ctx, s.Read, keys...)
+}
+
 // DeleteActor reads the Actor's record (owner: this node), and before it
 // looks at the local incarnation, a JoinSpot moves the Actor to the
 // Spot's node and commits there. The former owner must then refuse

@@ -277,6 +277,25 @@ func (c *countingStore) DeleteCheckpoint(ctx context.Context, key location.Autho
 	return c.Store.(location.CheckpointStore).DeleteCheckpoint(ctx, key, expected)
 }
 
+// ReadKeys passes through, counted as one call, where the store reads
+// several keys in one round trip; elsewhere each key is a Read.
+func (c *countingStore) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	kr, ok := c.Store.(location.KeysReader)
+	if !ok {
+		out := make([]location.Versioned, len(keys))
+		for i, k := range keys {
+			v, err := c.Read(ctx, k)
+			if err != nil && !errors.Is(err, location.ErrNotFound) {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	defer c.count("ReadKeys")()
+	return kr.ReadKeys(ctx, keys...)
+}
+
 func (c *countingStore) CheckpointsInApply() bool {
 	s, ok := c.Store.(location.CheckpointsInApply)
 	return ok && s.CheckpointsInApply()

@@ -240,6 +240,13 @@ const (
 	// needs no read of one before it starts (docs/FAULTS.md, "Checkpoints
 	// and recovery").
 	OpCheckNoCheckpoint
+	// OpDeleteRoot deletes the Relocation Store root RootKey if one is
+	// stored (an absent root is no failure), as RootStore.DeleteRoot does.
+	// It checks nothing: the transaction's compare-and-set of the record
+	// that named the root (a recovery pointer's removal) is what makes the
+	// delete its own, and a transaction that fails deletes nothing. It
+	// touches no record.
+	OpDeleteRoot
 )
 
 // MaxInlineRootBytes bounds the root an OpCreateRoot stores.
@@ -267,6 +274,8 @@ func (k OpKind) String() string {
 		return "create-root"
 	case OpCheckNoCheckpoint:
 		return "check-no-checkpoint"
+	case OpDeleteRoot:
+		return "delete-root"
 	}
 	return fmt.Sprintf("op%d", int(k))
 }
@@ -379,6 +388,9 @@ func (k OpKind) OnRecord() bool {
 	return k == OpCreate || k == OpUpdate || k == OpDelete || k == OpCheck
 }
 
+// DeleteRootOp deletes the root key, if it is there.
+func DeleteRootOp(key string) Op { return Op{Kind: OpDeleteRoot, RootKey: key} }
+
 // CheckNoCheckpointOp fails its transaction if key has a checkpoint.
 func CheckNoCheckpointOp(key AuthorityKey) Op { return Op{Kind: OpCheckNoCheckpoint, Key: key} }
 
@@ -418,8 +430,8 @@ func ApplyOpCount(ops []Op) int {
 		}
 	}
 	for _, op := range ops {
-		if op.Kind == OpTakeSlot || (op.Kind == OpCreateRoot && len(op.Data) > 0) {
-			n++ // a slot check, or a root's part beside its manifest
+		if op.Kind == OpTakeSlot || (op.Kind == OpCreateRoot && len(op.Data) > 0) || op.Kind == OpDeleteRoot {
+			n++ // a slot check, a root's part beside its manifest, or a root's parts' delete beside its manifest's
 		}
 		if op.Kind == OpTakeSlot || op.Kind == OpSetSlot {
 			if nl := (nodeLease{op.Node, op.Lease}); !seen(nl) {
@@ -601,6 +613,20 @@ func ValidateOps(ops []Op) error {
 			}
 			continue
 		}
+		if op.Kind == OpDeleteRoot {
+			if err := ValidateID("root key", op.RootKey); err != nil {
+				return fmt.Errorf("op %d: %w", i, err)
+			}
+			if roots[op.RootKey] {
+				return fmt.Errorf("%w: op %d: root %q appears twice", ErrInvalid, i, op.RootKey)
+			}
+			if roots == nil {
+				roots = map[string]bool{}
+			}
+			roots[op.RootKey] = true
+			total += len(op.RootKey)
+			continue
+		}
 		if op.Kind == OpCreateRoot {
 			if err := ValidateRoot(op.RootKey, op.Data); err != nil {
 				return fmt.Errorf("op %d: %w", i, err)
@@ -688,6 +714,8 @@ func ValidateOps(ops []Op) error {
 			case op.Kind == OpCheckLease:
 			case op.Kind == OpCheckNoCheckpoint:
 				total += len(op.Key.ID)
+			case op.Kind == OpDeleteRoot:
+				total += len(op.RootKey)
 			case op.Kind == OpCreateRoot:
 				total += len(op.RootKey) + len(op.Data)
 			case op.Kind.IsSlotOp():
@@ -824,6 +852,53 @@ func ValidateNodeUpdate(cur, next *NodeDescriptor) error {
 		cur.GetNodeGeneration() != next.GetNodeGeneration() || cur.GetEntrySpotId() != next.GetEntrySpotId() ||
 		cur.GetLeaseId() != next.GetLeaseId() || cur.GetName() != next.GetName() || cur.GetAddress() != next.GetAddress() {
 		return fmt.Errorf("%w: an update of node %s changes a field fixed for its lifecycle", ErrInvalid, NodeKeyOf(next))
+	}
+	return nil
+}
+
+// KeysReader is implemented by a store that reads several keys in one
+// consistent round trip (consulstore: one read transaction; memstore: one
+// lock). ReadKeys answers, for each key in order, what Read would: a
+// missing key is a Versioned with that Key, Version 0 and no Record
+// (Present false), not an error; an error is the whole call's. At most
+// MaxApplyOps keys.
+//
+// A wrapper of such a store that changes what Read answers must answer
+// ReadKeys the same way (ReadKeysByRead), or callers that read several keys
+// at once bypass it.
+type KeysReader interface {
+	ReadKeys(ctx context.Context, keys ...AuthorityKey) ([]Versioned, error)
+}
+
+// ReadKeysByRead answers a ReadKeys call with one read call per key, in
+// order: for a store wrapper whose Read is its own.
+func ReadKeysByRead(ctx context.Context, read func(context.Context, AuthorityKey) (Versioned, error), keys ...AuthorityKey) ([]Versioned, error) {
+	if err := ValidateReadKeys(keys); err != nil {
+		return nil, err
+	}
+	out := make([]Versioned, len(keys))
+	for i, k := range keys {
+		v, err := read(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			v = Versioned{Key: k}
+		case err != nil:
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// ValidateReadKeys checks a ReadKeys request: 1 to MaxApplyOps valid keys.
+func ValidateReadKeys(keys []AuthorityKey) error {
+	if len(keys) == 0 || len(keys) > MaxApplyOps {
+		return fmt.Errorf("%w: read of %d keys (1 to %d)", ErrInvalid, len(keys), MaxApplyOps)
+	}
+	for i, k := range keys {
+		if err := k.Validate(); err != nil {
+			return fmt.Errorf("key %d: %w", i, err)
+		}
 	}
 	return nil
 }

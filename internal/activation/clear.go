@@ -35,6 +35,9 @@ type Clear struct {
 	// blind: the write under way was made without a read, over the
 	// record as committed; landed, it removed the pointer.
 	blind bool
+	// rootGone: a removal that deleted the root in its own transaction
+	// (Config.RootsInApply) landed.
+	rootGone bool
 }
 
 // NewClear starts the removal of the pointer of operation op on key, whose
@@ -90,6 +93,9 @@ func (c *Clear) Step(ev Event) []Effect {
 		}
 		blind := c.blind
 		c.blind = false
+		if ev.Err == nil && c.cfg.RootsInApply {
+			c.rootGone = true
+		}
 		switch {
 		case ev.Err == nil && blind:
 			return c.cleared()
@@ -118,12 +124,16 @@ func (c *Clear) Step(ev Event) []Effect {
 }
 
 // write removes the pointer from v's record by compare-and-set on its
-// version.
+// version, and the root with it where one transaction may carry both.
 func (c *Clear) write(v location.Versioned) []Effect {
 	without := proto.Clone(v.Record).(*location.Record)
 	without.ActivationRecovery = nil
 	c.phase = ClearWriting
-	return []Effect{CompareAndSet{Key: c.key, Expected: v.Version, Record: without}}
+	w := CompareAndSet{Key: c.key, Expected: v.Version, Record: without}
+	if c.cfg.RootsInApply {
+		w.DeleteRoot = c.rootKey
+	}
+	return []Effect{w}
 }
 
 func (c *Clear) expiredNow() bool { return c.expired || passed(c.deadline, c.now) }
@@ -146,7 +156,7 @@ func (c *Clear) wait() []Effect {
 
 func (c *Clear) cleared() []Effect {
 	effects := []Effect{}
-	if c.rootKey != "" {
+	if c.rootKey != "" && !c.rootGone {
 		effects = append(effects, DeleteRoot{RootKey: c.rootKey})
 	}
 	return c.finish(PointerCleared, effects...)

@@ -86,12 +86,15 @@ type (
 	// Settle: past the operation's deadline (a settling call has a
 	// timeout of its own).
 	// Replaced: as for Reserve (a take-over's previous record).
+	// DeleteRoot: also delete that recovery root in the same transaction
+	// (location.OpDeleteRoot; a recovery pointer's removal).
 	CompareAndSet struct {
-		Key      location.AuthorityKey
-		Expected location.StoreVersion
-		Record   *location.Record
-		Settle   bool
-		Replaced *location.Record
+		Key        location.AuthorityKey
+		Expected   location.StoreVersion
+		Record     *location.Record
+		Settle     bool
+		Replaced   *location.Record
+		DeleteRoot string
 	}
 	// ReadRecord: a consistent read of Key; answer RecordRead. Settle: as
 	// for CompareAndSet.

@@ -32,6 +32,10 @@ type Config struct {
 	// ReleaseFor bounds a close from its local close to the release of
 	// its authority (its caller's deadline may be spent). Default 30 s.
 	ReleaseFor time.Duration
+	// RootsInApply: the Relocation Store is the Location Store, so a
+	// recovery pointer's removal deletes its root in the same transaction
+	// (location.OpDeleteRoot) instead of a call after it.
+	RootsInApply bool
 }
 
 // DefaultConfig returns the defaults for the node self.

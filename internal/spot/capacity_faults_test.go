@@ -51,6 +51,12 @@ func (s *lossyStore) Read(ctx context.Context, key location.AuthorityKey) (locat
 	return s.Store.Read(ctx, key)
 }
 
+// ReadKeys reads each key through Read, so a read of several keys at
+// once (location.KeysReader, as the embedded store has) meets it too.
+func (s *lossyStore) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	return location.ReadKeysByRead(ctx, s.Read, keys...)
+}
+
 func (s *lossyStore) CompareAndSet(ctx context.Context, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record) (location.StoreVersion, error) {
 	return location.CompareAndSetByApply(ctx, s.Apply, key, expected, rec)
 }

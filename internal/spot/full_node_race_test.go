@@ -38,6 +38,12 @@ func (s *raceReadStore) Read(ctx context.Context, key location.AuthorityKey) (lo
 	return s.Store.Read(ctx, key)
 }
 
+// ReadKeys reads each key through Read, so a read of several keys at
+// once (location.KeysReader, as the embedded store has) meets it too.
+func (s *raceReadStore) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	return location.ReadKeysByRead(ctx, s.Read, keys...)
+}
+
 // Two callers send first messages to one Missing Instance Spot at once:
 // both read it Missing, both send a SpotActivation that says so to the
 // same target. The first activates the Spot and fills the (bounded) node.

@@ -141,6 +141,9 @@ type Manager struct {
 	// inProcess: the store answers in the process (memstore), so
 	// concurrent reads gain nothing.
 	inProcess bool
+	// keysReader: the node's store reads a Spot's two keys in one round
+	// trip (nil: two reads).
+	keysReader location.KeysReader
 	// rootsInline: the Relocation Store is the Location Store, so a small
 	// recovery root is written in the reservation's own transaction
 	// (location.OpCreateRoot).
@@ -263,10 +266,13 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	if s, ok := d.Node().Store().(location.InProcess); ok {
 		m.inProcess = s.InProcess()
 	}
+	// Reads need no lease: the store's own two-key read serves them.
+	m.keysReader, _ = d.Node().Store().(location.KeysReader)
 	if rs, ok := d.Node().Store().(location.RootStore); ok && samePointer(rs, roots) {
 		m.rootsInline = true
 	}
 	m.acfg = activation.DefaultConfig(m.owner())
+	m.acfg.RootsInApply = m.rootsInline
 	// Nothing but the manager's own Stop ends the Spot service: activations
 	// placed on this node and every Spot request rely on it.
 	guard := stopguard.Producer(actor.Unbounded(), func() bool {
@@ -924,6 +930,17 @@ type resolveEnv struct {
 }
 
 func (e resolveEnv) ReadKeys(instance, user location.AuthorityKey, done func(location.Versioned, error, location.Versioned, error)) {
+	if kr := e.m.keysReader; kr != nil {
+		// One round trip for both (on Consul one read transaction, where
+		// two reads sent at once may go one after the other).
+		vs, err := kr.ReadKeys(e.ctx, instance, user)
+		if err != nil {
+			done(location.Versioned{Key: instance}, err, location.Versioned{Key: user}, err)
+			return
+		}
+		done(vs[0], notFound(vs[0]), vs[1], notFound(vs[1]))
+		return
+	}
 	var uv location.Versioned
 	var uerr error
 	var wg sync.WaitGroup
@@ -939,6 +956,14 @@ func (e resolveEnv) ReadKeys(instance, user location.AuthorityKey, done func(loc
 	iv, ierr := e.m.store.Read(e.ctx, instance)
 	wg.Wait()
 	done(iv, ierr, uv, uerr)
+}
+
+// notFound is Read's error for what ReadKeys answered of one key.
+func notFound(v location.Versioned) error {
+	if v.Present() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", location.ErrNotFound, v.Key)
 }
 
 func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error)) {

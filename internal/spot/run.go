@@ -256,7 +256,11 @@ func (r *runner) CompareAndSet(e activation.CompareAndSet, d activationrun.Deadl
 		ctx, cancel := r.ctxFor(d)
 		defer cancel()
 		var v location.StoreVersion
-		vers, err := r.m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)})
+		ops := []location.Op{location.UpdateOp(e.Key, e.Expected, e.Record)}
+		if e.DeleteRoot != "" {
+			ops = append(ops, location.DeleteRootOp(e.DeleteRoot))
+		}
+		vers, err := r.m.applyHolding(ctx, e.Key, e.Record, e.Replaced, 0, ops)
 		if err == nil {
 			v = vers[0]
 		}

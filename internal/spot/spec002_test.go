@@ -901,9 +901,16 @@ func TestAColdActivationOfANewIDReadsNoCheckpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		eventually(t, "the first message's checkpoint", func() bool { return storedCount(t, store, "coin") == 1 })
+		eventually(t, "the recovery pointer's removal", func() bool {
+			v, err := store.Read(ctx, location.Key(location.KindInstanceSpot, "coin"))
+			return err == nil && v.Record.GetActivationRecovery() == nil
+		})
 		after := counted.Stats().ByOp
 		require.Equal(t, before["get checkpoint"], after["get checkpoint"], "no checkpoint read, by a claim or before the first write")
 		require.Equal(t, before["put checkpoint"]+1, after["put checkpoint"], "one write: the first capture's")
+		// The recovery root goes in the pointer removal's transaction
+		// (location.OpDeleteRoot), not in a call of its own.
+		require.Equal(t, before["delete root"], after["delete root"], "no root delete of its own")
 	})
 }
 

@@ -228,7 +228,11 @@ func (r *Runner) CompareAndSet(e activation.CompareAndSet, d activationrun.Deadl
 	if r.act != nil && r.act.Phase() == activation.Committing {
 		r.commitSent = true
 	}
-	r.apply([]location.Op{op}, "cas "+stateName(e.Record), r.dl(d), r.writeAnswer)
+	ops := []location.Op{op}
+	if e.DeleteRoot != "" {
+		ops = append(ops, location.DeleteRootOp(e.DeleteRoot))
+	}
+	r.apply(ops, "cas "+stateName(e.Record), r.dl(d), r.writeAnswer)
 }
 
 func (r *Runner) ReadRecord(key location.AuthorityKey, d activationrun.Deadline) {

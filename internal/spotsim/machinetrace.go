@@ -15,7 +15,7 @@ import (
 // apply runs a transaction of this lifecycle (its lease check added by
 // the store), answering only while the runner lives.
 func (r *Runner) apply(ops []location.Op, why string, deadline time.Duration, done func(storeRes)) {
-	r.w.store.call(r.life, storeOp{kind: opApply, key: ops[0].Key, ops: ops, why: why + " " + ops[0].Key.ID}, deadline, done)
+	r.w.store.call(r.life, storeOp{kind: opApply, key: ops[0].Key, ops: ops, holder: r.first, why: why + " " + ops[0].Key.ID}, deadline, done)
 }
 
 // rootRef is a root's reference: its key and a digest of its content.

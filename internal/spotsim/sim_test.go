@@ -137,13 +137,13 @@ func TestCheckerCatchesCheckpointSabotages(t *testing.T) {
 // A node counts an owner whose descriptor went without a revocation as
 // ended only a lease TTL after its first look (docs/PROTOCOL.md §3.4);
 // the extension's recovery passes take that look at start and when a
-// lifecycle leaves the listing (ownerLooks). In seed 899 the store ends
+// lifecycle leaves the listing (ownerLooks). In seed 3240 the store ends
 // a crashed node's lease; without those looks the probes' resolves were
 // their nodes' first looks and failed owner_ending. The seed must still
 // end a lease that way (or it no longer checks this: find another) and
 // run clean.
 func TestOwnerLookedAtBeforeTheProbe(t *testing.T) {
-	for _, seed := range []uint64{899} {
+	for _, seed := range []uint64{3240} {
 		r := runSeed(DefaultConfig(), seed, true)
 		if !strings.Contains(r.Trace, "ended (expired)") {
 			t.Fatalf("seed %d: no lease ended by the store any more; the seed no longer checks this", seed)

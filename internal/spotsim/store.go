@@ -415,6 +415,7 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 			ok = cur == 0
 		case location.OpUpdate, location.OpDelete, location.OpCheck:
 			ok = cur == o.Version
+		case location.OpDeleteRoot:
 		case location.OpCheckNoCheckpoint:
 			// The world's checkpoints are the store's (checkpoint.go).
 			sp := w.spotByID(o.Key.ID)
@@ -441,6 +442,12 @@ func (s *Store) transact(l *Life, op storeOp) storeRes {
 			versions[i] = before.version
 			continue
 		case location.OpCheckNoCheckpoint:
+			continue
+		case location.OpDeleteRoot:
+			if rt := s.roots[o.RootKey]; rt != nil {
+				delete(s.roots, o.RootKey)
+				w.rootDeleted(rt, l, op.holder)
+			}
 			continue
 		}
 		s.changed(o.Key, before, l, op.why)

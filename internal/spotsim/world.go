@@ -140,6 +140,9 @@ func DefaultConfig() Config {
 			ClearFor:       20 * time.Second,
 			ReleaseBackoff: 20 * time.Millisecond,
 			ReleaseFor:     9 * time.Second,
+			// The world's store keeps the roots beside the records, as
+			// the Location Store does when it is the Relocation Store.
+			RootsInApply: true,
 		},
 		Horizon: 5 * time.Second,
 	}

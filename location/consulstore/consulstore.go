@@ -554,6 +554,43 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	return v, nil
 }
 
+// ReadKeys implements location.KeysReader: one read transaction, shared
+// with other concurrent reads (readBatched).
+func (s *Store) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	if err := location.ValidateReadKeys(keys); err != nil {
+		return nil, err
+	}
+	ops := make(api.TxnOps, len(keys))
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = s.recordKey(k)
+		ops[i] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: names[i]}}
+	}
+	a := s.reads.do(ctx, ops, nil, 0)
+	if a.err != nil {
+		return nil, fmt.Errorf("read %d keys: %w", len(keys), a.err)
+	}
+	found := make(map[string]*api.KVPair, len(keys))
+	for _, r := range a.resp.Results {
+		if r.KV != nil {
+			found[r.KV.Key] = r.KV
+		}
+	}
+	out := make([]location.Versioned, len(keys))
+	for i, k := range keys {
+		pair, ok := found[names[i]]
+		if !ok {
+			return nil, fmt.Errorf("%w: read %s: consul hid the key: the ACL token may not read it", location.ErrPermissionDenied, k)
+		}
+		v, err := s.versioned(k, pair)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
 // readMany reads keys consistently, in read-only transactions of at most
 // MaxApplyOps keys (sendRead).
 func (s *Store) readMany(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
@@ -739,6 +776,16 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 				add(i, false, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: k})
 			}
 			add(i, false, &api.KVTxnOp{Verb: api.KVLock, Key: k, Value: val, Session: string(op.Lease)})
+			continue
+		}
+		if op.Kind == location.OpDeleteRoot {
+			// As DeleteRoot, in one transaction: the manifest, then its
+			// parts (the trailing '/' keeps other roots out).
+			mk := s.rootKey(op.RootKey)
+			keys = append(keys, mk)
+			size += 2 * len(mk)
+			add(i, false, &api.KVTxnOp{Verb: api.KVDelete, Key: mk})
+			add(i, false, &api.KVTxnOp{Verb: api.KVDeleteTree, Key: mk + "/"})
 			continue
 		}
 		if op.Kind == location.OpCheckNoCheckpoint {

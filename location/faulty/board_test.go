@@ -56,7 +56,8 @@ func TestInjectedFaultsOnBoard(t *testing.T) {
 	require.NoError(t, s.DeleteNote(ctx, key, got.Version))
 	_, err = inner.ReadNote(ctx, key)
 	require.ErrorIs(t, err, location.ErrNotFound)
-	require.Equal(t, faulty.Stats{Calls: 9, Unavailable: 4, IndeterminateApplied: 1, IndeterminateLost: 2}, s.Stats())
+	require.Equal(t, faulty.Stats{Calls: 9, Unavailable: 4, IndeterminateApplied: 1, IndeterminateLost: 2,
+		ByOp: map[string]int{"delete note": 2, "list notes": 2, "read note": 1, "watch note": 1, "write note": 3}}, s.Stats())
 }
 
 // UpdateNode is a write: an indeterminate outcome is applied or not as

@@ -64,7 +64,8 @@ func TestInjectedFaultsApplyOrNot(t *testing.T) {
 	// The script is used up: the next call passes.
 	_, err = s.CompareAndSet(ctx, key, got.Version, rec(2))
 	require.NoError(t, err)
-	require.Equal(t, faulty.Stats{Calls: 4, Unavailable: 1, IndeterminateApplied: 1, IndeterminateLost: 1}, s.Stats())
+	require.Equal(t, faulty.Stats{Calls: 4, Unavailable: 1, IndeterminateApplied: 1, IndeterminateLost: 1,
+		ByOp: map[string]int{"compare-and-set": 4}}, s.Stats())
 
 	// A read cannot be indeterminate: it is made unavailable.
 	s.Inject(faulty.IndeterminateApplied)

@@ -263,6 +263,23 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	return v, nil
 }
 
+// ReadKeys implements location.KeysReader: the keys under one lock.
+func (s *Store) ReadKeys(ctx context.Context, keys ...location.AuthorityKey) ([]location.Versioned, error) {
+	if err := location.ValidateReadKeys(keys); err != nil {
+		return nil, err
+	}
+	unlock, err := s.rlock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make([]location.Versioned, len(keys))
+	for i, k := range keys {
+		out[i] = s.versionedLocked(k)
+	}
+	return out, nil
+}
+
 // List implements location.Store. The cursor is the last ID returned; IDs
 // are ordered byte-wise.
 func (s *Store) List(ctx context.Context, kind location.Kind, page location.PageRequest) (location.Page, error) {
@@ -343,6 +360,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 				failed = append(failed, i)
 			}
 			continue
+		case location.OpDeleteRoot:
+			continue
 		}
 		cur := location.StoreVersion(0)
 		if e := s.records[op.Key]; e != nil {
@@ -393,6 +412,8 @@ func (s *Store) Apply(ctx context.Context, ops []location.Op) ([]location.StoreV
 			}
 		case location.OpCreateRoot:
 			s.roots[op.RootKey] = bytes.Clone(op.Data)
+		case location.OpDeleteRoot:
+			delete(s.roots, op.RootKey)
 		}
 	}
 	return out, nil

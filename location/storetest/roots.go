@@ -37,6 +37,8 @@ var rootTests = []contractTest{
 	{"RootCreateInApplyOverAnExistingRootIsConflict", testRootInApplyConflict},
 	{"RootCreateInApplyRollsBackWithItsTransaction", testRootInApplyRollback},
 	{"RootCreateInApplyOverInlineLimitIsTooLarge", testRootInApplyTooLarge},
+	{"RootDeletedInApplyGoesWithItsTransaction", testRootDeleteInApply},
+	{"RootDeleteInApplyRollsBackWithItsTransaction", testRootDeleteInApplyRollback},
 }
 
 // applyRoots opens a store that is both a Location Store and a RootStore.
@@ -420,4 +422,40 @@ func testRootEndedContext(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, location.ErrUnavailable)
 	require.ErrorIs(t, s.DeleteRoot(ended, "kept"), location.ErrUnavailable)
 	requireRoot(t, s, "kept", []byte("x"))
+}
+
+// A root deleted in a transaction goes with it, at any size (a root of
+// several parts included); an absent root is no failure.
+func testRootDeleteInApply(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	k := location.Key(location.KindInstanceSpot, "pointing")
+	v, err := s.CompareAndSet(ctx(t), k, 0, rec("a", 1))
+	require.NoError(t, err)
+	for i, n := range []int{100, 3*location.MaxInlineRootBytes + 7} {
+		key := fmt.Sprintf("pointed-%d", i)
+		_, err := r.PutRoot(ctx(t), key, rootBytes(uint64(i+7), n))
+		require.NoError(t, err)
+		vs, err := s.Apply(ctx(t), []location.Op{location.UpdateOp(k, v, rec("a", 1)), location.DeleteRootOp(key)})
+		require.NoError(t, err)
+		v = vs[0]
+		requireNoRoot(t, r, key)
+		// What it deleted is gone whole: the same key takes other bytes.
+		_, err = r.PutRoot(ctx(t), key, rootBytes(99, 10))
+		require.NoError(t, err)
+	}
+	_, err = s.Apply(ctx(t), []location.Op{location.UpdateOp(k, v, rec("a", 1)), location.DeleteRootOp("never-stored")})
+	require.NoError(t, err)
+}
+
+// A transaction that fails deletes no root.
+func testRootDeleteInApplyRollback(t *testing.T, h Harness) {
+	s, r := applyRoots(t, h)
+	data := rootBytes(4, 300)
+	_, err := r.PutRoot(ctx(t), "kept", data)
+	require.NoError(t, err)
+	k := location.Key(location.KindInstanceSpot, "absent")
+	_, err = s.Apply(ctx(t), []location.Op{location.UpdateOp(k, 5, rec("a", 1)), location.DeleteRootOp("kept")})
+	c := requireConflict(t, err)
+	require.Equal(t, []int{0}, c.FailedOps)
+	requireRoot(t, r, "kept", data)
 }

@@ -56,6 +56,7 @@ var tests = []contractTest{
 	{"CompareAndSetRaceHasOneWinner", testCASRace},
 	{"EveryAcceptedWriteIsANewVersion", testIdenticalRewrite},
 	{"ReadMissingIsNotFound", testReadMissing},
+	{"ReadKeysAnswersAsReadDoes", testReadKeys},
 	{"ApplyIsAllOrNothing", testApplyAllOrNothing},
 	{"ApplyOf128Operations", testApply128},
 	{"ApplyRejectsMalformedTransactions", testApplyInvalid},
@@ -1567,4 +1568,36 @@ func testSweepNotes(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a sweep of every mesh takes the other mesh's note of a node it does not have")
 	require.Equal(t, live, keys())
+}
+
+// A store that reads several keys at once (location.KeysReader) answers
+// each as Read does, in order, a missing one as absent; no keys is
+// invalid. A store without it skips this test.
+func testReadKeys(t *testing.T, h Harness) {
+	s := open(t, h).Store
+	kr, ok := s.(location.KeysReader)
+	if !ok {
+		t.Skipf("%T does not implement location.KeysReader", s)
+	}
+	a, b := location.Key(location.KindInstanceSpot, "both-a"), location.Key(location.KindUserSpot, "both-a")
+	v, err := s.CompareAndSet(ctx(t), a, 0, rec("a", 1))
+	require.NoError(t, err)
+	got, err := kr.ReadKeys(ctx(t), a, b)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, a, got[0].Key)
+	require.Equal(t, v, got[0].Version)
+	require.True(t, got[0].Present())
+	require.Equal(t, uint64(1), got[0].Record.GetObjectGeneration())
+	require.Equal(t, b, got[1].Key)
+	require.False(t, got[1].Present())
+	require.Zero(t, got[1].Version)
+	got, err = kr.ReadKeys(ctx(t), b, a)
+	require.NoError(t, err)
+	require.False(t, got[0].Present())
+	require.Equal(t, v, got[1].Version)
+	_, err = kr.ReadKeys(ctx(t))
+	require.ErrorIs(t, err, location.ErrInvalid)
+	_, err = kr.ReadKeys(ctx(t), location.AuthorityKey{Kind: location.KindActor})
+	require.ErrorIs(t, err, location.ErrInvalid)
 }
