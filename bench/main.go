@@ -270,7 +270,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 
 	section("h", func() error {
 		fmt.Fprintln(os.Stderr, "(h) cold activation")
-		n, total := 300, 10000
+		n, total := 300, 5000
 		if quick {
 			n, total = 50, 1000
 		}
@@ -384,6 +384,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 	})
 	section("j", func() error {
 		n, window := talkers, 5*time.Second
+		jRuns := min(runs, 2)
 		if quick {
 			n, window = min(n, 500), 2*time.Second
 		}
@@ -392,9 +393,9 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		fmt.Fprintf(&b, "%d Instance Spots on three nodes of the embedded store, in clusters of 2–10 (drawn at random); each cluster passes one token around, every object handing it to a partner of its cluster drawn at random, by Spot ID, From its own context. ", n)
 		b.WriteString("A hop is remote when the two objects are on different nodes (Proto.Actor's remote over loopback; a local hop is an in-process send). Every hop is paced by 50 ms (every cluster then hops at about the same rate and counts alike); measured over the window: the remote fraction, the mean hop latency (send → handled) and **throughput as hops per CPU-second** (the process's user and system CPU time, every node; the hops a core carries a second when this mix takes all of it: a remote hop costs serialization and the loopback connection on both sides). Not measured with the pacing off: with one token a cluster, the clusters whose members happen to share a node then hop fastest and take the cores (unpaced, the hash placement's hops were 0.4 % remote, not 67 %), so hops per second would measure that chance, not the placement. ")
 		fmt.Fprintf(&b, "Three placements of the same objects in one run, each measured over %s: **hash**, where each object's first call activates it (rendezvous hashing of its ID over the nodes: Proto.Actor's own placement of grains); **random**, every object then moved to a node drawn at random (the director's starting point); **director**, after the placement director with co-location (sampling one message in 4, defaults otherwise, limits 1,000 attempts/s, 16 in flight, 2 s cooldown) has made its first move and then 5 s pass without one, then measured with the director paused (its rounds, every 250 ms here, read every node's table and would take CPU from this phase alone). ", window)
-		b.WriteString("Every move is idle-only: an object with a token queued or a turn running at its seal answers busy and stays. Each token counts its hops in order: lost and duplicated are hops missing or seen twice, and tokens not accounted for at the end; failed sends are sends whose sender got a typed error (the token ends there, loudly). Sums over runs.\n\n")
+		fmt.Fprintf(&b, "Every move is idle-only: an object with a token queued or a turn running at its seal answers busy and stays. Each token counts its hops in order: lost and duplicated are hops missing or seen twice, and tokens not accounted for at the end; failed sends are sends whose sender got a typed error (the token ends there, loudly). Sums over %d runs (a run takes over a minute).\n\n", jRuns)
 		b.WriteString("| objects | clusters | remote: hash | random | director | director / random | hop latency: hash | random | director | hops per CPU-s: hash | random | director | director / random | moves | busy answers | deferred | stale | settled in | pause p50 | p99 | max | lost | duplicated | failed sends |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		row, err := coLocation(ctx, n, window, runs)
+		row, err := coLocation(ctx, n, window, jRuns)
 		if err != nil {
 			return fmt.Errorf("co-location: %w", err)
 		}
