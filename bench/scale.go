@@ -93,12 +93,12 @@ func plainHeap(n int) (float64, error) {
 	// the actors.
 	before := settledHeap()
 	pids := make([]*actor.PID, n)
-	if err := forEach(n, 32, func(i int) error {
+	for i := range pids {
 		pid, err := sys.Root.SpawnNamed(props, spotName(i))
+		if err != nil {
+			return 0, err
+		}
 		pids[i] = pid
-		return err
-	}); err != nil {
-		return 0, err
 	}
 	// By 32 callers, as the Spots are activated.
 	if err := forEach(n, 32, func(i int) error {
