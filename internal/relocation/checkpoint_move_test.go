@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -46,6 +47,23 @@ func storedCount(t *testing.T, cps location.CheckpointStore, key location.Author
 	return int64(binary.BigEndian.Uint64(c.State)), v, c.Fence
 }
 
+// checkpointedPair starts two nodes of one store whose checkpoint calls
+// are counted, hosting the counter kind with its checkpoint policy set by
+// policy, and spawns the Actor id on the first.
+func checkpointedPair(t *testing.T, id string, policy func(*relocation.Kind)) (*countedCheckpoints, *testNode, *testNode, location.AuthorityKey, *actor.PID) {
+	t.Helper()
+	store := newStore(t)
+	cps := &countedCheckpoints{CheckpointStore: store.(location.CheckpointStore)}
+	kind := counterKind
+	policy(&kind)
+	cfg := relocation.Config{Logger: testLogger(), Checkpoints: cps}
+	a, b := startNodeConfig(t, store, cfg, kind), startNodeConfig(t, store, cfg, kind)
+	key := location.Key(location.KindActor, id)
+	pid, err := a.driver.Spawn(context.Background(), "counter", key.ID)
+	require.NoError(t, err)
+	return cps, a, b, key, pid
+}
+
 // A move of an object whose state is stored already (its last capture
 // landed and no message ran since) writes no checkpoint at the target:
 // the stored one holds exactly what arrived. The target's next capture
@@ -54,16 +72,8 @@ func storedCount(t *testing.T, cps location.CheckpointStore, key location.Author
 // (a drain on Consul: 2.7 of its 5.7 store calls per unit).
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestAMoveWritesNoCheckpointOfAStateAlreadyStored(t *testing.T) {
-	store := newStore(t)
-	cps := &countedCheckpoints{CheckpointStore: store.(location.CheckpointStore)}
-	kind := counterKind
-	kind.CheckpointEvery = 1
-	cfg := relocation.Config{Logger: testLogger(), Checkpoints: cps}
-	a, b := startNodeConfig(t, store, cfg, kind), startNodeConfig(t, store, cfg, kind)
+	cps, a, b, key, pid := checkpointedPair(t, "stored", func(k *relocation.Kind) { k.CheckpointEvery = 1 })
 	ctx := context.Background()
-	key := location.Key(location.KindActor, "stored")
-	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
 	for i := int64(1); i <= 3; i++ {
 		a.node.System().Root.Send(pid, wrapperspb.Int64(i))
 	}
@@ -74,7 +84,7 @@ func TestAMoveWritesNoCheckpointOfAStateAlreadyStored(t *testing.T) {
 	require.EqualValues(t, 3, n)
 	gets, puts := cps.gets.Load(), cps.puts.Load()
 
-	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 	testwait.For(t, func() bool { ok, err := b.driver.Serving(ctx, key); return err == nil && ok }, "the target serving the moved object")
 	require.NoError(t, b.driver.FlushCheckpoints(ctx))
@@ -100,16 +110,9 @@ func TestAMoveWritesNoCheckpointOfAStateAlreadyStored(t *testing.T) {
 // version its source knew, with no read.
 // Reference: docs/FAULTS.md, "Checkpoints and recovery".
 func TestAMovedStateNotStoredYetIsWrittenByTheTarget(t *testing.T) {
-	store := newStore(t)
-	cps := &countedCheckpoints{CheckpointStore: store.(location.CheckpointStore)}
-	kind := counterKind
-	kind.CheckpointInterval = time.Hour // captured by the flushes alone
-	cfg := relocation.Config{Logger: testLogger(), Checkpoints: cps}
-	a, b := startNodeConfig(t, store, cfg, kind), startNodeConfig(t, store, cfg, kind)
+	// Captured by the flushes alone.
+	cps, a, b, key, pid := checkpointedPair(t, "unstored", func(k *relocation.Kind) { k.CheckpointInterval = time.Hour })
 	ctx := context.Background()
-	key := location.Key(location.KindActor, "unstored")
-	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
-	require.NoError(t, err)
 	a.node.System().Root.Send(pid, wrapperspb.Int64(1))
 	a.node.System().Root.Send(pid, wrapperspb.Int64(2))
 	require.EqualValues(t, 2, get(t, a.node.System(), pid))
@@ -120,7 +123,7 @@ func TestAMovedStateNotStoredYetIsWrittenByTheTarget(t *testing.T) {
 	require.EqualValues(t, 3, get(t, a.node.System(), pid))
 	gets, puts := cps.gets.Load(), cps.puts.Load()
 
-	_, err = a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
+	_, err := a.driver.Relocate(ctx, key, b.node.Descriptor().GetNodeRid())
 	require.NoError(t, err)
 	testwait.For(t, func() bool { ok, err := b.driver.Serving(ctx, key); return err == nil && ok }, "the target serving the moved object")
 	// A turn at the target: the flush then finds the object with turns
