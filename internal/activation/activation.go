@@ -593,11 +593,11 @@ func (a *Activation) writing(ev Event) []Effect {
 // reservation is released with the same fence.
 func (a *Activation) open(version location.StoreVersion, rec *location.Record, firsts []first, rootKey string) []Effect {
 	a.version, a.rec, a.firsts, a.rootKey = version, rec, firsts, rootKey
-	if a.kind.Checkpointed && a.phase == Reserving && a.noCheckpoint {
+	if a.phase == Reserving && a.noCheckpoint {
 		// The reservation landed with its check: no checkpoint is stored,
 		// and none of an earlier incarnation can land later (a closed or
 		// released one leaves a tombstone; a recovery, its claim).
-		return a.stageFresh()
+		return a.stage(nil, false, true)
 	}
 	if a.kind.Checkpointed {
 		// Every incarnation of a kind that checkpoints starts from the
@@ -607,24 +607,16 @@ func (a *Activation) open(version location.StoreVersion, rec *location.Record, f
 		a.phase = ClaimingCheckpoint
 		return []Effect{ClaimCheckpoint{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration()}}
 	}
-	return a.stage(nil, false)
+	return a.stage(nil, false, false)
 }
 
-func (a *Activation) stage(state []byte, restore bool) []Effect {
+// stage stages the incarnation, with a claimed state to restore, or
+// (noCheckpoint) with none because the reservation proved none stored.
+func (a *Activation) stage(state []byte, restore, noCheckpoint bool) []Effect {
 	rec := a.rec
 	a.phase = Staging
 	return []Effect{Stage{Key: a.key(), StableType: rec.GetStableType(), Generation: rec.GetObjectGeneration(), OwnerGeneration: rec.GetAuthorityOwnerGeneration(),
-		State: state, Restore: restore}}
-}
-
-// stageFresh stages an incarnation of an ID whose reservation proved no
-// checkpoint stored.
-func (a *Activation) stageFresh() []Effect {
-	effects := a.stage(nil, false)
-	st := effects[0].(Stage)
-	st.NoCheckpoint = true
-	effects[0] = st
-	return effects
+		State: state, Restore: restore, NoCheckpoint: noCheckpoint}}
 }
 
 // claimed stages the incarnation with the checkpoint's state; a claim
@@ -636,7 +628,7 @@ func (a *Activation) claimed(ev CheckpointClaimed) []Effect {
 		return a.abort(StoreError("claim the Spot's checkpoint", ev.Err), Log{Level: loglevel.Warn, Event: "checkpoint_claim_failed", SpotID: a.spotID, Err: ev.Err,
 			Msg: "the Spot's last checkpoint could not be taken over; it does not start without it"})
 	}
-	return a.stage(ev.State, ev.Restore)
+	return a.stage(ev.State, ev.Restore, false)
 }
 
 func (a *Activation) staged(ev Staged) []Effect {
