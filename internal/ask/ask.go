@@ -217,12 +217,16 @@ func IsRoute(id string) bool { return strings.HasPrefix(id, RoutePrefix) }
 // pool of ChaCha8 generators (a cryptographic stream cipher), each seeded
 // from the system's random source: as unpredictable as crypto/rand
 // without a system call per reply route, which a Spot call makes one of.
-func Token() string {
+func Token() string { return string(AppendToken(nil)) }
+
+// AppendToken appends a Token to dst: a caller building a longer name
+// allocates it once.
+func AppendToken(dst []byte) []byte {
 	g := generators.Get().(*rand.ChaCha8)
 	var b [16]byte
 	_, _ = g.Read(b[:])
 	generators.Put(g)
-	return hex.EncodeToString(b[:])
+	return hex.AppendEncode(dst, b[:])
 }
 
 var generators = sync.Pool{New: func() any {

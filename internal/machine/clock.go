@@ -94,6 +94,23 @@ func WithTimeout(parent context.Context, c Clock, d time.Duration) (context.Cont
 	return withManualDeadline(parent, c, c.Now().Add(d), d)
 }
 
+// DeadlineFor is the deadline WithTimeout(parent, c, d) would have: d
+// from c's now, or the parent's deadline if that is earlier (with Manual,
+// only a parent's deadline on a Manual clock counts, as there).
+func DeadlineFor(parent context.Context, c Clock, d time.Duration) time.Time {
+	at := c.Now().Add(d)
+	if _, ok := c.(realClock); ok {
+		if pd, ok := parent.Deadline(); ok && pd.Before(at) {
+			return pd
+		}
+		return at
+	}
+	if pd, ok := parent.Value(manualDeadlineKey{}).(*manualDeadline); ok && pd.at.Before(at) {
+		return pd.at
+	}
+	return at
+}
+
 // WithDeadline is context.WithDeadline with the deadline on c (see
 // WithTimeout).
 func WithDeadline(parent context.Context, c Clock, at time.Time) (context.Context, context.CancelFunc) {

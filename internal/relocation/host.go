@@ -79,7 +79,18 @@ const replyRoutePrefix = "future$roam-call."
 // ReplyRouteID is the reply route ID of a request with this operation id
 // and deadline.
 func ReplyRouteID(operation string, deadline time.Time) string {
-	return replyRoutePrefix + strconv.FormatInt(deadline.UnixMilli(), 10) + "." + ask.Token() + "." + operation
+	// One allocation: a reply route is made for every request by Spot ID.
+	var buf [len(replyRoutePrefix) + 20 + 1 + 32 + 1]byte
+	b := append(buf[:0], replyRoutePrefix...)
+	b = strconv.AppendInt(b, deadline.UnixMilli(), 10)
+	b = append(b, '.')
+	b = ask.AppendToken(b)
+	b = append(b, '.')
+	var s strings.Builder
+	s.Grow(len(b) + len(operation))
+	s.Write(b)
+	s.WriteString(operation)
+	return s.String()
 }
 
 // requestOf is what a request says of its operation id and deadline: its

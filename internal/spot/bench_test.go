@@ -2,6 +2,7 @@ package spot_test
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -56,6 +57,40 @@ func BenchmarkRequest(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+			})
+		})
+	}
+}
+
+// BenchmarkRequestParallel is BenchmarkRequest with 32 callers (16 per
+// CPU on two) each calling again as soon as its call returns: the
+// throughput of requests by Spot ID against requests by PID.
+func BenchmarkRequestParallel(b *testing.B) {
+	for _, s := range stores {
+		b.Run(s.name, func(b *testing.B) {
+			caller, pid := benchCart(b, s.new(b))
+			parallel := func(b *testing.B, call func() error) {
+				b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := call(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.Run("by-spot-id", func(b *testing.B) {
+				parallel(b, func() error {
+					_, err := caller.Spots().Request("bench-cart", wrapperspb.String("x")).Do(ctx)
+					return err
+				})
+			})
+			b.Run("by-pid-baseline", func(b *testing.B) {
+				parallel(b, func() error {
+					_, err := caller.System().Root.RequestFuture(pid, wrapperspb.String("x"), 5*time.Second).Result()
+					return err
+				})
 			})
 		})
 	}

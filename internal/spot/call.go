@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/relocation"
 	"github.com/roamactors/roam/internal/spot/spotcall"
@@ -131,9 +132,14 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := c.m.deadlineCtx(ctx, c.timeout)
-	defer cancel()
 	m := c.m
+	timeout := c.timeout
+	if timeout == 0 {
+		timeout = m.cfg.DefaultTimeout
+	}
+	cc := newCallCtx(ctx, m.clock, timeout)
+	defer cc.end()
+	ctx = cc
 	var ahead *nodeList
 	var onMiss func()
 	if c.instance {
@@ -312,6 +318,14 @@ func (c *Call) await(ctx context.Context, op, address string, owner *messages.Ow
 		env.Sender = pid
 	}
 	lost := m.lostSignal(address)
+	// The call's deadline ends the wait through the reply's own channel,
+	// its caller's cancellation through the caller's Done (callCtx).
+	caller := ctx
+	if cc, ok := ctx.(*callCtx); ok {
+		caller = cc.parent
+		t := m.clock.AfterFunc(machine.Until(m.clock, cc.at), rp.expire)
+		defer t.Stop()
+	}
 	send(env)
 	var reply any
 	var err error
@@ -332,14 +346,15 @@ wait:
 				return nil, c.ended(spotcall.OwnerLeft, notice, address, nil)
 			}
 			continue
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		case <-caller.Done():
+			cerr := caller.Err()
+			if errors.Is(cerr, context.DeadlineExceeded) || errors.Is(context.Cause(caller), context.DeadlineExceeded) {
 				err = actor.ErrTimeout // the call's deadline: no answer in time
 				break wait
 			}
 			// The caller cancelled: the call ends now, its outcome
 			// unknown.
-			return nil, c.ended(spotcall.Cancelled, notice, address, ctx.Err())
+			return nil, c.ended(spotcall.Cancelled, notice, address, cerr)
 		case <-lost:
 			// Proto.Actor drops what was in flight on a lost connection
 			// (PROTOCOL.md §4.1); the call may or may not have run, and is
@@ -402,6 +417,15 @@ func (p *replyProcess) SendUserMessage(_ *actor.PID, message any) {
 	}
 	select {
 	case p.ch <- r:
+	default:
+	}
+}
+
+// expire ends the wait at the call's deadline, unless the reply came
+// first.
+func (p *replyProcess) expire() {
+	select {
+	case p.ch <- replyResult{err: actor.ErrTimeout}:
 	default:
 	}
 }
