@@ -21,7 +21,8 @@
 // with their times; ROAM_BENCH_HEAP=<file> writes (i)'s heap profile and
 // ROAM_BENCH_SCANPROF=<file> the CPU profile of its recovery scan;
 // ROAM_BENCH_COLOCATION=1 prints (j)'s director outcomes and remote
-// fraction as it works.
+// fraction as it works; ROAM_BENCH_DEBUG=1 logs every node at debug level
+// to stderr, times in microseconds (a move's steps, each side's, in order).
 package main
 
 import (
@@ -365,21 +366,33 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 
 		b.WriteString("\n### Messaging without roam's mailbox\n\n")
 		b.WriteString("Node 0 to an actor on node 1: a plain Proto.Actor actor (default mailbox) and the same actor as a roam Spot (relocatable mailbox and host), in the same run; ")
-		b.WriteString("request round trip p50 (by PID, and by Spot ID through the route cache) and one-way throughput (200,000 sends, then one request; the median of three rounds of each, alternating).\n\n")
-		b.WriteString("| run | plain RTT | roam RTT (PID) | roam RTT (Spot ID) | plain one-way | roam one-way | RTT ratio | throughput ratio |\n|---|---|---|---|---|---|---|---|\n")
-		var rttRatios, rateRatios, idRatios []float64
+		b.WriteString("request round trip p50 by PID (5,000 one after another) and one-way throughput (200,000 sends, then one request; the median of three rounds of each, alternating).\n\n")
+		b.WriteString("| run | plain RTT | roam RTT | plain one-way | roam one-way | RTT ratio | throughput ratio |\n|---|---|---|---|---|---|---|\n")
+		var rows []overheadRow
+		var rttRatios, rateRatios, idP99s, idRates []float64
 		for r := 0; r < runs; r++ {
 			row, err := overhead(ctx, stores[0].new, 5000, 200000)
 			if err != nil {
 				return fmt.Errorf("overhead: %w", err)
 			}
+			rows = append(rows, row)
 			rttRatios = append(rttRatios, row.RoamRTT/row.PlainRTT)
 			rateRatios = append(rateRatios, row.RoamRate/row.PlainRate)
-			idRatios = append(idRatios, row.SpotRTT/row.RoamRTT)
-			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f msg/s | %.0f msg/s | %.2f | %.2f |\n", r+1, row.PlainRTT, row.RoamRTT, row.SpotRTT,
+			idP99s = append(idP99s, row.IDP99/row.PIDP99)
+			idRates = append(idRates, row.IDRate/row.PIDRate)
+			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f msg/s | %.0f msg/s | %.2f | %.2f |\n", r+1, row.PlainRTT, row.RoamRTT,
 				row.PlainRate, row.RoamRate, row.RoamRTT/row.PlainRTT, row.RoamRate/row.PlainRate)
+			fmt.Fprintf(os.Stderr, "  run %d: by Spot ID p99 %.0f µs, %.0f req/s, CPU %.1f µs; by PID p99 %.0f µs, %.0f req/s, CPU %.1f µs\n", r+1, row.IDP99, row.IDRate, row.IDCPU, row.PIDP99, row.PIDRate, row.PIDCPU)
 		}
-		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's; a request by Spot ID %.2f× one by PID (`go test -bench RequestInterleaved ./spot` interleaves the two in one loop).\n", median(rttRatios), median(rateRatios), median(idRatios))
+		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's.\n", median(rttRatios), median(rateRatios))
+		b.WriteString("\n### A request by Spot ID against one by PID\n\n")
+		fmt.Fprintf(&b, "The same roam Spot on node 1, asked from node 0 by its Spot ID (`Spots().Request(id, msg).Do`, the route cached) and by its PID (Proto.Actor's `RequestFuture`, the baseline), in the same world: round trips one at a time, the two interleaved (5,000 each, each first every other time), and throughput with %d callers each calling again as soon as its call returns (5,000 requests; three rounds of each, alternating; the median round). Ratios: by Spot ID / by PID, the median over runs.\n\n", requestCallers)
+		fmt.Fprintf(&b, "| run | by Spot ID p50 | p99 | by PID p50 | p99 | p99 ratio | by Spot ID, %d callers | by PID, %d callers | throughput ratio |\n|---|---|---|---|---|---|---|---|---|\n", requestCallers, requestCallers)
+		for i, row := range rows {
+			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.2f | %.0f req/s | %.0f req/s | %.2f |\n", i+1, row.IDP50, row.IDP99, row.PIDP50, row.PIDP99,
+				row.IDP99/row.PIDP99, row.IDRate, row.PIDRate, row.IDRate/row.PIDRate)
+		}
+		fmt.Fprintf(&b, "\nMedian ratios, by Spot ID / by PID: p99 %.2f, throughput %.2f.\n", median(idP99s), median(idRates))
 		return nil
 	})
 	section("j", func() error {

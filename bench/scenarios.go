@@ -448,15 +448,26 @@ func forEach(n, workers int, fn func(i int) error) error {
 }
 
 // overheadRow is scenario (d2): plain Proto.Actor messaging against the
-// same actor on roam's relocatable mailbox, one node to another.
+// same actor on roam's relocatable mailbox, one node to another; and a
+// request to it by Spot ID against one by its PID.
 type overheadRow struct {
-	PlainRTT, RoamRTT, SpotRTT float64 // request round trip p50, µs
-	PlainRate, RoamRate        float64 // one-way messages/s
+	PlainRTT, RoamRTT   float64 // request round trip p50, µs
+	PlainRate, RoamRate float64 // one-way messages/s
+	// Requests to the roam Spot, by Spot ID (route cached) and by PID,
+	// interleaved: round trip p50 and p99 (µs) one at a time, and
+	// requests/s by requestCallers closed-loop callers.
+	IDP50, IDP99, PIDP50, PIDP99 float64
+	IDRate, PIDRate              float64
+	IDCPU, PIDCPU                float64 // process CPU time per request in those rounds, µs
 }
+
+// requestCallers is how many callers (d2)'s request throughput runs.
+const requestCallers = 32
 
 // overhead measures request round trips and one-way throughput to a plain
 // actor (Proto.Actor's default mailbox) and to a roam Actor on node 1,
-// from node 0, in the same run; and the round trip by Spot ID.
+// from node 0, in the same run; and requests by Spot ID against requests
+// by PID to the roam Actor.
 func overhead(ctx context.Context, newStore func() (location.Store, error), requests, sends int) (overheadRow, error) {
 	var row overheadRow
 	w, done, err := openWorld(ctx, newStore, 2)
@@ -475,17 +486,55 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 	remotePlain := actor.NewPID(w.nodes[1].Node().Address(), plain.Id)
 	remoteRoam := actor.NewPID(w.nodes[1].Node().Address(), roamPID.Id)
 	root := w.nodes[0].System().Root
-	rtt := func(pid *actor.PID) (float64, error) {
-		lat := make([]time.Duration, 0, requests)
-		for i := 0; i < requests; i++ {
-			t := time.Now()
-			if _, err := root.RequestFuture(pid, wrapperspb.String("count"), 10*time.Second).Result(); err != nil {
-				return 0, err
-			}
-			lat = append(lat, time.Since(t))
+	byPID := func(pid *actor.PID) func() error {
+		return func() error {
+			_, err := root.RequestFuture(pid, wrapperspb.String("count"), 10*time.Second).Result()
+			return err
 		}
-		return float64(percentile(lat, 0.5).Nanoseconds()) / 1000, nil
 	}
+	byID := func() error {
+		_, err := w.nodes[0].Spots().Request("roam-blob", wrapperspb.String("count")).Do(ctx)
+		return err
+	}
+	timed := func(call func() error, lat *[]time.Duration) error {
+		t := time.Now()
+		if err := call(); err != nil {
+			return err
+		}
+		*lat = append(*lat, time.Since(t))
+		return nil
+	}
+	µs := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	var plainLat, roamLat []time.Duration
+	for i := 0; i < requests; i++ {
+		if err := timed(byPID(remotePlain), &plainLat); err != nil {
+			return row, err
+		}
+	}
+	for i := 0; i < requests; i++ {
+		if err := timed(byPID(remoteRoam), &roamLat); err != nil {
+			return row, err
+		}
+	}
+	row.PlainRTT, row.RoamRTT = µs(percentile(plainLat, 0.5)), µs(percentile(roamLat, 0.5))
+	// By Spot ID and by PID in one loop, each first every other time (the
+	// second of two calls finds the goroutines it needs awake): both see
+	// the same machine.
+	idLat, pidLat := make([]time.Duration, 0, requests), make([]time.Duration, 0, requests)
+	for i := 0; i < requests; i++ {
+		first, second := func() error { return timed(byID, &idLat) }, func() error { return timed(byPID(remoteRoam), &pidLat) }
+		if i%2 == 1 {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return row, err
+		}
+		if err := second(); err != nil {
+			return row, err
+		}
+	}
+	row.IDP50, row.IDP99 = µs(percentile(idLat, 0.5)), µs(percentile(idLat, 0.99))
+	row.PIDP50, row.PIDP99 = µs(percentile(pidLat, 0.5)), µs(percentile(pidLat, 0.99))
 	rate := func(pid *actor.PID) (float64, error) {
 		start := time.Now()
 		for i := 0; i < sends; i++ {
@@ -496,24 +545,9 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 		}
 		return float64(sends) / time.Since(start).Seconds(), nil
 	}
-	if row.PlainRTT, err = rtt(remotePlain); err != nil {
-		return row, err
-	}
-	if row.RoamRTT, err = rtt(remoteRoam); err != nil {
-		return row, err
-	}
-	lat := make([]time.Duration, 0, requests)
-	for i := 0; i < requests; i++ {
-		t := time.Now()
-		if _, err := w.nodes[0].Spots().Request("roam-blob", wrapperspb.String("count")).Do(ctx); err != nil {
-			return row, err
-		}
-		lat = append(lat, time.Since(t))
-	}
-	row.SpotRTT = float64(percentile(lat, 0.5).Nanoseconds()) / 1000
-	// One-way throughput swings with the machine's other load: rounds of
-	// each alternate, and each figure is its rounds' median.
-	var plainRates, roamRates []float64
+	// Throughput swings with the machine's other load: rounds of each
+	// alternate, and each figure is its rounds' median.
+	var plainRates, roamRates, idRates, pidRates, idCPU, pidCPU []float64
 	for round := 0; round < 3; round++ {
 		r, err := rate(remotePlain)
 		if err != nil {
@@ -524,9 +558,31 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 			return row, err
 		}
 		roamRates = append(roamRates, r)
+		var cpu time.Duration
+		if r, cpu, err = callRate(requestCallers, requests, byID); err != nil {
+			return row, err
+		}
+		idRates, idCPU = append(idRates, r), append(idCPU, µs(cpu))
+		if r, cpu, err = callRate(requestCallers, requests, byPID(remoteRoam)); err != nil {
+			return row, err
+		}
+		pidRates, pidCPU = append(pidRates, r), append(pidCPU, µs(cpu))
 	}
 	row.PlainRate, row.RoamRate = median(plainRates), median(roamRates)
+	row.IDRate, row.PIDRate = median(idRates), median(pidRates)
+	row.IDCPU, row.PIDCPU = median(idCPU), median(pidCPU)
 	return row, nil
+}
+
+// callRate makes n calls by callers goroutines, each calling again as
+// soon as its call returns; calls per second, and the process's CPU time
+// per call (both nodes: caller and callee).
+func callRate(callers, n int, call func() error) (rate float64, cpu time.Duration, err error) {
+	start, cpu0 := time.Now(), cpuTime()
+	if err := forEach(n, callers, func(int) error { return call() }); err != nil {
+		return 0, 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), (cpuTime() - cpu0) / time.Duration(n), nil
 }
 
 // drainRow is scenario (e): one node of three drained, runs times.

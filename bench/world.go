@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -93,6 +94,10 @@ type clients interface {
 func startWorld(ctx context.Context, store location.Store, n int, opts ...func(*extension.Config)) (*world, error) {
 	w := &world{store: store}
 	log := zerolog.Nop()
+	if os.Getenv("ROAM_BENCH_DEBUG") != "" {
+		zerolog.TimeFieldFormat = zerolog.TimeFormatUnixMicro
+		log = zerolog.New(os.Stderr).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+	}
 	silent := slog.LevelError + 4
 	for i := 0; i < n; i++ {
 		nodeStore := store
