@@ -757,9 +757,16 @@ func (m *Mailbox) run() {
 		m.mu.Lock()
 		if Mode(m.mode.Load()) != Open || m.user.len() == 0 {
 			if m.user.buf == nil {
-				// Both empty: the one buffer waits in user for the next
-				// post, so an idle mailbox keeps one, not one per ring.
+				// Both empty: one buffer waits in user for the next post,
+				// so an idle mailbox keeps at most one, not one per ring.
 				m.user.buf, m.user.head, m.out.buf = m.out.buf, 0, nil
+			}
+			if m.user.len() == 0 {
+				// And not the smallest: most objects are idle and get a
+				// message now and then, and a buffer of ringMinCap kept
+				// by each was a tenth of an idle Spot's heap. The next
+				// post makes one again, one allocation for its batch.
+				m.user.dropSmall()
 			}
 			m.mu.Unlock()
 			return

@@ -10,6 +10,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
+
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // gateDone is recorded when a gate's turn ends.
@@ -1007,4 +1009,44 @@ func TestSealFinalRunsWhileSuspended(t *testing.T) {
 	require.Equal(t, Open, mb2.Mode())
 	mb2.PostSystemMessage(&actor.ResumeMailbox{})
 	<-sealed2
+}
+
+// An idle mailbox keeps no buffer of the smallest size: most objects are
+// idle, and one such buffer each was about 64 bytes of every idle Spot's
+// heap. A buffer a burst made larger is kept for the next burst.
+func TestAnIdleMailboxKeepsNoSmallBuffer(t *testing.T) {
+	system := newSystem(t)
+	var rec recorder
+	release := make(chan struct{})
+	pid, m := spawn(t, system, func(c actor.Context) {
+		if v, ok := c.Message().(int); ok {
+			if v == 0 {
+				<-release // the burst queues behind the first message
+			}
+			rec.add(v)
+		}
+	})
+	buffers := func() (user, out int) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.user.buf), len(m.out.buf)
+	}
+	idle := func() bool { return m.status.Load() == idle && m.userCount.Load() == 0 }
+
+	system.Root.Send(pid, 1)
+	rec.waitFor(t, "the first message", func(items []any) bool { return len(items) == 1 })
+	testwait.For(t, idle, "the mailbox idle after one message")
+	user, out := buffers()
+	require.Zero(t, user+out, "an idle mailbox that held one message keeps no buffer")
+
+	system.Root.Send(pid, 0)
+	for i := 2; i < 2+3*ringMinCap; i++ {
+		system.Root.Send(pid, i)
+	}
+	close(release)
+	rec.waitFor(t, "the burst", func(items []any) bool { return len(items) == 2+3*ringMinCap })
+	testwait.For(t, idle, "the mailbox idle after the burst")
+	user, out = buffers()
+	require.Greater(t, user, ringMinCap, "the burst's buffer is kept for the next one")
+	require.Zero(t, out, "one buffer, not one per ring")
 }

@@ -18,8 +18,8 @@ type ring struct {
 }
 
 const (
-	// ringMinCap is small: an idle object keeps its buffer, and most hold
-	// one message at a time.
+	// ringMinCap is small: most objects hold one message at a time. An
+	// idle mailbox drops a buffer this small (dropSmall).
 	ringMinCap = 4
 	// ringKeepCap: drain keeps a buffer up to this capacity for reuse and
 	// releases a larger one, so a relocated-away actor does not pin memory.
@@ -120,6 +120,15 @@ func (r *ring) appendTo(dst []any) []any {
 	}
 	r.head, r.n = 0, 0
 	return dst
+}
+
+// dropSmall drops the buffer of an empty ring if it is the smallest one
+// grow makes; a larger one is kept for the burst that needed it.
+func (r *ring) dropSmall() {
+	if r.n == 0 && len(r.buf) <= ringMinCap {
+		r.buf = nil
+		r.head = 0
+	}
 }
 
 // release drops a large buffer once the ring is empty.
