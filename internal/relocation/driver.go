@@ -460,7 +460,13 @@ func (d *Driver) RegisterKind(k Kind) error {
 	if props == nil {
 		props = actor.PropsFromProducer(kk.Producer)
 	}
-	kk.open, kk.staging = d.props(props, false), d.props(props, true)
+	var err error
+	if kk.open, err = d.props(props, false); err != nil {
+		return fmt.Errorf("kind %q: %w", k.StableType, err)
+	}
+	if kk.staging, err = d.props(props, true); err != nil {
+		return fmt.Errorf("kind %q: %w", k.StableType, err)
+	}
 	kk.checkpoints = kk.checkpointPolicy()
 	if kk.Checkpointed() && d.cps == nil {
 		if kk.CheckpointEvery != 0 || kk.CheckpointInterval != 0 || kk.CheckpointIdle != 0 {
@@ -740,8 +746,13 @@ func (d *Driver) logEffect(l handoff.Log, key location.AuthorityKey, id handoff.
 }
 
 // props builds a kind's shared Props: the application's Props on the
-// relocatable mailbox, with roam's supervisor and middleware.
-func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
+// relocatable mailbox, with roam's supervisor, its actor made inside
+// roam's host (hostactor.go).
+func (d *Driver) props(props *actor.Props, staging bool) (*actor.Props, error) {
+	producer, err := d.hostProducer(props)
+	if err != nil {
+		return nil, err
+	}
 	var opts []mailbox.Option
 	if staging {
 		opts = append(opts, mailbox.StartStaging())
@@ -763,17 +774,18 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 	// the spawn call, on the driver goroutine: a spawner of the kind's
 	// Props could make them elsewhere or later, bound to whatever object
 	// is spawning then.
-	senders := []actor.PropsOption{actor.WithSenderMiddleware(d.limitReplies)}
-	if d.cfg.SampleEvery > 0 {
-		senders = append(senders, actor.WithSenderMiddleware(d.sample))
-	}
-	return props.Clone(append(senders, actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation), actor.WithReceiverMiddleware(d.middleware),
+	return props.Clone(actor.WithProducer(producer), actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation),
 		actor.WithOnInit(func(c actor.Context) {
 			obj := d.spawning.Load()
 			if obj == nil {
 				return
 			}
-			c.Set(obj) // the incarnation's context finds it (middleware, Timers, KeepState)
+			// Before the incarnation's goroutine starts: its restart hook
+			// keys the object by its PID.
+			obj.pid = c.Self()
+			if h, ok := c.Actor().(*host); ok {
+				h.o = obj // the host's first instance; a restart's finds it by restarting
+			}
 			if d.node.ProtoActorCluster() != nil || obj.kind.ClusterKind {
 				// Grain code reads its identity with cluster.GetClusterIdentity.
 				// Without a Proto.Actor cluster there is no grain code, and the
@@ -781,7 +793,7 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 				// about 250 bytes.
 				pcluster.SetClusterIdentity(c, obj.clusterIdentity())
 			}
-		}))...)
+		})), nil
 }
 
 // incarnate starts obj's incarnation under name from the kind's shared
@@ -793,6 +805,7 @@ func (d *Driver) props(props *actor.Props, staging bool) *actor.Props {
 // is given in place, and these Props are every incarnation's.
 func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, error) {
 	obj.d = d
+	obj.hc.o = obj
 	props := obj.kind.open
 	if staging {
 		props = obj.kind.staging
@@ -809,7 +822,9 @@ func (d *Driver) incarnate(obj *object, staging bool, name string) (*actor.PID, 
 		d.sys.Root.Stop(pid)
 		return nil, fmt.Errorf("%w: kind %q: the incarnation's mailbox was not made inside its spawn", roamerr.ErrInvalidOperation, obj.kind.StableType)
 	}
-	obj.pid = pid
+	if obj.pid == nil {
+		obj.pid = pid // set by the init inside the spawn; never reached
+	}
 	if obj.kind.Checkpointed() && obj.cp == nil {
 		obj.cp = &cpState{}
 	}
@@ -840,6 +855,7 @@ func (d *Driver) stop(obj *object) {
 	d.liveMu.Lock()
 	delete(d.live, obj)
 	d.liveMu.Unlock()
+	restarting.Delete(obj.pid) // a restart under way ends with the actor
 	d.sys.Root.Stop(obj.pid)
 }
 

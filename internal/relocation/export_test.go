@@ -2,6 +2,8 @@ package relocation
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/roamactors/roam/location"
@@ -139,4 +141,34 @@ func HeldAfterCutover(d *Driver, key location.AuthorityKey) int {
 		return 0, nil
 	})
 	return v
+}
+
+// ContextExtras reports whether the context of key's incarnation on d has
+// Proto.Actor's context extras (about 200 bytes, made for middleware,
+// Context.Set, watchers, stashes or children), read on the incarnation's
+// own goroutine between its turns.
+func ContextExtras(ctx context.Context, d *Driver, key location.AuthorityKey) (bool, error) {
+	obj, err := call(ctx, d, func() (*object, error) {
+		o := d.objects[key]
+		if o == nil {
+			return nil, fmt.Errorf("no incarnation of %s", key)
+		}
+		return o, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	answer := make(chan bool, 1)
+	if err := obj.mb.Do(func() {
+		v := reflect.ValueOf(obj.hc.Context)
+		answer <- v.Kind() == reflect.Pointer && !v.Elem().FieldByName("extras").IsNil()
+	}); err != nil {
+		return false, err
+	}
+	select {
+	case has := <-answer:
+		return has, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }

@@ -91,7 +91,9 @@ type Kind struct {
 	// Props spawn an instance: the application's middleware, supervisor
 	// strategy, dispatcher and context decorators are kept; roam replaces
 	// only the mailbox (with its relocatable one, which can seal, capture
-	// and relay the queue) and adds its own receiver middleware, innermost.
+	// and relay the queue) and runs the actor inside a host actor of its
+	// own, innermost: the actor gets a context of roam's, which passes
+	// everything on to the incarnation's.
 	// roam spawns every incarnation itself, with Proto.Actor's default
 	// spawner and not through the actor system's root context: a spawner
 	// of the Props, and spawn middleware of the root context (tracing,
@@ -164,7 +166,7 @@ type Kind struct {
 
 	// open and staging spawn every incarnation of the kind (a cold
 	// activation's open; a staged or arriving one's temporary queue): the
-	// kind's Props with roam's mailbox, supervisor and middleware, made
+	// kind's Props with roam's mailbox, supervisor and host, made
 	// once at registration. A Props per incarnation would cost an idle
 	// object about 450 bytes; the incarnation is found at spawn instead
 	// (Driver.incarnate).

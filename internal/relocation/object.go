@@ -12,7 +12,6 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/asynkron/protoactor-go/ctxext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/roamactors/roam/internal/activation"
@@ -121,6 +120,9 @@ type object struct {
 	arrived bool
 	// cp: its checkpoints (nil unless its kind checkpoints; checkpoints.go).
 	cp *cpState
+	// hc is the context its actor gets (hostactor.go); the object's
+	// goroutine only.
+	hc hostContext
 }
 
 // An object is also its incarnation's host: roam's receiver middleware
@@ -133,39 +135,17 @@ type object struct {
 // other message to the application. The incarnation's context holds it as
 // an extension; its mailbox has it as its hooks.
 
-// hostExtensionID is the context extension under which an incarnation's
-// context finds its object (middleware, Timers, KeepState).
-var hostExtensionID = ctxext.NextContextExtensionID()
-
-func (o *object) ExtensionID() ctxext.ContextExtensionID { return hostExtensionID }
-
-// middleware runs each incarnation's host as a Proto.Actor receiver
-// middleware, one for every incarnation: each finds its object in its
-// context.
-func (d *Driver) middleware(next actor.ReceiverFunc) actor.ReceiverFunc {
-	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		o, ok := c.Get(hostExtensionID).(*object)
-		if !ok {
-			return // not spawned by Driver.incarnate, which stops it
-		}
-		if o.first != nil {
-			defer o.afterTurn(env) // also when the handler panics
-		}
-		o.receive(c, env, next)
-	}
-}
-
 // afterTurn: the turn of the first message is over — handled, refused in
 // receive (a request past its deadline is answered DeadlineExceeded and
 // never runs), or failed by a panic the supervisor handles: either way
 // the activation's recovery pointer may go, and must, or a later owner
 // would replay a message its caller was told failed, and the incarnation
 // could never move.
-func (o *object) afterTurn(env *actor.MessageEnvelope) {
+func (o *object) afterTurn(hd actor.ReadonlyMessageHeader) {
 	if o.first == nil {
 		return
 	}
-	if env.Header != nil && env.Header.Get(HeaderOperation) == o.first.operation {
+	if hd != nil && hd.Get(HeaderOperation) == o.first.operation {
 		done := o.first.after
 		// Kept no longer than needed (an idle Spot's heap).
 		o.first = nil
@@ -236,39 +216,42 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// respond answers env's sender, if it has one.
-func respond(c actor.ReceiverContext, env *actor.MessageEnvelope, msg any) {
-	if env.Sender != nil {
-		c.ActorSystem().Root.Send(env.Sender, msg)
+// respond answers sender, if there is one.
+func respond(c actor.Context, sender *actor.PID, msg any) {
+	if sender != nil {
+		c.ActorSystem().Root.Send(sender, msg)
 	}
 }
 
-func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, next actor.ReceiverFunc) {
-	if hd := env.Header; hd != nil {
+// receive is roam's part of a turn (host.Receive): the message's checks,
+// roam's own messages, and the application's actor's turn (handle).
+func (o *object) receive(h *host, c actor.Context, hd actor.ReadonlyMessageHeader, msg any, sender *actor.PID) {
+	if hd != nil {
 		if g := hd.Get(HeaderGeneration); g != "" && g != strconv.FormatUint(o.generation, 10) {
 			// The text goes to the caller: it names only the generation the
 			// caller sent, never the current one.
 			why := fmt.Sprintf("the message names generation %s of %s, which is not the one serving", g, o.key.ID)
 			o.d.endSink(o, roamerr.CodeInvalidOperation, "send_invalid_generation", why)(
-				&actor.MessageEnvelope{Message: env.Message, Sender: env.Sender, Header: hd})
+				&actor.MessageEnvelope{Message: msg, Sender: sender, Header: hd.ToMap()})
 			return
 		}
 	}
-	if env.Sender != nil {
-		if _, ms, ok := requestOf(env.Header, env.Sender); ok && o.d.clock.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
-			respondFailure(c.ActorSystem(), env.Sender, env.Message, roamerr.CodeDeadlineExceeded, o.key.ID,
+	if sender != nil {
+		if _, ms, ok := requestOf(hd, sender); ok && o.d.clock.Now().After(time.UnixMilli(ms).Add(deadlineGrace)) {
+			respondFailure(c.ActorSystem(), sender, msg, roamerr.CodeDeadlineExceeded, o.key.ID,
 				"the request's deadline passed before it was dispatched; not run")
 			return
 		}
 	}
-	switch m := env.Message.(type) {
+	switch m := msg.(type) {
 	case *actor.Started:
 		// Also after a restart by the supervisor: the actor is a new
 		// instance then, and what the old one registered is gone with it.
-		o.inst, o.kept, o.clusterInit = c.Actor(), nil, false
-		next(c, env)
+		o.inst, o.kept, o.clusterInit = h.inner, nil, false
+		o.handle(h, nil)
 		if pc := o.d.node.ProtoActorCluster(); pc != nil && !o.kind.ClusterKind {
-			o.receive(c, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: o.clusterIdentity(), Cluster: pc}), next)
+			o.clusterInit = true
+			o.handle(h, actor.WrapEnvelope(&pcluster.ClusterInit{Identity: o.clusterIdentity(), Cluster: pc}))
 		}
 	case *pcluster.ClusterInit:
 		// Once per instance: Props from cluster.NewKind given to NewKind
@@ -276,25 +259,25 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 		// generated grain would make a new implementation in its place.
 		if !o.clusterInit {
 			o.clusterInit = true
-			next(c, env)
+			o.handle(h, nil)
 		}
 	case *messages.RouteBarrier:
-		respond(c, env, m) // the caller's old route is drained up to here
+		respond(c, sender, m) // the caller's old route is drained up to here
 	case *messages.GrainActivate:
-		respond(c, env, m) // the grain is active; the caller's own message follows
+		respond(c, sender, m) // the grain is active; the caller's own message follows
 	case *messages.TimerTick:
 		if o.tm != nil && o.tm.onTick(m) && o.inst != nil {
-			next(c, env)
+			o.handle(h, nil)
 			o.turnEnded()
 		} // else a tick of a cancelled timer
 	default:
 		if o.inst != nil { // nil once moved away: the incarnation only forwards
-			if env.Header != nil {
-				if to := noticePID(env.Header.Get(HeaderDispatchNotice)); to != nil {
+			if hd != nil {
+				if to := noticePID(hd.Get(HeaderDispatchNotice)); to != nil {
 					c.ActorSystem().Root.Send(to, &messages.RouteBarrier{})
 				}
 				if o.d.cfg.Edges != nil {
-					if tag := env.Header.Get(HeaderFrom); tag != "" {
+					if tag := hd.Get(HeaderFrom); tag != "" {
 						o.recordEdge(tag)
 					}
 				}
@@ -302,10 +285,18 @@ func (o *object) receive(c actor.ReceiverContext, env *actor.MessageEnvelope, ne
 			if o.d.cfg.Edges != nil {
 				o.sampleLoad()
 			}
-			next(c, env)
+			o.handle(h, nil)
 			o.turnEnded()
 		}
 	}
+}
+
+// handle runs the application's actor's turn: on the context's own
+// message, or on delivered (roam's ClusterInit).
+func (o *object) handle(h *host, delivered *actor.MessageEnvelope) {
+	o.hc.delivered = delivered
+	defer func() { o.hc.delivered = nil }()
+	h.inner.Receive(&o.hc)
 }
 
 // Intercept (mailbox.Hooks) takes roam's own close marker from the mailbox before the

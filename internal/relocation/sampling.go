@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/ctxext"
 
 	"github.com/roamactors/roam/internal/ask"
 	"github.com/roamactors/roam/internal/machine"
@@ -27,18 +26,15 @@ import (
 // director considers.
 const HeaderFrom = "roam-from"
 
-// sample is the kinds' sender middleware when sampling is on: it stamps
-// one message in SampleEvery with its sending object. A reply to a
-// future goes to no object and is not stamped.
-func (d *Driver) sample(next actor.SenderFunc) actor.SenderFunc {
-	return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
-		if rand.IntN(d.cfg.SampleEvery) == 0 && target != nil && !strings.HasPrefix(target.Id, "future") {
-			if tag := senderTag(c); tag != "" {
-				env = withHeader(env, HeaderFrom, tag)
-			}
-		}
-		next(c, target, env)
+// sample is what the incarnation's actor sends to pid in place of
+// message when sampling is on (hostContext.send): one message in every
+// is stamped with its sending object. A reply to a future goes to no
+// object and is not stamped.
+func (o *object) sample(pid *actor.PID, message any, every int) any {
+	if rand.IntN(every) != 0 || isFuture(pid) || o.d == nil {
+		return message
 	}
+	return withHeader(actor.WrapEnvelope(message), HeaderFrom, o.tag())
 }
 
 // SenderTag is the HeaderFrom value naming the object whose actor context
@@ -51,20 +47,6 @@ func SenderTag(c actor.Context) string {
 	}
 	o, ok := c.Get(hostExtensionID).(*object)
 	if !ok || o.d == nil || o.d.cfg.SampleEvery <= 0 || rand.IntN(o.d.cfg.SampleEvery) != 0 {
-		return ""
-	}
-	return o.tag()
-}
-
-func senderTag(c actor.SenderContext) string {
-	g, ok := c.(interface {
-		Get(ctxext.ContextExtensionID) ctxext.ContextExtension
-	})
-	if !ok {
-		return ""
-	}
-	o, ok := g.Get(hostExtensionID).(*object)
-	if !ok || o.d == nil {
 		return ""
 	}
 	return o.tag()

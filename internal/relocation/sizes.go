@@ -2,10 +2,8 @@ package relocation
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/ctxext"
 
 	"github.com/roamactors/roam/internal/failure"
 	"github.com/roamactors/roam/internal/meshnode"
@@ -36,53 +34,35 @@ func (o *object) Refuse(msg any) bool {
 	return true
 }
 
-// limitReplies is the sender middleware of every incarnation: a reply
-// over the size limit is not sent; its caller gets CapacityExceeded in its
-// place (failure.Answer: a grain caller a grain error response), and it is
-// logged and counted (roam.relocation.replies_too_large), never dropped
-// without a word. A reply is what goes to the sender of the message being
-// handled, or to a future (a reply kept for later).
-func (d *Driver) limitReplies(next actor.SenderFunc) actor.SenderFunc {
-	return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
-		if target == nil || env.Sender != nil {
-			next(c, target, env) // a request of the object's own
-			return
-		}
-		sender := c.Sender()
-		toSender := sender != nil && (sender == target || sender.Equal(target))
-		if !toSender && !strings.HasPrefix(target.Id, "future") {
-			next(c, target, env)
-			return
-		}
-		n := failure.Size(env.Message)
-		if n <= meshnode.MaxMessageBytes {
-			next(c, target, env)
-			return
-		}
-		var request any
-		if toSender {
-			request = c.Message()
-		}
-		id := ""
-		if o, ok := hostOf(c); ok {
-			id = o.key.ID
-		}
-		d.metrics.replyTooLarge()
-		d.replyTooLargeLog.Warn(&d.log).Str("event", "reply_too_large").Str("object_id", id).Str("message_type", typeName(env.Message)).
-			Int("bytes", n).Int("limit", meshnode.MaxMessageBytes).Msg("a reply over the size limit was not sent; its caller is answered CapacityExceeded")
-		next(c, target, actor.WrapEnvelope(failure.Answer(request, roamerr.CodeCapacityExceeded, id,
-			fmt.Sprintf("the reply is %d bytes, more than the %d a node accepts; not sent", n, meshnode.MaxMessageBytes))))
+// limitReply is what the incarnation's actor sends to pid in place of
+// message (hostContext.send): a reply over the size limit is not sent;
+// its caller gets CapacityExceeded in its place (failure.Answer: a grain
+// caller a grain error response), and it is logged and counted
+// (roam.relocation.replies_too_large), never dropped without a word. A
+// reply is what goes to the sender of the message being handled, or to a
+// future (a reply kept for later); a request of the object's own (an
+// envelope with a sender) is not one.
+func (o *object) limitReply(c *hostContext, pid *actor.PID, message any) any {
+	if env, ok := message.(*actor.MessageEnvelope); ok && env.Sender != nil {
+		return message
 	}
-}
-
-// hostOf is the object whose incarnation's context c is.
-func hostOf(c actor.SenderContext) (*object, bool) {
-	g, ok := c.(interface {
-		Get(ctxext.ContextExtensionID) ctxext.ContextExtension
-	})
-	if !ok {
-		return nil, false
+	sender := c.Sender()
+	toSender := sender != nil && (sender == pid || sender.Equal(pid))
+	if !toSender && !isFuture(pid) {
+		return message
 	}
-	o, ok := g.Get(hostExtensionID).(*object)
-	return o, ok
+	n := failure.Size(actor.UnwrapEnvelopeMessage(message))
+	if n <= meshnode.MaxMessageBytes {
+		return message
+	}
+	var request any
+	if toSender {
+		request = c.Message()
+	}
+	d := o.d
+	d.metrics.replyTooLarge()
+	d.replyTooLargeLog.Warn(&d.log).Str("event", "reply_too_large").Str("object_id", o.key.ID).Str("message_type", typeName(actor.UnwrapEnvelopeMessage(message))).
+		Int("bytes", n).Int("limit", meshnode.MaxMessageBytes).Msg("a reply over the size limit was not sent; its caller is answered CapacityExceeded")
+	return failure.Answer(request, roamerr.CodeCapacityExceeded, o.key.ID,
+		fmt.Sprintf("the reply is %d bytes, more than the %d a node accepts; not sent", n, meshnode.MaxMessageBytes))
 }

@@ -177,6 +177,13 @@ type Hooks interface {
 	Refuse(msg any) bool
 }
 
+// Restarter is Hooks that are told of a restart of the actor: Restart
+// runs on the mailbox's goroutine right before the actor's context gets
+// its Restart system message (and so before Proto.Actor makes the new
+// instance of the actor), whatever the application's middleware does with
+// the Restarting message that follows.
+type Restarter interface{ Restart() }
+
 // WithHooks connects the mailbox to h from its creation (before its PID is
 // reachable, so posters read hooks that never change).
 func WithHooks(h Hooks) Option {
@@ -695,6 +702,11 @@ func (m *Mailbox) run() {
 				m.suspended.Store(true)
 			case *actor.ResumeMailbox:
 				m.suspended.Store(false)
+			case *actor.Restart:
+				if r, ok := m.hooks.(Restarter); ok {
+					r.Restart()
+				}
+				m.invoker.InvokeSystemMessage(msg)
 			default:
 				m.invoker.InvokeSystemMessage(msg)
 			}
