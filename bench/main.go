@@ -386,11 +386,11 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		}
 		fmt.Fprintf(&b, "\nMedian ratios: round trip %.2f× Proto.Actor's, throughput %.2f× Proto.Actor's.\n", median(rttRatios), median(rateRatios))
 		b.WriteString("\n### A request by Spot ID against one by PID\n\n")
-		fmt.Fprintf(&b, "The same roam Spot on node 1, asked from node 0 by its Spot ID (`Spots().Request(id, msg).Do`, the route cached) and by its PID (Proto.Actor's `RequestFuture`, the baseline), in the same world: round trips one at a time, the two interleaved (5,000 each, each first every other time), and throughput with %d callers each calling again as soon as its call returns (5,000 requests; three rounds of each, alternating; the median round). Ratios: by Spot ID / by PID, the median over runs.\n\n", requestCallers)
-		fmt.Fprintf(&b, "| run | by Spot ID p50 | p99 | by PID p50 | p99 | p99 ratio | by Spot ID, %d callers | by PID, %d callers | throughput ratio |\n|---|---|---|---|---|---|---|---|---|\n", requestCallers, requestCallers)
+		fmt.Fprintf(&b, "The same roam Spot on node 1, asked from node 0 by its Spot ID (`Spots().Request(id, msg).Do`, the route cached) and by its PID (Proto.Actor's `RequestFuture`, the baseline), in the same world: round trips one at a time, the two interleaved (5,000 each, each first every other time), and throughput with %d callers each calling again as soon as its call returns (10,000 requests a round; %d rounds of each, alternating; the median round), with the process's CPU time per request (both nodes) in those rounds. Ratios: by Spot ID / by PID, the median over runs.\n\n", requestCallers, requestRounds)
+		fmt.Fprintf(&b, "| run | by Spot ID p50 | p99 | by PID p50 | p99 | p99 ratio | by Spot ID, %d callers | CPU per request | by PID, %d callers | CPU per request | throughput ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n", requestCallers, requestCallers)
 		for i, row := range rows {
-			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.2f | %.0f req/s | %.0f req/s | %.2f |\n", i+1, row.IDP50, row.IDP99, row.PIDP50, row.PIDP99,
-				row.IDP99/row.PIDP99, row.IDRate, row.PIDRate, row.IDRate/row.PIDRate)
+			fmt.Fprintf(&b, "| %d | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.2f | %.0f req/s | %.1f µs | %.0f req/s | %.1f µs | %.2f |\n", i+1, row.IDP50, row.IDP99, row.PIDP50, row.PIDP99,
+				row.IDP99/row.PIDP99, row.IDRate, row.IDCPU, row.PIDRate, row.PIDCPU, row.IDRate/row.PIDRate)
 		}
 		fmt.Fprintf(&b, "\nMedian ratios, by Spot ID / by PID: p99 %.2f, throughput %.2f.\n", median(idP99s), median(idRates))
 		return nil

@@ -461,8 +461,12 @@ type overheadRow struct {
 	IDCPU, PIDCPU                float64 // process CPU time per request in those rounds, µs
 }
 
-// requestCallers is how many callers (d2)'s request throughput runs.
-const requestCallers = 32
+// requestCallers is how many callers (d2)'s request throughput runs, in
+// requestRounds rounds of each way.
+const (
+	requestCallers = 32
+	requestRounds  = 5
+)
 
 // overhead measures request round trips and one-way throughput to a plain
 // actor (Proto.Actor's default mailbox) and to a roam Actor on node 1,
@@ -558,15 +562,26 @@ func overhead(ctx context.Context, newStore func() (location.Store, error), requ
 			return row, err
 		}
 		roamRates = append(roamRates, r)
-		var cpu time.Duration
-		if r, cpu, err = callRate(requestCallers, requests, byID); err != nil {
-			return row, err
+	}
+	// Requests by Spot ID and by PID: five rounds of each, alternating,
+	// each first every other round.
+	for round := 0; round < requestRounds; round++ {
+		for k := 0; k < 2; k++ {
+			byIDNow := (round+k)%2 == 0
+			call := byPID(remoteRoam)
+			if byIDNow {
+				call = byID
+			}
+			r, cpu, err := callRate(requestCallers, 2*requests, call)
+			if err != nil {
+				return row, err
+			}
+			if byIDNow {
+				idRates, idCPU = append(idRates, r), append(idCPU, µs(cpu))
+			} else {
+				pidRates, pidCPU = append(pidRates, r), append(pidCPU, µs(cpu))
+			}
 		}
-		idRates, idCPU = append(idRates, r), append(idCPU, µs(cpu))
-		if r, cpu, err = callRate(requestCallers, requests, byPID(remoteRoam)); err != nil {
-			return row, err
-		}
-		pidRates, pidCPU = append(pidRates, r), append(pidCPU, µs(cpu))
 	}
 	row.PlainRate, row.RoamRate = median(plainRates), median(roamRates)
 	row.IDRate, row.PIDRate = median(idRates), median(pidRates)
