@@ -405,7 +405,7 @@ func (d *Driver) FlushCheckpoints(ctx context.Context) error {
 	objs, err := call(ctx, d, func() ([]*object, error) {
 		var out []*object
 		for _, o := range d.objects {
-			if o.cp != nil && o.state == serving && o.out == nil {
+			if o.cp != nil && o.state == serving && o.r().out == nil {
 				out = append(out, o)
 			}
 		}

@@ -911,7 +911,7 @@ func (d *Driver) onLeaseChanged(st lease.Status) {
 		for _, obj := range d.objects {
 			// A closing incarnation too: its close marker may wait behind
 			// a gate that the ended lease keeps shut for good.
-			if (obj.state == serving && obj.out == nil) || obj.closing {
+			if (obj.state == serving && obj.r().out == nil) || obj.closing {
 				wg.Add(1)
 				d.endOwned(obj, wg.Done)
 			}

@@ -55,7 +55,7 @@ func TestAMembershipChangeGivenUpReleasesTheActor(t *testing.T) {
 	require.True(t, asked, "LeaveSpot never asked for its hold")
 	require.ErrorIs(t, err, context.Canceled)
 
-	changing, _ := call(ctx, d, func() (int, error) { return int(d.objects[key].changing), nil })
+	changing, _ := call(ctx, d, func() (int, error) { return int(d.objects[key].r().changing), nil })
 	require.Zero(t, changing, "a membership change given up still holds the Actor")
 	deleted, err := d.DeleteActor(ctx, key)
 	require.NoError(t, err)

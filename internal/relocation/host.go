@@ -287,7 +287,7 @@ func (d *Driver) here(key location.AuthorityKey, pending func() bool) spawn.Here
 	return spawn.Here{
 		Present: true, Generation: obj.generation,
 		Serving: obj.state == serving, Ended: obj.state == following || obj.state == ended,
-		Moving: obj.out != nil, Activating: obj.activating.Load(), Changing: obj.changing > 0,
+		Moving: obj.r().out != nil, Activating: obj.activating.Load(), Changing: obj.r().changing > 0,
 	}
 }
 

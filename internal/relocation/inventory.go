@@ -61,7 +61,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 		}
 		for key, obj := range d.objects {
 			switch {
-			case obj.state == staging || obj.state == leaving || obj.out != nil || (closingMember[key] && obj.kind.SpotWide):
+			case obj.state == staging || obj.state == leaving || obj.r().out != nil || (closingMember[key] && obj.kind.SpotWide):
 				inv.Busy = append(inv.Busy, key)
 				continue
 			case obj.state != serving || obj.closing:

@@ -299,7 +299,7 @@ func (d *Driver) readActor(ctx context.Context, key location.AuthorityKey) (loca
 func (d *Driver) admitJoin(key location.AuthorityKey, join *messages.Membership) error {
 	spot := admit.Spot{}
 	if obj := d.objects[location.Key(location.KindUserSpot, join.GetSpotId())]; obj != nil {
-		spot = admit.Spot{Here: true, Serving: obj.state == serving, Generation: obj.generation, Moving: obj.out != nil}
+		spot = admit.Spot{Here: true, Serving: obj.state == serving, Generation: obj.generation, Moving: obj.r().out != nil}
 	} else {
 		spot.Arriving = d.arriving(location.Key(location.KindUserSpot, join.GetSpotId())) != nil
 	}
@@ -422,16 +422,16 @@ func (d *Driver) holdHere(ctx context.Context, key location.AuthorityKey) (obj *
 	}
 	obj, err = call(context.Background(), d, func() (*object, error) {
 		obj := d.objects[key]
-		if obj == nil || obj.state != serving || obj.out != nil {
+		if obj == nil || obj.state != serving || obj.r().out != nil {
 			return nil, fmt.Errorf("%w: %s is moving or not active here", roamerr.ErrUnavailable, key)
 		}
-		obj.changing++
+		obj.x().changing++
 		return obj, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return obj, func() { d.loop.Post(func() { obj.changing-- }) }, nil
+	return obj, func() { d.loop.Post(func() { obj.x().changing-- }) }, nil
 }
 
 // setMember records, on the driver goroutine, the User Spot membership
@@ -440,5 +440,5 @@ func (d *Driver) setMember(obj *object, m *messages.Membership) {
 	if m != nil && meshnode.IsEntrySpotID(m.GetSpotId()) {
 		m = nil
 	}
-	d.loop.Post(func() { obj.member = m })
+	d.loop.Post(func() { obj.x().member = m })
 }

@@ -49,30 +49,14 @@ type object struct {
 	mb              *mailbox.Mailbox
 	inst            actor.Actor // the application's actor; its goroutine only
 	kept            Stateful    // registered by KeepState; its goroutine only
-	next            *actor.PID  // where Message Follow sends, once following
 	tm              *timers     // framework timers; the object's goroutine only
-	// out is the move out of this node in progress, from its start (before
-	// the seal) until it ends; the driver goroutine only.
-	out *sourceRun
-	// member is the User Spot incarnation this Actor is a member of, as
-	// its record last written here says (nil: none, or an Entry Spot);
-	// the driver goroutine only. A SpotWide move finds its members by it.
-	member *messages.Membership
+	// rare is what only a move, a membership, a session or a SpotWide
+	// arrival sets (objectRare); nil for most objects. The driver
+	// goroutine only: read it with r(), write it with x().
+	rare *objectRare
 	// closedSink answers what reaches the incarnation once removed before
-	// it opened (Closed), made once.
-	closedOnce sync.Once
-	closedSink mailbox.Sink
-	// session is the client Session this Actor is bound to (nil: none):
-	// set at its spawn, carried by every move (docs/SESSIONS.md); the
-	// driver goroutine only.
-	session *messages.SessionBinding
-	// opening is set while this SpotWide member arrived and its queue is
-	// not open yet (closed then); the driver goroutine only.
-	opening *memberOpening
-	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
-	// this incarnation has offered its target (Relocate); the driver
-	// goroutine only.
-	offeredOwner uint64
+	// it opened (Closed), made by the first such message.
+	closedSink atomic.Pointer[mailbox.Sink]
 	// first: see Staged.Open; nil once the first turn is over (most
 	// incarnations keep nothing of it); the object's goroutine only once
 	// open.
@@ -83,15 +67,7 @@ type object struct {
 	// objects: it is taken only by a move that waits and when a
 	// cold activation settles).
 	settledCh chan struct{}
-	// The small fields last, packed (an idle object is 192 bytes).
-	// joining counts the joins into this User Spot admitted and not
-	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
-	// while one is on its way. The driver goroutine only.
-	joining int32
-	// changing counts membership changes of this Actor under way here
-	// (JoinSpot, LeaveSpot); no move of it starts meanwhile. The driver
-	// goroutine only.
-	changing int32
+	// The small fields last, packed (an idle object is 208 bytes).
 	// activating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
 	// by Staged.Open; cleared by the settled callback of afterFirst once
@@ -123,6 +99,54 @@ type object struct {
 	// hc is the context its actor gets (hostactor.go); the object's
 	// goroutine only.
 	hc hostContext
+}
+
+// objectRare holds an object's fields that most objects never set: an
+// idle Spot's heap is mostly its object (see the struct's size).
+type objectRare struct {
+	// out is the move out of this node in progress, from its start (before
+	// the seal) until it ends.
+	out *sourceRun
+	// member is the User Spot incarnation this Actor is a member of, as
+	// its record last written here says (nil: none, or an Entry Spot). A
+	// SpotWide move finds its members by it.
+	member *messages.Membership
+	// session is the client Session this Actor is bound to (nil: none):
+	// set at its spawn, carried by every move (docs/SESSIONS.md).
+	session *messages.SessionBinding
+	// opening is set while this SpotWide member arrived and its queue is
+	// not open yet (closed then).
+	opening *memberOpening
+	// offeredOwner is the highest AuthorityOwnerGeneration a move out of
+	// this incarnation has offered its target (Relocate).
+	offeredOwner uint64
+	// joining counts the joins into this User Spot admitted and not
+	// finished (JoinSpot, SpawnMember); a SpotWide move does not start
+	// while one is on its way.
+	joining int32
+	// changing counts membership changes of this Actor under way here
+	// (JoinSpot, LeaveSpot); no move of it starts meanwhile.
+	changing int32
+}
+
+// noRare is what r() reads for an object without rare fields; never
+// written.
+var noRare objectRare
+
+// r is the object's rare fields, to read (all zero when it has none).
+func (o *object) r() *objectRare {
+	if o.rare != nil {
+		return o.rare
+	}
+	return &noRare
+}
+
+// x is the object's rare fields, to write (made on first use).
+func (o *object) x() *objectRare {
+	if o.rare == nil {
+		o.rare = &objectRare{}
+	}
+	return o.rare
 }
 
 // An object is also its incarnation's host: roam's receiver middleware
@@ -352,16 +376,23 @@ func (o *object) GateOpen() bool { return !o.pointerHeld.Load() && o.d.node.Vali
 // PROTOCOL.md §6.3, §5.14): Unavailable, for as long as messages may still
 // follow to it.
 func (o *object) Closed(msg any) {
-	o.closedOnce.Do(func() {
+	sink := o.closedSink.Load()
+	if sink == nil {
 		why := "the incarnation was removed before it opened"
 		if o.arrived {
 			why = "the relocation target was removed before it opened"
 		}
 		// One sink for all: its log says the first send, then a line a
-		// second (endSink).
-		o.closedSink = o.d.endSink(o, roamerr.CodeUnavailable, "send_unavailable", why)
-	})
-	o.closedSink(msg)
+		// second (endSink). Concurrent first posts may each make one;
+		// the first stored is the one all use.
+		s := o.d.endSink(o, roamerr.CodeUnavailable, "send_unavailable", why)
+		if !o.closedSink.CompareAndSwap(nil, &s) {
+			sink = o.closedSink.Load()
+		} else {
+			sink = &s
+		}
+	}
+	(*sink)(msg)
 }
 
 // StopAllowed (mailbox.Hooks): only the driver ends an incarnation
@@ -492,9 +523,9 @@ func (d *Driver) arrived(ctx context.Context, key location.AuthorityKey) error {
 				// A SpotWide move's member serves only once the Spot's
 				// RelocationReady callback ran (openMembers), just after
 				// the run ended.
-				if o := d.objects[key]; o != nil && o.opening != nil {
-					opening = o.opening
-					return o.opening.done, nil
+				if o := d.objects[key]; o != nil && o.r().opening != nil {
+					opening = o.r().opening
+					return o.r().opening.done, nil
 				}
 				return nil, nil
 			}
@@ -539,17 +570,17 @@ func (d *Driver) joinBegins(ctx context.Context, m *messages.Membership, spotTyp
 		switch {
 		case spot == nil || spot.state != serving || spot.generation != m.GetSpotGeneration():
 			return nil, fmt.Errorf("%w: User Spot %q is not served here at generation %d", roamerr.ErrStale, m.GetSpotId(), m.GetSpotGeneration())
-		case spot.out != nil:
+		case spot.r().out != nil:
 			return nil, fmt.Errorf("%w: User Spot %q is moving", roamerr.ErrUnavailable, m.GetSpotId())
 		}
-		spot.joining++
+		spot.x().joining++
 		return spot, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return func() {
-		d.loop.Post(func() { spot.joining-- })
+		d.loop.Post(func() { spot.x().joining-- })
 	}, nil
 }
 
@@ -625,7 +656,7 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 	pid, err := call(context.Background(), d, func() (*actor.PID, error) {
 		obj := &object{key: key, kind: k, generation: generation, ownerGeneration: 1}
 		if member != nil {
-			obj.member = member.membership
+			obj.x().member = member.membership
 		}
 		pid, err := d.incarnate(obj, false, objectPIDName(key, generation, 1))
 		if err != nil {

@@ -40,7 +40,7 @@ func IncarnationPID(address string, key location.AuthorityKey, generation, owner
 // Session.
 func (r *sourceRun) sessionBound() bool {
 	for _, p := range r.parts {
-		if p.obj.session != nil {
+		if p.obj.r().session != nil {
 			return true
 		}
 	}
@@ -66,15 +66,15 @@ func prepareBound(p *messages.RelocationPrepare) bool {
 
 func (e sourceEnv) BoundTo(i int) (owner, actor string) {
 	obj := e.obj(i)
-	if obj.session == nil {
+	if obj.r().session == nil {
 		return "", obj.key.ID
 	}
-	return obj.session.GetOwnerAddress(), obj.key.ID
+	return obj.r().session.GetOwnerAddress(), obj.key.ID
 }
 
 func (e sourceEnv) SendSessionSeal(i int) {
 	obj := e.obj(i)
-	b := obj.session
+	b := obj.r().session
 	e.d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.SessionSeal{
 		Identity:    e.r.m.Identity().ToProto(),
 		SessionId:   b.GetSessionId(),
@@ -85,7 +85,7 @@ func (e sourceEnv) SendSessionSeal(i int) {
 
 func (e sourceEnv) SendSessionAbort(i int) {
 	obj := e.obj(i)
-	b := obj.session
+	b := obj.r().session
 	e.d.send(SessionOwnerPID(b.GetOwnerAddress()), &messages.RelocationAbort{
 		Identity: e.r.m.Identity().ToProto(), SessionId: b.GetSessionId(), ActorId: obj.key.ID,
 	})
@@ -95,11 +95,13 @@ func (e sourceEnv) SendSessionAbort(i int) {
 // record carries none (docs/SESSIONS.md §2).
 func (e sourceEnv) DropBinding(i int, why string) {
 	obj := e.obj(i)
-	b := obj.session
+	b := obj.r().session
 	e.d.log.Info().Str("event", "session_binding_dropped").Str("object_id", obj.key.ID).Str("session_id", b.GetSessionId()).
 		Str("session_owner", b.GetOwnerAddress()).Uint64("relocation_id", e.r.m.Identity().RelocationID).
 		Msg("the Actor's Session is gone (" + why + "); it moves unbound")
-	obj.session = nil
+	if obj.rare != nil {
+		obj.rare.session = nil
+	}
 }
 
 // SessionOwnersGone asks the mesh off the driver's goroutine (the look
@@ -139,7 +141,7 @@ func (d *Driver) onSessionSealReply(c actor.Context, m *messages.SessionSealRepl
 		return // late
 	}
 	for i, p := range r.parts {
-		if b := p.obj.session; b != nil && p.obj.key.ID == m.GetActorId() && b.GetSessionId() == m.GetSessionId() {
+		if b := p.obj.r().session; b != nil && p.obj.key.ID == m.GetActorId() && b.GetSessionId() == m.GetSessionId() {
 			from := ""
 			if s := c.Sender(); s != nil {
 				from = s.Address
@@ -163,11 +165,11 @@ func (d *Driver) updateSessionRoutes(t *targetRun) {
 		objs = append(objs, m.obj)
 	}
 	for _, obj := range objs {
-		if obj == nil || obj.session == nil {
+		if obj == nil || obj.r().session == nil {
 			continue
 		}
-		d.send(SessionOwnerPID(obj.session.GetOwnerAddress()), &messages.SessionRouteUpdate{
-			Identity: id, SessionId: obj.session.GetSessionId(), ActorId: obj.key.ID, TargetRoute: d.routeOf(obj),
+		d.send(SessionOwnerPID(obj.r().session.GetOwnerAddress()), &messages.SessionRouteUpdate{
+			Identity: id, SessionId: obj.r().session.GetSessionId(), ActorId: obj.key.ID, TargetRoute: d.routeOf(obj),
 		})
 	}
 }
@@ -182,7 +184,7 @@ func (d *Driver) SpawnBound(ctx context.Context, stableType, id string, b *messa
 	}
 	var route *messages.SessionRoute
 	pid, err := d.spawnWith(ctx, location.Key(location.KindActor, id), stableType, nil, b, func(obj *object) {
-		obj.session = b
+		obj.x().session = b
 		route = d.routeOf(obj)
 		d.sys.Root.Send(obj.pid, &messages.SessionBound{SessionId: b.GetSessionId(), Session: &messages.PID{Address: sessionPID.Address, Id: sessionPID.Id}})
 	})

@@ -110,7 +110,7 @@ func (e sourceEnv) Unsealed(i int) {
 
 func (e sourceEnv) Following(i int) {
 	p := e.r.parts[i]
-	p.obj.state, p.obj.next = following, p.next
+	p.obj.state = following
 }
 
 func (e sourceEnv) Unregister(i int) {
@@ -138,7 +138,6 @@ func (e sourceEnv) Reinstated(i int) {
 			obj.tm.resume()
 		}
 	})
-	obj.next = nil
 	e.d.objects[obj.key] = obj
 	e.d.nowServing(obj)
 }
@@ -242,7 +241,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 		MoveTicket:                r.ticket,
 		Join:                      r.join,
 		Members:                   r.members(),
-		Session:                   r.obj.session,
+		Session:                   r.obj.r().session,
 		Checkpoint:                r.parts[0].checkpoint,
 	})
 }

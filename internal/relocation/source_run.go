@@ -302,7 +302,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	// arrival may come after the lifecycle ended.
 	facts := handoff.StartFacts{Lease: d.serving(), Owned: obj != nil, TargetIsSelf: targetRid == d.desc.GetNodeRid()}
 	if obj != nil {
-		facts.Serving, facts.Moving, facts.Changing = obj.state == serving, obj.out != nil, obj.changing > 0
+		facts.Serving, facts.Moving, facts.Changing = obj.state == serving, obj.r().out != nil, obj.r().changing > 0
 		if spot := d.spotWideOf(obj); spot != nil {
 			facts.SpotWideSpot = spot.key.ID
 		}
@@ -345,8 +345,8 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 	// derive the PID from the owner record, whose RelocationId a later
 	// fence-out changes while the incarnation stays. Owner generations
 	// only order owners; a skipped one is never written.
-	newOwner := max(obj.ownerGeneration, obj.offeredOwner) + 1
-	obj.offeredOwner = newOwner
+	newOwner := max(obj.ownerGeneration, obj.r().offeredOwner) + 1
+	obj.x().offeredOwner = newOwner
 	id := handoff.Identity{
 		RelocationID:            newRelocationID(),
 		TargetAttemptGeneration: 1,
@@ -367,14 +367,14 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		outcome:   Outcome{RelocationID: id.RelocationID, Key: key, From: d.desc.GetNodeRid(), To: targetRid, Requested: now},
 	}
 	for _, m := range memberObjs {
-		owner := max(m.ownerGeneration, m.offeredOwner) + 1
-		m.offeredOwner = owner
+		owner := max(m.ownerGeneration, m.r().offeredOwner) + 1
+		m.x().offeredOwner = owner
 		r.parts = append(r.parts, &sourcePart{obj: m, newOwner: owner})
 	}
 	for _, p := range r.parts {
 		p.next = actor.NewPID(addr, objectPIDName(p.obj.key, p.obj.generation, p.newOwner))
 		p.nextRid = targetRid
-		p.obj.out = r
+		p.obj.x().out = r
 	}
 	parts := make([]*sourcerun.Part[any], len(r.parts))
 	for i, p := range r.parts {
@@ -435,8 +435,8 @@ func (d *Driver) endSource(r *sourceRun) {
 	}
 	r.show(commitShown{}) // no read decided it: Relocate watches the record itself
 	for _, p := range r.parts {
-		if p.obj.out == r {
-			p.obj.out = nil
+		if p.obj.r().out == r {
+			p.obj.x().out = nil
 		}
 	}
 }
@@ -694,7 +694,7 @@ func (r *sourceRun) members() []*messages.Participant {
 		out = append(out, &messages.Participant{
 			Object:          &messages.ObjectRef{Kind: o.key.Kind, Id: o.key.ID, ObjectGeneration: o.generation, StableType: o.kind.StableType},
 			OwnerGeneration: o.ownerGeneration, NewOwnerGeneration: p.newOwner, ApplicationVersion: o.kind.ApplicationVersion,
-			Session: o.session, Checkpoint: p.checkpoint,
+			Session: o.r().session, Checkpoint: p.checkpoint,
 		})
 	}
 	return out

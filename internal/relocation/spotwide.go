@@ -41,11 +41,11 @@ type RelocationReady interface {
 // spotWideOf is the SpotWide User Spot on this node that obj is a member
 // of, if any: such a member moves only with its Spot.
 func (d *Driver) spotWideOf(obj *object) *object {
-	if obj.member == nil {
+	if obj.r().member == nil {
 		return nil
 	}
-	spot := d.objects[location.Key(location.KindUserSpot, obj.member.GetSpotId())]
-	if spot == nil || !spot.kind.SpotWide || spot.generation != obj.member.GetSpotGeneration() {
+	spot := d.objects[location.Key(location.KindUserSpot, obj.r().member.GetSpotId())]
+	if spot == nil || !spot.kind.SpotWide || spot.generation != obj.r().member.GetSpotGeneration() {
 		return nil
 	}
 	return spot
@@ -58,19 +58,19 @@ func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
 	var objs []*object
 	var cands []admit.Member
 	for _, o := range d.objects {
-		m := o.member
+		m := o.r().member
 		if m == nil || m.GetSpotId() != spot.key.ID || m.GetSpotGeneration() != spot.generation {
 			continue
 		}
 		objs = append(objs, o)
-		cands = append(cands, admit.Member{Key: o.key, Opening: o.opening != nil,
-			Busy:     o.state != serving || o.out != nil || o.activating.Load() || o.changing > 0,
+		cands = append(cands, admit.Member{Key: o.key, Opening: o.r().opening != nil,
+			Busy:     o.state != serving || o.r().out != nil || o.activating.Load() || o.r().changing > 0,
 			Disabled: isDisabled(o.kind.Policy)})
 	}
-	picked, settling, err := admit.SpotWide(spot.key, int(spot.joining), want, cands, MaxSpotWideMembers)
+	picked, settling, err := admit.SpotWide(spot.key, int(spot.r().joining), want, cands, MaxSpotWideMembers)
 	switch {
 	case settling >= 0:
-		return nil, &settlingError{done: objs[settling].opening.done, opening: objs[settling].opening}
+		return nil, &settlingError{done: objs[settling].r().opening.done, opening: objs[settling].r().opening}
 	case err != nil:
 		return nil, err
 	}
@@ -156,14 +156,14 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 		// opens; a move of the Spot meanwhile waits for that
 		// (spotWideMembers).
 		d.objects[m.key] = m.obj
-		m.obj.opening = opening
+		m.obj.x().opening = opening
 	}
 	open := func() {
 		for i, m := range t.members {
 			if err := m.obj.mb.OpenWith(backlogs[i]); err != nil {
 				d.log.Error().Str("event", "open_failed").Str("object_id", m.key.ID).Err(err).Msg("opening dispatch failed")
 			}
-			m.obj.opening = nil
+			m.obj.x().opening = nil
 			d.nowServing(m.obj)
 			m.obj.checkpointsOnArrival(m.p.GetCheckpoint())
 		}

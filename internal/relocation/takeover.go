@@ -200,7 +200,9 @@ func (d *Driver) finishTakeOver(staged *Staged, next *location.Record, fromCheck
 		session = &messages.SessionBinding{SessionId: next.GetSessionId(), OwnerAddress: next.GetSessionOwnerAddress()}
 	}
 	if _, err := call(context.Background(), d, func() (struct{}, error) {
-		staged.obj.member, staged.obj.session = membership, session
+		if membership != nil || session != nil {
+			staged.obj.x().member, staged.obj.x().session = membership, session
+		}
 		return struct{}{}, nil
 	}); err != nil {
 		staged.Discard()

@@ -59,7 +59,9 @@ func (e targetEnv) Install(i int) error {
 			generation:      t.prepare.GetObject().GetObjectGeneration(),
 			ownerGeneration: t.prepare.GetNewOwnerGeneration(),
 			arrived:         true,
-			session:         t.prepare.GetSession(),
+		}
+		if s := t.prepare.GetSession(); s != nil {
+			obj.x().session = s
 		}
 		if _, err := d.incarnate(obj, true, objectPIDName(t.key, obj.generation, obj.ownerGeneration)); err != nil {
 			return fmt.Errorf("install temporary queue: %w", err)
@@ -69,7 +71,11 @@ func (e targetEnv) Install(i int) error {
 	}
 	m := t.members[i-1]
 	mo := &object{key: m.key, kind: m.kind, state: staging, generation: m.p.GetObject().GetObjectGeneration(), ownerGeneration: m.p.GetNewOwnerGeneration(),
-		member: &messages.Membership{SpotId: t.key.ID, SpotGeneration: t.obj.generation}, arrived: true, session: m.p.GetSession()}
+		arrived: true}
+	mo.x().member = &messages.Membership{SpotId: t.key.ID, SpotGeneration: t.obj.generation}
+	if s := m.p.GetSession(); s != nil {
+		mo.x().session = s
+	}
 	if _, err := d.incarnate(mo, true, objectPIDName(m.key, mo.generation, mo.ownerGeneration)); err != nil {
 		return fmt.Errorf("install temporary queue of %s: %w", m.key, err)
 	}
@@ -283,14 +289,14 @@ func (e targetEnv) OpenMembers(backlogs [][]any) {
 
 func (e targetEnv) Open(backlog []any, _ int, c handoff.Committed) error {
 	if c.Member != nil {
-		e.t.obj.member = c.Member
+		e.t.obj.x().member = c.Member
 	}
 	return e.t.obj.mb.OpenWith(backlog)
 }
 
 func (e targetEnv) ReleaseJoin() {
 	if t := e.t; t.joinHold != nil {
-		t.joinHold.joining--
+		t.joinHold.x().joining--
 		t.joinHold = nil
 	}
 }

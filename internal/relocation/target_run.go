@@ -145,7 +145,7 @@ func (d *Driver) onPrepare(c actor.Context, p *messages.RelocationPrepare) {
 	}
 	if joinSpot != nil && joinSpot.kind.SpotWide {
 		// A SpotWide Spot does not move while a member is on its way in.
-		joinSpot.joining++
+		joinSpot.x().joining++
 		t.joinHold = joinSpot
 	}
 	m, effects := handoff.NewTarget(id, d.cfg.Handoff, d.prepareEvent(p))
