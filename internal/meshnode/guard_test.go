@@ -135,3 +135,25 @@ func TestPeerQueueStartsSmallUnlessTheApplicationSaysOtherwise(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5000, own.EndpointWriterQueueSize)
 }
+
+// Proto.Actor's futures are numbered from a counter per actor system, and
+// its remote waits on one when a node first talks to a peer: a peer that
+// sprayed answers at the first numbers answered it, and the process
+// panicked. A node's counter starts at a random 62-bit number, so a
+// future's name (here the next one after the node started) cannot be
+// guessed from outside.
+func TestFutureNamesCannotBeGuessed(t *testing.T) {
+	ctx := context.Background()
+	store := memstore.New()
+	seen := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		n, err := meshnode.Start(ctx, meshnode.Config{Store: store})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = n.Stop(ctx) })
+		id := actor.NewFuture(n.System(), time.Second).PID().Id
+		// "future$" and 11 digits of 64: at least 2^60.
+		require.GreaterOrEqual(t, len(id), len("future$")+11, "a future named %s", id)
+		require.False(t, seen[id], "two nodes named their first future alike: %s", id)
+		seen[id] = true
+	}
+}

@@ -131,6 +131,7 @@ func RemoteConfig(system *actor.ActorSystem, host string, port int, o RemoteOpti
 	if err := plainBeyondLoopback(host, port, o.TLS != nil, o.PlainTCP); err != nil {
 		return nil, err
 	}
+	unguessableIDs(system)
 	var serverCreds, clientCreds credentials.TransportCredentials
 	hooks := &remoteHooks{limits: o.Limits.withDefaults(), plainTCP: o.PlainTCP}
 	hooks.link = LinkSettings{Host: host, hooks: hooks}
