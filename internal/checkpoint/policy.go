@@ -71,11 +71,11 @@ type Dirty struct {
 	first, last time.Duration
 }
 
-// epoch is what Dirty's times are offsets from: with a monotonic
-// reading, so that a real clock's offsets are immune to wall-clock steps,
-// as time.Time's differences are; a Manual clock's times (without one)
-// are offsets of its wall time.
-var epoch = time.Now()
+// epoch is what Dirty's times are offsets from: a fixed instant, so the
+// offsets are of the clock's wall time (a step of the wall clock moves a
+// pending capture's due time by as much; it decides only when a capture
+// is taken, never what it holds).
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // AfterTurn counts a turn that ended at now and reports whether the
 // object must be captured right away (Every).
