@@ -140,6 +140,8 @@ func (h *hostContext) Respond(response any) {
 	h.send(sender, response)
 }
 
+// Forward passes the message on as Proto.Actor does (its sender kept):
+// not a reply, and not sampled.
 func (h *hostContext) Forward(pid *actor.PID) {
 	if h.delivered != nil {
 		h.send(pid, h.delivered)

@@ -318,6 +318,10 @@ func (o *object) receive(h *host, c actor.Context, hd actor.ReadonlyMessageHeade
 // handle runs the application's actor's turn: on the context's own
 // message, or on delivered (roam's ClusterInit).
 func (o *object) handle(h *host, delivered *actor.MessageEnvelope) {
+	if delivered == nil { // every turn but one ClusterInit per instance
+		h.inner.Receive(&o.hc)
+		return
+	}
 	o.hc.delivered = delivered
 	defer func() { o.hc.delivered = nil }()
 	h.inner.Receive(&o.hc)
