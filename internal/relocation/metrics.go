@@ -25,7 +25,7 @@ type metrics struct {
 	// message (the log lines are rate-limited; the count is not).
 	refusedN metric.Int64Counter
 	// repliesTooLarge counts replies over the size limit that were
-	// answered CapacityExceeded in their place (limitReplies).
+	// answered CapacityExceeded in their place (object.limitReply).
 	repliesTooLarge metric.Int64Counter
 }
 

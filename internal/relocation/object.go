@@ -149,15 +149,15 @@ func (o *object) x() *objectRare {
 	return o.rare
 }
 
-// An object is also its incarnation's host: roam's receiver middleware
-// around the application's actor (Driver.middleware), innermost of the
-// kind's middleware: it refuses a followed message whose ObjectGeneration
-// is not this incarnation's (PROTOCOL.md §5.14), answers the framework's
-// own RouteBarrier and GrainActivate, drops ticks of cancelled timers,
+// An object is also what its incarnation's host actor (hostactor.go) runs
+// each turn around, innermost of the kind's middleware (receive): it
+// refuses a followed message whose ObjectGeneration is not this
+// incarnation's (PROTOCOL.md §5.14), answers the framework's own
+// RouteBarrier and GrainActivate, drops ticks of cancelled timers,
 // delivers cluster.ClusterInit after Started when the node is a Proto.Actor
 // cluster member (ClusterKind kinds deliver it themselves), and hands every
-// other message to the application. The incarnation's context holds it as
-// an extension; its mailbox has it as its hooks.
+// other message to the application. The host context finds it for Get;
+// its mailbox has it as its hooks.
 
 // afterTurn: the turn of the first message is over — handled, refused in
 // receive (a request past its deadline is answered DeadlineExceeded and

@@ -133,11 +133,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		return nil, err
 	}
 	m := c.m
-	timeout := c.timeout
-	if timeout == 0 {
-		timeout = m.cfg.DefaultTimeout
-	}
-	cc := newCallCtx(ctx, m.clock, timeout)
+	cc := newCallCtx(ctx, m.clock, m.timeoutOr(c.timeout))
 	defer cc.end()
 	ctx = cc
 	var ahead *nodeList

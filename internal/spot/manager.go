@@ -1012,10 +1012,15 @@ func sameOwner(a, b *messages.Owner) bool { return activation.SameOwner(a, b) }
 // default), never later than ctx's own. It is on the node's clock: the
 // owner compares it with its own clock and arms it as a timer there.
 func (m *Manager) deadlineCtx(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return machine.WithTimeout(ctx, m.clock, m.timeoutOr(timeout))
+}
+
+// timeoutOr is timeout, or Config.DefaultTimeout when it is 0.
+func (m *Manager) timeoutOr(timeout time.Duration) time.Duration {
 	if timeout == 0 {
-		timeout = m.cfg.DefaultTimeout
+		return m.cfg.DefaultTimeout
 	}
-	return machine.WithTimeout(ctx, m.clock, timeout)
+	return timeout
 }
 
 // wireDeadlineCtx is the context of a command that carries its caller's
