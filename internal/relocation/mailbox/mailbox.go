@@ -196,7 +196,7 @@ type funcHooks struct {
 	gate      func() bool
 	intercept func(msg any) bool
 	closed    func(msg any)
-	dropped   *atomic.Uint64 // the mailbox's count, for Closed without a handler
+	m         *Mailbox // its Dropped count, for Closed without a handler
 	// beforeIdle, if set (by tests, before Start), runs on the run
 	// goroutine after a run and before the mailbox is marked idle — the
 	// window in which a producer's wake-up CAS fails — so tests can hit it
@@ -208,7 +208,7 @@ func (f *funcHooks) GateOpen() bool         { return f.gate == nil || f.gate() }
 func (f *funcHooks) Intercept(msg any) bool { return f.intercept != nil && f.intercept(msg) }
 func (f *funcHooks) Closed(msg any) {
 	if f.closed == nil {
-		f.dropped.Add(1)
+		f.m.countDropped()
 		return
 	}
 	f.closed(msg)
@@ -220,7 +220,7 @@ func (m *Mailbox) funcHooks() *funcHooks {
 	if f, ok := m.hooks.(*funcHooks); ok {
 		return f
 	}
-	f := &funcHooks{dropped: &m.dropped}
+	f := &funcHooks{m: m}
 	m.hooks = f
 	return f
 }
@@ -252,6 +252,10 @@ const (
 	running
 )
 
+// ctlEndSeal is the bit of ctlCount set while a SealFinal is queued (a
+// mailbox takes one seal at a time); the bits below it count the items.
+const ctlEndSeal = 1 << 30
+
 // ctlItem is a control item run on the run goroutine between turns: a Do
 // function or a pending Seal's capture.
 type ctlItem struct {
@@ -261,6 +265,10 @@ type ctlItem struct {
 }
 
 // Mailbox is a relocatable actor.Mailbox. Create it with New or Producer.
+//
+// Every idle object has one, so it is kept to 176 bytes (a size class of
+// Go's allocator): what only a move, a Do or a closed incarnation needs is
+// in rare.
 type Mailbox struct {
 	// Set by New (options) and RegisterHandlers before Start; read-only after.
 	invoker    actor.MessageInvoker
@@ -268,10 +276,10 @@ type Mailbox struct {
 	hooks      Hooks  // nil: no gate, no interception, Closed drops, stops pass
 	runFn      func() // m.processMessages, bound once so scheduling does not allocate
 
-	status    atomic.Int32 // idle or running
-	started   atomic.Bool  // Start was called; nothing is scheduled before
-	suspended atomic.Bool  // SuspendMailbox seen and no ResumeMailbox since
-	endSeals  atomic.Int32 // SealFinal items queued (they run while suspended)
+	// status is idle or running; New makes it running, so that nothing is
+	// scheduled before Start, which makes it idle and schedules.
+	status    atomic.Int32
+	suspended atomic.Bool // SuspendMailbox seen and no ResumeMailbox since
 	sys       sysQueue
 	sysCount  atomic.Int32
 
@@ -279,13 +287,15 @@ type Mailbox struct {
 	// run loop's idle re-check can read them without the lock.
 	mode      atomic.Int32
 	userCount atomic.Int32
-	ctlCount  atomic.Int32
+	// ctlCount counts the control items queued, with ctlEndSeal set while
+	// one is a SealFinal (it runs while suspended).
+	ctlCount atomic.Int32
 
-	mu          sync.Mutex
-	user        ring      // posted user messages: dispatch queue, ingress hold or temporary queue
-	ctl         []ctlItem // FIFO of Do items and at most one pending seal
-	sealPending bool
-	sink        Sink
+	mu   sync.Mutex
+	user ring // posted user messages: dispatch queue, ingress hold or temporary queue
+	// rare is made under mu when needed and dropped once it holds nothing
+	// again (releaseRareLocked); nil reads as its zero value.
+	rare *mailboxRare
 
 	// out is the run goroutine's batch: in Open mode the loop swaps the
 	// whole of user into it (O(1), under mu) and dispatches from it without
@@ -294,8 +304,49 @@ type Mailbox struct {
 	// the run goroutine and takes out first — so every other operation can
 	// ignore it. Its messages precede everything in user.
 	out ring
+}
 
-	dropped atomic.Uint64
+// mailboxRare is what a mailbox needs only while a move or a Do is under
+// way, or once it is closed.
+type mailboxRare struct {
+	ctl         []ctlItem // FIFO of Do items and at most one pending seal (mu)
+	sealPending bool      // (mu)
+	sink        Sink      // Redirecting's (mu)
+	dropped     atomic.Uint64
+}
+
+// rareLocked returns m.rare, made if need be; mu is held.
+func (m *Mailbox) rareLocked() *mailboxRare {
+	if m.rare == nil {
+		m.rare = &mailboxRare{}
+	}
+	return m.rare
+}
+
+// releaseRareLocked drops rare once it holds nothing: an object
+// checkpointed now and then (a Do each time) keeps no rare part between.
+func (m *Mailbox) releaseRareLocked() {
+	if r := m.rare; r != nil && len(r.ctl) == 0 && !r.sealPending && r.sink == nil && r.dropped.Load() == 0 {
+		m.rare = nil
+	}
+}
+
+// sealPendingLocked reports whether a seal is queued; mu is held.
+func (m *Mailbox) sealPendingLocked() bool { return m.rare != nil && m.rare.sealPending }
+
+// endSealQueued reports whether a SealFinal is queued.
+func (m *Mailbox) endSealQueued() bool { return m.ctlCount.Load()&ctlEndSeal != 0 }
+
+// ctlItems is how many control items are queued.
+func (m *Mailbox) ctlItems() int32 { return m.ctlCount.Load() &^ ctlEndSeal }
+
+// countDropped counts a user message posted in Closed mode without a
+// handler. Closed is reached under mu (Discard), which made rare.
+func (m *Mailbox) countDropped() {
+	m.mu.Lock()
+	r := m.rareLocked()
+	m.mu.Unlock()
+	r.dropped.Add(1)
 }
 
 var _ actor.Mailbox = (*Mailbox)(nil)
@@ -305,6 +356,7 @@ var _ actor.Mailbox = (*Mailbox)(nil)
 // Proto.Actor spawner does both); work submitted before is kept.
 func New(opts ...Option) *Mailbox {
 	m := &Mailbox{}
+	m.status.Store(running) // until Start
 	m.sys.init()
 	m.runFn = m.processMessages
 	for _, o := range opts {
@@ -382,7 +434,7 @@ func (m *Mailbox) post(msg any) {
 
 func (m *Mailbox) sinkLocked(msg any) {
 	defer m.mu.Unlock() // a panicking sink must not leave the mailbox locked
-	m.sink(msg)
+	m.rare.sink(msg)
 }
 
 func (m *Mailbox) closed(msg any) {
@@ -390,7 +442,7 @@ func (m *Mailbox) closed(msg any) {
 		m.hooks.Closed(msg)
 		return
 	}
-	m.dropped.Add(1)
+	m.countDropped()
 }
 
 // PostSystemMessage enqueues a system message; system messages are processed
@@ -415,7 +467,7 @@ func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher acto
 // spawner posts *actor.Started just before calling Start, so Started is
 // processed before any Do item or user message).
 func (m *Mailbox) Start() {
-	m.started.Store(true)
+	m.status.Store(idle)
 	m.schedule()
 }
 
@@ -434,7 +486,12 @@ func (m *Mailbox) Mode() Mode {
 // Dropped returns how many user messages were posted in Closed mode without
 // an OnClosed handler and dropped.
 func (m *Mailbox) Dropped() uint64 {
-	return m.dropped.Load()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rare == nil {
+		return 0
+	}
+	return m.rare.dropped.Load()
 }
 
 // Seal asks the mailbox to stop dispatching after the turn in progress.
@@ -479,16 +536,13 @@ func (m *Mailbox) seal(op string, captured func(saved []any), end bool) error {
 	}
 	m.mu.Lock()
 	mode := Mode(m.mode.Load())
-	if mode != Open || m.sealPending {
-		pending := m.sealPending
+	if mode != Open || m.sealPendingLocked() {
+		pending := m.sealPendingLocked()
 		m.mu.Unlock()
 		return modeError(op, mode, pending)
 	}
-	m.sealPending = true
+	m.rareLocked().sealPending = true
 	m.pushCtlLocked(ctlItem{seal: captured, end: end})
-	if end { // after the item: a suspended run loop that sees the count finds it
-		m.endSeals.Add(1)
-	}
 	m.mu.Unlock()
 	m.schedule()
 	return nil
@@ -507,14 +561,17 @@ func (m *Mailbox) Unseal(saved []any) error {
 func (m *Mailbox) reopen(op string, from Mode, front func() []any) error {
 	m.mu.Lock()
 	if mode := Mode(m.mode.Load()); mode != from {
-		pending := m.sealPending
+		pending := m.sealPendingLocked()
 		m.mu.Unlock()
 		return modeError(op, mode, pending)
 	}
 	back := front()
 	m.user.pushFront(back)
 	m.userCount.Add(int32(len(back)))
-	m.sink = nil
+	if m.rare != nil {
+		m.rare.sink = nil
+		m.releaseRareLocked()
+	}
 	m.mode.Store(int32(Open))
 	m.mu.Unlock()
 	m.schedule()
@@ -549,14 +606,14 @@ func (m *Mailbox) Redirect(sink Sink) (int, error) {
 			sink(v)
 		}
 		m.user.release()
-		m.sink = sink
+		m.rareLocked().sink = sink
 		m.mode.Store(int32(Redirecting))
 		return n, nil
 	case Redirecting:
-		m.sink = sink
+		m.rare.sink = sink
 		return 0, nil
 	default:
-		return 0, modeError("Redirect", mode, m.sealPending)
+		return 0, modeError("Redirect", mode, m.sealPendingLocked())
 	}
 }
 
@@ -597,11 +654,14 @@ func (m *Mailbox) Discard() ([]any, error) {
 	case Staging, Sealed, Redirecting:
 		out := m.user.drain()
 		m.userCount.Add(-int32(len(out)))
-		m.sink = nil
+		if m.rare != nil {
+			m.rare.sink = nil
+			m.releaseRareLocked()
+		}
 		m.mode.Store(int32(Closed))
 		return out, nil
 	default:
-		return nil, modeError("Discard", mode, m.sealPending)
+		return nil, modeError("Discard", mode, m.sealPendingLocked())
 	}
 }
 
@@ -628,24 +688,40 @@ func (m *Mailbox) Do(fn func()) error {
 	return nil
 }
 
+// pushCtlLocked queues it; a SealFinal sets ctlEndSeal with the count, so
+// a suspended run loop that sees the count finds the item.
 func (m *Mailbox) pushCtlLocked(it ctlItem) {
-	m.ctl = append(m.ctl, it)
-	m.ctlCount.Add(1)
+	r := m.rareLocked()
+	r.ctl = append(r.ctl, it)
+	n := int32(1)
+	if it.end {
+		n |= ctlEndSeal
+	}
+	m.ctlCount.Add(n)
 }
 
 func (m *Mailbox) popCtlLocked() ctlItem {
-	it := m.ctl[0]
-	m.ctl[0] = ctlItem{}
-	m.ctl = m.ctl[1:]
-	if len(m.ctl) == 0 {
-		m.ctl = nil
+	r := m.rare
+	it := r.ctl[0]
+	r.ctl[0] = ctlItem{}
+	r.ctl = r.ctl[1:]
+	if len(r.ctl) == 0 {
+		r.ctl = nil
 	}
-	m.ctlCount.Add(-1)
+	n := int32(1)
+	if it.end {
+		n |= ctlEndSeal
+	}
+	m.ctlCount.Add(-n)
+	if it.seal != nil {
+		r.sealPending = false
+	}
+	m.releaseRareLocked()
 	return it
 }
 
 func (m *Mailbox) schedule() {
-	if m.started.Load() && m.status.CompareAndSwap(idle, running) {
+	if m.status.CompareAndSwap(idle, running) {
 		m.dispatcher.Schedule(m.runFn)
 	}
 }
@@ -653,7 +729,7 @@ func (m *Mailbox) schedule() {
 // hasWork reports, without the lock, whether a run would do something other
 // than system messages: a control item, or a dispatchable user message.
 func (m *Mailbox) hasWork() bool {
-	return m.ctlCount.Load() > 0 || (Mode(m.mode.Load()) == Open && m.userCount.Load() > 0 && m.gateOpen())
+	return m.ctlItems() > 0 || (Mode(m.mode.Load()) == Open && m.userCount.Load() > 0 && m.gateOpen())
 }
 
 func (m *Mailbox) processMessages() {
@@ -666,7 +742,7 @@ process:
 	// Set the mailbox idle, then re-check for work published after run's
 	// last look (its producer's CAS may have failed while we were running).
 	m.status.Store(idle)
-	if m.sysCount.Load() > 0 || m.endSeals.Load() > 0 || (!m.suspended.Load() && m.hasWork()) {
+	if m.sysCount.Load() > 0 || m.endSealQueued() || (!m.suspended.Load() && m.hasWork()) {
 		if m.status.CompareAndSwap(idle, running) {
 			goto process
 		}
@@ -715,25 +791,21 @@ func (m *Mailbox) run() {
 
 		// Suspended: no control items and no user messages until resumed,
 		// but for the control items up to a SealFinal.
-		if m.suspended.Load() && (m.endSeals.Load() == 0 || m.ctlCount.Load() == 0) {
+		if m.suspended.Load() && !m.endSealQueued() {
 			return // never past the control items while suspended
 		}
 
 		// Control items (Do, seal) before the next user message. ctlCount
 		// is published under mu before Do/Seal return, and only this
 		// goroutine pops, so a positive count means an item is there.
-		if m.ctlCount.Load() > 0 {
+		if m.ctlItems() > 0 {
 			msg = nil
 			m.mu.Lock()
 			it := m.popCtlLocked()
-			if it.end {
-				m.endSeals.Add(-1)
-			}
 			if it.seal != nil {
 				// No turn is running (we are the run goroutine, between
 				// turns): switch, and take the saved-work prefix — the
 				// batch in hand first, then the rest, in posting order.
-				m.sealPending = false
 				m.mode.Store(int32(Sealed))
 				var saved []any
 				if n := m.out.len() + m.user.len(); n > 0 {
@@ -768,11 +840,13 @@ func (m *Mailbox) run() {
 		// Take the next batch: everything posted so far, by swapping rings.
 		m.mu.Lock()
 		if Mode(m.mode.Load()) != Open || m.user.len() == 0 {
-			if m.user.buf == nil {
-				// Both empty: one buffer waits in user for the next post,
-				// so an idle mailbox keeps at most one, not one per ring.
-				m.user.buf, m.user.head, m.out.buf = m.out.buf, 0, nil
+			// out is drained: it keeps no buffer. With user empty too, the
+			// larger of the two waits in user for the next post, so an
+			// idle mailbox keeps at most one, not one per ring.
+			if m.user.len() == 0 && len(m.out.buf) > len(m.user.buf) {
+				m.user.buf, m.user.head = m.out.buf, 0
 			}
+			m.out.buf, m.out.head = nil, 0
 			if m.user.len() == 0 {
 				// And not the smallest: most objects are idle and get a
 				// message now and then, and a buffer of ringMinCap kept

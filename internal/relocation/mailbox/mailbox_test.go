@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -1049,4 +1050,44 @@ func TestAnIdleMailboxKeepsNoSmallBuffer(t *testing.T) {
 	user, out = buffers()
 	require.Greater(t, user, ringMinCap, "the burst's buffer is kept for the next one")
 	require.Zero(t, out, "one buffer, not one per ring")
+}
+
+// TestAMailboxOfAnIdleObjectStaysSmall: every idle object has a mailbox,
+// and an object that never moved, never had a Do and never closed keeps
+// nothing beyond it (its rare part unmade). 176 bytes is a size class of
+// Go's allocator: one field more costs every idle object 16 bytes.
+func TestAMailboxOfAnIdleObjectStaysSmall(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(Mailbox{}), uintptr(176))
+
+	system := newSystem(t)
+	var rec recorder
+	pid, m := spawn(t, system, func(c actor.Context) {
+		if v, ok := c.Message().(int); ok {
+			rec.add(v)
+		}
+	})
+	system.Root.Send(pid, 1)
+	rec.waitFor(t, "the message", func(items []any) bool { return len(items) == 1 })
+	rare := func() *mailboxRare {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.rare
+	}
+	require.Nil(t, rare(), "a mailbox that only dispatched makes no rare part")
+
+	// A Do (a checkpoint's capture) needs it while queued, not after.
+	ran := make(chan struct{})
+	require.NoError(t, m.Do(func() { close(ran) }))
+	testwait.Recv(t, ran, "the Do")
+	testwait.For(t, func() bool { return rare() == nil }, "the rare part dropped after the Do")
+
+	// A seal, a redirect and a reopen: the same once reopened.
+	sealed := make(chan struct{})
+	require.NoError(t, m.Seal(func([]any) { close(sealed) }))
+	testwait.Recv(t, sealed, "the seal")
+	_, err := m.Redirect(func(any) {})
+	require.NoError(t, err)
+	require.NotNil(t, rare(), "a redirecting mailbox keeps its sink")
+	require.NoError(t, m.Reopen(func() []any { return nil }))
+	require.Nil(t, rare(), "the rare part dropped once open again")
 }
