@@ -209,6 +209,12 @@ type Driver struct {
 	peers  peerLinks
 	liveMu sync.Mutex
 	live   map[*object]struct{}
+	// settling holds a channel for each object whose cold activation a
+	// move waits to settle (object.settled), closed and removed when it
+	// settles or its incarnation ends; under settleMu. Few objects ever
+	// have one: in the object, a field each would cost every idle Spot 16
+	// bytes.
+	settling map[*object]chan struct{}
 	// takeovers: the ended owners' objects this node is taking over.
 	takeovers takeovers
 	// spawning is the incarnation Driver.incarnate is spawning (written on

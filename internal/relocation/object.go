@@ -61,13 +61,8 @@ type object struct {
 	// incarnations keep nothing of it); the object's goroutine only once
 	// open.
 	first *firstTurn
-	// settledCh is made by the first move that waits (most incarnations
-	// never have one: a channel each would cost an idle Spot about 100
-	// bytes) and closed when activating ends; under settleMu (one for all
-	// objects: it is taken only by a move that waits and when a
-	// cold activation settles).
-	settledCh chan struct{}
-	// The small fields last, packed (an idle object is 208 bytes).
+	// The small fields last, packed (an idle object is 192 bytes, a size
+	// class of Go's allocator: a field more costs every idle Spot 16).
 	// activating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
 	// by Staged.Open; cleared by the settled callback of afterFirst once
@@ -199,9 +194,9 @@ func (o *object) pointerSettled(pointerGone bool) {
 func (o *object) moveMayStart() {
 	settleMu.Lock()
 	settledNow := o.activating.CompareAndSwap(true, false)
-	if settledNow && o.settledCh != nil {
-		close(o.settledCh)
-		o.settledCh = nil
+	if ch := o.d.settling[o]; settledNow && ch != nil {
+		close(ch)
+		delete(o.d.settling, o)
 	}
 	settleMu.Unlock()
 	if settledNow {
@@ -217,13 +212,18 @@ func (o *object) settled() <-chan struct{} {
 	if !o.activating.Load() {
 		return closedChan
 	}
-	if o.settledCh == nil {
-		o.settledCh = make(chan struct{})
+	ch := o.d.settling[o]
+	if ch == nil {
+		if o.d.settling == nil {
+			o.d.settling = map[*object]chan struct{}{}
+		}
+		ch = make(chan struct{})
+		o.d.settling[o] = ch
 	}
-	return o.settledCh
+	return ch
 }
 
-// settleMu guards every object's settledCh.
+// settleMu guards every Driver's settling.
 var settleMu sync.Mutex
 
 // firstTurn is a cold activation's first message, until its turn is over:

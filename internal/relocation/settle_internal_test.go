@@ -15,8 +15,9 @@ import (
 // releases the waiting moves (they then find it ended).
 // Reference: docs/PROTOCOL.md §7.5 step 12, §7.9.
 func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
+	d := &Driver{}
 	settling := func() *object {
-		o := &object{}
+		o := &object{d: d}
 		o.activating.Store(true)
 		o.pointerHeld.Store(true)
 		return o
@@ -39,6 +40,7 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	require.False(t, closed(o.settled()))
 	o.moveMayStart() // the incarnation ended
 	require.True(t, closed(waiting))
+	require.Empty(t, d.settling, "the channel is gone with the wait")
 	require.True(t, closed(o.settled()), "a later move does not wait")
 	o.moveMayStart() // idempotent
 	o.pointerSettled(true)
@@ -47,7 +49,7 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	o.pointerSettled(true)
 	require.False(t, o.pointerHeld.Load())
 	require.False(t, o.activating.Load())
-	require.Nil(t, o.settledCh, "no move waited: no channel was made")
+	require.Empty(t, d.settling, "no move waited: no channel was made")
 	require.True(t, closed(o.settled()), "the pointer is gone: moves start")
 	o.pointerSettled(true) // idempotent
 }
