@@ -82,7 +82,10 @@ type Writer struct {
 	queue   []location.AuthorityKey
 	writing map[location.AuthorityKey]*inflight
 	// versions: the version this node last wrote or read for an object,
-	// so a steady owner's write is one compare-and-set, no read.
+	// so a steady owner's write is one compare-and-set, no read. An
+	// object whose submitter keeps it (Tracker) has an entry only until
+	// its next write ends: an entry each would cost every idle object
+	// that checkpoints about 40 bytes.
 	versions   map[location.AuthorityKey]location.StoreVersion
 	forgetting map[location.AuthorityKey]bool
 	stopped    bool
@@ -105,8 +108,21 @@ type sweep struct {
 // submitted is a capture waiting to be written, and what its submitter
 // is told once it landed (nil: nothing).
 type submitted struct {
-	c      Checkpoint
-	landed func(location.StoreVersion)
+	c       Checkpoint
+	landed  func(location.StoreVersion)
+	tracker Tracker
+}
+
+// Tracker is what the submitter of an object's captures knows of its
+// stored checkpoint, kept by the submitter (beside the object) rather
+// than in the Writer. Its methods run on the Writer's loop and must not
+// block.
+type Tracker interface {
+	// Known is the stored checkpoint's version as last learned (ok
+	// false: unknown; 0 with ok: none is stored).
+	Known() (v location.StoreVersion, ok bool)
+	// Landed: the capture with fence f is stored at v.
+	Landed(v location.StoreVersion, f Fence)
 }
 
 // inflight is the write of one object under way: its store calls, or the
@@ -157,6 +173,14 @@ func (w *Writer) SubmitThen(key location.AuthorityKey, c Checkpoint, landed func
 	w.loop.Post(func() { w.submit(key, submitted{c: c, landed: landed}) })
 }
 
+// SubmitTracked is Submit for a submitter that keeps what it knows of
+// key's stored version (t): the write starts from t.Known unless the
+// Writer learned the version since (Claim, SetVersion), and t.Landed is
+// told where c landed.
+func (w *Writer) SubmitTracked(key location.AuthorityKey, c Checkpoint, t Tracker) {
+	w.loop.Post(func() { w.submit(key, submitted{c: c, tracker: t}) })
+}
+
 // SetVersion records that key's stored checkpoint is at v, as an earlier
 // owner knew it (a move's source): the next write of key is then one
 // compare-and-set, no read. A version that is no longer stored costs that
@@ -201,6 +225,9 @@ func (w *Writer) start() {
 // outcome back.
 func (w *Writer) attempt(key location.AuthorityKey, wr *inflight) {
 	v, known := w.versions[key]
+	if !known && wr.tracker != nil {
+		v, known = wr.tracker.Known()
+	}
 	w.calls.Add(1)
 	go func() {
 		defer w.calls.Done()
@@ -224,6 +251,10 @@ type outcome struct {
 // is tried again after a pause.
 func (w *Writer) attempted(key location.AuthorityKey, wr *inflight, out outcome) {
 	switch {
+	case out.setV && wr.tracker != nil:
+		// Its submitter keeps it: told below if it is its write's, and
+		// a version this write only read costs at most one conflict.
+		delete(w.versions, key)
 	case out.setV:
 		w.versions[key] = out.v
 	case out.forgetV:
@@ -232,8 +263,13 @@ func (w *Writer) attempted(key location.AuthorityKey, wr *inflight, out outcome)
 	if out.count != nil {
 		out.count.Add(1)
 	}
-	if out.count == &w.written && wr.landed != nil {
-		wr.landed(out.v)
+	if out.count == &w.written {
+		if wr.landed != nil {
+			wr.landed(out.v)
+		}
+		if wr.tracker != nil {
+			wr.tracker.Landed(out.v, wr.c.Fence)
+		}
 	}
 	if err := out.err; err != nil {
 		w.failed.Add(1)

@@ -187,3 +187,91 @@ func TestWaitIdleReturnsWhenTheLastWriteEnds(t *testing.T) {
 	require.True(t, s.returned.Load(), "WaitIdle returned before the write's store call did")
 	require.True(t, w.Idle())
 }
+
+// readCounter counts GetCheckpoint calls.
+type readCounter struct {
+	location.CheckpointStore
+	reads atomic.Int32
+}
+
+func (s *readCounter) GetCheckpoint(ctx context.Context, key location.AuthorityKey) ([]byte, location.StoreVersion, error) {
+	s.reads.Add(1)
+	return s.CheckpointStore.GetCheckpoint(ctx, key)
+}
+
+// tracker is a submitter's own record of its stored version.
+type tracker struct {
+	mu      sync.Mutex
+	v       location.StoreVersion
+	ok      bool
+	landed  []Fence
+	landedV []location.StoreVersion
+}
+
+func (tr *tracker) Known() (location.StoreVersion, bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.v, tr.ok
+}
+
+func (tr *tracker) Landed(v location.StoreVersion, f Fence) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.v, tr.ok = v, true
+	tr.landed, tr.landedV = append(tr.landed, f), append(tr.landedV, v)
+}
+
+// A submitter that keeps its object's stored version (a node's objects
+// do) has its writes start from it — one compare-and-set, no read — and
+// is told where each landed; the Writer keeps no entry of its own for the
+// object once its write ended, so an idle object costs the Writer
+// nothing. A version gone stale (another writer's since) costs one
+// conflict and a read, and the write still lands where it must.
+func TestATrackedWriteStartsFromItsSubmittersVersionAndLeavesNoEntry(t *testing.T) {
+	s := &readCounter{CheckpointStore: memstore.New()}
+	w := newWriter(t, s)
+	entries := func() int {
+		n := -1
+		require.NoError(t, w.loop.Do(context.Background(), func() { n = len(w.versions) }))
+		return n
+	}
+	tr := &tracker{ok: true} // none stored, as a reservation proves
+	w.SubmitTracked(key, cp(1, 1, 1, "a"), tr)
+	waitIdle(t, w, "the first write")
+	require.Zero(t, s.reads.Load(), "a known version is not read")
+	require.Equal(t, []Fence{{1, 1, 1}}, tr.landed)
+	require.Zero(t, entries(), "the submitter keeps the version")
+
+	w.SubmitTracked(key, cp(1, 1, 2, "b"), tr)
+	waitIdle(t, w, "the second write")
+	require.Zero(t, s.reads.Load())
+	require.Equal(t, []Fence{{1, 1, 1}, {1, 1, 2}}, tr.landed)
+	require.Zero(t, entries())
+
+	// Another writer's checkpoint (the object's next owner) lands in
+	// between: the stale version conflicts, the read finds a later
+	// incarnation's, and this capture is superseded, not written.
+	other := newWriter(t, s)
+	other.Submit(key, cp(1, 2, 1, "next owner"))
+	waitIdle(t, other, "the next owner's write")
+	before := s.reads.Load()
+	w.SubmitTracked(key, cp(1, 1, 3, "late"), tr)
+	waitIdle(t, w, "the late write")
+	require.Equal(t, before+1, s.reads.Load(), "the conflict is read once")
+	require.Equal(t, "next owner", string(stored(t, s, key).State))
+	require.Len(t, tr.landed, 2, "a superseded capture did not land")
+	require.Zero(t, entries())
+
+	// A version the Writer learned itself (a claim) goes first, once.
+	claimed, err := w.Claim(context.Background(), key, Fence{ObjectGeneration: 1, OwnerGeneration: 3}, "room", "")
+	require.NoError(t, err)
+	require.Equal(t, Fence{1, 3, 0}, claimed.Fence)
+	reads := s.reads.Load()
+	stale := &tracker{v: 1, ok: true}
+	w.SubmitTracked(key, cp(1, 3, 1, "claimed"), stale)
+	waitIdle(t, w, "the claimed incarnation's write")
+	require.Equal(t, reads, s.reads.Load(), "the claim's version, not the tracker's stale one")
+	require.Equal(t, "claimed", string(stored(t, s, key).State))
+	require.Len(t, stale.landed, 1)
+	require.Zero(t, entries())
+}

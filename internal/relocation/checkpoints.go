@@ -42,17 +42,36 @@ type checkpointer struct {
 // cpState is an incarnation's checkpoint bookkeeping (only incarnations of
 // kinds that checkpoint have one).
 type cpState struct {
-	mu     sync.Mutex
-	dirty  checkpoint.Dirty
-	seq    uint64 // the incarnation's last capture's Sequence
-	queued bool   // in the clock's dirty set, or a capture is queued
+	mu    sync.Mutex
+	dirty checkpoint.Dirty
+	seq   uint64 // the incarnation's last capture's Sequence
 	// stored is the version of the stored checkpoint as this incarnation
-	// last learned it: its own writes' (landed), or its move's source's
-	// (0: unknown). current: the checkpoint there holds exactly the
-	// incarnation's state (its capture landed, no turn ran since, no
-	// later capture). A move carries both to its target (CheckpointAt).
+	// last learned it: its own writes' (Landed), or its move's source's
+	// (0: unknown, unless none): the checkpoint Writer starts its writes
+	// from it (checkpoint.Tracker). current: the checkpoint there holds
+	// exactly the incarnation's state (its capture landed, no turn ran
+	// since, no later capture). A move carries both to its target
+	// (CheckpointAt).
 	stored  location.StoreVersion
+	queued  bool // in the clock's dirty set, or a capture is queued
 	current bool
+	none    bool // stored is 0 because none is stored (Staged.NoCheckpoint)
+}
+
+// Known and Landed make cpState the checkpoint.Tracker of its
+// incarnation's captures.
+func (cs *cpState) Known() (location.StoreVersion, bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.stored, cs.stored != 0 || cs.none
+}
+
+func (cs *cpState) Landed(v location.StoreVersion, f checkpoint.Fence) {
+	// Writes of one object land in capture order.
+	cs.mu.Lock()
+	cs.stored = v
+	cs.current = f.Sequence == cs.seq && cs.dirty.Turns == 0
+	cs.mu.Unlock()
 }
 
 func newCheckpointer(store location.CheckpointStore, lease func() error, d *Driver) *checkpointer {
@@ -196,9 +215,6 @@ func (o *object) checkpointsOnArrival(at *messages.CheckpointAt) {
 		}
 		current := cs.current
 		cs.mu.Unlock()
-		if fresh {
-			o.d.cps.w.SetVersion(o.key, v)
-		}
 		if current {
 			return
 		}
@@ -294,17 +310,11 @@ func (o *object) capture() {
 		return
 	}
 	cps.captures.Add(1)
-	cps.w.SubmitThen(o.key, checkpoint.Checkpoint{
+	cps.w.SubmitTracked(o.key, checkpoint.Checkpoint{
 		Fence:      checkpoint.Fence{ObjectGeneration: o.generation, OwnerGeneration: o.ownerGeneration, Sequence: seq},
 		StableType: o.kind.StableType, ApplicationVersion: o.kind.ApplicationVersion,
 		TakenUnixNanos: o.d.clock.Now().UnixNano(), State: state,
-	}, func(v location.StoreVersion) {
-		// Writes of one object land in capture order.
-		cs.mu.Lock()
-		cs.stored = v
-		cs.current = seq == cs.seq && cs.dirty.Turns == 0
-		cs.mu.Unlock()
-	})
+	}, cs)
 }
 
 // ClaimCheckpoint takes key's checkpoint over for a new incarnation with
@@ -345,8 +355,10 @@ func (s *Staged) Restore(ctx context.Context, state []byte) error {
 // stored (its reservation proved it, location.OpCheckNoCheckpoint): its
 // first capture creates one without reading first.
 func (s *Staged) NoCheckpoint() {
-	if cps := s.obj.d.cps; cps != nil && s.obj.cp != nil {
-		cps.w.SetVersion(s.obj.key, 0)
+	if cs := s.obj.cp; s.obj.d.cps != nil && cs != nil {
+		cs.mu.Lock()
+		cs.none = cs.stored == 0
+		cs.mu.Unlock()
 	}
 }
 
