@@ -266,9 +266,9 @@ type ctlItem struct {
 
 // Mailbox is a relocatable actor.Mailbox. Create it with New or Producer.
 //
-// Every idle object has one, so it is kept to 176 bytes (a size class of
-// Go's allocator): what only a move, a Do or a closed incarnation needs is
-// in rare.
+// Every idle object has one, so it is kept to 160 bytes (a size class of
+// Go's allocator): what only a system message, a move, a Do or a closed
+// incarnation needs is in rare.
 type Mailbox struct {
 	// Set by New (options) and RegisterHandlers before Start; read-only after.
 	invoker    actor.MessageInvoker
@@ -280,8 +280,8 @@ type Mailbox struct {
 	// scheduled before Start, which makes it idle and schedules.
 	status    atomic.Int32
 	suspended atomic.Bool // SuspendMailbox seen and no ResumeMailbox since
-	sys       sysQueue
-	sysCount  atomic.Int32
+	// sysCount counts the system messages queued (in rare.sys, under mu).
+	sysCount atomic.Int32
 
 	// Written only under mu. Atomics so that Mode, UserMessageCount and the
 	// run loop's idle re-check can read them without the lock.
@@ -306,9 +306,13 @@ type Mailbox struct {
 	out ring
 }
 
-// mailboxRare is what a mailbox needs only while a move or a Do is under
-// way, or once it is closed.
+// mailboxRare is what a mailbox needs only while a system message, a move
+// or a Do is under way, or once it is closed.
 type mailboxRare struct {
+	// sys: system messages, in posting order (mu). They are few (Started,
+	// a restart, a stop), so a lock-free queue's node kept by every idle
+	// mailbox cost more than the lock.
+	sys         []any
 	ctl         []ctlItem // FIFO of Do items and at most one pending seal (mu)
 	sealPending bool      // (mu)
 	sink        Sink      // Redirecting's (mu)
@@ -326,7 +330,7 @@ func (m *Mailbox) rareLocked() *mailboxRare {
 // releaseRareLocked drops rare once it holds nothing: an object
 // checkpointed now and then (a Do each time) keeps no rare part between.
 func (m *Mailbox) releaseRareLocked() {
-	if r := m.rare; r != nil && len(r.ctl) == 0 && !r.sealPending && r.sink == nil && r.dropped.Load() == 0 {
+	if r := m.rare; r != nil && len(r.sys) == 0 && len(r.ctl) == 0 && !r.sealPending && r.sink == nil && r.dropped.Load() == 0 {
 		m.rare = nil
 	}
 }
@@ -357,7 +361,6 @@ var _ actor.Mailbox = (*Mailbox)(nil)
 func New(opts ...Option) *Mailbox {
 	m := &Mailbox{}
 	m.status.Store(running) // until Start
-	m.sys.init()
 	m.runFn = m.processMessages
 	for _, o := range opts {
 		if o != nil {
@@ -452,8 +455,11 @@ func (m *Mailbox) PostSystemMessage(message any) {
 		m.hooks.StopRefused(message)
 		return
 	}
-	m.sys.push(message)
+	m.mu.Lock()
+	r := m.rareLocked()
+	r.sys = append(r.sys, message)
 	m.sysCount.Add(1)
+	m.mu.Unlock()
 	m.schedule()
 }
 
@@ -720,6 +726,20 @@ func (m *Mailbox) popCtlLocked() ctlItem {
 	return it
 }
 
+// popSysLocked takes the first system message; sysCount said there is one.
+func (m *Mailbox) popSysLocked() any {
+	r := m.rare
+	msg := r.sys[0]
+	r.sys[0] = nil
+	r.sys = r.sys[1:]
+	if len(r.sys) == 0 {
+		r.sys = nil
+	}
+	m.sysCount.Add(-1)
+	m.releaseRareLocked()
+	return msg
+}
+
 func (m *Mailbox) schedule() {
 	if m.status.CompareAndSwap(idle, running) {
 		m.dispatcher.Schedule(m.runFn)
@@ -771,8 +791,10 @@ func (m *Mailbox) run() {
 		i++
 
 		// System messages first, in every mode, until the queue is empty.
-		if msg = m.sys.pop(); msg != nil {
-			m.sysCount.Add(-1)
+		if m.sysCount.Load() > 0 {
+			m.mu.Lock()
+			msg = m.popSysLocked()
+			m.mu.Unlock()
 			switch msg.(type) {
 			case *actor.SuspendMailbox:
 				m.suspended.Store(true)

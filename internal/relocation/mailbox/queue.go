@@ -1,7 +1,5 @@
 package mailbox
 
-import "sync/atomic"
-
 // ring is a growable FIFO ring buffer that also supports pushing a slice at
 // the front (Unseal, OpenWith) and removing everything at once (Seal,
 // Redirect, Discard). It is not synchronized: Mailbox.user is used under
@@ -137,44 +135,4 @@ func (r *ring) release() {
 		r.buf = nil
 		r.head = 0
 	}
-}
-
-// sysQueue is a lock-free multi-producer single-consumer queue for
-// system messages (Dmitry Vyukov's non-intrusive MPSC node queue, the same
-// algorithm as Proto.Actor's internal/queue/mpsc, which Go forbids importing).
-// push may be called from any goroutine; pop only from the run goroutine.
-type sysQueue struct {
-	head atomic.Pointer[sysNode] // producers swap here
-	tail *sysNode                // consumer only
-}
-
-type sysNode struct {
-	next atomic.Pointer[sysNode]
-	val  any
-}
-
-func (q *sysQueue) init() {
-	stub := &sysNode{}
-	q.head.Store(stub)
-	q.tail = stub
-}
-
-func (q *sysQueue) push(v any) {
-	n := &sysNode{val: v}
-	prev := q.head.Swap(n)
-	prev.next.Store(n)
-}
-
-// pop returns nil when the queue is empty (or a push is half-way: the
-// producer has swapped head but not yet linked; its count increment comes
-// after the link, so the run loop's re-check finds it).
-func (q *sysQueue) pop() any {
-	next := q.tail.next.Load()
-	if next == nil {
-		return nil
-	}
-	q.tail = next
-	v := next.val
-	next.val = nil
-	return v
 }
