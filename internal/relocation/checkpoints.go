@@ -278,7 +278,7 @@ func (o *object) captureHeldBack() {
 // An incarnation that moved away has no state left to capture.
 func (o *object) capture() {
 	cs := o.cp
-	if o.inst == nil || o.activating.Load() {
+	if o.inst == nil || o.flags.load(flagActivating) {
 		if o.inst != nil && o.kind.checkpoints.Timed() {
 			cs.mu.Lock()
 			requeue := !cs.queued

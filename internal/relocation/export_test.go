@@ -126,7 +126,7 @@ func Runs(d *Driver) (sources, targets, live int) {
 	v, _ := call(context.Background(), d, func() (runs, error) { return runs{len(d.sources), len(d.targets)}, nil })
 	d.liveMu.Lock()
 	defer d.liveMu.Unlock()
-	return v.s, v.t, len(d.live)
+	return v.s, v.t, len(d.live) - len(d.liveFree)
 }
 
 // HeldAfterCutover is how many messages d's move of key holds since its

@@ -198,7 +198,7 @@ func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, a
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
 		}
 		if firstOperation != "" {
-			obj.activating.Store(true)
+			obj.flags.set(flagActivating, true)
 		}
 		if err := obj.mb.OpenWith(first); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
@@ -287,7 +287,7 @@ func (d *Driver) here(key location.AuthorityKey, pending func() bool) spawn.Here
 	return spawn.Here{
 		Present: true, Generation: obj.generation,
 		Serving: obj.state == serving, Ended: obj.state == following || obj.state == ended,
-		Moving: obj.r().out != nil, Activating: obj.activating.Load(), Changing: obj.r().changing > 0,
+		Moving: obj.r().out != nil, Activating: obj.flags.load(flagActivating), Changing: obj.r().changing > 0,
 	}
 }
 
@@ -326,7 +326,7 @@ func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
 	var err2 error
 	select {
 	case <-marker.done:
-		obj.stopAllowed.Store(true)
+		obj.flags.set(flagStopAllowed, true)
 		if err := d.awaitStop(ctx, obj.pid); err != nil {
 			err2 = fmt.Errorf("%w: %s is still stopping: %w", roamerr.ErrDeadlineExceeded, key, err)
 		}

@@ -63,24 +63,29 @@ type object struct {
 	first *firstTurn
 	// The small fields last, packed (an idle object is 192 bytes, a size
 	// class of Go's allocator: a field more costs every idle Spot 16).
-	// activating: a cold activation opened this incarnation and its
+	// flags are its atomic booleans (objectFlag), one bit each:
+	//
+	// flagActivating: a cold activation opened this incarnation and its
 	// recovery pointer is not known to be gone from the store yet (set
 	// by Staged.Open; cleared by the settled callback of afterFirst once
 	// the pointer is gone, or when the incarnation ends). A move waits for
 	// it (settled): the pointer travels with the record, and a target
 	// would serve on with nobody removing it.
-	activating atomic.Bool
-	// pointerHeld: the first message has run and its recovery pointer's
-	// removal has not landed: dispatch waits (the mailbox gate), so that
-	// no second message runs while a later owner could still resume the
-	// activation from its first message alone (docs/PROTOCOL.md §7.5 step
-	// 12, PROTOCOL.md §7.7): a resume then loses nothing the first message
-	// did not.
-	pointerHeld atomic.Bool
-	// stopAllowed: the driver is ending this incarnation (Driver.stop);
-	// any other stop is refused.
-	stopAllowed atomic.Bool
-	state       objectState
+	//
+	// flagPointerHeld: the first message has run and its recovery
+	// pointer's removal has not landed: dispatch waits (the mailbox gate),
+	// so that no second message runs while a later owner could still
+	// resume the activation from its first message alone
+	// (docs/PROTOCOL.md §7.5 step 12, PROTOCOL.md §7.7): a resume then
+	// loses nothing the first message did not.
+	//
+	// flagStopAllowed: the driver is ending this incarnation
+	// (Driver.stop); any other stop is refused.
+	flags objectFlags
+	// liveAt is its place in the driver's live incarnations, plus one (0:
+	// not there); under the driver's liveMu.
+	liveAt uint32
+	state  objectState
 	// closing: CloseLocal ended it and its close marker is queued (the
 	// driver goroutine only).
 	closing bool
@@ -94,6 +99,32 @@ type object struct {
 	// hc is the context its actor gets (hostactor.go); the object's
 	// goroutine only.
 	hc hostContext
+}
+
+// objectFlag is a bit of object.flags.
+type objectFlag uint32
+
+const (
+	flagActivating objectFlag = 1 << iota
+	flagPointerHeld
+	flagStopAllowed
+)
+
+// objectFlags are atomic booleans in one word: three atomic.Bool fields
+// cost every idle Spot 8 bytes more.
+type objectFlags struct{ v atomic.Uint32 }
+
+func (f *objectFlags) load(b objectFlag) bool { return f.v.Load()&uint32(b) != 0 }
+
+// set sets b to on and reports whether it was set before.
+func (f *objectFlags) set(b objectFlag, on bool) (was bool) {
+	var old uint32
+	if on {
+		old = f.v.Or(uint32(b))
+	} else {
+		old = f.v.And(^uint32(b))
+	}
+	return old&uint32(b) != 0
 }
 
 // objectRare holds an object's fields that most objects never set: an
@@ -168,7 +199,7 @@ func (o *object) afterTurn(hd actor.ReadonlyMessageHeader) {
 		done := o.first.after
 		// Kept no longer than needed (an idle Spot's heap).
 		o.first = nil
-		o.pointerHeld.Store(true) // before the next turn's gate check
+		o.flags.set(flagPointerHeld, true) // before the next turn's gate check
 		done(o.pointerSettled)
 	}
 }
@@ -184,7 +215,7 @@ func (o *object) pointerSettled(pointerGone bool) {
 	if pointerGone {
 		o.moveMayStart()
 	}
-	if o.pointerHeld.Swap(false) && o.mb != nil {
+	if o.flags.set(flagPointerHeld, false) && o.mb != nil {
 		o.mb.Wake()
 	}
 }
@@ -193,7 +224,7 @@ func (o *object) pointerSettled(pointerGone bool) {
 // the pointer is gone, or the incarnation ended (they then find it so).
 func (o *object) moveMayStart() {
 	settleMu.Lock()
-	settledNow := o.activating.CompareAndSwap(true, false)
+	settledNow := o.flags.set(flagActivating, false)
 	if ch := o.d.settling[o]; settledNow && ch != nil {
 		close(ch)
 		delete(o.d.settling, o)
@@ -209,7 +240,7 @@ func (o *object) moveMayStart() {
 func (o *object) settled() <-chan struct{} {
 	settleMu.Lock()
 	defer settleMu.Unlock()
-	if !o.activating.Load() {
+	if !o.flags.load(flagActivating) {
 		return closedChan
 	}
 	ch := o.d.settling[o]
@@ -373,7 +404,7 @@ func (o *object) Intercept(msg any) bool {
 // nothing of the application runs on a node whose owner lease is not
 // provably in force. So does a cold activation's recovery pointer between
 // the first handler's return and the removal's landing (pointerHeld).
-func (o *object) GateOpen() bool { return !o.pointerHeld.Load() && o.d.node.Valid() }
+func (o *object) GateOpen() bool { return !o.flags.load(flagPointerHeld) && o.d.node.Valid() }
 
 // Closed (mailbox.Hooks) answers what reaches an incarnation removed
 // before it opened (a staged one, a relocation target's temporary queue;
@@ -403,7 +434,7 @@ func (o *object) Closed(msg any) {
 // (Driver.stop); a stop from anywhere else — the application, a remote
 // peer — would leave the store naming this node for an object it no
 // longer serves.
-func (o *object) StopAllowed() bool { return o.stopAllowed.Load() }
+func (o *object) StopAllowed() bool { return o.flags.load(flagStopAllowed) }
 
 // StopRefused (mailbox.Hooks) reports a refused stop.
 func (o *object) StopRefused(msg any) {

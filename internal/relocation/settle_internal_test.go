@@ -18,8 +18,8 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	d := &Driver{}
 	settling := func() *object {
 		o := &object{d: d}
-		o.activating.Store(true)
-		o.pointerHeld.Store(true)
+		o.flags.set(flagActivating, true)
+		o.flags.set(flagPointerHeld, true)
 		return o
 	}
 	closed := func(ch <-chan struct{}) bool {
@@ -34,8 +34,8 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 	o := settling()
 	waiting := o.settled() // a move that waits
 	o.pointerSettled(false)
-	require.False(t, o.pointerHeld.Load(), "dispatch goes on for the close")
-	require.True(t, o.activating.Load(), "a move still waits")
+	require.False(t, o.flags.load(flagPointerHeld), "dispatch goes on for the close")
+	require.True(t, o.flags.load(flagActivating), "a move still waits")
 	require.False(t, closed(waiting))
 	require.False(t, closed(o.settled()))
 	o.moveMayStart() // the incarnation ended
@@ -47,8 +47,8 @@ func TestAMoveWaitsUntilTheRecoveryPointerIsGone(t *testing.T) {
 
 	o = settling()
 	o.pointerSettled(true)
-	require.False(t, o.pointerHeld.Load())
-	require.False(t, o.activating.Load())
+	require.False(t, o.flags.load(flagPointerHeld))
+	require.False(t, o.flags.load(flagActivating))
 	require.Empty(t, d.settling, "no move waited: no channel was made")
 	require.True(t, closed(o.settled()), "the pointer is gone: moves start")
 	o.pointerSettled(true) // idempotent

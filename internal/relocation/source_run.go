@@ -311,7 +311,7 @@ func (d *Driver) startSource(ctx context.Context, key location.AuthorityKey, tar
 		return nil, err
 	}
 	switch {
-	case obj.activating.Load():
+	case obj.flags.load(flagActivating):
 		// The record still carries the cold activation's recovery pointer,
 		// which only this incarnation removes (after its first message).
 		return nil, &settlingError{done: obj.settled()}

@@ -64,7 +64,7 @@ func (d *Driver) spotWideMembers(spot *object, want int) ([]*object, error) {
 		}
 		objs = append(objs, o)
 		cands = append(cands, admit.Member{Key: o.key, Opening: o.r().opening != nil,
-			Busy:     o.state != serving || o.r().out != nil || o.activating.Load() || o.r().changing > 0,
+			Busy:     o.state != serving || o.r().out != nil || o.flags.load(flagActivating) || o.r().changing > 0,
 			Disabled: isDisabled(o.kind.Policy)})
 	}
 	picked, settling, err := admit.SpotWide(spot.key, int(spot.r().joining), want, cands, MaxSpotWideMembers)
