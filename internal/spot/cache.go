@@ -72,6 +72,21 @@ type cachedRoute struct {
 const hintedBit = 1 << 63
 
 // release ends one use of the route.
+// routeUse is one use of a cached route, counted until its call sent
+// (sent). A nil one counts nothing. One goroutine's, the call's.
+type routeUse struct {
+	r    *cachedRoute
+	done bool
+}
+
+// sent ends the use, once: the call sent on the route, or gave up.
+func (u *routeUse) sent() {
+	if u != nil && !u.done {
+		u.done = true
+		u.r.release()
+	}
+}
+
 func (r *cachedRoute) release() {
 	if r.state.Add(^uint64(0)) == hintedBit { // hinted, and the last user sent
 		r.idleOnce.Do(func() { close(r.idle) })
@@ -106,14 +121,13 @@ func (c *routeCache) load(id string) *cachedRoute {
 // barrier down a hinted route waits for every such call. A route being
 // drained is not returned: the caller gets the channel to wait on
 // instead, so that nothing is sent down the old route after its barrier.
-func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct{}, sent func()) {
-	noop := func() {}
+func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct{}, use *routeUse) {
 	if c.maxAge <= 0 {
-		return authority{}, false, nil, noop
+		return authority{}, false, nil, nil
 	}
 	r := c.load(id)
 	if r == nil {
-		return authority{}, false, nil, noop
+		return authority{}, false, nil, nil
 	}
 	for {
 		// One atomic step with the look-up of the hint: a hint that marks
@@ -122,14 +136,13 @@ func (c *routeCache) use(id string) (a authority, ok bool, drained <-chan struct
 		s := r.state.Load()
 		switch {
 		case s&hintedBit != 0:
-			return authority{}, false, r.drained, noop
+			return authority{}, false, r.drained, nil
 		case c.policy.Aged(machine.Since(c.clock, r.at)):
 			c.expire(id, r)
-			return authority{}, false, nil, noop
+			return authority{}, false, nil, nil
 		}
 		if r.state.CompareAndSwap(s, s+1) {
-			var once sync.Once
-			return r.a, true, nil, func() { once.Do(r.release) }
+			return r.a, true, nil, &routeUse{r: r}
 		}
 	}
 }
@@ -195,8 +208,8 @@ func (c *routeCache) takeExpired(id string) (authority, bool) {
 
 // put caches a as putUse does, for a call that does not send on it.
 func (c *routeCache) put(id string, a authority) (undrained bool) {
-	sent, _, undrained := c.putUse(id, a)
-	sent()
+	use, _, undrained := c.putUse(id, a)
+	use.sent()
 	return undrained
 }
 
@@ -214,11 +227,10 @@ func (c *routeCache) put(id string, a authority) (undrained bool) {
 // drains it (onHint) and reads again. Replaced at once, the next call
 // would go straight to the newer owner, ahead of what the other call
 // sent.
-func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan struct{}, undrained bool) {
-	noop := func() {}
+func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan struct{}, undrained bool) {
 	res := spotcall.Resolved{V: a.v, Ended: a.ended}
 	if !c.policy.Keeps(res) {
-		return noop, nil, false
+		return nil, nil, false
 	}
 	a.owner = a.pid()
 	c.mu.Lock()
@@ -230,15 +242,14 @@ func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan st
 	}
 	switch c.policy.Put(res, old != nil, draining, same) {
 	case spotcall.PutWait:
-		return noop, old.drained, false
+		return nil, old.drained, false
 	case spotcall.PutDrain:
-		return noop, nil, true
+		return nil, nil, true
 	case spotcall.PutSame:
 		// One more use. A hint takes mu, so none comes between the look
 		// and the count.
 		old.state.Add(1)
-		var once sync.Once
-		return func() { once.Do(old.release) }, nil, false
+		return &routeUse{r: old}, nil, false
 	}
 	delete(c.expired, id)
 	if c.n >= maxCachedRoutes {
@@ -253,8 +264,7 @@ func (c *routeCache) putUse(id string, a authority) (sent func(), wait <-chan st
 	c.routes.Store(id, r)
 	c.n++
 	c.owners[ownerOf(r)]++
-	var once sync.Once
-	return func() { once.Do(r.release) }, nil, false
+	return &routeUse{r: r}, nil, false
 }
 
 // hinted marks id's route as followed and reports the route to drain, if

@@ -43,14 +43,14 @@ func saturate(b *testing.B, useCache bool) {
 		}
 		id := names[(tok*7919+n)%ids]
 		start := time.Now()
-		sent := func() {}
+		var use *routeUse
 		if useCache {
-			_, _, _, sent = c.use(id)
+			_, _, _, use = c.use(id)
 		}
 		work := time.Now()
 		for time.Since(work) < 2*time.Microsecond {
 		}
-		sent()
+		use.sent()
 		if d := time.Since(start); d > time.Millisecond {
 			mu.Lock()
 			waits = append(waits, d)

@@ -58,12 +58,12 @@ func TestARouteReadFromTheStoreHoldsItsBarrierUntilTheCallSent(t *testing.T) {
 		t.Fatal("the barrier may not go out before the call that read the route has sent")
 	default:
 	}
-	sent()
+	sent.sent()
 	<-idle
 
 	sentAgain, wait, _ := c.putUse("r", readyAt("r"))
 	require.NotNil(t, wait, "a route being drained is waited for, not bypassed")
-	sentAgain()
+	sentAgain.sent()
 	select {
 	case <-wait:
 		t.Fatal("drained before the drop")

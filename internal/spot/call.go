@@ -143,8 +143,8 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 		// it beside the authority (docs/PROTOCOL.md §7.5 steps 1–4).
 		onMiss = func() { ahead = m.listNodesAhead(ctx, c.mesh) }
 	}
-	a, cached, sent, err := m.takeRoute(ctx, c.spotID, onMiss)
-	defer sent() // whatever happens before the send
+	a, cached, use, err := m.takeRoute(ctx, c.spotID, onMiss)
+	defer use.sent() // whatever happens before the send
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 	}
 	switch p.Way {
 	case spotcall.Deliver:
-		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op, sent)
+		return c.deliver(ctx, a.pid(), a.v.Record.GetOwner(), op, use)
 	case spotcall.Place, spotcall.Reactivate:
 		return c.activate(ctx, ahead, op, p)
 	default: // spotcall.ToOwner
@@ -169,20 +169,20 @@ func (c *Call) do(ctx context.Context, route *string) (proto.Message, error) {
 }
 
 // takeRoute resolves the Spot id for a call about to send to it: from the
-// route cache, counted as a use of the route, or from the store. sent must
-// be called once the call has sent (or given up): a hinted route's barrier
+// route cache, counted as a use of the route, or from the store. use.sent
+// must be called once the call has sent (or given up): a hinted route's barrier
 // waits for every use (routeCache.use). A route being drained after a move
 // is waited for, then the new owner is read (PROTOCOL.md §7.8: everything this
 // node sent on the old route is handled first). Every call by Spot ID
 // takes its route here, grain calls too (grainPID). onMiss, if set, runs
 // before the store is read.
-func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a authority, cached bool, sent func(), err error) {
+func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a authority, cached bool, use *routeUse, err error) {
 	for {
-		a, cached, drained, sent := m.cache.use(id)
+		a, cached, drained, use := m.cache.use(id)
 		if cached && m.routeLost(ctx, a) {
 			// Nothing sent on it can still arrive by it: the store names
 			// the owner now.
-			sent()
+			use.sent()
 			m.cache.drop(id)
 			continue
 		}
@@ -192,23 +192,23 @@ func (m *Manager) takeRoute(ctx context.Context, id string, onMiss func()) (a au
 			// route may still be on its way through that node's Message
 			// Follow, so the route is drained like a followed one
 			// (PROTOCOL.md §7.8) before the store is read.
-			sent()
+			use.sent()
 			m.onHint(id)
 			continue
 		}
 		if cached {
-			return a, true, sent, nil
+			return a, true, use, nil
 		}
 		if drained == nil {
-			a, sent, drained, err = m.readRoute(ctx, id, onMiss)
+			a, use, drained, err = m.readRoute(ctx, id, onMiss)
 			if err != nil || drained == nil {
-				return a, false, sent, err
+				return a, false, use, err
 			}
 		}
 		select {
 		case <-drained:
 		case <-ctx.Done():
-			return authority{}, false, sent, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, id, ctx.Err())
+			return authority{}, false, use, fmt.Errorf("%w: waiting for the route to Spot %q to drain: %w", roamerr.ErrDeadlineExceeded, id, ctx.Err())
 		}
 	}
 }
@@ -224,13 +224,13 @@ var readAgain = func() chan struct{} {
 // send to it, and caches the route counted as the call's use
 // (routeCache.putUse). If another route must drain first, it returns the
 // channel to wait on, and the call reads again once it is closed.
-func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a authority, sent func(), drained <-chan struct{}, err error) {
+func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a authority, use *routeUse, drained <-chan struct{}, err error) {
 	old, aged := m.cache.takeExpired(id)
 	if onMiss != nil {
 		onMiss()
 	}
 	if a, err = m.readRouteAuthority(ctx, id); err != nil {
-		return authority{}, func() {}, nil, err
+		return authority{}, nil, nil, err
 	}
 	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
 		// The Spot moved while the route aged out, with no hint yet:
@@ -240,7 +240,7 @@ func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a au
 	// A Spot still on a node that said it is leaving (its drain left it
 	// there): this route is new, so later calls on it need no drain.
 	a.leavingRead = m.d.PeerLeaving(a.address, a.v.Record.GetOwner().GetNodeRid())
-	sent, drained, undrained := m.cache.putUse(id, a)
+	use, drained, undrained := m.cache.putUse(id, a)
 	if undrained {
 		// Another call cached another owner meanwhile and may have sent
 		// on it: drained like a followed route before anyone goes on.
@@ -249,7 +249,7 @@ func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a au
 			drained = readAgain // dropped already
 		}
 	}
-	return a, sent, drained, nil
+	return a, use, drained, nil
 }
 
 // headers stamps the operation identity; a send's calling node (a
@@ -276,20 +276,20 @@ func (c *Call) headers(ctx context.Context, op string) map[string]string {
 // deliver sends to the owner's incarnation (route kind 1). A dead letter
 // means the route is stale: the operation ends with ErrStale and the route
 // is dropped, never retried elsewhere (PROTOCOL.md §7.4).
-// sent is called right after the send (a cached route's barrier waits for
-// it).
-func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, sent func()) (proto.Message, error) {
+// use.sent is called right after the send (a cached route's barrier
+// waits for it).
+func (c *Call) deliver(ctx context.Context, pid *actor.PID, owner *messages.Owner, op string, use *routeUse) (proto.Message, error) {
 	m := c.m
 	if !c.request {
 		m.sys.Root.Send(pid, &actor.MessageEnvelope{Message: c.msg, Header: c.headers(ctx, op)})
-		sent()
+		use.sent()
 		return nil, nil
 	}
 	env := &actor.MessageEnvelope{Message: c.msg}
 	if c.from != "" {
 		env.SetHeader(relocation.HeaderFrom, c.from)
 	}
-	return c.await(ctx, op, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); sent() })
+	return c.await(ctx, op, pid.Address, owner, env, false, func(env *actor.MessageEnvelope) { m.sys.Root.Send(pid, env); use.sent() })
 }
 
 // await sends env with a future as its sender — or, for a send's dispatch
@@ -437,11 +437,7 @@ func (p *replyProcess) Stop(*actor.PID) {}
 
 // livenessTick is closed at the manager's next second (everySecond): one
 // timer for every waiting call.
-func (m *Manager) livenessTick() <-chan struct{} {
-	m.tickMu.Lock()
-	defer m.tickMu.Unlock()
-	return m.tick
-}
+func (m *Manager) livenessTick() <-chan struct{} { return *m.tick.Load() }
 
 // activate selects the target of a cold activation (PROTOCOL.md §7.5
 // steps 4–7) and sends it the activation envelope. The source writes

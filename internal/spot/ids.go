@@ -91,7 +91,10 @@ var (
 )
 
 // newOperationID issues a call's operation id (PROTOCOL.md §2.3).
-func newOperationID() string { return opPrefix + strconv.FormatUint(opSeq.Add(1), 36) }
+func newOperationID() string {
+	var buf [len("0123456789abcdef01234567-") + 13]byte // one allocation: every call makes one
+	return string(strconv.AppendUint(append(buf[:0], opPrefix...), opSeq.Add(1), 36))
+}
 
 // newID is what Create calls (replaced in tests); newIDCalls counts it.
 var (

@@ -246,17 +246,17 @@ func (l *IdentityLookup) Shutdown() { l.inner.Shutdown() }
 func (m *Manager) grainPID(ctx context.Context, kind, identity string) (*actor.PID, error) {
 	id := GrainSpotID(kind, identity)
 	for attempt := 0; attempt < 2; attempt++ {
-		a, _, sent, err := m.takeRoute(ctx, id, nil)
+		a, _, use, err := m.takeRoute(ctx, id, nil)
 		if err != nil {
-			sent()
+			use.sent()
 			return nil, err
 		}
 		if a.ready() && !a.ended {
 			pid := a.pid()
-			sent()
+			use.sent()
 			return pid, nil
 		}
-		sent()
+		use.sent()
 		if attempt == 0 {
 			if _, err := m.Request(id, &messages.GrainActivate{}).InstanceSpot(kind).Do(ctx); err != nil {
 				return nil, err

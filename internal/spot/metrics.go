@@ -26,7 +26,7 @@ type metrics struct {
 	// callSets holds each callKey's attribute option, built once: a call
 	// by Spot ID would otherwise build and sort an attribute set every
 	// time (the keys are few: routes × intent × roamerr classes).
-	callSets sync.Map // callKey → metric.AddOption
+	callSets sync.Map // callKey → []metric.AddOption
 	// forOperator is how many objects of ended owners wait for an
 	// operator, as the last recovery pass counted (a gauge).
 	forOperator atomic.Int64
@@ -70,12 +70,12 @@ func outcomeOf(err error) string {
 
 func (m *metrics) call(route string, instance bool, err error) {
 	k := callKey{route, instance, outcomeOf(err)}
-	opt, ok := m.callSets.Load(k)
+	opts, ok := m.callSets.Load(k)
 	if !ok {
-		opt, _ = m.callSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route),
-			attribute.Bool("instance_intent", instance), attribute.String("outcome", k.outcome))))
+		opts, _ = m.callSets.LoadOrStore(k, []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route),
+			attribute.Bool("instance_intent", instance), attribute.String("outcome", k.outcome)))})
 	}
-	m.calls.Add(context.Background(), 1, opt.(metric.AddOption))
+	m.calls.Add(context.Background(), 1, opts.([]metric.AddOption)...) // the slice kept: no allocation per call
 }
 
 func (m *metrics) operation(op, outcome string) {

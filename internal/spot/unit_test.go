@@ -99,9 +99,9 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 		t.Fatal("the barrier may not go out before the call has sent")
 	default:
 	}
-	sent()
+	sent.sent()
 	<-idle
-	sent() // a second call changes nothing
+	sent.sent() // a second call changes nothing
 	_, ok, drained, _ := c.use("r")
 	require.False(t, ok, "a draining route is not used")
 	require.NotNil(t, drained)
@@ -117,7 +117,7 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 		t.Fatal("the put released the barrier before the call sent")
 	default:
 	}
-	sentP()
+	sentP.sent()
 	<-idleP
 
 	// A route dropped (its owner left) while a call still holds it wakes
@@ -127,7 +127,7 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 	_, idle, _ = c.hinted("q")
 	c.drop("q")
 	<-idle
-	sentQ()
+	sentQ.sent()
 }
 
 // The same under contention: calls take the route without a lock while the
@@ -163,7 +163,7 @@ func TestRouteBarrierWaitsForEveryCallUnderContention(t *testing.T) {
 						late.Add(1) // took the route after its barrier was let go
 					}
 					holding.Add(-1)
-					sent()
+					sent.sent()
 				}
 			}()
 		}
