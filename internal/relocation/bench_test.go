@@ -90,7 +90,7 @@ func benchPause(b *testing.B, store location.Store, size int) {
 		rtts = append(rtts, time.Since(start))
 	}
 	slices.Sort(rtts)
-	var toReady, toCommit []time.Duration
+	var toReady, toCut, toCommit []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		from, to := nodes[i%2], nodes[(i+1)%2]
@@ -99,13 +99,19 @@ func benchPause(b *testing.B, store location.Store, size int) {
 			b.Fatal(err)
 		}
 		toReady = append(toReady, out.RelayReady.Sub(out.Sealed))
+		toCut = append(toCut, out.CutoverSent.Sub(out.RelayReady))
 		toCommit = append(toCommit, out.Committed.Sub(out.CutoverSent))
 	}
 	b.StopTimer()
 	slices.Sort(toReady)
+	slices.Sort(toCut)
 	slices.Sort(toCommit)
 	// Where the time goes, as the source sees it: seal → relay-ready
-	// (capture, transfer, restore) and cutover → commit seen in the store.
+	// (capture, transfer, restore), relay-ready → cutover sent (the
+	// relay), and cutover → commit seen in the store.
+	b.ReportMetric(float64(percentile(toReady, 0.5).Microseconds()), "ready-p50-µs")
+	b.ReportMetric(float64(percentile(toCut, 0.5).Microseconds()), "cutover-p50-µs")
+	b.ReportMetric(float64(percentile(toCommit, 0.5).Microseconds()), "commit-p50-µs")
 	b.ReportMetric(float64(percentile(toReady, 0.99).Microseconds())/1000, "ready-p99-ms")
 	b.ReportMetric(float64(percentile(toCommit, 0.99).Microseconds())/1000, "commit-p99-ms")
 	var ps []time.Duration
