@@ -141,6 +141,9 @@ type Manager struct {
 	// inProcess: the store answers in the process (memstore), so
 	// concurrent reads gain nothing.
 	inProcess bool
+	// immediate: the store's calls return at once (location.Immediate):
+	// an activation makes them on its own loop's goroutine (runner.store).
+	immediate bool
 	// keysReader: the node's store reads a Spot's two keys in one round
 	// trip (nil: two reads).
 	keysReader location.KeysReader
@@ -266,6 +269,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	if s, ok := d.Node().Store().(location.InProcess); ok {
 		m.inProcess = s.InProcess()
 	}
+	m.immediate = location.IsImmediate(d.Node().Store())
 	// Reads need no lease: the store's own two-key read serves them.
 	m.keysReader, _ = d.Node().Store().(location.KeysReader)
 	if rs, ok := d.Node().Store().(location.RootStore); ok && samePointer(rs, roots) {
