@@ -62,12 +62,12 @@ func (s *keyOutage) Watch(ctx context.Context, key location.AuthorityKey, after 
 	return s.Store.Watch(ctx, key, after)
 }
 
-// outageNodes are two nodes (2 s restore timeout) on a store whose
+// outageNodes are two nodes (restore timeout restore) on a store whose
 // answers for one Actor's record ("outage") stop while st.down is set.
-func outageNodes(t *testing.T) (st *keyOutage, a, b *testNode) {
+func outageNodes(t *testing.T, restore time.Duration) (st *keyOutage, a, b *testNode) {
 	st = &keyOutage{Store: newStore(t), key: location.Key(location.KindActor, "outage")}
 	t.Cleanup(func() { st.down.Store(false) })
-	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: 2 * time.Second}
+	cfg := relocation.Config{Logger: testLogger(), RestoreTimeout: restore}
 	return st, startNodeConfig(t, st, cfg, counterKind), startNodeConfig(t, st, cfg, counterKind)
 }
 
@@ -78,7 +78,11 @@ func outageNodes(t *testing.T) (st *keyOutage, a, b *testNode) {
 // its seal, and the object answers throughout.
 // Reference: docs/PROTOCOL.md §5.2; docs/FAULTS.md.
 func TestAStoreOutageAtTheSourceCheckEndsTheMoveUnsealed(t *testing.T) {
-	st, a, b := outageNodes(t)
+	// The target answers halfway to the restore deadline, the source gives
+	// up at it: 3 s between the two, so that a machine busy enough to
+	// starve the nodes for a second (four CPU-bound processes beside the
+	// race detector: it failed so at 2 s) still sees the target's answer.
+	st, a, b := outageNodes(t, 6*time.Second)
 	key := st.key
 	ctx := context.Background()
 	pid, err := a.driver.Spawn(ctx, "counter", key.ID)
@@ -121,7 +125,7 @@ func TestAStoreOutageAtTheSourceCheckEndsTheMoveUnsealed(t *testing.T) {
 // docs/FAULTS.md.
 // Reference: docs/PROTOCOL.md §5.7, §6.2; docs/FAULTS.md.
 func TestAStoreOutageAtTheSealEndsTheMoveAtItsRestoreDeadline(t *testing.T) {
-	st, a, b := outageNodes(t)
+	st, a, b := outageNodes(t, 2*time.Second)
 	key := st.key
 	relocation.WithoutSourceCheck(b.driver)
 	ctx := context.Background()
