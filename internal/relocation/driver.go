@@ -33,6 +33,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/meshnode"
 	"github.com/roamactors/roam/internal/meshnode/lease"
+	"github.com/roamactors/roam/internal/pinned"
 	"github.com/roamactors/roam/internal/placement"
 	"github.com/roamactors/roam/internal/ratelog"
 	"github.com/roamactors/roam/internal/relocation/admit"
@@ -420,8 +421,14 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	if err := d.startLink(node); err != nil {
 		return nil, err
 	}
-	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways)), DriverName)
+	// Its turns run on a goroutine of its own (pinned), ended with the
+	// node: Proto.Actor's default dispatcher started one per run, which
+	// grew its stack through the turn every time.
+	dispatch := pinned.New(300) // Proto.Actor's default throughput
+	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways),
+		actor.WithDispatcher(dispatch)), DriverName)
 	if err != nil {
+		dispatch.Close()
 		if d.link != nil {
 			d.link.Close()
 		}
@@ -442,6 +449,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	node.OnLeaseChange(func(st lease.Status) { d.sys.Root.Send(d.self, &leaseChanged{status: st}) })
 	go func() {
 		<-node.Stopped()
+		dispatch.Close() // what still reaches the actor runs as before
 		d.loop.CloseTimers()
 		if d.cps != nil {
 			d.cps.shutdown()
