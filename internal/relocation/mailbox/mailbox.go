@@ -347,10 +347,11 @@ func (m *Mailbox) ctlItems() int32 { return m.ctlCount.Load() &^ ctlEndSeal }
 // countDropped counts a user message posted in Closed mode without a
 // handler. Closed is reached under mu (Discard), which made rare.
 func (m *Mailbox) countDropped() {
+	// Under mu: a Do accepted before the Discard may still end and drop an
+	// empty rare part, which must not take this count with it.
 	m.mu.Lock()
-	r := m.rareLocked()
-	m.mu.Unlock()
-	r.dropped.Add(1)
+	defer m.mu.Unlock()
+	m.rareLocked().dropped.Add(1)
 }
 
 var _ actor.Mailbox = (*Mailbox)(nil)
