@@ -96,6 +96,10 @@ func TestAMoveWritesNoCheckpointOfAStateAlreadyStored(t *testing.T) {
 	// The next message runs at the target; its capture compares against
 	// v0 as the source knew it.
 	require.EqualValues(t, 3, get(t, a.node.System(), pid), "followed to the target")
+	// The reply comes before the turn's end captures it: a flush right
+	// after it may find nothing to capture yet. Wait for the write.
+	testwait.For(t, func() bool { _, v, _ := storedCount(t, cps.CheckpointStore, key); return v != v0 },
+		"the target's capture of the turn written")
 	require.NoError(t, b.driver.FlushCheckpoints(ctx))
 	n, v1, moved := storedCount(t, cps.CheckpointStore, key)
 	require.EqualValues(t, 3, n)
