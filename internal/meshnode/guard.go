@@ -48,6 +48,7 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 	own := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
 		grpc.ChainUnaryInterceptor(guardUnary(log)), grpc.ChainStreamInterceptor(guardStream(log, tlsOn, sys, hooks)),
+		grpc.InitialWindowSize(remoteWindowBytes), grpc.InitialConnWindowSize(remoteWindowBytes),
 	}
 	// The limits come first, so that an application's own options win;
 	// without TLS the counting credentials too, so that its own
@@ -61,6 +62,7 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 	rcfg.DialOptions = append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
 		grpc.WithChainStreamInterceptor(splitFrames(log, sys, hooks.limitOf)),
+		grpc.WithInitialWindowSize(remoteWindowBytes), grpc.WithInitialConnWindowSize(remoteWindowBytes),
 	}, rcfg.DialOptions...)
 	rcfg.CallOptions = append([]grpc.CallOption{grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)}, rcfg.CallOptions...)
 	if tlsOn {
@@ -68,6 +70,18 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 		rcfg.DialOptions = append(rcfg.DialOptions, grpc.WithTransportCredentials(client))
 	}
 }
+
+// remoteWindowBytes is the HTTP/2 flow-control window of the remote's
+// connections and streams, fixed. gRPC's default starts at 64 KiB and
+// grows it by estimating the bandwidth-delay product, with a ping for
+// every burst of data read: on a move's small control messages, most of a
+// hop's frames were those pings, their acknowledgements and window
+// updates, each a write on the socket (`make bench` section (g)). A fixed
+// window turns the estimator off. 4 MiB covers a 10 Gb/s link at 3 ms
+// round trip, and stays below the 16 MiB the estimator may grow a window
+// to; large payloads travel on the chunk link, not here. An application's
+// own window options (RemoteOptions) come later and win.
+const remoteWindowBytes = 4 << 20
 
 // unimplemented are Proto.Actor remote RPCs whose server side panics
 // ("implement me"): one call from anyone who can reach the port would end

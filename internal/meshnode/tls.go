@@ -146,13 +146,20 @@ func certifiedFor(leaf *x509.Certificate, address string) bool {
 // talks to roam nodes without being one (a client): roam's frame limits,
 // so that it may send a node messages up to MaxMessageBytes, and with t
 // the cluster's mutual TLS — the certificate must name the client's own
-// host, which it speaks from. They replace Proto.Actor's defaults. A node
+// host, which it speaks from; and the fixed flow-control window of a
+// node's connections (remoteWindowBytes). They replace Proto.Actor's defaults. A node
 // sends a process that is not a node messages of at most 4 MiB (gRPC's
 // default limit): a larger reply is answered to the client's request as a
 // DeliveryFailed of class capacity_exceeded.
 func ClientRemoteOptions(t *TLS, host string) ([]remote.ConfigOption, error) {
-	dial := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes))}
-	server := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes)}
+	dial := []grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxFrameBytes), grpc.MaxCallRecvMsgSize(MaxFrameBytes)),
+		grpc.WithInitialWindowSize(remoteWindowBytes), grpc.WithInitialConnWindowSize(remoteWindowBytes),
+	}
+	server := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxFrameBytes), grpc.MaxSendMsgSize(MaxFrameBytes),
+		grpc.InitialWindowSize(remoteWindowBytes), grpc.InitialConnWindowSize(remoteWindowBytes),
+	}
 	if t == nil {
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {
