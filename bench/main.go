@@ -34,6 +34,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per figure (the figure is their median)")
 	quick := flag.Bool("quick", false, "fewer moves and Spots, for a smoke run")
 	only := flag.String("only", "abcdefghijk", "the sections to run (letters a to k)")
+	storeNames := flag.String("stores", "embedded,Consul", "the stores the sections that run on each store run on, comma-separated ((d) and (g) run on the embedded store)")
 	talkers := flag.Int("talkers", 5000, "the objects of section (j)")
 	scaleN := flag.Int("scale", 1000000, "the idle Spots of section (i)")
 	units := flag.Int("drain-units", 0, "units in the drain section (default 10,000; 500 with -quick)")
@@ -82,7 +84,13 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*out, *runs, *quick, *only, *units, *drainProfile, *scaleN, *talkers); err != nil {
+	for _, name := range strings.Split(*storeNames, ",") {
+		if name != "embedded" && name != "Consul" {
+			fmt.Fprintf(os.Stderr, "bench: -stores: no store %q (embedded, Consul)\n", name)
+			os.Exit(2)
+		}
+	}
+	if err := run(*out, *runs, *quick, *only, *units, *drainProfile, *scaleN, *talkers, *storeNames); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -91,7 +99,7 @@ func main() {
 
 var sizes = []int{1 << 10, 64 << 10, 1 << 20, 16 << 20}
 
-func run(out string, runs int, quick bool, only string, drainUnits int, drainProfile string, scaleN, talkers int) error {
+func run(out string, runs int, quick bool, only string, drainUnits int, drainProfile string, scaleN, talkers int, storeNames string) error {
 	want := func(section string) bool { return strings.Contains(only, section) }
 	ctx := context.Background()
 	srv, err := consultest.Launch()
@@ -112,6 +120,14 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			return &consulClients{s, cfg}, err
 		}},
 	}
+	// (g) and (d) run on the embedded store whatever -stores says.
+	embedded := stores[0]
+	stores = slices.DeleteFunc(stores, func(s struct {
+		name string
+		new  func() (location.Store, error)
+	}) bool {
+		return !slices.Contains(strings.Split(storeNames, ","), s.name)
+	})
 	moves, spots, window := 20, 1000, 3*time.Second
 	if quick {
 		moves, spots, window = 5, 100, time.Second
@@ -256,7 +272,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 			if quick {
 				m = max(3, m/20)
 			}
-			row, err := moveCost(ctx, stores[0].new, size, m, "bench/out")
+			row, err := moveCost(ctx, embedded.new, size, m, "bench/out")
 			if err != nil {
 				return fmt.Errorf("cost %s: %w", human(size), err)
 			}
@@ -371,7 +387,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 		var rows []overheadRow
 		var rttRatios, rateRatios, idP99s, idRates []float64
 		for r := 0; r < runs; r++ {
-			row, err := overhead(ctx, stores[0].new, 5000, 200000)
+			row, err := overhead(ctx, embedded.new, 5000, 200000)
 			if err != nil {
 				return fmt.Errorf("overhead: %w", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +109,28 @@ func BenchmarkColdActivation(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkColdActivationParallel is BenchmarkColdActivation with 32
+// callers (16 per CPU on two), each activating a Spot of its own again as
+// soon as its call returns: `make bench` (h)'s activations by 32 callers.
+func BenchmarkColdActivationParallel(b *testing.B) {
+	for _, s := range stores {
+		b.Run(s.name, func(b *testing.B) {
+			_, caller := benchWorld(b, s.new(b))
+			var next atomic.Int64
+			b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := fmt.Sprintf("cold-%d", next.Add(1))
+					if _, err := caller.Spots().Request(id, wrapperspb.String("x")).InstanceSpot("cart").Do(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }
