@@ -19,7 +19,7 @@ var ErrClosed = fmt.Errorf("%w: the machine has stopped", roamerr.ErrUnavailable
 // peer's answer — is posted to it as a turn, and the loop runs the turns
 // one at a time in the order they were posted, so the machine and its
 // host's bookkeeping need no lock of their own. A turn runs on a goroutine
-// the loop starts when work arrives and that ends when the queue is empty
+// the loop takes (Go) when work arrives and gives back when the queue is empty
 // (as a Proto.Actor mailbox schedules its actor): an idle machine costs no
 // goroutine. A turn must not block on I/O: it starts the I/O and posts its
 // answer back as another turn.
@@ -88,7 +88,7 @@ func (l *Loop[K]) Post(f func()) bool {
 	l.queue = append(l.queue, f)
 	if !l.running {
 		l.running = true
-		go l.run()
+		Go(l.run)
 	}
 	return true
 }

@@ -475,7 +475,9 @@ func (d *Driver) RegisterKind(k Kind) error {
 	kk := k
 	props := kk.Props
 	if props == nil {
-		props = actor.PropsFromProducer(kk.Producer)
+		// Pooled goroutines run its incarnations' turns; Props the
+		// application gives keep the dispatcher they name.
+		props = actor.PropsFromProducer(kk.Producer, actor.WithDispatcher(machine.Dispatcher{Through: 300}))
 	}
 	var err error
 	if kk.open, err = d.props(props, false); err != nil {

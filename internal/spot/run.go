@@ -91,10 +91,10 @@ func (r *runner) close() {
 // while it waits for an answer, so the continuation's turn is never
 // refused.
 func (r *runner) off(wait func() (then func())) {
-	go func() {
+	machine.Go(func() {
 		then := wait()
 		r.loop.Post(then)
-	}()
+	})
 }
 
 // store is call for a primitive that is store calls and nothing else

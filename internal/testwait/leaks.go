@@ -61,6 +61,9 @@ var leakChecked sync.Map // testing.TB → true
 // ignoredGoroutine: goroutines that a process keeps once a library
 // started them, whichever test did first.
 func ignoredGoroutine(stack string) bool {
+	if idleWorker(stack) {
+		return true
+	}
 	for _, s := range []string{
 		"testing.(*T).Run", "testing.tRunner", "testing.(*M).", "os/signal.",
 		"google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run",
@@ -79,6 +82,19 @@ func ignoredGoroutine(stack string) bool {
 		if strings.Contains(stack, s) {
 			return true
 		}
+	}
+	return false
+}
+
+// idleWorker: a goroutine of machine.Go's pool waiting for work (it ends
+// on its own after a second idle); one running work shows the work's
+// frames above the pool's.
+func idleWorker(stack string) bool {
+	for _, line := range strings.Split(stack, "\n")[1:] {
+		if strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "runtime.") {
+			continue
+		}
+		return strings.HasPrefix(line, "github.com/roamactors/roam/internal/machine.(*worker).loop(")
 	}
 	return false
 }
