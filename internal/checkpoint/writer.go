@@ -229,12 +229,12 @@ func (w *Writer) attempt(key location.AuthorityKey, wr *inflight) {
 		v, known = wr.tracker.Known()
 	}
 	w.calls.Add(1)
-	go func() {
+	machine.Go(func() {
 		defer w.calls.Done()
 		out := w.write(key, wr.c, v, known)
 		// Not refused: the loop closes only once every write has ended.
 		w.loop.Post(func() { w.attempted(key, wr, out) })
-	}()
+	})
 }
 
 // outcome is what one attempt of a write did.
@@ -614,12 +614,12 @@ func (w *Writer) Forget(ctx context.Context, key location.AuthorityKey, gen, own
 // checkpoint at another version is never deleted).
 func (w *Writer) sweep(key location.AuthorityKey, v location.StoreVersion) {
 	w.calls.Add(1)
-	go func() {
+	machine.Go(func() {
 		defer w.calls.Done()
 		ctx, cancel := machine.WithTimeout(w.sweeps, machine.Or(w.cfg.Clock), w.cfg.Timeout)
 		defer cancel()
 		_ = w.cfg.Store.DeleteCheckpoint(ctx, key, v)
-	}()
+	})
 }
 
 // Idle reports whether nothing waits or is being written.

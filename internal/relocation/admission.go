@@ -73,7 +73,7 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 		d.refused(what, "", "not sent as a request")
 		return
 	}
-	go func() {
+	machine.Go(func() {
 		ctx, cancel := machine.WithTimeout(context.Background(), d.clock, d.cfg.CapabilityTimeout)
 		defer cancel()
 		err := d.node.VerifyPeer(ctx, src.GetNodeRid(), src.GetNodeGeneration(), to.Address)
@@ -85,7 +85,7 @@ func (d *Driver) answerMember(c actor.Context, what string, src *messages.NodeRe
 			}
 			answer(to, "")
 		})
-	}()
+	})
 }
 
 // refused logs a control message refused for its sender.

@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/envelope"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/internal/relocation/sourcerun"
@@ -300,15 +301,17 @@ func (e sourceEnv) ConfirmCommit(after uint64, until time.Time) {
 		// reads at once).
 		hint := r.versionHint
 		r.versionHint = 0
-		r.committed = make(chan struct{})
-		go d.firstConfirm(r, id, hint, r.committed, until)
+		committed := make(chan struct{})
+		r.committed = committed
+		machine.Go(func() { d.firstConfirm(r, id, hint, committed, until) })
 		return
 	}
-	go d.confirmWatch(r, id, after, until)
+	machine.Go(func() { d.confirmWatch(r, id, after, until) })
 }
 
 func (e sourceEnv) FenceOut(read location.Versioned, version uint64) {
-	go e.d.fenceOut(e.r, e.r.m.Identity(), read, version)
+	d, r, ident := e.d, e.r, e.r.m.Identity()
+	machine.Go(func() { d.fenceOut(r, ident, read, version) })
 }
 
 func (e sourceEnv) NoFenceOutRead(version uint64) {

@@ -399,7 +399,7 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 	var settling *settlingError
 	switch {
 	case errors.As(err, &settling):
-		go func() {
+		machine.Go(func() {
 			select {
 			case <-settling.done:
 				d.loop.Post(func() { d.startWhenSettled(ctx, key, targetRid, addr, spec, members, w) })
@@ -407,17 +407,17 @@ func (d *Driver) startWhenSettled(ctx context.Context, key location.AuthorityKey
 				w <- sourceResult{err: fmt.Errorf("%w: %s is settling: %w", roamerr.ErrDeadlineExceeded, key, ctx.Err())}
 			case <-d.node.Stopped(): // Relocate's own wait ends on the stop too
 			}
-		}()
+		})
 	case err != nil:
 		w <- sourceResult{err: err}
 	default:
-		go func() {
+		machine.Go(func() {
 			select {
 			case r := <-inner:
 				w <- r
 			case <-d.node.Stopped(): // a stopped driver completes no move
 			}
-		}()
+		})
 	}
 }
 
@@ -472,13 +472,13 @@ func (d *Driver) confirmWatch(r *sourceRun, id handoff.Identity, after uint64, u
 	}
 	ctx, cancel := machine.WithDeadline(context.Background(), d.clock, until)
 	defer cancel()
-	go func() {
+	machine.Go(func() {
 		select {
 		case <-d.node.Stopped():
 			cancel()
 		case <-ctx.Done():
 		}
-	}()
+	})
 	v, err := d.store.Watch(ctx, r.obj.key, location.StoreVersion(after))
 	d.answerRead(r, id, v, err)
 }

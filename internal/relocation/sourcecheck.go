@@ -160,7 +160,7 @@ type sourceCheck struct {
 // c.until; then it is Unavailable. A record that does not back the source
 // is Stale.
 func (d *Driver) trySourceCheck(c *sourceCheck, prev time.Duration) {
-	go func() {
+	machine.Go(func() {
 		ctx, cancel := machine.WithDeadline(context.Background(), d.clock, c.until)
 		defer cancel()
 		v, peer, err := d.checkSource(ctx, c.id, c.q, c.address)
@@ -181,7 +181,7 @@ func (d *Driver) trySourceCheck(c *sourceCheck, prev time.Duration) {
 			d.checkNext[c.id] = func() { d.trySourceCheck(c, wait) }
 			d.startTimer(timerKey{target: c.id, check: true}, handoff.StartTimer{After: pause})
 		})
-	}()
+	})
 }
 
 // checkSource is one try of the check VerifySource makes: the source's

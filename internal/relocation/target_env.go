@@ -88,12 +88,12 @@ func (e targetEnv) Install(i int) error {
 // run is still known.
 func (e targetEnv) verifyCall(call func(ctx context.Context) func()) {
 	d, t, id := e.d, e.t, e.id()
-	go func() {
+	machine.Go(func() {
 		ctx, cancel := machine.WithDeadline(context.Background(), d.clock, t.deadline)
 		defer cancel()
 		answer := call(ctx)
 		d.laterRun(id, func(*targetrun.Run[any]) { answer() })
-	}()
+	})
 }
 
 func (e targetEnv) VerifyPeer(answer func(error)) {
@@ -348,7 +348,7 @@ func (e targetEnv) Commit(c *handoff.Commit, attempt func(targetrun.Store, func(
 		run()
 		return
 	}
-	go run()
+	machine.Go(run)
 }
 
 func (e targetEnv) JoinRefused(c *handoff.Commit) {

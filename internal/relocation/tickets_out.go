@@ -7,6 +7,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/roamactors/roam/internal/ask"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/relocation/handoff"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
@@ -101,7 +102,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 	q := &messages.CapabilityQuery{Kind: key.kind, StableType: key.stableType, ApplicationVersion: key.appVersion,
 		Source: d.selfRef(), WantTickets: 1 + spareTickets, ReturnedTickets: d.returning[key.address]}
 	delete(d.returning, key.address)
-	go func() {
+	machine.Go(func() {
 		ctx, cancel := d.untilStopped()
 		defer cancel()
 		res, err := ask.Ask(ctx, d.sys, to, q, d.cfg.CapabilityTimeout, ask.Question{Clock: d.clock, From: to.Address, What: "capability query", Accept: isCapabilityReply})
@@ -128,7 +129,7 @@ func (d *Driver) askCapability(key capabilityKey, to *actor.PID, alone []capabil
 			}
 			d.answered(key, to, a, waiting)
 		})
-	}()
+	})
 }
 
 // answered gives each waiting move the answer and a ticket of its own;

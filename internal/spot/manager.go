@@ -596,10 +596,10 @@ func (m *Manager) runCommand(sender *actor.PID, rid string, generation uint64, o
 		}
 		return
 	}
-	go func() {
+	machine.Go(func() {
 		defer m.inFlight.release(key, 0)
 		m.replyMember(sender, rid, generation, op, run)
-	}()
+	})
 }
 
 // enqueueActivation queues a SpotActivation behind the earlier ones for the
@@ -753,11 +753,11 @@ func (m *Manager) onHint(id string) {
 	if !ok {
 		return
 	}
-	go func() {
+	machine.Go(func() {
 		<-idle // every call that took the route has sent on it
 		<-m.barrier(a)
 		m.cache.drop(id)
-	}()
+	})
 }
 
 // barrier sends a RouteBarrier down a route and returns a channel closed
@@ -770,7 +770,7 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 	pid := a.pid()
 	lost := m.lostSignal(pid.Address)
 	answered := make(chan struct{})
-	go func() {
+	machine.Go(func() {
 		// The answer comes from wherever the route ends (Message Follow),
 		// so from any node. The question ends with the manager: its
 		// timeout is on the node's clock, which after a stop may never
@@ -779,16 +779,16 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 		defer cancel()
 		_, _ = ask.Ask(ctx, m.sys, pid, &messages.RouteBarrier{}, barrierTimeout, ask.Question{Clock: m.clock, What: "route barrier", Accept: isBarrier})
 		close(answered)
-	}()
+	})
 	done := make(chan struct{})
-	go func() {
+	machine.Go(func() {
 		defer close(done)
 		select {
 		case <-answered:
 		case <-lost:
 		case <-m.stop:
 		}
-	}()
+	})
 	return done
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/roamactors/roam/internal/activation/spotservice"
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/internal/spot/spotcall"
 	"github.com/roamactors/roam/location"
 )
@@ -44,10 +45,10 @@ func (m *Manager) listNodesAhead(ctx context.Context, mesh string) *nodeList {
 		return nil
 	}
 	l := &nodeList{mesh: mesh, done: make(chan struct{})}
-	go func() {
+	machine.Go(func() {
 		defer close(l.done)
 		l.nodes, l.err = m.store.ListNodes(ctx, mesh)
-	}()
+	})
 	return l
 }
 

@@ -386,11 +386,11 @@ func (r *runner) Open(e activation.Open, d activationrun.Deadline) {
 	var afterFirst func(settled func(pointerGone bool))
 	if op != "" { // a recovery from a checkpoint has no first message, and no pointer
 		afterFirst = func(settled func(pointerGone bool)) {
-			go func() {
+			machine.Go(func() {
 				// The incarnation dispatches again; a move may start unless
 				// a close is releasing the record with its pointer.
 				settled(m.clearRecovery(key, op, rootKey, committed) != activation.PointerLeftToRelease)
-			}()
+			})
 		}
 	}
 	staged := r.staged

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 )
 
@@ -113,7 +114,7 @@ func (b *batcher) do(ctx context.Context, ops api.TxnOps, keys []string, size in
 	b.queue = append(b.queue, c)
 	if b.inFlight < maxInFlight {
 		b.inFlight++
-		go b.run()
+		machine.Go(b.run)
 	}
 	b.mu.Unlock()
 	stall := time.NewTimer(stallAfter)
@@ -147,7 +148,7 @@ func (b *batcher) direct(c *txnCall) txnAnswer {
 	b.mu.Lock()
 	b.progress = time.Now()
 	if len(b.queue) > 0 {
-		go b.run() // the slot passes on to the calls that queued
+		machine.Go(b.run) // the slot passes on to the calls that queued
 	} else {
 		b.inFlight--
 	}
@@ -163,7 +164,7 @@ func (b *batcher) unstall(c *txnCall) {
 	if !c.taken && b.inFlight < maxStalled && time.Since(b.progress) >= stallAfter {
 		b.inFlight++
 		b.progress = time.Now()
-		go b.run()
+		machine.Go(b.run)
 	}
 }
 
