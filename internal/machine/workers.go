@@ -1,6 +1,8 @@
 package machine
 
 import (
+	"context"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -59,6 +61,9 @@ func (w *worker) loop(p *workerPool, f func()) {
 	for {
 		f()
 		f = nil
+		// Profiler labels a work set stay with the goroutine: the next
+		// work starts without them, as a new goroutine would.
+		pprof.SetGoroutineLabels(context.Background())
 		p.mu.Lock()
 		if len(p.idle) >= maxIdleWorkers {
 			p.mu.Unlock()
