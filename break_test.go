@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -285,10 +286,21 @@ func TestBreakKeepStateOutsideIncarnation(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	// Below Linux's ephemeral range (32768–60999 by default): a port the
+	// kernel hands out for any outgoing connection on the machine (make
+	// test runs packages side by side) could be taken between the check
+	// that it is free and the node's bind.
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port
+	}
+	t.Fatal("no free port between 20000 and 32000 in 100 tries")
+	return 0
 }
 
 // closeRemote frees a system's port as a crash would (the process's
