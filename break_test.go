@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"github.com/roamactors/roam/internal/testlog"
 	"github.com/roamactors/roam/internal/testwait"
 	"github.com/roamactors/roam/location"
+	"github.com/roamactors/roam/location/consulstore/consultest"
 	"github.com/roamactors/roam/location/faulty"
 	"github.com/roamactors/roam/location/memstore"
 	"github.com/roamactors/roam/messages"
@@ -286,21 +286,11 @@ func TestBreakKeepStateOutsideIncarnation(t *testing.T) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	// Below Linux's ephemeral range (32768–60999 by default): a port the
-	// kernel hands out for any outgoing connection on the machine (make
-	// test runs packages side by side) could be taken between the check
-	// that it is free and the node's bind.
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return port
-	}
-	t.Fatal("no free port between 20000 and 32000 in 100 tries")
-	return 0
+	// Below the ephemeral range (consultest.FreePorts says why): the
+	// test checks the port is free, then binds it again.
+	ports, err := consultest.FreePorts(1)
+	require.NoError(t, err)
+	return ports[0]
 }
 
 // closeRemote frees a system's port as a crash would (the process's

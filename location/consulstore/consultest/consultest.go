@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -445,8 +446,14 @@ func (s *Server) IsLeader() bool {
 func (s *Server) Output() string { return s.out.String() }
 
 // FreePorts returns n loopback ports free for both TCP and UDP (Consul's
-// Serf needs both), for servers a test or harness starts itself.
+// Serf needs both), for servers a test or harness starts itself. They are
+// drawn below the kernel's ephemeral range: a port from it (listening on
+// :0) is handed out again for any outgoing connection on the machine, and
+// the tests running beside the server make those by the thousand, so one
+// could be taken between this check and the server's bind (make test saw
+// Consul fail to start on it).
 func FreePorts(n int) ([]int, error) {
+	lo, hi := portsBelowEphemeral()
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -454,10 +461,13 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("consultest: no %d free ports between %d and %d", n, lo, hi)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(lo+rand.IntN(hi-lo)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		ls = append(ls, l)
 		port := l.Addr().(*net.TCPAddr).Port
@@ -470,6 +480,21 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// portsBelowEphemeral is the range FreePorts draws from: from 10000 to the
+// start of the kernel's ephemeral range (Linux's default 32768 when it
+// cannot be read).
+func portsBelowEphemeral() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if start, err := strconv.Atoi(f[0]); err == nil && start > lo+1000 {
+				hi = start
+			}
+		}
+	}
+	return lo, hi
 }
 
 type lockedBuffer struct {
