@@ -108,7 +108,9 @@ func lifecycleGoroutines(after int) (stacks []string, maxID int) {
 		}
 		id, _ := strconv.Atoi(m[1])
 		maxID = max(maxID, id)
-		if id <= after {
+		if id <= after && !strings.Contains(g, "roam/internal/machine.(*worker).loop(") {
+			// Older than after, unless a pooled worker (machine.Go): it
+			// may have taken its work since.
 			continue
 		}
 		for _, line := range strings.Split(g, "\n") {

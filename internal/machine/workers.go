@@ -19,7 +19,10 @@ import (
 //
 // f runs at once, as with the go statement: Go never waits for a worker.
 // A worker idle for workerIdle ends, and at most maxIdleWorkers wait, so
-// a quiet process holds no goroutine for work long done.
+// a quiet process holds no goroutine for work long done. Unlike the go
+// statement, f starts without its caller's profiler labels, and a worker
+// outlives f: f must not leave its goroutine changed (an OS thread it
+// locked, for one).
 func Go(f func()) { workers.run(f) }
 
 const (
@@ -59,11 +62,12 @@ func (p *workerPool) run(f func()) {
 func (w *worker) loop(p *workerPool, f func()) {
 	var idle *time.Timer
 	for {
+		// Every work starts without profiler labels: a label one work set
+		// would otherwise stay for the next, and a new goroutine would
+		// inherit its creator's, which a pooled one cannot.
+		pprof.SetGoroutineLabels(context.Background())
 		f()
 		f = nil
-		// Profiler labels a work set stay with the goroutine: the next
-		// work starts without them, as a new goroutine would.
-		pprof.SetGoroutineLabels(context.Background())
 		p.mu.Lock()
 		if len(p.idle) >= maxIdleWorkers {
 			p.mu.Unlock()
@@ -97,10 +101,13 @@ func (w *worker) loop(p *workerPool, f func()) {
 // each run of a mailbox on a pooled goroutine (Go). Proto.Actor's default
 // starts a goroutine for every run, whose stack grows through the turn
 // every time; roam's objects and service actors are mostly idle and then
-// handle a burst, so every burst paid that growth.
+// handle a burst, so every burst paid that growth. An actor run on it
+// must leave its goroutine as it found it: one that locks its OS thread
+// (runtime.LockOSThread) unlocks it before its turn ends.
 type Dispatcher struct {
-	// Through is how many messages a run handles before it yields its
-	// goroutine (Proto.Actor's throughput; its default is 300).
+	// Through is how many messages a run handles before it yields the
+	// processor (runtime.Gosched) and goes on (Proto.Actor's throughput;
+	// its default is 300).
 	Through int
 }
 

@@ -80,7 +80,8 @@ func remoteOptions(rcfg *remote.Config, log zerolog.Logger, sys *actor.ActorSyst
 // window turns the estimator off. 4 MiB covers a 10 Gb/s link at 3 ms
 // round trip, and stays below the 16 MiB the estimator may grow a window
 // to; large payloads travel on the chunk link, not here. An application's
-// own window options (RemoteOptions) come later and win.
+// own window options (RemoteOptions) come later and win, if at least
+// 64 KiB (gRPC ignores smaller ones).
 const remoteWindowBytes = 4 << 20
 
 // unimplemented are Proto.Actor remote RPCs whose server side panics

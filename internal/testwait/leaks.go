@@ -87,10 +87,15 @@ func ignoredGoroutine(stack string) bool {
 }
 
 // idleWorker: a goroutine of machine.Go's pool waiting for work (it ends
-// on its own after a second idle); one running work shows the work's
-// frames above the pool's.
+// on its own after a second idle): blocked in the pool's select. One
+// running work shows the work's frames above the pool's; one just given
+// work is runnable, no longer blocked.
 func idleWorker(stack string) bool {
-	for _, line := range strings.Split(stack, "\n")[1:] {
+	lines := strings.Split(stack, "\n")
+	if !strings.Contains(lines[0], " [select") {
+		return false
+	}
+	for _, line := range lines[1:] {
 		if strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "runtime.") {
 			continue
 		}
@@ -99,10 +104,15 @@ func idleWorker(stack string) bool {
 	return false
 }
 
+// goroutineIDs are the goroutines running now, but idle pool workers: a
+// worker idle at the start may take the test's work, and that work must
+// count as the test's.
 func goroutineIDs() map[string]bool {
 	ids := map[string]bool{}
-	for id := range goroutines() {
-		ids[id] = true
+	for id, stack := range goroutines() {
+		if !idleWorker(stack) {
+			ids[id] = true
+		}
 	}
 	return ids
 }

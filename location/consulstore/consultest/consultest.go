@@ -483,18 +483,29 @@ func FreePorts(n int) ([]int, error) {
 }
 
 // portsBelowEphemeral is the range FreePorts draws from: from 10000 to the
-// start of the kernel's ephemeral range (Linux's default 32768 when it
-// cannot be read).
+// start of the kernel's ephemeral range (Linux's default, 32768, when it
+// cannot be read); above the range when it starts too low for that; and
+// the whole non-privileged range, with a warning on stderr, when it
+// leaves no room either side.
 func portsBelowEphemeral() (lo, hi int) {
-	lo, hi = 10000, 32768
+	start, end := 32768, 60999
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if start, err := strconv.Atoi(f[0]); err == nil && start > lo+1000 {
-				hi = start
+			s, serr := strconv.Atoi(f[0])
+			e, eerr := strconv.Atoi(f[1])
+			if serr == nil && eerr == nil && s <= e {
+				start, end = s, e
 			}
 		}
 	}
-	return lo, hi
+	switch {
+	case start > 11000:
+		return 10000, start
+	case end < 64535:
+		return end + 1, 65536
+	}
+	fmt.Fprintf(os.Stderr, "consultest: the ephemeral port range %d-%d leaves no ports outside it; a port may be taken between its check and its bind\n", start, end)
+	return 1024, 65536
 }
 
 type lockedBuffer struct {
