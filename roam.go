@@ -130,7 +130,10 @@ const MaxSpotWideMembers = relocation.MaxSpotWideMembers
 
 // NewKind makes the relocatable kind name of props. The props keep their
 // middleware, supervisor strategy and dispatcher; roam replaces the mailbox
-// with its relocatable one. roam spawns the incarnations itself, with
+// with its relocatable one. Props that name no dispatcher get roam's,
+// which runs each run of the mailbox on a pooled goroutine instead of a
+// new one (Proto.Actor's default): the actor must not leave its goroutine
+// changed (unlock an OS thread it locked before its turn ends). roam spawns the incarnations itself, with
 // Proto.Actor's default spawner and not through the system's root context:
 // a spawner of the props and root-context spawn middleware (tracing,
 // middleware propagation) do not apply to them; put middleware on the

@@ -475,9 +475,7 @@ func (d *Driver) RegisterKind(k Kind) error {
 	kk := k
 	props := kk.Props
 	if props == nil {
-		// Pooled goroutines run its incarnations' turns; Props the
-		// application gives keep the dispatcher they name.
-		props = actor.PropsFromProducer(kk.Producer, actor.WithDispatcher(machine.Dispatcher{Through: 300}))
+		props = actor.PropsFromProducer(kk.Producer)
 	}
 	var err error
 	if kk.open, err = d.props(props, false); err != nil {
@@ -793,7 +791,14 @@ func (d *Driver) props(props *actor.Props, staging bool) (*actor.Props, error) {
 	// the spawn call, on the driver goroutine: a spawner of the kind's
 	// Props could make them elsewhere or later, bound to whatever object
 	// is spawning then.
-	return props.Clone(actor.WithProducer(producer), actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation),
+	popts := []actor.PropsOption{actor.WithProducer(producer), actor.WithSpawnFunc(actor.DefaultSpawner), actor.WithMailbox(produce), actor.WithGuardian(restartIncarnation)}
+	if !namesDispatcher(props) {
+		// Pooled goroutines run the incarnations' turns, where Proto.Actor's
+		// default would start one per run; a dispatcher the Props name is
+		// theirs to keep.
+		popts = append(popts, actor.WithDispatcher(machine.Dispatcher{Through: 300}))
+	}
+	return props.Clone(append(popts,
 		actor.WithOnInit(func(c actor.Context) {
 			obj := d.spawning.Load()
 			if obj == nil {
@@ -812,7 +817,7 @@ func (d *Driver) props(props *actor.Props, staging bool) (*actor.Props, error) {
 				// about 250 bytes.
 				pcluster.SetClusterIdentity(c, obj.clusterIdentity())
 			}
-		})), nil
+		}))...), nil
 }
 
 // incarnate starts obj's incarnation under name from the kind's shared

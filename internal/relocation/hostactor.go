@@ -177,6 +177,18 @@ func producerOf(p *actor.Props) actor.ProducerWithActorSystem {
 	return *(*actor.ProducerWithActorSystem)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
+// namesDispatcher reports whether the Props name a dispatcher of their
+// own (actor.WithDispatcher), which Proto.Actor keeps in an unexported
+// field; true when this Proto.Actor version has no such field, so that
+// the Props keep whatever they mean.
+func namesDispatcher(p *actor.Props) bool {
+	f := reflect.ValueOf(p).Elem().FieldByName("dispatcher")
+	if !f.IsValid() || f.Kind() != reflect.Interface {
+		return true
+	}
+	return !f.IsNil()
+}
+
 // hostProducer makes a host around an instance of the Props' actor.
 func (d *Driver) hostProducer(props *actor.Props) (actor.Producer, error) {
 	inner := producerOf(props)

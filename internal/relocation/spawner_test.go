@@ -3,6 +3,8 @@ package relocation_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/roamactors/roam/internal/relocation"
+	"github.com/roamactors/roam/internal/testwait"
 )
 
 // Every incarnation of a kind spawns from one shared Props and finds its
@@ -74,4 +77,38 @@ func TestRootSpawnMiddlewareDoesNotTouchIncarnations(t *testing.T) {
 	require.Equal(t, int64(1), get(t, sys, last))
 	require.Equal(t, int32(1), onKind.Load(), "the kind's own middleware runs once a message")
 	require.Zero(t, onRoot.Load(), "the root context's spawn middleware is not applied to incarnations")
+}
+
+// stackRecorder answers a request with whether its turn runs on a pooled
+// goroutine (machine.Go's worker) or on one of a dispatcher's own.
+type stackRecorder struct{}
+
+func (stackRecorder) Receive(c actor.Context) {
+	if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+		buf := make([]byte, 64<<10)
+		buf = buf[:runtime.Stack(buf, false)]
+		c.Respond(wrapperspb.Bool(strings.Contains(string(buf), "roam/internal/machine.(*worker).loop(")))
+	}
+}
+
+// A kind's incarnations run their turns on pooled goroutines, which keep
+// the stacks they grew, when its Props name no dispatcher (Proto.Actor's
+// default starts a goroutine for every run of the mailbox); a dispatcher
+// the Props name is kept.
+func TestAKindRunsOnPooledGoroutinesUnlessItsPropsNameADispatcher(t *testing.T) {
+	plain := relocation.Kind{StableType: "plain", Props: actor.PropsFromProducer(func() actor.Actor { return stackRecorder{} }),
+		Policy: relocation.RecreateOnRelocation()}
+	own := relocation.Kind{StableType: "own", Props: actor.PropsFromProducer(func() actor.Actor { return stackRecorder{} },
+		actor.WithDispatcher(actor.NewDefaultDispatcher(300))), Policy: relocation.RecreateOnRelocation()}
+	n := startNodeWith(t, newStore(t), plain, own)
+	sys := n.node.System()
+	pooled := func(kind string) bool {
+		pid, err := n.driver.SpawnInstanceSpot(context.Background(), kind, kind+"-1")
+		require.NoError(t, err)
+		reply, err := sys.Root.RequestFuture(pid, wrapperspb.String("where?"), testwait.Patience(t)).Result()
+		require.NoError(t, err)
+		return reply.(*wrapperspb.BoolValue).GetValue()
+	}
+	require.True(t, pooled("plain"), "Props without a dispatcher: pooled goroutines")
+	require.False(t, pooled("own"), "Props with their own dispatcher keep it")
 }
