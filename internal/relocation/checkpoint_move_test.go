@@ -77,8 +77,18 @@ func TestAMoveWritesNoCheckpointOfAStateAlreadyStored(t *testing.T) {
 	for i := int64(1); i <= 3; i++ {
 		a.node.System().Root.Send(pid, wrapperspb.Int64(i))
 	}
-	require.EqualValues(t, 3, get(t, a.node.System(), pid))
-	// The "get" was a turn too: its capture, like the others', landed.
+	// A turn captures once it has ended, after any reply it sent: wait for
+	// the third message's capture in the store instead of asking (a
+	// request is a fourth turn, whose capture could land after the flush
+	// below, and the move would then start from a version read too early).
+	testwait.For(t, func() bool {
+		data, _, err := cps.CheckpointStore.GetCheckpoint(ctx, key)
+		if err != nil {
+			return false
+		}
+		c, err := checkpoint.Decode(data)
+		return err == nil && len(c.State) == 24 && binary.BigEndian.Uint64(c.State) == 3
+	}, "the third message's capture written")
 	require.NoError(t, a.driver.FlushCheckpoints(ctx))
 	n, v0, fence := storedCount(t, cps.CheckpointStore, key)
 	require.EqualValues(t, 3, n)
