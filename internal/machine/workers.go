@@ -111,6 +111,10 @@ type Dispatcher struct {
 	Through int
 }
 
+// DefaultThroughput is Proto.Actor's default dispatcher's throughput,
+// which roam's dispatchers keep.
+const DefaultThroughput = 300
+
 // Schedule runs fn on a pooled goroutine.
 func (d Dispatcher) Schedule(fn func()) { Go(fn) }
 

@@ -424,7 +424,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 	// Its turns run on a goroutine of its own (pinned), ended with the
 	// node: Proto.Actor's default dispatcher started one per run, which
 	// grew its stack through the turn every time.
-	dispatch := pinned.New(300) // Proto.Actor's default throughput
+	dispatch := pinned.New(machine.DefaultThroughput)
 	pid, err := d.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return d }, actor.WithMailbox(guard), actor.WithGuardian(RestartAlways),
 		actor.WithDispatcher(dispatch)), DriverName)
 	if err != nil {
@@ -796,7 +796,7 @@ func (d *Driver) props(props *actor.Props, staging bool) (*actor.Props, error) {
 		// Pooled goroutines run the incarnations' turns, where Proto.Actor's
 		// default would start one per run; a dispatcher the Props name is
 		// theirs to keep.
-		popts = append(popts, actor.WithDispatcher(machine.Dispatcher{Through: 300}))
+		popts = append(popts, actor.WithDispatcher(machine.Dispatcher{Through: machine.DefaultThroughput}))
 	}
 	return props.Clone(append(popts,
 		actor.WithOnInit(func(c actor.Context) {

@@ -290,7 +290,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		m.log.Warn().Str("event", "stop_refused").Str("actor", ServiceName).Msg("a stop of the Spot service from outside roam was refused")
 	})
 	pid, err := m.sys.Root.SpawnNamed(actor.PropsFromFunc(m.receive, actor.WithMailbox(guard), actor.WithGuardian(relocation.RestartAlways),
-		actor.WithDispatcher(machine.Dispatcher{Through: 300})), ServiceName)
+		actor.WithDispatcher(machine.Dispatcher{Through: machine.DefaultThroughput})), ServiceName)
 	if err != nil {
 		return nil, fmt.Errorf("%w: spawn the Spot service: %w", roamerr.ErrInvalidOperation, err)
 	}
