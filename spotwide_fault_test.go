@@ -288,6 +288,12 @@ func TestSpotWideMemberLeavesRightAfterTheMove(t *testing.T) {
 	t.Cleanup(release) // before the nodes stop, when the test failed
 	_, err := a.Spots().SpawnMember(ctx, crew, "journal", "m1")
 	require.NoError(t, err)
+	// The move spotOnNode may have made ends in crew's RelocationReady on
+	// node-a, which can run after that Relocate returned; armed then, it
+	// would hold crew there and the move below could not seal it. crew
+	// handles a request only once its callback has returned.
+	_, err = a.Spots().Request(ctx, "crew", wrapperspb.String("ready"))
+	require.NoError(t, err)
 	armed.Store(true)
 	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
 	require.NoError(t, err)
@@ -343,6 +349,11 @@ func TestCallsFromInsideRelocationReadyDoNotWaitForThemselves(t *testing.T) {
 		_, err := a.Spots().SpawnMember(ctx, crew, "journal", id)
 		require.NoError(t, err)
 	}
+	// The hook is for the move below: the RelocationReady of a move
+	// spotOnNode made can run after its Relocate returned, and crew
+	// handles a request only once it has.
+	_, err := a.Spots().Request(ctx, "crew", wrapperspb.String("ready"))
+	require.NoError(t, err)
 	type result struct {
 		call string
 		err  error
@@ -365,7 +376,7 @@ func TestCallsFromInsideRelocationReadyDoNotWaitForThemselves(t *testing.T) {
 		results <- rs
 	}
 	onReady.Store(&hook)
-	_, err := a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
+	_, err = a.Relocate(ctx, roam.UserSpotRef("crew"), "node-b")
 	require.NoError(t, err)
 	for _, r := range testwait.Recv(t, results, "the calls made from inside OnRelocationReady returned") {
 		require.ErrorIs(t, r.err, roamerr.ErrInvalidOperation, "%s from inside the callback", r.call)
