@@ -108,10 +108,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 	}
 	defer srv.Stop()
 	prefixes := 0
-	stores := []struct {
-		name string
-		new  func() (location.Store, error)
-	}{
+	stores := []benchStore{
 		{"embedded", func() (location.Store, error) { return memstore.New(), nil }},
 		{"Consul", func() (location.Store, error) {
 			prefixes++
@@ -122,10 +119,7 @@ func run(out string, runs int, quick bool, only string, drainUnits int, drainPro
 	}
 	// (g) and (d) run on the embedded store whatever -stores says.
 	embedded := stores[0]
-	stores = slices.DeleteFunc(stores, func(s struct {
-		name string
-		new  func() (location.Store, error)
-	}) bool {
+	stores = slices.DeleteFunc(stores, func(s benchStore) bool {
 		return !slices.Contains(strings.Split(storeNames, ","), s.name)
 	})
 	moves, spots, window := 20, 1000, 3*time.Second
@@ -531,6 +525,13 @@ func human(n int) string {
 
 // consulClients gives each node of a world its own Consul client of one
 // store (one prefix), as separate processes have.
+// benchStore is a store the per-store sections run on: its name in the
+// results and -stores, and how a section gets a fresh one.
+type benchStore struct {
+	name string
+	new  func() (location.Store, error)
+}
+
 type consulClients struct {
 	*consulstore.Store
 	cfg consulstore.Config
