@@ -37,6 +37,7 @@ func TestNewRefusesValuesOutOfRange(t *testing.T) {
 		{"payload budget", roam.WithRelocationConfig(roam.RelocationConfig{InFlightPayloadBudget: 1 << 40}), "InFlightPayloadBudget"},
 		{"negative call timeout", roam.WithSpotConfig(roam.SpotConfig{DefaultTimeout: -time.Second}), "DefaultTimeout"},
 		{"negative in-flight limit", roam.WithSpotConfig(roam.SpotConfig{InFlightPerPeer: -1}), "negative"},
+		{"negative route cache bound", roam.WithSpotConfig(roam.SpotConfig{RouteCacheMaxRoutes: -1}), "RouteCacheMaxRoutes"},
 		{"negative hold limit", roam.WithSessionConfig(roam.SessionConfig{HoldLimit: -1}), "negative"},
 		{"placement page size", roam.WithPlacement(roam.PlacementConfig{PageSize: -1}), "placement"},
 		{"transport limits", roam.WithTransportLimits(roam.TransportLimits{MaxConnections: -1}), "negative"},

@@ -567,6 +567,13 @@ type SpotConfig struct {
 	// than RelocationConfig.FollowDuration; -1: no cache, and then one
 	// caller's order is not kept across a move (docs/PROTOCOL.md §7.8).
 	RouteCacheMaxAge time.Duration
+	// RouteCacheMaxRoutes bounds the routes a node caches (default
+	// 100,000; bench/RESULTS.md, section (i), measures the heap a route
+	// holds): past it a new route displaces an arbitrary one, whose next
+	// call reads the store. A node that calls more Spots than that within
+	// RouteCacheMaxAge and wants none of those reads raises it. Negative
+	// is invalid.
+	RouteCacheMaxRoutes int
 	// ResultRetention is how long a node keeps a create's or close's result
 	// for a repeat of the same operation. Default 1 min.
 	ResultRetention time.Duration
@@ -581,7 +588,7 @@ type SpotConfig struct {
 func (c SpotConfig) internal() spot.Config {
 	return spot.Config{
 		DefaultTimeout: c.DefaultTimeout, ResultRetention: c.ResultRetention,
-		Routes:   spot.RouteConfig{RouteCacheMaxAge: c.RouteCacheMaxAge},
+		Routes:   spot.RouteConfig{RouteCacheMaxAge: c.RouteCacheMaxAge, RouteCacheMaxRoutes: c.RouteCacheMaxRoutes},
 		InFlight: spot.InFlightLimits{PerPeer: c.InFlightPerPeer, Total: c.InFlightTotal, Bytes: c.InFlightBytes},
 	}
 }

@@ -26,9 +26,12 @@ import (
 // replacing and leaving the cache, and the hint, take mu: they are rare.
 type routeCache struct {
 	maxAge time.Duration
-	policy spotcall.RoutePolicy // what is kept and for how long, shared with the simulation
-	clock  machine.Clock        // the node's; routes age on it
-	routes sync.Map             // Spot ID → *cachedRoute; written only under mu
+	// maxRoutes bounds the routes cached, and the aged-out ones kept
+	// (RouteConfig.RouteCacheMaxRoutes): the cache's memory.
+	maxRoutes int
+	policy    spotcall.RoutePolicy // what is kept and for how long, shared with the simulation
+	clock     machine.Clock        // the node's; routes age on it
+	routes    sync.Map             // Spot ID → *cachedRoute; written only under mu
 
 	mu      sync.Mutex
 	n       int                  // routes cached
@@ -104,8 +107,9 @@ func (r *cachedRoute) leave() {
 	r.idleOnce.Do(func() { close(r.idle) })
 }
 
-func newRouteCache(maxAge time.Duration) *routeCache {
-	return &routeCache{maxAge: maxAge, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real, expired: map[string]authority{}, owners: map[routeOwner]int{}}
+func newRouteCache(maxAge time.Duration, maxRoutes int) *routeCache {
+	return &routeCache{maxAge: maxAge, maxRoutes: maxRoutes, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real,
+		expired: map[string]authority{}, owners: map[routeOwner]int{}}
 }
 
 func (c *routeCache) load(id string) *cachedRoute {
@@ -174,7 +178,7 @@ func (c *routeCache) expire(id string, r *cachedRoute) {
 	if !c.removeLocked(id, r) {
 		return
 	}
-	if len(c.expired) >= maxCachedRoutes {
+	if len(c.expired) >= c.maxRoutes {
 		clear(c.expired) // only a refinement of order; memory stays bounded
 	}
 	c.expired[id] = r.a
@@ -252,7 +256,7 @@ func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan 
 		return &routeUse{r: old}, nil, false
 	}
 	delete(c.expired, id)
-	if c.n >= maxCachedRoutes {
+	if c.n >= c.maxRoutes {
 		c.routes.Range(func(k, v any) bool { // drop an arbitrary entry: the cache only saves reads
 			v.(*cachedRoute).leave()
 			c.removeLocked(k.(string), v.(*cachedRoute))
@@ -325,6 +329,3 @@ func (c *routeCache) len() int {
 	defer c.mu.Unlock()
 	return c.n
 }
-
-// maxCachedRoutes bounds the cache's memory.
-const maxCachedRoutes = 100_000

@@ -23,7 +23,7 @@ func BenchmarkRouteCacheSaturated(b *testing.B) {
 }
 
 func saturate(b *testing.B, useCache bool) {
-	c := newRouteCache(time.Hour)
+	c := newRouteCache(time.Hour, DefaultRouteCacheMaxRoutes)
 	const ids, tokens = 5000, 800
 	names := make([]string, ids)
 	for i := range names {

@@ -15,7 +15,7 @@ import (
 // same incarnation replaces the route as before.
 // Reference: docs/PROTOCOL.md §7.8 (a caller's order holds across a move).
 func TestAStoreReadDoesNotReplaceAnUndrainedRoute(t *testing.T) {
-	c := newRouteCache(time.Minute)
+	c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 	older, newer := readyAt("r"), readyAt("r")
 	older.address, newer.address = "127.0.0.1:1", "127.0.0.1:2"
 	require.False(t, c.put("r", older))
@@ -47,7 +47,7 @@ func TestAStoreReadDoesNotReplaceAnUndrainedRoute(t *testing.T) {
 // sent on uncached would never be drained.
 // Reference: docs/PROTOCOL.md §7.8 (a caller's order holds across a move).
 func TestARouteReadFromTheStoreHoldsItsBarrierUntilTheCallSent(t *testing.T) {
-	c := newRouteCache(time.Minute)
+	c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 	sent, wait, undrained := c.putUse("r", readyAt("r"))
 	require.Nil(t, wait)
 	require.False(t, undrained)

@@ -104,7 +104,11 @@ var (
 
 // Route cache and Message Follow defaults (PROTOCOL.md §7.8, §9).
 const (
-	DefaultRouteCacheMaxAge      = 15 * time.Second
+	DefaultRouteCacheMaxAge = 15 * time.Second
+	// DefaultRouteCacheMaxRoutes bounds the routes one node caches: past
+	// it a new route displaces an arbitrary one, whose next call reads the
+	// store (a route only saves that read).
+	DefaultRouteCacheMaxRoutes   = 100_000
 	DefaultMessageFollowDuration = 30 * time.Second
 	// MinFollowMargin is how much longer Message Follow must last than a
 	// cached route may live, so a route cached just before a move is still
@@ -126,6 +130,10 @@ const Disabled time.Duration = -1
 type RouteConfig struct {
 	RouteCacheMaxAge      time.Duration
 	MessageFollowDuration time.Duration
+	// RouteCacheMaxRoutes bounds the routes cached (and as many aged
+	// out, kept until their next resolve); default
+	// DefaultRouteCacheMaxRoutes.
+	RouteCacheMaxRoutes int
 }
 
 // WithDefaults fills zero fields with the defaults (PROTOCOL.md §9).
@@ -136,12 +144,18 @@ func (c RouteConfig) WithDefaults() RouteConfig {
 	if c.MessageFollowDuration == 0 {
 		c.MessageFollowDuration = DefaultMessageFollowDuration
 	}
+	if c.RouteCacheMaxRoutes == 0 {
+		c.RouteCacheMaxRoutes = DefaultRouteCacheMaxRoutes
+	}
 	return c
 }
 
 // Validate rejects a cache age that is not at least MinFollowMargin shorter
 // than the follow duration (PROTOCOL.md §7.8).
 func (c RouteConfig) Validate() error {
+	if c.RouteCacheMaxRoutes < 0 {
+		return fmt.Errorf("%w: RouteCacheMaxRoutes %d is negative", roamerr.ErrInvalidOperation, c.RouteCacheMaxRoutes)
+	}
 	if c.RouteCacheMaxAge == Disabled && c.MessageFollowDuration > 0 {
 		return nil
 	}

@@ -256,7 +256,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		desc:      d.Descriptor(),
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("node_rid", d.Descriptor().GetNodeRid()).Logger(),
-		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge),
+		cache:     newRouteCache(cfg.Routes.RouteCacheMaxAge, cfg.Routes.RouteCacheMaxRoutes),
 		results:   map[string]*retained{},
 		inFlight:  inFlight{limits: cfg.InFlight, held: map[flightKey]int{}, perPeer: map[string]int{}},
 		lost:      map[string]chan struct{}{},
@@ -319,6 +319,11 @@ func (m *Manager) Shutdown() {
 	m.sys.EventStream.Unsubscribe(m.events)
 	_ = m.sys.Root.StopFuture(m.self).Wait()
 }
+
+// ForgetRoutes drops every route the node caches; the next call to each
+// Spot reads the store. The benchmark measures with it what the routes
+// cost the heap (bench, section i).
+func (m *Manager) ForgetRoutes() { m.cache.dropOwnersNotIn(nil) }
 
 // everySecond is the manager's one background loop: each second it
 // wakes the calls waiting for a reply to check their owner's liveness,

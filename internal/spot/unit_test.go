@@ -13,6 +13,7 @@ import (
 	"github.com/roamactors/roam/internal/machine"
 	"github.com/roamactors/roam/location"
 	"github.com/roamactors/roam/messages"
+	"github.com/roamactors/roam/roamerr"
 )
 
 func readyAt(id string) authority {
@@ -25,7 +26,7 @@ func readyAt(id string) authority {
 // Reference: docs/PROTOCOL.md §7.8, §12.2 item 17 (Missing, Creating and
 // store failures are never cached).
 func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
-	c := newRouteCache(50 * time.Millisecond)
+	c := newRouteCache(50*time.Millisecond, DefaultRouteCacheMaxRoutes)
 	c.put("missing", authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, "missing")}})
 	creating := readyAt("creating")
 	creating.v.Record = &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_CREATING}
@@ -45,10 +46,32 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 		require.False(t, time.Now().After(deadline), "the entry never expired")
 		time.Sleep(5 * time.Millisecond)
 	}
-	off := newRouteCache(0)
+	off := newRouteCache(0, DefaultRouteCacheMaxRoutes)
 	off.put("ready", readyAt("ready"))
 	_, ok, _ = off.get("ready")
 	require.False(t, ok, "RouteCacheMaxAge 0 turns the cache off")
+}
+
+// The cache holds at most RouteCacheMaxRoutes routes: one more displaces
+// one of them (its next call reads the store), and a negative bound is
+// refused where the node is configured.
+func TestRouteCacheHoldsAtMostItsBound(t *testing.T) {
+	c := newRouteCache(time.Minute, 3)
+	for i := range 5 {
+		c.put(fmt.Sprint(i), readyAt(fmt.Sprint(i)))
+		require.Equal(t, min(i+1, 3), c.len(), "routes cached after %d puts", i+1)
+	}
+	_, ok, _ := c.get("4")
+	require.True(t, ok, "the newest route is cached")
+	held := 0
+	for i := range 5 {
+		if _, ok, _ := c.get(fmt.Sprint(i)); ok {
+			held++
+		}
+	}
+	require.Equal(t, 3, held)
+	require.Equal(t, DefaultRouteCacheMaxRoutes, RouteConfig{}.WithDefaults().RouteCacheMaxRoutes)
+	require.ErrorIs(t, RouteConfig{RouteCacheMaxRoutes: -1}.WithDefaults().Validate(), roamerr.ErrInvalidOperation)
 }
 
 // A Message Follow hint marks a route draining once; while it drains,
@@ -56,7 +79,7 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 // sent down the old route behind its barrier; the drop releases them.
 // Reference: PROTOCOL.md §7.8.
 func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
-	c := newRouteCache(time.Minute)
+	c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 	c.put("r", readyAt("r"))
 	_, idle, first := c.hinted("r")
 	<-idle // nobody was about to send on it
@@ -88,7 +111,7 @@ func TestRouteCacheHintDrainsBeforeDrop(t *testing.T) {
 // new route. The chat test caught that reordering under load.
 // Reference: PROTOCOL.md §7.8 (a caller's order holds across a move).
 func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
-	c := newRouteCache(time.Minute)
+	c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 	c.put("r", readyAt("r"))
 	_, ok, _, sent := c.use("r")
 	require.True(t, ok)
@@ -136,7 +159,7 @@ func TestRouteBarrierWaitsForCallsAboutToSend(t *testing.T) {
 // Reference: PROTOCOL.md §7.8.
 func TestRouteBarrierWaitsForEveryCallUnderContention(t *testing.T) {
 	for range 50 {
-		c := newRouteCache(time.Minute)
+		c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 		c.put("r", readyAt("r"))
 		var holding, late, uses atomic.Int64
 		var released atomic.Bool
@@ -215,7 +238,7 @@ func TestOperationRunsOnce(t *testing.T) {
 // apply. Reference: PROTOCOL.md §7.8 (spot.Disabled turns the cache off).
 func TestRouteCacheCanBeDisabled(t *testing.T) {
 	require.NoError(t, RouteConfig{RouteCacheMaxAge: Disabled, MessageFollowDuration: time.Second}.Validate())
-	c := newRouteCache(Disabled)
+	c := newRouteCache(Disabled, DefaultRouteCacheMaxRoutes)
 	c.put("r", readyAt("r"))
 	_, ok, _ := c.get("r")
 	require.False(t, ok)
@@ -225,7 +248,7 @@ func TestRouteCacheCanBeDisabled(t *testing.T) {
 // that finds another owner can drain the old route first.
 // Reference: PROTOCOL.md §7.8.
 func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
-	c := newRouteCache(20 * time.Millisecond)
+	c := newRouteCache(20*time.Millisecond, DefaultRouteCacheMaxRoutes)
 	c.put("r", readyAt("r"))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -271,7 +294,7 @@ func TestCandidatesForASpotIDAreDeterministic(t *testing.T) {
 // live (gone, or another lease), and only theirs.
 // Reference: docs/PROTOCOL.md §7.8.
 func TestRouteSweepDropsOnlyTheRoutesOfOwnersThatLeft(t *testing.T) {
-	c := newRouteCache(time.Minute)
+	c := newRouteCache(time.Minute, DefaultRouteCacheMaxRoutes)
 	owned := func(id, rid, lease string) authority {
 		a := readyAt(id)
 		a.v.Record.Owner = &messages.Owner{NodeRid: rid, LeaseId: lease}
@@ -299,12 +322,12 @@ func TestRouteSweepDropsOnlyTheRoutesOfOwnersThatLeft(t *testing.T) {
 // it must not walk the routes (resolves, hints and drops wait for the
 // cache's lock meanwhile).
 func BenchmarkRouteSweepNobodyLeft(b *testing.B) {
-	c := newRouteCache(time.Hour)
+	c := newRouteCache(time.Hour, DefaultRouteCacheMaxRoutes)
 	live := map[string]string{}
 	for n := range 3 {
 		live[fmt.Sprintf("node-%d", n)] = "lease"
 	}
-	for i := range maxCachedRoutes {
+	for i := range DefaultRouteCacheMaxRoutes {
 		a := readyAt(fmt.Sprint(i))
 		a.v.Record.Owner = &messages.Owner{NodeRid: fmt.Sprintf("node-%d", i%3), LeaseId: "lease"}
 		c.put(fmt.Sprint(i), a)
