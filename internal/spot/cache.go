@@ -178,10 +178,16 @@ func (c *routeCache) expire(id string, r *cachedRoute) {
 	if !c.removeLocked(id, r) {
 		return
 	}
+	c.keepExpiredLocked(id, r.a)
+}
+
+// keepExpiredLocked keeps a route that left the cache without a hint
+// until its Spot's next resolve, which drains it if the Spot moved.
+func (c *routeCache) keepExpiredLocked(id string, a authority) {
 	if len(c.expired) >= c.maxRoutes {
 		clear(c.expired) // only a refinement of order; memory stays bounded
 	}
-	c.expired[id] = r.a
+	c.expired[id] = a
 }
 
 // removeLocked drops id's route if it is r (any route, r nil) and reports
@@ -257,9 +263,14 @@ func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan 
 	}
 	delete(c.expired, id)
 	if c.n >= c.maxRoutes {
-		c.routes.Range(func(k, v any) bool { // drop an arbitrary entry: the cache only saves reads
-			v.(*cachedRoute).leave()
-			c.removeLocked(k.(string), v.(*cachedRoute))
+		c.routes.Range(func(k, v any) bool { // displace an arbitrary entry: the cache only saves reads
+			r := v.(*cachedRoute)
+			r.leave()
+			c.removeLocked(k.(string), r)
+			// Its next call drains it if the Spot moved meanwhile, as
+			// after an aged-out route: one caller's order holds past the
+			// bound too.
+			c.keepExpiredLocked(k.(string), r.a)
 			return false
 		})
 	}

@@ -70,6 +70,16 @@ func TestRouteCacheHoldsAtMostItsBound(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, held)
+	// The two displaced routes wait, as aged-out ones do, for their next
+	// resolve to drain them if their Spots moved.
+	displaced := 0
+	for i := range 5 {
+		if a, ok := c.takeExpired(fmt.Sprint(i)); ok {
+			require.Equal(t, fmt.Sprint(i), a.v.Key.ID)
+			displaced++
+		}
+	}
+	require.Equal(t, 2, displaced)
 	require.Equal(t, DefaultRouteCacheMaxRoutes, RouteConfig{}.WithDefaults().RouteCacheMaxRoutes)
 	require.ErrorIs(t, RouteConfig{RouteCacheMaxRoutes: -1}.WithDefaults().Validate(), roamerr.ErrInvalidOperation)
 }
