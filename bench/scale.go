@@ -28,7 +28,6 @@ import (
 type scaleRow struct {
 	N                  int
 	Plain, Spot, Store float64       // bytes of live heap per actor / per Spot (the node's) / per record with its checkpoint
-	Route              float64       // bytes of live heap per cached route (the caller's, left out of Spot)
 	Start              time.Duration // the recovery scan
 	Listing            time.Duration // the store's own listing of the same records (listAll)
 	P99Few, P99Many    float64       // ms
@@ -210,13 +209,6 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 		return row, err
 	}
 	phase("p99 over all")
-	// What the routes cost: the node cached one per Spot (it called each),
-	// a caller's cost, not the Spot's. A Spot's checkpoints written since
-	// the last look replace older ones and weigh the same.
-	withRoutes := settledHeap()
-	node.Spots().ForgetRoutes()
-	row.Route = (float64(withRoutes) - float64(settledHeap())) / float64(n)
-	phase("routes dropped")
 	w.stop(ctx)
 	phase("first node stopped")
 	// The store's own share: its records and checkpoints of the Spots,
@@ -228,7 +220,7 @@ func scale(ctx context.Context, n int) (scaleRow, error) {
 	if err != nil {
 		return row, err
 	}
-	row.Spot = total - row.Store - row.Route
+	row.Spot = total - row.Store
 	phase("store's copy")
 	// The start-up recovery scan of a node restarted over the n records
 	// (every one an ended owner's, with nothing to resume).

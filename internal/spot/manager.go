@@ -320,11 +320,6 @@ func (m *Manager) Shutdown() {
 	_ = m.sys.Root.StopFuture(m.self).Wait()
 }
 
-// ForgetRoutes drops every route the node caches; the next call to each
-// Spot reads the store. The benchmark measures with it what the routes
-// cost the heap (bench, section i).
-func (m *Manager) ForgetRoutes() { m.cache.dropOwnersNotIn(nil) }
-
 // everySecond is the manager's one background loop: each second it
 // wakes the calls waiting for a reply to check their owner's liveness,
 // then sweeps the route cache. It ends at Stop.
