@@ -370,8 +370,8 @@ func storeHeap(ctx context.Context, from location.Store, n int) (float64, error)
 
 // requestP99 is the median over three rounds of the p99 of 10,000 requests
 // to Spots drawn among the first n, one after another (the 100th slowest:
-// with 2,000 the 20th moved from run to run more than the goal's margin). Each round starts
-// right after a collection: what is timed is the call path, not a
+// with 2,000 the 20th moved from run to run more than the goal's margin).
+// Each round starts right after a collection: what is timed is the call path, not a
 // collection of the whole heap running beside it (its cost grows with the
 // heap; the call path's must not grow with the routes).
 func requestP99(ctx context.Context, request func(string) error, n int) (float64, error) {
