@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
@@ -71,14 +72,31 @@ func (s *sequenced) RestoreState([]byte) error     { return nil }
 // lifecycle lasted unfenced fails the test.
 // Reference: docs/PROTOCOL.md §7.8, §5.14 (order per sender).
 func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
-	const callers, perCaller = 2, 1000
+	orderHoldsWhileMoving(t, 1000, nil, nil)
+}
+
+// The same with the callers' routes aging out after a millisecond: a
+// route that left the cache without a hint while its Spot moved is
+// drained before the new owner is used, with every call that took it
+// still counted, and a concurrent call waits for that drain.
+// Reference: docs/PROTOCOL.md §7.8 (RouteCacheMaxAge).
+func TestOneCallersOrderHoldsWhenRoutesAgeOut(t *testing.T) {
+	orderHoldsWhileMoving(t, 300, []roam.Option{roam.WithSpotConfig(roam.SpotConfig{RouteCacheMaxAge: time.Millisecond})}, nil)
+}
+
+// orderHoldsWhileMoving is TestOneCallersOrderHoldsWhileTheSpotMovesContinuously
+// with perCaller messages a caller, the callers' node started with
+// callerOpts, and before (if not nil) called by caller k before each of
+// its messages.
+func orderHoldsWhileMoving(t *testing.T, perCaller int, callerOpts []roam.Option, before func(c *roam.Roam, k int) error) {
+	const callers = 2
 	ctx := context.Background()
 	store := memstore.New()
 	log := &handledLog{}
 	kind := roam.NewKind("sequenced", actor.PropsFromProducer(func() actor.Actor { return &sequenced{log: log} }),
 		roam.PreserveState(), roam.Instance())
 	a, b := start(t, store, roam.WithKinds(kind)), start(t, store, roam.WithKinds(kind))
-	c := start(t, store, roam.WithKinds(kind))
+	c := start(t, store, append([]roam.Option{roam.WithKinds(kind)}, callerOpts...)...)
 	const id = "ordered"
 	ref := roam.InstanceSpotRef(id)
 	_, err := a.Spots().Request(ctx, id, wrapperspb.String("first"), roam.InstanceSpot("sequenced"))
@@ -137,8 +155,14 @@ func TestOneCallersOrderHoldsWhileTheSpotMovesContinuously(t *testing.T) {
 			defer wg.Done()
 			for seq := 1; seq <= perCaller; seq++ {
 				v := wrapperspb.String(fmt.Sprintf("c%d:%d", k, seq))
-				sent[k].Store(int64(seq))
 				var err error
+				if before != nil {
+					if err = before(c, k); err != nil {
+						errs[k] = fmt.Errorf("caller %d, before message %d: %w", k, seq, err)
+						return
+					}
+				}
+				sent[k].Store(int64(seq))
 				request := seq%5 == 0 || seq == perCaller
 				if request {
 					_, err = c.Spots().Request(ctx, id, v)

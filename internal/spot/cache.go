@@ -33,9 +33,13 @@ type routeCache struct {
 	clock     machine.Clock        // the node's; routes age on it
 	routes    sync.Map             // Spot ID → *cachedRoute; written only under mu
 
-	mu      sync.Mutex
-	n       int                  // routes cached
-	expired map[string]authority // routes that aged out, until the next resolve
+	mu sync.Mutex
+	n  int // routes cached
+	// expired holds the routes that left without a hint (aged out, or
+	// displaced by maxRoutes) until their Spot's next resolve: one that
+	// names another owner puts the old route back to be drained, with the
+	// users it still counts (putUse).
+	expired map[string]*cachedRoute
 	// owners counts the cached routes of each owner lifecycle, so that the
 	// sweep for owners that left (dropOwnersNotIn) walks the routes only
 	// when one of them did: a node caching 100,000 routes does not stop
@@ -109,7 +113,7 @@ func (r *cachedRoute) leave() {
 
 func newRouteCache(maxAge time.Duration, maxRoutes int) *routeCache {
 	return &routeCache{maxAge: maxAge, maxRoutes: maxRoutes, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real,
-		expired: map[string]authority{}, owners: map[routeOwner]int{}}
+		expired: map[string]*cachedRoute{}, owners: map[routeOwner]int{}}
 }
 
 func (c *routeCache) load(id string) *cachedRoute {
@@ -178,16 +182,16 @@ func (c *routeCache) expire(id string, r *cachedRoute) {
 	if !c.removeLocked(id, r) {
 		return
 	}
-	c.keepExpiredLocked(id, r.a)
+	c.keepExpiredLocked(id, r)
 }
 
 // keepExpiredLocked keeps a route that left the cache without a hint
 // until its Spot's next resolve, which drains it if the Spot moved.
-func (c *routeCache) keepExpiredLocked(id string, a authority) {
+func (c *routeCache) keepExpiredLocked(id string, r *cachedRoute) {
 	if len(c.expired) >= c.maxRoutes {
 		clear(c.expired) // only a refinement of order; memory stays bounded
 	}
-	c.expired[id] = a
+	c.expired[id] = r
 }
 
 // removeLocked drops id's route if it is r (any route, r nil) and reports
@@ -204,16 +208,6 @@ func (c *routeCache) removeLocked(id string, r *cachedRoute) bool {
 		delete(c.owners, o)
 	}
 	return true
-}
-
-// takeExpired returns the route of id that expired since the last call,
-// if any: the caller drains it before using a different owner.
-func (c *routeCache) takeExpired(id string) (authority, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, ok := c.expired[id]
-	delete(c.expired, id)
-	return a, ok
 }
 
 // put caches a as putUse does, for a call that does not send on it.
@@ -246,6 +240,19 @@ func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.load(id)
+	if e := c.expired[id]; old == nil && e != nil {
+		delete(c.expired, id)
+		if !e.a.owner.Equal(a.owner) {
+			// The Spot moved while its route was out of the cache: the
+			// old route comes back, as a cached route of another
+			// incarnation, and is drained (PutDrain) with every call
+			// that took it still counted, before anyone uses the new one.
+			c.routes.Store(id, e)
+			c.n++
+			c.owners[ownerOf(e)]++
+			old = e
+		}
+	}
 	var draining, same bool
 	if old != nil {
 		draining, same = old.state.Load()&hintedBit != 0, old.a.owner.Equal(a.owner)
@@ -265,12 +272,14 @@ func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan 
 	if c.n >= c.maxRoutes {
 		c.routes.Range(func(k, v any) bool { // displace an arbitrary entry: the cache only saves reads
 			r := v.(*cachedRoute)
-			r.leave()
 			c.removeLocked(k.(string), r)
-			// Its next call drains it if the Spot moved meanwhile, as
-			// after an aged-out route: one caller's order holds past the
-			// bound too.
-			c.keepExpiredLocked(k.(string), r.a)
+			if r.state.Load()&hintedBit != 0 {
+				r.leave() // being drained already: its waiters read again
+			} else {
+				// Drained at its next resolve if the Spot moved, as an
+				// aged-out route is.
+				c.keepExpiredLocked(k.(string), r)
+			}
 			return false
 		})
 	}

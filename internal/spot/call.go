@@ -225,17 +225,11 @@ var readAgain = func() chan struct{} {
 // (routeCache.putUse). If another route must drain first, it returns the
 // channel to wait on, and the call reads again once it is closed.
 func (m *Manager) readRoute(ctx context.Context, id string, onMiss func()) (a authority, use *routeUse, drained <-chan struct{}, err error) {
-	old, aged := m.cache.takeExpired(id)
 	if onMiss != nil {
 		onMiss()
 	}
 	if a, err = m.readRouteAuthority(ctx, id); err != nil {
 		return authority{}, nil, nil, err
-	}
-	if aged && a.ready() && !a.ended && !old.pid().Equal(a.pid()) {
-		// The Spot moved while the route aged out, with no hint yet:
-		// drain the old route before the new one is used.
-		m.drainRoute(ctx, old)
 	}
 	// A Spot still on a node that said it is leaving (its drain left it
 	// there): this route is new, so later calls on it need no drain.

@@ -795,20 +795,6 @@ func (m *Manager) barrier(a authority) <-chan struct{} {
 // isBarrier: a route barrier is answered with itself.
 func isBarrier(msg any) bool { _, ok := msg.(*messages.RouteBarrier); return ok }
 
-// drainRoute sends a RouteBarrier down an old route and waits for its
-// answer (or barrierTimeout, or ctx): everything this node sent on that
-// route has then reached the Spot.
-func (m *Manager) drainRoute(ctx context.Context, old authority) {
-	if m.routeLost(ctx, old) {
-		return // nothing this node sent on it can still arrive by it
-	}
-	done := m.barrier(old)
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
-
 // barrierTimeout bounds how long a followed route is kept for a barrier
 // that is never answered nor failed (lost in a connection beyond the first
 // hop). Every hop answers or fails it within Message Follow's duration

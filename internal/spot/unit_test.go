@@ -72,14 +72,7 @@ func TestRouteCacheHoldsAtMostItsBound(t *testing.T) {
 	require.Equal(t, 3, held)
 	// The two displaced routes wait, as aged-out ones do, for their next
 	// resolve to drain them if their Spots moved.
-	displaced := 0
-	for i := range 5 {
-		if a, ok := c.takeExpired(fmt.Sprint(i)); ok {
-			require.Equal(t, fmt.Sprint(i), a.v.Key.ID)
-			displaced++
-		}
-	}
-	require.Equal(t, 2, displaced)
+	require.Len(t, c.expired, 2)
 	require.Equal(t, DefaultRouteCacheMaxRoutes, RouteConfig{}.WithDefaults().RouteCacheMaxRoutes)
 	require.ErrorIs(t, RouteConfig{RouteCacheMaxRoutes: -1}.WithDefaults().Validate(), roamerr.ErrInvalidOperation)
 }
@@ -254,25 +247,45 @@ func TestRouteCacheCanBeDisabled(t *testing.T) {
 	require.False(t, ok)
 }
 
-// A route that ages out is remembered until the next resolve, so a caller
-// that finds another owner can drain the old route first.
+// A route that ages out is remembered until the next resolve. A resolve
+// that names the same owner caches the new route at once; one that names
+// another owner puts the old route back, with the calls that took it still
+// counted, to be drained like a followed route before anyone uses the new
+// one: a second resolve meanwhile waits for the drain.
 // Reference: PROTOCOL.md §7.8.
 func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
 	c := newRouteCache(20*time.Millisecond, DefaultRouteCacheMaxRoutes)
-	c.put("r", readyAt("r"))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok, _ := c.get("r"); !ok {
-			break
+	ageOut := func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, ok, _ := c.get("r"); !ok {
+				return
+			}
+			require.False(t, time.Now().After(deadline), "the route never aged out")
+			time.Sleep(5 * time.Millisecond)
 		}
-		require.False(t, time.Now().After(deadline))
-		time.Sleep(5 * time.Millisecond)
 	}
-	old, ok := c.takeExpired("r")
+	older, newer := readyAt("r"), readyAt("r")
+	older.address, newer.address = "127.0.0.1:1", "127.0.0.1:2"
+	c.put("r", older)
+	ageOut()
+	require.False(t, c.put("r", older), "the same owner needs no drain")
+	ageOut()
+	undrained := c.put("r", newer)
+	require.True(t, undrained, "the old route must be drained before the new owner is used")
+	a, idle, hinted := c.hinted("r")
+	require.True(t, hinted)
+	require.Equal(t, older.address, a.address, "the route drained is the one that aged out")
+	<-idle
+	_, wait, _ := c.putUse("r", newer)
+	require.NotNil(t, wait, "a resolve during the drain waits for it")
+	c.drop("r")
+	<-wait
+	require.False(t, c.put("r", newer))
+	got, ok, _ := c.get("r")
 	require.True(t, ok)
-	require.Equal(t, "r", old.v.Key.ID)
-	_, ok = c.takeExpired("r")
-	require.False(t, ok, "taken once")
+	require.Equal(t, newer.address, got.address)
+	require.Empty(t, c.expired)
 }
 
 // The cold-activation order of candidates is a function of the Spot ID
