@@ -84,6 +84,22 @@ func TestOneCallersOrderHoldsWhenRoutesAgeOut(t *testing.T) {
 	orderHoldsWhileMoving(t, 300, []roam.Option{roam.WithSpotConfig(roam.SpotConfig{RouteCacheMaxAge: time.Millisecond})}, nil)
 }
 
+// The same with the callers' node caching two routes, and each caller
+// calling a Spot of its own before every message: of the three Spots one
+// is always out of the cache, so the moving Spot's route is displaced by
+// the bound again and again, and the table of routes waiting for their
+// next resolve (as many as the bound) overflows again and again too. A
+// displaced route is drained before a newer owner is used; one the table
+// cannot keep is drained at once.
+// Reference: docs/PROTOCOL.md §7.8 (RouteCacheMaxRoutes).
+func TestOneCallersOrderHoldsPastTheRouteCacheBound(t *testing.T) {
+	orderHoldsWhileMoving(t, 300, []roam.Option{roam.WithSpotConfig(roam.SpotConfig{RouteCacheMaxRoutes: 2})},
+		func(c *roam.Roam, k int) error {
+			_, err := c.Spots().Request(context.Background(), fmt.Sprintf("elsewhere-%d", k), wrapperspb.String("x"), roam.InstanceSpot("sequenced"))
+			return err
+		})
+}
+
 // orderHoldsWhileMoving is TestOneCallersOrderHoldsWhileTheSpotMovesContinuously
 // with perCaller messages a caller, the callers' node started with
 // callerOpts, and before (if not nil) called by caller k before each of

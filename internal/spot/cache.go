@@ -38,8 +38,12 @@ type routeCache struct {
 	// expired holds the routes that left without a hint (aged out, or
 	// displaced by maxRoutes) until their Spot's next resolve: one that
 	// names another owner puts the old route back to be drained, with the
-	// users it still counts (putUse).
+	// users it still counts (putUse). It holds at most maxRoutes; one more
+	// drains one of them at once (keepExpiredLocked).
 	expired map[string]*cachedRoute
+	// drain sends a route's barrier once idle is closed and then drops the
+	// route (Manager.drainRoute). Set before the cache is used.
+	drain func(id string, r *cachedRoute, idle <-chan struct{})
 	// owners counts the cached routes of each owner lifecycle, so that the
 	// sweep for owners that left (dropOwnersNotIn) walks the routes only
 	// when one of them did: a node caching 100,000 routes does not stop
@@ -112,8 +116,17 @@ func (r *cachedRoute) leave() {
 }
 
 func newRouteCache(maxAge time.Duration, maxRoutes int) *routeCache {
-	return &routeCache{maxAge: maxAge, maxRoutes: maxRoutes, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real,
+	c := &routeCache{maxAge: maxAge, maxRoutes: maxRoutes, policy: spotcall.RoutePolicy{MaxAge: maxAge}, clock: machine.Real,
 		expired: map[string]*cachedRoute{}, owners: map[routeOwner]int{}}
+	// A cache of its own, without a node to send a barrier: the route
+	// leaves once its users sent. A Manager sets its own.
+	c.drain = func(id string, r *cachedRoute, idle <-chan struct{}) {
+		machine.Go(func() {
+			<-idle
+			c.dropRoute(id, r)
+		})
+	}
+	return c
 }
 
 func (c *routeCache) load(id string) *cachedRoute {
@@ -186,10 +199,24 @@ func (c *routeCache) expire(id string, r *cachedRoute) {
 }
 
 // keepExpiredLocked keeps a route that left the cache without a hint
-// until its Spot's next resolve, which drains it if the Spot moved.
+// until its Spot's next resolve, which drains it if the Spot moved. When
+// maxRoutes are kept already, one of them is drained now instead, whether
+// its Spot moved or not: forgotten, a call to its Spot after a move would
+// go straight to the new owner, ahead of what this node sent on the old
+// route (PROTOCOL.md §7.8). It goes back into the cache, being drained, so
+// its Spot's calls wait for the barrier; a route drained so leaves within
+// barrierTimeout, and one whose Spot did not move is answered in a round
+// trip.
 func (c *routeCache) keepExpiredLocked(id string, r *cachedRoute) {
 	if len(c.expired) >= c.maxRoutes {
-		clear(c.expired) // only a refinement of order; memory stays bounded
+		for k, old := range c.expired {
+			delete(c.expired, k)
+			c.routes.Store(k, old)
+			c.n++
+			c.owners[ownerOf(old)]++
+			c.drain(k, old, c.hintLocked(old))
+			break
+		}
 	}
 	c.expired[id] = r
 }
@@ -270,16 +297,17 @@ func (c *routeCache) putUse(id string, a authority) (use *routeUse, wait <-chan 
 	}
 	delete(c.expired, id)
 	if c.n >= c.maxRoutes {
-		c.routes.Range(func(k, v any) bool { // displace an arbitrary entry: the cache only saves reads
+		// Displace an arbitrary route (the cache only saves reads), one
+		// not being drained: its callers wait for its barrier, and it
+		// leaves by itself once answered. The displaced route is drained
+		// at its next resolve if the Spot moved, as an aged-out route is.
+		c.routes.Range(func(k, v any) bool {
 			r := v.(*cachedRoute)
-			c.removeLocked(k.(string), r)
 			if r.state.Load()&hintedBit != 0 {
-				r.leave() // being drained already: its waiters read again
-			} else {
-				// Drained at its next resolve if the Spot moved, as an
-				// aged-out route is.
-				c.keepExpiredLocked(k.(string), r)
+				return true
 			}
+			c.removeLocked(k.(string), r)
+			c.keepExpiredLocked(k.(string), r)
 			return false
 		})
 	}
@@ -303,11 +331,17 @@ func (c *routeCache) hinted(id string) (authority, <-chan struct{}, bool) {
 	if r == nil || r.state.Load()&hintedBit != 0 {
 		return authority{}, nil, false
 	}
+	return r.a, c.hintLocked(r), true
+}
+
+// hintLocked marks the unhinted route r as being drained and returns the
+// channel closed once no call that took it is still about to send on it.
+func (c *routeCache) hintLocked(r *cachedRoute) <-chan struct{} {
 	r.drained, r.idle = make(chan struct{}), make(chan struct{})
 	if r.state.Or(hintedBit) == 0 { // nobody was about to send on it
 		r.idleOnce.Do(func() { close(r.idle) })
 	}
-	return r.a, r.idle, true
+	return r.idle
 }
 
 // dropOwnersNotIn drops every cached route whose owner is not among the
@@ -335,12 +369,16 @@ func (c *routeCache) dropOwnersNotIn(live map[string]string) {
 	})
 }
 
-func (c *routeCache) drop(id string) {
+func (c *routeCache) drop(id string) { c.dropRoute(id, nil) }
+
+// dropRoute drops id's route if it is r (any route, r nil) and wakes its
+// waiters.
+func (c *routeCache) dropRoute(id string, r *cachedRoute) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r := c.load(id); r != nil {
-		r.leave()
-		c.removeLocked(id, r)
+	if cur := c.load(id); cur != nil && (r == nil || cur == r) {
+		cur.leave()
+		c.removeLocked(id, cur)
 	}
 }
 

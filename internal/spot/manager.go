@@ -264,6 +264,7 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 		stop:      make(chan struct{}),
 	}
 	m.cache.clock = m.clock
+	m.cache.drain = m.drainRoute
 	// The node's own store: m.store is its lease-fenced view, which does
 	// not say.
 	if s, ok := d.Node().Store().(location.InProcess); ok {
@@ -757,6 +758,16 @@ func (m *Manager) onHint(id string) {
 		<-idle // every call that took the route has sent on it
 		<-m.barrier(a)
 		m.cache.drop(id)
+	})
+}
+
+// drainRoute drains a route the cache could keep no longer
+// (routeCache.keepExpiredLocked) as onHint drains a followed one.
+func (m *Manager) drainRoute(id string, r *cachedRoute, idle <-chan struct{}) {
+	machine.Go(func() {
+		<-idle
+		<-m.barrier(r.a)
+		m.cache.dropRoute(id, r)
 	})
 }
 

@@ -77,6 +77,53 @@ func TestRouteCacheHoldsAtMostItsBound(t *testing.T) {
 	require.ErrorIs(t, RouteConfig{RouteCacheMaxRoutes: -1}.WithDefaults().Validate(), roamerr.ErrInvalidOperation)
 }
 
+// The routes kept for their next resolve are bounded too: one more than
+// the bound drains one of them at once, whether its Spot moved or not
+// (forgotten, a call after a move could overtake what was sent on it).
+// While it drains its Spot's calls wait, and the bound never displaces a
+// route being drained: it leaves once its barrier is answered.
+// Reference: PROTOCOL.md §7.8 (RouteCacheMaxRoutes).
+func TestRouteCacheDrainsWhatItCannotKeep(t *testing.T) {
+	c := newRouteCache(time.Minute, 2)
+	type drained struct {
+		id   string
+		r    *cachedRoute
+		idle <-chan struct{}
+	}
+	drains := make(chan drained, 8)
+	c.drain = func(id string, r *cachedRoute, idle <-chan struct{}) { drains <- drained{id, r, idle} }
+	for i := range 4 {
+		c.put(fmt.Sprint(i), readyAt(fmt.Sprint(i)))
+	}
+	require.Len(t, c.expired, 2, "two routes displaced, kept")
+	require.Empty(t, drains)
+	c.put("4", readyAt("4")) // displaces a third: one kept route is drained
+	var d drained
+	select {
+	case d = <-drains:
+	default:
+		t.Fatal("no route drained when the table of kept routes overflowed")
+	}
+	require.Len(t, c.expired, 2)
+	require.NotContains(t, c.expired, d.id, "the drained route is no longer kept")
+	<-d.idle // nobody was about to send on it
+	_, ok, wait := c.get(d.id)
+	require.False(t, ok)
+	require.NotNil(t, wait, "a call to the drained route's Spot waits for the drain")
+	_, putWait, _ := c.putUse(d.id, readyAt(d.id))
+	require.NotNil(t, putWait, "so does a resolve")
+
+	for i := 5; i < 12; i++ { // every further route displaces one not being drained
+		c.put(fmt.Sprint(i), readyAt(fmt.Sprint(i)))
+		require.Same(t, d.r, c.load(d.id), "the route being drained was displaced")
+	}
+	c.dropRoute(d.id, d.r) // its barrier was answered
+	<-wait
+	require.False(t, c.put(d.id, readyAt(d.id)), "the Spot did not move: no second drain")
+	_, ok, _ = c.get(d.id)
+	require.True(t, ok)
+}
+
 // A Message Follow hint marks a route draining once; while it drains,
 // callers get a channel to wait on instead of the route, so nothing is
 // sent down the old route behind its barrier; the drop releases them.
