@@ -32,6 +32,8 @@ var ErrClosed = fmt.Errorf("%w: the machine has stopped", roamerr.ErrUnavailable
 // the turn under way (if any) has returned.
 type Loop[K comparable] struct {
 	timers *Timers[K]
+	// onTimer runs the timers armed with ArmEvent (OnTimer).
+	onTimer func(K)
 	// exec, when set, runs the turns instead of the loop's own goroutine
 	// (NewLoopOn).
 	exec func(turn func()) bool
@@ -176,6 +178,25 @@ func (l *Loop[K]) Arm(k K, d time.Duration, f func()) {
 				f()
 			}
 		})
+	})
+}
+
+// OnTimer sets what the timers armed with ArmEvent run as their turn,
+// given the timer's name: one function for them all, so that an arming
+// allocates nothing. Set it before the first ArmEvent.
+func (l *Loop[K]) OnTimer(f func(K)) {
+	l.onTimer = f
+	l.timers.OnFire(l.postTimer)
+}
+
+// ArmEvent is Arm with the loop's OnTimer function.
+func (l *Loop[K]) ArmEvent(k K, d time.Duration) { l.timers.Post(k, d, nil) }
+
+func (l *Loop[K]) postTimer(fired Fired[K]) {
+	l.Post(func() {
+		if l.timers.Take(fired) {
+			l.onTimer(fired.Key)
+		}
 	})
 }
 

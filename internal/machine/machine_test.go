@@ -231,3 +231,46 @@ func TestWithDeadlineTakesOnlyAManualParentsDeadline(t *testing.T) {
 	c.Advance(time.Minute)
 	require.ErrorIs(t, other.Err(), context.DeadlineExceeded)
 }
+
+// A set's timers fire in due order (arming order among equals), each at
+// its own due time, however they were armed, re-armed and cancelled; the
+// set keeps one clock timer, for the earliest.
+func TestTimersFireInDueOrder(t *testing.T) {
+	c := machine.NewManual()
+	s := machine.NewTimers[int](c)
+	start := c.Now()
+	var got []int
+	at := map[int]time.Duration{}
+	arm := func(k int, d time.Duration) {
+		s.Arm(k, d, func() { got = append(got, k); at[k] = c.Now().Sub(start) })
+	}
+	for k, d := range []time.Duration{5, 3, 9, 3, 7, 1, 8, 2, 6, 4} {
+		arm(k, d*time.Second)
+	}
+	require.Equal(t, 1, c.Armed(), "one clock timer for the set")
+	require.True(t, s.Cancel(4)) // 7 s
+	arm(2, 10*time.Second)       // re-armed later: 9 s → 10 s
+	arm(6, 500*time.Millisecond) // re-armed earlier: 8 s → 0.5 s
+	c.Advance(time.Hour)
+	require.Equal(t, []int{6, 5, 7, 1, 3, 9, 0, 8, 2}, got)
+	require.Equal(t, 500*time.Millisecond, at[6])
+	require.Equal(t, 3*time.Second, at[1])
+	require.Equal(t, 10*time.Second, at[2])
+	require.Zero(t, s.Len())
+	require.Zero(t, c.Armed(), "no clock timer left once nothing is armed")
+}
+
+// Arming and cancelling a timer, behind an earlier one, allocates nothing:
+// a driver arms several timeouts per operation and cancels nearly all.
+func TestTimersArmingAllocatesNothing(t *testing.T) {
+	l := machine.NewLoop[[4]uint64](machine.NewManual())
+	l.OnTimer(func([4]uint64) {})
+	l.ArmEvent([4]uint64{0}, time.Second) // the earliest, armed once
+	k := [4]uint64{1, 2, 3, 4}
+	allocs := testing.AllocsPerRun(1000, func() {
+		l.ArmEvent(k, time.Minute)
+		l.ArmEvent(k, 2*time.Minute)
+		l.Cancel(k)
+	})
+	require.Zero(t, allocs)
+}

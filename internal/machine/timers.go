@@ -11,22 +11,47 @@ import (
 // cancelled or closed before its function started does not run, even if
 // its clock had already fired it (each arming has its own generation), so
 // a cancelled timer's event never reaches the core.
+//
+// The set keeps its armings in a heap by due time and arms one clock timer,
+// for the earliest. A driver arms several timeouts per operation and
+// cancels nearly all of them; with a clock timer each, every arming cost a
+// runtime timer, its closures and a copy of the name in each (about a
+// tenth of a relocation's allocations). An arming's entry is reused once
+// it is cancelled or taken.
 type Timers[K comparable] struct {
-	clock  Clock
-	mu     sync.Mutex
-	armed  map[K]*namedTimer
-	gen    uint64
+	clock Clock
+	mu    sync.Mutex
+	// armed is every arming not yet cancelled nor taken: those waiting in
+	// due (index ≥ 0) and those fired and waiting for Take (index -1).
+	armed map[K]*arming[K]
+	// due is a min-heap of the armings not yet fired, by due time and
+	// then arming order (gen).
+	due  []*arming[K]
+	free []*arming[K]
+	gen  uint64
+	// wake is the clock timer armed for wakeAt, the due time of due[0]
+	// when it was armed (nil: none); wakeGen tells a wake that was
+	// replaced from the current one.
+	wake    Timer
+	wakeAt  time.Time
+	wakeGen uint64
+	// onFire is the firing function of the armings that name none (Post).
+	onFire func(Fired[K])
 	closed bool
 }
 
-type namedTimer struct {
+// arming is one arming of a named timer.
+type arming[K comparable] struct {
+	key   K
+	at    time.Time
 	gen   uint64
-	timer Timer
+	fire  func(Fired[K]) // nil: the set's onFire
+	index int            // in due, or -1 once fired
 }
 
 // NewTimers is an empty set on c (Real when nil).
 func NewTimers[K comparable](c Clock) *Timers[K] {
-	return &Timers[K]{clock: Or(c), armed: map[K]*namedTimer{}}
+	return &Timers[K]{clock: Or(c), armed: map[K]*arming[K]{}}
 }
 
 // Clock is the clock the set arms its timers on.
@@ -54,8 +79,17 @@ type Fired[K comparable] struct {
 // mailbox), and the machine steps it only if Take says it is still the
 // current arming. A timer cancelled or re-armed after it fired but before
 // the machine took it is so still dropped: the core never sees the event
-// of a timer it stopped.
+// of a timer it stopped. A nil post is the set's own (OnFire): such an
+// arming allocates nothing.
 func (s *Timers[K]) Post(k K, d time.Duration, post func(Fired[K])) { s.arm(k, d, post) }
+
+// OnFire sets where the armings posted with no function of their own go.
+// Set it before the first such arming.
+func (s *Timers[K]) OnFire(post func(Fired[K])) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onFire = post
+}
 
 // arm replaces the timer under k by a new arming, whose firing goes to
 // fire.
@@ -65,14 +99,92 @@ func (s *Timers[K]) arm(k K, d time.Duration, fire func(Fired[K])) {
 	if s.closed {
 		return
 	}
-	if old := s.armed[k]; old != nil {
-		old.timer.Stop()
+	a := s.armed[k]
+	switch {
+	case a == nil:
+		a = s.newArming(k)
+		s.armed[k] = a
+	case a.index >= 0:
+		s.remove(a.index)
 	}
 	s.gen++
-	f := Fired[K]{Key: k, gen: s.gen}
-	n := &namedTimer{gen: f.gen}
-	s.armed[k] = n
-	n.timer = s.clock.AfterFunc(d, func() { fire(f) })
+	a.at, a.gen, a.fire = s.clock.Now().Add(max(d, 0)), s.gen, fire
+	s.push(a)
+	s.rewake()
+}
+
+func (s *Timers[K]) newArming(k K) *arming[K] {
+	if n := len(s.free); n > 0 {
+		a := s.free[n-1]
+		s.free[n-1] = nil
+		s.free = s.free[:n-1]
+		a.key = k
+		return a
+	}
+	return &arming[K]{key: k}
+}
+
+// release forgets a, which is in armed and no longer in due.
+func (s *Timers[K]) release(a *arming[K]) {
+	delete(s.armed, a.key)
+	var zero K
+	a.key, a.fire, a.index = zero, nil, -1
+	if len(s.free) < 64 {
+		s.free = append(s.free, a)
+	}
+}
+
+// rewake arms the clock timer for the earliest arming, unless it is armed
+// for that or earlier already (an earlier wake finds nothing due and arms
+// the next one). With nothing due it stops it.
+func (s *Timers[K]) rewake() {
+	if len(s.due) == 0 {
+		if s.wake != nil {
+			s.wake.Stop()
+			s.wake = nil
+		}
+		return
+	}
+	at := s.due[0].at
+	if s.wake != nil && !at.Before(s.wakeAt) {
+		return
+	}
+	if s.wake != nil {
+		s.wake.Stop()
+	}
+	s.wakeGen++
+	gen := s.wakeGen
+	s.wake, s.wakeAt = s.clock.AfterFunc(Until(s.clock, at), func() { s.expire(gen) }), at
+}
+
+// expire fires every arming due by now, in due order, and arms the clock
+// timer for the next one.
+func (s *Timers[K]) expire(gen uint64) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	if gen == s.wakeGen {
+		s.wake = nil
+	}
+	now := s.clock.Now()
+	var fired []Fired[K]
+	var fns []func(Fired[K])
+	for len(s.due) > 0 && !s.due[0].at.After(now) {
+		a := s.due[0]
+		s.remove(0)
+		fire := a.fire
+		if fire == nil {
+			fire = s.onFire
+		}
+		fired, fns = append(fired, Fired[K]{Key: a.key, gen: a.gen}), append(fns, fire)
+	}
+	s.rewake()
+	s.mu.Unlock()
+	for i, f := range fired {
+		fns[i](f)
+	}
 }
 
 // Take reports whether f is still the current arming of its timer, and
@@ -80,12 +192,20 @@ func (s *Timers[K]) arm(k K, d time.Duration, fire func(Fired[K])) {
 func (s *Timers[K]) Take(f Fired[K]) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := s.armed[f.Key]
-	if cur == nil || cur.gen != f.gen {
+	a := s.armed[f.Key]
+	if a == nil || a.gen != f.gen || a.index >= 0 {
 		return false
 	}
-	delete(s.armed, f.Key)
+	s.release(a)
 	return true
+}
+
+// cancel forgets the arming a.
+func (s *Timers[K]) cancel(a *arming[K]) {
+	if a.index >= 0 {
+		s.remove(a.index)
+	}
+	s.release(a)
 }
 
 // CancelIf cancels every armed timer whose name matches: the timers a run
@@ -93,12 +213,12 @@ func (s *Timers[K]) Take(f Fired[K]) bool {
 func (s *Timers[K]) CancelIf(match func(K) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, n := range s.armed {
+	for k, a := range s.armed {
 		if match(k) {
-			n.timer.Stop()
-			delete(s.armed, k)
+			s.cancel(a)
 		}
 	}
+	s.rewake()
 }
 
 // ArmAt is Arm with an absolute due time on the set's clock.
@@ -108,12 +228,12 @@ func (s *Timers[K]) ArmAt(k K, at time.Time, f func()) { s.Arm(k, Until(s.clock,
 func (s *Timers[K]) Cancel(k K) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := s.armed[k]
-	if n == nil {
+	a := s.armed[k]
+	if a == nil {
 		return false
 	}
-	n.timer.Stop()
-	delete(s.armed, k)
+	s.cancel(a)
+	s.rewake()
 	return true
 }
 
@@ -136,8 +256,74 @@ func (s *Timers[K]) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for k, n := range s.armed {
-		n.timer.Stop()
-		delete(s.armed, k)
+	for _, a := range s.armed {
+		s.cancel(a)
 	}
+	s.rewake()
+}
+
+// The heap of due armings, by due time and then arming order; each
+// arming knows its index, so a cancel removes it in O(log n).
+
+func (s *Timers[K]) less(i, j int) bool {
+	a, b := s.due[i], s.due[j]
+	return a.at.Before(b.at) || a.at.Equal(b.at) && a.gen < b.gen
+}
+
+func (s *Timers[K]) swap(i, j int) {
+	s.due[i], s.due[j] = s.due[j], s.due[i]
+	s.due[i].index, s.due[j].index = i, j
+}
+
+func (s *Timers[K]) push(a *arming[K]) {
+	a.index = len(s.due)
+	s.due = append(s.due, a)
+	s.up(a.index)
+}
+
+// remove takes the arming at i out of due.
+func (s *Timers[K]) remove(i int) {
+	n := len(s.due) - 1
+	a := s.due[i]
+	if i != n {
+		s.swap(i, n)
+	}
+	s.due[n] = nil
+	s.due = s.due[:n]
+	if i != n {
+		if !s.down(i) {
+			s.up(i)
+		}
+	}
+	a.index = -1
+}
+
+func (s *Timers[K]) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !s.less(j, i) {
+			break
+		}
+		s.swap(i, j)
+		j = i
+	}
+}
+
+func (s *Timers[K]) down(i0 int) bool {
+	i, n := i0, len(s.due)
+	for {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if r := j + 1; r < n && s.less(r, j) {
+			j = r
+		}
+		if !s.less(j, i) {
+			break
+		}
+		s.swap(i, j)
+		i = j
+	}
+	return i > i0
 }

@@ -398,6 +398,7 @@ func New(node *meshnode.Node, store location.Store, cfg Config) (*Driver, error)
 		d.sys.Root.Send(d.self, &localCall{fn: turn})
 		return true
 	})
+	d.loop.OnTimer(d.onTimer)
 	d.peers.clock = d.clock
 	d.slots = newSlots(d.store, d.desc, d.clock)
 	if cfg.Checkpoints == nil {
@@ -717,7 +718,7 @@ func (d *Driver) startTimer(k timerKey, t handoff.StartTimer) {
 	if !t.At.IsZero() {
 		after = machine.Until(d.clock, t.At)
 	}
-	d.loop.Arm(k, max(after, 0), func() { d.onTimer(k) })
+	d.loop.ArmEvent(k, max(after, 0))
 }
 
 func (d *Driver) stopTimer(k timerKey) { d.loop.Cancel(k) }
