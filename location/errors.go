@@ -7,6 +7,16 @@ import (
 	"github.com/roamactors/roam/roamerr"
 )
 
+// KeyNotFound is ErrNotFound for one authority key: what a read of a
+// missing key returns. It formats its message only when asked, so that a
+// read that finds nothing (every cold activation's) costs no formatting.
+type KeyNotFound struct{ Key AuthorityKey }
+
+func (e *KeyNotFound) Error() string { return ErrNotFound.Error() + ": " + e.Key.String() }
+
+// Unwrap makes KeyNotFound match ErrNotFound (and roamerr.ErrNotFound).
+func (e *KeyNotFound) Unwrap() error { return ErrNotFound }
+
 // The error classes every Store returns; match them with errors.Is. Each
 // is also in exactly one roamerr class (roamerr's package documentation),
 // so a store error that reaches a roam caller matches the roamerr class

@@ -70,3 +70,16 @@ func TestStoreErrorsAreInOneRoamClass(t *testing.T) {
 		t.Fatal("a *ConflictError is found with errors.As")
 	}
 }
+
+// A read of a missing key fails with KeyNotFound: ErrNotFound, in the
+// NotFound class, naming the key.
+func TestKeyNotFoundIsNotFound(t *testing.T) {
+	var err error = &location.KeyNotFound{Key: location.Key(location.KindInstanceSpot, "cart-1")}
+	assertOneClass(t, err, roamerr.ErrNotFound)
+	if !errors.Is(err, location.ErrNotFound) {
+		t.Fatalf("%v is not location.ErrNotFound", err)
+	}
+	if got, want := err.Error(), location.ErrNotFound.Error()+": "+location.Key(location.KindInstanceSpot, "cart-1").String(); got != want {
+		t.Fatalf("message %q, want %q", got, want)
+	}
+}

@@ -50,7 +50,7 @@ const (
 type Write struct {
 	effect   Effect
 	key      location.AuthorityKey
-	what     string
+	verb     string // "commit", "reserve": what a store error names
 	mine     func(*location.Record) bool
 	backoff  time.Duration
 	deadline time.Time
@@ -69,7 +69,7 @@ type Write struct {
 func NewCompareAndSet(cfg Config, key location.AuthorityKey, expected location.StoreVersion, rec *location.Record, deadline time.Time) *Write {
 	return &Write{
 		effect: CompareAndSet{Key: key, Expected: expected, Record: rec},
-		key:    key, what: "commit " + key.String(),
+		key:    key, verb: "commit",
 		mine:    func(got *location.Record) bool { return proto.Equal(got, rec) },
 		backoff: cfg.SettleBackoff, deadline: deadline,
 	}
@@ -83,7 +83,7 @@ func NewReserve(cfg Config, key location.AuthorityKey, expected location.StoreVe
 	mine func(*location.Record) bool, deadline time.Time) *Write {
 	return &Write{
 		effect: Reserve{Key: key, Expected: expected, Record: rec, Other: other},
-		key:    key, what: "reserve " + key.String(),
+		key:    key, verb: "reserve",
 		mine: mine, backoff: cfg.SettleBackoff, deadline: deadline,
 	}
 }
@@ -159,7 +159,7 @@ func (w *Write) Step(ev Event) []Effect {
 			w.state = writeReading
 			return []Effect{ReadRecord{Key: w.key}}
 		}
-		return w.end(WriteFailed, 0, StoreError(w.what, ev.Err))
+		return w.end(WriteFailed, 0, StoreError(w.verb+" "+w.key.String(), ev.Err))
 
 	case RecordRead:
 		if w.state != writeReading {

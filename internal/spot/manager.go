@@ -964,7 +964,7 @@ func notFound(v location.Versioned) error {
 	if v.Present() {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", location.ErrNotFound, v.Key)
+	return &location.KeyNotFound{Key: v.Key}
 }
 
 func (e resolveEnv) OwnerNode(o *messages.Owner, done func(string, bool, error)) {

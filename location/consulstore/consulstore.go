@@ -549,7 +549,7 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 		return v, err
 	}
 	if !v.Present() {
-		return v, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+		return v, &location.KeyNotFound{Key: key}
 	}
 	return v, nil
 }

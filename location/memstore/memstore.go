@@ -258,7 +258,7 @@ func (s *Store) Read(ctx context.Context, key location.AuthorityKey) (location.V
 	defer unlock()
 	v := s.versionedLocked(key)
 	if !v.Present() {
-		return v, fmt.Errorf("%w: %s", location.ErrNotFound, key)
+		return v, &location.KeyNotFound{Key: key}
 	}
 	return v, nil
 }
