@@ -187,8 +187,14 @@ func (d *Driver) target(pid *messages.RelocationIdentity, c actor.Context) *targ
 
 func (d *Driver) onChunk(c actor.Context, m *messages.RelocationState) {
 	if t := d.target(m.GetIdentity(), c); t != nil {
-		// The chunk is copied into the assembler's own buffer (PROTOCOL.md §5.7).
-		d.stepTarget(t, handoff.ChunkReceived{Chunk: envelope.Chunk{Index: m.GetIndex(), Offset: m.GetOffset(), Data: m.GetData()}})
+		// The chunk is copied into the assembler's own buffer (PROTOCOL.md
+		// §5.7), unless it is the whole stream: its bytes, unmarshalled
+		// for this message alone, are then the buffer (Chunk.Backing).
+		c := envelope.Chunk{Index: m.GetIndex(), Offset: m.GetOffset(), Data: m.GetData()}
+		if c.Offset == 0 {
+			c.Backing = c.Data
+		}
+		d.stepTarget(t, handoff.ChunkReceived{Chunk: c})
 	}
 }
 
