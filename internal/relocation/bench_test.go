@@ -130,3 +130,51 @@ func benchPause(b *testing.B, store location.Store, size int) {
 	b.ReportMetric(float64(rtt.Microseconds())/1000, "rtt-p50-ms")
 	b.ReportMetric(float64(p50)/float64(rtt), "pause/rtt")
 }
+
+// echo answers every StringValue to its sender with a one-way send.
+type echo struct{}
+
+func (echo) Receive(c actor.Context) {
+	if m, ok := c.Message().(*wrapperspb.StringValue); ok && c.Sender() != nil {
+		c.Send(c.Sender(), m)
+	}
+}
+
+// BenchmarkRemoteMessage is the transport's own cost of a message between
+// two nodes, the floor under a move's allocations: one round trip of
+// one-way sends (two messages, a 32-byte string each) between plain
+// actors on two nodes, no roam in their path. A 1 KiB move sends about
+// eight messages (docs/PROTOCOL.md §12: source check and its answer,
+// Restore request, state chunk, relay-ready, cutover, boundary
+// acknowledgement; on Consul the commit notice too).
+func BenchmarkRemoteMessage(b *testing.B) {
+	store := newMemStoreTB()
+	nodes := []*testNode{startNodeConfig(b, store, relocation.Config{}), startNodeConfig(b, store, relocation.Config{})}
+	there, err := nodes[0].node.System().Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return echo{} }), "echo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	back := make(chan struct{}, 1)
+	here := nodes[1].node.System().Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*wrapperspb.StringValue); ok {
+			back <- struct{}{}
+		}
+	}))
+	msg := wrapperspb.String("0123456789abcdef0123456789abcdef")
+	roundTrip := func() {
+		nodes[1].node.System().Root.RequestWithCustomSender(there, msg, here)
+		select {
+		case <-back:
+		case <-time.After(5 * time.Second):
+			b.Fatal("no answer in 5 s")
+		}
+	}
+	for range 100 {
+		roundTrip()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		roundTrip()
+	}
+}
