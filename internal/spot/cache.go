@@ -42,8 +42,14 @@ type routeCache struct {
 	// drains one of them at once (keepExpiredLocked).
 	expired map[string]*cachedRoute
 	// drain sends a route's barrier once idle is closed and then drops the
-	// route (Manager.drainRoute). Set before the cache is used.
-	drain func(id string, r *cachedRoute, idle <-chan struct{})
+	// route (Manager.drainRoute); forgot says that a route was forgotten
+	// undrained. Both set before the cache is used.
+	drain  func(id string, r *cachedRoute, idle <-chan struct{})
+	forgot func(id string)
+	// draining counts the routes keepExpiredLocked put back to drain and
+	// that are still cached: at most maxRoutes, so that a node whose
+	// barriers go unanswered (an owner paused) keeps its memory bounded.
+	draining int
 	// owners counts the cached routes of each owner lifecycle, so that the
 	// sweep for owners that left (dropOwnersNotIn) walks the routes only
 	// when one of them did: a node caching 100,000 routes does not stop
@@ -78,6 +84,9 @@ type cachedRoute struct {
 	idle      chan struct{}
 	idleOnce  sync.Once
 	leaveOnce sync.Once
+	// kept: put back into the cache to be drained when the table of
+	// routes kept for their next resolve was full (routeCache.draining).
+	kept bool
 }
 
 const hintedBit = 1 << 63
@@ -126,6 +135,7 @@ func newRouteCache(maxAge time.Duration, maxRoutes int) *routeCache {
 			c.dropRoute(id, r)
 		})
 	}
+	c.forgot = func(string) {}
 	return c
 }
 
@@ -211,6 +221,14 @@ func (c *routeCache) keepExpiredLocked(id string, r *cachedRoute) {
 	if len(c.expired) >= c.maxRoutes {
 		for k, old := range c.expired {
 			delete(c.expired, k)
+			if c.draining >= c.maxRoutes {
+				// As many drains are waiting for their barriers: memory
+				// comes first, and this route's order with it.
+				c.forgot(k)
+				break
+			}
+			old.kept = true
+			c.draining++
 			c.routes.Store(k, old)
 			c.n++
 			c.owners[ownerOf(old)]++
@@ -230,6 +248,9 @@ func (c *routeCache) removeLocked(id string, r *cachedRoute) bool {
 	}
 	c.routes.Delete(id)
 	c.n--
+	if cur.kept {
+		c.draining--
+	}
 	o := ownerOf(cur)
 	if c.owners[o]--; c.owners[o] <= 0 {
 		delete(c.owners, o)

@@ -172,7 +172,8 @@ type Manager struct {
 	events   *eventstream.Subscription
 	// refusedLog limits control_message_refused lines.
 	refusedLog ratelog.Limiter
-	refusedN   atomic.Int64 // commands refused for their sender
+	forgotLog  ratelog.Limiter // route_forgotten
+	refusedN   atomic.Int64    // commands refused for their sender
 	// pendingOps: the operation ids of this node's UserSpotCreate and
 	// UserSpotClose commands still
 	// waiting for their answer (CommandConfirm).
@@ -265,6 +266,10 @@ func New(d *relocation.Driver, roots location.RootStore, cfg Config) (*Manager, 
 	}
 	m.cache.clock = m.clock
 	m.cache.drain = m.drainRoute
+	m.cache.forgot = func(id string) {
+		m.forgotLog.Warn(&m.log).Str("event", "route_forgotten").Str("spot_id", ratelog.Clip(id)).
+			Msg("a route left the cache undrained: as many drains wait for their barriers as the cache holds routes; a call after a move of this Spot may overtake what this node sent before")
+	}
 	// The node's own store: m.store is its lease-fenced view, which does
 	// not say.
 	if s, ok := d.Node().Store().(location.InProcess); ok {

@@ -122,6 +122,28 @@ func TestRouteCacheDrainsWhatItCannotKeep(t *testing.T) {
 	require.False(t, c.put(d.id, readyAt(d.id)), "the Spot did not move: no second drain")
 	_, ok, _ = c.get(d.id)
 	require.True(t, ok)
+
+}
+
+// Barriers that are never answered (owners paused) hold their routes: at
+// most the bound of them wait; past it a route is forgotten, and said so,
+// rather than memory growing with every new route.
+// Reference: PROTOCOL.md §7.8 (RouteCacheMaxRoutes).
+func TestRouteCacheBoundsTheDrainsItStarts(t *testing.T) {
+	c := newRouteCache(time.Minute, 2)
+	started := 0
+	c.drain = func(string, *cachedRoute, <-chan struct{}) { started++ } // never answered
+	var forgot []string
+	c.forgot = func(id string) { forgot = append(forgot, id) }
+	for i := 0; len(forgot) == 0; i++ {
+		require.Less(t, i, 100, "no route forgotten")
+		c.put(fmt.Sprint(i), readyAt(fmt.Sprint(i)))
+		require.LessOrEqual(t, c.draining, 2, "routes waiting for a barrier")
+	}
+	require.Equal(t, 2, started)
+	require.Equal(t, 2, c.draining)
+	require.Len(t, c.expired, 2)
+	require.Equal(t, 4, c.len(), "two routes cached, two being drained")
 }
 
 // A Message Follow hint marks a route draining once; while it drains,
