@@ -143,7 +143,7 @@ func (d *Driver) setChunkLink(peer, link string) {
 // connection arrives right behind its Restore request, with no hop
 // through the link's reader.
 func (d *Driver) sendChunk(r *sourceRun, c envelope.Chunk) {
-	m := &messages.RelocationState{Identity: r.m.Identity().ToProto(), Index: c.Index, Offset: c.Offset, Data: c.Data}
+	m := &messages.RelocationState{Identity: r.wire.of(r.m.Identity()), Index: c.Index, Offset: c.Offset, Data: c.Data}
 	peer := r.target.GetAddress()
 	if r.outcome.Chunks > 1 {
 		if to := d.linkTo(peer); to != "" && d.link.Send(peer, to, m, r.outcome.Bytes) == nil {

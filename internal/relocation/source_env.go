@@ -229,7 +229,7 @@ func (e sourceEnv) SendPrepare(p handoff.SendPrepare) {
 	r.prepareSent = true
 	r.outcome.Bytes, r.outcome.Chunks = p.Manifest.TotalLength, p.Manifest.ChunkCount
 	d.send(r.targetPID, &messages.RelocationPrepare{
-		Identity: r.m.Identity().ToProto(),
+		Identity: r.wire.of(r.m.Identity()),
 		Object:   &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: r.obj.generation, StableType: r.obj.kind.StableType},
 		Manifest: &messages.PayloadManifest{
 			PayloadTotalLength: p.Manifest.TotalLength, PayloadChunkCount: p.Manifest.ChunkCount, PayloadChecksumCrc32C: p.Manifest.ChecksumCRC32C,
@@ -253,7 +253,7 @@ func (e sourceEnv) SendChunks(c handoff.SendChunks) {
 }
 
 func (e sourceEnv) SendAbort(a handoff.SendAbort) {
-	e.d.send(e.r.targetPID, &messages.RelocationAbort{Identity: e.r.m.Identity().ToProto(), Reason: a.Reason})
+	e.d.send(e.r.targetPID, &messages.RelocationAbort{Identity: e.r.wire.of(e.r.m.Identity()), Reason: a.Reason})
 }
 
 // EncodeRelay makes a relayed record's envelope; the relay sum covers its
@@ -280,7 +280,7 @@ func (e sourceEnv) SendRelay(b sourcerun.Relayed[any], epoch uint32, again bool)
 		// The first copy went to the target (in process: the very message).
 		env = proto.Clone(env).(*messages.Envelope)
 	}
-	rec := &messages.RelayedRecord{Identity: e.r.m.Identity().ToProto(), ResendEpoch: epoch, Envelope: env, Index: uint32(b.Index)}
+	rec := &messages.RelayedRecord{Identity: e.r.wire.of(e.r.m.Identity()), ResendEpoch: epoch, Envelope: env, Index: uint32(b.Index)}
 	if b.Part > 0 {
 		rec.Participant = uint32(b.Part + 1)
 	}
@@ -288,7 +288,7 @@ func (e sourceEnv) SendRelay(b sourcerun.Relayed[any], epoch uint32, again bool)
 }
 
 func (e sourceEnv) SendCutover(epoch uint32, sum handoff.RelaySum) {
-	e.d.send(e.r.targetPID, &messages.Cutover{Identity: e.r.m.Identity().ToProto(), ResendEpoch: epoch, RelayRecordCount: sum.Count, RelayCrc32C: sum.CRC})
+	e.d.send(e.r.targetPID, &messages.Cutover{Identity: e.r.wire.of(e.r.m.Identity()), ResendEpoch: epoch, RelayRecordCount: sum.Count, RelayCrc32C: sum.CRC})
 }
 
 func (e sourceEnv) Reconcile() { go e.d.reconcileRead(e.r, e.r.m.Identity()) }

@@ -37,9 +37,10 @@ type Outcome struct {
 
 // sourceRun is one move out of this node.
 type sourceRun struct {
-	m   *handoff.Source
-	run *sourcerun.Run[any, location.Versioned] // the effect interpreter
-	obj *object                                 // the object the move names: parts[0].obj
+	m    *handoff.Source
+	wire wireIdentity                            // what the run's messages carry
+	run  *sourcerun.Run[any, location.Versioned] // the effect interpreter
+	obj  *object                                 // the object the move names: parts[0].obj
 	// parts are the move's participants, the named object first; a
 	// SpotWide move of a User Spot has its members after it (PROTOCOL.md
 	// §5.15), every other move one part.

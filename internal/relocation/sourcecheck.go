@@ -207,7 +207,7 @@ func (e sourceEnv) CheckSource() {
 	d, r := e.d, e.r
 	key := r.obj.key
 	d.send(r.targetPID, &messages.SourceCheck{
-		Identity:                  r.m.Identity().ToProto(),
+		Identity:                  r.wire.of(r.m.Identity()),
 		Object:                    &messages.ObjectRef{Kind: key.Kind, Id: key.ID, ObjectGeneration: r.obj.generation, StableType: r.obj.kind.StableType},
 		Source:                    d.selfRef(),
 		MoveTicket:                r.ticket,

@@ -156,15 +156,15 @@ func (e targetEnv) After(wait time.Duration, fn func(expired bool)) {
 }
 
 func (e targetEnv) SendCredit(n uint64) {
-	e.d.send(e.t.sourcePID, &messages.RelocationStateCredit{Identity: e.id().ToProto(), ReceivedBytes: n})
+	e.d.send(e.t.sourcePID, &messages.RelocationStateCredit{Identity: e.t.wire.of(e.id()), ReceivedBytes: n})
 }
 
 func (e targetEnv) SendFailed(f handoff.SendFailed) {
-	e.d.send(e.t.sourcePID, &messages.RelocationFailed{Identity: e.id().ToProto(), Reason: f.Reason, Detail: f.Detail})
+	e.d.send(e.t.sourcePID, &messages.RelocationFailed{Identity: e.t.wire.of(e.id()), Reason: f.Reason, Detail: f.Detail})
 }
 
 func (e targetEnv) SendRelayReady() {
-	ready := &messages.RelayReady{Identity: e.id().ToProto()}
+	ready := &messages.RelayReady{Identity: e.t.wire.of(e.id())}
 	if v := e.t.verified.Load(); v != nil {
 		ready.RecordVersionHint = uint64(v.Version)
 	}
@@ -172,12 +172,12 @@ func (e targetEnv) SendRelayReady() {
 }
 
 func (e targetEnv) AckBoundary() {
-	e.d.send(e.t.sourcePID, &messages.BoundaryAck{Identity: e.id().ToProto()})
+	e.d.send(e.t.sourcePID, &messages.BoundaryAck{Identity: e.t.wire.of(e.id())})
 }
 
 func (e targetEnv) SendOwnerCommitted() {
 	if !e.d.inProcess { // the source watches an in-process store for free
-		e.d.send(e.t.sourcePID, &messages.OwnerCommitted{Identity: e.id().ToProto()})
+		e.d.send(e.t.sourcePID, &messages.OwnerCommitted{Identity: e.t.wire.of(e.id())})
 	}
 }
 

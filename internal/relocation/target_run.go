@@ -22,6 +22,7 @@ import (
 // targetRun is one move into this node.
 type targetRun struct {
 	m         *handoff.Target
+	wire      wireIdentity // what the run's messages carry
 	prepare   *messages.RelocationPrepare
 	key       location.AuthorityKey
 	kind      *Kind
@@ -172,6 +173,22 @@ func (d *Driver) prepareEvent(p *messages.RelocationPrepare) handoff.PrepareRece
 		MaxPayloadLength: d.cfg.MaxPayloadLength,
 		SessionBound:     prepareBound(p),
 	}
+}
+
+// wireIdentity is a run's identity in the wire form its messages carry,
+// made once for every message of the identity (a move sends several)
+// instead of for each. The messages share it: nothing changes a sent
+// message.
+type wireIdentity struct {
+	id handoff.Identity
+	p  *messages.RelocationIdentity
+}
+
+func (w *wireIdentity) of(id handoff.Identity) *messages.RelocationIdentity {
+	if w.p == nil || w.id != id {
+		w.id, w.p = id, id.ToProto()
+	}
+	return w.p
 }
 
 // target finds the run of a control message's identity, only if it came
