@@ -231,8 +231,11 @@ type Driver struct {
 
 	// Everything below is touched only by the driver actor's goroutine.
 	objects map[location.AuthorityKey]*object
-	sources map[uint64]*sourceRun
-	targets map[handoff.Identity]*targetRun
+	// hostingN and arrivingN count the registered incarnations serving or
+	// leaving, and staging: load (setState, putObject, dropObject).
+	hostingN, arrivingN int
+	sources             map[uint64]*sourceRun
+	targets             map[handoff.Identity]*targetRun
 	// arrivals: the unfinished move into this node of each object, at most
 	// one (newest prepare wins, onPrepare).
 	arrivals map[location.AuthorityKey]*targetRun
@@ -671,7 +674,11 @@ func (d *Driver) capability(q *messages.CapabilityQuery) *messages.CapabilityRep
 
 // load counts the incarnations this node serves (moving out included)
 // and those arriving (moves in not open yet): what its capacity bounds.
-func (d *Driver) load() (hosting, arriving int) {
+func (d *Driver) load() (hosting, arriving int) { return d.hostingN, d.arrivingN }
+
+// recount is load counted over every incarnation (tests check the
+// counts kept against it).
+func (d *Driver) recount() (hosting, arriving int) {
 	for _, obj := range d.objects {
 		switch obj.state {
 		case serving, leaving:
@@ -681,6 +688,49 @@ func (d *Driver) load() (hosting, arriving int) {
 		}
 	}
 	return hosting, arriving
+}
+
+// count adds delta to what load counts of o.
+func (d *Driver) count(o *object, delta int) {
+	switch o.state {
+	case serving, leaving:
+		d.hostingN += delta
+	case staging:
+		d.arrivingN += delta
+	}
+}
+
+// setState changes o's state, counted if o is registered. Every change of
+// a state and of d.objects goes through setState, putObject and
+// dropObject: load is asked for every move into a node with a capacity,
+// and counting a million incarnations each time took milliseconds of the
+// driver's loop.
+func (d *Driver) setState(o *object, st objectState) {
+	in := d.objects[o.key] == o
+	if in {
+		d.count(o, -1)
+	}
+	o.state = st
+	if in {
+		d.count(o, 1)
+	}
+}
+
+// putObject registers o under its key, in place of whatever was.
+func (d *Driver) putObject(o *object) {
+	if old := d.objects[o.key]; old != nil {
+		d.count(old, -1)
+	}
+	d.objects[o.key] = o
+	d.count(o, 1)
+}
+
+// dropObject unregisters o if it is registered under its key.
+func (d *Driver) dropObject(o *object) {
+	if d.objects[o.key] == o {
+		d.count(o, -1)
+		delete(d.objects, o.key)
+	}
 }
 
 // selfRef names this node lifecycle in control messages.
@@ -1109,7 +1159,7 @@ func (d *Driver) WaitEnded(ctx context.Context) error {
 // nowServing makes obj this node's serving incarnation, unless the
 // lifecycle has ended meanwhile: then it is ended at once.
 func (d *Driver) nowServing(obj *object) {
-	obj.state = serving
+	d.setState(obj, serving)
 	if d.node.LeaseStatus() == lease.Ended {
 		d.endOwned(obj, func() {})
 	}
@@ -1121,7 +1171,7 @@ func (d *Driver) nowServing(obj *object) {
 // the actor stops. Nothing of the application runs again (the gate is
 // shut for good). done runs once what it held has been failed.
 func (d *Driver) endOwned(obj *object, done func()) {
-	obj.state = ended
+	d.setState(obj, ended)
 	obj.moveMayStart()
 	why := "the node's owner lease ended before the message was handled (a live node recovers the object by its kind's policy)"
 	sink := d.endSink(obj, roamerr.CodeUnavailable, "send_lease_ended", why)

@@ -172,3 +172,16 @@ func ContextExtras(ctx context.Context, d *Driver, key location.AuthorityKey) (b
 		return false, ctx.Err()
 	}
 }
+
+// LoadCounted is d's load as it keeps it and as counted over every
+// incarnation: the two must agree. An error if d no longer answers.
+func LoadCounted(d *Driver) (kept, counted [2]int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := call(ctx, d, func() ([2][2]int, error) {
+		h, a := d.load()
+		rh, ra := d.recount()
+		return [2][2]int{{h, a}, {rh, ra}}, nil
+	})
+	return v[0], v[1], err
+}

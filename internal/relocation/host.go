@@ -203,7 +203,7 @@ func (s *Staged) Open(ctx context.Context, first []any, firstOperation string, a
 		if err := obj.mb.OpenWith(first); err != nil {
 			return struct{}{}, fmt.Errorf("%w: open %s: %w", roamerr.ErrUnavailable, obj.key, err)
 		}
-		s.d.objects[obj.key] = obj
+		s.d.putObject(obj)
 		s.d.nowServing(obj)
 		return struct{}{}, nil
 	})
@@ -266,7 +266,7 @@ func (d *Driver) CloseLocal(ctx context.Context, key location.AuthorityKey, gene
 			return nil, err
 		}
 		obj := d.objects[key]
-		obj.state = ended
+		d.setState(obj, ended)
 		obj.closing = true
 		return obj, nil
 	})
@@ -338,9 +338,7 @@ func (d *Driver) closeEnded(ctx context.Context, obj *object) error {
 		return err2
 	}
 	_, _ = call(context.Background(), d, func() (struct{}, error) {
-		if d.objects[key] == obj {
-			delete(d.objects, key)
-		}
+		d.dropObject(obj)
 		return struct{}{}, nil
 	})
 	// Closed: its state is gone by design, and so is its checkpoint

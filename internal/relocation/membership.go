@@ -116,7 +116,7 @@ func (d *Driver) DeleteActor(ctx context.Context, key location.AuthorityKey) (bo
 		if closeIt {
 			// Closed from here on, in the same step that registers the
 			// deletion: no move, join or second delete starts on it.
-			obj.state = ended
+			d.setState(obj, ended)
 			obj.closing = true
 		} else {
 			obj = nil // nothing serves the record here: only the record goes

@@ -700,7 +700,7 @@ func (d *Driver) spawnWith(ctx context.Context, key location.AuthorityKey, stabl
 		if incarnated != nil {
 			incarnated(obj)
 		}
-		d.objects[key] = obj
+		d.putObject(obj)
 		return pid, nil
 	})
 	if err != nil {

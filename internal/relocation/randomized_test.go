@@ -307,6 +307,11 @@ func runRandomized(t *testing.T, store location.Store, moves int) {
 			require.Equal(t, sent[s][o], l.Count[uint32(s)], "%s: sends of sender %d", key.ID, s)
 		}
 	}
+	for i, n := range nodes {
+		kept, counted, err := relocation.LoadCounted(n.driver)
+		require.NoError(t, err)
+		require.Equal(t, counted, kept, "node %d: the load it keeps (serving, staging) against its incarnations counted", i)
+	}
 	t.Logf("%d moves, %d requests", done, requests.Load())
 }
 

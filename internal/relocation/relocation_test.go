@@ -136,6 +136,11 @@ func startMeshNode(t testing.TB, nodeCfg meshnode.Config, cfg relocation.Config,
 	t.Cleanup(func() { _ = node.Stop(context.Background()) })
 	d, err := relocation.New(node, store, cfg)
 	require.NoError(t, err)
+	t.Cleanup(func() { // before the node stops: the load it keeps is the load there is
+		if kept, counted, err := relocation.LoadCounted(d); err == nil && kept != counted {
+			t.Errorf("load kept (serving, staging) %v, counted over the incarnations %v", kept, counted)
+		}
+	})
 	for _, k := range kinds {
 		require.NoError(t, d.RegisterKind(k))
 	}

@@ -95,8 +95,8 @@ func (e sourceEnv) Redirect(i int, sink func(any)) error {
 	return err
 }
 
-func (e sourceEnv) Leaving(i int) { e.obj(i).state = leaving }
-func (e sourceEnv) Serving(i int) { e.obj(i).state = serving }
+func (e sourceEnv) Leaving(i int) { e.d.setState(e.obj(i), leaving) }
+func (e sourceEnv) Serving(i int) { e.d.setState(e.obj(i), serving) }
 
 // Unsealed re-arms the participant's timers and marks it serving.
 func (e sourceEnv) Unsealed(i int) {
@@ -111,16 +111,14 @@ func (e sourceEnv) Unsealed(i int) {
 
 func (e sourceEnv) Following(i int) {
 	p := e.r.parts[i]
-	p.obj.state = following
+	e.d.setState(p.obj, following)
 }
 
 func (e sourceEnv) Unregister(i int) {
 	// Only this run's incarnation: the object may have moved back here
 	// meanwhile, and its new incarnation is registered under the same key
 	// (the simulation found that schedule).
-	if obj := e.obj(i); e.d.objects[obj.key] == obj {
-		delete(e.d.objects, obj.key)
-	}
+	e.d.dropObject(e.obj(i))
 }
 
 func (e sourceEnv) Conflict(i int) bool {
@@ -139,7 +137,7 @@ func (e sourceEnv) Reinstated(i int) {
 			obj.tm.resume()
 		}
 	})
-	e.d.objects[obj.key] = obj
+	e.d.putObject(obj)
 	e.d.nowServing(obj)
 }
 
@@ -150,7 +148,7 @@ func (e sourceEnv) FollowSink(i int) func(any) {
 
 func (e sourceEnv) EndFollow(i int) func(any) {
 	obj := e.obj(i)
-	obj.state = ended
+	e.d.setState(obj, ended)
 	return e.d.unavailableSink(obj, "the object moved away and Message Follow has ended")
 }
 

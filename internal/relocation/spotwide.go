@@ -155,7 +155,7 @@ func (d *Driver) openMembers(t *targetRun, backlogs [][]any) {
 		// Registered at once (calls find it), serving once its queue
 		// opens; a move of the Spot meanwhile waits for that
 		// (spotWideMembers).
-		d.objects[m.key] = m.obj
+		d.putObject(m.obj)
 		m.obj.x().opening = opening
 	}
 	open := func() {

@@ -303,7 +303,7 @@ func (e targetEnv) ReleaseJoin() {
 
 func (e targetEnv) Serving() {
 	d, obj := e.d, e.t.obj
-	d.objects[e.t.key] = obj
+	d.putObject(obj)
 	d.nowServing(obj)
 	obj.checkpointsOnArrival(e.t.prepare.GetCheckpoint())
 }

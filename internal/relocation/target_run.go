@@ -288,7 +288,7 @@ func (d *Driver) removeStaged(obj *object) {
 	for _, msg := range held {
 		removed(msg) // a request fails typed, a send is counted and logged
 	}
-	obj.state = ended
+	d.setState(obj, ended)
 }
 
 // commitPlan is the move's owner commit as the core composes and judges
