@@ -103,7 +103,14 @@ type Store struct {
 	nodes   map[location.NodeKey]*nodeEntry
 	revoked map[location.NodeKey]bool // lifecycles whose lease RevokeLease ended
 	leases  map[location.LeaseID]*lease
-	changed chan struct{} // closed and replaced on every change, for Watch
+	changed chan struct{} // closed and replaced on every change, for WatchNote
+	// watched: a channel per record key being watched, closed and
+	// removed when that record changes (putLocked, dropLocked) or the
+	// store closes. A write wakes only its own key's watchers: with the
+	// one channel of every change, each of a drain's writes woke the
+	// watches of every move in flight, each taking the lock and cloning
+	// its record to find nothing new.
+	watched map[location.AuthorityKey]*keyWatch
 	closed  bool
 	roots   map[string][]byte // RootStore (roots.go)
 	// checkpoints: CheckpointStore (checkpoints.go)
@@ -129,6 +136,7 @@ func New(opts ...Option) *Store {
 		checkpoints: make(map[location.AuthorityKey]*checkpointEntry),
 		slots:       make(map[location.NodeKey]map[uint32]*slotEntry),
 		changed:     make(chan struct{}),
+		watched:     map[location.AuthorityKey]*keyWatch{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -443,15 +451,32 @@ func (s *Store) Watch(ctx context.Context, key location.AuthorityKey, after loca
 		if err := s.lock(ctx); err != nil {
 			return location.Versioned{}, err
 		}
-		v := s.versionedLocked(key)
-		changed := s.changed
-		s.mu.Unlock()
-		if v.Version != after {
+		cur := location.StoreVersion(0)
+		if e := s.records[key]; e != nil {
+			cur = e.version
+		}
+		if cur != after {
+			v := s.versionedLocked(key)
+			s.mu.Unlock()
 			return v, nil
 		}
+		w := s.watched[key]
+		if w == nil {
+			w = &keyWatch{ch: make(chan struct{})}
+			s.watched[key] = w
+		}
+		w.n++
+		s.mu.Unlock()
 		select {
-		case <-changed:
+		case <-w.ch:
 		case <-ctx.Done():
+			// The last watcher to leave takes the channel with it: keys
+			// watched and never written do not pile up.
+			s.mu.Lock()
+			if w.n--; w.n == 0 && s.watched[key] == w {
+				delete(s.watched, key)
+			}
+			s.mu.Unlock()
 			return location.Versioned{}, fmt.Errorf("%w: watch %s: %w", location.ErrUnavailable, key, ctx.Err())
 		}
 	}
@@ -674,6 +699,9 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		close(s.changed)
+		for k := range s.watched {
+			s.wakeLocked(k)
+		}
 	}
 	return nil
 }
@@ -717,6 +745,22 @@ func (s *Store) putLocked(key location.AuthorityKey, e *recordEntry) {
 		t.ReplaceOrInsert(key.ID)
 	}
 	s.records[key] = e
+	s.wakeLocked(key)
+}
+
+// keyWatch is the channel the watchers of one key wait on, and how many
+// do.
+type keyWatch struct {
+	ch chan struct{}
+	n  int
+}
+
+// wakeLocked wakes the watchers of key.
+func (s *Store) wakeLocked(key location.AuthorityKey) {
+	if w := s.watched[key]; w != nil {
+		close(w.ch)
+		delete(s.watched, key)
+	}
 }
 
 // dropLocked deletes the record of key.
@@ -726,4 +770,5 @@ func (s *Store) dropLocked(key location.AuthorityKey) {
 	}
 	delete(s.records, key)
 	s.ids[key.Kind].Delete(key.ID)
+	s.wakeLocked(key)
 }
