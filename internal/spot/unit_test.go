@@ -27,6 +27,8 @@ func readyAt(id string) authority {
 // store failures are never cached).
 func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 	c := newRouteCache(50*time.Millisecond, DefaultRouteCacheMaxRoutes)
+	clock := machine.NewManual()
+	c.clock = clock
 	c.put("missing", authority{v: location.Versioned{Key: location.Key(location.KindInstanceSpot, "missing")}})
 	creating := readyAt("creating")
 	creating.v.Record = &location.Record{State: messages.LifecycleState_LIFECYCLE_STATE_CREATING}
@@ -38,14 +40,12 @@ func TestRouteCacheKeepsOnlyLiveReadyRoutes(t *testing.T) {
 	c.put("ready", readyAt("ready"))
 	_, ok, _ := c.get("ready")
 	require.True(t, ok)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok, _ := c.get("ready"); !ok {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "the entry never expired")
-		time.Sleep(5 * time.Millisecond)
-	}
+	clock.Advance(49 * time.Millisecond)
+	_, ok, _ = c.get("ready")
+	require.True(t, ok, "the entry is kept until RouteCacheMaxAge")
+	clock.Advance(time.Millisecond)
+	_, ok, _ = c.get("ready")
+	require.False(t, ok, "the entry ends at RouteCacheMaxAge")
 	off := newRouteCache(0, DefaultRouteCacheMaxRoutes)
 	off.put("ready", readyAt("ready"))
 	_, ok, _ = off.get("ready")
@@ -324,15 +324,12 @@ func TestRouteCacheCanBeDisabled(t *testing.T) {
 // Reference: PROTOCOL.md §7.8.
 func TestRouteCacheRemembersAnExpiredRoute(t *testing.T) {
 	c := newRouteCache(20*time.Millisecond, DefaultRouteCacheMaxRoutes)
+	clock := machine.NewManual()
+	c.clock = clock
 	ageOut := func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if _, ok, _ := c.get("r"); !ok {
-				return
-			}
-			require.False(t, time.Now().After(deadline), "the route never aged out")
-			time.Sleep(5 * time.Millisecond)
-		}
+		clock.Advance(20 * time.Millisecond)
+		_, ok, _ := c.get("r")
+		require.False(t, ok, "the route aged out")
 	}
 	older, newer := readyAt("r"), readyAt("r")
 	older.address, newer.address = "127.0.0.1:1", "127.0.0.1:2"
